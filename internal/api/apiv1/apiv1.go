@@ -1,0 +1,173 @@
+package apiv1
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/engrams/engrams/internal/hostlink"
+)
+
+// Routes (Go 1.22 ServeMux patterns).
+const (
+	RouteVersion       = "GET /v1/version"
+	RouteCreateSession = "POST /v1/sessions" // ?wait=false returns at once
+	RouteListSessions  = "GET /v1/sessions"  // ?state=&host=
+	RouteGetSession    = "GET /v1/sessions/{id}"
+	RouteDeleteSession = "DELETE /v1/sessions/{id}"      // ?wait=false returns at once
+	RouteExec          = "POST /v1/sessions/{id}/exec"   // ExecRequest -> NDJSON ExecFrame stream
+	RouteExecWS        = "GET /v1/sessions/{id}/exec/ws" // WebSocket, guestapi framing
+	RouteFileGet       = "GET /v1/sessions/{id}/files"   // ?path=
+	RouteFilePut       = "PUT /v1/sessions/{id}/files"   // ?path=&mode=
+	RouteFileList      = "GET /v1/sessions/{id}/files/list"
+	RouteFileStat      = "GET /v1/sessions/{id}/files/stat"
+	RouteEvents        = "GET /v1/sessions/{id}/events" // SSE; ?follow=false ends after backlog; Last-Event-ID or ?after=
+	RouteListHosts     = "GET /v1/hosts"
+	RouteGetHost       = "GET /v1/hosts/{id}"
+	RouteDrainHost     = "POST /v1/hosts/{id}/drain"
+	RouteCreateHost    = "POST /v1/hosts"  // CreateHostRequest -> CreateHostResponse (host token shown once)
+	RouteCreateToken   = "POST /v1/tokens" // CreateTokenRequest -> CreateTokenResponse (shown once)
+	RouteListTokens    = "GET /v1/tokens"
+	RouteRevokeToken   = "DELETE /v1/tokens/{id}"
+)
+
+// Error is every non-2xx JSON body.
+type Error struct {
+	Error string `json:"error"`
+	Code  string `json:"code"` // bad_request, unauthorized, not_found, conflict, too_large, unavailable, internal
+}
+
+// Version answers RouteVersion.
+type Version struct {
+	Version          string `json:"version"`
+	HostlinkProtocol int    `json:"hostlink_protocol"`
+	GuestAPI         int    `json:"guest_api"`
+	ReplicaID        string `json:"replica_id"`
+}
+
+// SessionSpec is what a session is created with.
+type SessionSpec struct {
+	MemoryMiB int               `json:"memory_mib,omitempty"` // default from config
+	VCPUs     int               `json:"vcpus,omitempty"`      // default 1
+	Env       map[string]string `json:"env,omitempty"`
+	Image     string            `json:"image,omitempty"`
+}
+
+// CreateSessionRequest is the body of RouteCreateSession.
+type CreateSessionRequest struct {
+	SessionSpec
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+}
+
+// Session is a session as the API shows it.
+type Session struct {
+	ID           string      `json:"id"`
+	State        string      `json:"state"`
+	DesiredState string      `json:"desired_state"`
+	HostID       string      `json:"host_id,omitempty"`
+	Epoch        int64       `json:"epoch"`
+	Reason       string      `json:"reason,omitempty"`
+	Spec         SessionSpec `json:"spec"`
+	CreatedAt    time.Time   `json:"created_at"`
+	UpdatedAt    time.Time   `json:"updated_at"`
+	Ops          []Op        `json:"ops,omitempty"` // on get only
+}
+
+// Op is one op log row.
+type Op struct {
+	ID        string    `json:"id"`
+	Kind      string    `json:"kind"`
+	State     string    `json:"state"`
+	Step      string    `json:"step,omitempty"`
+	Epoch     int64     `json:"epoch"`
+	Attempts  int       `json:"attempts"`
+	Error     string    `json:"error,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// SessionList answers RouteListSessions.
+type SessionList struct {
+	Sessions []Session `json:"sessions"`
+}
+
+// ExecRequest is the body of RouteExec.
+type ExecRequest struct {
+	Argv      []string          `json:"argv"`
+	Env       map[string]string `json:"env,omitempty"`
+	Dir       string            `json:"dir,omitempty"`
+	TimeoutMS int64             `json:"timeout_ms,omitempty"`
+	Stdin     []byte            `json:"stdin,omitempty"` // base64 in JSON
+}
+
+// ExecFrame is one NDJSON line of RouteExec's answer: "stdout"/"stderr"
+// with Data, then exactly one "exit".
+type ExecFrame struct {
+	Type     string `json:"type"`
+	Data     []byte `json:"data,omitempty"` // base64 in JSON
+	ExitCode int    `json:"exit_code,omitempty"`
+	Error    string `json:"error,omitempty"`
+	TimedOut bool   `json:"timed_out,omitempty"`
+}
+
+// Event is one session event; in SSE its seq is the event id.
+type Event struct {
+	Seq  int64           `json:"seq"`
+	Type string          `json:"type"`
+	Data json.RawMessage `json:"data,omitempty"`
+	Time time.Time       `json:"time"`
+}
+
+// Host is a host as the API shows it.
+type Host struct {
+	ID            string            `json:"id"`
+	Name          string            `json:"name"`
+	State         string            `json:"state"` // ready, draining, lost, or "new" before it first connects
+	Facts         hostlink.Facts    `json:"facts"`
+	Capacity      hostlink.Capacity `json:"capacity"`
+	ReplicaID     string            `json:"replica_id,omitempty"`
+	LastHeartbeat time.Time         `json:"last_heartbeat"`
+	CreatedAt     time.Time         `json:"created_at"`
+}
+
+// HostList answers RouteListHosts.
+type HostList struct {
+	Hosts []Host `json:"hosts"`
+}
+
+// CreateHostRequest registers a host name and mints its credential.
+type CreateHostRequest struct {
+	Name string `json:"name"`
+}
+
+// CreateHostResponse carries the host token; it is shown only here.
+type CreateHostResponse struct {
+	Host  Host   `json:"host"`
+	Token string `json:"token"`
+}
+
+// CreateTokenRequest mints a user API token.
+type CreateTokenRequest struct {
+	Name string `json:"name"`
+}
+
+// Token is a token as listed; the secret is never shown again.
+type Token struct {
+	ID         string    `json:"id"`
+	Name       string    `json:"name"`
+	Kind       string    `json:"kind"`
+	HostID     string    `json:"host_id,omitempty"`
+	Prefix     string    `json:"prefix"`
+	CreatedAt  time.Time `json:"created_at"`
+	LastUsedAt time.Time `json:"last_used_at,omitempty"`
+}
+
+// CreateTokenResponse carries the secret once.
+type CreateTokenResponse struct {
+	Token  Token  `json:"token"`
+	Secret string `json:"secret"`
+}
+
+// TokenList answers RouteListTokens.
+type TokenList struct {
+	Tokens []Token `json:"tokens"`
+}

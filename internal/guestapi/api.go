@@ -1,0 +1,81 @@
+package guestapi
+
+// Version is the guest API version. Bump it on any incompatible change and
+// add a line to the changelog below.
+//
+// Changelog:
+//   - 1 (2026-11-30): ready, exec (WebSocket, optional PTY), files
+//     (upload, download, list, stat).
+const Version = 1
+
+// HeaderVersion carries Version on every request and response; a daemon
+// refuses a request whose version differs (HTTP 400 with ErrorBody).
+const HeaderVersion = "Engrams-Guest-Api"
+
+// Routes served by the guest daemon.
+const (
+	PathReady    = "/v1/ready"      // GET -> Ready
+	PathExec     = "/v1/exec"       // GET, WebSocket: ExecStart then frames
+	PathFiles    = "/v1/files"      // GET ?path= download; PUT ?path=&mode= upload (raw body)
+	PathFileList = "/v1/files/list" // GET ?path= -> []FileInfo
+	PathFileStat = "/v1/files/stat" // GET ?path= -> FileInfo
+)
+
+// Ready answers PathReady.
+type Ready struct {
+	Version  int     `json:"version"`
+	BootID   string  `json:"boot_id"`
+	PID      int     `json:"pid"`
+	Hostname string  `json:"hostname"`
+	Kernel   string  `json:"kernel"`
+	Uptime   float64 `json:"uptime_seconds"`
+}
+
+// ErrorBody is every non-2xx JSON answer.
+type ErrorBody struct {
+	Error string `json:"error"`
+}
+
+// ExecStart is the first (text) message of an exec stream.
+type ExecStart struct {
+	Argv      []string          `json:"argv"`
+	Env       map[string]string `json:"env,omitempty"`
+	Dir       string            `json:"dir,omitempty"`
+	TimeoutMS int64             `json:"timeout_ms,omitempty"` // 0: none
+	TTY       bool              `json:"tty,omitempty"`
+	Rows      uint16            `json:"rows,omitempty"`
+	Cols      uint16            `json:"cols,omitempty"`
+	Stdin     bool              `json:"stdin,omitempty"` // the client will send stdin frames; otherwise stdin is empty
+}
+
+// Binary frames carry one channel byte followed by data.
+const (
+	ChanStdin  byte = 0
+	ChanStdout byte = 1
+	ChanStderr byte = 2
+)
+
+// Control is a text message after ExecStart, in either direction.
+// Client to daemon: "stdin_close", "resize" (Rows, Cols), "signal" (Signal).
+// Daemon to client: "started" (PID), then exactly one "exit" (ExitCode, or
+// Error when the command could not start or timed out; TimedOut set then).
+type Control struct {
+	Type     string `json:"type"`
+	Rows     uint16 `json:"rows,omitempty"`
+	Cols     uint16 `json:"cols,omitempty"`
+	Signal   string `json:"signal,omitempty"`
+	PID      int    `json:"pid,omitempty"`
+	ExitCode int    `json:"exit_code"`
+	Error    string `json:"error,omitempty"`
+	TimedOut bool   `json:"timed_out,omitempty"`
+}
+
+// FileInfo describes one file.
+type FileInfo struct {
+	Name    string `json:"name"`
+	Path    string `json:"path"`
+	Size    int64  `json:"size"`
+	Mode    string `json:"mode"` // e.g. "-rw-r--r--"
+	IsDir   bool   `json:"is_dir"`
+	ModTime string `json:"mod_time"` // RFC 3339
+}

@@ -1,0 +1,265 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/engrams/engrams/internal/lifecycle"
+)
+
+// Error categories callers branch on. Backends wrap them with the action.
+var (
+	ErrNotFound     = errors.New("not found")
+	ErrStaleEpoch   = errors.New("stale epoch")    // a fenced write lost to a newer claim
+	ErrConflict     = errors.New("conflict")       // the row is not in the state the write expected
+	ErrOpInProgress = errors.New("op in progress") // another pending or running op exists for the session
+	ErrNoOp         = errors.New("no op to claim") // ClaimOp found nothing claimable
+)
+
+// HostState is the coordinator's view of a host.
+type HostState string
+
+const (
+	HostNew      HostState = "new"      // created by an admin, never connected
+	HostReady    HostState = "ready"    // connected and accepting sessions
+	HostDraining HostState = "draining" // connected, no new sessions
+	HostLost     HostState = "lost"     // heartbeats stopped
+)
+
+// Host is a machine that runs sessions. It dials a coordinator replica and
+// stays connected; ReplicaAddr is the internal address of that replica.
+type Host struct {
+	ID              string
+	Name            string
+	State           HostState
+	Facts           json.RawMessage // hostlink.Facts, opaque to the store
+	Capacity        json.RawMessage // hostlink.Capacity, opaque to the store
+	ReplicaID       string
+	ReplicaAddr     string
+	ProtocolVersion int
+	LastHeartbeat   time.Time
+	ConnectedAt     time.Time
+	CreatedAt       time.Time
+}
+
+// Session is one sandbox. State is observed state; DesiredState is what the
+// coordinator wants ("active", "idle" or "deleted").
+type Session struct {
+	ID             string
+	State          lifecycle.State
+	DesiredState   string
+	HostID         string // "" while the session has no VM
+	Epoch          int64  // bumped on every op claim
+	Reason         string // why it is Dead, or the last failure
+	Spec           json.RawMessage
+	IdempotencyKey string
+	EventSeq       int64 // index of the last event appended
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+}
+
+// OpKind is a lifecycle operation.
+type OpKind string
+
+const (
+	OpCreate  OpKind = "create"
+	OpResume  OpKind = "resume"
+	OpEvict   OpKind = "evict"
+	OpDestroy OpKind = "destroy"
+	OpMove    OpKind = "move"
+	OpRecover OpKind = "recover" // the session's host was lost
+)
+
+// OpState is where an op is.
+type OpState string
+
+const (
+	OpPending    OpState = "pending"
+	OpRunning    OpState = "running"
+	OpSucceeded  OpState = "succeeded"
+	OpFailed     OpState = "failed"
+	OpSuperseded OpState = "superseded" // replaced by a newer op before it finished
+)
+
+// Op is one row of a session's op log. At most one op per session is
+// pending or running at a time.
+type Op struct {
+	ID             string
+	SessionID      string
+	Kind           OpKind
+	State          OpState
+	Step           string
+	Epoch          int64 // the session epoch this op claimed; 0 until claimed
+	IdempotencyKey string
+	Attempts       int
+	Error          string
+	ClaimedBy      string
+	LeaseUntil     time.Time
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+}
+
+// Event is one entry of a session's append-only event log. Seq is gap-free
+// per session, starting at 1.
+type Event struct {
+	SessionID string
+	Seq       int64
+	Type      string
+	Data      json.RawMessage
+	CreatedAt time.Time
+}
+
+// TokenKind says what a token authenticates.
+type TokenKind string
+
+const (
+	TokenUser TokenKind = "user"
+	TokenHost TokenKind = "host" // bound to HostID
+)
+
+// Token is an API or host credential. Only the SHA-256 of the secret is kept.
+type Token struct {
+	ID         string
+	Name       string
+	Kind       TokenKind
+	HostID     string
+	Prefix     string // visible start of the secret, for listing
+	Hash       string // hex SHA-256 of the whole secret
+	CreatedAt  time.Time
+	LastUsedAt time.Time
+	RevokedAt  time.Time
+}
+
+// NewSession is what CreateSession inserts.
+type NewSession struct {
+	ID             string
+	Spec           json.RawMessage
+	IdempotencyKey string // "" for none; otherwise unique across sessions
+	OpID           string // id of the create op inserted with it
+	At             time.Time
+}
+
+// Transition is a fenced state change: it applies only while the session
+// still has Epoch and From; it also appends a "state" event in the same
+// transaction.
+type Transition struct {
+	SessionID string
+	Epoch     int64
+	From      lifecycle.State
+	To        lifecycle.State
+	Event     lifecycle.Event
+	HostID    *string // set when non-nil
+	Reason    *string // set when non-nil
+	At        time.Time
+}
+
+// NewEvent is an event to append. Epoch > 0 fences it to that epoch.
+type NewEvent struct {
+	SessionID string
+	Type      string
+	Data      json.RawMessage
+	Epoch     int64
+	At        time.Time
+}
+
+// SessionFilter narrows ListSessions. Zero fields match everything.
+type SessionFilter struct {
+	HostID  string
+	States  []lifecycle.State
+	Limit   int    // 0 means no limit
+	AfterID string // keyset pagination: ids greater than this
+}
+
+// Hosts keeps the fleet.
+type Hosts interface {
+	// CreateHost inserts a host in state new together with its host token,
+	// in one transaction; ErrConflict if the name is taken.
+	CreateHost(ctx context.Context, h Host, tok Token) error
+	// RegisterHost inserts or replaces a host's name, facts, capacity, replica
+	// route and protocol version, sets it ready and stamps heartbeat and
+	// connection times with h.LastHeartbeat.
+	RegisterHost(ctx context.Context, h Host) error
+	// HostHeartbeat stamps the heartbeat time and capacity; it returns the
+	// host's state (a lost host must reconnect and register again).
+	HostHeartbeat(ctx context.Context, hostID string, capacity json.RawMessage, at time.Time) (HostState, error)
+	GetHost(ctx context.Context, id string) (Host, error)
+	ListHosts(ctx context.Context) ([]Host, error)
+	SetHostState(ctx context.Context, id string, state HostState) error
+	// MarkHostsLost moves every ready or draining host whose last heartbeat
+	// is before the cutoff to lost and returns their ids.
+	MarkHostsLost(ctx context.Context, cutoff time.Time) ([]string, error)
+}
+
+// Sessions keeps sessions and their fenced transitions.
+type Sessions interface {
+	// CreateSession inserts a session in Created (desired "active", epoch 0),
+	// its pending create op and a "created" event, in one transaction. With an
+	// idempotency key already used it returns the existing session and its
+	// create op, and created=false.
+	CreateSession(ctx context.Context, s NewSession) (sess Session, op Op, created bool, err error)
+	GetSession(ctx context.Context, id string) (Session, error)
+	ListSessions(ctx context.Context, f SessionFilter) ([]Session, error)
+	// SetDesiredState records what the coordinator wants; not fenced.
+	SetDesiredState(ctx context.Context, id, desired string) error
+	// ApplyTransition applies t; ErrStaleEpoch if the epoch moved on,
+	// ErrConflict if the state is not t.From, ErrNotFound if no such session.
+	ApplyTransition(ctx context.Context, t Transition) (Session, error)
+}
+
+// Ops is the per-session op log.
+type Ops interface {
+	// EnqueueOp inserts a pending op. If the session already has a pending or
+	// running op it returns ErrOpInProgress, unless supersede is set: then
+	// that op becomes superseded in the same transaction. A non-empty
+	// idempotency key already used for the session returns the existing op.
+	EnqueueOp(ctx context.Context, op Op, supersede bool) (Op, error)
+	// ClaimOp claims the oldest pending op, or a running op whose lease
+	// expired before now: it bumps the session's epoch, and marks the op
+	// running with that epoch, claimedBy, lease until now+lease and one more
+	// attempt. Concurrent callers never claim the same op. ErrNoOp if none.
+	ClaimOp(ctx context.Context, claimedBy string, now time.Time, lease time.Duration) (Op, Session, error)
+	// RenewOp extends the lease; fenced by epoch.
+	RenewOp(ctx context.Context, opID string, epoch int64, until time.Time) error
+	// SetOpStep records progress; fenced by epoch.
+	SetOpStep(ctx context.Context, opID string, epoch int64, step string) error
+	// FinishOp marks a running op succeeded or failed; fenced by epoch.
+	FinishOp(ctx context.Context, opID string, epoch int64, state OpState, errMsg string, at time.Time) error
+	GetOp(ctx context.Context, id string) (Op, error)
+	ListOps(ctx context.Context, sessionID string) ([]Op, error)
+}
+
+// Events is the append-only per-session event log.
+type Events interface {
+	// AppendEvent appends with the next gap-free seq; ErrStaleEpoch if fenced
+	// and the session's epoch differs.
+	AppendEvent(ctx context.Context, e NewEvent) (Event, error)
+	// ListEvents returns up to limit events with seq > afterSeq, in order.
+	ListEvents(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]Event, error)
+}
+
+// Tokens keeps hashed credentials.
+type Tokens interface {
+	CreateToken(ctx context.Context, t Token) error
+	// TokenByHash returns the unrevoked token with that hash, else ErrNotFound.
+	TokenByHash(ctx context.Context, hash string) (Token, error)
+	ListTokens(ctx context.Context) ([]Token, error)
+	RevokeToken(ctx context.Context, id string, at time.Time) error
+	TouchToken(ctx context.Context, id string, at time.Time) error
+}
+
+// Store is everything a backend provides.
+type Store interface {
+	Hosts
+	Sessions
+	Ops
+	Events
+	Tokens
+	// Notify wakes waiters on every replica sharing this database: topic is
+	// e.g. "ops" or "session:<id>". Subscribe returns a channel that receives
+	// a value (coalesced) after each Notify on that topic, until ctx ends.
+	Notify(ctx context.Context, topic string) error
+	Subscribe(ctx context.Context, topic string) <-chan struct{}
+	Close() error
+}

@@ -1,0 +1,87 @@
+package vmm
+
+import (
+	"context"
+	"errors"
+	"net"
+	"time"
+)
+
+// Error categories callers branch on.
+var (
+	ErrGone         = errors.New("machine gone")           // Recover found nothing to reattach
+	ErrUnsupported  = errors.New("unsupported by backend") // e.g. snapshot on a backend without it
+	ErrGuestTimeout = errors.New("guest did not answer in time")
+)
+
+// Capabilities describe what a backend can do on this host, and why not.
+type Capabilities struct {
+	Name           string // "process", "qemu", "firecracker"
+	Version        string // VMM version, part of a snapshot's identity
+	Acceleration   string // "kvm", "tcg", "none"
+	Isolation      bool   // false for process: no isolation at all
+	SnapshotMemory bool   // snapshot keeps processes and memory
+	SnapshotDisk   bool   // snapshot keeps the disk
+	Reason         string // why this backend/acceleration was chosen, or what is missing
+}
+
+// Spec is what a machine is booted or restored with.
+type Spec struct {
+	SessionID string
+	Epoch     int64
+	Dir       string // private working directory for this machine, created by the caller
+	MemoryMiB int
+	VCPUs     int
+	Env       map[string]string // environment for processes the guest daemon starts
+	Hostname  string
+}
+
+// Snapshot names the files a backend wrote for one saved machine. Paths are
+// inside the directory given to Machine.Snapshot.
+type Snapshot struct {
+	Backend string
+	Files   map[string]string // role ("memory", "state", "disk") -> path
+	Taken   time.Time
+}
+
+// Info is what a host agent persists to reattach after a restart.
+type Info struct {
+	SessionID string    `json:"session_id"`
+	Backend   string    `json:"backend"`
+	PID       int       `json:"pid"`
+	StartTime uint64    `json:"start_time"` // /proc/<pid>/stat field 22, guards against pid reuse
+	Dir       string    `json:"dir"`
+	Socket    string    `json:"socket"` // guest channel
+	Created   time.Time `json:"created"`
+}
+
+// Backend runs machines.
+type Backend interface {
+	Capabilities() Capabilities
+	// Boot starts a machine and returns once its guest daemon answers.
+	Boot(ctx context.Context, spec Spec) (Machine, error)
+	// Restore starts a new machine from a snapshot and returns once its guest
+	// daemon answers. ErrUnsupported if the backend cannot.
+	Restore(ctx context.Context, spec Spec, snap Snapshot) (Machine, error)
+	// Recover reattaches to a machine this backend started before the host
+	// agent restarted, from the Info it persisted in dir. It returns ErrGone
+	// (after reaping whatever was left) if the machine cannot be reattached.
+	Recover(ctx context.Context, dir string) (Machine, error)
+}
+
+// Machine is one running guest.
+type Machine interface {
+	Info() Info
+	// Dial opens a new stream to the guest daemon.
+	Dial(ctx context.Context) (net.Conn, error)
+	// Snapshot pauses the machine and writes memory, device state and disk
+	// into dir. The machine stays paused; Destroy it or Resume it.
+	Snapshot(ctx context.Context, dir string) (Snapshot, error)
+	// Resume continues a machine paused by Snapshot.
+	Resume(ctx context.Context) error
+	// Destroy stops the machine and removes every process, socket and file
+	// it created outside dir's snapshot files. Idempotent.
+	Destroy(ctx context.Context) error
+	// Done is closed when the machine exits for any reason.
+	Done() <-chan struct{}
+}
