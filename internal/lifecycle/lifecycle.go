@@ -54,6 +54,7 @@ type Event string
 // Events, named for what happened rather than for the state they lead to.
 const (
 	Place            Event = "place"             // a host was chosen, boot begins
+	Unplaceable      Event = "unplaceable"       // no host could take it in time
 	Started          Event = "started"           // guest daemon (and harness) answered
 	StartFailed      Event = "start_failed"      // boot failed
 	SuspendRequested Event = "suspend_requested" // idle timeout or explicit suspend
@@ -72,7 +73,7 @@ const (
 )
 
 // Events lists every event.
-var Events = []Event{Place, Started, StartFailed, SuspendRequested, Snapshotted, SnapshotFailed,
+var Events = []Event{Place, Unplaceable, Started, StartFailed, SuspendRequested, Snapshotted, SnapshotFailed,
 	ResumeRequested, Resumed, ResumeFailed, Unrestorable, DeleteRequested, Destroyed,
 	HeartbeatLost, Recovered, NotRecoverable, TimeLimit}
 
@@ -87,6 +88,7 @@ type key struct {
 // table is the whole state machine. Anything not listed is illegal.
 var table = map[key]State{
 	{Created, Place}:           Starting,
+	{Created, Unplaceable}:     Dead,
 	{Created, DeleteRequested}: Completed,
 	{Created, TimeLimit}:       Dead,
 

@@ -1,0 +1,106 @@
+package api
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/store"
+)
+
+// TokenPrefix starts every secret engrams mints, so leaked ones are easy to scan for.
+const TokenPrefix = "egr_"
+
+// NewSecret returns a fresh token secret (32 random bytes) and its visible prefix.
+func NewSecret() (secret, prefix string) {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails on Linux
+	secret = TokenPrefix + base64.RawURLEncoding.EncodeToString(b)
+	return secret, secret[:len(TokenPrefix)+6]
+}
+
+// auth admits requests that carry a valid user token.
+func (s *Server) auth(next http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := r.Header.Get("Authorization")
+		secret, ok := strings.CutPrefix(h, "Bearer ")
+		if !ok || secret == "" {
+			writeError(w, http.StatusUnauthorized, "unauthorized", "missing bearer token: send Authorization: Bearer <token> (create one with `engrams token create`)")
+			return
+		}
+		t, err := s.st.TokenByHash(r.Context(), coordinator.HashToken(secret))
+		if errors.Is(err, store.ErrNotFound) || (err == nil && t.Kind != store.TokenUser) {
+			writeError(w, http.StatusUnauthorized, "unauthorized", "token is not valid or was revoked")
+			return
+		}
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		next(w, r)
+	})
+}
+
+func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
+	var req apiv1.CreateTokenRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	if msg := checkName(req.Name); msg != "" {
+		writeError(w, http.StatusBadRequest, "bad_request", "token "+msg)
+		return
+	}
+	secret, prefix := NewSecret()
+	t := store.Token{ID: s.newID(), Name: req.Name, Kind: store.TokenUser, Prefix: prefix, Hash: coordinator.HashToken(secret), CreatedAt: s.now()}
+	if err := s.st.CreateToken(r.Context(), t); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, apiv1.CreateTokenResponse{Token: tokenOut(t), Secret: secret})
+}
+
+func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) {
+	ts, err := s.st.ListTokens(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := apiv1.TokenList{Tokens: []apiv1.Token{}}
+	for _, t := range ts {
+		if !t.RevokedAt.IsZero() {
+			continue
+		}
+		out.Tokens = append(out.Tokens, tokenOut(t))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) {
+	if err := s.st.RevokeToken(r.Context(), r.PathValue("id"), s.now()); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func tokenOut(t store.Token) apiv1.Token {
+	return apiv1.Token{ID: t.ID, Name: t.Name, Kind: string(t.Kind), HostID: t.HostID, Prefix: t.Prefix, CreatedAt: t.CreatedAt, LastUsedAt: t.LastUsedAt}
+}
+
+// checkName returns what is wrong with a host or token name, or "".
+func checkName(n string) string {
+	if n == "" || len(n) > 63 {
+		return "name must be 1 to 63 characters"
+	}
+	for _, r := range n {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return "name may contain only letters, digits, '-', '_' and '.'"
+		}
+	}
+	return ""
+}
+

@@ -1,0 +1,52 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/guestapi"
+	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/store"
+)
+
+const guestAPIVersion = guestapi.Version
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, apiv1.Error{Error: msg, Code: code})
+}
+
+// fail maps an error from the coordinator or store to a status and code.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	status, code := http.StatusInternalServerError, "internal"
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		status, code = http.StatusNotFound, "not_found"
+	case errors.Is(err, coordinator.ErrInvalid):
+		status, code = http.StatusBadRequest, "bad_request"
+	case errors.Is(err, coordinator.ErrNotActive), errors.Is(err, store.ErrConflict):
+		status, code = http.StatusConflict, "conflict"
+	case errors.Is(err, hostlink.ErrHostNotConnected):
+		status, code = http.StatusServiceUnavailable, "unavailable"
+	case errors.Is(err, context.DeadlineExceeded):
+		status, code = http.StatusGatewayTimeout, "timeout"
+	case errors.Is(err, context.Canceled):
+		return // the client went away
+	}
+	if status == http.StatusInternalServerError {
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	writeError(w, status, code, err.Error())
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

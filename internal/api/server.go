@@ -1,0 +1,151 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/store"
+)
+
+// Coordinator is what the API asks to change sessions.
+type Coordinator interface {
+	CreateSession(ctx context.Context, spec hostlink.MachineSpec, idempotencyKey string) (store.Session, error)
+	DeleteSession(ctx context.Context, id string) (store.Session, error)
+	WaitSession(ctx context.Context, id string, done func(store.Session) bool) (store.Session, error)
+	Guest(ctx context.Context, id string) (coordinator.GuestTarget, error)
+}
+
+// Store is what the API reads, plus the host and token rows it manages.
+type Store interface {
+	GetSession(ctx context.Context, id string) (store.Session, error)
+	ListSessions(ctx context.Context, f store.SessionFilter) ([]store.Session, error)
+	ListOps(ctx context.Context, sessionID string) ([]store.Op, error)
+	ListEvents(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]store.Event, error)
+	Subscribe(ctx context.Context, topic string) <-chan struct{}
+	GetHost(ctx context.Context, id string) (store.Host, error)
+	ListHosts(ctx context.Context) ([]store.Host, error)
+	SetHostState(ctx context.Context, id string, state store.HostState) error
+	CreateHost(ctx context.Context, h store.Host, tok store.Token) error
+	CreateToken(ctx context.Context, t store.Token) error
+	TokenByHash(ctx context.Context, hash string) (store.Token, error)
+	ListTokens(ctx context.Context) ([]store.Token, error)
+	RevokeToken(ctx context.Context, id string, at time.Time) error
+}
+
+// Config tunes the API.
+type Config struct {
+	Version      string
+	ReplicaID    string
+	MaxBodyBytes int64         // JSON bodies; default 1 MiB
+	MaxFileBytes int64         // file uploads; default 1 GiB
+	WaitTimeout  time.Duration // how long create/delete wait to settle; default 5m
+	OpenAPI      []byte        // served at GET /v1/openapi.yaml when set
+}
+
+// Deps are the API's collaborators.
+type Deps struct {
+	Coordinator Coordinator
+	Store       Store
+	Logger      *slog.Logger
+	Now         func() time.Time
+	NewID       func() string
+}
+
+// Server is the public API handler.
+type Server struct {
+	cfg   Config
+	co    Coordinator
+	st    Store
+	log   *slog.Logger
+	now   func() time.Time
+	newID func() string
+	mux   *http.ServeMux
+}
+
+// New builds the handler.
+func New(cfg Config, deps Deps) *Server {
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 1 << 20
+	}
+	if cfg.MaxFileBytes <= 0 {
+		cfg.MaxFileBytes = 1 << 30
+	}
+	if cfg.WaitTimeout <= 0 {
+		cfg.WaitTimeout = 5 * time.Minute
+	}
+	s := &Server{cfg: cfg, co: deps.Coordinator, st: deps.Store, log: deps.Logger, now: deps.Now, newID: deps.NewID, mux: http.NewServeMux()}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	s.routes()
+	return s
+}
+
+func (s *Server) routes() {
+	h := func(pattern string, fn http.HandlerFunc) { s.mux.Handle(pattern, s.auth(fn)) }
+	s.mux.HandleFunc(apiv1.RouteVersion, s.version)
+	if len(s.cfg.OpenAPI) > 0 {
+		s.mux.HandleFunc("GET /v1/openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/yaml")
+			_, _ = w.Write(s.cfg.OpenAPI)
+		})
+	}
+	h(apiv1.RouteCreateSession, s.createSession)
+	h(apiv1.RouteListSessions, s.listSessions)
+	h(apiv1.RouteGetSession, s.getSession)
+	h(apiv1.RouteDeleteSession, s.deleteSession)
+	h(apiv1.RouteExec, s.exec)
+	h(apiv1.RouteExecWS, s.proxyGuest("/v1/exec"))
+	h(apiv1.RouteFileGet, s.proxyGuest("/v1/files"))
+	h(apiv1.RouteFilePut, s.proxyGuest("/v1/files"))
+	h(apiv1.RouteFileList, s.proxyGuest("/v1/files/list"))
+	h(apiv1.RouteFileStat, s.proxyGuest("/v1/files/stat"))
+	h(apiv1.RouteEvents, s.events)
+	h(apiv1.RouteListHosts, s.listHosts)
+	h(apiv1.RouteGetHost, s.getHost)
+	h(apiv1.RouteDrainHost, s.drainHost)
+	h(apiv1.RouteCreateHost, s.createHost)
+	h(apiv1.RouteCreateToken, s.createToken)
+	h(apiv1.RouteListTokens, s.listTokens)
+	h(apiv1.RouteRevokeToken, s.revokeToken)
+	s.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "not_found", "no route "+r.Method+" "+r.URL.Path+" (see GET /v1/openapi.yaml)")
+	})
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+func (s *Server) version(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, apiv1.Version{Version: s.cfg.Version, HostlinkProtocol: hostlink.Version, GuestAPI: guestAPIVersion, ReplicaID: s.cfg.ReplicaID})
+}
+
+// decode reads a bounded JSON body, refusing unknown fields and trailing data.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, "too_large", "request body over "+itoa(s.cfg.MaxBodyBytes)+" bytes")
+			return false
+		}
+		writeError(w, http.StatusBadRequest, "bad_request", "malformed JSON body: "+err.Error())
+		return false
+	}
+	if dec.More() {
+		writeError(w, http.StatusBadRequest, "bad_request", "malformed JSON body: trailing data after the object")
+		return false
+	}
+	return true
+}

@@ -1,0 +1,129 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/engrams/engrams/internal/store"
+)
+
+// Config tunes a coordinator replica.
+type Config struct {
+	ReplicaID         string        // unique per replica; names op claims and host routes
+	ReplicaAddr       string        // internal URL peers use to reach this replica
+	HeartbeatInterval time.Duration // what hosts are told; default 2s
+	HostLostAfter     time.Duration // no heartbeat for this long → host lost; default 15s
+	MonitorInterval   time.Duration // how often heartbeats are checked; default HostLostAfter/5
+	OpLease           time.Duration // a claimed op is reclaimable after this; default 30s
+	Workers           int           // op workers per replica; default 4
+	DefaultMemoryMiB  int           // default 256
+	DefaultVCPUs      int           // default 1
+	MaxMemoryMiB      int           // largest session allowed; default 16384
+	MaxVCPUs          int           // default 16
+}
+
+func (c *Config) defaults() error {
+	if c.ReplicaID == "" {
+		return errors.New("coordinator config: ReplicaID is required")
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.HeartbeatInterval, 2*time.Second)
+	def(&c.HostLostAfter, 15*time.Second)
+	def(&c.MonitorInterval, c.HostLostAfter/5)
+	def(&c.OpLease, 30*time.Second)
+	defInt := func(d *int, v int) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	defInt(&c.Workers, 4)
+	defInt(&c.DefaultMemoryMiB, 256)
+	defInt(&c.DefaultVCPUs, 1)
+	defInt(&c.MaxMemoryMiB, 16384)
+	defInt(&c.MaxVCPUs, 16)
+	if c.HostLostAfter <= c.HeartbeatInterval {
+		return fmt.Errorf("coordinator config: HostLostAfter (%s) must exceed HeartbeatInterval (%s)", c.HostLostAfter, c.HeartbeatInterval)
+	}
+	return nil
+}
+
+// HostTransports reaches a host wherever its link is held (this replica or
+// a peer). hostlink.Router implements it.
+type HostTransports interface {
+	Transport(ctx context.Context, hostID string) (http.RoundTripper, error)
+}
+
+// Deps are the coordinator's collaborators.
+type Deps struct {
+	Store  store.Store
+	Hosts  HostTransports
+	Logger *slog.Logger
+	Now    func() time.Time // default time.Now
+	NewID  func() string    // default UUIDv7
+}
+
+// Coordinator is one replica's lifecycle engine.
+type Coordinator struct {
+	cfg   Config
+	st    store.Store
+	hosts HostTransports
+	log   *slog.Logger
+	now   func() time.Time
+	newID func() string
+}
+
+// New checks cfg and returns a coordinator; call Run to start its loops.
+func New(cfg Config, deps Deps) (*Coordinator, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	if deps.Store == nil || deps.Hosts == nil {
+		return nil, errors.New("coordinator: Store and Hosts are required")
+	}
+	c := &Coordinator{cfg: cfg, st: deps.Store, hosts: deps.Hosts, log: deps.Logger, now: deps.Now, newID: deps.NewID}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	c.log = c.log.With("replica_id", cfg.ReplicaID)
+	if c.now == nil {
+		c.now = time.Now
+	}
+	if c.newID == nil {
+		c.newID = func() string { return uuid.Must(uuid.NewV7()).String() }
+	}
+	return c, nil
+}
+
+// Config returns the effective configuration.
+func (c *Coordinator) Config() Config { return c.cfg }
+
+// Run runs the op workers and the heartbeat monitor until ctx ends, then
+// waits for them.
+func (c *Coordinator) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for i := range c.cfg.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.workLoop(ctx, i)
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c.monitorLoop(ctx)
+	}()
+	wg.Wait()
+	return nil
+}

@@ -1,0 +1,131 @@
+package coordinator
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/store"
+)
+
+// ErrUnauthorized is returned for a credential that is unknown, revoked or
+// of the wrong kind.
+var ErrUnauthorized = errors.New("unauthorized")
+
+// HashToken is how token secrets are stored: hex SHA-256.
+func HashToken(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
+}
+
+// AuthenticateHost maps a host token to its host id.
+func (c *Coordinator) AuthenticateHost(ctx context.Context, secret string) (string, error) {
+	t, err := c.st.TokenByHash(ctx, HashToken(secret))
+	if errors.Is(err, store.ErrNotFound) || (err == nil && t.Kind != store.TokenHost) {
+		return "", fmt.Errorf("%w: not a valid host token (create one with `engrams host create NAME`)", ErrUnauthorized)
+	}
+	if err != nil {
+		return "", fmt.Errorf("authenticate host: %w", err)
+	}
+	return t.HostID, nil
+}
+
+// HostHandler serves what hosts send over their link: register and
+// heartbeat. The host id comes from the authenticated link.
+func (c *Coordinator) HostHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+hostlink.PathRegister, c.handleRegister)
+	mux.HandleFunc("POST "+hostlink.PathHeartbeat, c.handleHeartbeat)
+	return mux
+}
+
+func (c *Coordinator) handleRegister(w http.ResponseWriter, r *http.Request) {
+	hostID, _ := hostlink.HostIDFrom(r.Context())
+	var req hostlink.RegisterRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil {
+		writeLinkError(w, http.StatusBadRequest, "bad_request", "decode register request: "+err.Error())
+		return
+	}
+	old, err := c.st.GetHost(r.Context(), hostID)
+	if err != nil {
+		writeLinkError(w, http.StatusNotFound, "not_found", "host "+hostID+" is not registered: "+err.Error())
+		return
+	}
+	facts, _ := json.Marshal(req.Facts)
+	capa, _ := json.Marshal(req.Capacity)
+	now := c.now()
+	err = c.st.RegisterHost(r.Context(), store.Host{
+		ID: hostID, Name: old.Name, Facts: facts, Capacity: capa,
+		ReplicaID: c.cfg.ReplicaID, ReplicaAddr: c.cfg.ReplicaAddr,
+		ProtocolVersion: hostlink.Version, LastHeartbeat: now, ConnectedAt: now,
+	})
+	if err != nil {
+		writeLinkError(w, http.StatusInternalServerError, "internal", "register host: "+err.Error())
+		return
+	}
+	owned, err := c.owned(r.Context(), hostID)
+	if err != nil {
+		writeLinkError(w, http.StatusInternalServerError, "internal", err.Error())
+		return
+	}
+	c.log.Info("host registered", "host_id", hostID, "machines", len(req.Machines), "owned", len(owned))
+	c.wake(r.Context(), topicOps) // sessions waiting for capacity may now place
+	writeLinkJSON(w, hostlink.RegisterResponse{HostID: hostID, Owned: owned, HeartbeatInterval: c.cfg.HeartbeatInterval})
+}
+
+func (c *Coordinator) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
+	hostID, _ := hostlink.HostIDFrom(r.Context())
+	var req hostlink.HeartbeatRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil {
+		writeLinkError(w, http.StatusBadRequest, "bad_request", "decode heartbeat: "+err.Error())
+		return
+	}
+	capa, _ := json.Marshal(req.Capacity)
+	state, err := c.st.HostHeartbeat(r.Context(), hostID, capa, c.now())
+	if err != nil {
+		writeLinkError(w, http.StatusInternalServerError, "internal", "heartbeat: "+err.Error())
+		return
+	}
+	if state == store.HostLost {
+		// Its sessions were already handed to recovery; the host itself may
+		// take new work again.
+		if err := c.st.SetHostState(r.Context(), hostID, store.HostReady); err != nil {
+			c.log.Warn("mark returning host ready", "host_id", hostID, "err", err)
+		}
+	}
+	owned, err := c.owned(r.Context(), hostID)
+	if err != nil {
+		writeLinkError(w, http.StatusInternalServerError, "internal", err.Error())
+		return
+	}
+	writeLinkJSON(w, hostlink.HeartbeatResponse{Owned: owned})
+}
+
+// owned lists the sessions a host may keep machines for.
+func (c *Coordinator) owned(ctx context.Context, hostID string) ([]hostlink.Ownership, error) {
+	ss, err := c.st.ListSessions(ctx, store.SessionFilter{HostID: hostID, States: vmStates()})
+	if err != nil {
+		return nil, fmt.Errorf("list sessions of host %s: %w", hostID, err)
+	}
+	out := make([]hostlink.Ownership, 0, len(ss))
+	for _, s := range ss {
+		out = append(out, hostlink.Ownership{SessionID: s.ID, Epoch: s.Epoch})
+	}
+	return out, nil
+}
+
+func writeLinkJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeLinkError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(hostlink.ErrorBody{Error: msg, Code: code})
+}

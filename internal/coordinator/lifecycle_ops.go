@@ -1,0 +1,175 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/lifecycle"
+	"github.com/engrams/engrams/internal/scheduler"
+	"github.com/engrams/engrams/internal/store"
+)
+
+// placementWait is how long a create op keeps looking for a host.
+const placementWait = 10 * time.Second
+
+// create places the session, boots its machine and waits for the guest.
+// It is safe to run again after a crash: each step checks where it is.
+func (x *opRun) create(ctx context.Context) error {
+	spec, err := Spec(x.s)
+	if err != nil {
+		return err
+	}
+	if x.s.State == lifecycle.Created {
+		if err := x.step(ctx, "place"); err != nil {
+			return err
+		}
+		hostID, err := x.c.placeWithin(ctx, spec, placementWait)
+		if err != nil {
+			if ferr := x.apply(ctx, lifecycle.Unplaceable, nil, ptr(err.Error())); ferr != nil {
+				return ferr
+			}
+			return err
+		}
+		if err := x.apply(ctx, lifecycle.Place, &hostID, nil); err != nil {
+			return err
+		}
+	}
+	if x.s.State != lifecycle.Starting {
+		return nil // already past boot: a retried op has nothing left to do
+	}
+	if err := x.step(ctx, "boot"); err != nil {
+		return err
+	}
+	req := hostlink.StartRequest{Epoch: x.op.Epoch, Spec: spec}
+	var st hostlink.MachineStatus
+	if err := x.c.hostCall(ctx, x.s.HostID, "PUT", "/v1/machines/"+x.s.ID, x.op.Epoch, req, &st); err != nil {
+		if errors.Is(err, store.ErrStaleEpoch) {
+			return fmt.Errorf("start on host %s: %w", x.s.HostID, errFenced)
+		}
+		reason := fmt.Sprintf("boot on host %s failed: %v", x.s.HostID, err)
+		if ferr := x.apply(ctx, lifecycle.StartFailed, nil, &reason); ferr != nil {
+			return ferr
+		}
+		return errors.New(reason)
+	}
+	return x.apply(ctx, lifecycle.Started, nil, nil)
+}
+
+// destroy deletes the session, destroying its machine if it has one.
+func (x *opRun) destroy(ctx context.Context) error {
+	if x.s.State.Terminal() {
+		return nil
+	}
+	if x.s.State != lifecycle.Deleting {
+		if err := x.apply(ctx, lifecycle.DeleteRequested, nil, nil); err != nil {
+			return err
+		}
+	}
+	if x.s.State != lifecycle.Deleting {
+		return nil // it had no machine
+	}
+	if err := x.step(ctx, "destroy"); err != nil {
+		return err
+	}
+	err := x.c.hostCall(ctx, x.s.HostID, "DELETE", "/v1/machines/"+x.s.ID, x.op.Epoch, nil, nil)
+	switch {
+	case errors.Is(err, store.ErrStaleEpoch):
+		return fmt.Errorf("destroy on host %s: %w", x.s.HostID, errFenced)
+	case err != nil:
+		// The host destroys every machine it no longer owns when it next
+		// heartbeats or reconnects, so completing here leaks nothing.
+		x.log.Warn("destroy failed; host will reap it on reconciliation", "host_id", x.s.HostID, "err", err)
+	}
+	return x.apply(ctx, lifecycle.Destroyed, nil, nil)
+}
+
+// recoverLost handles a session whose host stopped heartbeating. Without
+// snapshots (a later op kind restores them) the session cannot be saved.
+func (x *opRun) recoverLost(ctx context.Context) error {
+	if !x.s.State.HasVM() {
+		return nil
+	}
+	hostID := x.s.HostID
+	if err := x.apply(ctx, lifecycle.HeartbeatLost, nil, nil); err != nil {
+		return err
+	}
+	if x.s.State != lifecycle.HostLost {
+		return nil
+	}
+	reason := fmt.Sprintf("host %s stopped heartbeating and the session had no snapshot", hostID)
+	return x.apply(ctx, lifecycle.NotRecoverable, nil, &reason)
+}
+
+// placeWithin retries placement until a host fits or the wait runs out.
+func (c *Coordinator) placeWithin(ctx context.Context, spec hostlink.MachineSpec, wait time.Duration) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for {
+		id, err := c.place(ctx, spec)
+		if err == nil || !errors.Is(err, scheduler.ErrNoCapacity) {
+			return id, err
+		}
+		select {
+		case <-ctx.Done():
+			return "", err
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func (c *Coordinator) place(ctx context.Context, spec hostlink.MachineSpec) (string, error) {
+	hosts, err := c.st.ListHosts(ctx)
+	if err != nil {
+		return "", fmt.Errorf("place: list hosts: %w", err)
+	}
+	placed, err := c.st.ListSessions(ctx, store.SessionFilter{States: vmStates()})
+	if err != nil {
+		return "", fmt.Errorf("place: list sessions: %w", err)
+	}
+	byHost := map[string]*scheduler.Candidate{}
+	cands := make([]scheduler.Candidate, 0, len(hosts))
+	for _, h := range hosts {
+		var capa hostlink.Capacity
+		if len(h.Capacity) > 0 {
+			if err := json.Unmarshal(h.Capacity, &capa); err != nil {
+				c.log.Warn("host capacity unreadable", "host_id", h.ID, "err", err)
+			}
+		}
+		cands = append(cands, scheduler.Candidate{
+			HostID: h.ID, Ready: h.State == store.HostReady,
+			MemoryMiB: capa.MemoryMiB, VCPUs: capa.VCPUs, MaxSessions: capa.MaxSessions,
+		})
+	}
+	for i := range cands {
+		byHost[cands[i].HostID] = &cands[i]
+	}
+	for _, s := range placed {
+		cd := byHost[s.HostID]
+		if cd == nil {
+			continue
+		}
+		sp, err := Spec(s)
+		if err != nil {
+			continue
+		}
+		cd.PlacedMemoryMiB += sp.MemoryMiB
+		cd.PlacedVCPUs += sp.VCPUs
+		cd.PlacedSessions++
+	}
+	return scheduler.Place(cands, scheduler.Request{MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs})
+}
+
+// vmStates are the states in which a session may own a machine.
+func vmStates() []lifecycle.State {
+	var out []lifecycle.State
+	for _, s := range lifecycle.States {
+		if s.HasVM() {
+			out = append(out, s)
+		}
+	}
+	return out
+}

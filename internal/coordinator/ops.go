@@ -1,0 +1,153 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/engrams/engrams/internal/lifecycle"
+	"github.com/engrams/engrams/internal/store"
+)
+
+// errFenced means a newer op took the session; the current op stops quietly.
+var errFenced = errors.New("fenced by a newer op")
+
+// workLoop claims and runs ops until ctx ends. Idle workers wake on the ops
+// topic, and every second anyway to reclaim ops whose lease expired.
+func (c *Coordinator) workLoop(ctx context.Context, n int) {
+	sub := c.st.Subscribe(ctx, topicOps)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	claimer := fmt.Sprintf("%s/%d", c.cfg.ReplicaID, n)
+	for ctx.Err() == nil {
+		op, s, err := c.st.ClaimOp(ctx, claimer, c.now(), c.cfg.OpLease)
+		switch {
+		case errors.Is(err, store.ErrNoOp):
+			select {
+			case <-ctx.Done():
+			case <-sub:
+			case <-tick.C:
+			}
+			continue
+		case err != nil:
+			if ctx.Err() == nil {
+				c.log.Error("claim op", "err", err)
+				select {
+				case <-ctx.Done():
+				case <-tick.C:
+				}
+			}
+			continue
+		}
+		c.runOp(ctx, op, s)
+	}
+}
+
+// runOp runs one claimed op under a lease that is renewed while it runs.
+func (c *Coordinator) runOp(ctx context.Context, op store.Op, s store.Session) {
+	log := c.log.With("session_id", s.ID, "op_id", op.ID, "op_kind", op.Kind, "epoch", op.Epoch)
+	opCtx, cancel := context.WithCancel(ctx)
+	renewDone := make(chan struct{})
+	go func() {
+		defer close(renewDone)
+		c.renewLease(opCtx, cancel, op, log)
+	}()
+	x := &opRun{c: c, op: op, s: s, log: log}
+	err := x.run(opCtx)
+	cancel()
+	<-renewDone
+
+	state, msg := store.OpSucceeded, ""
+	if err != nil {
+		state, msg = store.OpFailed, err.Error()
+	}
+	switch {
+	case errors.Is(err, errFenced) || errors.Is(err, store.ErrStaleEpoch):
+		log.Info("op fenced by a newer op", "err", err)
+		return // the newer op owns the session; our FinishOp would be stale anyway
+	case ctx.Err() != nil:
+		return // shutting down: the lease expires and another worker resumes the op
+	case err != nil:
+		log.Warn("op failed", "err", err)
+	default:
+		log.Info("op done")
+	}
+	if err := c.st.FinishOp(context.WithoutCancel(ctx), op.ID, op.Epoch, state, msg, c.now()); err != nil && !errors.Is(err, store.ErrStaleEpoch) {
+		log.Error("finish op", "err", err)
+	}
+	c.wake(ctx, sessionTopic(s.ID))
+}
+
+func (c *Coordinator) renewLease(ctx context.Context, cancel context.CancelFunc, op store.Op, log *slog.Logger) {
+	t := time.NewTicker(c.cfg.OpLease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			err := c.st.RenewOp(ctx, op.ID, op.Epoch, c.now().Add(c.cfg.OpLease))
+			if errors.Is(err, store.ErrStaleEpoch) {
+				log.Info("op lease lost to a newer op; stopping it")
+				cancel()
+				return
+			}
+			if err != nil && ctx.Err() == nil {
+				log.Warn("renew op lease", "err", err)
+			}
+		}
+	}
+}
+
+// opRun is one execution of one op.
+type opRun struct {
+	c   *Coordinator
+	op  store.Op
+	s   store.Session
+	log *slog.Logger
+}
+
+func (x *opRun) run(ctx context.Context) error {
+	switch x.op.Kind {
+	case store.OpCreate:
+		return x.create(ctx)
+	case store.OpDestroy:
+		return x.destroy(ctx)
+	case store.OpRecover:
+		return x.recoverLost(ctx)
+	default:
+		return fmt.Errorf("op kind %s is not supported by this coordinator version", x.op.Kind)
+	}
+}
+
+// apply moves the session by event e under the op's epoch and notifies
+// waiters. An illegal event for the current state is a programming error
+// surfaced as an error, never applied.
+func (x *opRun) apply(ctx context.Context, e lifecycle.Event, hostID, reason *string) error {
+	to, err := lifecycle.Transition(x.s.State, e)
+	if err != nil {
+		return fmt.Errorf("session %s: %w", x.s.ID, err)
+	}
+	s, err := x.c.st.ApplyTransition(ctx, store.Transition{
+		SessionID: x.s.ID, Epoch: x.op.Epoch, From: x.s.State, To: to, Event: e,
+		HostID: hostID, Reason: reason, At: x.c.now(),
+	})
+	if err != nil {
+		return fmt.Errorf("apply %s to session %s: %w", e, x.s.ID, err)
+	}
+	x.log.Info("session transition", "from", x.s.State, "to", to, "event", e)
+	x.s = s
+	x.c.wake(ctx, sessionTopic(x.s.ID))
+	return nil
+}
+
+func (x *opRun) step(ctx context.Context, step string) error {
+	if err := x.c.st.SetOpStep(ctx, x.op.ID, x.op.Epoch, step); err != nil {
+		return fmt.Errorf("op %s step %s: %w", x.op.ID, step, err)
+	}
+	return nil
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,180 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/lifecycle"
+	"github.com/engrams/engrams/internal/store"
+)
+
+// Error categories the API maps to status codes.
+var (
+	ErrInvalid   = errors.New("invalid request")
+	ErrNotActive = errors.New("session is not active")
+)
+
+// Opsns topic names used with store.Notify.
+const topicOps = "ops"
+
+func sessionTopic(id string) string { return "session:" + id }
+
+// CreateSession validates spec, records the session with its create op and
+// wakes a worker. It returns at once; use WaitSession to wait for Active.
+func (c *Coordinator) CreateSession(ctx context.Context, spec hostlink.MachineSpec, idempotencyKey string) (store.Session, error) {
+	if err := c.normalize(&spec); err != nil {
+		return store.Session{}, err
+	}
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return store.Session{}, fmt.Errorf("encode spec: %w", err)
+	}
+	s, _, created, err := c.st.CreateSession(ctx, store.NewSession{
+		ID: c.newID(), Spec: raw, IdempotencyKey: idempotencyKey, OpID: c.newID(), At: c.now(),
+	})
+	if err != nil {
+		return store.Session{}, fmt.Errorf("create session: %w", err)
+	}
+	if created {
+		c.log.Info("session created", "session_id", s.ID)
+		c.wake(ctx, topicOps)
+	}
+	return s, nil
+}
+
+func (c *Coordinator) normalize(spec *hostlink.MachineSpec) error {
+	if spec.MemoryMiB == 0 {
+		spec.MemoryMiB = c.cfg.DefaultMemoryMiB
+	}
+	if spec.VCPUs == 0 {
+		spec.VCPUs = c.cfg.DefaultVCPUs
+	}
+	switch {
+	case spec.MemoryMiB < 64 || spec.MemoryMiB > c.cfg.MaxMemoryMiB:
+		return fmt.Errorf("%w: memory_mib must be between 64 and %d, got %d", ErrInvalid, c.cfg.MaxMemoryMiB, spec.MemoryMiB)
+	case spec.VCPUs < 1 || spec.VCPUs > c.cfg.MaxVCPUs:
+		return fmt.Errorf("%w: vcpus must be between 1 and %d, got %d", ErrInvalid, c.cfg.MaxVCPUs, spec.VCPUs)
+	}
+	for k := range spec.Env {
+		if k == "" || containsAny(k, "=\x00") {
+			return fmt.Errorf("%w: env name %q is not valid", ErrInvalid, k)
+		}
+	}
+	return nil
+}
+
+func containsAny(s, chars string) bool {
+	for _, r := range s {
+		for _, c := range chars {
+			if r == c {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// DeleteSession records that the session should be deleted and supersedes
+// whatever op is in flight: the destroy op claims a newer epoch, so the old
+// op's remaining writes are rejected.
+func (c *Coordinator) DeleteSession(ctx context.Context, id string) (store.Session, error) {
+	s, err := c.st.GetSession(ctx, id)
+	if err != nil {
+		return store.Session{}, fmt.Errorf("get session %s: %w", id, err)
+	}
+	if s.State.Terminal() {
+		return s, nil
+	}
+	if err := c.st.SetDesiredState(ctx, id, "deleted"); err != nil {
+		return store.Session{}, fmt.Errorf("delete session %s: %w", id, err)
+	}
+	_, err = c.st.EnqueueOp(ctx, store.Op{
+		ID: c.newID(), SessionID: id, Kind: store.OpDestroy, IdempotencyKey: "destroy", CreatedAt: c.now(),
+	}, true)
+	if err != nil {
+		return store.Session{}, fmt.Errorf("delete session %s: %w", id, err)
+	}
+	c.log.Info("session delete requested", "session_id", id)
+	c.wake(ctx, topicOps)
+	return c.st.GetSession(ctx, id)
+}
+
+// WaitSession blocks until done(session) holds or ctx ends, and returns the
+// last session read.
+func (c *Coordinator) WaitSession(ctx context.Context, id string, done func(store.Session) bool) (store.Session, error) {
+	sub := c.st.Subscribe(ctx, sessionTopic(id))
+	poll := time.NewTicker(time.Second) // a missed wakeup costs at most this
+	defer poll.Stop()
+	for {
+		s, err := c.st.GetSession(ctx, id)
+		if err != nil {
+			return s, fmt.Errorf("wait for session %s: %w", id, err)
+		}
+		if done(s) {
+			return s, nil
+		}
+		select {
+		case <-ctx.Done():
+			return s, fmt.Errorf("wait for session %s (state %s): %w", id, s.State, ctx.Err())
+		case <-sub:
+		case <-poll.C:
+		}
+	}
+}
+
+// Settled reports whether a session has left the transitional states an
+// API caller would wait through.
+func Settled(s store.Session) bool {
+	switch s.State {
+	case lifecycle.Active, lifecycle.Idle, lifecycle.Completed, lifecycle.Dead:
+		return true
+	}
+	return false
+}
+
+// GuestTarget is how to reach a session's guest daemon: send requests
+// through Transport to PathPrefix+guest path with Epoch in HeaderEpoch.
+type GuestTarget struct {
+	Session    store.Session
+	Transport  http.RoundTripper
+	PathPrefix string
+}
+
+// Guest returns the route to an Active session's guest daemon.
+func (c *Coordinator) Guest(ctx context.Context, id string) (GuestTarget, error) {
+	s, err := c.st.GetSession(ctx, id)
+	if err != nil {
+		return GuestTarget{}, fmt.Errorf("get session %s: %w", id, err)
+	}
+	if s.State != lifecycle.Active {
+		return GuestTarget{}, fmt.Errorf("%w: session %s is %s", ErrNotActive, id, s.State)
+	}
+	rt, err := c.hosts.Transport(ctx, s.HostID)
+	if err != nil {
+		return GuestTarget{}, fmt.Errorf("reach host %s of session %s: %w", s.HostID, id, err)
+	}
+	return GuestTarget{Session: s, Transport: rt, PathPrefix: "/v1/machines/" + id + "/guest"}, nil
+}
+
+// Spec decodes a session's stored spec.
+func Spec(s store.Session) (hostlink.MachineSpec, error) {
+	var spec hostlink.MachineSpec
+	if len(s.Spec) == 0 {
+		return spec, nil
+	}
+	if err := json.Unmarshal(s.Spec, &spec); err != nil {
+		return spec, fmt.Errorf("decode spec of session %s: %w", s.ID, err)
+	}
+	return spec, nil
+}
+
+func (c *Coordinator) wake(ctx context.Context, topic string) {
+	if err := c.st.Notify(ctx, topic); err != nil {
+		c.log.Warn("notify failed; waiters fall back to polling", "topic", topic, "err", err)
+	}
+}

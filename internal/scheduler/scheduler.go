@@ -1,0 +1,80 @@
+package scheduler
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// ErrNoCapacity is returned when no host can take the request; the error
+// text says why each host was passed over.
+var ErrNoCapacity = errors.New("no host can run this session")
+
+// Candidate is one host and its load as the coordinator sees it.
+type Candidate struct {
+	HostID      string
+	Ready       bool // connected and not draining
+	MemoryMiB   int  // total the host offers to sessions
+	VCPUs       int
+	MaxSessions int // 0: unlimited
+	// Placed is what sessions already assigned to this host use.
+	PlacedMemoryMiB int
+	PlacedVCPUs     int
+	PlacedSessions  int
+}
+
+// Request is what a session needs.
+type Request struct {
+	MemoryMiB int
+	VCPUs     int
+}
+
+// Place picks the host with the most free memory that fits the request;
+// ties go to fewer sessions, then to the smaller id so the choice is stable.
+func Place(cands []Candidate, req Request) (string, error) {
+	var fits []Candidate
+	var why []string
+	for _, c := range cands {
+		if reason := rejects(c, req); reason != "" {
+			why = append(why, c.HostID+": "+reason)
+			continue
+		}
+		fits = append(fits, c)
+	}
+	if len(fits) == 0 {
+		if len(cands) == 0 {
+			return "", fmt.Errorf("%w: no hosts are registered (start one with `engrams host run`)", ErrNoCapacity)
+		}
+		sort.Strings(why)
+		return "", fmt.Errorf("%w: %s", ErrNoCapacity, strings.Join(why, "; "))
+	}
+	sort.Slice(fits, func(i, j int) bool {
+		fi, fj := free(fits[i]), free(fits[j])
+		if fi != fj {
+			return fi > fj
+		}
+		if fits[i].PlacedSessions != fits[j].PlacedSessions {
+			return fits[i].PlacedSessions < fits[j].PlacedSessions
+		}
+		return fits[i].HostID < fits[j].HostID
+	})
+	return fits[0].HostID, nil
+}
+
+func free(c Candidate) int { return c.MemoryMiB - c.PlacedMemoryMiB }
+
+func rejects(c Candidate, req Request) string {
+	switch {
+	case !c.Ready:
+		return "not ready"
+	case c.MaxSessions > 0 && c.PlacedSessions >= c.MaxSessions:
+		return fmt.Sprintf("at its limit of %d sessions", c.MaxSessions)
+	case free(c) < req.MemoryMiB:
+		return fmt.Sprintf("%d MiB free, %d MiB asked", free(c), req.MemoryMiB)
+	case c.VCPUs > 0 && c.VCPUs*4-c.PlacedVCPUs < req.VCPUs:
+		// vCPUs are overcommitted up to 4x; memory is not.
+		return fmt.Sprintf("%d vCPUs placed on %d", c.PlacedVCPUs, c.VCPUs)
+	}
+	return ""
+}
