@@ -22,6 +22,7 @@ type Config struct {
 	HostLostAfter     time.Duration // no heartbeat for this long → host lost; default 15s
 	MonitorInterval   time.Duration // how often heartbeats are checked; default HostLostAfter/5
 	OpLease           time.Duration // a claimed op is reclaimable after this; default 30s
+	PlacementWait     time.Duration // how long a create keeps looking for a host; default 10s
 	Workers           int           // op workers per replica; default 4
 	DefaultMemoryMiB  int           // default 256
 	DefaultVCPUs      int           // default 1
@@ -42,6 +43,7 @@ func (c *Config) defaults() error {
 	def(&c.HostLostAfter, 15*time.Second)
 	def(&c.MonitorInterval, c.HostLostAfter/5)
 	def(&c.OpLease, 30*time.Second)
+	def(&c.PlacementWait, 10*time.Second)
 	defInt := func(d *int, v int) {
 		if *d <= 0 {
 			*d = v

@@ -13,9 +13,6 @@ import (
 	"github.com/engrams/engrams/internal/store"
 )
 
-// placementWait is how long a create op keeps looking for a host.
-const placementWait = 10 * time.Second
-
 // create places the session, boots its machine and waits for the guest.
 // It is safe to run again after a crash: each step checks where it is.
 func (x *opRun) create(ctx context.Context) error {
@@ -27,7 +24,7 @@ func (x *opRun) create(ctx context.Context) error {
 		if err := x.step(ctx, "place"); err != nil {
 			return err
 		}
-		hostID, err := x.c.placeWithin(ctx, spec, placementWait)
+		hostID, err := x.c.placeWithin(ctx, spec, x.c.cfg.PlacementWait)
 		if err != nil {
 			if ferr := x.apply(ctx, lifecycle.Unplaceable, nil, ptr(err.Error())); ferr != nil {
 				return ferr

@@ -3,6 +3,7 @@ package testutil
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -61,10 +62,11 @@ func NewPostgresDB(t testing.TB) string {
 		defer c.Close(ctx)
 		_, _ = c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
 	})
-	cfg, err := pgx.ParseConfig(PostgresURL())
+	u, err := url.Parse(PostgresURL())
 	if err != nil {
 		t.Fatalf("parse postgres url: %v", err)
 	}
-	return fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable", cfg.User, cfg.Host, cfg.Port, name)
+	u.Path = "/" + name
+	return u.String()
 }
 

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/engrams/engrams/internal/host"
+)
+
+type hostFlags struct {
+	coordinator, token, tokenFile, name, dataDir, backend, logLevel string
+}
+
+func hostRunCmd() *cobra.Command {
+	var hf hostFlags
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the host agent on this machine",
+		Long: `Run the host agent: it dials the coordinator (no inbound port is needed),
+registers this machine's facts and capacity, heartbeats, and runs sessions'
+machines with the best backend this machine supports.
+
+Create the host's credential first with ` + "`engrams host create NAME`" + `.`,
+		Example: `  engrams host run --coordinator https://engrams.example.com --token-file /etc/engrams/host-token
+  ENGRAMS_COORDINATOR=http://127.0.0.1:7700 ENGRAMS_HOST_TOKEN=egr_... engrams host run --backend process`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger(os.Stderr, hf.logLevel)
+			if err != nil {
+				return err
+			}
+			token := hf.token
+			if hf.tokenFile != "" {
+				b, err := os.ReadFile(hf.tokenFile)
+				if err != nil {
+					return fmt.Errorf("read --token-file: %w", err)
+				}
+				token = string(trimSpace(b))
+			}
+			if hf.coordinator == "" || token == "" {
+				return errors.New("--coordinator and --token (or --token-file) are required; create a host token with `engrams host create NAME`")
+			}
+			be, err := pickBackend(hf.backend, hf.dataDir, log)
+			if err != nil {
+				return err
+			}
+			agent, err := host.New(host.Config{CoordinatorURL: hf.coordinator, Token: token, Name: hf.name, DataDir: hf.dataDir, AgentVersion: version},
+				host.Deps{Backend: be, Logger: log})
+			if err != nil {
+				return err
+			}
+			return agent.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&hf.coordinator, "coordinator", env("COORDINATOR", ""), "coordinator base URL")
+	f.StringVar(&hf.token, "token", env("HOST_TOKEN", ""), "host token from `engrams host create`")
+	f.StringVar(&hf.tokenFile, "token-file", env("HOST_TOKEN_FILE", ""), "file holding the host token")
+	f.StringVar(&hf.name, "name", env("HOST_NAME", hostname()), "name reported by this host")
+	f.StringVar(&hf.dataDir, "data-dir", env("HOST_DATA_DIR", filepath.Join(defaultDataDir(), "host")), "where machines, epochs and caches live")
+	f.StringVar(&hf.backend, "backend", env("BACKEND", "auto"), "auto, qemu or process (process: development only, no isolation)")
+	f.StringVar(&hf.logLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error")
+	return cmd
+}
+
+func hostname() string {
+	h, _ := os.Hostname()
+	return h
+}
+
+func trimSpace(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r' || b[len(b)-1] == ' ') {
+		b = b[:len(b)-1]
+	}
+	return b
+}

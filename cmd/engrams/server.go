@@ -1,0 +1,75 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/server"
+)
+
+func serverCmd() *cobra.Command {
+	var (
+		listen, advertise, database, replicaID, secret, tokenFile, logLevel string
+		co                                                                 coordinator.Config
+	)
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run a coordinator replica",
+		Long: `Run one coordinator replica: the public API, the endpoint hosts dial, and
+the lifecycle engine. Replicas are stateless: run several against one Postgres
+database behind a load balancer, with the same --cluster-secret, each with an
+--advertise-url the others can reach.
+
+Every flag can also be set as ENGRAMS_<FLAG> (e.g. ENGRAMS_DATABASE).`,
+		Example: `  engrams server --database postgres://engrams@db/engrams --listen :7700 \
+    --advertise-url http://10.0.0.5:7700 --cluster-secret "$SECRET" \
+    --bootstrap-token-file /var/lib/engrams/admin-token`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger(os.Stderr, logLevel)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			st, err := openStore(ctx, database, log)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return fmt.Errorf("listen on %s: %w", listen, err)
+			}
+			if advertise == "" {
+				advertise = "http://" + ln.Addr().String()
+			}
+			if tokenFile != "" {
+				if _, err := server.EnsureCredentials(ctx, st, tokenFile, ""); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "admin token is in %s\n", tokenFile)
+			}
+			srv, err := server.New(server.Config{ReplicaID: replicaID, AdvertiseURL: advertise, ClusterSecret: secret, Version: version, Coordinator: co},
+				server.Deps{Store: st, Logger: log})
+			if err != nil {
+				return err
+			}
+			return srv.Run(ctx, ln)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", env("LISTEN", "127.0.0.1:7700"), "address to serve the API and host links on")
+	f.StringVar(&advertise, "advertise-url", env("ADVERTISE_URL", ""), "URL other replicas use to reach this one (default http://<listen address>)")
+	f.StringVar(&database, "database", env("DATABASE", ""), "postgres:// URL, or the path of an SQLite file")
+	f.StringVar(&replicaID, "replica-id", env("REPLICA_ID", ""), "unique name of this replica (default: random)")
+	f.StringVar(&secret, "cluster-secret", env("CLUSTER_SECRET", ""), "secret shared by replicas to forward host traffic")
+	f.StringVar(&tokenFile, "bootstrap-token-file", env("BOOTSTRAP_TOKEN_FILE", ""), "mint an admin API token into this file (0600) unless the one there is valid")
+	f.StringVar(&logLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error")
+	f.DurationVar(&co.HostLostAfter, "host-lost-after", envDuration("HOST_LOST_AFTER", 0), "a host without heartbeats this long is lost (default 15s)")
+	f.DurationVar(&co.HeartbeatInterval, "heartbeat-interval", envDuration("HEARTBEAT_INTERVAL", 0), "how often hosts heartbeat (default 2s)")
+	return cmd
+}

@@ -1,0 +1,34 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/engrams/engrams/internal/store"
+	"github.com/engrams/engrams/internal/store/postgres"
+	"github.com/engrams/engrams/internal/store/sqlite"
+)
+
+// openStore picks the backend from the database setting: a postgres://
+// URL, or a path (optionally sqlite://) to an SQLite file.
+func openStore(ctx context.Context, database string, log *slog.Logger) (store.Store, error) {
+	switch {
+	case strings.HasPrefix(database, "postgres://"), strings.HasPrefix(database, "postgresql://"):
+		st, err := postgres.Open(ctx, postgres.Config{URL: database}, postgres.Deps{Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("open postgres: %w", err)
+		}
+		return st, nil
+	case database == "":
+		return nil, fmt.Errorf("--database is required: a postgres:// URL or an SQLite file path")
+	default:
+		path := strings.TrimPrefix(database, "sqlite://")
+		st, err := sqlite.Open(ctx, sqlite.Config{Path: path}, sqlite.Deps{Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+		}
+		return st, nil
+	}
+}

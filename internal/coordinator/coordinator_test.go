@@ -1,0 +1,319 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/lifecycle"
+	"github.com/engrams/engrams/internal/store"
+	"github.com/engrams/engrams/internal/store/sqlite"
+)
+
+// fakeHost is a host's machine API in memory: it keeps the highest epoch
+// per session like a real host and refuses lower ones.
+type fakeHost struct {
+	mu       sync.Mutex
+	machines map[string]int64 // session -> epoch
+	epochs   map[string]int64
+	failBoot bool
+	deletes  int
+}
+
+func (h *fakeHost) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	id := strings.TrimPrefix(r.URL.Path, "/v1/machines/")
+	epoch, _ := strconv.ParseInt(r.Header.Get(hostlink.HeaderEpoch), 10, 64)
+	if epoch < h.epochs[id] {
+		w.WriteHeader(http.StatusConflict)
+		_ = json.NewEncoder(w).Encode(hostlink.ErrorBody{Code: "stale_epoch", Error: "stale"})
+		return
+	}
+	h.epochs[id] = epoch
+	switch r.Method {
+	case http.MethodPut:
+		if h.failBoot {
+			w.WriteHeader(http.StatusInternalServerError)
+			_ = json.NewEncoder(w).Encode(hostlink.ErrorBody{Error: "kernel panic"})
+			return
+		}
+		h.machines[id] = epoch
+		_ = json.NewEncoder(w).Encode(hostlink.MachineStatus{SessionID: id, Epoch: epoch, State: "running"})
+	case http.MethodDelete:
+		delete(h.machines, id)
+		h.deletes++
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+func (h *fakeHost) running(id string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.machines[id]
+	return ok
+}
+
+// fleet routes to fake hosts; a host missing from the map is unreachable.
+type fleet struct {
+	mu    sync.Mutex
+	hosts map[string]*fakeHost
+}
+
+type rtFunc func(*http.Request) (*http.Response, error)
+
+func (f rtFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func (f *fleet) Transport(_ context.Context, hostID string) (http.RoundTripper, error) {
+	f.mu.Lock()
+	h := f.hosts[hostID]
+	f.mu.Unlock()
+	if h == nil {
+		return nil, fmt.Errorf("host %s: %w", hostID, hostlink.ErrHostNotConnected)
+	}
+	return rtFunc(func(r *http.Request) (*http.Response, error) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		return rec.Result(), nil
+	}), nil
+}
+
+type env struct {
+	st    store.Store
+	co    *Coordinator
+	fleet *fleet
+}
+
+func newEnv(t *testing.T, cfg Config) *env {
+	t.Helper()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "db")}, sqlite.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if cfg.ReplicaID == "" {
+		cfg.ReplicaID = "r1"
+	}
+	f := &fleet{hosts: map[string]*fakeHost{}}
+	co, err := New(cfg, Deps{Store: st, Hosts: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { _ = co.Run(runCtx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return &env{st: st, co: co, fleet: f}
+}
+
+// addHost creates, registers and connects a fake host with room for n 256 MiB sessions.
+func (e *env) addHost(t *testing.T, name string, n int) (string, *fakeHost) {
+	t.Helper()
+	ctx := context.Background()
+	id := "host-" + name
+	if err := e.st.CreateHost(ctx, store.Host{ID: id, Name: name, State: store.HostNew, CreatedAt: time.Now()},
+		store.Token{ID: "tok-" + name, Name: name, Kind: store.TokenHost, HostID: id, Prefix: "p", Hash: HashToken("secret-" + name), CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	capa, _ := json.Marshal(hostlink.Capacity{MemoryMiB: 256 * n, VCPUs: n})
+	if err := e.st.RegisterHost(ctx, store.Host{ID: id, Name: name, Capacity: capa, ReplicaID: "r1", LastHeartbeat: time.Now(), ConnectedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	h := &fakeHost{machines: map[string]int64{}, epochs: map[string]int64{}}
+	e.fleet.mu.Lock()
+	e.fleet.hosts[id] = h
+	e.fleet.mu.Unlock()
+	return id, h
+}
+
+func (e *env) wait(t *testing.T, id string, want lifecycle.State) store.Session {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := e.co.WaitSession(ctx, id, func(s store.Session) bool { return s.State == want })
+	if err != nil {
+		t.Fatalf("session %s never reached %s (reason %q): %v", id, want, s.Reason, err)
+	}
+	return s
+}
+
+func TestCreateBootsOnAHostAndDeleteDestroys(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	hostID, h := e.addHost(t, "a", 4)
+	ctx := context.Background()
+	s, err := e.co.CreateSession(ctx, hostlink.MachineSpec{}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = e.wait(t, s.ID, lifecycle.Active)
+	if s.HostID != hostID || !h.running(s.ID) {
+		t.Fatalf("active on %q, running=%v; want on %s", s.HostID, h.running(s.ID), hostID)
+	}
+	spec, _ := Spec(s)
+	if spec.MemoryMiB != 256 || spec.VCPUs != 1 {
+		t.Fatalf("defaults not applied: %+v", spec)
+	}
+	if _, err := e.co.DeleteSession(ctx, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.wait(t, s.ID, lifecycle.Completed)
+	if h.running(s.ID) {
+		t.Fatal("machine still running after delete")
+	}
+	evs, _ := e.st.ListEvents(ctx, s.ID, 0, 100)
+	var path []string
+	for _, ev := range evs {
+		var d struct{ To string }
+		_ = json.Unmarshal(ev.Data, &d)
+		if ev.Type == "state" {
+			path = append(path, d.To)
+		}
+	}
+	if got := strings.Join(path, ">"); got != "starting>active>deleting>completed" {
+		t.Fatalf("state events %s", got)
+	}
+}
+
+func TestCreateFailures(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		setup      func(t *testing.T, e *env)
+		spec       hostlink.MachineSpec
+		wantState  lifecycle.State
+		wantReason string
+	}{
+		{name: "no hosts", wantState: lifecycle.Dead, wantReason: "no hosts are registered"},
+		{name: "boot fails", setup: func(t *testing.T, e *env) { _, h := e.addHost(t, "a", 2); h.failBoot = true },
+			wantState: lifecycle.Dead, wantReason: "kernel panic"},
+		{name: "too big for any host", setup: func(t *testing.T, e *env) { e.addHost(t, "a", 1) },
+			spec: hostlink.MachineSpec{MemoryMiB: 512}, wantState: lifecycle.Dead, wantReason: "256 MiB free, 512 MiB asked"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, Config{PlacementWait: time.Second})
+			if tt.setup != nil {
+				tt.setup(t, e)
+			}
+			s, err := e.co.CreateSession(context.Background(), tt.spec, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			s, err = e.co.WaitSession(ctx, s.ID, Settled)
+			if err != nil || s.State != tt.wantState || !strings.Contains(s.Reason, tt.wantReason) {
+				t.Fatalf("got %s %q (%v); want %s with reason containing %q", s.State, s.Reason, err, tt.wantState, tt.wantReason)
+			}
+		})
+	}
+}
+
+func TestCreateRejectsBadSpecs(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	for _, spec := range []hostlink.MachineSpec{
+		{MemoryMiB: 1}, {MemoryMiB: 1 << 30}, {VCPUs: -1}, {VCPUs: 99}, {Env: map[string]string{"A=B": "x"}},
+	} {
+		if _, err := e.co.CreateSession(context.Background(), spec, ""); !errors.Is(err, ErrInvalid) {
+			t.Errorf("spec %+v: err %v, want ErrInvalid", spec, err)
+		}
+	}
+	if ss, _ := e.st.ListSessions(context.Background(), store.SessionFilter{}); len(ss) != 0 {
+		t.Fatalf("bad input created %d sessions", len(ss))
+	}
+}
+
+func TestIdempotentCreate(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	e.addHost(t, "a", 4)
+	a, err := e.co.CreateSession(context.Background(), hostlink.MachineSpec{}, "key-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := e.co.CreateSession(context.Background(), hostlink.MachineSpec{}, "key-1")
+	if err != nil || a.ID != b.ID {
+		t.Fatalf("second create: %v, id %s vs %s", err, b.ID, a.ID)
+	}
+}
+
+func TestHostLostMakesActiveSessionsDead(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{HeartbeatInterval: 50 * time.Millisecond, HostLostAfter: 300 * time.Millisecond, MonitorInterval: 50 * time.Millisecond})
+	hostID, _ := e.addHost(t, "a", 4)
+	s, _ := e.co.CreateSession(context.Background(), hostlink.MachineSpec{}, "")
+	e.wait(t, s.ID, lifecycle.Active)
+	// No heartbeats are sent: the host goes lost and its session dies.
+	s = e.wait(t, s.ID, lifecycle.Dead)
+	if !strings.Contains(s.Reason, hostID) {
+		t.Fatalf("reason %q does not name the host", s.Reason)
+	}
+	h, _ := e.st.GetHost(context.Background(), hostID)
+	if h.State != store.HostLost {
+		t.Fatalf("host state %s, want lost", h.State)
+	}
+	owned, err := e.co.owned(context.Background(), hostID)
+	if err != nil || len(owned) != 0 {
+		t.Fatalf("lost host still owns %v (%v)", owned, err)
+	}
+}
+
+func TestDeleteSupersedesCreate(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	// No host yet: the create op sits in placement; delete must win.
+	s, _ := e.co.CreateSession(context.Background(), hostlink.MachineSpec{}, "")
+	if _, err := e.co.DeleteSession(context.Background(), s.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.addHost(t, "a", 4)
+	s = e.wait(t, s.ID, lifecycle.Completed)
+	ops, _ := e.st.ListOps(context.Background(), s.ID)
+	kinds := map[store.OpKind]store.OpState{}
+	for _, o := range ops {
+		kinds[o.Kind] = o.State
+	}
+	if kinds[store.OpDestroy] != store.OpSucceeded {
+		t.Fatalf("ops %+v", kinds)
+	}
+}
+
+func TestRegisterAndHeartbeatReportOwnership(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	hostID, _ := e.addHost(t, "a", 4)
+	s, _ := e.co.CreateSession(context.Background(), hostlink.MachineSpec{}, "")
+	s = e.wait(t, s.ID, lifecycle.Active)
+	if err := e.st.SetHostState(context.Background(), hostID, store.HostLost); err != nil {
+		t.Fatal(err)
+	}
+	body := `{"capacity":{"memory_mib":1024,"vcpus":4}}`
+	req := httptest.NewRequest("POST", hostlink.PathHeartbeat, strings.NewReader(body))
+	req = req.WithContext(hostlink.WithHostID(req.Context(), hostID))
+	rec := httptest.NewRecorder()
+	e.co.HostHandler().ServeHTTP(rec, req)
+	var hb hostlink.HeartbeatResponse
+	if err := json.NewDecoder(rec.Body).Decode(&hb); err != nil || rec.Code != 200 {
+		t.Fatalf("heartbeat: %d %v", rec.Code, err)
+	}
+	if len(hb.Owned) != 1 || hb.Owned[0].SessionID != s.ID || hb.Owned[0].Epoch != s.Epoch {
+		t.Fatalf("owned %+v, want %s@%d", hb.Owned, s.ID, s.Epoch)
+	}
+	if h, _ := e.st.GetHost(context.Background(), hostID); h.State != store.HostReady {
+		t.Fatalf("returning host is %s, want ready", h.State)
+	}
+}

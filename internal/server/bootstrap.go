@@ -1,0 +1,106 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/engrams/engrams/internal/api"
+	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/store"
+)
+
+// Credentials are the secrets a single-machine install keeps in a 0600 file
+// so a restart reuses them: the store only has their hashes.
+type Credentials struct {
+	Token     string `json:"token"`                // a user API token
+	HostID    string `json:"host_id,omitempty"`    // the local host, when there is one
+	HostToken string `json:"host_token,omitempty"` // its credential
+}
+
+// EnsureCredentials returns the credentials in path if the store still
+// accepts them, else mints what is missing (a user token; a host named
+// hostName with its token when hostName != "") and rewrites the file.
+func EnsureCredentials(ctx context.Context, st store.Store, path, hostName string) (Credentials, error) {
+	var c Credentials
+	if b, err := os.ReadFile(path); err == nil {
+		if err := json.Unmarshal(b, &c); err != nil {
+			return c, fmt.Errorf("read credentials %s: %w (delete the file to mint new ones)", path, err)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return c, fmt.Errorf("read credentials: %w", err)
+	}
+	changed := false
+	if !valid(ctx, st, c.Token, store.TokenUser) {
+		secret, prefix := api.NewSecret()
+		t := store.Token{ID: newID(), Name: "bootstrap", Kind: store.TokenUser, Prefix: prefix, Hash: coordinator.HashToken(secret), CreatedAt: time.Now()}
+		if err := st.CreateToken(ctx, t); err != nil {
+			return c, fmt.Errorf("mint bootstrap token: %w", err)
+		}
+		c.Token, changed = secret, true
+	}
+	if hostName != "" && !valid(ctx, st, c.HostToken, store.TokenHost) {
+		id, secret, err := mintHost(ctx, st, hostName)
+		if err != nil {
+			return c, err
+		}
+		c.HostID, c.HostToken, changed = id, secret, true
+	}
+	if !changed {
+		return c, nil
+	}
+	return c, writeFileAtomic(path, c)
+}
+
+func valid(ctx context.Context, st store.Store, secret string, kind store.TokenKind) bool {
+	if secret == "" {
+		return false
+	}
+	t, err := st.TokenByHash(ctx, coordinator.HashToken(secret))
+	return err == nil && t.Kind == kind
+}
+
+// mintHost creates a host row and its token, finding a free name.
+func mintHost(ctx context.Context, st store.Store, name string) (id, secret string, err error) {
+	for i := 0; i < 20; i++ {
+		n := name
+		if i > 0 {
+			n = fmt.Sprintf("%s-%d", name, i+1)
+		}
+		secret, prefix := api.NewSecret()
+		now := time.Now()
+		h := store.Host{ID: newID(), Name: n, State: store.HostNew, CreatedAt: now}
+		t := store.Token{ID: newID(), Name: "host " + n, Kind: store.TokenHost, HostID: h.ID, Prefix: prefix, Hash: coordinator.HashToken(secret), CreatedAt: now}
+		err := st.CreateHost(ctx, h, t)
+		if errors.Is(err, store.ErrConflict) {
+			continue
+		}
+		if err != nil {
+			return "", "", fmt.Errorf("create host %s: %w", n, err)
+		}
+		return h.ID, secret, nil
+	}
+	return "", "", fmt.Errorf("create host: names %s..%s-20 are all taken", name, name)
+}
+
+func writeFileAtomic(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Run every test the way CI does: install dependencies (QEMU, the guest
+# kernel, e2fsprogs, PostgreSQL if none answers), build the binaries, then
+# go vet and go test over the whole module. Extra arguments go to go test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+./scripts/install-deps.sh
+. ./scripts/postgres.sh   # exports ENGRAMS_TEST_POSTGRES
+echo "== build"
+CGO_ENABLED=0 go build -trimpath -o bin/ ./cmd/...
+echo "== vet"
+go vet ./...
+echo "== test"
+go test -count=1 -timeout 25m "$@" ./...
+echo "== all tests passed in $(( $(date +%s) - start ))s"
