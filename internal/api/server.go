@@ -95,7 +95,7 @@ func (s *Server) routes() {
 	h := func(pattern string, fn http.HandlerFunc) { s.mux.Handle(pattern, s.auth(fn)) }
 	s.mux.HandleFunc(apiv1.RouteVersion, s.version)
 	if len(s.cfg.OpenAPI) > 0 {
-		s.mux.HandleFunc("GET /v1/openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
+		s.mux.HandleFunc(apiv1.RouteOpenAPI, func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "application/yaml")
 			_, _ = w.Write(s.cfg.OpenAPI)
 		})

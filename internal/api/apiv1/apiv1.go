@@ -13,14 +13,14 @@ const (
 	RouteCreateSession = "POST /v1/sessions" // ?wait=false returns at once
 	RouteListSessions  = "GET /v1/sessions"  // ?state=&host=
 	RouteGetSession    = "GET /v1/sessions/{id}"
-	RouteDeleteSession = "DELETE /v1/sessions/{id}"      // ?wait=false returns at once
-	RouteExec          = "POST /v1/sessions/{id}/exec"   // ExecRequest -> NDJSON ExecFrame stream
-	RouteExecWS        = "GET /v1/sessions/{id}/exec/ws" // WebSocket, guestapi framing
-	RouteFileGet       = "GET /v1/sessions/{id}/files"   // ?path=
-	RouteFilePut       = "PUT /v1/sessions/{id}/files"   // ?path=&mode=
-	RouteFileList      = "GET /v1/sessions/{id}/files/list"
-	RouteFileStat      = "GET /v1/sessions/{id}/files/stat"
-	RouteEvents        = "GET /v1/sessions/{id}/events" // SSE; ?follow=false ends after backlog; Last-Event-ID or ?after=
+	RouteDeleteSession = "DELETE /v1/sessions/{id}"         // ?wait=false returns at once
+	RouteExec          = "POST /v1/sessions/{id}/exec"      // ExecRequest -> NDJSON ExecFrame stream
+	RouteExecWS        = "GET /v1/sessions/{id}/exec/ws"    // WebSocket, guestapi framing
+	RouteFileGet       = "GET /v1/sessions/{id}/files"      // ?path=
+	RouteFilePut       = "PUT /v1/sessions/{id}/files"      // ?path=&mode=
+	RouteFileList      = "GET /v1/sessions/{id}/files/list" // ?path= -> JSON array of guestapi.FileInfo
+	RouteFileStat      = "GET /v1/sessions/{id}/files/stat" // ?path= -> guestapi.FileInfo
+	RouteEvents        = "GET /v1/sessions/{id}/events"     // SSE; ?follow=false ends after backlog; Last-Event-ID or ?after=
 	RouteListHosts     = "GET /v1/hosts"
 	RouteGetHost       = "GET /v1/hosts/{id}"
 	RouteDrainHost     = "POST /v1/hosts/{id}/drain"
@@ -28,7 +28,22 @@ const (
 	RouteCreateToken   = "POST /v1/tokens" // CreateTokenRequest -> CreateTokenResponse (shown once)
 	RouteListTokens    = "GET /v1/tokens"
 	RouteRevokeToken   = "DELETE /v1/tokens/{id}"
+	RouteOpenAPI       = "GET /v1/openapi.yaml" // the OpenAPI document (package api), no auth
 )
+
+// SSE framing of RouteEvents: each event is one message with
+// `id: <Event.Seq>`, `event: <Event.Type>` and `data: <Event as one line of
+// JSON>`. A followed stream ends once the session is terminal and every
+// event was sent; a client tells that from a dropped connection by the
+// session's state. A server may also end a stream with one message
+// `event: end` (EventStreamEnd) that has no id and `data: {}`: a client
+// seeing it stops instead of reconnecting. Lines starting with ':' are
+// keep-alive comments.
+const EventStreamEnd = "end"
+
+// HeaderLastEventID is the SSE resume header of RouteEvents: events with a
+// seq greater than its value are sent. The ?after= query does the same.
+const HeaderLastEventID = "Last-Event-ID"
 
 // Error is every non-2xx JSON body.
 type Error struct {

@@ -1,0 +1,465 @@
+package api_test
+
+import (
+	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/engrams/engrams/api"
+	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/internal/guestapi"
+	"github.com/engrams/engrams/internal/hostlink"
+)
+
+// doc is the part of an OpenAPI document the tests look at.
+type doc struct {
+	OpenAPI    string                          `yaml:"openapi"`
+	Security   []map[string][]string           `yaml:"security"`
+	Paths      map[string]map[string]yaml.Node `yaml:"paths"`
+	Components struct {
+		Schemas         map[string]schema `yaml:"schemas"`
+		SecuritySchemes map[string]struct {
+			Type   string `yaml:"type"`
+			Scheme string `yaml:"scheme"`
+		} `yaml:"securitySchemes"`
+	} `yaml:"components"`
+}
+
+type schema struct {
+	Type       string            `yaml:"type"`
+	Format     string            `yaml:"format"`
+	Ref        string            `yaml:"$ref"`
+	Encoding   string            `yaml:"contentEncoding"`
+	Required   []string          `yaml:"required"`
+	Properties map[string]schema `yaml:"properties"`
+	Items      *schema           `yaml:"items"`
+	Additional *schema           `yaml:"additionalProperties"`
+}
+
+type operation struct {
+	OperationID string                 `yaml:"operationId"`
+	Security    *[]map[string][]string `yaml:"security"`
+	Responses   map[string]yaml.Node   `yaml:"responses"`
+}
+
+var httpMethods = []string{"get", "put", "post", "delete", "patch", "head", "options", "trace"}
+
+func load(t *testing.T) doc {
+	t.Helper()
+	var d doc
+	if err := yaml.Unmarshal(api.OpenAPI(), &d); err != nil {
+		t.Fatalf("parse openapi.yaml: %v", err)
+	}
+	if !strings.HasPrefix(d.OpenAPI, "3.1.") {
+		t.Fatalf("openapi = %q, want 3.1.x", d.OpenAPI)
+	}
+	return d
+}
+
+// sourceRoutes reads every Route* constant from package apiv1's source, so
+// a route added there without a matching operation here fails the test.
+func sourceRoutes(t *testing.T) map[string]string {
+	t.Helper()
+	dir := filepath.Join("..", "internal", "api", "apiv1")
+	fset := token.NewFileSet()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes := map[string]string{}
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatalf("parse %s: %v", name, err)
+		}
+		for _, decl := range f.Decls {
+			gd, ok := decl.(*ast.GenDecl)
+			if !ok || gd.Tok != token.CONST {
+				continue
+			}
+			for _, spec := range gd.Specs {
+				vs := spec.(*ast.ValueSpec)
+				for i, id := range vs.Names {
+					if !strings.HasPrefix(id.Name, "Route") || i >= len(vs.Values) {
+						continue
+					}
+					lit, ok := vs.Values[i].(*ast.BasicLit)
+					if !ok || lit.Kind != token.STRING {
+						t.Fatalf("%s is not a string literal", id.Name)
+					}
+					v, err := strconv.Unquote(lit.Value)
+					if err != nil {
+						t.Fatal(err)
+					}
+					routes[id.Name] = v
+				}
+			}
+		}
+	}
+	if len(routes) == 0 {
+		t.Fatal("found no Route constants in apiv1")
+	}
+	return routes
+}
+
+// opKey turns a ServeMux pattern "GET /v1/x/{id}" into "get /v1/x/{id}".
+func opKey(t *testing.T, pattern string) string {
+	t.Helper()
+	method, path, ok := strings.Cut(pattern, " ")
+	if !ok || strings.Contains(path, "...}") || strings.Contains(path, "{$}") {
+		t.Fatalf("route %q: want \"METHOD /path\" without wildcards OpenAPI cannot express", pattern)
+	}
+	return strings.ToLower(method) + " " + path
+}
+
+func TestRoutesMatchPaths(t *testing.T) {
+	t.Parallel()
+	d := load(t)
+	routes := sourceRoutes(t)
+
+	// The compiled constants must agree with the parsed ones (guards the
+	// source parsing itself).
+	compiled := map[string]string{
+		"RouteVersion": apiv1.RouteVersion, "RouteCreateSession": apiv1.RouteCreateSession,
+		"RouteListSessions": apiv1.RouteListSessions, "RouteGetSession": apiv1.RouteGetSession,
+		"RouteDeleteSession": apiv1.RouteDeleteSession, "RouteExec": apiv1.RouteExec,
+		"RouteExecWS": apiv1.RouteExecWS, "RouteFileGet": apiv1.RouteFileGet,
+		"RouteFilePut": apiv1.RouteFilePut, "RouteFileList": apiv1.RouteFileList,
+		"RouteFileStat": apiv1.RouteFileStat, "RouteEvents": apiv1.RouteEvents,
+		"RouteListHosts": apiv1.RouteListHosts, "RouteGetHost": apiv1.RouteGetHost,
+		"RouteDrainHost": apiv1.RouteDrainHost, "RouteCreateHost": apiv1.RouteCreateHost,
+		"RouteCreateToken": apiv1.RouteCreateToken, "RouteListTokens": apiv1.RouteListTokens,
+		"RouteRevokeToken": apiv1.RouteRevokeToken, "RouteOpenAPI": apiv1.RouteOpenAPI,
+	}
+	for name, v := range compiled {
+		if routes[name] != v {
+			t.Errorf("parsed %s = %q, compiled %q", name, routes[name], v)
+		}
+	}
+
+	want := map[string]string{} // op key -> constant name
+	for name, pattern := range routes {
+		want[opKey(t, pattern)] = name
+	}
+	got := map[string]bool{}
+	for path, item := range d.Paths {
+		for method := range item {
+			if slices.Contains(httpMethods, method) {
+				got[method+" "+path] = true
+			}
+		}
+	}
+	for key, name := range want {
+		if !got[key] {
+			t.Errorf("apiv1.%s (%s) has no operation in openapi.yaml", name, key)
+		}
+	}
+	for key := range got {
+		if _, ok := want[key]; !ok {
+			t.Errorf("openapi.yaml operation %s has no apiv1.Route constant", key)
+		}
+	}
+}
+
+func TestOperations(t *testing.T) {
+	t.Parallel()
+	d := load(t)
+	if s := d.Components.SecuritySchemes["bearer"]; s.Type != "http" || s.Scheme != "bearer" {
+		t.Errorf("securitySchemes.bearer = %+v, want http bearer", s)
+	}
+	if len(d.Security) != 1 || d.Security[0]["bearer"] == nil {
+		t.Errorf("global security = %v, want bearer", d.Security)
+	}
+	public := map[string]bool{opKey(t, apiv1.RouteVersion): true, opKey(t, apiv1.RouteOpenAPI): true}
+	ids := map[string]string{}
+	for path, item := range d.Paths {
+		for method, node := range item {
+			if !slices.Contains(httpMethods, method) {
+				continue
+			}
+			key := method + " " + path
+			var op operation
+			if err := node.Decode(&op); err != nil {
+				t.Fatalf("%s: %v", key, err)
+			}
+			if op.OperationID == "" {
+				t.Errorf("%s: no operationId", key)
+			} else if other, dup := ids[op.OperationID]; dup {
+				t.Errorf("%s: operationId %q also used by %s", key, op.OperationID, other)
+			}
+			ids[op.OperationID] = key
+			if _, ok := op.Responses["default"]; !ok {
+				t.Errorf("%s: no default (error) response", key)
+			}
+			isPublic := op.Security != nil && len(*op.Security) == 0
+			if isPublic != public[key] {
+				t.Errorf("%s: public = %v, want %v", key, isPublic, public[key])
+			}
+		}
+	}
+}
+
+// TestSpecialStreams checks the stream media types the clients rely on.
+func TestSpecialStreams(t *testing.T) {
+	t.Parallel()
+	d := load(t)
+	tests := []struct {
+		route, status, contains string
+	}{
+		{apiv1.RouteEvents, "200", "text/event-stream"},
+		{apiv1.RouteEvents, "", "Last-Event-ID"},
+		{apiv1.RouteEvents, "", "`id:` is the event's `seq`"},
+		{apiv1.RouteExec, "200", "application/x-ndjson"},
+		{apiv1.RouteExecWS, "101", "Switching protocols"},
+		{apiv1.RouteExecWS, "", "channel byte"},
+		{apiv1.RouteExecWS, "", "stdin_close"},
+	}
+	for _, tt := range tests {
+		key := opKey(t, tt.route)
+		method, path, _ := strings.Cut(key, " ")
+		node := d.Paths[path][method]
+		out, err := yaml.Marshal(&node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(out)
+		if tt.status != "" {
+			var op operation
+			if err := node.Decode(&op); err != nil {
+				t.Fatal(err)
+			}
+			resp, ok := op.Responses[tt.status]
+			if !ok {
+				t.Errorf("%s: no %s response", key, tt.status)
+				continue
+			}
+			b, _ := yaml.Marshal(&resp)
+			text = string(b)
+		}
+		if !strings.Contains(text, tt.contains) {
+			t.Errorf("%s %s: does not mention %q", key, tt.status, tt.contains)
+		}
+	}
+}
+
+// TestSchemasMatchTypes checks every component schema's properties against
+// the JSON fields of the Go type it describes, including each property's
+// JSON type.
+func TestSchemasMatchTypes(t *testing.T) {
+	t.Parallel()
+	d := load(t)
+	types := map[string]reflect.Type{
+		"Error":                reflect.TypeFor[apiv1.Error](),
+		"Version":              reflect.TypeFor[apiv1.Version](),
+		"SessionSpec":          reflect.TypeFor[apiv1.SessionSpec](),
+		"CreateSessionRequest": reflect.TypeFor[apiv1.CreateSessionRequest](),
+		"Session":              reflect.TypeFor[apiv1.Session](),
+		"Op":                   reflect.TypeFor[apiv1.Op](),
+		"SessionList":          reflect.TypeFor[apiv1.SessionList](),
+		"ExecRequest":          reflect.TypeFor[apiv1.ExecRequest](),
+		"ExecFrame":            reflect.TypeFor[apiv1.ExecFrame](),
+		"Event":                reflect.TypeFor[apiv1.Event](),
+		"Host":                 reflect.TypeFor[apiv1.Host](),
+		"HostList":             reflect.TypeFor[apiv1.HostList](),
+		"CreateHostRequest":    reflect.TypeFor[apiv1.CreateHostRequest](),
+		"CreateHostResponse":   reflect.TypeFor[apiv1.CreateHostResponse](),
+		"CreateTokenRequest":   reflect.TypeFor[apiv1.CreateTokenRequest](),
+		"Token":                reflect.TypeFor[apiv1.Token](),
+		"CreateTokenResponse":  reflect.TypeFor[apiv1.CreateTokenResponse](),
+		"TokenList":            reflect.TypeFor[apiv1.TokenList](),
+		"Facts":                reflect.TypeFor[hostlink.Facts](),
+		"BackendFacts":         reflect.TypeFor[hostlink.BackendFacts](),
+		"Capacity":             reflect.TypeFor[hostlink.Capacity](),
+		"FileInfo":             reflect.TypeFor[guestapi.FileInfo](),
+		"ExecStart":            reflect.TypeFor[guestapi.ExecStart](),
+		"Control":              reflect.TypeFor[guestapi.Control](),
+	}
+	enums := map[string]bool{"SessionState": true}
+	byType := map[reflect.Type]string{}
+	for name, typ := range types {
+		byType[typ] = name
+	}
+	for name := range d.Components.Schemas {
+		if types[name] == nil && !enums[name] {
+			t.Errorf("schema %s maps to no Go type; add it to this test", name)
+		}
+	}
+	for name, typ := range types {
+		s, ok := d.Components.Schemas[name]
+		if !ok {
+			t.Errorf("no schema %s for %v", name, typ)
+			continue
+		}
+		fields := jsonFields(typ)
+		var got, want []string
+		for p := range s.Properties {
+			got = append(got, p)
+		}
+		for f := range fields {
+			want = append(want, f)
+		}
+		sort.Strings(got)
+		sort.Strings(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("schema %s properties = %v, Go %v fields = %v", name, got, typ, want)
+			continue
+		}
+		for _, r := range s.Required {
+			if _, ok := s.Properties[r]; !ok {
+				t.Errorf("schema %s requires unknown property %s", name, r)
+			}
+		}
+		for p, ps := range s.Properties {
+			if msg := checkType(ps, fields[p].Type, byType, enums); msg != "" {
+				t.Errorf("schema %s.%s: %s", name, p, msg)
+			}
+		}
+	}
+}
+
+var (
+	timeType = reflect.TypeFor[time.Time]()
+	rawType  = reflect.TypeFor[json.RawMessage]()
+)
+
+// checkType says how ps differs from what encoding/json makes of typ.
+func checkType(ps schema, typ reflect.Type, byType map[reflect.Type]string, enums map[string]bool) string {
+	if ps.Ref != "" {
+		ref := strings.TrimPrefix(ps.Ref, "#/components/schemas/")
+		if enums[ref] && typ.Kind() == reflect.String {
+			return ""
+		}
+		if byType[typ] != ref {
+			return "refers to " + ref + ", Go type is " + typ.String()
+		}
+		return ""
+	}
+	want := ""
+	switch {
+	case typ == rawType:
+		if ps.Type != "" {
+			return "json.RawMessage must have no type, has " + ps.Type
+		}
+		return ""
+	case typ == timeType:
+		if ps.Format != "date-time" {
+			return "time.Time needs format date-time"
+		}
+		want = "string"
+	case typ.Kind() == reflect.Slice && typ.Elem().Kind() == reflect.Uint8:
+		if ps.Encoding != "base64" {
+			return "[]byte needs contentEncoding base64"
+		}
+		want = "string"
+	case typ.Kind() == reflect.String:
+		want = "string"
+	case typ.Kind() == reflect.Bool:
+		want = "boolean"
+	case typ.Kind() >= reflect.Int && typ.Kind() <= reflect.Uint64:
+		want = "integer"
+	case typ.Kind() == reflect.Float32 || typ.Kind() == reflect.Float64:
+		want = "number"
+	case typ.Kind() == reflect.Slice:
+		if ps.Items == nil {
+			return "array needs items"
+		}
+		if msg := checkType(*ps.Items, typ.Elem(), byType, enums); msg != "" {
+			return "items: " + msg
+		}
+		want = "array"
+	case typ.Kind() == reflect.Map:
+		if ps.Additional == nil {
+			return "map needs additionalProperties"
+		}
+		if msg := checkType(*ps.Additional, typ.Elem(), byType, enums); msg != "" {
+			return "additionalProperties: " + msg
+		}
+		want = "object"
+	default:
+		return "Go type " + typ.String() + " needs a $ref"
+	}
+	if ps.Type != want {
+		return "type " + ps.Type + ", want " + want + " for Go " + typ.String()
+	}
+	return ""
+}
+
+// jsonFields lists the JSON object keys encoding/json writes for typ,
+// flattening embedded structs.
+func jsonFields(typ reflect.Type) map[string]reflect.StructField {
+	out := map[string]reflect.StructField{}
+	for f := range typ.Fields() {
+		tag := f.Tag.Get("json")
+		if tag == "-" || !f.IsExported() && !f.Anonymous {
+			continue
+		}
+		name, _, _ := strings.Cut(tag, ",")
+		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+			for k, v := range jsonFields(f.Type) {
+				out[k] = v
+			}
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		out[name] = f
+	}
+	return out
+}
+
+// TestRefsResolve checks every $ref points at a component that exists.
+func TestRefsResolve(t *testing.T) {
+	t.Parallel()
+	var root yaml.Node
+	if err := yaml.Unmarshal(api.OpenAPI(), &root); err != nil {
+		t.Fatal(err)
+	}
+	var comps map[string]map[string]yaml.Node
+	var whole struct {
+		Components map[string]map[string]yaml.Node `yaml:"components"`
+	}
+	if err := root.Decode(&whole); err != nil {
+		t.Fatal(err)
+	}
+	comps = whole.Components
+	refs := 0
+	var walk func(n *yaml.Node)
+	walk = func(n *yaml.Node) {
+		for i := 0; n.Kind == yaml.MappingNode && i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value != "$ref" {
+				continue
+			}
+			refs++
+			parts := strings.Split(strings.TrimPrefix(n.Content[i+1].Value, "#/components/"), "/")
+			if len(parts) != 2 {
+				t.Errorf("$ref %q: want #/components/KIND/NAME", n.Content[i+1].Value)
+				continue
+			}
+			if _, ok := comps[parts[0]][parts[1]]; !ok {
+				t.Errorf("$ref %q resolves to nothing", n.Content[i+1].Value)
+			}
+		}
+		for _, c := range n.Content {
+			walk(c)
+		}
+	}
+	walk(&root)
+	if refs == 0 {
+		t.Fatal("found no $ref at all")
+	}
+}

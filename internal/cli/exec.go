@@ -1,0 +1,201 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/engrams/engrams/internal/client"
+	"github.com/engrams/engrams/internal/guestapi"
+)
+
+func isTerminal(fd int) bool { return term.IsTerminal(fd) }
+
+// fdOf returns the file descriptor behind v, if it has one.
+func fdOf(v any) (int, bool) {
+	f, ok := v.(interface{ Fd() uintptr })
+	if !ok {
+		return -1, false
+	}
+	return int(f.Fd()), true
+}
+
+func (a *app) terminalFD(v any) (int, bool) {
+	fd, ok := fdOf(v)
+	return fd, ok && a.opts.IsTerminal(fd)
+}
+
+func (a *app) sessionExecCmd() *cobra.Command {
+	var (
+		interactive, tty bool
+		env              []string
+		workdir          string
+		timeout          time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "exec ID [--] CMD [ARGS...]",
+		Short: "Run a command in a session",
+		Long: `Run a command in a session (resuming it if it is idle) and exit with the
+command's exit code.
+
+Standard input is sent to the command with -i, or whenever it is not a
+terminal (so pipes work). -t runs the command under a pseudo-terminal, puts
+your terminal in raw mode and forwards window size changes: use -it for an
+interactive shell. Without -t, Ctrl-C is forwarded to the command (SIGINT,
+then SIGTERM, then SIGKILL). Flags go before ID; everything after ID (or
+after --) is the command.`,
+		Example: `  engrams session exec $id -- uname -a
+  engrams session exec -it $id -- /bin/bash
+  tar c src | engrams session exec $id -- tar x -C /work
+  engrams session exec --env CI=1 --workdir /work --timeout 10m $id -- make test`,
+		Args: usageArgs(cobra.MinimumNArgs(2)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, argv := args[0], args[1:]
+			if argv[0] == "--" {
+				argv = argv[1:]
+			}
+			if len(argv) == 0 {
+				return usageError{errors.New("no command given after the session id")}
+			}
+			e, err := parseEnv(env)
+			if err != nil {
+				return err
+			}
+			if timeout < 0 {
+				return usageError{errors.New("--timeout must not be negative")}
+			}
+			start := guestapi.ExecStart{Argv: argv, Env: e, Dir: workdir, TimeoutMS: timeout.Milliseconds(), TTY: tty}
+			return a.runExec(cmd, id, start, interactive)
+		},
+	}
+	f := cmd.Flags()
+	f.SetInterspersed(false) // flags end at ID: the command's own flags are left alone
+	f.BoolVarP(&interactive, "interactive", "i", false, "send standard input to the command (default when stdin is not a terminal)")
+	f.BoolVarP(&tty, "tty", "t", false, "run the command under a pseudo-terminal")
+	f.StringArrayVarP(&env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
+	f.StringVarP(&workdir, "workdir", "w", "", "working directory of the command")
+	f.DurationVar(&timeout, "timeout", 0, "kill the command after this long, e.g. 30s or 10m (default: none)")
+	return cmd
+}
+
+func (a *app) runExec(cmd *cobra.Command, id string, start guestapi.ExecStart, interactive bool) error {
+	c, err := a.client()
+	if err != nil {
+		return err
+	}
+	// Without a TTY, interrupts are forwarded to the command (forwardSignals
+	// cancels only after the third), so the caller's signal-bound context
+	// must not end the exec on the first Ctrl-C.
+	parent := cmd.Context()
+	if !start.TTY {
+		parent = context.WithoutCancel(parent)
+	}
+	ctx, cancel := context.WithCancel(parent)
+	defer cancel()
+	stdin, stdout, stderr := cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr()
+	inFD, inTerm := a.terminalFD(stdin)
+	outFD, outTerm := a.terminalFD(stdout)
+
+	eio := client.ExecIO{Stdout: stdout, Stderr: stderr}
+	if interactive || !inTerm {
+		eio.Stdin = stdin
+	}
+	if start.TTY {
+		start.Rows, start.Cols = 24, 80
+		if outTerm {
+			if w, h, err := term.GetSize(outFD); err == nil {
+				start.Rows, start.Cols = uint16(h), uint16(w)
+			}
+		}
+		if inTerm && eio.Stdin != nil {
+			old, err := term.MakeRaw(inFD)
+			if err != nil {
+				return fmt.Errorf("put the terminal in raw mode: %w", err)
+			}
+			defer func() { _ = term.Restore(inFD, old) }()
+		}
+		if outTerm {
+			resize, stop := watchResize(ctx, outFD)
+			defer stop()
+			eio.Resize = resize
+		}
+	} else {
+		signals, stop := forwardSignals(ctx, cancel)
+		defer stop()
+		eio.Signal = signals
+	}
+
+	exit, err := c.ExecWSIO(ctx, id, start, eio)
+	if err != nil {
+		return fmt.Errorf("exec in session %s: %w", id, err)
+	}
+	code := exit.ExitCode
+	if exit.Error != "" {
+		hint := ""
+		if exit.TimedOut {
+			hint = "\nhint: raise --timeout, or run it in the background"
+		}
+		fmt.Fprintf(stderr, "error: %s%s\n", exit.Error, hint)
+		if code <= 0 {
+			code = 126
+			if exit.TimedOut {
+				code = 124
+			}
+		}
+	}
+	if code < 0 || code > 255 {
+		code = 1
+	}
+	if code != 0 {
+		return &ExitError{Code: code}
+	}
+	return nil
+}
+
+// forwardSignals turns local interrupts into remote signals: SIGINT, then
+// SIGTERM, then SIGKILL; a fourth interrupt cancels the command locally.
+func forwardSignals(ctx context.Context, cancel context.CancelFunc) (<-chan string, func()) {
+	local := make(chan os.Signal, 1)
+	notifyInterrupts(local)
+	out := make(chan string, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		escalate := []string{"SIGINT", "SIGTERM", "SIGKILL"}
+		n := 0
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case sig := <-local:
+				name := "SIGINT"
+				if isTerminate(sig) {
+					name = "SIGTERM"
+				}
+				if n > 0 && n < len(escalate) {
+					name = escalate[n]
+				}
+				if n >= len(escalate) {
+					cancel()
+					return
+				}
+				n++
+				select {
+				case out <- name:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out, func() {
+		stopNotify(local)
+		cancel()
+		<-done
+	}
+}

@@ -1,0 +1,200 @@
+package cli
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/internal/hostlink"
+)
+
+func (a *app) hostCmd() *cobra.Command {
+	cmd := group("host", "List, register and drain hosts",
+		`A host is a Linux machine that runs sessions' microVMs. It dials the
+coordinator (it never needs an inbound port), reports its capacity and the
+VM backend it uses, and runs the sessions placed on it.`)
+	cmd.Aliases = []string{"hosts"}
+	cmd.Annotations = map[string]string{annNotFound: "list hosts with `engrams host list`"}
+	cmd.AddCommand(a.hostListCmd(), a.hostGetCmd(), a.hostCreateCmd(), a.hostDrainCmd())
+	return cmd
+}
+
+func sessionsUsed(c hostlink.Capacity) string {
+	return fmt.Sprintf("%d/%d", c.Sessions, c.MaxSessions)
+}
+
+func (a *app) hostListCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List hosts",
+		Long: `List hosts with their state (new, ready, draining, lost), the VM backend and
+acceleration they use, sessions running out of the most they take, and when
+they last reported in.`,
+		Example: `  engrams host list
+  engrams host list --json | jq '.hosts[] | select(.state == "ready") | .id'`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			hosts, err := c.ListHosts(cmd.Context())
+			if err != nil {
+				return fmt.Errorf("list hosts: %w", err)
+			}
+			if a.jsonOut {
+				if hosts == nil {
+					hosts = []apiv1.Host{}
+				}
+				return printJSON(cmd.OutOrStdout(), apiv1.HostList{Hosts: hosts})
+			}
+			tw := newTable(cmd.OutOrStdout())
+			row(tw, "ID", "NAME", "STATE", "BACKEND", "ACCEL", "SESSIONS", "LAST HEARTBEAT")
+			for _, h := range hosts {
+				row(tw, h.ID, h.Name, h.State, h.Facts.Backend.Name, h.Facts.Backend.Acceleration,
+					sessionsUsed(h.Capacity), a.ago(h.LastHeartbeat))
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func (a *app) hostGetCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "get ID",
+		Short: "Show a host, its capacity and why it uses its VM backend",
+		Long: `Show a host: its facts (CPU, kernel, agent version), capacity and use, the
+VM backend it runs sessions with and why that one was chosen, and every
+backend it considered with the reason it is or is not usable.`,
+		Example: `  engrams host get h1
+  engrams host get --json h1 | jq .facts.backend`,
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			h, err := c.GetHost(cmd.Context(), args[0])
+			if err != nil {
+				return fmt.Errorf("get host %s: %w", args[0], err)
+			}
+			if a.jsonOut {
+				return printJSON(cmd.OutOrStdout(), h)
+			}
+			return a.printHost(cmd, h)
+		},
+	}
+}
+
+func isolation(b hostlink.BackendFacts) string {
+	if b.Isolation {
+		return "isolated"
+	}
+	return "NOT isolated"
+}
+
+func (a *app) printHost(cmd *cobra.Command, h apiv1.Host) error {
+	f, cp, b := h.Facts, h.Capacity, h.Facts.Backend
+	backend := ""
+	if b.Name != "" {
+		backend = fmt.Sprintf("%s %s (%s, %s)", b.Name, b.Version, b.Acceleration, isolation(b))
+	}
+	tw := newTable(cmd.OutOrStdout())
+	for _, kv := range [][2]any{
+		{"ID", h.ID},
+		{"Name", h.Name},
+		{"State", h.State},
+		{"Hostname", f.Hostname},
+		{"Arch", f.Arch},
+		{"CPU", f.CPUModel},
+		{"Kernel", f.Kernel},
+		{"Agent", f.AgentVersion},
+		{"Backend", backend},
+		{"Backend reason", b.Reason},
+		{"Memory", fmt.Sprintf("%d/%d MiB used", cp.UsedMemoryMiB, cp.MemoryMiB)},
+		{"vCPUs", fmt.Sprintf("%d/%d used", cp.UsedVCPUs, cp.VCPUs)},
+		{"Sessions", sessionsUsed(cp)},
+		{"Replica", h.ReplicaID},
+		{"Last heartbeat", a.ago(h.LastHeartbeat)},
+		{"Created", a.when(h.CreatedAt)},
+	} {
+		row(tw, fmt.Sprint(kv[0])+":", kv[1])
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(f.Available) == 0 {
+		return nil
+	}
+	fmt.Fprintln(cmd.OutOrStdout(), "\nBackends considered:")
+	tw = newTable(cmd.OutOrStdout())
+	row(tw, "NAME", "VERSION", "ACCEL", "ISOLATION", "USABLE", "REASON")
+	for _, b := range f.Available {
+		row(tw, b.Name, b.Version, b.Acceleration, b.Isolation, b.Usable, b.Reason)
+	}
+	return tw.Flush()
+}
+
+func (a *app) hostCreateCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "create NAME",
+		Short: "Register a host and print its token (shown only once)",
+		Long: `Register a host name and mint the token its host agent authenticates with.
+The token is printed only this once, together with the command that starts
+the host agent on the KVM machine.`,
+		Example: `  engrams host create kvm-1`,
+		Args:    usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			r, err := c.CreateHost(cmd.Context(), args[0])
+			if err != nil {
+				return fmt.Errorf("create host %s: %w", args[0], err)
+			}
+			if a.jsonOut {
+				return printJSON(cmd.OutOrStdout(), r)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), `Host %s (%s) registered.
+Its token, shown only this once:
+
+  %s
+
+Start the host agent on the machine (it needs /dev/kvm or QEMU) with:
+
+  engrams host run --coordinator %s --name %s --token %s
+`, r.Host.Name, r.Host.ID, r.Token, c.BaseURL(), r.Host.Name, r.Token)
+			return nil
+		},
+	}
+}
+
+func (a *app) hostDrainCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "drain ID",
+		Short: "Stop placing sessions on a host",
+		Long: `Drain a host: new sessions and resumes go to other hosts; sessions already
+on it keep running.`,
+		Example: `  engrams host drain h1`,
+		Args:    usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			h, err := c.DrainHost(cmd.Context(), args[0])
+			if err != nil {
+				return fmt.Errorf("drain host %s: %w", args[0], err)
+			}
+			if a.jsonOut {
+				return printJSON(cmd.OutOrStdout(), h)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "host %s is %s: new sessions go elsewhere, its %d sessions keep running\n",
+				h.ID, h.State, h.Capacity.Sessions)
+			return nil
+		},
+	}
+}

@@ -1,0 +1,264 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/engrams/engrams/internal/client"
+)
+
+// Options are what NewRoot needs from its surroundings; every
+// field has a default, so the zero value suits the real binary.
+type Options struct {
+	// HostAgent, when set, is added as `engrams host run` (the host agent
+	// command lives in cmd/engrams).
+	HostAgent *cobra.Command
+	// Version is the client's version shown by `engrams version` (default:
+	// the main module's version from the build info).
+	Version string
+
+	Stdin          io.Reader           // default os.Stdin
+	Stdout, Stderr io.Writer           // default os.Stdout, os.Stderr
+	Getenv         func(string) string // default os.Getenv
+	Now            func() time.Time    // default time.Now
+	Location       *time.Location      // times are shown in it; default time.Local
+	HTTPClient     *http.Client        // default a plain client
+	// IsTerminal reports whether fd is a terminal (default golang.org/x/term).
+	IsTerminal func(fd int) bool
+}
+
+// app is the state every command shares.
+type app struct {
+	opts    Options
+	url     string
+	token   string
+	jsonOut bool
+}
+
+// NewRoot returns the `engrams` command with extra commands added at the
+// top level (e.g. `server`, `dev`) and opts.HostAgent, if set, as
+// `engrams host run`. Run it with Execute to get the process exit code.
+func NewRoot(opts Options, extra ...*cobra.Command) *cobra.Command {
+	a := &app{opts: withDefaults(opts)}
+	root := &cobra.Command{
+		Use:   "engrams",
+		Short: "Run AI coding agents in isolated microVMs",
+		Long: `engrams runs AI coding agents in isolated microVMs on machines you own.
+
+This CLI talks to an engrams coordinator over its REST API. It finds the
+coordinator and your token from, in order: the --url/--token flags, the
+ENGRAMS_URL/ENGRAMS_TOKEN environment variables, and the config file that
+` + "`engrams dev`" + ` writes ($ENGRAMS_CONFIG, or engrams/config.json in your user
+config directory).`,
+		Example: `  engrams dev                              # start everything locally
+  id=$(engrams session create)
+  engrams session exec $id -- uname -a
+  engrams session exec -it $id -- /bin/sh
+  engrams session logs --follow $id
+  engrams session delete $id`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Args:          usageArgs(cobra.NoArgs),
+		RunE:          func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	root.SetIn(a.opts.Stdin)
+	root.SetOut(a.opts.Stdout)
+	root.SetErr(a.opts.Stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.url, "url", "", "coordinator URL, e.g. http://127.0.0.1:7700 (env ENGRAMS_URL)")
+	pf.StringVar(&a.token, "token", "", "API token (env ENGRAMS_TOKEN)")
+	pf.BoolVar(&a.jsonOut, "json", false, "print JSON instead of text")
+
+	host := a.hostCmd()
+	if opts.HostAgent != nil {
+		_, rest, _ := strings.Cut(opts.HostAgent.Use, " ")
+		opts.HostAgent.Use = strings.TrimSpace("run " + rest)
+		host.AddCommand(opts.HostAgent)
+	}
+	root.AddCommand(a.sessionCmd(), host, a.tokenCmd(), a.versionCmd())
+	root.AddCommand(extra...)
+	return root
+}
+
+func withDefaults(o Options) Options {
+	if o.Stdin == nil {
+		o.Stdin = os.Stdin
+	}
+	if o.Stdout == nil {
+		o.Stdout = os.Stdout
+	}
+	if o.Stderr == nil {
+		o.Stderr = os.Stderr
+	}
+	if o.Getenv == nil {
+		o.Getenv = os.Getenv
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Location == nil {
+		o.Location = time.Local
+	}
+	if o.HTTPClient == nil {
+		o.HTTPClient = &http.Client{}
+	}
+	if o.IsTerminal == nil {
+		o.IsTerminal = isTerminal
+	}
+	if o.Version == "" {
+		o.Version = "(devel)"
+		if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+			o.Version = bi.Main.Version
+		}
+	}
+	return o
+}
+
+// client resolves the URL and token (flags, then env, then the config
+// file) and returns an API client.
+func (a *app) client() (*client.Client, error) {
+	url := firstNonEmpty(a.url, a.opts.Getenv("ENGRAMS_URL"))
+	token := firstNonEmpty(a.token, a.opts.Getenv("ENGRAMS_TOKEN"))
+	if url == "" || token == "" {
+		cfg, err := readClientConfig(a.opts.Getenv)
+		if err != nil {
+			return nil, err
+		}
+		url, token = firstNonEmpty(url, cfg.URL), firstNonEmpty(token, cfg.Token)
+	}
+	return client.New(url, token, client.WithHTTPClient(a.opts.HTTPClient), client.WithUserAgent("engrams-cli/"+a.opts.Version)), nil
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// ExitError ends the process with Code without printing anything (e.g. the
+// remote exit code of `session exec`).
+type ExitError struct{ Code int }
+
+func (e *ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code) }
+
+// usageError is a mistake in the command line (exit code 2).
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// usageArgs marks an argument validator's errors as usage errors.
+func usageArgs(v cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := v(cmd, args); err != nil {
+			return usageError{err}
+		}
+		return nil
+	}
+}
+
+// Execute runs root (with os.Args, or what root.SetArgs set) and returns
+// the process exit code: 0, the code of an *ExitError, 2 for usage errors,
+// 1 for other errors. Errors are printed to root's error stream as
+// "error: ..." plus a "hint: ..." line saying what to do next.
+func Execute(ctx context.Context, root *cobra.Command) int {
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return 0
+	}
+	var exit *ExitError
+	if errors.As(err, &exit) {
+		return exit.Code
+	}
+	if cmd == nil {
+		cmd = root
+	}
+	code := 1
+	var ue usageError
+	if errors.As(err, &ue) || isCobraUsageError(err) {
+		code = 2
+	}
+	w := root.ErrOrStderr()
+	fmt.Fprintf(w, "error: %s\n", strings.TrimSpace(err.Error()))
+	if hint := hintFor(cmd, err, code == 2); hint != "" {
+		fmt.Fprintf(w, "hint: %s\n", hint)
+	}
+	return code
+}
+
+// isCobraUsageError recognises the errors cobra makes before a command runs.
+func isCobraUsageError(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "required flag", "invalid argument", "flag needs an argument", "accepts ", "requires at least"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// Annotations a command sets for hintFor (inherited from parents).
+const (
+	annNotFound = "engrams.hint.not_found"
+	annConflict = "engrams.hint.conflict"
+)
+
+func annotation(cmd *cobra.Command, key string) string {
+	for c := cmd; c != nil; c = c.Parent() {
+		if v := c.Annotations[key]; v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// hintFor says what to do next about err from cmd.
+func hintFor(cmd *cobra.Command, err error, usage bool) string {
+	var unreachable *client.UnreachableError
+	var failed *client.ExecFailedError
+	switch {
+	case usage:
+		return fmt.Sprintf("see `%s --help`", cmd.CommandPath())
+	case errors.As(err, &unreachable):
+		return "" // its message says what to do
+	case errors.As(err, &failed) && failed.TimedOut:
+		return "raise --timeout, or run it in the background"
+	case client.IsUnauthorized(err):
+		return "create a token with `engrams token create` or run `engrams dev`, then pass it with --token or ENGRAMS_TOKEN"
+	case client.IsNotFound(err):
+		return annotation(cmd, annNotFound)
+	case client.IsConflict(err):
+		return annotation(cmd, annConflict)
+	case client.IsUnavailable(err):
+		return "the coordinator or its hosts are busy or unreachable: check `engrams host list` and retry"
+	case client.HasCode(err, client.CodeTooLarge):
+		return "send less data at once"
+	case errors.Is(err, client.ErrNoExit):
+		return "the connection or the VM was lost; check it with `engrams session get ID`"
+	}
+	return ""
+}
+
+// group returns a command that only holds subcommands.
+func group(use, short, long string) *cobra.Command {
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Long:  long,
+		Args:  usageArgs(cobra.NoArgs),
+		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+}

@@ -1,0 +1,286 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/internal/client"
+)
+
+func (a *app) sessionCmd() *cobra.Command {
+	cmd := group("session", "Create, inspect, run commands in and delete sessions",
+		`A session is one sandbox: an image running in its own microVM on one host.
+Idle sessions are snapshotted and resumed transparently when you use them.`)
+	cmd.Aliases = []string{"sessions", "s"}
+	cmd.Annotations = map[string]string{
+		annNotFound: "list sessions with `engrams session list`",
+		annConflict: "the session is not in a state that allows this; check it with `engrams session get ID`",
+	}
+	cmd.AddCommand(a.sessionCreateCmd(), a.sessionListCmd(), a.sessionGetCmd(),
+		a.sessionExecCmd(), a.sessionLogsCmd(), a.sessionDeleteCmd())
+	return cmd
+}
+
+// parseEnv turns K=V pairs into a map.
+func parseEnv(kvs []string) (map[string]string, error) {
+	if len(kvs) == 0 {
+		return nil, nil
+	}
+	env := make(map[string]string, len(kvs))
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, usageError{fmt.Errorf("--env %q: want KEY=VALUE", kv)}
+		}
+		env[k] = v
+	}
+	return env, nil
+}
+
+func (a *app) sessionCreateCmd() *cobra.Command {
+	var (
+		req    apiv1.CreateSessionRequest
+		env    []string
+		noWait bool
+	)
+	cmd := &cobra.Command{
+		Use:   "create",
+		Short: "Create a session and print its id",
+		Long: `Create a session: boot a microVM from an image. By default the command
+waits until the session is active and prints its id; with --json it prints
+the whole session. --idempotency-key makes retries safe: a second create with
+the same key returns the first session instead of making another.`,
+		Example: `  engrams session create
+  engrams session create --memory 2048 --vcpus 2 --env GOFLAGS=-mod=mod --image debian:12
+  id=$(engrams session create --idempotency-key ci-run-42)`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if req.Env, err = parseEnv(env); err != nil {
+				return err
+			}
+			if req.MemoryMiB < 0 || req.VCPUs < 0 {
+				return usageError{errors.New("--memory and --vcpus must not be negative")}
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			s, err := c.CreateSession(cmd.Context(), req, !noWait)
+			if err != nil {
+				return fmt.Errorf("create session: %w", err)
+			}
+			if a.jsonOut {
+				if err := printJSON(cmd.OutOrStdout(), s); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintln(cmd.OutOrStdout(), s.ID)
+			}
+			if s.State == "dead" {
+				return fmt.Errorf("session %s failed to start: %s", s.ID, s.Reason)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&req.MemoryMiB, "memory", 0, "guest memory in MiB (default: the server's)")
+	f.IntVar(&req.VCPUs, "vcpus", 0, "virtual CPUs (default 1)")
+	f.StringArrayVar(&env, "env", nil, "environment variable KEY=VALUE for every command (repeatable)")
+	f.StringVar(&req.Image, "image", "", "OCI image reference (default: the server's)")
+	f.BoolVar(&noWait, "no-wait", false, "return at once instead of waiting until the session is active")
+	f.StringVar(&req.IdempotencyKey, "idempotency-key", "", "create at most one session per key")
+	return cmd
+}
+
+func (a *app) sessionListCmd() *cobra.Command {
+	var filter client.SessionFilter
+	cmd := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List sessions",
+		Long:    "List sessions, newest first, optionally only those in one state or on one host.",
+		Example: `  engrams session list
+  engrams session list --state active
+  engrams session list --json | jq -r '.sessions[].id'`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			l, err := c.ListSessions(cmd.Context(), filter)
+			if err != nil {
+				return fmt.Errorf("list sessions: %w", err)
+			}
+			if a.jsonOut {
+				if l == nil {
+					l = []apiv1.Session{}
+				}
+				return printJSON(cmd.OutOrStdout(), apiv1.SessionList{Sessions: l})
+			}
+			tw := newTable(cmd.OutOrStdout())
+			row(tw, "ID", "STATE", "HOST", "IMAGE", "MEMORY", "VCPUS", "CREATED")
+			for _, s := range l {
+				row(tw, s.ID, s.State, s.HostID, s.Spec.Image, memory(s.Spec.MemoryMiB), s.Spec.VCPUs, a.when(s.CreatedAt))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&filter.State, "state", "", "only sessions in this state (created, starting, active, idle, ..., completed, dead)")
+	cmd.Flags().StringVar(&filter.HostID, "host", "", "only sessions on this host id")
+	return cmd
+}
+
+func memory(mib int) string {
+	if mib == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d MiB", mib)
+}
+
+func (a *app) sessionGetCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "get ID",
+		Short: "Show a session and its operations",
+		Long: `Show a session: its state, host, spec and the op log of its lifecycle
+operations (create, resume, evict, destroy, move), with their errors.`,
+		Example: `  engrams session get 0193a1b2-...
+  engrams session get --json 0193a1b2-... | jq .state`,
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			s, err := c.GetSession(cmd.Context(), args[0])
+			if err != nil {
+				return fmt.Errorf("get session %s: %w", args[0], err)
+			}
+			if a.jsonOut {
+				return printJSON(cmd.OutOrStdout(), s)
+			}
+			return a.printSession(cmd, s)
+		},
+	}
+}
+
+func (a *app) printSession(cmd *cobra.Command, s apiv1.Session) error {
+	tw := newTable(cmd.OutOrStdout())
+	env := make([]string, 0, len(s.Spec.Env))
+	for _, k := range slices.Sorted(maps.Keys(s.Spec.Env)) {
+		env = append(env, k+"="+s.Spec.Env[k])
+	}
+	for _, kv := range [][2]any{
+		{"ID", s.ID},
+		{"State", fmt.Sprintf("%s (desired: %s)", s.State, s.DesiredState)},
+		{"Reason", s.Reason},
+		{"Host", s.HostID},
+		{"Epoch", s.Epoch},
+		{"Image", s.Spec.Image},
+		{"Memory", memory(s.Spec.MemoryMiB)},
+		{"vCPUs", s.Spec.VCPUs},
+		{"Env", strings.Join(env, " ")},
+		{"Created", a.when(s.CreatedAt)},
+		{"Updated", a.when(s.UpdatedAt)},
+	} {
+		row(tw, fmt.Sprint(kv[0])+":", kv[1])
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(s.Ops) == 0 {
+		return nil
+	}
+	fmt.Fprintln(cmd.OutOrStdout(), "\nOperations:")
+	tw = newTable(cmd.OutOrStdout())
+	row(tw, "ID", "KIND", "STATE", "STEP", "EPOCH", "ATTEMPTS", "UPDATED", "ERROR")
+	for _, op := range s.Ops {
+		row(tw, op.ID, op.Kind, op.State, op.Step, op.Epoch, op.Attempts, a.when(op.UpdatedAt), op.Error)
+	}
+	return tw.Flush()
+}
+
+func (a *app) sessionDeleteCmd() *cobra.Command {
+	var noWait bool
+	cmd := &cobra.Command{
+		Use:     "delete ID",
+		Aliases: []string{"rm"},
+		Short:   "Delete a session",
+		Long: `Delete a session: destroy its VM and snapshots. By default the command waits
+until the VM is gone. The session's event log stays readable.`,
+		Example: `  engrams session delete 0193a1b2-...
+  engrams session delete --no-wait 0193a1b2-...`,
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			if err := c.DeleteSession(cmd.Context(), args[0], !noWait); err != nil {
+				return fmt.Errorf("delete session %s: %w", args[0], err)
+			}
+			verb := "deleted"
+			if noWait {
+				verb = "deleting"
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), verb, args[0])
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return at once instead of waiting until the VM is gone")
+	return cmd
+}
+
+func (a *app) sessionLogsCmd() *cobra.Command {
+	var (
+		follow bool
+		after  int64
+	)
+	cmd := &cobra.Command{
+		Use:   "logs ID",
+		Short: "Print a session's events",
+		Long: `Print a session's events: state changes, operations and output its harness
+reports. Text output shows time, type and a one-line summary of the data;
+--json prints each event as one JSON object per line. With --follow the
+command keeps printing new events (reconnecting if the connection drops,
+without losing or repeating any) until the session ends or you press Ctrl-C.`,
+		Example: `  engrams session logs 0193a1b2-...
+  engrams session logs --follow 0193a1b2-...
+  engrams session logs --json --after 120 0193a1b2-... | jq .type`,
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			enc := json.NewEncoder(out)
+			err = c.Events(cmd.Context(), args[0], after, follow, func(ev apiv1.Event) error {
+				if a.jsonOut {
+					return enc.Encode(ev)
+				}
+				_, err := fmt.Fprintf(out, "%s  %-16s %s\n", a.when(ev.Time), ev.Type, short(ev.Data, 120))
+				return err
+			})
+			if errors.Is(err, context.Canceled) {
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("events of session %s: %w", args[0], err)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new events")
+	cmd.Flags().Int64Var(&after, "after", 0, "only events after this seq")
+	return cmd
+}

@@ -1,0 +1,348 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/internal/client"
+	"github.com/engrams/engrams/internal/client/clienttest"
+	"github.com/engrams/engrams/internal/guestapi"
+)
+
+func newClient(t *testing.T) (*client.Client, *clienttest.Server) {
+	t.Helper()
+	srv := clienttest.NewServer(t)
+	return client.New(srv.URL, clienttest.Token, client.WithReconnect(time.Millisecond, 3)), srv
+}
+
+func TestSessions(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	c, srv := newClient(t)
+
+	s1, err := c.CreateSession(ctx, apiv1.CreateSessionRequest{
+		SessionSpec:    apiv1.SessionSpec{MemoryMiB: 256, VCPUs: 2, Env: map[string]string{"A": "1"}, Image: "debian"},
+		IdempotencyKey: "k1",
+	}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s1.State != "active" || s1.Spec.MemoryMiB != 256 || s1.Spec.Env["A"] != "1" {
+		t.Errorf("created %+v", s1)
+	}
+	again, err := c.CreateSession(ctx, apiv1.CreateSessionRequest{IdempotencyKey: "k1"}, true)
+	if err != nil || again.ID != s1.ID {
+		t.Errorf("idempotent create = %v, %v; want %s", again.ID, err, s1.ID)
+	}
+	s2, err := c.CreateSession(ctx, apiv1.CreateSessionRequest{}, false)
+	if err != nil || s2.State != "created" {
+		t.Fatalf("create without wait = %+v, %v", s2, err)
+	}
+	if !slices.Contains(srv.Requests(), "POST /v1/sessions?wait=false") {
+		t.Errorf("requests %v lack wait=false", srv.Requests())
+	}
+
+	tests := []struct {
+		filter client.SessionFilter
+		want   []string
+	}{
+		{client.SessionFilter{}, []string{s2.ID, s1.ID}},
+		{client.SessionFilter{State: "active"}, []string{s1.ID}},
+		{client.SessionFilter{HostID: "nope"}, nil},
+	}
+	for _, tt := range tests {
+		l, err := c.ListSessions(ctx, tt.filter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, s := range l {
+			ids = append(ids, s.ID)
+		}
+		if !slices.Equal(ids, tt.want) {
+			t.Errorf("list %+v = %v, want %v", tt.filter, ids, tt.want)
+		}
+	}
+
+	got, err := c.GetSession(ctx, s1.ID)
+	if err != nil || len(got.Ops) != 1 || got.Ops[0].Kind != "create" {
+		t.Errorf("get = %+v, %v", got, err)
+	}
+	if err := c.DeleteSession(ctx, s1.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := c.GetSession(ctx, s1.ID); got.State != "completed" {
+		t.Errorf("after delete state = %s", got.State)
+	}
+	if err := c.DeleteSession(ctx, s2.ID, false); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	t.Parallel()
+	srv := clienttest.NewServer(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadURL := "http://" + ln.Addr().String()
+	ln.Close()
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "bad gateway from a proxy", http.StatusBadGateway)
+	}))
+	t.Cleanup(plain.Close)
+
+	tests := []struct {
+		name  string
+		c     *client.Client
+		call  func(context.Context, *client.Client) error
+		check func(error) bool
+		msg   string
+	}{
+		{"not found", client.New(srv.URL, clienttest.Token),
+			func(ctx context.Context, c *client.Client) error { _, err := c.GetSession(ctx, "nope"); return err },
+			client.IsNotFound, "session nope not found"},
+		{"unauthorized", client.New(srv.URL, "wrong"),
+			func(ctx context.Context, c *client.Client) error {
+				_, err := c.ListSessions(ctx, client.SessionFilter{})
+				return err
+			},
+			client.IsUnauthorized, "HTTP 401"},
+		{"bad request", client.New(srv.URL, clienttest.Token),
+			func(ctx context.Context, c *client.Client) error { _, err := c.CreateHost(ctx, ""); return err },
+			func(err error) bool { return client.HasCode(err, client.CodeBadRequest) }, "name is required"},
+		{"non-JSON error", client.New(plain.URL, ""),
+			func(ctx context.Context, c *client.Client) error { _, err := c.Version(ctx); return err },
+			client.IsUnavailable, "bad gateway from a proxy"},
+		{"unreachable", client.New(deadURL, ""),
+			func(ctx context.Context, c *client.Client) error { _, err := c.Version(ctx); return err },
+			func(err error) bool { var u *client.UnreachableError; return errors.As(err, &u) },
+			"is `engrams dev` running? set --url or ENGRAMS_URL"},
+		{"unreachable exec ws", client.New(deadURL, ""),
+			func(ctx context.Context, c *client.Client) error {
+				_, err := c.ExecWS(ctx, "s1", guestapi.ExecStart{Argv: []string{"true"}}, nil, nil, nil, nil)
+				return err
+			},
+			func(err error) bool { var u *client.UnreachableError; return errors.As(err, &u) }, "engrams dev"},
+		{"no URL", client.New("", ""),
+			func(ctx context.Context, c *client.Client) error { _, err := c.Version(ctx); return err },
+			func(err error) bool { return err != nil }, "ENGRAMS_URL"},
+		{"bad URL", client.New("localhost:7070", ""),
+			func(ctx context.Context, c *client.Client) error { _, err := c.Version(ctx); return err },
+			func(err error) bool { return err != nil }, "want http://HOST"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := tt.call(t.Context(), tt.c)
+			if err == nil || !tt.check(err) || !strings.Contains(err.Error(), tt.msg) {
+				t.Errorf("err = %v (%T), want one containing %q", err, err, tt.msg)
+			}
+		})
+	}
+}
+
+func TestExec(t *testing.T) {
+	t.Parallel()
+	c, _ := newClient(t)
+	s, err := c.CreateSession(t.Context(), apiv1.CreateSessionRequest{}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name           string
+		req            apiv1.ExecRequest
+		stdout, stderr string
+		code           int
+		timedOut       bool
+		failed         bool
+	}{
+		{"stdout", apiv1.ExecRequest{Argv: []string{"echo", "hi", "there"}}, "hi there\n", "", 0, false, false},
+		{"stderr", apiv1.ExecRequest{Argv: []string{"err", "oops"}}, "", "oops\n", 0, false, false},
+		{"exit code", apiv1.ExecRequest{Argv: []string{"exit", "3"}}, "bye\n", "", 3, false, false},
+		{"stdin", apiv1.ExecRequest{Argv: []string{"cat"}, Stdin: []byte("in\x00put")}, "in\x00put", "", 0, false, false},
+		{"env and dir", apiv1.ExecRequest{Argv: []string{"env"}, Env: map[string]string{"B": "2", "A": "1"}, Dir: "/w"}, "A=1\nB=2\ndir=/w\n", "", 0, false, false},
+		{"timeout", apiv1.ExecRequest{Argv: []string{"timeout"}, TimeoutMS: 5}, "working\n", "", -1, true, true},
+		{"cannot start", apiv1.ExecRequest{Argv: []string{"nope"}}, "", "", 127, false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var out, errb bytes.Buffer
+			code, err := c.Exec(t.Context(), s.ID, tt.req, &out, &errb)
+			var fe *client.ExecFailedError
+			if failed := errors.As(err, &fe); failed != tt.failed || (failed && fe.TimedOut != tt.timedOut) {
+				t.Errorf("err = %v, want failed=%v timedOut=%v", err, tt.failed, tt.timedOut)
+			} else if err != nil && !tt.failed {
+				t.Errorf("err = %v", err)
+			}
+			if code != tt.code || out.String() != tt.stdout || errb.String() != tt.stderr {
+				t.Errorf("got code %d stdout %q stderr %q, want %d %q %q", code, out.String(), errb.String(), tt.code, tt.stdout, tt.stderr)
+			}
+		})
+	}
+}
+
+func TestExecStreamWithoutExit(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, `{"type":"stdout","data":"aGk="}`)
+	}))
+	t.Cleanup(srv.Close)
+	var out bytes.Buffer
+	_, err := client.New(srv.URL, "").Exec(t.Context(), "s", apiv1.ExecRequest{Argv: []string{"x"}}, &out, nil)
+	if !errors.Is(err, client.ErrNoExit) || out.String() != "hi" {
+		t.Errorf("err = %v, out %q; want ErrNoExit after %q", err, out.String(), "hi")
+	}
+}
+
+func TestExecWS(t *testing.T) {
+	t.Parallel()
+	c, _ := newClient(t)
+	s, err := c.CreateSession(t.Context(), apiv1.CreateSessionRequest{}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resized := make(chan [2]uint16, 1)
+	resized <- [2]uint16{50, 132}
+	signals := make(chan string, 1)
+	signals <- "SIGINT"
+	tests := []struct {
+		name           string
+		start          guestapi.ExecStart
+		io             client.ExecIO
+		stdout, stderr string
+		exit           guestapi.Control
+	}{
+		{"output", guestapi.ExecStart{Argv: []string{"echo", "hi"}}, client.ExecIO{}, "hi\n", "", guestapi.Control{Type: "exit"}},
+		{"stderr apart", guestapi.ExecStart{Argv: []string{"err", "bad"}}, client.ExecIO{}, "", "bad\n", guestapi.Control{Type: "exit"}},
+		{"exit code", guestapi.ExecStart{Argv: []string{"exit", "3"}}, client.ExecIO{}, "bye\n", "", guestapi.Control{Type: "exit", ExitCode: 3}},
+		{"stdin", guestapi.ExecStart{Argv: []string{"cat"}}, client.ExecIO{Stdin: strings.NewReader("typed\n")}, "typed\n", "", guestapi.Control{Type: "exit"}},
+		{"no stdin", guestapi.ExecStart{Argv: []string{"cat"}}, client.ExecIO{}, "", "", guestapi.Control{Type: "exit"}},
+		{"tty resize", guestapi.ExecStart{Argv: []string{"tty"}, TTY: true, Rows: 24, Cols: 80}, client.ExecIO{Resize: resized},
+			"tty=true rows=24 cols=80\nresize 50 132\n", "", guestapi.Control{Type: "exit"}},
+		{"signal", guestapi.ExecStart{Argv: []string{"wait-signal"}}, client.ExecIO{Signal: signals}, "got SIGINT\n", "", guestapi.Control{Type: "exit", ExitCode: 130}},
+		{"timeout", guestapi.ExecStart{Argv: []string{"timeout"}}, client.ExecIO{}, "working\n", "",
+			guestapi.Control{Type: "exit", ExitCode: -1, Error: "timed out", TimedOut: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var out, errb bytes.Buffer
+			tt.io.Stdout, tt.io.Stderr = &out, &errb
+			exit, err := c.ExecWSIO(t.Context(), s.ID, tt.start, tt.io)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if exit != tt.exit || out.String() != tt.stdout || errb.String() != tt.stderr {
+				t.Errorf("got %+v stdout %q stderr %q; want %+v %q %q", exit, out.String(), errb.String(), tt.exit, tt.stdout, tt.stderr)
+			}
+		})
+	}
+
+	t.Run("plain ExecWS", func(t *testing.T) {
+		t.Parallel()
+		var out bytes.Buffer
+		exit, err := c.ExecWS(t.Context(), s.ID, guestapi.ExecStart{Argv: []string{"cat"}}, strings.NewReader("abc"), &out, io.Discard, nil)
+		if err != nil || exit.ExitCode != 0 || out.String() != "abc" {
+			t.Errorf("ExecWS = %+v, %v, %q", exit, err, out.String())
+		}
+	})
+	t.Run("unknown session", func(t *testing.T) {
+		t.Parallel()
+		_, err := c.ExecWS(t.Context(), "nope", guestapi.ExecStart{Argv: []string{"echo"}}, nil, nil, nil, nil)
+		if !client.IsNotFound(err) {
+			t.Errorf("err = %v, want not found", err)
+		}
+	})
+}
+
+func TestFiles(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	c, _ := newClient(t)
+	s, err := c.CreateSession(ctx, apiv1.CreateSessionRequest{}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.PutFile(ctx, s.ID, "/w/a.sh", 0o755, strings.NewReader("#!/bin/sh\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.PutFile(ctx, s.ID, "/w/b.txt", 0, strings.NewReader("b")); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := c.GetFile(ctx, s.ID, "/w/a.sh", &buf); err != nil || buf.String() != "#!/bin/sh\n" {
+		t.Errorf("get = %q, %v", buf.String(), err)
+	}
+	fi, err := c.StatFile(ctx, s.ID, "/w/a.sh")
+	if err != nil || fi.Mode != "-rwxr-xr-x" || fi.Size != 10 {
+		t.Errorf("stat = %+v, %v", fi, err)
+	}
+	l, err := c.ListFiles(ctx, s.ID, "/w")
+	if err != nil || len(l) != 2 || l[0].Name != "a.sh" || l[1].Mode != "-rw-r--r--" {
+		t.Errorf("list = %+v, %v", l, err)
+	}
+	if err := c.GetFile(ctx, s.ID, "/missing", &buf); !client.IsNotFound(err) {
+		t.Errorf("get missing: %v", err)
+	}
+}
+
+func TestHostsAndTokens(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	c, _ := newClient(t)
+	hr, err := c.CreateHost(ctx, "kvm-2")
+	if err != nil || hr.Token == "" || hr.Host.State != "new" {
+		t.Fatalf("create host = %+v, %v", hr, err)
+	}
+	hosts, err := c.ListHosts(ctx)
+	if err != nil || len(hosts) != 2 {
+		t.Fatalf("list hosts = %+v, %v", hosts, err)
+	}
+	h, err := c.DrainHost(ctx, "h1")
+	if err != nil || h.State != "draining" {
+		t.Errorf("drain = %+v, %v", h, err)
+	}
+	if h, err := c.GetHost(ctx, "h1"); err != nil || h.State != "draining" || h.Facts.Backend.Name != "qemu" {
+		t.Errorf("get host = %+v, %v", h, err)
+	}
+	if _, err := c.GetHost(ctx, "zz"); !client.IsNotFound(err) {
+		t.Errorf("get unknown host: %v", err)
+	}
+
+	tr, err := c.CreateToken(ctx, "ci")
+	if err != nil || tr.Secret == "" {
+		t.Fatalf("create token = %+v, %v", tr, err)
+	}
+	toks, err := c.ListTokens(ctx)
+	if err != nil || len(toks) != 1 || toks[0].Name != "ci" {
+		t.Errorf("list tokens = %+v, %v", toks, err)
+	}
+	if err := c.RevokeToken(ctx, tr.Token.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RevokeToken(ctx, tr.Token.ID); !client.IsNotFound(err) {
+		t.Errorf("revoke twice: %v", err)
+	}
+	v, err := c.Version(ctx)
+	if err != nil || v.Version != "v9.9.9-fake" || v.GuestAPI != guestapi.Version {
+		t.Errorf("version = %+v, %v", v, err)
+	}
+	doc, err := c.OpenAPI(ctx)
+	if err != nil || !strings.HasPrefix(string(doc), "openapi:") {
+		t.Errorf("openapi = %q, %v", doc, err)
+	}
+}
