@@ -1,0 +1,141 @@
+package guestinit
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ModuleList is the initramfs file naming the modules to load, in order
+// (written by vmimage).
+const ModuleList = "/etc/engrams/modules"
+
+// Run is PID 1: it prepares the machine and then supervises the guest
+// daemon forever. It returns only on a fatal error (the caller exits and
+// the kernel panics, which stops the VM: the host sees it and the error is
+// on the serial log).
+func Run() error {
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil)) // the console, drained by the host
+	if err := EarlyMounts(); err != nil {
+		return err
+	}
+	cmdline, err := os.ReadFile("/proc/cmdline")
+	if err != nil {
+		return err
+	}
+	p, err := ParseCmdline(string(cmdline))
+	if err != nil {
+		return err
+	}
+	if n, err := LoadModules(ModuleList); err != nil {
+		return err
+	} else {
+		log.Debug("modules loaded", "count", n)
+	}
+	if p.Root != "" {
+		if err := MountRoot(p, "/newroot"); err != nil {
+			return err
+		}
+		if err := SwitchRoot("/newroot"); err != nil {
+			return err
+		}
+	}
+	if err := LateMounts(); err != nil {
+		return err
+	}
+	if lf, err := openLog(InitLog); err == nil {
+		log = slog.New(slog.NewTextHandler(lf, nil))
+	}
+	if p.Hostname != "" {
+		_ = unix.Sethostname([]byte(p.Hostname))
+	}
+	if err := SetupNetwork(p.Address, p.Gateway); err != nil {
+		log.Warn("network", "err", err)
+	}
+	sup := NewSupervisor([]string{DaemonPath, "--listen", "vport:" + p.Port, "--log-file", DaemonLog}, log)
+	sup.SetEnv(readEnv())
+	first := make(chan struct{})
+	if p.CtlPort != "" {
+		go serveControl(p.CtlPort, sup, log, first)
+	}
+	if p.WaitConfig && p.CtlPort != "" {
+		select {
+		case <-first:
+		case <-time.After(10 * time.Second):
+			log.Warn("no control message from the host in 10s; starting the daemon anyway")
+		}
+	}
+	sup.Run()
+	return errors.New("supervisor returned")
+}
+
+func openLog(path string) (*os.File, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	return os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+}
+
+// serveControl answers Control lines on the named virtio-serial port. When
+// the host end is not connected reads return EOF; it waits and reads again.
+func serveControl(name string, sup *Supervisor, log *slog.Logger, first chan<- struct{}) {
+	var dev string
+	for {
+		d, err := FindPort(name)
+		if err == nil {
+			dev = d
+			break
+		}
+		time.Sleep(retryDelay)
+	}
+	f, err := os.OpenFile(dev, os.O_RDWR, 0)
+	if err != nil {
+		log.Error("control port", "err", err)
+		return
+	}
+	r := bufio.NewReader(f)
+	signaled := false
+	for {
+		line, err := r.ReadBytes('\n')
+		if err == io.EOF {
+			time.Sleep(retryDelay) // host not connected; a partial line is dropped
+			continue
+		}
+		if err != nil {
+			log.Error("control port read", "err", err)
+			time.Sleep(retryDelay)
+			continue
+		}
+		rep := handleControl(line, sup)
+		b, _ := json.Marshal(rep)
+		if _, err := f.Write(append(b, '\n')); err != nil {
+			log.Warn("control port write", "err", err)
+		}
+		if !signaled {
+			signaled = true
+			close(first)
+		}
+	}
+}
+
+func handleControl(line []byte, sup *Supervisor) Reply {
+	var c Control
+	if err := json.Unmarshal(line, &c); err != nil {
+		return Reply{Error: "decode control: " + err.Error()}
+	}
+	rep := Reply{ID: c.ID, OK: true, BootID: bootID()}
+	if err := c.apply(sup.SetEnv); err != nil {
+		rep.OK, rep.Error = false, err.Error()
+	}
+	if c.RestartGuest {
+		sup.Restart()
+	}
+	return rep
+}

@@ -1,0 +1,102 @@
+package qemu
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/engrams/engrams/internal/guestinit"
+)
+
+func mkdirAll(d string) error { return os.MkdirAll(d, 0o755) }
+
+func TestKernelCmdline(t *testing.T) {
+	t.Parallel()
+	got := kernelCmdline(2300000, guestParams("My_Host.1", false))
+	for _, w := range []string{"console=ttyS0", "quiet", "cryptomgr.notests", "tsc_early_khz=2300000",
+		"panic=-1", "reboot=t", "engrams.root=serial:engrams-root", "engrams.bundle=serial:engrams-bundle",
+		"engrams.hostname=myhost1", "engrams.port=engrams", "engrams.ctl=engrams-ctl", "engrams.waitconfig=1"} {
+		if !slices.Contains(strings.Fields(got), w) {
+			t.Errorf("cmdline %q lacks %q", got, w)
+		}
+	}
+	if strings.Contains(got, "engrams.ip=") {
+		t.Errorf("no network but cmdline sets an address: %q", got)
+	}
+	p, err := guestinit.ParseCmdline(got)
+	if err != nil || p.Root != "serial:engrams-root" || p.Hostname != "myhost1" {
+		t.Errorf("init parses %+v, %v", p, err)
+	}
+	if strings.Contains(kernelCmdline(0, guestParams("", true)), "tsc_early_khz") {
+		t.Error("tsc_early_khz without a frequency")
+	}
+}
+
+func TestLaunchArgs(t *testing.T) {
+	t.Parallel()
+	l := launch{Accel: "tcg", MemoryMiB: 256, VCPUs: 1, Kernel: "/k", Initramfs: "/i",
+		Bundle: "/b,1", Disk: "/d/disk.qcow2", PIDFile: "/d/qemu.pid", Cmdline: "quiet", Name: "s1", Network: true}
+	a := strings.Join(l.args(), " ")
+	for _, w := range []string{"-M microvm", "-accel tcg", "-m 256", "-smp 1", "-nodefaults", "-no-reboot",
+		"file=/b,,1,format=raw,if=none,readonly=on", "virtserialport,chardev=guest,name=engrams",
+		"user,id=n0,restrict=on", "-qmp unix:qmp.sock,server=on,wait=off", "-daemonize", "-pidfile /d/qemu.pid"} {
+		if !strings.Contains(a, w) {
+			t.Errorf("args lack %q:\n%s", w, a)
+		}
+	}
+	if strings.Contains(a, "-incoming") {
+		t.Error("boot args have -incoming")
+	}
+	l.Incoming = "/s/it's.bin"
+	args := l.args()
+	if args[len(args)-1] != `exec:cat '/s/it'\''s.bin'` {
+		t.Errorf("incoming = %q", args[len(args)-1])
+	}
+	// The device part must not change between boot and restore.
+	boot := launch(l)
+	boot.Incoming = ""
+	if !slices.Equal(boot.args(), args[:len(args)-2]) {
+		t.Error("restore args differ from boot args beyond -incoming")
+	}
+}
+
+func TestCPUKHz(t *testing.T) {
+	t.Parallel()
+	p := filepath.Join(t.TempDir(), "cpuinfo")
+	os.WriteFile(p, []byte("processor\t: 0\nmodel name\t: X\ncpu MHz\t\t: 2445.404\n"), 0o644)
+	if k, err := cpuKHz(p); err != nil || k != 2445404 {
+		t.Errorf("cpuKHz = %d, %v", k, err)
+	}
+	os.WriteFile(p, []byte("processor\t: 0\n"), 0o644)
+	if _, err := cpuKHz(p); err == nil {
+		t.Error("want an error without cpu MHz")
+	}
+}
+
+func TestProcStartTime(t *testing.T) {
+	t.Parallel()
+	st, err := procStartTime(os.Getpid())
+	if err != nil || st == 0 {
+		t.Fatalf("procStartTime(self) = %d, %v", st, err)
+	}
+	if !sameProcess(os.Getpid(), st) || sameProcess(os.Getpid(), st+1) {
+		t.Error("sameProcess disagrees with procStartTime")
+	}
+}
+
+func TestCappedLog(t *testing.T) {
+	t.Parallel()
+	p := filepath.Join(t.TempDir(), "serial.log")
+	w := &cappedLog{path: p, max: 100}
+	for i := 0; i < 50; i++ {
+		w.Write([]byte("0123456789"))
+	}
+	w.close()
+	a, _ := os.Stat(p)
+	b, _ := os.Stat(p + ".1")
+	if a == nil || b == nil || a.Size() > 110 || b.Size() > 110 {
+		t.Errorf("log not bounded: %v %v", a, b)
+	}
+}

@@ -1,0 +1,121 @@
+package qemu
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/engrams/engrams/internal/vmm"
+	"github.com/engrams/engrams/internal/vmm/vmimage"
+)
+
+// Config configures the backend. Images are built beforehand (vmimage).
+type Config struct {
+	QEMU         string         // default "qemu-system-x86_64"
+	QemuImg      string         // default "qemu-img"
+	Accel        string         // "auto" (default), "kvm" or "tcg"
+	DataDir      string         // host data directory: caches the KVM probe result; required
+	Images       vmimage.Images // kernel, initramfs, root base and bundle paths
+	CPUInfo      string         // default /proc/cpuinfo (for tsc_early_khz)
+	Network      bool           // attach virtio-net with restricted user networking
+	SerialLogMax int64          // bytes kept per console log file; default 1 MiB
+	ReadyTimeout time.Duration  // boot/restore until the guest answers; default 90 s
+	OverheadMiB  int            // cgroup memory.max above guest RAM; default 512
+	CgroupParent string         // default /sys/fs/cgroup/engrams
+	NoCgroup     bool           // do not use cgroups even when available
+}
+
+// Deps are injected collaborators.
+type Deps struct {
+	Logger *slog.Logger
+}
+
+// Backend runs QEMU microvm machines.
+type Backend struct {
+	cfg     Config
+	log     *slog.Logger
+	version string
+	accel   string
+	reason  string
+	tscKHz  int64
+	cgroup  bool
+}
+
+// New checks the host (QEMU version, acceleration, TSC frequency, cgroups)
+// and returns the backend. Pick it in cmd/ only when New succeeds.
+func New(cfg Config, deps Deps) (*Backend, error) {
+	if cfg.QEMU == "" {
+		cfg.QEMU = "qemu-system-x86_64"
+	}
+	if cfg.QemuImg == "" {
+		cfg.QemuImg = "qemu-img"
+	}
+	if cfg.Accel == "" {
+		cfg.Accel = "auto"
+	}
+	if cfg.CPUInfo == "" {
+		cfg.CPUInfo = "/proc/cpuinfo"
+	}
+	if cfg.SerialLogMax == 0 {
+		cfg.SerialLogMax = 1 << 20
+	}
+	if cfg.ReadyTimeout == 0 {
+		cfg.ReadyTimeout = 90 * time.Second
+	}
+	if cfg.OverheadMiB == 0 {
+		cfg.OverheadMiB = 512
+	}
+	if cfg.CgroupParent == "" {
+		cfg.CgroupParent = cgroupRoot + "/engrams"
+	}
+	if cfg.DataDir == "" {
+		return nil, fmt.Errorf("new qemu backend: DataDir is required")
+	}
+	im := cfg.Images
+	for _, p := range []string{im.Kernel, im.Initramfs, im.RootFS, im.Bundle} {
+		if p == "" {
+			return nil, fmt.Errorf("new qemu backend: Images incomplete (kernel, initramfs, rootfs, bundle): %+v", im)
+		}
+	}
+	log := deps.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	b := &Backend{cfg: cfg, log: log}
+	out, err := exec.Command(cfg.QEMU, "--version").Output()
+	if err != nil {
+		return nil, fmt.Errorf("new qemu backend: run %s --version: %w", cfg.QEMU, err)
+	}
+	b.version = strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
+	if b.tscKHz, err = cpuKHz(cfg.CPUInfo); err != nil {
+		log.Warn("no tsc_early_khz hint; microvm boots under TCG may hang", "err", err)
+	}
+	if !cfg.NoCgroup {
+		var why string
+		if b.cgroup, why = cgroupUsable(); !b.cgroup {
+			log.Info("qemu processes will not get their own cgroup", "reason", why)
+		}
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("new qemu backend: %w", err)
+	}
+	b.accel, b.reason = b.chooseAccel(context.Background())
+	log.Info("qemu backend", "version", b.version, "accel", b.accel, "reason", b.reason)
+	return b, nil
+}
+
+// Capabilities reports what this backend does on this host.
+func (b *Backend) Capabilities() vmm.Capabilities {
+	reason := b.reason
+	if !b.cgroup {
+		reason += "; no per-VM cgroup (cgroup v2 not writable)"
+	}
+	return vmm.Capabilities{
+		Name: "qemu", Version: b.version, Acceleration: b.accel, Isolation: true,
+		SnapshotMemory: true, SnapshotDisk: true, Reason: reason,
+	}
+}

@@ -1,0 +1,220 @@
+package qemu
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/engrams/engrams/internal/guestapi"
+	"github.com/engrams/engrams/internal/guestinit"
+	"github.com/engrams/engrams/internal/vmm"
+)
+
+// sendControl connects to the control port socket, sends c and waits for
+// the matching reply. Init reads the port only once it runs, so this also
+// waits for the guest to come up; it retries until ctx is done.
+func sendControl(ctx context.Context, sock string, c guestinit.Control) (guestinit.Reply, error) {
+	var last error
+	for {
+		rep, err := sendControlOnce(ctx, sock, c)
+		if err == nil {
+			if !rep.OK {
+				return rep, fmt.Errorf("guest control: %s", rep.Error)
+			}
+			return rep, nil
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return rep, fmt.Errorf("guest control: %w (last: %v)", vmm.ErrGuestTimeout, last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func sendControlOnce(ctx context.Context, sock string, c guestinit.Control) (guestinit.Reply, error) {
+	var rep guestinit.Reply
+	conn, err := dialUnix(ctx, sock)
+	if err != nil {
+		return rep, err
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	b, err := json.Marshal(c)
+	if err != nil {
+		return rep, err
+	}
+	if _, err := conn.Write(append(b, '\n')); err != nil {
+		return rep, err
+	}
+	r := bufio.NewReader(conn)
+	for {
+		line, err := r.ReadBytes('\n')
+		if err != nil {
+			return rep, err
+		}
+		if json.Unmarshal(line, &rep) == nil && rep.ID == c.ID {
+			return rep, nil
+		}
+	}
+}
+
+// newControl builds a control message with the host's clock and fresh entropy.
+func newControl(id uint64, hostname string, env map[string]string) guestinit.Control {
+	ent := make([]byte, 64)
+	_, _ = rand.Read(ent)
+	return guestinit.Control{
+		ID: id, Hostname: hostname, Env: env,
+		TimeUnixNano: time.Now().UnixNano(), Entropy: ent,
+	}
+}
+
+// connectGuest opens a yamux session on the guest channel socket and
+// checks the daemon answers Ready. A stale session on the guest side (for
+// example right after a restore) makes the first attempts fail; each retry
+// uses a fresh connection until ctx is done.
+func connectGuest(ctx context.Context, sock string) (*guestapi.Mux, guestapi.Ready, error) {
+	var last error
+	for {
+		mux, ready, err := connectGuestOnce(ctx, sock)
+		if err == nil {
+			return mux, ready, nil
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return nil, ready, fmt.Errorf("connect guest daemon: %w (last: %v)", vmm.ErrGuestTimeout, last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func connectGuestOnce(ctx context.Context, sock string) (*guestapi.Mux, guestapi.Ready, error) {
+	var ready guestapi.Ready
+	conn, err := dialUnix(ctx, sock)
+	if err != nil {
+		return nil, ready, err
+	}
+	mux, err := guestapi.NewMux(conn)
+	if err != nil {
+		conn.Close()
+		return nil, ready, err
+	}
+	actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	cl := guestapi.NewClient(mux.Dial)
+	defer cl.Close()
+	ready, err = cl.Ready(actx)
+	if err != nil {
+		mux.Close()
+		return nil, ready, err
+	}
+	return mux, ready, nil
+}
+
+var errClosed = errors.New("machine destroyed")
+
+// dialer keeps one guest session and reopens it when it dies.
+func (m *machine) guestMux(ctx context.Context) (*guestapi.Mux, error) {
+	m.mu.Lock()
+	mux := m.mux
+	m.mu.Unlock()
+	if mux != nil {
+		select {
+		case <-mux.Done():
+		default:
+			return mux, nil
+		}
+	}
+	m.connMu.Lock()
+	defer m.connMu.Unlock()
+	m.mu.Lock()
+	if m.destroyed {
+		m.mu.Unlock()
+		return nil, errClosed
+	}
+	if m.mux != nil && m.mux != mux {
+		mux = m.mux
+		m.mu.Unlock()
+		return mux, nil
+	}
+	m.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, m.b.cfg.ReadyTimeout)
+	defer cancel()
+	nm, _, err := connectGuest(ctx, m.guestSocket())
+	if err != nil {
+		return nil, err
+	}
+	m.setMux(nm)
+	return nm, nil
+}
+
+func (m *machine) setMux(nm *guestapi.Mux) {
+	m.mu.Lock()
+	old := m.mux
+	m.mux = nm
+	m.mu.Unlock()
+	if old != nil && old != nm {
+		old.Close()
+	}
+}
+
+// Dial opens a new stream to the guest daemon.
+func (m *machine) Dial(ctx context.Context) (net.Conn, error) {
+	mux, err := m.guestMux(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("dial guest %s: %w", m.info.SessionID, err)
+	}
+	c, err := mux.Dial(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("dial guest %s: %w", m.info.SessionID, err)
+	}
+	return c, nil
+}
+
+func (m *machine) guestSocket() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.st.Socket
+}
+
+// rebindGuestChannel points the guest port's chardev at a fresh socket
+// (QMP chardev-change). A chardev socket serves one client at a time; this
+// evicts a client that an older handle of this machine may still hold.
+func (m *machine) rebindGuestChannel(ctx context.Context) error {
+	next := fileGuest2
+	if filepath.Base(m.guestSocket()) == fileGuest2 {
+		next = fileGuest
+	}
+	p := m.path(next)
+	if len(p) >= 108 {
+		return fmt.Errorf("rebind guest channel: path %s too long for a unix socket", p)
+	}
+	_ = os.Remove(p)
+	args := map[string]any{"id": "guest", "backend": map[string]any{
+		"type": "socket",
+		"data": map[string]any{
+			"addr":   map[string]any{"type": "unix", "data": map[string]any{"path": p}},
+			"server": true, "wait": false,
+		},
+	}}
+	err := m.withQMP(ctx, func(q *QMP) error { return q.Execute(ctx, "chardev-change", args, nil) })
+	if err != nil {
+		return fmt.Errorf("rebind guest channel: %w", err)
+	}
+	old := m.guestSocket()
+	m.mu.Lock()
+	m.st.Socket = p
+	m.info.Socket = p
+	m.mu.Unlock()
+	_ = os.Remove(old)
+	return m.writeState()
+}

@@ -1,0 +1,282 @@
+package qemu
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/engrams/engrams/internal/vmm"
+	"github.com/engrams/engrams/internal/vmm/vmimage"
+)
+
+// Snapshot file names and roles.
+const (
+	snapMemory = "memory.bin"    // role "memory": RAM and device state (QEMU migration stream)
+	snapDisk   = "disk.qcow2"    // role "disk": the overlay, backed by the shared base image
+	snapConfig = "snapshot.json" // role "config": what the restore command line needs
+)
+
+// snapConfigFile is the "config" role file: the machine shape a restore
+// must reproduce exactly.
+type snapConfigFile struct {
+	QEMUVersion string         `json:"qemu_version"`
+	Accel       string         `json:"accel"`
+	MemoryMiB   int            `json:"memory_mib"`
+	VCPUs       int            `json:"vcpus"`
+	Network     bool           `json:"network"`
+	Images      vmimage.Images `json:"images"`
+}
+
+// Snapshot pauses the machine and writes its memory and device state and
+// its disk into dir. The machine stays paused.
+func (m *machine) Snapshot(ctx context.Context, dir string) (vmm.Snapshot, error) {
+	snap, err := m.snapshot(ctx, dir)
+	if err != nil {
+		return snap, fmt.Errorf("snapshot %s: %w", m.st.SessionID, err)
+	}
+	return snap, nil
+}
+
+func (m *machine) snapshot(ctx context.Context, dir string) (vmm.Snapshot, error) {
+	var snap vmm.Snapshot
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return snap, err
+	}
+	// Drop the guest session first: the guest daemon sees the port close
+	// and waits for a new session, which is what a restore brings.
+	m.setMux(nil)
+	mem := filepath.Join(dir, snapMemory)
+	err := m.withQMP(ctx, func(q *QMP) error { return migrateToFile(ctx, q, mem) })
+	if err != nil {
+		return snap, err
+	}
+	// Migration completion flushed and inactivated the block devices, so
+	// the overlay file is consistent now.
+	if err := vmimage.CloneFile(m.path(fileDisk), filepath.Join(dir, snapDisk)); err != nil {
+		return snap, err
+	}
+	cfg := snapConfigFile{
+		QEMUVersion: m.b.version, Accel: m.st.Accel, MemoryMiB: m.st.MemoryMiB,
+		VCPUs: m.st.VCPUs, Network: m.st.Network, Images: m.st.Images,
+	}
+	data, _ := json.MarshalIndent(cfg, "", "  ")
+	if err := os.WriteFile(filepath.Join(dir, snapConfig), data, 0o644); err != nil {
+		return snap, err
+	}
+	return vmm.Snapshot{
+		Backend: "qemu",
+		Files: map[string]string{
+			"memory": mem, "disk": filepath.Join(dir, snapDisk), "config": filepath.Join(dir, snapConfig),
+		},
+		Taken: time.Now().UTC(),
+	}, nil
+}
+
+// migrateToFile stops the VM and writes its RAM and device state to mem.
+func migrateToFile(ctx context.Context, q *QMP, mem string) error {
+	if err := q.Execute(ctx, "migrate-set-parameters", map[string]any{"max-bandwidth": int64(100) << 30}, nil); err != nil {
+		return err
+	}
+	if err := q.Execute(ctx, "stop", nil, nil); err != nil {
+		return err
+	}
+	if err := q.Execute(ctx, "migrate", map[string]any{"uri": "exec:cat > " + shellQuote(mem)}, nil); err != nil {
+		return err
+	}
+	return waitMigration(ctx, q)
+}
+
+func waitMigration(ctx context.Context, q *QMP) error {
+	for {
+		var r struct {
+			Status    string `json:"status"`
+			ErrorDesc string `json:"error-desc"`
+		}
+		if err := q.Execute(ctx, "query-migrate", nil, &r); err != nil {
+			return err
+		}
+		switch r.Status {
+		case "completed":
+			return nil
+		case "failed", "cancelled":
+			return fmt.Errorf("migration %s: %s", r.Status, r.ErrorDesc)
+		}
+		select {
+		case <-ctx.Done():
+			_ = q.Execute(context.Background(), "migrate_cancel", nil, nil)
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// Resume continues a machine paused by Snapshot and reconnects the guest.
+func (m *machine) Resume(ctx context.Context) error {
+	err := m.withQMP(ctx, func(q *QMP) error { return q.Execute(ctx, "cont", nil, nil) })
+	if err != nil {
+		return fmt.Errorf("resume %s: %w", m.st.SessionID, err)
+	}
+	if _, err := m.guestMux(ctx); err != nil {
+		return fmt.Errorf("resume %s: %w", m.st.SessionID, err)
+	}
+	return nil
+}
+
+// Destroy stops QEMU (QMP quit, then SIGKILL) and removes the sockets,
+// overlay, pid file, console log, state file and cgroup. Idempotent.
+func (m *machine) Destroy(ctx context.Context) error {
+	m.mu.Lock()
+	m.destroyed = true
+	m.mu.Unlock()
+	m.setMux(nil)
+	if sameProcess(m.st.PID, m.st.StartTime) {
+		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_ = m.withQMP(qctx, func(q *QMP) error { return q.Execute(qctx, "quit", nil, nil) })
+		cancel()
+	}
+	if !waitGone(m.st.PID, m.st.StartTime, 3*time.Second) {
+		m.kill()
+	}
+	if !waitGone(m.st.PID, m.st.StartTime, 5*time.Second) {
+		return fmt.Errorf("destroy %s: qemu pid %d did not exit", m.st.SessionID, m.st.PID)
+	}
+	if m.done != nil {
+		<-m.done
+	}
+	m.cleanup()
+	return nil
+}
+
+func (m *machine) kill() { killProcess(m.st.PID, m.st.StartTime) }
+
+// cleanup removes every file the machine created in its directory.
+func (m *machine) cleanup() {
+	if m.stop != nil {
+		m.stop()
+	}
+	for _, f := range []string{fileQMP, fileGuest, fileGuest2, fileCtl, fileSerial, filePID, fileDisk,
+		fileSerLog, fileSerLog + ".1", fileMachine, fileMachine + ".tmp"} {
+		_ = os.Remove(m.path(f))
+	}
+	if m.st.Cgroup != "" {
+		_ = os.Remove(m.st.Cgroup)
+	}
+}
+
+// Restore starts a new QEMU from snap and returns once its guest daemon
+// answers, with the clock stepped and the kernel RNG reseeded.
+func (b *Backend) Restore(ctx context.Context, spec vmm.Spec, snap vmm.Snapshot) (vmm.Machine, error) {
+	m, err := b.restore(ctx, spec, snap)
+	if err != nil {
+		return nil, fmt.Errorf("restore %s: %w", spec.SessionID, err)
+	}
+	return m, nil
+}
+
+func (b *Backend) restore(ctx context.Context, spec vmm.Spec, snap vmm.Snapshot) (*machine, error) {
+	if snap.Backend != "qemu" {
+		return nil, fmt.Errorf("snapshot is from backend %q: %w", snap.Backend, vmm.ErrUnsupported)
+	}
+	var cfg snapConfigFile
+	data, err := os.ReadFile(snap.Files["config"])
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		return nil, fmt.Errorf("read snapshot config: %w", err)
+	}
+	if cfg.QEMUVersion != b.version {
+		return nil, fmt.Errorf("snapshot taken with %q, this host runs %q: %w", cfg.QEMUVersion, b.version, vmm.ErrUnsupported)
+	}
+	if spec.Dir == "" {
+		return nil, errors.New("spec.Dir is required")
+	}
+	if err := vmimage.CloneFile(snap.Files["disk"], filepath.Join(spec.Dir, fileDisk)); err != nil {
+		return nil, err
+	}
+	st := state{
+		Info:  vmm.Info{SessionID: spec.SessionID, Backend: "qemu", Dir: spec.Dir, Created: time.Now().UTC()},
+		Accel: cfg.Accel, MemoryMiB: cfg.MemoryMiB, VCPUs: cfg.VCPUs, Network: cfg.Network,
+		Images: cfg.Images, Hostname: guestParams(spec.Hostname, false).Hostname,
+	}
+	m, err := b.startState(ctx, st, snap.Files["memory"])
+	if err != nil {
+		_ = os.Remove(filepath.Join(spec.Dir, fileDisk))
+		return nil, err
+	}
+	if err := m.finishRestore(ctx, spec.Env); err != nil {
+		_ = m.Destroy(context.Background())
+		return nil, err
+	}
+	return m, nil
+}
+
+// finishRestore waits for the incoming migration, continues the VM, then
+// steps the guest clock, reseeds its RNG and reconnects the guest daemon.
+func (m *machine) finishRestore(ctx context.Context, env map[string]string) error {
+	ctx, cancel := context.WithTimeout(ctx, m.b.cfg.ReadyTimeout)
+	defer cancel()
+	err := m.withQMP(ctx, func(q *QMP) error { return m.awaitIncoming(ctx, q) })
+	if err != nil {
+		return err
+	}
+	return m.handshake(ctx, env)
+}
+
+// Recover reattaches to the machine whose state is in dir, or kills what is
+// left of it, removes its files and returns vmm.ErrGone.
+func (b *Backend) Recover(ctx context.Context, dir string) (vmm.Machine, error) {
+	var st state
+	data, err := os.ReadFile(filepath.Join(dir, fileMachine))
+	if err != nil {
+		return nil, fmt.Errorf("recover %s: %w: %v", dir, vmm.ErrGone, err)
+	}
+	if err := json.Unmarshal(data, &st); err != nil {
+		return nil, fmt.Errorf("recover %s: %w: bad state: %v", dir, vmm.ErrGone, err)
+	}
+	st.Dir = dir
+	m := &machine{b: b, st: st, info: st.Info}
+	if !sameProcess(st.PID, st.StartTime) {
+		m.cleanup()
+		return nil, fmt.Errorf("recover %s: %w: qemu pid %d is not running", st.SessionID, vmm.ErrGone, st.PID)
+	}
+	if err := m.attach(ctx); err != nil {
+		m.kill()
+		waitGone(st.PID, st.StartTime, 5*time.Second)
+		m.cleanup()
+		return nil, fmt.Errorf("recover %s: %w: %v", st.SessionID, vmm.ErrGone, err)
+	}
+	if err := m.rebindGuestChannel(ctx); err != nil {
+		b.log.Warn("guest channel not rebound; a stale client may hold it", "session_id", st.SessionID, "err", err)
+	}
+	b.log.Info("machine reattached", "session_id", st.SessionID, "pid", st.PID)
+	return m, nil
+}
+
+// awaitIncoming waits until the incoming migration finished, then continues.
+func (m *machine) awaitIncoming(ctx context.Context, q *QMP) error {
+	for {
+		s, err := q.QueryStatus(ctx)
+		if err != nil {
+			return err
+		}
+		if s.Status != "inmigrate" {
+			if s.Status != "paused" && s.Status != "running" {
+				return fmt.Errorf("incoming migration ended in state %q", s.Status)
+			}
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-m.done:
+			return errors.New("qemu exited during incoming migration")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return q.Execute(ctx, "cont", nil, nil)
+}

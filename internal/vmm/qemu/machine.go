@@ -1,0 +1,239 @@
+package qemu
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/engrams/engrams/internal/guestapi"
+	"github.com/engrams/engrams/internal/vmm"
+	"github.com/engrams/engrams/internal/vmm/vmimage"
+)
+
+// state is what machine.json holds: vmm.Info plus what Recover and
+// Snapshot need to rebuild the machine.
+type state struct {
+	vmm.Info
+	Accel     string         `json:"accel"`
+	MemoryMiB int            `json:"memory_mib"`
+	VCPUs     int            `json:"vcpus"`
+	Network   bool           `json:"network"`
+	Images    vmimage.Images `json:"images"`
+	Cgroup    string         `json:"cgroup,omitempty"`
+	Hostname  string         `json:"hostname"`
+}
+
+type machine struct {
+	b     *Backend
+	st    state
+	info  vmm.Info
+	qmpMu sync.Mutex // one QMP connection at a time from this handle
+	done  chan struct{}
+	stop  context.CancelFunc // ends the serial drain
+
+	connMu    sync.Mutex // serializes guest reconnects
+	mu        sync.Mutex
+	mux       *guestapi.Mux
+	destroyed bool
+	ctlID     uint64
+}
+
+func (m *machine) path(name string) string { return filepath.Join(m.st.Dir, name) }
+
+func (m *machine) Info() vmm.Info { return m.info }
+
+func (m *machine) Done() <-chan struct{} { return m.done }
+
+func normalize(spec vmm.Spec) (vmm.Spec, error) {
+	if spec.Dir == "" {
+		return spec, errors.New("spec.Dir is required")
+	}
+	if spec.MemoryMiB == 0 {
+		spec.MemoryMiB = 256
+	}
+	if spec.VCPUs == 0 {
+		spec.VCPUs = 1
+	}
+	if spec.MemoryMiB < 64 || spec.VCPUs < 1 {
+		return spec, fmt.Errorf("bad machine size: %d MiB, %d vCPUs", spec.MemoryMiB, spec.VCPUs)
+	}
+	return spec, nil
+}
+
+// start launches QEMU for st (booting, or restoring from incoming) and
+// attaches to it. On error nothing is left running.
+func (b *Backend) start(ctx context.Context, spec vmm.Spec, accel, incoming string) (*machine, error) {
+	st := state{
+		Info:  vmm.Info{SessionID: spec.SessionID, Backend: "qemu", Dir: spec.Dir, Created: time.Now().UTC()},
+		Accel: accel, MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, Network: b.cfg.Network,
+		Images: b.cfg.Images, Hostname: guestParams(spec.Hostname, false).Hostname,
+	}
+	return b.startState(ctx, st, incoming)
+}
+
+func (b *Backend) startState(ctx context.Context, st state, incoming string) (*machine, error) {
+	st.Socket = filepath.Join(st.Dir, fileGuest)
+	for _, f := range []string{fileQMP, fileGuest, fileGuest2, fileCtl, fileSerial, filePID} {
+		_ = os.Remove(filepath.Join(st.Dir, f))
+	}
+	l := launch{
+		QEMU: b.cfg.QEMU, Accel: st.Accel, MemoryMiB: st.MemoryMiB, VCPUs: st.VCPUs,
+		Kernel: st.Images.Kernel, Initramfs: st.Images.Initramfs, Bundle: st.Images.Bundle,
+		Disk:    filepath.Join(st.Dir, fileDisk),
+		PIDFile: filepath.Join(st.Dir, filePID),
+		Cmdline: kernelCmdline(b.tscKHz, guestParams(st.Hostname, st.Network)),
+		Name:    st.SessionID, Network: st.Network, Incoming: incoming,
+	}
+	var out bytes.Buffer
+	cmd := exec.Command(l.QEMU, l.args()...)
+	cmd.Dir = st.Dir
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // survives a host-agent kill
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("start qemu: %w: %s", err, strings.TrimSpace(out.String()))
+	}
+	pid, err := readPIDFile(l.PIDFile)
+	if err != nil {
+		return nil, fmt.Errorf("start qemu: %w", err)
+	}
+	if st.StartTime, err = procStartTime(pid); err != nil {
+		return nil, fmt.Errorf("start qemu: pid %d: %w", pid, err)
+	}
+	st.PID = pid
+	if b.cgroup {
+		mem := int64(st.MemoryMiB+b.cfg.OverheadMiB) << 20
+		dir, err := placeInCgroup(b.cfg.CgroupParent, "vm-"+sanitizeHostname(st.SessionID)+fmt.Sprintf("-%d", pid), pid, mem, st.VCPUs)
+		if err != nil {
+			b.log.Warn("qemu cgroup", "session_id", st.SessionID, "err", err)
+		}
+		st.Cgroup = dir
+	}
+	m := &machine{b: b, st: st, info: st.Info}
+	if err := m.writeState(); err != nil {
+		m.kill()
+		return nil, err
+	}
+	if err := m.attach(ctx); err != nil {
+		m.kill()
+		m.cleanup()
+		return nil, err
+	}
+	return m, nil
+}
+
+func (m *machine) writeState() error {
+	data, err := json.MarshalIndent(m.st, "", "  ")
+	if err != nil {
+		return fmt.Errorf("write machine state: %w", err)
+	}
+	tmp := m.path(fileMachine + ".tmp")
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return fmt.Errorf("write machine state: %w", err)
+	}
+	if err := os.Rename(tmp, m.path(fileMachine)); err != nil {
+		return fmt.Errorf("write machine state: %w", err)
+	}
+	return nil
+}
+
+// withQMP runs f on a fresh QMP connection. QMP sockets take one client
+// at a time, so no handle keeps one open: a second handle (Recover while
+// an old handle lives) must be able to connect.
+func (m *machine) withQMP(ctx context.Context, f func(q *QMP) error) error {
+	m.qmpMu.Lock()
+	defer m.qmpMu.Unlock()
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	q, err := DialQMP(dctx, m.path(fileQMP))
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	return f(q)
+}
+
+// attach checks QMP answers, starts the console drain and the exit watch.
+func (m *machine) attach(ctx context.Context) error {
+	err := m.withQMP(ctx, func(q *QMP) error {
+		_, err := q.QueryStatus(ctx)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("attach qemu %d: %w", m.st.PID, err)
+	}
+	m.done = make(chan struct{})
+	watchExit(m.st.PID, m.st.StartTime, m.done)
+	sctx, stop := context.WithCancel(context.Background())
+	m.stop = stop
+	go drainSerial(sctx, m.path(fileSerial), m.path(fileSerLog), m.b.cfg.SerialLogMax)
+	return nil
+}
+
+// Boot starts a machine from the configured images and returns once its
+// guest daemon answers.
+func (b *Backend) Boot(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) {
+	spec, err := normalize(spec)
+	if err != nil {
+		return nil, fmt.Errorf("boot %s: %w", spec.SessionID, err)
+	}
+	disk := filepath.Join(spec.Dir, fileDisk)
+	if err := vmimage.Overlay(ctx, b.cfg.QemuImg, b.cfg.Images.RootFS, disk); err != nil {
+		return nil, fmt.Errorf("boot %s: %w", spec.SessionID, err)
+	}
+	m, err := b.start(ctx, spec, b.accel, "")
+	if err != nil {
+		_ = os.Remove(disk)
+		return nil, fmt.Errorf("boot %s: %w", spec.SessionID, err)
+	}
+	if err := m.handshake(ctx, spec.Env); err != nil {
+		console := m.consoleTail()
+		_ = m.Destroy(context.Background())
+		return nil, fmt.Errorf("boot %s: %w (console: %s)", spec.SessionID, err, console)
+	}
+	b.log.Info("machine booted", "session_id", spec.SessionID, "pid", m.st.PID, "accel", m.st.Accel)
+	return m, nil
+}
+
+// handshake sends init its control message (identity, env, clock, RNG
+// seed) and waits for the guest daemon to answer.
+func (m *machine) handshake(ctx context.Context, env map[string]string) error {
+	ctx, cancel := context.WithTimeout(ctx, m.b.cfg.ReadyTimeout)
+	defer cancel()
+	if err := m.control(ctx, env); err != nil {
+		return err
+	}
+	mux, _, err := connectGuest(ctx, m.guestSocket())
+	if err != nil {
+		return err
+	}
+	m.setMux(mux)
+	return nil
+}
+
+func (m *machine) control(ctx context.Context, env map[string]string) error {
+	m.mu.Lock()
+	m.ctlID++
+	id := m.ctlID
+	m.mu.Unlock()
+	_, err := sendControl(ctx, m.path(fileCtl), newControl(id, m.st.Hostname, env))
+	return err
+}
+
+func (m *machine) consoleTail() string {
+	b, _ := os.ReadFile(m.path(fileSerLog))
+	s := strings.TrimSpace(string(b))
+	if len(s) > 600 {
+		s = s[len(s)-600:]
+	}
+	return s
+}

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# install-deps.sh: installs what the VM backends need on a fresh Debian or
+# Ubuntu machine (QEMU, a guest kernel, image tools). Idempotent: packages
+# already present are skipped and `apt-get update` runs at most once.
+set -euo pipefail
+
+if [ "$(id -u)" -ne 0 ]; then
+	SUDO=sudo
+else
+	SUDO=
+fi
+export DEBIAN_FRONTEND=noninteractive
+
+. /etc/os-release
+distro="${ID:-unknown}"
+
+# Packages every machine needs.
+pkgs=(qemu-system-x86 qemu-utils e2fsprogs busybox-static lz4 cpio erofs-utils)
+
+# The guest kernel. The QEMU backend boots the uncompressed PVH vmlinux that
+# it extracts from a distribution kernel, plus that kernel's virtio modules
+# from /lib/modules/<version>.
+case "$distro" in
+debian)
+	# Debian's cloud flavour: small, virtio drivers as modules, LZ4 payload.
+	pkgs+=(linux-image-cloud-amd64)
+	;;
+ubuntu)
+	# Ubuntu has no "cloud" flavour; linux-image-kvm is its minimal virtual
+	# kernel (virtio built in, PVH capable). linux-image-virtual is the
+	# fallback when the kvm flavour is not published for this release.
+	if apt-cache show linux-image-kvm >/dev/null 2>&1; then
+		pkgs+=(linux-image-kvm)
+	else
+		pkgs+=(linux-image-virtual)
+	fi
+	;;
+*)
+	echo "install-deps: unsupported distribution '$distro'; install QEMU, qemu-img," >&2
+	echo "  mkfs.ext4, a static busybox and a Linux kernel with virtio drivers by hand." >&2
+	exit 1
+	;;
+esac
+
+missing=()
+for p in "${pkgs[@]}"; do
+	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+		missing+=("$p")
+	fi
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+	echo "install-deps: all packages present: ${pkgs[*]}"
+	exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+
+# Kernel images under /boot are mode 0600 on Ubuntu; the backend reads them
+# as the host agent's user.
+$SUDO chmod a+r /boot/vmlinuz-* 2>/dev/null || true
+echo "install-deps: done"
