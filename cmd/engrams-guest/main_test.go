@@ -1,0 +1,32 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseFlags(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"all transports", []string{"--listen", "unix:/run/g.sock", "--listen", "tcp:127.0.0.1:1", "--listen", "vport:engrams", "--listen", "vsock:1024", "--env", "A=b", "--workdir", "/w"}, ""},
+		{"no listener", nil, "at least one --listen"},
+		{"unknown transport", []string{"--listen", "udp:1"}, "unknown transport"},
+		{"missing address", []string{"--listen", "unix:"}, "want unix:PATH"},
+		{"bad vsock port", []string{"--listen", "vsock:x"}, "bad vsock port"},
+		{"bad env", []string{"--listen", "unix:/s", "--env", "NOEQUALS"}, "K=V"},
+		{"stray args", []string{"--listen", "unix:/s", "extra"}, "unexpected arguments"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := parseFlags(tt.args)
+			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Errorf("parseFlags(%q) = %v, want %q", tt.args, err, tt.wantErr)
+			}
+		})
+	}
+}

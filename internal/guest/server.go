@@ -1,0 +1,230 @@
+package guest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/engrams/engrams/internal/guestapi"
+)
+
+// Config is the daemon's configuration.
+type Config struct {
+	// WorkDir is the default directory of executed commands ("/" if empty).
+	WorkDir string
+	// Env is the base environment ("K=V") of executed commands; ExecStart.Env
+	// is merged over it. Nil means no base environment.
+	Env []string
+	// OutputGrace bounds how long output is still drained after a command
+	// exited while a process it left behind keeps its stdout/stderr open.
+	// Zero means 100ms.
+	OutputGrace time.Duration
+}
+
+// Deps are the daemon's collaborators.
+type Deps struct {
+	Logger *slog.Logger // nil: discard
+}
+
+// Server serves the guest API.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	handler http.Handler
+	started time.Time
+}
+
+// maxControlMessage bounds ExecStart and Control text messages.
+const maxControlMessage = 64 << 10
+
+// maxFrame bounds any WebSocket message (stdin frames included).
+const maxFrame = 1 << 20
+
+// New returns a Server.
+func New(cfg Config, deps Deps) *Server {
+	if cfg.WorkDir == "" {
+		cfg.WorkDir = "/"
+	}
+	if cfg.OutputGrace <= 0 {
+		cfg.OutputGrace = 100 * time.Millisecond
+	}
+	log := deps.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: cfg, log: log, started: time.Now()}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+guestapi.PathReady, s.handleReady)
+	mux.HandleFunc("GET "+guestapi.PathExec, s.handleExec)
+	mux.HandleFunc("GET "+guestapi.PathFiles, s.handleDownload)
+	mux.HandleFunc("PUT "+guestapi.PathFiles, s.handleUpload)
+	mux.HandleFunc("GET "+guestapi.PathFileList, s.handleList)
+	mux.HandleFunc("GET "+guestapi.PathFileStat, s.handleStat)
+	allowed := map[string]string{
+		guestapi.PathReady: "GET", guestapi.PathExec: "GET", guestapi.PathFiles: "GET, PUT",
+		guestapi.PathFileList: "GET", guestapi.PathFileStat: "GET",
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if allow, ok := allowed[r.URL.Path]; ok {
+			w.Header().Set("Allow", allow)
+			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: method not allowed (allowed: %s)", r.Method, r.URL.Path, allow))
+			return
+		}
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no route %s %s", r.Method, r.URL.Path))
+	})
+	s.handler = s.versioned(mux)
+	return s
+}
+
+// Handler returns the daemon's HTTP handler.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Serve serves the API on ln until ctx is done or ln fails. It closes ln,
+// ends running commands when ctx is done, and joins every handler.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var active tracker // handlers, including hijacked exec streams Shutdown does not wait for
+	srv := &http.Server{
+		Handler:           active.wrap(s.handler),
+		ReadHeaderTimeout: 30 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	var err error
+	select {
+	case <-ctx.Done():
+		sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = srv.Shutdown(sctx)
+		scancel()
+		_ = srv.Close()
+		<-errc
+	case err = <-errc:
+		cancel() // ends hijacked exec streams served from this listener
+		_ = srv.Close()
+	}
+	active.closeAndWait()
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
+	}
+	return nil
+}
+
+func (s *Server) versioned(next http.Handler) http.Handler {
+	want := strconv.Itoa(guestapi.Version)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(guestapi.HeaderVersion, want)
+		if got := r.Header.Get(guestapi.HeaderVersion); got != "" && got != want {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf(
+				"guest API version mismatch: request has %s=%s, daemon speaks %s", guestapi.HeaderVersion, got, want))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
+	host, _ := os.Hostname()
+	writeJSON(w, http.StatusOK, guestapi.Ready{
+		Version:  guestapi.Version,
+		BootID:   readTrim("/proc/sys/kernel/random/boot_id"),
+		PID:      os.Getpid(),
+		Hostname: host,
+		Kernel:   kernelRelease(),
+		Uptime:   s.uptime(),
+	})
+}
+
+func (s *Server) uptime() float64 {
+	if f := strings.Fields(readTrim("/proc/uptime")); len(f) > 0 {
+		if v, err := strconv.ParseFloat(f[0], 64); err == nil {
+			return v
+		}
+	}
+	return time.Since(s.started).Seconds()
+}
+
+func readTrim(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func kernelRelease() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return ""
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, guestapi.ErrorBody{Error: msg})
+}
+
+// tracker counts running handlers so Serve can join them, hijacked ones too.
+type tracker struct {
+	mu     sync.Mutex
+	n      int
+	closed bool
+	idle   chan struct{}
+}
+
+func (t *tracker) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.mu.Lock()
+		if t.closed {
+			t.mu.Unlock()
+			writeError(w, http.StatusServiceUnavailable, "guest daemon is shutting down")
+			return
+		}
+		t.n++
+		t.mu.Unlock()
+		defer t.leave()
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (t *tracker) leave() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.n--
+	if t.n == 0 && t.idle != nil {
+		close(t.idle)
+		t.idle = nil
+	}
+}
+
+func (t *tracker) closeAndWait() {
+	t.mu.Lock()
+	t.closed = true
+	if t.n == 0 {
+		t.mu.Unlock()
+		return
+	}
+	idle := make(chan struct{})
+	t.idle = idle
+	t.mu.Unlock()
+	<-idle
+}

@@ -1,0 +1,180 @@
+package guestapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// Error categories callers branch on (errors.Is on an *Error).
+var (
+	ErrNotFound        = errors.New("guest: not found")
+	ErrBadRequest      = errors.New("guest: bad request")
+	ErrVersionMismatch = errors.New("guest: API version mismatch")
+)
+
+// Error is a non-2xx answer of the guest daemon.
+type Error struct {
+	Status        int    // HTTP status
+	Message       string // ErrorBody.Error, or the status text
+	DaemonVersion string // the daemon's HeaderVersion, if it sent one
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("guest daemon: %d %s: %s", e.Status, http.StatusText(e.Status), e.Message)
+}
+
+// Is maps the status to the exported categories.
+func (e *Error) Is(target error) bool {
+	switch target {
+	case ErrNotFound:
+		return e.Status == http.StatusNotFound
+	case ErrBadRequest:
+		return e.Status == http.StatusBadRequest
+	case ErrVersionMismatch:
+		return e.DaemonVersion != "" && e.DaemonVersion != strconv.Itoa(Version)
+	}
+	return false
+}
+
+// Client speaks the guest API over streams from a dial function (a Unix
+// socket, a vsock connection, a Mux stream). It is safe for concurrent use.
+type Client struct {
+	hc *http.Client
+	tr *http.Transport
+}
+
+// baseURL is the authority of every request; the dial function decides
+// where requests really go.
+const baseURL = "http://guest"
+
+// NewClient returns a Client whose connections come from dial.
+func NewClient(dial func(ctx context.Context) (net.Conn, error)) *Client {
+	tr := &http.Transport{
+		DialContext:         func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
+		MaxIdleConns:        8,
+		MaxIdleConnsPerHost: 8,
+		IdleConnTimeout:     30 * time.Second,
+		DisableCompression:  true,
+	}
+	return &Client{hc: &http.Client{Transport: tr}, tr: tr}
+}
+
+// Close releases idle connections.
+func (c *Client) Close() { c.tr.CloseIdleConnections() }
+
+func versionHeader() http.Header {
+	return http.Header{HeaderVersion: []string{strconv.Itoa(Version)}}
+}
+
+// do sends one request and returns the response of a 2xx answer; any other
+// answer becomes an *Error.
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, body io.Reader) (*http.Response, error) {
+	u := baseURL + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header = versionHeader()
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 == 2 {
+		if v := resp.Header.Get(HeaderVersion); v != "" && v != strconv.Itoa(Version) {
+			resp.Body.Close()
+			return nil, &Error{Status: resp.StatusCode, Message: "daemon speaks version " + v, DaemonVersion: v}
+		}
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	return nil, errorFromResponse(resp)
+}
+
+func errorFromResponse(resp *http.Response) error {
+	e := &Error{Status: resp.StatusCode, DaemonVersion: resp.Header.Get(HeaderVersion)}
+	if resp.Body != nil {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		var eb ErrorBody
+		if json.Unmarshal(b, &eb) == nil && eb.Error != "" {
+			e.Message = eb.Error
+		} else {
+			e.Message = string(b)
+		}
+	}
+	if e.Message == "" {
+		e.Message = http.StatusText(resp.StatusCode)
+	}
+	return e
+}
+
+func (c *Client) getJSON(ctx context.Context, path string, q url.Values, v any) error {
+	resp, err := c.do(ctx, http.MethodGet, path, q, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		return fmt.Errorf("decode %s answer: %w", path, err)
+	}
+	return nil
+}
+
+// Ready asks whether the daemon answers, and about the guest.
+func (c *Client) Ready(ctx context.Context) (Ready, error) {
+	var r Ready
+	if err := c.getJSON(ctx, PathReady, nil, &r); err != nil {
+		return Ready{}, fmt.Errorf("guest ready: %w", err)
+	}
+	return r, nil
+}
+
+// Upload writes r to the absolute path in the guest atomically, creating
+// parent directories; mode is the file's permission bits.
+func (c *Client) Upload(ctx context.Context, path string, mode uint32, r io.Reader) error {
+	q := url.Values{"path": {path}, "mode": {fmt.Sprintf("%04o", mode)}}
+	resp, err := c.do(ctx, http.MethodPut, PathFiles, q, r)
+	if err != nil {
+		return fmt.Errorf("upload %s: %w", path, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.Body.Close()
+}
+
+// Download streams the guest file at the absolute path. Close the reader.
+func (c *Client) Download(ctx context.Context, path string) (io.ReadCloser, error) {
+	resp, err := c.do(ctx, http.MethodGet, PathFiles, url.Values{"path": {path}}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("download %s: %w", path, err)
+	}
+	return resp.Body, nil
+}
+
+// List returns the entries of the guest directory at the absolute path,
+// sorted by name.
+func (c *Client) List(ctx context.Context, path string) ([]FileInfo, error) {
+	var out []FileInfo
+	if err := c.getJSON(ctx, PathFileList, url.Values{"path": {path}}, &out); err != nil {
+		return nil, fmt.Errorf("list %s: %w", path, err)
+	}
+	return out, nil
+}
+
+// Stat describes the guest file at the absolute path.
+func (c *Client) Stat(ctx context.Context, path string) (FileInfo, error) {
+	var fi FileInfo
+	if err := c.getJSON(ctx, PathFileStat, url.Values{"path": {path}}, &fi); err != nil {
+		return FileInfo{}, fmt.Errorf("stat %s: %w", path, err)
+	}
+	return fi, nil
+}

@@ -1,0 +1,161 @@
+package process
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/engrams/engrams/internal/vmm"
+)
+
+// procStat returns the state (field 3) and start time (field 22) of pid.
+func procStat(pid int) (state byte, start uint64, err error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	// The command name (field 2) may hold spaces: fields restart after ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, fmt.Errorf("parse /proc/%d/stat", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return 0, 0, fmt.Errorf("parse /proc/%d/stat: %d fields", pid, len(f))
+	}
+	start, err = strconv.ParseUint(f[19], 10, 64) // field 22 overall
+	if err != nil {
+		return 0, 0, fmt.Errorf("parse /proc/%d/stat start time: %w", pid, err)
+	}
+	return f[0][0], start, nil
+}
+
+func startTime(pid int) (uint64, error) {
+	_, st, err := procStat(pid)
+	return st, err
+}
+
+// alive reports whether pid runs and is the process that started at start
+// (unknown start times never match: a reused pid must not be killed).
+func alive(pid int, start uint64) bool {
+	if pid <= 0 || start == 0 {
+		return false
+	}
+	state, st, err := procStat(pid)
+	return err == nil && state != 'Z' && state != 'X' && st == start
+}
+
+// killMachine kills, until none remain, the daemon's process group (if the
+// daemon is still the recorded process) and every process carrying the
+// machine's marker in its environment (commands, their orphans, terminals).
+func killMachine(info vmm.Info) {
+	marker := []byte(markerEnv + "=" + info.Dir + "\x00")
+	for range 50 {
+		n := 0
+		if alive(info.PID, info.StartTime) {
+			_ = syscall.Kill(-info.PID, syscall.SIGKILL)
+			_ = syscall.Kill(info.PID, syscall.SIGKILL)
+			n++
+		}
+		for _, pid := range markedProcesses(marker) {
+			if syscall.Kill(pid, syscall.SIGKILL) == nil {
+				n++
+			}
+		}
+		if n == 0 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond) // let the kernel deliver before rescanning
+	}
+}
+
+func markedProcesses(marker []byte) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	self := os.Getpid()
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil || !(bytes.Contains(env, marker) && hasEntry(env, marker)) {
+			continue
+		}
+		if state, _, err := procStat(pid); err != nil || state == 'Z' {
+			continue
+		}
+		out = append(out, pid)
+	}
+	return out
+}
+
+// hasEntry reports whether env (NUL-separated) has marker as a whole entry.
+func hasEntry(env, marker []byte) bool {
+	return bytes.HasPrefix(env, marker) || bytes.Contains(env, append([]byte{0}, marker...))
+}
+
+// copyTree copies a directory tree: directories, regular files and
+// symlinks, with their permission bits. Other file types are skipped.
+func copyTree(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dst, rel)
+		info, err := d.Info()
+		if err != nil {
+			if os.IsNotExist(err) {
+				return nil // removed while copying a live machine
+			}
+			return err
+		}
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(target, info.Mode().Perm()|0o700)
+		case info.Mode()&fs.ModeSymlink != 0:
+			link, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(link, target)
+		case info.Mode().IsRegular():
+			return copyFile(p, target, info.Mode().Perm())
+		}
+		return nil
+	})
+}
+
+func copyFile(src, dst string, perm fs.FileMode) error {
+	in, err := os.Open(src)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		_ = out.Close()
+		return err
+	}
+	return out.Close()
+}
