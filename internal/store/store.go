@@ -205,6 +205,9 @@ type Sessions interface {
 	SetDesiredState(ctx context.Context, id, desired string) error
 	// ApplyTransition applies t; ErrStaleEpoch if the epoch moved on,
 	// ErrConflict if the state is not t.From, ErrNotFound if no such session.
+	// The epoch is always checked (0 before the first claim). t.To must be
+	// lifecycle.Transition(t.From, t.Event), else an error wrapping
+	// lifecycle.ErrIllegal and nothing is written.
 	ApplyTransition(ctx context.Context, t Transition) (Session, error)
 }
 
@@ -220,7 +223,10 @@ type Ops interface {
 	// running with that epoch, claimedBy, lease until now+lease and one more
 	// attempt. Concurrent callers never claim the same op. ErrNoOp if none.
 	ClaimOp(ctx context.Context, claimedBy string, now time.Time, lease time.Duration) (Op, Session, error)
-	// RenewOp extends the lease; fenced by epoch.
+	// RenewOp extends the lease; fenced by epoch. Like SetOpStep and
+	// FinishOp it returns ErrStaleEpoch if the op was claimed again since,
+	// ErrConflict if it is no longer running (finished or superseded), and
+	// ErrNotFound for an unknown op.
 	RenewOp(ctx context.Context, opID string, epoch int64, until time.Time) error
 	// SetOpStep records progress; fenced by epoch.
 	SetOpStep(ctx context.Context, opID string, epoch int64, step string) error
@@ -235,7 +241,8 @@ type Events interface {
 	// AppendEvent appends with the next gap-free seq; ErrStaleEpoch if fenced
 	// and the session's epoch differs.
 	AppendEvent(ctx context.Context, e NewEvent) (Event, error)
-	// ListEvents returns up to limit events with seq > afterSeq, in order.
+	// ListEvents returns up to limit events with seq > afterSeq, in order;
+	// limit <= 0 means no limit.
 	ListEvents(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]Event, error)
 }
 
@@ -249,7 +256,8 @@ type Tokens interface {
 	TouchToken(ctx context.Context, id string, at time.Time) error
 }
 
-// Store is everything a backend provides.
+// Store is everything a backend provides. Times are kept at microsecond
+// precision and read back in UTC; a zero time given to a write means now.
 type Store interface {
 	Hosts
 	Sessions
@@ -259,6 +267,8 @@ type Store interface {
 	// Notify wakes waiters on every replica sharing this database: topic is
 	// e.g. "ops" or "session:<id>". Subscribe returns a channel that receives
 	// a value (coalesced) after each Notify on that topic, until ctx ends.
+	// The channel is closed when ctx ends or the store closes. Wake-ups are
+	// hints: a subscriber may be woken spuriously and must re-read state.
 	Notify(ctx context.Context, topic string) error
 	Subscribe(ctx context.Context, topic string) <-chan struct{}
 	Close() error

@@ -1,0 +1,205 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/engrams/engrams/internal/store"
+)
+
+const hostCols = `id, name, state, facts, capacity, replica_id, replica_addr, protocol_version,
+	last_heartbeat, connected_at, created_at`
+
+func scanHost(r scanner) (store.Host, error) {
+	var h store.Host
+	var state string
+	var facts, capacity sql.NullString
+	var heartbeat, connected, created int64
+	err := r.Scan(&h.ID, &h.Name, &state, &facts, &capacity, &h.ReplicaID, &h.ReplicaAddr,
+		&h.ProtocolVersion, &heartbeat, &connected, &created)
+	if err != nil {
+		return store.Host{}, err
+	}
+	h.State = store.HostState(state)
+	h.Facts, h.Capacity = fromJSON(facts), fromJSON(capacity)
+	h.LastHeartbeat, h.ConnectedAt, h.CreatedAt = fromMicros(heartbeat), fromMicros(connected), fromMicros(created)
+	return h, nil
+}
+
+func validHostState(s store.HostState) bool {
+	switch s {
+	case store.HostNew, store.HostReady, store.HostDraining, store.HostLost:
+		return true
+	}
+	return false
+}
+
+func checkHost(h store.Host) error {
+	if h.ID == "" || h.Name == "" {
+		return errors.New("host id and name are required")
+	}
+	if err := checkJSON("facts", h.Facts); err != nil {
+		return err
+	}
+	return checkJSON("capacity", h.Capacity)
+}
+
+// CreateHost implements store.Hosts.
+func (s *Store) CreateHost(ctx context.Context, h store.Host, tok store.Token) error {
+	if err := checkHost(h); err != nil {
+		return fmt.Errorf("create host: %w", err)
+	}
+	if tok.HostID == "" {
+		tok.HostID = h.ID
+	}
+	if tok.Kind == "" {
+		tok.Kind = store.TokenHost
+	}
+	if tok.Kind != store.TokenHost || tok.HostID != h.ID {
+		return fmt.Errorf("create host %s: the token must be a host token for this host", h.Name)
+	}
+	if err := checkToken(tok); err != nil {
+		return fmt.Errorf("create host %s: %w", h.Name, err)
+	}
+	created := micros(orNow(h.CreatedAt))
+	if tok.CreatedAt.IsZero() {
+		tok.CreatedAt = fromMicros(created)
+	}
+	err := s.inTx(ctx, func(tx execer) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO hosts (`+hostCols+`)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+			h.ID, h.Name, string(store.HostNew), jsonArg(h.Facts), jsonArg(h.Capacity), h.ReplicaID,
+			h.ReplicaAddr, h.ProtocolVersion, micros(h.LastHeartbeat), micros(h.ConnectedAt), created)
+		if err != nil {
+			return err
+		}
+		return insertToken(ctx, tx, tok)
+	})
+	if s.isUnique(err) {
+		return fmt.Errorf("create host %s: %w: name, id or token hash already used", h.Name, store.ErrConflict)
+	}
+	if err != nil {
+		return fmt.Errorf("create host %s: %w", h.Name, err)
+	}
+	return nil
+}
+
+// RegisterHost implements store.Hosts.
+func (s *Store) RegisterHost(ctx context.Context, h store.Host) error {
+	if err := checkHost(h); err != nil {
+		return fmt.Errorf("register host: %w", err)
+	}
+	at := micros(orNow(h.LastHeartbeat))
+	created := at
+	if !h.CreatedAt.IsZero() {
+		created = micros(h.CreatedAt)
+	}
+	_, err := s.write.ExecContext(ctx, `INSERT INTO hosts (`+hostCols+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $10)
+		ON CONFLICT (id) DO UPDATE SET name = excluded.name, state = excluded.state,
+			facts = excluded.facts, capacity = excluded.capacity, replica_id = excluded.replica_id,
+			replica_addr = excluded.replica_addr, protocol_version = excluded.protocol_version,
+			last_heartbeat = excluded.last_heartbeat, connected_at = excluded.connected_at`,
+		h.ID, h.Name, string(store.HostReady), jsonArg(h.Facts), jsonArg(h.Capacity), h.ReplicaID,
+		h.ReplicaAddr, h.ProtocolVersion, at, created)
+	if s.isUnique(err) {
+		return fmt.Errorf("register host %s: %w: name %q belongs to another host", h.ID, store.ErrConflict, h.Name)
+	}
+	if err != nil {
+		return fmt.Errorf("register host %s: %w", h.ID, err)
+	}
+	return nil
+}
+
+// HostHeartbeat implements store.Hosts. A nil capacity keeps the last one.
+func (s *Store) HostHeartbeat(ctx context.Context, hostID string, capacity json.RawMessage, at time.Time) (store.HostState, error) {
+	if err := checkJSON("capacity", capacity); err != nil {
+		return "", fmt.Errorf("host heartbeat %s: %w", hostID, err)
+	}
+	var state string
+	err := s.write.QueryRowContext(ctx, `UPDATE hosts SET last_heartbeat = $2, capacity = COALESCE($3, capacity)
+		WHERE id = $1 RETURNING state`, hostID, micros(orNow(at)), jsonArg(capacity)).Scan(&state)
+	if isNoRows(err) {
+		return "", fmt.Errorf("host heartbeat %s: %w", hostID, store.ErrNotFound)
+	}
+	if err != nil {
+		return "", fmt.Errorf("host heartbeat %s: %w", hostID, err)
+	}
+	return store.HostState(state), nil
+}
+
+// GetHost implements store.Hosts.
+func (s *Store) GetHost(ctx context.Context, id string) (store.Host, error) {
+	h, err := scanHost(s.read.QueryRowContext(ctx, `SELECT `+hostCols+` FROM hosts WHERE id = $1`, id))
+	if isNoRows(err) {
+		return store.Host{}, fmt.Errorf("get host %s: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Host{}, fmt.Errorf("get host %s: %w", id, err)
+	}
+	return h, nil
+}
+
+// ListHosts implements store.Hosts, ordered by name.
+func (s *Store) ListHosts(ctx context.Context) ([]store.Host, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT `+hostCols+` FROM hosts ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("list hosts: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Host
+	for rows.Next() {
+		h, err := scanHost(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list hosts: %w", err)
+		}
+		out = append(out, h)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list hosts: %w", err)
+	}
+	return out, nil
+}
+
+// SetHostState implements store.Hosts.
+func (s *Store) SetHostState(ctx context.Context, id string, state store.HostState) error {
+	if !validHostState(state) {
+		return fmt.Errorf("set host %s state: unknown state %q", id, state)
+	}
+	res, err := s.write.ExecContext(ctx, `UPDATE hosts SET state = $2 WHERE id = $1`, id, string(state))
+	if err != nil {
+		return fmt.Errorf("set host %s state: %w", id, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return fmt.Errorf("set host %s state: %w", id, store.ErrNotFound)
+	}
+	return nil
+}
+
+// MarkHostsLost implements store.Hosts; the ids come back sorted.
+func (s *Store) MarkHostsLost(ctx context.Context, cutoff time.Time) ([]string, error) {
+	rows, err := s.write.QueryContext(ctx, `UPDATE hosts SET state = 'lost'
+		WHERE state IN ('ready', 'draining') AND last_heartbeat < $1 RETURNING id`, micros(cutoff))
+	if err != nil {
+		return nil, fmt.Errorf("mark hosts lost: %w", err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("mark hosts lost: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("mark hosts lost: %w", err)
+	}
+	slices.Sort(ids)
+	return ids, nil
+}

@@ -1,0 +1,263 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/engrams/engrams/internal/lifecycle"
+	"github.com/engrams/engrams/internal/store"
+)
+
+const sessionCols = `id, state, desired_state, host_id, epoch, reason, spec, idempotency_key, event_seq,
+	created_at, updated_at`
+
+func scanSession(r scanner) (store.Session, error) {
+	var s store.Session
+	var state string
+	var spec sql.NullString
+	var created, updated int64
+	err := r.Scan(&s.ID, &state, &s.DesiredState, &s.HostID, &s.Epoch, &s.Reason, &spec,
+		&s.IdempotencyKey, &s.EventSeq, &created, &updated)
+	if err != nil {
+		return store.Session{}, err
+	}
+	s.State = lifecycle.State(state)
+	s.Spec = fromJSON(spec)
+	s.CreatedAt, s.UpdatedAt = fromMicros(created), fromMicros(updated)
+	return s, nil
+}
+
+// Desired states a session may have.
+var desiredStates = []string{"active", "idle", "deleted"}
+
+// CreateSession implements store.Sessions.
+func (s *Store) CreateSession(ctx context.Context, n store.NewSession) (store.Session, store.Op, bool, error) {
+	if n.ID == "" || n.OpID == "" {
+		return store.Session{}, store.Op{}, false, errors.New("create session: session id and op id are required")
+	}
+	if err := checkJSON("spec", n.Spec); err != nil {
+		return store.Session{}, store.Op{}, false, fmt.Errorf("create session %s: %w", n.ID, err)
+	}
+	if n.IdempotencyKey != "" {
+		sess, op, err := s.sessionByKey(ctx, n.IdempotencyKey)
+		if err == nil {
+			return sess, op, false, nil
+		}
+		if !errors.Is(err, store.ErrNotFound) {
+			return store.Session{}, store.Op{}, false, fmt.Errorf("create session %s: %w", n.ID, err)
+		}
+	}
+	sess, op, err := s.insertSession(ctx, n)
+	if s.isUnique(err) && n.IdempotencyKey != "" {
+		// A concurrent call with the same key won the insert.
+		if sess, op, err := s.sessionByKey(ctx, n.IdempotencyKey); err == nil {
+			return sess, op, false, nil
+		}
+	}
+	if s.isUnique(err) {
+		return store.Session{}, store.Op{}, false, fmt.Errorf("create session %s: %w: id already used", n.ID, store.ErrConflict)
+	}
+	if err != nil {
+		return store.Session{}, store.Op{}, false, fmt.Errorf("create session %s: %w", n.ID, err)
+	}
+	return sess, op, true, nil
+}
+
+func (s *Store) insertSession(ctx context.Context, n store.NewSession) (sess store.Session, op store.Op, err error) {
+	at := micros(orNow(n.At))
+	err = s.inTx(ctx, func(tx execer) error {
+		sess, err = scanSession(tx.QueryRowContext(ctx, `INSERT INTO sessions (`+sessionCols+`)
+			VALUES ($1, $2, $3, '', 0, '', $4, $5, 1, $6, $6) RETURNING `+sessionCols,
+			n.ID, string(lifecycle.Created), "active", jsonArg(n.Spec), n.IdempotencyKey, at))
+		if err != nil {
+			return err
+		}
+		op, err = scanOp(tx.QueryRowContext(ctx, `INSERT INTO session_ops (`+opCols+`)
+			VALUES ($1, $2, $3, $4, '', 0, '', 0, '', '', 0, $5, $5) RETURNING `+opCols,
+			n.OpID, n.ID, string(store.OpCreate), string(store.OpPending), at))
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO session_events (session_id, seq, type, data, created_at)
+			VALUES ($1, 1, 'created', NULL, $2)`, n.ID, at)
+		return err
+	})
+	return sess, op, err
+}
+
+// sessionByKey returns the session with an idempotency key and its create op.
+func (s *Store) sessionByKey(ctx context.Context, key string) (store.Session, store.Op, error) {
+	sess, err := scanSession(s.read.QueryRowContext(ctx, `SELECT `+sessionCols+` FROM sessions
+		WHERE idempotency_key = $1`, key))
+	if isNoRows(err) {
+		return store.Session{}, store.Op{}, store.ErrNotFound
+	}
+	if err != nil {
+		return store.Session{}, store.Op{}, err
+	}
+	op, err := scanOp(s.read.QueryRowContext(ctx, `SELECT `+opCols+` FROM session_ops
+		WHERE session_id = $1 AND kind = $2 ORDER BY created_at, id LIMIT 1`, sess.ID, string(store.OpCreate)))
+	if err != nil && !isNoRows(err) {
+		return store.Session{}, store.Op{}, err
+	}
+	return sess, op, nil
+}
+
+// GetSession implements store.Sessions.
+func (s *Store) GetSession(ctx context.Context, id string) (store.Session, error) {
+	sess, err := scanSession(s.read.QueryRowContext(ctx, `SELECT `+sessionCols+` FROM sessions WHERE id = $1`, id))
+	if isNoRows(err) {
+		return store.Session{}, fmt.Errorf("get session %s: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Session{}, fmt.Errorf("get session %s: %w", id, err)
+	}
+	return sess, nil
+}
+
+// ListSessions implements store.Sessions, ordered by id.
+func (s *Store) ListSessions(ctx context.Context, f store.SessionFilter) ([]store.Session, error) {
+	var where []string
+	var args []any
+	if f.HostID != "" {
+		args = append(args, f.HostID)
+		where = append(where, fmt.Sprintf("host_id = $%d", len(args)))
+	}
+	if len(f.States) > 0 {
+		where = append(where, "state IN ("+placeholders(len(args)+1, len(f.States))+")")
+		for _, st := range f.States {
+			args = append(args, string(st))
+		}
+	}
+	if f.AfterID != "" {
+		args = append(args, f.AfterID)
+		where = append(where, fmt.Sprintf("id > $%d", len(args)))
+	}
+	q := `SELECT ` + sessionCols + ` FROM sessions`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY id"
+	if f.Limit > 0 {
+		args = append(args, f.Limit)
+		q += fmt.Sprintf(" LIMIT $%d", len(args))
+	}
+	rows, err := s.read.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list sessions: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Session
+	for rows.Next() {
+		sess, err := scanSession(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list sessions: %w", err)
+		}
+		out = append(out, sess)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list sessions: %w", err)
+	}
+	return out, nil
+}
+
+// SetDesiredState implements store.Sessions.
+func (s *Store) SetDesiredState(ctx context.Context, id, desired string) error {
+	if !contains(desiredStates, desired) {
+		return fmt.Errorf("set desired state of %s: unknown desired state %q", id, desired)
+	}
+	res, err := s.write.ExecContext(ctx, `UPDATE sessions SET desired_state = $2 WHERE id = $1`, id, desired)
+	if err != nil {
+		return fmt.Errorf("set desired state of %s: %w", id, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return fmt.Errorf("set desired state of %s: %w", id, store.ErrNotFound)
+	}
+	return nil
+}
+
+func contains(list []string, v string) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// stateData is the Data of a "state" event.
+type stateData struct {
+	From   lifecycle.State `json:"from"`
+	To     lifecycle.State `json:"to"`
+	Event  lifecycle.Event `json:"event"`
+	Reason *string         `json:"reason,omitempty"`
+	HostID *string         `json:"host_id,omitempty"`
+}
+
+// ApplyTransition implements store.Sessions.
+func (s *Store) ApplyTransition(ctx context.Context, t store.Transition) (store.Session, error) {
+	next, err := lifecycle.Transition(t.From, t.Event)
+	if err != nil {
+		return store.Session{}, fmt.Errorf("apply transition to %s: %w", t.SessionID, err)
+	}
+	if next != t.To {
+		return store.Session{}, fmt.Errorf("apply transition to %s: %w: %s on %s leads to %s, not %s",
+			t.SessionID, lifecycle.ErrIllegal, t.Event, t.From, next, t.To)
+	}
+	data, err := json.Marshal(stateData{From: t.From, To: t.To, Event: t.Event, Reason: t.Reason, HostID: t.HostID})
+	if err != nil {
+		return store.Session{}, fmt.Errorf("apply transition to %s: %w", t.SessionID, err)
+	}
+	at := micros(orNow(t.At))
+	args := []any{t.SessionID, t.Epoch, string(t.From), string(t.To), at}
+	set := "state = $4, updated_at = $5, event_seq = event_seq + 1"
+	if t.HostID != nil {
+		args = append(args, *t.HostID)
+		set += fmt.Sprintf(", host_id = $%d", len(args))
+	}
+	if t.Reason != nil {
+		args = append(args, *t.Reason)
+		set += fmt.Sprintf(", reason = $%d", len(args))
+	}
+	var sess store.Session
+	err = s.inTx(ctx, func(tx execer) error {
+		sess, err = scanSession(tx.QueryRowContext(ctx, `UPDATE sessions SET `+set+`
+			WHERE id = $1 AND epoch = $2 AND state = $3 RETURNING `+sessionCols, args...))
+		if isNoRows(err) {
+			return whySessionUnchanged(ctx, tx, t.SessionID, t.Epoch, t.From)
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO session_events (session_id, seq, type, data, created_at)
+			VALUES ($1, $2, 'state', $3, $4)`, t.SessionID, sess.EventSeq, string(data), at)
+		return err
+	})
+	if err != nil {
+		return store.Session{}, fmt.Errorf("apply transition %s to %s: %w", t.Event, t.SessionID, err)
+	}
+	return sess, nil
+}
+
+// whySessionUnchanged explains why a fenced session write matched no row.
+// An empty from skips the state check.
+func whySessionUnchanged(ctx context.Context, db execer, id string, epoch int64, from lifecycle.State) error {
+	var cur int64
+	var state string
+	err := db.QueryRowContext(ctx, `SELECT epoch, state FROM sessions WHERE id = $1`, id).Scan(&cur, &state)
+	switch {
+	case isNoRows(err):
+		return store.ErrNotFound
+	case err != nil:
+		return err
+	case cur != epoch:
+		return fmt.Errorf("%w: epoch is %d, not %d", store.ErrStaleEpoch, cur, epoch)
+	case from != "" && state != string(from):
+		return fmt.Errorf("%w: state is %s, not %s", store.ErrConflict, state, from)
+	}
+	return fmt.Errorf("%w: session changed concurrently", store.ErrConflict)
+}

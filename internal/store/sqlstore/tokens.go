@@ -1,0 +1,134 @@
+package sqlstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/engrams/engrams/internal/store"
+)
+
+const tokenCols = `id, name, kind, host_id, prefix, hash, created_at, last_used_at, revoked_at`
+
+func scanToken(r scanner) (store.Token, error) {
+	var t store.Token
+	var kind string
+	var created, used, revoked int64
+	if err := r.Scan(&t.ID, &t.Name, &kind, &t.HostID, &t.Prefix, &t.Hash, &created, &used, &revoked); err != nil {
+		return store.Token{}, err
+	}
+	t.Kind = store.TokenKind(kind)
+	t.CreatedAt, t.LastUsedAt, t.RevokedAt = fromMicros(created), fromMicros(used), fromMicros(revoked)
+	return t, nil
+}
+
+func checkToken(t store.Token) error {
+	if t.ID == "" || t.Hash == "" {
+		return errors.New("token id and hash are required")
+	}
+	switch t.Kind {
+	case store.TokenUser:
+	case store.TokenHost:
+		if t.HostID == "" {
+			return errors.New("a host token needs a host id")
+		}
+	default:
+		return fmt.Errorf("unknown token kind %q", t.Kind)
+	}
+	return nil
+}
+
+func insertToken(ctx context.Context, db execer, t store.Token) error {
+	_, err := db.ExecContext(ctx, `INSERT INTO api_tokens (`+tokenCols+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		t.ID, t.Name, string(t.Kind), t.HostID, t.Prefix, t.Hash, micros(orNow(t.CreatedAt)),
+		micros(t.LastUsedAt), micros(t.RevokedAt))
+	return err
+}
+
+// CreateToken implements store.Tokens; ErrConflict if the id or hash is taken.
+func (s *Store) CreateToken(ctx context.Context, t store.Token) error {
+	if err := checkToken(t); err != nil {
+		return fmt.Errorf("create token: %w", err)
+	}
+	err := insertToken(ctx, s.write, t)
+	if s.isUnique(err) {
+		return fmt.Errorf("create token %s: %w: id or hash already used", t.ID, store.ErrConflict)
+	}
+	if err != nil {
+		return fmt.Errorf("create token %s: %w", t.ID, err)
+	}
+	return nil
+}
+
+// TokenByHash implements store.Tokens.
+func (s *Store) TokenByHash(ctx context.Context, hash string) (store.Token, error) {
+	t, err := scanToken(s.read.QueryRowContext(ctx, `SELECT `+tokenCols+` FROM api_tokens
+		WHERE hash = $1 AND revoked_at = 0`, hash))
+	if isNoRows(err) {
+		return store.Token{}, fmt.Errorf("token by hash: %w", store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Token{}, fmt.Errorf("token by hash: %w", err)
+	}
+	return t, nil
+}
+
+// ListTokens implements store.Tokens, revoked ones included, oldest first.
+func (s *Store) ListTokens(ctx context.Context) ([]store.Token, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT `+tokenCols+` FROM api_tokens ORDER BY created_at, id`)
+	if err != nil {
+		return nil, fmt.Errorf("list tokens: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Token
+	for rows.Next() {
+		t, err := scanToken(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list tokens: %w", err)
+		}
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list tokens: %w", err)
+	}
+	return out, nil
+}
+
+// RevokeToken implements store.Tokens. Revoking twice keeps the first time.
+func (s *Store) RevokeToken(ctx context.Context, id string, at time.Time) error {
+	res, err := s.write.ExecContext(ctx, `UPDATE api_tokens SET revoked_at = $2 WHERE id = $1 AND revoked_at = 0`,
+		id, micros(orNow(at)))
+	if err != nil {
+		return fmt.Errorf("revoke token %s: %w", id, err)
+	}
+	if n, err := res.RowsAffected(); err == nil && n == 1 {
+		return nil
+	}
+	return s.tokenExists(ctx, "revoke token", id)
+}
+
+// TouchToken implements store.Tokens.
+func (s *Store) TouchToken(ctx context.Context, id string, at time.Time) error {
+	res, err := s.write.ExecContext(ctx, `UPDATE api_tokens SET last_used_at = $2 WHERE id = $1`, id, micros(orNow(at)))
+	if err != nil {
+		return fmt.Errorf("touch token %s: %w", id, err)
+	}
+	if n, err := res.RowsAffected(); err == nil && n == 1 {
+		return nil
+	}
+	return s.tokenExists(ctx, "touch token", id)
+}
+
+func (s *Store) tokenExists(ctx context.Context, action, id string) error {
+	var one int
+	err := s.write.QueryRowContext(ctx, `SELECT 1 FROM api_tokens WHERE id = $1`, id).Scan(&one)
+	if isNoRows(err) {
+		return fmt.Errorf("%s %s: %w", action, id, store.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", action, id, err)
+	}
+	return nil
+}

@@ -1,0 +1,228 @@
+package storetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/engrams/engrams/internal/lifecycle"
+	"github.com/engrams/engrams/internal/store"
+)
+
+var sessionTests = []test{
+	{"CreateSession", testCreateSession},
+	{"CreateSessionIdempotent", testCreateSessionIdempotent},
+	{"CreateSessionConcurrentKey", testCreateSessionConcurrentKey},
+	{"CreateSessionErrors", testCreateSessionErrors},
+	{"ListSessions", testListSessions},
+	{"SetDesiredState", testSetDesiredState},
+}
+
+func testCreateSession(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	n := store.NewSession{ID: newID(), OpID: newID(), Spec: json.RawMessage(`{"image": "debian", "n": 1}`), At: t0}
+	sess, op, created, err := st.CreateSession(ctx, n)
+	must(t, err)
+	if !created || sess.ID != n.ID || sess.State != lifecycle.Created || sess.DesiredState != "active" ||
+		sess.Epoch != 0 || sess.HostID != "" || sess.EventSeq != 1 || sess.IdempotencyKey != "" {
+		t.Fatalf("session = %+v, created = %v", sess, created)
+	}
+	wantJSON(t, "spec", sess.Spec, n.Spec)
+	wantTime(t, "created_at", sess.CreatedAt, t0)
+	wantTime(t, "updated_at", sess.UpdatedAt, t0)
+	if op.ID != n.OpID || op.SessionID != n.ID || op.Kind != store.OpCreate || op.State != store.OpPending ||
+		op.Epoch != 0 || op.Attempts != 0 {
+		t.Fatalf("create op = %+v", op)
+	}
+	wantTime(t, "op created_at", op.CreatedAt, t0)
+	got, err := st.GetSession(ctx, n.ID)
+	must(t, err)
+	if fmt.Sprint(got) != fmt.Sprint(sess) {
+		t.Fatalf("GetSession = %+v, want %+v", got, sess)
+	}
+	gotOp, err := st.GetOp(ctx, op.ID)
+	must(t, err)
+	if fmt.Sprint(gotOp) != fmt.Sprint(op) {
+		t.Fatalf("GetOp = %+v, want %+v", gotOp, op)
+	}
+	events, err := st.ListEvents(ctx, n.ID, 0, 0)
+	must(t, err)
+	if len(events) != 1 || events[0].Seq != 1 || events[0].Type != "created" || events[0].SessionID != n.ID {
+		t.Fatalf("events = %+v, want one created event", events)
+	}
+	wantTime(t, "event created_at", events[0].CreatedAt, t0)
+	_, err = st.GetSession(ctx, newID())
+	wantErr(t, err, store.ErrNotFound)
+}
+
+func testCreateSessionIdempotent(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	n := store.NewSession{ID: newID(), OpID: newID(), IdempotencyKey: "req-1", At: t0}
+	first, firstOp, created, err := st.CreateSession(ctx, n)
+	must(t, err)
+	if !created || first.IdempotencyKey != "req-1" {
+		t.Fatalf("first create: created = %v, session = %+v", created, first)
+	}
+	again := store.NewSession{ID: newID(), OpID: newID(), IdempotencyKey: "req-1", At: t0}
+	sess, op, created, err := st.CreateSession(ctx, again)
+	must(t, err)
+	if created || sess.ID != first.ID || op.ID != firstOp.ID {
+		t.Fatalf("repeat create: created = %v, session %s op %s, want %s %s", created, sess.ID, op.ID, first.ID, firstOp.ID)
+	}
+	_, err = st.GetSession(ctx, again.ID)
+	wantErr(t, err, store.ErrNotFound)
+	other, _, created, err := st.CreateSession(ctx, store.NewSession{ID: newID(), OpID: newID(), IdempotencyKey: "req-2"})
+	must(t, err)
+	if !created || other.ID == first.ID {
+		t.Fatal("a different key did not create a new session")
+	}
+	// Empty keys never collide.
+	newSession(t, st)
+	newSession(t, st)
+	all, err := st.ListSessions(ctx, store.SessionFilter{})
+	must(t, err)
+	if len(all) != 4 {
+		t.Fatalf("sessions = %d, want 4", len(all))
+	}
+}
+
+func testCreateSessionConcurrentKey(t *testing.T, st store.Store) {
+	const n = 8
+	var wg sync.WaitGroup
+	ids := make([]string, n)
+	createdCount := make([]bool, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			s, _, created, err := st.CreateSession(t.Context(), store.NewSession{ID: newID(), OpID: newID(), IdempotencyKey: "same"})
+			ids[i], createdCount[i], errs[i] = s.ID, created, err
+		})
+	}
+	wg.Wait()
+	wins := 0
+	for i := range n {
+		must(t, errs[i])
+		if ids[i] != ids[0] {
+			t.Fatalf("call %d got session %s, call 0 got %s", i, ids[i], ids[0])
+		}
+		if createdCount[i] {
+			wins++
+		}
+	}
+	if wins != 1 {
+		t.Fatalf("%d calls created a session, want 1", wins)
+	}
+}
+
+func testCreateSessionErrors(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	sess, _ := newSession(t, st)
+	_, _, _, err := st.CreateSession(ctx, store.NewSession{ID: sess.ID, OpID: newID()})
+	wantErr(t, err, store.ErrConflict)
+	bad := []store.NewSession{
+		{OpID: newID()},
+		{ID: newID()},
+		{ID: newID(), OpID: newID(), Spec: json.RawMessage(`{not json`)},
+	}
+	for _, n := range bad {
+		if _, _, _, err := st.CreateSession(ctx, n); err == nil {
+			t.Errorf("CreateSession(%+v) succeeded", n)
+		}
+	}
+	all, err := st.ListSessions(ctx, store.SessionFilter{})
+	must(t, err)
+	if len(all) != 1 {
+		t.Fatalf("sessions after failed creates = %d, want 1", len(all))
+	}
+	ops, err := st.ListOps(ctx, sess.ID)
+	must(t, err)
+	if len(ops) != 1 {
+		t.Fatalf("ops after a conflicting create = %d, want 1", len(ops))
+	}
+}
+
+func testListSessions(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	var all, onA, starting []string
+	for i := range 10 {
+		sess, op := newSession(t, st)
+		all = append(all, sess.ID)
+		_, sess = claimOnly(t, st, op.ID, t0)
+		if i%3 == 0 {
+			continue
+		}
+		host := "host-b"
+		if i%2 == 0 {
+			host = "host-a"
+			onA = append(onA, sess.ID)
+		}
+		transition(t, st, sess, lifecycle.Place, &host)
+		starting = append(starting, sess.ID)
+	}
+	slices.Sort(all)
+	slices.Sort(onA)
+	slices.Sort(starting)
+	cases := []struct {
+		name string
+		f    store.SessionFilter
+		want []string
+	}{
+		{"all", store.SessionFilter{}, all},
+		{"host", store.SessionFilter{HostID: "host-a"}, onA},
+		{"states", store.SessionFilter{States: []lifecycle.State{lifecycle.Starting, lifecycle.Dead}}, starting},
+		{"host and state", store.SessionFilter{HostID: "host-a", States: []lifecycle.State{lifecycle.Created}}, nil},
+		{"limit", store.SessionFilter{Limit: 3}, all[:3]},
+		{"after", store.SessionFilter{AfterID: all[6]}, all[7:]},
+		{"after and limit", store.SessionFilter{AfterID: all[2], Limit: 2}, all[3:5]},
+		{"unknown host", store.SessionFilter{HostID: "nope"}, nil},
+	}
+	for _, c := range cases {
+		got, err := st.ListSessions(ctx, c.f)
+		must(t, err)
+		if ids := sessionIDs(got); !slices.Equal(ids, c.want) {
+			t.Errorf("%s: ListSessions = %v, want %v", c.name, ids, c.want)
+		}
+	}
+	// Keyset pagination visits every session once, in order.
+	var paged []string
+	f := store.SessionFilter{Limit: 4}
+	for {
+		page, err := st.ListSessions(ctx, f)
+		must(t, err)
+		if len(page) == 0 {
+			break
+		}
+		paged = append(paged, sessionIDs(page)...)
+		f.AfterID = page[len(page)-1].ID
+	}
+	if !slices.Equal(paged, all) {
+		t.Fatalf("paged = %v, want %v", paged, all)
+	}
+}
+
+func sessionIDs(list []store.Session) []string {
+	var ids []string
+	for _, s := range list {
+		ids = append(ids, s.ID)
+	}
+	return ids
+}
+
+func testSetDesiredState(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	sess, _ := newSession(t, st)
+	for _, d := range []string{"idle", "deleted", "active"} {
+		must(t, st.SetDesiredState(ctx, sess.ID, d))
+		got, err := st.GetSession(ctx, sess.ID)
+		must(t, err)
+		if got.DesiredState != d || got.Epoch != sess.Epoch || got.State != sess.State {
+			t.Fatalf("after SetDesiredState(%s): %+v", d, got)
+		}
+	}
+	if err := st.SetDesiredState(ctx, sess.ID, "sideways"); err == nil {
+		t.Fatal("SetDesiredState(sideways) succeeded")
+	}
+	wantErr(t, st.SetDesiredState(ctx, newID(), "idle"), store.ErrNotFound)
+}

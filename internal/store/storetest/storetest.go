@@ -1,0 +1,119 @@
+package storetest
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/engrams/engrams/internal/lifecycle"
+	"github.com/engrams/engrams/internal/store"
+)
+
+// test is one conformance check against a fresh store.
+type test struct {
+	name string
+	fn   func(t *testing.T, st store.Store)
+}
+
+// Run runs the suite. open must return a fresh, empty store for each call;
+// Run closes it when the subtest ends (Close must therefore be idempotent if
+// open also arranges to close it).
+func Run(t *testing.T, open func(t *testing.T) store.Store) {
+	groups := [][]test{hostTests, tokenTests, sessionTests, transitionTests, opTests, claimTests, eventTests, notifyTests}
+	for _, group := range groups {
+		for _, tc := range group {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				st := open(t)
+				t.Cleanup(func() {
+					if err := st.Close(); err != nil {
+						t.Errorf("close: %v", err)
+					}
+				})
+				tc.fn(t, st)
+			})
+		}
+	}
+}
+
+// t0 is the suite's clock: microsecond precision, not UTC on purpose.
+var t0 = time.Date(2025, 3, 4, 5, 6, 7, 123456000, time.FixedZone("X", 3600))
+
+// waitFor bounds every wait for a wake-up.
+const waitFor = 10 * time.Second
+
+func newID() string { return uuid.Must(uuid.NewV7()).String() }
+
+func wantErr(t *testing.T, err, target error) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("error = %v, want %v", err, target)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func wantTime(t *testing.T, what string, got, want time.Time) {
+	t.Helper()
+	if !got.Equal(want) {
+		t.Fatalf("%s = %v, want %v", what, got, want)
+	}
+	if !want.IsZero() && got.Location() != time.UTC {
+		t.Fatalf("%s location = %v, want UTC", what, got.Location())
+	}
+}
+
+func wantJSON(t *testing.T, what string, got, want json.RawMessage) {
+	t.Helper()
+	if string(got) != string(want) {
+		t.Fatalf("%s = %s, want %s", what, got, want)
+	}
+}
+
+// newSession creates a session with a pending create op.
+func newSession(t *testing.T, st store.Store) (store.Session, store.Op) {
+	t.Helper()
+	sess, op, created, err := st.CreateSession(t.Context(), store.NewSession{
+		ID: newID(), OpID: newID(), Spec: json.RawMessage(`{"image":"debian"}`), At: t0,
+	})
+	must(t, err)
+	if !created {
+		t.Fatal("created = false for a new session")
+	}
+	return sess, op
+}
+
+// claimOnly claims the only claimable op and checks it is wantOp.
+func claimOnly(t *testing.T, st store.Store, wantOp string, now time.Time) (store.Op, store.Session) {
+	t.Helper()
+	op, sess, err := st.ClaimOp(t.Context(), "worker", now, time.Minute)
+	must(t, err)
+	if op.ID != wantOp {
+		t.Fatalf("claimed op %s, want %s", op.ID, wantOp)
+	}
+	return op, sess
+}
+
+// transition applies event to a session and returns the new row.
+func transition(t *testing.T, st store.Store, sess store.Session, e lifecycle.Event, hostID *string) store.Session {
+	t.Helper()
+	to, err := lifecycle.Transition(sess.State, e)
+	must(t, err)
+	out, err := st.ApplyTransition(t.Context(), store.Transition{
+		SessionID: sess.ID, Epoch: sess.Epoch, From: sess.State, To: to, Event: e, HostID: hostID, At: t0,
+	})
+	must(t, err)
+	return out
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func errorsIs(err, target error) bool { return errors.Is(err, target) }

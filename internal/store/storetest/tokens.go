@@ -1,0 +1,84 @@
+package storetest
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/engrams/engrams/internal/store"
+)
+
+var tokenTests = []test{
+	{"Tokens", testTokens},
+	{"TokenErrors", testTokenErrors},
+}
+
+func testTokens(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	user := store.Token{ID: newID(), Name: "laptop", Kind: store.TokenUser, Prefix: "eu_ab", Hash: "aa11", CreatedAt: t0}
+	must(t, st.CreateToken(ctx, user))
+	host := store.Token{ID: newID(), Name: "h", Kind: store.TokenHost, HostID: "host-1", Hash: "bb22", CreatedAt: t0.Add(time.Second)}
+	must(t, st.CreateToken(ctx, host))
+
+	got, err := st.TokenByHash(ctx, "aa11")
+	must(t, err)
+	if got.ID != user.ID || got.Name != "laptop" || got.Kind != store.TokenUser || got.Prefix != "eu_ab" || got.HostID != "" {
+		t.Fatalf("token = %+v, want %+v", got, user)
+	}
+	wantTime(t, "created_at", got.CreatedAt, t0)
+	wantTime(t, "last_used_at", got.LastUsedAt, time.Time{})
+
+	used := t0.Add(time.Hour)
+	must(t, st.TouchToken(ctx, user.ID, used))
+	got, err = st.TokenByHash(ctx, "aa11")
+	must(t, err)
+	wantTime(t, "last_used_at", got.LastUsedAt, used)
+
+	revoked := t0.Add(2 * time.Hour)
+	must(t, st.RevokeToken(ctx, user.ID, revoked))
+	_, err = st.TokenByHash(ctx, "aa11")
+	wantErr(t, err, store.ErrNotFound)
+	must(t, st.RevokeToken(ctx, user.ID, revoked.Add(time.Hour))) // idempotent
+
+	list, err := st.ListTokens(ctx)
+	must(t, err)
+	if len(list) != 2 || list[0].ID != user.ID || list[1].ID != host.ID {
+		t.Fatalf("ListTokens = %+v, want [user host]", list)
+	}
+	wantTime(t, "revoked_at", list[0].RevokedAt, revoked)
+	if list[1].HostID != "host-1" || !list[1].RevokedAt.IsZero() {
+		t.Fatalf("host token = %+v", list[1])
+	}
+}
+
+func testTokenErrors(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	tok := store.Token{ID: newID(), Kind: store.TokenUser, Hash: "cc33"}
+	must(t, st.CreateToken(ctx, tok))
+	cases := []struct {
+		name string
+		tok  store.Token
+		want error // nil: any error
+	}{
+		{"same hash", store.Token{ID: newID(), Kind: store.TokenUser, Hash: "cc33"}, store.ErrConflict},
+		{"same id", store.Token{ID: tok.ID, Kind: store.TokenUser, Hash: "dd44"}, store.ErrConflict},
+		{"bad kind", store.Token{ID: newID(), Kind: "robot", Hash: "ee55"}, nil},
+		{"host without host id", store.Token{ID: newID(), Kind: store.TokenHost, Hash: "ff66"}, nil},
+		{"no hash", store.Token{ID: newID(), Kind: store.TokenUser}, nil},
+	}
+	for _, c := range cases {
+		err := st.CreateToken(ctx, c.tok)
+		if err == nil || (c.want != nil && !errors.Is(err, c.want)) {
+			t.Errorf("%s: CreateToken error = %v, want %v", c.name, err, c.want)
+		}
+	}
+	_, err := st.TokenByHash(ctx, "nope")
+	wantErr(t, err, store.ErrNotFound)
+	wantErr(t, st.RevokeToken(ctx, newID(), t0), store.ErrNotFound)
+	wantErr(t, st.TouchToken(ctx, newID(), t0), store.ErrNotFound)
+	list, err := st.ListTokens(ctx)
+	must(t, err)
+	if len(list) != 1 {
+		t.Fatalf("ListTokens after failed creates = %d tokens, want 1", len(list))
+	}
+}

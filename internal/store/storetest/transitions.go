@@ -1,0 +1,106 @@
+package storetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/engrams/engrams/internal/lifecycle"
+	"github.com/engrams/engrams/internal/store"
+)
+
+var transitionTests = []test{
+	{"ApplyTransition", testApplyTransition},
+	{"ApplyTransitionRejected", testApplyTransitionRejected},
+}
+
+func testApplyTransition(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	sess, op := newSession(t, st)
+	_, sess = claimOnly(t, st, op.ID, t0)
+	at := t0.Add(3e9)
+	got, err := st.ApplyTransition(ctx, store.Transition{
+		SessionID: sess.ID, Epoch: sess.Epoch, From: lifecycle.Created, To: lifecycle.Starting,
+		Event: lifecycle.Place, HostID: ptr("host-1"), At: at,
+	})
+	must(t, err)
+	if got.State != lifecycle.Starting || got.HostID != "host-1" || got.Epoch != sess.Epoch || got.EventSeq != 2 || got.Reason != "" {
+		t.Fatalf("after place: %+v", got)
+	}
+	wantTime(t, "updated_at", got.UpdatedAt, at)
+	read, err := st.GetSession(ctx, sess.ID)
+	must(t, err)
+	if fmt.Sprint(read) != fmt.Sprint(got) {
+		t.Fatalf("GetSession = %+v, ApplyTransition returned %+v", read, got)
+	}
+	got, err = st.ApplyTransition(ctx, store.Transition{
+		SessionID: sess.ID, Epoch: sess.Epoch, From: lifecycle.Starting, To: lifecycle.Dead,
+		Event: lifecycle.StartFailed, HostID: ptr(""), Reason: ptr("boot failed"), At: at,
+	})
+	must(t, err)
+	if got.State != lifecycle.Dead || got.HostID != "" || got.Reason != "boot failed" || got.EventSeq != 3 {
+		t.Fatalf("after start_failed: %+v", got)
+	}
+	events, err := st.ListEvents(ctx, sess.ID, 1, 0)
+	must(t, err)
+	want := []string{
+		`{"event":"place","from":"created","host_id":"host-1","to":"starting"}`,
+		`{"event":"start_failed","from":"starting","host_id":"","reason":"boot failed","to":"dead"}`,
+	}
+	if len(events) != len(want) {
+		t.Fatalf("state events = %+v", events)
+	}
+	for i, e := range events {
+		if e.Type != "state" || e.Seq != int64(i+2) {
+			t.Fatalf("event %d = %+v", i, e)
+		}
+		wantTime(t, "event created_at", e.CreatedAt, at)
+		var m map[string]any
+		must(t, json.Unmarshal(e.Data, &m))
+		canon, _ := json.Marshal(m)
+		if string(canon) != want[i] {
+			t.Fatalf("event %d data = %s, want %s", i, canon, want[i])
+		}
+	}
+}
+
+func testApplyTransitionRejected(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	sess, op := newSession(t, st)
+	_, sess = claimOnly(t, st, op.ID, t0)
+	place := store.Transition{SessionID: sess.ID, Epoch: sess.Epoch, From: lifecycle.Created, To: lifecycle.Starting,
+		Event: lifecycle.Place, HostID: ptr("h"), Reason: ptr("r"), At: t0}
+	cases := []struct {
+		name   string
+		change func(*store.Transition)
+		want   error
+	}{
+		{"stale epoch", func(tr *store.Transition) { tr.Epoch-- }, store.ErrStaleEpoch},
+		{"future epoch", func(tr *store.Transition) { tr.Epoch++ }, store.ErrStaleEpoch},
+		{"wrong from", func(tr *store.Transition) {
+			tr.From, tr.Event, tr.To = lifecycle.Idle, lifecycle.ResumeRequested, lifecycle.Resuming
+		}, store.ErrConflict},
+		{"unknown session", func(tr *store.Transition) { tr.SessionID = newID() }, store.ErrNotFound},
+		{"illegal event", func(tr *store.Transition) { tr.Event = lifecycle.Resumed }, lifecycle.ErrIllegal},
+		{"wrong target", func(tr *store.Transition) { tr.To = lifecycle.Active }, lifecycle.ErrIllegal},
+	}
+	for _, c := range cases {
+		tr := place
+		c.change(&tr)
+		_, err := st.ApplyTransition(ctx, tr)
+		if !errorsIs(err, c.want) {
+			t.Errorf("%s: error = %v, want %v", c.name, err, c.want)
+		}
+	}
+	// None of them changed anything.
+	got, err := st.GetSession(ctx, sess.ID)
+	must(t, err)
+	if fmt.Sprint(got) != fmt.Sprint(sess) {
+		t.Fatalf("session changed by rejected transitions: %+v, was %+v", got, sess)
+	}
+	events, err := st.ListEvents(ctx, sess.ID, 0, 0)
+	must(t, err)
+	if len(events) != 1 {
+		t.Fatalf("events after rejected transitions = %d, want 1", len(events))
+	}
+}
