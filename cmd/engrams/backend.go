@@ -1,24 +1,85 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"os/exec"
+	"path/filepath"
 
+	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/vmm"
 	"github.com/engrams/engrams/internal/vmm/process"
+	"github.com/engrams/engrams/internal/vmm/qemu"
+	"github.com/engrams/engrams/internal/vmm/vmimage"
 )
 
+// backendChoice is the backend picked for this host and every backend that
+// was considered, with why it was or was not usable (shown in `host get`).
+type backendChoice struct {
+	backend    vmm.Backend
+	considered []hostlink.BackendFacts
+}
+
 // pickBackend chooses the vmm backend: the named one, or for "auto" the
-// best this machine can run (firecracker > qemu+kvm > qemu+tcg > process).
-func pickBackend(name, dataDir string, log *slog.Logger) (vmm.Backend, error) {
+// best this machine can run (qemu with KVM > qemu with TCG > process).
+// Firecracker joins the front of that order when its backend lands.
+func pickBackend(ctx context.Context, name, dataDir string, log *slog.Logger) (backendChoice, error) {
+	var ch backendChoice
 	switch name {
-	case "process", "auto":
-		guest, err := siblingBinary("engrams-guest")
-		if err != nil {
-			return nil, err
-		}
-		return process.New(process.Config{GuestBinary: guest}, process.Deps{Logger: log}), nil
+	case "qemu", "process", "auto":
 	default:
-		return nil, fmt.Errorf("--backend %q: use auto, qemu or process", name)
+		return ch, fmt.Errorf("--backend %q: use auto, qemu or process", name)
 	}
+	if name == "qemu" || name == "auto" {
+		be, err := newQEMU(ctx, dataDir, log)
+		if err == nil {
+			caps := be.Capabilities()
+			ch.backend = be
+			ch.considered = append(ch.considered, facts(caps, true, caps.Reason))
+			return ch, nil
+		}
+		ch.considered = append(ch.considered, hostlink.BackendFacts{Name: "qemu", Usable: false, Reason: err.Error()})
+		if name == "qemu" {
+			return ch, fmt.Errorf("qemu backend: %w", err)
+		}
+		log.Warn("qemu backend unavailable; falling back to the process backend, which gives NO isolation", "reason", err)
+	}
+	guest, err := siblingBinary("engrams-guest")
+	if err != nil {
+		return ch, err
+	}
+	be := process.New(process.Config{GuestBinary: guest}, process.Deps{Logger: log})
+	ch.backend = be
+	ch.considered = append(ch.considered, facts(be.Capabilities(), true, be.Capabilities().Reason))
+	return ch, nil
+}
+
+func facts(c vmm.Capabilities, usable bool, reason string) hostlink.BackendFacts {
+	return hostlink.BackendFacts{Name: c.Name, Version: c.Version, Acceleration: c.Acceleration, Isolation: c.Isolation, Usable: usable, Reason: reason}
+}
+
+// newQEMU builds (or finds cached) guest images and returns the backend.
+func newQEMU(ctx context.Context, dataDir string, log *slog.Logger) (*qemu.Backend, error) {
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		return nil, errors.New("qemu-system-x86_64 is not installed (run scripts/install-deps.sh)")
+	}
+	initBin, err := siblingBinary("engrams-init")
+	if err != nil {
+		return nil, err
+	}
+	guest, err := siblingBinary("engrams-guest")
+	if err != nil {
+		return nil, err
+	}
+	b, err := vmimage.New(vmimage.Config{CacheDir: filepath.Join(dataDir, "images"), InitBinary: initBin}, vmimage.Deps{Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("guest images: %w", err)
+	}
+	im, err := b.Build(ctx, []vmimage.BundleFile{{Name: "engrams-guest", Source: guest, Mode: 0o755}})
+	if err != nil {
+		return nil, fmt.Errorf("build guest images: %w", err)
+	}
+	return qemu.New(qemu.Config{DataDir: dataDir, Images: im, Network: true}, qemu.Deps{Logger: log})
 }

@@ -53,12 +53,12 @@ CLI config so that other ` + "`engrams`" + ` commands find it without flags.`,
 			if err != nil {
 				return err
 			}
-			be, err := pickBackend(backend, filepath.Join(dataDir, "host"), log.With("component", "vmm"))
+			be, err := pickBackend(ctx, backend, filepath.Join(dataDir, "host"), log.With("component", "vmm"))
 			if err != nil {
 				return err
 			}
-			agent, err := host.New(host.Config{CoordinatorURL: url, Token: creds.HostToken, Name: "dev", DataDir: filepath.Join(dataDir, "host"), AgentVersion: version},
-				host.Deps{Backend: be, Logger: log.With("component", "host")})
+			agent, err := host.New(host.Config{CoordinatorURL: url, Token: creds.HostToken, Name: "dev", DataDir: filepath.Join(dataDir, "host"), AgentVersion: version, Considered: be.considered},
+				host.Deps{Backend: be.backend, Logger: log.With("component", "host")})
 			if err != nil {
 				return err
 			}

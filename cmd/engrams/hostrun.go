@@ -44,12 +44,12 @@ Create the host's credential first with ` + "`engrams host create NAME`" + `.`,
 			if hf.coordinator == "" || token == "" {
 				return errors.New("--coordinator and --token (or --token-file) are required; create a host token with `engrams host create NAME`")
 			}
-			be, err := pickBackend(hf.backend, hf.dataDir, log)
+			be, err := pickBackend(cmd.Context(), hf.backend, hf.dataDir, log)
 			if err != nil {
 				return err
 			}
-			agent, err := host.New(host.Config{CoordinatorURL: hf.coordinator, Token: token, Name: hf.name, DataDir: hf.dataDir, AgentVersion: version},
-				host.Deps{Backend: be, Logger: log})
+			agent, err := host.New(host.Config{CoordinatorURL: hf.coordinator, Token: token, Name: hf.name, DataDir: hf.dataDir, AgentVersion: version, Considered: be.considered},
+				host.Deps{Backend: be.backend, Logger: log})
 			if err != nil {
 				return err
 			}

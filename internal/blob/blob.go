@@ -24,6 +24,19 @@ type Info struct {
 // segments (no empty, "." or ".." segments, at most 1024 bytes); anything
 // else is ErrInvalidKey. Put is atomic: a reader sees the whole object or
 // none, never a partial one, including after a crash mid-Put.
+//
+// Clarifications every backend follows (checked by blob/blobtest):
+//   - A segment is at most 255 bytes (a file name on every filesystem);
+//     longer is ErrInvalidKey.
+//   - Key order is byte-wise string order ("a-b" < "a.b" < "a/b" < "a0").
+//   - A key that is a whole-segment prefix of another key ("a" and "a/b")
+//     may be refused by filesystem-backed stores; callers must not rely on
+//     both existing. A refused Put changes nothing.
+//   - A List prefix is a plain string prefix, not a directory: "chunks/ab"
+//     matches "chunks/abc". A prefix no valid key starts with matches
+//     nothing; it is not an error.
+//   - The reader from Get is bound to ctx: cancelling ctx fails later reads.
+//   - Every method fails with the context's error when ctx is done.
 type Store interface {
 	// Put stores size bytes from r under key, replacing any object there.
 	// size < 0 means unknown (streamed); a short read fails the Put and

@@ -1,0 +1,187 @@
+package chunk
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// ManifestVersion is the only manifest format this package writes and reads.
+const ManifestVersion = 1
+
+// Chunk size bounds and defaults.
+//
+// MemoryChunkSize (2 MiB) is the unit for guest memory files: it equals an x86
+// huge page, so a lazily restored guest (userfaultfd) faults in whole huge pages,
+// and it is small enough that a guest which touched little memory uploads little
+// (a 1 GiB guest is 512 chunks; one dirtied 4 KiB page re-uploads 2 MiB, not
+// more). Smaller chunks would multiply per-object request costs on S3 and
+// manifest size; larger ones would amplify dirty-page re-uploads.
+//
+// DiskChunkSize (4 MiB) is the unit for disk layers and device state: disk
+// writes cluster in files and extents, so a larger unit halves object count and
+// request overhead with little extra re-upload, and 4 MiB is a multiple of every
+// block and erase size a virtual disk uses.
+//
+// Chunk sizes must be multiples of 4 KiB (pages and file-system blocks, so zero
+// chunks can become holes) between MinChunkSize and MaxChunkSize.
+const (
+	MemoryChunkSize  int64 = 2 << 20
+	DiskChunkSize    int64 = 4 << 20
+	DefaultChunkSize       = DiskChunkSize
+	MinChunkSize     int64 = 4 << 10
+	MaxChunkSize     int64 = 64 << 20
+)
+
+// ErrInvalidManifest is the category of every manifest validation failure.
+var ErrInvalidManifest = errors.New("invalid manifest")
+
+// Ref names one chunk of a manifest: the lowercase hex SHA-256 of its
+// uncompressed bytes, or the zero marker (empty Hash) for an all-zero chunk,
+// which is never stored. In JSON a Ref is the hex string, or "zero".
+type Ref struct {
+	Hash string
+}
+
+// ZeroRef is the marker for an all-zero chunk.
+func ZeroRef() Ref { return Ref{} }
+
+// IsZero reports whether the chunk is all zero (not stored).
+func (r Ref) IsZero() bool { return r.Hash == "" }
+
+// String returns the hash, or "zero".
+func (r Ref) String() string {
+	if r.IsZero() {
+		return zeroText
+	}
+	return r.Hash
+}
+
+const zeroText = "zero"
+
+// MarshalText encodes the ref as its hash or "zero".
+func (r Ref) MarshalText() ([]byte, error) {
+	if !r.IsZero() && !validHash(r.Hash) {
+		return nil, fmt.Errorf("marshal chunk ref %q: %w: not a lowercase hex sha256", r.Hash, ErrInvalidManifest)
+	}
+	return []byte(r.String()), nil
+}
+
+// UnmarshalText decodes a hash or "zero".
+func (r *Ref) UnmarshalText(b []byte) error {
+	s := string(b)
+	if s == zeroText {
+		*r = Ref{}
+		return nil
+	}
+	if !validHash(s) {
+		return fmt.Errorf("decode chunk ref %.80q: %w: not a lowercase hex sha256 or %q", s, ErrInvalidManifest, zeroText)
+	}
+	*r = Ref{Hash: s}
+	return nil
+}
+
+// validHash reports whether s is 64 lowercase hex digits.
+func validHash(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// hashHex is the lowercase hex form of a SHA-256 sum.
+func hashHex(sum [32]byte) string { return hex.EncodeToString(sum[:]) }
+
+// Manifest lists one file's chunks. Chunk i covers bytes
+// [i*ChunkSize, min((i+1)*ChunkSize, Size)); the last chunk may be short.
+// Name and Role are free-form labels (e.g. Role "memory", "state", "disk").
+type Manifest struct {
+	Version   int    `json:"version"`
+	Name      string `json:"name,omitempty"`
+	Role      string `json:"role,omitempty"`
+	ChunkSize int64  `json:"chunk_size"`
+	Size      int64  `json:"size"`
+	Chunks    []Ref  `json:"chunks"`
+}
+
+// NumChunks is the number of chunks a file of size bytes has.
+func NumChunks(size, chunkSize int64) int64 {
+	if size <= 0 || chunkSize <= 0 {
+		return 0
+	}
+	return (size + chunkSize - 1) / chunkSize
+}
+
+// ChunkLen is the length of chunk i of the manifest's file.
+func (m Manifest) ChunkLen(i int) int64 {
+	off := int64(i) * m.ChunkSize
+	return min(m.ChunkSize, m.Size-off)
+}
+
+// Validate checks the manifest's internal consistency; errors wrap ErrInvalidManifest.
+func (m Manifest) Validate() error {
+	switch {
+	case m.Version != ManifestVersion:
+		return fmt.Errorf("%w: version %d, want %d", ErrInvalidManifest, m.Version, ManifestVersion)
+	case m.ChunkSize < MinChunkSize || m.ChunkSize > MaxChunkSize || m.ChunkSize%MinChunkSize != 0:
+		return fmt.Errorf("%w: chunk size %d not a multiple of %d in [%d, %d]",
+			ErrInvalidManifest, m.ChunkSize, MinChunkSize, MinChunkSize, MaxChunkSize)
+	case m.Size < 0:
+		return fmt.Errorf("%w: negative size %d", ErrInvalidManifest, m.Size)
+	}
+	if want := NumChunks(m.Size, m.ChunkSize); int64(len(m.Chunks)) != want {
+		return fmt.Errorf("%w: %d chunks for size %d at chunk size %d, want %d",
+			ErrInvalidManifest, len(m.Chunks), m.Size, m.ChunkSize, want)
+	}
+	for i, r := range m.Chunks {
+		if !r.IsZero() && !validHash(r.Hash) {
+			return fmt.Errorf("%w: chunk %d: hash %.80q is not lowercase hex sha256", ErrInvalidManifest, i, r.Hash)
+		}
+	}
+	return nil
+}
+
+// Encode validates the manifest and serializes it as JSON.
+func (m Manifest) Encode() ([]byte, error) {
+	if err := m.Validate(); err != nil {
+		return nil, fmt.Errorf("encode manifest: %w", err)
+	}
+	if m.Chunks == nil {
+		m.Chunks = []Ref{}
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encode manifest: %w", err)
+	}
+	return b, nil
+}
+
+// Decode parses and validates a JSON manifest. Unknown fields, trailing data
+// and inconsistent contents are errors wrapping ErrInvalidManifest.
+func Decode(b []byte) (Manifest, error) {
+	var m Manifest
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&m); err != nil {
+		return Manifest{}, fmt.Errorf("decode manifest: %w: %w", ErrInvalidManifest, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return Manifest{}, fmt.Errorf("decode manifest: %w: trailing data after the object", ErrInvalidManifest)
+	}
+	if m.Chunks == nil && m.Size > 0 {
+		return Manifest{}, fmt.Errorf("decode manifest: %w: missing chunks", ErrInvalidManifest)
+	}
+	if err := m.Validate(); err != nil {
+		return Manifest{}, fmt.Errorf("decode manifest: %w", err)
+	}
+	return m, nil
+}

@@ -1,0 +1,204 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/engrams/engrams/internal/client"
+	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/host"
+	"github.com/engrams/engrams/internal/server"
+	"github.com/engrams/engrams/internal/store"
+	"github.com/engrams/engrams/internal/store/postgres"
+	"github.com/engrams/engrams/internal/store/sqlite"
+	"github.com/engrams/engrams/internal/testutil"
+	"github.com/engrams/engrams/internal/vmm/process"
+)
+
+// binDir holds engrams and engrams-guest built once for the package.
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "engrams-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	root, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "go env GOMOD:", err)
+		os.Exit(1)
+	}
+	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/engrams", "./cmd/engrams-guest")
+	build.Dir = filepath.Dir(strings.TrimSpace(string(root)))
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build binaries: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	binDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("test", t.Name())
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+func openSQLite(t *testing.T) store.Store {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "engrams.db")}, sqlite.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func openPostgres(t *testing.T, url string) store.Store {
+	t.Helper()
+	st, err := postgres.Open(context.Background(), postgres.Config{URL: url}, postgres.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// replica is one running coordinator replica.
+type replica struct {
+	URL string
+	srv *server.Server
+}
+
+// startReplica serves a replica on 127.0.0.1:0 until the test ends.
+func startReplica(t *testing.T, st store.Store, secret string, co coordinator.Config) replica {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + ln.Addr().String()
+	srv, err := server.New(server.Config{AdvertiseURL: url, ClusterSecret: secret, Version: "test", Coordinator: co},
+		server.Deps{Store: st, Logger: testLogger(t).With("replica", url)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("replica %s: %v", url, err)
+		}
+	})
+	return replica{URL: url, srv: srv}
+}
+
+// credentials mints a user token, and a host named hostName if not "".
+func credentials(t *testing.T, st store.Store, hostName string) server.Credentials {
+	t.Helper()
+	c, err := server.EnsureCredentials(context.Background(), st, filepath.Join(t.TempDir(), "creds.json"), hostName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// startHostInProcess runs a host agent with the process backend in this
+// test process until the test ends.
+func startHostInProcess(t *testing.T, url, token string) {
+	t.Helper()
+	log := testLogger(t).With("host", url)
+	be := process.New(process.Config{GuestBinary: filepath.Join(binDir, "engrams-guest")}, process.Deps{Logger: log})
+	agent, err := host.New(host.Config{CoordinatorURL: url, Token: token, Name: "inproc", DataDir: shortTempDir(t), HeartbeatInterval: 200 * time.Millisecond},
+		host.Deps{Backend: be, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- agent.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+}
+
+// hostProc is a host agent running as its own process, so it can be killed.
+type hostProc struct {
+	cmd     *exec.Cmd
+	dataDir string
+}
+
+func startHostProcess(t *testing.T, url, token, dataDir string) *hostProc {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "engrams"), "host", "run", "--coordinator", url, "--token", token,
+		"--data-dir", dataDir, "--backend", "process", "--log-level", "debug")
+	logf, err := os.OpenFile(filepath.Join(dataDir, "..", filepath.Base(dataDir)+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { logf.Close() })
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &hostProc{cmd: cmd, dataDir: dataDir}
+	t.Cleanup(func() { p.kill() })
+	return p
+}
+
+func (p *hostProc) kill() {
+	if p.cmd.ProcessState == nil {
+		_ = p.cmd.Process.Kill()
+		_ = p.cmd.Wait()
+	}
+}
+
+// shortTempDir is a temp dir with a short path: Unix socket paths under
+// it (machines/<session id>/guest.sock) must stay under 108 bytes.
+func shortTempDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "eg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, msg := cond()
+		if ok {
+			return
+		}
+		last = msg
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s: not true after %s (last: %s)", what, d, last)
+}
+
+func newClient(url, token string) *client.Client { return client.New(url, token) }
+
+var _ = testutil.InCI

@@ -1,0 +1,52 @@
+package hostlink
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+)
+
+// Error categories callers branch on.
+var (
+	// ErrVersionMismatch: the two ends speak different protocol versions.
+	ErrVersionMismatch = errors.New("hostlink protocol version mismatch")
+	// ErrUnauthorized: the coordinator refused the host's token.
+	ErrUnauthorized = errors.New("hostlink token refused")
+	// ErrHostNotConnected: no replica holds a connection to the host.
+	ErrHostNotConnected = errors.New("host not connected")
+	// ErrClosed: the host's connection to the coordinator is closed.
+	ErrClosed = errors.New("hostlink connection closed")
+)
+
+// Error codes of ErrorBody, besides those in protocol.go.
+const (
+	CodeHostNotConnected = "host_not_connected"
+	CodeUnauthorized     = "unauthorized"
+	CodeBadRequest       = "bad_request"
+	CodeUnavailable      = "unavailable"
+	CodeBadGateway       = "bad_gateway"
+)
+
+type hostIDKey struct{}
+
+// HostIDFrom returns the authenticated host id of a request the host sent
+// over its link (set for every request ServerDeps.Handler serves).
+func HostIDFrom(ctx context.Context) (string, bool) {
+	id, ok := ctx.Value(hostIDKey{}).(string)
+	return id, ok && id != ""
+}
+
+// WithHostID returns ctx carrying hostID as HostIDFrom reads it (for tests of
+// handlers mounted as ServerDeps.Handler).
+func WithHostID(ctx context.Context, hostID string) context.Context {
+	return context.WithValue(ctx, hostIDKey{}, hostID)
+}
+
+// WriteError writes an ErrorBody as JSON with the given status.
+func WriteError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(ErrorBody{Error: msg, Code: code})
+}
