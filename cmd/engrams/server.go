@@ -14,7 +14,7 @@ import (
 func serverCmd() *cobra.Command {
 	var (
 		listen, advertise, database, replicaID, secret, tokenFile, logLevel string
-		co                                                                 coordinator.Config
+		co                                                                  coordinator.Config
 	)
 	cmd := &cobra.Command{
 		Use:   "server",

@@ -103,4 +103,3 @@ func checkName(n string) string {
 	}
 	return ""
 }
-

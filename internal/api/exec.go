@@ -145,4 +145,3 @@ func streamExec(ctx context.Context, conn *websocket.Conn, w http.ResponseWriter
 		return
 	}
 }
-

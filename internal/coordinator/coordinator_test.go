@@ -282,13 +282,21 @@ func TestDeleteSupersedesCreate(t *testing.T) {
 	}
 	e.addHost(t, "a", 4)
 	s = e.wait(t, s.ID, lifecycle.Completed)
-	ops, _ := e.st.ListOps(context.Background(), s.ID)
-	kinds := map[store.OpKind]store.OpState{}
-	for _, o := range ops {
-		kinds[o.Kind] = o.State
-	}
-	if kinds[store.OpDestroy] != store.OpSucceeded {
-		t.Fatalf("ops %+v", kinds)
+	// The op is finished just after its last transition lands.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ops, _ := e.st.ListOps(context.Background(), s.ID)
+		kinds := map[store.OpKind]store.OpState{}
+		for _, o := range ops {
+			kinds[o.Kind] = o.State
+		}
+		if kinds[store.OpDestroy] == store.OpSucceeded && kinds[store.OpCreate] == store.OpSuperseded {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ops %+v; want create superseded, destroy succeeded", kinds)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

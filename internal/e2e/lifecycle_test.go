@@ -49,7 +49,9 @@ func TestSessionEndToEnd(t *testing.T) {
 	}
 
 	dir := fmt.Sprintf("/tmp/engrams-e2e-%s", s.ID) // the process backend shares the host filesystem
-	t.Cleanup(func() { _, _ = c.Exec(context.Background(), s.ID, apiv1.ExecRequest{Argv: []string{"rm", "-rf", dir}}, io.Discard, io.Discard) })
+	t.Cleanup(func() {
+		_, _ = c.Exec(context.Background(), s.ID, apiv1.ExecRequest{Argv: []string{"rm", "-rf", dir}}, io.Discard, io.Discard)
+	})
 	if err := c.PutFile(ctx, s.ID, dir+"/f.txt", 0o640, strings.NewReader("content")); err != nil {
 		t.Fatal(err)
 	}

@@ -69,4 +69,3 @@ func NewPostgresDB(t testing.TB) string {
 	u.Path = "/" + name
 	return u.String()
 }
-
