@@ -19,7 +19,7 @@ func (s *Store) List(ctx context.Context, prefix string, fn func(blob.Info) erro
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("list %q: %w", prefix, err)
 	}
-	if !prefixCanMatch(prefix) {
+	if !blob.PrefixCanMatch(prefix) {
 		return nil
 	}
 	base := "" // the deepest directory the prefix names
@@ -50,7 +50,7 @@ func (s *Store) walk(ctx context.Context, keyDir, prefix string, fn func(blob.In
 	}
 	entries := make([]entry, 0, len(dirents))
 	for _, d := range dirents {
-		if !validSegment(d.Name()) {
+		if !blob.ValidKey(d.Name()) { // one valid segment
 			continue
 		}
 		e := entry{name: d.Name(), dir: d.IsDir(), order: d.Name()}

@@ -89,7 +89,7 @@ func (s *Store) path(key string) string {
 // file and fsyncs the directory. Concurrent Puts of one key: last rename
 // wins; readers see one whole version.
 func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64) error {
-	if !validKey(key) {
+	if !blob.ValidKey(key) {
 		return fmt.Errorf("put %q: %w", key, blob.ErrInvalidKey)
 	}
 	if err := ctx.Err(); err != nil {
@@ -143,7 +143,7 @@ func (s *Store) put(ctx context.Context, key string, r io.Reader, size int64) (n
 // copyBody copies exactly size bytes (or to EOF when size < 0).
 func copyBody(ctx context.Context, w io.Writer, r io.Reader, size int64) (int64, error) {
 	buf := make([]byte, copyBufSize)
-	src := io.Reader(&ctxReader{ctx: ctx, r: r})
+	src := blob.ContextReader(ctx, r)
 	if size >= 0 {
 		src = io.LimitReader(src, size)
 	}
@@ -237,7 +237,7 @@ func syncDir(dir string) error {
 
 // Get opens the object's file. The returned reader fails once ctx is done.
 func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
-	if !validKey(key) {
+	if !blob.ValidKey(key) {
 		return nil, fmt.Errorf("get %q: %w", key, blob.ErrInvalidKey)
 	}
 	if err := ctx.Err(); err != nil {
@@ -258,7 +258,7 @@ func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 		}
 		return nil, fmt.Errorf("get %s: %w", key, blob.ErrNotFound)
 	}
-	return &ctxReadCloser{ctxReader: ctxReader{ctx: ctx, r: f}, c: f}, nil
+	return blob.ContextReadCloser(ctx, f), nil
 }
 
 // notFound: the path is absent, or a parent is a file rather than a dir.
@@ -268,7 +268,7 @@ func notFound(err error) bool {
 
 // Stat describes the object; a directory (keys under it) is not one.
 func (s *Store) Stat(ctx context.Context, key string) (blob.Info, error) {
-	if !validKey(key) {
+	if !blob.ValidKey(key) {
 		return blob.Info{}, fmt.Errorf("stat %q: %w", key, blob.ErrInvalidKey)
 	}
 	if err := ctx.Err(); err != nil {
@@ -290,7 +290,7 @@ func (s *Store) Stat(ctx context.Context, key string) (blob.Info, error) {
 // Delete removes the object's file, then prunes parent directories left
 // empty. An absent key (or one naming a directory) is not an error.
 func (s *Store) Delete(ctx context.Context, key string) error {
-	if !validKey(key) {
+	if !blob.ValidKey(key) {
 		return fmt.Errorf("delete %q: %w", key, blob.ErrInvalidKey)
 	}
 	if err := ctx.Err(); err != nil {

@@ -68,7 +68,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Store, error) {
 	if prefix != "" && !strings.HasSuffix(prefix, "/") {
 		prefix += "/"
 	}
-	if prefix != "" && !validKey(strings.TrimSuffix(prefix, "/")) {
+	if prefix != "" && !blob.ValidKey(strings.TrimSuffix(prefix, "/")) {
 		return nil, fmt.Errorf("open s3 store: prefix %q: %w", cfg.Prefix, blob.ErrInvalidKey)
 	}
 	partSize := cfg.PartSize
@@ -109,12 +109,12 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Store, error) {
 
 // check validates key and ctx before a call.
 func (s *Store) check(ctx context.Context, action, key string) error {
-	if !validKey(key) {
+	if !blob.ValidKey(key) {
 		return fmt.Errorf("%s %q: %w", action, key, blob.ErrInvalidKey)
 	}
-	if len(s.prefix)+len(key) > maxKeyLen {
+	if len(s.prefix)+len(key) > blob.MaxKeyLen {
 		return fmt.Errorf("%s %s: with prefix %q the object name exceeds S3's %d bytes: %w",
-			action, key, s.prefix, maxKeyLen, blob.ErrInvalidKey)
+			action, key, s.prefix, blob.MaxKeyLen, blob.ErrInvalidKey)
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%s %s: %w", action, key, err)
@@ -157,7 +157,7 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64) er
 		return err
 	}
 	start := time.Now()
-	body := io.Reader(&ctxReader{ctx: ctx, r: r})
+	body := blob.ContextReader(ctx, r)
 	if size < 0 {
 		var err error
 		if body, size, err = peekEmpty(body); err != nil {
@@ -219,8 +219,9 @@ func (e *exactReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Get sends the GET at once, so a missing object is blob.ErrNotFound from
-// Get itself; the returned body streams and is bound to ctx.
+// Get sends the GET at once (no separate HEAD), so a missing object is
+// blob.ErrNotFound from Get itself; the returned body streams and is bound
+// to ctx.
 func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	if err := s.check(ctx, "get", key); err != nil {
 		return nil, err
@@ -229,7 +230,9 @@ func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	if err != nil {
 		return nil, s.wrap(ctx, "get", key, err)
 	}
-	return rc, nil
+	// The transport notices a cancelled ctx asynchronously; checking it on
+	// every Read makes cancellation fail the next read deterministically.
+	return blob.ContextReadCloser(ctx, rc), nil
 }
 
 // Stat is a HEAD request.
@@ -265,7 +268,7 @@ func (s *Store) List(ctx context.Context, prefix string, fn func(blob.Info) erro
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("list %q: %w", prefix, err)
 	}
-	if !prefixCanMatch(prefix) {
+	if !blob.PrefixCanMatch(prefix) {
 		return nil
 	}
 	lctx, cancel := context.WithCancel(ctx)
@@ -283,7 +286,7 @@ func (s *Store) List(ctx context.Context, prefix string, fn func(blob.Info) erro
 			return s.wrap(ctx, "list", fmt.Sprintf("%q", prefix), oi.Err)
 		}
 		key := strings.TrimPrefix(oi.Key, s.prefix)
-		if !validKey(key) {
+		if !blob.ValidKey(key) {
 			continue
 		}
 		if err := fn(blob.Info{Key: key, Size: oi.Size, ModTime: oi.LastModified}); err != nil {

@@ -1,4 +1,4 @@
-package s3
+package blob
 
 import (
 	"context"
@@ -6,17 +6,18 @@ import (
 	"strings"
 )
 
-// Key limits from the blob contract.
+// Key limits of the contract.
 const (
-	maxKeyLen     = 1024
-	maxSegmentLen = 255
+	MaxKeyLen     = 1024
+	MaxSegmentLen = 255
 )
 
-// validKey reports whether key follows the blob contract: slash-separated
+// ValidKey reports whether key follows the contract: slash-separated
 // segments of [A-Za-z0-9._-], none empty, "." or "..", each at most 255
-// bytes, at most 1024 bytes in all.
-func validKey(key string) bool {
-	if len(key) == 0 || len(key) > maxKeyLen {
+// bytes, at most 1024 bytes in all. Such a key can never name a path
+// outside the store's directory, nor its temp directory.
+func ValidKey(key string) bool {
+	if len(key) == 0 || len(key) > MaxKeyLen {
 		return false
 	}
 	start := 0
@@ -35,20 +36,20 @@ func validKey(key string) bool {
 	return true
 }
 
-// prefixCanMatch reports whether some valid key starts with prefix: its
+// PrefixCanMatch reports whether some valid key starts with prefix: its
 // whole segments form a valid key and its tail is a partial segment.
-func prefixCanMatch(prefix string) bool {
-	if len(prefix) > maxKeyLen {
+func PrefixCanMatch(prefix string) bool {
+	if len(prefix) > MaxKeyLen {
 		return false
 	}
 	tail := prefix
 	if i := strings.LastIndexByte(prefix, '/'); i >= 0 {
-		if !validKey(prefix[:i]) {
+		if !ValidKey(prefix[:i]) {
 			return false
 		}
 		tail = prefix[i+1:]
 	}
-	if len(tail) > maxSegmentLen {
+	if len(tail) > MaxSegmentLen {
 		return false
 	}
 	for i := 0; i < len(tail); i++ {
@@ -60,7 +61,7 @@ func prefixCanMatch(prefix string) bool {
 }
 
 func validSegment(seg string) bool {
-	if seg == "" || seg == "." || seg == ".." || len(seg) > maxSegmentLen {
+	if seg == "" || seg == "." || seg == ".." || len(seg) > MaxSegmentLen {
 		return false
 	}
 	for i := 0; i < len(seg); i++ {
@@ -89,4 +90,21 @@ func (c *ctxReader) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	return c.r.Read(p)
+}
+
+// ctxReadCloser is a reader bound to the caller's ctx.
+type ctxReadCloser struct {
+	ctxReader
+	c io.Closer
+}
+
+func (c *ctxReadCloser) Close() error { return c.c.Close() }
+
+// ContextReader returns a reader that fails once ctx is done, so a stalled
+// or long copy stops on cancellation.
+func ContextReader(ctx context.Context, r io.Reader) io.Reader { return &ctxReader{ctx: ctx, r: r} }
+
+// ContextReadCloser is ContextReader for what Get implementations return.
+func ContextReadCloser(ctx context.Context, rc io.ReadCloser) io.ReadCloser {
+	return &ctxReadCloser{ctxReader: ctxReader{ctx: ctx, r: rc}, c: rc}
 }
