@@ -9,10 +9,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/engrams/engrams/internal/host"
+	"github.com/engrams/engrams/internal/hostlink"
 )
 
 type hostFlags struct {
 	coordinator, token, tokenFile, name, dataDir, backend, logLevel string
+	capacity                                                        hostlink.Capacity
 }
 
 func hostRunCmd() *cobra.Command {
@@ -48,7 +50,7 @@ Create the host's credential first with ` + "`engrams host create NAME`" + `.`,
 			if err != nil {
 				return err
 			}
-			agent, err := host.New(host.Config{CoordinatorURL: hf.coordinator, Token: token, Name: hf.name, DataDir: hf.dataDir, AgentVersion: version, Considered: be.considered},
+			agent, err := host.New(host.Config{CoordinatorURL: hf.coordinator, Token: token, Name: hf.name, DataDir: hf.dataDir, AgentVersion: version, Considered: be.considered, Capacity: hf.capacity},
 				host.Deps{Backend: be.backend, Logger: log})
 			if err != nil {
 				return err
@@ -64,6 +66,9 @@ Create the host's credential first with ` + "`engrams host create NAME`" + `.`,
 	f.StringVar(&hf.dataDir, "data-dir", env("HOST_DATA_DIR", filepath.Join(defaultDataDir(), "host")), "where machines, epochs and caches live")
 	f.StringVar(&hf.backend, "backend", env("BACKEND", "auto"), "auto, qemu or process (process: development only, no isolation)")
 	f.StringVar(&hf.logLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error")
+	f.IntVar(&hf.capacity.MemoryMiB, "memory-mib", 0, "memory offered to sessions (default: all of this machine's)")
+	f.IntVar(&hf.capacity.VCPUs, "vcpus", 0, "vCPUs offered to sessions (default: this machine's CPU count)")
+	f.IntVar(&hf.capacity.MaxSessions, "max-sessions", 0, "most sessions at once (default: no limit)")
 	return cmd
 }
 

@@ -68,6 +68,10 @@ func openSQLite(t *testing.T) store.Store {
 	return st
 }
 
+func openSQLiteFile(path string) (store.Store, error) {
+	return sqlite.Open(context.Background(), sqlite.Config{Path: path}, sqlite.Deps{})
+}
+
 func openPostgres(t *testing.T, url string) store.Store {
 	t.Helper()
 	st, err := postgres.Open(context.Background(), postgres.Config{URL: url}, postgres.Deps{})
@@ -145,10 +149,11 @@ type hostProc struct {
 	dataDir string
 }
 
-func startHostProcess(t *testing.T, url, token, dataDir string) *hostProc {
+func startHostProcess(t *testing.T, url, token, dataDir string, extra ...string) *hostProc {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(binDir, "engrams"), "host", "run", "--coordinator", url, "--token", token,
-		"--data-dir", dataDir, "--backend", "process", "--log-level", "debug")
+	args := append([]string{"host", "run", "--coordinator", url, "--token", token,
+		"--data-dir", dataDir, "--backend", "process", "--log-level", "debug"}, extra...)
+	cmd := exec.Command(filepath.Join(binDir, "engrams"), args...)
 	logf, err := os.OpenFile(filepath.Join(dataDir, "..", filepath.Base(dataDir)+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,267 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/internal/client"
+	"github.com/engrams/engrams/internal/guestapi"
+	"github.com/engrams/engrams/internal/server"
+)
+
+// TestBenchFoundation measures the foundation on the process backend with
+// the coordinator and host agent as separate processes, and prints a table.
+// It runs only with ENGRAMS_BENCH=1 (ENGRAMS_BENCH_SESSIONS sets the fleet
+// size, default 1000): figures come from here, never from assertions.
+func TestBenchFoundation(t *testing.T) {
+	if os.Getenv("ENGRAMS_BENCH") == "" {
+		t.Skip("benchmark: set ENGRAMS_BENCH=1 to run")
+	}
+	fleet := 1000
+	if v, err := strconv.Atoi(os.Getenv("ENGRAMS_BENCH_SESSIONS")); err == nil && v > 0 {
+		fleet = v
+	}
+	ctx := context.Background()
+	dir := shortTempDir(t)
+	url, srv := startServerProcess(t, dir)
+	st, err := openSQLiteFile(filepath.Join(dir, "db")) // beside the server, as an admin would
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, err := server.EnsureCredentials(ctx, st, filepath.Join(dir, "creds.json"), "bench")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	hostDir := filepath.Join(dir, "host")
+	os.MkdirAll(hostDir, 0o700)
+	hp := startHostProcess(t, url, creds.HostToken, hostDir, "--memory-mib", "10000000", "--vcpus", "100000", "--log-level", "warn")
+	c := client.New(url, creds.Token)
+	eventually(t, 30*time.Second, "host ready", func() (bool, string) {
+		h, err := c.GetHost(ctx, creds.HostID)
+		return err == nil && h.State == "ready", h.State
+	})
+
+	rows := [][]string{}
+	add := func(name string, d []time.Duration, note string) {
+		rows = append(rows, []string{name, strconv.Itoa(len(d)), ms(pct(d, 50)), ms(pct(d, 95)), note})
+	}
+
+	// create → Active, sequential.
+	var createLat []time.Duration
+	var ids []string
+	for range 30 {
+		t0 := time.Now()
+		s, err := c.CreateSession(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 64}}, true)
+		if err != nil || s.State != "active" {
+			t.Fatalf("create: %+v %v", s, err)
+		}
+		createLat = append(createLat, time.Since(t0))
+		ids = append(ids, s.ID)
+	}
+	add("create → active (API, wait)", createLat, "")
+
+	// exec round trips: through the whole path, and the same guest directly.
+	id := ids[0]
+	var viaAPI, viaWS, direct, fork []time.Duration
+	for range 300 {
+		t0 := time.Now()
+		if code, err := c.Exec(ctx, id, apiv1.ExecRequest{Argv: []string{"true"}}, io.Discard, io.Discard); err != nil || code != 0 {
+			t.Fatalf("exec: %d %v", code, err)
+		}
+		viaAPI = append(viaAPI, time.Since(t0))
+		t0 = time.Now()
+		if ctl, err := c.ExecWS(ctx, id, guestapi.ExecStart{Argv: []string{"true"}}, nil, io.Discard, io.Discard, nil); err != nil || ctl.ExitCode != 0 {
+			t.Fatalf("exec ws: %+v %v", ctl, err)
+		}
+		viaWS = append(viaWS, time.Since(t0))
+	}
+	sock := filepath.Join(hostDir, "machines", id, "guest.sock")
+	gc := guestapi.NewClient(func(ctx context.Context) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	})
+	for range 300 {
+		t0 := time.Now()
+		if ctl, err := gc.Exec(ctx, guestapi.ExecStart{Argv: []string{"true"}}, nil, io.Discard, io.Discard); err != nil || ctl.ExitCode != 0 {
+			t.Fatalf("direct exec: %+v %v", ctl, err)
+		}
+		direct = append(direct, time.Since(t0))
+		t0 = time.Now()
+		if err := exec.Command("true").Run(); err != nil {
+			t.Fatal(err)
+		}
+		fork = append(fork, time.Since(t0))
+	}
+	add("exec `true` via API (POST, NDJSON)", viaAPI, fmt.Sprintf("%.2fx direct", ratio(viaAPI, direct)))
+	add("exec `true` via API (WebSocket)", viaWS, fmt.Sprintf("%.2fx direct", ratio(viaWS, direct)))
+	add("baseline: exec on guest socket", direct, "guest daemon alone")
+	add("baseline: fork+exec `true` here", fork, "no engrams")
+	for _, id := range ids {
+		if err := c.DeleteSession(ctx, id, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A fleet: create, hold, delete, with 16 clients at a time.
+	peak := &peakRSS{pids: map[string]int{"coordinator": srv.Process.Pid, "host agent": hp.cmd.Process.Pid}}
+	stop := peak.sample()
+	t0 := time.Now()
+	fleetIDs := parallel(t, fleet, 16, func(int) string {
+		s, err := c.CreateSession(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 64}}, true)
+		if err != nil || s.State != "active" {
+			t.Errorf("fleet create: %+v %v", s, err)
+		}
+		return s.ID
+	})
+	createDur := time.Since(t0)
+	held := peak.now()
+	t0 = time.Now()
+	parallel(t, fleet, 16, func(i int) string {
+		if err := c.DeleteSession(ctx, fleetIDs[i], true); err != nil {
+			t.Errorf("fleet delete: %v", err)
+		}
+		return ""
+	})
+	deleteDur := time.Since(t0)
+	stop()
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nfoundation benchmark (process backend, SQLite, coordinator and host agent as separate processes)\n")
+	fmt.Fprintf(&b, "%-38s %6s %10s %10s  %s\n", "measure", "n", "median ms", "p95 ms", "note")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "%-38s %6s %10s %10s  %s\n", r[0], r[1], r[2], r[3], r[4])
+	}
+	fmt.Fprintf(&b, "\nfleet of %d sessions (16 concurrent clients, each waits for active/completed)\n", fleet)
+	fmt.Fprintf(&b, "  create: %s total, %.0f sessions/s\n", createDur.Round(time.Millisecond), float64(fleet)/createDur.Seconds())
+	fmt.Fprintf(&b, "  delete: %s total, %.0f sessions/s\n", deleteDur.Round(time.Millisecond), float64(fleet)/deleteDur.Seconds())
+	for _, name := range []string{"coordinator", "host agent"} {
+		fmt.Fprintf(&b, "  %-12s RSS with %d sessions active: %6.1f MiB; peak over the run: %6.1f MiB\n", name, fleet, mib(held[name]), mib(peak.max[name]))
+	}
+	fmt.Print(b.String())
+}
+
+func startServerProcess(t *testing.T, dir string) (string, *exec.Cmd) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	logf, _ := os.Create(filepath.Join(dir, "server.log"))
+	cmd := exec.Command(filepath.Join(binDir, "engrams"), "server", "--listen", addr, "--database", filepath.Join(dir, "db"), "--log-level", "warn")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait(); logf.Close() })
+	url := "http://" + addr
+	eventually(t, 20*time.Second, "server up", func() (bool, string) {
+		_, err := client.New(url, "").Version(context.Background())
+		return err == nil, fmt.Sprint(err)
+	})
+	return url, cmd
+}
+
+// parallel runs fn(i) for i in [0,n) on workers goroutines and collects results.
+func parallel(t *testing.T, n, workers int, fn func(i int) string) []string {
+	t.Helper()
+	out := make([]string, n)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				out[i] = fn(i)
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return out
+}
+
+type peakRSS struct {
+	mu   sync.Mutex
+	pids map[string]int
+	max  map[string]int64
+}
+
+func (p *peakRSS) now() map[string]int64 {
+	out := map[string]int64{}
+	for name, pid := range p.pids {
+		out[name] = rssBytes(pid)
+	}
+	return out
+}
+
+func (p *peakRSS) sample() (stop func()) {
+	p.max = map[string]int64{}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			p.mu.Lock()
+			for name, v := range p.now() {
+				p.max[name] = max(p.max[name], v)
+			}
+			p.mu.Unlock()
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+// rssBytes reads VmRSS of pid.
+func rssBytes(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+func pct(d []time.Duration, p int) time.Duration {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	if len(s) == 0 {
+		return 0
+	}
+	i := (len(s)*p + 99) / 100
+	return s[max(0, min(len(s)-1, i-1))]
+}
+
+func ratio(a, b []time.Duration) float64 { return float64(pct(a, 50)) / float64(pct(b, 50)) }
+func ms(d time.Duration) string         { return fmt.Sprintf("%.2f", float64(d)/1e6) }
+func mib(b int64) float64               { return float64(b) / (1 << 20) }
