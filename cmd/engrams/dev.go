@@ -76,7 +76,7 @@ CLI config so that other ` + "`engrams`" + ` commands find it without flags.`,
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", env("LISTEN", "127.0.0.1:7700"), "address to serve on")
 	f.StringVar(&dataDir, "data-dir", env("DATA_DIR", defaultDataDir()), "where the database, machines and credentials live")
-	f.StringVar(&backend, "backend", env("BACKEND", "auto"), "auto, qemu or process (process: development only, no isolation)")
+	f.StringVar(&backend, "backend", env("BACKEND", "auto"), "auto, firecracker, qemu or process (process: development only, no isolation)")
 	f.StringVar(&logLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error")
 	return cmd
 }

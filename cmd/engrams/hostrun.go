@@ -64,7 +64,7 @@ Create the host's credential first with ` + "`engrams host create NAME`" + `.`,
 	f.StringVar(&hf.tokenFile, "token-file", env("HOST_TOKEN_FILE", ""), "file holding the host token")
 	f.StringVar(&hf.name, "name", env("HOST_NAME", hostname()), "name reported by this host")
 	f.StringVar(&hf.dataDir, "data-dir", env("HOST_DATA_DIR", filepath.Join(defaultDataDir(), "host")), "where machines, epochs and caches live")
-	f.StringVar(&hf.backend, "backend", env("BACKEND", "auto"), "auto, qemu or process (process: development only, no isolation)")
+	f.StringVar(&hf.backend, "backend", env("BACKEND", "auto"), "auto, firecracker, qemu or process (process: development only, no isolation)")
 	f.StringVar(&hf.logLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error")
 	f.IntVar(&hf.capacity.MemoryMiB, "memory-mib", 0, "memory offered to sessions (default: all of this machine's)")
 	f.IntVar(&hf.capacity.VCPUs, "vcpus", 0, "vCPUs offered to sessions (default: this machine's CPU count)")

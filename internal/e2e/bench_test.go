@@ -263,5 +263,5 @@ func pct(d []time.Duration, p int) time.Duration {
 }
 
 func ratio(a, b []time.Duration) float64 { return float64(pct(a, 50)) / float64(pct(b, 50)) }
-func ms(d time.Duration) string         { return fmt.Sprintf("%.2f", float64(d)/1e6) }
-func mib(b int64) float64               { return float64(b) / (1 << 20) }
+func ms(d time.Duration) string          { return fmt.Sprintf("%.2f", float64(d)/1e6) }
+func mib(b int64) float64                { return float64(b) / (1 << 20) }

@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "go env GOMOD:", err)
 		os.Exit(1)
 	}
-	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/engrams", "./cmd/engrams-guest")
+	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/engrams", "./cmd/engrams-guest", "./cmd/engrams-init")
 	build.Dir = filepath.Dir(strings.TrimSpace(string(root)))
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
@@ -149,6 +149,8 @@ type hostProc struct {
 	dataDir string
 }
 
+// startHostProcess runs `engrams host run` with the process backend unless
+// extra names another --backend.
 func startHostProcess(t *testing.T, url, token, dataDir string, extra ...string) *hostProc {
 	t.Helper()
 	args := append([]string{"host", "run", "--coordinator", url, "--token", token,

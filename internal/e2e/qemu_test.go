@@ -1,0 +1,121 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/testutil"
+)
+
+// requireQEMU skips (fails under CI) when QEMU or a guest kernel is missing.
+func requireQEMU(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		testutil.SkipOrFail(t, "qemu-system-x86_64 not installed (scripts/install-deps.sh installs it)")
+	}
+	if k, _ := filepath.Glob("/boot/vmlinuz-*"); len(k) == 0 {
+		testutil.SkipOrFail(t, "no guest kernel in /boot (scripts/install-deps.sh installs linux-image-cloud-amd64)")
+	}
+}
+
+// vmmPIDs lists QEMU processes whose command line mentions dir.
+func vmmPIDs(dir string) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		var pid int
+		if _, err := fmt.Sscan(e.Name(), &pid); err != nil {
+			continue
+		}
+		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !bytes.Contains(cmd, []byte("qemu-system")) || !bytes.Contains(cmd, []byte(dir)) {
+			continue
+		}
+		if st, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); bytes.Contains(st, []byte(") Z ")) {
+			continue // a zombie waiting for its reaper holds nothing
+		}
+		out = append(out, pid)
+	}
+	return out
+}
+
+// TestQEMUSessionSurvivesHostAgentRestart runs a session in a real VM
+// (QEMU, TCG here), kills the host agent with SIGKILL, restarts it, and
+// checks the VM was reattached with its processes; deleting the session
+// then leaves no QEMU process behind.
+func TestQEMUSessionSurvivesHostAgentRestart(t *testing.T) {
+	t.Parallel()
+	requireQEMU(t)
+	ctx := context.Background()
+	st := openSQLite(t)
+	creds := credentials(t, st, "vm-host")
+	r := startReplica(t, st, "", coordinator.Config{HeartbeatInterval: 500 * time.Millisecond, HostLostAfter: 30 * time.Second})
+	dir := shortTempDir(t)
+	h := startHostProcess(t, r.URL, creds.HostToken, dir, "--backend", "qemu")
+	c := newClient(r.URL, creds.Token)
+	t.Cleanup(func() {
+		for _, pid := range vmmPIDs(dir) { // never leak a VM, even when the test fails
+			_ = exec.Command("kill", "-9", fmt.Sprint(pid)).Run()
+		}
+	})
+
+	s, err := c.CreateSession(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 256}}, true)
+	if err != nil || s.State != "active" {
+		t.Fatalf("create: %+v %v (host log: %s)", s, err, filepath.Join(dir, "..", filepath.Base(dir)+".log"))
+	}
+	run := func(script string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		code, err := c.Exec(ctx, s.ID, apiv1.ExecRequest{Argv: []string{"sh", "-c", script}, TimeoutMS: 60000}, &out, &errb)
+		if err != nil || code != 0 {
+			t.Fatalf("exec %q: code %d, %v, stderr %q", script, code, err, errb.String())
+		}
+		return strings.TrimSpace(out.String())
+	}
+	hostKernel, _ := exec.Command("uname", "-r").Output()
+	if guest := run("uname -r"); guest == strings.TrimSpace(string(hostKernel)) || guest == "" {
+		t.Fatalf("guest kernel %q is the host's: not a VM", guest)
+	}
+	bg := run("sleep 100000 >/dev/null 2>&1 & echo $!")
+	vms := vmmPIDs(dir)
+	if len(vms) != 1 {
+		t.Fatalf("want 1 QEMU for the session, found %v", vms)
+	}
+
+	h.kill()
+	if got := vmmPIDs(dir); len(got) != 1 || got[0] != vms[0] {
+		t.Fatalf("QEMU did not survive the host agent's SIGKILL: %v", got)
+	}
+	startHostProcess(t, r.URL, creds.HostToken, dir, "--backend", "qemu")
+	eventually(t, 60*time.Second, "exec through the restarted host agent", func() (bool, string) {
+		_, err := c.Exec(ctx, s.ID, apiv1.ExecRequest{Argv: []string{"true"}}, io.Discard, io.Discard)
+		return err == nil, fmt.Sprint(err)
+	})
+	if out := run("kill -0 " + bg + " && echo alive"); out != "alive" {
+		t.Fatalf("background process %s lost across the agent restart: %q", bg, out)
+	}
+	if got := vmmPIDs(dir); len(got) != 1 || got[0] != vms[0] {
+		t.Fatalf("after restart want the same QEMU %d, found %v", vms[0], got)
+	}
+
+	if err := c.DeleteSession(ctx, s.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "no QEMU left after delete", func() (bool, string) {
+		left := vmmPIDs(dir)
+		return len(left) == 0, fmt.Sprint(left)
+	})
+	if ents, _ := os.ReadDir(filepath.Join(dir, "machines")); len(ents) != 0 {
+		t.Fatalf("machine files left behind: %d entries", len(ents))
+	}
+}
