@@ -4,12 +4,17 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
+	"github.com/mdlayher/vsock"
 	"golang.org/x/sys/unix"
 )
 
@@ -59,7 +64,11 @@ func Run() error {
 	if err := SetupNetwork(p.Address, p.Gateway); err != nil {
 		log.Warn("network", "err", err)
 	}
-	sup := NewSupervisor([]string{DaemonPath, "--listen", "vport:" + p.Port, "--log-file", DaemonLog}, log)
+	listen := "vport:" + p.Port
+	if strings.HasPrefix(p.Port, "vsock:") { // Firecracker: the guest channel is vsock
+		listen = p.Port
+	}
+	sup := NewSupervisor([]string{DaemonPath, "--listen", listen, "--log-file", DaemonLog}, log)
 	sup.SetEnv(readEnv())
 	first := make(chan struct{})
 	if p.CtlPort != "" {
@@ -83,9 +92,15 @@ func openLog(path string) (*os.File, error) {
 	return os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
 }
 
-// serveControl answers Control lines on the named virtio-serial port. When
-// the host end is not connected reads return EOF; it waits and reads again.
+// serveControl answers Control lines on the control channel: a vsock port
+// ("vsock:N", Firecracker) or a named virtio-serial port (QEMU).
 func serveControl(name string, sup *Supervisor, log *slog.Logger, first chan<- struct{}) {
+	var once sync.Once
+	signal := func() { once.Do(func() { close(first) }) }
+	if port, ok := strings.CutPrefix(name, "vsock:"); ok {
+		serveControlVsock(port, sup, log, signal)
+		return
+	}
 	var dev string
 	for {
 		d, err := FindPort(name)
@@ -100,28 +115,59 @@ func serveControl(name string, sup *Supervisor, log *slog.Logger, first chan<- s
 		log.Error("control port", "err", err)
 		return
 	}
-	r := bufio.NewReader(f)
-	signaled := false
 	for {
-		line, err := r.ReadBytes('\n')
-		if err == io.EOF {
-			time.Sleep(retryDelay) // host not connected; a partial line is dropped
-			continue
-		}
-		if err != nil {
+		// When the host end is not connected reads return EOF; wait and
+		// read again (a partial line is dropped).
+		if err := serveLines(f, sup, signal); err != nil && err != io.EOF {
 			log.Error("control port read", "err", err)
+		}
+		time.Sleep(retryDelay)
+	}
+}
+
+// serveControlVsock accepts host connections on a vsock port, one at a time.
+func serveControlVsock(port string, sup *Supervisor, log *slog.Logger, signal func()) {
+	n, err := strconv.ParseUint(port, 10, 32)
+	if err != nil {
+		log.Error("control port", "err", fmt.Errorf("bad vsock port %q: %w", port, err))
+		return
+	}
+	for {
+		ln, err := vsock.Listen(uint32(n), nil)
+		if err != nil {
+			log.Error("control vsock listen", "err", err)
 			time.Sleep(retryDelay)
 			continue
 		}
-		rep := handleControl(line, sup)
-		b, _ := json.Marshal(rep)
-		if _, err := f.Write(append(b, '\n')); err != nil {
-			log.Warn("control port write", "err", err)
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				log.Error("control vsock accept", "err", err)
+				break
+			}
+			if err := serveLines(conn, sup, signal); err != nil && err != io.EOF {
+				log.Warn("control vsock", "err", err)
+			}
+			conn.Close()
 		}
-		if !signaled {
-			signaled = true
-			close(first)
+		ln.Close()
+		time.Sleep(retryDelay)
+	}
+}
+
+// serveLines answers each Control line on rw until a read fails.
+func serveLines(rw io.ReadWriter, sup *Supervisor, signal func()) error {
+	r := bufio.NewReader(rw)
+	for {
+		line, err := r.ReadBytes('\n')
+		if err != nil {
+			return err
 		}
+		b, _ := json.Marshal(handleControl(line, sup))
+		if _, err := rw.Write(append(b, '\n')); err != nil {
+			return fmt.Errorf("write reply: %w", err)
+		}
+		signal()
 	}
 }
 

@@ -1,0 +1,52 @@
+package guestinit
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+)
+
+// TestServeLinesAnswersEachControl drives the control protocol over a
+// stream, as the vsock and virtio-serial channels do.
+func TestServeLinesAnswersEachControl(t *testing.T) {
+	t.Parallel()
+	host, guest := net.Pipe()
+	sup := NewSupervisor([]string{"/bin/true"}, slog.New(slog.DiscardHandler))
+	signaled := 0
+	done := make(chan error, 1)
+	go func() { done <- serveLines(guest, sup, func() { signaled++ }) }()
+	r := bufio.NewReader(host)
+	for i, line := range []string{`{"id":7,"env":{"A":"b"}}`, `not json`} {
+		if _, err := io.WriteString(host, line+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		b, err := r.ReadBytes('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep Reply
+		if err := json.Unmarshal(b, &rep); err != nil {
+			t.Fatal(err)
+		}
+		switch i {
+		case 0:
+			if rep.ID != 7 || !rep.OK {
+				t.Fatalf("reply %+v, want id 7 ok", rep)
+			}
+		case 1:
+			if rep.OK || rep.Error == "" {
+				t.Fatalf("malformed control answered %+v, want an error", rep)
+			}
+		}
+	}
+	host.Close()
+	if err := <-done; err == nil {
+		t.Fatal("serveLines returned nil after the stream closed")
+	}
+	if signaled != 2 {
+		t.Fatalf("signaled %d times, want 2", signaled)
+	}
+}
