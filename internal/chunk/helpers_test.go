@@ -2,6 +2,7 @@ package chunk
 
 import (
 	"bytes"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -119,3 +120,7 @@ func dirNames(t testing.TB, dir string) []string {
 	}
 	return out
 }
+
+func isCorrupt(err error) bool { return errors.Is(err, ErrCorrupt) }
+
+func isMissing(err error) bool { return errors.Is(err, ErrMissing) }

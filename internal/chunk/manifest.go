@@ -118,7 +118,11 @@ func NumChunks(size, chunkSize int64) int64 {
 	if size <= 0 || chunkSize <= 0 {
 		return 0
 	}
-	return (size + chunkSize - 1) / chunkSize
+	n := size / chunkSize
+	if size%chunkSize != 0 {
+		n++
+	}
+	return n
 }
 
 // ChunkLen is the length of chunk i of the manifest's file.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"sync"
 	"time"
 
@@ -168,6 +169,8 @@ func (s *Store) put(ctx context.Context, src source, size int64, upload bool) (M
 	cs := s.cfg.ChunkSize
 	pool := s.newBufPool(int(cs), s.cfg.Parallel+1)
 	defer pool.release()
+	objs := s.newBufPool(objBufLen(cs), s.cfg.Parallel)
+	defer objs.release()
 	var (
 		mu    sync.Mutex
 		refs  = make([]Ref, 0, NumChunks(max(size, 0), cs))
@@ -183,9 +186,11 @@ func (s *Store) put(ctx context.Context, src source, size int64, upload bool) (M
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	jobs := make(chan job)
+	w := &putWorker{s: s, pool: pool, objs: objs, setRef: setRef, upload: upload,
+		cpu: make(chan struct{}, runtime.GOMAXPROCS(0))}
 	for range s.cfg.Parallel {
 		g.Go(func() error {
-			st, err := s.putWorker(gctx, jobs, pool, setRef, upload)
+			st, err := w.run(gctx, jobs)
 			mu.Lock()
 			total.add(st)
 			mu.Unlock()
@@ -255,39 +260,69 @@ func (s *Store) produce(ctx context.Context, src source, size int64, pool *bufPo
 	return off, nil
 }
 
-// putWorker processes jobs until the channel closes or one fails.
-func (s *Store) putWorker(ctx context.Context, jobs <-chan job, pool *bufPool,
-	setRef func(int, Ref), upload bool) (PutStats, error) {
+// putWorker processes jobs; Parallel of them run per call. cpu bounds how
+// many hash at once to GOMAXPROCS: more would only evict each other's
+// buffers from the CPU caches while the rest wait on uploads.
+type putWorker struct {
+	s      *Store
+	pool   *bufPool // chunk buffers, filled by the producer
+	objs   *bufPool // encode buffers
+	setRef func(int, Ref)
+	upload bool
+	cpu    chan struct{}
+}
+
+// run processes jobs until the channel closes or one fails.
+func (w *putWorker) run(ctx context.Context, jobs <-chan job) (PutStats, error) {
 	var st PutStats
-	var obj []byte // this worker's encode buffer, allocated on first use
+	var obj []byte // this worker's encode buffer, taken on first use
+	defer func() {
+		if obj != nil {
+			w.objs.put(obj)
+		}
+	}()
 	for j := range jobs {
 		st.Chunks++
 		if j.hole {
 			st.Zero++
 			st.Holes++
-			setRef(j.idx, ZeroRef())
+			w.setRef(j.idx, ZeroRef())
 			continue
 		}
 		data := j.buf[:j.n]
-		if isZero(data) {
+		w.cpu <- struct{}{}
+		zero := isZero(data)
+		var sum [32]byte
+		if !zero {
+			sum = sha256.Sum256(data)
+		}
+		<-w.cpu
+		if zero {
 			st.Zero++
-			setRef(j.idx, ZeroRef())
-			pool.put(j.buf)
+			w.setRef(j.idx, ZeroRef())
+			w.pool.put(j.buf)
 			continue
 		}
-		h := hashHex(sha256.Sum256(data))
+		h := hashHex(sum)
 		var err error
-		if upload {
-			obj, err = s.ensure(ctx, h, data, obj, &st)
+		if w.upload && obj == nil {
+			obj, err = w.objs.get(ctx)
 		}
-		pool.put(j.buf)
+		if w.upload && err == nil {
+			obj, err = w.s.ensure(ctx, h, data, obj, &st)
+		}
+		w.pool.put(j.buf)
 		if err != nil { // errgroup cancels the producer and the other workers
 			return st, &ChunkError{Index: j.idx, Hash: h, Err: err}
 		}
-		setRef(j.idx, Ref{Hash: h})
+		w.setRef(j.idx, Ref{Hash: h})
 	}
 	return st, nil
 }
+
+// objBufLen is the encode buffer size for chunks of cs bytes: room for the
+// format byte and zstd's worst-case expansion of incompressible data.
+func objBufLen(cs int64) int { return int(cs + cs/64 + 4096) }
 
 // ensure makes sure the blob store holds a fresh object for data (hash h),
 // and that the cache (if any) holds it too. obj is a reusable encode buffer.

@@ -54,7 +54,7 @@ func (s *Store) eachUnique(ctx context.Context, m Manifest, withBufs bool,
 	us := uniques(m)
 	var objs, datas *bufPool
 	if withBufs {
-		objs = s.newBufPool(int(maxObjectLen(m.ChunkSize)), s.cfg.Parallel)
+		objs = s.newBufPool(int(maxObjectLen(m.ChunkSize))+1, s.cfg.Parallel) // +1 detects oversized objects
 		datas = s.newBufPool(int(m.ChunkSize), s.cfg.Parallel)
 		defer objs.release()
 		defer datas.release()

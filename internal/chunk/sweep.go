@@ -26,7 +26,7 @@ type SweepStats struct {
 // olderThan well before the oldest in-flight snapshot began, and at least
 // Config.RefreshAfter before now (see there). Each candidate is re-stat'ed just
 // before deletion, so an object re-put (refreshed) since the listing is kept.
-// reachable must be safe to call from the listing goroutine only.
+// reachable is called sequentially, from the goroutine running the listing.
 func Sweep(ctx context.Context, store blob.Store, prefix string,
 	reachable func(hash string) bool, olderThan time.Time) (SweepStats, error) {
 	if trimSlashes(prefix) == "" {
