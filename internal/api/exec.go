@@ -141,7 +141,9 @@ func streamExec(ctx context.Context, conn *websocket.Conn, w http.ResponseWriter
 		}
 		_ = enc.Encode(apiv1.ExecFrame{Type: "exit", ExitCode: c.ExitCode, Error: c.Error, TimedOut: c.TimedOut})
 		flush()
-		conn.Close(websocket.StatusNormalClosure, "")
+		// End the response now; a close handshake would cost a round trip
+		// through host and guest before the client sees the stream end.
+		_ = conn.CloseNow()
 		return
 	}
 }

@@ -90,7 +90,10 @@ func (c *Client) Exec(ctx context.Context, id string, req apiv1.ExecRequest, std
 		return -1, err
 	}
 	defer resp.Body.Close()
-	return readExecFrames(resp.Body, stdout, stderr)
+	code, err := readExecFrames(resp.Body, stdout, stderr)
+	// Drain what follows the exit frame so the connection is reused.
+	_, _ = io.CopyN(io.Discard, resp.Body, 64<<10)
+	return code, err
 }
 
 func readExecFrames(r io.Reader, stdout, stderr io.Writer) (int, error) {
