@@ -1,12 +1,16 @@
 package guestapi
 
+import "encoding/json"
+
 // Version is the guest API version. Bump it on any incompatible change and
 // add a line to the changelog below.
 //
 // Changelog:
 //   - 1 (2026-11-30): ready, exec (WebSocket, optional PTY), files
 //     (upload, download, list, stat).
-const Version = 1
+//   - 2 (2026-11-30): sync (quiesce before a snapshot), outbox (apply
+//     commands exactly once per guest state, in order).
+const Version = 2
 
 // HeaderVersion carries Version on every request and response; a daemon
 // refuses a request whose version differs (HTTP 400 with ErrorBody).
@@ -19,7 +23,32 @@ const (
 	PathFiles    = "/v1/files"      // GET ?path= download; PUT ?path=&mode= upload (raw body)
 	PathFileList = "/v1/files/list" // GET ?path= -> []FileInfo
 	PathFileStat = "/v1/files/stat" // GET ?path= -> FileInfo
+	PathSync     = "/v1/sync"       // POST: flush every filesystem to its disk -> 204
+	PathOutbox   = "/v1/outbox"     // POST OutboxApply -> OutboxState; GET -> OutboxState
 )
+
+// OutboxEntry is one command for the guest. Applying it appends it to the
+// guest's journal; later issues give kinds meaning (prompts to a harness).
+type OutboxEntry struct {
+	Seq     int64           `json:"seq"`
+	ID      string          `json:"id"`
+	Kind    string          `json:"kind"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+// OutboxApply delivers entries. The daemon applies, in order, each entry
+// whose seq is exactly its applied seq + 1, skips those at or below it
+// (already applied in this guest state), and stops at a gap. The applied
+// seq and the journal live on the guest's disk (fsynced), so a snapshot
+// captures exactly what this state has applied.
+type OutboxApply struct {
+	Entries []OutboxEntry `json:"entries"`
+}
+
+// OutboxState answers PathOutbox.
+type OutboxState struct {
+	Applied int64 `json:"applied"`
+}
 
 // Ready answers PathReady.
 type Ready struct {

@@ -1,6 +1,9 @@
 package hostlink
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // Version is the host link protocol version. Hosts and coordinators refuse a
 // mismatch with a clear error. Bump it on any incompatible change.
@@ -8,7 +11,10 @@ import "time"
 // Changelog:
 //   - 1 (2026-11-30): connect, register, heartbeat; machine start, destroy,
 //     list; guest proxy.
-const Version = 1
+//   - 2 (2026-11-30): host lease (a host pauses its machines when it cannot
+//     heartbeat); snapshot, restore, outbox delivery; heartbeats report
+//     paused machines, activity and cached snapshots.
+const Version = 2
 
 // Headers.
 const (
@@ -32,9 +38,11 @@ const (
 // HeaderEpoch; a host refuses an epoch lower than the highest it has seen
 // for that session with 409 and ErrorBody.Code "stale_epoch".
 const (
-	PathMachines = "/v1/machines"             // GET -> []MachineStatus
-	PathMachine  = "/v1/machines/{id}"        // PUT StartRequest -> MachineStatus (idempotent); DELETE -> 204
-	PathGuest    = "/v1/machines/{id}/guest/" // prefix: the rest is proxied to the guest daemon
+	PathMachines = "/v1/machines"               // GET -> []MachineStatus
+	PathMachine  = "/v1/machines/{id}"          // PUT StartRequest -> MachineStatus (idempotent); DELETE -> 204
+	PathGuest    = "/v1/machines/{id}/guest/"   // prefix: the rest is proxied to the guest daemon
+	PathSnapshot = "/v1/machines/{id}/snapshot" // POST SnapshotRequest -> SnapshotResponse
+	PathOutbox   = "/v1/machines/{id}/outbox"   // POST OutboxDelivery -> OutboxApplied
 )
 
 // Facts describe a host; several are part of a snapshot's identity.
@@ -71,10 +79,11 @@ type Capacity struct {
 
 // MachineStatus is one machine a host runs.
 type MachineStatus struct {
-	SessionID string `json:"session_id"`
-	Epoch     int64  `json:"epoch"`
-	State     string `json:"state"` // "running", "exited"
-	PID       int    `json:"pid,omitempty"`
+	SessionID    string    `json:"session_id"`
+	Epoch        int64     `json:"epoch"`
+	State        string    `json:"state"` // "running", "paused" (lease expired), "exited"
+	PID          int       `json:"pid,omitempty"`
+	LastActivity time.Time `json:"last_activity,omitzero"` // last guest request through the host
 }
 
 // Ownership is a session the coordinator says a host owns, at an epoch.
@@ -97,17 +106,26 @@ type RegisterResponse struct {
 	HostID            string        `json:"host_id"`
 	Owned             []Ownership   `json:"owned"`
 	HeartbeatInterval time.Duration `json:"heartbeat_interval_ns"`
+	// Lease: a host that has had no successful heartbeat for this long
+	// pauses every machine (it stops writing) until the coordinator confirms
+	// ownership again. It is shorter than the coordinator's HostLostAfter,
+	// so a cut-off host has stopped before its sessions can move.
+	Lease time.Duration `json:"lease_ns"`
 }
 
 // HeartbeatRequest is sent every HeartbeatInterval.
 type HeartbeatRequest struct {
 	Capacity Capacity        `json:"capacity"`
 	Machines []MachineStatus `json:"machines"`
+	// Snapshots lists snapshot ids whose chunks this host holds in its cache
+	// (placement prefers it for their resume); bounded, most recent first.
+	Snapshots []string `json:"snapshots,omitempty"`
 }
 
-// HeartbeatResponse repeats ownership so the host converges.
+// HeartbeatResponse repeats ownership and the lease so the host converges.
 type HeartbeatResponse struct {
-	Owned []Ownership `json:"owned"`
+	Owned []Ownership   `json:"owned"`
+	Lease time.Duration `json:"lease_ns"`
 }
 
 // MachineSpec is what a session's machine is started with.
@@ -118,10 +136,62 @@ type MachineSpec struct {
 	Image     string            `json:"image,omitempty"`
 }
 
-// StartRequest asks a host to run a session's machine.
+// StartRequest asks a host to run a session's machine: boot it, or restore
+// it from a committed snapshot when Restore is set.
 type StartRequest struct {
-	Epoch int64       `json:"epoch"`
-	Spec  MachineSpec `json:"spec"`
+	Epoch   int64        `json:"epoch"`
+	Spec    MachineSpec  `json:"spec"`
+	Restore *RestoreSpec `json:"restore,omitempty"`
+}
+
+// RestoreSpec names the snapshot to restore. The host fetches missing
+// chunks, verifies every hash before the VMM starts, restores, then steps
+// the guest clock and reseeds its RNG (a new incarnation of that state).
+type RestoreSpec struct {
+	SnapshotID string          `json:"snapshot_id"`
+	Manifests  json.RawMessage `json:"manifests"` // role -> chunk manifest
+}
+
+// SnapshotRequest asks a host to capture a machine: quiesce the guest
+// (sync filesystems), pause, write memory, device state and disk, upload
+// every chunk the store lacks, then destroy the machine (Destroy) or
+// resume it. The answer comes only after every chunk is stored.
+type SnapshotRequest struct {
+	Epoch      int64  `json:"epoch"`
+	SnapshotID string `json:"snapshot_id"` // chosen by the coordinator
+	Destroy    bool   `json:"destroy"`
+}
+
+// SnapshotResponse describes what was uploaded; the coordinator commits it.
+type SnapshotResponse struct {
+	SnapshotID string          `json:"snapshot_id"`
+	Manifests  json.RawMessage `json:"manifests"` // role -> chunk manifest
+	Facts      Facts           `json:"facts"`     // restore compatibility
+	Bytes      int64           `json:"bytes"`
+	Uploaded   int64           `json:"uploaded"`
+	OutboxSeq  int64           `json:"outbox_seq"` // highest outbox item the guest had applied
+	DurationMS int64           `json:"duration_ms"`
+}
+
+// OutboxItem is one command delivered into a session, applied by the guest
+// at most once per incarnation and in seq order.
+type OutboxItem struct {
+	Seq     int64           `json:"seq"`
+	ID      string          `json:"id"`
+	Kind    string          `json:"kind"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+// OutboxDelivery hands items to a machine under the session's epoch.
+type OutboxDelivery struct {
+	Epoch int64        `json:"epoch"`
+	Items []OutboxItem `json:"items"`
+}
+
+// OutboxApplied is the highest seq the guest has applied (items at or
+// below it that were delivered again are ignored, not applied twice).
+type OutboxApplied struct {
+	Applied int64 `json:"applied"`
 }
 
 // ErrorBody is every non-2xx JSON answer on the link.

@@ -39,6 +39,7 @@ type Host struct {
 	ReplicaID       string
 	ReplicaAddr     string
 	ProtocolVersion int
+	Draining        bool // admin intent; survives reconnects and loss
 	LastHeartbeat   time.Time
 	ConnectedAt     time.Time
 	CreatedAt       time.Time
@@ -55,21 +56,64 @@ type Session struct {
 	Reason         string // why it is Dead, or the last failure
 	Spec           json.RawMessage
 	IdempotencyKey string
-	EventSeq       int64 // index of the last event appended
+	EventSeq       int64     // index of the last event appended
+	HeadSnapshotID string    // the committed snapshot a resume restores; "" before the first
+	LastActivity   time.Time // last exec, file operation or prompt (idle eviction clock)
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
+}
+
+// Snapshot is a committed, restorable state of a session: every chunk its
+// manifests name was uploaded before the row was inserted.
+type Snapshot struct {
+	ID        string
+	SessionID string
+	ParentID  string          // the session's previous head, "" for the first
+	HostID    string          // host that captured it
+	Epoch     int64           // epoch of the op that captured it
+	Manifests json.RawMessage // role ("memory", "state", "disk", ...) -> chunk manifest; opaque here
+	Facts     json.RawMessage // host facts deciding restore compatibility; opaque here
+	Bytes     int64           // logical bytes of all files
+	Uploaded  int64           // bytes uploaded for this snapshot (chunks the store lacked)
+	OutboxSeq int64           // highest outbox item the guest had applied when captured
+	Reason    string          // "suspend", "snapshot", "idle"
+	CreatedAt time.Time
+}
+
+// OutboxState is where an outbox item is.
+type OutboxState string
+
+const (
+	OutboxPending   OutboxState = "pending"   // not yet handed to the guest (or handed to a lost incarnation)
+	OutboxDelivered OutboxState = "delivered" // the guest applied it; not yet covered by a snapshot
+	OutboxDurable   OutboxState = "durable"   // a committed snapshot includes its effect
+)
+
+// OutboxItem is one command sent into a session (a prompt, later), applied
+// exactly once and in order, across resumes and host loss.
+type OutboxItem struct {
+	SessionID      string
+	Seq            int64  // gap-free per session, from 1
+	ID             string // caller's idempotency id, unique per session
+	Kind           string
+	Payload        json.RawMessage
+	State          OutboxState
+	DeliveredEpoch int64
+	CreatedAt      time.Time
+	DeliveredAt    time.Time
 }
 
 // OpKind is a lifecycle operation.
 type OpKind string
 
 const (
-	OpCreate  OpKind = "create"
-	OpResume  OpKind = "resume"
-	OpEvict   OpKind = "evict"
-	OpDestroy OpKind = "destroy"
-	OpMove    OpKind = "move"
-	OpRecover OpKind = "recover" // the session's host was lost
+	OpCreate   OpKind = "create"
+	OpResume   OpKind = "resume"
+	OpEvict    OpKind = "evict"
+	OpDestroy  OpKind = "destroy"
+	OpMove     OpKind = "move"
+	OpRecover  OpKind = "recover"  // the session's host was lost
+	OpSnapshot OpKind = "snapshot" // snapshot and keep running
 )
 
 // OpState is where an op is.
@@ -178,17 +222,24 @@ type Hosts interface {
 	// in one transaction; ErrConflict if the name is taken.
 	CreateHost(ctx context.Context, h Host, tok Token) error
 	// RegisterHost inserts or replaces a host's name, facts, capacity, replica
-	// route and protocol version, sets it ready and stamps heartbeat and
-	// connection times with h.LastHeartbeat.
+	// route and protocol version, sets it ready (draining when its drain flag
+	// is set) and stamps heartbeat and connection times with h.LastHeartbeat.
 	RegisterHost(ctx context.Context, h Host) error
 	// HostHeartbeat stamps the heartbeat time and capacity; it returns the
 	// host's state (a lost host must reconnect and register again).
 	HostHeartbeat(ctx context.Context, hostID string, capacity json.RawMessage, at time.Time) (HostState, error)
 	GetHost(ctx context.Context, id string) (Host, error)
 	ListHosts(ctx context.Context) ([]Host, error)
+	// SetHostState forces a state (tests, admin repair); prefer the calls below.
 	SetHostState(ctx context.Context, id string, state HostState) error
+	// SetHostDraining sets the drain flag; a connected host's state follows
+	// (ready <-> draining).
+	SetHostDraining(ctx context.Context, id string, draining bool) error
+	// ReviveHost moves a lost host back to ready (or draining, per its flag)
+	// and returns its state; other states are left as they are.
+	ReviveHost(ctx context.Context, id string) (HostState, error)
 	// MarkHostsLost moves every ready or draining host whose last heartbeat
-	// is before the cutoff to lost and returns their ids.
+	// is before the cutoff to lost (keeping its drain flag) and returns their ids.
 	MarkHostsLost(ctx context.Context, cutoff time.Time) ([]string, error)
 }
 
@@ -203,6 +254,9 @@ type Sessions interface {
 	ListSessions(ctx context.Context, f SessionFilter) ([]Session, error)
 	// SetDesiredState records what the coordinator wants; not fenced.
 	SetDesiredState(ctx context.Context, id, desired string) error
+	// TouchSession moves LastActivity forward to at (never backwards); not
+	// fenced. Callers rate-limit it.
+	TouchSession(ctx context.Context, id string, at time.Time) error
 	// ApplyTransition applies t; ErrStaleEpoch if the epoch moved on,
 	// ErrConflict if the state is not t.From, ErrNotFound if no such session.
 	// The epoch is always checked (0 before the first claim). t.To must be
@@ -246,6 +300,40 @@ type Events interface {
 	ListEvents(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]Event, error)
 }
 
+// Snapshots keeps committed snapshots.
+type Snapshots interface {
+	// CommitSnapshot inserts snap and makes it the session's head in one
+	// transaction, only while the session still has epoch (ErrStaleEpoch
+	// otherwise; nothing is written). It also marks the session's delivered
+	// outbox items with seq <= snap.OutboxSeq durable.
+	CommitSnapshot(ctx context.Context, snap Snapshot, epoch int64) error
+	GetSnapshot(ctx context.Context, id string) (Snapshot, error)
+	// ListSnapshots returns a session's snapshots, oldest first.
+	ListSnapshots(ctx context.Context, sessionID string) ([]Snapshot, error)
+	// ForEachSnapshot calls fn for every snapshot row (GC reachability);
+	// fn's error stops it.
+	ForEachSnapshot(ctx context.Context, fn func(Snapshot) error) error
+	// DeleteSnapshots removes a terminal session's snapshot rows (its chunks
+	// become unreachable for GC). ErrConflict unless the session is terminal.
+	DeleteSnapshots(ctx context.Context, sessionID string) error
+}
+
+// Outbox keeps commands sent into sessions.
+type Outbox interface {
+	// PutOutbox appends an item with the next seq; an ID already used for
+	// the session returns the existing item and created=false.
+	PutOutbox(ctx context.Context, it OutboxItem) (item OutboxItem, created bool, err error)
+	// ListOutbox returns up to limit items with seq > afterSeq, in order.
+	ListOutbox(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]OutboxItem, error)
+	// MarkDelivered records that the guest applied every item with seq <=
+	// through; fenced by epoch. Items already delivered or durable are left.
+	MarkDelivered(ctx context.Context, sessionID string, through int64, epoch int64, at time.Time) error
+	// RollbackOutbox returns delivered (not durable) items with seq > after
+	// to pending: the incarnation that applied them was lost and the session
+	// resumes from a snapshot taken before them. Fenced by epoch.
+	RollbackOutbox(ctx context.Context, sessionID string, after int64, epoch int64) error
+}
+
 // Tokens keeps hashed credentials.
 type Tokens interface {
 	CreateToken(ctx context.Context, t Token) error
@@ -263,6 +351,8 @@ type Store interface {
 	Sessions
 	Ops
 	Events
+	Snapshots
+	Outbox
 	Tokens
 	// Notify wakes waiters on every replica sharing this database: topic is
 	// e.g. "ops" or "session:<id>". Subscribe returns a channel that receives

@@ -77,7 +77,10 @@ type Machine interface {
 	// Snapshot pauses the machine and writes memory, device state and disk
 	// into dir. The machine stays paused; Destroy it or Resume it.
 	Snapshot(ctx context.Context, dir string) (Snapshot, error)
-	// Resume continues a machine paused by Snapshot.
+	// Pause stops the machine's vCPUs (processes, for the process backend)
+	// without saving anything: a host whose lease expired stops writing.
+	Pause(ctx context.Context) error
+	// Resume continues a machine paused by Pause or Snapshot.
 	Resume(ctx context.Context) error
 	// Destroy stops the machine and removes every process, socket and file
 	// it created outside dir's snapshot files. Idempotent.
