@@ -1,9 +1,12 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -47,6 +50,10 @@ Every flag can also be set as ENGRAMS_<FLAG> (e.g. ENGRAMS_DATABASE).`,
 			if advertise == "" {
 				advertise = "http://" + ln.Addr().String()
 			}
+			if err := checkReplicaSettings(database, advertise, secret); err != nil {
+				ln.Close()
+				return err
+			}
 			if tokenFile != "" {
 				if _, err := server.EnsureCredentials(ctx, st, tokenFile, ""); err != nil {
 					return err
@@ -72,4 +79,24 @@ Every flag can also be set as ENGRAMS_<FLAG> (e.g. ENGRAMS_DATABASE).`,
 	f.DurationVar(&co.HostLostAfter, "host-lost-after", envDuration("HOST_LOST_AFTER", 0), "a host without heartbeats this long is lost (default 15s)")
 	f.DurationVar(&co.HeartbeatInterval, "heartbeat-interval", envDuration("HEARTBEAT_INTERVAL", 0), "how often hosts heartbeat (default 2s)")
 	return cmd
+}
+
+// checkReplicaSettings refuses settings with which replicas on a shared
+// database could not reach each other's hosts.
+func checkReplicaSettings(database, advertise, secret string) error {
+	shared := strings.HasPrefix(database, "postgres://") || strings.HasPrefix(database, "postgresql://")
+	if !shared {
+		return nil
+	}
+	u, err := url.Parse(advertise)
+	if err != nil || u.Hostname() == "" {
+		return fmt.Errorf("--advertise-url %q is not a URL other replicas can reach", advertise)
+	}
+	if ip := net.ParseIP(u.Hostname()); ip != nil && ip.IsUnspecified() {
+		return fmt.Errorf("--advertise-url %s names no reachable address (listening on all interfaces): set --advertise-url to this replica's address", advertise)
+	}
+	if secret == "" {
+		return errors.New("--cluster-secret is required with a shared database: every replica needs the same secret to forward host traffic")
+	}
+	return nil
 }

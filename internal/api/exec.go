@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"strconv"
+	"strings"
 
 	"github.com/coder/websocket"
 
@@ -34,6 +35,7 @@ func (s *Server) proxyGuest(guestPath string) http.HandlerFunc {
 				guestRequest(pr.Out, t, guestPath)
 				pr.Out.URL.RawQuery = pr.In.URL.RawQuery
 			},
+			ModifyResponse: sanitizeGuestResponse,
 			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 				if errors.Is(err, context.Canceled) {
 					return
@@ -45,6 +47,23 @@ func (s *Server) proxyGuest(guestPath string) http.HandlerFunc {
 	}
 }
 
+// sanitizeGuestResponse keeps what an untrusted guest answers from acting
+// on the API's origin: no cookies, no sniffing, no active content, and
+// downloads are attachments.
+func sanitizeGuestResponse(resp *http.Response) error {
+	h := resp.Header
+	h.Del("Set-Cookie")
+	h.Del("Set-Cookie2")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Security-Policy", "sandbox; default-src 'none'")
+	if resp.StatusCode == http.StatusOK && strings.HasSuffix(resp.Request.URL.Path, "/v1/files") &&
+		resp.Request.Method == http.MethodGet {
+		h.Set("Content-Type", "application/octet-stream")
+		h.Set("Content-Disposition", "attachment")
+	}
+	return nil
+}
+
 // guestRequest points out at a guest route through the session's host.
 func guestRequest(out *http.Request, t coordinator.GuestTarget, guestPath string) {
 	out.URL.Scheme, out.URL.Host, out.Host = "http", "host", "host"
@@ -52,8 +71,17 @@ func guestRequest(out *http.Request, t coordinator.GuestTarget, guestPath string
 	out.URL.RawPath = ""
 	out.Header.Del("Authorization")
 	out.Header.Del("Cookie")
-	out.Header.Set(hostlink.HeaderEpoch, strconv.FormatInt(t.Session.Epoch, 10))
-	out.Header.Set(guestapi.HeaderVersion, strconv.Itoa(guestapi.Version))
+	for k, v := range guestHeaders(t) {
+		out.Header[k] = v
+	}
+}
+
+// guestHeaders carry the session's epoch and the guest API version.
+func guestHeaders(t coordinator.GuestTarget) http.Header {
+	h := http.Header{}
+	h.Set(hostlink.HeaderEpoch, strconv.FormatInt(t.Session.Epoch, 10))
+	h.Set(guestapi.HeaderVersion, strconv.Itoa(guestapi.Version))
+	return h
 }
 
 // exec runs a command to completion and streams its output as NDJSON.
@@ -71,14 +99,16 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	hdr := http.Header{}
-	probe := &http.Request{URL: r.URL.JoinPath(), Header: hdr}
-	guestRequest(probe, t, "/v1/exec")
-	conn, _, err := websocket.Dial(r.Context(), probe.URL.String(), &websocket.DialOptions{
-		HTTPClient: &http.Client{Transport: t.Transport}, HTTPHeader: hdr,
+	conn, resp, err := websocket.Dial(r.Context(), "http://host"+t.PathPrefix+"/v1/exec", &websocket.DialOptions{
+		HTTPClient: &http.Client{Transport: t.Transport}, HTTPHeader: guestHeaders(t),
 	})
 	if err != nil {
-		writeError(w, http.StatusBadGateway, "unavailable", "start exec in the session's guest: "+err.Error())
+		status, code := http.StatusBadGateway, "unavailable"
+		if resp != nil && resp.StatusCode == http.StatusConflict {
+			// The host refused: a newer op holds the session, or it is paused.
+			status, code = http.StatusConflict, "conflict"
+		}
+		writeError(w, status, code, "start exec in the session's guest: "+err.Error())
 		return
 	}
 	defer conn.CloseNow()

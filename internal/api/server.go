@@ -118,13 +118,37 @@ func (s *Server) routes() {
 	h(apiv1.RouteCreateToken, s.createToken)
 	h(apiv1.RouteListTokens, s.listTokens)
 	h(apiv1.RouteRevokeToken, s.revokeToken)
-	s.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "not_found", "no route "+r.Method+" "+r.URL.Path+" (see GET /v1/openapi.yaml)")
-	})
 }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// ServeHTTP implements http.Handler. Requests no route matches get the
+// mux's own 404 or 405 (with Allow), as JSON.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if _, pattern := s.mux.Handler(r); pattern != "" {
+		s.mux.ServeHTTP(w, r)
+		return
+	}
+	rec := &statusOnly{header: http.Header{}}
+	s.mux.ServeHTTP(rec, r)
+	if allow := rec.header.Get("Allow"); allow != "" {
+		w.Header().Set("Allow", allow)
+	}
+	switch rec.status {
+	case http.StatusMethodNotAllowed:
+		writeError(w, rec.status, "method_not_allowed", r.Method+" is not allowed on "+r.URL.Path+" (allowed: "+rec.header.Get("Allow")+")")
+	default:
+		writeError(w, http.StatusNotFound, "not_found", "no route "+r.Method+" "+r.URL.Path+" (see GET /v1/openapi.yaml)")
+	}
+}
+
+// statusOnly records what the mux's fallback handler would answer.
+type statusOnly struct {
+	header http.Header
+	status int
+}
+
+func (s *statusOnly) Header() http.Header         { return s.header }
+func (s *statusOnly) Write(b []byte) (int, error) { return len(b), nil }
+func (s *statusOnly) WriteHeader(code int)        { s.status = code }
 
 func (s *Server) version(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, apiv1.Version{Version: s.cfg.Version, HostlinkProtocol: hostlink.Version, GuestAPI: guestAPIVersion, ReplicaID: s.cfg.ReplicaID})

@@ -27,6 +27,7 @@ type fakeHost struct {
 	machines map[string]int64 // session -> epoch
 	epochs   map[string]int64
 	failBoot bool
+	full     bool // answer 409 capacity
 	deletes  int
 }
 
@@ -43,6 +44,11 @@ func (h *fakeHost) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.epochs[id] = epoch
 	switch r.Method {
 	case http.MethodPut:
+		if h.full {
+			w.WriteHeader(http.StatusConflict)
+			_ = json.NewEncoder(w).Encode(hostlink.ErrorBody{Code: "capacity", Error: "no room"})
+			return
+		}
 		if h.failBoot {
 			w.WriteHeader(http.StatusInternalServerError)
 			_ = json.NewEncoder(w).Encode(hostlink.ErrorBody{Error: "kernel panic"})
@@ -68,6 +74,7 @@ func (h *fakeHost) running(id string) bool {
 type fleet struct {
 	mu    sync.Mutex
 	hosts map[string]*fakeHost
+	down  map[string]int // host -> calls to fail as unreachable
 }
 
 type rtFunc func(*http.Request) (*http.Response, error)
@@ -77,6 +84,10 @@ func (f rtFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r)
 func (f *fleet) Transport(_ context.Context, hostID string) (http.RoundTripper, error) {
 	f.mu.Lock()
 	h := f.hosts[hostID]
+	if f.down[hostID] > 0 {
+		f.down[hostID]--
+		h = nil
+	}
 	f.mu.Unlock()
 	if h == nil {
 		return nil, fmt.Errorf("host %s: %w", hostID, hostlink.ErrHostNotConnected)
@@ -105,7 +116,7 @@ func newEnv(t *testing.T, cfg Config) *env {
 	if cfg.ReplicaID == "" {
 		cfg.ReplicaID = "r1"
 	}
-	f := &fleet{hosts: map[string]*fakeHost{}}
+	f := &fleet{hosts: map[string]*fakeHost{}, down: map[string]int{}}
 	co, err := New(cfg, Deps{Store: st, Hosts: f})
 	if err != nil {
 		t.Fatal(err)
@@ -227,6 +238,8 @@ func TestCreateRejectsBadSpecs(t *testing.T) {
 	e := newEnv(t, Config{})
 	for _, spec := range []hostlink.MachineSpec{
 		{MemoryMiB: 1}, {MemoryMiB: 1 << 30}, {VCPUs: -1}, {VCPUs: 99}, {Env: map[string]string{"A=B": "x"}},
+		{Env: map[string]string{"A": "x\x00y"}}, {Env: map[string]string{"A": strings.Repeat("x", 70<<10)}},
+		{Image: "a b"}, {Image: strings.Repeat("i", 600)},
 	} {
 		if _, err := e.co.CreateSession(context.Background(), spec, ""); !errors.Is(err, ErrInvalid) {
 			t.Errorf("spec %+v: err %v, want ErrInvalid", spec, err)
@@ -323,5 +336,33 @@ func TestRegisterAndHeartbeatReportOwnership(t *testing.T) {
 	}
 	if h, _ := e.st.GetHost(context.Background(), hostID); h.State != store.HostReady {
 		t.Fatalf("returning host is %s, want ready", h.State)
+	}
+}
+
+func TestCapacityRefusalPlacesElsewhere(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	_, a := e.addHost(t, "a", 8) // more free memory: chosen first, but refuses
+	a.full = true
+	bID, _ := e.addHost(t, "b", 2)
+	s, _ := e.co.CreateSession(context.Background(), hostlink.MachineSpec{}, "")
+	s = e.wait(t, s.ID, lifecycle.Active)
+	if s.HostID != bID {
+		t.Fatalf("active on %s, want %s after a's refusal", s.HostID, bID)
+	}
+}
+
+func TestUnreachableHostIsRetriedNotFatal(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	id, _ := e.addHost(t, "a", 4)
+	e.fleet.mu.Lock()
+	e.fleet.down[id] = 2 // the first two calls find no link
+	e.fleet.mu.Unlock()
+	s, _ := e.co.CreateSession(context.Background(), hostlink.MachineSpec{}, "")
+	s = e.wait(t, s.ID, lifecycle.Active)
+	ops, _ := e.st.ListOps(context.Background(), s.ID)
+	if len(ops) != 1 || ops[0].Attempts < 3 {
+		t.Fatalf("ops %+v: want one create op claimed 3+ times", ops)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/store"
@@ -75,7 +76,7 @@ func (c *Coordinator) handleRegister(w http.ResponseWriter, r *http.Request) {
 	}
 	c.log.Info("host registered", "host_id", hostID, "machines", len(req.Machines), "owned", len(owned))
 	c.wake(r.Context(), topicOps) // sessions waiting for capacity may now place
-	writeLinkJSON(w, hostlink.RegisterResponse{HostID: hostID, Owned: owned, HeartbeatInterval: c.cfg.HeartbeatInterval})
+	writeLinkJSON(w, hostlink.RegisterResponse{HostID: hostID, Owned: owned, HeartbeatInterval: c.cfg.HeartbeatInterval, Lease: c.lease()})
 }
 
 func (c *Coordinator) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
@@ -93,9 +94,9 @@ func (c *Coordinator) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	}
 	if state == store.HostLost {
 		// Its sessions were already handed to recovery; the host itself may
-		// take new work again.
-		if err := c.st.SetHostState(r.Context(), hostID, store.HostReady); err != nil {
-			c.log.Warn("mark returning host ready", "host_id", hostID, "err", err)
+		// take new work again (unless an admin drains it meanwhile).
+		if _, err := c.st.ReviveHost(r.Context(), hostID); err != nil {
+			c.log.Warn("revive returning host", "host_id", hostID, "err", err)
 		}
 	}
 	owned, err := c.owned(r.Context(), hostID)
@@ -103,7 +104,8 @@ func (c *Coordinator) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 		writeLinkError(w, http.StatusInternalServerError, "internal", err.Error())
 		return
 	}
-	writeLinkJSON(w, hostlink.HeartbeatResponse{Owned: owned})
+	c.recoverExited(r.Context(), hostID, req.Machines, owned)
+	writeLinkJSON(w, hostlink.HeartbeatResponse{Owned: owned, Lease: c.lease()})
 }
 
 // owned lists the sessions a host may keep machines for.
@@ -128,4 +130,32 @@ func writeLinkError(w http.ResponseWriter, status int, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(hostlink.ErrorBody{Error: msg, Code: code})
+}
+
+// lease is how long a host keeps its machines running without a successful
+// heartbeat: well inside HostLostAfter, so a cut-off host has paused its
+// machines before any replica may declare it lost and move its sessions.
+func (c *Coordinator) lease() time.Duration {
+	return c.cfg.HostLostAfter * 2 / 3
+}
+
+// recoverExited hands sessions whose machine the host reports exited (at
+// the epoch the coordinator knows) to recovery.
+func (c *Coordinator) recoverExited(ctx context.Context, hostID string, ms []hostlink.MachineStatus, owned []hostlink.Ownership) {
+	epochs := make(map[string]int64, len(owned))
+	for _, o := range owned {
+		epochs[o.SessionID] = o.Epoch
+	}
+	for _, m := range ms {
+		e, ok := epochs[m.SessionID]
+		if m.State != "exited" || !ok || m.Epoch != e {
+			continue
+		}
+		c.log.Warn("machine exited on its own", "host_id", hostID, "session_id", m.SessionID, "epoch", m.Epoch)
+		if err := c.enqueueRecover(ctx, m.SessionID, fmt.Sprintf("exited:%s:%d", hostID, m.Epoch)); err != nil {
+			c.log.Error("recover exited machine", "session_id", m.SessionID, "err", err)
+			continue
+		}
+		c.wake(ctx, topicOps)
+	}
 }

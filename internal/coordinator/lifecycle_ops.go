@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/engrams/engrams/internal/hostlink"
@@ -14,46 +15,105 @@ import (
 )
 
 // create places the session, boots its machine and waits for the guest.
-// It is safe to run again after a crash: each step checks where it is.
+// It is safe to run again after a crash: each step checks where it is. A
+// host that refuses for capacity sends it back to placement (at most
+// maxPlacements times); link or database trouble is retried by reclaiming
+// the op; a boot the host reports as failed is final.
 func (x *opRun) create(ctx context.Context) error {
 	spec, err := Spec(x.s)
 	if err != nil {
 		return err
 	}
-	if x.s.State == lifecycle.Created {
-		if err := x.step(ctx, "place"); err != nil {
-			return err
-		}
-		hostID, err := x.c.placeWithin(ctx, spec, x.c.cfg.PlacementWait)
-		if err != nil {
-			if ferr := x.apply(ctx, lifecycle.Unplaceable, nil, ptr(err.Error())); ferr != nil {
-				return ferr
+	var refused []string // hosts that answered "capacity" in this attempt
+	for range maxPlacements {
+		if x.s.State == lifecycle.Created {
+			if err := x.placeSession(ctx, spec, refused); err != nil {
+				return err
 			}
+		}
+		if x.s.State != lifecycle.Starting {
+			return nil // already past boot: a retried op has nothing left to do
+		}
+		err := x.boot(ctx, spec)
+		var herr *HostError
+		if !errors.As(err, &herr) || herr.Code != "capacity" {
 			return err
 		}
-		if err := x.apply(ctx, lifecycle.Place, &hostID, nil); err != nil {
+		refused = append(refused, x.s.HostID)
+		if err := x.apply(ctx, lifecycle.Requeue, ptr(""), nil); err != nil {
 			return err
 		}
 	}
-	if x.s.State != lifecycle.Starting {
-		return nil // already past boot: a retried op has nothing left to do
+	return x.giveUp(ctx, fmt.Errorf("%d hosts refused it for capacity", maxPlacements))
+}
+
+// maxPlacements bounds how often one create op re-places a session.
+const maxPlacements = 3
+
+func (x *opRun) placeSession(ctx context.Context, spec hostlink.MachineSpec, exclude []string) error {
+	if err := x.step(ctx, "place"); err != nil {
+		return err
 	}
+	hostID, err := x.c.placeWithin(ctx, spec, exclude, x.c.cfg.PlacementWait)
+	switch {
+	case errors.Is(err, scheduler.ErrNoCapacity):
+		if ferr := x.apply(ctx, lifecycle.Unplaceable, nil, ptr(err.Error())); ferr != nil {
+			return ferr
+		}
+		return err
+	case err != nil:
+		return x.retry(ctx, err)
+	}
+	return x.apply(ctx, lifecycle.Place, &hostID, nil)
+}
+
+// boot asks the session's host to start its machine.
+func (x *opRun) boot(ctx context.Context, spec hostlink.MachineSpec) error {
 	if err := x.step(ctx, "boot"); err != nil {
 		return err
 	}
 	req := hostlink.StartRequest{Epoch: x.op.Epoch, Spec: spec}
 	var st hostlink.MachineStatus
-	if err := x.c.hostCall(ctx, x.s.HostID, "PUT", "/v1/machines/"+x.s.ID, x.op.Epoch, req, &st); err != nil {
-		if errors.Is(err, store.ErrStaleEpoch) {
-			return fmt.Errorf("start on host %s: %w", x.s.HostID, errFenced)
-		}
+	err := x.c.hostCall(ctx, x.s.HostID, "PUT", "/v1/machines/"+x.s.ID, x.op.Epoch, req, &st)
+	var herr *HostError
+	switch {
+	case err == nil:
+		return x.apply(ctx, lifecycle.Started, nil, nil)
+	case errors.Is(err, store.ErrStaleEpoch):
+		return fmt.Errorf("start on host %s: %w", x.s.HostID, errFenced)
+	case errors.As(err, &herr) && herr.Code == "capacity":
+		return err
+	case errors.As(err, &herr):
 		reason := fmt.Sprintf("boot on host %s failed: %v", x.s.HostID, err)
 		if ferr := x.apply(ctx, lifecycle.StartFailed, nil, &reason); ferr != nil {
 			return ferr
 		}
 		return errors.New(reason)
+	default:
+		return x.retry(ctx, fmt.Errorf("start on host %s: %w", x.s.HostID, err))
 	}
-	return x.apply(ctx, lifecycle.Started, nil, nil)
+}
+
+// retry returns err as transient, or on the last attempt ends the session
+// with the reason.
+func (x *opRun) retry(ctx context.Context, err error) error {
+	if !x.lastAttempt() {
+		return transient(err)
+	}
+	return x.giveUp(ctx, err)
+}
+
+// giveUp ends a session that cannot be created.
+func (x *opRun) giveUp(ctx context.Context, cause error) error {
+	reason := fmt.Sprintf("gave up after %d attempts: %v", x.op.Attempts, cause)
+	ev := lifecycle.StartFailed
+	if x.s.State == lifecycle.Created {
+		ev = lifecycle.Unplaceable
+	}
+	if err := x.apply(ctx, ev, nil, &reason); err != nil {
+		return err
+	}
+	return errors.New(reason)
 }
 
 // destroy deletes the session, destroying its machine if it has one.
@@ -73,9 +133,12 @@ func (x *opRun) destroy(ctx context.Context) error {
 		return err
 	}
 	err := x.c.hostCall(ctx, x.s.HostID, "DELETE", "/v1/machines/"+x.s.ID, x.op.Epoch, nil, nil)
+	var herr *HostError
 	switch {
 	case errors.Is(err, store.ErrStaleEpoch):
 		return fmt.Errorf("destroy on host %s: %w", x.s.HostID, errFenced)
+	case err != nil && !errors.As(err, &herr) && !errors.Is(err, hostlink.ErrHostNotConnected) && !x.lastAttempt():
+		return transient(fmt.Errorf("destroy on host %s: %w", x.s.HostID, err))
 	case err != nil:
 		// The host destroys every machine it no longer owns when it next
 		// heartbeats or reconnects, so completing here leaks nothing.
@@ -84,8 +147,9 @@ func (x *opRun) destroy(ctx context.Context) error {
 	return x.apply(ctx, lifecycle.Destroyed, nil, nil)
 }
 
-// recoverLost handles a session whose host stopped heartbeating. Without
-// snapshots (a later op kind restores them) the session cannot be saved.
+// recoverLost handles a session whose host stopped heartbeating or whose
+// machine exited. Without a snapshot (resume comes with snapshots) the
+// session cannot be saved.
 func (x *opRun) recoverLost(ctx context.Context) error {
 	if !x.s.State.HasVM() {
 		return nil
@@ -97,16 +161,16 @@ func (x *opRun) recoverLost(ctx context.Context) error {
 	if x.s.State != lifecycle.HostLost {
 		return nil
 	}
-	reason := fmt.Sprintf("host %s stopped heartbeating and the session had no snapshot", hostID)
+	reason := fmt.Sprintf("its machine on host %s is gone (host lost or machine exited) and the session had no snapshot", hostID)
 	return x.apply(ctx, lifecycle.NotRecoverable, nil, &reason)
 }
 
 // placeWithin retries placement until a host fits or the wait runs out.
-func (c *Coordinator) placeWithin(ctx context.Context, spec hostlink.MachineSpec, wait time.Duration) (string, error) {
+func (c *Coordinator) placeWithin(ctx context.Context, spec hostlink.MachineSpec, exclude []string, wait time.Duration) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	for {
-		id, err := c.place(ctx, spec)
+		id, err := c.place(ctx, spec, exclude)
 		if err == nil || !errors.Is(err, scheduler.ErrNoCapacity) {
 			return id, err
 		}
@@ -118,7 +182,7 @@ func (c *Coordinator) placeWithin(ctx context.Context, spec hostlink.MachineSpec
 	}
 }
 
-func (c *Coordinator) place(ctx context.Context, spec hostlink.MachineSpec) (string, error) {
+func (c *Coordinator) place(ctx context.Context, spec hostlink.MachineSpec, exclude []string) (string, error) {
 	hosts, err := c.st.ListHosts(ctx)
 	if err != nil {
 		return "", fmt.Errorf("place: list hosts: %w", err)
@@ -137,7 +201,7 @@ func (c *Coordinator) place(ctx context.Context, spec hostlink.MachineSpec) (str
 			}
 		}
 		cands = append(cands, scheduler.Candidate{
-			HostID: h.ID, Ready: h.State == store.HostReady,
+			HostID: h.ID, Ready: h.State == store.HostReady && !slices.Contains(exclude, h.ID),
 			MemoryMiB: capa.MemoryMiB, VCPUs: capa.VCPUs, MaxSessions: capa.MaxSessions,
 		})
 	}

@@ -12,12 +12,27 @@ import (
 // monitorLoop marks hosts lost when their heartbeats stop and hands their
 // sessions to recover ops. Every replica runs it; the store makes each step
 // idempotent, so replicas racing here do no harm.
+//
+// Heartbeats can only have arrived while some replica could write them. So
+// a replica judges heartbeats only after it has itself been watching,
+// without a failed or late pass, for HostLostAfter: after a coordinator
+// restart or a database outage, hosts get a full interval to reconnect
+// before any is declared lost.
 func (c *Coordinator) monitorLoop(ctx context.Context) {
 	t := time.NewTicker(c.cfg.MonitorInterval)
 	defer t.Stop()
+	watching := c.now()
+	last := watching
 	for {
-		if err := c.checkHosts(ctx); err != nil && ctx.Err() == nil {
+		now := c.now()
+		if now.Sub(last) > 3*c.cfg.MonitorInterval {
+			watching = now // this replica was stalled: it saw nothing meanwhile
+		}
+		last = now
+		judge := now.Sub(watching) >= c.cfg.HostLostAfter
+		if err := c.checkHosts(ctx, judge); err != nil && ctx.Err() == nil {
 			c.log.Error("check host heartbeats", "err", err)
+			watching = c.now()
 		}
 		select {
 		case <-ctx.Done():
@@ -27,14 +42,17 @@ func (c *Coordinator) monitorLoop(ctx context.Context) {
 	}
 }
 
-// checkHosts is one monitor pass.
-func (c *Coordinator) checkHosts(ctx context.Context) error {
-	lost, err := c.st.MarkHostsLost(ctx, c.now().Add(-c.cfg.HostLostAfter))
-	if err != nil {
-		return fmt.Errorf("mark hosts lost: %w", err)
-	}
-	for _, id := range lost {
-		c.log.Warn("host lost: no heartbeat", "host_id", id, "after", c.cfg.HostLostAfter)
+// checkHosts is one monitor pass; judge says whether this replica may mark
+// hosts lost yet.
+func (c *Coordinator) checkHosts(ctx context.Context, judge bool) error {
+	if judge {
+		lost, err := c.st.MarkHostsLost(ctx, c.now().Add(-c.cfg.HostLostAfter))
+		if err != nil {
+			return fmt.Errorf("mark hosts lost: %w", err)
+		}
+		for _, id := range lost {
+			c.log.Warn("host lost: no heartbeat", "host_id", id, "after", c.cfg.HostLostAfter)
+		}
 	}
 	hosts, err := c.st.ListHosts(ctx)
 	if err != nil {
@@ -52,18 +70,26 @@ func (c *Coordinator) checkHosts(ctx context.Context) error {
 		for _, s := range ss {
 			// One recover op per session per host connection, however many
 			// replicas notice.
-			key := fmt.Sprintf("recover:%s:%d", h.ID, h.ConnectedAt.UnixMicro())
-			_, err := c.st.EnqueueOp(ctx, store.Op{
-				ID: c.newID(), SessionID: s.ID, Kind: store.OpRecover, IdempotencyKey: key, CreatedAt: c.now(),
-			}, true)
-			if err != nil && !errors.Is(err, store.ErrOpInProgress) {
-				return fmt.Errorf("enqueue recover of session %s: %w", s.ID, err)
+			if err := c.enqueueRecover(ctx, s.ID, fmt.Sprintf("recover:%s:%d", h.ID, h.ConnectedAt.UnixMicro())); err != nil {
+				return err
 			}
 			enqueued = true
 		}
 	}
 	if enqueued {
 		c.wake(ctx, topicOps)
+	}
+	return nil
+}
+
+// enqueueRecover hands a session whose machine is gone to a recover op,
+// superseding whatever op was in flight.
+func (c *Coordinator) enqueueRecover(ctx context.Context, sessionID, key string) error {
+	_, err := c.st.EnqueueOp(ctx, store.Op{
+		ID: c.newID(), SessionID: sessionID, Kind: store.OpRecover, IdempotencyKey: key, CreatedAt: c.now(),
+	}, true)
+	if err != nil && !errors.Is(err, store.ErrOpInProgress) {
+		return fmt.Errorf("enqueue recover of session %s: %w", sessionID, err)
 	}
 	return nil
 }

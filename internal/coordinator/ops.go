@@ -14,6 +14,16 @@ import (
 // errFenced means a newer op took the session; the current op stops quietly.
 var errFenced = errors.New("fenced by a newer op")
 
+// errTransient marks a failure worth retrying (database or link trouble):
+// the op is left claimed with a short lease, so a worker reclaims it (with
+// a newer epoch) after a backoff. Ops give up after maxAttempts.
+var errTransient = errors.New("transient failure")
+
+// maxAttempts bounds how often one op is claimed before it gives up.
+const maxAttempts = 6
+
+func transient(err error) error { return fmt.Errorf("%w: %w", errTransient, err) }
+
 // workLoop claims and runs ops until ctx ends. Idle workers wake on the ops
 // topic, and every second anyway to reclaim ops whose lease expired.
 func (c *Coordinator) workLoop(ctx context.Context, n int) {
@@ -64,16 +74,26 @@ func (c *Coordinator) runOp(ctx context.Context, op store.Op, s store.Session) {
 		state, msg = store.OpFailed, err.Error()
 	}
 	switch {
-	case errors.Is(err, errFenced) || errors.Is(err, store.ErrStaleEpoch):
+	case errors.Is(err, errFenced) || errors.Is(err, store.ErrStaleEpoch) ||
+		(ctx.Err() == nil && errors.Is(err, context.Canceled)): // renewLease saw a newer op
 		log.Info("op fenced by a newer op", "err", err)
 		return // the newer op owns the session; our FinishOp would be stale anyway
+	case errors.Is(err, errTransient) && op.Attempts < maxAttempts:
+		// Leave it claimed with a short lease: another claim retries it.
+		backoff := time.Duration(op.Attempts) * time.Second
+		log.Warn("op will be retried", "attempt", op.Attempts, "in", backoff, "err", err)
+		if rerr := c.st.RenewOp(context.WithoutCancel(ctx), op.ID, op.Epoch, c.now().Add(backoff)); rerr != nil {
+			log.Warn("shorten op lease", "err", rerr)
+		}
+		return
+	case err == nil:
+		log.Info("op done")
 	case ctx.Err() != nil:
 		return // shutting down: the lease expires and another worker resumes the op
-	case err != nil:
-		log.Warn("op failed", "err", err)
 	default:
-		log.Info("op done")
+		log.Warn("op failed", "err", err)
 	}
+	// A finished op is recorded even when shutdown began meanwhile.
 	if err := c.st.FinishOp(context.WithoutCancel(ctx), op.ID, op.Epoch, state, msg, c.now()); err != nil && !errors.Is(err, store.ErrStaleEpoch) {
 		log.Error("finish op", "err", err)
 	}
@@ -89,8 +109,8 @@ func (c *Coordinator) renewLease(ctx context.Context, cancel context.CancelFunc,
 			return
 		case <-t.C:
 			err := c.st.RenewOp(ctx, op.ID, op.Epoch, c.now().Add(c.cfg.OpLease))
-			if errors.Is(err, store.ErrStaleEpoch) {
-				log.Info("op lease lost to a newer op; stopping it")
+			if errors.Is(err, store.ErrStaleEpoch) || errors.Is(err, store.ErrConflict) {
+				log.Info("op superseded or fenced by a newer op; stopping it")
 				cancel()
 				return
 			}
@@ -134,8 +154,11 @@ func (x *opRun) apply(ctx context.Context, e lifecycle.Event, hostID, reason *st
 		SessionID: x.s.ID, Epoch: x.op.Epoch, From: x.s.State, To: to, Event: e,
 		HostID: hostID, Reason: reason, At: x.c.now(),
 	})
-	if err != nil {
-		return fmt.Errorf("apply %s to session %s: %w", e, x.s.ID, err)
+	switch {
+	case errors.Is(err, store.ErrStaleEpoch), errors.Is(err, store.ErrConflict):
+		return fmt.Errorf("apply %s to session %s: %w: %w", e, x.s.ID, errFenced, err)
+	case err != nil:
+		return transient(fmt.Errorf("apply %s to session %s: %w", e, x.s.ID, err))
 	}
 	x.log.Info("session transition", "from", x.s.State, "to", to, "event", e)
 	x.s = s
@@ -144,10 +167,18 @@ func (x *opRun) apply(ctx context.Context, e lifecycle.Event, hostID, reason *st
 }
 
 func (x *opRun) step(ctx context.Context, step string) error {
-	if err := x.c.st.SetOpStep(ctx, x.op.ID, x.op.Epoch, step); err != nil {
-		return fmt.Errorf("op %s step %s: %w", x.op.ID, step, err)
+	err := x.c.st.SetOpStep(ctx, x.op.ID, x.op.Epoch, step)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, store.ErrStaleEpoch), errors.Is(err, store.ErrConflict):
+		return fmt.Errorf("op %s step %s: %w: %w", x.op.ID, step, errFenced, err)
+	default:
+		return transient(fmt.Errorf("op %s step %s: %w", x.op.ID, step, err))
 	}
-	return nil
 }
+
+// lastAttempt reports whether a transient failure now must be final.
+func (x *opRun) lastAttempt() bool { return x.op.Attempts >= maxAttempts }
 
 func ptr[T any](v T) *T { return &v }

@@ -60,10 +60,35 @@ func (c *Coordinator) normalize(spec *hostlink.MachineSpec) error {
 	case spec.VCPUs < 1 || spec.VCPUs > c.cfg.MaxVCPUs:
 		return fmt.Errorf("%w: vcpus must be between 1 and %d, got %d", ErrInvalid, c.cfg.MaxVCPUs, spec.VCPUs)
 	}
-	for k := range spec.Env {
+	return checkEnv(spec)
+}
+
+// Bounds on what a session spec may carry.
+const (
+	maxEnvVars  = 256
+	maxEnvBytes = 64 << 10
+	maxImageRef = 512
+)
+
+func checkEnv(spec *hostlink.MachineSpec) error {
+	if len(spec.Image) > maxImageRef || containsAny(spec.Image, "\x00\n ") {
+		return fmt.Errorf("%w: image must be a reference of at most %d characters without spaces", ErrInvalid, maxImageRef)
+	}
+	if len(spec.Env) > maxEnvVars {
+		return fmt.Errorf("%w: at most %d env variables, got %d", ErrInvalid, maxEnvVars, len(spec.Env))
+	}
+	total := 0
+	for k, v := range spec.Env {
 		if k == "" || containsAny(k, "=\x00") {
 			return fmt.Errorf("%w: env name %q is not valid", ErrInvalid, k)
 		}
+		if containsAny(v, "\x00") {
+			return fmt.Errorf("%w: env %s contains a NUL byte", ErrInvalid, k)
+		}
+		total += len(k) + len(v) + 2
+	}
+	if total > maxEnvBytes {
+		return fmt.Errorf("%w: env is %d bytes, at most %d", ErrInvalid, total, maxEnvBytes)
 	}
 	return nil
 }

@@ -57,6 +57,7 @@ const (
 	Unplaceable      Event = "unplaceable"       // no host could take it in time
 	Started          Event = "started"           // guest daemon (and harness) answered
 	StartFailed      Event = "start_failed"      // boot failed
+	Requeue          Event = "requeue"           // the host refused before booting (capacity): place again
 	SuspendRequested Event = "suspend_requested" // idle timeout or explicit suspend
 	Snapshotted      Event = "snapshotted"       // snapshot committed, VM destroyed
 	SnapshotFailed   Event = "snapshot_failed"   // snapshot failed, VM still running
@@ -73,7 +74,7 @@ const (
 )
 
 // Events lists every event.
-var Events = []Event{Place, Unplaceable, Started, StartFailed, SuspendRequested, Snapshotted, SnapshotFailed,
+var Events = []Event{Place, Unplaceable, Started, StartFailed, Requeue, SuspendRequested, Snapshotted, SnapshotFailed,
 	ResumeRequested, Resumed, ResumeFailed, Unrestorable, DeleteRequested, Destroyed,
 	HeartbeatLost, Recovered, NotRecoverable, TimeLimit}
 
@@ -94,6 +95,7 @@ var table = map[key]State{
 
 	{Starting, Started}:         Active,
 	{Starting, StartFailed}:     Dead,
+	{Starting, Requeue}:         Created,
 	{Starting, DeleteRequested}: Deleting,
 	{Starting, HeartbeatLost}:   HostLost,
 	{Starting, TimeLimit}:       Deleting,

@@ -11,7 +11,7 @@ import (
 // must be refused.
 var legal = map[State]map[Event]State{
 	Created: {Place: Starting, Unplaceable: Dead, DeleteRequested: Completed, TimeLimit: Dead},
-	Starting: {Started: Active, StartFailed: Dead, DeleteRequested: Deleting,
+	Starting: {Started: Active, StartFailed: Dead, Requeue: Created, DeleteRequested: Deleting,
 		HeartbeatLost: HostLost, TimeLimit: Deleting},
 	Active: {SuspendRequested: Suspending, DeleteRequested: Deleting,
 		HeartbeatLost: HostLost, TimeLimit: Deleting},

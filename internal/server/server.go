@@ -105,11 +105,19 @@ func (s *Server) Coordinator() *coordinator.Coordinator { return s.co }
 func (s *Server) ReplicaID() string { return s.cfg.ReplicaID }
 
 // Run serves on ln and runs the coordinator loops until ctx ends, then shuts
-// down gracefully and joins everything.
+// down and joins everything. Long requests (event streams, waits) see their
+// context cancelled at shutdown, and connections still open after a grace
+// period are closed.
 func (s *Server) Run(ctx context.Context, ln net.Listener) error {
-	hs := &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	reqCtx, cancelReqs := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelReqs()
+	hs := &http.Server{
+		Handler: s.mux, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		BaseContext: func(net.Listener) context.Context { return reqCtx },
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
 	run := func(f func() error) {
@@ -132,10 +140,13 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	})
 	s.log.Info("coordinator replica serving", "addr", ln.Addr().String(), "replica_id", s.cfg.ReplicaID)
 	<-ctx.Done()
+	cancelReqs()
 	shutCtx, c2 := context.WithTimeout(context.Background(), 5*time.Second)
 	defer c2()
-	_ = hs.Shutdown(shutCtx) // hijacked links end when the link server closes
-	_ = s.link.Close()
+	if err := hs.Shutdown(shutCtx); err != nil {
+		_ = hs.Close()
+	}
+	_ = s.link.Close() // hijacked host links end here
 	_ = s.router.Close()
 	wg.Wait()
 	close(errs)
