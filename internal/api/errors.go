@@ -34,7 +34,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		status, code = http.StatusNotFound, "not_found"
 	case errors.Is(err, coordinator.ErrInvalid):
 		status, code = http.StatusBadRequest, "bad_request"
-	case errors.Is(err, coordinator.ErrNotActive), errors.Is(err, store.ErrConflict):
+	case errors.Is(err, coordinator.ErrNotActive), errors.Is(err, store.ErrConflict), errors.Is(err, coordinator.ErrBusy):
 		status, code = http.StatusConflict, "conflict"
 	case errors.Is(err, hostlink.ErrHostNotConnected):
 		status, code = http.StatusServiceUnavailable, "unavailable"

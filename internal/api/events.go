@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/internal/lifecycle"
 )
 
 const eventPage = 500
@@ -23,11 +25,16 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
-	if _, err := s.st.GetSession(r.Context(), id); err != nil {
+	sess, err := s.st.GetSession(r.Context(), id)
+	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	follow := r.URL.Query().Get("follow") != "false"
+	if follow && sess.State == lifecycle.Idle {
+		// Subscribing to a session's live events resumes it.
+		go func() { _, _ = s.co.Resume(context.WithoutCancel(r.Context()), id) }()
+	}
 	sub := s.st.Subscribe(r.Context(), "session:"+id)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")

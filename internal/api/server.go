@@ -20,6 +20,10 @@ type Coordinator interface {
 	DeleteSession(ctx context.Context, id string) (store.Session, error)
 	WaitSession(ctx context.Context, id string, done func(store.Session) bool) (store.Session, error)
 	Guest(ctx context.Context, id string) (coordinator.GuestTarget, error)
+	Suspend(ctx context.Context, id string) (store.Session, error)
+	Resume(ctx context.Context, id string) (store.Session, error)
+	Snapshot(ctx context.Context, id string) (store.Snapshot, error)
+	PutOutbox(ctx context.Context, sessionID, id, kind string, payload json.RawMessage) (store.OutboxItem, error)
 }
 
 // Store is what the API reads, plus the host and token rows it manages.
@@ -27,6 +31,8 @@ type Store interface {
 	GetSession(ctx context.Context, id string) (store.Session, error)
 	ListSessions(ctx context.Context, f store.SessionFilter) ([]store.Session, error)
 	ListOps(ctx context.Context, sessionID string) ([]store.Op, error)
+	ListSnapshots(ctx context.Context, sessionID string) ([]store.Snapshot, error)
+	ListOutbox(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]store.OutboxItem, error)
 	ListEvents(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]store.Event, error)
 	Subscribe(ctx context.Context, topic string) <-chan struct{}
 	GetHost(ctx context.Context, id string) (store.Host, error)
@@ -111,6 +117,11 @@ func (s *Server) routes() {
 	h(apiv1.RouteFileList, s.proxyGuest("/v1/files/list"))
 	h(apiv1.RouteFileStat, s.proxyGuest("/v1/files/stat"))
 	h(apiv1.RouteEvents, s.events)
+	h(apiv1.RouteSuspend, s.suspend)
+	h(apiv1.RouteResume, s.resume)
+	h(apiv1.RouteSnapshot, s.snapshot)
+	h(apiv1.RouteOutboxPut, s.putOutbox)
+	h(apiv1.RouteOutboxList, s.listOutbox)
 	h(apiv1.RouteListHosts, s.listHosts)
 	h(apiv1.RouteGetHost, s.getHost)
 	h(apiv1.RouteDrainHost, s.drainHost)

@@ -16,7 +16,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &req) {
 		return
 	}
-	spec := hostlink.MachineSpec{MemoryMiB: req.MemoryMiB, VCPUs: req.VCPUs, Env: req.Env, Image: req.Image}
+	spec := hostlink.MachineSpec{MemoryMiB: req.MemoryMiB, VCPUs: req.VCPUs, Env: req.Env, Image: req.Image, IdleTimeoutSec: req.IdleTimeoutSec}
 	sess, err := s.co.CreateSession(r.Context(), spec, req.IdempotencyKey)
 	if err != nil {
 		s.fail(w, r, err)
@@ -66,7 +66,16 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, sessionOut(sess, ops))
+	snaps, err := s.st.ListSnapshots(r.Context(), sess.ID)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := sessionOut(sess, ops)
+	for _, sn := range snaps {
+		out.Snapshots = append(out.Snapshots, snapshotOut(sn))
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
@@ -91,13 +100,88 @@ func sessionOut(s store.Session, ops []store.Op) apiv1.Session {
 	out := apiv1.Session{
 		ID: s.ID, State: string(s.State), DesiredState: s.DesiredState, HostID: s.HostID,
 		Epoch: s.Epoch, Reason: s.Reason, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
+		HeadSnapshot: s.HeadSnapshotID, LastActivity: s.LastActivity,
 	}
 	if spec, err := coordinator.Spec(s); err == nil {
-		out.Spec = apiv1.SessionSpec{MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, Env: spec.Env, Image: spec.Image}
+		out.Spec = apiv1.SessionSpec{MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, Env: spec.Env, Image: spec.Image, IdleTimeoutSec: spec.IdleTimeoutSec}
 	}
 	for _, o := range ops {
 		out.Ops = append(out.Ops, apiv1.Op{ID: o.ID, Kind: string(o.Kind), State: string(o.State), Step: o.Step,
 			Epoch: o.Epoch, Attempts: o.Attempts, Error: o.Error, CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt})
 	}
 	return out
+}
+
+func snapshotOut(s store.Snapshot) apiv1.Snapshot {
+	return apiv1.Snapshot{ID: s.ID, ParentID: s.ParentID, HostID: s.HostID, Reason: s.Reason, Bytes: s.Bytes, Uploaded: s.Uploaded, CreatedAt: s.CreatedAt}
+}
+
+func (s *Server) suspend(w http.ResponseWriter, r *http.Request) {
+	sess, err := s.co.Suspend(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if r.URL.Query().Get("wait") != "false" {
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.WaitTimeout)
+		defer cancel()
+		if sess, err = s.co.WaitSession(ctx, sess.ID, coordinator.Settled); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, sessionOut(sess, nil))
+}
+
+func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
+	sess, err := s.co.Resume(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sessionOut(sess, nil))
+}
+
+func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) {
+	sn, err := s.co.Snapshot(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, snapshotOut(sn))
+}
+
+func (s *Server) putOutbox(w http.ResponseWriter, r *http.Request) {
+	var req apiv1.OutboxRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	it, err := s.co.PutOutbox(r.Context(), r.PathValue("id"), req.ID, req.Kind, req.Payload)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, outboxOut(it))
+}
+
+func (s *Server) listOutbox(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if _, err := s.st.GetSession(r.Context(), id); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	items, err := s.st.ListOutbox(r.Context(), id, 0, 1000)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := apiv1.OutboxList{Items: make([]apiv1.OutboxItem, 0, len(items))}
+	for _, it := range items {
+		out.Items = append(out.Items, outboxOut(it))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func outboxOut(it store.OutboxItem) apiv1.OutboxItem {
+	return apiv1.OutboxItem{Seq: it.Seq, ID: it.ID, Kind: it.Kind, Payload: it.Payload, State: string(it.State), CreatedAt: it.CreatedAt}
 }

@@ -23,6 +23,8 @@ type Config struct {
 	MonitorInterval   time.Duration // how often heartbeats are checked; default HostLostAfter/5
 	OpLease           time.Duration // a claimed op is reclaimable after this; default 30s
 	PlacementWait     time.Duration // how long a create keeps looking for a host; default 10s
+	ResumeWait        time.Duration // how long a request waits for an Idle session to resume; default 3m
+	IdleTimeout       time.Duration // default idle time before a session is suspended; default 10m
 	Workers           int           // op workers per replica; default 4
 	DefaultMemoryMiB  int           // default 256
 	DefaultVCPUs      int           // default 1
@@ -44,6 +46,8 @@ func (c *Config) defaults() error {
 	def(&c.MonitorInterval, c.HostLostAfter/5)
 	def(&c.OpLease, 30*time.Second)
 	def(&c.PlacementWait, 10*time.Second)
+	def(&c.ResumeWait, 3*time.Minute)
+	def(&c.IdleTimeout, 10*time.Minute)
 	defInt := func(d *int, v int) {
 		if *d <= 0 {
 			*d = v

@@ -21,20 +21,47 @@ import (
 )
 
 // fakeHost is a host's machine API in memory: it keeps the highest epoch
-// per session like a real host and refuses lower ones.
+// per session like a real host and refuses lower ones. Its guests apply
+// outbox items; what a guest applied travels inside its snapshots, like a
+// real guest's disk.
 type fakeHost struct {
 	mu       sync.Mutex
 	machines map[string]int64 // session -> epoch
 	epochs   map[string]int64
+	applied  map[string]int64 // session -> outbox seq its running guest applied
 	failBoot bool
 	full     bool // answer 409 capacity
+	corrupt  bool // restores fail: snapshot_corrupt
 	deletes  int
+	snaps    *snapStore
+}
+
+// snapStore plays the blob store: what each snapshot captured, shared by
+// every fake host, and every application of an outbox item per lineage.
+type snapStore struct {
+	mu        sync.Mutex
+	applied   map[string]int64          // snapshot -> guest applied seq
+	effects   map[string]map[string]int // session -> item id -> times applied in the surviving lineage
+	snapItems map[string]map[string]int // snapshot -> effects at capture
+}
+
+func newSnapStore() *snapStore {
+	return &snapStore{applied: map[string]int64{}, effects: map[string]map[string]int{}, snapItems: map[string]map[string]int{}}
+}
+
+func copyCounts(m map[string]int) map[string]int {
+	out := make(map[string]int, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
 }
 
 func (h *fakeHost) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	id := strings.TrimPrefix(r.URL.Path, "/v1/machines/")
+	rest := strings.TrimPrefix(r.URL.Path, "/v1/machines/")
+	id, sub, _ := strings.Cut(rest, "/")
 	epoch, _ := strconv.ParseInt(r.Header.Get(hostlink.HeaderEpoch), 10, 64)
 	if epoch < h.epochs[id] {
 		w.WriteHeader(http.StatusConflict)
@@ -42,26 +69,85 @@ func (h *fakeHost) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.epochs[id] = epoch
-	switch r.Method {
-	case http.MethodPut:
-		if h.full {
-			w.WriteHeader(http.StatusConflict)
-			_ = json.NewEncoder(w).Encode(hostlink.ErrorBody{Code: "capacity", Error: "no room"})
-			return
-		}
-		if h.failBoot {
-			w.WriteHeader(http.StatusInternalServerError)
-			_ = json.NewEncoder(w).Encode(hostlink.ErrorBody{Error: "kernel panic"})
-			return
-		}
-		h.machines[id] = epoch
-		_ = json.NewEncoder(w).Encode(hostlink.MachineStatus{SessionID: id, Epoch: epoch, State: "running"})
-	case http.MethodDelete:
+	switch {
+	case r.Method == http.MethodPut:
+		h.start(w, r, id, epoch)
+	case r.Method == http.MethodDelete:
 		delete(h.machines, id)
 		h.deletes++
 		w.WriteHeader(http.StatusNoContent)
+	case sub == "snapshot":
+		h.snapshot(w, r, id)
+	case sub == "outbox":
+		h.outbox(w, r, id)
 	}
 }
+
+func (h *fakeHost) start(w http.ResponseWriter, r *http.Request, id string, epoch int64) {
+	var req hostlink.StartRequest
+	_ = json.NewDecoder(r.Body).Decode(&req)
+	switch {
+	case h.full:
+		w.WriteHeader(http.StatusConflict)
+		_ = json.NewEncoder(w).Encode(hostlink.ErrorBody{Code: "capacity", Error: "no room"})
+		return
+	case h.failBoot:
+		w.WriteHeader(http.StatusInternalServerError)
+		_ = json.NewEncoder(w).Encode(hostlink.ErrorBody{Error: "kernel panic"})
+		return
+	case req.Restore != nil && h.corrupt:
+		w.WriteHeader(http.StatusUnprocessableEntity)
+		_ = json.NewEncoder(w).Encode(hostlink.ErrorBody{Code: "snapshot_corrupt", Error: "chunk 3 hash mismatch"})
+		return
+	}
+	h.machines[id] = epoch
+	h.applied[id] = 0
+	if req.Restore != nil {
+		h.snaps.mu.Lock()
+		h.applied[id] = h.snaps.applied[req.Restore.SnapshotID]
+		h.snaps.effects[id] = copyCounts(h.snaps.snapItems[req.Restore.SnapshotID]) // roll back to the snapshot's lineage
+		h.snaps.mu.Unlock()
+	}
+	_ = json.NewEncoder(w).Encode(hostlink.MachineStatus{SessionID: id, Epoch: epoch, State: "running"})
+}
+
+func (h *fakeHost) snapshot(w http.ResponseWriter, r *http.Request, id string) {
+	var req hostlink.SnapshotRequest
+	_ = json.NewDecoder(r.Body).Decode(&req)
+	if _, ok := h.machines[id]; !ok {
+		w.WriteHeader(http.StatusNotFound)
+		_ = json.NewEncoder(w).Encode(hostlink.ErrorBody{Code: "not_found", Error: "no machine"})
+		return
+	}
+	h.snaps.mu.Lock()
+	h.snaps.applied[req.SnapshotID] = h.applied[id]
+	h.snaps.snapItems[req.SnapshotID] = copyCounts(h.snaps.effects[id])
+	h.snaps.mu.Unlock()
+	if req.Destroy {
+		delete(h.machines, id)
+	}
+	_ = json.NewEncoder(w).Encode(hostlink.SnapshotResponse{SnapshotID: req.SnapshotID, Manifests: json.RawMessage(`{}`),
+		Facts: testFacts, Bytes: 100, Uploaded: 10, OutboxSeq: h.applied[id]})
+}
+
+func (h *fakeHost) outbox(w http.ResponseWriter, r *http.Request, id string) {
+	var req hostlink.OutboxDelivery
+	_ = json.NewDecoder(r.Body).Decode(&req)
+	h.snaps.mu.Lock()
+	if h.snaps.effects[id] == nil {
+		h.snaps.effects[id] = map[string]int{}
+	}
+	for _, it := range req.Items {
+		if it.Seq == h.applied[id]+1 {
+			h.applied[id] = it.Seq
+			h.snaps.effects[id][it.ID]++
+		}
+	}
+	h.snaps.mu.Unlock()
+	_ = json.NewEncoder(w).Encode(hostlink.OutboxApplied{Applied: h.applied[id]})
+}
+
+var testFacts = hostlink.Facts{Arch: "amd64", Backend: hostlink.BackendFacts{Name: "fake", Version: "1", Acceleration: "none"}}
 
 func (h *fakeHost) running(id string) bool {
 	h.mu.Lock()
@@ -75,6 +161,7 @@ type fleet struct {
 	mu    sync.Mutex
 	hosts map[string]*fakeHost
 	down  map[string]int // host -> calls to fail as unreachable
+	snaps *snapStore
 }
 
 type rtFunc func(*http.Request) (*http.Response, error)
@@ -116,7 +203,7 @@ func newEnv(t *testing.T, cfg Config) *env {
 	if cfg.ReplicaID == "" {
 		cfg.ReplicaID = "r1"
 	}
-	f := &fleet{hosts: map[string]*fakeHost{}, down: map[string]int{}}
+	f := &fleet{hosts: map[string]*fakeHost{}, down: map[string]int{}, snaps: newSnapStore()}
 	co, err := New(cfg, Deps{Store: st, Hosts: f})
 	if err != nil {
 		t.Fatal(err)
@@ -138,14 +225,43 @@ func (e *env) addHost(t *testing.T, name string, n int) (string, *fakeHost) {
 		t.Fatal(err)
 	}
 	capa, _ := json.Marshal(hostlink.Capacity{MemoryMiB: 256 * n, VCPUs: n})
-	if err := e.st.RegisterHost(ctx, store.Host{ID: id, Name: name, Capacity: capa, ReplicaID: "r1", LastHeartbeat: time.Now(), ConnectedAt: time.Now()}); err != nil {
+	facts, _ := json.Marshal(testFacts)
+	if err := e.st.RegisterHost(ctx, store.Host{ID: id, Name: name, Facts: facts, Capacity: capa, ReplicaID: "r1", LastHeartbeat: time.Now(), ConnectedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	h := &fakeHost{machines: map[string]int64{}, epochs: map[string]int64{}}
+	h := &fakeHost{machines: map[string]int64{}, epochs: map[string]int64{}, applied: map[string]int64{}, snaps: e.fleet.snaps}
 	e.fleet.mu.Lock()
 	e.fleet.hosts[id] = h
 	e.fleet.mu.Unlock()
 	return id, h
+}
+
+// keepAlive heartbeats for host id every 50 ms until stop is called or the
+// test ends.
+func (e *env) keepAlive(t *testing.T, id string) (stop func()) {
+	t.Helper()
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			h, err := e.st.GetHost(context.Background(), id)
+			if err == nil {
+				_, _ = e.st.HostHeartbeat(context.Background(), id, h.Capacity, time.Now())
+			}
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { close(done); <-finished }) }
+	t.Cleanup(stop)
+	return stop
 }
 
 func (e *env) wait(t *testing.T, id string, want lifecycle.State) store.Session {
@@ -268,9 +384,10 @@ func TestHostLostMakesActiveSessionsDead(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{HeartbeatInterval: 50 * time.Millisecond, HostLostAfter: 300 * time.Millisecond, MonitorInterval: 50 * time.Millisecond})
 	hostID, _ := e.addHost(t, "a", 4)
+	stop := e.keepAlive(t, hostID)
 	s, _ := e.co.CreateSession(context.Background(), hostlink.MachineSpec{}, "")
 	e.wait(t, s.ID, lifecycle.Active)
-	// No heartbeats are sent: the host goes lost and its session dies.
+	stop() // heartbeats stop: the host goes lost and its session dies
 	s = e.wait(t, s.ID, lifecycle.Dead)
 	if !strings.Contains(s.Reason, hostID) {
 		t.Fatalf("reason %q does not name the host", s.Reason)

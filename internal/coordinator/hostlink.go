@@ -86,6 +86,7 @@ func (c *Coordinator) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 		writeLinkError(w, http.StatusBadRequest, "bad_request", "decode heartbeat: "+err.Error())
 		return
 	}
+	req.Capacity.CachedSnapshots = req.Snapshots
 	capa, _ := json.Marshal(req.Capacity)
 	state, err := c.st.HostHeartbeat(r.Context(), hostID, capa, c.now())
 	if err != nil {
@@ -99,26 +100,55 @@ func (c *Coordinator) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 			c.log.Warn("revive returning host", "host_id", hostID, "err", err)
 		}
 	}
-	owned, err := c.owned(r.Context(), hostID)
+	sessions, err := c.ownedSessions(r.Context(), hostID)
 	if err != nil {
 		writeLinkError(w, http.StatusInternalServerError, "internal", err.Error())
 		return
 	}
+	owned := ownership(sessions)
 	c.recoverExited(r.Context(), hostID, req.Machines, owned)
+	c.recordActivity(r.Context(), req.Machines, sessions)
 	writeLinkJSON(w, hostlink.HeartbeatResponse{Owned: owned, Lease: c.lease()})
 }
 
 // owned lists the sessions a host may keep machines for.
 func (c *Coordinator) owned(ctx context.Context, hostID string) ([]hostlink.Ownership, error) {
+	ss, err := c.ownedSessions(ctx, hostID)
+	return ownership(ss), err
+}
+
+func (c *Coordinator) ownedSessions(ctx context.Context, hostID string) ([]store.Session, error) {
 	ss, err := c.st.ListSessions(ctx, store.SessionFilter{HostID: hostID, States: vmStates()})
 	if err != nil {
 		return nil, fmt.Errorf("list sessions of host %s: %w", hostID, err)
 	}
+	return ss, nil
+}
+
+func ownership(ss []store.Session) []hostlink.Ownership {
 	out := make([]hostlink.Ownership, 0, len(ss))
 	for _, s := range ss {
 		out = append(out, hostlink.Ownership{SessionID: s.ID, Epoch: s.Epoch})
 	}
-	return out, nil
+	return out
+}
+
+// recordActivity moves sessions' idle clocks forward from what the host saw
+// (guest requests through it), writing only when it moved by a second.
+func (c *Coordinator) recordActivity(ctx context.Context, ms []hostlink.MachineStatus, ss []store.Session) {
+	last := make(map[string]time.Time, len(ss))
+	for _, s := range ss {
+		last[s.ID] = s.LastActivity
+	}
+	for _, m := range ms {
+		prev, ok := last[m.SessionID]
+		if !ok || m.LastActivity.Sub(prev) < time.Second {
+			continue
+		}
+		if err := c.st.TouchSession(ctx, m.SessionID, m.LastActivity); err != nil {
+			c.log.Warn("record activity", "session_id", m.SessionID, "err", err)
+		}
+	}
 }
 
 func writeLinkJSON(w http.ResponseWriter, v any) {

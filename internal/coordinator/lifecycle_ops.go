@@ -54,7 +54,7 @@ func (x *opRun) placeSession(ctx context.Context, spec hostlink.MachineSpec, exc
 	if err := x.step(ctx, "place"); err != nil {
 		return err
 	}
-	hostID, err := x.c.placeWithin(ctx, spec, exclude, x.c.cfg.PlacementWait)
+	hostID, err := x.c.placeWithin(ctx, placement{spec: spec, exclude: exclude}, x.c.cfg.PlacementWait)
 	switch {
 	case errors.Is(err, scheduler.ErrNoCapacity):
 		if ferr := x.apply(ctx, lifecycle.Unplaceable, nil, ptr(err.Error())); ferr != nil {
@@ -148,29 +148,46 @@ func (x *opRun) destroy(ctx context.Context) error {
 }
 
 // recoverLost handles a session whose host stopped heartbeating or whose
-// machine exited. Without a snapshot (resume comes with snapshots) the
-// session cannot be saved.
+// machine exited: back to Idle at its last committed snapshot (commands
+// applied after it are delivered again), or Dead without one.
 func (x *opRun) recoverLost(ctx context.Context) error {
-	if !x.s.State.HasVM() {
+	if !x.s.State.HasVM() && x.s.State != lifecycle.HostLost {
 		return nil
 	}
 	hostID := x.s.HostID
-	if err := x.apply(ctx, lifecycle.HeartbeatLost, nil, nil); err != nil {
-		return err
+	if x.s.State != lifecycle.HostLost {
+		if err := x.apply(ctx, lifecycle.HeartbeatLost, nil, nil); err != nil {
+			return err
+		}
 	}
 	if x.s.State != lifecycle.HostLost {
 		return nil
 	}
-	reason := fmt.Sprintf("its machine on host %s is gone (host lost or machine exited) and the session had no snapshot", hostID)
-	return x.apply(ctx, lifecycle.NotRecoverable, nil, &reason)
+	if x.s.HeadSnapshotID == "" {
+		reason := fmt.Sprintf("its machine on host %s is gone (host lost or machine exited) and the session had no snapshot", hostID)
+		return x.apply(ctx, lifecycle.NotRecoverable, nil, &reason)
+	}
+	if err := x.rollbackOutbox(ctx); err != nil {
+		return err
+	}
+	reason := fmt.Sprintf("machine on host %s was lost; resumes from snapshot %s", hostID, x.s.HeadSnapshotID)
+	return x.apply(ctx, lifecycle.Recovered, ptr(""), &reason)
 }
 
 // placeWithin retries placement until a host fits or the wait runs out.
-func (c *Coordinator) placeWithin(ctx context.Context, spec hostlink.MachineSpec, exclude []string, wait time.Duration) (string, error) {
+// placement is what a session needs from a host: room, and for a resume a
+// host able to restore its snapshot (preferably one caching it).
+type placement struct {
+	spec     hostlink.MachineSpec
+	exclude  []string
+	snapshot *store.Snapshot
+}
+
+func (c *Coordinator) placeWithin(ctx context.Context, p placement, wait time.Duration) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	for {
-		id, err := c.place(ctx, spec, exclude)
+		id, err := c.place(ctx, p)
 		if err == nil || !errors.Is(err, scheduler.ErrNoCapacity) {
 			return id, err
 		}
@@ -182,7 +199,7 @@ func (c *Coordinator) placeWithin(ctx context.Context, spec hostlink.MachineSpec
 	}
 }
 
-func (c *Coordinator) place(ctx context.Context, spec hostlink.MachineSpec, exclude []string) (string, error) {
+func (c *Coordinator) place(ctx context.Context, p placement) (string, error) {
 	hosts, err := c.st.ListHosts(ctx)
 	if err != nil {
 		return "", fmt.Errorf("place: list hosts: %w", err)
@@ -193,6 +210,12 @@ func (c *Coordinator) place(ctx context.Context, spec hostlink.MachineSpec, excl
 	}
 	byHost := map[string]*scheduler.Candidate{}
 	cands := make([]scheduler.Candidate, 0, len(hosts))
+	var snapFacts hostlink.Facts
+	if p.snapshot != nil {
+		if err := json.Unmarshal(p.snapshot.Facts, &snapFacts); err != nil {
+			return "", fmt.Errorf("place: facts of snapshot %s: %w", p.snapshot.ID, err)
+		}
+	}
 	for _, h := range hosts {
 		var capa hostlink.Capacity
 		if len(h.Capacity) > 0 {
@@ -200,10 +223,17 @@ func (c *Coordinator) place(ctx context.Context, spec hostlink.MachineSpec, excl
 				c.log.Warn("host capacity unreadable", "host_id", h.ID, "err", err)
 			}
 		}
-		cands = append(cands, scheduler.Candidate{
-			HostID: h.ID, Ready: h.State == store.HostReady && !slices.Contains(exclude, h.ID),
+		cd := scheduler.Candidate{
+			HostID: h.ID, Ready: h.State == store.HostReady && !slices.Contains(p.exclude, h.ID),
 			MemoryMiB: capa.MemoryMiB, VCPUs: capa.VCPUs, MaxSessions: capa.MaxSessions,
-		})
+		}
+		if p.snapshot != nil {
+			var hf hostlink.Facts
+			_ = json.Unmarshal(h.Facts, &hf)
+			cd.Incompatible = scheduler.Compatible(snapFacts, hf)
+			cd.Cached = slices.Contains(capa.CachedSnapshots, p.snapshot.ID)
+		}
+		cands = append(cands, cd)
 	}
 	for i := range cands {
 		byHost[cands[i].HostID] = &cands[i]
@@ -221,7 +251,7 @@ func (c *Coordinator) place(ctx context.Context, spec hostlink.MachineSpec, excl
 		cd.PlacedVCPUs += sp.VCPUs
 		cd.PlacedSessions++
 	}
-	return scheduler.Place(cands, scheduler.Request{MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs})
+	return scheduler.Place(cands, scheduler.Request{MemoryMiB: p.spec.MemoryMiB, VCPUs: p.spec.VCPUs})
 }
 
 // vmStates are the states in which a session may own a machine.

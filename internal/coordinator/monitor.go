@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/engrams/engrams/internal/lifecycle"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -76,10 +77,48 @@ func (c *Coordinator) checkHosts(ctx context.Context, judge bool) error {
 			enqueued = true
 		}
 	}
-	if enqueued {
+	if n, err := c.evictIdle(ctx); err != nil {
+		return err
+	} else if n > 0 || enqueued {
 		c.wake(ctx, topicOps)
 	}
 	return nil
+}
+
+// evictIdle enqueues a suspend for every Active session idle longer than
+// its timeout and returns how many.
+func (c *Coordinator) evictIdle(ctx context.Context) (int, error) {
+	ss, err := c.st.ListSessions(ctx, store.SessionFilter{States: []lifecycle.State{lifecycle.Active}})
+	if err != nil {
+		return 0, fmt.Errorf("list active sessions: %w", err)
+	}
+	n := 0
+	for _, s := range ss {
+		timeout := c.cfg.IdleTimeout
+		if spec, err := Spec(s); err == nil && spec.IdleTimeoutSec != 0 {
+			if spec.IdleTimeoutSec < 0 {
+				continue
+			}
+			timeout = time.Duration(spec.IdleTimeoutSec) * time.Second
+		}
+		last := s.LastActivity
+		if s.UpdatedAt.After(last) {
+			last = s.UpdatedAt // it just became active
+		}
+		if c.now().Sub(last) < timeout {
+			continue
+		}
+		_, err := c.st.EnqueueOp(ctx, store.Op{ID: c.newID(), SessionID: s.ID, Kind: store.OpEvict,
+			IdempotencyKey: fmt.Sprintf("idle:%d", last.UnixMicro()), CreatedAt: c.now()}, false)
+		if err != nil && !errors.Is(err, store.ErrOpInProgress) {
+			return n, fmt.Errorf("enqueue idle suspend of session %s: %w", s.ID, err)
+		}
+		if err == nil {
+			c.log.Info("session idle: suspending", "session_id", s.ID, "idle_for", c.now().Sub(last).Round(time.Second))
+			n++
+		}
+	}
+	return n, nil
 }
 
 // enqueueRecover hands a session whose machine is gone to a recover op,

@@ -137,6 +137,12 @@ func (x *opRun) run(ctx context.Context) error {
 		return x.destroy(ctx)
 	case store.OpRecover:
 		return x.recoverLost(ctx)
+	case store.OpEvict:
+		return x.evict(ctx)
+	case store.OpSnapshot:
+		return x.snapshotOnly(ctx)
+	case store.OpResume:
+		return x.resume(ctx)
 	default:
 		return fmt.Errorf("op kind %s is not supported by this coordinator version", x.op.Kind)
 	}

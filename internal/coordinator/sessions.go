@@ -170,20 +170,137 @@ type GuestTarget struct {
 	PathPrefix string
 }
 
-// Guest returns the route to an Active session's guest daemon.
+// Guest returns the route to a session's guest daemon. An Idle (or
+// suspending, resuming, starting) session is brought to Active first: the
+// caller waits, bounded by ResumeWait, instead of getting an error.
 func (c *Coordinator) Guest(ctx context.Context, id string) (GuestTarget, error) {
 	s, err := c.st.GetSession(ctx, id)
 	if err != nil {
 		return GuestTarget{}, fmt.Errorf("get session %s: %w", id, err)
 	}
 	if s.State != lifecycle.Active {
-		return GuestTarget{}, fmt.Errorf("%w: session %s is %s", ErrNotActive, id, s.State)
+		if s, err = c.EnsureActive(ctx, s); err != nil {
+			return GuestTarget{}, err
+		}
+	}
+	if c.now().Sub(s.LastActivity) > touchEvery {
+		if err := c.st.TouchSession(ctx, id, c.now()); err != nil {
+			c.log.Warn("touch session", "session_id", id, "err", err)
+		}
 	}
 	rt, err := c.hosts.Transport(ctx, s.HostID)
 	if err != nil {
 		return GuestTarget{}, fmt.Errorf("reach host %s of session %s: %w", s.HostID, id, err)
 	}
 	return GuestTarget{Session: s, Transport: rt, PathPrefix: "/v1/machines/" + id + "/guest"}, nil
+}
+
+// touchEvery rate-limits activity writes from API calls.
+const touchEvery = 5 * time.Second
+
+// EnsureActive resumes s if it is Idle and waits until it is Active. It
+// fails at once for terminal sessions and after one failed resume.
+func (c *Coordinator) EnsureActive(ctx context.Context, s store.Session) (store.Session, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.ResumeWait)
+	defer cancel()
+	idleSeen := 0
+	for {
+		switch {
+		case s.State == lifecycle.Active:
+			return s, nil
+		case s.State.Terminal() || s.State == lifecycle.Deleting || s.State == lifecycle.HostLost && s.HeadSnapshotID == "":
+			return s, fmt.Errorf("%w: session %s is %s", ErrNotActive, s.ID, s.State)
+		case s.State == lifecycle.Idle:
+			if idleSeen++; idleSeen > 2 {
+				return s, fmt.Errorf("%w: session %s could not be resumed: %s", ErrNotActive, s.ID, s.Reason)
+			}
+			c.requestResume(ctx, s.ID)
+		}
+		next, err := c.WaitSession(ctx, s.ID, func(n store.Session) bool { return n.State != s.State || n.Epoch != s.Epoch })
+		if err != nil {
+			return next, fmt.Errorf("%w: waiting for session %s to become active: %w", ErrNotActive, s.ID, err)
+		}
+		s = next
+	}
+}
+
+// Suspend snapshots the session and frees its host, returning at once; the
+// session reaches Idle when the snapshot is committed.
+func (c *Coordinator) Suspend(ctx context.Context, id string) (store.Session, error) {
+	s, err := c.st.GetSession(ctx, id)
+	if err != nil {
+		return s, fmt.Errorf("get session %s: %w", id, err)
+	}
+	if s.State == lifecycle.Idle {
+		return s, nil
+	}
+	if s.State != lifecycle.Active {
+		return s, fmt.Errorf("%w: session %s is %s; only an active session can be suspended", ErrNotActive, id, s.State)
+	}
+	if err := c.st.SetDesiredState(ctx, id, "idle"); err != nil {
+		return s, fmt.Errorf("suspend session %s: %w", id, err)
+	}
+	if _, err := c.st.EnqueueOp(ctx, store.Op{ID: c.newID(), SessionID: id, Kind: store.OpEvict, CreatedAt: c.now()}, false); err != nil {
+		return s, fmt.Errorf("suspend session %s: %w", id, conflictIfBusy(err))
+	}
+	c.wake(ctx, topicOps)
+	return s, nil
+}
+
+// Resume brings an Idle session back and waits for Active.
+func (c *Coordinator) Resume(ctx context.Context, id string) (store.Session, error) {
+	s, err := c.st.GetSession(ctx, id)
+	if err != nil {
+		return s, fmt.Errorf("get session %s: %w", id, err)
+	}
+	if err := c.st.SetDesiredState(ctx, id, "active"); err != nil {
+		return s, fmt.Errorf("resume session %s: %w", id, err)
+	}
+	return c.EnsureActive(ctx, s)
+}
+
+// Snapshot captures a running session without stopping it and returns the
+// committed snapshot.
+func (c *Coordinator) Snapshot(ctx context.Context, id string) (store.Snapshot, error) {
+	s, err := c.st.GetSession(ctx, id)
+	if err != nil {
+		return store.Snapshot{}, fmt.Errorf("get session %s: %w", id, err)
+	}
+	if s.State != lifecycle.Active {
+		return store.Snapshot{}, fmt.Errorf("%w: session %s is %s", ErrNotActive, id, s.State)
+	}
+	op, err := c.st.EnqueueOp(ctx, store.Op{ID: c.newID(), SessionID: id, Kind: store.OpSnapshot, CreatedAt: c.now()}, false)
+	if err != nil {
+		return store.Snapshot{}, fmt.Errorf("snapshot session %s: %w", id, conflictIfBusy(err))
+	}
+	c.wake(ctx, topicOps)
+	var done store.Op
+	_, err = c.WaitSession(ctx, id, func(store.Session) bool {
+		o, err := c.st.GetOp(ctx, op.ID)
+		done = o
+		return err == nil && o.State != store.OpPending && o.State != store.OpRunning
+	})
+	if err != nil {
+		return store.Snapshot{}, err
+	}
+	if done.State != store.OpSucceeded {
+		return store.Snapshot{}, fmt.Errorf("snapshot session %s: %s", id, done.Error)
+	}
+	s, err = c.st.GetSession(ctx, id)
+	if err != nil {
+		return store.Snapshot{}, err
+	}
+	return c.st.GetSnapshot(ctx, s.HeadSnapshotID)
+}
+
+// ErrBusy: another operation holds the session.
+var ErrBusy = errors.New("another operation is in progress")
+
+func conflictIfBusy(err error) error {
+	if errors.Is(err, store.ErrOpInProgress) {
+		return fmt.Errorf("%w: try again when it finishes", ErrBusy)
+	}
+	return err
 }
 
 // Spec decodes a session's stored spec.

@@ -75,7 +75,14 @@ type Capacity struct {
 	UsedMemoryMiB int `json:"used_memory_mib"`
 	UsedVCPUs     int `json:"used_vcpus"`
 	Sessions      int `json:"sessions"`
+	// CachedSnapshots is filled in by the coordinator from the host's last
+	// heartbeat (HeartbeatRequest.Snapshots), so placement can prefer it.
+	CachedSnapshots []string `json:"cached_snapshots,omitempty"`
 }
+
+// VCPUOvercommit is how many session vCPUs a host offers per CPU; the
+// coordinator's placement and the host's admission use the same rule.
+const VCPUOvercommit = 4
 
 // MachineStatus is one machine a host runs.
 type MachineStatus struct {
@@ -134,6 +141,9 @@ type MachineSpec struct {
 	VCPUs     int               `json:"vcpus"`
 	Env       map[string]string `json:"env,omitempty"`
 	Image     string            `json:"image,omitempty"`
+	// IdleTimeoutSec: no activity this long suspends the session (0: the
+	// coordinator's default; negative: never).
+	IdleTimeoutSec int `json:"idle_timeout_s,omitempty"`
 }
 
 // StartRequest asks a host to run a session's machine: boot it, or restore

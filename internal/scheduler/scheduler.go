@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/engrams/engrams/internal/hostlink"
 )
 
 // ErrNoCapacity is returned when no host can take the request; the error
@@ -22,6 +24,10 @@ type Candidate struct {
 	PlacedMemoryMiB int
 	PlacedVCPUs     int
 	PlacedSessions  int
+	// For a resume: Incompatible says why this host cannot restore the
+	// snapshot ("" if it can); Cached says it holds the snapshot's chunks.
+	Incompatible string
+	Cached       bool
 }
 
 // Request is what a session needs.
@@ -30,8 +36,9 @@ type Request struct {
 	VCPUs     int
 }
 
-// Place picks the host with the most free memory that fits the request;
-// ties go to fewer sessions, then to the smaller id so the choice is stable.
+// Place picks, among hosts that fit the request, one that caches the
+// snapshot if any does, then the one with the most free memory; ties go to
+// fewer sessions, then to the smaller id so the choice is stable.
 func Place(cands []Candidate, req Request) (string, error) {
 	var fits []Candidate
 	var why []string
@@ -50,6 +57,9 @@ func Place(cands []Candidate, req Request) (string, error) {
 		return "", fmt.Errorf("%w: %s", ErrNoCapacity, strings.Join(why, "; "))
 	}
 	sort.Slice(fits, func(i, j int) bool {
+		if fits[i].Cached != fits[j].Cached {
+			return fits[i].Cached
+		}
 		fi, fj := free(fits[i]), free(fits[j])
 		if fi != fj {
 			return fi > fj
@@ -68,13 +78,35 @@ func rejects(c Candidate, req Request) string {
 	switch {
 	case !c.Ready:
 		return "not ready"
+	case c.Incompatible != "":
+		return "cannot restore the snapshot: " + c.Incompatible
 	case c.MaxSessions > 0 && c.PlacedSessions >= c.MaxSessions:
 		return fmt.Sprintf("at its limit of %d sessions", c.MaxSessions)
 	case free(c) < req.MemoryMiB:
 		return fmt.Sprintf("%d MiB free, %d MiB asked", free(c), req.MemoryMiB)
-	case c.VCPUs > 0 && c.VCPUs*4-c.PlacedVCPUs < req.VCPUs:
-		// vCPUs are overcommitted up to 4x; memory is not.
+	case c.VCPUs > 0 && c.VCPUs*hostlink.VCPUOvercommit-c.PlacedVCPUs < req.VCPUs:
+		// vCPUs are overcommitted; memory is not.
 		return fmt.Sprintf("%d vCPUs placed on %d", c.PlacedVCPUs, c.VCPUs)
+	}
+	return ""
+}
+
+// Compatible says why a host with facts h cannot restore a snapshot taken
+// on a host with facts snap, or "" if it can: a saved machine state needs
+// the same architecture, VMM, VMM version and acceleration, and with
+// hardware acceleration the same CPU model.
+func Compatible(snap, h hostlink.Facts) string {
+	switch {
+	case snap.Arch != h.Arch:
+		return fmt.Sprintf("architecture %s, snapshot needs %s", h.Arch, snap.Arch)
+	case snap.Backend.Name != h.Backend.Name:
+		return fmt.Sprintf("backend %s, snapshot needs %s", h.Backend.Name, snap.Backend.Name)
+	case snap.Backend.Version != h.Backend.Version:
+		return fmt.Sprintf("%s %q, snapshot needs %q", h.Backend.Name, h.Backend.Version, snap.Backend.Version)
+	case snap.Backend.Acceleration != h.Backend.Acceleration:
+		return fmt.Sprintf("acceleration %s, snapshot needs %s", h.Backend.Acceleration, snap.Backend.Acceleration)
+	case snap.Backend.Acceleration == "kvm" && snap.CPUModel != h.CPUModel:
+		return fmt.Sprintf("CPU %q, snapshot needs %q", h.CPUModel, snap.CPUModel)
 	}
 	return ""
 }

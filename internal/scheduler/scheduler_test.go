@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/engrams/engrams/internal/hostlink"
 )
 
 func TestPlace(t *testing.T) {
@@ -27,6 +29,12 @@ func TestPlace(t *testing.T) {
 		{name: "session limit", cands: []Candidate{{HostID: "a", Ready: true, MemoryMiB: 4096, MaxSessions: 2, PlacedSessions: 2}}, req: Request{MemoryMiB: 1}, wantErr: "at its limit of 2"},
 		{name: "vcpu overcommit limit", cands: []Candidate{{HostID: "a", Ready: true, MemoryMiB: 4096, VCPUs: 1, PlacedVCPUs: 4}}, req: Request{MemoryMiB: 1, VCPUs: 1}, wantErr: "4 vCPUs placed on 1"},
 		{name: "exact fit", cands: []Candidate{ready("a", 512, 256, 1)}, req: Request{MemoryMiB: 256}, want: "a"},
+		{name: "cached wins over free memory", cands: []Candidate{ready("a", 4096, 0, 0), func() Candidate { c := ready("b", 1024, 512, 1); c.Cached = true; return c }()},
+			req: Request{MemoryMiB: 256}, want: "b"},
+		{name: "incompatible skipped", cands: []Candidate{func() Candidate { c := ready("a", 4096, 0, 0); c.Incompatible = "backend qemu"; return c }(), ready("b", 1024, 0, 0)},
+			req: Request{MemoryMiB: 256}, want: "b"},
+		{name: "only incompatible", cands: []Candidate{func() Candidate { c := ready("a", 4096, 0, 0); c.Incompatible = "backend qemu"; return c }()},
+			req: Request{MemoryMiB: 256}, wantErr: "cannot restore the snapshot: backend qemu"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -40,6 +48,36 @@ func TestPlace(t *testing.T) {
 			}
 			if err != nil || got != tt.want {
 				t.Fatalf("Place() = %q, %v; want %q", got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestCompatible(t *testing.T) {
+	t.Parallel()
+	base := hostlink.Facts{Arch: "amd64", CPUModel: "EPYC", Backend: hostlink.BackendFacts{Name: "qemu", Version: "7.2", Acceleration: "tcg"}}
+	with := func(f func(*hostlink.Facts)) hostlink.Facts { c := base; f(&c); return c }
+	tests := []struct {
+		name string
+		h    hostlink.Facts
+		snap hostlink.Facts
+		want string
+	}{
+		{"same", base, base, ""},
+		{"other CPU under tcg is fine", with(func(f *hostlink.Facts) { f.CPUModel = "Xeon" }), base, ""},
+		{"other CPU under kvm", with(func(f *hostlink.Facts) { f.CPUModel = "Xeon"; f.Backend.Acceleration = "kvm" }),
+			with(func(f *hostlink.Facts) { f.Backend.Acceleration = "kvm" }), "CPU"},
+		{"other backend", with(func(f *hostlink.Facts) { f.Backend.Name = "firecracker" }), base, "backend firecracker"},
+		{"other version", with(func(f *hostlink.Facts) { f.Backend.Version = "8.0" }), base, "snapshot needs \"7.2\""},
+		{"other accel", with(func(f *hostlink.Facts) { f.Backend.Acceleration = "kvm" }), base, "acceleration kvm"},
+		{"other arch", with(func(f *hostlink.Facts) { f.Arch = "arm64" }), base, "architecture arm64"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := Compatible(tt.snap, tt.h)
+			if (tt.want == "") != (got == "") || !strings.Contains(got, tt.want) {
+				t.Fatalf("Compatible = %q, want containing %q", got, tt.want)
 			}
 		})
 	}

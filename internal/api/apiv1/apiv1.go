@@ -21,6 +21,11 @@ const (
 	RouteFileList      = "GET /v1/sessions/{id}/files/list" // ?path= -> JSON array of guestapi.FileInfo
 	RouteFileStat      = "GET /v1/sessions/{id}/files/stat" // ?path= -> guestapi.FileInfo
 	RouteEvents        = "GET /v1/sessions/{id}/events"     // SSE; ?follow=false ends after backlog; Last-Event-ID or ?after=
+	RouteSuspend       = "POST /v1/sessions/{id}/suspend"   // snapshot, then free the host -> Session (idle); ?wait=false
+	RouteResume        = "POST /v1/sessions/{id}/resume"    // restore the head snapshot -> Session (active)
+	RouteSnapshot      = "POST /v1/sessions/{id}/snapshot"  // snapshot and keep running -> Snapshot
+	RouteOutboxPut     = "POST /v1/sessions/{id}/outbox"    // OutboxRequest -> OutboxItem (exactly once per id)
+	RouteOutboxList    = "GET /v1/sessions/{id}/outbox"     // -> OutboxList
 	RouteListHosts     = "GET /v1/hosts"
 	RouteGetHost       = "GET /v1/hosts/{id}"
 	RouteDrainHost     = "POST /v1/hosts/{id}/drain"
@@ -65,6 +70,9 @@ type SessionSpec struct {
 	VCPUs     int               `json:"vcpus,omitempty"`      // default 1
 	Env       map[string]string `json:"env,omitempty"`
 	Image     string            `json:"image,omitempty"`
+	// IdleTimeoutSec: suspend after this long without activity (0: server
+	// default; -1: never).
+	IdleTimeoutSec int `json:"idle_timeout_s,omitempty"`
 }
 
 // CreateSessionRequest is the body of RouteCreateSession.
@@ -82,9 +90,46 @@ type Session struct {
 	Epoch        int64       `json:"epoch"`
 	Reason       string      `json:"reason,omitempty"`
 	Spec         SessionSpec `json:"spec"`
+	HeadSnapshot string      `json:"head_snapshot_id,omitempty"`
+	LastActivity time.Time   `json:"last_activity,omitzero"`
 	CreatedAt    time.Time   `json:"created_at"`
 	UpdatedAt    time.Time   `json:"updated_at"`
-	Ops          []Op        `json:"ops,omitempty"` // on get only
+	Ops          []Op        `json:"ops,omitempty"`       // on get only
+	Snapshots    []Snapshot  `json:"snapshots,omitempty"` // on get only, oldest first
+}
+
+// Snapshot is one committed snapshot of a session.
+type Snapshot struct {
+	ID        string    `json:"id"`
+	ParentID  string    `json:"parent_id,omitempty"`
+	HostID    string    `json:"host_id"`
+	Reason    string    `json:"reason"`
+	Bytes     int64     `json:"bytes"`
+	Uploaded  int64     `json:"uploaded"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// OutboxRequest sends a command into a session; ID makes it exactly-once.
+type OutboxRequest struct {
+	ID      string          `json:"id"`
+	Kind    string          `json:"kind"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+// OutboxItem is a command and where it is: pending, delivered (applied by
+// the running guest) or durable (a committed snapshot includes it).
+type OutboxItem struct {
+	Seq       int64           `json:"seq"`
+	ID        string          `json:"id"`
+	Kind      string          `json:"kind"`
+	Payload   json.RawMessage `json:"payload,omitempty"`
+	State     string          `json:"state"`
+	CreatedAt time.Time       `json:"created_at"`
+}
+
+// OutboxList answers RouteOutboxList.
+type OutboxList struct {
+	Items []OutboxItem `json:"items"`
 }
 
 // Op is one op log row.

@@ -1,0 +1,124 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/lifecycle"
+	"github.com/engrams/engrams/internal/store"
+)
+
+// outboxBatch bounds one delivery to a host.
+const outboxBatch = 64
+
+// PutOutbox records a command for a session (exactly once per item id) and
+// delivers it: at once if the session is Active, else by resuming it.
+func (c *Coordinator) PutOutbox(ctx context.Context, sessionID, id, kind string, payload json.RawMessage) (store.OutboxItem, error) {
+	if id == "" || len(id) > 128 || kind == "" || len(kind) > 64 || len(payload) > 1<<20 {
+		return store.OutboxItem{}, fmt.Errorf("%w: outbox items need an id (<=128 bytes), a kind (<=64 bytes) and a payload under 1 MiB", ErrInvalid)
+	}
+	s, err := c.st.GetSession(ctx, sessionID)
+	if err != nil {
+		return store.OutboxItem{}, fmt.Errorf("get session %s: %w", sessionID, err)
+	}
+	if s.State.Terminal() {
+		return store.OutboxItem{}, fmt.Errorf("%w: session %s is %s", ErrNotActive, sessionID, s.State)
+	}
+	it, created, err := c.st.PutOutbox(ctx, store.OutboxItem{SessionID: sessionID, ID: id, Kind: kind, Payload: payload, CreatedAt: c.now()})
+	if err != nil {
+		return it, fmt.Errorf("put outbox item %s: %w", id, err)
+	}
+	if created {
+		c.requestResume(ctx, sessionID) // resumes an Idle session; delivers to an Active one
+	}
+	return it, nil
+}
+
+// requestResume enqueues a resume op (which also delivers pending outbox
+// items) unless another op is already in flight: that op's end wakes the
+// session, and a later request tries again.
+func (c *Coordinator) requestResume(ctx context.Context, sessionID string) {
+	_, err := c.st.EnqueueOp(ctx, store.Op{ID: c.newID(), SessionID: sessionID, Kind: store.OpResume, CreatedAt: c.now()}, false)
+	if err != nil && !errors.Is(err, store.ErrOpInProgress) {
+		c.log.Warn("enqueue resume", "session_id", sessionID, "err", err)
+		return
+	}
+	c.wake(ctx, topicOps)
+}
+
+// rollbackOutbox returns items the lost incarnation applied after the head
+// snapshot to pending: the snapshot's state has not applied them.
+func (x *opRun) rollbackOutbox(ctx context.Context) error {
+	after := int64(0)
+	if x.s.HeadSnapshotID != "" {
+		snap, err := x.c.st.GetSnapshot(ctx, x.s.HeadSnapshotID)
+		if err != nil {
+			return transient(fmt.Errorf("read snapshot %s: %w", x.s.HeadSnapshotID, err))
+		}
+		after = snap.OutboxSeq
+	}
+	if err := x.c.st.RollbackOutbox(ctx, x.s.ID, after, x.op.Epoch); err != nil {
+		if errors.Is(err, store.ErrStaleEpoch) {
+			return fmt.Errorf("roll back outbox: %w: %w", errFenced, err)
+		}
+		return transient(fmt.Errorf("roll back outbox: %w", err))
+	}
+	return nil
+}
+
+// deliverOutbox hands pending items to the running guest in order and
+// records what it applied. The guest skips items it already applied, so a
+// repeated delivery never applies one twice.
+func (x *opRun) deliverOutbox(ctx context.Context) error {
+	if x.s.State != lifecycle.Active {
+		return nil
+	}
+	after := int64(0)
+	for {
+		items, err := x.c.st.ListOutbox(ctx, x.s.ID, after, outboxBatch)
+		if err != nil {
+			return transient(fmt.Errorf("list outbox: %w", err))
+		}
+		var send []hostlink.OutboxItem
+		for _, it := range items {
+			after = it.Seq
+			if it.State == store.OutboxPending {
+				send = append(send, hostlink.OutboxItem{Seq: it.Seq, ID: it.ID, Kind: it.Kind, Payload: it.Payload})
+			}
+		}
+		if len(send) > 0 {
+			if err := x.sendOutbox(ctx, send); err != nil {
+				return err
+			}
+		}
+		if len(items) < outboxBatch {
+			return nil
+		}
+	}
+}
+
+func (x *opRun) sendOutbox(ctx context.Context, items []hostlink.OutboxItem) error {
+	if err := x.step(ctx, "deliver"); err != nil {
+		return err
+	}
+	var applied hostlink.OutboxApplied
+	err := x.c.hostCall(ctx, x.s.HostID, "POST", "/v1/machines/"+x.s.ID+"/outbox", x.op.Epoch,
+		hostlink.OutboxDelivery{Epoch: x.op.Epoch, Items: items}, &applied)
+	switch {
+	case errors.Is(err, store.ErrStaleEpoch):
+		return fmt.Errorf("deliver outbox: %w", errFenced)
+	case err != nil:
+		return x.retry(ctx, fmt.Errorf("deliver outbox to host %s: %w", x.s.HostID, err))
+	}
+	if err := x.c.st.MarkDelivered(ctx, x.s.ID, applied.Applied, x.op.Epoch, x.c.now()); err != nil {
+		if errors.Is(err, store.ErrStaleEpoch) {
+			return fmt.Errorf("mark outbox delivered: %w: %w", errFenced, err)
+		}
+		return transient(fmt.Errorf("mark outbox delivered: %w", err))
+	}
+	x.appendEvent(ctx, "outbox", map[string]any{"applied": applied.Applied})
+	return nil
+}

@@ -1,0 +1,195 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/lifecycle"
+	"github.com/engrams/engrams/internal/scheduler"
+	"github.com/engrams/engrams/internal/store"
+)
+
+// evict snapshots an Active session and frees its host: Active →
+// Suspending → (every chunk uploaded, snapshot committed, machine
+// destroyed) → Idle. If the snapshot fails the machine keeps running and
+// the session goes back to Active.
+func (x *opRun) evict(ctx context.Context) error {
+	switch x.s.State {
+	case lifecycle.Idle:
+		return nil
+	case lifecycle.Active:
+		if err := x.apply(ctx, lifecycle.SuspendRequested, nil, nil); err != nil {
+			return err
+		}
+	case lifecycle.Suspending: // a retried op: capture again under the new epoch
+	default:
+		return fmt.Errorf("cannot suspend a session that is %s", x.s.State)
+	}
+	snap, err := x.capture(ctx, true, "suspend")
+	if err != nil {
+		var herr *HostError
+		if errors.As(err, &herr) || x.lastAttempt() {
+			reason := "suspend failed: " + err.Error()
+			if ferr := x.apply(ctx, lifecycle.SnapshotFailed, nil, &reason); ferr != nil {
+				return ferr
+			}
+			return errors.New(reason)
+		}
+		return err
+	}
+	x.s.HeadSnapshotID = snap.ID
+	return x.apply(ctx, lifecycle.Snapshotted, ptr(""), ptr(""))
+}
+
+// snapshotOnly captures an Active session and keeps it running.
+func (x *opRun) snapshotOnly(ctx context.Context) error {
+	if x.s.State != lifecycle.Active {
+		return fmt.Errorf("cannot snapshot a session that is %s", x.s.State)
+	}
+	_, err := x.capture(ctx, false, "snapshot")
+	return err
+}
+
+// capture asks the host for a snapshot and commits it: the host answers
+// only after every chunk is stored, and one transaction inserts the row and
+// advances the session's head, fenced by the op's epoch.
+func (x *opRun) capture(ctx context.Context, destroy bool, reason string) (store.Snapshot, error) {
+	if err := x.step(ctx, "snapshot"); err != nil {
+		return store.Snapshot{}, err
+	}
+	req := hostlink.SnapshotRequest{Epoch: x.op.Epoch, SnapshotID: x.c.newID(), Destroy: destroy}
+	var resp hostlink.SnapshotResponse
+	err := x.c.hostCall(ctx, x.s.HostID, "POST", "/v1/machines/"+x.s.ID+"/snapshot", x.op.Epoch, req, &resp)
+	var herr *HostError
+	switch {
+	case errors.Is(err, store.ErrStaleEpoch):
+		return store.Snapshot{}, fmt.Errorf("snapshot on host %s: %w", x.s.HostID, errFenced)
+	case errors.As(err, &herr):
+		return store.Snapshot{}, err
+	case err != nil:
+		return store.Snapshot{}, transient(fmt.Errorf("snapshot on host %s: %w", x.s.HostID, err))
+	}
+	facts, _ := json.Marshal(resp.Facts)
+	snap := store.Snapshot{
+		ID: req.SnapshotID, SessionID: x.s.ID, ParentID: x.s.HeadSnapshotID, HostID: x.s.HostID,
+		Epoch: x.op.Epoch, Manifests: resp.Manifests, Facts: facts, Bytes: resp.Bytes,
+		Uploaded: resp.Uploaded, OutboxSeq: resp.OutboxSeq, Reason: reason, CreatedAt: x.c.now(),
+	}
+	if err := x.step(ctx, "commit"); err != nil {
+		return store.Snapshot{}, err
+	}
+	if err := x.c.st.CommitSnapshot(ctx, snap, x.op.Epoch); err != nil {
+		if errors.Is(err, store.ErrStaleEpoch) {
+			return store.Snapshot{}, fmt.Errorf("commit snapshot %s: %w: %w", snap.ID, errFenced, err)
+		}
+		return store.Snapshot{}, transient(fmt.Errorf("commit snapshot %s: %w", snap.ID, err))
+	}
+	x.log.Info("snapshot committed", "snapshot_id", snap.ID, "bytes", snap.Bytes, "uploaded", snap.Uploaded, "ms", resp.DurationMS)
+	x.appendEvent(ctx, "snapshot", map[string]any{"snapshot_id": snap.ID, "bytes": snap.Bytes, "uploaded": snap.Uploaded, "reason": reason})
+	return snap, nil
+}
+
+// resume restores an Idle session's head snapshot on a compatible host,
+// preferring one that caches its chunks. A snapshot that cannot be read
+// (missing or corrupt chunk) ends the session Dead; other failures leave it
+// Idle to be tried again.
+func (x *opRun) resume(ctx context.Context) error {
+	switch x.s.State {
+	case lifecycle.Active:
+		return x.deliverOutbox(ctx)
+	case lifecycle.Idle, lifecycle.Resuming:
+	default:
+		return fmt.Errorf("cannot resume a session that is %s", x.s.State)
+	}
+	if x.s.HeadSnapshotID == "" {
+		reason := "no committed snapshot to resume from"
+		return x.apply(ctx, lifecycle.Unrestorable, nil, &reason)
+	}
+	snap, err := x.c.st.GetSnapshot(ctx, x.s.HeadSnapshotID)
+	if err != nil {
+		return x.retry(ctx, fmt.Errorf("read snapshot %s: %w", x.s.HeadSnapshotID, err))
+	}
+	spec, err := Spec(x.s)
+	if err != nil {
+		return err
+	}
+	if err := x.step(ctx, "place"); err != nil {
+		return err
+	}
+	hostID, err := x.c.placeWithin(ctx, placement{spec: spec, snapshot: &snap}, x.c.cfg.PlacementWait)
+	if err != nil {
+		return x.resumeFailed(ctx, err)
+	}
+	if x.s.State == lifecycle.Idle {
+		if err := x.apply(ctx, lifecycle.ResumeRequested, &hostID, nil); err != nil {
+			return err
+		}
+	} else if err := x.setHost(ctx, hostID); err != nil {
+		return err
+	}
+	if err := x.rollbackOutbox(ctx); err != nil {
+		return err
+	}
+	if err := x.step(ctx, "restore"); err != nil {
+		return err
+	}
+	req := hostlink.StartRequest{Epoch: x.op.Epoch, Spec: spec, Restore: &hostlink.RestoreSpec{SnapshotID: snap.ID, Manifests: snap.Manifests}}
+	err = x.c.hostCall(ctx, hostID, "PUT", "/v1/machines/"+x.s.ID, x.op.Epoch, req, nil)
+	var herr *HostError
+	switch {
+	case err == nil:
+	case errors.Is(err, store.ErrStaleEpoch):
+		return fmt.Errorf("restore on host %s: %w", hostID, errFenced)
+	case errors.As(err, &herr) && (herr.Code == "snapshot_corrupt" || herr.Code == "snapshot_missing"):
+		reason := fmt.Sprintf("snapshot %s cannot be restored: %v", snap.ID, err)
+		if ferr := x.apply(ctx, lifecycle.Unrestorable, nil, &reason); ferr != nil {
+			return ferr
+		}
+		return errors.New(reason)
+	default:
+		return x.resumeFailed(ctx, fmt.Errorf("restore on host %s: %w", hostID, err))
+	}
+	if err := x.apply(ctx, lifecycle.Resumed, nil, ptr("")); err != nil {
+		return err
+	}
+	return x.deliverOutbox(ctx)
+}
+
+// resumeFailed retries a failed resume on a later claim, and after the last
+// attempt leaves the session Idle with the reason.
+func (x *opRun) resumeFailed(ctx context.Context, cause error) error {
+	if !x.lastAttempt() && !errors.Is(cause, scheduler.ErrNoCapacity) {
+		return transient(cause)
+	}
+	reason := "resume failed: " + cause.Error()
+	if x.s.State == lifecycle.Resuming {
+		if err := x.apply(ctx, lifecycle.ResumeFailed, ptr(""), &reason); err != nil {
+			return err
+		}
+	}
+	return errors.New(reason)
+}
+
+// setHost records a new placement for a Resuming session (a retried op).
+func (x *opRun) setHost(ctx context.Context, hostID string) error {
+	if x.s.HostID == hostID {
+		return nil
+	}
+	// Resuming → Resuming is not a lifecycle event; the placement change is
+	// written as a failed attempt followed by a new request.
+	if err := x.apply(ctx, lifecycle.ResumeFailed, ptr(""), nil); err != nil {
+		return err
+	}
+	return x.apply(ctx, lifecycle.ResumeRequested, &hostID, nil)
+}
+
+func (x *opRun) appendEvent(ctx context.Context, typ string, data any) {
+	b, _ := json.Marshal(data)
+	if _, err := x.c.st.AppendEvent(ctx, store.NewEvent{SessionID: x.s.ID, Type: typ, Data: b, Epoch: x.op.Epoch, At: x.c.now()}); err != nil {
+		x.log.Warn("append event", "type", typ, "err", err)
+	}
+	x.c.wake(ctx, sessionTopic(x.s.ID))
+}

@@ -1,0 +1,184 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/lifecycle"
+	"github.com/engrams/engrams/internal/store"
+)
+
+func (e *env) active(t *testing.T) store.Session {
+	t.Helper()
+	s, err := e.co.CreateSession(context.Background(), hostlink.MachineSpec{IdleTimeoutSec: -1}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.wait(t, s.ID, lifecycle.Active)
+}
+
+func TestSuspendThenResumeOnDemand(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	_, a := e.addHost(t, "a", 4)
+	s := e.active(t)
+	if _, err := e.co.Suspend(context.Background(), s.ID); err != nil {
+		t.Fatal(err)
+	}
+	s = e.wait(t, s.ID, lifecycle.Idle)
+	if s.HeadSnapshotID == "" || s.HostID != "" || a.running(s.ID) {
+		t.Fatalf("idle session %+v: want a head snapshot, no host, no machine", s)
+	}
+	// Any guest request resumes it; the caller just waits.
+	g, err := e.co.Guest(context.Background(), s.ID)
+	if err != nil || g.Session.State != lifecycle.Active {
+		t.Fatalf("Guest on an idle session: %+v %v", g.Session, err)
+	}
+	snaps, _ := e.st.ListSnapshots(context.Background(), s.ID)
+	if len(snaps) != 1 || snaps[0].Reason != "suspend" {
+		t.Fatalf("snapshots %+v", snaps)
+	}
+}
+
+func TestResumePrefersTheHostCachingTheSnapshot(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	e.addHost(t, "a", 16) // most free memory
+	bID, _ := e.addHost(t, "b", 4)
+	s := e.active(t)
+	if _, err := e.co.Suspend(context.Background(), s.ID); err != nil {
+		t.Fatal(err)
+	}
+	s = e.wait(t, s.ID, lifecycle.Idle)
+	capa, _ := json.Marshal(hostlink.Capacity{MemoryMiB: 1024, VCPUs: 4, CachedSnapshots: []string{s.HeadSnapshotID}})
+	if _, err := e.st.HostHeartbeat(context.Background(), bID, capa, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	s, err := e.co.Resume(context.Background(), s.ID)
+	if err != nil || s.HostID != bID {
+		t.Fatalf("resumed on %q (%v), want the caching host %s", s.HostID, err, bID)
+	}
+}
+
+func TestHostLostWithSnapshotGoesIdle(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{HeartbeatInterval: 50 * time.Millisecond, HostLostAfter: 300 * time.Millisecond, MonitorInterval: 50 * time.Millisecond})
+	aID, _ := e.addHost(t, "a", 4)
+	stop := e.keepAlive(t, aID)
+	s := e.active(t)
+	if _, err := e.co.Snapshot(context.Background(), s.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := e.st.GetSession(context.Background(), s.ID); got.State != lifecycle.Active {
+		t.Fatalf("snapshot stopped the session: %s", got.State)
+	}
+	stop()
+	s = e.wait(t, s.ID, lifecycle.Idle) // no heartbeats: the host is lost
+	if !strings.Contains(s.Reason, "resumes from snapshot") {
+		t.Fatalf("reason %q", s.Reason)
+	}
+}
+
+func TestCorruptSnapshotEndsDead(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	_, a := e.addHost(t, "a", 4)
+	s := e.active(t)
+	if _, err := e.co.Suspend(context.Background(), s.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.wait(t, s.ID, lifecycle.Idle)
+	a.mu.Lock()
+	a.corrupt = true
+	a.mu.Unlock()
+	if _, err := e.co.Resume(context.Background(), s.ID); err == nil {
+		t.Fatal("resume of a corrupt snapshot succeeded")
+	}
+	s = e.wait(t, s.ID, lifecycle.Dead)
+	if !strings.Contains(s.Reason, "chunk 3 hash mismatch") {
+		t.Fatalf("reason %q does not say why", s.Reason)
+	}
+}
+
+func TestIdleSessionsAreSuspended(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{MonitorInterval: 50 * time.Millisecond, IdleTimeout: 200 * time.Millisecond})
+	e.addHost(t, "a", 4)
+	s, _ := e.co.CreateSession(context.Background(), hostlink.MachineSpec{}, "")
+	e.wait(t, s.ID, lifecycle.Active)
+	e.wait(t, s.ID, lifecycle.Idle)
+	keep, _ := e.co.CreateSession(context.Background(), hostlink.MachineSpec{IdleTimeoutSec: -1}, "")
+	e.wait(t, keep.ID, lifecycle.Active)
+	time.Sleep(400 * time.Millisecond) // longer than the idle timeout; the session must stay
+	if got, _ := e.st.GetSession(context.Background(), keep.ID); got.State != lifecycle.Active {
+		t.Fatalf("session with idle timeout 'never' is %s", got.State)
+	}
+}
+
+// TestOutboxExactlyOnceAcrossSuspendAndHostLoss: items apply once, in
+// order, while active, across a suspend, and across a lost host that had
+// applied items after the last snapshot (they are applied again on the
+// snapshot's state, which never saw them: still once in the surviving state).
+func TestOutboxExactlyOnceAcrossSuspendAndHostLoss(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{HeartbeatInterval: 50 * time.Millisecond, HostLostAfter: 400 * time.Millisecond, MonitorInterval: 50 * time.Millisecond})
+	aID, _ := e.addHost(t, "a", 4)
+	stopA := e.keepAlive(t, aID)
+	ctx := context.Background()
+	s := e.active(t)
+	put := func(id string) {
+		t.Helper()
+		if _, err := e.co.PutOutbox(ctx, s.ID, id, "note", json.RawMessage(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitState := func(id string, want store.OutboxState) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			items, _ := e.st.ListOutbox(ctx, s.ID, 0, 100)
+			for _, it := range items {
+				if it.ID == id && it.State == want {
+					return
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("item %s never %s: %+v", id, want, items)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	put("i1")
+	put("i1") // same id: exactly once
+	waitState("i1", store.OutboxDelivered)
+	if _, err := e.co.Suspend(ctx, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.wait(t, s.ID, lifecycle.Idle)
+	waitState("i1", store.OutboxDurable)
+	put("i2") // resumes the idle session and delivers
+	waitState("i2", store.OutboxDelivered)
+	// Host a vanishes (no heartbeats) with i2 applied but not snapshotted.
+	bID, _ := e.addHost(t, "b", 4)
+	e.keepAlive(t, bID)
+	stopA()
+	e.wait(t, s.ID, lifecycle.Idle)
+	if got, _ := e.st.GetSession(ctx, s.ID); got.HostID != "" {
+		t.Fatalf("idle session still on %s", got.HostID)
+	}
+	put("i3")
+	waitState("i3", store.OutboxDelivered)
+	waitState("i2", store.OutboxDelivered)
+	e.fleet.snaps.mu.Lock()
+	effects := copyCounts(e.fleet.snaps.effects[s.ID])
+	e.fleet.snaps.mu.Unlock()
+	for _, id := range []string{"i1", "i2", "i3"} {
+		if effects[id] != 1 {
+			t.Fatalf("item %s applied %d times in the surviving state (%v); lost host %s", id, effects[id], effects, aID)
+		}
+	}
+}
