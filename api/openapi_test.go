@@ -144,6 +144,9 @@ func TestRoutesMatchPaths(t *testing.T) {
 		"RouteDrainHost": apiv1.RouteDrainHost, "RouteCreateHost": apiv1.RouteCreateHost,
 		"RouteCreateToken": apiv1.RouteCreateToken, "RouteListTokens": apiv1.RouteListTokens,
 		"RouteRevokeToken": apiv1.RouteRevokeToken, "RouteOpenAPI": apiv1.RouteOpenAPI,
+		"RouteSuspend": apiv1.RouteSuspend, "RouteResume": apiv1.RouteResume,
+		"RouteSnapshot": apiv1.RouteSnapshot, "RouteOutboxPut": apiv1.RouteOutboxPut,
+		"RouteOutboxList": apiv1.RouteOutboxList,
 	}
 	for name, v := range compiled {
 		if routes[name] != v {
@@ -213,7 +216,8 @@ func TestOperations(t *testing.T) {
 	}
 }
 
-// TestSpecialStreams checks the stream media types the clients rely on.
+// TestSpecialStreams checks the stream media types and the answers the
+// clients rely on.
 func TestSpecialStreams(t *testing.T) {
 	t.Parallel()
 	d := load(t)
@@ -227,6 +231,18 @@ func TestSpecialStreams(t *testing.T) {
 		{apiv1.RouteExecWS, "101", "Switching protocols"},
 		{apiv1.RouteExecWS, "", "channel byte"},
 		{apiv1.RouteExecWS, "", "stdin_close"},
+		// The snapshot and outbox answers the client decodes, and the
+		// semantics their callers rely on.
+		{apiv1.RouteSuspend, "200", "#/components/schemas/Session"},
+		{apiv1.RouteSuspend, "", "content-addressed chunks"},
+		{apiv1.RouteSuspend, "", "wait=false"},
+		{apiv1.RouteResume, "200", "#/components/schemas/Session"},
+		{apiv1.RouteResume, "", "on an idle session resumes it"},
+		{apiv1.RouteSnapshot, "201", "#/components/schemas/Snapshot"},
+		{apiv1.RouteOutboxPut, "202", "#/components/schemas/OutboxItem"},
+		{apiv1.RouteOutboxPut, "", "exactly once"},
+		{apiv1.RouteOutboxPut, "", "`durable`"},
+		{apiv1.RouteOutboxList, "200", "#/components/schemas/OutboxList"},
 	}
 	for _, tt := range tests {
 		key := opKey(t, tt.route)
@@ -269,6 +285,10 @@ func TestSchemasMatchTypes(t *testing.T) {
 		"CreateSessionRequest": reflect.TypeFor[apiv1.CreateSessionRequest](),
 		"Session":              reflect.TypeFor[apiv1.Session](),
 		"Op":                   reflect.TypeFor[apiv1.Op](),
+		"Snapshot":             reflect.TypeFor[apiv1.Snapshot](),
+		"OutboxRequest":        reflect.TypeFor[apiv1.OutboxRequest](),
+		"OutboxItem":           reflect.TypeFor[apiv1.OutboxItem](),
+		"OutboxList":           reflect.TypeFor[apiv1.OutboxList](),
 		"SessionList":          reflect.TypeFor[apiv1.SessionList](),
 		"ExecRequest":          reflect.TypeFor[apiv1.ExecRequest](),
 		"ExecFrame":            reflect.TypeFor[apiv1.ExecFrame](),

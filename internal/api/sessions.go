@@ -125,7 +125,13 @@ func (s *Server) suspend(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Get("wait") != "false" {
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.WaitTimeout)
 		defer cancel()
-		if sess, err = s.co.WaitSession(ctx, sess.ID, coordinator.Settled); err != nil {
+		// Done when idle, or terminal, or active again under a newer epoch
+		// (the suspend failed and the session kept running).
+		e0 := sess.Epoch
+		done := func(x store.Session) bool {
+			return x.State == lifecycle.Idle || x.State.Terminal() || (x.State == lifecycle.Active && x.Epoch > e0)
+		}
+		if sess, err = s.co.WaitSession(ctx, sess.ID, done); err != nil {
 			s.fail(w, r, err)
 			return
 		}

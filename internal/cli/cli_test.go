@@ -17,6 +17,8 @@ import (
 	"github.com/engrams/engrams/internal/cli"
 	"github.com/engrams/engrams/internal/client"
 	"github.com/engrams/engrams/internal/client/clienttest"
+	"github.com/engrams/engrams/internal/guestapi"
+	"github.com/engrams/engrams/internal/hostlink"
 )
 
 type result struct {
@@ -76,18 +78,56 @@ func deadURL(t *testing.T) string {
 	return "http://" + ln.Addr().String()
 }
 
+// cmdTest is one CLI invocation against a fresh fake and what it must do.
+type cmdTest struct {
+	name       string
+	env        env
+	stdin      string
+	args       []string
+	setup      func(*clienttest.Server) // optional, before the command runs
+	code       int
+	stdout     string // exact, unless contains is set
+	contains   []string
+	errContain []string
+}
+
+// runTable runs each test against its own server from newSrv.
+func runTable(t *testing.T, newSrv func(*testing.T) *clienttest.Server, tests []cmdTest) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := newSrv(t)
+			if tt.setup != nil {
+				tt.setup(srv)
+			}
+			got := run(t, srv, tt.env, tt.stdin, tt.args...)
+			if got.code != tt.code {
+				t.Errorf("exit code %d, want %d\nstdout: %s\nstderr: %s", got.code, tt.code, got.stdout, got.stderr)
+			}
+			if tt.contains == nil && got.stdout != tt.stdout {
+				t.Errorf("stdout:\n%s\nwant:\n%s", got.stdout, tt.stdout)
+			}
+			for _, s := range tt.contains {
+				if !strings.Contains(got.stdout, s) {
+					t.Errorf("stdout lacks %q:\n%s", s, got.stdout)
+				}
+			}
+			for _, s := range tt.errContain {
+				if !strings.Contains(got.stderr, s) {
+					t.Errorf("stderr lacks %q:\n%s", s, got.stderr)
+				}
+			}
+			if tt.errContain == nil && got.code == 0 && got.stderr != "" {
+				t.Errorf("unexpected stderr: %s", got.stderr)
+			}
+		})
+	}
+}
+
 func TestCommands(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name       string
-		env        env
-		stdin      string
-		args       []string
-		code       int
-		stdout     string // exact, unless contains is set
-		contains   []string
-		errContain []string
-	}{
+	tests := []cmdTest{
 		{name: "create", args: []string{"session", "create"}, stdout: "s2\n"},
 		{name: "create json", args: []string{"session", "create", "--json", "--memory", "256", "--vcpus", "2", "--env", "A=1", "--image", "alpine"},
 			contains: []string{`"id": "s2"`, `"memory_mib": 256`, `"vcpus": 2`, `"A": "1"`, `"image": "alpine"`, `"state": "active"`}},
@@ -99,7 +139,9 @@ func TestCommands(t *testing.T) {
 			stdout: "ID  STATE   HOST  IMAGE      MEMORY   VCPUS  CREATED\ns1  active  h1    debian:12  512 MiB  1      2026-11-30 06:00:00\n"},
 		{name: "list state json", args: []string{"session", "list", "--state", "idle", "--json"}, stdout: "{\n  \"sessions\": []\n}\n"},
 		{name: "get", args: []string{"session", "get", "s1"},
-			contains: []string{"ID:       s1\n", "State:    active (desired: active)\n", "Image:    debian:12\n", "Operations:\n", "op1  create  done"}},
+			contains: []string{"ID:             s1\n", "State:          active (desired: active)\n", "Image:          debian:12\n",
+				"Idle timeout:   server default\n", "Head snapshot:  -\n", "Last activity:  2026-11-30 06:00:00 (0s ago)\n",
+				"Operations:\n", "op1  create  done"}},
 		{name: "get json", args: []string{"--json", "session", "get", "s1"}, contains: []string{`"ops": [`, `"kind": "create"`}},
 		{name: "get unknown", args: []string{"session", "get", "nope"}, code: 1,
 			errContain: []string{"error: get session nope: session nope not found (HTTP 404 not_found)\nhint: list sessions with `engrams session list`\n"}},
@@ -128,7 +170,8 @@ func TestCommands(t *testing.T) {
 		{name: "host list", args: []string{"host", "list"},
 			stdout: "ID  NAME   STATE  BACKEND  ACCEL  SESSIONS  LAST HEARTBEAT\nh1  kvm-1  ready  qemu     tcg    2/10      5s ago\n"},
 		{name: "host get", args: []string{"host", "get", "h1"},
-			contains: []string{"Backend:         qemu 7.2 (tcg, isolated)\n", "Backend reason:  firecracker: no binary; qemu: /dev/kvm unusable, TCG works\n",
+			contains: []string{"Backend:           qemu 7.2 (tcg, isolated)\n", "Backend reason:    firecracker: no binary; qemu: /dev/kvm unusable, TCG works\n",
+				"Cached snapshots:  -\n",
 				"Backends considered:\n", "firecracker  -        kvm    true       false   firecracker binary not found\n"}},
 		{name: "host get unknown", args: []string{"host", "get", "zz"}, code: 1, errContain: []string{"hint: list hosts with `engrams host list`"}},
 		{name: "host create", args: []string{"host", "create", "kvm-2"},
@@ -137,7 +180,8 @@ func TestCommands(t *testing.T) {
 		{name: "token create", args: []string{"token", "create", "ci"}, stdout: "engrams_secret_ci\n", errContain: []string{"token t1 (ci) created", "only this once"}},
 		{name: "token list", args: []string{"token", "list", "--json"}, stdout: "{\n  \"tokens\": []\n}\n"},
 		{name: "token revoke unknown", args: []string{"token", "revoke", "t9"}, code: 1, errContain: []string{"hint: list tokens with `engrams token list`"}},
-		{name: "version", args: []string{"version"}, stdout: "client: v1.2.3-test\nserver: v9.9.9-fake (host link protocol 1, guest API 1, replica r1)\n"},
+		{name: "version", args: []string{"version"},
+			stdout: fmt.Sprintf("client: v1.2.3-test\nserver: v9.9.9-fake (host link protocol %d, guest API %d, replica r1)\n", hostlink.Version, guestapi.Version)},
 		{name: "unauthorized", env: env{"ENGRAMS_TOKEN": "wrong"}, args: []string{"session", "list"}, code: 1,
 			errContain: []string{"HTTP 401 unauthorized", "hint: create a token with `engrams token create` or run `engrams dev`"}},
 		{name: "no url", env: env{"ENGRAMS_URL": ""}, args: []string{"session", "list"}, code: 1,
@@ -148,32 +192,7 @@ func TestCommands(t *testing.T) {
 		{name: "group help", args: []string{"session"}, contains: []string{"Available Commands:", "exec"}},
 		{name: "help", args: []string{"session", "exec", "--help"}, contains: []string{"Examples:", "-it $id -- /bin/bash", "--timeout"}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			srv := newServer(t)
-			got := run(t, srv, tt.env, tt.stdin, tt.args...)
-			if got.code != tt.code {
-				t.Errorf("exit code %d, want %d\nstdout: %s\nstderr: %s", got.code, tt.code, got.stdout, got.stderr)
-			}
-			if tt.contains == nil && got.stdout != tt.stdout {
-				t.Errorf("stdout:\n%s\nwant:\n%s", got.stdout, tt.stdout)
-			}
-			for _, s := range tt.contains {
-				if !strings.Contains(got.stdout, s) {
-					t.Errorf("stdout lacks %q:\n%s", s, got.stdout)
-				}
-			}
-			for _, s := range tt.errContain {
-				if !strings.Contains(got.stderr, s) {
-					t.Errorf("stderr lacks %q:\n%s", s, got.stderr)
-				}
-			}
-			if tt.errContain == nil && got.code == 0 && got.stderr != "" && tt.name != "token create" {
-				t.Errorf("unexpected stderr: %s", got.stderr)
-			}
-		})
-	}
+	runTable(t, newServer, tests)
 }
 
 func TestLogsFollow(t *testing.T) {

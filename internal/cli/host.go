@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -66,7 +67,8 @@ func (a *app) hostGetCmd() *cobra.Command {
 		Use:   "get ID",
 		Short: "Show a host, its capacity and why it uses its VM backend",
 		Long: `Show a host: its facts (CPU, kernel, agent version), capacity and use, the
-VM backend it runs sessions with and why that one was chosen, and every
+snapshots whose chunks it caches (resumes of those prefer it), the VM
+backend it runs sessions with and why that one was chosen, and every
 backend it considered with the reason it is or is not usable.`,
 		Example: `  engrams host get h1
   engrams host get --json h1 | jq .facts.backend`,
@@ -86,6 +88,18 @@ backend it considered with the reason it is or is not usable.`,
 			return a.printHost(cmd, h)
 		},
 	}
+}
+
+// cachedSnapshots lists the first few snapshots a host caches.
+func cachedSnapshots(ids []string) string {
+	const show = 5
+	switch {
+	case len(ids) == 0:
+		return ""
+	case len(ids) <= show:
+		return strings.Join(ids, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(ids[:show], ", "), len(ids)-show)
 }
 
 func isolation(b hostlink.BackendFacts) string {
@@ -116,6 +130,7 @@ func (a *app) printHost(cmd *cobra.Command, h apiv1.Host) error {
 		{"Memory", fmt.Sprintf("%d/%d MiB used", cp.UsedMemoryMiB, cp.MemoryMiB)},
 		{"vCPUs", fmt.Sprintf("%d/%d used", cp.UsedVCPUs, cp.VCPUs)},
 		{"Sessions", sessionsUsed(cp)},
+		{"Cached snapshots", cachedSnapshots(cp.CachedSnapshots)},
 		{"Replica", h.ReplicaID},
 		{"Last heartbeat", a.ago(h.LastHeartbeat)},
 		{"Created", a.when(h.CreatedAt)},

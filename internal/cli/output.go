@@ -45,6 +45,14 @@ func (a *app) when(t time.Time) string {
 	return t.In(a.opts.Location).Format(timeLayout)
 }
 
+// whenAgo formats t with how long ago it was ("-" for the zero time).
+func (a *app) whenAgo(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return a.when(t) + " (" + a.ago(t) + ")"
+}
+
 // ago says how long before now t was ("never" for the zero time).
 func (a *app) ago(t time.Time) string {
 	if t.IsZero() {

@@ -64,6 +64,7 @@ config directory).`,
   engrams session exec $id -- uname -a
   engrams session exec -it $id -- /bin/sh
   engrams session logs --follow $id
+  engrams session suspend $id              # free its host; it resumes when used
   engrams session delete $id`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
@@ -160,6 +161,15 @@ type usageError struct{ err error }
 func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
 
+// hintError is an error that knows its own hint.
+type hintError struct {
+	err  error
+	hint string
+}
+
+func (e *hintError) Error() string { return e.err.Error() }
+func (e *hintError) Unwrap() error { return e.err }
+
 // usageArgs marks an argument validator's errors as usage errors.
 func usageArgs(v cobra.PositionalArgs) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
@@ -229,9 +239,12 @@ func annotation(cmd *cobra.Command, key string) string {
 func hintFor(cmd *cobra.Command, err error, usage bool) string {
 	var unreachable *client.UnreachableError
 	var failed *client.ExecFailedError
+	var hinted *hintError
 	switch {
 	case usage:
 		return fmt.Sprintf("see `%s --help`", cmd.CommandPath())
+	case errors.As(err, &hinted):
+		return hinted.hint
 	case errors.As(err, &unreachable):
 		return "" // its message says what to do
 	case errors.As(err, &failed) && failed.TimedOut:
@@ -244,6 +257,8 @@ func hintFor(cmd *cobra.Command, err error, usage bool) string {
 		return annotation(cmd, annConflict)
 	case client.IsUnavailable(err):
 		return "the coordinator or its hosts are busy or unreachable: check `engrams host list` and retry"
+	case client.HasCode(err, client.CodeTimeout):
+		return "the server stopped waiting but the operation goes on; check it with `engrams session get ID`"
 	case client.HasCode(err, client.CodeTooLarge):
 		return "send less data at once"
 	case errors.Is(err, client.ErrNoExit):

@@ -16,16 +16,19 @@ import (
 )
 
 func (a *app) sessionCmd() *cobra.Command {
-	cmd := group("session", "Create, inspect, run commands in and delete sessions",
+	cmd := group("session", "Create, inspect, run commands in, suspend and delete sessions",
 		`A session is one sandbox: an image running in its own microVM on one host.
-Idle sessions are snapshotted and resumed transparently when you use them.`)
+A session unused for its idle timeout is suspended: snapshotted into
+content-addressed chunks and its VM destroyed, so it holds no host. It is
+resumed transparently, on any compatible host, when you use it again.`)
 	cmd.Aliases = []string{"sessions", "s"}
 	cmd.Annotations = map[string]string{
 		annNotFound: "list sessions with `engrams session list`",
 		annConflict: "the session is not in a state that allows this; check it with `engrams session get ID`",
 	}
 	cmd.AddCommand(a.sessionCreateCmd(), a.sessionListCmd(), a.sessionGetCmd(),
-		a.sessionExecCmd(), a.sessionLogsCmd(), a.sessionDeleteCmd())
+		a.sessionExecCmd(), a.sessionLogsCmd(), a.sessionDeleteCmd(),
+		a.sessionSuspendCmd(), a.sessionResumeCmd(), a.sessionSnapshotCmd(), a.sessionOutboxCmd())
 	return cmd
 }
 
@@ -49,6 +52,7 @@ func (a *app) sessionCreateCmd() *cobra.Command {
 	var (
 		req    apiv1.CreateSessionRequest
 		env    []string
+		idle   string
 		noWait bool
 	)
 	cmd := &cobra.Command{
@@ -57,9 +61,12 @@ func (a *app) sessionCreateCmd() *cobra.Command {
 		Long: `Create a session: boot a microVM from an image. By default the command
 waits until the session is active and prints its id; with --json it prints
 the whole session. --idempotency-key makes retries safe: a second create with
-the same key returns the first session instead of making another.`,
+the same key returns the first session instead of making another.
+--idle-timeout says how long the session may go unused before it is
+suspended (0: the server's default; never: keep it running).`,
 		Example: `  engrams session create
   engrams session create --memory 2048 --vcpus 2 --env GOFLAGS=-mod=mod --image debian:12
+  engrams session create --idle-timeout 15m
   id=$(engrams session create --idempotency-key ci-run-42)`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -69,6 +76,9 @@ the same key returns the first session instead of making another.`,
 			}
 			if req.MemoryMiB < 0 || req.VCPUs < 0 {
 				return usageError{errors.New("--memory and --vcpus must not be negative")}
+			}
+			if req.IdleTimeoutSec, err = parseIdleTimeout(idle); err != nil {
+				return err
 			}
 			c, err := a.client()
 			if err != nil {
@@ -98,6 +108,7 @@ the same key returns the first session instead of making another.`,
 	f.StringVar(&req.Image, "image", "", "OCI image reference (default: the server's)")
 	f.BoolVar(&noWait, "no-wait", false, "return at once instead of waiting until the session is active")
 	f.StringVar(&req.IdempotencyKey, "idempotency-key", "", "create at most one session per key")
+	f.StringVar(&idle, "idle-timeout", "0", "suspend after this long unused, e.g. 15m (0: the server's default; never: don't)")
 	return cmd
 }
 
@@ -150,9 +161,11 @@ func memory(mib int) string {
 func (a *app) sessionGetCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "get ID",
-		Short: "Show a session and its operations",
-		Long: `Show a session: its state, host, spec and the op log of its lifecycle
-operations (create, resume, evict, destroy, move), with their errors.`,
+		Short: "Show a session, its operations and snapshots",
+		Long: `Show a session: its state, host, spec, head snapshot and last activity, the
+op log of its lifecycle operations (create, resume, evict, snapshot,
+destroy, move, recover) with their errors, and its snapshot history
+(oldest first) with each snapshot's size and the bytes it uploaded.`,
 		Example: `  engrams session get 0193a1b2-...
   engrams session get --json 0193a1b2-... | jq .state`,
 		Args: usageArgs(cobra.ExactArgs(1)),
@@ -189,6 +202,9 @@ func (a *app) printSession(cmd *cobra.Command, s apiv1.Session) error {
 		{"Memory", memory(s.Spec.MemoryMiB)},
 		{"vCPUs", s.Spec.VCPUs},
 		{"Env", strings.Join(env, " ")},
+		{"Idle timeout", idleTimeout(s.Spec.IdleTimeoutSec)},
+		{"Head snapshot", s.HeadSnapshot},
+		{"Last activity", a.whenAgo(s.LastActivity)},
 		{"Created", a.when(s.CreatedAt)},
 		{"Updated", a.when(s.UpdatedAt)},
 	} {
@@ -197,14 +213,25 @@ func (a *app) printSession(cmd *cobra.Command, s apiv1.Session) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if len(s.Ops) == 0 {
+	if len(s.Ops) > 0 {
+		fmt.Fprintln(cmd.OutOrStdout(), "\nOperations:")
+		tw = newTable(cmd.OutOrStdout())
+		row(tw, "ID", "KIND", "STATE", "STEP", "EPOCH", "ATTEMPTS", "UPDATED", "ERROR")
+		for _, op := range s.Ops {
+			row(tw, op.ID, op.Kind, op.State, op.Step, op.Epoch, op.Attempts, a.when(op.UpdatedAt), op.Error)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(s.Snapshots) == 0 {
 		return nil
 	}
-	fmt.Fprintln(cmd.OutOrStdout(), "\nOperations:")
+	fmt.Fprintln(cmd.OutOrStdout(), "\nSnapshots:")
 	tw = newTable(cmd.OutOrStdout())
-	row(tw, "ID", "KIND", "STATE", "STEP", "EPOCH", "ATTEMPTS", "UPDATED", "ERROR")
-	for _, op := range s.Ops {
-		row(tw, op.ID, op.Kind, op.State, op.Step, op.Epoch, op.Attempts, a.when(op.UpdatedAt), op.Error)
+	row(tw, "ID", "CREATED", "REASON", "HOST", "SIZE", "UPLOADED")
+	for _, sn := range s.Snapshots {
+		row(tw, sn.ID, a.when(sn.CreatedAt), sn.Reason, sn.HostID, bytesize(sn.Bytes), bytesize(sn.Uploaded))
 	}
 	return tw.Flush()
 }

@@ -111,6 +111,7 @@ const (
 	CodeConflict     = "conflict"
 	CodeTooLarge     = "too_large"
 	CodeUnavailable  = "unavailable"
+	CodeTimeout      = "timeout" // a server-side wait ran out; the operation goes on
 	CodeInternal     = "internal"
 )
 

@@ -346,3 +346,153 @@ func TestHostsAndTokens(t *testing.T) {
 		t.Errorf("openapi = %q, %v", doc, err)
 	}
 }
+
+func TestSnapshots(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	c, srv := newClient(t)
+	s, err := c.CreateSession(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{IdleTimeoutSec: -1}}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Spec.IdleTimeoutSec != -1 {
+		t.Errorf("idle timeout = %d, want -1", s.Spec.IdleTimeoutSec)
+	}
+
+	sn1, err := c.Snapshot(ctx, s.ID)
+	if err != nil || sn1.ID == "" || sn1.Reason != "snapshot" || sn1.Uploaded != clienttest.FirstUpload || sn1.Bytes != clienttest.SnapshotBytes {
+		t.Fatalf("snapshot = %+v, %v", sn1, err)
+	}
+	sn2, err := c.Snapshot(ctx, s.ID)
+	if err != nil || sn2.ParentID != sn1.ID || sn2.Uploaded != clienttest.NextUpload {
+		t.Fatalf("second snapshot = %+v, %v; want parent %s, only changed chunks uploaded", sn2, err, sn1.ID)
+	}
+
+	idle, err := c.Suspend(ctx, s.ID, true)
+	if err != nil || idle.State != "idle" || idle.HostID != "" || idle.HeadSnapshot == sn2.ID {
+		t.Fatalf("suspend = %+v, %v", idle, err)
+	}
+	again, err := c.Suspend(ctx, s.ID, true)
+	if err != nil || again.State != "idle" || again.HeadSnapshot != idle.HeadSnapshot {
+		t.Errorf("suspend idle = %+v, %v; want unchanged", again, err)
+	}
+	got, err := c.GetSession(ctx, s.ID)
+	if err != nil || len(got.Snapshots) != 3 || got.Snapshots[2].ID != idle.HeadSnapshot || got.Snapshots[2].Reason != "suspend" {
+		t.Errorf("get = %+v, %v; want 3 snapshots, the last the head", got.Snapshots, err)
+	}
+
+	active, err := c.Resume(ctx, s.ID)
+	if err != nil || active.State != "active" || active.Epoch != s.Epoch+1 {
+		t.Errorf("resume = %+v, %v", active, err)
+	}
+	if _, err := c.Suspend(ctx, s.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(srv.Requests(), "POST /v1/sessions/"+s.ID+"/suspend?wait=false") {
+		t.Errorf("requests %v lack suspend?wait=false", srv.Requests())
+	}
+	// Exec on an idle session resumes it.
+	var out bytes.Buffer
+	if code, err := c.Exec(ctx, s.ID, apiv1.ExecRequest{Argv: []string{"echo", "back"}}, &out, nil); err != nil || code != 0 || out.String() != "back\n" {
+		t.Errorf("exec on idle = %d, %v, %q", code, err, out.String())
+	}
+	if got, _ := c.GetSession(ctx, s.ID); got.State != "active" {
+		t.Errorf("after exec state = %s, want active", got.State)
+	}
+	if h, err := c.GetHost(ctx, "h1"); err != nil || len(h.Capacity.CachedSnapshots) != 4 {
+		t.Errorf("host cached snapshots = %v, %v; want 4", h.Capacity.CachedSnapshots, err)
+	}
+
+	if err := c.DeleteSession(ctx, s.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		call func() error
+	}{
+		{"suspend completed", func() error { _, err := c.Suspend(ctx, s.ID, true); return err }},
+		{"resume completed", func() error { _, err := c.Resume(ctx, s.ID); return err }},
+		{"snapshot completed", func() error { _, err := c.Snapshot(ctx, s.ID); return err }},
+		{"outbox to completed", func() error {
+			_, err := c.PutOutbox(ctx, s.ID, apiv1.OutboxRequest{ID: "x", Kind: "prompt"})
+			return err
+		}},
+	}
+	for _, tt := range tests {
+		if err := tt.call(); !client.IsConflict(err) {
+			t.Errorf("%s: err = %v, want conflict", tt.name, err)
+		}
+	}
+	for _, call := range []func() error{
+		func() error { _, err := c.Suspend(ctx, "nope", true); return err },
+		func() error { _, err := c.Resume(ctx, "nope"); return err },
+		func() error { _, err := c.Snapshot(ctx, "nope"); return err },
+		func() error { _, err := c.ListOutbox(ctx, "nope"); return err },
+	} {
+		if err := call(); !client.IsNotFound(err) {
+			t.Errorf("unknown session: err = %v, want not found", err)
+		}
+	}
+}
+
+func TestOutbox(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	c, _ := newClient(t)
+	s, err := c.CreateSession(ctx, apiv1.CreateSessionRequest{}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := c.ListOutbox(ctx, s.ID); err != nil || len(l) != 0 {
+		t.Fatalf("empty outbox = %+v, %v", l, err)
+	}
+	tests := []struct {
+		name    string
+		req     apiv1.OutboxRequest
+		seq     int64
+		payload string
+		badReq  bool
+	}{
+		{"first", apiv1.OutboxRequest{ID: "a", Kind: "prompt", Payload: []byte(`{"text":"hi"}`)}, 1, `{"text":"hi"}`, false},
+		{"second", apiv1.OutboxRequest{ID: "b", Kind: "prompt"}, 2, "", false},
+		{"same id again", apiv1.OutboxRequest{ID: "a", Kind: "other", Payload: []byte(`1`)}, 1, `{"text":"hi"}`, false},
+		{"no id", apiv1.OutboxRequest{Kind: "prompt"}, 0, "", true},
+		{"no kind", apiv1.OutboxRequest{ID: "c"}, 0, "", true},
+	}
+	for _, tt := range tests { // in order: seqs depend on it
+		it, err := c.PutOutbox(ctx, s.ID, tt.req)
+		if tt.badReq {
+			if !client.HasCode(err, client.CodeBadRequest) {
+				t.Errorf("%s: err = %v, want bad_request", tt.name, err)
+			}
+			continue
+		}
+		if err != nil || it.Seq != tt.seq || it.ID != tt.req.ID || string(it.Payload) != tt.payload {
+			t.Errorf("%s: put = %+v (payload %s), %v; want seq %d payload %q", tt.name, it, it.Payload, err, tt.seq, tt.payload)
+		}
+	}
+	if _, err := c.Snapshot(ctx, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Suspend(ctx, s.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	// Sending to an idle session resumes it and delivers the item.
+	if _, err := c.PutOutbox(ctx, s.ID, apiv1.OutboxRequest{ID: "c", Kind: "prompt"}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.ListOutbox(ctx, s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, it := range l {
+		got = append(got, fmt.Sprintf("%d:%s:%s", it.Seq, it.ID, it.State))
+	}
+	if want := []string{"1:a:durable", "2:b:durable", "3:c:delivered"}; !slices.Equal(got, want) {
+		t.Errorf("outbox = %v, want %v", got, want)
+	}
+	if s, _ := c.GetSession(ctx, s.ID); s.State != "active" {
+		t.Errorf("state after outbox put = %s, want active", s.State)
+	}
+}

@@ -53,7 +53,7 @@ const HeaderLastEventID = "Last-Event-ID"
 // Error is every non-2xx JSON body.
 type Error struct {
 	Error string `json:"error"`
-	Code  string `json:"code"` // bad_request, unauthorized, not_found, conflict, too_large, unavailable, internal
+	Code  string `json:"code"` // bad_request, unauthorized, not_found, method_not_allowed, conflict, too_large, unavailable, timeout, internal
 }
 
 // Version answers RouteVersion.

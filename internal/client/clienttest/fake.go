@@ -34,15 +34,19 @@ type Server struct {
 	nextID   int
 	sessions []*apiv1.Session
 	events   map[string][]apiv1.Event
-	files    map[string]map[string]file // session -> path -> file
+	files    map[string]map[string]file    // session -> path -> file
+	snaps    map[string][]apiv1.Snapshot   // session -> committed snapshots, oldest first
+	outbox   map[string][]apiv1.OutboxItem // session -> items in seq order
+	nextSnap int
 	hosts    []*apiv1.Host
 	tokens   []*apiv1.Token
 	changed  chan struct{} // closed and replaced when events change
 	lastIDs  []string      // Last-Event-ID headers received
 	requests []string      // "METHOD /path?query"
 	idem     map[string]string
-	drop     int  // see DropAfter
-	endMsg   bool // see EndMessage
+	drop     int    // see DropAfter
+	snapFail string // see FailSnapshots
+	endMsg   bool   // see EndMessage
 }
 
 // EndMessage makes a followed event stream of a terminal session end with
@@ -73,6 +77,8 @@ func NewServer(t testing.TB) *Server {
 	s := &Server{
 		events:  map[string][]apiv1.Event{},
 		files:   map[string]map[string]file{},
+		snaps:   map[string][]apiv1.Snapshot{},
+		outbox:  map[string][]apiv1.OutboxItem{},
 		changed: make(chan struct{}),
 		idem:    map[string]string{},
 	}
@@ -122,13 +128,18 @@ func (s *Server) routes(mux *http.ServeMux) {
 	auth(apiv1.RouteListSessions, s.listSessions)
 	auth(apiv1.RouteGetSession, s.withSession(s.getSession))
 	auth(apiv1.RouteDeleteSession, s.withSession(s.deleteSession))
-	auth(apiv1.RouteExec, s.withSession(s.exec))
-	auth(apiv1.RouteExecWS, s.withSession(s.execWS))
-	auth(apiv1.RouteFileGet, s.withSession(s.fileGet))
-	auth(apiv1.RouteFilePut, s.withSession(s.filePut))
-	auth(apiv1.RouteFileList, s.withSession(s.fileList))
-	auth(apiv1.RouteFileStat, s.withSession(s.fileStat))
+	auth(apiv1.RouteExec, s.withSession(s.inUse(s.exec)))
+	auth(apiv1.RouteExecWS, s.withSession(s.inUse(s.execWS)))
+	auth(apiv1.RouteFileGet, s.withSession(s.inUse(s.fileGet)))
+	auth(apiv1.RouteFilePut, s.withSession(s.inUse(s.filePut)))
+	auth(apiv1.RouteFileList, s.withSession(s.inUse(s.fileList)))
+	auth(apiv1.RouteFileStat, s.withSession(s.inUse(s.fileStat)))
 	auth(apiv1.RouteEvents, s.withSession(s.streamEvents))
+	auth(apiv1.RouteSuspend, s.withSession(s.suspend))
+	auth(apiv1.RouteResume, s.withSession(s.resume))
+	auth(apiv1.RouteSnapshot, s.withSession(s.snapshot))
+	auth(apiv1.RouteOutboxPut, s.withSession(s.putOutbox))
+	auth(apiv1.RouteOutboxList, s.withSession(s.listOutbox))
 	auth(apiv1.RouteListHosts, s.listHosts)
 	auth(apiv1.RouteGetHost, s.withHost(func(w http.ResponseWriter, r *http.Request, h *apiv1.Host) { writeJSON(w, 200, h) }))
 	auth(apiv1.RouteDrainHost, s.withHost(s.drainHost))
@@ -256,7 +267,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 	}
 	sess := &apiv1.Session{
 		ID: id, State: state, DesiredState: "active", HostID: "h1", Epoch: 1,
-		Spec: req.SessionSpec, CreatedAt: BaseTime(), UpdatedAt: BaseTime(),
+		Spec: req.SessionSpec, LastActivity: BaseTime(), CreatedAt: BaseTime(), UpdatedAt: BaseTime(),
 	}
 	s.sessions = append(s.sessions, sess)
 	if req.IdempotencyKey != "" {
@@ -284,6 +295,7 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request, id string) {
 	defer s.mu.Unlock()
 	sess := *s.findSession(id)
 	sess.Ops = []apiv1.Op{{ID: "op1", Kind: "create", State: "done", Step: "boot", Epoch: 1, Attempts: 1, CreatedAt: BaseTime(), UpdatedAt: BaseTime()}}
+	sess.Snapshots = slices.Clone(s.snaps[id])
 	writeJSON(w, 200, sess)
 }
 

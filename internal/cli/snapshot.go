@@ -1,0 +1,275 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/engrams/engrams/internal/api/apiv1"
+)
+
+func (a *app) sessionSuspendCmd() *cobra.Command {
+	var noWait bool
+	cmd := &cobra.Command{
+		Use:   "suspend ID",
+		Short: "Snapshot a session and free its host now",
+		Long: `Suspend a session now instead of after its idle timeout: sync its
+filesystems, snapshot memory and disk into content-addressed chunks, upload
+only the chunks the store lacks, commit, and destroy the VM. The session is
+then idle and holds no host resources; running processes are frozen, not
+stopped.
+
+It comes back with ` + "`engrams session resume`" + `, or by itself on the next exec,
+file operation, outbox item or ` + "`logs --follow`" + `, on any compatible host. By
+default the command waits until the session is idle.`,
+		Example: `  engrams session suspend 0193a1b2-...
+  engrams session suspend --no-wait 0193a1b2-...
+  engrams session suspend --json 0193a1b2-... | jq -r .head_snapshot_id`,
+		Args:        usageArgs(cobra.ExactArgs(1)),
+		Annotations: map[string]string{annConflict: "only an active session can be suspended; see `engrams session get ID`"},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			s, err := c.Suspend(cmd.Context(), args[0], !noWait)
+			if err != nil {
+				return fmt.Errorf("suspend session %s: %w", args[0], err)
+			}
+			if a.jsonOut {
+				if err := printJSON(cmd.OutOrStdout(), s); err != nil {
+					return err
+				}
+			}
+			switch {
+			case noWait:
+				if !a.jsonOut {
+					fmt.Fprintln(cmd.OutOrStdout(), "suspending", s.ID)
+				}
+				return nil
+			case s.State != "idle":
+				return &hintError{
+					err:  fmt.Errorf("session %s is %s, not idle, after suspend%s", s.ID, s.State, because(s.Reason)),
+					hint: "see `engrams session get " + s.ID + "` for its snapshots and operations",
+				}
+			}
+			if !a.jsonOut {
+				fmt.Fprintf(cmd.OutOrStdout(), "suspended %s at snapshot %s; it resumes when used, or with `engrams session resume %s`\n",
+					s.ID, s.HeadSnapshot, s.ID)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return at once instead of waiting until the session is idle")
+	return cmd
+}
+
+func because(reason string) string {
+	if reason == "" {
+		return ""
+	}
+	return ": " + reason
+}
+
+func (a *app) sessionResumeCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "resume ID",
+		Short: "Bring an idle session back and wait until it is active",
+		Long: `Resume an idle session: restore its head snapshot (memory and disk, with its
+processes where they stopped) on a host that still caches its chunks, else
+on any compatible host with room, which fetches and verifies them. The
+command waits until the session is active and prints the host it runs on.
+
+You rarely need this: exec, file operations, outbox items and ` + "`logs --follow`" + `
+resume an idle session by themselves. Resuming an active session does
+nothing.`,
+		Example: `  engrams session resume 0193a1b2-...
+  engrams session resume --json 0193a1b2-... | jq -r .host_id`,
+		Args: usageArgs(cobra.ExactArgs(1)),
+		Annotations: map[string]string{annConflict: "only an idle or active session can be resumed, and only from a snapshot " +
+			"that can be restored; see `engrams session get ID` for its state and reason"},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			s, err := c.Resume(cmd.Context(), args[0])
+			if err != nil {
+				return fmt.Errorf("resume session %s: %w", args[0], err)
+			}
+			if a.jsonOut {
+				return printJSON(cmd.OutOrStdout(), s)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "session %s is %s on host %s\n", s.ID, s.State, s.HostID)
+			return nil
+		},
+	}
+}
+
+func (a *app) sessionSnapshotCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "snapshot ID",
+		Short: "Snapshot a running session and keep it running",
+		Long: `Take a snapshot of an active session without stopping it and wait until it is
+committed; it becomes the session's head, the state a resume restores. Only
+chunks the store lacks are uploaded, so a snapshot soon after another is
+cheap. Prints the snapshot id, its size and the bytes uploaded; see every
+snapshot with ` + "`engrams session get ID`" + `.`,
+		Example: `  engrams session snapshot 0193a1b2-...
+  snap=$(engrams session snapshot --json 0193a1b2-... | jq -r .id)`,
+		Args:        usageArgs(cobra.ExactArgs(1)),
+		Annotations: map[string]string{annConflict: "only an active session can be snapshotted, one operation at a time; see `engrams session get ID`"},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			sn, err := c.Snapshot(cmd.Context(), args[0])
+			if err != nil {
+				return fmt.Errorf("snapshot session %s: %w", args[0], err)
+			}
+			if a.jsonOut {
+				return printJSON(cmd.OutOrStdout(), sn)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "snapshot %s: %s, %s uploaded\n", sn.ID, bytesize(sn.Bytes), bytesize(sn.Uploaded))
+			return nil
+		},
+	}
+}
+
+// bytesize renders n bytes in binary units ("512 B", "4.0 MiB").
+func bytesize(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 5; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+func (a *app) sessionOutboxCmd() *cobra.Command {
+	cmd := group("outbox", "Send commands into a session, applied exactly once",
+		`The outbox holds commands for a session's guest (the agent harness takes its
+prompts from it). Each item has your id, which makes sending it again
+harmless, and is applied exactly once, in order, across suspends, resumes
+and host loss. An item is pending (recorded), then delivered (the running
+guest applied it), then durable (a committed snapshot includes it).`)
+	cmd.AddCommand(a.outboxSendCmd(), a.outboxListCmd())
+	return cmd
+}
+
+func (a *app) outboxSendCmd() *cobra.Command {
+	var (
+		req     apiv1.OutboxRequest
+		payload string
+	)
+	cmd := &cobra.Command{
+		Use:   "send ID --id KEY --kind KIND [--payload JSON]",
+		Short: "Queue a command for a session",
+		Long: `Queue a command for a session and return at once; the coordinator delivers
+it, resuming the session if it is idle. --id is yours to choose: sending
+the same id again returns the first item and queues nothing, so retries are
+safe. --payload is JSON (kind-specific, under 1 MiB).`,
+		Example: `  engrams session outbox send 0193a1b2-... --id prompt-1 --kind prompt --payload '{"text":"run the tests"}'
+  engrams session outbox send --json 0193a1b2-... --id ping-7 --kind ping`,
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if payload != "" {
+				if !json.Valid([]byte(payload)) {
+					return usageError{errors.New("--payload: not valid JSON (quote strings: '\"text\"')")}
+				}
+				req.Payload = json.RawMessage(payload)
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			it, err := c.PutOutbox(cmd.Context(), args[0], req)
+			if err != nil {
+				return fmt.Errorf("send %s to session %s: %w", req.ID, args[0], err)
+			}
+			if a.jsonOut {
+				return printJSON(cmd.OutOrStdout(), it)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "outbox item %s (seq %d) is %s\n", it.ID, it.Seq, it.State)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&req.ID, "id", "", "your key for the item; the same key is applied only once (required)")
+	f.StringVar(&req.Kind, "kind", "", "what the guest should do, e.g. prompt (required)")
+	f.StringVar(&payload, "payload", "", "the item's JSON payload")
+	_ = cmd.MarkFlagRequired("id")
+	_ = cmd.MarkFlagRequired("kind")
+	return cmd
+}
+
+func (a *app) outboxListCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "list ID",
+		Aliases: []string{"ls"},
+		Short:   "List a session's outbox items and where each is",
+		Long: `List a session's outbox items in the order they are applied, with their
+state: pending (recorded, not yet applied), delivered (applied by the
+running guest) or durable (a committed snapshot includes it).`,
+		Example: `  engrams session outbox list 0193a1b2-...
+  engrams session outbox list --json 0193a1b2-... | jq '.items[] | select(.state == "pending")'`,
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			items, err := c.ListOutbox(cmd.Context(), args[0])
+			if err != nil {
+				return fmt.Errorf("list outbox of session %s: %w", args[0], err)
+			}
+			if a.jsonOut {
+				if items == nil {
+					items = []apiv1.OutboxItem{}
+				}
+				return printJSON(cmd.OutOrStdout(), apiv1.OutboxList{Items: items})
+			}
+			tw := newTable(cmd.OutOrStdout())
+			row(tw, "SEQ", "ID", "KIND", "STATE", "CREATED", "PAYLOAD")
+			for _, it := range items {
+				row(tw, it.Seq, it.ID, it.Kind, it.State, a.when(it.CreatedAt), short(it.Payload, 60))
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+// parseIdleTimeout reads --idle-timeout: a duration of at least 1s
+// (rounded up to whole seconds), 0 for the server default or "never".
+func parseIdleTimeout(s string) (int, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "", "0":
+		return 0, nil
+	case "never":
+		return -1, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < time.Second {
+		return 0, usageError{fmt.Errorf("--idle-timeout %q: want a duration of at least 1s (e.g. 15m), 0 for the server default, or never", s)}
+	}
+	return int((d + time.Second - 1) / time.Second), nil
+}
+
+func idleTimeout(sec int) string {
+	switch {
+	case sec == 0:
+		return "server default"
+	case sec < 0:
+		return "never"
+	}
+	return (time.Duration(sec) * time.Second).String()
+}
