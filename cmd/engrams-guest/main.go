@@ -26,6 +26,7 @@ func main() { os.Exit(run(os.Args[1:])) }
 type options struct {
 	listens  []string
 	workdir  string
+	stateDir string
 	env      []string
 	logFile  string
 	logLevel string
@@ -41,11 +42,15 @@ func parseFlags(args []string) (options, error) {
 	fs := flag.NewFlagSet("engrams-guest", flag.ContinueOnError)
 	fs.Var(multiFlag{&o.listens}, "listen", "where to serve (repeatable): unix:/path.sock, tcp:127.0.0.1:PORT, vport:NAME (virtio-serial port, yamux), vsock:PORT")
 	fs.StringVar(&o.workdir, "workdir", "/", "default working directory of commands")
+	fs.StringVar(&o.stateDir, "state-dir", guest.DefaultStateDir, "durable daemon state (outbox journal); must be on the snapshotted disk")
 	fs.Var(multiFlag{&o.env}, "env", "K=V added to the base environment of commands (repeatable)")
 	fs.StringVar(&o.logFile, "log-file", "", "append logs to this file (default stderr)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	if o.stateDir == "" {
+		return o, errors.New("--state-dir must not be empty")
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments: %q", fs.Args())
@@ -118,8 +123,9 @@ func run(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	srv := guest.New(guest.Config{
-		WorkDir: o.workdir,
-		Env:     append(os.Environ(), o.env...),
+		WorkDir:  o.workdir,
+		StateDir: o.stateDir,
+		Env:      append(os.Environ(), o.env...),
 	}, guest.Deps{Logger: log})
 	if err := serveAll(ctx, log, srv, o.listens); err != nil {
 		log.Error("guest daemon stopped", "err", err)

@@ -18,6 +18,8 @@ func TestParseFlags(t *testing.T) {
 		{"missing address", []string{"--listen", "unix:"}, "want unix:PATH"},
 		{"bad vsock port", []string{"--listen", "vsock:x"}, "bad vsock port"},
 		{"bad env", []string{"--listen", "unix:/s", "--env", "NOEQUALS"}, "K=V"},
+		{"state dir", []string{"--listen", "unix:/s", "--state-dir", "/tmp/x"}, ""},
+		{"empty state dir", []string{"--listen", "unix:/s", "--state-dir", ""}, "--state-dir"},
 		{"stray args", []string{"--listen", "unix:/s", "extra"}, "unexpected arguments"},
 	}
 	for _, tt := range tests {

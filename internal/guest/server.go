@@ -30,7 +30,14 @@ type Config struct {
 	// exited while a process it left behind keeps its stdout/stderr open.
 	// Zero means 100ms.
 	OutputGrace time.Duration
+	// StateDir holds the daemon's durable state (the outbox journal and
+	// applied seq). It must be on the guest's snapshotted disk. Empty means
+	// DefaultStateDir.
+	StateDir string
 }
+
+// DefaultStateDir is the guest daemon's default state directory.
+const DefaultStateDir = "/var/lib/engrams"
 
 // Deps are the daemon's collaborators.
 type Deps struct {
@@ -43,6 +50,7 @@ type Server struct {
 	log     *slog.Logger
 	handler http.Handler
 	started time.Time
+	outbox  *outbox
 }
 
 // maxControlMessage bounds ExecStart and Control text messages.
@@ -56,6 +64,9 @@ func New(cfg Config, deps Deps) *Server {
 	if cfg.WorkDir == "" {
 		cfg.WorkDir = "/"
 	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = DefaultStateDir
+	}
 	if cfg.OutputGrace <= 0 {
 		cfg.OutputGrace = 100 * time.Millisecond
 	}
@@ -63,7 +74,7 @@ func New(cfg Config, deps Deps) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: log, started: time.Now()}
+	s := &Server{cfg: cfg, log: log, started: time.Now(), outbox: &outbox{dir: cfg.StateDir}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+guestapi.PathReady, s.handleReady)
 	mux.HandleFunc("GET "+guestapi.PathExec, s.handleExec)
@@ -71,9 +82,13 @@ func New(cfg Config, deps Deps) *Server {
 	mux.HandleFunc("PUT "+guestapi.PathFiles, s.handleUpload)
 	mux.HandleFunc("GET "+guestapi.PathFileList, s.handleList)
 	mux.HandleFunc("GET "+guestapi.PathFileStat, s.handleStat)
+	mux.HandleFunc("POST "+guestapi.PathSync, s.handleSync)
+	mux.HandleFunc("GET "+guestapi.PathOutbox, s.handleOutboxGet)
+	mux.HandleFunc("POST "+guestapi.PathOutbox, s.handleOutboxPost)
 	allowed := map[string]string{
 		guestapi.PathReady: "GET", guestapi.PathExec: "GET", guestapi.PathFiles: "GET, PUT",
 		guestapi.PathFileList: "GET", guestapi.PathFileStat: "GET",
+		guestapi.PathSync: "POST", guestapi.PathOutbox: "GET, POST",
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if allow, ok := allowed[r.URL.Path]; ok {

@@ -1,6 +1,7 @@
 package guestapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -177,4 +178,44 @@ func (c *Client) Stat(ctx context.Context, path string) (FileInfo, error) {
 		return FileInfo{}, fmt.Errorf("stat %s: %w", path, err)
 	}
 	return fi, nil
+}
+
+// Sync asks the guest to flush every filesystem to its disk (sync(2)),
+// the quiesce step before a snapshot.
+func (c *Client) Sync(ctx context.Context) error {
+	resp, err := c.do(ctx, http.MethodPost, PathSync, nil, nil)
+	if err != nil {
+		return fmt.Errorf("guest sync: %w", err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.Body.Close()
+}
+
+// Outbox delivers entries (ascending seqs) and returns the guest's applied
+// seq afterwards: entries at or below it were applied exactly once in this
+// guest state; the first entry above it was not applied (a gap).
+func (c *Client) Outbox(ctx context.Context, entries []OutboxEntry) (OutboxState, error) {
+	body, err := json.Marshal(OutboxApply{Entries: entries})
+	if err != nil {
+		return OutboxState{}, fmt.Errorf("guest outbox apply: %w", err)
+	}
+	resp, err := c.do(ctx, http.MethodPost, PathOutbox, nil, bytes.NewReader(body))
+	if err != nil {
+		return OutboxState{}, fmt.Errorf("guest outbox apply: %w", err)
+	}
+	defer resp.Body.Close()
+	var st OutboxState
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return OutboxState{}, fmt.Errorf("guest outbox apply: decode answer: %w", err)
+	}
+	return st, nil
+}
+
+// OutboxState returns the guest's applied outbox seq.
+func (c *Client) OutboxState(ctx context.Context) (OutboxState, error) {
+	var st OutboxState
+	if err := c.getJSON(ctx, PathOutbox, nil, &st); err != nil {
+		return OutboxState{}, fmt.Errorf("guest outbox state: %w", err)
+	}
+	return st, nil
 }

@@ -35,8 +35,9 @@ func startGuest(t testing.TB) (*guestapi.Client, string) {
 	}
 	work := t.TempDir()
 	srv := guest.New(guest.Config{
-		WorkDir: work,
-		Env:     []string{"PATH=" + os.Getenv("PATH"), "BASE_VAR=base", "OVERRIDDEN=base"},
+		WorkDir:  work,
+		StateDir: filepath.Join(work, ".engrams-state"),
+		Env:      []string{"PATH=" + os.Getenv("PATH"), "BASE_VAR=base", "OVERRIDDEN=base"},
 	}, guest.Deps{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/engrams/engrams/internal/chunk"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/vmm"
 )
@@ -23,7 +24,7 @@ type Config struct {
 	CoordinatorURL    string // base URL; hostlink.PathConnect is appended
 	Token             string // host token (Authorization: Bearer)
 	Name              string
-	DataDir           string        // machines/, epochs/
+	DataDir           string        // machines/, epochs/, lease.json
 	HeartbeatInterval time.Duration // until the coordinator names one; 0 = 10s
 	// Capacity offered to sessions; zero fields are detected (memory from
 	// /proc/meminfo, vCPUs from runtime.NumCPU). MaxSessions 0 = no limit.
@@ -32,6 +33,9 @@ type Config struct {
 	// Considered lists every backend cmd/ looked at and why it was or was
 	// not usable; reported in Facts.Available. Empty = only the one in use.
 	Considered []hostlink.BackendFacts
+	// EpochRetention: the epoch record of a session this host neither runs
+	// nor is told it owns is deleted after this long; 0 = 24h.
+	EpochRetention time.Duration
 }
 
 // Deps are the agent's collaborators.
@@ -42,6 +46,32 @@ type Deps struct {
 	// HTTPClient performs the WebSocket handshake with the coordinator (TLS
 	// roots, proxies, in-memory tests); nil = http.DefaultClient.
 	HTTPClient *http.Client
+	// DiskChunks stores snapshot files in the blob store: disk, device
+	// state and every role but memory (a *chunk.Store with
+	// chunk.DiskChunkSize). nil: snapshot and restore answer "unsupported".
+	DiskChunks ChunkStore
+	// MemoryChunks stores the "memory" role (a *chunk.Store with
+	// chunk.MemoryChunkSize, same blob store and cache); nil = DiskChunks.
+	MemoryChunks ChunkStore
+	// ChunkCache is the per-host chunk cache both stores fill (a
+	// *chunk.Cache); heartbeats name the snapshots it holds whole. nil =
+	// none reported.
+	ChunkCache ChunkCache
+}
+
+// ChunkStore is what the agent needs of a chunk store; *chunk.Store
+// satisfies it.
+type ChunkStore interface {
+	PutFile(ctx context.Context, path string) (chunk.Manifest, chunk.PutStats, error)
+	PutReader(ctx context.Context, r io.Reader, size int64) (chunk.Manifest, chunk.PutStats, error)
+	Verify(ctx context.Context, m chunk.Manifest) error
+	Restore(ctx context.Context, m chunk.Manifest, dst string) error
+}
+
+// ChunkCache reports whether the per-host chunk cache holds a chunk;
+// *chunk.Cache satisfies it.
+type ChunkCache interface {
+	Has(hash string) bool
 }
 
 // Retry timing of the dial loop.
@@ -51,6 +81,8 @@ const (
 	retryRefused = 2 * time.Minute // version mismatch or token refused
 	requestLimit = 30 * time.Second
 	maxFailedHBs = 3 // heartbeats failing in a row on a live link: redial
+
+	defaultEpochRetention = 24 * time.Hour
 )
 
 // Agent is the host agent.
@@ -61,12 +93,17 @@ type Agent struct {
 	api  http.Handler
 	cap  hostlink.Capacity
 
-	mu       sync.Mutex
-	machines map[string]*machine             // by session id
-	reserved map[string]hostlink.MachineSpec // boots in flight
-	epochs   map[string]int64                // highest epoch seen, cached
-	gen      uint64                          // bumped on every start or adopt
-	locks    keyedMutex                      // one per session: epoch check + act
+	mu        sync.Mutex
+	machines  map[string]*machine             // by session id
+	reserved  map[string]hostlink.MachineSpec // boots in flight
+	epochs    map[string]int64                // highest epoch seen, cached
+	gen       uint64                          // bumped on every start or adopt
+	locks     keyedMutex                      // one per session: epoch check + act
+	lease     leaseState                      // self-fencing (lease.go)
+	needed    map[string]time.Time            // session -> last time owned, run or commanded
+	pruned    time.Time                       // last epoch prune pass
+	cached    recentSnapshots                 // snapshots whose chunks were cached here
+	leaseKick chan struct{}                   // wakes the lease watcher
 
 	watchers sync.WaitGroup
 	stop     chan struct{} // closed when Run ends: watchers return
@@ -94,6 +131,12 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	if deps.Now == nil {
 		deps.Now = time.Now
 	}
+	if deps.MemoryChunks == nil {
+		deps.MemoryChunks = deps.DiskChunks
+	}
+	if cfg.EpochRetention <= 0 {
+		cfg.EpochRetention = defaultEpochRetention
+	}
 	capacity, err := detectCapacity(cfg.Capacity)
 	if err != nil {
 		return nil, fmt.Errorf("new host agent: %w", err)
@@ -106,8 +149,12 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		machines: map[string]*machine{},
 		reserved: map[string]hostlink.MachineSpec{},
 		epochs:   map[string]int64{},
+		needed:   map[string]time.Time{},
 		stop:     make(chan struct{}),
+
+		leaseKick: make(chan struct{}, 1),
 	}
+	a.lease.ctx, a.lease.cancel = context.WithCancelCause(context.Background())
 	a.api = a.routes()
 	return a, nil
 }
@@ -123,9 +170,17 @@ func (a *Agent) Run(ctx context.Context) error {
 		close(a.stop)
 		a.watchers.Wait()
 	}()
+	a.loadLease()
 	if err := a.recoverMachines(ctx); err != nil {
 		return err
 	}
+	leaseCtx, stopLease := context.WithCancel(ctx)
+	a.watchers.Add(1)
+	go func() {
+		defer a.watchers.Done()
+		a.watchLease(leaseCtx)
+	}()
+	defer stopLease()
 	var (
 		failures int
 		lastErr  string
@@ -202,11 +257,13 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 
 	gen := a.generation()
 	var reg hostlink.RegisterResponse
+	sent := a.deps.Now()
 	if err := a.post(ctx, client, hostlink.PathRegister, a.registerRequest(), &reg); err != nil {
 		return fmt.Errorf("register with coordinator: %w", err)
 	}
 	connected := a.deps.Now()
-	log.Info("registered with coordinator", "owned", len(reg.Owned), "machines", a.machineCount())
+	log.Info("registered with coordinator", "owned", len(reg.Owned), "machines", a.machineCount(), "lease", reg.Lease)
+	a.renewLease(sent, reg.Lease)
 	a.reconcile(ctx, reg.Owned, gen)
 
 	interval := a.cfg.HeartbeatInterval
@@ -227,6 +284,7 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 		}
 		gen := a.generation()
 		var hb hostlink.HeartbeatResponse
+		sent := a.deps.Now()
 		if err := a.post(ctx, client, hostlink.PathHeartbeat, a.heartbeatRequest(), &hb); err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -239,6 +297,7 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 			continue
 		}
 		failed = 0
+		a.renewLease(sent, hb.Lease)
 		a.reconcile(ctx, hb.Owned, gen)
 	}
 }
@@ -289,7 +348,7 @@ func (a *Agent) registerRequest() hostlink.RegisterRequest {
 
 func (a *Agent) heartbeatRequest() hostlink.HeartbeatRequest {
 	capacity, machines := a.snapshotState()
-	return hostlink.HeartbeatRequest{Capacity: capacity, Machines: machines}
+	return hostlink.HeartbeatRequest{Capacity: capacity, Machines: machines, Snapshots: a.cachedSnapshots()}
 }
 
 func (a *Agent) generation() uint64 {

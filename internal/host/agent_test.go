@@ -48,6 +48,8 @@ type coord struct {
 	mu       sync.Mutex
 	owned    []hostlink.Ownership
 	interval time.Duration
+	lease    time.Duration
+	cut      chan struct{} // not nil: register and heartbeat hang until it is closed
 }
 
 func newCoord(interval time.Duration) *coord {
@@ -62,22 +64,28 @@ func newCoord(interval time.Duration) *coord {
 	h.HandleFunc("POST "+hostlink.PathRegister, func(w http.ResponseWriter, r *http.Request) {
 		var req hostlink.RegisterRequest
 		_ = json.NewDecoder(r.Body).Decode(&req)
+		if !c.wait(r) {
+			return
+		}
 		id, _ := hostlink.HostIDFrom(r.Context())
 		c.mu.Lock()
-		resp := hostlink.RegisterResponse{HostID: id, Owned: c.owned, HeartbeatInterval: c.interval}
+		resp := hostlink.RegisterResponse{HostID: id, Owned: c.owned, HeartbeatInterval: c.interval, Lease: c.lease}
 		c.mu.Unlock()
-		c.registers <- req
-		c.registerAt <- time.Now()
+		send(c.registers, req)
+		send(c.registerAt, time.Now())
 		_ = json.NewEncoder(w).Encode(resp)
 	})
 	h.HandleFunc("POST "+hostlink.PathHeartbeat, func(w http.ResponseWriter, r *http.Request) {
 		var req hostlink.HeartbeatRequest
 		_ = json.NewDecoder(r.Body).Decode(&req)
+		if !c.wait(r) {
+			return
+		}
 		c.mu.Lock()
-		resp := hostlink.HeartbeatResponse{Owned: c.owned}
+		resp := hostlink.HeartbeatResponse{Owned: c.owned, Lease: c.lease}
 		c.mu.Unlock()
-		c.heartbeats <- req
-		c.beatAt <- time.Now()
+		send(c.heartbeats, req)
+		send(c.beatAt, time.Now())
 		_ = json.NewEncoder(w).Encode(resp)
 	})
 	c.deps = hostlink.ServerDeps{
@@ -107,6 +115,45 @@ func newCoord(interval time.Duration) *coord {
 		}).ServeHTTP(w, r)
 	})
 	return c
+}
+
+// send never blocks a handler on a test that stopped reading.
+func send[T any](ch chan T, v T) {
+	select {
+	case ch <- v:
+	default:
+	}
+}
+
+// wait holds a register or heartbeat while the coordinator is cut off.
+func (c *coord) wait(r *http.Request) bool {
+	c.mu.Lock()
+	cut := c.cut
+	c.mu.Unlock()
+	if cut == nil {
+		return true
+	}
+	select {
+	case <-cut:
+		return true
+	case <-r.Context().Done():
+		return false
+	}
+}
+
+// partition makes registers and heartbeats hang (the link stays up);
+// heal releases them.
+func (c *coord) partition() (heal func()) {
+	ch := make(chan struct{})
+	c.mu.Lock()
+	c.cut = ch
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		c.cut = nil
+		c.mu.Unlock()
+		close(ch)
+	}
 }
 
 func (c *coord) server() *hostlink.Server {
@@ -211,7 +258,13 @@ func machineState(ms []hostlink.MachineStatus, sid string) string {
 // called.
 func runAgent(t *testing.T, url, dir string, w *world) (stop func()) {
 	t.Helper()
-	a, err := host.New(host.Config{
+	return runAgentWith(t, url, dir, w, nil)
+}
+
+// runAgentWith is runAgent with changes to the configuration.
+func runAgentWith(t *testing.T, url, dir string, w *world, opt func(*host.Config, *host.Deps)) (stop func()) {
+	t.Helper()
+	cfg := host.Config{
 		CoordinatorURL:    url,
 		Token:             "tok",
 		Name:              "test-host",
@@ -219,7 +272,12 @@ func runAgent(t *testing.T, url, dir string, w *world) (stop func()) {
 		HeartbeatInterval: time.Hour,
 		Capacity:          hostlink.Capacity{MemoryMiB: 4096, VCPUs: 4},
 		AgentVersion:      "v0.0.1-test",
-	}, host.Deps{Backend: fakeBackend{w}})
+	}
+	deps := host.Deps{Backend: fakeBackend{w}}
+	if opt != nil {
+		opt(&cfg, &deps)
+	}
+	a, err := host.New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +394,7 @@ func TestRegisterStartAndFence(t *testing.T) {
 	}
 }
 
-func TestReconcileDestroysUnowned(t *testing.T) {
+func TestReconcileOwnership(t *testing.T) {
 	t.Parallel()
 	c := newCoord(20 * time.Millisecond)
 	w := newWorld()
@@ -345,29 +403,46 @@ func TestReconcileDestroysUnowned(t *testing.T) {
 	runAgent(t, serve(t, c), dir, w)
 	recv(t, c.registers, nil)
 
-	c.setOwned(hostlink.Ownership{SessionID: "keep", Epoch: 3}, hostlink.Ownership{SessionID: "moved", Epoch: 5})
+	c.setOwned(hostlink.Ownership{SessionID: "keep", Epoch: 3}, hostlink.Ownership{SessionID: "claimed", Epoch: 5})
 	for _, s := range []struct {
 		sid   string
 		epoch int64
-	}{{"keep", 3}, {"moved", 4}, {"gone", 1}} {
+	}{{"keep", 3}, {"claimed", 4}, {"gone", 1}, {"gone-newer", 7}} {
 		if status, body := c.start(t, s.sid, s.epoch, hostlink.MachineSpec{}); status != http.StatusOK {
 			t.Fatalf("start %s: %d %s", s.sid, status, body)
 		}
 	}
-	// "gone" is not owned; "moved" is owned at a higher epoch than it runs.
+	// "gone" and "gone-newer" are not owned, whatever their epoch;
+	// "claimed" is owned at a higher epoch than it runs (an op claim bumped
+	// it): kept, at the owned epoch.
 	waitDestroyed(t, w.machine(dir, "gone"))
-	waitDestroyed(t, w.machine(dir, "moved"))
-	recv(t, c.heartbeats, func(hb hostlink.HeartbeatRequest) bool {
-		return len(hb.Machines) == 1 && machineState(hb.Machines, "keep") == "running"
+	waitDestroyed(t, w.machine(dir, "gone-newer"))
+	hb := recv(t, c.heartbeats, func(hb hostlink.HeartbeatRequest) bool {
+		return len(hb.Machines) == 2 && machineState(hb.Machines, "claimed") == "running"
 	})
-	for sid, destroyed := range map[string]bool{"keep": false, "moved": true, "gone": true} {
+	for _, m := range hb.Machines {
+		if want := map[string]int64{"keep": 3, "claimed": 5}[m.SessionID]; m.Epoch != want || m.State != "running" {
+			t.Errorf("machine %+v, want epoch %d running", m, want)
+		}
+	}
+	for sid, destroyed := range map[string]bool{"keep": false, "claimed": false, "gone": true, "gone-newer": true} {
 		if got := w.machine(dir, sid).isDestroyed(); got != destroyed {
 			t.Errorf("%s destroyed = %v, want %v", sid, got, destroyed)
 		}
 	}
-	// The owned epoch was recorded: the old op can no longer act.
-	status, body := c.start(t, "moved", 4, hostlink.MachineSpec{})
+	// The owned epoch was recorded: the old op can no longer act, the new
+	// one can.
+	status, body := c.start(t, "claimed", 4, hostlink.MachineSpec{})
 	wantCode(t, status, body, http.StatusConflict, "stale_epoch")
+	if b, err := os.ReadFile(filepath.Join(dir, "epochs", "claimed")); err != nil || strings.TrimSpace(string(b)) != "5" {
+		t.Errorf("epoch file: %q, %v", b, err)
+	}
+	if status, body := c.do(t, http.MethodGet, "/v1/machines/claimed/guest"+guestapi.PathReady, 5, nil); status != http.StatusOK {
+		t.Errorf("guest at the owned epoch: %d %s", status, body)
+	}
+	if w.bootCount() != 4 {
+		t.Errorf("%d boots, want 4", w.bootCount())
+	}
 }
 
 func TestRestartRecoversMachines(t *testing.T) {
@@ -442,11 +517,18 @@ func TestGuestProxy(t *testing.T) {
 		t.Fatalf("start: %d %s", status, body)
 	}
 
+	before := time.Now()
 	status, body := c.do(t, http.MethodGet, "/v1/machines/s1/guest"+guestapi.PathReady+"?boot=7", 4, nil)
 	var ready guestapi.Ready
 	_ = json.Unmarshal(body, &ready)
 	if status != http.StatusOK || ready.Hostname != "s1" || ready.BootID != "boot=7" {
 		t.Fatalf("ready: %d %s", status, body)
+	}
+	// The request counts as the session's activity.
+	var ms []hostlink.MachineStatus
+	status, body = c.do(t, http.MethodGet, hostlink.PathMachines, -1, nil)
+	if err := json.Unmarshal(body, &ms); err != nil || status != http.StatusOK || len(ms) != 1 || ms[0].LastActivity.Before(before) {
+		t.Fatalf("machines after a guest request: %d %s (sent at %v)", status, body, before)
 	}
 	status, body = c.do(t, http.MethodGet, "/v1/machines/s1/guest"+guestapi.PathReady, 3, nil)
 	wantCode(t, status, body, http.StatusConflict, "stale_epoch")

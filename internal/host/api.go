@@ -1,6 +1,7 @@
 package host
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,15 +16,21 @@ import (
 	"github.com/engrams/engrams/internal/vmm"
 )
 
+// maxCommandBody bounds a command's JSON body; a restore's manifests list
+// every chunk (about 70 bytes per 4 MiB of disk).
+const maxCommandBody = 64 << 20
+
 // routes is the machine API served to the coordinator over the link.
 func (a *Agent) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+hostlink.PathMachines, a.listMachines)
 	mux.HandleFunc("PUT "+hostlink.PathMachine, a.startMachine)
 	mux.HandleFunc("DELETE "+hostlink.PathMachine, a.destroyMachine)
+	mux.HandleFunc("POST "+hostlink.PathSnapshot, a.snapshotMachine)
+	mux.HandleFunc("POST "+hostlink.PathOutbox, a.deliverOutbox)
 	mux.HandleFunc(hostlink.PathGuest+"{rest...}", a.proxyGuest)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		hostlink.WriteError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no route %s %s on this host", r.Method, r.URL.Path))
+		hostlink.WriteError(w, http.StatusNotFound, hostlink.CodeNotFound, fmt.Sprintf("no route %s %s on this host", r.Method, r.URL.Path))
 	})
 	return mux
 }
@@ -32,6 +39,35 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// apiError is a failure with the answer the coordinator gets.
+type apiError struct {
+	status int
+	code   string
+	err    error
+}
+
+func (e *apiError) Error() string { return e.err.Error() }
+func (e *apiError) Unwrap() error { return e.err }
+
+func failure(status int, code string, err error) *apiError {
+	return &apiError{status: status, code: code, err: err}
+}
+
+// writeErr answers err: 409 stale_epoch, its apiError answer, or 500.
+func (a *Agent) writeErr(w http.ResponseWriter, sid string, err error) {
+	var stale *staleEpochError
+	var ae *apiError
+	switch {
+	case errors.As(err, &stale):
+		hostlink.WriteError(w, http.StatusConflict, hostlink.CodeStaleEpoch, err.Error())
+	case errors.As(err, &ae):
+		hostlink.WriteError(w, ae.status, ae.code, err.Error())
+	default:
+		a.log.Error("session command failed", "session_id", sid, "error", err)
+		hostlink.WriteError(w, http.StatusInternalServerError, hostlink.CodeInternal, err.Error())
+	}
 }
 
 func (a *Agent) listMachines(w http.ResponseWriter, _ *http.Request) {
@@ -63,15 +99,23 @@ func headerEpoch(w http.ResponseWriter, r *http.Request, def int64) (int64, bool
 	return e, true
 }
 
-// writeFenceError answers a failed fence: 409 stale_epoch or 500.
-func (a *Agent) writeFenceError(w http.ResponseWriter, sid string, err error) {
-	var stale *staleEpochError
-	if errors.As(err, &stale) {
-		hostlink.WriteError(w, http.StatusConflict, "stale_epoch", err.Error())
-		return
+// decodeCommand reads a JSON command whose body names an epoch, and checks
+// it against HeaderEpoch.
+func decodeCommand(w http.ResponseWriter, r *http.Request, v any, epoch func() int64) bool {
+	if err := json.NewDecoder(io.LimitReader(r.Body, maxCommandBody)).Decode(v); err != nil {
+		hostlink.WriteError(w, http.StatusBadRequest, hostlink.CodeBadRequest, "decode request: "+err.Error())
+		return false
 	}
-	a.log.Error("fence session command", "session_id", sid, "error", err)
-	hostlink.WriteError(w, http.StatusInternalServerError, "internal", err.Error())
+	body := epoch()
+	h, ok := headerEpoch(w, r, body)
+	if !ok {
+		return false
+	}
+	if h != body || body < 0 {
+		hostlink.WriteError(w, http.StatusBadRequest, hostlink.CodeBadRequest, fmt.Sprintf("epoch %d in the body, %d in %s", body, h, hostlink.HeaderEpoch))
+		return false
+	}
+	return true
 }
 
 func (a *Agent) startMachine(w http.ResponseWriter, r *http.Request) {
@@ -80,16 +124,7 @@ func (a *Agent) startMachine(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req hostlink.StartRequest
-	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
-		hostlink.WriteError(w, http.StatusBadRequest, hostlink.CodeBadRequest, "decode start request: "+err.Error())
-		return
-	}
-	epoch, ok := headerEpoch(w, r, req.Epoch)
-	if !ok {
-		return
-	}
-	if epoch != req.Epoch || req.Epoch < 0 {
-		hostlink.WriteError(w, http.StatusBadRequest, hostlink.CodeBadRequest, fmt.Sprintf("epoch %d in the body, %d in %s", req.Epoch, epoch, hostlink.HeaderEpoch))
+	if !decodeCommand(w, r, &req, func() int64 { return req.Epoch }) {
 		return
 	}
 	spec := req.Spec
@@ -99,74 +134,115 @@ func (a *Agent) startMachine(w http.ResponseWriter, r *http.Request) {
 	if spec.VCPUs <= 0 {
 		spec.VCPUs = defaultVCPUs
 	}
-	log := a.log.With("session_id", sid, "epoch", req.Epoch)
-
 	unlock := a.locks.lock(sid)
 	defer unlock()
-	if err := a.fence(sid, req.Epoch); err != nil {
-		a.writeFenceError(w, sid, err)
-		return
-	}
-	a.mu.Lock()
-	mc := a.machines[sid]
-	if mc != nil && !mc.exited {
-		if mc.epoch < req.Epoch { // a newer op claims the running machine
-			mc.epoch = req.Epoch
-			a.gen++
-			mc.gen = a.gen
-		}
-		st := mc.status()
-		a.mu.Unlock()
-		if err := a.writeRecord(sid, mc.epoch, mc.spec); err != nil {
-			log.Warn("record adopted machine", "error", err)
-		}
-		writeJSON(w, http.StatusOK, st)
-		return
-	}
-	a.mu.Unlock()
-	if mc != nil { // exited: clean up before booting again
-		if err := a.destroy(r.Context(), sid, "exited; starting again"); err != nil {
-			hostlink.WriteError(w, http.StatusInternalServerError, "internal", err.Error())
-			return
-		}
-	}
-	if err := a.reserve(sid, spec); err != nil {
-		hostlink.WriteError(w, http.StatusConflict, "capacity", err.Error())
-		return
-	}
-	defer a.unreserve(sid)
-
-	m, err := a.boot(r, sid, req.Epoch, spec)
+	st, err := a.start(r.Context(), sid, req.Epoch, spec, req.Restore)
 	if err != nil {
-		log.Error("start machine", "error", err)
-		hostlink.WriteError(w, http.StatusInternalServerError, "boot_failed", err.Error())
+		a.writeErr(w, sid, err)
 		return
 	}
-	mc = a.add(sid, req.Epoch, spec, m)
-	log.Info("machine started", "pid", m.Info().PID, "memory_mib", spec.MemoryMiB, "vcpus", spec.VCPUs)
-	a.mu.Lock()
-	st := mc.status()
-	a.mu.Unlock()
 	writeJSON(w, http.StatusOK, st)
 }
 
-func (a *Agent) writeRecord(sid string, epoch int64, spec hostlink.MachineSpec) error {
-	b, err := json.Marshal(machineRecord{SessionID: sid, Epoch: epoch, MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs})
+// start boots or restores sid's machine, or answers with the one running.
+// Callers hold the session lock.
+func (a *Agent) start(ctx context.Context, sid string, epoch int64, spec hostlink.MachineSpec, restore *hostlink.RestoreSpec) (hostlink.MachineStatus, error) {
+	log := a.log.With("session_id", sid, "epoch", epoch)
+	if err := a.fence(sid, epoch); err != nil {
+		return hostlink.MachineStatus{}, err
+	}
+	if a.leaseExpired() {
+		return hostlink.MachineStatus{}, failure(http.StatusServiceUnavailable, hostlink.CodePaused, a.leaseError())
+	}
+	if st, ok, err := a.adoptRunning(ctx, sid, epoch); ok || err != nil {
+		return st, err
+	}
+	if restore != nil && a.deps.DiskChunks == nil {
+		return hostlink.MachineStatus{}, failure(http.StatusNotImplemented, hostlink.CodeUnsupported,
+			fmt.Errorf("restore session %s: this host has no chunk store configured", sid))
+	}
+	if err := a.reserve(sid, spec); err != nil {
+		return hostlink.MachineStatus{}, failure(http.StatusConflict, hostlink.CodeCapacity, err)
+	}
+	defer a.unreserve(sid)
+	ctx, cancel := a.opContext(ctx)
+	defer cancel()
+	var (
+		m   vmm.Machine
+		err error
+	)
+	if restore == nil {
+		m, err = a.boot(ctx, sid, epoch, spec)
+	} else {
+		m, err = a.restore(ctx, sid, epoch, spec, restore)
+	}
+	if err != nil {
+		log.Error("start machine", "restore", restore != nil, "error", err)
+		return hostlink.MachineStatus{}, err
+	}
+	mc := a.add(sid, epoch, spec, m)
+	log.Info("machine started", "pid", m.Info().PID, "memory_mib", spec.MemoryMiB, "vcpus", spec.VCPUs, "restored", restore != nil)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return mc.status(a.deps.Now()), nil
+}
+
+// adoptRunning answers a start of a session whose machine is already here:
+// a running one is adopted at epoch, a paused one resumed, an exited one
+// destroyed so a new one can start (ok false). Callers hold the session
+// lock.
+func (a *Agent) adoptRunning(ctx context.Context, sid string, epoch int64) (st hostlink.MachineStatus, ok bool, err error) {
+	a.mu.Lock()
+	mc := a.machines[sid]
+	a.mu.Unlock()
+	if mc == nil {
+		return st, false, nil
+	}
+	a.mu.Lock()
+	exited, paused, newer := mc.exited, mc.paused, epoch > mc.epoch
+	a.mu.Unlock()
+	if exited {
+		if err := a.destroy(ctx, sid, "exited; starting again"); err != nil {
+			return st, false, err
+		}
+		return st, false, nil
+	}
+	if err := a.adoptEpoch(mc, epoch); err != nil {
+		return st, false, err
+	}
+	if paused {
+		a.resumeLocked(ctx, mc, "start request")
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if mc.paused {
+		return st, false, failure(http.StatusServiceUnavailable, hostlink.CodePaused,
+			fmt.Errorf("machine of session %s is paused and did not resume", sid))
+	}
+	if newer { // a newer op claims the running machine
+		a.gen++
+		mc.gen = a.gen
+	}
+	return mc.status(a.deps.Now()), true, nil
+}
+
+func (a *Agent) writeRecord(sid string, epoch int64, spec hostlink.MachineSpec, paused bool) error {
+	b, err := json.Marshal(machineRecord{SessionID: sid, Epoch: epoch, MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, Paused: paused})
 	if err != nil {
 		return err
 	}
 	return writeFileSync(a.machineDir(sid), machineFile, b)
 }
 
-func (a *Agent) boot(r *http.Request, sid string, epoch int64, spec hostlink.MachineSpec) (vmm.Machine, error) {
+func (a *Agent) boot(ctx context.Context, sid string, epoch int64, spec hostlink.MachineSpec) (vmm.Machine, error) {
 	dir := a.machineDir(sid)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create machine dir of session %s: %w", sid, err)
 	}
-	if err := a.writeRecord(sid, epoch, spec); err != nil {
+	if err := a.writeRecord(sid, epoch, spec, false); err != nil {
 		return nil, fmt.Errorf("record machine of session %s: %w", sid, err)
 	}
-	m, err := a.deps.Backend.Boot(r.Context(), vmm.Spec{
+	m, err := a.deps.Backend.Boot(ctx, vmm.Spec{
 		SessionID: sid,
 		Epoch:     epoch,
 		Dir:       dir,
@@ -176,7 +252,7 @@ func (a *Agent) boot(r *http.Request, sid string, epoch int64, spec hostlink.Mac
 	})
 	if err != nil {
 		_ = cleanMachineDir(dir)
-		return nil, fmt.Errorf("boot machine of session %s: %w", sid, err)
+		return nil, failure(http.StatusInternalServerError, "boot_failed", fmt.Errorf("boot machine of session %s: %w", sid, err))
 	}
 	return m, nil
 }
@@ -193,19 +269,41 @@ func (a *Agent) destroyMachine(w http.ResponseWriter, r *http.Request) {
 	unlock := a.locks.lock(sid)
 	defer unlock()
 	if err := a.fence(sid, epoch); err != nil {
-		a.writeFenceError(w, sid, err)
+		a.writeErr(w, sid, err)
 		return
 	}
 	if err := a.destroy(r.Context(), sid, "coordinator asked"); err != nil {
-		a.log.Error("destroy machine", "session_id", sid, "error", err)
-		hostlink.WriteError(w, http.StatusInternalServerError, "internal", err.Error())
+		a.writeErr(w, sid, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// usableMachine fences sid at epoch and returns its machine if it runs and
+// the lease allows it to. Callers hold the session lock.
+func (a *Agent) usableMachine(sid string, epoch int64) (*machine, error) {
+	if err := a.fence(sid, epoch); err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	mc := a.machines[sid]
+	running := mc != nil && !mc.exited
+	paused := running && mc.paused
+	a.mu.Unlock()
+	switch {
+	case !running:
+		return nil, failure(http.StatusNotFound, hostlink.CodeNotFound, fmt.Errorf("no running machine for session %s on this host", sid))
+	case a.leaseExpired():
+		return nil, failure(http.StatusServiceUnavailable, hostlink.CodePaused, a.leaseError())
+	case paused:
+		return nil, failure(http.StatusServiceUnavailable, hostlink.CodePaused, fmt.Errorf("machine of session %s is paused", sid))
+	}
+	return mc, nil
+}
+
 // proxyGuest forwards the rest of the path to the machine's guest daemon;
-// WebSocket upgrades (exec, terminals) pass through.
+// WebSocket upgrades (exec, terminals) pass through. Each request counts
+// as activity of the session while it lasts.
 func (a *Agent) proxyGuest(w http.ResponseWriter, r *http.Request) {
 	sid, ok := sessionFrom(w, r)
 	if !ok {
@@ -216,20 +314,14 @@ func (a *Agent) proxyGuest(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	unlock := a.locks.lock(sid)
-	err := a.fence(sid, epoch)
+	mc, err := a.usableMachine(sid, epoch)
 	unlock()
 	if err != nil {
-		a.writeFenceError(w, sid, err)
+		a.writeErr(w, sid, err)
 		return
 	}
-	a.mu.Lock()
-	mc := a.machines[sid]
-	running := mc != nil && !mc.exited
-	a.mu.Unlock()
-	if !running {
-		hostlink.WriteError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no running machine for session %s on this host", sid))
-		return
-	}
+	done := a.active(mc)
+	defer done()
 	rest := "/" + r.PathValue("rest")
 	log := a.log.With("session_id", sid)
 	_ = http.NewResponseController(w).EnableFullDuplex()
@@ -250,4 +342,19 @@ func (a *Agent) proxyGuest(w http.ResponseWriter, r *http.Request) {
 		},
 	}
 	proxy.ServeHTTP(w, r)
+}
+
+// active marks a guest request in flight on mc; call the result when it
+// ends.
+func (a *Agent) active(mc *machine) (done func()) {
+	a.mu.Lock()
+	mc.inflight++
+	mc.lastActivity = a.deps.Now()
+	a.mu.Unlock()
+	return func() {
+		a.mu.Lock()
+		mc.inflight--
+		mc.lastActivity = a.deps.Now()
+		a.mu.Unlock()
+	}
 }

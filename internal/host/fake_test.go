@@ -1,12 +1,17 @@
 package host_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,20 +23,24 @@ import (
 
 // world is what outlives a host agent: the machines its backend started.
 type world struct {
-	mu       sync.Mutex
-	machines map[string]*fakeMachine // by dir
-	boots    int
-	bootErr  error
+	mu          sync.Mutex
+	machines    map[string]*fakeMachine // by dir
+	boots       int
+	restores    int
+	bootErr     error
+	recoverFail map[string]int // dir -> Recover failures still to come
+	pauseErr    error
+	snapErr     error
 }
 
-func newWorld() *world { return &world{machines: map[string]*fakeMachine{}} }
+func newWorld() *world { return &world{machines: map[string]*fakeMachine{}, recoverFail: map[string]int{}} }
 
 // fakeBackend runs in-memory machines whose guest daemon is a tiny HTTP
 // handler reached over net.Pipe.
 type fakeBackend struct{ w *world }
 
 func (b fakeBackend) Capabilities() vmm.Capabilities {
-	return vmm.Capabilities{Name: "fake", Version: "1.0", Acceleration: "none", Reason: "test"}
+	return vmm.Capabilities{Name: "fake", Version: "1.0", Acceleration: "none", Reason: "test", SnapshotMemory: true, SnapshotDisk: true}
 }
 
 func (b fakeBackend) Boot(_ context.Context, spec vmm.Spec) (vmm.Machine, error) {
@@ -41,18 +50,54 @@ func (b fakeBackend) Boot(_ context.Context, spec vmm.Spec) (vmm.Machine, error)
 		return nil, b.w.bootErr
 	}
 	b.w.boots++
-	m := newFakeMachine(spec, 1000+b.w.boots)
+	m := newFakeMachine(b.w, spec, 1000+b.w.boots)
+	for i := range m.mem[:64<<10] { // some memory touched, the rest zero
+		m.mem[i] = byte(i*7 + len(spec.SessionID))
+	}
 	b.w.machines[spec.Dir] = m
 	return m, nil
 }
 
-func (b fakeBackend) Restore(context.Context, vmm.Spec, vmm.Snapshot) (vmm.Machine, error) {
-	return nil, vmm.ErrUnsupported
+// Restore rebuilds a machine from the files Snapshot wrote.
+func (b fakeBackend) Restore(_ context.Context, spec vmm.Spec, snap vmm.Snapshot) (vmm.Machine, error) {
+	if snap.Backend != "fake" {
+		return nil, fmt.Errorf("snapshot of backend %q: %w", snap.Backend, vmm.ErrUnsupported)
+	}
+	mem, err := os.ReadFile(snap.Files["memory"])
+	if err != nil {
+		return nil, err
+	}
+	var st fakeState
+	b2, err := os.ReadFile(snap.Files["state"])
+	if err == nil {
+		err = json.Unmarshal(b2, &st)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read state: %w", err)
+	}
+	hello, err := os.ReadFile(filepath.Join(snap.Files["disk"], "home", "hello.txt"))
+	if err != nil {
+		return nil, fmt.Errorf("read disk: %w", err)
+	}
+	if link, err := os.Readlink(filepath.Join(snap.Files["disk"], "link")); err != nil || link != "home/hello.txt" {
+		return nil, fmt.Errorf("disk symlink: %q, %v", link, err)
+	}
+	b.w.mu.Lock()
+	defer b.w.mu.Unlock()
+	b.w.restores++
+	m := newFakeMachine(b.w, spec, 2000+b.w.restores)
+	m.mem, m.applied, m.journal, m.disk = mem, st.Applied, st.Journal, string(hello)
+	b.w.machines[spec.Dir] = m
+	return m, nil
 }
 
 func (b fakeBackend) Recover(_ context.Context, dir string) (vmm.Machine, error) {
 	b.w.mu.Lock()
 	defer b.w.mu.Unlock()
+	if n := b.w.recoverFail[dir]; n > 0 {
+		b.w.recoverFail[dir] = n - 1
+		return nil, errors.New("qmp socket: connection refused")
+	}
 	m, ok := b.w.machines[dir]
 	if !ok || m.isDestroyed() {
 		return nil, vmm.ErrGone
@@ -78,6 +123,18 @@ func (w *world) bootCount() int {
 	return w.boots
 }
 
+func (w *world) restoreCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.restores
+}
+
+func (w *world) set(f func(w *world)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	f(w)
+}
+
 // destroyAll ends every machine (test cleanup).
 func (w *world) destroyAll() {
 	w.mu.Lock()
@@ -91,7 +148,14 @@ func (w *world) destroyAll() {
 	}
 }
 
+// fakeState is what the fake keeps in its "state" snapshot file.
+type fakeState struct {
+	Applied int64    `json:"applied"`
+	Journal []string `json:"journal"`
+}
+
 type fakeMachine struct {
+	w         *world
 	spec      vmm.Spec
 	info      vmm.Info
 	l         *pipeListener
@@ -99,20 +163,33 @@ type fakeMachine struct {
 	served    chan struct{}
 	done      chan struct{}
 	exitOnce  sync.Once
-	mu        sync.Mutex
 	destroyed chan struct{}
+
+	mu        sync.Mutex // guards the fields below and Destroy
+	mem       []byte
+	disk      string
+	paused    bool
+	pauses    int
+	resumes   int
+	snapshots int
+	syncs     int
+	applied   int64
+	journal   []string
 }
 
-func newFakeMachine(spec vmm.Spec, pid int) *fakeMachine {
+func newFakeMachine(w *world, spec vmm.Spec, pid int) *fakeMachine {
 	m := &fakeMachine{
+		w:         w,
 		spec:      spec,
 		info:      vmm.Info{SessionID: spec.SessionID, Backend: "fake", PID: pid, Dir: spec.Dir, Created: time.Unix(0, 0)},
 		l:         newPipeListener(),
 		served:    make(chan struct{}),
 		done:      make(chan struct{}),
 		destroyed: make(chan struct{}),
+		mem:       make([]byte, 3<<20),
+		disk:      "hello from " + spec.SessionID,
 	}
-	m.srv = &http.Server{Handler: guestHandler(spec.SessionID)}
+	m.srv = &http.Server{Handler: m.guestHandler()}
 	go func() {
 		defer close(m.served)
 		_ = m.srv.Serve(m.l)
@@ -121,10 +198,41 @@ func newFakeMachine(spec vmm.Spec, pid int) *fakeMachine {
 }
 
 // guestHandler is a tiny guest daemon.
-func guestHandler(sid string) http.Handler {
+func (m *fakeMachine) guestHandler() http.Handler {
+	sid := m.spec.SessionID
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+guestapi.PathReady, func(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewEncoder(w).Encode(guestapi.Ready{Version: guestapi.Version, Hostname: sid, BootID: r.URL.RawQuery})
+	})
+	mux.HandleFunc("POST "+guestapi.PathSync, func(w http.ResponseWriter, r *http.Request) {
+		m.mu.Lock()
+		m.syncs++
+		m.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("GET "+guestapi.PathOutbox, func(w http.ResponseWriter, r *http.Request) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		_ = json.NewEncoder(w).Encode(guestapi.OutboxState{Applied: m.applied})
+	})
+	mux.HandleFunc("POST "+guestapi.PathOutbox, func(w http.ResponseWriter, r *http.Request) {
+		var in guestapi.OutboxApply
+		if r.Header.Get(guestapi.HeaderVersion) != strconv.Itoa(guestapi.Version) || json.NewDecoder(r.Body).Decode(&in) != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			_ = json.NewEncoder(w).Encode(guestapi.ErrorBody{Error: "bad outbox request"})
+			return
+		}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		for _, e := range in.Entries {
+			if e.Seq == m.applied+1 {
+				m.applied = e.Seq
+				m.journal = append(m.journal, e.ID)
+			} else if e.Seq > m.applied+1 {
+				break
+			}
+		}
+		_ = json.NewEncoder(w).Encode(guestapi.OutboxState{Applied: m.applied})
 	})
 	mux.HandleFunc("GET "+guestapi.PathExec, func(w http.ResponseWriter, r *http.Request) {
 		c, err := websocket.Accept(w, r, nil)
@@ -154,11 +262,65 @@ func (m *fakeMachine) Dial(ctx context.Context) (net.Conn, error) {
 	return m.l.dial(ctx)
 }
 
-func (m *fakeMachine) Snapshot(context.Context, string) (vmm.Snapshot, error) {
-	return vmm.Snapshot{}, vmm.ErrUnsupported
+// Snapshot writes memory, state and a disk directory, and leaves the
+// machine paused.
+func (m *fakeMachine) Snapshot(_ context.Context, dir string) (vmm.Snapshot, error) {
+	m.w.mu.Lock()
+	snapErr := m.w.snapErr
+	m.w.mu.Unlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.paused = true
+	if snapErr != nil {
+		return vmm.Snapshot{}, snapErr
+	}
+	m.snapshots++
+	files := map[string]string{
+		"memory": filepath.Join(dir, "memory.bin"),
+		"state":  filepath.Join(dir, "state.json"),
+		"disk":   filepath.Join(dir, "rootfs"),
+	}
+	st, _ := json.Marshal(fakeState{Applied: m.applied, Journal: m.journal})
+	if err := os.WriteFile(files["memory"], m.mem, 0o600); err != nil {
+		return vmm.Snapshot{}, err
+	}
+	if err := os.WriteFile(files["state"], st, 0o600); err != nil {
+		return vmm.Snapshot{}, err
+	}
+	home := filepath.Join(files["disk"], "home")
+	if err := os.MkdirAll(home, 0o755); err != nil {
+		return vmm.Snapshot{}, err
+	}
+	if err := os.WriteFile(filepath.Join(home, "hello.txt"), []byte(m.disk), 0o644); err != nil {
+		return vmm.Snapshot{}, err
+	}
+	if err := os.Symlink("home/hello.txt", filepath.Join(files["disk"], "link")); err != nil {
+		return vmm.Snapshot{}, err
+	}
+	return vmm.Snapshot{Backend: "fake", Files: files, Taken: time.Now()}, nil
 }
 
-func (m *fakeMachine) Resume(context.Context) error { return vmm.ErrUnsupported }
+func (m *fakeMachine) Pause(context.Context) error {
+	m.w.mu.Lock()
+	err := m.w.pauseErr
+	m.w.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.paused = true
+	m.pauses++
+	return nil
+}
+
+func (m *fakeMachine) Resume(context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.paused = false
+	m.resumes++
+	return nil
+}
 
 func (m *fakeMachine) Destroy(context.Context) error {
 	m.mu.Lock()
@@ -187,6 +349,19 @@ func (m *fakeMachine) isDestroyed() bool {
 	default:
 		return false
 	}
+}
+
+func (m *fakeMachine) isPaused() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.paused
+}
+
+// state returns a copy of the guest-visible state.
+func (m *fakeMachine) state() (applied int64, journal string, mem []byte, syncs int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.applied, strings.Join(m.journal, ","), bytes.Clone(m.mem), m.syncs
 }
 
 // pipeListener hands out in-memory connections.

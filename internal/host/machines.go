@@ -2,7 +2,6 @@ package host
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -37,7 +35,11 @@ type machine struct {
 	m         vmm.Machine
 	gen       uint64 // agent generation when started or adopted
 	exited    bool
+	paused    bool            // paused for the lease, or a resume after a snapshot failed
 	transport *http.Transport // to the guest daemon
+
+	lastActivity time.Time // last guest request through this host ended
+	inflight     int       // guest requests in flight
 }
 
 // machineRecord is persisted in the machine's dir.
@@ -46,12 +48,28 @@ type machineRecord struct {
 	Epoch     int64  `json:"epoch"`
 	MemoryMiB int    `json:"memory_mib"`
 	VCPUs     int    `json:"vcpus"`
+	Paused    bool   `json:"paused,omitempty"`
 }
 
-func (mc *machine) status() hostlink.MachineStatus {
-	st := hostlink.MachineStatus{SessionID: mc.sessionID, Epoch: mc.epoch, State: "running", PID: mc.m.Info().PID}
-	if mc.exited {
-		st.State = "exited"
+// Machine states reported to the coordinator.
+const (
+	stateRunning = "running"
+	statePaused  = "paused"
+	stateExited  = "exited"
+)
+
+// status describes mc; callers hold Agent.mu.
+func (mc *machine) status(now time.Time) hostlink.MachineStatus {
+	st := hostlink.MachineStatus{SessionID: mc.sessionID, Epoch: mc.epoch, State: stateRunning,
+		PID: mc.m.Info().PID, LastActivity: mc.lastActivity}
+	if mc.inflight > 0 {
+		st.LastActivity = now
+	}
+	switch {
+	case mc.exited:
+		st.State = stateExited
+	case mc.paused:
+		st.State = statePaused
 	}
 	return st
 }
@@ -69,63 +87,6 @@ func validSessionID(sid string) bool {
 		}
 	}
 	return true
-}
-
-// highestEpoch is the highest epoch seen for sid, from the cache or disk.
-// Callers hold the session lock.
-func (a *Agent) highestEpoch(sid string) (int64, error) {
-	a.mu.Lock()
-	e, ok := a.epochs[sid]
-	a.mu.Unlock()
-	if ok {
-		return e, nil
-	}
-	b, err := os.ReadFile(filepath.Join(a.cfg.DataDir, epochsDir, sid))
-	if errors.Is(err, os.ErrNotExist) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("read epoch of session %s: %w", sid, err)
-	}
-	e, err = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("parse epoch of session %s: %w", sid, err)
-	}
-	a.mu.Lock()
-	a.epochs[sid] = e
-	a.mu.Unlock()
-	return e, nil
-}
-
-// fence refuses epoch if it is below the highest seen for sid and
-// durably records it if it is above. Callers hold the session lock.
-func (a *Agent) fence(sid string, epoch int64) error {
-	high, err := a.highestEpoch(sid)
-	if err != nil {
-		return err
-	}
-	if epoch < high {
-		return &staleEpochError{sid: sid, got: epoch, high: high}
-	}
-	if epoch == high {
-		return nil
-	}
-	if err := writeFileSync(filepath.Join(a.cfg.DataDir, epochsDir), sid, []byte(strconv.FormatInt(epoch, 10)+"\n")); err != nil {
-		return fmt.Errorf("persist epoch %d of session %s: %w", epoch, sid, err)
-	}
-	a.mu.Lock()
-	a.epochs[sid] = epoch
-	a.mu.Unlock()
-	return nil
-}
-
-type staleEpochError struct {
-	sid       string
-	got, high int64
-}
-
-func (e *staleEpochError) Error() string {
-	return fmt.Sprintf("stale epoch %d for session %s: this host has seen epoch %d", e.got, e.sid, e.high)
 }
 
 // writeFileSync atomically replaces dir/name with b, fsyncing the file and
@@ -187,7 +148,7 @@ func cleanMachineDir(dir string) error {
 
 // add registers a running machine and watches it exit.
 func (a *Agent) add(sid string, epoch int64, spec hostlink.MachineSpec, m vmm.Machine) *machine {
-	mc := &machine{sessionID: sid, epoch: epoch, spec: spec, m: m}
+	mc := &machine{sessionID: sid, epoch: epoch, spec: spec, m: m, lastActivity: a.deps.Now()}
 	mc.transport = &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			c, err := m.Dial(ctx)
@@ -246,51 +207,84 @@ func (a *Agent) destroy(ctx context.Context, sid, reason string) error {
 	return nil
 }
 
-// reconcile destroys every machine the coordinator does not say this host
-// owns, or owns at a higher epoch than the machine runs. Machines started
-// after gen (the request that returned owned was sent) are left alone: the
-// answer predates them.
+// reconcile converges on what the coordinator says this host owns:
+// machines not owned are destroyed; an owned machine listed at a higher
+// epoch than it runs is kept and the epoch recorded (an op claim bumped it,
+// so older commands are fenced); a paused owned machine is resumed if the
+// lease allows. Machines started after gen (the request that returned
+// owned was sent) are left alone: the answer predates them. A session
+// whose lock is held (a snapshot or restore in flight) is skipped: the next
+// heartbeat repeats the list, and the heartbeat loop never waits on it.
 func (a *Agent) reconcile(ctx context.Context, owned []hostlink.Ownership, gen uint64) {
 	want := make(map[string]int64, len(owned))
 	for _, o := range owned {
 		want[o.SessionID] = max(want[o.SessionID], o.Epoch)
 	}
 	a.mu.Lock()
-	var doomed []string
+	var todo []string
 	for sid, mc := range a.machines {
 		if mc.gen > gen {
 			continue
 		}
-		if e, ok := want[sid]; !ok || e > mc.epoch {
-			doomed = append(doomed, sid)
+		if e, ok := want[sid]; !ok || e > mc.epoch || mc.paused {
+			todo = append(todo, sid)
 		}
 	}
 	a.mu.Unlock()
-	for _, sid := range doomed {
+	for _, sid := range todo {
 		a.reconcileOne(ctx, sid, want, gen)
 	}
+	a.pruneEpochs(want)
 }
 
 func (a *Agent) reconcileOne(ctx context.Context, sid string, want map[string]int64, gen uint64) {
-	unlock := a.locks.lock(sid)
+	unlock, ok := a.locks.tryLock(sid)
+	if !ok {
+		return
+	}
 	defer unlock()
 	a.mu.Lock()
 	mc := a.machines[sid]
 	a.mu.Unlock()
-	if mc == nil || mc.gen > gen { // changed while we waited for the lock
+	if mc == nil || mc.gen > gen { // changed while we looked
 		return
 	}
-	e, ok := want[sid]
-	reason := "not owned by this host"
-	if ok {
-		reason = fmt.Sprintf("owned at epoch %d, machine runs epoch %d", e, mc.epoch)
-		if err := a.fence(sid, e); err != nil {
-			a.log.Warn("record owned epoch", "session_id", sid, "error", err)
+	e, owned := want[sid]
+	if !owned {
+		if err := a.destroy(ctx, sid, "not owned by this host"); err != nil {
+			a.log.Error("reconcile ownership", "session_id", sid, "error", err)
 		}
+		return
 	}
-	if err := a.destroy(ctx, sid, reason); err != nil {
-		a.log.Error("reconcile ownership", "session_id", sid, "error", err)
+	if err := a.adoptEpoch(mc, e); err != nil {
+		a.log.Warn("record owned epoch", "session_id", sid, "epoch", e, "error", err)
+		return
 	}
+	a.mu.Lock()
+	paused, exited := mc.paused, mc.exited
+	a.mu.Unlock()
+	if paused && !exited {
+		a.resumeLocked(ctx, mc, "coordinator confirmed ownership")
+	}
+}
+
+// adoptEpoch fences sid at epoch and, if it is higher than the one mc
+// runs, makes it mc's epoch (on disk too). Callers hold the session lock.
+func (a *Agent) adoptEpoch(mc *machine, epoch int64) error {
+	if err := a.fence(mc.sessionID, epoch); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	if epoch <= mc.epoch {
+		a.mu.Unlock()
+		return nil
+	}
+	old := mc.epoch
+	mc.epoch = epoch
+	spec, paused := mc.spec, mc.paused
+	a.mu.Unlock()
+	a.log.Info("machine adopted at a newer epoch", "session_id", mc.sessionID, "epoch", epoch, "was", old)
+	return a.writeRecord(mc.sessionID, epoch, spec, paused)
 }
 
 // snapshotState is the capacity in use and the machines, for the
@@ -299,9 +293,10 @@ func (a *Agent) snapshotState() (hostlink.Capacity, []hostlink.MachineStatus) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	c := a.cap
+	now := a.deps.Now()
 	ms := make([]hostlink.MachineStatus, 0, len(a.machines))
 	for _, mc := range a.machines {
-		ms = append(ms, mc.status())
+		ms = append(ms, mc.status(now))
 		if !mc.exited {
 			c.UsedMemoryMiB += mc.spec.MemoryMiB
 			c.UsedVCPUs += mc.spec.VCPUs
@@ -344,61 +339,6 @@ func (a *Agent) unreserve(sid string) {
 	delete(a.reserved, sid)
 }
 
-// recoverMachines reattaches the machines a previous agent left running.
-func (a *Agent) recoverMachines(ctx context.Context) error {
-	root := filepath.Join(a.cfg.DataDir, machinesDir)
-	if err := os.MkdirAll(root, 0o700); err != nil {
-		return fmt.Errorf("create machines dir: %w", err)
-	}
-	entries, err := os.ReadDir(root)
-	if err != nil {
-		return fmt.Errorf("list machines dir: %w", err)
-	}
-	for _, e := range entries {
-		sid := e.Name()
-		if !e.IsDir() || !validSessionID(sid) {
-			continue
-		}
-		a.recoverOne(ctx, sid)
-	}
-	return nil
-}
-
-func (a *Agent) recoverOne(ctx context.Context, sid string) {
-	log := a.log.With("session_id", sid)
-	dir := a.machineDir(sid)
-	rec := machineRecord{SessionID: sid}
-	b, err := os.ReadFile(filepath.Join(dir, machineFile))
-	if errors.Is(err, os.ErrNotExist) {
-		// Nothing was ever booted here (or it was destroyed); keep snapshots.
-		if err := cleanMachineDir(dir); err != nil {
-			log.Warn("clean machine dir", "error", err)
-		}
-		return
-	}
-	if err == nil {
-		err = json.Unmarshal(b, &rec)
-	}
-	if err != nil {
-		log.Error("machine not recovered: unreadable record", "error", err)
-		return
-	}
-	m, err := a.deps.Backend.Recover(ctx, dir)
-	if errors.Is(err, vmm.ErrGone) {
-		log.Info("machine gone after agent restart; forgetting it")
-		if err := cleanMachineDir(dir); err != nil {
-			log.Warn("clean machine dir", "error", err)
-		}
-		return
-	}
-	if err != nil {
-		log.Error("machine not recovered", "error", err)
-		return
-	}
-	a.add(sid, rec.Epoch, hostlink.MachineSpec{MemoryMiB: rec.MemoryMiB, VCPUs: rec.VCPUs}, m)
-	log.Info("machine recovered", "epoch", rec.Epoch, "pid", m.Info().PID)
-}
-
 // keyedMutex serializes operations per session.
 type keyedMutex struct {
 	mu sync.Mutex
@@ -423,6 +363,33 @@ func (k *keyedMutex) lock(key string) (unlock func()) {
 	e.n++
 	k.mu.Unlock()
 	e.mu.Lock()
+	return k.unlocker(key, e)
+}
+
+// tryLock takes key's lock if it is free.
+func (k *keyedMutex) tryLock(key string) (unlock func(), ok bool) {
+	k.mu.Lock()
+	if k.m == nil {
+		k.m = map[string]*keyedEntry{}
+	}
+	e := k.m[key]
+	if e == nil {
+		e = &keyedEntry{}
+		k.m[key] = e
+	}
+	if !e.mu.TryLock() {
+		if e.n == 0 {
+			delete(k.m, key)
+		}
+		k.mu.Unlock()
+		return nil, false
+	}
+	e.n++
+	k.mu.Unlock()
+	return k.unlocker(key, e), true
+}
+
+func (k *keyedMutex) unlocker(key string, e *keyedEntry) func() {
 	return func() {
 		e.mu.Unlock()
 		k.mu.Lock()

@@ -26,6 +26,17 @@ const (
 	CodeBadRequest       = "bad_request"
 	CodeUnavailable      = "unavailable"
 	CodeBadGateway       = "bad_gateway"
+	CodeNotFound         = "not_found"
+	CodeStaleEpoch       = "stale_epoch"
+	CodeCapacity         = "capacity"
+	CodeInternal         = "internal"
+	CodeUnsupported      = "unsupported"      // the host cannot (no chunk store, backend cannot snapshot)
+	CodePaused           = "paused"           // the host's lease expired: its machines are paused
+	CodeSnapshotFailed   = "snapshot_failed"  // capture or upload failed; the machine runs on
+	CodeSnapshotMissing  = "snapshot_missing" // a chunk the snapshot names is not stored
+	CodeSnapshotCorrupt  = "snapshot_corrupt" // a chunk or manifest fails verification
+	CodeRestoreFailed    = "restore_failed"   // chunks verified, the backend could not restore
+	CodeGuestFailed      = "guest_failed"     // the guest daemon refused or did not answer
 )
 
 type hostIDKey struct{}

@@ -13,7 +13,7 @@ import (
 )
 
 const hostCols = `id, name, state, facts, capacity, replica_id, replica_addr, protocol_version,
-	last_heartbeat, connected_at, created_at`
+	draining, last_heartbeat, connected_at, created_at`
 
 func scanHost(r scanner) (store.Host, error) {
 	var h store.Host
@@ -21,7 +21,7 @@ func scanHost(r scanner) (store.Host, error) {
 	var facts, capacity sql.NullString
 	var heartbeat, connected, created int64
 	err := r.Scan(&h.ID, &h.Name, &state, &facts, &capacity, &h.ReplicaID, &h.ReplicaAddr,
-		&h.ProtocolVersion, &heartbeat, &connected, &created)
+		&h.ProtocolVersion, &h.Draining, &heartbeat, &connected, &created)
 	if err != nil {
 		return store.Host{}, err
 	}
@@ -72,9 +72,9 @@ func (s *Store) CreateHost(ctx context.Context, h store.Host, tok store.Token) e
 	}
 	err := s.inTx(ctx, func(tx execer) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO hosts (`+hostCols+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
 			h.ID, h.Name, string(store.HostNew), jsonArg(h.Facts), jsonArg(h.Capacity), h.ReplicaID,
-			h.ReplicaAddr, h.ProtocolVersion, micros(h.LastHeartbeat), micros(h.ConnectedAt), created)
+			h.ReplicaAddr, h.ProtocolVersion, h.Draining, micros(h.LastHeartbeat), micros(h.ConnectedAt), created)
 		if err != nil {
 			return err
 		}
@@ -89,7 +89,9 @@ func (s *Store) CreateHost(ctx context.Context, h store.Host, tok store.Token) e
 	return nil
 }
 
-// RegisterHost implements store.Hosts.
+// RegisterHost implements store.Hosts. The drain flag is admin intent: a
+// registration never changes it (a host registering for the first time
+// gets it unset), and the state follows it.
 func (s *Store) RegisterHost(ctx context.Context, h store.Host) error {
 	if err := checkHost(h); err != nil {
 		return fmt.Errorf("register host: %w", err)
@@ -100,8 +102,9 @@ func (s *Store) RegisterHost(ctx context.Context, h store.Host) error {
 		created = micros(h.CreatedAt)
 	}
 	_, err := s.write.ExecContext(ctx, `INSERT INTO hosts (`+hostCols+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $10)
-		ON CONFLICT (id) DO UPDATE SET name = excluded.name, state = excluded.state,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, FALSE, $9, $9, $10)
+		ON CONFLICT (id) DO UPDATE SET name = excluded.name,
+			state = CASE WHEN hosts.draining THEN 'draining' ELSE 'ready' END,
 			facts = excluded.facts, capacity = excluded.capacity, replica_id = excluded.replica_id,
 			replica_addr = excluded.replica_addr, protocol_version = excluded.protocol_version,
 			last_heartbeat = excluded.last_heartbeat, connected_at = excluded.connected_at`,
@@ -181,7 +184,46 @@ func (s *Store) SetHostState(ctx context.Context, id string, state store.HostSta
 	return nil
 }
 
-// MarkHostsLost implements store.Hosts; the ids come back sorted.
+// SetHostDraining implements store.Hosts. A host that is new or lost keeps
+// its state; RegisterHost and ReviveHost apply the flag when it comes back.
+func (s *Store) SetHostDraining(ctx context.Context, id string, draining bool) error {
+	connected := store.HostReady
+	if draining {
+		connected = store.HostDraining
+	}
+	res, err := s.write.ExecContext(ctx, `UPDATE hosts SET draining = $2,
+		state = CASE WHEN state IN ('ready', 'draining') THEN $3 ELSE state END
+		WHERE id = $1`, id, draining, string(connected))
+	if err != nil {
+		return fmt.Errorf("set host %s draining=%v: %w", id, draining, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return fmt.Errorf("set host %s draining=%v: %w", id, draining, store.ErrNotFound)
+	}
+	return nil
+}
+
+// ReviveHost implements store.Hosts.
+func (s *Store) ReviveHost(ctx context.Context, id string) (store.HostState, error) {
+	var state string
+	err := s.write.QueryRowContext(ctx, `UPDATE hosts
+		SET state = CASE WHEN draining THEN 'draining' ELSE 'ready' END
+		WHERE id = $1 AND state = 'lost' RETURNING state`, id).Scan(&state)
+	if isNoRows(err) {
+		// Not lost (or unknown): report the state as it is.
+		err = s.write.QueryRowContext(ctx, `SELECT state FROM hosts WHERE id = $1`, id).Scan(&state)
+	}
+	if isNoRows(err) {
+		return "", fmt.Errorf("revive host %s: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return "", fmt.Errorf("revive host %s: %w", id, err)
+	}
+	return store.HostState(state), nil
+}
+
+// MarkHostsLost implements store.Hosts; the ids come back sorted. The drain
+// flag is kept.
 func (s *Store) MarkHostsLost(ctx context.Context, cutoff time.Time) ([]string, error) {
 	rows, err := s.write.QueryContext(ctx, `UPDATE hosts SET state = 'lost'
 		WHERE state IN ('ready', 'draining') AND last_heartbeat < $1 RETURNING id`, micros(cutoff))

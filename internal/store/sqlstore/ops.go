@@ -28,7 +28,7 @@ func scanOp(r scanner) (store.Op, error) {
 
 func validOpKind(k store.OpKind) bool {
 	switch k {
-	case store.OpCreate, store.OpResume, store.OpEvict, store.OpDestroy, store.OpMove, store.OpRecover:
+	case store.OpCreate, store.OpResume, store.OpEvict, store.OpDestroy, store.OpMove, store.OpRecover, store.OpSnapshot:
 		return true
 	}
 	return false
@@ -38,7 +38,9 @@ func validOpKind(k store.OpKind) bool {
 var errRetry = errors.New("retry")
 
 // EnqueueOp implements store.Ops. Only ID, SessionID, Kind, IdempotencyKey
-// and CreatedAt (now when zero) are taken from op.
+// and CreatedAt (now when zero) are taken from op. An op that failed or was
+// superseded gives its idempotency key back: the same key then inserts a new
+// op (a partial unique index covers only pending, running and succeeded ops).
 func (s *Store) EnqueueOp(ctx context.Context, op store.Op, supersede bool) (store.Op, error) {
 	if op.ID == "" || op.SessionID == "" {
 		return store.Op{}, errors.New("enqueue op: op id and session id are required")
@@ -82,10 +84,17 @@ func (s *Store) enqueueOnce(ctx context.Context, op store.Op, supersede bool) (o
 			return err
 		}
 		if supersede {
-			_, err = tx.ExecContext(ctx, `UPDATE session_ops SET state = 'superseded', updated_at = $1
-				WHERE session_id = $2 AND state IN ('pending', 'running')`, at, op.SessionID)
+			err = supersedeActive(ctx, tx, op, at)
 		} else {
 			err = noActiveOp(ctx, tx, op.SessionID)
+		}
+		if errors.Is(err, store.ErrOpInProgress) && op.IdempotencyKey != "" {
+			// A concurrent call with the same key may have committed its op
+			// after the lookup above; this statement sees it.
+			if byKey, kerr := opByKey(ctx, tx, op.SessionID, op.IdempotencyKey); kerr == nil {
+				out = byKey
+				return nil
+			}
 		}
 		if err != nil {
 			return err
@@ -96,6 +105,20 @@ func (s *Store) enqueueOnce(ctx context.Context, op store.Op, supersede bool) (o
 		return err
 	})
 	return out, err
+}
+
+// supersedeActive marks the session's pending or running op superseded,
+// unless it holds op's idempotency key: a concurrent call with the same key
+// committed it after our lookup, and the insert that follows then fails on
+// the one-active index and returns that op instead.
+func supersedeActive(ctx context.Context, db execer, op store.Op, at int64) error {
+	q, args := `UPDATE session_ops SET state = 'superseded', updated_at = $1
+		WHERE session_id = $2 AND state IN ('pending', 'running')`, []any{at, op.SessionID}
+	if op.IdempotencyKey != "" {
+		q, args = q+` AND idempotency_key <> $3`, append(args, op.IdempotencyKey)
+	}
+	_, err := db.ExecContext(ctx, q, args...)
+	return err
 }
 
 func noActiveOp(ctx context.Context, db execer, sessionID string) error {
@@ -111,9 +134,13 @@ func noActiveOp(ctx context.Context, db execer, sessionID string) error {
 	return fmt.Errorf("%w: op %s", store.ErrOpInProgress, id)
 }
 
+// opByKey returns the op holding an idempotency key: the one pending,
+// running or succeeded op with it. The literal predicates match the partial
+// unique index, so the planner may use it.
 func opByKey(ctx context.Context, db execer, sessionID, key string) (store.Op, error) {
 	op, err := scanOp(db.QueryRowContext(ctx, `SELECT `+opCols+` FROM session_ops
-		WHERE session_id = $1 AND idempotency_key = $2`, sessionID, key))
+		WHERE session_id = $1 AND idempotency_key = $2 AND idempotency_key <> ''
+			AND state IN ('pending', 'running', 'succeeded')`, sessionID, key))
 	if isNoRows(err) {
 		return store.Op{}, store.ErrNotFound
 	}

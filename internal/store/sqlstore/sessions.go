@@ -7,34 +7,38 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/engrams/engrams/internal/lifecycle"
 	"github.com/engrams/engrams/internal/store"
 )
 
 const sessionCols = `id, state, desired_state, host_id, epoch, reason, spec, idempotency_key, event_seq,
-	created_at, updated_at`
+	head_snapshot_id, last_activity, created_at, updated_at`
 
 func scanSession(r scanner) (store.Session, error) {
 	var s store.Session
 	var state string
 	var spec sql.NullString
-	var created, updated int64
+	var activity, created, updated int64
 	err := r.Scan(&s.ID, &state, &s.DesiredState, &s.HostID, &s.Epoch, &s.Reason, &spec,
-		&s.IdempotencyKey, &s.EventSeq, &created, &updated)
+		&s.IdempotencyKey, &s.EventSeq, &s.HeadSnapshotID, &activity, &created, &updated)
 	if err != nil {
 		return store.Session{}, err
 	}
 	s.State = lifecycle.State(state)
 	s.Spec = fromJSON(spec)
-	s.CreatedAt, s.UpdatedAt = fromMicros(created), fromMicros(updated)
+	s.LastActivity, s.CreatedAt, s.UpdatedAt = fromMicros(activity), fromMicros(created), fromMicros(updated)
 	return s, nil
 }
 
 // Desired states a session may have.
 var desiredStates = []string{"active", "idle", "deleted"}
 
-// CreateSession implements store.Sessions.
+// CreateSession implements store.Sessions. An idempotency key is held by
+// the session using it until that session's latest create op fails or is
+// superseded; then the next CreateSession with the key releases it (the old
+// session keeps the key as a record) and creates a new session.
 func (s *Store) CreateSession(ctx context.Context, n store.NewSession) (store.Session, store.Op, bool, error) {
 	if n.ID == "" || n.OpID == "" {
 		return store.Session{}, store.Op{}, false, errors.New("create session: session id and op id are required")
@@ -43,18 +47,18 @@ func (s *Store) CreateSession(ctx context.Context, n store.NewSession) (store.Se
 		return store.Session{}, store.Op{}, false, fmt.Errorf("create session %s: %w", n.ID, err)
 	}
 	if n.IdempotencyKey != "" {
-		sess, op, err := s.sessionByKey(ctx, n.IdempotencyKey)
-		if err == nil {
+		sess, op, live, err := sessionByKey(ctx, s.read, n.IdempotencyKey)
+		if err == nil && live {
 			return sess, op, false, nil
 		}
-		if !errors.Is(err, store.ErrNotFound) {
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return store.Session{}, store.Op{}, false, fmt.Errorf("create session %s: %w", n.ID, err)
 		}
 	}
-	sess, op, err := s.insertSession(ctx, n)
+	sess, op, created, err := s.insertSession(ctx, n)
 	if s.isUnique(err) && n.IdempotencyKey != "" {
 		// A concurrent call with the same key won the insert.
-		if sess, op, err := s.sessionByKey(ctx, n.IdempotencyKey); err == nil {
+		if sess, op, live, err := sessionByKey(ctx, s.read, n.IdempotencyKey); err == nil && live {
 			return sess, op, false, nil
 		}
 	}
@@ -64,14 +68,33 @@ func (s *Store) CreateSession(ctx context.Context, n store.NewSession) (store.Se
 	if err != nil {
 		return store.Session{}, store.Op{}, false, fmt.Errorf("create session %s: %w", n.ID, err)
 	}
-	return sess, op, true, nil
+	return sess, op, created, nil
 }
 
-func (s *Store) insertSession(ctx context.Context, n store.NewSession) (sess store.Session, op store.Op, err error) {
+// insertSession inserts the session, its create op and its first event. With
+// a key, it first looks again inside the transaction: a session still
+// holding the key is returned (created false); one whose create op failed
+// or was superseded gives the key up.
+func (s *Store) insertSession(ctx context.Context, n store.NewSession) (sess store.Session, op store.Op, created bool, err error) {
 	at := micros(orNow(n.At))
 	err = s.inTx(ctx, func(tx execer) error {
+		if n.IdempotencyKey != "" {
+			old, oldOp, live, err := sessionByKey(ctx, tx, n.IdempotencyKey)
+			switch {
+			case err == nil && live:
+				sess, op = old, oldOp
+				return nil
+			case err == nil:
+				_, err = tx.ExecContext(ctx, `UPDATE sessions SET key_released = TRUE WHERE id = $1`, old.ID)
+			case errors.Is(err, store.ErrNotFound):
+				err = nil
+			}
+			if err != nil {
+				return err
+			}
+		}
 		sess, err = scanSession(tx.QueryRowContext(ctx, `INSERT INTO sessions (`+sessionCols+`)
-			VALUES ($1, $2, $3, '', 0, '', $4, $5, 1, $6, $6) RETURNING `+sessionCols,
+			VALUES ($1, $2, $3, '', 0, '', $4, $5, 1, '', $6, $6, $6) RETURNING `+sessionCols,
 			n.ID, string(lifecycle.Created), "active", jsonArg(n.Spec), n.IdempotencyKey, at))
 		if err != nil {
 			return err
@@ -84,27 +107,32 @@ func (s *Store) insertSession(ctx context.Context, n store.NewSession) (sess sto
 		}
 		_, err = tx.ExecContext(ctx, `INSERT INTO session_events (session_id, seq, type, data, created_at)
 			VALUES ($1, 1, 'created', NULL, $2)`, n.ID, at)
+		created = true
 		return err
 	})
-	return sess, op, err
+	return sess, op, created, err
 }
 
-// sessionByKey returns the session with an idempotency key and its create op.
-func (s *Store) sessionByKey(ctx context.Context, key string) (store.Session, store.Op, error) {
-	sess, err := scanSession(s.read.QueryRowContext(ctx, `SELECT `+sessionCols+` FROM sessions
-		WHERE idempotency_key = $1`, key))
+// sessionByKey returns the session holding an idempotency key and its latest
+// create op; live is false when that op failed or was superseded.
+func sessionByKey(ctx context.Context, db execer, key string) (store.Session, store.Op, bool, error) {
+	sess, err := scanSession(db.QueryRowContext(ctx, `SELECT `+sessionCols+` FROM sessions
+		WHERE idempotency_key = $1 AND idempotency_key <> '' AND NOT key_released`, key))
 	if isNoRows(err) {
-		return store.Session{}, store.Op{}, store.ErrNotFound
+		return store.Session{}, store.Op{}, false, store.ErrNotFound
 	}
 	if err != nil {
-		return store.Session{}, store.Op{}, err
+		return store.Session{}, store.Op{}, false, err
 	}
-	op, err := scanOp(s.read.QueryRowContext(ctx, `SELECT `+opCols+` FROM session_ops
-		WHERE session_id = $1 AND kind = $2 ORDER BY created_at, id LIMIT 1`, sess.ID, string(store.OpCreate)))
-	if err != nil && !isNoRows(err) {
-		return store.Session{}, store.Op{}, err
+	op, err := scanOp(db.QueryRowContext(ctx, `SELECT `+opCols+` FROM session_ops
+		WHERE session_id = $1 AND kind = $2 ORDER BY created_at DESC, id DESC LIMIT 1`, sess.ID, string(store.OpCreate)))
+	if isNoRows(err) {
+		return sess, store.Op{}, true, nil
 	}
-	return sess, op, nil
+	if err != nil {
+		return store.Session{}, store.Op{}, false, err
+	}
+	return sess, op, op.State != store.OpFailed && op.State != store.OpSuperseded, nil
 }
 
 // GetSession implements store.Sessions.
@@ -176,6 +204,28 @@ func (s *Store) SetDesiredState(ctx context.Context, id, desired string) error {
 	}
 	if n, err := res.RowsAffected(); err != nil || n == 0 {
 		return fmt.Errorf("set desired state of %s: %w", id, store.ErrNotFound)
+	}
+	return nil
+}
+
+// TouchSession implements store.Sessions.
+func (s *Store) TouchSession(ctx context.Context, id string, at time.Time) error {
+	res, err := s.write.ExecContext(ctx, `UPDATE sessions SET last_activity = $2 WHERE id = $1 AND last_activity < $2`,
+		id, micros(orNow(at)))
+	if err != nil {
+		return fmt.Errorf("touch session %s: %w", id, err)
+	}
+	if n, err := res.RowsAffected(); err == nil && n == 1 {
+		return nil
+	}
+	// No row changed: unknown, or already at or after at.
+	var one int
+	err = s.write.QueryRowContext(ctx, `SELECT 1 FROM sessions WHERE id = $1`, id).Scan(&one)
+	if isNoRows(err) {
+		return fmt.Errorf("touch session %s: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("touch session %s: %w", id, err)
 	}
 	return nil
 }

@@ -22,7 +22,8 @@ type test struct {
 // Run closes it when the subtest ends (Close must therefore be idempotent if
 // open also arranges to close it).
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
-	groups := [][]test{hostTests, tokenTests, sessionTests, transitionTests, opTests, claimTests, eventTests, notifyTests}
+	groups := [][]test{hostTests, drainTests, tokenTests, sessionTests, activityTests, transitionTests, opTests, keyTests,
+		claimTests, eventTests, snapshotTests, outboxTests, notifyTests}
 	for _, group := range groups {
 		for _, tc := range group {
 			t.Run(tc.name, func(t *testing.T) {

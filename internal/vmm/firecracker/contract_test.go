@@ -21,6 +21,7 @@ var (
 	wantBoot     = []string{"PUT /logger", "PUT /metrics", "PUT /machine-config", "PUT /boot-source", "PUT /drives/root", "PUT /drives/bundle", "PUT /vsock", "PUT /actions"}
 	wantSnapshot = []string{"PATCH /vm", "PUT /snapshot/create"}
 	wantResume   = []string{"PATCH /vm"}
+	wantPause    = []string{"PATCH /vm"}
 	wantLoad     = []string{"PUT /logger", "PUT /metrics", "PUT /snapshot/load"}
 )
 
@@ -115,7 +116,8 @@ func TestContract(t *testing.T) {
 			}
 			spec := e.spec(t, "a")
 			m := bootAndCheck(t, e, b, spec)
-			snap := snapshotAndCheck(t, e, m, tt.diff)
+			n := pauseAndCheck(t, e, m)
+			snap := snapshotAndCheck(t, e, m, n, tt.diff)
 			destroyAndCheck(t, m)
 			restoreAndCheck(t, e, b, snap, tt.diff)
 		})
@@ -183,10 +185,35 @@ func checkLaunch(t *testing.T, e *contractEnv, ls LaunchSpec) {
 	}
 }
 
-func snapshotAndCheck(t *testing.T, e *contractEnv, m vmm.Machine, diff bool) vmm.Snapshot {
+// pauseAndCheck pauses and resumes the machine; it returns how many API
+// calls the machine has seen since it was launched.
+func pauseAndCheck(t *testing.T, e *contractEnv, m vmm.Machine) int {
 	t.Helper()
 	_, fc, _ := e.launcher.last()
 	n := len(wantBoot)
+	if err := m.Pause(ctxT(t)); err != nil {
+		t.Fatalf("pause: %v", err)
+	}
+	if got := calls(t, fc, n); !slices.Equal(got, wantPause) {
+		t.Errorf("pause calls = %q, want %q", got, wantPause)
+	}
+	n += len(wantPause)
+	if err := m.Resume(ctxT(t)); err != nil {
+		t.Fatalf("resume after pause: %v", err)
+	}
+	if got := calls(t, fc, n); !slices.Equal(got, wantResume) {
+		t.Errorf("resume calls = %q, want %q", got, wantResume)
+	}
+	_, _, bodies := fc.snapshot()
+	if vm := bodies["PATCH /vm"]; len(vm) != 2 || vm[0]["state"] != "Paused" || vm[1]["state"] != "Resumed" {
+		t.Errorf("PATCH /vm bodies = %v, want Paused then Resumed", vm)
+	}
+	return n + len(wantResume)
+}
+
+func snapshotAndCheck(t *testing.T, e *contractEnv, m vmm.Machine, n int, diff bool) vmm.Snapshot {
+	t.Helper()
+	_, fc, _ := e.launcher.last()
 	snapDir := filepath.Join(e.base, "snap1")
 	snap, err := m.Snapshot(ctxT(t), snapDir)
 	if err != nil {

@@ -115,7 +115,15 @@ func syncFiles(paths ...string) error {
 	return nil
 }
 
-// Resume continues a machine paused by Snapshot.
+// Pause pauses the microVM's vCPUs (PATCH /vm Paused) without saving anything.
+func (m *machine) Pause(ctx context.Context) error {
+	if err := m.api.patchVM(ctx, statePaused); err != nil {
+		return fmt.Errorf("pause %s: %w", m.st.SessionID, err)
+	}
+	return nil
+}
+
+// Resume continues a machine paused by Pause or Snapshot.
 func (m *machine) Resume(ctx context.Context) error {
 	if err := m.api.patchVM(ctx, stateResumed); err != nil {
 		return fmt.Errorf("resume %s: %w", m.st.SessionID, err)

@@ -2,11 +2,9 @@ package process
 
 import (
 	"bytes"
+	"context"
 	"fmt"
-	"io"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -56,7 +54,7 @@ func alive(pid int, start uint64) bool {
 // daemon is still the recorded process) and every process carrying the
 // machine's marker in its environment (commands, their orphans, terminals).
 func killMachine(info vmm.Info) {
-	marker := []byte(markerEnv + "=" + info.Dir + "\x00")
+	marker := machineMarker(info)
 	for range 50 {
 		n := 0
 		if alive(info.PID, info.StartTime) {
@@ -105,57 +103,46 @@ func hasEntry(env, marker []byte) bool {
 	return bytes.HasPrefix(env, marker) || bytes.Contains(env, append([]byte{0}, marker...))
 }
 
-// copyTree copies a directory tree: directories, regular files and
-// symlinks, with their permission bits. Other file types are skipped.
-func copyTree(src, dst string) error {
-	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
+// signalMachine sends sig to the daemon's process group (if the daemon is
+// still the recorded process) and to every process carrying the machine's
+// marker. It returns the pids it signalled.
+func signalMachine(info vmm.Info, sig syscall.Signal) []int {
+	var pids []int
+	if alive(info.PID, info.StartTime) {
+		_ = syscall.Kill(-info.PID, sig)
+		if syscall.Kill(info.PID, sig) == nil {
+			pids = append(pids, info.PID)
 		}
-		rel, err := filepath.Rel(src, p)
-		if err != nil {
-			return err
+	}
+	for _, pid := range markedProcesses(machineMarker(info)) {
+		if syscall.Kill(pid, sig) == nil {
+			pids = append(pids, pid)
 		}
-		target := filepath.Join(dst, rel)
-		info, err := d.Info()
-		if err != nil {
-			if os.IsNotExist(err) {
-				return nil // removed while copying a live machine
-			}
-			return err
-		}
-		switch {
-		case d.IsDir():
-			return os.MkdirAll(target, info.Mode().Perm()|0o700)
-		case info.Mode()&fs.ModeSymlink != 0:
-			link, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			return os.Symlink(link, target)
-		case info.Mode().IsRegular():
-			return copyFile(p, target, info.Mode().Perm())
-		}
-		return nil
-	})
+	}
+	return pids
 }
 
-func copyFile(src, dst string, perm fs.FileMode) error {
-	in, err := os.Open(src)
-	if os.IsNotExist(err) {
-		return nil
+func machineMarker(info vmm.Info) []byte {
+	return []byte(markerEnv + "=" + info.Dir + "\x00")
+}
+
+// stopMachine stops every process of the machine (SIGSTOP), rescanning
+// until all are stopped, so a process forked meanwhile is caught too.
+func stopMachine(ctx context.Context, info vmm.Info) error {
+	for {
+		running := 0
+		for _, pid := range signalMachine(info, syscall.SIGSTOP) {
+			if state, _, err := procStat(pid); err == nil && state != 'T' && state != 't' && state != 'Z' && state != 'X' {
+				running++
+			}
+		}
+		if running == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("stop processes: %d still running: %w", running, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		_ = out.Close()
-		return err
-	}
-	return out.Close()
 }

@@ -26,7 +26,9 @@ const (
 	SocketFile = "guest.sock"   // the guest daemon's Unix socket
 	LogFile    = "guest.log"    // the guest daemon's log
 	RootDir    = "root"         // the guest's working directory: its "disk"
+	StateDir   = ".engrams"     // the guest daemon's state, inside RootDir (so snapshots keep it)
 	diskRole   = "disk"
+	diskFile   = "disk.tar" // a snapshot's disk: a tar of RootDir
 	name       = "process"
 )
 
@@ -74,7 +76,7 @@ func (b *Backend) Capabilities() vmm.Capabilities {
 		SnapshotMemory: false,
 		SnapshotDisk:   true,
 		Reason: "process backend: development only, gives NO isolation (guest commands are plain host processes " +
-			"with the host agent's privileges); snapshots copy the guest's directory, not its memory or processes",
+			"with the host agent's privileges); snapshots archive the guest's directory (a tar), not its memory or processes",
 	}
 }
 
@@ -89,7 +91,8 @@ func (b *Backend) Boot(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) 
 	return b.start(ctx, spec)
 }
 
-// Restore boots a new machine whose root directory is the snapshot's copy.
+// Restore boots a new machine whose root directory is unpacked from the
+// snapshot's disk archive, wherever that file is.
 func (b *Backend) Restore(ctx context.Context, spec vmm.Spec, snap vmm.Snapshot) (vmm.Machine, error) {
 	if err := checkSpec(spec); err != nil {
 		return nil, err
@@ -102,8 +105,9 @@ func (b *Backend) Restore(ctx context.Context, spec vmm.Spec, snap vmm.Snapshot)
 	if entries, err := os.ReadDir(root); err == nil && len(entries) > 0 {
 		return nil, fmt.Errorf("restore %s: %s is not empty", spec.SessionID, root)
 	}
-	if err := copyTree(disk, root); err != nil {
-		return nil, fmt.Errorf("restore %s: copy disk: %w", spec.SessionID, err)
+	if err := extractTar(disk, root); err != nil {
+		_ = os.RemoveAll(root)
+		return nil, fmt.Errorf("restore %s: unpack disk: %w", spec.SessionID, err)
 	}
 	return b.start(ctx, spec)
 }
@@ -131,6 +135,7 @@ func (b *Backend) start(ctx context.Context, spec vmm.Spec) (vmm.Machine, error)
 	cmd := exec.Command(b.cfg.GuestBinary,
 		"--listen", "unix:"+sock,
 		"--workdir", root,
+		"--state-dir", filepath.Join(root, StateDir),
 		"--log-file", filepath.Join(spec.Dir, LogFile))
 	cmd.Dir = root
 	cmd.Env = guestEnv(spec, root)
@@ -262,9 +267,26 @@ type machine struct {
 	destroyed bool
 }
 
-func (m *machine) Info() vmm.Info               { return m.info }
-func (m *machine) Done() <-chan struct{}        { return m.done }
-func (m *machine) Resume(context.Context) error { return nil }
+func (m *machine) Info() vmm.Info        { return m.info }
+func (m *machine) Done() <-chan struct{} { return m.done }
+
+// Pause stops (SIGSTOP) the daemon and every process of the machine.
+func (m *machine) Pause(ctx context.Context) error {
+	if err := stopMachine(ctx, m.info); err != nil {
+		return fmt.Errorf("pause %s: %w", m.info.SessionID, err)
+	}
+	return nil
+}
+
+// Resume continues (SIGCONT) every process of a machine paused by Pause or
+// Snapshot.
+func (m *machine) Resume(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("resume %s: %w", m.info.SessionID, err)
+	}
+	signalMachine(m.info, syscall.SIGCONT)
+	return nil
+}
 
 func (m *machine) Dial(ctx context.Context) (net.Conn, error) {
 	var d net.Dialer
@@ -318,17 +340,20 @@ func logTail(p string) string {
 	return s
 }
 
-// Snapshot copies the guest's root directory into dir. The machine keeps
-// running while it is copied (this backend cannot pause processes), so a
-// file written meanwhile may be caught half-written; memory and processes
-// are not kept. Resume is therefore a no-op.
+// Snapshot pauses the machine (every process stopped, so no file is
+// caught half-written) and archives its root directory into dir as one
+// tar file; memory and processes are not kept. The machine stays paused:
+// Resume or Destroy it.
 func (m *machine) Snapshot(ctx context.Context, dir string) (vmm.Snapshot, error) {
-	if err := ctx.Err(); err != nil {
-		return vmm.Snapshot{}, err
-	}
-	disk := filepath.Join(dir, diskRole)
-	if err := copyTree(filepath.Join(m.info.Dir, RootDir), disk); err != nil {
+	if err := m.Pause(ctx); err != nil {
 		return vmm.Snapshot{}, fmt.Errorf("snapshot %s: %w", m.info.SessionID, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return vmm.Snapshot{}, fmt.Errorf("snapshot %s: %w", m.info.SessionID, err)
+	}
+	disk := filepath.Join(dir, diskFile)
+	if err := writeTar(filepath.Join(m.info.Dir, RootDir), disk); err != nil {
+		return vmm.Snapshot{}, fmt.Errorf("snapshot %s: archive disk: %w", m.info.SessionID, err)
 	}
 	return vmm.Snapshot{Backend: name, Files: map[string]string{diskRole: disk}, Taken: time.Now().UTC()}, nil
 }
@@ -341,6 +366,7 @@ func (m *machine) Destroy(ctx context.Context) error {
 	if !m.destroyed {
 		if alive(m.info.PID, m.info.StartTime) {
 			_ = syscall.Kill(-m.info.PID, syscall.SIGTERM) // the daemon ends its commands
+			signalMachine(m.info, syscall.SIGCONT)         // a paused machine handles it too
 			t := time.NewTimer(2 * time.Second)
 			select {
 			case <-m.done:

@@ -43,6 +43,7 @@ type Backend struct {
 	reason  string
 	tscKHz  int64
 	cgroup  bool
+	hashes  hashCache // image content hashes, for portable snapshots
 }
 
 // New checks the host (QEMU version, acceleration, TSC frequency, cgroups)

@@ -74,6 +74,12 @@ func buildTestImages() (vmimage.Images, error) {
 			return vmimage.Images{}, &buildError{name, err, string(out)}
 		}
 	}
+	return buildImagesIn(ctx, cache, bin)
+}
+
+// buildImagesIn builds (or finds cached) boot images in cache from the
+// engrams-init and engrams-guest binaries in bin.
+func buildImagesIn(ctx context.Context, cache, bin string) (vmimage.Images, error) {
 	b, err := vmimage.New(vmimage.Config{
 		CacheDir: cache, InitBinary: filepath.Join(bin, "engrams-init"), RootSizeMiB: 512,
 	}, vmimage.Deps{})
@@ -96,9 +102,14 @@ func (e *buildError) Error() string {
 // newTestBackend returns a TCG backend over the test images.
 func newTestBackend(t testing.TB) *Backend {
 	t.Helper()
-	im := testImages(t)
+	return newBackendWith(t, testImages(t), t.TempDir())
+}
+
+// newBackendWith returns a TCG backend over im with its own data dir.
+func newBackendWith(t testing.TB, im vmimage.Images, dataDir string) *Backend {
+	t.Helper()
 	b, err := New(Config{
-		Accel: "auto", DataDir: t.TempDir(), Images: im, Network: true,
+		Accel: "auto", DataDir: dataDir, Images: im, Network: true,
 		ReadyTimeout: 3 * time.Minute,
 	}, Deps{Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {

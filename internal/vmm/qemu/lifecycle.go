@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/internal/vmm"
-	"github.com/engrams/engrams/internal/vmm/vmimage"
 )
 
 // Snapshot file names and roles.
@@ -19,17 +18,6 @@ const (
 	snapDisk   = "disk.qcow2"    // role "disk": the overlay, backed by the shared base image
 	snapConfig = "snapshot.json" // role "config": what the restore command line needs
 )
-
-// snapConfigFile is the "config" role file: the machine shape a restore
-// must reproduce exactly.
-type snapConfigFile struct {
-	QEMUVersion string         `json:"qemu_version"`
-	Accel       string         `json:"accel"`
-	MemoryMiB   int            `json:"memory_mib"`
-	VCPUs       int            `json:"vcpus"`
-	Network     bool           `json:"network"`
-	Images      vmimage.Images `json:"images"`
-}
 
 // Snapshot pauses the machine and writes its memory and device state and
 // its disk into dir. The machine stays paused.
@@ -56,12 +44,21 @@ func (m *machine) snapshot(ctx context.Context, dir string) (vmm.Snapshot, error
 	}
 	// Migration completion flushed and inactivated the block devices, so
 	// the overlay file is consistent now.
-	if err := vmimage.CloneFile(m.path(fileDisk), filepath.Join(dir, snapDisk)); err != nil {
+	if err := m.writeSnapDisk(ctx, filepath.Join(dir, snapDisk)); err != nil {
 		return snap, err
 	}
+	refs, err := m.b.imageRefs(m.st.Images)
+	if err != nil {
+		return snap, err
+	}
+	cmdline := m.st.Cmdline
+	if cmdline == "" { // started before the command line was recorded
+		cmdline = kernelCmdline(m.b.tscKHz, guestParams(m.st.Hostname, m.st.Network))
+	}
 	cfg := snapConfigFile{
-		QEMUVersion: m.b.version, Accel: m.st.Accel, MemoryMiB: m.st.MemoryMiB,
-		VCPUs: m.st.VCPUs, Network: m.st.Network, Images: m.st.Images,
+		Format: snapFormat, QEMUVersion: m.b.version, Accel: m.st.Accel, MemoryMiB: m.st.MemoryMiB,
+		VCPUs: m.st.VCPUs, Network: m.st.Network, Hostname: m.st.Hostname, Cmdline: cmdline,
+		KernelVersion: m.st.Images.KernelVersion, Images: refs,
 	}
 	data, _ := json.MarshalIndent(cfg, "", "  ")
 	if err := os.WriteFile(filepath.Join(dir, snapConfig), data, 0o644); err != nil {
@@ -114,7 +111,18 @@ func waitMigration(ctx context.Context, q *QMP) error {
 	}
 }
 
-// Resume continues a machine paused by Snapshot and reconnects the guest.
+// Pause stops the machine's vCPUs (QMP stop) without saving anything. The
+// guest session stays; Resume continues.
+func (m *machine) Pause(ctx context.Context) error {
+	err := m.withQMP(ctx, func(q *QMP) error { return q.Execute(ctx, "stop", nil, nil) })
+	if err != nil {
+		return fmt.Errorf("pause %s: %w", m.st.SessionID, err)
+	}
+	return nil
+}
+
+// Resume continues a machine paused by Pause or Snapshot and reconnects
+// the guest if its session ended.
 func (m *machine) Resume(ctx context.Context) error {
 	err := m.withQMP(ctx, func(q *QMP) error { return q.Execute(ctx, "cont", nil, nil) })
 	if err != nil {
@@ -178,32 +186,31 @@ func (b *Backend) Restore(ctx context.Context, spec vmm.Spec, snap vmm.Snapshot)
 }
 
 func (b *Backend) restore(ctx context.Context, spec vmm.Spec, snap vmm.Snapshot) (*machine, error) {
-	if snap.Backend != "qemu" {
-		return nil, fmt.Errorf("snapshot is from backend %q: %w", snap.Backend, vmm.ErrUnsupported)
-	}
-	var cfg snapConfigFile
-	data, err := os.ReadFile(snap.Files["config"])
+	cfg, err := b.readSnapConfig(spec, snap)
 	if err != nil {
 		return nil, err
 	}
-	if err := json.Unmarshal(data, &cfg); err != nil {
-		return nil, fmt.Errorf("read snapshot config: %w", err)
-	}
-	if cfg.QEMUVersion != b.version {
-		return nil, fmt.Errorf("snapshot taken with %q, this host runs %q: %w", cfg.QEMUVersion, b.version, vmm.ErrUnsupported)
-	}
-	if spec.Dir == "" {
-		return nil, errors.New("spec.Dir is required")
-	}
-	if err := vmimage.CloneFile(snap.Files["disk"], filepath.Join(spec.Dir, fileDisk)); err != nil {
+	images, err := b.localImages(cfg.Images)
+	if err != nil {
 		return nil, err
+	}
+	mem, err := filepath.Abs(snap.Files["memory"])
+	if err != nil {
+		return nil, err
+	}
+	if err := b.placeRestoredDisk(ctx, snap.Files["disk"], spec.Dir, images.RootFS); err != nil {
+		return nil, err
+	}
+	hostname := cfg.Hostname
+	if spec.Hostname != "" {
+		hostname = guestParams(spec.Hostname, false).Hostname
 	}
 	st := state{
 		Info:  vmm.Info{SessionID: spec.SessionID, Backend: "qemu", Dir: spec.Dir, Created: time.Now().UTC()},
 		Accel: cfg.Accel, MemoryMiB: cfg.MemoryMiB, VCPUs: cfg.VCPUs, Network: cfg.Network,
-		Images: cfg.Images, Hostname: guestParams(spec.Hostname, false).Hostname,
+		Images: images, Hostname: hostname, Cmdline: cfg.Cmdline,
 	}
-	m, err := b.startState(ctx, st, snap.Files["memory"])
+	m, err := b.startState(ctx, st, mem)
 	if err != nil {
 		_ = os.Remove(filepath.Join(spec.Dir, fileDisk))
 		return nil, err
@@ -212,6 +219,7 @@ func (b *Backend) restore(ctx context.Context, spec vmm.Spec, snap vmm.Snapshot)
 		_ = m.Destroy(context.Background())
 		return nil, err
 	}
+	b.log.Info("machine restored", "session_id", spec.SessionID, "pid", m.st.PID, "accel", m.st.Accel)
 	return m, nil
 }
 

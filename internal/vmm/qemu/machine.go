@@ -30,6 +30,7 @@ type state struct {
 	Images    vmimage.Images `json:"images"`
 	Cgroup    string         `json:"cgroup,omitempty"`
 	Hostname  string         `json:"hostname"`
+	Cmdline   string         `json:"cmdline"` // guest kernel command line, kept across restores
 }
 
 type machine struct {
@@ -77,6 +78,7 @@ func (b *Backend) start(ctx context.Context, spec vmm.Spec, accel, incoming stri
 		Accel: accel, MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, Network: b.cfg.Network,
 		Images: b.cfg.Images, Hostname: guestParams(spec.Hostname, false).Hostname,
 	}
+	st.Cmdline = kernelCmdline(b.tscKHz, guestParams(st.Hostname, st.Network))
 	return b.startState(ctx, st, incoming)
 }
 
@@ -90,7 +92,7 @@ func (b *Backend) startState(ctx context.Context, st state, incoming string) (*m
 		Kernel: st.Images.Kernel, Initramfs: st.Images.Initramfs, Bundle: st.Images.Bundle,
 		Disk:    filepath.Join(st.Dir, fileDisk),
 		PIDFile: filepath.Join(st.Dir, filePID),
-		Cmdline: kernelCmdline(b.tscKHz, guestParams(st.Hostname, st.Network)),
+		Cmdline: st.Cmdline,
 		Name:    st.SessionID, Network: st.Network, Incoming: incoming,
 	}
 	var out bytes.Buffer

@@ -28,6 +28,7 @@ type Config struct {
 	Mirror      string   // debootstrap mirror; default http://deb.debian.org/debian
 	RootSizeMiB int      // virtual size of the root image; default 2048 (sparse)
 	MkfsExt4    string   // default "mkfs.ext4"
+	Debugfs     string   // default "debugfs" (stamps inode change times)
 	QemuImg     string   // default "qemu-img"
 }
 
@@ -103,6 +104,9 @@ func New(cfg Config, deps Deps) (*Builder, error) {
 	if cfg.QemuImg == "" {
 		cfg.QemuImg = "qemu-img"
 	}
+	if cfg.Debugfs == "" {
+		cfg.Debugfs = "debugfs"
+	}
 	log := deps.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -150,7 +154,7 @@ type hasher struct{ h io.Writer }
 
 func newKey(kind string) (*hasher, func() string) {
 	s := sha256.New()
-	fmt.Fprintf(s, "engrams-vmimage-v1\x00%s\x00", kind)
+	fmt.Fprintf(s, "engrams-vmimage-v2\x00%s\x00", kind)
 	return &hasher{s}, func() string { return kind + "-" + hex.EncodeToString(s.Sum(nil))[:24] }
 }
 
@@ -160,13 +164,19 @@ func (k *hasher) str(parts ...string) {
 	}
 }
 
+// file adds a file's size and content, not its path: the same inputs give
+// the same names on every host, wherever they are stored.
 func (k *hasher) file(path string) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	k.str(path)
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	k.str(fmt.Sprint(st.Size()))
 	_, err = io.Copy(k.h, f)
 	return err
 }
@@ -178,12 +188,20 @@ func (b *Builder) cached(name string) (string, bool) {
 	return p, err == nil
 }
 
-// writeAtomic creates dst by letting fill write a temporary file, then
-// renaming it into place.
+// writeAtomic creates dst by letting fill write a temporary file, records
+// its content hash beside it (see ContentHash), then renames it into place.
 func writeAtomic(dst string, fill func(tmp string) error) error {
 	tmp := fmt.Sprintf("%s.tmp-%d", dst, os.Getpid())
 	_ = os.RemoveAll(tmp)
 	if err := fill(tmp); err != nil {
+		_ = os.RemoveAll(tmp)
+		return err
+	}
+	if _, err := ContentHash(tmp); err != nil {
+		_ = os.RemoveAll(tmp)
+		return err
+	}
+	if err := os.Rename(tmp+hashSuffix, dst+hashSuffix); err != nil {
 		_ = os.RemoveAll(tmp)
 		return err
 	}

@@ -42,7 +42,7 @@ func (b *Builder) Bundle(ctx context.Context, files []BundleFile) (string, error
 		}
 	}
 	size := max(32<<20, total*3/2+16<<20)
-	err = writeAtomic(p, func(tmp string) error { return b.mkfsExt4(ctx, tmp, stage, "engrams", size) })
+	err = writeAtomic(p, func(tmp string) error { return b.mkfsExt4(ctx, tmp, stage, "engrams", filepath.Base(p), size) })
 	if err != nil {
 		return "", fmt.Errorf("build bundle: %w", err)
 	}

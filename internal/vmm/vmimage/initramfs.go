@@ -41,6 +41,7 @@ func (b *Builder) Initramfs(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("build initramfs: hash init: %w", err)
 	}
 	for _, m := range mods {
+		k.str(m.Name)
 		if err := k.file(filepath.Join(dir, m.Path)); err != nil {
 			return "", fmt.Errorf("build initramfs: hash module: %w", err)
 		}

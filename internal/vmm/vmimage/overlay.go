@@ -79,3 +79,19 @@ func sparseCopy(in, out *os.File) error {
 	}
 	return out.Truncate(size)
 }
+
+// Rebase points the qcow2 overlay's backing-file reference at base without
+// touching its data (qemu-img rebase -u): use it to store a bare image name
+// in a portable copy, and to point a restored copy at the local image.
+func Rebase(ctx context.Context, qemuImg, overlay, base string) error {
+	if qemuImg == "" {
+		qemuImg = "qemu-img"
+	}
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, qemuImg, "rebase", "-q", "-u", "-b", base, "-F", "raw", overlay)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("rebase overlay %s onto %s: %w: %s", overlay, base, err, tail(out.String(), 300))
+	}
+	return nil
+}

@@ -110,9 +110,11 @@ func Run(t *testing.T, h Harness) {
 	mustStep(t, "files", func(t *testing.T) { h.checkFiles(t, g) })
 	var bg background
 	mustStep(t, "background process", func(t *testing.T) { bg = h.startBackground(t, g) })
+	mustStep(t, "pause and resume", func(t *testing.T) { h.checkPause(t, g) })
 
 	if caps.SnapshotMemory || caps.SnapshotDisk {
 		parent := t
+		mustStep(t, "snapshot and resume", func(t *testing.T) { h.snapshotResume(t, g) })
 		mustStep(t, "snapshot and restore", func(t *testing.T) {
 			spec := h.spec(parent) // the restored machine outlives this step
 			g = h.snapshotRestore(t, b, g, bg, caps, spec)
@@ -399,6 +401,7 @@ func (h Harness) snapshotRestore(t *testing.T, b vmm.Backend, g guest, bg backgr
 			t.Errorf("destroy removed snapshot file %s: %v", role, err)
 		}
 	}
+	snap = relocate(t, snap, snapDir, oldInfo.Dir)
 
 	began = time.Now()
 	m, err := b.Restore(h.ctx(t), spec, snap)
