@@ -21,7 +21,11 @@ VM backend it uses, and runs the sessions placed on it.`)
 	return cmd
 }
 
+// sessionsUsed shows running sessions, and the limit when there is one.
 func sessionsUsed(c hostlink.Capacity) string {
+	if c.MaxSessions <= 0 {
+		return fmt.Sprintf("%d", c.Sessions)
+	}
 	return fmt.Sprintf("%d/%d", c.Sessions, c.MaxSessions)
 }
 
