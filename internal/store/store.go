@@ -58,7 +58,7 @@ type Session struct {
 	IdempotencyKey string
 	EventSeq       int64     // index of the last event appended
 	HeadSnapshotID string    // the committed snapshot a resume restores; "" before the first
-	LastActivity   time.Time // last exec, file operation or prompt (idle eviction clock)
+	LastActivity   time.Time // last exec, file operation or prompt (idle eviction clock); starts at CreatedAt
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
 }
@@ -224,6 +224,7 @@ type Hosts interface {
 	// RegisterHost inserts or replaces a host's name, facts, capacity, replica
 	// route and protocol version, sets it ready (draining when its drain flag
 	// is set) and stamps heartbeat and connection times with h.LastHeartbeat.
+	// It never changes the drain flag (h.Draining is ignored).
 	RegisterHost(ctx context.Context, h Host) error
 	// HostHeartbeat stamps the heartbeat time and capacity; it returns the
 	// host's state (a lost host must reconnect and register again).
@@ -233,10 +234,12 @@ type Hosts interface {
 	// SetHostState forces a state (tests, admin repair); prefer the calls below.
 	SetHostState(ctx context.Context, id string, state HostState) error
 	// SetHostDraining sets the drain flag; a connected host's state follows
-	// (ready <-> draining).
+	// (ready <-> draining). A new or lost host keeps its state until it
+	// registers or is revived.
 	SetHostDraining(ctx context.Context, id string, draining bool) error
 	// ReviveHost moves a lost host back to ready (or draining, per its flag)
-	// and returns its state; other states are left as they are.
+	// and returns its state; other states are left as they are (and
+	// returned). ErrNotFound for an unknown host.
 	ReviveHost(ctx context.Context, id string) (HostState, error)
 	// MarkHostsLost moves every ready or draining host whose last heartbeat
 	// is before the cutoff to lost (keeping its drain flag) and returns their ids.
@@ -248,7 +251,9 @@ type Sessions interface {
 	// CreateSession inserts a session in Created (desired "active", epoch 0),
 	// its pending create op and a "created" event, in one transaction. With an
 	// idempotency key already used it returns the existing session and its
-	// create op, and created=false.
+	// (latest) create op, and created=false — unless that op failed or was
+	// superseded: then the key is released and a new session is created
+	// (the old one keeps IdempotencyKey as a record).
 	CreateSession(ctx context.Context, s NewSession) (sess Session, op Op, created bool, err error)
 	GetSession(ctx context.Context, id string) (Session, error)
 	ListSessions(ctx context.Context, f SessionFilter) ([]Session, error)
@@ -270,7 +275,9 @@ type Ops interface {
 	// EnqueueOp inserts a pending op. If the session already has a pending or
 	// running op it returns ErrOpInProgress, unless supersede is set: then
 	// that op becomes superseded in the same transaction. A non-empty
-	// idempotency key already used for the session returns the existing op.
+	// idempotency key held by a pending, running or succeeded op of the
+	// session returns that op; a key whose op failed or was superseded is
+	// free again, so a retry inserts a new op.
 	EnqueueOp(ctx context.Context, op Op, supersede bool) (Op, error)
 	// ClaimOp claims the oldest pending op, or a running op whose lease
 	// expired before now: it bumps the session's epoch, and marks the op
@@ -305,7 +312,10 @@ type Snapshots interface {
 	// CommitSnapshot inserts snap and makes it the session's head in one
 	// transaction, only while the session still has epoch (ErrStaleEpoch
 	// otherwise; nothing is written). It also marks the session's delivered
-	// outbox items with seq <= snap.OutboxSeq durable.
+	// outbox items with seq <= snap.OutboxSeq durable. The row's ParentID is
+	// the previous head and its Epoch is epoch; a non-empty snap.ParentID
+	// that is not the head, a reused snapshot id, or a terminal session is
+	// ErrConflict, an unknown session ErrNotFound; nothing is written then.
 	CommitSnapshot(ctx context.Context, snap Snapshot, epoch int64) error
 	GetSnapshot(ctx context.Context, id string) (Snapshot, error)
 	// ListSnapshots returns a session's snapshots, oldest first.
@@ -314,19 +324,23 @@ type Snapshots interface {
 	// fn's error stops it.
 	ForEachSnapshot(ctx context.Context, fn func(Snapshot) error) error
 	// DeleteSnapshots removes a terminal session's snapshot rows (its chunks
-	// become unreachable for GC). ErrConflict unless the session is terminal.
+	// become unreachable for GC) and clears its head. ErrConflict unless the
+	// session is terminal, ErrNotFound for an unknown session.
 	DeleteSnapshots(ctx context.Context, sessionID string) error
 }
 
 // Outbox keeps commands sent into sessions.
 type Outbox interface {
-	// PutOutbox appends an item with the next seq; an ID already used for
-	// the session returns the existing item and created=false.
+	// PutOutbox appends a pending item with the next seq (ErrNotFound for
+	// an unknown session); an ID already used for the session returns the
+	// existing item and created=false.
 	PutOutbox(ctx context.Context, it OutboxItem) (item OutboxItem, created bool, err error)
-	// ListOutbox returns up to limit items with seq > afterSeq, in order.
+	// ListOutbox returns up to limit items with seq > afterSeq, in order;
+	// limit <= 0 means no limit.
 	ListOutbox(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]OutboxItem, error)
 	// MarkDelivered records that the guest applied every item with seq <=
-	// through; fenced by epoch. Items already delivered or durable are left.
+	// through; fenced by epoch (ErrStaleEpoch, or ErrNotFound for an unknown
+	// session). Items already delivered or durable are left.
 	MarkDelivered(ctx context.Context, sessionID string, through int64, epoch int64, at time.Time) error
 	// RollbackOutbox returns delivered (not durable) items with seq > after
 	// to pending: the incarnation that applied them was lost and the session
