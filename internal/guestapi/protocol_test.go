@@ -20,19 +20,22 @@ import (
 // TestRawHTTP checks answers a client other than Client gets.
 func TestRawHTTP(t *testing.T) {
 	t.Parallel()
-	h := guest.New(guest.Config{WorkDir: t.TempDir()}, guest.Deps{}).Handler()
+	h := guest.New(guest.Config{WorkDir: t.TempDir(), StateDir: t.TempDir()}, guest.Deps{}).Handler()
+	v := strconv.Itoa(guestapi.Version)
 	tests := []struct {
 		name, method, target, version string
 		wantStatus                    int
 		wantError                     string
 	}{
-		{"version mismatch", "GET", guestapi.PathReady, "99", 400, "request has Engrams-Guest-Api=99, daemon speaks 1"},
+		{"version mismatch", "GET", guestapi.PathReady, "99", 400, "request has Engrams-Guest-Api=99, daemon speaks " + v},
 		{"no version header is accepted", "GET", guestapi.PathReady, "", 200, ""},
-		{"missing path", "GET", guestapi.PathFileStat, "1", 400, "missing query parameter: path"},
-		{"relative path", "GET", guestapi.PathFileList + "?path=x", "1", 400, "path must be absolute"},
-		{"unknown route", "GET", "/v1/nope", "1", 404, "no route"},
-		{"wrong method", "DELETE", guestapi.PathFiles + "?path=/x", "1", 405, "method not allowed"},
-		{"exec without upgrade", "GET", guestapi.PathExec, "1", 400, "WebSocket upgrade"},
+		{"missing path", "GET", guestapi.PathFileStat, v, 400, "missing query parameter: path"},
+		{"relative path", "GET", guestapi.PathFileList + "?path=x", v, 400, "path must be absolute"},
+		{"unknown route", "GET", "/v1/nope", v, 404, "no route"},
+		{"wrong method", "DELETE", guestapi.PathFiles + "?path=/x", v, 405, "method not allowed"},
+		{"sync is POST", "GET", guestapi.PathSync, v, 405, "method not allowed"},
+		{"outbox bad body", "POST", guestapi.PathOutbox, v, 400, "decode outbox apply"},
+		{"exec without upgrade", "GET", guestapi.PathExec, v, 400, "WebSocket upgrade"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -106,7 +109,7 @@ func TestOversizedControlMessage(t *testing.T) {
 func TestClientVersionMismatch(t *testing.T) {
 	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set(guestapi.HeaderVersion, "2")
+		w.Header().Set(guestapi.HeaderVersion, strconv.Itoa(guestapi.Version+1)) // a newer daemon
 		w.WriteHeader(http.StatusBadRequest)
 		_, _ = w.Write([]byte(`{"error":"guest API version mismatch"}`))
 	}))

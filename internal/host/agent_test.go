@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -274,6 +275,9 @@ func runAgentWith(t *testing.T, url, dir string, w *world, opt func(*host.Config
 		AgentVersion:      "v0.0.1-test",
 	}
 	deps := host.Deps{Backend: fakeBackend{w}}
+	if os.Getenv("HOST_TEST_LOG") != "" {
+		deps.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	if opt != nil {
 		opt(&cfg, &deps)
 	}
@@ -355,7 +359,8 @@ func TestRegisterStartAndFence(t *testing.T) {
 	// Over capacity: 1024 of 4096 MiB in use.
 	status, body = c.start(t, "s2", 1, hostlink.MachineSpec{MemoryMiB: 3500, VCPUs: 1})
 	wantCode(t, status, body, http.StatusConflict, "capacity")
-	status, body = c.start(t, "s2", 1, hostlink.MachineSpec{MemoryMiB: 512, VCPUs: 3})
+	// vCPUs: 4 CPUs offer 4 × VCPUOvercommit, 2 are in use.
+	status, body = c.start(t, "s2", 1, hostlink.MachineSpec{MemoryMiB: 512, VCPUs: 4*hostlink.VCPUOvercommit - 1})
 	wantCode(t, status, body, http.StatusConflict, "capacity")
 	// Bad input.
 	status, body = c.start(t, "a%24b", 1, spec)
@@ -418,7 +423,9 @@ func TestReconcileOwnership(t *testing.T) {
 	waitDestroyed(t, w.machine(dir, "gone"))
 	waitDestroyed(t, w.machine(dir, "gone-newer"))
 	hb := recv(t, c.heartbeats, func(hb hostlink.HeartbeatRequest) bool {
-		return len(hb.Machines) == 2 && machineState(hb.Machines, "claimed") == "running"
+		return len(hb.Machines) == 2 && slices.ContainsFunc(hb.Machines, func(m hostlink.MachineStatus) bool {
+			return m.SessionID == "claimed" && m.Epoch == 5
+		})
 	})
 	for _, m := range hb.Machines {
 		if want := map[string]int64{"keep": 3, "claimed": 5}[m.SessionID]; m.Epoch != want || m.State != "running" {

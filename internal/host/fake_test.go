@@ -33,7 +33,9 @@ type world struct {
 	snapErr     error
 }
 
-func newWorld() *world { return &world{machines: map[string]*fakeMachine{}, recoverFail: map[string]int{}} }
+func newWorld() *world {
+	return &world{machines: map[string]*fakeMachine{}, recoverFail: map[string]int{}}
+}
 
 // fakeBackend runs in-memory machines whose guest daemon is a tiny HTTP
 // handler reached over net.Pipe.

@@ -324,8 +324,9 @@ func (a *Agent) reserve(sid string, spec hostlink.MachineSpec) error {
 	switch {
 	case mem > a.cap.MemoryMiB:
 		return fmt.Errorf("session %s needs %d MiB: %d MiB of %d in use or reserved", sid, spec.MemoryMiB, mem-spec.MemoryMiB, a.cap.MemoryMiB)
-	case cpus > a.cap.VCPUs:
-		return fmt.Errorf("session %s needs %d vCPUs: %d of %d in use or reserved", sid, spec.VCPUs, cpus-spec.VCPUs, a.cap.VCPUs)
+	case cpus > a.cap.VCPUs*hostlink.VCPUOvercommit: // the scheduler's rule
+		return fmt.Errorf("session %s needs %d vCPUs: %d of %d (%d CPUs × %d) in use or reserved",
+			sid, spec.VCPUs, cpus-spec.VCPUs, a.cap.VCPUs*hostlink.VCPUOvercommit, a.cap.VCPUs, hostlink.VCPUOvercommit)
 	case a.cap.MaxSessions > 0 && n > a.cap.MaxSessions:
 		return fmt.Errorf("session %s: this host runs at most %d sessions", sid, a.cap.MaxSessions)
 	}

@@ -201,13 +201,14 @@ func waitFor(t *testing.T, ch <-chan string, want string) {
 func TestCoordinatorRefusesOtherVersions(t *testing.T) {
 	t.Parallel()
 	c := newCoordinator(t, "a", "secret", nil)
+	v := hostlink.Version
 	tests := []struct {
 		header string
 		want   []string
 	}{
-		{"", []string{"missing or invalid", "this coordinator speaks 1", "upgrade the host agent"}},
-		{"0", []string{"host speaks hostlink protocol 0, this coordinator speaks 1", "upgrade the host agent"}},
-		{"2", []string{"host speaks hostlink protocol 2, this coordinator speaks 1", "upgrade the coordinator"}},
+		{"", []string{"missing or invalid", fmt.Sprintf("this coordinator speaks %d", v), "upgrade the host agent"}},
+		{strconv.Itoa(v - 1), []string{fmt.Sprintf("host speaks hostlink protocol %d, this coordinator speaks %d", v-1, v), "upgrade the host agent"}},
+		{strconv.Itoa(v + 1), []string{fmt.Sprintf("host speaks hostlink protocol %d, this coordinator speaks %d", v+1, v), "upgrade the coordinator"}},
 	}
 	for _, tt := range tests {
 		t.Run("v"+tt.header, func(t *testing.T) {
@@ -261,15 +262,16 @@ func fakeCoordinator(t *testing.T, v int, upgrade bool) string {
 
 func TestHostRefusesOtherVersions(t *testing.T) {
 	t.Parallel()
+	v := hostlink.Version
 	tests := []struct {
 		name    string
 		url     string
 		want    []string
 		upgrade bool
 	}{
-		{"newer coordinator accepts", fakeCoordinator(t, 2, true), []string{"coordinator speaks hostlink protocol 2, this host speaks 1", "upgrade the host agent"}, true},
-		{"older coordinator accepts", fakeCoordinator(t, 0, true), []string{"coordinator speaks hostlink protocol 0, this host speaks 1", "upgrade the coordinator"}, true},
-		{"newer coordinator refuses", fakeCoordinator(t, 2, false), []string{"host speaks hostlink protocol 1, this coordinator speaks 2", "upgrade the host agent"}, false},
+		{"newer coordinator accepts", fakeCoordinator(t, v+1, true), []string{fmt.Sprintf("coordinator speaks hostlink protocol %d, this host speaks %d", v+1, v), "upgrade the host agent"}, true},
+		{"older coordinator accepts", fakeCoordinator(t, v-1, true), []string{fmt.Sprintf("coordinator speaks hostlink protocol %d, this host speaks %d", v-1, v), "upgrade the coordinator"}, true},
+		{"newer coordinator refuses", fakeCoordinator(t, v+1, false), []string{fmt.Sprintf("host speaks hostlink protocol %d, this coordinator speaks %d", v, v+1), "upgrade the host agent"}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -103,6 +103,43 @@ func hasEntry(env, marker []byte) bool {
 	return bytes.HasPrefix(env, marker) || bytes.Contains(env, append([]byte{0}, marker...))
 }
 
+// stopped reports whether pid is stopped, gone, or cannot run user code
+// again before it stops: uninterruptible sleep ('D', e.g. a vfork parent
+// waiting for a child that was stopped before its exec) with SIGSTOP
+// pending stops on its way back to user space.
+func stopped(pid int) bool {
+	state, _, err := procStat(pid)
+	if err != nil {
+		return true
+	}
+	switch state {
+	case 'T', 't', 'Z', 'X':
+		return true
+	case 'D':
+		return stopPending(pid)
+	}
+	return false
+}
+
+// stopPending reports whether SIGSTOP is pending for pid (thread or process).
+func stopPending(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return false
+	}
+	const bit = uint64(1) << (uint(syscall.SIGSTOP) - 1)
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || (k != "SigPnd" && k != "ShdPnd") {
+			continue
+		}
+		if mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64); err == nil && mask&bit != 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // signalMachine sends sig to the daemon's process group (if the daemon is
 // still the recorded process) and to every process carrying the machine's
 // marker. It returns the pids it signalled.
@@ -132,7 +169,7 @@ func stopMachine(ctx context.Context, info vmm.Info) error {
 	for {
 		running := 0
 		for _, pid := range signalMachine(info, syscall.SIGSTOP) {
-			if state, _, err := procStat(pid); err == nil && state != 'T' && state != 't' && state != 'Z' && state != 'X' {
+			if !stopped(pid) {
 				running++
 			}
 		}

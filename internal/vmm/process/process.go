@@ -237,6 +237,13 @@ func (b *Backend) Recover(ctx context.Context, dir string) (vmm.Machine, error) 
 	m := &machine{b: b, info: info, done: make(chan struct{}), polled: true}
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	if stopped(info.PID) {
+		// Paused (Pause or Snapshot) by the previous host agent: it stays
+		// paused and cannot answer until Resume.
+		go m.poll()
+		b.log.Info("paused machine recovered", "session_id", info.SessionID, "pid", info.PID, "dir", dir)
+		return m, nil
+	}
 	if _, err := guestapi.NewClient(m.Dial).Ready(rctx); err != nil {
 		b.cleanupLeftovers(info)
 		return nil, fmt.Errorf("recover %s: guest daemon does not answer (%v): %w", dir, err, vmm.ErrGone)

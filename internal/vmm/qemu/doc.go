@@ -1,4 +1,4 @@
-// Package qemu is the vmm.Backend that runs guests in QEMU microvm machines (KVM when
-// usable, TCG otherwise), controlled over QMP, with the guest daemon reached over a
-// virtio-serial port; snapshots are QMP migrations to a file plus the qcow2 overlay.
+// Package qemu is the vmm.Backend that runs guests in QEMU microvm machines (KVM or
+// TCG) over QMP and a virtio-serial guest port. Snapshots (a migration file, the qcow2
+// overlay, a config naming images by content) name no host path: any host restores them.
 package qemu

@@ -1,4 +1,4 @@
-// Package vmimage builds, at run time and into a keyed cache, what a VM boots:
-// the PVH vmlinux extracted from a distribution kernel, the initramfs with our
-// stage-1 init, the default root filesystem, the engrams bundle disk and overlays.
+// Package vmimage builds, into a cache keyed by content, what a VM boots: the PVH
+// vmlinux, the initramfs with our stage-1 init, the root filesystem, the bundle disk
+// and overlays. Builds are reproducible, so every host names and fills them alike.
 package vmimage

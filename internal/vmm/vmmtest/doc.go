@@ -1,4 +1,4 @@
-// Package vmmtest is the conformance suite every vmm backend runs: boot,
-// exec, files, snapshot/restore, recover after a host-agent restart, destroy.
-// Guest commands are POSIX sh and busybox/coreutils only.
+// Package vmmtest is the conformance suite every vmm backend runs: boot, exec,
+// files, pause, snapshot/resume, snapshot/restore from relocated files, recover
+// after a host-agent restart, destroy. Guest commands are POSIX sh and busybox.
 package vmmtest

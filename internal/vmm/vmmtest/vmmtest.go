@@ -373,6 +373,7 @@ func (h Harness) snapshotRestore(t *testing.T, b vmm.Backend, g guest, bg backgr
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(snapDir) })
+	h.applyOutbox(t, g)
 	before := h.readBackground(t, g)
 	began := time.Now()
 	snap, err := g.m.Snapshot(h.ctx(t), snapDir)
@@ -431,6 +432,7 @@ func (h Harness) snapshotRestore(t *testing.T, b vmm.Backend, g guest, bg backgr
 	} else {
 		t.Log("memory not snapshotted: background process continuity not checked")
 	}
+	h.checkOutboxRestored(t, ng)
 	out, exit := run(t, h, ng, sh("echo restored; exit 5"), "")
 	if out != "restored\n" || exit.ExitCode != 5 {
 		t.Errorf("exec after restore: %q %+v", out, exit)

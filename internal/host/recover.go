@@ -1,0 +1,177 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/vmm"
+)
+
+// Recovery retries: a machine the backend cannot reattach (other than
+// vmm.ErrGone) is tried this many times before it is tracked as lost.
+const (
+	recoverAttempts = 3
+	recoverBackoff  = 200 * time.Millisecond // doubled after each failure
+)
+
+// recoverMachines reattaches the machines a previous agent left running.
+func (a *Agent) recoverMachines(ctx context.Context) error {
+	root := filepath.Join(a.cfg.DataDir, machinesDir)
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return fmt.Errorf("create machines dir: %w", err)
+	}
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return fmt.Errorf("list machines dir: %w", err)
+	}
+	for _, e := range entries {
+		sid := e.Name()
+		if !e.IsDir() || !validSessionID(sid) {
+			continue
+		}
+		a.recoverOne(ctx, sid)
+	}
+	return nil
+}
+
+func (a *Agent) recoverOne(ctx context.Context, sid string) {
+	log := a.log.With("session_id", sid)
+	dir := a.machineDir(sid)
+	rec := machineRecord{SessionID: sid}
+	b, err := os.ReadFile(filepath.Join(dir, machineFile))
+	if errors.Is(err, os.ErrNotExist) {
+		// Nothing was ever booted here (or it was destroyed); keep snapshots.
+		if err := cleanMachineDir(dir); err != nil {
+			log.Warn("clean machine dir", "error", err)
+		}
+		return
+	}
+	if err == nil {
+		err = json.Unmarshal(b, &rec)
+	}
+	if err != nil {
+		// Without a record there is no epoch to report; the backend may
+		// still hold a machine: track it as lost so reconcile destroys it.
+		log.Error("machine record unreadable; tracking the machine as exited until reconciled", "error", err)
+		a.trackLost(sid, rec)
+		return
+	}
+	removeSnapshotTemps(dir, log)
+	m, err := a.recoverWithRetry(ctx, dir)
+	if errors.Is(err, vmm.ErrGone) {
+		log.Info("machine gone after agent restart; forgetting it")
+		if err := cleanMachineDir(dir); err != nil {
+			log.Warn("clean machine dir", "error", err)
+		}
+		return
+	}
+	if err != nil {
+		log.Error("machine not recovered; tracking it as exited so reconciliation destroys it", "epoch", rec.Epoch, "error", err)
+		a.trackLost(sid, rec)
+		return
+	}
+	mc := a.add(sid, rec.Epoch, hostlink.MachineSpec{MemoryMiB: rec.MemoryMiB, VCPUs: rec.VCPUs}, m)
+	a.mu.Lock()
+	mc.paused = rec.Paused
+	a.mu.Unlock()
+	log.Info("machine recovered", "epoch", rec.Epoch, "pid", m.Info().PID, "paused", rec.Paused)
+}
+
+// recoverWithRetry calls Backend.Recover until it succeeds, answers
+// vmm.ErrGone, or fails recoverAttempts times.
+func (a *Agent) recoverWithRetry(ctx context.Context, dir string) (vmm.Machine, error) {
+	wait := recoverBackoff
+	var err error
+	for attempt := 1; ; attempt++ {
+		var m vmm.Machine
+		m, err = a.deps.Backend.Recover(ctx, dir)
+		if err == nil || errors.Is(err, vmm.ErrGone) || attempt == recoverAttempts {
+			return m, err
+		}
+		a.log.Warn("recover machine failed; retrying", "dir", dir, "attempt", attempt, "error", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("recover machine in %s: %w (then %w)", dir, err, ctx.Err())
+		case <-t.C:
+		}
+		wait *= 2
+	}
+}
+
+// trackLost keeps a machine that could not be reattached in the table as
+// exited: the coordinator sees it, and destroying it (reconcile, or a
+// start of the session) retries the backend's Recover and destroys what it
+// finds.
+func (a *Agent) trackLost(sid string, rec machineRecord) {
+	lm := &lostMachine{backend: a.deps.Backend, info: vmm.Info{SessionID: sid, Dir: a.machineDir(sid)}, done: make(chan struct{})}
+	close(lm.done)
+	mc := a.add(sid, rec.Epoch, hostlink.MachineSpec{MemoryMiB: rec.MemoryMiB, VCPUs: rec.VCPUs}, lm)
+	a.mu.Lock()
+	mc.exited = true
+	a.mu.Unlock()
+}
+
+// removeSnapshotTemps removes snapshot files an interrupted snapshot left.
+func removeSnapshotTemps(dir string, log *slog.Logger) {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), snapshotTempPrefix) {
+			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+				log.Warn("remove leftover snapshot files", "error", err)
+			}
+		}
+	}
+}
+
+// lostMachine stands for a machine the backend could not reattach.
+type lostMachine struct {
+	backend vmm.Backend
+	info    vmm.Info
+	done    chan struct{}
+}
+
+func (l *lostMachine) Info() vmm.Info { return l.info }
+
+func (l *lostMachine) Dial(context.Context) (net.Conn, error) {
+	return nil, fmt.Errorf("dial guest of session %s: machine not reattached", l.info.SessionID)
+}
+
+func (l *lostMachine) Snapshot(context.Context, string) (vmm.Snapshot, error) {
+	return vmm.Snapshot{}, fmt.Errorf("snapshot session %s: machine not reattached: %w", l.info.SessionID, vmm.ErrUnsupported)
+}
+
+func (l *lostMachine) Pause(context.Context) error {
+	return fmt.Errorf("pause session %s: machine not reattached", l.info.SessionID)
+}
+
+func (l *lostMachine) Resume(context.Context) error {
+	return fmt.Errorf("resume session %s: machine not reattached", l.info.SessionID)
+}
+
+// Destroy reattaches once more and destroys what it finds.
+func (l *lostMachine) Destroy(ctx context.Context) error {
+	m, err := l.backend.Recover(ctx, l.info.Dir)
+	if errors.Is(err, vmm.ErrGone) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("destroy unreattached machine of session %s: %w", l.info.SessionID, err)
+	}
+	if err := m.Destroy(ctx); err != nil {
+		return fmt.Errorf("destroy reattached machine of session %s: %w", l.info.SessionID, err)
+	}
+	return nil
+}
+
+func (l *lostMachine) Done() <-chan struct{} { return l.done }

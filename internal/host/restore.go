@@ -1,0 +1,194 @@
+package host
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	"github.com/engrams/engrams/internal/chunk"
+	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/vmm"
+)
+
+const (
+	restoredDir        = "restored" // inside a machine dir: the files a restore rebuilt
+	maxCachedSnapshots = 64         // reported in heartbeats, most recent first
+)
+
+// restore rebuilds a snapshot's files from verified chunks and starts a
+// machine from them. Every chunk is checked to exist before anything is
+// written, and every chunk's hash while it is written: a missing or
+// corrupt snapshot is refused before the VMM starts. Callers hold the
+// session lock and have reserved capacity.
+func (a *Agent) restore(ctx context.Context, sid string, epoch int64, spec hostlink.MachineSpec, rs *hostlink.RestoreSpec) (m vmm.Machine, err error) {
+	if !validSessionID(rs.SnapshotID) {
+		return nil, failure(http.StatusBadRequest, hostlink.CodeBadRequest, fmt.Errorf("bad snapshot id %q", rs.SnapshotID))
+	}
+	manifests, err := decodeManifests(rs.Manifests)
+	if err != nil {
+		return nil, snapshotFailure(fmt.Sprintf("restore snapshot %s of session %s", rs.SnapshotID, sid), err)
+	}
+	for _, role := range slices.Sorted(maps.Keys(manifests)) {
+		if err := a.storeFor(role).Verify(ctx, manifests[role]); err != nil {
+			return nil, snapshotFailure(fmt.Sprintf("verify snapshot %s of session %s, role %s", rs.SnapshotID, sid, role), err)
+		}
+	}
+	dir := a.machineDir(sid)
+	files := filepath.Join(dir, restoredDir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create machine dir of session %s: %w", sid, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = cleanMachineDir(dir)
+		}
+	}()
+	if err := os.RemoveAll(files); err != nil {
+		return nil, fmt.Errorf("clear restore dir of session %s: %w", sid, err)
+	}
+	if err := os.Mkdir(files, 0o700); err != nil {
+		return nil, fmt.Errorf("create restore dir of session %s: %w", sid, err)
+	}
+	snap := vmm.Snapshot{Backend: a.deps.Backend.Capabilities().Name, Files: map[string]string{}, Taken: a.deps.Now()}
+	for role, man := range manifests {
+		p := filepath.Join(files, role)
+		if err := restoreSnapshotFile(ctx, a.storeFor(role), man, p); err != nil {
+			return nil, snapshotFailure(fmt.Sprintf("fetch snapshot %s of session %s, role %s", rs.SnapshotID, sid, role), err)
+		}
+		snap.Files[role] = p
+	}
+	if err := a.writeRecord(sid, epoch, spec, false); err != nil {
+		return nil, fmt.Errorf("record machine of session %s: %w", sid, err)
+	}
+	m, err = a.deps.Backend.Restore(ctx, vmm.Spec{
+		SessionID: sid, Epoch: epoch, Dir: dir, MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, Env: spec.Env,
+	}, snap)
+	if err != nil {
+		err = fmt.Errorf("restore snapshot %s of session %s: %w", rs.SnapshotID, sid, err)
+		if errors.Is(err, vmm.ErrUnsupported) {
+			return nil, failure(http.StatusNotImplemented, hostlink.CodeUnsupported, err)
+		}
+		return nil, failure(http.StatusInternalServerError, hostlink.CodeRestoreFailed, err)
+	}
+	a.rememberSnapshot(rs.SnapshotID, manifests)
+	return m, nil
+}
+
+func (a *Agent) storeFor(role string) ChunkStore {
+	if role == roleMemory {
+		return a.deps.MemoryChunks
+	}
+	return a.deps.DiskChunks
+}
+
+// decodeManifests parses role -> manifest, strictly.
+func decodeManifests(b json.RawMessage) (map[string]chunk.Manifest, error) {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, fmt.Errorf("decode manifests: %w: %w", chunk.ErrInvalidManifest, err)
+	}
+	if len(raw) == 0 {
+		return nil, fmt.Errorf("decode manifests: %w: no files", chunk.ErrInvalidManifest)
+	}
+	out := make(map[string]chunk.Manifest, len(raw))
+	for role, r := range raw {
+		if !validSessionID(role) {
+			return nil, fmt.Errorf("decode manifests: %w: role %q is not a plain name", chunk.ErrInvalidManifest, role)
+		}
+		m, err := chunk.Decode(r)
+		if err != nil {
+			return nil, fmt.Errorf("role %s: %w", role, err)
+		}
+		out[role] = m
+	}
+	return out, nil
+}
+
+// snapshotFailure maps a chunk failure to its answer: missing and corrupt
+// snapshots are final (422), anything else may pass (503).
+func snapshotFailure(action string, err error) error {
+	err = fmt.Errorf("%s: %w", action, err)
+	switch {
+	case errors.Is(err, chunk.ErrCorrupt), errors.Is(err, chunk.ErrInvalidManifest):
+		return failure(http.StatusUnprocessableEntity, hostlink.CodeSnapshotCorrupt, err)
+	case errors.Is(err, chunk.ErrMissing):
+		return failure(http.StatusUnprocessableEntity, hostlink.CodeSnapshotMissing, err)
+	}
+	return failure(http.StatusServiceUnavailable, hostlink.CodeUnavailable, err)
+}
+
+// recentSnapshots remembers the chunks of the snapshots this host took or
+// restored last, to report those its chunk cache still holds whole.
+type recentSnapshots struct {
+	mu   sync.Mutex
+	list []recentSnapshot // most recent first
+}
+
+type recentSnapshot struct {
+	id     string
+	hashes [][32]byte // distinct non-zero chunks
+}
+
+func (a *Agent) rememberSnapshot(id string, manifests map[string]chunk.Manifest) {
+	if a.deps.ChunkCache == nil {
+		return
+	}
+	seen := map[[32]byte]bool{}
+	var hashes [][32]byte
+	for _, m := range manifests {
+		for _, r := range m.Chunks {
+			var h [32]byte
+			if r.IsZero() {
+				continue
+			}
+			if _, err := hex.Decode(h[:], []byte(r.Hash)); err != nil || seen[h] {
+				continue
+			}
+			seen[h] = true
+			hashes = append(hashes, h)
+		}
+	}
+	c := &a.cached
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.list = slices.DeleteFunc(c.list, func(s recentSnapshot) bool { return s.id == id })
+	c.list = slices.Insert(c.list, 0, recentSnapshot{id: id, hashes: hashes})
+	if len(c.list) > maxCachedSnapshots {
+		clear(c.list[maxCachedSnapshots:])
+		c.list = c.list[:maxCachedSnapshots]
+	}
+}
+
+// cachedSnapshots lists, most recent first, the remembered snapshots whose
+// every chunk the cache holds.
+func (a *Agent) cachedSnapshots() []string {
+	if a.deps.ChunkCache == nil {
+		return nil
+	}
+	c := &a.cached
+	c.mu.Lock()
+	list := slices.Clone(c.list)
+	c.mu.Unlock()
+	var ids []string
+	for _, s := range list {
+		whole := true
+		for _, h := range s.hashes {
+			if !a.deps.ChunkCache.Has(hex.EncodeToString(h[:])) {
+				whole = false
+				break
+			}
+		}
+		if whole {
+			ids = append(ids, s.id)
+		}
+	}
+	return ids
+}

@@ -1,0 +1,183 @@
+package qemu
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/engrams/engrams/internal/vmm"
+	"github.com/engrams/engrams/internal/vmm/vmimage"
+)
+
+// snapFormat is the version of snapConfigFile. 2: images by content-
+// addressed name and hash, no host paths anywhere in a snapshot.
+const snapFormat = 2
+
+// snapConfigFile is the "config" role file: the machine shape a restore
+// must reproduce exactly. It names no host path, so a snapshot restores on
+// any host whose image cache holds the same images.
+type snapConfigFile struct {
+	Format        int                 `json:"format"`
+	QEMUVersion   string              `json:"qemu_version"`
+	Accel         string              `json:"accel"`
+	MemoryMiB     int                 `json:"memory_mib"`
+	VCPUs         int                 `json:"vcpus"`
+	Network       bool                `json:"network"`
+	Hostname      string              `json:"hostname"`
+	Cmdline       string              `json:"cmdline"` // the guest kernel's, unchanged across restores
+	KernelVersion string              `json:"kernel_version"`
+	Images        map[string]imageRef `json:"images"` // role (imageRoles) -> image
+}
+
+// imageRef names a content-addressed image (vmimage's cache name, the same
+// on every host for the same inputs) and the SHA-256 of its bytes.
+type imageRef struct {
+	Name   string `json:"name"`
+	SHA256 string `json:"sha256"`
+}
+
+// imageRoles are the images a machine runs on, in a fixed order.
+var imageRoles = []string{"kernel", "initramfs", "rootfs", "bundle"}
+
+func imagePath(im *vmimage.Images, role string) *string {
+	switch role {
+	case "kernel":
+		return &im.Kernel
+	case "initramfs":
+		return &im.Initramfs
+	case "rootfs":
+		return &im.RootFS
+	}
+	return &im.Bundle
+}
+
+// hashCache memoizes image content hashes per path (vmimage.ContentHash
+// caches them on disk too; this saves the stat and read per snapshot).
+type hashCache struct {
+	mu   sync.Mutex
+	sums map[string]string
+}
+
+func (c *hashCache) get(p string) (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s, ok := c.sums[p]; ok {
+		return s, nil
+	}
+	s, err := vmimage.ContentHash(p)
+	if err != nil {
+		return "", err
+	}
+	if c.sums == nil {
+		c.sums = map[string]string{}
+	}
+	c.sums[p] = s
+	return s, nil
+}
+
+// imageRefs describes the images of a running machine.
+func (b *Backend) imageRefs(im vmimage.Images) (map[string]imageRef, error) {
+	refs := map[string]imageRef{}
+	for _, role := range imageRoles {
+		p := *imagePath(&im, role)
+		sum, err := b.hashes.get(p)
+		if err != nil {
+			return nil, fmt.Errorf("describe %s image: %w", role, err)
+		}
+		refs[role] = imageRef{Name: filepath.Base(p), SHA256: sum}
+	}
+	return refs, nil
+}
+
+// localImages finds, in this host's image cache (the directories of the
+// configured images), the images a snapshot names, and checks their bytes
+// are the snapshot's. A missing or different image fails with its name.
+func (b *Backend) localImages(refs map[string]imageRef) (vmimage.Images, error) {
+	im := vmimage.Images{KernelVersion: b.cfg.Images.KernelVersion}
+	for _, role := range imageRoles {
+		ref, ok := refs[role]
+		if !ok || ref.Name == "" || filepath.Base(ref.Name) != ref.Name {
+			return im, fmt.Errorf("snapshot config names no usable %s image (%q)", role, ref.Name)
+		}
+		dir := filepath.Dir(*imagePath(&b.cfg.Images, role))
+		p := filepath.Join(dir, ref.Name)
+		if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+			return im, fmt.Errorf("snapshot needs %s image %s (sha256 %s), which this host's image cache %s lacks: %w",
+				role, ref.Name, ref.SHA256, dir, vmm.ErrUnsupported)
+		}
+		sum, err := b.hashes.get(p)
+		if err != nil {
+			return im, fmt.Errorf("check %s image: %w", role, err)
+		}
+		if sum != ref.SHA256 {
+			return im, fmt.Errorf("%s image %s on this host has sha256 %s, the snapshot's has %s (not built reproducibly?): %w",
+				role, p, sum, ref.SHA256, vmm.ErrUnsupported)
+		}
+		*imagePath(&im, role) = p
+	}
+	return im, nil
+}
+
+// readSnapConfig reads and checks a snapshot's config file against this
+// host and the restore spec.
+func (b *Backend) readSnapConfig(spec vmm.Spec, snap vmm.Snapshot) (snapConfigFile, error) {
+	var cfg snapConfigFile
+	if snap.Backend != "qemu" {
+		return cfg, fmt.Errorf("snapshot is from backend %q: %w", snap.Backend, vmm.ErrUnsupported)
+	}
+	for _, role := range []string{"memory", "disk", "config"} {
+		if snap.Files[role] == "" {
+			return cfg, fmt.Errorf("snapshot has no %q file", role)
+		}
+	}
+	data, err := os.ReadFile(snap.Files["config"])
+	if err != nil {
+		return cfg, fmt.Errorf("read snapshot config: %w", err)
+	}
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		return cfg, fmt.Errorf("read snapshot config: %w", err)
+	}
+	switch {
+	case cfg.Format != snapFormat:
+		return cfg, fmt.Errorf("snapshot config format %d, this host reads %d: %w", cfg.Format, snapFormat, vmm.ErrUnsupported)
+	case cfg.QEMUVersion != b.version:
+		return cfg, fmt.Errorf("snapshot taken with %q, this host runs %q: %w", cfg.QEMUVersion, b.version, vmm.ErrUnsupported)
+	case cfg.Accel == "kvm" && b.accel != "kvm":
+		return cfg, fmt.Errorf("snapshot taken under kvm, this host has %s (%s): %w", b.accel, b.reason, vmm.ErrUnsupported)
+	case spec.MemoryMiB != 0 && spec.MemoryMiB != cfg.MemoryMiB:
+		return cfg, fmt.Errorf("spec asks for %d MiB of memory, the snapshot has %d MiB (a saved state cannot change its RAM size)", spec.MemoryMiB, cfg.MemoryMiB)
+	case spec.VCPUs != 0 && spec.VCPUs != cfg.VCPUs:
+		return cfg, fmt.Errorf("spec asks for %d vCPUs, the snapshot has %d (a saved state cannot change its vCPU count)", spec.VCPUs, cfg.VCPUs)
+	case spec.Dir == "" || !filepath.IsAbs(spec.Dir):
+		return cfg, fmt.Errorf("spec.Dir must be an absolute path, got %q", spec.Dir)
+	}
+	return cfg, nil
+}
+
+// writeSnapDisk copies the machine's overlay into dst and makes its
+// backing-file reference the base image's bare name: the file then names
+// no directory of this host.
+func (m *machine) writeSnapDisk(ctx context.Context, dst string) error {
+	if err := vmimage.CloneFile(m.path(fileDisk), dst); err != nil {
+		return err
+	}
+	return vmimage.Rebase(ctx, m.b.cfg.QemuImg, dst, filepath.Base(m.st.Images.RootFS))
+}
+
+// placeRestoredDisk copies a snapshot's disk into the machine directory and
+// points it at this host's copy of the base image.
+func (b *Backend) placeRestoredDisk(ctx context.Context, src, dir, base string) error {
+	dst := filepath.Join(dir, fileDisk)
+	if err := vmimage.CloneFile(src, dst); err != nil {
+		return err
+	}
+	if err := vmimage.Rebase(ctx, b.cfg.QemuImg, dst, base); err != nil {
+		_ = os.Remove(dst)
+		return err
+	}
+	return nil
+}
