@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/lifecycle"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -69,11 +70,13 @@ func (c *Coordinator) handleRegister(w http.ResponseWriter, r *http.Request) {
 		writeLinkError(w, http.StatusInternalServerError, "internal", "register host: "+err.Error())
 		return
 	}
-	owned, err := c.owned(r.Context(), hostID)
+	sessions, err := c.ownedSessions(r.Context(), hostID)
 	if err != nil {
 		writeLinkError(w, http.StatusInternalServerError, "internal", err.Error())
 		return
 	}
+	owned := ownership(sessions)
+	c.recoverMissing(r.Context(), hostID, req.Machines, sessions)
 	c.log.Info("host registered", "host_id", hostID, "machines", len(req.Machines), "owned", len(owned))
 	c.wake(r.Context(), topicOps) // sessions waiting for capacity may now place
 	writeLinkJSON(w, hostlink.RegisterResponse{HostID: hostID, Owned: owned, HeartbeatInterval: c.cfg.HeartbeatInterval, Lease: c.lease()})
@@ -184,6 +187,28 @@ func (c *Coordinator) recoverExited(ctx context.Context, hostID string, ms []hos
 		c.log.Warn("machine exited on its own", "host_id", hostID, "session_id", m.SessionID, "epoch", m.Epoch)
 		if err := c.enqueueRecover(ctx, m.SessionID, fmt.Sprintf("exited:%s:%d", hostID, m.Epoch)); err != nil {
 			c.log.Error("recover exited machine", "session_id", m.SessionID, "err", err)
+			continue
+		}
+		c.wake(ctx, topicOps)
+	}
+}
+
+// recoverMissing hands to recovery every session the host should run but
+// did not report when it registered (it restarted and its machines are
+// gone). A session still Starting is left to its create op, which retries
+// the boot on the new link.
+func (c *Coordinator) recoverMissing(ctx context.Context, hostID string, ms []hostlink.MachineStatus, ss []store.Session) {
+	has := make(map[string]bool, len(ms))
+	for _, m := range ms {
+		has[m.SessionID] = m.State != "exited"
+	}
+	for _, s := range ss {
+		if has[s.ID] || s.State == lifecycle.Starting || s.State == lifecycle.Deleting {
+			continue
+		}
+		c.log.Warn("host registered without a machine it owns", "host_id", hostID, "session_id", s.ID, "state", s.State)
+		if err := c.enqueueRecover(ctx, s.ID, fmt.Sprintf("missing:%s:%d", hostID, s.Epoch)); err != nil {
+			c.log.Error("recover missing machine", "session_id", s.ID, "err", err)
 			continue
 		}
 		c.wake(ctx, topicOps)

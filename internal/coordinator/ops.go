@@ -78,9 +78,11 @@ func (c *Coordinator) runOp(ctx context.Context, op store.Op, s store.Session) {
 		(ctx.Err() == nil && errors.Is(err, context.Canceled)): // renewLease saw a newer op
 		log.Info("op fenced by a newer op", "err", err)
 		return // the newer op owns the session; our FinishOp would be stale anyway
-	case errors.Is(err, errTransient) && op.Attempts < maxAttempts:
-		// Leave it claimed with a short lease: another claim retries it.
-		backoff := time.Duration(op.Attempts) * time.Second
+	case errors.Is(err, errTransient) && (op.Attempts < maxAttempts || op.Kind == store.OpResume):
+		// Leave it claimed with a short lease: another claim retries it. A
+		// resume never gives up on its host (see opRun.resume); a lost host
+		// hands it to a recover op instead.
+		backoff := min(time.Duration(op.Attempts)*time.Second, 10*time.Second)
 		log.Warn("op will be retried", "attempt", op.Attempts, "in", backoff, "err", err)
 		if rerr := c.st.RenewOp(context.WithoutCancel(ctx), op.ID, op.Epoch, c.now().Add(backoff)); rerr != nil {
 			log.Warn("shorten op lease", "err", rerr)

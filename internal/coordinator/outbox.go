@@ -32,21 +32,26 @@ func (c *Coordinator) PutOutbox(ctx context.Context, sessionID, id, kind string,
 		return it, fmt.Errorf("put outbox item %s: %w", id, err)
 	}
 	if created {
-		c.requestResume(ctx, sessionID) // resumes an Idle session; delivers to an Active one
+		go func() { // resumes an Idle session; delivers to an Active one
+			_, _ = c.enqueueWhenFree(context.WithoutCancel(ctx), store.Op{ID: c.newID(), SessionID: sessionID, Kind: store.OpResume, CreatedAt: c.now()})
+		}()
 	}
 	return it, nil
 }
 
 // requestResume enqueues a resume op (which also delivers pending outbox
-// items) unless another op is already in flight: that op's end wakes the
-// session, and a later request tries again.
-func (c *Coordinator) requestResume(ctx context.Context, sessionID string) {
-	_, err := c.st.EnqueueOp(ctx, store.Op{ID: c.newID(), SessionID: sessionID, Kind: store.OpResume, CreatedAt: c.now()}, false)
-	if err != nil && !errors.Is(err, store.ErrOpInProgress) {
-		c.log.Warn("enqueue resume", "session_id", sessionID, "err", err)
-		return
+// items) and reports it, unless another op is already in flight: that op's
+// end wakes the session, and the caller asks again.
+func (c *Coordinator) requestResume(ctx context.Context, sessionID string) (store.Op, bool) {
+	op, err := c.st.EnqueueOp(ctx, store.Op{ID: c.newID(), SessionID: sessionID, Kind: store.OpResume, CreatedAt: c.now()}, false)
+	if err != nil {
+		if !errors.Is(err, store.ErrOpInProgress) {
+			c.log.Warn("enqueue resume", "session_id", sessionID, "err", err)
+		}
+		return op, false
 	}
 	c.wake(ctx, topicOps)
+	return op, true
 }
 
 // rollbackOutbox returns items the lost incarnation applied after the head
@@ -111,7 +116,9 @@ func (x *opRun) sendOutbox(ctx context.Context, items []hostlink.OutboxItem) err
 	case errors.Is(err, store.ErrStaleEpoch):
 		return fmt.Errorf("deliver outbox: %w", errFenced)
 	case err != nil:
-		return x.retry(ctx, fmt.Errorf("deliver outbox to host %s: %w", x.s.HostID, err))
+		// Items stay pending for the next delivery; the session's state is
+		// not this failure's to change.
+		return transient(fmt.Errorf("deliver outbox to host %s: %w", x.s.HostID, err))
 	}
 	if err := x.c.st.MarkDelivered(ctx, x.s.ID, applied.Applied, x.op.Epoch, x.c.now()); err != nil {
 		if errors.Is(err, store.ErrStaleEpoch) {

@@ -199,11 +199,12 @@ func (c *Coordinator) Guest(ctx context.Context, id string) (GuestTarget, error)
 const touchEvery = 5 * time.Second
 
 // EnsureActive resumes s if it is Idle and waits until it is Active. It
-// fails at once for terminal sessions and after one failed resume.
+// fails at once for terminal sessions, and when the resume it requested
+// failed (with that op's error).
 func (c *Coordinator) EnsureActive(ctx context.Context, s store.Session) (store.Session, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.ResumeWait)
 	defer cancel()
-	idleSeen := 0
+	var resumeOp string
 	for {
 		switch {
 		case s.State == lifecycle.Active:
@@ -211,16 +212,56 @@ func (c *Coordinator) EnsureActive(ctx context.Context, s store.Session) (store.
 		case s.State.Terminal() || s.State == lifecycle.Deleting || s.State == lifecycle.HostLost && s.HeadSnapshotID == "":
 			return s, fmt.Errorf("%w: session %s is %s", ErrNotActive, s.ID, s.State)
 		case s.State == lifecycle.Idle:
-			if idleSeen++; idleSeen > 2 {
-				return s, fmt.Errorf("%w: session %s could not be resumed: %s", ErrNotActive, s.ID, s.Reason)
+			if resumeOp != "" {
+				if o, err := c.st.GetOp(ctx, resumeOp); err == nil && o.State == store.OpFailed {
+					return s, fmt.Errorf("%w: session %s could not be resumed: %s", ErrNotActive, s.ID, o.Error)
+				}
 			}
-			c.requestResume(ctx, s.ID)
+			if op, ok := c.requestResume(ctx, s.ID); ok {
+				resumeOp = op.ID
+			}
 		}
-		next, err := c.WaitSession(ctx, s.ID, func(n store.Session) bool { return n.State != s.State || n.Epoch != s.Epoch })
+		if err := c.waitChange(ctx, s.ID); err != nil {
+			return s, fmt.Errorf("%w: waiting for session %s to become active (it is %s): %w", ErrNotActive, s.ID, s.State, err)
+		}
+		next, err := c.st.GetSession(ctx, s.ID)
 		if err != nil {
-			return next, fmt.Errorf("%w: waiting for session %s to become active: %w", ErrNotActive, s.ID, err)
+			return s, fmt.Errorf("get session %s: %w", s.ID, err)
 		}
 		s = next
+	}
+}
+
+// waitChange waits for a wakeup on the session's topic, or a poll tick.
+func (c *Coordinator) waitChange(ctx context.Context, id string) error {
+	sub := c.st.Subscribe(ctx, sessionTopic(id))
+	t := time.NewTimer(500 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-sub:
+	case <-t.C:
+	}
+	return nil
+}
+
+// enqueueWhenFree enqueues op, waiting (bounded) for an op already in
+// flight for the session to finish first.
+func (c *Coordinator) enqueueWhenFree(ctx context.Context, op store.Op) (store.Op, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		o, err := c.st.EnqueueOp(ctx, op, false)
+		if !errors.Is(err, store.ErrOpInProgress) {
+			if err == nil {
+				c.wake(ctx, topicOps)
+			}
+			return o, err
+		}
+		if werr := c.waitChange(ctx, op.SessionID); werr != nil {
+			return o, conflictIfBusy(err)
+		}
 	}
 }
 
@@ -240,10 +281,9 @@ func (c *Coordinator) Suspend(ctx context.Context, id string) (store.Session, er
 	if err := c.st.SetDesiredState(ctx, id, "idle"); err != nil {
 		return s, fmt.Errorf("suspend session %s: %w", id, err)
 	}
-	if _, err := c.st.EnqueueOp(ctx, store.Op{ID: c.newID(), SessionID: id, Kind: store.OpEvict, CreatedAt: c.now()}, false); err != nil {
-		return s, fmt.Errorf("suspend session %s: %w", id, conflictIfBusy(err))
+	if _, err := c.enqueueWhenFree(ctx, store.Op{ID: c.newID(), SessionID: id, Kind: store.OpEvict, CreatedAt: c.now()}); err != nil {
+		return s, fmt.Errorf("suspend session %s: %w", id, err)
 	}
-	c.wake(ctx, topicOps)
 	return s, nil
 }
 
@@ -269,11 +309,10 @@ func (c *Coordinator) Snapshot(ctx context.Context, id string) (store.Snapshot, 
 	if s.State != lifecycle.Active {
 		return store.Snapshot{}, fmt.Errorf("%w: session %s is %s", ErrNotActive, id, s.State)
 	}
-	op, err := c.st.EnqueueOp(ctx, store.Op{ID: c.newID(), SessionID: id, Kind: store.OpSnapshot, CreatedAt: c.now()}, false)
+	op, err := c.enqueueWhenFree(ctx, store.Op{ID: c.newID(), SessionID: id, Kind: store.OpSnapshot, CreatedAt: c.now()})
 	if err != nil {
-		return store.Snapshot{}, fmt.Errorf("snapshot session %s: %w", id, conflictIfBusy(err))
+		return store.Snapshot{}, fmt.Errorf("snapshot session %s: %w", id, err)
 	}
-	c.wake(ctx, topicOps)
 	var done store.Op
 	_, err = c.WaitSession(ctx, id, func(store.Session) bool {
 		o, err := c.st.GetOp(ctx, op.ID)

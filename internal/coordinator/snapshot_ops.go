@@ -8,7 +8,6 @@ import (
 
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/lifecycle"
-	"github.com/engrams/engrams/internal/scheduler"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -31,6 +30,9 @@ func (x *opRun) evict(ctx context.Context) error {
 	snap, err := x.capture(ctx, true, "suspend")
 	if err != nil {
 		var herr *HostError
+		if errors.As(err, &herr) && herr.Code == "not_found" {
+			return x.machineGone(ctx) // e.g. a retry after the host destroyed it
+		}
 		if errors.As(err, &herr) || x.lastAttempt() {
 			reason := "suspend failed: " + err.Error()
 			if ferr := x.apply(ctx, lifecycle.SnapshotFailed, nil, &reason); ferr != nil {
@@ -50,7 +52,19 @@ func (x *opRun) snapshotOnly(ctx context.Context) error {
 		return fmt.Errorf("cannot snapshot a session that is %s", x.s.State)
 	}
 	_, err := x.capture(ctx, false, "snapshot")
+	var herr *HostError
+	if errors.As(err, &herr) && herr.Code == "not_found" {
+		return x.machineGone(ctx)
+	}
 	return err
+}
+
+// machineGone handles a session whose host no longer has its machine:
+// like a lost host, it goes back to its last committed snapshot (Idle) or,
+// without one, Dead.
+func (x *opRun) machineGone(ctx context.Context) error {
+	x.log.Warn("machine is gone from its host", "host_id", x.s.HostID)
+	return x.recoverLost(ctx)
 }
 
 // capture asks the host for a snapshot and commits it: the host answers
@@ -110,26 +124,29 @@ func (x *opRun) resume(ctx context.Context) error {
 	}
 	snap, err := x.c.st.GetSnapshot(ctx, x.s.HeadSnapshotID)
 	if err != nil {
-		return x.retry(ctx, fmt.Errorf("read snapshot %s: %w", x.s.HeadSnapshotID, err))
+		return transient(fmt.Errorf("read snapshot %s: %w", x.s.HeadSnapshotID, err))
 	}
 	spec, err := Spec(x.s)
 	if err != nil {
 		return err
 	}
-	if err := x.step(ctx, "place"); err != nil {
-		return err
-	}
-	hostID, err := x.c.placeWithin(ctx, placement{spec: spec, snapshot: &snap}, x.c.cfg.PlacementWait)
-	if err != nil {
-		return x.resumeFailed(ctx, err)
-	}
+	hostID := x.s.HostID
 	if x.s.State == lifecycle.Idle {
+		if err := x.step(ctx, "place"); err != nil {
+			return err
+		}
+		hostID, err = x.c.placeWithin(ctx, placement{spec: spec, snapshot: &snap}, x.c.cfg.PlacementWait)
+		if err != nil {
+			return err // stays Idle; the next request places it again
+		}
 		if err := x.apply(ctx, lifecycle.ResumeRequested, &hostID, nil); err != nil {
 			return err
 		}
-	} else if err := x.setHost(ctx, hostID); err != nil {
-		return err
 	}
+	// A retried resume stays on its host: an earlier attempt may have
+	// started the machine there, and placing it elsewhere could make two
+	// live copies. If that host is lost, the monitor's recover op takes
+	// over once the host's lease has paused it.
 	if err := x.rollbackOutbox(ctx); err != nil {
 		return err
 	}
@@ -149,8 +166,10 @@ func (x *opRun) resume(ctx context.Context) error {
 			return ferr
 		}
 		return errors.New(reason)
-	default:
+	case errors.As(err, &herr):
 		return x.resumeFailed(ctx, fmt.Errorf("restore on host %s: %w", hostID, err))
+	default:
+		return transient(fmt.Errorf("restore on host %s: %w", hostID, err))
 	}
 	if err := x.apply(ctx, lifecycle.Resumed, nil, ptr("")); err != nil {
 		return err
@@ -158,32 +177,14 @@ func (x *opRun) resume(ctx context.Context) error {
 	return x.deliverOutbox(ctx)
 }
 
-// resumeFailed retries a failed resume on a later claim, and after the last
-// attempt leaves the session Idle with the reason.
+// resumeFailed ends a resume the host refused outright: nothing runs
+// there, so the session goes back to Idle with the reason.
 func (x *opRun) resumeFailed(ctx context.Context, cause error) error {
-	if !x.lastAttempt() && !errors.Is(cause, scheduler.ErrNoCapacity) {
-		return transient(cause)
-	}
 	reason := "resume failed: " + cause.Error()
-	if x.s.State == lifecycle.Resuming {
-		if err := x.apply(ctx, lifecycle.ResumeFailed, ptr(""), &reason); err != nil {
-			return err
-		}
-	}
-	return errors.New(reason)
-}
-
-// setHost records a new placement for a Resuming session (a retried op).
-func (x *opRun) setHost(ctx context.Context, hostID string) error {
-	if x.s.HostID == hostID {
-		return nil
-	}
-	// Resuming → Resuming is not a lifecycle event; the placement change is
-	// written as a failed attempt followed by a new request.
-	if err := x.apply(ctx, lifecycle.ResumeFailed, ptr(""), nil); err != nil {
+	if err := x.apply(ctx, lifecycle.ResumeFailed, ptr(""), &reason); err != nil {
 		return err
 	}
-	return x.apply(ctx, lifecycle.ResumeRequested, &hostID, nil)
+	return errors.New(reason)
 }
 
 func (x *opRun) appendEvent(ctx context.Context, typ string, data any) {
