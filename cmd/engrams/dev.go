@@ -10,7 +10,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/engrams/engrams/internal/blob/localdir"
 	"github.com/engrams/engrams/internal/cli"
+	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/host"
 	"github.com/engrams/engrams/internal/server"
 )
@@ -57,8 +59,17 @@ CLI config so that other ` + "`engrams`" + ` commands find it without flags.`,
 			if err != nil {
 				return err
 			}
-			agent, err := host.New(host.Config{CoordinatorURL: url, Token: creds.HostToken, Name: "dev", DataDir: filepath.Join(dataDir, "host"), AgentVersion: version, Considered: be.considered},
-				host.Deps{Backend: be.backend, Logger: log.With("component", "host")})
+			bs, err := localdir.New(localdir.Config{Dir: filepath.Join(dataDir, "blobs")}, localdir.Deps{Logger: log})
+			if err != nil {
+				return fmt.Errorf("blob store: %w", err)
+			}
+			deps, closeChunks, err := hostChunks(bs, filepath.Join(dataDir, "host"), 10240, log.With("component", "chunks"))
+			if err != nil {
+				return err
+			}
+			defer closeChunks()
+			deps.Backend, deps.Logger = be.backend, log.With("component", "host")
+			agent, err := host.New(host.Config{CoordinatorURL: url, Token: creds.HostToken, Name: "dev", DataDir: filepath.Join(dataDir, "host"), AgentVersion: version, Considered: be.considered}, deps)
 			if err != nil {
 				return err
 			}
@@ -70,7 +81,8 @@ CLI config so that other ` + "`engrams`" + ` commands find it without flags.`,
 				return fmt.Errorf("write CLI config: %w", err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "engrams dev is running\n  URL:   %s\n  token: %s\n  data:  %s\n  CLI config: %s\nTry: engrams session create\n", url, creds.Token, dataDir, cfgPath)
-			return runBoth(ctx, func(ctx context.Context) error { return srv.Run(ctx, ln) }, agent.Run)
+			gc := func(ctx context.Context) error { return srv.Coordinator().RunGC(ctx, bs, coordinator.GCConfig{}) }
+			return runBoth(ctx, func(ctx context.Context) error { return srv.Run(ctx, ln) }, agent.Run, gc)
 		},
 	}
 	f := cmd.Flags()

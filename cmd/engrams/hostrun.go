@@ -15,6 +15,8 @@ import (
 type hostFlags struct {
 	coordinator, token, tokenFile, name, dataDir, backend, logLevel string
 	capacity                                                        hostlink.Capacity
+	blobs                                                           blobFlags
+	cacheMiB                                                        int64
 }
 
 func hostRunCmd() *cobra.Command {
@@ -50,8 +52,21 @@ Create the host's credential first with ` + "`engrams host create NAME`" + `.`,
 			if err != nil {
 				return err
 			}
-			agent, err := host.New(host.Config{CoordinatorURL: hf.coordinator, Token: token, Name: hf.name, DataDir: hf.dataDir, AgentVersion: version, Considered: be.considered, Capacity: hf.capacity},
-				host.Deps{Backend: be.backend, Logger: log})
+			if hf.blobs.dir == "" && hf.blobs.s3Endpoint == "" {
+				hf.blobs.dir = filepath.Join(hf.dataDir, "blobs")
+				log.Info("snapshot chunks go to a local directory: sessions resume only on this host (share an S3 store, --s3-endpoint, to resume anywhere)", "dir", hf.blobs.dir)
+			}
+			bs, err := hf.blobs.open(cmd.Context(), log)
+			if err != nil {
+				return err
+			}
+			deps, closeChunks, err := hostChunks(bs, hf.dataDir, hf.cacheMiB, log)
+			if err != nil {
+				return err
+			}
+			defer closeChunks()
+			deps.Backend, deps.Logger = be.backend, log
+			agent, err := host.New(host.Config{CoordinatorURL: hf.coordinator, Token: token, Name: hf.name, DataDir: hf.dataDir, AgentVersion: version, Considered: be.considered, Capacity: hf.capacity}, deps)
 			if err != nil {
 				return err
 			}
@@ -60,7 +75,7 @@ Create the host's credential first with ` + "`engrams host create NAME`" + `.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&hf.coordinator, "coordinator", env("COORDINATOR", ""), "coordinator base URL")
-	f.StringVar(&hf.token, "token", env("HOST_TOKEN", ""), "host token from `engrams host create`")
+	f.StringVar(&hf.token, "token", env("HOST_TOKEN", ""), "host token (from engrams host create NAME)")
 	f.StringVar(&hf.tokenFile, "token-file", env("HOST_TOKEN_FILE", ""), "file holding the host token")
 	f.StringVar(&hf.name, "name", env("HOST_NAME", hostname()), "name reported by this host")
 	f.StringVar(&hf.dataDir, "data-dir", env("HOST_DATA_DIR", filepath.Join(defaultDataDir(), "host")), "where machines, epochs and caches live")
@@ -69,6 +84,8 @@ Create the host's credential first with ` + "`engrams host create NAME`" + `.`,
 	f.IntVar(&hf.capacity.MemoryMiB, "memory-mib", 0, "memory offered to sessions (default: all of this machine's)")
 	f.IntVar(&hf.capacity.VCPUs, "vcpus", 0, "vCPUs offered to sessions (default: this machine's CPU count)")
 	f.IntVar(&hf.capacity.MaxSessions, "max-sessions", 0, "most sessions at once (default: no limit)")
+	f.Int64Var(&hf.cacheMiB, "chunk-cache-mib", 10240, "disk budget of the local snapshot chunk cache")
+	hf.blobs.register(f, "")
 	return cmd
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -18,6 +19,7 @@ func serverCmd() *cobra.Command {
 	var (
 		listen, advertise, database, replicaID, secret, tokenFile, logLevel string
 		co                                                                  coordinator.Config
+		blobs                                                               blobFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -65,7 +67,15 @@ Every flag can also be set as ENGRAMS_<FLAG> (e.g. ENGRAMS_DATABASE).`,
 			if err != nil {
 				return err
 			}
-			return srv.Run(ctx, ln)
+			bs, err := blobs.open(ctx, log)
+			if err != nil {
+				return err
+			}
+			if bs == nil {
+				return srv.Run(ctx, ln)
+			}
+			gc := func(ctx context.Context) error { return srv.Coordinator().RunGC(ctx, bs, coordinator.GCConfig{}) }
+			return runBoth(ctx, func(ctx context.Context) error { return srv.Run(ctx, ln) }, gc)
 		},
 	}
 	f := cmd.Flags()
@@ -77,6 +87,8 @@ Every flag can also be set as ENGRAMS_<FLAG> (e.g. ENGRAMS_DATABASE).`,
 	f.StringVar(&tokenFile, "bootstrap-token-file", env("BOOTSTRAP_TOKEN_FILE", ""), "mint an admin API token into this file (0600) unless the one there is valid")
 	f.StringVar(&logLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error")
 	f.DurationVar(&co.HostLostAfter, "host-lost-after", envDuration("HOST_LOST_AFTER", 0), "a host without heartbeats this long is lost (default 15s)")
+	f.DurationVar(&co.IdleTimeout, "idle-timeout", envDuration("IDLE_TIMEOUT", 0), "suspend sessions idle this long (default 10m; per session: idle_timeout_s)")
+	blobs.register(f, "")
 	f.DurationVar(&co.HeartbeatInterval, "heartbeat-interval", envDuration("HEARTBEAT_INTERVAL", 0), "how often hosts heartbeat (default 2s)")
 	return cmd
 }

@@ -195,15 +195,17 @@ func (c *Coordinator) recoverExited(ctx context.Context, hostID string, ms []hos
 
 // recoverMissing hands to recovery every session the host should run but
 // did not report when it registered (it restarted and its machines are
-// gone). A session still Starting is left to its create op, which retries
-// the boot on the new link.
+// gone). Sessions whose op may be creating the machine right now (starting,
+// resuming: the coordinator can reach the host over the new link before
+// its registration is read) are left to that op, which retries on the new
+// link; deleting ones to their destroy op.
 func (c *Coordinator) recoverMissing(ctx context.Context, hostID string, ms []hostlink.MachineStatus, ss []store.Session) {
 	has := make(map[string]bool, len(ms))
 	for _, m := range ms {
 		has[m.SessionID] = m.State != "exited"
 	}
 	for _, s := range ss {
-		if has[s.ID] || s.State == lifecycle.Starting || s.State == lifecycle.Deleting {
+		if has[s.ID] || s.State == lifecycle.Starting || s.State == lifecycle.Resuming || s.State == lifecycle.Deleting {
 			continue
 		}
 		c.log.Warn("host registered without a machine it owns", "host_id", hostID, "session_id", s.ID, "state", s.State)

@@ -224,7 +224,7 @@ func (c *Coordinator) place(ctx context.Context, p placement) (string, error) {
 			}
 		}
 		cd := scheduler.Candidate{
-			HostID: h.ID, Ready: h.State == store.HostReady && !slices.Contains(p.exclude, h.ID),
+			HostID: h.ID, Ready: h.State == store.HostReady && !slices.Contains(p.exclude, h.ID) && c.fresh(h),
 			MemoryMiB: capa.MemoryMiB, VCPUs: capa.VCPUs, MaxSessions: capa.MaxSessions,
 		}
 		if p.snapshot != nil {
@@ -263,4 +263,11 @@ func vmStates() []lifecycle.State {
 		}
 	}
 	return out
+}
+
+// fresh reports whether a host heartbeated recently enough to take work:
+// one that missed a few heartbeats is probably gone, even before the
+// monitor may declare it lost.
+func (c *Coordinator) fresh(h store.Host) bool {
+	return c.now().Sub(h.LastHeartbeat) < 3*c.cfg.HeartbeatInterval+time.Second
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -118,4 +119,90 @@ func TestQEMUSessionSurvivesHostAgentRestart(t *testing.T) {
 	if ents, _ := os.ReadDir(filepath.Join(dir, "machines")); len(ents) != 0 {
 		t.Fatalf("machine files left behind: %d entries", len(ents))
 	}
+}
+
+// TestQEMUSuspendOnOneHostResumeOnAnother is issue 4's end-to-end check on
+// real VMs: write a file and start a background counter; suspend; the VM
+// is gone; stop that host; the next exec resumes the session on the OTHER
+// host from the shared blob store, with the file there and the counter
+// process the same PID, its count continuing.
+func TestQEMUSuspendOnOneHostResumeOnAnother(t *testing.T) {
+	t.Parallel()
+	requireQEMU(t)
+	ctx := context.Background()
+	st := openSQLite(t)
+	credsA := credentials(t, st, "vm-a")
+	credsB := credentials(t, st, "vm-b")
+	r := startReplica(t, st, "", coordinator.Config{HeartbeatInterval: 500 * time.Millisecond, HostLostAfter: 30 * time.Second})
+	blobs := shortTempDir(t)
+	dirA, dirB := shortTempDir(t), shortTempDir(t)
+	t.Cleanup(func() {
+		for _, d := range []string{dirA, dirB} {
+			for _, pid := range vmmPIDs(d) {
+				_ = exec.Command("kill", "-9", fmt.Sprint(pid)).Run()
+			}
+		}
+	})
+	a := startHostProcess(t, r.URL, credsA.HostToken, dirA, "--backend", "qemu", "--blob-dir", blobs)
+	c := newClient(r.URL, credsA.Token)
+	s, err := c.CreateSession(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 256, IdleTimeoutSec: -1}}, true)
+	if err != nil || s.State != "active" || s.HostID != credsA.HostID {
+		t.Fatalf("create: %+v %v", s, err)
+	}
+	run := func(script string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		code, err := c.Exec(ctx, s.ID, apiv1.ExecRequest{Argv: []string{"sh", "-c", script}, TimeoutMS: 120000}, &out, &errb)
+		if err != nil || code != 0 {
+			t.Fatalf("exec %q: code %d, %v, stderr %q", script, code, err, errb.String())
+		}
+		return strings.TrimSpace(out.String())
+	}
+	run("echo persisted > /root/hello && sync")
+	pid := run("sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done' >/dev/null 2>&1 & echo $!")
+	time.Sleep(time.Second)
+	before, _ := strconv.Atoi(run("cat /tmp/count"))
+
+	t0 := time.Now()
+	idle, err := c.Suspend(ctx, s.ID, true)
+	if err != nil || idle.State != "idle" {
+		t.Fatalf("suspend: %+v %v", idle, err)
+	}
+	t.Logf("suspend took %s", time.Since(t0).Round(time.Millisecond))
+	eventually(t, 20*time.Second, "VM gone after suspend", func() (bool, string) {
+		left := vmmPIDs(dirA)
+		return len(left) == 0, fmt.Sprint(left)
+	})
+	a.kill()
+	startHostProcess(t, r.URL, credsB.HostToken, dirB, "--backend", "qemu", "--blob-dir", blobs)
+	eventually(t, 60*time.Second, "host b ready", func() (bool, string) {
+		h, err := c.GetHost(ctx, credsB.HostID)
+		return err == nil && h.State == "ready", h.State
+	})
+
+	t0 = time.Now()
+	out := run("cat /root/hello; cat /tmp/count; kill -0 " + pid + " && echo alive")
+	t.Logf("resume on the other host + first exec took %s", time.Since(t0).Round(time.Millisecond))
+	lines := strings.Fields(out)
+	if len(lines) != 3 || lines[0] != "persisted" || lines[2] != "alive" {
+		t.Fatalf("after resume on host b: %q; want the file, the count and the same counter process", out)
+	}
+	if after, _ := strconv.Atoi(lines[1]); after < before {
+		t.Fatalf("counter went back: %d before suspend, %d after resume", before, after)
+	}
+	time.Sleep(time.Second)
+	if later, _ := strconv.Atoi(run("cat /tmp/count")); later <= before {
+		t.Fatalf("counter process is not counting after resume: %d then %d", before, later)
+	}
+	got, _ := c.GetSession(ctx, s.ID)
+	if got.HostID != credsB.HostID || len(got.Snapshots) != 1 {
+		t.Fatalf("session after resume: host %s (want %s), %d snapshots", got.HostID, credsB.HostID, len(got.Snapshots))
+	}
+	if err := c.DeleteSession(ctx, s.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "no QEMU left", func() (bool, string) {
+		left := append(vmmPIDs(dirA), vmmPIDs(dirB)...)
+		return len(left) == 0, fmt.Sprint(left)
+	})
 }
