@@ -22,7 +22,9 @@ import (
 // or reconnected) the stream is closed and open is called again. It returns
 // when ctx is done.
 func (s *Server) ServeStreams(ctx context.Context, open func(ctx context.Context) (io.ReadWriteCloser, error)) error {
-	backoff := 50 * time.Millisecond
+	// Start fast: after a snapshot restore the old session is stale and the
+	// host is already waiting on a new one.
+	backoff := 5 * time.Millisecond
 	for ctx.Err() == nil {
 		began := time.Now()
 		err := s.serveOneStream(ctx, open)
@@ -30,7 +32,7 @@ func (s *Server) ServeStreams(ctx context.Context, open func(ctx context.Context
 			return nil
 		}
 		if time.Since(began) > 2*time.Second {
-			backoff = 50 * time.Millisecond
+			backoff = 5 * time.Millisecond
 		}
 		s.log.Info("stream session ended, reopening", "err", err, "retry_in", backoff)
 		t := time.NewTimer(backoff)
@@ -118,7 +120,7 @@ func waitHostConnected(ctx context.Context, f *os.File) error {
 		if revents&unix.POLLHUP == 0 {
 			return nil
 		}
-		t := time.NewTimer(20 * time.Millisecond)
+		t := time.NewTimer(5 * time.Millisecond)
 		select {
 		case <-ctx.Done():
 			t.Stop()

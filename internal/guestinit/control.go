@@ -131,4 +131,4 @@ func bootID() string {
 
 // retryDelay is how long the control loop waits when the host end of the
 // port is not connected (reads return EOF).
-const retryDelay = 100 * time.Millisecond
+const retryDelay = 20 * time.Millisecond

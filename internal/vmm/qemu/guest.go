@@ -34,7 +34,7 @@ func sendControl(ctx context.Context, sock string, c guestinit.Control) (guestin
 		select {
 		case <-ctx.Done():
 			return rep, fmt.Errorf("guest control: %w (last: %v)", vmm.ErrGuestTimeout, last)
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }
@@ -92,7 +92,7 @@ func connectGuest(ctx context.Context, sock string) (*guestapi.Mux, guestapi.Rea
 		select {
 		case <-ctx.Done():
 			return nil, ready, fmt.Errorf("connect guest daemon: %w (last: %v)", vmm.ErrGuestTimeout, last)
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }
@@ -108,7 +108,9 @@ func connectGuestOnce(ctx context.Context, sock string) (*guestapi.Mux, guestapi
 		conn.Close()
 		return nil, ready, err
 	}
-	actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	// A stale guest session (right after a restore) never answers; give up
+	// on this connection quickly and open a fresh one.
+	actx, cancel := context.WithTimeout(ctx, readyAttempt)
 	defer cancel()
 	cl := guestapi.NewClient(mux.Dial)
 	defer cl.Close()
@@ -121,6 +123,9 @@ func connectGuestOnce(ctx context.Context, sock string) (*guestapi.Mux, guestapi
 }
 
 var errClosed = errors.New("machine destroyed")
+
+// readyAttempt bounds one Ready probe on a fresh guest connection.
+const readyAttempt = 500 * time.Millisecond
 
 // dialer keeps one guest session and reopens it when it dies.
 func (m *machine) guestMux(ctx context.Context) (*guestapi.Mux, error) {

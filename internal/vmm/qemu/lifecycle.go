@@ -186,6 +186,7 @@ func (b *Backend) Restore(ctx context.Context, spec vmm.Spec, snap vmm.Snapshot)
 }
 
 func (b *Backend) restore(ctx context.Context, spec vmm.Spec, snap vmm.Snapshot) (*machine, error) {
+	t0 := time.Now()
 	cfg, err := b.readSnapConfig(spec, snap)
 	if err != nil {
 		return nil, err
@@ -198,9 +199,11 @@ func (b *Backend) restore(ctx context.Context, spec vmm.Spec, snap vmm.Snapshot)
 	if err != nil {
 		return nil, err
 	}
+	tImages := time.Since(t0)
 	if err := b.placeRestoredDisk(ctx, snap.Files["disk"], spec.Dir, images.RootFS); err != nil {
 		return nil, err
 	}
+	tDisk := time.Since(t0)
 	hostname := cfg.Hostname
 	if spec.Hostname != "" {
 		hostname = guestParams(spec.Hostname, false).Hostname
@@ -215,11 +218,13 @@ func (b *Backend) restore(ctx context.Context, spec vmm.Spec, snap vmm.Snapshot)
 		_ = os.Remove(filepath.Join(spec.Dir, fileDisk))
 		return nil, err
 	}
+	tStart := time.Since(t0)
 	if err := m.finishRestore(ctx, spec.Env); err != nil {
 		_ = m.Destroy(context.Background())
 		return nil, err
 	}
-	b.log.Info("machine restored", "session_id", spec.SessionID, "pid", m.st.PID, "accel", m.st.Accel)
+	b.log.Info("machine restored", "session_id", spec.SessionID, "pid", m.st.PID, "accel", m.st.Accel,
+		"images_ms", tImages.Milliseconds(), "disk_ms", tDisk.Milliseconds(), "vmm_started_ms", tStart.Milliseconds(), "ready_ms", time.Since(t0).Milliseconds())
 	return m, nil
 }
 
@@ -228,10 +233,12 @@ func (b *Backend) restore(ctx context.Context, spec vmm.Spec, snap vmm.Snapshot)
 func (m *machine) finishRestore(ctx context.Context, env map[string]string) error {
 	ctx, cancel := context.WithTimeout(ctx, m.b.cfg.ReadyTimeout)
 	defer cancel()
+	t0 := time.Now()
 	err := m.withQMP(ctx, func(q *QMP) error { return m.awaitIncoming(ctx, q) })
 	if err != nil {
 		return err
 	}
+	m.b.log.Debug("incoming migration done", "ms", time.Since(t0).Milliseconds())
 	return m.handshake(ctx, env)
 }
 

@@ -211,13 +211,18 @@ func (b *Backend) Boot(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) 
 func (m *machine) handshake(ctx context.Context, env map[string]string) error {
 	ctx, cancel := context.WithTimeout(ctx, m.b.cfg.ReadyTimeout)
 	defer cancel()
+	// The control message first: it may restart the daemon (new env), so
+	// the daemon connection is made after it is applied.
+	t0 := time.Now()
 	if err := m.control(ctx, env); err != nil {
 		return err
 	}
+	tControl := time.Since(t0)
 	mux, _, err := connectGuest(ctx, m.guestSocket())
 	if err != nil {
 		return err
 	}
+	m.b.log.Debug("guest handshake", "control_ms", tControl.Milliseconds(), "total_ms", time.Since(t0).Milliseconds())
 	m.setMux(mux)
 	return nil
 }
