@@ -206,6 +206,16 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() (bool, s
 	t.Fatalf("%s: not true after %s (last: %s)", what, d, last)
 }
 
+// waitHostReady waits until the host registered and is ready (a QEMU host
+// builds or checks its guest images first).
+func waitHostReady(t *testing.T, c *client.Client, hostID string) {
+	t.Helper()
+	eventually(t, 120*time.Second, "host "+hostID+" ready", func() (bool, string) {
+		h, err := c.GetHost(context.Background(), hostID)
+		return err == nil && h.State == "ready", h.State
+	})
+}
+
 func newClient(url, token string) *client.Client { return client.New(url, token) }
 
 var _ = testutil.InCI

@@ -64,6 +64,7 @@ func TestQEMUSessionSurvivesHostAgentRestart(t *testing.T) {
 	dir := shortTempDir(t)
 	h := startHostProcess(t, r.URL, creds.HostToken, dir, "--backend", "qemu")
 	c := newClient(r.URL, creds.Token)
+	waitHostReady(t, c, creds.HostID)
 	t.Cleanup(func() {
 		for _, pid := range vmmPIDs(dir) { // never leak a VM, even when the test fails
 			_ = exec.Command("kill", "-9", fmt.Sprint(pid)).Run()
@@ -145,6 +146,7 @@ func TestQEMUSuspendOnOneHostResumeOnAnother(t *testing.T) {
 	})
 	a := startHostProcess(t, r.URL, credsA.HostToken, dirA, "--backend", "qemu", "--blob-dir", blobs)
 	c := newClient(r.URL, credsA.Token)
+	waitHostReady(t, c, credsA.HostID)
 	s, err := c.CreateSession(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 256, IdleTimeoutSec: -1}}, true)
 	if err != nil || s.State != "active" || s.HostID != credsA.HostID {
 		t.Fatalf("create: %+v %v", s, err)
@@ -175,10 +177,7 @@ func TestQEMUSuspendOnOneHostResumeOnAnother(t *testing.T) {
 	})
 	a.kill()
 	startHostProcess(t, r.URL, credsB.HostToken, dirB, "--backend", "qemu", "--blob-dir", blobs)
-	eventually(t, 60*time.Second, "host b ready", func() (bool, string) {
-		h, err := c.GetHost(ctx, credsB.HostID)
-		return err == nil && h.State == "ready", h.State
-	})
+	waitHostReady(t, c, credsB.HostID)
 
 	t0 = time.Now()
 	out := run("cat /root/hello; cat /tmp/count; kill -0 " + pid + " && echo alive")

@@ -1,0 +1,132 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
+
+	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/internal/coordinator"
+)
+
+// TestBenchSnapshots measures idle-to-zero on QEMU (TCG here) with chunks
+// in an S3 server on loopback (gofakes3): suspend of a 1 GiB guest with
+// 256 MiB touched, bytes uploaded by the first and by later suspends,
+// resume on the same host (chunks cached) and on another host (cold cache),
+// and the host agent's peak RSS. ENGRAMS_BENCH=1 runs it; it prints a table.
+func TestBenchSnapshots(t *testing.T) {
+	if os.Getenv("ENGRAMS_BENCH") == "" {
+		t.Skip("benchmark: set ENGRAMS_BENCH=1 to run")
+	}
+	requireQEMU(t)
+	ctx := context.Background()
+	backend := s3mem.New()
+	if err := backend.CreateBucket("engrams"); err != nil {
+		t.Fatal(err)
+	}
+	s3srv := httptest.NewServer(gofakes3.New(backend).Server())
+	t.Cleanup(s3srv.Close)
+	s3args := []string{"--s3-endpoint", strings.TrimPrefix(s3srv.URL, "http://"), "--s3-bucket", "engrams",
+		"--s3-access-key", "k", "--s3-secret-key", "s", "--s3-tls=false", "--log-level", "warn", "--backend", "qemu"}
+
+	st := openSQLite(t)
+	credsA, credsB := credentials(t, st, "bench-a"), credentials(t, st, "bench-b")
+	r := startReplica(t, st, "", coordinator.Config{HeartbeatInterval: 500 * time.Millisecond, HostLostAfter: 30 * time.Second})
+	dirA, dirB := shortTempDir(t), shortTempDir(t)
+	t.Cleanup(func() {
+		for _, d := range []string{dirA, dirB} {
+			for _, pid := range vmmPIDs(d) {
+				_ = exec.Command("kill", "-9", fmt.Sprint(pid)).Run()
+			}
+		}
+	})
+	a := startHostProcess(t, r.URL, credsA.HostToken, dirA, s3args...)
+	c := newClient(r.URL, credsA.Token)
+	waitHostReady(t, c, credsA.HostID)
+	s, err := c.CreateSession(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 1024, IdleTimeoutSec: -1}}, true)
+	if err != nil || s.State != "active" {
+		t.Fatalf("create: %+v %v", s, err)
+	}
+	run := func(script string) string {
+		var out, errb bytes.Buffer
+		code, err := c.Exec(ctx, s.ID, apiv1.ExecRequest{Argv: []string{"sh", "-c", script}, TimeoutMS: 300000}, &out, &errb)
+		if err != nil || code != 0 {
+			t.Fatalf("exec %q: %d %v %s", script, code, err, errb.String())
+		}
+		return strings.TrimSpace(out.String())
+	}
+	// 256 MiB of incompressible, non-repeating data in guest memory (tmpfs).
+	run("mkdir -p /dev/shm && mount -t tmpfs -o size=300m tmpfs /dev/shm 2>/dev/null; head -c 268435456 /dev/urandom > /dev/shm/touched && echo ok")
+
+	var suspendT, resumeT []time.Duration
+	var uploaded []int64
+	for i := range 5 {
+		t0 := time.Now()
+		if got, err := c.Suspend(ctx, s.ID, true); err != nil || got.State != "idle" {
+			t.Fatalf("suspend %d: %+v %v", i, got, err)
+		}
+		suspendT = append(suspendT, time.Since(t0))
+		g, _ := c.GetSession(ctx, s.ID)
+		uploaded = append(uploaded, g.Snapshots[len(g.Snapshots)-1].Uploaded)
+		t0 = time.Now()
+		run("true")
+		resumeT = append(resumeT, time.Since(t0))
+	}
+	hwmA := hwmBytes(a.cmd.Process.Pid)
+
+	// Cold: suspend, stop host a, resume on host b (empty cache).
+	if _, err := c.Suspend(ctx, s.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	a.kill()
+	startHostProcess(t, r.URL, credsB.HostToken, dirB, s3args...)
+	waitHostReady(t, c, credsB.HostID)
+	t0 := time.Now()
+	if out := run("test -s /dev/shm/touched && echo kept"); out != "kept" {
+		t.Fatalf("touched memory lost on the other host: %q", out)
+	}
+	cold := time.Since(t0)
+	_ = c.DeleteSession(ctx, s.ID, true)
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nsnapshot benchmark: QEMU TCG, 1 GiB guest with 256 MiB touched, chunks in S3 on loopback (gofakes3)\n")
+	fmt.Fprintf(&b, "%-44s %3s %10s %10s\n", "measure", "n", "median", "p95")
+	fmt.Fprintf(&b, "%-44s %3d %10s %10s\n", "suspend (API, until idle)", len(suspendT), secs(pct(suspendT, 50)), secs(pct(suspendT, 95)))
+	fmt.Fprintf(&b, "%-44s %3d %10s %10s\n", "resume same host, chunks cached (+exec)", len(resumeT), secs(pct(resumeT, 50)), secs(pct(resumeT, 95)))
+	fmt.Fprintf(&b, "%-44s %3d %10s %10s\n", "resume other host, cold cache (+exec)", 1, secs(cold), secs(cold))
+	fmt.Fprintf(&b, "bytes uploaded per suspend: first %s", mibs(uploaded[0]))
+	for _, u := range uploaded[1:] {
+		fmt.Fprintf(&b, ", %s (%.2f%%)", mibs(u), 100*float64(u)/float64(uploaded[0]))
+	}
+	fmt.Fprintf(&b, "\nhost agent peak RSS (VmHWM) over boot + 5 suspends + 5 resumes: %.1f MiB\n", mib(hwmA))
+	fmt.Print(b.String())
+}
+
+func secs(d time.Duration) string { return fmt.Sprintf("%.2fs", d.Seconds()) }
+func mibs(n int64) string         { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+
+// hwmBytes reads VmHWM (peak resident set) of pid.
+func hwmBytes(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var kb int64
+			fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(v), " kB"), &kb)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
