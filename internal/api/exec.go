@@ -1,15 +1,15 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httputil"
 	"strconv"
 	"strings"
-
-	"github.com/coder/websocket"
 
 	"github.com/engrams/engrams/internal/api/apiv1"
 	"github.com/engrams/engrams/internal/coordinator"
@@ -84,7 +84,10 @@ func guestHeaders(t coordinator.GuestTarget) http.Header {
 	return h
 }
 
-// exec runs a command to completion and streams its output as NDJSON.
+// exec runs a command to completion and streams its output as NDJSON. The
+// request and the frames have the same JSON as the guest's plain exec, so
+// it is forwarded over the pooled connections of every hop, with no
+// WebSocket upgrade on the way.
 func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	var req apiv1.ExecRequest
 	if !s.decode(w, r, &req) {
@@ -99,81 +102,54 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	conn, resp, err := websocket.Dial(r.Context(), "http://host"+t.PathPrefix+"/v1/exec", &websocket.DialOptions{
-		HTTPClient: &http.Client{Transport: t.Transport}, HTTPHeader: guestHeaders(t),
-	})
+	body, _ := json.Marshal(guestapi.ExecRequest(req))
+	out, err := http.NewRequestWithContext(r.Context(), http.MethodPost, "http://host"+t.PathPrefix+guestapi.PathExecRun, bytes.NewReader(body))
 	if err != nil {
-		status, code := http.StatusBadGateway, "unavailable"
-		if resp != nil && resp.StatusCode == http.StatusConflict {
-			// The host refused: a newer op holds the session, or it is paused.
-			status, code = http.StatusConflict, "conflict"
-		}
-		writeError(w, status, code, "start exec in the session's guest: "+err.Error())
+		s.fail(w, r, err)
 		return
 	}
-	defer conn.CloseNow()
-	conn.SetReadLimit(4 << 20)
-	start := guestapi.ExecStart{Argv: req.Argv, Env: req.Env, Dir: req.Dir, TimeoutMS: req.TimeoutMS, Stdin: len(req.Stdin) > 0}
-	if err := sendExecStart(r.Context(), conn, start, req.Stdin); err != nil {
-		writeError(w, http.StatusBadGateway, "unavailable", "send exec to the session's guest: "+err.Error())
+	out.Header = guestHeaders(t)
+	out.Header.Set("Content-Type", "application/json")
+	resp, err := t.Transport.RoundTrip(out)
+	if err != nil {
+		writeError(w, http.StatusBadGateway, "unavailable", "run the command in the session's guest: "+err.Error())
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		status, code := resp.StatusCode, "unavailable"
+		switch resp.StatusCode {
+		case http.StatusBadRequest:
+			code = "bad_request"
+		case http.StatusConflict, http.StatusServiceUnavailable:
+			status, code = http.StatusConflict, "conflict" // a newer op holds it, or its host is paused
+		default:
+			status = http.StatusBadGateway
+		}
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		writeError(w, status, code, "session guest refused the command: "+strings.TrimSpace(string(msg)))
 		return
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
-	streamExec(r.Context(), conn, w)
+	copyFlushing(w, resp.Body)
 }
 
-func sendExecStart(ctx context.Context, conn *websocket.Conn, start guestapi.ExecStart, stdin []byte) error {
-	b, _ := json.Marshal(start)
-	if err := conn.Write(ctx, websocket.MessageText, b); err != nil {
-		return err
-	}
-	if !start.Stdin {
-		return nil
-	}
-	if err := conn.Write(ctx, websocket.MessageBinary, append([]byte{guestapi.ChanStdin}, stdin...)); err != nil {
-		return err
-	}
-	b, _ = json.Marshal(guestapi.Control{Type: "stdin_close"})
-	return conn.Write(ctx, websocket.MessageText, b)
-}
-
-// streamExec relays guest frames as NDJSON lines until the exit message.
-func streamExec(ctx context.Context, conn *websocket.Conn, w http.ResponseWriter) {
-	enc := json.NewEncoder(w)
-	flush := func() {
-		if f, ok := w.(http.Flusher); ok {
-			f.Flush()
-		}
-	}
+// copyFlushing relays a stream, flushing after every read so output is
+// seen as it is produced.
+func copyFlushing(w http.ResponseWriter, r io.Reader) {
+	rc := http.NewResponseController(w)
+	buf := make([]byte, 32<<10)
 	for {
-		typ, msg, err := conn.Read(ctx)
+		n, err := r.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return
+			}
+			_ = rc.Flush()
+		}
 		if err != nil {
-			_ = enc.Encode(apiv1.ExecFrame{Type: "exit", ExitCode: -1, Error: "lost the guest before the command exited: " + err.Error()})
-			flush()
 			return
 		}
-		if typ == websocket.MessageBinary {
-			if len(msg) == 0 {
-				continue
-			}
-			name := "stdout"
-			if msg[0] == guestapi.ChanStderr {
-				name = "stderr"
-			}
-			_ = enc.Encode(apiv1.ExecFrame{Type: name, Data: msg[1:]})
-			flush()
-			continue
-		}
-		var c guestapi.Control
-		if json.Unmarshal(msg, &c) != nil || c.Type != "exit" {
-			continue
-		}
-		_ = enc.Encode(apiv1.ExecFrame{Type: "exit", ExitCode: c.ExitCode, Error: c.Error, TimedOut: c.TimedOut})
-		flush()
-		// End the response now; a close handshake would cost a round trip
-		// through host and guest before the client sees the stream end.
-		_ = conn.CloseNow()
-		return
 	}
 }

@@ -2,7 +2,6 @@ package guest
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,17 +20,32 @@ import (
 	"github.com/engrams/engrams/internal/guestapi"
 )
 
-// execRun is one exec stream: a command and the WebSocket that drives it.
+// execRun is one exec: a command and the wire that drives it (a WebSocket
+// for interactive exec, or a plain HTTP request streaming NDJSON back).
 type execRun struct {
-	s    *Server
-	conn *websocket.Conn
-	ctx  context.Context
+	s      *Server
+	wire   execWire
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	cmd            *exec.Cmd
 	tty            *os.File // PTY master, or nil
 	stdin          io.WriteCloser
 	outs           []*os.File // read ends streamed to the client
 	closeStdinOnce sync.Once
+}
+
+// execWire is how an exec talks to its client.
+type execWire interface {
+	// data sends output on channel ch (guestapi.ChanStdout/ChanStderr).
+	data(ch byte, p []byte) error
+	// control sends "started" or "exit".
+	control(c guestapi.Control) error
+	// serve feeds stdin and client controls to x until the client is gone
+	// or x's context ends, and says why it stopped.
+	serve(x *execRun, tty bool) error
+	// close ends the exchange after the exit message.
+	close()
 }
 
 func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
@@ -46,16 +60,17 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	conn.SetReadLimit(maxFrame)
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	x := &execRun{s: s, conn: conn, ctx: ctx}
-	x.run()
-}
-
-func (x *execRun) run() {
-	defer x.conn.CloseNow()
-	start, ok := x.readStart()
+	ws := &wsWire{conn: conn, ctx: ctx}
+	defer conn.CloseNow()
+	x := &execRun{s: s, wire: ws, ctx: ctx, cancel: cancel}
+	start, ok := ws.readStart(x)
 	if !ok {
 		return
 	}
+	x.run(start)
+}
+
+func (x *execRun) run(start guestapi.ExecStart) {
 	if err := x.start(start); err != nil {
 		x.finish(guestapi.Control{Type: "exit", ExitCode: -1, Error: err.Error()})
 		return
@@ -63,7 +78,7 @@ func (x *execRun) run() {
 	pid := x.cmd.Process.Pid
 	log := x.s.log.With("pid", pid, "argv0", start.Argv[0])
 	log.Debug("exec started", "tty", start.TTY)
-	if err := x.sendControl(guestapi.Control{Type: "started", PID: pid}); err != nil {
+	if err := x.wire.control(guestapi.Control{Type: "started", PID: pid}); err != nil {
 		x.killGroup()
 	}
 
@@ -71,7 +86,7 @@ func (x *execRun) run() {
 	readerDone := make(chan struct{})
 	go func() {
 		defer close(readerDone)
-		clientGone <- x.readClient(start.TTY)
+		clientGone <- x.wire.serve(x, start.TTY)
 	}()
 	var pumps sync.WaitGroup
 	for i, f := range x.outs {
@@ -122,56 +137,33 @@ func (x *execRun) run() {
 	<-readerDone
 }
 
-// finish sends the exit message, closes the stream and releases the stdio.
+// finish sends the exit message, ends the exchange and releases the stdio.
 func (x *execRun) finish(exit guestapi.Control) {
-	_ = x.sendControl(exit)
+	_ = x.wire.control(exit)
 	x.closeStdin()
 	for _, f := range x.outs {
 		_ = f.Close()
 	}
-	// Bound the close handshake: a client that never answers it is cut off.
-	t := time.AfterFunc(2*time.Second, func() { _ = x.conn.CloseNow() })
-	defer t.Stop()
-	_ = x.conn.Close(websocket.StatusNormalClosure, "")
+	x.cancel() // stops the wire's serve loop
+	x.wire.close()
 }
 
-// readStart reads and validates ExecStart. On failure it has answered.
-func (x *execRun) readStart() (guestapi.ExecStart, bool) {
-	var start guestapi.ExecStart
-	rctx, cancel := context.WithTimeout(x.ctx, 30*time.Second)
-	typ, msg, err := x.conn.Read(rctx)
-	cancel()
-	if err != nil {
-		return start, false
-	}
-	fail := func(msg string) (guestapi.ExecStart, bool) {
-		x.finish(guestapi.Control{Type: "exit", ExitCode: -1, Error: msg})
-		return start, false
-	}
-	switch {
-	case typ != websocket.MessageText:
-		return fail("first message must be a text ExecStart")
-	case len(msg) > maxControlMessage:
-		_ = x.conn.Close(websocket.StatusMessageTooBig, "ExecStart exceeds 64 KiB")
-		return start, false
-	}
-	if err := json.Unmarshal(msg, &start); err != nil {
-		return fail(fmt.Sprintf("decode ExecStart: %v", err))
-	}
+// checkStart says what is wrong with an ExecStart, or "".
+func checkStart(start guestapi.ExecStart) string {
 	switch {
 	case len(start.Argv) == 0 || start.Argv[0] == "":
-		return fail("argv is empty")
+		return "argv is empty"
 	case start.Dir != "" && !strings.HasPrefix(start.Dir, "/"):
-		return fail(fmt.Sprintf("dir must be absolute: %q", start.Dir))
+		return fmt.Sprintf("dir must be absolute: %q", start.Dir)
 	case start.TimeoutMS < 0:
-		return fail("timeout_ms must not be negative")
+		return "timeout_ms must not be negative"
 	}
 	for k := range start.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return fail(fmt.Sprintf("invalid env name %q", k))
+			return fmt.Sprintf("invalid env name %q", k)
 		}
 	}
-	return start, true
+	return ""
 }
 
 // start starts the command with pipes or a PTY.
@@ -244,15 +236,14 @@ func (x *execRun) closeStdin() {
 	})
 }
 
-// pump streams f to the client as frames on ch until EOF, or until the read
+// pump streams f to the client on ch until EOF, or until the read
 // deadline set after the command exited, then drains what is buffered.
 func (x *execRun) pump(f *os.File, ch byte) {
-	buf := make([]byte, 1+32<<10)
-	buf[0] = ch
+	buf := make([]byte, 32<<10)
 	for {
-		n, err := f.Read(buf[1:])
+		n, err := f.Read(buf)
 		if n > 0 {
-			if x.send(websocket.MessageBinary, buf[:1+n]) != nil {
+			if x.wire.data(ch, buf[:n]) != nil {
 				return
 			}
 		}
@@ -265,45 +256,15 @@ func (x *execRun) pump(f *os.File, ch byte) {
 	}
 	for { // drain: data already buffered is read without waiting
 		_ = f.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
-		n, err := f.Read(buf[1:])
+		n, err := f.Read(buf)
 		if n > 0 {
-			if x.send(websocket.MessageBinary, buf[:1+n]) != nil {
+			if x.wire.data(ch, buf[:n]) != nil {
 				return
 			}
 		}
 		if err != nil {
 			return
 		}
-	}
-}
-
-// readClient handles stdin frames and control messages until the stream
-// ends; it returns why it ended.
-func (x *execRun) readClient(tty bool) error {
-	for {
-		typ, msg, err := x.conn.Read(x.ctx)
-		if err != nil {
-			return err
-		}
-		if typ == websocket.MessageBinary {
-			if len(msg) < 1 || msg[0] != guestapi.ChanStdin || x.stdin == nil {
-				continue
-			}
-			if _, err := x.stdin.Write(msg[1:]); err != nil {
-				x.s.log.Debug("stdin write failed", "err", err)
-			}
-			continue
-		}
-		if len(msg) > maxControlMessage {
-			_ = x.conn.Close(websocket.StatusMessageTooBig, "control message exceeds 64 KiB")
-			return errors.New("control message too large")
-		}
-		var c guestapi.Control
-		if err := json.Unmarshal(msg, &c); err != nil {
-			x.s.log.Debug("bad control message", "err", err)
-			continue
-		}
-		x.control(c, tty)
 	}
 }
 
@@ -336,18 +297,6 @@ func (x *execRun) control(c guestapi.Control, tty bool) {
 func (x *execRun) killGroup() {
 	_ = unix.Kill(-x.cmd.Process.Pid, unix.SIGKILL)
 	_ = x.cmd.Process.Kill()
-}
-
-func (x *execRun) send(typ websocket.MessageType, p []byte) error {
-	return x.conn.Write(x.ctx, typ, p)
-}
-
-func (x *execRun) sendControl(c guestapi.Control) error {
-	b, err := json.Marshal(c)
-	if err != nil {
-		return err
-	}
-	return x.send(websocket.MessageText, b)
 }
 
 func exitCode(ps *os.ProcessState, waitErr error) int {

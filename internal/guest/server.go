@@ -78,6 +78,7 @@ func New(cfg Config, deps Deps) *Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+guestapi.PathReady, s.handleReady)
 	mux.HandleFunc("GET "+guestapi.PathExec, s.handleExec)
+	mux.HandleFunc("POST "+guestapi.PathExecRun, s.handleExecRun)
 	mux.HandleFunc("GET "+guestapi.PathFiles, s.handleDownload)
 	mux.HandleFunc("PUT "+guestapi.PathFiles, s.handleUpload)
 	mux.HandleFunc("GET "+guestapi.PathFileList, s.handleList)
@@ -86,7 +87,7 @@ func New(cfg Config, deps Deps) *Server {
 	mux.HandleFunc("GET "+guestapi.PathOutbox, s.handleOutboxGet)
 	mux.HandleFunc("POST "+guestapi.PathOutbox, s.handleOutboxPost)
 	allowed := map[string]string{
-		guestapi.PathReady: "GET", guestapi.PathExec: "GET", guestapi.PathFiles: "GET, PUT",
+		guestapi.PathReady: "GET", guestapi.PathExec: "GET", guestapi.PathExecRun: "POST", guestapi.PathFiles: "GET, PUT",
 		guestapi.PathFileList: "GET", guestapi.PathFileStat: "GET",
 		guestapi.PathSync: "POST", guestapi.PathOutbox: "GET, POST",
 	}

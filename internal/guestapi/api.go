@@ -9,7 +9,8 @@ import "encoding/json"
 //   - 1 (2026-11-30): ready, exec (WebSocket, optional PTY), files
 //     (upload, download, list, stat).
 //   - 2 (2026-11-30): sync (quiesce before a snapshot), outbox (apply
-//     commands exactly once per guest state, in order).
+//     commands exactly once per guest state, in order); exec/stream (plain
+//     HTTP exec over keep-alive connections, NDJSON out).
 const Version = 2
 
 // HeaderVersion carries Version on every request and response; a daemon
@@ -20,6 +21,7 @@ const HeaderVersion = "Engrams-Guest-Api"
 const (
 	PathReady    = "/v1/ready"      // GET -> Ready
 	PathExec     = "/v1/exec"       // GET, WebSocket: ExecStart then frames
+	PathExecRun  = "/v1/exec/run"   // POST ExecRequest -> NDJSON StreamFrame lines, the last "exit"
 	PathFiles    = "/v1/files"      // GET ?path= download; PUT ?path=&mode= upload (raw body)
 	PathFileList = "/v1/files/list" // GET ?path= -> []FileInfo
 	PathFileStat = "/v1/files/stat" // GET ?path= -> FileInfo
@@ -75,6 +77,27 @@ type ExecStart struct {
 	Rows      uint16            `json:"rows,omitempty"`
 	Cols      uint16            `json:"cols,omitempty"`
 	Stdin     bool              `json:"stdin,omitempty"` // the client will send stdin frames; otherwise stdin is empty
+}
+
+// ExecRequest runs a command to completion without a WebSocket: stdin is
+// given whole, output streams back as NDJSON StreamFrame lines. Its JSON is
+// the public API's exec request, so the coordinator forwards it unchanged.
+type ExecRequest struct {
+	Argv      []string          `json:"argv"`
+	Env       map[string]string `json:"env,omitempty"`
+	Dir       string            `json:"dir,omitempty"`
+	TimeoutMS int64             `json:"timeout_ms,omitempty"`
+	Stdin     []byte            `json:"stdin,omitempty"`
+}
+
+// StreamFrame is one NDJSON line of PathExecRun's answer: "stdout" or
+// "stderr" with Data, then exactly one "exit". Same JSON as the public API.
+type StreamFrame struct {
+	Type     string `json:"type"`
+	Data     []byte `json:"data,omitempty"`
+	ExitCode int    `json:"exit_code,omitempty"`
+	Error    string `json:"error,omitempty"`
+	TimedOut bool   `json:"timed_out,omitempty"`
 }
 
 // Binary frames carry one channel byte followed by data.
