@@ -181,8 +181,15 @@ func TestSnapshotDestroyRestoreRoundTrip(t *testing.T) {
 			t.Errorf("%s manifest: chunk size %d role %q, want %d", role, m.ChunkSize, m.Role, want)
 		}
 	}
-	if mm := manifests["memory"]; len(mm.Chunks) != 2 || mm.Chunks[0].IsZero() || !mm.Chunks[1].IsZero() {
-		t.Errorf("memory chunks = %v, want one stored, one zero", mm.Chunks)
+	mm := manifests["memory"]
+	stored := 0
+	for _, c := range mm.Chunks {
+		if !c.IsZero() {
+			stored++
+		}
+	}
+	if int64(len(mm.Chunks)) != chunk.NumChunks(mm.Size, chunk.MemoryChunkSize) || mm.Chunks[0].IsZero() || stored != 1 {
+		t.Errorf("memory chunks = %v, want the first stored and the rest zero", mm.Chunks)
 	}
 	if _, _, _, syncs := m1.state(); syncs != 1 || !m1.isDestroyed() {
 		t.Errorf("guest synced %d times, destroyed %v; want 1, true", syncs, m1.isDestroyed())

@@ -61,7 +61,9 @@ type Backend interface {
 	// Boot starts a machine and returns once its guest daemon answers.
 	Boot(ctx context.Context, spec Spec) (Machine, error)
 	// Restore starts a new machine from a snapshot and returns once its guest
-	// daemon answers. ErrUnsupported if the backend cannot.
+	// daemon answers. ErrUnsupported if the backend cannot. A backend may
+	// link snap's files into the machine (QEMU uses "memory" as its live
+	// RAM), so they change as it runs: restore a set of files once.
 	Restore(ctx context.Context, spec Spec, snap Snapshot) (Machine, error)
 	// Recover reattaches to a machine this backend started before the host
 	// agent restarted, from the Info it persisted in dir. It returns ErrGone
@@ -75,7 +77,11 @@ type Machine interface {
 	// Dial opens a new stream to the guest daemon.
 	Dial(ctx context.Context) (net.Conn, error)
 	// Snapshot pauses the machine and writes memory, device state and disk
-	// into dir. The machine stays paused; Destroy it or Resume it.
+	// into dir. The machine stays paused; Destroy it or Resume it. A file
+	// may share storage with the live machine (QEMU hard-links its guest
+	// RAM file as "memory"): it stays valid while the machine is paused and
+	// after Destroy, but Resume changes it. Read (chunk) the files before
+	// resuming.
 	Snapshot(ctx context.Context, dir string) (Snapshot, error)
 	// Pause stops the machine's vCPUs (processes, for the process backend)
 	// without saving anything: a host whose lease expired stops writing.

@@ -80,7 +80,7 @@ func (b *Backend) probeKVM(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	spec := vmm.Spec{SessionID: "kvm-probe", Dir: dir, MemoryMiB: 256, VCPUs: 1}
-	m, err := b.start(ctx, spec, "kvm", "")
+	m, err := b.start(ctx, spec, "kvm", false)
 	if err != nil {
 		return err
 	}

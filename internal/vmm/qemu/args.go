@@ -22,6 +22,7 @@ const (
 	fileSerLog  = "serial.log"
 	filePID     = "qemu.pid"
 	fileDisk    = "disk.qcow2"
+	fileMemory  = "memory.ram" // guest RAM (memory-backend-file, share=on): sparse, offset-stable
 	fileMachine = "machine.json"
 )
 
@@ -42,19 +43,27 @@ type launch struct {
 	Initramfs string
 	Bundle    string
 	Disk      string // qcow2 overlay (absolute: QEMU chdirs to / when daemonized)
+	Memory    string // guest RAM file (absolute), mapped shared
 	PIDFile   string
 	Cmdline   string
 	Name      string
 	Network   bool
-	Incoming  string // memory/state file for -incoming; empty to boot
+	Incoming  bool // start with -incoming defer (restore); false to boot
 }
+
+// memBackend is the id of the guest RAM backend object.
+const memBackend = "mem0"
 
 // args renders the QEMU command line (without the binary). The device
 // part must be identical between a snapshot's source and its restore.
 func (l launch) args() []string {
 	a := []string{
 		"-name", "engrams-" + qemuEscape(l.Name),
-		"-M", "microvm", "-accel", l.Accel, "-cpu", "max",
+		// RAM is a shared file mapping: page i of guest memory is at offset
+		// i*4096 of the file whatever else changes, so fixed-size chunks of
+		// it dedup across snapshots, and migration skips it (x-ignore-shared).
+		"-object", fmt.Sprintf("memory-backend-file,id=%s,size=%dM,mem-path=%s,share=on", memBackend, l.MemoryMiB, qemuEscape(l.Memory)),
+		"-M", "microvm,memory-backend=" + memBackend, "-accel", l.Accel, "-cpu", "max",
 		"-smp", strconv.Itoa(l.VCPUs), "-m", strconv.Itoa(l.MemoryMiB),
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
 		"-kernel", l.Kernel, "-initrd", l.Initramfs, "-append", l.Cmdline,
@@ -74,8 +83,10 @@ func (l launch) args() []string {
 		a = append(a, "-netdev", "user,id=n0,restrict=on", "-device", "virtio-net-device,netdev=n0")
 	}
 	a = append(a, "-qmp", "unix:"+fileQMP+",server=on,wait=off", "-pidfile", l.PIDFile, "-daemonize")
-	if l.Incoming != "" {
-		a = append(a, "-incoming", "exec:cat "+shellQuote(l.Incoming))
+	if l.Incoming {
+		// The device state comes later over QMP (migrate-incoming), after
+		// x-ignore-shared is set: it must match the source's.
+		a = append(a, "-incoming", "defer")
 	}
 	return a
 }

@@ -37,11 +37,13 @@ func TestKernelCmdline(t *testing.T) {
 func TestLaunchArgs(t *testing.T) {
 	t.Parallel()
 	l := launch{Accel: "tcg", MemoryMiB: 256, VCPUs: 1, Kernel: "/k", Initramfs: "/i",
-		Bundle: "/b,1", Disk: "/d/disk.qcow2", PIDFile: "/d/qemu.pid", Cmdline: "quiet", Name: "s1", Network: true}
+		Bundle: "/b,1", Disk: "/d/disk.qcow2", Memory: "/d,x/memory.ram", PIDFile: "/d/qemu.pid", Cmdline: "quiet", Name: "s1", Network: true}
 	a := strings.Join(l.args(), " ")
 	for _, w := range []string{"-M microvm", "-accel tcg", "-m 256", "-smp 1", "-nodefaults", "-no-reboot",
 		"file=/b,,1,format=raw,if=none,readonly=on", "virtserialport,chardev=guest,name=engrams",
-		"user,id=n0,restrict=on", "-qmp unix:qmp.sock,server=on,wait=off", "-daemonize", "-pidfile /d/qemu.pid"} {
+		"user,id=n0,restrict=on", "-qmp unix:qmp.sock,server=on,wait=off", "-daemonize", "-pidfile /d/qemu.pid",
+		"-object memory-backend-file,id=mem0,size=256M,mem-path=/d,,x/memory.ram,share=on",
+		"-M microvm,memory-backend=mem0"} {
 		if !strings.Contains(a, w) {
 			t.Errorf("args lack %q:\n%s", w, a)
 		}
@@ -49,14 +51,14 @@ func TestLaunchArgs(t *testing.T) {
 	if strings.Contains(a, "-incoming") {
 		t.Error("boot args have -incoming")
 	}
-	l.Incoming = "/s/it's.bin"
+	l.Incoming = true
 	args := l.args()
-	if args[len(args)-1] != `exec:cat '/s/it'\''s.bin'` {
-		t.Errorf("incoming = %q", args[len(args)-1])
+	if got := strings.Join(args[len(args)-2:], " "); got != "-incoming defer" {
+		t.Errorf("incoming = %q", got)
 	}
 	// The device part must not change between boot and restore.
 	boot := launch(l)
-	boot.Incoming = ""
+	boot.Incoming = false
 	if !slices.Equal(boot.args(), args[:len(args)-2]) {
 		t.Error("restore args differ from boot args beyond -incoming")
 	}

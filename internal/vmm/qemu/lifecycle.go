@@ -14,13 +14,17 @@ import (
 
 // Snapshot file names and roles.
 const (
-	snapMemory = "memory.bin"    // role "memory": RAM and device state (QEMU migration stream)
+	snapMemory = "memory.ram"    // role "memory": guest RAM, byte for byte (sparse; page i at offset i*4096)
+	snapState  = "state.bin"     // role "state": device state (QEMU migration stream without RAM)
 	snapDisk   = "disk.qcow2"    // role "disk": the overlay, backed by the shared base image
 	snapConfig = "snapshot.json" // role "config": what the restore command line needs
 )
 
-// Snapshot pauses the machine and writes its memory and device state and
-// its disk into dir. The machine stays paused.
+// Snapshot pauses the machine and writes its device state, its disk and
+// its RAM into dir. The machine stays paused. The "memory" file is a hard
+// link of the machine's RAM file when dir is on the same file system: it
+// is valid while the machine stays paused and after Destroy, but a Resume
+// changes it as the guest runs (see vmm.Machine.Snapshot).
 func (m *machine) Snapshot(ctx context.Context, dir string) (vmm.Snapshot, error) {
 	snap, err := m.snapshot(ctx, dir)
 	if err != nil {
@@ -37,10 +41,15 @@ func (m *machine) snapshot(ctx context.Context, dir string) (vmm.Snapshot, error
 	// Drop the guest session first: the guest daemon sees the port close
 	// and waits for a new session, which is what a restore brings.
 	m.setMux(nil)
-	mem := filepath.Join(dir, snapMemory)
-	err := m.withQMP(ctx, func(q *QMP) error { return migrateToFile(ctx, q, mem) })
+	stateFile := filepath.Join(dir, snapState)
+	err := m.withQMP(ctx, func(q *QMP) error { return migrateToFile(ctx, q, stateFile) })
 	if err != nil {
 		return snap, err
+	}
+	// Stopped and migrated: nothing writes guest RAM until cont.
+	mem := filepath.Join(dir, snapMemory)
+	if err := linkOrClone(m.path(fileMemory), mem); err != nil {
+		return snap, fmt.Errorf("save guest memory: %w", err)
 	}
 	// Migration completion flushed and inactivated the block devices, so
 	// the overlay file is consistent now.
@@ -67,21 +76,34 @@ func (m *machine) snapshot(ctx context.Context, dir string) (vmm.Snapshot, error
 	return vmm.Snapshot{
 		Backend: "qemu",
 		Files: map[string]string{
-			"memory": mem, "disk": filepath.Join(dir, snapDisk), "config": filepath.Join(dir, snapConfig),
+			"memory": mem, "state": stateFile, "disk": filepath.Join(dir, snapDisk), "config": filepath.Join(dir, snapConfig),
 		},
 		Taken: time.Now().UTC(),
 	}, nil
 }
 
-// migrateToFile stops the VM and writes its RAM and device state to mem.
-func migrateToFile(ctx context.Context, q *QMP, mem string) error {
+// ignoreShared makes migration skip shared RAM blocks (the guest RAM
+// file): the stream carries device state only. Source and destination
+// must agree on it.
+func ignoreShared(ctx context.Context, q *QMP) error {
+	return q.Execute(ctx, "migrate-set-capabilities", map[string]any{
+		"capabilities": []map[string]any{{"capability": "x-ignore-shared", "state": true}},
+	}, nil)
+}
+
+// migrateToFile stops the VM and writes its device state (not its RAM,
+// which is the shared file) to path.
+func migrateToFile(ctx context.Context, q *QMP, path string) error {
 	if err := q.Execute(ctx, "migrate-set-parameters", map[string]any{"max-bandwidth": int64(100) << 30}, nil); err != nil {
+		return err
+	}
+	if err := ignoreShared(ctx, q); err != nil {
 		return err
 	}
 	if err := q.Execute(ctx, "stop", nil, nil); err != nil {
 		return err
 	}
-	if err := q.Execute(ctx, "migrate", map[string]any{"uri": "exec:cat > " + shellQuote(mem)}, nil); err != nil {
+	if err := q.Execute(ctx, "migrate", map[string]any{"uri": "exec:cat > " + shellQuote(path)}, nil); err != nil {
 		return err
 	}
 	return waitMigration(ctx, q)
@@ -135,7 +157,8 @@ func (m *machine) Resume(ctx context.Context) error {
 }
 
 // Destroy stops QEMU (QMP quit, then SIGKILL) and removes the sockets,
-// overlay, pid file, console log, state file and cgroup. Idempotent.
+// overlay, RAM file, pid file, console log, state file and cgroup. A
+// snapshot's hard link of the RAM file keeps its data. Idempotent.
 func (m *machine) Destroy(ctx context.Context) error {
 	m.mu.Lock()
 	m.destroyed = true
@@ -167,7 +190,7 @@ func (m *machine) cleanup() {
 		m.stop()
 	}
 	for _, f := range []string{fileQMP, fileGuest, fileGuest2, fileCtl, fileSerial, filePID, fileDisk,
-		fileSerLog, fileSerLog + ".1", fileMachine, fileMachine + ".tmp"} {
+		fileMemory, fileSerLog, fileSerLog + ".1", fileMachine, fileMachine + ".tmp"} {
 		_ = os.Remove(m.path(f))
 	}
 	if m.st.Cgroup != "" {
@@ -195,12 +218,16 @@ func (b *Backend) restore(ctx context.Context, spec vmm.Spec, snap vmm.Snapshot)
 	if err != nil {
 		return nil, err
 	}
-	mem, err := filepath.Abs(snap.Files["memory"])
+	stateFile, err := filepath.Abs(snap.Files["state"])
 	if err != nil {
 		return nil, err
 	}
 	tImages := time.Since(t0)
+	if err := placeRestoredMemory(snap.Files["memory"], spec.Dir, cfg.MemoryMiB); err != nil {
+		return nil, err
+	}
 	if err := b.placeRestoredDisk(ctx, snap.Files["disk"], spec.Dir, images.RootFS); err != nil {
+		_ = os.Remove(filepath.Join(spec.Dir, fileMemory))
 		return nil, err
 	}
 	tDisk := time.Since(t0)
@@ -213,13 +240,14 @@ func (b *Backend) restore(ctx context.Context, spec vmm.Spec, snap vmm.Snapshot)
 		Accel: cfg.Accel, MemoryMiB: cfg.MemoryMiB, VCPUs: cfg.VCPUs, Network: cfg.Network,
 		Images: images, Hostname: hostname, Cmdline: cfg.Cmdline,
 	}
-	m, err := b.startState(ctx, st, mem)
+	m, err := b.startState(ctx, st, true)
 	if err != nil {
 		_ = os.Remove(filepath.Join(spec.Dir, fileDisk))
+		_ = os.Remove(filepath.Join(spec.Dir, fileMemory))
 		return nil, err
 	}
 	tStart := time.Since(t0)
-	if err := m.finishRestore(ctx, spec.Env); err != nil {
+	if err := m.finishRestore(ctx, spec.Env, stateFile); err != nil {
 		_ = m.Destroy(context.Background())
 		return nil, err
 	}
@@ -228,13 +256,22 @@ func (b *Backend) restore(ctx context.Context, spec vmm.Spec, snap vmm.Snapshot)
 	return m, nil
 }
 
-// finishRestore waits for the incoming migration, continues the VM, then
-// steps the guest clock, reseeds its RNG and reconnects the guest daemon.
-func (m *machine) finishRestore(ctx context.Context, env map[string]string) error {
+// finishRestore loads the device state from stateFile (the RAM is the
+// file QEMU mapped), continues the VM, then steps the guest clock, reseeds
+// its RNG and reconnects the guest daemon.
+func (m *machine) finishRestore(ctx context.Context, env map[string]string, stateFile string) error {
 	ctx, cancel := context.WithTimeout(ctx, m.b.cfg.ReadyTimeout)
 	defer cancel()
 	t0 := time.Now()
-	err := m.withQMP(ctx, func(q *QMP) error { return m.awaitIncoming(ctx, q) })
+	err := m.withQMP(ctx, func(q *QMP) error {
+		if err := ignoreShared(ctx, q); err != nil {
+			return err
+		}
+		if err := q.Execute(ctx, "migrate-incoming", map[string]any{"uri": "exec:cat " + shellQuote(stateFile)}, nil); err != nil {
+			return err
+		}
+		return m.awaitIncoming(ctx, q)
+	})
 	if err != nil {
 		return err
 	}

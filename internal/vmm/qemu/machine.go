@@ -72,7 +72,7 @@ func normalize(spec vmm.Spec) (vmm.Spec, error) {
 
 // start launches QEMU for st (booting, or restoring from incoming) and
 // attaches to it. On error nothing is left running.
-func (b *Backend) start(ctx context.Context, spec vmm.Spec, accel, incoming string) (*machine, error) {
+func (b *Backend) start(ctx context.Context, spec vmm.Spec, accel string, incoming bool) (*machine, error) {
 	st := state{
 		Info:  vmm.Info{SessionID: spec.SessionID, Backend: "qemu", Dir: spec.Dir, Created: time.Now().UTC()},
 		Accel: accel, MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, Network: b.cfg.Network,
@@ -82,7 +82,7 @@ func (b *Backend) start(ctx context.Context, spec vmm.Spec, accel, incoming stri
 	return b.startState(ctx, st, incoming)
 }
 
-func (b *Backend) startState(ctx context.Context, st state, incoming string) (*machine, error) {
+func (b *Backend) startState(ctx context.Context, st state, incoming bool) (*machine, error) {
 	st.Socket = filepath.Join(st.Dir, fileGuest)
 	for _, f := range []string{fileQMP, fileGuest, fileGuest2, fileCtl, fileSerial, filePID} {
 		_ = os.Remove(filepath.Join(st.Dir, f))
@@ -91,6 +91,7 @@ func (b *Backend) startState(ctx context.Context, st state, incoming string) (*m
 		QEMU: b.cfg.QEMU, Accel: st.Accel, MemoryMiB: st.MemoryMiB, VCPUs: st.VCPUs,
 		Kernel: st.Images.Kernel, Initramfs: st.Images.Initramfs, Bundle: st.Images.Bundle,
 		Disk:    filepath.Join(st.Dir, fileDisk),
+		Memory:  filepath.Join(st.Dir, fileMemory),
 		PIDFile: filepath.Join(st.Dir, filePID),
 		Cmdline: st.Cmdline,
 		Name:    st.SessionID, Network: st.Network, Incoming: incoming,
@@ -192,9 +193,14 @@ func (b *Backend) Boot(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) 
 	if err := vmimage.Overlay(ctx, b.cfg.QemuImg, b.cfg.Images.RootFS, disk); err != nil {
 		return nil, fmt.Errorf("boot %s: %w", spec.SessionID, err)
 	}
-	m, err := b.start(ctx, spec, b.accel, "")
+	// QEMU would map a stale RAM file as it is: boot from a fresh one.
+	if err := os.Remove(filepath.Join(spec.Dir, fileMemory)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("boot %s: %w", spec.SessionID, err)
+	}
+	m, err := b.start(ctx, spec, b.accel, false)
 	if err != nil {
 		_ = os.Remove(disk)
+		_ = os.Remove(filepath.Join(spec.Dir, fileMemory))
 		return nil, fmt.Errorf("boot %s: %w", spec.SessionID, err)
 	}
 	if err := m.handshake(ctx, spec.Env); err != nil {

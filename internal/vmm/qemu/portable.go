@@ -14,8 +14,9 @@ import (
 )
 
 // snapFormat is the version of snapConfigFile. 2: images by content-
-// addressed name and hash, no host paths anywhere in a snapshot.
-const snapFormat = 2
+// addressed name and hash, no host paths anywhere in a snapshot. 3: RAM is
+// a raw file (role "memory"), device state a separate stream ("state").
+const snapFormat = 3
 
 // snapConfigFile is the "config" role file: the machine shape a restore
 // must reproduce exactly. It names no host path, so a snapshot restores on
@@ -129,7 +130,7 @@ func (b *Backend) readSnapConfig(spec vmm.Spec, snap vmm.Snapshot) (snapConfigFi
 	if snap.Backend != "qemu" {
 		return cfg, fmt.Errorf("snapshot is from backend %q: %w", snap.Backend, vmm.ErrUnsupported)
 	}
-	for _, role := range []string{"memory", "disk", "config"} {
+	for _, role := range []string{"memory", "state", "disk", "config"} {
 		if snap.Files[role] == "" {
 			return cfg, fmt.Errorf("snapshot has no %q file", role)
 		}
@@ -180,4 +181,34 @@ func (b *Backend) placeRestoredDisk(ctx context.Context, src, dir, base string) 
 		return err
 	}
 	return nil
+}
+
+// placeRestoredMemory makes a snapshot's RAM file the machine's RAM file:
+// a hard link (no copy) when both are on one file system, else a sparse
+// copy. Its size must be the snapshot's RAM size. A link means the
+// snapshot's file changes as the restored guest runs.
+func placeRestoredMemory(src, dir string, memMiB int) error {
+	fi, err := os.Stat(src)
+	if err != nil {
+		return fmt.Errorf("place guest memory: %w", err)
+	}
+	if want := int64(memMiB) << 20; fi.Size() != want {
+		return fmt.Errorf("place guest memory: snapshot memory file has %d bytes, its config says %d MiB", fi.Size(), memMiB)
+	}
+	if err := linkOrClone(src, filepath.Join(dir, fileMemory)); err != nil {
+		return fmt.Errorf("place guest memory: %w", err)
+	}
+	return nil
+}
+
+// linkOrClone makes dst name src's data: a hard link, or where that fails
+// (another file system) a reflink or sparse copy. An existing dst is replaced.
+func linkOrClone(src, dst string) error {
+	if err := os.Remove(dst); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if err := os.Link(src, dst); err == nil {
+		return nil
+	}
+	return vmimage.CloneFile(src, dst)
 }

@@ -190,7 +190,7 @@ func TestRestoreRefusals(t *testing.T) {
 		if err := os.WriteFile(p, data, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		return vmm.Snapshot{Backend: "qemu", Files: map[string]string{"config": p, "memory": p, "disk": p}}
+		return vmm.Snapshot{Backend: "qemu", Files: map[string]string{"config": p, "memory": p, "state": p, "disk": p}}
 	}
 	good := snapConfigFile{Format: snapFormat, QEMUVersion: b.version, Accel: b.accel, MemoryMiB: 256, VCPUs: 1, Images: refs}
 	missing := good
