@@ -129,4 +129,3 @@ func hwmBytes(pid int) int64 {
 	}
 	return 0
 }
-
