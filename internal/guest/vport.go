@@ -22,9 +22,7 @@ import (
 // or reconnected) the stream is closed and open is called again. It returns
 // when ctx is done.
 func (s *Server) ServeStreams(ctx context.Context, open func(ctx context.Context) (io.ReadWriteCloser, error)) error {
-	// Start fast: after a snapshot restore the old session is stale and the
-	// host is already waiting on a new one.
-	backoff := 5 * time.Millisecond
+	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
 		began := time.Now()
 		err := s.serveOneStream(ctx, open)
@@ -32,7 +30,7 @@ func (s *Server) ServeStreams(ctx context.Context, open func(ctx context.Context
 			return nil
 		}
 		if time.Since(began) > 2*time.Second {
-			backoff = 5 * time.Millisecond
+			backoff = 50 * time.Millisecond
 		}
 		s.log.Info("stream session ended, reopening", "err", err, "retry_in", backoff)
 		t := time.NewTimer(backoff)
@@ -120,7 +118,7 @@ func waitHostConnected(ctx context.Context, f *os.File) error {
 		if revents&unix.POLLHUP == 0 {
 			return nil
 		}
-		t := time.NewTimer(5 * time.Millisecond)
+		t := time.NewTimer(20 * time.Millisecond)
 		select {
 		case <-ctx.Done():
 			t.Stop()

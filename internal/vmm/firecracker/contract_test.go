@@ -14,6 +14,7 @@ import (
 
 	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/vmm"
+	"github.com/engrams/engrams/internal/vmm/vmproc"
 )
 
 // Call sequences Firecracker's API description requires of this backend.
@@ -283,7 +284,7 @@ func destroyAndCheck(t *testing.T, m vmm.Machine) {
 	default:
 		t.Error("Done open after Destroy")
 	}
-	if sameProcess(info.PID, info.StartTime) {
+	if vmproc.Alive(info.PID, info.StartTime) {
 		t.Errorf("pid %d still running", info.PID)
 	}
 	work := filepath.Dir(info.Socket)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/engrams/engrams/internal/vmm"
 	"github.com/engrams/engrams/internal/vmm/vmimage"
+	"github.com/engrams/engrams/internal/vmm/vmproc"
 )
 
 // Snapshot file names inside the caller's directory, by role.
@@ -229,7 +230,7 @@ func (m *machine) Destroy(ctx context.Context) error {
 	pid, start := m.st.PID, m.st.StartTime
 	m.mu.Unlock()
 	if pid > 0 {
-		if !stopProcess(pid, start, m.b.cfg.StopGrace) {
+		if !vmproc.Stop(pid, start, m.b.cfg.StopGrace, true) {
 			return fmt.Errorf("destroy %s: firecracker pid %d did not exit", m.st.SessionID, pid)
 		}
 		select {
@@ -286,11 +287,11 @@ func (b *Backend) Recover(ctx context.Context, dir string) (vmm.Machine, error) 
 	st.Dir = dir
 	m := &machine{b: b, st: st, done: make(chan struct{}), api: newAPIClient(st.APISocket)}
 	gone := func(why error) (vmm.Machine, error) {
-		stopProcess(st.PID, st.StartTime, b.cfg.StopGrace)
+		vmproc.Stop(st.PID, st.StartTime, b.cfg.StopGrace, true)
 		m.cleanup()
 		return nil, fmt.Errorf("recover %s: %w: %v", st.SessionID, vmm.ErrGone, why)
 	}
-	if !sameProcess(st.PID, st.StartTime) {
+	if !vmproc.Alive(st.PID, st.StartTime) {
 		return gone(fmt.Errorf("firecracker pid %d is not running", st.PID))
 	}
 	actx, cancel := context.WithTimeout(ctx, 3*time.Second)
@@ -299,7 +300,7 @@ func (b *Backend) Recover(ctx context.Context, dir string) (vmm.Machine, error) 
 	if err != nil {
 		return gone(err)
 	}
-	watchExit(st.PID, st.StartTime, m.done)
+	vmproc.WatchExit(st.PID, st.StartTime, m.done)
 	if m.logs, err = startDrain(m.work(fileLog), b.cfg.LogMax); err != nil {
 		b.log.Warn("firecracker log not drained", "session_id", st.SessionID, "err", err)
 	}

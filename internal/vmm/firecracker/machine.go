@@ -15,6 +15,7 @@ import (
 
 	"github.com/engrams/engrams/internal/vmm"
 	"github.com/engrams/engrams/internal/vmm/vmimage"
+	"github.com/engrams/engrams/internal/vmm/vmproc"
 )
 
 // Names inside a machine's workdir: its Dir without the jailer, the jail
@@ -218,14 +219,14 @@ func (m *machine) launch(ctx context.Context) error {
 			return err
 		}
 	}
-	start, err := procStartTime(pid)
+	start, err := vmproc.StartTime(pid)
 	if err != nil {
 		return fmt.Errorf("firecracker pid %d: %w", pid, err)
 	}
 	m.mu.Lock()
 	m.st.PID, m.st.StartTime = pid, start
 	m.mu.Unlock()
-	watchExit(pid, start, m.done)
+	vmproc.WatchExit(pid, start, m.done)
 	if err := m.writeState(); err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/engrams/engrams/internal/guestinit"
+	"github.com/engrams/engrams/internal/vmm/vmproc"
 )
 
 func mkdirAll(d string) error { return os.MkdirAll(d, 0o755) }
@@ -79,11 +80,11 @@ func TestCPUKHz(t *testing.T) {
 
 func TestProcStartTime(t *testing.T) {
 	t.Parallel()
-	st, err := procStartTime(os.Getpid())
+	st, err := vmproc.StartTime(os.Getpid())
 	if err != nil || st == 0 {
-		t.Fatalf("procStartTime(self) = %d, %v", st, err)
+		t.Fatalf("vmproc.StartTime(self) = %d, %v", st, err)
 	}
-	if !sameProcess(os.Getpid(), st) || sameProcess(os.Getpid(), st+1) {
+	if !vmproc.Alive(os.Getpid(), st) || vmproc.Alive(os.Getpid(), st+1) {
 		t.Error("sameProcess disagrees with procStartTime")
 	}
 }

@@ -109,7 +109,9 @@ func connectGuestOnce(ctx context.Context, sock string) (*guestapi.Mux, guestapi
 		return nil, ready, err
 	}
 	// A stale guest session (right after a restore) never answers; give up
-	// on this connection quickly and open a fresh one.
+	// on this connection and open a fresh one. Not too quickly: a guest just
+	// resumed under software emulation can take a while to answer, and each
+	// new connection resets its session again.
 	actx, cancel := context.WithTimeout(ctx, readyAttempt)
 	defer cancel()
 	cl := guestapi.NewClient(mux.Dial)
@@ -124,8 +126,9 @@ func connectGuestOnce(ctx context.Context, sock string) (*guestapi.Mux, guestapi
 
 var errClosed = errors.New("machine destroyed")
 
-// readyAttempt bounds one Ready probe on a fresh guest connection.
-const readyAttempt = 500 * time.Millisecond
+// readyAttempt bounds one Ready probe on a fresh guest connection (500 ms
+// made a loaded TCG guest thrash between sessions after a pause).
+const readyAttempt = 3 * time.Second
 
 // dialer keeps one guest session and reopens it when it dies.
 func (m *machine) guestMux(ctx context.Context) (*guestapi.Mux, error) {

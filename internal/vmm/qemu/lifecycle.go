@@ -9,7 +9,10 @@ import (
 	"path/filepath"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/engrams/engrams/internal/vmm"
+	"github.com/engrams/engrams/internal/vmm/vmproc"
 )
 
 // Snapshot file names and roles.
@@ -164,15 +167,15 @@ func (m *machine) Destroy(ctx context.Context) error {
 	m.destroyed = true
 	m.mu.Unlock()
 	m.setMux(nil)
-	if sameProcess(m.st.PID, m.st.StartTime) {
+	if vmproc.Alive(m.st.PID, m.st.StartTime) {
 		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		_ = m.withQMP(qctx, func(q *QMP) error { return q.Execute(qctx, "quit", nil, nil) })
 		cancel()
 	}
-	if !waitGone(m.st.PID, m.st.StartTime, 3*time.Second) {
+	if !vmproc.WaitGone(m.st.PID, m.st.StartTime, 3*time.Second) {
 		m.kill()
 	}
-	if !waitGone(m.st.PID, m.st.StartTime, 5*time.Second) {
+	if !vmproc.WaitGone(m.st.PID, m.st.StartTime, 5*time.Second) {
 		return fmt.Errorf("destroy %s: qemu pid %d did not exit", m.st.SessionID, m.st.PID)
 	}
 	if m.done != nil {
@@ -182,7 +185,7 @@ func (m *machine) Destroy(ctx context.Context) error {
 	return nil
 }
 
-func (m *machine) kill() { killProcess(m.st.PID, m.st.StartTime) }
+func (m *machine) kill() { vmproc.Signal(m.st.PID, m.st.StartTime, unix.SIGKILL, false) }
 
 // cleanup removes every file the machine created in its directory.
 func (m *machine) cleanup() {
@@ -292,13 +295,13 @@ func (b *Backend) Recover(ctx context.Context, dir string) (vmm.Machine, error) 
 	}
 	st.Dir = dir
 	m := &machine{b: b, st: st, info: st.Info}
-	if !sameProcess(st.PID, st.StartTime) {
+	if !vmproc.Alive(st.PID, st.StartTime) {
 		m.cleanup()
 		return nil, fmt.Errorf("recover %s: %w: qemu pid %d is not running", st.SessionID, vmm.ErrGone, st.PID)
 	}
 	if err := m.attach(ctx); err != nil {
 		m.kill()
-		waitGone(st.PID, st.StartTime, 5*time.Second)
+		vmproc.WaitGone(st.PID, st.StartTime, 5*time.Second)
 		m.cleanup()
 		return nil, fmt.Errorf("recover %s: %w: %v", st.SessionID, vmm.ErrGone, err)
 	}

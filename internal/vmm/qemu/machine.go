@@ -17,6 +17,7 @@ import (
 	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/vmm"
 	"github.com/engrams/engrams/internal/vmm/vmimage"
+	"github.com/engrams/engrams/internal/vmm/vmproc"
 )
 
 // state is what machine.json holds: vmm.Info plus what Recover and
@@ -105,11 +106,11 @@ func (b *Backend) startState(ctx context.Context, st state, incoming bool) (*mac
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("start qemu: %w: %s", err, strings.TrimSpace(out.String()))
 	}
-	pid, err := readPIDFile(l.PIDFile)
+	pid, err := vmproc.ReadPIDFile(l.PIDFile)
 	if err != nil {
 		return nil, fmt.Errorf("start qemu: %w", err)
 	}
-	if st.StartTime, err = procStartTime(pid); err != nil {
+	if st.StartTime, err = vmproc.StartTime(pid); err != nil {
 		return nil, fmt.Errorf("start qemu: pid %d: %w", pid, err)
 	}
 	st.PID = pid
@@ -175,7 +176,7 @@ func (m *machine) attach(ctx context.Context) error {
 		return fmt.Errorf("attach qemu %d: %w", m.st.PID, err)
 	}
 	m.done = make(chan struct{})
-	watchExit(m.st.PID, m.st.StartTime, m.done)
+	vmproc.WatchExit(m.st.PID, m.st.StartTime, m.done)
 	sctx, stop := context.WithCancel(context.Background())
 	m.stop = stop
 	go drainSerial(sctx, m.path(fileSerial), m.path(fileSerLog), m.b.cfg.SerialLogMax)
