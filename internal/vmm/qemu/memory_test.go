@@ -28,7 +28,7 @@ func TestSnapshotMemoryStable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sizes := []int64{chunk.MinChunkSize, 64 << 10, 256 << 10, chunk.MemoryChunkSize}
+	sizes := []int64{chunk.MinChunkSize, 64 << 10, 256 << 10, 2 << 20}
 	stores := make([]*chunk.Store, len(sizes))
 	for i, cs := range sizes {
 		if stores[i], err = chunk.New(chunk.Config{ChunkSize: cs}, chunk.Deps{Blob: bs}); err != nil {
@@ -83,8 +83,11 @@ func TestSnapshotMemoryStable(t *testing.T) {
 		pct := 100 * float64(changed) / float64(max(nonZero, 1))
 		t.Logf("%d KiB chunks: %d of %d non-zero chunks of the second snapshot differ from the first (%.2f%%, %.1f MiB)",
 			cs>>10, changed, nonZero, pct, float64(int64(changed)*cs)/(1<<20))
-		if cs == chunk.MinChunkSize && (nonZero == 0 || changed*50 >= nonZero) {
-			t.Errorf("%d of %d non-zero pages changed between two snapshots of an idle guest: want under 2%%", changed, nonZero)
+		// Offset-stable RAM: an idle guest dirties ~1-2% of its pages between
+		// snapshots (more under load); QEMU's migration stream, whose offsets
+		// shift, differed almost everywhere. 10% separates the two robustly.
+		if cs == chunk.MinChunkSize && (nonZero == 0 || changed*10 >= nonZero) {
+			t.Errorf("%d of %d non-zero pages changed between two snapshots of an idle guest: want under 10%%", changed, nonZero)
 		}
 	}
 }
