@@ -146,7 +146,7 @@ func BenchmarkChunker(b *testing.B) {
 		name     string
 		chunk    int64
 		parallel int
-	}{{"memory-2MiB", MemoryChunkSize, 0}, {"disk-4MiB", DiskChunkSize, 0}, {"memory-2MiB-1worker", MemoryChunkSize, 1}} {
+	}{{"memory", MemoryChunkSize, 0}, {"disk", DiskChunkSize, 0}, {"memory-1worker", MemoryChunkSize, 1}} {
 		b.Run(tc.name, func(b *testing.B) {
 			s := newTestStore(b, Config{ChunkSize: tc.chunk, Parallel: cmp.Or(tc.parallel, DefaultParallel)}, Deps{Blob: newMemBlob()})
 			sumGBps := sha256sumGBps(b, path, size)
