@@ -1,5 +1,3 @@
-// Command engrams is the engrams CLI, coordinator (`server`), host agent
-// (`host run`) and single-process development install (`dev`).
 package main
 
 import (
