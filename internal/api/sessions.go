@@ -117,21 +117,16 @@ func snapshotOut(s store.Snapshot) apiv1.Snapshot {
 }
 
 func (s *Server) suspend(w http.ResponseWriter, r *http.Request) {
-	sess, err := s.co.Suspend(r.Context(), r.PathValue("id"))
+	sess, op, err := s.co.Suspend(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	if r.URL.Query().Get("wait") != "false" {
+	if op.ID != "" && r.URL.Query().Get("wait") != "false" {
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.WaitTimeout)
 		defer cancel()
-		// Done when idle, or terminal, or active again under a newer epoch
-		// (the suspend failed and the session kept running).
-		e0 := sess.Epoch
-		done := func(x store.Session) bool {
-			return x.State == lifecycle.Idle || x.State.Terminal() || (x.State == lifecycle.Active && x.Epoch > e0)
-		}
-		if sess, err = s.co.WaitSession(ctx, sess.ID, done); err != nil {
+		// Done when the evict op ends: Idle, or Active again if it failed.
+		if _, sess, err = s.co.WaitOp(ctx, op); err != nil {
 			s.fail(w, r, err)
 			return
 		}

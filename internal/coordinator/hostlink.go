@@ -109,7 +109,7 @@ func (c *Coordinator) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	owned := ownership(sessions)
-	c.recoverExited(r.Context(), hostID, req.Machines, owned)
+	c.recoverExited(r.Context(), hostID, req.Machines, sessions)
 	c.recordActivity(r.Context(), req.Machines, sessions)
 	writeLinkJSON(w, hostlink.HeartbeatResponse{Owned: owned, Lease: c.lease()})
 }
@@ -172,15 +172,18 @@ func (c *Coordinator) lease() time.Duration {
 	return c.cfg.HostLostAfter * 2 / 3
 }
 
-// recoverExited hands sessions whose machine the host reports exited (at
-// the epoch the coordinator knows) to recovery.
-func (c *Coordinator) recoverExited(ctx context.Context, hostID string, ms []hostlink.MachineStatus, owned []hostlink.Ownership) {
-	epochs := make(map[string]int64, len(owned))
-	for _, o := range owned {
-		epochs[o.SessionID] = o.Epoch
+// recoverExited hands Active sessions whose machine the host reports
+// exited (at the epoch the coordinator knows) to recovery. Other states are
+// left to their op: a suspend or delete destroys the machine on purpose.
+func (c *Coordinator) recoverExited(ctx context.Context, hostID string, ms []hostlink.MachineStatus, ss []store.Session) {
+	active := make(map[string]int64, len(ss))
+	for _, s := range ss {
+		if s.State == lifecycle.Active {
+			active[s.ID] = s.Epoch
+		}
 	}
 	for _, m := range ms {
-		e, ok := epochs[m.SessionID]
+		e, ok := active[m.SessionID]
 		if m.State != "exited" || !ok || m.Epoch != e {
 			continue
 		}

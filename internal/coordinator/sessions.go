@@ -265,26 +265,45 @@ func (c *Coordinator) enqueueWhenFree(ctx context.Context, op store.Op) (store.O
 	}
 }
 
-// Suspend snapshots the session and frees its host, returning at once; the
-// session reaches Idle when the snapshot is committed.
-func (c *Coordinator) Suspend(ctx context.Context, id string) (store.Session, error) {
+// Suspend snapshots the session and frees its host, returning at once with
+// the evict op (zero if the session was already Idle); the session reaches
+// Idle when the snapshot is committed. WaitOp waits for the op.
+func (c *Coordinator) Suspend(ctx context.Context, id string) (store.Session, store.Op, error) {
 	s, err := c.st.GetSession(ctx, id)
 	if err != nil {
-		return s, fmt.Errorf("get session %s: %w", id, err)
+		return s, store.Op{}, fmt.Errorf("get session %s: %w", id, err)
 	}
 	if s.State == lifecycle.Idle {
-		return s, nil
+		return s, store.Op{}, nil
 	}
 	if s.State != lifecycle.Active {
-		return s, fmt.Errorf("%w: session %s is %s; only an active session can be suspended", ErrNotActive, id, s.State)
+		return s, store.Op{}, fmt.Errorf("%w: session %s is %s; only an active session can be suspended", ErrNotActive, id, s.State)
 	}
 	if err := c.st.SetDesiredState(ctx, id, "idle"); err != nil {
-		return s, fmt.Errorf("suspend session %s: %w", id, err)
+		return s, store.Op{}, fmt.Errorf("suspend session %s: %w", id, err)
 	}
-	if _, err := c.enqueueWhenFree(ctx, store.Op{ID: c.newID(), SessionID: id, Kind: store.OpEvict, CreatedAt: c.now()}); err != nil {
-		return s, fmt.Errorf("suspend session %s: %w", id, err)
+	op, err := c.enqueueWhenFree(ctx, store.Op{ID: c.newID(), SessionID: id, Kind: store.OpEvict, CreatedAt: c.now()})
+	if err != nil {
+		return s, op, fmt.Errorf("suspend session %s: %w", id, err)
 	}
-	return s, nil
+	return s, op, nil
+}
+
+// WaitOp waits until op is no longer pending or running and returns it
+// with the session as it is then.
+func (c *Coordinator) WaitOp(ctx context.Context, op store.Op) (store.Op, store.Session, error) {
+	var done store.Op
+	s, err := c.WaitSession(ctx, op.SessionID, func(store.Session) bool {
+		o, err := c.st.GetOp(ctx, op.ID)
+		done = o
+		return err == nil && o.State != store.OpPending && o.State != store.OpRunning
+	})
+	if err != nil {
+		return done, s, err
+	}
+	// The session was read before the op's end was seen: read it again.
+	s, err = c.st.GetSession(ctx, op.SessionID)
+	return done, s, err
 }
 
 // Resume brings an Idle session back and waits for Active.
@@ -313,12 +332,7 @@ func (c *Coordinator) Snapshot(ctx context.Context, id string) (store.Snapshot, 
 	if err != nil {
 		return store.Snapshot{}, fmt.Errorf("snapshot session %s: %w", id, err)
 	}
-	var done store.Op
-	_, err = c.WaitSession(ctx, id, func(store.Session) bool {
-		o, err := c.st.GetOp(ctx, op.ID)
-		done = o
-		return err == nil && o.State != store.OpPending && o.State != store.OpRunning
-	})
+	done, _, err := c.WaitOp(ctx, op)
 	if err != nil {
 		return store.Snapshot{}, err
 	}

@@ -26,7 +26,7 @@ func TestSuspendThenResumeOnDemand(t *testing.T) {
 	e := newEnv(t, Config{})
 	_, a := e.addHost(t, "a", 4)
 	s := e.active(t)
-	if _, err := e.co.Suspend(context.Background(), s.ID); err != nil {
+	if _, _, err := e.co.Suspend(context.Background(), s.ID); err != nil {
 		t.Fatal(err)
 	}
 	s = e.wait(t, s.ID, lifecycle.Idle)
@@ -50,7 +50,7 @@ func TestResumePrefersTheHostCachingTheSnapshot(t *testing.T) {
 	e.addHost(t, "a", 16) // most free memory
 	bID, _ := e.addHost(t, "b", 4)
 	s := e.active(t)
-	if _, err := e.co.Suspend(context.Background(), s.ID); err != nil {
+	if _, _, err := e.co.Suspend(context.Background(), s.ID); err != nil {
 		t.Fatal(err)
 	}
 	s = e.wait(t, s.ID, lifecycle.Idle)
@@ -88,7 +88,7 @@ func TestCorruptSnapshotEndsDead(t *testing.T) {
 	e := newEnv(t, Config{})
 	_, a := e.addHost(t, "a", 4)
 	s := e.active(t)
-	if _, err := e.co.Suspend(context.Background(), s.ID); err != nil {
+	if _, _, err := e.co.Suspend(context.Background(), s.ID); err != nil {
 		t.Fatal(err)
 	}
 	e.wait(t, s.ID, lifecycle.Idle)
@@ -155,7 +155,7 @@ func TestOutboxExactlyOnceAcrossSuspendAndHostLoss(t *testing.T) {
 	put("i1")
 	put("i1") // same id: exactly once
 	waitState("i1", store.OutboxDelivered)
-	if _, err := e.co.Suspend(ctx, s.ID); err != nil {
+	if _, _, err := e.co.Suspend(ctx, s.ID); err != nil {
 		t.Fatal(err)
 	}
 	e.wait(t, s.ID, lifecycle.Idle)

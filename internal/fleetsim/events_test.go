@@ -139,7 +139,7 @@ func (s *sim) suspend() string {
 	if !ok {
 		return ""
 	}
-	_, err := s.co.Suspend(context.Background(), id)
+	_, _, err := s.co.Suspend(context.Background(), id)
 	return fmt.Sprintf("suspend %s: err=%v", id, err)
 }
 
