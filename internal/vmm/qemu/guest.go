@@ -165,21 +165,75 @@ func (m *machine) guestMux(ctx context.Context) (*guestapi.Mux, error) {
 	return nm, nil
 }
 
+// muxCheckAfter is how long a session may go unverified before Dial checks it.
+const muxCheckAfter = 2 * time.Second
+
+func (m *machine) stale() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return time.Since(m.verified) > muxCheckAfter
+}
+
+func (m *machine) markVerified() {
+	m.mu.Lock()
+	m.verified = time.Now()
+	m.mu.Unlock()
+}
+
+// dropMux closes mux if it is still the machine's session.
+func (m *machine) dropMux(mux *guestapi.Mux) {
+	m.mu.Lock()
+	if m.mux == mux {
+		m.mux = nil
+	}
+	m.mu.Unlock()
+	mux.Close()
+}
+
+// checkMux asks the guest daemon for Ready over mux, bounded like a first
+// connection's probe.
+func checkMux(ctx context.Context, mux *guestapi.Mux) error {
+	ctx, cancel := context.WithTimeout(ctx, readyAttempt)
+	defer cancel()
+	cl := guestapi.NewClient(mux.Dial)
+	defer cl.Close()
+	_, err := cl.Ready(ctx)
+	return err
+}
+
 func (m *machine) setMux(nm *guestapi.Mux) {
 	m.mu.Lock()
 	old := m.mux
 	m.mux = nm
+	if nm != nil {
+		m.verified = time.Now() // connectGuest saw it answer Ready
+	}
 	m.mu.Unlock()
 	if old != nil && old != nm {
 		old.Close()
 	}
 }
 
-// Dial opens a new stream to the guest daemon.
+// Dial opens a new stream to the guest daemon. A session not heard from
+// for a while is checked first: after a pause the two ends of the single
+// virtio-serial stream can disagree about which yamux session is current
+// (the guest restarted its own while the host kept its), and requests
+// would hang until keepalives give up. A check that fails drops the session
+// and reconnects, which resets both ends.
 func (m *machine) Dial(ctx context.Context) (net.Conn, error) {
 	mux, err := m.guestMux(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("dial guest %s: %w", m.info.SessionID, err)
+	}
+	if m.stale() {
+		if err := checkMux(ctx, mux); err != nil {
+			m.b.log.Warn("guest channel not answering; reconnecting", "session_id", m.info.SessionID, "err", err)
+			m.dropMux(mux)
+			if mux, err = m.guestMux(ctx); err != nil {
+				return nil, fmt.Errorf("dial guest %s: %w", m.info.SessionID, err)
+			}
+		}
+		m.markVerified()
 	}
 	c, err := mux.Dial(ctx)
 	if err != nil {

@@ -139,6 +139,10 @@ func waitMigration(ctx context.Context, q *QMP) error {
 // Pause stops the machine's vCPUs (QMP stop) without saving anything. The
 // guest session stays; Resume continues.
 func (m *machine) Pause(ctx context.Context) error {
+	// Drop the guest session first, as Snapshot does: requests caught
+	// mid-flight by the pause must not leave the session wedged; Resume
+	// connects a fresh one.
+	m.setMux(nil)
 	err := m.withQMP(ctx, func(q *QMP) error { return q.Execute(ctx, "stop", nil, nil) })
 	if err != nil {
 		return fmt.Errorf("pause %s: %w", m.st.SessionID, err)

@@ -45,6 +45,7 @@ type machine struct {
 	connMu    sync.Mutex // serializes guest reconnects
 	mu        sync.Mutex
 	mux       *guestapi.Mux
+	verified  time.Time // when mux last answered; see Dial
 	destroyed bool
 	ctlID     uint64
 }
