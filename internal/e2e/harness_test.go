@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -129,7 +130,9 @@ func startHostInProcess(t *testing.T, url, token string) {
 	t.Helper()
 	log := testLogger(t).With("host", url)
 	be := process.New(process.Config{GuestBinary: filepath.Join(binDir, "engrams-guest")}, process.Deps{Logger: log})
-	agent, err := host.New(host.Config{CoordinatorURL: url, Token: token, Name: "inproc", DataDir: shortTempDir(t), HeartbeatInterval: 200 * time.Millisecond},
+	dataDir := shortTempDir(t)
+	t.Cleanup(func() { killGuests(dataDir) }) // runs after the agent stops
+	agent, err := host.New(host.Config{CoordinatorURL: url, Token: token, Name: "inproc", DataDir: dataDir, HeartbeatInterval: 200 * time.Millisecond},
 		host.Deps{Backend: be, Logger: log})
 	if err != nil {
 		t.Fatal(err)
@@ -155,6 +158,7 @@ func startHostProcess(t *testing.T, url, token, dataDir string, extra ...string)
 	t.Helper()
 	args := append([]string{"host", "run", "--coordinator", url, "--token", token,
 		"--data-dir", dataDir, "--backend", "process", "--log-level", "debug"}, extra...)
+	t.Cleanup(func() { killGuests(dataDir) }) // runs after the agent is killed
 	cmd := exec.Command(filepath.Join(binDir, "engrams"), args...)
 	logf, err := os.OpenFile(filepath.Join(dataDir, "..", filepath.Base(dataDir)+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -188,6 +192,26 @@ func shortTempDir(t *testing.T) string {
 	}
 	t.Cleanup(func() { os.RemoveAll(d) })
 	return d
+}
+
+// killGuests kills every guest daemon and VMM started under dataDir:
+// machines outlive their host agent by design (a restarted agent reattaches
+// them), so a test that ends by stopping its host must reap them.
+func killGuests(dataDir string) {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !strings.Contains(string(cmd), dataDir+"/") {
+			continue
+		}
+		if strings.Contains(string(cmd), "engrams-guest") || strings.Contains(string(cmd), "qemu-system") {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 }
 
 // eventually polls cond until it holds or the deadline passes.
