@@ -115,17 +115,4 @@ func secs(d time.Duration) string { return fmt.Sprintf("%.2fs", d.Seconds()) }
 func mibs(n int64) string         { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 
 // hwmBytes reads VmHWM (peak resident set) of pid.
-func hwmBytes(pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			var kb int64
-			fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(v), " kB"), &kb)
-			return kb << 10
-		}
-	}
-	return 0
-}
+func hwmBytes(pid int) int64 { return statusBytes(pid, "VmHWM:") }

@@ -238,13 +238,16 @@ func (p *peakRSS) sample() (stop func()) {
 }
 
 // rssBytes reads VmRSS of pid.
-func rssBytes(pid int) int64 {
+func rssBytes(pid int) int64 { return statusBytes(pid, "VmRSS:") }
+
+// statusBytes reads a "<field> N kB" line of /proc/<pid>/status in bytes.
+func statusBytes(pid int, field string) int64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(line, field); ok {
 			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 			return kb << 10
 		}

@@ -95,14 +95,8 @@ func (s *Server) lookupHost(ctx context.Context, hostID string) (string, string,
 	return h.ReplicaID, h.ReplicaAddr, nil
 }
 
-// Handler is the replica's whole HTTP surface.
-func (s *Server) Handler() http.Handler { return s.mux }
-
 // Coordinator exposes the lifecycle engine (tests and dev use it).
 func (s *Server) Coordinator() *coordinator.Coordinator { return s.co }
-
-// ReplicaID names this replica.
-func (s *Server) ReplicaID() string { return s.cfg.ReplicaID }
 
 // Run serves on ln and runs the coordinator loops until ctx ends, then shuts
 // down and joins everything. Long requests (event streams, waits) see their

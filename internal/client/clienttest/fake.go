@@ -174,14 +174,6 @@ func (s *Server) LastEventIDs() []string {
 	return slices.Clone(s.lastIDs)
 }
 
-// AddSession stores a session as if created, without ops or events.
-func (s *Server) AddSession(sess apiv1.Session) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c := sess
-	s.sessions = append(s.sessions, &c)
-}
-
 // AddEvent appends an event to a session's log and wakes followers.
 func (s *Server) AddEvent(sessionID, typ string, data any) apiv1.Event {
 	s.mu.Lock()

@@ -117,9 +117,6 @@ func New(cfg Config, deps Deps) (*Builder, error) {
 	return &Builder{cfg: cfg, log: log}, nil
 }
 
-// Config returns the effective configuration (defaults filled in).
-func (b *Builder) Config() Config { return b.cfg }
-
 // Build returns every artifact, building what is not cached yet.
 func (b *Builder) Build(ctx context.Context, bundle []BundleFile) (Images, error) {
 	var im Images
