@@ -132,24 +132,5 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
-	copyFlushing(w, resp.Body)
-}
-
-// copyFlushing relays a stream, flushing after every read so output is
-// seen as it is produced.
-func copyFlushing(w http.ResponseWriter, r io.Reader) {
-	rc := http.NewResponseController(w)
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := r.Read(buf)
-		if n > 0 {
-			if _, werr := w.Write(buf[:n]); werr != nil {
-				return
-			}
-			_ = rc.Flush()
-		}
-		if err != nil {
-			return
-		}
-	}
+	guestapi.RelayStream(w, resp.Body)
 }

@@ -2,9 +2,11 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,29 +77,22 @@ func TestBenchFoundation(t *testing.T) {
 	add("create → active (API, wait)", createLat, "")
 
 	// exec round trips: through the whole path, and the same guest directly.
+	// The light paths take turns in one loop so that the machine's drift
+	// hits them alike; the WebSocket path (an upgrade per call) runs alone.
 	id := ids[0]
-	var viaAPI, viaWS, direct, fork []time.Duration
-	for range 300 {
+	sock := filepath.Join(hostDir, "machines", id, "guest.sock")
+	dial := func(ctx context.Context) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "unix", sock) }
+	gc := guestapi.NewClient(dial)
+	guestHTTP := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) }}}
+	var viaAPI, viaWS, direct, directWS, fork []time.Duration
+	for range 500 {
 		t0 := time.Now()
 		if code, err := c.Exec(ctx, id, apiv1.ExecRequest{Argv: []string{"true"}}, io.Discard, io.Discard); err != nil || code != 0 {
 			t.Fatalf("exec: %d %v", code, err)
 		}
 		viaAPI = append(viaAPI, time.Since(t0))
 		t0 = time.Now()
-		if ctl, err := c.ExecWS(ctx, id, guestapi.ExecStart{Argv: []string{"true"}}, nil, io.Discard, io.Discard, nil); err != nil || ctl.ExitCode != 0 {
-			t.Fatalf("exec ws: %+v %v", ctl, err)
-		}
-		viaWS = append(viaWS, time.Since(t0))
-	}
-	sock := filepath.Join(hostDir, "machines", id, "guest.sock")
-	gc := guestapi.NewClient(func(ctx context.Context) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-	})
-	for range 300 {
-		t0 := time.Now()
-		if ctl, err := gc.Exec(ctx, guestapi.ExecStart{Argv: []string{"true"}}, nil, io.Discard, io.Discard); err != nil || ctl.ExitCode != 0 {
-			t.Fatalf("direct exec: %+v %v", ctl, err)
-		}
+		execRunDirect(t, guestHTTP)
 		direct = append(direct, time.Since(t0))
 		t0 = time.Now()
 		if err := exec.Command("true").Run(); err != nil {
@@ -105,10 +100,24 @@ func TestBenchFoundation(t *testing.T) {
 		}
 		fork = append(fork, time.Since(t0))
 	}
-	add("exec `true` via API (POST, NDJSON)", viaAPI, fmt.Sprintf("%.2fx direct", ratio(viaAPI, direct)))
-	add("exec `true` via API (WebSocket)", viaWS, fmt.Sprintf("%.2fx direct", ratio(viaWS, direct)))
-	add("baseline: exec on guest socket", direct, "guest daemon alone")
+	for range 200 {
+		t0 := time.Now()
+		if ctl, err := c.ExecWS(ctx, id, guestapi.ExecStart{Argv: []string{"true"}}, nil, io.Discard, io.Discard, nil); err != nil || ctl.ExitCode != 0 {
+			t.Fatalf("exec ws: %+v %v", ctl, err)
+		}
+		viaWS = append(viaWS, time.Since(t0))
+		t0 = time.Now()
+		if ctl, err := gc.Exec(ctx, guestapi.ExecStart{Argv: []string{"true"}}, nil, io.Discard, io.Discard); err != nil || ctl.ExitCode != 0 {
+			t.Fatalf("direct exec: %+v %v", ctl, err)
+		}
+		directWS = append(directWS, time.Since(t0))
+	}
+	add("exec `true` via API (POST, NDJSON)", viaAPI, fmt.Sprintf("%.2fx guest alone, %.2fx fork+exec", ratio(viaAPI, direct), ratio(viaAPI, fork)))
+	add("baseline: POST exec on guest socket", direct, "guest daemon alone")
 	add("baseline: fork+exec `true` here", fork, "no engrams")
+	add("exec `true` via API (WebSocket)", viaWS, fmt.Sprintf("%.2fx guest alone", ratio(viaWS, directWS)))
+	add("baseline: WebSocket exec on guest", directWS, "guest daemon alone")
+	rows = append(rows, benchDevExec(t)...)
 	for _, id := range ids {
 		if err := c.DeleteSession(ctx, id, true); err != nil {
 			t.Fatal(err)
@@ -151,6 +160,88 @@ func TestBenchFoundation(t *testing.T) {
 		fmt.Fprintf(&b, "  %-12s RSS with %d sessions active: %6.1f MiB; peak over the run: %6.1f MiB\n", name, fleet, mib(held[name]), mib(peak.max[name]))
 	}
 	fmt.Print(b.String())
+}
+
+// benchDevExec measures exec round trips against `engrams dev`: the
+// coordinator and host agent in one process, as the process backend
+// (development only) is meant to run.
+func benchDevExec(t *testing.T) [][]string {
+	t.Helper()
+	ctx := context.Background()
+	dir := shortTempDir(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	logf, _ := os.Create(filepath.Join(dir, "dev.log"))
+	cmd := exec.Command(filepath.Join(binDir, "engrams"), "dev", "--listen", addr, "--data-dir", filepath.Join(dir, "data"),
+		"--backend", "process", "--log-level", "warn")
+	cmd.Env = append(os.Environ(), "ENGRAMS_CONFIG="+filepath.Join(dir, "cli.json"))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+		logf.Close()
+		killGuests(filepath.Join(dir, "data", "host"))
+	})
+	var creds server.Credentials
+	eventually(t, 30*time.Second, "dev credentials", func() (bool, string) {
+		b, err := os.ReadFile(filepath.Join(dir, "data", "credentials.json"))
+		return err == nil && json.Unmarshal(b, &creds) == nil && creds.Token != "", fmt.Sprint(err)
+	})
+	c := client.New("http://"+addr, creds.Token)
+	var s apiv1.Session
+	eventually(t, 30*time.Second, "dev session active", func() (bool, string) {
+		s, err = c.CreateSession(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 64}}, true)
+		return err == nil && s.State == "active", fmt.Sprint(err)
+	})
+	sock := filepath.Join(dir, "data", "host", "machines", s.ID, "guest.sock")
+	guestHTTP := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	var viaAPI, direct, fork []time.Duration
+	for range 500 {
+		t0 := time.Now()
+		if code, err := c.Exec(ctx, s.ID, apiv1.ExecRequest{Argv: []string{"true"}}, io.Discard, io.Discard); err != nil || code != 0 {
+			t.Fatalf("dev exec: %d %v", code, err)
+		}
+		viaAPI = append(viaAPI, time.Since(t0))
+		t0 = time.Now()
+		execRunDirect(t, guestHTTP)
+		direct = append(direct, time.Since(t0))
+		t0 = time.Now()
+		if err := exec.Command("true").Run(); err != nil {
+			t.Fatal(err)
+		}
+		fork = append(fork, time.Since(t0))
+	}
+	row := func(name string, d []time.Duration, note string) []string {
+		return []string{name, strconv.Itoa(len(d)), ms(pct(d, 50)), ms(pct(d, 95)), note}
+	}
+	return [][]string{
+		row("`engrams dev`: exec via API (POST)", viaAPI, fmt.Sprintf("%.2fx guest alone, %.2fx fork+exec", ratio(viaAPI, direct), ratio(viaAPI, fork))),
+		row("`engrams dev`: POST exec on guest", direct, "guest daemon alone"),
+		row("`engrams dev`: fork+exec `true` here", fork, "no engrams"),
+	}
+}
+
+// execRunDirect runs `true` with a plain POST on the guest's own socket.
+func execRunDirect(t *testing.T, hc *http.Client) {
+	t.Helper()
+	resp, err := hc.Post("http://guest"+guestapi.PathExecRun, "application/json", strings.NewReader(`{"argv":["true"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"exit"`) {
+		t.Fatalf("direct exec: %d %q %v", resp.StatusCode, b, err)
+	}
 }
 
 func startServerProcess(t *testing.T, dir string) (string, *exec.Cmd) {

@@ -109,11 +109,16 @@ type streamWire struct {
 	stdin []byte
 }
 
+// write encodes f; output is flushed at once, while the exit frame goes
+// out with the end of the response, in the same write.
 func (w *streamWire) write(f guestapi.StreamFrame) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := w.enc.Encode(f); err != nil {
 		return err
+	}
+	if f.Type == "exit" {
+		return nil
 	}
 	return http.NewResponseController(w.w).Flush()
 }

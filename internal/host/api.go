@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/vmm"
 )
@@ -324,6 +326,10 @@ func (a *Agent) proxyGuest(w http.ResponseWriter, r *http.Request) {
 	defer done()
 	rest := "/" + r.PathValue("rest")
 	log := a.log.With("session_id", sid)
+	if r.Method == http.MethodPost && rest == guestapi.PathExecRun {
+		a.relayExecRun(w, r, mc, log)
+		return
+	}
 	_ = http.NewResponseController(w).EnableFullDuplex()
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -343,6 +349,43 @@ func (a *Agent) proxyGuest(w http.ResponseWriter, r *http.Request) {
 	}
 	proxy.ServeHTTP(w, r)
 }
+
+// relayExecRun forwards a plain exec to the guest and streams its answer
+// back with guestapi.RelayStream: a command that exits at once crosses the
+// link as one message (the generic proxy flushes every write separately).
+func (a *Agent) relayExecRun(w http.ResponseWriter, r *http.Request, mc *machine, log *slog.Logger) {
+	body := io.Reader(r.Body)
+	if r.ContentLength >= 0 && r.ContentLength <= smallExecBody {
+		b, err := io.ReadAll(r.Body) // in memory, it goes out with the headers in one write
+		if err != nil {
+			hostlink.WriteError(w, http.StatusBadRequest, hostlink.CodeBadRequest, "read exec request: "+err.Error())
+			return
+		}
+		body = bytes.NewReader(b)
+	}
+	out, err := http.NewRequestWithContext(r.Context(), http.MethodPost, "http://guest"+guestapi.PathExecRun, body)
+	if err != nil {
+		hostlink.WriteError(w, http.StatusBadRequest, hostlink.CodeBadRequest, "build guest exec: "+err.Error())
+		return
+	}
+	out.Header = r.Header.Clone()
+	out.ContentLength = r.ContentLength
+	resp, err := mc.transport.RoundTrip(out)
+	if err != nil {
+		log.Info("guest exec failed", "error", err)
+		hostlink.WriteError(w, http.StatusBadGateway, hostlink.CodeBadGateway, "reach guest: "+err.Error())
+		return
+	}
+	defer resp.Body.Close()
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	guestapi.RelayStream(w, resp.Body)
+}
+
+// smallExecBody is the largest exec request the relay holds in memory.
+const smallExecBody = 64 << 10
 
 // active marks a guest request in flight on mc; call the result when it
 // ends.

@@ -77,7 +77,7 @@ func Dial(ctx context.Context, cfg DialConfig) (*Conn, error) {
 
 	linkCtx, cancel := context.WithCancel(context.Background())
 	nc := websocket.NetConn(linkCtx, ws, websocket.MessageBinary)
-	ys, err := yamux.Client(nc, yamuxConfig(cfg.KeepAliveInterval, cfg.WriteTimeout, log))
+	ys, err := yamux.Client(newFrameConn(nc), yamuxConfig(cfg.KeepAliveInterval, cfg.WriteTimeout, log))
 	if err != nil {
 		cancel()
 		_ = ws.CloseNow()

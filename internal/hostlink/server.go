@@ -109,7 +109,7 @@ func (s *Server) serveLink(hostID string, c *websocket.Conn, remote string) {
 	defer cancel()
 	defer func() { _ = c.CloseNow() }()
 	nc := websocket.NetConn(ctx, c, websocket.MessageBinary)
-	ys, err := yamux.Server(nc, yamuxConfig(s.cfg.KeepAliveInterval, s.cfg.WriteTimeout, log))
+	ys, err := yamux.Server(newFrameConn(nc), yamuxConfig(s.cfg.KeepAliveInterval, s.cfg.WriteTimeout, log))
 	if err != nil {
 		log.Error("hostlink session failed", "error", err)
 		return
