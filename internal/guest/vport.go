@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -16,23 +17,25 @@ import (
 	"github.com/engrams/engrams/internal/guestapi"
 )
 
-// ServeStreams serves the API over successive byte streams (a virtio-serial
-// port, one end of a socket pair), each carrying one yamux server session.
-// open returns the next stream; when a session dies (the host side went away
-// or reconnected) the stream is closed and open is called again. It returns
-// when ctx is done.
+// ServeStreams serves the API over a single byte stream (a virtio-serial
+// port, one end of a socket pair) that carries one yamux session at a time.
+// Each session opens with the guestapi preamble; when it ends (the host went
+// away, or a new host greets) the next one is awaited on the same stream,
+// which stays open: closing a virtio port can leave QEMU not reading the
+// host's bytes until the host reconnects. open is called again only when
+// the stream itself fails. It returns when ctx is done.
 func (s *Server) ServeStreams(ctx context.Context, open func(ctx context.Context) (io.ReadWriteCloser, error)) error {
-	backoff := 50 * time.Millisecond
+	backoff := 10 * time.Millisecond
 	for ctx.Err() == nil {
-		began := time.Now()
-		err := s.serveOneStream(ctx, open)
+		rwc, err := open(ctx)
+		if err == nil {
+			err = s.serveStream(ctx, rwc)
+			_ = rwc.Close()
+		}
 		if ctx.Err() != nil {
 			return nil
 		}
-		if time.Since(began) > 2*time.Second {
-			backoff = 50 * time.Millisecond
-		}
-		s.log.Info("stream session ended, reopening", "err", err, "retry_in", backoff)
+		s.log.Info("stream failed, reopening", "err", err, "retry_in", backoff)
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
@@ -45,18 +48,106 @@ func (s *Server) ServeStreams(ctx context.Context, open func(ctx context.Context
 	return nil
 }
 
-func (s *Server) serveOneStream(ctx context.Context, open func(ctx context.Context) (io.ReadWriteCloser, error)) error {
-	rwc, err := open(ctx)
-	if err != nil {
-		return fmt.Errorf("open stream: %w", err)
+// hostWaiter is a stream whose reads end (EOF) while no host is attached,
+// and which can wait for the next one (a virtio-serial port).
+type hostWaiter interface {
+	WaitHost(ctx context.Context) error
+}
+
+// serveStream serves successive sessions on rwc until it fails for good.
+func (s *Server) serveStream(ctx context.Context, rwc io.ReadWriteCloser) error {
+	stop := context.AfterFunc(ctx, func() { _ = rwc.Close() })
+	defer stop()
+	for {
+		r, err := guestapi.AwaitHello(rwc)
+		if hw, ok := rwc.(hostWaiter); ok && errors.Is(err, io.EOF) {
+			s.log.Debug("no host attached to the stream; waiting")
+			if err := hw.WaitHost(ctx); err != nil {
+				return err
+			}
+			s.log.Debug("host attached")
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("open session: %w", err)
+		}
+		err = s.serveSession(ctx, rwc, r)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		s.log.Info("session ended, awaiting the next", "err", err)
 	}
-	defer rwc.Close()
-	sess, err := yamux.Server(rwc, guestapi.YamuxConfig(s.log))
+}
+
+// serveSession runs one yamux session whose input is r (the stream after
+// the preamble) and output rwc. When it ends, its reads are cut off and
+// joined, so that the next session's preamble is read by nobody else.
+func (s *Server) serveSession(ctx context.Context, rwc io.ReadWriteCloser, r io.Reader) error {
+	in := &sessionInput{r: r}
+	defer in.detach(rwc)
+	sess, err := yamux.Server(struct {
+		io.Reader
+		io.Writer
+		io.Closer
+	}{in, rwc, in}, guestapi.YamuxConfig(s.log))
 	if err != nil {
 		return fmt.Errorf("yamux server: %w", err)
 	}
 	defer sess.Close()
 	return s.Serve(ctx, sess)
+}
+
+// sessionInput hands one session the stream's reads until detached.
+type sessionInput struct {
+	r        io.Reader
+	mu       sync.Mutex
+	detached bool
+	inflight int
+	reading  sync.WaitGroup
+}
+
+func (in *sessionInput) Read(p []byte) (int, error) {
+	in.mu.Lock()
+	if in.detached {
+		in.mu.Unlock()
+		return 0, io.EOF
+	}
+	in.reading.Add(1)
+	in.inflight++
+	in.mu.Unlock()
+	defer func() {
+		in.mu.Lock()
+		in.inflight--
+		in.mu.Unlock()
+		in.reading.Done()
+	}()
+	return in.r.Read(p)
+}
+
+// Close is the session's: the stream stays open for the next session.
+func (in *sessionInput) Close() error { return nil }
+
+// detach ends the session's reads: a read blocked on the stream is
+// interrupted with a past deadline (it returns no data), then the deadline
+// is cleared. A stream without deadlines is closed instead.
+func (in *sessionInput) detach(stream any) {
+	in.mu.Lock()
+	in.detached = true
+	idle := in.inflight == 0
+	in.mu.Unlock()
+	if idle {
+		return
+	}
+	d, ok := stream.(interface{ SetReadDeadline(time.Time) error })
+	if !ok || d.SetReadDeadline(time.Now()) != nil {
+		if c, ok := stream.(io.Closer); ok {
+			_ = c.Close()
+		}
+		in.reading.Wait()
+		return
+	}
+	in.reading.Wait()
+	_ = d.SetReadDeadline(time.Time{})
 }
 
 // OpenVport returns an opener for the virtio-serial port called name (as
@@ -79,9 +170,15 @@ func OpenVport(name string) func(ctx context.Context) (io.ReadWriteCloser, error
 			_ = f.Close()
 			return nil, err
 		}
-		return f, nil
+		return &port{File: f}, nil
 	}
 }
+
+// port is an open virtio-serial port: reads end (EOF) while no host is
+// attached; WaitHost waits for the next one.
+type port struct{ *os.File }
+
+func (p *port) WaitHost(ctx context.Context) error { return waitHostConnected(ctx, p.File) }
 
 func findVport(name string) (string, error) {
 	const class = "/sys/class/virtio-ports"

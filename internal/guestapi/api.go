@@ -11,7 +11,9 @@ import "encoding/json"
 //   - 2 (2026-11-30): sync (quiesce before a snapshot), outbox (apply
 //     commands exactly once per guest state, in order); exec/stream (plain
 //     HTTP exec over keep-alive connections, NDJSON out).
-const Version = 2
+//   - 3 (2026-11-30): a single-stream transport (virtio-serial) opens
+//     each session with the HELLO/OK/START preamble (preamble.go).
+const Version = 3
 
 // HeaderVersion carries Version on every request and response; a daemon
 // refuses a request whose version differs (HTTP 400 with ErrorBody).

@@ -33,12 +33,18 @@ type Mux struct {
 	sess *yamux.Session
 }
 
-// NewMux starts a yamux client session over conn. Closing the Mux closes conn.
-// After the guest daemon restarts its session (or conn breaks) the Mux is
-// dead (Done closed): make a new one over a fresh stream.
-func NewMux(conn net.Conn) (*Mux, error) {
+// NewMux opens a session over conn (the preamble, then a yamux client
+// session) and returns once the guest daemon took it, or ctx ends. Closing
+// the Mux closes conn. After the guest daemon restarts its session (or
+// conn breaks) the Mux is dead (Done closed): make a new one.
+func NewMux(ctx context.Context, conn net.Conn) (*Mux, error) {
+	conn, err := greet(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
 	sess, err := yamux.Client(conn, YamuxConfig(nil))
 	if err != nil {
+		_ = conn.Close()
 		return nil, fmt.Errorf("start yamux session: %w", err)
 	}
 	return &Mux{sess: sess}, nil

@@ -68,7 +68,7 @@ func TestMuxReconnect(t *testing.T) {
 		case <-time.After(20 * time.Second):
 			t.Fatalf("round %d: daemon did not reopen its stream", round)
 		}
-		mux, err := guestapi.NewMux(host)
+		mux, err := guestapi.NewMux(ctx, host)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,7 +114,8 @@ func TestMuxDialHonoursContext(t *testing.T) {
 	t.Parallel()
 	a, b := socketPair(t)
 	defer b.Close()
-	mux, err := guestapi.NewMux(a)
+	go func() { _, _ = guestapi.AwaitHello(b) }()
+	mux, err := guestapi.NewMux(context.Background(), a)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,3 +144,68 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return string(l.b)
 }
+
+// TestMuxAfterRestoreOnSameStream is what a restored VM looks like from
+// the host: the guest's end of the port is the one it had at snapshot time,
+// still inside the old session, while the host arrives on a new connection.
+// The preamble must give the new host a working session at once.
+func TestMuxAfterRestoreOnSameStream(t *testing.T) {
+	t.Parallel()
+	port, guestEnd := socketPair(t)
+	srv := guest.New(guest.Config{WorkDir: t.TempDir(), Env: []string{"PATH=" + os.Getenv("PATH")}}, guest.Deps{})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Go(func() {
+		_ = srv.ServeStreams(ctx, func(ctx context.Context) (io.ReadWriteCloser, error) {
+			return nopCloser{guestEnd}, nil // the same port every time, as a virtio-serial device
+		})
+	})
+	defer guestEnd.Close()
+	// The chardev: guest output goes to whichever host is connected now
+	// (dropped while none is); each host's input goes to the port. The
+	// guest never sees a host leave or arrive.
+	var mu sync.Mutex
+	var current net.Conn
+	wg.Go(func() {
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := port.Read(buf)
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			if current != nil {
+				_, _ = current.Write(buf[:n])
+			}
+			mu.Unlock()
+		}
+	})
+	defer port.Close()
+	for round := range 3 {
+		host, chardev := socketPair(t)
+		go func() { _, _ = io.Copy(port, chardev) }()
+		mu.Lock()
+		if current != nil {
+			_ = current.Close() // the old host is gone, its session state with it
+		}
+		current = chardev
+		mu.Unlock()
+		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+		mux, err := guestapi.NewMux(rctx, host)
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		c := guestapi.NewClient(mux.Dial)
+		if _, err := c.Ready(rctx); err != nil {
+			t.Fatalf("round %d: ready: %v", round, err)
+		}
+		rcancel()
+		defer mux.Close()
+	}
+}
+
+type nopCloser struct{ net.Conn }
+
+func (nopCloser) Close() error { return nil }

@@ -12,6 +12,7 @@ var (
 	ErrGone         = errors.New("machine gone")           // Recover found nothing to reattach
 	ErrUnsupported  = errors.New("unsupported by backend") // e.g. snapshot on a backend without it
 	ErrGuestTimeout = errors.New("guest did not answer in time")
+	ErrPaused       = errors.New("machine paused") // Dial between Pause (or Snapshot) and Resume
 )
 
 // Capabilities describe what a backend can do on this host, and why not.

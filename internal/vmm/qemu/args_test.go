@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/engrams/engrams/internal/guestinit"
 	"github.com/engrams/engrams/internal/vmm/vmproc"
@@ -101,5 +102,17 @@ func TestCappedLog(t *testing.T) {
 	b, _ := os.Stat(p + ".1")
 	if a == nil || b == nil || a.Size() > 110 || b.Size() > 110 {
 		t.Errorf("log not bounded: %v %v", a, b)
+	}
+}
+
+func TestAttemptLimit(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		n    int
+		want time.Duration
+	}{{0, 250 * time.Millisecond}, {1, 500 * time.Millisecond}, {3, 2 * time.Second}, {4, 3 * time.Second}, {100, 3 * time.Second}} {
+		if got := attemptLimit(tt.n); got != tt.want {
+			t.Errorf("attemptLimit(%d) = %v, want %v", tt.n, got, tt.want)
+		}
 	}
 }

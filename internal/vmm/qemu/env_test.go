@@ -111,9 +111,16 @@ func newBackendWith(t testing.TB, im vmimage.Images, dataDir string) *Backend {
 	b, err := New(Config{
 		Accel: "auto", DataDir: dataDir, Images: im, Network: true,
 		ReadyTimeout: 3 * time.Minute,
-	}, Deps{Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	}, Deps{Logger: testLogger()})
 	if err != nil {
 		t.Fatalf("new backend: %v", err)
 	}
 	return b
+}
+
+// testLogger logs warnings, or what ENGRAMS_TEST_LOG names (debug, info).
+func testLogger() *slog.Logger {
+	level := slog.LevelWarn
+	_ = level.UnmarshalText([]byte(os.Getenv("ENGRAMS_TEST_LOG")))
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 }

@@ -19,11 +19,16 @@ import (
 
 // sendControl connects to the control port socket, sends c and waits for
 // the matching reply. Init reads the port only once it runs, so this also
-// waits for the guest to come up; it retries until ctx is done.
+// waits for the guest to come up. An attempt that hears nothing is retried
+// on a fresh connection (see connectGuest), with the clock read anew;
+// applying the same message twice is harmless. It retries until ctx is done.
 func sendControl(ctx context.Context, sock string, c guestinit.Control) (guestinit.Reply, error) {
 	var last error
-	for {
-		rep, err := sendControlOnce(ctx, sock, c)
+	for attempt := 0; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, attemptLimit(attempt))
+		c.TimeUnixNano = time.Now().UnixNano()
+		rep, err := sendControlOnce(actx, sock, c)
+		cancel()
 		if err == nil {
 			if !rep.OK {
 				return rep, fmt.Errorf("guest control: %s", rep.Error)
@@ -77,47 +82,62 @@ func newControl(id uint64, hostname string, env map[string]string) guestinit.Con
 	}
 }
 
-// connectGuest opens a yamux session on the guest channel socket and
-// checks the daemon answers Ready. A stale session on the guest side (for
-// example right after a restore) makes the first attempts fail; each retry
-// uses a fresh connection until ctx is done.
+// connectGuest opens a session on the guest channel socket (the guestapi
+// preamble, then yamux) and checks the daemon answers Ready. An attempt
+// that hears nothing is abandoned for a fresh connection: QEMU can stop
+// passing a connection's bytes to the guest once the guest's session on
+// the port broke mid-stream (seen right after a restore or a resume), and
+// a new connection always flows. Attempts get longer, for a guest slowed
+// by software emulation. It retries until ctx is done.
 func connectGuest(ctx context.Context, sock string) (*guestapi.Mux, guestapi.Ready, error) {
 	var last error
-	for {
-		mux, ready, err := connectGuestOnce(ctx, sock)
+	for attempt := 0; ; attempt++ {
+		mux, ready, err := connectGuestOnce(ctx, sock, attemptLimit(attempt))
 		if err == nil {
 			return mux, ready, nil
 		}
-		last = err
+		if last == nil || ctx.Err() == nil { // keep what failed before time ran out
+			last = err
+		}
 		select {
 		case <-ctx.Done():
-			return nil, ready, fmt.Errorf("connect guest daemon: %w (last: %v)", vmm.ErrGuestTimeout, last)
+			return nil, ready, fmt.Errorf("connect guest daemon: %w after %d attempts (last: %v)", vmm.ErrGuestTimeout, attempt+1, last)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }
 
-func connectGuestOnce(ctx context.Context, sock string) (*guestapi.Mux, guestapi.Ready, error) {
+// Bounds of one connection attempt: the first, and the longest.
+const (
+	firstAttempt = 250 * time.Millisecond
+	readyAttempt = 3 * time.Second
+)
+
+// attemptLimit bounds attempt n (from 0): doubling from firstAttempt up
+// to readyAttempt.
+func attemptLimit(n int) time.Duration {
+	d := firstAttempt
+	for ; n > 0 && d < readyAttempt; n-- {
+		d *= 2
+	}
+	return min(d, readyAttempt)
+}
+
+func connectGuestOnce(ctx context.Context, sock string, limit time.Duration) (*guestapi.Mux, guestapi.Ready, error) {
 	var ready guestapi.Ready
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
 	conn, err := dialUnix(ctx, sock)
 	if err != nil {
 		return nil, ready, err
 	}
-	mux, err := guestapi.NewMux(conn)
+	mux, err := guestapi.NewMux(ctx, conn)
 	if err != nil {
-		conn.Close()
 		return nil, ready, err
 	}
-	// A stale guest session (right after a restore) never answers; give up
-	// on this connection and open a fresh one. Not too quickly: a guest just
-	// resumed under software emulation can take a while to answer, and each
-	// new connection resets its session again.
-	actx, cancel := context.WithTimeout(ctx, readyAttempt)
-	defer cancel()
 	cl := guestapi.NewClient(mux.Dial)
 	defer cl.Close()
-	ready, err = cl.Ready(actx)
-	if err != nil {
+	if ready, err = cl.Ready(ctx); err != nil {
 		mux.Close()
 		return nil, ready, err
 	}
@@ -125,10 +145,6 @@ func connectGuestOnce(ctx context.Context, sock string) (*guestapi.Mux, guestapi
 }
 
 var errClosed = errors.New("machine destroyed")
-
-// readyAttempt bounds one Ready probe on a fresh guest connection (500 ms
-// made a loaded TCG guest thrash between sessions after a pause).
-const readyAttempt = 3 * time.Second
 
 // dialer keeps one guest session and reopens it when it dies.
 func (m *machine) guestMux(ctx context.Context) (*guestapi.Mux, error) {
@@ -149,6 +165,10 @@ func (m *machine) guestMux(ctx context.Context) (*guestapi.Mux, error) {
 		m.mu.Unlock()
 		return nil, errClosed
 	}
+	if m.paused { // fail at once: a connection made now would wedge the channel until Resume
+		m.mu.Unlock()
+		return nil, vmm.ErrPaused
+	}
 	if m.mux != nil && m.mux != mux {
 		mux = m.mux
 		m.mu.Unlock()
@@ -157,7 +177,9 @@ func (m *machine) guestMux(ctx context.Context) (*guestapi.Mux, error) {
 	m.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, m.b.cfg.ReadyTimeout)
 	defer cancel()
+	t0 := time.Now()
 	nm, _, err := connectGuest(ctx, m.guestSocket())
+	m.b.log.Debug("guest session connect", "session_id", m.info.SessionID, "ms", time.Since(t0).Milliseconds(), "err", err)
 	if err != nil {
 		return nil, err
 	}

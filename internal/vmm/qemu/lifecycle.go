@@ -43,6 +43,7 @@ func (m *machine) snapshot(ctx context.Context, dir string) (vmm.Snapshot, error
 	}
 	// Drop the guest session first: the guest daemon sees the port close
 	// and waits for a new session, which is what a restore brings.
+	m.setPaused(true)
 	m.setMux(nil)
 	stateFile := filepath.Join(dir, snapState)
 	err := m.withQMP(ctx, func(q *QMP) error { return migrateToFile(ctx, q, stateFile) })
@@ -142,6 +143,7 @@ func (m *machine) Pause(ctx context.Context) error {
 	// Drop the guest session first, as Snapshot does: requests caught
 	// mid-flight by the pause must not leave the session wedged; Resume
 	// connects a fresh one.
+	m.setPaused(true)
 	m.setMux(nil)
 	err := m.withQMP(ctx, func(q *QMP) error { return q.Execute(ctx, "stop", nil, nil) })
 	if err != nil {
@@ -157,10 +159,17 @@ func (m *machine) Resume(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("resume %s: %w", m.st.SessionID, err)
 	}
+	m.setPaused(false)
 	if _, err := m.guestMux(ctx); err != nil {
-		return fmt.Errorf("resume %s: %w", m.st.SessionID, err)
+		return fmt.Errorf("resume %s: %w (console: %s)", m.st.SessionID, err, m.consoleTail())
 	}
 	return nil
+}
+
+func (m *machine) setPaused(p bool) {
+	m.mu.Lock()
+	m.paused = p
+	m.mu.Unlock()
 }
 
 // Destroy stops QEMU (QMP quit, then SIGKILL) and removes the sockets,
@@ -283,7 +292,7 @@ func (m *machine) finishRestore(ctx context.Context, env map[string]string, stat
 		return err
 	}
 	m.b.log.Debug("incoming migration done", "ms", time.Since(t0).Milliseconds())
-	return m.handshake(ctx, env)
+	return m.handshake(ctx, env, true)
 }
 
 // Recover reattaches to the machine whose state is in dir, or kills what is

@@ -46,6 +46,7 @@ type machine struct {
 	mu        sync.Mutex
 	mux       *guestapi.Mux
 	verified  time.Time // when mux last answered; see Dial
+	paused    bool      // stopped by Pause or Snapshot: no guest session until Resume
 	destroyed bool
 	ctlID     uint64
 }
@@ -205,7 +206,7 @@ func (b *Backend) Boot(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) 
 		_ = os.Remove(filepath.Join(spec.Dir, fileMemory))
 		return nil, fmt.Errorf("boot %s: %w", spec.SessionID, err)
 	}
-	if err := m.handshake(ctx, spec.Env); err != nil {
+	if err := m.handshake(ctx, spec.Env, false); err != nil {
 		console := m.consoleTail()
 		_ = m.Destroy(context.Background())
 		return nil, fmt.Errorf("boot %s: %w (console: %s)", spec.SessionID, err, console)
@@ -215,22 +216,37 @@ func (b *Backend) Boot(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) 
 }
 
 // handshake sends init its control message (identity, env, clock, RNG
-// seed) and waits for the guest daemon to answer.
-func (m *machine) handshake(ctx context.Context, env map[string]string) error {
+// seed) and connects to the guest daemon. At boot init starts the daemon
+// only after the first control message, so the two go in turn; a restored
+// daemon is already running, so both go at once.
+func (m *machine) handshake(ctx context.Context, env map[string]string, restored bool) error {
 	ctx, cancel := context.WithTimeout(ctx, m.b.cfg.ReadyTimeout)
 	defer cancel()
-	// The control message first: it may restart the daemon (new env), so
-	// the daemon connection is made after it is applied.
 	t0 := time.Now()
-	if err := m.control(ctx, env); err != nil {
-		return err
+	var tControl time.Duration
+	controlled := make(chan error, 1)
+	go func() {
+		err := m.control(ctx, env)
+		tControl = time.Since(t0)
+		controlled <- err
+	}()
+	if !restored {
+		if err := <-controlled; err != nil {
+			return err
+		}
+		controlled <- nil
 	}
-	tControl := time.Since(t0)
 	mux, _, err := connectGuest(ctx, m.guestSocket())
+	if cerr := <-controlled; cerr != nil {
+		if mux != nil {
+			mux.Close()
+		}
+		return cerr
+	}
 	if err != nil {
 		return err
 	}
-	m.b.log.Debug("guest handshake", "control_ms", tControl.Milliseconds(), "total_ms", time.Since(t0).Milliseconds())
+	m.b.log.Debug("guest handshake", "restored", restored, "control_ms", tControl.Milliseconds(), "total_ms", time.Since(t0).Milliseconds())
 	m.setMux(mux)
 	return nil
 }
