@@ -2,7 +2,6 @@ package host
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,17 +10,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 
 	"github.com/engrams/engrams/internal/chunk"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/vmm"
 )
 
-const (
-	restoredDir        = "restored" // inside a machine dir: the files a restore rebuilt
-	maxCachedSnapshots = 64         // reported in heartbeats, most recent first
-)
+const restoredDir = "restored" // inside a machine dir: the files a restore rebuilt
 
 // restore rebuilds a snapshot's files from verified chunks and starts a
 // machine from them. Every chunk is checked to exist before anything is
@@ -123,72 +118,4 @@ func snapshotFailure(action string, err error) error {
 		return failure(http.StatusUnprocessableEntity, hostlink.CodeSnapshotMissing, err)
 	}
 	return failure(http.StatusServiceUnavailable, hostlink.CodeUnavailable, err)
-}
-
-// recentSnapshots remembers the chunks of the snapshots this host took or
-// restored last, to report those its chunk cache still holds whole.
-type recentSnapshots struct {
-	mu   sync.Mutex
-	list []recentSnapshot // most recent first
-}
-
-type recentSnapshot struct {
-	id     string
-	hashes [][32]byte // distinct non-zero chunks
-}
-
-func (a *Agent) rememberSnapshot(id string, manifests map[string]chunk.Manifest) {
-	if a.deps.ChunkCache == nil {
-		return
-	}
-	seen := map[[32]byte]bool{}
-	var hashes [][32]byte
-	for _, m := range manifests {
-		for _, r := range m.Chunks {
-			var h [32]byte
-			if r.IsZero() {
-				continue
-			}
-			if _, err := hex.Decode(h[:], []byte(r.Hash)); err != nil || seen[h] {
-				continue
-			}
-			seen[h] = true
-			hashes = append(hashes, h)
-		}
-	}
-	c := &a.cached
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.list = slices.DeleteFunc(c.list, func(s recentSnapshot) bool { return s.id == id })
-	c.list = slices.Insert(c.list, 0, recentSnapshot{id: id, hashes: hashes})
-	if len(c.list) > maxCachedSnapshots {
-		clear(c.list[maxCachedSnapshots:])
-		c.list = c.list[:maxCachedSnapshots]
-	}
-}
-
-// cachedSnapshots lists, most recent first, the remembered snapshots whose
-// every chunk the cache holds.
-func (a *Agent) cachedSnapshots() []string {
-	if a.deps.ChunkCache == nil {
-		return nil
-	}
-	c := &a.cached
-	c.mu.Lock()
-	list := slices.Clone(c.list)
-	c.mu.Unlock()
-	var ids []string
-	for _, s := range list {
-		whole := true
-		for _, h := range s.hashes {
-			if !a.deps.ChunkCache.Has(hex.EncodeToString(h[:])) {
-				whole = false
-				break
-			}
-		}
-		if whole {
-			ids = append(ids, s.id)
-		}
-	}
-	return ids
 }

@@ -38,24 +38,43 @@ func (f *flakyBlob) Put(ctx context.Context, key string, r io.Reader, size int64
 // chunks is a real chunk store pair over a local directory, as cmd/ wires
 // it: one blob store and one cache, memory and disk chunk sizes.
 type chunks struct {
-	dir   string
-	blob  *flakyBlob
-	mem   *chunk.Store
-	disk  *chunk.Store
-	cache *chunk.Cache
+	dir      string
+	cacheDir string // "" = no cache
+	blob     *flakyBlob
+	mem      *chunk.Store
+	disk     *chunk.Store
+	cache    *chunk.Cache
 }
 
 func newChunks(t *testing.T, withCache bool) *chunks {
 	t.Helper()
-	c := &chunks{dir: t.TempDir()}
+	cacheDir := ""
+	if withCache {
+		cacheDir = t.TempDir()
+	}
+	return openChunks(t, t.TempDir(), cacheDir, 1<<30)
+}
+
+// reopen opens c's blob and cache directories again, the cache with a
+// budget of maxBytes, as a restarted host agent does.
+func (c *chunks) reopen(t *testing.T, maxBytes int64) *chunks {
+	t.Helper()
+	return openChunks(t, c.dir, c.cacheDir, maxBytes)
+}
+
+// openChunks opens chunk stores over the blob directory dir and, unless
+// cacheDir is empty, a cache there holding at most maxBytes.
+func openChunks(t *testing.T, dir, cacheDir string, maxBytes int64) *chunks {
+	t.Helper()
+	c := &chunks{dir: dir, cacheDir: cacheDir}
 	ld, err := localdir.New(localdir.Config{Dir: c.dir}, localdir.Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.blob = &flakyBlob{Store: ld}
 	deps := chunk.Deps{Blob: c.blob}
-	if withCache {
-		c.cache, err = chunk.NewCache(chunk.CacheConfig{Dir: t.TempDir(), MaxBytes: 1 << 30}, chunk.CacheDeps{})
+	if cacheDir != "" {
+		c.cache, err = chunk.NewCache(chunk.CacheConfig{Dir: cacheDir, MaxBytes: maxBytes}, chunk.CacheDeps{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,17 +107,20 @@ func (c *chunks) objectPath(h string) string {
 
 // snapEnv is an agent with a chunk store and one running session "s1".
 type snapEnv struct {
-	c   *coord
-	w   *world
-	ch  *chunks
-	dir string
+	c    *coord
+	url  string // of c
+	w    *world
+	ch   *chunks
+	dir  string
+	stop func() // stops the agent
 }
 
 func newSnapEnv(t *testing.T, withCache bool) *snapEnv {
 	t.Helper()
 	e := &snapEnv{c: newCoord(20 * time.Millisecond), w: newWorld(), ch: newChunks(t, withCache), dir: t.TempDir()}
 	t.Cleanup(e.w.destroyAll)
-	runAgentWith(t, serve(t, e.c), e.dir, e.w, e.ch.wire)
+	e.url = serve(t, e.c)
+	e.stop = runAgentWith(t, e.url, e.dir, e.w, e.ch.wire)
 	recv(t, e.c.registers, nil)
 	e.c.setOwned(hostlink.Ownership{SessionID: "s1", Epoch: 1})
 	if status, body := e.c.start(t, "s1", 1, hostlink.MachineSpec{MemoryMiB: 256}); status != http.StatusOK {
