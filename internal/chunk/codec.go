@@ -15,8 +15,11 @@ import (
 // Stored object format. Every chunk object (in the blob store and in the
 // Cache) is one format byte followed by the payload:
 //
-//	0x00 formatRaw:  the chunk's bytes as they are
-//	0x01 formatZstd: one zstd frame that decodes to the chunk's bytes
+//	0x00 formatRaw:   the chunk's bytes as they are
+//	0x01 formatZstd:  one zstd frame that decodes to the chunk's bytes
+//	0x02 formatPages: a bitmap of the chunk's non-zero 4 KiB pages (bit i of
+//	                  byte i/8 for page i), then those pages in order; zero
+//	                  pages are not stored (a delta's XOR is mostly zero pages)
 //
 // The object key is derived from the SHA-256 of the UNCOMPRESSED bytes, so a
 // chunk written raw by one Store and zstd by another dedups to one object;
@@ -25,9 +28,13 @@ import (
 // least 1/32 of the chunk, so incompressible data (random, already compressed)
 // costs no decompression on restore.
 const (
-	formatRaw  byte = 0x00
-	formatZstd byte = 0x01
+	formatRaw   byte = 0x00
+	formatZstd  byte = 0x01
+	formatPages byte = 0x02
 )
+
+// pageLen is the unit formatPages leaves out when zero.
+const pageLen = 4096
 
 // Compression settings for Config.Compression.
 const (
@@ -83,11 +90,15 @@ func (c *codec) close() {
 	c.dec.Close()
 }
 
-// encode appends the object for data to dst[:0] and returns it.
+// encode appends the object for data to dst[:0] and returns it. Without
+// compression, a chunk with zero pages is stored without them.
 func (c *codec) encode(data, dst []byte) []byte {
 	dst = append(dst[:0], formatRaw)
 	if c.enc == nil {
-		return append(dst, data...)
+		if out, ok := encodePages(data, dst); ok {
+			return out
+		}
+		return append(dst[:1], data...)
 	}
 	dst[0] = formatZstd
 	dst = c.enc.EncodeAll(data, dst)
@@ -116,6 +127,11 @@ func (c *codec) decode(obj, dst []byte, want int64, hash string) ([]byte, error)
 		data, err = c.dec.DecodeAll(obj[1:], dst[:0:want])
 		if err != nil {
 			return nil, fmt.Errorf("%w: zstd: %w", ErrCorrupt, err)
+		}
+	case formatPages:
+		var err error
+		if data, err = decodePages(obj[1:], dst, want); err != nil {
+			return nil, fmt.Errorf("%w: %w: %w", ErrCorrupt, errBadObject, err)
 		}
 	default:
 		return nil, fmt.Errorf("%w: %w: unknown format byte %#x", ErrCorrupt, errBadObject, obj[0])
@@ -156,3 +172,63 @@ func isZero(b []byte) bool {
 
 // bytesReader is a reader over b (a Put body).
 func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
+
+// encodePages appends the formatPages object of data to dst[:0], or reports
+// false when leaving out its zero pages would not save 1/32 of it.
+func encodePages(data, dst []byte) ([]byte, bool) {
+	pages := (len(data) + pageLen - 1) / pageLen
+	bitmap := (pages + 7) / 8
+	size := 1 + bitmap
+	for i := range pages {
+		if p := page(data, i); !isZero(p) {
+			size += len(p)
+		}
+	}
+	if size > len(data)+1-len(data)/32 {
+		return dst, false
+	}
+	dst = append(dst[:0], formatPages)
+	dst = append(dst, make([]byte, bitmap)...)
+	for i := range pages {
+		if p := page(data, i); !isZero(p) {
+			dst[1+i/8] |= 1 << (i % 8)
+			dst = append(dst, p...)
+		}
+	}
+	return dst, true
+}
+
+// decodePages rebuilds want bytes from a formatPages payload into dst.
+func decodePages(payload, dst []byte, want int64) ([]byte, error) {
+	if int64(cap(dst)) < want {
+		dst = make([]byte, want)
+	}
+	data := dst[:want]
+	pages := (len(data) + pageLen - 1) / pageLen
+	bitmap := (pages + 7) / 8
+	if len(payload) < bitmap {
+		return nil, fmt.Errorf("pages object of %d bytes has no room for its %d-byte bitmap", len(payload), bitmap)
+	}
+	rest := payload[bitmap:]
+	for i := range pages {
+		p := page(data, i)
+		if payload[i/8]&(1<<(i%8)) == 0 {
+			clear(p)
+			continue
+		}
+		if len(rest) < len(p) {
+			return nil, fmt.Errorf("pages object ends inside page %d", i)
+		}
+		copy(p, rest[:len(p)])
+		rest = rest[len(p):]
+	}
+	if len(rest) != 0 {
+		return nil, fmt.Errorf("pages object has %d bytes after its last page", len(rest))
+	}
+	return data, nil
+}
+
+// page is page i of data (the last one may be short).
+func page(data []byte, i int) []byte {
+	return data[i*pageLen : min((i+1)*pageLen, len(data))]
+}

@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 )
 
-// ManifestVersion is the only manifest format this package writes and reads.
-const ManifestVersion = 1
+// ManifestVersion is the manifest format this package writes. It reads
+// version 1 too (the same without delta refs).
+const ManifestVersion = 2
 
 // Chunk size bounds and defaults.
 //
@@ -22,6 +24,8 @@ const ManifestVersion = 1
 // keeps re-uploads small at the cost of more objects (a guest with 1 GiB of
 // touched memory is 16k chunks; uploads run in parallel and skip chunks the
 // store has). Lazy restore with userfaultfd can still fault in larger runs.
+// PutFileOver goes further: a changed chunk is stored as a delta over the
+// previous snapshot's chunk, which costs about the changed pages.
 //
 // DiskChunkSize (4 MiB) is the unit for disk layers and device state: disk
 // writes cluster in files and extents, so a larger unit halves object count and
@@ -43,9 +47,15 @@ var ErrInvalidManifest = errors.New("invalid manifest")
 
 // Ref names one chunk of a manifest: the lowercase hex SHA-256 of its
 // uncompressed bytes, or the zero marker (empty Hash) for an all-zero chunk,
-// which is never stored. In JSON a Ref is the hex string, or "zero".
+// which is never stored. A chunk is stored as the object of its hash, or,
+// when Delta is set, as two objects: Base (a stored chunk, usually the same
+// chunk of an earlier snapshot) and Delta, the XOR of the chunk with Base
+// (mostly zero pages, so stored small; see formatPages). In JSON a Ref is
+// the hex string, "zero", or "<hash>=<base>^<delta>".
 type Ref struct {
-	Hash string
+	Hash  string
+	Base  string // with Delta: the stored chunk the delta applies to
+	Delta string // the stored XOR of this chunk with Base
 }
 
 // ZeroRef is the marker for an all-zero chunk.
@@ -54,35 +64,73 @@ func ZeroRef() Ref { return Ref{} }
 // IsZero reports whether the chunk is all zero (not stored).
 func (r Ref) IsZero() bool { return r.Hash == "" }
 
-// String returns the hash, or "zero".
+// IsDelta reports whether the chunk is stored as Base XOR Delta.
+func (r Ref) IsDelta() bool { return r.Delta != "" }
+
+// Objects are the blob objects the chunk needs: none for a zero chunk, its
+// own for a whole one, Base and Delta for a delta.
+func (r Ref) Objects() []string {
+	switch {
+	case r.IsZero():
+		return nil
+	case r.IsDelta():
+		return []string{r.Base, r.Delta}
+	}
+	return []string{r.Hash}
+}
+
+// String returns the ref's text form.
 func (r Ref) String() string {
-	if r.IsZero() {
+	switch {
+	case r.IsZero():
 		return zeroText
+	case r.IsDelta():
+		return r.Hash + "=" + r.Base + "^" + r.Delta
 	}
 	return r.Hash
 }
 
 const zeroText = "zero"
 
-// MarshalText encodes the ref as its hash or "zero".
+func (r Ref) valid() bool {
+	if r.IsZero() {
+		return r.Base == "" && r.Delta == ""
+	}
+	if !validHash(r.Hash) {
+		return false
+	}
+	if r.IsDelta() || r.Base != "" {
+		return validHash(r.Base) && validHash(r.Delta) && r.Base != r.Hash
+	}
+	return true
+}
+
+// MarshalText encodes the ref's text form.
 func (r Ref) MarshalText() ([]byte, error) {
-	if !r.IsZero() && !validHash(r.Hash) {
-		return nil, fmt.Errorf("marshal chunk ref %q: %w: not a lowercase hex sha256", r.Hash, ErrInvalidManifest)
+	if !r.valid() {
+		return nil, fmt.Errorf("marshal chunk ref %q: %w: not a lowercase hex sha256 (or hash=base^delta)", r.String(), ErrInvalidManifest)
 	}
 	return []byte(r.String()), nil
 }
 
-// UnmarshalText decodes a hash or "zero".
+// UnmarshalText decodes a hash, "zero" or "<hash>=<base>^<delta>".
 func (r *Ref) UnmarshalText(b []byte) error {
 	s := string(b)
 	if s == zeroText {
 		*r = Ref{}
 		return nil
 	}
-	if !validHash(s) {
-		return fmt.Errorf("decode chunk ref %.80q: %w: not a lowercase hex sha256 or %q", s, ErrInvalidManifest, zeroText)
+	var out Ref
+	if h, rest, ok := strings.Cut(s, "="); ok {
+		base, delta, _ := strings.Cut(rest, "^")
+		out = Ref{Hash: h, Base: base, Delta: delta}
+	} else {
+		out = Ref{Hash: s}
 	}
-	*r = Ref{Hash: s}
+	if out.IsZero() || !out.valid() {
+		return fmt.Errorf("decode chunk ref %.80q: %w: not a lowercase hex sha256, %q or hash=base^delta", s, ErrInvalidManifest, zeroText)
+	}
+	*r = out
 	return nil
 }
 
@@ -136,8 +184,8 @@ func (m Manifest) ChunkLen(i int) int64 {
 // Validate checks the manifest's internal consistency; errors wrap ErrInvalidManifest.
 func (m Manifest) Validate() error {
 	switch {
-	case m.Version != ManifestVersion:
-		return fmt.Errorf("%w: version %d, want %d", ErrInvalidManifest, m.Version, ManifestVersion)
+	case m.Version != ManifestVersion && m.Version != 1:
+		return fmt.Errorf("%w: version %d, want 1 or %d", ErrInvalidManifest, m.Version, ManifestVersion)
 	case m.ChunkSize < MinChunkSize || m.ChunkSize > MaxChunkSize || m.ChunkSize%MinChunkSize != 0:
 		return fmt.Errorf("%w: chunk size %d not a multiple of %d in [%d, %d]",
 			ErrInvalidManifest, m.ChunkSize, MinChunkSize, MinChunkSize, MaxChunkSize)
@@ -149,8 +197,9 @@ func (m Manifest) Validate() error {
 			ErrInvalidManifest, len(m.Chunks), m.Size, m.ChunkSize, want)
 	}
 	for i, r := range m.Chunks {
-		if !r.IsZero() && !validHash(r.Hash) {
-			return fmt.Errorf("%w: chunk %d: hash %.80q is not lowercase hex sha256", ErrInvalidManifest, i, r.Hash)
+		if !r.valid() || (m.Version == 1 && r.IsDelta()) {
+			return fmt.Errorf("%w: chunk %d: ref %.80q is not lowercase hex sha256 (or hash=base^delta in version %d)",
+				ErrInvalidManifest, i, r.String(), ManifestVersion)
 		}
 	}
 	return nil

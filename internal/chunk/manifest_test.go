@@ -7,7 +7,11 @@ import (
 	"testing"
 )
 
-const h1 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+const (
+	h1 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	h2 = "1123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	h3 = "2123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+)
 
 func TestDecode(t *testing.T) {
 	t.Parallel()
@@ -22,7 +26,12 @@ func TestDecode(t *testing.T) {
 		{"empty file, null chunks", `{"version":1,"chunk_size":4096,"size":0,"chunks":null}`,
 			Manifest{Version: 1, ChunkSize: 4096}, ""},
 		{"two chunks", `{"version":1,"role":"memory","chunk_size":4096,"size":4097,"chunks":["` + h1 + `","zero"]}`,
-			Manifest{Version: 1, Role: "memory", ChunkSize: 4096, Size: 4097, Chunks: []Ref{{h1}, {}}}, ""},
+			Manifest{Version: 1, Role: "memory", ChunkSize: 4096, Size: 4097, Chunks: []Ref{{Hash: h1}, {}}}, ""},
+		{"delta ref", `{"version":2,"chunk_size":4096,"size":4096,"chunks":["` + h1 + `=` + h2 + `^` + h3 + `"]}`,
+			Manifest{Version: 2, ChunkSize: 4096, Size: 4096, Chunks: []Ref{{Hash: h1, Base: h2, Delta: h3}}}, ""},
+		{"delta ref in version 1", `{"version":1,"chunk_size":4096,"size":4096,"chunks":["` + h1 + `=` + h2 + `^` + h3 + `"]}`, Manifest{}, "chunk 0"},
+		{"delta ref without delta", `{"version":2,"chunk_size":4096,"size":4096,"chunks":["` + h1 + `=` + h2 + `"]}`, Manifest{}, "invalid manifest"},
+		{"delta on itself", `{"version":2,"chunk_size":4096,"size":4096,"chunks":["` + h1 + `=` + h1 + `^` + h3 + `"]}`, Manifest{}, "invalid manifest"},
 		{"too few chunks", `{"version":1,"chunk_size":4096,"size":4097,"chunks":["zero"]}`, Manifest{}, "1 chunks for size 4097"},
 		{"too many chunks", `{"version":1,"chunk_size":4096,"size":1,"chunks":["zero","zero"]}`, Manifest{}, "2 chunks for size 1"},
 		{"missing chunks", `{"version":1,"chunk_size":4096,"size":1}`, Manifest{}, "missing chunks"},
@@ -33,7 +42,7 @@ func TestDecode(t *testing.T) {
 		{"negative size", `{"version":1,"chunk_size":4096,"size":-1,"chunks":[]}`, Manifest{}, "negative size"},
 		{"chunk size zero", `{"version":1,"chunk_size":0,"size":0,"chunks":[]}`, Manifest{}, "chunk size 0"},
 		{"chunk size unaligned", `{"version":1,"chunk_size":5000,"size":0,"chunks":[]}`, Manifest{}, "chunk size 5000"},
-		{"wrong version", `{"version":2,"chunk_size":4096,"size":0,"chunks":[]}`, Manifest{}, "version 2"},
+		{"wrong version", `{"version":3,"chunk_size":4096,"size":0,"chunks":[]}`, Manifest{}, "version 3"},
 		{"unknown field", `{"version":1,"chunk_size":4096,"size":0,"chunks":[],"extra":1}`, Manifest{}, "unknown field"},
 		{"trailing data", `{"version":1,"chunk_size":4096,"size":0,"chunks":[]} {}`, Manifest{}, "trailing data"},
 		{"not json", `chunks`, Manifest{}, "invalid manifest"},
@@ -66,7 +75,8 @@ func TestEncodeRejectsInvalid(t *testing.T) {
 	}{
 		{"no version", Manifest{ChunkSize: 4096}},
 		{"count", Manifest{Version: 1, ChunkSize: 4096, Size: 1}},
-		{"hash", Manifest{Version: 1, ChunkSize: 4096, Size: 1, Chunks: []Ref{{"xyz"}}}},
+		{"hash", Manifest{Version: 1, ChunkSize: 4096, Size: 1, Chunks: []Ref{{Hash: "xyz"}}}},
+		{"half a delta", Manifest{Version: 2, ChunkSize: 4096, Size: 1, Chunks: []Ref{{Hash: h1, Base: h1}}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -22,7 +22,8 @@ type PutStats struct {
 	Zero          int64         // all-zero chunks (not stored), including Holes
 	Holes         int64         // zero chunks skipped unread as sparse-file holes
 	Present       int64         // non-zero chunks the blob store already had
-	Uploaded      int64         // chunk objects written (including Refreshed)
+	Uploaded      int64         // chunk objects written (including Refreshed and Deltas)
+	Deltas        int64         // changed chunks stored as a delta over the parent's chunk
 	Refreshed     int64         // present but stale objects re-put to renew ModTime
 	Bytes         int64         // file size
 	UploadedBytes int64         // uncompressed bytes of the uploaded chunks
@@ -36,6 +37,7 @@ func (p *PutStats) add(o PutStats) {
 	p.Holes += o.Holes
 	p.Present += o.Present
 	p.Uploaded += o.Uploaded
+	p.Deltas += o.Deltas
 	p.Refreshed += o.Refreshed
 	p.UploadedBytes += o.UploadedBytes
 	p.StoredBytes += o.StoredBytes
@@ -110,9 +112,27 @@ func (rs *readerSource) read(_ int64, buf []byte) (int, error) {
 // the blob store lacks. Memory stays bounded (see Config.Parallel) whatever
 // the file size; holes of sparse files are recorded as zero chunks unread.
 func (s *Store) PutFile(ctx context.Context, path string) (Manifest, PutStats, error) {
-	m, st, err := s.putFile(ctx, path, true)
+	m, st, err := s.putFile(ctx, path, true, nil)
 	if err != nil {
 		return Manifest{}, st, fmt.Errorf("put file %s: %w", path, err)
+	}
+	return m, st, nil
+}
+
+// PutFileOver is PutFile for a new version of the file parent describes
+// (a guest's memory at its previous snapshot): a chunk that changed is
+// stored as its XOR with the parent's chunk (its base, when that was a
+// delta too, so chains never grow) when the cache holds that base and the
+// delta, zero pages left out, is at most half a chunk. An idle guest
+// rewrites a few pages of many chunks; this uploads about those pages.
+func (s *Store) PutFileOver(ctx context.Context, path string, parent Manifest) (Manifest, PutStats, error) {
+	var p *Manifest
+	if parent.ChunkSize == s.cfg.ChunkSize && parent.Validate() == nil {
+		p = &parent
+	}
+	m, st, err := s.putFile(ctx, path, true, p)
+	if err != nil {
+		return Manifest{}, st, fmt.Errorf("put file %s over its parent: %w", path, err)
 	}
 	return m, st, nil
 }
@@ -120,14 +140,14 @@ func (s *Store) PutFile(ctx context.Context, path string) (Manifest, PutStats, e
 // Scan computes the manifest of the file at path (hashes, zero detection)
 // without touching the blob store or the cache.
 func (s *Store) Scan(ctx context.Context, path string) (Manifest, PutStats, error) {
-	m, st, err := s.putFile(ctx, path, false)
+	m, st, err := s.putFile(ctx, path, false, nil)
 	if err != nil {
 		return Manifest{}, st, fmt.Errorf("scan file %s: %w", path, err)
 	}
 	return m, st, nil
 }
 
-func (s *Store) putFile(ctx context.Context, path string, upload bool) (Manifest, PutStats, error) {
+func (s *Store) putFile(ctx context.Context, path string, upload bool, parent *Manifest) (Manifest, PutStats, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return Manifest{}, PutStats{}, err
@@ -140,13 +160,13 @@ func (s *Store) putFile(ctx context.Context, path string, upload bool) (Manifest
 	if !fi.Mode().IsRegular() {
 		return Manifest{}, PutStats{}, fmt.Errorf("not a regular file (%s)", fi.Mode().Type())
 	}
-	return s.put(ctx, newFileSource(f, fi.Size()), fi.Size(), upload)
+	return s.put(ctx, newFileSource(f, fi.Size()), fi.Size(), upload, parent)
 }
 
 // PutReader chunks and uploads size bytes read from r; size < 0 means read
 // to EOF. A stream shorter than a known size is an error.
 func (s *Store) PutReader(ctx context.Context, r io.Reader, size int64) (Manifest, PutStats, error) {
-	m, st, err := s.put(ctx, &readerSource{r: r, known: size >= 0}, size, true)
+	m, st, err := s.put(ctx, &readerSource{r: r, known: size >= 0}, size, true, nil)
 	if err != nil {
 		return Manifest{}, st, fmt.Errorf("put stream: %w", err)
 	}
@@ -164,7 +184,7 @@ type job struct {
 // put runs the pipeline: this goroutine reads chunks into pooled buffers (so
 // at most Parallel+1 are in flight), Parallel workers detect zeros, hash and
 // upload what is missing.
-func (s *Store) put(ctx context.Context, src source, size int64, upload bool) (Manifest, PutStats, error) {
+func (s *Store) put(ctx context.Context, src source, size int64, upload bool, parent *Manifest) (Manifest, PutStats, error) {
 	start := s.now()
 	cs := s.cfg.ChunkSize
 	pool := s.newBufPool(int(cs), s.cfg.Parallel+1)
@@ -186,7 +206,7 @@ func (s *Store) put(ctx context.Context, src source, size int64, upload bool) (M
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	jobs := make(chan job)
-	w := &putWorker{s: s, pool: pool, objs: objs, setRef: setRef, upload: upload,
+	w := &putWorker{s: s, pool: pool, objs: objs, setRef: setRef, upload: upload, parent: parent,
 		cpu: make(chan struct{}, runtime.GOMAXPROCS(0))}
 	for range s.cfg.Parallel {
 		g.Go(func() error {
@@ -269,6 +289,7 @@ type putWorker struct {
 	objs   *bufPool // encode buffers
 	setRef func(int, Ref)
 	upload bool
+	parent *Manifest // nil: no deltas
 	cpu    chan struct{}
 }
 
@@ -276,6 +297,7 @@ type putWorker struct {
 func (w *putWorker) run(ctx context.Context, jobs <-chan job) (PutStats, error) {
 	var st PutStats
 	var obj []byte // this worker's encode buffer, taken on first use
+	var d deltaBufs
 	defer func() {
 		if obj != nil {
 			w.objs.put(obj)
@@ -304,18 +326,19 @@ func (w *putWorker) run(ctx context.Context, jobs <-chan job) (PutStats, error) 
 			continue
 		}
 		h := hashHex(sum)
+		ref := Ref{Hash: h}
 		var err error
 		if w.upload && obj == nil {
 			obj, err = w.objs.get(ctx)
 		}
 		if w.upload && err == nil {
-			obj, err = w.s.ensure(ctx, h, data, obj, &st)
+			ref, obj, err = w.store(ctx, j.idx, h, data, obj, &d, &st)
 		}
 		w.pool.put(j.buf)
 		if err != nil { // errgroup cancels the producer and the other workers
 			return st, &ChunkError{Index: j.idx, Hash: h, Err: err}
 		}
-		w.setRef(j.idx, Ref{Hash: h})
+		w.setRef(j.idx, ref)
 	}
 	return st, nil
 }

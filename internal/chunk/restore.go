@@ -17,6 +17,7 @@ import (
 // unique is one distinct chunk of a manifest and every position it fills.
 type unique struct {
 	hash string
+	ref  Ref // how it is stored
 	n    int64
 	idxs []int
 }
@@ -39,13 +40,14 @@ func uniques(m Manifest) []unique {
 			continue
 		}
 		pos[k] = len(out)
-		out = append(out, unique{hash: r.Hash, n: k.n, idxs: []int{i}})
+		out = append(out, unique{hash: r.Hash, ref: r, n: k.n, idxs: []int{i}})
 	}
 	return out
 }
 
-// fetchBufs are one worker's buffers for fetching chunks of one manifest.
-type fetchBufs struct{ obj, data []byte }
+// fetchBufs are one worker's buffers for fetching chunks of one manifest
+// (aux: a delta's rebuilt chunk, allocated when first needed).
+type fetchBufs struct{ obj, data, aux []byte }
 
 // eachUnique runs fn over the distinct chunks of m with Parallel workers,
 // each owning one pair of buffers; the first error stops the rest.
@@ -189,7 +191,7 @@ func (s *Store) restore(ctx context.Context, m Manifest, dst string) (err error)
 		return err
 	}
 	err = s.eachUnique(ctx, m, true, func(ctx context.Context, _ int, u unique, b *fetchBufs) error {
-		data, err := s.fetch(ctx, u.hash, u.n, b)
+		data, err := s.fetchRef(ctx, u.ref, u.n, b)
 		if err != nil {
 			return err
 		}
@@ -241,14 +243,19 @@ func (s *Store) Verify(ctx context.Context, m Manifest) error {
 		if s.cache != nil && s.cache.Has(u.hash) {
 			return nil
 		}
-		err := s.statObject(ctx, u.hash, u.n)
-		if errors.Is(err, ErrMissing) || errors.Is(err, ErrCorrupt) {
-			mu.Lock()
-			bad = append(bad, &ChunkError{Index: u.idxs[0], Hash: u.hash, Err: err})
-			mu.Unlock()
-			return nil
+		for _, o := range u.ref.Objects() {
+			err := s.statObject(ctx, o, u.n)
+			if errors.Is(err, ErrMissing) || errors.Is(err, ErrCorrupt) {
+				mu.Lock()
+				bad = append(bad, &ChunkError{Index: u.idxs[0], Hash: o, Err: err})
+				mu.Unlock()
+				continue
+			}
+			if err != nil {
+				return err
+			}
 		}
-		return err
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("verify manifest: %w", err)
@@ -286,7 +293,7 @@ func (s *Store) VerifyData(ctx context.Context, m Manifest) error {
 		return fmt.Errorf("verify manifest data: %w", err)
 	}
 	err := s.eachUnique(ctx, m, true, func(ctx context.Context, _ int, u unique, b *fetchBufs) error {
-		_, err := s.fetch(ctx, u.hash, u.n, b)
+		_, err := s.fetchRef(ctx, u.ref, u.n, b)
 		return err
 	})
 	if err != nil {
@@ -307,7 +314,7 @@ func (s *Store) Prefetch(ctx context.Context, m Manifest) error {
 		if s.cache.Has(u.hash) {
 			return nil
 		}
-		_, err := s.fetch(ctx, u.hash, u.n, b)
+		_, err := s.fetchRef(ctx, u.ref, u.n, b)
 		return err
 	})
 	if err != nil {
@@ -316,8 +323,9 @@ func (s *Store) Prefetch(ctx context.Context, m Manifest) error {
 	return nil
 }
 
-// Missing lists (once each, in manifest order) the non-zero chunks of m the
-// blob store lacks or holds with an impossible size. It asks the blob store
+// Missing lists (once each, in manifest order, as Refs of their hash) the
+// objects the chunks of m need (a delta needs its base and its delta) that
+// the blob store lacks or holds with an impossible size. It asks the blob store
 // itself, not the cache or the in-process "known" set: use it before
 // committing a snapshot.
 func (s *Store) Missing(ctx context.Context, m Manifest) ([]Ref, error) {
@@ -325,22 +333,31 @@ func (s *Store) Missing(ctx context.Context, m Manifest) ([]Ref, error) {
 		return nil, fmt.Errorf("list missing chunks: %w", err)
 	}
 	us := uniques(m)
-	missing := make([]bool, len(us))
+	missing := make([][]string, len(us))
 	err := s.eachUnique(ctx, m, false, func(ctx context.Context, i int, u unique, _ *fetchBufs) error {
-		err := s.statObject(ctx, u.hash, u.n)
-		if errors.Is(err, ErrMissing) || errors.Is(err, ErrCorrupt) {
-			missing[i] = true
-			return nil
+		for _, o := range u.ref.Objects() {
+			err := s.statObject(ctx, o, u.n)
+			if errors.Is(err, ErrMissing) || errors.Is(err, ErrCorrupt) {
+				missing[i] = append(missing[i], o)
+				continue
+			}
+			if err != nil {
+				return err
+			}
 		}
-		return err
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list missing chunks: %w", err)
 	}
 	var out []Ref
-	for i, u := range us {
-		if missing[i] {
-			out = append(out, Ref{Hash: u.hash})
+	seen := map[string]bool{}
+	for _, objs := range missing {
+		for _, o := range objs {
+			if !seen[o] {
+				seen[o] = true
+				out = append(out, Ref{Hash: o})
+			}
 		}
 	}
 	return out, nil

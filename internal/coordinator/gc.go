@@ -72,8 +72,8 @@ func (c *Coordinator) GC(ctx context.Context, bs blob.Store, cfg GCConfig) (chun
 		}
 		for _, m := range ms {
 			for _, r := range m.Chunks {
-				if !r.IsZero() {
-					live[r.Hash] = true
+				for _, o := range r.Objects() { // a delta needs its base and its delta
+					live[o] = true
 				}
 			}
 		}

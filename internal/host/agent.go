@@ -63,6 +63,7 @@ type Deps struct {
 // satisfies it.
 type ChunkStore interface {
 	PutFile(ctx context.Context, path string) (chunk.Manifest, chunk.PutStats, error)
+	PutFileOver(ctx context.Context, path string, parent chunk.Manifest) (chunk.Manifest, chunk.PutStats, error)
 	PutReader(ctx context.Context, r io.Reader, size int64) (chunk.Manifest, chunk.PutStats, error)
 	Verify(ctx context.Context, m chunk.Manifest) error
 	Restore(ctx context.Context, m chunk.Manifest, dst string) error

@@ -13,6 +13,7 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/engrams/engrams/internal/chunk"
 	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/vmm"
@@ -28,7 +29,7 @@ func (a *Agent) routes() http.Handler {
 	mux.HandleFunc("GET "+hostlink.PathMachines, a.listMachines)
 	mux.HandleFunc("PUT "+hostlink.PathMachine, a.startMachine)
 	mux.HandleFunc("DELETE "+hostlink.PathMachine, a.destroyMachine)
-	mux.HandleFunc("POST "+hostlink.PathSnapshot, a.snapshotMachine)
+	mux.HandleFunc("POST "+hostlink.PathSnapshot, a.snapshotCommand)
 	mux.HandleFunc("POST "+hostlink.PathOutbox, a.deliverOutbox)
 	mux.HandleFunc(hostlink.PathGuest+"{rest...}", a.proxyGuest)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -153,6 +154,7 @@ func (a *Agent) start(ctx context.Context, sid string, epoch int64, spec hostlin
 	if err := a.fence(sid, epoch); err != nil {
 		return hostlink.MachineStatus{}, err
 	}
+	a.forgetCapture(sid) // the coordinator is past that capture
 	if a.leaseExpired() {
 		return hostlink.MachineStatus{}, failure(http.StatusServiceUnavailable, hostlink.CodePaused, a.leaseError())
 	}
@@ -170,19 +172,23 @@ func (a *Agent) start(ctx context.Context, sid string, epoch int64, spec hostlin
 	ctx, cancel := a.opContext(ctx)
 	defer cancel()
 	var (
-		m   vmm.Machine
-		err error
+		m      vmm.Machine
+		parent chunk.Manifest
+		err    error
 	)
 	if restore == nil {
 		m, err = a.boot(ctx, sid, epoch, spec)
 	} else {
-		m, err = a.restore(ctx, sid, epoch, spec, restore)
+		m, parent, err = a.restore(ctx, sid, epoch, spec, restore)
 	}
 	if err != nil {
 		log.Error("start machine", "restore", restore != nil, "error", err)
 		return hostlink.MachineStatus{}, err
 	}
 	mc := a.add(sid, epoch, spec, m)
+	a.mu.Lock()
+	mc.memParent = parent
+	a.mu.Unlock()
 	log.Info("machine started", "pid", m.Info().PID, "memory_mib", spec.MemoryMiB, "vcpus", spec.VCPUs, "restored", restore != nil)
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/engrams/engrams/internal/chunk"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/vmm"
 )
@@ -37,6 +38,7 @@ type machine struct {
 	exited    bool
 	paused    bool            // paused for the lease, or a resume after a snapshot failed
 	transport *http.Transport // to the guest daemon
+	memParent chunk.Manifest  // memory of the snapshot restored or last taken: the next one stores deltas over it
 
 	lastActivity time.Time // last guest request through this host ended
 	inflight     int       // guest requests in flight
@@ -235,6 +237,7 @@ func (a *Agent) reconcile(ctx context.Context, owned []hostlink.Ownership, gen u
 		a.reconcileOne(ctx, sid, want, gen)
 	}
 	a.pruneEpochs(want)
+	a.pruneCaptures(want)
 }
 
 func (a *Agent) reconcileOne(ctx context.Context, sid string, want map[string]int64, gen uint64) {

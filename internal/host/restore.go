@@ -23,23 +23,33 @@ const restoredDir = "restored" // inside a machine dir: the files a restore rebu
 // written, and every chunk's hash while it is written: a missing or
 // corrupt snapshot is refused before the VMM starts. Callers hold the
 // session lock and have reserved capacity.
-func (a *Agent) restore(ctx context.Context, sid string, epoch int64, spec hostlink.MachineSpec, rs *hostlink.RestoreSpec) (m vmm.Machine, err error) {
-	if !validSessionID(rs.SnapshotID) {
-		return nil, failure(http.StatusBadRequest, hostlink.CodeBadRequest, fmt.Errorf("bad snapshot id %q", rs.SnapshotID))
-	}
-	manifests, err := decodeManifests(rs.Manifests)
+// It also returns the snapshot's memory manifest, which the next snapshot
+// stores its changed memory chunks over.
+func (a *Agent) restore(ctx context.Context, sid string, epoch int64, spec hostlink.MachineSpec, rs *hostlink.RestoreSpec) (vmm.Machine, chunk.Manifest, error) {
+	m, manifests, err := a.restoreFiles(ctx, sid, epoch, spec, rs)
 	if err != nil {
-		return nil, snapshotFailure(fmt.Sprintf("restore snapshot %s of session %s", rs.SnapshotID, sid), err)
+		return nil, chunk.Manifest{}, err
+	}
+	return m, manifests[roleMemory], nil
+}
+
+func (a *Agent) restoreFiles(ctx context.Context, sid string, epoch int64, spec hostlink.MachineSpec, rs *hostlink.RestoreSpec) (m vmm.Machine, manifests map[string]chunk.Manifest, err error) {
+	if !validSessionID(rs.SnapshotID) {
+		return nil, nil, failure(http.StatusBadRequest, hostlink.CodeBadRequest, fmt.Errorf("bad snapshot id %q", rs.SnapshotID))
+	}
+	manifests, err = decodeManifests(rs.Manifests)
+	if err != nil {
+		return nil, nil, snapshotFailure(fmt.Sprintf("restore snapshot %s of session %s", rs.SnapshotID, sid), err)
 	}
 	for _, role := range slices.Sorted(maps.Keys(manifests)) {
 		if err := a.storeFor(role).Verify(ctx, manifests[role]); err != nil {
-			return nil, snapshotFailure(fmt.Sprintf("verify snapshot %s of session %s, role %s", rs.SnapshotID, sid, role), err)
+			return nil, nil, snapshotFailure(fmt.Sprintf("verify snapshot %s of session %s, role %s", rs.SnapshotID, sid, role), err)
 		}
 	}
 	dir := a.machineDir(sid)
 	files := filepath.Join(dir, restoredDir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("create machine dir of session %s: %w", sid, err)
+		return nil, nil, fmt.Errorf("create machine dir of session %s: %w", sid, err)
 	}
 	defer func() {
 		if err != nil {
@@ -47,21 +57,21 @@ func (a *Agent) restore(ctx context.Context, sid string, epoch int64, spec hostl
 		}
 	}()
 	if err := os.RemoveAll(files); err != nil {
-		return nil, fmt.Errorf("clear restore dir of session %s: %w", sid, err)
+		return nil, nil, fmt.Errorf("clear restore dir of session %s: %w", sid, err)
 	}
 	if err := os.Mkdir(files, 0o700); err != nil {
-		return nil, fmt.Errorf("create restore dir of session %s: %w", sid, err)
+		return nil, nil, fmt.Errorf("create restore dir of session %s: %w", sid, err)
 	}
 	snap := vmm.Snapshot{Backend: a.deps.Backend.Capabilities().Name, Files: map[string]string{}, Taken: a.deps.Now()}
 	for role, man := range manifests {
 		p := filepath.Join(files, role)
 		if err := restoreSnapshotFile(ctx, a.storeFor(role), man, p); err != nil {
-			return nil, snapshotFailure(fmt.Sprintf("fetch snapshot %s of session %s, role %s", rs.SnapshotID, sid, role), err)
+			return nil, nil, snapshotFailure(fmt.Sprintf("fetch snapshot %s of session %s, role %s", rs.SnapshotID, sid, role), err)
 		}
 		snap.Files[role] = p
 	}
 	if err := a.writeRecord(sid, epoch, spec, false); err != nil {
-		return nil, fmt.Errorf("record machine of session %s: %w", sid, err)
+		return nil, nil, fmt.Errorf("record machine of session %s: %w", sid, err)
 	}
 	m, err = a.deps.Backend.Restore(ctx, vmm.Spec{
 		SessionID: sid, Epoch: epoch, Dir: dir, MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, Env: spec.Env,
@@ -69,12 +79,12 @@ func (a *Agent) restore(ctx context.Context, sid string, epoch int64, spec hostl
 	if err != nil {
 		err = fmt.Errorf("restore snapshot %s of session %s: %w", rs.SnapshotID, sid, err)
 		if errors.Is(err, vmm.ErrUnsupported) {
-			return nil, failure(http.StatusNotImplemented, hostlink.CodeUnsupported, err)
+			return nil, nil, failure(http.StatusNotImplemented, hostlink.CodeUnsupported, err)
 		}
-		return nil, failure(http.StatusInternalServerError, hostlink.CodeRestoreFailed, err)
+		return nil, nil, failure(http.StatusInternalServerError, hostlink.CodeRestoreFailed, err)
 	}
 	a.rememberSnapshot(rs.SnapshotID, manifests)
-	return m, nil
+	return m, manifests, nil
 }
 
 func (a *Agent) storeFor(role string) ChunkStore {

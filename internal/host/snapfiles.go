@@ -20,14 +20,22 @@ import (
 // stream of the tree (regular files, directories, symlinks).
 const dirSuffix = "/"
 
-// putSnapshotFile chunks one file (or directory) a backend wrote, streaming.
-func putSnapshotFile(ctx context.Context, store ChunkStore, p string) (chunk.Manifest, chunk.PutStats, error) {
+// putSnapshotFile chunks one file (or directory) a backend wrote, streaming;
+// a file with a parent (its previous version's manifest, if it has chunks)
+// stores its changed chunks as deltas over it.
+func putSnapshotFile(ctx context.Context, store ChunkStore, p string, parent chunk.Manifest) (chunk.Manifest, chunk.PutStats, error) {
 	fi, err := os.Stat(p)
 	if err != nil {
 		return chunk.Manifest{}, chunk.PutStats{}, fmt.Errorf("chunk snapshot file: %w", err)
 	}
 	if !fi.IsDir() {
-		m, st, err := store.PutFile(ctx, p)
+		put := store.PutFile
+		if len(parent.Chunks) > 0 {
+			put = func(ctx context.Context, p string) (chunk.Manifest, chunk.PutStats, error) {
+				return store.PutFileOver(ctx, p, parent)
+			}
+		}
+		m, st, err := put(ctx, p)
 		m.Name = filepath.Base(p)
 		return m, st, err
 	}

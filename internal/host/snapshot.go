@@ -100,7 +100,10 @@ func (a *Agent) snapshot(ctx context.Context, log *slog.Logger, mc *machine, req
 		}
 		return resp, failure(status, hostlink.CodeSnapshotFailed, fmt.Errorf("capture machine of session %s: %w", sid, err))
 	}
-	manifests, put, err := a.upload(ctx, snap)
+	a.mu.Lock()
+	parent := mc.memParent
+	a.mu.Unlock()
+	manifests, put, err := a.upload(ctx, snap, parent)
 	var raw []byte
 	if err == nil {
 		raw, err = json.Marshal(manifests)
@@ -111,6 +114,9 @@ func (a *Agent) snapshot(ctx context.Context, log *slog.Logger, mc *machine, req
 			fmt.Errorf("upload snapshot %s of session %s: %w", req.SnapshotID, sid, err))
 	}
 	a.rememberSnapshot(req.SnapshotID, manifests)
+	a.mu.Lock()
+	mc.memParent = manifests[roleMemory]
+	a.mu.Unlock()
 	if req.Destroy {
 		a.destroyAfterSnapshot(ctx, log, mc)
 	} else {
@@ -127,9 +133,11 @@ func (a *Agent) snapshot(ctx context.Context, log *slog.Logger, mc *machine, req
 	}, nil
 }
 
-// upload chunks every file of snap: memory with the memory store, the rest
-// with the disk store. It returns role -> manifest and the summed stats.
-func (a *Agent) upload(ctx context.Context, snap vmm.Snapshot) (map[string]chunk.Manifest, chunk.PutStats, error) {
+// upload chunks every file of snap: memory with the memory store (changed
+// chunks as deltas over memParent, the memory of the machine's previous
+// snapshot), the rest with the disk store. It returns role -> manifest and
+// the summed stats.
+func (a *Agent) upload(ctx context.Context, snap vmm.Snapshot, memParent chunk.Manifest) (map[string]chunk.Manifest, chunk.PutStats, error) {
 	var total chunk.PutStats
 	if len(snap.Files) == 0 {
 		return nil, total, errors.New("the backend wrote no snapshot files")
@@ -139,11 +147,11 @@ func (a *Agent) upload(ctx context.Context, snap vmm.Snapshot) (map[string]chunk
 		if !validSessionID(role) {
 			return nil, total, fmt.Errorf("snapshot role %q: not a plain name", role)
 		}
-		store := a.deps.DiskChunks
+		store, parent := a.deps.DiskChunks, chunk.Manifest{}
 		if role == roleMemory {
-			store = a.deps.MemoryChunks
+			store, parent = a.deps.MemoryChunks, memParent
 		}
-		m, st, err := putSnapshotFile(ctx, store, snap.Files[role])
+		m, st, err := putSnapshotFile(ctx, store, snap.Files[role], parent)
 		if err != nil {
 			return nil, total, fmt.Errorf("role %s: %w", role, err)
 		}
@@ -153,6 +161,7 @@ func (a *Agent) upload(ctx context.Context, snap vmm.Snapshot) (map[string]chunk
 		total.Zero += st.Zero
 		total.Present += st.Present
 		total.Uploaded += st.Uploaded
+		total.Deltas += st.Deltas
 		total.Bytes += st.Bytes
 		total.UploadedBytes += st.UploadedBytes
 		total.StoredBytes += st.StoredBytes

@@ -1,0 +1,109 @@
+package chunk
+
+import (
+	"context"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestPutFileOver writes a memory-like file, then versions of it with a few
+// pages changed in a few chunks: the changes go up as small deltas over the
+// parent's chunks, a store with an empty cache restores every version
+// exactly, and a lost base or delta object is reported, never misread.
+func TestPutFileOver(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const cs = 64 << 10
+	bl := newMemBlob()
+	cache, err := NewCache(CacheConfig{Dir: t.TempDir(), MaxBytes: 64 << 20}, CacheDeps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newTestStore(t, Config{ChunkSize: cs}, Deps{Blob: bl, Cache: cache})
+	dir := t.TempDir()
+	rng := rand.New(rand.NewPCG(1, 2))
+	data := make([]byte, 32*cs)
+	fillRand(rng, data[:24*cs]) // the rest stays zero
+	write := func(name string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	v0, st0, err := s.PutFile(ctx, write("v0"))
+	if err != nil || st0.Uploaded != 24 || st0.Deltas != 0 {
+		t.Fatalf("v0: %+v %v", st0, err)
+	}
+	touch := func(c int, v byte) { data[c*cs+3*pageLen+17] ^= v } // one page of chunk c
+	touch(2, 1)
+	touch(5, 2)
+	touch(9, 3)
+	v1, st1, err := s.PutFileOver(ctx, write("v1"), v0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st1.Deltas != 3 || st1.Uploaded != 3 || st1.StoredBytes > 3*(pageLen+16) {
+		t.Errorf("v1 uploads: %+v, want 3 deltas of about one page", st1)
+	}
+	for i, r := range v1.Chunks {
+		if want := i == 2 || i == 5 || i == 9; r.IsDelta() != want || (want && r.Base != v0.Chunks[i].Hash) {
+			t.Errorf("v1 chunk %d: %v (delta wanted: %v)", i, r, want)
+		}
+	}
+	touch(5, 2)  // back to v0's bytes: stored whole (it is its own base)
+	touch(9, 4)  // changes again: still a delta over v0's chunk
+	touch(11, 5) // a new change
+	v2, st2, err := s.PutFileOver(ctx, write("v2"), v1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case v2.Chunks[2] != v1.Chunks[2]:
+		t.Errorf("unchanged delta chunk not reused: %v vs %v", v2.Chunks[2], v1.Chunks[2])
+	case v2.Chunks[5] != v0.Chunks[5]:
+		t.Errorf("chunk back to its base: %v, want %v", v2.Chunks[5], v0.Chunks[5])
+	case !v2.Chunks[9].IsDelta() || v2.Chunks[9].Base != v0.Chunks[9].Hash:
+		t.Errorf("chunk 9 not a delta over v0's chunk: %v", v2.Chunks[9])
+	case !v2.Chunks[11].IsDelta():
+		t.Errorf("chunk 11 not a delta: %v", v2.Chunks[11])
+	}
+	if st2.Deltas != 2 {
+		t.Errorf("v2 uploads: %+v, want 2 deltas", st2)
+	}
+	want2 := append([]byte(nil), data...)
+
+	// A store that never saw these files restores each version exactly.
+	cold := newTestStore(t, Config{ChunkSize: cs}, Deps{Blob: bl})
+	for name, m := range map[string]Manifest{"v1": v1, "v2": v2} {
+		if err := cold.Verify(ctx, m); err != nil {
+			t.Fatalf("verify %s: %v", name, err)
+		}
+		out := filepath.Join(dir, name+".restored")
+		if err := cold.Restore(ctx, m, out); err != nil {
+			t.Fatalf("restore %s: %v", name, err)
+		}
+		if name == "v2" {
+			mustEqualFile(t, out, want2)
+		}
+	}
+	// A lost delta object: Missing names it, Verify and Restore refuse.
+	delete(bl.objs, s.Key(v2.Chunks[11].Delta))
+	if miss, err := cold.Missing(ctx, v2); err != nil || len(miss) != 1 || miss[0].Hash != v2.Chunks[11].Delta {
+		t.Errorf("missing: %v %v", miss, err)
+	}
+	if err := cold.Verify(ctx, v2); !isMissing(err) {
+		t.Errorf("verify with a lost delta: %v", err)
+	}
+	if err := cold.Restore(ctx, v2, filepath.Join(dir, "lost")); !isMissing(err) {
+		t.Errorf("restore with a lost delta: %v", err)
+	}
+	// A corrupt delta object is caught by its hash.
+	bl.mutate(s.Key(v1.Chunks[2].Delta), func(b []byte) []byte { b[len(b)-1] ^= 1; return b })
+	fresh := newTestStore(t, Config{ChunkSize: cs}, Deps{Blob: bl})
+	if err := fresh.Restore(ctx, v1, filepath.Join(dir, "corrupt")); !isCorrupt(err) {
+		t.Errorf("restore with a corrupt delta: %v", err)
+	}
+}
