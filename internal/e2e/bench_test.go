@@ -58,9 +58,7 @@ func TestBenchFoundation(t *testing.T) {
 	})
 
 	rows := [][]string{}
-	add := func(name string, d []time.Duration, note string) {
-		rows = append(rows, []string{name, strconv.Itoa(len(d)), ms(pct(d, 50)), ms(pct(d, 95)), note})
-	}
+	add := func(name string, d []time.Duration, note string) { rows = append(rows, benchRow(name, d, note)) }
 
 	// create → Active, sequential.
 	var createLat []time.Duration
@@ -76,47 +74,7 @@ func TestBenchFoundation(t *testing.T) {
 	}
 	add("create → active (API, wait)", createLat, "")
 
-	// exec round trips: through the whole path, and the same guest directly.
-	// The light paths take turns in one loop so that the machine's drift
-	// hits them alike; the WebSocket path (an upgrade per call) runs alone.
-	id := ids[0]
-	sock := filepath.Join(hostDir, "machines", id, "guest.sock")
-	dial := func(ctx context.Context) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "unix", sock) }
-	gc := guestapi.NewClient(dial)
-	guestHTTP := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) }}}
-	var viaAPI, viaWS, direct, directWS, fork []time.Duration
-	for range 500 {
-		t0 := time.Now()
-		if code, err := c.Exec(ctx, id, apiv1.ExecRequest{Argv: []string{"true"}}, io.Discard, io.Discard); err != nil || code != 0 {
-			t.Fatalf("exec: %d %v", code, err)
-		}
-		viaAPI = append(viaAPI, time.Since(t0))
-		t0 = time.Now()
-		execRunDirect(t, guestHTTP)
-		direct = append(direct, time.Since(t0))
-		t0 = time.Now()
-		if err := exec.Command("true").Run(); err != nil {
-			t.Fatal(err)
-		}
-		fork = append(fork, time.Since(t0))
-	}
-	for range 200 {
-		t0 := time.Now()
-		if ctl, err := c.ExecWS(ctx, id, guestapi.ExecStart{Argv: []string{"true"}}, nil, io.Discard, io.Discard, nil); err != nil || ctl.ExitCode != 0 {
-			t.Fatalf("exec ws: %+v %v", ctl, err)
-		}
-		viaWS = append(viaWS, time.Since(t0))
-		t0 = time.Now()
-		if ctl, err := gc.Exec(ctx, guestapi.ExecStart{Argv: []string{"true"}}, nil, io.Discard, io.Discard); err != nil || ctl.ExitCode != 0 {
-			t.Fatalf("direct exec: %+v %v", ctl, err)
-		}
-		directWS = append(directWS, time.Since(t0))
-	}
-	add("exec `true` via API (POST, NDJSON)", viaAPI, fmt.Sprintf("%.2fx guest alone, %.2fx fork+exec", ratio(viaAPI, direct), ratio(viaAPI, fork)))
-	add("baseline: POST exec on guest socket", direct, "guest daemon alone")
-	add("baseline: fork+exec `true` here", fork, "no engrams")
-	add("exec `true` via API (WebSocket)", viaWS, fmt.Sprintf("%.2fx guest alone", ratio(viaWS, directWS)))
-	add("baseline: WebSocket exec on guest", directWS, "guest daemon alone")
+	rows = append(rows, benchExec(t, c, ids[0], filepath.Join(hostDir, "machines", ids[0], "guest.sock"))...)
 	rows = append(rows, benchDevExec(t)...)
 	for _, id := range ids {
 		if err := c.DeleteSession(ctx, id, true); err != nil {
@@ -162,6 +120,40 @@ func TestBenchFoundation(t *testing.T) {
 	fmt.Print(b.String())
 }
 
+// benchExec measures exec round trips of session id through the whole path
+// and on its guest's own socket (sock): plain POST first, then WebSocket
+// (an upgrade per call).
+func benchExec(t *testing.T, c *client.Client, id, sock string) [][]string {
+	t.Helper()
+	ctx := context.Background()
+	viaAPI, direct, fork := execRounds(t, c, id, sock, 500)
+	gc := guestapi.NewClient(func(ctx context.Context) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "unix", sock) })
+	var viaWS, directWS []time.Duration
+	for range 200 {
+		t0 := time.Now()
+		if ctl, err := c.ExecWS(ctx, id, guestapi.ExecStart{Argv: []string{"true"}}, nil, io.Discard, io.Discard, nil); err != nil || ctl.ExitCode != 0 {
+			t.Fatalf("exec ws: %+v %v", ctl, err)
+		}
+		viaWS = append(viaWS, time.Since(t0))
+		t0 = time.Now()
+		if ctl, err := gc.Exec(ctx, guestapi.ExecStart{Argv: []string{"true"}}, nil, io.Discard, io.Discard); err != nil || ctl.ExitCode != 0 {
+			t.Fatalf("direct exec: %+v %v", ctl, err)
+		}
+		directWS = append(directWS, time.Since(t0))
+	}
+	return [][]string{
+		benchRow("exec `true` via API (POST, NDJSON)", viaAPI, fmt.Sprintf("%.2fx guest alone, %.2fx fork+exec", ratio(viaAPI, direct), ratio(viaAPI, fork))),
+		benchRow("baseline: POST exec on guest socket", direct, "guest daemon alone"),
+		benchRow("baseline: fork+exec `true` here", fork, "no engrams"),
+		benchRow("exec `true` via API (WebSocket)", viaWS, fmt.Sprintf("%.2fx guest alone", ratio(viaWS, directWS))),
+		benchRow("baseline: WebSocket exec on guest", directWS, "guest daemon alone"),
+	}
+}
+
+func benchRow(name string, d []time.Duration, note string) []string {
+	return []string{name, strconv.Itoa(len(d)), ms(pct(d, 50)), ms(pct(d, 95)), note}
+}
+
 // benchDevExec measures exec round trips against `engrams dev`: the
 // coordinator and host agent in one process, as the process backend
 // (development only) is meant to run.
@@ -200,15 +192,26 @@ func benchDevExec(t *testing.T) [][]string {
 		s, err = c.CreateSession(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 64}}, true)
 		return err == nil && s.State == "active", fmt.Sprint(err)
 	})
-	sock := filepath.Join(dir, "data", "host", "machines", s.ID, "guest.sock")
+	viaAPI, direct, fork := execRounds(t, c, s.ID, filepath.Join(dir, "data", "host", "machines", s.ID, "guest.sock"), 500)
+	return [][]string{
+		benchRow("`engrams dev`: exec via API (POST)", viaAPI, fmt.Sprintf("%.2fx guest alone, %.2fx fork+exec", ratio(viaAPI, direct), ratio(viaAPI, fork))),
+		benchRow("`engrams dev`: POST exec on guest", direct, "guest daemon alone"),
+		benchRow("`engrams dev`: fork+exec `true` here", fork, "no engrams"),
+	}
+}
+
+// execRounds times n rounds of `true` through the API (POST exec of session
+// id), on the guest's own socket (sock), and with a bare fork+exec here. The
+// three take turns so that the machine's drift hits them alike.
+func execRounds(t *testing.T, c *client.Client, id, sock string, n int) (viaAPI, direct, fork []time.Duration) {
+	t.Helper()
 	guestHTTP := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 	}}}
-	var viaAPI, direct, fork []time.Duration
-	for range 500 {
+	for range n {
 		t0 := time.Now()
-		if code, err := c.Exec(ctx, s.ID, apiv1.ExecRequest{Argv: []string{"true"}}, io.Discard, io.Discard); err != nil || code != 0 {
-			t.Fatalf("dev exec: %d %v", code, err)
+		if code, err := c.Exec(context.Background(), id, apiv1.ExecRequest{Argv: []string{"true"}}, io.Discard, io.Discard); err != nil || code != 0 {
+			t.Fatalf("exec: %d %v", code, err)
 		}
 		viaAPI = append(viaAPI, time.Since(t0))
 		t0 = time.Now()
@@ -220,14 +223,7 @@ func benchDevExec(t *testing.T) [][]string {
 		}
 		fork = append(fork, time.Since(t0))
 	}
-	row := func(name string, d []time.Duration, note string) []string {
-		return []string{name, strconv.Itoa(len(d)), ms(pct(d, 50)), ms(pct(d, 95)), note}
-	}
-	return [][]string{
-		row("`engrams dev`: exec via API (POST)", viaAPI, fmt.Sprintf("%.2fx guest alone, %.2fx fork+exec", ratio(viaAPI, direct), ratio(viaAPI, fork))),
-		row("`engrams dev`: POST exec on guest", direct, "guest daemon alone"),
-		row("`engrams dev`: fork+exec `true` here", fork, "no engrams"),
-	}
+	return viaAPI, direct, fork
 }
 
 // execRunDirect runs `true` with a plain POST on the guest's own socket.
