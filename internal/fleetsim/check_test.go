@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"testing/synctest"
 	"time"
 
 	"github.com/engrams/engrams/internal/lifecycle"
@@ -142,6 +143,7 @@ func (s *sim) quiesce() []string {
 	s.advance(10 * time.Second)
 	var restless []string
 	for round := range 8 {
+		synctest.Wait() // judge a frozen world, as check does
 		restless = s.restless()
 		if len(restless) == 0 {
 			return nil
@@ -155,7 +157,9 @@ func (s *sim) quiesce() []string {
 }
 
 // restless lists sessions that are not terminal and not at rest (Active or
-// Idle with no pending outbox item).
+// Idle with no op in flight and no pending outbox item). An op in flight
+// may hold the machine paused (a capture uploading at a slow rate it read
+// before the quiesce), so its session is not at rest yet.
 func (s *sim) restless() []string {
 	ctx := context.Background()
 	var out []string
@@ -169,14 +173,26 @@ func (s *sim) restless() []string {
 		case lifecycle.Completed, lifecycle.Dead:
 			continue
 		case lifecycle.Active, lifecycle.Idle:
-			items, err := s.st.ListOutbox(ctx, id, 0, 0)
-			if err == nil && !slices.ContainsFunc(items, func(it store.OutboxItem) bool { return it.State == store.OutboxPending }) {
+			if !s.busy(ctx, id) {
 				continue
 			}
 		}
 		out = append(out, id)
 	}
 	return out
+}
+
+// busy reports whether a session has an op pending or running or an outbox
+// item pending (or either could not be read).
+func (s *sim) busy(ctx context.Context, id string) bool {
+	ops, err := s.st.ListOps(ctx, id)
+	if err != nil || slices.ContainsFunc(ops, func(op store.Op) bool {
+		return op.State == store.OpPending || op.State == store.OpRunning
+	}) {
+		return true
+	}
+	items, err := s.st.ListOutbox(ctx, id, 0, 0)
+	return err != nil || slices.ContainsFunc(items, func(it store.OutboxItem) bool { return it.State == store.OutboxPending })
 }
 
 // checkOutbox: in the end state every acknowledged item of a surviving

@@ -88,7 +88,7 @@ func (s *sim) report(bad []string) string {
 	if s.opts.longCrash {
 		extra = " -fleetsim.longcrash"
 	}
-	fmt.Fprintf(&b, "replay: go test ./internal/fleetsim -run 'TestFleet/seed=%d$' -v%s\n\nsteps:\n%s\n\ncoordinator log (tail):\n%s",
-		s.seed, extra, steps, strings.Join(s.clog.tail(200), "\n"))
+	fmt.Fprintf(&b, "replay: go test ./internal/fleetsim -run 'TestFleet/seed=%d$' -fleetsim.first=%d -fleetsim.seeds=1 -fleetsim.steps=%d -v%s\n\nsteps:\n%s\n\ncoordinator log (tail):\n%s",
+		s.seed, s.seed, s.opts.steps, extra, steps, strings.Join(s.clog.tail(200), "\n"))
 	return b.String()
 }
