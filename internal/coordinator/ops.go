@@ -96,7 +96,11 @@ func (c *Coordinator) runOp(ctx context.Context, op store.Op, s store.Session) {
 		log.Warn("op failed", "err", err)
 	}
 	// A finished op is recorded even when shutdown began meanwhile.
-	if err := c.st.FinishOp(context.WithoutCancel(ctx), op.ID, op.Epoch, state, msg, c.now()); err != nil && !errors.Is(err, store.ErrStaleEpoch) {
+	switch err := c.st.FinishOp(context.WithoutCancel(ctx), op.ID, op.Epoch, state, msg, c.now()); {
+	case err == nil, errors.Is(err, store.ErrStaleEpoch):
+	case errors.Is(err, store.ErrConflict): // superseded meanwhile (a delete): its outcome no longer matters
+		log.Info("finish op: superseded", "err", err)
+	default:
 		log.Error("finish op", "err", err)
 	}
 	c.wake(ctx, sessionTopic(s.ID))
