@@ -201,14 +201,17 @@ func (c *Coordinator) recoverExited(ctx context.Context, hostID string, ms []hos
 // gone). Sessions whose op may be creating the machine right now (starting,
 // resuming: the coordinator can reach the host over the new link before
 // its registration is read) are left to that op, which retries on the new
-// link; deleting ones to their destroy op.
+// link; deleting ones to their destroy op; suspending ones to their evict
+// op (the machine may be gone because its snapshot was uploaded: the
+// retried capture gets that snapshot again, or not_found and recovers).
 func (c *Coordinator) recoverMissing(ctx context.Context, hostID string, ms []hostlink.MachineStatus, ss []store.Session) {
 	has := make(map[string]bool, len(ms))
 	for _, m := range ms {
 		has[m.SessionID] = m.State != "exited"
 	}
 	for _, s := range ss {
-		if has[s.ID] || s.State == lifecycle.Starting || s.State == lifecycle.Resuming || s.State == lifecycle.Deleting {
+		if has[s.ID] || s.State == lifecycle.Starting || s.State == lifecycle.Resuming || s.State == lifecycle.Deleting ||
+			s.State == lifecycle.Suspending {
 			continue
 		}
 		c.log.Warn("host registered without a machine it owns", "host_id", hostID, "session_id", s.ID, "state", s.State)

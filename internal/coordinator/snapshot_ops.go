@@ -69,12 +69,23 @@ func (x *opRun) machineGone(ctx context.Context) error {
 
 // capture asks the host for a snapshot and commits it: the host answers
 // only after every chunk is stored, and one transaction inserts the row and
-// advances the session's head, fenced by the op's epoch.
+// advances the session's head, fenced by the op's epoch. The snapshot is
+// named by the op, so every attempt of the op asks for the same one: a
+// commit that happened is not made again, and a host that destroyed the
+// machine after uploading it (the replica died before committing) answers
+// with that capture again.
 func (x *opRun) capture(ctx context.Context, destroy bool, reason string) (store.Snapshot, error) {
+	if x.s.HeadSnapshotID == x.op.ID {
+		snap, err := x.c.st.GetSnapshot(ctx, x.op.ID)
+		if err != nil {
+			return store.Snapshot{}, transient(fmt.Errorf("read snapshot %s: %w", x.op.ID, err))
+		}
+		return snap, nil // committed by an earlier attempt
+	}
 	if err := x.step(ctx, "snapshot"); err != nil {
 		return store.Snapshot{}, err
 	}
-	req := hostlink.SnapshotRequest{Epoch: x.op.Epoch, SnapshotID: x.c.newID(), Destroy: destroy}
+	req := hostlink.SnapshotRequest{Epoch: x.op.Epoch, SnapshotID: x.op.ID, Destroy: destroy}
 	var resp hostlink.SnapshotResponse
 	err := x.c.hostCall(ctx, x.s.HostID, "POST", "/v1/machines/"+x.s.ID+"/snapshot", x.op.Epoch, req, &resp)
 	var herr *HostError

@@ -96,6 +96,12 @@ func startReplica(t *testing.T, st store.Store, secret string, co coordinator.Co
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveReplica(t, ln, st, secret, co)
+}
+
+// serveReplica serves a replica on ln until the test ends.
+func serveReplica(t *testing.T, ln net.Listener, st store.Store, secret string, co coordinator.Config) replica {
+	t.Helper()
 	url := "http://" + ln.Addr().String()
 	srv, err := server.New(server.Config{AdvertiseURL: url, ClusterSecret: secret, Version: "test", Coordinator: co},
 		server.Deps{Store: st, Logger: testLogger(t).With("replica", url)})
@@ -156,11 +162,18 @@ type hostProc struct {
 // extra names another --backend.
 func startHostProcess(t *testing.T, url, token, dataDir string, extra ...string) *hostProc {
 	t.Helper()
-	args := append([]string{"host", "run", "--coordinator", url, "--token", token,
-		"--data-dir", dataDir, "--backend", "process", "--log-level", "debug"}, extra...)
+	return startHostWrapped(t, nil, url, token, dataDir, extra...)
+}
+
+// startHostWrapped is startHostProcess run through wrap (a command that
+// execs its arguments, e.g. `ip netns exec NAME`), if not empty.
+func startHostWrapped(t *testing.T, wrap []string, url, token, dataDir string, extra ...string) *hostProc {
+	t.Helper()
+	argv := append(append(wrap[:len(wrap):len(wrap)], filepath.Join(binDir, "engrams"), "host", "run", "--coordinator", url, "--token", token,
+		"--data-dir", dataDir, "--backend", "process", "--log-level", "debug"), extra...)
 	t.Cleanup(func() { killGuests(dataDir) }) // runs after the agent is killed
-	cmd := exec.Command(filepath.Join(binDir, "engrams"), args...)
-	logf, err := os.OpenFile(filepath.Join(dataDir, "..", filepath.Base(dataDir)+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	logf, err := os.OpenFile(hostLog(dataDir), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +181,7 @@ func startHostProcess(t *testing.T, url, token, dataDir string, extra ...string)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		t.Fatalf("start host agent %v: %v", argv, err)
 	}
 	p := &hostProc{cmd: cmd, dataDir: dataDir}
 	t.Cleanup(func() { p.kill() })

@@ -24,7 +24,7 @@ type Config struct {
 	CoordinatorURL    string // base URL; hostlink.PathConnect is appended
 	Token             string // host token (Authorization: Bearer)
 	Name              string
-	DataDir           string        // machines/, epochs/, cached-snapshots/, lease.json
+	DataDir           string        // machines/, epochs/, captures/, cached-snapshots/, lease.json
 	HeartbeatInterval time.Duration // until the coordinator names one; 0 = 10s
 	// Capacity offered to sessions; zero fields are detected (memory from
 	// /proc/meminfo, vCPUs from runtime.NumCPU). MaxSessions 0 = no limit.

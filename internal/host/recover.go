@@ -65,7 +65,11 @@ func (a *Agent) recoverOne(ctx context.Context, sid string) {
 		a.trackLost(sid, rec)
 		return
 	}
-	removeSnapshotTemps(dir, log)
+	// A snapshot in flight when the previous agent died may have paused the
+	// machine: count it paused, so it is resumed once the coordinator lists
+	// it as owned (or destroyed if not) rather than taken as running while
+	// its guest cannot answer.
+	inFlight := removeSnapshotTemps(dir, log)
 	m, err := a.recoverWithRetry(ctx, dir)
 	if errors.Is(err, vmm.ErrGone) {
 		log.Info("machine gone after agent restart; forgetting it")
@@ -81,9 +85,9 @@ func (a *Agent) recoverOne(ctx context.Context, sid string) {
 	}
 	mc := a.add(sid, rec.Epoch, hostlink.MachineSpec{MemoryMiB: rec.MemoryMiB, VCPUs: rec.VCPUs}, m)
 	a.mu.Lock()
-	mc.paused = rec.Paused
+	mc.paused = rec.Paused || inFlight
 	a.mu.Unlock()
-	log.Info("machine recovered", "epoch", rec.Epoch, "pid", m.Info().PID, "paused", rec.Paused)
+	log.Info("machine recovered", "epoch", rec.Epoch, "pid", m.Info().PID, "paused", rec.Paused, "snapshot_in_flight", inFlight)
 }
 
 // recoverWithRetry calls Backend.Recover until it succeeds, answers
@@ -122,16 +126,19 @@ func (a *Agent) trackLost(sid string, rec machineRecord) {
 	a.mu.Unlock()
 }
 
-// removeSnapshotTemps removes snapshot files an interrupted snapshot left.
-func removeSnapshotTemps(dir string, log *slog.Logger) {
+// removeSnapshotTemps removes snapshot files an interrupted snapshot left
+// and reports whether there were any.
+func removeSnapshotTemps(dir string, log *slog.Logger) (found bool) {
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
 		if strings.HasPrefix(e.Name(), snapshotTempPrefix) {
+			found = true
 			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
 				log.Warn("remove leftover snapshot files", "error", err)
 			}
 		}
 	}
+	return found
 }
 
 // lostMachine stands for a machine the backend could not reattach.
