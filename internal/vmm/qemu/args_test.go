@@ -110,7 +110,7 @@ func TestAttemptLimit(t *testing.T) {
 	for _, tt := range []struct {
 		n    int
 		want time.Duration
-	}{{0, 250 * time.Millisecond}, {1, 500 * time.Millisecond}, {3, 2 * time.Second}, {4, 3 * time.Second}, {100, 3 * time.Second}} {
+	}{{0, 100 * time.Millisecond}, {1, 200 * time.Millisecond}, {4, 1600 * time.Millisecond}, {5, 3 * time.Second}, {100, 3 * time.Second}} {
 		if got := attemptLimit(tt.n); got != tt.want {
 			t.Errorf("attemptLimit(%d) = %v, want %v", tt.n, got, tt.want)
 		}

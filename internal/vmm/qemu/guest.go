@@ -109,7 +109,7 @@ func connectGuest(ctx context.Context, sock string) (*guestapi.Mux, guestapi.Rea
 
 // Bounds of one connection attempt: the first, and the longest.
 const (
-	firstAttempt = 250 * time.Millisecond
+	firstAttempt = 100 * time.Millisecond
 	readyAttempt = 3 * time.Second
 )
 
