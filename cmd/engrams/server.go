@@ -88,6 +88,7 @@ Every flag can also be set as ENGRAMS_<FLAG> (e.g. ENGRAMS_DATABASE).`,
 	f.StringVar(&logLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error")
 	f.DurationVar(&co.HostLostAfter, "host-lost-after", envDuration("HOST_LOST_AFTER", 0), "a host without heartbeats this long is lost (default 15s)")
 	f.DurationVar(&co.IdleTimeout, "idle-timeout", envDuration("IDLE_TIMEOUT", 0), "suspend sessions idle this long (default 10m; per session: idle_timeout_s)")
+	f.DurationVar(&co.MaxLifetime, "max-lifetime", envDuration("MAX_LIFETIME", 0), "end sessions dead this long after creation (default: no limit; per session: max_lifetime_s)")
 	blobs.register(f, "")
 	f.DurationVar(&co.HeartbeatInterval, "heartbeat-interval", envDuration("HEARTBEAT_INTERVAL", 0), "how often hosts heartbeat (default 2s)")
 	return cmd

@@ -50,10 +50,11 @@ func parseEnv(kvs []string) (map[string]string, error) {
 
 func (a *app) sessionCreateCmd() *cobra.Command {
 	var (
-		req    apiv1.CreateSessionRequest
-		env    []string
-		idle   string
-		noWait bool
+		req      apiv1.CreateSessionRequest
+		env      []string
+		idle     string
+		lifetime string
+		noWait   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "create",
@@ -63,10 +64,12 @@ waits until the session is active and prints its id; with --json it prints
 the whole session. --idempotency-key makes retries safe: a second create with
 the same key returns the first session instead of making another.
 --idle-timeout says how long the session may go unused before it is
-suspended (0: the server's default; never: keep it running).`,
+suspended (0: the server's default; never: keep it running). --max-lifetime
+is a hard time limit: the session ends dead that long after it was created,
+whatever it is doing (0: the server's default; never: no limit).`,
 		Example: `  engrams session create
   engrams session create --memory 2048 --vcpus 2 --env GOFLAGS=-mod=mod --image debian:12
-  engrams session create --idle-timeout 15m
+  engrams session create --idle-timeout 15m --max-lifetime 24h
   id=$(engrams session create --idempotency-key ci-run-42)`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -78,6 +81,9 @@ suspended (0: the server's default; never: keep it running).`,
 				return usageError{errors.New("--memory and --vcpus must not be negative")}
 			}
 			if req.IdleTimeoutSec, err = parseIdleTimeout(idle); err != nil {
+				return err
+			}
+			if req.MaxLifetimeSec, err = parseSeconds("--max-lifetime", lifetime); err != nil {
 				return err
 			}
 			c, err := a.client()
@@ -109,6 +115,7 @@ suspended (0: the server's default; never: keep it running).`,
 	f.BoolVar(&noWait, "no-wait", false, "return at once instead of waiting until the session is active")
 	f.StringVar(&req.IdempotencyKey, "idempotency-key", "", "create at most one session per key")
 	f.StringVar(&idle, "idle-timeout", "0", "suspend after this long unused, e.g. 15m (0: the server's default; never: don't)")
+	f.StringVar(&lifetime, "max-lifetime", "0", "end the session dead this long after creation, e.g. 24h (0: the server's default; never: no limit)")
 	return cmd
 }
 
@@ -203,6 +210,7 @@ func (a *app) printSession(cmd *cobra.Command, s apiv1.Session) error {
 		{"vCPUs", s.Spec.VCPUs},
 		{"Env", strings.Join(env, " ")},
 		{"Idle timeout", idleTimeout(s.Spec.IdleTimeoutSec)},
+		{"Time limit", idleTimeout(s.Spec.MaxLifetimeSec)},
 		{"Head snapshot", s.HeadSnapshot},
 		{"Last activity", a.whenAgo(s.LastActivity)},
 		{"Created", a.when(s.CreatedAt)},

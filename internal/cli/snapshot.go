@@ -250,20 +250,25 @@ running guest) or durable (a committed snapshot includes it).`,
 
 // parseIdleTimeout reads --idle-timeout: a duration of at least 1s
 // (rounded up to whole seconds), 0 for the server default or "never".
-func parseIdleTimeout(s string) (int, error) {
+func parseIdleTimeout(s string) (int, error) { return parseSeconds("--idle-timeout", s) }
+
+// parseSeconds reads a duration flag in whole seconds (rounded up, at
+// least 1s), 0 for the server default, or "never"/"none" (-1).
+func parseSeconds(flag, s string) (int, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "", "0":
 		return 0, nil
-	case "never":
+	case "never", "none":
 		return -1, nil
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil || d < time.Second {
-		return 0, usageError{fmt.Errorf("--idle-timeout %q: want a duration of at least 1s (e.g. 15m), 0 for the server default, or never", s)}
+		return 0, usageError{fmt.Errorf("%s %q: want a duration of at least 1s (e.g. 15m), 0 for the server default, or never", flag, s)}
 	}
 	return int((d + time.Second - 1) / time.Second), nil
 }
 
+// idleTimeout shows a seconds setting: the server default, never, or a duration.
 func idleTimeout(sec int) string {
 	switch {
 	case sec == 0:

@@ -25,6 +25,7 @@ type Config struct {
 	PlacementWait     time.Duration // how long a create keeps looking for a host; default 10s
 	ResumeWait        time.Duration // how long a request waits for an Idle session to resume; default 3m
 	IdleTimeout       time.Duration // default idle time before a session is suspended; default 10m
+	MaxLifetime       time.Duration // default hard time limit of a session; 0 = none
 	Workers           int           // op workers per replica; default 4
 	DefaultMemoryMiB  int           // default 256
 	DefaultVCPUs      int           // default 1

@@ -129,6 +129,37 @@ func (x *opRun) destroy(ctx context.Context) error {
 	if x.s.State != lifecycle.Deleting {
 		return nil // it had no machine
 	}
+	if err := x.destroyMachine(ctx); err != nil {
+		return err
+	}
+	return x.apply(ctx, lifecycle.Destroyed, nil, nil)
+}
+
+// expire ends a session past its hard time limit: Dead with the reason,
+// its machine (if any) destroyed first. One being deleted ends as deleted.
+func (x *opRun) expire(ctx context.Context) error {
+	if x.s.State.Terminal() {
+		return nil
+	}
+	if x.s.State == lifecycle.Deleting {
+		return x.destroy(ctx)
+	}
+	reason := fmt.Sprintf("its hard time limit of %s passed (max_lifetime_s)", x.c.maxLifetime(x.s))
+	if err := x.apply(ctx, lifecycle.TimeLimit, nil, &reason); err != nil {
+		return err
+	}
+	if x.s.State != lifecycle.Deleting {
+		return nil // it had no machine: Dead already
+	}
+	if err := x.destroyMachine(ctx); err != nil {
+		return err
+	}
+	return x.apply(ctx, lifecycle.Expired, nil, &reason)
+}
+
+// destroyMachine destroys the session's machine on its host. A host that
+// cannot be reached destroys it when it reconciles (it no longer owns it).
+func (x *opRun) destroyMachine(ctx context.Context) error {
 	if err := x.step(ctx, "destroy"); err != nil {
 		return err
 	}
@@ -144,7 +175,7 @@ func (x *opRun) destroy(ctx context.Context) error {
 		// heartbeats or reconnects, so completing here leaks nothing.
 		x.log.Warn("destroy failed; host will reap it on reconciliation", "host_id", x.s.HostID, "err", err)
 	}
-	return x.apply(ctx, lifecycle.Destroyed, nil, nil)
+	return nil
 }
 
 // recoverLost handles a session whose host stopped heartbeating or whose

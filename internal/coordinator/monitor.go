@@ -77,12 +77,60 @@ func (c *Coordinator) checkHosts(ctx context.Context, judge bool) error {
 			enqueued = true
 		}
 	}
-	if n, err := c.evictIdle(ctx); err != nil {
+	n, err := c.evictIdle(ctx)
+	if err != nil {
 		return err
-	} else if n > 0 || enqueued {
+	}
+	expired, err := c.expireOld(ctx)
+	if err != nil {
+		return err
+	}
+	if n > 0 || expired > 0 || enqueued {
 		c.wake(ctx, topicOps)
 	}
 	return nil
+}
+
+// maxLifetime is s's hard time limit, 0 for none.
+func (c *Coordinator) maxLifetime(s store.Session) time.Duration {
+	limit := c.cfg.MaxLifetime
+	if spec, err := Spec(s); err == nil && spec.MaxLifetimeSec != 0 {
+		limit = time.Duration(max(spec.MaxLifetimeSec, 0)) * time.Second
+	}
+	return limit
+}
+
+// expireOld enqueues an expire op for every live session past its hard
+// time limit and returns how many. A session with an op in flight is
+// taken at a later tick.
+func (c *Coordinator) expireOld(ctx context.Context) (int, error) {
+	var live []lifecycle.State
+	for _, st := range lifecycle.States {
+		if !st.Terminal() {
+			live = append(live, st)
+		}
+	}
+	ss, err := c.st.ListSessions(ctx, store.SessionFilter{States: live})
+	if err != nil {
+		return 0, fmt.Errorf("list live sessions: %w", err)
+	}
+	n := 0
+	for _, s := range ss {
+		limit := c.maxLifetime(s)
+		if limit <= 0 || c.now().Sub(s.CreatedAt) < limit {
+			continue
+		}
+		_, err := c.st.EnqueueOp(ctx, store.Op{ID: c.newID(), SessionID: s.ID, Kind: store.OpExpire,
+			IdempotencyKey: "expire", CreatedAt: c.now()}, false)
+		if err != nil && !errors.Is(err, store.ErrOpInProgress) {
+			return n, fmt.Errorf("enqueue expiry of session %s: %w", s.ID, err)
+		}
+		if err == nil {
+			c.log.Info("session past its time limit: ending it", "session_id", s.ID, "limit", limit)
+			n++
+		}
+	}
+	return n, nil
 }
 
 // evictIdle enqueues a suspend for every Active session idle longer than

@@ -147,6 +147,8 @@ func (x *opRun) run(ctx context.Context) error {
 		return x.evict(ctx)
 	case store.OpSnapshot:
 		return x.snapshotOnly(ctx)
+	case store.OpExpire:
+		return x.expire(ctx)
 	case store.OpResume:
 		return x.resume(ctx)
 	default:

@@ -59,6 +59,10 @@ func (c *Coordinator) normalize(spec *hostlink.MachineSpec) error {
 		return fmt.Errorf("%w: memory_mib must be between 64 and %d, got %d", ErrInvalid, c.cfg.MaxMemoryMiB, spec.MemoryMiB)
 	case spec.VCPUs < 1 || spec.VCPUs > c.cfg.MaxVCPUs:
 		return fmt.Errorf("%w: vcpus must be between 1 and %d, got %d", ErrInvalid, c.cfg.MaxVCPUs, spec.VCPUs)
+	case spec.IdleTimeoutSec < -1:
+		return fmt.Errorf("%w: idle_timeout_s must be -1 (never), 0 (server default) or positive, got %d", ErrInvalid, spec.IdleTimeoutSec)
+	case spec.MaxLifetimeSec < -1:
+		return fmt.Errorf("%w: max_lifetime_s must be -1 (none), 0 (server default) or positive, got %d", ErrInvalid, spec.MaxLifetimeSec)
 	}
 	return checkEnv(spec)
 }

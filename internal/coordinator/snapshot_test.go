@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -116,6 +117,38 @@ func TestIdleSessionsAreSuspended(t *testing.T) {
 	time.Sleep(400 * time.Millisecond) // longer than the idle timeout; the session must stay
 	if got, _ := e.st.GetSession(context.Background(), keep.ID); got.State != lifecycle.Active {
 		t.Fatalf("session with idle timeout 'never' is %s", got.State)
+	}
+}
+
+// TestHardTimeLimitEndsSessionsDead: sessions past their time limit end
+// Dead with the reason, their machine destroyed, whatever state they are
+// in; one with no limit stays.
+func TestHardTimeLimitEndsSessionsDead(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{MonitorInterval: 50 * time.Millisecond, MaxLifetime: 400 * time.Millisecond})
+	_, h := e.addHost(t, "a", 4)
+	ctx := context.Background()
+	active := e.active(t) // the server default limit
+	idle := e.active(t)
+	if _, _, err := e.co.Suspend(ctx, idle.ID); err != nil {
+		t.Fatal(err)
+	}
+	keep, _ := e.co.CreateSession(ctx, hostlink.MachineSpec{IdleTimeoutSec: -1, MaxLifetimeSec: -1}, "")
+	e.wait(t, keep.ID, lifecycle.Active)
+	for _, id := range []string{active.ID, idle.ID} {
+		s := e.wait(t, id, lifecycle.Dead)
+		if !strings.Contains(s.Reason, "hard time limit of 400ms passed") {
+			t.Errorf("session %s: reason %q does not say why", id, s.Reason)
+		}
+	}
+	if h.running(active.ID) {
+		t.Errorf("expired session's machine still runs on its host")
+	}
+	if got, _ := e.st.GetSession(ctx, keep.ID); got.State != lifecycle.Active {
+		t.Errorf("session without a limit is %s", got.State)
+	}
+	if _, err := e.co.CreateSession(ctx, hostlink.MachineSpec{MaxLifetimeSec: -2}, ""); !errors.Is(err, ErrInvalid) {
+		t.Errorf("max_lifetime_s -2: %v, want ErrInvalid", err)
 	}
 }
 

@@ -144,6 +144,9 @@ type MachineSpec struct {
 	// IdleTimeoutSec: no activity this long suspends the session (0: the
 	// coordinator's default; negative: never).
 	IdleTimeoutSec int `json:"idle_timeout_s,omitempty"`
+	// MaxLifetimeSec: the session ends Dead this long after it was created
+	// (0: the coordinator's default; negative: no limit).
+	MaxLifetimeSec int `json:"max_lifetime_s,omitempty"`
 }
 
 // StartRequest asks a host to run a session's machine: boot it, or restore

@@ -71,12 +71,13 @@ const (
 	Recovered        Event = "recovered"         // host lost, a committed snapshot exists
 	NotRecoverable   Event = "not_recoverable"   // host lost, no committed snapshot
 	TimeLimit        Event = "time_limit"        // hard time limit passed
+	Expired          Event = "expired"           // the machine of a session past its time limit is gone
 )
 
 // Events lists every event.
 var Events = []Event{Place, Unplaceable, Started, StartFailed, Requeue, SuspendRequested, Snapshotted, SnapshotFailed,
 	ResumeRequested, Resumed, ResumeFailed, Unrestorable, DeleteRequested, Destroyed,
-	HeartbeatLost, Recovered, NotRecoverable, TimeLimit}
+	HeartbeatLost, Recovered, NotRecoverable, TimeLimit, Expired}
 
 // ErrIllegal is returned for an event that is not allowed in a state.
 var ErrIllegal = errors.New("illegal transition")
@@ -124,6 +125,7 @@ var table = map[key]State{
 	{Resuming, TimeLimit}:       Deleting,
 
 	{Deleting, Destroyed}:     Completed,
+	{Deleting, Expired}:       Dead,
 	{Deleting, HeartbeatLost}: Completed, // the host destroys it when it returns: it no longer owns it
 
 	{HostLost, Recovered}:       Idle,

@@ -20,7 +20,7 @@ var legal = map[State]map[Event]State{
 	Idle: {ResumeRequested: Resuming, DeleteRequested: Completed, Unrestorable: Dead, TimeLimit: Dead},
 	Resuming: {Resumed: Active, ResumeFailed: Idle, Unrestorable: Dead, DeleteRequested: Deleting,
 		HeartbeatLost: HostLost, TimeLimit: Deleting},
-	Deleting:  {Destroyed: Completed, HeartbeatLost: Completed},
+	Deleting:  {Destroyed: Completed, HeartbeatLost: Completed, Expired: Dead},
 	HostLost:  {Recovered: Idle, NotRecoverable: Dead, DeleteRequested: Completed, TimeLimit: Dead},
 	Completed: {},
 	Dead:      {},

@@ -114,6 +114,7 @@ const (
 	OpMove     OpKind = "move"
 	OpRecover  OpKind = "recover"  // the session's host was lost
 	OpSnapshot OpKind = "snapshot" // snapshot and keep running
+	OpExpire   OpKind = "expire"   // hard time limit passed: destroy, end Dead
 )
 
 // OpState is where an op is.

@@ -73,6 +73,10 @@ type SessionSpec struct {
 	// IdleTimeoutSec: suspend after this long without activity (0: server
 	// default; -1: never).
 	IdleTimeoutSec int `json:"idle_timeout_s,omitempty"`
+	// MaxLifetimeSec: hard time limit; the session ends Dead this long
+	// after it was created, whatever it is doing (0: server default; -1:
+	// none).
+	MaxLifetimeSec int `json:"max_lifetime_s,omitempty"`
 }
 
 // CreateSessionRequest is the body of RouteCreateSession.

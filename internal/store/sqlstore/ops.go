@@ -28,7 +28,7 @@ func scanOp(r scanner) (store.Op, error) {
 
 func validOpKind(k store.OpKind) bool {
 	switch k {
-	case store.OpCreate, store.OpResume, store.OpEvict, store.OpDestroy, store.OpMove, store.OpRecover, store.OpSnapshot:
+	case store.OpCreate, store.OpResume, store.OpEvict, store.OpDestroy, store.OpMove, store.OpRecover, store.OpSnapshot, store.OpExpire:
 		return true
 	}
 	return false
