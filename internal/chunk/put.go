@@ -31,7 +31,8 @@ type PutStats struct {
 	Duration      time.Duration // wall time of the call
 }
 
-func (p *PutStats) add(o PutStats) {
+// Add adds o's counts, bytes and duration to p.
+func (p *PutStats) Add(o PutStats) {
 	p.Chunks += o.Chunks
 	p.Zero += o.Zero
 	p.Holes += o.Holes
@@ -39,8 +40,10 @@ func (p *PutStats) add(o PutStats) {
 	p.Uploaded += o.Uploaded
 	p.Deltas += o.Deltas
 	p.Refreshed += o.Refreshed
+	p.Bytes += o.Bytes
 	p.UploadedBytes += o.UploadedBytes
 	p.StoredBytes += o.StoredBytes
+	p.Duration += o.Duration
 }
 
 // source yields a file's chunks.
@@ -212,7 +215,7 @@ func (s *Store) put(ctx context.Context, src source, size int64, upload bool, pa
 		g.Go(func() error {
 			st, err := w.run(gctx, jobs)
 			mu.Lock()
-			total.add(st)
+			total.Add(st)
 			mu.Unlock()
 			return err
 		})

@@ -157,14 +157,7 @@ func (a *Agent) upload(ctx context.Context, snap vmm.Snapshot, memParent chunk.M
 		}
 		m.Role = role
 		manifests[role] = m
-		total.Chunks += st.Chunks
-		total.Zero += st.Zero
-		total.Present += st.Present
-		total.Uploaded += st.Uploaded
-		total.Deltas += st.Deltas
-		total.Bytes += st.Bytes
-		total.UploadedBytes += st.UploadedBytes
-		total.StoredBytes += st.StoredBytes
+		total.Add(st)
 	}
 	return manifests, total, nil
 }
