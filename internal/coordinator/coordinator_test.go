@@ -456,6 +456,30 @@ func TestRegisterAndHeartbeatReportOwnership(t *testing.T) {
 	}
 }
 
+// TestRegisterReportsCachedSnapshots: the snapshots a host caches count
+// for placement from its registration, not only from its next heartbeat.
+func TestRegisterReportsCachedSnapshots(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	hostID, _ := e.addHost(t, "a", 4)
+	body := `{"name":"a","capacity":{"memory_mib":1024,"vcpus":4},"snapshots":["snap-1","snap-2"]}`
+	req := httptest.NewRequest("POST", hostlink.PathRegister, strings.NewReader(body))
+	req = req.WithContext(hostlink.WithHostID(req.Context(), hostID))
+	rec := httptest.NewRecorder()
+	e.co.HostHandler().ServeHTTP(rec, req)
+	if rec.Code != 200 {
+		t.Fatalf("register: %d %s", rec.Code, rec.Body)
+	}
+	h, err := e.st.GetHost(context.Background(), hostID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var capa hostlink.Capacity
+	if err := json.Unmarshal(h.Capacity, &capa); err != nil || strings.Join(capa.CachedSnapshots, ",") != "snap-1,snap-2" {
+		t.Fatalf("cached snapshots after register: %+v %v", capa.CachedSnapshots, err)
+	}
+}
+
 func TestCapacityRefusalPlacesElsewhere(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{})

@@ -59,6 +59,7 @@ func (c *Coordinator) handleRegister(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	facts, _ := json.Marshal(req.Facts)
+	req.Capacity.CachedSnapshots = req.Snapshots
 	capa, _ := json.Marshal(req.Capacity)
 	now := c.now()
 	err = c.st.RegisterHost(r.Context(), store.Host{

@@ -341,10 +341,11 @@ func (a *Agent) post(ctx context.Context, client *http.Client, path string, in, 
 func (a *Agent) registerRequest() hostlink.RegisterRequest {
 	capacity, machines := a.snapshotState()
 	return hostlink.RegisterRequest{
-		Name:     a.cfg.Name,
-		Facts:    a.facts(),
-		Capacity: capacity,
-		Machines: machines,
+		Name:      a.cfg.Name,
+		Facts:     a.facts(),
+		Capacity:  capacity,
+		Machines:  machines,
+		Snapshots: a.cachedSnapshots(),
 	}
 }
 

@@ -105,6 +105,9 @@ type RegisterRequest struct {
 	Facts    Facts           `json:"facts"`
 	Capacity Capacity        `json:"capacity"`
 	Machines []MachineStatus `json:"machines"`
+	// Snapshots: as in HeartbeatRequest, so placement knows them from the
+	// moment the host connects.
+	Snapshots []string `json:"snapshots,omitempty"`
 }
 
 // RegisterResponse tells the host what it owns; the host destroys every
