@@ -159,15 +159,7 @@ func (b *Builder) mkfsExt4(ctx context.Context, img, dir, label, seed string, si
 	if err := normalizeTimes(dir); err != nil {
 		return err
 	}
-	f, err := os.Create(img)
-	if err != nil {
-		return err
-	}
-	if err := f.Truncate(size); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
+	if err := sparseFile(img, size); err != nil {
 		return err
 	}
 	var out bytes.Buffer
