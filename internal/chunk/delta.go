@@ -24,6 +24,7 @@ func (w *putWorker) store(ctx context.Context, idx int, h string, data, obj []by
 	if p, ok := w.parentRef(idx, len(data)); ok && p.Hash == h && p.IsDelta() {
 		if w.s.objectsFresh(ctx, p) { // unchanged since the parent: keep its objects
 			st.Present++
+			w.s.cachePut(h, data, obj)
 			return p, obj, nil
 		}
 	} else if ok && p.Hash != h {
@@ -121,8 +122,11 @@ func (s *Store) cachePut(h string, data, obj []byte) {
 // cache, or from its object, or rebuilt from its base and delta objects
 // (then cached whole).
 func (s *Store) fetchRef(ctx context.Context, r Ref, n int64, b *fetchBufs) ([]byte, error) {
-	if !r.IsDelta() || (s.cache != nil && s.cache.Has(r.Hash)) {
+	if !r.IsDelta() {
 		return s.fetch(ctx, r.Hash, n, b)
+	}
+	if data, ok := s.cached(r.Hash, n, b); ok {
+		return data, nil
 	}
 	base, err := s.fetch(ctx, r.Base, n, b)
 	if err != nil {

@@ -89,6 +89,15 @@ func TestPutFileOver(t *testing.T) {
 			mustEqualFile(t, out, want2)
 		}
 	}
+	// A damaged cached copy of a delta chunk is rebuilt from its objects.
+	if err := os.WriteFile(cache.path(v2.Chunks[9].Hash), []byte{formatRaw, 1, 2, 3}, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Restore(ctx, v2, filepath.Join(dir, "healed")); err != nil {
+		t.Fatalf("restore over a damaged cache copy: %v", err)
+	}
+	mustEqualFile(t, filepath.Join(dir, "healed"), want2)
+
 	// A lost delta object: Missing names it, Verify and Restore refuse.
 	delete(bl.objs, s.Key(v2.Chunks[11].Delta))
 	if miss, err := cold.Missing(ctx, v2); err != nil || len(miss) != 1 || miss[0].Hash != v2.Chunks[11].Delta {

@@ -103,19 +103,8 @@ func (s *Store) eachUnique(ctx context.Context, m Manifest, withBufs bool,
 // fetch returns the verified bytes of chunk h (n bytes long), from the cache
 // if it has a good copy, else from the blob store (then caching the object).
 func (s *Store) fetch(ctx context.Context, h string, n int64, b *fetchBufs) ([]byte, error) {
-	if s.cache != nil {
-		obj, ok, err := s.cache.Get(h, b.obj)
-		if err != nil {
-			s.log.Warn("chunk cache read failed, fetching from blob store", "hash", h, "err", err)
-		} else if ok {
-			b.obj = obj[:cap(obj)]
-			data, err := s.codec.decode(obj, b.data, n, h)
-			if err == nil {
-				return data, nil
-			}
-			s.log.Warn("chunk cache copy failed verification, fetching from blob store", "hash", h, "err", err)
-			s.cache.Remove(h)
-		}
+	if data, ok := s.cached(h, n, b); ok {
+		return data, nil
 	}
 	obj, err := s.download(ctx, h, n, b.obj)
 	if err != nil {
@@ -132,6 +121,30 @@ func (s *Store) fetch(ctx context.Context, h string, n int64, b *fetchBufs) ([]b
 		}
 	}
 	return data, nil
+}
+
+// cached returns the verified bytes of chunk h from the cache, if it holds
+// a good copy; a bad one is dropped.
+func (s *Store) cached(h string, n int64, b *fetchBufs) ([]byte, bool) {
+	if s.cache == nil {
+		return nil, false
+	}
+	obj, ok, err := s.cache.Get(h, b.obj)
+	if err != nil {
+		s.log.Warn("chunk cache read failed, fetching from blob store", "hash", h, "err", err)
+		return nil, false
+	}
+	if !ok {
+		return nil, false
+	}
+	b.obj = obj[:cap(obj)]
+	data, err := s.codec.decode(obj, b.data, n, h)
+	if err != nil {
+		s.log.Warn("chunk cache copy failed verification, fetching from blob store", "hash", h, "err", err)
+		s.cache.Remove(h)
+		return nil, false
+	}
+	return data, true
 }
 
 // download reads the blob object of h into buf, refusing impossible sizes.
