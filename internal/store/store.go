@@ -12,10 +12,11 @@ import (
 // Error categories callers branch on. Backends wrap them with the action.
 var (
 	ErrNotFound     = errors.New("not found")
-	ErrStaleEpoch   = errors.New("stale epoch")    // a fenced write lost to a newer claim
-	ErrConflict     = errors.New("conflict")       // the row is not in the state the write expected
-	ErrOpInProgress = errors.New("op in progress") // another pending or running op exists for the session
-	ErrNoOp         = errors.New("no op to claim") // ClaimOp found nothing claimable
+	ErrStaleEpoch   = errors.New("stale epoch")      // a fenced write lost to a newer claim
+	ErrConflict     = errors.New("conflict")         // the row is not in the state the write expected
+	ErrOpInProgress = errors.New("op in progress")   // another pending or running op exists for the session
+	ErrNoOp         = errors.New("no op to claim")   // ClaimOp found nothing claimable
+	ErrJobActive    = errors.New("image job active") // another job of the image is pending, materializing or capturing
 )
 
 // HostState is the coordinator's view of a host.
@@ -359,6 +360,107 @@ type Tokens interface {
 	TouchToken(ctx context.Context, id string, at time.Time) error
 }
 
+// ImageState is whether an image may be used.
+type ImageState string
+
+const (
+	ImageReady    ImageState = "ready"
+	ImageDisabled ImageState = "disabled" // kept as a record; its name is free again
+)
+
+// Image is an OCI image enabled for sessions. Its name is unique among
+// images that are not disabled.
+type Image struct {
+	ID           string
+	Name         string
+	Ref          string // as the user gave it
+	Digest       string // resolved manifest digest; "" until pulled
+	State        ImageState
+	Config       json.RawMessage // env, workdir, memory, vcpus, disk, warmup; opaque here
+	CredentialID string          // registry credential; "" for anonymous pulls
+	Manifests    json.RawMessage // base snapshot: role -> chunk manifest; nil until captured
+	Facts        json.RawMessage // host facts of the base snapshot; nil until captured
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+}
+
+// ImageJobKind is what an image job does.
+type ImageJobKind string
+
+const (
+	ImageJobEnable  ImageJobKind = "enable"
+	ImageJobRefresh ImageJobKind = "refresh" // re-pull the tag, enable the new digest
+)
+
+// ImageJobState is where an image job is: pending -> materializing ->
+// capturing -> ready | failed.
+type ImageJobState string
+
+const (
+	JobPending       ImageJobState = "pending"
+	JobMaterializing ImageJobState = "materializing" // pulling and building the root filesystem
+	JobCapturing     ImageJobState = "capturing"     // booting, warming up, taking the base snapshot
+	JobReady         ImageJobState = "ready"
+	JobFailed        ImageJobState = "failed"
+)
+
+// Active reports whether a job in state s still holds its image: at most
+// one job per image is active.
+func (s ImageJobState) Active() bool {
+	return s == JobPending || s == JobMaterializing || s == JobCapturing
+}
+
+// ImageJob is one enable or refresh of an image.
+type ImageJob struct {
+	ID         string
+	ImageID    string
+	Kind       ImageJobKind
+	State      ImageJobState
+	Stage      string // finer progress label within the state
+	BytesDone  int64
+	BytesTotal int64
+	Attempts   int    // times the job left pending
+	Error      string // why it failed
+	OutputTail string // tail of the warm-up output, kept for failures
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+}
+
+// Images keeps enabled images and their enable/refresh jobs.
+type Images interface {
+	// CreateImage inserts img (State "" means ready; UpdatedAt follows
+	// CreatedAt). ErrConflict if the id is taken or an image that is not
+	// disabled has the name.
+	CreateImage(ctx context.Context, img Image) error
+	GetImage(ctx context.Context, id string) (Image, error)
+	// GetImageByName returns the image with that name that is not
+	// disabled, else ErrNotFound.
+	GetImageByName(ctx context.Context, name string) (Image, error)
+	// ListImages returns every image, disabled ones too, by name then id.
+	ListImages(ctx context.Context) ([]Image, error)
+	// UpdateImage rewrites every field of the image with img.ID but ID and
+	// CreatedAt, stamping UpdatedAt with at. ErrNotFound for an unknown
+	// image, ErrConflict if it would share a name with another live image.
+	UpdateImage(ctx context.Context, img Image, at time.Time) error
+	// SetImageState sets only the state (disable, or enable again); errors
+	// as UpdateImage.
+	SetImageState(ctx context.Context, id string, state ImageState, at time.Time) error
+	// CreateJob inserts a pending job (State must be "" or pending; zero
+	// counters). ErrJobActive if another job of the image is active,
+	// ErrNotFound for an unknown image, ErrConflict for a reused id.
+	CreateJob(ctx context.Context, j ImageJob) (ImageJob, error)
+	GetJob(ctx context.Context, id string) (ImageJob, error)
+	// ListJobs returns an image's jobs, oldest first.
+	ListJobs(ctx context.Context, imageID string) ([]ImageJob, error)
+	// UpdateJobProgress moves an active job to state (an active state) and
+	// records its stage and bytes; leaving pending counts one attempt.
+	// ErrConflict if the job is no longer active, ErrNotFound if unknown.
+	UpdateJobProgress(ctx context.Context, id string, state ImageJobState, stage string, done, total int64, at time.Time) error
+	// FinishJob moves an active job to ready or failed with its error and
+	// output tail; errors as UpdateJobProgress.
+	FinishJob(ctx context.Context, id string, state ImageJobState, errMsg, tail string, at time.Time) error
+}
+
 // Store is everything a backend provides. Times are kept at microsecond
 // precision and read back in UTC; a zero time given to a write means now.
 type Store interface {
@@ -369,6 +471,7 @@ type Store interface {
 	Snapshots
 	Outbox
 	Tokens
+	Images
 	// Notify wakes waiters on every replica sharing this database: topic is
 	// e.g. "ops" or "session:<id>". Subscribe returns a channel that receives
 	// a value (coalesced) after each Notify on that topic, until ctx ends.

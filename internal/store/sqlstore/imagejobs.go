@@ -1,0 +1,158 @@
+package sqlstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/engrams/engrams/internal/store"
+)
+
+const jobCols = `id, image_id, kind, state, stage, bytes_done, bytes_total, attempts, error, output_tail,
+	created_at, updated_at`
+
+// activeJobStates is the SQL list of store.ImageJobState.Active states.
+const activeJobStates = `('pending', 'materializing', 'capturing')`
+
+func scanJob(r scanner) (store.ImageJob, error) {
+	var j store.ImageJob
+	var kind, state string
+	var created, updated int64
+	err := r.Scan(&j.ID, &j.ImageID, &kind, &state, &j.Stage, &j.BytesDone, &j.BytesTotal, &j.Attempts, &j.Error,
+		&j.OutputTail, &created, &updated)
+	if err != nil {
+		return store.ImageJob{}, err
+	}
+	j.Kind, j.State = store.ImageJobKind(kind), store.ImageJobState(state)
+	j.CreatedAt, j.UpdatedAt = fromMicros(created), fromMicros(updated)
+	return j, nil
+}
+
+// CreateJob implements store.Images. The partial unique index
+// image_jobs_one_active is what keeps a second active job out.
+func (s *Store) CreateJob(ctx context.Context, j store.ImageJob) (store.ImageJob, error) {
+	if j.ID == "" || j.ImageID == "" {
+		return store.ImageJob{}, errors.New("create image job: job id and image id are required")
+	}
+	if j.Kind != store.ImageJobEnable && j.Kind != store.ImageJobRefresh {
+		return store.ImageJob{}, fmt.Errorf("create image job %s: unknown kind %q", j.ID, j.Kind)
+	}
+	if j.State != "" && j.State != store.JobPending {
+		return store.ImageJob{}, fmt.Errorf("create image job %s: a new job is pending, not %s", j.ID, j.State)
+	}
+	at := orNow(j.CreatedAt)
+	j = store.ImageJob{ID: j.ID, ImageID: j.ImageID, Kind: j.Kind, State: store.JobPending,
+		CreatedAt: fromMicros(micros(at)), UpdatedAt: fromMicros(micros(at))}
+	err := s.inTx(ctx, func(tx execer) error {
+		var one int
+		err := tx.QueryRowContext(ctx, `SELECT 1 FROM images WHERE id = $1`, j.ImageID).Scan(&one)
+		if isNoRows(err) {
+			return store.ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO image_jobs (id, image_id, kind, state, created_at, updated_at)
+			VALUES ($1, $2, $3, 'pending', $4, $4)`, j.ID, j.ImageID, string(j.Kind), micros(at))
+		return err
+	})
+	if s.isUnique(err) {
+		// The transaction is gone (Postgres aborts it on the violation): tell
+		// a reused id from an active job with a fresh read.
+		if _, gerr := s.GetJob(ctx, j.ID); gerr == nil {
+			return store.ImageJob{}, fmt.Errorf("create image job %s: %w: id already used", j.ID, store.ErrConflict)
+		}
+		return store.ImageJob{}, fmt.Errorf("create image job %s for %s: %w", j.ID, j.ImageID, store.ErrJobActive)
+	}
+	if err != nil {
+		return store.ImageJob{}, fmt.Errorf("create image job %s for %s: %w", j.ID, j.ImageID, err)
+	}
+	return j, nil
+}
+
+// GetJob implements store.Images.
+func (s *Store) GetJob(ctx context.Context, id string) (store.ImageJob, error) {
+	j, err := scanJob(s.read.QueryRowContext(ctx, `SELECT `+jobCols+` FROM image_jobs WHERE id = $1`, id))
+	if isNoRows(err) {
+		return store.ImageJob{}, fmt.Errorf("get image job %s: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.ImageJob{}, fmt.Errorf("get image job %s: %w", id, err)
+	}
+	return j, nil
+}
+
+// ListJobs implements store.Images, ordered by created_at, then id.
+func (s *Store) ListJobs(ctx context.Context, imageID string) ([]store.ImageJob, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT `+jobCols+` FROM image_jobs
+		WHERE image_id = $1 ORDER BY created_at, id`, imageID)
+	if err != nil {
+		return nil, fmt.Errorf("list jobs of image %s: %w", imageID, err)
+	}
+	defer rows.Close()
+	var out []store.ImageJob
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list jobs of image %s: %w", imageID, err)
+		}
+		out = append(out, j)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list jobs of image %s: %w", imageID, err)
+	}
+	return out, nil
+}
+
+// UpdateJobProgress implements store.Images.
+func (s *Store) UpdateJobProgress(ctx context.Context, id string, state store.ImageJobState, stage string,
+	done, total int64, at time.Time,
+) error {
+	action := fmt.Sprintf("update image job %s progress", id)
+	if !state.Active() {
+		return fmt.Errorf("%s: %s is not an active state", action, state)
+	}
+	res, err := s.write.ExecContext(ctx, `UPDATE image_jobs SET state = $2, stage = $3, bytes_done = $4,
+		bytes_total = $5, updated_at = $6,
+		attempts = attempts + CASE WHEN state = 'pending' AND $2 <> 'pending' THEN 1 ELSE 0 END
+		WHERE id = $1 AND state IN `+activeJobStates,
+		id, string(state), stage, done, total, micros(orNow(at)))
+	return s.jobWritten(ctx, res, err, id, action)
+}
+
+// FinishJob implements store.Images.
+func (s *Store) FinishJob(ctx context.Context, id string, state store.ImageJobState, errMsg, tail string,
+	at time.Time,
+) error {
+	action := fmt.Sprintf("finish image job %s %s", id, state)
+	if state != store.JobReady && state != store.JobFailed {
+		return fmt.Errorf("%s: a job finishes ready or failed", action)
+	}
+	res, err := s.write.ExecContext(ctx, `UPDATE image_jobs SET state = $2, error = $3, output_tail = $4,
+		updated_at = $5 WHERE id = $1 AND state IN `+activeJobStates,
+		id, string(state), errMsg, tail, micros(orNow(at)))
+	return s.jobWritten(ctx, res, err, id, action)
+}
+
+// jobWritten maps the outcome of a conditional UPDATE of an active job:
+// no row means an unknown job (ErrNotFound) or a finished one (ErrConflict).
+func (s *Store) jobWritten(ctx context.Context, res interface{ RowsAffected() (int64, error) }, err error,
+	id, action string,
+) error {
+	if err != nil {
+		return fmt.Errorf("%s: %w", action, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("%s: %w", action, err)
+	}
+	if n == 1 {
+		return nil
+	}
+	j, err := s.GetJob(ctx, id)
+	if err != nil {
+		return fmt.Errorf("%s: %w", action, err)
+	}
+	return fmt.Errorf("%s: %w: job is %s", action, store.ErrConflict, j.State)
+}

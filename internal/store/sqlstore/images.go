@@ -1,0 +1,159 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/engrams/engrams/internal/store"
+)
+
+const imageCols = `id, name, ref, digest, state, config, credential_id, manifests, facts, created_at, updated_at`
+
+func scanImage(r scanner) (store.Image, error) {
+	var img store.Image
+	var state string
+	var config, cred, manifests, facts sql.NullString
+	var created, updated int64
+	err := r.Scan(&img.ID, &img.Name, &img.Ref, &img.Digest, &state, &config, &cred, &manifests, &facts,
+		&created, &updated)
+	if err != nil {
+		return store.Image{}, err
+	}
+	img.State, img.CredentialID = store.ImageState(state), cred.String
+	img.Config, img.Manifests, img.Facts = fromJSON(config), fromJSON(manifests), fromJSON(facts)
+	img.CreatedAt, img.UpdatedAt = fromMicros(created), fromMicros(updated)
+	return img, nil
+}
+
+// checkImage validates what CreateImage and UpdateImage write.
+func checkImage(img store.Image) error {
+	if img.ID == "" || img.Name == "" || img.Ref == "" {
+		return errors.New("image id, name and ref are required")
+	}
+	if img.State != store.ImageReady && img.State != store.ImageDisabled {
+		return fmt.Errorf("unknown image state %q", img.State)
+	}
+	for field, raw := range map[string][]byte{"config": img.Config, "manifests": img.Manifests, "facts": img.Facts} {
+		if err := checkJSON(field, raw); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// nullString is NULL for "".
+func nullString(v string) any {
+	if v == "" {
+		return nil
+	}
+	return v
+}
+
+// CreateImage implements store.Images.
+func (s *Store) CreateImage(ctx context.Context, img store.Image) error {
+	if img.State == "" {
+		img.State = store.ImageReady
+	}
+	if err := checkImage(img); err != nil {
+		return fmt.Errorf("create image %s: %w", img.Name, err)
+	}
+	at := micros(orNow(img.CreatedAt))
+	_, err := s.write.ExecContext(ctx, `INSERT INTO images (`+imageCols+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10)`,
+		img.ID, img.Name, img.Ref, img.Digest, string(img.State), jsonArg(img.Config), nullString(img.CredentialID),
+		jsonArg(img.Manifests), jsonArg(img.Facts), at)
+	if s.isUnique(err) {
+		return fmt.Errorf("create image %s: %w: id or name already used", img.Name, store.ErrConflict)
+	}
+	if err != nil {
+		return fmt.Errorf("create image %s: %w", img.Name, err)
+	}
+	return nil
+}
+
+// GetImage implements store.Images.
+func (s *Store) GetImage(ctx context.Context, id string) (store.Image, error) {
+	img, err := scanImage(s.read.QueryRowContext(ctx, `SELECT `+imageCols+` FROM images WHERE id = $1`, id))
+	if isNoRows(err) {
+		return store.Image{}, fmt.Errorf("get image %s: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Image{}, fmt.Errorf("get image %s: %w", id, err)
+	}
+	return img, nil
+}
+
+// GetImageByName implements store.Images.
+func (s *Store) GetImageByName(ctx context.Context, name string) (store.Image, error) {
+	img, err := scanImage(s.read.QueryRowContext(ctx, `SELECT `+imageCols+` FROM images
+		WHERE name = $1 AND state <> 'disabled'`, name))
+	if isNoRows(err) {
+		return store.Image{}, fmt.Errorf("get image named %s: %w", name, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Image{}, fmt.Errorf("get image named %s: %w", name, err)
+	}
+	return img, nil
+}
+
+// ListImages implements store.Images.
+func (s *Store) ListImages(ctx context.Context) ([]store.Image, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT `+imageCols+` FROM images ORDER BY name, id`)
+	if err != nil {
+		return nil, fmt.Errorf("list images: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Image
+	for rows.Next() {
+		img, err := scanImage(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list images: %w", err)
+		}
+		out = append(out, img)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list images: %w", err)
+	}
+	return out, nil
+}
+
+// UpdateImage implements store.Images.
+func (s *Store) UpdateImage(ctx context.Context, img store.Image, at time.Time) error {
+	if err := checkImage(img); err != nil {
+		return fmt.Errorf("update image %s: %w", img.ID, err)
+	}
+	res, err := s.write.ExecContext(ctx, `UPDATE images SET name = $2, ref = $3, digest = $4, state = $5,
+		config = $6, credential_id = $7, manifests = $8, facts = $9, updated_at = $10 WHERE id = $1`,
+		img.ID, img.Name, img.Ref, img.Digest, string(img.State), jsonArg(img.Config), nullString(img.CredentialID),
+		jsonArg(img.Manifests), jsonArg(img.Facts), micros(orNow(at)))
+	return s.imageWritten(res, err, "update image "+img.ID)
+}
+
+// SetImageState implements store.Images.
+func (s *Store) SetImageState(ctx context.Context, id string, state store.ImageState, at time.Time) error {
+	if state != store.ImageReady && state != store.ImageDisabled {
+		return fmt.Errorf("set image %s state: unknown image state %q", id, state)
+	}
+	res, err := s.write.ExecContext(ctx, `UPDATE images SET state = $2, updated_at = $3 WHERE id = $1`,
+		id, string(state), micros(orNow(at)))
+	return s.imageWritten(res, err, fmt.Sprintf("set image %s state %s", id, state))
+}
+
+// imageWritten maps the outcome of an UPDATE of one image row.
+func (s *Store) imageWritten(res sql.Result, err error, action string) error {
+	if s.isUnique(err) {
+		return fmt.Errorf("%s: %w: another image has the name", action, store.ErrConflict)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", action, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("%s: %w", action, err)
+	} else if n != 1 {
+		return fmt.Errorf("%s: %w", action, store.ErrNotFound)
+	}
+	return nil
+}
