@@ -1,0 +1,219 @@
+package image
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/engrams/engrams/internal/chunk"
+	"github.com/engrams/engrams/internal/image/oci"
+	"github.com/engrams/engrams/internal/vmm/vmimage"
+)
+
+// Progress stages, in the order Materialize goes through them.
+const (
+	StageResolve = "resolve" // manifest and config; 0/0
+	StagePull    = "pull"    // layers downloaded and flattened; compressed bytes
+	StageRootFS  = "rootfs"  // ext4 image built; 0/disk bytes, then disk/disk
+	StageChunks  = "chunks"  // image chunked and missing chunks uploaded; 0/size, then size/size
+)
+
+// ProgressFunc is told how far Materialize is; total is 0 when unknown. It is called
+// from the materializing goroutine and must not block for long.
+type ProgressFunc func(stage string, done, total int64)
+
+// ChunkStore uploads a file's missing chunks (chunk.Store does).
+type ChunkStore interface {
+	PutFile(ctx context.Context, path string) (chunk.Manifest, chunk.PutStats, error)
+}
+
+// TreeImager builds a deterministic ext4 image from a tree (vmimage.Builder does).
+type TreeImager interface {
+	TreeImage(ctx context.Context, spec vmimage.TreeImageSpec) error
+}
+
+// DefaultDiskGiB is the root disk size when neither the request nor Config gives one.
+const DefaultDiskGiB = 4
+
+// Config tunes a Materializer.
+type Config struct {
+	// WorkDir holds one temporary directory per call (tree and ext4 image), removed
+	// before the call returns. Required; it should have room for both.
+	WorkDir string
+	// DefaultDiskGiB is the root disk size when Request.DiskGiB is 0 (default DefaultDiskGiB).
+	DefaultDiskGiB int
+}
+
+// Deps are a Materializer's collaborators.
+type Deps struct {
+	Puller *oci.Puller // required
+	Imager TreeImager  // required
+	Chunks ChunkStore  // required; use a DiskChunkSize store
+	Logger *slog.Logger
+}
+
+// Materializer turns image references into chunked root filesystems. Safe for
+// concurrent use if its Deps are.
+type Materializer struct {
+	cfg  Config
+	deps Deps
+	log  *slog.Logger
+}
+
+// New validates cfg and deps.
+func New(cfg Config, deps Deps) (*Materializer, error) {
+	switch {
+	case cfg.WorkDir == "":
+		return nil, errors.New("new materializer: Config.WorkDir is required")
+	case cfg.DefaultDiskGiB < 0:
+		return nil, errors.New("new materializer: Config.DefaultDiskGiB is negative")
+	case deps.Puller == nil || deps.Imager == nil || deps.Chunks == nil:
+		return nil, errors.New("new materializer: Deps.Puller, Imager and Chunks are required")
+	}
+	if cfg.DefaultDiskGiB == 0 {
+		cfg.DefaultDiskGiB = DefaultDiskGiB
+	}
+	log := deps.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Materializer{cfg: cfg, deps: deps, log: log}, nil
+}
+
+// Request says which image to materialize.
+type Request struct {
+	Ref      string // tag or digest reference
+	Auth     oci.Credentials
+	DiskGiB  int          // root disk size; 0 means Config.DefaultDiskGiB
+	Progress ProgressFunc // optional
+}
+
+// Result is a materialized image.
+type Result struct {
+	Repository      string          // e.g. "registry.example.com/team/app"
+	Digest          string          // linux/amd64 manifest digest, "sha256:…"; the ext4 seed
+	Config          oci.ImageConfig // what the image says about running it
+	RootFS          chunk.Manifest  // the root filesystem image, chunked
+	CompressedBytes int64           // layer bytes downloaded
+	TreeBytes       int64           // file bytes in the flattened tree
+	DiskBytes       int64           // virtual size of the root filesystem image
+	Upload          chunk.PutStats  // chunks present, uploaded, bytes uploaded
+}
+
+// Pinned is the reference by digest.
+func (r Result) Pinned() string { return r.Repository + "@" + r.Digest }
+
+// Materialize resolves req.Ref, pulls its linux/amd64 image pinned by digest (refusing
+// one without /bin/sh with oci.ErrNoShell), builds its ext4 root filesystem seeded by
+// the digest (a tree larger than the disk fails with vmimage.ErrTreeTooLarge) and puts
+// it into the chunk store. The same digest and disk size give the same manifest. Its
+// working directory is removed whatever happens.
+func (m *Materializer) Materialize(ctx context.Context, req Request) (Result, error) {
+	gib := req.DiskGiB
+	if gib == 0 {
+		gib = m.cfg.DefaultDiskGiB
+	}
+	if gib < 0 {
+		return Result{}, fmt.Errorf("materialize %s: disk size %d GiB is negative", req.Ref, gib)
+	}
+	progress := req.Progress
+	if progress == nil {
+		progress = func(string, int64, int64) {}
+	}
+	progress(StageResolve, 0, 0)
+	res, err := m.deps.Puller.Resolve(ctx, req.Ref, req.Auth)
+	if err != nil {
+		return Result{}, fmt.Errorf("materialize %s: %w", req.Ref, err)
+	}
+	work, err := os.MkdirTemp(m.cfg.WorkDir, "materialize-")
+	if err != nil {
+		return Result{}, fmt.Errorf("materialize %s: %w", res.Pinned(), err)
+	}
+	defer func() {
+		if rerr := removeTree(work); rerr != nil {
+			m.log.Warn("remove materialize work dir", "dir", work, "err", rerr)
+		}
+	}()
+	out, err := m.build(ctx, work, res, req, int64(gib)<<30, progress)
+	if err != nil {
+		return Result{}, fmt.Errorf("materialize %s: %w", res.Pinned(), err)
+	}
+	m.log.Info("image materialized", "image", out.Pinned(), "tree_bytes", out.TreeBytes,
+		"disk_bytes", out.DiskBytes, "chunks", out.Upload.Chunks, "uploaded", out.Upload.Uploaded,
+		"uploaded_bytes", out.Upload.UploadedBytes)
+	return out, nil
+}
+
+// build pulls, images and chunks res inside work.
+func (m *Materializer) build(ctx context.Context, work string, res oci.Resolved, req Request, disk int64, progress ProgressFunc) (Result, error) {
+	img, err := m.deps.Puller.Pull(ctx, oci.Request{
+		Ref: res.Pinned(), Auth: req.Auth, Target: filepath.Join(work, "tree"), RequireShell: true,
+		Progress: func(stage string, done, total int64) {
+			if stage == oci.StagePull {
+				progress(StagePull, done, total)
+			}
+		},
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	if err := img.RequireShell(); err != nil {
+		return Result{}, err
+	}
+	out := Result{
+		Repository: img.Repository, Digest: img.Digest, Config: img.Config,
+		CompressedBytes: img.CompressedBytes(), TreeBytes: img.TreeBytes, DiskBytes: disk,
+	}
+	if img.TreeBytes >= disk {
+		return Result{}, tooLarge(img.TreeBytes, disk, vmimage.ErrTreeTooLarge)
+	}
+	progress(StageRootFS, 0, disk)
+	path := filepath.Join(work, "rootfs.ext4")
+	err = m.deps.Imager.TreeImage(ctx, vmimage.TreeImageSpec{
+		Dir: img.Dir, Path: path, SizeBytes: disk, Seed: img.Digest,
+	})
+	if errors.Is(err, vmimage.ErrTreeTooLarge) {
+		return Result{}, tooLarge(img.TreeBytes, disk, err)
+	}
+	if err != nil {
+		return Result{}, fmt.Errorf("build root filesystem: %w", err)
+	}
+	progress(StageRootFS, disk, disk)
+	// The tree is no longer needed: free its space before chunking.
+	if err := removeTree(img.Dir); err != nil {
+		return Result{}, fmt.Errorf("remove image tree: %w", err)
+	}
+	progress(StageChunks, 0, disk)
+	man, st, err := m.deps.Chunks.PutFile(ctx, path)
+	if err != nil {
+		return Result{}, fmt.Errorf("chunk root filesystem: %w", err)
+	}
+	progress(StageChunks, disk, disk)
+	out.RootFS, out.Upload = man, st
+	return out, nil
+}
+
+// tooLarge says the tree does not fit and what to do; err wraps vmimage.ErrTreeTooLarge.
+func tooLarge(tree, disk int64, err error) error {
+	return fmt.Errorf("image tree (%d MiB of files) does not fit a %d GiB root disk; enable it with a larger disk: %w",
+		tree>>20, disk>>30, err)
+}
+
+// removeTree removes dir even if the tree holds directories without write permission
+// (a non-root caller cannot otherwise remove their entries).
+func removeTree(dir string) error {
+	if err := os.RemoveAll(dir); err == nil {
+		return nil
+	}
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			_ = os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	return os.RemoveAll(dir)
+}
