@@ -102,7 +102,6 @@ type sessionInput struct {
 	r        io.Reader
 	mu       sync.Mutex
 	detached bool
-	inflight int
 	reading  sync.WaitGroup
 }
 
@@ -113,14 +112,8 @@ func (in *sessionInput) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	in.reading.Add(1)
-	in.inflight++
 	in.mu.Unlock()
-	defer func() {
-		in.mu.Lock()
-		in.inflight--
-		in.mu.Unlock()
-		in.reading.Done()
-	}()
+	defer in.reading.Done()
 	return in.r.Read(p)
 }
 
@@ -133,11 +126,7 @@ func (in *sessionInput) Close() error { return nil }
 func (in *sessionInput) detach(stream any) {
 	in.mu.Lock()
 	in.detached = true
-	idle := in.inflight == 0
 	in.mu.Unlock()
-	if idle {
-		return
-	}
 	d, ok := stream.(interface{ SetReadDeadline(time.Time) error })
 	if !ok || d.SetReadDeadline(time.Now()) != nil {
 		if c, ok := stream.(io.Closer); ok {

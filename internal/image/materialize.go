@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -134,7 +133,7 @@ func (m *Materializer) Materialize(ctx context.Context, req Request) (Result, er
 		return Result{}, fmt.Errorf("materialize %s: %w", res.Pinned(), err)
 	}
 	defer func() {
-		if rerr := removeTree(work); rerr != nil {
+		if rerr := oci.RemoveTree(work); rerr != nil {
 			m.log.Warn("remove materialize work dir", "dir", work, "err", rerr)
 		}
 	}()
@@ -184,7 +183,7 @@ func (m *Materializer) build(ctx context.Context, work string, res oci.Resolved,
 	}
 	progress(StageRootFS, disk, disk)
 	// The tree is no longer needed: free its space before chunking.
-	if err := removeTree(img.Dir); err != nil {
+	if err := oci.RemoveTree(img.Dir); err != nil {
 		return Result{}, fmt.Errorf("remove image tree: %w", err)
 	}
 	progress(StageChunks, 0, disk)
@@ -201,19 +200,4 @@ func (m *Materializer) build(ctx context.Context, work string, res oci.Resolved,
 func tooLarge(tree, disk int64, err error) error {
 	return fmt.Errorf("image tree (%d MiB of files) does not fit a %d GiB root disk; enable it with a larger disk: %w",
 		tree>>20, disk>>30, err)
-}
-
-// removeTree removes dir even if the tree holds directories without write permission
-// (a non-root caller cannot otherwise remove their entries).
-func removeTree(dir string) error {
-	if err := os.RemoveAll(dir); err == nil {
-		return nil
-	}
-	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			_ = os.Chmod(p, 0o700)
-		}
-		return nil
-	})
-	return os.RemoveAll(dir)
 }

@@ -92,7 +92,7 @@ func (p *Puller) Pull(ctx context.Context, req Request) (*Image, error) {
 		err = renameNoReplace(tmp, target)
 	}
 	if err != nil {
-		if rerr := removeTree(tmp); rerr != nil {
+		if rerr := RemoveTree(tmp); rerr != nil {
 			p.log.Warn("remove partial image tree", "dir", tmp, "err", rerr)
 		}
 		return nil, fmt.Errorf("pull %s: %w", res.Pinned(), err)
@@ -228,9 +228,10 @@ func (p *progress) add(n int64) {
 	}
 }
 
-// removeTree removes dir even if the tree holds directories without write permission
-// (a non-root caller cannot otherwise remove their entries).
-func removeTree(dir string) error {
+// RemoveTree removes dir even if the tree holds directories without write
+// permission (a non-root caller cannot otherwise remove their entries), as
+// an image tree may.
+func RemoveTree(dir string) error {
 	if err := os.RemoveAll(dir); err == nil {
 		return nil
 	}

@@ -427,7 +427,7 @@ func TestRemoveTreeReadOnlyDirs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := removeTree(dir); err != nil {
+	if err := RemoveTree(dir); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Lstat(dir); !os.IsNotExist(err) {

@@ -89,7 +89,26 @@ func (b *Builder) stampChangeTimes(ctx context.Context, img, dir string) error {
 	stamp := buildEpoch.UTC().Format("20060102150405")
 	chown := os.Geteuid() != 0
 	var script strings.Builder
-	err := filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
+	err := eachImagePath(dir, func(name string) {
+		fmt.Fprintf(&script, "sif \"%s\" ctime %s\n", name, stamp)
+		if chown {
+			fmt.Fprintf(&script, "sif \"%s\" uid 0\nsif \"%s\" gid 0\n", name, name)
+		}
+	})
+	if err == nil {
+		err = b.runDebugfs(ctx, img, script.String())
+	}
+	if err != nil {
+		return fmt.Errorf("stamp change times: %w", err)
+	}
+	return nil
+}
+
+// eachImagePath calls fn with the image path ("/", "/etc/passwd") of every
+// entry under dir, skipping names a debugfs script cannot quote (their
+// inodes keep what mke2fs gave them; the image is still valid).
+func eachImagePath(dir string, fn func(name string)) error {
+	return filepath.WalkDir(dir, func(p string, _ os.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -101,36 +120,34 @@ func (b *Builder) stampChangeTimes(ctx context.Context, img, dir string) error {
 		if rel == "." {
 			name = "/"
 		}
-		if strings.ContainsAny(name, "\"\n\\") {
-			return nil // not expressible in a debugfs script; the image is still valid
-		}
-		fmt.Fprintf(&script, "sif \"%s\" ctime %s\n", name, stamp)
-		if chown {
-			fmt.Fprintf(&script, "sif \"%s\" uid 0\nsif \"%s\" gid 0\n", name, name)
+		if !strings.ContainsAny(name, "\"\n\\") {
+			fn(name)
 		}
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("stamp change times: %w", err)
-	}
+}
+
+// runDebugfs runs a debugfs script (written to a temporary file beside
+// img) against img, read-write, under the build's fake time.
+func (b *Builder) runDebugfs(ctx context.Context, img, script string) error {
 	f, err := os.CreateTemp(filepath.Dir(img), ".debugfs-*.txt")
 	if err != nil {
-		return fmt.Errorf("stamp change times: %w", err)
+		return err
 	}
 	defer os.Remove(f.Name())
-	if _, err := f.WriteString(script.String()); err != nil {
+	if _, err := f.WriteString(script); err != nil {
 		f.Close()
-		return fmt.Errorf("stamp change times: %w", err)
+		return err
 	}
 	if err := f.Close(); err != nil {
-		return fmt.Errorf("stamp change times: %w", err)
+		return err
 	}
 	var out bytes.Buffer
 	cmd := exec.CommandContext(ctx, b.cfg.Debugfs, "-w", "-f", f.Name(), img)
 	cmd.Env = append(os.Environ(), fakeTime)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("stamp change times: debugfs: %w: %s", err, tail(out.String(), 500))
+		return fmt.Errorf("debugfs: %w: %s", err, tail(out.String(), 500))
 	}
 	return nil
 }

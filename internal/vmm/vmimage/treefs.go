@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 )
 
@@ -132,47 +131,16 @@ func isNoSpace(msg string) bool {
 func (b *Builder) stampTimes(ctx context.Context, img, dir string) error {
 	stamp := buildEpoch.UTC().Format("20060102150405")
 	var script strings.Builder
-	err := filepath.WalkDir(dir, func(p string, _ os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil {
-			return err
-		}
-		name := "/" + filepath.ToSlash(rel)
-		if rel == "." {
-			name = "/"
-		}
-		if strings.ContainsAny(name, "\"\n\\") {
-			return nil // not expressible in a debugfs script; these times stay the source's
-		}
+	err := eachImagePath(dir, func(name string) {
 		for _, f := range []string{"atime", "ctime", "crtime"} {
 			fmt.Fprintf(&script, "sif \"%s\" %s %s\nsif \"%s\" %s_extra 0\n", name, f, stamp, name, f)
 		}
-		return nil
 	})
+	if err == nil {
+		err = b.runDebugfs(ctx, img, script.String())
+	}
 	if err != nil {
 		return fmt.Errorf("stamp times: %w", err)
-	}
-	f, err := os.CreateTemp(filepath.Dir(img), ".debugfs-*.txt")
-	if err != nil {
-		return fmt.Errorf("stamp times: %w", err)
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.WriteString(script.String()); err != nil {
-		f.Close()
-		return fmt.Errorf("stamp times: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("stamp times: %w", err)
-	}
-	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, b.cfg.Debugfs, "-w", "-f", f.Name(), img)
-	cmd.Env = append(os.Environ(), fakeTime)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("stamp times: debugfs: %w: %s", err, tail(out.String(), 500))
 	}
 	return nil
 }
