@@ -17,6 +17,10 @@ distro="${ID:-unknown}"
 # Packages every machine needs.
 pkgs=(qemu-system-x86 qemu-utils e2fsprogs busybox-static lz4 cpio erofs-utils)
 
+# Test images (internal/image/imagetest): musl's loader and libc plus musl-gcc
+# for the Alpine-like image, debootstrap for the Debian one.
+pkgs+=(musl musl-tools debootstrap)
+
 # The guest kernel. The QEMU backend boots the uncompressed PVH vmlinux that
 # it extracts from a distribution kernel, plus that kernel's virtio modules
 # from /lib/modules/<version>.

@@ -51,17 +51,27 @@ CLI config so that other ` + "`engrams`" + ` commands find it without flags.`,
 				return fmt.Errorf("listen on %s: %w (is another `engrams dev` running? use --listen)", listen, err)
 			}
 			url := "http://" + ln.Addr().String()
-			srv, err := server.New(server.Config{AdvertiseURL: url, Version: version}, server.Deps{Store: st, Logger: log.With("component", "coordinator")})
+			bs, err := localdir.New(localdir.Config{Dir: filepath.Join(dataDir, "blobs")}, localdir.Deps{Logger: log})
+			if err != nil {
+				return fmt.Errorf("blob store: %w", err)
+			}
+			images, closeImages, err := imageMaterializer(bs, filepath.Join(dataDir, "image-work"), log.With("component", "images"))
+			if err != nil {
+				return err
+			}
+			defer closeImages()
+			sealer, err := secrets(filepath.Join(dataDir, "secrets.keyset"))
+			if err != nil {
+				return err
+			}
+			srv, err := server.New(server.Config{AdvertiseURL: url, Version: version},
+				server.Deps{Store: st, Logger: log.With("component", "coordinator"), Images: images, Secrets: sealer})
 			if err != nil {
 				return err
 			}
 			be, err := pickBackend(ctx, backend, filepath.Join(dataDir, "host"), log.With("component", "vmm"))
 			if err != nil {
 				return err
-			}
-			bs, err := localdir.New(localdir.Config{Dir: filepath.Join(dataDir, "blobs")}, localdir.Deps{Logger: log})
-			if err != nil {
-				return fmt.Errorf("blob store: %w", err)
 			}
 			deps, closeChunks, err := hostChunks(bs, filepath.Join(dataDir, "host"), 10240, log.With("component", "chunks"))
 			if err != nil {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -18,6 +19,7 @@ import (
 func serverCmd() *cobra.Command {
 	var (
 		listen, advertise, database, replicaID, secret, tokenFile, logLevel string
+		imageWork, keyFile                                                  string
 		co                                                                  coordinator.Config
 		blobs                                                               blobFlags
 	)
@@ -62,12 +64,21 @@ Every flag can also be set as ENGRAMS_<FLAG> (e.g. ENGRAMS_DATABASE).`,
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "admin token is in %s\n", tokenFile)
 			}
-			srv, err := server.New(server.Config{ReplicaID: replicaID, AdvertiseURL: advertise, ClusterSecret: secret, Version: version, Coordinator: co},
-				server.Deps{Store: st, Logger: log})
+			bs, err := blobs.open(ctx, log)
 			if err != nil {
 				return err
 			}
-			bs, err := blobs.open(ctx, log)
+			images, closeImages, err := imageMaterializer(bs, imageWork, log.With("component", "images"))
+			if err != nil {
+				return err
+			}
+			defer closeImages()
+			sealer, err := secrets(keyFile)
+			if err != nil {
+				return err
+			}
+			srv, err := server.New(server.Config{ReplicaID: replicaID, AdvertiseURL: advertise, ClusterSecret: secret, Version: version, Coordinator: co},
+				server.Deps{Store: st, Logger: log, Images: images, Secrets: sealer})
 			if err != nil {
 				return err
 			}
@@ -90,6 +101,8 @@ Every flag can also be set as ENGRAMS_<FLAG> (e.g. ENGRAMS_DATABASE).`,
 	f.DurationVar(&co.IdleTimeout, "idle-timeout", envDuration("IDLE_TIMEOUT", 0), "suspend sessions idle this long (default 10m; per session: idle_timeout_s)")
 	f.DurationVar(&co.MaxLifetime, "max-lifetime", envDuration("MAX_LIFETIME", 0), "end sessions dead this long after creation (default: no limit; per session: max_lifetime_s)")
 	blobs.register(f, "")
+	f.StringVar(&imageWork, "image-work-dir", env("IMAGE_WORK_DIR", filepath.Join(os.TempDir(), "engrams-images")), "scratch space for enabling images (an image's tree and root filesystem while it is built)")
+	f.StringVar(&keyFile, "secrets-key-file", env("SECRETS_KEY_FILE", ""), "key (created 0600 on first use) sealing registry credentials at rest; without it images cannot be enabled with credentials. Every replica needs the same file")
 	f.DurationVar(&co.HeartbeatInterval, "heartbeat-interval", envDuration("HEARTBEAT_INTERVAL", 0), "how often hosts heartbeat (default 2s)")
 	return cmd
 }

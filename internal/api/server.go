@@ -14,7 +14,7 @@ import (
 	"github.com/engrams/engrams/internal/store"
 )
 
-// Coordinator is what the API asks to change sessions.
+// Coordinator is what the API asks to change sessions and images.
 type Coordinator interface {
 	CreateSession(ctx context.Context, spec hostlink.MachineSpec, idempotencyKey string) (store.Session, error)
 	DeleteSession(ctx context.Context, id string) (store.Session, error)
@@ -25,6 +25,14 @@ type Coordinator interface {
 	Resume(ctx context.Context, id string) (store.Session, error)
 	Snapshot(ctx context.Context, id string) (store.Snapshot, error)
 	PutOutbox(ctx context.Context, sessionID, id, kind string, payload json.RawMessage) (store.OutboxItem, error)
+
+	EnableImage(ctx context.Context, req coordinator.EnableImageRequest) (coordinator.ImageView, store.ImageJob, error)
+	RefreshImage(ctx context.Context, nameOrID string) (coordinator.ImageView, store.ImageJob, error)
+	DisableImage(ctx context.Context, nameOrID string) (coordinator.ImageView, error)
+	Image(ctx context.Context, nameOrID string) (coordinator.ImageView, error)
+	Images(ctx context.Context, all bool) ([]coordinator.ImageView, error)
+	ImageJobs(ctx context.Context, nameOrID string) ([]store.ImageJob, error)
+	ImageJob(ctx context.Context, id string) (store.ImageJob, error)
 }
 
 // Store is what the API reads, plus the host and token rows it manages.
@@ -130,6 +138,13 @@ func (s *Server) routes() {
 	h(apiv1.RouteCreateToken, s.createToken)
 	h(apiv1.RouteListTokens, s.listTokens)
 	h(apiv1.RouteRevokeToken, s.revokeToken)
+	h(apiv1.RouteEnableImage, s.enableImage)
+	h(apiv1.RouteListImages, s.listImages)
+	h(apiv1.RouteGetImage, s.getImage)
+	h(apiv1.RouteDisableImage, s.disableImage)
+	h(apiv1.RouteRefreshImage, s.refreshImage)
+	h(apiv1.RouteImageJobs, s.listImageJobs)
+	h(apiv1.RouteGetImageJob, s.getImageJob)
 }
 
 // ServeHTTP implements http.Handler. Requests no route matches get the
@@ -168,6 +183,11 @@ func (s *Server) version(w http.ResponseWriter, _ *http.Request) {
 
 // decode reads a bounded JSON body, refusing unknown fields and trailing data.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	return s.decodeWith(w, r, v, func(err error) string { return err.Error() })
+}
+
+// decodeWith is decode with describe saying what was wrong with a malformed body.
+func (s *Server) decodeWith(w http.ResponseWriter, r *http.Request, v any, describe func(error) string) bool {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -176,7 +196,7 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 			writeError(w, http.StatusRequestEntityTooLarge, "too_large", "request body over "+itoa(s.cfg.MaxBodyBytes)+" bytes")
 			return false
 		}
-		writeError(w, http.StatusBadRequest, "bad_request", "malformed JSON body: "+err.Error())
+		writeError(w, http.StatusBadRequest, "bad_request", "malformed JSON body: "+describe(err))
 		return false
 	}
 	if dec.More() {

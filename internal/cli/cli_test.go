@@ -42,13 +42,14 @@ func run(t *testing.T, srv *clienttest.Server, e env, stdin string, args ...stri
 	}
 	var out, errb bytes.Buffer
 	root := cli.NewRoot(cli.Options{
-		Version:  "v1.2.3-test",
-		Stdin:    strings.NewReader(stdin),
-		Stdout:   &out,
-		Stderr:   &errb,
-		Getenv:   func(k string) string { return vars[k] },
-		Now:      func() time.Time { return clienttest.BaseTime() },
-		Location: time.UTC,
+		Version:      "v1.2.3-test",
+		Stdin:        strings.NewReader(stdin),
+		Stdout:       &out,
+		Stderr:       &errb,
+		Getenv:       func(k string) string { return vars[k] },
+		Now:          func() time.Time { return clienttest.BaseTime() },
+		Location:     time.UTC,
+		PollInterval: time.Millisecond,
 	})
 	root.SetArgs(args)
 	code := cli.Execute(t.Context(), root)
@@ -84,11 +85,12 @@ type cmdTest struct {
 	env        env
 	stdin      string
 	args       []string
-	setup      func(*clienttest.Server) // optional, before the command runs
+	setup      func(*testing.T, *clienttest.Server) // optional, before the command runs
 	code       int
 	stdout     string // exact, unless contains is set
 	contains   []string
 	errContain []string
+	stderr     string // exact, when set
 }
 
 // runTable runs each test against its own server from newSrv.
@@ -99,7 +101,7 @@ func runTable(t *testing.T, newSrv func(*testing.T) *clienttest.Server, tests []
 			t.Parallel()
 			srv := newSrv(t)
 			if tt.setup != nil {
-				tt.setup(srv)
+				tt.setup(t, srv)
 			}
 			got := run(t, srv, tt.env, tt.stdin, tt.args...)
 			if got.code != tt.code {
@@ -118,7 +120,10 @@ func runTable(t *testing.T, newSrv func(*testing.T) *clienttest.Server, tests []
 					t.Errorf("stderr lacks %q:\n%s", s, got.stderr)
 				}
 			}
-			if tt.errContain == nil && got.code == 0 && got.stderr != "" {
+			if tt.stderr != "" && got.stderr != tt.stderr {
+				t.Errorf("stderr:\n%s\nwant:\n%s", got.stderr, tt.stderr)
+			}
+			if tt.errContain == nil && tt.stderr == "" && got.code == 0 && got.stderr != "" {
 				t.Errorf("unexpected stderr: %s", got.stderr)
 			}
 		})

@@ -34,6 +34,9 @@ type Options struct {
 	HTTPClient     *http.Client        // default a plain client
 	// IsTerminal reports whether fd is a terminal (default golang.org/x/term).
 	IsTerminal func(fd int) bool
+	// PollInterval is how often commands that wait poll the server
+	// (`image enable`, `image refresh`); default 1s.
+	PollInterval time.Duration
 }
 
 // app is the state every command shares.
@@ -86,7 +89,7 @@ config directory).`,
 		opts.HostAgent.Use = strings.TrimSpace("run " + rest)
 		host.AddCommand(opts.HostAgent)
 	}
-	root.AddCommand(a.sessionCmd(), host, a.tokenCmd(), a.versionCmd())
+	root.AddCommand(a.sessionCmd(), a.imageCmd(), host, a.tokenCmd(), a.versionCmd())
 	root.AddCommand(extra...)
 	return root
 }
@@ -115,6 +118,9 @@ func withDefaults(o Options) Options {
 	}
 	if o.IsTerminal == nil {
 		o.IsTerminal = isTerminal
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = time.Second
 	}
 	if o.Version == "" {
 		o.Version = "(devel)"

@@ -59,16 +59,20 @@ func (a *app) sessionCreateCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "create",
 		Short: "Create a session and print its id",
-		Long: `Create a session: boot a microVM from an image. By default the command
-waits until the session is active and prints its id; with --json it prints
-the whole session. --idempotency-key makes retries safe: a second create with
-the same key returns the first session instead of making another.
---idle-timeout says how long the session may go unused before it is
-suspended (0: the server's default; never: keep it running). --max-lifetime
-is a hard time limit: the session ends dead that long after it was created,
-whatever it is doing (0: the server's default; never: no limit).`,
+		Long: `Create a session: boot a microVM. --image takes the name of an image
+enabled with ` + "`engrams image enable`" + `: the session starts from its warm base
+snapshot, with the image's memory, vCPUs and environment (--env adds to
+it). By default the command waits until the session is active and prints
+its id; with --json it prints the whole session. --idempotency-key makes
+retries safe: a second create with the same key returns the first session
+instead of making another. --idle-timeout says how long the session may go
+unused before it is suspended (0: the server's default; never: keep it
+running). --max-lifetime is a hard time limit: the session ends dead that
+long after it was created, whatever it is doing (0: the server's default;
+never: no limit).`,
 		Example: `  engrams session create
-  engrams session create --memory 2048 --vcpus 2 --env GOFLAGS=-mod=mod --image debian:12
+  engrams session create --image web
+  engrams session create --memory 2048 --vcpus 2 --env GOFLAGS=-mod=mod
   engrams session create --idle-timeout 15m --max-lifetime 24h
   id=$(engrams session create --idempotency-key ci-run-42)`,
 		Args: usageArgs(cobra.NoArgs),
@@ -111,7 +115,7 @@ whatever it is doing (0: the server's default; never: no limit).`,
 	f.IntVar(&req.MemoryMiB, "memory", 0, "guest memory in MiB (default: the server's)")
 	f.IntVar(&req.VCPUs, "vcpus", 0, "virtual CPUs (default 1)")
 	f.StringArrayVar(&env, "env", nil, "environment variable KEY=VALUE for every command (repeatable)")
-	f.StringVar(&req.Image, "image", "", "OCI image reference (default: the server's)")
+	f.StringVar(&req.Image, "image", "", "the `NAME` of an enabled image (see engrams image list; default: the server's)")
 	f.BoolVar(&noWait, "no-wait", false, "return at once instead of waiting until the session is active")
 	f.StringVar(&req.IdempotencyKey, "idempotency-key", "", "create at most one session per key")
 	f.StringVar(&idle, "idle-timeout", "0", "suspend after this long unused, e.g. 15m (0: the server's default; never: don't)")

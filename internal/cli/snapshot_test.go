@@ -40,7 +40,7 @@ func newSnapServer(t *testing.T) *clienttest.Server {
 	return srv
 }
 
-func failSnapshots(srv *clienttest.Server) { srv.FailSnapshots("disk full") }
+func failSnapshots(_ *testing.T, srv *clienttest.Server) { srv.FailSnapshots("disk full") }
 
 func TestSnapshotCommands(t *testing.T) {
 	t.Parallel()

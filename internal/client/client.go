@@ -293,10 +293,16 @@ func (c *Client) call(ctx context.Context, method, path string, q url.Values, in
 	return nil
 }
 
-// routePath turns an apiv1 route pattern into a path, filling {id}.
+// routePath turns an apiv1 route pattern into a path, filling its one
+// wildcard ({id}, {name}) with id.
 func routePath(route, id string) string {
 	_, p, _ := strings.Cut(route, " ")
-	return strings.Replace(p, "{id}", url.PathEscape(id), 1)
+	i := strings.IndexByte(p, '{')
+	j := strings.IndexByte(p, '}')
+	if i < 0 || j < i {
+		return p
+	}
+	return p[:i] + url.PathEscape(id) + p[j+1:]
 }
 
 func waitQuery(wait bool) url.Values {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/engrams/engrams/internal/image"
+	"github.com/engrams/engrams/internal/image/oci"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -71,13 +73,33 @@ type HostTransports interface {
 	Transport(ctx context.Context, hostID string) (http.RoundTripper, error)
 }
 
+// Sealer seals secrets at rest (secret.Sealer does); associated data binds
+// a ciphertext to its row.
+type Sealer interface {
+	Seal(plaintext, associated []byte) ([]byte, error)
+	Open(ciphertext, associated []byte) ([]byte, error)
+}
+
+// Materializer turns image references into chunked root filesystems
+// (image.Materializer does).
+type Materializer interface {
+	Resolve(ctx context.Context, ref string, auth oci.Credentials) (oci.Resolved, error)
+	Materialize(ctx context.Context, req image.Request) (image.Result, error)
+}
+
 // Deps are the coordinator's collaborators.
 type Deps struct {
 	Store  store.Store
 	Hosts  HostTransports
 	Logger *slog.Logger
-	Now    func() time.Time // default time.Now
-	NewID  func() string    // default UUIDv7
+	// Images materializes enabled images; nil: image enable jobs fail,
+	// saying the server has no blob store.
+	Images Materializer
+	// Secrets seals registry credentials; nil: enabling with credentials
+	// is refused.
+	Secrets Sealer
+	Now     func() time.Time // default time.Now
+	NewID   func() string    // default UUIDv7
 }
 
 // Coordinator is one replica's lifecycle engine.
@@ -88,6 +110,9 @@ type Coordinator struct {
 	log   *slog.Logger
 	now   func() time.Time
 	newID func() string
+
+	images  Materializer
+	secrets Sealer
 }
 
 // New checks cfg and returns a coordinator; call Run to start its loops.
@@ -98,7 +123,8 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 	if deps.Store == nil || deps.Hosts == nil {
 		return nil, errors.New("coordinator: Store and Hosts are required")
 	}
-	c := &Coordinator{cfg: cfg, st: deps.Store, hosts: deps.Hosts, log: deps.Logger, now: deps.Now, newID: deps.NewID}
+	c := &Coordinator{cfg: cfg, st: deps.Store, hosts: deps.Hosts, log: deps.Logger, now: deps.Now, newID: deps.NewID,
+		images: deps.Images, secrets: deps.Secrets}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
@@ -126,10 +152,14 @@ func (c *Coordinator) Run(ctx context.Context) error {
 			c.workLoop(ctx, i)
 		}()
 	}
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		c.monitorLoop(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		c.imageJobLoop(ctx)
 	}()
 	wg.Wait()
 	return nil

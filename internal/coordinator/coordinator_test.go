@@ -30,6 +30,9 @@ type fakeHost struct {
 	epochs   map[string]int64
 	applied  map[string]int64 // session -> outbox seq its running guest applied
 	failBoot bool
+	warmFail string // captures answer warmup_failed with this tail
+	captures []hostlink.CaptureRequest
+	starts   []hostlink.StartRequest
 	full     bool // answer 409 capacity
 	corrupt  bool // restores fail: snapshot_corrupt
 	deletes  int
@@ -60,6 +63,10 @@ func copyCounts(m map[string]int) map[string]int {
 func (h *fakeHost) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if id, ok := strings.CutPrefix(r.URL.Path, "/v1/captures/"); ok {
+		h.capture(w, r, id)
+		return
+	}
 	rest := strings.TrimPrefix(r.URL.Path, "/v1/machines/")
 	id, sub, _ := strings.Cut(rest, "/")
 	epoch, _ := strconv.ParseInt(r.Header.Get(hostlink.HeaderEpoch), 10, 64)
@@ -86,6 +93,7 @@ func (h *fakeHost) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *fakeHost) start(w http.ResponseWriter, r *http.Request, id string, epoch int64) {
 	var req hostlink.StartRequest
 	_ = json.NewDecoder(r.Body).Decode(&req)
+	h.starts = append(h.starts, req)
 	switch {
 	case h.full:
 		w.WriteHeader(http.StatusConflict)
@@ -147,7 +155,7 @@ func (h *fakeHost) outbox(w http.ResponseWriter, r *http.Request, id string) {
 	_ = json.NewEncoder(w).Encode(hostlink.OutboxApplied{Applied: h.applied[id]})
 }
 
-var testFacts = hostlink.Facts{Arch: "amd64", Backend: hostlink.BackendFacts{Name: "fake", Version: "1", Acceleration: "none"}}
+var testFacts = hostlink.Facts{Arch: "amd64", Backend: hostlink.BackendFacts{Name: "fake", Version: "1", Acceleration: "none", RootFS: true}}
 
 func (h *fakeHost) running(id string) bool {
 	h.mu.Lock()
@@ -194,6 +202,12 @@ type env struct {
 
 func newEnv(t *testing.T, cfg Config) *env {
 	t.Helper()
+	return newEnvWith(t, cfg, Deps{})
+}
+
+// newEnvWith is newEnv with extra collaborators (Images, Secrets).
+func newEnvWith(t *testing.T, cfg Config, extra Deps) *env {
+	t.Helper()
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "db")}, sqlite.Deps{})
 	if err != nil {
@@ -204,7 +218,7 @@ func newEnv(t *testing.T, cfg Config) *env {
 		cfg.ReplicaID = "r1"
 	}
 	f := &fleet{hosts: map[string]*fakeHost{}, down: map[string]int{}, snaps: newSnapStore()}
-	co, err := New(cfg, Deps{Store: st, Hosts: f})
+	co, err := New(cfg, Deps{Store: st, Hosts: f, Images: extra.Images, Secrets: extra.Secrets})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,6 +232,12 @@ func newEnv(t *testing.T, cfg Config) *env {
 // addHost creates, registers and connects a fake host with room for n 256 MiB sessions.
 func (e *env) addHost(t *testing.T, name string, n int) (string, *fakeHost) {
 	t.Helper()
+	return e.addHostWith(t, name, n, testFacts)
+}
+
+// addHostWith is addHost for a host with other facts.
+func (e *env) addHostWith(t *testing.T, name string, n int, hf hostlink.Facts) (string, *fakeHost) {
+	t.Helper()
 	ctx := context.Background()
 	id := "host-" + name
 	if err := e.st.CreateHost(ctx, store.Host{ID: id, Name: name, State: store.HostNew, CreatedAt: time.Now()},
@@ -225,7 +245,7 @@ func (e *env) addHost(t *testing.T, name string, n int) (string, *fakeHost) {
 		t.Fatal(err)
 	}
 	capa, _ := json.Marshal(hostlink.Capacity{MemoryMiB: 256 * n, VCPUs: n})
-	facts, _ := json.Marshal(testFacts)
+	facts, _ := json.Marshal(hf)
 	if err := e.st.RegisterHost(ctx, store.Host{ID: id, Name: name, Facts: facts, Capacity: capa, ReplicaID: "r1", LastHeartbeat: time.Now(), ConnectedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}

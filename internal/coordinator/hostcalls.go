@@ -23,6 +23,7 @@ type HostError struct {
 	Status int
 	Code   string
 	Msg    string
+	Tail   string // output tail of a failed warm-up
 }
 
 func (e *HostError) Error() string {
@@ -35,11 +36,16 @@ func (e *HostError) Error() string {
 // hostCall sends one JSON command to a host carrying the session epoch. A
 // stale_epoch refusal is returned wrapping store.ErrStaleEpoch.
 func (c *Coordinator) hostCall(ctx context.Context, hostID, method, path string, epoch int64, in, out any) error {
+	return c.hostCallWithin(ctx, hostCallTimeout, hostID, method, path, epoch, in, out)
+}
+
+// hostCallWithin is hostCall with its own time limit.
+func (c *Coordinator) hostCallWithin(ctx context.Context, limit time.Duration, hostID, method, path string, epoch int64, in, out any) error {
 	rt, err := c.hosts.Transport(ctx, hostID)
 	if err != nil {
 		return fmt.Errorf("reach host %s: %w", hostID, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, hostCallTimeout)
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	var body io.Reader
 	if in != nil {
@@ -68,7 +74,7 @@ func (c *Coordinator) hostCall(ctx context.Context, hostID, method, path string,
 		if json.Unmarshal(raw, &eb) != nil || eb.Error == "" {
 			eb.Error = string(bytes.TrimSpace(raw))
 		}
-		herr := &HostError{Status: resp.StatusCode, Code: eb.Code, Msg: eb.Error}
+		herr := &HostError{Status: resp.StatusCode, Code: eb.Code, Msg: eb.Error, Tail: eb.OutputTail}
 		if eb.Code == "stale_epoch" {
 			return fmt.Errorf("%s %s on host %s: %w: %w", method, path, hostID, store.ErrStaleEpoch, herr)
 		}

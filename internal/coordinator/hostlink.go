@@ -112,7 +112,7 @@ func (c *Coordinator) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	owned := ownership(sessions)
 	c.recoverExited(r.Context(), hostID, req.Machines, sessions)
 	c.recordActivity(r.Context(), req.Machines, sessions)
-	writeLinkJSON(w, hostlink.HeartbeatResponse{Owned: owned, Lease: c.lease()})
+	writeLinkJSON(w, hostlink.HeartbeatResponse{Owned: owned, Lease: c.lease(), Prefetch: c.prefetchFor(r.Context(), hostID, req.Snapshots)})
 }
 
 // owned lists the sessions a host may keep machines for.

@@ -54,7 +54,15 @@ func (x *opRun) placeSession(ctx context.Context, spec hostlink.MachineSpec, exc
 	if err := x.step(ctx, "place"); err != nil {
 		return err
 	}
-	hostID, err := x.c.placeWithin(ctx, placement{spec: spec, exclude: exclude}, x.c.cfg.PlacementWait)
+	p := placement{spec: spec, exclude: exclude}
+	if spec.ImageID != "" {
+		img, err := x.c.imageBase(ctx, spec)
+		if err != nil {
+			return x.giveUp(ctx, err)
+		}
+		p.snapshot = &store.Snapshot{ID: img.BaseID, Facts: img.Facts}
+	}
+	hostID, err := x.c.placeWithin(ctx, p, x.c.cfg.PlacementWait)
 	switch {
 	case errors.Is(err, scheduler.ErrNoCapacity):
 		if ferr := x.apply(ctx, lifecycle.Unplaceable, nil, ptr(err.Error())); ferr != nil {
@@ -73,6 +81,13 @@ func (x *opRun) boot(ctx context.Context, spec hostlink.MachineSpec) error {
 		return err
 	}
 	req := hostlink.StartRequest{Epoch: x.op.Epoch, Spec: spec}
+	if spec.ImageID != "" {
+		img, err := x.c.imageBase(ctx, spec)
+		if err != nil {
+			return x.giveUp(ctx, err)
+		}
+		req.Restore = &hostlink.RestoreSpec{SnapshotID: img.BaseID, Manifests: img.Manifests, Base: true}
+	}
 	var st hostlink.MachineStatus
 	err := x.c.hostCall(ctx, x.s.HostID, "PUT", "/v1/machines/"+x.s.ID, x.op.Epoch, req, &st)
 	var herr *HostError
@@ -212,6 +227,7 @@ type placement struct {
 	spec     hostlink.MachineSpec
 	exclude  []string
 	snapshot *store.Snapshot
+	rootfs   bool // only hosts whose backend boots an image's root filesystem
 }
 
 func (c *Coordinator) placeWithin(ctx context.Context, p placement, wait time.Duration) (string, error) {
@@ -258,11 +274,14 @@ func (c *Coordinator) place(ctx context.Context, p placement) (string, error) {
 			HostID: h.ID, Ready: h.State == store.HostReady && !slices.Contains(p.exclude, h.ID) && c.fresh(h),
 			MemoryMiB: capa.MemoryMiB, VCPUs: capa.VCPUs, MaxSessions: capa.MaxSessions,
 		}
+		var hf hostlink.Facts
+		_ = json.Unmarshal(h.Facts, &hf)
 		if p.snapshot != nil {
-			var hf hostlink.Facts
-			_ = json.Unmarshal(h.Facts, &hf)
 			cd.Incompatible = scheduler.Compatible(snapFacts, hf)
 			cd.Cached = slices.Contains(capa.CachedSnapshots, p.snapshot.ID)
+		}
+		if p.rootfs && !hf.Backend.RootFS && cd.Incompatible == "" {
+			cd.Incompatible = fmt.Sprintf("backend %s cannot boot an image's root filesystem", hf.Backend.Name)
 		}
 		cands = append(cands, cd)
 	}

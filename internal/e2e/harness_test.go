@@ -102,9 +102,15 @@ func startReplica(t *testing.T, st store.Store, secret string, co coordinator.Co
 // serveReplica serves a replica on ln until the test ends.
 func serveReplica(t *testing.T, ln net.Listener, st store.Store, secret string, co coordinator.Config) replica {
 	t.Helper()
+	return serveReplicaWith(t, ln, st, secret, co, server.Deps{})
+}
+
+// serveReplicaWith is serveReplica with extra collaborators (Images, Secrets).
+func serveReplicaWith(t *testing.T, ln net.Listener, st store.Store, secret string, co coordinator.Config, extra server.Deps) replica {
+	t.Helper()
 	url := "http://" + ln.Addr().String()
 	srv, err := server.New(server.Config{AdvertiseURL: url, ClusterSecret: secret, Version: "test", Coordinator: co},
-		server.Deps{Store: st, Logger: testLogger(t).With("replica", url)})
+		server.Deps{Store: st, Logger: testLogger(t).With("replica", url), Images: extra.Images, Secrets: extra.Secrets})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,12 +17,19 @@ import (
 // The host sends one at boot (identity and env before the daemon starts)
 // and one after every restore (clock step and RNG reseed).
 type Control struct {
+	// ID matches the Reply. Hosts make it unique per message over the
+	// machine's life, restores included (e.g. counting from a random
+	// start): init restarts the daemon once per ID, so a message resent
+	// after a lost reply does not restart it twice.
 	ID           uint64            `json:"id"`
 	Hostname     string            `json:"hostname,omitempty"`
 	Env          map[string]string `json:"env,omitempty"`     // written to EnvFile, passed to the daemon on (re)start
 	TimeUnixNano int64             `json:"time_unix_nano"`    // step CLOCK_REALTIME to this
 	Entropy      []byte            `json:"entropy,omitempty"` // credited to the kernel RNG, then the CRNG is reseeded
-	RestartGuest bool              `json:"restart,omitempty"` // restart the guest daemon (new identity)
+	// RestartGuest restarts the guest daemon after the rest is applied, so
+	// it starts with the new Env (a new identity). Init answers once the
+	// new daemon runs, with its pid (Reply.GuestPID).
+	RestartGuest bool `json:"restart,omitempty"`
 }
 
 // Reply answers a Control, and Hello (ID 0) is sent unprompted when init
@@ -33,6 +40,10 @@ type Reply struct {
 	Error  string `json:"error,omitempty"`
 	BootID string `json:"boot_id,omitempty"`
 	Hello  bool   `json:"hello,omitempty"`
+	// GuestPID answers RestartGuest: the pid of the daemon started anew
+	// (the old one has exited). 0 from an init that predates it, which
+	// answered before the old daemon exited.
+	GuestPID int `json:"guest_pid,omitempty"`
 }
 
 // FindPort returns the /dev/vport* device whose virtio-serial name is name.

@@ -50,3 +50,15 @@ func TestServeLinesAnswersEachControl(t *testing.T) {
 		t.Fatalf("signaled %d times, want 2", signaled)
 	}
 }
+
+// TestRestartBeforeRun checks a restart asked for before the supervisor
+// runs (the first control message at boot) is answered at once: the
+// daemon's first start sees the new env.
+func TestRestartBeforeRun(t *testing.T) {
+	t.Parallel()
+	sup := NewSupervisor([]string{"/bin/true"}, slog.New(slog.DiscardHandler))
+	rep := handleControl([]byte(`{"id":3,"restart":true}`), sup)
+	if !rep.OK || rep.ID != 3 || rep.GuestPID != 0 {
+		t.Fatalf("reply %+v, want id 3 ok without a pid", rep)
+	}
+}

@@ -181,7 +181,18 @@ func handleControl(line []byte, sup *Supervisor) Reply {
 		rep.OK, rep.Error = false, err.Error()
 	}
 	if c.RestartGuest {
-		sup.Restart()
+		pid, err := sup.Restart(c.ID)
+		if err != nil {
+			rep.OK, rep.Error = false, joinErr(rep.Error, err.Error())
+		}
+		rep.GuestPID = pid
 	}
 	return rep
+}
+
+func joinErr(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
 }

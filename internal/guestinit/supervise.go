@@ -24,11 +24,18 @@ type Supervisor struct {
 	pid     int
 	started time.Time
 	backoff time.Duration
+	running bool          // Run has started
+	now     bool          // a Restart waits: start again without backoff
+	changed chan struct{} // closed (and replaced) at every start
+	poke    chan struct{} // tells Run a Restart waits
+	lastID  uint64        // request id of the last Restart, and the pid it started
+	lastPID int
 }
 
 // NewSupervisor returns a supervisor for argv (argv[0] is an absolute path).
 func NewSupervisor(argv []string, log *slog.Logger) *Supervisor {
-	return &Supervisor{argv: argv, log: log, backoff: 500 * time.Millisecond}
+	return &Supervisor{argv: argv, log: log, backoff: 500 * time.Millisecond,
+		changed: make(chan struct{}), poke: make(chan struct{}, 1)}
 }
 
 // SetEnv replaces the daemon's extra environment; it applies on next start.
@@ -38,13 +45,77 @@ func (s *Supervisor) SetEnv(env map[string]string) {
 	s.mu.Unlock()
 }
 
-// Restart signals the daemon to stop; the reaper starts it again.
-func (s *Supervisor) Restart() {
+// Restart bounds: SIGKILL a daemon that has not exited this long after
+// SIGTERM; give up waiting for the new one after restartWait.
+const (
+	restartKillAfter = 5 * time.Second
+	restartWait      = 20 * time.Second
+)
+
+// Restart stops the daemon (SIGTERM, SIGKILL after restartKillAfter) and
+// returns once Run has started a new one, at once rather than after the
+// crash backoff, with the environment SetEnv gave. It returns the new
+// daemon's pid: once Restart returns, the old daemon is gone and has
+// released its channels. id names the request: a request with the id of
+// the last one (a host resending a message it heard no answer to) does not
+// restart again and returns the same pid. Before Run starts there is no
+// daemon to restart: it returns 0, and the first start sees the env.
+func (s *Supervisor) Restart(id uint64) (int, error) {
 	s.mu.Lock()
-	pid := s.pid
+	if !s.running {
+		s.mu.Unlock()
+		return 0, nil
+	}
+	if id != 0 && id == s.lastID && s.lastPID > 0 {
+		pid := s.lastPID
+		s.mu.Unlock()
+		return pid, nil
+	}
+	old := s.pid
+	s.now = true
 	s.mu.Unlock()
-	if pid > 0 {
-		_ = unix.Kill(pid, unix.SIGTERM)
+	if old > 0 {
+		_ = unix.Kill(old, unix.SIGTERM)
+	}
+	select { // Run starts a daemon that is down (crashed, in backoff) at once
+	case s.poke <- struct{}{}:
+	default:
+	}
+	pid, err := s.awaitNew(old)
+	if err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	s.lastID, s.lastPID = id, pid
+	s.now = false // consumed already, unless a backoff start beat the request
+	s.mu.Unlock()
+	return pid, nil
+}
+
+// awaitNew waits until a daemon other than old runs, killing old if it
+// lingers.
+func (s *Supervisor) awaitNew(old int) (int, error) {
+	kill := time.NewTimer(restartKillAfter)
+	defer kill.Stop()
+	limit := time.NewTimer(restartWait)
+	defer limit.Stop()
+	for {
+		s.mu.Lock()
+		pid, changed := s.pid, s.changed
+		s.mu.Unlock()
+		if pid > 0 && pid != old {
+			return pid, nil
+		}
+		select {
+		case <-changed:
+		case <-kill.C:
+			if old > 0 {
+				s.log.Warn("guest daemon ignored SIGTERM; killing it", "pid", old)
+				_ = unix.Kill(old, unix.SIGKILL)
+			}
+		case <-limit.C:
+			return 0, fmt.Errorf("restart guest daemon: no new daemon after %s", restartWait)
+		}
 	}
 }
 
@@ -88,6 +159,8 @@ func (s *Supervisor) start() error {
 	}
 	s.mu.Lock()
 	s.pid, s.started = p.Pid, time.Now()
+	close(s.changed)
+	s.changed = make(chan struct{})
 	s.mu.Unlock()
 	pid := p.Pid
 	_ = p.Release() // the reaper collects it, not os.Process
@@ -99,12 +172,19 @@ func (s *Supervisor) start() error {
 func (s *Supervisor) Run() {
 	sig := make(chan os.Signal, 16)
 	signal.Notify(sig, unix.SIGCHLD)
+	s.mu.Lock()
+	s.running = true
+	s.mu.Unlock()
 	restart := time.NewTimer(0)
 	for {
 		select {
 		case <-sig:
 			if s.reap() {
 				restart.Reset(s.nextBackoff())
+			}
+		case <-s.poke:
+			if s.takeNow() { // down, waiting out a backoff: start at once
+				restart.Reset(0)
 			}
 		case <-restart.C:
 			if err := s.start(); err != nil {
@@ -134,9 +214,27 @@ func (s *Supervisor) reap() bool {
 	}
 }
 
+// takeNow consumes a waiting Restart's request if no daemon runs (one
+// that runs is being stopped: its reap consumes the request).
+func (s *Supervisor) takeNow() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pid != 0 || !s.now {
+		return false
+	}
+	s.now = false
+	return true
+}
+
+// nextBackoff is how long to wait before the next start: none when a
+// Restart waits, else growing while the daemon keeps exiting.
 func (s *Supervisor) nextBackoff() time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.now {
+		s.now = false
+		return 0
+	}
 	if time.Since(s.started) > 30*time.Second {
 		s.backoff = 500 * time.Millisecond
 	}

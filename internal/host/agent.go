@@ -66,6 +66,7 @@ type ChunkStore interface {
 	PutFileOver(ctx context.Context, path string, parent chunk.Manifest) (chunk.Manifest, chunk.PutStats, error)
 	PutReader(ctx context.Context, r io.Reader, size int64) (chunk.Manifest, chunk.PutStats, error)
 	Verify(ctx context.Context, m chunk.Manifest) error
+	VerifyData(ctx context.Context, m chunk.Manifest) error // fetches every chunk through the cache
 	Restore(ctx context.Context, m chunk.Manifest, dst string) error
 }
 
@@ -94,17 +95,19 @@ type Agent struct {
 	api  http.Handler
 	cap  hostlink.Capacity
 
-	mu        sync.Mutex
-	machines  map[string]*machine             // by session id
-	reserved  map[string]hostlink.MachineSpec // boots in flight
-	epochs    map[string]int64                // highest epoch seen, cached
-	gen       uint64                          // bumped on every start or adopt
-	locks     keyedMutex                      // one per session: epoch check + act
-	lease     leaseState                      // self-fencing (lease.go)
-	needed    map[string]time.Time            // session -> last time owned, run or commanded
-	pruned    time.Time                       // last epoch prune pass
-	cached    recentSnapshots                 // snapshots whose chunks were cached here
-	leaseKick chan struct{}                   // wakes the lease watcher
+	mu         sync.Mutex
+	machines   map[string]*machine             // by session id
+	reserved   map[string]hostlink.MachineSpec // boots in flight
+	epochs     map[string]int64                // highest epoch seen, cached
+	gen        uint64                          // bumped on every start or adopt
+	locks      keyedMutex                      // one per session: epoch check + act
+	imageLocks keyedMutex                      // one per root filesystem or image capture
+	prefetch   prefetchState                   // base snapshots being fetched (prefetch.go)
+	lease      leaseState                      // self-fencing (lease.go)
+	needed     map[string]time.Time            // session -> last time owned, run or commanded
+	pruned     time.Time                       // last epoch prune pass
+	cached     recentSnapshots                 // snapshots whose chunks were cached here
+	leaseKick  chan struct{}                   // wakes the lease watcher
 
 	watchers sync.WaitGroup
 	stop     chan struct{} // closed when Run ends: watchers return
@@ -176,6 +179,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.recoverMachines(ctx); err != nil {
 		return err
 	}
+	a.clearCaptures(ctx)
 	leaseCtx, stopLease := context.WithCancel(ctx)
 	a.watchers.Add(1)
 	go func() {
@@ -301,6 +305,7 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 		failed = 0
 		a.renewLease(sent, hb.Lease)
 		a.reconcile(ctx, hb.Owned, gen)
+		a.startPrefetch(ctx, hb.Prefetch)
 	}
 }
 

@@ -31,6 +31,7 @@ func (a *Agent) routes() http.Handler {
 	mux.HandleFunc("DELETE "+hostlink.PathMachine, a.destroyMachine)
 	mux.HandleFunc("POST "+hostlink.PathSnapshot, a.snapshotCommand)
 	mux.HandleFunc("POST "+hostlink.PathOutbox, a.deliverOutbox)
+	mux.HandleFunc("POST "+hostlink.PathCapture, a.captureCommand)
 	mux.HandleFunc(hostlink.PathGuest+"{rest...}", a.proxyGuest)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		hostlink.WriteError(w, http.StatusNotFound, hostlink.CodeNotFound, fmt.Sprintf("no route %s %s on this host", r.Method, r.URL.Path))
@@ -49,6 +50,7 @@ type apiError struct {
 	status int
 	code   string
 	err    error
+	tail   string // output tail of a failed warm-up
 }
 
 func (e *apiError) Error() string { return e.err.Error() }
@@ -66,7 +68,7 @@ func (a *Agent) writeErr(w http.ResponseWriter, sid string, err error) {
 	case errors.As(err, &stale):
 		hostlink.WriteError(w, http.StatusConflict, hostlink.CodeStaleEpoch, err.Error())
 	case errors.As(err, &ae):
-		hostlink.WriteError(w, ae.status, ae.code, err.Error())
+		hostlink.WriteErrorBody(w, ae.status, hostlink.ErrorBody{Error: err.Error(), Code: ae.code, OutputTail: ae.tail})
 	default:
 		a.log.Error("session command failed", "session_id", sid, "error", err)
 		hostlink.WriteError(w, http.StatusInternalServerError, hostlink.CodeInternal, err.Error())
@@ -108,6 +110,9 @@ func decodeCommand(w http.ResponseWriter, r *http.Request, v any, epoch func() i
 	if err := json.NewDecoder(io.LimitReader(r.Body, maxCommandBody)).Decode(v); err != nil {
 		hostlink.WriteError(w, http.StatusBadRequest, hostlink.CodeBadRequest, "decode request: "+err.Error())
 		return false
+	}
+	if epoch == nil { // the command is fenced otherwise (image captures)
+		return true
 	}
 	body := epoch()
 	h, ok := headerEpoch(w, r, body)

@@ -23,6 +23,7 @@ func (a *Agent) facts() hostlink.Facts {
 		Version:      c.Version,
 		Acceleration: c.Acceleration,
 		Isolation:    c.Isolation,
+		RootFS:       c.RootFS,
 		Usable:       true,
 		Reason:       c.Reason,
 	}

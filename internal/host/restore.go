@@ -37,10 +37,11 @@ func (a *Agent) restoreFiles(ctx context.Context, sid string, epoch int64, spec 
 	if !validSessionID(rs.SnapshotID) {
 		return nil, nil, failure(http.StatusBadRequest, hostlink.CodeBadRequest, fmt.Errorf("bad snapshot id %q", rs.SnapshotID))
 	}
-	manifests, err = decodeManifests(rs.Manifests)
+	all, err := decodeManifests(rs.Manifests)
 	if err != nil {
 		return nil, nil, snapshotFailure(fmt.Sprintf("restore snapshot %s of session %s", rs.SnapshotID, sid), err)
 	}
+	manifests, rootfs := splitRootFS(all)
 	for _, role := range slices.Sorted(maps.Keys(manifests)) {
 		if err := a.storeFor(role).Verify(ctx, manifests[role]); err != nil {
 			return nil, nil, snapshotFailure(fmt.Sprintf("verify snapshot %s of session %s, role %s", rs.SnapshotID, sid, role), err)
@@ -62,6 +63,15 @@ func (a *Agent) restoreFiles(ctx context.Context, sid string, epoch int64, spec 
 	if err := os.Mkdir(files, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("create restore dir of session %s: %w", sid, err)
 	}
+	vspec := vmm.Spec{SessionID: sid, Epoch: epoch, Dir: dir, MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, Env: spec.Env, Rebind: rs.Base}
+	if rootfs != nil {
+		if vspec.RootFS, err = a.rootFS(ctx, *rootfs); err != nil {
+			return nil, nil, err
+		}
+		if err := a.keepRootFS(sid, *rootfs); err != nil {
+			return nil, nil, fmt.Errorf("record root filesystem of session %s: %w", sid, err)
+		}
+	}
 	snap := vmm.Snapshot{Backend: a.deps.Backend.Capabilities().Name, Files: map[string]string{}, Taken: a.deps.Now()}
 	for role, man := range manifests {
 		p := filepath.Join(files, role)
@@ -73,9 +83,7 @@ func (a *Agent) restoreFiles(ctx context.Context, sid string, epoch int64, spec 
 	if err := a.writeRecord(sid, epoch, spec, false); err != nil {
 		return nil, nil, fmt.Errorf("record machine of session %s: %w", sid, err)
 	}
-	m, err = a.deps.Backend.Restore(ctx, vmm.Spec{
-		SessionID: sid, Epoch: epoch, Dir: dir, MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, Env: spec.Env,
-	}, snap)
+	m, err = a.deps.Backend.Restore(ctx, vspec, snap)
 	if err != nil {
 		err = fmt.Errorf("restore snapshot %s of session %s: %w", rs.SnapshotID, sid, err)
 		if errors.Is(err, vmm.ErrUnsupported) {

@@ -2,7 +2,6 @@ package host
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -106,14 +105,14 @@ func (a *Agent) snapshot(ctx context.Context, log *slog.Logger, mc *machine, req
 	manifests, put, err := a.upload(ctx, snap, parent)
 	var raw []byte
 	if err == nil {
-		raw, err = json.Marshal(manifests)
+		a.rememberSnapshot(req.SnapshotID, manifests)
+		raw, err = a.withRootFS(sid, manifests)
 	}
 	if err != nil {
 		a.continueAfterSnapshot(ctx, log, mc)
 		return resp, failure(http.StatusServiceUnavailable, hostlink.CodeSnapshotFailed,
 			fmt.Errorf("upload snapshot %s of session %s: %w", req.SnapshotID, sid, err))
 	}
-	a.rememberSnapshot(req.SnapshotID, manifests)
 	a.mu.Lock()
 	mc.memParent = manifests[roleMemory]
 	a.mu.Unlock()

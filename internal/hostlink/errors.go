@@ -37,6 +37,8 @@ const (
 	CodeSnapshotCorrupt  = "snapshot_corrupt" // a chunk or manifest fails verification
 	CodeRestoreFailed    = "restore_failed"   // chunks verified, the backend could not restore
 	CodeGuestFailed      = "guest_failed"     // the guest daemon refused or did not answer
+	CodeBootFailed       = "boot_failed"      // an image capture could not boot the image
+	CodeWarmupFailed     = "warmup_failed"    // an image's warm-up command failed, stalled or ran out of time
 )
 
 type hostIDKey struct{}
@@ -56,8 +58,13 @@ func WithHostID(ctx context.Context, hostID string) context.Context {
 
 // WriteError writes an ErrorBody as JSON with the given status.
 func WriteError(w http.ResponseWriter, status int, code, msg string) {
+	WriteErrorBody(w, status, ErrorBody{Error: msg, Code: code})
+}
+
+// WriteErrorBody answers with status and body.
+func WriteErrorBody(w http.ResponseWriter, status int, body ErrorBody) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(ErrorBody{Error: msg, Code: code})
+	_ = json.NewEncoder(w).Encode(body)
 }

@@ -14,7 +14,10 @@ import (
 //   - 2 (2026-11-30): host lease (a host pauses its machines when it cannot
 //     heartbeat); snapshot, restore, outbox delivery; heartbeats report
 //     paused machines, activity and cached snapshots.
-const Version = 2
+//   - 3 (2026-11-30): images: capture of a base snapshot, restore of a
+//     base into a new session (RestoreSpec.Base), the "rootfs" manifest
+//     role, prefetch of enabled images in heartbeat answers.
+const Version = 3
 
 // Headers.
 const (
@@ -43,7 +46,14 @@ const (
 	PathGuest    = "/v1/machines/{id}/guest/"   // prefix: the rest is proxied to the guest daemon
 	PathSnapshot = "/v1/machines/{id}/snapshot" // POST SnapshotRequest -> SnapshotResponse
 	PathOutbox   = "/v1/machines/{id}/outbox"   // POST OutboxDelivery -> OutboxApplied
+	PathCapture  = "/v1/captures/{id}"          // POST CaptureRequest -> CaptureResponse; {id} is the image job id
 )
+
+// RoleRootFS is the manifest role of a machine's shared root filesystem
+// image (an enabled OCI image). A host keeps one copy per content in its
+// image cache and gives every machine its own copy-on-write layer over it;
+// a snapshot of such a machine names it (its chunks are the image's).
+const RoleRootFS = "rootfs"
 
 // Facts describe a host; several are part of a snapshot's identity.
 type Facts struct {
@@ -63,6 +73,7 @@ type BackendFacts struct {
 	Version      string `json:"version,omitempty"`
 	Acceleration string `json:"acceleration"`
 	Isolation    bool   `json:"isolation"`
+	RootFS       bool   `json:"rootfs,omitempty"` // can boot an image's root filesystem (capture images, run their sessions)
 	Usable       bool   `json:"usable"`
 	Reason       string `json:"reason,omitempty"`
 }
@@ -136,6 +147,17 @@ type HeartbeatRequest struct {
 type HeartbeatResponse struct {
 	Owned []Ownership   `json:"owned"`
 	Lease time.Duration `json:"lease_ns"`
+	// Prefetch lists the base snapshots of enabled images this host could
+	// run: the host fetches their chunks (and builds their root filesystem)
+	// in the background, then lists them in HeartbeatRequest.Snapshots.
+	Prefetch []Prefetch `json:"prefetch,omitempty"`
+}
+
+// Prefetch is one base snapshot to hold ready.
+type Prefetch struct {
+	ImageID    string          `json:"image_id"`
+	SnapshotID string          `json:"snapshot_id"`
+	Manifests  json.RawMessage `json:"manifests"` // role -> chunk manifest, RoleRootFS included
 }
 
 // MachineSpec is what a session's machine is started with.
@@ -143,7 +165,11 @@ type MachineSpec struct {
 	MemoryMiB int               `json:"memory_mib"`
 	VCPUs     int               `json:"vcpus"`
 	Env       map[string]string `json:"env,omitempty"`
-	Image     string            `json:"image,omitempty"`
+	Image     string            `json:"image,omitempty"` // enabled image name (or id) the session starts from
+	// ImageID and BaseSnapshotID pin the image and the base snapshot the
+	// session was created from (set by the coordinator).
+	ImageID        string `json:"image_id,omitempty"`
+	BaseSnapshotID string `json:"base_snapshot_id,omitempty"`
 	// IdleTimeoutSec: no activity this long suspends the session (0: the
 	// coordinator's default; negative: never).
 	IdleTimeoutSec int `json:"idle_timeout_s,omitempty"`
@@ -166,6 +192,38 @@ type StartRequest struct {
 type RestoreSpec struct {
 	SnapshotID string          `json:"snapshot_id"`
 	Manifests  json.RawMessage `json:"manifests"` // role -> chunk manifest
+	// Base: the snapshot is an image's base, shared by every session of the
+	// image: the machine gets a new identity (env, hostname, a restarted
+	// guest daemon) and its own copy-on-write disk.
+	Base bool `json:"base,omitempty"`
+}
+
+// CaptureRequest asks a host to make an image's base snapshot: boot the
+// root filesystem, run the warm-up, snapshot memory and disk into chunks,
+// destroy the machine. The answer comes after every chunk is stored.
+type CaptureRequest struct {
+	ImageID    string            `json:"image_id"`
+	SnapshotID string            `json:"snapshot_id"` // chosen by the coordinator
+	RootFS     json.RawMessage   `json:"rootfs"`      // chunk manifest of the root filesystem image
+	MemoryMiB  int               `json:"memory_mib"`
+	VCPUs      int               `json:"vcpus"`
+	Env        map[string]string `json:"env,omitempty"`
+	Workdir    string            `json:"workdir,omitempty"`
+	Warmup     string            `json:"warmup,omitempty"` // run with /bin/sh -c; empty: none
+	// Deadlines of the warm-up: overall, and without any output.
+	WarmupTimeout time.Duration `json:"warmup_timeout_ns"`
+	WarmupStall   time.Duration `json:"warmup_stall_ns"`
+}
+
+// CaptureResponse is the base snapshot; the coordinator records it on the image.
+type CaptureResponse struct {
+	SnapshotID string           `json:"snapshot_id"`
+	Manifests  json.RawMessage  `json:"manifests"` // role -> chunk manifest, RoleRootFS included
+	Facts      Facts            `json:"facts"`     // restore compatibility
+	Bytes      int64            `json:"bytes"`
+	Uploaded   int64            `json:"uploaded"`
+	OutputTail string           `json:"output_tail,omitempty"` // the warm-up's last output
+	StagesMS   map[string]int64 `json:"stages_ms"`             // rootfs, boot, warmup, snapshot, upload
 }
 
 // SnapshotRequest asks a host to capture a machine: quiesce the guest
@@ -214,4 +272,6 @@ type OutboxApplied struct {
 type ErrorBody struct {
 	Error string `json:"error"`
 	Code  string `json:"code,omitempty"` // "stale_epoch", "version_mismatch", "not_found", "capacity"
+	// OutputTail: a failed warm-up's last output (CodeWarmupFailed).
+	OutputTail string `json:"output_tail,omitempty"`
 }

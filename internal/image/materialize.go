@@ -101,10 +101,41 @@ type Result struct {
 	TreeBytes       int64           // file bytes in the flattened tree
 	DiskBytes       int64           // virtual size of the root filesystem image
 	Upload          chunk.PutStats  // chunks present, uploaded, bytes uploaded
+	Libc            string          // glibc, musl or none: the dynamic loaders the tree has (Libc* constants)
+}
+
+// C libraries an image may provide, by the dynamic loader found in its tree.
+const (
+	LibcGlibc = "glibc"
+	LibcMusl  = "musl"
+	LibcNone  = "none" // no x86-64 loader: only static programs run
+)
+
+// findLibc names the C library whose x86-64 dynamic loader dir's tree has
+// (glibc wins when both are there).
+func findLibc(dir string) string {
+	for _, c := range []struct{ path, libc string }{
+		{"lib64/ld-linux-x86-64.so.2", LibcGlibc},
+		{"lib/x86_64-linux-gnu/ld-linux-x86-64.so.2", LibcGlibc},
+		{"usr/lib64/ld-linux-x86-64.so.2", LibcGlibc},
+		{"usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2", LibcGlibc},
+		{"lib/ld-musl-x86_64.so.1", LibcMusl},
+		{"usr/lib/ld-musl-x86_64.so.1", LibcMusl},
+	} {
+		if _, err := os.Lstat(filepath.Join(dir, c.path)); err == nil {
+			return c.libc
+		}
+	}
+	return LibcNone
 }
 
 // Pinned is the reference by digest.
 func (r Result) Pinned() string { return r.Repository + "@" + r.Digest }
+
+// Resolve fetches ref's linux/amd64 manifest and config without pulling layers.
+func (m *Materializer) Resolve(ctx context.Context, ref string, auth oci.Credentials) (oci.Resolved, error) {
+	return m.deps.Puller.Resolve(ctx, ref, auth)
+}
 
 // Materialize resolves req.Ref, pulls its linux/amd64 image pinned by digest (refusing
 // one without /bin/sh with oci.ErrNoShell), builds its ext4 root filesystem seeded by
@@ -166,6 +197,7 @@ func (m *Materializer) build(ctx context.Context, work string, res oci.Resolved,
 	out := Result{
 		Repository: img.Repository, Digest: img.Digest, Config: img.Config,
 		CompressedBytes: img.CompressedBytes(), TreeBytes: img.TreeBytes, DiskBytes: disk,
+		Libc: findLibc(img.Dir),
 	}
 	if img.TreeBytes >= disk {
 		return Result{}, tooLarge(img.TreeBytes, disk, vmimage.ErrTreeTooLarge)

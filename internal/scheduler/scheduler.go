@@ -24,8 +24,8 @@ type Candidate struct {
 	PlacedMemoryMiB int
 	PlacedVCPUs     int
 	PlacedSessions  int
-	// For a resume: Incompatible says why this host cannot restore the
-	// snapshot ("" if it can); Cached says it holds the snapshot's chunks.
+	// Incompatible says why this host cannot run the request (restore the
+	// snapshot, boot the image) ("" if it can); Cached: it holds the snapshot's chunks.
 	Incompatible string
 	Cached       bool
 }
@@ -79,7 +79,7 @@ func rejects(c Candidate, req Request) string {
 	case !c.Ready:
 		return "not ready"
 	case c.Incompatible != "":
-		return "cannot restore the snapshot: " + c.Incompatible
+		return "incompatible: " + c.Incompatible
 	case c.MaxSessions > 0 && c.PlacedSessions >= c.MaxSessions:
 		return fmt.Sprintf("at its limit of %d sessions", c.MaxSessions)
 	case free(c) < req.MemoryMiB:

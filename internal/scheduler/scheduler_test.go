@@ -34,7 +34,7 @@ func TestPlace(t *testing.T) {
 		{name: "incompatible skipped", cands: []Candidate{func() Candidate { c := ready("a", 4096, 0, 0); c.Incompatible = "backend qemu"; return c }(), ready("b", 1024, 0, 0)},
 			req: Request{MemoryMiB: 256}, want: "b"},
 		{name: "only incompatible", cands: []Candidate{func() Candidate { c := ready("a", 4096, 0, 0); c.Incompatible = "backend qemu"; return c }()},
-			req: Request{MemoryMiB: 256}, wantErr: "cannot restore the snapshot: backend qemu"},
+			req: Request{MemoryMiB: 256}, wantErr: "incompatible: backend qemu"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -32,6 +32,11 @@ type Config struct {
 type Deps struct {
 	Store  store.Store
 	Logger *slog.Logger
+	// Images materializes enabled images (nil: image jobs fail, saying
+	// the server has no blob store); Secrets seals registry credentials
+	// (nil: enabling an image with credentials is refused).
+	Images  coordinator.Materializer
+	Secrets coordinator.Sealer
 }
 
 // Server is a coordinator replica.
@@ -72,7 +77,8 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		hostlink.RouterDeps{Local: s.link, Lookup: s.lookupHost, Logger: log})
 	cc := cfg.Coordinator
 	cc.ReplicaID, cc.ReplicaAddr = cfg.ReplicaID, cfg.AdvertiseURL
-	co, err := coordinator.New(cc, coordinator.Deps{Store: deps.Store, Hosts: s.router, Logger: log})
+	co, err := coordinator.New(cc, coordinator.Deps{Store: deps.Store, Hosts: s.router, Logger: log,
+		Images: deps.Images, Secrets: deps.Secrets})
 	if err != nil {
 		return nil, err
 	}

@@ -380,6 +380,7 @@ type Image struct {
 	CredentialID string          // registry credential; "" for anonymous pulls
 	Manifests    json.RawMessage // base snapshot: role -> chunk manifest; nil until captured
 	Facts        json.RawMessage // host facts of the base snapshot; nil until captured
+	BaseID       string          // base snapshot id; "" until captured
 	CreatedAt    time.Time
 	UpdatedAt    time.Time
 }
@@ -410,7 +411,9 @@ func (s ImageJobState) Active() bool {
 	return s == JobPending || s == JobMaterializing || s == JobCapturing
 }
 
-// ImageJob is one enable or refresh of an image.
+// ImageJob is one enable or refresh of an image. A runner claims it
+// (ClaimJob) for a lease; every claim bumps Epoch, and the runner's writes
+// are fenced by the epoch it claimed.
 type ImageJob struct {
 	ID         string
 	ImageID    string
@@ -419,11 +422,28 @@ type ImageJob struct {
 	Stage      string // finer progress label within the state
 	BytesDone  int64
 	BytesTotal int64
-	Attempts   int    // times the job left pending
+	Attempts   int    // times the job was claimed
 	Error      string // why it failed
 	OutputTail string // tail of the warm-up output, kept for failures
+	Epoch      int64  // bumped on every claim; 0 until the first
+	LeaseUntil time.Time
+	Stages     json.RawMessage // stage name -> milliseconds; opaque here, nil until recorded
+	Digest     string          // the manifest digest this job resolved; "" until resolved
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
+}
+
+// JobProgress is a fenced progress write of a claimed image job.
+type JobProgress struct {
+	ID         string
+	Epoch      int64         // the epoch ClaimJob returned
+	State      ImageJobState // materializing or capturing
+	Stage      string
+	Done       int64
+	Total      int64
+	LeaseUntil time.Time       // extends the lease; zero keeps it
+	Digest     string          // "" keeps it
+	Stages     json.RawMessage // nil keeps it
 }
 
 // Images keeps enabled images and their enable/refresh jobs.
@@ -452,13 +472,52 @@ type Images interface {
 	GetJob(ctx context.Context, id string) (ImageJob, error)
 	// ListJobs returns an image's jobs, oldest first.
 	ListJobs(ctx context.Context, imageID string) ([]ImageJob, error)
-	// UpdateJobProgress moves an active job to state (an active state) and
-	// records its stage and bytes; leaving pending counts one attempt.
-	// ErrConflict if the job is no longer active, ErrNotFound if unknown.
-	UpdateJobProgress(ctx context.Context, id string, state ImageJobState, stage string, done, total int64, at time.Time) error
-	// FinishJob moves an active job to ready or failed with its error and
-	// output tail; errors as UpdateJobProgress.
-	FinishJob(ctx context.Context, id string, state ImageJobState, errMsg, tail string, at time.Time) error
+	// ClaimJob claims a pending job, or a materializing or capturing one
+	// whose lease ended before at (its runner died): it bumps the epoch,
+	// sets the lease to at+lease, the state to materializing, one more
+	// attempt, an empty stage and zero bytes (digest and stages are kept),
+	// and returns the row. One conditional write: of concurrent claimers
+	// exactly one wins. ErrConflict while another lease is live or once the
+	// job finished, ErrNotFound for an unknown job.
+	ClaimJob(ctx context.Context, id string, lease time.Duration, at time.Time) (ImageJob, error)
+	// ListClaimableJobs returns up to limit jobs ClaimJob would take at
+	// at (pending, or active with an ended lease), oldest first; limit <= 0
+	// means no limit.
+	ListClaimableJobs(ctx context.Context, at time.Time, limit int) ([]ImageJob, error)
+	// UpdateJobProgress records a claimed job's state (materializing or
+	// capturing), stage and bytes, and optionally extends its lease and
+	// records its digest and stages. Fenced: ErrStaleEpoch if the job was
+	// claimed again since p.Epoch, ErrConflict if it is not claimed (pending,
+	// ready or failed), ErrNotFound for an unknown job; nothing is written then.
+	UpdateJobProgress(ctx context.Context, p JobProgress, at time.Time) error
+	// FinishJob moves a claimed job to ready or failed with its error and
+	// output tail (stages nil keeps them); fenced as UpdateJobProgress.
+	FinishJob(ctx context.Context, id string, epoch int64, state ImageJobState, errMsg, tail string, stages json.RawMessage, at time.Time) error
+	// CompleteImageJob, in one transaction, finishes the claimed job jobID
+	// ready (stages nil keeps them) and rewrites img as UpdateImage does. The
+	// job must belong to img.ID (else ErrConflict) and is fenced as
+	// UpdateJobProgress; an unknown image is ErrNotFound and a name taken by
+	// another live image ErrConflict. Nothing is written on any error.
+	CompleteImageJob(ctx context.Context, jobID string, epoch int64, img Image, stages json.RawMessage, at time.Time) error
+}
+
+// RegistryCredential is a registry login, sealed by the caller (package
+// secret, with the id as associated data); the store never sees it in clear.
+type RegistryCredential struct {
+	ID        string
+	Registry  string // host[:port] it is for
+	Username  string
+	Sealed    []byte
+	CreatedAt time.Time
+}
+
+// Credentials keeps sealed registry credentials; images name them by id.
+type Credentials interface {
+	// PutCredential inserts c; ErrConflict if the id is taken.
+	PutCredential(ctx context.Context, c RegistryCredential) error
+	GetCredential(ctx context.Context, id string) (RegistryCredential, error)
+	// DeleteCredential removes it; deleting an unknown id is not an error.
+	DeleteCredential(ctx context.Context, id string) error
 }
 
 // Store is everything a backend provides. Times are kept at microsecond
@@ -472,6 +531,7 @@ type Store interface {
 	Outbox
 	Tokens
 	Images
+	Credentials
 	// Notify wakes waiters on every replica sharing this database: topic is
 	// e.g. "ops" or "session:<id>". Subscribe returns a channel that receives
 	// a value (coalesced) after each Notify on that topic, until ctx ends.

@@ -23,6 +23,7 @@ type Capabilities struct {
 	Isolation      bool   // false for process: no isolation at all
 	SnapshotMemory bool   // snapshot keeps processes and memory
 	SnapshotDisk   bool   // snapshot keeps the disk
+	RootFS         bool   // boots a caller's root filesystem (Spec.RootFS)
 	Reason         string // why this backend/acceleration was chosen, or what is missing
 }
 
@@ -35,6 +36,38 @@ type Spec struct {
 	VCPUs     int
 	Env       map[string]string // environment for processes the guest daemon starts
 	Hostname  string
+	// RootFS, when set, is the machine's root filesystem instead of the
+	// backend's default root image. Backends without Capabilities.RootFS
+	// fail Boot and Restore with an error wrapping ErrUnsupported. A
+	// snapshot of such a machine records RootFS.ID; restoring it needs a
+	// Spec.RootFS with the same ID (its Path may differ), and restoring a
+	// snapshot of a default-root machine needs none. Either mismatch fails
+	// with an error wrapping ErrUnsupported.
+	RootFS *RootFS
+	// Rebind (Restore only) gives the restored machine a new identity: the
+	// snapshot is a base restored into many machines. Before Restore
+	// returns, Hostname and Env are applied and the guest daemon is
+	// restarted, so the daemon and every process it starts afterwards see
+	// them; processes running at snapshot time keep what they had. The
+	// clock is stepped and the RNG reseeded as on every restore. Without
+	// Rebind the restored daemon keeps the environment it had (Env applies
+	// from its next restart).
+	Rebind bool
+}
+
+// RootFS is a caller's root filesystem for a machine (Spec.RootFS).
+type RootFS struct {
+	// Path is a raw ext4 image (vmimage.(*Builder).TreeImage builds one),
+	// possibly shared read-only by every machine of that image on the
+	// host. The backend never writes it: the machine's root disk is a
+	// copy-on-write layer over it. It must not change while a machine or
+	// a snapshot of one uses it.
+	Path string
+	// ID is the caller's stable identity of Path's content, the same on
+	// every host (e.g. "sha256:<hex>" of its chunk manifest). Snapshots
+	// record it and restores compare it; backends never hash the file,
+	// which may be many GiB.
+	ID string
 }
 
 // Snapshot names the files a backend wrote for one saved machine. Paths are

@@ -34,6 +34,14 @@ const (
 	RouteListTokens    = "GET /v1/tokens"
 	RouteRevokeToken   = "DELETE /v1/tokens/{id}"
 	RouteOpenAPI       = "GET /v1/openapi.yaml" // the OpenAPI document (package api), no auth
+
+	RouteEnableImage  = "POST /v1/images"                // EnableImageRequest -> ImageJobResponse (202; 200 when the digest is already ready)
+	RouteListImages   = "GET /v1/images"                 // ?all=true includes disabled -> ImageList
+	RouteGetImage     = "GET /v1/images/{name}"          // name or id -> Image
+	RouteDisableImage = "DELETE /v1/images/{name}"       // -> Image (disabled); running sessions keep theirs
+	RouteRefreshImage = "POST /v1/images/{name}/refresh" // re-pull the tag -> ImageJobResponse
+	RouteImageJobs    = "GET /v1/images/{name}/jobs"     // -> ImageJobList, oldest first
+	RouteGetImageJob  = "GET /v1/image-jobs/{id}"        // -> ImageJob
 )
 
 // SSE framing of RouteEvents: each event is one message with
@@ -234,4 +242,112 @@ type CreateTokenResponse struct {
 // TokenList answers RouteListTokens.
 type TokenList struct {
 	Tokens []Token `json:"tokens"`
+}
+
+// EnableImageRequest enables an OCI image: pull its linux/amd64 entry,
+// build its root filesystem, boot it, run Warmup and keep the base snapshot
+// sessions start from.
+type EnableImageRequest struct {
+	Ref            string            `json:"ref"`                        // e.g. registry.example.com/team/app:1.4 or …@sha256:…
+	Name           string            `json:"name,omitempty"`             // default: the repository's last path element
+	Env            map[string]string `json:"env,omitempty"`              // for the warm-up and every session
+	MemoryMiB      int               `json:"memory_mib,omitempty"`       // default 512; sessions from the image get this
+	VCPUs          int               `json:"vcpus,omitempty"`            // default 1
+	DiskGiB        int               `json:"disk_gib,omitempty"`         // root disk size, default 4
+	Workdir        string            `json:"workdir,omitempty"`          // default: the image's WORKDIR, else /
+	Warmup         string            `json:"warmup,omitempty"`           // shell command run once before the base snapshot
+	WarmupTimeoutS int               `json:"warmup_timeout_s,omitempty"` // overall warm-up limit, default 600
+	WarmupStallS   int               `json:"warmup_stall_s,omitempty"`   // no output this long fails the warm-up, default 120
+	Credentials    *RegistryAuth     `json:"credentials,omitempty"`      // stored encrypted, never returned
+}
+
+// RegistryAuth is how to log in to the image's registry: Username and
+// Password (basic, or exchanged for a bearer token), or a bearer Token.
+type RegistryAuth struct {
+	Username string `json:"username,omitempty"`
+	Password string `json:"password,omitempty"`
+	Token    string `json:"token,omitempty"`
+}
+
+// Image states as the API shows them.
+const (
+	ImageStatePending  = "pending"  // enabled, its first job has not finished
+	ImageStateReady    = "ready"    // sessions can start from its base snapshot
+	ImageStateFailed   = "failed"   // its last job failed and it has no base snapshot
+	ImageStateDisabled = "disabled" // kept as a record
+)
+
+// Image is an enabled OCI image.
+type Image struct {
+	ID             string          `json:"id"`
+	Name           string          `json:"name"`
+	Ref            string          `json:"ref"`
+	Digest         string          `json:"digest,omitempty"`
+	State          string          `json:"state"` // ImageState*
+	Config         ImageConfig     `json:"config"`
+	Credentials    string          `json:"credentials,omitempty"` // "user@registry" or "token@registry"; the secret is never shown
+	BaseSnapshotID string          `json:"base_snapshot_id,omitempty"`
+	Facts          *hostlink.Facts `json:"facts,omitempty"`       // host the base snapshot was captured on: sessions restore only on compatible hosts
+	ReadyHosts     []string        `json:"ready_hosts,omitempty"` // hosts holding every chunk of the base snapshot
+	LastJob        *ImageJob       `json:"last_job,omitempty"`
+	CreatedAt      time.Time       `json:"created_at"`
+	UpdatedAt      time.Time       `json:"updated_at"`
+}
+
+// ImageConfig is how sessions of an image run.
+type ImageConfig struct {
+	Env            map[string]string `json:"env,omitempty"`
+	MemoryMiB      int               `json:"memory_mib"`
+	VCPUs          int               `json:"vcpus"`
+	DiskGiB        int               `json:"disk_gib"`
+	Workdir        string            `json:"workdir,omitempty"`
+	Warmup         string            `json:"warmup,omitempty"`
+	WarmupTimeoutS int               `json:"warmup_timeout_s"`
+	WarmupStallS   int               `json:"warmup_stall_s"`
+	Libc           string            `json:"libc,omitempty"` // glibc, musl or none (static only), as found in the image
+	User           string            `json:"user,omitempty"` // the image's USER
+	Entrypoint     []string          `json:"entrypoint,omitempty"`
+}
+
+// Image job states as the API shows them.
+const (
+	ImageJobPending       = "pending"
+	ImageJobMaterializing = "materializing" // pulling the image and building its root filesystem
+	ImageJobCapturing     = "capturing"     // booting it, warming it up, taking the base snapshot
+	ImageJobReady         = "ready"
+	ImageJobFailed        = "failed"
+)
+
+// ImageJob is one enable or refresh: pending -> materializing -> capturing
+// -> ready | failed, with its progress.
+type ImageJob struct {
+	ID         string           `json:"id"`
+	ImageID    string           `json:"image_id"`
+	Kind       string           `json:"kind"`  // enable, refresh
+	State      string           `json:"state"` // pending, materializing, capturing, ready, failed
+	Stage      string           `json:"stage,omitempty"`
+	BytesDone  int64            `json:"bytes_done"`
+	BytesTotal int64            `json:"bytes_total"`
+	Attempts   int              `json:"attempts"`
+	Error      string           `json:"error,omitempty"`
+	OutputTail string           `json:"output_tail,omitempty"` // the warm-up's last output
+	StagesMS   map[string]int64 `json:"stages_ms,omitempty"`   // how long each finished stage took
+	CreatedAt  time.Time        `json:"created_at"`
+	UpdatedAt  time.Time        `json:"updated_at"`
+}
+
+// ImageJobResponse answers enable and refresh.
+type ImageJobResponse struct {
+	Image Image    `json:"image"`
+	Job   ImageJob `json:"job"`
+}
+
+// ImageList answers RouteListImages.
+type ImageList struct {
+	Images []Image `json:"images"`
+}
+
+// ImageJobList answers RouteImageJobs.
+type ImageJobList struct {
+	Jobs []ImageJob `json:"jobs"`
 }

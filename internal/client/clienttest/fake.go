@@ -47,6 +47,12 @@ type Server struct {
 	drop     int    // see DropAfter
 	snapFail string // see FailSnapshots
 	endMsg   bool   // see EndMessage
+
+	images     []*fakeImage
+	nextImage  int
+	nextJob    int
+	imageSteps []apiv1.ImageJob           // see ScriptImageJobs
+	enables    []apiv1.EnableImageRequest // see EnableRequests
 }
 
 // EndMessage makes a followed event stream of a terminal session end with
@@ -147,6 +153,7 @@ func (s *Server) routes(mux *http.ServeMux) {
 	auth(apiv1.RouteCreateToken, s.createToken)
 	auth(apiv1.RouteListTokens, s.listTokens)
 	auth(apiv1.RouteRevokeToken, s.revokeToken)
+	s.imageRoutes(auth)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

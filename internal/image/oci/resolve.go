@@ -260,3 +260,13 @@ func describe(img v1.Image, res *Resolved) error {
 	}
 	return nil
 }
+
+// ParseReference checks that ref is an image reference and returns its registry host
+// (e.g. "registry.example.com", "127.0.0.1:5000", "index.docker.io").
+func ParseReference(ref string) (registry string, err error) {
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		return "", fmt.Errorf("parse %q: %w: %v", ref, ErrInvalidReference, err)
+	}
+	return r.Context().RegistryStr(), nil
+}

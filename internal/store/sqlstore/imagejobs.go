@@ -2,15 +2,15 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/engrams/engrams/internal/store"
 )
 
 const jobCols = `id, image_id, kind, state, stage, bytes_done, bytes_total, attempts, error, output_tail,
-	created_at, updated_at`
+	epoch, lease_until, stages, digest, created_at, updated_at`
 
 // activeJobStates is the SQL list of store.ImageJobState.Active states.
 const activeJobStates = `('pending', 'materializing', 'capturing')`
@@ -18,14 +18,15 @@ const activeJobStates = `('pending', 'materializing', 'capturing')`
 func scanJob(r scanner) (store.ImageJob, error) {
 	var j store.ImageJob
 	var kind, state string
-	var created, updated int64
+	var stages sql.NullString
+	var lease, created, updated int64
 	err := r.Scan(&j.ID, &j.ImageID, &kind, &state, &j.Stage, &j.BytesDone, &j.BytesTotal, &j.Attempts, &j.Error,
-		&j.OutputTail, &created, &updated)
+		&j.OutputTail, &j.Epoch, &lease, &stages, &j.Digest, &created, &updated)
 	if err != nil {
 		return store.ImageJob{}, err
 	}
-	j.Kind, j.State = store.ImageJobKind(kind), store.ImageJobState(state)
-	j.CreatedAt, j.UpdatedAt = fromMicros(created), fromMicros(updated)
+	j.Kind, j.State, j.Stages = store.ImageJobKind(kind), store.ImageJobState(state), fromJSON(stages)
+	j.LeaseUntil, j.CreatedAt, j.UpdatedAt = fromMicros(lease), fromMicros(created), fromMicros(updated)
 	return j, nil
 }
 
@@ -85,74 +86,27 @@ func (s *Store) GetJob(ctx context.Context, id string) (store.ImageJob, error) {
 
 // ListJobs implements store.Images, ordered by created_at, then id.
 func (s *Store) ListJobs(ctx context.Context, imageID string) ([]store.ImageJob, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT `+jobCols+` FROM image_jobs
+	out, err := s.queryJobs(ctx, `SELECT `+jobCols+` FROM image_jobs
 		WHERE image_id = $1 ORDER BY created_at, id`, imageID)
 	if err != nil {
 		return nil, fmt.Errorf("list jobs of image %s: %w", imageID, err)
+	}
+	return out, nil
+}
+
+func (s *Store) queryJobs(ctx context.Context, q string, args ...any) ([]store.ImageJob, error) {
+	rows, err := s.read.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
 	}
 	defer rows.Close()
 	var out []store.ImageJob
 	for rows.Next() {
 		j, err := scanJob(rows)
 		if err != nil {
-			return nil, fmt.Errorf("list jobs of image %s: %w", imageID, err)
+			return nil, err
 		}
 		out = append(out, j)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list jobs of image %s: %w", imageID, err)
-	}
-	return out, nil
-}
-
-// UpdateJobProgress implements store.Images.
-func (s *Store) UpdateJobProgress(ctx context.Context, id string, state store.ImageJobState, stage string,
-	done, total int64, at time.Time,
-) error {
-	action := fmt.Sprintf("update image job %s progress", id)
-	if !state.Active() {
-		return fmt.Errorf("%s: %s is not an active state", action, state)
-	}
-	res, err := s.write.ExecContext(ctx, `UPDATE image_jobs SET state = $2, stage = $3, bytes_done = $4,
-		bytes_total = $5, updated_at = $6,
-		attempts = attempts + CASE WHEN state = 'pending' AND $2 <> 'pending' THEN 1 ELSE 0 END
-		WHERE id = $1 AND state IN `+activeJobStates,
-		id, string(state), stage, done, total, micros(orNow(at)))
-	return s.jobWritten(ctx, res, err, id, action)
-}
-
-// FinishJob implements store.Images.
-func (s *Store) FinishJob(ctx context.Context, id string, state store.ImageJobState, errMsg, tail string,
-	at time.Time,
-) error {
-	action := fmt.Sprintf("finish image job %s %s", id, state)
-	if state != store.JobReady && state != store.JobFailed {
-		return fmt.Errorf("%s: a job finishes ready or failed", action)
-	}
-	res, err := s.write.ExecContext(ctx, `UPDATE image_jobs SET state = $2, error = $3, output_tail = $4,
-		updated_at = $5 WHERE id = $1 AND state IN `+activeJobStates,
-		id, string(state), errMsg, tail, micros(orNow(at)))
-	return s.jobWritten(ctx, res, err, id, action)
-}
-
-// jobWritten maps the outcome of a conditional UPDATE of an active job:
-// no row means an unknown job (ErrNotFound) or a finished one (ErrConflict).
-func (s *Store) jobWritten(ctx context.Context, res interface{ RowsAffected() (int64, error) }, err error,
-	id, action string,
-) error {
-	if err != nil {
-		return fmt.Errorf("%s: %w", action, err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return fmt.Errorf("%s: %w", action, err)
-	}
-	if n == 1 {
-		return nil
-	}
-	j, err := s.GetJob(ctx, id)
-	if err != nil {
-		return fmt.Errorf("%s: %w", action, err)
-	}
-	return fmt.Errorf("%s: %w: job is %s", action, store.ErrConflict, j.State)
+	return out, rows.Err()
 }

@@ -10,7 +10,8 @@ import (
 	"github.com/engrams/engrams/internal/store"
 )
 
-const imageCols = `id, name, ref, digest, state, config, credential_id, manifests, facts, created_at, updated_at`
+const imageCols = `id, name, ref, digest, state, config, credential_id, manifests, facts, base_id, created_at,
+	updated_at`
 
 func scanImage(r scanner) (store.Image, error) {
 	var img store.Image
@@ -18,7 +19,7 @@ func scanImage(r scanner) (store.Image, error) {
 	var config, cred, manifests, facts sql.NullString
 	var created, updated int64
 	err := r.Scan(&img.ID, &img.Name, &img.Ref, &img.Digest, &state, &config, &cred, &manifests, &facts,
-		&created, &updated)
+		&img.BaseID, &created, &updated)
 	if err != nil {
 		return store.Image{}, err
 	}
@@ -62,9 +63,9 @@ func (s *Store) CreateImage(ctx context.Context, img store.Image) error {
 	}
 	at := micros(orNow(img.CreatedAt))
 	_, err := s.write.ExecContext(ctx, `INSERT INTO images (`+imageCols+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10)`,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11)`,
 		img.ID, img.Name, img.Ref, img.Digest, string(img.State), jsonArg(img.Config), nullString(img.CredentialID),
-		jsonArg(img.Manifests), jsonArg(img.Facts), at)
+		jsonArg(img.Manifests), jsonArg(img.Facts), img.BaseID, at)
 	if s.isUnique(err) {
 		return fmt.Errorf("create image %s: %w: id or name already used", img.Name, store.ErrConflict)
 	}
@@ -125,11 +126,17 @@ func (s *Store) UpdateImage(ctx context.Context, img store.Image, at time.Time) 
 	if err := checkImage(img); err != nil {
 		return fmt.Errorf("update image %s: %w", img.ID, err)
 	}
-	res, err := s.write.ExecContext(ctx, `UPDATE images SET name = $2, ref = $3, digest = $4, state = $5,
-		config = $6, credential_id = $7, manifests = $8, facts = $9, updated_at = $10 WHERE id = $1`,
-		img.ID, img.Name, img.Ref, img.Digest, string(img.State), jsonArg(img.Config), nullString(img.CredentialID),
-		jsonArg(img.Manifests), jsonArg(img.Facts), micros(orNow(at)))
+	res, err := updateImage(ctx, s.write, img, at)
 	return s.imageWritten(res, err, "update image "+img.ID)
+}
+
+// updateImage rewrites every column of img's row but id and created_at;
+// img must have passed checkImage.
+func updateImage(ctx context.Context, db execer, img store.Image, at time.Time) (sql.Result, error) {
+	return db.ExecContext(ctx, `UPDATE images SET name = $2, ref = $3, digest = $4, state = $5, config = $6,
+		credential_id = $7, manifests = $8, facts = $9, base_id = $10, updated_at = $11 WHERE id = $1`,
+		img.ID, img.Name, img.Ref, img.Digest, string(img.State), jsonArg(img.Config), nullString(img.CredentialID),
+		jsonArg(img.Manifests), jsonArg(img.Facts), img.BaseID, micros(orNow(at)))
 }
 
 // SetImageState implements store.Images.

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -15,6 +16,14 @@ var imageTests = []test{
 	{"ImageJobOneActive", testImageJobOneActive},
 	{"ImageJobProgress", testImageJobProgress},
 	{"ImageJobRejected", testImageJobRejected},
+	{"ImageJobClaim", testImageJobClaim},
+	{"ImageJobReclaimFences", testImageJobReclaimFences},
+	{"ImageJobClaimRace", func(t *testing.T, st store.Store) { ClaimJobConcurrently(t, []store.Store{st}, 8, 10) }},
+	{"ImageJobListClaimable", testImageJobListClaimable},
+	{"CompleteImageJob", testCompleteImageJob},
+	{"CompleteImageJobWritesNothing", testCompleteImageJobWritesNothing},
+	{"Credentials", testCredentials},
+	{"CredentialErrors", testCredentialErrors},
 }
 
 func newImage(name string) store.Image {
@@ -35,7 +44,7 @@ func createImage(t *testing.T, st store.Store, name string) store.Image {
 func wantImage(t *testing.T, got, want store.Image) {
 	t.Helper()
 	if got.ID != want.ID || got.Name != want.Name || got.Ref != want.Ref || got.Digest != want.Digest ||
-		got.State != want.State || got.CredentialID != want.CredentialID {
+		got.State != want.State || got.CredentialID != want.CredentialID || got.BaseID != want.BaseID {
 		t.Fatalf("image = %+v, want %+v", got, want)
 	}
 	wantJSON(t, "config", got.Config, want.Config)
@@ -50,7 +59,7 @@ func testImageRoundTrip(t *testing.T, st store.Store) {
 	a := createImage(t, st, "debian")
 	a.State, a.UpdatedAt = store.ImageReady, t0
 	b := newImage("alpine")
-	b.Digest, b.CredentialID = "sha256:abc", "cred-1"
+	b.Digest, b.CredentialID, b.BaseID = "sha256:abc", "cred-1", "snap-base-1"
 	b.Manifests, b.Facts = json.RawMessage(`{"memory":{"chunks":["aa"]}}`), json.RawMessage(`{"cpu":"x"}`)
 	must(t, st.CreateImage(ctx, b))
 	b.State, b.UpdatedAt = store.ImageReady, t0
@@ -58,8 +67,8 @@ func testImageRoundTrip(t *testing.T, st store.Store) {
 	got, err := st.GetImage(ctx, a.ID)
 	must(t, err)
 	wantImage(t, got, a)
-	if got.Manifests != nil || got.Facts != nil {
-		t.Fatalf("manifests, facts = %s, %s; want nil before capture", got.Manifests, got.Facts)
+	if got.Manifests != nil || got.Facts != nil || got.BaseID != "" {
+		t.Fatalf("manifests, facts, base = %s, %s, %q; want none before capture", got.Manifests, got.Facts, got.BaseID)
 	}
 	got, err = st.GetImageByName(ctx, "alpine")
 	must(t, err)
@@ -113,7 +122,7 @@ func testImageUpdate(t *testing.T, st store.Store) {
 	img := createImage(t, st, "debian")
 	other := createImage(t, st, "alpine")
 	img.State = store.ImageReady
-	img.Digest, img.CredentialID = "sha256:def", "cred-2"
+	img.Digest, img.CredentialID, img.BaseID = "sha256:def", "cred-2", "snap-base-2"
 	img.Manifests = json.RawMessage(`{"disk":{"chunks":["bb"]},"memory":{"chunks":["cc"]}}`)
 	img.Facts = json.RawMessage(`{"kernel":"6.1","vmm":"qemu"}`)
 	img.Config = json.RawMessage(`{"memory":2048}`)
@@ -124,7 +133,7 @@ func testImageUpdate(t *testing.T, st store.Store) {
 	wantImage(t, got, img)
 
 	// Clearing optional fields stores NULLs, read back as empty.
-	img.CredentialID, img.Manifests, img.Facts = "", nil, nil
+	img.CredentialID, img.Manifests, img.Facts, img.BaseID = "", nil, nil, ""
 	must(t, st.UpdateImage(ctx, img, img.UpdatedAt))
 	got, err = st.GetImage(ctx, img.ID)
 	must(t, err)
@@ -147,14 +156,27 @@ func newJob(t *testing.T, st store.Store, imageID string, at time.Time) (store.I
 	return st.CreateJob(t.Context(), store.ImageJob{ID: newID(), ImageID: imageID, Kind: store.ImageJobEnable, CreatedAt: at})
 }
 
+// claimJob claims job id at at for a minute.
+func claimJob(t *testing.T, st store.Store, id string, at time.Time) store.ImageJob {
+	t.Helper()
+	j, err := st.ClaimJob(t.Context(), id, time.Minute, at)
+	must(t, err)
+	return j
+}
+
+// progress is a fenced progress write of a claimed job with no options.
+func progress(j store.ImageJob, state store.ImageJobState, stage string, done, total int64) store.JobProgress {
+	return store.JobProgress{ID: j.ID, Epoch: j.Epoch, State: state, Stage: stage, Done: done, Total: total}
+}
+
 func testImageJobOneActive(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	img := createImage(t, st, "debian")
 	other := createImage(t, st, "alpine")
 	first, err := newJob(t, st, img.ID, t0)
 	must(t, err)
-	if first.State != store.JobPending {
-		t.Fatalf("new job state = %s, want pending", first.State)
+	if first.State != store.JobPending || first.Epoch != 0 || !first.LeaseUntil.IsZero() {
+		t.Fatalf("new job = %+v, want pending, epoch 0, no lease", first)
 	}
 	_, err = newJob(t, st, img.ID, t0)
 	wantErr(t, err, store.ErrJobActive)
@@ -162,17 +184,19 @@ func testImageJobOneActive(t *testing.T, st store.Store) {
 	_, err = newJob(t, st, other.ID, t0)
 	must(t, err)
 	// Still active while materializing or capturing.
-	for _, state := range []store.ImageJobState{store.JobMaterializing, store.JobCapturing} {
-		must(t, st.UpdateJobProgress(ctx, first.ID, state, "", 0, 0, t0))
-		_, err = newJob(t, st, img.ID, t0)
-		wantErr(t, err, store.ErrJobActive)
-	}
-	must(t, st.FinishJob(ctx, first.ID, store.JobFailed, "pull: unauthorized", "", t0.Add(time.Second)))
+	c := claimJob(t, st, first.ID, t0)
+	_, err = newJob(t, st, img.ID, t0)
+	wantErr(t, err, store.ErrJobActive)
+	must(t, st.UpdateJobProgress(ctx, progress(c, store.JobCapturing, "", 0, 0), t0))
+	_, err = newJob(t, st, img.ID, t0)
+	wantErr(t, err, store.ErrJobActive)
+	must(t, st.FinishJob(ctx, first.ID, c.Epoch, store.JobFailed, "pull: unauthorized", "", nil, t0.Add(time.Second)))
 	second, err := newJob(t, st, img.ID, t0.Add(2*time.Second))
 	must(t, err)
 	_, err = newJob(t, st, img.ID, t0)
 	wantErr(t, err, store.ErrJobActive)
-	must(t, st.FinishJob(ctx, second.ID, store.JobReady, "", "", t0.Add(3*time.Second)))
+	c = claimJob(t, st, second.ID, t0.Add(2*time.Second))
+	must(t, st.FinishJob(ctx, second.ID, c.Epoch, store.JobReady, "", "", nil, t0.Add(3*time.Second)))
 	_, err = newJob(t, st, img.ID, t0.Add(4*time.Second))
 	must(t, err)
 
@@ -198,39 +222,61 @@ func testImageJobProgress(t *testing.T, st store.Store) {
 	img := createImage(t, st, "debian")
 	j, err := st.CreateJob(ctx, store.ImageJob{ID: newID(), ImageID: img.ID, Kind: store.ImageJobRefresh, CreatedAt: t0})
 	must(t, err)
-	must(t, st.UpdateJobProgress(ctx, j.ID, store.JobMaterializing, "pull", 10, 100, t0.Add(time.Second)))
-	must(t, st.UpdateJobProgress(ctx, j.ID, store.JobMaterializing, "flatten", 60, 100, t0.Add(2*time.Second)))
-	must(t, st.UpdateJobProgress(ctx, j.ID, store.JobCapturing, "warmup", 0, 0, t0.Add(3*time.Second)))
+	c := claimJob(t, st, j.ID, t0.Add(time.Second))
+	p := progress(c, store.JobMaterializing, "pull", 10, 100)
+	p.Digest, p.LeaseUntil = "sha256:aaa", t0.Add(time.Hour)
+	p.Stages = json.RawMessage(`{"resolve":12}`)
+	must(t, st.UpdateJobProgress(ctx, p, t0.Add(time.Second)))
+	must(t, st.UpdateJobProgress(ctx, progress(c, store.JobMaterializing, "flatten", 60, 100), t0.Add(2*time.Second)))
+	must(t, st.UpdateJobProgress(ctx, progress(c, store.JobCapturing, "warmup", 0, 0), t0.Add(3*time.Second)))
 	got, err := st.GetJob(ctx, j.ID)
 	must(t, err)
 	if got.State != store.JobCapturing || got.Stage != "warmup" || got.BytesDone != 0 || got.BytesTotal != 0 ||
-		got.Attempts != 1 || got.Kind != store.ImageJobRefresh || got.ImageID != img.ID {
+		got.Attempts != 1 || got.Epoch != c.Epoch || got.Kind != store.ImageJobRefresh || got.ImageID != img.ID {
 		t.Fatalf("job = %+v", got)
 	}
-	must(t, st.UpdateJobProgress(ctx, j.ID, store.JobCapturing, "snapshot", 5, 7, t0.Add(4*time.Second)))
+	// Zero lease, "" digest and nil stages kept what was recorded.
+	if got.Digest != "sha256:aaa" {
+		t.Fatalf("digest = %q, want the recorded sha256:aaa", got.Digest)
+	}
+	wantJSON(t, "stages", got.Stages, json.RawMessage(`{"resolve":12}`))
+	wantTime(t, "lease_until", got.LeaseUntil, t0.Add(time.Hour))
+
+	p = progress(c, store.JobCapturing, "snapshot", 5, 7)
+	p.Stages, p.LeaseUntil = json.RawMessage(`{"resolve":12,"pull":340}`), t0.Add(2*time.Hour)
+	must(t, st.UpdateJobProgress(ctx, p, t0.Add(4*time.Second)))
 	got, err = st.GetJob(ctx, j.ID)
 	must(t, err)
 	if got.Stage != "snapshot" || got.BytesDone != 5 || got.BytesTotal != 7 {
 		t.Fatalf("job = %+v, want stage snapshot 5/7", got)
 	}
+	wantJSON(t, "stages", got.Stages, p.Stages)
+	wantTime(t, "lease_until", got.LeaseUntil, t0.Add(2*time.Hour))
 	wantTime(t, "created_at", got.CreatedAt, t0)
 	wantTime(t, "updated_at", got.UpdatedAt, t0.Add(4*time.Second))
 
 	tail := "line 1\nline 2: warmup timed out\n"
-	must(t, st.FinishJob(ctx, j.ID, store.JobFailed, "warmup: stalled", tail, t0.Add(5*time.Second)))
+	stages := json.RawMessage(`{"resolve":12,"pull":340,"warmup":30000}`)
+	must(t, st.FinishJob(ctx, j.ID, c.Epoch, store.JobFailed, "warmup: stalled", tail, stages, t0.Add(5*time.Second)))
 	got, err = st.GetJob(ctx, j.ID)
 	must(t, err)
-	if got.State != store.JobFailed || got.Error != "warmup: stalled" || got.OutputTail != tail {
+	if got.State != store.JobFailed || got.Error != "warmup: stalled" || got.OutputTail != tail || got.Digest != "sha256:aaa" {
 		t.Fatalf("finished job = %+v", got)
 	}
+	wantJSON(t, "stages", got.Stages, stages)
 	wantTime(t, "updated_at", got.UpdatedAt, t0.Add(5*time.Second))
 
-	// A finished job takes no more writes.
-	wantErr(t, st.UpdateJobProgress(ctx, j.ID, store.JobCapturing, "x", 1, 1, t0), store.ErrConflict)
-	wantErr(t, st.FinishJob(ctx, j.ID, store.JobReady, "", "", t0), store.ErrConflict)
-	wantErr(t, st.UpdateJobProgress(ctx, newID(), store.JobCapturing, "x", 1, 1, t0), store.ErrNotFound)
-	wantErr(t, st.FinishJob(ctx, newID(), store.JobReady, "", "", t0), store.ErrNotFound)
-	_, err = st.GetJob(ctx, newID())
+	// A finished job takes no more writes, even under its own epoch.
+	wantErr(t, st.UpdateJobProgress(ctx, progress(c, store.JobCapturing, "x", 1, 1), t0), store.ErrConflict)
+	wantErr(t, st.FinishJob(ctx, j.ID, c.Epoch, store.JobReady, "", "", nil, t0), store.ErrConflict)
+	_, err = st.ClaimJob(ctx, j.ID, time.Minute, t0.Add(time.Hour*24))
+	wantErr(t, err, store.ErrConflict)
+	unknown := store.ImageJob{ID: newID(), Epoch: 1}
+	wantErr(t, st.UpdateJobProgress(ctx, progress(unknown, store.JobCapturing, "x", 1, 1), t0), store.ErrNotFound)
+	wantErr(t, st.FinishJob(ctx, unknown.ID, 1, store.JobReady, "", "", nil, t0), store.ErrNotFound)
+	_, err = st.ClaimJob(ctx, unknown.ID, time.Minute, t0)
+	wantErr(t, err, store.ErrNotFound)
+	_, err = st.GetJob(ctx, unknown.ID)
 	wantErr(t, err, store.ErrNotFound)
 }
 
@@ -241,7 +287,8 @@ func testImageJobRejected(t *testing.T, st store.Store) {
 	wantErr(t, err, store.ErrNotFound)
 	j, err := newJob(t, st, img.ID, t0)
 	must(t, err)
-	must(t, st.FinishJob(ctx, j.ID, store.JobReady, "", "", t0))
+	c := claimJob(t, st, j.ID, t0)
+	must(t, st.FinishJob(ctx, j.ID, c.Epoch, store.JobReady, "", "", nil, t0))
 	_, err = st.CreateJob(ctx, store.ImageJob{ID: j.ID, ImageID: img.ID, Kind: store.ImageJobEnable, CreatedAt: t0})
 	wantErr(t, err, store.ErrConflict)
 	if _, err := st.CreateJob(ctx, store.ImageJob{ID: newID(), ImageID: img.ID, Kind: "rebuild"}); err == nil {
@@ -249,10 +296,32 @@ func testImageJobRejected(t *testing.T, st store.Store) {
 	}
 	k, err := newJob(t, st, img.ID, t0)
 	must(t, err)
-	if err := st.UpdateJobProgress(ctx, k.ID, store.JobReady, "", 0, 0, t0); err == nil {
-		t.Fatal("UpdateJobProgress accepted a final state")
+	// An unclaimed job takes no fenced writes: nobody holds it.
+	wantErr(t, st.UpdateJobProgress(ctx, progress(k, store.JobMaterializing, "", 0, 0), t0), store.ErrConflict)
+	wantErr(t, st.FinishJob(ctx, k.ID, k.Epoch, store.JobFailed, "", "", nil, t0), store.ErrConflict)
+	if _, err := st.ClaimJob(ctx, k.ID, 0, t0); err == nil {
+		t.Fatal("ClaimJob accepted a zero lease")
 	}
-	if err := st.FinishJob(ctx, k.ID, store.JobCapturing, "", "", t0); err == nil {
+	kc := claimJob(t, st, k.ID, t0)
+	for _, state := range []store.ImageJobState{store.JobReady, store.JobPending, "bogus"} {
+		if err := st.UpdateJobProgress(ctx, progress(kc, state, "", 0, 0), t0); err == nil {
+			t.Fatalf("UpdateJobProgress accepted state %q", state)
+		}
+	}
+	bad := progress(kc, store.JobCapturing, "", 0, 0)
+	bad.Stages = json.RawMessage(`{"pull":`)
+	if err := st.UpdateJobProgress(ctx, bad, t0); err == nil {
+		t.Fatal("UpdateJobProgress accepted malformed stages")
+	}
+	if err := st.FinishJob(ctx, k.ID, kc.Epoch, store.JobCapturing, "", "", nil, t0); err == nil {
 		t.Fatal("FinishJob accepted an active state")
+	}
+	if err := st.FinishJob(ctx, k.ID, kc.Epoch, store.JobReady, "", "", json.RawMessage(`[`), t0); err == nil {
+		t.Fatal("FinishJob accepted malformed stages")
+	}
+	got, err := st.GetJob(ctx, k.ID)
+	must(t, err)
+	if fmt.Sprint(got) != fmt.Sprint(kc) {
+		t.Fatalf("job after rejected writes = %+v, want %+v", got, kc)
 	}
 }

@@ -17,6 +17,9 @@ func RunShared(t *testing.T, open func(t *testing.T) (store.Store, store.Store))
 		{"ClaimOpAcrossInstances", func(t *testing.T, a, b store.Store) {
 			ClaimConcurrently(t, []store.Store{a, b}, 4, 50)
 		}},
+		{"ClaimJobAcrossInstances", func(t *testing.T, a, b store.Store) {
+			ClaimJobConcurrently(t, []store.Store{a, b}, 4, 10)
+		}},
 		{"NotifyAcrossInstances", func(t *testing.T, a, b store.Store) {
 			NotifyAcross(t, a, b)
 			NotifyAcross(t, b, a)

@@ -100,19 +100,19 @@ func calls(t *testing.T, fc *fakeFC, skip int) []string {
 func TestContract(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
-		name         string
-		jailed, diff bool
+		name                 string
+		jailed, diff, rebind bool
 	}{
-		{"direct full", false, false},
-		{"direct diff", false, true},
-		{"jailed full", true, false},
-		{"jailed diff", true, true},
+		{"direct full", false, false, false},
+		{"direct diff", false, true, true},
+		{"jailed full", true, false, true},
+		{"jailed diff", true, true, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			e := newContractEnv(t, tt.jailed, tt.diff)
 			b := e.backend(t)
-			if c := b.Capabilities(); c.Name != "firecracker" || c.Version != "Firecracker v1.16.1" || c.Acceleration != "kvm" || !c.Isolation || !c.SnapshotMemory || !c.SnapshotDisk {
+			if c := b.Capabilities(); c.Name != "firecracker" || c.Version != "Firecracker v1.16.1" || c.Acceleration != "kvm" || !c.Isolation || !c.SnapshotMemory || !c.SnapshotDisk || c.RootFS {
 				t.Errorf("capabilities = %+v", c)
 			}
 			spec := e.spec(t, "a")
@@ -120,7 +120,7 @@ func TestContract(t *testing.T) {
 			n := pauseAndCheck(t, e, m)
 			snap := snapshotAndCheck(t, e, m, n, tt.diff)
 			destroyAndCheck(t, m)
-			restoreAndCheck(t, e, b, snap, tt.diff)
+			restoreAndCheck(t, e, b, snap, tt.diff, tt.rebind)
 		})
 	}
 }
@@ -298,9 +298,10 @@ func destroyAndCheck(t *testing.T, m vmm.Machine) {
 	}
 }
 
-func restoreAndCheck(t *testing.T, e *contractEnv, b *Backend, snap vmm.Snapshot, diff bool) {
+func restoreAndCheck(t *testing.T, e *contractEnv, b *Backend, snap vmm.Snapshot, diff, rebind bool) {
 	t.Helper()
 	spec := e.spec(t, "b")
+	spec.Rebind = rebind
 	m, err := b.Restore(ctxT(t), spec, snap)
 	if err != nil {
 		t.Fatalf("restore: %v", err)
@@ -316,8 +317,8 @@ func restoreAndCheck(t *testing.T, e *contractEnv, b *Backend, snap vmm.Snapshot
 	if ld["snapshot_path"] != fileState || mb["backend_type"] != "File" || mb["backend_path"] != fileMem || ld["resume_vm"] != true || (ld["track_dirty_pages"] == true) != diff {
 		t.Errorf("snapshot/load = %v", ld)
 	}
-	if ctl := fc.guest.received(); len(ctl) != 1 || ctl[0].Env["K"] != "v-b" || ctl[0].TimeUnixNano == 0 {
-		t.Errorf("control after restore = %+v", ctl)
+	if ctl := fc.guest.received(); len(ctl) != 1 || ctl[0].Env["K"] != "v-b" || ctl[0].TimeUnixNano == 0 || ctl[0].RestartGuest != rebind {
+		t.Errorf("control after restore (rebind %v) = %+v", rebind, ctl)
 	}
 	m2, err := e.backend(t).Recover(ctxT(t), spec.Dir)
 	if err != nil {

@@ -33,6 +33,7 @@ type fakeGuest struct {
 	srv      *http.Server
 	mu       sync.Mutex
 	controls []guestinit.Control
+	pid      int // the guest daemon's: RestartGuest starts a "new" one
 	wg       sync.WaitGroup
 }
 
@@ -42,11 +43,14 @@ func startFakeGuest(uds string, port, ctl uint32) (*fakeGuest, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &fakeGuest{ln: ln, port: port, ctl: ctl, conns: make(chan net.Conn), quit: make(chan struct{})}
+	g := &fakeGuest{ln: ln, port: port, ctl: ctl, conns: make(chan net.Conn), quit: make(chan struct{}), pid: 100}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+guestapi.PathReady, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set(guestapi.HeaderVersion, strconv.Itoa(guestapi.Version))
-		_ = json.NewEncoder(w).Encode(guestapi.Ready{Version: guestapi.Version, BootID: "fake-boot", PID: 1, Kernel: "fake", Hostname: "fake"})
+		g.mu.Lock()
+		pid := g.pid
+		g.mu.Unlock()
+		_ = json.NewEncoder(w).Encode(guestapi.Ready{Version: guestapi.Version, BootID: "fake-boot", PID: pid, Kernel: "fake", Hostname: "fake"})
 	})
 	g.srv = &http.Server{Handler: mux}
 	g.wg.Add(2)
@@ -103,6 +107,10 @@ func (g *fakeGuest) control(c net.Conn, r *bufio.Reader) {
 	rep.ID = ctl.ID
 	g.mu.Lock()
 	g.controls = append(g.controls, ctl)
+	if ctl.RestartGuest {
+		g.pid++
+		rep.GuestPID = g.pid
+	}
 	g.mu.Unlock()
 	b, _ := json.Marshal(rep)
 	_, _ = c.Write(append(b, '\n'))

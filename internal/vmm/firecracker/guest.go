@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -68,59 +69,81 @@ func newControl(id uint64, hostname string, env map[string]string) guestinit.Con
 }
 
 // handshake sends init its control message and waits until the guest
-// daemon answers Ready; both retry until the ready timeout.
-func (m *machine) handshake(ctx context.Context, env map[string]string) error {
+// daemon answers Ready; both retry until the ready timeout. rebind (a
+// restore that takes a new identity) also restarts the daemon, and only
+// the restarted one counts as ready.
+func (m *machine) handshake(ctx context.Context, env map[string]string, rebind bool) error {
 	ctx, cancel := context.WithTimeout(ctx, m.b.cfg.ReadyTimeout)
 	defer cancel()
 	m.mu.Lock()
 	m.ctlID++
 	c := newControl(m.ctlID, m.st.Hostname, env)
 	m.mu.Unlock()
-	if err := retry(ctx, m.done, "guest control", func(ctx context.Context) error { return m.sendControl(ctx, c) }); err != nil {
+	c.RestartGuest = rebind
+	var rep guestinit.Reply
+	err := retry(ctx, m.done, "guest control", func(ctx context.Context) (err error) {
+		rep, err = m.sendControl(ctx, c)
 		return err
+	})
+	if err != nil {
+		return err
+	}
+	if rebind && rep.GuestPID == 0 {
+		return fmt.Errorf("guest init did not restart the guest daemon (an init that predates rebinding): %w", vmm.ErrUnsupported)
 	}
 	cl := guestapi.NewClient(m.Dial)
 	defer cl.Close()
 	return retry(ctx, m.done, "guest ready", func(ctx context.Context) error {
 		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
-		_, err := cl.Ready(rctx)
+		r, err := cl.Ready(rctx)
+		if err == nil && rebind && r.PID != rep.GuestPID {
+			return fmt.Errorf("guest daemon %d answers, want the restarted %d", r.PID, rep.GuestPID)
+		}
 		return err
 	})
 }
 
 // sendControl sends c on init's control vsock port and waits for the reply
 // with the same ID.
-func (m *machine) sendControl(ctx context.Context, c guestinit.Control) error {
+func (m *machine) sendControl(ctx context.Context, c guestinit.Control) (guestinit.Reply, error) {
+	var rep guestinit.Reply
 	conn, err := dialVsock(ctx, m.vsockPath(), m.b.cfg.CtlPort)
 	if err != nil {
-		return err
+		return rep, err
 	}
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 	data, err := json.Marshal(c)
 	if err != nil {
-		return err
+		return rep, err
 	}
 	if _, err := conn.Write(append(data, '\n')); err != nil {
-		return err
+		return rep, err
 	}
 	r := bufio.NewReader(conn)
 	for {
 		line, err := r.ReadBytes('\n')
 		if err != nil {
-			return fmt.Errorf("read control reply: %w", err)
+			return rep, fmt.Errorf("read control reply: %w", err)
 		}
-		var rep guestinit.Reply
 		if json.Unmarshal(line, &rep) != nil || rep.ID != c.ID {
 			continue
 		}
 		if !rep.OK {
-			return fmt.Errorf("guest control: %s", rep.Error)
+			return rep, fmt.Errorf("guest control: %s", rep.Error)
 		}
-		return nil
+		return rep, nil
 	}
+}
+
+// randomID is a machine handle's first control message id: ids stay
+// unique across restores of one snapshot (see guestinit.Control.ID).
+func randomID() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return binary.BigEndian.Uint64(b[:]) >> 2
 }
 
 // retry runs f until it succeeds, the machine exits or ctx ends.

@@ -144,6 +144,10 @@ func (b *Backend) Restore(ctx context.Context, spec vmm.Spec, snap vmm.Snapshot)
 }
 
 func (b *Backend) restore(ctx context.Context, spec vmm.Spec, snap vmm.Snapshot) (*machine, error) {
+	spec, err := normalize(spec)
+	if err != nil {
+		return nil, err
+	}
 	if snap.Backend != "firecracker" {
 		return nil, fmt.Errorf("snapshot is from backend %q: %w", snap.Backend, vmm.ErrUnsupported)
 	}
@@ -151,10 +155,6 @@ func (b *Backend) restore(ctx context.Context, spec vmm.Spec, snap vmm.Snapshot)
 		if snap.Files[role] == "" {
 			return nil, fmt.Errorf("snapshot has no %q file", role)
 		}
-	}
-	spec, err := normalize(spec)
-	if err != nil {
-		return nil, err
 	}
 	m, err := b.newMachine(spec)
 	if err != nil {
@@ -180,7 +180,7 @@ func (b *Backend) restore(ctx context.Context, spec vmm.Spec, snap vmm.Snapshot)
 	if err := m.load(ctx, snap); err != nil {
 		return fail(err)
 	}
-	if err := m.handshake(ctx, spec.Env); err != nil {
+	if err := m.handshake(ctx, spec.Env, spec.Rebind); err != nil {
 		return fail(err)
 	}
 	return m, nil
@@ -285,7 +285,7 @@ func (b *Backend) Recover(ctx context.Context, dir string) (vmm.Machine, error) 
 		return nil, fmt.Errorf("recover %s: %w: bad state: %v", dir, vmm.ErrGone, err)
 	}
 	st.Dir = dir
-	m := &machine{b: b, st: st, done: make(chan struct{}), api: newAPIClient(st.APISocket)}
+	m := &machine{b: b, st: st, done: make(chan struct{}), api: newAPIClient(st.APISocket), ctlID: randomID()}
 	gone := func(why error) (vmm.Machine, error) {
 		vmproc.Stop(st.PID, st.StartTime, b.cfg.StopGrace, true)
 		m.cleanup()

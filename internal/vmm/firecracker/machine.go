@@ -111,6 +111,12 @@ func normalize(spec vmm.Spec) (vmm.Spec, error) {
 	if spec.MemoryMiB < 64 || spec.VCPUs < 1 || spec.VCPUs > 32 {
 		return spec, fmt.Errorf("bad machine size: %d MiB, %d vCPUs", spec.MemoryMiB, spec.VCPUs)
 	}
+	if spec.RootFS != nil {
+		// Each machine gets a full copy of its root disk (no copy-on-write
+		// layer), which a many-GiB caller image makes impractical.
+		return spec, fmt.Errorf("root filesystem %q: the firecracker backend boots only its configured root disk: %w",
+			spec.RootFS.ID, vmm.ErrUnsupported)
+	}
 	return spec, nil
 }
 
@@ -141,7 +147,7 @@ func (b *Backend) newMachine(spec vmm.Spec) (*machine, error) {
 	if len(st.Socket) >= 108 || len(st.APISocket) >= 108 {
 		return nil, fmt.Errorf("workdir %s too long for unix socket paths", st.Workdir)
 	}
-	return &machine{b: b, st: st, done: make(chan struct{})}, nil
+	return &machine{b: b, st: st, done: make(chan struct{}), ctlID: randomID()}, nil
 }
 
 // owner is the uid/gid files Firecracker writes must belong to (-1: leave).
@@ -340,7 +346,7 @@ func (b *Backend) boot(ctx context.Context, spec vmm.Spec) (*machine, error) {
 	if err := m.configure(ctx); err != nil {
 		return fail(err)
 	}
-	if err := m.handshake(ctx, spec.Env); err != nil {
+	if err := m.handshake(ctx, spec.Env, false); err != nil {
 		return fail(err)
 	}
 	return m, nil

@@ -83,7 +83,7 @@ func (b *Backend) Capabilities() vmm.Capabilities {
 // Boot starts a guest daemon in spec.Dir and returns once it answers.
 func (b *Backend) Boot(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) {
 	if err := checkSpec(spec); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("boot %s: %w", spec.SessionID, err)
 	}
 	if err := os.MkdirAll(filepath.Join(spec.Dir, RootDir), 0o755); err != nil {
 		return nil, fmt.Errorf("boot %s: %w", spec.SessionID, err)
@@ -92,10 +92,11 @@ func (b *Backend) Boot(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) 
 }
 
 // Restore boots a new machine whose root directory is unpacked from the
-// snapshot's disk archive, wherever that file is.
+// snapshot's disk archive, wherever that file is. Every restore starts a
+// new guest daemon with spec.Env, so Rebind changes nothing here.
 func (b *Backend) Restore(ctx context.Context, spec vmm.Spec, snap vmm.Snapshot) (vmm.Machine, error) {
 	if err := checkSpec(spec); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("restore %s: %w", spec.SessionID, err)
 	}
 	disk := snap.Files[diskRole]
 	if snap.Backend != name || disk == "" {
@@ -118,6 +119,10 @@ func checkSpec(spec vmm.Spec) error {
 	}
 	if n := len(filepath.Join(spec.Dir, SocketFile)); n > 107 {
 		return fmt.Errorf("spec dir %q too long for a Unix socket path (%d bytes > 107)", spec.Dir, n)
+	}
+	if spec.RootFS != nil {
+		return fmt.Errorf("root filesystem %q: the process backend runs guest commands on the host's file system: %w",
+			spec.RootFS.ID, vmm.ErrUnsupported)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/internal/vmm"
+	"github.com/engrams/engrams/internal/vmm/vmimage"
 )
 
 // accelProbe is the cached result of a KVM boot probe.
@@ -80,7 +81,11 @@ func (b *Backend) probeKVM(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	spec := vmm.Spec{SessionID: "kvm-probe", Dir: dir, MemoryMiB: 256, VCPUs: 1}
-	m, err := b.start(ctx, spec, "kvm", false)
+	// QEMU refuses to start without the root disk's overlay.
+	if err := vmimage.Overlay(ctx, b.cfg.QemuImg, b.cfg.Images.RootFS, filepath.Join(dir, fileDisk)); err != nil {
+		return err
+	}
+	m, err := b.start(ctx, spec, "kvm", b.cfg.Images.RootFS, "")
 	if err != nil {
 		return err
 	}

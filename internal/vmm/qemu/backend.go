@@ -117,6 +117,6 @@ func (b *Backend) Capabilities() vmm.Capabilities {
 	}
 	return vmm.Capabilities{
 		Name: "qemu", Version: b.version, Acceleration: b.accel, Isolation: true,
-		SnapshotMemory: true, SnapshotDisk: true, Reason: reason,
+		SnapshotMemory: true, SnapshotDisk: true, RootFS: true, Reason: reason,
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -105,6 +106,31 @@ func connectGuest(ctx context.Context, sock string) (*guestapi.Mux, guestapi.Rea
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+}
+
+// connectDaemon is connectGuest to the daemon with pid (any daemon if 0):
+// a session answered by another one is closed and tried again.
+func connectDaemon(ctx context.Context, sock string, pid int) (*guestapi.Mux, error) {
+	for {
+		mux, ready, err := connectGuest(ctx, sock)
+		if err != nil || pid == 0 || ready.PID == pid {
+			return mux, err
+		}
+		mux.Close()
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("connect guest daemon %d: %w (daemon %d answers)", pid, vmm.ErrGuestTimeout, ready.PID)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// randomID is a machine handle's first control message id: ids stay
+// unique across restores of one snapshot (see guestinit.Control.ID).
+func randomID() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return binary.BigEndian.Uint64(b[:]) >> 2
 }
 
 // Bounds of one connection attempt: the first, and the longest.

@@ -60,7 +60,7 @@ func (m *machine) snapshot(ctx context.Context, dir string) (vmm.Snapshot, error
 	if err := m.writeSnapDisk(ctx, filepath.Join(dir, snapDisk)); err != nil {
 		return snap, err
 	}
-	refs, err := m.b.imageRefs(m.st.Images)
+	refs, err := m.b.imageRefs(m.st.Images, m.st.RootFSID)
 	if err != nil {
 		return snap, err
 	}
@@ -230,7 +230,7 @@ func (b *Backend) restore(ctx context.Context, spec vmm.Spec, snap vmm.Snapshot)
 	if err != nil {
 		return nil, err
 	}
-	images, err := b.localImages(cfg.Images)
+	images, err := b.localImages(cfg.Images, spec.RootFS)
 	if err != nil {
 		return nil, err
 	}
@@ -254,7 +254,7 @@ func (b *Backend) restore(ctx context.Context, spec vmm.Spec, snap vmm.Snapshot)
 	st := state{
 		Info:  vmm.Info{SessionID: spec.SessionID, Backend: "qemu", Dir: spec.Dir, Created: time.Now().UTC()},
 		Accel: cfg.Accel, MemoryMiB: cfg.MemoryMiB, VCPUs: cfg.VCPUs, Network: cfg.Network,
-		Images: images, Hostname: hostname, Cmdline: cfg.Cmdline,
+		Images: images, RootFSID: cfg.Images["rootfs"].ID, Hostname: hostname, Cmdline: cfg.Cmdline,
 	}
 	m, err := b.startState(ctx, st, true)
 	if err != nil {
@@ -263,19 +263,23 @@ func (b *Backend) restore(ctx context.Context, spec vmm.Spec, snap vmm.Snapshot)
 		return nil, err
 	}
 	tStart := time.Since(t0)
-	if err := m.finishRestore(ctx, spec.Env, stateFile); err != nil {
+	mode := atRestore
+	if spec.Rebind {
+		mode = atRebind
+	}
+	if err := m.finishRestore(ctx, spec.Env, stateFile, mode); err != nil {
 		_ = m.Destroy(context.Background())
 		return nil, err
 	}
 	b.log.Info("machine restored", "session_id", spec.SessionID, "pid", m.st.PID, "accel", m.st.Accel,
-		"images_ms", tImages.Milliseconds(), "disk_ms", tDisk.Milliseconds(), "vmm_started_ms", tStart.Milliseconds(), "ready_ms", time.Since(t0).Milliseconds())
+		"rebind", spec.Rebind, "rootfs_id", m.st.RootFSID, "images_ms", tImages.Milliseconds(), "disk_ms", tDisk.Milliseconds(), "vmm_started_ms", tStart.Milliseconds(), "ready_ms", time.Since(t0).Milliseconds())
 	return m, nil
 }
 
 // finishRestore loads the device state from stateFile (the RAM is the
 // file QEMU mapped), continues the VM, then steps the guest clock, reseeds
-// its RNG and reconnects the guest daemon.
-func (m *machine) finishRestore(ctx context.Context, env map[string]string, stateFile string) error {
+// its RNG and reconnects the guest daemon (restarted first for atRebind).
+func (m *machine) finishRestore(ctx context.Context, env map[string]string, stateFile string, mode handshakeMode) error {
 	ctx, cancel := context.WithTimeout(ctx, m.b.cfg.ReadyTimeout)
 	defer cancel()
 	t0 := time.Now()
@@ -292,7 +296,7 @@ func (m *machine) finishRestore(ctx context.Context, env map[string]string, stat
 		return err
 	}
 	m.b.log.Debug("incoming migration done", "ms", time.Since(t0).Milliseconds())
-	return m.handshake(ctx, env, true)
+	return m.handshake(ctx, env, mode)
 }
 
 // Recover reattaches to the machine whose state is in dir, or kills what is
@@ -307,7 +311,7 @@ func (b *Backend) Recover(ctx context.Context, dir string) (vmm.Machine, error) 
 		return nil, fmt.Errorf("recover %s: %w: bad state: %v", dir, vmm.ErrGone, err)
 	}
 	st.Dir = dir
-	m := &machine{b: b, st: st, info: st.Info}
+	m := &machine{b: b, st: st, info: st.Info, ctlID: randomID()}
 	if !vmproc.Alive(st.PID, st.StartTime) {
 		m.cleanup()
 		return nil, fmt.Errorf("recover %s: %w: qemu pid %d is not running", st.SessionID, vmm.ErrGone, st.PID)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/internal/guestapi"
+	"github.com/engrams/engrams/internal/guestinit"
 	"github.com/engrams/engrams/internal/vmm"
 	"github.com/engrams/engrams/internal/vmm/vmimage"
 	"github.com/engrams/engrams/internal/vmm/vmproc"
@@ -29,6 +30,7 @@ type state struct {
 	VCPUs     int            `json:"vcpus"`
 	Network   bool           `json:"network"`
 	Images    vmimage.Images `json:"images"`
+	RootFSID  string         `json:"rootfs_id,omitempty"` // Images.RootFS is the caller's (vmm.RootFS.ID)
 	Cgroup    string         `json:"cgroup,omitempty"`
 	Hostname  string         `json:"hostname"`
 	Cmdline   string         `json:"cmdline"` // guest kernel command line, kept across restores
@@ -73,18 +75,22 @@ func normalize(spec vmm.Spec) (vmm.Spec, error) {
 	return spec, nil
 }
 
-// start launches QEMU for st (booting, or restoring from incoming) and
-// attaches to it. On error nothing is left running.
-func (b *Backend) start(ctx context.Context, spec vmm.Spec, accel string, incoming bool) (*machine, error) {
+// start boots QEMU for spec over the root image root (rootID: the
+// caller's identity of it, "" for the configured one) and attaches to it.
+// On error nothing is left running.
+func (b *Backend) start(ctx context.Context, spec vmm.Spec, accel, root, rootID string) (*machine, error) {
 	st := state{
 		Info:  vmm.Info{SessionID: spec.SessionID, Backend: "qemu", Dir: spec.Dir, Created: time.Now().UTC()},
 		Accel: accel, MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, Network: b.cfg.Network,
-		Images: b.cfg.Images, Hostname: guestParams(spec.Hostname, false).Hostname,
+		Images: b.cfg.Images, RootFSID: rootID, Hostname: guestParams(spec.Hostname, false).Hostname,
 	}
+	st.Images.RootFS = root
 	st.Cmdline = kernelCmdline(b.tscKHz, guestParams(st.Hostname, st.Network))
-	return b.startState(ctx, st, incoming)
+	return b.startState(ctx, st, false)
 }
 
+// startState launches QEMU for st (booting, or restoring from incoming)
+// and attaches to it. On error nothing is left running.
 func (b *Backend) startState(ctx context.Context, st state, incoming bool) (*machine, error) {
 	st.Socket = filepath.Join(st.Dir, fileGuest)
 	for _, f := range []string{fileQMP, fileGuest, fileGuest2, fileCtl, fileSerial, filePID} {
@@ -124,7 +130,7 @@ func (b *Backend) startState(ctx context.Context, st state, incoming bool) (*mac
 		}
 		st.Cgroup = dir
 	}
-	m := &machine{b: b, st: st, info: st.Info}
+	m := &machine{b: b, st: st, info: st.Info, ctlID: randomID()}
 	if err := m.writeState(); err != nil {
 		m.kill()
 		return nil, err
@@ -192,72 +198,118 @@ func (b *Backend) Boot(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) 
 	if err != nil {
 		return nil, fmt.Errorf("boot %s: %w", spec.SessionID, err)
 	}
+	root, rootID := b.cfg.Images.RootFS, ""
+	if spec.RootFS != nil {
+		if root, err = checkRootFS(spec.RootFS); err != nil {
+			return nil, fmt.Errorf("boot %s: %w", spec.SessionID, err)
+		}
+		rootID = spec.RootFS.ID
+	}
 	disk := filepath.Join(spec.Dir, fileDisk)
-	if err := vmimage.Overlay(ctx, b.cfg.QemuImg, b.cfg.Images.RootFS, disk); err != nil {
+	if err := vmimage.Overlay(ctx, b.cfg.QemuImg, root, disk); err != nil {
 		return nil, fmt.Errorf("boot %s: %w", spec.SessionID, err)
 	}
 	// QEMU would map a stale RAM file as it is: boot from a fresh one.
 	if err := os.Remove(filepath.Join(spec.Dir, fileMemory)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("boot %s: %w", spec.SessionID, err)
 	}
-	m, err := b.start(ctx, spec, b.accel, false)
+	m, err := b.start(ctx, spec, b.accel, root, rootID)
 	if err != nil {
 		_ = os.Remove(disk)
 		_ = os.Remove(filepath.Join(spec.Dir, fileMemory))
 		return nil, fmt.Errorf("boot %s: %w", spec.SessionID, err)
 	}
-	if err := m.handshake(ctx, spec.Env, false); err != nil {
+	if err := m.handshake(ctx, spec.Env, atBoot); err != nil {
 		console := m.consoleTail()
 		_ = m.Destroy(context.Background())
 		return nil, fmt.Errorf("boot %s: %w (console: %s)", spec.SessionID, err, console)
 	}
-	b.log.Info("machine booted", "session_id", spec.SessionID, "pid", m.st.PID, "accel", m.st.Accel)
+	b.log.Info("machine booted", "session_id", spec.SessionID, "pid", m.st.PID, "accel", m.st.Accel, "rootfs_id", rootID)
 	return m, nil
 }
 
+// handshakeMode says how the control message and the guest connection
+// are ordered.
+type handshakeMode int
+
+const (
+	// atBoot: init starts the daemon only after the first control message,
+	// so the two go in turn.
+	atBoot handshakeMode = iota
+	// atRestore: the restored daemon runs already, so both go at once.
+	atRestore
+	// atRebind: the control message also restarts the daemon (new env and
+	// hostname), and init answers once the new one runs: then connect, to
+	// the daemon with the pid init gave.
+	atRebind
+)
+
+func (h handshakeMode) String() string {
+	return [...]string{"boot", "restore", "rebind"}[h]
+}
+
 // handshake sends init its control message (identity, env, clock, RNG
-// seed) and connects to the guest daemon. At boot init starts the daemon
-// only after the first control message, so the two go in turn; a restored
-// daemon is already running, so both go at once.
-func (m *machine) handshake(ctx context.Context, env map[string]string, restored bool) error {
+// seed) and connects to the guest daemon, ordered as mode says.
+func (m *machine) handshake(ctx context.Context, env map[string]string, mode handshakeMode) error {
 	ctx, cancel := context.WithTimeout(ctx, m.b.cfg.ReadyTimeout)
 	defer cancel()
 	t0 := time.Now()
 	var tControl time.Duration
+	var mux *guestapi.Mux
+	var err error
+	if mode == atRestore {
+		mux, tControl, err = m.controlAndConnect(ctx, env)
+	} else {
+		var rep guestinit.Reply
+		rep, err = m.control(ctx, env, mode == atRebind)
+		tControl = time.Since(t0)
+		if err == nil && mode == atRebind && rep.GuestPID == 0 {
+			err = fmt.Errorf("guest init did not restart the guest daemon (an init that predates rebinding): %w", vmm.ErrUnsupported)
+		}
+		if err == nil {
+			mux, err = connectDaemon(ctx, m.guestSocket(), rep.GuestPID)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	m.b.log.Debug("guest handshake", "session_id", m.st.SessionID, "mode", mode.String(),
+		"control_ms", tControl.Milliseconds(), "total_ms", time.Since(t0).Milliseconds())
+	m.setMux(mux)
+	return nil
+}
+
+// controlAndConnect sends the control message and connects to the running
+// daemon at once; it returns how long the control message took.
+func (m *machine) controlAndConnect(ctx context.Context, env map[string]string) (*guestapi.Mux, time.Duration, error) {
+	t0 := time.Now()
+	var tControl time.Duration
 	controlled := make(chan error, 1)
 	go func() {
-		err := m.control(ctx, env)
+		_, err := m.control(ctx, env, false)
 		tControl = time.Since(t0)
 		controlled <- err
 	}()
-	if !restored {
-		if err := <-controlled; err != nil {
-			return err
-		}
-		controlled <- nil
-	}
 	mux, _, err := connectGuest(ctx, m.guestSocket())
 	if cerr := <-controlled; cerr != nil {
 		if mux != nil {
 			mux.Close()
 		}
-		return cerr
+		return nil, tControl, cerr
 	}
-	if err != nil {
-		return err
-	}
-	m.b.log.Debug("guest handshake", "restored", restored, "control_ms", tControl.Milliseconds(), "total_ms", time.Since(t0).Milliseconds())
-	m.setMux(mux)
-	return nil
+	return mux, tControl, err
 }
 
-func (m *machine) control(ctx context.Context, env map[string]string) error {
+// control sends init one control message; restart asks it to restart the
+// guest daemon, and the reply names the new one.
+func (m *machine) control(ctx context.Context, env map[string]string, restart bool) (guestinit.Reply, error) {
 	m.mu.Lock()
 	m.ctlID++
 	id := m.ctlID
 	m.mu.Unlock()
-	_, err := sendControl(ctx, m.path(fileCtl), newControl(id, m.st.Hostname, env))
-	return err
+	c := newControl(id, m.st.Hostname, env)
+	c.RestartGuest = restart
+	return sendControl(ctx, m.path(fileCtl), c)
 }
 
 func (m *machine) consoleTail() string {

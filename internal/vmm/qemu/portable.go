@@ -16,6 +16,9 @@ import (
 // snapFormat is the version of snapConfigFile. 2: images by content-
 // addressed name and hash, no host paths anywhere in a snapshot. 3: RAM is
 // a raw file (role "memory"), device state a separate stream ("state").
+// Format 3 gained imageRef.ID (a caller's root filesystem) compatibly:
+// snapshots without it read as before, and a reader without it refuses
+// one with it (no image in its cache has that name and an empty SHA-256).
 const snapFormat = 3
 
 // snapConfigFile is the "config" role file: the machine shape a restore
@@ -35,10 +38,14 @@ type snapConfigFile struct {
 }
 
 // imageRef names a content-addressed image (vmimage's cache name, the same
-// on every host for the same inputs) and the SHA-256 of its bytes.
+// on every host for the same inputs) and the SHA-256 of its bytes. A
+// caller's root filesystem (vmm.Spec.RootFS, role "rootfs" only) is named
+// by the caller's ID instead, never hashed here; Name is then its file's
+// bare name, for people (a restore finds it through Spec.RootFS).
 type imageRef struct {
 	Name   string `json:"name"`
-	SHA256 string `json:"sha256"`
+	SHA256 string `json:"sha256,omitempty"`
+	ID     string `json:"id,omitempty"`
 }
 
 // imageRoles are the images a machine runs on, in a fixed order.
@@ -80,11 +87,16 @@ func (c *hashCache) get(p string) (string, error) {
 	return s, nil
 }
 
-// imageRefs describes the images of a running machine.
-func (b *Backend) imageRefs(im vmimage.Images) (map[string]imageRef, error) {
+// imageRefs describes the images of a running machine; rootID is the
+// caller's identity of its root filesystem ("" for the configured one).
+func (b *Backend) imageRefs(im vmimage.Images, rootID string) (map[string]imageRef, error) {
 	refs := map[string]imageRef{}
 	for _, role := range imageRoles {
 		p := *imagePath(&im, role)
+		if role == "rootfs" && rootID != "" {
+			refs[role] = imageRef{Name: filepath.Base(p), ID: rootID}
+			continue
+		}
 		sum, err := b.hashes.get(p)
 		if err != nil {
 			return nil, fmt.Errorf("describe %s image: %w", role, err)
@@ -97,10 +109,19 @@ func (b *Backend) imageRefs(im vmimage.Images) (map[string]imageRef, error) {
 // localImages finds, in this host's image cache (the directories of the
 // configured images), the images a snapshot names, and checks their bytes
 // are the snapshot's. A missing or different image fails with its name.
-func (b *Backend) localImages(refs map[string]imageRef) (vmimage.Images, error) {
+// The root filesystem is root's when the snapshot names one by ID.
+func (b *Backend) localImages(refs map[string]imageRef, root *vmm.RootFS) (vmimage.Images, error) {
 	im := vmimage.Images{KernelVersion: b.cfg.Images.KernelVersion}
 	for _, role := range imageRoles {
 		ref, ok := refs[role]
+		if role == "rootfs" && (ref.ID != "" || root != nil) {
+			p, err := callerRoot(ref, root)
+			if err != nil {
+				return im, err
+			}
+			im.RootFS = p
+			continue
+		}
 		if !ok || ref.Name == "" || filepath.Base(ref.Name) != ref.Name {
 			return im, fmt.Errorf("snapshot config names no usable %s image (%q)", role, ref.Name)
 		}
@@ -121,6 +142,43 @@ func (b *Backend) localImages(refs map[string]imageRef) (vmimage.Images, error) 
 		*imagePath(&im, role) = p
 	}
 	return im, nil
+}
+
+// callerRoot checks root is the caller's root filesystem the snapshot ran
+// on (ref) and returns its absolute path.
+func callerRoot(ref imageRef, root *vmm.RootFS) (string, error) {
+	switch {
+	case ref.ID == "":
+		return "", fmt.Errorf("spec names root filesystem %q, but the snapshot ran on the default root image %s: %w",
+			root.ID, ref.Name, vmm.ErrUnsupported)
+	case root == nil:
+		return "", fmt.Errorf("snapshot ran on root filesystem %q (%s): restoring it needs Spec.RootFS with that ID: %w",
+			ref.ID, ref.Name, vmm.ErrUnsupported)
+	case root.ID != ref.ID:
+		return "", fmt.Errorf("snapshot ran on root filesystem %q, Spec.RootFS is %q: %w", ref.ID, root.ID, vmm.ErrUnsupported)
+	}
+	return checkRootFS(root)
+}
+
+// checkRootFS checks a caller's root filesystem names an ID and an
+// existing regular file, and returns its absolute path (the overlay's
+// backing-file reference, resolved from wherever QEMU runs).
+func checkRootFS(r *vmm.RootFS) (string, error) {
+	if r.ID == "" || r.Path == "" {
+		return "", fmt.Errorf("root filesystem needs a path and an ID, got %+v", *r)
+	}
+	p, err := filepath.Abs(r.Path)
+	if err != nil {
+		return "", fmt.Errorf("root filesystem %s: %w", r.ID, err)
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		return "", fmt.Errorf("root filesystem %s: %w", r.ID, err)
+	}
+	if !fi.Mode().IsRegular() || fi.Size() == 0 {
+		return "", fmt.Errorf("root filesystem %s: %s is not a raw image file (mode %v, %d bytes)", r.ID, p, fi.Mode(), fi.Size())
+	}
+	return p, nil
 }
 
 // readSnapConfig reads and checks a snapshot's config file against this

@@ -180,7 +180,7 @@ func TestRestoreRefusals(t *testing.T) {
 	im := testImages(t)
 	dir := t.TempDir()
 	b := newBackendWith(t, im, filepath.Join(dir, "data"))
-	refs, err := b.imageRefs(im)
+	refs, err := b.imageRefs(im, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,26 +199,43 @@ func TestRestoreRefusals(t *testing.T) {
 		missing.Images[k] = v
 	}
 	missing.Images["rootfs"] = imageRef{Name: "rootfs-busybox-000000000000000000000000.ext4", SHA256: "ab"}
+	caller := good
+	caller.Images = map[string]imageRef{}
+	for k, v := range refs {
+		caller.Images[k] = v
+	}
+	caller.Images["rootfs"] = imageRef{Name: "image.ext4", ID: "sha256:image"}
+	rootFile := filepath.Join(dir, "image.ext4")
+	if err := os.WriteFile(rootFile, make([]byte, 4096), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	other := &vmm.RootFS{Path: rootFile, ID: "sha256:other"}
 	tests := []struct {
-		name string
-		spec vmm.Spec
-		snap vmm.Snapshot
-		want string
+		name        string
+		spec        vmm.Spec
+		snap        vmm.Snapshot
+		want        string
+		unsupported bool
 	}{
-		{"ram size", vmm.Spec{MemoryMiB: 512}, write(good), "cannot change its RAM size"},
-		{"vcpus", vmm.Spec{VCPUs: 2}, write(good), "cannot change its vCPU count"},
-		{"missing image", vmm.Spec{}, write(missing), "rootfs image rootfs-busybox-000000000000000000000000.ext4"},
-		{"other qemu", vmm.Spec{}, write(snapConfigFile{Format: snapFormat, QEMUVersion: "QEMU 1.0"}), "this host runs"},
+		{"ram size", vmm.Spec{MemoryMiB: 512}, write(good), "cannot change its RAM size", false},
+		{"vcpus", vmm.Spec{VCPUs: 2}, write(good), "cannot change its vCPU count", false},
+		{"missing image", vmm.Spec{}, write(missing), "rootfs image rootfs-busybox-000000000000000000000000.ext4", true},
+		{"other qemu", vmm.Spec{}, write(snapConfigFile{Format: snapFormat, QEMUVersion: "QEMU 1.0"}), "this host runs", true},
+		{"rootfs missing", vmm.Spec{}, write(caller), `needs Spec.RootFS with that ID`, true},
+		{"rootfs other id", vmm.Spec{RootFS: other}, write(caller), `Spec.RootFS is "sha256:other"`, true},
+		{"rootfs on default root", vmm.Spec{RootFS: other}, write(good), "ran on the default root image", true},
+		{"rootfs file gone", vmm.Spec{RootFS: &vmm.RootFS{Path: rootFile + ".gone", ID: "sha256:image"}}, write(caller), "no such file", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			tt.spec.SessionID, tt.spec.Dir = "refuse", t.TempDir()
 			_, err := b.Restore(context.Background(), tt.spec, tt.snap)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("restore = %v, want %q", err, tt.want)
 			}
-			if tt.name == "missing image" && !errors.Is(err, vmm.ErrUnsupported) {
-				t.Errorf("missing image error %v is not ErrUnsupported", err)
+			if errors.Is(err, vmm.ErrUnsupported) != tt.unsupported {
+				t.Errorf("error %v: ErrUnsupported %v, want %v", err, !tt.unsupported, tt.unsupported)
 			}
 			if entries, _ := os.ReadDir(tt.spec.Dir); len(entries) != 0 {
 				t.Errorf("a refused restore left files: %v", entries)

@@ -101,6 +101,10 @@ func Run(t *testing.T, h Harness) {
 		t.Error("a backend without isolation must say so in Capabilities().Reason")
 	}
 
+	if !caps.RootFS {
+		mustStep(t, "root filesystem unsupported", func(t *testing.T) { h.checkNoRootFS(t, b) })
+	}
+
 	spec := h.spec(t)
 	g := h.boot(t, b, spec)
 	g.spec = spec
@@ -124,6 +128,33 @@ func Run(t *testing.T, h Harness) {
 		t.Logf("snapshot and restore skipped: backend %s snapshots neither memory nor disk (%s)", caps.Name, caps.Reason)
 	}
 	mustStep(t, "recover and destroy", func(t *testing.T) { h.recoverAndDestroy(t, g) })
+}
+
+// checkNoRootFS checks a backend without Capabilities.RootFS refuses a
+// caller's root filesystem with ErrUnsupported, at boot and at restore.
+func (h Harness) checkNoRootFS(t *testing.T, b vmm.Backend) {
+	root := &vmm.RootFS{Path: filepath.Join(t.TempDir(), "root.ext4"), ID: "sha256:vmmtest"}
+	if err := os.WriteFile(root.Path, make([]byte, 4096), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	caps := b.Capabilities()
+	for _, op := range []string{"boot", "restore"} {
+		spec := h.spec(t)
+		spec.RootFS = root
+		var m vmm.Machine
+		var err error
+		if op == "boot" {
+			m, err = b.Boot(h.ctx(t), spec)
+		} else {
+			m, err = b.Restore(h.ctx(t), spec, vmm.Snapshot{Backend: caps.Name, Files: map[string]string{}})
+		}
+		if m != nil {
+			_ = m.Destroy(context.Background())
+		}
+		if !errors.Is(err, vmm.ErrUnsupported) {
+			t.Errorf("%s with Spec.RootFS on a backend without Capabilities.RootFS = %v, want ErrUnsupported", op, err)
+		}
+	}
 }
 
 func mustStep(t *testing.T, name string, f func(t *testing.T)) {

@@ -1,0 +1,194 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/store"
+)
+
+// enableImage answers 202 with the image and its job, or 200 when the job
+// is already ready (the image was enabled before). The request's
+// credentials go to the coordinator only: they are never logged, and a
+// malformed body is described without quoting any of its values.
+func (s *Server) enableImage(w http.ResponseWriter, r *http.Request) {
+	var req apiv1.EnableImageRequest
+	if !s.decodeWith(w, r, &req, describeRedacted) {
+		return
+	}
+	v, job, err := s.co.EnableImage(r.Context(), enableRequest(req))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	status := http.StatusAccepted
+	if job.State == store.JobReady {
+		status = http.StatusOK
+	}
+	writeJSON(w, status, apiv1.ImageJobResponse{Image: imageOut(v), Job: imageJobOut(job)})
+}
+
+// enableRequest converts the wire request to the coordinator's.
+func enableRequest(req apiv1.EnableImageRequest) coordinator.EnableImageRequest {
+	out := coordinator.EnableImageRequest{
+		Ref:  req.Ref,
+		Name: req.Name,
+		Config: coordinator.ImageConfig{
+			Env: req.Env, MemoryMiB: req.MemoryMiB, VCPUs: req.VCPUs, DiskGiB: req.DiskGiB, Workdir: req.Workdir,
+			Warmup: req.Warmup, WarmupTimeoutS: req.WarmupTimeoutS, WarmupStallS: req.WarmupStallS,
+		},
+	}
+	if c := req.Credentials; c != nil {
+		out.Auth = &coordinator.RegistryAuth{Username: c.Username, Password: c.Password, Token: c.Token}
+	}
+	return out
+}
+
+// describeRedacted says what is wrong with a body that may hold secrets
+// without quoting any value from it (json's own messages quote numbers,
+// and syntax errors quote characters).
+func describeRedacted(err error) string {
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syntax):
+		return "invalid JSON at byte " + itoa(syntax.Offset)
+	case errors.As(err, &typ):
+		field := typ.Field
+		if field == "" {
+			return "want a JSON object"
+		}
+		return fmt.Sprintf("field %s: want %s", field, jsonKind(typ.Type.String()))
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "the body ends early"
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return strings.TrimPrefix(err.Error(), "json: ") // the field's name, not a value
+	}
+	return "not the documented JSON object"
+}
+
+// jsonKind names the JSON kind a Go type is read from.
+func jsonKind(goType string) string {
+	switch {
+	case goType == "string":
+		return "a string"
+	case strings.HasPrefix(goType, "int"):
+		return "an integer"
+	case strings.HasPrefix(goType, "map["), strings.Contains(goType, "."):
+		return "an object"
+	}
+	return goType
+}
+
+func (s *Server) listImages(w http.ResponseWriter, r *http.Request) {
+	all := false
+	if v := r.URL.Query().Get("all"); v != "" {
+		var err error
+		if all, err = strconv.ParseBool(v); err != nil {
+			writeError(w, http.StatusBadRequest, "bad_request", "all="+strconv.Quote(v)+": want true or false")
+			return
+		}
+	}
+	vs, err := s.co.Images(r.Context(), all)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := apiv1.ImageList{Images: make([]apiv1.Image, 0, len(vs))}
+	for _, v := range vs {
+		out.Images = append(out.Images, imageOut(v))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) getImage(w http.ResponseWriter, r *http.Request) {
+	v, err := s.co.Image(r.Context(), r.PathValue("name"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, imageOut(v))
+}
+
+func (s *Server) disableImage(w http.ResponseWriter, r *http.Request) {
+	v, err := s.co.DisableImage(r.Context(), r.PathValue("name"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, imageOut(v))
+}
+
+func (s *Server) refreshImage(w http.ResponseWriter, r *http.Request) {
+	v, job, err := s.co.RefreshImage(r.Context(), r.PathValue("name"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, apiv1.ImageJobResponse{Image: imageOut(v), Job: imageJobOut(job)})
+}
+
+func (s *Server) listImageJobs(w http.ResponseWriter, r *http.Request) {
+	jobs, err := s.co.ImageJobs(r.Context(), r.PathValue("name"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := apiv1.ImageJobList{Jobs: make([]apiv1.ImageJob, 0, len(jobs))}
+	for _, j := range jobs {
+		out.Jobs = append(out.Jobs, imageJobOut(j))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) getImageJob(w http.ResponseWriter, r *http.Request) {
+	job, err := s.co.ImageJob(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, imageJobOut(job))
+}
+
+// imageOut shows an image; its credential only as "who@registry".
+func imageOut(v coordinator.ImageView) apiv1.Image {
+	img, cfg := v.Image, v.Config
+	out := apiv1.Image{
+		ID: img.ID, Name: img.Name, Ref: img.Ref, Digest: img.Digest, State: v.State,
+		Config: apiv1.ImageConfig{
+			Env: cfg.Env, MemoryMiB: cfg.MemoryMiB, VCPUs: cfg.VCPUs, DiskGiB: cfg.DiskGiB, Workdir: cfg.Workdir,
+			Warmup: cfg.Warmup, WarmupTimeoutS: cfg.WarmupTimeoutS, WarmupStallS: cfg.WarmupStallS,
+			Libc: cfg.Libc, User: cfg.User, Entrypoint: cfg.Entrypoint,
+		},
+		Credentials: v.Credential, BaseSnapshotID: img.BaseID, Facts: v.Facts, ReadyHosts: v.ReadyHosts,
+		CreatedAt: img.CreatedAt, UpdatedAt: img.UpdatedAt,
+	}
+	if v.LastJob != nil {
+		j := imageJobOut(*v.LastJob)
+		out.LastJob = &j
+	}
+	return out
+}
+
+// imageJobOut shows a job; stage times that do not decode are left out.
+func imageJobOut(j store.ImageJob) apiv1.ImageJob {
+	out := apiv1.ImageJob{
+		ID: j.ID, ImageID: j.ImageID, Kind: string(j.Kind), State: string(j.State), Stage: j.Stage,
+		BytesDone: j.BytesDone, BytesTotal: j.BytesTotal, Attempts: j.Attempts, Error: j.Error,
+		OutputTail: j.OutputTail, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt,
+	}
+	if len(j.Stages) > 0 {
+		var ms map[string]int64
+		if json.Unmarshal(j.Stages, &ms) == nil && len(ms) > 0 {
+			out.StagesMS = ms
+		}
+	}
+	return out
+}

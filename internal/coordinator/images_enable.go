@@ -1,0 +1,177 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/engrams/engrams/internal/image/oci"
+	"github.com/engrams/engrams/internal/store"
+)
+
+// topicImageJobs wakes the image job runners of every replica.
+const topicImageJobs = "image-jobs"
+
+// EnableImage enables req.Ref under req.Name. A live image with that name
+// and ref answers with itself and its last job (enabling again is
+// idempotent; a failed image gets a new job); another ref under the name is
+// a conflict. The job runs in the background: pending -> materializing ->
+// capturing -> ready | failed.
+func (c *Coordinator) EnableImage(ctx context.Context, req EnableImageRequest) (ImageView, store.ImageJob, error) {
+	ref := strings.TrimSpace(req.Ref)
+	if ref == "" || len(ref) > maxImageRef || containsAny(ref, "\x00\n ") {
+		return ImageView{}, store.ImageJob{}, fmt.Errorf("%w: ref must be an image reference of at most %d characters", ErrInvalid, maxImageRef)
+	}
+	registry, err := oci.ParseReference(ref)
+	if err != nil {
+		return ImageView{}, store.ImageJob{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	name := req.Name
+	if name == "" {
+		name = defaultImageName(ref)
+	}
+	if err := checkImageName(name); err != nil {
+		return ImageView{}, store.ImageJob{}, err
+	}
+	cfg := req.Config
+	if err := c.checkImageConfig(&cfg); err != nil {
+		return ImageView{}, store.ImageJob{}, err
+	}
+	if existing, err := c.st.GetImageByName(ctx, name); err == nil {
+		return c.enableExisting(ctx, existing, ref)
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return ImageView{}, store.ImageJob{}, fmt.Errorf("enable image %s: %w", name, err)
+	}
+	img := store.Image{ID: c.newID(), Name: name, Ref: ref, State: store.ImageReady, CreatedAt: c.now()}
+	if img.Config, err = json.Marshal(cfg); err != nil {
+		return ImageView{}, store.ImageJob{}, fmt.Errorf("enable image %s: %w", name, err)
+	}
+	if !req.Auth.empty() {
+		if img.CredentialID, err = c.sealCredential(ctx, registry, *req.Auth); err != nil {
+			return ImageView{}, store.ImageJob{}, fmt.Errorf("enable image %s: %w", name, err)
+		}
+	}
+	if err := c.st.CreateImage(ctx, img); err != nil {
+		if img.CredentialID != "" {
+			_ = c.st.DeleteCredential(ctx, img.CredentialID)
+		}
+		return ImageView{}, store.ImageJob{}, fmt.Errorf("enable image %s: %w", name, err)
+	}
+	job, err := c.newJob(ctx, img, store.ImageJobEnable)
+	if err != nil {
+		return ImageView{}, store.ImageJob{}, err
+	}
+	c.log.Info("image enable requested", "image_id", img.ID, "name", name, "ref", ref, "job_id", job.ID,
+		"env", envKeys(cfg.Env), "memory_mib", cfg.MemoryMiB, "disk_gib", cfg.DiskGiB)
+	v, err := c.view(ctx, img)
+	return v, job, err
+}
+
+// enableExisting answers an enable of a name that is taken.
+func (c *Coordinator) enableExisting(ctx context.Context, img store.Image, ref string) (ImageView, store.ImageJob, error) {
+	if img.Ref != ref {
+		return ImageView{}, store.ImageJob{}, fmt.Errorf("%w: image name %q is taken by %s; choose another --name or disable it first", store.ErrConflict, img.Name, img.Ref)
+	}
+	v, err := c.view(ctx, img)
+	if err != nil {
+		return v, store.ImageJob{}, err
+	}
+	if v.LastJob != nil && (v.LastJob.State.Active() || v.State == ImageReady) {
+		return v, *v.LastJob, nil
+	}
+	job, err := c.newJob(ctx, img, store.ImageJobEnable) // failed before: try again
+	if err != nil {
+		return v, store.ImageJob{}, err
+	}
+	v.LastJob, v.State = &job, ImagePending
+	return v, job, nil
+}
+
+// RefreshImage re-pulls an image's ref and enables the digest it names now;
+// the image keeps serving its current base snapshot until the new one is
+// ready, and sessions already running keep theirs.
+func (c *Coordinator) RefreshImage(ctx context.Context, nameOrID string) (ImageView, store.ImageJob, error) {
+	img, err := c.findImage(ctx, nameOrID)
+	if err != nil {
+		return ImageView{}, store.ImageJob{}, err
+	}
+	if img.State == store.ImageDisabled {
+		return ImageView{}, store.ImageJob{}, fmt.Errorf("%w: image %s is disabled; enable it again", store.ErrConflict, img.Name)
+	}
+	job, err := c.newJob(ctx, img, store.ImageJobRefresh)
+	if err != nil {
+		return ImageView{}, store.ImageJob{}, err
+	}
+	v, err := c.view(ctx, img)
+	return v, job, err
+}
+
+// newJob inserts a pending job for img and wakes the runners. If another
+// job of img is active, that one is returned.
+func (c *Coordinator) newJob(ctx context.Context, img store.Image, kind store.ImageJobKind) (store.ImageJob, error) {
+	job, err := c.st.CreateJob(ctx, store.ImageJob{ID: c.newID(), ImageID: img.ID, Kind: kind, CreatedAt: c.now()})
+	if errors.Is(err, store.ErrJobActive) {
+		jobs, lerr := c.st.ListJobs(ctx, img.ID)
+		if lerr != nil {
+			return store.ImageJob{}, fmt.Errorf("%s image %s: %w", kind, img.Name, lerr)
+		}
+		for _, j := range jobs {
+			if j.State.Active() {
+				return j, nil
+			}
+		}
+	}
+	if err != nil {
+		return store.ImageJob{}, fmt.Errorf("%s image %s: %w", kind, img.Name, err)
+	}
+	if err := c.st.Notify(ctx, topicImageJobs); err != nil {
+		c.log.Warn("notify image jobs", "err", err)
+	}
+	return job, nil
+}
+
+// sealCredential stores auth sealed and returns its id.
+func (c *Coordinator) sealCredential(ctx context.Context, registry string, auth RegistryAuth) (string, error) {
+	if c.secrets == nil {
+		return "", fmt.Errorf("%w: this server keeps no secrets (no key configured), so it cannot store registry credentials", ErrInvalid)
+	}
+	plain, err := json.Marshal(auth)
+	if err != nil {
+		return "", err
+	}
+	id := c.newID()
+	sealed, err := c.secrets.Seal(plain, []byte("registry-credential:"+id))
+	if err != nil {
+		return "", fmt.Errorf("seal registry credential: %w", err)
+	}
+	cred := store.RegistryCredential{ID: id, Registry: registry, Username: auth.Username, Sealed: sealed, CreatedAt: c.now()}
+	if err := c.st.PutCredential(ctx, cred); err != nil {
+		return "", fmt.Errorf("store registry credential: %w", err)
+	}
+	return id, nil
+}
+
+// openCredential returns the registry login of img ("" id: anonymous).
+func (c *Coordinator) openCredential(ctx context.Context, id string) (oci.Credentials, error) {
+	if id == "" {
+		return oci.Credentials{}, nil
+	}
+	if c.secrets == nil {
+		return oci.Credentials{}, errors.New("open registry credential: this server keeps no secrets key")
+	}
+	cred, err := c.st.GetCredential(ctx, id)
+	if err != nil {
+		return oci.Credentials{}, fmt.Errorf("open registry credential %s: %w", id, err)
+	}
+	plain, err := c.secrets.Open(cred.Sealed, []byte("registry-credential:"+id))
+	if err != nil {
+		return oci.Credentials{}, fmt.Errorf("open registry credential %s: %w", id, err)
+	}
+	var auth RegistryAuth
+	if err := json.Unmarshal(plain, &auth); err != nil {
+		return oci.Credentials{}, fmt.Errorf("open registry credential %s: %w", id, err)
+	}
+	return oci.Credentials{Username: auth.Username, Password: auth.Password, Token: auth.Token}, nil
+}

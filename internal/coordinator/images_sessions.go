@@ -1,0 +1,124 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/scheduler"
+	"github.com/engrams/engrams/internal/store"
+)
+
+// pinImage resolves spec.Image to a ready image and fills in what its
+// sessions run with: its machine size (a base snapshot cannot change it),
+// its env under the session's, and the image and base snapshot ids.
+func (c *Coordinator) pinImage(ctx context.Context, spec *hostlink.MachineSpec) error {
+	spec.ImageID, spec.BaseSnapshotID = "", ""
+	if spec.Image == "" {
+		return nil
+	}
+	img, err := c.findImage(ctx, spec.Image)
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("%w: no enabled image is named %q (see `engrams image list`)", ErrInvalid, spec.Image)
+	}
+	if err != nil {
+		return fmt.Errorf("find image %s: %w", spec.Image, err)
+	}
+	v, err := c.view(ctx, img)
+	if err != nil {
+		return err
+	}
+	if v.State != ImageReady {
+		return fmt.Errorf("%w: image %s is %s%s; sessions start once it is ready", ErrInvalid, img.Name, v.State, jobSummary(v.LastJob))
+	}
+	cfg := v.Config
+	switch {
+	case spec.MemoryMiB != 0 && spec.MemoryMiB != cfg.MemoryMiB:
+		return fmt.Errorf("%w: sessions of image %s have %d MiB of memory (its base snapshot's); enable it with --memory to change that", ErrInvalid, img.Name, cfg.MemoryMiB)
+	case spec.VCPUs != 0 && spec.VCPUs != cfg.VCPUs:
+		return fmt.Errorf("%w: sessions of image %s have %d vCPUs (its base snapshot's); enable it with --vcpus to change that", ErrInvalid, img.Name, cfg.VCPUs)
+	}
+	spec.MemoryMiB, spec.VCPUs = cfg.MemoryMiB, cfg.VCPUs
+	spec.Env = imageEnv(cfg, spec.Env)
+	spec.Image, spec.ImageID, spec.BaseSnapshotID = img.Name, img.ID, img.BaseID
+	return nil
+}
+
+// imageEnv is the environment of an image's processes: the image's own
+// ENV, then the env it was enabled with, then over (a session's).
+func imageEnv(cfg ImageConfig, over map[string]string) map[string]string {
+	env := map[string]string{}
+	for _, kv := range cfg.ImageEnv {
+		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+			env[k] = v
+		}
+	}
+	maps.Copy(env, cfg.Env)
+	maps.Copy(env, over)
+	return env
+}
+
+// jobSummary says where a job is, for messages: " (materializing: pull)".
+func jobSummary(j *store.ImageJob) string {
+	if j == nil {
+		return ""
+	}
+	s := string(j.State)
+	if j.Stage != "" {
+		s += ": " + j.Stage
+	}
+	if j.Error != "" {
+		s += ": " + j.Error
+	}
+	return " (" + s + ")"
+}
+
+// imageBase returns the image a session was created from, with its base
+// snapshot. An image refreshed since gives its new base (same image, new
+// digest); one disabled since still gives its last base.
+func (c *Coordinator) imageBase(ctx context.Context, spec hostlink.MachineSpec) (store.Image, error) {
+	img, err := c.st.GetImage(ctx, spec.ImageID)
+	if err != nil {
+		return img, fmt.Errorf("image %s of the session: %w", spec.Image, err)
+	}
+	if img.BaseID == "" || len(img.Manifests) == 0 {
+		return img, fmt.Errorf("image %s has no base snapshot", img.Name)
+	}
+	return img, nil
+}
+
+// prefetchFor lists the base snapshots of ready images that host could
+// restore and does not list as cached yet. Errors only cost the prefetch.
+func (c *Coordinator) prefetchFor(ctx context.Context, hostID string, cached []string) []hostlink.Prefetch {
+	imgs, err := c.st.ListImages(ctx)
+	if err != nil {
+		c.log.Warn("prefetch: list images", "host_id", hostID, "err", err)
+		return nil
+	}
+	var hf *hostlink.Facts
+	var out []hostlink.Prefetch
+	for _, img := range imgs {
+		if img.State == store.ImageDisabled || !usable(img) || slices.Contains(cached, img.BaseID) {
+			continue
+		}
+		if hf == nil {
+			h, err := c.st.GetHost(ctx, hostID)
+			if err != nil {
+				return nil
+			}
+			hf = &hostlink.Facts{}
+			_ = json.Unmarshal(h.Facts, hf)
+		}
+		var bf hostlink.Facts
+		if json.Unmarshal(img.Facts, &bf) != nil || scheduler.Compatible(bf, *hf) != "" {
+			continue
+		}
+		out = append(out, hostlink.Prefetch{ImageID: img.ID, SnapshotID: img.BaseID, Manifests: img.Manifests})
+	}
+	return out
+}

@@ -1,0 +1,175 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/internal/blob/localdir"
+	"github.com/engrams/engrams/internal/client"
+	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/image"
+	"github.com/engrams/engrams/internal/image/imagetest"
+	"github.com/engrams/engrams/internal/secret"
+	"github.com/engrams/engrams/internal/server"
+)
+
+// imageEnv is a replica able to enable images (materializer over a local
+// blob dir, an ephemeral secrets key) and a client; hosts share blobs.
+type imageEnv struct {
+	r       replica
+	c       *client.Client
+	creds   server.Credentials
+	blobs   string
+	workDir string
+}
+
+func startImageEnv(t *testing.T) *imageEnv {
+	t.Helper()
+	st := openSQLite(t)
+	creds := credentials(t, st, "img-host")
+	blobs := t.TempDir()
+	bs, err := localdir.New(localdir.Config{Dir: blobs}, localdir.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	m, closeM, err := image.NewForBlobStore(bs, work, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeM)
+	sealer, err := secret.NewEphemeral()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := serveReplicaWith(t, ln, st, "", coordinator.Config{HeartbeatInterval: 500 * time.Millisecond, HostLostAfter: 30 * time.Second},
+		server.Deps{Images: m, Secrets: sealer})
+	return &imageEnv{r: r, c: newClient(r.URL, creds.Token), creds: creds, blobs: blobs, workDir: work}
+}
+
+// startQEMUHost starts a QEMU host agent sharing the env's blobs.
+func (e *imageEnv) startQEMUHost(t *testing.T) string {
+	t.Helper()
+	dir := shortTempDir(t)
+	startHostProcess(t, e.r.URL, e.creds.HostToken, dir, "--backend", "qemu", "--blob-dir", e.blobs)
+	t.Cleanup(func() {
+		for _, pid := range vmmPIDs(dir) {
+			_ = exec.Command("kill", "-9", fmt.Sprint(pid)).Run()
+		}
+	})
+	waitHostReady(t, e.c, e.creds.HostID)
+	return dir
+}
+
+// enable enables ref and waits for its job to finish.
+func (e *imageEnv) enable(t *testing.T, req apiv1.EnableImageRequest) (apiv1.ImageJobResponse, apiv1.ImageJob) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	resp, err := e.c.EnableImage(ctx, req)
+	if err != nil {
+		t.Fatalf("enable %s: %v", req.Ref, err)
+	}
+	job, err := e.c.WaitImageJob(ctx, resp.Job.ID, 100*time.Millisecond, nil)
+	if err != nil {
+		t.Fatalf("wait for job of %s: %v", req.Ref, err)
+	}
+	return resp, job
+}
+
+// run execs script in session id and returns its trimmed stdout.
+func run(t *testing.T, c *client.Client, id, script string) string {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code, err := c.Exec(context.Background(), id, apiv1.ExecRequest{Argv: []string{"/bin/sh", "-c", script}, TimeoutMS: 60000}, &out, &errb)
+	if err != nil || code != 0 {
+		t.Fatalf("exec %q in %s: code %d, %v, stderr %q", script, id, code, err, errb.String())
+	}
+	return strings.TrimSpace(out.String())
+}
+
+// TestImageDebianWarmBaseSnapshot enables a debootstrap'd Debian image with a
+// warm-up, then starts two sessions from its base snapshot: both see the
+// warm-up's file, neither booted a kernel (their console logs are empty of
+// a boot and they share the base's boot id), each has its own env and
+// copy-on-write disk.
+func TestImageDebianWarmBaseSnapshot(t *testing.T) {
+	t.Parallel()
+	requireQEMU(t)
+	reg := imagetest.StartRegistry(t, imagetest.RegistryOptions{Auth: imagetest.BasicAuth, Username: "ci", Password: "pw"})
+	ref := reg.Ref("team/debian", "12")
+	reg.Push(t, "team/debian", "12", imagetest.Debian(t))
+	e := startImageEnv(t)
+	hostDir := e.startQEMUHost(t)
+
+	resp, job := e.enable(t, apiv1.EnableImageRequest{Ref: ref, Name: "debian", Warmup: "echo warmed > /warm",
+		Env: map[string]string{"TEAM": "infra"}, Credentials: &apiv1.RegistryAuth{Username: "ci", Password: "pw"}})
+	if job.State != "ready" {
+		t.Fatalf("enable job %s: %s (tail %q)", job.State, job.Error, job.OutputTail)
+	}
+	for _, stage := range []string{"resolve", "pull", "rootfs", "chunks", "boot", "warmup", "snapshot", "upload"} {
+		if _, ok := job.StagesMS[stage]; !ok {
+			t.Errorf("job stages %v lack %s", job.StagesMS, stage)
+		}
+	}
+	img, err := e.c.GetImage(context.Background(), "debian")
+	if err != nil || img.State != "ready" || img.Config.Libc != "glibc" || img.BaseSnapshotID == "" || img.Credentials != "ci@"+reg.Host() {
+		t.Fatalf("image %+v %v", img, err)
+	}
+	if strings.Contains(fmt.Sprint(img), "pw") || resp.Image.Credentials == "" {
+		t.Fatalf("the registry password shows in the image: %+v", img)
+	}
+
+	ids := make([]string, 2)
+	for i := range ids {
+		s, err := e.c.CreateSession(context.Background(), apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{
+			Image: "debian", Env: map[string]string{"WHO": fmt.Sprint("s", i)}}}, true)
+		if err != nil || s.State != "active" {
+			t.Fatalf("create from image: %+v %v", s, err)
+		}
+		ids[i] = s.ID
+	}
+	var boots []string
+	for i, id := range ids {
+		if got := run(t, e.c, id, "cat /warm"); got != "warmed" {
+			t.Fatalf("session %d: /warm is %q", i, got)
+		}
+		if got := run(t, e.c, id, `echo "$TEAM $WHO"`); got != fmt.Sprintf("infra s%d", i) {
+			t.Fatalf("session %d env: %q", i, got)
+		}
+		if got := run(t, e.c, id, "ldd --version | head -1"); !strings.Contains(got, "GLIBC") && !strings.Contains(got, "GNU libc") {
+			t.Fatalf("session %d is not the Debian image: %q", i, got)
+		}
+		boots = append(boots, run(t, e.c, id, "cat /proc/sys/kernel/random/boot_id"))
+		if log, _ := os.ReadFile(filepath.Join(hostDir, "machines", id, "serial.log")); bytes.Contains(log, []byte("Linux version")) {
+			t.Fatalf("session %d booted a kernel: %s", i, log)
+		}
+	}
+	if boots[0] != boots[1] {
+		t.Fatalf("sessions have boot ids %v: not restored from one base", boots)
+	}
+	run(t, e.c, ids[0], "echo mine > /own")
+	if got := run(t, e.c, ids[1], "cat /own 2>/dev/null || echo absent"); got != "absent" {
+		t.Fatalf("a write in one session shows in another: %q", got)
+	}
+
+	// Enabling the same digest again (another name) reuses the base.
+	_, again := e.enable(t, apiv1.EnableImageRequest{Ref: ref, Name: "debian-again", Warmup: "echo warmed > /warm",
+		Env: map[string]string{"TEAM": "infra"}, Credentials: &apiv1.RegistryAuth{Username: "ci", Password: "pw"}})
+	if again.State != "ready" || again.StagesMS["pull"] != 0 || again.StagesMS["boot"] != 0 {
+		t.Fatalf("re-enable of a ready digest did work again: %+v", again)
+	}
+}
