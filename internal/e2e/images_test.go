@@ -172,4 +172,31 @@ func TestImageDebianWarmBaseSnapshot(t *testing.T) {
 	if again.State != "ready" || again.StagesMS["pull"] != 0 || again.StagesMS["boot"] != 0 {
 		t.Fatalf("re-enable of a ready digest did work again: %+v", again)
 	}
+
+	// A rebuilt image under the same tag: refresh enables the new digest;
+	// the running session keeps its own, new sessions get the new one.
+	reg.Push(t, "team/debian", "12", imagetest.DebianPlus(t, map[string]string{"etc/engrams-rebuilt": "v2\n"}))
+	ctx := context.Background()
+	ref2, err := e.c.RefreshImage(ctx, "debian")
+	if err != nil {
+		t.Fatal(err)
+	}
+	job2, err := e.c.WaitImageJob(ctx, ref2.Job.ID, 100*time.Millisecond, nil)
+	if err != nil || job2.State != "ready" {
+		t.Fatalf("refresh: %+v %v", job2, err)
+	}
+	img2, err := e.c.GetImage(ctx, "debian")
+	if err != nil || img2.Digest == img.Digest || img2.BaseSnapshotID == img.BaseSnapshotID {
+		t.Fatalf("refresh kept digest %s / base %s: %+v %v", img.Digest, img.BaseSnapshotID, img2, err)
+	}
+	s3, err := e.c.CreateSession(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{Image: "debian"}}, true)
+	if err != nil || s3.State != "active" {
+		t.Fatalf("create after refresh: %+v %v", s3, err)
+	}
+	if got := run(t, e.c, s3.ID, "cat /etc/engrams-rebuilt; cat /warm"); got != "v2\nwarmed" {
+		t.Fatalf("new session after refresh sees %q", got)
+	}
+	if got := run(t, e.c, ids[0], "cat /etc/engrams-rebuilt 2>/dev/null || echo old; cat /own"); got != "old\nmine" {
+		t.Fatalf("running session after refresh sees %q", got)
+	}
 }

@@ -83,7 +83,7 @@ func (a *Agent) captureImage(ctx context.Context, log *slog.Logger, id string, r
 	if err != nil {
 		return resp, err
 	}
-	mark("rootfs")
+	mark("fetch_rootfs")
 	dir := filepath.Join(a.cfg.DataDir, captureDir, id)
 	if err := os.RemoveAll(dir); err != nil {
 		return resp, fmt.Errorf("clear capture dir: %w", err)

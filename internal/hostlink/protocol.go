@@ -223,7 +223,7 @@ type CaptureResponse struct {
 	Bytes      int64            `json:"bytes"`
 	Uploaded   int64            `json:"uploaded"`
 	OutputTail string           `json:"output_tail,omitempty"` // the warm-up's last output
-	StagesMS   map[string]int64 `json:"stages_ms"`             // rootfs, boot, warmup, snapshot, upload
+	StagesMS   map[string]int64 `json:"stages_ms"`             // fetch_rootfs, boot, warmup, snapshot, upload
 }
 
 // SnapshotRequest asks a host to capture a machine: quiesce the guest

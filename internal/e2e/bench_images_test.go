@@ -1,0 +1,112 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/internal/image/imagetest"
+)
+
+// TestBenchImages measures, on QEMU (TCG here): the enable time of the
+// Debian image per stage (each enable with its own env, so nothing is
+// reused), re-enabling a ready digest, and create→Active of sessions from
+// the base snapshot against cold-booted sessions (default root image) in
+// the same run. ENGRAMS_BENCH=1 runs it (ENGRAMS_BENCH_ENABLES, default 3;
+// ENGRAMS_BENCH_CREATES, default 10); it prints a table.
+func TestBenchImages(t *testing.T) {
+	if os.Getenv("ENGRAMS_BENCH") == "" {
+		t.Skip("benchmark: set ENGRAMS_BENCH=1 to run")
+	}
+	requireQEMU(t)
+	enables, creates := envInt("ENGRAMS_BENCH_ENABLES", 3), envInt("ENGRAMS_BENCH_CREATES", 10)
+	reg := imagetest.StartRegistry(t, imagetest.RegistryOptions{})
+	ref := reg.Ref("bench/debian", "12")
+	reg.Push(t, "bench/debian", "12", imagetest.Debian(t))
+	e := startImageEnv(t)
+	e.startQEMUHost(t)
+	ctx := context.Background()
+
+	stageNames := []string{"resolve", "pull", "rootfs", "chunks", "place", "capture", "fetch_rootfs", "boot", "warmup", "snapshot", "upload"}
+	stages := map[string][]time.Duration{}
+	var total []time.Duration
+	for i := range enables {
+		t0 := time.Now()
+		_, job := e.enable(t, apiv1.EnableImageRequest{Ref: ref, Name: fmt.Sprint("deb", i), Warmup: "echo warmed > /warm",
+			Env: map[string]string{"RUN": strconv.Itoa(i)}})
+		total = append(total, time.Since(t0))
+		if job.State != "ready" {
+			t.Fatalf("enable %d: %+v", i, job)
+		}
+		for k, v := range job.StagesMS {
+			stages[k] = append(stages[k], time.Duration(v)*time.Millisecond)
+		}
+	}
+	var reenable []time.Duration
+	for range 10 {
+		t0 := time.Now()
+		_, job := e.enable(t, apiv1.EnableImageRequest{Ref: ref, Name: "deb-again", Warmup: "echo warmed > /warm", Env: map[string]string{"RUN": "0"}})
+		reenable = append(reenable, time.Since(t0))
+		if job.State != "ready" {
+			t.Fatalf("re-enable: %+v", job)
+		}
+		if _, err := e.c.DisableImage(ctx, "deb-again"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fromBase := createActive(t, e, creates, apiv1.SessionSpec{Image: "deb0"})
+	cold := createActive(t, e, creates, apiv1.SessionSpec{MemoryMiB: 512})
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nimage benchmark: QEMU TCG, debootstrap'd Debian bookworm (glibc), 512 MiB guest, local registry and blob dir\n")
+	fmt.Fprintf(&b, "%-52s %3s %10s %10s\n", "measure", "n", "median", "p95")
+	row := func(name string, d []time.Duration) {
+		fmt.Fprintf(&b, "%-52s %3d %10s %10s\n", name, len(d), secs(pct(d, 50)), secs(pct(d, 95)))
+	}
+	row("enable Debian, total (API until ready)", total)
+	for _, k := range stageNames { // capture is the host call; the stages after it are its parts
+		if d := stages[k]; len(d) > 0 {
+			row("  stage "+k, d)
+		}
+	}
+	row("re-enable of a ready digest (API until ready)", reenable)
+	row("create→active from the base snapshot", fromBase)
+	row("create→active, cold boot (default root image)", cold)
+	fmt.Fprintf(&b, "ratio base/cold (median): %.3f; p95: %.3f\n", ratio(fromBase, cold),
+		float64(pct(fromBase, 95))/float64(pct(cold, 95)))
+	fmt.Print(b.String())
+}
+
+// createActive creates n sessions one after another, each timed from the
+// request until Active, and deletes each.
+func createActive(t *testing.T, e *imageEnv, n int, spec apiv1.SessionSpec) []time.Duration {
+	t.Helper()
+	ctx := context.Background()
+	var out []time.Duration
+	for range n {
+		t0 := time.Now()
+		s, err := e.c.CreateSession(ctx, apiv1.CreateSessionRequest{SessionSpec: spec}, true)
+		d := time.Since(t0)
+		if err != nil || s.State != "active" {
+			t.Fatalf("create %+v: %+v %v", spec, s, err)
+		}
+		out = append(out, d)
+		if err := e.c.DeleteSession(ctx, s.ID, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return slices.Clip(out)
+}
+
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
