@@ -147,7 +147,7 @@ func TestImageDebianWarmBaseSnapshot(t *testing.T) {
 		if got := run(t, e.c, id, "cat /warm"); got != "warmed" {
 			t.Fatalf("session %d: /warm is %q", i, got)
 		}
-		if got := run(t, e.c, id, `echo "$TEAM $WHO"`); got != fmt.Sprintf("infra s%d", i) {
+		if got := run(t, e.c, id, `echo "$TEAM $WHO $ENGRAMS_SESSION_ID"`); got != fmt.Sprintf("infra s%d %s", i, id) {
 			t.Fatalf("session %d env: %q", i, got)
 		}
 		if got := run(t, e.c, id, "ldd --version | head -1"); !strings.Contains(got, "GLIBC") && !strings.Contains(got, "GNU libc") {

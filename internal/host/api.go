@@ -261,7 +261,7 @@ func (a *Agent) boot(ctx context.Context, sid string, epoch int64, spec hostlink
 		Dir:       dir,
 		MemoryMiB: spec.MemoryMiB,
 		VCPUs:     spec.VCPUs,
-		Env:       spec.Env,
+		Env:       sessionEnv(sid, spec.Env),
 	})
 	if err != nil {
 		_ = cleanMachineDir(dir)
@@ -411,4 +411,17 @@ func (a *Agent) active(mc *machine) (done func()) {
 		mc.lastActivity = a.deps.Now()
 		a.mu.Unlock()
 	}
+}
+
+// EnvSessionID names the session to the processes in its guest.
+const EnvSessionID = "ENGRAMS_SESSION_ID"
+
+// sessionEnv is env plus the session's identity.
+func sessionEnv(sid string, env map[string]string) map[string]string {
+	out := make(map[string]string, len(env)+1)
+	for k, v := range env {
+		out[k] = v
+	}
+	out[EnvSessionID] = sid
+	return out
 }

@@ -63,7 +63,7 @@ func (a *Agent) restoreFiles(ctx context.Context, sid string, epoch int64, spec 
 	if err := os.Mkdir(files, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("create restore dir of session %s: %w", sid, err)
 	}
-	vspec := vmm.Spec{SessionID: sid, Epoch: epoch, Dir: dir, MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, Env: spec.Env, Rebind: rs.Base}
+	vspec := vmm.Spec{SessionID: sid, Epoch: epoch, Dir: dir, MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, Env: sessionEnv(sid, spec.Env), Rebind: rs.Base}
 	if rootfs != nil {
 		if vspec.RootFS, err = a.rootFS(ctx, *rootfs); err != nil {
 			return nil, nil, err
