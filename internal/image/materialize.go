@@ -38,6 +38,12 @@ type TreeImager interface {
 // DefaultDiskGiB is the root disk size when neither the request nor Config gives one.
 const DefaultDiskGiB = 4
 
+// rootFSSeed seeds every image root filesystem's UUID and directory hash seed. It is
+// one constant, not the digest or the repository, so the same tree gives the same bytes
+// whatever it was pulled as, and a rebuilt image shares the metadata checksums (seeded
+// by the UUID) of everything it did not change. Changing it changes every image's bytes.
+const rootFSSeed = "engrams-image-rootfs-v1"
+
 // Config tunes a Materializer.
 type Config struct {
 	// WorkDir holds one temporary directory per call (tree and ext4 image), removed
@@ -94,7 +100,7 @@ type Request struct {
 // Result is a materialized image.
 type Result struct {
 	Repository      string          // e.g. "registry.example.com/team/app"
-	Digest          string          // linux/amd64 manifest digest, "sha256:…"; the ext4 seed
+	Digest          string          // linux/amd64 manifest digest, "sha256:…"
 	Config          oci.ImageConfig // what the image says about running it
 	RootFS          chunk.Manifest  // the root filesystem image, chunked
 	CompressedBytes int64           // layer bytes downloaded
@@ -138,10 +144,12 @@ func (m *Materializer) Resolve(ctx context.Context, ref string, auth oci.Credent
 }
 
 // Materialize resolves req.Ref, pulls its linux/amd64 image pinned by digest (refusing
-// one without /bin/sh with oci.ErrNoShell), builds its ext4 root filesystem seeded by
-// the digest (a tree larger than the disk fails with vmimage.ErrTreeTooLarge) and puts
-// it into the chunk store. The same digest and disk size give the same manifest. Its
-// working directory is removed whatever happens.
+// one without /bin/sh with oci.ErrNoShell), builds its ext4 root filesystem (a tree
+// larger than the disk fails with vmimage.ErrTreeTooLarge) and puts it into the chunk
+// store. The filesystem is seeded by a constant and populated in the image's layer
+// order (oci.Image.Order), so the same tree and disk size give the same manifest, and
+// an image rebuilt with a changed top layer shares the chunks of what its lower layers
+// brought. Its working directory is removed whatever happens.
 func (m *Materializer) Materialize(ctx context.Context, req Request) (Result, error) {
 	gib := req.DiskGiB
 	if gib == 0 {
@@ -205,7 +213,7 @@ func (m *Materializer) build(ctx context.Context, work string, res oci.Resolved,
 	progress(StageRootFS, 0, disk)
 	path := filepath.Join(work, "rootfs.ext4")
 	err = m.deps.Imager.TreeImage(ctx, vmimage.TreeImageSpec{
-		Dir: img.Dir, Path: path, SizeBytes: disk, Seed: img.Digest,
+		Dir: img.Dir, Path: path, SizeBytes: disk, Seed: rootFSSeed, Order: img.Order,
 	})
 	if errors.Is(err, vmimage.ErrTreeTooLarge) {
 		return Result{}, tooLarge(img.TreeBytes, disk, err)

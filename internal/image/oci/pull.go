@@ -47,6 +47,13 @@ type Image struct {
 	Dir       string // the flattened tree (Request.Target, absolute)
 	TreeBytes int64  // file bytes written
 	HasShell  bool   // an executable /bin/sh exists, symlinks followed inside the root
+	// Order lists every entry of the tree but its root ("etc", "etc/passwd"; slash
+	// separated, relative to Dir) by the layer that created it, then by name, every
+	// directory before what it holds (see tree.order). Building a file system in this
+	// order allocates what lower layers brought first and the same way whatever layers
+	// sit above them, so a rebuilt image with a changed top layer differs only where
+	// that layer's entries land.
+	Order []string
 }
 
 // errNoShell says why the image is refused.
@@ -112,7 +119,7 @@ func (p *Puller) build(ctx context.Context, dir string, res Resolved, img v1.Ima
 	defer t.close()
 	prog.stage(StagePull, 0, res.CompressedBytes())
 	for i, l := range res.Layers {
-		if err := p.applyLayer(ctx, t, img, l, prog); err != nil {
+		if err := p.applyLayer(ctx, t, i, img, l, prog); err != nil {
 			return nil, fmt.Errorf("layer %d/%d %s: %w", i+1, len(res.Layers), l.Digest, err)
 		}
 		p.log.Debug("layer applied", "image", res.Pinned(), "layer", l.Digest, "index", i+1, "bytes", l.Size)
@@ -121,21 +128,26 @@ func (p *Puller) build(ctx context.Context, dir string, res Resolved, img v1.Ima
 	if err := t.finish(); err != nil {
 		return nil, err
 	}
+	order, err := t.order()
+	if err != nil {
+		return nil, err
+	}
 	has, err := HasShell(dir)
 	if err != nil {
 		return nil, err
 	}
-	out := &Image{Resolved: res, TreeBytes: t.bytes, HasShell: has}
+	out := &Image{Resolved: res, TreeBytes: t.bytes, HasShell: has, Order: order}
 	if req.RequireShell && !has {
 		return nil, errNoShell()
 	}
 	return out, nil
 }
 
-// applyLayer streams one layer blob into the tree and verifies it. Whatever goes wrong,
-// the rest of the blob is read and its digest checked, so corrupt bytes are reported as
-// ErrCorruptLayer even when they first show up as a broken or odd-looking tar stream.
-func (p *Puller) applyLayer(ctx context.Context, t *tree, img v1.Image, l Layer, prog *progress) error {
+// applyLayer streams layer number index's blob into the tree and verifies it. Whatever
+// goes wrong, the rest of the blob is read and its digest checked, so corrupt bytes are
+// reported as ErrCorruptLayer even when they first show up as a broken or odd-looking
+// tar stream.
+func (p *Puller) applyLayer(ctx context.Context, t *tree, index int, img v1.Image, l Layer, prog *progress) error {
 	digest, err := v1.NewHash(l.Digest)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrCorruptLayer, err)
@@ -154,7 +166,7 @@ func (p *Puller) applyLayer(ctx context.Context, t *tree, img v1.Image, l Layer,
 	}
 	defer rc.Close()
 	br := &blobReader{r: rc, h: sha256.New(), prog: prog}
-	applyErr := t.applyLayer(ctx, br, diffID)
+	applyErr := t.applyLayer(ctx, index, br, diffID)
 	if cerr := ctx.Err(); cerr != nil {
 		return cerr
 	}

@@ -54,10 +54,18 @@ type tree struct {
 	dirs map[string]meta // every directory created or described, by name ("." is the root)
 	real map[string]bool // names known to be real directories (not symlinks); reset on removals
 
-	// The current layer: the names it wrote and their ancestors. Whiteouts in a layer
-	// hide only what lower layers put there (OCI image spec).
+	// The current layer: its index, the names it wrote and their ancestors. Whiteouts in
+	// a layer hide only what lower layers put there (OCI image spec).
+	layer     int
 	written   map[string]bool
 	ancestors map[string]bool
+
+	// created is, for every name ever created, the index of the layer that created what
+	// is there now: a file, symlink or hard link is created by every write of it, a
+	// directory only when it appears or is re-created (replacing a non-directory, after
+	// a whiteout, or emptied by an opaque whiteout), not when a layer re-describes it.
+	// Names removed later keep stale entries; only names still in the tree are read.
+	created map[string]int
 }
 
 func newTree(dir string, cfg Config) (*tree, error) {
@@ -67,16 +75,17 @@ func newTree(dir string, cfg Config) (*tree, error) {
 	}
 	return &tree{
 		dir: dir, root: root, cfg: cfg,
-		dirs: map[string]meta{".": implicitDir},
-		real: map[string]bool{".": true},
+		dirs:    map[string]meta{".": implicitDir},
+		real:    map[string]bool{".": true},
+		created: map[string]int{},
 	}, nil
 }
 
 func (t *tree) close() { _ = t.root.Close() }
 
-// applyLayer reads one layer's (possibly compressed) tar stream into the tree, then
-// checks the uncompressed bytes against the config's diff_id.
-func (t *tree) applyLayer(ctx context.Context, r io.Reader, diffID v1.Hash) error {
+// applyLayer reads layer number index's (possibly compressed) tar stream into the tree,
+// then checks the uncompressed bytes against the config's diff_id.
+func (t *tree) applyLayer(ctx context.Context, index int, r io.Reader, diffID v1.Hash) error {
 	dr, done, err := decompress(bufio.NewReaderSize(r, 64<<10))
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrCorruptLayer, err)
@@ -85,7 +94,7 @@ func (t *tree) applyLayer(ctx context.Context, r io.Reader, diffID v1.Hash) erro
 	uh := sha256.New()
 	tee := io.TeeReader(dr, uh)
 	tr := tar.NewReader(tee)
-	t.written, t.ancestors = map[string]bool{}, map[string]bool{}
+	t.layer, t.written, t.ancestors = index, map[string]bool{}, map[string]bool{}
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -169,11 +178,15 @@ func (t *tree) apply(hdr *tar.Header, r io.Reader) error {
 	return nil
 }
 
-// cleanName refuses absolute names and any ".." component, and cleans the rest
-// ("./usr/" → "usr", "./" → ".").
+// cleanName refuses absolute names, any ".." component and line breaks (which no
+// root filesystem build script can express), and cleans the rest ("./usr/" → "usr",
+// "./" → ".").
 func cleanName(raw string) (string, error) {
 	if raw == "" {
 		return "", unsafeEntry(raw, "has an empty name")
+	}
+	if strings.ContainsAny(raw, "\n\r") {
+		return "", unsafeEntry(raw, "has a line break in its name")
 	}
 	if strings.HasPrefix(raw, "/") {
 		return "", unsafeEntry(raw, "has an absolute name")
@@ -215,6 +228,7 @@ func (t *tree) parents(entry, name string, create bool) (bool, error) {
 				return false, fmt.Errorf("entry %q: %w", entry, err)
 			}
 			t.dirs[prefix] = implicitDir
+			t.created[prefix] = t.layer
 		case errors.Is(err, fs.ErrNotExist):
 			return false, nil
 		case err != nil:
@@ -261,6 +275,7 @@ func (t *tree) mkdir(name string, hdr *tar.Header) error {
 			if err := t.root.Mkdir(name, 0o700); err != nil {
 				return fmt.Errorf("entry %q: %w", hdr.Name, err)
 			}
+			t.created[name] = t.layer
 		}
 		t.real[name] = true
 	}
@@ -285,6 +300,7 @@ func (t *tree) file(name string, hdr *tar.Header, r io.Reader) error {
 	if err != nil {
 		return fmt.Errorf("entry %q: %w", hdr.Name, err)
 	}
+	t.created[name] = t.layer
 	n, err := io.Copy(f, tarReader{r})
 	t.bytes += n
 	if cerr := f.Close(); err == nil {
@@ -342,6 +358,8 @@ func (t *tree) symlink(name string, hdr *tar.Header) error {
 		return unsafeEntry(hdr.Name, "would replace the root directory")
 	case target == "":
 		return unsafeEntry(hdr.Name, "is a symlink with an empty target")
+	case strings.ContainsAny(target, "\n\r"):
+		return unsafeEntry(hdr.Name, "is a symlink to a target with a line break")
 	case !path.IsAbs(target):
 		if j := path.Join(path.Dir(name), target); j == ".." || strings.HasPrefix(j, "../") {
 			return unsafeEntry(hdr.Name, "is a symlink to %q, outside the root", target)
@@ -353,6 +371,7 @@ func (t *tree) symlink(name string, hdr *tar.Header) error {
 	if err := t.root.Symlink(target, name); err != nil {
 		return fmt.Errorf("entry %q: %w", hdr.Name, err)
 	}
+	t.created[name] = t.layer
 	if err := t.own(name, hdr); err != nil {
 		return err
 	}
@@ -394,5 +413,6 @@ func (t *tree) hardlink(name string, hdr *tar.Header) error {
 	if err := t.root.Link(target, name); err != nil {
 		return fmt.Errorf("entry %q: %w", hdr.Name, err)
 	}
+	t.created[name] = t.layer
 	return nil
 }

@@ -86,6 +86,9 @@ func TestPullRefusesUnsafeLayers(t *testing.T) {
 		{"block device", [][]ent{{dev("dev/sda", tar.TypeBlock)}}, "dev/sda"},
 		{"fifo", [][]ent{{dev("run/fifo", tar.TypeFifo)}}, "run/fifo"},
 		{"file over the root", [][]ent{{file(".", "x", 0o644)}}, "."},
+		{"line break in a name", [][]ent{{file("etc/bad\nname", "x", 0o644)}}, `etc/bad\nname`},
+		{"carriage return in a name", [][]ent{{dir("etc/bad\rdir/", 0o755)}}, `etc/bad\rdir/`},
+		{"symlink to a target with a line break", [][]ent{{symlink("lnk", "a\nb")}}, "lnk"},
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -56,8 +56,12 @@ func (t *tree) hide(entry, name string, opaque bool) error {
 }
 
 // prune removes everything below dir that the current layer did not write, keeping
-// the directories that lead to what it did.
+// the directories that lead to what it did: dir and those directories are re-created
+// by the current layer (what lower layers put in them is gone).
 func (t *tree) prune(entry, dir string) error {
+	if dir != "." {
+		t.created[dir] = t.layer
+	}
 	f, err := t.root.Open(dir)
 	if err != nil {
 		return fmt.Errorf("entry %q: %w", entry, err)

@@ -153,8 +153,8 @@ func stageCommon(root string) error {
 // mkfsExt4 creates a sparse ext4 image of size bytes populated from dir,
 // without mounting anything. Its UUID and hash seed derive from seed, and
 // every time stamp is buildEpoch, so equal inputs give equal bytes (given
-// the same mke2fs, and directories listed in the same order: mke2fs 1.47.0
-// copies entries in readdir order).
+// the same mke2fs: 1.47.0 copies each directory's entries sorted by name,
+// whatever order the host lists them in).
 func (b *Builder) mkfsExt4(ctx context.Context, img, dir, label, seed string, size int64) error {
 	if err := normalizeTimes(dir); err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 )
 
@@ -19,8 +20,15 @@ type TreeImageSpec struct {
 	Dir       string // flattened tree (as oci.Puller.Pull produces); read, never modified
 	Path      string // image file to create; replaced atomically
 	SizeBytes int64  // virtual size of the (sparse) image
-	Seed      string // e.g. the image digest: the UUID and directory hash seed derive from it
+	Seed      string // the UUID and directory hash seed derive from it
 	Label     string // filesystem label; default "root"
+	// Order, when set, lists every entry of the tree but its root (slash
+	// separated, relative to Dir, each directory before its entries; as
+	// oci.Image.Order), and the file system is populated in exactly that
+	// order: inodes and blocks are allocated first come, first served, so two
+	// trees whose orders share a prefix share the layout of that prefix.
+	// When nil, mke2fs copies the tree depth first, by name.
+	Order []string
 }
 
 // treeMkfsConf pins every mke2fs layout choice, so the host's
@@ -55,8 +63,14 @@ const treeMkfsConf = `[defaults]
 // (treeMkfsConf, not the host's), the access, change and creation time of
 // every inode is buildEpoch, and ownership, modes, modification times,
 // symlinks, hard links and xattrs are the tree's. It relies, as the other
-// images do, on one mke2fs version and on the tree being listed in the same
-// order (mke2fs 1.47.0 copies entries in readdir order).
+// images do, on one e2fsprogs version. Without spec.Order, mke2fs copies the
+// tree depth first, each directory's entries sorted by name, so one added
+// entry moves the inodes and blocks of everything copied after it. With it,
+// mke2fs makes an empty file system and one debugfs script creates the
+// entries in exactly that order (populate.go).
+// The backup superblocks and group descriptors are then mke2fs's, of the
+// empty file system (debugfs, like the kernel, updates only the primary
+// ones), which e2fsck accepts.
 func (b *Builder) TreeImage(ctx context.Context, spec TreeImageSpec) error {
 	if err := b.treeImage(ctx, spec); err != nil {
 		return fmt.Errorf("build tree image %s from %s: %w", spec.Path, spec.Dir, err)
@@ -77,13 +91,24 @@ func (b *Builder) treeImage(ctx context.Context, spec TreeImageSpec) error {
 	if label == "" {
 		label = "root"
 	}
+	var script string
+	if spec.Order != nil {
+		work, err := os.MkdirTemp(filepath.Dir(spec.Path), ".populate-")
+		if err != nil {
+			return fmt.Errorf("create work dir: %w", err)
+		}
+		defer os.RemoveAll(work)
+		if script, err = writeOrderScript(spec.Dir, spec.Order, work); err != nil {
+			return err
+		}
+	}
 	tmp := spec.Path + ".tmp"
 	conf := spec.Path + ".mke2fs.conf"
 	defer os.Remove(conf)
 	if err := os.WriteFile(conf, []byte(treeMkfsConf), 0o644); err != nil {
 		return fmt.Errorf("write mke2fs config: %w", err)
 	}
-	err := b.fillTreeImage(ctx, tmp, conf, label, spec)
+	err := b.fillTreeImage(ctx, tmp, conf, label, script, spec)
 	if err == nil {
 		err = os.Rename(tmp, spec.Path)
 	}
@@ -94,14 +119,20 @@ func (b *Builder) treeImage(ctx context.Context, spec TreeImageSpec) error {
 	return nil
 }
 
-func (b *Builder) fillTreeImage(ctx context.Context, img, conf, label string, spec TreeImageSpec) error {
+// fillTreeImage makes the file system: mke2fs copies the tree, or, given a
+// populating script, makes it empty and debugfs runs the script.
+func (b *Builder) fillTreeImage(ctx context.Context, img, conf, label, script string, spec TreeImageSpec) error {
 	if err := sparseFile(img, spec.SizeBytes); err != nil {
 		return fmt.Errorf("create image: %w", err)
 	}
 	uuid := fsUUID(spec.Seed)
+	args := []string{"-q", "-F", "-t", "ext4", "-L", label, "-U", uuid,
+		"-E", "root_owner=0:0,hash_seed=" + uuid + ",nodiscard"}
+	if script == "" {
+		args = append(args, "-d", spec.Dir)
+	}
 	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, b.cfg.MkfsExt4, "-q", "-F", "-t", "ext4", "-L", label, "-U", uuid,
-		"-E", "root_owner=0:0,hash_seed="+uuid+",nodiscard", "-d", spec.Dir, img)
+	cmd := exec.CommandContext(ctx, b.cfg.MkfsExt4, append(args, img)...)
 	cmd.Env = append(os.Environ(), fakeTime, "MKE2FS_CONFIG="+conf)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
@@ -110,6 +141,9 @@ func (b *Builder) fillTreeImage(ctx context.Context, img, conf, label string, sp
 			return fmt.Errorf("%w: %d MiB is too small (mkfs.ext4: %s)", ErrTreeTooLarge, spec.SizeBytes>>20, msg)
 		}
 		return fmt.Errorf("mkfs.ext4: %w: %s", err, msg)
+	}
+	if script != "" {
+		return b.runScript(ctx, img, script, spec.SizeBytes)
 	}
 	return b.stampTimes(ctx, img, spec.Dir)
 }
