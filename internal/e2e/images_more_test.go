@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/engrams/engrams/internal/api/apiv1"
 	"github.com/engrams/engrams/internal/image/imagetest"
@@ -126,6 +127,20 @@ func TestImageSmallImagesRunOnQEMU(t *testing.T) {
 	if err != nil || img.Config.Libc != "musl" {
 		t.Fatalf("alpine image libc: %+v %v", img.Config, err)
 	}
+
+	// A host joining later prefetches the ready images and reports them.
+	second := credentials(t, e.st, "img-host-2")
+	e.startQEMUHostAs(t, second)
+	eventually(t, 120*time.Second, "the second host holds every image's base", func() (bool, string) {
+		var not []string
+		for _, name := range []string{"busybox", "layers", "alpine"} {
+			img, err := e.c.GetImage(context.Background(), name)
+			if err != nil || !slices.Contains(img.ReadyHosts, second.HostID) {
+				not = append(not, fmt.Sprintf("%s: %v %v", name, img.ReadyHosts, err))
+			}
+		}
+		return len(not) == 0, strings.Join(not, "; ")
+	})
 }
 
 // checkTree checks the facts of a flattened tree inside session id.

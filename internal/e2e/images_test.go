@@ -20,11 +20,13 @@ import (
 	"github.com/engrams/engrams/internal/image/imagetest"
 	"github.com/engrams/engrams/internal/secret"
 	"github.com/engrams/engrams/internal/server"
+	"github.com/engrams/engrams/internal/store"
 )
 
 // imageEnv is a replica able to enable images (materializer over a local
 // blob dir, an ephemeral secrets key) and a client; hosts share blobs.
 type imageEnv struct {
+	st      store.Store
 	r       replica
 	c       *client.Client
 	creds   server.Credentials
@@ -57,20 +59,26 @@ func startImageEnv(t *testing.T) *imageEnv {
 	}
 	r := serveReplicaWith(t, ln, st, "", coordinator.Config{HeartbeatInterval: 500 * time.Millisecond, HostLostAfter: 30 * time.Second},
 		server.Deps{Images: m, Secrets: sealer})
-	return &imageEnv{r: r, c: newClient(r.URL, creds.Token), creds: creds, blobs: blobs, workDir: work}
+	return &imageEnv{st: st, r: r, c: newClient(r.URL, creds.Token), creds: creds, blobs: blobs, workDir: work}
 }
 
 // startQEMUHost starts a QEMU host agent sharing the env's blobs.
 func (e *imageEnv) startQEMUHost(t *testing.T) string {
 	t.Helper()
+	return e.startQEMUHostAs(t, e.creds)
+}
+
+// startQEMUHostAs starts a QEMU host agent with creds.
+func (e *imageEnv) startQEMUHostAs(t *testing.T, creds server.Credentials) string {
+	t.Helper()
 	dir := shortTempDir(t)
-	startHostProcess(t, e.r.URL, e.creds.HostToken, dir, "--backend", "qemu", "--blob-dir", e.blobs)
+	startHostProcess(t, e.r.URL, creds.HostToken, dir, "--backend", "qemu", "--blob-dir", e.blobs)
 	t.Cleanup(func() {
 		for _, pid := range vmmPIDs(dir) {
 			_ = exec.Command("kill", "-9", fmt.Sprint(pid)).Run()
 		}
 	})
-	waitHostReady(t, e.c, e.creds.HostID)
+	waitHostReady(t, e.c, creds.HostID)
 	return dir
 }
 

@@ -113,19 +113,10 @@ func (a *Agent) captureImage(ctx context.Context, log *slog.Logger, id string, r
 		return resp, &apiError{status: http.StatusUnprocessableEntity, code: hostlink.CodeWarmupFailed, err: err, tail: tail}
 	}
 	mark("warmup")
-	if err := gc.Sync(ctx); err != nil {
-		return resp, failure(http.StatusBadGateway, hostlink.CodeGuestFailed, fmt.Errorf("quiesce the warmed guest: %w", err))
-	}
-	snap, err := m.Snapshot(ctx, filepath.Join(dir, "snapshot"))
+	manifests, put, err := a.baseSnapshot(ctx, m, gc, filepath.Join(dir, "snapshot"), mark)
 	if err != nil {
-		return resp, failure(http.StatusInternalServerError, hostlink.CodeSnapshotFailed, fmt.Errorf("snapshot the warmed machine: %w", err))
+		return resp, err
 	}
-	mark("snapshot")
-	manifests, put, err := a.upload(ctx, snap, chunk.Manifest{})
-	if err != nil {
-		return resp, failure(http.StatusServiceUnavailable, hostlink.CodeSnapshotFailed, fmt.Errorf("upload the base snapshot: %w", err))
-	}
-	mark("upload")
 	a.rememberSnapshot(req.SnapshotID, manifests)
 	rootfsMan.Role = hostlink.RoleRootFS
 	manifests[hostlink.RoleRootFS] = rootfsMan
@@ -136,6 +127,25 @@ func (a *Agent) captureImage(ctx context.Context, log *slog.Logger, id string, r
 	resp.OutputTail, resp.StagesMS = tail, stages
 	log.Info("image captured", "stages_ms", stages, "bytes", put.Bytes, "uploaded", put.StoredBytes)
 	return resp, nil
+}
+
+// baseSnapshot quiesces the warmed machine m, snapshots it into dir and
+// uploads its chunks.
+func (a *Agent) baseSnapshot(ctx context.Context, m vmm.Machine, gc *guestapi.Client, dir string, mark func(string)) (map[string]chunk.Manifest, chunk.PutStats, error) {
+	if err := gc.Sync(ctx); err != nil {
+		return nil, chunk.PutStats{}, failure(http.StatusBadGateway, hostlink.CodeGuestFailed, fmt.Errorf("quiesce the warmed guest: %w", err))
+	}
+	snap, err := m.Snapshot(ctx, dir)
+	if err != nil {
+		return nil, chunk.PutStats{}, failure(http.StatusInternalServerError, hostlink.CodeSnapshotFailed, fmt.Errorf("snapshot the warmed machine: %w", err))
+	}
+	mark("snapshot")
+	manifests, put, err := a.upload(ctx, snap, chunk.Manifest{})
+	if err != nil {
+		return nil, put, failure(http.StatusServiceUnavailable, hostlink.CodeSnapshotFailed, fmt.Errorf("upload the base snapshot: %w", err))
+	}
+	mark("upload")
+	return manifests, put, nil
 }
 
 // stageTimer returns mark(name): the time since the previous mark is
