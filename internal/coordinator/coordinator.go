@@ -33,6 +33,7 @@ type Config struct {
 	DefaultVCPUs      int           // default 1
 	MaxMemoryMiB      int           // largest session allowed; default 16384
 	MaxVCPUs          int           // default 16
+	ImagePullRetry    time.Duration // wait before retrying an image pull that failed in transit; doubles; default 2s
 }
 
 func (c *Config) defaults() error {
@@ -51,6 +52,7 @@ func (c *Config) defaults() error {
 	def(&c.PlacementWait, 10*time.Second)
 	def(&c.ResumeWait, 3*time.Minute)
 	def(&c.IdleTimeout, 10*time.Minute)
+	def(&c.ImagePullRetry, 2*time.Second)
 	defInt := func(d *int, v int) {
 		if *d <= 0 {
 			*d = v

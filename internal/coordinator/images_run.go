@@ -45,7 +45,11 @@ func (c *Coordinator) imageJob(ctx context.Context, r *jobRun) (store.Image, err
 		return img, &jobFailure{err: err}
 	}
 	r.set(store.JobMaterializing, image.StageResolve, 0, 0)
-	res, err := c.images.Resolve(ctx, img.Ref, auth)
+	var res oci.Resolved
+	err = retryPull(ctx, c, func() error {
+		res, err = c.images.Resolve(ctx, img.Ref, auth)
+		return err
+	})
 	if err != nil {
 		return img, &jobFailure{err: explainPull(err)}
 	}
@@ -63,9 +67,13 @@ func (c *Coordinator) imageJob(ctx context.Context, r *jobRun) (store.Image, err
 		img.State = store.ImageReady
 		return img, nil
 	}
-	mat, err := c.images.Materialize(ctx, image.Request{
-		Ref: res.Pinned(), Auth: auth, DiskGiB: cfg.DiskGiB,
-		Progress: func(stage string, done, total int64) { r.set(store.JobMaterializing, stage, done, total) },
+	var mat image.Result
+	err = retryPull(ctx, c, func() error {
+		mat, err = c.images.Materialize(ctx, image.Request{
+			Ref: res.Pinned(), Auth: auth, DiskGiB: cfg.DiskGiB,
+			Progress: func(stage string, done, total int64) { r.set(store.JobMaterializing, stage, done, total) },
+		})
+		return err
 	})
 	if err != nil {
 		return img, &jobFailure{err: explainPull(err)}
@@ -116,6 +124,41 @@ func (c *Coordinator) reusableBase(ctx context.Context, img store.Image, cfg Ima
 		return o, true, nil
 	}
 	return store.Image{}, false, nil
+}
+
+// pullAttempts bounds how often a pull failing for a reason that may pass
+// (the registry unreachable, a dropped connection) is tried.
+const pullAttempts = 3
+
+// retryPull runs fn until it succeeds, fails for a reason that will not
+// pass (a refusal the registry or the image gives), or pullAttempts ran.
+func retryPull(ctx context.Context, c *Coordinator, fn func() error) error {
+	wait := c.cfg.ImagePullRetry
+	for attempt := 1; ; attempt++ {
+		err := fn()
+		if err == nil || permanentPull(err) || attempt == pullAttempts || ctx.Err() != nil {
+			return err
+		}
+		c.log.Warn("image pull failed; retrying", "attempt", attempt, "wait", wait, "err", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait *= 2
+	}
+}
+
+// permanentPull reports whether a pull failure is the image's or the
+// registry's answer (retrying gives the same).
+func permanentPull(err error) bool {
+	for _, e := range []error{oci.ErrInvalidReference, oci.ErrNotFound, oci.ErrUnauthorized, oci.ErrNoPlatform,
+		oci.ErrCorruptLayer, oci.ErrUnsafeLayer, oci.ErrTooLarge, oci.ErrNoShell, vmimage.ErrTreeTooLarge, vmimage.ErrUnsupportedTree} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // explainPull keeps a pull failure's message and says what to do for the

@@ -25,6 +25,7 @@ type fakeImages struct {
 	mu      sync.Mutex
 	digests map[string]string
 	fail    map[string]error // ref -> Materialize error
+	flaky   int              // Resolve calls still to fail in transit
 	calls   int
 	auth    []oci.Credentials
 }
@@ -33,6 +34,10 @@ func (f *fakeImages) Resolve(_ context.Context, ref string, auth oci.Credentials
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.auth = append(f.auth, auth)
+	if f.flaky > 0 {
+		f.flaky--
+		return oci.Resolved{}, fmt.Errorf("resolve %s: connection reset by peer", ref)
+	}
 	d, ok := f.digests[ref]
 	if !ok {
 		return oci.Resolved{}, fmt.Errorf("resolve %s: %w", ref, oci.ErrNotFound)
@@ -199,6 +204,31 @@ func TestImageEnableFailures(t *testing.T) {
 				t.Fatalf("session from a failed image: %v", err)
 			}
 		})
+	}
+}
+
+func TestImagePullRetriesTransientFailures(t *testing.T) {
+	t.Parallel()
+	imgs := &fakeImages{digests: map[string]string{"reg/app:1": "sha256:e"}, flaky: 2}
+	e := newEnvWith(t, Config{ImagePullRetry: 10 * time.Millisecond}, Deps{Images: imgs})
+	hostID, _ := e.addHost(t, "a", 8)
+	e.keepAlive(t, hostID)
+	_, job, err := e.co.EnableImage(context.Background(), EnableImageRequest{Ref: "reg/app:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job = waitJob(t, e, job.ID); job.State != store.JobReady || len(imgs.auth) != 3 {
+		t.Fatalf("job %+v after %d resolves, want ready after 3", job, len(imgs.auth))
+	}
+	imgs.mu.Lock()
+	imgs.flaky = 5
+	imgs.mu.Unlock()
+	_, job, err = e.co.EnableImage(context.Background(), EnableImageRequest{Ref: "reg/app:1", Name: "flaky"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job = waitJob(t, e, job.ID); job.State != store.JobFailed || !strings.Contains(job.Error, "connection reset") {
+		t.Fatalf("job %+v, want failed after %d attempts", job, pullAttempts)
 	}
 }
 
