@@ -41,7 +41,7 @@ func parseFlags(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("engrams-guest", flag.ContinueOnError)
 	fs.Var(multiFlag{&o.listens}, "listen", "where to serve (repeatable): unix:/path.sock, tcp:127.0.0.1:PORT, vport:NAME (virtio-serial port, yamux), vsock:PORT")
-	fs.StringVar(&o.workdir, "workdir", "/", "default working directory of commands")
+	fs.StringVar(&o.workdir, "workdir", envOr("ENGRAMS_WORKDIR", "/"), "default working directory of commands (default $ENGRAMS_WORKDIR, else /)")
 	fs.StringVar(&o.stateDir, "state-dir", guest.DefaultStateDir, "durable daemon state (outbox journal); must be on the snapshotted disk")
 	fs.Var(multiFlag{&o.env}, "env", "K=V added to the base environment of commands (repeatable)")
 	fs.StringVar(&o.logFile, "log-file", "", "append logs to this file (default stderr)")
@@ -188,4 +188,12 @@ func collect(c <-chan error) []error {
 		}
 	}
 	return out
+}
+
+// envOr is the value of the environment variable name, or def when unset or empty.
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }

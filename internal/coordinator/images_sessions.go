@@ -58,10 +58,17 @@ func imageEnv(cfg ImageConfig, over map[string]string) map[string]string {
 			env[k] = v
 		}
 	}
+	if cfg.Workdir != "" {
+		env[EnvWorkdir] = cfg.Workdir
+	}
 	maps.Copy(env, cfg.Env)
 	maps.Copy(env, over)
 	return env
 }
+
+// EnvWorkdir tells the guest daemon the default working directory of
+// commands (an image's --workdir, else its WORKDIR).
+const EnvWorkdir = "ENGRAMS_WORKDIR"
 
 // jobSummary says where a job is, for messages: " (materializing: pull)".
 func jobSummary(j *store.ImageJob) string {

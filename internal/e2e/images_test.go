@@ -123,7 +123,7 @@ func TestImageDebianWarmBaseSnapshot(t *testing.T) {
 	e := startImageEnv(t)
 	hostDir := e.startQEMUHost(t)
 
-	resp, job := e.enable(t, apiv1.EnableImageRequest{Ref: ref, Name: "debian", Warmup: "echo warmed > /warm",
+	resp, job := e.enable(t, apiv1.EnableImageRequest{Ref: ref, Name: "debian", Warmup: "echo warmed > /warm", Workdir: "/root",
 		Env: map[string]string{"TEAM": "infra"}, Credentials: &apiv1.RegistryAuth{Username: "ci", Password: "pw"}})
 	if job.State != "ready" {
 		t.Fatalf("enable job %s: %s (tail %q)", job.State, job.Error, job.OutputTail)
@@ -152,7 +152,7 @@ func TestImageDebianWarmBaseSnapshot(t *testing.T) {
 	}
 	var boots []string
 	for i, id := range ids {
-		if got := run(t, e.c, id, "cat /warm"); got != "warmed" {
+		if got := run(t, e.c, id, "cat /warm; pwd"); got != "warmed\n/root" {
 			t.Fatalf("session %d: /warm is %q", i, got)
 		}
 		if got := run(t, e.c, id, `echo "$TEAM $WHO $ENGRAMS_SESSION_ID"`); got != fmt.Sprintf("infra s%d %s", i, id) {
@@ -175,7 +175,7 @@ func TestImageDebianWarmBaseSnapshot(t *testing.T) {
 	}
 
 	// Enabling the same digest again (another name) reuses the base.
-	_, again := e.enable(t, apiv1.EnableImageRequest{Ref: ref, Name: "debian-again", Warmup: "echo warmed > /warm",
+	_, again := e.enable(t, apiv1.EnableImageRequest{Ref: ref, Name: "debian-again", Warmup: "echo warmed > /warm", Workdir: "/root",
 		Env: map[string]string{"TEAM": "infra"}, Credentials: &apiv1.RegistryAuth{Username: "ci", Password: "pw"}})
 	if again.State != "ready" || again.StagesMS["pull"] != 0 || again.StagesMS["boot"] != 0 {
 		t.Fatalf("re-enable of a ready digest did work again: %+v", again)
