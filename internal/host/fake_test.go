@@ -31,6 +31,8 @@ type world struct {
 	recoverFail map[string]int // dir -> Recover failures still to come
 	pauseErr    error
 	snapErr     error
+	rootfs      bool       // the backend boots caller root filesystems
+	specs       []vmm.Spec // every Boot and Restore spec, in order
 }
 
 func newWorld() *world {
@@ -42,7 +44,9 @@ func newWorld() *world {
 type fakeBackend struct{ w *world }
 
 func (b fakeBackend) Capabilities() vmm.Capabilities {
-	return vmm.Capabilities{Name: "fake", Version: "1.0", Acceleration: "none", Reason: "test", SnapshotMemory: true, SnapshotDisk: true}
+	b.w.mu.Lock()
+	defer b.w.mu.Unlock()
+	return vmm.Capabilities{Name: "fake", Version: "1.0", Acceleration: "none", Reason: "test", SnapshotMemory: true, SnapshotDisk: true, RootFS: b.w.rootfs}
 }
 
 func (b fakeBackend) Boot(_ context.Context, spec vmm.Spec) (vmm.Machine, error) {
@@ -87,6 +91,7 @@ func (b fakeBackend) Restore(_ context.Context, spec vmm.Spec, snap vmm.Snapshot
 	b.w.mu.Lock()
 	defer b.w.mu.Unlock()
 	b.w.restores++
+	b.w.specs = append(b.w.specs, spec)
 	m := newFakeMachine(b.w, spec, 2000+b.w.restores)
 	m.mem, m.applied, m.journal, m.disk = mem, st.Applied, st.Journal, string(hello)
 	b.w.machines[spec.Dir] = m

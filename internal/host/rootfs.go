@@ -119,15 +119,42 @@ func (a *Agent) machineRootFS(sid string) (*chunk.Manifest, error) {
 	return &m, nil
 }
 
-// withRootFS adds sid's root filesystem (if any) to a snapshot's manifests.
-func (a *Agent) withRootFS(sid string, manifests map[string]chunk.Manifest) (json.RawMessage, error) {
+// withRootFS adds sid's root filesystem (if any) to a snapshot's manifests,
+// after putting its chunks again from this host's copy: the put uploads
+// only chunks the blob store lacks (or holds too old to rely on), and GC
+// keeps only the chunks of live images and of snapshots, while a session
+// can outlive its image being disabled.
+func (a *Agent) withRootFS(ctx context.Context, sid string, manifests map[string]chunk.Manifest) (json.RawMessage, error) {
 	m, err := a.machineRootFS(sid)
 	if err != nil {
 		return nil, err
 	}
 	if m != nil {
+		if err := a.putRootFS(ctx, *m); err != nil {
+			return nil, err
+		}
 		m.Role = hostlink.RoleRootFS
 		manifests[hostlink.RoleRootFS] = *m
 	}
 	return json.Marshal(manifests)
+}
+
+// putRootFS puts the chunks of root filesystem m from this host's copy.
+func (a *Agent) putRootFS(ctx context.Context, m chunk.Manifest) error {
+	id, err := rootFSID(m)
+	if err != nil {
+		return err
+	}
+	p := filepath.Join(a.cfg.DataDir, imagesDir, id+".ext4")
+	again, st, err := a.deps.DiskChunks.PutFile(ctx, p)
+	if err != nil {
+		return fmt.Errorf("store root filesystem %s: %w", id, err)
+	}
+	if got, _ := rootFSID(again); got != id {
+		return fmt.Errorf("store root filesystem %s: this host's copy chunks to %s", id, got)
+	}
+	if st.Uploaded > 0 {
+		a.log.Warn("root filesystem chunks were missing from the blob store; stored them again", "rootfs_id", id, "chunks", st.Uploaded)
+	}
+	return nil
 }

@@ -106,7 +106,7 @@ func (a *Agent) snapshot(ctx context.Context, log *slog.Logger, mc *machine, req
 	var raw []byte
 	if err == nil {
 		a.rememberSnapshot(req.SnapshotID, manifests)
-		raw, err = a.withRootFS(sid, manifests)
+		raw, err = a.withRootFS(ctx, sid, manifests)
 	}
 	if err != nil {
 		a.continueAfterSnapshot(ctx, log, mc)
