@@ -40,7 +40,7 @@ func (c *Coordinator) EnableImage(ctx context.Context, req EnableImageRequest) (
 		return ImageView{}, store.ImageJob{}, err
 	}
 	if existing, err := c.st.GetImageByName(ctx, name); err == nil {
-		return c.enableExisting(ctx, existing, ref)
+		return c.enableExisting(ctx, existing, ref, registry, cfg, req.Auth)
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return ImageView{}, store.ImageJob{}, fmt.Errorf("enable image %s: %w", name, err)
 	}
@@ -69,8 +69,10 @@ func (c *Coordinator) EnableImage(ctx context.Context, req EnableImageRequest) (
 	return v, job, err
 }
 
-// enableExisting answers an enable of a name that is taken.
-func (c *Coordinator) enableExisting(ctx context.Context, img store.Image, ref string) (ImageView, store.ImageJob, error) {
+// enableExisting answers an enable of a name that is taken: a ready image
+// or one with a job running answers as it is; one whose last job failed is
+// tried again with the settings and credentials of this request.
+func (c *Coordinator) enableExisting(ctx context.Context, img store.Image, ref, registry string, cfg ImageConfig, auth *RegistryAuth) (ImageView, store.ImageJob, error) {
 	if img.Ref != ref {
 		return ImageView{}, store.ImageJob{}, fmt.Errorf("%w: image name %q is taken by %s; choose another --name or disable it first", store.ErrConflict, img.Name, img.Ref)
 	}
@@ -81,12 +83,42 @@ func (c *Coordinator) enableExisting(ctx context.Context, img store.Image, ref s
 	if v.LastJob != nil && (v.LastJob.State.Active() || v.State == ImageReady) {
 		return v, *v.LastJob, nil
 	}
-	job, err := c.newJob(ctx, img, store.ImageJobEnable) // failed before: try again
+	if err := c.resetFailed(ctx, &img, registry, cfg, auth); err != nil {
+		return v, store.ImageJob{}, err
+	}
+	job, err := c.newJob(ctx, img, store.ImageJobEnable)
 	if err != nil {
 		return v, store.ImageJob{}, err
 	}
-	v.LastJob, v.State = &job, ImagePending
+	if v, err = c.view(ctx, img); err != nil {
+		return v, job, err
+	}
 	return v, job, nil
+}
+
+// resetFailed gives an image whose enable failed this request's settings
+// and, if given, credentials (replacing the old ones).
+func (c *Coordinator) resetFailed(ctx context.Context, img *store.Image, registry string, cfg ImageConfig, auth *RegistryAuth) error {
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	img.Config = raw
+	old := img.CredentialID
+	if !auth.empty() {
+		if img.CredentialID, err = c.sealCredential(ctx, registry, *auth); err != nil {
+			return fmt.Errorf("enable image %s: %w", img.Name, err)
+		}
+	}
+	if err := c.st.UpdateImage(ctx, *img, c.now()); err != nil {
+		return fmt.Errorf("enable image %s: %w", img.Name, err)
+	}
+	if old != "" && old != img.CredentialID {
+		if err := c.st.DeleteCredential(ctx, old); err != nil {
+			c.log.Warn("delete replaced registry credential", "image_id", img.ID, "err", err)
+		}
+	}
+	return nil
 }
 
 // RefreshImage re-pulls an image's ref and enables the digest it names now;

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -167,7 +169,13 @@ func (c *Coordinator) runImageJob(parent context.Context, job store.ImageJob) {
 		r.keep(ctx)
 	}()
 	t0 := c.now()
-	img, err := c.imageJob(ctx, r)
+	var img store.Image
+	var err error
+	if job.Attempts > maxJobAttempts {
+		err = &jobFailure{err: fmt.Errorf("gave up after %d attempts (each ended without an answer: a replica or the database failed mid-job)", maxJobAttempts)}
+	} else {
+		img, err = c.imageJob(ctx, r)
+	}
 	cancel()
 	wg.Wait()
 	if parent.Err() != nil {
@@ -187,22 +195,34 @@ func (c *Coordinator) runImageJob(parent context.Context, job store.ImageJob) {
 			c.notifyImage(fin, img.ID)
 			return
 		}
+		if errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrStaleEpoch) {
+			err = &jobFailure{err: err} // disabled meanwhile: final
+		}
 	}
-	var tail string
 	var jf *jobFailure
-	if errors.As(err, &jf) {
-		tail = jf.tail
-	}
-	if errors.Is(err, store.ErrStaleEpoch) || errors.Is(err, context.Canceled) {
-		log.Warn("image job lost its claim", "err", err)
+	if !errors.As(err, &jf) {
+		// Not the job's own failure (lost claim, shutdown, the database):
+		// the lease lapses and another runner tries again.
+		log.Warn("image job stopped without an answer; it will be tried again", "err", err)
 		return
 	}
-	if ferr := c.st.FinishJob(fin, job.ID, job.Epoch, store.JobFailed, err.Error(), tail, r.stagesJSON(), c.now()); ferr != nil {
+	msg, tail := cleanText(err.Error()), cleanText(jf.tail)
+	if ferr := c.st.FinishJob(fin, job.ID, job.Epoch, store.JobFailed, msg, tail, r.stagesJSON(), c.now()); ferr != nil {
 		log.Error("record image job failure", "err", ferr, "failure", err)
 		return
 	}
 	log.Warn("image job failed", "err", err)
 	c.notifyImage(fin, job.ImageID)
+}
+
+// maxJobAttempts bounds how often a job is claimed again after its runner
+// stopped without an answer.
+const maxJobAttempts = 5
+
+// cleanText makes s storable as text: valid UTF-8 without NUL bytes (a
+// warm-up may print anything).
+func cleanText(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }
 
 // notifyImage wakes waiters on the image's topic.

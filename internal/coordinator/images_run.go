@@ -19,6 +19,10 @@ import (
 	"github.com/engrams/engrams/internal/vmm/vmimage"
 )
 
+// materializeLimit bounds pulling and building an image's root filesystem:
+// a registry that stalls must not hold the image's one active job forever.
+const materializeLimit = 2 * time.Hour
+
 // captureAttempts is how many hosts a capture tries when a host fails for
 // a reason of its own (unreachable, restarted, out of room).
 const captureAttempts = 3
@@ -68,13 +72,18 @@ func (c *Coordinator) imageJob(ctx context.Context, r *jobRun) (store.Image, err
 		return img, nil
 	}
 	var mat image.Result
-	err = retryPull(ctx, c, func() error {
-		mat, err = c.images.Materialize(ctx, image.Request{
+	mctx, cancel := context.WithTimeout(ctx, materializeLimit)
+	defer cancel()
+	err = retryPull(mctx, c, func() error {
+		mat, err = c.images.Materialize(mctx, image.Request{
 			Ref: res.Pinned(), Auth: auth, DiskGiB: cfg.DiskGiB,
 			Progress: func(stage string, done, total int64) { r.set(store.JobMaterializing, stage, done, total) },
 		})
 		return err
 	})
+	if err != nil && ctx.Err() == nil && mctx.Err() != nil {
+		return img, &jobFailure{err: fmt.Errorf("pulling and building the root filesystem took longer than %s (a stalled registry?): %w", materializeLimit, err)}
+	}
 	if err != nil {
 		return img, &jobFailure{err: explainPull(err)}
 	}

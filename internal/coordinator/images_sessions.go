@@ -85,16 +85,22 @@ func jobSummary(j *store.ImageJob) string {
 	return " (" + s + ")"
 }
 
-// imageBase returns the image a session was created from, with its base
-// snapshot. An image refreshed since gives its new base (same image, new
-// digest); one disabled since still gives its last base.
+// errImageChanged: the image a session was created from now has another
+// base snapshot (it was refreshed before the session started).
+var errImageChanged = errors.New("image changed since the session was created")
+
+// imageBase returns the image a session was created from, with the base
+// snapshot pinned at creation (one disabled since still has it). An image
+// refreshed between the create request and its op fails with
+// errImageChanged: the session's env and size came from the old digest.
 func (c *Coordinator) imageBase(ctx context.Context, spec hostlink.MachineSpec) (store.Image, error) {
 	img, err := c.st.GetImage(ctx, spec.ImageID)
 	if err != nil {
 		return img, fmt.Errorf("image %s of the session: %w", spec.Image, err)
 	}
-	if img.BaseID == "" || len(img.Manifests) == 0 {
-		return img, fmt.Errorf("image %s has no base snapshot", img.Name)
+	if img.BaseID != spec.BaseSnapshotID || len(img.Manifests) == 0 {
+		return img, fmt.Errorf("image %s was refreshed or disabled before this session started (base %s, the session was created for %s); create the session again: %w",
+			img.Name, img.BaseID, spec.BaseSnapshotID, errImageChanged)
 	}
 	return img, nil
 }

@@ -232,6 +232,79 @@ func TestImagePullRetriesTransientFailures(t *testing.T) {
 	}
 }
 
+func TestImageReEnableAfterFailureTakesNewSettings(t *testing.T) {
+	t.Parallel()
+	imgs := &fakeImages{digests: map[string]string{"reg/app:1": "sha256:f"}, fail: map[string]error{"reg/app@sha256:f": fmt.Errorf("pull: %w", oci.ErrUnauthorized)}}
+	e := newEnvWith(t, Config{}, Deps{Images: imgs, Secrets: sealer{}})
+	hostID, _ := e.addHost(t, "a", 8)
+	e.keepAlive(t, hostID)
+	ctx := context.Background()
+	_, job, err := e.co.EnableImage(ctx, EnableImageRequest{Ref: "reg/app:1", Auth: &RegistryAuth{Username: "u", Password: "wrong"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job = waitJob(t, e, job.ID); job.State != store.JobFailed {
+		t.Fatalf("first job %+v", job)
+	}
+	imgs.mu.Lock()
+	delete(imgs.fail, "reg/app@sha256:f")
+	imgs.mu.Unlock()
+	v, job2, err := e.co.EnableImage(ctx, EnableImageRequest{Ref: "reg/app:1", Config: ImageConfig{MemoryMiB: 1024},
+		Auth: &RegistryAuth{Username: "u", Password: "right"}})
+	if err != nil || job2.ID == job.ID {
+		t.Fatalf("re-enable: %+v %v", job2, err)
+	}
+	if job2 = waitJob(t, e, job2.ID); job2.State != store.JobReady {
+		t.Fatalf("second job %+v", job2)
+	}
+	imgs.mu.Lock()
+	last := imgs.auth[len(imgs.auth)-1]
+	imgs.mu.Unlock()
+	if last.Password != "right" {
+		t.Fatalf("the retry pulled with %q, not the new password", last.Password)
+	}
+	if v, err = e.co.Image(ctx, v.Image.Name); err != nil || v.Config.MemoryMiB != 1024 || v.State != ImageReady {
+		t.Fatalf("image after re-enable: %+v %v", v, err)
+	}
+}
+
+func TestImageDisabledDuringItsJobStaysDisabled(t *testing.T) {
+	t.Parallel()
+	imgs := &fakeImages{digests: map[string]string{"reg/app:1": "sha256:g"}}
+	e := newEnvWith(t, Config{}, Deps{Images: imgs})
+	hostID, h := e.addHost(t, "a", 8)
+	e.keepAlive(t, hostID)
+	ctx := context.Background()
+	h.mu.Lock() // holds the capture until the image is disabled
+	_, job, err := e.co.EnableImage(ctx, EnableImageRequest{Ref: "reg/app:1"})
+	if err != nil {
+		h.mu.Unlock()
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		j, err := e.st.GetJob(ctx, job.ID)
+		if err == nil && j.State == store.JobCapturing && j.Stage == "capture" {
+			break // the capture is in flight, held by the host's lock
+		}
+		if time.Now().After(deadline) {
+			h.mu.Unlock()
+			t.Fatalf("job never reached its capture: %+v %v", j, err)
+		}
+	}
+	if _, err := e.co.DisableImage(ctx, "app"); err != nil {
+		h.mu.Unlock()
+		t.Fatal(err)
+	}
+	h.mu.Unlock()
+	if job = waitJob(t, e, job.ID); job.State != store.JobFailed || !strings.Contains(job.Error, "disabled") {
+		t.Fatalf("job %+v, want failed: disabled meanwhile", job)
+	}
+	img, err := e.st.GetImage(ctx, job.ImageID)
+	if err != nil || img.State != store.ImageDisabled {
+		t.Fatalf("image %+v %v, want still disabled", img, err)
+	}
+}
+
 func TestImageRequestsRefused(t *testing.T) {
 	t.Parallel()
 	e := newEnvWith(t, Config{}, Deps{Images: &fakeImages{digests: map[string]string{"reg/app:1": "sha256:c"}}})

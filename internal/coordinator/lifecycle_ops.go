@@ -24,17 +24,28 @@ func (x *opRun) create(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var base *store.Image // the image's base snapshot, read once for placement and boot
+	if spec.ImageID != "" {
+		img, err := x.c.imageBase(ctx, spec)
+		if errors.Is(err, errImageChanged) || errors.Is(err, store.ErrNotFound) {
+			return x.giveUp(ctx, err)
+		}
+		if err != nil {
+			return x.retry(ctx, err)
+		}
+		base = &img
+	}
 	var refused []string // hosts that answered "capacity" in this attempt
 	for range maxPlacements {
 		if x.s.State == lifecycle.Created {
-			if err := x.placeSession(ctx, spec, refused); err != nil {
+			if err := x.placeSession(ctx, spec, base, refused); err != nil {
 				return err
 			}
 		}
 		if x.s.State != lifecycle.Starting {
 			return nil // already past boot: a retried op has nothing left to do
 		}
-		err := x.boot(ctx, spec)
+		err := x.boot(ctx, spec, base)
 		var herr *HostError
 		if !errors.As(err, &herr) || herr.Code != "capacity" {
 			return err
@@ -50,17 +61,13 @@ func (x *opRun) create(ctx context.Context) error {
 // maxPlacements bounds how often one create op re-places a session.
 const maxPlacements = 3
 
-func (x *opRun) placeSession(ctx context.Context, spec hostlink.MachineSpec, exclude []string) error {
+func (x *opRun) placeSession(ctx context.Context, spec hostlink.MachineSpec, base *store.Image, exclude []string) error {
 	if err := x.step(ctx, "place"); err != nil {
 		return err
 	}
 	p := placement{spec: spec, exclude: exclude}
-	if spec.ImageID != "" {
-		img, err := x.c.imageBase(ctx, spec)
-		if err != nil {
-			return x.giveUp(ctx, err)
-		}
-		p.snapshot = &store.Snapshot{ID: img.BaseID, Facts: img.Facts}
+	if base != nil {
+		p.snapshot = &store.Snapshot{ID: base.BaseID, Facts: base.Facts}
 	}
 	hostID, err := x.c.placeWithin(ctx, p, x.c.cfg.PlacementWait)
 	switch {
@@ -75,18 +82,15 @@ func (x *opRun) placeSession(ctx context.Context, spec hostlink.MachineSpec, exc
 	return x.apply(ctx, lifecycle.Place, &hostID, nil)
 }
 
-// boot asks the session's host to start its machine.
-func (x *opRun) boot(ctx context.Context, spec hostlink.MachineSpec) error {
+// boot asks the session's host to start its machine: boot it, or restore
+// base (an image's base snapshot) into it.
+func (x *opRun) boot(ctx context.Context, spec hostlink.MachineSpec, base *store.Image) error {
 	if err := x.step(ctx, "boot"); err != nil {
 		return err
 	}
 	req := hostlink.StartRequest{Epoch: x.op.Epoch, Spec: spec}
-	if spec.ImageID != "" {
-		img, err := x.c.imageBase(ctx, spec)
-		if err != nil {
-			return x.giveUp(ctx, err)
-		}
-		req.Restore = &hostlink.RestoreSpec{SnapshotID: img.BaseID, Manifests: img.Manifests, Base: true}
+	if base != nil {
+		req.Restore = &hostlink.RestoreSpec{SnapshotID: base.BaseID, Manifests: base.Manifests, Base: true}
 	}
 	var st hostlink.MachineStatus
 	err := x.c.hostCall(ctx, x.s.HostID, "PUT", "/v1/machines/"+x.s.ID, x.op.Epoch, req, &st)

@@ -109,13 +109,21 @@ func (a *Agent) captureImage(ctx context.Context, log *slog.Logger, id string, r
 	gc := guestapi.NewClient(m.Dial)
 	defer gc.Close()
 	tail, err := runWarmup(ctx, gc, req)
-	if err != nil {
+	if errors.Is(err, errWarmup) {
 		return resp, &apiError{status: http.StatusUnprocessableEntity, code: hostlink.CodeWarmupFailed, err: err, tail: tail}
+	}
+	if err != nil { // this host's trouble (lease, shutdown, guest channel): another host may do
+		return resp, failure(http.StatusServiceUnavailable, hostlink.CodeUnavailable, err)
 	}
 	mark("warmup")
 	manifests, put, err := a.baseSnapshot(ctx, m, gc, filepath.Join(dir, "snapshot"), mark)
 	if err != nil {
 		return resp, err
+	}
+	// Put the root filesystem's chunks again: a capture may outlast the GC
+	// grace given to the chunks the coordinator uploaded.
+	if err := a.putRootFS(ctx, rootfsMan); err != nil {
+		return resp, failure(http.StatusServiceUnavailable, hostlink.CodeSnapshotFailed, err)
 	}
 	a.rememberSnapshot(req.SnapshotID, manifests)
 	rootfsMan.Role = hostlink.RoleRootFS
@@ -159,6 +167,10 @@ func stageTimer(now func() time.Time, stages map[string]int64) func(string) {
 	}
 }
 
+// errWarmup marks a failure of the warm-up itself (its exit status, a
+// stall, its time limit), as opposed to this host's trouble running it.
+var errWarmup = errors.New("warm-up failed")
+
 // runWarmup runs req.Warmup with /bin/sh -c in req.Workdir, failing it when
 // it exits non-zero, exceeds req.WarmupTimeout, or prints nothing for
 // req.WarmupStall. It returns the tail of its output either way.
@@ -176,17 +188,18 @@ func runWarmup(ctx context.Context, gc *guestapi.Client, req hostlink.CaptureReq
 	go out.watch(ctx, stall, cancel)
 	start := guestapi.ExecStart{Argv: []string{"/bin/sh", "-c", req.Warmup}, Dir: req.Workdir, TimeoutMS: req.WarmupTimeout.Milliseconds()}
 	exit, err := gc.Exec(ctx, start, nil, out, out)
+	var stalled *stallError
 	switch {
-	case context.Cause(ctx) != nil && ctx.Err() != nil:
-		return out.String(), fmt.Errorf("warm-up %q: %w", req.Warmup, context.Cause(ctx))
+	case errors.As(context.Cause(ctx), &stalled):
+		return out.String(), fmt.Errorf("%w: %q printed nothing for %s (stalled)", errWarmup, req.Warmup, stalled.d)
 	case err != nil:
-		return out.String(), fmt.Errorf("warm-up %q: %w", req.Warmup, err)
+		return out.String(), fmt.Errorf("run warm-up %q: %w", req.Warmup, err)
 	case exit.TimedOut:
-		return out.String(), fmt.Errorf("warm-up %q ran longer than %s", req.Warmup, req.WarmupTimeout)
+		return out.String(), fmt.Errorf("%w: %q ran longer than %s", errWarmup, req.Warmup, req.WarmupTimeout)
 	case exit.Error != "":
-		return out.String(), fmt.Errorf("warm-up %q could not run: %s", req.Warmup, exit.Error)
+		return out.String(), fmt.Errorf("%w: %q could not run: %s", errWarmup, req.Warmup, exit.Error)
 	case exit.ExitCode != 0:
-		return out.String(), fmt.Errorf("warm-up %q exited with status %d", req.Warmup, exit.ExitCode)
+		return out.String(), fmt.Errorf("%w: %q exited with status %d", errWarmup, req.Warmup, exit.ExitCode)
 	}
 	return out.String(), nil
 }
@@ -216,9 +229,14 @@ func (t *tailWriter) String() string {
 	return string(t.buf)
 }
 
+// stallError is the cause a stalled warm-up is cancelled with.
+type stallError struct{ d time.Duration }
+
+func (e *stallError) Error() string { return fmt.Sprintf("no output for %s", e.d) }
+
 // watch cancels with a stall error once no output came for stall.
 func (t *tailWriter) watch(ctx context.Context, stall time.Duration, cancel context.CancelCauseFunc) {
-	tick := time.NewTicker(min(stall/4, time.Second))
+	tick := time.NewTicker(max(min(stall/4, time.Second), 10*time.Millisecond))
 	defer tick.Stop()
 	for {
 		select {
@@ -229,7 +247,7 @@ func (t *tailWriter) watch(ctx context.Context, stall time.Duration, cancel cont
 			quiet := time.Since(t.last)
 			t.mu.Unlock()
 			if quiet >= stall {
-				cancel(fmt.Errorf("no output for %s (stalled)", stall.Round(time.Second)))
+				cancel(&stallError{d: stall.Round(time.Millisecond)})
 				return
 			}
 		}

@@ -105,7 +105,6 @@ func (a *Agent) snapshot(ctx context.Context, log *slog.Logger, mc *machine, req
 	manifests, put, err := a.upload(ctx, snap, parent)
 	var raw []byte
 	if err == nil {
-		a.rememberSnapshot(req.SnapshotID, manifests)
 		raw, err = a.withRootFS(ctx, sid, manifests)
 	}
 	if err != nil {
@@ -113,6 +112,7 @@ func (a *Agent) snapshot(ctx context.Context, log *slog.Logger, mc *machine, req
 		return resp, failure(http.StatusServiceUnavailable, hostlink.CodeSnapshotFailed,
 			fmt.Errorf("upload snapshot %s of session %s: %w", req.SnapshotID, sid, err))
 	}
+	a.rememberSnapshot(req.SnapshotID, manifests)
 	a.mu.Lock()
 	mc.memParent = manifests[roleMemory]
 	a.mu.Unlock()

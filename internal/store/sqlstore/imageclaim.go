@@ -2,7 +2,9 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -108,7 +110,7 @@ func (s *Store) CompleteImageJob(ctx context.Context, jobID string, epoch int64,
 	stages json.RawMessage, at time.Time,
 ) error {
 	action := fmt.Sprintf("complete image job %s of image %s", jobID, img.ID)
-	if err := checkImage(img); err != nil {
+	if err := checkImageJSON(img); err != nil {
 		return fmt.Errorf("%s: %w", action, err)
 	}
 	if err := checkJSON("stages", stages); err != nil {
@@ -121,20 +123,27 @@ func (s *Store) CompleteImageJob(ctx context.Context, jobID string, epoch int64,
 		if err := s.fencedJobWrite(ctx, tx, u, img.ID); err != nil {
 			return err
 		}
-		res, err := updateImage(ctx, tx, img, at)
+		res, err := tx.ExecContext(ctx, `UPDATE images SET digest = $2, config = $3, manifests = $4, facts = $5,
+			base_id = $6, updated_at = $7 WHERE id = $1 AND state <> 'disabled'`,
+			img.ID, img.Digest, jsonArg(img.Config), jsonArg(img.Manifests), jsonArg(img.Facts), img.BaseID, micros(at))
 		if err != nil {
 			return err
 		}
 		if n, err := res.RowsAffected(); err != nil {
 			return err
-		} else if n != 1 {
+		} else if n == 1 {
+			return nil
+		}
+		var state string
+		err = tx.QueryRowContext(ctx, `SELECT state FROM images WHERE id = $1`, img.ID).Scan(&state)
+		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("image: %w", store.ErrNotFound)
 		}
-		return nil
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("image was disabled while its job ran: %w", store.ErrConflict)
 	})
-	if s.isUnique(err) {
-		return fmt.Errorf("%s: %w: another image has the name", action, store.ErrConflict)
-	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", action, err)
 	}

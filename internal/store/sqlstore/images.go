@@ -37,6 +37,11 @@ func checkImage(img store.Image) error {
 	if img.State != store.ImageReady && img.State != store.ImageDisabled {
 		return fmt.Errorf("unknown image state %q", img.State)
 	}
+	return checkImageJSON(img)
+}
+
+// checkImageJSON validates the JSON columns of img.
+func checkImageJSON(img store.Image) error {
 	for field, raw := range map[string][]byte{"config": img.Config, "manifests": img.Manifests, "facts": img.Facts} {
 		if err := checkJSON(field, raw); err != nil {
 			return err

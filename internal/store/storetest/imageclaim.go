@@ -203,8 +203,6 @@ func testImageJobListClaimable(t *testing.T, st store.Store) {
 
 // captured is img as a finished enable leaves it.
 func captured(img store.Image) store.Image {
-	img.State = store.ImageReady
-	img.Ref = img.Ref + "@sha256:ccc"
 	img.Digest, img.BaseID = "sha256:ccc", "snap-base-9"
 	img.Manifests = json.RawMessage(`{"memory":{"chunks":["m1"]},"disk":{"chunks":["d1"]}}`)
 	img.Facts = json.RawMessage(`{"kernel":"6.1"}`)
@@ -220,10 +218,15 @@ func testCompleteImageJob(t *testing.T, st store.Store) {
 	c := claimJob(t, st, j.ID, t0)
 	must(t, st.UpdateJobProgress(ctx, progress(c, store.JobCapturing, "snapshot", 1, 1), t0))
 	want := captured(img)
+	want.State = store.ImageReady
 	at := t0.Add(time.Minute)
 	want.UpdatedAt = at
 	stages := json.RawMessage(`{"pull":100,"capture":2000}`)
-	must(t, st.CompleteImageJob(ctx, j.ID, c.Epoch, want, stages, at))
+	// Only what the job made is written: a name, ref or state in the
+	// argument does not overwrite the row's.
+	arg := want
+	arg.Name, arg.Ref, arg.State = "other-name", "other/ref:1", store.ImageDisabled
+	must(t, st.CompleteImageJob(ctx, j.ID, c.Epoch, arg, stages, at))
 	got, err := st.GetImage(ctx, img.ID)
 	must(t, err)
 	wantImage(t, got, want)
@@ -270,8 +273,10 @@ func testCompleteImageJobWritesNothing(t *testing.T, st store.Store) {
 			must(t, st.FinishJob(ctx, c.ID, c.Epoch, store.JobFailed, "x", "", nil, t0))
 			return c.ID, c.Epoch
 		}, captured, store.ErrConflict},
-		{"name taken", func(*testing.T, store.Image, store.ImageJob) (string, int64) { return "", 0 },
-			func(img store.Image) store.Image { img = captured(img); img.Name = other.Name; return img }, store.ErrConflict},
+		{"image disabled meanwhile", func(t *testing.T, img store.Image, c store.ImageJob) (string, int64) {
+			must(t, st.SetImageState(ctx, img.ID, store.ImageDisabled, t0))
+			return c.ID, c.Epoch
+		}, captured, store.ErrConflict},
 		{"malformed image", func(*testing.T, store.Image, store.ImageJob) (string, int64) { return "", 0 },
 			func(img store.Image) store.Image { return malformed(captured(img)) }, nil},
 	}
