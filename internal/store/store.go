@@ -494,10 +494,12 @@ type Images interface {
 	// output tail (stages nil keeps them); fenced as UpdateJobProgress.
 	FinishJob(ctx context.Context, id string, epoch int64, state ImageJobState, errMsg, tail string, stages json.RawMessage, at time.Time) error
 	// CompleteImageJob, in one transaction, finishes the claimed job jobID
-	// ready (stages nil keeps them) and rewrites img as UpdateImage does. The
-	// job must belong to img.ID (else ErrConflict) and is fenced as
-	// UpdateJobProgress; an unknown image is ErrNotFound and a name taken by
-	// another live image ErrConflict. Nothing is written on any error.
+	// ready (stages nil keeps them) and records what it made on image img.ID:
+	// only Digest, Config, Manifests, Facts and BaseID are written (name,
+	// ref, state and credential stay as they are now). The job must belong
+	// to img.ID (else ErrConflict) and is fenced as UpdateJobProgress; an
+	// unknown image is ErrNotFound, an image disabled meanwhile ErrConflict.
+	// Nothing is written on any error.
 	CompleteImageJob(ctx context.Context, jobID string, epoch int64, img Image, stages json.RawMessage, at time.Time) error
 }
 
@@ -532,9 +534,14 @@ type Store interface {
 	Tokens
 	Images
 	Credentials
+	Harnesses
+	Secrets
+	Profiles
+	Tasks
 	// Notify wakes waiters on every replica sharing this database: topic is
-	// e.g. "ops" or "session:<id>". Subscribe returns a channel that receives
-	// a value (coalesced) after each Notify on that topic, until ctx ends.
+	// e.g. "ops", "session:<id>" or "task:<id>". Subscribe returns a channel
+	// that receives a value (coalesced) after each Notify on that topic,
+	// until ctx ends.
 	// The channel is closed when ctx ends or the store closes. Wake-ups are
 	// hints: a subscriber may be woken spuriously and must re-read state.
 	Notify(ctx context.Context, topic string) error

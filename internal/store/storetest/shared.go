@@ -20,6 +20,12 @@ func RunShared(t *testing.T, open func(t *testing.T) (store.Store, store.Store))
 		{"ClaimJobAcrossInstances", func(t *testing.T, a, b store.Store) {
 			ClaimJobConcurrently(t, []store.Store{a, b}, 4, 10)
 		}},
+		{"TaskEventsAcrossInstances", func(t *testing.T, a, b store.Store) {
+			AppendTaskEventsConcurrently(t, []store.Store{a, b}, 6, 20)
+		}},
+		{"ProfileUpdateAcrossInstances", func(t *testing.T, a, b store.Store) {
+			UpdateProfileConcurrently(t, []store.Store{a, b}, 6, 8)
+		}},
 		{"NotifyAcrossInstances", func(t *testing.T, a, b store.Store) {
 			NotifyAcross(t, a, b)
 			NotifyAcross(t, b, a)

@@ -23,7 +23,8 @@ type test struct {
 // open also arranges to close it).
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	groups := [][]test{hostTests, drainTests, tokenTests, sessionTests, activityTests, transitionTests, opTests, keyTests,
-		claimTests, eventTests, snapshotTests, outboxTests, notifyTests, imageTests}
+		claimTests, eventTests, snapshotTests, outboxTests, notifyTests, imageTests, harnessTests, secretTests,
+		profileTests, taskTests}
 	for _, group := range groups {
 		for _, tc := range group {
 			t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,282 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/engrams/engrams/internal/store"
+)
+
+const taskCols = `id, profile_id, profile_version, receipt, title, state, session_id, event_seq, error,
+	created_at, updated_at`
+
+func scanTask(r scanner) (store.Task, error) {
+	var t store.Task
+	var receipt sql.NullString
+	var state string
+	var created, updated int64
+	err := r.Scan(&t.ID, &t.ProfileID, &t.ProfileVersion, &receipt, &t.Title, &state, &t.SessionID, &t.EventSeq,
+		&t.Error, &created, &updated)
+	if err != nil {
+		return store.Task{}, err
+	}
+	t.Receipt, t.State = fromJSON(receipt), store.TaskState(state)
+	t.CreatedAt, t.UpdatedAt = fromMicros(created), fromMicros(updated)
+	return t, nil
+}
+
+const taskSessionCols = `task_id, seq, session_id, created_at`
+
+func scanTaskSession(r scanner) (store.TaskSession, error) {
+	var ts store.TaskSession
+	var created int64
+	if err := r.Scan(&ts.TaskID, &ts.Seq, &ts.SessionID, &created); err != nil {
+		return store.TaskSession{}, err
+	}
+	ts.CreatedAt = fromMicros(created)
+	return ts, nil
+}
+
+const taskEventCols = `task_id, seq, type, payload, created_at`
+
+func scanTaskEvent(r scanner) (store.TaskEvent, error) {
+	var e store.TaskEvent
+	var payload sql.NullString
+	var created int64
+	if err := r.Scan(&e.TaskID, &e.Seq, &e.Type, &payload, &created); err != nil {
+		return store.TaskEvent{}, err
+	}
+	e.Payload, e.At = fromJSON(payload), fromMicros(created)
+	return e, nil
+}
+
+// CreateTask implements store.Tasks.
+func (s *Store) CreateTask(ctx context.Context, t store.Task) (store.Task, error) {
+	action := "create task " + t.ID
+	if t.State == "" {
+		t.State = store.TaskStarting
+	}
+	if t.ID == "" || t.ProfileID == "" {
+		return store.Task{}, errors.New("create task: id and profile id are required")
+	}
+	if !t.State.Valid() {
+		return store.Task{}, fmt.Errorf("%s: unknown task state %q", action, t.State)
+	}
+	if err := checkJSON("receipt", t.Receipt); err != nil {
+		return store.Task{}, fmt.Errorf("%s: %w", action, err)
+	}
+	at := micros(orNow(t.CreatedAt))
+	var out store.Task
+	err := s.inTx(ctx, func(tx execer) error {
+		var one int
+		err := tx.QueryRowContext(ctx, `SELECT 1 FROM profiles WHERE id = $1`, t.ProfileID).Scan(&one)
+		if isNoRows(err) {
+			return fmt.Errorf("profile %s: %w", t.ProfileID, store.ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		out, err = scanTask(tx.QueryRowContext(ctx, `INSERT INTO tasks (`+taskCols+`)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, 0, $8, $9, $9) RETURNING `+taskCols,
+			t.ID, t.ProfileID, t.ProfileVersion, jsonArg(t.Receipt), t.Title, string(t.State), t.SessionID,
+			t.Error, at))
+		if err != nil || t.SessionID == "" {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO task_sessions (`+taskSessionCols+`) VALUES ($1, 1, $2, $3)`,
+			t.ID, t.SessionID, at)
+		return err
+	})
+	if s.isUnique(err) {
+		return store.Task{}, fmt.Errorf("%s: %w: id already used", action, store.ErrConflict)
+	}
+	if err != nil {
+		return store.Task{}, fmt.Errorf("%s: %w", action, err)
+	}
+	return out, nil
+}
+
+// GetTask implements store.Tasks.
+func (s *Store) GetTask(ctx context.Context, id string) (store.Task, error) {
+	t, err := scanTask(s.read.QueryRowContext(ctx, `SELECT `+taskCols+` FROM tasks WHERE id = $1`, id))
+	return t, rowFound(err, "get task "+id)
+}
+
+// ListTasks implements store.Tasks.
+func (s *Store) ListTasks(ctx context.Context, f store.TaskFilter) ([]store.Task, error) {
+	var where []string
+	var args []any
+	if f.ProfileID != "" {
+		args = append(args, f.ProfileID)
+		where = append(where, fmt.Sprintf("profile_id = $%d", len(args)))
+	}
+	if len(f.States) > 0 {
+		where = append(where, "state IN ("+placeholders(len(args)+1, len(f.States))+")")
+		for _, st := range f.States {
+			args = append(args, string(st))
+		}
+	}
+	q := `SELECT ` + taskCols + ` FROM tasks`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	rows, err := s.read.QueryContext(ctx, q+" ORDER BY created_at, id", args...)
+	if err != nil {
+		return nil, fmt.Errorf("list tasks: %w", err)
+	}
+	out, err := collect(rows, scanTask)
+	if err != nil {
+		return nil, fmt.Errorf("list tasks: %w", err)
+	}
+	return out, nil
+}
+
+// SetTaskState implements store.Tasks.
+func (s *Store) SetTaskState(ctx context.Context, id string, state store.TaskState, errMsg string, at time.Time) error {
+	action := fmt.Sprintf("set task %s state %s", id, state)
+	if !state.Valid() {
+		return fmt.Errorf("%s: unknown task state", action)
+	}
+	res, err := s.write.ExecContext(ctx, `UPDATE tasks SET state = $2, error = $3, updated_at = $4 WHERE id = $1`,
+		id, string(state), errMsg, micros(orNow(at)))
+	if err != nil {
+		return fmt.Errorf("%s: %w", action, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("%s: %w", action, err)
+	} else if n != 1 {
+		return fmt.Errorf("%s: %w", action, store.ErrNotFound)
+	}
+	return nil
+}
+
+// AttachSession implements store.Tasks. A no-op update of the task row
+// comes first: it locks the row (Postgres; SQLite has one writer), so
+// concurrent attaches of one task run one after the other and read each
+// other's seqs.
+func (s *Store) AttachSession(ctx context.Context, taskID, sessionID string, at time.Time) (store.TaskSession, error) {
+	action := fmt.Sprintf("attach session %s to task %s", sessionID, taskID)
+	if taskID == "" || sessionID == "" {
+		return store.TaskSession{}, errors.New("attach session: task id and session id are required")
+	}
+	var out store.TaskSession
+	err := s.inTx(ctx, func(tx execer) error {
+		var cur string
+		err := tx.QueryRowContext(ctx, `UPDATE tasks SET session_id = session_id WHERE id = $1
+			RETURNING session_id`, taskID).Scan(&cur)
+		if isNoRows(err) {
+			return store.ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		last, err := scanTaskSession(tx.QueryRowContext(ctx, `SELECT `+taskSessionCols+` FROM task_sessions
+			WHERE task_id = $1 ORDER BY seq DESC LIMIT 1`, taskID))
+		if err != nil && !isNoRows(err) {
+			return err
+		}
+		if err == nil && cur == sessionID && last.SessionID == sessionID {
+			out = last
+			return nil
+		}
+		out, err = scanTaskSession(tx.QueryRowContext(ctx, `INSERT INTO task_sessions (`+taskSessionCols+`)
+			VALUES ($1, $2, $3, $4) RETURNING `+taskSessionCols, taskID, last.Seq+1, sessionID, micros(orNow(at))))
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE tasks SET session_id = $2, updated_at = $3 WHERE id = $1`,
+			taskID, sessionID, micros(out.CreatedAt))
+		return err
+	})
+	if err != nil {
+		return store.TaskSession{}, fmt.Errorf("%s: %w", action, err)
+	}
+	return out, nil
+}
+
+// ListTaskSessions implements store.Tasks.
+func (s *Store) ListTaskSessions(ctx context.Context, taskID string) ([]store.TaskSession, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT `+taskSessionCols+` FROM task_sessions
+		WHERE task_id = $1 ORDER BY seq`, taskID)
+	if err != nil {
+		return nil, fmt.Errorf("list sessions of task %s: %w", taskID, err)
+	}
+	out, err := collect(rows, scanTaskSession)
+	if err != nil {
+		return nil, fmt.Errorf("list sessions of task %s: %w", taskID, err)
+	}
+	return out, nil
+}
+
+// AppendTaskEvents implements store.Tasks: bumping tasks.event_seq by the
+// batch size locks the task row until commit, so concurrent batches, on
+// any replica, take disjoint consecutive seqs.
+func (s *Store) AppendTaskEvents(ctx context.Context, taskID string, events []store.TaskEvent) ([]store.TaskEvent, error) {
+	action := fmt.Sprintf("append %d events to task %s", len(events), taskID)
+	if taskID == "" {
+		return nil, errors.New("append task events: task id is required")
+	}
+	if len(events) == 0 {
+		return nil, nil
+	}
+	for i, e := range events {
+		if e.Type == "" {
+			return nil, fmt.Errorf("%s: event %d has no type", action, i)
+		}
+		if err := checkJSON("payload", e.Payload); err != nil {
+			return nil, fmt.Errorf("%s: event %d: %w", action, i, err)
+		}
+	}
+	out := make([]store.TaskEvent, len(events))
+	err := s.inTx(ctx, func(tx execer) error {
+		var last int64
+		err := tx.QueryRowContext(ctx, `UPDATE tasks SET event_seq = event_seq + $2 WHERE id = $1
+			RETURNING event_seq`, taskID, len(events)).Scan(&last)
+		if isNoRows(err) {
+			return store.ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		first := last - int64(len(events)) + 1
+		for i, e := range events {
+			at := micros(orNow(e.At))
+			_, err := tx.ExecContext(ctx, `INSERT INTO task_events (`+taskEventCols+`) VALUES ($1, $2, $3, $4, $5)`,
+				taskID, first+int64(i), e.Type, jsonArg(e.Payload), at)
+			if err != nil {
+				return err
+			}
+			out[i] = store.TaskEvent{TaskID: taskID, Seq: first + int64(i), Type: e.Type, At: fromMicros(at)}
+			if len(e.Payload) > 0 {
+				out[i].Payload = append([]byte(nil), e.Payload...)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", action, err)
+	}
+	return out, nil
+}
+
+// ListTaskEvents implements store.Tasks.
+func (s *Store) ListTaskEvents(ctx context.Context, taskID string, afterSeq int64, limit int) ([]store.TaskEvent, error) {
+	q := `SELECT ` + taskEventCols + ` FROM task_events WHERE task_id = $1 AND seq > $2 ORDER BY seq`
+	args := []any{taskID, afterSeq}
+	if limit > 0 {
+		q, args = q+` LIMIT $3`, append(args, limit)
+	}
+	rows, err := s.read.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list events of task %s: %w", taskID, err)
+	}
+	out, err := collect(rows, scanTaskEvent)
+	if err != nil {
+		return nil, fmt.Errorf("list events of task %s: %w", taskID, err)
+	}
+	return out, nil
+}
