@@ -14,7 +14,8 @@ export DEBIAN_FRONTEND=noninteractive
 . /etc/os-release
 distro="${ID:-unknown}"
 
-# Packages every machine needs.
+# Packages every machine needs. erofs-utils: mkfs.erofs packs harness bundles
+# (internal/harness), fsck.erofs extracts them in tests.
 pkgs=(qemu-system-x86 qemu-utils e2fsprogs busybox-static lz4 cpio erofs-utils)
 
 # Test images (internal/image/imagetest): musl's loader and libc plus musl-gcc
