@@ -47,6 +47,32 @@ ubuntu)
 	;;
 esac
 
+# Agent CLIs for internal/modeltest: claude and codex from the npm registry,
+# into the tests' cache ($ENGRAMS_TEST_CACHE, else ~/.cache/engrams-test).
+# Both packages ship native binaries, so install scripts are skipped and
+# Node.js only runs npm (any version that does). Keep the versions equal to
+# ClaudeVersion and CodexVersion in internal/modeltest/cli.go (a test checks).
+claude_version=2.1.332
+codex_version=0.171.0
+install_agent_clis() {
+	if ! command -v npm >/dev/null 2>&1; then
+		echo "install-deps: installing nodejs npm"
+		$SUDO apt-get update -qq
+		$SUDO apt-get install -y -qq --no-install-recommends nodejs npm
+	fi
+	local prefix="${ENGRAMS_TEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/engrams-test}/npm"
+	local nm="$prefix/node_modules"
+	if grep -qs "\"version\": \"$claude_version\"" "$nm/@anthropic-ai/claude-code-linux-x64/package.json" &&
+		grep -qs "\"version\": \"$codex_version-linux-x64\"" "$nm/@openai/codex-linux-x64/package.json"; then
+		echo "install-deps: agent CLIs present: claude $claude_version, codex $codex_version"
+		return
+	fi
+	echo "install-deps: installing claude $claude_version and codex $codex_version into $prefix"
+	mkdir -p "$prefix"
+	npm install --prefix "$prefix" --no-audit --no-fund --ignore-scripts --save-exact --loglevel=error \
+		"@anthropic-ai/claude-code@$claude_version" "@openai/codex@$codex_version"
+}
+
 missing=()
 for p in "${pkgs[@]}"; do
 	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
@@ -56,6 +82,7 @@ done
 
 if [ "${#missing[@]}" -eq 0 ]; then
 	echo "install-deps: all packages present: ${pkgs[*]}"
+	install_agent_clis
 	exit 0
 fi
 
@@ -66,4 +93,5 @@ $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 # Kernel images under /boot are mode 0600 on Ubuntu; the backend reads them
 # as the host agent's user.
 $SUDO chmod a+r /boot/vmlinuz-* 2>/dev/null || true
+install_agent_clis
 echo "install-deps: done"
