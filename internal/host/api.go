@@ -144,7 +144,7 @@ func (a *Agent) startMachine(w http.ResponseWriter, r *http.Request) {
 	}
 	unlock := a.locks.lock(sid)
 	defer unlock()
-	st, err := a.start(r.Context(), sid, req.Epoch, spec, req.Restore)
+	st, err := a.start(r.Context(), sid, req.Epoch, spec, req.Restore, req.Harness)
 	if err != nil {
 		a.writeErr(w, sid, err)
 		return
@@ -154,7 +154,7 @@ func (a *Agent) startMachine(w http.ResponseWriter, r *http.Request) {
 
 // start boots or restores sid's machine, or answers with the one running.
 // Callers hold the session lock.
-func (a *Agent) start(ctx context.Context, sid string, epoch int64, spec hostlink.MachineSpec, restore *hostlink.RestoreSpec) (hostlink.MachineStatus, error) {
+func (a *Agent) start(ctx context.Context, sid string, epoch int64, spec hostlink.MachineSpec, restore *hostlink.RestoreSpec, harness json.RawMessage) (hostlink.MachineStatus, error) {
 	log := a.log.With("session_id", sid, "epoch", epoch)
 	if err := a.fence(sid, epoch); err != nil {
 		return hostlink.MachineStatus{}, err
@@ -166,7 +166,7 @@ func (a *Agent) start(ctx context.Context, sid string, epoch int64, spec hostlin
 	if st, ok, err := a.adoptRunning(ctx, sid, epoch); ok || err != nil {
 		return st, err
 	}
-	if restore != nil && a.deps.DiskChunks == nil {
+	if (restore != nil || len(harness) > 0) && a.deps.DiskChunks == nil {
 		return hostlink.MachineStatus{}, failure(http.StatusNotImplemented, hostlink.CodeUnsupported,
 			fmt.Errorf("restore session %s: this host has no chunk store configured", sid))
 	}
@@ -182,9 +182,9 @@ func (a *Agent) start(ctx context.Context, sid string, epoch int64, spec hostlin
 		err    error
 	)
 	if restore == nil {
-		m, err = a.boot(ctx, sid, epoch, spec)
+		m, err = a.boot(ctx, sid, epoch, spec, harness)
 	} else {
-		m, parent, err = a.restore(ctx, sid, epoch, spec, restore)
+		m, parent, err = a.restore(ctx, sid, epoch, spec, restore, harness)
 	}
 	if err != nil {
 		log.Error("start machine", "restore", restore != nil, "error", err)
@@ -247,7 +247,7 @@ func (a *Agent) writeRecord(sid string, epoch int64, spec hostlink.MachineSpec, 
 	return writeFileSync(a.machineDir(sid), machineFile, b)
 }
 
-func (a *Agent) boot(ctx context.Context, sid string, epoch int64, spec hostlink.MachineSpec) (vmm.Machine, error) {
+func (a *Agent) boot(ctx context.Context, sid string, epoch int64, spec hostlink.MachineSpec, harness json.RawMessage) (vmm.Machine, error) {
 	dir := a.machineDir(sid)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create machine dir of session %s: %w", sid, err)
@@ -255,14 +255,17 @@ func (a *Agent) boot(ctx context.Context, sid string, epoch int64, spec hostlink
 	if err := a.writeRecord(sid, epoch, spec, false); err != nil {
 		return nil, fmt.Errorf("record machine of session %s: %w", sid, err)
 	}
-	m, err := a.deps.Backend.Boot(ctx, vmm.Spec{
-		SessionID: sid,
-		Epoch:     epoch,
-		Dir:       dir,
-		MemoryMiB: spec.MemoryMiB,
-		VCPUs:     spec.VCPUs,
-		Env:       sessionEnv(sid, spec.Env),
-	})
+	vspec := vmm.Spec{SessionID: sid, Epoch: epoch, Dir: dir, MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, Env: sessionEnv(sid, spec.Env)}
+	shared := map[string]chunk.Manifest{}
+	if err := addHarness(shared, harness); err != nil {
+		_ = cleanMachineDir(dir)
+		return nil, err
+	}
+	if err := a.attachShared(ctx, sid, shared, &vspec); err != nil {
+		_ = cleanMachineDir(dir)
+		return nil, err
+	}
+	m, err := a.deps.Backend.Boot(ctx, vspec)
 	if err != nil {
 		_ = cleanMachineDir(dir)
 		return nil, failure(http.StatusInternalServerError, "boot_failed", fmt.Errorf("boot machine of session %s: %w", sid, err))
@@ -424,4 +427,18 @@ func sessionEnv(sid string, env map[string]string) map[string]string {
 	}
 	out[EnvSessionID] = sid
 	return out
+}
+
+// addHarness puts the harness manifest of a start request (if any) into
+// shared, replacing the one a snapshot named.
+func addHarness(shared map[string]chunk.Manifest, harness json.RawMessage) error {
+	if len(harness) == 0 {
+		return nil
+	}
+	m, err := chunk.Decode(harness)
+	if err != nil {
+		return failure(http.StatusBadRequest, hostlink.CodeBadRequest, fmt.Errorf("harness manifest: %w", err))
+	}
+	shared[hostlink.RoleHarness] = m
+	return nil
 }

@@ -79,7 +79,7 @@ func (a *Agent) captureImage(ctx context.Context, log *slog.Logger, id string, r
 	defer cancel()
 	stages := map[string]int64{}
 	mark := stageTimer(a.deps.Now, stages)
-	rootfs, err := a.rootFS(ctx, rootfsMan)
+	rootfs, err := a.sharedDisk(ctx, hostlink.RoleRootFS, rootfsMan)
 	if err != nil {
 		return resp, err
 	}
@@ -122,7 +122,7 @@ func (a *Agent) captureImage(ctx context.Context, log *slog.Logger, id string, r
 	}
 	// Put the root filesystem's chunks again: a capture may outlast the GC
 	// grace given to the chunks the coordinator uploaded.
-	if err := a.putRootFS(ctx, rootfsMan); err != nil {
+	if err := a.putShared(ctx, hostlink.RoleRootFS, rootfsMan); err != nil {
 		return resp, failure(http.StatusServiceUnavailable, hostlink.CodeSnapshotFailed, err)
 	}
 	a.rememberSnapshot(req.SnapshotID, manifests)

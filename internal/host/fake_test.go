@@ -32,6 +32,7 @@ type world struct {
 	pauseErr    error
 	snapErr     error
 	rootfs      bool       // the backend boots caller root filesystems
+	harness     bool       // the backend attaches harness bundles
 	specs       []vmm.Spec // every Boot and Restore spec, in order
 }
 
@@ -46,7 +47,7 @@ type fakeBackend struct{ w *world }
 func (b fakeBackend) Capabilities() vmm.Capabilities {
 	b.w.mu.Lock()
 	defer b.w.mu.Unlock()
-	return vmm.Capabilities{Name: "fake", Version: "1.0", Acceleration: "none", Reason: "test", SnapshotMemory: true, SnapshotDisk: true, RootFS: b.w.rootfs}
+	return vmm.Capabilities{Name: "fake", Version: "1.0", Acceleration: "none", Reason: "test", SnapshotMemory: true, SnapshotDisk: true, RootFS: b.w.rootfs, Harness: b.w.harness}
 }
 
 func (b fakeBackend) Boot(_ context.Context, spec vmm.Spec) (vmm.Machine, error) {
@@ -56,6 +57,7 @@ func (b fakeBackend) Boot(_ context.Context, spec vmm.Spec) (vmm.Machine, error)
 		return nil, b.w.bootErr
 	}
 	b.w.boots++
+	b.w.specs = append(b.w.specs, spec)
 	m := newFakeMachine(b.w, spec, 1000+b.w.boots)
 	for i := range m.mem[:64<<10] { // some memory touched, the rest zero
 		m.mem[i] = byte(i*7 + len(spec.SessionID))

@@ -99,9 +99,9 @@ func (a *Agent) prefetchOne(ctx context.Context, f hostlink.Prefetch) error {
 	if err != nil {
 		return fmt.Errorf("prefetch %s: %w", f.SnapshotID, err)
 	}
-	manifests, rootfs := splitRootFS(all)
-	if rootfs != nil {
-		if _, err := a.rootFS(ctx, *rootfs); err != nil {
+	manifests, shared := splitShared(all)
+	for role, m := range shared {
+		if _, err := a.sharedDisk(ctx, role, m); err != nil {
 			return fmt.Errorf("prefetch %s: %w", f.SnapshotID, err)
 		}
 	}

@@ -25,15 +25,15 @@ const restoredDir = "restored" // inside a machine dir: the files a restore rebu
 // session lock and have reserved capacity.
 // It also returns the snapshot's memory manifest, which the next snapshot
 // stores its changed memory chunks over.
-func (a *Agent) restore(ctx context.Context, sid string, epoch int64, spec hostlink.MachineSpec, rs *hostlink.RestoreSpec) (vmm.Machine, chunk.Manifest, error) {
-	m, manifests, err := a.restoreFiles(ctx, sid, epoch, spec, rs)
+func (a *Agent) restore(ctx context.Context, sid string, epoch int64, spec hostlink.MachineSpec, rs *hostlink.RestoreSpec, harness json.RawMessage) (vmm.Machine, chunk.Manifest, error) {
+	m, manifests, err := a.restoreFiles(ctx, sid, epoch, spec, rs, harness)
 	if err != nil {
 		return nil, chunk.Manifest{}, err
 	}
 	return m, manifests[roleMemory], nil
 }
 
-func (a *Agent) restoreFiles(ctx context.Context, sid string, epoch int64, spec hostlink.MachineSpec, rs *hostlink.RestoreSpec) (m vmm.Machine, manifests map[string]chunk.Manifest, err error) {
+func (a *Agent) restoreFiles(ctx context.Context, sid string, epoch int64, spec hostlink.MachineSpec, rs *hostlink.RestoreSpec, harness json.RawMessage) (m vmm.Machine, manifests map[string]chunk.Manifest, err error) {
 	if !validSessionID(rs.SnapshotID) {
 		return nil, nil, failure(http.StatusBadRequest, hostlink.CodeBadRequest, fmt.Errorf("bad snapshot id %q", rs.SnapshotID))
 	}
@@ -41,7 +41,10 @@ func (a *Agent) restoreFiles(ctx context.Context, sid string, epoch int64, spec 
 	if err != nil {
 		return nil, nil, snapshotFailure(fmt.Sprintf("restore snapshot %s of session %s", rs.SnapshotID, sid), err)
 	}
-	manifests, rootfs := splitRootFS(all)
+	manifests, shared := splitShared(all)
+	if err := addHarness(shared, harness); err != nil {
+		return nil, nil, err
+	}
 	for _, role := range slices.Sorted(maps.Keys(manifests)) {
 		if err := a.storeFor(role).Verify(ctx, manifests[role]); err != nil {
 			return nil, nil, snapshotFailure(fmt.Sprintf("verify snapshot %s of session %s, role %s", rs.SnapshotID, sid, role), err)
@@ -64,13 +67,8 @@ func (a *Agent) restoreFiles(ctx context.Context, sid string, epoch int64, spec 
 		return nil, nil, fmt.Errorf("create restore dir of session %s: %w", sid, err)
 	}
 	vspec := vmm.Spec{SessionID: sid, Epoch: epoch, Dir: dir, MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, Env: sessionEnv(sid, spec.Env), Rebind: rs.Base}
-	if rootfs != nil {
-		if vspec.RootFS, err = a.rootFS(ctx, *rootfs); err != nil {
-			return nil, nil, err
-		}
-		if err := a.keepRootFS(sid, *rootfs); err != nil {
-			return nil, nil, fmt.Errorf("record root filesystem of session %s: %w", sid, err)
-		}
+	if err := a.attachShared(ctx, sid, shared, &vspec); err != nil {
+		return nil, nil, err
 	}
 	snap := vmm.Snapshot{Backend: a.deps.Backend.Capabilities().Name, Files: map[string]string{}, Taken: a.deps.Now()}
 	for role, man := range manifests {

@@ -15,146 +15,190 @@ import (
 	"github.com/engrams/engrams/internal/vmm"
 )
 
-// Image root filesystems: one read-only file per content under
-// DataDir/images/<id>.ext4, shared by every machine of the image (each has
-// its own copy-on-write layer). A machine started from one keeps its
-// manifest in its dir (rootfsFile), so its snapshots name it too.
-const (
-	imagesDir  = "images"
-	rootfsFile = "rootfs.json" // inside a machine dir: the root filesystem manifest
-)
+// Shared disks: an image's root filesystem (role rootfs) and a harness
+// bundle (role harness) are read-only files, one per content under
+// DataDir/images/<id><suffix>, shared by every machine using them (a root
+// filesystem gets a copy-on-write layer per machine). A machine keeps the
+// manifest of each in its dir (<role>.json), so its snapshots name them too.
+const imagesDir = "images"
 
-// rootFSID names a root filesystem by its manifest: the same chunks in the
+// sharedRoles are the manifest roles of shared disks, in a fixed order.
+var sharedRoles = []string{hostlink.RoleRootFS, hostlink.RoleHarness}
+
+// sharedSuffix is the file name suffix of role's shared disks.
+func sharedSuffix(role string) string {
+	if role == hostlink.RoleHarness {
+		return ".erofs"
+	}
+	return ".ext4"
+}
+
+// sharedID names a shared disk by its manifest: the same chunks in the
 // same order are the same bytes.
-func rootFSID(m chunk.Manifest) (string, error) {
+func sharedID(m chunk.Manifest) (string, error) {
 	m.Name, m.Role = "", ""
 	b, err := m.Encode()
 	if err != nil {
-		return "", fmt.Errorf("encode root filesystem manifest: %w", err)
+		return "", fmt.Errorf("encode shared disk manifest: %w", err)
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:]), nil
 }
 
-// rootFS returns the shared file of root filesystem m, building it from
+// supports says whether the backend can attach role's shared disks.
+func (a *Agent) supports(role string) error {
+	c := a.deps.Backend.Capabilities()
+	switch {
+	case role == hostlink.RoleRootFS && !c.RootFS:
+		return failure(501, hostlink.CodeUnsupported, fmt.Errorf("backend %s cannot boot an image's root filesystem", c.Name))
+	case role == hostlink.RoleHarness && !c.Harness:
+		return failure(501, hostlink.CodeUnsupported, fmt.Errorf("backend %s cannot attach a harness bundle", c.Name))
+	}
+	return nil
+}
+
+// sharedDisk returns the shared file of role's disk m, building it from
 // verified chunks on first use (atomically: a crash leaves no partial file
 // under its final name).
-func (a *Agent) rootFS(ctx context.Context, m chunk.Manifest) (*vmm.RootFS, error) {
-	if !a.deps.Backend.Capabilities().RootFS {
-		return nil, failure(501, hostlink.CodeUnsupported,
-			fmt.Errorf("backend %s cannot boot an image's root filesystem", a.deps.Backend.Capabilities().Name))
+func (a *Agent) sharedDisk(ctx context.Context, role string, m chunk.Manifest) (*vmm.RootFS, error) {
+	if err := a.supports(role); err != nil {
+		return nil, err
 	}
-	id, err := rootFSID(m)
+	id, err := sharedID(m)
 	if err != nil {
 		return nil, err
 	}
 	dir := filepath.Join(a.cfg.DataDir, imagesDir)
-	p := filepath.Join(dir, id+".ext4")
+	p := filepath.Join(dir, id+sharedSuffix(role))
 	unlock := a.imageLocks.lock(id)
 	defer unlock()
 	if _, err := os.Stat(p); err == nil {
 		return &vmm.RootFS{Path: p, ID: "sha256:" + id}, nil
 	} else if !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("root filesystem %s: %w", id, err)
+		return nil, fmt.Errorf("%s %s: %w", role, id, err)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("root filesystem %s: %w", id, err)
+		return nil, fmt.Errorf("%s %s: %w", role, id, err)
 	}
 	tmp := filepath.Join(dir, "."+id+".partial")
 	_ = os.Remove(tmp)
 	if err := a.deps.DiskChunks.Restore(ctx, m, tmp); err != nil {
 		_ = os.Remove(tmp)
-		return nil, snapshotFailure("fetch root filesystem "+id, err)
+		return nil, snapshotFailure(fmt.Sprintf("fetch %s %s", role, id), err)
 	}
 	if err := os.Chmod(tmp, 0o444); err != nil {
 		_ = os.Remove(tmp)
-		return nil, fmt.Errorf("root filesystem %s: %w", id, err)
+		return nil, fmt.Errorf("%s %s: %w", role, id, err)
 	}
 	if err := os.Rename(tmp, p); err != nil {
 		_ = os.Remove(tmp)
-		return nil, fmt.Errorf("root filesystem %s: %w", id, err)
+		return nil, fmt.Errorf("%s %s: %w", role, id, err)
 	}
-	a.log.Info("root filesystem ready", "rootfs_id", id, "bytes", m.Size)
+	a.log.Info("shared disk ready", "role", role, "disk_id", id, "bytes", m.Size)
 	return &vmm.RootFS{Path: p, ID: "sha256:" + id}, nil
 }
 
-// splitRootFS takes the root filesystem out of a snapshot's manifests.
-func splitRootFS(manifests map[string]chunk.Manifest) (rest map[string]chunk.Manifest, rootfs *chunk.Manifest) {
-	m, ok := manifests[hostlink.RoleRootFS]
-	if !ok {
-		return manifests, nil
-	}
-	rest = make(map[string]chunk.Manifest, len(manifests)-1)
-	for role, man := range manifests {
-		if role != hostlink.RoleRootFS {
-			rest[role] = man
+// splitShared takes the shared disks out of a snapshot's manifests.
+func splitShared(manifests map[string]chunk.Manifest) (rest, shared map[string]chunk.Manifest) {
+	rest, shared = make(map[string]chunk.Manifest, len(manifests)), map[string]chunk.Manifest{}
+	for role, m := range manifests {
+		if isShared(role) {
+			shared[role] = m
+		} else {
+			rest[role] = m
 		}
 	}
-	return rest, &m
+	return rest, shared
 }
 
-// keepRootFS records in sid's machine dir which root filesystem it runs on.
-func (a *Agent) keepRootFS(sid string, m chunk.Manifest) error {
-	b, err := m.Encode()
-	if err != nil {
-		return err
+func isShared(role string) bool {
+	return role == hostlink.RoleRootFS || role == hostlink.RoleHarness
+}
+
+// attachShared stages every shared disk of sid's machine, records them in
+// its dir and sets them on spec.
+func (a *Agent) attachShared(ctx context.Context, sid string, shared map[string]chunk.Manifest, spec *vmm.Spec) error {
+	for _, role := range sharedRoles {
+		m, ok := shared[role]
+		if !ok {
+			continue
+		}
+		disk, err := a.sharedDisk(ctx, role, m)
+		if err != nil {
+			return err
+		}
+		b, err := m.Encode()
+		if err == nil {
+			err = writeFileSync(a.machineDir(sid), role+".json", b)
+		}
+		if err != nil {
+			return fmt.Errorf("record %s of session %s: %w", role, sid, err)
+		}
+		if role == hostlink.RoleRootFS {
+			spec.RootFS = disk
+		} else {
+			spec.Harness = disk
+		}
 	}
-	return writeFileSync(a.machineDir(sid), rootfsFile, b)
+	return nil
 }
 
-// machineRootFS returns the root filesystem manifest sid's machine runs on,
-// if it runs on an image's.
-func (a *Agent) machineRootFS(sid string) (*chunk.Manifest, error) {
-	b, err := os.ReadFile(filepath.Join(a.machineDir(sid), rootfsFile))
+// machineShared returns the manifest of sid's machine's shared disk of
+// role, if it has one.
+func (a *Agent) machineShared(sid, role string) (*chunk.Manifest, error) {
+	b, err := os.ReadFile(filepath.Join(a.machineDir(sid), role+".json"))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read root filesystem of session %s: %w", sid, err)
+		return nil, fmt.Errorf("read %s of session %s: %w", role, sid, err)
 	}
 	m, err := chunk.Decode(b)
 	if err != nil {
-		return nil, fmt.Errorf("read root filesystem of session %s: %w", sid, err)
+		return nil, fmt.Errorf("read %s of session %s: %w", role, sid, err)
 	}
 	return &m, nil
 }
 
-// withRootFS adds sid's root filesystem (if any) to a snapshot's manifests,
-// after putting its chunks again from this host's copy: the put uploads
-// only chunks the blob store lacks (or holds too old to rely on), and GC
-// keeps only the chunks of live images and of snapshots, while a session
-// can outlive its image being disabled.
-func (a *Agent) withRootFS(ctx context.Context, sid string, manifests map[string]chunk.Manifest) (json.RawMessage, error) {
-	m, err := a.machineRootFS(sid)
-	if err != nil {
-		return nil, err
-	}
-	if m != nil {
-		if err := a.putRootFS(ctx, *m); err != nil {
+// withShared adds sid's shared disks to a snapshot's manifests, after
+// putting their chunks again from this host's copies: the put uploads only
+// chunks the blob store lacks (or holds too old to rely on), and GC keeps
+// only the chunks of live images and of snapshots, while a session can
+// outlive its image being disabled.
+func (a *Agent) withShared(ctx context.Context, sid string, manifests map[string]chunk.Manifest) (json.RawMessage, error) {
+	for _, role := range sharedRoles {
+		m, err := a.machineShared(sid, role)
+		if err != nil {
 			return nil, err
 		}
-		m.Role = hostlink.RoleRootFS
-		manifests[hostlink.RoleRootFS] = *m
+		if m == nil {
+			continue
+		}
+		if err := a.putShared(ctx, role, *m); err != nil {
+			return nil, err
+		}
+		m.Role = role
+		manifests[role] = *m
 	}
 	return json.Marshal(manifests)
 }
 
-// putRootFS puts the chunks of root filesystem m from this host's copy.
-func (a *Agent) putRootFS(ctx context.Context, m chunk.Manifest) error {
-	id, err := rootFSID(m)
+// putShared puts the chunks of role's shared disk m from this host's copy.
+func (a *Agent) putShared(ctx context.Context, role string, m chunk.Manifest) error {
+	id, err := sharedID(m)
 	if err != nil {
 		return err
 	}
-	p := filepath.Join(a.cfg.DataDir, imagesDir, id+".ext4")
+	p := filepath.Join(a.cfg.DataDir, imagesDir, id+sharedSuffix(role))
 	again, st, err := a.deps.DiskChunks.PutFile(ctx, p)
 	if err != nil {
-		return fmt.Errorf("store root filesystem %s: %w", id, err)
+		return fmt.Errorf("store %s %s: %w", role, id, err)
 	}
-	if got, _ := rootFSID(again); got != id {
-		return fmt.Errorf("store root filesystem %s: this host's copy chunks to %s", id, got)
+	if got, _ := sharedID(again); got != id {
+		return fmt.Errorf("store %s %s: this host's copy chunks to %s", role, id, got)
 	}
 	if st.Uploaded > 0 {
-		a.log.Warn("root filesystem chunks were missing from the blob store; stored them again", "rootfs_id", id, "chunks", st.Uploaded)
+		a.log.Warn("shared disk chunks were missing from the blob store; stored them again", "role", role, "disk_id", id, "chunks", st.Uploaded)
 	}
 	return nil
 }

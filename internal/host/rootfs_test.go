@@ -98,3 +98,85 @@ func TestBaseRestoreSharesTheRootFSAndKeepsItStored(t *testing.T) {
 		}
 	}
 }
+
+// putDisk stores size bytes (one non-zero chunk) as a shared disk through
+// a store over the env's blobs and returns its manifest JSON.
+func putDisk(t *testing.T, e *snapEnv, size int) json.RawMessage {
+	t.Helper()
+	b := make([]byte, size)
+	_, _ = rand.Read(b[:4096])
+	p := filepath.Join(t.TempDir(), "disk")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := openChunks(t, e.ch.dir, "", 1<<30).disk.PutFile(t.Context(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(m)
+	return raw
+}
+
+func lastSpecHarness(e *snapEnv) string {
+	e.w.mu.Lock()
+	defer e.w.mu.Unlock()
+	if h := e.w.specs[len(e.w.specs)-1].Harness; h != nil {
+		return h.ID + " " + h.Path
+	}
+	return ""
+}
+
+// TestHarnessAttachedAtBootKeptAcrossResumeReplacedAtBaseRestore: a boot
+// with a harness attaches it; the session's snapshot names it, so a resume
+// attaches it again; a base restore takes the harness of its request.
+func TestHarnessAttachedAtBootKeptAcrossResumeReplacedAtBaseRestore(t *testing.T) {
+	t.Parallel()
+	e := newSnapEnv(t, true)
+	e.w.set(func(w *world) { w.harness = true })
+	v1, v2 := putDisk(t, e, 1<<20), putDisk(t, e, 2<<20)
+	e.c.setOwned(hostlink.Ownership{SessionID: "s2", Epoch: 1})
+	if status, body := e.c.do(t, http.MethodPut, "/v1/machines/s2", 1,
+		hostlink.StartRequest{Epoch: 1, Spec: hostlink.MachineSpec{MemoryMiB: 256}, Harness: v1}); status != http.StatusOK {
+		t.Fatalf("boot with a harness: %d %s", status, body)
+	}
+	first := lastSpecHarness(e)
+	if !strings.HasSuffix(first, ".erofs") || !strings.Contains(first, filepath.Join(e.dir, "images")) {
+		t.Fatalf("harness attached as %q", first)
+	}
+	e.c.setOwned(hostlink.Ownership{SessionID: "s2", Epoch: 2})
+	status, body := e.c.do(t, http.MethodPost, "/v1/machines/s2/snapshot", 2, hostlink.SnapshotRequest{Epoch: 2, SnapshotID: "h-1", Destroy: true})
+	var snap hostlink.SnapshotResponse
+	if status != http.StatusOK || json.Unmarshal(body, &snap) != nil {
+		t.Fatalf("snapshot: %d %s", status, body)
+	}
+	var ms map[string]chunk.Manifest
+	_ = json.Unmarshal(snap.Manifests, &ms)
+	if ms[hostlink.RoleHarness].Role != hostlink.RoleHarness {
+		t.Fatalf("snapshot names no harness: %v", ms)
+	}
+	e.c.setOwned(hostlink.Ownership{SessionID: "s2", Epoch: 3})
+	if status, body := e.c.do(t, http.MethodPut, "/v1/machines/s2", 3, hostlink.StartRequest{Epoch: 3,
+		Spec: hostlink.MachineSpec{MemoryMiB: 256}, Restore: &hostlink.RestoreSpec{SnapshotID: "h-1", Manifests: snap.Manifests}}); status != http.StatusOK {
+		t.Fatalf("resume: %d %s", status, body)
+	}
+	if got := lastSpecHarness(e); got != first {
+		t.Fatalf("resume attached %q, want the session's own %q", got, first)
+	}
+	// A base restore (a new session from the same state) takes its request's harness.
+	e.c.setOwned(hostlink.Ownership{SessionID: "s2", Epoch: 3}, hostlink.Ownership{SessionID: "s3", Epoch: 1})
+	if status, body := e.c.do(t, http.MethodPut, "/v1/machines/s3", 1, hostlink.StartRequest{Epoch: 1,
+		Spec: hostlink.MachineSpec{MemoryMiB: 256}, Harness: v2,
+		Restore: &hostlink.RestoreSpec{SnapshotID: "h-1", Manifests: snap.Manifests, Base: true}}); status != http.StatusOK {
+		t.Fatalf("base restore: %d %s", status, body)
+	}
+	if got := lastSpecHarness(e); got == first || !strings.HasSuffix(got, ".erofs") {
+		t.Fatalf("base restore attached %q, want the request's harness (not %q)", got, first)
+	}
+	// A backend without harness disks refuses one.
+	e.w.set(func(w *world) { w.harness = false })
+	e.c.setOwned(hostlink.Ownership{SessionID: "s2", Epoch: 3}, hostlink.Ownership{SessionID: "s3", Epoch: 1}, hostlink.Ownership{SessionID: "s4", Epoch: 1})
+	if status, body := e.c.do(t, http.MethodPut, "/v1/machines/s4", 1,
+		hostlink.StartRequest{Epoch: 1, Spec: hostlink.MachineSpec{MemoryMiB: 256}, Harness: v1}); status != http.StatusNotImplemented {
+		t.Fatalf("harness on a backend without harness disks: %d %s", status, body)
+	}
+}

@@ -105,7 +105,7 @@ func (a *Agent) snapshot(ctx context.Context, log *slog.Logger, mc *machine, req
 	manifests, put, err := a.upload(ctx, snap, parent)
 	var raw []byte
 	if err == nil {
-		raw, err = a.withRootFS(ctx, sid, manifests)
+		raw, err = a.withShared(ctx, sid, manifests)
 	}
 	if err != nil {
 		a.continueAfterSnapshot(ctx, log, mc)

@@ -55,6 +55,10 @@ const (
 // a snapshot of such a machine names it (its chunks are the image's).
 const RoleRootFS = "rootfs"
 
+// RoleHarness is the manifest role of the harness bundle (a read-only erofs
+// image) a machine has attached; kept and named like RoleRootFS.
+const RoleHarness = "harness"
+
 // Facts describe a host; several are part of a snapshot's identity.
 type Facts struct {
 	Hostname     string         `json:"hostname"`
@@ -184,6 +188,10 @@ type StartRequest struct {
 	Epoch   int64        `json:"epoch"`
 	Spec    MachineSpec  `json:"spec"`
 	Restore *RestoreSpec `json:"restore,omitempty"`
+	// Harness is the chunk manifest of the harness bundle to attach at a
+	// boot or a base restore (it replaces the base's); a resume keeps the
+	// one its snapshot names (RoleHarness).
+	Harness json.RawMessage `json:"harness,omitempty"`
 }
 
 // RestoreSpec names the snapshot to restore. The host fetches missing
