@@ -30,6 +30,10 @@ type Control struct {
 	// it starts with the new Env (a new identity). Init answers once the
 	// new daemon runs, with its pid (Reply.GuestPID).
 	RestartGuest bool `json:"restart,omitempty"`
+	// RemountHarness mounts the harness disk again (its image changed: a
+	// restore attached another bundle), before the daemon restarts. A
+	// failure skips the restart. Init answers Reply.HarnessRemounted.
+	RemountHarness bool `json:"remount_harness,omitempty"`
 }
 
 // Reply answers a Control, and Hello (ID 0) is sent unprompted when init
@@ -44,6 +48,9 @@ type Reply struct {
 	// (the old one has exited). 0 from an init that predates it, which
 	// answered before the old daemon exited.
 	GuestPID int `json:"guest_pid,omitempty"`
+	// HarnessRemounted answers RemountHarness; false from an init that
+	// predates it.
+	HarnessRemounted bool `json:"harness_remounted,omitempty"`
 }
 
 // FindPort returns the /dev/vport* device whose virtio-serial name is name.

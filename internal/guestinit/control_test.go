@@ -17,7 +17,7 @@ func TestServeLinesAnswersEachControl(t *testing.T) {
 	sup := NewSupervisor([]string{"/bin/true"}, slog.New(slog.DiscardHandler))
 	signaled := 0
 	done := make(chan error, 1)
-	go func() { done <- serveLines(guest, sup, func() { signaled++ }) }()
+	go func() { done <- serveLines(guest, controller{sup: sup}, func() { signaled++ }) }()
 	r := bufio.NewReader(host)
 	for i, line := range []string{`{"id":7,"env":{"A":"b"}}`, `not json`} {
 		if _, err := io.WriteString(host, line+"\n"); err != nil {
@@ -57,7 +57,7 @@ func TestServeLinesAnswersEachControl(t *testing.T) {
 func TestRestartBeforeRun(t *testing.T) {
 	t.Parallel()
 	sup := NewSupervisor([]string{"/bin/true"}, slog.New(slog.DiscardHandler))
-	rep := handleControl([]byte(`{"id":3,"restart":true}`), sup)
+	rep := controller{sup: sup}.handle([]byte(`{"id":3,"restart":true}`))
 	if !rep.OK || rep.ID != 3 || rep.GuestPID != 0 {
 		t.Fatalf("reply %+v, want id 3 ok without a pid", rep)
 	}

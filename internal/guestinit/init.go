@@ -52,6 +52,10 @@ func Run() error {
 			return err
 		}
 	}
+	harness := newHarness(p.Harness)
+	if err := harness.Mount(); err != nil {
+		return err
+	}
 	if err := LateMounts(); err != nil {
 		return err
 	}
@@ -72,7 +76,7 @@ func Run() error {
 	sup.SetEnv(readEnv())
 	first := make(chan struct{})
 	if p.CtlPort != "" {
-		go serveControl(p.CtlPort, sup, log, first)
+		go serveControl(p.CtlPort, controller{sup, harness}, log, first)
 	}
 	if p.WaitConfig && p.CtlPort != "" {
 		select {
@@ -94,11 +98,11 @@ func openLog(path string) (*os.File, error) {
 
 // serveControl answers Control lines on the control channel: a vsock port
 // ("vsock:N", Firecracker) or a named virtio-serial port (QEMU).
-func serveControl(name string, sup *Supervisor, log *slog.Logger, first chan<- struct{}) {
+func serveControl(name string, c controller, log *slog.Logger, first chan<- struct{}) {
 	var once sync.Once
 	signal := func() { once.Do(func() { close(first) }) }
 	if port, ok := strings.CutPrefix(name, "vsock:"); ok {
-		serveControlVsock(port, sup, log, signal)
+		serveControlVsock(port, c, log, signal)
 		return
 	}
 	var dev string
@@ -118,7 +122,7 @@ func serveControl(name string, sup *Supervisor, log *slog.Logger, first chan<- s
 	for {
 		// When the host end is not connected reads return EOF; wait and
 		// read again (a partial line is dropped).
-		if err := serveLines(f, sup, signal); err != nil && err != io.EOF {
+		if err := serveLines(f, c, signal); err != nil && err != io.EOF {
 			log.Error("control port read", "err", err)
 		}
 		time.Sleep(retryDelay)
@@ -126,7 +130,7 @@ func serveControl(name string, sup *Supervisor, log *slog.Logger, first chan<- s
 }
 
 // serveControlVsock accepts host connections on a vsock port, one at a time.
-func serveControlVsock(port string, sup *Supervisor, log *slog.Logger, signal func()) {
+func serveControlVsock(port string, c controller, log *slog.Logger, signal func()) {
 	n, err := strconv.ParseUint(port, 10, 32)
 	if err != nil {
 		log.Error("control port", "err", fmt.Errorf("bad vsock port %q: %w", port, err))
@@ -145,7 +149,7 @@ func serveControlVsock(port string, sup *Supervisor, log *slog.Logger, signal fu
 				log.Error("control vsock accept", "err", err)
 				break
 			}
-			if err := serveLines(conn, sup, signal); err != nil && err != io.EOF {
+			if err := serveLines(conn, c, signal); err != nil && err != io.EOF {
 				log.Warn("control vsock", "err", err)
 			}
 			conn.Close()
@@ -155,15 +159,21 @@ func serveControlVsock(port string, sup *Supervisor, log *slog.Logger, signal fu
 	}
 }
 
+// controller carries out control messages.
+type controller struct {
+	sup     *Supervisor
+	harness *Harness // nil: no harness disk
+}
+
 // serveLines answers each Control line on rw until a read fails.
-func serveLines(rw io.ReadWriter, sup *Supervisor, signal func()) error {
+func serveLines(rw io.ReadWriter, c controller, signal func()) error {
 	r := bufio.NewReader(rw)
 	for {
 		line, err := r.ReadBytes('\n')
 		if err != nil {
 			return err
 		}
-		b, _ := json.Marshal(handleControl(line, sup))
+		b, _ := json.Marshal(c.handle(line))
 		if _, err := rw.Write(append(b, '\n')); err != nil {
 			return fmt.Errorf("write reply: %w", err)
 		}
@@ -171,17 +181,26 @@ func serveLines(rw io.ReadWriter, sup *Supervisor, signal func()) error {
 	}
 }
 
-func handleControl(line []byte, sup *Supervisor) Reply {
+// handle applies one control line: the settings, then a harness
+// remount, then a daemon restart (skipped when the remount failed).
+func (ct controller) handle(line []byte) Reply {
 	var c Control
 	if err := json.Unmarshal(line, &c); err != nil {
 		return Reply{Error: "decode control: " + err.Error()}
 	}
 	rep := Reply{ID: c.ID, OK: true, BootID: bootID()}
-	if err := c.apply(sup.SetEnv); err != nil {
+	if err := c.apply(ct.sup.SetEnv); err != nil {
 		rep.OK, rep.Error = false, err.Error()
 	}
+	if c.RemountHarness {
+		if err := ct.harness.Remount(); err != nil {
+			rep.OK, rep.Error = false, joinErr(rep.Error, err.Error())
+			return rep
+		}
+		rep.HarnessRemounted = true
+	}
 	if c.RestartGuest {
-		pid, err := sup.Restart(c.ID)
+		pid, err := ct.sup.Restart(c.ID)
 		if err != nil {
 			rep.OK, rep.Error = false, joinErr(rep.Error, err.Error())
 		}

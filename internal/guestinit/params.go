@@ -11,24 +11,32 @@ type Params struct {
 	RootFSType   string // e.g. ext4
 	Bundle       string // bundle block device, mounted read-only at BundleDir
 	BundleFSType string
-	Port         string // virtio-serial port name the guest daemon serves on
-	CtlPort      string // virtio-serial port name of the control channel
-	Address      string // eth0 address in CIDR form, e.g. 10.0.2.15/24; empty: no network
-	Gateway      string // default gateway, e.g. 10.0.2.2
-	Hostname     string
-	WaitConfig   bool // wait (bounded) for the host's first Control before starting the daemon
+	// Harness is the harness disk (e.g. "serial:engrams-harness"), mounted
+	// read-only (HarnessFSType) at HarnessDir after the root is switched;
+	// empty: the machine has none (other backends, older hosts).
+	Harness    string
+	Port       string // virtio-serial port name the guest daemon serves on
+	CtlPort    string // virtio-serial port name of the control channel
+	Address    string // eth0 address in CIDR form, e.g. 10.0.2.15/24; empty: no network
+	Gateway    string // default gateway, e.g. 10.0.2.2
+	Hostname   string
+	WaitConfig bool // wait (bounded) for the host's first Control before starting the daemon
 }
 
 // Fixed guest paths.
 const (
-	BundleDir    = "/.engrams"
-	DaemonPath   = BundleDir + "/engrams-guest"
-	DaemonLog    = "/var/log/engrams-guest.log"
-	InitLog      = "/var/log/engrams-init.log"
-	EnvFile      = "/run/engrams/env"
-	DefaultPort  = "engrams"
-	DefaultCtl   = "engrams-ctl"
-	cmdlinePrefx = "engrams."
+	BundleDir  = "/.engrams"
+	DaemonPath = BundleDir + "/engrams-guest"
+	// HarnessDir is where the harness bundle is mounted
+	// (internal/harness.MountPoint), HarnessFSType its file system.
+	HarnessDir    = "/.engrams-harness"
+	HarnessFSType = "erofs"
+	DaemonLog     = "/var/log/engrams-guest.log"
+	InitLog       = "/var/log/engrams-init.log"
+	EnvFile       = "/run/engrams/env"
+	DefaultPort   = "engrams"
+	DefaultCtl    = "engrams-ctl"
+	cmdlinePrefx  = "engrams."
 )
 
 // DefaultParams are the values for a microvm with slirp networking.
@@ -44,7 +52,7 @@ func DefaultParams() Params {
 func (p Params) KernelArgs() []string {
 	kv := [][2]string{
 		{"root", p.Root}, {"rootfstype", p.RootFSType}, {"bundle", p.Bundle},
-		{"bundlefstype", p.BundleFSType}, {"port", p.Port}, {"ctl", p.CtlPort},
+		{"bundlefstype", p.BundleFSType}, {"harness", p.Harness}, {"port", p.Port}, {"ctl", p.CtlPort},
 		{"ip", p.Address}, {"gw", p.Gateway}, {"hostname", p.Hostname},
 	}
 	var out []string
@@ -77,6 +85,8 @@ func ParseCmdline(cmdline string) (Params, error) {
 			p.Bundle = v
 		case "bundlefstype":
 			p.BundleFSType = v
+		case "harness":
+			p.Harness = v
 		case "port":
 			p.Port = v
 		case "ctl":

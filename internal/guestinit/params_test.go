@@ -9,6 +9,7 @@ func TestParamsRoundTrip(t *testing.T) {
 	tests := []Params{
 		DefaultParams(),
 		{Root: "serial:r", RootFSType: "erofs", Port: "p", CtlPort: "c"},
+		{Root: "serial:r", Harness: "serial:engrams-harness", Port: "p"},
 	}
 	for _, p := range tests {
 		cmdline := "console=ttyS0 quiet "

@@ -24,6 +24,7 @@ type Capabilities struct {
 	SnapshotMemory bool   // snapshot keeps processes and memory
 	SnapshotDisk   bool   // snapshot keeps the disk
 	RootFS         bool   // boots a caller's root filesystem (Spec.RootFS)
+	Harness        bool   // attaches a harness bundle (Spec.Harness) at boot and at restore
 	Reason         string // why this backend/acceleration was chosen, or what is missing
 }
 
@@ -44,6 +45,22 @@ type Spec struct {
 	// snapshot of a default-root machine needs none. Either mismatch fails
 	// with an error wrapping ErrUnsupported.
 	RootFS *RootFS
+	// Harness, when set, is the agent harness bundle the guest mounts
+	// read-only at /.engrams-harness (internal/harness.MountPoint): Path is
+	// a read-only erofs image (harness.Builder builds one), ID its content
+	// identity (e.g. "sha256:<hex>" of the image). It is attached to the
+	// machine, never copied into its root disk, at Boot and at every
+	// Restore; without it the mount point is an empty file system. A
+	// snapshot records the ID it ran with. Restore compares it with this
+	// one (nil: none): with Rebind a different bundle replaces the one the
+	// snapshot saw before the guest daemon restarts (a base snapshot taken
+	// without a harness serves sessions with any harness version); without
+	// Rebind a different one fails with an error wrapping ErrUnsupported
+	// (a running session's harness cannot change under it), as does any
+	// Harness given to a snapshot that predates harness disks, or to a
+	// backend without Capabilities.Harness. The file must not change while
+	// a machine uses it; a backend may bound its size (QEMU: 8 GiB).
+	Harness *RootFS
 	// Rebind (Restore only) gives the restored machine a new identity: the
 	// snapshot is a base restored into many machines. Before Restore
 	// returns, Hostname and Env are applied and the guest daemon is
@@ -55,7 +72,9 @@ type Spec struct {
 	Rebind bool
 }
 
-// RootFS is a caller's root filesystem for a machine (Spec.RootFS).
+// RootFS is a caller's root filesystem for a machine (Spec.RootFS), or a
+// harness bundle (Spec.Harness: Path is then an erofs image, never a
+// copy-on-write base, and ID is compared on restore as RootFS.ID is).
 type RootFS struct {
 	// Path is a raw ext4 image (vmimage.(*Builder).TreeImage builds one),
 	// possibly shared read-only by every machine of that image on the

@@ -117,6 +117,10 @@ func normalize(spec vmm.Spec) (vmm.Spec, error) {
 		return spec, fmt.Errorf("root filesystem %q: the firecracker backend boots only its configured root disk: %w",
 			spec.RootFS.ID, vmm.ErrUnsupported)
 	}
+	if spec.Harness != nil {
+		return spec, fmt.Errorf("harness %q: the firecracker backend attaches no harness disk: %w",
+			spec.Harness.ID, vmm.ErrUnsupported)
+	}
 	return spec, nil
 }
 

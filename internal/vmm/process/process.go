@@ -124,6 +124,10 @@ func checkSpec(spec vmm.Spec) error {
 		return fmt.Errorf("root filesystem %q: the process backend runs guest commands on the host's file system: %w",
 			spec.RootFS.ID, vmm.ErrUnsupported)
 	}
+	if spec.Harness != nil {
+		return fmt.Errorf("harness %q: the process backend has no guest to attach a harness disk to: %w",
+			spec.Harness.ID, vmm.ErrUnsupported)
+	}
 	return nil
 }
 

@@ -12,12 +12,13 @@ import (
 )
 
 // TestRootFSUnsupported checks the process backend, which runs guest
-// commands on the host's file system, refuses a caller's root filesystem.
+// commands on the host's file system, refuses a caller's root filesystem
+// and a harness bundle.
 func TestRootFSUnsupported(t *testing.T) {
 	t.Parallel()
 	b := process.New(process.Config{GuestBinary: guestBinary}, process.Deps{})
-	if b.Capabilities().RootFS {
-		t.Fatal("process backend claims Capabilities.RootFS")
+	if c := b.Capabilities(); c.RootFS || c.Harness {
+		t.Fatalf("process backend claims Capabilities.RootFS or Harness: %+v", c)
 	}
 	root := &vmm.RootFS{Path: filepath.Join(t.TempDir(), "root.ext4"), ID: "sha256:test"}
 	if err := os.WriteFile(root.Path, []byte("ext4"), 0o644); err != nil {
@@ -32,20 +33,24 @@ func TestRootFSUnsupported(t *testing.T) {
 			return b.Restore(context.Background(), s, vmm.Snapshot{Backend: "process", Files: map[string]string{"disk": root.Path}})
 		}},
 	}
+	specs := map[string]vmm.Spec{"rootfs": {RootFS: root}, "harness": {Harness: root}}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			dir := t.TempDir()
-			m, err := tt.run(vmm.Spec{SessionID: "rootfs", Dir: dir, RootFS: root})
-			if m != nil {
-				_ = m.Destroy(context.Background())
-			}
-			if !errors.Is(err, vmm.ErrUnsupported) {
-				t.Fatalf("%s with Spec.RootFS = %v, want ErrUnsupported", tt.name, err)
-			}
-			if entries, _ := os.ReadDir(dir); len(entries) != 0 {
-				t.Errorf("refused %s left files: %v", tt.name, entries)
-			}
-		})
+		for field, spec := range specs {
+			t.Run(tt.name+" "+field, func(t *testing.T) {
+				t.Parallel()
+				dir := t.TempDir()
+				spec.SessionID, spec.Dir = field, dir
+				m, err := tt.run(spec)
+				if m != nil {
+					_ = m.Destroy(context.Background())
+				}
+				if !errors.Is(err, vmm.ErrUnsupported) {
+					t.Fatalf("%s with Spec %s = %v, want ErrUnsupported", tt.name, field, err)
+				}
+				if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+					t.Errorf("refused %s left files: %v", tt.name, entries)
+				}
+			})
+		}
 	}
 }

@@ -85,7 +85,7 @@ func (b *Backend) probeKVM(ctx context.Context) error {
 	if err := vmimage.Overlay(ctx, b.cfg.QemuImg, b.cfg.Images.RootFS, filepath.Join(dir, fileDisk)); err != nil {
 		return err
 	}
-	m, err := b.start(ctx, spec, "kvm", b.cfg.Images.RootFS, "")
+	m, err := b.start(ctx, spec, "kvm", b.cfg.Images.RootFS, "", nil) // no harness disk: nothing to mount
 	if err != nil {
 		return err
 	}

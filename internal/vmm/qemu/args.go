@@ -43,6 +43,7 @@ type launch struct {
 	Initramfs string
 	Bundle    string
 	Disk      string // qcow2 overlay (absolute: QEMU chdirs to / when daemonized)
+	Harness   string // read-only qcow2 view of the harness image (absolute); "" for no harness disk
 	Memory    string // guest RAM file (absolute), mapped shared
 	PIDFile   string
 	Cmdline   string
@@ -73,12 +74,18 @@ func (l launch) args() []string {
 		"-device", "virtio-blk-device,drive=root,serial=" + serialRoot,
 		"-drive", "id=bundle,file=" + qemuEscape(l.Bundle) + ",format=raw,if=none,readonly=on",
 		"-device", "virtio-blk-device,drive=bundle,serial=" + serialBundle,
-		"-device", "virtio-serial-device",
-		"-chardev", "socket,id=guest,path=" + fileGuest + ",server=on,wait=off",
-		"-device", "virtserialport,chardev=guest,name=" + guestinit.DefaultPort,
-		"-chardev", "socket,id=ctl,path=" + fileCtl + ",server=on,wait=off",
-		"-device", "virtserialport,chardev=ctl,name=" + guestinit.DefaultCtl,
 	}
+	if l.Harness != "" {
+		a = append(a, "-drive", "id=harness,file="+qemuEscape(l.Harness)+",format=qcow2,if=none,readonly=on",
+			"-device", "virtio-blk-device,drive=harness,serial="+serialHarness)
+	}
+	a = append(a,
+		"-device", "virtio-serial-device",
+		"-chardev", "socket,id=guest,path="+fileGuest+",server=on,wait=off",
+		"-device", "virtserialport,chardev=guest,name="+guestinit.DefaultPort,
+		"-chardev", "socket,id=ctl,path="+fileCtl+",server=on,wait=off",
+		"-device", "virtserialport,chardev=ctl,name="+guestinit.DefaultCtl,
+	)
 	if l.Network {
 		a = append(a, "-netdev", "user,id=n0,restrict=on", "-device", "virtio-net-device,netdev=n0")
 	}
@@ -102,11 +109,15 @@ func kernelCmdline(tscKHz int64, p guestinit.Params) string {
 	return strings.Join(append(w, p.KernelArgs()...), " ")
 }
 
-// guestParams are the init parameters for a machine.
-func guestParams(hostname string, network bool) guestinit.Params {
+// guestParams are the init parameters for a machine (harness: it has a
+// harness disk).
+func guestParams(hostname string, network, harness bool) guestinit.Params {
 	p := guestinit.DefaultParams()
 	p.Root = "serial:" + serialRoot
 	p.Bundle = "serial:" + serialBundle
+	if harness {
+		p.Harness = "serial:" + serialHarness
+	}
 	if hostname != "" {
 		p.Hostname = sanitizeHostname(hostname)
 	}

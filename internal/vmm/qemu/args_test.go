@@ -16,10 +16,10 @@ func mkdirAll(d string) error { return os.MkdirAll(d, 0o755) }
 
 func TestKernelCmdline(t *testing.T) {
 	t.Parallel()
-	got := kernelCmdline(2300000, guestParams("My_Host.1", false))
+	got := kernelCmdline(2300000, guestParams("My_Host.1", false, true))
 	for _, w := range []string{"console=ttyS0", "quiet", "cryptomgr.notests", "tsc_early_khz=2300000",
 		"panic=-1", "reboot=t", "engrams.root=serial:engrams-root", "engrams.bundle=serial:engrams-bundle",
-		"engrams.hostname=myhost1", "engrams.port=engrams", "engrams.ctl=engrams-ctl", "engrams.waitconfig=1"} {
+		"engrams.hostname=myhost1", "engrams.harness=serial:engrams-harness", "engrams.port=engrams", "engrams.ctl=engrams-ctl", "engrams.waitconfig=1"} {
 		if !slices.Contains(strings.Fields(got), w) {
 			t.Errorf("cmdline %q lacks %q", got, w)
 		}
@@ -28,11 +28,14 @@ func TestKernelCmdline(t *testing.T) {
 		t.Errorf("no network but cmdline sets an address: %q", got)
 	}
 	p, err := guestinit.ParseCmdline(got)
-	if err != nil || p.Root != "serial:engrams-root" || p.Hostname != "myhost1" {
+	if err != nil || p.Root != "serial:engrams-root" || p.Hostname != "myhost1" || p.Harness != "serial:engrams-harness" {
 		t.Errorf("init parses %+v, %v", p, err)
 	}
-	if strings.Contains(kernelCmdline(0, guestParams("", true)), "tsc_early_khz") {
+	if strings.Contains(kernelCmdline(0, guestParams("", true, false)), "tsc_early_khz") {
 		t.Error("tsc_early_khz without a frequency")
+	}
+	if got := kernelCmdline(0, guestParams("", true, false)); strings.Contains(got, "engrams.harness") {
+		t.Errorf("machine without a harness disk: cmdline %q names one", got)
 	}
 }
 

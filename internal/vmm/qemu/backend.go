@@ -77,9 +77,9 @@ func New(cfg Config, deps Deps) (*Backend, error) {
 		return nil, fmt.Errorf("new qemu backend: DataDir is required")
 	}
 	im := cfg.Images
-	for _, p := range []string{im.Kernel, im.Initramfs, im.RootFS, im.Bundle} {
+	for _, p := range []string{im.Kernel, im.Initramfs, im.RootFS, im.Bundle, im.Harness} {
 		if p == "" {
-			return nil, fmt.Errorf("new qemu backend: Images incomplete (kernel, initramfs, rootfs, bundle): %+v", im)
+			return nil, fmt.Errorf("new qemu backend: Images incomplete (kernel, initramfs, rootfs, bundle, harness placeholder): %+v", im)
 		}
 	}
 	log := deps.Logger
@@ -117,6 +117,6 @@ func (b *Backend) Capabilities() vmm.Capabilities {
 	}
 	return vmm.Capabilities{
 		Name: "qemu", Version: b.version, Acceleration: b.accel, Isolation: true,
-		SnapshotMemory: true, SnapshotDisk: true, RootFS: true, Reason: reason,
+		SnapshotMemory: true, SnapshotDisk: true, RootFS: true, Harness: true, Reason: reason,
 	}
 }

@@ -66,10 +66,14 @@ func (m *machine) snapshot(ctx context.Context, dir string) (vmm.Snapshot, error
 	}
 	cmdline := m.st.Cmdline
 	if cmdline == "" { // started before the command line was recorded
-		cmdline = kernelCmdline(m.b.tscKHz, guestParams(m.st.Hostname, m.st.Network))
+		cmdline = kernelCmdline(m.b.tscKHz, guestParams(m.st.Hostname, m.st.Network, m.st.Harness != nil))
+	}
+	format := snapFormat
+	if m.st.Harness == nil { // restored from an older snapshot: it stays one
+		format = snapFormatNoHarness
 	}
 	cfg := snapConfigFile{
-		Format: snapFormat, QEMUVersion: m.b.version, Accel: m.st.Accel, MemoryMiB: m.st.MemoryMiB,
+		Format: format, Harness: snapHarnessOf(m.st.Harness), QEMUVersion: m.b.version, Accel: m.st.Accel, MemoryMiB: m.st.MemoryMiB,
 		VCPUs: m.st.VCPUs, Network: m.st.Network, Hostname: m.st.Hostname, Cmdline: cmdline,
 		KernelVersion: m.st.Images.KernelVersion, Images: refs,
 	}
@@ -205,7 +209,7 @@ func (m *machine) cleanup() {
 	if m.stop != nil {
 		m.stop()
 	}
-	for _, f := range []string{fileQMP, fileGuest, fileGuest2, fileCtl, fileSerial, filePID, fileDisk,
+	for _, f := range []string{fileQMP, fileGuest, fileGuest2, fileCtl, fileSerial, filePID, fileDisk, fileHarness,
 		fileMemory, fileSerLog, fileSerLog + ".1", fileMachine, fileMachine + ".tmp"} {
 		_ = os.Remove(m.path(f))
 	}
@@ -238,28 +242,39 @@ func (b *Backend) restore(ctx context.Context, spec vmm.Spec, snap vmm.Snapshot)
 	if err != nil {
 		return nil, err
 	}
+	harness, remount, err := b.restoreHarness(cfg.Harness, spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.placeHarnessDisk(ctx, spec.Dir, harness); err != nil {
+		return nil, err
+	}
 	tImages := time.Since(t0)
 	if err := placeRestoredMemory(snap.Files["memory"], spec.Dir, cfg.MemoryMiB); err != nil {
+		_ = os.Remove(filepath.Join(spec.Dir, fileHarness))
 		return nil, err
 	}
 	if err := b.placeRestoredDisk(ctx, snap.Files["disk"], spec.Dir, images.RootFS); err != nil {
 		_ = os.Remove(filepath.Join(spec.Dir, fileMemory))
+		_ = os.Remove(filepath.Join(spec.Dir, fileHarness))
 		return nil, err
 	}
 	tDisk := time.Since(t0)
 	hostname := cfg.Hostname
 	if spec.Hostname != "" {
-		hostname = guestParams(spec.Hostname, false).Hostname
+		hostname = guestParams(spec.Hostname, false, false).Hostname
 	}
 	st := state{
 		Info:  vmm.Info{SessionID: spec.SessionID, Backend: "qemu", Dir: spec.Dir, Created: time.Now().UTC()},
 		Accel: cfg.Accel, MemoryMiB: cfg.MemoryMiB, VCPUs: cfg.VCPUs, Network: cfg.Network,
 		Images: images, RootFSID: cfg.Images["rootfs"].ID, Hostname: hostname, Cmdline: cfg.Cmdline,
+		Harness: harness,
 	}
 	m, err := b.startState(ctx, st, true)
 	if err != nil {
 		_ = os.Remove(filepath.Join(spec.Dir, fileDisk))
 		_ = os.Remove(filepath.Join(spec.Dir, fileMemory))
+		_ = os.Remove(filepath.Join(spec.Dir, fileHarness))
 		return nil, err
 	}
 	tStart := time.Since(t0)
@@ -267,19 +282,20 @@ func (b *Backend) restore(ctx context.Context, spec vmm.Spec, snap vmm.Snapshot)
 	if spec.Rebind {
 		mode = atRebind
 	}
-	if err := m.finishRestore(ctx, spec.Env, stateFile, mode); err != nil {
+	if err := m.finishRestore(ctx, spec.Env, stateFile, mode, remount); err != nil {
 		_ = m.Destroy(context.Background())
 		return nil, err
 	}
 	b.log.Info("machine restored", "session_id", spec.SessionID, "pid", m.st.PID, "accel", m.st.Accel,
-		"rebind", spec.Rebind, "rootfs_id", m.st.RootFSID, "images_ms", tImages.Milliseconds(), "disk_ms", tDisk.Milliseconds(), "vmm_started_ms", tStart.Milliseconds(), "ready_ms", time.Since(t0).Milliseconds())
+		"rebind", spec.Rebind, "rootfs_id", m.st.RootFSID, "harness_remounted", remount, "images_ms", tImages.Milliseconds(), "disk_ms", tDisk.Milliseconds(), "vmm_started_ms", tStart.Milliseconds(), "ready_ms", time.Since(t0).Milliseconds())
 	return m, nil
 }
 
 // finishRestore loads the device state from stateFile (the RAM is the
 // file QEMU mapped), continues the VM, then steps the guest clock, reseeds
-// its RNG and reconnects the guest daemon (restarted first for atRebind).
-func (m *machine) finishRestore(ctx context.Context, env map[string]string, stateFile string, mode handshakeMode) error {
+// its RNG and reconnects the guest daemon (restarted first for atRebind,
+// after init mounted the harness disk again when remount).
+func (m *machine) finishRestore(ctx context.Context, env map[string]string, stateFile string, mode handshakeMode, remount bool) error {
 	ctx, cancel := context.WithTimeout(ctx, m.b.cfg.ReadyTimeout)
 	defer cancel()
 	t0 := time.Now()
@@ -296,7 +312,7 @@ func (m *machine) finishRestore(ctx context.Context, env map[string]string, stat
 		return err
 	}
 	m.b.log.Debug("incoming migration done", "ms", time.Since(t0).Milliseconds())
-	return m.handshake(ctx, env, mode)
+	return m.handshake(ctx, env, mode, remount)
 }
 
 // Recover reattaches to the machine whose state is in dir, or kills what is

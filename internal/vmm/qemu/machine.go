@@ -33,7 +33,8 @@ type state struct {
 	RootFSID  string         `json:"rootfs_id,omitempty"` // Images.RootFS is the caller's (vmm.RootFS.ID)
 	Cgroup    string         `json:"cgroup,omitempty"`
 	Hostname  string         `json:"hostname"`
-	Cmdline   string         `json:"cmdline"` // guest kernel command line, kept across restores
+	Cmdline   string         `json:"cmdline"`           // guest kernel command line, kept across restores
+	Harness   *harnessDisk   `json:"harness,omitempty"` // nil: no harness disk (restored from an older snapshot)
 }
 
 type machine struct {
@@ -76,16 +77,17 @@ func normalize(spec vmm.Spec) (vmm.Spec, error) {
 }
 
 // start boots QEMU for spec over the root image root (rootID: the
-// caller's identity of it, "" for the configured one) and attaches to it.
-// On error nothing is left running.
-func (b *Backend) start(ctx context.Context, spec vmm.Spec, accel, root, rootID string) (*machine, error) {
+// caller's identity of it, "" for the configured one) with harness disk h
+// and attaches to it. On error nothing is left running.
+func (b *Backend) start(ctx context.Context, spec vmm.Spec, accel, root, rootID string, h *harnessDisk) (*machine, error) {
 	st := state{
 		Info:  vmm.Info{SessionID: spec.SessionID, Backend: "qemu", Dir: spec.Dir, Created: time.Now().UTC()},
 		Accel: accel, MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, Network: b.cfg.Network,
-		Images: b.cfg.Images, RootFSID: rootID, Hostname: guestParams(spec.Hostname, false).Hostname,
+		Images: b.cfg.Images, RootFSID: rootID, Hostname: guestParams(spec.Hostname, false, false).Hostname,
+		Harness: h,
 	}
 	st.Images.RootFS = root
-	st.Cmdline = kernelCmdline(b.tscKHz, guestParams(st.Hostname, st.Network))
+	st.Cmdline = kernelCmdline(b.tscKHz, guestParams(st.Hostname, st.Network, h != nil))
 	return b.startState(ctx, st, false)
 }
 
@@ -104,6 +106,9 @@ func (b *Backend) startState(ctx context.Context, st state, incoming bool) (*mac
 		PIDFile: filepath.Join(st.Dir, filePID),
 		Cmdline: st.Cmdline,
 		Name:    st.SessionID, Network: st.Network, Incoming: incoming,
+	}
+	if st.Harness != nil {
+		l.Harness = filepath.Join(st.Dir, fileHarness)
 	}
 	var out bytes.Buffer
 	cmd := exec.Command(l.QEMU, l.args()...)
@@ -205,26 +210,35 @@ func (b *Backend) Boot(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) 
 		}
 		rootID = spec.RootFS.ID
 	}
+	h, err := b.bootHarness(spec.Harness)
+	if err != nil {
+		return nil, fmt.Errorf("boot %s: %w", spec.SessionID, err)
+	}
+	if err := b.placeHarnessDisk(ctx, spec.Dir, h); err != nil {
+		return nil, fmt.Errorf("boot %s: %w", spec.SessionID, err)
+	}
 	disk := filepath.Join(spec.Dir, fileDisk)
 	if err := vmimage.Overlay(ctx, b.cfg.QemuImg, root, disk); err != nil {
+		_ = os.Remove(filepath.Join(spec.Dir, fileHarness))
 		return nil, fmt.Errorf("boot %s: %w", spec.SessionID, err)
 	}
 	// QEMU would map a stale RAM file as it is: boot from a fresh one.
 	if err := os.Remove(filepath.Join(spec.Dir, fileMemory)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("boot %s: %w", spec.SessionID, err)
 	}
-	m, err := b.start(ctx, spec, b.accel, root, rootID)
+	m, err := b.start(ctx, spec, b.accel, root, rootID, h)
 	if err != nil {
 		_ = os.Remove(disk)
+		_ = os.Remove(filepath.Join(spec.Dir, fileHarness))
 		_ = os.Remove(filepath.Join(spec.Dir, fileMemory))
 		return nil, fmt.Errorf("boot %s: %w", spec.SessionID, err)
 	}
-	if err := m.handshake(ctx, spec.Env, atBoot); err != nil {
+	if err := m.handshake(ctx, spec.Env, atBoot, false); err != nil {
 		console := m.consoleTail()
 		_ = m.Destroy(context.Background())
 		return nil, fmt.Errorf("boot %s: %w (console: %s)", spec.SessionID, err, console)
 	}
-	b.log.Info("machine booted", "session_id", spec.SessionID, "pid", m.st.PID, "accel", m.st.Accel, "rootfs_id", rootID)
+	b.log.Info("machine booted", "session_id", spec.SessionID, "pid", m.st.PID, "accel", m.st.Accel, "rootfs_id", rootID, "harness_id", h.ID)
 	return m, nil
 }
 
@@ -249,8 +263,9 @@ func (h handshakeMode) String() string {
 }
 
 // handshake sends init its control message (identity, env, clock, RNG
-// seed) and connects to the guest daemon, ordered as mode says.
-func (m *machine) handshake(ctx context.Context, env map[string]string, mode handshakeMode) error {
+// seed) and connects to the guest daemon, ordered as mode says. remount
+// (atRebind only) has init mount the harness disk again first.
+func (m *machine) handshake(ctx context.Context, env map[string]string, mode handshakeMode, remount bool) error {
 	ctx, cancel := context.WithTimeout(ctx, m.b.cfg.ReadyTimeout)
 	defer cancel()
 	t0 := time.Now()
@@ -261,10 +276,13 @@ func (m *machine) handshake(ctx context.Context, env map[string]string, mode han
 		mux, tControl, err = m.controlAndConnect(ctx, env)
 	} else {
 		var rep guestinit.Reply
-		rep, err = m.control(ctx, env, mode == atRebind)
+		rep, err = m.control(ctx, env, mode == atRebind, remount)
 		tControl = time.Since(t0)
 		if err == nil && mode == atRebind && rep.GuestPID == 0 {
 			err = fmt.Errorf("guest init did not restart the guest daemon (an init that predates rebinding): %w", vmm.ErrUnsupported)
+		}
+		if err == nil && remount && !rep.HarnessRemounted {
+			err = fmt.Errorf("guest init did not remount the harness (an init that predates harness remounts): %w", vmm.ErrUnsupported)
 		}
 		if err == nil {
 			mux, err = connectDaemon(ctx, m.guestSocket(), rep.GuestPID)
@@ -286,7 +304,7 @@ func (m *machine) controlAndConnect(ctx context.Context, env map[string]string) 
 	var tControl time.Duration
 	controlled := make(chan error, 1)
 	go func() {
-		_, err := m.control(ctx, env, false)
+		_, err := m.control(ctx, env, false, false)
 		tControl = time.Since(t0)
 		controlled <- err
 	}()
@@ -301,14 +319,16 @@ func (m *machine) controlAndConnect(ctx context.Context, env map[string]string) 
 }
 
 // control sends init one control message; restart asks it to restart the
-// guest daemon, and the reply names the new one.
-func (m *machine) control(ctx context.Context, env map[string]string, restart bool) (guestinit.Reply, error) {
+// guest daemon, and the reply names the new one; remount asks it to mount
+// the harness disk again before.
+func (m *machine) control(ctx context.Context, env map[string]string, restart, remount bool) (guestinit.Reply, error) {
 	m.mu.Lock()
 	m.ctlID++
 	id := m.ctlID
 	m.mu.Unlock()
 	c := newControl(id, m.st.Hostname, env)
 	c.RestartGuest = restart
+	c.RemountHarness = remount
 	return sendControl(ctx, m.path(fileCtl), c)
 }
 

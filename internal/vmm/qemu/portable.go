@@ -19,7 +19,12 @@ import (
 // Format 3 gained imageRef.ID (a caller's root filesystem) compatibly:
 // snapshots without it read as before, and a reader without it refuses
 // one with it (no image in its cache has that name and an empty SHA-256).
-const snapFormat = 3
+// 4: the machine has a harness disk (snapConfigFile.Harness, required); a
+// format-3 snapshot has none and restores as before, without one.
+const (
+	snapFormat          = 4
+	snapFormatNoHarness = 3
+)
 
 // snapConfigFile is the "config" role file: the machine shape a restore
 // must reproduce exactly. It names no host path, so a snapshot restores on
@@ -35,6 +40,10 @@ type snapConfigFile struct {
 	Cmdline       string              `json:"cmdline"` // the guest kernel's, unchanged across restores
 	KernelVersion string              `json:"kernel_version"`
 	Images        map[string]imageRef `json:"images"` // role (imageRoles) -> image
+	// Harness is the machine's harness disk: the identity of the image it
+	// ran with (vmm.Spec.Harness.ID, or the placeholder's) and the disk's
+	// size. Format 4 only.
+	Harness *snapHarness `json:"harness,omitempty"`
 }
 
 // imageRef names a content-addressed image (vmimage's cache name, the same
@@ -201,8 +210,8 @@ func (b *Backend) readSnapConfig(spec vmm.Spec, snap vmm.Snapshot) (snapConfigFi
 		return cfg, fmt.Errorf("read snapshot config: %w", err)
 	}
 	switch {
-	case cfg.Format != snapFormat:
-		return cfg, fmt.Errorf("snapshot config format %d, this host reads %d: %w", cfg.Format, snapFormat, vmm.ErrUnsupported)
+	case cfg.Format != snapFormat && cfg.Format != snapFormatNoHarness:
+		return cfg, fmt.Errorf("snapshot config format %d, this host reads %d and %d: %w", cfg.Format, snapFormatNoHarness, snapFormat, vmm.ErrUnsupported)
 	case cfg.QEMUVersion != b.version:
 		return cfg, fmt.Errorf("snapshot taken with %q, this host runs %q: %w", cfg.QEMUVersion, b.version, vmm.ErrUnsupported)
 	case cfg.Accel == "kvm" && b.accel != "kvm":
@@ -213,6 +222,10 @@ func (b *Backend) readSnapConfig(spec vmm.Spec, snap vmm.Snapshot) (snapConfigFi
 		return cfg, fmt.Errorf("spec asks for %d vCPUs, the snapshot has %d (a saved state cannot change its vCPU count)", spec.VCPUs, cfg.VCPUs)
 	case spec.Dir == "" || !filepath.IsAbs(spec.Dir):
 		return cfg, fmt.Errorf("spec.Dir must be an absolute path, got %q", spec.Dir)
+	case (cfg.Format == snapFormat) != (cfg.Harness != nil):
+		return cfg, fmt.Errorf("snapshot config format %d with harness disk %+v: format %d and only it has one", cfg.Format, cfg.Harness, snapFormat)
+	case cfg.Harness != nil && (cfg.Harness.DiskBytes <= 0 || cfg.Harness.ID == ""):
+		return cfg, fmt.Errorf("snapshot config names a harness disk without an ID or size: %+v", *cfg.Harness)
 	}
 	return cfg, nil
 }

@@ -192,7 +192,23 @@ func TestRestoreRefusals(t *testing.T) {
 		}
 		return vmm.Snapshot{Backend: "qemu", Files: map[string]string{"config": p, "memory": p, "state": p, "disk": p}}
 	}
-	good := snapConfigFile{Format: snapFormat, QEMUVersion: b.version, Accel: b.accel, MemoryMiB: 256, VCPUs: 1, Images: refs}
+	_, placeholder, err := b.harnessImage(nil, harnessDiskBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := snapConfigFile{Format: snapFormat, QEMUVersion: b.version, Accel: b.accel, MemoryMiB: 256, VCPUs: 1, Images: refs,
+		Harness: &snapHarness{ID: placeholder, DiskBytes: harnessDiskBytes}}
+	old := good // before harness disks
+	old.Format, old.Harness = snapFormatNoHarness, nil
+	noDisk := good
+	noDisk.Harness = nil
+	smallDisk := good
+	smallDisk.Harness = &snapHarness{ID: placeholder, DiskBytes: 1024}
+	harnessFile := filepath.Join(dir, "harness.erofs")
+	if err := os.WriteFile(harnessFile, make([]byte, 4096), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	v1 := &vmm.RootFS{Path: harnessFile, ID: "sha256:harness-v1"}
 	missing := good
 	missing.Images = map[string]imageRef{}
 	for k, v := range refs {
@@ -225,6 +241,11 @@ func TestRestoreRefusals(t *testing.T) {
 		{"rootfs other id", vmm.Spec{RootFS: other}, write(caller), `Spec.RootFS is "sha256:other"`, true},
 		{"rootfs on default root", vmm.Spec{RootFS: other}, write(good), "ran on the default root image", true},
 		{"rootfs file gone", vmm.Spec{RootFS: &vmm.RootFS{Path: rootFile + ".gone", ID: "sha256:image"}}, write(caller), "no such file", false},
+		{"harness on an older snapshot", vmm.Spec{Harness: v1, Rebind: true}, write(old), "predates harness disks", true},
+		{"other harness without rebind", vmm.Spec{Harness: v1}, write(good), "only a Rebind restore changes it", true},
+		{"format 4 without harness disk", vmm.Spec{}, write(noDisk), "only it has one", false},
+		{"harness larger than the disk", vmm.Spec{Harness: v1, Rebind: true}, write(smallDisk), "more than the harness disk's 1024", false},
+		{"harness without id", vmm.Spec{Harness: &vmm.RootFS{Path: harnessFile}, Rebind: true}, write(good), "needs a path and an ID", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -43,8 +43,9 @@ func TestBootSnapshotRestore(t *testing.T) {
 	if got := execOut(t, m, "uname", "-r"); !strings.Contains(got, "cloud") && got == "" {
 		t.Fatalf("uname -r = %q", got)
 	}
-	if got := execOut(t, m, "sh", "-c", "echo $ENGRAMS_TEST; hostname; mount | grep -c engrams"); got != "yes\nsmoke\n1" {
-		t.Errorf("env/hostname/bundle = %q", got)
+	// Two engrams mounts: the bundle and the (placeholder) harness.
+	if got := execOut(t, m, "sh", "-c", "echo $ENGRAMS_TEST; hostname; mount | grep -c engrams"); got != "yes\nsmoke\n2" {
+		t.Errorf("env/hostname/bundle and harness = %q", got)
 	}
 	pid := execOut(t, m, "sh", "-c",
 		`setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/c; sleep 0.1; done' >/dev/null 2>&1 & echo $!`)

@@ -30,6 +30,7 @@ type Config struct {
 	MkfsExt4    string   // default "mkfs.ext4"
 	Debugfs     string   // default "debugfs" (stamps inode change times)
 	QemuImg     string   // default "qemu-img"
+	MkfsErofs   string   // default "mkfs.erofs" (the empty harness image)
 }
 
 // DefaultModules are the virtio drivers the Debian cloud kernel builds as
@@ -66,6 +67,9 @@ type Images struct {
 	Initramfs     string // uncompressed newc cpio
 	RootFS        string // raw ext4 base image, never written by guests
 	Bundle        string // raw ext4 bundle image, attached read-only
+	// Harness is the empty erofs image behind the harness disk of a
+	// machine that runs no harness bundle (HarnessPlaceholder).
+	Harness string
 }
 
 // New validates cfg and returns a Builder.
@@ -104,6 +108,9 @@ func New(cfg Config, deps Deps) (*Builder, error) {
 	if cfg.QemuImg == "" {
 		cfg.QemuImg = "qemu-img"
 	}
+	if cfg.MkfsErofs == "" {
+		cfg.MkfsErofs = "mkfs.erofs"
+	}
 	if cfg.Debugfs == "" {
 		cfg.Debugfs = "debugfs"
 	}
@@ -131,6 +138,9 @@ func (b *Builder) Build(ctx context.Context, bundle []BundleFile) (Images, error
 		return im, err
 	}
 	if im.Bundle, err = b.Bundle(ctx, bundle); err != nil {
+		return im, err
+	}
+	if im.Harness, err = b.HarnessPlaceholder(ctx); err != nil {
 		return im, err
 	}
 	return im, nil

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 )
@@ -92,6 +93,25 @@ func Rebase(ctx context.Context, qemuImg, overlay, base string) error {
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("rebase overlay %s onto %s: %w: %s", overlay, base, err, tail(out.String(), 300))
+	}
+	return nil
+}
+
+// ReadOnlyView creates a qcow2 layer at dst over the raw image base with a
+// virtual size of size bytes (at least base's): reads past base's end
+// return zeros. Attached read-only, it shows a guest any image smaller
+// than size as a disk of one fixed size, so the image behind it can change
+// between a snapshot and its restore without the disk's size changing.
+func ReadOnlyView(ctx context.Context, qemuImg, base, dst string, size int64) error {
+	if qemuImg == "" {
+		qemuImg = "qemu-img"
+	}
+	_ = os.Remove(dst)
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, qemuImg, "create", "-q", "-f", "qcow2", "-b", base, "-F", "raw", dst, strconv.FormatInt(size, 10))
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("create read-only view %s of %s: %w: %s", dst, base, err, tail(out.String(), 300))
 	}
 	return nil
 }
