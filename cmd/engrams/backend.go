@@ -73,7 +73,7 @@ func pickBackend(ctx context.Context, name, dataDir string, log *slog.Logger) (b
 }
 
 func facts(c vmm.Capabilities, usable bool, reason string) hostlink.BackendFacts {
-	return hostlink.BackendFacts{Name: c.Name, Version: c.Version, Acceleration: c.Acceleration, Isolation: c.Isolation, RootFS: c.RootFS, Usable: usable, Reason: reason}
+	return hostlink.BackendFacts{Name: c.Name, Version: c.Version, Acceleration: c.Acceleration, Isolation: c.Isolation, RootFS: c.RootFS, Harness: c.Harness, Usable: usable, Reason: reason}
 }
 
 // newFirecracker returns the firecracker backend when this machine can run

@@ -16,7 +16,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &req) {
 		return
 	}
-	spec := hostlink.MachineSpec{MemoryMiB: req.MemoryMiB, VCPUs: req.VCPUs, Env: req.Env, Image: req.Image, IdleTimeoutSec: req.IdleTimeoutSec, MaxLifetimeSec: req.MaxLifetimeSec}
+	spec := hostlink.MachineSpec{MemoryMiB: req.MemoryMiB, VCPUs: req.VCPUs, Env: req.Env, Image: req.Image, Harness: req.Harness, IdleTimeoutSec: req.IdleTimeoutSec, MaxLifetimeSec: req.MaxLifetimeSec}
 	sess, err := s.co.CreateSession(r.Context(), spec, req.IdempotencyKey)
 	if err != nil {
 		s.fail(w, r, err)
@@ -103,7 +103,7 @@ func sessionOut(s store.Session, ops []store.Op) apiv1.Session {
 		HeadSnapshot: s.HeadSnapshotID, LastActivity: s.LastActivity,
 	}
 	if spec, err := coordinator.Spec(s); err == nil {
-		out.Spec = apiv1.SessionSpec{MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, Env: spec.Env, Image: spec.Image, IdleTimeoutSec: spec.IdleTimeoutSec, MaxLifetimeSec: spec.MaxLifetimeSec}
+		out.Spec = apiv1.SessionSpec{MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, Env: spec.Env, Image: spec.Image, Harness: spec.Harness, IdleTimeoutSec: spec.IdleTimeoutSec, MaxLifetimeSec: spec.MaxLifetimeSec}
 	}
 	for _, o := range ops {
 		out.Ops = append(out.Ops, apiv1.Op{ID: o.ID, Kind: string(o.Kind), State: string(o.State), Step: o.Step,

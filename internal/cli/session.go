@@ -116,6 +116,7 @@ never: no limit).`,
 	f.IntVar(&req.VCPUs, "vcpus", 0, "virtual CPUs (default 1)")
 	f.StringArrayVar(&env, "env", nil, "environment variable KEY=VALUE for every command (repeatable)")
 	f.StringVar(&req.Image, "image", "", "the `NAME` of an enabled image (see engrams image list; default: the server's)")
+	f.StringVar(&req.Harness, "harness", "", "the agent `HARNESS` to attach, NAME or NAME@VERSION (refused at once if it cannot run on the image)")
 	f.BoolVar(&noWait, "no-wait", false, "return at once instead of waiting until the session is active")
 	f.StringVar(&req.IdempotencyKey, "idempotency-key", "", "create at most one session per key")
 	f.StringVar(&idle, "idle-timeout", "0", "suspend after this long unused, e.g. 15m (0: the server's default; never: don't)")

@@ -155,7 +155,7 @@ func (h *fakeHost) outbox(w http.ResponseWriter, r *http.Request, id string) {
 	_ = json.NewEncoder(w).Encode(hostlink.OutboxApplied{Applied: h.applied[id]})
 }
 
-var testFacts = hostlink.Facts{Arch: "amd64", Backend: hostlink.BackendFacts{Name: "fake", Version: "1", Acceleration: "none", RootFS: true}}
+var testFacts = hostlink.Facts{Arch: "amd64", Backend: hostlink.BackendFacts{Name: "fake", Version: "1", Acceleration: "none", RootFS: true, Harness: true}}
 
 func (h *fakeHost) running(id string) bool {
 	h.mu.Lock()

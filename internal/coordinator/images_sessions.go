@@ -16,37 +16,38 @@ import (
 
 // pinImage resolves spec.Image to a ready image and fills in what its
 // sessions run with: its machine size (a base snapshot cannot change it),
-// its env under the session's, and the image and base snapshot ids.
-func (c *Coordinator) pinImage(ctx context.Context, spec *hostlink.MachineSpec) error {
+// its env under the session's, and the image and base snapshot ids. It
+// returns the image's C library ("" without an image).
+func (c *Coordinator) pinImage(ctx context.Context, spec *hostlink.MachineSpec) (string, error) {
 	spec.ImageID, spec.BaseSnapshotID = "", ""
 	if spec.Image == "" {
-		return nil
+		return "", nil
 	}
 	img, err := c.findImage(ctx, spec.Image)
 	if errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("%w: no enabled image is named %q (see `engrams image list`)", ErrInvalid, spec.Image)
+		return "", fmt.Errorf("%w: no enabled image is named %q (see `engrams image list`)", ErrInvalid, spec.Image)
 	}
 	if err != nil {
-		return fmt.Errorf("find image %s: %w", spec.Image, err)
+		return "", fmt.Errorf("find image %s: %w", spec.Image, err)
 	}
 	v, err := c.view(ctx, img)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if v.State != ImageReady {
-		return fmt.Errorf("%w: image %s is %s%s; sessions start once it is ready", ErrInvalid, img.Name, v.State, jobSummary(v.LastJob))
+		return "", fmt.Errorf("%w: image %s is %s%s; sessions start once it is ready", ErrInvalid, img.Name, v.State, jobSummary(v.LastJob))
 	}
 	cfg := v.Config
 	switch {
 	case spec.MemoryMiB != 0 && spec.MemoryMiB != cfg.MemoryMiB:
-		return fmt.Errorf("%w: sessions of image %s have %d MiB of memory (its base snapshot's); enable it with --memory to change that", ErrInvalid, img.Name, cfg.MemoryMiB)
+		return "", fmt.Errorf("%w: sessions of image %s have %d MiB of memory (its base snapshot's); enable it with --memory to change that", ErrInvalid, img.Name, cfg.MemoryMiB)
 	case spec.VCPUs != 0 && spec.VCPUs != cfg.VCPUs:
-		return fmt.Errorf("%w: sessions of image %s have %d vCPUs (its base snapshot's); enable it with --vcpus to change that", ErrInvalid, img.Name, cfg.VCPUs)
+		return "", fmt.Errorf("%w: sessions of image %s have %d vCPUs (its base snapshot's); enable it with --vcpus to change that", ErrInvalid, img.Name, cfg.VCPUs)
 	}
 	spec.MemoryMiB, spec.VCPUs = cfg.MemoryMiB, cfg.VCPUs
 	spec.Env = imageEnv(cfg, spec.Env)
 	spec.Image, spec.ImageID, spec.BaseSnapshotID = img.Name, img.ID, img.BaseID
-	return nil
+	return cfg.Libc, nil
 }
 
 // imageEnv is the environment of an image's processes: the image's own

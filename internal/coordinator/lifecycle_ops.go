@@ -35,6 +35,17 @@ func (x *opRun) create(ctx context.Context) error {
 		}
 		base = &img
 	}
+	var bundle json.RawMessage // the harness bundle's manifest, attached at boot
+	if spec.HarnessID != "" {
+		h, err := x.c.sessionHarness(ctx, spec)
+		if errors.Is(err, store.ErrNotFound) {
+			return x.giveUp(ctx, err)
+		}
+		if err != nil {
+			return x.retry(ctx, err)
+		}
+		bundle = h.Manifest
+	}
 	var refused []string // hosts that answered "capacity" in this attempt
 	for range maxPlacements {
 		if x.s.State == lifecycle.Created {
@@ -45,7 +56,7 @@ func (x *opRun) create(ctx context.Context) error {
 		if x.s.State != lifecycle.Starting {
 			return nil // already past boot: a retried op has nothing left to do
 		}
-		err := x.boot(ctx, spec, base)
+		err := x.boot(ctx, spec, base, bundle)
 		var herr *HostError
 		if !errors.As(err, &herr) || herr.Code != "capacity" {
 			return err
@@ -65,7 +76,7 @@ func (x *opRun) placeSession(ctx context.Context, spec hostlink.MachineSpec, bas
 	if err := x.step(ctx, "place"); err != nil {
 		return err
 	}
-	p := placement{spec: spec, exclude: exclude}
+	p := placement{spec: spec, exclude: exclude, harness: spec.HarnessID != ""}
 	if base != nil {
 		p.snapshot = &store.Snapshot{ID: base.BaseID, Facts: base.Facts}
 	}
@@ -84,11 +95,11 @@ func (x *opRun) placeSession(ctx context.Context, spec hostlink.MachineSpec, bas
 
 // boot asks the session's host to start its machine: boot it, or restore
 // base (an image's base snapshot) into it.
-func (x *opRun) boot(ctx context.Context, spec hostlink.MachineSpec, base *store.Image) error {
+func (x *opRun) boot(ctx context.Context, spec hostlink.MachineSpec, base *store.Image, bundle json.RawMessage) error {
 	if err := x.step(ctx, "boot"); err != nil {
 		return err
 	}
-	req := hostlink.StartRequest{Epoch: x.op.Epoch, Spec: spec}
+	req := hostlink.StartRequest{Epoch: x.op.Epoch, Spec: spec, Harness: bundle}
 	if base != nil {
 		req.Restore = &hostlink.RestoreSpec{SnapshotID: base.BaseID, Manifests: base.Manifests, Base: true}
 	}
@@ -232,6 +243,7 @@ type placement struct {
 	exclude  []string
 	snapshot *store.Snapshot
 	rootfs   bool // only hosts whose backend boots an image's root filesystem
+	harness  bool // only hosts whose backend attaches harness bundles
 }
 
 func (c *Coordinator) placeWithin(ctx context.Context, p placement, wait time.Duration) (string, error) {
@@ -286,6 +298,9 @@ func (c *Coordinator) place(ctx context.Context, p placement) (string, error) {
 		}
 		if p.rootfs && !hf.Backend.RootFS && cd.Incompatible == "" {
 			cd.Incompatible = fmt.Sprintf("backend %s cannot boot an image's root filesystem", hf.Backend.Name)
+		}
+		if p.harness && !hf.Backend.Harness && cd.Incompatible == "" {
+			cd.Incompatible = fmt.Sprintf("backend %s cannot attach a harness bundle", hf.Backend.Name)
 		}
 		cands = append(cands, cd)
 	}

@@ -27,7 +27,11 @@ func sessionTopic(id string) string { return "session:" + id }
 // CreateSession validates spec, records the session with its create op and
 // wakes a worker. It returns at once; use WaitSession to wait for Active.
 func (c *Coordinator) CreateSession(ctx context.Context, spec hostlink.MachineSpec, idempotencyKey string) (store.Session, error) {
-	if err := c.pinImage(ctx, &spec); err != nil {
+	libc, err := c.pinImage(ctx, &spec)
+	if err != nil {
+		return store.Session{}, err
+	}
+	if err := c.pinHarness(ctx, &spec, libc); err != nil {
 		return store.Session{}, err
 	}
 	if err := c.normalize(&spec); err != nil {

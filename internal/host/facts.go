@@ -24,6 +24,7 @@ func (a *Agent) facts() hostlink.Facts {
 		Acceleration: c.Acceleration,
 		Isolation:    c.Isolation,
 		RootFS:       c.RootFS,
+		Harness:      c.Harness,
 		Usable:       true,
 		Reason:       c.Reason,
 	}

@@ -77,7 +77,8 @@ type BackendFacts struct {
 	Version      string `json:"version,omitempty"`
 	Acceleration string `json:"acceleration"`
 	Isolation    bool   `json:"isolation"`
-	RootFS       bool   `json:"rootfs,omitempty"` // can boot an image's root filesystem (capture images, run their sessions)
+	RootFS       bool   `json:"rootfs,omitempty"`  // can boot an image's root filesystem (capture images, run their sessions)
+	Harness      bool   `json:"harness,omitempty"` // attaches harness bundles
 	Usable       bool   `json:"usable"`
 	Reason       string `json:"reason,omitempty"`
 }
@@ -174,6 +175,10 @@ type MachineSpec struct {
 	// session was created from (set by the coordinator).
 	ImageID        string `json:"image_id,omitempty"`
 	BaseSnapshotID string `json:"base_snapshot_id,omitempty"`
+	// Harness is the agent harness the session runs, "name" (newest) or
+	// "name@version"; HarnessID pins the one chosen (set by the coordinator).
+	Harness   string `json:"harness,omitempty"`
+	HarnessID string `json:"harness_id,omitempty"`
 	// IdleTimeoutSec: no activity this long suspends the session (0: the
 	// coordinator's default; negative: never).
 	IdleTimeoutSec int `json:"idle_timeout_s,omitempty"`

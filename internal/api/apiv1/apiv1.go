@@ -77,7 +77,8 @@ type SessionSpec struct {
 	MemoryMiB int               `json:"memory_mib,omitempty"` // default from config
 	VCPUs     int               `json:"vcpus,omitempty"`      // default 1
 	Env       map[string]string `json:"env,omitempty"`
-	Image     string            `json:"image,omitempty"`
+	Image     string            `json:"image,omitempty"`   // an enabled image's name
+	Harness   string            `json:"harness,omitempty"` // an agent harness: NAME (newest) or NAME@VERSION
 	// IdleTimeoutSec: suspend after this long without activity (0: server
 	// default; -1: never).
 	IdleTimeoutSec int `json:"idle_timeout_s,omitempty"`
