@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/engrams/engrams/internal/chunk"
 	"github.com/engrams/engrams/internal/image/oci"
@@ -51,7 +53,14 @@ type Config struct {
 	WorkDir string
 	// DefaultDiskGiB is the root disk size when Request.DiskGiB is 0 (default DefaultDiskGiB).
 	DefaultDiskGiB int
+	// StaleAfter: New removes work directories older than this that a killed
+	// process left in WorkDir (default StaleWorkAfter). Replicas may share
+	// WorkDir: keep it longer than any materialization can take.
+	StaleAfter time.Duration
 }
+
+// StaleWorkAfter is the default Config.StaleAfter.
+const StaleWorkAfter = 6 * time.Hour
 
 // Deps are a Materializer's collaborators.
 type Deps struct {
@@ -82,12 +91,44 @@ func New(cfg Config, deps Deps) (*Materializer, error) {
 	if cfg.DefaultDiskGiB == 0 {
 		cfg.DefaultDiskGiB = DefaultDiskGiB
 	}
+	if cfg.StaleAfter <= 0 {
+		cfg.StaleAfter = StaleWorkAfter
+	}
 	log := deps.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Materializer{cfg: cfg, deps: deps, log: log}, nil
+	m := &Materializer{cfg: cfg, deps: deps, log: log}
+	m.sweep(time.Now())
+	return m, nil
 }
+
+// sweep removes the work directories a killed process left in WorkDir:
+// those older than StaleAfter. Failures are logged; they cost only disk.
+func (m *Materializer) sweep(now time.Time) {
+	ents, err := os.ReadDir(m.cfg.WorkDir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), workPrefix) {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil || now.Sub(info.ModTime()) < m.cfg.StaleAfter {
+			continue
+		}
+		dir := filepath.Join(m.cfg.WorkDir, e.Name())
+		if err := oci.RemoveTree(dir); err != nil {
+			m.log.Warn("remove stale materialize work dir", "dir", dir, "err", err)
+			continue
+		}
+		m.log.Info("removed a stale materialize work dir", "dir", dir, "age", now.Sub(info.ModTime()).Round(time.Minute))
+	}
+}
+
+// workPrefix names Materialize's work directories.
+const workPrefix = "materialize-"
 
 // Request says which image to materialize.
 type Request struct {
@@ -167,7 +208,7 @@ func (m *Materializer) Materialize(ctx context.Context, req Request) (Result, er
 	if err != nil {
 		return Result{}, fmt.Errorf("materialize %s: %w", req.Ref, err)
 	}
-	work, err := os.MkdirTemp(m.cfg.WorkDir, "materialize-")
+	work, err := os.MkdirTemp(m.cfg.WorkDir, workPrefix)
 	if err != nil {
 		return Result{}, fmt.Errorf("materialize %s: %w", res.Pinned(), err)
 	}

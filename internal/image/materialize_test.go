@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -257,4 +258,42 @@ func TestMaterializeRefused(t *testing.T) {
 	if _, err := f.materializer(t, f.imager).Materialize(context.Background(), Request{Ref: "bad ref!"}); !errors.Is(err, oci.ErrInvalidReference) {
 		t.Errorf("bad ref: %v", err)
 	}
+}
+
+// TestNewSweepsStaleWorkDirs: a killed process's work dirs older than
+// StaleAfter are removed at start; younger ones (another replica's job in
+// flight) and unrelated entries stay.
+func TestNewSweepsStaleWorkDirs(t *testing.T) {
+	t.Parallel()
+	work := t.TempDir()
+	old := time.Now().Add(-7 * time.Hour)
+	mk := func(name string, mtime time.Time) string {
+		p := filepath.Join(work, name)
+		if err := os.MkdirAll(filepath.Join(p, "tree", "etc"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	stale, fresh, other := mk("materialize-111", old), mk("materialize-222", time.Now()), mk("keep-me", old)
+	if _, err := New(Config{WorkDir: work}, Deps{Puller: oci.New(oci.Config{}, oci.Deps{}), Imager: nopImager{}, Chunks: nopChunks{}}); err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]bool{stale: false, fresh: true, other: true} {
+		if _, err := os.Stat(p); (err == nil) != want {
+			t.Errorf("%s: exists %v, want %v", filepath.Base(p), err == nil, want)
+		}
+	}
+}
+
+type nopImager struct{}
+
+func (nopImager) TreeImage(context.Context, vmimage.TreeImageSpec) error { return nil }
+
+type nopChunks struct{}
+
+func (nopChunks) PutFile(context.Context, string) (chunk.Manifest, chunk.PutStats, error) {
+	return chunk.Manifest{}, chunk.PutStats{}, nil
 }
