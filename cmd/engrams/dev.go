@@ -60,7 +60,7 @@ CLI config so that other ` + "`engrams`" + ` commands find it without flags.`,
 				return err
 			}
 			defer closeImages()
-			sealer, err := secrets(filepath.Join(dataDir, "secrets.keyset"))
+			sealer, err := secrets(filepath.Join(dataDir, "secrets.keyset"), true)
 			if err != nil {
 				return err
 			}

@@ -15,6 +15,6 @@ var version = "dev"
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	root := cli.NewRoot(cli.Options{HostAgent: hostRunCmd()}, serverCmd(), devCmd())
+	root := cli.NewRoot(cli.Options{HostAgent: hostRunCmd()}, serverCmd(), devCmd(), secretsKeyCmd())
 	os.Exit(cli.Execute(ctx, root))
 }

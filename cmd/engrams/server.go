@@ -73,7 +73,8 @@ Every flag can also be set as ENGRAMS_<FLAG> (e.g. ENGRAMS_DATABASE).`,
 				return err
 			}
 			defer closeImages()
-			sealer, err := secrets(keyFile)
+			shared := strings.HasPrefix(database, "postgres://") || strings.HasPrefix(database, "postgresql://")
+			sealer, err := secrets(keyFile, !shared)
 			if err != nil {
 				return err
 			}
@@ -102,7 +103,7 @@ Every flag can also be set as ENGRAMS_<FLAG> (e.g. ENGRAMS_DATABASE).`,
 	f.DurationVar(&co.MaxLifetime, "max-lifetime", envDuration("MAX_LIFETIME", 0), "end sessions dead this long after creation (default: no limit; per session: max_lifetime_s)")
 	blobs.register(f, "")
 	f.StringVar(&imageWork, "image-work-dir", env("IMAGE_WORK_DIR", filepath.Join(os.TempDir(), "engrams-images")), "scratch space for enabling images (an image's tree and root filesystem while it is built)")
-	f.StringVar(&keyFile, "secrets-key-file", env("SECRETS_KEY_FILE", ""), "key (created 0600 on first use) sealing registry credentials at rest; without it images cannot be enabled with credentials. Every replica needs the same file")
+	f.StringVar(&keyFile, "secrets-key-file", env("SECRETS_KEY_FILE", ""), "key sealing registry credentials at rest (engrams secrets-key create FILE; with SQLite it is created on first use); without it images cannot be enabled with credentials. Every replica needs the same file")
 	f.DurationVar(&co.HeartbeatInterval, "heartbeat-interval", envDuration("HEARTBEAT_INTERVAL", 0), "how often hosts heartbeat (default 2s)")
 	return cmd
 }

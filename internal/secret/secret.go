@@ -34,6 +34,17 @@ func NewEphemeral() (*Sealer, error) {
 	return newSealer(h, "new ephemeral sealer")
 }
 
+// Load reads the keyset file at path; a missing file is an error wrapping
+// fs.ErrNotExist (replicas sharing a database must share one key: create it
+// once with LoadOrCreate and copy it).
+func Load(path string) (*Sealer, error) {
+	h, err := loadKeyset(path)
+	if err != nil {
+		return nil, err
+	}
+	return newSealer(h, "load keyset "+path)
+}
+
 // LoadOrCreate reads the JSON keyset at path, or creates one (a single
 // AES256-GCM key) with mode 0600 when the file does not exist. The file is
 // the root secret: one readable by group or others is refused.

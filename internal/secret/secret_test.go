@@ -3,6 +3,7 @@ package secret_test
 import (
 	"bytes"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -210,5 +211,31 @@ func TestKeysetRefused(t *testing.T) {
 	}
 	if _, err := secret.LoadOrCreate(filepath.Join(t.TempDir(), "missing-dir", "keyset.json")); err == nil {
 		t.Fatal("LoadOrCreate created a keyset in a missing directory")
+	}
+}
+
+func TestLoadNeverCreates(t *testing.T) {
+	t.Parallel()
+	p := filepath.Join(t.TempDir(), "keyset.json")
+	if _, err := secret.Load(p); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Load of a missing file: %v, want fs.ErrNotExist", err)
+	}
+	if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Load created %s", p)
+	}
+	created, err := secret.LoadOrCreate(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct, err := created.Seal([]byte("pw"), []byte("row-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := secret.Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pt, err := loaded.Open(ct, []byte("row-1")); err != nil || string(pt) != "pw" {
+		t.Fatalf("Load opens %q, %v", pt, err)
 	}
 }
