@@ -180,6 +180,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	a.clearCaptures(ctx)
+	a.pruneShared()
 	leaseCtx, stopLease := context.WithCancel(ctx)
 	a.watchers.Add(1)
 	go func() {

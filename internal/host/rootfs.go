@@ -17,10 +17,10 @@ import (
 
 // Shared disks: an image's root filesystem (role rootfs) and a harness
 // bundle (role harness) are read-only files, one per content under
-// DataDir/images/<id><suffix>, shared by every machine using them (a root
+// DataDir/shared-disks/<id><suffix>, shared by every machine using them (a root
 // filesystem gets a copy-on-write layer per machine). A machine keeps the
 // manifest of each in its dir (<role>.json), so its snapshots name them too.
-const imagesDir = "images"
+const imagesDir = "shared-disks" // not "images": the QEMU backend caches its boot images there
 
 // sharedRoles are the manifest roles of shared disks, in a fixed order.
 var sharedRoles = []string{hostlink.RoleRootFS, hostlink.RoleHarness}
@@ -201,4 +201,38 @@ func (a *Agent) putShared(ctx context.Context, role string, m chunk.Manifest) er
 		a.log.Warn("shared disk chunks were missing from the blob store; stored them again", "role", role, "disk_id", id, "chunks", st.Uploaded)
 	}
 	return nil
+}
+
+// pruneShared removes the shared disk files no machine on this host names
+// (run at start, after machines are recovered and before any starts): a
+// later restore or prefetch that needs one builds it again from chunks.
+func (a *Agent) pruneShared() {
+	used := map[string]bool{}
+	dirs, _ := os.ReadDir(filepath.Join(a.cfg.DataDir, machinesDir))
+	for _, d := range dirs {
+		for _, role := range sharedRoles {
+			m, err := a.machineShared(d.Name(), role)
+			if err != nil || m == nil {
+				continue
+			}
+			if id, err := sharedID(*m); err == nil {
+				used[id+sharedSuffix(role)] = true
+			}
+		}
+	}
+	dir := filepath.Join(a.cfg.DataDir, imagesDir)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if used[e.Name()] || e.IsDir() {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+			a.log.Warn("remove unused shared disk", "file", e.Name(), "error", err)
+			continue
+		}
+		a.log.Info("removed an unused shared disk", "file", e.Name())
+	}
 }

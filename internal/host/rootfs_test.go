@@ -65,7 +65,7 @@ func TestBaseRestoreSharesTheRootFSAndKeepsItStored(t *testing.T) {
 	if got, err := os.ReadFile(spec.RootFS.Path); err != nil || !bytes.Equal(got, img) {
 		t.Fatalf("shared root filesystem %s differs from the image (%v)", spec.RootFS.Path, err)
 	}
-	if !strings.HasPrefix(spec.RootFS.Path, filepath.Join(e.dir, "images")+"/") {
+	if !strings.HasPrefix(spec.RootFS.Path, filepath.Join(e.dir, "shared-disks")+"/") {
 		t.Fatalf("root filesystem at %s, not in the host's image cache", spec.RootFS.Path)
 	}
 
@@ -140,7 +140,7 @@ func TestHarnessAttachedAtBootKeptAcrossResumeReplacedAtBaseRestore(t *testing.T
 		t.Fatalf("boot with a harness: %d %s", status, body)
 	}
 	first := lastSpecHarness(e)
-	if !strings.HasSuffix(first, ".erofs") || !strings.Contains(first, filepath.Join(e.dir, "images")) {
+	if !strings.HasSuffix(first, ".erofs") || !strings.Contains(first, filepath.Join(e.dir, "shared-disks")) {
 		t.Fatalf("harness attached as %q", first)
 	}
 	e.c.setOwned(hostlink.Ownership{SessionID: "s2", Epoch: 2})
@@ -178,5 +178,38 @@ func TestHarnessAttachedAtBootKeptAcrossResumeReplacedAtBaseRestore(t *testing.T
 	if status, body := e.c.do(t, http.MethodPut, "/v1/machines/s4", 1,
 		hostlink.StartRequest{Epoch: 1, Spec: hostlink.MachineSpec{MemoryMiB: 256}, Harness: v1}); status != http.StatusNotImplemented {
 		t.Fatalf("harness on a backend without harness disks: %d %s", status, body)
+	}
+}
+
+// TestUnusedSharedDisksPrunedAtStart: a restarted agent removes shared
+// disk files no machine names (and partial ones); a machine's stay.
+func TestUnusedSharedDisksPrunedAtStart(t *testing.T) {
+	t.Parallel()
+	e := newSnapEnv(t, true)
+	e.w.set(func(w *world) { w.harness = true })
+	v1 := putDisk(t, e, 1<<20)
+	e.c.setOwned(hostlink.Ownership{SessionID: "s1", Epoch: 1}, hostlink.Ownership{SessionID: "s2", Epoch: 1})
+	if status, body := e.c.do(t, http.MethodPut, "/v1/machines/s2", 1,
+		hostlink.StartRequest{Epoch: 1, Spec: hostlink.MachineSpec{MemoryMiB: 256}, Harness: v1}); status != http.StatusOK {
+		t.Fatalf("boot with a harness: %d %s", status, body)
+	}
+	dir := filepath.Join(e.dir, "shared-disks")
+	for _, junk := range []string{"0123.erofs", ".0123.partial"} {
+		if err := os.WriteFile(filepath.Join(dir, junk), []byte("x"), 0o444); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inUse := strings.TrimPrefix(lastSpecHarness(e), "sha256:")
+	inUse = inUse[strings.IndexByte(inUse, ' ')+1:]
+	e.stop()
+	runAgentWith(t, e.url, e.dir, e.w, e.ch.wire)
+	recv(t, e.c.registers, nil)
+	left, _ := os.ReadDir(dir)
+	if len(left) != 1 || filepath.Join(dir, left[0].Name()) != inUse {
+		var names []string
+		for _, l := range left {
+			names = append(names, l.Name())
+		}
+		t.Fatalf("after restart %s holds %v, want only the running machine's %s", dir, names, filepath.Base(inUse))
 	}
 }
