@@ -178,8 +178,6 @@ func explainPull(err error) error {
 		return fmt.Errorf("%w (check the registry credentials given to `image enable`)", err)
 	case errors.Is(err, oci.ErrNotFound):
 		return fmt.Errorf("%w (check the repository and tag)", err)
-	case errors.Is(err, vmimage.ErrTreeTooLarge):
-		return err
 	}
 	return err
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httputil"
 	"os"
@@ -422,9 +423,7 @@ const EnvSessionID = "ENGRAMS_SESSION_ID"
 // sessionEnv is env plus the session's identity.
 func sessionEnv(sid string, env map[string]string) map[string]string {
 	out := make(map[string]string, len(env)+1)
-	for k, v := range env {
-		out[k] = v
-	}
+	maps.Copy(out, env)
 	out[EnvSessionID] = sid
 	return out
 }
