@@ -61,6 +61,9 @@ type TaskEvent struct {
 	Type    string
 	Payload json.RawMessage // opaque here
 	At      time.Time
+	// GuestSeq is the event's seq in its session's guest, an input of
+	// IngestTaskEvents only (not stored).
+	GuestSeq int64
 }
 
 // TaskFilter narrows ListTasks. Zero fields match everything.
@@ -102,6 +105,20 @@ type Tasks interface {
 	// disjoint consecutive runs. ErrNotFound for an unknown task; nothing is
 	// written on any error. No events: nothing is written, nil returned.
 	AppendTaskEvents(ctx context.Context, taskID string, events []TaskEvent) ([]TaskEvent, error)
+	// IngestTaskEvents appends the events sessionID's guest produced that
+	// the task has not taken yet: those whose GuestSeq is above the task
+	// session's cursor, in the order given (GuestSeqs must increase). When
+	// rewoundTo is set and below the cursor, the cursor is first lowered to
+	// it (the guest was restored to an older state, which has fewer events;
+	// the events taken from the lost state stay). In the same transaction
+	// it moves the cursor to the last GuestSeq appended and the task's
+	// EventSeq. It returns the cursor and the appended events (numbered
+	// like AppendTaskEvents). No events: only the cursor is read (and
+	// lowered). ErrNotFound if sessionID is not one of the task's sessions.
+	IngestTaskEvents(ctx context.Context, taskID, sessionID string, rewoundTo *int64, events []TaskEvent) (int64, []TaskEvent, error)
+	// TaskBySession returns the task whose current session is sessionID,
+	// else ErrNotFound.
+	TaskBySession(ctx context.Context, sessionID string) (Task, error)
 	// ListTaskEvents returns up to limit events with seq > afterSeq, in
 	// order; limit <= 0 means no limit. An unknown task has no events.
 	ListTaskEvents(ctx context.Context, taskID string, afterSeq int64, limit int) ([]TaskEvent, error)

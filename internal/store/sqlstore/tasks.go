@@ -212,9 +212,7 @@ func (s *Store) ListTaskSessions(ctx context.Context, taskID string) ([]store.Ta
 	return out, nil
 }
 
-// AppendTaskEvents implements store.Tasks: bumping tasks.event_seq by the
-// batch size locks the task row until commit, so concurrent batches, on
-// any replica, take disjoint consecutive seqs.
+// AppendTaskEvents implements store.Tasks (see insertTaskEvents).
 func (s *Store) AppendTaskEvents(ctx context.Context, taskID string, events []store.TaskEvent) ([]store.TaskEvent, error) {
 	action := fmt.Sprintf("append %d events to task %s", len(events), taskID)
 	if taskID == "" {
@@ -223,42 +221,61 @@ func (s *Store) AppendTaskEvents(ctx context.Context, taskID string, events []st
 	if len(events) == 0 {
 		return nil, nil
 	}
-	for i, e := range events {
-		if e.Type == "" {
-			return nil, fmt.Errorf("%s: event %d has no type", action, i)
-		}
-		if err := checkJSON("payload", e.Payload); err != nil {
-			return nil, fmt.Errorf("%s: event %d: %w", action, i, err)
-		}
+	if err := checkTaskEvents(action, events); err != nil {
+		return nil, err
 	}
-	out := make([]store.TaskEvent, len(events))
+	var out []store.TaskEvent
 	err := s.inTx(ctx, func(tx execer) error {
-		var last int64
-		err := tx.QueryRowContext(ctx, `UPDATE tasks SET event_seq = event_seq + $2 WHERE id = $1
-			RETURNING event_seq`, taskID, len(events)).Scan(&last)
-		if isNoRows(err) {
-			return store.ErrNotFound
-		}
-		if err != nil {
-			return err
-		}
-		first := last - int64(len(events)) + 1
-		for i, e := range events {
-			at := micros(orNow(e.At))
-			_, err := tx.ExecContext(ctx, `INSERT INTO task_events (`+taskEventCols+`) VALUES ($1, $2, $3, $4, $5)`,
-				taskID, first+int64(i), e.Type, jsonArg(e.Payload), at)
-			if err != nil {
-				return err
-			}
-			out[i] = store.TaskEvent{TaskID: taskID, Seq: first + int64(i), Type: e.Type, At: fromMicros(at)}
-			if len(e.Payload) > 0 {
-				out[i].Payload = append([]byte(nil), e.Payload...)
-			}
-		}
-		return nil
+		var err error
+		out, err = insertTaskEvents(ctx, tx, taskID, events)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", action, err)
+	}
+	return out, nil
+}
+
+// checkTaskEvents refuses events without a type or with a malformed payload.
+func checkTaskEvents(action string, events []store.TaskEvent) error {
+	for i, e := range events {
+		if e.Type == "" {
+			return fmt.Errorf("%s: event %d has no type", action, i)
+		}
+		if err := checkJSON("payload", e.Payload); err != nil {
+			return fmt.Errorf("%s: event %d: %w", action, i, err)
+		}
+	}
+	return nil
+}
+
+// insertTaskEvents numbers events after the task's last seq and inserts
+// them. Bumping tasks.event_seq by the batch size locks the task row until
+// commit, so concurrent batches, on any replica, take disjoint
+// consecutive seqs.
+func insertTaskEvents(ctx context.Context, tx execer, taskID string, events []store.TaskEvent) ([]store.TaskEvent, error) {
+	var last int64
+	err := tx.QueryRowContext(ctx, `UPDATE tasks SET event_seq = event_seq + $2 WHERE id = $1
+		RETURNING event_seq`, taskID, len(events)).Scan(&last)
+	if isNoRows(err) {
+		return nil, store.ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]store.TaskEvent, len(events))
+	first := last - int64(len(events)) + 1
+	for i, e := range events {
+		at := micros(orNow(e.At))
+		_, err := tx.ExecContext(ctx, `INSERT INTO task_events (`+taskEventCols+`) VALUES ($1, $2, $3, $4, $5)`,
+			taskID, first+int64(i), e.Type, jsonArg(e.Payload), at)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = store.TaskEvent{TaskID: taskID, Seq: first + int64(i), Type: e.Type, At: fromMicros(at), GuestSeq: e.GuestSeq}
+		if len(e.Payload) > 0 {
+			out[i].Payload = append([]byte(nil), e.Payload...)
+		}
 	}
 	return out, nil
 }

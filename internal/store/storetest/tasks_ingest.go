@@ -1,0 +1,116 @@
+package storetest
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/engrams/engrams/internal/store"
+)
+
+var taskIngestTests = []test{
+	{"TaskIngest", testTaskIngest},
+	{"TaskIngestRejected", testTaskIngestRejected},
+	{"TaskBySession", testTaskBySession},
+}
+
+// guestEvents returns events of type typ with the given guest seqs.
+func guestEvents(typ string, seqs ...int64) []store.TaskEvent {
+	out := make([]store.TaskEvent, len(seqs))
+	for i, s := range seqs {
+		out[i] = store.TaskEvent{Type: typ, GuestSeq: s}
+	}
+	return out
+}
+
+func ingest(t *testing.T, st store.Store, taskID, sessionID string, rewound *int64, events []store.TaskEvent, wantCursor int64, wantSeqs ...int64) {
+	t.Helper()
+	cursor, got, err := st.IngestTaskEvents(t.Context(), taskID, sessionID, rewound, events)
+	must(t, err)
+	if cursor != wantCursor || len(got) != len(wantSeqs) {
+		t.Fatalf("ingest: cursor %d, %d events appended; want cursor %d, %d events", cursor, len(got), wantCursor, len(wantSeqs))
+	}
+	for i, e := range got {
+		if e.Seq != wantSeqs[i] || e.TaskID != taskID {
+			t.Fatalf("ingested event %d = %+v, want task seq %d", i, e, wantSeqs[i])
+		}
+	}
+}
+
+func testTaskIngest(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	p := createProfile(t, st, "ingest")
+	task := createTask(t, st, p)
+	_, err := st.AttachSession(ctx, task.ID, "s1", t0)
+	must(t, err)
+	_, err = st.AppendTaskEvents(ctx, task.ID, []store.TaskEvent{{Type: "prompt"}}) // seq 1, not from a guest
+	must(t, err)
+
+	ingest(t, st, task.ID, "s1", nil, nil, 0)                                   // read the cursor
+	ingest(t, st, task.ID, "s1", nil, guestEvents("text", 1, 2, 3), 3, 2, 3, 4) // all new
+	ingest(t, st, task.ID, "s1", nil, guestEvents("text", 2, 3, 4), 4, 5)       // a resend: only 4 is new
+	ingest(t, st, task.ID, "s1", nil, guestEvents("text", 1, 2), 4)             // nothing new
+	back := int64(2)
+	ingest(t, st, task.ID, "s1", &back, nil, 2)                           // rolled back to an older guest state
+	ingest(t, st, task.ID, "s1", nil, guestEvents("redo", 3, 4), 4, 6, 7) // taken again: the new state's events
+	higher := int64(9)
+	ingest(t, st, task.ID, "s1", &higher, nil, 4) // never raised by a rewind
+
+	// A later session has its own cursor; the earlier one keeps its own.
+	_, err = st.AttachSession(ctx, task.ID, "s2", t0)
+	must(t, err)
+	ingest(t, st, task.ID, "s2", nil, guestEvents("text", 1), 1, 8)
+	ingest(t, st, task.ID, "s1", nil, nil, 4)
+	cur, err := st.GetTask(ctx, task.ID)
+	must(t, err)
+	if cur.EventSeq != 8 {
+		t.Fatalf("task event seq = %d, want 8", cur.EventSeq)
+	}
+	all, err := st.ListTaskEvents(ctx, task.ID, 0, 0)
+	must(t, err)
+	if len(all) != 8 || all[5].Type != "redo" {
+		t.Fatalf("stored events: %+v", all)
+	}
+}
+
+func testTaskIngestRejected(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	p := createProfile(t, st, "ingest-bad")
+	task := createTask(t, st, p)
+	_, err := st.AttachSession(ctx, task.ID, "s1", t0)
+	must(t, err)
+	if _, _, err := st.IngestTaskEvents(ctx, task.ID, "other", nil, guestEvents("text", 1)); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("ingest from a session the task never had: %v, want ErrNotFound", err)
+	}
+	if _, _, err := st.IngestTaskEvents(ctx, "nope", "s1", nil, nil); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("ingest into an unknown task: %v, want ErrNotFound", err)
+	}
+	for name, evs := range map[string][]store.TaskEvent{
+		"decreasing seqs": guestEvents("text", 2, 1),
+		"repeated seq":    guestEvents("text", 1, 1),
+		"no type":         guestEvents("", 1),
+	} {
+		if _, _, err := st.IngestTaskEvents(ctx, task.ID, "s1", nil, evs); err == nil {
+			t.Fatalf("%s: accepted", name)
+		}
+	}
+	ingest(t, st, task.ID, "s1", nil, nil, 0) // nothing was written
+}
+
+func testTaskBySession(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	p := createProfile(t, st, "by-session")
+	task := createTask(t, st, p)
+	if _, err := st.TaskBySession(ctx, "s-"+task.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("task of a session no task has: %v", err)
+	}
+	_, err := st.AttachSession(ctx, task.ID, "s-"+task.ID, t0)
+	must(t, err)
+	got, err := st.TaskBySession(ctx, "s-"+task.ID)
+	must(t, err)
+	if got.ID != task.ID {
+		t.Fatalf("task of the session = %s, want %s", got.ID, task.ID)
+	}
+	if _, err := st.TaskBySession(ctx, ""); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("task of no session: %v", err)
+	}
+}
