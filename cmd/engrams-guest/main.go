@@ -18,18 +18,22 @@ import (
 	"github.com/mdlayher/vsock"
 
 	"github.com/engrams/engrams/internal/guest"
+	"github.com/engrams/engrams/internal/harness"
 )
 
 func main() { os.Exit(run(os.Args[1:])) }
 
 // options are the parsed flags.
 type options struct {
-	listens  []string
-	workdir  string
-	stateDir string
-	env      []string
-	logFile  string
-	logLevel string
+	listens     []string
+	workdir     string
+	stateDir    string
+	env         []string
+	logFile     string
+	logLevel    string
+	harnessDir  string
+	harnessHome string
+	gatewayAddr string
 }
 
 type multiFlag struct{ vals *[]string }
@@ -46,6 +50,9 @@ func parseFlags(args []string) (options, error) {
 	fs.Var(multiFlag{&o.env}, "env", "K=V added to the base environment of commands (repeatable)")
 	fs.StringVar(&o.logFile, "log-file", "", "append logs to this file (default stderr)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&o.harnessDir, "harness-dir", envOr("ENGRAMS_HARNESS_DIR", harness.MountPoint), "where the harness bundle is mounted (default $ENGRAMS_HARNESS_DIR, else "+harness.MountPoint+")")
+	fs.StringVar(&o.harnessHome, "harness-home", "", "HOME of harness processes, on the snapshotted disk (default STATE-DIR/harness-home)")
+	fs.StringVar(&o.gatewayAddr, "gateway-addr", envOr("ENGRAMS_GATEWAY_ADDR", guest.DefaultGatewayAddr), "loopback TCP address of the model gateway listener (port 0 picks one)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -57,6 +64,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if len(o.listens) == 0 {
 		return o, errors.New("at least one --listen is required")
+	}
+	if err := checkLoopback(o.gatewayAddr); err != nil {
+		return o, err
 	}
 	for _, l := range o.listens {
 		if _, _, err := parseListen(l); err != nil {
@@ -123,11 +133,24 @@ func run(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	srv := guest.New(guest.Config{
-		WorkDir:  o.workdir,
-		StateDir: o.stateDir,
-		Env:      append(os.Environ(), o.env...),
+		WorkDir:     o.workdir,
+		StateDir:    o.stateDir,
+		Env:         append(os.Environ(), o.env...),
+		HarnessDir:  o.harnessDir,
+		HarnessHome: o.harnessHome,
+		GatewayAddr: o.gatewayAddr,
 	}, guest.Deps{Logger: log})
-	if err := serveAll(ctx, log, srv, o.listens); err != nil {
+	var wg sync.WaitGroup
+	hctx, hstop := context.WithCancel(ctx)
+	wg.Go(func() {
+		if err := srv.Run(hctx); err != nil {
+			log.Error("harness adapter stopped; commands are still served", "err", err)
+		}
+	})
+	err = serveAll(ctx, log, srv, o.listens)
+	hstop()
+	wg.Wait()
+	if err != nil {
 		log.Error("guest daemon stopped", "err", err)
 		return 1
 	}
@@ -188,6 +211,19 @@ func collect(c <-chan error) []error {
 		}
 	}
 	return out
+}
+
+// checkLoopback refuses a gateway address that is not HOST:PORT on a
+// loopback host.
+func checkLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--gateway-addr %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("--gateway-addr %q: not a loopback address", addr)
+	}
+	return nil
 }
 
 // envOr is the value of the environment variable name, or def when unset or empty.

@@ -21,6 +21,9 @@ func TestParseFlags(t *testing.T) {
 		{"state dir", []string{"--listen", "unix:/s", "--state-dir", "/tmp/x"}, ""},
 		{"empty state dir", []string{"--listen", "unix:/s", "--state-dir", ""}, "--state-dir"},
 		{"stray args", []string{"--listen", "unix:/s", "extra"}, "unexpected arguments"},
+		{"harness flags", []string{"--listen", "unix:/s", "--harness-dir", "/h", "--harness-home", "/root", "--gateway-addr", "127.0.0.1:0"}, ""},
+		{"gateway not loopback", []string{"--listen", "unix:/s", "--gateway-addr", "0.0.0.0:4780"}, "not a loopback address"},
+		{"gateway without port", []string{"--listen", "unix:/s", "--gateway-addr", "127.0.0.1"}, "--gateway-addr"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -40,7 +40,8 @@ type journalLine struct {
 // written before the applied seq, and loading takes the larger of the two,
 // so a crash between them neither loses nor repeats an entry.
 type outbox struct {
-	dir string
+	dir    string
+	notify func() // called after entries were applied; must not block (nil: none)
 
 	mu      sync.Mutex // serializes loads and applies in this process
 	loaded  bool
@@ -70,9 +71,13 @@ func (o *outbox) apply(entries []guestapi.OutboxEntry) (int64, error) {
 		return 0, err
 	}
 	defer unlock()
+	before := o.applied
 	applied, err := o.applyLocked(entries)
 	if err != nil {
 		o.loaded = false // reload (and reconcile with the journal) next time
+	}
+	if err == nil && applied > before && o.notify != nil {
+		o.notify()
 	}
 	return applied, err
 }

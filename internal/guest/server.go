@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/engrams/engrams/internal/guestapi"
+	"github.com/engrams/engrams/internal/harness"
 )
 
 // Config is the daemon's configuration.
@@ -34,6 +36,23 @@ type Config struct {
 	// applied seq). It must be on the guest's snapshotted disk. Empty means
 	// DefaultStateDir.
 	StateDir string
+	// HarnessDir is where the harness bundle is mounted (harness.MountPoint
+	// if empty); without a harness.json there the harness state is "none".
+	HarnessDir string
+	// HarnessHome is the harness processes' HOME, where they keep their
+	// conversations; it must be on the snapshotted disk. Empty means
+	// StateDir/harness-home.
+	HarnessHome string
+	// GatewayAddr is the model gateway listener's loopback TCP address
+	// (DefaultGatewayAddr if empty; port 0 picks a free port, which
+	// HarnessStatus.Gateway and the harness env then name).
+	GatewayAddr string
+	// HarnessStall: a turn whose harness prints nothing this long is
+	// stopped with an error (10 minutes if zero).
+	HarnessStall time.Duration
+	// HarnessGrace: an interrupted harness gets SIGINT, then SIGKILL after
+	// this long (5 seconds if zero).
+	HarnessGrace time.Duration
 }
 
 // DefaultStateDir is the guest daemon's default state directory.
@@ -51,6 +70,9 @@ type Server struct {
 	handler http.Handler
 	started time.Time
 	outbox  *outbox
+	events  *eventLog
+	gw      *gateway
+	harness *adapter
 }
 
 // maxControlMessage bounds ExecStart and Control text messages.
@@ -70,11 +92,28 @@ func New(cfg Config, deps Deps) *Server {
 	if cfg.OutputGrace <= 0 {
 		cfg.OutputGrace = 100 * time.Millisecond
 	}
+	if cfg.HarnessDir == "" {
+		cfg.HarnessDir = harness.MountPoint
+	}
+	if cfg.HarnessHome == "" {
+		cfg.HarnessHome = filepath.Join(cfg.StateDir, "harness-home")
+	}
+	if cfg.GatewayAddr == "" {
+		cfg.GatewayAddr = DefaultGatewayAddr
+	}
+	if cfg.HarnessStall <= 0 {
+		cfg.HarnessStall = defaultHarnessStall
+	}
+	if cfg.HarnessGrace <= 0 {
+		cfg.HarnessGrace = defaultHarnessGrace
+	}
 	log := deps.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: log, started: time.Now(), outbox: &outbox{dir: cfg.StateDir}}
+	s := &Server{cfg: cfg, log: log, started: time.Now(), events: newEventLog(cfg.StateDir), gw: newGateway(log)}
+	s.harness = newAdapter(cfg, log, s.events, s.gw)
+	s.outbox = &outbox{dir: cfg.StateDir, notify: s.harness.notify}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+guestapi.PathReady, s.handleReady)
 	mux.HandleFunc("GET "+guestapi.PathExec, s.handleExec)
@@ -86,10 +125,14 @@ func New(cfg Config, deps Deps) *Server {
 	mux.HandleFunc("POST "+guestapi.PathSync, s.handleSync)
 	mux.HandleFunc("GET "+guestapi.PathOutbox, s.handleOutboxGet)
 	mux.HandleFunc("POST "+guestapi.PathOutbox, s.handleOutboxPost)
+	mux.HandleFunc("GET "+guestapi.PathHarness, s.handleHarness)
+	mux.HandleFunc("GET "+guestapi.PathHarnessEvents, s.handleHarnessEvents)
+	mux.HandleFunc("GET "+guestapi.PathTunnel, s.handleTunnel)
 	allowed := map[string]string{
 		guestapi.PathReady: "GET", guestapi.PathExec: "GET", guestapi.PathExecRun: "POST", guestapi.PathFiles: "GET, PUT",
 		guestapi.PathFileList: "GET", guestapi.PathFileStat: "GET",
 		guestapi.PathSync: "POST", guestapi.PathOutbox: "GET, POST",
+		guestapi.PathHarness: "GET", guestapi.PathHarnessEvents: "GET", guestapi.PathTunnel: "GET",
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if allow, ok := allowed[r.URL.Path]; ok {
@@ -105,6 +148,16 @@ func New(cfg Config, deps Deps) *Server {
 
 // Handler returns the daemon's HTTP handler.
 func (s *Server) Handler() http.Handler { return s.handler }
+
+// Run runs the harness adapter and the model gateway listener until ctx
+// is done: prompts applied through the outbox run as harness turns, one at
+// a time. It joins everything it started; tunnel and event stream
+// requests are joined by Serve. The daemon calls it once, beside Serve.
+func (s *Server) Run(ctx context.Context) error { return s.harness.run(ctx) }
+
+func (s *Server) handleHarness(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, s.harness.status())
+}
 
 // Serve serves the API on ln until ctx is done or ln fails. It closes ln,
 // ends running commands when ctx is done, and joins every handler.

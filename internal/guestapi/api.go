@@ -13,7 +13,11 @@ import "encoding/json"
 //     HTTP exec over keep-alive connections, NDJSON out).
 //   - 3 (2026-11-30): a single-stream transport (virtio-serial) opens
 //     each session with the HELLO/OK/START preamble (preamble.go).
-const Version = 3
+//   - 4 (2026-12-01): harness adapter (harness.go): harness status, the
+//     durable harness event stream, harness.prompt / harness.interrupt
+//     outbox kinds, and tunnels that carry the guest's model gateway
+//     connections to the host.
+const Version = 4
 
 // HeaderVersion carries Version on every request and response; a daemon
 // refuses a request whose version differs (HTTP 400 with ErrorBody).
