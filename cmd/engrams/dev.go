@@ -19,6 +19,7 @@ import (
 
 func devCmd() *cobra.Command {
 	var listen, dataDir, backend, logLevel string
+	var harnesses harnessFlags
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run coordinator + one host + embedded SQLite in one process",
@@ -60,12 +61,25 @@ CLI config so that other ` + "`engrams`" + ` commands find it without flags.`,
 				return err
 			}
 			defer closeImages()
+			var co coordinator.Config
+			if harnesses.workDir == "" {
+				harnesses.workDir = filepath.Join(dataDir, "harness-work")
+			}
+			if harnesses.cacheDir == "" {
+				harnesses.cacheDir = filepath.Join(dataDir, "harness-cache")
+			}
+			hb, hc, closeHarnesses, err := harnesses.open(bs, &co, log.With("component", "harnesses"))
+			if err != nil {
+				return err
+			}
+			defer closeHarnesses()
 			sealer, err := secrets(filepath.Join(dataDir, "secrets.keyset"), true)
 			if err != nil {
 				return err
 			}
-			srv, err := server.New(server.Config{AdvertiseURL: url, Version: version},
-				server.Deps{Store: st, Logger: log.With("component", "coordinator"), Images: images, Secrets: sealer})
+			srv, err := server.New(server.Config{AdvertiseURL: url, Version: version, Coordinator: co},
+				server.Deps{Store: st, Logger: log.With("component", "coordinator"), Images: images, Secrets: sealer,
+					HarnessBuilder: hb, HarnessChunks: hc})
 			if err != nil {
 				return err
 			}
@@ -100,6 +114,7 @@ CLI config so that other ` + "`engrams`" + ` commands find it without flags.`,
 	f.StringVar(&dataDir, "data-dir", env("DATA_DIR", defaultDataDir()), "where the database, machines and credentials live")
 	f.StringVar(&backend, "backend", env("BACKEND", "auto"), "auto, firecracker, qemu or process (process: development only, no isolation)")
 	f.StringVar(&logLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error")
+	harnesses.register(f, "", "")
 	return cmd
 }
 

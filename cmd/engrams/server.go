@@ -22,6 +22,7 @@ func serverCmd() *cobra.Command {
 		imageWork, keyFile                                                  string
 		co                                                                  coordinator.Config
 		blobs                                                               blobFlags
+		harnesses                                                           harnessFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -73,13 +74,18 @@ Every flag can also be set as ENGRAMS_<FLAG> (e.g. ENGRAMS_DATABASE).`,
 				return err
 			}
 			defer closeImages()
+			hb, hc, closeHarnesses, err := harnesses.open(bs, &co, log.With("component", "harnesses"))
+			if err != nil {
+				return err
+			}
+			defer closeHarnesses()
 			shared := strings.HasPrefix(database, "postgres://") || strings.HasPrefix(database, "postgresql://")
 			sealer, err := secrets(keyFile, !shared)
 			if err != nil {
 				return err
 			}
 			srv, err := server.New(server.Config{ReplicaID: replicaID, AdvertiseURL: advertise, ClusterSecret: secret, Version: version, Coordinator: co},
-				server.Deps{Store: st, Logger: log, Images: images, Secrets: sealer})
+				server.Deps{Store: st, Logger: log, Images: images, Secrets: sealer, HarnessBuilder: hb, HarnessChunks: hc})
 			if err != nil {
 				return err
 			}
@@ -103,6 +109,8 @@ Every flag can also be set as ENGRAMS_<FLAG> (e.g. ENGRAMS_DATABASE).`,
 	f.DurationVar(&co.MaxLifetime, "max-lifetime", envDuration("MAX_LIFETIME", 0), "end sessions dead this long after creation (default: no limit; per session: max_lifetime_s)")
 	blobs.register(f, "")
 	f.StringVar(&imageWork, "image-work-dir", env("IMAGE_WORK_DIR", filepath.Join(os.TempDir(), "engrams-images")), "scratch space for enabling images (an image's tree and root filesystem while it is built)")
+	harnessWork := filepath.Join(os.TempDir(), "engrams-harnesses")
+	harnesses.register(f, harnessWork, defaultHarnessCache(harnessWork))
 	f.StringVar(&keyFile, "secrets-key-file", env("SECRETS_KEY_FILE", ""), "key sealing registry credentials at rest (engrams secrets-key create FILE; with SQLite it is created on first use); without it images cannot be enabled with credentials. Every replica needs the same file")
 	f.DurationVar(&co.HeartbeatInterval, "heartbeat-interval", envDuration("HEARTBEAT_INTERVAL", 0), "how often hosts heartbeat (default 2s)")
 	return cmd

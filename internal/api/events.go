@@ -35,7 +35,34 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		// Subscribing to a session's live events resumes it.
 		go func() { _, _ = s.co.Resume(context.WithoutCancel(r.Context()), id) }()
 	}
-	sub := s.st.Subscribe(r.Context(), "session:"+id)
+	s.serveSSE(w, r, "session:"+id, after, follow, func(ctx context.Context, after int64) ([]sseEvent, error) {
+		evs, err := s.st.ListEvents(ctx, id, after, eventPage)
+		out := make([]sseEvent, len(evs))
+		for i, e := range evs {
+			out[i] = sseEvent{seq: e.Seq, typ: e.Type, body: apiv1.Event{Seq: e.Seq, Type: e.Type, Data: e.Data, Time: e.CreatedAt}}
+		}
+		return out, err
+	}, func(ctx context.Context, after int64) bool {
+		sess, err := s.st.GetSession(ctx, id)
+		return err == nil && sess.State.Terminal() && sess.EventSeq <= after
+	})
+}
+
+// sseEvent is one server-sent event: its id, type and JSON body.
+type sseEvent struct {
+	seq  int64
+	typ  string
+	body any
+}
+
+// serveSSE streams pages of events after a seq as server-sent events (the
+// event id is the seq, so a client resumes with Last-Event-ID). With follow
+// it waits for more (woken by topic, or a poll each second, with a comment
+// every 15 s to keep proxies from closing the stream) until the client
+// leaves or finished says the log is complete.
+func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, topic string, after int64, follow bool,
+	page func(ctx context.Context, after int64) ([]sseEvent, error), finished func(ctx context.Context, after int64) bool) {
+	sub := s.st.Subscribe(r.Context(), topic)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
@@ -45,14 +72,14 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	poll := time.NewTicker(time.Second)
 	defer poll.Stop()
 	for {
-		evs, err := s.st.ListEvents(r.Context(), id, after, eventPage)
+		evs, err := page(r.Context(), after)
 		if err != nil {
 			return // the client sees the stream end and reconnects with Last-Event-ID
 		}
 		for _, e := range evs {
-			b, _ := json.Marshal(apiv1.Event{Seq: e.Seq, Type: e.Type, Data: e.Data, Time: e.CreatedAt})
-			fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Seq, e.Type, b)
-			after = e.Seq
+			b, _ := json.Marshal(e.body)
+			fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.seq, e.typ, b)
+			after = e.seq
 		}
 		if flusher != nil {
 			flusher.Flush()
@@ -60,10 +87,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		if len(evs) == eventPage {
 			continue
 		}
-		if !follow {
-			return
-		}
-		if sess, err := s.st.GetSession(r.Context(), id); err == nil && sess.State.Terminal() && sess.EventSeq <= after {
+		if !follow || finished(r.Context(), after) {
 			return
 		}
 		select {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"time"
@@ -33,6 +34,25 @@ type Coordinator interface {
 	Images(ctx context.Context, all bool) ([]coordinator.ImageView, error)
 	ImageJobs(ctx context.Context, nameOrID string) ([]store.ImageJob, error)
 	ImageJob(ctx context.Context, id string) (store.ImageJob, error)
+
+	BuildHarness(ctx context.Context, req coordinator.BuildHarnessRequest) (coordinator.HarnessView, error)
+	AddHarness(ctx context.Context, tarball io.Reader) (coordinator.HarnessView, error)
+	Harnesses(ctx context.Context) ([]coordinator.HarnessView, error)
+	Harness(ctx context.Context, name, version string) (coordinator.HarnessView, error)
+	CreateSecret(ctx context.Context, req coordinator.SecretRequest) (coordinator.SecretView, error)
+	Secrets(ctx context.Context) ([]coordinator.SecretView, error)
+	DeleteSecret(ctx context.Context, nameOrID string) (coordinator.SecretView, error)
+	CreateProfile(ctx context.Context, name string, spec apiv1.ProfileSpec) (coordinator.ProfileView, error)
+	Profiles(ctx context.Context) ([]coordinator.ProfileView, error)
+	Profile(ctx context.Context, nameOrID string) (coordinator.ProfileView, error)
+	UpdateProfile(ctx context.Context, nameOrID string, spec apiv1.ProfileSpec, version int64) (coordinator.ProfileView, error)
+	DeleteProfile(ctx context.Context, nameOrID string) (coordinator.ProfileView, error)
+
+	StartTask(ctx context.Context, req coordinator.StartTaskRequest) (store.Task, error)
+	SendTask(ctx context.Context, taskID, text string) (store.TaskEvent, error)
+	StopTask(ctx context.Context, taskID string) (store.Task, error)
+	TaskDiff(ctx context.Context, taskID string) ([]coordinator.RepoDiff, error)
+	TaskSession(ctx context.Context, taskID string) (store.Task, error)
 }
 
 // Store is what the API reads, plus the host and token rows it manages.
@@ -52,6 +72,10 @@ type Store interface {
 	TokenByHash(ctx context.Context, hash string) (store.Token, error)
 	ListTokens(ctx context.Context) ([]store.Token, error)
 	RevokeToken(ctx context.Context, id string, at time.Time) error
+	GetTask(ctx context.Context, id string) (store.Task, error)
+	ListTasks(ctx context.Context, f store.TaskFilter) ([]store.Task, error)
+	ListTaskSessions(ctx context.Context, taskID string) ([]store.TaskSession, error)
+	ListTaskEvents(ctx context.Context, taskID string, afterSeq int64, limit int) ([]store.TaskEvent, error)
 }
 
 // Config tunes the API.
@@ -145,6 +169,26 @@ func (s *Server) routes() {
 	h(apiv1.RouteRefreshImage, s.refreshImage)
 	h(apiv1.RouteImageJobs, s.listImageJobs)
 	h(apiv1.RouteGetImageJob, s.getImageJob)
+	h(apiv1.RouteBuildHarness, s.buildHarness)
+	h(apiv1.RouteAddHarness, s.addHarness)
+	h(apiv1.RouteListHarnesses, s.listHarnesses)
+	h(apiv1.RouteGetHarness, s.getHarness)
+	h(apiv1.RouteCreateSecret, s.createSecret)
+	h(apiv1.RouteListSecrets, s.listSecrets)
+	h(apiv1.RouteDeleteSecret, s.deleteSecret)
+	h(apiv1.RouteCreateProfile, s.createProfile)
+	h(apiv1.RouteListProfiles, s.listProfiles)
+	h(apiv1.RouteGetProfile, s.getProfile)
+	h(apiv1.RouteUpdateProfile, s.updateProfile)
+	h(apiv1.RouteDeleteProfile, s.deleteProfile)
+	h(apiv1.RouteStartTask, s.startTask)
+	h(apiv1.RouteListTasks, s.listTasks)
+	h(apiv1.RouteGetTask, s.getTask)
+	h(apiv1.RouteTaskEvents, s.taskEvents)
+	h(apiv1.RouteSendTask, s.sendTask)
+	h(apiv1.RouteStopTask, s.stopTask)
+	h(apiv1.RouteTaskDiff, s.taskDiff)
+	h(apiv1.RouteTaskFiles, s.taskFiles)
 }
 
 // ServeHTTP implements http.Handler. Requests no route matches get the

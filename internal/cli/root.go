@@ -89,7 +89,8 @@ config directory).`,
 		opts.HostAgent.Use = strings.TrimSpace("run " + rest)
 		host.AddCommand(opts.HostAgent)
 	}
-	root.AddCommand(a.sessionCmd(), a.imageCmd(), host, a.tokenCmd(), a.versionCmd())
+	root.AddCommand(a.sessionCmd(), a.imageCmd(), a.taskCmd(), host, a.tokenCmd(), a.versionCmd())
+	root.AddCommand(a.profileCmd(), a.harnessCmd(), a.secretCmd())
 	root.AddCommand(extra...)
 	return root
 }

@@ -34,6 +34,13 @@ type Config struct {
 	MaxMemoryMiB      int           // largest session allowed; default 16384
 	MaxVCPUs          int           // default 16
 	ImagePullRetry    time.Duration // wait before retrying an image pull that failed in transit; doubles; default 2s
+	// GatewayHeaderTimeout bounds how long the model gateway waits for an
+	// upstream answer's headers (a stream then runs as long as it flows);
+	// default 10m.
+	GatewayHeaderTimeout time.Duration
+	// HarnessWorkDir holds the trees of harness builds and uploads while
+	// they are packed; default $TMPDIR/engrams-harnesses.
+	HarnessWorkDir string
 }
 
 func (c *Config) defaults() error {
@@ -100,8 +107,17 @@ type Deps struct {
 	// Secrets seals registry credentials; nil: enabling with credentials
 	// is refused.
 	Secrets Sealer
-	Now     func() time.Time // default time.Now
-	NewID   func() string    // default UUIDv7
+	// GatewayTransport carries the model gateway's requests upstream; nil:
+	// a clone of http.DefaultTransport (TLS verified with the system roots).
+	// Tests give one trusting their server's certificate.
+	GatewayTransport http.RoundTripper
+	// HarnessBuilder builds harness bundles and HarnessChunks stores their
+	// chunks; either nil: harness build and add are refused, saying the
+	// server has no blob store.
+	HarnessBuilder HarnessBuilder
+	HarnessChunks  ChunkPutter
+	Now            func() time.Time // default time.Now
+	NewID          func() string    // default UUIDv7
 }
 
 // Coordinator is one replica's lifecycle engine.
@@ -113,8 +129,16 @@ type Coordinator struct {
 	now   func() time.Time
 	newID func() string
 
-	images  Materializer
-	secrets Sealer
+	images     Materializer
+	secrets    Sealer
+	gateway    gatewayState     // model gateway key and upstream (gateway.go)
+	harnessReg *harnessRegistry // harness builds (harness_registry.go)
+
+	// bg is cancelled when Run returns; background task work (setup,
+	// suspending a stopped task) runs under it and Run joins it.
+	bg       context.Context
+	bgCancel context.CancelFunc
+	tasksWG  sync.WaitGroup
 }
 
 // New checks cfg and returns a coordinator; call Run to start its loops.
@@ -126,11 +150,13 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 		return nil, errors.New("coordinator: Store and Hosts are required")
 	}
 	c := &Coordinator{cfg: cfg, st: deps.Store, hosts: deps.Hosts, log: deps.Logger, now: deps.Now, newID: deps.NewID,
-		images: deps.Images, secrets: deps.Secrets}
+		images: deps.Images, secrets: deps.Secrets, gateway: gatewayState{upstream: deps.GatewayTransport},
+		harnessReg: newHarnessRegistry(deps.HarnessBuilder, deps.HarnessChunks, cfg.HarnessWorkDir)}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
 	c.log = c.log.With("replica_id", cfg.ReplicaID)
+	c.bg, c.bgCancel = context.WithCancel(context.Background())
 	if c.now == nil {
 		c.now = time.Now
 	}
@@ -164,5 +190,10 @@ func (c *Coordinator) Run(ctx context.Context) error {
 		c.imageJobLoop(ctx)
 	}()
 	wg.Wait()
+	c.bgCancel()
+	c.tasksWG.Wait()
 	return nil
 }
+
+// runCtx is the context of background task work: cancelled when Run returns.
+func (c *Coordinator) runCtx() context.Context { return c.bg }

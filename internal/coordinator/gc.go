@@ -85,6 +85,10 @@ func (c *Coordinator) GC(ctx context.Context, bs blob.Store, cfg GCConfig) (chun
 			return chunk.SweepStats{}, fmt.Errorf("gc: reachable chunks: %w", err)
 		}
 	}
+	// Every registered harness bundle (rows are never deleted).
+	if err := c.markHarnessesLive(ctx, live); err != nil {
+		return chunk.SweepStats{}, fmt.Errorf("gc: %w", err)
+	}
 	return chunk.Sweep(ctx, bs, cfg.KeyPrefix, func(h string) bool { return live[h] }, c.now().Add(-cfg.Grace))
 }
 

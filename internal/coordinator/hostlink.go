@@ -43,6 +43,8 @@ func (c *Coordinator) HostHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+hostlink.PathRegister, c.handleRegister)
 	mux.HandleFunc("POST "+hostlink.PathHeartbeat, c.handleHeartbeat)
+	c.routeGateway(mux) // hostlink.PathGateway (gateway_proxy.go)
+	mux.HandleFunc("POST "+hostlink.PathHarnessEvents, c.handleHarnessEvents)
 	return mux
 }
 

@@ -109,6 +109,8 @@ type Agent struct {
 	cached     recentSnapshots                 // snapshots whose chunks were cached here
 	leaseKick  chan struct{}                   // wakes the lease watcher
 
+	link atomic.Pointer[http.Client] // the registered coordinator link's client; nil while there is none
+
 	watchers sync.WaitGroup
 	stop     chan struct{} // closed when Run ends: watchers return
 	running  atomic.Bool
@@ -272,6 +274,8 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 	log.Info("registered with coordinator", "owned", len(reg.Owned), "machines", a.machineCount(), "lease", reg.Lease)
 	a.renewLease(sent, reg.Lease)
 	a.reconcile(ctx, reg.Owned, gen)
+	a.link.Store(client)
+	defer a.link.CompareAndSwap(client, nil)
 
 	interval := a.cfg.HeartbeatInterval
 	if reg.HeartbeatInterval > 0 {

@@ -195,6 +195,12 @@ func (a *Agent) start(ctx context.Context, sid string, epoch int64, spec hostlin
 	a.mu.Lock()
 	mc.memParent = parent
 	a.mu.Unlock()
+	if err := a.checkHarness(ctx, mc); err != nil {
+		if derr := a.destroy(ctx, sid, "harness did not start"); derr != nil {
+			log.Error("destroy machine whose harness did not start", "error", derr)
+		}
+		return hostlink.MachineStatus{}, err
+	}
 	log.Info("machine started", "pid", m.Info().PID, "memory_mib", spec.MemoryMiB, "vcpus", spec.VCPUs, "restored", restore != nil)
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -241,7 +247,8 @@ func (a *Agent) adoptRunning(ctx context.Context, sid string, epoch int64) (st h
 }
 
 func (a *Agent) writeRecord(sid string, epoch int64, spec hostlink.MachineSpec, paused bool) error {
-	b, err := json.Marshal(machineRecord{SessionID: sid, Epoch: epoch, MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, Paused: paused})
+	b, err := json.Marshal(machineRecord{SessionID: sid, Epoch: epoch, MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, Paused: paused,
+		Harness: spec.Harness, HarnessID: spec.HarnessID})
 	if err != nil {
 		return err
 	}

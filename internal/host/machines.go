@@ -42,6 +42,9 @@ type machine struct {
 
 	lastActivity time.Time // last guest request through this host ended
 	inflight     int       // guest requests in flight
+
+	stopPump    context.CancelFunc // ends the harness event relay (harness_pump.go); nil without a harness
+	stopTunnels context.CancelFunc // ends the model gateway tunnels (gateway.go); nil without a harness
 }
 
 // machineRecord is persisted in the machine's dir.
@@ -51,6 +54,15 @@ type machineRecord struct {
 	MemoryMiB int    `json:"memory_mib"`
 	VCPUs     int    `json:"vcpus"`
 	Paused    bool   `json:"paused,omitempty"`
+	// Harness and HarnessID name the machine's harness bundle, so a
+	// recovered machine relays its harness events and serves its gateway.
+	Harness   string `json:"harness,omitempty"`
+	HarnessID string `json:"harness_id,omitempty"`
+}
+
+// spec is the part of a machine's spec its record keeps.
+func (r machineRecord) spec() hostlink.MachineSpec {
+	return hostlink.MachineSpec{MemoryMiB: r.MemoryMiB, VCPUs: r.VCPUs, Harness: r.Harness, HarnessID: r.HarnessID}
 }
 
 // Machine states reported to the coordinator.
@@ -168,6 +180,8 @@ func (a *Agent) add(sid string, epoch int64, spec hostlink.MachineSpec, m vmm.Ma
 	mc.gen = a.gen
 	a.machines[sid] = mc
 	a.mu.Unlock()
+	a.startPump(mc)
+	a.startTunnels(mc)
 	a.watchers.Add(1)
 	go func() {
 		defer a.watchers.Done()
@@ -202,6 +216,8 @@ func (a *Agent) destroy(ctx context.Context, sid, reason string) error {
 		delete(a.machines, sid)
 	}
 	a.mu.Unlock()
+	mc.endPump()
+	a.stopTunnels(mc)
 	if err := cleanMachineDir(a.machineDir(sid)); err != nil {
 		a.log.Warn("machine destroyed, dir left behind", "session_id", sid, "error", err)
 	}

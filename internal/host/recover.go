@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/vmm"
 )
 
@@ -83,7 +82,7 @@ func (a *Agent) recoverOne(ctx context.Context, sid string) {
 		a.trackLost(sid, rec)
 		return
 	}
-	mc := a.add(sid, rec.Epoch, hostlink.MachineSpec{MemoryMiB: rec.MemoryMiB, VCPUs: rec.VCPUs}, m)
+	mc := a.add(sid, rec.Epoch, rec.spec(), m)
 	a.mu.Lock()
 	mc.paused = rec.Paused || inFlight
 	a.mu.Unlock()
@@ -120,7 +119,7 @@ func (a *Agent) recoverWithRetry(ctx context.Context, dir string) (vmm.Machine, 
 func (a *Agent) trackLost(sid string, rec machineRecord) {
 	lm := &lostMachine{backend: a.deps.Backend, info: vmm.Info{SessionID: sid, Dir: a.machineDir(sid)}, done: make(chan struct{})}
 	close(lm.done)
-	mc := a.add(sid, rec.Epoch, hostlink.MachineSpec{MemoryMiB: rec.MemoryMiB, VCPUs: rec.VCPUs}, lm)
+	mc := a.add(sid, rec.Epoch, rec.spec(), lm)
 	a.mu.Lock()
 	mc.exited = true
 	a.mu.Unlock()

@@ -17,7 +17,10 @@ import (
 //   - 3 (2026-11-30): images: capture of a base snapshot, restore of a
 //     base into a new session (RestoreSpec.Base), the "rootfs" manifest
 //     role, prefetch of enabled images in heartbeat answers.
-const Version = 3
+//   - 4 (2026-11-30): agents: harness bundles in start requests, the model
+//     gateway (PathGateway) and harness event relay (PathHarnessEvents)
+//     from hosts, credential grants in machine specs.
+const Version = 4
 
 // Headers.
 const (
@@ -34,6 +37,13 @@ const PathConnect = "/hostlink/v1/connect"
 const (
 	PathRegister  = "/v1/register"  // POST RegisterRequest -> RegisterResponse
 	PathHeartbeat = "/v1/heartbeat" // POST HeartbeatRequest -> HeartbeatResponse
+	// PathGateway prefixes the model gateway: a host forwards each request
+	// a guest process sends to its gateway listener (any method, path
+	// /<kind>/<rest>) as PathGateway + <session id> + that path, and streams
+	// the answer back. The coordinator checks the session's placeholder,
+	// swaps in the real key of the credential the session's spec grants
+	// for <kind> and forwards to the credential's base URL + /<rest>.
+	PathGateway = "/v1/gateway/"
 )
 
 // Routes a host serves to the coordinator over streams the coordinator opens.
@@ -185,6 +195,20 @@ type MachineSpec struct {
 	// MaxLifetimeSec: the session ends Dead this long after it was created
 	// (0: the coordinator's default; negative: no limit).
 	MaxLifetimeSec int `json:"max_lifetime_s,omitempty"`
+	// Credentials are the secrets the model gateway may use for this
+	// session, pinned when the session is created (never taken from a
+	// user's request). Additive: hosts of the same protocol version that
+	// predate it ignore the unknown JSON field, and only the coordinator
+	// reads it, so Version is unchanged.
+	Credentials []CredentialGrant `json:"credentials,omitempty"`
+}
+
+// CredentialGrant lets the model gateway use one secret for one credential
+// kind ("anthropic_api_key", "openai_api_key") of a session: the guest
+// holds a session-scoped placeholder, the coordinator swaps in the secret.
+type CredentialGrant struct {
+	Kind     string `json:"kind"`
+	SecretID string `json:"secret_id"`
 }
 
 // StartRequest asks a host to run a session's machine: boot it, or restore

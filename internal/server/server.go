@@ -37,6 +37,10 @@ type Deps struct {
 	// (nil: enabling an image with credentials is refused).
 	Images  coordinator.Materializer
 	Secrets coordinator.Sealer
+	// HarnessBuilder and HarnessChunks build harness bundles and store
+	// their chunks (nil: harness build and add are refused).
+	HarnessBuilder coordinator.HarnessBuilder
+	HarnessChunks  coordinator.ChunkPutter
 }
 
 // Server is a coordinator replica.
@@ -78,7 +82,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	cc := cfg.Coordinator
 	cc.ReplicaID, cc.ReplicaAddr = cfg.ReplicaID, cfg.AdvertiseURL
 	co, err := coordinator.New(cc, coordinator.Deps{Store: deps.Store, Hosts: s.router, Logger: log,
-		Images: deps.Images, Secrets: deps.Secrets})
+		Images: deps.Images, Secrets: deps.Secrets, HarnessBuilder: deps.HarnessBuilder, HarnessChunks: deps.HarnessChunks})
 	if err != nil {
 		return nil, err
 	}

@@ -79,6 +79,13 @@ func DebianPlus(t testing.TB, extra map[string]string) v1.Image {
 	return Image(t, debianConfig(), DebianLayer(t), Layer(t, ents...))
 }
 
+// DebianWith is Debian with more Debian packages installed by debootstrap
+// (--include), e.g. "git": a layer of its own, cached like Debian's.
+func DebianWith(t testing.TB, packages ...string) v1.Image {
+	t.Helper()
+	return Image(t, debianConfig(), debianLayer(t, packages))
+}
+
 func debianConfig() v1.Config {
 	return v1.Config{Env: []string{defaultPath}, WorkingDir: "/", Cmd: []string{"bash"}}
 }
@@ -88,6 +95,12 @@ func debianConfig() v1.Config {
 // rehashed per consumer).
 func DebianLayer(t testing.TB) v1.Layer {
 	t.Helper()
+	return debianLayer(t, nil)
+}
+
+// debianLayer is the layer of a minbase debootstrap with packages included.
+func debianLayer(t testing.TB, packages []string) v1.Layer {
+	t.Helper()
 	dir, err := CacheDir()
 	if err != nil {
 		testutil.SkipOrFail(t, "no cache directory for the Debian layer: %v", err)
@@ -96,7 +109,7 @@ func DebianLayer(t testing.TB) v1.Layer {
 		t.Fatalf("imagetest: create cache dir %s: %v", dir, err)
 	}
 	mirror := debianMirror()
-	key := debianKey(mirror)
+	key := debianKey(mirror, packages)
 	base := filepath.Join(dir, key)
 	unlock := lockFile(t, base+".lock")
 	defer unlock()
@@ -114,7 +127,7 @@ func DebianLayer(t testing.TB) v1.Layer {
 	}
 	removeStale(t, dir, key)
 	start := time.Now()
-	m, err := buildDebianLayer(t.Context(), t, dir, key, mirror)
+	m, err := buildDebianLayer(t.Context(), t, dir, key, mirror, packages)
 	if err != nil {
 		t.Fatalf("imagetest: build Debian layer: %v", err)
 	}
@@ -145,9 +158,15 @@ func CacheDir() (string, error) {
 }
 
 // debianKey names the cached layer after what decides its content.
-func debianKey(mirror string) string {
-	h := sha256.Sum256([]byte(DebianSuite + "\x00minbase\x00" + mirror + "\x00" + debianLayerVersion))
-	return fmt.Sprintf("debian-%s-minbase-v%s-%s", DebianSuite, debianLayerVersion, hex.EncodeToString(h[:6]))
+func debianKey(mirror string, packages []string) string {
+	id := DebianSuite + "\x00minbase\x00" + mirror + "\x00" + debianLayerVersion
+	name := "minbase"
+	if len(packages) > 0 {
+		id += "\x00" + strings.Join(packages, ",")
+		name += "+" + strings.Join(packages, "+")
+	}
+	h := sha256.Sum256([]byte(id))
+	return fmt.Sprintf("debian-%s-%s-v%s-%s", DebianSuite, name, debianLayerVersion, hex.EncodeToString(h[:6]))
 }
 
 // debianMirror is EnvDebianMirror, else the first apt source for DebianSuite whose
@@ -299,7 +318,7 @@ func removeStale(t testing.TB, dir, key string) {
 
 // buildDebianLayer debootstraps into a temporary directory in dir, writes the tree
 // as base.tar.gz (temporary file, then rename) and finally base.json.
-func buildDebianLayer(ctx context.Context, t testing.TB, dir, key, mirror string) (layerMeta, error) {
+func buildDebianLayer(ctx context.Context, t testing.TB, dir, key, mirror string, packages []string) (layerMeta, error) {
 	start := time.Now()
 	rootfs, err := os.MkdirTemp(dir, key+".rootfs-tmp")
 	if err != nil {
@@ -310,7 +329,7 @@ func buildDebianLayer(ctx context.Context, t testing.TB, dir, key, mirror string
 			t.Logf("imagetest: remove %s: %v", rootfs, err)
 		}
 	}()
-	if err := debootstrap(ctx, rootfs, mirror); err != nil {
+	if err := debootstrap(ctx, rootfs, mirror, packages); err != nil {
 		return layerMeta{}, err
 	}
 	t.Logf("imagetest: debootstrap %s took %s", DebianSuite, time.Since(start).Round(time.Millisecond))
@@ -348,10 +367,14 @@ func buildDebianLayer(ctx context.Context, t testing.TB, dir, key, mirror string
 }
 
 // debootstrap runs debootstrap --variant=minbase into rootfs.
-func debootstrap(ctx context.Context, rootfs, mirror string) error {
+func debootstrap(ctx context.Context, rootfs, mirror string, packages []string) error {
 	ctx, cancel := context.WithTimeout(ctx, debootstrapTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "debootstrap", "--variant=minbase", DebianSuite, rootfs, mirror)
+	args := []string{"--variant=minbase"}
+	if len(packages) > 0 {
+		args = append(args, "--include="+strings.Join(packages, ","))
+	}
+	cmd := exec.CommandContext(ctx, "debootstrap", append(args, DebianSuite, rootfs, mirror)...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.WaitDelay = 10 * time.Second
@@ -360,7 +383,7 @@ func debootstrap(ctx context.Context, rootfs, mirror string) error {
 		if len(tail) > 4000 {
 			tail = "…" + tail[len(tail)-4000:]
 		}
-		return fmt.Errorf("debootstrap --variant=minbase %s %s: %w\n%s", DebianSuite, mirror, err, tail)
+		return fmt.Errorf("debootstrap %s %s %s: %w\n%s", strings.Join(args, " "), DebianSuite, mirror, err, tail)
 	}
 	return nil
 }

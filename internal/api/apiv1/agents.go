@@ -1,0 +1,247 @@
+package apiv1
+
+import "time"
+
+// Agent routes: harnesses, secrets and profiles (issue 6).
+const (
+	RouteBuildHarness  = "POST /v1/harnesses/build" // BuildHarnessRequest -> Harness (200; may take minutes)
+	RouteAddHarness    = "POST /v1/harnesses"       // tar or tar.gz of a directory holding harness.json -> Harness
+	RouteListHarnesses = "GET /v1/harnesses"        // -> HarnessList
+	RouteGetHarness    = "GET /v1/harnesses/{name}" // ?version= (default: the newest) -> Harness
+
+	RouteCreateSecret = "POST /v1/secrets"          // CreateSecretRequest -> Secret (201); the value is never returned
+	RouteListSecrets  = "GET /v1/secrets"           // -> SecretList
+	RouteDeleteSecret = "DELETE /v1/secrets/{name}" // name or id -> Secret
+
+	RouteCreateProfile = "POST /v1/profiles"          // CreateProfileRequest -> ProfileResponse (201)
+	RouteListProfiles  = "GET /v1/profiles"           // -> ProfileList
+	RouteGetProfile    = "GET /v1/profiles/{name}"    // name or id -> ProfileResponse
+	RouteUpdateProfile = "PUT /v1/profiles/{name}"    // UpdateProfileRequest -> ProfileResponse (409 if the version moved)
+	RouteDeleteProfile = "DELETE /v1/profiles/{name}" // -> Profile
+)
+
+// BuildHarnessRequest builds a built-in harness from its npm package.
+type BuildHarnessRequest struct {
+	Name    string `json:"name"`              // claude-code, codex or shell
+	Version string `json:"version,omitempty"` // exact version or npm dist-tag; "" = latest
+	Libc    string `json:"libc,omitempty"`    // claude-code only: glibc (default) or musl
+}
+
+// Harness is a registered harness bundle and what its descriptor says.
+type Harness struct {
+	ID          string              `json:"id"`
+	Name        string              `json:"name"`
+	Version     string              `json:"version"`
+	Protocol    string              `json:"protocol"`
+	Entrypoint  []string            `json:"entrypoint"`
+	Models      []string            `json:"models"` // the default first; "*" admits any model
+	Modes       []string            `json:"modes"`  // the default first
+	Credentials []HarnessCredential `json:"credentials"`
+	Hosts       []string            `json:"hosts"` // hosts the harness talks to
+	Requires    HarnessRequires     `json:"requires"`
+	Digest      string              `json:"digest"`
+	SizeBytes   int64               `json:"size_bytes"`
+	Builtin     bool                `json:"builtin"`
+	CreatedAt   time.Time           `json:"created_at"`
+}
+
+// HarnessCredential is a secret a harness needs, by kind.
+type HarnessCredential struct {
+	Kind       string `json:"kind"`                   // e.g. anthropic_api_key
+	Env        string `json:"env"`                    // the variable the harness reads it from
+	BaseURLEnv string `json:"base_url_env,omitempty"` // the variable pointing it at its provider
+}
+
+// HarnessRequires is what a harness needs of an image.
+type HarnessRequires struct {
+	Libc     string   `json:"libc"` // glibc, musl or none (runs anywhere)
+	GlibcMin string   `json:"glibc_min,omitempty"`
+	Libs     []string `json:"libs,omitempty"`
+}
+
+// HarnessList answers RouteListHarnesses.
+type HarnessList struct {
+	Harnesses []Harness `json:"harnesses"`
+}
+
+// Secret kinds.
+const (
+	SecretAnthropicAPIKey = "anthropic_api_key"
+	SecretOpenAIAPIKey    = "openai_api_key"
+	SecretGitHTTPS        = "git_https"
+	SecretGeneric         = "generic"
+)
+
+// SecretMeta is what is not secret about a secret.
+type SecretMeta struct {
+	BaseURL  string `json:"base_url,omitempty"` // where the key is used (model keys default to the provider's API)
+	Username string `json:"username,omitempty"` // git_https: the login name
+	Host     string `json:"host,omitempty"`     // git_https: the git host it is for (host[:port])
+}
+
+// CreateSecretRequest stores a secret. Value is sealed at rest and never
+// returned, logged or quoted.
+type CreateSecretRequest struct {
+	Name  string     `json:"name"`
+	Kind  string     `json:"kind"` // Secret*
+	Value string     `json:"value"`
+	Meta  SecretMeta `json:"meta"`
+}
+
+// Secret is a secret as shown: never its value.
+type Secret struct {
+	ID        string     `json:"id"`
+	Name      string     `json:"name"`
+	Kind      string     `json:"kind"`
+	Meta      SecretMeta `json:"meta"`
+	UsedBy    []string   `json:"used_by,omitempty"` // profiles naming it
+	CreatedAt time.Time  `json:"created_at"`
+	DeletedAt time.Time  `json:"deleted_at,omitzero"`
+}
+
+// SecretList answers RouteListSecrets.
+type SecretList struct {
+	Secrets []Secret `json:"secrets"`
+}
+
+// ProfileSpec is an admin-curated recipe for tasks.
+type ProfileSpec struct {
+	Image        string            `json:"image"`                    // an enabled image's name
+	Harness      string            `json:"harness"`                  // NAME (the newest) or NAME@VERSION
+	Model        string            `json:"model,omitempty"`          // "" = the harness's default
+	Mode         string            `json:"mode,omitempty"`           // "" = the harness's default
+	Repos        []ProfileRepo     `json:"repos,omitempty"`          // cloned by the coordinator
+	Env          map[string]string `json:"env,omitempty"`            // not secret
+	Egress       []string          `json:"egress,omitempty"`         // host[:port] allowlist
+	Credentials  []string          `json:"credentials,omitempty"`    // secret names: the harness's model keys
+	Skills       []string          `json:"skills,omitempty"`         // recorded; not mounted yet
+	Apps         []ProfileApp      `json:"apps,omitempty"`           // recorded; not exposed yet
+	IdleTimeoutS int               `json:"idle_timeout_s,omitempty"` // 0: server default; -1: never
+}
+
+// ProfileRepo is a git repository a task starts with.
+type ProfileRepo struct {
+	URL        string `json:"url"`                  // http or https
+	Ref        string `json:"ref,omitempty"`        // "" = the default branch
+	Path       string `json:"path,omitempty"`       // one path component; "" = the URL's last element without .git
+	Credential string `json:"credential,omitempty"` // a git_https secret's name
+}
+
+// ProfileApp is a port inside the guest that serves an app.
+type ProfileApp struct {
+	Name string `json:"name"`
+	Port int    `json:"port"`
+}
+
+// Profile is a stored profile.
+type Profile struct {
+	ID        string      `json:"id"`
+	Name      string      `json:"name"`
+	Spec      ProfileSpec `json:"spec"`
+	Version   int64       `json:"version"` // bumped by every edit
+	CreatedAt time.Time   `json:"created_at"`
+	UpdatedAt time.Time   `json:"updated_at"`
+	DeletedAt time.Time   `json:"deleted_at,omitzero"`
+}
+
+// CreateProfileRequest is the body of RouteCreateProfile.
+type CreateProfileRequest struct {
+	Name string      `json:"name"`
+	Spec ProfileSpec `json:"spec"`
+}
+
+// UpdateProfileRequest replaces a profile's spec; Version is the version
+// the edit was made from.
+type UpdateProfileRequest struct {
+	Spec    ProfileSpec `json:"spec"`
+	Version int64       `json:"version"`
+}
+
+// ProfileResponse is a profile with what it grants now. Problems lists what
+// keeps tasks from starting with it (something it names was deleted or
+// changed since it was saved); the receipt is then partial.
+type ProfileResponse struct {
+	Profile  Profile  `json:"profile"`
+	Receipt  Receipt  `json:"receipt"`
+	Problems []string `json:"problems,omitempty"`
+}
+
+// ProfileList answers RouteListProfiles.
+type ProfileList struct {
+	Profiles []Profile `json:"profiles"`
+}
+
+// Receipt says what a task started from a profile gets, resolved against
+// the registered images, harnesses and secrets.
+type Receipt struct {
+	Image        ReceiptImage        `json:"image"`
+	Harness      ReceiptHarness      `json:"harness"`
+	Model        string              `json:"model,omitempty"` // effective: the profile's or the harness's default
+	Mode         string              `json:"mode,omitempty"`
+	Powers       []string            `json:"powers"` // plain sentences
+	Hosts        []ReceiptHost       `json:"hosts"`
+	Credentials  []ReceiptCredential `json:"credentials"`
+	Repos        []ProfileRepo       `json:"repos"`
+	Env          []string            `json:"env"` // names only
+	Skills       []ReceiptSkill      `json:"skills"`
+	Apps         []ReceiptApp        `json:"apps"`
+	IdleTimeoutS int                 `json:"idle_timeout_s,omitempty"`
+}
+
+// ReceiptImage is the image a task starts from.
+type ReceiptImage struct {
+	ID     string `json:"id,omitempty"`
+	Name   string `json:"name"`
+	Ref    string `json:"ref,omitempty"`
+	Digest string `json:"digest,omitempty"` // "" while the image is being enabled
+	Libc   string `json:"libc,omitempty"`
+}
+
+// ReceiptHarness is the registered bundle the profile's harness resolves to.
+type ReceiptHarness struct {
+	ID       string `json:"id,omitempty"`
+	Name     string `json:"name"`
+	Version  string `json:"version,omitempty"`
+	Digest   string `json:"digest,omitempty"`
+	Protocol string `json:"protocol,omitempty"`
+}
+
+// ReceiptHost is a host named by the profile or its harness, and whether
+// the guest can reach it.
+type ReceiptHost struct {
+	Host      string `json:"host"`
+	Why       string `json:"why"`       // what names it
+	Reachable bool   `json:"reachable"` // from the guest
+	Enforced  bool   `json:"enforced"`  // the platform makes it so, whatever runs in the guest
+	Reason    string `json:"reason"`    // plain: how, or why not
+}
+
+// Credential deliveries.
+const (
+	DeliveryGateway = "gateway-injected"  // the guest sees a placeholder; the model gateway adds the key
+	DeliveryClone   = "coordinator-clone" // the coordinator clones with it; never in the guest
+	DeliveryEnv     = "guest-env"         // in the guest's environment (none today)
+)
+
+// ReceiptCredential is a secret the profile names and how a task uses it.
+type ReceiptCredential struct {
+	Name     string `json:"name"`
+	SecretID string `json:"secret_id,omitempty"`
+	Kind     string `json:"kind"`
+	Delivery string `json:"delivery"`      // Delivery*
+	Env      string `json:"env,omitempty"` // the variable the guest sees (a placeholder for gateway-injected keys)
+	Detail   string `json:"detail"`        // plain sentence
+}
+
+// ReceiptSkill is a skill bundle the profile names.
+type ReceiptSkill struct {
+	Name    string `json:"name"`
+	Mounted bool   `json:"mounted"` // false: not built yet
+}
+
+// ReceiptApp is an app port the profile names.
+type ReceiptApp struct {
+	Name    string `json:"name"`
+	Port    int    `json:"port"`
+	Exposed bool   `json:"exposed"` // false: not built yet
+}

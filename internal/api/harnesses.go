@@ -1,0 +1,102 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/harness"
+)
+
+// buildHarness builds a built-in harness; the answer may take minutes (a
+// first build downloads the npm packages).
+func (s *Server) buildHarness(w http.ResponseWriter, r *http.Request) {
+	var req apiv1.BuildHarnessRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	v, err := s.co.BuildHarness(r.Context(), coordinator.BuildHarnessRequest{Name: req.Name, Version: req.Version, Libc: req.Libc})
+	if err != nil {
+		s.failHarness(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, harnessOut(v))
+}
+
+// addHarness registers a custom harness from a tar or tar.gz body.
+func (s *Server) addHarness(w http.ResponseWriter, r *http.Request) {
+	if ct := r.Header.Get("Content-Type"); strings.HasPrefix(ct, "application/json") {
+		writeError(w, http.StatusBadRequest, "bad_request",
+			"send a tar (or tar.gz) of the harness's directory, harness.json at its root; to build a built-in harness, POST "+
+				strings.TrimPrefix(apiv1.RouteBuildHarness, "POST "))
+		return
+	}
+	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxFileBytes)
+	v, err := s.co.AddHarness(r.Context(), body)
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		writeError(w, http.StatusRequestEntityTooLarge, "too_large", "the upload is over "+itoa(s.cfg.MaxFileBytes)+" bytes")
+		return
+	}
+	if err != nil {
+		s.failHarness(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, harnessOut(v))
+}
+
+// failHarness is fail, with an unreachable npm registry a 503.
+func (s *Server) failHarness(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, harness.ErrRegistry) {
+		writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
+		return
+	}
+	s.fail(w, r, err)
+}
+
+func (s *Server) listHarnesses(w http.ResponseWriter, r *http.Request) {
+	vs, err := s.co.Harnesses(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := apiv1.HarnessList{Harnesses: make([]apiv1.Harness, 0, len(vs))}
+	for _, v := range vs {
+		out.Harnesses = append(out.Harnesses, harnessOut(v))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) getHarness(w http.ResponseWriter, r *http.Request) {
+	v, err := s.co.Harness(r.Context(), r.PathValue("name"), r.URL.Query().Get("version"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, harnessOut(v))
+}
+
+func harnessOut(v coordinator.HarnessView) apiv1.Harness {
+	d, h := v.Descriptor, v.Harness
+	out := apiv1.Harness{
+		ID: h.ID, Name: h.Name, Version: h.Version, Protocol: d.Protocol, Entrypoint: orEmpty(d.Entrypoint),
+		Models: orEmpty(d.Models), Modes: orEmpty(d.Modes), Hosts: orEmpty(d.Hosts),
+		Credentials: make([]apiv1.HarnessCredential, 0, len(d.Credentials)),
+		Requires:    apiv1.HarnessRequires{Libc: d.Requires.Libc, GlibcMin: d.Requires.GlibcMin, Libs: d.Requires.Libs},
+		Digest:      h.Digest, SizeBytes: v.SizeBytes, Builtin: h.Builtin, CreatedAt: h.CreatedAt,
+	}
+	for _, c := range d.Credentials {
+		out.Credentials = append(out.Credentials, apiv1.HarnessCredential{Kind: c.Kind, Env: c.Env, BaseURLEnv: c.BaseURLEnv})
+	}
+	return out
+}
+
+// orEmpty makes a nil list an empty one, so JSON shows [] rather than null.
+func orEmpty[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}

@@ -1,0 +1,99 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/harness"
+	"github.com/engrams/engrams/internal/store"
+)
+
+// seedProfiles registers image py, harness claude-code@2.1.0 and secrets
+// ant (Anthropic) and gh (git).
+func seedProfiles(t *testing.T, a *agentAPI) {
+	t.Helper()
+	ctx := context.Background()
+	if err := a.st.CreateImage(ctx, store.Image{ID: "img-py", Name: "py", Ref: "reg/python:3.12", Digest: "sha256:py",
+		Config: json.RawMessage(`{"libc":"glibc"}`), Manifests: json.RawMessage(`{"rootfs":{}}`), BaseID: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	d := harness.Descriptor{Format: 1, Name: "claude-code", Version: "2.1.0", Entrypoint: []string{"bin/claude"},
+		Protocol: harness.ProtocolClaudeStreamJSON, Models: []string{"sonnet", "opus"}, Modes: []string{"bypassPermissions"},
+		Credentials: []harness.Credential{{Kind: "anthropic_api_key", Env: "ANTHROPIC_API_KEY", BaseURLEnv: "ANTHROPIC_BASE_URL"}},
+		Hosts:       []string{"api.anthropic.com:443"}, Requires: harness.Requires{Libc: harness.LibcGlibc}}
+	desc, err := d.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.st.PutHarness(ctx, store.Harness{ID: "h1", Name: d.Name, Version: d.Version, Descriptor: desc,
+		Manifest: json.RawMessage(`{"version":2,"chunk_size":4194304,"size":0,"chunks":[]}`), Digest: "sha256:cc", Builtin: true, CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []coordinator.SecretRequest{{Name: "ant", Kind: "anthropic_api_key"}, {Name: "gh", Kind: "git_https"}} {
+		s.Value = []byte(apiKey)
+		if _, err := a.co.CreateSecret(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestProfileRoutes(t *testing.T) {
+	t.Parallel()
+	a := newAgentAPI(t, agentOpts{})
+	seedProfiles(t, a)
+	spec := `{"image":"py","harness":"claude-code","credentials":["ant"],"repos":[{"url":"https://github.com/acme/app.git","credential":"gh"}],` +
+		`"env":{"LOG_LEVEL":"debug"},"egress":["pypi.org"]}`
+	steps := []struct {
+		what, method, target, body string
+		status                     int
+		contains, lacks            []string
+	}{
+		{"create", "POST", "/v1/profiles", `{"name":"rev","spec":` + spec + `}`, 201, []string{
+			`"profile":{"id":`, `"name":"rev"`, `"version":1`, `"path":"app"`,
+			`"receipt":{"image":{"id":"img-py","name":"py","ref":"reg/python:3.12","digest":"sha256:py","libc":"glibc"}`,
+			`"harness":{"id":"h1","name":"claude-code","version":"2.1.0","digest":"sha256:cc","protocol":"claude-stream-json"}`,
+			`"model":"sonnet"`, `"delivery":"gateway-injected"`, `"delivery":"coordinator-clone"`, `"env":["LOG_LEVEL"]`,
+			`"host":"pypi.org"`, `"reachable":false`, `"skills":[]`, `"apps":[]`}, []string{"problems", apiKey}},
+		{"taken", "POST", "/v1/profiles", `{"name":"rev","spec":` + spec + `}`, 409, []string{"a profile named rev exists"}, nil},
+		{"invalid", "POST", "/v1/profiles", `{"name":"bad","spec":{"image":"nope","harness":"claude-code","model":"gpt"}}`, 400, []string{
+			`"code":"bad_request"`, "profile bad has 3 problems", `image \"nope\"`, `model \"gpt\"`, "needs a credential of kind anthropic_api_key"}, nil},
+		{"unknown spec field", "POST", "/v1/profiles", `{"name":"x","spec":{"imgae":"py"}}`, 400, []string{`unknown field \"imgae\"`}, nil},
+		{"get", "GET", "/v1/profiles/rev", "", 200, []string{`"receipt":{`, `"powers":["runs as root`}, []string{"problems"}},
+		{"list", "GET", "/v1/profiles", "", 200, []string{`"profiles":[{`, `"name":"rev"`, `"LOG_LEVEL":"debug"`}, []string{"receipt"}},
+		{"edit", "PUT", "/v1/profiles/rev", `{"version":1,"spec":{"image":"py","harness":"claude-code","model":"opus","credentials":["ant"]}}`, 200,
+			[]string{`"version":2`, `"model":"opus"`, `"repos":[]`}, nil},
+		{"stale edit", "PUT", "/v1/profiles/rev", `{"version":1,"spec":{"image":"py","harness":"claude-code","credentials":["ant"]}}`, 409,
+			[]string{"changed since version 1 (it is at version 2 now)"}, nil},
+		{"edit without version", "PUT", "/v1/profiles/rev", `{"spec":{}}`, 400, []string{"send the version the edit was made from"}, nil},
+		{"edit unknown", "PUT", "/v1/profiles/nope", `{"version":1,"spec":{}}`, 404, nil, nil},
+		{"delete secret", "DELETE", "/v1/secrets/ant", "", 200, []string{`"used_by":["rev"]`}, nil},
+		{"get with problems", "GET", "/v1/profiles/rev", "", 200, []string{`"problems":["credentials: no secret \"ant\"`}, nil},
+		{"delete", "DELETE", "/v1/profiles/rev", "", 200, []string{`"name":"rev"`, `"deleted_at":`, `"version":2`}, []string{"receipt"}},
+		{"get deleted", "GET", "/v1/profiles/rev", "", 404, nil, nil},
+		{"list after", "GET", "/v1/profiles", "", 200, []string{`"profiles":[]`}, nil},
+	}
+	for _, s := range steps {
+		check(t, s.what, a.do(s.method, s.target, "application/json", strings.NewReader(s.body)), s.status, s.contains, s.lacks)
+	}
+}
+
+// TestProfileResponseShape decodes a created profile into the wire types.
+func TestProfileResponseShape(t *testing.T) {
+	t.Parallel()
+	a := newAgentAPI(t, agentOpts{})
+	seedProfiles(t, a)
+	rec := a.do("POST", "/v1/profiles", "application/json", strings.NewReader(`{"name":"p","spec":{"image":"py","harness":"claude-code@2.1.0","credentials":["ant"]}}`))
+	var r apiv1.ProfileResponse
+	if err := json.Unmarshal(rec.Body.Bytes(), &r); err != nil || rec.Code != 201 {
+		t.Fatalf("%d %s: %v", rec.Code, rec.Body, err)
+	}
+	if r.Profile.Spec.Harness != "claude-code@2.1.0" || r.Receipt.Mode != "bypassPermissions" || len(r.Receipt.Hosts) != 1 ||
+		!r.Receipt.Hosts[0].Reachable || r.Receipt.Credentials[0].Env != "ANTHROPIC_API_KEY" || r.Receipt.Credentials[0].SecretID == "" {
+		t.Errorf("answer %+v", r)
+	}
+}

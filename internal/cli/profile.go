@@ -1,0 +1,526 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/engrams/engrams/internal/api/apiv1"
+)
+
+func (a *app) profileCmd() *cobra.Command {
+	cmd := group("profile", "Curate what agent tasks get: image, harness, model, repos, credentials",
+		`A profile is the recipe a task starts from: the image its VM starts from,
+the harness (agent) and its model and mode, the repositories cloned for it,
+its environment, the credentials it may use and the skills and apps it has.
+Everything it names is checked when it is saved, and `+"`engrams profile show`"+`
+prints the grant receipt: what a task started from it can do and reach,
+and how each credential is delivered.`)
+	cmd.Aliases = []string{"profiles"}
+	cmd.Annotations = map[string]string{
+		annNotFound: "list profiles with `engrams profile list`",
+		annConflict: "the profile changed or its name is taken: check it with `engrams profile show NAME`",
+	}
+	cmd.AddCommand(a.profileCreateCmd(), a.profileListCmd(), a.profileShowCmd(), a.profileEditCmd(), a.profileDeleteCmd())
+	return cmd
+}
+
+// profileFlags are the spec flags of `profile create` and `profile edit`.
+type profileFlags struct {
+	image, harness, model, mode, idle, fromFile        string
+	repos, repoCreds, env, egress, creds, skills, apps []string
+}
+
+func (f *profileFlags) register(fl *pflag.FlagSet) {
+	fl.StringVar(&f.image, "image", "", "the enabled image `NAME` tasks start from")
+	fl.StringVar(&f.harness, "harness", "", "the `HARNESS`: NAME (the newest registered) or NAME@VERSION")
+	fl.StringVar(&f.model, "model", "", "the `MODEL` (default: the harness's first; see engrams harness show)")
+	fl.StringVar(&f.mode, "mode", "", "the harness's `MODE` (default: its first)")
+	fl.StringArrayVar(&f.repos, "repo", nil, "a repository `URL[#REF][=PATH]` to clone (repeatable; PATH defaults to the URL's last element without .git)")
+	fl.StringArrayVar(&f.repoCreds, "repo-credential", nil, "`PATH=SECRET`: clone the repo at PATH with this git_https secret (repeatable)")
+	fl.StringArrayVar(&f.env, "env", nil, "environment variable `KEY=VALUE`, not secret (repeatable)")
+	fl.StringArrayVar(&f.egress, "egress", nil, "`HOST[:PORT]` tasks may reach (repeatable; recorded, not reachable yet)")
+	fl.StringArrayVar(&f.creds, "credential", nil, "`SECRET` holding a model key the harness needs (repeatable)")
+	fl.StringArrayVar(&f.skills, "skill", nil, "skill bundle `NAME[@VERSION]` (repeatable; recorded, not mounted yet)")
+	fl.StringArrayVar(&f.apps, "app", nil, "app `NAME:PORT` served in the VM (repeatable; recorded, not exposed yet)")
+	fl.StringVar(&f.idle, "idle-timeout", "", "suspend tasks idle this long, e.g. 15m (0: the server's default; never: don't)")
+	fl.StringVar(&f.fromFile, "from-file", "", "read the whole spec from `FILE` (JSON, as in --json; - for stdin); other flags then change it")
+}
+
+// anySet reports whether any spec flag was given.
+func (f *profileFlags) anySet(cmd *cobra.Command) bool {
+	for _, n := range []string{"image", "harness", "model", "mode", "repo", "repo-credential", "env", "egress", "credential", "skill", "app", "idle-timeout", "from-file"} {
+		if cmd.Flags().Changed(n) {
+			return true
+		}
+	}
+	return false
+}
+
+const profileFlagsHelp = `Lists (--repo, --env, --egress, --credential, --skill, --app) are given by
+repeating the flag; on edit, a list flag replaces that whole list (give it
+once with an empty value to clear it, e.g. --egress ''), and
+--repo-credential PATH=SECRET changes one repo's credential (PATH= drops it).`
+
+// spec builds the spec: base (or --from-file's), then every flag given.
+func (f *profileFlags) spec(cmd *cobra.Command, base apiv1.ProfileSpec) (apiv1.ProfileSpec, error) {
+	spec := base
+	if f.fromFile != "" {
+		var err error
+		if spec, err = readSpecFile(cmd, f.fromFile); err != nil {
+			return spec, err
+		}
+	}
+	set := cmd.Flags().Changed
+	for _, s := range []struct {
+		flag     string
+		dst, src *string
+	}{{"image", &spec.Image, &f.image}, {"harness", &spec.Harness, &f.harness}, {"model", &spec.Model, &f.model}, {"mode", &spec.Mode, &f.mode}} {
+		if set(s.flag) {
+			*s.dst = *s.src
+		}
+	}
+	var err error
+	if set("repo") {
+		if spec.Repos, err = parseRepos(nonEmpty(f.repos)); err != nil {
+			return spec, err
+		}
+	}
+	if err := setRepoCredentials(spec.Repos, nonEmpty(f.repoCreds)); err != nil {
+		return spec, err
+	}
+	if set("env") {
+		if spec.Env, err = parseEnv(nonEmpty(f.env)); err != nil {
+			return spec, err
+		}
+	}
+	if set("app") {
+		if spec.Apps, err = parseApps(nonEmpty(f.apps)); err != nil {
+			return spec, err
+		}
+	}
+	for _, l := range []struct {
+		flag     string
+		dst, src *[]string
+	}{{"egress", &spec.Egress, &f.egress}, {"credential", &spec.Credentials, &f.creds}, {"skill", &spec.Skills, &f.skills}} {
+		if set(l.flag) {
+			*l.dst = nonEmpty(*l.src)
+		}
+	}
+	if set("idle-timeout") {
+		if spec.IdleTimeoutS, err = parseIdleTimeout(f.idle); err != nil {
+			return spec, err
+		}
+	}
+	return spec, nil
+}
+
+// nonEmpty drops empty values (a list flag given as ” clears the list).
+func nonEmpty(vals []string) []string {
+	var out []string
+	for _, v := range vals {
+		if strings.TrimSpace(v) != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// readSpecFile reads a ProfileSpec from a JSON file (- for stdin),
+// refusing unknown fields.
+func readSpecFile(cmd *cobra.Command, file string) (apiv1.ProfileSpec, error) {
+	var spec apiv1.ProfileSpec
+	var data []byte
+	var err error
+	if file == "-" {
+		data, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), 1<<20))
+	} else {
+		data, err = os.ReadFile(file)
+	}
+	if err != nil {
+		return spec, usageError{fmt.Errorf("--from-file: %w", err)}
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&spec); err != nil {
+		return spec, usageError{fmt.Errorf("--from-file %s: not a profile spec: %w", file, err)}
+	}
+	return spec, nil
+}
+
+// parseRepos reads --repo URL[#REF][=PATH] values.
+func parseRepos(vals []string) ([]apiv1.ProfileRepo, error) {
+	var out []apiv1.ProfileRepo
+	for _, v := range vals {
+		rest, p := v, ""
+		if i := strings.LastIndexByte(v, '='); i >= 0 {
+			rest, p = v[:i], v[i+1:]
+			if p == "" {
+				return nil, usageError{fmt.Errorf("--repo %q: the path after = is empty", v)}
+			}
+		}
+		u, ref, _ := strings.Cut(rest, "#")
+		if u == "" {
+			return nil, usageError{fmt.Errorf("--repo %q: want URL[#REF][=PATH], e.g. https://github.com/acme/app.git#main=app", v)}
+		}
+		out = append(out, apiv1.ProfileRepo{URL: u, Ref: ref, Path: p})
+	}
+	return out, nil
+}
+
+// repoPath is where a repo is cloned: its path, else the URL's last
+// element without .git (as the server derives it).
+func repoPath(r apiv1.ProfileRepo) string {
+	if r.Path != "" {
+		return r.Path
+	}
+	p := r.URL
+	if u, err := url.Parse(r.URL); err == nil {
+		p = u.Path
+	}
+	return strings.TrimSuffix(path.Base(strings.TrimRight(p, "/")), ".git")
+}
+
+// setRepoCredentials applies --repo-credential PATH=SECRET values.
+func setRepoCredentials(repos []apiv1.ProfileRepo, vals []string) error {
+	for _, v := range vals {
+		p, secret, ok := strings.Cut(v, "=")
+		if !ok || p == "" {
+			return usageError{fmt.Errorf("--repo-credential %q: want PATH=SECRET", v)}
+		}
+		found := false
+		paths := make([]string, 0, len(repos))
+		for i := range repos {
+			paths = append(paths, repoPath(repos[i]))
+			if repoPath(repos[i]) == p {
+				repos[i].Credential, found = secret, true
+			}
+		}
+		if !found {
+			return usageError{fmt.Errorf("--repo-credential %q: no repo has path %s (repos: %s)", v, p, strings.Join(paths, ", "))}
+		}
+	}
+	return nil
+}
+
+// parseApps reads --app NAME:PORT values.
+func parseApps(vals []string) ([]apiv1.ProfileApp, error) {
+	var out []apiv1.ProfileApp
+	for _, v := range vals {
+		name, port, ok := strings.Cut(v, ":")
+		n, err := strconv.Atoi(port)
+		if !ok || name == "" || err != nil {
+			return nil, usageError{fmt.Errorf("--app %q: want NAME:PORT, e.g. web:8080", v)}
+		}
+		out = append(out, apiv1.ProfileApp{Name: name, Port: n})
+	}
+	return out, nil
+}
+
+func (a *app) profileCreateCmd() *cobra.Command {
+	var f profileFlags
+	cmd := &cobra.Command{
+		Use:   "create NAME --image IMAGE --harness HARNESS [flags]",
+		Short: "Create a profile and print what it grants",
+		Long: `Create a profile. The server checks everything it names at once: the image
+is enabled, the harness is registered and runs on the image, the model and
+mode are the harness's, every credential is a secret of a kind the harness
+needs (and every kind it needs is given), repo credentials are git_https
+secrets, repo paths are unique, env names are valid and not the harness's
+credential variables, hosts and apps are well formed. On success it prints
+the grant receipt (see ` + "`engrams profile show`" + `).
+
+` + profileFlagsHelp,
+		Example: `  engrams profile create reviewer --image python --harness claude-code --credential anthropic \
+      --repo https://github.com/acme/app.git#main --repo-credential app=gh --env LOG_LEVEL=debug
+  engrams profile create coder --image node --harness codex@0.171.0 --model gpt-5.5 --credential openai
+  engrams profile create copy --from-file spec.json`,
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			spec, err := f.spec(cmd, apiv1.ProfileSpec{})
+			if err != nil {
+				return err
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			r, err := c.CreateProfile(cmd.Context(), apiv1.CreateProfileRequest{Name: args[0], Spec: spec})
+			if err != nil {
+				return fmt.Errorf("create profile %s: %w", args[0], err)
+			}
+			if a.jsonOut {
+				return printJSON(cmd.OutOrStdout(), r)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "created profile %s (version %d)\n\n", r.Profile.Name, r.Profile.Version)
+			return a.printReceipt(cmd.OutOrStdout(), r)
+		},
+	}
+	f.register(cmd.Flags())
+	return cmd
+}
+
+func (a *app) profileEditCmd() *cobra.Command {
+	var f profileFlags
+	cmd := &cobra.Command{
+		Use:   "edit NAME [flags]",
+		Short: "Change a profile (only what the flags say)",
+		Long: `Change a profile: read it, apply the flags given (--from-file replaces the
+whole spec, other flags then change it), check it again and save it as the
+next version. If someone else saved it in between, nothing is changed and
+the command says so: run it again.
+
+` + profileFlagsHelp,
+		Example: `  engrams profile edit reviewer --model opus
+  engrams profile edit reviewer --egress pypi.org --egress files.pythonhosted.org
+  engrams profile edit reviewer --egress ''
+  engrams profile edit reviewer --repo-credential app=gh-new`,
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !f.anySet(cmd) {
+				return usageError{errors.New("nothing to change: give the flags to change, or --from-file")}
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			cur, err := c.GetProfile(cmd.Context(), args[0])
+			if err != nil {
+				return fmt.Errorf("edit profile %s: %w", args[0], err)
+			}
+			spec, err := f.spec(cmd, cur.Profile.Spec)
+			if err != nil {
+				return err
+			}
+			r, err := c.UpdateProfile(cmd.Context(), cur.Profile.Name, apiv1.UpdateProfileRequest{Spec: spec, Version: cur.Profile.Version})
+			if err != nil {
+				return fmt.Errorf("edit profile %s: %w", args[0], err)
+			}
+			if a.jsonOut {
+				return printJSON(cmd.OutOrStdout(), r)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "updated profile %s to version %d\n\n", r.Profile.Name, r.Profile.Version)
+			return a.printReceipt(cmd.OutOrStdout(), r)
+		},
+	}
+	f.register(cmd.Flags())
+	return cmd
+}
+
+func (a *app) profileListCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List profiles",
+		Long:    "List profiles by name with their image, harness, model, mode, repos and credentials.",
+		Example: `  engrams profile list
+  engrams profile list --json | jq -r '.profiles[].name'`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			ps, err := c.ListProfiles(cmd.Context())
+			if err != nil {
+				return fmt.Errorf("list profiles: %w", err)
+			}
+			if a.jsonOut {
+				if ps == nil {
+					ps = []apiv1.Profile{}
+				}
+				return printJSON(cmd.OutOrStdout(), apiv1.ProfileList{Profiles: ps})
+			}
+			tw := newTable(cmd.OutOrStdout())
+			row(tw, "NAME", "IMAGE", "HARNESS", "MODEL", "MODE", "REPOS", "CREDENTIALS", "VERSION", "UPDATED")
+			for _, p := range ps {
+				s := p.Spec
+				paths := make([]string, 0, len(s.Repos))
+				for _, r := range s.Repos {
+					paths = append(paths, repoPath(r))
+				}
+				row(tw, p.Name, s.Image, s.Harness, s.Model, s.Mode, strings.Join(paths, ","), strings.Join(s.Credentials, ","), p.Version, a.when(p.UpdatedAt))
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func (a *app) profileShowCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "show NAME",
+		Short: "Show a profile's grant receipt: what its tasks can do and reach",
+		Long: `Show what a task started from the profile gets, resolved now: the image
+(and its digest), the harness version it resolves to, the model and mode,
+its powers in plain words, every host it names and whether the task can
+reach it (and whether that is enforced), each credential and how it is
+delivered, its repos, env names, skills and apps. Problems (something it
+names was deleted or changed) are listed first: tasks cannot start until
+they are fixed. --json prints the profile, receipt and problems.`,
+		Example: `  engrams profile show reviewer
+  engrams profile show reviewer --json | jq .receipt.hosts`,
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			r, err := c.GetProfile(cmd.Context(), args[0])
+			if err != nil {
+				return fmt.Errorf("show profile %s: %w", args[0], err)
+			}
+			if a.jsonOut {
+				return printJSON(cmd.OutOrStdout(), r)
+			}
+			return a.printReceipt(cmd.OutOrStdout(), r)
+		},
+	}
+}
+
+func (a *app) profileDeleteCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "delete NAME",
+		Short:   "Delete a profile",
+		Long:    "Delete a profile: no task starts from it again and its name is free. Tasks started from it keep their record of it.",
+		Example: `  engrams profile delete reviewer`,
+		Args:    usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			p, err := c.DeleteProfile(cmd.Context(), args[0])
+			if err != nil {
+				return fmt.Errorf("delete profile %s: %w", args[0], err)
+			}
+			if a.jsonOut {
+				return printJSON(cmd.OutOrStdout(), p)
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "deleted profile %s (%s)\n", p.Name, p.ID)
+			return err
+		},
+	}
+}
+
+// printReceipt prints a profile's grant receipt in plain sections.
+func (a *app) printReceipt(w io.Writer, r apiv1.ProfileResponse) error {
+	p, rc := r.Profile, r.Receipt
+	fmt.Fprintf(w, "Profile %s (version %d, id %s, updated %s)\n", p.Name, p.Version, p.ID, a.when(p.UpdatedAt))
+	if !p.DeletedAt.IsZero() {
+		fmt.Fprintf(w, "DELETED %s: no task starts from it\n", a.when(p.DeletedAt))
+	}
+	if len(r.Problems) > 0 {
+		fmt.Fprintln(w, "\nProblems (tasks cannot start until they are fixed):")
+		for _, pr := range r.Problems {
+			fmt.Fprintln(w, "  - "+strings.ReplaceAll(pr, "\n", "\n    "))
+		}
+	}
+	fmt.Fprintln(w)
+	tw := newTable(w)
+	row(tw, "Image:", imageLine(rc.Image))
+	row(tw, "Harness:", harnessLine(rc.Harness))
+	row(tw, "Model:", withDefault(rc.Model, p.Spec.Model))
+	row(tw, "Mode:", withDefault(rc.Mode, p.Spec.Mode))
+	row(tw, "Idle timeout:", idleTimeout(rc.IdleTimeoutS))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	section(w, "What a task can do", rc.Powers, func(s string) string { return s })
+	printHosts(w, rc.Hosts)
+	section(w, "Credentials", rc.Credentials, func(c apiv1.ReceiptCredential) string {
+		return fmt.Sprintf("%s (%s): %s", c.Name, c.Kind, c.Detail)
+	})
+	section(w, "Repos", rc.Repos, func(r apiv1.ProfileRepo) string {
+		s := repoPath(r) + ": " + r.URL + " at " + firstNonEmpty(r.Ref, "the default branch")
+		if r.Credential != "" {
+			s += ", cloned with " + r.Credential
+		}
+		return s
+	})
+	section(w, "Env (names; values in --json)", rc.Env, func(s string) string { return s })
+	section(w, "Skills", rc.Skills, func(s apiv1.ReceiptSkill) string { return s.Name + mountedNote(s.Mounted, "mounted") })
+	section(w, "Apps", rc.Apps, func(ap apiv1.ReceiptApp) string {
+		return fmt.Sprintf("%s on port %d%s", ap.Name, ap.Port, mountedNote(ap.Exposed, "exposed"))
+	})
+	return nil
+}
+
+func mountedNote(ok bool, what string) string {
+	if ok {
+		return ""
+	}
+	return " (not " + what + " yet)"
+}
+
+// section prints a titled list, "none" when empty.
+func section[T any](w io.Writer, title string, items []T, line func(T) string) {
+	if len(items) == 0 {
+		fmt.Fprintf(w, "\n%s: none\n", title)
+		return
+	}
+	fmt.Fprintf(w, "\n%s:\n", title)
+	for _, it := range items {
+		fmt.Fprintln(w, "  - "+line(it))
+	}
+}
+
+func printHosts(w io.Writer, hosts []apiv1.ReceiptHost) {
+	section(w, "Hosts", hosts, func(h apiv1.ReceiptHost) string {
+		state := "NOT reachable"
+		if h.Reachable {
+			state = "reachable"
+		}
+		if h.Enforced {
+			state += ", enforced"
+		} else {
+			state += ", not enforced"
+		}
+		return fmt.Sprintf("%s: %s (%s): %s", h.Host, state, h.Why, h.Reason)
+	})
+}
+
+func imageLine(im apiv1.ReceiptImage) string {
+	parts := []string{im.Name}
+	if im.Ref != "" {
+		parts = append(parts, im.Ref)
+	}
+	if im.Digest != "" {
+		parts = append(parts, shortDigest(im.Digest))
+	} else if im.ID != "" {
+		parts = append(parts, "(being enabled: no digest yet)")
+	}
+	return strings.Join(parts, "  ")
+}
+
+func harnessLine(h apiv1.ReceiptHarness) string {
+	s := h.Name
+	if h.Version != "" {
+		s += "@" + h.Version
+	}
+	if h.Protocol != "" {
+		s += "  (" + h.Protocol + ", " + shortDigest(h.Digest) + ")"
+	}
+	return s
+}
+
+// withDefault shows the effective model or mode, saying when it is the
+// harness's default.
+func withDefault(effective, asked string) string {
+	switch {
+	case effective == "":
+		return ""
+	case asked == "":
+		return effective + " (the harness's default)"
+	}
+	return effective
+}

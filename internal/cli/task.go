@@ -1,0 +1,347 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/internal/client"
+)
+
+func (a *app) taskCmd() *cobra.Command {
+	cmd := group("task", "Start agents on prompts, follow their conversation, see what they changed",
+		`A task is one agent's work: a profile (image, harness, model, repositories,
+credentials) and a prompt. It runs in a session of its own; its conversation
+is kept by the coordinator and continues across the session's suspends and
+resumes: `+"`engrams task send`"+` resumes a suspended session transparently.`)
+	cmd.Aliases = []string{"tasks", "t"}
+	cmd.Annotations = map[string]string{
+		annNotFound: "list tasks with `engrams task list`",
+		annConflict: "the task is not in a state that allows this; check it with `engrams task show ID`",
+	}
+	cmd.AddCommand(a.taskStartCmd(), a.taskListCmd(), a.taskShowCmd(), a.taskSendCmd(), a.taskDiffCmd(),
+		a.taskStopCmd(), a.taskFilesCmd())
+	return cmd
+}
+
+func (a *app) taskStartCmd() *cobra.Command {
+	var (
+		req    apiv1.StartTaskRequest
+		follow bool
+	)
+	cmd := &cobra.Command{
+		Use:   "start --profile P PROMPT",
+		Short: "Start an agent on a prompt and print the task's id",
+		Long: `Start a task: a session is created from the profile (its image, with the
+profile's harness bundle attached), the profile's repositories are cloned
+into /work, and the prompt goes to the agent. The command prints the task id
+at once; --follow streams the conversation until the agent is done with the
+prompt.`,
+		Example: `  engrams task start --profile go-service "add a /healthz endpoint"
+  engrams task start -p docs --follow "fix the typos in README.md"`,
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req.Prompt = args[0]
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			t, err := c.StartTask(cmd.Context(), req)
+			if err != nil {
+				return fmt.Errorf("start task: %w", err)
+			}
+			if a.jsonOut && !follow {
+				return printJSON(cmd.OutOrStdout(), t)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), t.ID)
+			if !follow {
+				return nil
+			}
+			return a.followTask(cmd, c, t.ID, 0)
+		},
+	}
+	cmd.Flags().StringVarP(&req.Profile, "profile", "p", "", "profile to start from (required)")
+	cmd.Flags().StringVar(&req.Title, "title", "", "title shown in task list (default: the prompt's first line)")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "stream the conversation until the agent is done with the prompt")
+	_ = cmd.MarkFlagRequired("profile")
+	return cmd
+}
+
+func (a *app) taskListCmd() *cobra.Command {
+	var profile, state string
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List tasks, oldest first",
+		Long: `List tasks, oldest first: id, state (starting, running, idle, stopped,
+failed), title, current session and when it last changed. --profile and
+--state narrow the list; --json prints every field.`,
+		Example: `  engrams task list
+  engrams task list --state running,idle
+  engrams task list --profile go-service --json`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			ts, err := c.ListTasks(cmd.Context(), profile, state)
+			if err != nil {
+				return fmt.Errorf("list tasks: %w", err)
+			}
+			if a.jsonOut {
+				return printJSON(cmd.OutOrStdout(), ts)
+			}
+			tw := newTable(cmd.OutOrStdout())
+			row(tw, "ID", "STATE", "TITLE", "SESSION", "UPDATED")
+			for _, t := range ts {
+				row(tw, t.ID, t.State, cut(t.Title, 50), t.SessionID, a.ago(t.UpdatedAt))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&profile, "profile", "", "only tasks of this profile")
+	cmd.Flags().StringVar(&state, "state", "", "only tasks in these states (comma-separated: starting,running,idle,stopped,failed)")
+	return cmd
+}
+
+func cut(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+func (a *app) taskShowCmd() *cobra.Command {
+	var follow bool
+	cmd := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show a task and its conversation",
+		Example: `  engrams task show 0193f2a1-...
+  engrams task show 0193f2a1-... --follow
+  engrams task show 0193f2a1-... --json | jq '.events[] | select(.type=="tool_call")'`,
+		Long: `Show a task: its state, session and the conversation so far (prompts,
+the agent's text, tool calls and results, files changed, usage, errors).
+--follow keeps streaming until the agent is done with the latest prompt.
+--json prints the task and its events as JSON.`,
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			t, err := c.GetTask(cmd.Context(), args[0])
+			if err != nil {
+				return fmt.Errorf("show task: %w", err)
+			}
+			if a.jsonOut {
+				var evs []apiv1.TaskEvent
+				if err := c.TaskEvents(cmd.Context(), t.ID, 0, false, func(e apiv1.TaskEvent) error {
+					evs = append(evs, e)
+					return nil
+				}); err != nil {
+					return fmt.Errorf("read task events: %w", err)
+				}
+				return printJSON(cmd.OutOrStdout(), struct {
+					apiv1.Task
+					Events []apiv1.TaskEvent `json:"events"`
+				}{t, evs})
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "task %s: %s\n", t.ID, t.Title)
+			fmt.Fprintf(w, "state: %s   session: %s   updated: %s\n", t.State, t.SessionID, a.whenAgo(t.UpdatedAt))
+			if t.Error != "" {
+				fmt.Fprintf(w, "error: %s\n", t.Error)
+			}
+			fmt.Fprintln(w)
+			if follow {
+				return a.followTask(cmd, c, t.ID, 0)
+			}
+			return c.TaskEvents(cmd.Context(), t.ID, 0, false, func(e apiv1.TaskEvent) error {
+				printTaskEvent(w, e)
+				return nil
+			})
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "stream the conversation until the agent is done with the latest prompt")
+	return cmd
+}
+
+// followTask prints a task's events from after until the agent finished
+// the latest prompt (an idle event after it), or the task stopped or failed.
+func (a *app) followTask(cmd *cobra.Command, c *client.Client, id string, after int64) error {
+	w := cmd.OutOrStdout()
+	pending := 0 // prompts not yet answered by an idle event
+	return c.TaskEvents(cmd.Context(), id, after, true, func(e apiv1.TaskEvent) error {
+		if a.jsonOut {
+			if err := json.NewEncoder(w).Encode(e); err != nil {
+				return err
+			}
+		} else {
+			printTaskEvent(w, e)
+		}
+		switch e.Type {
+		case "prompt":
+			pending++
+		case "idle":
+			if pending--; pending <= 0 {
+				return client.ErrStopFollowing
+			}
+		case "stopped", "setup_failed":
+			return client.ErrStopFollowing
+		}
+		return nil
+	})
+}
+
+func (a *app) taskSendCmd() *cobra.Command {
+	var follow bool
+	cmd := &cobra.Command{
+		Use:   "send ID TEXT",
+		Short: "Send a follow-up prompt (a suspended session resumes)",
+		Long: `Send a follow-up prompt to a task's agent. The conversation continues where
+it was: if the task's session was suspended (idle timeout, or
+` + "`engrams session suspend`" + `), it is resumed transparently, on any compatible host,
+and the agent gets the prompt with every earlier turn. --follow streams the
+answer until the agent is done with it.`,
+		Example: `  engrams task send 0193f2a1-... "now add a test for it"
+  engrams task send 0193f2a1-... --follow "what did you change?"`,
+		Args: usageArgs(cobra.ExactArgs(2)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			e, err := c.SendTask(cmd.Context(), args[0], args[1])
+			if err != nil {
+				return fmt.Errorf("send to task: %w", err)
+			}
+			if !follow {
+				if a.jsonOut {
+					return printJSON(cmd.OutOrStdout(), e)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "sent (event %d)\n", e.Seq)
+				return nil
+			}
+			return a.followTask(cmd, c, args[0], e.Seq-1)
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "stream the conversation until the agent is done with this prompt")
+	return cmd
+}
+
+func (a *app) taskDiffCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "diff ID",
+		Short: "Show the changes in the task's repositories (unified diff against the cloned commit)",
+		Example: `  engrams task diff 0193f2a1-...
+  engrams task diff 0193f2a1-... > agent.patch && git apply -p1 --directory=.. agent.patch`,
+		Long: `Print the changes the agent made in each repository the task cloned, as one
+unified diff against the commit it was cloned at: modified, added (also
+untracked) and deleted files; ignored files are left out. Paths are relative
+to /work, so the output applies with ` + "`git apply -p1`" + ` from a directory holding the
+repositories. A suspended session resumes to answer.`,
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			d, err := c.TaskDiff(cmd.Context(), args[0])
+			if err != nil {
+				return fmt.Errorf("diff task: %w", err)
+			}
+			if a.jsonOut {
+				return printJSON(cmd.OutOrStdout(), d)
+			}
+			if len(d.Repos) == 0 {
+				fmt.Fprintln(cmd.ErrOrStderr(), "the task cloned no repositories")
+			}
+			for _, r := range d.Repos {
+				_, _ = io.WriteString(cmd.OutOrStdout(), r.Patch())
+			}
+			return nil
+		},
+	}
+}
+
+func (a *app) taskStopCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "stop ID",
+		Short: "Interrupt the agent and stop the task (its session is suspended)",
+		Long: `Stop a task: the agent's current turn is interrupted, the task is marked
+stopped and its session suspended (its files stay: task diff and task files
+still work). A stopped task takes no more prompts.`,
+		Example: `  engrams task stop 0193f2a1-...`,
+		Args:    usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			t, err := c.StopTask(cmd.Context(), args[0])
+			if err != nil {
+				return fmt.Errorf("stop task: %w", err)
+			}
+			if a.jsonOut {
+				return printJSON(cmd.OutOrStdout(), t)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "task %s %s\n", t.ID, t.State)
+			return nil
+		},
+	}
+}
+
+func (a *app) taskFilesCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "files ID [PATH]",
+		Short: "Print a file of the task's session, or list a directory",
+		Example: `  engrams task files 0193f2a1-...
+  engrams task files 0193f2a1-... app/hello.txt
+  engrams task files 0193f2a1-... app --json`,
+		Long: `Print a file from the task's session to stdout, or list a directory (as JSON
+with --json). PATH is relative to /work, where the repositories are cloned
+(default: /work itself). A suspended session resumes to answer.`,
+		Args: usageArgs(cobra.RangeArgs(1, 2)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			p := ""
+			if len(args) == 2 {
+				p = args[1]
+			}
+			var buf strings.Builder
+			isDir, err := c.TaskFile(cmd.Context(), args[0], p, &buf)
+			if err != nil {
+				return fmt.Errorf("read task file: %w", err)
+			}
+			if !isDir || a.jsonOut {
+				_, err = io.WriteString(cmd.OutOrStdout(), buf.String())
+				return err
+			}
+			var list []struct {
+				Name  string `json:"name"`
+				Size  int64  `json:"size"`
+				Mode  string `json:"mode"`
+				IsDir bool   `json:"is_dir"`
+			}
+			if err := json.Unmarshal([]byte(buf.String()), &list); err != nil {
+				return fmt.Errorf("decode directory listing: %w", err)
+			}
+			tw := newTable(cmd.OutOrStdout())
+			for _, f := range list {
+				name := f.Name
+				if f.IsDir {
+					name += "/"
+				}
+				row(tw, f.Mode, f.Size, name)
+			}
+			return tw.Flush()
+		},
+	}
+}

@@ -1,0 +1,158 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/engrams/engrams/internal/api/apiv1"
+)
+
+// StartTask starts an agent on a prompt from a profile. It returns once the
+// task is recorded; its session starts in the background (follow it with
+// TaskEvents).
+func (c *Client) StartTask(ctx context.Context, req apiv1.StartTaskRequest) (apiv1.Task, error) {
+	var t apiv1.Task
+	err := c.call(ctx, http.MethodPost, routePath(apiv1.RouteStartTask, ""), nil, req, &t)
+	return t, err
+}
+
+// ListTasks lists tasks oldest first, narrowed by profile and states ("" for all).
+func (c *Client) ListTasks(ctx context.Context, profile, states string) ([]apiv1.Task, error) {
+	q := url.Values{}
+	if profile != "" {
+		q.Set("profile", profile)
+	}
+	if states != "" {
+		q.Set("state", states)
+	}
+	var l apiv1.TaskList
+	err := c.call(ctx, http.MethodGet, routePath(apiv1.RouteListTasks, ""), q, nil, &l)
+	return l.Tasks, err
+}
+
+// GetTask returns a task with its receipt and sessions.
+func (c *Client) GetTask(ctx context.Context, id string) (apiv1.Task, error) {
+	var t apiv1.Task
+	err := c.call(ctx, http.MethodGet, routePath(apiv1.RouteGetTask, id), nil, nil, &t)
+	return t, err
+}
+
+// SendTask adds a follow-up prompt; a suspended session resumes to take it.
+func (c *Client) SendTask(ctx context.Context, id, text string) (apiv1.TaskEvent, error) {
+	var e apiv1.TaskEvent
+	err := c.call(ctx, http.MethodPost, routePath(apiv1.RouteSendTask, id), nil, apiv1.SendTaskRequest{Text: text}, &e)
+	return e, err
+}
+
+// StopTask interrupts the agent and stops the task.
+func (c *Client) StopTask(ctx context.Context, id string) (apiv1.Task, error) {
+	var t apiv1.Task
+	err := c.call(ctx, http.MethodPost, routePath(apiv1.RouteStopTask, id), nil, nil, &t)
+	return t, err
+}
+
+// TaskDiff returns each cloned repository's changes against its base commit.
+func (c *Client) TaskDiff(ctx context.Context, id string) (apiv1.TaskDiff, error) {
+	var d apiv1.TaskDiff
+	err := c.call(ctx, http.MethodGet, routePath(apiv1.RouteTaskDiff, id), nil, nil, &d)
+	return d, err
+}
+
+// TaskFile streams a file (or a directory listing, as JSON) of the task's
+// session into w; path is relative to the task's workdir. It reports
+// whether path was a directory.
+func (c *Client) TaskFile(ctx context.Context, id, path string, w io.Writer) (isDir bool, err error) {
+	resp, err := c.send(ctx, http.MethodGet, routePath(apiv1.RouteTaskFiles, id), url.Values{"path": {path}}, nil, "", nil)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	_, err = io.Copy(w, resp.Body)
+	return resp.Header.Get("Content-Type") == "application/json", err
+}
+
+// TaskEvents calls fn with each event of task id after afterSeq, in order.
+// Without follow it returns after the backlog. With follow it streams live
+// events, reconnecting from the last seq seen when the stream drops, until
+// the task is stopped or failed and every event was delivered, ctx ends, or
+// fn returns an error (errors.Is(err, ErrStopFollowing) ends it cleanly).
+func (c *Client) TaskEvents(ctx context.Context, id string, afterSeq int64, follow bool, fn func(apiv1.TaskEvent) error) error {
+	last, delay, failures := afterSeq, c.backoff, 0
+	for {
+		n, err := c.taskEventsOnce(ctx, id, &last, follow, fn)
+		switch {
+		case errors.Is(err, ErrStopFollowing):
+			return nil
+		case err != nil && !errors.Is(err, errStreamClosed):
+			var ae *APIError
+			if ctx.Err() != nil || errors.As(err, &ae) && ae.Code != CodeUnavailable && ae.Code != CodeInternal {
+				return err
+			}
+		case !follow:
+			return nil
+		}
+		if t, terr := c.GetTask(ctx, id); terr == nil && (t.State == apiv1.TaskStopped || t.State == apiv1.TaskFailed) && t.EventSeq <= last {
+			return nil
+		}
+		if n > 0 {
+			failures, delay = 0, c.backoff
+		}
+		if failures++; failures > c.retries {
+			return fmt.Errorf("follow events of task %s: gave up after %d reconnects: %w", id, c.retries, err)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		delay = min(delay*2, maxBackoff)
+	}
+}
+
+// ErrStopFollowing, returned by a TaskEvents callback, ends the stream
+// without an error.
+var ErrStopFollowing = errors.New("stop following")
+
+func (c *Client) taskEventsOnce(ctx context.Context, id string, last *int64, follow bool, fn func(apiv1.TaskEvent) error) (int, error) {
+	q := url.Values{"after": {strconv.FormatInt(*last, 10)}}
+	if !follow {
+		q.Set("follow", "false")
+	}
+	resp, err := c.send(ctx, http.MethodGet, routePath(apiv1.RouteTaskEvents, id), q, nil, "",
+		http.Header{"Accept": {"text/event-stream"}, "Cache-Control": {"no-cache"}})
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	n := 0
+	err = readSSE(resp.Body, func(m sseMessage) error {
+		if m.data == "" {
+			return nil
+		}
+		var ev apiv1.TaskEvent
+		if err := json.Unmarshal([]byte(m.data), &ev); err != nil {
+			return fmt.Errorf("decode task event %q: %w", m.id, err)
+		}
+		if ev.Seq <= *last {
+			return nil
+		}
+		if err := fn(ev); err != nil {
+			return err
+		}
+		*last, n = ev.Seq, n+1
+		return nil
+	})
+	if err == nil && follow {
+		err = errStreamClosed
+	}
+	return n, err
+}

@@ -1,0 +1,239 @@
+package coordinator
+
+import (
+	"archive/tar"
+	"bufio"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/engrams/engrams/internal/harness"
+)
+
+// Bounds on an uploaded harness tree.
+const (
+	maxUploadTreeBytes   = 4 << 30
+	maxUploadTreeEntries = 200_000
+	maxUploadPathBytes   = 1024
+)
+
+// unpackTree extracts a tar (or gzip-compressed tar) into dir, which it
+// creates. Only directories, regular files and symlinks that stay inside
+// the tree are accepted; paths leaving the tree, duplicates, entries under
+// a file or symlink, hard links and special files are refused. Files get
+// their permission bits (setuid, setgid and sticky dropped); symlinks are
+// made last, so nothing is ever written through one.
+func unpackTree(r io.Reader, dir string) error {
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return err
+	}
+	br := bufio.NewReader(r)
+	var src io.Reader = br
+	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return fmt.Errorf("%w: the upload is not a valid gzip stream: %w", ErrInvalid, err)
+		}
+		defer zr.Close()
+		src = zr
+	}
+	u := unpacker{dir: dir, seen: map[string]byte{}}
+	tr := tar.NewReader(src)
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("%w: the upload is not a valid tar: %w", ErrInvalid, err)
+		}
+		if err := u.entry(hdr, tr); err != nil {
+			return err
+		}
+	}
+	return u.finish()
+}
+
+type unpacker struct {
+	dir     string
+	seen    map[string]byte // clean path -> 'd', 'f' or 'l'
+	entries int
+	bytes   int64
+	links   [][2]string      // path, target
+	modes   map[string]int64 // directory -> mode, applied at the end
+}
+
+func (u *unpacker) entry(hdr *tar.Header, body io.Reader) error {
+	if hdr.Typeflag == tar.TypeXGlobalHeader {
+		return nil
+	}
+	name, err := uploadPath(hdr.Name)
+	if err != nil {
+		return err
+	}
+	if name == "" {
+		if hdr.Typeflag == tar.TypeDir {
+			return nil
+		}
+		return fmt.Errorf("%w: tar entry %q names the tree's root but is not a directory", ErrInvalid, hdr.Name)
+	}
+	if u.entries++; u.entries > maxUploadTreeEntries {
+		return fmt.Errorf("%w: the tree has more than %d entries", ErrInvalid, maxUploadTreeEntries)
+	}
+	if _, dup := u.seen[name]; dup {
+		return fmt.Errorf("%w: %s appears twice in the tar", ErrInvalid, name)
+	}
+	if err := u.parents(name); err != nil {
+		return err
+	}
+	dst := filepath.Join(u.dir, filepath.FromSlash(name))
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		u.seen[name] = 'd'
+		if u.modes == nil {
+			u.modes = map[string]int64{}
+		}
+		u.modes[dst] = hdr.Mode
+		return os.MkdirAll(dst, 0o700)
+	case tar.TypeReg, tar.TypeRegA: //nolint:staticcheck // old tars write TypeRegA
+		u.seen[name] = 'f'
+		return u.file(name, dst, hdr, body)
+	case tar.TypeSymlink:
+		u.seen[name] = 'l'
+		if err := checkLinkTarget(name, hdr.Linkname); err != nil {
+			return err
+		}
+		u.links = append(u.links, [2]string{dst, hdr.Linkname})
+		return nil
+	}
+	return fmt.Errorf("%w: %s is a %s; a harness tree holds only directories, regular files and symlinks inside it",
+		ErrInvalid, name, tarType(hdr.Typeflag))
+}
+
+// parents creates the directories above name, refusing a path under a file
+// or symlink.
+func (u *unpacker) parents(name string) error {
+	for p := path.Dir(name); p != "."; p = path.Dir(p) {
+		switch u.seen[p] {
+		case 'f':
+			return fmt.Errorf("%w: %s is inside %s, which is a file", ErrInvalid, name, p)
+		case 'l':
+			return fmt.Errorf("%w: %s is inside %s, which is a symlink", ErrInvalid, name, p)
+		case 0:
+			u.seen[p] = 'd'
+		}
+	}
+	return os.MkdirAll(filepath.Join(u.dir, filepath.FromSlash(path.Dir(name))), 0o700)
+}
+
+func (u *unpacker) file(name, dst string, hdr *tar.Header, body io.Reader) error {
+	if hdr.Size < 0 {
+		return fmt.Errorf("%w: %s has a negative size", ErrInvalid, name)
+	}
+	if u.bytes += hdr.Size; u.bytes > maxUploadTreeBytes {
+		return fmt.Errorf("%w: the tree's files hold more than %d GiB", ErrInvalid, maxUploadTreeBytes>>30)
+	}
+	f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.CopyN(f, body, hdr.Size); err != nil {
+		f.Close()
+		return fmt.Errorf("%w: read %s from the tar: %w", ErrInvalid, name, err)
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Chmod(dst, os.FileMode(hdr.Mode&0o777))
+}
+
+// finish makes the symlinks and gives directories their modes.
+func (u *unpacker) finish() error {
+	if u.seen[harness.DescriptorFile] != 'f' {
+		return fmt.Errorf("%w: the tree has no %s at its root", ErrInvalid, harness.DescriptorFile)
+	}
+	for _, l := range u.links {
+		if err := os.Symlink(l[1], l[0]); err != nil {
+			return err
+		}
+	}
+	dirs := make([]string, 0, len(u.modes))
+	for d := range u.modes {
+		dirs = append(dirs, d)
+	}
+	slices.Sort(dirs)
+	for _, d := range dirs {
+		if err := os.Chmod(d, os.FileMode(u.modes[d]&0o777)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// uploadPath cleans a tar entry's name; "" is the tree's root.
+func uploadPath(name string) (string, error) {
+	switch {
+	case len(name) > maxUploadPathBytes || !utf8.ValidString(name) || strings.ContainsFunc(name, unicode.IsControl) || strings.Contains(name, `\`):
+		return "", fmt.Errorf("%w: tar entry %.80q: paths must be valid UTF-8 of at most %d bytes, without control characters or backslashes",
+			ErrInvalid, name, maxUploadPathBytes)
+	case path.IsAbs(name):
+		return "", fmt.Errorf("%w: tar entry %q is an absolute path", ErrInvalid, name)
+	case slices.Contains(strings.Split(name, "/"), ".."):
+		return "", fmt.Errorf("%w: tar entry %q has a '..' element", ErrInvalid, name)
+	}
+	clean := path.Clean(name)
+	if clean == "." {
+		return "", nil
+	}
+	return clean, nil
+}
+
+// checkLinkTarget refuses a symlink at name whose target is absolute or
+// leads out of the tree.
+func checkLinkTarget(name, target string) error {
+	switch {
+	case target == "" || len(target) > maxUploadPathBytes || strings.ContainsRune(target, 0):
+		return fmt.Errorf("%w: symlink %s has an empty or invalid target", ErrInvalid, name)
+	case path.IsAbs(target):
+		return fmt.Errorf("%w: symlink %s points to the absolute path %q, outside the tree", ErrInvalid, name, target)
+	}
+	if res := path.Join(path.Dir(name), target); res == ".." || strings.HasPrefix(res, "../") {
+		return fmt.Errorf("%w: symlink %s points to %q, outside the tree", ErrInvalid, name, target)
+	}
+	return nil
+}
+
+// removeTree removes dir even where the tree made a directory read-only.
+func removeTree(dir string) {
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			_ = os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	_ = os.RemoveAll(dir)
+}
+
+func tarType(t byte) string {
+	switch t {
+	case tar.TypeLink:
+		return "hard link"
+	case tar.TypeChar:
+		return "character device"
+	case tar.TypeBlock:
+		return "block device"
+	case tar.TypeFifo:
+		return "FIFO"
+	case tar.TypeGNUSparse:
+		return "sparse file"
+	}
+	return fmt.Sprintf("tar entry of type %q", t)
+}

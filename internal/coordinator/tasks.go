@@ -1,0 +1,236 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"github.com/engrams/engrams/internal/api/apiv1"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/engrams/engrams/internal/guestapi"
+	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/lifecycle"
+	"github.com/engrams/engrams/internal/store"
+)
+
+// Task event types the coordinator writes itself; the others come from the
+// session's harness adapter (guestapi.Event*).
+const (
+	TaskEventPrompt      = "prompt"       // {"turn","text"}: a user's prompt or follow-up
+	TaskEventSession     = "session"      // {"session_id"}: the task's work moved to this session
+	TaskEventRepoCloned  = "repo_cloned"  // {"path","url","ref","base"}
+	TaskEventStopped     = "stopped"      // {"by"}
+	TaskEventSetupFailed = "setup_failed" // {"message"}
+)
+
+// maxPromptBytes bounds one prompt.
+const maxPromptBytes = 256 << 10
+
+// TaskWorkRoot is where a task's repositories are cloned in its session.
+const TaskWorkRoot = "/work"
+
+// StartTaskRequest starts a task from a profile and a prompt.
+type StartTaskRequest struct {
+	Profile string // name or id
+	Prompt  string
+	Title   string // "" = the prompt's first line, cut
+}
+
+func checkPrompt(text string) error {
+	switch {
+	case strings.TrimSpace(text) == "":
+		return fmt.Errorf("%w: the prompt is empty", ErrInvalid)
+	case len(text) > maxPromptBytes:
+		return fmt.Errorf("%w: the prompt has %d bytes, more than %d", ErrInvalid, len(text), maxPromptBytes)
+	case !utf8.ValidString(text) || strings.ContainsRune(text, 0):
+		return fmt.Errorf("%w: the prompt must be UTF-8 text without NUL bytes", ErrInvalid)
+	}
+	return nil
+}
+
+// taskRecord is what a task keeps of its profile at start (store.Task's
+// Receipt): the spec it runs with and the grant receipt shown for it.
+type taskRecord struct {
+	Spec    apiv1.ProfileSpec `json:"spec"`
+	Receipt apiv1.Receipt     `json:"receipt"`
+}
+
+func taskTopic(id string) string { return "task:" + id }
+
+// titleOf is a task's title from its prompt: the first line, at most 80
+// characters.
+func titleOf(prompt string) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(prompt), "\n")
+	if r := []rune(line); len(r) > 80 {
+		line = string(r[:79]) + "…"
+	}
+	return line
+}
+
+// StartTask creates a session from the profile, records the task with its
+// grant receipt and first prompt, and prepares the session in the
+// background (wait until it is Active, clone the repositories, hand the
+// prompt to the harness). Progress shows in the task's events.
+func (c *Coordinator) StartTask(ctx context.Context, req StartTaskRequest) (store.Task, error) {
+	if err := checkPrompt(req.Prompt); err != nil {
+		return store.Task{}, err
+	}
+	if req.Profile == "" {
+		return store.Task{}, fmt.Errorf("%w: a task needs a profile", ErrInvalid)
+	}
+	prof, spec, receipt, err := c.ResolveProfile(ctx, req.Profile)
+	if err != nil {
+		return store.Task{}, err
+	}
+	mspec, err := c.taskMachineSpec(ctx, spec)
+	if err != nil {
+		return store.Task{}, err
+	}
+	taskID := c.newID()
+	s, err := c.CreateSession(ctx, mspec, "task-"+taskID)
+	if err != nil {
+		return store.Task{}, fmt.Errorf("create the task's session: %w", err)
+	}
+	rec, err := json.Marshal(taskRecord{Spec: spec, Receipt: receipt})
+	if err != nil {
+		return store.Task{}, fmt.Errorf("encode receipt: %w", err)
+	}
+	title := req.Title
+	if title == "" {
+		title = titleOf(req.Prompt)
+	}
+	t, err := c.st.CreateTask(ctx, store.Task{ID: taskID, ProfileID: prof.ID, ProfileVersion: prof.Version, Receipt: rec,
+		Title: title, SessionID: s.ID, CreatedAt: c.now()})
+	if err != nil {
+		_, _ = c.DeleteSession(context.WithoutCancel(ctx), s.ID)
+		return store.Task{}, fmt.Errorf("record task: %w", err)
+	}
+	turn := c.newID()
+	if _, err := c.appendTaskEvents(ctx, t.ID, taskEvent(TaskEventSession, map[string]any{"session_id": s.ID}),
+		taskEvent(TaskEventPrompt, map[string]any{"turn": turn, "text": req.Prompt})); err != nil {
+		return t, err
+	}
+	c.log.Info("task started", "task_id", t.ID, "session_id", s.ID, "profile", prof.Name)
+	c.goTask(func(bg context.Context) { c.setupTask(bg, t.ID, s.ID, turn, req.Prompt) })
+	return t, nil
+}
+
+// goTask runs fn in the background, detached from the request but joined
+// by Run's shutdown.
+func (c *Coordinator) goTask(fn func(ctx context.Context)) {
+	c.tasksWG.Add(1)
+	go func() {
+		defer c.tasksWG.Done()
+		fn(c.runCtx())
+	}()
+}
+
+func taskEvent(typ string, data any) store.TaskEvent {
+	raw, _ := json.Marshal(data)
+	return store.TaskEvent{Type: typ, Payload: raw}
+}
+
+// appendTaskEvents appends events and wakes the task's followers.
+func (c *Coordinator) appendTaskEvents(ctx context.Context, taskID string, events ...store.TaskEvent) ([]store.TaskEvent, error) {
+	out, err := c.st.AppendTaskEvents(ctx, taskID, events)
+	if err != nil {
+		return nil, fmt.Errorf("append task events: %w", err)
+	}
+	c.wake(ctx, taskTopic(taskID))
+	return out, nil
+}
+
+// setTaskState records a task's state and wakes its followers.
+func (c *Coordinator) setTaskState(ctx context.Context, taskID string, state store.TaskState, msg string) {
+	if err := c.st.SetTaskState(ctx, taskID, state, msg, c.now()); err != nil {
+		c.log.Warn("set task state", "task_id", taskID, "state", state, "err", err)
+		return
+	}
+	c.wake(ctx, taskTopic(taskID))
+}
+
+// failTask ends a task's setup: the reason is an event and the task's error.
+func (c *Coordinator) failTask(ctx context.Context, taskID string, err error) {
+	c.log.Warn("task setup failed", "task_id", taskID, "err", err)
+	_, _ = c.appendTaskEvents(ctx, taskID, taskEvent(TaskEventSetupFailed, map[string]any{"message": err.Error()}))
+	c.setTaskState(ctx, taskID, store.TaskFailed, err.Error())
+}
+
+// SendTask adds a follow-up prompt to a task; an Idle session resumes
+// transparently to take it.
+func (c *Coordinator) SendTask(ctx context.Context, taskID, text string) (store.TaskEvent, error) {
+	if err := checkPrompt(text); err != nil {
+		return store.TaskEvent{}, err
+	}
+	t, err := c.st.GetTask(ctx, taskID)
+	if err != nil {
+		return store.TaskEvent{}, fmt.Errorf("get task %s: %w", taskID, err)
+	}
+	switch t.State {
+	case store.TaskStopped, store.TaskFailed:
+		return store.TaskEvent{}, fmt.Errorf("%w: task %s is %s", ErrNotActive, taskID, t.State)
+	}
+	s, err := c.st.GetSession(ctx, t.SessionID)
+	if err != nil {
+		return store.TaskEvent{}, fmt.Errorf("get session %s of task %s: %w", t.SessionID, taskID, err)
+	}
+	if s.State.Terminal() {
+		return store.TaskEvent{}, fmt.Errorf("%w: the session of task %s is %s (%s)", ErrNotActive, taskID, s.State, s.Reason)
+	}
+	turn := c.newID()
+	evs, err := c.appendTaskEvents(ctx, taskID, taskEvent(TaskEventPrompt, map[string]any{"turn": turn, "text": text}))
+	if err != nil {
+		return store.TaskEvent{}, err
+	}
+	if err := c.promptHarness(ctx, t.ID, s.ID, turn, text); err != nil {
+		return evs[0], err
+	}
+	return evs[0], nil
+}
+
+// StopTask interrupts the agent and marks the task stopped; its session is
+// suspended, so its files stay for diff and files.
+func (c *Coordinator) StopTask(ctx context.Context, taskID string) (store.Task, error) {
+	t, err := c.st.GetTask(ctx, taskID)
+	if err != nil {
+		return t, fmt.Errorf("get task %s: %w", taskID, err)
+	}
+	if t.State == store.TaskStopped {
+		return t, nil
+	}
+	if s, err := c.st.GetSession(ctx, t.SessionID); err == nil && s.State == lifecycle.Active {
+		payload, _ := json.Marshal(guestapi.InterruptPayload{})
+		if _, err := c.PutOutbox(ctx, s.ID, "stop-"+t.ID, guestapi.OutboxInterrupt, payload); err != nil {
+			c.log.Warn("interrupt the task's harness", "task_id", t.ID, "session_id", s.ID, "err", err)
+		}
+	}
+	if _, err := c.appendTaskEvents(ctx, t.ID, taskEvent(TaskEventStopped, map[string]any{"by": "user"})); err != nil {
+		return t, err
+	}
+	c.setTaskState(ctx, t.ID, store.TaskStopped, "")
+	c.goTask(func(bg context.Context) {
+		if _, _, err := c.Suspend(bg, t.SessionID); err != nil && !errors.Is(err, ErrNotActive) {
+			c.log.Info("suspend a stopped task's session", "task_id", t.ID, "session_id", t.SessionID, "err", err)
+		}
+	})
+	return c.st.GetTask(ctx, taskID)
+}
+
+// taskMachineSpec is the session a profile asks for: its image, harness,
+// env, idle timeout and the credentials the model gateway may use.
+func (c *Coordinator) taskMachineSpec(ctx context.Context, spec apiv1.ProfileSpec) (hostlink.MachineSpec, error) {
+	m := hostlink.MachineSpec{Image: spec.Image, Harness: spec.Harness, Env: map[string]string{}, IdleTimeoutSec: spec.IdleTimeoutS}
+	for k, v := range spec.Env {
+		m.Env[k] = v
+	}
+	for _, name := range spec.Credentials {
+		sec, err := c.st.GetSecretByName(ctx, name)
+		if err != nil {
+			return m, fmt.Errorf("credential %s of the profile: %w", name, err)
+		}
+		m.Credentials = append(m.Credentials, hostlink.CredentialGrant{Kind: sec.Kind, SecretID: sec.ID})
+	}
+	return m, nil
+}

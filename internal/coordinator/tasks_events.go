@@ -1,0 +1,143 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/engrams/engrams/internal/guestapi"
+	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/store"
+)
+
+// maxHarnessEventBatch bounds one batch of harness events from a host.
+const maxHarnessEventBatch = 1000
+
+// handleHarnessEvents takes the events a session's harness adapter
+// produced, relayed by the host the session is placed on, into the
+// session's task. The answer's cursor is the last guest seq the task has
+// from this session: the host streams from there.
+func (c *Coordinator) handleHarnessEvents(w http.ResponseWriter, r *http.Request) {
+	hostID, _ := hostlink.HostIDFrom(r.Context())
+	sid := r.PathValue("id")
+	var req hostlink.HarnessEventsRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 32<<20)).Decode(&req); err != nil {
+		writeLinkError(w, http.StatusBadRequest, "bad_request", "decode harness events: "+err.Error())
+		return
+	}
+	if len(req.Events) > maxHarnessEventBatch {
+		writeLinkError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("%d harness events in one batch, at most %d", len(req.Events), maxHarnessEventBatch))
+		return
+	}
+	cursor, err := c.ingestHarnessEvents(r.Context(), hostID, sid, req)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		writeLinkError(w, http.StatusNotFound, "not_found", err.Error())
+	case errors.Is(err, store.ErrStaleEpoch):
+		writeLinkError(w, http.StatusConflict, hostlink.CodeStaleEpoch, err.Error())
+	case err != nil:
+		c.log.Warn("ingest harness events", "session_id", sid, "host_id", hostID, "err", err)
+		writeLinkError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
+	default:
+		writeLinkJSON(w, hostlink.HarnessEventsResponse{Cursor: cursor})
+	}
+}
+
+// ingestHarnessEvents appends the events past the task's cursor and moves
+// the task's state along. Only the host the session is placed on, at an
+// epoch not newer than the session's, may write; a session no task owns
+// keeps no harness events (they are acknowledged and dropped).
+func (c *Coordinator) ingestHarnessEvents(ctx context.Context, hostID, sid string, req hostlink.HarnessEventsRequest) (int64, error) {
+	s, err := c.st.GetSession(ctx, sid)
+	if err != nil {
+		return 0, fmt.Errorf("get session %s: %w", sid, err)
+	}
+	if s.HostID != hostID || req.Epoch > s.Epoch || !s.State.HasVM() {
+		return 0, fmt.Errorf("%w: session %s is %s on host %s at epoch %d; events came from host %s at epoch %d",
+			store.ErrStaleEpoch, sid, s.State, s.HostID, s.Epoch, hostID, req.Epoch)
+	}
+	t, err := c.st.TaskBySession(ctx, sid)
+	if errors.Is(err, store.ErrNotFound) {
+		if n := len(req.Events); n > 0 {
+			return req.Events[n-1].Seq, nil
+		}
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("task of session %s: %w", sid, err)
+	}
+	evs := make([]store.TaskEvent, len(req.Events))
+	for i, e := range req.Events {
+		if e.Type == "" || e.Seq <= 0 {
+			return 0, fmt.Errorf("%w: harness event %d has no type or seq", ErrInvalid, i)
+		}
+		evs[i] = store.TaskEvent{Type: e.Type, Payload: harnessPayload(e), At: e.At, GuestSeq: e.Seq}
+	}
+	cursor, added, err := c.st.IngestTaskEvents(ctx, t.ID, sid, req.RewoundTo, evs)
+	if err != nil {
+		return 0, fmt.Errorf("ingest into task %s: %w", t.ID, err)
+	}
+	if len(added) == 0 {
+		return cursor, nil
+	}
+	if err := c.st.TouchSession(ctx, sid, c.now()); err != nil { // an agent at work is activity
+		c.log.Warn("record activity", "session_id", sid, "err", err)
+	}
+	if st, msg, ok := taskStateAfter(t, added); ok {
+		c.setTaskState(ctx, t.ID, st, msg)
+	} else {
+		c.wake(ctx, taskTopic(t.ID))
+	}
+	return cursor, nil
+}
+
+// harnessPayload is the stored payload of a harness event: its data with
+// the turn it belongs to.
+func harnessPayload(e guestapi.HarnessEvent) json.RawMessage {
+	if e.Turn == "" {
+		return e.Data
+	}
+	var m map[string]any
+	if len(e.Data) == 0 || json.Unmarshal(e.Data, &m) != nil || m == nil {
+		m = map[string]any{}
+		if len(e.Data) > 0 {
+			m["data"] = e.Data
+		}
+	}
+	m["turn"] = e.Turn
+	raw, _ := json.Marshal(m)
+	return raw
+}
+
+// taskStateAfter is the task's state after its harness produced events:
+// running once a run starts, idle when a turn ends (keeping the last
+// error's message, cleared by a later successful turn). A stopped or
+// failed task stays so. ok is false when nothing changes.
+func taskStateAfter(t store.Task, evs []store.TaskEvent) (store.TaskState, string, bool) {
+	if t.State == store.TaskStopped || t.State == store.TaskFailed {
+		return t.State, t.Error, false
+	}
+	state, msg := t.State, t.Error
+	var turnErr string
+	for _, e := range evs {
+		switch e.Type {
+		case guestapi.EventRunStarted:
+			state, msg, turnErr = store.TaskRunning, "", ""
+		case guestapi.EventError:
+			var d struct {
+				Kind    string `json:"kind"`
+				Message string `json:"message"`
+			}
+			_ = json.Unmarshal(e.Payload, &d)
+			turnErr = d.Kind + ": " + d.Message
+		case guestapi.EventIdle:
+			state, msg = store.TaskIdle, turnErr
+		}
+	}
+	if state == t.State && msg == t.Error {
+		return state, msg, false
+	}
+	return state, msg, true
+}

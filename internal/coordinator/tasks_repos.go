@@ -1,0 +1,276 @@
+package coordinator
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"github.com/engrams/engrams/internal/api/apiv1"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/engrams/engrams/internal/guestapi"
+	"github.com/engrams/engrams/internal/store"
+)
+
+// cloneTimeout bounds one repository clone on the coordinator.
+const cloneTimeout = 10 * time.Minute
+
+// repoPath is where a repository lands under TaskWorkRoot: its path, or
+// the URL's last element without ".git".
+func repoPath(r apiv1.ProfileRepo) string {
+	if r.Path != "" {
+		return r.Path
+	}
+	return strings.TrimSuffix(path.Base(strings.TrimRight(r.URL, "/")), ".git")
+}
+
+// cloneRepo clones r on the coordinator (its git credential, if any, stays
+// here: it is given to git as an HTTP header through the environment,
+// never written to the clone) and copies the clone into the session under
+// TaskWorkRoot. The base commit is recorded in a repo_cloned event, which
+// task diff compares against. A repository already cloned (the event
+// exists) is skipped, so setup may run again.
+func (c *Coordinator) cloneRepo(ctx context.Context, taskID, sessionID string, r apiv1.ProfileRepo) error {
+	dir := repoPath(r)
+	if done, err := c.repoCloned(ctx, taskID, dir); err != nil || done {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, cloneTimeout)
+	defer cancel()
+	tmp, err := os.MkdirTemp("", "engrams-clone-")
+	if err != nil {
+		return fmt.Errorf("clone %s: %w", r.URL, err)
+	}
+	defer os.RemoveAll(tmp)
+	env, err := c.gitCredentialEnv(ctx, r)
+	if err != nil {
+		return err
+	}
+	args := []string{"clone", "--quiet", "--no-hardlinks"}
+	if r.Ref != "" {
+		args = append(args, "--branch", r.Ref)
+	}
+	work := filepath.Join(tmp, "repo")
+	if out, err := git(ctx, tmp, env, append(args, "--", r.URL, work)...); err != nil {
+		return fmt.Errorf("clone %s: %w: %s", r.URL, err, out)
+	}
+	base, err := git(ctx, work, nil, "rev-parse", "HEAD")
+	if err != nil {
+		return fmt.Errorf("clone %s: read HEAD: %w: %s", r.URL, err, base)
+	}
+	var buf bytes.Buffer
+	if err := tarTree(&buf, work, dir); err != nil {
+		return fmt.Errorf("pack the clone of %s: %w", r.URL, err)
+	}
+	archive := fmt.Sprintf("/tmp/engrams-clone-%s.tar", taskID)
+	if err := c.GuestPutFile(ctx, sessionID, archive, "0600", &buf); err != nil {
+		return fmt.Errorf("copy the clone of %s into the session: %w", r.URL, err)
+	}
+	script := `set -e; mkdir -p "$1"; rm -rf "$1/$3"; tar -xf "$2" -C "$1"; rm -f "$2"; git config --global --add safe.directory "$1/$3" 2>/dev/null || true`
+	res, err := c.GuestExec(ctx, sessionID, guestapi.ExecRequest{Argv: []string{"/bin/sh", "-c", script, "sh", TaskWorkRoot, archive, dir},
+		TimeoutMS: int64(cloneTimeout / time.Millisecond)}, 64<<10)
+	if err != nil {
+		return fmt.Errorf("unpack the clone of %s in the session: %w", r.URL, err)
+	}
+	if res.ExitCode != 0 || res.Error != "" {
+		return fmt.Errorf("unpack the clone of %s in the session: exit %d %s: %s", r.URL, res.ExitCode, res.Error, bytes.TrimSpace(res.Stderr))
+	}
+	_, err = c.appendTaskEvents(ctx, taskID, taskEvent(TaskEventRepoCloned, map[string]any{
+		"path": dir, "url": r.URL, "ref": r.Ref, "base": strings.TrimSpace(base)}))
+	return err
+}
+
+// repoCloned reports whether the task has a repo_cloned event for dir.
+func (c *Coordinator) repoCloned(ctx context.Context, taskID, dir string) (bool, error) {
+	repos, err := c.taskRepos(ctx, taskID)
+	if err != nil {
+		return false, err
+	}
+	for _, r := range repos {
+		if r.Path == dir {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// gitCredentialEnv gives git the repository's credential as an HTTP
+// Authorization header through GIT_CONFIG_* variables (not argv, which
+// other users of the machine could read).
+func (c *Coordinator) gitCredentialEnv(ctx context.Context, r apiv1.ProfileRepo) ([]string, error) {
+	env := []string{"GIT_TERMINAL_PROMPT=0", "GIT_CONFIG_NOSYSTEM=1", "HOME=" + os.TempDir()}
+	if r.Credential == "" {
+		return env, nil
+	}
+	sec, err := c.st.GetSecretByName(ctx, r.Credential)
+	if err != nil {
+		return nil, fmt.Errorf("git credential %s: %w", r.Credential, err)
+	}
+	_, value, err := c.OpenSecret(ctx, sec.ID)
+	if err != nil {
+		return nil, fmt.Errorf("git credential %s: %w", r.Credential, err)
+	}
+	var meta struct {
+		Username string `json:"username"`
+	}
+	_ = json.Unmarshal(sec.Meta, &meta)
+	user := meta.Username
+	if user == "" {
+		user = "x-access-token"
+	}
+	auth := base64.StdEncoding.EncodeToString([]byte(user + ":" + string(value)))
+	return append(env, "GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=http.extraHeader",
+		"GIT_CONFIG_VALUE_0=Authorization: Basic "+auth), nil
+}
+
+// git runs git in dir and returns its combined output.
+func git(ctx context.Context, dir string, env []string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+// tarTree writes the tree at root into w under prefix: regular files,
+// directories and symlinks, with their modes.
+func tarTree(w io.Writer, root, prefix string) error {
+	tw := tar.NewWriter(w)
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		var link string
+		if info.Mode()&fs.ModeSymlink != 0 {
+			if link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		} else if !info.Mode().IsRegular() && !info.IsDir() {
+			return nil // sockets, devices: not part of a clone
+		}
+		hdr, err := tar.FileInfoHeader(info, link)
+		if err != nil {
+			return err
+		}
+		hdr.Name = path.Join(prefix, filepath.ToSlash(rel))
+		if info.IsDir() {
+			hdr.Name += "/"
+		}
+		hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "", ""
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if !info.Mode().IsRegular() {
+			return nil
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = io.Copy(tw, f)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+// clonedRepo is a repository a task cloned.
+type clonedRepo struct {
+	Path string `json:"path"`
+	URL  string `json:"url"`
+	Ref  string `json:"ref"`
+	Base string `json:"base"`
+}
+
+// taskRepos lists the repositories a task cloned, from its events.
+func (c *Coordinator) taskRepos(ctx context.Context, taskID string) ([]clonedRepo, error) {
+	evs, err := c.st.ListTaskEvents(ctx, taskID, 0, 0)
+	if err != nil {
+		return nil, fmt.Errorf("list events of task %s: %w", taskID, err)
+	}
+	var out []clonedRepo
+	for _, e := range evs {
+		if e.Type != TaskEventRepoCloned {
+			continue
+		}
+		var r clonedRepo
+		if err := json.Unmarshal(e.Payload, &r); err == nil {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// RepoDiff is one cloned repository's changes against its base commit.
+type RepoDiff struct {
+	Path string
+	URL  string
+	Base string
+	Diff string // unified diff; "" when nothing changed
+}
+
+// maxDiffBytes bounds one repository's diff.
+const maxDiffBytes = 8 << 20
+
+// TaskDiff returns the changes in each repository the task cloned against
+// its base commit: tracked and untracked files (ignored ones excepted), as
+// unified diffs. The session resumes if it is Idle. The repository's own
+// index is left alone (a temporary one is used).
+func (c *Coordinator) TaskDiff(ctx context.Context, taskID string) ([]RepoDiff, error) {
+	t, err := c.st.GetTask(ctx, taskID)
+	if err != nil {
+		return nil, fmt.Errorf("get task %s: %w", taskID, err)
+	}
+	repos, err := c.taskRepos(ctx, taskID)
+	if err != nil {
+		return nil, err
+	}
+	script := `set -e; cd "$1"; export GIT_INDEX_FILE=/tmp/engrams-diff-index.$$; rm -f "$GIT_INDEX_FILE"
+trap 'rm -f "$GIT_INDEX_FILE"' EXIT
+git read-tree "$2"; git add -A .; git -c core.quotepath=off diff --cached --no-color --binary "$2"`
+	out := make([]RepoDiff, 0, len(repos))
+	for _, r := range repos {
+		res, err := c.GuestExec(ctx, t.SessionID, guestapi.ExecRequest{
+			Argv: []string{"/bin/sh", "-c", script, "sh", path.Join(TaskWorkRoot, r.Path), r.Base}, TimeoutMS: 120000}, maxDiffBytes)
+		if err != nil {
+			return nil, fmt.Errorf("diff %s: %w", r.Path, err)
+		}
+		if res.ExitCode != 0 || res.Error != "" {
+			return nil, fmt.Errorf("diff %s: exit %d %s: %s", r.Path, res.ExitCode, res.Error, bytes.TrimSpace(res.Stderr))
+		}
+		out = append(out, RepoDiff{Path: r.Path, URL: r.URL, Base: r.Base, Diff: string(res.Stdout)})
+	}
+	return out, nil
+}
+
+// TaskSession returns the session a task works in now.
+func (c *Coordinator) TaskSession(ctx context.Context, taskID string) (store.Task, error) {
+	t, err := c.st.GetTask(ctx, taskID)
+	if err != nil {
+		return t, fmt.Errorf("get task %s: %w", taskID, err)
+	}
+	if t.SessionID == "" {
+		return t, fmt.Errorf("%w: task %s has no session", ErrNotActive, taskID)
+	}
+	return t, nil
+}

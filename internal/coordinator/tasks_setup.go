@@ -1,0 +1,134 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"github.com/engrams/engrams/internal/api/apiv1"
+	"path"
+	"time"
+
+	"github.com/engrams/engrams/internal/guestapi"
+	"github.com/engrams/engrams/internal/lifecycle"
+	"github.com/engrams/engrams/internal/store"
+)
+
+// taskStartWait bounds how long a task's first session may take to become
+// Active (an image's base restores in seconds; a cold boot under software
+// emulation takes longer).
+const taskStartWait = 10 * time.Minute
+
+// setupTask prepares a new task's session: waits until it is Active,
+// clones the profile's repositories and hands the first prompt to the
+// harness. A failure fails the task with the reason.
+func (c *Coordinator) setupTask(ctx context.Context, taskID, sessionID, turn, prompt string) {
+	ctx, cancel := context.WithTimeout(ctx, taskStartWait)
+	defer cancel()
+	if err := c.waitActive(ctx, sessionID); err != nil {
+		c.failTask(ctx, taskID, err)
+		return
+	}
+	t, err := c.st.GetTask(ctx, taskID)
+	if err != nil {
+		c.failTask(ctx, taskID, fmt.Errorf("get task: %w", err))
+		return
+	}
+	spec, err := taskSpec(t)
+	if err != nil {
+		c.failTask(ctx, taskID, err)
+		return
+	}
+	for _, r := range spec.Repos {
+		if err := c.cloneRepo(ctx, taskID, sessionID, r); err != nil {
+			c.failTask(ctx, taskID, err)
+			return
+		}
+	}
+	if err := c.promptHarness(ctx, taskID, sessionID, turn, prompt); err != nil {
+		c.failTask(ctx, taskID, err)
+	}
+}
+
+// waitActive waits until a new session is Active; it fails once the
+// session can no longer become Active.
+func (c *Coordinator) waitActive(ctx context.Context, sessionID string) error {
+	for {
+		s, err := c.st.GetSession(ctx, sessionID)
+		if err != nil {
+			return fmt.Errorf("get session %s: %w", sessionID, err)
+		}
+		switch {
+		case s.State == lifecycle.Active:
+			return nil
+		case s.State.Terminal() || s.State == lifecycle.Deleting:
+			return fmt.Errorf("session %s is %s: %s", sessionID, s.State, s.Reason)
+		case s.State == lifecycle.Idle:
+			if _, err := c.EnsureActive(ctx, s); err != nil {
+				return err
+			}
+			return nil
+		}
+		if err := c.waitChange(ctx, sessionID); err != nil {
+			return fmt.Errorf("session %s did not become active (it is %s): %w", sessionID, s.State, err)
+		}
+	}
+}
+
+// taskSpec reads the profile spec a task was started with, from its
+// receipt.
+func taskSpec(t store.Task) (apiv1.ProfileSpec, error) {
+	var r taskRecord
+	if err := json.Unmarshal(t.Receipt, &r); err != nil {
+		return apiv1.ProfileSpec{}, fmt.Errorf("read the receipt of task %s: %w", t.ID, err)
+	}
+	return r.Spec, nil
+}
+
+// taskWorkdir is where the harness works: the repository when the profile
+// clones one, else the work root.
+func taskWorkdir(spec apiv1.ProfileSpec) string {
+	if len(spec.Repos) == 1 {
+		return path.Join(TaskWorkRoot, repoPath(spec.Repos[0]))
+	}
+	return TaskWorkRoot
+}
+
+// promptHarness puts a prompt into the session's outbox (exactly once per
+// turn: the item id is the turn's), with the model, mode, env and the
+// session-scoped placeholders of its model credentials. An Idle session
+// resumes to take it.
+func (c *Coordinator) promptHarness(ctx context.Context, taskID, sessionID, turn, text string) error {
+	t, err := c.st.GetTask(ctx, taskID)
+	if err != nil {
+		return fmt.Errorf("get task %s: %w", taskID, err)
+	}
+	spec, err := taskSpec(t)
+	if err != nil {
+		return err
+	}
+	s, err := c.st.GetSession(ctx, sessionID)
+	if err != nil {
+		return fmt.Errorf("get session %s: %w", sessionID, err)
+	}
+	ms, err := Spec(s)
+	if err != nil {
+		return err
+	}
+	p := guestapi.PromptPayload{Turn: turn, Text: text, Workdir: taskWorkdir(spec), Model: spec.Model, Mode: spec.Mode,
+		Credentials: map[string]string{}}
+	for _, g := range ms.Credentials {
+		ph, err := c.GatewayPlaceholder(ctx, sessionID, g.Kind)
+		if err != nil {
+			return fmt.Errorf("placeholder for %s: %w", g.Kind, err)
+		}
+		p.Credentials[g.Kind] = ph
+	}
+	raw, err := json.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("encode prompt: %w", err)
+	}
+	if _, err := c.PutOutbox(ctx, sessionID, "turn-"+turn, guestapi.OutboxPrompt, raw); err != nil {
+		return fmt.Errorf("hand the prompt to session %s: %w", sessionID, err)
+	}
+	return nil
+}

@@ -1,0 +1,176 @@
+package host
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/engrams/engrams/internal/guestapi"
+	"github.com/engrams/engrams/internal/hostlink"
+)
+
+// Harness event relay bounds.
+const (
+	pumpRetryMin = 200 * time.Millisecond
+	pumpRetryMax = 5 * time.Second
+	pumpBatch    = 256 // events per post at most
+)
+
+// startPump relays mc's harness events to the coordinator while mc is
+// this agent's machine for its session; machines without a harness have
+// nothing to relay.
+func (a *Agent) startPump(mc *machine) {
+	if mc.spec.HarnessID == "" {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a.mu.Lock()
+	mc.stopPump = cancel
+	a.mu.Unlock()
+	a.watchers.Add(1)
+	go func() {
+		defer a.watchers.Done()
+		defer cancel()
+		go func() { // ends with ctx at the latest (the deferred cancel)
+			select {
+			case <-a.stop:
+				cancel()
+			case <-mc.m.Done():
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		a.pump(ctx, mc)
+	}()
+}
+
+// endPump stops mc's relay (if any).
+func (mc *machine) endPump() {
+	if mc.stopPump != nil {
+		mc.stopPump()
+	}
+}
+
+// pump streams the guest's events from the cursor the coordinator holds
+// and posts them in batches, reconnecting with a growing wait after any
+// failure (no link, the machine paused, the guest restarting) until ctx
+// ends.
+func (a *Agent) pump(ctx context.Context, mc *machine) {
+	log := a.log.With("session_id", mc.sessionID)
+	wait := pumpRetryMin
+	var last string
+	for ctx.Err() == nil {
+		progressed, err := a.pumpOnce(ctx, mc)
+		if ctx.Err() != nil {
+			return
+		}
+		if progressed {
+			wait = pumpRetryMin
+		}
+		if err != nil && err.Error() != last {
+			log.Debug("harness event relay interrupted", "error", err, "retry_in", wait)
+			last = err.Error()
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		wait = min(wait*2, pumpRetryMax)
+	}
+}
+
+// pumpOnce runs one relay connection: it reads the cursor, streams the
+// guest's events past it and posts them until the stream or a post fails.
+// progressed reports whether any event was relayed.
+func (a *Agent) pumpOnce(ctx context.Context, mc *machine) (progressed bool, err error) {
+	client := a.link.Load()
+	if client == nil {
+		return false, errors.New("no coordinator link")
+	}
+	cursor, err := a.postHarnessEvents(ctx, client, mc, nil, nil)
+	if err != nil {
+		return false, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
+		"http://guest"+guestapi.PathHarnessEvents+"?after="+strconv.FormatInt(cursor, 10), nil)
+	if err != nil {
+		return false, err
+	}
+	req.Header.Set(guestapi.HeaderVersion, strconv.Itoa(guestapi.Version))
+	resp, err := (&http.Client{Transport: mc.transport}).Do(req)
+	if err != nil {
+		return false, fmt.Errorf("stream harness events: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		return false, fmt.Errorf("stream harness events: %s: %s", resp.Status, strings.TrimSpace(string(msg)))
+	}
+	if head, err := strconv.ParseInt(resp.Header.Get(guestapi.HeaderHarnessHead), 10, 64); err == nil && head < cursor {
+		if _, err := a.postHarnessEvents(ctx, client, mc, &head, nil); err != nil {
+			return false, err
+		}
+	}
+	br := bufio.NewReaderSize(resp.Body, 64<<10)
+	for {
+		batch, rerr := readEventBatch(br)
+		if len(batch) > 0 {
+			if _, err := a.postHarnessEvents(ctx, client, mc, nil, batch); err != nil {
+				return progressed, err
+			}
+			progressed = true
+		}
+		if rerr != nil {
+			return progressed, fmt.Errorf("read harness events: %w", rerr)
+		}
+	}
+}
+
+// readEventBatch reads at least one event, then as many more as are
+// already buffered (up to pumpBatch): a burst goes out in one post, a
+// lone event at once.
+func readEventBatch(br *bufio.Reader) ([]guestapi.HarnessEvent, error) {
+	var out []guestapi.HarnessEvent
+	for len(out) < pumpBatch {
+		if len(out) > 0 && br.Buffered() == 0 {
+			return out, nil
+		}
+		line, err := br.ReadBytes('\n')
+		if len(strings.TrimSpace(string(line))) > 0 && err == nil {
+			var e guestapi.HarnessEvent
+			if jerr := json.Unmarshal(line, &e); jerr != nil {
+				return out, fmt.Errorf("decode harness event: %w", jerr)
+			}
+			out = append(out, e)
+		}
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// postHarnessEvents sends a batch (or none, to read the cursor) under the
+// machine's epoch and returns the coordinator's cursor.
+func (a *Agent) postHarnessEvents(ctx context.Context, client *http.Client, mc *machine, rewound *int64, events []guestapi.HarnessEvent) (int64, error) {
+	a.mu.Lock()
+	epoch := mc.epoch
+	a.mu.Unlock()
+	path := strings.Replace(hostlink.PathHarnessEvents, "{id}", mc.sessionID, 1)
+	var out hostlink.HarnessEventsResponse
+	err := a.post(ctx, client, path, hostlink.HarnessEventsRequest{Epoch: epoch, RewoundTo: rewound, Events: events}, &out)
+	if err != nil {
+		return 0, err
+	}
+	return out.Cursor, nil
+}
