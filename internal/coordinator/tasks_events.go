@@ -112,28 +112,27 @@ func harnessPayload(e guestapi.HarnessEvent) json.RawMessage {
 }
 
 // taskStateAfter is the task's state after its harness produced events:
-// running once a run starts, idle when a turn ends (keeping the last
-// error's message, cleared by a later successful turn). A stopped or
-// failed task stays so. ok is false when nothing changes.
+// running once a run starts (clearing the last turn's error), the error's
+// "kind: message" kept from an error event on, idle when a turn ends. A
+// stopped or failed task stays so. ok is false when nothing changes.
 func taskStateAfter(t store.Task, evs []store.TaskEvent) (store.TaskState, string, bool) {
 	if t.State == store.TaskStopped || t.State == store.TaskFailed {
 		return t.State, t.Error, false
 	}
 	state, msg := t.State, t.Error
-	var turnErr string
 	for _, e := range evs {
 		switch e.Type {
 		case guestapi.EventRunStarted:
-			state, msg, turnErr = store.TaskRunning, "", ""
+			state, msg = store.TaskRunning, ""
 		case guestapi.EventError:
 			var d struct {
 				Kind    string `json:"kind"`
 				Message string `json:"message"`
 			}
 			_ = json.Unmarshal(e.Payload, &d)
-			turnErr = d.Kind + ": " + d.Message
+			msg = d.Kind + ": " + d.Message
 		case guestapi.EventIdle:
-			state, msg = store.TaskIdle, turnErr
+			state = store.TaskIdle
 		}
 	}
 	if state == t.State && msg == t.Error {

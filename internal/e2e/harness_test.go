@@ -110,7 +110,8 @@ func serveReplicaWith(t *testing.T, ln net.Listener, st store.Store, secret stri
 	t.Helper()
 	url := "http://" + ln.Addr().String()
 	srv, err := server.New(server.Config{AdvertiseURL: url, ClusterSecret: secret, Version: "test", Coordinator: co},
-		server.Deps{Store: st, Logger: testLogger(t).With("replica", url), Images: extra.Images, Secrets: extra.Secrets})
+		server.Deps{Store: st, Logger: testLogger(t).With("replica", url), Images: extra.Images, Secrets: extra.Secrets,
+			HarnessBuilder: extra.HarnessBuilder, HarnessChunks: extra.HarnessChunks})
 	if err != nil {
 		t.Fatal(err)
 	}

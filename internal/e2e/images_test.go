@@ -14,10 +14,13 @@ import (
 
 	"github.com/engrams/engrams/internal/api/apiv1"
 	"github.com/engrams/engrams/internal/blob/localdir"
+	"github.com/engrams/engrams/internal/chunk"
 	"github.com/engrams/engrams/internal/client"
 	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/harness"
 	"github.com/engrams/engrams/internal/image"
 	"github.com/engrams/engrams/internal/image/imagetest"
+	"github.com/engrams/engrams/internal/modeltest"
 	"github.com/engrams/engrams/internal/secret"
 	"github.com/engrams/engrams/internal/server"
 	"github.com/engrams/engrams/internal/store"
@@ -57,8 +60,18 @@ func startImageEnv(t *testing.T) *imageEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := serveReplicaWith(t, ln, st, "", coordinator.Config{HeartbeatInterval: 500 * time.Millisecond, HostLostAfter: 30 * time.Second},
-		server.Deps{Images: m, Secrets: sealer})
+	hb, err := harness.New(harness.Config{OutDir: t.TempDir(), CacheDir: filepath.Join(modeltest.CacheDir(), "harness-npm")}, harness.Deps{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc, err := chunk.New(chunk.Config{ChunkSize: chunk.DiskChunkSize}, chunk.Deps{Blob: bs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hc.Close)
+	r := serveReplicaWith(t, ln, st, "", coordinator.Config{HeartbeatInterval: 500 * time.Millisecond, HostLostAfter: 30 * time.Second,
+		HarnessWorkDir: t.TempDir()},
+		server.Deps{Images: m, Secrets: sealer, HarnessBuilder: hb, HarnessChunks: hc})
 	return &imageEnv{st: st, r: r, c: newClient(r.URL, creds.Token), creds: creds, blobs: blobs, workDir: work}
 }
 

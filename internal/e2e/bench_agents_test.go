@@ -1,0 +1,145 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/internal/client"
+	"github.com/engrams/engrams/internal/modeltest"
+)
+
+// TestBenchAgentFirstEvent measures prompt -> first assistant event through
+// engrams (the real CLI in a QEMU guest, reached through the outbox, its
+// model calls through the gateway, its events relayed back and read from
+// the task's event stream) against the same CLI run directly on this host
+// against the same scripted server, alternating the two so both see the
+// same machine load. Gated by ENGRAMS_BENCH=1 (ENGRAMS_BENCH_PROMPTS sets
+// the prompts per side, default 9).
+func TestBenchAgentFirstEvent(t *testing.T) {
+	if os.Getenv("ENGRAMS_BENCH") != "1" {
+		t.Skip("set ENGRAMS_BENCH=1 to measure")
+	}
+	n := 9
+	if v := os.Getenv("ENGRAMS_BENCH_PROMPTS"); v != "" {
+		_, _ = fmt.Sscan(v, &n)
+	}
+	claudeBin, codexBin := modeltest.RequireCLIs(t)
+	var rows []string
+	for _, tc := range []struct {
+		ac     agentCase
+		direct func(t *testing.T, srv *modeltest.Server, key, prompt string) time.Duration
+	}{
+		{claudeCase, func(t *testing.T, srv *modeltest.Server, key, prompt string) time.Duration {
+			return directFirst(t, exec.Command(claudeBin, "-p", prompt, "--output-format", "stream-json", "--verbose"),
+				modeltest.ClaudeEnv(t.TempDir(), srv.URL(), key), func(l modeltest.Line) bool { return l.Type == "assistant" })
+		}},
+		{codexCase, func(t *testing.T, srv *modeltest.Server, key, prompt string) time.Duration {
+			env, err := modeltest.CodexEnv(t.TempDir(), t.TempDir(), srv.URL()+"/v1", key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return directFirst(t, exec.Command(codexBin, "exec", "--json", "--skip-git-repo-check", prompt), env,
+				func(l modeltest.Line) bool {
+					var item struct {
+						Type string `json:"type"`
+					}
+					return l.Type == "item.completed" && l.Field("item", &item) && item.Type == "agent_message"
+				})
+		}},
+	} {
+		t.Run(tc.ac.harness, func(t *testing.T) {
+			a := startAgentEnv(t, tc.ac)
+			a.model.SetScript(append(tc.ac.script("/work/app"), modeltest.Turn{Name: "bench", When: modeltest.UserTextContains("bench prompt"), Text: "Hello from the scripted model."}))
+			a.secret(t, "model", tc.ac.secretKind, a.key, apiv1.SecretMeta{BaseURL: tc.ac.baseURL(a.model)})
+			a.profile(t, "bench", tc.ac, "model")
+			ctx := context.Background()
+			start := time.Now()
+			task, err := a.c.StartTask(ctx, apiv1.StartTaskRequest{Profile: "bench", Prompt: "bench prompt 0"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, first := waitTurn(t, a.c, task.ID, 0, 10*time.Minute)
+			newTask := first.Sub(start)
+			var viaEngrams, direct []time.Duration
+			for i := 1; i <= n; i++ {
+				prompt := fmt.Sprintf("bench prompt %d", i)
+				direct = append(direct, tc.direct(t, a.model, a.key, prompt))
+				sent := time.Now()
+				e, err := a.c.SendTask(ctx, task.ID, prompt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, got := waitTurnQuiet(t, a.c, task.ID, e.Seq)
+				viaEngrams = append(viaEngrams, got.Sub(sent))
+			}
+			me, md := percentile(viaEngrams, 50), percentile(direct, 50)
+			rows = append(rows, fmt.Sprintf("| %s | %d | %v | %v | %v | %v | %.2f | %v |", tc.ac.harness, n,
+				me.Round(time.Millisecond), percentile(viaEngrams, 95).Round(time.Millisecond),
+				md.Round(time.Millisecond), percentile(direct, 95).Round(time.Millisecond),
+				float64(me)/float64(md), newTask.Round(time.Millisecond)))
+		})
+	}
+	t.Logf("prompt -> first assistant event (QEMU guest under this machine's accelerator vs the CLI on the host):\n"+
+		"| harness | prompts | engrams median | engrams p95 | direct median | direct p95 | ratio (medians) | new task: start -> first event |\n"+
+		"|---|---|---|---|---|---|---|---|\n%s", strings.Join(rows, "\n"))
+}
+
+// directFirst runs cmd on the host and returns when its first assistant
+// event came, counted from the process start.
+func directFirst(t *testing.T, cmd *exec.Cmd, env []string, first func(modeltest.Line) bool) time.Duration {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := exec.CommandContext(ctx, cmd.Path, cmd.Args[1:]...)
+	c.Env, c.Dir = env, t.TempDir()
+	run, err := modeltest.RunJSONL(ctx, c, nil)
+	if err != nil || run.ExitCode != 0 {
+		t.Fatalf("%s: exit %d, %v\n%s", cmd.Path, run.ExitCode, err, run.Output())
+	}
+	l, ok := run.First(first)
+	if !ok {
+		t.Fatalf("%s: no assistant event in %v", cmd.Path, run.Types())
+	}
+	return l.At
+}
+
+// waitTurnQuiet is waitTurn without logging every event.
+func waitTurnQuiet(t *testing.T, c *client.Client, id string, after int64) ([]apiv1.TaskEvent, time.Time) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var evs []apiv1.TaskEvent
+	var first time.Time
+	err := c.TaskEvents(ctx, id, after, true, func(e apiv1.TaskEvent) error {
+		evs = append(evs, e)
+		if e.Type == "assistant_text" && first.IsZero() {
+			first = time.Now()
+		}
+		if e.Type == "idle" {
+			return client.ErrStopFollowing
+		}
+		return nil
+	})
+	if err != nil || first.IsZero() {
+		t.Fatalf("follow task %s: %v (events %d, first assistant text %v)", id, err, len(evs), first)
+	}
+	return evs, first
+}
+
+// percentile is the p-th percentile (nearest rank) of ds.
+func percentile(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := (p*len(s)+99)/100 - 1
+	return s[max(0, min(i, len(s)-1))]
+}

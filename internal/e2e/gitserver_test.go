@@ -1,0 +1,82 @@
+package e2e
+
+import (
+	"net"
+	"net/http"
+	"net/http/cgi"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// gitServer serves bare repositories over git's smart HTTP protocol (git
+// http-backend as a CGI program) on 127.0.0.1, behind HTTP basic auth.
+type gitServer struct {
+	URL        string // base URL; a repository is URL + "/" + name + ".git"
+	root       string
+	user, pass string
+}
+
+// startGitServer serves repositories under a temp dir, requiring user:pass.
+func startGitServer(t *testing.T, user, pass string) *gitServer {
+	t.Helper()
+	backend := "/usr/lib/git-core/git-http-backend"
+	if out, err := exec.Command("git", "--exec-path").Output(); err == nil {
+		backend = filepath.Join(strings.TrimSpace(string(out)), "git-http-backend")
+	}
+	if _, err := os.Stat(backend); err != nil {
+		t.Fatalf("git http-backend not found: %v", err)
+	}
+	g := &gitServer{root: t.TempDir(), user: user, pass: pass}
+	h := &cgi.Handler{Path: backend, Env: []string{"GIT_PROJECT_ROOT=" + g.root, "GIT_HTTP_EXPORT_ALL=1"}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, p, ok := r.BasicAuth(); !ok || u != g.user || p != g.pass {
+			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
+			http.Error(w, "authentication required", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	g.URL = "http://" + ln.Addr().String()
+	return g
+}
+
+// repo creates a bare repository name.git holding one commit of files and
+// returns its URL.
+func (g *gitServer) repo(t *testing.T, name string, files map[string]string) string {
+	t.Helper()
+	work := t.TempDir()
+	gitRun := func(dir string, args ...string) {
+		t.Helper()
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=test", "GIT_AUTHOR_EMAIL=test@example.invalid",
+			"GIT_COMMITTER_NAME=test", "GIT_COMMITTER_EMAIL=test@example.invalid", "GIT_CONFIG_NOSYSTEM=1", "HOME="+work)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	gitRun(work, "init", "-q", "-b", "main")
+	for p, content := range files {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(work, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(work, p), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gitRun(work, "add", "-A")
+	gitRun(work, "commit", "-q", "-m", "initial")
+	bare := filepath.Join(g.root, name+".git")
+	gitRun(g.root, "clone", "-q", "--bare", work, bare)
+	gitRun(bare, "config", "http.receivepack", "true")
+	return g.URL + "/" + name + ".git"
+}
