@@ -22,6 +22,10 @@ pkgs=(qemu-system-x86 qemu-utils e2fsprogs busybox-static lz4 cpio erofs-utils)
 # for the Alpine-like image, debootstrap for the Debian one.
 pkgs+=(musl musl-tools debootstrap)
 
+# Tasks clone their repositories with git on the coordinator (and the agent
+# tests serve repositories with git http-backend).
+pkgs+=(git)
+
 # The guest kernel. The QEMU backend boots the uncompressed PVH vmlinux that
 # it extracts from a distribution kernel, plus that kernel's virtio modules
 # from /lib/modules/<version>.

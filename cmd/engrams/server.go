@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -11,19 +13,25 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
+	"github.com/engrams/engrams/internal/blob"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/server"
+	"github.com/engrams/engrams/internal/store"
 )
 
+// serverFlags are the settings of `engrams server`.
+type serverFlags struct {
+	listen, advertise, database, replicaID, secret, tokenFile, logLevel string
+	imageWork, keyFile                                                  string
+	co                                                                  coordinator.Config
+	blobs                                                               blobFlags
+	harnesses                                                           harnessFlags
+}
+
 func serverCmd() *cobra.Command {
-	var (
-		listen, advertise, database, replicaID, secret, tokenFile, logLevel string
-		imageWork, keyFile                                                  string
-		co                                                                  coordinator.Config
-		blobs                                                               blobFlags
-		harnesses                                                           harnessFlags
-	)
+	var f serverFlags
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run a coordinator replica",
@@ -37,90 +45,122 @@ Every flag can also be set as ENGRAMS_<FLAG> (e.g. ENGRAMS_DATABASE).`,
     --advertise-url http://10.0.0.5:7700 --cluster-secret "$SECRET" \
     --bootstrap-token-file /var/lib/engrams/admin-token`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := newLogger(os.Stderr, logLevel)
-			if err != nil {
-				return err
-			}
-			ctx := cmd.Context()
-			st, err := openStore(ctx, database, log)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			ln, err := net.Listen("tcp", listen)
-			if err != nil {
-				return fmt.Errorf("listen on %s: %w", listen, err)
-			}
-			if advertise == "" {
-				advertise = "http://" + ln.Addr().String()
-			}
-			if err := checkReplicaSettings(database, advertise, secret); err != nil {
-				ln.Close()
-				return err
-			}
-			if tokenFile != "" {
-				if _, err := server.EnsureCredentials(ctx, st, tokenFile, ""); err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "admin token is in %s\n", tokenFile)
-			}
-			bs, err := blobs.open(ctx, log)
-			if err != nil {
-				return err
-			}
-			images, closeImages, err := imageMaterializer(bs, imageWork, log.With("component", "images"))
-			if err != nil {
-				return err
-			}
-			defer closeImages()
-			hb, hc, closeHarnesses, err := harnesses.open(bs, &co, log.With("component", "harnesses"))
-			if err != nil {
-				return err
-			}
-			defer closeHarnesses()
-			shared := strings.HasPrefix(database, "postgres://") || strings.HasPrefix(database, "postgresql://")
-			sealer, err := secrets(keyFile, !shared)
-			if err != nil {
-				return err
-			}
-			srv, err := server.New(server.Config{ReplicaID: replicaID, AdvertiseURL: advertise, ClusterSecret: secret, Version: version, Coordinator: co},
-				server.Deps{Store: st, Logger: log, Images: images, Secrets: sealer, HarnessBuilder: hb, HarnessChunks: hc})
-			if err != nil {
-				return err
-			}
-			if bs == nil {
-				return srv.Run(ctx, ln)
-			}
-			gc := func(ctx context.Context) error { return srv.Coordinator().RunGC(ctx, bs, coordinator.GCConfig{}) }
-			return runBoth(ctx, func(ctx context.Context) error { return srv.Run(ctx, ln) }, gc)
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd.Context(), cmd.ErrOrStderr()) },
 	}
-	f := cmd.Flags()
-	f.StringVar(&listen, "listen", env("LISTEN", "127.0.0.1:7700"), "address to serve the API and host links on")
-	f.StringVar(&advertise, "advertise-url", env("ADVERTISE_URL", ""), "URL other replicas use to reach this one (default http://<listen address>)")
-	f.StringVar(&database, "database", env("DATABASE", ""), "postgres:// URL, or the path of an SQLite file")
-	f.StringVar(&replicaID, "replica-id", env("REPLICA_ID", ""), "unique name of this replica (default: random)")
-	f.StringVar(&secret, "cluster-secret", env("CLUSTER_SECRET", ""), "secret shared by replicas to forward host traffic")
-	f.StringVar(&tokenFile, "bootstrap-token-file", env("BOOTSTRAP_TOKEN_FILE", ""), "mint an admin API token into this file (0600) unless the one there is valid")
-	f.StringVar(&logLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error")
-	f.DurationVar(&co.HostLostAfter, "host-lost-after", envDuration("HOST_LOST_AFTER", 0), "a host without heartbeats this long is lost (default 15s)")
-	f.DurationVar(&co.IdleTimeout, "idle-timeout", envDuration("IDLE_TIMEOUT", 0), "suspend sessions idle this long (default 10m; per session: idle_timeout_s)")
-	f.DurationVar(&co.MaxLifetime, "max-lifetime", envDuration("MAX_LIFETIME", 0), "end sessions dead this long after creation (default: no limit; per session: max_lifetime_s)")
-	blobs.register(f, "")
-	f.StringVar(&imageWork, "image-work-dir", env("IMAGE_WORK_DIR", filepath.Join(os.TempDir(), "engrams-images")), "scratch space for enabling images (an image's tree and root filesystem while it is built)")
-	harnessWork := filepath.Join(os.TempDir(), "engrams-harnesses")
-	harnesses.register(f, harnessWork, defaultHarnessCache(harnessWork))
-	f.StringVar(&keyFile, "secrets-key-file", env("SECRETS_KEY_FILE", ""), "key sealing registry credentials at rest (engrams secrets-key create FILE; with SQLite it is created on first use); without it images cannot be enabled with credentials. Every replica needs the same file")
-	f.DurationVar(&co.HeartbeatInterval, "heartbeat-interval", envDuration("HEARTBEAT_INTERVAL", 0), "how often hosts heartbeat (default 2s)")
+	f.register(cmd.Flags())
 	return cmd
+}
+
+func (f *serverFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.listen, "listen", env("LISTEN", "127.0.0.1:7700"), "address to serve the API and host links on")
+	fs.StringVar(&f.advertise, "advertise-url", env("ADVERTISE_URL", ""), "URL other replicas use to reach this one (default http://<listen address>)")
+	fs.StringVar(&f.database, "database", env("DATABASE", ""), "postgres:// URL, or the path of an SQLite file")
+	fs.StringVar(&f.replicaID, "replica-id", env("REPLICA_ID", ""), "unique name of this replica (default: random)")
+	fs.StringVar(&f.secret, "cluster-secret", env("CLUSTER_SECRET", ""), "secret shared by replicas to forward host traffic")
+	fs.StringVar(&f.tokenFile, "bootstrap-token-file", env("BOOTSTRAP_TOKEN_FILE", ""), "mint an admin API token into this file (0600) unless the one there is valid")
+	fs.StringVar(&f.logLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error")
+	fs.DurationVar(&f.co.HostLostAfter, "host-lost-after", envDuration("HOST_LOST_AFTER", 0), "a host without heartbeats this long is lost (default 15s)")
+	fs.DurationVar(&f.co.IdleTimeout, "idle-timeout", envDuration("IDLE_TIMEOUT", 0), "suspend sessions idle this long (default 10m; per session: idle_timeout_s)")
+	fs.DurationVar(&f.co.MaxLifetime, "max-lifetime", envDuration("MAX_LIFETIME", 0), "end sessions dead this long after creation (default: no limit; per session: max_lifetime_s)")
+	f.blobs.register(fs, "")
+	fs.StringVar(&f.imageWork, "image-work-dir", env("IMAGE_WORK_DIR", filepath.Join(os.TempDir(), "engrams-images")), "scratch space for enabling images (an image's tree and root filesystem while it is built)")
+	harnessWork := filepath.Join(os.TempDir(), "engrams-harnesses")
+	f.harnesses.register(fs, harnessWork, defaultHarnessCache(harnessWork))
+	fs.StringVar(&f.keyFile, "secrets-key-file", env("SECRETS_KEY_FILE", ""), "key sealing registry credentials at rest (engrams secrets-key create FILE; with SQLite it is created on first use); without it images cannot be enabled with credentials. Every replica needs the same file")
+	fs.DurationVar(&f.co.HeartbeatInterval, "heartbeat-interval", envDuration("HEARTBEAT_INTERVAL", 0), "how often hosts heartbeat (default 2s)")
+}
+
+// run serves the replica until ctx ends; notes for the operator go to
+// stderr.
+func (f *serverFlags) run(ctx context.Context, stderr io.Writer) error {
+	log, err := newLogger(os.Stderr, f.logLevel)
+	if err != nil {
+		return err
+	}
+	st, err := openStore(ctx, f.database, log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", f.listen, err)
+	}
+	if f.advertise == "" {
+		f.advertise = "http://" + ln.Addr().String()
+	}
+	if err := checkReplicaSettings(f.database, f.advertise, f.secret); err != nil {
+		ln.Close()
+		return err
+	}
+	if f.tokenFile != "" {
+		if _, err := server.EnsureCredentials(ctx, st, f.tokenFile, ""); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "admin token is in %s\n", f.tokenFile)
+	}
+	bs, err := f.blobs.open(ctx, log)
+	if err != nil {
+		return err
+	}
+	srv, closeSrv, err := newServer(server.Config{ReplicaID: f.replicaID, AdvertiseURL: f.advertise, ClusterSecret: f.secret, Version: version, Coordinator: f.co},
+		serverParts{store: st, blobs: bs, imageWork: f.imageWork, harnesses: &f.harnesses, keyFile: f.keyFile, createKey: !sharedDatabase(f.database), log: log}, log)
+	if err != nil {
+		return err
+	}
+	defer closeSrv()
+	if bs == nil {
+		return srv.Run(ctx, ln)
+	}
+	gc := func(ctx context.Context) error { return srv.Coordinator().RunGC(ctx, bs, coordinator.GCConfig{}) }
+	return runBoth(ctx, func(ctx context.Context) error { return srv.Run(ctx, ln) }, gc)
+}
+
+// serverParts is what a replica runs on besides its settings.
+type serverParts struct {
+	store     store.Store
+	blobs     blob.Store // nil: images and harnesses cannot be built
+	imageWork string
+	harnesses *harnessFlags
+	keyFile   string
+	createKey bool         // create the secrets key file when missing (SQLite)
+	log       *slog.Logger // the server's
+}
+
+// newServer opens the image materializer, the harness builder and the
+// secrets key and makes a replica with them; closeAll releases them.
+func newServer(cfg server.Config, p serverParts, log *slog.Logger) (srv *server.Server, closeAll func(), err error) {
+	images, closeImages, err := imageMaterializer(p.blobs, p.imageWork, log.With("component", "images"))
+	if err != nil {
+		return nil, nil, err
+	}
+	hb, hc, closeHarnesses, err := p.harnesses.open(p.blobs, &cfg.Coordinator, log.With("component", "harnesses"))
+	if err != nil {
+		closeImages()
+		return nil, nil, err
+	}
+	closeAll = func() { closeHarnesses(); closeImages() }
+	sealer, err := secrets(p.keyFile, p.createKey)
+	if err == nil {
+		srv, err = server.New(cfg, server.Deps{Store: p.store, Logger: p.log, Images: images, Secrets: sealer, HarnessBuilder: hb, HarnessChunks: hc})
+	}
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	return srv, closeAll, nil
+}
+
+// sharedDatabase reports whether database is a Postgres URL, which
+// replicas share.
+func sharedDatabase(database string) bool {
+	return strings.HasPrefix(database, "postgres://") || strings.HasPrefix(database, "postgresql://")
 }
 
 // checkReplicaSettings refuses settings with which replicas on a shared
 // database could not reach each other's hosts.
 func checkReplicaSettings(database, advertise, secret string) error {
-	shared := strings.HasPrefix(database, "postgres://") || strings.HasPrefix(database, "postgresql://")
-	if !shared {
+	if !sharedDatabase(database) {
 		return nil
 	}
 	u, err := url.Parse(advertise)

@@ -34,7 +34,7 @@ func seedProfiles(t *testing.T, a *agentAPI) {
 		Manifest: json.RawMessage(`{"version":2,"chunk_size":4194304,"size":0,"chunks":[]}`), Digest: "sha256:cc", Builtin: true, CreatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []coordinator.SecretRequest{{Name: "ant", Kind: "anthropic_api_key"}, {Name: "gh", Kind: "git_https"}} {
+	for _, s := range []coordinator.SecretRequest{{Name: "ant", Kind: "anthropic_api_key"}, {Name: "gh", Kind: "git_https", Meta: apiv1.SecretMeta{Host: "github.com"}}} {
 		s.Value = []byte(apiKey)
 		if _, err := a.co.CreateSecret(ctx, s); err != nil {
 			t.Fatal(err)

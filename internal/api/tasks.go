@@ -135,12 +135,12 @@ func (s *Server) taskFiles(w http.ResponseWriter, r *http.Request) {
 	}
 	rel := r.URL.Query().Get("path")
 	p := path.Clean(path.Join(coordinator.TaskWorkRoot, rel))
-	if !strings.HasPrefix(rel, "/") && p != coordinator.TaskWorkRoot && !strings.HasPrefix(p, coordinator.TaskWorkRoot+"/") {
-		writeError(w, http.StatusBadRequest, "bad_request", "path must stay inside the task's work root "+coordinator.TaskWorkRoot)
-		return
-	}
 	if strings.HasPrefix(rel, "/") {
 		p = path.Clean(rel)
+	}
+	if p != coordinator.TaskWorkRoot && !strings.HasPrefix(p, coordinator.TaskWorkRoot+"/") {
+		writeError(w, http.StatusBadRequest, "bad_request", "path must stay inside the task's work root "+coordinator.TaskWorkRoot)
+		return
 	}
 	gt, err := s.co.Guest(r.Context(), t.SessionID)
 	if err != nil {

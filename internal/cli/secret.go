@@ -45,10 +45,13 @@ it is not echoed; piped, its trailing newline is dropped) or from
 
 --base-url is where a model key is used (default https://api.anthropic.com
 for anthropic_api_key, https://api.openai.com/v1 for openai_api_key): the
-model gateway forwards requests there. For git_https give --username (the
-login; GitHub accepts any, e.g. x-access-token) and --host (the git host
-it is for, e.g. github.com). To replace a secret, delete it and create it
-again: profiles name secrets, so they use the new one.`,
+model gateway forwards requests there. It must be https; plain http only to
+this machine (localhost, 127.0.0.1, ::1). For git_https give --username
+(the login; GitHub accepts any, e.g. x-access-token) and --host (the git
+host it is for, e.g. github.com; required unless --base-url is on it):
+profiles may use it only for repositories on that host. To replace a
+secret, delete it and create it again: profiles name secrets, so they use
+the new one.`,
 		Example: `  engrams secret create anthropic --kind anthropic_api_key
   printf %s "$OPENAI_API_KEY" | engrams secret create openai --kind openai_api_key
   engrams secret create gh --kind git_https --username x-access-token --host github.com --from-file ~/.gh-token`,
@@ -79,9 +82,9 @@ again: profiles name secrets, so they use the new one.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&req.Kind, "kind", "", "`KIND`: anthropic_api_key, openai_api_key, git_https or generic")
-	f.StringVar(&req.Meta.BaseURL, "base-url", "", "`URL` the key is used at (model keys: the provider's API by default)")
+	f.StringVar(&req.Meta.BaseURL, "base-url", "", "https `URL` the key is used at (model keys: the provider's API by default; http only to localhost)")
 	f.StringVar(&req.Meta.Username, "username", "", "git_https: the login `NAME`")
-	f.StringVar(&req.Meta.Host, "host", "", "git_https: the git `HOST` it is for, e.g. github.com")
+	f.StringVar(&req.Meta.Host, "host", "", "git_https (required unless --base-url names it): the git `HOST` it is for, e.g. github.com")
 	f.StringVar(&fromFile, "from-file", "", "read the value from `FILE` instead of stdin")
 	return cmd
 }

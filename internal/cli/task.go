@@ -61,7 +61,7 @@ prompt.`,
 			if !follow {
 				return nil
 			}
-			return a.followTask(cmd, c, t.ID, 0)
+			return a.followTask(cmd, c, t.ID, 0, t.EventSeq)
 		},
 	}
 	cmd.Flags().StringVarP(&req.Profile, "profile", "p", "", "profile to start from (required)")
@@ -158,7 +158,7 @@ the agent's text, tool calls and results, files changed, usage, errors).
 			}
 			fmt.Fprintln(w)
 			if follow {
-				return a.followTask(cmd, c, t.ID, 0)
+				return a.followTask(cmd, c, t.ID, 0, t.EventSeq)
 			}
 			return c.TaskEvents(cmd.Context(), t.ID, 0, false, func(e apiv1.TaskEvent) error {
 				printTaskEvent(w, e)
@@ -171,10 +171,13 @@ the agent's text, tool calls and results, files changed, usage, errors).
 }
 
 // followTask prints a task's events from after until the agent finished
-// the latest prompt (an idle event after it), or the task stopped or failed.
-func (a *app) followTask(cmd *cobra.Command, c *client.Client, id string, after int64) error {
+// the latest prompt: every prompt printed was answered by an idle event of
+// its turn (an idle of an earlier turn answers none of them) and the events
+// through seq through (the task's last when following began) were printed;
+// or until the task stopped or failed.
+func (a *app) followTask(cmd *cobra.Command, c *client.Client, id string, after, through int64) error {
 	w := cmd.OutOrStdout()
-	pending := 0 // prompts not yet answered by an idle event
+	prompts, pending := 0, map[string]bool{} // turns of prompts not yet answered
 	return c.TaskEvents(cmd.Context(), id, after, true, func(e apiv1.TaskEvent) error {
 		if a.jsonOut {
 			if err := json.NewEncoder(w).Encode(e); err != nil {
@@ -185,16 +188,38 @@ func (a *app) followTask(cmd *cobra.Command, c *client.Client, id string, after 
 		}
 		switch e.Type {
 		case "prompt":
-			pending++
+			prompts++
+			pending[eventTurn(e)] = true
+		case "error":
+			var d struct {
+				Kind string `json:"kind"`
+			}
+			if json.Unmarshal(e.Data, &d) == nil && d.Kind == "not_delivered" { // that prompt will get no answer
+				delete(pending, eventTurn(e))
+			}
 		case "idle":
-			if pending--; pending <= 0 {
-				return client.ErrStopFollowing
+			if turn := eventTurn(e); turn != "" {
+				delete(pending, turn)
+			} else {
+				clear(pending)
 			}
 		case "stopped", "setup_failed":
 			return client.ErrStopFollowing
 		}
+		if prompts > 0 && len(pending) == 0 && e.Seq >= through {
+			return client.ErrStopFollowing
+		}
 		return nil
 	})
+}
+
+// eventTurn is the turn a task event belongs to ("" when it names none).
+func eventTurn(e apiv1.TaskEvent) string {
+	var d struct {
+		Turn string `json:"turn"`
+	}
+	_ = json.Unmarshal(e.Data, &d)
+	return d.Turn
 }
 
 func (a *app) taskSendCmd() *cobra.Command {
@@ -226,7 +251,7 @@ answer until the agent is done with it.`,
 				fmt.Fprintf(cmd.OutOrStdout(), "sent (event %d)\n", e.Seq)
 				return nil
 			}
-			return a.followTask(cmd, c, args[0], e.Seq-1)
+			return a.followTask(cmd, c, args[0], e.Seq-1, e.Seq)
 		},
 	}
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "stream the conversation until the agent is done with this prompt")

@@ -87,9 +87,12 @@ func (c *Client) TaskEvents(ctx context.Context, id string, afterSeq int64, foll
 	last, delay, failures := afterSeq, c.backoff, 0
 	for {
 		n, err := c.taskEventsOnce(ctx, id, &last, follow, fn)
+		var fnErr callbackError
 		switch {
 		case errors.Is(err, ErrStopFollowing):
 			return nil
+		case errors.As(err, &fnErr):
+			return fnErr.err
 		case err != nil && !errors.Is(err, errStreamClosed):
 			var ae *APIError
 			if ctx.Err() != nil || errors.As(err, &ae) && ae.Code != CodeUnavailable && ae.Code != CodeInternal {
@@ -122,6 +125,13 @@ func (c *Client) TaskEvents(ctx context.Context, id string, afterSeq int64, foll
 // without an error.
 var ErrStopFollowing = errors.New("stop following")
 
+// callbackError is a TaskEvents callback's error: it ends TaskEvents
+// instead of counting as a dropped stream.
+type callbackError struct{ err error }
+
+func (e callbackError) Error() string { return e.err.Error() }
+func (e callbackError) Unwrap() error { return e.err }
+
 func (c *Client) taskEventsOnce(ctx context.Context, id string, last *int64, follow bool, fn func(apiv1.TaskEvent) error) (int, error) {
 	q := url.Values{"after": {strconv.FormatInt(*last, 10)}}
 	if !follow {
@@ -146,7 +156,7 @@ func (c *Client) taskEventsOnce(ctx context.Context, id string, last *int64, fol
 			return nil
 		}
 		if err := fn(ev); err != nil {
-			return err
+			return callbackError{err}
 		}
 		*last, n = ev.Seq, n+1
 		return nil

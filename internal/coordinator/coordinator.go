@@ -39,7 +39,8 @@ type Config struct {
 	// default 10m.
 	GatewayHeaderTimeout time.Duration
 	// HarnessWorkDir holds the trees of harness builds and uploads while
-	// they are packed; default $TMPDIR/engrams-harnesses.
+	// they are packed, each in a private directory; only this user (or
+	// root) may be able to change it. Default: directly in $TMPDIR.
 	HarnessWorkDir string
 }
 

@@ -1,4 +1,4 @@
-// Package coordinator owns the session lifecycle: it records intent in the
-// op log, claims ops under a fencing epoch, drives hosts through the host
-// link and watches heartbeats. It keeps no state another replica cannot rebuild.
+// Package coordinator owns session lifecycles (op log, fencing epochs, hosts over the host link,
+// heartbeats) and agents: sealed secrets, profiles, tasks, the model gateway, the harness registry.
+// State is in the store, except a task's setup, which runs in the replica that started the task.
 package coordinator

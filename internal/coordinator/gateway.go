@@ -37,8 +37,7 @@ const (
 // the model keys, which have a default base URL (secrets.go). Git logins
 // and generic secrets never leave the coordinator this way.
 func gatewayServes(kind string) bool {
-	_, ok := defaultBaseURL[kind]
-	return ok
+	return defaultBaseURL(kind) != ""
 }
 
 // gatewayState is the replica's gateway key (cached once read) and the
@@ -147,13 +146,17 @@ func gatewayLive(st lifecycle.State) bool {
 	return false
 }
 
-// gatewayRefusal is why a gateway request is refused, with its status.
+// gatewayRefusal is why a gateway request is refused, with its status: msg
+// is answered to the guest (no ids, names or store errors), cause only
+// logged.
 type gatewayRefusal struct {
 	status int
 	msg    string
+	cause  error
 }
 
 func (r *gatewayRefusal) Error() string { return r.msg }
+func (r *gatewayRefusal) Unwrap() error { return r.cause }
 
 func refuse(status int, format string, args ...any) error {
 	return &gatewayRefusal{status: status, msg: fmt.Sprintf(format, args...)}
@@ -167,16 +170,19 @@ func (c *Coordinator) gatewayGrant(ctx context.Context, hostID, sid, kind string
 	}
 	s, err := c.st.GetSession(ctx, sid)
 	if errors.Is(err, store.ErrNotFound) {
-		return hostlink.CredentialGrant{}, refuse(http.StatusForbidden, "session %s does not exist", sid)
+		return hostlink.CredentialGrant{}, refuse(http.StatusForbidden, "this session does not exist")
 	}
 	if err != nil {
 		return hostlink.CredentialGrant{}, fmt.Errorf("gateway: read session %s: %w", sid, err)
 	}
 	if s.HostID != hostID {
-		return hostlink.CredentialGrant{}, refuse(http.StatusForbidden, "session %s does not run on this host", sid)
+		return hostlink.CredentialGrant{}, refuse(http.StatusForbidden, "this session does not run on this host")
 	}
 	if !gatewayLive(s.State) {
-		return hostlink.CredentialGrant{}, refuse(http.StatusForbidden, "session %s is %s", sid, s.State)
+		return hostlink.CredentialGrant{}, refuse(http.StatusForbidden, "this session is %s", s.State)
+	}
+	if err := c.gatewayTaskLive(ctx, sid); err != nil {
+		return hostlink.CredentialGrant{}, err
 	}
 	var spec hostlink.MachineSpec
 	if err := json.Unmarshal(s.Spec, &spec); err != nil {
@@ -187,7 +193,25 @@ func (c *Coordinator) gatewayGrant(ctx context.Context, hostID, sid, kind string
 			return g, nil
 		}
 	}
-	return hostlink.CredentialGrant{}, refuse(http.StatusForbidden, "session %s has no %s credential", sid, kind)
+	return hostlink.CredentialGrant{}, refuse(http.StatusForbidden, "this session is granted no %s credential", kind)
+}
+
+// gatewayTaskLive refuses the session of a stopped or failed task: its
+// machine may run again (task diff and files resume it), its agent may not
+// use the model.
+func (c *Coordinator) gatewayTaskLive(ctx context.Context, sid string) error {
+	t, err := c.st.TaskBySession(ctx, sid)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("gateway: find the task of session %s: %w", sid, err)
+	}
+	if t.State == store.TaskStopped || t.State == store.TaskFailed {
+		return &gatewayRefusal{status: http.StatusForbidden, msg: "the task was stopped",
+			cause: fmt.Errorf("task %s is %s", t.ID, t.State)}
+	}
+	return nil
 }
 
 // gatewaySecret opens the granted secret and returns its key and the
@@ -195,7 +219,8 @@ func (c *Coordinator) gatewayGrant(ctx context.Context, hostID, sid, kind string
 func (c *Coordinator) gatewaySecret(ctx context.Context, g hostlink.CredentialGrant) (key string, base *url.URL, err error) {
 	s, plain, err := c.OpenSecret(ctx, g.SecretID)
 	if errors.Is(err, store.ErrNotFound) {
-		return "", nil, refuse(http.StatusUnauthorized, "the %s credential of this session was deleted", g.Kind)
+		return "", nil, &gatewayRefusal{status: http.StatusUnauthorized, cause: err,
+			msg: fmt.Sprintf("the %s credential of this session was deleted", g.Kind)}
 	}
 	if err != nil {
 		return "", nil, fmt.Errorf("gateway: %w", err)
@@ -222,7 +247,7 @@ func gatewayBase(s store.Secret) (*url.URL, error) {
 	}
 	raw := meta.BaseURL
 	if raw == "" {
-		raw = defaultBaseURL[s.Kind]
+		raw = defaultBaseURL(s.Kind)
 	}
 	if err := checkBaseURL(raw); err != nil {
 		return nil, fmt.Errorf("gateway: secret %s: base_url %w", s.ID, err)

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -46,8 +47,8 @@ func (c *Coordinator) handleGateway(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.As(err, &refused):
 		writeGatewayError(sw, kind, refused.status, refused.msg)
-	case err != nil:
-		writeGatewayError(sw, kind, http.StatusInternalServerError, "the model gateway failed: "+err.Error())
+	case err != nil: // the detail (ids, store errors) is logged below, never answered
+		writeGatewayError(sw, kind, http.StatusInternalServerError, "the model gateway failed; the coordinator's log says why")
 	}
 	attrs := []any{"method", r.Method, "path", "/" + rest, "status", sw.status, "duration_ms", time.Since(start).Milliseconds()}
 	if upstream != "" {
@@ -55,7 +56,11 @@ func (c *Coordinator) handleGateway(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case refused != nil:
-		log.Warn("gateway request refused", append(attrs, "reason", refused.msg)...)
+		attrs = append(attrs, "reason", refused.msg)
+		if refused.cause != nil {
+			attrs = append(attrs, "error", refused.cause)
+		}
+		log.Warn("gateway request refused", attrs...)
 	case err != nil:
 		log.Error("gateway request failed", append(attrs, "error", err)...)
 	default:
@@ -87,7 +92,7 @@ func (c *Coordinator) serveGateway(w http.ResponseWriter, r *http.Request, hostI
 			return "", err
 		}
 		if subtle.ConstantTimeCompare([]byte(presented), []byte(want)) != 1 {
-			return "", refuse(http.StatusUnauthorized, "invalid API key: the model gateway of session %s accepts only the session's %s placeholder", sid, kind)
+			return "", refuse(http.StatusUnauthorized, "invalid API key: the model gateway accepts only this session's %s placeholder", kind)
 		}
 	}
 	key, base, err := c.gatewaySecret(ctx, grant)
@@ -172,9 +177,22 @@ func (c *Coordinator) gatewayProxy(kind string, base *url.URL, rest, header, key
 				return
 			}
 			log.Warn("gateway upstream failed", "upstream", base.Host, "error", err)
-			writeGatewayError(w, kind, http.StatusBadGateway, fmt.Sprintf("the model gateway could not reach %s: %v", base.Host, err))
+			writeGatewayError(w, kind, http.StatusBadGateway, upstreamFailure(err))
 		},
 	}
+}
+
+// upstreamFailure says why the provider could not be reached, in words
+// that quote neither its address nor the transport's error (logged).
+func upstreamFailure(err error) string {
+	var tlsErr *tls.CertificateVerificationError
+	switch {
+	case errors.Is(err, errHeaderTimeout):
+		return "the model provider sent no answer in time"
+	case errors.As(err, &tlsErr):
+		return "the model gateway could not verify the model provider's TLS certificate"
+	}
+	return "the model gateway could not reach the model provider"
 }
 
 // gatewayTransport is the upstream transport (TLS verified with the

@@ -293,6 +293,9 @@ func TestGatewayRefusals(t *testing.T) {
 			if resp.StatusCode != tt.status || resp.Header.Get("X-Should-Retry") != "false" {
 				t.Fatalf("answer %d (x-should-retry %q) %s, want %d, not to be retried", resp.StatusCode, resp.Header.Get("X-Should-Retry"), body, tt.status)
 			}
+			if strings.Contains(body, tt.sid) {
+				t.Errorf("the answer names the session: %s", body)
+			}
 			if tt.errType != "" {
 				var eb struct {
 					Type  string `json:"type"`
@@ -317,6 +320,40 @@ func TestGatewayRefusals(t *testing.T) {
 	}
 }
 
+// TestGatewayHidesInternalErrors: a failure that is not a refusal (here a
+// grant naming a secret of another kind) answers a generic message; the
+// detail, with the secret's id, is only logged.
+func TestGatewayHidesInternalErrors(t *testing.T) {
+	t.Parallel()
+	g := newGatewayEnv(t, Config{}, false, false)
+	oai := g.secret(t, apiv1.SecretOpenAIAPIKey, "oai", "sk-oai-REAL", g.upTS.URL)
+	spec := hostlink.MachineSpec{IdleTimeoutSec: -1,
+		Credentials: []hostlink.CredentialGrant{{Kind: apiv1.SecretAnthropicAPIKey, SecretID: oai.ID}}}
+	created, err := g.co.CreateSession(context.Background(), spec, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := g.wait(t, created.ID, lifecycle.Active)
+	resp := g.send(t, "host-a", s.ID, http.MethodPost, "/anthropic_api_key/v1/messages",
+		map[string]string{"X-Api-Key": g.placeholder(t, s.ID, apiv1.SecretAnthropicAPIKey)}, `{}`)
+	body := readAll(t, resp)
+	if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(body, `"type":"api_error"`) {
+		t.Fatalf("answer %d %s, want a 500 in Anthropic's shape", resp.StatusCode, body)
+	}
+	for _, leak := range []string{oai.ID, oai.Name, s.ID, "openai_api_key"} {
+		if strings.Contains(body, leak) {
+			t.Errorf("the answer quotes %q: %s", leak, body)
+		}
+	}
+	if logs := g.log.String(); !strings.Contains(logs, "gateway request failed") || !strings.Contains(logs, oai.ID) ||
+		!strings.Contains(logs, "session_id="+s.ID) || !strings.Contains(logs, "kind=anthropic_api_key") {
+		t.Errorf("the detail is not logged with the session and kind:\n%s", logs)
+	}
+	if len(g.up.got()) != 0 {
+		t.Fatal("the request reached upstream")
+	}
+}
+
 func TestGatewayDeletedSecretIsRefused(t *testing.T) {
 	t.Parallel()
 	g := newGatewayEnv(t, Config{}, false, false)
@@ -331,6 +368,63 @@ func TestGatewayDeletedSecretIsRefused(t *testing.T) {
 	}
 	if len(g.up.got()) != 0 {
 		t.Fatal("the request reached upstream")
+	}
+}
+
+// TestGatewayRefusesStoppedTask: the session of a stopped or failed task,
+// running again (task diff and files resume it), may not use the model;
+// the answer names neither the task nor the session.
+func TestGatewayRefusesStoppedTask(t *testing.T) {
+	t.Parallel()
+	g := newGatewayEnv(t, Config{}, false, false)
+	ctx := context.Background()
+	ant := g.secret(t, apiv1.SecretAnthropicAPIKey, "ant", "sk-ant-REAL", g.upTS.URL)
+	p, err := g.st.CreateProfile(ctx, store.Profile{ID: "p1", Name: "p", Spec: json.RawMessage(`{}`), CreatedAt: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		state  store.TaskState
+		status int
+	}{
+		{store.TaskRunning, http.StatusOK},
+		{store.TaskIdle, http.StatusOK},
+		{store.TaskStopped, http.StatusForbidden},
+		{store.TaskFailed, http.StatusForbidden},
+	}
+	for _, tt := range tests {
+		s := g.session(t, ant)
+		task, err := g.st.CreateTask(ctx, store.Task{ID: "task-" + string(tt.state), ProfileID: p.ID, ProfileVersion: p.Version,
+			Receipt: json.RawMessage(`{}`), SessionID: s.ID, CreatedAt: time.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.st.SetTaskState(ctx, task.ID, tt.state, "", time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		resp := g.send(t, "host-a", s.ID, http.MethodPost, "/anthropic_api_key/v1/messages",
+			map[string]string{"X-Api-Key": g.placeholder(t, s.ID, ant.Kind)}, `{}`)
+		body := readAll(t, resp)
+		if resp.StatusCode != tt.status {
+			t.Fatalf("task %s: answer %d %s, want %d", tt.state, resp.StatusCode, body, tt.status)
+		}
+		if tt.status == http.StatusOK {
+			continue
+		}
+		var eb struct {
+			Error struct{ Type, Message string }
+		}
+		if resp.Header.Get("X-Should-Retry") != "false" || json.Unmarshal([]byte(body), &eb) != nil ||
+			eb.Error.Type != "permission_error" || !strings.Contains(eb.Error.Message, "the task was stopped") {
+			t.Errorf("task %s: answer (x-should-retry %q) %s: want a final permission_error saying the task was stopped",
+				tt.state, resp.Header.Get("X-Should-Retry"), body)
+		}
+		if strings.Contains(body, task.ID) || strings.Contains(body, s.ID) {
+			t.Errorf("task %s: the answer names the task or session: %s", tt.state, body)
+		}
+	}
+	if n := len(g.up.got()); n != 2 {
+		t.Errorf("upstream got %d requests, want the 2 of the live tasks", n)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/engrams/engrams/internal/chunk"
@@ -68,21 +69,80 @@ type harnessRegistry struct {
 // mid-build.
 const staleTreeAge = 6 * time.Hour
 
-// sweepStale removes the work trees in dir older than staleTreeAge.
-func sweepStale(dir string, now time.Time) {
+// Work trees are named by these prefixes: in a configured work dir, and
+// directly in the system's temporary directory when none is configured.
+const (
+	treePrefix    = ".harness-"
+	tmpTreePrefix = "engrams-harness-"
+)
+
+// sweepStale removes the work trees in dir (named prefix*) older than
+// staleTreeAge.
+func sweepStale(dir, prefix string, now time.Time) {
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
-		if info, err := e.Info(); err == nil && strings.HasPrefix(e.Name(), ".harness-") && now.Sub(info.ModTime()) > staleTreeAge {
+		if info, err := e.Info(); err == nil && strings.HasPrefix(e.Name(), prefix) && now.Sub(info.ModTime()) > staleTreeAge {
 			removeTree(filepath.Join(dir, e.Name()))
 		}
 	}
 }
 
 func newHarnessRegistry(b HarnessBuilder, cs ChunkPutter, workDir string) *harnessRegistry {
-	if workDir == "" {
-		workDir = filepath.Join(os.TempDir(), "engrams-harnesses")
-	}
 	return &harnessRegistry{builder: b, chunks: cs, workDir: workDir, finished: map[string]bool{}}
+}
+
+// treeDir makes a fresh private directory (os.MkdirTemp: random name, 0700)
+// for one work tree, in the configured work dir (created 0700) or else the
+// system's temporary directory. Either must be safe (checkPrivateDir), so
+// no other user can swap a tree while it is packed.
+func (r *harnessRegistry) treeDir(now time.Time) (string, error) {
+	dir, prefix := r.workDir, treePrefix
+	if dir == "" {
+		dir, prefix = os.TempDir(), tmpTreePrefix
+	} else if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("create harness work dir: %w", err)
+	}
+	if err := checkPrivateDir(dir); err != nil {
+		return "", fmt.Errorf("check harness work dir: %w", err)
+	}
+	r.swept.Do(func() { sweepStale(dir, prefix, now) })
+	tmp, err := os.MkdirTemp(dir, prefix)
+	if err != nil {
+		return "", fmt.Errorf("create harness work tree: %w", err)
+	}
+	return tmp, nil
+}
+
+// checkPrivateDir refuses dir unless no other user can replace what is in
+// it: dir and every directory above it are owned by this user or root and
+// writable by no one else, unless sticky (like /tmp).
+func checkPrivateDir(dir string) error {
+	real, err := filepath.EvalSymlinks(dir)
+	if err == nil {
+		real, err = filepath.Abs(real)
+	}
+	if err != nil {
+		return fmt.Errorf("resolve %s: %w", dir, err)
+	}
+	uid := os.Getuid()
+	for p := real; ; p = filepath.Dir(p) {
+		info, err := os.Lstat(p)
+		if err != nil {
+			return fmt.Errorf("check %s: %w", p, err)
+		}
+		st, ok := info.Sys().(*syscall.Stat_t)
+		switch {
+		case !ok:
+			return fmt.Errorf("check %s: its owner is unknown", p)
+		case int(st.Uid) != uid && st.Uid != 0:
+			return fmt.Errorf("%s is owned by uid %d, neither this user (uid %d) nor root: use a directory only this user can change", p, st.Uid, uid)
+		case info.Mode().Perm()&0o022 != 0 && info.Mode()&os.ModeSticky == 0:
+			return fmt.Errorf("%s is writable by other users (mode %v): use a directory only this user can change", p, info.Mode().Perm())
+		}
+		if filepath.Dir(p) == p {
+			return nil
+		}
+	}
 }
 
 func (r *harnessRegistry) available() error {
@@ -239,13 +299,9 @@ func (c *Coordinator) registerTree(ctx context.Context, builtin bool, stage func
 	r.begin()
 	bundlePath := ""
 	defer func() { r.end(bundlePath) }()
-	if err := os.MkdirAll(r.workDir, 0o700); err != nil {
-		return HarnessView{}, fmt.Errorf("harness work dir: %w", err)
-	}
-	r.swept.Do(func() { sweepStale(r.workDir, start) })
-	tmp, err := os.MkdirTemp(r.workDir, ".harness-")
+	tmp, err := r.treeDir(start)
 	if err != nil {
-		return HarnessView{}, fmt.Errorf("harness work dir: %w", err)
+		return HarnessView{}, err
 	}
 	defer removeTree(tmp)
 	tree := filepath.Join(tmp, "tree")

@@ -291,6 +291,9 @@ func TestAddHarnessRefuses(t *testing.T) {
 		{"absolute", with(tarEntry{name: "/etc/passwd", body: "x", mode: 0o644}), nil, "is an absolute path"},
 		{"symlink out", with(tarEntry{name: "bin/out", typ: tar.TypeSymlink, link: "../../etc"}), nil, "outside the tree"},
 		{"absolute symlink", with(tarEntry{name: "etc", typ: tar.TypeSymlink, link: "/etc"}), nil, `absolute path "/etc"`},
+		{"chained symlinks out", with(tarEntry{name: "d/e/l", typ: tar.TypeSymlink, link: "../.."},
+			tarEntry{name: "z", typ: tar.TypeSymlink, link: "d/e/l/../.."}), nil, `symlink z points to "d/e/l/../..", outside the tree`},
+		{"symlink loop", with(tarEntry{name: "a", typ: tar.TypeSymlink, link: "b"}, tarEntry{name: "b", typ: tar.TypeSymlink, link: "a"}), nil, "symlink loop"},
 		{"write through symlink", with(tarEntry{name: "bin/run/x", body: "x", mode: 0o644}), nil, "inside bin/run, which is a symlink"},
 		{"under a file", with(tarEntry{name: "harness.json/x", body: "x", mode: 0o644}), nil, "which is a file"},
 		{"hard link", with(tarEntry{name: "bin/hl", typ: tar.TypeLink, link: "bin/agent"}), nil, "is a hard link"},
@@ -323,6 +326,81 @@ func TestAddHarnessRefuses(t *testing.T) {
 	}
 	if hs, _ := e.st.ListHarnesses(context.Background()); len(hs) != 0 {
 		t.Errorf("refused uploads registered %+v", hs)
+	}
+}
+
+// TestHarnessWorkDirIsPrivate: each work tree gets a fresh 0700 directory,
+// in the configured work dir or else the system's temporary directory; a
+// work dir other users could change is refused.
+func TestHarnessWorkDirIsPrivate(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	open, sticky := filepath.Join(base, "open"), filepath.Join(base, "sticky")
+	for d, mode := range map[string]os.FileMode{open: 0o777, sticky: 0o777 | os.ModeSticky} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct{ name, dir, want string }{
+		{"configured, created", filepath.Join(base, "new", "trees"), ""},
+		{"sticky like /tmp", sticky, ""},
+		{"writable by others", open, "is writable by other users"},
+		{"under a dir writable by others", filepath.Join(open, "trees"), open + " is writable by other users"},
+		{"default", "", ""},
+	}
+	for _, tt := range tests {
+		tmp, err := newHarnessRegistry(nil, nil, tt.dir).treeDir(time.Now())
+		if tt.want != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("%s: %v, want an error with %q", tt.name, err, tt.want)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", tt.name, err)
+			continue
+		}
+		parent, prefix := tt.dir, treePrefix
+		if parent == "" {
+			parent, prefix = os.TempDir(), tmpTreePrefix
+		}
+		info, err := os.Lstat(tmp)
+		if err != nil || !info.IsDir() || info.Mode().Perm() != 0o700 || filepath.Dir(tmp) != parent ||
+			!strings.HasPrefix(filepath.Base(tmp), prefix) {
+			t.Errorf("%s: work tree %s (%v, %v), want a fresh 0700 directory %s* in %s", tt.name, tmp, info.Mode(), err, prefix, parent)
+		}
+		removeTree(tmp)
+	}
+}
+
+// TestCheckLinksInside resolves symlinks through each other as the kernel
+// would.
+func TestCheckLinksInside(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		links []treeLink
+		want  string // "" accepted
+	}{
+		{"chain inside", []treeLink{{name: "bin/run", target: "agent"}, {name: "lib", target: "bin"},
+			{name: ".x/y", target: "../lib/run"}, {name: "d/e/l", target: "../.."}, {name: "up", target: "d/e/l/bin/../lib"}}, ""},
+		{"root itself", []treeLink{{name: "a/b/c", target: "../../."}}, ""},
+		{"through a link to the root", []treeLink{{name: "d/e/l", target: "../.."}, {name: "z", target: "d/e/l/../.."}}, "symlink z points to"},
+		{"through a link deeper down", []treeLink{{name: "a", target: "b/c"}, {name: "b/c", target: "../.."}}, "symlink a points to"},
+		{"lexically out", []treeLink{{name: "a", target: "../x"}}, "outside the tree"},
+		{"self", []treeLink{{name: "a", target: "a"}}, "symlink loop"},
+	}
+	for _, tt := range tests {
+		err := checkLinksInside(tt.links)
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("%s: %v", tt.name, err)
+		case tt.want != "" && (!errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("%s: %v, want ErrInvalid with %q", tt.name, err, tt.want)
+		}
 	}
 }
 

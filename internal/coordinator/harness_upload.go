@@ -27,10 +27,11 @@ const (
 
 // unpackTree extracts a tar (or gzip-compressed tar) into dir, which it
 // creates. Only directories, regular files and symlinks that stay inside
-// the tree are accepted; paths leaving the tree, duplicates, entries under
-// a file or symlink, hard links and special files are refused. Files get
-// their permission bits (setuid, setgid and sticky dropped); symlinks are
-// made last, so nothing is ever written through one.
+// the tree (resolved through each other) are accepted; paths leaving the
+// tree, duplicates, entries under a file or symlink, hard links and special
+// files are refused. Files get their permission bits (setuid, setgid and
+// sticky dropped); symlinks are made last, so nothing is ever written
+// through one.
 func unpackTree(r io.Reader, dir string) error {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return err
@@ -67,8 +68,13 @@ type unpacker struct {
 	seen    map[string]byte // clean path -> 'd', 'f' or 'l'
 	entries int
 	bytes   int64
-	links   [][2]string      // path, target
+	links   []treeLink
 	modes   map[string]int64 // directory -> mode, applied at the end
+}
+
+// treeLink is a symlink of the tree, made once every entry is in.
+type treeLink struct {
+	name, dst, target string // clean path in the tree, path on disk, target
 }
 
 func (u *unpacker) entry(hdr *tar.Header, body io.Reader) error {
@@ -111,7 +117,7 @@ func (u *unpacker) entry(hdr *tar.Header, body io.Reader) error {
 		if err := checkLinkTarget(name, hdr.Linkname); err != nil {
 			return err
 		}
-		u.links = append(u.links, [2]string{dst, hdr.Linkname})
+		u.links = append(u.links, treeLink{name: name, dst: dst, target: hdr.Linkname})
 		return nil
 	}
 	return fmt.Errorf("%w: %s is a %s; a harness tree holds only directories, regular files and symlinks inside it",
@@ -160,8 +166,11 @@ func (u *unpacker) finish() error {
 	if u.seen[harness.DescriptorFile] != 'f' {
 		return fmt.Errorf("%w: the tree has no %s at its root", ErrInvalid, harness.DescriptorFile)
 	}
+	if err := checkLinksInside(u.links); err != nil {
+		return err
+	}
 	for _, l := range u.links {
-		if err := os.Symlink(l[1], l[0]); err != nil {
+		if err := os.Symlink(l.target, l.dst); err != nil {
 			return err
 		}
 	}
@@ -209,6 +218,90 @@ func checkLinkTarget(name, target string) error {
 		return fmt.Errorf("%w: symlink %s points to %q, outside the tree", ErrInvalid, name, target)
 	}
 	return nil
+}
+
+// maxLinkDepth bounds how many symlinks one resolution may pass through
+// nested, as the kernel does (ELOOP).
+const maxLinkDepth = 40
+
+var (
+	errLinkOutside = errors.New("outside the tree")
+	errLinkLoop    = errors.New("through a symlink loop or too many symlinks")
+)
+
+// checkLinksInside resolves every symlink's target as the kernel would,
+// through the tree's other symlinks (d/e/l -> ../.. then z -> d/e/l/../..),
+// and refuses one that leads out of the tree or loops.
+func checkLinksInside(links []treeLink) error {
+	r := linkResolver{targets: make(map[string]string, len(links)), resolved: map[string]string{}, visiting: map[string]bool{}}
+	for _, l := range links {
+		r.targets[l.name] = l.target
+	}
+	for _, l := range links {
+		if _, err := r.resolve(l.name); err != nil {
+			return fmt.Errorf("%w: symlink %s points to %q, %v", ErrInvalid, l.name, l.target, err)
+		}
+	}
+	return nil
+}
+
+// linkResolver resolves the tree's symlinks, each once.
+type linkResolver struct {
+	targets  map[string]string // symlink path -> target
+	resolved map[string]string // symlink path -> the tree path it names ("" the root)
+	visiting map[string]bool   // being resolved (a loop if met again)
+}
+
+func (r *linkResolver) resolve(link string) (string, error) {
+	if p, ok := r.resolved[link]; ok {
+		return p, nil
+	}
+	if r.visiting[link] || len(r.visiting) >= maxLinkDepth {
+		return "", errLinkLoop
+	}
+	r.visiting[link] = true
+	p, err := r.walk(path.Dir(link), r.targets[link])
+	delete(r.visiting, link)
+	if err != nil {
+		return "", err
+	}
+	r.resolved[link] = p
+	return p, nil
+}
+
+// walk resolves target from directory dir ("." is the root), following
+// symlinks met on the way; paths missing from the tree count as
+// directories.
+func (r *linkResolver) walk(dir, target string) (string, error) {
+	cur := dir
+	if cur == "." {
+		cur = ""
+	}
+	for _, c := range strings.Split(target, "/") {
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			if cur == "" {
+				return "", errLinkOutside
+			}
+			cur = cur[:max(strings.LastIndexByte(cur, '/'), 0)]
+			continue
+		}
+		if cur == "" {
+			cur = c
+		} else {
+			cur += "/" + c
+		}
+		if _, ok := r.targets[cur]; ok {
+			p, err := r.resolve(cur)
+			if err != nil {
+				return "", err
+			}
+			cur = p
+		}
+	}
+	return cur, nil
 }
 
 // removeTree removes dir even where the tree made a directory read-only.

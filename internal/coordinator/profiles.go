@@ -5,16 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
-	"net/netip"
 	"net/url"
 	"path"
 	"regexp"
-	"strconv"
 	"strings"
 	"unicode"
 
 	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/internal/harness"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -34,7 +32,6 @@ var (
 	repoPathRE    = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$`)
 	skillRE       = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}(@[A-Za-z0-9][A-Za-z0-9._+-]{0,63})?$`)
 	appNameRE     = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
-	dnsLabelRE    = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 )
 
 // ProfileView is a profile with its spec decoded and, when resolved, what
@@ -252,7 +249,7 @@ func checkStatic(spec *apiv1.ProfileSpec) problems {
 	}
 	seen := map[string]bool{}
 	for i, h := range spec.Egress {
-		if err := checkHostPort(h); err != nil {
+		if err := harness.CheckHost(h); err != nil {
 			probs.add("egress[%d]: %v", i, err)
 		} else if seen[h] {
 			probs.add("egress[%d] %q is listed twice", i, h)
@@ -380,36 +377,4 @@ func checkSkillsApps(spec *apiv1.ProfileSpec) problems {
 		names[a.Name], ports[a.Port] = true, true
 	}
 	return probs
-}
-
-// checkHostPort accepts "name", "name:port", "*.name[:port]", an IP
-// address or "[v6]:port"; names are lower-case DNS names.
-func checkHostPort(h string) error {
-	if _, err := netip.ParseAddr(h); err == nil {
-		return nil
-	}
-	host := h
-	if strings.Contains(h, ":") {
-		hh, port, err := net.SplitHostPort(h)
-		if err != nil {
-			return fmt.Errorf("%q: want host or host:port", h)
-		}
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != port {
-			return fmt.Errorf("%q: port %q is not 1 to 65535", h, port)
-		}
-		if _, err := netip.ParseAddr(hh); err == nil {
-			return nil
-		}
-		host = hh
-	}
-	name := strings.TrimPrefix(host, "*.")
-	if len(name) == 0 || len(name) > 253 {
-		return fmt.Errorf("%q: want a host name of 1 to 253 bytes", h)
-	}
-	for _, l := range strings.Split(name, ".") {
-		if !dnsLabelRE.MatchString(l) {
-			return fmt.Errorf("%q: %q is not a lower-case DNS label", h, l)
-		}
-	}
-	return nil
 }

@@ -228,7 +228,9 @@ func (c *Coordinator) receiptRepoKeys(ctx context.Context, spec *apiv1.ProfileSp
 			probs.add("repos[%d].credential: secret %s is of kind %s; a repo needs a %s secret", i, s.Name, s.Kind, apiv1.SecretGitHTTPS)
 			continue
 		}
-		if u, err := url.Parse(repo.URL); err == nil && meta.Host != "" && !strings.EqualFold(meta.Host, u.Host) {
+		if meta.Host == "" {
+			probs.add("repos[%d].credential: secret %s names no git host; create it again with --host", i, s.Name)
+		} else if u, err := url.Parse(repo.URL); err == nil && !strings.EqualFold(meta.Host, u.Host) {
 			probs.add("repos[%d].credential: secret %s is for %s, the repo is on %s", i, s.Name, meta.Host, u.Host)
 		}
 		if _, ok := uses[s.Name]; !ok {
@@ -251,7 +253,7 @@ func (c *Coordinator) receiptRepoKeys(ctx context.Context, spec *apiv1.ProfileSp
 // there is none.
 func (c *Coordinator) liveSecret(ctx context.Context, field, name string, probs *problems) (store.Secret, apiv1.SecretMeta, bool, error) {
 	s, err := c.st.GetSecretByName(ctx, name)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && !slices.Contains(secretKinds, s.Kind)) {
+	if errors.Is(err, store.ErrNotFound) || (err == nil && !userSecretKind(s.Kind)) {
 		probs.add("%s: no secret %q (see `engrams secret list`; make it with `engrams secret create %s --kind KIND`)", field, name, name)
 		return store.Secret{}, apiv1.SecretMeta{}, false, nil
 	}

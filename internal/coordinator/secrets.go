@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/internal/harness"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -26,14 +28,24 @@ const (
 )
 
 // secretKinds are the kinds users store; other kinds are engrams's own.
-var secretKinds = []string{apiv1.SecretAnthropicAPIKey, apiv1.SecretOpenAIAPIKey, apiv1.SecretGitHTTPS, apiv1.SecretGeneric}
+func secretKinds() []string {
+	return []string{apiv1.SecretAnthropicAPIKey, apiv1.SecretOpenAIAPIKey, apiv1.SecretGitHTTPS, apiv1.SecretGeneric}
+}
+
+// userSecretKind reports whether users store secrets of kind.
+func userSecretKind(kind string) bool { return slices.Contains(secretKinds(), kind) }
 
 // defaultBaseURL is where a model key is used unless meta says otherwise:
 // the model gateway forwards to it (Anthropic's base without /v1, OpenAI's
-// with it).
-var defaultBaseURL = map[string]string{
-	apiv1.SecretAnthropicAPIKey: "https://api.anthropic.com",
-	apiv1.SecretOpenAIAPIKey:    "https://api.openai.com/v1",
+// with it). Other kinds have none ("").
+func defaultBaseURL(kind string) string {
+	switch kind {
+	case apiv1.SecretAnthropicAPIKey:
+		return "https://api.anthropic.com"
+	case apiv1.SecretOpenAIAPIKey:
+		return "https://api.openai.com/v1"
+	}
+	return ""
 }
 
 var secretNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
@@ -106,8 +118,8 @@ func checkSecret(req *SecretRequest) []string {
 	case strings.HasPrefix(strings.ToLower(req.Name), internalSecretPrefix):
 		bad("name %q: names starting with %q are reserved for engrams", req.Name, internalSecretPrefix)
 	}
-	if !slices.Contains(secretKinds, req.Kind) {
-		bad("kind %q: want one of %s", req.Kind, strings.Join(secretKinds, ", "))
+	if !userSecretKind(req.Kind) {
+		bad("kind %q: want one of %s", req.Kind, strings.Join(secretKinds(), ", "))
 	}
 	switch v := req.Value; {
 	case len(v) == 0:
@@ -121,7 +133,7 @@ func checkSecret(req *SecretRequest) []string {
 	}
 	m := &req.Meta
 	if m.BaseURL == "" {
-		m.BaseURL = defaultBaseURL[req.Kind]
+		m.BaseURL = defaultBaseURL(req.Kind)
 	} else if err := checkBaseURL(m.BaseURL); err != nil {
 		bad("base_url: %v", err)
 	}
@@ -130,12 +142,16 @@ func checkSecret(req *SecretRequest) []string {
 	}
 	if m.Host == "" && req.Kind == apiv1.SecretGitHTTPS && m.BaseURL != "" {
 		if u, err := url.Parse(m.BaseURL); err == nil {
-			m.Host = u.Host
+			m.Host = strings.ToLower(u.Host)
 		}
-	} else if m.Host != "" {
-		if err := checkHostPort(m.Host); err != nil {
+	}
+	switch {
+	case m.Host != "":
+		if err := harness.CheckHost(m.Host); err != nil {
 			bad("host: %v", err)
 		}
+	case req.Kind == apiv1.SecretGitHTTPS:
+		bad("a %s secret needs the git host it is for (host, e.g. github.com, or a base_url on that host), so profiles can check their repos are on it", req.Kind)
 	}
 	if n := len(m.BaseURL) + len(m.Username) + len(m.Host); n > maxSecretMetaBytes {
 		bad("meta is %d bytes, at most %d", n, maxSecretMetaBytes)
@@ -143,19 +159,31 @@ func checkSecret(req *SecretRequest) []string {
 	return probs
 }
 
-// checkBaseURL accepts an absolute http or https URL without a login,
-// query or fragment.
+// checkBaseURL accepts an absolute https URL without a login, query or
+// fragment; plain http only to a loopback host (localhost, 127.0.0.0/8,
+// ::1), where the key does not cross a network.
 func checkBaseURL(s string) error {
 	u, err := url.Parse(s)
 	switch {
 	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Opaque != "":
-		return fmt.Errorf("%q: want an absolute http or https URL such as https://api.anthropic.com", s)
+		return fmt.Errorf("%q: want an absolute https URL such as https://api.anthropic.com", s)
+	case u.Scheme == "http" && !loopbackHost(u.Hostname()):
+		return fmt.Errorf("%q: want https; plain http only to this machine (localhost, 127.0.0.0/8 or ::1)", s)
 	case u.User != nil:
 		return fmt.Errorf("%q carries a login; the secret's value is the credential", s)
 	case u.RawQuery != "" || u.Fragment != "" || strings.ContainsAny(s, " \t\r\n"):
 		return fmt.Errorf("%q: want no query, fragment or spaces", s)
 	}
 	return nil
+}
+
+// loopbackHost reports whether host (without port) is this machine.
+func loopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 // Secrets lists the live secrets users made, by name, with the profiles
@@ -171,7 +199,7 @@ func (c *Coordinator) Secrets(ctx context.Context) ([]SecretView, error) {
 	}
 	out := make([]SecretView, 0, len(ss))
 	for _, s := range ss {
-		if !slices.Contains(secretKinds, s.Kind) {
+		if !userSecretKind(s.Kind) {
 			continue
 		}
 		out = append(out, secretView(s, uses[s.Name]))
@@ -220,7 +248,7 @@ func (c *Coordinator) DeleteSecret(ctx context.Context, nameOrID string) (Secret
 	if errors.Is(err, store.ErrNotFound) {
 		s, err = c.st.GetSecret(ctx, nameOrID)
 	}
-	if errors.Is(err, store.ErrNotFound) || (err == nil && !slices.Contains(secretKinds, s.Kind)) {
+	if errors.Is(err, store.ErrNotFound) || (err == nil && !userSecretKind(s.Kind)) {
 		return SecretView{}, fmt.Errorf("secret %q: %w", nameOrID, store.ErrNotFound)
 	}
 	if err != nil {

@@ -5,10 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/engrams/engrams/internal/api/apiv1"
 	"strings"
+	"time"
 	"unicode/utf8"
 
+	"github.com/engrams/engrams/internal/api/apiv1"
 	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/lifecycle"
@@ -63,6 +64,7 @@ func taskTopic(id string) string { return "task:" + id }
 // characters.
 func titleOf(prompt string) string {
 	line, _, _ := strings.Cut(strings.TrimSpace(prompt), "\n")
+	line = strings.TrimSpace(line) // a "\r" before the "\n", trailing spaces
 	if r := []rune(line); len(r) > 80 {
 		line = string(r[:79]) + "…"
 	}
@@ -153,6 +155,14 @@ func (c *Coordinator) setTaskState(ctx context.Context, taskID string, state sto
 
 // failTask ends a task's setup: the reason is an event and the task's error.
 func (c *Coordinator) failTask(ctx context.Context, taskID string, err error) {
+	// Record it even when ctx is what ran out (the start wait) or was
+	// cancelled (shutdown): a task must not stay "starting" silently.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if t, gerr := c.st.GetTask(ctx, taskID); gerr == nil && t.State == store.TaskStopped {
+		c.log.Info("setup of a stopped task ended", "task_id", taskID, "err", err)
+		return
+	}
 	c.log.Warn("task setup failed", "task_id", taskID, "err", err)
 	_, _ = c.appendTaskEvents(ctx, taskID, taskEvent(TaskEventSetupFailed, map[string]any{"message": err.Error()}))
 	c.setTaskState(ctx, taskID, store.TaskFailed, err.Error())
@@ -171,6 +181,8 @@ func (c *Coordinator) SendTask(ctx context.Context, taskID, text string) (store.
 	switch t.State {
 	case store.TaskStopped, store.TaskFailed:
 		return store.TaskEvent{}, fmt.Errorf("%w: task %s is %s", ErrNotActive, taskID, t.State)
+	case store.TaskStarting:
+		return store.TaskEvent{}, fmt.Errorf("%w: task %s is still starting (its repositories are being cloned); send when it is running or idle", ErrBusy, taskID)
 	}
 	s, err := c.st.GetSession(ctx, t.SessionID)
 	if err != nil {
@@ -185,6 +197,9 @@ func (c *Coordinator) SendTask(ctx context.Context, taskID, text string) (store.
 		return store.TaskEvent{}, err
 	}
 	if err := c.promptHarness(ctx, t.ID, s.ID, turn, text); err != nil {
+		// The conversation says so; the caller may send it again.
+		_, _ = c.appendTaskEvents(context.WithoutCancel(ctx), taskID, taskEvent(guestapi.EventError,
+			map[string]any{"kind": "not_delivered", "turn": turn, "message": err.Error()}))
 		return evs[0], err
 	}
 	return evs[0], nil

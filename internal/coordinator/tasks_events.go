@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/hostlink"
@@ -37,6 +38,8 @@ func (c *Coordinator) handleHarnessEvents(w http.ResponseWriter, r *http.Request
 		writeLinkError(w, http.StatusNotFound, "not_found", err.Error())
 	case errors.Is(err, store.ErrStaleEpoch):
 		writeLinkError(w, http.StatusConflict, hostlink.CodeStaleEpoch, err.Error())
+	case errors.Is(err, ErrInvalid):
+		writeLinkError(w, http.StatusBadRequest, "bad_request", err.Error())
 	case err != nil:
 		c.log.Warn("ingest harness events", "session_id", sid, "host_id", hostID, "err", err)
 		writeLinkError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
@@ -47,14 +50,14 @@ func (c *Coordinator) handleHarnessEvents(w http.ResponseWriter, r *http.Request
 
 // ingestHarnessEvents appends the events past the task's cursor and moves
 // the task's state along. Only the host the session is placed on, at an
-// epoch not newer than the session's, may write; a session no task owns
+// session's current epoch, may write; a session no task owns
 // keeps no harness events (they are acknowledged and dropped).
 func (c *Coordinator) ingestHarnessEvents(ctx context.Context, hostID, sid string, req hostlink.HarnessEventsRequest) (int64, error) {
 	s, err := c.st.GetSession(ctx, sid)
 	if err != nil {
 		return 0, fmt.Errorf("get session %s: %w", sid, err)
 	}
-	if s.HostID != hostID || req.Epoch > s.Epoch || !s.State.HasVM() {
+	if s.HostID != hostID || req.Epoch != s.Epoch || !s.State.HasVM() {
 		return 0, fmt.Errorf("%w: session %s is %s on host %s at epoch %d; events came from host %s at epoch %d",
 			store.ErrStaleEpoch, sid, s.State, s.HostID, s.Epoch, hostID, req.Epoch)
 	}
@@ -73,7 +76,10 @@ func (c *Coordinator) ingestHarnessEvents(ctx context.Context, hostID, sid strin
 		if e.Type == "" || e.Seq <= 0 {
 			return 0, fmt.Errorf("%w: harness event %d has no type or seq", ErrInvalid, i)
 		}
-		evs[i] = store.TaskEvent{Type: e.Type, Payload: harnessPayload(e), At: e.At, GuestSeq: e.Seq}
+		if i > 0 && e.Seq <= req.Events[i-1].Seq {
+			return 0, fmt.Errorf("%w: harness event seqs must increase, got %d after %d", ErrInvalid, e.Seq, req.Events[i-1].Seq)
+		}
+		evs[i] = guestTaskEvent(e, c.now())
 	}
 	cursor, added, err := c.st.IngestTaskEvents(ctx, t.ID, sid, req.RewoundTo, evs)
 	if err != nil {
@@ -85,12 +91,54 @@ func (c *Coordinator) ingestHarnessEvents(ctx context.Context, hostID, sid strin
 	if err := c.st.TouchSession(ctx, sid, c.now()); err != nil { // an agent at work is activity
 		c.log.Warn("record activity", "session_id", sid, "err", err)
 	}
+	if cur, err := c.st.GetTask(ctx, t.ID); err == nil { // a stop meanwhile must not be undone
+		t = cur
+	}
 	if st, msg, ok := taskStateAfter(t, added); ok {
 		c.setTaskState(ctx, t.ID, st, msg)
 	} else {
 		c.wake(ctx, taskTopic(t.ID))
 	}
 	return cursor, nil
+}
+
+// maxHarnessEventData bounds one harness event's stored data.
+const maxHarnessEventData = 64 << 10
+
+// guestEventType reports whether a guest may produce events of type t:
+// the harness adapter's types only, so a guest cannot write the
+// coordinator's own events (prompt, repo_cloned, stopped, ...).
+func guestEventType(t string) bool {
+	switch t {
+	case guestapi.EventRunStarted, guestapi.EventAssistantText, guestapi.EventToolCall, guestapi.EventToolResult,
+		guestapi.EventFileChanged, guestapi.EventUsage, guestapi.EventQuestion, guestapi.EventIdle, guestapi.EventError:
+		return true
+	}
+	return false
+}
+
+// guestTaskEvent is how a guest's event is stored. The guest is not
+// trusted: an unknown type becomes a harness error event saying so, data
+// over maxHarnessEventData is replaced by a note of its size, and a time
+// more than a minute in the future (a guest clock) is replaced by now.
+func guestTaskEvent(e guestapi.HarnessEvent, now time.Time) store.TaskEvent {
+	typ, payload := e.Type, harnessPayload(e)
+	switch {
+	case !guestEventType(typ):
+		if r := []rune(typ); len(r) > 64 {
+			typ = string(r[:64])
+		}
+		payload, _ = json.Marshal(map[string]string{"kind": guestapi.ErrorHarness, "turn": e.Turn,
+			"message": fmt.Sprintf("the session sent an event of unknown type %q", typ)})
+		typ = guestapi.EventError
+	case len(payload) > maxHarnessEventData:
+		payload, _ = json.Marshal(map[string]any{"turn": e.Turn, "truncated": true, "bytes": len(payload)})
+	}
+	at := e.At
+	if at.After(now.Add(time.Minute)) {
+		at = now
+	}
+	return store.TaskEvent{Type: typ, Payload: payload, At: at, GuestSeq: e.Seq}
 }
 
 // harnessPayload is the stored payload of a harness event: its data with

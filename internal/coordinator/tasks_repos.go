@@ -6,10 +6,11 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"github.com/engrams/engrams/internal/api/apiv1"
 	"io"
 	"io/fs"
+	"net/url"
 	"os"
 	"os/exec"
 	"path"
@@ -17,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/engrams/engrams/internal/api/apiv1"
 	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/store"
 )
@@ -51,7 +53,7 @@ func (c *Coordinator) cloneRepo(ctx context.Context, taskID, sessionID string, r
 		return fmt.Errorf("clone %s: %w", r.URL, err)
 	}
 	defer os.RemoveAll(tmp)
-	env, err := c.gitCredentialEnv(ctx, r)
+	env, err := c.gitEnv(ctx, r, tmp)
 	if err != nil {
 		return err
 	}
@@ -63,16 +65,12 @@ func (c *Coordinator) cloneRepo(ctx context.Context, taskID, sessionID string, r
 	if out, err := git(ctx, tmp, env, append(args, "--", r.URL, work)...); err != nil {
 		return fmt.Errorf("clone %s: %w: %s", r.URL, err, out)
 	}
-	base, err := git(ctx, work, nil, "rev-parse", "HEAD")
+	base, err := git(ctx, work, env, "rev-parse", "HEAD")
 	if err != nil {
 		return fmt.Errorf("clone %s: read HEAD: %w: %s", r.URL, err, base)
 	}
-	var buf bytes.Buffer
-	if err := tarTree(&buf, work, dir); err != nil {
-		return fmt.Errorf("pack the clone of %s: %w", r.URL, err)
-	}
 	archive := fmt.Sprintf("/tmp/engrams-clone-%s.tar", taskID)
-	if err := c.GuestPutFile(ctx, sessionID, archive, "0600", &buf); err != nil {
+	if err := c.copyTree(ctx, sessionID, work, dir, archive); err != nil {
 		return fmt.Errorf("copy the clone of %s into the session: %w", r.URL, err)
 	}
 	script := `set -e; mkdir -p "$1"; rm -rf "$1/$3"; tar -xf "$2" -C "$1"; rm -f "$2"; git config --global --add safe.directory "$1/$3" 2>/dev/null || true`
@@ -103,42 +101,89 @@ func (c *Coordinator) repoCloned(ctx context.Context, taskID, dir string) (bool,
 	return false, nil
 }
 
-// gitCredentialEnv gives git the repository's credential as an HTTP
-// Authorization header through GIT_CONFIG_* variables (not argv, which
-// other users of the machine could read).
-func (c *Coordinator) gitCredentialEnv(ctx context.Context, r apiv1.ProfileRepo) ([]string, error) {
-	env := []string{"GIT_TERMINAL_PROMPT=0", "GIT_CONFIG_NOSYSTEM=1", "HOME=" + os.TempDir()}
-	if r.Credential == "" {
-		return env, nil
+// gitEnv is the whole environment git runs with on the coordinator: no
+// inherited GIT_* variables, no system or global config (HOME is the
+// clone's own temp dir), no prompts, no redirects (a token must not follow
+// one to another host) and, when the repository has a credential, its
+// HTTP Authorization header as a GIT_CONFIG_* entry (not argv, which other
+// users of the machine could read). The credential must be a git_https
+// secret for the repository's host.
+func (c *Coordinator) gitEnv(ctx context.Context, r apiv1.ProfileRepo, home string) ([]string, error) {
+	cfg := [][2]string{{"http.followRedirects", "false"}, {"protocol.allow", "user"}, {"protocol.http.allow", "always"},
+		{"protocol.https.allow", "always"}}
+	if r.Credential != "" {
+		auth, err := c.gitAuth(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		cfg = append(cfg, [2]string{"http.extraHeader", "Authorization: Basic " + auth})
 	}
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "XDG_CONFIG_HOME=" + home, "GIT_CONFIG_NOSYSTEM=1",
+		"GIT_CONFIG_GLOBAL=/dev/null", "GIT_TERMINAL_PROMPT=0", "GIT_ASKPASS=/bin/false", "LANG=C",
+		fmt.Sprintf("GIT_CONFIG_COUNT=%d", len(cfg))}
+	for i, kv := range cfg {
+		env = append(env, fmt.Sprintf("GIT_CONFIG_KEY_%d=%s", i, kv[0]), fmt.Sprintf("GIT_CONFIG_VALUE_%d=%s", i, kv[1]))
+	}
+	return env, nil
+}
+
+// gitAuth is the basic-auth token of a repository's credential, checked
+// to be a git_https secret whose host (when it names one) is the URL's.
+func (c *Coordinator) gitAuth(ctx context.Context, r apiv1.ProfileRepo) (string, error) {
 	sec, err := c.st.GetSecretByName(ctx, r.Credential)
 	if err != nil {
-		return nil, fmt.Errorf("git credential %s: %w", r.Credential, err)
-	}
-	_, value, err := c.OpenSecret(ctx, sec.ID)
-	if err != nil {
-		return nil, fmt.Errorf("git credential %s: %w", r.Credential, err)
+		return "", fmt.Errorf("git credential %s: %w", r.Credential, err)
 	}
 	var meta struct {
 		Username string `json:"username"`
+		Host     string `json:"host"`
 	}
 	_ = json.Unmarshal(sec.Meta, &meta)
+	u, err := url.Parse(r.URL)
+	switch {
+	case sec.Kind != "git_https":
+		return "", fmt.Errorf("%w: credential %s of %s is a %s secret, not git_https", ErrInvalid, r.Credential, r.URL, sec.Kind)
+	case err != nil:
+		return "", fmt.Errorf("%w: repository URL %q: %v", ErrInvalid, r.URL, err)
+	case meta.Host != "" && !strings.EqualFold(meta.Host, u.Host) && !strings.EqualFold(meta.Host, u.Hostname()):
+		return "", fmt.Errorf("%w: credential %s is for %s, not %s", ErrInvalid, r.Credential, meta.Host, u.Host)
+	}
+	_, value, err := c.OpenSecret(ctx, sec.ID)
+	if err != nil {
+		return "", fmt.Errorf("git credential %s: %w", r.Credential, err)
+	}
 	user := meta.Username
 	if user == "" {
 		user = "x-access-token"
 	}
-	auth := base64.StdEncoding.EncodeToString([]byte(user + ":" + string(value)))
-	return append(env, "GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=http.extraHeader",
-		"GIT_CONFIG_VALUE_0=Authorization: Basic "+auth), nil
+	return base64.StdEncoding.EncodeToString([]byte(user + ":" + string(value))), nil
 }
 
-// git runs git in dir and returns its combined output.
+// git runs git in dir with exactly env and returns its combined output.
 func git(ctx context.Context, dir string, env []string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, "git", args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = env
 	out, err := cmd.CombinedOutput()
 	return strings.TrimSpace(string(out)), err
+}
+
+// copyTree streams the tree at root, as a tar with its entries under
+// prefix, into the session's file archive (never whole in memory).
+func (c *Coordinator) copyTree(ctx context.Context, sessionID, root, prefix, archive string) error {
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		err := tarTree(pw, root, prefix)
+		_ = pw.CloseWithError(err)
+		done <- err
+	}()
+	err := c.GuestPutFile(ctx, sessionID, archive, "0600", pr)
+	_ = pr.CloseWithError(errors.New("upload ended")) // unblocks the writer if the upload stopped early
+	if terr := <-done; terr != nil && err == nil {
+		err = fmt.Errorf("pack: %w", terr)
+	}
+	return err
 }
 
 // tarTree writes the tree at root into w under prefix: regular files,
@@ -189,7 +234,7 @@ func tarTree(w io.Writer, root, prefix string) error {
 		return err
 	})
 	if err != nil {
-		return err
+		return fmt.Errorf("pack %s: %w", root, err)
 	}
 	return tw.Close()
 }

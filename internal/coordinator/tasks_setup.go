@@ -4,10 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/engrams/engrams/internal/api/apiv1"
 	"path"
 	"time"
 
+	"github.com/engrams/engrams/internal/api/apiv1"
 	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/lifecycle"
 	"github.com/engrams/engrams/internal/store"
@@ -101,6 +101,9 @@ func (c *Coordinator) promptHarness(ctx context.Context, taskID, sessionID, turn
 	t, err := c.st.GetTask(ctx, taskID)
 	if err != nil {
 		return fmt.Errorf("get task %s: %w", taskID, err)
+	}
+	if t.State == store.TaskStopped || t.State == store.TaskFailed {
+		return fmt.Errorf("%w: task %s is %s", ErrNotActive, taskID, t.State)
 	}
 	spec, err := taskSpec(t)
 	if err != nil {

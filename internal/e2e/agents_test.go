@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/engrams/engrams/internal/blob/localdir"
 	"github.com/engrams/engrams/internal/chunk"
 	"github.com/engrams/engrams/internal/client"
+	"github.com/engrams/engrams/internal/harness"
 	"github.com/engrams/engrams/internal/image/imagetest"
 	"github.com/engrams/engrams/internal/modeltest"
 )
@@ -27,6 +29,15 @@ type agentCase struct {
 	baseURL    func(srv *modeltest.Server) string // the provider base URL the gateway forwards to
 	script     func(repoDir string) []modeltest.Turn
 	tool       string // the tool the script calls to write hello.txt
+}
+
+// prompt is the i-th benchmark prompt: a command for the shell harness,
+// text the script answers for the others.
+func (ac agentCase) prompt(i int) string {
+	if ac.harness == harness.BuiltinShell {
+		return fmt.Sprintf("echo bench-%d", i)
+	}
+	return fmt.Sprintf("bench prompt %d", i)
 }
 
 var (
@@ -43,6 +54,9 @@ var (
 		},
 		tool: "Write",
 	}
+	// shellCase is the shell harness: no model, no credential.
+	shellCase = agentCase{harness: harness.BuiltinShell, version: harness.ShellVersion,
+		script: func(string) []modeltest.Turn { return nil }}
 	codexCase = agentCase{
 		harness: "codex", version: modeltest.CodexVersion, secretKind: "openai_api_key",
 		baseURL: func(s *modeltest.Server) string { return s.URL() + "/v1" },
@@ -87,7 +101,7 @@ func startAgentEnv(t *testing.T, ac agentCase) *agentEnv {
 	a := &agentEnv{imageEnv: e, git: startGitServer(t, "git", "git-secret-pass"), key: "sk-real-" + strings.Repeat("7f3a", 8)}
 	a.repoURL = a.git.repo(t, "app", map[string]string{"README.md": "# app\n"})
 	a.model = modeltest.Start(t, modeltest.Config{APIKey: a.key, Script: ac.script("/work/app"), XShouldRetry: "false", Logf: t.Logf})
-	a.secret(t, "git", "git_https", "git-secret-pass", apiv1.SecretMeta{Username: "git"})
+	a.secret(t, "git", "git_https", "git-secret-pass", apiv1.SecretMeta{Username: "git", Host: strings.TrimPrefix(a.git.URL, "http://")})
 	return a
 }
 
@@ -102,10 +116,11 @@ func (a *agentEnv) secret(t *testing.T, name, kind, value string, meta apiv1.Sec
 // repository and the model credential named cred.
 func (a *agentEnv) profile(t *testing.T, name string, ac agentCase, cred string) {
 	t.Helper()
-	_, err := a.c.CreateProfile(context.Background(), apiv1.CreateProfileRequest{Name: name, Spec: apiv1.ProfileSpec{
-		Image: agentImage, Harness: ac.harness, Credentials: []string{cred},
-		Repos: []apiv1.ProfileRepo{{URL: a.repoURL, Credential: "git"}},
-	}})
+	spec := apiv1.ProfileSpec{Image: agentImage, Harness: ac.harness, Repos: []apiv1.ProfileRepo{{URL: a.repoURL, Credential: "git"}}}
+	if cred != "" {
+		spec.Credentials = []string{cred}
+	}
+	_, err := a.c.CreateProfile(context.Background(), apiv1.CreateProfileRequest{Name: name, Spec: spec})
 	if err != nil {
 		t.Fatalf("create profile %s: %v", name, err)
 	}

@@ -18,20 +18,22 @@ var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // harnessBaseEnv keeps a harness quiet: no telemetry, error reports,
 // auto-updates or surveys (claude and codex read these).
-var harnessBaseEnv = []string{
-	"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-	"LANG=C.UTF-8",
-	"TERM=dumb",
-	"NO_COLOR=1",
-	"DISABLE_TELEMETRY=1",
-	"DISABLE_ERROR_REPORTING=1",
-	"DISABLE_AUTOUPDATER=1",
-	"DISABLE_BUG_COMMAND=1",
-	"DISABLE_NON_ESSENTIAL_MODEL_CALLS=1",
-	"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
-	"CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY=1",
-	"CLAUDE_CODE_DISABLE_TERMINAL_TITLE=1",
-	"CODEX_DISABLE_UPDATE_CHECK=1",
+func harnessBaseEnv() []string {
+	return []string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"LANG=C.UTF-8",
+		"TERM=dumb",
+		"NO_COLOR=1",
+		"DISABLE_TELEMETRY=1",
+		"DISABLE_ERROR_REPORTING=1",
+		"DISABLE_AUTOUPDATER=1",
+		"DISABLE_BUG_COMMAND=1",
+		"DISABLE_NON_ESSENTIAL_MODEL_CALLS=1",
+		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
+		"CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY=1",
+		"CLAUDE_CODE_DISABLE_TERMINAL_TITLE=1",
+		"CODEX_DISABLE_UPDATE_CHECK=1",
+	}
 }
 
 // harnessEnv is the harness's environment: the quiet base, the session's
@@ -47,7 +49,7 @@ func (a *adapter) harnessEnv(d harness.Descriptor, p guestapi.PromptPayload, gat
 		}
 		env[k] = v
 	}
-	for _, kv := range append(slices.Clone(harnessBaseEnv), a.cfg.Env...) {
+	for _, kv := range append(harnessBaseEnv(), a.cfg.Env...) {
 		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
 			set(k, v)
 		}
@@ -98,27 +100,8 @@ func readTurnState(dir string) (turnState, error) {
 // writeTurnState replaces the turn state atomically and durably.
 func writeTurnState(dir string, st turnState) error {
 	b, err := json.Marshal(st)
-	if err != nil {
-		return fmt.Errorf("write harness turn state: %w", err)
-	}
-	p := filepath.Join(dir, turnsFile)
-	tmp := p + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("write harness turn state: %w", err)
-	}
-	_, err = f.Write(append(b, '\n'))
 	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, p)
-	}
-	if err == nil {
-		err = syncDir(dir)
+		err = writeFileAtomic(dir, turnsFile, append(b, '\n'))
 	}
 	if err != nil {
 		return fmt.Errorf("write harness turn state: %w", err)

@@ -192,26 +192,7 @@ func readApplied(dir string) (int64, error) {
 
 // writeApplied replaces the applied-seq file atomically and durably.
 func writeApplied(dir string, seq int64) error {
-	p := filepath.Join(dir, appliedFile)
-	tmp := p + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("write outbox applied seq: %w", err)
-	}
-	_, err = f.WriteString(strconv.FormatInt(seq, 10) + "\n")
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, p)
-	}
-	if err == nil {
-		err = syncDir(dir)
-	}
-	if err != nil {
+	if err := writeFileAtomic(dir, appliedFile, []byte(strconv.FormatInt(seq, 10)+"\n")); err != nil {
 		return fmt.Errorf("write outbox applied seq: %w", err)
 	}
 	return nil
@@ -284,6 +265,31 @@ func repairJournal(p string) (int64, error) {
 		last = jl.Seq
 		good += int64(len(line))
 	}
+}
+
+// writeFileAtomic replaces dir/name with data atomically and durably: it
+// writes and fsyncs name.tmp (0600), renames it over name and fsyncs dir.
+func writeFileAtomic(dir, name string, data []byte) error {
+	p := filepath.Join(dir, name)
+	tmp := p + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, p)
+	}
+	if err == nil {
+		err = syncDir(dir)
+	}
+	return err
 }
 
 func syncDir(dir string) error {

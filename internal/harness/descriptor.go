@@ -289,7 +289,7 @@ func checkCredentials(creds []Credential, bad func(string, ...any)) {
 func checkHosts(hosts []string, bad func(string, ...any)) {
 	seen := map[string]bool{}
 	for i, h := range hosts {
-		if err := checkHost(h); err != nil {
+		if err := CheckHost(h); err != nil {
 			bad("hosts[%d]: %v", i, err)
 		} else if seen[h] {
 			bad("hosts[%d] %q is listed twice", i, h)
@@ -298,9 +298,10 @@ func checkHosts(hosts []string, bad func(string, ...any)) {
 	}
 }
 
-// checkHost accepts "name", "name:port", "*.name[:port]", an IP address or
-// "[v6]:port".
-func checkHost(h string) error {
+// CheckHost accepts a host a guest may reach: "name", "name:port",
+// "*.name[:port]", an IP address or "[v6]:port"; names are lower-case DNS
+// names.
+func CheckHost(h string) error {
 	if _, err := netip.ParseAddr(h); err == nil {
 		return nil
 	}
@@ -308,7 +309,7 @@ func checkHost(h string) error {
 	if strings.Contains(h, ":") {
 		hh, port, err := net.SplitHostPort(h)
 		if err != nil {
-			return fmt.Errorf("%q: %v", h, err)
+			return fmt.Errorf("%q: want host or host:port", h)
 		}
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != port {
 			return fmt.Errorf("%q: port %q is not 1 to 65535", h, port)

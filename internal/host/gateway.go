@@ -144,7 +144,7 @@ func openTunnel(ctx context.Context, mc *machine) (net.Conn, error) {
 	if err != nil {
 		stop()
 		_ = c.Close()
-		return nil, err
+		return nil, fmt.Errorf("build tunnel request: %w", err)
 	}
 	req.Header.Set("Connection", "Upgrade")
 	req.Header.Set("Upgrade", guestapi.TunnelUpgrade)
@@ -159,7 +159,7 @@ func openTunnel(ctx context.Context, mc *machine) (net.Conn, error) {
 	}
 	if !stop() {
 		_ = c.Close()
-		return nil, ctx.Err()
+		return nil, fmt.Errorf("open tunnel: %w", ctx.Err())
 	}
 	if err != nil {
 		_ = c.Close()

@@ -52,9 +52,12 @@ func (a *Agent) startPump(mc *machine) {
 }
 
 // endPump stops mc's relay (if any).
-func (mc *machine) endPump() {
-	if mc.stopPump != nil {
-		mc.stopPump()
+func (a *Agent) endPump(mc *machine) {
+	a.mu.Lock()
+	stop := mc.stopPump
+	a.mu.Unlock()
+	if stop != nil {
+		stop()
 	}
 }
 

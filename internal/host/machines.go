@@ -216,7 +216,7 @@ func (a *Agent) destroy(ctx context.Context, sid, reason string) error {
 		delete(a.machines, sid)
 	}
 	a.mu.Unlock()
-	mc.endPump()
+	a.endPump(mc)
 	a.stopTunnels(mc)
 	if err := cleanMachineDir(a.machineDir(sid)); err != nil {
 		a.log.Warn("machine destroyed, dir left behind", "session_id", sid, "error", err)

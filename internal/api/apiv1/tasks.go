@@ -88,15 +88,25 @@ type RepoDiff struct {
 }
 
 // Patch is the diff with its paths made relative to the task's work root
-// (a/REPO/x, b/REPO/x), so several repositories' diffs make one patch.
+// (a/REPO/x, b/REPO/x, and a rename's "rename from/to REPO/x"), so several
+// repositories' diffs make one patch. Only a file's header lines are
+// rewritten: a hunk's lines are content, whatever they look like.
 func (d RepoDiff) Patch() string {
 	var b strings.Builder
+	header := false // from a "diff --git" line to its first hunk
 	for _, line := range strings.SplitAfter(d.Diff, "\n") {
 		switch {
 		case strings.HasPrefix(line, "diff --git a/"):
+			header = true
 			line = strings.Replace(strings.Replace(line, " a/", " a/"+d.Path+"/", 1), " b/", " b/"+d.Path+"/", 1)
+		case strings.HasPrefix(line, "@@"):
+			header = false
+		case !header:
 		case strings.HasPrefix(line, "--- a/"), strings.HasPrefix(line, "+++ b/"):
 			line = line[:6] + d.Path + "/" + line[6:]
+		case strings.HasPrefix(line, "rename from "), strings.HasPrefix(line, "rename to "):
+			dir, name, _ := strings.Cut(strings.TrimPrefix(line, "rename "), " ")
+			line = "rename " + dir + " " + d.Path + "/" + name
 		}
 		b.WriteString(line)
 	}
