@@ -336,16 +336,30 @@ func (a *Agent) post(ctx context.Context, client *http.Client, path string, in, 
 		return fmt.Errorf("read %s answer: %w", path, err)
 	}
 	if resp.StatusCode/100 != 2 {
+		pe := &postError{path: path, status: resp.Status, code: resp.StatusCode}
 		var eb hostlink.ErrorBody
 		if json.Unmarshal(b, &eb) == nil && eb.Error != "" {
-			return fmt.Errorf("post %s: %s: %s", path, resp.Status, eb.Error)
+			pe.msg = eb.Error
 		}
-		return fmt.Errorf("post %s: %s", path, resp.Status)
+		return pe
 	}
 	if err := json.Unmarshal(b, out); err != nil {
 		return fmt.Errorf("decode %s answer: %w", path, err)
 	}
 	return nil
+}
+
+// postError is a coordinator's refusal of a post, with its HTTP status.
+type postError struct {
+	path, status, msg string
+	code              int
+}
+
+func (e *postError) Error() string {
+	if e.msg == "" {
+		return fmt.Sprintf("post %s: %s", e.path, e.status)
+	}
+	return fmt.Sprintf("post %s: %s: %s", e.path, e.status, e.msg)
 }
 
 func (a *Agent) registerRequest() hostlink.RegisterRequest {

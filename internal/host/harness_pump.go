@@ -74,8 +74,9 @@ func (a *Agent) pump(ctx context.Context, mc *machine) {
 		if ctx.Err() != nil {
 			return
 		}
-		if progressed {
-			wait = pumpRetryMin
+		var pe *postError
+		if progressed || errors.As(err, &pe) && pe.code == http.StatusConflict {
+			wait = pumpRetryMin // relayed, or refused for an epoch the next command brings
 		}
 		if err != nil && err.Error() != last {
 			log.Debug("harness event relay interrupted", "error", err, "retry_in", wait)
@@ -88,7 +89,9 @@ func (a *Agent) pump(ctx context.Context, mc *machine) {
 			return
 		case <-t.C:
 		}
-		wait = min(wait*2, pumpRetryMax)
+		if !progressed {
+			wait = min(wait*2, pumpRetryMax)
+		}
 	}
 }
 
@@ -166,12 +169,19 @@ func readEventBatch(br *bufio.Reader) ([]guestapi.HarnessEvent, error) {
 // postHarnessEvents sends a batch (or none, to read the cursor) under the
 // machine's epoch and returns the coordinator's cursor.
 func (a *Agent) postHarnessEvents(ctx context.Context, client *http.Client, mc *machine, rewound *int64, events []guestapi.HarnessEvent) (int64, error) {
+	// The highest epoch any command for the session carried: an op's
+	// claim bumps the session's epoch and its command brings it here
+	// before the machine's own record catches up.
+	epoch, err := a.highestEpoch(mc.sessionID)
+	if err != nil {
+		return 0, err
+	}
 	a.mu.Lock()
-	epoch := mc.epoch
+	epoch = max(epoch, mc.epoch)
 	a.mu.Unlock()
 	path := strings.Replace(hostlink.PathHarnessEvents, "{id}", mc.sessionID, 1)
 	var out hostlink.HarnessEventsResponse
-	err := a.post(ctx, client, path, hostlink.HarnessEventsRequest{Epoch: epoch, RewoundTo: rewound, Events: events}, &out)
+	err = a.post(ctx, client, path, hostlink.HarnessEventsRequest{Epoch: epoch, RewoundTo: rewound, Events: events}, &out)
 	if err != nil {
 		return 0, err
 	}
