@@ -214,11 +214,13 @@ func runAgentTask(t *testing.T, ac agentCase) {
 	}
 	checkKeyNotInSnapshot(t, a, cur.SessionID)
 	before := len(a.model.ModelRequests())
+	sentAt := time.Now()
 	sent, err := a.c.SendTask(ctx, task.ID, "what did you create?")
 	if err != nil {
 		t.Fatalf("send follow-up: %v", err)
 	}
-	evs, _ = waitTurn(t, a.c, task.ID, sent.Seq, 10*time.Minute)
+	evs, first = waitTurn(t, a.c, task.ID, sent.Seq, 10*time.Minute)
+	t.Logf("%s: follow-up to the suspended session (resume included) -> first assistant text %s", ac.harness, first.Sub(sentAt))
 	if !hasEvent(evs, "assistant_text", "Earlier I created hello.txt") {
 		t.Fatalf("follow-up answer missing among %d events", len(evs))
 	}

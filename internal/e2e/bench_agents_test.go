@@ -111,14 +111,14 @@ func TestBenchAgentFirstEvent(t *testing.T) {
 		"|---|---|---|---|---|---|---|---|\n%s", strings.Join(rows, "\n"))
 }
 
-// directFirst runs cmd on the host and returns when its first assistant
+// directFirst runs cmd on the host, in a git repository, and returns when its first assistant
 // event came, counted from the process start.
 func directFirst(t *testing.T, cmd *exec.Cmd, env []string, first func(modeltest.Line) bool) time.Duration {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c := exec.CommandContext(ctx, cmd.Path, cmd.Args[1:]...)
-	c.Env, c.Dir, c.Stdin = env, t.TempDir(), cmd.Stdin
+	c.Env, c.Dir, c.Stdin = env, gitWorkdir(t), cmd.Stdin
 	run, err := modeltest.RunJSONL(ctx, c, nil)
 	if err != nil || run.ExitCode != 0 {
 		t.Fatalf("%s: exit %d, %v\n%s", cmd.Path, run.ExitCode, err, run.Output())
@@ -128,6 +128,23 @@ func directFirst(t *testing.T, cmd *exec.Cmd, env []string, first func(modeltest
 		t.Fatalf("%s: no assistant event in %v", cmd.Path, run.Types())
 	}
 	return l.At
+}
+
+// gitWorkdir is a git repository with one commit, like the clone a task
+// works in (codex inspects the repository at every start).
+func gitWorkdir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, args := range [][]string{{"init", "-q", "-b", "main"}, {"commit", "-q", "--allow-empty", "-m", "initial"}} {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.invalid",
+			"GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.invalid")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	return dir
 }
 
 // waitTurnFor follows a task's events after after until an idle event,

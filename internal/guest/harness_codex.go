@@ -284,10 +284,14 @@ enabled = false
 [otel]
 exporter = "none"
 
+# The plugin sync and apps reach outside hosts at every start. The shell
+# snapshot runs a login shell and a dozen small programs at every start
+# (seconds under software emulation); the adapter sets the environment.
 [features]
 plugins = false
 remote_plugin = false
 apps = false
+shell_snapshot = false
 `)
 	if cred != nil {
 		fmt.Fprintf(&b, `

@@ -219,6 +219,7 @@ exporter = "none"
 plugins = false
 remote_plugin = false
 apps = false
+shell_snapshot = false
 
 [model_providers.scripted]
 name = "scripted"
