@@ -189,7 +189,7 @@ func (c *Coordinator) SendTask(ctx context.Context, taskID, text string) (store.
 		return store.TaskEvent{}, fmt.Errorf("get session %s of task %s: %w", t.SessionID, taskID, err)
 	}
 	if s.State.Terminal() {
-		return store.TaskEvent{}, fmt.Errorf("%w: the session of task %s is %s (%s)", ErrNotActive, taskID, s.State, s.Reason)
+		return c.continueTask(ctx, t, s, text)
 	}
 	turn := c.newID()
 	evs, err := c.appendTaskEvents(ctx, taskID, taskEvent(TaskEventPrompt, map[string]any{"turn": turn, "text": text}))

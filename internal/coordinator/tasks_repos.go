@@ -247,7 +247,8 @@ type clonedRepo struct {
 	Base string `json:"base"`
 }
 
-// taskRepos lists the repositories a task cloned, from its events.
+// taskRepos lists the repositories a task cloned into its current
+// session, from its events (a session event starts the list again).
 func (c *Coordinator) taskRepos(ctx context.Context, taskID string) ([]clonedRepo, error) {
 	evs, err := c.st.ListTaskEvents(ctx, taskID, 0, 0)
 	if err != nil {
@@ -255,6 +256,9 @@ func (c *Coordinator) taskRepos(ctx context.Context, taskID string) ([]clonedRep
 	}
 	var out []clonedRepo
 	for _, e := range evs {
+		if e.Type == TaskEventSession {
+			out = nil
+		}
 		if e.Type != TaskEventRepoCloned {
 			continue
 		}

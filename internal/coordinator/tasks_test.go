@@ -874,7 +874,6 @@ func TestSendTaskRefuses(t *testing.T) {
 	}{
 		{name: "stopped task", task: store.TaskStopped, session: lifecycle.Active, wantIs: ErrNotActive, wantContains: "task t1 is stopped"},
 		{name: "failed task", task: store.TaskFailed, session: lifecycle.Active, wantIs: ErrNotActive, wantContains: "task t1 is failed"},
-		{name: "dead session", task: store.TaskIdle, session: lifecycle.Dead, wantIs: ErrNotActive, wantContains: "the session of task t1 is dead"},
 		{name: "starting task", task: store.TaskStarting, session: lifecycle.Active, wantIs: ErrBusy, wantContains: "task t1 is still starting"},
 		{name: "unknown task", task: store.TaskIdle, session: lifecycle.Active, id: "nope", wantIs: store.ErrNotFound, wantContains: "get task nope"},
 		{name: "empty text", task: store.TaskIdle, session: lifecycle.Active, text: "\n", wantIs: ErrInvalid, wantContains: "the prompt is empty"},

@@ -45,11 +45,11 @@ var (
 		harness: "claude-code", version: modeltest.ClaudeVersion, secretKind: "anthropic_api_key",
 		baseURL: func(s *modeltest.Server) string { return s.URL() },
 		script: func(repo string) []modeltest.Turn {
-			return []modeltest.Turn{
+			return []modeltest.Turn{ // followup first: a new session's prompt also quotes the first one
+				{Name: "followup", When: modeltest.UserTextContains("what did you create"), Text: "Earlier I created hello.txt."},
 				{Name: "write", When: modeltest.UserTextContains("create hello.txt with hi"), Text: "I'll create the file.",
 					ToolCalls: []modeltest.ToolCall{{Name: "Write", Input: map[string]any{"file_path": repo + "/hello.txt", "content": "hi\n"}}}},
 				{Name: "done", When: modeltest.ToolResultFrom("Write"), Text: "Created hello.txt containing hi."},
-				{Name: "followup", When: modeltest.UserTextContains("what did you create"), Text: "Earlier I created hello.txt."},
 			}
 		},
 		tool: "Write",
@@ -63,9 +63,9 @@ var (
 		script: func(string) []modeltest.Turn {
 			call := modeltest.ToolCall{Name: "apply_patch", Input: "*** Begin Patch\n*** Add File: hello.txt\n+hi\n*** End Patch\n"}
 			return []modeltest.Turn{
+				{Name: "followup", When: modeltest.UserTextContains("what did you create"), Text: "Earlier I created hello.txt."},
 				{Name: "write", When: modeltest.UserTextContains("create hello.txt with hi"), Text: "Creating hello.txt.", ToolCalls: []modeltest.ToolCall{call}},
 				{Name: "done", When: modeltest.ToolResultFrom("apply_patch"), Text: "Created hello.txt containing hi."},
-				{Name: "followup", When: modeltest.UserTextContains("what did you create"), Text: "Earlier I created hello.txt."},
 			}
 		},
 		tool: "apply_patch",
@@ -226,6 +226,32 @@ func runAgentTask(t *testing.T, ac agentCase) {
 	}
 	assertConversationContinued(t, a.model.ModelRequests()[before:], a.key, ac.tool)
 	checkKeyNotInGuest(t, a, cur.SessionID)
+
+	// The session is gone (deleted here; a host lost before any snapshot
+	// ends it Dead): a follow-up continues the task in a new session,
+	// which gets the conversation so far with the prompt.
+	if err := a.c.DeleteSession(ctx, cur.SessionID, true); err != nil {
+		t.Fatalf("delete the task's session: %v", err)
+	}
+	before = len(a.model.ModelRequests())
+	sent, err = a.c.SendTask(ctx, task.ID, "what did you create before?")
+	if err != nil {
+		t.Fatalf("send to a task whose session is gone: %v", err)
+	}
+	if evs, _ = waitTurn(t, a.c, task.ID, sent.Seq, 10*time.Minute); !hasEvent(evs, "assistant_text", "Earlier I created hello.txt") {
+		t.Fatalf("no answer in the new session among %d events", len(evs))
+	}
+	if got, _ := a.c.GetTask(ctx, task.ID); got.SessionID == cur.SessionID || len(got.Sessions) != 2 {
+		t.Fatalf("task after continuing: session %s, sessions %v", got.SessionID, got.Sessions)
+	}
+	var carried bool
+	for _, r := range a.model.ModelRequests()[before:] {
+		carried = carried || (r.Turn == "followup" && strings.Contains(r.LatestUserText(), "create hello.txt with hi") &&
+			strings.Contains(r.LatestUserText(), "Earlier I created hello.txt."))
+	}
+	if !carried {
+		t.Fatalf("the new session's harness did not get the conversation so far")
+	}
 }
 
 // assertConversationContinued: the follow-up's model request carries the

@@ -1,0 +1,94 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/engrams/engrams/internal/store"
+)
+
+// maxTranscriptBytes bounds the earlier conversation a successor session's
+// first prompt carries.
+const maxTranscriptBytes = 32 << 10
+
+// continueTask carries a task whose session ended (Dead: its host was lost
+// before any snapshot, or its snapshot could not be restored; Completed:
+// deleted) into a new session made from the spec the task started with.
+// The conversation stays one: the follow-up is recorded like any other,
+// the repositories are cloned again at their default state, and the
+// harness, which starts a conversation of its own there, gets the
+// conversation so far with the prompt.
+func (c *Coordinator) continueTask(ctx context.Context, t store.Task, old store.Session, text string) (store.TaskEvent, error) {
+	spec, err := taskSpec(t)
+	if err != nil {
+		return store.TaskEvent{}, err
+	}
+	mspec, err := c.taskMachineSpec(ctx, spec)
+	if err != nil {
+		return store.TaskEvent{}, err
+	}
+	transcript, err := c.transcript(ctx, t.ID)
+	if err != nil {
+		return store.TaskEvent{}, err
+	}
+	turn := c.newID()
+	s, err := c.CreateSession(ctx, mspec, "task-"+t.ID+"-"+turn)
+	if err != nil {
+		return store.TaskEvent{}, fmt.Errorf("create a new session for task %s: %w", t.ID, err)
+	}
+	if _, err := c.st.AttachSession(ctx, t.ID, s.ID, c.now()); err != nil {
+		_, _ = c.DeleteSession(context.WithoutCancel(ctx), s.ID)
+		return store.TaskEvent{}, fmt.Errorf("attach session %s to task %s: %w", s.ID, t.ID, err)
+	}
+	evs, err := c.appendTaskEvents(ctx, t.ID,
+		taskEvent(TaskEventSession, map[string]any{"session_id": s.ID, "previous": old.ID,
+			"why": fmt.Sprintf("the previous session is %s (%s): its files are gone, the repositories are cloned again", old.State, old.Reason)}),
+		taskEvent(TaskEventPrompt, map[string]any{"turn": turn, "text": text}))
+	if err != nil {
+		return store.TaskEvent{}, err
+	}
+	c.setTaskState(ctx, t.ID, store.TaskStarting, "")
+	c.log.Info("task continues in a new session", "task_id", t.ID, "session_id", s.ID, "previous_session_id", old.ID)
+	harnessText := text
+	if transcript != "" {
+		harnessText = "This task continues in a new sandbox: the previous one was lost with its files, and the " +
+			"repositories were cloned again. The conversation so far:\n\n" + transcript + "\n\nThe user's new message:\n\n" + text
+	}
+	c.goTask(func(bg context.Context) { c.setupTask(bg, t.ID, s.ID, turn, harnessText) })
+	return evs[1], nil
+}
+
+// transcript is the task's conversation as text: its prompts and the
+// agent's answers, the newest kept when it is long.
+func (c *Coordinator) transcript(ctx context.Context, taskID string) (string, error) {
+	evs, err := c.st.ListTaskEvents(ctx, taskID, 0, 0)
+	if err != nil {
+		return "", fmt.Errorf("list events of task %s: %w", taskID, err)
+	}
+	var lines []string
+	for _, e := range evs {
+		var d struct {
+			Text string `json:"text"`
+		}
+		if e.Type != TaskEventPrompt && e.Type != "assistant_text" || json.Unmarshal(e.Payload, &d) != nil || d.Text == "" {
+			continue
+		}
+		who := "Assistant"
+		if e.Type == TaskEventPrompt {
+			who = "User"
+		}
+		lines = append(lines, who+": "+d.Text)
+	}
+	out := strings.Join(lines, "\n\n")
+	if len(out) > maxTranscriptBytes {
+		tail := out[len(out)-maxTranscriptBytes:]
+		for len(tail) > 0 && !utf8.RuneStart(tail[0]) {
+			tail = tail[1:]
+		}
+		out = "[earlier turns left out]\n\n" + tail
+	}
+	return out, nil
+}
