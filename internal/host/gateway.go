@@ -32,36 +32,6 @@ const (
 	tunnelOpenLimit = 30 * time.Second // dial + writing the request (not the wait for a connection)
 )
 
-// startTunnels keeps tunnels waiting on mc's guest while mc runs, if it
-// was started with a harness (the only processes that use the gateway).
-// The pool ends when mc exits, is destroyed (stopTunnels) or the agent
-// stops; the agent's Run joins it.
-func (a *Agent) startTunnels(mc *machine) {
-	if mc.spec.HarnessID == "" {
-		return
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	a.mu.Lock()
-	mc.stopTunnels = cancel
-	a.mu.Unlock()
-	a.watchers.Add(1)
-	go func() {
-		defer a.watchers.Done()
-		defer cancel()
-		a.runTunnels(ctx, mc)
-	}()
-}
-
-// stopTunnels ends mc's tunnel pool (if any) and every tunnel it serves.
-func (a *Agent) stopTunnels(mc *machine) {
-	a.mu.Lock()
-	stop := mc.stopTunnels
-	a.mu.Unlock()
-	if stop != nil {
-		stop()
-	}
-}
-
 // runTunnels keeps tunnelPoolSize requests waiting: each that the guest
 // answers with a connection is replaced at once and served until the
 // connection ends. Failures (the machine paused or snapshotting, a guest

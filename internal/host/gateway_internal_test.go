@@ -94,7 +94,7 @@ func TestTunnelPoolBacksOff(t *testing.T) {
 				a := newTunnelAgent(t)
 				m := &dialStub{stubMachine: stubMachine{done: make(chan struct{})}, dial: tt.dial}
 				mc := &machine{sessionID: "s1", spec: hostlink.MachineSpec{HarnessID: "h1"}, m: m}
-				a.startTunnels(mc)
+				mc.stopTunnels = a.whileMachine(mc, func(ctx context.Context) { a.runTunnels(ctx, mc) })
 				time.Sleep(time.Minute)
 				n := m.dialCount()
 				close(m.done) // the machine exits: the pool ends
@@ -153,9 +153,9 @@ func TestTunnelToRealGuest(t *testing.T) {
 		return d.DialContext(ctx, "tcp", ln.Addr().String())
 	}}
 	mc := &machine{sessionID: "s1", spec: hostlink.MachineSpec{HarnessID: "h1"}, m: m}
-	a.startTunnels(mc)
+	mc.stopTunnels = a.whileMachine(mc, func(ctx context.Context) { a.runTunnels(ctx, mc) })
 	t.Cleanup(func() {
-		a.stopTunnels(mc)
+		a.stopHarness(mc)
 		close(m.done)
 		a.watchers.Wait()
 		close(a.stop)

@@ -23,44 +23,6 @@ const (
 	pumpBatch    = 256 // events per post at most
 )
 
-// startPump relays mc's harness events to the coordinator while mc is
-// this agent's machine for its session; machines without a harness have
-// nothing to relay.
-func (a *Agent) startPump(mc *machine) {
-	if mc.spec.HarnessID == "" {
-		return
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	a.mu.Lock()
-	mc.stopPump = cancel
-	a.mu.Unlock()
-	a.watchers.Add(1)
-	go func() {
-		defer a.watchers.Done()
-		defer cancel()
-		go func() { // ends with ctx at the latest (the deferred cancel)
-			select {
-			case <-a.stop:
-				cancel()
-			case <-mc.m.Done():
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-		a.pump(ctx, mc)
-	}()
-}
-
-// endPump stops mc's relay (if any).
-func (a *Agent) endPump(mc *machine) {
-	a.mu.Lock()
-	stop := mc.stopPump
-	a.mu.Unlock()
-	if stop != nil {
-		stop()
-	}
-}
-
 // pump streams the guest's events from the cursor the coordinator holds
 // and posts them in batches, reconnecting with a growing wait after any
 // failure (no link, the machine paused, the guest restarting) until ctx

@@ -175,13 +175,15 @@ func (a *Agent) add(sid string, epoch int64, spec hostlink.MachineSpec, m vmm.Ma
 		MaxIdleConnsPerHost: 4,
 		IdleConnTimeout:     30 * time.Second,
 	}
+	if spec.HarnessID != "" { // set before mc is published: stopHarness reads them under a.mu
+		mc.stopPump = a.whileMachine(mc, func(ctx context.Context) { a.pump(ctx, mc) })
+		mc.stopTunnels = a.whileMachine(mc, func(ctx context.Context) { a.runTunnels(ctx, mc) })
+	}
 	a.mu.Lock()
 	a.gen++
 	mc.gen = a.gen
 	a.machines[sid] = mc
 	a.mu.Unlock()
-	a.startPump(mc)
-	a.startTunnels(mc)
 	a.watchers.Add(1)
 	go func() {
 		defer a.watchers.Done()
@@ -197,6 +199,40 @@ func (a *Agent) add(sid string, epoch int64, spec hostlink.MachineSpec, m vmm.Ma
 		}
 	}()
 	return mc
+}
+
+// whileMachine runs fn in the background until the returned stop is
+// called, mc exits or the agent stops; Run joins it. The harness event
+// relay (harness_pump.go) and the gateway tunnels (gateway.go) run so.
+func (a *Agent) whileMachine(mc *machine, fn func(ctx context.Context)) context.CancelFunc {
+	ctx, cancel := context.WithCancel(context.Background())
+	a.watchers.Add(1)
+	go func() {
+		defer a.watchers.Done()
+		defer cancel()
+		go func() { // ends with ctx at the latest (the deferred cancel)
+			select {
+			case <-a.stop:
+			case <-mc.m.Done():
+			case <-ctx.Done():
+			}
+			cancel()
+		}()
+		fn(ctx)
+	}()
+	return cancel
+}
+
+// stopHarness ends mc's harness event relay and gateway tunnels (if any).
+func (a *Agent) stopHarness(mc *machine) {
+	a.mu.Lock()
+	stops := []context.CancelFunc{mc.stopPump, mc.stopTunnels}
+	a.mu.Unlock()
+	for _, stop := range stops {
+		if stop != nil {
+			stop()
+		}
+	}
 }
 
 // destroy stops sid's machine and forgets it. Callers hold the session lock.
@@ -216,8 +252,7 @@ func (a *Agent) destroy(ctx context.Context, sid, reason string) error {
 		delete(a.machines, sid)
 	}
 	a.mu.Unlock()
-	a.endPump(mc)
-	a.stopTunnels(mc)
+	a.stopHarness(mc)
 	if err := cleanMachineDir(a.machineDir(sid)); err != nil {
 		a.log.Warn("machine destroyed, dir left behind", "session_id", sid, "error", err)
 	}
