@@ -35,6 +35,9 @@ func (c *Coordinator) monitorLoop(ctx context.Context) {
 			c.log.Error("check host heartbeats", "err", err)
 			watching = c.now()
 		}
+		if err := c.takeOverSetups(ctx); err != nil && ctx.Err() == nil {
+			c.log.Error("take over task setups", "err", err)
+		}
 		select {
 		case <-ctx.Done():
 			return

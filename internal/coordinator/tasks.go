@@ -115,7 +115,7 @@ func (c *Coordinator) StartTask(ctx context.Context, req StartTaskRequest) (stor
 		return t, err
 	}
 	c.log.Info("task started", "task_id", t.ID, "session_id", s.ID, "profile", prof.Name)
-	c.goTask(func(bg context.Context) { c.setupTask(bg, t.ID, s.ID, turn, req.Prompt) })
+	c.goTask(func(bg context.Context) { c.setupTask(bg, t.ID, s.ID) })
 	return t, nil
 }
 

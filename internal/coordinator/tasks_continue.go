@@ -20,17 +20,13 @@ const maxTranscriptBytes = 32 << 10
 // The conversation stays one: the follow-up is recorded like any other,
 // the repositories are cloned again at their default state, and the
 // harness, which starts a conversation of its own there, gets the
-// conversation so far with the prompt.
+// conversation so far with the prompt (pendingPrompt).
 func (c *Coordinator) continueTask(ctx context.Context, t store.Task, old store.Session, text string) (store.TaskEvent, error) {
 	spec, err := taskSpec(t)
 	if err != nil {
 		return store.TaskEvent{}, err
 	}
 	mspec, err := c.taskMachineSpec(ctx, spec)
-	if err != nil {
-		return store.TaskEvent{}, err
-	}
-	transcript, err := c.transcript(ctx, t.ID)
 	if err != nil {
 		return store.TaskEvent{}, err
 	}
@@ -52,22 +48,46 @@ func (c *Coordinator) continueTask(ctx context.Context, t store.Task, old store.
 	}
 	c.setTaskState(ctx, t.ID, store.TaskStarting, "")
 	c.log.Info("task continues in a new session", "task_id", t.ID, "session_id", s.ID, "previous_session_id", old.ID)
-	harnessText := text
-	if transcript != "" {
-		harnessText = "This task continues in a new sandbox: the previous one was lost with its files, and the " +
-			"repositories were cloned again. The conversation so far:\n\n" + transcript + "\n\nThe user's new message:\n\n" + text
-	}
-	c.goTask(func(bg context.Context) { c.setupTask(bg, t.ID, s.ID, turn, harnessText) })
+	c.goTask(func(bg context.Context) { c.setupTask(bg, t.ID, s.ID) })
 	return evs[1], nil
 }
 
-// transcript is the task's conversation as text: its prompts and the
-// agent's answers, the newest kept when it is long.
-func (c *Coordinator) transcript(ctx context.Context, taskID string) (string, error) {
+// pendingPrompt is the prompt a task's current session is to get: the
+// last prompt event's turn, and its text; in a session that continues the
+// task (a session event came before this session's), the text is led by
+// the conversation so far, which the harness there never saw.
+func (c *Coordinator) pendingPrompt(ctx context.Context, taskID string) (turn, text string, err error) {
 	evs, err := c.st.ListTaskEvents(ctx, taskID, 0, 0)
 	if err != nil {
-		return "", fmt.Errorf("list events of task %s: %w", taskID, err)
+		return "", "", fmt.Errorf("list events of task %s: %w", taskID, err)
 	}
+	sessions, last := 0, 0 // session events seen; index of the last
+	for i, e := range evs {
+		if e.Type == TaskEventSession {
+			sessions, last = sessions+1, i
+		}
+	}
+	for _, e := range evs[last:] {
+		var d struct{ Turn, Text string }
+		if e.Type == TaskEventPrompt && json.Unmarshal(e.Payload, &d) == nil {
+			turn, text = d.Turn, d.Text
+		}
+	}
+	if turn == "" {
+		return "", "", fmt.Errorf("task %s has no prompt for its session", taskID)
+	}
+	if sessions > 1 {
+		if before := transcript(evs[:last]); before != "" {
+			text = "This task continues in a new sandbox: the previous one was lost with its files, and the " +
+				"repositories were cloned again. The conversation so far:\n\n" + before + "\n\nThe user's new message:\n\n" + text
+		}
+	}
+	return turn, text, nil
+}
+
+// transcript is a conversation as text: its prompts and the agent's
+// answers, the newest kept when it is long.
+func transcript(evs []store.TaskEvent) string {
 	var lines []string
 	for _, e := range evs {
 		var d struct {
@@ -90,5 +110,5 @@ func (c *Coordinator) transcript(ctx context.Context, taskID string) (string, er
 		}
 		out = "[earlier turns left out]\n\n" + tail
 	}
-	return out, nil
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/engrams/engrams/internal/hostlink"
@@ -80,15 +81,80 @@ func TestTranscript(t *testing.T) {
 		taskEvent("assistant_text", map[string]any{"text": "done"})); err != nil {
 		t.Fatal(err)
 	}
-	got, err := e.co.transcript(ctx, "t1")
-	if err != nil || got != "User: first\n\nAssistant: done" {
-		t.Fatalf("transcript %q %v", got, err)
+	if got := transcript(e.events(t, "t1")); got != "User: first\n\nAssistant: done" {
+		t.Fatalf("transcript %q", got)
 	}
 	if _, err := e.co.appendTaskEvents(ctx, "t1", taskEvent(TaskEventPrompt, map[string]any{"text": long})); err != nil {
 		t.Fatal(err)
 	}
-	got, err = e.co.transcript(ctx, "t1")
-	if err != nil || !strings.HasPrefix(got, "[earlier turns left out]") || strings.Contains(got, "first") || !utf8.ValidString(got) {
-		t.Fatalf("long transcript: %d bytes, %v", len(got), err)
+	if got := transcript(e.events(t, "t1")); !strings.HasPrefix(got, "[earlier turns left out]") || strings.Contains(got, "first") || !utf8.ValidString(got) {
+		t.Fatalf("long transcript: %d bytes", len(got))
+	}
+}
+
+// TestPendingPrompt: a task's first session gets its prompt as is; a
+// session continuing the task gets it led by the conversation so far.
+func TestPendingPrompt(t *testing.T) {
+	t.Parallel()
+	e := newTaskEnv(t)
+	ctx := context.Background()
+	e.session(t, "s1", "host-a", lifecycle.Active, hostlink.MachineSpec{})
+	e.task(t, "t1", "s1", store.TaskStarting, "")
+	if _, err := e.co.appendTaskEvents(ctx, "t1", taskEvent(TaskEventSession, map[string]any{"session_id": "s1"}),
+		taskEvent(TaskEventPrompt, map[string]any{"turn": "a", "text": "create hello.txt"})); err != nil {
+		t.Fatal(err)
+	}
+	if turn, text, err := e.co.pendingPrompt(ctx, "t1"); err != nil || turn != "a" || text != "create hello.txt" {
+		t.Fatalf("first session: %q %q %v", turn, text, err)
+	}
+	if _, err := e.co.appendTaskEvents(ctx, "t1", taskEvent("assistant_text", map[string]any{"text": "Created it."}),
+		taskEvent(TaskEventSession, map[string]any{"session_id": "s2"}),
+		taskEvent(TaskEventPrompt, map[string]any{"turn": "b", "text": "what did you create?"})); err != nil {
+		t.Fatal(err)
+	}
+	turn, text, err := e.co.pendingPrompt(ctx, "t1")
+	if err != nil || turn != "b" || !strings.Contains(text, "User: create hello.txt\n\nAssistant: Created it.") ||
+		!strings.HasSuffix(text, "The user's new message:\n\nwhat did you create?") {
+		t.Fatalf("continuing session: %q %q %v", turn, text, err)
+	}
+	e.task(t, "t2", "s1", store.TaskStarting, "")
+	if _, _, err := e.co.pendingPrompt(ctx, "t2"); err == nil {
+		t.Fatal("a task without a prompt has a pending prompt")
+	}
+}
+
+// TestTakeOverSetups: a starting task whose setup nobody renewed for
+// taskSetupStale is claimed by a monitor pass and set up again (here the
+// repository is already cloned into the session, so the prompt goes to
+// its outbox); one renewed recently is left to its replica.
+func TestTakeOverSetups(t *testing.T) {
+	t.Parallel()
+	e := newTaskEnv(t)
+	ctx := context.Background()
+	for _, id := range []string{"stale", "fresh"} {
+		e.session(t, "s-"+id, "host-a", lifecycle.Active, hostlink.MachineSpec{})
+		e.task(t, id, "s-"+id, store.TaskStarting, "")
+		if _, err := e.co.appendTaskEvents(ctx, id, taskEvent(TaskEventSession, map[string]any{"session_id": "s-" + id}),
+			taskEvent(TaskEventPrompt, map[string]any{"turn": "turn-of-" + id, "text": "hi"}),
+			taskEvent(TaskEventRepoCloned, map[string]any{"path": "app", "base": "abc"})); err != nil {
+			t.Fatal(err)
+		}
+		if id == "stale" {
+			e.advance(taskSetupStale + time.Second) // "fresh" is created after this
+		}
+	}
+	if err := e.co.takeOverSetups(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.co.tasksWG.Wait()
+	items, err := e.st.ListOutbox(ctx, "s-stale", 0, 0)
+	if err != nil || len(items) != 1 || items[0].ID != "turn-turn-of-stale" {
+		t.Fatalf("outbox of the taken-over task: %+v %v", items, err)
+	}
+	if items, _ := e.st.ListOutbox(ctx, "s-fresh", 0, 0); len(items) != 0 {
+		t.Fatalf("a setup renewed recently was taken over: %+v", items)
+	}
+	if got := e.getTask(t, "stale"); !got.UpdatedAt.Equal(e.clock()) {
+		t.Errorf("the claim did not stamp the task: updated %s, now %s", got.UpdatedAt, e.clock())
 	}
 }

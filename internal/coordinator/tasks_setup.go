@@ -18,12 +18,25 @@ import (
 // emulation takes longer).
 const taskStartWait = 10 * time.Minute
 
-// setupTask prepares a new task's session: waits until it is Active,
-// clones the profile's repositories and hands the first prompt to the
-// harness. A failure fails the task with the reason.
-func (c *Coordinator) setupTask(ctx context.Context, taskID, sessionID, turn, prompt string) {
+// Task setup is held by the replica running it: it renews the task's
+// UpdatedAt every taskSetupRenew; a setup not renewed for taskSetupStale
+// (its replica died) is taken over by another replica's monitor.
+const (
+	taskSetupRenew = 30 * time.Second
+	taskSetupStale = 2 * time.Minute
+)
+
+// setupTask prepares a task's new session: waits until it is Active,
+// clones the profile's repositories and hands the pending prompt to the
+// harness. Every step is idempotent (a repository already cloned into
+// the session is skipped; the prompt's outbox item id is its turn's), so
+// a replica taking over a setup runs it again from the start. A failure
+// fails the task with the reason.
+func (c *Coordinator) setupTask(ctx context.Context, taskID, sessionID string) {
 	ctx, cancel := context.WithTimeout(ctx, taskStartWait)
 	defer cancel()
+	stop := c.renewSetup(ctx, taskID)
+	defer stop()
 	if err := c.waitActive(ctx, sessionID); err != nil {
 		c.failTask(ctx, taskID, err)
 		return
@@ -44,9 +57,65 @@ func (c *Coordinator) setupTask(ctx context.Context, taskID, sessionID, turn, pr
 			return
 		}
 	}
-	if err := c.promptHarness(ctx, taskID, sessionID, turn, prompt); err != nil {
+	turn, text, err := c.pendingPrompt(ctx, taskID)
+	if err == nil {
+		err = c.promptHarness(ctx, taskID, sessionID, turn, text)
+	}
+	if err != nil {
 		c.failTask(ctx, taskID, err)
 	}
+}
+
+// renewSetup keeps this replica's hold on a task's setup until stop.
+func (c *Coordinator) renewSetup(ctx context.Context, taskID string) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(taskSetupRenew)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if now := c.now(); !c.claimSetup(ctx, taskID, now, now) {
+				return // no longer starting
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+func (c *Coordinator) claimSetup(ctx context.Context, taskID string, now, staleBefore time.Time) bool {
+	ok, err := c.st.ClaimTaskSetup(ctx, taskID, now, staleBefore)
+	if err != nil && ctx.Err() == nil {
+		c.log.Warn("claim task setup", "task_id", taskID, "err", err)
+	}
+	return ok
+}
+
+// takeOverSetups runs the setup of every starting task whose replica
+// stopped renewing it (one monitor pass; each is claimed first, so one
+// replica takes each).
+func (c *Coordinator) takeOverSetups(ctx context.Context) error {
+	ts, err := c.st.ListTasks(ctx, store.TaskFilter{States: []store.TaskState{store.TaskStarting}})
+	if err != nil {
+		return fmt.Errorf("list starting tasks: %w", err)
+	}
+	now := c.now()
+	for _, t := range ts {
+		if t.UpdatedAt.After(now.Add(-taskSetupStale)) || t.SessionID == "" || !c.claimSetup(ctx, t.ID, now, now.Add(-taskSetupStale)) {
+			continue
+		}
+		c.log.Warn("taking over a task setup nobody renewed", "task_id", t.ID, "session_id", t.SessionID, "since", t.UpdatedAt)
+		c.goTask(func(bg context.Context) { c.setupTask(bg, t.ID, t.SessionID) })
+	}
+	return nil
 }
 
 // waitActive waits until a new session is Active; it fails once the

@@ -90,6 +90,13 @@ type Tasks interface {
 	// and stamps UpdatedAt with at. Not fenced: every state may follow every
 	// other. ErrNotFound for an unknown task.
 	SetTaskState(ctx context.Context, id string, state TaskState, errMsg string, at time.Time) error
+	// ClaimTaskSetup stamps UpdatedAt with now if the task is starting and
+	// its UpdatedAt is at or before staleBefore, and reports whether it did.
+	// The replica running a task's setup renews it so (staleBefore = now);
+	// another replica takes over a setup nobody renewed (a replica died)
+	// with staleBefore in the past. One conditional write: of concurrent
+	// claimers exactly one wins.
+	ClaimTaskSetup(ctx context.Context, id string, now, staleBefore time.Time) (bool, error)
 	// AttachSession makes sessionID the task's current session: in one
 	// transaction it appends a task session with the next seq and sets
 	// SessionID and UpdatedAt. Attaching the current session again is

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/engrams/engrams/internal/store"
 )
@@ -82,4 +83,18 @@ func (s *Store) TaskBySession(ctx context.Context, sessionID string) (store.Task
 	t, err := scanTask(s.read.QueryRowContext(ctx, `SELECT `+taskCols+` FROM tasks WHERE session_id = $1
 		ORDER BY created_at DESC, id DESC LIMIT 1`, sessionID))
 	return t, rowFound(err, "task of session "+sessionID)
+}
+
+// ClaimTaskSetup implements store.Tasks.
+func (s *Store) ClaimTaskSetup(ctx context.Context, id string, now, staleBefore time.Time) (bool, error) {
+	res, err := s.write.ExecContext(ctx, `UPDATE tasks SET updated_at = $2 WHERE id = $1 AND state = $3 AND updated_at <= $4`,
+		id, micros(now), string(store.TaskStarting), micros(staleBefore))
+	if err != nil {
+		return false, fmt.Errorf("claim setup of task %s: %w", id, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("claim setup of task %s: %w", id, err)
+	}
+	return n == 1, nil
 }

@@ -1,8 +1,11 @@
 package storetest
 
 import (
+	"context"
 	"errors"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/engrams/engrams/internal/store"
 )
@@ -11,6 +14,8 @@ var taskIngestTests = []test{
 	{"TaskIngest", testTaskIngest},
 	{"TaskIngestRejected", testTaskIngestRejected},
 	{"TaskBySession", testTaskBySession},
+	{"TaskClaimSetup", testTaskClaimSetup},
+	{"TaskClaimSetupConcurrent", testTaskClaimSetupConcurrent},
 }
 
 // guestEvents returns events of type typ with the given guest seqs.
@@ -112,5 +117,57 @@ func testTaskBySession(t *testing.T, st store.Store) {
 	}
 	if _, err := st.TaskBySession(ctx, ""); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("task of no session: %v", err)
+	}
+}
+
+func testTaskClaimSetup(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	p := createProfile(t, st, "claim-setup")
+	task := createTask(t, st, p) // starting, updated at t0
+	claim := func(now, stale time.Time, want bool) {
+		t.Helper()
+		got, err := st.ClaimTaskSetup(ctx, task.ID, now, stale)
+		must(t, err)
+		if got != want {
+			t.Fatalf("claim at %s (stale before %s) = %v, want %v", now, stale, got, want)
+		}
+	}
+	claim(t0.Add(time.Minute), t0.Add(-time.Second), false) // renewed after staleBefore: not taken
+	claim(t0.Add(time.Minute), t0, true)                    // stale: taken, stamped
+	cur, err := st.GetTask(ctx, task.ID)
+	must(t, err)
+	wantTime(t, "updated_at", cur.UpdatedAt, t0.Add(time.Minute))
+	claim(t0.Add(2*time.Minute), t0.Add(2*time.Minute), true) // the holder renews
+	must(t, st.SetTaskState(ctx, task.ID, store.TaskRunning, "", t0.Add(3*time.Minute)))
+	claim(t0.Add(time.Hour), t0.Add(time.Hour), false) // no longer starting
+	if ok, err := st.ClaimTaskSetup(ctx, "nope", t0, t0); ok || err != nil {
+		t.Fatalf("claim of an unknown task = %v, %v", ok, err)
+	}
+}
+
+func testTaskClaimSetupConcurrent(t *testing.T, st store.Store) {
+	p := createProfile(t, st, "claim-race")
+	task := createTask(t, st, p)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	won := 0
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok, err := st.ClaimTaskSetup(context.Background(), task.ID, t0.Add(time.Hour+time.Duration(i)), t0)
+			if err != nil {
+				t.Error(err)
+			}
+			if ok {
+				mu.Lock()
+				won++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if won != 1 {
+		t.Fatalf("%d claimers won a stale setup, want exactly 1", won)
 	}
 }
