@@ -126,7 +126,8 @@ func (a *app) taskShowCmd() *cobra.Command {
 		Long: `Show a task: its state, session and the conversation so far (prompts,
 the agent's text, tool calls and results, files changed, usage, errors).
 --follow keeps streaming until the agent is done with the latest prompt.
---json prints the task and its events as JSON.`,
+--json prints the task and its events as JSON; with --follow, the events
+as they come, one JSON object a line.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.client()
@@ -136,6 +137,9 @@ the agent's text, tool calls and results, files changed, usage, errors).
 			t, err := c.GetTask(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("show task: %w", err)
+			}
+			if a.jsonOut && follow {
+				return a.followTask(cmd, c, t.ID, 0, t.EventSeq)
 			}
 			if a.jsonOut {
 				var evs []apiv1.TaskEvent
