@@ -35,8 +35,12 @@ func (c *Coordinator) monitorLoop(ctx context.Context) {
 			c.log.Error("check host heartbeats", "err", err)
 			watching = c.now()
 		}
-		if err := c.takeOverSetups(ctx); err != nil && ctx.Err() == nil {
-			c.log.Error("take over task setups", "err", err)
+		// Like marking hosts lost: only a replica that has been watching,
+		// without a failed pass, long enough to know a setup went unrenewed.
+		if now.Sub(watching) >= taskSetupStale {
+			if err := c.takeOverSetups(ctx); err != nil && ctx.Err() == nil {
+				c.log.Error("take over task setups", "err", err)
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -115,7 +115,7 @@ func (c *Coordinator) StartTask(ctx context.Context, req StartTaskRequest) (stor
 		return t, err
 	}
 	c.log.Info("task started", "task_id", t.ID, "session_id", s.ID, "profile", prof.Name)
-	c.goTask(func(bg context.Context) { c.setupTask(bg, t.ID, s.ID) })
+	c.goTask(func(bg context.Context) { c.setupTask(bg, t.ID, s.ID, t.UpdatedAt) })
 	return t, nil
 }
 
@@ -159,13 +159,17 @@ func (c *Coordinator) failTask(ctx context.Context, taskID string, err error) {
 	// cancelled (shutdown): a task must not stay "starting" silently.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if t, gerr := c.st.GetTask(ctx, taskID); gerr == nil && t.State == store.TaskStopped {
-		c.log.Info("setup of a stopped task ended", "task_id", taskID, "err", err)
+	ok, uerr := c.st.UpdateTaskState(ctx, taskID, []store.TaskState{store.TaskStarting}, store.TaskFailed, err.Error(), c.now())
+	switch {
+	case uerr != nil:
+		c.log.Error("record a failed task setup", "task_id", taskID, "err", err, "record_err", uerr)
+		return
+	case !ok: // stopped meanwhile, or already past its setup
+		c.log.Info("setup of a task no longer starting ended", "task_id", taskID, "err", err)
 		return
 	}
 	c.log.Warn("task setup failed", "task_id", taskID, "err", err)
 	_, _ = c.appendTaskEvents(ctx, taskID, taskEvent(TaskEventSetupFailed, map[string]any{"message": err.Error()}))
-	c.setTaskState(ctx, taskID, store.TaskFailed, err.Error())
 }
 
 // SendTask adds a follow-up prompt to a task; an Idle session resumes

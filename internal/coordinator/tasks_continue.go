@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -35,52 +36,70 @@ func (c *Coordinator) continueTask(ctx context.Context, t store.Task, old store.
 	if err != nil {
 		return store.TaskEvent{}, fmt.Errorf("create a new session for task %s: %w", t.ID, err)
 	}
-	if _, err := c.st.AttachSession(ctx, t.ID, s.ID, c.now()); err != nil {
+	ts, err := c.st.ReplaceSession(ctx, t.ID, old.ID, s.ID, c.now())
+	if err != nil {
 		_, _ = c.DeleteSession(context.WithoutCancel(ctx), s.ID)
-		return store.TaskEvent{}, fmt.Errorf("attach session %s to task %s: %w", s.ID, t.ID, err)
+		if errors.Is(err, store.ErrConflict) {
+			return store.TaskEvent{}, fmt.Errorf("%w: another follow-up is already moving task %s to a new session", ErrBusy, t.ID)
+		}
+		return store.TaskEvent{}, fmt.Errorf("move task %s to a new session: %w", t.ID, err)
 	}
+	// The task is starting in s now; its setup finds the prompt after
+	// s's session event (pendingPrompt), so a failure here leaves a setup
+	// that fails the task saying so, never one that sends an old prompt.
 	evs, err := c.appendTaskEvents(ctx, t.ID,
 		taskEvent(TaskEventSession, map[string]any{"session_id": s.ID, "previous": old.ID,
 			"why": fmt.Sprintf("the previous session is %s (%s): its files are gone, the repositories are cloned again", old.State, old.Reason)}),
 		taskEvent(TaskEventPrompt, map[string]any{"turn": turn, "text": text}))
+	c.log.Info("task continues in a new session", "task_id", t.ID, "session_id", s.ID, "previous_session_id", old.ID)
+	c.goTask(func(bg context.Context) { c.setupTask(bg, t.ID, s.ID, ts.CreatedAt) })
 	if err != nil {
 		return store.TaskEvent{}, err
 	}
-	c.setTaskState(ctx, t.ID, store.TaskStarting, "")
-	c.log.Info("task continues in a new session", "task_id", t.ID, "session_id", s.ID, "previous_session_id", old.ID)
-	c.goTask(func(bg context.Context) { c.setupTask(bg, t.ID, s.ID) })
 	return evs[1], nil
 }
 
-// pendingPrompt is the prompt a task's current session is to get: the
-// last prompt event's turn, and its text; in a session that continues the
-// task (a session event came before this session's), the text is led by
-// the conversation so far, which the harness there never saw.
-func (c *Coordinator) pendingPrompt(ctx context.Context, taskID string) (turn, text string, err error) {
+// pendingPrompt is the prompt session sessionID is to get: the last
+// prompt between that session's session event and the next one's, and its text; in a session
+// that continues the task (a session event came before), the text is led
+// by the conversation so far, which the harness there never saw.
+func (c *Coordinator) pendingPrompt(ctx context.Context, taskID, sessionID string) (turn, text string, err error) {
 	evs, err := c.st.ListTaskEvents(ctx, taskID, 0, 0)
 	if err != nil {
 		return "", "", fmt.Errorf("list events of task %s: %w", taskID, err)
 	}
-	sessions, last := 0, 0 // session events seen; index of the last
+	at, earlier := -1, false // index of sessionID's session event; whether a session came before it
 	for i, e := range evs {
-		if e.Type == TaskEventSession {
-			sessions, last = sessions+1, i
+		var d struct {
+			SessionID string `json:"session_id"`
 		}
+		if e.Type != TaskEventSession || json.Unmarshal(e.Payload, &d) != nil {
+			continue
+		}
+		if d.SessionID == sessionID {
+			at = i
+			break
+		}
+		earlier = true
 	}
-	for _, e := range evs[last:] {
+	if at < 0 {
+		return "", "", fmt.Errorf("task %s has no record of its session %s", taskID, sessionID)
+	}
+	for _, e := range evs[at+1:] {
+		if e.Type == TaskEventSession {
+			break // the next session's
+		}
 		var d struct{ Turn, Text string }
 		if e.Type == TaskEventPrompt && json.Unmarshal(e.Payload, &d) == nil {
 			turn, text = d.Turn, d.Text
 		}
 	}
 	if turn == "" {
-		return "", "", fmt.Errorf("task %s has no prompt for its session", taskID)
+		return "", "", fmt.Errorf("task %s has no prompt for its session %s", taskID, sessionID)
 	}
-	if sessions > 1 {
-		if before := transcript(evs[:last]); before != "" {
-			text = "This task continues in a new sandbox: the previous one was lost with its files, and the " +
-				"repositories were cloned again. The conversation so far:\n\n" + before + "\n\nThe user's new message:\n\n" + text
-		}
+	if before := transcript(evs[:at]); earlier && before != "" {
+		text = "This task continues in a new sandbox: the previous one was lost with its files, and the " +
+			"repositories were cloned again. The conversation so far:\n\n" + before + "\n\nThe user's new message:\n\n" + text
 	}
 	return turn, text, nil
 }

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,8 @@ func TestSendTaskContinuesInNewSession(t *testing.T) {
 	e.session(t, "s1", "host-a", lifecycle.Dead, hostlink.MachineSpec{})
 	e.task(t, "t1", "s1", store.TaskIdle, "")
 	if _, err := e.co.appendTaskEvents(ctx, "t1",
+		taskEvent(TaskEventSession, map[string]any{"session_id": "s1"}),
+		taskEvent(TaskEventRepoCloned, map[string]any{"path": "app", "base": "abc"}),
 		taskEvent(TaskEventPrompt, map[string]any{"turn": "a", "text": "create hello.txt"}),
 		taskEvent("assistant_text", map[string]any{"turn": "a", "text": "Created hello.txt."})); err != nil {
 		t.Fatal(err)
@@ -52,19 +55,21 @@ func TestSendTaskContinuesInNewSession(t *testing.T) {
 		t.Errorf("new session's spec %+v", ms)
 	}
 	evs := e.events(t, "t1")
-	if got := summary(evs); len(got) != 4 || evs[2].Type != TaskEventSession || evs[3].Seq != ev.Seq {
+	if got := summary(evs); len(got) != 6 || evs[4].Type != TaskEventSession || evs[5].Seq != ev.Seq {
 		t.Fatalf("events %q", got)
 	}
-	if !strings.Contains(string(evs[2].Payload), `"previous":"s1"`) {
-		t.Errorf("session event %s does not name the previous session", evs[2].Payload)
+	if !strings.Contains(string(evs[4].Payload), `"previous":"s1"`) {
+		t.Errorf("session event %s does not name the previous session", evs[4].Payload)
 	}
-	// A repository cloned into the dead session does not count for the new one.
-	if _, err := e.co.appendTaskEvents(ctx, "t1", taskEvent(TaskEventRepoCloned, map[string]any{"path": "app"})); err != nil {
-		t.Fatal(err)
+	// The repository cloned into the dead session does not count for the
+	// new one (its setup clones it again).
+	if repos, err := e.co.taskRepos(ctx, "t1"); err != nil || len(repos) != 0 {
+		t.Fatalf("repos of the new session before its clone: %+v %v", repos, err)
 	}
-	repos, err := e.co.taskRepos(ctx, "t1")
-	if err != nil || len(repos) != 1 {
-		t.Fatalf("repos of the current session: %+v %v", repos, err)
+	// A second follow-up while the task moves is refused: it would race
+	// the first for the new session.
+	if _, err := e.co.SendTask(ctx, "t1", "again"); !errors.Is(err, ErrBusy) {
+		t.Fatalf("a follow-up while the task starts again: %v, want ErrBusy", err)
 	}
 }
 
@@ -104,7 +109,7 @@ func TestPendingPrompt(t *testing.T) {
 		taskEvent(TaskEventPrompt, map[string]any{"turn": "a", "text": "create hello.txt"})); err != nil {
 		t.Fatal(err)
 	}
-	if turn, text, err := e.co.pendingPrompt(ctx, "t1"); err != nil || turn != "a" || text != "create hello.txt" {
+	if turn, text, err := e.co.pendingPrompt(ctx, "t1", "s1"); err != nil || turn != "a" || text != "create hello.txt" {
 		t.Fatalf("first session: %q %q %v", turn, text, err)
 	}
 	if _, err := e.co.appendTaskEvents(ctx, "t1", taskEvent("assistant_text", map[string]any{"text": "Created it."}),
@@ -112,13 +117,23 @@ func TestPendingPrompt(t *testing.T) {
 		taskEvent(TaskEventPrompt, map[string]any{"turn": "b", "text": "what did you create?"})); err != nil {
 		t.Fatal(err)
 	}
-	turn, text, err := e.co.pendingPrompt(ctx, "t1")
+	turn, text, err := e.co.pendingPrompt(ctx, "t1", "s2")
 	if err != nil || turn != "b" || !strings.Contains(text, "User: create hello.txt\n\nAssistant: Created it.") ||
 		!strings.HasSuffix(text, "The user's new message:\n\nwhat did you create?") {
 		t.Fatalf("continuing session: %q %q %v", turn, text, err)
 	}
+	// The first session still gets its own prompt (a setup taken over late).
+	if turn, _, err := e.co.pendingPrompt(ctx, "t1", "s1"); err != nil || turn != "a" {
+		t.Fatalf("first session again: %q %v", turn, err)
+	}
+	if _, _, err := e.co.pendingPrompt(ctx, "t1", "s9"); err == nil {
+		t.Fatal("a session the task never recorded has a pending prompt")
+	}
 	e.task(t, "t2", "s1", store.TaskStarting, "")
-	if _, _, err := e.co.pendingPrompt(ctx, "t2"); err == nil {
+	if _, err := e.co.appendTaskEvents(ctx, "t2", taskEvent(TaskEventSession, map[string]any{"session_id": "s1"})); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.co.pendingPrompt(ctx, "t2", "s1"); err == nil {
 		t.Fatal("a task without a prompt has a pending prompt")
 	}
 }

@@ -91,14 +91,17 @@ func (c *Coordinator) ingestHarnessEvents(ctx context.Context, hostID, sid strin
 	if err := c.st.TouchSession(ctx, sid, c.now()); err != nil { // an agent at work is activity
 		c.log.Warn("record activity", "session_id", sid, "err", err)
 	}
-	if cur, err := c.st.GetTask(ctx, t.ID); err == nil { // a stop meanwhile must not be undone
+	if cur, err := c.st.GetTask(ctx, t.ID); err == nil { // the state the events move on from
 		t = cur
 	}
 	if st, msg, ok := taskStateAfter(t, added); ok {
-		c.setTaskState(ctx, t.ID, st, msg)
-	} else {
-		c.wake(ctx, taskTopic(t.ID))
+		// Conditional: a stop (or a failed setup) meanwhile stays.
+		live := []store.TaskState{store.TaskStarting, store.TaskRunning, store.TaskIdle}
+		if _, err := c.st.UpdateTaskState(ctx, t.ID, live, st, msg, c.now()); err != nil {
+			c.log.Warn("update task state from its events", "task_id", t.ID, "err", err)
+		}
 	}
+	c.wake(ctx, taskTopic(t.ID))
 	return cursor, nil
 }
 

@@ -69,7 +69,7 @@ func (c *Coordinator) cloneRepo(ctx context.Context, taskID, sessionID string, r
 	if err != nil {
 		return fmt.Errorf("clone %s: read HEAD: %w: %s", r.URL, err, base)
 	}
-	archive := fmt.Sprintf("/tmp/engrams-clone-%s.tar", taskID)
+	archive := fmt.Sprintf("/tmp/engrams-clone-%s.tar", c.newID()) // one per clone: two setups never share it
 	if err := c.copyTree(ctx, sessionID, work, dir, archive); err != nil {
 		return fmt.Errorf("copy the clone of %s into the session: %w", r.URL, err)
 	}

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path"
 	"time"
@@ -28,46 +29,68 @@ const (
 
 // setupTask prepares a task's new session: waits until it is Active,
 // clones the profile's repositories and hands the pending prompt to the
-// harness. Every step is idempotent (a repository already cloned into
-// the session is skipped; the prompt's outbox item id is its turn's), so
-// a replica taking over a setup runs it again from the start. A failure
-// fails the task with the reason.
-func (c *Coordinator) setupTask(ctx context.Context, taskID, sessionID string) {
-	ctx, cancel := context.WithTimeout(ctx, taskStartWait)
-	defer cancel()
-	stop := c.renewSetup(ctx, taskID)
+// harness, then marks the task running. held is the task's UpdatedAt
+// stamp this replica's claim wrote (its creation, its session's
+// replacement, or a takeover): the setup renews the claim from it and
+// stops if it is lost (another replica took over, or the task left
+// starting: stopped). Every step is idempotent (a repository already
+// cloned into the session is skipped; the prompt's outbox item id is its
+// turn's), so a replica taking over runs it again from the start. A
+// failure fails the task (if it is still starting) with the reason.
+func (c *Coordinator) setupTask(ctx context.Context, taskID, sessionID string, held time.Time) {
+	ctx, cancelTimeout := context.WithTimeout(ctx, taskStartWait)
+	defer cancelTimeout()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := c.renewSetup(ctx, cancel, taskID, held)
 	defer stop()
-	if err := c.waitActive(ctx, sessionID); err != nil {
+	err := c.runSetup(ctx, taskID, sessionID)
+	if err != nil && ctx.Err() != nil && context.Cause(ctx) == errSetupLost {
+		c.log.Info("task setup given up: its claim was lost", "task_id", taskID, "err", err)
+		return
+	}
+	if err != nil {
 		c.failTask(ctx, taskID, err)
 		return
+	}
+	if _, err := c.st.UpdateTaskState(ctx, taskID, []store.TaskState{store.TaskStarting}, store.TaskRunning, "", c.now()); err != nil {
+		c.log.Warn("mark a prompted task running", "task_id", taskID, "err", err)
+	}
+	c.wake(ctx, taskTopic(taskID))
+}
+
+// errSetupLost cancels a setup whose claim another replica took (or whose
+// task left starting).
+var errSetupLost = errors.New("task setup claim lost")
+
+func (c *Coordinator) runSetup(ctx context.Context, taskID, sessionID string) error {
+	if err := c.waitActive(ctx, taskID, sessionID); err != nil {
+		return err
 	}
 	t, err := c.st.GetTask(ctx, taskID)
 	if err != nil {
-		c.failTask(ctx, taskID, fmt.Errorf("get task: %w", err))
-		return
+		return fmt.Errorf("get task: %w", err)
 	}
 	spec, err := taskSpec(t)
 	if err != nil {
-		c.failTask(ctx, taskID, err)
-		return
+		return err
 	}
 	for _, r := range spec.Repos {
 		if err := c.cloneRepo(ctx, taskID, sessionID, r); err != nil {
-			c.failTask(ctx, taskID, err)
-			return
+			return err
 		}
 	}
-	turn, text, err := c.pendingPrompt(ctx, taskID)
-	if err == nil {
-		err = c.promptHarness(ctx, taskID, sessionID, turn, text)
-	}
+	turn, text, err := c.pendingPrompt(ctx, taskID, sessionID)
 	if err != nil {
-		c.failTask(ctx, taskID, err)
+		return err
 	}
+	return c.promptHarness(ctx, taskID, sessionID, turn, text)
 }
 
-// renewSetup keeps this replica's hold on a task's setup until stop.
-func (c *Coordinator) renewSetup(ctx context.Context, taskID string) (stop func()) {
+// renewSetup renews this replica's claim on a task's setup every
+// taskSetupRenew until stop; when the claim is lost it cancels the setup
+// (cancel, with errSetupLost). A store error is retried at the next tick.
+func (c *Coordinator) renewSetup(ctx context.Context, cancelSetup context.CancelCauseFunc, taskID string, held time.Time) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -80,8 +103,18 @@ func (c *Coordinator) renewSetup(ctx context.Context, taskID string) (stop func(
 				return
 			case <-t.C:
 			}
-			if now := c.now(); !c.claimSetup(ctx, taskID, now, now) {
-				return // no longer starting
+			now := c.now()
+			ok, err := c.st.ClaimTaskSetup(ctx, taskID, now, time.Time{}, held)
+			switch {
+			case err != nil:
+				if ctx.Err() == nil {
+					c.log.Warn("renew task setup claim; retrying", "task_id", taskID, "err", err)
+				}
+			case !ok:
+				cancelSetup(errSetupLost)
+				return
+			default:
+				held = now
 			}
 		}
 	}()
@@ -91,17 +124,10 @@ func (c *Coordinator) renewSetup(ctx context.Context, taskID string) (stop func(
 	}
 }
 
-func (c *Coordinator) claimSetup(ctx context.Context, taskID string, now, staleBefore time.Time) bool {
-	ok, err := c.st.ClaimTaskSetup(ctx, taskID, now, staleBefore)
-	if err != nil && ctx.Err() == nil {
-		c.log.Warn("claim task setup", "task_id", taskID, "err", err)
-	}
-	return ok
-}
-
 // takeOverSetups runs the setup of every starting task whose replica
 // stopped renewing it (one monitor pass; each is claimed first, so one
-// replica takes each).
+// replica takes each). Callers pass only passes of a replica that has been
+// watching, without a failed pass, for longer than taskSetupStale.
 func (c *Coordinator) takeOverSetups(ctx context.Context) error {
 	ts, err := c.st.ListTasks(ctx, store.TaskFilter{States: []store.TaskState{store.TaskStarting}})
 	if err != nil {
@@ -109,18 +135,26 @@ func (c *Coordinator) takeOverSetups(ctx context.Context) error {
 	}
 	now := c.now()
 	for _, t := range ts {
-		if t.UpdatedAt.After(now.Add(-taskSetupStale)) || t.SessionID == "" || !c.claimSetup(ctx, t.ID, now, now.Add(-taskSetupStale)) {
+		if t.UpdatedAt.After(now.Add(-taskSetupStale)) || t.SessionID == "" {
+			continue
+		}
+		ok, err := c.st.ClaimTaskSetup(ctx, t.ID, now, now.Add(-taskSetupStale), time.Time{})
+		if err != nil {
+			return fmt.Errorf("claim setup of task %s: %w", t.ID, err)
+		}
+		if !ok {
 			continue
 		}
 		c.log.Warn("taking over a task setup nobody renewed", "task_id", t.ID, "session_id", t.SessionID, "since", t.UpdatedAt)
-		c.goTask(func(bg context.Context) { c.setupTask(bg, t.ID, t.SessionID) })
+		c.goTask(func(bg context.Context) { c.setupTask(bg, t.ID, t.SessionID, now) })
 	}
 	return nil
 }
 
-// waitActive waits until a new session is Active; it fails once the
-// session can no longer become Active.
-func (c *Coordinator) waitActive(ctx context.Context, sessionID string) error {
+// waitActive waits until a task's new session is Active; it fails once
+// the session can no longer become Active, and does not resume a
+// suspended session of a task that is no longer starting (stopped).
+func (c *Coordinator) waitActive(ctx context.Context, taskID, sessionID string) error {
 	for {
 		s, err := c.st.GetSession(ctx, sessionID)
 		if err != nil {
@@ -132,10 +166,11 @@ func (c *Coordinator) waitActive(ctx context.Context, sessionID string) error {
 		case s.State.Terminal() || s.State == lifecycle.Deleting:
 			return fmt.Errorf("session %s is %s: %s", sessionID, s.State, s.Reason)
 		case s.State == lifecycle.Idle:
-			if _, err := c.EnsureActive(ctx, s); err != nil {
-				return err
+			if t, err := c.st.GetTask(ctx, taskID); err == nil && t.State != store.TaskStarting {
+				return fmt.Errorf("%w: task %s is %s", ErrNotActive, taskID, t.State)
 			}
-			return nil
+			_, err := c.EnsureActive(ctx, s)
+			return err
 		}
 		if err := c.waitChange(ctx, sessionID); err != nil {
 			return fmt.Errorf("session %s did not become active (it is %s): %w", sessionID, s.State, err)

@@ -32,13 +32,14 @@ func (a *Agent) pump(ctx context.Context, mc *machine) {
 	wait := pumpRetryMin
 	var last string
 	for ctx.Err() == nil {
+		epoch, _ := a.highestEpoch(mc.sessionID)
 		progressed, err := a.pumpOnce(ctx, mc)
 		if ctx.Err() != nil {
 			return
 		}
 		var pe *postError
-		if progressed || errors.As(err, &pe) && pe.code == http.StatusConflict {
-			wait = pumpRetryMin // relayed, or refused for an epoch the next command brings
+		if progressed || errors.As(err, &pe) && pe.code == http.StatusConflict && a.epochRose(mc.sessionID, epoch) {
+			wait = pumpRetryMin // relayed, or refused for an epoch a command has brought since
 		}
 		if err != nil && err.Error() != last {
 			log.Debug("harness event relay interrupted", "error", err, "retry_in", wait)
@@ -55,6 +56,13 @@ func (a *Agent) pump(ctx context.Context, mc *machine) {
 			wait = min(wait*2, pumpRetryMax)
 		}
 	}
+}
+
+// epochRose reports whether a command brought sid a newer epoch than
+// was: a refusal for a stale epoch may clear at once.
+func (a *Agent) epochRose(sid string, was int64) bool {
+	e, err := a.highestEpoch(sid)
+	return err == nil && e > was
 }
 
 // pumpOnce runs one relay connection: it reads the cursor, streams the

@@ -91,12 +91,21 @@ type Tasks interface {
 	// other. ErrNotFound for an unknown task.
 	SetTaskState(ctx context.Context, id string, state TaskState, errMsg string, at time.Time) error
 	// ClaimTaskSetup stamps UpdatedAt with now if the task is starting and
-	// its UpdatedAt is at or before staleBefore, and reports whether it did.
-	// The replica running a task's setup renews it so (staleBefore = now);
-	// another replica takes over a setup nobody renewed (a replica died)
-	// with staleBefore in the past. One conditional write: of concurrent
-	// claimers exactly one wins.
-	ClaimTaskSetup(ctx context.Context, id string, now, staleBefore time.Time) (bool, error)
+	// either its UpdatedAt is at or before staleBefore (nobody renewed it:
+	// a takeover) or it is exactly held (the stamp the caller wrote last: a
+	// renewal), and reports whether it did. A renewal that fails means the
+	// claim is lost (another replica took it, or the task left starting).
+	// One conditional write: of concurrent claimers exactly one wins.
+	ClaimTaskSetup(ctx context.Context, id string, now, staleBefore, held time.Time) (bool, error)
+	// UpdateTaskState sets the state and error message and stamps
+	// UpdatedAt, only while the task's state is one of from; it reports
+	// whether it did. ErrNotFound for an unknown task.
+	UpdateTaskState(ctx context.Context, id string, from []TaskState, state TaskState, errMsg string, at time.Time) (bool, error)
+	// ReplaceSession makes newSessionID the task's current session and its
+	// state starting, in one transaction, only while oldSessionID is its
+	// current session (ErrConflict otherwise: another caller replaced it).
+	// The new session is recorded like AttachSession's.
+	ReplaceSession(ctx context.Context, taskID, oldSessionID, newSessionID string, at time.Time) (TaskSession, error)
 	// AttachSession makes sessionID the task's current session: in one
 	// transaction it appends a task session with the next seq and sets
 	// SessionID and UpdatedAt. Attaching the current session again is

@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -86,15 +87,79 @@ func (s *Store) TaskBySession(ctx context.Context, sessionID string) (store.Task
 }
 
 // ClaimTaskSetup implements store.Tasks.
-func (s *Store) ClaimTaskSetup(ctx context.Context, id string, now, staleBefore time.Time) (bool, error) {
-	res, err := s.write.ExecContext(ctx, `UPDATE tasks SET updated_at = $2 WHERE id = $1 AND state = $3 AND updated_at <= $4`,
-		id, micros(now), string(store.TaskStarting), micros(staleBefore))
+func (s *Store) ClaimTaskSetup(ctx context.Context, id string, now, staleBefore, held time.Time) (bool, error) {
+	h := int64(-1) // no stamp is negative
+	if !held.IsZero() {
+		h = micros(held)
+	}
+	res, err := s.write.ExecContext(ctx, `UPDATE tasks SET updated_at = $2 WHERE id = $1 AND state = $3
+		AND (updated_at <= $4 OR updated_at = $5)`,
+		id, micros(now), string(store.TaskStarting), micros(staleBefore), h)
+	return affectedOne(res, err, "claim setup of task "+id)
+}
+
+// UpdateTaskState implements store.Tasks.
+func (s *Store) UpdateTaskState(ctx context.Context, id string, from []store.TaskState, state store.TaskState, errMsg string, at time.Time) (bool, error) {
+	action := fmt.Sprintf("update task %s state to %s", id, state)
+	if !state.Valid() || len(from) == 0 {
+		return false, fmt.Errorf("%s: unknown state, or no state to move from", action)
+	}
+	args := []any{id, string(state), errMsg, micros(orNow(at))}
+	for _, f := range from {
+		args = append(args, string(f))
+	}
+	res, err := s.write.ExecContext(ctx, `UPDATE tasks SET state = $2, error = $3, updated_at = $4
+		WHERE id = $1 AND state IN (`+placeholders(5, len(from))+`)`, args...)
+	ok, err := affectedOne(res, err, action)
+	if err != nil || ok {
+		return ok, err
+	}
+	if _, gerr := s.GetTask(ctx, id); gerr != nil {
+		return false, fmt.Errorf("%s: %w", action, gerr)
+	}
+	return false, nil
+}
+
+// ReplaceSession implements store.Tasks: the conditional update of the
+// task row locks it, so of concurrent replacers one wins.
+func (s *Store) ReplaceSession(ctx context.Context, taskID, oldSessionID, newSessionID string, at time.Time) (store.TaskSession, error) {
+	action := fmt.Sprintf("replace session %s of task %s with %s", oldSessionID, taskID, newSessionID)
+	if taskID == "" || newSessionID == "" || oldSessionID == newSessionID {
+		return store.TaskSession{}, fmt.Errorf("%s: task id and a new session id are required", action)
+	}
+	var out store.TaskSession
+	err := s.inTx(ctx, func(tx execer) error {
+		stamp := micros(orNow(at))
+		res, err := tx.ExecContext(ctx, `UPDATE tasks SET session_id = $3, state = $4, error = '', updated_at = $5
+			WHERE id = $1 AND session_id = $2`, taskID, oldSessionID, newSessionID, string(store.TaskStarting), stamp)
+		if ok, err := affectedOne(res, err, action); err != nil || !ok {
+			if err == nil {
+				err = store.ErrConflict
+			}
+			return err
+		}
+		var last int64
+		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM task_sessions WHERE task_id = $1`, taskID).Scan(&last); err != nil {
+			return err
+		}
+		out, err = scanTaskSession(tx.QueryRowContext(ctx, `INSERT INTO task_sessions (`+taskSessionCols+`)
+			VALUES ($1, $2, $3, $4) RETURNING `+taskSessionCols, taskID, last+1, newSessionID, stamp))
+		return err
+	})
 	if err != nil {
-		return false, fmt.Errorf("claim setup of task %s: %w", id, err)
+		return store.TaskSession{}, fmt.Errorf("%s: %w", action, err)
+	}
+	return out, nil
+}
+
+// affectedOne reports whether an update changed exactly one row.
+func affectedOne(res sql.Result, err error, action string) (bool, error) {
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", action, err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return false, fmt.Errorf("claim setup of task %s: %w", id, err)
+		return false, fmt.Errorf("%s: %w", action, err)
 	}
 	return n == 1, nil
 }

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +17,8 @@ var taskIngestTests = []test{
 	{"TaskBySession", testTaskBySession},
 	{"TaskClaimSetup", testTaskClaimSetup},
 	{"TaskClaimSetupConcurrent", testTaskClaimSetupConcurrent},
+	{"TaskUpdateState", testTaskUpdateState},
+	{"TaskReplaceSession", testTaskReplaceSession},
 }
 
 // guestEvents returns events of type typ with the given guest seqs.
@@ -124,23 +127,28 @@ func testTaskClaimSetup(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	p := createProfile(t, st, "claim-setup")
 	task := createTask(t, st, p) // starting, updated at t0
-	claim := func(now, stale time.Time, want bool) {
+	never := time.Time{}
+	claim := func(now, stale, held time.Time, want bool) {
 		t.Helper()
-		got, err := st.ClaimTaskSetup(ctx, task.ID, now, stale)
+		got, err := st.ClaimTaskSetup(ctx, task.ID, now, stale, held)
 		must(t, err)
 		if got != want {
-			t.Fatalf("claim at %s (stale before %s) = %v, want %v", now, stale, got, want)
+			t.Fatalf("claim at %s (stale before %s, held %s) = %v, want %v", now, stale, held, got, want)
 		}
 	}
-	claim(t0.Add(time.Minute), t0.Add(-time.Second), false) // renewed after staleBefore: not taken
-	claim(t0.Add(time.Minute), t0, true)                    // stale: taken, stamped
+	m := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Minute) }
+	claim(m(1), t0.Add(-time.Second), never, false) // updated after staleBefore: not taken
+	claim(m(1), t0, never, true)                    // stale: taken, stamped m(1)
 	cur, err := st.GetTask(ctx, task.ID)
 	must(t, err)
-	wantTime(t, "updated_at", cur.UpdatedAt, t0.Add(time.Minute))
-	claim(t0.Add(2*time.Minute), t0.Add(2*time.Minute), true) // the holder renews
-	must(t, st.SetTaskState(ctx, task.ID, store.TaskRunning, "", t0.Add(3*time.Minute)))
-	claim(t0.Add(time.Hour), t0.Add(time.Hour), false) // no longer starting
-	if ok, err := st.ClaimTaskSetup(ctx, "nope", t0, t0); ok || err != nil {
+	wantTime(t, "updated_at", cur.UpdatedAt, m(1))
+	claim(m(2), never, m(1), true)  // the holder renews with its stamp
+	claim(m(3), never, m(1), false) // an old stamp: the claim was lost
+	claim(m(9), m(5), never, true)  // taken over after nobody renewed
+	claim(m(10), never, m(2), false)
+	must(t, st.SetTaskState(ctx, task.ID, store.TaskRunning, "", m(11)))
+	claim(m(60), m(60), m(11), false) // no longer starting
+	if ok, err := st.ClaimTaskSetup(ctx, "nope", t0, t0, never); ok || err != nil {
 		t.Fatalf("claim of an unknown task = %v, %v", ok, err)
 	}
 }
@@ -155,7 +163,7 @@ func testTaskClaimSetupConcurrent(t *testing.T, st store.Store) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ok, err := st.ClaimTaskSetup(context.Background(), task.ID, t0.Add(time.Hour+time.Duration(i)), t0)
+			ok, err := st.ClaimTaskSetup(context.Background(), task.ID, t0.Add(time.Hour+time.Duration(i)), t0, time.Time{})
 			if err != nil {
 				t.Error(err)
 			}
@@ -169,5 +177,71 @@ func testTaskClaimSetupConcurrent(t *testing.T, st store.Store) {
 	wg.Wait()
 	if won != 1 {
 		t.Fatalf("%d claimers won a stale setup, want exactly 1", won)
+	}
+}
+
+func testTaskUpdateState(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	p := createProfile(t, st, "update-state")
+	task := createTask(t, st, p)
+	live := []store.TaskState{store.TaskStarting, store.TaskRunning, store.TaskIdle}
+	ok, err := st.UpdateTaskState(ctx, task.ID, live, store.TaskRunning, "", t0.Add(time.Second))
+	must(t, err)
+	if !ok {
+		t.Fatal("starting -> running refused")
+	}
+	must(t, st.SetTaskState(ctx, task.ID, store.TaskStopped, "", t0.Add(2*time.Second)))
+	ok, err = st.UpdateTaskState(ctx, task.ID, live, store.TaskIdle, "auth: bad key", t0.Add(3*time.Second))
+	must(t, err)
+	cur, err := st.GetTask(ctx, task.ID)
+	must(t, err)
+	if ok || cur.State != store.TaskStopped || cur.Error != "" {
+		t.Fatalf("a stopped task was moved: ok %v, %+v", ok, cur)
+	}
+	if _, err := st.UpdateTaskState(ctx, "nope", live, store.TaskIdle, "", t0); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("update of an unknown task: %v", err)
+	}
+}
+
+func testTaskReplaceSession(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	p := createProfile(t, st, "replace-session")
+	task := createTask(t, st, p)
+	_, err := st.AttachSession(ctx, task.ID, "s1", t0)
+	must(t, err)
+	must(t, st.SetTaskState(ctx, task.ID, store.TaskIdle, "auth: x", t0))
+	ts, err := st.ReplaceSession(ctx, task.ID, "s1", "s2", t0.Add(time.Minute))
+	must(t, err)
+	cur, err := st.GetTask(ctx, task.ID)
+	must(t, err)
+	if ts.Seq != 2 || ts.SessionID != "s2" || cur.SessionID != "s2" || cur.State != store.TaskStarting || cur.Error != "" {
+		t.Fatalf("after replace: %+v, task %+v", ts, cur)
+	}
+	if _, err := st.ReplaceSession(ctx, task.ID, "s1", "s3", t0); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("replace of a session no longer current: %v, want ErrConflict", err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	won := 0
+	for i := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := st.ReplaceSession(context.Background(), task.ID, "s2", fmt.Sprintf("r%d", i), t0)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				won++
+			case !errors.Is(err, store.ErrConflict):
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	ss, err := st.ListTaskSessions(ctx, task.ID)
+	must(t, err)
+	if won != 1 || len(ss) != 3 {
+		t.Fatalf("%d concurrent replacers won, %d sessions recorded; want 1 and 3", won, len(ss))
 	}
 }
