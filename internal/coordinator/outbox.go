@@ -71,6 +71,36 @@ func (x *opRun) rollbackOutbox(ctx context.Context) error {
 		}
 		return transient(fmt.Errorf("roll back outbox: %w", err))
 	}
+	return x.rewindHarnessCursor(ctx)
+}
+
+// rewindHarnessCursor lowers the session's task cursor to the harness
+// event head of the snapshot it resumes from: after a lost incarnation,
+// the restored guest's log goes on from there with events the task has
+// not seen, even where their seqs repeat ones the lost guest relayed. (A
+// resume after a suspend finds the cursor at or below it: nothing moves.)
+func (x *opRun) rewindHarnessCursor(ctx context.Context) error {
+	if x.s.HeadSnapshotID == "" {
+		return nil
+	}
+	snap, err := x.c.st.GetSnapshot(ctx, x.s.HeadSnapshotID)
+	if err != nil {
+		return transient(fmt.Errorf("read snapshot %s: %w", x.s.HeadSnapshotID, err))
+	}
+	if snap.HarnessSeq < 0 {
+		return nil // unknown: the guest's own head check still catches a shorter log
+	}
+	t, err := x.c.st.TaskBySession(ctx, x.s.ID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return transient(fmt.Errorf("task of session %s: %w", x.s.ID, err))
+	}
+	seq := snap.HarnessSeq
+	if _, _, err := x.c.st.IngestTaskEvents(ctx, t.ID, x.s.ID, &seq, nil); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return transient(fmt.Errorf("rewind the harness events of session %s to %d: %w", x.s.ID, seq, err))
+	}
 	return nil
 }
 

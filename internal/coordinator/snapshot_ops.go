@@ -101,7 +101,10 @@ func (x *opRun) capture(ctx context.Context, destroy bool, reason string) (store
 	snap := store.Snapshot{
 		ID: req.SnapshotID, SessionID: x.s.ID, ParentID: x.s.HeadSnapshotID, HostID: x.s.HostID,
 		Epoch: x.op.Epoch, Manifests: resp.Manifests, Facts: facts, Bytes: resp.Bytes,
-		Uploaded: resp.Uploaded, OutboxSeq: resp.OutboxSeq, Reason: reason, CreatedAt: x.c.now(),
+		Uploaded: resp.Uploaded, OutboxSeq: resp.OutboxSeq, HarnessSeq: -1, Reason: reason, CreatedAt: x.c.now(),
+	}
+	if resp.HarnessSeq != nil {
+		snap.HarnessSeq = *resp.HarnessSeq
 	}
 	if err := x.step(ctx, "commit"); err != nil {
 		return store.Snapshot{}, err

@@ -173,3 +173,53 @@ func TestTakeOverSetups(t *testing.T) {
 		t.Errorf("the claim did not stamp the task: updated %s, now %s", got.UpdatedAt, e.clock())
 	}
 }
+
+// TestRewindHarnessCursor: resuming a session from a snapshot lowers its
+// task's cursor to the snapshot's harness event head (the lost
+// incarnation's later events were relayed; the restored guest writes new
+// ones under the same seqs), never raises it, and ignores snapshots whose
+// head is unknown.
+func TestRewindHarnessCursor(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		harnessSeq int64
+		cursor     int64
+		want       int64
+	}{
+		{"lost incarnation relayed past the snapshot", 5, 9, 5},
+		{"suspend: the cursor is at the snapshot", 9, 9, 9},
+		{"cursor below the snapshot", 9, 4, 4},
+		{"unknown head", -1, 9, 9},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newTaskEnv(t)
+			ctx := context.Background()
+			s := e.session(t, "s1", "host-a", lifecycle.Active, hostlink.MachineSpec{})
+			e.task(t, "t1", "s1", store.TaskIdle, "")
+			var evs []store.TaskEvent
+			for i := int64(1); i <= tt.cursor; i++ {
+				evs = append(evs, store.TaskEvent{Type: "assistant_text", GuestSeq: i})
+			}
+			if _, _, err := e.st.IngestTaskEvents(ctx, "t1", "s1", nil, evs); err != nil {
+				t.Fatal(err)
+			}
+			snap := store.Snapshot{ID: "snap-1", SessionID: "s1", HostID: "host-a", Manifests: json.RawMessage(`{}`),
+				Facts: json.RawMessage(`{}`), HarnessSeq: tt.harnessSeq, CreatedAt: e.clock()}
+			if err := e.st.CommitSnapshot(ctx, snap, s.Epoch); err != nil {
+				t.Fatal(err)
+			}
+			s, _ = e.st.GetSession(ctx, "s1")
+			x := &opRun{c: e.co, s: s}
+			if err := x.rewindHarnessCursor(ctx); err != nil {
+				t.Fatal(err)
+			}
+			cursor, _, err := e.st.IngestTaskEvents(ctx, "t1", "s1", nil, nil)
+			if err != nil || cursor != tt.want {
+				t.Fatalf("cursor %d (%v), want %d", cursor, err, tt.want)
+			}
+		})
+	}
+}

@@ -90,6 +90,16 @@ func (a *Agent) snapshot(ctx context.Context, log *slog.Logger, mc *machine, req
 	if err := a.guestCall(ctx, mc, http.MethodGet, guestapi.PathOutbox, nil, &outbox); err != nil {
 		return resp, failure(http.StatusBadGateway, hostlink.CodeGuestFailed, fmt.Errorf("read outbox seq of session %s: %w", sid, err))
 	}
+	// The harness's event log head: events after it (a turn still running)
+	// are in the snapshot too and may be relayed again after a rollback.
+	var harnessSeq *int64
+	if mc.spec.HarnessID != "" {
+		var hs guestapi.HarnessStatus
+		if err := a.guestCall(ctx, mc, http.MethodGet, guestapi.PathHarness, nil, &hs); err != nil {
+			return resp, failure(http.StatusBadGateway, hostlink.CodeGuestFailed, fmt.Errorf("read harness event seq of session %s: %w", sid, err))
+		}
+		harnessSeq = &hs.LastSeq
+	}
 	snap, err := mc.m.Snapshot(ctx, tmp)
 	if err != nil {
 		a.continueAfterSnapshot(ctx, log, mc)
@@ -128,6 +138,7 @@ func (a *Agent) snapshot(ctx context.Context, log *slog.Logger, mc *machine, req
 		Bytes:      put.Bytes,
 		Uploaded:   put.StoredBytes,
 		OutboxSeq:  outbox.Applied,
+		HarnessSeq: harnessSeq,
 		DurationMS: a.deps.Now().Sub(start).Milliseconds(),
 	}, nil
 }

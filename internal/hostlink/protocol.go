@@ -281,7 +281,10 @@ type SnapshotResponse struct {
 	Bytes      int64           `json:"bytes"`
 	Uploaded   int64           `json:"uploaded"`
 	OutboxSeq  int64           `json:"outbox_seq"` // highest outbox item the guest had applied
-	DurationMS int64           `json:"duration_ms"`
+	// HarnessSeq is the last harness event the guest had written when it
+	// was quiesced; nil for a machine without a harness (unknown).
+	HarnessSeq *int64 `json:"harness_seq,omitempty"`
+	DurationMS int64  `json:"duration_ms"`
 }
 
 // OutboxItem is one command delivered into a session, applied by the guest

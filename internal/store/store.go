@@ -77,8 +77,11 @@ type Snapshot struct {
 	Bytes     int64           // logical bytes of all files
 	Uploaded  int64           // bytes uploaded for this snapshot (chunks the store lacked)
 	OutboxSeq int64           // highest outbox item the guest had applied when captured
-	Reason    string          // "suspend", "snapshot", "idle"
-	CreatedAt time.Time
+	// HarnessSeq is the last harness event the guest had written when
+	// captured; -1 when unknown.
+	HarnessSeq int64
+	Reason     string // "suspend", "snapshot", "idle"
+	CreatedAt  time.Time
 }
 
 // OutboxState is where an outbox item is.

@@ -11,14 +11,14 @@ import (
 )
 
 const snapshotCols = `id, session_id, parent_id, host_id, epoch, manifests, facts, bytes, uploaded, outbox_seq,
-	reason, created_at`
+	reason, created_at, harness_seq`
 
 func scanSnapshot(r scanner) (store.Snapshot, error) {
 	var s store.Snapshot
 	var manifests, facts sql.NullString
 	var created int64
 	err := r.Scan(&s.ID, &s.SessionID, &s.ParentID, &s.HostID, &s.Epoch, &manifests, &facts, &s.Bytes,
-		&s.Uploaded, &s.OutboxSeq, &s.Reason, &created)
+		&s.Uploaded, &s.OutboxSeq, &s.Reason, &created, &s.HarnessSeq)
 	if err != nil {
 		return store.Snapshot{}, err
 	}
@@ -65,9 +65,9 @@ func (s *Store) CommitSnapshot(ctx context.Context, snap store.Snapshot, epoch i
 			return fmt.Errorf("%w: session changed concurrently", store.ErrConflict)
 		}
 		_, err = tx.ExecContext(ctx, `INSERT INTO session_snapshots (`+snapshotCols+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
 			snap.ID, snap.SessionID, head, snap.HostID, epoch, jsonArg(snap.Manifests), jsonArg(snap.Facts),
-			snap.Bytes, snap.Uploaded, snap.OutboxSeq, snap.Reason, at)
+			snap.Bytes, snap.Uploaded, snap.OutboxSeq, snap.Reason, at, snap.HarnessSeq)
 		if err != nil {
 			return err
 		}

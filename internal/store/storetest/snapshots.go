@@ -31,7 +31,7 @@ func newSnapshot(sessionID string, outboxSeq int64, at time.Time) store.Snapshot
 	return store.Snapshot{
 		ID: newID(), SessionID: sessionID, HostID: "host-1",
 		Manifests: json.RawMessage(`{"memory":{"chunks":["aa"]}}`), Facts: json.RawMessage(`{"cpu":"x"}`),
-		Bytes: 1 << 30, Uploaded: 1 << 20, OutboxSeq: outboxSeq, Reason: "snapshot", CreatedAt: at,
+		Bytes: 1 << 30, Uploaded: 1 << 20, OutboxSeq: outboxSeq, HarnessSeq: 7, Reason: "snapshot", CreatedAt: at,
 	}
 }
 
