@@ -64,6 +64,7 @@ prompt.`,
 			return a.followTask(cmd, c, t.ID, 0, t.EventSeq)
 		},
 	}
+	cmd.Annotations = map[string]string{annNotFound: "list profiles with `engrams profile list`"}
 	cmd.Flags().StringVarP(&req.Profile, "profile", "p", "", "profile to start from (required)")
 	cmd.Flags().StringVar(&req.Title, "title", "", "title shown in task list (default: the prompt's first line)")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "stream the conversation until the agent is done with the prompt")
