@@ -8,13 +8,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httputil"
-	"strconv"
 	"strings"
 
 	"github.com/engrams/engrams/internal/api/apiv1"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/guestapi"
-	"github.com/engrams/engrams/internal/hostlink"
 )
 
 // proxyGuest forwards a request (WebSocket upgrades included) to the
@@ -71,17 +69,9 @@ func guestRequest(out *http.Request, t coordinator.GuestTarget, guestPath string
 	out.URL.RawPath = ""
 	out.Header.Del("Authorization")
 	out.Header.Del("Cookie")
-	for k, v := range guestHeaders(t) {
+	for k, v := range t.Headers() {
 		out.Header[k] = v
 	}
-}
-
-// guestHeaders carry the session's epoch and the guest API version.
-func guestHeaders(t coordinator.GuestTarget) http.Header {
-	h := http.Header{}
-	h.Set(hostlink.HeaderEpoch, strconv.FormatInt(t.Session.Epoch, 10))
-	h.Set(guestapi.HeaderVersion, strconv.Itoa(guestapi.Version))
-	return h
 }
 
 // exec runs a command to completion and streams its output as NDJSON. The
@@ -108,7 +98,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	out.Header = guestHeaders(t)
+	out.Header = t.Headers()
 	out.Header.Set("Content-Type", "application/json")
 	resp, err := t.Transport.RoundTrip(out)
 	if err != nil {

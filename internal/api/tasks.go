@@ -200,7 +200,7 @@ func (s *Server) guestStat(r *http.Request, gt coordinator.GuestTarget, p string
 	if err != nil {
 		return guestapi.FileInfo{}, err
 	}
-	req.Header = guestHeaders(gt)
+	req.Header = gt.Headers()
 	resp, err := gt.Transport.RoundTrip(req)
 	if err != nil {
 		return guestapi.FileInfo{}, err

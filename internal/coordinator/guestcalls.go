@@ -9,11 +9,9 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 
 	"github.com/engrams/engrams/internal/guestapi"
-	"github.com/engrams/engrams/internal/hostlink"
 )
 
 // ExecResult is what a command run in a guest left.
@@ -38,8 +36,7 @@ func (c *Coordinator) guestDo(ctx context.Context, sessionID, method, guestPath 
 	if err != nil {
 		return nil, fmt.Errorf("build guest request: %w", err)
 	}
-	req.Header.Set(hostlink.HeaderEpoch, strconv.FormatInt(t.Session.Epoch, 10))
-	req.Header.Set(guestapi.HeaderVersion, strconv.Itoa(guestapi.Version))
+	req.Header = t.Headers()
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
+	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/lifecycle"
 	"github.com/engrams/engrams/internal/store"
@@ -179,6 +181,15 @@ type GuestTarget struct {
 	Session    store.Session
 	Transport  http.RoundTripper
 	PathPrefix string
+}
+
+// Headers are what every request to the guest carries: the session's
+// epoch and the guest API version.
+func (t GuestTarget) Headers() http.Header {
+	h := http.Header{}
+	h.Set(hostlink.HeaderEpoch, strconv.FormatInt(t.Session.Epoch, 10))
+	h.Set(guestapi.HeaderVersion, strconv.Itoa(guestapi.Version))
+	return h
 }
 
 // Guest returns the route to a session's guest daemon. An Idle (or
