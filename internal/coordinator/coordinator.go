@@ -80,7 +80,7 @@ func (c *Config) defaults() error {
 // HostTransports reaches a host wherever its link is held (this replica or
 // a peer). hostlink.Router implements it.
 type HostTransports interface {
-	Transport(ctx context.Context, hostID string) (http.RoundTripper, error)
+	Transport(ctx context.Context, hostID domain.HostID) (http.RoundTripper, error)
 }
 
 // Sealer seals secrets at rest (secret.Sealer does); associated data binds

@@ -176,7 +176,7 @@ type rtFunc func(*http.Request) (*http.Response, error)
 
 func (f rtFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-func (f *fleet) Transport(_ context.Context, hostID string) (http.RoundTripper, error) {
+func (f *fleet) Transport(_ context.Context, hostID domain.HostID) (http.RoundTripper, error) {
 	f.mu.Lock()
 	h := f.hosts[hostID]
 	if f.down[hostID] > 0 {
@@ -300,7 +300,7 @@ func TestCreateBootsOnAHostAndDeleteDestroys(t *testing.T) {
 	e := newEnv(t, Config{})
 	hostID, h := e.addHost(t, "a", 4)
 	ctx := context.Background()
-	s, err := e.co.CreateSession(ctx, hostlink.MachineSpec{}, "")
+	s, err := e.co.CreateSession(ctx, domain.SessionSpec{}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +338,7 @@ func TestCreateFailures(t *testing.T) {
 	tests := []struct {
 		name       string
 		setup      func(t *testing.T, e *env)
-		spec       hostlink.MachineSpec
+		spec       domain.SessionSpec
 		wantState  lifecycle.State
 		wantReason string
 	}{
@@ -346,7 +346,7 @@ func TestCreateFailures(t *testing.T) {
 		{name: "boot fails", setup: func(t *testing.T, e *env) { _, h := e.addHost(t, "a", 2); h.failBoot = true },
 			wantState: lifecycle.Dead, wantReason: "kernel panic"},
 		{name: "too big for any host", setup: func(t *testing.T, e *env) { e.addHost(t, "a", 1) },
-			spec: hostlink.MachineSpec{MemoryMiB: 512}, wantState: lifecycle.Dead, wantReason: "256 MiB free, 512 MiB asked"},
+			spec: domain.SessionSpec{MemoryMiB: 512}, wantState: lifecycle.Dead, wantReason: "256 MiB free, 512 MiB asked"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -372,7 +372,7 @@ func TestCreateFailures(t *testing.T) {
 func TestCreateRejectsBadSpecs(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{})
-	for _, spec := range []hostlink.MachineSpec{
+	for _, spec := range []domain.SessionSpec{
 		{MemoryMiB: 1}, {MemoryMiB: 1 << 30}, {VCPUs: -1}, {VCPUs: 99}, {Env: map[string]string{"A=B": "x"}},
 		{Env: map[string]string{"A": "x\x00y"}}, {Env: map[string]string{"A": strings.Repeat("x", 70<<10)}},
 		{Image: "a b"}, {Image: strings.Repeat("i", 600)},
@@ -390,11 +390,11 @@ func TestIdempotentCreate(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{})
 	e.addHost(t, "a", 4)
-	a, err := e.co.CreateSession(context.Background(), hostlink.MachineSpec{}, "key-1")
+	a, err := e.co.CreateSession(context.Background(), domain.SessionSpec{}, "key-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := e.co.CreateSession(context.Background(), hostlink.MachineSpec{}, "key-1")
+	b, err := e.co.CreateSession(context.Background(), domain.SessionSpec{}, "key-1")
 	if err != nil || a.ID != b.ID {
 		t.Fatalf("second create: %v, id %s vs %s", err, b.ID, a.ID)
 	}
@@ -405,7 +405,7 @@ func TestHostLostMakesActiveSessionsDead(t *testing.T) {
 	e := newEnv(t, Config{HeartbeatInterval: 50 * time.Millisecond, HostLostAfter: 300 * time.Millisecond, MonitorInterval: 50 * time.Millisecond})
 	hostID, _ := e.addHost(t, "a", 4)
 	stop := e.keepAlive(t, hostID)
-	s, _ := e.co.CreateSession(context.Background(), hostlink.MachineSpec{}, "")
+	s, _ := e.co.CreateSession(context.Background(), domain.SessionSpec{}, "")
 	e.wait(t, s.ID, lifecycle.Active)
 	stop() // heartbeats stop: the host goes lost and its session dies
 	s = e.wait(t, s.ID, lifecycle.Dead)
@@ -426,7 +426,7 @@ func TestDeleteSupersedesCreate(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{})
 	// No host yet: the create op sits in placement; delete must win.
-	s, _ := e.co.CreateSession(context.Background(), hostlink.MachineSpec{}, "")
+	s, _ := e.co.CreateSession(context.Background(), domain.SessionSpec{}, "")
 	if _, err := e.co.DeleteSession(context.Background(), s.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -454,7 +454,7 @@ func TestRegisterAndHeartbeatReportOwnership(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{})
 	hostID, _ := e.addHost(t, "a", 4)
-	s, _ := e.co.CreateSession(context.Background(), hostlink.MachineSpec{}, "")
+	s, _ := e.co.CreateSession(context.Background(), domain.SessionSpec{}, "")
 	s = e.wait(t, s.ID, lifecycle.Active)
 	if err := e.st.SetHostState(context.Background(), hostID, store.HostLost); err != nil {
 		t.Fatal(err)
@@ -506,7 +506,7 @@ func TestCapacityRefusalPlacesElsewhere(t *testing.T) {
 	_, a := e.addHost(t, "a", 8) // more free memory: chosen first, but refuses
 	a.full = true
 	bID, _ := e.addHost(t, "b", 2)
-	s, _ := e.co.CreateSession(context.Background(), hostlink.MachineSpec{}, "")
+	s, _ := e.co.CreateSession(context.Background(), domain.SessionSpec{}, "")
 	s = e.wait(t, s.ID, lifecycle.Active)
 	if s.HostID != bID {
 		t.Fatalf("active on %s, want %s after a's refusal", s.HostID, bID)
@@ -520,7 +520,7 @@ func TestUnreachableHostIsRetriedNotFatal(t *testing.T) {
 	e.fleet.mu.Lock()
 	e.fleet.down[id] = 2 // the first two calls find no link
 	e.fleet.mu.Unlock()
-	s, _ := e.co.CreateSession(context.Background(), hostlink.MachineSpec{}, "")
+	s, _ := e.co.CreateSession(context.Background(), domain.SessionSpec{}, "")
 	s = e.wait(t, s.ID, lifecycle.Active)
 	ops, _ := e.st.ListOps(context.Background(), s.ID)
 	if len(ops) != 1 || ops[0].Attempts < 3 {

@@ -164,42 +164,42 @@ func refuse(status int, format string, args ...any) error {
 
 // gatewayGrant checks that session sid may use kind from hostID and returns
 // the secret its spec grants for kind.
-func (c *Coordinator) gatewayGrant(ctx context.Context, hostID, sid, kind string) (hostlink.CredentialGrant, error) {
+func (c *Coordinator) gatewayGrant(ctx context.Context, hostID, sid, kind string) (domain.CredentialGrant, error) {
 	if !gatewayServes(kind) {
-		return hostlink.CredentialGrant{}, refuse(http.StatusNotFound, "the model gateway serves no credential kind %q", kind)
+		return domain.CredentialGrant{}, refuse(http.StatusNotFound, "the model gateway serves no credential kind %q", kind)
 	}
 	s, err := c.st.GetSession(ctx, sid)
 	if errors.Is(err, store.ErrNotFound) {
-		return hostlink.CredentialGrant{}, refuse(http.StatusForbidden, "this session does not exist")
+		return domain.CredentialGrant{}, refuse(http.StatusForbidden, "this session does not exist")
 	}
 	if err != nil {
-		return hostlink.CredentialGrant{}, fmt.Errorf("gateway: read session %s: %w", sid, err)
+		return domain.CredentialGrant{}, fmt.Errorf("gateway: read session %s: %w", sid, err)
 	}
 	if s.HostID != hostID {
-		return hostlink.CredentialGrant{}, refuse(http.StatusForbidden, "this session does not run on this host")
+		return domain.CredentialGrant{}, refuse(http.StatusForbidden, "this session does not run on this host")
 	}
 	if !gatewayLive(s.State) {
-		return hostlink.CredentialGrant{}, refuse(http.StatusForbidden, "this session is %s", s.State)
+		return domain.CredentialGrant{}, refuse(http.StatusForbidden, "this session is %s", s.State)
 	}
 	if err := c.gatewayTaskLive(ctx, sid); err != nil {
-		return hostlink.CredentialGrant{}, err
+		return domain.CredentialGrant{}, err
 	}
-	var spec hostlink.MachineSpec
+	var spec domain.SessionSpec
 	if err := json.Unmarshal(s.Spec, &spec); err != nil {
-		return hostlink.CredentialGrant{}, fmt.Errorf("gateway: decode spec of session %s: %w", sid, err)
+		return domain.CredentialGrant{}, fmt.Errorf("gateway: decode spec of session %s: %w", sid, err)
 	}
 	for _, g := range spec.Credentials {
 		if g.Kind == kind {
 			return g, nil
 		}
 	}
-	return hostlink.CredentialGrant{}, refuse(http.StatusForbidden, "this session is granted no %s credential", kind)
+	return domain.CredentialGrant{}, refuse(http.StatusForbidden, "this session is granted no %s credential", kind)
 }
 
 // gatewayTaskLive refuses the session of a stopped or failed task: its
 // machine may run again (task diff and files resume it), its agent may not
 // use the model.
-func (c *Coordinator) gatewayTaskLive(ctx context.Context, sid string) error {
+func (c *Coordinator) gatewayTaskLive(ctx context.Context, sid domain.SessionID) error {
 	t, err := c.st.TaskBySession(ctx, sid)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
@@ -216,7 +216,7 @@ func (c *Coordinator) gatewayTaskLive(ctx context.Context, sid string) error {
 
 // gatewaySecret opens the granted secret and returns its key and the
 // upstream base URL.
-func (c *Coordinator) gatewaySecret(ctx context.Context, g hostlink.CredentialGrant) (key string, base *url.URL, err error) {
+func (c *Coordinator) gatewaySecret(ctx context.Context, g domain.CredentialGrant) (key string, base *url.URL, err error) {
 	s, plain, err := c.OpenSecret(ctx, g.SecretID)
 	if errors.Is(err, store.ErrNotFound) {
 		return "", nil, &gatewayRefusal{status: http.StatusUnauthorized, cause: err,

@@ -148,9 +148,9 @@ func (g *gwEnv) secret(t *testing.T, kind, name, value, baseURL string) store.Se
 // session starts an Active session on host-a granted these secrets.
 func (g *gwEnv) session(t *testing.T, grants ...store.Secret) store.Session {
 	t.Helper()
-	spec := hostlink.MachineSpec{IdleTimeoutSec: -1}
+	spec := domain.SessionSpec{IdleTimeoutSec: -1}
 	for _, s := range grants {
-		spec.Credentials = append(spec.Credentials, hostlink.CredentialGrant{Kind: s.Kind, SecretID: s.ID})
+		spec.Credentials = append(spec.Credentials, domain.CredentialGrant{Kind: s.Kind, SecretID: s.ID})
 	}
 	s, err := g.co.CreateSession(context.Background(), spec, "")
 	if err != nil {
@@ -327,8 +327,8 @@ func TestGatewayHidesInternalErrors(t *testing.T) {
 	t.Parallel()
 	g := newGatewayEnv(t, Config{}, false, false)
 	oai := g.secret(t, apiv1.SecretOpenAIAPIKey, "oai", "sk-oai-REAL", g.upTS.URL)
-	spec := hostlink.MachineSpec{IdleTimeoutSec: -1,
-		Credentials: []hostlink.CredentialGrant{{Kind: apiv1.SecretAnthropicAPIKey, SecretID: oai.ID}}}
+	spec := domain.SessionSpec{IdleTimeoutSec: -1,
+		Credentials: []domain.CredentialGrant{{Kind: apiv1.SecretAnthropicAPIKey, SecretID: oai.ID}}}
 	created, err := g.co.CreateSession(context.Background(), spec, "")
 	if err != nil {
 		t.Fatal(err)

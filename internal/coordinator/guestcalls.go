@@ -63,7 +63,7 @@ func (c *Coordinator) guestDo(ctx context.Context, sessionID, method, guestPath 
 // GuestExec runs argv in a session's guest to completion, with stdin, and
 // collects its output (each stream bounded by limit bytes; what is over is
 // dropped).
-func (c *Coordinator) GuestExec(ctx context.Context, sessionID string, req guestapi.ExecRequest, limit int) (ExecResult, error) {
+func (c *Coordinator) GuestExec(ctx context.Context, sessionID domain.SessionID, req guestapi.ExecRequest, limit int) (ExecResult, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return ExecResult{}, fmt.Errorf("encode exec request: %w", err)

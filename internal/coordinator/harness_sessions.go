@@ -19,7 +19,7 @@ const defaultRootLibc = harness.LibcNone
 // "name@version") to a registered bundle and checks it can run on the
 // session's root filesystem (libc is the image's C library), so a session
 // that could never start its agent is refused at once with the reason.
-func (c *Coordinator) pinHarness(ctx context.Context, spec *hostlink.MachineSpec, libc string) error {
+func (c *Coordinator) pinHarness(ctx context.Context, spec *domain.SessionSpec, libc string) error {
 	spec.HarnessID = ""
 	if spec.Harness == "" {
 		return nil
@@ -59,7 +59,7 @@ func libcOrNone(libc string) string {
 }
 
 // sessionHarness returns the bundle a session was created with.
-func (c *Coordinator) sessionHarness(ctx context.Context, spec hostlink.MachineSpec) (store.Harness, error) {
+func (c *Coordinator) sessionHarness(ctx context.Context, spec domain.SessionSpec) (store.Harness, error) {
 	h, err := c.st.GetHarness(ctx, spec.HarnessID)
 	if err != nil {
 		return h, fmt.Errorf("harness %s of the session: %w", spec.Harness, err)

@@ -52,14 +52,14 @@ func TestHarnessSessions(t *testing.T) {
 
 	refused := []struct {
 		name string
-		spec hostlink.MachineSpec
+		spec domain.SessionSpec
 		want string
 	}{
-		{"glibc harness on a musl image", hostlink.MachineSpec{Image: "app", Harness: "glibc-agent"}, "needs glibc, the image has musl"},
-		{"glibc harness on the default root", hostlink.MachineSpec{Harness: "glibc-agent@1.0"}, "default root image"},
-		{"unknown harness", hostlink.MachineSpec{Harness: "nope"}, "no harness nope is registered"},
-		{"unknown version", hostlink.MachineSpec{Harness: "static-agent@9"}, "no harness static-agent@9"},
-		{"bad name", hostlink.MachineSpec{Harness: "a/b"}, "want NAME or NAME@VERSION"},
+		{"glibc harness on a musl image", domain.SessionSpec{Image: "app", Harness: "glibc-agent"}, "needs glibc, the image has musl"},
+		{"glibc harness on the default root", domain.SessionSpec{Harness: "glibc-agent@1.0"}, "default root image"},
+		{"unknown harness", domain.SessionSpec{Harness: "nope"}, "no harness nope is registered"},
+		{"unknown version", domain.SessionSpec{Harness: "static-agent@9"}, "no harness static-agent@9"},
+		{"bad name", domain.SessionSpec{Harness: "a/b"}, "want NAME or NAME@VERSION"},
 	}
 	for _, tc := range refused {
 		if _, err := e.co.CreateSession(ctx, tc.spec, ""); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
@@ -67,7 +67,7 @@ func TestHarnessSessions(t *testing.T) {
 		}
 	}
 
-	s, err := e.co.CreateSession(ctx, hostlink.MachineSpec{Image: "app", Harness: "static-agent"}, "")
+	s, err := e.co.CreateSession(ctx, domain.SessionSpec{Image: "app", Harness: "static-agent"}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestHarnessSessions(t *testing.T) {
 	if err := e.st.SetHostState(ctx, hostID, store.HostLost); err != nil {
 		t.Fatal(err)
 	}
-	s2, err := e.co.CreateSession(ctx, hostlink.MachineSpec{Harness: "static-agent@1.0"}, "")
+	s2, err := e.co.CreateSession(ctx, domain.SessionSpec{Harness: "static-agent@1.0"}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

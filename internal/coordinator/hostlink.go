@@ -118,12 +118,12 @@ func (c *Coordinator) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 }
 
 // owned lists the sessions a host may keep machines for.
-func (c *Coordinator) owned(ctx context.Context, hostID string) ([]hostlink.Ownership, error) {
+func (c *Coordinator) owned(ctx context.Context, hostID domain.HostID) ([]hostlink.Ownership, error) {
 	ss, err := c.ownedSessions(ctx, hostID)
 	return ownership(ss), err
 }
 
-func (c *Coordinator) ownedSessions(ctx context.Context, hostID string) ([]store.Session, error) {
+func (c *Coordinator) ownedSessions(ctx context.Context, hostID domain.HostID) ([]store.Session, error) {
 	ss, err := c.st.ListSessions(ctx, store.SessionFilter{HostID: hostID, States: vmStates()})
 	if err != nil {
 		return nil, fmt.Errorf("list sessions of host %s: %w", hostID, err)
@@ -178,7 +178,7 @@ func (c *Coordinator) lease() time.Duration {
 // recoverExited hands Active sessions whose machine the host reports
 // exited (at the epoch the coordinator knows) to recovery. Other states are
 // left to their op: a suspend or delete destroys the machine on purpose.
-func (c *Coordinator) recoverExited(ctx context.Context, hostID string, ms []hostlink.MachineStatus, ss []store.Session) {
+func (c *Coordinator) recoverExited(ctx context.Context, hostID domain.HostID, ms []hostlink.MachineStatus, ss []store.Session) {
 	active := make(map[string]int64, len(ss))
 	for _, s := range ss {
 		if s.State == lifecycle.Active {
@@ -207,7 +207,7 @@ func (c *Coordinator) recoverExited(ctx context.Context, hostID string, ms []hos
 // link; deleting ones to their destroy op; suspending ones to their evict
 // op (the machine may be gone because its snapshot was uploaded: the
 // retried capture gets that snapshot again, or not_found and recovers).
-func (c *Coordinator) recoverMissing(ctx context.Context, hostID string, ms []hostlink.MachineStatus, ss []store.Session) {
+func (c *Coordinator) recoverMissing(ctx context.Context, hostID domain.HostID, ms []hostlink.MachineStatus, ss []store.Session) {
 	has := make(map[string]bool, len(ms))
 	for _, m := range ms {
 		has[m.SessionID] = m.State != "exited"

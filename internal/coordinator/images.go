@@ -119,7 +119,7 @@ func (c *Coordinator) checkImageConfig(cfg *ImageConfig) error {
 	case cfg.WarmupStallS < 1 || cfg.WarmupStallS > cfg.WarmupTimeoutS:
 		return fmt.Errorf("%w: warmup_stall_s %d out of range [1, warmup_timeout_s]", ErrInvalid, cfg.WarmupStallS)
 	}
-	return checkEnv(&hostlink.MachineSpec{Env: cfg.Env})
+	return checkEnv(&domain.SessionSpec{Env: cfg.Env})
 }
 
 // checkImageName validates a user-chosen image name: a DNS-label-like word.

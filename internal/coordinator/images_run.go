@@ -197,7 +197,7 @@ func (c *Coordinator) capture(ctx context.Context, r *jobRun, img store.Image, c
 	for attempt := range captureAttempts {
 		r.set(store.JobCapturing, "place", 0, 0)
 		hostID, err := c.placeWithin(ctx, placement{
-			spec: hostlink.MachineSpec{MemoryMiB: cfg.MemoryMiB, VCPUs: cfg.VCPUs}, exclude: exclude, rootfs: true,
+			spec: domain.SessionSpec{MemoryMiB: cfg.MemoryMiB, VCPUs: cfg.VCPUs}, exclude: exclude, rootfs: true,
 		}, c.cfg.PlacementWait)
 		if err != nil {
 			if errors.Is(err, scheduler.ErrNoCapacity) && last != nil {

@@ -18,7 +18,7 @@ import (
 // sessions run with: its machine size (a base snapshot cannot change it),
 // its env under the session's, and the image and base snapshot ids. It
 // returns the image's C library ("" without an image).
-func (c *Coordinator) pinImage(ctx context.Context, spec *hostlink.MachineSpec) (string, error) {
+func (c *Coordinator) pinImage(ctx context.Context, spec *domain.SessionSpec) (string, error) {
 	spec.ImageID, spec.BaseSnapshotID = "", ""
 	if spec.Image == "" {
 		return "", nil
@@ -94,7 +94,7 @@ var errImageChanged = errors.New("image changed since the session was created")
 // snapshot pinned at creation (one disabled since still has it). An image
 // refreshed between the create request and its op fails with
 // errImageChanged: the session's env and size came from the old digest.
-func (c *Coordinator) imageBase(ctx context.Context, spec hostlink.MachineSpec) (store.Image, error) {
+func (c *Coordinator) imageBase(ctx context.Context, spec domain.SessionSpec) (store.Image, error) {
 	img, err := c.st.GetImage(ctx, spec.ImageID)
 	if err != nil {
 		return img, fmt.Errorf("image %s of the session: %w", spec.Image, err)
@@ -108,7 +108,7 @@ func (c *Coordinator) imageBase(ctx context.Context, spec hostlink.MachineSpec) 
 
 // prefetchFor lists the base snapshots of ready images that host could
 // restore and does not list as cached yet. Errors only cost the prefetch.
-func (c *Coordinator) prefetchFor(ctx context.Context, hostID string, cached []string) []hostlink.Prefetch {
+func (c *Coordinator) prefetchFor(ctx context.Context, hostID domain.HostID, cached []string) []hostlink.Prefetch {
 	imgs, err := c.st.ListImages(ctx)
 	if err != nil {
 		c.log.Warn("prefetch: list images", "host_id", hostID, "err", err)

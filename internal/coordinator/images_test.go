@@ -140,7 +140,7 @@ func TestImageEnableCapturesAndSessionsRestoreTheBase(t *testing.T) {
 		t.Fatalf("image %+v %v", v, err)
 	}
 
-	s, err := e.co.CreateSession(ctx, hostlink.MachineSpec{Image: "app", Env: map[string]string{"LANG": "fr"}}, "")
+	s, err := e.co.CreateSession(ctx, domain.SessionSpec{Image: "app", Env: map[string]string{"LANG": "fr"}}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ func TestImageEnableFailures(t *testing.T) {
 			if err != nil || v.State != ImageFailed || len(v.Image.Manifests) != 0 {
 				t.Fatalf("image %+v %v, want failed without a base", v, err)
 			}
-			if _, err := e.co.CreateSession(ctx, hostlink.MachineSpec{Image: v.Image.Name}, ""); !errors.Is(err, ErrInvalid) {
+			if _, err := e.co.CreateSession(ctx, domain.SessionSpec{Image: v.Image.Name}, ""); !errors.Is(err, ErrInvalid) {
 				t.Fatalf("session from a failed image: %v", err)
 			}
 		})
@@ -332,7 +332,7 @@ func TestImageRequestsRefused(t *testing.T) {
 	if _, _, err := e.co.EnableImage(ctx, EnableImageRequest{Ref: "reg/other:1", Name: "app"}); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("another ref under a taken name: %v", err)
 	}
-	if _, err := e.co.CreateSession(ctx, hostlink.MachineSpec{Image: "nope"}, ""); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "no enabled image") {
+	if _, err := e.co.CreateSession(ctx, domain.SessionSpec{Image: "nope"}, ""); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "no enabled image") {
 		t.Fatalf("unknown image: %v", err)
 	}
 }
@@ -359,7 +359,7 @@ func TestImageSessionsOnlyOnCompatibleHosts(t *testing.T) {
 	if err := e.st.SetHostState(ctx, capID, store.HostLost); err != nil {
 		t.Fatal(err)
 	}
-	s, err := e.co.CreateSession(ctx, hostlink.MachineSpec{Image: "app"}, "")
+	s, err := e.co.CreateSession(ctx, domain.SessionSpec{Image: "app"}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,7 +72,7 @@ func (x *opRun) create(ctx context.Context) error {
 // maxPlacements bounds how often one create op re-places a session.
 const maxPlacements = 3
 
-func (x *opRun) placeSession(ctx context.Context, spec hostlink.MachineSpec, base *store.Image, exclude []string) error {
+func (x *opRun) placeSession(ctx context.Context, spec domain.SessionSpec, base *store.Image, exclude []string) error {
 	if err := x.step(ctx, "place"); err != nil {
 		return err
 	}
@@ -95,7 +95,7 @@ func (x *opRun) placeSession(ctx context.Context, spec hostlink.MachineSpec, bas
 
 // boot asks the session's host to start its machine: boot it, or restore
 // base (an image's base snapshot) into it.
-func (x *opRun) boot(ctx context.Context, spec hostlink.MachineSpec, base *store.Image, bundle json.RawMessage) error {
+func (x *opRun) boot(ctx context.Context, spec domain.SessionSpec, base *store.Image, bundle json.RawMessage) error {
 	if err := x.step(ctx, "boot"); err != nil {
 		return err
 	}
@@ -239,7 +239,7 @@ func (x *opRun) recoverLost(ctx context.Context) error {
 // placement is what a session needs from a host: room, and for a resume a
 // host able to restore its snapshot (preferably one caching it).
 type placement struct {
-	spec     hostlink.MachineSpec
+	spec     domain.SessionSpec
 	exclude  []string
 	snapshot *store.Snapshot
 	rootfs   bool // only hosts whose backend boots an image's root filesystem

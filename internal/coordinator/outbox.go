@@ -42,7 +42,7 @@ func (c *Coordinator) PutOutbox(ctx context.Context, sessionID, id, kind string,
 // requestResume enqueues a resume op (which also delivers pending outbox
 // items) and reports it, unless another op is already in flight: that op's
 // end wakes the session, and the caller asks again.
-func (c *Coordinator) requestResume(ctx context.Context, sessionID string) (store.Op, bool) {
+func (c *Coordinator) requestResume(ctx context.Context, sessionID domain.SessionID) (store.Op, bool) {
 	op, err := c.st.EnqueueOp(ctx, store.Op{ID: c.newID(), SessionID: sessionID, Kind: store.OpResume, CreatedAt: c.now()}, false)
 	if err != nil {
 		if !errors.Is(err, store.ErrOpInProgress) {

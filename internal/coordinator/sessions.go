@@ -28,7 +28,7 @@ func sessionTopic(id string) string { return "session:" + id }
 
 // CreateSession validates spec, records the session with its create op and
 // wakes a worker. It returns at once; use WaitSession to wait for Active.
-func (c *Coordinator) CreateSession(ctx context.Context, spec hostlink.MachineSpec, idempotencyKey string) (store.Session, error) {
+func (c *Coordinator) CreateSession(ctx context.Context, spec domain.SessionSpec, idempotencyKey string) (store.Session, error) {
 	libc, err := c.pinImage(ctx, &spec)
 	if err != nil {
 		return store.Session{}, err
@@ -56,7 +56,7 @@ func (c *Coordinator) CreateSession(ctx context.Context, spec hostlink.MachineSp
 	return s, nil
 }
 
-func (c *Coordinator) normalize(spec *hostlink.MachineSpec) error {
+func (c *Coordinator) normalize(spec *domain.SessionSpec) error {
 	if spec.MemoryMiB == 0 {
 		spec.MemoryMiB = c.cfg.DefaultMemoryMiB
 	}
@@ -83,7 +83,7 @@ const (
 	maxImageRef = 512
 )
 
-func checkEnv(spec *hostlink.MachineSpec) error {
+func checkEnv(spec *domain.SessionSpec) error {
 	if len(spec.Image) > maxImageRef || containsAny(spec.Image, "\x00\n ") {
 		return fmt.Errorf("%w: image must be a reference of at most %d characters without spaces", ErrInvalid, maxImageRef)
 	}
@@ -379,8 +379,8 @@ func conflictIfBusy(err error) error {
 }
 
 // Spec decodes a session's stored spec.
-func Spec(s store.Session) (hostlink.MachineSpec, error) {
-	var spec hostlink.MachineSpec
+func Spec(s store.Session) (domain.SessionSpec, error) {
+	var spec domain.SessionSpec
 	if len(s.Spec) == 0 {
 		return spec, nil
 	}

@@ -15,7 +15,7 @@ import (
 
 func (e *env) active(t *testing.T) store.Session {
 	t.Helper()
-	s, err := e.co.CreateSession(context.Background(), hostlink.MachineSpec{IdleTimeoutSec: -1}, "")
+	s, err := e.co.CreateSession(context.Background(), domain.SessionSpec{IdleTimeoutSec: -1}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,10 +109,10 @@ func TestIdleSessionsAreSuspended(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{MonitorInterval: 50 * time.Millisecond, IdleTimeout: 200 * time.Millisecond})
 	e.addHost(t, "a", 4)
-	s, _ := e.co.CreateSession(context.Background(), hostlink.MachineSpec{}, "")
+	s, _ := e.co.CreateSession(context.Background(), domain.SessionSpec{}, "")
 	e.wait(t, s.ID, lifecycle.Active)
 	e.wait(t, s.ID, lifecycle.Idle)
-	keep, _ := e.co.CreateSession(context.Background(), hostlink.MachineSpec{IdleTimeoutSec: -1}, "")
+	keep, _ := e.co.CreateSession(context.Background(), domain.SessionSpec{IdleTimeoutSec: -1}, "")
 	e.wait(t, keep.ID, lifecycle.Active)
 	time.Sleep(400 * time.Millisecond) // longer than the idle timeout; the session must stay
 	if got, _ := e.st.GetSession(context.Background(), keep.ID); got.State != lifecycle.Active {
@@ -133,7 +133,7 @@ func TestHardTimeLimitEndsSessionsDead(t *testing.T) {
 	if _, _, err := e.co.Suspend(ctx, idle.ID); err != nil {
 		t.Fatal(err)
 	}
-	keep, _ := e.co.CreateSession(ctx, hostlink.MachineSpec{IdleTimeoutSec: -1, MaxLifetimeSec: -1}, "")
+	keep, _ := e.co.CreateSession(ctx, domain.SessionSpec{IdleTimeoutSec: -1, MaxLifetimeSec: -1}, "")
 	e.wait(t, keep.ID, lifecycle.Active)
 	for _, id := range []string{active.ID, idle.ID} {
 		s := e.wait(t, id, lifecycle.Dead)
@@ -147,7 +147,7 @@ func TestHardTimeLimitEndsSessionsDead(t *testing.T) {
 	if got, _ := e.st.GetSession(ctx, keep.ID); got.State != lifecycle.Active {
 		t.Errorf("session without a limit is %s", got.State)
 	}
-	if _, err := e.co.CreateSession(ctx, hostlink.MachineSpec{MaxLifetimeSec: -2}, ""); !errors.Is(err, ErrInvalid) {
+	if _, err := e.co.CreateSession(ctx, domain.SessionSpec{MaxLifetimeSec: -2}, ""); !errors.Is(err, ErrInvalid) {
 		t.Errorf("max_lifetime_s -2: %v, want ErrInvalid", err)
 	}
 }

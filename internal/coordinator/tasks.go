@@ -135,7 +135,7 @@ func taskEvent(typ string, data any) store.TaskEvent {
 }
 
 // appendTaskEvents appends events and wakes the task's followers.
-func (c *Coordinator) appendTaskEvents(ctx context.Context, taskID string, events ...store.TaskEvent) ([]store.TaskEvent, error) {
+func (c *Coordinator) appendTaskEvents(ctx context.Context, taskID domain.TaskID, events ...store.TaskEvent) ([]store.TaskEvent, error) {
 	out, err := c.st.AppendTaskEvents(ctx, taskID, events)
 	if err != nil {
 		return nil, fmt.Errorf("append task events: %w", err)
@@ -145,7 +145,7 @@ func (c *Coordinator) appendTaskEvents(ctx context.Context, taskID string, event
 }
 
 // setTaskState records a task's state and wakes its followers.
-func (c *Coordinator) setTaskState(ctx context.Context, taskID string, state store.TaskState, msg string) {
+func (c *Coordinator) setTaskState(ctx context.Context, taskID domain.TaskID, state store.TaskState, msg string) {
 	if err := c.st.SetTaskState(ctx, taskID, state, msg, c.now()); err != nil {
 		c.log.Warn("set task state", "task_id", taskID, "state", state, "err", err)
 		return
@@ -154,7 +154,7 @@ func (c *Coordinator) setTaskState(ctx context.Context, taskID string, state sto
 }
 
 // failTask ends a task's setup: the reason is an event and the task's error.
-func (c *Coordinator) failTask(ctx context.Context, taskID string, err error) {
+func (c *Coordinator) failTask(ctx context.Context, taskID domain.TaskID, err error) {
 	// Record it even when ctx is what ran out (the start wait) or was
 	// cancelled (shutdown): a task must not stay "starting" silently.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -211,7 +211,7 @@ func (c *Coordinator) SendTask(ctx context.Context, taskID, text string) (store.
 
 // StopTask interrupts the agent and marks the task stopped; its session is
 // suspended, so its files stay for diff and files.
-func (c *Coordinator) StopTask(ctx context.Context, taskID string) (store.Task, error) {
+func (c *Coordinator) StopTask(ctx context.Context, taskID domain.TaskID) (store.Task, error) {
 	t, err := c.st.GetTask(ctx, taskID)
 	if err != nil {
 		return t, fmt.Errorf("get task %s: %w", taskID, err)
@@ -239,8 +239,8 @@ func (c *Coordinator) StopTask(ctx context.Context, taskID string) (store.Task, 
 
 // taskMachineSpec is the session a profile asks for: its image, harness,
 // env, idle timeout and the credentials the model gateway may use.
-func (c *Coordinator) taskMachineSpec(ctx context.Context, spec apiv1.ProfileSpec) (hostlink.MachineSpec, error) {
-	m := hostlink.MachineSpec{Image: spec.Image, Harness: spec.Harness, Env: map[string]string{}, IdleTimeoutSec: spec.IdleTimeoutS}
+func (c *Coordinator) taskMachineSpec(ctx context.Context, spec apiv1.ProfileSpec) (domain.SessionSpec, error) {
+	m := domain.SessionSpec{Image: spec.Image, Harness: spec.Harness, Env: map[string]string{}, IdleTimeoutSec: spec.IdleTimeoutS}
 	for k, v := range spec.Env {
 		m.Env[k] = v
 	}
@@ -249,7 +249,7 @@ func (c *Coordinator) taskMachineSpec(ctx context.Context, spec apiv1.ProfileSpe
 		if err != nil {
 			return m, fmt.Errorf("credential %s of the profile: %w", name, err)
 		}
-		m.Credentials = append(m.Credentials, hostlink.CredentialGrant{Kind: sec.Kind, SecretID: sec.ID})
+		m.Credentials = append(m.Credentials, domain.CredentialGrant{Kind: sec.Kind, SecretID: sec.ID})
 	}
 	return m, nil
 }

@@ -63,7 +63,7 @@ func (c *Coordinator) continueTask(ctx context.Context, t store.Task, old store.
 // prompt between that session's session event and the next one's, and its text; in a session
 // that continues the task (a session event came before), the text is led
 // by the conversation so far, which the harness there never saw.
-func (c *Coordinator) pendingPrompt(ctx context.Context, taskID, sessionID string) (turn, text string, err error) {
+func (c *Coordinator) pendingPrompt(ctx context.Context, taskID domain.TaskID, sessionID domain.SessionID) (turn, text string, err error) {
 	evs, err := c.st.ListTaskEvents(ctx, taskID, 0, 0)
 	if err != nil {
 		return "", "", fmt.Errorf("list events of task %s: %w", taskID, err)

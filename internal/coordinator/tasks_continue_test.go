@@ -22,7 +22,7 @@ func TestSendTaskContinuesInNewSession(t *testing.T) {
 	t.Parallel()
 	e := agentTaskEnv(t)
 	ctx := context.Background()
-	e.session(t, "s1", "host-a", lifecycle.Dead, hostlink.MachineSpec{})
+	e.session(t, "s1", "host-a", lifecycle.Dead, domain.SessionSpec{})
 	e.task(t, "t1", "s1", store.TaskIdle, "")
 	if _, err := e.co.appendTaskEvents(ctx, "t1",
 		taskEvent(TaskEventSession, map[string]any{"session_id": "s1"}),
@@ -77,7 +77,7 @@ func TestTranscript(t *testing.T) {
 	t.Parallel()
 	e := newTaskEnv(t)
 	ctx := context.Background()
-	e.session(t, "s1", "host-a", lifecycle.Dead, hostlink.MachineSpec{})
+	e.session(t, "s1", "host-a", lifecycle.Dead, domain.SessionSpec{})
 	e.task(t, "t1", "s1", store.TaskIdle, "")
 	long := strings.Repeat("é", maxTranscriptBytes) // two bytes a rune: the cut lands inside runes
 	if _, err := e.co.appendTaskEvents(ctx, "t1",
@@ -103,7 +103,7 @@ func TestPendingPrompt(t *testing.T) {
 	t.Parallel()
 	e := newTaskEnv(t)
 	ctx := context.Background()
-	e.session(t, "s1", "host-a", lifecycle.Active, hostlink.MachineSpec{})
+	e.session(t, "s1", "host-a", lifecycle.Active, domain.SessionSpec{})
 	e.task(t, "t1", "s1", store.TaskStarting, "")
 	if _, err := e.co.appendTaskEvents(ctx, "t1", taskEvent(TaskEventSession, map[string]any{"session_id": "s1"}),
 		taskEvent(TaskEventPrompt, map[string]any{"turn": "a", "text": "create hello.txt"})); err != nil {
@@ -147,7 +147,7 @@ func TestTakeOverSetups(t *testing.T) {
 	e := newTaskEnv(t)
 	ctx := context.Background()
 	for _, id := range []string{"stale", "fresh"} {
-		e.session(t, "s-"+id, "host-a", lifecycle.Active, hostlink.MachineSpec{})
+		e.session(t, "s-"+id, "host-a", lifecycle.Active, domain.SessionSpec{})
 		e.task(t, id, "s-"+id, store.TaskStarting, "")
 		if _, err := e.co.appendTaskEvents(ctx, id, taskEvent(TaskEventSession, map[string]any{"session_id": "s-" + id}),
 			taskEvent(TaskEventPrompt, map[string]any{"turn": "turn-of-" + id, "text": "hi"}),
@@ -197,7 +197,7 @@ func TestRewindHarnessCursor(t *testing.T) {
 			t.Parallel()
 			e := newTaskEnv(t)
 			ctx := context.Background()
-			s := e.session(t, "s1", "host-a", lifecycle.Active, hostlink.MachineSpec{})
+			s := e.session(t, "s1", "host-a", lifecycle.Active, domain.SessionSpec{})
 			e.task(t, "t1", "s1", store.TaskIdle, "")
 			var evs []store.TaskEvent
 			for i := int64(1); i <= tt.cursor; i++ {

@@ -52,7 +52,7 @@ func (c *Coordinator) handleHarnessEvents(w http.ResponseWriter, r *http.Request
 // the task's state along. Only the host the session is placed on, at an
 // session's current epoch, may write; a session no task owns
 // keeps no harness events (they are acknowledged and dropped).
-func (c *Coordinator) ingestHarnessEvents(ctx context.Context, hostID, sid string, req hostlink.HarnessEventsRequest) (int64, error) {
+func (c *Coordinator) ingestHarnessEvents(ctx context.Context, hostID domain.HostID, sid domain.SessionID, req hostlink.HarnessEventsRequest) (int64, error) {
 	s, err := c.st.GetSession(ctx, sid)
 	if err != nil {
 		return 0, fmt.Errorf("get session %s: %w", sid, err)

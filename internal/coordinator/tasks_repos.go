@@ -41,7 +41,7 @@ func repoPath(r apiv1.ProfileRepo) string {
 // TaskWorkRoot. The base commit is recorded in a repo_cloned event, which
 // task diff compares against. A repository already cloned (the event
 // exists) is skipped, so setup may run again.
-func (c *Coordinator) cloneRepo(ctx context.Context, taskID, sessionID string, r apiv1.ProfileRepo) error {
+func (c *Coordinator) cloneRepo(ctx context.Context, taskID domain.TaskID, sessionID domain.SessionID, r apiv1.ProfileRepo) error {
 	dir := repoPath(r)
 	if done, err := c.repoCloned(ctx, taskID, dir); err != nil || done {
 		return err
@@ -249,7 +249,7 @@ type clonedRepo struct {
 
 // taskRepos lists the repositories a task cloned into its current
 // session, from its events (a session event starts the list again).
-func (c *Coordinator) taskRepos(ctx context.Context, taskID string) ([]clonedRepo, error) {
+func (c *Coordinator) taskRepos(ctx context.Context, taskID domain.TaskID) ([]clonedRepo, error) {
 	evs, err := c.st.ListTaskEvents(ctx, taskID, 0, 0)
 	if err != nil {
 		return nil, fmt.Errorf("list events of task %s: %w", taskID, err)
@@ -285,7 +285,7 @@ const maxDiffBytes = 8 << 20
 // its base commit: tracked and untracked files (ignored ones excepted), as
 // unified diffs. The session resumes if it is Idle. The repository's own
 // index is left alone (a temporary one is used).
-func (c *Coordinator) TaskDiff(ctx context.Context, taskID string) ([]RepoDiff, error) {
+func (c *Coordinator) TaskDiff(ctx context.Context, taskID domain.TaskID) ([]RepoDiff, error) {
 	t, err := c.st.GetTask(ctx, taskID)
 	if err != nil {
 		return nil, fmt.Errorf("get task %s: %w", taskID, err)
@@ -313,7 +313,7 @@ git read-tree "$2"; git add -A .; git -c core.quotepath=off diff --cached --no-c
 }
 
 // TaskSession returns the session a task works in now.
-func (c *Coordinator) TaskSession(ctx context.Context, taskID string) (store.Task, error) {
+func (c *Coordinator) TaskSession(ctx context.Context, taskID domain.TaskID) (store.Task, error) {
 	t, err := c.st.GetTask(ctx, taskID)
 	if err != nil {
 		return t, fmt.Errorf("get task %s: %w", taskID, err)

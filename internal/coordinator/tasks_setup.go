@@ -37,7 +37,7 @@ const (
 // cloned into the session is skipped; the prompt's outbox item id is its
 // turn's), so a replica taking over runs it again from the start. A
 // failure fails the task (if it is still starting) with the reason.
-func (c *Coordinator) setupTask(ctx context.Context, taskID, sessionID string, held time.Time) {
+func (c *Coordinator) setupTask(ctx context.Context, taskID domain.TaskID, sessionID domain.SessionID, held time.Time) {
 	ctx, cancelTimeout := context.WithTimeout(ctx, taskStartWait)
 	defer cancelTimeout()
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -63,7 +63,7 @@ func (c *Coordinator) setupTask(ctx context.Context, taskID, sessionID string, h
 // task left starting).
 var errSetupLost = errors.New("task setup claim lost")
 
-func (c *Coordinator) runSetup(ctx context.Context, taskID, sessionID string) error {
+func (c *Coordinator) runSetup(ctx context.Context, taskID domain.TaskID, sessionID domain.SessionID) error {
 	if err := c.waitActive(ctx, taskID, sessionID); err != nil {
 		return err
 	}
@@ -90,7 +90,7 @@ func (c *Coordinator) runSetup(ctx context.Context, taskID, sessionID string) er
 // renewSetup renews this replica's claim on a task's setup every
 // taskSetupRenew until stop; when the claim is lost it cancels the setup
 // (cancel, with errSetupLost). A store error is retried at the next tick.
-func (c *Coordinator) renewSetup(ctx context.Context, cancelSetup context.CancelCauseFunc, taskID string, held time.Time) (stop func()) {
+func (c *Coordinator) renewSetup(ctx context.Context, cancelSetup context.CancelCauseFunc, taskID domain.TaskID, held time.Time) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -154,7 +154,7 @@ func (c *Coordinator) takeOverSetups(ctx context.Context) error {
 // waitActive waits until a task's new session is Active; it fails once
 // the session can no longer become Active, and does not resume a
 // suspended session of a task that is no longer starting (stopped).
-func (c *Coordinator) waitActive(ctx context.Context, taskID, sessionID string) error {
+func (c *Coordinator) waitActive(ctx context.Context, taskID domain.TaskID, sessionID domain.SessionID) error {
 	for {
 		s, err := c.st.GetSession(ctx, sessionID)
 		if err != nil {

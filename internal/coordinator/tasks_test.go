@@ -38,7 +38,7 @@ type guestCall struct {
 	Req          guestapi.ExecRequest
 }
 
-func (g *guestExec) Transport(_ context.Context, hostID string) (http.RoundTripper, error) {
+func (g *guestExec) Transport(_ context.Context, hostID domain.HostID) (http.RoundTripper, error) {
 	return rtFunc(func(r *http.Request) (*http.Response, error) {
 		var req guestapi.ExecRequest
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
@@ -112,7 +112,7 @@ func (e *taskEnv) advance(d time.Duration) time.Time {
 // session writes session id in state want (Created, Active, Suspending,
 // HostLost or Dead), placed on hostID when it got that far, at epoch 1
 // once claimed. Its create op is finished, so nothing is in flight.
-func (e *taskEnv) session(t *testing.T, id, hostID string, want lifecycle.State, spec hostlink.MachineSpec) store.Session {
+func (e *taskEnv) session(t *testing.T, id, hostID domain.HostID, want lifecycle.State, spec domain.SessionSpec) store.Session {
 	t.Helper()
 	ctx := context.Background()
 	raw, _ := json.Marshal(spec)
@@ -164,7 +164,7 @@ var taskSpecFixture = apiv1.ProfileSpec{Image: "py", Harness: "claude-code", Mod
 
 // task writes a task of profile "rev" in state (with errMsg) working in
 // sessionID ("" for none).
-func (e *taskEnv) task(t *testing.T, id, sessionID string, state store.TaskState, errMsg string) store.Task {
+func (e *taskEnv) task(t *testing.T, id, sessionID domain.SessionID, state store.TaskState, errMsg string) store.Task {
 	t.Helper()
 	ctx := context.Background()
 	p, err := e.st.GetProfileByName(ctx, "rev")
@@ -190,7 +190,7 @@ func (e *taskEnv) task(t *testing.T, id, sessionID string, state store.TaskState
 	return tk
 }
 
-func (e *taskEnv) events(t *testing.T, taskID string) []store.TaskEvent {
+func (e *taskEnv) events(t *testing.T, taskID domain.TaskID) []store.TaskEvent {
 	t.Helper()
 	evs, err := e.st.ListTaskEvents(context.Background(), taskID, 0, 0)
 	if err != nil {
@@ -442,7 +442,7 @@ func hev(seq int64, typ, data string) guestapi.HarnessEvent {
 }
 
 // postEvents posts a batch to the host-link handler as host hostID would.
-func postEvents(t *testing.T, h http.Handler, hostID, sid string, body any) *httptest.ResponseRecorder {
+func postEvents(t *testing.T, h http.Handler, hostID domain.HostID, sid domain.SessionID, body any) *httptest.ResponseRecorder {
 	t.Helper()
 	var raw []byte
 	switch b := body.(type) {
@@ -550,7 +550,7 @@ func TestIngestHarnessEvents(t *testing.T) {
 			if state == "" {
 				state = lifecycle.Active
 			}
-			s := e.session(t, "s1", "host-a", state, hostlink.MachineSpec{})
+			s := e.session(t, "s1", "host-a", state, domain.SessionSpec{})
 			if !tt.noTask {
 				e.task(t, "t1", "s1", "", "")
 			}
@@ -618,7 +618,7 @@ func TestIngestHarnessEvents(t *testing.T) {
 func TestIngestSideEffects(t *testing.T) {
 	t.Parallel()
 	e := newTaskEnv(t)
-	s := e.session(t, "s1", "host-a", lifecycle.Active, hostlink.MachineSpec{})
+	s := e.session(t, "s1", "host-a", lifecycle.Active, domain.SessionSpec{})
 	e.task(t, "t1", "s1", "", "")
 	h := e.co.HostHandler()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -682,7 +682,7 @@ func TestIngestRefusesBadBatches(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			e := newTaskEnv(t)
-			s := e.session(t, "s1", "host-a", lifecycle.Active, hostlink.MachineSpec{})
+			s := e.session(t, "s1", "host-a", lifecycle.Active, domain.SessionSpec{})
 			e.task(t, "t1", "s1", "", "")
 			rec := postEvents(t, e.co.HostHandler(), "host-a", "s1", tt.body(s.Epoch))
 			var eb hostlink.ErrorBody
@@ -745,7 +745,7 @@ func TestStartTask(t *testing.T) {
 	ms, _ := Spec(s)
 	ant, _ := e.st.GetSecretByName(ctx, "ant")
 	if ms.Image != "py" || ms.Harness == "" || ms.Env["LOG_LEVEL"] != "debug" || ms.IdleTimeoutSec != 900 ||
-		!reflect.DeepEqual(ms.Credentials, []hostlink.CredentialGrant{{Kind: "anthropic_api_key", SecretID: ant.ID}}) {
+		!reflect.DeepEqual(ms.Credentials, []domain.CredentialGrant{{Kind: "anthropic_api_key", SecretID: ant.ID}}) {
 		t.Errorf("session spec %+v", ms)
 	}
 	if s.IdempotencyKey != "task-"+tk.ID {
@@ -831,7 +831,7 @@ func TestSendTask(t *testing.T) {
 	e := newTaskEnv(t)
 	ctx := context.Background()
 	e.session(t, "s1", "host-a", lifecycle.Active,
-		hostlink.MachineSpec{Credentials: []hostlink.CredentialGrant{{Kind: "anthropic_api_key", SecretID: "sec-1"}}})
+		domain.SessionSpec{Credentials: []domain.CredentialGrant{{Kind: "anthropic_api_key", SecretID: "sec-1"}}})
 	e.task(t, "t1", "s1", store.TaskIdle, "")
 	if _, err := e.co.appendTaskEvents(ctx, "t1", taskEvent(TaskEventPrompt, map[string]any{"turn": "first", "text": "hi"})); err != nil {
 		t.Fatal(err)
@@ -882,7 +882,7 @@ func TestSendTaskRefuses(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			e := newTaskEnv(t)
-			e.session(t, "s1", "host-a", tt.session, hostlink.MachineSpec{})
+			e.session(t, "s1", "host-a", tt.session, domain.SessionSpec{})
 			e.task(t, "t1", "s1", tt.task, "")
 			id, text := "t1", "more"
 			if tt.id != "" {
@@ -925,7 +925,7 @@ func TestStopTask(t *testing.T) {
 			t.Parallel()
 			e := newTaskEnv(t)
 			ctx := context.Background()
-			e.session(t, "s1", "host-a", tt.session, hostlink.MachineSpec{})
+			e.session(t, "s1", "host-a", tt.session, domain.SessionSpec{})
 			e.task(t, "t1", "s1", tt.task, "")
 			for range 2 { // a second stop changes nothing
 				tk, err := e.co.StopTask(ctx, "t1")
@@ -997,7 +997,7 @@ func TestTaskDiff(t *testing.T) {
 			e := newTaskEnv(t)
 			ctx := context.Background()
 			e.guest.answer = tt.answer
-			e.session(t, "s1", "host-a", lifecycle.Active, hostlink.MachineSpec{})
+			e.session(t, "s1", "host-a", lifecycle.Active, domain.SessionSpec{})
 			e.task(t, "t1", "s1", store.TaskIdle, "")
 			for _, r := range tt.repos {
 				if _, err := e.co.appendTaskEvents(ctx, "t1", taskEvent(TaskEventRepoCloned, r), taskEvent(TaskEventPrompt, map[string]any{"text": "x"})); err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/lifecycle"
 )
 
@@ -32,11 +33,11 @@ const (
 // Host is a machine that runs sessions. It dials a coordinator replica and
 // stays connected; ReplicaAddr is the internal address of that replica.
 type Host struct {
-	ID              string
+	ID              domain.HostID
 	Name            string
 	State           HostState
-	Facts           json.RawMessage // hostlink.Facts, opaque to the store
-	Capacity        json.RawMessage // hostlink.Capacity, opaque to the store
+	Facts           domain.HostFacts
+	Capacity        domain.Capacity
 	ReplicaID       string
 	ReplicaAddr     string
 	ProtocolVersion int
@@ -47,15 +48,15 @@ type Host struct {
 }
 
 // Session is one sandbox. State is observed state; DesiredState is what the
-// coordinator wants ("active", "idle" or "deleted").
+// coordinator wants.
 type Session struct {
-	ID             string
+	ID             domain.SessionID
 	State          lifecycle.State
-	DesiredState   string
-	HostID         string // "" while the session has no VM
-	Epoch          int64  // bumped on every op claim
-	Reason         string // why it is Dead, or the last failure
-	Spec           json.RawMessage
+	DesiredState   domain.DesiredState
+	HostID         domain.HostID // "" while the session has no VM
+	Epoch          int64         // bumped on every op claim
+	Reason         string        // why it is Dead, or the last failure
+	Spec           domain.SessionSpec
 	IdempotencyKey string
 	EventSeq       int64     // index of the last event appended
 	HeadSnapshotID string    // the committed snapshot a resume restores; "" before the first
@@ -68,15 +69,15 @@ type Session struct {
 // manifests name was uploaded before the row was inserted.
 type Snapshot struct {
 	ID        string
-	SessionID string
-	ParentID  string          // the session's previous head, "" for the first
-	HostID    string          // host that captured it
-	Epoch     int64           // epoch of the op that captured it
-	Manifests json.RawMessage // role ("memory", "state", "disk", ...) -> chunk manifest; opaque here
-	Facts     json.RawMessage // host facts deciding restore compatibility; opaque here
-	Bytes     int64           // logical bytes of all files
-	Uploaded  int64           // bytes uploaded for this snapshot (chunks the store lacked)
-	OutboxSeq int64           // highest outbox item the guest had applied when captured
+	SessionID domain.SessionID
+	ParentID  string           // the session's previous head, "" for the first
+	HostID    domain.HostID    // host that captured it
+	Epoch     int64            // epoch of the op that captured it
+	Manifests json.RawMessage  // role ("memory", "state", "disk", ...) -> chunk manifest; opaque here
+	Facts     domain.HostFacts // host facts deciding restore compatibility
+	Bytes     int64            // logical bytes of all files
+	Uploaded  int64            // bytes uploaded for this snapshot (chunks the store lacked)
+	OutboxSeq int64            // highest outbox item the guest had applied when captured
 	// HarnessSeq is the last harness event the guest had written when
 	// captured; -1 when unknown.
 	HarnessSeq int64
@@ -96,7 +97,7 @@ const (
 // OutboxItem is one command sent into a session (a prompt, later), applied
 // exactly once and in order, across resumes and host loss.
 type OutboxItem struct {
-	SessionID      string
+	SessionID      domain.SessionID
 	Seq            int64  // gap-free per session, from 1
 	ID             string // caller's idempotency id, unique per session
 	Kind           string
@@ -136,7 +137,7 @@ const (
 // pending or running at a time.
 type Op struct {
 	ID             string
-	SessionID      string
+	SessionID      domain.SessionID
 	Kind           OpKind
 	State          OpState
 	Step           string
@@ -153,7 +154,7 @@ type Op struct {
 // Event is one entry of a session's append-only event log. Seq is gap-free
 // per session, starting at 1.
 type Event struct {
-	SessionID string
+	SessionID domain.SessionID
 	Seq       int64
 	Type      string
 	Data      json.RawMessage
@@ -173,7 +174,7 @@ type Token struct {
 	ID         string
 	Name       string
 	Kind       TokenKind
-	HostID     string
+	HostID     domain.HostID
 	Prefix     string // visible start of the secret, for listing
 	Hash       string // hex SHA-256 of the whole secret
 	CreatedAt  time.Time
@@ -183,8 +184,8 @@ type Token struct {
 
 // NewSession is what CreateSession inserts.
 type NewSession struct {
-	ID             string
-	Spec           json.RawMessage
+	ID             domain.SessionID
+	Spec           domain.SessionSpec
 	IdempotencyKey string // "" for none; otherwise unique across sessions
 	OpID           string // id of the create op inserted with it
 	At             time.Time
@@ -194,19 +195,19 @@ type NewSession struct {
 // still has Epoch and From; it also appends a "state" event in the same
 // transaction.
 type Transition struct {
-	SessionID string
+	SessionID domain.SessionID
 	Epoch     int64
 	From      lifecycle.State
 	To        lifecycle.State
 	Event     lifecycle.Event
-	HostID    *string // set when non-nil
-	Reason    *string // set when non-nil
+	HostID    *domain.HostID // set when non-nil
+	Reason    *string        // set when non-nil
 	At        time.Time
 }
 
 // NewEvent is an event to append. Epoch > 0 fences it to that epoch.
 type NewEvent struct {
-	SessionID string
+	SessionID domain.SessionID
 	Type      string
 	Data      json.RawMessage
 	Epoch     int64
@@ -215,10 +216,10 @@ type NewEvent struct {
 
 // SessionFilter narrows ListSessions. Zero fields match everything.
 type SessionFilter struct {
-	HostID  string
+	HostID  domain.HostID
 	States  []lifecycle.State
 	Limit   int    // 0 means no limit
-	AfterID string // keyset pagination: ids greater than this
+	AfterID domain.SessionID // keyset pagination: ids greater than this
 }
 
 // Hosts keeps the fleet.
@@ -233,22 +234,22 @@ type Hosts interface {
 	RegisterHost(ctx context.Context, h Host) error
 	// HostHeartbeat stamps the heartbeat time and capacity; it returns the
 	// host's state (a lost host must reconnect and register again).
-	HostHeartbeat(ctx context.Context, hostID string, capacity json.RawMessage, at time.Time) (HostState, error)
-	GetHost(ctx context.Context, id string) (Host, error)
+	HostHeartbeat(ctx context.Context, hostID domain.HostID, capacity *domain.Capacity, at time.Time) (HostState, error)
+	GetHost(ctx context.Context, id domain.HostID) (Host, error)
 	ListHosts(ctx context.Context) ([]Host, error)
 	// SetHostState forces a state (tests, admin repair); prefer the calls below.
-	SetHostState(ctx context.Context, id string, state HostState) error
+	SetHostState(ctx context.Context, id domain.HostID, state HostState) error
 	// SetHostDraining sets the drain flag; a connected host's state follows
 	// (ready <-> draining). A new or lost host keeps its state until it
 	// registers or is revived.
-	SetHostDraining(ctx context.Context, id string, draining bool) error
+	SetHostDraining(ctx context.Context, id domain.HostID, draining bool) error
 	// ReviveHost moves a lost host back to ready (or draining, per its flag)
 	// and returns its state; other states are left as they are (and
 	// returned). ErrNotFound for an unknown host.
-	ReviveHost(ctx context.Context, id string) (HostState, error)
+	ReviveHost(ctx context.Context, id domain.HostID) (HostState, error)
 	// MarkHostsLost moves every ready or draining host whose last heartbeat
 	// is before the cutoff to lost (keeping its drain flag) and returns their ids.
-	MarkHostsLost(ctx context.Context, cutoff time.Time) ([]string, error)
+	MarkHostsLost(ctx context.Context, cutoff time.Time) ([]domain.HostID, error)
 }
 
 // Sessions keeps sessions and their fenced transitions.
@@ -260,13 +261,13 @@ type Sessions interface {
 	// superseded: then the key is released and a new session is created
 	// (the old one keeps IdempotencyKey as a record).
 	CreateSession(ctx context.Context, s NewSession) (sess Session, op Op, created bool, err error)
-	GetSession(ctx context.Context, id string) (Session, error)
+	GetSession(ctx context.Context, id domain.SessionID) (Session, error)
 	ListSessions(ctx context.Context, f SessionFilter) ([]Session, error)
 	// SetDesiredState records what the coordinator wants; not fenced.
-	SetDesiredState(ctx context.Context, id, desired string) error
+	SetDesiredState(ctx context.Context, id domain.SessionID, desired domain.DesiredState) error
 	// TouchSession moves LastActivity forward to at (never backwards); not
 	// fenced. Callers rate-limit it.
-	TouchSession(ctx context.Context, id string, at time.Time) error
+	TouchSession(ctx context.Context, id domain.SessionID, at time.Time) error
 	// ApplyTransition applies t; ErrStaleEpoch if the epoch moved on,
 	// ErrConflict if the state is not t.From, ErrNotFound if no such session.
 	// The epoch is always checked (0 before the first claim). t.To must be
@@ -299,7 +300,7 @@ type Ops interface {
 	// FinishOp marks a running op succeeded or failed; fenced by epoch.
 	FinishOp(ctx context.Context, opID string, epoch int64, state OpState, errMsg string, at time.Time) error
 	GetOp(ctx context.Context, id string) (Op, error)
-	ListOps(ctx context.Context, sessionID string) ([]Op, error)
+	ListOps(ctx context.Context, sessionID domain.SessionID) ([]Op, error)
 }
 
 // Events is the append-only per-session event log.
@@ -309,7 +310,7 @@ type Events interface {
 	AppendEvent(ctx context.Context, e NewEvent) (Event, error)
 	// ListEvents returns up to limit events with seq > afterSeq, in order;
 	// limit <= 0 means no limit.
-	ListEvents(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]Event, error)
+	ListEvents(ctx context.Context, sessionID domain.SessionID, afterSeq int64, limit int) ([]Event, error)
 }
 
 // Snapshots keeps committed snapshots.
@@ -324,14 +325,14 @@ type Snapshots interface {
 	CommitSnapshot(ctx context.Context, snap Snapshot, epoch int64) error
 	GetSnapshot(ctx context.Context, id string) (Snapshot, error)
 	// ListSnapshots returns a session's snapshots, oldest first.
-	ListSnapshots(ctx context.Context, sessionID string) ([]Snapshot, error)
+	ListSnapshots(ctx context.Context, sessionID domain.SessionID) ([]Snapshot, error)
 	// ForEachSnapshot calls fn for every snapshot row (GC reachability);
 	// fn's error stops it.
 	ForEachSnapshot(ctx context.Context, fn func(Snapshot) error) error
 	// DeleteSnapshots removes a terminal session's snapshot rows (its chunks
 	// become unreachable for GC) and clears its head. ErrConflict unless the
 	// session is terminal, ErrNotFound for an unknown session.
-	DeleteSnapshots(ctx context.Context, sessionID string) error
+	DeleteSnapshots(ctx context.Context, sessionID domain.SessionID) error
 }
 
 // Outbox keeps commands sent into sessions.
@@ -342,15 +343,15 @@ type Outbox interface {
 	PutOutbox(ctx context.Context, it OutboxItem) (item OutboxItem, created bool, err error)
 	// ListOutbox returns up to limit items with seq > afterSeq, in order;
 	// limit <= 0 means no limit.
-	ListOutbox(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]OutboxItem, error)
+	ListOutbox(ctx context.Context, sessionID domain.SessionID, afterSeq int64, limit int) ([]OutboxItem, error)
 	// MarkDelivered records that the guest applied every item with seq <=
 	// through; fenced by epoch (ErrStaleEpoch, or ErrNotFound for an unknown
 	// session). Items already delivered or durable are left.
-	MarkDelivered(ctx context.Context, sessionID string, through int64, epoch int64, at time.Time) error
+	MarkDelivered(ctx context.Context, sessionID domain.SessionID, through int64, epoch int64, at time.Time) error
 	// RollbackOutbox returns delivered (not durable) items with seq > after
 	// to pending: the incarnation that applied them was lost and the session
 	// resumes from a snapshot taken before them. Fenced by epoch.
-	RollbackOutbox(ctx context.Context, sessionID string, after int64, epoch int64) error
+	RollbackOutbox(ctx context.Context, sessionID domain.SessionID, after int64, epoch int64) error
 }
 
 // Tokens keeps hashed credentials.
@@ -379,11 +380,11 @@ type Image struct {
 	Ref          string // as the user gave it
 	Digest       string // resolved manifest digest; "" until pulled
 	State        ImageState
-	Config       json.RawMessage // env, workdir, memory, vcpus, disk, warmup; opaque here
-	CredentialID string          // registry credential; "" for anonymous pulls
-	Manifests    json.RawMessage // base snapshot: role -> chunk manifest; nil until captured
-	Facts        json.RawMessage // host facts of the base snapshot; nil until captured
-	BaseID       string          // base snapshot id; "" until captured
+	Config       json.RawMessage  // env, workdir, memory, vcpus, disk, warmup; opaque here
+	CredentialID string           // registry credential; "" for anonymous pulls
+	Manifests    json.RawMessage  // base snapshot: role -> chunk manifest; nil until captured
+	Facts        domain.HostFacts // host facts of the base snapshot; zero until captured
+	BaseID       string           // base snapshot id; "" until captured
 	CreatedAt    time.Time
 	UpdatedAt    time.Time
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -58,7 +59,7 @@ func (s *Store) AppendEvent(ctx context.Context, e store.NewEvent) (store.Event,
 
 // ListEvents implements store.Events. A limit <= 0 means no limit; an
 // unknown session has no events.
-func (s *Store) ListEvents(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]store.Event, error) {
+func (s *Store) ListEvents(ctx context.Context, sessionID domain.SessionID, afterSeq int64, limit int) ([]store.Event, error) {
 	q := `SELECT ` + eventCols + ` FROM session_events WHERE session_id = $1 AND seq > $2 ORDER BY seq`
 	args := []any{sessionID, afterSeq}
 	if limit > 0 {

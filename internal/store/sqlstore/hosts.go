@@ -3,12 +3,12 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -26,7 +26,12 @@ func scanHost(r scanner) (store.Host, error) {
 		return store.Host{}, err
 	}
 	h.State = store.HostState(state)
-	h.Facts, h.Capacity = fromJSON(facts), fromJSON(capacity)
+	if err := decodeTyped("facts", facts, &h.Facts); err != nil {
+		return store.Host{}, fmt.Errorf("host %s: %w", h.ID, err)
+	}
+	if err := decodeTyped("capacity", capacity, &h.Capacity); err != nil {
+		return store.Host{}, fmt.Errorf("host %s: %w", h.ID, err)
+	}
 	h.LastHeartbeat, h.ConnectedAt, h.CreatedAt = fromMicros(heartbeat), fromMicros(connected), fromMicros(created)
 	return h, nil
 }
@@ -39,19 +44,22 @@ func validHostState(s store.HostState) bool {
 	return false
 }
 
-func checkHost(h store.Host) error {
+// hostArgs checks h and encodes its facts and capacity columns.
+func hostArgs(h store.Host) (facts, capacity any, err error) {
 	if h.ID == "" || h.Name == "" {
-		return errors.New("host id and name are required")
+		return nil, nil, errors.New("host id and name are required")
 	}
-	if err := checkJSON("facts", h.Facts); err != nil {
-		return err
+	if facts, err = typedArg("facts", h.Facts); err != nil {
+		return nil, nil, err
 	}
-	return checkJSON("capacity", h.Capacity)
+	capacity, err = typedArg("capacity", h.Capacity)
+	return facts, capacity, err
 }
 
 // CreateHost implements store.Hosts.
 func (s *Store) CreateHost(ctx context.Context, h store.Host, tok store.Token) error {
-	if err := checkHost(h); err != nil {
+	facts, capacity, err := hostArgs(h)
+	if err != nil {
 		return fmt.Errorf("create host: %w", err)
 	}
 	if tok.HostID == "" {
@@ -70,10 +78,10 @@ func (s *Store) CreateHost(ctx context.Context, h store.Host, tok store.Token) e
 	if tok.CreatedAt.IsZero() {
 		tok.CreatedAt = fromMicros(created)
 	}
-	err := s.inTx(ctx, func(tx execer) error {
+	err = s.inTx(ctx, func(tx execer) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO hosts (`+hostCols+`)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
-			h.ID, h.Name, string(store.HostNew), jsonArg(h.Facts), jsonArg(h.Capacity), h.ReplicaID,
+			h.ID, h.Name, string(store.HostNew), facts, capacity, h.ReplicaID,
 			h.ReplicaAddr, h.ProtocolVersion, h.Draining, micros(h.LastHeartbeat), micros(h.ConnectedAt), created)
 		if err != nil {
 			return err
@@ -93,7 +101,8 @@ func (s *Store) CreateHost(ctx context.Context, h store.Host, tok store.Token) e
 // registration never changes it (a host registering for the first time
 // gets it unset), and the state follows it.
 func (s *Store) RegisterHost(ctx context.Context, h store.Host) error {
-	if err := checkHost(h); err != nil {
+	facts, capacity, err := hostArgs(h)
+	if err != nil {
 		return fmt.Errorf("register host: %w", err)
 	}
 	at := micros(orNow(h.LastHeartbeat))
@@ -101,14 +110,14 @@ func (s *Store) RegisterHost(ctx context.Context, h store.Host) error {
 	if !h.CreatedAt.IsZero() {
 		created = micros(h.CreatedAt)
 	}
-	_, err := s.write.ExecContext(ctx, `INSERT INTO hosts (`+hostCols+`)
+	_, err = s.write.ExecContext(ctx, `INSERT INTO hosts (`+hostCols+`)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, FALSE, $9, $9, $10)
 		ON CONFLICT (id) DO UPDATE SET name = excluded.name,
 			state = CASE WHEN hosts.draining THEN 'draining' ELSE 'ready' END,
 			facts = excluded.facts, capacity = excluded.capacity, replica_id = excluded.replica_id,
 			replica_addr = excluded.replica_addr, protocol_version = excluded.protocol_version,
 			last_heartbeat = excluded.last_heartbeat, connected_at = excluded.connected_at`,
-		h.ID, h.Name, string(store.HostReady), jsonArg(h.Facts), jsonArg(h.Capacity), h.ReplicaID,
+		h.ID, h.Name, string(store.HostReady), facts, capacity, h.ReplicaID,
 		h.ReplicaAddr, h.ProtocolVersion, at, created)
 	if s.isUnique(err) {
 		return fmt.Errorf("register host %s: %w: name %q belongs to another host", h.ID, store.ErrConflict, h.Name)
@@ -120,13 +129,17 @@ func (s *Store) RegisterHost(ctx context.Context, h store.Host) error {
 }
 
 // HostHeartbeat implements store.Hosts. A nil capacity keeps the last one.
-func (s *Store) HostHeartbeat(ctx context.Context, hostID string, capacity json.RawMessage, at time.Time) (store.HostState, error) {
-	if err := checkJSON("capacity", capacity); err != nil {
-		return "", fmt.Errorf("host heartbeat %s: %w", hostID, err)
+func (s *Store) HostHeartbeat(ctx context.Context, hostID domain.HostID, capacity *domain.Capacity, at time.Time) (store.HostState, error) {
+	var capArg any
+	if capacity != nil {
+		var err error
+		if capArg, err = typedArg("capacity", *capacity); err != nil {
+			return "", fmt.Errorf("host heartbeat %s: %w", hostID, err)
+		}
 	}
 	var state string
 	err := s.write.QueryRowContext(ctx, `UPDATE hosts SET last_heartbeat = $2, capacity = COALESCE($3, capacity)
-		WHERE id = $1 RETURNING state`, hostID, micros(orNow(at)), jsonArg(capacity)).Scan(&state)
+		WHERE id = $1 RETURNING state`, hostID, micros(orNow(at)), capArg).Scan(&state)
 	if isNoRows(err) {
 		return "", fmt.Errorf("host heartbeat %s: %w", hostID, store.ErrNotFound)
 	}
@@ -137,7 +150,7 @@ func (s *Store) HostHeartbeat(ctx context.Context, hostID string, capacity json.
 }
 
 // GetHost implements store.Hosts.
-func (s *Store) GetHost(ctx context.Context, id string) (store.Host, error) {
+func (s *Store) GetHost(ctx context.Context, id domain.HostID) (store.Host, error) {
 	h, err := scanHost(s.read.QueryRowContext(ctx, `SELECT `+hostCols+` FROM hosts WHERE id = $1`, id))
 	if isNoRows(err) {
 		return store.Host{}, fmt.Errorf("get host %s: %w", id, store.ErrNotFound)
@@ -170,7 +183,7 @@ func (s *Store) ListHosts(ctx context.Context) ([]store.Host, error) {
 }
 
 // SetHostState implements store.Hosts.
-func (s *Store) SetHostState(ctx context.Context, id string, state store.HostState) error {
+func (s *Store) SetHostState(ctx context.Context, id domain.HostID, state store.HostState) error {
 	if !validHostState(state) {
 		return fmt.Errorf("set host %s state: unknown state %q", id, state)
 	}
@@ -186,7 +199,7 @@ func (s *Store) SetHostState(ctx context.Context, id string, state store.HostSta
 
 // SetHostDraining implements store.Hosts. A host that is new or lost keeps
 // its state; RegisterHost and ReviveHost apply the flag when it comes back.
-func (s *Store) SetHostDraining(ctx context.Context, id string, draining bool) error {
+func (s *Store) SetHostDraining(ctx context.Context, id domain.HostID, draining bool) error {
 	connected := store.HostReady
 	if draining {
 		connected = store.HostDraining
@@ -204,7 +217,7 @@ func (s *Store) SetHostDraining(ctx context.Context, id string, draining bool) e
 }
 
 // ReviveHost implements store.Hosts.
-func (s *Store) ReviveHost(ctx context.Context, id string) (store.HostState, error) {
+func (s *Store) ReviveHost(ctx context.Context, id domain.HostID) (store.HostState, error) {
 	var state string
 	err := s.write.QueryRowContext(ctx, `UPDATE hosts
 		SET state = CASE WHEN draining THEN 'draining' ELSE 'ready' END
@@ -224,16 +237,16 @@ func (s *Store) ReviveHost(ctx context.Context, id string) (store.HostState, err
 
 // MarkHostsLost implements store.Hosts; the ids come back sorted. The drain
 // flag is kept.
-func (s *Store) MarkHostsLost(ctx context.Context, cutoff time.Time) ([]string, error) {
+func (s *Store) MarkHostsLost(ctx context.Context, cutoff time.Time) ([]domain.HostID, error) {
 	rows, err := s.write.QueryContext(ctx, `UPDATE hosts SET state = 'lost'
 		WHERE state IN ('ready', 'draining') AND last_heartbeat < $1 RETURNING id`, micros(cutoff))
 	if err != nil {
 		return nil, fmt.Errorf("mark hosts lost: %w", err)
 	}
 	defer rows.Close()
-	var ids []string
+	var ids []domain.HostID
 	for rows.Next() {
-		var id string
+		var id domain.HostID
 		if err := rows.Scan(&id); err != nil {
 			return nil, fmt.Errorf("mark hosts lost: %w", err)
 		}

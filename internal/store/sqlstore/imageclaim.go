@@ -110,7 +110,8 @@ func (s *Store) CompleteImageJob(ctx context.Context, jobID string, epoch int64,
 	stages json.RawMessage, at time.Time,
 ) error {
 	action := fmt.Sprintf("complete image job %s of image %s", jobID, img.ID)
-	if err := checkImageJSON(img); err != nil {
+	facts, err := imageFacts(img)
+	if err != nil {
 		return fmt.Errorf("%s: %w", action, err)
 	}
 	if err := checkJSON("stages", stages); err != nil {
@@ -119,13 +120,13 @@ func (s *Store) CompleteImageJob(ctx context.Context, jobID string, epoch int64,
 	at = orNow(at)
 	u := jobUpdate{set: "state = 'ready', updated_at = $3", args: []any{jobID, epoch, micros(at)}}
 	u.addStages(stages)
-	err := s.inTx(ctx, func(tx execer) error {
+	err = s.inTx(ctx, func(tx execer) error {
 		if err := s.fencedJobWrite(ctx, tx, u, img.ID); err != nil {
 			return err
 		}
 		res, err := tx.ExecContext(ctx, `UPDATE images SET digest = $2, config = $3, manifests = $4, facts = $5,
 			base_id = $6, updated_at = $7 WHERE id = $1 AND state <> 'disabled'`,
-			img.ID, img.Digest, jsonArg(img.Config), jsonArg(img.Manifests), jsonArg(img.Facts), img.BaseID, micros(at))
+			img.ID, img.Digest, jsonArg(img.Config), jsonArg(img.Manifests), facts, img.BaseID, micros(at))
 		if err != nil {
 			return err
 		}

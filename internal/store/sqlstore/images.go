@@ -24,7 +24,10 @@ func scanImage(r scanner) (store.Image, error) {
 		return store.Image{}, err
 	}
 	img.State, img.CredentialID = store.ImageState(state), cred.String
-	img.Config, img.Manifests, img.Facts = fromJSON(config), fromJSON(manifests), fromJSON(facts)
+	img.Config, img.Manifests = fromJSON(config), fromJSON(manifests)
+	if err := decodeTyped("facts", facts, &img.Facts); err != nil {
+		return store.Image{}, fmt.Errorf("image %s: %w", img.ID, err)
+	}
 	img.CreatedAt, img.UpdatedAt = fromMicros(created), fromMicros(updated)
 	return img, nil
 }
@@ -37,17 +40,19 @@ func checkImage(img store.Image) error {
 	if img.State != store.ImageReady && img.State != store.ImageDisabled {
 		return fmt.Errorf("unknown image state %q", img.State)
 	}
-	return checkImageJSON(img)
+	_, err := imageFacts(img)
+	return err
 }
 
 // checkImageJSON validates the JSON columns of img.
-func checkImageJSON(img store.Image) error {
-	for field, raw := range map[string][]byte{"config": img.Config, "manifests": img.Manifests, "facts": img.Facts} {
+// imageFacts checks the JSON columns of img and encodes its facts column.
+func imageFacts(img store.Image) (any, error) {
+	for field, raw := range map[string][]byte{"config": img.Config, "manifests": img.Manifests} {
 		if err := checkJSON(field, raw); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return typedArg("facts", img.Facts)
 }
 
 // nullString is NULL for "".
@@ -66,11 +71,15 @@ func (s *Store) CreateImage(ctx context.Context, img store.Image) error {
 	if err := checkImage(img); err != nil {
 		return fmt.Errorf("create image %s: %w", img.Name, err)
 	}
+	facts, err := imageFacts(img)
+	if err != nil {
+		return fmt.Errorf("create image %s: %w", img.Name, err)
+	}
 	at := micros(orNow(img.CreatedAt))
-	_, err := s.write.ExecContext(ctx, `INSERT INTO images (`+imageCols+`)
+	_, err = s.write.ExecContext(ctx, `INSERT INTO images (`+imageCols+`)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11)`,
 		img.ID, img.Name, img.Ref, img.Digest, string(img.State), jsonArg(img.Config), nullString(img.CredentialID),
-		jsonArg(img.Manifests), jsonArg(img.Facts), img.BaseID, at)
+		jsonArg(img.Manifests), facts, img.BaseID, at)
 	if s.isUnique(err) {
 		return fmt.Errorf("create image %s: %w: id or name already used", img.Name, store.ErrConflict)
 	}
@@ -138,10 +147,14 @@ func (s *Store) UpdateImage(ctx context.Context, img store.Image, at time.Time) 
 // updateImage rewrites every column of img's row but id and created_at;
 // img must have passed checkImage.
 func updateImage(ctx context.Context, db execer, img store.Image, at time.Time) (sql.Result, error) {
+	facts, err := imageFacts(img)
+	if err != nil {
+		return nil, err
+	}
 	return db.ExecContext(ctx, `UPDATE images SET name = $2, ref = $3, digest = $4, state = $5, config = $6,
 		credential_id = $7, manifests = $8, facts = $9, base_id = $10, updated_at = $11 WHERE id = $1`,
 		img.ID, img.Name, img.Ref, img.Digest, string(img.State), jsonArg(img.Config), nullString(img.CredentialID),
-		jsonArg(img.Manifests), jsonArg(img.Facts), img.BaseID, micros(orNow(at)))
+		jsonArg(img.Manifests), facts, img.BaseID, micros(orNow(at)))
 }
 
 // SetImageState implements store.Images.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -121,7 +122,7 @@ func supersedeActive(ctx context.Context, db execer, op store.Op, at int64) erro
 	return err
 }
 
-func noActiveOp(ctx context.Context, db execer, sessionID string) error {
+func noActiveOp(ctx context.Context, db execer, sessionID domain.SessionID) error {
 	var id string
 	err := db.QueryRowContext(ctx, `SELECT id FROM session_ops
 		WHERE session_id = $1 AND state IN ('pending', 'running')`, sessionID).Scan(&id)
@@ -137,7 +138,7 @@ func noActiveOp(ctx context.Context, db execer, sessionID string) error {
 // opByKey returns the op holding an idempotency key: the one pending,
 // running or succeeded op with it. The literal predicates match the partial
 // unique index, so the planner may use it.
-func opByKey(ctx context.Context, db execer, sessionID, key string) (store.Op, error) {
+func opByKey(ctx context.Context, db execer, sessionID domain.SessionID, key string) (store.Op, error) {
 	op, err := scanOp(db.QueryRowContext(ctx, `SELECT `+opCols+` FROM session_ops
 		WHERE session_id = $1 AND idempotency_key = $2 AND idempotency_key <> ''
 			AND state IN ('pending', 'running', 'succeeded')`, sessionID, key))
@@ -224,7 +225,7 @@ func (s *Store) claimCandidates(ctx context.Context, now int64) ([]string, error
 // tryClaim claims one op; sql.ErrNoRows when it is no longer claimable.
 func (s *Store) tryClaim(ctx context.Context, id, claimedBy string, now, until int64) (op store.Op, sess store.Session, err error) {
 	err = s.inTx(ctx, func(tx execer) error {
-		var sessionID string
+		var sessionID domain.SessionID
 		err := tx.QueryRowContext(ctx, `UPDATE session_ops
 			SET state = 'running', claimed_by = $2, lease_until = $3, attempts = attempts + 1, updated_at = $4
 			WHERE id = $1 AND (state = 'pending' OR (state = 'running' AND lease_until < $4)) RETURNING session_id`,
@@ -301,7 +302,7 @@ func (s *Store) GetOp(ctx context.Context, id string) (store.Op, error) {
 }
 
 // ListOps implements store.Ops, oldest first.
-func (s *Store) ListOps(ctx context.Context, sessionID string) ([]store.Op, error) {
+func (s *Store) ListOps(ctx context.Context, sessionID domain.SessionID) ([]store.Op, error) {
 	rows, err := s.read.QueryContext(ctx, `SELECT `+opCols+` FROM session_ops
 		WHERE session_id = $1 ORDER BY created_at, id`, sessionID)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -79,14 +80,14 @@ func (s *Store) insertOutbox(ctx context.Context, it store.OutboxItem) (out stor
 	return out, err
 }
 
-func outboxByID(ctx context.Context, db execer, sessionID, id string) (store.OutboxItem, error) {
+func outboxByID(ctx context.Context, db execer, sessionID domain.SessionID, id string) (store.OutboxItem, error) {
 	return scanOutbox(db.QueryRowContext(ctx, `SELECT `+outboxCols+` FROM session_outbox
 		WHERE session_id = $1 AND id = $2`, sessionID, id))
 }
 
 // ListOutbox implements store.Outbox. A limit <= 0 means no limit; an
 // unknown session has no items.
-func (s *Store) ListOutbox(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]store.OutboxItem, error) {
+func (s *Store) ListOutbox(ctx context.Context, sessionID domain.SessionID, afterSeq int64, limit int) ([]store.OutboxItem, error) {
 	q := `SELECT ` + outboxCols + ` FROM session_outbox WHERE session_id = $1 AND seq > $2 ORDER BY seq`
 	args := []any{sessionID, afterSeq}
 	if limit > 0 {
@@ -112,7 +113,7 @@ func (s *Store) ListOutbox(ctx context.Context, sessionID string, afterSeq int64
 }
 
 // MarkDelivered implements store.Outbox.
-func (s *Store) MarkDelivered(ctx context.Context, sessionID string, through, epoch int64, at time.Time) error {
+func (s *Store) MarkDelivered(ctx context.Context, sessionID domain.SessionID, through, epoch int64, at time.Time) error {
 	err := s.fencedOutboxWrite(ctx, sessionID, epoch, `UPDATE session_outbox
 		SET state = 'delivered', delivered_epoch = $3, delivered_at = $4
 		WHERE session_id = $1 AND seq <= $2 AND state = 'pending'`, through, epoch, micros(orNow(at)))
@@ -124,7 +125,7 @@ func (s *Store) MarkDelivered(ctx context.Context, sessionID string, through, ep
 
 // RollbackOutbox implements store.Outbox. Rolled-back items are pending
 // again, with no delivery epoch or time.
-func (s *Store) RollbackOutbox(ctx context.Context, sessionID string, after, epoch int64) error {
+func (s *Store) RollbackOutbox(ctx context.Context, sessionID domain.SessionID, after, epoch int64) error {
 	err := s.fencedOutboxWrite(ctx, sessionID, epoch, `UPDATE session_outbox
 		SET state = 'pending', delivered_epoch = 0, delivered_at = 0
 		WHERE session_id = $1 AND seq > $2 AND state = 'delivered'`, after)
@@ -138,7 +139,7 @@ func (s *Store) RollbackOutbox(ctx context.Context, sessionID string, after, epo
 // transaction that first checks the session's epoch with an UPDATE: that
 // takes the session's row lock, so a concurrent claim (which bumps the epoch)
 // either waits for this write or makes it stale.
-func (s *Store) fencedOutboxWrite(ctx context.Context, sessionID string, epoch int64, q string, args ...any) error {
+func (s *Store) fencedOutboxWrite(ctx context.Context, sessionID domain.SessionID, epoch int64, q string, args ...any) error {
 	return s.inTx(ctx, func(tx execer) error {
 		res, err := tx.ExecContext(ctx, `UPDATE sessions SET outbox_seq = outbox_seq WHERE id = $1 AND epoch = $2`,
 			sessionID, epoch)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/lifecycle"
 	"github.com/engrams/engrams/internal/store"
 )
@@ -27,13 +28,12 @@ func scanSession(r scanner) (store.Session, error) {
 		return store.Session{}, err
 	}
 	s.State = lifecycle.State(state)
-	s.Spec = fromJSON(spec)
+	if err := decodeTyped("spec", spec, &s.Spec); err != nil {
+		return store.Session{}, fmt.Errorf("session %s: %w", s.ID, err)
+	}
 	s.LastActivity, s.CreatedAt, s.UpdatedAt = fromMicros(activity), fromMicros(created), fromMicros(updated)
 	return s, nil
 }
-
-// Desired states a session may have.
-var desiredStates = []string{"active", "idle", "deleted"}
 
 // CreateSession implements store.Sessions. An idempotency key is held by
 // the session using it until that session's latest create op fails or is
@@ -43,7 +43,7 @@ func (s *Store) CreateSession(ctx context.Context, n store.NewSession) (store.Se
 	if n.ID == "" || n.OpID == "" {
 		return store.Session{}, store.Op{}, false, errors.New("create session: session id and op id are required")
 	}
-	if err := checkJSON("spec", n.Spec); err != nil {
+	if _, err := typedArg("spec", n.Spec); err != nil {
 		return store.Session{}, store.Op{}, false, fmt.Errorf("create session %s: %w", n.ID, err)
 	}
 	if n.IdempotencyKey != "" {
@@ -77,6 +77,10 @@ func (s *Store) CreateSession(ctx context.Context, n store.NewSession) (store.Se
 // or was superseded gives the key up.
 func (s *Store) insertSession(ctx context.Context, n store.NewSession) (sess store.Session, op store.Op, created bool, err error) {
 	at := micros(orNow(n.At))
+	spec, err := typedArg("spec", n.Spec)
+	if err != nil {
+		return sess, op, false, err
+	}
 	err = s.inTx(ctx, func(tx execer) error {
 		if n.IdempotencyKey != "" {
 			old, oldOp, live, err := sessionByKey(ctx, tx, n.IdempotencyKey)
@@ -95,7 +99,7 @@ func (s *Store) insertSession(ctx context.Context, n store.NewSession) (sess sto
 		}
 		sess, err = scanSession(tx.QueryRowContext(ctx, `INSERT INTO sessions (`+sessionCols+`)
 			VALUES ($1, $2, $3, '', 0, '', $4, $5, 1, '', $6, $6, $6) RETURNING `+sessionCols,
-			n.ID, string(lifecycle.Created), "active", jsonArg(n.Spec), n.IdempotencyKey, at))
+			n.ID, string(lifecycle.Created), string(domain.DesireActive), spec, n.IdempotencyKey, at))
 		if err != nil {
 			return err
 		}
@@ -136,7 +140,7 @@ func sessionByKey(ctx context.Context, db execer, key string) (store.Session, st
 }
 
 // GetSession implements store.Sessions.
-func (s *Store) GetSession(ctx context.Context, id string) (store.Session, error) {
+func (s *Store) GetSession(ctx context.Context, id domain.SessionID) (store.Session, error) {
 	sess, err := scanSession(s.read.QueryRowContext(ctx, `SELECT `+sessionCols+` FROM sessions WHERE id = $1`, id))
 	if isNoRows(err) {
 		return store.Session{}, fmt.Errorf("get session %s: %w", id, store.ErrNotFound)
@@ -194,11 +198,11 @@ func (s *Store) ListSessions(ctx context.Context, f store.SessionFilter) ([]stor
 }
 
 // SetDesiredState implements store.Sessions.
-func (s *Store) SetDesiredState(ctx context.Context, id, desired string) error {
-	if !contains(desiredStates, desired) {
+func (s *Store) SetDesiredState(ctx context.Context, id domain.SessionID, desired domain.DesiredState) error {
+	if !desired.Valid() {
 		return fmt.Errorf("set desired state of %s: unknown desired state %q", id, desired)
 	}
-	res, err := s.write.ExecContext(ctx, `UPDATE sessions SET desired_state = $2 WHERE id = $1`, id, desired)
+	res, err := s.write.ExecContext(ctx, `UPDATE sessions SET desired_state = $2 WHERE id = $1`, id, string(desired))
 	if err != nil {
 		return fmt.Errorf("set desired state of %s: %w", id, err)
 	}
@@ -209,7 +213,7 @@ func (s *Store) SetDesiredState(ctx context.Context, id, desired string) error {
 }
 
 // TouchSession implements store.Sessions.
-func (s *Store) TouchSession(ctx context.Context, id string, at time.Time) error {
+func (s *Store) TouchSession(ctx context.Context, id domain.SessionID, at time.Time) error {
 	res, err := s.write.ExecContext(ctx, `UPDATE sessions SET last_activity = $2 WHERE id = $1 AND last_activity < $2`,
 		id, micros(orNow(at)))
 	if err != nil {
@@ -230,22 +234,13 @@ func (s *Store) TouchSession(ctx context.Context, id string, at time.Time) error
 	return nil
 }
 
-func contains(list []string, v string) bool {
-	for _, x := range list {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
 // stateData is the Data of a "state" event.
 type stateData struct {
 	From   lifecycle.State `json:"from"`
 	To     lifecycle.State `json:"to"`
 	Event  lifecycle.Event `json:"event"`
 	Reason *string         `json:"reason,omitempty"`
-	HostID *string         `json:"host_id,omitempty"`
+	HostID *domain.HostID  `json:"host_id,omitempty"`
 }
 
 // ApplyTransition implements store.Sessions.
@@ -295,7 +290,7 @@ func (s *Store) ApplyTransition(ctx context.Context, t store.Transition) (store.
 
 // whySessionUnchanged explains why a fenced session write matched no row.
 // An empty from skips the state check.
-func whySessionUnchanged(ctx context.Context, db execer, id string, epoch int64, from lifecycle.State) error {
+func whySessionUnchanged(ctx context.Context, db execer, id domain.SessionID, epoch int64, from lifecycle.State) error {
 	var cur int64
 	var state string
 	err := db.QueryRowContext(ctx, `SELECT epoch, state FROM sessions WHERE id = $1`, id).Scan(&cur, &state)

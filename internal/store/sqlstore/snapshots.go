@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/lifecycle"
 	"github.com/engrams/engrams/internal/store"
 )
@@ -22,7 +23,10 @@ func scanSnapshot(r scanner) (store.Snapshot, error) {
 	if err != nil {
 		return store.Snapshot{}, err
 	}
-	s.Manifests, s.Facts, s.CreatedAt = fromJSON(manifests), fromJSON(facts), fromMicros(created)
+	s.Manifests, s.CreatedAt = fromJSON(manifests), fromMicros(created)
+	if err := decodeTyped("facts", facts, &s.Facts); err != nil {
+		return store.Snapshot{}, fmt.Errorf("snapshot %s: %w", s.ID, err)
+	}
 	return s, nil
 }
 
@@ -41,11 +45,12 @@ func (s *Store) CommitSnapshot(ctx context.Context, snap store.Snapshot, epoch i
 	if err := checkJSON("manifests", snap.Manifests); err != nil {
 		return fmt.Errorf("commit snapshot %s: %w", snap.ID, err)
 	}
-	if err := checkJSON("facts", snap.Facts); err != nil {
+	facts, err := typedArg("facts", snap.Facts)
+	if err != nil {
 		return fmt.Errorf("commit snapshot %s: %w", snap.ID, err)
 	}
 	at := micros(orNow(snap.CreatedAt))
-	err := s.inTx(ctx, func(tx execer) error {
+	err = s.inTx(ctx, func(tx execer) error {
 		head, err := commitPrecheck(ctx, tx, snap, epoch)
 		if err != nil {
 			return err
@@ -66,7 +71,7 @@ func (s *Store) CommitSnapshot(ctx context.Context, snap store.Snapshot, epoch i
 		}
 		_, err = tx.ExecContext(ctx, `INSERT INTO session_snapshots (`+snapshotCols+`)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
-			snap.ID, snap.SessionID, head, snap.HostID, epoch, jsonArg(snap.Manifests), jsonArg(snap.Facts),
+			snap.ID, snap.SessionID, head, snap.HostID, epoch, jsonArg(snap.Manifests), facts,
 			snap.Bytes, snap.Uploaded, snap.OutboxSeq, snap.Reason, at, snap.HarnessSeq)
 		if err != nil {
 			return err
@@ -120,7 +125,7 @@ func (s *Store) GetSnapshot(ctx context.Context, id string) (store.Snapshot, err
 
 // ListSnapshots implements store.Snapshots, ordered by created_at, then id;
 // an unknown session has none.
-func (s *Store) ListSnapshots(ctx context.Context, sessionID string) ([]store.Snapshot, error) {
+func (s *Store) ListSnapshots(ctx context.Context, sessionID domain.SessionID) ([]store.Snapshot, error) {
 	out, err := s.querySnapshots(ctx, `SELECT `+snapshotCols+` FROM session_snapshots
 		WHERE session_id = $1 ORDER BY created_at, id`, sessionID)
 	if err != nil {
@@ -173,7 +178,7 @@ func (s *Store) querySnapshots(ctx context.Context, q string, args ...any) ([]st
 
 // DeleteSnapshots implements store.Snapshots. It also clears the session's
 // head, which would otherwise name a row that no longer exists.
-func (s *Store) DeleteSnapshots(ctx context.Context, sessionID string) error {
+func (s *Store) DeleteSnapshots(ctx context.Context, sessionID domain.SessionID) error {
 	err := s.inTx(ctx, func(tx execer) error {
 		res, err := tx.ExecContext(ctx, `UPDATE sessions SET head_snapshot_id = ''
 			WHERE id = $1 AND state IN `+terminalStates, sessionID)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -101,9 +102,9 @@ func (s *Store) CreateTask(ctx context.Context, t store.Task) (store.Task, error
 }
 
 // GetTask implements store.Tasks.
-func (s *Store) GetTask(ctx context.Context, id string) (store.Task, error) {
+func (s *Store) GetTask(ctx context.Context, id domain.TaskID) (store.Task, error) {
 	t, err := scanTask(s.read.QueryRowContext(ctx, `SELECT `+taskCols+` FROM tasks WHERE id = $1`, id))
-	return t, rowFound(err, "get task "+id)
+	return t, rowFound(err, "get task "+string(id))
 }
 
 // ListTasks implements store.Tasks.
@@ -136,7 +137,7 @@ func (s *Store) ListTasks(ctx context.Context, f store.TaskFilter) ([]store.Task
 }
 
 // SetTaskState implements store.Tasks.
-func (s *Store) SetTaskState(ctx context.Context, id string, state store.TaskState, errMsg string, at time.Time) error {
+func (s *Store) SetTaskState(ctx context.Context, id domain.TaskID, state store.TaskState, errMsg string, at time.Time) error {
 	action := fmt.Sprintf("set task %s state %s", id, state)
 	if !state.Valid() {
 		return fmt.Errorf("%s: unknown task state", action)
@@ -158,14 +159,14 @@ func (s *Store) SetTaskState(ctx context.Context, id string, state store.TaskSta
 // comes first: it locks the row (Postgres; SQLite has one writer), so
 // concurrent attaches of one task run one after the other and read each
 // other's seqs.
-func (s *Store) AttachSession(ctx context.Context, taskID, sessionID string, at time.Time) (store.TaskSession, error) {
+func (s *Store) AttachSession(ctx context.Context, taskID domain.TaskID, sessionID domain.SessionID, at time.Time) (store.TaskSession, error) {
 	action := fmt.Sprintf("attach session %s to task %s", sessionID, taskID)
 	if taskID == "" || sessionID == "" {
 		return store.TaskSession{}, errors.New("attach session: task id and session id are required")
 	}
 	var out store.TaskSession
 	err := s.inTx(ctx, func(tx execer) error {
-		var cur string
+		var cur domain.SessionID
 		err := tx.QueryRowContext(ctx, `UPDATE tasks SET session_id = session_id WHERE id = $1
 			RETURNING session_id`, taskID).Scan(&cur)
 		if isNoRows(err) {
@@ -199,7 +200,7 @@ func (s *Store) AttachSession(ctx context.Context, taskID, sessionID string, at 
 }
 
 // ListTaskSessions implements store.Tasks.
-func (s *Store) ListTaskSessions(ctx context.Context, taskID string) ([]store.TaskSession, error) {
+func (s *Store) ListTaskSessions(ctx context.Context, taskID domain.TaskID) ([]store.TaskSession, error) {
 	rows, err := s.read.QueryContext(ctx, `SELECT `+taskSessionCols+` FROM task_sessions
 		WHERE task_id = $1 ORDER BY seq`, taskID)
 	if err != nil {
@@ -213,7 +214,7 @@ func (s *Store) ListTaskSessions(ctx context.Context, taskID string) ([]store.Ta
 }
 
 // AppendTaskEvents implements store.Tasks (see insertTaskEvents).
-func (s *Store) AppendTaskEvents(ctx context.Context, taskID string, events []store.TaskEvent) ([]store.TaskEvent, error) {
+func (s *Store) AppendTaskEvents(ctx context.Context, taskID domain.TaskID, events []store.TaskEvent) ([]store.TaskEvent, error) {
 	action := fmt.Sprintf("append %d events to task %s", len(events), taskID)
 	if taskID == "" {
 		return nil, errors.New("append task events: task id is required")
@@ -253,7 +254,7 @@ func checkTaskEvents(action string, events []store.TaskEvent) error {
 // them. Bumping tasks.event_seq by the batch size locks the task row until
 // commit, so concurrent batches, on any replica, take disjoint
 // consecutive seqs.
-func insertTaskEvents(ctx context.Context, tx execer, taskID string, events []store.TaskEvent) ([]store.TaskEvent, error) {
+func insertTaskEvents(ctx context.Context, tx execer, taskID domain.TaskID, events []store.TaskEvent) ([]store.TaskEvent, error) {
 	var last int64
 	err := tx.QueryRowContext(ctx, `UPDATE tasks SET event_seq = event_seq + $2 WHERE id = $1
 		RETURNING event_seq`, taskID, len(events)).Scan(&last)
@@ -281,7 +282,7 @@ func insertTaskEvents(ctx context.Context, tx execer, taskID string, events []st
 }
 
 // ListTaskEvents implements store.Tasks.
-func (s *Store) ListTaskEvents(ctx context.Context, taskID string, afterSeq int64, limit int) ([]store.TaskEvent, error) {
+func (s *Store) ListTaskEvents(ctx context.Context, taskID domain.TaskID, afterSeq int64, limit int) ([]store.TaskEvent, error) {
 	q := `SELECT ` + taskEventCols + ` FROM task_events WHERE task_id = $1 AND seq > $2 ORDER BY seq`
 	args := []any{taskID, afterSeq}
 	if limit > 0 {

@@ -15,7 +15,7 @@ import (
 func BenchCreateDelete(b *testing.B, st store.Store) {
 	ctx := b.Context()
 	for b.Loop() {
-		sess, _, _, err := st.CreateSession(ctx, store.NewSession{ID: newID(), OpID: newID(), At: t0})
+		sess, _, _, err := st.CreateSession(ctx, store.NewSession{ID: newSID(), OpID: newID(), At: t0})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -77,7 +77,7 @@ func testHostDrainFlag(t *testing.T, st store.Store) {
 	if len(hosts) != 1 || hosts[0].Draining {
 		t.Fatalf("ListHosts = %+v", hosts)
 	}
-	wantErr(t, st.SetHostDraining(ctx, newID(), true), store.ErrNotFound)
+	wantErr(t, st.SetHostDraining(ctx, newHID(), true), store.ErrNotFound)
 }
 
 func testReviveHost(t *testing.T, st store.Store) {
@@ -96,6 +96,6 @@ func testReviveHost(t *testing.T, st store.Store) {
 			t.Fatalf("host state after ReviveHost = %s, want %s", after.State, state)
 		}
 	}
-	_, err := st.ReviveHost(ctx, newID())
+	_, err := st.ReviveHost(ctx, newHID())
 	wantErr(t, err, store.ErrNotFound)
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -205,7 +206,7 @@ func testImageJobListClaimable(t *testing.T, st store.Store) {
 func captured(img store.Image) store.Image {
 	img.Digest, img.BaseID = "sha256:ccc", "snap-base-9"
 	img.Manifests = json.RawMessage(`{"memory":{"chunks":["m1"]},"disk":{"chunks":["d1"]}}`)
-	img.Facts = json.RawMessage(`{"kernel":"6.1"}`)
+	img.Facts = domain.HostFacts{Kernel: "6.1"}
 	img.Config = json.RawMessage(`{"memory":4096}`)
 	return img
 }

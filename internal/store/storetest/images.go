@@ -3,9 +3,11 @@ package storetest
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -49,7 +51,7 @@ func wantImage(t *testing.T, got, want store.Image) {
 	}
 	wantJSON(t, "config", got.Config, want.Config)
 	wantJSON(t, "manifests", got.Manifests, want.Manifests)
-	wantJSON(t, "facts", got.Facts, want.Facts)
+	wantSame(t, "facts", got.Facts, want.Facts)
 	wantTime(t, "created_at", got.CreatedAt, want.CreatedAt)
 	wantTime(t, "updated_at", got.UpdatedAt, want.UpdatedAt)
 }
@@ -60,15 +62,15 @@ func testImageRoundTrip(t *testing.T, st store.Store) {
 	a.State, a.UpdatedAt = store.ImageReady, t0
 	b := newImage("alpine")
 	b.Digest, b.CredentialID, b.BaseID = "sha256:abc", "cred-1", "snap-base-1"
-	b.Manifests, b.Facts = json.RawMessage(`{"memory":{"chunks":["aa"]}}`), json.RawMessage(`{"cpu":"x"}`)
+	b.Manifests, b.Facts = json.RawMessage(`{"memory":{"chunks":["aa"]}}`), domain.HostFacts{CPUModel: "x"}
 	must(t, st.CreateImage(ctx, b))
 	b.State, b.UpdatedAt = store.ImageReady, t0
 
 	got, err := st.GetImage(ctx, a.ID)
 	must(t, err)
 	wantImage(t, got, a)
-	if got.Manifests != nil || got.Facts != nil || got.BaseID != "" {
-		t.Fatalf("manifests, facts, base = %s, %s, %q; want none before capture", got.Manifests, got.Facts, got.BaseID)
+	if got.Manifests != nil || !reflect.ValueOf(got.Facts).IsZero() || got.BaseID != "" {
+		t.Fatalf("manifests, facts, base = %s, %+v, %q; want none before capture", got.Manifests, got.Facts, got.BaseID)
 	}
 	got, err = st.GetImageByName(ctx, "alpine")
 	must(t, err)
@@ -124,7 +126,7 @@ func testImageUpdate(t *testing.T, st store.Store) {
 	img.State = store.ImageReady
 	img.Digest, img.CredentialID, img.BaseID = "sha256:def", "cred-2", "snap-base-2"
 	img.Manifests = json.RawMessage(`{"disk":{"chunks":["bb"]},"memory":{"chunks":["cc"]}}`)
-	img.Facts = json.RawMessage(`{"kernel":"6.1","vmm":"qemu"}`)
+	img.Facts = domain.HostFacts{Kernel: "6.1", Backend: domain.BackendFacts{Name: "qemu"}}
 	img.Config = json.RawMessage(`{"memory":2048}`)
 	img.UpdatedAt = t0.Add(time.Minute)
 	must(t, st.UpdateImage(ctx, img, img.UpdatedAt))
@@ -133,7 +135,7 @@ func testImageUpdate(t *testing.T, st store.Store) {
 	wantImage(t, got, img)
 
 	// Clearing optional fields stores NULLs, read back as empty.
-	img.CredentialID, img.Manifests, img.Facts, img.BaseID = "", nil, nil, ""
+	img.CredentialID, img.Manifests, img.Facts, img.BaseID = "", nil, domain.HostFacts{}, ""
 	must(t, st.UpdateImage(ctx, img, img.UpdatedAt))
 	got, err = st.GetImage(ctx, img.ID)
 	must(t, err)
@@ -145,7 +147,7 @@ func testImageUpdate(t *testing.T, st store.Store) {
 	missing.State = store.ImageReady
 	wantErr(t, st.UpdateImage(ctx, missing, t0), store.ErrNotFound)
 	bad := got
-	bad.Facts = json.RawMessage(`{`)
+	bad.Manifests = json.RawMessage(`{`)
 	if err := st.UpdateImage(ctx, bad, t0); err == nil {
 		t.Fatal("UpdateImage accepted malformed JSON")
 	}

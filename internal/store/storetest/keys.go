@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -23,7 +24,7 @@ func failOp(t *testing.T, st store.Store, wantOp string) store.Session {
 	return sess
 }
 
-func enqueue(t *testing.T, st store.Store, sessionID string, kind store.OpKind, key string, supersede bool) store.Op {
+func enqueue(t *testing.T, st store.Store, sessionID domain.SessionID, kind store.OpKind, key string, supersede bool) store.Op {
 	t.Helper()
 	op, err := st.EnqueueOp(t.Context(), store.Op{ID: newID(), SessionID: sessionID, Kind: kind, IdempotencyKey: key, CreatedAt: t0}, supersede)
 	must(t, err)
@@ -108,7 +109,7 @@ func testEnqueueOpKeyConcurrentRetry(t *testing.T, st store.Store) {
 
 func createWithKey(t *testing.T, st store.Store, key string) (store.Session, store.Op, bool) {
 	t.Helper()
-	sess, op, created, err := st.CreateSession(t.Context(), store.NewSession{ID: newID(), OpID: newID(), IdempotencyKey: key, At: t0})
+	sess, op, created, err := st.CreateSession(t.Context(), store.NewSession{ID: newSID(), OpID: newID(), IdempotencyKey: key, At: t0})
 	must(t, err)
 	return sess, op, created
 }
@@ -154,7 +155,7 @@ func testCreateSessionKeyAfterFailure(t *testing.T, st store.Store) {
 	}
 }
 
-func mustCreateOp(t *testing.T, st store.Store, sessionID string) string {
+func mustCreateOp(t *testing.T, st store.Store, sessionID domain.SessionID) string {
 	t.Helper()
 	ops, err := st.ListOps(t.Context(), sessionID)
 	must(t, err)
@@ -168,14 +169,14 @@ func testCreateSessionKeyConcurrentRetry(t *testing.T, st store.Store) {
 	first, firstOp, _ := createWithKey(t, st, "same")
 	failOp(t, st, firstOp.ID)
 	const n = 8
-	ids := make([]string, n)
+	ids := make([]domain.SessionID, n)
 	created := make([]bool, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
 			var s store.Session
-			s, _, created[i], errs[i] = st.CreateSession(t.Context(), store.NewSession{ID: newID(), OpID: newID(), IdempotencyKey: "same"})
+			s, _, created[i], errs[i] = st.CreateSession(t.Context(), store.NewSession{ID: newSID(), OpID: newID(), IdempotencyKey: "same"})
 			ids[i] = s.ID
 		})
 	}

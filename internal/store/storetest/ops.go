@@ -43,7 +43,7 @@ func testEnqueueOp(t *testing.T, st store.Store) {
 	}
 	_, err = st.GetOp(ctx, newID())
 	wantErr(t, err, store.ErrNotFound)
-	ops, err = st.ListOps(ctx, newID())
+	ops, err = st.ListOps(ctx, newSID())
 	must(t, err)
 	if len(ops) != 0 {
 		t.Fatalf("ListOps of an unknown session = %+v", ops)
@@ -122,7 +122,7 @@ func testEnqueueOpIdempotent(t *testing.T, st store.Store) {
 func testEnqueueOpErrors(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	sess, create := newSession(t, st)
-	_, err := st.EnqueueOp(ctx, store.Op{ID: newID(), SessionID: newID(), Kind: store.OpEvict}, false)
+	_, err := st.EnqueueOp(ctx, store.Op{ID: newID(), SessionID: newSID(), Kind: store.OpEvict}, false)
 	wantErr(t, err, store.ErrNotFound)
 	_, err = st.EnqueueOp(ctx, store.Op{ID: create.ID, SessionID: sess.ID, Kind: store.OpEvict}, true)
 	wantErr(t, err, store.ErrConflict)

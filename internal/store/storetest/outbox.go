@@ -79,7 +79,7 @@ func testPutOutbox(t *testing.T, st store.Store) {
 	if fmt.Sprint(list[0]) != fmt.Sprint(items[1]) {
 		t.Fatalf("listed item = %+v, want %+v", list[0], items[1])
 	}
-	list, err = st.ListOutbox(ctx, newID(), 0, 0)
+	list, err = st.ListOutbox(ctx, newSID(), 0, 0)
 	must(t, err)
 	if len(list) != 0 {
 		t.Fatalf("outbox of an unknown session = %+v", list)
@@ -94,7 +94,7 @@ func testPutOutboxRejected(t *testing.T, st store.Store) {
 		it   store.OutboxItem
 		want error // nil: any error
 	}{
-		{"unknown session", store.OutboxItem{SessionID: newID(), ID: "a", Kind: "prompt"}, store.ErrNotFound},
+		{"unknown session", store.OutboxItem{SessionID: newSID(), ID: "a", Kind: "prompt"}, store.ErrNotFound},
 		{"no id", store.OutboxItem{SessionID: sess.ID, Kind: "prompt"}, nil},
 		{"no kind", store.OutboxItem{SessionID: sess.ID, ID: "a"}, nil},
 		{"bad payload", store.OutboxItem{SessionID: sess.ID, ID: "a", Kind: "prompt", Payload: json.RawMessage(`{`)}, nil},
@@ -187,7 +187,7 @@ func testMarkDelivered(t *testing.T, st store.Store) {
 	// Stale or future epochs, and unknown sessions, change nothing.
 	wantErr(t, st.MarkDelivered(ctx, sess.ID, 5, op.Epoch-1, at), store.ErrStaleEpoch)
 	wantErr(t, st.MarkDelivered(ctx, sess.ID, 5, op.Epoch+1, at), store.ErrStaleEpoch)
-	wantErr(t, st.MarkDelivered(ctx, newID(), 5, 0, at), store.ErrNotFound)
+	wantErr(t, st.MarkDelivered(ctx, newSID(), 5, 0, at), store.ErrNotFound)
 	after := wantOutboxStates(t, st, sess.ID, store.OutboxDelivered, store.OutboxDelivered, store.OutboxDelivered,
 		store.OutboxDelivered, store.OutboxPending)
 	if fmt.Sprint(after) != fmt.Sprint(items) {
@@ -213,7 +213,7 @@ func testRollbackOutbox(t *testing.T, st store.Store) {
 	// The lost incarnation's epoch is fenced out.
 	wantErr(t, st.RollbackOutbox(ctx, sess.ID, 2, first.Epoch), store.ErrStaleEpoch)
 	wantErr(t, st.MarkDelivered(ctx, sess.ID, 5, first.Epoch, t0), store.ErrStaleEpoch)
-	wantErr(t, st.RollbackOutbox(ctx, newID(), 2, second.Epoch), store.ErrNotFound)
+	wantErr(t, st.RollbackOutbox(ctx, newSID(), 2, second.Epoch), store.ErrNotFound)
 	unchanged := wantOutboxStates(t, st, sess.ID, store.OutboxDurable, store.OutboxDurable, store.OutboxDelivered,
 		store.OutboxDelivered, store.OutboxPending)
 	if fmt.Sprint(unchanged) != fmt.Sprint(before) {

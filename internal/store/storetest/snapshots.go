@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/lifecycle"
 	"github.com/engrams/engrams/internal/store"
 )
@@ -27,16 +28,16 @@ func claimedSession(t *testing.T, st store.Store) (store.Op, store.Session) {
 	return claimOnly(t, st, create.ID, t0)
 }
 
-func newSnapshot(sessionID string, outboxSeq int64, at time.Time) store.Snapshot {
+func newSnapshot(sessionID domain.SessionID, outboxSeq int64, at time.Time) store.Snapshot {
 	return store.Snapshot{
 		ID: newID(), SessionID: sessionID, HostID: "host-1",
-		Manifests: json.RawMessage(`{"memory":{"chunks":["aa"]}}`), Facts: json.RawMessage(`{"cpu":"x"}`),
+		Manifests: json.RawMessage(`{"memory":{"chunks":["aa"]}}`), Facts: domain.HostFacts{CPUModel: "x"},
 		Bytes: 1 << 30, Uploaded: 1 << 20, OutboxSeq: outboxSeq, HarnessSeq: 7, Reason: "snapshot", CreatedAt: at,
 	}
 }
 
 // putItems appends n outbox items and returns them.
-func putItems(t *testing.T, st store.Store, sessionID string, n int) []store.OutboxItem {
+func putItems(t *testing.T, st store.Store, sessionID domain.SessionID, n int) []store.OutboxItem {
 	t.Helper()
 	var out []store.OutboxItem
 	for range n {
@@ -52,7 +53,7 @@ func putItems(t *testing.T, st store.Store, sessionID string, n int) []store.Out
 }
 
 // wantOutboxStates checks the state of every item of a session, in seq order.
-func wantOutboxStates(t *testing.T, st store.Store, sessionID string, want ...store.OutboxState) []store.OutboxItem {
+func wantOutboxStates(t *testing.T, st store.Store, sessionID domain.SessionID, want ...store.OutboxState) []store.OutboxItem {
 	t.Helper()
 	items, err := st.ListOutbox(t.Context(), sessionID, 0, 0)
 	must(t, err)
@@ -66,7 +67,7 @@ func wantOutboxStates(t *testing.T, st store.Store, sessionID string, want ...st
 	return items
 }
 
-func wantHead(t *testing.T, st store.Store, sessionID, want string) {
+func wantHead(t *testing.T, st store.Store, sessionID domain.SessionID, want string) {
 	t.Helper()
 	sess, err := st.GetSession(t.Context(), sessionID)
 	must(t, err)
@@ -124,7 +125,7 @@ func testCommitSnapshot(t *testing.T, st store.Store) {
 	}
 	_, err = st.GetSnapshot(ctx, newID())
 	wantErr(t, err, store.ErrNotFound)
-	list, err = st.ListSnapshots(ctx, newID())
+	list, err = st.ListSnapshots(ctx, newSID())
 	must(t, err)
 	if len(list) != 0 {
 		t.Fatalf("snapshots of an unknown session = %+v", list)
@@ -145,7 +146,7 @@ func testCommitSnapshotRejected(t *testing.T, st store.Store) {
 	}{
 		{"stale epoch", func(_ *store.Snapshot, e *int64) { *e-- }, store.ErrStaleEpoch},
 		{"future epoch", func(_ *store.Snapshot, e *int64) { *e++ }, store.ErrStaleEpoch},
-		{"unknown session", func(s *store.Snapshot, _ *int64) { s.SessionID = newID() }, store.ErrNotFound},
+		{"unknown session", func(s *store.Snapshot, _ *int64) { s.SessionID = newSID() }, store.ErrNotFound},
 		{"wrong parent", func(s *store.Snapshot, _ *int64) { s.ParentID = newID() }, store.ErrConflict},
 		{"reused id", func(s *store.Snapshot, _ *int64) { s.ID = head.ID }, store.ErrConflict},
 		{"no id", func(s *store.Snapshot, _ *int64) { s.ID = "" }, nil},
@@ -237,13 +238,13 @@ func testDeleteSnapshots(t *testing.T, st store.Store) {
 	_, err = st.GetSnapshot(ctx, kept.ID)
 	must(t, err)
 	wantHead(t, st, other.ID, kept.ID)
-	wantErr(t, st.DeleteSnapshots(ctx, newID()), store.ErrNotFound)
+	wantErr(t, st.DeleteSnapshots(ctx, newSID()), store.ErrNotFound)
 }
 
 func testForEachSnapshot(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	// More rows than one page of sqlstore's ForEachSnapshot (500).
-	want := map[string]string{}
+	want := map[string]domain.SessionID{}
 	for i := range 3 {
 		op, sess := claimedSession(t, st)
 		for range 1 + i*300 {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -30,7 +31,7 @@ const receipt = `{"image":"debian","harness":"claude-code@1.0.0","hosts":["api.a
 
 func newTask(profile store.Profile) store.Task {
 	return store.Task{
-		ID: newID(), ProfileID: profile.ID, ProfileVersion: profile.Version, Receipt: json.RawMessage(receipt),
+		ID: domain.TaskID(newID()), ProfileID: profile.ID, ProfileVersion: profile.Version, Receipt: json.RawMessage(receipt),
 		Title: "create hello.txt", CreatedAt: t0,
 	}
 }
@@ -91,7 +92,7 @@ func testTaskRoundTrip(t *testing.T, st store.Store) {
 	// A deleted profile is accepted: the receipt is what the task runs by.
 	must(t, st.DeleteProfile(ctx, p.ID, t0))
 	createTask(t, st, p)
-	_, err = st.GetTask(ctx, newID())
+	_, err = st.GetTask(ctx, domain.TaskID(newID()))
 	wantErr(t, err, store.ErrNotFound)
 }
 
@@ -140,7 +141,7 @@ func testTaskRejected(t *testing.T, st store.Store) {
 func testTaskList(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	p1, p2 := createProfile(t, st, "go"), createProfile(t, st, "python")
-	ids := map[string]string{}
+	ids := map[domain.TaskID]string{}
 	for i, c := range []struct {
 		key     string
 		profile store.Profile
@@ -201,7 +202,7 @@ func testTaskState(t *testing.T, st store.Store) {
 		task.State, task.Error, task.UpdatedAt = s.state, s.errMsg, at
 		wantTask(t, got, task)
 	}
-	wantErr(t, st.SetTaskState(ctx, newID(), store.TaskIdle, "", t0), store.ErrNotFound)
+	wantErr(t, st.SetTaskState(ctx, domain.TaskID(newID()), store.TaskIdle, "", t0), store.ErrNotFound)
 	if err := st.SetTaskState(ctx, task.ID, "paused", "", t0); err == nil {
 		t.Fatal("SetTaskState accepted an unknown state")
 	}
@@ -214,7 +215,7 @@ func testTaskSessions(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	task := createTask(t, st, createProfile(t, st, "go"))
 	steps := []struct {
-		session string
+		session domain.SessionID
 		wantSeq int64
 	}{
 		{"sess-1", 1},
@@ -251,12 +252,12 @@ func testTaskSessions(t *testing.T, st store.Store) {
 		t.Fatalf("task sessions = %v, want %v", got, want)
 	}
 
-	_, err = st.AttachSession(ctx, newID(), "sess-1", t0)
+	_, err = st.AttachSession(ctx, domain.TaskID(newID()), "sess-1", t0)
 	wantErr(t, err, store.ErrNotFound)
 	if _, err := st.AttachSession(ctx, task.ID, "", t0); err == nil {
 		t.Fatal("AttachSession accepted an empty session id")
 	}
-	list, err = st.ListTaskSessions(ctx, newID())
+	list, err = st.ListTaskSessions(ctx, domain.TaskID(newID()))
 	must(t, err)
 	if len(list) != 0 {
 		t.Fatalf("sessions of an unknown task = %+v", list)
@@ -274,7 +275,7 @@ func testTaskSessionsConcurrent(t *testing.T, st store.Store) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			ts, err := st.AttachSession(t.Context(), task.ID, fmt.Sprintf("sess-%d", i), t0)
+			ts, err := st.AttachSession(t.Context(), task.ID, domain.SessionID(fmt.Sprintf("sess-%d", i)), t0)
 			seqs[i], errs[i] = ts.Seq, err
 		})
 	}
@@ -359,7 +360,7 @@ func testTaskEvents(t *testing.T, st store.Store) {
 	wantTask(t, cur, task)
 }
 
-func listCases(t *testing.T, st store.Store, taskID string) {
+func listCases(t *testing.T, st store.Store, taskID domain.TaskID) {
 	t.Helper()
 	cases := []struct {
 		after int64
@@ -383,7 +384,7 @@ func listCases(t *testing.T, st store.Store, taskID string) {
 			t.Errorf("ListTaskEvents(after %d, limit %d) = %v, want %v", c.after, c.limit, seqs, c.want)
 		}
 	}
-	list, err := st.ListTaskEvents(t.Context(), newID(), 0, 0)
+	list, err := st.ListTaskEvents(t.Context(), domain.TaskID(newID()), 0, 0)
 	must(t, err)
 	if len(list) != 0 {
 		t.Fatalf("events of an unknown task = %+v", list)
@@ -397,11 +398,11 @@ func testTaskEventsRejected(t *testing.T, st store.Store) {
 	must(t, err)
 	cases := []struct {
 		name   string
-		taskID string
+		taskID domain.TaskID
 		events []store.TaskEvent
 		want   error // nil: any error
 	}{
-		{"unknown task", newID(), []store.TaskEvent{{Type: "prompt"}}, store.ErrNotFound},
+		{"unknown task", domain.TaskID(newID()), []store.TaskEvent{{Type: "prompt"}}, store.ErrNotFound},
 		{"no task id", "", []store.TaskEvent{{Type: "prompt"}}, nil},
 		{"one without type", task.ID, []store.TaskEvent{{Type: "text"}, {}, {Type: "idle"}}, nil},
 		{"one with bad payload", task.ID,

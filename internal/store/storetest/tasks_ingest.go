@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -30,7 +31,7 @@ func guestEvents(typ string, seqs ...int64) []store.TaskEvent {
 	return out
 }
 
-func ingest(t *testing.T, st store.Store, taskID, sessionID string, rewound *int64, events []store.TaskEvent, wantCursor int64, wantSeqs ...int64) {
+func ingest(t *testing.T, st store.Store, taskID domain.TaskID, sessionID domain.SessionID, rewound *int64, events []store.TaskEvent, wantCursor int64, wantSeqs ...int64) {
 	t.Helper()
 	cursor, got, err := st.IngestTaskEvents(t.Context(), taskID, sessionID, rewound, events)
 	must(t, err)
@@ -108,12 +109,12 @@ func testTaskBySession(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	p := createProfile(t, st, "by-session")
 	task := createTask(t, st, p)
-	if _, err := st.TaskBySession(ctx, "s-"+task.ID); !errors.Is(err, store.ErrNotFound) {
+	if _, err := st.TaskBySession(ctx, domain.SessionID("s-"+task.ID)); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("task of a session no task has: %v", err)
 	}
-	_, err := st.AttachSession(ctx, task.ID, "s-"+task.ID, t0)
+	_, err := st.AttachSession(ctx, task.ID, domain.SessionID("s-"+task.ID), t0)
 	must(t, err)
-	got, err := st.TaskBySession(ctx, "s-"+task.ID)
+	got, err := st.TaskBySession(ctx, domain.SessionID("s-"+task.ID))
 	must(t, err)
 	if got.ID != task.ID {
 		t.Fatalf("task of the session = %s, want %s", got.ID, task.ID)
@@ -227,7 +228,7 @@ func testTaskReplaceSession(t *testing.T, st store.Store) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := st.ReplaceSession(context.Background(), task.ID, "s2", fmt.Sprintf("r%d", i), t0)
+			_, err := st.ReplaceSession(context.Background(), task.ID, "s2", domain.SessionID(fmt.Sprintf("r%d", i)), t0)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/lifecycle"
 	"github.com/engrams/engrams/internal/store"
 )
@@ -21,7 +22,7 @@ func testApplyTransition(t *testing.T, st store.Store) {
 	at := t0.Add(3e9)
 	got, err := st.ApplyTransition(ctx, store.Transition{
 		SessionID: sess.ID, Epoch: sess.Epoch, From: lifecycle.Created, To: lifecycle.Starting,
-		Event: lifecycle.Place, HostID: ptr("host-1"), At: at,
+		Event: lifecycle.Place, HostID: ptr[domain.HostID]("host-1"), At: at,
 	})
 	must(t, err)
 	if got.State != lifecycle.Starting || got.HostID != "host-1" || got.Epoch != sess.Epoch || got.EventSeq != 2 || got.Reason != "" {
@@ -35,7 +36,7 @@ func testApplyTransition(t *testing.T, st store.Store) {
 	}
 	got, err = st.ApplyTransition(ctx, store.Transition{
 		SessionID: sess.ID, Epoch: sess.Epoch, From: lifecycle.Starting, To: lifecycle.Dead,
-		Event: lifecycle.StartFailed, HostID: ptr(""), Reason: ptr("boot failed"), At: at,
+		Event: lifecycle.StartFailed, HostID: ptr[domain.HostID](""), Reason: ptr("boot failed"), At: at,
 	})
 	must(t, err)
 	if got.State != lifecycle.Dead || got.HostID != "" || got.Reason != "boot failed" || got.EventSeq != 3 {
@@ -69,7 +70,7 @@ func testApplyTransitionRejected(t *testing.T, st store.Store) {
 	sess, op := newSession(t, st)
 	_, sess = claimOnly(t, st, op.ID, t0)
 	place := store.Transition{SessionID: sess.ID, Epoch: sess.Epoch, From: lifecycle.Created, To: lifecycle.Starting,
-		Event: lifecycle.Place, HostID: ptr("h"), Reason: ptr("r"), At: t0}
+		Event: lifecycle.Place, HostID: ptr[domain.HostID]("h"), Reason: ptr("r"), At: t0}
 	cases := []struct {
 		name   string
 		change func(*store.Transition)
@@ -80,7 +81,7 @@ func testApplyTransitionRejected(t *testing.T, st store.Store) {
 		{"wrong from", func(tr *store.Transition) {
 			tr.From, tr.Event, tr.To = lifecycle.Idle, lifecycle.ResumeRequested, lifecycle.Resuming
 		}, store.ErrConflict},
-		{"unknown session", func(tr *store.Transition) { tr.SessionID = newID() }, store.ErrNotFound},
+		{"unknown session", func(tr *store.Transition) { tr.SessionID = newSID() }, store.ErrNotFound},
 		{"illegal event", func(tr *store.Transition) { tr.Event = lifecycle.Resumed }, lifecycle.ErrIllegal},
 		{"wrong target", func(tr *store.Transition) { tr.To = lifecycle.Active }, lifecycle.ErrIllegal},
 	}
