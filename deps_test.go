@@ -125,8 +125,6 @@ var knownViolations = []importEdge{
 	// api-without-store: handlers take store rows (Session, Token, ImageJob,
 	// Task, ...) from the coordinator and map store.ErrNotFound to HTTP.
 	{"internal/api", "internal/store"},
-	// pure-decisions: the scheduler uses hostlink.VCPUOvercommit.
-	{"internal/scheduler", "internal/hostlink"},
 	// guest-self-contained: the guest loads harness.Descriptor and parses
 	// shell harness events (internal/guest/harness.go).
 	{"internal/guest", "internal/harness"},

@@ -9,6 +9,7 @@ import (
 
 	"github.com/engrams/engrams/internal/api/apiv1"
 	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -33,7 +34,7 @@ func (s *Server) auth(next http.HandlerFunc) http.Handler {
 			return
 		}
 		t, err := s.st.TokenByHash(r.Context(), coordinator.HashToken(secret))
-		if errors.Is(err, store.ErrNotFound) || (err == nil && t.Kind != store.TokenUser) {
+		if errors.Is(err, store.ErrNotFound) || (err == nil && t.Kind != domain.TokenUser) {
 			writeError(w, http.StatusUnauthorized, "unauthorized", "token is not valid or was revoked")
 			return
 		}
@@ -55,7 +56,7 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	secret, prefix := NewSecret()
-	t := store.Token{ID: s.newID(), Name: req.Name, Kind: store.TokenUser, Prefix: prefix, Hash: coordinator.HashToken(secret), CreatedAt: s.now()}
+	t := domain.Token{ID: s.newID(), Name: req.Name, Kind: domain.TokenUser, Prefix: prefix, Hash: coordinator.HashToken(secret), CreatedAt: s.now()}
 	if err := s.st.CreateToken(r.Context(), t); err != nil {
 		s.fail(w, r, err)
 		return
@@ -87,7 +88,7 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func tokenOut(t store.Token) apiv1.Token {
+func tokenOut(t domain.Token) apiv1.Token {
 	return apiv1.Token{ID: t.ID, Name: t.Name, Kind: string(t.Kind), HostID: t.HostID, Prefix: t.Prefix, CreatedAt: t.CreatedAt, LastUsedAt: t.LastUsedAt}
 }
 

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/lifecycle"
+	"github.com/engrams/engrams/internal/domain"
 )
 
 const eventPage = 500
@@ -31,7 +31,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	follow := r.URL.Query().Get("follow") != "false"
-	if follow && sess.State == lifecycle.Idle {
+	if follow && sess.State == domain.SessionIdle {
 		// Subscribing to a session's live events resumes it.
 		go func() { _, _ = s.co.Resume(context.WithoutCancel(r.Context()), id) }()
 	}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/engrams/engrams/internal/api/apiv1"
 	"github.com/engrams/engrams/internal/coordinator"
-	"github.com/engrams/engrams/internal/store"
+	"github.com/engrams/engrams/internal/domain"
 )
 
 func (s *Server) listHosts(w http.ResponseWriter, r *http.Request) {
@@ -33,7 +33,7 @@ func (s *Server) getHost(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) drainHost(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if err := s.st.SetHostState(r.Context(), id, store.HostDraining); err != nil {
+	if err := s.st.SetHostState(r.Context(), id, domain.HostDraining); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -51,8 +51,8 @@ func (s *Server) createHost(w http.ResponseWriter, r *http.Request) {
 	}
 	secret, prefix := NewSecret()
 	now := s.now()
-	h := store.Host{ID: s.newID(), Name: req.Name, State: store.HostNew, CreatedAt: now}
-	t := store.Token{ID: s.newID(), Name: "host " + req.Name, Kind: store.TokenHost, HostID: h.ID, Prefix: prefix, Hash: coordinator.HashToken(secret), CreatedAt: now}
+	h := domain.Host{ID: s.newID(), Name: req.Name, State: domain.HostNew, CreatedAt: now}
+	t := domain.Token{ID: s.newID(), Name: "host " + req.Name, Kind: domain.TokenHost, HostID: h.ID, Prefix: prefix, Hash: coordinator.HashToken(secret), CreatedAt: now}
 	if err := s.st.CreateHost(r.Context(), h, t); err != nil {
 		s.fail(w, r, err)
 		return
@@ -60,7 +60,7 @@ func (s *Server) createHost(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, apiv1.CreateHostResponse{Host: hostOut(h), Token: secret})
 }
 
-func hostOut(h store.Host) apiv1.Host {
+func hostOut(h domain.Host) apiv1.Host {
 	out := apiv1.Host{ID: h.ID, Name: h.Name, State: string(h.State), ReplicaID: h.ReplicaID, LastHeartbeat: h.LastHeartbeat, CreatedAt: h.CreatedAt}
 	if len(h.Facts) > 0 {
 		_ = json.Unmarshal(h.Facts, &out.Facts)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/engrams/engrams/internal/api/apiv1"
 	"github.com/engrams/engrams/internal/coordinator"
-	"github.com/engrams/engrams/internal/store"
+	"github.com/engrams/engrams/internal/domain"
 )
 
 // enableImage answers 202 with the image and its job, or 200 when the job
@@ -29,7 +29,7 @@ func (s *Server) enableImage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	status := http.StatusAccepted
-	if job.State == store.JobReady {
+	if job.State == domain.JobReady {
 		status = http.StatusOK
 	}
 	writeJSON(w, status, apiv1.ImageJobResponse{Image: imageOut(v), Job: imageJobOut(job)})
@@ -178,7 +178,7 @@ func imageOut(v coordinator.ImageView) apiv1.Image {
 }
 
 // imageJobOut shows a job; stage times that do not decode are left out.
-func imageJobOut(j store.ImageJob) apiv1.ImageJob {
+func imageJobOut(j domain.ImageJob) apiv1.ImageJob {
 	out := apiv1.ImageJob{
 		ID: j.ID, ImageID: j.ImageID, Kind: string(j.Kind), State: string(j.State), Stage: j.Stage,
 		BytesDone: j.BytesDone, BytesTotal: j.BytesTotal, Attempts: j.Attempts, Error: j.Error,

@@ -16,6 +16,7 @@ import (
 	"github.com/engrams/engrams/internal/api"
 	"github.com/engrams/engrams/internal/api/apiv1"
 	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/store"
 )
@@ -32,11 +33,11 @@ var t0 = time.Date(2026, 11, 30, 6, 0, 0, 0, time.UTC)
 // by image routes (the embedded nil interface panics if they are).
 type fakeStore struct{ api.Store }
 
-func (fakeStore) TokenByHash(_ context.Context, hash string) (store.Token, error) {
+func (fakeStore) TokenByHash(_ context.Context, hash string) (domain.Token, error) {
 	if hash == coordinator.HashToken(testToken) {
-		return store.Token{ID: "t1", Kind: store.TokenUser}, nil
+		return domain.Token{ID: "t1", Kind: domain.TokenUser}, nil
 	}
-	return store.Token{}, store.ErrNotFound
+	return domain.Token{}, store.ErrNotFound
 }
 
 // fakeImages is a coordinator holding image "web" (ready) with two jobs and
@@ -46,28 +47,28 @@ type fakeImages struct {
 
 	mu        sync.Mutex
 	enabled   []coordinator.EnableImageRequest // requests received
-	enableJob store.ImageJob                   // job EnableImage answers with
+	enableJob domain.ImageJob                  // job EnableImage answers with
 	err       error                            // every method fails with it when set
 }
 
 func newFakeImages() *fakeImages {
-	return &fakeImages{enableJob: store.ImageJob{ID: "j9", ImageID: "i9", Kind: store.ImageJobEnable, State: store.JobPending, CreatedAt: t0}}
+	return &fakeImages{enableJob: domain.ImageJob{ID: "j9", ImageID: "i9", Kind: domain.ImageJobEnable, State: domain.JobPending, CreatedAt: t0}}
 }
 
-var webJobs = []store.ImageJob{
-	{ID: "j1", ImageID: "i1", Kind: store.ImageJobEnable, State: store.JobFailed, Error: "warm-up exited 1", OutputTail: "npm ERR!",
+var webJobs = []domain.ImageJob{
+	{ID: "j1", ImageID: "i1", Kind: domain.ImageJobEnable, State: domain.JobFailed, Error: "warm-up exited 1", OutputTail: "npm ERR!",
 		Attempts: 1, CreatedAt: t0, UpdatedAt: t0.Add(time.Minute)}, // no stage times
-	{ID: "j2", ImageID: "i1", Kind: store.ImageJobEnable, State: store.JobReady, Attempts: 1, CreatedAt: t0.Add(time.Hour),
+	{ID: "j2", ImageID: "i1", Kind: domain.ImageJobEnable, State: domain.JobReady, Attempts: 1, CreatedAt: t0.Add(time.Hour),
 		Stages: json.RawMessage(`{"pull":1500,"rootfs":800,"warmup":12000}`)},
-	{ID: "j3", ImageID: "i1", Kind: store.ImageJobRefresh, State: store.JobMaterializing, Stage: "pull",
+	{ID: "j3", ImageID: "i1", Kind: domain.ImageJobRefresh, State: domain.JobMaterializing, Stage: "pull",
 		BytesDone: 45, BytesTotal: 100, Stages: json.RawMessage(`not json`)},
 }
 
 func webView() coordinator.ImageView {
 	last := webJobs[1]
 	return coordinator.ImageView{
-		Image: store.Image{ID: "i1", Name: "web", Ref: "registry.example.com/team/web:1.4", Digest: "sha256:abc",
-			State: store.ImageReady, CredentialID: "cred1", BaseID: "base1", CreatedAt: t0, UpdatedAt: t0},
+		Image: domain.Image{ID: "i1", Name: "web", Ref: "registry.example.com/team/web:1.4", Digest: "sha256:abc",
+			State: domain.ImageReady, CredentialID: "cred1", BaseID: "base1", CreatedAt: t0, UpdatedAt: t0},
 		Config:     coordinator.ImageConfig{MemoryMiB: 1024, VCPUs: 2, DiskGiB: 8, Warmup: "npm ci", WarmupTimeoutS: 600, WarmupStallS: 120, ImageEnv: []string{"PATH=/bin"}},
 		State:      coordinator.ImageReady,
 		Credential: "alice@registry.example.com",
@@ -77,19 +78,19 @@ func webView() coordinator.ImageView {
 	}
 }
 
-func (f *fakeImages) EnableImage(_ context.Context, req coordinator.EnableImageRequest) (coordinator.ImageView, store.ImageJob, error) {
+func (f *fakeImages) EnableImage(_ context.Context, req coordinator.EnableImageRequest) (coordinator.ImageView, domain.ImageJob, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.enabled = append(f.enabled, req)
 	if f.err != nil {
-		return coordinator.ImageView{}, store.ImageJob{}, f.err
+		return coordinator.ImageView{}, domain.ImageJob{}, f.err
 	}
-	v := coordinator.ImageView{Image: store.Image{ID: "i9", Name: req.Name, Ref: req.Ref, CredentialID: "c9"},
+	v := coordinator.ImageView{Image: domain.Image{ID: "i9", Name: req.Name, Ref: req.Ref, CredentialID: "c9"},
 		Config: req.Config, State: coordinator.ImagePending, Credential: "alice@registry.example.com"}
 	return v, f.enableJob, nil
 }
 
-func (f *fakeImages) RefreshImage(ctx context.Context, name string) (coordinator.ImageView, store.ImageJob, error) {
+func (f *fakeImages) RefreshImage(ctx context.Context, name string) (coordinator.ImageView, domain.ImageJob, error) {
 	v, err := f.Image(ctx, name)
 	return v, webJobs[2], err
 }
@@ -113,25 +114,25 @@ func (f *fakeImages) Image(_ context.Context, name string) (coordinator.ImageVie
 func (f *fakeImages) Images(_ context.Context, all bool) ([]coordinator.ImageView, error) {
 	out := []coordinator.ImageView{webView()}
 	if all {
-		out = append(out, coordinator.ImageView{Image: store.Image{ID: "i0", Name: "old", State: store.ImageDisabled}, State: coordinator.ImageDisabled})
+		out = append(out, coordinator.ImageView{Image: domain.Image{ID: "i0", Name: "old", State: domain.ImageDisabled}, State: coordinator.ImageDisabled})
 	}
 	return out, f.err
 }
 
-func (f *fakeImages) ImageJobs(ctx context.Context, name string) ([]store.ImageJob, error) {
+func (f *fakeImages) ImageJobs(ctx context.Context, name string) ([]domain.ImageJob, error) {
 	if _, err := f.Image(ctx, name); err != nil {
 		return nil, err
 	}
 	return webJobs, nil
 }
 
-func (f *fakeImages) ImageJob(_ context.Context, id string) (store.ImageJob, error) {
+func (f *fakeImages) ImageJob(_ context.Context, id string) (domain.ImageJob, error) {
 	for _, j := range webJobs {
 		if j.ID == id {
 			return j, nil
 		}
 	}
-	return store.ImageJob{}, fmt.Errorf("image job %s: %w", id, store.ErrNotFound)
+	return domain.ImageJob{}, fmt.Errorf("image job %s: %w", id, store.ErrNotFound)
 }
 
 // serve sends one request to an API over co and returns the answer and
@@ -156,14 +157,14 @@ func TestEnableImage(t *testing.T) {
 	tests := []struct {
 		name     string
 		body     string
-		job      store.ImageJobState
+		job      domain.ImageJobState
 		err      error
 		status   int
 		contains []string
 	}{
 		{name: "accepted", body: full, status: http.StatusAccepted,
 			contains: []string{`"state":"pending"`, `"name":"web"`, `"credentials":"alice@registry.example.com"`, `"id":"j9"`}},
-		{name: "already ready", body: full, job: store.JobReady, status: http.StatusOK, contains: []string{`"job":{"id":"j9"`, `"state":"ready"`}},
+		{name: "already ready", body: full, job: domain.JobReady, status: http.StatusOK, contains: []string{`"job":{"id":"j9"`, `"state":"ready"`}},
 		{name: "malformed", body: `{"ref":`, status: http.StatusBadRequest, contains: []string{"malformed JSON body: the body ends early"}},
 		{name: "unknown field", body: `{"ref":"x","credentials":{"pasword":"` + secretPW + `"}}`, status: http.StatusBadRequest,
 			contains: []string{`unknown field \"pasword\"`}},

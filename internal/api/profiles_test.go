@@ -9,8 +9,8 @@ import (
 
 	"github.com/engrams/engrams/internal/api/apiv1"
 	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/harness"
-	"github.com/engrams/engrams/internal/store"
 )
 
 // seedProfiles registers image py, harness claude-code@2.1.0 and secrets
@@ -18,7 +18,7 @@ import (
 func seedProfiles(t *testing.T, a *agentAPI) {
 	t.Helper()
 	ctx := context.Background()
-	if err := a.st.CreateImage(ctx, store.Image{ID: "img-py", Name: "py", Ref: "reg/python:3.12", Digest: "sha256:py",
+	if err := a.st.CreateImage(ctx, domain.Image{ID: "img-py", Name: "py", Ref: "reg/python:3.12", Digest: "sha256:py",
 		Config: json.RawMessage(`{"libc":"glibc"}`), Manifests: json.RawMessage(`{"rootfs":{}}`), BaseID: "b"}); err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +30,7 @@ func seedProfiles(t *testing.T, a *agentAPI) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.st.PutHarness(ctx, store.Harness{ID: "h1", Name: d.Name, Version: d.Version, Descriptor: desc,
+	if _, err := a.st.PutHarness(ctx, domain.Harness{ID: "h1", Name: d.Name, Version: d.Version, Descriptor: desc,
 		Manifest: json.RawMessage(`{"version":2,"chunk_size":4194304,"size":0,"chunks":[]}`), Digest: "sha256:cc", Builtin: true, CreatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}

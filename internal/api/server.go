@@ -11,29 +11,29 @@ import (
 
 	"github.com/engrams/engrams/internal/api/apiv1"
 	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/hostlink"
-	"github.com/engrams/engrams/internal/store"
 )
 
 // Coordinator is what the API asks to change sessions and images.
 type Coordinator interface {
-	CreateSession(ctx context.Context, spec hostlink.MachineSpec, idempotencyKey string) (store.Session, error)
-	DeleteSession(ctx context.Context, id string) (store.Session, error)
-	WaitSession(ctx context.Context, id string, done func(store.Session) bool) (store.Session, error)
+	CreateSession(ctx context.Context, spec hostlink.MachineSpec, idempotencyKey string) (domain.Session, error)
+	DeleteSession(ctx context.Context, id string) (domain.Session, error)
+	WaitSession(ctx context.Context, id string, done func(domain.Session) bool) (domain.Session, error)
 	Guest(ctx context.Context, id string) (coordinator.GuestTarget, error)
-	Suspend(ctx context.Context, id string) (store.Session, store.Op, error)
-	WaitOp(ctx context.Context, op store.Op) (store.Op, store.Session, error)
-	Resume(ctx context.Context, id string) (store.Session, error)
-	Snapshot(ctx context.Context, id string) (store.Snapshot, error)
-	PutOutbox(ctx context.Context, sessionID, id, kind string, payload json.RawMessage) (store.OutboxItem, error)
+	Suspend(ctx context.Context, id string) (domain.Session, domain.Op, error)
+	WaitOp(ctx context.Context, op domain.Op) (domain.Op, domain.Session, error)
+	Resume(ctx context.Context, id string) (domain.Session, error)
+	Snapshot(ctx context.Context, id string) (domain.Snapshot, error)
+	PutOutbox(ctx context.Context, sessionID, id, kind string, payload json.RawMessage) (domain.OutboxItem, error)
 
-	EnableImage(ctx context.Context, req coordinator.EnableImageRequest) (coordinator.ImageView, store.ImageJob, error)
-	RefreshImage(ctx context.Context, nameOrID string) (coordinator.ImageView, store.ImageJob, error)
+	EnableImage(ctx context.Context, req coordinator.EnableImageRequest) (coordinator.ImageView, domain.ImageJob, error)
+	RefreshImage(ctx context.Context, nameOrID string) (coordinator.ImageView, domain.ImageJob, error)
 	DisableImage(ctx context.Context, nameOrID string) (coordinator.ImageView, error)
 	Image(ctx context.Context, nameOrID string) (coordinator.ImageView, error)
 	Images(ctx context.Context, all bool) ([]coordinator.ImageView, error)
-	ImageJobs(ctx context.Context, nameOrID string) ([]store.ImageJob, error)
-	ImageJob(ctx context.Context, id string) (store.ImageJob, error)
+	ImageJobs(ctx context.Context, nameOrID string) ([]domain.ImageJob, error)
+	ImageJob(ctx context.Context, id string) (domain.ImageJob, error)
 
 	BuildHarness(ctx context.Context, req coordinator.BuildHarnessRequest) (coordinator.HarnessView, error)
 	AddHarness(ctx context.Context, tarball io.Reader) (coordinator.HarnessView, error)
@@ -48,34 +48,34 @@ type Coordinator interface {
 	UpdateProfile(ctx context.Context, nameOrID string, spec apiv1.ProfileSpec, version int64) (coordinator.ProfileView, error)
 	DeleteProfile(ctx context.Context, nameOrID string) (coordinator.ProfileView, error)
 
-	StartTask(ctx context.Context, req coordinator.StartTaskRequest) (store.Task, error)
-	SendTask(ctx context.Context, taskID, text string) (store.TaskEvent, error)
-	StopTask(ctx context.Context, taskID string) (store.Task, error)
+	StartTask(ctx context.Context, req coordinator.StartTaskRequest) (domain.Task, error)
+	SendTask(ctx context.Context, taskID, text string) (domain.TaskEvent, error)
+	StopTask(ctx context.Context, taskID string) (domain.Task, error)
 	TaskDiff(ctx context.Context, taskID string) ([]coordinator.RepoDiff, error)
-	TaskSession(ctx context.Context, taskID string) (store.Task, error)
+	TaskSession(ctx context.Context, taskID string) (domain.Task, error)
 }
 
 // Store is what the API reads, plus the host and token rows it manages.
 type Store interface {
-	GetSession(ctx context.Context, id string) (store.Session, error)
-	ListSessions(ctx context.Context, f store.SessionFilter) ([]store.Session, error)
-	ListOps(ctx context.Context, sessionID string) ([]store.Op, error)
-	ListSnapshots(ctx context.Context, sessionID string) ([]store.Snapshot, error)
-	ListOutbox(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]store.OutboxItem, error)
-	ListEvents(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]store.Event, error)
+	GetSession(ctx context.Context, id string) (domain.Session, error)
+	ListSessions(ctx context.Context, f domain.SessionFilter) ([]domain.Session, error)
+	ListOps(ctx context.Context, sessionID string) ([]domain.Op, error)
+	ListSnapshots(ctx context.Context, sessionID string) ([]domain.Snapshot, error)
+	ListOutbox(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]domain.OutboxItem, error)
+	ListEvents(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]domain.Event, error)
 	Subscribe(ctx context.Context, topic string) <-chan struct{}
-	GetHost(ctx context.Context, id string) (store.Host, error)
-	ListHosts(ctx context.Context) ([]store.Host, error)
-	SetHostState(ctx context.Context, id string, state store.HostState) error
-	CreateHost(ctx context.Context, h store.Host, tok store.Token) error
-	CreateToken(ctx context.Context, t store.Token) error
-	TokenByHash(ctx context.Context, hash string) (store.Token, error)
-	ListTokens(ctx context.Context) ([]store.Token, error)
+	GetHost(ctx context.Context, id string) (domain.Host, error)
+	ListHosts(ctx context.Context) ([]domain.Host, error)
+	SetHostState(ctx context.Context, id string, state domain.HostState) error
+	CreateHost(ctx context.Context, h domain.Host, tok domain.Token) error
+	CreateToken(ctx context.Context, t domain.Token) error
+	TokenByHash(ctx context.Context, hash string) (domain.Token, error)
+	ListTokens(ctx context.Context) ([]domain.Token, error)
 	RevokeToken(ctx context.Context, id string, at time.Time) error
-	GetTask(ctx context.Context, id string) (store.Task, error)
-	ListTasks(ctx context.Context, f store.TaskFilter) ([]store.Task, error)
-	ListTaskSessions(ctx context.Context, taskID string) ([]store.TaskSession, error)
-	ListTaskEvents(ctx context.Context, taskID string, afterSeq int64, limit int) ([]store.TaskEvent, error)
+	GetTask(ctx context.Context, id string) (domain.Task, error)
+	ListTasks(ctx context.Context, f domain.TaskFilter) ([]domain.Task, error)
+	ListTaskSessions(ctx context.Context, taskID string) ([]domain.TaskSession, error)
+	ListTaskEvents(ctx context.Context, taskID string, afterSeq int64, limit int) ([]domain.TaskEvent, error)
 }
 
 // Config tunes the API.

@@ -6,9 +6,8 @@ import (
 
 	"github.com/engrams/engrams/internal/api/apiv1"
 	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/hostlink"
-	"github.com/engrams/engrams/internal/lifecycle"
-	"github.com/engrams/engrams/internal/store"
 )
 
 func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
@@ -35,13 +34,13 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f := store.SessionFilter{HostID: q.Get("host")}
+	f := domain.SessionFilter{HostID: q.Get("host")}
 	if st := q.Get("state"); st != "" {
-		if !lifecycle.State(st).Valid() {
+		if !domain.SessionState(st).Valid() {
 			writeError(w, http.StatusBadRequest, "bad_request", "unknown state "+st)
 			return
 		}
-		f.States = []lifecycle.State{lifecycle.State(st)}
+		f.States = []domain.SessionState{domain.SessionState(st)}
 	}
 	ss, err := s.st.ListSessions(r.Context(), f)
 	if err != nil {
@@ -87,7 +86,7 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Get("wait") != "false" {
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.WaitTimeout)
 		defer cancel()
-		terminal := func(x store.Session) bool { return x.State.Terminal() }
+		terminal := func(x domain.Session) bool { return x.State.Terminal() }
 		if sess, err = s.co.WaitSession(ctx, sess.ID, terminal); err != nil {
 			s.fail(w, r, err)
 			return
@@ -96,7 +95,7 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, sessionOut(sess, nil))
 }
 
-func sessionOut(s store.Session, ops []store.Op) apiv1.Session {
+func sessionOut(s domain.Session, ops []domain.Op) apiv1.Session {
 	out := apiv1.Session{
 		ID: s.ID, State: string(s.State), DesiredState: s.DesiredState, HostID: s.HostID,
 		Epoch: s.Epoch, Reason: s.Reason, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
@@ -112,7 +111,7 @@ func sessionOut(s store.Session, ops []store.Op) apiv1.Session {
 	return out
 }
 
-func snapshotOut(s store.Snapshot) apiv1.Snapshot {
+func snapshotOut(s domain.Snapshot) apiv1.Snapshot {
 	return apiv1.Snapshot{ID: s.ID, ParentID: s.ParentID, HostID: s.HostID, Reason: s.Reason, Bytes: s.Bytes, Uploaded: s.Uploaded, CreatedAt: s.CreatedAt}
 }
 
@@ -183,6 +182,6 @@ func (s *Server) listOutbox(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func outboxOut(it store.OutboxItem) apiv1.OutboxItem {
+func outboxOut(it domain.OutboxItem) apiv1.OutboxItem {
 	return apiv1.OutboxItem{Seq: it.Seq, ID: it.ID, Kind: it.Kind, Payload: it.Payload, State: string(it.State), CreatedAt: it.CreatedAt}
 }

@@ -13,11 +13,11 @@ import (
 
 	"github.com/engrams/engrams/internal/api/apiv1"
 	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/guestapi"
-	"github.com/engrams/engrams/internal/store"
 )
 
-func taskOut(t store.Task) apiv1.Task {
+func taskOut(t domain.Task) apiv1.Task {
 	out := apiv1.Task{ID: t.ID, Title: t.Title, State: string(t.State), Error: t.Error, ProfileID: t.ProfileID,
 		ProfileVersion: t.ProfileVersion, SessionID: t.SessionID, EventSeq: t.EventSeq, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt}
 	var rec struct {
@@ -43,7 +43,7 @@ func (s *Server) startTask(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) {
-	var f store.TaskFilter
+	var f domain.TaskFilter
 	if p := r.URL.Query().Get("profile"); p != "" {
 		v, err := s.co.Profile(r.Context(), p)
 		if err != nil {
@@ -54,11 +54,11 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) {
 	}
 	if st := r.URL.Query().Get("state"); st != "" {
 		for _, v := range strings.Split(st, ",") {
-			if !store.TaskState(v).Valid() {
+			if !domain.TaskState(v).Valid() {
 				writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("unknown task state %q (starting, running, idle, stopped, failed)", v))
 				return
 			}
-			f.States = append(f.States, store.TaskState(v))
+			f.States = append(f.States, domain.TaskState(v))
 		}
 	}
 	ts, err := s.st.ListTasks(r.Context(), f)
@@ -190,7 +190,7 @@ func (s *Server) taskEvents(w http.ResponseWriter, r *http.Request) {
 		return out, err
 	}, func(ctx context.Context, after int64) bool {
 		t, err := s.st.GetTask(ctx, id)
-		return err == nil && (t.State == store.TaskStopped || t.State == store.TaskFailed) && t.EventSeq <= after
+		return err == nil && (t.State == domain.TaskStopped || t.State == domain.TaskFailed) && t.EventSeq <= after
 	})
 }
 

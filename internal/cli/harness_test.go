@@ -19,6 +19,7 @@ import (
 	"github.com/engrams/engrams/internal/cli"
 	"github.com/engrams/engrams/internal/client/clienttest"
 	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/harness"
 	"github.com/engrams/engrams/internal/secret"
 	"github.com/engrams/engrams/internal/store"
@@ -30,11 +31,11 @@ import (
 // not used by the agent routes.
 type tokenStore struct{ api.Store }
 
-func (tokenStore) TokenByHash(_ context.Context, hash string) (store.Token, error) {
+func (tokenStore) TokenByHash(_ context.Context, hash string) (domain.Token, error) {
 	if hash == coordinator.HashToken(clienttest.Token) {
-		return store.Token{ID: "t1", Kind: store.TokenUser}, nil
+		return domain.Token{ID: "t1", Kind: domain.TokenUser}, nil
 	}
-	return store.Token{}, store.ErrNotFound
+	return domain.Token{}, store.ErrNotFound
 }
 
 // agentServer is the real API over a coordinator with SQLite, a secrets
@@ -90,7 +91,7 @@ func newAgentServer(t *testing.T) *agentServer {
 func (s *agentServer) seed(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
-	if err := s.st.CreateImage(ctx, store.Image{ID: "img-py", Name: "py", Ref: "reg/python:3.12", Digest: "sha256:0123456789abcdef",
+	if err := s.st.CreateImage(ctx, domain.Image{ID: "img-py", Name: "py", Ref: "reg/python:3.12", Digest: "sha256:0123456789abcdef",
 		Config: json.RawMessage(`{"libc":"glibc"}`), Manifests: json.RawMessage(`{"rootfs":{}}`), BaseID: "b"}); err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +103,7 @@ func (s *agentServer) seed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.st.PutHarness(ctx, store.Harness{ID: "h-cc", Name: d.Name, Version: d.Version, Descriptor: desc,
+	if _, err := s.st.PutHarness(ctx, domain.Harness{ID: "h-cc", Name: d.Name, Version: d.Version, Descriptor: desc,
 		Manifest: json.RawMessage(`{"version":2,"chunk_size":4194304,"size":188743680,"chunks":[]}`), Digest: "sha256:cc00112233445566",
 		Builtin: true, CreatedAt: clienttest.BaseTime()}); err != nil {
 		t.Fatal(err)

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/hostlink"
-	"github.com/engrams/engrams/internal/lifecycle"
 	"github.com/engrams/engrams/internal/store"
 	"github.com/engrams/engrams/internal/store/sqlite"
 )
@@ -240,13 +240,13 @@ func (e *env) addHostWith(t *testing.T, name string, n int, hf hostlink.Facts) (
 	t.Helper()
 	ctx := context.Background()
 	id := "host-" + name
-	if err := e.st.CreateHost(ctx, store.Host{ID: id, Name: name, State: store.HostNew, CreatedAt: time.Now()},
-		store.Token{ID: "tok-" + name, Name: name, Kind: store.TokenHost, HostID: id, Prefix: "p", Hash: HashToken("secret-" + name), CreatedAt: time.Now()}); err != nil {
+	if err := e.st.CreateHost(ctx, domain.Host{ID: id, Name: name, State: domain.HostNew, CreatedAt: time.Now()},
+		domain.Token{ID: "tok-" + name, Name: name, Kind: domain.TokenHost, HostID: id, Prefix: "p", Hash: HashToken("secret-" + name), CreatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	capa, _ := json.Marshal(hostlink.Capacity{MemoryMiB: 256 * n, VCPUs: n})
 	facts, _ := json.Marshal(hf)
-	if err := e.st.RegisterHost(ctx, store.Host{ID: id, Name: name, Facts: facts, Capacity: capa, ReplicaID: "r1", LastHeartbeat: time.Now(), ConnectedAt: time.Now()}); err != nil {
+	if err := e.st.RegisterHost(ctx, domain.Host{ID: id, Name: name, Facts: facts, Capacity: capa, ReplicaID: "r1", LastHeartbeat: time.Now(), ConnectedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	h := &fakeHost{machines: map[string]int64{}, epochs: map[string]int64{}, applied: map[string]int64{}, snaps: e.fleet.snaps}
@@ -284,11 +284,11 @@ func (e *env) keepAlive(t *testing.T, id string) (stop func()) {
 	return stop
 }
 
-func (e *env) wait(t *testing.T, id string, want lifecycle.State) store.Session {
+func (e *env) wait(t *testing.T, id string, want domain.SessionState) domain.Session {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := e.co.WaitSession(ctx, id, func(s store.Session) bool { return s.State == want })
+	s, err := e.co.WaitSession(ctx, id, func(s domain.Session) bool { return s.State == want })
 	if err != nil {
 		t.Fatalf("session %s never reached %s (reason %q): %v", id, want, s.Reason, err)
 	}
@@ -304,7 +304,7 @@ func TestCreateBootsOnAHostAndDeleteDestroys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s = e.wait(t, s.ID, lifecycle.Active)
+	s = e.wait(t, s.ID, domain.SessionActive)
 	if s.HostID != hostID || !h.running(s.ID) {
 		t.Fatalf("active on %q, running=%v; want on %s", s.HostID, h.running(s.ID), hostID)
 	}
@@ -315,7 +315,7 @@ func TestCreateBootsOnAHostAndDeleteDestroys(t *testing.T) {
 	if _, err := e.co.DeleteSession(ctx, s.ID); err != nil {
 		t.Fatal(err)
 	}
-	e.wait(t, s.ID, lifecycle.Completed)
+	e.wait(t, s.ID, domain.SessionCompleted)
 	if h.running(s.ID) {
 		t.Fatal("machine still running after delete")
 	}
@@ -339,14 +339,14 @@ func TestCreateFailures(t *testing.T) {
 		name       string
 		setup      func(t *testing.T, e *env)
 		spec       domain.SessionSpec
-		wantState  lifecycle.State
+		wantState  domain.SessionState
 		wantReason string
 	}{
-		{name: "no hosts", wantState: lifecycle.Dead, wantReason: "no hosts are registered"},
+		{name: "no hosts", wantState: domain.SessionDead, wantReason: "no hosts are registered"},
 		{name: "boot fails", setup: func(t *testing.T, e *env) { _, h := e.addHost(t, "a", 2); h.failBoot = true },
-			wantState: lifecycle.Dead, wantReason: "kernel panic"},
+			wantState: domain.SessionDead, wantReason: "kernel panic"},
 		{name: "too big for any host", setup: func(t *testing.T, e *env) { e.addHost(t, "a", 1) },
-			spec: domain.SessionSpec{MemoryMiB: 512}, wantState: lifecycle.Dead, wantReason: "256 MiB free, 512 MiB asked"},
+			spec: domain.SessionSpec{MemoryMiB: 512}, wantState: domain.SessionDead, wantReason: "256 MiB free, 512 MiB asked"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -381,7 +381,7 @@ func TestCreateRejectsBadSpecs(t *testing.T) {
 			t.Errorf("spec %+v: err %v, want ErrInvalid", spec, err)
 		}
 	}
-	if ss, _ := e.st.ListSessions(context.Background(), store.SessionFilter{}); len(ss) != 0 {
+	if ss, _ := e.st.ListSessions(context.Background(), domain.SessionFilter{}); len(ss) != 0 {
 		t.Fatalf("bad input created %d sessions", len(ss))
 	}
 }
@@ -406,14 +406,14 @@ func TestHostLostMakesActiveSessionsDead(t *testing.T) {
 	hostID, _ := e.addHost(t, "a", 4)
 	stop := e.keepAlive(t, hostID)
 	s, _ := e.co.CreateSession(context.Background(), domain.SessionSpec{}, "")
-	e.wait(t, s.ID, lifecycle.Active)
+	e.wait(t, s.ID, domain.SessionActive)
 	stop() // heartbeats stop: the host goes lost and its session dies
-	s = e.wait(t, s.ID, lifecycle.Dead)
+	s = e.wait(t, s.ID, domain.SessionDead)
 	if !strings.Contains(s.Reason, hostID) {
 		t.Fatalf("reason %q does not name the host", s.Reason)
 	}
 	h, _ := e.st.GetHost(context.Background(), hostID)
-	if h.State != store.HostLost {
+	if h.State != domain.HostLost {
 		t.Fatalf("host state %s, want lost", h.State)
 	}
 	owned, err := e.co.owned(context.Background(), hostID)
@@ -431,16 +431,16 @@ func TestDeleteSupersedesCreate(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.addHost(t, "a", 4)
-	s = e.wait(t, s.ID, lifecycle.Completed)
+	s = e.wait(t, s.ID, domain.SessionCompleted)
 	// The op is finished just after its last transition lands.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ops, _ := e.st.ListOps(context.Background(), s.ID)
-		kinds := map[store.OpKind]store.OpState{}
+		kinds := map[domain.OpKind]domain.OpState{}
 		for _, o := range ops {
 			kinds[o.Kind] = o.State
 		}
-		if kinds[store.OpDestroy] == store.OpSucceeded && kinds[store.OpCreate] == store.OpSuperseded {
+		if kinds[domain.OpDestroy] == domain.OpSucceeded && kinds[domain.OpCreate] == domain.OpSuperseded {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -455,8 +455,8 @@ func TestRegisterAndHeartbeatReportOwnership(t *testing.T) {
 	e := newEnv(t, Config{})
 	hostID, _ := e.addHost(t, "a", 4)
 	s, _ := e.co.CreateSession(context.Background(), domain.SessionSpec{}, "")
-	s = e.wait(t, s.ID, lifecycle.Active)
-	if err := e.st.SetHostState(context.Background(), hostID, store.HostLost); err != nil {
+	s = e.wait(t, s.ID, domain.SessionActive)
+	if err := e.st.SetHostState(context.Background(), hostID, domain.HostLost); err != nil {
 		t.Fatal(err)
 	}
 	body := `{"capacity":{"memory_mib":1024,"vcpus":4}}`
@@ -471,7 +471,7 @@ func TestRegisterAndHeartbeatReportOwnership(t *testing.T) {
 	if len(hb.Owned) != 1 || hb.Owned[0].SessionID != s.ID || hb.Owned[0].Epoch != s.Epoch {
 		t.Fatalf("owned %+v, want %s@%d", hb.Owned, s.ID, s.Epoch)
 	}
-	if h, _ := e.st.GetHost(context.Background(), hostID); h.State != store.HostReady {
+	if h, _ := e.st.GetHost(context.Background(), hostID); h.State != domain.HostReady {
 		t.Fatalf("returning host is %s, want ready", h.State)
 	}
 }
@@ -507,7 +507,7 @@ func TestCapacityRefusalPlacesElsewhere(t *testing.T) {
 	a.full = true
 	bID, _ := e.addHost(t, "b", 2)
 	s, _ := e.co.CreateSession(context.Background(), domain.SessionSpec{}, "")
-	s = e.wait(t, s.ID, lifecycle.Active)
+	s = e.wait(t, s.ID, domain.SessionActive)
 	if s.HostID != bID {
 		t.Fatalf("active on %s, want %s after a's refusal", s.HostID, bID)
 	}
@@ -521,7 +521,7 @@ func TestUnreachableHostIsRetriedNotFatal(t *testing.T) {
 	e.fleet.down[id] = 2 // the first two calls find no link
 	e.fleet.mu.Unlock()
 	s, _ := e.co.CreateSession(context.Background(), domain.SessionSpec{}, "")
-	s = e.wait(t, s.ID, lifecycle.Active)
+	s = e.wait(t, s.ID, domain.SessionActive)
 	ops, _ := e.st.ListOps(context.Background(), s.ID)
 	if len(ops) != 1 || ops[0].Attempts < 3 {
 		t.Fatalf("ops %+v: want one create op claimed 3+ times", ops)

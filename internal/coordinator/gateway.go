@@ -13,8 +13,7 @@ import (
 	"net/url"
 	"sync"
 
-	"github.com/engrams/engrams/internal/hostlink"
-	"github.com/engrams/engrams/internal/lifecycle"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -124,7 +123,7 @@ func (c *Coordinator) createGatewayKey(ctx context.Context) ([]byte, error) {
 		return nil, fmt.Errorf("seal gateway key: %w", err)
 	}
 	meta, _ := json.Marshal(map[string]string{"purpose": "model gateway placeholders"})
-	err = c.st.PutSecret(ctx, store.Secret{ID: id, Kind: gatewayKeyKind, Name: gatewayKeyName, Sealed: sealed, Meta: meta, CreatedAt: c.now()})
+	err = c.st.PutSecret(ctx, domain.Secret{ID: id, Kind: gatewayKeyKind, Name: gatewayKeyName, Sealed: sealed, Meta: meta, CreatedAt: c.now()})
 	if errors.Is(err, store.ErrConflict) { // another replica made it first
 		return c.readGatewayKey(ctx)
 	}
@@ -138,9 +137,9 @@ func (c *Coordinator) createGatewayKey(ctx context.Context) ([]byte, error) {
 // gatewayLive reports whether a session in state st may use the gateway:
 // its machine exists and may be running a harness (booting, running,
 // being captured, or restored before the coordinator recorded it).
-func gatewayLive(st lifecycle.State) bool {
+func gatewayLive(st domain.SessionState) bool {
 	switch st {
-	case lifecycle.Starting, lifecycle.Active, lifecycle.Suspending, lifecycle.Resuming:
+	case domain.SessionStarting, domain.SessionActive, domain.SessionSuspending, domain.SessionResuming:
 		return true
 	}
 	return false
@@ -207,7 +206,7 @@ func (c *Coordinator) gatewayTaskLive(ctx context.Context, sid domain.SessionID)
 	if err != nil {
 		return fmt.Errorf("gateway: find the task of session %s: %w", sid, err)
 	}
-	if t.State == store.TaskStopped || t.State == store.TaskFailed {
+	if t.State == domain.TaskStopped || t.State == domain.TaskFailed {
 		return &gatewayRefusal{status: http.StatusForbidden, msg: "the task was stopped",
 			cause: fmt.Errorf("task %s is %s", t.ID, t.State)}
 	}
@@ -236,7 +235,7 @@ func (c *Coordinator) gatewaySecret(ctx context.Context, g domain.CredentialGran
 }
 
 // gatewayBase is the secret's meta base_url, or its kind's default.
-func gatewayBase(s store.Secret) (*url.URL, error) {
+func gatewayBase(s domain.Secret) (*url.URL, error) {
 	var meta struct {
 		BaseURL string `json:"base_url"`
 	}

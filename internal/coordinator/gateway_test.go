@@ -18,9 +18,8 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/hostlink"
-	"github.com/engrams/engrams/internal/lifecycle"
-	"github.com/engrams/engrams/internal/store"
 	"github.com/engrams/engrams/internal/store/sqlite"
 )
 
@@ -136,7 +135,7 @@ func newGatewayEnv(t *testing.T, cfg Config, tls bool, trust bool) *gwEnv {
 }
 
 // secret stores a model key the gateway may use.
-func (g *gwEnv) secret(t *testing.T, kind, name, value, baseURL string) store.Secret {
+func (g *gwEnv) secret(t *testing.T, kind, name, value, baseURL string) domain.Secret {
 	t.Helper()
 	v, err := g.co.CreateSecret(context.Background(), SecretRequest{Name: name, Kind: kind, Value: []byte(value), Meta: apiv1.SecretMeta{BaseURL: baseURL}})
 	if err != nil {
@@ -146,7 +145,7 @@ func (g *gwEnv) secret(t *testing.T, kind, name, value, baseURL string) store.Se
 }
 
 // session starts an Active session on host-a granted these secrets.
-func (g *gwEnv) session(t *testing.T, grants ...store.Secret) store.Session {
+func (g *gwEnv) session(t *testing.T, grants ...domain.Secret) domain.Session {
 	t.Helper()
 	spec := domain.SessionSpec{IdleTimeoutSec: -1}
 	for _, s := range grants {
@@ -156,7 +155,7 @@ func (g *gwEnv) session(t *testing.T, grants ...store.Secret) store.Session {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return g.wait(t, s.ID, lifecycle.Active)
+	return g.wait(t, s.ID, domain.SessionActive)
 }
 
 func (g *gwEnv) placeholder(t *testing.T, sid, kind string) string {
@@ -263,7 +262,7 @@ func TestGatewayRefusals(t *testing.T) {
 	if _, err := g.co.DeleteSession(context.Background(), gone.ID); err != nil {
 		t.Fatal(err)
 	}
-	g.wait(t, gone.ID, lifecycle.Completed)
+	g.wait(t, gone.ID, domain.SessionCompleted)
 	const ak = apiv1.SecretAnthropicAPIKey
 	tests := []struct {
 		name, host, sid, kind, header, key string
@@ -333,7 +332,7 @@ func TestGatewayHidesInternalErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := g.wait(t, created.ID, lifecycle.Active)
+	s := g.wait(t, created.ID, domain.SessionActive)
 	resp := g.send(t, "host-a", s.ID, http.MethodPost, "/anthropic_api_key/v1/messages",
 		map[string]string{"X-Api-Key": g.placeholder(t, s.ID, apiv1.SecretAnthropicAPIKey)}, `{}`)
 	body := readAll(t, resp)
@@ -379,22 +378,22 @@ func TestGatewayRefusesStoppedTask(t *testing.T) {
 	g := newGatewayEnv(t, Config{}, false, false)
 	ctx := context.Background()
 	ant := g.secret(t, apiv1.SecretAnthropicAPIKey, "ant", "sk-ant-REAL", g.upTS.URL)
-	p, err := g.st.CreateProfile(ctx, store.Profile{ID: "p1", Name: "p", Spec: json.RawMessage(`{}`), CreatedAt: time.Now()})
+	p, err := g.st.CreateProfile(ctx, domain.Profile{ID: "p1", Name: "p", Spec: json.RawMessage(`{}`), CreatedAt: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
-		state  store.TaskState
+		state  domain.TaskState
 		status int
 	}{
-		{store.TaskRunning, http.StatusOK},
-		{store.TaskIdle, http.StatusOK},
-		{store.TaskStopped, http.StatusForbidden},
-		{store.TaskFailed, http.StatusForbidden},
+		{domain.TaskRunning, http.StatusOK},
+		{domain.TaskIdle, http.StatusOK},
+		{domain.TaskStopped, http.StatusForbidden},
+		{domain.TaskFailed, http.StatusForbidden},
 	}
 	for _, tt := range tests {
 		s := g.session(t, ant)
-		task, err := g.st.CreateTask(ctx, store.Task{ID: "task-" + string(tt.state), ProfileID: p.ID, ProfileVersion: p.Version,
+		task, err := g.st.CreateTask(ctx, domain.Task{ID: "task-" + string(tt.state), ProfileID: p.ID, ProfileVersion: p.Version,
 			Receipt: json.RawMessage(`{}`), SessionID: s.ID, CreatedAt: time.Now()})
 		if err != nil {
 			t.Fatal(err)

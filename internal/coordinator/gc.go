@@ -8,8 +8,7 @@ import (
 
 	"github.com/engrams/engrams/internal/blob"
 	"github.com/engrams/engrams/internal/chunk"
-	"github.com/engrams/engrams/internal/lifecycle"
-	"github.com/engrams/engrams/internal/store"
+	"github.com/engrams/engrams/internal/domain"
 )
 
 // GCConfig tunes chunk garbage collection.
@@ -50,7 +49,7 @@ func (c *Coordinator) RunGC(ctx context.Context, bs blob.Store, cfg GCConfig) er
 // GC is one pass: it drops the snapshot rows of terminal sessions, then
 // sweeps chunks that no remaining snapshot's manifests name.
 func (c *Coordinator) GC(ctx context.Context, bs blob.Store, cfg GCConfig) (chunk.SweepStats, error) {
-	done, err := c.st.ListSessions(ctx, store.SessionFilter{States: []lifecycle.State{lifecycle.Completed, lifecycle.Dead}})
+	done, err := c.st.ListSessions(ctx, domain.SessionFilter{States: []domain.SessionState{domain.SessionCompleted, domain.SessionDead}})
 	if err != nil {
 		return chunk.SweepStats{}, fmt.Errorf("gc: list terminal sessions: %w", err)
 	}
@@ -65,7 +64,7 @@ func (c *Coordinator) GC(ctx context.Context, bs blob.Store, cfg GCConfig) (chun
 	// Read the reachable set before listing chunks: a snapshot committed
 	// after this point has chunks younger than the grace period.
 	live := map[string]bool{}
-	err = c.st.ForEachSnapshot(ctx, func(sn store.Snapshot) error {
+	err = c.st.ForEachSnapshot(ctx, func(sn domain.Snapshot) error {
 		return markLive(live, sn.Manifests, "snapshot "+sn.ID)
 	})
 	if err != nil {
@@ -78,7 +77,7 @@ func (c *Coordinator) GC(ctx context.Context, bs blob.Store, cfg GCConfig) (chun
 		return chunk.SweepStats{}, fmt.Errorf("gc: list images: %w", err)
 	}
 	for _, img := range imgs {
-		if img.State == store.ImageDisabled || len(img.Manifests) == 0 {
+		if img.State == domain.ImageDisabled || len(img.Manifests) == 0 {
 			continue
 		}
 		if err := markLive(live, img.Manifests, "image "+img.ID); err != nil {

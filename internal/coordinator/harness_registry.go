@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/internal/chunk"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/harness"
 	"github.com/engrams/engrams/internal/store"
 )
@@ -35,7 +36,7 @@ type ChunkPutter interface {
 
 // HarnessView is a registered harness with its descriptor decoded.
 type HarnessView struct {
-	Harness    store.Harness
+	Harness    domain.Harness
 	Descriptor harness.Descriptor
 	SizeBytes  int64 // the bundle image's size
 }
@@ -354,7 +355,7 @@ func (c *Coordinator) putHarness(ctx context.Context, bundle harness.Bundle, man
 	if err != nil {
 		return HarnessView{}, err
 	}
-	h, err := c.st.PutHarness(ctx, store.Harness{ID: c.newID(), Name: d.Name, Version: d.Version, Descriptor: desc,
+	h, err := c.st.PutHarness(ctx, domain.Harness{ID: c.newID(), Name: d.Name, Version: d.Version, Descriptor: desc,
 		Manifest: raw, Digest: bundle.Digest, Builtin: builtin, CreatedAt: c.now()})
 	if errors.Is(err, store.ErrConflict) {
 		other, ferr := c.st.FindHarness(ctx, d.Name, d.Version)
@@ -380,7 +381,7 @@ func kindWord(builtin bool) string {
 	return "custom"
 }
 
-func harnessView(h store.Harness) (HarnessView, error) {
+func harnessView(h domain.Harness) (HarnessView, error) {
 	d, err := harness.ParseDescriptor(h.Descriptor)
 	if err != nil {
 		return HarnessView{}, fmt.Errorf("harness %s@%s: %w", h.Name, h.Version, err)

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/harness"
-	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -59,7 +59,7 @@ func libcOrNone(libc string) string {
 }
 
 // sessionHarness returns the bundle a session was created with.
-func (c *Coordinator) sessionHarness(ctx context.Context, spec domain.SessionSpec) (store.Harness, error) {
+func (c *Coordinator) sessionHarness(ctx context.Context, spec domain.SessionSpec) (domain.Harness, error) {
 	h, err := c.st.GetHarness(ctx, spec.HarnessID)
 	if err != nil {
 		return h, fmt.Errorf("harness %s of the session: %w", spec.Harness, err)

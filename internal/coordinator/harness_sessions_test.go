@@ -8,14 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/harness"
-	"github.com/engrams/engrams/internal/hostlink"
-	"github.com/engrams/engrams/internal/lifecycle"
-	"github.com/engrams/engrams/internal/store"
 )
 
 // putHarness registers a harness that needs libc, with a made-up bundle manifest.
-func putHarness(t *testing.T, e *env, name, version, libc string) store.Harness {
+func putHarness(t *testing.T, e *env, name, version, libc string) domain.Harness {
 	t.Helper()
 	d := harness.Descriptor{Format: harness.DescriptorFormat, Name: name, Version: version, Entrypoint: []string{"bin/agent"},
 		Protocol: harness.ProtocolShell, Requires: harness.Requires{Libc: libc}}
@@ -23,7 +21,7 @@ func putHarness(t *testing.T, e *env, name, version, libc string) store.Harness 
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := e.st.PutHarness(context.Background(), store.Harness{ID: name + "-" + version, Name: name, Version: version,
+	h, err := e.st.PutHarness(context.Background(), domain.Harness{ID: name + "-" + version, Name: name, Version: version,
 		Descriptor: desc, Manifest: json.RawMessage(`{"version":2,"chunk_size":4194304,"size":1,"chunks":["zero"]}`),
 		Digest: "sha256:" + name + version, CreatedAt: time.Now()})
 	if err != nil {
@@ -43,7 +41,7 @@ func TestHarnessSessions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if job = waitJob(t, e, job.ID); job.State != store.JobReady {
+	if job = waitJob(t, e, job.ID); job.State != domain.JobReady {
 		t.Fatalf("job %+v", job)
 	}
 	putHarness(t, e, "glibc-agent", "1.0", harness.LibcGlibc)
@@ -71,7 +69,7 @@ func TestHarnessSessions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.wait(t, s.ID, lifecycle.Active)
+	e.wait(t, s.ID, domain.SessionActive)
 	h.mu.Lock()
 	last := h.starts[len(h.starts)-1]
 	h.mu.Unlock()
@@ -84,14 +82,14 @@ func TestHarnessSessions(t *testing.T) {
 	noHarness.Backend.Harness = false
 	otherID, _ := e.addHostWith(t, "b", 8, noHarness)
 	e.keepAlive(t, otherID)
-	if err := e.st.SetHostState(ctx, hostID, store.HostLost); err != nil {
+	if err := e.st.SetHostState(ctx, hostID, domain.HostLost); err != nil {
 		t.Fatal(err)
 	}
 	s2, err := e.co.CreateSession(ctx, domain.SessionSpec{Harness: "static-agent@1.0"}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := e.wait(t, s2.ID, lifecycle.Dead); !strings.Contains(got.Reason, "cannot attach a harness bundle") {
+	if got := e.wait(t, s2.ID, domain.SessionDead); !strings.Contains(got.Reason, "cannot attach a harness bundle") {
 		t.Fatalf("reason %q", got.Reason)
 	}
 }

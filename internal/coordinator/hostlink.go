@@ -10,8 +10,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/hostlink"
-	"github.com/engrams/engrams/internal/lifecycle"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -28,7 +28,7 @@ func HashToken(secret string) string {
 // AuthenticateHost maps a host token to its host id.
 func (c *Coordinator) AuthenticateHost(ctx context.Context, secret string) (string, error) {
 	t, err := c.st.TokenByHash(ctx, HashToken(secret))
-	if errors.Is(err, store.ErrNotFound) || (err == nil && t.Kind != store.TokenHost) {
+	if errors.Is(err, store.ErrNotFound) || (err == nil && t.Kind != domain.TokenHost) {
 		return "", fmt.Errorf("%w: not a valid host token (create one with `engrams host create NAME`)", ErrUnauthorized)
 	}
 	if err != nil {
@@ -64,7 +64,7 @@ func (c *Coordinator) handleRegister(w http.ResponseWriter, r *http.Request) {
 	req.Capacity.CachedSnapshots = req.Snapshots
 	capa, _ := json.Marshal(req.Capacity)
 	now := c.now()
-	err = c.st.RegisterHost(r.Context(), store.Host{
+	err = c.st.RegisterHost(r.Context(), domain.Host{
 		ID: hostID, Name: old.Name, Facts: facts, Capacity: capa,
 		ReplicaID: c.cfg.ReplicaID, ReplicaAddr: c.cfg.ReplicaAddr,
 		ProtocolVersion: hostlink.Version, LastHeartbeat: now, ConnectedAt: now,
@@ -99,7 +99,7 @@ func (c *Coordinator) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 		writeLinkError(w, http.StatusInternalServerError, "internal", "heartbeat: "+err.Error())
 		return
 	}
-	if state == store.HostLost {
+	if state == domain.HostLost {
 		// Its sessions were already handed to recovery; the host itself may
 		// take new work again (unless an admin drains it meanwhile).
 		if _, err := c.st.ReviveHost(r.Context(), hostID); err != nil {
@@ -123,15 +123,15 @@ func (c *Coordinator) owned(ctx context.Context, hostID domain.HostID) ([]hostli
 	return ownership(ss), err
 }
 
-func (c *Coordinator) ownedSessions(ctx context.Context, hostID domain.HostID) ([]store.Session, error) {
-	ss, err := c.st.ListSessions(ctx, store.SessionFilter{HostID: hostID, States: vmStates()})
+func (c *Coordinator) ownedSessions(ctx context.Context, hostID domain.HostID) ([]domain.Session, error) {
+	ss, err := c.st.ListSessions(ctx, domain.SessionFilter{HostID: hostID, States: vmStates()})
 	if err != nil {
 		return nil, fmt.Errorf("list sessions of host %s: %w", hostID, err)
 	}
 	return ss, nil
 }
 
-func ownership(ss []store.Session) []hostlink.Ownership {
+func ownership(ss []domain.Session) []hostlink.Ownership {
 	out := make([]hostlink.Ownership, 0, len(ss))
 	for _, s := range ss {
 		out = append(out, hostlink.Ownership{SessionID: s.ID, Epoch: s.Epoch})
@@ -141,7 +141,7 @@ func ownership(ss []store.Session) []hostlink.Ownership {
 
 // recordActivity moves sessions' idle clocks forward from what the host saw
 // (guest requests through it), writing only when it moved by a second.
-func (c *Coordinator) recordActivity(ctx context.Context, ms []hostlink.MachineStatus, ss []store.Session) {
+func (c *Coordinator) recordActivity(ctx context.Context, ms []hostlink.MachineStatus, ss []domain.Session) {
 	last := make(map[string]time.Time, len(ss))
 	for _, s := range ss {
 		last[s.ID] = s.LastActivity
@@ -178,10 +178,10 @@ func (c *Coordinator) lease() time.Duration {
 // recoverExited hands Active sessions whose machine the host reports
 // exited (at the epoch the coordinator knows) to recovery. Other states are
 // left to their op: a suspend or delete destroys the machine on purpose.
-func (c *Coordinator) recoverExited(ctx context.Context, hostID domain.HostID, ms []hostlink.MachineStatus, ss []store.Session) {
+func (c *Coordinator) recoverExited(ctx context.Context, hostID domain.HostID, ms []hostlink.MachineStatus, ss []domain.Session) {
 	active := make(map[string]int64, len(ss))
 	for _, s := range ss {
-		if s.State == lifecycle.Active {
+		if s.State == domain.SessionActive {
 			active[s.ID] = s.Epoch
 		}
 	}
@@ -207,14 +207,14 @@ func (c *Coordinator) recoverExited(ctx context.Context, hostID domain.HostID, m
 // link; deleting ones to their destroy op; suspending ones to their evict
 // op (the machine may be gone because its snapshot was uploaded: the
 // retried capture gets that snapshot again, or not_found and recovers).
-func (c *Coordinator) recoverMissing(ctx context.Context, hostID domain.HostID, ms []hostlink.MachineStatus, ss []store.Session) {
+func (c *Coordinator) recoverMissing(ctx context.Context, hostID domain.HostID, ms []hostlink.MachineStatus, ss []domain.Session) {
 	has := make(map[string]bool, len(ms))
 	for _, m := range ms {
 		has[m.SessionID] = m.State != "exited"
 	}
 	for _, s := range ss {
-		if has[s.ID] || s.State == lifecycle.Starting || s.State == lifecycle.Resuming || s.State == lifecycle.Deleting ||
-			s.State == lifecycle.Suspending {
+		if has[s.ID] || s.State == domain.SessionStarting || s.State == domain.SessionResuming || s.State == domain.SessionDeleting ||
+			s.State == domain.SessionSuspending {
 			continue
 		}
 		c.log.Warn("host registered without a machine it owns", "host_id", hostID, "session_id", s.ID, "state", s.State)

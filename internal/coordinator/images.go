@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/store"
 )
@@ -26,7 +27,7 @@ const (
 )
 
 // ImageConfig is how an image's sessions run; it is the JSON of
-// store.Image.Config.
+// domain.Image.Config.
 type ImageConfig struct {
 	Env            map[string]string `json:"env,omitempty"`
 	MemoryMiB      int               `json:"memory_mib"`
@@ -72,18 +73,18 @@ const (
 
 // ImageView is an image with what callers show about it.
 type ImageView struct {
-	Image      store.Image
+	Image      domain.Image
 	Config     ImageConfig
 	State      string          // ImagePending, ImageReady, ImageFailed, ImageDisabled
 	Credential string          // "user@registry" or "token@registry"; "" for anonymous pulls
 	Facts      *hostlink.Facts // of the base snapshot's host
 	ReadyHosts []string        // hosts whose heartbeat lists the base snapshot cached
-	LastJob    *store.ImageJob
+	LastJob    *domain.ImageJob
 }
 
 // usable reports whether sessions can start from img: it has a base snapshot.
-func usable(img store.Image) bool {
-	return img.State == store.ImageReady && img.BaseID != "" && len(img.Manifests) > 0
+func usable(img domain.Image) bool {
+	return img.State == domain.ImageReady && img.BaseID != "" && len(img.Manifests) > 0
 }
 
 // checkImageConfig validates and fills defaults of cfg.
@@ -152,7 +153,7 @@ func defaultImageName(ref string) string {
 }
 
 // decodeImageConfig reads img's config.
-func decodeImageConfig(img store.Image) (ImageConfig, error) {
+func decodeImageConfig(img domain.Image) (ImageConfig, error) {
 	var cfg ImageConfig
 	if len(img.Config) == 0 {
 		return cfg, nil
@@ -164,7 +165,7 @@ func decodeImageConfig(img store.Image) (ImageConfig, error) {
 }
 
 // findImage returns the live image named nameOrID, else the image with that id.
-func (c *Coordinator) findImage(ctx context.Context, nameOrID string) (store.Image, error) {
+func (c *Coordinator) findImage(ctx context.Context, nameOrID string) (domain.Image, error) {
 	img, err := c.st.GetImageByName(ctx, nameOrID)
 	if errors.Is(err, store.ErrNotFound) {
 		img, err = c.st.GetImage(ctx, nameOrID)
@@ -176,7 +177,7 @@ func (c *Coordinator) findImage(ctx context.Context, nameOrID string) (store.Ima
 }
 
 // view assembles what callers show about img.
-func (c *Coordinator) view(ctx context.Context, img store.Image) (ImageView, error) {
+func (c *Coordinator) view(ctx context.Context, img domain.Image) (ImageView, error) {
 	v := ImageView{Image: img}
 	var err error
 	if v.Config, err = decodeImageConfig(img); err != nil {
@@ -206,11 +207,11 @@ func (c *Coordinator) view(ctx context.Context, img store.Image) (ImageView, err
 		v.LastJob = &last
 	}
 	switch {
-	case img.State == store.ImageDisabled:
+	case img.State == domain.ImageDisabled:
 		v.State = ImageDisabled
 	case usable(img):
 		v.State = ImageReady
-	case v.LastJob != nil && v.LastJob.State == store.JobFailed:
+	case v.LastJob != nil && v.LastJob.State == domain.JobFailed:
 		v.State = ImageFailed
 	default:
 		v.State = ImagePending
@@ -233,7 +234,7 @@ func (c *Coordinator) hostsCaching(ctx context.Context, id string) ([]string, er
 	var out []string
 	for _, h := range hosts {
 		var capa hostlink.Capacity
-		if h.State != store.HostReady || len(h.Capacity) == 0 || json.Unmarshal(h.Capacity, &capa) != nil {
+		if h.State != domain.HostReady || len(h.Capacity) == 0 || json.Unmarshal(h.Capacity, &capa) != nil {
 			continue
 		}
 		if slices.Contains(capa.CachedSnapshots, id) {
@@ -260,7 +261,7 @@ func (c *Coordinator) Images(ctx context.Context, all bool) ([]ImageView, error)
 	}
 	out := make([]ImageView, 0, len(imgs))
 	for _, img := range imgs {
-		if img.State == store.ImageDisabled && !all {
+		if img.State == domain.ImageDisabled && !all {
 			continue
 		}
 		v, err := c.view(ctx, img)
@@ -273,7 +274,7 @@ func (c *Coordinator) Images(ctx context.Context, all bool) ([]ImageView, error)
 }
 
 // ImageJobs lists an image's jobs, oldest first.
-func (c *Coordinator) ImageJobs(ctx context.Context, nameOrID string) ([]store.ImageJob, error) {
+func (c *Coordinator) ImageJobs(ctx context.Context, nameOrID string) ([]domain.ImageJob, error) {
 	img, err := c.findImage(ctx, nameOrID)
 	if err != nil {
 		return nil, err
@@ -282,7 +283,7 @@ func (c *Coordinator) ImageJobs(ctx context.Context, nameOrID string) ([]store.I
 }
 
 // ImageJob returns one job.
-func (c *Coordinator) ImageJob(ctx context.Context, id string) (store.ImageJob, error) {
+func (c *Coordinator) ImageJob(ctx context.Context, id string) (domain.ImageJob, error) {
 	return c.st.GetJob(ctx, id)
 }
 
@@ -293,11 +294,11 @@ func (c *Coordinator) DisableImage(ctx context.Context, nameOrID string) (ImageV
 	if err != nil {
 		return ImageView{}, err
 	}
-	if img.State != store.ImageDisabled {
-		if err := c.st.SetImageState(ctx, img.ID, store.ImageDisabled, c.now()); err != nil {
+	if img.State != domain.ImageDisabled {
+		if err := c.st.SetImageState(ctx, img.ID, domain.ImageDisabled, c.now()); err != nil {
 			return ImageView{}, fmt.Errorf("disable image %s: %w", img.Name, err)
 		}
-		img.State = store.ImageDisabled
+		img.State = domain.ImageDisabled
 		c.log.Info("image disabled", "image_id", img.ID, "name", img.Name)
 	}
 	return c.view(ctx, img)

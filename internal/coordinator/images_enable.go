@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/image/oci"
 	"github.com/engrams/engrams/internal/store"
 )
@@ -19,49 +20,49 @@ const topicImageJobs = "image-jobs"
 // idempotent; a failed image gets a new job); another ref under the name is
 // a conflict. The job runs in the background: pending -> materializing ->
 // capturing -> ready | failed.
-func (c *Coordinator) EnableImage(ctx context.Context, req EnableImageRequest) (ImageView, store.ImageJob, error) {
+func (c *Coordinator) EnableImage(ctx context.Context, req EnableImageRequest) (ImageView, domain.ImageJob, error) {
 	ref := strings.TrimSpace(req.Ref)
 	if ref == "" || len(ref) > maxImageRef || containsAny(ref, "\x00\n ") {
-		return ImageView{}, store.ImageJob{}, fmt.Errorf("%w: ref must be an image reference of at most %d characters", ErrInvalid, maxImageRef)
+		return ImageView{}, domain.ImageJob{}, fmt.Errorf("%w: ref must be an image reference of at most %d characters", ErrInvalid, maxImageRef)
 	}
 	registry, err := oci.ParseReference(ref)
 	if err != nil {
-		return ImageView{}, store.ImageJob{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return ImageView{}, domain.ImageJob{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	name := req.Name
 	if name == "" {
 		name = defaultImageName(ref)
 	}
 	if err := checkImageName(name); err != nil {
-		return ImageView{}, store.ImageJob{}, err
+		return ImageView{}, domain.ImageJob{}, err
 	}
 	cfg := req.Config
 	if err := c.checkImageConfig(&cfg); err != nil {
-		return ImageView{}, store.ImageJob{}, err
+		return ImageView{}, domain.ImageJob{}, err
 	}
 	if existing, err := c.st.GetImageByName(ctx, name); err == nil {
 		return c.enableExisting(ctx, existing, ref, registry, cfg, req.Auth)
 	} else if !errors.Is(err, store.ErrNotFound) {
-		return ImageView{}, store.ImageJob{}, fmt.Errorf("enable image %s: %w", name, err)
+		return ImageView{}, domain.ImageJob{}, fmt.Errorf("enable image %s: %w", name, err)
 	}
-	img := store.Image{ID: c.newID(), Name: name, Ref: ref, State: store.ImageReady, CreatedAt: c.now()}
+	img := domain.Image{ID: c.newID(), Name: name, Ref: ref, State: domain.ImageReady, CreatedAt: c.now()}
 	if img.Config, err = json.Marshal(cfg); err != nil {
-		return ImageView{}, store.ImageJob{}, fmt.Errorf("enable image %s: %w", name, err)
+		return ImageView{}, domain.ImageJob{}, fmt.Errorf("enable image %s: %w", name, err)
 	}
 	if !req.Auth.empty() {
 		if img.CredentialID, err = c.sealCredential(ctx, registry, *req.Auth); err != nil {
-			return ImageView{}, store.ImageJob{}, fmt.Errorf("enable image %s: %w", name, err)
+			return ImageView{}, domain.ImageJob{}, fmt.Errorf("enable image %s: %w", name, err)
 		}
 	}
 	if err := c.st.CreateImage(ctx, img); err != nil {
 		if img.CredentialID != "" {
 			_ = c.st.DeleteCredential(ctx, img.CredentialID)
 		}
-		return ImageView{}, store.ImageJob{}, fmt.Errorf("enable image %s: %w", name, err)
+		return ImageView{}, domain.ImageJob{}, fmt.Errorf("enable image %s: %w", name, err)
 	}
-	job, err := c.newJob(ctx, img, store.ImageJobEnable)
+	job, err := c.newJob(ctx, img, domain.ImageJobEnable)
 	if err != nil {
-		return ImageView{}, store.ImageJob{}, err
+		return ImageView{}, domain.ImageJob{}, err
 	}
 	c.log.Info("image enable requested", "image_id", img.ID, "name", name, "ref", ref, "job_id", job.ID,
 		"env", envKeys(cfg.Env), "memory_mib", cfg.MemoryMiB, "disk_gib", cfg.DiskGiB)
@@ -72,23 +73,23 @@ func (c *Coordinator) EnableImage(ctx context.Context, req EnableImageRequest) (
 // enableExisting answers an enable of a name that is taken: a ready image
 // or one with a job running answers as it is; one whose last job failed is
 // tried again with the settings and credentials of this request.
-func (c *Coordinator) enableExisting(ctx context.Context, img store.Image, ref, registry string, cfg ImageConfig, auth *RegistryAuth) (ImageView, store.ImageJob, error) {
+func (c *Coordinator) enableExisting(ctx context.Context, img domain.Image, ref, registry string, cfg ImageConfig, auth *RegistryAuth) (ImageView, domain.ImageJob, error) {
 	if img.Ref != ref {
-		return ImageView{}, store.ImageJob{}, fmt.Errorf("%w: image name %q is taken by %s; choose another --name or disable it first", store.ErrConflict, img.Name, img.Ref)
+		return ImageView{}, domain.ImageJob{}, fmt.Errorf("%w: image name %q is taken by %s; choose another --name or disable it first", store.ErrConflict, img.Name, img.Ref)
 	}
 	v, err := c.view(ctx, img)
 	if err != nil {
-		return v, store.ImageJob{}, err
+		return v, domain.ImageJob{}, err
 	}
 	if v.LastJob != nil && (v.LastJob.State.Active() || v.State == ImageReady) {
 		return v, *v.LastJob, nil
 	}
 	if err := c.resetFailed(ctx, &img, registry, cfg, auth); err != nil {
-		return v, store.ImageJob{}, err
+		return v, domain.ImageJob{}, err
 	}
-	job, err := c.newJob(ctx, img, store.ImageJobEnable)
+	job, err := c.newJob(ctx, img, domain.ImageJobEnable)
 	if err != nil {
-		return v, store.ImageJob{}, err
+		return v, domain.ImageJob{}, err
 	}
 	if v, err = c.view(ctx, img); err != nil {
 		return v, job, err
@@ -98,7 +99,7 @@ func (c *Coordinator) enableExisting(ctx context.Context, img store.Image, ref, 
 
 // resetFailed gives an image whose enable failed this request's settings
 // and, if given, credentials (replacing the old ones).
-func (c *Coordinator) resetFailed(ctx context.Context, img *store.Image, registry string, cfg ImageConfig, auth *RegistryAuth) error {
+func (c *Coordinator) resetFailed(ctx context.Context, img *domain.Image, registry string, cfg ImageConfig, auth *RegistryAuth) error {
 	raw, err := json.Marshal(cfg)
 	if err != nil {
 		return err
@@ -124,17 +125,17 @@ func (c *Coordinator) resetFailed(ctx context.Context, img *store.Image, registr
 // RefreshImage re-pulls an image's ref and enables the digest it names now;
 // the image keeps serving its current base snapshot until the new one is
 // ready, and sessions already running keep theirs.
-func (c *Coordinator) RefreshImage(ctx context.Context, nameOrID string) (ImageView, store.ImageJob, error) {
+func (c *Coordinator) RefreshImage(ctx context.Context, nameOrID string) (ImageView, domain.ImageJob, error) {
 	img, err := c.findImage(ctx, nameOrID)
 	if err != nil {
-		return ImageView{}, store.ImageJob{}, err
+		return ImageView{}, domain.ImageJob{}, err
 	}
-	if img.State == store.ImageDisabled {
-		return ImageView{}, store.ImageJob{}, fmt.Errorf("%w: image %s is disabled; enable it again", store.ErrConflict, img.Name)
+	if img.State == domain.ImageDisabled {
+		return ImageView{}, domain.ImageJob{}, fmt.Errorf("%w: image %s is disabled; enable it again", store.ErrConflict, img.Name)
 	}
-	job, err := c.newJob(ctx, img, store.ImageJobRefresh)
+	job, err := c.newJob(ctx, img, domain.ImageJobRefresh)
 	if err != nil {
-		return ImageView{}, store.ImageJob{}, err
+		return ImageView{}, domain.ImageJob{}, err
 	}
 	v, err := c.view(ctx, img)
 	return v, job, err
@@ -142,12 +143,12 @@ func (c *Coordinator) RefreshImage(ctx context.Context, nameOrID string) (ImageV
 
 // newJob inserts a pending job for img and wakes the runners. If another
 // job of img is active, that one is returned.
-func (c *Coordinator) newJob(ctx context.Context, img store.Image, kind store.ImageJobKind) (store.ImageJob, error) {
-	job, err := c.st.CreateJob(ctx, store.ImageJob{ID: c.newID(), ImageID: img.ID, Kind: kind, CreatedAt: c.now()})
+func (c *Coordinator) newJob(ctx context.Context, img domain.Image, kind domain.ImageJobKind) (domain.ImageJob, error) {
+	job, err := c.st.CreateJob(ctx, domain.ImageJob{ID: c.newID(), ImageID: img.ID, Kind: kind, CreatedAt: c.now()})
 	if errors.Is(err, store.ErrJobActive) {
 		jobs, lerr := c.st.ListJobs(ctx, img.ID)
 		if lerr != nil {
-			return store.ImageJob{}, fmt.Errorf("%s image %s: %w", kind, img.Name, lerr)
+			return domain.ImageJob{}, fmt.Errorf("%s image %s: %w", kind, img.Name, lerr)
 		}
 		for _, j := range jobs {
 			if j.State.Active() {
@@ -156,7 +157,7 @@ func (c *Coordinator) newJob(ctx context.Context, img store.Image, kind store.Im
 		}
 	}
 	if err != nil {
-		return store.ImageJob{}, fmt.Errorf("%s image %s: %w", kind, img.Name, err)
+		return domain.ImageJob{}, fmt.Errorf("%s image %s: %w", kind, img.Name, err)
 	}
 	if err := c.st.Notify(ctx, topicImageJobs); err != nil {
 		c.log.Warn("notify image jobs", "err", err)
@@ -178,7 +179,7 @@ func (c *Coordinator) sealCredential(ctx context.Context, registry string, auth 
 	if err != nil {
 		return "", fmt.Errorf("seal registry credential: %w", err)
 	}
-	cred := store.RegistryCredential{ID: id, Registry: registry, Username: auth.Username, Sealed: sealed, CreatedAt: c.now()}
+	cred := domain.RegistryCredential{ID: id, Registry: registry, Username: auth.Username, Sealed: sealed, CreatedAt: c.now()}
 	if err := c.st.PutCredential(ctx, cred); err != nil {
 		return "", fmt.Errorf("store registry credential: %w", err)
 	}

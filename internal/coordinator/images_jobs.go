@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -62,11 +63,11 @@ func (c *Coordinator) imageJobLoop(ctx context.Context) {
 // also renews the lease) by keep; a stale epoch cancels the run.
 type jobRun struct {
 	c      *Coordinator
-	job    store.ImageJob
+	job    domain.ImageJob
 	cancel context.CancelFunc
 
 	mu       sync.Mutex
-	state    store.ImageJobState
+	state    domain.ImageJobState
 	stage    string
 	done     int64
 	total    int64
@@ -78,7 +79,7 @@ type jobRun struct {
 }
 
 // set records where the job is; a new stage closes the previous one.
-func (r *jobRun) set(state store.ImageJobState, stage string, done, total int64) {
+func (r *jobRun) set(state domain.ImageJobState, stage string, done, total int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.c.now()
@@ -157,11 +158,11 @@ func (f *jobFailure) Error() string { return f.err.Error() }
 func (f *jobFailure) Unwrap() error { return f.err }
 
 // runImageJob runs a claimed job to ready or failed.
-func (c *Coordinator) runImageJob(parent context.Context, job store.ImageJob) {
+func (c *Coordinator) runImageJob(parent context.Context, job domain.ImageJob) {
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	log := c.log.With("job_id", job.ID, "image_id", job.ImageID, "kind", string(job.Kind), "attempt", job.Attempts)
-	r := &jobRun{c: c, job: job, cancel: cancel, state: store.JobMaterializing, stages: map[string]int64{}, lastSave: c.now()}
+	r := &jobRun{c: c, job: job, cancel: cancel, state: domain.JobMaterializing, stages: map[string]int64{}, lastSave: c.now()}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -169,7 +170,7 @@ func (c *Coordinator) runImageJob(parent context.Context, job store.ImageJob) {
 		r.keep(ctx)
 	}()
 	t0 := c.now()
-	var img store.Image
+	var img domain.Image
 	var err error
 	if job.Attempts > maxJobAttempts {
 		err = &jobFailure{err: fmt.Errorf("gave up after %d attempts (each ended without an answer: a replica or the database failed mid-job)", maxJobAttempts)}
@@ -207,7 +208,7 @@ func (c *Coordinator) runImageJob(parent context.Context, job store.ImageJob) {
 		return
 	}
 	msg, tail := cleanText(err.Error()), cleanText(jf.tail)
-	if ferr := c.st.FinishJob(fin, job.ID, job.Epoch, store.JobFailed, msg, tail, r.stagesJSON(), c.now()); ferr != nil {
+	if ferr := c.st.FinishJob(fin, job.ID, job.Epoch, domain.JobFailed, msg, tail, r.stagesJSON(), c.now()); ferr != nil {
 		log.Error("record image job failure", "err", ferr, "failure", err)
 		return
 	}

@@ -11,11 +11,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/image"
 	"github.com/engrams/engrams/internal/image/oci"
 	"github.com/engrams/engrams/internal/scheduler"
-	"github.com/engrams/engrams/internal/store"
 	"github.com/engrams/engrams/internal/vmm/vmimage"
 )
 
@@ -29,12 +29,12 @@ const captureAttempts = 3
 
 // imageJob resolves, materializes and captures the job's image, and
 // returns the image row to commit with the job.
-func (c *Coordinator) imageJob(ctx context.Context, r *jobRun) (store.Image, error) {
+func (c *Coordinator) imageJob(ctx context.Context, r *jobRun) (domain.Image, error) {
 	img, err := c.st.GetImage(ctx, r.job.ImageID)
 	if err != nil {
 		return img, fmt.Errorf("load image: %w", err)
 	}
-	if img.State == store.ImageDisabled {
+	if img.State == domain.ImageDisabled {
 		return img, &jobFailure{err: fmt.Errorf("image %s was disabled", img.Name)}
 	}
 	if c.images == nil {
@@ -48,7 +48,7 @@ func (c *Coordinator) imageJob(ctx context.Context, r *jobRun) (store.Image, err
 	if err != nil {
 		return img, &jobFailure{err: err}
 	}
-	r.set(store.JobMaterializing, image.StageResolve, 0, 0)
+	r.set(domain.JobMaterializing, image.StageResolve, 0, 0)
 	var res oci.Resolved
 	err = retryPull(ctx, c, func() error {
 		res, err = c.images.Resolve(ctx, img.Ref, auth)
@@ -68,7 +68,7 @@ func (c *Coordinator) imageJob(ctx context.Context, r *jobRun) (store.Image, err
 	} else if ok {
 		c.log.Info("image digest already enabled; reusing its base snapshot", "image_id", img.ID, "digest", res.Digest, "from_image", base.ID)
 		img.Digest, img.Manifests, img.Facts, img.BaseID, img.Config = base.Digest, base.Manifests, base.Facts, base.BaseID, base.Config
-		img.State = store.ImageReady
+		img.State = domain.ImageReady
 		return img, nil
 	}
 	var mat image.Result
@@ -77,7 +77,7 @@ func (c *Coordinator) imageJob(ctx context.Context, r *jobRun) (store.Image, err
 	err = retryPull(mctx, c, func() error {
 		mat, err = c.images.Materialize(mctx, image.Request{
 			Ref: res.Pinned(), Auth: auth, DiskGiB: cfg.DiskGiB,
-			Progress: func(stage string, done, total int64) { r.set(store.JobMaterializing, stage, done, total) },
+			Progress: func(stage string, done, total int64) { r.set(domain.JobMaterializing, stage, done, total) },
 		})
 		return err
 	})
@@ -98,7 +98,7 @@ func (c *Coordinator) imageJob(ctx context.Context, r *jobRun) (store.Image, err
 		return img, err
 	}
 	r.addStages(resp.StagesMS)
-	img.Digest, img.Manifests, img.BaseID, img.State = mat.Digest, resp.Manifests, resp.SnapshotID, store.ImageReady
+	img.Digest, img.Manifests, img.BaseID, img.State = mat.Digest, resp.Manifests, resp.SnapshotID, domain.ImageReady
 	if img.Facts, err = json.Marshal(resp.Facts); err != nil {
 		return img, err
 	}
@@ -117,13 +117,13 @@ func sameCapture(a, b ImageConfig) bool {
 
 // reusableBase finds a live, ready image (img itself included) whose base
 // snapshot was made from digest with the same capture settings.
-func (c *Coordinator) reusableBase(ctx context.Context, img store.Image, cfg ImageConfig, digest string) (store.Image, bool, error) {
+func (c *Coordinator) reusableBase(ctx context.Context, img domain.Image, cfg ImageConfig, digest string) (domain.Image, bool, error) {
 	imgs, err := c.st.ListImages(ctx)
 	if err != nil {
-		return store.Image{}, false, fmt.Errorf("list images: %w", err)
+		return domain.Image{}, false, fmt.Errorf("list images: %w", err)
 	}
 	for _, o := range imgs {
-		if o.State == store.ImageDisabled || !usable(o) || o.Digest != digest {
+		if o.State == domain.ImageDisabled || !usable(o) || o.Digest != digest {
 			continue
 		}
 		ocfg, err := decodeImageConfig(o)
@@ -132,7 +132,7 @@ func (c *Coordinator) reusableBase(ctx context.Context, img store.Image, cfg Ima
 		}
 		return o, true, nil
 	}
-	return store.Image{}, false, nil
+	return domain.Image{}, false, nil
 }
 
 // pullAttempts bounds how often a pull failing for a reason that may pass
@@ -184,7 +184,7 @@ func explainPull(err error) error {
 
 // capture asks a host able to boot images to make the base snapshot,
 // trying another host when one fails for reasons of its own.
-func (c *Coordinator) capture(ctx context.Context, r *jobRun, img store.Image, cfg ImageConfig, rootfs json.RawMessage) (hostlink.CaptureResponse, error) {
+func (c *Coordinator) capture(ctx context.Context, r *jobRun, img domain.Image, cfg ImageConfig, rootfs json.RawMessage) (hostlink.CaptureResponse, error) {
 	req := hostlink.CaptureRequest{
 		ImageID: img.ID, RootFS: rootfs, MemoryMiB: cfg.MemoryMiB, VCPUs: cfg.VCPUs,
 		Env: imageEnv(cfg, nil), Workdir: cfg.Workdir, Warmup: cfg.Warmup,
@@ -195,7 +195,7 @@ func (c *Coordinator) capture(ctx context.Context, r *jobRun, img store.Image, c
 	var exclude []string
 	var last error
 	for attempt := range captureAttempts {
-		r.set(store.JobCapturing, "place", 0, 0)
+		r.set(domain.JobCapturing, "place", 0, 0)
 		hostID, err := c.placeWithin(ctx, placement{
 			spec: domain.SessionSpec{MemoryMiB: cfg.MemoryMiB, VCPUs: cfg.VCPUs}, exclude: exclude, rootfs: true,
 		}, c.cfg.PlacementWait)
@@ -206,7 +206,7 @@ func (c *Coordinator) capture(ctx context.Context, r *jobRun, img store.Image, c
 			return hostlink.CaptureResponse{}, &jobFailure{err: fmt.Errorf("no host can capture the image: %w", err)}
 		}
 		req.SnapshotID = fmt.Sprintf("%s.%d.%d", r.job.ID, r.job.Epoch, attempt)
-		r.set(store.JobCapturing, "capture", 0, 0)
+		r.set(domain.JobCapturing, "capture", 0, 0)
 		c.log.Info("capturing image", "image_id", img.ID, "host_id", hostID, "snapshot_id", req.SnapshotID)
 		var resp hostlink.CaptureResponse
 		path := strings.Replace(hostlink.PathCapture, "{id}", r.job.ID, 1)

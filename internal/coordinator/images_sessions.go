@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/scheduler"
 	"github.com/engrams/engrams/internal/store"
@@ -72,7 +73,7 @@ func imageEnv(cfg ImageConfig, over map[string]string) map[string]string {
 const EnvWorkdir = "ENGRAMS_WORKDIR"
 
 // jobSummary says where a job is, for messages: " (materializing: pull)".
-func jobSummary(j *store.ImageJob) string {
+func jobSummary(j *domain.ImageJob) string {
 	if j == nil {
 		return ""
 	}
@@ -94,7 +95,7 @@ var errImageChanged = errors.New("image changed since the session was created")
 // snapshot pinned at creation (one disabled since still has it). An image
 // refreshed between the create request and its op fails with
 // errImageChanged: the session's env and size came from the old digest.
-func (c *Coordinator) imageBase(ctx context.Context, spec domain.SessionSpec) (store.Image, error) {
+func (c *Coordinator) imageBase(ctx context.Context, spec domain.SessionSpec) (domain.Image, error) {
 	img, err := c.st.GetImage(ctx, spec.ImageID)
 	if err != nil {
 		return img, fmt.Errorf("image %s of the session: %w", spec.Image, err)
@@ -117,7 +118,7 @@ func (c *Coordinator) prefetchFor(ctx context.Context, hostID domain.HostID, cac
 	var hf *hostlink.Facts
 	var out []hostlink.Prefetch
 	for _, img := range imgs {
-		if img.State == store.ImageDisabled || !usable(img) || slices.Contains(cached, img.BaseID) {
+		if img.State == domain.ImageDisabled || !usable(img) || slices.Contains(cached, img.BaseID) {
 			continue
 		}
 		if hf == nil {

@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/internal/chunk"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/image"
 	"github.com/engrams/engrams/internal/image/oci"
-	"github.com/engrams/engrams/internal/lifecycle"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -86,7 +86,7 @@ func (h *fakeHost) capture(w http.ResponseWriter, r *http.Request, _ string) {
 }
 
 // waitJob waits until the job is ready or failed.
-func waitJob(t *testing.T, e *env, id string) store.ImageJob {
+func waitJob(t *testing.T, e *env, id string) domain.ImageJob {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -120,7 +120,7 @@ func TestImageEnableCapturesAndSessionsRestoreTheBase(t *testing.T) {
 		t.Fatalf("enable answered %+v", v)
 	}
 	job = waitJob(t, e, job.ID)
-	if job.State != store.JobReady || job.Digest != "sha256:aaa" || job.Attempts != 1 {
+	if job.State != domain.JobReady || job.Digest != "sha256:aaa" || job.Attempts != 1 {
 		t.Fatalf("job %+v", job)
 	}
 	var stages map[string]int64
@@ -144,7 +144,7 @@ func TestImageEnableCapturesAndSessionsRestoreTheBase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.wait(t, s.ID, lifecycle.Active)
+	e.wait(t, s.ID, domain.SessionActive)
 	h.mu.Lock()
 	last := h.starts[len(h.starts)-1]
 	h.mu.Unlock()
@@ -159,7 +159,7 @@ func TestImageEnableCapturesAndSessionsRestoreTheBase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if job2 = waitJob(t, e, job2.ID); job2.State != store.JobReady || imgs.calls != 1 || len(h.captures) != 1 {
+	if job2 = waitJob(t, e, job2.ID); job2.State != domain.JobReady || imgs.calls != 1 || len(h.captures) != 1 {
 		t.Fatalf("re-enable of a ready digest: job %+v, %d materializations, %d captures", job2, imgs.calls, len(h.captures))
 	}
 }
@@ -193,7 +193,7 @@ func TestImageEnableFailures(t *testing.T) {
 				t.Fatal(err)
 			}
 			job = waitJob(t, e, job.ID)
-			if job.State != store.JobFailed || !strings.Contains(job.Error, tc.wantErr) || job.OutputTail != tc.wantTail {
+			if job.State != domain.JobFailed || !strings.Contains(job.Error, tc.wantErr) || job.OutputTail != tc.wantTail {
 				t.Fatalf("job %+v, want failed with %q and tail %q", job, tc.wantErr, tc.wantTail)
 			}
 			v, err := e.co.Image(ctx, defaultImageName(tc.ref))
@@ -217,7 +217,7 @@ func TestImagePullRetriesTransientFailures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if job = waitJob(t, e, job.ID); job.State != store.JobReady || len(imgs.auth) != 3 {
+	if job = waitJob(t, e, job.ID); job.State != domain.JobReady || len(imgs.auth) != 3 {
 		t.Fatalf("job %+v after %d resolves, want ready after 3", job, len(imgs.auth))
 	}
 	imgs.mu.Lock()
@@ -227,7 +227,7 @@ func TestImagePullRetriesTransientFailures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if job = waitJob(t, e, job.ID); job.State != store.JobFailed || !strings.Contains(job.Error, "connection reset") {
+	if job = waitJob(t, e, job.ID); job.State != domain.JobFailed || !strings.Contains(job.Error, "connection reset") {
 		t.Fatalf("job %+v, want failed after %d attempts", job, pullAttempts)
 	}
 }
@@ -243,7 +243,7 @@ func TestImageReEnableAfterFailureTakesNewSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if job = waitJob(t, e, job.ID); job.State != store.JobFailed {
+	if job = waitJob(t, e, job.ID); job.State != domain.JobFailed {
 		t.Fatalf("first job %+v", job)
 	}
 	imgs.mu.Lock()
@@ -254,7 +254,7 @@ func TestImageReEnableAfterFailureTakesNewSettings(t *testing.T) {
 	if err != nil || job2.ID == job.ID {
 		t.Fatalf("re-enable: %+v %v", job2, err)
 	}
-	if job2 = waitJob(t, e, job2.ID); job2.State != store.JobReady {
+	if job2 = waitJob(t, e, job2.ID); job2.State != domain.JobReady {
 		t.Fatalf("second job %+v", job2)
 	}
 	imgs.mu.Lock()
@@ -283,7 +283,7 @@ func TestImageDisabledDuringItsJobStaysDisabled(t *testing.T) {
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		j, err := e.st.GetJob(ctx, job.ID)
-		if err == nil && j.State == store.JobCapturing && j.Stage == "capture" {
+		if err == nil && j.State == domain.JobCapturing && j.Stage == "capture" {
 			break // the capture is in flight, held by the host's lock
 		}
 		if time.Now().After(deadline) {
@@ -296,11 +296,11 @@ func TestImageDisabledDuringItsJobStaysDisabled(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.mu.Unlock()
-	if job = waitJob(t, e, job.ID); job.State != store.JobFailed || !strings.Contains(job.Error, "disabled") {
+	if job = waitJob(t, e, job.ID); job.State != domain.JobFailed || !strings.Contains(job.Error, "disabled") {
 		t.Fatalf("job %+v, want failed: disabled meanwhile", job)
 	}
 	img, err := e.st.GetImage(ctx, job.ImageID)
-	if err != nil || img.State != store.ImageDisabled {
+	if err != nil || img.State != domain.ImageDisabled {
 		t.Fatalf("image %+v %v, want still disabled", img, err)
 	}
 }
@@ -348,7 +348,7 @@ func TestImageSessionsOnlyOnCompatibleHosts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if job = waitJob(t, e, job.ID); job.State != store.JobReady {
+	if job = waitJob(t, e, job.ID); job.State != domain.JobReady {
 		t.Fatalf("job %+v", job)
 	}
 	stop()
@@ -356,14 +356,14 @@ func TestImageSessionsOnlyOnCompatibleHosts(t *testing.T) {
 	other.Backend.Version = "2"
 	otherID, _ := e.addHostWith(t, "other", 8, other)
 	e.keepAlive(t, otherID)
-	if err := e.st.SetHostState(ctx, capID, store.HostLost); err != nil {
+	if err := e.st.SetHostState(ctx, capID, domain.HostLost); err != nil {
 		t.Fatal(err)
 	}
 	s, err := e.co.CreateSession(ctx, domain.SessionSpec{Image: "app"}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := e.wait(t, s.ID, lifecycle.Dead)
+	got := e.wait(t, s.ID, domain.SessionDead)
 	if !strings.Contains(got.Reason, `fake "2", snapshot needs "1"`) {
 		t.Fatalf("reason %q does not say the host is incompatible", got.Reason)
 	}

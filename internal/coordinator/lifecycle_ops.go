@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/lifecycle"
 	"github.com/engrams/engrams/internal/scheduler"
@@ -24,7 +25,7 @@ func (x *opRun) create(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var base *store.Image // the image's base snapshot, read once for placement and boot
+	var base *domain.Image // the image's base snapshot, read once for placement and boot
 	if spec.ImageID != "" {
 		img, err := x.c.imageBase(ctx, spec)
 		if errors.Is(err, errImageChanged) || errors.Is(err, store.ErrNotFound) {
@@ -48,12 +49,12 @@ func (x *opRun) create(ctx context.Context) error {
 	}
 	var refused []string // hosts that answered "capacity" in this attempt
 	for range maxPlacements {
-		if x.s.State == lifecycle.Created {
+		if x.s.State == domain.SessionCreated {
 			if err := x.placeSession(ctx, spec, base, refused); err != nil {
 				return err
 			}
 		}
-		if x.s.State != lifecycle.Starting {
+		if x.s.State != domain.SessionStarting {
 			return nil // already past boot: a retried op has nothing left to do
 		}
 		err := x.boot(ctx, spec, base, bundle)
@@ -72,13 +73,13 @@ func (x *opRun) create(ctx context.Context) error {
 // maxPlacements bounds how often one create op re-places a session.
 const maxPlacements = 3
 
-func (x *opRun) placeSession(ctx context.Context, spec domain.SessionSpec, base *store.Image, exclude []string) error {
+func (x *opRun) placeSession(ctx context.Context, spec domain.SessionSpec, base *domain.Image, exclude []string) error {
 	if err := x.step(ctx, "place"); err != nil {
 		return err
 	}
 	p := placement{spec: spec, exclude: exclude, harness: spec.HarnessID != ""}
 	if base != nil {
-		p.snapshot = &store.Snapshot{ID: base.BaseID, Facts: base.Facts}
+		p.snapshot = &domain.Snapshot{ID: base.BaseID, Facts: base.Facts}
 	}
 	hostID, err := x.c.placeWithin(ctx, p, x.c.cfg.PlacementWait)
 	switch {
@@ -95,7 +96,7 @@ func (x *opRun) placeSession(ctx context.Context, spec domain.SessionSpec, base 
 
 // boot asks the session's host to start its machine: boot it, or restore
 // base (an image's base snapshot) into it.
-func (x *opRun) boot(ctx context.Context, spec domain.SessionSpec, base *store.Image, bundle json.RawMessage) error {
+func (x *opRun) boot(ctx context.Context, spec domain.SessionSpec, base *domain.Image, bundle json.RawMessage) error {
 	if err := x.step(ctx, "boot"); err != nil {
 		return err
 	}
@@ -137,7 +138,7 @@ func (x *opRun) retry(ctx context.Context, err error) error {
 func (x *opRun) giveUp(ctx context.Context, cause error) error {
 	reason := fmt.Sprintf("gave up after %d attempts: %v", x.op.Attempts, cause)
 	ev := lifecycle.StartFailed
-	if x.s.State == lifecycle.Created {
+	if x.s.State == domain.SessionCreated {
 		ev = lifecycle.Unplaceable
 	}
 	if err := x.apply(ctx, ev, nil, &reason); err != nil {
@@ -151,12 +152,12 @@ func (x *opRun) destroy(ctx context.Context) error {
 	if x.s.State.Terminal() {
 		return nil
 	}
-	if x.s.State != lifecycle.Deleting {
+	if x.s.State != domain.SessionDeleting {
 		if err := x.apply(ctx, lifecycle.DeleteRequested, nil, nil); err != nil {
 			return err
 		}
 	}
-	if x.s.State != lifecycle.Deleting {
+	if x.s.State != domain.SessionDeleting {
 		return nil // it had no machine
 	}
 	if err := x.destroyMachine(ctx); err != nil {
@@ -171,14 +172,14 @@ func (x *opRun) expire(ctx context.Context) error {
 	if x.s.State.Terminal() {
 		return nil
 	}
-	if x.s.State == lifecycle.Deleting {
+	if x.s.State == domain.SessionDeleting {
 		return x.destroy(ctx)
 	}
 	reason := fmt.Sprintf("its hard time limit of %s passed (max_lifetime_s)", x.c.maxLifetime(x.s))
 	if err := x.apply(ctx, lifecycle.TimeLimit, nil, &reason); err != nil {
 		return err
 	}
-	if x.s.State != lifecycle.Deleting {
+	if x.s.State != domain.SessionDeleting {
 		return nil // it had no machine: Dead already
 	}
 	if err := x.destroyMachine(ctx); err != nil {
@@ -212,16 +213,16 @@ func (x *opRun) destroyMachine(ctx context.Context) error {
 // machine exited: back to Idle at its last committed snapshot (commands
 // applied after it are delivered again), or Dead without one.
 func (x *opRun) recoverLost(ctx context.Context) error {
-	if !x.s.State.HasVM() && x.s.State != lifecycle.HostLost {
+	if !x.s.State.HasVM() && x.s.State != domain.SessionHostLost {
 		return nil
 	}
 	hostID := x.s.HostID
-	if x.s.State != lifecycle.HostLost {
+	if x.s.State != domain.SessionHostLost {
 		if err := x.apply(ctx, lifecycle.HeartbeatLost, nil, nil); err != nil {
 			return err
 		}
 	}
-	if x.s.State != lifecycle.HostLost {
+	if x.s.State != domain.SessionHostLost {
 		return nil
 	}
 	if x.s.HeadSnapshotID == "" {
@@ -241,7 +242,7 @@ func (x *opRun) recoverLost(ctx context.Context) error {
 type placement struct {
 	spec     domain.SessionSpec
 	exclude  []string
-	snapshot *store.Snapshot
+	snapshot *domain.Snapshot
 	rootfs   bool // only hosts whose backend boots an image's root filesystem
 	harness  bool // only hosts whose backend attaches harness bundles
 }
@@ -267,7 +268,7 @@ func (c *Coordinator) place(ctx context.Context, p placement) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("place: list hosts: %w", err)
 	}
-	placed, err := c.st.ListSessions(ctx, store.SessionFilter{States: vmStates()})
+	placed, err := c.st.ListSessions(ctx, domain.SessionFilter{States: vmStates()})
 	if err != nil {
 		return "", fmt.Errorf("place: list sessions: %w", err)
 	}
@@ -287,7 +288,7 @@ func (c *Coordinator) place(ctx context.Context, p placement) (string, error) {
 			}
 		}
 		cd := scheduler.Candidate{
-			HostID: h.ID, Ready: h.State == store.HostReady && !slices.Contains(p.exclude, h.ID) && c.fresh(h),
+			HostID: h.ID, Ready: h.State == domain.HostReady && !slices.Contains(p.exclude, h.ID) && c.fresh(h),
 			MemoryMiB: capa.MemoryMiB, VCPUs: capa.VCPUs, MaxSessions: capa.MaxSessions,
 		}
 		var hf hostlink.Facts
@@ -324,9 +325,9 @@ func (c *Coordinator) place(ctx context.Context, p placement) (string, error) {
 }
 
 // vmStates are the states in which a session may own a machine.
-func vmStates() []lifecycle.State {
-	var out []lifecycle.State
-	for _, s := range lifecycle.States {
+func vmStates() []domain.SessionState {
+	var out []domain.SessionState
+	for _, s := range domain.SessionStates {
 		if s.HasVM() {
 			out = append(out, s)
 		}
@@ -337,6 +338,6 @@ func vmStates() []lifecycle.State {
 // fresh reports whether a host heartbeated recently enough to take work:
 // one that missed a few heartbeats is probably gone, even before the
 // monitor may declare it lost.
-func (c *Coordinator) fresh(h store.Host) bool {
+func (c *Coordinator) fresh(h domain.Host) bool {
 	return c.now().Sub(h.LastHeartbeat) < 3*c.cfg.HeartbeatInterval+time.Second
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/lifecycle"
 	"github.com/engrams/engrams/internal/store"
 )
@@ -56,7 +57,7 @@ func (c *Coordinator) workLoop(ctx context.Context, n int) {
 }
 
 // runOp runs one claimed op under a lease that is renewed while it runs.
-func (c *Coordinator) runOp(ctx context.Context, op store.Op, s store.Session) {
+func (c *Coordinator) runOp(ctx context.Context, op domain.Op, s domain.Session) {
 	log := c.log.With("session_id", s.ID, "op_id", op.ID, "op_kind", op.Kind, "epoch", op.Epoch)
 	opCtx, cancel := context.WithCancel(ctx)
 	renewDone := make(chan struct{})
@@ -69,16 +70,16 @@ func (c *Coordinator) runOp(ctx context.Context, op store.Op, s store.Session) {
 	cancel()
 	<-renewDone
 
-	state, msg := store.OpSucceeded, ""
+	state, msg := domain.OpSucceeded, ""
 	if err != nil {
-		state, msg = store.OpFailed, err.Error()
+		state, msg = domain.OpFailed, err.Error()
 	}
 	switch {
 	case errors.Is(err, errFenced) || errors.Is(err, store.ErrStaleEpoch) ||
 		(ctx.Err() == nil && errors.Is(err, context.Canceled)): // renewLease saw a newer op
 		log.Info("op fenced by a newer op", "err", err)
 		return // the newer op owns the session; our FinishOp would be stale anyway
-	case errors.Is(err, errTransient) && (op.Attempts < maxAttempts || op.Kind == store.OpResume):
+	case errors.Is(err, errTransient) && (op.Attempts < maxAttempts || op.Kind == domain.OpResume):
 		// Leave it claimed with a short lease: another claim retries it. A
 		// resume never gives up on its host (see opRun.resume); a lost host
 		// hands it to a recover op instead.
@@ -106,7 +107,7 @@ func (c *Coordinator) runOp(ctx context.Context, op store.Op, s store.Session) {
 	c.wake(ctx, sessionTopic(s.ID))
 }
 
-func (c *Coordinator) renewLease(ctx context.Context, cancel context.CancelFunc, op store.Op, log *slog.Logger) {
+func (c *Coordinator) renewLease(ctx context.Context, cancel context.CancelFunc, op domain.Op, log *slog.Logger) {
 	t := time.NewTicker(c.cfg.OpLease / 3)
 	defer t.Stop()
 	for {
@@ -130,26 +131,26 @@ func (c *Coordinator) renewLease(ctx context.Context, cancel context.CancelFunc,
 // opRun is one execution of one op.
 type opRun struct {
 	c   *Coordinator
-	op  store.Op
-	s   store.Session
+	op  domain.Op
+	s   domain.Session
 	log *slog.Logger
 }
 
 func (x *opRun) run(ctx context.Context) error {
 	switch x.op.Kind {
-	case store.OpCreate:
+	case domain.OpCreate:
 		return x.create(ctx)
-	case store.OpDestroy:
+	case domain.OpDestroy:
 		return x.destroy(ctx)
-	case store.OpRecover:
+	case domain.OpRecover:
 		return x.recoverLost(ctx)
-	case store.OpEvict:
+	case domain.OpEvict:
 		return x.evict(ctx)
-	case store.OpSnapshot:
+	case domain.OpSnapshot:
 		return x.snapshotOnly(ctx)
-	case store.OpExpire:
+	case domain.OpExpire:
 		return x.expire(ctx)
-	case store.OpResume:
+	case domain.OpResume:
 		return x.resume(ctx)
 	default:
 		return fmt.Errorf("op kind %s is not supported by this coordinator version", x.op.Kind)

@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/hostlink"
-	"github.com/engrams/engrams/internal/lifecycle"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -16,24 +16,24 @@ const outboxBatch = 64
 
 // PutOutbox records a command for a session (exactly once per item id) and
 // delivers it: at once if the session is Active, else by resuming it.
-func (c *Coordinator) PutOutbox(ctx context.Context, sessionID, id, kind string, payload json.RawMessage) (store.OutboxItem, error) {
+func (c *Coordinator) PutOutbox(ctx context.Context, sessionID, id, kind string, payload json.RawMessage) (domain.OutboxItem, error) {
 	if id == "" || len(id) > 128 || kind == "" || len(kind) > 64 || len(payload) > 1<<20 {
-		return store.OutboxItem{}, fmt.Errorf("%w: outbox items need an id (<=128 bytes), a kind (<=64 bytes) and a payload under 1 MiB", ErrInvalid)
+		return domain.OutboxItem{}, fmt.Errorf("%w: outbox items need an id (<=128 bytes), a kind (<=64 bytes) and a payload under 1 MiB", ErrInvalid)
 	}
 	s, err := c.st.GetSession(ctx, sessionID)
 	if err != nil {
-		return store.OutboxItem{}, fmt.Errorf("get session %s: %w", sessionID, err)
+		return domain.OutboxItem{}, fmt.Errorf("get session %s: %w", sessionID, err)
 	}
 	if s.State.Terminal() {
-		return store.OutboxItem{}, fmt.Errorf("%w: session %s is %s", ErrNotActive, sessionID, s.State)
+		return domain.OutboxItem{}, fmt.Errorf("%w: session %s is %s", ErrNotActive, sessionID, s.State)
 	}
-	it, created, err := c.st.PutOutbox(ctx, store.OutboxItem{SessionID: sessionID, ID: id, Kind: kind, Payload: payload, CreatedAt: c.now()})
+	it, created, err := c.st.PutOutbox(ctx, domain.OutboxItem{SessionID: sessionID, ID: id, Kind: kind, Payload: payload, CreatedAt: c.now()})
 	if err != nil {
 		return it, fmt.Errorf("put outbox item %s: %w", id, err)
 	}
 	if created {
 		go func() { // resumes an Idle session; delivers to an Active one
-			_, _ = c.enqueueWhenFree(context.WithoutCancel(ctx), store.Op{ID: c.newID(), SessionID: sessionID, Kind: store.OpResume, CreatedAt: c.now()})
+			_, _ = c.enqueueWhenFree(context.WithoutCancel(ctx), domain.Op{ID: c.newID(), SessionID: sessionID, Kind: domain.OpResume, CreatedAt: c.now()})
 		}()
 	}
 	return it, nil
@@ -42,8 +42,8 @@ func (c *Coordinator) PutOutbox(ctx context.Context, sessionID, id, kind string,
 // requestResume enqueues a resume op (which also delivers pending outbox
 // items) and reports it, unless another op is already in flight: that op's
 // end wakes the session, and the caller asks again.
-func (c *Coordinator) requestResume(ctx context.Context, sessionID domain.SessionID) (store.Op, bool) {
-	op, err := c.st.EnqueueOp(ctx, store.Op{ID: c.newID(), SessionID: sessionID, Kind: store.OpResume, CreatedAt: c.now()}, false)
+func (c *Coordinator) requestResume(ctx context.Context, sessionID domain.SessionID) (domain.Op, bool) {
+	op, err := c.st.EnqueueOp(ctx, domain.Op{ID: c.newID(), SessionID: sessionID, Kind: domain.OpResume, CreatedAt: c.now()}, false)
 	if err != nil {
 		if !errors.Is(err, store.ErrOpInProgress) {
 			c.log.Warn("enqueue resume", "session_id", sessionID, "err", err)
@@ -108,7 +108,7 @@ func (x *opRun) rewindHarnessCursor(ctx context.Context) error {
 // records what it applied. The guest skips items it already applied, so a
 // repeated delivery never applies one twice.
 func (x *opRun) deliverOutbox(ctx context.Context) error {
-	if x.s.State != lifecycle.Active {
+	if x.s.State != domain.SessionActive {
 		return nil
 	}
 	after := int64(0)
@@ -120,7 +120,7 @@ func (x *opRun) deliverOutbox(ctx context.Context) error {
 		var send []hostlink.OutboxItem
 		for _, it := range items {
 			after = it.Seq
-			if it.State == store.OutboxPending {
+			if it.State == domain.OutboxPending {
 				send = append(send, hostlink.OutboxItem{Seq: it.Seq, ID: it.ID, Kind: it.Kind, Payload: it.Payload})
 			}
 		}

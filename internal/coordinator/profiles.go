@@ -12,6 +12,7 @@ import (
 	"unicode"
 
 	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/harness"
 	"github.com/engrams/engrams/internal/store"
 )
@@ -37,7 +38,7 @@ var (
 // ProfileView is a profile with its spec decoded and, when resolved, what
 // it grants now and what keeps it from starting tasks.
 type ProfileView struct {
-	Profile  store.Profile
+	Profile  domain.Profile
 	Spec     apiv1.ProfileSpec
 	Receipt  apiv1.Receipt
 	Problems []string
@@ -74,7 +75,7 @@ func (c *Coordinator) CreateProfile(ctx context.Context, name string, spec apiv1
 	if err != nil {
 		return ProfileView{}, fmt.Errorf("create profile %s: %w", name, err)
 	}
-	p, err := c.st.CreateProfile(ctx, store.Profile{ID: c.newID(), Name: name, Spec: raw, CreatedAt: c.now()})
+	p, err := c.st.CreateProfile(ctx, domain.Profile{ID: c.newID(), Name: name, Spec: raw, CreatedAt: c.now()})
 	if errors.Is(err, store.ErrConflict) {
 		return ProfileView{}, fmt.Errorf("%w: a profile named %s exists; change it with `engrams profile edit %s`", store.ErrConflict, name, name)
 	}
@@ -125,7 +126,7 @@ func (c *Coordinator) UpdateProfile(ctx context.Context, nameOrID string, spec a
 }
 
 // editable says why p cannot take an edit made from version, if it cannot.
-func editable(p store.Profile, version int64) error {
+func editable(p domain.Profile, version int64) error {
 	switch {
 	case !p.DeletedAt.IsZero():
 		return fmt.Errorf("%w: profile %s was deleted", store.ErrConflict, p.Name)
@@ -195,23 +196,23 @@ func (c *Coordinator) Profile(ctx context.Context, nameOrID string) (ProfileView
 // now (image, harness version and secrets as they are). A profile that
 // cannot start a task (something it names is gone) is ErrInvalid listing
 // why; a deleted or unknown one is ErrNotFound.
-func (c *Coordinator) ResolveProfile(ctx context.Context, nameOrID string) (store.Profile, apiv1.ProfileSpec, apiv1.Receipt, error) {
+func (c *Coordinator) ResolveProfile(ctx context.Context, nameOrID string) (domain.Profile, apiv1.ProfileSpec, apiv1.Receipt, error) {
 	v, err := c.Profile(ctx, nameOrID)
 	if err != nil {
-		return store.Profile{}, apiv1.ProfileSpec{}, apiv1.Receipt{}, err
+		return domain.Profile{}, apiv1.ProfileSpec{}, apiv1.Receipt{}, err
 	}
 	if !v.Profile.DeletedAt.IsZero() {
-		return store.Profile{}, apiv1.ProfileSpec{}, apiv1.Receipt{}, fmt.Errorf("profile %s was deleted: %w", v.Profile.Name, store.ErrNotFound)
+		return domain.Profile{}, apiv1.ProfileSpec{}, apiv1.Receipt{}, fmt.Errorf("profile %s was deleted: %w", v.Profile.Name, store.ErrNotFound)
 	}
 	if len(v.Problems) > 0 {
-		return store.Profile{}, apiv1.ProfileSpec{}, apiv1.Receipt{}, invalidProfile(v.Profile.Name, v.Problems)
+		return domain.Profile{}, apiv1.ProfileSpec{}, apiv1.Receipt{}, invalidProfile(v.Profile.Name, v.Problems)
 	}
 	return v.Profile, v.Spec, v.Receipt, nil
 }
 
 // findProfile returns the live profile named nameOrID, else the profile
 // with that id (deleted ones too).
-func (c *Coordinator) findProfile(ctx context.Context, nameOrID string) (store.Profile, error) {
+func (c *Coordinator) findProfile(ctx context.Context, nameOrID string) (domain.Profile, error) {
 	p, err := c.st.GetProfileByName(ctx, nameOrID)
 	if errors.Is(err, store.ErrNotFound) {
 		p, err = c.st.GetProfile(ctx, nameOrID)
@@ -225,7 +226,7 @@ func (c *Coordinator) findProfile(ctx context.Context, nameOrID string) (store.P
 	return p, nil
 }
 
-func decodeProfileSpec(p store.Profile) (apiv1.ProfileSpec, error) {
+func decodeProfileSpec(p domain.Profile) (apiv1.ProfileSpec, error) {
 	var spec apiv1.ProfileSpec
 	if err := json.Unmarshal(p.Spec, &spec); err != nil {
 		return spec, fmt.Errorf("decode spec of profile %s: %w", p.ID, err)

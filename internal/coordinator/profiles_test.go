@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/harness"
 	"github.com/engrams/engrams/internal/store"
 )
@@ -22,7 +23,7 @@ import (
 func seedAgents(t *testing.T, e *agentEnv) {
 	t.Helper()
 	ctx := context.Background()
-	for _, img := range []store.Image{
+	for _, img := range []domain.Image{
 		{ID: "img-py", Name: "py", Ref: "reg/python:3.12", Digest: "sha256:py", Config: json.RawMessage(`{"libc":"glibc"}`),
 			Manifests: json.RawMessage(`{"rootfs":{}}`), BaseID: "base-py"},
 		{ID: "img-alp", Name: "alp", Ref: "reg/alpine:3", Digest: "sha256:alp", Config: json.RawMessage(`{"libc":"musl"}`),
@@ -44,7 +45,7 @@ func seedAgents(t *testing.T, e *agentEnv) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.st.PutHarness(ctx, store.Harness{ID: "h-" + d.Name, Name: d.Name, Version: d.Version, Descriptor: desc,
+		if _, err := e.st.PutHarness(ctx, domain.Harness{ID: "h-" + d.Name, Name: d.Name, Version: d.Version, Descriptor: desc,
 			Manifest: json.RawMessage(`{"version":2,"chunk_size":4194304,"size":0,"chunks":[]}`), Digest: "sha256:" + d.Name, Builtin: true, CreatedAt: time.Now()}); err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 	"unicode"
 
 	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/harness"
 	"github.com/engrams/engrams/internal/store"
 )
@@ -144,7 +145,7 @@ func pickChoice(probs *problems, field, want string, d harness.Descriptor, list 
 
 // modelKey is a model credential granted to the harness, for the receipt.
 type modelKey struct {
-	secret store.Secret
+	secret domain.Secret
 	meta   apiv1.SecretMeta
 	cred   harness.Credential
 }
@@ -212,7 +213,7 @@ func baseURLNote(cr harness.Credential) string {
 func (c *Coordinator) receiptRepoKeys(ctx context.Context, spec *apiv1.ProfileSpec, r *apiv1.Receipt, probs *problems) error {
 	uses := map[string][]string{}
 	var order []string
-	ids := map[string]store.Secret{}
+	ids := map[string]domain.Secret{}
 	for i, repo := range spec.Repos {
 		if repo.Credential == "" {
 			continue
@@ -251,14 +252,14 @@ func (c *Coordinator) receiptRepoKeys(ctx context.Context, spec *apiv1.ProfileSp
 
 // liveSecret finds a live secret a profile names, adding a problem when
 // there is none.
-func (c *Coordinator) liveSecret(ctx context.Context, field, name string, probs *problems) (store.Secret, apiv1.SecretMeta, bool, error) {
+func (c *Coordinator) liveSecret(ctx context.Context, field, name string, probs *problems) (domain.Secret, apiv1.SecretMeta, bool, error) {
 	s, err := c.st.GetSecretByName(ctx, name)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && !userSecretKind(s.Kind)) {
 		probs.add("%s: no secret %q (see `engrams secret list`; make it with `engrams secret create %s --kind KIND`)", field, name, name)
-		return store.Secret{}, apiv1.SecretMeta{}, false, nil
+		return domain.Secret{}, apiv1.SecretMeta{}, false, nil
 	}
 	if err != nil {
-		return store.Secret{}, apiv1.SecretMeta{}, false, fmt.Errorf("find secret %s: %w", name, err)
+		return domain.Secret{}, apiv1.SecretMeta{}, false, fmt.Errorf("find secret %s: %w", name, err)
 	}
 	var meta apiv1.SecretMeta
 	_ = json.Unmarshal(s.Meta, &meta)

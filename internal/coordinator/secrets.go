@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/harness"
 	"github.com/engrams/engrams/internal/store"
 )
@@ -60,7 +61,7 @@ type SecretRequest struct {
 
 // SecretView is a secret as shown: never its value.
 type SecretView struct {
-	Secret store.Secret // Sealed is cleared
+	Secret domain.Secret // Sealed is cleared
 	Meta   apiv1.SecretMeta
 	UsedBy []string // live profiles naming it
 }
@@ -88,20 +89,20 @@ func (c *Coordinator) CreateSecret(ctx context.Context, req SecretRequest) (Secr
 
 // putSealedSecret seals value with the row's id as associated data and
 // stores the row; the returned row has no sealed bytes.
-func (c *Coordinator) putSealedSecret(ctx context.Context, kind, name string, value []byte, meta apiv1.SecretMeta) (store.Secret, error) {
+func (c *Coordinator) putSealedSecret(ctx context.Context, kind, name string, value []byte, meta apiv1.SecretMeta) (domain.Secret, error) {
 	if c.secrets == nil {
-		return store.Secret{}, fmt.Errorf("%w: this server keeps no secrets (no --secrets-key-file), so it cannot store secret %s", ErrInvalid, name)
+		return domain.Secret{}, fmt.Errorf("%w: this server keeps no secrets (no --secrets-key-file), so it cannot store secret %s", ErrInvalid, name)
 	}
 	rawMeta, err := json.Marshal(meta)
 	if err != nil {
-		return store.Secret{}, fmt.Errorf("store secret %s: %w", name, err)
+		return domain.Secret{}, fmt.Errorf("store secret %s: %w", name, err)
 	}
-	s := store.Secret{ID: c.newID(), Kind: kind, Name: name, Meta: rawMeta, CreatedAt: c.now()}
+	s := domain.Secret{ID: c.newID(), Kind: kind, Name: name, Meta: rawMeta, CreatedAt: c.now()}
 	if s.Sealed, err = c.secrets.Seal(value, secretAD(s.ID)); err != nil {
-		return store.Secret{}, fmt.Errorf("seal secret %s: %w", name, err)
+		return domain.Secret{}, fmt.Errorf("seal secret %s: %w", name, err)
 	}
 	if err := c.st.PutSecret(ctx, s); err != nil {
-		return store.Secret{}, fmt.Errorf("store secret %s: %w", name, err)
+		return domain.Secret{}, fmt.Errorf("store secret %s: %w", name, err)
 	}
 	s.Sealed = nil
 	return s, nil
@@ -207,7 +208,7 @@ func (c *Coordinator) Secrets(ctx context.Context) ([]SecretView, error) {
 	return out, nil
 }
 
-func secretView(s store.Secret, usedBy []string) SecretView {
+func secretView(s domain.Secret, usedBy []string) SecretView {
 	s.Sealed = nil
 	v := SecretView{Secret: s, UsedBy: usedBy}
 	_ = json.Unmarshal(s.Meta, &v.Meta) // meta is ours: written by CreateSecret
@@ -272,20 +273,20 @@ func (c *Coordinator) DeleteSecret(ctx context.Context, nameOrID string) (Secret
 
 // OpenSecret returns the secret with that id and its value. A deleted
 // secret is ErrNotFound.
-func (c *Coordinator) OpenSecret(ctx context.Context, id string) (store.Secret, []byte, error) {
+func (c *Coordinator) OpenSecret(ctx context.Context, id string) (domain.Secret, []byte, error) {
 	s, err := c.st.GetSecret(ctx, id)
 	if err != nil {
-		return store.Secret{}, nil, fmt.Errorf("open secret %s: %w", id, err)
+		return domain.Secret{}, nil, fmt.Errorf("open secret %s: %w", id, err)
 	}
 	if !s.DeletedAt.IsZero() || len(s.Sealed) == 0 {
-		return store.Secret{}, nil, fmt.Errorf("open secret %s (%s): it was deleted: %w", id, s.Name, store.ErrNotFound)
+		return domain.Secret{}, nil, fmt.Errorf("open secret %s (%s): it was deleted: %w", id, s.Name, store.ErrNotFound)
 	}
 	if c.secrets == nil {
-		return store.Secret{}, nil, fmt.Errorf("open secret %s: this server keeps no secrets key", s.Name)
+		return domain.Secret{}, nil, fmt.Errorf("open secret %s: this server keeps no secrets key", s.Name)
 	}
 	plain, err := c.secrets.Open(s.Sealed, secretAD(s.ID))
 	if err != nil {
-		return store.Secret{}, nil, fmt.Errorf("open secret %s: %w", s.Name, err)
+		return domain.Secret{}, nil, fmt.Errorf("open secret %s: %w", s.Name, err)
 	}
 	s.Sealed = nil
 	return s, plain, nil

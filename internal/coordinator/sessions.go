@@ -9,9 +9,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/hostlink"
-	"github.com/engrams/engrams/internal/lifecycle"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -28,26 +28,26 @@ func sessionTopic(id string) string { return "session:" + id }
 
 // CreateSession validates spec, records the session with its create op and
 // wakes a worker. It returns at once; use WaitSession to wait for Active.
-func (c *Coordinator) CreateSession(ctx context.Context, spec domain.SessionSpec, idempotencyKey string) (store.Session, error) {
+func (c *Coordinator) CreateSession(ctx context.Context, spec domain.SessionSpec, idempotencyKey string) (domain.Session, error) {
 	libc, err := c.pinImage(ctx, &spec)
 	if err != nil {
-		return store.Session{}, err
+		return domain.Session{}, err
 	}
 	if err := c.pinHarness(ctx, &spec, libc); err != nil {
-		return store.Session{}, err
+		return domain.Session{}, err
 	}
 	if err := c.normalize(&spec); err != nil {
-		return store.Session{}, err
+		return domain.Session{}, err
 	}
 	raw, err := json.Marshal(spec)
 	if err != nil {
-		return store.Session{}, fmt.Errorf("encode spec: %w", err)
+		return domain.Session{}, fmt.Errorf("encode spec: %w", err)
 	}
 	s, _, created, err := c.st.CreateSession(ctx, store.NewSession{
 		ID: c.newID(), Spec: raw, IdempotencyKey: idempotencyKey, OpID: c.newID(), At: c.now(),
 	})
 	if err != nil {
-		return store.Session{}, fmt.Errorf("create session: %w", err)
+		return domain.Session{}, fmt.Errorf("create session: %w", err)
 	}
 	if created {
 		c.log.Info("session created", "session_id", s.ID)
@@ -120,22 +120,22 @@ func containsAny(s, chars string) bool {
 // DeleteSession records that the session should be deleted and supersedes
 // whatever op is in flight: the destroy op claims a newer epoch, so the old
 // op's remaining writes are rejected.
-func (c *Coordinator) DeleteSession(ctx context.Context, id string) (store.Session, error) {
+func (c *Coordinator) DeleteSession(ctx context.Context, id string) (domain.Session, error) {
 	s, err := c.st.GetSession(ctx, id)
 	if err != nil {
-		return store.Session{}, fmt.Errorf("get session %s: %w", id, err)
+		return domain.Session{}, fmt.Errorf("get session %s: %w", id, err)
 	}
 	if s.State.Terminal() {
 		return s, nil
 	}
 	if err := c.st.SetDesiredState(ctx, id, "deleted"); err != nil {
-		return store.Session{}, fmt.Errorf("delete session %s: %w", id, err)
+		return domain.Session{}, fmt.Errorf("delete session %s: %w", id, err)
 	}
-	_, err = c.st.EnqueueOp(ctx, store.Op{
-		ID: c.newID(), SessionID: id, Kind: store.OpDestroy, IdempotencyKey: "destroy", CreatedAt: c.now(),
+	_, err = c.st.EnqueueOp(ctx, domain.Op{
+		ID: c.newID(), SessionID: id, Kind: domain.OpDestroy, IdempotencyKey: "destroy", CreatedAt: c.now(),
 	}, true)
 	if err != nil {
-		return store.Session{}, fmt.Errorf("delete session %s: %w", id, err)
+		return domain.Session{}, fmt.Errorf("delete session %s: %w", id, err)
 	}
 	c.log.Info("session delete requested", "session_id", id)
 	c.wake(ctx, topicOps)
@@ -144,7 +144,7 @@ func (c *Coordinator) DeleteSession(ctx context.Context, id string) (store.Sessi
 
 // WaitSession blocks until done(session) holds or ctx ends, and returns the
 // last session read.
-func (c *Coordinator) WaitSession(ctx context.Context, id string, done func(store.Session) bool) (store.Session, error) {
+func (c *Coordinator) WaitSession(ctx context.Context, id string, done func(domain.Session) bool) (domain.Session, error) {
 	sub := c.st.Subscribe(ctx, sessionTopic(id))
 	poll := time.NewTicker(time.Second) // a missed wakeup costs at most this
 	defer poll.Stop()
@@ -167,9 +167,9 @@ func (c *Coordinator) WaitSession(ctx context.Context, id string, done func(stor
 
 // Settled reports whether a session has left the transitional states an
 // API caller would wait through.
-func Settled(s store.Session) bool {
+func Settled(s domain.Session) bool {
 	switch s.State {
-	case lifecycle.Active, lifecycle.Idle, lifecycle.Completed, lifecycle.Dead:
+	case domain.SessionActive, domain.SessionIdle, domain.SessionCompleted, domain.SessionDead:
 		return true
 	}
 	return false
@@ -178,7 +178,7 @@ func Settled(s store.Session) bool {
 // GuestTarget is how to reach a session's guest daemon: send requests
 // through Transport to PathPrefix+guest path with Epoch in HeaderEpoch.
 type GuestTarget struct {
-	Session    store.Session
+	Session    domain.Session
 	Transport  http.RoundTripper
 	PathPrefix string
 }
@@ -200,7 +200,7 @@ func (c *Coordinator) Guest(ctx context.Context, id string) (GuestTarget, error)
 	if err != nil {
 		return GuestTarget{}, fmt.Errorf("get session %s: %w", id, err)
 	}
-	if s.State != lifecycle.Active {
+	if s.State != domain.SessionActive {
 		if s, err = c.EnsureActive(ctx, s); err != nil {
 			return GuestTarget{}, err
 		}
@@ -223,19 +223,19 @@ const touchEvery = 5 * time.Second
 // EnsureActive resumes s if it is Idle and waits until it is Active. It
 // fails at once for terminal sessions, and when the resume it requested
 // failed (with that op's error).
-func (c *Coordinator) EnsureActive(ctx context.Context, s store.Session) (store.Session, error) {
+func (c *Coordinator) EnsureActive(ctx context.Context, s domain.Session) (domain.Session, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.ResumeWait)
 	defer cancel()
 	var resumeOp string
 	for {
 		switch {
-		case s.State == lifecycle.Active:
+		case s.State == domain.SessionActive:
 			return s, nil
-		case s.State.Terminal() || s.State == lifecycle.Deleting || s.State == lifecycle.HostLost && s.HeadSnapshotID == "":
+		case s.State.Terminal() || s.State == domain.SessionDeleting || s.State == domain.SessionHostLost && s.HeadSnapshotID == "":
 			return s, fmt.Errorf("%w: session %s is %s", ErrNotActive, s.ID, s.State)
-		case s.State == lifecycle.Idle:
+		case s.State == domain.SessionIdle:
 			if resumeOp != "" {
-				if o, err := c.st.GetOp(ctx, resumeOp); err == nil && o.State == store.OpFailed {
+				if o, err := c.st.GetOp(ctx, resumeOp); err == nil && o.State == domain.OpFailed {
 					return s, fmt.Errorf("%w: session %s could not be resumed: %s", ErrNotActive, s.ID, o.Error)
 				}
 			}
@@ -270,7 +270,7 @@ func (c *Coordinator) waitChange(ctx context.Context, id string) error {
 
 // enqueueWhenFree enqueues op, waiting (bounded) for an op already in
 // flight for the session to finish first.
-func (c *Coordinator) enqueueWhenFree(ctx context.Context, op store.Op) (store.Op, error) {
+func (c *Coordinator) enqueueWhenFree(ctx context.Context, op domain.Op) (domain.Op, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {
@@ -290,21 +290,21 @@ func (c *Coordinator) enqueueWhenFree(ctx context.Context, op store.Op) (store.O
 // Suspend snapshots the session and frees its host, returning at once with
 // the evict op (zero if the session was already Idle); the session reaches
 // Idle when the snapshot is committed. WaitOp waits for the op.
-func (c *Coordinator) Suspend(ctx context.Context, id string) (store.Session, store.Op, error) {
+func (c *Coordinator) Suspend(ctx context.Context, id string) (domain.Session, domain.Op, error) {
 	s, err := c.st.GetSession(ctx, id)
 	if err != nil {
-		return s, store.Op{}, fmt.Errorf("get session %s: %w", id, err)
+		return s, domain.Op{}, fmt.Errorf("get session %s: %w", id, err)
 	}
-	if s.State == lifecycle.Idle {
-		return s, store.Op{}, nil
+	if s.State == domain.SessionIdle {
+		return s, domain.Op{}, nil
 	}
-	if s.State != lifecycle.Active {
-		return s, store.Op{}, fmt.Errorf("%w: session %s is %s; only an active session can be suspended", ErrNotActive, id, s.State)
+	if s.State != domain.SessionActive {
+		return s, domain.Op{}, fmt.Errorf("%w: session %s is %s; only an active session can be suspended", ErrNotActive, id, s.State)
 	}
 	if err := c.st.SetDesiredState(ctx, id, "idle"); err != nil {
-		return s, store.Op{}, fmt.Errorf("suspend session %s: %w", id, err)
+		return s, domain.Op{}, fmt.Errorf("suspend session %s: %w", id, err)
 	}
-	op, err := c.enqueueWhenFree(ctx, store.Op{ID: c.newID(), SessionID: id, Kind: store.OpEvict, CreatedAt: c.now()})
+	op, err := c.enqueueWhenFree(ctx, domain.Op{ID: c.newID(), SessionID: id, Kind: domain.OpEvict, CreatedAt: c.now()})
 	if err != nil {
 		return s, op, fmt.Errorf("suspend session %s: %w", id, err)
 	}
@@ -313,12 +313,12 @@ func (c *Coordinator) Suspend(ctx context.Context, id string) (store.Session, st
 
 // WaitOp waits until op is no longer pending or running and returns it
 // with the session as it is then.
-func (c *Coordinator) WaitOp(ctx context.Context, op store.Op) (store.Op, store.Session, error) {
-	var done store.Op
-	s, err := c.WaitSession(ctx, op.SessionID, func(store.Session) bool {
+func (c *Coordinator) WaitOp(ctx context.Context, op domain.Op) (domain.Op, domain.Session, error) {
+	var done domain.Op
+	s, err := c.WaitSession(ctx, op.SessionID, func(domain.Session) bool {
 		o, err := c.st.GetOp(ctx, op.ID)
 		done = o
-		return err == nil && o.State != store.OpPending && o.State != store.OpRunning
+		return err == nil && o.State != domain.OpPending && o.State != domain.OpRunning
 	})
 	if err != nil {
 		return done, s, err
@@ -329,7 +329,7 @@ func (c *Coordinator) WaitOp(ctx context.Context, op store.Op) (store.Op, store.
 }
 
 // Resume brings an Idle session back and waits for Active.
-func (c *Coordinator) Resume(ctx context.Context, id string) (store.Session, error) {
+func (c *Coordinator) Resume(ctx context.Context, id string) (domain.Session, error) {
 	s, err := c.st.GetSession(ctx, id)
 	if err != nil {
 		return s, fmt.Errorf("get session %s: %w", id, err)
@@ -342,28 +342,28 @@ func (c *Coordinator) Resume(ctx context.Context, id string) (store.Session, err
 
 // Snapshot captures a running session without stopping it and returns the
 // committed snapshot.
-func (c *Coordinator) Snapshot(ctx context.Context, id string) (store.Snapshot, error) {
+func (c *Coordinator) Snapshot(ctx context.Context, id string) (domain.Snapshot, error) {
 	s, err := c.st.GetSession(ctx, id)
 	if err != nil {
-		return store.Snapshot{}, fmt.Errorf("get session %s: %w", id, err)
+		return domain.Snapshot{}, fmt.Errorf("get session %s: %w", id, err)
 	}
-	if s.State != lifecycle.Active {
-		return store.Snapshot{}, fmt.Errorf("%w: session %s is %s", ErrNotActive, id, s.State)
+	if s.State != domain.SessionActive {
+		return domain.Snapshot{}, fmt.Errorf("%w: session %s is %s", ErrNotActive, id, s.State)
 	}
-	op, err := c.enqueueWhenFree(ctx, store.Op{ID: c.newID(), SessionID: id, Kind: store.OpSnapshot, CreatedAt: c.now()})
+	op, err := c.enqueueWhenFree(ctx, domain.Op{ID: c.newID(), SessionID: id, Kind: domain.OpSnapshot, CreatedAt: c.now()})
 	if err != nil {
-		return store.Snapshot{}, fmt.Errorf("snapshot session %s: %w", id, err)
+		return domain.Snapshot{}, fmt.Errorf("snapshot session %s: %w", id, err)
 	}
 	done, _, err := c.WaitOp(ctx, op)
 	if err != nil {
-		return store.Snapshot{}, err
+		return domain.Snapshot{}, err
 	}
-	if done.State != store.OpSucceeded {
-		return store.Snapshot{}, fmt.Errorf("snapshot session %s: %s", id, done.Error)
+	if done.State != domain.OpSucceeded {
+		return domain.Snapshot{}, fmt.Errorf("snapshot session %s: %s", id, done.Error)
 	}
 	s, err = c.st.GetSession(ctx, id)
 	if err != nil {
-		return store.Snapshot{}, err
+		return domain.Snapshot{}, err
 	}
 	return c.st.GetSnapshot(ctx, s.HeadSnapshotID)
 }
@@ -379,7 +379,7 @@ func conflictIfBusy(err error) error {
 }
 
 // Spec decodes a session's stored spec.
-func Spec(s store.Session) (domain.SessionSpec, error) {
+func Spec(s domain.Session) (domain.SessionSpec, error) {
 	var spec domain.SessionSpec
 	if len(s.Spec) == 0 {
 		return spec, nil

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/lifecycle"
 	"github.com/engrams/engrams/internal/store"
@@ -17,13 +18,13 @@ import (
 // the session goes back to Active.
 func (x *opRun) evict(ctx context.Context) error {
 	switch x.s.State {
-	case lifecycle.Idle:
+	case domain.SessionIdle:
 		return nil
-	case lifecycle.Active:
+	case domain.SessionActive:
 		if err := x.apply(ctx, lifecycle.SuspendRequested, nil, nil); err != nil {
 			return err
 		}
-	case lifecycle.Suspending: // a retried op: capture again under the new epoch
+	case domain.SessionSuspending: // a retried op: capture again under the new epoch
 	default:
 		return fmt.Errorf("cannot suspend a session that is %s", x.s.State)
 	}
@@ -48,7 +49,7 @@ func (x *opRun) evict(ctx context.Context) error {
 
 // snapshotOnly captures an Active session and keeps it running.
 func (x *opRun) snapshotOnly(ctx context.Context) error {
-	if x.s.State != lifecycle.Active {
+	if x.s.State != domain.SessionActive {
 		return fmt.Errorf("cannot snapshot a session that is %s", x.s.State)
 	}
 	_, err := x.capture(ctx, false, "snapshot")
@@ -74,16 +75,16 @@ func (x *opRun) machineGone(ctx context.Context) error {
 // commit that happened is not made again, and a host that destroyed the
 // machine after uploading it (the replica died before committing) answers
 // with that capture again.
-func (x *opRun) capture(ctx context.Context, destroy bool, reason string) (store.Snapshot, error) {
+func (x *opRun) capture(ctx context.Context, destroy bool, reason string) (domain.Snapshot, error) {
 	if x.s.HeadSnapshotID == x.op.ID {
 		snap, err := x.c.st.GetSnapshot(ctx, x.op.ID)
 		if err != nil {
-			return store.Snapshot{}, transient(fmt.Errorf("read snapshot %s: %w", x.op.ID, err))
+			return domain.Snapshot{}, transient(fmt.Errorf("read snapshot %s: %w", x.op.ID, err))
 		}
 		return snap, nil // committed by an earlier attempt
 	}
 	if err := x.step(ctx, "snapshot"); err != nil {
-		return store.Snapshot{}, err
+		return domain.Snapshot{}, err
 	}
 	req := hostlink.SnapshotRequest{Epoch: x.op.Epoch, SnapshotID: x.op.ID, Destroy: destroy}
 	var resp hostlink.SnapshotResponse
@@ -91,14 +92,14 @@ func (x *opRun) capture(ctx context.Context, destroy bool, reason string) (store
 	var herr *HostError
 	switch {
 	case errors.Is(err, store.ErrStaleEpoch):
-		return store.Snapshot{}, fmt.Errorf("snapshot on host %s: %w", x.s.HostID, errFenced)
+		return domain.Snapshot{}, fmt.Errorf("snapshot on host %s: %w", x.s.HostID, errFenced)
 	case errors.As(err, &herr):
-		return store.Snapshot{}, err
+		return domain.Snapshot{}, err
 	case err != nil:
-		return store.Snapshot{}, transient(fmt.Errorf("snapshot on host %s: %w", x.s.HostID, err))
+		return domain.Snapshot{}, transient(fmt.Errorf("snapshot on host %s: %w", x.s.HostID, err))
 	}
 	facts, _ := json.Marshal(resp.Facts)
-	snap := store.Snapshot{
+	snap := domain.Snapshot{
 		ID: req.SnapshotID, SessionID: x.s.ID, ParentID: x.s.HeadSnapshotID, HostID: x.s.HostID,
 		Epoch: x.op.Epoch, Manifests: resp.Manifests, Facts: facts, Bytes: resp.Bytes,
 		Uploaded: resp.Uploaded, OutboxSeq: resp.OutboxSeq, HarnessSeq: -1, Reason: reason, CreatedAt: x.c.now(),
@@ -107,13 +108,13 @@ func (x *opRun) capture(ctx context.Context, destroy bool, reason string) (store
 		snap.HarnessSeq = *resp.HarnessSeq
 	}
 	if err := x.step(ctx, "commit"); err != nil {
-		return store.Snapshot{}, err
+		return domain.Snapshot{}, err
 	}
 	if err := x.c.st.CommitSnapshot(ctx, snap, x.op.Epoch); err != nil {
 		if errors.Is(err, store.ErrStaleEpoch) {
-			return store.Snapshot{}, fmt.Errorf("commit snapshot %s: %w: %w", snap.ID, errFenced, err)
+			return domain.Snapshot{}, fmt.Errorf("commit snapshot %s: %w: %w", snap.ID, errFenced, err)
 		}
-		return store.Snapshot{}, transient(fmt.Errorf("commit snapshot %s: %w", snap.ID, err))
+		return domain.Snapshot{}, transient(fmt.Errorf("commit snapshot %s: %w", snap.ID, err))
 	}
 	x.log.Info("snapshot committed", "snapshot_id", snap.ID, "bytes", snap.Bytes, "uploaded", snap.Uploaded, "ms", resp.DurationMS)
 	x.appendEvent(ctx, "snapshot", map[string]any{"snapshot_id": snap.ID, "bytes": snap.Bytes, "uploaded": snap.Uploaded, "reason": reason})
@@ -126,9 +127,9 @@ func (x *opRun) capture(ctx context.Context, destroy bool, reason string) (store
 // Idle to be tried again.
 func (x *opRun) resume(ctx context.Context) error {
 	switch x.s.State {
-	case lifecycle.Active:
+	case domain.SessionActive:
 		return x.deliverOutbox(ctx)
-	case lifecycle.Idle, lifecycle.Resuming:
+	case domain.SessionIdle, domain.SessionResuming:
 	default:
 		return fmt.Errorf("cannot resume a session that is %s", x.s.State)
 	}
@@ -145,7 +146,7 @@ func (x *opRun) resume(ctx context.Context) error {
 		return err
 	}
 	hostID := x.s.HostID
-	if x.s.State == lifecycle.Idle {
+	if x.s.State == domain.SessionIdle {
 		if err := x.step(ctx, "place"); err != nil {
 			return err
 		}

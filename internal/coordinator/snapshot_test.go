@@ -8,18 +8,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/hostlink"
-	"github.com/engrams/engrams/internal/lifecycle"
-	"github.com/engrams/engrams/internal/store"
 )
 
-func (e *env) active(t *testing.T) store.Session {
+func (e *env) active(t *testing.T) domain.Session {
 	t.Helper()
 	s, err := e.co.CreateSession(context.Background(), domain.SessionSpec{IdleTimeoutSec: -1}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return e.wait(t, s.ID, lifecycle.Active)
+	return e.wait(t, s.ID, domain.SessionActive)
 }
 
 func TestSuspendThenResumeOnDemand(t *testing.T) {
@@ -30,13 +29,13 @@ func TestSuspendThenResumeOnDemand(t *testing.T) {
 	if _, _, err := e.co.Suspend(context.Background(), s.ID); err != nil {
 		t.Fatal(err)
 	}
-	s = e.wait(t, s.ID, lifecycle.Idle)
+	s = e.wait(t, s.ID, domain.SessionIdle)
 	if s.HeadSnapshotID == "" || s.HostID != "" || a.running(s.ID) {
 		t.Fatalf("idle session %+v: want a head snapshot, no host, no machine", s)
 	}
 	// Any guest request resumes it; the caller just waits.
 	g, err := e.co.Guest(context.Background(), s.ID)
-	if err != nil || g.Session.State != lifecycle.Active {
+	if err != nil || g.Session.State != domain.SessionActive {
 		t.Fatalf("Guest on an idle session: %+v %v", g.Session, err)
 	}
 	snaps, _ := e.st.ListSnapshots(context.Background(), s.ID)
@@ -54,7 +53,7 @@ func TestResumePrefersTheHostCachingTheSnapshot(t *testing.T) {
 	if _, _, err := e.co.Suspend(context.Background(), s.ID); err != nil {
 		t.Fatal(err)
 	}
-	s = e.wait(t, s.ID, lifecycle.Idle)
+	s = e.wait(t, s.ID, domain.SessionIdle)
 	capa, _ := json.Marshal(hostlink.Capacity{MemoryMiB: 1024, VCPUs: 4, CachedSnapshots: []string{s.HeadSnapshotID}})
 	if _, err := e.st.HostHeartbeat(context.Background(), bID, capa, time.Now()); err != nil {
 		t.Fatal(err)
@@ -74,11 +73,11 @@ func TestHostLostWithSnapshotGoesIdle(t *testing.T) {
 	if _, err := e.co.Snapshot(context.Background(), s.ID); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := e.st.GetSession(context.Background(), s.ID); got.State != lifecycle.Active {
+	if got, _ := e.st.GetSession(context.Background(), s.ID); got.State != domain.SessionActive {
 		t.Fatalf("snapshot stopped the session: %s", got.State)
 	}
 	stop()
-	s = e.wait(t, s.ID, lifecycle.Idle) // no heartbeats: the host is lost
+	s = e.wait(t, s.ID, domain.SessionIdle) // no heartbeats: the host is lost
 	if !strings.Contains(s.Reason, "resumes from snapshot") {
 		t.Fatalf("reason %q", s.Reason)
 	}
@@ -92,14 +91,14 @@ func TestCorruptSnapshotEndsDead(t *testing.T) {
 	if _, _, err := e.co.Suspend(context.Background(), s.ID); err != nil {
 		t.Fatal(err)
 	}
-	e.wait(t, s.ID, lifecycle.Idle)
+	e.wait(t, s.ID, domain.SessionIdle)
 	a.mu.Lock()
 	a.corrupt = true
 	a.mu.Unlock()
 	if _, err := e.co.Resume(context.Background(), s.ID); err == nil {
 		t.Fatal("resume of a corrupt snapshot succeeded")
 	}
-	s = e.wait(t, s.ID, lifecycle.Dead)
+	s = e.wait(t, s.ID, domain.SessionDead)
 	if !strings.Contains(s.Reason, "chunk 3 hash mismatch") {
 		t.Fatalf("reason %q does not say why", s.Reason)
 	}
@@ -110,12 +109,12 @@ func TestIdleSessionsAreSuspended(t *testing.T) {
 	e := newEnv(t, Config{MonitorInterval: 50 * time.Millisecond, IdleTimeout: 200 * time.Millisecond})
 	e.addHost(t, "a", 4)
 	s, _ := e.co.CreateSession(context.Background(), domain.SessionSpec{}, "")
-	e.wait(t, s.ID, lifecycle.Active)
-	e.wait(t, s.ID, lifecycle.Idle)
+	e.wait(t, s.ID, domain.SessionActive)
+	e.wait(t, s.ID, domain.SessionIdle)
 	keep, _ := e.co.CreateSession(context.Background(), domain.SessionSpec{IdleTimeoutSec: -1}, "")
-	e.wait(t, keep.ID, lifecycle.Active)
+	e.wait(t, keep.ID, domain.SessionActive)
 	time.Sleep(400 * time.Millisecond) // longer than the idle timeout; the session must stay
-	if got, _ := e.st.GetSession(context.Background(), keep.ID); got.State != lifecycle.Active {
+	if got, _ := e.st.GetSession(context.Background(), keep.ID); got.State != domain.SessionActive {
 		t.Fatalf("session with idle timeout 'never' is %s", got.State)
 	}
 }
@@ -134,9 +133,9 @@ func TestHardTimeLimitEndsSessionsDead(t *testing.T) {
 		t.Fatal(err)
 	}
 	keep, _ := e.co.CreateSession(ctx, domain.SessionSpec{IdleTimeoutSec: -1, MaxLifetimeSec: -1}, "")
-	e.wait(t, keep.ID, lifecycle.Active)
+	e.wait(t, keep.ID, domain.SessionActive)
 	for _, id := range []string{active.ID, idle.ID} {
-		s := e.wait(t, id, lifecycle.Dead)
+		s := e.wait(t, id, domain.SessionDead)
 		if !strings.Contains(s.Reason, "hard time limit of 400ms passed") {
 			t.Errorf("session %s: reason %q does not say why", id, s.Reason)
 		}
@@ -144,7 +143,7 @@ func TestHardTimeLimitEndsSessionsDead(t *testing.T) {
 	if h.running(active.ID) {
 		t.Errorf("expired session's machine still runs on its host")
 	}
-	if got, _ := e.st.GetSession(ctx, keep.ID); got.State != lifecycle.Active {
+	if got, _ := e.st.GetSession(ctx, keep.ID); got.State != domain.SessionActive {
 		t.Errorf("session without a limit is %s", got.State)
 	}
 	if _, err := e.co.CreateSession(ctx, domain.SessionSpec{MaxLifetimeSec: -2}, ""); !errors.Is(err, ErrInvalid) {
@@ -169,7 +168,7 @@ func TestOutboxExactlyOnceAcrossSuspendAndHostLoss(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitState := func(id string, want store.OutboxState) {
+	waitState := func(id string, want domain.OutboxState) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for {
@@ -187,25 +186,25 @@ func TestOutboxExactlyOnceAcrossSuspendAndHostLoss(t *testing.T) {
 	}
 	put("i1")
 	put("i1") // same id: exactly once
-	waitState("i1", store.OutboxDelivered)
+	waitState("i1", domain.OutboxDelivered)
 	if _, _, err := e.co.Suspend(ctx, s.ID); err != nil {
 		t.Fatal(err)
 	}
-	e.wait(t, s.ID, lifecycle.Idle)
-	waitState("i1", store.OutboxDurable)
+	e.wait(t, s.ID, domain.SessionIdle)
+	waitState("i1", domain.OutboxDurable)
 	put("i2") // resumes the idle session and delivers
-	waitState("i2", store.OutboxDelivered)
+	waitState("i2", domain.OutboxDelivered)
 	// Host a vanishes (no heartbeats) with i2 applied but not snapshotted.
 	bID, _ := e.addHost(t, "b", 4)
 	e.keepAlive(t, bID)
 	stopA()
-	e.wait(t, s.ID, lifecycle.Idle)
+	e.wait(t, s.ID, domain.SessionIdle)
 	if got, _ := e.st.GetSession(ctx, s.ID); got.HostID != "" {
 		t.Fatalf("idle session still on %s", got.HostID)
 	}
 	put("i3")
-	waitState("i3", store.OutboxDelivered)
-	waitState("i2", store.OutboxDelivered)
+	waitState("i3", domain.OutboxDelivered)
+	waitState("i2", domain.OutboxDelivered)
 	e.fleet.snaps.mu.Lock()
 	effects := copyCounts(e.fleet.snaps.effects[s.ID])
 	e.fleet.snaps.mu.Unlock()

@@ -10,10 +10,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/guestapi"
-	"github.com/engrams/engrams/internal/hostlink"
-	"github.com/engrams/engrams/internal/lifecycle"
-	"github.com/engrams/engrams/internal/store"
 )
 
 // Task event types the coordinator writes itself; the others come from the
@@ -51,7 +49,7 @@ func checkPrompt(text string) error {
 	return nil
 }
 
-// taskRecord is what a task keeps of its profile at start (store.Task's
+// taskRecord is what a task keeps of its profile at start (domain.Task's
 // Receipt): the spec it runs with and the grant receipt shown for it.
 type taskRecord struct {
 	Spec    apiv1.ProfileSpec `json:"spec"`
@@ -75,39 +73,39 @@ func titleOf(prompt string) string {
 // grant receipt and first prompt, and prepares the session in the
 // background (wait until it is Active, clone the repositories, hand the
 // prompt to the harness). Progress shows in the task's events.
-func (c *Coordinator) StartTask(ctx context.Context, req StartTaskRequest) (store.Task, error) {
+func (c *Coordinator) StartTask(ctx context.Context, req StartTaskRequest) (domain.Task, error) {
 	if err := checkPrompt(req.Prompt); err != nil {
-		return store.Task{}, err
+		return domain.Task{}, err
 	}
 	if req.Profile == "" {
-		return store.Task{}, fmt.Errorf("%w: a task needs a profile", ErrInvalid)
+		return domain.Task{}, fmt.Errorf("%w: a task needs a profile", ErrInvalid)
 	}
 	prof, spec, receipt, err := c.ResolveProfile(ctx, req.Profile)
 	if err != nil {
-		return store.Task{}, err
+		return domain.Task{}, err
 	}
 	mspec, err := c.taskMachineSpec(ctx, spec)
 	if err != nil {
-		return store.Task{}, err
+		return domain.Task{}, err
 	}
 	taskID := c.newID()
 	s, err := c.CreateSession(ctx, mspec, "task-"+taskID)
 	if err != nil {
-		return store.Task{}, fmt.Errorf("create the task's session: %w", err)
+		return domain.Task{}, fmt.Errorf("create the task's session: %w", err)
 	}
 	rec, err := json.Marshal(taskRecord{Spec: spec, Receipt: receipt})
 	if err != nil {
-		return store.Task{}, fmt.Errorf("encode receipt: %w", err)
+		return domain.Task{}, fmt.Errorf("encode receipt: %w", err)
 	}
 	title := req.Title
 	if title == "" {
 		title = titleOf(req.Prompt)
 	}
-	t, err := c.st.CreateTask(ctx, store.Task{ID: taskID, ProfileID: prof.ID, ProfileVersion: prof.Version, Receipt: rec,
+	t, err := c.st.CreateTask(ctx, domain.Task{ID: taskID, ProfileID: prof.ID, ProfileVersion: prof.Version, Receipt: rec,
 		Title: title, SessionID: s.ID, CreatedAt: c.now()})
 	if err != nil {
 		_, _ = c.DeleteSession(context.WithoutCancel(ctx), s.ID)
-		return store.Task{}, fmt.Errorf("record task: %w", err)
+		return domain.Task{}, fmt.Errorf("record task: %w", err)
 	}
 	turn := c.newID()
 	if _, err := c.appendTaskEvents(ctx, t.ID, taskEvent(TaskEventSession, map[string]any{"session_id": s.ID}),
@@ -129,13 +127,13 @@ func (c *Coordinator) goTask(fn func(ctx context.Context)) {
 	}()
 }
 
-func taskEvent(typ string, data any) store.TaskEvent {
+func taskEvent(typ string, data any) domain.TaskEvent {
 	raw, _ := json.Marshal(data)
-	return store.TaskEvent{Type: typ, Payload: raw}
+	return domain.TaskEvent{Type: typ, Payload: raw}
 }
 
 // appendTaskEvents appends events and wakes the task's followers.
-func (c *Coordinator) appendTaskEvents(ctx context.Context, taskID domain.TaskID, events ...store.TaskEvent) ([]store.TaskEvent, error) {
+func (c *Coordinator) appendTaskEvents(ctx context.Context, taskID domain.TaskID, events ...domain.TaskEvent) ([]domain.TaskEvent, error) {
 	out, err := c.st.AppendTaskEvents(ctx, taskID, events)
 	if err != nil {
 		return nil, fmt.Errorf("append task events: %w", err)
@@ -145,7 +143,7 @@ func (c *Coordinator) appendTaskEvents(ctx context.Context, taskID domain.TaskID
 }
 
 // setTaskState records a task's state and wakes its followers.
-func (c *Coordinator) setTaskState(ctx context.Context, taskID domain.TaskID, state store.TaskState, msg string) {
+func (c *Coordinator) setTaskState(ctx context.Context, taskID domain.TaskID, state domain.TaskState, msg string) {
 	if err := c.st.SetTaskState(ctx, taskID, state, msg, c.now()); err != nil {
 		c.log.Warn("set task state", "task_id", taskID, "state", state, "err", err)
 		return
@@ -159,7 +157,7 @@ func (c *Coordinator) failTask(ctx context.Context, taskID domain.TaskID, err er
 	// cancelled (shutdown): a task must not stay "starting" silently.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	ok, uerr := c.st.UpdateTaskState(ctx, taskID, []store.TaskState{store.TaskStarting}, store.TaskFailed, err.Error(), c.now())
+	ok, uerr := c.st.UpdateTaskState(ctx, taskID, []domain.TaskState{domain.TaskStarting}, domain.TaskFailed, err.Error(), c.now())
 	switch {
 	case uerr != nil:
 		c.log.Error("record a failed task setup", "task_id", taskID, "err", err, "record_err", uerr)
@@ -174,23 +172,23 @@ func (c *Coordinator) failTask(ctx context.Context, taskID domain.TaskID, err er
 
 // SendTask adds a follow-up prompt to a task; an Idle session resumes
 // transparently to take it.
-func (c *Coordinator) SendTask(ctx context.Context, taskID, text string) (store.TaskEvent, error) {
+func (c *Coordinator) SendTask(ctx context.Context, taskID, text string) (domain.TaskEvent, error) {
 	if err := checkPrompt(text); err != nil {
-		return store.TaskEvent{}, err
+		return domain.TaskEvent{}, err
 	}
 	t, err := c.st.GetTask(ctx, taskID)
 	if err != nil {
-		return store.TaskEvent{}, fmt.Errorf("get task %s: %w", taskID, err)
+		return domain.TaskEvent{}, fmt.Errorf("get task %s: %w", taskID, err)
 	}
 	switch t.State {
-	case store.TaskStopped, store.TaskFailed:
-		return store.TaskEvent{}, fmt.Errorf("%w: task %s is %s", ErrNotActive, taskID, t.State)
-	case store.TaskStarting:
-		return store.TaskEvent{}, fmt.Errorf("%w: task %s is still starting (its repositories are being cloned); send when it is running or idle", ErrBusy, taskID)
+	case domain.TaskStopped, domain.TaskFailed:
+		return domain.TaskEvent{}, fmt.Errorf("%w: task %s is %s", ErrNotActive, taskID, t.State)
+	case domain.TaskStarting:
+		return domain.TaskEvent{}, fmt.Errorf("%w: task %s is still starting (its repositories are being cloned); send when it is running or idle", ErrBusy, taskID)
 	}
 	s, err := c.st.GetSession(ctx, t.SessionID)
 	if err != nil {
-		return store.TaskEvent{}, fmt.Errorf("get session %s of task %s: %w", t.SessionID, taskID, err)
+		return domain.TaskEvent{}, fmt.Errorf("get session %s of task %s: %w", t.SessionID, taskID, err)
 	}
 	if s.State.Terminal() {
 		return c.continueTask(ctx, t, s, text)
@@ -198,7 +196,7 @@ func (c *Coordinator) SendTask(ctx context.Context, taskID, text string) (store.
 	turn := c.newID()
 	evs, err := c.appendTaskEvents(ctx, taskID, taskEvent(TaskEventPrompt, map[string]any{"turn": turn, "text": text}))
 	if err != nil {
-		return store.TaskEvent{}, err
+		return domain.TaskEvent{}, err
 	}
 	if err := c.promptHarness(ctx, t.ID, s.ID, turn, text); err != nil {
 		// The conversation says so; the caller may send it again.
@@ -211,15 +209,15 @@ func (c *Coordinator) SendTask(ctx context.Context, taskID, text string) (store.
 
 // StopTask interrupts the agent and marks the task stopped; its session is
 // suspended, so its files stay for diff and files.
-func (c *Coordinator) StopTask(ctx context.Context, taskID domain.TaskID) (store.Task, error) {
+func (c *Coordinator) StopTask(ctx context.Context, taskID domain.TaskID) (domain.Task, error) {
 	t, err := c.st.GetTask(ctx, taskID)
 	if err != nil {
 		return t, fmt.Errorf("get task %s: %w", taskID, err)
 	}
-	if t.State == store.TaskStopped {
+	if t.State == domain.TaskStopped {
 		return t, nil
 	}
-	if s, err := c.st.GetSession(ctx, t.SessionID); err == nil && s.State == lifecycle.Active {
+	if s, err := c.st.GetSession(ctx, t.SessionID); err == nil && s.State == domain.SessionActive {
 		payload, _ := json.Marshal(guestapi.InterruptPayload{})
 		if _, err := c.PutOutbox(ctx, s.ID, "stop-"+t.ID, guestapi.OutboxInterrupt, payload); err != nil {
 			c.log.Warn("interrupt the task's harness", "task_id", t.ID, "session_id", s.ID, "err", err)
@@ -228,7 +226,7 @@ func (c *Coordinator) StopTask(ctx context.Context, taskID domain.TaskID) (store
 	if _, err := c.appendTaskEvents(ctx, t.ID, taskEvent(TaskEventStopped, map[string]any{"by": "user"})); err != nil {
 		return t, err
 	}
-	c.setTaskState(ctx, t.ID, store.TaskStopped, "")
+	c.setTaskState(ctx, t.ID, domain.TaskStopped, "")
 	c.goTask(func(bg context.Context) {
 		if _, _, err := c.Suspend(bg, t.SessionID); err != nil && !errors.Is(err, ErrNotActive) {
 			c.log.Info("suspend a stopped task's session", "task_id", t.ID, "session_id", t.SessionID, "err", err)

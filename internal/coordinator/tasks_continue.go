@@ -8,6 +8,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -22,27 +23,27 @@ const maxTranscriptBytes = 32 << 10
 // the repositories are cloned again at their default state, and the
 // harness, which starts a conversation of its own there, gets the
 // conversation so far with the prompt (pendingPrompt).
-func (c *Coordinator) continueTask(ctx context.Context, t store.Task, old store.Session, text string) (store.TaskEvent, error) {
+func (c *Coordinator) continueTask(ctx context.Context, t domain.Task, old domain.Session, text string) (domain.TaskEvent, error) {
 	spec, err := taskSpec(t)
 	if err != nil {
-		return store.TaskEvent{}, err
+		return domain.TaskEvent{}, err
 	}
 	mspec, err := c.taskMachineSpec(ctx, spec)
 	if err != nil {
-		return store.TaskEvent{}, err
+		return domain.TaskEvent{}, err
 	}
 	turn := c.newID()
 	s, err := c.CreateSession(ctx, mspec, "task-"+t.ID+"-"+turn)
 	if err != nil {
-		return store.TaskEvent{}, fmt.Errorf("create a new session for task %s: %w", t.ID, err)
+		return domain.TaskEvent{}, fmt.Errorf("create a new session for task %s: %w", t.ID, err)
 	}
 	ts, err := c.st.ReplaceSession(ctx, t.ID, old.ID, s.ID, c.now())
 	if err != nil {
 		_, _ = c.DeleteSession(context.WithoutCancel(ctx), s.ID)
 		if errors.Is(err, store.ErrConflict) {
-			return store.TaskEvent{}, fmt.Errorf("%w: another follow-up is already moving task %s to a new session", ErrBusy, t.ID)
+			return domain.TaskEvent{}, fmt.Errorf("%w: another follow-up is already moving task %s to a new session", ErrBusy, t.ID)
 		}
-		return store.TaskEvent{}, fmt.Errorf("move task %s to a new session: %w", t.ID, err)
+		return domain.TaskEvent{}, fmt.Errorf("move task %s to a new session: %w", t.ID, err)
 	}
 	// The task is starting in s now; its setup finds the prompt after
 	// s's session event (pendingPrompt), so a failure here leaves a setup
@@ -54,7 +55,7 @@ func (c *Coordinator) continueTask(ctx context.Context, t store.Task, old store.
 	c.log.Info("task continues in a new session", "task_id", t.ID, "session_id", s.ID, "previous_session_id", old.ID)
 	c.goTask(func(bg context.Context) { c.setupTask(bg, t.ID, s.ID, ts.CreatedAt) })
 	if err != nil {
-		return store.TaskEvent{}, err
+		return domain.TaskEvent{}, err
 	}
 	return evs[1], nil
 }
@@ -106,7 +107,7 @@ func (c *Coordinator) pendingPrompt(ctx context.Context, taskID domain.TaskID, s
 
 // transcript is a conversation as text: its prompts and the agent's
 // answers, the newest kept when it is long.
-func transcript(evs []store.TaskEvent) string {
+func transcript(evs []domain.TaskEvent) string {
 	var lines []string
 	for _, e := range evs {
 		var d struct {

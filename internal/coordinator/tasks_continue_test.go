@@ -9,9 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/engrams/engrams/internal/hostlink"
-	"github.com/engrams/engrams/internal/lifecycle"
-	"github.com/engrams/engrams/internal/store"
+	"github.com/engrams/engrams/internal/domain"
 )
 
 // TestSendTaskContinuesInNewSession: a follow-up to a task whose session
@@ -22,8 +20,8 @@ func TestSendTaskContinuesInNewSession(t *testing.T) {
 	t.Parallel()
 	e := agentTaskEnv(t)
 	ctx := context.Background()
-	e.session(t, "s1", "host-a", lifecycle.Dead, domain.SessionSpec{})
-	e.task(t, "t1", "s1", store.TaskIdle, "")
+	e.session(t, "s1", "host-a", domain.SessionDead, domain.SessionSpec{})
+	e.task(t, "t1", "s1", domain.TaskIdle, "")
 	if _, err := e.co.appendTaskEvents(ctx, "t1",
 		taskEvent(TaskEventSession, map[string]any{"session_id": "s1"}),
 		taskEvent(TaskEventRepoCloned, map[string]any{"path": "app", "base": "abc"}),
@@ -40,7 +38,7 @@ func TestSendTaskContinuesInNewSession(t *testing.T) {
 		t.Fatalf("returned event %+v %s", ev, ev.Payload)
 	}
 	tk := e.getTask(t, "t1")
-	if tk.SessionID == "s1" || tk.SessionID == "" || tk.State != store.TaskStarting {
+	if tk.SessionID == "s1" || tk.SessionID == "" || tk.State != domain.TaskStarting {
 		t.Fatalf("task after the follow-up: %+v", tk)
 	}
 	ss, err := e.st.ListTaskSessions(ctx, "t1")
@@ -77,8 +75,8 @@ func TestTranscript(t *testing.T) {
 	t.Parallel()
 	e := newTaskEnv(t)
 	ctx := context.Background()
-	e.session(t, "s1", "host-a", lifecycle.Dead, domain.SessionSpec{})
-	e.task(t, "t1", "s1", store.TaskIdle, "")
+	e.session(t, "s1", "host-a", domain.SessionDead, domain.SessionSpec{})
+	e.task(t, "t1", "s1", domain.TaskIdle, "")
 	long := strings.Repeat("é", maxTranscriptBytes) // two bytes a rune: the cut lands inside runes
 	if _, err := e.co.appendTaskEvents(ctx, "t1",
 		taskEvent(TaskEventPrompt, map[string]any{"text": "first"}),
@@ -103,8 +101,8 @@ func TestPendingPrompt(t *testing.T) {
 	t.Parallel()
 	e := newTaskEnv(t)
 	ctx := context.Background()
-	e.session(t, "s1", "host-a", lifecycle.Active, domain.SessionSpec{})
-	e.task(t, "t1", "s1", store.TaskStarting, "")
+	e.session(t, "s1", "host-a", domain.SessionActive, domain.SessionSpec{})
+	e.task(t, "t1", "s1", domain.TaskStarting, "")
 	if _, err := e.co.appendTaskEvents(ctx, "t1", taskEvent(TaskEventSession, map[string]any{"session_id": "s1"}),
 		taskEvent(TaskEventPrompt, map[string]any{"turn": "a", "text": "create hello.txt"})); err != nil {
 		t.Fatal(err)
@@ -129,7 +127,7 @@ func TestPendingPrompt(t *testing.T) {
 	if _, _, err := e.co.pendingPrompt(ctx, "t1", "s9"); err == nil {
 		t.Fatal("a session the task never recorded has a pending prompt")
 	}
-	e.task(t, "t2", "s1", store.TaskStarting, "")
+	e.task(t, "t2", "s1", domain.TaskStarting, "")
 	if _, err := e.co.appendTaskEvents(ctx, "t2", taskEvent(TaskEventSession, map[string]any{"session_id": "s1"})); err != nil {
 		t.Fatal(err)
 	}
@@ -147,8 +145,8 @@ func TestTakeOverSetups(t *testing.T) {
 	e := newTaskEnv(t)
 	ctx := context.Background()
 	for _, id := range []string{"stale", "fresh"} {
-		e.session(t, "s-"+id, "host-a", lifecycle.Active, domain.SessionSpec{})
-		e.task(t, id, "s-"+id, store.TaskStarting, "")
+		e.session(t, "s-"+id, "host-a", domain.SessionActive, domain.SessionSpec{})
+		e.task(t, id, "s-"+id, domain.TaskStarting, "")
 		if _, err := e.co.appendTaskEvents(ctx, id, taskEvent(TaskEventSession, map[string]any{"session_id": "s-" + id}),
 			taskEvent(TaskEventPrompt, map[string]any{"turn": "turn-of-" + id, "text": "hi"}),
 			taskEvent(TaskEventRepoCloned, map[string]any{"path": "app", "base": "abc"})); err != nil {
@@ -197,16 +195,16 @@ func TestRewindHarnessCursor(t *testing.T) {
 			t.Parallel()
 			e := newTaskEnv(t)
 			ctx := context.Background()
-			s := e.session(t, "s1", "host-a", lifecycle.Active, domain.SessionSpec{})
-			e.task(t, "t1", "s1", store.TaskIdle, "")
-			var evs []store.TaskEvent
+			s := e.session(t, "s1", "host-a", domain.SessionActive, domain.SessionSpec{})
+			e.task(t, "t1", "s1", domain.TaskIdle, "")
+			var evs []domain.TaskEvent
 			for i := int64(1); i <= tt.cursor; i++ {
-				evs = append(evs, store.TaskEvent{Type: "assistant_text", GuestSeq: i})
+				evs = append(evs, domain.TaskEvent{Type: "assistant_text", GuestSeq: i})
 			}
 			if _, _, err := e.st.IngestTaskEvents(ctx, "t1", "s1", nil, evs); err != nil {
 				t.Fatal(err)
 			}
-			snap := store.Snapshot{ID: "snap-1", SessionID: "s1", HostID: "host-a", Manifests: json.RawMessage(`{}`),
+			snap := domain.Snapshot{ID: "snap-1", SessionID: "s1", HostID: "host-a", Manifests: json.RawMessage(`{}`),
 				Facts: json.RawMessage(`{}`), HarnessSeq: tt.harnessSeq, CreatedAt: e.clock()}
 			if err := e.st.CommitSnapshot(ctx, snap, s.Epoch); err != nil {
 				t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/store"
@@ -71,7 +72,7 @@ func (c *Coordinator) ingestHarnessEvents(ctx context.Context, hostID domain.Hos
 	if err != nil {
 		return 0, fmt.Errorf("task of session %s: %w", sid, err)
 	}
-	evs := make([]store.TaskEvent, len(req.Events))
+	evs := make([]domain.TaskEvent, len(req.Events))
 	for i, e := range req.Events {
 		if e.Type == "" || e.Seq <= 0 {
 			return 0, fmt.Errorf("%w: harness event %d has no type or seq", ErrInvalid, i)
@@ -96,7 +97,7 @@ func (c *Coordinator) ingestHarnessEvents(ctx context.Context, hostID domain.Hos
 	}
 	if st, msg, ok := taskStateAfter(t, added); ok {
 		// Conditional: a stop (or a failed setup) meanwhile stays.
-		live := []store.TaskState{store.TaskStarting, store.TaskRunning, store.TaskIdle}
+		live := []domain.TaskState{domain.TaskStarting, domain.TaskRunning, domain.TaskIdle}
 		if _, err := c.st.UpdateTaskState(ctx, t.ID, live, st, msg, c.now()); err != nil {
 			c.log.Warn("update task state from its events", "task_id", t.ID, "err", err)
 		}
@@ -124,7 +125,7 @@ func guestEventType(t string) bool {
 // trusted: an unknown type becomes a harness error event saying so, data
 // over maxHarnessEventData is replaced by a note of its size, and a time
 // more than a minute in the future (a guest clock) is replaced by now.
-func guestTaskEvent(e guestapi.HarnessEvent, now time.Time) store.TaskEvent {
+func guestTaskEvent(e guestapi.HarnessEvent, now time.Time) domain.TaskEvent {
 	typ, payload := e.Type, harnessPayload(e)
 	switch {
 	case !guestEventType(typ):
@@ -141,7 +142,7 @@ func guestTaskEvent(e guestapi.HarnessEvent, now time.Time) store.TaskEvent {
 	if at.After(now.Add(time.Minute)) {
 		at = now
 	}
-	return store.TaskEvent{Type: typ, Payload: payload, At: at, GuestSeq: e.Seq}
+	return domain.TaskEvent{Type: typ, Payload: payload, At: at, GuestSeq: e.Seq}
 }
 
 // harnessPayload is the stored payload of a harness event: its data with
@@ -166,15 +167,15 @@ func harnessPayload(e guestapi.HarnessEvent) json.RawMessage {
 // running once a run starts (clearing the last turn's error), the error's
 // "kind: message" kept from an error event on, idle when a turn ends. A
 // stopped or failed task stays so. ok is false when nothing changes.
-func taskStateAfter(t store.Task, evs []store.TaskEvent) (store.TaskState, string, bool) {
-	if t.State == store.TaskStopped || t.State == store.TaskFailed {
+func taskStateAfter(t domain.Task, evs []domain.TaskEvent) (domain.TaskState, string, bool) {
+	if t.State == domain.TaskStopped || t.State == domain.TaskFailed {
 		return t.State, t.Error, false
 	}
 	state, msg := t.State, t.Error
 	for _, e := range evs {
 		switch e.Type {
 		case guestapi.EventRunStarted:
-			state, msg = store.TaskRunning, ""
+			state, msg = domain.TaskRunning, ""
 		case guestapi.EventError:
 			var d struct {
 				Kind    string `json:"kind"`
@@ -183,7 +184,7 @@ func taskStateAfter(t store.Task, evs []store.TaskEvent) (store.TaskState, strin
 			_ = json.Unmarshal(e.Payload, &d)
 			msg = d.Kind + ": " + d.Message
 		case guestapi.EventIdle:
-			state = store.TaskIdle
+			state = domain.TaskIdle
 		}
 	}
 	if state == t.State && msg == t.Error {

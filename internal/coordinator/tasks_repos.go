@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/guestapi"
-	"github.com/engrams/engrams/internal/store"
 )
 
 // cloneTimeout bounds one repository clone on the coordinator.
@@ -313,7 +313,7 @@ git read-tree "$2"; git add -A .; git -c core.quotepath=off diff --cached --no-c
 }
 
 // TaskSession returns the session a task works in now.
-func (c *Coordinator) TaskSession(ctx context.Context, taskID domain.TaskID) (store.Task, error) {
+func (c *Coordinator) TaskSession(ctx context.Context, taskID domain.TaskID) (domain.Task, error) {
 	t, err := c.st.GetTask(ctx, taskID)
 	if err != nil {
 		return t, fmt.Errorf("get task %s: %w", taskID, err)

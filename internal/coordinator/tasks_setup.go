@@ -9,9 +9,8 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/guestapi"
-	"github.com/engrams/engrams/internal/lifecycle"
-	"github.com/engrams/engrams/internal/store"
 )
 
 // taskStartWait bounds how long a task's first session may take to become
@@ -53,7 +52,7 @@ func (c *Coordinator) setupTask(ctx context.Context, taskID domain.TaskID, sessi
 		c.failTask(ctx, taskID, err)
 		return
 	}
-	if _, err := c.st.UpdateTaskState(ctx, taskID, []store.TaskState{store.TaskStarting}, store.TaskRunning, "", c.now()); err != nil {
+	if _, err := c.st.UpdateTaskState(ctx, taskID, []domain.TaskState{domain.TaskStarting}, domain.TaskRunning, "", c.now()); err != nil {
 		c.log.Warn("mark a prompted task running", "task_id", taskID, "err", err)
 	}
 	c.wake(ctx, taskTopic(taskID))
@@ -129,7 +128,7 @@ func (c *Coordinator) renewSetup(ctx context.Context, cancelSetup context.Cancel
 // replica takes each). Callers pass only passes of a replica that has been
 // watching, without a failed pass, for longer than taskSetupStale.
 func (c *Coordinator) takeOverSetups(ctx context.Context) error {
-	ts, err := c.st.ListTasks(ctx, store.TaskFilter{States: []store.TaskState{store.TaskStarting}})
+	ts, err := c.st.ListTasks(ctx, domain.TaskFilter{States: []domain.TaskState{domain.TaskStarting}})
 	if err != nil {
 		return fmt.Errorf("list starting tasks: %w", err)
 	}
@@ -161,12 +160,12 @@ func (c *Coordinator) waitActive(ctx context.Context, taskID domain.TaskID, sess
 			return fmt.Errorf("get session %s: %w", sessionID, err)
 		}
 		switch {
-		case s.State == lifecycle.Active:
+		case s.State == domain.SessionActive:
 			return nil
-		case s.State.Terminal() || s.State == lifecycle.Deleting:
+		case s.State.Terminal() || s.State == domain.SessionDeleting:
 			return fmt.Errorf("session %s is %s: %s", sessionID, s.State, s.Reason)
-		case s.State == lifecycle.Idle:
-			if t, err := c.st.GetTask(ctx, taskID); err == nil && t.State != store.TaskStarting {
+		case s.State == domain.SessionIdle:
+			if t, err := c.st.GetTask(ctx, taskID); err == nil && t.State != domain.TaskStarting {
 				return fmt.Errorf("%w: task %s is %s", ErrNotActive, taskID, t.State)
 			}
 			_, err := c.EnsureActive(ctx, s)
@@ -180,7 +179,7 @@ func (c *Coordinator) waitActive(ctx context.Context, taskID domain.TaskID, sess
 
 // taskSpec reads the profile spec a task was started with, from its
 // receipt.
-func taskSpec(t store.Task) (apiv1.ProfileSpec, error) {
+func taskSpec(t domain.Task) (apiv1.ProfileSpec, error) {
 	var r taskRecord
 	if err := json.Unmarshal(t.Receipt, &r); err != nil {
 		return apiv1.ProfileSpec{}, fmt.Errorf("read the receipt of task %s: %w", t.ID, err)
@@ -206,7 +205,7 @@ func (c *Coordinator) promptHarness(ctx context.Context, taskID, sessionID, turn
 	if err != nil {
 		return fmt.Errorf("get task %s: %w", taskID, err)
 	}
-	if t.State == store.TaskStopped || t.State == store.TaskFailed {
+	if t.State == domain.TaskStopped || t.State == domain.TaskFailed {
 		return fmt.Errorf("%w: task %s is %s", ErrNotActive, taskID, t.State)
 	}
 	spec, err := taskSpec(t)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/lifecycle"
@@ -112,7 +113,7 @@ func (e *taskEnv) advance(d time.Duration) time.Time {
 // session writes session id in state want (Created, Active, Suspending,
 // HostLost or Dead), placed on hostID when it got that far, at epoch 1
 // once claimed. Its create op is finished, so nothing is in flight.
-func (e *taskEnv) session(t *testing.T, id, hostID domain.HostID, want lifecycle.State, spec domain.SessionSpec) store.Session {
+func (e *taskEnv) session(t *testing.T, id, hostID domain.HostID, want domain.SessionState, spec domain.SessionSpec) domain.Session {
 	t.Helper()
 	ctx := context.Background()
 	raw, _ := json.Marshal(spec)
@@ -120,28 +121,28 @@ func (e *taskEnv) session(t *testing.T, id, hostID domain.HostID, want lifecycle
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want == lifecycle.Created {
+	if want == domain.SessionCreated {
 		return s
 	}
 	op, _, err := e.st.ClaimOp(ctx, "r1", e.clock(), time.Hour)
 	if err != nil || op.SessionID != id {
 		t.Fatalf("claim the create op of %s: %+v %v", id, op, err)
 	}
-	step := func(from, to lifecycle.State, ev lifecycle.Event, host *string) {
+	step := func(from, to domain.SessionState, ev lifecycle.Event, host *string) {
 		t.Helper()
 		if s, err = e.st.ApplyTransition(ctx, store.Transition{SessionID: id, Epoch: op.Epoch, From: from, To: to, Event: ev,
 			HostID: host, At: e.clock()}); err != nil {
 			t.Fatalf("session %s %s -> %s: %v", id, from, to, err)
 		}
 	}
-	result := store.OpSucceeded
+	result := domain.OpSucceeded
 	switch want {
-	case lifecycle.Dead:
-		step(lifecycle.Created, lifecycle.Dead, lifecycle.Unplaceable, nil)
-		result = store.OpFailed
-	case lifecycle.Active, lifecycle.Suspending, lifecycle.HostLost:
-		step(lifecycle.Created, lifecycle.Starting, lifecycle.Place, &hostID)
-		step(lifecycle.Starting, lifecycle.Active, lifecycle.Started, nil)
+	case domain.SessionDead:
+		step(domain.SessionCreated, domain.SessionDead, lifecycle.Unplaceable, nil)
+		result = domain.OpFailed
+	case domain.SessionActive, domain.SessionSuspending, domain.SessionHostLost:
+		step(domain.SessionCreated, domain.SessionStarting, lifecycle.Place, &hostID)
+		step(domain.SessionStarting, domain.SessionActive, lifecycle.Started, nil)
 	default:
 		t.Fatalf("session helper cannot make state %s", want)
 	}
@@ -149,10 +150,10 @@ func (e *taskEnv) session(t *testing.T, id, hostID domain.HostID, want lifecycle
 		t.Fatal(err)
 	}
 	switch want {
-	case lifecycle.Suspending:
-		step(lifecycle.Active, lifecycle.Suspending, lifecycle.SuspendRequested, nil)
-	case lifecycle.HostLost:
-		step(lifecycle.Active, lifecycle.HostLost, lifecycle.HeartbeatLost, nil)
+	case domain.SessionSuspending:
+		step(domain.SessionActive, domain.SessionSuspending, lifecycle.SuspendRequested, nil)
+	case domain.SessionHostLost:
+		step(domain.SessionActive, domain.SessionHostLost, lifecycle.HeartbeatLost, nil)
 	}
 	return s
 }
@@ -164,24 +165,24 @@ var taskSpecFixture = apiv1.ProfileSpec{Image: "py", Harness: "claude-code", Mod
 
 // task writes a task of profile "rev" in state (with errMsg) working in
 // sessionID ("" for none).
-func (e *taskEnv) task(t *testing.T, id, sessionID domain.SessionID, state store.TaskState, errMsg string) store.Task {
+func (e *taskEnv) task(t *testing.T, id, sessionID domain.SessionID, state domain.TaskState, errMsg string) domain.Task {
 	t.Helper()
 	ctx := context.Background()
 	p, err := e.st.GetProfileByName(ctx, "rev")
 	if errors.Is(err, store.ErrNotFound) {
 		spec, _ := json.Marshal(taskSpecFixture)
-		p, err = e.st.CreateProfile(ctx, store.Profile{ID: "prof-rev", Name: "rev", Spec: spec, CreatedAt: e.clock()})
+		p, err = e.st.CreateProfile(ctx, domain.Profile{ID: "prof-rev", Name: "rev", Spec: spec, CreatedAt: e.clock()})
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec, _ := json.Marshal(taskRecord{Spec: taskSpecFixture, Receipt: apiv1.Receipt{Model: "sonnet"}})
-	tk, err := e.st.CreateTask(ctx, store.Task{ID: id, ProfileID: p.ID, ProfileVersion: p.Version, Receipt: rec, Title: "title of " + id,
+	tk, err := e.st.CreateTask(ctx, domain.Task{ID: id, ProfileID: p.ID, ProfileVersion: p.Version, Receipt: rec, Title: "title of " + id,
 		SessionID: sessionID, CreatedAt: e.clock()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if state != "" && state != store.TaskStarting {
+	if state != "" && state != domain.TaskStarting {
 		if err := e.st.SetTaskState(ctx, id, state, errMsg, e.clock()); err != nil {
 			t.Fatal(err)
 		}
@@ -190,7 +191,7 @@ func (e *taskEnv) task(t *testing.T, id, sessionID domain.SessionID, state store
 	return tk
 }
 
-func (e *taskEnv) events(t *testing.T, taskID domain.TaskID) []store.TaskEvent {
+func (e *taskEnv) events(t *testing.T, taskID domain.TaskID) []domain.TaskEvent {
 	t.Helper()
 	evs, err := e.st.ListTaskEvents(context.Background(), taskID, 0, 0)
 	if err != nil {
@@ -199,7 +200,7 @@ func (e *taskEnv) events(t *testing.T, taskID domain.TaskID) []store.TaskEvent {
 	return evs
 }
 
-func (e *taskEnv) getTask(t *testing.T, id string) store.Task {
+func (e *taskEnv) getTask(t *testing.T, id string) domain.Task {
 	t.Helper()
 	tk, err := e.st.GetTask(context.Background(), id)
 	if err != nil {
@@ -209,7 +210,7 @@ func (e *taskEnv) getTask(t *testing.T, id string) store.Task {
 }
 
 // summary is "type:payload" of each event.
-func summary(evs []store.TaskEvent) []string {
+func summary(evs []domain.TaskEvent) []string {
 	out := make([]string, len(evs))
 	for i, e := range evs {
 		out[i] = e.Type + ":" + string(e.Payload)
@@ -272,8 +273,8 @@ func TestTitleOf(t *testing.T) {
 	}
 }
 
-func tev(typ, payload string) store.TaskEvent {
-	return store.TaskEvent{Type: typ, Payload: json.RawMessage(payload)}
+func tev(typ, payload string) domain.TaskEvent {
+	return domain.TaskEvent{Type: typ, Payload: json.RawMessage(payload)}
 }
 
 func TestTaskStateAfter(t *testing.T) {
@@ -288,61 +289,61 @@ func TestTaskStateAfter(t *testing.T) {
 	const authMsg = "auth: key refused"
 	type tc struct {
 		name      string
-		state     store.TaskState
+		state     domain.TaskState
 		err       string
-		evs       []store.TaskEvent
-		wantState store.TaskState
+		evs       []domain.TaskEvent
+		wantState domain.TaskState
 		wantErr   string
 		wantOK    bool
 	}
 	tests := []tc{
 		// One event of each kind that moves the state, in every task state.
-		{"starting, run_started", store.TaskStarting, "", []store.TaskEvent{run}, store.TaskRunning, "", true},
-		{"running, run_started", store.TaskRunning, "", []store.TaskEvent{run}, store.TaskRunning, "", false},
-		{"idle, run_started clears the error", store.TaskIdle, "model: overloaded", []store.TaskEvent{run}, store.TaskRunning, "", true},
-		{"stopped, run_started", store.TaskStopped, "", []store.TaskEvent{run}, store.TaskStopped, "", false},
-		{"failed, run_started", store.TaskFailed, "clone failed", []store.TaskEvent{run}, store.TaskFailed, "clone failed", false},
-		{"starting, idle", store.TaskStarting, "", []store.TaskEvent{idle}, store.TaskIdle, "", true},
-		{"running, idle", store.TaskRunning, "", []store.TaskEvent{idle}, store.TaskIdle, "", true},
-		{"idle, a lone idle keeps the last turn's error", store.TaskIdle, authMsg, []store.TaskEvent{idle}, store.TaskIdle, authMsg, false},
-		{"idle, a lone idle", store.TaskIdle, "", []store.TaskEvent{idle}, store.TaskIdle, "", false},
-		{"stopped, idle", store.TaskStopped, "", []store.TaskEvent{idle}, store.TaskStopped, "", false},
-		{"failed, idle", store.TaskFailed, "clone failed", []store.TaskEvent{idle}, store.TaskFailed, "clone failed", false},
-		{"starting, error", store.TaskStarting, "", []store.TaskEvent{authErr}, store.TaskStarting, authMsg, true},
-		{"running, error shows at once", store.TaskRunning, "", []store.TaskEvent{authErr}, store.TaskRunning, authMsg, true},
-		{"idle, error", store.TaskIdle, "model: overloaded", []store.TaskEvent{authErr}, store.TaskIdle, authMsg, true},
-		{"stopped, error", store.TaskStopped, "", []store.TaskEvent{authErr}, store.TaskStopped, "", false},
-		{"failed, error", store.TaskFailed, "clone failed", []store.TaskEvent{authErr}, store.TaskFailed, "clone failed", false},
+		{"starting, run_started", domain.TaskStarting, "", []domain.TaskEvent{run}, domain.TaskRunning, "", true},
+		{"running, run_started", domain.TaskRunning, "", []domain.TaskEvent{run}, domain.TaskRunning, "", false},
+		{"idle, run_started clears the error", domain.TaskIdle, "model: overloaded", []domain.TaskEvent{run}, domain.TaskRunning, "", true},
+		{"stopped, run_started", domain.TaskStopped, "", []domain.TaskEvent{run}, domain.TaskStopped, "", false},
+		{"failed, run_started", domain.TaskFailed, "clone failed", []domain.TaskEvent{run}, domain.TaskFailed, "clone failed", false},
+		{"starting, idle", domain.TaskStarting, "", []domain.TaskEvent{idle}, domain.TaskIdle, "", true},
+		{"running, idle", domain.TaskRunning, "", []domain.TaskEvent{idle}, domain.TaskIdle, "", true},
+		{"idle, a lone idle keeps the last turn's error", domain.TaskIdle, authMsg, []domain.TaskEvent{idle}, domain.TaskIdle, authMsg, false},
+		{"idle, a lone idle", domain.TaskIdle, "", []domain.TaskEvent{idle}, domain.TaskIdle, "", false},
+		{"stopped, idle", domain.TaskStopped, "", []domain.TaskEvent{idle}, domain.TaskStopped, "", false},
+		{"failed, idle", domain.TaskFailed, "clone failed", []domain.TaskEvent{idle}, domain.TaskFailed, "clone failed", false},
+		{"starting, error", domain.TaskStarting, "", []domain.TaskEvent{authErr}, domain.TaskStarting, authMsg, true},
+		{"running, error shows at once", domain.TaskRunning, "", []domain.TaskEvent{authErr}, domain.TaskRunning, authMsg, true},
+		{"idle, error", domain.TaskIdle, "model: overloaded", []domain.TaskEvent{authErr}, domain.TaskIdle, authMsg, true},
+		{"stopped, error", domain.TaskStopped, "", []domain.TaskEvent{authErr}, domain.TaskStopped, "", false},
+		{"failed, error", domain.TaskFailed, "clone failed", []domain.TaskEvent{authErr}, domain.TaskFailed, "clone failed", false},
 
 		// Batches.
-		{"no events", store.TaskRunning, "", nil, store.TaskRunning, "", false},
-		{"error then idle keeps kind: message", store.TaskRunning, "", []store.TaskEvent{authErr, idle}, store.TaskIdle, authMsg, true},
-		{"a whole failed turn", store.TaskIdle, "", []store.TaskEvent{run, text, authErr, idle}, store.TaskIdle, authMsg, true},
-		{"a whole successful turn clears the last error", store.TaskIdle, authMsg, []store.TaskEvent{run, text, idle}, store.TaskIdle, "", true},
-		{"the last error of a turn wins", store.TaskRunning, "", []store.TaskEvent{authErr, modelErr, idle}, store.TaskIdle, "model: overloaded", true},
-		{"a later turn's run_started drops an earlier turn's error", store.TaskRunning, "", []store.TaskEvent{authErr, idle, run, idle}, store.TaskIdle, "", true},
-		{"a turn's error from an earlier batch survives its idle", store.TaskRunning, authMsg, []store.TaskEvent{text, idle}, store.TaskIdle, authMsg, true},
-		{"a failed first turn without a run", store.TaskStarting, "", []store.TaskEvent{tev(guestapi.EventError, `{"kind":"bad_prompt","message":"empty"}`), idle},
-			store.TaskIdle, "bad_prompt: empty", true},
-		{"stopped takes a whole turn unchanged", store.TaskStopped, "", []store.TaskEvent{run, authErr, idle}, store.TaskStopped, "", false},
-		{"failed takes a whole turn unchanged", store.TaskFailed, "x", []store.TaskEvent{run, idle}, store.TaskFailed, "x", false},
+		{"no events", domain.TaskRunning, "", nil, domain.TaskRunning, "", false},
+		{"error then idle keeps kind: message", domain.TaskRunning, "", []domain.TaskEvent{authErr, idle}, domain.TaskIdle, authMsg, true},
+		{"a whole failed turn", domain.TaskIdle, "", []domain.TaskEvent{run, text, authErr, idle}, domain.TaskIdle, authMsg, true},
+		{"a whole successful turn clears the last error", domain.TaskIdle, authMsg, []domain.TaskEvent{run, text, idle}, domain.TaskIdle, "", true},
+		{"the last error of a turn wins", domain.TaskRunning, "", []domain.TaskEvent{authErr, modelErr, idle}, domain.TaskIdle, "model: overloaded", true},
+		{"a later turn's run_started drops an earlier turn's error", domain.TaskRunning, "", []domain.TaskEvent{authErr, idle, run, idle}, domain.TaskIdle, "", true},
+		{"a turn's error from an earlier batch survives its idle", domain.TaskRunning, authMsg, []domain.TaskEvent{text, idle}, domain.TaskIdle, authMsg, true},
+		{"a failed first turn without a run", domain.TaskStarting, "", []domain.TaskEvent{tev(guestapi.EventError, `{"kind":"bad_prompt","message":"empty"}`), idle},
+			domain.TaskIdle, "bad_prompt: empty", true},
+		{"stopped takes a whole turn unchanged", domain.TaskStopped, "", []domain.TaskEvent{run, authErr, idle}, domain.TaskStopped, "", false},
+		{"failed takes a whole turn unchanged", domain.TaskFailed, "x", []domain.TaskEvent{run, idle}, domain.TaskFailed, "x", false},
 	}
 	// Every other event type changes nothing, in every state.
 	for _, typ := range []string{guestapi.EventAssistantText, guestapi.EventToolCall, guestapi.EventToolResult, guestapi.EventFileChanged,
 		guestapi.EventUsage, guestapi.EventQuestion, TaskEventPrompt, TaskEventSession, TaskEventRepoCloned, TaskEventStopped,
 		TaskEventSetupFailed, "something_new"} {
-		for _, st := range []store.TaskState{store.TaskStarting, store.TaskRunning, store.TaskIdle, store.TaskStopped, store.TaskFailed} {
+		for _, st := range []domain.TaskState{domain.TaskStarting, domain.TaskRunning, domain.TaskIdle, domain.TaskStopped, domain.TaskFailed} {
 			msg := ""
-			if st == store.TaskIdle || st == store.TaskFailed {
+			if st == domain.TaskIdle || st == domain.TaskFailed {
 				msg = "model: overloaded"
 			}
-			tests = append(tests, tc{fmt.Sprintf("%s, %s", st, typ), st, msg, []store.TaskEvent{tev(typ, `{"text":"x"}`)}, st, msg, false})
+			tests = append(tests, tc{fmt.Sprintf("%s, %s", st, typ), st, msg, []domain.TaskEvent{tev(typ, `{"text":"x"}`)}, st, msg, false})
 		}
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			st, msg, ok := taskStateAfter(store.Task{ID: "t", State: tt.state, Error: tt.err}, tt.evs)
+			st, msg, ok := taskStateAfter(domain.Task{ID: "t", State: tt.state, Error: tt.err}, tt.evs)
 			if st != tt.wantState || msg != tt.wantErr || ok != tt.wantOK {
 				t.Errorf("taskStateAfter(%s %q) = %s %q %v, want %s %q %v", tt.state, tt.err, st, msg, ok, tt.wantState, tt.wantErr, tt.wantOK)
 			}
@@ -475,68 +476,68 @@ func TestIngestHarnessEvents(t *testing.T) {
 	}
 	tests := []struct {
 		name      string
-		state     lifecycle.State // of session s1 (on host-a); default Active
-		noTask    bool            // s1 belongs to no task
+		state     domain.SessionState // of session s1 (on host-a); default Active
+		noTask    bool                // s1 belongs to no task
 		posts     []post
 		wantTexts []string // the text of each task event, in order
-		wantState store.TaskState
+		wantState domain.TaskState
 		wantErr   string
 	}{
-		{name: "cursor of a fresh task", posts: []post{{cursor: 0}}, wantState: store.TaskStarting},
+		{name: "cursor of a fresh task", posts: []post{{cursor: 0}}, wantState: domain.TaskStarting},
 		{name: "appended in order, with their turn",
 			posts:     []post{{events: hevs(guestapi.EventAssistantText, "a", 1, 3), cursor: 3}, {cursor: 3}},
-			wantTexts: []string{"a1", "a2", "a3"}, wantState: store.TaskStarting},
+			wantTexts: []string{"a1", "a2", "a3"}, wantState: domain.TaskStarting},
 		{name: "re-sent events are appended once",
 			posts: []post{{events: hevs(guestapi.EventAssistantText, "a", 1, 3), cursor: 3}, {events: hevs(guestapi.EventAssistantText, "b", 1, 3), cursor: 3},
 				{events: hevs(guestapi.EventAssistantText, "c", 2, 5), cursor: 5}},
-			wantTexts: []string{"a1", "a2", "a3", "c4", "c5"}, wantState: store.TaskStarting},
+			wantTexts: []string{"a1", "a2", "a3", "c4", "c5"}, wantState: domain.TaskStarting},
 		{name: "rewound_to lowers the cursor; the lost state's events stay",
 			posts: []post{{events: hevs(guestapi.EventAssistantText, "a", 1, 4), cursor: 4}, {rewound: ptr[int64](2), cursor: 2},
 				{events: hevs(guestapi.EventAssistantText, "b", 1, 4), cursor: 4}},
-			wantTexts: []string{"a1", "a2", "a3", "a4", "b3", "b4"}, wantState: store.TaskStarting},
+			wantTexts: []string{"a1", "a2", "a3", "a4", "b3", "b4"}, wantState: domain.TaskStarting},
 		{name: "rewound_to with the batch that follows it",
 			posts: []post{{events: hevs(guestapi.EventAssistantText, "a", 1, 3), cursor: 3},
 				{rewound: ptr[int64](1), events: hevs(guestapi.EventAssistantText, "b", 2, 2), cursor: 2}},
-			wantTexts: []string{"a1", "a2", "a3", "b2"}, wantState: store.TaskStarting},
+			wantTexts: []string{"a1", "a2", "a3", "b2"}, wantState: domain.TaskStarting},
 		{name: "rewound_to above the cursor is ignored",
 			posts:     []post{{events: hevs(guestapi.EventAssistantText, "a", 1, 2), cursor: 2}, {rewound: ptr[int64](9), cursor: 2}},
-			wantTexts: []string{"a1", "a2"}, wantState: store.TaskStarting},
+			wantTexts: []string{"a1", "a2"}, wantState: domain.TaskStarting},
 		{name: "run_started makes the task running",
 			posts:     []post{{events: []guestapi.HarnessEvent{hev(1, guestapi.EventRunStarted, `{"text":"r"}`)}, cursor: 1}},
-			wantTexts: []string{"r"}, wantState: store.TaskRunning},
+			wantTexts: []string{"r"}, wantState: domain.TaskRunning},
 		{name: "idle makes it idle",
 			posts: []post{{events: []guestapi.HarnessEvent{hev(1, guestapi.EventRunStarted, `{"text":"r"}`)}, cursor: 1},
 				{events: []guestapi.HarnessEvent{hev(2, guestapi.EventAssistantText, `{"text":"t"}`), hev(3, guestapi.EventIdle, `{"text":"i"}`)}, cursor: 3}},
-			wantTexts: []string{"r", "t", "i"}, wantState: store.TaskIdle},
+			wantTexts: []string{"r", "t", "i"}, wantState: domain.TaskIdle},
 		{name: "an error and its idle in one batch",
 			posts: []post{{events: []guestapi.HarnessEvent{hev(1, guestapi.EventRunStarted, `{"text":"r"}`),
 				hev(2, guestapi.EventError, `{"kind":"auth","message":"key refused","text":"e"}`), hev(3, guestapi.EventIdle, `{"text":"i"}`)}, cursor: 3}},
-			wantTexts: []string{"r", "e", "i"}, wantState: store.TaskIdle, wantErr: "auth: key refused"},
+			wantTexts: []string{"r", "e", "i"}, wantState: domain.TaskIdle, wantErr: "auth: key refused"},
 		{name: "an error and its idle in two batches",
 			posts: []post{{events: []guestapi.HarnessEvent{hev(1, guestapi.EventRunStarted, `{"text":"r"}`),
 				hev(2, guestapi.EventError, `{"kind":"auth","message":"key refused","text":"e"}`)}, cursor: 2},
 				{events: []guestapi.HarnessEvent{hev(3, guestapi.EventIdle, `{"text":"i"}`)}, cursor: 3}},
-			wantTexts: []string{"r", "e", "i"}, wantState: store.TaskIdle, wantErr: "auth: key refused"},
+			wantTexts: []string{"r", "e", "i"}, wantState: domain.TaskIdle, wantErr: "auth: key refused"},
 		{name: "refused for an older epoch", posts: []post{{epoch: ptr[int64](0), events: hevs(guestapi.EventUsage, "u", 1, 1), status: 409, code: hostlink.CodeStaleEpoch}},
-			wantState: store.TaskStarting},
-		{name: "a suspending session's events are taken", state: lifecycle.Suspending,
-			posts: []post{{events: hevs(guestapi.EventUsage, "u", 1, 1), cursor: 1}}, wantTexts: []string{"u1"}, wantState: store.TaskStarting},
+			wantState: domain.TaskStarting},
+		{name: "a suspending session's events are taken", state: domain.SessionSuspending,
+			posts: []post{{events: hevs(guestapi.EventUsage, "u", 1, 1), cursor: 1}}, wantTexts: []string{"u1"}, wantState: domain.TaskStarting},
 
 		{name: "a guest cannot write the coordinator's events",
 			posts:     []post{{events: []guestapi.HarnessEvent{hev(1, TaskEventStopped, `{"text":"s"}`), hev(2, guestapi.EventAssistantText, `{"text":"t"}`)}, cursor: 2}},
-			wantTexts: []string{"", "t"}, wantState: store.TaskStarting, wantErr: `harness: the session sent an event of unknown type "stopped"`},
+			wantTexts: []string{"", "t"}, wantState: domain.TaskStarting, wantErr: `harness: the session sent an event of unknown type "stopped"`},
 		{name: "refused from another host", posts: []post{{host: "host-b", events: hevs(guestapi.EventIdle, "x", 1, 2), status: 409, code: hostlink.CodeStaleEpoch}},
-			wantState: store.TaskStarting},
+			wantState: domain.TaskStarting},
 		{name: "refused for a newer epoch", posts: []post{{epoch: ptr[int64](2), events: hevs(guestapi.EventIdle, "x", 1, 2), status: 409, code: hostlink.CodeStaleEpoch}},
-			wantState: store.TaskStarting},
-		{name: "refused when the session has no VM", state: lifecycle.HostLost,
+			wantState: domain.TaskStarting},
+		{name: "refused when the session has no VM", state: domain.SessionHostLost,
 			posts:     []post{{events: hevs(guestapi.EventIdle, "x", 1, 2), status: 409, code: hostlink.CodeStaleEpoch}},
-			wantState: store.TaskStarting},
-		{name: "refused for a session not yet placed", state: lifecycle.Created,
+			wantState: domain.TaskStarting},
+		{name: "refused for a session not yet placed", state: domain.SessionCreated,
 			posts:     []post{{events: hevs(guestapi.EventIdle, "x", 1, 2), status: 409, code: hostlink.CodeStaleEpoch}},
-			wantState: store.TaskStarting},
+			wantState: domain.TaskStarting},
 		{name: "unknown session", posts: []post{{sid: "nope", events: hevs(guestapi.EventIdle, "x", 1, 1), status: 404, code: "not_found"}},
-			wantState: store.TaskStarting},
+			wantState: domain.TaskStarting},
 		{name: "a session without a task: acknowledged with the last seq", noTask: true,
 			posts: []post{{cursor: 0}, {events: hevs(guestapi.EventAssistantText, "a", 1, 3), cursor: 3}, {events: hevs(guestapi.EventAssistantText, "a", 7, 9), cursor: 9}}},
 		{name: "a session without a task still checks the host", noTask: true,
@@ -548,7 +549,7 @@ func TestIngestHarnessEvents(t *testing.T) {
 			e := newTaskEnv(t)
 			state := tt.state
 			if state == "" {
-				state = lifecycle.Active
+				state = domain.SessionActive
 			}
 			s := e.session(t, "s1", "host-a", state, domain.SessionSpec{})
 			if !tt.noTask {
@@ -587,7 +588,7 @@ func TestIngestHarnessEvents(t *testing.T) {
 				}
 			}
 			if tt.noTask {
-				if ts, err := e.st.ListTasks(context.Background(), store.TaskFilter{}); err != nil || len(ts) != 0 {
+				if ts, err := e.st.ListTasks(context.Background(), domain.TaskFilter{}); err != nil || len(ts) != 0 {
 					t.Fatalf("tasks %+v %v", ts, err)
 				}
 				return
@@ -618,7 +619,7 @@ func TestIngestHarnessEvents(t *testing.T) {
 func TestIngestSideEffects(t *testing.T) {
 	t.Parallel()
 	e := newTaskEnv(t)
-	s := e.session(t, "s1", "host-a", lifecycle.Active, domain.SessionSpec{})
+	s := e.session(t, "s1", "host-a", domain.SessionActive, domain.SessionSpec{})
 	e.task(t, "t1", "s1", "", "")
 	h := e.co.HostHandler()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -682,7 +683,7 @@ func TestIngestRefusesBadBatches(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			e := newTaskEnv(t)
-			s := e.session(t, "s1", "host-a", lifecycle.Active, domain.SessionSpec{})
+			s := e.session(t, "s1", "host-a", domain.SessionActive, domain.SessionSpec{})
 			e.task(t, "t1", "s1", "", "")
 			rec := postEvents(t, e.co.HostHandler(), "host-a", "s1", tt.body(s.Epoch))
 			var eb hostlink.ErrorBody
@@ -728,7 +729,7 @@ func TestStartTask(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tk.Title != "add a /healthz endpoint" || tk.ProfileID != p.Profile.ID || tk.ProfileVersion != 1 || tk.State != store.TaskStarting || tk.SessionID == "" {
+	if tk.Title != "add a /healthz endpoint" || tk.ProfileID != p.Profile.ID || tk.ProfileVersion != 1 || tk.State != domain.TaskStarting || tk.SessionID == "" {
 		t.Errorf("task %+v", tk)
 	}
 	var rec taskRecord
@@ -816,10 +817,10 @@ func TestStartTaskRefuses(t *testing.T) {
 			if !errors.Is(err, tt.wantIs) || !strings.Contains(err.Error(), tt.wantMsg) {
 				t.Fatalf("err = %v, want %v saying %q", err, tt.wantIs, tt.wantMsg)
 			}
-			if ss, _ := e.st.ListSessions(ctx, store.SessionFilter{}); len(ss) != 0 {
+			if ss, _ := e.st.ListSessions(ctx, domain.SessionFilter{}); len(ss) != 0 {
 				t.Errorf("a refused start created %d sessions", len(ss))
 			}
-			if ts, _ := e.st.ListTasks(ctx, store.TaskFilter{}); len(ts) != 0 {
+			if ts, _ := e.st.ListTasks(ctx, domain.TaskFilter{}); len(ts) != 0 {
 				t.Errorf("a refused start recorded %d tasks", len(ts))
 			}
 		})
@@ -830,9 +831,9 @@ func TestSendTask(t *testing.T) {
 	t.Parallel()
 	e := newTaskEnv(t)
 	ctx := context.Background()
-	e.session(t, "s1", "host-a", lifecycle.Active,
+	e.session(t, "s1", "host-a", domain.SessionActive,
 		domain.SessionSpec{Credentials: []domain.CredentialGrant{{Kind: "anthropic_api_key", SecretID: "sec-1"}}})
-	e.task(t, "t1", "s1", store.TaskIdle, "")
+	e.task(t, "t1", "s1", domain.TaskIdle, "")
 	if _, err := e.co.appendTaskEvents(ctx, "t1", taskEvent(TaskEventPrompt, map[string]any{"turn": "first", "text": "hi"})); err != nil {
 		t.Fatal(err)
 	}
@@ -866,17 +867,17 @@ func TestSendTaskRefuses(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name         string
-		task         store.TaskState
-		session      lifecycle.State
+		task         domain.TaskState
+		session      domain.SessionState
 		id, text     string
 		wantIs       error
 		wantContains string
 	}{
-		{name: "stopped task", task: store.TaskStopped, session: lifecycle.Active, wantIs: ErrNotActive, wantContains: "task t1 is stopped"},
-		{name: "failed task", task: store.TaskFailed, session: lifecycle.Active, wantIs: ErrNotActive, wantContains: "task t1 is failed"},
-		{name: "starting task", task: store.TaskStarting, session: lifecycle.Active, wantIs: ErrBusy, wantContains: "task t1 is still starting"},
-		{name: "unknown task", task: store.TaskIdle, session: lifecycle.Active, id: "nope", wantIs: store.ErrNotFound, wantContains: "get task nope"},
-		{name: "empty text", task: store.TaskIdle, session: lifecycle.Active, text: "\n", wantIs: ErrInvalid, wantContains: "the prompt is empty"},
+		{name: "stopped task", task: domain.TaskStopped, session: domain.SessionActive, wantIs: ErrNotActive, wantContains: "task t1 is stopped"},
+		{name: "failed task", task: domain.TaskFailed, session: domain.SessionActive, wantIs: ErrNotActive, wantContains: "task t1 is failed"},
+		{name: "starting task", task: domain.TaskStarting, session: domain.SessionActive, wantIs: ErrBusy, wantContains: "task t1 is still starting"},
+		{name: "unknown task", task: domain.TaskIdle, session: domain.SessionActive, id: "nope", wantIs: store.ErrNotFound, wantContains: "get task nope"},
+		{name: "empty text", task: domain.TaskIdle, session: domain.SessionActive, text: "\n", wantIs: ErrInvalid, wantContains: "the prompt is empty"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -909,16 +910,16 @@ func TestStopTask(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name      string
-		session   lifecycle.State
-		task      store.TaskState
+		session   domain.SessionState
+		task      domain.TaskState
 		interrupt bool // an interrupt is queued for the harness
 		suspend   bool // the session is asked to suspend
 		events    int  // stopped events afterwards
 	}{
-		{name: "running in an active session", session: lifecycle.Active, task: store.TaskRunning, interrupt: true, suspend: true, events: 1},
-		{name: "idle in a dead session", session: lifecycle.Dead, task: store.TaskIdle, events: 1},
-		{name: "failed", session: lifecycle.Dead, task: store.TaskFailed, events: 1},
-		{name: "already stopped", session: lifecycle.Active, task: store.TaskStopped, events: 0},
+		{name: "running in an active session", session: domain.SessionActive, task: domain.TaskRunning, interrupt: true, suspend: true, events: 1},
+		{name: "idle in a dead session", session: domain.SessionDead, task: domain.TaskIdle, events: 1},
+		{name: "failed", session: domain.SessionDead, task: domain.TaskFailed, events: 1},
+		{name: "already stopped", session: domain.SessionActive, task: domain.TaskStopped, events: 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -929,7 +930,7 @@ func TestStopTask(t *testing.T) {
 			e.task(t, "t1", "s1", tt.task, "")
 			for range 2 { // a second stop changes nothing
 				tk, err := e.co.StopTask(ctx, "t1")
-				if err != nil || tk.State != store.TaskStopped || tk.Error != "" {
+				if err != nil || tk.State != domain.TaskStopped || tk.Error != "" {
 					t.Fatalf("stop: %+v %v", tk, err)
 				}
 			}
@@ -943,7 +944,7 @@ func TestStopTask(t *testing.T) {
 			if tt.suspend {
 				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 				defer cancel()
-				if _, err := e.co.WaitSession(wctx, "s1", func(s store.Session) bool { return s.DesiredState == "idle" }); err != nil {
+				if _, err := e.co.WaitSession(wctx, "s1", func(s domain.Session) bool { return s.DesiredState == "idle" }); err != nil {
 					t.Errorf("the session was not asked to suspend: %v", err)
 				}
 			}
@@ -997,8 +998,8 @@ func TestTaskDiff(t *testing.T) {
 			e := newTaskEnv(t)
 			ctx := context.Background()
 			e.guest.answer = tt.answer
-			e.session(t, "s1", "host-a", lifecycle.Active, domain.SessionSpec{})
-			e.task(t, "t1", "s1", store.TaskIdle, "")
+			e.session(t, "s1", "host-a", domain.SessionActive, domain.SessionSpec{})
+			e.task(t, "t1", "s1", domain.TaskIdle, "")
 			for _, r := range tt.repos {
 				if _, err := e.co.appendTaskEvents(ctx, "t1", taskEvent(TaskEventRepoCloned, r), taskEvent(TaskEventPrompt, map[string]any{"text": "x"})); err != nil {
 					t.Fatal(err)
@@ -1036,8 +1037,8 @@ func TestTaskDiff(t *testing.T) {
 func TestTaskSession(t *testing.T) {
 	t.Parallel()
 	e := newTaskEnv(t)
-	e.task(t, "t1", "s1", store.TaskIdle, "")
-	e.task(t, "t2", "", store.TaskStarting, "")
+	e.task(t, "t1", "s1", domain.TaskIdle, "")
+	e.task(t, "t2", "", domain.TaskStarting, "")
 	if tk, err := e.co.TaskSession(context.Background(), "t1"); err != nil || tk.SessionID != "s1" {
 		t.Errorf("t1: %+v %v", tk, err)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/engrams/engrams/internal/api/apiv1"
 	"github.com/engrams/engrams/internal/chunk"
 	"github.com/engrams/engrams/internal/client"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 	"github.com/engrams/engrams/internal/vmm/qemu"
 )
@@ -92,7 +93,7 @@ func (g *s3Gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // missingChunks lists the chunks named by a snapshot's manifests that the
 // bucket lacks.
-func (g *s3Gate) missingChunks(t *testing.T, snap store.Snapshot) []string {
+func (g *s3Gate) missingChunks(t *testing.T, snap domain.Snapshot) []string {
 	t.Helper()
 	var ms map[string]chunk.Manifest
 	if err := json.Unmarshal(snap.Manifests, &ms); err != nil {
@@ -236,7 +237,7 @@ func settled(t *testing.T, c *client.Client, id string, d time.Duration) apiv1.S
 // noDuplicateSnapshots fails the test if the session's history names a
 // snapshot twice or records one capture (same manifests) twice: in these
 // tests every capture follows new writes, so no two may be alike.
-func noDuplicateSnapshots(t *testing.T, st store.Store, s apiv1.Session) []store.Snapshot {
+func noDuplicateSnapshots(t *testing.T, st store.Store, s apiv1.Session) []domain.Snapshot {
 	t.Helper()
 	rows, err := st.ListSnapshots(context.Background(), s.ID)
 	if err != nil {

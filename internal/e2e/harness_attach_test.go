@@ -10,15 +10,15 @@ import (
 	"github.com/engrams/engrams/internal/api/apiv1"
 	"github.com/engrams/engrams/internal/blob/localdir"
 	"github.com/engrams/engrams/internal/chunk"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/harness"
 	"github.com/engrams/engrams/internal/image/imagetest"
-	"github.com/engrams/engrams/internal/store"
 )
 
 // registerHarness builds the built-in shell harness, puts its bundle into
 // the env's blobs and registers it (what `engrams harness build` will do),
 // under name with libc as its requirement.
-func registerHarness(t *testing.T, e *imageEnv, name, libc string) store.Harness {
+func registerHarness(t *testing.T, e *imageEnv, name, libc string) domain.Harness {
 	t.Helper()
 	b, err := harness.New(harness.Config{OutDir: t.TempDir(), CacheDir: t.TempDir()}, harness.Deps{})
 	if err != nil {
@@ -48,7 +48,7 @@ func registerHarness(t *testing.T, e *imageEnv, name, libc string) store.Harness
 		t.Fatal(err)
 	}
 	raw, _ := json.Marshal(man)
-	h, err := e.st.PutHarness(context.Background(), store.Harness{ID: name + "-" + d.Version, Name: name, Version: d.Version,
+	h, err := e.st.PutHarness(context.Background(), domain.Harness{ID: name + "-" + d.Version, Name: name, Version: d.Version,
 		Descriptor: desc, Manifest: raw, Digest: bundle.Digest, CreatedAt: time.Now()})
 	if err != nil {
 		t.Fatal(err)

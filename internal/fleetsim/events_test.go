@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/hostlink"
-	"github.com/engrams/engrams/internal/lifecycle"
 )
 
 // event is one kind of random step.
@@ -58,7 +58,7 @@ func (s *sim) randomEvent() (string, string) {
 func (s *sim) live() []string {
 	var out []string
 	for _, id := range s.sessions {
-		if st := s.state[id]; st != lifecycle.Completed && st != lifecycle.Dead {
+		if st := s.state[id]; st != domain.SessionCompleted && st != domain.SessionDead {
 			out = append(out, id)
 		}
 	}

@@ -36,8 +36,7 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/internal/coordinator"
-	"github.com/engrams/engrams/internal/lifecycle"
-	"github.com/engrams/engrams/internal/store"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store/sqlite"
 )
 
@@ -84,7 +83,7 @@ type sim struct {
 	heals    map[*host]time.Time // partitioned hosts and when they heal
 	backs    map[*host]time.Time // crashed hosts and when they restart
 	checked  map[string]int64    // session -> last event seq checked
-	state    map[string]lifecycle.State
+	state    map[string]domain.SessionState
 }
 
 func (s *sim) logf(format string, args ...any) {
@@ -103,7 +102,7 @@ func newSim(t *testing.T, seed uint64, dir string, opts options) (*sim, func()) 
 	}
 	s := &sim{t: t, seed: seed, opts: opts, rng: rand.New(rand.NewPCG(seed, 0x5eed)), w: newWorld(), st: st, clog: &logBuf{},
 		acked: map[string][]string{}, heals: map[*host]time.Time{}, backs: map[*host]time.Time{},
-		checked: map[string]int64{}, state: map[string]lifecycle.State{}}
+		checked: map[string]int64{}, state: map[string]domain.SessionState{}}
 	var ids atomic.Int64
 	s.co, err = coordinator.New(simConfig(), coordinator.Deps{
 		Store: st, Hosts: s.w, Logger: slog.New(s.clog.handler()),
@@ -138,8 +137,8 @@ func newSim(t *testing.T, seed uint64, dir string, opts options) (*sim, func()) 
 func (s *sim) addHost(name string) {
 	id := "host-" + name
 	now := time.Now()
-	err := s.st.CreateHost(context.Background(), store.Host{ID: id, Name: name, State: store.HostNew, CreatedAt: now},
-		store.Token{ID: "tok-" + name, Name: name, Kind: store.TokenHost, HostID: id, Prefix: "p",
+	err := s.st.CreateHost(context.Background(), domain.Host{ID: id, Name: name, State: domain.HostNew, CreatedAt: now},
+		domain.Token{ID: "tok-" + name, Name: name, Kind: domain.TokenHost, HostID: id, Prefix: "p",
 			Hash: coordinator.HashToken("secret-" + name), CreatedAt: now})
 	if err != nil {
 		s.t.Fatal(err)

@@ -7,8 +7,15 @@ import (
 	"github.com/engrams/engrams/internal/domain"
 )
 
-func TestCandidates(t *testing.T) {
-	t.Parallel()
+type candidatesCase struct {
+	name   string
+	hosts  []Host
+	placed []Placed
+	need   Need
+	want   []Candidate
+}
+
+func candidatesCases() []candidatesCase {
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	qemu := domain.HostFacts{Arch: "amd64", Backend: domain.BackendFacts{Name: "qemu", Version: "7.2", Acceleration: "tcg", RootFS: true, Harness: true}}
 	process := domain.HostFacts{Arch: "amd64", Backend: domain.BackendFacts{Name: "process", Acceleration: "none"}}
@@ -20,13 +27,7 @@ func TestCandidates(t *testing.T) {
 	stale.LastHeartbeat = now.Add(-time.Minute)
 	draining := host("draining", qemu)
 	draining.Connected = false
-	tests := []struct {
-		name   string
-		hosts  []Host
-		placed []Placed
-		need   Need
-		want   []Candidate
-	}{
+	return []candidatesCase{
 		{
 			name:   "load is summed per host, sessions on unknown hosts ignored",
 			hosts:  []Host{host("a", qemu), host("b", qemu)},
@@ -74,7 +75,11 @@ func TestCandidates(t *testing.T) {
 			},
 		},
 	}
-	for _, tt := range tests {
+}
+
+func TestCandidates(t *testing.T) {
+	t.Parallel()
+	for _, tt := range candidatesCases() {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			got := Candidates(tt.hosts, tt.placed, tt.need)

@@ -15,37 +15,37 @@ import (
 const hostCols = `id, name, state, facts, capacity, replica_id, replica_addr, protocol_version,
 	draining, last_heartbeat, connected_at, created_at`
 
-func scanHost(r scanner) (store.Host, error) {
-	var h store.Host
+func scanHost(r scanner) (domain.Host, error) {
+	var h domain.Host
 	var state string
 	var facts, capacity sql.NullString
 	var heartbeat, connected, created int64
 	err := r.Scan(&h.ID, &h.Name, &state, &facts, &capacity, &h.ReplicaID, &h.ReplicaAddr,
 		&h.ProtocolVersion, &h.Draining, &heartbeat, &connected, &created)
 	if err != nil {
-		return store.Host{}, err
+		return domain.Host{}, err
 	}
-	h.State = store.HostState(state)
+	h.State = domain.HostState(state)
 	if err := decodeTyped("facts", facts, &h.Facts); err != nil {
-		return store.Host{}, fmt.Errorf("host %s: %w", h.ID, err)
+		return domain.Host{}, fmt.Errorf("host %s: %w", h.ID, err)
 	}
 	if err := decodeTyped("capacity", capacity, &h.Capacity); err != nil {
-		return store.Host{}, fmt.Errorf("host %s: %w", h.ID, err)
+		return domain.Host{}, fmt.Errorf("host %s: %w", h.ID, err)
 	}
 	h.LastHeartbeat, h.ConnectedAt, h.CreatedAt = fromMicros(heartbeat), fromMicros(connected), fromMicros(created)
 	return h, nil
 }
 
-func validHostState(s store.HostState) bool {
+func validHostState(s domain.HostState) bool {
 	switch s {
-	case store.HostNew, store.HostReady, store.HostDraining, store.HostLost:
+	case domain.HostNew, domain.HostReady, domain.HostDraining, domain.HostLost:
 		return true
 	}
 	return false
 }
 
 // hostArgs checks h and encodes its facts and capacity columns.
-func hostArgs(h store.Host) (facts, capacity any, err error) {
+func hostArgs(h domain.Host) (facts, capacity any, err error) {
 	if h.ID == "" || h.Name == "" {
 		return nil, nil, errors.New("host id and name are required")
 	}
@@ -57,7 +57,7 @@ func hostArgs(h store.Host) (facts, capacity any, err error) {
 }
 
 // CreateHost implements store.Hosts.
-func (s *Store) CreateHost(ctx context.Context, h store.Host, tok store.Token) error {
+func (s *Store) CreateHost(ctx context.Context, h domain.Host, tok domain.Token) error {
 	facts, capacity, err := hostArgs(h)
 	if err != nil {
 		return fmt.Errorf("create host: %w", err)
@@ -66,9 +66,9 @@ func (s *Store) CreateHost(ctx context.Context, h store.Host, tok store.Token) e
 		tok.HostID = h.ID
 	}
 	if tok.Kind == "" {
-		tok.Kind = store.TokenHost
+		tok.Kind = domain.TokenHost
 	}
-	if tok.Kind != store.TokenHost || tok.HostID != h.ID {
+	if tok.Kind != domain.TokenHost || tok.HostID != h.ID {
 		return fmt.Errorf("create host %s: the token must be a host token for this host", h.Name)
 	}
 	if err := checkToken(tok); err != nil {
@@ -81,7 +81,7 @@ func (s *Store) CreateHost(ctx context.Context, h store.Host, tok store.Token) e
 	err = s.inTx(ctx, func(tx execer) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO hosts (`+hostCols+`)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
-			h.ID, h.Name, string(store.HostNew), facts, capacity, h.ReplicaID,
+			h.ID, h.Name, string(domain.HostNew), facts, capacity, h.ReplicaID,
 			h.ReplicaAddr, h.ProtocolVersion, h.Draining, micros(h.LastHeartbeat), micros(h.ConnectedAt), created)
 		if err != nil {
 			return err
@@ -100,7 +100,7 @@ func (s *Store) CreateHost(ctx context.Context, h store.Host, tok store.Token) e
 // RegisterHost implements store.Hosts. The drain flag is admin intent: a
 // registration never changes it (a host registering for the first time
 // gets it unset), and the state follows it.
-func (s *Store) RegisterHost(ctx context.Context, h store.Host) error {
+func (s *Store) RegisterHost(ctx context.Context, h domain.Host) error {
 	facts, capacity, err := hostArgs(h)
 	if err != nil {
 		return fmt.Errorf("register host: %w", err)
@@ -117,7 +117,7 @@ func (s *Store) RegisterHost(ctx context.Context, h store.Host) error {
 			facts = excluded.facts, capacity = excluded.capacity, replica_id = excluded.replica_id,
 			replica_addr = excluded.replica_addr, protocol_version = excluded.protocol_version,
 			last_heartbeat = excluded.last_heartbeat, connected_at = excluded.connected_at`,
-		h.ID, h.Name, string(store.HostReady), facts, capacity, h.ReplicaID,
+		h.ID, h.Name, string(domain.HostReady), facts, capacity, h.ReplicaID,
 		h.ReplicaAddr, h.ProtocolVersion, at, created)
 	if s.isUnique(err) {
 		return fmt.Errorf("register host %s: %w: name %q belongs to another host", h.ID, store.ErrConflict, h.Name)
@@ -129,7 +129,7 @@ func (s *Store) RegisterHost(ctx context.Context, h store.Host) error {
 }
 
 // HostHeartbeat implements store.Hosts. A nil capacity keeps the last one.
-func (s *Store) HostHeartbeat(ctx context.Context, hostID domain.HostID, capacity *domain.Capacity, at time.Time) (store.HostState, error) {
+func (s *Store) HostHeartbeat(ctx context.Context, hostID domain.HostID, capacity *domain.Capacity, at time.Time) (domain.HostState, error) {
 	var capArg any
 	if capacity != nil {
 		var err error
@@ -146,29 +146,29 @@ func (s *Store) HostHeartbeat(ctx context.Context, hostID domain.HostID, capacit
 	if err != nil {
 		return "", fmt.Errorf("host heartbeat %s: %w", hostID, err)
 	}
-	return store.HostState(state), nil
+	return domain.HostState(state), nil
 }
 
 // GetHost implements store.Hosts.
-func (s *Store) GetHost(ctx context.Context, id domain.HostID) (store.Host, error) {
+func (s *Store) GetHost(ctx context.Context, id domain.HostID) (domain.Host, error) {
 	h, err := scanHost(s.read.QueryRowContext(ctx, `SELECT `+hostCols+` FROM hosts WHERE id = $1`, id))
 	if isNoRows(err) {
-		return store.Host{}, fmt.Errorf("get host %s: %w", id, store.ErrNotFound)
+		return domain.Host{}, fmt.Errorf("get host %s: %w", id, store.ErrNotFound)
 	}
 	if err != nil {
-		return store.Host{}, fmt.Errorf("get host %s: %w", id, err)
+		return domain.Host{}, fmt.Errorf("get host %s: %w", id, err)
 	}
 	return h, nil
 }
 
 // ListHosts implements store.Hosts, ordered by name.
-func (s *Store) ListHosts(ctx context.Context) ([]store.Host, error) {
+func (s *Store) ListHosts(ctx context.Context) ([]domain.Host, error) {
 	rows, err := s.read.QueryContext(ctx, `SELECT `+hostCols+` FROM hosts ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("list hosts: %w", err)
 	}
 	defer rows.Close()
-	var out []store.Host
+	var out []domain.Host
 	for rows.Next() {
 		h, err := scanHost(rows)
 		if err != nil {
@@ -183,7 +183,7 @@ func (s *Store) ListHosts(ctx context.Context) ([]store.Host, error) {
 }
 
 // SetHostState implements store.Hosts.
-func (s *Store) SetHostState(ctx context.Context, id domain.HostID, state store.HostState) error {
+func (s *Store) SetHostState(ctx context.Context, id domain.HostID, state domain.HostState) error {
 	if !validHostState(state) {
 		return fmt.Errorf("set host %s state: unknown state %q", id, state)
 	}
@@ -200,9 +200,9 @@ func (s *Store) SetHostState(ctx context.Context, id domain.HostID, state store.
 // SetHostDraining implements store.Hosts. A host that is new or lost keeps
 // its state; RegisterHost and ReviveHost apply the flag when it comes back.
 func (s *Store) SetHostDraining(ctx context.Context, id domain.HostID, draining bool) error {
-	connected := store.HostReady
+	connected := domain.HostReady
 	if draining {
-		connected = store.HostDraining
+		connected = domain.HostDraining
 	}
 	res, err := s.write.ExecContext(ctx, `UPDATE hosts SET draining = $2,
 		state = CASE WHEN state IN ('ready', 'draining') THEN $3 ELSE state END
@@ -217,7 +217,7 @@ func (s *Store) SetHostDraining(ctx context.Context, id domain.HostID, draining 
 }
 
 // ReviveHost implements store.Hosts.
-func (s *Store) ReviveHost(ctx context.Context, id domain.HostID) (store.HostState, error) {
+func (s *Store) ReviveHost(ctx context.Context, id domain.HostID) (domain.HostState, error) {
 	var state string
 	err := s.write.QueryRowContext(ctx, `UPDATE hosts
 		SET state = CASE WHEN draining THEN 'draining' ELSE 'ready' END
@@ -232,7 +232,7 @@ func (s *Store) ReviveHost(ctx context.Context, id domain.HostID) (store.HostSta
 	if err != nil {
 		return "", fmt.Errorf("revive host %s: %w", id, err)
 	}
-	return store.HostState(state), nil
+	return domain.HostState(state), nil
 }
 
 // MarkHostsLost implements store.Hosts; the ids come back sorted. The drain

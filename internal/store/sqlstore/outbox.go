@@ -13,16 +13,16 @@ import (
 
 const outboxCols = `session_id, seq, id, kind, payload, state, delivered_epoch, created_at, delivered_at`
 
-func scanOutbox(r scanner) (store.OutboxItem, error) {
-	var it store.OutboxItem
+func scanOutbox(r scanner) (domain.OutboxItem, error) {
+	var it domain.OutboxItem
 	var payload sql.NullString
 	var state string
 	var created, delivered int64
 	err := r.Scan(&it.SessionID, &it.Seq, &it.ID, &it.Kind, &payload, &state, &it.DeliveredEpoch, &created, &delivered)
 	if err != nil {
-		return store.OutboxItem{}, err
+		return domain.OutboxItem{}, err
 	}
-	it.Payload, it.State = fromJSON(payload), store.OutboxState(state)
+	it.Payload, it.State = fromJSON(payload), domain.OutboxState(state)
 	it.CreatedAt, it.DeliveredAt = fromMicros(created), fromMicros(delivered)
 	return it, nil
 }
@@ -31,12 +31,12 @@ func scanOutbox(r scanner) (store.OutboxItem, error) {
 // CreatedAt (now when zero) are taken from it; the item starts pending. The
 // session's outbox_seq is bumped and the item inserted in one transaction,
 // so a failed put (a reused ID) leaves no gap.
-func (s *Store) PutOutbox(ctx context.Context, it store.OutboxItem) (store.OutboxItem, bool, error) {
+func (s *Store) PutOutbox(ctx context.Context, it domain.OutboxItem) (domain.OutboxItem, bool, error) {
 	if it.SessionID == "" || it.ID == "" || it.Kind == "" {
-		return store.OutboxItem{}, false, errors.New("put outbox item: session id, id and kind are required")
+		return domain.OutboxItem{}, false, errors.New("put outbox item: session id, id and kind are required")
 	}
 	if err := checkJSON("payload", it.Payload); err != nil {
-		return store.OutboxItem{}, false, fmt.Errorf("put outbox item %s for %s: %w", it.ID, it.SessionID, err)
+		return domain.OutboxItem{}, false, fmt.Errorf("put outbox item %s for %s: %w", it.ID, it.SessionID, err)
 	}
 	if old, err := outboxByID(ctx, s.read, it.SessionID, it.ID); err == nil || !isNoRows(err) {
 		return old, false, wrapOutbox(it, err)
@@ -48,19 +48,19 @@ func (s *Store) PutOutbox(ctx context.Context, it store.OutboxItem) (store.Outbo
 		return old, false, wrapOutbox(it, err)
 	}
 	if err != nil {
-		return store.OutboxItem{}, false, wrapOutbox(it, err)
+		return domain.OutboxItem{}, false, wrapOutbox(it, err)
 	}
 	return out, true, nil
 }
 
-func wrapOutbox(it store.OutboxItem, err error) error {
+func wrapOutbox(it domain.OutboxItem, err error) error {
 	if err == nil {
 		return nil
 	}
 	return fmt.Errorf("put outbox item %s for %s: %w", it.ID, it.SessionID, err)
 }
 
-func (s *Store) insertOutbox(ctx context.Context, it store.OutboxItem) (out store.OutboxItem, err error) {
+func (s *Store) insertOutbox(ctx context.Context, it domain.OutboxItem) (out domain.OutboxItem, err error) {
 	at := micros(orNow(it.CreatedAt))
 	err = s.inTx(ctx, func(tx execer) error {
 		var seq int64
@@ -80,14 +80,14 @@ func (s *Store) insertOutbox(ctx context.Context, it store.OutboxItem) (out stor
 	return out, err
 }
 
-func outboxByID(ctx context.Context, db execer, sessionID domain.SessionID, id string) (store.OutboxItem, error) {
+func outboxByID(ctx context.Context, db execer, sessionID domain.SessionID, id string) (domain.OutboxItem, error) {
 	return scanOutbox(db.QueryRowContext(ctx, `SELECT `+outboxCols+` FROM session_outbox
 		WHERE session_id = $1 AND id = $2`, sessionID, id))
 }
 
 // ListOutbox implements store.Outbox. A limit <= 0 means no limit; an
 // unknown session has no items.
-func (s *Store) ListOutbox(ctx context.Context, sessionID domain.SessionID, afterSeq int64, limit int) ([]store.OutboxItem, error) {
+func (s *Store) ListOutbox(ctx context.Context, sessionID domain.SessionID, afterSeq int64, limit int) ([]domain.OutboxItem, error) {
 	q := `SELECT ` + outboxCols + ` FROM session_outbox WHERE session_id = $1 AND seq > $2 ORDER BY seq`
 	args := []any{sessionID, afterSeq}
 	if limit > 0 {
@@ -98,7 +98,7 @@ func (s *Store) ListOutbox(ctx context.Context, sessionID domain.SessionID, afte
 		return nil, fmt.Errorf("list outbox of %s: %w", sessionID, err)
 	}
 	defer rows.Close()
-	var out []store.OutboxItem
+	var out []domain.OutboxItem
 	for rows.Next() {
 		it, err := scanOutbox(rows)
 		if err != nil {

@@ -25,14 +25,14 @@ func testCreateSession(t *testing.T, st store.Store) {
 	n := store.NewSession{ID: newSID(), OpID: newID(), Spec: domain.SessionSpec{Image: "debian", VCPUs: 1, Env: map[string]string{"A": "b"}}, At: t0}
 	sess, op, created, err := st.CreateSession(ctx, n)
 	must(t, err)
-	if !created || sess.ID != n.ID || sess.State != lifecycle.Created || sess.DesiredState != domain.DesireActive ||
+	if !created || sess.ID != n.ID || sess.State != domain.SessionCreated || sess.DesiredState != domain.DesireActive ||
 		sess.Epoch != 0 || sess.HostID != "" || sess.EventSeq != 1 || sess.IdempotencyKey != "" {
 		t.Fatalf("session = %+v, created = %v", sess, created)
 	}
 	wantSame(t, "spec", sess.Spec, n.Spec)
 	wantTime(t, "created_at", sess.CreatedAt, t0)
 	wantTime(t, "updated_at", sess.UpdatedAt, t0)
-	if op.ID != n.OpID || op.SessionID != n.ID || op.Kind != store.OpCreate || op.State != store.OpPending ||
+	if op.ID != n.OpID || op.SessionID != n.ID || op.Kind != domain.OpCreate || op.State != domain.OpPending ||
 		op.Epoch != 0 || op.Attempts != 0 {
 		t.Fatalf("create op = %+v", op)
 	}
@@ -81,7 +81,7 @@ func testCreateSessionIdempotent(t *testing.T, st store.Store) {
 	// Empty keys never collide.
 	newSession(t, st)
 	newSession(t, st)
-	all, err := st.ListSessions(ctx, store.SessionFilter{})
+	all, err := st.ListSessions(ctx, domain.SessionFilter{})
 	must(t, err)
 	if len(all) != 4 {
 		t.Fatalf("sessions = %d, want 4", len(all))
@@ -130,7 +130,7 @@ func testCreateSessionErrors(t *testing.T, st store.Store) {
 			t.Errorf("CreateSession(%+v) succeeded", n)
 		}
 	}
-	all, err := st.ListSessions(ctx, store.SessionFilter{})
+	all, err := st.ListSessions(ctx, domain.SessionFilter{})
 	must(t, err)
 	if len(all) != 1 {
 		t.Fatalf("sessions after failed creates = %d, want 1", len(all))
@@ -165,17 +165,17 @@ func testListSessions(t *testing.T, st store.Store) {
 	slices.Sort(starting)
 	cases := []struct {
 		name string
-		f    store.SessionFilter
+		f    domain.SessionFilter
 		want []domain.SessionID
 	}{
-		{"all", store.SessionFilter{}, all},
-		{"host", store.SessionFilter{HostID: "host-a"}, onA},
-		{"states", store.SessionFilter{States: []lifecycle.State{lifecycle.Starting, lifecycle.Dead}}, starting},
-		{"host and state", store.SessionFilter{HostID: "host-a", States: []lifecycle.State{lifecycle.Created}}, nil},
-		{"limit", store.SessionFilter{Limit: 3}, all[:3]},
-		{"after", store.SessionFilter{AfterID: all[6]}, all[7:]},
-		{"after and limit", store.SessionFilter{AfterID: all[2], Limit: 2}, all[3:5]},
-		{"unknown host", store.SessionFilter{HostID: "nope"}, nil},
+		{"all", domain.SessionFilter{}, all},
+		{"host", domain.SessionFilter{HostID: "host-a"}, onA},
+		{"states", domain.SessionFilter{States: []domain.SessionState{domain.SessionStarting, domain.SessionDead}}, starting},
+		{"host and state", domain.SessionFilter{HostID: "host-a", States: []domain.SessionState{domain.SessionCreated}}, nil},
+		{"limit", domain.SessionFilter{Limit: 3}, all[:3]},
+		{"after", domain.SessionFilter{AfterID: all[6]}, all[7:]},
+		{"after and limit", domain.SessionFilter{AfterID: all[2], Limit: 2}, all[3:5]},
+		{"unknown host", domain.SessionFilter{HostID: "nope"}, nil},
 	}
 	for _, c := range cases {
 		got, err := st.ListSessions(ctx, c.f)
@@ -186,7 +186,7 @@ func testListSessions(t *testing.T, st store.Store) {
 	}
 	// Keyset pagination visits every session once, in order.
 	var paged []domain.SessionID
-	f := store.SessionFilter{Limit: 4}
+	f := domain.SessionFilter{Limit: 4}
 	for {
 		page, err := st.ListSessions(ctx, f)
 		must(t, err)
@@ -201,7 +201,7 @@ func testListSessions(t *testing.T, st store.Store) {
 	}
 }
 
-func sessionIDs(list []store.Session) []domain.SessionID {
+func sessionIDs(list []domain.Session) []domain.SessionID {
 	var ids []domain.SessionID
 	for _, s := range list {
 		ids = append(ids, s.ID)

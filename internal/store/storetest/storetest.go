@@ -94,7 +94,7 @@ func wantJSON(t *testing.T, what string, got, want json.RawMessage) {
 }
 
 // newSession creates a session with a pending create op.
-func newSession(t *testing.T, st store.Store) (store.Session, store.Op) {
+func newSession(t *testing.T, st store.Store) (domain.Session, domain.Op) {
 	t.Helper()
 	sess, op, created, err := st.CreateSession(t.Context(), store.NewSession{
 		ID: newSID(), OpID: newID(), Spec: domain.SessionSpec{Image: "debian"}, At: t0,
@@ -107,7 +107,7 @@ func newSession(t *testing.T, st store.Store) (store.Session, store.Op) {
 }
 
 // claimOnly claims the only claimable op and checks it is wantOp.
-func claimOnly(t *testing.T, st store.Store, wantOp string, now time.Time) (store.Op, store.Session) {
+func claimOnly(t *testing.T, st store.Store, wantOp string, now time.Time) (domain.Op, domain.Session) {
 	t.Helper()
 	op, sess, err := st.ClaimOp(t.Context(), "worker", now, time.Minute)
 	must(t, err)
@@ -118,7 +118,7 @@ func claimOnly(t *testing.T, st store.Store, wantOp string, now time.Time) (stor
 }
 
 // transition applies event to a session and returns the new row.
-func transition(t *testing.T, st store.Store, sess store.Session, e lifecycle.Event, hostID *domain.HostID) store.Session {
+func transition(t *testing.T, st store.Store, sess domain.Session, e lifecycle.Event, hostID *domain.HostID) domain.Session {
 	t.Helper()
 	to, err := lifecycle.Transition(sess.State, e)
 	must(t, err)
