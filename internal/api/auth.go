@@ -10,7 +10,6 @@ import (
 	"github.com/engrams/engrams/internal/api/apiv1"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/domain"
-	"github.com/engrams/engrams/internal/store"
 )
 
 // TokenPrefix starts every secret engrams mints, so leaked ones are easy to scan for.
@@ -25,7 +24,7 @@ func NewSecret() (secret, prefix string) {
 }
 
 // auth admits requests that carry a valid user token.
-func (s *Server) auth(next http.HandlerFunc) http.Handler {
+func (s *hostsRouter) auth(next http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := r.Header.Get("Authorization")
 		secret, ok := strings.CutPrefix(h, "Bearer ")
@@ -34,7 +33,7 @@ func (s *Server) auth(next http.HandlerFunc) http.Handler {
 			return
 		}
 		t, err := s.st.TokenByHash(r.Context(), coordinator.HashToken(secret))
-		if errors.Is(err, store.ErrNotFound) || (err == nil && t.Kind != domain.TokenUser) {
+		if errors.Is(err, domain.ErrNotFound) || (err == nil && t.Kind != domain.TokenUser) {
 			writeError(w, http.StatusUnauthorized, "unauthorized", "token is not valid or was revoked")
 			return
 		}
@@ -46,7 +45,7 @@ func (s *Server) auth(next http.HandlerFunc) http.Handler {
 	})
 }
 
-func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
+func (s *hostsRouter) createToken(w http.ResponseWriter, r *http.Request) {
 	var req apiv1.CreateTokenRequest
 	if !s.decode(w, r, &req) {
 		return
@@ -64,7 +63,7 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, apiv1.CreateTokenResponse{Token: tokenOut(t), Secret: secret})
 }
 
-func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) {
+func (s *hostsRouter) listTokens(w http.ResponseWriter, r *http.Request) {
 	ts, err := s.st.ListTokens(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
@@ -80,7 +79,7 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) {
+func (s *hostsRouter) revokeToken(w http.ResponseWriter, r *http.Request) {
 	if err := s.st.RevokeToken(r.Context(), r.PathValue("id"), s.now()); err != nil {
 		s.fail(w, r, err)
 		return
@@ -89,7 +88,7 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) {
 }
 
 func tokenOut(t domain.Token) apiv1.Token {
-	return apiv1.Token{ID: t.ID, Name: t.Name, Kind: string(t.Kind), HostID: t.HostID, Prefix: t.Prefix, CreatedAt: t.CreatedAt, LastUsedAt: t.LastUsedAt}
+	return apiv1.Token{ID: t.ID, Name: t.Name, Kind: string(t.Kind), HostID: string(t.HostID), Prefix: t.Prefix, CreatedAt: t.CreatedAt, LastUsedAt: t.LastUsedAt}
 }
 
 // checkName returns what is wrong with a host or token name, or "".

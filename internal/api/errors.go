@@ -8,10 +8,9 @@ import (
 	"strconv"
 
 	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/hostlink"
-	"github.com/engrams/engrams/internal/store"
 )
 
 const guestAPIVersion = guestapi.Version
@@ -26,15 +25,15 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 	writeJSON(w, status, apiv1.Error{Error: msg, Code: code})
 }
 
-// fail maps an error from the coordinator or store to a status and code.
-func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+// fail maps an error of a service (its domain category) to a status and code.
+func (s *base) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status, code := http.StatusInternalServerError, "internal"
 	switch {
-	case errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, domain.ErrNotFound):
 		status, code = http.StatusNotFound, "not_found"
-	case errors.Is(err, coordinator.ErrInvalid):
+	case errors.Is(err, domain.ErrInvalid):
 		status, code = http.StatusBadRequest, "bad_request"
-	case errors.Is(err, coordinator.ErrNotActive), errors.Is(err, store.ErrConflict), errors.Is(err, coordinator.ErrBusy):
+	case errors.Is(err, domain.ErrNotActive), errors.Is(err, domain.ErrConflict), errors.Is(err, domain.ErrBusy):
 		status, code = http.StatusConflict, "conflict"
 	case errors.Is(err, hostlink.ErrHostNotConnected):
 		status, code = http.StatusServiceUnavailable, "unavailable"

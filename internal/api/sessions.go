@@ -2,20 +2,64 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 
 	"github.com/engrams/engrams/internal/api/apiv1"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/domain"
-	"github.com/engrams/engrams/internal/hostlink"
 )
 
-func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
+// SessionControl changes sessions (the coordinator).
+type SessionControl interface {
+	CreateSession(ctx context.Context, spec domain.SessionSpec, idempotencyKey string) (domain.Session, error)
+	DeleteSession(ctx context.Context, id domain.SessionID) (domain.Session, error)
+	WaitSession(ctx context.Context, id domain.SessionID, done func(domain.Session) bool) (domain.Session, error)
+	Suspend(ctx context.Context, id domain.SessionID) (domain.Session, domain.Op, error)
+	WaitOp(ctx context.Context, op domain.Op) (domain.Op, domain.Session, error)
+	Resume(ctx context.Context, id domain.SessionID) (domain.Session, error)
+	Snapshot(ctx context.Context, id domain.SessionID) (domain.Snapshot, error)
+	PutOutbox(ctx context.Context, sid domain.SessionID, id, kind string, payload json.RawMessage) (domain.OutboxItem, error)
+}
+
+// SessionReads are the session rows the API shows (the store satisfies it).
+type SessionReads interface {
+	GetSession(ctx context.Context, id domain.SessionID) (domain.Session, error)
+	ListSessions(ctx context.Context, f domain.SessionFilter) ([]domain.Session, error)
+	ListOps(ctx context.Context, sessionID domain.SessionID) ([]domain.Op, error)
+	ListSnapshots(ctx context.Context, sessionID domain.SessionID) ([]domain.Snapshot, error)
+	ListOutbox(ctx context.Context, sessionID domain.SessionID, afterSeq int64, limit int) ([]domain.OutboxItem, error)
+	ListEvents(ctx context.Context, sessionID domain.SessionID, afterSeq int64, limit int) ([]domain.Event, error)
+	Subscribe(ctx context.Context, topic string) <-chan struct{}
+}
+
+// sessionsRouter serves the session resources: create, list, get, delete,
+// suspend, resume, snapshot, the outbox and the event log.
+type sessionsRouter struct {
+	*base
+	co SessionControl
+	st SessionReads
+}
+
+func (s *sessionsRouter) route(h func(string, http.HandlerFunc)) {
+	h(apiv1.RouteCreateSession, s.createSession)
+	h(apiv1.RouteListSessions, s.listSessions)
+	h(apiv1.RouteGetSession, s.getSession)
+	h(apiv1.RouteDeleteSession, s.deleteSession)
+	h(apiv1.RouteEvents, s.events)
+	h(apiv1.RouteSuspend, s.suspend)
+	h(apiv1.RouteResume, s.resume)
+	h(apiv1.RouteSnapshot, s.snapshot)
+	h(apiv1.RouteOutboxPut, s.putOutbox)
+	h(apiv1.RouteOutboxList, s.listOutbox)
+}
+
+func (s *sessionsRouter) createSession(w http.ResponseWriter, r *http.Request) {
 	var req apiv1.CreateSessionRequest
 	if !s.decode(w, r, &req) {
 		return
 	}
-	spec := hostlink.MachineSpec{MemoryMiB: req.MemoryMiB, VCPUs: req.VCPUs, Env: req.Env, Image: req.Image, Harness: req.Harness, IdleTimeoutSec: req.IdleTimeoutSec, MaxLifetimeSec: req.MaxLifetimeSec}
+	spec := domain.SessionSpec{MemoryMiB: req.MemoryMiB, VCPUs: req.VCPUs, Env: req.Env, Image: req.Image, Harness: req.Harness, IdleTimeoutSec: req.IdleTimeoutSec, MaxLifetimeSec: req.MaxLifetimeSec}
 	sess, err := s.co.CreateSession(r.Context(), spec, req.IdempotencyKey)
 	if err != nil {
 		s.fail(w, r, err)
@@ -32,9 +76,9 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, sessionOut(sess, nil))
 }
 
-func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
+func (s *sessionsRouter) listSessions(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f := domain.SessionFilter{HostID: q.Get("host")}
+	f := domain.SessionFilter{HostID: domain.HostID(q.Get("host"))}
 	if st := q.Get("state"); st != "" {
 		if !domain.SessionState(st).Valid() {
 			writeError(w, http.StatusBadRequest, "bad_request", "unknown state "+st)
@@ -54,8 +98,8 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
-	sess, err := s.st.GetSession(r.Context(), r.PathValue("id"))
+func (s *sessionsRouter) getSession(w http.ResponseWriter, r *http.Request) {
+	sess, err := s.st.GetSession(r.Context(), pathSession(r))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -77,8 +121,8 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
-	sess, err := s.co.DeleteSession(r.Context(), r.PathValue("id"))
+func (s *sessionsRouter) deleteSession(w http.ResponseWriter, r *http.Request) {
+	sess, err := s.co.DeleteSession(r.Context(), pathSession(r))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -97,13 +141,12 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
 
 func sessionOut(s domain.Session, ops []domain.Op) apiv1.Session {
 	out := apiv1.Session{
-		ID: s.ID, State: string(s.State), DesiredState: s.DesiredState, HostID: s.HostID,
+		ID: string(s.ID), State: string(s.State), DesiredState: string(s.DesiredState), HostID: string(s.HostID),
 		Epoch: s.Epoch, Reason: s.Reason, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
 		HeadSnapshot: s.HeadSnapshotID, LastActivity: s.LastActivity,
 	}
-	if spec, err := coordinator.Spec(s); err == nil {
-		out.Spec = apiv1.SessionSpec{MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, Env: spec.Env, Image: spec.Image, Harness: spec.Harness, IdleTimeoutSec: spec.IdleTimeoutSec, MaxLifetimeSec: spec.MaxLifetimeSec}
-	}
+	spec := s.Spec
+	out.Spec = apiv1.SessionSpec{MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, Env: spec.Env, Image: spec.Image, Harness: spec.Harness, IdleTimeoutSec: spec.IdleTimeoutSec, MaxLifetimeSec: spec.MaxLifetimeSec}
 	for _, o := range ops {
 		out.Ops = append(out.Ops, apiv1.Op{ID: o.ID, Kind: string(o.Kind), State: string(o.State), Step: o.Step,
 			Epoch: o.Epoch, Attempts: o.Attempts, Error: o.Error, CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt})
@@ -112,11 +155,11 @@ func sessionOut(s domain.Session, ops []domain.Op) apiv1.Session {
 }
 
 func snapshotOut(s domain.Snapshot) apiv1.Snapshot {
-	return apiv1.Snapshot{ID: s.ID, ParentID: s.ParentID, HostID: s.HostID, Reason: s.Reason, Bytes: s.Bytes, Uploaded: s.Uploaded, CreatedAt: s.CreatedAt}
+	return apiv1.Snapshot{ID: s.ID, ParentID: s.ParentID, HostID: string(s.HostID), Reason: s.Reason, Bytes: s.Bytes, Uploaded: s.Uploaded, CreatedAt: s.CreatedAt}
 }
 
-func (s *Server) suspend(w http.ResponseWriter, r *http.Request) {
-	sess, op, err := s.co.Suspend(r.Context(), r.PathValue("id"))
+func (s *sessionsRouter) suspend(w http.ResponseWriter, r *http.Request) {
+	sess, op, err := s.co.Suspend(r.Context(), pathSession(r))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -133,8 +176,8 @@ func (s *Server) suspend(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, sessionOut(sess, nil))
 }
 
-func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
-	sess, err := s.co.Resume(r.Context(), r.PathValue("id"))
+func (s *sessionsRouter) resume(w http.ResponseWriter, r *http.Request) {
+	sess, err := s.co.Resume(r.Context(), pathSession(r))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -142,8 +185,8 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, sessionOut(sess, nil))
 }
 
-func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) {
-	sn, err := s.co.Snapshot(r.Context(), r.PathValue("id"))
+func (s *sessionsRouter) snapshot(w http.ResponseWriter, r *http.Request) {
+	sn, err := s.co.Snapshot(r.Context(), pathSession(r))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -151,12 +194,12 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, snapshotOut(sn))
 }
 
-func (s *Server) putOutbox(w http.ResponseWriter, r *http.Request) {
+func (s *sessionsRouter) putOutbox(w http.ResponseWriter, r *http.Request) {
 	var req apiv1.OutboxRequest
 	if !s.decode(w, r, &req) {
 		return
 	}
-	it, err := s.co.PutOutbox(r.Context(), r.PathValue("id"), req.ID, req.Kind, req.Payload)
+	it, err := s.co.PutOutbox(r.Context(), pathSession(r), req.ID, req.Kind, req.Payload)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -164,8 +207,8 @@ func (s *Server) putOutbox(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, outboxOut(it))
 }
 
-func (s *Server) listOutbox(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+func (s *sessionsRouter) listOutbox(w http.ResponseWriter, r *http.Request) {
+	id := pathSession(r)
 	if _, err := s.st.GetSession(r.Context(), id); err != nil {
 		s.fail(w, r, err)
 		return
@@ -185,3 +228,6 @@ func (s *Server) listOutbox(w http.ResponseWriter, r *http.Request) {
 func outboxOut(it domain.OutboxItem) apiv1.OutboxItem {
 	return apiv1.OutboxItem{Seq: it.Seq, ID: it.ID, Kind: it.Kind, Payload: it.Payload, State: string(it.State), CreatedAt: it.CreatedAt}
 }
+
+// pathSession is the {id} of a session route.
+func pathSession(r *http.Request) domain.SessionID { return domain.SessionID(r.PathValue("id")) }

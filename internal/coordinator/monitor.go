@@ -35,13 +35,6 @@ func (c *Coordinator) monitorLoop(ctx context.Context) {
 			c.log.Error("check host heartbeats", "err", err)
 			watching = c.now()
 		}
-		// Like marking hosts lost: only a replica that has been watching,
-		// without a failed pass, long enough to know a setup went unrenewed.
-		if now.Sub(watching) >= taskSetupStale {
-			if err := c.takeOverSetups(ctx); err != nil && ctx.Err() == nil {
-				c.log.Error("take over task setups", "err", err)
-			}
-		}
 		select {
 		case <-ctx.Done():
 			return
@@ -101,8 +94,8 @@ func (c *Coordinator) checkHosts(ctx context.Context, judge bool) error {
 // maxLifetime is s's hard time limit, 0 for none.
 func (c *Coordinator) maxLifetime(s domain.Session) time.Duration {
 	limit := c.cfg.MaxLifetime
-	if spec, err := Spec(s); err == nil && spec.MaxLifetimeSec != 0 {
-		limit = time.Duration(max(spec.MaxLifetimeSec, 0)) * time.Second
+	if s.Spec.MaxLifetimeSec != 0 {
+		limit = time.Duration(max(s.Spec.MaxLifetimeSec, 0)) * time.Second
 	}
 	return limit
 }
@@ -150,11 +143,11 @@ func (c *Coordinator) evictIdle(ctx context.Context) (int, error) {
 	n := 0
 	for _, s := range ss {
 		timeout := c.cfg.IdleTimeout
-		if spec, err := Spec(s); err == nil && spec.IdleTimeoutSec != 0 {
-			if spec.IdleTimeoutSec < 0 {
+		if s.Spec.IdleTimeoutSec != 0 {
+			if s.Spec.IdleTimeoutSec < 0 {
 				continue
 			}
-			timeout = time.Duration(spec.IdleTimeoutSec) * time.Second
+			timeout = time.Duration(s.Spec.IdleTimeoutSec) * time.Second
 		}
 		last := s.LastActivity
 		if s.UpdatedAt.After(last) {
@@ -178,7 +171,7 @@ func (c *Coordinator) evictIdle(ctx context.Context) (int, error) {
 
 // enqueueRecover hands a session whose machine is gone to a recover op,
 // superseding whatever op was in flight.
-func (c *Coordinator) enqueueRecover(ctx context.Context, sessionID, key string) error {
+func (c *Coordinator) enqueueRecover(ctx context.Context, sessionID domain.SessionID, key string) error {
 	_, err := c.st.EnqueueOp(ctx, domain.Op{
 		ID: c.newID(), SessionID: sessionID, Kind: domain.OpRecover, IdempotencyKey: key, CreatedAt: c.now(),
 	}, true)

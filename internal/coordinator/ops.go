@@ -104,7 +104,7 @@ func (c *Coordinator) runOp(ctx context.Context, op domain.Op, s domain.Session)
 	default:
 		log.Error("finish op", "err", err)
 	}
-	c.wake(ctx, sessionTopic(s.ID))
+	c.wake(ctx, SessionTopic(s.ID))
 }
 
 func (c *Coordinator) renewLease(ctx context.Context, cancel context.CancelFunc, op domain.Op, log *slog.Logger) {
@@ -160,7 +160,7 @@ func (x *opRun) run(ctx context.Context) error {
 // apply moves the session by event e under the op's epoch and notifies
 // waiters. An illegal event for the current state is a programming error
 // surfaced as an error, never applied.
-func (x *opRun) apply(ctx context.Context, e lifecycle.Event, hostID, reason *string) error {
+func (x *opRun) apply(ctx context.Context, e lifecycle.Event, hostID *domain.HostID, reason *string) error {
 	to, err := lifecycle.Transition(x.s.State, e)
 	if err != nil {
 		return fmt.Errorf("session %s: %w", x.s.ID, err)
@@ -177,7 +177,7 @@ func (x *opRun) apply(ctx context.Context, e lifecycle.Event, hostID, reason *st
 	}
 	x.log.Info("session transition", "from", x.s.State, "to", to, "event", e)
 	x.s = s
-	x.c.wake(ctx, sessionTopic(x.s.ID))
+	x.c.wake(ctx, SessionTopic(x.s.ID))
 	return nil
 }
 

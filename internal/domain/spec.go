@@ -1,5 +1,10 @@
 package domain
 
+import (
+	"fmt"
+	"strings"
+)
+
 // DesiredState is what the coordinator wants a session to be, stored apart
 // from the state hosts report.
 type DesiredState string
@@ -22,6 +27,13 @@ func (d DesiredState) Valid() bool {
 	}
 	return false
 }
+
+// Bounds on what a session spec (and a profile's env) may carry.
+const (
+	MaxEnvVars  = 256
+	MaxEnvBytes = 64 << 10 // names and values, plus two bytes each
+	MaxImageRef = 512
+)
 
 // SessionSpec is what a session runs with, as the coordinator records it.
 // Its JSON is the stored form.
@@ -66,4 +78,26 @@ func (s SessionSpec) Grant(kind string) (CredentialGrant, bool) {
 		}
 	}
 	return CredentialGrant{}, false
+}
+
+// CheckEnv checks an environment against the bounds of a session spec;
+// errors wrap ErrInvalid.
+func CheckEnv(env map[string]string) error {
+	if len(env) > MaxEnvVars {
+		return fmt.Errorf("%w: at most %d env variables, got %d", ErrInvalid, MaxEnvVars, len(env))
+	}
+	total := 0
+	for k, v := range env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return fmt.Errorf("%w: env name %q is not valid", ErrInvalid, k)
+		}
+		if strings.ContainsRune(v, 0) {
+			return fmt.Errorf("%w: env %s contains a NUL byte", ErrInvalid, k)
+		}
+		total += len(k) + len(v) + 2
+	}
+	if total > MaxEnvBytes {
+		return fmt.Errorf("%w: env is %d bytes, at most %d", ErrInvalid, total, MaxEnvBytes)
+	}
+	return nil
 }

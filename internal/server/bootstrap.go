@@ -74,7 +74,7 @@ func mintHost(ctx context.Context, st store.Store, name string) (id, secret stri
 		}
 		secret, prefix := api.NewSecret()
 		now := time.Now()
-		h := domain.Host{ID: newID(), Name: n, State: domain.HostNew, CreatedAt: now}
+		h := domain.Host{ID: domain.HostID(newID()), Name: n, State: domain.HostNew, CreatedAt: now}
 		t := domain.Token{ID: newID(), Name: "host " + n, Kind: domain.TokenHost, HostID: h.ID, Prefix: prefix, Hash: coordinator.HashToken(secret), CreatedAt: now}
 		err := st.CreateHost(ctx, h, t)
 		if errors.Is(err, store.ErrConflict) {
@@ -83,7 +83,7 @@ func mintHost(ctx context.Context, st store.Store, name string) (id, secret stri
 		if err != nil {
 			return "", "", fmt.Errorf("create host %s: %w", n, err)
 		}
-		return h.ID, secret, nil
+		return string(h.ID), secret, nil
 	}
 	return "", "", fmt.Errorf("create host: names %s..%s-20 are all taken", name, name)
 }
