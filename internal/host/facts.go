@@ -11,13 +11,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/vmm"
 )
 
-// facts describes this host to the coordinator.
-func (a *Agent) facts() hostlink.Facts {
+// hostFacts describes this host to the coordinator.
+func hostFacts(cfg Config, backend vmm.Backend) hostlink.Facts {
 	name, _ := os.Hostname()
 	model, flags := cpuInfo()
-	c := a.deps.Backend.Capabilities()
+	c := backend.Capabilities()
 	bf := hostlink.BackendFacts{
 		Name:         c.Name,
 		Version:      c.Version,
@@ -28,7 +29,7 @@ func (a *Agent) facts() hostlink.Facts {
 		Usable:       true,
 		Reason:       c.Reason,
 	}
-	avail := a.cfg.Considered
+	avail := cfg.Considered
 	if len(avail) == 0 {
 		avail = []hostlink.BackendFacts{bf}
 	}
@@ -38,7 +39,7 @@ func (a *Agent) facts() hostlink.Facts {
 		CPUModel:     model,
 		CPUFlags:     flags,
 		Kernel:       kernelRelease(),
-		AgentVersion: a.cfg.AgentVersion,
+		AgentVersion: cfg.AgentVersion,
 		Backend:      bf,
 		Available:    avail,
 	}

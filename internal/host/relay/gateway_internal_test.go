@@ -1,4 +1,4 @@
-package host
+package relay
 
 import (
 	"bufio"
@@ -20,6 +20,7 @@ import (
 
 	"github.com/engrams/engrams/internal/guest"
 	"github.com/engrams/engrams/internal/guestapi"
+	"github.com/engrams/engrams/internal/host/machines"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/vmm"
 )
@@ -47,14 +48,31 @@ func (s *dialStub) dialCount() int {
 	return s.dials
 }
 
-func newTunnelAgent(t *testing.T) *Agent {
-	t.Helper()
-	a, err := New(Config{CoordinatorURL: "http://c", Token: "t", DataDir: t.TempDir(), Capacity: hostlink.Capacity{MemoryMiB: 1024, VCPUs: 2}},
-		Deps{Backend: stubBackend{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
+// stubMachine is a machine without a guest that ends when done closes.
+type stubMachine struct{ done chan struct{} }
+
+func (s *stubMachine) Info() vmm.Info { return vmm.Info{PID: 7} }
+func (s *stubMachine) Dial(context.Context) (net.Conn, error) {
+	return nil, errors.New("no guest")
+}
+func (s *stubMachine) Snapshot(context.Context, string) (vmm.Snapshot, error) {
+	return vmm.Snapshot{}, vmm.ErrUnsupported
+}
+func (s *stubMachine) Pause(context.Context) error   { return nil }
+func (s *stubMachine) Resume(context.Context) error  { return nil }
+func (s *stubMachine) Destroy(context.Context) error { return nil }
+func (s *stubMachine) Done() <-chan struct{}         { return s.done }
+
+// fixedLink is a coordinator link that is always c (nil: none).
+type fixedLink struct{ c *http.Client }
+
+func (l fixedLink) Client() *http.Client { return l.c }
+func (l fixedLink) Post(context.Context, *http.Client, string, any, any) error {
+	return errors.New("posts are not expected")
+}
+
+func newTunnelRelay(link *http.Client) *Relay {
+	return New(Deps{Link: fixedLink{link}})
 }
 
 // answerOnce plays a guest daemon answering one tunnel request with raw.
@@ -91,15 +109,15 @@ func TestTunnelPoolBacksOff(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
-				a := newTunnelAgent(t)
+				rl := newTunnelRelay(nil)
 				m := &dialStub{stubMachine: stubMachine{done: make(chan struct{})}, dial: tt.dial}
-				mc := &machine{sessionID: "s1", spec: hostlink.MachineSpec{HarnessID: "h1"}, m: m}
-				mc.stopTunnels = a.whileMachine(mc, func(ctx context.Context) { a.runTunnels(ctx, mc) })
+				mc := machines.NewMachine("s1", 0, hostlink.MachineSpec{HarnessID: "h1"}, m, nil)
+				_ = rl.whileMachine(mc, func(ctx context.Context) { rl.runTunnels(ctx, mc) })
 				time.Sleep(time.Minute)
 				n := m.dialCount()
 				close(m.done) // the machine exits: the pool ends
-				a.watchers.Wait()
-				close(a.stop)
+				rl.wg.Wait()
+				close(rl.stop)
 				// Retrying every 5-10 s at worst after the first failures;
 				// a pool without a wait would never let the clock move.
 				if n < 4 || n > 40 {
@@ -144,21 +162,20 @@ func TestTunnelToRealGuest(t *testing.T) {
 		_, _ = io.WriteString(w, "event: two\ndata: {}\n\n")
 	}))
 	t.Cleanup(coord.Close)
-	a := newTunnelAgent(t)
 	linkTr := &http.Transport{}
 	t.Cleanup(linkTr.CloseIdleConnections)
-	a.link.Store(&http.Client{Transport: toServer(coord.URL, linkTr)})
+	rl := newTunnelRelay(&http.Client{Transport: toServer(coord.URL, linkTr)})
 	m := &dialStub{stubMachine: stubMachine{done: make(chan struct{})}, dial: func(ctx context.Context) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "tcp", ln.Addr().String())
 	}}
-	mc := &machine{sessionID: "s1", spec: hostlink.MachineSpec{HarnessID: "h1"}, m: m}
-	mc.stopTunnels = a.whileMachine(mc, func(ctx context.Context) { a.runTunnels(ctx, mc) })
+	mc := machines.NewMachine("s1", 0, hostlink.MachineSpec{HarnessID: "h1"}, m, nil)
+	stopTunnels := rl.whileMachine(mc, func(ctx context.Context) { rl.runTunnels(ctx, mc) })
 	t.Cleanup(func() {
-		a.stopHarness(mc)
+		stopTunnels()
 		close(m.done)
-		a.watchers.Wait()
-		close(a.stop)
+		rl.wg.Wait()
+		close(rl.stop)
 	})
 
 	procTr := &http.Transport{}

@@ -1,6 +1,7 @@
-package host
+package snapshots
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -11,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/engrams/engrams/internal/chunk"
-	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/vmm"
 )
 
 // fakeCache is a chunk cache that holds the chunks it is told to.
@@ -62,16 +63,10 @@ func manifestsOf(hashes []string) map[string]chunk.Manifest {
 	return map[string]chunk.Manifest{"memory": {Version: chunk.ManifestVersion, Role: "memory", Chunks: refs}}
 }
 
-// newCachingAgent is an agent over dir, not running, whose heartbeats
-// report the snapshots cache holds whole.
-func newCachingAgent(t *testing.T, dir string, cache *fakeCache) *Agent {
-	t.Helper()
-	a, err := New(Config{CoordinatorURL: "http://c", Token: "t", DataDir: dir, Capacity: hostlink.Capacity{MemoryMiB: 1024, VCPUs: 2}},
-		Deps{Backend: stubBackend{}, ChunkCache: cache})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
+// newCaching is the snapshot parts over dir, whose heartbeats report the
+// snapshots cache holds whole.
+func newCaching(dir string, cache *fakeCache) *Snapshots {
+	return New(Config{DataDir: dir}, Deps{Backend: stubBackend{}, ChunkCache: cache})
 }
 
 // recordFiles lists the cached snapshot record files under dir.
@@ -138,19 +133,19 @@ func TestCachedSnapshotsAcrossRestart(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			dir, cache := t.TempDir(), &fakeCache{held: map[string]bool{}}
-			first := newCachingAgent(t, dir, cache)
-			first.loadCachedSnapshots() // nothing yet
+			first := newCaching(dir, cache)
+			first.LoadCached() // nothing yet
 			for _, id := range tt.remember {
 				cache.put(snapshotChunks(id)...) // a snapshot or restore fills the cache first
-				first.rememberSnapshot(id, manifestsOf(snapshotChunks(id)))
+				first.cached.remember(id, manifestsOf(snapshotChunks(id)))
 			}
 			if tt.between != nil {
 				tt.between(t, cache, dir)
 			}
 
-			second := newCachingAgent(t, dir, cache)
-			second.loadCachedSnapshots()
-			if got := second.heartbeatRequest().Snapshots; !slices.Equal(got, tt.want) {
+			second := newCaching(dir, cache)
+			second.LoadCached()
+			if got := second.Cached(); !slices.Equal(got, tt.want) {
 				t.Fatalf("after a restart: reported %q, want %q", got, tt.want)
 			}
 			if got, want := recordFiles(t, dir), slices.Sorted(slices.Values(tt.want)); !slices.Equal(got, want) {
@@ -159,14 +154,26 @@ func TestCachedSnapshotsAcrossRestart(t *testing.T) {
 
 			// Remembering goes on after the loaded records, across another restart.
 			cache.put(hashOf("fresh"))
-			second.rememberSnapshot("fresh", manifestsOf([]string{hashOf("fresh")}))
-			third := newCachingAgent(t, dir, cache)
-			third.loadCachedSnapshots()
+			second.cached.remember("fresh", manifestsOf([]string{hashOf("fresh")}))
+			third := newCaching(dir, cache)
+			third.LoadCached()
 			want := append([]string{"fresh"}, tt.want...)
 			want = want[:min(len(want), maxCachedSnapshots)]
-			if got := third.heartbeatRequest().Snapshots; !slices.Equal(got, want) {
+			if got := third.Cached(); !slices.Equal(got, want) {
 				t.Errorf("after a second restart: reported %q, want %q", got, want)
 			}
 		})
 	}
 }
+
+// stubBackend boots nothing.
+type stubBackend struct{}
+
+func (stubBackend) Capabilities() vmm.Capabilities { return vmm.Capabilities{Name: "stub"} }
+func (stubBackend) Boot(context.Context, vmm.Spec) (vmm.Machine, error) {
+	return nil, vmm.ErrUnsupported
+}
+func (stubBackend) Restore(context.Context, vmm.Spec, vmm.Snapshot) (vmm.Machine, error) {
+	return nil, vmm.ErrUnsupported
+}
+func (stubBackend) Recover(context.Context, string) (vmm.Machine, error) { return nil, vmm.ErrGone }

@@ -1,4 +1,4 @@
-package host
+package relay
 
 import (
 	"bufio"
@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/internal/guestapi"
+	"github.com/engrams/engrams/internal/host/machines"
 )
 
 // The model gateway, host side: a guest process connecting to the guest
@@ -36,14 +37,14 @@ const (
 // answers with a connection is replaced at once and served until the
 // connection ends. Failures (the machine paused or snapshotting, a guest
 // without a gateway) wait with a growing delay, so a pool never spins.
-func (a *Agent) runTunnels(ctx context.Context, mc *machine) {
+func (rl *Relay) runTunnels(ctx context.Context, mc *machines.Machine) {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() {
 		cancel()
 		wg.Wait()
 	}()
-	log := a.log.With("session_id", mc.sessionID)
+	log := rl.log.With("session_id", mc.SessionID())
 	slots := make(chan struct{}, tunnelPoolSize)
 	bo := &tunnelBackoff{}
 	for {
@@ -51,9 +52,9 @@ func (a *Agent) runTunnels(ctx context.Context, mc *machine) {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
 			return
-		case <-a.stop:
+		case <-rl.stop:
 			return
-		case <-mc.m.Done():
+		case <-mc.VM().Done():
 			return
 		}
 		if d := bo.delay(); d > 0 {
@@ -63,10 +64,10 @@ func (a *Agent) runTunnels(ctx context.Context, mc *machine) {
 			case <-ctx.Done():
 				t.Stop()
 				return
-			case <-a.stop:
+			case <-rl.stop:
 				t.Stop()
 				return
-			case <-mc.m.Done():
+			case <-mc.VM().Done():
 				t.Stop()
 				return
 			}
@@ -74,26 +75,26 @@ func (a *Agent) runTunnels(ctx context.Context, mc *machine) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			a.tunnelOnce(ctx, mc, slots, bo, log)
+			rl.tunnelOnce(ctx, mc, slots, bo, log)
 		}()
 	}
 }
 
 // tunnelOnce waits for one connection through a tunnel and serves it. It
 // frees its pool slot as soon as the tunnel is answered (or failed).
-func (a *Agent) tunnelOnce(ctx context.Context, mc *machine, slots chan struct{}, bo *tunnelBackoff, log *slog.Logger) {
+func (rl *Relay) tunnelOnce(ctx context.Context, mc *machines.Machine, slots chan struct{}, bo *tunnelBackoff, log *slog.Logger) {
 	release := sync.OnceFunc(func() { <-slots })
 	defer release()
 	conn, err := openTunnel(ctx, mc)
 	if err != nil {
 		if ctx.Err() == nil {
 			n := bo.fail()
-			log.Debug("gateway tunnel failed; retrying", "error", err, "failures_in_a_row", n)
+			log.Debug("gateway tunnel failed; retrying", "err", err, "failures_in_a_row", n)
 		}
 		return
 	}
 	release()
-	if a.serveTunnel(ctx, mc, conn, log) > 0 {
+	if rl.serveTunnel(ctx, mc, conn, log) > 0 {
 		bo.reset()
 	} else {
 		bo.fail() // a connection that carried no request: do not loop on a guest that answers at once
@@ -102,10 +103,10 @@ func (a *Agent) tunnelOnce(ctx context.Context, mc *machine, slots chan struct{}
 
 // openTunnel sends GET PathTunnel on a new stream to mc's guest and waits
 // until the guest answers it; on 101 the stream is the connection.
-func openTunnel(ctx context.Context, mc *machine) (net.Conn, error) {
+func openTunnel(ctx context.Context, mc *machines.Machine) (net.Conn, error) {
 	dialCtx, cancel := context.WithTimeout(ctx, tunnelOpenLimit)
 	defer cancel()
-	c, err := mc.m.Dial(dialCtx)
+	c, err := mc.VM().Dial(dialCtx)
 	if err != nil {
 		return nil, fmt.Errorf("dial guest: %w", err)
 	}

@@ -1,4 +1,4 @@
-package host
+package snapshots
 
 import (
 	"archive/tar"

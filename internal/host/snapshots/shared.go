@@ -1,4 +1,4 @@
-package host
+package snapshots
 
 import (
 	"context"
@@ -7,10 +7,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 
 	"github.com/engrams/engrams/internal/chunk"
+	"github.com/engrams/engrams/internal/host/failure"
+	"github.com/engrams/engrams/internal/host/hostfs"
+	"github.com/engrams/engrams/internal/host/keyed"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/vmm"
 )
@@ -24,6 +28,15 @@ const imagesDir = "shared-disks" // not "images": the QEMU backend caches its bo
 
 // sharedRoles are the manifest roles of shared disks, in a fixed order.
 var sharedRoles = []string{hostlink.RoleRootFS, hostlink.RoleHarness}
+
+// sharedDisks builds, records and prunes the shared disk files.
+type sharedDisks struct {
+	dataDir string
+	backend vmm.Backend
+	store   ChunkStore // Deps.DiskChunks
+	log     *slog.Logger
+	locks   keyed.Mutex // one per shared disk
+}
 
 // sharedSuffix is the file name suffix of role's shared disks.
 func sharedSuffix(role string) string {
@@ -46,31 +59,31 @@ func sharedID(m chunk.Manifest) (string, error) {
 }
 
 // supports says whether the backend can attach role's shared disks.
-func (a *Agent) supports(role string) error {
-	c := a.deps.Backend.Capabilities()
+func (d *sharedDisks) supports(role string) error {
+	c := d.backend.Capabilities()
 	switch {
 	case role == hostlink.RoleRootFS && !c.RootFS:
-		return failure(501, hostlink.CodeUnsupported, fmt.Errorf("backend %s cannot boot an image's root filesystem", c.Name))
+		return failure.New(501, hostlink.CodeUnsupported, fmt.Errorf("backend %s cannot boot an image's root filesystem", c.Name))
 	case role == hostlink.RoleHarness && !c.Harness:
-		return failure(501, hostlink.CodeUnsupported, fmt.Errorf("backend %s cannot attach a harness bundle", c.Name))
+		return failure.New(501, hostlink.CodeUnsupported, fmt.Errorf("backend %s cannot attach a harness bundle", c.Name))
 	}
 	return nil
 }
 
-// sharedDisk returns the shared file of role's disk m, building it from
+// disk returns the shared file of role's disk m, building it from
 // verified chunks on first use (atomically: a crash leaves no partial file
 // under its final name).
-func (a *Agent) sharedDisk(ctx context.Context, role string, m chunk.Manifest) (*vmm.RootFS, error) {
-	if err := a.supports(role); err != nil {
+func (d *sharedDisks) disk(ctx context.Context, role string, m chunk.Manifest) (*vmm.RootFS, error) {
+	if err := d.supports(role); err != nil {
 		return nil, err
 	}
 	id, err := sharedID(m)
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(a.cfg.DataDir, imagesDir)
+	dir := filepath.Join(d.dataDir, imagesDir)
 	p := filepath.Join(dir, id+sharedSuffix(role))
-	unlock := a.imageLocks.lock(id)
+	unlock := d.locks.Lock(id)
 	defer unlock()
 	if _, err := os.Stat(p); err == nil {
 		return &vmm.RootFS{Path: p, ID: "sha256:" + id}, nil
@@ -82,7 +95,7 @@ func (a *Agent) sharedDisk(ctx context.Context, role string, m chunk.Manifest) (
 	}
 	tmp := filepath.Join(dir, "."+id+".partial")
 	_ = os.Remove(tmp)
-	if err := a.deps.DiskChunks.Restore(ctx, m, tmp); err != nil {
+	if err := d.store.Restore(ctx, m, tmp); err != nil {
 		_ = os.Remove(tmp)
 		return nil, snapshotFailure(fmt.Sprintf("fetch %s %s", role, id), err)
 	}
@@ -94,7 +107,7 @@ func (a *Agent) sharedDisk(ctx context.Context, role string, m chunk.Manifest) (
 		_ = os.Remove(tmp)
 		return nil, fmt.Errorf("%s %s: %w", role, id, err)
 	}
-	a.log.Info("shared disk ready", "role", role, "disk_id", id, "bytes", m.Size)
+	d.log.Info("shared disk ready", "role", role, "disk_id", id, "bytes", m.Size)
 	return &vmm.RootFS{Path: p, ID: "sha256:" + id}, nil
 }
 
@@ -115,21 +128,21 @@ func isShared(role string) bool {
 	return role == hostlink.RoleRootFS || role == hostlink.RoleHarness
 }
 
-// attachShared stages every shared disk of sid's machine, records them in
+// AttachShared stages every shared disk of sid's machine, records them in
 // its dir and sets them on spec.
-func (a *Agent) attachShared(ctx context.Context, sid string, shared map[string]chunk.Manifest, spec *vmm.Spec) error {
+func (s *Snapshots) AttachShared(ctx context.Context, sid, dir string, shared map[string]chunk.Manifest, spec *vmm.Spec) error {
 	for _, role := range sharedRoles {
 		m, ok := shared[role]
 		if !ok {
 			continue
 		}
-		disk, err := a.sharedDisk(ctx, role, m)
+		disk, err := s.shared.disk(ctx, role, m)
 		if err != nil {
 			return err
 		}
 		b, err := m.Encode()
 		if err == nil {
-			err = writeFileSync(a.machineDir(sid), role+".json", b)
+			err = hostfs.WriteFileSync(dir, role+".json", b)
 		}
 		if err != nil {
 			return fmt.Errorf("record %s of session %s: %w", role, sid, err)
@@ -143,10 +156,10 @@ func (a *Agent) attachShared(ctx context.Context, sid string, shared map[string]
 	return nil
 }
 
-// machineShared returns the manifest of sid's machine's shared disk of
-// role, if it has one.
-func (a *Agent) machineShared(sid, role string) (*chunk.Manifest, error) {
-	b, err := os.ReadFile(filepath.Join(a.machineDir(sid), role+".json"))
+// machineShared returns the manifest of the shared disk of role recorded
+// in the machine dir dir, if it has one; sid names the session in errors.
+func machineShared(sid, dir, role string) (*chunk.Manifest, error) {
+	b, err := os.ReadFile(filepath.Join(dir, role+".json"))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -160,21 +173,21 @@ func (a *Agent) machineShared(sid, role string) (*chunk.Manifest, error) {
 	return &m, nil
 }
 
-// withShared adds sid's shared disks to a snapshot's manifests, after
-// putting their chunks again from this host's copies: the put uploads only
-// chunks the blob store lacks (or holds too old to rely on), and GC keeps
-// only the chunks of live images and of snapshots, while a session can
-// outlive its image being disabled.
-func (a *Agent) withShared(ctx context.Context, sid string, manifests map[string]chunk.Manifest) (json.RawMessage, error) {
+// withShared adds the shared disks of sid's machine (dir) to a snapshot's
+// manifests, after putting their chunks again from this host's copies:
+// the put uploads only chunks the blob store lacks (or holds too old to
+// rely on), and GC keeps only the chunks of live images and of snapshots,
+// while a session can outlive its image being disabled.
+func (d *sharedDisks) withShared(ctx context.Context, sid, dir string, manifests map[string]chunk.Manifest) (json.RawMessage, error) {
 	for _, role := range sharedRoles {
-		m, err := a.machineShared(sid, role)
+		m, err := machineShared(sid, dir, role)
 		if err != nil {
 			return nil, err
 		}
 		if m == nil {
 			continue
 		}
-		if err := a.putShared(ctx, role, *m); err != nil {
+		if err := d.put(ctx, role, *m); err != nil {
 			return nil, err
 		}
 		m.Role = role
@@ -183,14 +196,14 @@ func (a *Agent) withShared(ctx context.Context, sid string, manifests map[string
 	return json.Marshal(manifests)
 }
 
-// putShared puts the chunks of role's shared disk m from this host's copy.
-func (a *Agent) putShared(ctx context.Context, role string, m chunk.Manifest) error {
+// put puts the chunks of role's shared disk m from this host's copy.
+func (d *sharedDisks) put(ctx context.Context, role string, m chunk.Manifest) error {
 	id, err := sharedID(m)
 	if err != nil {
 		return err
 	}
-	p := filepath.Join(a.cfg.DataDir, imagesDir, id+sharedSuffix(role))
-	again, st, err := a.deps.DiskChunks.PutFile(ctx, p)
+	p := filepath.Join(d.dataDir, imagesDir, id+sharedSuffix(role))
+	again, st, err := d.store.PutFile(ctx, p)
 	if err != nil {
 		return fmt.Errorf("store %s %s: %w", role, id, err)
 	}
@@ -198,20 +211,20 @@ func (a *Agent) putShared(ctx context.Context, role string, m chunk.Manifest) er
 		return fmt.Errorf("store %s %s: this host's copy chunks to %s", role, id, got)
 	}
 	if st.Uploaded > 0 {
-		a.log.Warn("shared disk chunks were missing from the blob store; stored them again", "role", role, "disk_id", id, "chunks", st.Uploaded)
+		d.log.Warn("shared disk chunks were missing from the blob store; stored them again", "role", role, "disk_id", id, "chunks", st.Uploaded)
 	}
 	return nil
 }
 
-// pruneShared removes the shared disk files no machine on this host names
-// (run at start, after machines are recovered and before any starts): a
-// later restore or prefetch that needs one builds it again from chunks.
-func (a *Agent) pruneShared() {
+// PruneShared removes the shared disk files no machine dir of machineDirs
+// names (run at start, after machines are recovered and before any
+// starts): a later restore or prefetch that needs one builds it again
+// from chunks.
+func (s *Snapshots) PruneShared(machineDirs []string) {
 	used := map[string]bool{}
-	dirs, _ := os.ReadDir(filepath.Join(a.cfg.DataDir, machinesDir))
-	for _, d := range dirs {
+	for _, md := range machineDirs {
 		for _, role := range sharedRoles {
-			m, err := a.machineShared(d.Name(), role)
+			m, err := machineShared(filepath.Base(md), md, role)
 			if err != nil || m == nil {
 				continue
 			}
@@ -220,7 +233,7 @@ func (a *Agent) pruneShared() {
 			}
 		}
 	}
-	dir := filepath.Join(a.cfg.DataDir, imagesDir)
+	dir := filepath.Join(s.cfg.DataDir, imagesDir)
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return
@@ -230,9 +243,9 @@ func (a *Agent) pruneShared() {
 			continue
 		}
 		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
-			a.log.Warn("remove unused shared disk", "file", e.Name(), "error", err)
+			s.log.Warn("remove unused shared disk", "file", e.Name(), "err", err)
 			continue
 		}
-		a.log.Info("removed an unused shared disk", "file", e.Name())
+		s.log.Info("removed an unused shared disk", "file", e.Name())
 	}
 }

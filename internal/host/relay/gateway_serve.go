@@ -1,4 +1,4 @@
-package host
+package relay
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/engrams/engrams/internal/host/machines"
 	"github.com/engrams/engrams/internal/hostlink"
 )
 
@@ -27,7 +28,7 @@ const (
 // serveTunnel serves HTTP on one guest connection (keep-alive: any number
 // of requests) until it ends or ctx does, and returns how many requests it
 // carried. Every handler has returned when it returns.
-func (a *Agent) serveTunnel(ctx context.Context, mc *machine, conn net.Conn, log *slog.Logger) int {
+func (rl *Relay) serveTunnel(ctx context.Context, mc *machines.Machine, conn net.Conn, log *slog.Logger) int {
 	var (
 		requests atomic.Int64
 		handlers sync.WaitGroup
@@ -39,7 +40,7 @@ func (a *Agent) serveTunnel(ctx context.Context, mc *machine, conn net.Conn, log
 			handlers.Add(1) // before any hijack, so before ended closes
 			defer handlers.Done()
 			requests.Add(1)
-			a.forwardGateway(w, r, mc, log)
+			rl.forwardGateway(w, r, mc, log)
 		}),
 		ReadHeaderTimeout: tunnelHeaderLimit,
 		IdleTimeout:       tunnelIdleLimit,
@@ -71,20 +72,20 @@ func (a *Agent) serveTunnel(ctx context.Context, mc *machine, conn net.Conn, log
 // forwardGateway sends one request of a guest process to the coordinator's
 // gateway for mc's session and streams the answer back as it comes. The
 // request counts as activity of the session while it lasts.
-func (a *Agent) forwardGateway(w http.ResponseWriter, r *http.Request, mc *machine, log *slog.Logger) {
-	done := a.active(mc)
+func (rl *Relay) forwardGateway(w http.ResponseWriter, r *http.Request, mc *machines.Machine, log *slog.Logger) {
+	done := mc.Active()
 	defer done()
 	if !strings.HasPrefix(r.URL.Path, "/") {
 		writeTunnelError(w, http.StatusBadRequest, fmt.Sprintf("bad gateway path %q", r.URL.Path))
 		return
 	}
-	client, err := a.waitLink(r.Context())
+	client, err := rl.waitLink(r.Context())
 	if err != nil {
 		writeTunnelError(w, http.StatusServiceUnavailable, "the host has no link to the coordinator: "+err.Error())
 		return
 	}
 	_ = http.NewResponseController(w).EnableFullDuplex()
-	prefix := hostlink.PathGateway + mc.sessionID
+	prefix := hostlink.PathGateway + mc.SessionID()
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme = "http"
@@ -105,7 +106,7 @@ func (a *Agent) forwardGateway(w http.ResponseWriter, r *http.Request, mc *machi
 		FlushInterval: -1,
 		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
-			log.Info("gateway request did not reach the coordinator", "error", err)
+			log.Info("gateway request did not reach the coordinator", "err", err)
 			writeTunnelError(w, http.StatusBadGateway, "the host could not reach the coordinator: "+err.Error())
 		},
 	}
@@ -114,8 +115,8 @@ func (a *Agent) forwardGateway(w http.ResponseWriter, r *http.Request, mc *machi
 
 // waitLink returns the coordinator link's client, waiting up to linkWait
 // for a link being redialed.
-func (a *Agent) waitLink(ctx context.Context) (*http.Client, error) {
-	if c := a.link.Load(); c != nil && c.Transport != nil {
+func (rl *Relay) waitLink(ctx context.Context) (*http.Client, error) {
+	if c := rl.link.Client(); c != nil && c.Transport != nil {
 		return c, nil
 	}
 	tick := time.NewTicker(linkPoll)
@@ -129,7 +130,7 @@ func (a *Agent) waitLink(ctx context.Context) (*http.Client, error) {
 		case <-limit.C:
 			return nil, errNoLink
 		case <-tick.C:
-			if c := a.link.Load(); c != nil && c.Transport != nil {
+			if c := rl.link.Client(); c != nil && c.Transport != nil {
 				return c, nil
 			}
 		}

@@ -1,4 +1,4 @@
-package host
+package relay
 
 import (
 	"bufio"
@@ -13,8 +13,12 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/internal/guestapi"
+	"github.com/engrams/engrams/internal/host/machines"
 	"github.com/engrams/engrams/internal/hostlink"
 )
+
+// statusCoder is a coordinator's refusal of a post (Link.Post).
+type statusCoder interface{ StatusCode() int }
 
 // Harness event relay bounds.
 const (
@@ -27,22 +31,22 @@ const (
 // and posts them in batches, reconnecting with a growing wait after any
 // failure (no link, the machine paused, the guest restarting) until ctx
 // ends.
-func (a *Agent) pump(ctx context.Context, mc *machine) {
-	log := a.log.With("session_id", mc.sessionID)
+func (rl *Relay) pump(ctx context.Context, mc *machines.Machine) {
+	log := rl.log.With("session_id", mc.SessionID())
 	wait := pumpRetryMin
 	var last string
 	for ctx.Err() == nil {
-		epoch, _ := a.highestEpoch(mc.sessionID)
-		progressed, err := a.pumpOnce(ctx, mc)
+		epoch, _ := rl.epochs.HighestEpoch(mc.SessionID())
+		progressed, err := rl.pumpOnce(ctx, mc)
 		if ctx.Err() != nil {
 			return
 		}
-		var pe *postError
-		if progressed || errors.As(err, &pe) && pe.code == http.StatusConflict && a.epochRose(mc.sessionID, epoch) {
+		var refused statusCoder
+		if progressed || errors.As(err, &refused) && refused.StatusCode() == http.StatusConflict && rl.epochRose(mc.SessionID(), epoch) {
 			wait = pumpRetryMin // relayed, or refused for an epoch a command has brought since
 		}
 		if err != nil && err.Error() != last {
-			log.Debug("harness event relay interrupted", "error", err, "retry_in", wait)
+			log.Debug("harness event relay interrupted", "err", err, "retry_in", wait)
 			last = err.Error()
 		}
 		t := time.NewTimer(wait)
@@ -60,20 +64,20 @@ func (a *Agent) pump(ctx context.Context, mc *machine) {
 
 // epochRose reports whether a command brought sid a newer epoch than
 // was: a refusal for a stale epoch may clear at once.
-func (a *Agent) epochRose(sid string, was int64) bool {
-	e, err := a.highestEpoch(sid)
+func (rl *Relay) epochRose(sid string, was int64) bool {
+	e, err := rl.epochs.HighestEpoch(sid)
 	return err == nil && e > was
 }
 
 // pumpOnce runs one relay connection: it reads the cursor, streams the
 // guest's events past it and posts them until the stream or a post fails.
 // progressed reports whether any event was relayed.
-func (a *Agent) pumpOnce(ctx context.Context, mc *machine) (progressed bool, err error) {
-	client := a.link.Load()
+func (rl *Relay) pumpOnce(ctx context.Context, mc *machines.Machine) (progressed bool, err error) {
+	client := rl.link.Client()
 	if client == nil {
 		return false, errors.New("no coordinator link")
 	}
-	cursor, err := a.postHarnessEvents(ctx, client, mc, nil, nil)
+	cursor, err := rl.postHarnessEvents(ctx, client, mc, nil, nil)
 	if err != nil {
 		return false, err
 	}
@@ -83,7 +87,7 @@ func (a *Agent) pumpOnce(ctx context.Context, mc *machine) (progressed bool, err
 		return false, err
 	}
 	req.Header.Set(guestapi.HeaderVersion, strconv.Itoa(guestapi.Version))
-	resp, err := (&http.Client{Transport: mc.transport}).Do(req)
+	resp, err := (&http.Client{Transport: mc.Transport()}).Do(req)
 	if err != nil {
 		return false, fmt.Errorf("stream harness events: %w", err)
 	}
@@ -93,7 +97,7 @@ func (a *Agent) pumpOnce(ctx context.Context, mc *machine) (progressed bool, err
 		return false, fmt.Errorf("stream harness events: %s: %s", resp.Status, strings.TrimSpace(string(msg)))
 	}
 	if head, err := strconv.ParseInt(resp.Header.Get(guestapi.HeaderHarnessHead), 10, 64); err == nil && head < cursor {
-		if _, err := a.postHarnessEvents(ctx, client, mc, &head, nil); err != nil {
+		if _, err := rl.postHarnessEvents(ctx, client, mc, &head, nil); err != nil {
 			return false, err
 		}
 	}
@@ -101,7 +105,7 @@ func (a *Agent) pumpOnce(ctx context.Context, mc *machine) (progressed bool, err
 	for {
 		batch, rerr := readEventBatch(br)
 		if len(batch) > 0 {
-			if _, err := a.postHarnessEvents(ctx, client, mc, nil, batch); err != nil {
+			if _, err := rl.postHarnessEvents(ctx, client, mc, nil, batch); err != nil {
 				return progressed, err
 			}
 			progressed = true
@@ -138,20 +142,18 @@ func readEventBatch(br *bufio.Reader) ([]guestapi.HarnessEvent, error) {
 
 // postHarnessEvents sends a batch (or none, to read the cursor) under the
 // machine's epoch and returns the coordinator's cursor.
-func (a *Agent) postHarnessEvents(ctx context.Context, client *http.Client, mc *machine, rewound *int64, events []guestapi.HarnessEvent) (int64, error) {
+func (rl *Relay) postHarnessEvents(ctx context.Context, client *http.Client, mc *machines.Machine, rewound *int64, events []guestapi.HarnessEvent) (int64, error) {
 	// The highest epoch any command for the session carried: an op's
 	// claim bumps the session's epoch and its command brings it here
 	// before the machine's own record catches up.
-	epoch, err := a.highestEpoch(mc.sessionID)
+	epoch, err := rl.epochs.HighestEpoch(mc.SessionID())
 	if err != nil {
 		return 0, err
 	}
-	a.mu.Lock()
-	epoch = max(epoch, mc.epoch)
-	a.mu.Unlock()
-	path := strings.Replace(hostlink.PathHarnessEvents, "{id}", mc.sessionID, 1)
+	epoch = max(epoch, mc.Epoch())
+	path := strings.Replace(hostlink.PathHarnessEvents, "{id}", mc.SessionID(), 1)
 	var out hostlink.HarnessEventsResponse
-	err = a.post(ctx, client, path, hostlink.HarnessEventsRequest{Epoch: epoch, RewoundTo: rewound, Events: events}, &out)
+	err = rl.link.Post(ctx, client, path, hostlink.HarnessEventsRequest{Epoch: epoch, RewoundTo: rewound, Events: events}, &out)
 	if err != nil {
 		return 0, err
 	}

@@ -1,4 +1,4 @@
-package host
+package snapshots
 
 import (
 	"cmp"
@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/engrams/engrams/internal/chunk"
+	"github.com/engrams/engrams/internal/host/hostfs"
 )
 
 // Cached snapshots. Heartbeats name the snapshots whose every chunk the
@@ -30,14 +32,18 @@ const (
 	maxCachedSnapshots = 64 // remembered and reported, most recent first
 )
 
-// recentSnapshots remembers the chunks of the snapshots this host took or
-// restored last.
-type recentSnapshots struct {
+// cachedSnapshots remembers the chunks of the snapshots this host took or
+// restored last. With no cache, it remembers and reports nothing.
+type cachedSnapshots struct {
+	dataDir string
+	cache   ChunkCache
+	log     *slog.Logger
+
 	write sync.Mutex // held while remembering: record files follow the list
 	seq   uint64     // guarded by write; the newest record's seq
 
 	mu   sync.Mutex
-	list []recentSnapshot // most recent first
+	recs []recentSnapshot // most recent first
 }
 
 type recentSnapshot struct {
@@ -52,17 +58,16 @@ type cachedRecord struct {
 	Chunks []string `json:"chunks"` // distinct non-zero chunk hashes
 }
 
-func (a *Agent) cachedDir() string { return filepath.Join(a.cfg.DataDir, cachedSnapshotsDir) }
+func (c *cachedSnapshots) dir() string { return filepath.Join(c.dataDir, cachedSnapshotsDir) }
 
-// rememberSnapshot records that the cache was filled with the chunks of
-// snapshot id (just taken or restored). A record that cannot be written is
-// logged: the snapshot is still reported until the agent restarts.
-func (a *Agent) rememberSnapshot(id string, manifests map[string]chunk.Manifest) {
-	if a.deps.ChunkCache == nil {
+// remember records that the cache was filled with the chunks of snapshot
+// id (just taken or restored). A record that cannot be written is logged:
+// the snapshot is still reported until the agent restarts.
+func (c *cachedSnapshots) remember(id string, manifests map[string]chunk.Manifest) {
+	if c.cache == nil {
 		return
 	}
 	hashes := distinctChunks(manifests)
-	c := &a.cached
 	c.write.Lock()
 	defer c.write.Unlock()
 	c.seq++
@@ -72,24 +77,24 @@ func (a *Agent) rememberSnapshot(id string, manifests map[string]chunk.Manifest)
 	}
 	b, err := json.Marshal(rec)
 	if err == nil {
-		err = writeFileSync(a.cachedDir(), id, b)
+		err = hostfs.WriteFileSync(c.dir(), id, b)
 	}
 	if err != nil {
-		a.log.Warn("persist cached snapshot record; a restarted agent will not report it",
-			"snapshot_id", id, "error", err)
+		c.log.Warn("persist cached snapshot record; a restarted agent will not report it",
+			"snapshot_id", id, "err", err)
 	}
 	c.mu.Lock()
-	c.list = slices.DeleteFunc(c.list, func(s recentSnapshot) bool { return s.id == id })
-	c.list = slices.Insert(c.list, 0, recentSnapshot{id: id, hashes: hashes})
+	c.recs = slices.DeleteFunc(c.recs, func(s recentSnapshot) bool { return s.id == id })
+	c.recs = slices.Insert(c.recs, 0, recentSnapshot{id: id, hashes: hashes})
 	var dropped []recentSnapshot
-	if len(c.list) > maxCachedSnapshots {
-		dropped = slices.Clone(c.list[maxCachedSnapshots:])
-		clear(c.list[maxCachedSnapshots:])
-		c.list = c.list[:maxCachedSnapshots]
+	if len(c.recs) > maxCachedSnapshots {
+		dropped = slices.Clone(c.recs[maxCachedSnapshots:])
+		clear(c.recs[maxCachedSnapshots:])
+		c.recs = c.recs[:maxCachedSnapshots]
 	}
 	c.mu.Unlock()
 	for _, s := range dropped {
-		a.forgetCachedRecord(s.id)
+		c.forgetRecord(s.id)
 	}
 }
 
@@ -113,106 +118,106 @@ func distinctChunks(manifests map[string]chunk.Manifest) [][32]byte {
 	return hashes
 }
 
-// cachedSnapshots lists, most recent first, the remembered snapshots whose
-// every chunk the cache holds.
-func (a *Agent) cachedSnapshots() []string {
-	if a.deps.ChunkCache == nil {
+// list lists, most recent first, the remembered snapshots whose every
+// chunk the cache holds.
+func (c *cachedSnapshots) list() []string {
+	if c.cache == nil {
 		return nil
 	}
-	c := &a.cached
 	c.mu.Lock()
-	list := slices.Clone(c.list)
+	recs := slices.Clone(c.recs)
 	c.mu.Unlock()
 	var ids []string
-	for _, s := range list {
-		if a.cacheHolds(s.hashes) {
+	for _, s := range recs {
+		if c.holds(s.hashes) {
 			ids = append(ids, s.id)
 		}
 	}
 	return ids
 }
 
-// cacheHolds reports whether the chunk cache holds every one of hashes.
-func (a *Agent) cacheHolds(hashes [][32]byte) bool {
+// holds reports whether the chunk cache holds every one of hashes.
+func (c *cachedSnapshots) holds(hashes [][32]byte) bool {
 	for _, h := range hashes {
-		if !a.deps.ChunkCache.Has(hex.EncodeToString(h[:])) {
+		if !c.cache.Has(hex.EncodeToString(h[:])) {
 			return false
 		}
 	}
 	return true
 }
 
-// loadCachedSnapshots reads the records a previous agent left. It keeps
-// the newest maxCachedSnapshots of the snapshots the cache still holds
-// whole and deletes every other record (chunks evicted, unreadable, or
-// beyond the bound). Run calls it before the agent reports anything.
-func (a *Agent) loadCachedSnapshots() {
-	if a.deps.ChunkCache == nil {
+// load reads the records a previous agent left. It keeps the newest
+// maxCachedSnapshots of the snapshots the cache still holds whole and
+// deletes every other record (chunks evicted, unreadable, or beyond the
+// bound).
+func (c *cachedSnapshots) load() {
+	if c.cache == nil {
 		return
 	}
-	dir := a.cachedDir()
+	dir := c.dir()
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return
 	}
 	if err != nil {
-		a.log.Warn("list cached snapshot records; reporting only new ones", "error", err)
+		c.log.Warn("list cached snapshot records; reporting only new ones", "err", err)
 		return
 	}
-	var (
-		kept    []cachedRecord
-		lists   = map[string][][32]byte{}
-		newest  uint64
-		evicted int
-	)
+	kept, lists, newest, evicted := c.readRecords(dir, entries)
+	slices.SortFunc(kept, func(x, y cachedRecord) int {
+		return cmp.Or(cmp.Compare(y.Seq, x.Seq), strings.Compare(x.ID, y.ID))
+	})
+	if len(kept) > maxCachedSnapshots {
+		for _, rec := range kept[maxCachedSnapshots:] {
+			c.forgetRecord(rec.ID)
+		}
+		kept = kept[:maxCachedSnapshots]
+	}
+	recs := make([]recentSnapshot, len(kept))
+	for i, rec := range kept {
+		recs[i] = recentSnapshot{id: rec.ID, hashes: lists[rec.ID]}
+	}
+	c.write.Lock()
+	c.seq = max(c.seq, newest)
+	c.mu.Lock()
+	c.recs = recs
+	c.mu.Unlock()
+	c.write.Unlock()
+	c.log.Info("loaded cached snapshot records", "cached_snapshots", len(recs), "evicted", evicted)
+}
+
+// readRecords reads the record files of entries, deleting those that are
+// unreadable or name chunks the cache lost.
+func (c *cachedSnapshots) readRecords(dir string, entries []os.DirEntry) (kept []cachedRecord, lists map[string][][32]byte, newest uint64, evicted int) {
+	lists = map[string][][32]byte{}
 	for _, e := range entries {
 		name := e.Name()
 		if e.IsDir() {
 			continue
 		}
 		if strings.HasPrefix(name, ".") && strings.Contains(name, ".tmp") { // an interrupted write
-			a.forgetCachedRecord(name)
+			c.forgetRecord(name)
 			continue
 		}
-		if !validSessionID(name) {
+		if !hostfs.ValidName(name) {
 			continue
 		}
 		rec, hashes, err := readCachedRecord(dir, name)
 		if err != nil {
-			a.log.Warn("cached snapshot record unreadable; forgetting it", "snapshot_id", name, "error", err)
-			a.forgetCachedRecord(name)
+			c.log.Warn("cached snapshot record unreadable; forgetting it", "snapshot_id", name, "err", err)
+			c.forgetRecord(name)
 			continue
 		}
 		newest = max(newest, rec.Seq)
-		if !a.cacheHolds(hashes) {
+		if !c.holds(hashes) {
 			evicted++
-			a.forgetCachedRecord(name)
+			c.forgetRecord(name)
 			continue
 		}
 		kept = append(kept, rec)
 		lists[rec.ID] = hashes
 	}
-	slices.SortFunc(kept, func(x, y cachedRecord) int {
-		return cmp.Or(cmp.Compare(y.Seq, x.Seq), strings.Compare(x.ID, y.ID))
-	})
-	if len(kept) > maxCachedSnapshots {
-		for _, rec := range kept[maxCachedSnapshots:] {
-			a.forgetCachedRecord(rec.ID)
-		}
-		kept = kept[:maxCachedSnapshots]
-	}
-	list := make([]recentSnapshot, len(kept))
-	for i, rec := range kept {
-		list[i] = recentSnapshot{id: rec.ID, hashes: lists[rec.ID]}
-	}
-	c := &a.cached
-	c.write.Lock()
-	c.seq = max(c.seq, newest)
-	c.mu.Lock()
-	c.list = list
-	c.mu.Unlock()
-	c.write.Unlock()
-	a.log.Info("loaded cached snapshot records", "cached_snapshots", len(list), "evicted", evicted)
+	return kept, lists, newest, evicted
 }
 
 // readCachedRecord reads and checks the record of snapshot id.
@@ -240,9 +245,9 @@ func readCachedRecord(dir, id string) (cachedRecord, [][32]byte, error) {
 	return rec, hashes, nil
 }
 
-// forgetCachedRecord deletes the record file of snapshot id.
-func (a *Agent) forgetCachedRecord(id string) {
-	if err := os.Remove(filepath.Join(a.cachedDir(), id)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		a.log.Warn("delete cached snapshot record", "snapshot_id", id, "error", err)
+// forgetRecord deletes the record file of snapshot id.
+func (c *cachedSnapshots) forgetRecord(id string) {
+	if err := os.Remove(filepath.Join(c.dir(), id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		c.log.Warn("delete cached snapshot record", "snapshot_id", id, "err", err)
 	}
 }
