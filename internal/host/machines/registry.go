@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/host/keyed"
 	"github.com/engrams/engrams/internal/hostlink"
 )
@@ -264,9 +265,9 @@ func (r *Registry) Reserve(key string, spec hostlink.MachineSpec) error {
 	switch {
 	case mem > c.MemoryMiB:
 		return fmt.Errorf("session %s needs %d MiB: %d MiB of %d in use or reserved", key, spec.MemoryMiB, mem-spec.MemoryMiB, c.MemoryMiB)
-	case cpus > c.VCPUs*hostlink.VCPUOvercommit: // the scheduler's rule
+	case cpus > c.VCPUs*domain.VCPUOvercommit: // the scheduler's rule
 		return fmt.Errorf("session %s needs %d vCPUs: %d of %d (%d CPUs × %d) in use or reserved",
-			key, spec.VCPUs, cpus-spec.VCPUs, c.VCPUs*hostlink.VCPUOvercommit, c.VCPUs, hostlink.VCPUOvercommit)
+			key, spec.VCPUs, cpus-spec.VCPUs, c.VCPUs*domain.VCPUOvercommit, c.VCPUs, domain.VCPUOvercommit)
 	case c.MaxSessions > 0 && n > c.MaxSessions:
 		return fmt.Errorf("session %s: this host runs at most %d sessions", key, c.MaxSessions)
 	}
