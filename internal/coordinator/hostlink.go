@@ -76,7 +76,7 @@ func (c *Coordinator) handleRegister(w http.ResponseWriter, r *http.Request) {
 	owned := ownership(sessions)
 	c.recoverMissing(r.Context(), hostID, req.Machines, sessions)
 	c.log.Info("host registered", "host_id", hostID, "machines", len(req.Machines), "owned", len(owned))
-	c.wake(r.Context(), topicOps) // sessions waiting for capacity may now place
+	c.wake(r.Context(), TopicOps) // sessions waiting for capacity may now place
 	writeLinkJSON(w, hostlink.RegisterResponse{HostID: string(hostID), Owned: owned, HeartbeatInterval: c.cfg.HeartbeatInterval, Lease: c.lease()})
 }
 
@@ -187,7 +187,7 @@ func (c *Coordinator) recoverExited(ctx context.Context, hostID domain.HostID, m
 			c.log.Error("recover exited machine", "session_id", m.SessionID, "err", err)
 			continue
 		}
-		c.wake(ctx, topicOps)
+		c.wake(ctx, TopicOps)
 	}
 }
 
@@ -214,6 +214,6 @@ func (c *Coordinator) recoverMissing(ctx context.Context, hostID domain.HostID, 
 			c.log.Error("recover missing machine", "session_id", s.ID, "err", err)
 			continue
 		}
-		c.wake(ctx, topicOps)
+		c.wake(ctx, TopicOps)
 	}
 }

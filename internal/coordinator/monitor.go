@@ -86,7 +86,7 @@ func (c *Coordinator) checkHosts(ctx context.Context, judge bool) error {
 		return err
 	}
 	if n > 0 || expired > 0 || enqueued {
-		c.wake(ctx, topicOps)
+		c.wake(ctx, TopicOps)
 	}
 	return nil
 }

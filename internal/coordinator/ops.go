@@ -28,7 +28,7 @@ func transient(err error) error { return fmt.Errorf("%w: %w", errTransient, err)
 // workLoop claims and runs ops until ctx ends. Idle workers wake on the ops
 // topic, and every second anyway to reclaim ops whose lease expired.
 func (c *Coordinator) workLoop(ctx context.Context, n int) {
-	sub := c.st.Subscribe(ctx, topicOps)
+	sub := c.st.Subscribe(ctx, TopicOps)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	claimer := fmt.Sprintf("%s/%d", c.cfg.ReplicaID, n)

@@ -50,7 +50,7 @@ func (c *Coordinator) requestResume(ctx context.Context, sessionID domain.Sessio
 		}
 		return op, false
 	}
-	c.wake(ctx, topicOps)
+	c.wake(ctx, TopicOps)
 	return op, true
 }
 

@@ -11,8 +11,8 @@ import (
 	"github.com/engrams/engrams/internal/store"
 )
 
-// Opsns topic names used with store.Notify.
-const topicOps = "ops"
+// TopicOps wakes the op workers of every replica (store.Notify).
+const TopicOps = "ops"
 
 // SessionTopic is the store notification topic woken on every change of a
 // session (its state, its op, its events).
@@ -35,7 +35,7 @@ func (c *Coordinator) CreateSession(ctx context.Context, spec domain.SessionSpec
 	}
 	if created {
 		c.log.Info("session created", "session_id", s.ID)
-		c.wake(ctx, topicOps)
+		c.wake(ctx, TopicOps)
 	}
 	return s, nil
 }
@@ -111,7 +111,7 @@ func (c *Coordinator) DeleteSession(ctx context.Context, id domain.SessionID) (d
 		return domain.Session{}, fmt.Errorf("delete session %s: %w", id, err)
 	}
 	c.log.Info("session delete requested", "session_id", id)
-	c.wake(ctx, topicOps)
+	c.wake(ctx, TopicOps)
 	return c.st.GetSession(ctx, id)
 }
 
@@ -205,7 +205,7 @@ func (c *Coordinator) enqueueWhenFree(ctx context.Context, op domain.Op) (domain
 		o, err := c.st.EnqueueOp(ctx, op, false)
 		if !errors.Is(err, store.ErrOpInProgress) {
 			if err == nil {
-				c.wake(ctx, topicOps)
+				c.wake(ctx, TopicOps)
 			}
 			return o, err
 		}

@@ -18,8 +18,12 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/coordinator/coordinatortest"
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/secrets"
+	"github.com/engrams/engrams/internal/store"
 	"github.com/engrams/engrams/internal/store/sqlite"
 )
 
@@ -78,21 +82,19 @@ func (l *syncLog) String() string {
 // as hosts reach it (the host id comes from the test header X-Test-Host)
 // and a fake upstream.
 type gwEnv struct {
-	*env
-	url  string // the gateway's host handler
-	up   *upstream
-	upTS *httptest.Server
-	log  *syncLog
+	*coordinatortest.Env
+	st    store.Store
+	co    *coordinator.Coordinator
+	gw    *Gateway
+	vault *secrets.Vault
+	url   string // the gateway's host handler
+	up    *upstream
+	upTS  *httptest.Server
+	log   *syncLog
 }
 
 func newGatewayEnv(t *testing.T, cfg Config, tls bool, trust bool) *gwEnv {
 	t.Helper()
-	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "db")}, sqlite.Deps{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
 	up := &upstream{}
 	var upTS *httptest.Server
 	if tls {
@@ -110,34 +112,31 @@ func newGatewayEnv(t *testing.T, cfg Config, tls bool, trust bool) *gwEnv {
 		transport = tr
 	}
 	logs := &syncLog{}
-	if cfg.ReplicaID == "" {
-		cfg.ReplicaID = "r1"
-	}
-	f := &fleet{hosts: map[string]*fakeHost{}, down: map[string]int{}, snaps: newSnapStore()}
-	co, err := New(cfg, Deps{Store: st, Hosts: f, Secrets: sealer{}, GatewayTransport: transport,
-		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	e := coordinatortest.New(t, coordinator.Config{}, nil)
+	vault, err := secrets.New(secrets.Deps{Store: e.St, Sealer: coordinatortest.Sealer{}, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { _ = co.Run(runCtx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	e := &env{st: st, co: co, fleet: f}
-	e.addHost(t, "a", 8)
-	e.keepAlive(t, "host-a")
-	hh := co.HostHandler()
-	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hh.ServeHTTP(w, r.WithContext(hostlink.WithHostID(r.Context(), r.Header.Get("X-Test-Host"))))
+	gw, err := New(cfg, Deps{Store: e.St, Secrets: vault, Sealer: coordinatortest.Sealer{}, Upstream: transport, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.AddHost(t, "a", 8)
+	e.KeepAlive(t, "host-a")
+	mux := http.NewServeMux()
+	gw.RouteHostLink(mux)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mux.ServeHTTP(w, r.WithContext(hostlink.WithHostID(r.Context(), domain.HostID(r.Header.Get("X-Test-Host")))))
 	}))
-	t.Cleanup(gw.Close)
-	return &gwEnv{env: e, url: gw.URL, up: up, upTS: upTS, log: logs}
+	t.Cleanup(ts.Close)
+	return &gwEnv{Env: e, st: e.St, co: e.Co, gw: gw, vault: vault, url: ts.URL, up: up, upTS: upTS, log: logs}
 }
 
 // secret stores a model key the gateway may use.
 func (g *gwEnv) secret(t *testing.T, kind, name, value, baseURL string) domain.Secret {
 	t.Helper()
-	v, err := g.co.CreateSecret(context.Background(), SecretRequest{Name: name, Kind: kind, Value: []byte(value), Meta: apiv1.SecretMeta{BaseURL: baseURL}})
+	v, err := g.vault.Create(context.Background(), secrets.SecretRequest{Name: name, Kind: kind, Value: []byte(value), Meta: apiv1.SecretMeta{BaseURL: baseURL}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,12 +154,12 @@ func (g *gwEnv) session(t *testing.T, grants ...domain.Secret) domain.Session {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return g.wait(t, s.ID, domain.SessionActive)
+	return g.Wait(t, s.ID, domain.SessionActive)
 }
 
-func (g *gwEnv) placeholder(t *testing.T, sid, kind string) string {
+func (g *gwEnv) placeholder(t *testing.T, sid domain.SessionID, kind string) string {
 	t.Helper()
-	ph, err := g.co.GatewayPlaceholder(context.Background(), sid, kind)
+	ph, err := g.gw.Placeholder(context.Background(), sid, kind)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,9 +167,9 @@ func (g *gwEnv) placeholder(t *testing.T, sid, kind string) string {
 }
 
 // send is one request as a host forwards it: path is "/<kind>/<rest>".
-func (g *gwEnv) send(t *testing.T, hostID, sid, method, path string, hdr map[string]string, body string) *http.Response {
+func (g *gwEnv) send(t *testing.T, hostID string, sid domain.SessionID, method, path string, hdr map[string]string, body string) *http.Response {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), method, g.url+hostlink.PathGateway+sid+path, strings.NewReader(body))
+	req, err := http.NewRequestWithContext(t.Context(), method, g.url+hostlink.PathGateway+string(sid)+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +245,7 @@ func TestGatewayForwardsWithTheRealKey(t *testing.T) {
 			t.Errorf("the log holds %q:\n%s", leak, logs)
 		}
 	}
-	if !strings.Contains(logs, "gateway request") || !strings.Contains(logs, "session_id="+s.ID) {
+	if !strings.Contains(logs, "gateway request") || !strings.Contains(logs, "session_id="+string(s.ID)) {
 		t.Errorf("no gateway request logged with its session:\n%s", logs)
 	}
 }
@@ -262,12 +261,14 @@ func TestGatewayRefusals(t *testing.T) {
 	if _, err := g.co.DeleteSession(context.Background(), gone.ID); err != nil {
 		t.Fatal(err)
 	}
-	g.wait(t, gone.ID, domain.SessionCompleted)
+	g.Wait(t, gone.ID, domain.SessionCompleted)
 	const ak = apiv1.SecretAnthropicAPIKey
 	tests := []struct {
-		name, host, sid, kind, header, key string
-		status                             int
-		errType                            string
+		name, host        string
+		sid               domain.SessionID
+		kind, header, key string
+		status            int
+		errType           string
 	}{
 		{"wrong placeholder", "host-a", s.ID, ak, "X-Api-Key", "engrams-ph-nope", 401, "authentication_error"},
 		{"no key", "host-a", s.ID, ak, "", "", 401, "authentication_error"},
@@ -292,7 +293,7 @@ func TestGatewayRefusals(t *testing.T) {
 			if resp.StatusCode != tt.status || resp.Header.Get("X-Should-Retry") != "false" {
 				t.Fatalf("answer %d (x-should-retry %q) %s, want %d, not to be retried", resp.StatusCode, resp.Header.Get("X-Should-Retry"), body, tt.status)
 			}
-			if strings.Contains(body, tt.sid) {
+			if strings.Contains(body, string(tt.sid)) {
 				t.Errorf("the answer names the session: %s", body)
 			}
 			if tt.errType != "" {
@@ -332,20 +333,20 @@ func TestGatewayHidesInternalErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := g.wait(t, created.ID, domain.SessionActive)
+	s := g.Wait(t, created.ID, domain.SessionActive)
 	resp := g.send(t, "host-a", s.ID, http.MethodPost, "/anthropic_api_key/v1/messages",
 		map[string]string{"X-Api-Key": g.placeholder(t, s.ID, apiv1.SecretAnthropicAPIKey)}, `{}`)
 	body := readAll(t, resp)
 	if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(body, `"type":"api_error"`) {
 		t.Fatalf("answer %d %s, want a 500 in Anthropic's shape", resp.StatusCode, body)
 	}
-	for _, leak := range []string{oai.ID, oai.Name, s.ID, "openai_api_key"} {
+	for _, leak := range []string{oai.ID, oai.Name, string(s.ID), "openai_api_key"} {
 		if strings.Contains(body, leak) {
 			t.Errorf("the answer quotes %q: %s", leak, body)
 		}
 	}
 	if logs := g.log.String(); !strings.Contains(logs, "gateway request failed") || !strings.Contains(logs, oai.ID) ||
-		!strings.Contains(logs, "session_id="+s.ID) || !strings.Contains(logs, "kind=anthropic_api_key") {
+		!strings.Contains(logs, "session_id="+string(s.ID)) || !strings.Contains(logs, "kind=anthropic_api_key") {
 		t.Errorf("the detail is not logged with the session and kind:\n%s", logs)
 	}
 	if len(g.up.got()) != 0 {
@@ -358,7 +359,7 @@ func TestGatewayDeletedSecretIsRefused(t *testing.T) {
 	g := newGatewayEnv(t, Config{}, false, false)
 	ant := g.secret(t, apiv1.SecretAnthropicAPIKey, "ant", "sk-ant-REAL", g.upTS.URL)
 	s := g.session(t, ant)
-	if _, err := g.co.DeleteSecret(context.Background(), "ant"); err != nil {
+	if _, err := g.vault.Delete(context.Background(), "ant"); err != nil {
 		t.Fatal(err)
 	}
 	resp := g.send(t, "host-a", s.ID, http.MethodPost, "/anthropic_api_key/v1/messages", map[string]string{"X-Api-Key": g.placeholder(t, s.ID, "anthropic_api_key")}, `{}`)
@@ -393,7 +394,7 @@ func TestGatewayRefusesStoppedTask(t *testing.T) {
 	}
 	for _, tt := range tests {
 		s := g.session(t, ant)
-		task, err := g.st.CreateTask(ctx, domain.Task{ID: "task-" + string(tt.state), ProfileID: p.ID, ProfileVersion: p.Version,
+		task, err := g.st.CreateTask(ctx, domain.Task{ID: domain.TaskID("task-" + string(tt.state)), ProfileID: p.ID, ProfileVersion: p.Version,
 			Receipt: json.RawMessage(`{}`), SessionID: s.ID, CreatedAt: time.Now()})
 		if err != nil {
 			t.Fatal(err)
@@ -418,7 +419,7 @@ func TestGatewayRefusesStoppedTask(t *testing.T) {
 			t.Errorf("task %s: answer (x-should-retry %q) %s: want a final permission_error saying the task was stopped",
 				tt.state, resp.Header.Get("X-Should-Retry"), body)
 		}
-		if strings.Contains(body, task.ID) || strings.Contains(body, s.ID) {
+		if strings.Contains(body, string(task.ID)) || strings.Contains(body, string(s.ID)) {
 			t.Errorf("task %s: the answer names the task or session: %s", tt.state, body)
 		}
 	}
@@ -458,7 +459,7 @@ func TestGatewayUpstreamRefusalIsNotRetried(t *testing.T) {
 func TestGatewayStreamsEvents(t *testing.T) {
 	t.Parallel()
 	const headerTimeout = 50 * time.Millisecond
-	g := newGatewayEnv(t, Config{GatewayHeaderTimeout: headerTimeout}, false, false)
+	g := newGatewayEnv(t, Config{HeaderTimeout: headerTimeout}, false, false)
 	release := make(chan struct{})
 	g.up.h = func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -503,7 +504,7 @@ func TestGatewayStreamsEvents(t *testing.T) {
 
 func TestGatewayHeaderTimeout(t *testing.T) {
 	t.Parallel()
-	g := newGatewayEnv(t, Config{GatewayHeaderTimeout: 50 * time.Millisecond}, false, false)
+	g := newGatewayEnv(t, Config{HeaderTimeout: 50 * time.Millisecond}, false, false)
 	g.up.h = func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }
 	ant := g.secret(t, apiv1.SecretAnthropicAPIKey, "ant", "sk-ant-REAL", g.upTS.URL)
 	s := g.session(t, ant)
@@ -569,13 +570,22 @@ func TestGatewayPlaceholdersAgreeAcrossReplicas(t *testing.T) {
 	const replicas = 4
 	got := make([]string, replicas)
 	var wg sync.WaitGroup
-	for i := range replicas {
-		co, err := New(Config{ReplicaID: fmt.Sprint("r", i)}, Deps{Store: st, Hosts: &fleet{}, Secrets: sealer{}})
+	vault, err := secrets.New(secrets.Deps{Store: st, Sealer: coordinatortest.Sealer{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	replica := func(sealer secrets.Sealer) *Gateway {
+		t.Helper()
+		gw, err := New(Config{}, Deps{Store: st, Secrets: vault, Sealer: sealer})
 		if err != nil {
 			t.Fatal(err)
 		}
+		return gw
+	}
+	for i := range replicas {
+		co := replica(coordinatortest.Sealer{})
 		wg.Go(func() {
-			ph, err := co.GatewayPlaceholder(ctx, "s1", "anthropic_api_key")
+			ph, err := co.Placeholder(ctx, "s1", "anthropic_api_key")
 			if err != nil {
 				t.Error(err)
 			}
@@ -588,24 +598,18 @@ func TestGatewayPlaceholdersAgreeAcrossReplicas(t *testing.T) {
 			t.Fatalf("replica %d placeholder %q, replica 0 %q", i, ph, got[0])
 		}
 	}
-	co, err := New(Config{ReplicaID: "later"}, Deps{Store: st, Hosts: &fleet{}, Secrets: sealer{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	again, _ := co.GatewayPlaceholder(ctx, "s1", "anthropic_api_key")
-	otherSession, _ := co.GatewayPlaceholder(ctx, "s2", "anthropic_api_key")
-	otherKind, _ := co.GatewayPlaceholder(ctx, "s1", "openai_api_key")
+	co := replica(coordinatortest.Sealer{})
+	again, _ := co.Placeholder(ctx, "s1", "anthropic_api_key")
+	otherSession, _ := co.Placeholder(ctx, "s2", "anthropic_api_key")
+	otherKind, _ := co.Placeholder(ctx, "s1", "openai_api_key")
 	if again != got[0] || otherSession == again || otherKind == again {
 		t.Fatalf("placeholders: restarted %q (want %q), other session %q, other kind %q", again, got[0], otherSession, otherKind)
 	}
-	noKey, err := New(Config{ReplicaID: "nokey"}, Deps{Store: st, Hosts: &fleet{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := noKey.GatewayPlaceholder(ctx, "s1", "anthropic_api_key"); err == nil {
+	noKey := replica(nil)
+	if _, err := noKey.Placeholder(ctx, "s1", "anthropic_api_key"); err == nil {
 		t.Fatal("a replica without a secrets key made a placeholder")
 	}
-	vs, err := co.Secrets(ctx)
+	vs, err := vault.List(ctx)
 	if err != nil || len(vs) != 0 {
 		t.Fatalf("the gateway key is listed among secrets: %+v %v", vs, err)
 	}

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,20 +25,13 @@ import (
 	"github.com/engrams/engrams/internal/testutil"
 )
 
-// noHosts is a fleet without hosts: agent registry tests never reach one.
-type noHosts struct{}
-
-func (noHosts) Transport(context.Context, string) (http.RoundTripper, error) {
-	return nil, errors.New("no hosts in this test")
-}
-
-// agentEnv is a coordinator over SQLite with a sealer and, with builder
-// set, a harness builder over a local blob store. Its loops do not run.
+// agentEnv is a registry over SQLite and, with builder set, a harness
+// builder over a local blob store.
 type agentEnv struct {
 	st     store.Store
-	co     *Coordinator
+	co     *Registry
 	out    string // the builder's OutDir
-	work   string // the coordinator's HarnessWorkDir
+	work   string // the registry's WorkDir
 	blobs  string
 	chunks *chunk.Store
 }
@@ -53,7 +45,7 @@ func newAgentEnv(t *testing.T, builder bool) *agentEnv {
 	}
 	t.Cleanup(func() { st.Close() })
 	e := &agentEnv{st: st}
-	deps := Deps{Store: st, Hosts: noHosts{}, Secrets: sealer{}}
+	deps := Deps{Store: st}
 	if builder {
 		if _, err := exec.LookPath("mkfs.erofs"); err != nil {
 			testutil.SkipOrFail(t, "mkfs.erofs not found (scripts/install-deps.sh installs erofs-utils): %v", err)
@@ -71,10 +63,10 @@ func newAgentEnv(t *testing.T, builder bool) *agentEnv {
 			t.Fatal(err)
 		}
 		t.Cleanup(e.chunks.Close)
-		deps.HarnessBuilder, deps.HarnessChunks = b, e.chunks
+		deps.Builder, deps.Chunks = b, e.chunks
 	}
 	e.work = t.TempDir()
-	if e.co, err = New(Config{ReplicaID: "r1", HarnessWorkDir: e.work}, deps); err != nil {
+	if e.co, err = New(Config{WorkDir: e.work}, deps); err != nil {
 		t.Fatal(err)
 	}
 	return e
@@ -191,7 +183,7 @@ func TestBuildShellHarness(t *testing.T) {
 		t.Errorf("work trees after a build: %v, want only the young one a killed process left", left)
 	}
 	live := map[string]bool{}
-	if err := e.co.markHarnessesLive(ctx, live); err != nil || len(live) == 0 {
+	if err := e.co.MarkLive(ctx, live); err != nil || len(live) == 0 {
 		t.Errorf("live chunks of harnesses: %v %v", live, err)
 	}
 	// Again (rebuilt, same bytes) and by exact version (answered at once):

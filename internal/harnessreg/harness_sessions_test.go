@@ -8,8 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/coordinator/coordinatortest"
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/harness"
+	"github.com/engrams/engrams/internal/imagejobs"
+	"github.com/engrams/engrams/internal/store"
 )
 
 // putHarness registers a harness that needs libc, with a made-up bundle manifest.
@@ -30,18 +34,47 @@ func putHarness(t *testing.T, e *env, name, version, libc string) domain.Harness
 	return h
 }
 
-func TestHarnessSessions(t *testing.T) {
-	t.Parallel()
-	imgs := &fakeImages{digests: map[string]string{"reg/app:1": "sha256:h"}} // a musl image
-	e := newEnvWith(t, Config{PlacementWait: 300 * time.Millisecond}, Deps{Images: imgs})
-	hostID, h := e.addHost(t, "a", 8)
-	e.keepAlive(t, hostID)
-	ctx := context.Background()
-	_, job, err := e.co.EnableImage(ctx, EnableImageRequest{Ref: "reg/app:1"})
+// env is a coordinator on fake hosts with images and this registry wired in.
+type env struct {
+	st store.Store
+	co *coordinator.Coordinator
+	im *imagejobs.Images
+	*coordinatortest.Env
+}
+
+func newEnv(t *testing.T, placementWait time.Duration, m imagejobs.Materializer) *env {
+	t.Helper()
+	st, f := coordinatortest.NewStore(t), coordinatortest.NewFleet()
+	im, err := imagejobs.New(imagejobs.Config{PlacementWait: placementWait},
+		imagejobs.Deps{Store: st, Hosts: f, Place: coordinator.NewPlacement(st, 0, nil), Images: m})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if job = waitJob(t, e, job.ID); job.State != domain.JobReady {
+	reg, err := New(Config{}, Deps{Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct := coordinatortest.Run(t, coordinator.Config{PlacementWait: placementWait},
+		coordinator.Deps{Store: st, Hosts: f, Images: im, Harnesses: reg}, f)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = im.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return &env{st: st, co: ct.Co, im: im, Env: ct}
+}
+
+func TestHarnessSessions(t *testing.T) {
+	t.Parallel()
+	imgs := &coordinatortest.Materializer{Digests: map[string]string{"reg/app:1": "sha256:h"}} // a musl image
+	e := newEnv(t, 300*time.Millisecond, imgs)
+	hostID, h := e.AddHost(t, "a", 8)
+	e.KeepAlive(t, hostID)
+	ctx := context.Background()
+	_, job, err := e.im.EnableImage(ctx, imagejobs.EnableImageRequest{Ref: "reg/app:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job = coordinatortest.WaitJob(t, e.st, job.ID); job.State != domain.JobReady {
 		t.Fatalf("job %+v", job)
 	}
 	putHarness(t, e, "glibc-agent", "1.0", harness.LibcGlibc)
@@ -69,19 +102,19 @@ func TestHarnessSessions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.wait(t, s.ID, domain.SessionActive)
-	h.mu.Lock()
-	last := h.starts[len(h.starts)-1]
-	h.mu.Unlock()
+	e.Wait(t, s.ID, domain.SessionActive)
+	h.Mu.Lock()
+	last := h.Starts[len(h.Starts)-1]
+	h.Mu.Unlock()
 	if last.Spec.HarnessID != static2.ID || string(last.Harness) != string(static2.Manifest) || last.Restore == nil || !last.Restore.Base {
 		t.Fatalf("start request %+v: want the newest static-agent's bundle with the base restore", last)
 	}
 
 	// A host that cannot attach harness disks is passed over, saying why.
-	noHarness := testFacts
+	noHarness := coordinatortest.TestFacts
 	noHarness.Backend.Harness = false
-	otherID, _ := e.addHostWith(t, "b", 8, noHarness)
-	e.keepAlive(t, otherID)
+	otherID, _ := e.AddHostWith(t, "b", 8, noHarness)
+	e.KeepAlive(t, otherID)
 	if err := e.st.SetHostState(ctx, hostID, domain.HostLost); err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +122,7 @@ func TestHarnessSessions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := e.wait(t, s2.ID, domain.SessionDead); !strings.Contains(got.Reason, "cannot attach a harness bundle") {
+	if got := e.Wait(t, s2.ID, domain.SessionDead); !strings.Contains(got.Reason, "cannot attach a harness bundle") {
 		t.Fatalf("reason %q", got.Reason)
 	}
 }

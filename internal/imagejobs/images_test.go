@@ -5,113 +5,77 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/chunk"
+	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/coordinator/coordinatortest"
 	"github.com/engrams/engrams/internal/domain"
-	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/image"
 	"github.com/engrams/engrams/internal/image/oci"
 	"github.com/engrams/engrams/internal/store"
 )
 
-// fakeImages plays the materializer: each ref resolves to the digest in
-// digests (a missing ref is oci.ErrNotFound); it counts materializations.
-type fakeImages struct {
-	mu      sync.Mutex
-	digests map[string]string
-	fail    map[string]error // ref -> Materialize error
-	flaky   int              // Resolve calls still to fail in transit
-	calls   int
-	auth    []oci.Credentials
+// env is a coordinator and its fake fleet with an image service wired in.
+type env struct {
+	st store.Store
+	co *coordinator.Coordinator
+	im *Images
+	ct *coordinatortest.Env
 }
 
-func (f *fakeImages) Resolve(_ context.Context, ref string, auth oci.Credentials) (oci.Resolved, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.auth = append(f.auth, auth)
-	if f.flaky > 0 {
-		f.flaky--
-		return oci.Resolved{}, fmt.Errorf("resolve %s: connection reset by peer", ref)
+// newEnvWith runs image jobs configured by cfg, with the collaborators of
+// extra (Images, Secrets), against a coordinator on fake hosts.
+func newEnvWith(t *testing.T, cfg Config, extra Deps) *env {
+	t.Helper()
+	st, f := coordinatortest.NewStore(t), coordinatortest.NewFleet()
+	im, err := New(cfg, Deps{Store: st, Hosts: f, Place: coordinator.NewPlacement(st, 0, nil), Images: extra.Images, Secrets: extra.Secrets})
+	if err != nil {
+		t.Fatal(err)
 	}
-	d, ok := f.digests[ref]
-	if !ok {
-		return oci.Resolved{}, fmt.Errorf("resolve %s: %w", ref, oci.ErrNotFound)
-	}
-	return oci.Resolved{Repository: "reg/app", Digest: d, Config: oci.ImageConfig{WorkingDir: "/work"}}, nil
+	ct := coordinatortest.Run(t, coordinator.Config{PlacementWait: cfg.PlacementWait},
+		coordinator.Deps{Store: st, Hosts: f, Images: im, Roots: []coordinator.ChunkRoots{im}}, f)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = im.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return &env{st: st, co: ct.Co, im: im, ct: ct}
 }
 
-func (f *fakeImages) Materialize(_ context.Context, req image.Request) (image.Result, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls++
-	if err := f.fail[req.Ref]; err != nil {
-		return image.Result{}, err
-	}
-	req.Progress(image.StagePull, 5, 10)
-	d := req.Ref[strings.LastIndexByte(req.Ref, '@')+1:]
-	return image.Result{Repository: "reg/app", Digest: d, Libc: image.LibcMusl,
-		Config: oci.ImageConfig{Env: []string{"PATH=/usr/bin:/bin", "LANG=C"}, WorkingDir: "/work"},
-		RootFS: chunk.Manifest{Version: 2, ChunkSize: chunk.DiskChunkSize, Size: 1 << 30}}, nil
+func (e *env) addHost(t *testing.T, name string, n int) (domain.HostID, *coordinatortest.FakeHost) {
+	t.Helper()
+	return e.ct.AddHost(t, name, n)
 }
 
-// sealer is a reversible fake AEAD that checks associated data.
-type sealer struct{}
-
-func (sealer) Seal(p, ad []byte) ([]byte, error) { return append(append([]byte{}, ad...), p...), nil }
-func (sealer) Open(c, ad []byte) ([]byte, error) {
-	if !strings.HasPrefix(string(c), string(ad)) {
-		return nil, errors.New("associated data differs")
-	}
-	return c[len(ad):], nil
+func (e *env) addHostWith(t *testing.T, name string, n int, hf domain.HostFacts) (domain.HostID, *coordinatortest.FakeHost) {
+	t.Helper()
+	return e.ct.AddHostWith(t, name, n, hf)
 }
 
-func (h *fakeHost) capture(w http.ResponseWriter, r *http.Request, _ string) {
-	var req hostlink.CaptureRequest
-	_ = json.NewDecoder(r.Body).Decode(&req)
-	h.captures = append(h.captures, req)
-	if h.warmFail != "" {
-		w.WriteHeader(http.StatusUnprocessableEntity)
-		_ = json.NewEncoder(w).Encode(hostlink.ErrorBody{Code: hostlink.CodeWarmupFailed, Error: "warm-up exited with status 3", OutputTail: h.warmFail})
-		return
-	}
-	ms := map[string]json.RawMessage{"memory": json.RawMessage(`{}`), hostlink.RoleRootFS: req.RootFS}
-	raw, _ := json.Marshal(ms)
-	_ = json.NewEncoder(w).Encode(hostlink.CaptureResponse{SnapshotID: req.SnapshotID, Manifests: raw, Facts: testFacts,
-		StagesMS: map[string]int64{"boot": 30, "warmup": 20}})
+func (e *env) keepAlive(t *testing.T, id domain.HostID) (stop func()) {
+	t.Helper()
+	return e.ct.KeepAlive(t, id)
 }
 
-// waitJob waits until the job is ready or failed.
+func (e *env) wait(t *testing.T, id domain.SessionID, want domain.SessionState) domain.Session {
+	t.Helper()
+	return e.ct.Wait(t, id, want)
+}
+
 func waitJob(t *testing.T, e *env, id string) domain.ImageJob {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		j, err := e.st.GetJob(context.Background(), id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !j.State.Active() {
-			return j
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s still %s (%s)", id, j.State, j.Stage)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return coordinatortest.WaitJob(t, e.st, id)
 }
 
 func TestImageEnableCapturesAndSessionsRestoreTheBase(t *testing.T) {
 	t.Parallel()
-	imgs := &fakeImages{digests: map[string]string{"reg/app:1": "sha256:aaa"}}
-	e := newEnvWith(t, Config{}, Deps{Images: imgs, Secrets: sealer{}})
+	imgs := &coordinatortest.Materializer{Digests: map[string]string{"reg/app:1": "sha256:aaa"}}
+	e := newEnvWith(t, Config{}, Deps{Images: imgs, Secrets: coordinatortest.Sealer{}})
 	hostID, h := e.addHost(t, "a", 8)
 	e.keepAlive(t, hostID)
 	ctx := context.Background()
-	v, job, err := e.co.EnableImage(ctx, EnableImageRequest{Ref: "reg/app:1", Config: ImageConfig{Warmup: "echo warmed > /warm", Env: map[string]string{"LANG": "C.UTF-8"}},
+	v, job, err := e.im.EnableImage(ctx, EnableImageRequest{Ref: "reg/app:1", Config: ImageConfig{Warmup: "echo warmed > /warm", Env: map[string]string{"LANG": "C.UTF-8"}},
 		Auth: &RegistryAuth{Username: "u", Password: "p"}})
 	if err != nil {
 		t.Fatal(err)
@@ -128,14 +92,14 @@ func TestImageEnableCapturesAndSessionsRestoreTheBase(t *testing.T) {
 	if stages["boot"] != 30 || stages["warmup"] != 20 {
 		t.Fatalf("stages %v lack the host's", stages)
 	}
-	if len(imgs.auth) == 0 || imgs.auth[0].Username != "u" || imgs.auth[0].Password != "p" {
-		t.Fatalf("credentials did not reach the puller: %v", imgs.auth)
+	if len(imgs.Auth) == 0 || imgs.Auth[0].Username != "u" || imgs.Auth[0].Password != "p" {
+		t.Fatalf("credentials did not reach the puller: %v", imgs.Auth)
 	}
-	if len(h.captures) != 1 || h.captures[0].Warmup != "echo warmed > /warm" || h.captures[0].Workdir != "/work" ||
-		h.captures[0].Env["PATH"] != "/usr/bin:/bin" || h.captures[0].Env["LANG"] != "C.UTF-8" {
-		t.Fatalf("capture request %+v", h.captures)
+	if len(h.Captures) != 1 || h.Captures[0].Warmup != "echo warmed > /warm" || h.Captures[0].Workdir != "/work" ||
+		h.Captures[0].Env["PATH"] != "/usr/bin:/bin" || h.Captures[0].Env["LANG"] != "C.UTF-8" {
+		t.Fatalf("capture request %+v", h.Captures)
 	}
-	v, err = e.co.Image(ctx, "app")
+	v, err = e.im.Image(ctx, "app")
 	if err != nil || v.State != ImageReady || v.Config.Libc != image.LibcMusl || v.Image.BaseID == "" {
 		t.Fatalf("image %+v %v", v, err)
 	}
@@ -145,22 +109,22 @@ func TestImageEnableCapturesAndSessionsRestoreTheBase(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.wait(t, s.ID, domain.SessionActive)
-	h.mu.Lock()
-	last := h.starts[len(h.starts)-1]
-	h.mu.Unlock()
+	h.Mu.Lock()
+	last := h.Starts[len(h.Starts)-1]
+	h.Mu.Unlock()
 	if last.Restore == nil || !last.Restore.Base || last.Restore.SnapshotID != v.Image.BaseID ||
 		last.Spec.MemoryMiB != defaultImageMemoryMiB || last.Spec.Env["LANG"] != "fr" || last.Spec.Env["PATH"] != "/usr/bin:/bin" {
 		t.Fatalf("start request %+v", last)
 	}
 
 	// Enabling the same digest under another name reuses the base at once.
-	imgs.digests["reg/app:latest"] = "sha256:aaa"
-	_, job2, err := e.co.EnableImage(ctx, EnableImageRequest{Ref: "reg/app:latest", Name: "app2", Config: ImageConfig{Warmup: "echo warmed > /warm", Env: map[string]string{"LANG": "C.UTF-8"}}})
+	imgs.Digests["reg/app:latest"] = "sha256:aaa"
+	_, job2, err := e.im.EnableImage(ctx, EnableImageRequest{Ref: "reg/app:latest", Name: "app2", Config: ImageConfig{Warmup: "echo warmed > /warm", Env: map[string]string{"LANG": "C.UTF-8"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if job2 = waitJob(t, e, job2.ID); job2.State != domain.JobReady || imgs.calls != 1 || len(h.captures) != 1 {
-		t.Fatalf("re-enable of a ready digest: job %+v, %d materializations, %d captures", job2, imgs.calls, len(h.captures))
+	if job2 = waitJob(t, e, job2.ID); job2.State != domain.JobReady || imgs.Calls != 1 || len(h.Captures) != 1 {
+		t.Fatalf("re-enable of a ready digest: job %+v, %d materializations, %d captures", job2, imgs.Calls, len(h.Captures))
 	}
 }
 
@@ -182,13 +146,13 @@ func TestImageEnableFailures(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			imgs := &fakeImages{digests: map[string]string{"reg/app:1": "sha256:bbb"}, fail: map[string]error{"reg/app@sha256:bbb": tc.matErr}}
+			imgs := &coordinatortest.Materializer{Digests: map[string]string{"reg/app:1": "sha256:bbb"}, Fail: map[string]error{"reg/app@sha256:bbb": tc.matErr}}
 			e := newEnvWith(t, Config{}, Deps{Images: imgs})
 			hostID, h := e.addHost(t, "a", 8)
-			h.warmFail = tc.warmFail
+			h.WarmFail = tc.warmFail
 			e.keepAlive(t, hostID)
 			ctx := context.Background()
-			_, job, err := e.co.EnableImage(ctx, EnableImageRequest{Ref: tc.ref})
+			_, job, err := e.im.EnableImage(ctx, EnableImageRequest{Ref: tc.ref})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -196,7 +160,7 @@ func TestImageEnableFailures(t *testing.T) {
 			if job.State != domain.JobFailed || !strings.Contains(job.Error, tc.wantErr) || job.OutputTail != tc.wantTail {
 				t.Fatalf("job %+v, want failed with %q and tail %q", job, tc.wantErr, tc.wantTail)
 			}
-			v, err := e.co.Image(ctx, defaultImageName(tc.ref))
+			v, err := e.im.Image(ctx, defaultImageName(tc.ref))
 			if err != nil || v.State != ImageFailed || len(v.Image.Manifests) != 0 {
 				t.Fatalf("image %+v %v, want failed without a base", v, err)
 			}
@@ -209,21 +173,21 @@ func TestImageEnableFailures(t *testing.T) {
 
 func TestImagePullRetriesTransientFailures(t *testing.T) {
 	t.Parallel()
-	imgs := &fakeImages{digests: map[string]string{"reg/app:1": "sha256:e"}, flaky: 2}
+	imgs := &coordinatortest.Materializer{Digests: map[string]string{"reg/app:1": "sha256:e"}, Flaky: 2}
 	e := newEnvWith(t, Config{ImagePullRetry: 10 * time.Millisecond}, Deps{Images: imgs})
 	hostID, _ := e.addHost(t, "a", 8)
 	e.keepAlive(t, hostID)
-	_, job, err := e.co.EnableImage(context.Background(), EnableImageRequest{Ref: "reg/app:1"})
+	_, job, err := e.im.EnableImage(context.Background(), EnableImageRequest{Ref: "reg/app:1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if job = waitJob(t, e, job.ID); job.State != domain.JobReady || len(imgs.auth) != 3 {
-		t.Fatalf("job %+v after %d resolves, want ready after 3", job, len(imgs.auth))
+	if job = waitJob(t, e, job.ID); job.State != domain.JobReady || len(imgs.Auth) != 3 {
+		t.Fatalf("job %+v after %d resolves, want ready after 3", job, len(imgs.Auth))
 	}
-	imgs.mu.Lock()
-	imgs.flaky = 5
-	imgs.mu.Unlock()
-	_, job, err = e.co.EnableImage(context.Background(), EnableImageRequest{Ref: "reg/app:1", Name: "flaky"})
+	imgs.Mu.Lock()
+	imgs.Flaky = 5
+	imgs.Mu.Unlock()
+	_, job, err = e.im.EnableImage(context.Background(), EnableImageRequest{Ref: "reg/app:1", Name: "flaky"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,22 +198,22 @@ func TestImagePullRetriesTransientFailures(t *testing.T) {
 
 func TestImageReEnableAfterFailureTakesNewSettings(t *testing.T) {
 	t.Parallel()
-	imgs := &fakeImages{digests: map[string]string{"reg/app:1": "sha256:f"}, fail: map[string]error{"reg/app@sha256:f": fmt.Errorf("pull: %w", oci.ErrUnauthorized)}}
-	e := newEnvWith(t, Config{}, Deps{Images: imgs, Secrets: sealer{}})
+	imgs := &coordinatortest.Materializer{Digests: map[string]string{"reg/app:1": "sha256:f"}, Fail: map[string]error{"reg/app@sha256:f": fmt.Errorf("pull: %w", oci.ErrUnauthorized)}}
+	e := newEnvWith(t, Config{}, Deps{Images: imgs, Secrets: coordinatortest.Sealer{}})
 	hostID, _ := e.addHost(t, "a", 8)
 	e.keepAlive(t, hostID)
 	ctx := context.Background()
-	_, job, err := e.co.EnableImage(ctx, EnableImageRequest{Ref: "reg/app:1", Auth: &RegistryAuth{Username: "u", Password: "wrong"}})
+	_, job, err := e.im.EnableImage(ctx, EnableImageRequest{Ref: "reg/app:1", Auth: &RegistryAuth{Username: "u", Password: "wrong"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if job = waitJob(t, e, job.ID); job.State != domain.JobFailed {
 		t.Fatalf("first job %+v", job)
 	}
-	imgs.mu.Lock()
-	delete(imgs.fail, "reg/app@sha256:f")
-	imgs.mu.Unlock()
-	v, job2, err := e.co.EnableImage(ctx, EnableImageRequest{Ref: "reg/app:1", Config: ImageConfig{MemoryMiB: 1024},
+	imgs.Mu.Lock()
+	delete(imgs.Fail, "reg/app@sha256:f")
+	imgs.Mu.Unlock()
+	v, job2, err := e.im.EnableImage(ctx, EnableImageRequest{Ref: "reg/app:1", Config: ImageConfig{MemoryMiB: 1024},
 		Auth: &RegistryAuth{Username: "u", Password: "right"}})
 	if err != nil || job2.ID == job.ID {
 		t.Fatalf("re-enable: %+v %v", job2, err)
@@ -257,28 +221,28 @@ func TestImageReEnableAfterFailureTakesNewSettings(t *testing.T) {
 	if job2 = waitJob(t, e, job2.ID); job2.State != domain.JobReady {
 		t.Fatalf("second job %+v", job2)
 	}
-	imgs.mu.Lock()
-	last := imgs.auth[len(imgs.auth)-1]
-	imgs.mu.Unlock()
+	imgs.Mu.Lock()
+	last := imgs.Auth[len(imgs.Auth)-1]
+	imgs.Mu.Unlock()
 	if last.Password != "right" {
 		t.Fatalf("the retry pulled with %q, not the new password", last.Password)
 	}
-	if v, err = e.co.Image(ctx, v.Image.Name); err != nil || v.Config.MemoryMiB != 1024 || v.State != ImageReady {
+	if v, err = e.im.Image(ctx, v.Image.Name); err != nil || v.Config.MemoryMiB != 1024 || v.State != ImageReady {
 		t.Fatalf("image after re-enable: %+v %v", v, err)
 	}
 }
 
 func TestImageDisabledDuringItsJobStaysDisabled(t *testing.T) {
 	t.Parallel()
-	imgs := &fakeImages{digests: map[string]string{"reg/app:1": "sha256:g"}}
+	imgs := &coordinatortest.Materializer{Digests: map[string]string{"reg/app:1": "sha256:g"}}
 	e := newEnvWith(t, Config{}, Deps{Images: imgs})
 	hostID, h := e.addHost(t, "a", 8)
 	e.keepAlive(t, hostID)
 	ctx := context.Background()
-	h.mu.Lock() // holds the capture until the image is disabled
-	_, job, err := e.co.EnableImage(ctx, EnableImageRequest{Ref: "reg/app:1"})
+	h.Mu.Lock() // holds the capture until the image is disabled
+	_, job, err := e.im.EnableImage(ctx, EnableImageRequest{Ref: "reg/app:1"})
 	if err != nil {
-		h.mu.Unlock()
+		h.Mu.Unlock()
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
@@ -287,15 +251,15 @@ func TestImageDisabledDuringItsJobStaysDisabled(t *testing.T) {
 			break // the capture is in flight, held by the host's lock
 		}
 		if time.Now().After(deadline) {
-			h.mu.Unlock()
+			h.Mu.Unlock()
 			t.Fatalf("job never reached its capture: %+v %v", j, err)
 		}
 	}
-	if _, err := e.co.DisableImage(ctx, "app"); err != nil {
-		h.mu.Unlock()
+	if _, err := e.im.DisableImage(ctx, "app"); err != nil {
+		h.Mu.Unlock()
 		t.Fatal(err)
 	}
-	h.mu.Unlock()
+	h.Mu.Unlock()
 	if job = waitJob(t, e, job.ID); job.State != domain.JobFailed || !strings.Contains(job.Error, "disabled") {
 		t.Fatalf("job %+v, want failed: disabled meanwhile", job)
 	}
@@ -307,7 +271,7 @@ func TestImageDisabledDuringItsJobStaysDisabled(t *testing.T) {
 
 func TestImageRequestsRefused(t *testing.T) {
 	t.Parallel()
-	e := newEnvWith(t, Config{}, Deps{Images: &fakeImages{digests: map[string]string{"reg/app:1": "sha256:c"}}})
+	e := newEnvWith(t, Config{}, Deps{Images: &coordinatortest.Materializer{Digests: map[string]string{"reg/app:1": "sha256:c"}}})
 	ctx := context.Background()
 	cases := []struct {
 		name string
@@ -322,14 +286,14 @@ func TestImageRequestsRefused(t *testing.T) {
 		{"credentials without a key", EnableImageRequest{Ref: "reg/app:1", Auth: &RegistryAuth{Token: "t"}}, domain.ErrInvalid},
 	}
 	for _, tc := range cases {
-		if _, _, err := e.co.EnableImage(ctx, tc.req); !errors.Is(err, tc.want) {
+		if _, _, err := e.im.EnableImage(ctx, tc.req); !errors.Is(err, tc.want) {
 			t.Errorf("%s: got %v, want %v", tc.name, err, tc.want)
 		}
 	}
-	if _, _, err := e.co.EnableImage(ctx, EnableImageRequest{Ref: "reg/app:1"}); err != nil {
+	if _, _, err := e.im.EnableImage(ctx, EnableImageRequest{Ref: "reg/app:1"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.co.EnableImage(ctx, EnableImageRequest{Ref: "reg/other:1", Name: "app"}); !errors.Is(err, store.ErrConflict) {
+	if _, _, err := e.im.EnableImage(ctx, EnableImageRequest{Ref: "reg/other:1", Name: "app"}); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("another ref under a taken name: %v", err)
 	}
 	if _, err := e.co.CreateSession(ctx, domain.SessionSpec{Image: "nope"}, ""); !errors.Is(err, domain.ErrInvalid) || !strings.Contains(err.Error(), "no enabled image") {
@@ -339,12 +303,12 @@ func TestImageRequestsRefused(t *testing.T) {
 
 func TestImageSessionsOnlyOnCompatibleHosts(t *testing.T) {
 	t.Parallel()
-	imgs := &fakeImages{digests: map[string]string{"reg/app:1": "sha256:d"}}
+	imgs := &coordinatortest.Materializer{Digests: map[string]string{"reg/app:1": "sha256:d"}}
 	e := newEnvWith(t, Config{PlacementWait: 300 * time.Millisecond}, Deps{Images: imgs})
 	capID, _ := e.addHost(t, "capturer", 8)
 	stop := e.keepAlive(t, capID)
 	ctx := context.Background()
-	_, job, err := e.co.EnableImage(ctx, EnableImageRequest{Ref: "reg/app:1"})
+	_, job, err := e.im.EnableImage(ctx, EnableImageRequest{Ref: "reg/app:1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,7 +316,7 @@ func TestImageSessionsOnlyOnCompatibleHosts(t *testing.T) {
 		t.Fatalf("job %+v", job)
 	}
 	stop()
-	other := testFacts
+	other := coordinatortest.TestFacts
 	other.Backend.Version = "2"
 	otherID, _ := e.addHostWith(t, "other", 8, other)
 	e.keepAlive(t, otherID)

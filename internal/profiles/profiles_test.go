@@ -4,61 +4,30 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"reflect"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/coordinator/coordinatortest"
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/harness"
+	"github.com/engrams/engrams/internal/imagejobs"
+	"github.com/engrams/engrams/internal/secrets"
 	"github.com/engrams/engrams/internal/store"
 )
 
-// seedAgents registers images py (glibc, ready), alp (musl, ready) and
-// new (being enabled); harnesses claude-code@2.1.0 (glibc, an Anthropic
-// key) and shell@1 (static, no credentials); secrets ant and ant2
-// (Anthropic), oai (OpenAI), gh (git, github.com) and gen (generic).
+// seedAgents seeds what coordinatortest.SeedAgents says, secrets through
+// the vault.
 func seedAgents(t *testing.T, e *agentEnv) {
 	t.Helper()
-	ctx := context.Background()
-	for _, img := range []domain.Image{
-		{ID: "img-py", Name: "py", Ref: "reg/python:3.12", Digest: "sha256:py", Config: json.RawMessage(`{"libc":"glibc"}`),
-			Manifests: json.RawMessage(`{"rootfs":{}}`), BaseID: "base-py"},
-		{ID: "img-alp", Name: "alp", Ref: "reg/alpine:3", Digest: "sha256:alp", Config: json.RawMessage(`{"libc":"musl"}`),
-			Manifests: json.RawMessage(`{"rootfs":{}}`), BaseID: "base-alp"},
-		{ID: "img-new", Name: "new", Ref: "reg/new:1"},
-	} {
-		if err := e.st.CreateImage(ctx, img); err != nil {
-			t.Fatal(err)
-		}
-	}
-	claude := harness.Descriptor{Format: 1, Name: "claude-code", Version: "2.1.0", Entrypoint: []string{"bin/claude"},
-		Protocol: harness.ProtocolClaudeStreamJSON, Models: []string{"sonnet", "opus", harness.AnyModel}, Modes: []string{"bypassPermissions", "plan"},
-		Credentials: []harness.Credential{{Kind: "anthropic_api_key", Env: "ANTHROPIC_API_KEY", BaseURLEnv: "ANTHROPIC_BASE_URL"}},
-		Hosts:       []string{"api.anthropic.com:443"}, Requires: harness.Requires{Libc: harness.LibcGlibc}}
-	shell := harness.Descriptor{Format: 1, Name: "shell", Version: "1", Entrypoint: []string{"bin/sh"}, Protocol: harness.ProtocolShell,
-		Requires: harness.Requires{Libc: harness.LibcNone}}
-	for _, d := range []harness.Descriptor{claude, shell} {
-		desc, err := d.Marshal()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := e.st.PutHarness(ctx, domain.Harness{ID: "h-" + d.Name, Name: d.Name, Version: d.Version, Descriptor: desc,
-			Manifest: json.RawMessage(`{"version":2,"chunk_size":4194304,"size":0,"chunks":[]}`), Digest: "sha256:" + d.Name, Builtin: true, CreatedAt: time.Now()}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, s := range []SecretRequest{
-		{Name: "ant", Kind: "anthropic_api_key"}, {Name: "ant2", Kind: "anthropic_api_key"}, {Name: "oai", Kind: "openai_api_key"},
-		{Name: "gh", Kind: "git_https", Meta: apiv1.SecretMeta{Username: "x-access-token", Host: "github.com"}}, {Name: "gen", Kind: "generic"},
-	} {
-		s.Value = []byte("value-of-" + s.Name)
-		if _, err := e.co.CreateSecret(ctx, s); err != nil {
-			t.Fatal(err)
-		}
-	}
+	coordinatortest.SeedAgents(t, e.st, func(name, kind string, meta apiv1.SecretMeta, value []byte) error {
+		_, err := e.vault.Create(context.Background(), secrets.SecretRequest{Name: name, Kind: kind, Meta: meta, Value: value})
+		return err
+	})
 }
 
 func fullSpec() apiv1.ProfileSpec {
@@ -127,7 +96,7 @@ func TestCreateProfileReceipt(t *testing.T) {
 	if _, err := e.co.CreateProfile(ctx, "reviewer", fullSpec()); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("the same name again: %v, want a conflict", err)
 	}
-	secrets, _ := e.co.Secrets(ctx)
+	secrets, _ := e.vault.List(ctx)
 	for _, s := range secrets {
 		if used := strings.Join(s.UsedBy, ","); (s.Secret.Name == "ant" || s.Secret.Name == "gh") != (used == "reviewer") {
 			t.Errorf("secret %s used by %q", s.Secret.Name, used)
@@ -181,8 +150,8 @@ func TestProfileValidation(t *testing.T) {
 			spec := fullSpec()
 			tt.spec(&spec)
 			_, err := e.co.CreateProfile(context.Background(), "p-"+strings.ReplaceAll(tt.name, " ", "-"), spec)
-			if !errors.Is(err, ErrInvalid) {
-				t.Fatalf("%v, want ErrInvalid", err)
+			if !errors.Is(err, domain.ErrInvalid) {
+				t.Fatalf("%v, want domain.ErrInvalid", err)
 			}
 			msg := err.Error()
 			for _, w := range tt.want {
@@ -247,11 +216,11 @@ func TestEditDeleteResolveProfile(t *testing.T) {
 	if !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "changed since version 1 (it is at version 2 now)") {
 		t.Errorf("a stale edit: %v", err)
 	}
-	if _, err := e.co.UpdateProfile(ctx, "rev", spec, 0); !errors.Is(err, ErrInvalid) {
+	if _, err := e.co.UpdateProfile(ctx, "rev", spec, 0); !errors.Is(err, domain.ErrInvalid) {
 		t.Errorf("an edit without a version: %v", err)
 	}
 	spec.Mode = "yolo"
-	if _, err := e.co.UpdateProfile(ctx, "rev", spec, 2); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `mode "yolo"`) {
+	if _, err := e.co.UpdateProfile(ctx, "rev", spec, 2); !errors.Is(err, domain.ErrInvalid) || !strings.Contains(err.Error(), `mode "yolo"`) {
 		t.Errorf("an invalid edit: %v", err)
 	}
 	p, gotSpec, r, err := e.co.ResolveProfile(ctx, "rev")
@@ -260,14 +229,14 @@ func TestEditDeleteResolveProfile(t *testing.T) {
 	}
 
 	// A secret it names is deleted: shown with the problem, refused at resolve.
-	if _, err := e.co.DeleteSecret(ctx, "ant"); err != nil {
+	if _, err := e.vault.Delete(ctx, "ant"); err != nil {
 		t.Fatal(err)
 	}
 	shown, err := e.co.Profile(ctx, "rev")
 	if err != nil || len(shown.Problems) != 2 || !strings.Contains(strings.Join(shown.Problems, "\n"), `no secret "ant"`) {
 		t.Errorf("show with a deleted secret: %+v %v", shown.Problems, err)
 	}
-	if _, _, _, err := e.co.ResolveProfile(ctx, p.ID); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `no secret "ant"`) {
+	if _, _, _, err := e.co.ResolveProfile(ctx, p.ID); !errors.Is(err, domain.ErrInvalid) || !strings.Contains(err.Error(), `no secret "ant"`) {
 		t.Errorf("resolve with a deleted secret: %v", err)
 	}
 
@@ -290,4 +259,37 @@ func TestEditDeleteResolveProfile(t *testing.T) {
 	if ps, _ := e.co.Profiles(ctx); len(ps) != 0 {
 		t.Errorf("list after delete: %+v", ps)
 	}
+}
+
+// agentEnv is the profile service over SQLite with the image service and
+// a vault it reads.
+type agentEnv struct {
+	st    store.Store
+	co    *Profiles
+	vault *secrets.Vault
+}
+
+// noHosts is a fleet without hosts: profile tests never reach one.
+type noHosts struct{}
+
+func (noHosts) Transport(context.Context, domain.HostID) (http.RoundTripper, error) {
+	return nil, errors.New("no hosts in this test")
+}
+
+func newAgentEnv(t *testing.T, _ bool) *agentEnv {
+	t.Helper()
+	st := coordinatortest.NewStore(t)
+	im, err := imagejobs.New(imagejobs.Config{}, imagejobs.Deps{Store: st, Hosts: noHosts{}, Place: coordinator.NewPlacement(st, 0, nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := secrets.New(secrets.Deps{Store: st, Sealer: coordinatortest.Sealer{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(Deps{Store: st, Images: im})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &agentEnv{st: st, co: p, vault: v}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/internal/coordinator/coordinatortest"
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
@@ -41,7 +42,7 @@ func TestCreateSecret(t *testing.T) {
 	e := newAgentEnv(t, false)
 	ctx := context.Background()
 	for _, tt := range tests {
-		v, err := e.co.CreateSecret(ctx, tt.req)
+		v, err := e.co.Create(ctx, tt.req)
 		if err != nil {
 			t.Errorf("%s: %v", tt.name, err)
 			continue
@@ -49,7 +50,7 @@ func TestCreateSecret(t *testing.T) {
 		if v.Meta != tt.wantMeta || v.Secret.Kind != tt.req.Kind || v.Secret.Name != tt.req.Name || v.Secret.Sealed != nil {
 			t.Errorf("%s: %+v, want meta %+v", tt.name, v, tt.wantMeta)
 		}
-		s, plain, err := e.co.OpenSecret(ctx, v.Secret.ID)
+		s, plain, err := e.co.Open(ctx, v.Secret.ID)
 		if err != nil || string(plain) != string(tt.req.Value) || s.Name != tt.req.Name {
 			t.Errorf("%s: open: %+v %q %v", tt.name, s, plain, err)
 		}
@@ -58,7 +59,7 @@ func TestCreateSecret(t *testing.T) {
 			t.Errorf("%s: sealed as %q, without the row id as associated data", tt.name, raw.Sealed)
 		}
 	}
-	list, err := e.co.Secrets(ctx)
+	list, err := e.co.List(ctx)
 	if err != nil || len(list) != len(tests) || list[0].Secret.Name != "Proxy.1" || list[0].Secret.Sealed != nil {
 		t.Fatalf("list: %+v %v", list, err)
 	}
@@ -68,7 +69,7 @@ func TestCreateSecretRefuses(t *testing.T) {
 	t.Parallel()
 	e := newAgentEnv(t, false)
 	ctx := context.Background()
-	if _, err := e.co.CreateSecret(ctx, SecretRequest{Name: "taken", Kind: "generic", Value: []byte("v")}); err != nil {
+	if _, err := e.co.Create(ctx, SecretRequest{Name: "taken", Kind: "generic", Value: []byte("v")}); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -94,7 +95,7 @@ func TestCreateSecretRefuses(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := e.co.CreateSecret(ctx, tt.req)
+			_, err := e.co.Create(ctx, tt.req)
 			if !errors.Is(err, domain.ErrInvalid) {
 				t.Fatalf("%v, want domain.ErrInvalid", err)
 			}
@@ -108,12 +109,12 @@ func TestCreateSecretRefuses(t *testing.T) {
 			}
 		})
 	}
-	if _, err := e.co.CreateSecret(ctx, SecretRequest{Name: "taken", Kind: "generic", Value: []byte("v")}); !errors.Is(err, store.ErrConflict) {
+	if _, err := e.co.Create(ctx, SecretRequest{Name: "taken", Kind: "generic", Value: []byte("v")}); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("a taken name: %v, want a conflict", err)
 	}
 	noKey := newAgentEnv(t, false)
 	noKey.co.secrets = nil
-	if _, err := noKey.co.CreateSecret(ctx, SecretRequest{Name: "k", Kind: "generic", Value: []byte("v")}); !errors.Is(err, domain.ErrInvalid) ||
+	if _, err := noKey.co.Create(ctx, SecretRequest{Name: "k", Kind: "generic", Value: []byte("v")}); !errors.Is(err, domain.ErrInvalid) ||
 		!strings.Contains(err.Error(), "keeps no secrets") {
 		t.Errorf("without a secrets key: %v", err)
 	}
@@ -123,7 +124,7 @@ func TestDeleteSecret(t *testing.T) {
 	t.Parallel()
 	e := newAgentEnv(t, false)
 	ctx := context.Background()
-	v, err := e.co.CreateSecret(ctx, SecretRequest{Name: "gen", Kind: "generic", Value: []byte("v")})
+	v, err := e.co.Create(ctx, SecretRequest{Name: "gen", Kind: "generic", Value: []byte("v")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,29 +132,46 @@ func TestDeleteSecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if list, _ := e.co.Secrets(ctx); len(list) != 1 || list[0].Secret.Name != "gen" {
+	if list, _ := e.co.List(ctx); len(list) != 1 || list[0].Secret.Name != "gen" {
 		t.Errorf("list shows engrams's own secrets: %+v", list)
 	}
-	if _, err := e.co.DeleteSecret(ctx, "engrams-gateway-key"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := e.co.Delete(ctx, "engrams-gateway-key"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("deleting engrams's own secret: %v, want not found", err)
 	}
-	if _, plain, err := e.co.OpenSecret(ctx, internal.ID); err != nil || string(plain) != "k" {
+	if _, plain, err := e.co.Open(ctx, internal.ID); err != nil || string(plain) != "k" {
 		t.Errorf("open the internal secret: %q %v", plain, err)
 	}
-	d, err := e.co.DeleteSecret(ctx, "gen")
+	d, err := e.co.Delete(ctx, "gen")
 	if err != nil || d.Secret.DeletedAt.IsZero() {
 		t.Fatalf("delete: %+v %v", d, err)
 	}
-	if _, _, err := e.co.OpenSecret(ctx, v.Secret.ID); !errors.Is(err, store.ErrNotFound) || !strings.Contains(err.Error(), "deleted") {
+	if _, _, err := e.co.Open(ctx, v.Secret.ID); !errors.Is(err, store.ErrNotFound) || !strings.Contains(err.Error(), "deleted") {
 		t.Errorf("open a deleted secret: %v", err)
 	}
-	if again, err := e.co.DeleteSecret(ctx, v.Secret.ID); err != nil || !again.Secret.DeletedAt.Equal(d.Secret.DeletedAt) {
+	if again, err := e.co.Delete(ctx, v.Secret.ID); err != nil || !again.Secret.DeletedAt.Equal(d.Secret.DeletedAt) {
 		t.Errorf("delete again by id: %+v %v", again, err)
 	}
-	if _, err := e.co.DeleteSecret(ctx, "nope"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := e.co.Delete(ctx, "nope"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("delete unknown: %v", err)
 	}
-	if _, err := e.co.CreateSecret(ctx, SecretRequest{Name: "gen", Kind: "generic", Value: []byte("v2")}); err != nil {
+	if _, err := e.co.Create(ctx, SecretRequest{Name: "gen", Kind: "generic", Value: []byte("v2")}); err != nil {
 		t.Errorf("the name is free again: %v", err)
 	}
+}
+
+// agentEnv is a vault over SQLite with a fake sealer.
+type agentEnv struct {
+	st store.Store
+	co *Vault
+}
+
+// newAgentEnv returns a vault; sealed says whether it has a sealer.
+func newAgentEnv(t *testing.T, _ bool) *agentEnv {
+	t.Helper()
+	st := coordinatortest.NewStore(t)
+	v, err := New(Deps{Store: st, Sealer: coordinatortest.Sealer{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &agentEnv{st: st, co: v}
 }

@@ -49,7 +49,7 @@ func TestSendTaskContinuesInNewSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ms, _ := Spec(s); ms.Image != taskSpecFixture.Image || ms.HarnessID == "" || len(ms.Credentials) != 1 {
+	if ms := s.Spec; ms.Image != taskSpecFixture.Image || ms.HarnessID == "" || len(ms.Credentials) != 1 {
 		t.Errorf("new session's spec %+v", ms)
 	}
 	evs := e.events(t, "t1")
@@ -66,8 +66,8 @@ func TestSendTaskContinuesInNewSession(t *testing.T) {
 	}
 	// A second follow-up while the task moves is refused: it would race
 	// the first for the new session.
-	if _, err := e.co.SendTask(ctx, "t1", "again"); !errors.Is(err, ErrBusy) {
-		t.Fatalf("a follow-up while the task starts again: %v, want ErrBusy", err)
+	if _, err := e.co.SendTask(ctx, "t1", "again"); !errors.Is(err, domain.ErrBusy) {
+		t.Fatalf("a follow-up while the task starts again: %v, want domain.ErrBusy", err)
 	}
 }
 
@@ -144,11 +144,12 @@ func TestTakeOverSetups(t *testing.T) {
 	t.Parallel()
 	e := newTaskEnv(t)
 	ctx := context.Background()
-	for _, id := range []string{"stale", "fresh"} {
-		e.session(t, "s-"+id, "host-a", domain.SessionActive, domain.SessionSpec{})
-		e.task(t, id, "s-"+id, domain.TaskStarting, "")
-		if _, err := e.co.appendTaskEvents(ctx, id, taskEvent(TaskEventSession, map[string]any{"session_id": "s-" + id}),
-			taskEvent(TaskEventPrompt, map[string]any{"turn": "turn-of-" + id, "text": "hi"}),
+	for _, id := range []domain.TaskID{"stale", "fresh"} {
+		sid := domain.SessionID("s-" + id)
+		e.session(t, sid, "host-a", domain.SessionActive, domain.SessionSpec{})
+		e.task(t, id, sid, domain.TaskStarting, "")
+		if _, err := e.co.appendTaskEvents(ctx, id, taskEvent(TaskEventSession, map[string]any{"session_id": sid}),
+			taskEvent(TaskEventPrompt, map[string]any{"turn": "turn-of-" + string(id), "text": "hi"}),
 			taskEvent(TaskEventRepoCloned, map[string]any{"path": "app", "base": "abc"})); err != nil {
 			t.Fatal(err)
 		}
@@ -205,13 +206,16 @@ func TestRewindHarnessCursor(t *testing.T) {
 				t.Fatal(err)
 			}
 			snap := domain.Snapshot{ID: "snap-1", SessionID: "s1", HostID: "host-a", Manifests: json.RawMessage(`{}`),
-				Facts: json.RawMessage(`{}`), HarnessSeq: tt.harnessSeq, CreatedAt: e.clock()}
+				HarnessSeq: tt.harnessSeq, CreatedAt: e.clock()}
 			if err := e.st.CommitSnapshot(ctx, snap, s.Epoch); err != nil {
 				t.Fatal(err)
 			}
 			s, _ = e.st.GetSession(ctx, "s1")
-			x := &opRun{c: e.co, s: s}
-			if err := x.rewindHarnessCursor(ctx); err != nil {
+			head, err := e.st.GetSnapshot(ctx, s.HeadSnapshotID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := (Rewinder{Store: e.st}).SessionRestored(ctx, s, head); err != nil {
 				t.Fatal(err)
 			}
 			cursor, _, err := e.st.IngestTaskEvents(ctx, "t1", "s1", nil, nil)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -15,12 +14,18 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/coordinator/coordinatortest"
 	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/gateway"
 	"github.com/engrams/engrams/internal/guestapi"
+	"github.com/engrams/engrams/internal/harnessreg"
 	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/imagejobs"
 	"github.com/engrams/engrams/internal/lifecycle"
+	"github.com/engrams/engrams/internal/profiles"
+	"github.com/engrams/engrams/internal/secrets"
 	"github.com/engrams/engrams/internal/store"
-	"github.com/engrams/engrams/internal/store/sqlite"
 )
 
 var taskT0 = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
@@ -40,13 +45,13 @@ type guestCall struct {
 }
 
 func (g *guestExec) Transport(_ context.Context, hostID domain.HostID) (http.RoundTripper, error) {
-	return rtFunc(func(r *http.Request) (*http.Response, error) {
+	return roundTrip(func(r *http.Request) (*http.Response, error) {
 		var req guestapi.ExecRequest
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 			return nil, err
 		}
 		g.mu.Lock()
-		g.calls = append(g.calls, guestCall{HostID: hostID, Path: r.URL.Path, Req: req})
+		g.calls = append(g.calls, guestCall{HostID: string(hostID), Path: r.URL.Path, Req: req})
 		answer := g.answer
 		g.mu.Unlock()
 		frames := []guestapi.StreamFrame{{Type: "exit"}}
@@ -68,26 +73,55 @@ func (g *guestExec) got() []guestCall {
 }
 
 // taskEnv is a coordinator over SQLite whose loops do not run, with a
-// settable clock; tests write its session and task rows directly.
+// settable clock, and the task service with the profiles, gateway and
+// vault it uses; tests write its session and task rows directly.
 type taskEnv struct {
-	st    store.Store
-	co    *Coordinator
-	guest *guestExec
+	st       store.Store
+	co       *Tasks
+	sessions *coordinator.Coordinator
+	profiles *profiles.Profiles
+	vault    *secrets.Vault
+	gw       *gateway.Gateway
+	guest    *guestExec
 
 	mu  sync.Mutex
 	now time.Time
 }
 
+// noHosts is a fleet without hosts for the image service (never reached).
+type noHosts struct{}
+
+func (noHosts) Transport(context.Context, domain.HostID) (http.RoundTripper, error) {
+	return nil, errors.New("no hosts in this test")
+}
+
 func newTaskEnv(t *testing.T) *taskEnv {
 	t.Helper()
-	st, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "db")}, sqlite.Deps{})
+	st := coordinatortest.NewStore(t)
+	e := &taskEnv{st: st, guest: &guestExec{}, now: taskT0}
+	im, err := imagejobs.New(imagejobs.Config{}, imagejobs.Deps{Store: st, Hosts: noHosts{}, Place: coordinator.NewPlacement(st, 0, e.clock), Now: e.clock})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { st.Close() })
-	e := &taskEnv{st: st, guest: &guestExec{}, now: taskT0}
-	e.co, err = New(Config{ReplicaID: "r1", HarnessWorkDir: t.TempDir()},
-		Deps{Store: st, Hosts: e.guest, Secrets: sealer{}, Now: e.clock})
+	reg, err := harnessreg.New(harnessreg.Config{}, harnessreg.Deps{Store: st, Now: e.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.sessions, err = coordinator.New(coordinator.Config{ReplicaID: "r1"},
+		coordinator.Deps{Store: st, Hosts: e.guest, Images: im, Harnesses: reg, Now: e.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.vault, err = secrets.New(secrets.Deps{Store: st, Sealer: coordinatortest.Sealer{}, Now: e.clock}); err != nil {
+		t.Fatal(err)
+	}
+	if e.profiles, err = profiles.New(profiles.Deps{Store: st, Images: im, Now: e.clock}); err != nil {
+		t.Fatal(err)
+	}
+	if e.gw, err = gateway.New(gateway.Config{}, gateway.Deps{Store: st, Secrets: e.vault, Sealer: coordinatortest.Sealer{}, Now: e.clock}); err != nil {
+		t.Fatal(err)
+	}
+	e.co, err = New(Config{}, Deps{Store: st, Sessions: e.sessions, Profiles: e.profiles, Placeholders: e.gw, Secrets: e.vault, Now: e.clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,6 +129,13 @@ func newTaskEnv(t *testing.T) *taskEnv {
 	// store closes (cleanups run last in, first out).
 	t.Cleanup(func() { e.co.bgCancel(); e.co.tasksWG.Wait() })
 	return e
+}
+
+// hostLink is the task service's host-link handler (harness events).
+func (e *taskEnv) hostLink() http.Handler {
+	mux := http.NewServeMux()
+	e.co.RouteHostLink(mux)
+	return mux
 }
 
 func (e *taskEnv) clock() time.Time {
@@ -113,11 +154,10 @@ func (e *taskEnv) advance(d time.Duration) time.Time {
 // session writes session id in state want (Created, Active, Suspending,
 // HostLost or Dead), placed on hostID when it got that far, at epoch 1
 // once claimed. Its create op is finished, so nothing is in flight.
-func (e *taskEnv) session(t *testing.T, id, hostID domain.HostID, want domain.SessionState, spec domain.SessionSpec) domain.Session {
+func (e *taskEnv) session(t *testing.T, id domain.SessionID, hostID domain.HostID, want domain.SessionState, spec domain.SessionSpec) domain.Session {
 	t.Helper()
 	ctx := context.Background()
-	raw, _ := json.Marshal(spec)
-	s, _, _, err := e.st.CreateSession(ctx, store.NewSession{ID: id, Spec: raw, OpID: "op-" + id, At: e.clock()})
+	s, _, _, err := e.st.CreateSession(ctx, store.NewSession{ID: id, Spec: spec, OpID: "op-" + string(id), At: e.clock()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +168,7 @@ func (e *taskEnv) session(t *testing.T, id, hostID domain.HostID, want domain.Se
 	if err != nil || op.SessionID != id {
 		t.Fatalf("claim the create op of %s: %+v %v", id, op, err)
 	}
-	step := func(from, to domain.SessionState, ev lifecycle.Event, host *string) {
+	step := func(from, to domain.SessionState, ev lifecycle.Event, host *domain.HostID) {
 		t.Helper()
 		if s, err = e.st.ApplyTransition(ctx, store.Transition{SessionID: id, Epoch: op.Epoch, From: from, To: to, Event: ev,
 			HostID: host, At: e.clock()}); err != nil {
@@ -165,7 +205,7 @@ var taskSpecFixture = apiv1.ProfileSpec{Image: "py", Harness: "claude-code", Mod
 
 // task writes a task of profile "rev" in state (with errMsg) working in
 // sessionID ("" for none).
-func (e *taskEnv) task(t *testing.T, id, sessionID domain.SessionID, state domain.TaskState, errMsg string) domain.Task {
+func (e *taskEnv) task(t *testing.T, id domain.TaskID, sessionID domain.SessionID, state domain.TaskState, errMsg string) domain.Task {
 	t.Helper()
 	ctx := context.Background()
 	p, err := e.st.GetProfileByName(ctx, "rev")
@@ -177,7 +217,7 @@ func (e *taskEnv) task(t *testing.T, id, sessionID domain.SessionID, state domai
 		t.Fatal(err)
 	}
 	rec, _ := json.Marshal(taskRecord{Spec: taskSpecFixture, Receipt: apiv1.Receipt{Model: "sonnet"}})
-	tk, err := e.st.CreateTask(ctx, domain.Task{ID: id, ProfileID: p.ID, ProfileVersion: p.Version, Receipt: rec, Title: "title of " + id,
+	tk, err := e.st.CreateTask(ctx, domain.Task{ID: id, ProfileID: p.ID, ProfileVersion: p.Version, Receipt: rec, Title: "title of " + string(id),
 		SessionID: sessionID, CreatedAt: e.clock()})
 	if err != nil {
 		t.Fatal(err)
@@ -200,7 +240,7 @@ func (e *taskEnv) events(t *testing.T, taskID domain.TaskID) []domain.TaskEvent 
 	return evs
 }
 
-func (e *taskEnv) getTask(t *testing.T, id string) domain.Task {
+func (e *taskEnv) getTask(t *testing.T, id domain.TaskID) domain.Task {
 	t.Helper()
 	tk, err := e.st.GetTask(context.Background(), id)
 	if err != nil {
@@ -244,8 +284,8 @@ func TestCheckPrompt(t *testing.T) {
 				}
 				return
 			}
-			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("err = %v, want ErrInvalid saying %q", err, tt.wantErr)
+			if !errors.Is(err, domain.ErrInvalid) || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("err = %v, want domain.ErrInvalid saying %q", err, tt.wantErr)
 			}
 		})
 	}
@@ -455,7 +495,7 @@ func postEvents(t *testing.T, h http.Handler, hostID domain.HostID, sid domain.S
 			t.Fatal(err)
 		}
 	}
-	req := httptest.NewRequest(http.MethodPost, strings.Replace(hostlink.PathHarnessEvents, "{id}", sid, 1), strings.NewReader(string(raw)))
+	req := httptest.NewRequest(http.MethodPost, strings.Replace(hostlink.PathHarnessEvents, "{id}", string(sid), 1), strings.NewReader(string(raw)))
 	req = req.WithContext(hostlink.WithHostID(req.Context(), hostID))
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
@@ -555,7 +595,7 @@ func TestIngestHarnessEvents(t *testing.T) {
 			if !tt.noTask {
 				e.task(t, "t1", "s1", "", "")
 			}
-			h := e.co.HostHandler()
+			h := e.hostLink()
 			for i, p := range tt.posts {
 				host, sid, epoch := "host-a", "s1", s.Epoch
 				if p.host != "" {
@@ -571,7 +611,7 @@ func TestIngestHarnessEvents(t *testing.T) {
 				if status == 0 {
 					status = http.StatusOK
 				}
-				rec := postEvents(t, h, host, sid, hostlink.HarnessEventsRequest{Epoch: epoch, RewoundTo: p.rewound, Events: p.events})
+				rec := postEvents(t, h, domain.HostID(host), domain.SessionID(sid), hostlink.HarnessEventsRequest{Epoch: epoch, RewoundTo: p.rewound, Events: p.events})
 				if rec.Code != status {
 					t.Fatalf("post %d: status %d, want %d: %s", i, rec.Code, status, rec.Body)
 				}
@@ -621,7 +661,7 @@ func TestIngestSideEffects(t *testing.T) {
 	e := newTaskEnv(t)
 	s := e.session(t, "s1", "host-a", domain.SessionActive, domain.SessionSpec{})
 	e.task(t, "t1", "s1", "", "")
-	h := e.co.HostHandler()
+	h := e.hostLink()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sub := e.st.Subscribe(ctx, Topic("t1"))
@@ -685,7 +725,7 @@ func TestIngestRefusesBadBatches(t *testing.T) {
 			e := newTaskEnv(t)
 			s := e.session(t, "s1", "host-a", domain.SessionActive, domain.SessionSpec{})
 			e.task(t, "t1", "s1", "", "")
-			rec := postEvents(t, e.co.HostHandler(), "host-a", "s1", tt.body(s.Epoch))
+			rec := postEvents(t, e.hostLink(), "host-a", "s1", tt.body(s.Epoch))
 			var eb hostlink.ErrorBody
 			_ = json.Unmarshal(rec.Body.Bytes(), &eb)
 			if rec.Code != http.StatusBadRequest || eb.Code != "bad_request" || !strings.Contains(eb.Error, tt.want) {
@@ -696,7 +736,7 @@ func TestIngestRefusesBadBatches(t *testing.T) {
 			}
 			// The batch of 1000 is the limit, not over it.
 			if tt.name == "more than 1000 events" {
-				rec := postEvents(t, e.co.HostHandler(), "host-a", "s1", hostlink.HarnessEventsRequest{Epoch: s.Epoch, Events: tooMany[:maxHarnessEventBatch]})
+				rec := postEvents(t, e.hostLink(), "host-a", "s1", hostlink.HarnessEventsRequest{Epoch: s.Epoch, Events: tooMany[:maxHarnessEventBatch]})
 				if rec.Code != http.StatusOK || len(e.events(t, "t1")) != maxHarnessEventBatch {
 					t.Errorf("a batch of %d: %d %s", maxHarnessEventBatch, rec.Code, rec.Body)
 				}
@@ -710,7 +750,10 @@ func TestIngestRefusesBadBatches(t *testing.T) {
 func agentTaskEnv(t *testing.T) *taskEnv {
 	t.Helper()
 	e := newTaskEnv(t)
-	seedAgents(t, &agentEnv{st: e.st, co: e.co})
+	coordinatortest.SeedAgents(t, e.st, func(name, kind string, meta apiv1.SecretMeta, value []byte) error {
+		_, err := e.vault.Create(context.Background(), secrets.SecretRequest{Name: name, Kind: kind, Meta: meta, Value: value})
+		return err
+	})
 	return e
 }
 
@@ -720,7 +763,7 @@ func TestStartTask(t *testing.T) {
 	ctx := context.Background()
 	spec := apiv1.ProfileSpec{Image: "py", Harness: "claude-code", Credentials: []string{"ant"}, Env: map[string]string{"LOG_LEVEL": "debug"},
 		Repos: []apiv1.ProfileRepo{{URL: "https://github.com/acme/app.git", Credential: "gh"}}, IdleTimeoutS: 900}
-	p, err := e.co.CreateProfile(ctx, "rev", spec)
+	p, err := e.profiles.CreateProfile(ctx, "rev", spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -743,13 +786,13 @@ func TestStartTask(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms, _ := Spec(s)
+	ms := s.Spec
 	ant, _ := e.st.GetSecretByName(ctx, "ant")
 	if ms.Image != "py" || ms.Harness == "" || ms.Env["LOG_LEVEL"] != "debug" || ms.IdleTimeoutSec != 900 ||
 		!reflect.DeepEqual(ms.Credentials, []domain.CredentialGrant{{Kind: "anthropic_api_key", SecretID: ant.ID}}) {
 		t.Errorf("session spec %+v", ms)
 	}
-	if s.IdempotencyKey != "task-"+tk.ID {
+	if s.IdempotencyKey != "task-"+string(tk.ID) {
 		t.Errorf("session idempotency key %q", s.IdempotencyKey)
 	}
 	evs := e.events(t, tk.ID)
@@ -757,7 +800,7 @@ func TestStartTask(t *testing.T) {
 		t.Fatalf("events %q", summary(evs))
 	}
 	var sess struct {
-		SessionID string `json:"session_id"`
+		SessionID domain.SessionID `json:"session_id"`
 	}
 	var pr struct{ Turn, Text string }
 	_ = json.Unmarshal(evs[0].Payload, &sess)
@@ -785,19 +828,19 @@ func TestStartTaskRefuses(t *testing.T) {
 		wantIs  error
 		wantMsg string
 	}{
-		{name: "empty prompt", req: StartTaskRequest{Profile: "rev", Prompt: " "}, wantIs: ErrInvalid, wantMsg: "the prompt is empty"},
-		{name: "NUL in the prompt", req: StartTaskRequest{Profile: "rev", Prompt: "a\x00"}, wantIs: ErrInvalid, wantMsg: "without NUL bytes"},
-		{name: "no profile", req: StartTaskRequest{Prompt: "go"}, wantIs: ErrInvalid, wantMsg: "a task needs a profile"},
+		{name: "empty prompt", req: StartTaskRequest{Profile: "rev", Prompt: " "}, wantIs: domain.ErrInvalid, wantMsg: "the prompt is empty"},
+		{name: "NUL in the prompt", req: StartTaskRequest{Profile: "rev", Prompt: "a\x00"}, wantIs: domain.ErrInvalid, wantMsg: "without NUL bytes"},
+		{name: "no profile", req: StartTaskRequest{Prompt: "go"}, wantIs: domain.ErrInvalid, wantMsg: "a task needs a profile"},
 		{name: "unknown profile", req: StartTaskRequest{Profile: "nope", Prompt: "go"}, wantIs: store.ErrNotFound, wantMsg: `profile "nope"`},
 		{name: "deleted profile", req: StartTaskRequest{Profile: "rev", Prompt: "go"}, wantIs: store.ErrNotFound, wantMsg: `profile "rev"`,
 			setup: func(t *testing.T, e *taskEnv) {
-				if _, err := e.co.DeleteProfile(context.Background(), "rev"); err != nil {
+				if _, err := e.profiles.DeleteProfile(context.Background(), "rev"); err != nil {
 					t.Fatal(err)
 				}
 			}},
-		{name: "profile with problems", req: StartTaskRequest{Profile: "rev", Prompt: "go"}, wantIs: ErrInvalid, wantMsg: `no secret "ant"`,
+		{name: "profile with problems", req: StartTaskRequest{Profile: "rev", Prompt: "go"}, wantIs: domain.ErrInvalid, wantMsg: `no secret "ant"`,
 			setup: func(t *testing.T, e *taskEnv) {
-				if _, err := e.co.DeleteSecret(context.Background(), "ant"); err != nil {
+				if _, err := e.vault.Delete(context.Background(), "ant"); err != nil {
 					t.Fatal(err)
 				}
 			}},
@@ -807,7 +850,7 @@ func TestStartTaskRefuses(t *testing.T) {
 			t.Parallel()
 			e := agentTaskEnv(t)
 			ctx := context.Background()
-			if _, err := e.co.CreateProfile(ctx, "rev", apiv1.ProfileSpec{Image: "py", Harness: "claude-code", Credentials: []string{"ant"}}); err != nil {
+			if _, err := e.profiles.CreateProfile(ctx, "rev", apiv1.ProfileSpec{Image: "py", Harness: "claude-code", Credentials: []string{"ant"}}); err != nil {
 				t.Fatal(err)
 			}
 			if tt.setup != nil {
@@ -837,7 +880,7 @@ func TestSendTask(t *testing.T) {
 	if _, err := e.co.appendTaskEvents(ctx, "t1", taskEvent(TaskEventPrompt, map[string]any{"turn": "first", "text": "hi"})); err != nil {
 		t.Fatal(err)
 	}
-	ops := e.st.Subscribe(ctx, topicOps)
+	ops := e.st.Subscribe(ctx, coordinator.TopicOps)
 	ev, err := e.co.SendTask(ctx, "t1", "now add a test")
 	if err != nil {
 		t.Fatal(err)
@@ -854,7 +897,7 @@ func TestSendTask(t *testing.T) {
 	if err := json.Unmarshal(items[0].Payload, &p); err != nil {
 		t.Fatal(err)
 	}
-	ph, _ := e.co.GatewayPlaceholder(ctx, "s1", "anthropic_api_key")
+	ph, _ := e.gw.Placeholder(ctx, "s1", "anthropic_api_key")
 	want := guestapi.PromptPayload{Turn: pr.Turn, Text: "now add a test", Workdir: "/work/app", Model: "sonnet", Mode: "plan",
 		Credentials: map[string]string{"anthropic_api_key": ph}}
 	if items[0].ID != "turn-"+pr.Turn || items[0].Kind != guestapi.OutboxPrompt || !reflect.DeepEqual(p, want) {
@@ -873,11 +916,11 @@ func TestSendTaskRefuses(t *testing.T) {
 		wantIs       error
 		wantContains string
 	}{
-		{name: "stopped task", task: domain.TaskStopped, session: domain.SessionActive, wantIs: ErrNotActive, wantContains: "task t1 is stopped"},
-		{name: "failed task", task: domain.TaskFailed, session: domain.SessionActive, wantIs: ErrNotActive, wantContains: "task t1 is failed"},
-		{name: "starting task", task: domain.TaskStarting, session: domain.SessionActive, wantIs: ErrBusy, wantContains: "task t1 is still starting"},
+		{name: "stopped task", task: domain.TaskStopped, session: domain.SessionActive, wantIs: domain.ErrNotActive, wantContains: "task t1 is stopped"},
+		{name: "failed task", task: domain.TaskFailed, session: domain.SessionActive, wantIs: domain.ErrNotActive, wantContains: "task t1 is failed"},
+		{name: "starting task", task: domain.TaskStarting, session: domain.SessionActive, wantIs: domain.ErrBusy, wantContains: "task t1 is still starting"},
 		{name: "unknown task", task: domain.TaskIdle, session: domain.SessionActive, id: "nope", wantIs: store.ErrNotFound, wantContains: "get task nope"},
-		{name: "empty text", task: domain.TaskIdle, session: domain.SessionActive, text: "\n", wantIs: ErrInvalid, wantContains: "the prompt is empty"},
+		{name: "empty text", task: domain.TaskIdle, session: domain.SessionActive, text: "\n", wantIs: domain.ErrInvalid, wantContains: "the prompt is empty"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -892,7 +935,7 @@ func TestSendTaskRefuses(t *testing.T) {
 			if tt.text != "" {
 				text = tt.text
 			}
-			_, err := e.co.SendTask(context.Background(), id, text)
+			_, err := e.co.SendTask(context.Background(), domain.TaskID(id), text)
 			if !errors.Is(err, tt.wantIs) || !strings.Contains(err.Error(), tt.wantContains) {
 				t.Fatalf("err = %v, want %v saying %q", err, tt.wantIs, tt.wantContains)
 			}
@@ -944,7 +987,7 @@ func TestStopTask(t *testing.T) {
 			if tt.suspend {
 				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 				defer cancel()
-				if _, err := e.co.WaitSession(wctx, "s1", func(s domain.Session) bool { return s.DesiredState == "idle" }); err != nil {
+				if _, err := e.sessions.WaitSession(wctx, "s1", func(s domain.Session) bool { return s.DesiredState == "idle" }); err != nil {
 					t.Errorf("the session was not asked to suspend: %v", err)
 				}
 			}
@@ -1042,10 +1085,16 @@ func TestTaskSession(t *testing.T) {
 	if tk, err := e.co.TaskSession(context.Background(), "t1"); err != nil || tk.SessionID != "s1" {
 		t.Errorf("t1: %+v %v", tk, err)
 	}
-	if _, err := e.co.TaskSession(context.Background(), "t2"); !errors.Is(err, ErrNotActive) {
+	if _, err := e.co.TaskSession(context.Background(), "t2"); !errors.Is(err, domain.ErrNotActive) {
 		t.Errorf("t2 without a session: %v", err)
 	}
 	if _, err := e.co.TaskSession(context.Background(), "nope"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("unknown: %v", err)
 	}
 }
+
+type roundTrip func(*http.Request) (*http.Response, error)
+
+func (f roundTrip) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func ptr[T any](v T) *T { return &v }

@@ -19,7 +19,7 @@ import (
 // outbox items; what a guest applied travels inside its snapshots, like a
 // real guest's disk.
 type FakeHost struct {
-	Mu       sync.Mutex // guards the fields; a test holding it stalls the host
+	Mu       sync.Mutex       // guards the fields; a test holding it stalls the host
 	machines map[string]int64 // session -> epoch
 	epochs   map[string]int64
 	applied  map[string]int64 // session -> outbox seq its running guest applied
