@@ -124,7 +124,7 @@ func (s *sim) checkHead(ctx context.Context, sess domain.Session) []string {
 // nudges a session that is not at rest with one more item (which resumes
 // an Idle session and delivers to an Active one). It returns the sessions
 // that never came to rest.
-func (s *sim) quiesce() []string {
+func (s *sim) quiesce() []domain.SessionID {
 	for _, h := range s.w.hosts {
 		if _, ok := s.heals[h]; ok {
 			s.heals[h] = time.Now()
@@ -141,7 +141,7 @@ func (s *sim) quiesce() []string {
 	s.due()
 	s.logf("quiesce: every host up, every link healed, fast uploads")
 	s.advance(10 * time.Second)
-	var restless []string
+	var restless []domain.SessionID
 	for round := range 8 {
 		synctest.Wait() // judge a frozen world, as check does
 		restless = s.restless()
@@ -160,9 +160,9 @@ func (s *sim) quiesce() []string {
 // Idle with no op in flight and no pending outbox item). An op in flight
 // may hold the machine paused (a capture uploading at a slow rate it read
 // before the quiesce), so its session is not at rest yet.
-func (s *sim) restless() []string {
+func (s *sim) restless() []domain.SessionID {
 	ctx := context.Background()
-	var out []string
+	var out []domain.SessionID
 	for _, id := range s.sessions {
 		sess, err := s.st.GetSession(ctx, id)
 		if err != nil {
@@ -184,7 +184,7 @@ func (s *sim) restless() []string {
 
 // busy reports whether a session has an op pending or running or an outbox
 // item pending (or either could not be read).
-func (s *sim) busy(ctx context.Context, id string) bool {
+func (s *sim) busy(ctx context.Context, id domain.SessionID) bool {
 	ops, err := s.st.ListOps(ctx, id)
 	if err != nil || slices.ContainsFunc(ops, func(op domain.Op) bool {
 		return op.State == domain.OpPending || op.State == domain.OpRunning
@@ -236,7 +236,7 @@ func (s *sim) lineage(sess domain.Session) ([]string, string, bool) {
 	case domain.SessionActive:
 		now := time.Now()
 		for _, h := range s.w.hosts {
-			if m := h.machines[sess.ID]; m != nil && h.liveLocked(m, now) {
+			if m := h.machines[string(sess.ID)]; m != nil && h.liveLocked(m, now) {
 				return m.guest.Effects, fmt.Sprintf("its live machine on %s@%d", h.name, m.epoch), true
 			}
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/coder/websocket"
 	"go.uber.org/goleak"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/host"
 	"github.com/engrams/engrams/internal/hostlink"
@@ -70,7 +71,7 @@ func newCoord(interval time.Duration) *coord {
 		}
 		id, _ := hostlink.HostIDFrom(r.Context())
 		c.mu.Lock()
-		resp := hostlink.RegisterResponse{HostID: id, Owned: c.owned, HeartbeatInterval: c.interval, Lease: c.lease}
+		resp := hostlink.RegisterResponse{HostID: string(id), Owned: c.owned, HeartbeatInterval: c.interval, Lease: c.lease}
 		c.mu.Unlock()
 		send(c.registers, req)
 		send(c.registerAt, time.Now())
@@ -90,7 +91,7 @@ func newCoord(interval time.Duration) *coord {
 		_ = json.NewEncoder(w).Encode(resp)
 	})
 	c.deps = hostlink.ServerDeps{
-		Authenticate: func(_ context.Context, tok string) (string, error) {
+		Authenticate: func(_ context.Context, tok string) (domain.HostID, error) {
 			if tok != "tok" {
 				return "", errors.New("unknown token")
 			}
@@ -360,7 +361,7 @@ func TestRegisterStartAndFence(t *testing.T) {
 	status, body = c.start(t, "s2", 1, hostlink.MachineSpec{MemoryMiB: 3500, VCPUs: 1})
 	wantCode(t, status, body, http.StatusConflict, "capacity")
 	// vCPUs: 4 CPUs offer 4 × VCPUOvercommit, 2 are in use.
-	status, body = c.start(t, "s2", 1, hostlink.MachineSpec{MemoryMiB: 512, VCPUs: 4*hostlink.VCPUOvercommit - 1})
+	status, body = c.start(t, "s2", 1, hostlink.MachineSpec{MemoryMiB: 512, VCPUs: 4*domain.VCPUOvercommit - 1})
 	wantCode(t, status, body, http.StatusConflict, "capacity")
 	// Bad input.
 	status, body = c.start(t, "a%24b", 1, spec)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/host/machines"
 	"github.com/engrams/engrams/internal/hostlink"
 )
@@ -45,7 +46,7 @@ func TestReserve(t *testing.T) {
 	}{
 		{"fits", nil, hostlink.MachineSpec{MemoryMiB: 1024, VCPUs: 1}, ""},
 		{"memory", []hostlink.MachineSpec{{MemoryMiB: 768, VCPUs: 1}}, hostlink.MachineSpec{MemoryMiB: 512, VCPUs: 1}, "needs 512 MiB"},
-		{"vcpus", nil, hostlink.MachineSpec{MemoryMiB: 1, VCPUs: hostlink.VCPUOvercommit + 1}, "vCPUs"},
+		{"vcpus", nil, hostlink.MachineSpec{MemoryMiB: 1, VCPUs: domain.VCPUOvercommit + 1}, "vCPUs"},
 		{"sessions", []hostlink.MachineSpec{{MemoryMiB: 1, VCPUs: 1}, {MemoryMiB: 1, VCPUs: 1}}, hostlink.MachineSpec{MemoryMiB: 1, VCPUs: 1}, "at most 2 sessions"},
 	}
 	for _, tt := range tests {
