@@ -17,7 +17,7 @@ import (
 	"github.com/engrams/engrams/internal/api/apiv1"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/domain"
-	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/imagejobs"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -31,7 +31,7 @@ var t0 = time.Date(2026, 11, 30, 6, 0, 0, 0, time.UTC)
 
 // fakeStore admits testToken; the API's other store methods are not used
 // by image routes (the embedded nil interface panics if they are).
-type fakeStore struct{ api.Store }
+type fakeStore struct{ api.FleetStore }
 
 func (fakeStore) TokenByHash(_ context.Context, hash string) (domain.Token, error) {
 	if hash == coordinator.HashToken(testToken) {
@@ -43,12 +43,10 @@ func (fakeStore) TokenByHash(_ context.Context, hash string) (domain.Token, erro
 // fakeImages is a coordinator holding image "web" (ready) with two jobs and
 // "old" (disabled). Only the image methods are implemented.
 type fakeImages struct {
-	api.Coordinator
-
 	mu        sync.Mutex
-	enabled   []coordinator.EnableImageRequest // requests received
-	enableJob domain.ImageJob                  // job EnableImage answers with
-	err       error                            // every method fails with it when set
+	enabled   []imagejobs.EnableImageRequest // requests received
+	enableJob domain.ImageJob                // job EnableImage answers with
+	err       error                          // every method fails with it when set
 }
 
 func newFakeImages() *fakeImages {
@@ -64,57 +62,57 @@ var webJobs = []domain.ImageJob{
 		BytesDone: 45, BytesTotal: 100, Stages: json.RawMessage(`not json`)},
 }
 
-func webView() coordinator.ImageView {
+func webView() imagejobs.ImageView {
 	last := webJobs[1]
-	return coordinator.ImageView{
+	return imagejobs.ImageView{
 		Image: domain.Image{ID: "i1", Name: "web", Ref: "registry.example.com/team/web:1.4", Digest: "sha256:abc",
 			State: domain.ImageReady, CredentialID: "cred1", BaseID: "base1", CreatedAt: t0, UpdatedAt: t0},
-		Config:     coordinator.ImageConfig{MemoryMiB: 1024, VCPUs: 2, DiskGiB: 8, Warmup: "npm ci", WarmupTimeoutS: 600, WarmupStallS: 120, ImageEnv: []string{"PATH=/bin"}},
-		State:      coordinator.ImageReady,
+		Config:     imagejobs.ImageConfig{MemoryMiB: 1024, VCPUs: 2, DiskGiB: 8, Warmup: "npm ci", WarmupTimeoutS: 600, WarmupStallS: 120, ImageEnv: []string{"PATH=/bin"}},
+		State:      imagejobs.ImageReady,
 		Credential: "alice@registry.example.com",
-		Facts:      &hostlink.Facts{Arch: "amd64"},
-		ReadyHosts: []string{"h1"},
+		Facts:      &domain.HostFacts{Arch: "amd64"},
+		ReadyHosts: []domain.HostID{"h1"},
 		LastJob:    &last,
 	}
 }
 
-func (f *fakeImages) EnableImage(_ context.Context, req coordinator.EnableImageRequest) (coordinator.ImageView, domain.ImageJob, error) {
+func (f *fakeImages) EnableImage(_ context.Context, req imagejobs.EnableImageRequest) (imagejobs.ImageView, domain.ImageJob, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.enabled = append(f.enabled, req)
 	if f.err != nil {
-		return coordinator.ImageView{}, domain.ImageJob{}, f.err
+		return imagejobs.ImageView{}, domain.ImageJob{}, f.err
 	}
-	v := coordinator.ImageView{Image: domain.Image{ID: "i9", Name: req.Name, Ref: req.Ref, CredentialID: "c9"},
-		Config: req.Config, State: coordinator.ImagePending, Credential: "alice@registry.example.com"}
+	v := imagejobs.ImageView{Image: domain.Image{ID: "i9", Name: req.Name, Ref: req.Ref, CredentialID: "c9"},
+		Config: req.Config, State: imagejobs.ImagePending, Credential: "alice@registry.example.com"}
 	return v, f.enableJob, nil
 }
 
-func (f *fakeImages) RefreshImage(ctx context.Context, name string) (coordinator.ImageView, domain.ImageJob, error) {
+func (f *fakeImages) RefreshImage(ctx context.Context, name string) (imagejobs.ImageView, domain.ImageJob, error) {
 	v, err := f.Image(ctx, name)
 	return v, webJobs[2], err
 }
 
-func (f *fakeImages) DisableImage(ctx context.Context, name string) (coordinator.ImageView, error) {
+func (f *fakeImages) DisableImage(ctx context.Context, name string) (imagejobs.ImageView, error) {
 	v, err := f.Image(ctx, name)
-	v.State = coordinator.ImageDisabled
+	v.State = imagejobs.ImageDisabled
 	return v, err
 }
 
-func (f *fakeImages) Image(_ context.Context, name string) (coordinator.ImageView, error) {
+func (f *fakeImages) Image(_ context.Context, name string) (imagejobs.ImageView, error) {
 	switch {
 	case f.err != nil:
-		return coordinator.ImageView{}, f.err
+		return imagejobs.ImageView{}, f.err
 	case name == "web" || name == "i1":
 		return webView(), nil
 	}
-	return coordinator.ImageView{}, fmt.Errorf("image %q: %w", name, store.ErrNotFound)
+	return imagejobs.ImageView{}, fmt.Errorf("image %q: %w", name, store.ErrNotFound)
 }
 
-func (f *fakeImages) Images(_ context.Context, all bool) ([]coordinator.ImageView, error) {
-	out := []coordinator.ImageView{webView()}
+func (f *fakeImages) Images(_ context.Context, all bool) ([]imagejobs.ImageView, error) {
+	out := []imagejobs.ImageView{webView()}
 	if all {
-		out = append(out, coordinator.ImageView{Image: domain.Image{ID: "i0", Name: "old", State: domain.ImageDisabled}, State: coordinator.ImageDisabled})
+		out = append(out, imagejobs.ImageView{Image: domain.Image{ID: "i0", Name: "old", State: domain.ImageDisabled}, State: imagejobs.ImageDisabled})
 	}
 	return out, f.err
 }
@@ -137,11 +135,11 @@ func (f *fakeImages) ImageJob(_ context.Context, id string) (domain.ImageJob, er
 
 // serve sends one request to an API over co and returns the answer and
 // everything logged.
-func serve(t *testing.T, co api.Coordinator, method, target, body string) (*httptest.ResponseRecorder, string) {
+func serve(t *testing.T, co api.ImageService, method, target, body string) (*httptest.ResponseRecorder, string) {
 	t.Helper()
 	var logs bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	srv := api.New(api.Config{}, api.Deps{Coordinator: co, Store: fakeStore{}, Logger: log})
+	srv := api.New(api.Config{}, api.Deps{Images: co, Fleet: fakeStore{}, Logger: log})
 	req := httptest.NewRequest(method, target, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+testToken)
 	rec := httptest.NewRecorder()
@@ -175,7 +173,7 @@ func TestEnableImage(t *testing.T) {
 		{name: "syntax error in secret", body: `{"ref":"x","credentials":{"password":"` + secretPW + `"` + "\x01" + `}}`, status: http.StatusBadRequest,
 			contains: []string{"invalid JSON at byte"}},
 		{name: "not an object", body: `["` + secretPW + `"]`, status: http.StatusBadRequest, contains: []string{"want a JSON object"}},
-		{name: "invalid", body: full, err: fmt.Errorf("%w: memory_mib 1 out of range", coordinator.ErrInvalid), status: http.StatusBadRequest,
+		{name: "invalid", body: full, err: fmt.Errorf("%w: memory_mib 1 out of range", domain.ErrInvalid), status: http.StatusBadRequest,
 			contains: []string{`"code":"bad_request"`, "memory_mib 1 out of range"}},
 		{name: "name taken", body: full, err: fmt.Errorf("%w: image name \"web\" is taken", store.ErrConflict), status: http.StatusConflict,
 			contains: []string{`"code":"conflict"`}},
@@ -216,14 +214,14 @@ func TestEnableImagePassesEverything(t *testing.T) {
 	tests := []struct {
 		name string
 		body string
-		want coordinator.EnableImageRequest
+		want imagejobs.EnableImageRequest
 	}{
 		{"full", `{"ref":"r/web:1","name":"web","env":{"A":"1"},"memory_mib":1024,"vcpus":2,"disk_gib":8,"workdir":"/app",` +
 			`"warmup":"make","warmup_timeout_s":900,"warmup_stall_s":60,"credentials":{"username":"u","password":"p","token":"t"}}`,
-			coordinator.EnableImageRequest{Ref: "r/web:1", Name: "web", Config: coordinator.ImageConfig{Env: map[string]string{"A": "1"},
+			imagejobs.EnableImageRequest{Ref: "r/web:1", Name: "web", Config: imagejobs.ImageConfig{Env: map[string]string{"A": "1"},
 				MemoryMiB: 1024, VCPUs: 2, DiskGiB: 8, Workdir: "/app", Warmup: "make", WarmupTimeoutS: 900, WarmupStallS: 60},
-				Auth: &coordinator.RegistryAuth{Username: "u", Password: "p", Token: "t"}}},
-		{"anonymous", `{"ref":"alpine:3"}`, coordinator.EnableImageRequest{Ref: "alpine:3"}},
+				Auth: &imagejobs.RegistryAuth{Username: "u", Password: "p", Token: "t"}}},
+		{"anonymous", `{"ref":"alpine:3"}`, imagejobs.EnableImageRequest{Ref: "alpine:3"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -233,7 +231,7 @@ func TestEnableImagePassesEverything(t *testing.T) {
 				t.Fatalf("status %d: %s", rec.Code, rec.Body)
 			}
 			got, _ := json.Marshal(co.enabled)
-			want, _ := json.Marshal([]coordinator.EnableImageRequest{tt.want})
+			want, _ := json.Marshal([]imagejobs.EnableImageRequest{tt.want})
 			if string(got) != string(want) {
 				t.Errorf("coordinator got %s\nwant %s", got, want)
 			}

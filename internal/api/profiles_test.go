@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/harness"
+	"github.com/engrams/engrams/internal/secrets"
 )
 
 // seedProfiles registers image py, harness claude-code@2.1.0 and secrets
@@ -34,9 +34,9 @@ func seedProfiles(t *testing.T, a *agentAPI) {
 		Manifest: json.RawMessage(`{"version":2,"chunk_size":4194304,"size":0,"chunks":[]}`), Digest: "sha256:cc", Builtin: true, CreatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []coordinator.SecretRequest{{Name: "ant", Kind: "anthropic_api_key"}, {Name: "gh", Kind: "git_https", Meta: apiv1.SecretMeta{Host: "github.com"}}} {
+	for _, s := range []secrets.SecretRequest{{Name: "ant", Kind: "anthropic_api_key"}, {Name: "gh", Kind: "git_https", Meta: apiv1.SecretMeta{Host: "github.com"}}} {
 		s.Value = []byte(apiKey)
-		if _, err := a.co.CreateSecret(ctx, s); err != nil {
+		if _, err := a.p.Vault.Create(ctx, s); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/engrams/engrams/internal/api/apiv1"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/server"
 	"github.com/engrams/engrams/internal/store"
 	"github.com/engrams/engrams/internal/store/sqlite"
 )
@@ -54,12 +55,14 @@ func newTaskAPI(t *testing.T) *taskAPI {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	co, err := coordinator.New(coordinator.Config{ReplicaID: "r1", HarnessWorkDir: t.TempDir()}, coordinator.Deps{Store: st, Hosts: noHosts{}})
+	log := slog.New(slog.DiscardHandler)
+	p, err := server.Assemble(server.Config{ReplicaID: "r1"}, server.Deps{Store: st, Logger: log}, noHosts{}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.DiscardHandler)
-	a := &taskAPI{h: api.New(api.Config{}, api.Deps{Coordinator: co, Store: taskStore{st}, Logger: log}), st: st}
+	ad := p.APIDeps(st, log)
+	ad.Fleet, ad.TaskReads = taskStore{st}, taskStore{st}
+	a := &taskAPI{h: api.New(api.Config{}, ad), st: st}
 	for _, p := range []domain.Profile{{ID: "prof-a", Name: "alpha"}, {ID: "prof-b", Name: "beta"}} {
 		p.Spec, p.CreatedAt = json.RawMessage(`{"image":"py","harness":"claude-code"}`), t0
 		if _, err := st.CreateProfile(ctx, p); err != nil {
@@ -88,7 +91,7 @@ func newTaskAPI(t *testing.T) *taskAPI {
 	return a
 }
 
-func (a *taskAPI) append(t *testing.T, id string, evs ...domain.TaskEvent) {
+func (a *taskAPI) append(t *testing.T, id domain.TaskID, evs ...domain.TaskEvent) {
 	t.Helper()
 	if _, err := a.st.AppendTaskEvents(context.Background(), id, evs); err != nil {
 		t.Fatal(err)

@@ -15,16 +15,16 @@ import (
 	"github.com/engrams/engrams/internal/tasks"
 )
 
-// parts are one replica's services, wired to each other through the small
+// Parts are one replica's services, wired to each other through the small
 // interfaces each declares.
-type parts struct {
-	co        *coordinator.Coordinator
-	images    *imagejobs.Images
-	harnesses *harnessreg.Registry
-	vault     *secrets.Vault
-	profiles  *profiles.Profiles
-	gateway   *gateway.Gateway
-	tasks     *tasks.Tasks
+type Parts struct {
+	Co        *coordinator.Coordinator
+	Images    *imagejobs.Images
+	Harnesses *harnessreg.Registry
+	Vault     *secrets.Vault
+	Profiles  *profiles.Profiles
+	Gateway   *gateway.Gateway
+	Tasks     *tasks.Tasks
 }
 
 // The services satisfy the interfaces of the parts that consume them.
@@ -43,43 +43,48 @@ var (
 	_ gateway.Secrets             = (*secrets.Vault)(nil)
 )
 
-// assemble builds the services of a replica that reaches hosts through t.
-func assemble(cfg Config, deps Deps, t hostlink.Transports, log *slog.Logger) (parts, error) {
-	var p parts
+// Assemble builds the services of a replica that reaches hosts through t
+// (New does; tests of the API use it to get the real services).
+func Assemble(cfg Config, deps Deps, t hostlink.Transports, log *slog.Logger) (*Parts, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	p := &Parts{}
 	var err error
 	st := deps.Store
-	if p.harnesses, err = harnessreg.New(cfg.Harnesses, harnessreg.Deps{Store: st, Builder: deps.HarnessBuilder, Chunks: deps.HarnessChunks, Logger: log}); err != nil {
+	if p.Harnesses, err = harnessreg.New(cfg.Harnesses, harnessreg.Deps{Store: st, Builder: deps.HarnessBuilder, Chunks: deps.HarnessChunks, Logger: log}); err != nil {
 		return p, err
 	}
 	cc := cfg.Coordinator
 	cc.ReplicaID, cc.ReplicaAddr = cfg.ReplicaID, cfg.AdvertiseURL
-	p.images, err = imagejobs.New(imagejobs.Config{DefaultVCPUs: cc.DefaultVCPUs, MaxMemoryMiB: cc.MaxMemoryMiB, MaxVCPUs: cc.MaxVCPUs,
+	p.Images, err = imagejobs.New(imagejobs.Config{DefaultVCPUs: cc.DefaultVCPUs, MaxMemoryMiB: cc.MaxMemoryMiB, MaxVCPUs: cc.MaxVCPUs,
 		PlacementWait: cc.PlacementWait}, imagejobs.Deps{Store: st, Hosts: t, Place: coordinator.NewPlacement(st, cc.HeartbeatInterval, nil),
 		Images: deps.Images, Secrets: deps.Secrets, Logger: log})
 	if err != nil {
 		return p, err
 	}
-	p.co, err = coordinator.New(cc, coordinator.Deps{Store: st, Hosts: t, Logger: log, Images: p.images, Harnesses: p.harnesses,
-		Roots: []coordinator.ChunkRoots{p.images, p.harnesses}, Restored: []coordinator.RestoreObserver{tasks.Rewinder{Store: st}}})
+	p.Co, err = coordinator.New(cc, coordinator.Deps{Store: st, Hosts: t, Logger: log, Images: p.Images, Harnesses: p.Harnesses,
+		Roots: []coordinator.ChunkRoots{p.Images, p.Harnesses}, Restored: []coordinator.RestoreObserver{tasks.Rewinder{Store: st}}})
 	if err != nil {
 		return p, err
 	}
-	if p.vault, err = secrets.New(secrets.Deps{Store: st, Sealer: deps.Secrets, Logger: log}); err != nil {
+	if p.Vault, err = secrets.New(secrets.Deps{Store: st, Sealer: deps.Secrets, Logger: log}); err != nil {
 		return p, err
 	}
-	if p.profiles, err = profiles.New(profiles.Deps{Store: st, Images: p.images, Logger: log}); err != nil {
+	if p.Profiles, err = profiles.New(profiles.Deps{Store: st, Images: p.Images, Logger: log}); err != nil {
 		return p, err
 	}
-	if p.gateway, err = gateway.New(cfg.Gateway, gateway.Deps{Store: st, Secrets: p.vault, Sealer: deps.Secrets, Upstream: deps.GatewayUpstream, Logger: log}); err != nil {
+	if p.Gateway, err = gateway.New(cfg.Gateway, gateway.Deps{Store: st, Secrets: p.Vault, Sealer: deps.Secrets, Upstream: deps.GatewayUpstream, Logger: log}); err != nil {
 		return p, err
 	}
-	p.tasks, err = tasks.New(tasks.Config{MonitorInterval: p.co.Config().MonitorInterval}, tasks.Deps{Store: st, Sessions: p.co,
-		Profiles: p.profiles, Placeholders: p.gateway, Secrets: p.vault, Logger: log})
+	p.Tasks, err = tasks.New(tasks.Config{MonitorInterval: p.Co.Config().MonitorInterval}, tasks.Deps{Store: st, Sessions: p.Co,
+		Profiles: p.Profiles, Placeholders: p.Gateway, Secrets: p.Vault, Logger: log})
 	return p, err
 }
 
-// apiDeps gives each API router its service.
-func (p parts) apiDeps(st store.Store, log *slog.Logger) api.Deps {
-	return api.Deps{Sessions: p.co, Reads: st, Guests: p.co, Fleet: st, Images: p.images, Harnesses: p.harnesses,
-		Secrets: p.vault, Profiles: p.profiles, Tasks: p.tasks, TaskReads: st, Logger: log, NewID: newID}
+// APIDeps gives each API router its service (st is the replica's store,
+// which the read-only routers use).
+func (p *Parts) APIDeps(st store.Store, log *slog.Logger) api.Deps {
+	return api.Deps{Sessions: p.Co, Reads: st, Guests: p.Co, Fleet: st, Images: p.Images, Harnesses: p.Harnesses,
+		Secrets: p.Vault, Profiles: p.Profiles, Tasks: p.Tasks, TaskReads: st, Logger: log, NewID: newID}
 }

@@ -58,7 +58,7 @@ type Server struct {
 	cfg    Config
 	st     store.Store
 	log    *slog.Logger
-	parts  parts
+	parts  *Parts
 	link   *hostlink.Server
 	router *hostlink.Router
 	api    *api.Server
@@ -85,22 +85,22 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	hostMux := http.NewServeMux()
 	s.link = hostlink.NewServer(hostlink.ServerConfig{}, hostlink.ServerDeps{
 		Authenticate: func(ctx context.Context, tok string) (domain.HostID, error) {
-			return s.parts.co.AuthenticateHost(ctx, tok)
+			return s.parts.Co.AuthenticateHost(ctx, tok)
 		},
 		Handler: hostMux,
 		Logger:  log,
 	})
 	s.router = hostlink.NewRouter(hostlink.RouterConfig{ReplicaID: cfg.ReplicaID, ClusterSecret: cfg.ClusterSecret},
 		hostlink.RouterDeps{Local: s.link, Lookup: s.lookupHost, Logger: log})
-	p, err := assemble(cfg, deps, s.router, log)
+	p, err := Assemble(cfg, deps, s.router, log)
 	if err != nil {
 		return nil, err
 	}
 	s.parts = p
-	p.co.RouteHostLink(hostMux)
-	p.gateway.RouteHostLink(hostMux)
-	p.tasks.RouteHostLink(hostMux)
-	s.api = api.New(api.Config{Version: cfg.Version, ReplicaID: cfg.ReplicaID, OpenAPI: apidoc.OpenAPI()}, p.apiDeps(deps.Store, log))
+	p.Co.RouteHostLink(hostMux)
+	p.Gateway.RouteHostLink(hostMux)
+	p.Tasks.RouteHostLink(hostMux)
+	s.api = api.New(api.Config{Version: cfg.Version, ReplicaID: cfg.ReplicaID, OpenAPI: apidoc.OpenAPI()}, p.APIDeps(deps.Store, log))
 	s.mux.Handle("/v1/", s.api)
 	s.mux.Handle(hostlink.PathConnect, s.link)
 	s.mux.Handle(hostlink.PathPeerPrefix, s.router.PeerHandler())
@@ -118,7 +118,7 @@ func (s *Server) lookupHost(ctx context.Context, hostID domain.HostID) (string, 
 }
 
 // Coordinator exposes the lifecycle engine (tests and dev use it).
-func (s *Server) Coordinator() *coordinator.Coordinator { return s.parts.co }
+func (s *Server) Coordinator() *coordinator.Coordinator { return s.parts.Co }
 
 // Run serves on ln and runs the coordinator loops until ctx ends, then shuts
 // down and joins everything. Long requests (event streams, waits) see their
@@ -146,9 +146,9 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 			}
 		}()
 	}
-	run(func() error { return s.parts.co.Run(ctx) })
-	run(func() error { return s.parts.images.Run(ctx) })
-	run(func() error { return s.parts.tasks.Run(ctx) })
+	run(func() error { return s.parts.Co.Run(ctx) })
+	run(func() error { return s.parts.Images.Run(ctx) })
+	run(func() error { return s.parts.Tasks.Run(ctx) })
 	run(func() error { return s.link.Run(ctx) })
 	run(func() error {
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
