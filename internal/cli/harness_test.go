@@ -21,7 +21,10 @@ import (
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/harness"
+	"github.com/engrams/engrams/internal/harnessreg"
 	"github.com/engrams/engrams/internal/secret"
+	"github.com/engrams/engrams/internal/secrets"
+	"github.com/engrams/engrams/internal/server"
 	"github.com/engrams/engrams/internal/store"
 	"github.com/engrams/engrams/internal/store/sqlite"
 	"github.com/engrams/engrams/internal/testutil"
@@ -29,7 +32,7 @@ import (
 
 // tokenStore admits clienttest.Token; the API's other store methods are
 // not used by the agent routes.
-type tokenStore struct{ api.Store }
+type tokenStore struct{ api.FleetStore }
 
 func (tokenStore) TokenByHash(_ context.Context, hash string) (domain.Token, error) {
 	if hash == coordinator.HashToken(clienttest.Token) {
@@ -44,7 +47,7 @@ func (tokenStore) TokenByHash(_ context.Context, hash string) (domain.Token, err
 // gh (git, github.com) and oai (OpenAI).
 type agentServer struct {
 	*clienttest.Server
-	co *coordinator.Coordinator
+	p  *server.Parts
 	st store.Store
 }
 
@@ -76,14 +79,16 @@ func newAgentServer(t *testing.T) *agentServer {
 		t.Fatal(err)
 	}
 	t.Cleanup(cs.Close)
-	co, err := coordinator.New(coordinator.Config{ReplicaID: "r1", HarnessWorkDir: t.TempDir()},
-		coordinator.Deps{Store: st, Hosts: noHosts{}, Secrets: sealer, HarnessBuilder: b, HarnessChunks: cs})
+	p, err := server.Assemble(server.Config{ReplicaID: "r1", Harnesses: harnessreg.Config{WorkDir: t.TempDir()}},
+		server.Deps{Store: st, Secrets: sealer, HarnessBuilder: b, HarnessChunks: cs}, noHosts{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(api.New(api.Config{}, api.Deps{Coordinator: co, Store: tokenStore{}}))
+	deps := p.APIDeps(st, nil)
+	deps.Fleet = tokenStore{}
+	ts := httptest.NewServer(api.New(api.Config{}, deps))
 	t.Cleanup(ts.Close)
-	s := &agentServer{Server: &clienttest.Server{URL: ts.URL}, co: co, st: st}
+	s := &agentServer{Server: &clienttest.Server{URL: ts.URL}, p: p, st: st}
 	s.seed(t)
 	return s
 }
@@ -108,10 +113,10 @@ func (s *agentServer) seed(t *testing.T) {
 		Builtin: true, CreatedAt: clienttest.BaseTime()}); err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range []coordinator.SecretRequest{{Name: "ant", Kind: "anthropic_api_key"}, {Name: "oai", Kind: "openai_api_key"},
+	for _, r := range []secrets.SecretRequest{{Name: "ant", Kind: "anthropic_api_key"}, {Name: "oai", Kind: "openai_api_key"},
 		{Name: "gh", Kind: "git_https", Meta: apiv1SecretMeta("x-access-token", "github.com")}} {
 		r.Value = []byte(testSecret)
-		if _, err := s.co.CreateSecret(ctx, r); err != nil {
+		if _, err := s.p.Vault.Create(ctx, r); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -234,7 +239,7 @@ func TestHarnessBuildOnTerminal(t *testing.T) {
 // noHosts is a fleet without hosts: the agent routes never reach one.
 type noHosts struct{}
 
-func (noHosts) Transport(context.Context, string) (http.RoundTripper, error) {
+func (noHosts) Transport(context.Context, domain.HostID) (http.RoundTripper, error) {
 	return nil, errors.New("no hosts in this test")
 }
 

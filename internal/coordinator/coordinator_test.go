@@ -68,7 +68,12 @@ func TestCreateFailures(t *testing.T) {
 		wantReason string
 	}{
 		{name: "no hosts", wantState: domain.SessionDead, wantReason: "no hosts are registered"},
-		{name: "boot fails", setup: func(t *testing.T, e *coordinatortest.Env) { _, h := e.AddHost(t, "a", 2); h.Mu.Lock(); h.FailBoot = true; h.Mu.Unlock() },
+		{name: "boot fails", setup: func(t *testing.T, e *coordinatortest.Env) {
+			_, h := e.AddHost(t, "a", 2)
+			h.Mu.Lock()
+			h.FailBoot = true
+			h.Mu.Unlock()
+		},
 			wantState: domain.SessionDead, wantReason: "kernel panic"},
 		{name: "too big for any host", setup: func(t *testing.T, e *coordinatortest.Env) { e.AddHost(t, "a", 1) },
 			spec: domain.SessionSpec{MemoryMiB: 512}, wantState: domain.SessionDead, wantReason: "256 MiB free, 512 MiB asked"},

@@ -16,6 +16,7 @@ import (
 	"github.com/engrams/engrams/internal/blob/localdir"
 	"github.com/engrams/engrams/internal/chunk"
 	"github.com/engrams/engrams/internal/client"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/harness"
 	"github.com/engrams/engrams/internal/image/imagetest"
 	"github.com/engrams/engrams/internal/modeltest"
@@ -212,7 +213,7 @@ func runAgentTask(t *testing.T, ac agentCase) {
 	if s, err := a.c.Suspend(ctx, cur.SessionID, true); err != nil || s.State != "idle" {
 		t.Fatalf("suspend the task's session: %+v %v", s, err)
 	}
-	checkKeyNotInSnapshot(t, a, cur.SessionID)
+	checkKeyNotInSnapshot(t, a, domain.SessionID(cur.SessionID))
 	before := len(a.model.ModelRequests())
 	sentAt := time.Now()
 	sent, err := a.c.SendTask(ctx, task.ID, "what did you create?")
@@ -319,7 +320,7 @@ echo "found=$found"`
 
 // checkKeyNotInSnapshot restores the session's head snapshot (memory,
 // device state and disk) from its chunks and scans every byte for the key.
-func checkKeyNotInSnapshot(t *testing.T, a *agentEnv, sessionID string) {
+func checkKeyNotInSnapshot(t *testing.T, a *agentEnv, sessionID domain.SessionID) {
 	t.Helper()
 	s, err := a.st.GetSession(context.Background(), sessionID)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/engrams/engrams/internal/api/apiv1"
 	"github.com/engrams/engrams/internal/client"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/server"
 	"github.com/engrams/engrams/internal/store"
 	"github.com/engrams/engrams/internal/testutil"
@@ -176,7 +177,7 @@ func TestCoordinatorKilledBeforeCommit(t *testing.T) {
 func runCoordinatorKilledBeforeCommit(t *testing.T, tt commitCase) {
 	k := newCommitRig(t, tt)
 	k.killBeforeCommit()
-	checkNotCommitted(t, k.st, k.sid, k.snap1)
+	checkNotCommitted(t, k.st, domain.SessionID(k.sid), k.snap1)
 	startCoordinator(t, k.addr, k.database, k.coordLog, k.coordArgs...)
 	k.checkRetried()
 }
@@ -298,7 +299,7 @@ func (k *commitRig) checkRetried() {
 
 // checkNotCommitted fails the test unless the store has no snapshot of
 // the session but snap1, which is still its head.
-func checkNotCommitted(t *testing.T, st store.Store, sid, snap1 string) {
+func checkNotCommitted(t *testing.T, st store.Store, sid domain.SessionID, snap1 string) {
 	t.Helper()
 	ctx := context.Background()
 	rows, err := st.ListSnapshots(ctx, sid)

@@ -239,7 +239,7 @@ func settled(t *testing.T, c *client.Client, id string, d time.Duration) apiv1.S
 // tests every capture follows new writes, so no two may be alike.
 func noDuplicateSnapshots(t *testing.T, st store.Store, s apiv1.Session) []domain.Snapshot {
 	t.Helper()
-	rows, err := st.ListSnapshots(context.Background(), s.ID)
+	rows, err := st.ListSnapshots(context.Background(), domain.SessionID(s.ID))
 	if err != nil {
 		t.Fatalf("list snapshots: %v", err)
 	}

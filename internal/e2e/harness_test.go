@@ -102,14 +102,17 @@ func startReplica(t *testing.T, st store.Store, secret string, co coordinator.Co
 // serveReplica serves a replica on ln until the test ends.
 func serveReplica(t *testing.T, ln net.Listener, st store.Store, secret string, co coordinator.Config) replica {
 	t.Helper()
-	return serveReplicaWith(t, ln, st, secret, co, server.Deps{})
+	return serveReplicaWith(t, ln, st, secret, server.Config{Coordinator: co}, server.Deps{})
 }
 
-// serveReplicaWith is serveReplica with extra collaborators (Images, Secrets).
-func serveReplicaWith(t *testing.T, ln net.Listener, st store.Store, secret string, co coordinator.Config, extra server.Deps) replica {
+// serveReplicaWith is serveReplica with more configuration (the
+// coordinator's, the harness registry's) and extra collaborators (Images,
+// Secrets, the harness builder).
+func serveReplicaWith(t *testing.T, ln net.Listener, st store.Store, secret string, cfg server.Config, extra server.Deps) replica {
 	t.Helper()
 	url := "http://" + ln.Addr().String()
-	srv, err := server.New(server.Config{AdvertiseURL: url, ClusterSecret: secret, Version: "test", Coordinator: co},
+	cfg.AdvertiseURL, cfg.ClusterSecret, cfg.Version = url, secret, "test"
+	srv, err := server.New(cfg,
 		server.Deps{Store: st, Logger: testLogger(t).With("replica", url), Images: extra.Images, Secrets: extra.Secrets,
 			HarnessBuilder: extra.HarnessBuilder, HarnessChunks: extra.HarnessChunks})
 	if err != nil {

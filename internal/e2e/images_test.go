@@ -18,6 +18,7 @@ import (
 	"github.com/engrams/engrams/internal/client"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/harness"
+	"github.com/engrams/engrams/internal/harnessreg"
 	"github.com/engrams/engrams/internal/image"
 	"github.com/engrams/engrams/internal/image/imagetest"
 	"github.com/engrams/engrams/internal/modeltest"
@@ -69,8 +70,9 @@ func startImageEnv(t *testing.T) *imageEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(hc.Close)
-	r := serveReplicaWith(t, ln, st, "", coordinator.Config{HeartbeatInterval: 500 * time.Millisecond, HostLostAfter: 30 * time.Second,
-		HarnessWorkDir: t.TempDir()},
+	r := serveReplicaWith(t, ln, st, "", server.Config{
+		Coordinator: coordinator.Config{HeartbeatInterval: 500 * time.Millisecond, HostLostAfter: 30 * time.Second},
+		Harnesses:   harnessreg.Config{WorkDir: t.TempDir()}},
 		server.Deps{Images: m, Secrets: sealer, HarnessBuilder: hb, HarnessChunks: hc})
 	return &imageEnv{st: st, r: r, c: newClient(r.URL, creds.Token), creds: creds, blobs: blobs, workDir: work}
 }
