@@ -18,8 +18,8 @@ import (
 
 	"github.com/engrams/engrams/api"
 	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/guestapi"
-	"github.com/engrams/engrams/internal/hostlink"
 )
 
 // doc is the part of an OpenAPI document the tests look at.
@@ -313,9 +313,9 @@ func TestSchemasMatchTypes(t *testing.T) {
 		"Token":                reflect.TypeFor[apiv1.Token](),
 		"CreateTokenResponse":  reflect.TypeFor[apiv1.CreateTokenResponse](),
 		"TokenList":            reflect.TypeFor[apiv1.TokenList](),
-		"Facts":                reflect.TypeFor[hostlink.Facts](),
-		"BackendFacts":         reflect.TypeFor[hostlink.BackendFacts](),
-		"Capacity":             reflect.TypeFor[hostlink.Capacity](),
+		"Facts":                reflect.TypeFor[domain.HostFacts](),
+		"BackendFacts":         reflect.TypeFor[domain.BackendFacts](),
+		"Capacity":             reflect.TypeFor[domain.Capacity](),
 		"FileInfo":             reflect.TypeFor[guestapi.FileInfo](),
 		"ExecStart":            reflect.TypeFor[guestapi.ExecStart](),
 		"Control":              reflect.TypeFor[guestapi.Control](),

@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 
-	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/vmm"
 	"github.com/engrams/engrams/internal/vmm/firecracker"
 	"github.com/engrams/engrams/internal/vmm/process"
@@ -21,7 +21,7 @@ import (
 // was considered, with why it was or was not usable (shown in `host get`).
 type backendChoice struct {
 	backend    vmm.Backend
-	considered []hostlink.BackendFacts
+	considered []domain.BackendFacts
 }
 
 // pickBackend chooses the vmm backend: the named one, or for "auto" the
@@ -42,7 +42,7 @@ func pickBackend(ctx context.Context, name, dataDir string, log *slog.Logger) (b
 			ch.considered = append(ch.considered, facts(caps, true, caps.Reason))
 			return ch, nil
 		}
-		ch.considered = append(ch.considered, hostlink.BackendFacts{Name: "firecracker", Usable: false, Reason: err.Error()})
+		ch.considered = append(ch.considered, domain.BackendFacts{Name: "firecracker", Usable: false, Reason: err.Error()})
 		if name == "firecracker" {
 			return ch, fmt.Errorf("firecracker backend: %w", err)
 		}
@@ -56,7 +56,7 @@ func pickBackend(ctx context.Context, name, dataDir string, log *slog.Logger) (b
 			ch.considered = append(ch.considered, facts(caps, true, caps.Reason))
 			return ch, nil
 		}
-		ch.considered = append(ch.considered, hostlink.BackendFacts{Name: "qemu", Usable: false, Reason: err.Error()})
+		ch.considered = append(ch.considered, domain.BackendFacts{Name: "qemu", Usable: false, Reason: err.Error()})
 		if name == "qemu" {
 			return ch, fmt.Errorf("qemu backend: %w", err)
 		}
@@ -72,8 +72,8 @@ func pickBackend(ctx context.Context, name, dataDir string, log *slog.Logger) (b
 	return ch, nil
 }
 
-func facts(c vmm.Capabilities, usable bool, reason string) hostlink.BackendFacts {
-	return hostlink.BackendFacts{Name: c.Name, Version: c.Version, Acceleration: c.Acceleration, Isolation: c.Isolation, RootFS: c.RootFS, Harness: c.Harness, Usable: usable, Reason: reason}
+func facts(c vmm.Capabilities, usable bool, reason string) domain.BackendFacts {
+	return domain.BackendFacts{Name: c.Name, Version: c.Version, Acceleration: c.Acceleration, Isolation: c.Isolation, RootFS: c.RootFS, Harness: c.Harness, Usable: usable, Reason: reason}
 }
 
 // newFirecracker returns the firecracker backend when this machine can run

@@ -13,7 +13,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/domain"
 )
 
 func (a *app) imageCmd() *cobra.Command {
@@ -401,7 +401,7 @@ func (a *app) printImage(w io.Writer, img apiv1.Image) error {
 }
 
 // factsSummary says what a host needs to restore the base snapshot.
-func factsSummary(f *hostlink.Facts) string {
+func factsSummary(f *domain.HostFacts) string {
 	if f == nil {
 		return ""
 	}

@@ -41,11 +41,15 @@ func (c *Coordinator) AuthenticateHost(ctx context.Context, secret string) (doma
 // lifecycle to mux: register and heartbeat. The host id comes from the
 // authenticated link (hostlink.HostIDFrom).
 func (c *Coordinator) RouteHostLink(mux *http.ServeMux) {
-	mux.HandleFunc("POST "+hostlink.PathRegister, c.handleRegister)
-	mux.HandleFunc("POST "+hostlink.PathHeartbeat, c.handleHeartbeat)
+	h := &linkHandlers{c}
+	mux.HandleFunc("POST "+hostlink.PathRegister, h.handleRegister)
+	mux.HandleFunc("POST "+hostlink.PathHeartbeat, h.handleHeartbeat)
 }
 
-func (c *Coordinator) handleRegister(w http.ResponseWriter, r *http.Request) {
+// linkHandlers answer what hosts send about themselves over their link.
+type linkHandlers struct{ *Coordinator }
+
+func (c *linkHandlers) handleRegister(w http.ResponseWriter, r *http.Request) {
 	hostID, _ := hostlink.HostIDFrom(r.Context())
 	var req hostlink.RegisterRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil {
@@ -80,7 +84,7 @@ func (c *Coordinator) handleRegister(w http.ResponseWriter, r *http.Request) {
 	writeLinkJSON(w, hostlink.RegisterResponse{HostID: string(hostID), Owned: owned, HeartbeatInterval: c.cfg.HeartbeatInterval, Lease: c.lease()})
 }
 
-func (c *Coordinator) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
+func (c *linkHandlers) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	hostID, _ := hostlink.HostIDFrom(r.Context())
 	var req hostlink.HeartbeatRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil {
@@ -115,13 +119,7 @@ func (c *Coordinator) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	writeLinkJSON(w, resp)
 }
 
-// owned lists the sessions a host may keep machines for.
-func (c *Coordinator) owned(ctx context.Context, hostID domain.HostID) ([]hostlink.Ownership, error) {
-	ss, err := c.ownedSessions(ctx, hostID)
-	return ownership(ss), err
-}
-
-func (c *Coordinator) ownedSessions(ctx context.Context, hostID domain.HostID) ([]domain.Session, error) {
+func (c *linkHandlers) ownedSessions(ctx context.Context, hostID domain.HostID) ([]domain.Session, error) {
 	ss, err := c.st.ListSessions(ctx, domain.SessionFilter{HostID: hostID, States: vmStates()})
 	if err != nil {
 		return nil, fmt.Errorf("list sessions of host %s: %w", hostID, err)
@@ -139,7 +137,7 @@ func ownership(ss []domain.Session) []hostlink.Ownership {
 
 // recordActivity moves sessions' idle clocks forward from what the host saw
 // (guest requests through it), writing only when it moved by a second.
-func (c *Coordinator) recordActivity(ctx context.Context, ms []hostlink.MachineStatus, ss []domain.Session) {
+func (c *linkHandlers) recordActivity(ctx context.Context, ms []hostlink.MachineStatus, ss []domain.Session) {
 	last := make(map[domain.SessionID]time.Time, len(ss))
 	for _, s := range ss {
 		last[s.ID] = s.LastActivity
@@ -170,7 +168,7 @@ func (c *Coordinator) lease() time.Duration {
 // recoverExited hands Active sessions whose machine the host reports
 // exited (at the epoch the coordinator knows) to recovery. Other states are
 // left to their op: a suspend or delete destroys the machine on purpose.
-func (c *Coordinator) recoverExited(ctx context.Context, hostID domain.HostID, ms []hostlink.MachineStatus, ss []domain.Session) {
+func (c *linkHandlers) recoverExited(ctx context.Context, hostID domain.HostID, ms []hostlink.MachineStatus, ss []domain.Session) {
 	active := make(map[domain.SessionID]int64, len(ss))
 	for _, s := range ss {
 		if s.State == domain.SessionActive {
@@ -199,7 +197,7 @@ func (c *Coordinator) recoverExited(ctx context.Context, hostID domain.HostID, m
 // link; deleting ones to their destroy op; suspending ones to their evict
 // op (the machine may be gone because its snapshot was uploaded: the
 // retried capture gets that snapshot again, or not_found and recovers).
-func (c *Coordinator) recoverMissing(ctx context.Context, hostID domain.HostID, ms []hostlink.MachineStatus, ss []domain.Session) {
+func (c *linkHandlers) recoverMissing(ctx context.Context, hostID domain.HostID, ms []hostlink.MachineStatus, ss []domain.Session) {
 	has := make(map[domain.SessionID]bool, len(ms))
 	for _, m := range ms {
 		has[domain.SessionID(m.SessionID)] = m.State != "exited"

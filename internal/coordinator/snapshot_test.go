@@ -11,7 +11,6 @@ import (
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/coordinator/coordinatortest"
 	"github.com/engrams/engrams/internal/domain"
-	"github.com/engrams/engrams/internal/hostlink"
 )
 
 func activeSession(t *testing.T, e *coordinatortest.Env) domain.Session {
@@ -56,7 +55,7 @@ func TestResumePrefersTheHostCachingTheSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	s = e.Wait(t, s.ID, domain.SessionIdle)
-	capa := hostlink.Capacity{MemoryMiB: 1024, VCPUs: 4, CachedSnapshots: []string{s.HeadSnapshotID}}
+	capa := domain.Capacity{MemoryMiB: 1024, VCPUs: 4, CachedSnapshots: []string{s.HeadSnapshotID}}
 	if _, err := e.St.HostHeartbeat(context.Background(), bID, &capa, time.Now()); err != nil {
 		t.Fatal(err)
 	}

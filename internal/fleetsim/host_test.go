@@ -47,7 +47,7 @@ type world struct {
 	chunks map[string]bool       // blob store: chunk key -> stored
 	states map[string]guestState // snapshot id -> the guest state its "state" chunk holds
 	bad    []string              // invariant violations seen between steps
-	facts  hostlink.Facts
+	facts  domain.HostFacts
 	hostH  http.Handler // the coordinator's HostHandler
 	// sabotage breaks the hosts on purpose (sabotage_test.go); zero: none.
 	sabotage sabotage
@@ -66,7 +66,7 @@ const (
 func newWorld() *world {
 	return &world{
 		byID: map[domain.HostID]*host{}, chunks: map[string]bool{}, states: map[string]guestState{},
-		facts: hostlink.Facts{Arch: "amd64", Backend: hostlink.BackendFacts{Name: "sim", Version: "1", Acceleration: "none"}},
+		facts: domain.HostFacts{Arch: "amd64", Backend: domain.BackendFacts{Name: "sim", Version: "1", Acceleration: "none"}},
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/host/machines"
 	"github.com/engrams/engrams/internal/host/relay"
 	"github.com/engrams/engrams/internal/host/snapshots"
@@ -27,11 +28,11 @@ type Config struct {
 	HeartbeatInterval time.Duration // until the coordinator names one; 0 = 10s
 	// Capacity offered to sessions; zero fields are detected (memory from
 	// /proc/meminfo, vCPUs from runtime.NumCPU). MaxSessions 0 = no limit.
-	Capacity     hostlink.Capacity
+	Capacity     domain.Capacity
 	AgentVersion string
 	// Considered lists every backend cmd/ looked at and why it was or was
 	// not usable; reported in Facts.Available. Empty = only the one in use.
-	Considered []hostlink.BackendFacts
+	Considered []domain.BackendFacts
 	// EpochRetention: the epoch record of a session this host neither runs
 	// nor is told it owns is deleted after this long; 0 = 24h.
 	EpochRetention time.Duration
@@ -117,7 +118,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	a.reg = machines.New(machines.Config{DataDir: cfg.DataDir, Capacity: capacity, EpochRetention: cfg.EpochRetention},
 		machines.Deps{Logger: deps.Logger, Now: deps.Now})
 	a.lease = newLease(cfg.DataDir, deps.Logger, deps.Now, a.reg.Count)
-	facts := func() hostlink.Facts { return hostFacts(cfg, deps.Backend) }
+	facts := func() domain.HostFacts { return hostFacts(cfg, deps.Backend) }
 	a.snaps = snapshots.New(snapshots.Config{DataDir: cfg.DataDir}, snapshots.Deps{
 		Backend: deps.Backend, DiskChunks: deps.DiskChunks, MemoryChunks: deps.MemoryChunks, ChunkCache: deps.ChunkCache,
 		Logger: deps.Logger, Now: deps.Now, Facts: facts, Capacity: a.reg, Lease: a.lease,

@@ -272,7 +272,7 @@ func runAgentWith(t *testing.T, url, dir string, w *world, opt func(*host.Config
 		Name:              "test-host",
 		DataDir:           dir,
 		HeartbeatInterval: time.Hour,
-		Capacity:          hostlink.Capacity{MemoryMiB: 4096, VCPUs: 4},
+		Capacity:          domain.Capacity{MemoryMiB: 4096, VCPUs: 4},
 		AgentVersion:      "v0.0.1-test",
 	}
 	deps := host.Deps{Backend: fakeBackend{w}}

@@ -10,16 +10,16 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/vmm"
 )
 
 // hostFacts describes this host to the coordinator.
-func hostFacts(cfg Config, backend vmm.Backend) hostlink.Facts {
+func hostFacts(cfg Config, backend vmm.Backend) domain.HostFacts {
 	name, _ := os.Hostname()
 	model, flags := cpuInfo()
 	c := backend.Capabilities()
-	bf := hostlink.BackendFacts{
+	bf := domain.BackendFacts{
 		Name:         c.Name,
 		Version:      c.Version,
 		Acceleration: c.Acceleration,
@@ -31,9 +31,9 @@ func hostFacts(cfg Config, backend vmm.Backend) hostlink.Facts {
 	}
 	avail := cfg.Considered
 	if len(avail) == 0 {
-		avail = []hostlink.BackendFacts{bf}
+		avail = []domain.BackendFacts{bf}
 	}
-	return hostlink.Facts{
+	return domain.HostFacts{
 		Hostname:     name,
 		Arch:         runtime.GOARCH,
 		CPUModel:     model,
@@ -82,7 +82,7 @@ func kernelRelease() string {
 }
 
 // detectCapacity fills zero fields of c from this machine.
-func detectCapacity(c hostlink.Capacity) (hostlink.Capacity, error) {
+func detectCapacity(c domain.Capacity) (domain.Capacity, error) {
 	if c.VCPUs <= 0 {
 		c.VCPUs = runtime.NumCPU()
 	}

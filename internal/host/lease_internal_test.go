@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/host/machines"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/vmm"
@@ -94,7 +95,7 @@ func TestLeaseFakeClock(t *testing.T) {
 		defer mu.Unlock()
 		now = t0.Add(d)
 	}
-	a, err := New(Config{CoordinatorURL: "http://c", Token: "t", DataDir: t.TempDir(), Capacity: hostlink.Capacity{MemoryMiB: 1024, VCPUs: 2}},
+	a, err := New(Config{CoordinatorURL: "http://c", Token: "t", DataDir: t.TempDir(), Capacity: domain.Capacity{MemoryMiB: 1024, VCPUs: 2}},
 		Deps{Backend: stubBackend{}, Now: func() time.Time { mu.Lock(); defer mu.Unlock(); return now }})
 	if err != nil {
 		t.Fatal(err)
@@ -160,7 +161,7 @@ func TestLeaseFakeClock(t *testing.T) {
 func TestLeaseUnpausableMachineIsDestroyed(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	a, err := New(Config{CoordinatorURL: "http://c", Token: "t", DataDir: t.TempDir(), Capacity: hostlink.Capacity{MemoryMiB: 1024, VCPUs: 2}},
+	a, err := New(Config{CoordinatorURL: "http://c", Token: "t", DataDir: t.TempDir(), Capacity: domain.Capacity{MemoryMiB: 1024, VCPUs: 2}},
 		Deps{Backend: stubBackend{}, Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)

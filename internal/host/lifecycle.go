@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/internal/chunk"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/host/failure"
 	"github.com/engrams/engrams/internal/host/machines"
 	"github.com/engrams/engrams/internal/host/snapshots"
@@ -45,7 +46,7 @@ type lifecycle struct {
 	log     *slog.Logger
 	now     func() time.Time
 	backend vmm.Backend
-	facts   func() hostlink.Facts
+	facts   func() domain.HostFacts
 	reg     *machines.Registry
 	snaps   *snapshots.Snapshots
 	lease   *lease

@@ -22,6 +22,8 @@ import (
 //   - 4 (2026-11-30): agents: harness bundles in start requests, the model
 //     gateway (PathGateway) and harness event relay (PathHarnessEvents)
 //     from hosts, credential grants in machine specs.
+//     (2026-12-01, same version: MachineSpec no longer carries the credential
+//     grants, which only the coordinator reads; hosts never read them.)
 const Version = 4
 
 // Headers.
@@ -71,14 +73,6 @@ const RoleRootFS = "rootfs"
 // image) a machine has attached; kept and named like RoleRootFS.
 const RoleHarness = "harness"
 
-// Facts, BackendFacts and Capacity are the domain's: hosts report them in
-// register and heartbeat requests as they are.
-type (
-	Facts        = domain.HostFacts
-	BackendFacts = domain.BackendFacts
-	Capacity     = domain.Capacity
-)
-
 // MachineStatus is one machine a host runs.
 type MachineStatus struct {
 	SessionID    string    `json:"session_id"`
@@ -96,10 +90,10 @@ type Ownership struct {
 
 // RegisterRequest is the first thing a host sends on a new connection.
 type RegisterRequest struct {
-	Name     string          `json:"name"`
-	Facts    Facts           `json:"facts"`
-	Capacity Capacity        `json:"capacity"`
-	Machines []MachineStatus `json:"machines"`
+	Name     string           `json:"name"`
+	Facts    domain.HostFacts `json:"facts"`
+	Capacity domain.Capacity  `json:"capacity"`
+	Machines []MachineStatus  `json:"machines"`
 	// Snapshots: as in HeartbeatRequest, so placement knows them from the
 	// moment the host connects.
 	Snapshots []string `json:"snapshots,omitempty"`
@@ -120,7 +114,7 @@ type RegisterResponse struct {
 
 // HeartbeatRequest is sent every HeartbeatInterval.
 type HeartbeatRequest struct {
-	Capacity Capacity        `json:"capacity"`
+	Capacity domain.Capacity `json:"capacity"`
 	Machines []MachineStatus `json:"machines"`
 	// Snapshots lists snapshot ids whose chunks this host holds in its cache
 	// (placement prefers it for their resume); bounded, most recent first.
@@ -215,7 +209,7 @@ type CaptureRequest struct {
 type CaptureResponse struct {
 	SnapshotID string           `json:"snapshot_id"`
 	Manifests  json.RawMessage  `json:"manifests"` // role -> chunk manifest, RoleRootFS included
-	Facts      Facts            `json:"facts"`     // restore compatibility
+	Facts      domain.HostFacts `json:"facts"`     // restore compatibility
 	Bytes      int64            `json:"bytes"`
 	Uploaded   int64            `json:"uploaded"`
 	OutputTail string           `json:"output_tail,omitempty"` // the warm-up's last output
@@ -234,12 +228,12 @@ type SnapshotRequest struct {
 
 // SnapshotResponse describes what was uploaded; the coordinator commits it.
 type SnapshotResponse struct {
-	SnapshotID string          `json:"snapshot_id"`
-	Manifests  json.RawMessage `json:"manifests"` // role -> chunk manifest
-	Facts      Facts           `json:"facts"`     // restore compatibility
-	Bytes      int64           `json:"bytes"`
-	Uploaded   int64           `json:"uploaded"`
-	OutboxSeq  int64           `json:"outbox_seq"` // highest outbox item the guest had applied
+	SnapshotID string           `json:"snapshot_id"`
+	Manifests  json.RawMessage  `json:"manifests"` // role -> chunk manifest
+	Facts      domain.HostFacts `json:"facts"`     // restore compatibility
+	Bytes      int64            `json:"bytes"`
+	Uploaded   int64            `json:"uploaded"`
+	OutboxSeq  int64            `json:"outbox_seq"` // highest outbox item the guest had applied
 	// HarnessSeq is the last harness event the guest had written when it
 	// was quiesced; nil for a machine without a harness (unknown).
 	HarnessSeq *int64 `json:"harness_seq,omitempty"`

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/domain"
 )
 
 // Routes (Go 1.22 ServeMux patterns).
@@ -192,14 +192,14 @@ type Event struct {
 
 // Host is a host as the API shows it.
 type Host struct {
-	ID            string            `json:"id"`
-	Name          string            `json:"name"`
-	State         string            `json:"state"` // ready, draining, lost, or "new" before it first connects
-	Facts         hostlink.Facts    `json:"facts"`
-	Capacity      hostlink.Capacity `json:"capacity"`
-	ReplicaID     string            `json:"replica_id,omitempty"`
-	LastHeartbeat time.Time         `json:"last_heartbeat"`
-	CreatedAt     time.Time         `json:"created_at"`
+	ID            string           `json:"id"`
+	Name          string           `json:"name"`
+	State         string           `json:"state"` // ready, draining, lost, or "new" before it first connects
+	Facts         domain.HostFacts `json:"facts"`
+	Capacity      domain.Capacity  `json:"capacity"`
+	ReplicaID     string           `json:"replica_id,omitempty"`
+	LastHeartbeat time.Time        `json:"last_heartbeat"`
+	CreatedAt     time.Time        `json:"created_at"`
 }
 
 // HostList answers RouteListHosts.
@@ -280,19 +280,19 @@ const (
 
 // Image is an enabled OCI image.
 type Image struct {
-	ID             string          `json:"id"`
-	Name           string          `json:"name"`
-	Ref            string          `json:"ref"`
-	Digest         string          `json:"digest,omitempty"`
-	State          string          `json:"state"` // ImageState*
-	Config         ImageConfig     `json:"config"`
-	Credentials    string          `json:"credentials,omitempty"` // "user@registry" or "token@registry"; the secret is never shown
-	BaseSnapshotID string          `json:"base_snapshot_id,omitempty"`
-	Facts          *hostlink.Facts `json:"facts,omitempty"`       // host the base snapshot was captured on: sessions restore only on compatible hosts
-	ReadyHosts     []string        `json:"ready_hosts,omitempty"` // hosts holding every chunk of the base snapshot
-	LastJob        *ImageJob       `json:"last_job,omitempty"`
-	CreatedAt      time.Time       `json:"created_at"`
-	UpdatedAt      time.Time       `json:"updated_at"`
+	ID             string            `json:"id"`
+	Name           string            `json:"name"`
+	Ref            string            `json:"ref"`
+	Digest         string            `json:"digest,omitempty"`
+	State          string            `json:"state"` // ImageState*
+	Config         ImageConfig       `json:"config"`
+	Credentials    string            `json:"credentials,omitempty"` // "user@registry" or "token@registry"; the secret is never shown
+	BaseSnapshotID string            `json:"base_snapshot_id,omitempty"`
+	Facts          *domain.HostFacts `json:"facts,omitempty"`       // host the base snapshot was captured on: sessions restore only on compatible hosts
+	ReadyHosts     []string          `json:"ready_hosts,omitempty"` // hosts holding every chunk of the base snapshot
+	LastJob        *ImageJob         `json:"last_job,omitempty"`
+	CreatedAt      time.Time         `json:"created_at"`
+	UpdatedAt      time.Time         `json:"updated_at"`
 }
 
 // ImageConfig is how sessions of an image run.

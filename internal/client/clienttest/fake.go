@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/hostlink"
 )
@@ -90,16 +91,16 @@ func NewServer(t testing.TB) *Server {
 	}
 	s.hosts = append(s.hosts, &apiv1.Host{
 		ID: "h1", Name: "kvm-1", State: "ready",
-		Facts: hostlink.Facts{
+		Facts: domain.HostFacts{
 			Hostname: "kvm-1", Arch: "amd64", Kernel: "6.1.0", AgentVersion: "v0.1.0",
-			Backend: hostlink.BackendFacts{Name: "qemu", Version: "7.2", Acceleration: "tcg", Usable: true, Isolation: true,
+			Backend: domain.BackendFacts{Name: "qemu", Version: "7.2", Acceleration: "tcg", Usable: true, Isolation: true,
 				Reason: "firecracker: no binary; qemu: /dev/kvm unusable, TCG works"},
-			Available: []hostlink.BackendFacts{
+			Available: []domain.BackendFacts{
 				{Name: "firecracker", Acceleration: "kvm", Isolation: true, Reason: "firecracker binary not found"},
 				{Name: "qemu", Version: "7.2", Acceleration: "tcg", Isolation: true, Usable: true},
 			},
 		},
-		Capacity:      hostlink.Capacity{MemoryMiB: 8192, VCPUs: 4, MaxSessions: 10, Sessions: 2},
+		Capacity:      domain.Capacity{MemoryMiB: 8192, VCPUs: 4, MaxSessions: 10, Sessions: 2},
 		LastHeartbeat: BaseTime().Add(-5 * time.Second),
 		CreatedAt:     BaseTime(),
 	})

@@ -10,7 +10,6 @@ import (
 
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/domain"
-	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/store"
 	"github.com/engrams/engrams/internal/store/sqlite"
 )
@@ -93,7 +92,7 @@ func (f *Fleet) Add(t testing.TB, st store.Store, name string, n int, hf domain.
 			Hash: coordinator.HashToken("secret-" + name), CreatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	capa := hostlink.Capacity{MemoryMiB: 256 * n, VCPUs: n}
+	capa := domain.Capacity{MemoryMiB: 256 * n, VCPUs: n}
 	if err := st.RegisterHost(ctx, domain.Host{ID: id, Name: name, Facts: hf, Capacity: capa, ReplicaID: "r1",
 		LastHeartbeat: time.Now(), ConnectedAt: time.Now()}); err != nil {
 		t.Fatal(err)

@@ -66,7 +66,7 @@ func (h *FakeHost) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	epoch, _ := strconv.ParseInt(r.Header.Get(hostlink.HeaderEpoch), 10, 64)
 	if epoch < h.epochs[id] {
 		w.WriteHeader(http.StatusConflict)
-		_ = json.NewEncoder(w).Encode(hostlink.ErrorBody{Code: "stale_epoch", Error: "stale"})
+		_ = json.NewEncoder(w).Encode(hostlink.ErrorBody{Code: hostlink.CodeStaleEpoch, Error: "stale"})
 		return
 	}
 	h.epochs[id] = epoch
@@ -91,7 +91,7 @@ func (h *FakeHost) start(w http.ResponseWriter, r *http.Request, id string, epoc
 	switch {
 	case h.Full:
 		w.WriteHeader(http.StatusConflict)
-		_ = json.NewEncoder(w).Encode(hostlink.ErrorBody{Code: "capacity", Error: "no room"})
+		_ = json.NewEncoder(w).Encode(hostlink.ErrorBody{Code: hostlink.CodeCapacity, Error: "no room"})
 		return
 	case h.FailBoot:
 		w.WriteHeader(http.StatusInternalServerError)
@@ -99,7 +99,7 @@ func (h *FakeHost) start(w http.ResponseWriter, r *http.Request, id string, epoc
 		return
 	case req.Restore != nil && h.Corrupt:
 		w.WriteHeader(http.StatusUnprocessableEntity)
-		_ = json.NewEncoder(w).Encode(hostlink.ErrorBody{Code: "snapshot_corrupt", Error: "chunk 3 hash mismatch"})
+		_ = json.NewEncoder(w).Encode(hostlink.ErrorBody{Code: hostlink.CodeSnapshotCorrupt, Error: "chunk 3 hash mismatch"})
 		return
 	}
 	h.machines[id] = epoch
@@ -118,7 +118,7 @@ func (h *FakeHost) snapshot(w http.ResponseWriter, r *http.Request, id string) {
 	_ = json.NewDecoder(r.Body).Decode(&req)
 	if _, ok := h.machines[id]; !ok {
 		w.WriteHeader(http.StatusNotFound)
-		_ = json.NewEncoder(w).Encode(hostlink.ErrorBody{Code: "not_found", Error: "no machine"})
+		_ = json.NewEncoder(w).Encode(hostlink.ErrorBody{Code: hostlink.CodeNotFound, Error: "no machine"})
 		return
 	}
 	h.snaps.mu.Lock()
@@ -149,7 +149,7 @@ func (h *FakeHost) outbox(w http.ResponseWriter, r *http.Request, id string) {
 	_ = json.NewEncoder(w).Encode(hostlink.OutboxApplied{Applied: h.applied[id]})
 }
 
-var TestFacts = hostlink.Facts{Arch: "amd64", Backend: hostlink.BackendFacts{Name: "fake", Version: "1", Acceleration: "none", RootFS: true, Harness: true}}
+var TestFacts = domain.HostFacts{Arch: "amd64", Backend: domain.BackendFacts{Name: "fake", Version: "1", Acceleration: "none", RootFS: true, Harness: true}}
 
 func (h *FakeHost) Running(id domain.SessionID) bool {
 	h.Mu.Lock()

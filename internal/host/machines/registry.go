@@ -18,7 +18,7 @@ import (
 type Config struct {
 	DataDir string // machines/ and epochs/ live under it
 	// Capacity is what machines and reservations count against.
-	Capacity hostlink.Capacity
+	Capacity domain.Capacity
 	// EpochRetention: the epoch record of a session this host neither runs
 	// nor is told it owns is deleted after this long; 0 = 24h.
 	EpochRetention time.Duration
@@ -228,7 +228,7 @@ func (r *Registry) AdoptEpoch(mc *Machine, epoch int64) error {
 }
 
 // State is the capacity in use and the machines, for the coordinator.
-func (r *Registry) State() (hostlink.Capacity, []hostlink.MachineStatus) {
+func (r *Registry) State() (domain.Capacity, []hostlink.MachineStatus) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	c := r.cfg.Capacity

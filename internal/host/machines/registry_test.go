@@ -37,7 +37,7 @@ func TestFenceAcrossRestart(t *testing.T) {
 // overcommit and the session limit, and are released.
 func TestReserve(t *testing.T) {
 	t.Parallel()
-	capacity := hostlink.Capacity{MemoryMiB: 1024, VCPUs: 1, MaxSessions: 2}
+	capacity := domain.Capacity{MemoryMiB: 1024, VCPUs: 1, MaxSessions: 2}
 	tests := []struct {
 		name    string
 		held    []hostlink.MachineSpec

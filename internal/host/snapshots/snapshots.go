@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/internal/chunk"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/host/keyed"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/vmm"
@@ -36,9 +37,9 @@ type Deps struct {
 	ChunkCache ChunkCache
 	Logger     *slog.Logger
 	Now        func() time.Time
-	Facts      func() hostlink.Facts // this host, for the answers
-	Capacity   Reserver              // image capture machines reserve capacity
-	Lease      Lease                 // image captures run only within it
+	Facts      func() domain.HostFacts // this host, for the answers
+	Capacity   Reserver                // image capture machines reserve capacity
+	Lease      Lease                   // image captures run only within it
 }
 
 // ChunkStore is what snapshots need of a chunk store; *chunk.Store
