@@ -17,7 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/engrams/engrams/api"
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/hostlink"
 )
@@ -71,7 +71,7 @@ func load(t *testing.T) doc {
 // a route added there without a matching operation here fails the test.
 func sourceRoutes(t *testing.T) map[string]string {
 	t.Helper()
-	dir := filepath.Join("..", "internal", "api", "apiv1")
+	dir := "apiv1"
 	fset := token.NewFileSet()
 	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil {

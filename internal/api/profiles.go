@@ -3,7 +3,7 @@ package api
 import (
 	"net/http"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/coordinator"
 )
 

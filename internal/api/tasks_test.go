@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/api"
-	"github.com/engrams/engrams/internal/api/apiv1"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/store"
 	"github.com/engrams/engrams/internal/store/sqlite"

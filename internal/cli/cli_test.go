@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/cli"
 	"github.com/engrams/engrams/internal/client"
 	"github.com/engrams/engrams/internal/client/clienttest"

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/api"
-	"github.com/engrams/engrams/internal/api/apiv1"
 	"github.com/engrams/engrams/internal/blob/localdir"
 	"github.com/engrams/engrams/internal/chunk"
 	"github.com/engrams/engrams/internal/cli"

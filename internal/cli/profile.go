@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 )
 
 func (a *app) profileCmd() *cobra.Command {

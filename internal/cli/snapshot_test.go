@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/client"
 	"github.com/engrams/engrams/internal/client/clienttest"
 )

@@ -6,7 +6,7 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 )
 
 // Version returns the server's version and protocol versions.

@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 )
 
 // Client calls the public API of one coordinator. It is safe for concurrent

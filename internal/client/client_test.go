@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/client"
 	"github.com/engrams/engrams/internal/client/clienttest"
 	"github.com/engrams/engrams/internal/guestapi"

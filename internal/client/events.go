@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 )
 
 // errStreamClosed is a followed event stream that ended without an end

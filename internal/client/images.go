@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 )
 
 // EnableImage enables an OCI image and returns at once with the image and

@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 )
 
 // StartTask starts an agent on a prompt from a profile. It returns once the

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/lifecycle"
 	"github.com/engrams/engrams/internal/store"

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	msqlite "modernc.org/sqlite"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/client"
 	"github.com/engrams/engrams/internal/server"
 	"github.com/engrams/engrams/internal/store"

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/coordinator"
 )
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/blob/localdir"
 	"github.com/engrams/engrams/internal/chunk"
 	"github.com/engrams/engrams/internal/harness"

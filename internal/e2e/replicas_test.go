@@ -6,7 +6,7 @@ import (
 	"io"
 	"testing"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/testutil"
 )

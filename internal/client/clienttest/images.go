@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 )
 
 // ImageDigest is the digest every image the fake enables resolves to.
