@@ -167,7 +167,7 @@ func imageOut(v coordinator.ImageView) apiv1.Image {
 			Warmup: cfg.Warmup, WarmupTimeoutS: cfg.WarmupTimeoutS, WarmupStallS: cfg.WarmupStallS,
 			Libc: cfg.Libc, User: cfg.User, Entrypoint: cfg.Entrypoint,
 		},
-		Credentials: v.Credential, BaseSnapshotID: img.BaseID, Facts: v.Facts, ReadyHosts: v.ReadyHosts,
+		Credentials: v.Credential, BaseSnapshotID: img.BaseID, Facts: hostFactsOut(v.Facts), ReadyHosts: v.ReadyHosts,
 		CreatedAt: img.CreatedAt, UpdatedAt: img.UpdatedAt,
 	}
 	if v.LastJob != nil {

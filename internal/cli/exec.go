@@ -10,8 +10,8 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/client"
-	"github.com/engrams/engrams/internal/guestapi"
 )
 
 func isTerminal(fd int) bool { return term.IsTerminal(fd) }
@@ -69,7 +69,7 @@ after --) is the command.`,
 			if timeout < 0 {
 				return usageError{errors.New("--timeout must not be negative")}
 			}
-			start := guestapi.ExecStart{Argv: argv, Env: e, Dir: workdir, TimeoutMS: timeout.Milliseconds(), TTY: tty}
+			start := apiv1.ExecStart{Argv: argv, Env: e, Dir: workdir, TimeoutMS: timeout.Milliseconds(), TTY: tty}
 			return a.runExec(cmd, id, start, interactive)
 		},
 	}
@@ -83,7 +83,7 @@ after --) is the command.`,
 	return cmd
 }
 
-func (a *app) runExec(cmd *cobra.Command, id string, start guestapi.ExecStart, interactive bool) error {
+func (a *app) runExec(cmd *cobra.Command, id string, start apiv1.ExecStart, interactive bool) error {
 	c, err := a.client()
 	if err != nil {
 		return err

@@ -7,7 +7,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/engrams/engrams/api/apiv1"
-	"github.com/engrams/engrams/internal/hostlink"
 )
 
 func (a *app) hostCmd() *cobra.Command {
@@ -22,7 +21,7 @@ VM backend it uses, and runs the sessions placed on it.`)
 }
 
 // sessionsUsed shows running sessions, and the limit when there is one.
-func sessionsUsed(c hostlink.Capacity) string {
+func sessionsUsed(c apiv1.Capacity) string {
 	if c.MaxSessions <= 0 {
 		return fmt.Sprintf("%d", c.Sessions)
 	}
@@ -106,7 +105,7 @@ func cachedSnapshots(ids []string) string {
 	return fmt.Sprintf("%s and %d more", strings.Join(ids[:show], ", "), len(ids)-show)
 }
 
-func isolation(b hostlink.BackendFacts) string {
+func isolation(b apiv1.BackendFacts) string {
 	if b.Isolation {
 		return "isolated"
 	}

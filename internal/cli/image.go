@@ -13,7 +13,6 @@ import (
 	"golang.org/x/term"
 
 	"github.com/engrams/engrams/api/apiv1"
-	"github.com/engrams/engrams/internal/hostlink"
 )
 
 func (a *app) imageCmd() *cobra.Command {
@@ -401,7 +400,7 @@ func (a *app) printImage(w io.Writer, img apiv1.Image) error {
 }
 
 // factsSummary says what a host needs to restore the base snapshot.
-func factsSummary(f *hostlink.Facts) string {
+func factsSummary(f *apiv1.HostFacts) string {
 	if f == nil {
 		return ""
 	}

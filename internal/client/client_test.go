@@ -132,7 +132,7 @@ func TestErrors(t *testing.T) {
 			"is `engrams dev` running? set --url or ENGRAMS_URL"},
 		{"unreachable exec ws", client.New(deadURL, ""),
 			func(ctx context.Context, c *client.Client) error {
-				_, err := c.ExecWS(ctx, "s1", guestapi.ExecStart{Argv: []string{"true"}}, nil, nil, nil, nil)
+				_, err := c.ExecWS(ctx, "s1", apiv1.ExecStart{Argv: []string{"true"}}, nil, nil, nil, nil)
 				return err
 			},
 			func(err error) bool { var u *client.UnreachableError; return errors.As(err, &u) }, "engrams dev"},
@@ -221,21 +221,21 @@ func TestExecWS(t *testing.T) {
 	signals <- "SIGINT"
 	tests := []struct {
 		name           string
-		start          guestapi.ExecStart
+		start          apiv1.ExecStart
 		io             client.ExecIO
 		stdout, stderr string
-		exit           guestapi.Control
+		exit           apiv1.ExecControl
 	}{
-		{"output", guestapi.ExecStart{Argv: []string{"echo", "hi"}}, client.ExecIO{}, "hi\n", "", guestapi.Control{Type: "exit"}},
-		{"stderr apart", guestapi.ExecStart{Argv: []string{"err", "bad"}}, client.ExecIO{}, "", "bad\n", guestapi.Control{Type: "exit"}},
-		{"exit code", guestapi.ExecStart{Argv: []string{"exit", "3"}}, client.ExecIO{}, "bye\n", "", guestapi.Control{Type: "exit", ExitCode: 3}},
-		{"stdin", guestapi.ExecStart{Argv: []string{"cat"}}, client.ExecIO{Stdin: strings.NewReader("typed\n")}, "typed\n", "", guestapi.Control{Type: "exit"}},
-		{"no stdin", guestapi.ExecStart{Argv: []string{"cat"}}, client.ExecIO{}, "", "", guestapi.Control{Type: "exit"}},
-		{"tty resize", guestapi.ExecStart{Argv: []string{"tty"}, TTY: true, Rows: 24, Cols: 80}, client.ExecIO{Resize: resized},
-			"tty=true rows=24 cols=80\nresize 50 132\n", "", guestapi.Control{Type: "exit"}},
-		{"signal", guestapi.ExecStart{Argv: []string{"wait-signal"}}, client.ExecIO{Signal: signals}, "got SIGINT\n", "", guestapi.Control{Type: "exit", ExitCode: 130}},
-		{"timeout", guestapi.ExecStart{Argv: []string{"timeout"}}, client.ExecIO{}, "working\n", "",
-			guestapi.Control{Type: "exit", ExitCode: -1, Error: "timed out", TimedOut: true}},
+		{"output", apiv1.ExecStart{Argv: []string{"echo", "hi"}}, client.ExecIO{}, "hi\n", "", apiv1.ExecControl{Type: "exit"}},
+		{"stderr apart", apiv1.ExecStart{Argv: []string{"err", "bad"}}, client.ExecIO{}, "", "bad\n", apiv1.ExecControl{Type: "exit"}},
+		{"exit code", apiv1.ExecStart{Argv: []string{"exit", "3"}}, client.ExecIO{}, "bye\n", "", apiv1.ExecControl{Type: "exit", ExitCode: 3}},
+		{"stdin", apiv1.ExecStart{Argv: []string{"cat"}}, client.ExecIO{Stdin: strings.NewReader("typed\n")}, "typed\n", "", apiv1.ExecControl{Type: "exit"}},
+		{"no stdin", apiv1.ExecStart{Argv: []string{"cat"}}, client.ExecIO{}, "", "", apiv1.ExecControl{Type: "exit"}},
+		{"tty resize", apiv1.ExecStart{Argv: []string{"tty"}, TTY: true, Rows: 24, Cols: 80}, client.ExecIO{Resize: resized},
+			"tty=true rows=24 cols=80\nresize 50 132\n", "", apiv1.ExecControl{Type: "exit"}},
+		{"signal", apiv1.ExecStart{Argv: []string{"wait-signal"}}, client.ExecIO{Signal: signals}, "got SIGINT\n", "", apiv1.ExecControl{Type: "exit", ExitCode: 130}},
+		{"timeout", apiv1.ExecStart{Argv: []string{"timeout"}}, client.ExecIO{}, "working\n", "",
+			apiv1.ExecControl{Type: "exit", ExitCode: -1, Error: "timed out", TimedOut: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -255,14 +255,14 @@ func TestExecWS(t *testing.T) {
 	t.Run("plain ExecWS", func(t *testing.T) {
 		t.Parallel()
 		var out bytes.Buffer
-		exit, err := c.ExecWS(t.Context(), s.ID, guestapi.ExecStart{Argv: []string{"cat"}}, strings.NewReader("abc"), &out, io.Discard, nil)
+		exit, err := c.ExecWS(t.Context(), s.ID, apiv1.ExecStart{Argv: []string{"cat"}}, strings.NewReader("abc"), &out, io.Discard, nil)
 		if err != nil || exit.ExitCode != 0 || out.String() != "abc" {
 			t.Errorf("ExecWS = %+v, %v, %q", exit, err, out.String())
 		}
 	})
 	t.Run("unknown session", func(t *testing.T) {
 		t.Parallel()
-		_, err := c.ExecWS(t.Context(), "nope", guestapi.ExecStart{Argv: []string{"echo"}}, nil, nil, nil, nil)
+		_, err := c.ExecWS(t.Context(), "nope", apiv1.ExecStart{Argv: []string{"echo"}}, nil, nil, nil, nil)
 		if !client.IsNotFound(err) {
 			t.Errorf("err = %v, want not found", err)
 		}

@@ -14,7 +14,6 @@ import (
 	"strconv"
 
 	"github.com/engrams/engrams/api/apiv1"
-	"github.com/engrams/engrams/internal/guestapi"
 )
 
 // CreateSession creates a session. With wait it returns when the session is
@@ -162,15 +161,15 @@ func (c *Client) PutFile(ctx context.Context, id, path string, mode fs.FileMode,
 }
 
 // ListFiles lists the directory path in session id.
-func (c *Client) ListFiles(ctx context.Context, id, path string) ([]guestapi.FileInfo, error) {
-	var l []guestapi.FileInfo
+func (c *Client) ListFiles(ctx context.Context, id, path string) ([]apiv1.FileInfo, error) {
+	var l []apiv1.FileInfo
 	err := c.call(ctx, http.MethodGet, routePath(apiv1.RouteFileList, id), url.Values{"path": {path}}, nil, &l)
 	return l, err
 }
 
 // StatFile describes path in session id.
-func (c *Client) StatFile(ctx context.Context, id, path string) (guestapi.FileInfo, error) {
-	var fi guestapi.FileInfo
+func (c *Client) StatFile(ctx context.Context, id, path string) (apiv1.FileInfo, error) {
+	var fi apiv1.FileInfo
 	err := c.call(ctx, http.MethodGet, routePath(apiv1.RouteFileStat, id), url.Values{"path": {path}}, nil, &fi)
 	return fi, err
 }

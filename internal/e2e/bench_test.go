@@ -131,7 +131,7 @@ func benchExec(t *testing.T, c *client.Client, id, sock string) [][]string {
 	var viaWS, directWS []time.Duration
 	for range 200 {
 		t0 := time.Now()
-		if ctl, err := c.ExecWS(ctx, id, guestapi.ExecStart{Argv: []string{"true"}}, nil, io.Discard, io.Discard, nil); err != nil || ctl.ExitCode != 0 {
+		if ctl, err := c.ExecWS(ctx, id, apiv1.ExecStart{Argv: []string{"true"}}, nil, io.Discard, io.Discard, nil); err != nil || ctl.ExitCode != 0 {
 			t.Fatalf("exec ws: %+v %v", ctl, err)
 		}
 		viaWS = append(viaWS, time.Since(t0))

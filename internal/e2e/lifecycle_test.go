@@ -14,7 +14,6 @@ import (
 	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/client"
 	"github.com/engrams/engrams/internal/coordinator"
-	"github.com/engrams/engrams/internal/guestapi"
 )
 
 // TestSessionEndToEnd walks one session through the whole path on SQLite:
@@ -43,7 +42,7 @@ func TestSessionEndToEnd(t *testing.T) {
 	}
 
 	out.Reset()
-	ctl, err := c.ExecWS(ctx, s.ID, guestapi.ExecStart{Argv: []string{"sh", "-c", "tr a-z A-Z"}, Stdin: true}, strings.NewReader("piped\n"), &out, io.Discard, nil)
+	ctl, err := c.ExecWS(ctx, s.ID, apiv1.ExecStart{Argv: []string{"sh", "-c", "tr a-z A-Z"}, Stdin: true}, strings.NewReader("piped\n"), &out, io.Discard, nil)
 	if err != nil || ctl.ExitCode != 0 || out.String() != "PIPED\n" {
 		t.Fatalf("exec ws = %+v, %v, %q", ctl, err, out.String())
 	}

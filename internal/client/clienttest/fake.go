@@ -90,16 +90,16 @@ func NewServer(t testing.TB) *Server {
 	}
 	s.hosts = append(s.hosts, &apiv1.Host{
 		ID: "h1", Name: "kvm-1", State: "ready",
-		Facts: hostlink.Facts{
+		Facts: apiv1.HostFacts{
 			Hostname: "kvm-1", Arch: "amd64", Kernel: "6.1.0", AgentVersion: "v0.1.0",
-			Backend: hostlink.BackendFacts{Name: "qemu", Version: "7.2", Acceleration: "tcg", Usable: true, Isolation: true,
+			Backend: apiv1.BackendFacts{Name: "qemu", Version: "7.2", Acceleration: "tcg", Usable: true, Isolation: true,
 				Reason: "firecracker: no binary; qemu: /dev/kvm unusable, TCG works"},
-			Available: []hostlink.BackendFacts{
+			Available: []apiv1.BackendFacts{
 				{Name: "firecracker", Acceleration: "kvm", Isolation: true, Reason: "firecracker binary not found"},
 				{Name: "qemu", Version: "7.2", Acceleration: "tcg", Isolation: true, Usable: true},
 			},
 		},
-		Capacity:      hostlink.Capacity{MemoryMiB: 8192, VCPUs: 4, MaxSessions: 10, Sessions: 2},
+		Capacity:      apiv1.Capacity{MemoryMiB: 8192, VCPUs: 4, MaxSessions: 10, Sessions: 2},
 		LastHeartbeat: BaseTime().Add(-5 * time.Second),
 		CreatedAt:     BaseTime(),
 	})
@@ -348,9 +348,9 @@ func (s *Server) filePut(w http.ResponseWriter, r *http.Request, id string) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) info(p string, f file) guestapi.FileInfo {
+func (s *Server) info(p string, f file) apiv1.FileInfo {
 	m, _ := strconv.ParseUint(f.mode, 8, 32)
-	return guestapi.FileInfo{Name: path.Base(p), Path: p, Size: int64(len(f.data)), Mode: fmt.Sprintf("%v", modeString(uint32(m))), ModTime: BaseTime().Format(time.RFC3339)}
+	return apiv1.FileInfo{Name: path.Base(p), Path: p, Size: int64(len(f.data)), Mode: fmt.Sprintf("%v", modeString(uint32(m))), ModTime: BaseTime().Format(time.RFC3339)}
 }
 
 func modeString(m uint32) string {
@@ -370,13 +370,13 @@ func (s *Server) fileList(w http.ResponseWriter, r *http.Request, id string) {
 	dir := path.Clean(r.URL.Query().Get("path"))
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := []guestapi.FileInfo{}
+	out := []apiv1.FileInfo{}
 	for p, f := range s.files[id] {
 		if path.Dir(p) == dir {
 			out = append(out, s.info(p, f))
 		}
 	}
-	slices.SortFunc(out, func(a, b guestapi.FileInfo) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b apiv1.FileInfo) int { return strings.Compare(a.Name, b.Name) })
 	writeJSON(w, 200, out)
 }
 
