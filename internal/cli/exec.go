@@ -11,7 +11,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/engrams/engrams/api/apiv1"
-	"github.com/engrams/engrams/internal/client"
+	"github.com/engrams/engrams/client"
 )
 
 func isTerminal(fd int) bool { return term.IsTerminal(fd) }

@@ -17,7 +17,7 @@ import (
 	"github.com/engrams/engrams/internal/blob/localdir"
 	"github.com/engrams/engrams/internal/chunk"
 	"github.com/engrams/engrams/internal/cli"
-	"github.com/engrams/engrams/internal/client/clienttest"
+	"github.com/engrams/engrams/internal/clienttest"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/harness"
 	"github.com/engrams/engrams/internal/secret"

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/api/apiv1"
-	"github.com/engrams/engrams/internal/client"
-	"github.com/engrams/engrams/internal/client/clienttest"
+	"github.com/engrams/engrams/client"
+	"github.com/engrams/engrams/internal/clienttest"
 )
 
 const webRef = "registry.example.com/team/web:1.4"

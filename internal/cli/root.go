@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/engrams/engrams/internal/client"
+	"github.com/engrams/engrams/client"
 )
 
 // Options are what NewRoot needs from its surroundings; every

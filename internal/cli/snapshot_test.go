@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/engrams/engrams/api/apiv1"
-	"github.com/engrams/engrams/internal/client"
-	"github.com/engrams/engrams/internal/client/clienttest"
+	"github.com/engrams/engrams/client"
+	"github.com/engrams/engrams/internal/clienttest"
 )
 
 // newSnapServer returns a fake holding s1 (active, snapshot snap1, outbox

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/api/apiv1"
-	"github.com/engrams/engrams/internal/client/clienttest"
+	"github.com/engrams/engrams/internal/clienttest"
 )
 
 // taskFakeAPI serves the task routes from memory. A task's GET reports

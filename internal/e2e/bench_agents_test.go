@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/api/apiv1"
-	"github.com/engrams/engrams/internal/client"
+	"github.com/engrams/engrams/client"
 	"github.com/engrams/engrams/internal/harness"
 	"github.com/engrams/engrams/internal/modeltest"
 )

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/api/apiv1"
-	"github.com/engrams/engrams/internal/client"
+	"github.com/engrams/engrams/client"
 	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/server"
 )

@@ -23,8 +23,8 @@ import (
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
 	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/client"
 	"github.com/engrams/engrams/internal/chunk"
-	"github.com/engrams/engrams/internal/client"
 	"github.com/engrams/engrams/internal/store"
 	"github.com/engrams/engrams/internal/vmm/qemu"
 )

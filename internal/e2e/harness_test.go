@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/client"
+	"github.com/engrams/engrams/client"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/host"
 	"github.com/engrams/engrams/internal/server"

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/api/apiv1"
-	"github.com/engrams/engrams/internal/client"
-	"github.com/engrams/engrams/internal/client/clienttest"
+	"github.com/engrams/engrams/client"
+	"github.com/engrams/engrams/internal/clienttest"
 	"github.com/engrams/engrams/internal/guestapi"
 )
 
