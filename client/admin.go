@@ -30,49 +30,61 @@ func (c *Client) OpenAPI(ctx context.Context) ([]byte, error) {
 	return b, nil
 }
 
-// ListHosts lists hosts.
-func (c *Client) ListHosts(ctx context.Context) ([]apiv1.Host, error) {
+// HostClient calls the host routes. Client.Hosts returns one.
+type HostClient struct{ c *Client }
+
+// Hosts returns the client of the host routes.
+func (c *Client) Hosts() HostClient { return HostClient{c} }
+
+// List lists hosts.
+func (hc HostClient) List(ctx context.Context) ([]apiv1.Host, error) {
 	var l apiv1.HostList
-	err := c.call(ctx, http.MethodGet, routePath(apiv1.RouteListHosts, ""), nil, nil, &l)
+	err := hc.c.call(ctx, http.MethodGet, routePath(apiv1.RouteListHosts, ""), nil, nil, &l)
 	return l.Hosts, err
 }
 
-// GetHost returns one host.
-func (c *Client) GetHost(ctx context.Context, id string) (apiv1.Host, error) {
+// Get returns one host.
+func (hc HostClient) Get(ctx context.Context, id string) (apiv1.Host, error) {
 	var h apiv1.Host
-	err := c.call(ctx, http.MethodGet, routePath(apiv1.RouteGetHost, id), nil, nil, &h)
+	err := hc.c.call(ctx, http.MethodGet, routePath(apiv1.RouteGetHost, id), nil, nil, &h)
 	return h, err
 }
 
-// DrainHost stops placing sessions on a host and returns it.
-func (c *Client) DrainHost(ctx context.Context, id string) (apiv1.Host, error) {
+// Drain stops placing sessions on a host and returns it.
+func (hc HostClient) Drain(ctx context.Context, id string) (apiv1.Host, error) {
 	var h apiv1.Host
-	err := c.call(ctx, http.MethodPost, routePath(apiv1.RouteDrainHost, id), nil, nil, &h)
+	err := hc.c.call(ctx, http.MethodPost, routePath(apiv1.RouteDrainHost, id), nil, nil, &h)
 	return h, err
 }
 
-// CreateHost registers a host name; the answer's Token is shown only once.
-func (c *Client) CreateHost(ctx context.Context, name string) (apiv1.CreateHostResponse, error) {
+// Create registers a host name; the answer's Token is shown only once.
+func (hc HostClient) Create(ctx context.Context, name string) (apiv1.CreateHostResponse, error) {
 	var r apiv1.CreateHostResponse
-	err := c.call(ctx, http.MethodPost, routePath(apiv1.RouteCreateHost, ""), nil, apiv1.CreateHostRequest{Name: name}, &r)
+	err := hc.c.call(ctx, http.MethodPost, routePath(apiv1.RouteCreateHost, ""), nil, apiv1.CreateHostRequest{Name: name}, &r)
 	return r, err
 }
 
-// CreateToken mints a user API token; the answer's Secret is shown only once.
-func (c *Client) CreateToken(ctx context.Context, name string) (apiv1.CreateTokenResponse, error) {
+// TokenClient calls the API token routes. Client.Tokens returns one.
+type TokenClient struct{ c *Client }
+
+// Tokens returns the client of the API token routes.
+func (c *Client) Tokens() TokenClient { return TokenClient{c} }
+
+// Create mints a user API token; the answer's Secret is shown only once.
+func (tk TokenClient) Create(ctx context.Context, name string) (apiv1.CreateTokenResponse, error) {
 	var r apiv1.CreateTokenResponse
-	err := c.call(ctx, http.MethodPost, routePath(apiv1.RouteCreateToken, ""), nil, apiv1.CreateTokenRequest{Name: name}, &r)
+	err := tk.c.call(ctx, http.MethodPost, routePath(apiv1.RouteCreateToken, ""), nil, apiv1.CreateTokenRequest{Name: name}, &r)
 	return r, err
 }
 
-// ListTokens lists tokens (without secrets).
-func (c *Client) ListTokens(ctx context.Context) ([]apiv1.Token, error) {
+// List lists tokens (without secrets).
+func (tk TokenClient) List(ctx context.Context) ([]apiv1.Token, error) {
 	var l apiv1.TokenList
-	err := c.call(ctx, http.MethodGet, routePath(apiv1.RouteListTokens, ""), nil, nil, &l)
+	err := tk.c.call(ctx, http.MethodGet, routePath(apiv1.RouteListTokens, ""), nil, nil, &l)
 	return l.Tokens, err
 }
 
-// RevokeToken revokes a token.
-func (c *Client) RevokeToken(ctx context.Context, id string) error {
-	return c.call(ctx, http.MethodDelete, routePath(apiv1.RouteRevokeToken, id), nil, nil, nil)
+// Revoke revokes a token.
+func (tk TokenClient) Revoke(ctx context.Context, id string) error {
+	return tk.c.call(ctx, http.MethodDelete, routePath(apiv1.RouteRevokeToken, id), nil, nil, nil)
 }

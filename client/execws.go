@@ -31,13 +31,13 @@ type ExecIO struct {
 // ExecWS runs start.Argv in session id over the WebSocket exec route and
 // returns the command's final "exit" control message (ExitCode, or Error
 // and TimedOut). resize carries (rows, cols) for a PTY; it may be nil.
-func (c *Client) ExecWS(ctx context.Context, id string, start apiv1.ExecStart, stdin io.Reader, stdout, stderr io.Writer, resize <-chan [2]uint16) (apiv1.ExecControl, error) {
-	return c.ExecWSIO(ctx, id, start, ExecIO{Stdin: stdin, Stdout: stdout, Stderr: stderr, Resize: resize})
+func (sc SessionClient) ExecWS(ctx context.Context, id string, start apiv1.ExecStart, stdin io.Reader, stdout, stderr io.Writer, resize <-chan [2]uint16) (apiv1.ExecControl, error) {
+	return sc.ExecWSIO(ctx, id, start, ExecIO{Stdin: stdin, Stdout: stdout, Stderr: stderr, Resize: resize})
 }
 
 // ExecWSIO is ExecWS with signal forwarding.
-func (c *Client) ExecWSIO(ctx context.Context, id string, start apiv1.ExecStart, eio ExecIO) (apiv1.ExecControl, error) {
-	conn, err := c.dialWS(ctx, routePath(apiv1.RouteExecWS, id))
+func (sc SessionClient) ExecWSIO(ctx context.Context, id string, start apiv1.ExecStart, eio ExecIO) (apiv1.ExecControl, error) {
+	conn, err := sc.c.dialWS(ctx, routePath(apiv1.RouteExecWS, id))
 	if err != nil {
 		return apiv1.ExecControl{}, err
 	}

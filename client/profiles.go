@@ -7,40 +7,46 @@ import (
 	"github.com/engrams/engrams/api/apiv1"
 )
 
-// CreateProfile validates and stores a profile; the answer carries what it
+// ProfileClient calls the profile routes. Client.Profiles returns one.
+type ProfileClient struct{ c *Client }
+
+// Profiles returns the client of the profile routes.
+func (c *Client) Profiles() ProfileClient { return ProfileClient{c} }
+
+// Create validates and stores a profile; the answer carries what it
 // grants.
-func (c *Client) CreateProfile(ctx context.Context, req apiv1.CreateProfileRequest) (apiv1.ProfileResponse, error) {
+func (pc ProfileClient) Create(ctx context.Context, req apiv1.CreateProfileRequest) (apiv1.ProfileResponse, error) {
 	var r apiv1.ProfileResponse
-	err := c.call(ctx, http.MethodPost, routePath(apiv1.RouteCreateProfile, ""), nil, req, &r)
+	err := pc.c.call(ctx, http.MethodPost, routePath(apiv1.RouteCreateProfile, ""), nil, req, &r)
 	return r, err
 }
 
-// ListProfiles lists the live profiles by name.
-func (c *Client) ListProfiles(ctx context.Context) ([]apiv1.Profile, error) {
+// List lists the live profiles by name.
+func (pc ProfileClient) List(ctx context.Context) ([]apiv1.Profile, error) {
 	var l apiv1.ProfileList
-	err := c.call(ctx, http.MethodGet, routePath(apiv1.RouteListProfiles, ""), nil, nil, &l)
+	err := pc.c.call(ctx, http.MethodGet, routePath(apiv1.RouteListProfiles, ""), nil, nil, &l)
 	return l.Profiles, err
 }
 
-// GetProfile returns a profile (by name or id) with its receipt and the
+// Get returns a profile (by name or id) with its receipt and the
 // problems that keep it from starting tasks.
-func (c *Client) GetProfile(ctx context.Context, name string) (apiv1.ProfileResponse, error) {
+func (pc ProfileClient) Get(ctx context.Context, name string) (apiv1.ProfileResponse, error) {
 	var r apiv1.ProfileResponse
-	err := c.call(ctx, http.MethodGet, routePath(apiv1.RouteGetProfile, name), nil, nil, &r)
+	err := pc.c.call(ctx, http.MethodGet, routePath(apiv1.RouteGetProfile, name), nil, nil, &r)
 	return r, err
 }
 
-// UpdateProfile replaces a profile's spec; req.Version is the one the edit
+// Update replaces a profile's spec; req.Version is the one the edit
 // was made from (a conflict if the profile changed since).
-func (c *Client) UpdateProfile(ctx context.Context, name string, req apiv1.UpdateProfileRequest) (apiv1.ProfileResponse, error) {
+func (pc ProfileClient) Update(ctx context.Context, name string, req apiv1.UpdateProfileRequest) (apiv1.ProfileResponse, error) {
 	var r apiv1.ProfileResponse
-	err := c.call(ctx, http.MethodPut, routePath(apiv1.RouteUpdateProfile, name), nil, req, &r)
+	err := pc.c.call(ctx, http.MethodPut, routePath(apiv1.RouteUpdateProfile, name), nil, req, &r)
 	return r, err
 }
 
-// DeleteProfile deletes a profile; tasks started from it keep their record.
-func (c *Client) DeleteProfile(ctx context.Context, name string) (apiv1.Profile, error) {
+// Delete deletes a profile; tasks started from it keep their record.
+func (pc ProfileClient) Delete(ctx context.Context, name string) (apiv1.Profile, error) {
 	var p apiv1.Profile
-	err := c.call(ctx, http.MethodDelete, routePath(apiv1.RouteDeleteProfile, name), nil, nil, &p)
+	err := pc.c.call(ctx, http.MethodDelete, routePath(apiv1.RouteDeleteProfile, name), nil, nil, &p)
 	return p, err
 }

@@ -14,17 +14,23 @@ import (
 	"github.com/engrams/engrams/api/apiv1"
 )
 
-// StartTask starts an agent on a prompt from a profile. It returns once the
+// TaskClient calls the task routes. Client.Tasks returns one.
+type TaskClient struct{ c *Client }
+
+// Tasks returns the client of the task routes.
+func (c *Client) Tasks() TaskClient { return TaskClient{c} }
+
+// Start starts an agent on a prompt from a profile. It returns once the
 // task is recorded; its session starts in the background (follow it with
-// TaskEvents).
-func (c *Client) StartTask(ctx context.Context, req apiv1.StartTaskRequest) (apiv1.Task, error) {
+// Events).
+func (tc TaskClient) Start(ctx context.Context, req apiv1.StartTaskRequest) (apiv1.Task, error) {
 	var t apiv1.Task
-	err := c.call(ctx, http.MethodPost, routePath(apiv1.RouteStartTask, ""), nil, req, &t)
+	err := tc.c.call(ctx, http.MethodPost, routePath(apiv1.RouteStartTask, ""), nil, req, &t)
 	return t, err
 }
 
-// ListTasks lists tasks oldest first, narrowed by profile and states ("" for all).
-func (c *Client) ListTasks(ctx context.Context, profile, states string) ([]apiv1.Task, error) {
+// List lists tasks oldest first, narrowed by profile and states ("" for all).
+func (tc TaskClient) List(ctx context.Context, profile, states string) ([]apiv1.Task, error) {
 	q := url.Values{}
 	if profile != "" {
 		q.Set("profile", profile)
@@ -33,43 +39,43 @@ func (c *Client) ListTasks(ctx context.Context, profile, states string) ([]apiv1
 		q.Set("state", states)
 	}
 	var l apiv1.TaskList
-	err := c.call(ctx, http.MethodGet, routePath(apiv1.RouteListTasks, ""), q, nil, &l)
+	err := tc.c.call(ctx, http.MethodGet, routePath(apiv1.RouteListTasks, ""), q, nil, &l)
 	return l.Tasks, err
 }
 
-// GetTask returns a task with its receipt and sessions.
-func (c *Client) GetTask(ctx context.Context, id string) (apiv1.Task, error) {
+// Get returns a task with its receipt and sessions.
+func (tc TaskClient) Get(ctx context.Context, id string) (apiv1.Task, error) {
 	var t apiv1.Task
-	err := c.call(ctx, http.MethodGet, routePath(apiv1.RouteGetTask, id), nil, nil, &t)
+	err := tc.c.call(ctx, http.MethodGet, routePath(apiv1.RouteGetTask, id), nil, nil, &t)
 	return t, err
 }
 
-// SendTask adds a follow-up prompt; a suspended session resumes to take it.
-func (c *Client) SendTask(ctx context.Context, id, text string) (apiv1.TaskEvent, error) {
+// Send adds a follow-up prompt; a suspended session resumes to take it.
+func (tc TaskClient) Send(ctx context.Context, id, text string) (apiv1.TaskEvent, error) {
 	var e apiv1.TaskEvent
-	err := c.call(ctx, http.MethodPost, routePath(apiv1.RouteSendTask, id), nil, apiv1.SendTaskRequest{Text: text}, &e)
+	err := tc.c.call(ctx, http.MethodPost, routePath(apiv1.RouteSendTask, id), nil, apiv1.SendTaskRequest{Text: text}, &e)
 	return e, err
 }
 
-// StopTask interrupts the agent and stops the task.
-func (c *Client) StopTask(ctx context.Context, id string) (apiv1.Task, error) {
+// Stop interrupts the agent and stops the task.
+func (tc TaskClient) Stop(ctx context.Context, id string) (apiv1.Task, error) {
 	var t apiv1.Task
-	err := c.call(ctx, http.MethodPost, routePath(apiv1.RouteStopTask, id), nil, nil, &t)
+	err := tc.c.call(ctx, http.MethodPost, routePath(apiv1.RouteStopTask, id), nil, nil, &t)
 	return t, err
 }
 
-// TaskDiff returns each cloned repository's changes against its base commit.
-func (c *Client) TaskDiff(ctx context.Context, id string) (apiv1.TaskDiff, error) {
+// Diff returns each cloned repository's changes against its base commit.
+func (tc TaskClient) Diff(ctx context.Context, id string) (apiv1.TaskDiff, error) {
 	var d apiv1.TaskDiff
-	err := c.call(ctx, http.MethodGet, routePath(apiv1.RouteTaskDiff, id), nil, nil, &d)
+	err := tc.c.call(ctx, http.MethodGet, routePath(apiv1.RouteTaskDiff, id), nil, nil, &d)
 	return d, err
 }
 
-// TaskFile streams a file (or a directory listing, as JSON) of the task's
+// File streams a file (or a directory listing, as JSON) of the task's
 // session into w; path is relative to the task's workdir. It reports
 // whether path was a directory.
-func (c *Client) TaskFile(ctx context.Context, id, path string, w io.Writer) (isDir bool, err error) {
-	resp, err := c.send(ctx, http.MethodGet, routePath(apiv1.RouteTaskFiles, id), url.Values{"path": {path}}, nil, "", nil)
+func (tc TaskClient) File(ctx context.Context, id, path string, w io.Writer) (isDir bool, err error) {
+	resp, err := tc.c.send(ctx, http.MethodGet, routePath(apiv1.RouteTaskFiles, id), url.Values{"path": {path}}, nil, "", nil)
 	if err != nil {
 		return false, err
 	}
@@ -78,15 +84,15 @@ func (c *Client) TaskFile(ctx context.Context, id, path string, w io.Writer) (is
 	return resp.Header.Get("Content-Type") == "application/json", err
 }
 
-// TaskEvents calls fn with each event of task id after afterSeq, in order.
+// Events calls fn with each event of task id after afterSeq, in order.
 // Without follow it returns after the backlog. With follow it streams live
 // events, reconnecting from the last seq seen when the stream drops, until
 // the task is stopped or failed and every event was delivered, ctx ends, or
 // fn returns an error (errors.Is(err, ErrStopFollowing) ends it cleanly).
-func (c *Client) TaskEvents(ctx context.Context, id string, afterSeq int64, follow bool, fn func(apiv1.TaskEvent) error) error {
-	last, delay, failures := afterSeq, c.backoff, 0
+func (tc TaskClient) Events(ctx context.Context, id string, afterSeq int64, follow bool, fn func(apiv1.TaskEvent) error) error {
+	last, delay, failures := afterSeq, tc.c.backoff, 0
 	for {
-		n, err := c.taskEventsOnce(ctx, id, &last, follow, fn)
+		n, err := tc.eventsOnce(ctx, id, &last, follow, fn)
 		var fnErr callbackError
 		switch {
 		case errors.Is(err, ErrStopFollowing):
@@ -101,14 +107,14 @@ func (c *Client) TaskEvents(ctx context.Context, id string, afterSeq int64, foll
 		case !follow:
 			return nil
 		}
-		if t, terr := c.GetTask(ctx, id); terr == nil && (t.State == apiv1.TaskStopped || t.State == apiv1.TaskFailed) && t.EventSeq <= last {
+		if t, terr := tc.Get(ctx, id); terr == nil && (t.State == apiv1.TaskStopped || t.State == apiv1.TaskFailed) && t.EventSeq <= last {
 			return nil
 		}
 		if n > 0 {
-			failures, delay = 0, c.backoff
+			failures, delay = 0, tc.c.backoff
 		}
-		if failures++; failures > c.retries {
-			return fmt.Errorf("follow events of task %s: gave up after %d reconnects: %w", id, c.retries, err)
+		if failures++; failures > tc.c.retries {
+			return fmt.Errorf("follow events of task %s: gave up after %d reconnects: %w", id, tc.c.retries, err)
 		}
 		t := time.NewTimer(delay)
 		select {
@@ -121,23 +127,23 @@ func (c *Client) TaskEvents(ctx context.Context, id string, afterSeq int64, foll
 	}
 }
 
-// ErrStopFollowing, returned by a TaskEvents callback, ends the stream
+// ErrStopFollowing, returned by a TaskClient.Events callback, ends the stream
 // without an error.
 var ErrStopFollowing = errors.New("stop following")
 
-// callbackError is a TaskEvents callback's error: it ends TaskEvents
+// callbackError is a TaskClient.Events callback's error: it ends Events
 // instead of counting as a dropped stream.
 type callbackError struct{ err error }
 
 func (e callbackError) Error() string { return e.err.Error() }
 func (e callbackError) Unwrap() error { return e.err }
 
-func (c *Client) taskEventsOnce(ctx context.Context, id string, last *int64, follow bool, fn func(apiv1.TaskEvent) error) (int, error) {
+func (tc TaskClient) eventsOnce(ctx context.Context, id string, last *int64, follow bool, fn func(apiv1.TaskEvent) error) (int, error) {
 	q := url.Values{"after": {strconv.FormatInt(*last, 10)}}
 	if !follow {
 		q.Set("follow", "false")
 	}
-	resp, err := c.send(ctx, http.MethodGet, routePath(apiv1.RouteTaskEvents, id), q, nil, "",
+	resp, err := tc.c.send(ctx, http.MethodGet, routePath(apiv1.RouteTaskEvents, id), q, nil, "",
 		http.Header{"Accept": {"text/event-stream"}, "Cache-Control": {"no-cache"}})
 	if err != nil {
 		return 0, err

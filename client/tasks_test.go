@@ -131,7 +131,7 @@ func TestTaskEvents(t *testing.T) {
 			t.Cleanup(srv.Close)
 			c := client.New(srv.URL, "tok", client.WithReconnect(time.Millisecond, 3))
 			var seqs []int64
-			err := c.TaskEvents(t.Context(), "t1", tt.after, tt.follow, func(e apiv1.TaskEvent) error {
+			err := c.Tasks().Events(t.Context(), "t1", tt.after, tt.follow, func(e apiv1.TaskEvent) error {
 				var d struct{ Text string }
 				if err := json.Unmarshal(e.Data, &d); err != nil || d.Text != fmt.Sprintf("e%d", e.Seq) || e.Type != "assistant_text" ||
 					!e.Time.Equal(clienttest.BaseTime().Add(time.Duration(e.Seq)*time.Second)) {
@@ -170,7 +170,7 @@ func TestTaskEventsErrors(t *testing.T) {
 	t.Cleanup(srv.Close)
 	c := client.New(srv.URL, "tok", client.WithReconnect(time.Millisecond, 3))
 	for _, follow := range []bool{false, true} {
-		err := c.TaskEvents(t.Context(), "nope", 0, follow, func(apiv1.TaskEvent) error { return nil })
+		err := c.Tasks().Events(t.Context(), "nope", 0, follow, func(apiv1.TaskEvent) error { return nil })
 		if !client.IsNotFound(err) {
 			t.Errorf("follow=%v: err = %v, want not found", follow, err)
 		}
@@ -180,7 +180,7 @@ func TestTaskEventsErrors(t *testing.T) {
 		fmt.Fprint(w, "id: 1\ndata: {\"seq\":\n\n")
 	}))
 	t.Cleanup(bad.Close)
-	err := client.New(bad.URL, "tok", client.WithReconnect(time.Millisecond, 1)).TaskEvents(t.Context(), "t1", 0, false, func(apiv1.TaskEvent) error { return nil })
+	err := client.New(bad.URL, "tok", client.WithReconnect(time.Millisecond, 1)).Tasks().Events(t.Context(), "t1", 0, false, func(apiv1.TaskEvent) error { return nil })
 	if err == nil || !strings.Contains(err.Error(), `decode task event "1"`) {
 		t.Errorf("malformed event: %v", err)
 	}

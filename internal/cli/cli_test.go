@@ -61,7 +61,7 @@ func newServer(t *testing.T) *clienttest.Server {
 	t.Helper()
 	srv := clienttest.NewServer(t)
 	c := client.New(srv.URL, clienttest.Token)
-	if _, err := c.CreateSession(t.Context(), apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{Image: "debian:12"}}, true); err != nil {
+	if _, err := c.Sessions().Create(t.Context(), apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{Image: "debian:12"}}, true); err != nil {
 		t.Fatal(err)
 	}
 	srv.AddEvent("s1", "log", map[string]string{"line": "hello"})

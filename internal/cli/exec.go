@@ -130,7 +130,7 @@ func (a *app) runExec(cmd *cobra.Command, id string, start apiv1.ExecStart, inte
 		eio.Signal = signals
 	}
 
-	exit, err := c.ExecWSIO(ctx, id, start, eio)
+	exit, err := c.Sessions().ExecWSIO(ctx, id, start, eio)
 	if err != nil {
 		return fmt.Errorf("exec in session %s: %w", id, err)
 	}

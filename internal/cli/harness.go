@@ -64,7 +64,7 @@ musl, for Alpine-like images), registered as VERSION-musl.`,
 				label += " (" + req.Libc + ")"
 			}
 			stop := a.busy(cmd.ErrOrStderr(), "building "+label)
-			h, err := c.BuildHarness(cmd.Context(), req)
+			h, err := c.Harnesses().Build(cmd.Context(), req)
 			stop()
 			if err != nil {
 				return fmt.Errorf("build harness %s: %w", label, err)
@@ -145,7 +145,7 @@ built-in harnesses are taken; a registered version never changes.`,
 			pr, pw := io.Pipe()
 			go func() { pw.CloseWithError(writeTarGz(pw, dir)) }()
 			stop := a.busy(cmd.ErrOrStderr(), fmt.Sprintf("adding %s@%s from %s (%d files, %s)", d.Name, d.Version, dir, files, humanBytes(size)))
-			h, err := c.AddHarness(cmd.Context(), pr)
+			h, err := c.Harnesses().Add(cmd.Context(), pr)
 			stop()
 			pr.Close()
 			if err != nil {
@@ -267,7 +267,7 @@ func (a *app) harnessListCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			hs, err := c.ListHarnesses(cmd.Context())
+			hs, err := c.Harnesses().List(cmd.Context())
 			if err != nil {
 				return fmt.Errorf("list harnesses: %w", err)
 			}
@@ -305,7 +305,7 @@ needs of an image.`,
 			if err != nil {
 				return err
 			}
-			h, err := c.GetHarness(cmd.Context(), name, version)
+			h, err := c.Harnesses().Get(cmd.Context(), name, version)
 			if err != nil {
 				return fmt.Errorf("show harness %s: %w", args[0], err)
 			}

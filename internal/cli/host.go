@@ -44,7 +44,7 @@ they last reported in.`,
 			if err != nil {
 				return err
 			}
-			hosts, err := c.ListHosts(cmd.Context())
+			hosts, err := c.Hosts().List(cmd.Context())
 			if err != nil {
 				return fmt.Errorf("list hosts: %w", err)
 			}
@@ -81,7 +81,7 @@ backend it considered with the reason it is or is not usable.`,
 			if err != nil {
 				return err
 			}
-			h, err := c.GetHost(cmd.Context(), args[0])
+			h, err := c.Hosts().Get(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("get host %s: %w", args[0], err)
 			}
@@ -169,7 +169,7 @@ the host agent on the KVM machine.`,
 			if err != nil {
 				return err
 			}
-			r, err := c.CreateHost(cmd.Context(), args[0])
+			r, err := c.Hosts().Create(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("create host %s: %w", args[0], err)
 			}
@@ -203,7 +203,7 @@ on it keep running.`,
 			if err != nil {
 				return err
 			}
-			h, err := c.DrainHost(cmd.Context(), args[0])
+			h, err := c.Hosts().Drain(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("drain host %s: %w", args[0], err)
 			}

@@ -90,7 +90,7 @@ not echoed). The coordinator stores it encrypted and never shows it again.`,
 			if err != nil {
 				return err
 			}
-			r, err := c.EnableImage(cmd.Context(), req)
+			r, err := c.Images().Enable(cmd.Context(), req)
 			if err != nil {
 				return fmt.Errorf("enable image %s: %w", args[0], err)
 			}
@@ -216,7 +216,7 @@ with --no-wait it returns once the job is queued.`,
 			if err != nil {
 				return err
 			}
-			r, err := c.RefreshImage(cmd.Context(), args[0])
+			r, err := c.Images().Refresh(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("refresh image %s: %w", args[0], err)
 			}
@@ -242,7 +242,7 @@ what they use. A disabled image stays listed with ` + "`engrams image list --all
 			if err != nil {
 				return err
 			}
-			img, err := c.DisableImage(cmd.Context(), args[0])
+			img, err := c.Images().Disable(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("disable image %s: %w", args[0], err)
 			}
@@ -272,7 +272,7 @@ with --all), reference, digest, session size and last job.`,
 			if err != nil {
 				return err
 			}
-			imgs, err := c.ListImages(cmd.Context(), all)
+			imgs, err := c.Images().List(cmd.Context(), all)
 			if err != nil {
 				return fmt.Errorf("list images: %w", err)
 			}
@@ -339,7 +339,7 @@ with the warm-up's output if that failed. NAME may also be the image's id.`,
 			if err != nil {
 				return err
 			}
-			img, err := c.GetImage(cmd.Context(), args[0])
+			img, err := c.Images().Get(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("get image %s: %w", args[0], err)
 			}
@@ -440,7 +440,7 @@ in --json.`,
 			if err != nil {
 				return err
 			}
-			jobs, err := c.ImageJobs(cmd.Context(), args[0])
+			jobs, err := c.Images().Jobs(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("list jobs of image %s: %w", args[0], err)
 			}

@@ -32,7 +32,7 @@ func (a *app) followJob(cmd *cobra.Command, c *client.Client, r apiv1.ImageJobRe
 	if !jobEnded(job) {
 		p := a.newProgress(cmd.ErrOrStderr(), name)
 		var err error
-		job, err = c.WaitImageJob(cmd.Context(), job.ID, a.opts.PollInterval, p.update)
+		job, err = c.Images().WaitJob(cmd.Context(), job.ID, a.opts.PollInterval, p.update)
 		p.end()
 		if errors.Is(err, context.Canceled) {
 			return &hintError{err: fmt.Errorf("stopped waiting for image %s", name),
@@ -42,7 +42,7 @@ func (a *app) followJob(cmd *cobra.Command, c *client.Client, r apiv1.ImageJobRe
 			return fmt.Errorf("image %s: %w", name, err)
 		}
 	}
-	img, err := c.GetImage(cmd.Context(), r.Image.ID)
+	img, err := c.Images().Get(cmd.Context(), r.Image.ID)
 	if err != nil {
 		return fmt.Errorf("image %s: job %s is %s, but reading the image failed: %w", name, job.ID, job.State, err)
 	}

@@ -255,7 +255,7 @@ the grant receipt (see ` + "`engrams profile show`" + `).
 			if err != nil {
 				return err
 			}
-			r, err := c.CreateProfile(cmd.Context(), apiv1.CreateProfileRequest{Name: args[0], Spec: spec})
+			r, err := c.Profiles().Create(cmd.Context(), apiv1.CreateProfileRequest{Name: args[0], Spec: spec})
 			if err != nil {
 				return fmt.Errorf("create profile %s: %w", args[0], err)
 			}
@@ -294,7 +294,7 @@ the command says so: run it again.
 			if err != nil {
 				return err
 			}
-			cur, err := c.GetProfile(cmd.Context(), args[0])
+			cur, err := c.Profiles().Get(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("edit profile %s: %w", args[0], err)
 			}
@@ -302,7 +302,7 @@ the command says so: run it again.
 			if err != nil {
 				return err
 			}
-			r, err := c.UpdateProfile(cmd.Context(), cur.Profile.Name, apiv1.UpdateProfileRequest{Spec: spec, Version: cur.Profile.Version})
+			r, err := c.Profiles().Update(cmd.Context(), cur.Profile.Name, apiv1.UpdateProfileRequest{Spec: spec, Version: cur.Profile.Version})
 			if err != nil {
 				return fmt.Errorf("edit profile %s: %w", args[0], err)
 			}
@@ -331,7 +331,7 @@ func (a *app) profileListCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ps, err := c.ListProfiles(cmd.Context())
+			ps, err := c.Profiles().List(cmd.Context())
 			if err != nil {
 				return fmt.Errorf("list profiles: %w", err)
 			}
@@ -375,7 +375,7 @@ they are fixed. --json prints the profile, receipt and problems.`,
 			if err != nil {
 				return err
 			}
-			r, err := c.GetProfile(cmd.Context(), args[0])
+			r, err := c.Profiles().Get(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("show profile %s: %w", args[0], err)
 			}
@@ -399,7 +399,7 @@ func (a *app) profileDeleteCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			p, err := c.DeleteProfile(cmd.Context(), args[0])
+			p, err := c.Profiles().Delete(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("delete profile %s: %w", args[0], err)
 			}

@@ -69,7 +69,7 @@ the new one.`,
 			if err != nil {
 				return err
 			}
-			s, err := c.CreateSecret(cmd.Context(), req)
+			s, err := c.Secrets().Create(cmd.Context(), req)
 			if err != nil {
 				return fmt.Errorf("create secret %s: %w", req.Name, err)
 			}
@@ -138,7 +138,7 @@ func (a *app) secretListCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ss, err := c.ListSecrets(cmd.Context())
+			ss, err := c.Secrets().List(cmd.Context())
 			if err != nil {
 				return fmt.Errorf("list secrets: %w", err)
 			}
@@ -174,7 +174,7 @@ secret under the same name is how a key is rotated.`,
 			if err != nil {
 				return err
 			}
-			s, err := c.DeleteSecret(cmd.Context(), args[0])
+			s, err := c.Secrets().Delete(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("delete secret %s: %w", args[0], err)
 			}

@@ -94,7 +94,7 @@ never: no limit).`,
 			if err != nil {
 				return err
 			}
-			s, err := c.CreateSession(cmd.Context(), req, !noWait)
+			s, err := c.Sessions().Create(cmd.Context(), req, !noWait)
 			if err != nil {
 				return fmt.Errorf("create session: %w", err)
 			}
@@ -140,7 +140,7 @@ func (a *app) sessionListCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			l, err := c.ListSessions(cmd.Context(), filter)
+			l, err := c.Sessions().List(cmd.Context(), filter)
 			if err != nil {
 				return fmt.Errorf("list sessions: %w", err)
 			}
@@ -186,7 +186,7 @@ destroy, move, recover) with their errors, and its snapshot history
 			if err != nil {
 				return err
 			}
-			s, err := c.GetSession(cmd.Context(), args[0])
+			s, err := c.Sessions().Get(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("get session %s: %w", args[0], err)
 			}
@@ -265,7 +265,7 @@ until the VM is gone. The session's event log stays readable.`,
 			if err != nil {
 				return err
 			}
-			if err := c.DeleteSession(cmd.Context(), args[0], !noWait); err != nil {
+			if err := c.Sessions().Delete(cmd.Context(), args[0], !noWait); err != nil {
 				return fmt.Errorf("delete session %s: %w", args[0], err)
 			}
 			verb := "deleted"
@@ -304,7 +304,7 @@ without losing or repeating any) until the session ends or you press Ctrl-C.`,
 			}
 			out := cmd.OutOrStdout()
 			enc := json.NewEncoder(out)
-			err = c.Events(cmd.Context(), args[0], after, follow, func(ev apiv1.Event) error {
+			err = c.Sessions().Events(cmd.Context(), args[0], after, follow, func(ev apiv1.Event) error {
 				if a.jsonOut {
 					return enc.Encode(ev)
 				}

@@ -36,7 +36,7 @@ default the command waits until the session is idle.`,
 			if err != nil {
 				return err
 			}
-			s, err := c.Suspend(cmd.Context(), args[0], !noWait)
+			s, err := c.Sessions().Suspend(cmd.Context(), args[0], !noWait)
 			if err != nil {
 				return fmt.Errorf("suspend session %s: %w", args[0], err)
 			}
@@ -97,7 +97,7 @@ nothing.`,
 			if err != nil {
 				return err
 			}
-			s, err := c.Resume(cmd.Context(), args[0])
+			s, err := c.Sessions().Resume(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("resume session %s: %w", args[0], err)
 			}
@@ -128,7 +128,7 @@ snapshot with ` + "`engrams session get ID`" + `.`,
 			if err != nil {
 				return err
 			}
-			sn, err := c.Snapshot(cmd.Context(), args[0])
+			sn, err := c.Sessions().Snapshot(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("snapshot session %s: %w", args[0], err)
 			}
@@ -192,7 +192,7 @@ safe. --payload is JSON (kind-specific, under 1 MiB).`,
 			if err != nil {
 				return err
 			}
-			it, err := c.PutOutbox(cmd.Context(), args[0], req)
+			it, err := c.Sessions().PutOutbox(cmd.Context(), args[0], req)
 			if err != nil {
 				return fmt.Errorf("send %s to session %s: %w", req.ID, args[0], err)
 			}
@@ -228,7 +228,7 @@ running guest) or durable (a committed snapshot includes it).`,
 			if err != nil {
 				return err
 			}
-			items, err := c.ListOutbox(cmd.Context(), args[0])
+			items, err := c.Sessions().ListOutbox(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("list outbox of session %s: %w", args[0], err)
 			}

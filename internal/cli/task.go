@@ -50,7 +50,7 @@ prompt.`,
 			if err != nil {
 				return err
 			}
-			t, err := c.StartTask(cmd.Context(), req)
+			t, err := c.Tasks().Start(cmd.Context(), req)
 			if err != nil {
 				return fmt.Errorf("start task: %w", err)
 			}
@@ -89,7 +89,7 @@ failed), title, current session and when it last changed. --profile and
 			if err != nil {
 				return err
 			}
-			ts, err := c.ListTasks(cmd.Context(), profile, state)
+			ts, err := c.Tasks().List(cmd.Context(), profile, state)
 			if err != nil {
 				return fmt.Errorf("list tasks: %w", err)
 			}
@@ -135,7 +135,7 @@ as they come, one JSON object a line.`,
 			if err != nil {
 				return err
 			}
-			t, err := c.GetTask(cmd.Context(), args[0])
+			t, err := c.Tasks().Get(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("show task: %w", err)
 			}
@@ -144,7 +144,7 @@ as they come, one JSON object a line.`,
 			}
 			if a.jsonOut {
 				var evs []apiv1.TaskEvent
-				if err := c.TaskEvents(cmd.Context(), t.ID, 0, false, func(e apiv1.TaskEvent) error {
+				if err := c.Tasks().Events(cmd.Context(), t.ID, 0, false, func(e apiv1.TaskEvent) error {
 					evs = append(evs, e)
 					return nil
 				}); err != nil {
@@ -165,7 +165,7 @@ as they come, one JSON object a line.`,
 			if follow {
 				return a.followTask(cmd, c, t.ID, 0, t.EventSeq)
 			}
-			return c.TaskEvents(cmd.Context(), t.ID, 0, false, func(e apiv1.TaskEvent) error {
+			return c.Tasks().Events(cmd.Context(), t.ID, 0, false, func(e apiv1.TaskEvent) error {
 				printTaskEvent(w, e)
 				return nil
 			})
@@ -183,7 +183,7 @@ as they come, one JSON object a line.`,
 func (a *app) followTask(cmd *cobra.Command, c *client.Client, id string, after, through int64) error {
 	w := cmd.OutOrStdout()
 	prompts, pending := 0, map[string]bool{} // turns of prompts not yet answered
-	return c.TaskEvents(cmd.Context(), id, after, true, func(e apiv1.TaskEvent) error {
+	return c.Tasks().Events(cmd.Context(), id, after, true, func(e apiv1.TaskEvent) error {
 		if a.jsonOut {
 			if err := json.NewEncoder(w).Encode(e); err != nil {
 				return err
@@ -245,7 +245,7 @@ answer until the agent is done with it.`,
 			if err != nil {
 				return err
 			}
-			e, err := c.SendTask(cmd.Context(), args[0], args[1])
+			e, err := c.Tasks().Send(cmd.Context(), args[0], args[1])
 			if err != nil {
 				return fmt.Errorf("send to task: %w", err)
 			}
@@ -280,7 +280,7 @@ repositories. A suspended session resumes to answer.`,
 			if err != nil {
 				return err
 			}
-			d, err := c.TaskDiff(cmd.Context(), args[0])
+			d, err := c.Tasks().Diff(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("diff task: %w", err)
 			}
@@ -312,7 +312,7 @@ still work). A stopped task takes no more prompts.`,
 			if err != nil {
 				return err
 			}
-			t, err := c.StopTask(cmd.Context(), args[0])
+			t, err := c.Tasks().Stop(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("stop task: %w", err)
 			}
@@ -346,7 +346,7 @@ with --json). PATH is relative to /work, where the repositories are cloned
 				p = args[1]
 			}
 			var buf strings.Builder
-			isDir, err := c.TaskFile(cmd.Context(), args[0], p, &buf)
+			isDir, err := c.Tasks().File(cmd.Context(), args[0], p, &buf)
 			if err != nil {
 				return fmt.Errorf("read task file: %w", err)
 			}

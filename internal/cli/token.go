@@ -32,7 +32,7 @@ captured; a note goes to standard error. It is never shown again.`,
 			if err != nil {
 				return err
 			}
-			r, err := c.CreateToken(cmd.Context(), args[0])
+			r, err := c.Tokens().Create(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("create token %s: %w", args[0], err)
 			}
@@ -60,7 +60,7 @@ func (a *app) tokenListCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			toks, err := c.ListTokens(cmd.Context())
+			toks, err := c.Tokens().List(cmd.Context())
 			if err != nil {
 				return fmt.Errorf("list tokens: %w", err)
 			}
@@ -96,7 +96,7 @@ func (a *app) tokenRevokeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := c.RevokeToken(cmd.Context(), args[0]); err != nil {
+			if err := c.Tokens().Revoke(cmd.Context(), args[0]); err != nil {
 				return fmt.Errorf("revoke token %s: %w", args[0], err)
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), "revoked", args[0])
