@@ -29,6 +29,7 @@ func BaseTime() time.Time { return time.Date(2026, 11, 30, 6, 0, 0, 0, time.UTC)
 // Server is a fake coordinator serving the public API from memory.
 type Server struct {
 	URL string
+	ts  *httptest.Server
 
 	mu       sync.Mutex
 	nextID   int
@@ -80,6 +81,14 @@ type file struct {
 // NewServer starts a fake on 127.0.0.1 and stops it when t ends. It holds
 // one ready host, "h1" (qemu/tcg).
 func NewServer(t testing.TB) *Server {
+	s := Start()
+	t.Cleanup(s.Close)
+	return s
+}
+
+// Start starts a fake as NewServer does, for callers without a testing.TB
+// (examples); Close stops it.
+func Start() *Server {
 	s := &Server{
 		events:  map[string][]apiv1.Event{},
 		files:   map[string]map[string]file{},
@@ -105,11 +114,13 @@ func NewServer(t testing.TB) *Server {
 	})
 	mux := http.NewServeMux()
 	s.routes(mux)
-	ts := httptest.NewServer(mux)
-	t.Cleanup(ts.Close)
-	s.URL = ts.URL
+	s.ts = httptest.NewServer(mux)
+	s.URL = s.ts.URL
 	return s
 }
+
+// Close stops the fake.
+func (s *Server) Close() { s.ts.Close() }
 
 func (s *Server) routes(mux *http.ServeMux) {
 	mux.HandleFunc(apiv1.RouteVersion, func(w http.ResponseWriter, r *http.Request) {
