@@ -30,7 +30,7 @@ func (a *app) terminalFD(v any) (int, bool) {
 	return fd, ok && a.opts.IsTerminal(fd)
 }
 
-func (a *app) sessionExecCmd() *cobra.Command {
+func (a sessionCmds) sessionExecCmd() *cobra.Command {
 	var (
 		interactive, tty bool
 		env              []string
@@ -83,7 +83,7 @@ after --) is the command.`,
 	return cmd
 }
 
-func (a *app) runExec(cmd *cobra.Command, id string, start apiv1.ExecStart, interactive bool) error {
+func (a sessionCmds) runExec(cmd *cobra.Command, id string, start apiv1.ExecStart, interactive bool) error {
 	c, err := a.client()
 	if err != nil {
 		return err

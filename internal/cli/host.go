@@ -9,7 +9,7 @@ import (
 	"github.com/engrams/engrams/api/apiv1"
 )
 
-func (a *app) hostCmd() *cobra.Command {
+func (a hostCmds) hostCmd() *cobra.Command {
 	cmd := group("host", "List, register and drain hosts",
 		`A host is a Linux machine that runs sessions' microVMs. It dials the
 coordinator (it never needs an inbound port), reports its capacity and the
@@ -28,7 +28,7 @@ func sessionsUsed(c apiv1.Capacity) string {
 	return fmt.Sprintf("%d/%d", c.Sessions, c.MaxSessions)
 }
 
-func (a *app) hostListCmd() *cobra.Command {
+func (a hostCmds) hostListCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
@@ -65,7 +65,7 @@ they last reported in.`,
 	}
 }
 
-func (a *app) hostGetCmd() *cobra.Command {
+func (a hostCmds) hostGetCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "get ID",
 		Short: "Show a host, its capacity and why it uses its VM backend",
@@ -112,7 +112,7 @@ func isolation(b apiv1.BackendFacts) string {
 	return "NOT isolated"
 }
 
-func (a *app) printHost(cmd *cobra.Command, h apiv1.Host) error {
+func (a hostCmds) printHost(cmd *cobra.Command, h apiv1.Host) error {
 	f, cp, b := h.Facts, h.Capacity, h.Facts.Backend
 	backend := ""
 	if b.Name != "" {
@@ -155,7 +155,7 @@ func (a *app) printHost(cmd *cobra.Command, h apiv1.Host) error {
 	return tw.Flush()
 }
 
-func (a *app) hostCreateCmd() *cobra.Command {
+func (a hostCmds) hostCreateCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "create NAME",
 		Short: "Register a host and print its token (shown only once)",
@@ -190,7 +190,7 @@ Start the host agent on the machine (it needs /dev/kvm or QEMU) with:
 	}
 }
 
-func (a *app) hostDrainCmd() *cobra.Command {
+func (a hostCmds) hostDrainCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "drain ID",
 		Short: "Stop placing sessions on a host",

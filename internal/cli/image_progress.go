@@ -19,7 +19,7 @@ import (
 // followJob finishes `image enable` and `image refresh`: with noWait it
 // reports the queued job; otherwise it shows the job's progress on stderr
 // until it ends, then prints the image (or the failure, exiting non-zero).
-func (a *app) followJob(cmd *cobra.Command, c *client.Client, r apiv1.ImageJobResponse, noWait bool) error {
+func (a imageCmds) followJob(cmd *cobra.Command, c *client.Client, r apiv1.ImageJobResponse, noWait bool) error {
 	out, name := cmd.OutOrStdout(), r.Image.Name
 	if noWait {
 		if a.jsonOut {
@@ -209,7 +209,7 @@ type progress struct {
 	drawn bool
 }
 
-func (a *app) newProgress(w io.Writer, name string) *progress {
+func (a imageCmds) newProgress(w io.Writer, name string) *progress {
 	_, tty := a.terminalFD(w)
 	return &progress{w: w, tty: tty, name: name, now: a.opts.Now}
 }

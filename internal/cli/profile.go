@@ -18,7 +18,7 @@ import (
 	"github.com/engrams/engrams/api/apiv1"
 )
 
-func (a *app) profileCmd() *cobra.Command {
+func (a profileCmds) profileCmd() *cobra.Command {
 	cmd := group("profile", "Curate what agent tasks get: image, harness, model, repos, credentials",
 		`A profile is the recipe a task starts from: the image its VM starts from,
 the harness (agent) and its model and mode, the repositories cloned for it,
@@ -227,7 +227,7 @@ func parseApps(vals []string) ([]apiv1.ProfileApp, error) {
 	return out, nil
 }
 
-func (a *app) profileCreateCmd() *cobra.Command {
+func (a profileCmds) profileCreateCmd() *cobra.Command {
 	var f profileFlags
 	cmd := &cobra.Command{
 		Use:   "create NAME --image IMAGE --harness HARNESS [flags]",
@@ -270,7 +270,7 @@ the grant receipt (see ` + "`engrams profile show`" + `).
 	return cmd
 }
 
-func (a *app) profileEditCmd() *cobra.Command {
+func (a profileCmds) profileEditCmd() *cobra.Command {
 	var f profileFlags
 	cmd := &cobra.Command{
 		Use:   "edit NAME [flags]",
@@ -317,7 +317,7 @@ the command says so: run it again.
 	return cmd
 }
 
-func (a *app) profileListCmd() *cobra.Command {
+func (a profileCmds) profileListCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
@@ -356,7 +356,7 @@ func (a *app) profileListCmd() *cobra.Command {
 	}
 }
 
-func (a *app) profileShowCmd() *cobra.Command {
+func (a profileCmds) profileShowCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "show NAME",
 		Short: "Show a profile's grant receipt: what its tasks can do and reach",
@@ -387,7 +387,7 @@ they are fixed. --json prints the profile, receipt and problems.`,
 	}
 }
 
-func (a *app) profileDeleteCmd() *cobra.Command {
+func (a profileCmds) profileDeleteCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:     "delete NAME",
 		Short:   "Delete a profile",
@@ -413,7 +413,7 @@ func (a *app) profileDeleteCmd() *cobra.Command {
 }
 
 // printReceipt prints a profile's grant receipt in plain sections.
-func (a *app) printReceipt(w io.Writer, r apiv1.ProfileResponse) error {
+func (a profileCmds) printReceipt(w io.Writer, r apiv1.ProfileResponse) error {
 	p, rc := r.Profile, r.Receipt
 	fmt.Fprintf(w, "Profile %s (version %d, id %s, updated %s)\n", p.Name, p.Version, p.ID, a.when(p.UpdatedAt))
 	if !p.DeletedAt.IsZero() {

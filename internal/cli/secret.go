@@ -13,7 +13,7 @@ import (
 	"github.com/engrams/engrams/api/apiv1"
 )
 
-func (a *app) secretCmd() *cobra.Command {
+func (a secretCmds) secretCmd() *cobra.Command {
 	cmd := group("secret", "Store model keys and git logins for profiles",
 		`Secrets are credentials profiles name: model provider keys
 (anthropic_api_key, openai_api_key), git HTTPS logins (git_https) and
@@ -30,7 +30,7 @@ stay with the coordinator, which clones the repositories.`)
 	return cmd
 }
 
-func (a *app) secretCreateCmd() *cobra.Command {
+func (a secretCmds) secretCreateCmd() *cobra.Command {
 	var (
 		req      apiv1.CreateSecretRequest
 		fromFile string
@@ -92,7 +92,7 @@ the new one.`,
 // readSecretValue reads a secret's value from file, or from stdin: at a
 // terminal with echo off, else all of it. A trailing newline is dropped;
 // an empty value is refused. The value never appears in an error.
-func (a *app) readSecretValue(cmd *cobra.Command, name, file string) (string, error) {
+func (a secretCmds) readSecretValue(cmd *cobra.Command, name, file string) (string, error) {
 	var b []byte
 	var err error
 	from := "stdin"
@@ -124,7 +124,7 @@ func (a *app) readSecretValue(cmd *cobra.Command, name, file string) (string, er
 	return v, nil
 }
 
-func (a *app) secretListCmd() *cobra.Command {
+func (a secretCmds) secretListCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
@@ -158,7 +158,7 @@ func (a *app) secretListCmd() *cobra.Command {
 	}
 }
 
-func (a *app) secretDeleteCmd() *cobra.Command {
+func (a secretCmds) secretDeleteCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "delete NAME",
 		Short: "Delete a secret",

@@ -15,7 +15,7 @@ import (
 	"github.com/engrams/engrams/client"
 )
 
-func (a *app) sessionCmd() *cobra.Command {
+func (a sessionCmds) sessionCmd() *cobra.Command {
 	cmd := group("session", "Create, inspect, run commands in, suspend and delete sessions",
 		`A session is one sandbox: an image running in its own microVM on one host.
 A session unused for its idle timeout is suspended: snapshotted into
@@ -48,7 +48,7 @@ func parseEnv(kvs []string) (map[string]string, error) {
 	return env, nil
 }
 
-func (a *app) sessionCreateCmd() *cobra.Command {
+func (a sessionCmds) sessionCreateCmd() *cobra.Command {
 	var (
 		req      apiv1.CreateSessionRequest
 		env      []string
@@ -124,7 +124,7 @@ never: no limit).`,
 	return cmd
 }
 
-func (a *app) sessionListCmd() *cobra.Command {
+func (a sessionCmds) sessionListCmd() *cobra.Command {
 	var filter client.SessionFilter
 	cmd := &cobra.Command{
 		Use:     "list",
@@ -170,7 +170,7 @@ func memory(mib int) string {
 	return fmt.Sprintf("%d MiB", mib)
 }
 
-func (a *app) sessionGetCmd() *cobra.Command {
+func (a sessionCmds) sessionGetCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "get ID",
 		Short: "Show a session, its operations and snapshots",
@@ -198,7 +198,7 @@ destroy, move, recover) with their errors, and its snapshot history
 	}
 }
 
-func (a *app) printSession(cmd *cobra.Command, s apiv1.Session) error {
+func (a sessionCmds) printSession(cmd *cobra.Command, s apiv1.Session) error {
 	tw := newTable(cmd.OutOrStdout())
 	env := make([]string, 0, len(s.Spec.Env))
 	for _, k := range slices.Sorted(maps.Keys(s.Spec.Env)) {
@@ -249,7 +249,7 @@ func (a *app) printSession(cmd *cobra.Command, s apiv1.Session) error {
 	return tw.Flush()
 }
 
-func (a *app) sessionDeleteCmd() *cobra.Command {
+func (a sessionCmds) sessionDeleteCmd() *cobra.Command {
 	var noWait bool
 	cmd := &cobra.Command{
 		Use:     "delete ID",
@@ -280,7 +280,7 @@ until the VM is gone. The session's event log stays readable.`,
 	return cmd
 }
 
-func (a *app) sessionLogsCmd() *cobra.Command {
+func (a sessionCmds) sessionLogsCmd() *cobra.Command {
 	var (
 		follow bool
 		after  int64

@@ -12,7 +12,7 @@ import (
 	"github.com/engrams/engrams/api/apiv1"
 )
 
-func (a *app) sessionSuspendCmd() *cobra.Command {
+func (a sessionCmds) sessionSuspendCmd() *cobra.Command {
 	var noWait bool
 	cmd := &cobra.Command{
 		Use:   "suspend ID",
@@ -75,7 +75,7 @@ func because(reason string) string {
 	return ": " + reason
 }
 
-func (a *app) sessionResumeCmd() *cobra.Command {
+func (a sessionCmds) sessionResumeCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "resume ID",
 		Short: "Bring an idle session back and wait until it is active",
@@ -110,7 +110,7 @@ nothing.`,
 	}
 }
 
-func (a *app) sessionSnapshotCmd() *cobra.Command {
+func (a sessionCmds) sessionSnapshotCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "snapshot ID",
 		Short: "Snapshot a running session and keep it running",
@@ -155,7 +155,7 @@ func bytesize(n int64) string {
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
-func (a *app) sessionOutboxCmd() *cobra.Command {
+func (a sessionCmds) sessionOutboxCmd() *cobra.Command {
 	cmd := group("outbox", "Send commands into a session, applied exactly once",
 		`The outbox holds commands for a session's guest (the agent harness takes its
 prompts from it). Each item has your id, which makes sending it again
@@ -166,7 +166,7 @@ guest applied it), then durable (a committed snapshot includes it).`)
 	return cmd
 }
 
-func (a *app) outboxSendCmd() *cobra.Command {
+func (a sessionCmds) outboxSendCmd() *cobra.Command {
 	var (
 		req     apiv1.OutboxRequest
 		payload string
@@ -212,7 +212,7 @@ safe. --payload is JSON (kind-specific, under 1 MiB).`,
 	return cmd
 }
 
-func (a *app) outboxListCmd() *cobra.Command {
+func (a sessionCmds) outboxListCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:     "list ID",
 		Aliases: []string{"ls"},

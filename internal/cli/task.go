@@ -12,7 +12,7 @@ import (
 	"github.com/engrams/engrams/client"
 )
 
-func (a *app) taskCmd() *cobra.Command {
+func (a taskCmds) taskCmd() *cobra.Command {
 	cmd := group("task", "Start agents on prompts, follow their conversation, see what they changed",
 		`A task is one agent's work: a profile (image, harness, model, repositories,
 credentials) and a prompt. It runs in a session of its own; its conversation
@@ -28,7 +28,7 @@ resumes: `+"`engrams task send`"+` resumes a suspended session transparently.`)
 	return cmd
 }
 
-func (a *app) taskStartCmd() *cobra.Command {
+func (a taskCmds) taskStartCmd() *cobra.Command {
 	var (
 		req    apiv1.StartTaskRequest
 		follow bool
@@ -72,7 +72,7 @@ prompt.`,
 	return cmd
 }
 
-func (a *app) taskListCmd() *cobra.Command {
+func (a taskCmds) taskListCmd() *cobra.Command {
 	var profile, state string
 	cmd := &cobra.Command{
 		Use:   "list",
@@ -116,7 +116,7 @@ func cut(s string, n int) string {
 	return s
 }
 
-func (a *app) taskShowCmd() *cobra.Command {
+func (a taskCmds) taskShowCmd() *cobra.Command {
 	var follow bool
 	cmd := &cobra.Command{
 		Use:   "show ID",
@@ -180,7 +180,7 @@ as they come, one JSON object a line.`,
 // its turn (an idle of an earlier turn answers none of them) and the events
 // through seq through (the task's last when following began) were printed;
 // or until the task stopped or failed.
-func (a *app) followTask(cmd *cobra.Command, c *client.Client, id string, after, through int64) error {
+func (a taskCmds) followTask(cmd *cobra.Command, c *client.Client, id string, after, through int64) error {
 	w := cmd.OutOrStdout()
 	prompts, pending := 0, map[string]bool{} // turns of prompts not yet answered
 	return c.Tasks().Events(cmd.Context(), id, after, true, func(e apiv1.TaskEvent) error {
@@ -227,7 +227,7 @@ func eventTurn(e apiv1.TaskEvent) string {
 	return d.Turn
 }
 
-func (a *app) taskSendCmd() *cobra.Command {
+func (a taskCmds) taskSendCmd() *cobra.Command {
 	var follow bool
 	cmd := &cobra.Command{
 		Use:   "send ID TEXT",
@@ -263,7 +263,7 @@ answer until the agent is done with it.`,
 	return cmd
 }
 
-func (a *app) taskDiffCmd() *cobra.Command {
+func (a taskCmds) taskDiffCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "diff ID",
 		Short: "Show the changes in the task's repositories (unified diff against the cloned commit)",
@@ -298,7 +298,7 @@ repositories. A suspended session resumes to answer.`,
 	}
 }
 
-func (a *app) taskStopCmd() *cobra.Command {
+func (a taskCmds) taskStopCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "stop ID",
 		Short: "Interrupt the agent and stop the task (its session is suspended)",
@@ -325,7 +325,7 @@ still work). A stopped task takes no more prompts.`,
 	}
 }
 
-func (a *app) taskFilesCmd() *cobra.Command {
+func (a taskCmds) taskFilesCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "files ID [PATH]",
 		Short: "Print a file of the task's session, or list a directory",

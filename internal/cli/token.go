@@ -8,7 +8,7 @@ import (
 	"github.com/engrams/engrams/api/apiv1"
 )
 
-func (a *app) tokenCmd() *cobra.Command {
+func (a tokenCmds) tokenCmd() *cobra.Command {
 	cmd := group("token", "Create, list and revoke API tokens",
 		`API tokens authenticate the CLI and other API clients (--token or
 ENGRAMS_TOKEN). Only a hash is stored: a secret is shown once, when made.`)
@@ -18,7 +18,7 @@ ENGRAMS_TOKEN). Only a hash is stored: a secret is shown once, when made.`)
 	return cmd
 }
 
-func (a *app) tokenCreateCmd() *cobra.Command {
+func (a tokenCmds) tokenCreateCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "create NAME",
 		Short: "Mint an API token and print its secret (shown only once)",
@@ -47,7 +47,7 @@ captured; a note goes to standard error. It is never shown again.`,
 	}
 }
 
-func (a *app) tokenListCmd() *cobra.Command {
+func (a tokenCmds) tokenListCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
@@ -84,7 +84,7 @@ func (a *app) tokenListCmd() *cobra.Command {
 	}
 }
 
-func (a *app) tokenRevokeCmd() *cobra.Command {
+func (a tokenCmds) tokenRevokeCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:     "revoke ID",
 		Short:   "Revoke an API token",
