@@ -358,16 +358,36 @@ func TestSnapshots(t *testing.T) {
 	if s.Spec.IdleTimeoutSec != -1 {
 		t.Errorf("idle timeout = %d, want -1", s.Spec.IdleTimeoutSec)
 	}
+	sn2 := checkSnapshotChain(t, c, s.ID)
+	checkSuspendResume(t, c, srv, s, sn2)
+	checkExecResumes(t, c, s.ID)
+	if err := c.Sessions().Delete(ctx, s.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	checkSnapshotRefusals(t, c, s.ID)
+}
 
-	sn1, err := c.Sessions().Snapshot(ctx, s.ID)
+// checkSnapshotChain takes two snapshots of session id: the second has the
+// first as parent and uploads only the changed chunks. It returns the second.
+func checkSnapshotChain(t *testing.T, c *client.Client, id string) apiv1.Snapshot {
+	t.Helper()
+	ctx := t.Context()
+	sn1, err := c.Sessions().Snapshot(ctx, id)
 	if err != nil || sn1.ID == "" || sn1.Reason != "snapshot" || sn1.Uploaded != clienttest.FirstUpload || sn1.Bytes != clienttest.SnapshotBytes {
 		t.Fatalf("snapshot = %+v, %v", sn1, err)
 	}
-	sn2, err := c.Sessions().Snapshot(ctx, s.ID)
+	sn2, err := c.Sessions().Snapshot(ctx, id)
 	if err != nil || sn2.ParentID != sn1.ID || sn2.Uploaded != clienttest.NextUpload {
 		t.Fatalf("second snapshot = %+v, %v; want parent %s, only changed chunks uploaded", sn2, err, sn1.ID)
 	}
+	return sn2
+}
 
+// checkSuspendResume suspends active session s (its head snapshot sn2)
+// twice, resumes it and suspends it again without waiting.
+func checkSuspendResume(t *testing.T, c *client.Client, srv *clienttest.Server, s apiv1.Session, sn2 apiv1.Snapshot) {
+	t.Helper()
+	ctx := t.Context()
 	idle, err := c.Sessions().Suspend(ctx, s.ID, true)
 	if err != nil || idle.State != "idle" || idle.HostID != "" || idle.HeadSnapshot == sn2.ID {
 		t.Fatalf("suspend = %+v, %v", idle, err)
@@ -391,30 +411,39 @@ func TestSnapshots(t *testing.T) {
 	if !slices.Contains(srv.Requests(), "POST /v1/sessions/"+s.ID+"/suspend?wait=false") {
 		t.Errorf("requests %v lack suspend?wait=false", srv.Requests())
 	}
-	// Exec on an idle session resumes it.
+}
+
+// checkExecResumes: exec on idle session id resumes it; the host then
+// caches the four snapshots taken.
+func checkExecResumes(t *testing.T, c *client.Client, id string) {
+	t.Helper()
+	ctx := t.Context()
 	var out bytes.Buffer
-	if code, err := c.Sessions().Exec(ctx, s.ID, apiv1.ExecRequest{Argv: []string{"echo", "back"}}, &out, nil); err != nil || code != 0 || out.String() != "back\n" {
+	if code, err := c.Sessions().Exec(ctx, id, apiv1.ExecRequest{Argv: []string{"echo", "back"}}, &out, nil); err != nil || code != 0 || out.String() != "back\n" {
 		t.Errorf("exec on idle = %d, %v, %q", code, err, out.String())
 	}
-	if got, _ := c.Sessions().Get(ctx, s.ID); got.State != "active" {
+	if got, _ := c.Sessions().Get(ctx, id); got.State != "active" {
 		t.Errorf("after exec state = %s, want active", got.State)
 	}
 	if h, err := c.Hosts().Get(ctx, "h1"); err != nil || len(h.Capacity.CachedSnapshots) != 4 {
 		t.Errorf("host cached snapshots = %v, %v; want 4", h.Capacity.CachedSnapshots, err)
 	}
+}
 
-	if err := c.Sessions().Delete(ctx, s.ID, true); err != nil {
-		t.Fatal(err)
-	}
+// checkSnapshotRefusals: the snapshot routes refuse completed session id
+// with a conflict, and an unknown session with not found.
+func checkSnapshotRefusals(t *testing.T, c *client.Client, id string) {
+	t.Helper()
+	ctx := t.Context()
 	tests := []struct {
 		name string
 		call func() error
 	}{
-		{"suspend completed", func() error { _, err := c.Sessions().Suspend(ctx, s.ID, true); return err }},
-		{"resume completed", func() error { _, err := c.Sessions().Resume(ctx, s.ID); return err }},
-		{"snapshot completed", func() error { _, err := c.Sessions().Snapshot(ctx, s.ID); return err }},
+		{"suspend completed", func() error { _, err := c.Sessions().Suspend(ctx, id, true); return err }},
+		{"resume completed", func() error { _, err := c.Sessions().Resume(ctx, id); return err }},
+		{"snapshot completed", func() error { _, err := c.Sessions().Snapshot(ctx, id); return err }},
 		{"outbox to completed", func() error {
-			_, err := c.Sessions().PutOutbox(ctx, s.ID, apiv1.OutboxRequest{ID: "x", Kind: "prompt"})
+			_, err := c.Sessions().PutOutbox(ctx, id, apiv1.OutboxRequest{ID: "x", Kind: "prompt"})
 			return err
 		}},
 	}
