@@ -45,7 +45,7 @@ var (
 		"internal/store/storetest/...",
 		"internal/blob/blobtest/...",
 		"internal/vmm/vmmtest/...",
-		"internal/client/clienttest/...",
+		"internal/clienttest/...",
 	}
 )
 

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/domain"
 )
@@ -91,6 +91,6 @@ func (s *hostsRouter) createHost(w http.ResponseWriter, r *http.Request) {
 }
 
 func hostOut(h domain.Host) apiv1.Host {
-	return apiv1.Host{ID: string(h.ID), Name: h.Name, State: string(h.State), Facts: h.Facts, Capacity: h.Capacity,
+	return apiv1.Host{ID: string(h.ID), Name: h.Name, State: string(h.State), Facts: *hostFactsOut(&h.Facts), Capacity: capacityOut(h.Capacity),
 		ReplicaID: h.ReplicaID, LastHeartbeat: h.LastHeartbeat, CreatedAt: h.CreatedAt}
 }

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/imagejobs"
 )
@@ -195,7 +195,7 @@ func imageOut(v imagejobs.ImageView) apiv1.Image {
 			Warmup: cfg.Warmup, WarmupTimeoutS: cfg.WarmupTimeoutS, WarmupStallS: cfg.WarmupStallS,
 			Libc: cfg.Libc, User: cfg.User, Entrypoint: cfg.Entrypoint,
 		},
-		Credentials: v.Credential, BaseSnapshotID: img.BaseID, Facts: v.Facts, ReadyHosts: hostIDs(v.ReadyHosts),
+		Credentials: v.Credential, BaseSnapshotID: img.BaseID, Facts: hostFactsOut(v.Facts), ReadyHosts: hostIDs(v.ReadyHosts),
 		CreatedAt: img.CreatedAt, UpdatedAt: img.UpdatedAt,
 	}
 	if v.LastJob != nil {

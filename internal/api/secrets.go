@@ -4,7 +4,7 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/secrets"
 )
 

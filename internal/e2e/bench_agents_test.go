@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/client"
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/client"
 	"github.com/engrams/engrams/internal/harness"
 	"github.com/engrams/engrams/internal/modeltest"
 )
@@ -81,7 +81,7 @@ func TestBenchAgentFirstEvent(t *testing.T) {
 			a.profile(t, "bench", tc.ac, cred)
 			ctx := context.Background()
 			start := time.Now()
-			task, err := a.c.StartTask(ctx, apiv1.StartTaskRequest{Profile: "bench", Prompt: tc.ac.prompt(0)})
+			task, err := a.c.Tasks().Start(ctx, apiv1.StartTaskRequest{Profile: "bench", Prompt: tc.ac.prompt(0)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -92,7 +92,7 @@ func TestBenchAgentFirstEvent(t *testing.T) {
 				prompt := tc.ac.prompt(i)
 				direct = append(direct, tc.direct(t, a.model, a.key, prompt))
 				sent := time.Now()
-				e, err := a.c.SendTask(ctx, task.ID, prompt)
+				e, err := a.c.Tasks().Send(ctx, task.ID, prompt)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -155,7 +155,7 @@ func waitTurnFor(t *testing.T, c *client.Client, id string, after int64, first s
 	defer cancel()
 	var evs []apiv1.TaskEvent
 	var at time.Time
-	err := c.TaskEvents(ctx, id, after, true, func(e apiv1.TaskEvent) error {
+	err := c.Tasks().Events(ctx, id, after, true, func(e apiv1.TaskEvent) error {
 		evs = append(evs, e)
 		if e.Type == first && at.IsZero() {
 			at = time.Now()

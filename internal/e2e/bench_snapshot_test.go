@@ -14,7 +14,7 @@ import (
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/coordinator"
 )
 
@@ -46,13 +46,13 @@ func TestBenchSnapshots(t *testing.T) {
 	a := startHostProcess(t, r.URL, credsA.HostToken, dirA, s3args...)
 	c := newClient(r.URL, credsA.Token)
 	waitHostReady(t, c, credsA.HostID)
-	s, err := c.CreateSession(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 1024, IdleTimeoutSec: -1}}, true)
+	s, err := c.Sessions().Create(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 1024, IdleTimeoutSec: -1}}, true)
 	if err != nil || s.State != "active" {
 		t.Fatalf("create: %+v %v", s, err)
 	}
 	run := func(script string) string {
 		var out, errb bytes.Buffer
-		code, err := c.Exec(ctx, s.ID, apiv1.ExecRequest{Argv: []string{"sh", "-c", script}, TimeoutMS: 300000}, &out, &errb)
+		code, err := c.Sessions().Exec(ctx, s.ID, apiv1.ExecRequest{Argv: []string{"sh", "-c", script}, TimeoutMS: 300000}, &out, &errb)
 		if err != nil || code != 0 {
 			t.Fatalf("exec %q: %d %v %s", script, code, err, errb.String())
 		}
@@ -65,11 +65,11 @@ func TestBenchSnapshots(t *testing.T) {
 	var uploaded []int64
 	for i := range 5 {
 		t0 := time.Now()
-		if got, err := c.Suspend(ctx, s.ID, true); err != nil || got.State != "idle" {
+		if got, err := c.Sessions().Suspend(ctx, s.ID, true); err != nil || got.State != "idle" {
 			t.Fatalf("suspend %d: %+v %v", i, got, err)
 		}
 		suspendT = append(suspendT, time.Since(t0))
-		g, _ := c.GetSession(ctx, s.ID)
+		g, _ := c.Sessions().Get(ctx, s.ID)
 		uploaded = append(uploaded, g.Snapshots[len(g.Snapshots)-1].Uploaded)
 		t0 = time.Now()
 		run("true")
@@ -82,7 +82,7 @@ func TestBenchSnapshots(t *testing.T) {
 	var cold []time.Duration
 	last := a
 	for i := range 3 {
-		if _, err := c.Suspend(ctx, s.ID, true); err != nil {
+		if _, err := c.Sessions().Suspend(ctx, s.ID, true); err != nil {
 			t.Fatal(err)
 		}
 		last.kill()
@@ -103,7 +103,7 @@ func TestBenchSnapshots(t *testing.T) {
 		}
 		cold = append(cold, time.Since(t0))
 	}
-	_ = c.DeleteSession(ctx, s.ID, true)
+	_ = c.Sessions().Delete(ctx, s.ID, true)
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nsnapshot benchmark: QEMU TCG, 1 GiB guest with 256 MiB touched, chunks in S3 on loopback (gofakes3)\n")

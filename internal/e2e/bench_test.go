@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/client"
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/client"
 	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/server"
 )
@@ -53,7 +53,7 @@ func TestBenchFoundation(t *testing.T) {
 	hp := startHostProcess(t, url, creds.HostToken, hostDir, "--memory-mib", "10000000", "--vcpus", "100000", "--log-level", "warn")
 	c := client.New(url, creds.Token)
 	eventually(t, 30*time.Second, "host ready", func() (bool, string) {
-		h, err := c.GetHost(ctx, creds.HostID)
+		h, err := c.Hosts().Get(ctx, creds.HostID)
 		return err == nil && h.State == "ready", h.State
 	})
 
@@ -65,7 +65,7 @@ func TestBenchFoundation(t *testing.T) {
 	var ids []string
 	for range 30 {
 		t0 := time.Now()
-		s, err := c.CreateSession(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 64}}, true)
+		s, err := c.Sessions().Create(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 64}}, true)
 		if err != nil || s.State != "active" {
 			t.Fatalf("create: %+v %v", s, err)
 		}
@@ -77,7 +77,7 @@ func TestBenchFoundation(t *testing.T) {
 	rows = append(rows, benchExec(t, c, ids[0], filepath.Join(hostDir, "machines", ids[0], "guest.sock"))...)
 	rows = append(rows, benchDevExec(t)...)
 	for _, id := range ids {
-		if err := c.DeleteSession(ctx, id, true); err != nil {
+		if err := c.Sessions().Delete(ctx, id, true); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -87,7 +87,7 @@ func TestBenchFoundation(t *testing.T) {
 	stop := peak.sample()
 	t0 := time.Now()
 	fleetIDs := parallel(t, fleet, 16, func(int) string {
-		s, err := c.CreateSession(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 64}}, true)
+		s, err := c.Sessions().Create(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 64}}, true)
 		if err != nil || s.State != "active" {
 			t.Errorf("fleet create: %+v %v", s, err)
 		}
@@ -97,7 +97,7 @@ func TestBenchFoundation(t *testing.T) {
 	held := peak.now()
 	t0 = time.Now()
 	parallel(t, fleet, 16, func(i int) string {
-		if err := c.DeleteSession(ctx, fleetIDs[i], true); err != nil {
+		if err := c.Sessions().Delete(ctx, fleetIDs[i], true); err != nil {
 			t.Errorf("fleet delete: %v", err)
 		}
 		return ""
@@ -131,7 +131,7 @@ func benchExec(t *testing.T, c *client.Client, id, sock string) [][]string {
 	var viaWS, directWS []time.Duration
 	for range 200 {
 		t0 := time.Now()
-		if ctl, err := c.ExecWS(ctx, id, guestapi.ExecStart{Argv: []string{"true"}}, nil, io.Discard, io.Discard, nil); err != nil || ctl.ExitCode != 0 {
+		if ctl, err := c.Sessions().ExecWS(ctx, id, apiv1.ExecStart{Argv: []string{"true"}}, nil, io.Discard, io.Discard, nil); err != nil || ctl.ExitCode != 0 {
 			t.Fatalf("exec ws: %+v %v", ctl, err)
 		}
 		viaWS = append(viaWS, time.Since(t0))
@@ -189,7 +189,7 @@ func benchDevExec(t *testing.T) [][]string {
 	c := client.New("http://"+addr, creds.Token)
 	var s apiv1.Session
 	eventually(t, 30*time.Second, "dev session active", func() (bool, string) {
-		s, err = c.CreateSession(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 64}}, true)
+		s, err = c.Sessions().Create(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 64}}, true)
 		return err == nil && s.State == "active", fmt.Sprint(err)
 	})
 	viaAPI, direct, fork := execRounds(t, c, s.ID, filepath.Join(dir, "data", "host", "machines", s.ID, "guest.sock"), 500)
@@ -210,7 +210,7 @@ func execRounds(t *testing.T, c *client.Client, id, sock string, n int) (viaAPI,
 	}}}
 	for range n {
 		t0 := time.Now()
-		if code, err := c.Exec(context.Background(), id, apiv1.ExecRequest{Argv: []string{"true"}}, io.Discard, io.Discard); err != nil || code != 0 {
+		if code, err := c.Sessions().Exec(context.Background(), id, apiv1.ExecRequest{Argv: []string{"true"}}, io.Discard, io.Discard); err != nil || code != 0 {
 			t.Fatalf("exec: %d %v", code, err)
 		}
 		viaAPI = append(viaAPI, time.Since(t0))

@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	msqlite "modernc.org/sqlite"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/client"
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/client"
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/server"
 	"github.com/engrams/engrams/internal/store"
@@ -218,13 +218,13 @@ func newCommitRig(t *testing.T, tt commitCase) *commitRig {
 	k.c = newClient("http://"+k.addr, creds.Token)
 	waitHostReady(t, k.c, creds.HostID)
 
-	s, err := k.c.CreateSession(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 64, IdleTimeoutSec: -1}}, true)
+	s, err := k.c.Sessions().Create(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 64, IdleTimeoutSec: -1}}, true)
 	if err != nil || s.State != "active" {
 		t.Fatalf("create: %+v %v", s, err)
 	}
 	k.sid = s.ID
 	execOut(t, k.c, s.ID, "head -c 5000000 /dev/urandom > one.bin && echo one > marker1")
-	idle, err := k.c.Suspend(ctx, s.ID, true)
+	idle, err := k.c.Sessions().Suspend(ctx, s.ID, true)
 	if err != nil || idle.State != "idle" || idle.HeadSnapshot == "" {
 		t.Fatalf("first suspend: %+v %v", idle, err)
 	}
@@ -246,7 +246,7 @@ func (k *commitRig) killBeforeCommit() {
 		}
 		return false
 	})
-	if _, err := k.c.Suspend(ctx, k.sid, false); err != nil {
+	if _, err := k.c.Sessions().Suspend(ctx, k.sid, false); err != nil {
 		t.Fatalf("second suspend: %v", err)
 	}
 	select {

@@ -22,9 +22,9 @@ import (
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/client"
 	"github.com/engrams/engrams/internal/chunk"
-	"github.com/engrams/engrams/internal/client"
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 	"github.com/engrams/engrams/internal/vmm/qemu"
@@ -200,7 +200,7 @@ func logCount(path string, words ...string) int {
 func execOut(t *testing.T, c *client.Client, id, script string) string {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code, err := c.Exec(context.Background(), id, apiv1.ExecRequest{Argv: []string{"sh", "-c", script}, TimeoutMS: 180000}, &out, &errb)
+	code, err := c.Sessions().Exec(context.Background(), id, apiv1.ExecRequest{Argv: []string{"sh", "-c", script}, TimeoutMS: 180000}, &out, &errb)
 	if err != nil || code != 0 {
 		t.Fatalf("exec %q: code %d, %v, stderr %q", script, code, err, errb.String())
 	}
@@ -224,7 +224,7 @@ func settled(t *testing.T, c *client.Client, id string, d time.Duration) apiv1.S
 	var s apiv1.Session
 	eventually(t, d, "session "+id+" settles", func() (bool, string) {
 		var err error
-		s, err = c.GetSession(context.Background(), id)
+		s, err = c.Sessions().Get(context.Background(), id)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -351,8 +351,8 @@ func watchNeverTwice(t *testing.T, c *client.Client, sid, from, backend, fromDir
 	go func() {
 		defer close(w.done)
 		for ctx.Err() == nil {
-			s, err1 := c.GetSession(ctx, sid)
-			h, err2 := c.GetHost(ctx, from)
+			s, err1 := c.Sessions().Get(ctx, sid)
+			h, err2 := c.Hosts().Get(ctx, from)
 			if err1 == nil && err2 == nil {
 				here := s.HostID == from && slices.Contains([]string{"starting", "active", "suspending", "deleting"}, s.State)
 				if h.State == "lost" || !here {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/blob/localdir"
 	"github.com/engrams/engrams/internal/chunk"
 	"github.com/engrams/engrams/internal/domain"
@@ -75,11 +75,11 @@ func TestHarnessAttachedToImageSessions(t *testing.T) {
 	registerHarness(t, e, "needs-glibc", harness.LibcGlibc)
 	ctx := context.Background()
 
-	_, err := e.c.CreateSession(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{Image: "alpine", Harness: "needs-glibc"}}, true)
+	_, err := e.c.Sessions().Create(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{Image: "alpine", Harness: "needs-glibc"}}, true)
 	if err == nil || !strings.Contains(err.Error(), "needs glibc, the image has musl") {
 		t.Fatalf("a glibc harness on a musl image: %v, want refused at once saying why", err)
 	}
-	s, err := e.c.CreateSession(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{Image: "alpine", Harness: "shell"}}, true)
+	s, err := e.c.Sessions().Create(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{Image: "alpine", Harness: "shell"}}, true)
 	if err != nil || s.State != "active" {
 		t.Fatalf("create with a harness: %+v %v", s, err)
 	}
@@ -91,11 +91,11 @@ func TestHarnessAttachedToImageSessions(t *testing.T) {
 		}
 	}
 	check("after create")
-	if got, err := e.c.Suspend(ctx, s.ID, true); err != nil || got.State != "idle" {
+	if got, err := e.c.Sessions().Suspend(ctx, s.ID, true); err != nil || got.State != "idle" {
 		t.Fatalf("suspend: %+v %v", got, err)
 	}
 	check("after resume")
-	plain, err := e.c.CreateSession(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{Image: "alpine"}}, true)
+	plain, err := e.c.Sessions().Create(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{Image: "alpine"}}, true)
 	if err != nil || plain.State != "active" {
 		t.Fatalf("create without a harness: %+v %v", plain, err)
 	}

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/client"
+	"github.com/engrams/engrams/client"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/host"
 	"github.com/engrams/engrams/internal/server"
@@ -258,7 +258,7 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() (bool, s
 func waitHostReady(t *testing.T, c *client.Client, hostID string) {
 	t.Helper()
 	eventually(t, 120*time.Second, "host "+hostID+" ready", func() (bool, string) {
-		h, err := c.GetHost(context.Background(), hostID)
+		h, err := c.Hosts().Get(context.Background(), hostID)
 		return err == nil && h.State == "ready", h.State
 	})
 }

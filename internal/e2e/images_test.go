@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/client"
 	"github.com/engrams/engrams/internal/blob/localdir"
 	"github.com/engrams/engrams/internal/chunk"
-	"github.com/engrams/engrams/internal/client"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/harness"
 	"github.com/engrams/engrams/internal/harnessreg"
@@ -102,11 +102,11 @@ func (e *imageEnv) enable(t *testing.T, req apiv1.EnableImageRequest) (apiv1.Ima
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	resp, err := e.c.EnableImage(ctx, req)
+	resp, err := e.c.Images().Enable(ctx, req)
 	if err != nil {
 		t.Fatalf("enable %s: %v", req.Ref, err)
 	}
-	job, err := e.c.WaitImageJob(ctx, resp.Job.ID, 100*time.Millisecond, nil)
+	job, err := e.c.Images().WaitJob(ctx, resp.Job.ID, 100*time.Millisecond, nil)
 	if err != nil {
 		t.Fatalf("wait for job of %s: %v", req.Ref, err)
 	}
@@ -117,7 +117,7 @@ func (e *imageEnv) enable(t *testing.T, req apiv1.EnableImageRequest) (apiv1.Ima
 func run(t *testing.T, c *client.Client, id, script string) string {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code, err := c.Exec(context.Background(), id, apiv1.ExecRequest{Argv: []string{"/bin/sh", "-c", script}, TimeoutMS: 60000}, &out, &errb)
+	code, err := c.Sessions().Exec(context.Background(), id, apiv1.ExecRequest{Argv: []string{"/bin/sh", "-c", script}, TimeoutMS: 60000}, &out, &errb)
 	if err != nil || code != 0 {
 		t.Fatalf("exec %q in %s: code %d, %v, stderr %q", script, id, code, err, errb.String())
 	}
@@ -148,7 +148,7 @@ func TestImageDebianWarmBaseSnapshot(t *testing.T) {
 			t.Errorf("job stages %v lack %s", job.StagesMS, stage)
 		}
 	}
-	img, err := e.c.GetImage(context.Background(), "debian")
+	img, err := e.c.Images().Get(context.Background(), "debian")
 	if err != nil || img.State != "ready" || img.Config.Libc != "glibc" || img.BaseSnapshotID == "" || img.Credentials != "ci@"+reg.Host() {
 		t.Fatalf("image %+v %v", img, err)
 	}
@@ -158,7 +158,7 @@ func TestImageDebianWarmBaseSnapshot(t *testing.T) {
 
 	ids := make([]string, 2)
 	for i := range ids {
-		s, err := e.c.CreateSession(context.Background(), apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{
+		s, err := e.c.Sessions().Create(context.Background(), apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{
 			Image: "debian", Env: map[string]string{"WHO": fmt.Sprint("s", i)}}}, true)
 		if err != nil || s.State != "active" {
 			t.Fatalf("create from image: %+v %v", s, err)
@@ -200,19 +200,19 @@ func TestImageDebianWarmBaseSnapshot(t *testing.T) {
 	// the running session keeps its own, new sessions get the new one.
 	reg.Push(t, "team/debian", "12", imagetest.DebianPlus(t, map[string]string{"etc/engrams-rebuilt": "v2\n"}))
 	ctx := context.Background()
-	ref2, err := e.c.RefreshImage(ctx, "debian")
+	ref2, err := e.c.Images().Refresh(ctx, "debian")
 	if err != nil {
 		t.Fatal(err)
 	}
-	job2, err := e.c.WaitImageJob(ctx, ref2.Job.ID, 100*time.Millisecond, nil)
+	job2, err := e.c.Images().WaitJob(ctx, ref2.Job.ID, 100*time.Millisecond, nil)
 	if err != nil || job2.State != "ready" {
 		t.Fatalf("refresh: %+v %v", job2, err)
 	}
-	img2, err := e.c.GetImage(ctx, "debian")
+	img2, err := e.c.Images().Get(ctx, "debian")
 	if err != nil || img2.Digest == img.Digest || img2.BaseSnapshotID == img.BaseSnapshotID {
 		t.Fatalf("refresh kept digest %s / base %s: %+v %v", img.Digest, img.BaseSnapshotID, img2, err)
 	}
-	s3, err := e.c.CreateSession(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{Image: "debian"}}, true)
+	s3, err := e.c.Sessions().Create(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{Image: "debian"}}, true)
 	if err != nil || s3.State != "active" {
 		t.Fatalf("create after refresh: %+v %v", s3, err)
 	}

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 )
 
 // Fake snapshot sizes: every snapshot holds SnapshotBytes; the first of a

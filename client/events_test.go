@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/client"
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/client"
 )
 
 func TestEvents(t *testing.T) {
@@ -45,7 +45,7 @@ func TestEvents(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			c, srv := newClient(t)
-			s, err := c.CreateSession(t.Context(), apiv1.CreateSessionRequest{}, true) // event 1
+			s, err := c.Sessions().Create(t.Context(), apiv1.CreateSessionRequest{}, true) // event 1
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -59,7 +59,7 @@ func TestEvents(t *testing.T) {
 			srv.DropAfter(tt.drop)
 			srv.EndMessage(tt.endMsg)
 			var seqs []int64
-			err = c.Events(t.Context(), s.ID, tt.after, tt.follow, func(ev apiv1.Event) error {
+			err = c.Sessions().Events(t.Context(), s.ID, tt.after, tt.follow, func(ev apiv1.Event) error {
 				seqs = append(seqs, ev.Seq)
 				if ev.Seq == tt.stopAt {
 					return errEnough
@@ -86,7 +86,7 @@ func TestEvents(t *testing.T) {
 func TestEventsNotFound(t *testing.T) {
 	t.Parallel()
 	c, _ := newClient(t)
-	err := c.Events(t.Context(), "nope", 0, true, func(apiv1.Event) error { return nil })
+	err := c.Sessions().Events(t.Context(), "nope", 0, true, func(apiv1.Event) error { return nil })
 	if !client.IsNotFound(err) {
 		t.Errorf("err = %v, want not found", err)
 	}
@@ -110,7 +110,7 @@ func TestEventsGivesUp(t *testing.T) {
 	t.Cleanup(srv.Close)
 	c := client.New(srv.URL, "", client.WithReconnect(time.Millisecond, 2))
 	var got []apiv1.Event
-	err := c.Events(t.Context(), "s", 0, true, func(ev apiv1.Event) error { got = append(got, ev); return nil })
+	err := c.Sessions().Events(t.Context(), "s", 0, true, func(ev apiv1.Event) error { got = append(got, ev); return nil })
 	if err == nil || !strings.Contains(err.Error(), "gave up after 2 reconnects") {
 		t.Errorf("err = %v, want gave up", err)
 	}

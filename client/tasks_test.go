@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/client"
-	"github.com/engrams/engrams/internal/client/clienttest"
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/client"
+	"github.com/engrams/engrams/internal/clienttest"
 )
 
 // taskFake serves task t1: each events request sends the next of streams
@@ -71,22 +71,25 @@ func (f *taskFake) handler() http.Handler {
 	return mux
 }
 
-func TestTaskEvents(t *testing.T) {
-	t.Parallel()
+// taskEventsCase is one TestTaskEvents case: what the fake serves, how
+// TaskClient.Events is called and what it should deliver and request.
+type taskEventsCase struct {
+	name        string
+	fake        taskScript
+	after       int64
+	follow      bool
+	stopAt      int64 // fn returns stopErr at this seq
+	stopErr     error
+	wantSeqs    []int64
+	wantErr     error
+	wantErrText string
+	wantAfters  []string
+	wantFollows []string
+}
+
+func taskEventsCases() []taskEventsCase {
 	errEnough := errors.New("enough")
-	tests := []struct {
-		name        string
-		fake        taskScript
-		after       int64
-		follow      bool
-		stopAt      int64 // fn returns stopErr at this seq
-		stopErr     error
-		wantSeqs    []int64
-		wantErr     error
-		wantErrText string
-		wantAfters  []string
-		wantFollows []string
-	}{
+	return []taskEventsCase{
 		{name: "backlog", fake: taskScript{streams: [][]int64{{1, 2, 3}}, stopAt: -1},
 			wantSeqs: []int64{1, 2, 3}, wantAfters: []string{"0"}, wantFollows: []string{"false"}},
 		{name: "backlog after", after: 1, fake: taskScript{streams: [][]int64{{2, 3}}, stopAt: -1},
@@ -123,43 +126,51 @@ func TestTaskEvents(t *testing.T) {
 			fake:        taskScript{stopAt: -1},
 			wantErrText: "follow events of task t1: gave up after 3 reconnects", wantAfters: []string{"0", "0", "0", "0"}, wantFollows: []string{"", "", "", ""}},
 	}
-	for _, tt := range tests {
+}
+
+func TestTaskEvents(t *testing.T) {
+	t.Parallel()
+	for _, tt := range taskEventsCases() {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			f := &taskFake{taskScript: tt.fake}
-			srv := httptest.NewServer(f.handler())
-			t.Cleanup(srv.Close)
-			c := client.New(srv.URL, "tok", client.WithReconnect(time.Millisecond, 3))
-			var seqs []int64
-			err := c.TaskEvents(t.Context(), "t1", tt.after, tt.follow, func(e apiv1.TaskEvent) error {
-				var d struct{ Text string }
-				if err := json.Unmarshal(e.Data, &d); err != nil || d.Text != fmt.Sprintf("e%d", e.Seq) || e.Type != "assistant_text" ||
-					!e.Time.Equal(clienttest.BaseTime().Add(time.Duration(e.Seq)*time.Second)) {
-					t.Errorf("event %+v", e)
-				}
-				seqs = append(seqs, e.Seq)
-				if e.Seq == tt.stopAt {
-					return tt.stopErr
-				}
-				return nil
-			})
-			switch {
-			case tt.wantErrText != "":
-				if err == nil || !strings.Contains(err.Error(), tt.wantErrText) {
-					t.Errorf("err = %v, want %q", err, tt.wantErrText)
-				}
-			case !errors.Is(err, tt.wantErr) || tt.wantErr == nil && err != nil:
-				t.Errorf("err = %v, want %v", err, tt.wantErr)
-			}
-			if !slices.Equal(seqs, tt.wantSeqs) {
-				t.Errorf("seqs = %v, want %v", seqs, tt.wantSeqs)
-			}
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			if !slices.Equal(f.afters, tt.wantAfters) || !slices.Equal(f.follows, tt.wantFollows) {
-				t.Errorf("requests after=%q follow=%q, want after=%q follow=%q", f.afters, f.follows, tt.wantAfters, tt.wantFollows)
-			}
+			runTaskEventsCase(t, tt)
 		})
+	}
+}
+
+func runTaskEventsCase(t *testing.T, tt taskEventsCase) {
+	f := &taskFake{taskScript: tt.fake}
+	srv := httptest.NewServer(f.handler())
+	t.Cleanup(srv.Close)
+	c := client.New(srv.URL, "tok", client.WithReconnect(time.Millisecond, 3))
+	var seqs []int64
+	err := c.Tasks().Events(t.Context(), "t1", tt.after, tt.follow, func(e apiv1.TaskEvent) error {
+		var d struct{ Text string }
+		if err := json.Unmarshal(e.Data, &d); err != nil || d.Text != fmt.Sprintf("e%d", e.Seq) || e.Type != "assistant_text" ||
+			!e.Time.Equal(clienttest.BaseTime().Add(time.Duration(e.Seq)*time.Second)) {
+			t.Errorf("event %+v", e)
+		}
+		seqs = append(seqs, e.Seq)
+		if e.Seq == tt.stopAt {
+			return tt.stopErr
+		}
+		return nil
+	})
+	switch {
+	case tt.wantErrText != "":
+		if err == nil || !strings.Contains(err.Error(), tt.wantErrText) {
+			t.Errorf("err = %v, want %q", err, tt.wantErrText)
+		}
+	case !errors.Is(err, tt.wantErr) || tt.wantErr == nil && err != nil:
+		t.Errorf("err = %v, want %v", err, tt.wantErr)
+	}
+	if !slices.Equal(seqs, tt.wantSeqs) {
+		t.Errorf("seqs = %v, want %v", seqs, tt.wantSeqs)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !slices.Equal(f.afters, tt.wantAfters) || !slices.Equal(f.follows, tt.wantFollows) {
+		t.Errorf("requests after=%q follow=%q, want after=%q follow=%q", f.afters, f.follows, tt.wantAfters, tt.wantFollows)
 	}
 }
 
@@ -170,7 +181,7 @@ func TestTaskEventsErrors(t *testing.T) {
 	t.Cleanup(srv.Close)
 	c := client.New(srv.URL, "tok", client.WithReconnect(time.Millisecond, 3))
 	for _, follow := range []bool{false, true} {
-		err := c.TaskEvents(t.Context(), "nope", 0, follow, func(apiv1.TaskEvent) error { return nil })
+		err := c.Tasks().Events(t.Context(), "nope", 0, follow, func(apiv1.TaskEvent) error { return nil })
 		if !client.IsNotFound(err) {
 			t.Errorf("follow=%v: err = %v, want not found", follow, err)
 		}
@@ -180,7 +191,7 @@ func TestTaskEventsErrors(t *testing.T) {
 		fmt.Fprint(w, "id: 1\ndata: {\"seq\":\n\n")
 	}))
 	t.Cleanup(bad.Close)
-	err := client.New(bad.URL, "tok", client.WithReconnect(time.Millisecond, 1)).TaskEvents(t.Context(), "t1", 0, false, func(apiv1.TaskEvent) error { return nil })
+	err := client.New(bad.URL, "tok", client.WithReconnect(time.Millisecond, 1)).Tasks().Events(t.Context(), "t1", 0, false, func(apiv1.TaskEvent) error { return nil })
 	if err == nil || !strings.Contains(err.Error(), `decode task event "1"`) {
 		t.Errorf("malformed event: %v", err)
 	}

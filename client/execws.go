@@ -10,8 +10,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/guestapi"
+	"github.com/engrams/engrams/api/apiv1"
 )
 
 // ExecIO is the local side of an interactive exec.
@@ -32,15 +31,15 @@ type ExecIO struct {
 // ExecWS runs start.Argv in session id over the WebSocket exec route and
 // returns the command's final "exit" control message (ExitCode, or Error
 // and TimedOut). resize carries (rows, cols) for a PTY; it may be nil.
-func (c *Client) ExecWS(ctx context.Context, id string, start guestapi.ExecStart, stdin io.Reader, stdout, stderr io.Writer, resize <-chan [2]uint16) (guestapi.Control, error) {
-	return c.ExecWSIO(ctx, id, start, ExecIO{Stdin: stdin, Stdout: stdout, Stderr: stderr, Resize: resize})
+func (sc SessionClient) ExecWS(ctx context.Context, id string, start apiv1.ExecStart, stdin io.Reader, stdout, stderr io.Writer, resize <-chan [2]uint16) (apiv1.ExecControl, error) {
+	return sc.ExecWSIO(ctx, id, start, ExecIO{Stdin: stdin, Stdout: stdout, Stderr: stderr, Resize: resize})
 }
 
 // ExecWSIO is ExecWS with signal forwarding.
-func (c *Client) ExecWSIO(ctx context.Context, id string, start guestapi.ExecStart, eio ExecIO) (guestapi.Control, error) {
-	conn, err := c.dialWS(ctx, routePath(apiv1.RouteExecWS, id))
+func (sc SessionClient) ExecWSIO(ctx context.Context, id string, start apiv1.ExecStart, eio ExecIO) (apiv1.ExecControl, error) {
+	conn, err := sc.c.dialWS(ctx, routePath(apiv1.RouteExecWS, id))
 	if err != nil {
-		return guestapi.Control{}, err
+		return apiv1.ExecControl{}, err
 	}
 	defer conn.CloseNow()
 	conn.SetReadLimit(-1)
@@ -48,10 +47,10 @@ func (c *Client) ExecWSIO(ctx context.Context, id string, start guestapi.ExecSta
 	start.Stdin = eio.Stdin != nil
 	b, err := json.Marshal(start)
 	if err != nil {
-		return guestapi.Control{}, fmt.Errorf("encode exec start: %w", err)
+		return apiv1.ExecControl{}, fmt.Errorf("encode exec start: %w", err)
 	}
 	if err := conn.Write(ctx, websocket.MessageText, b); err != nil {
-		return guestapi.Control{}, fmt.Errorf("send exec start: %w", err)
+		return apiv1.ExecControl{}, fmt.Errorf("send exec start: %w", err)
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -97,35 +96,35 @@ func (c *Client) dialWS(ctx context.Context, path string) (*websocket.Conn, erro
 }
 
 // readExecWS copies output frames until the exit control message.
-func readExecWS(ctx context.Context, conn *websocket.Conn, stdout, stderr io.Writer) (guestapi.Control, error) {
+func readExecWS(ctx context.Context, conn *websocket.Conn, stdout, stderr io.Writer) (apiv1.ExecControl, error) {
 	for {
 		typ, msg, err := conn.Read(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
-				return guestapi.Control{}, ctx.Err()
+				return apiv1.ExecControl{}, ctx.Err()
 			}
-			return guestapi.Control{}, fmt.Errorf("%w: %w", ErrNoExit, err)
+			return apiv1.ExecControl{}, fmt.Errorf("%w: %w", ErrNoExit, err)
 		}
 		if typ == websocket.MessageBinary {
 			if len(msg) == 0 {
 				continue
 			}
 			w := stdout
-			if msg[0] == guestapi.ChanStderr {
+			if msg[0] == apiv1.ChanStderr {
 				w = stderr
-			} else if msg[0] != guestapi.ChanStdout {
+			} else if msg[0] != apiv1.ChanStdout {
 				continue
 			}
 			if w != nil {
 				if _, err := w.Write(msg[1:]); err != nil {
-					return guestapi.Control{}, fmt.Errorf("write output: %w", err)
+					return apiv1.ExecControl{}, fmt.Errorf("write output: %w", err)
 				}
 			}
 			continue
 		}
-		var ctl guestapi.Control
+		var ctl apiv1.ExecControl
 		if err := json.Unmarshal(msg, &ctl); err != nil {
-			return guestapi.Control{}, fmt.Errorf("decode exec control message: %w", err)
+			return apiv1.ExecControl{}, fmt.Errorf("decode exec control message: %w", err)
 		}
 		if ctl.Type == "exit" {
 			return ctl, nil
@@ -135,7 +134,7 @@ func readExecWS(ctx context.Context, conn *websocket.Conn, stdout, stderr io.Wri
 
 func forwardControls(ctx context.Context, conn *websocket.Conn, resize <-chan [2]uint16, signal <-chan string) {
 	for {
-		var ctl guestapi.Control
+		var ctl apiv1.ExecControl
 		select {
 		case <-ctx.Done():
 			return
@@ -144,13 +143,13 @@ func forwardControls(ctx context.Context, conn *websocket.Conn, resize <-chan [2
 				resize = nil
 				continue
 			}
-			ctl = guestapi.Control{Type: "resize", Rows: rc[0], Cols: rc[1]}
+			ctl = apiv1.ExecControl{Type: "resize", Rows: rc[0], Cols: rc[1]}
 		case sig, ok := <-signal:
 			if !ok {
 				signal = nil
 				continue
 			}
-			ctl = guestapi.Control{Type: "signal", Signal: sig}
+			ctl = apiv1.ExecControl{Type: "signal", Signal: sig}
 		}
 		if writeControl(ctx, conn, ctl) != nil {
 			return
@@ -158,7 +157,7 @@ func forwardControls(ctx context.Context, conn *websocket.Conn, resize <-chan [2
 	}
 }
 
-func writeControl(ctx context.Context, conn *websocket.Conn, ctl guestapi.Control) error {
+func writeControl(ctx context.Context, conn *websocket.Conn, ctl apiv1.ExecControl) error {
 	b, err := json.Marshal(ctl)
 	if err != nil {
 		return err
@@ -195,13 +194,13 @@ func forwardStdin(ctx context.Context, conn *websocket.Conn, stdin io.Reader) {
 			return
 		case ch := <-chunks:
 			if len(ch.b) > 0 {
-				frame := append([]byte{guestapi.ChanStdin}, ch.b...)
+				frame := append([]byte{apiv1.ChanStdin}, ch.b...)
 				if conn.Write(ctx, websocket.MessageBinary, frame) != nil {
 					return
 				}
 			}
 			if ch.err != nil { // EOF, or a read error: either way stdin ends here
-				_ = writeControl(ctx, conn, guestapi.Control{Type: "stdin_close"})
+				_ = writeControl(ctx, conn, apiv1.ExecControl{Type: "stdin_close"})
 				return
 			}
 		}

@@ -14,19 +14,20 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 )
 
-// Client calls the public API of one coordinator. It is safe for concurrent
-// use.
+// Client calls the public API of one coordinator, through one sub-client
+// per resource: Sessions, Files, Images, Tasks, Hosts, Tokens, Harnesses,
+// Secrets and Profiles. It and its sub-clients are safe for concurrent use.
 type Client struct {
 	base      *url.URL
 	baseErr   error
 	token     string
 	hc        *http.Client
 	userAgent string
-	backoff   time.Duration // first Events reconnect delay; doubles up to maxBackoff
-	retries   int           // Events reconnect attempts in a row before giving up
+	backoff   time.Duration // first event stream reconnect delay; doubles up to maxBackoff
+	retries   int           // event stream reconnect attempts in a row before giving up
 }
 
 // Option configures a Client.
@@ -39,9 +40,10 @@ func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc
 // WithUserAgent sets the User-Agent header.
 func WithUserAgent(ua string) Option { return func(c *Client) { c.userAgent = ua } }
 
-// WithReconnect sets how Events reconnects a dropped stream while following:
-// the first delay (doubling up to 5s) and how many failed attempts in a row
-// end the call with the last error.
+// WithReconnect sets how SessionClient.Events and TaskClient.Events
+// reconnect a dropped stream while following: the first delay (doubling up
+// to 5s) and how many failed attempts in a row end the call with the last
+// error.
 func WithReconnect(first time.Duration, attempts int) Option {
 	return func(c *Client) { c.backoff, c.retries = first, attempts }
 }

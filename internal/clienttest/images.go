@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 )
 
 // ImageDigest is the digest every image the fake enables resolves to.
@@ -80,7 +80,10 @@ func (s *Server) EnableRequests() []apiv1.EnableImageRequest {
 	return slices.Clone(s.enables)
 }
 
-func (s *Server) imageRoutes(auth func(string, http.HandlerFunc)) {
+// imageFake serves the image and image job routes.
+type imageFake struct{ *Server }
+
+func (s imageFake) routes(auth func(string, http.HandlerFunc)) {
 	auth(apiv1.RouteEnableImage, s.enableImage)
 	auth(apiv1.RouteListImages, s.listImages)
 	auth(apiv1.RouteGetImage, s.withImage(func(w http.ResponseWriter, _ *http.Request, im *fakeImage) { writeJSON(w, 200, s.imageView(im)) }))
@@ -91,7 +94,7 @@ func (s *Server) imageRoutes(auth func(string, http.HandlerFunc)) {
 }
 
 // enableImage decodes strictly as the real server does.
-func (s *Server) enableImage(w http.ResponseWriter, r *http.Request) {
+func (s imageFake) enableImage(w http.ResponseWriter, r *http.Request) {
 	var req apiv1.EnableImageRequest
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
@@ -121,7 +124,7 @@ func (s *Server) enableImage(w http.ResponseWriter, r *http.Request) {
 
 // enableAgain answers an enable of a taken name: the same ref is
 // idempotent (a failed image gets a new job), another ref a conflict.
-func (s *Server) enableAgain(w http.ResponseWriter, im *fakeImage, ref string) {
+func (s imageFake) enableAgain(w http.ResponseWriter, im *fakeImage, ref string) {
 	if im.img.Ref != ref {
 		writeErr(w, 409, "conflict", fmt.Sprintf("image name %q is taken by %s; choose another --name or disable it first", im.img.Name, im.img.Ref))
 		return
@@ -137,7 +140,7 @@ func (s *Server) enableAgain(w http.ResponseWriter, im *fakeImage, ref string) {
 	}
 }
 
-func (s *Server) newJobLocked(im *fakeImage, kind string) *fakeJob {
+func (s imageFake) newJobLocked(im *fakeImage, kind string) *fakeJob {
 	steps := s.imageSteps
 	if len(steps) == 0 {
 		steps = DefaultImageSteps()
@@ -197,7 +200,7 @@ func configOf(req apiv1.EnableImageRequest) apiv1.ImageConfig {
 }
 
 // imageView is the image as shown now: its state follows its jobs.
-func (s *Server) imageView(im *fakeImage) apiv1.Image {
+func (s imageFake) imageView(im *fakeImage) apiv1.Image {
 	out := im.img
 	if len(im.jobs) == 0 {
 		return out
@@ -220,7 +223,7 @@ func (s *Server) imageView(im *fakeImage) apiv1.Image {
 	return out
 }
 
-func (s *Server) liveImage(nameOrID string) *fakeImage {
+func (s imageFake) liveImage(nameOrID string) *fakeImage {
 	for _, im := range s.images {
 		if im.img.State != "disabled" && im.img.Name == nameOrID {
 			return im
@@ -234,7 +237,7 @@ func (s *Server) liveImage(nameOrID string) *fakeImage {
 	return nil
 }
 
-func (s *Server) withImage(h func(http.ResponseWriter, *http.Request, *fakeImage)) http.HandlerFunc {
+func (s imageFake) withImage(h func(http.ResponseWriter, *http.Request, *fakeImage)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -247,7 +250,7 @@ func (s *Server) withImage(h func(http.ResponseWriter, *http.Request, *fakeImage
 	}
 }
 
-func (s *Server) listImages(w http.ResponseWriter, r *http.Request) {
+func (s imageFake) listImages(w http.ResponseWriter, r *http.Request) {
 	all := r.URL.Query().Get("all") == "true"
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -261,12 +264,12 @@ func (s *Server) listImages(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, 200, out)
 }
 
-func (s *Server) disableImage(w http.ResponseWriter, _ *http.Request, im *fakeImage) {
+func (s imageFake) disableImage(w http.ResponseWriter, _ *http.Request, im *fakeImage) {
 	im.img.State = "disabled"
 	writeJSON(w, 200, s.imageView(im))
 }
 
-func (s *Server) refreshImage(w http.ResponseWriter, _ *http.Request, im *fakeImage) {
+func (s imageFake) refreshImage(w http.ResponseWriter, _ *http.Request, im *fakeImage) {
 	if im.img.State == "disabled" {
 		writeErr(w, 409, "conflict", fmt.Sprintf("image %s is disabled; enable it again", im.img.Name))
 		return
@@ -280,7 +283,7 @@ func (s *Server) refreshImage(w http.ResponseWriter, _ *http.Request, im *fakeIm
 	writeJSON(w, 202, apiv1.ImageJobResponse{Image: s.imageView(im), Job: j.view()})
 }
 
-func (s *Server) imageJobs(w http.ResponseWriter, _ *http.Request, im *fakeImage) {
+func (s imageFake) imageJobs(w http.ResponseWriter, _ *http.Request, im *fakeImage) {
 	out := apiv1.ImageJobList{Jobs: []apiv1.ImageJob{}}
 	for _, j := range im.jobs {
 		out.Jobs = append(out.Jobs, j.view())
@@ -289,7 +292,7 @@ func (s *Server) imageJobs(w http.ResponseWriter, _ *http.Request, im *fakeImage
 }
 
 // getImageJob shows the job's current step and moves it to the next.
-func (s *Server) getImageJob(w http.ResponseWriter, r *http.Request) {
+func (s imageFake) getImageJob(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, im := range s.images {

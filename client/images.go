@@ -11,68 +11,75 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 )
 
-// EnableImage enables an OCI image and returns at once with the image and
+// ImageClient calls the image and image job routes. Client.Images returns
+// one.
+type ImageClient struct{ c *Client }
+
+// Images returns the client of the image routes.
+func (c *Client) Images() ImageClient { return ImageClient{c} }
+
+// Enable enables an OCI image and returns at once with the image and
 // its job (pending, or ready when the image was enabled before); follow the
-// job with WaitImageJob. req.Credentials are sent once, stored sealed by
+// job with WaitJob. req.Credentials are sent once, stored sealed by
 // the server and never returned.
-func (c *Client) EnableImage(ctx context.Context, req apiv1.EnableImageRequest) (apiv1.ImageJobResponse, error) {
+func (ic ImageClient) Enable(ctx context.Context, req apiv1.EnableImageRequest) (apiv1.ImageJobResponse, error) {
 	var r apiv1.ImageJobResponse
-	err := c.call(ctx, http.MethodPost, routePath(apiv1.RouteEnableImage, ""), nil, req, &r)
+	err := ic.c.call(ctx, http.MethodPost, routePath(apiv1.RouteEnableImage, ""), nil, req, &r)
 	return r, err
 }
 
-// ListImages lists images by name; disabled ones too when all is set.
-func (c *Client) ListImages(ctx context.Context, all bool) ([]apiv1.Image, error) {
+// List lists images by name; disabled ones too when all is set.
+func (ic ImageClient) List(ctx context.Context, all bool) ([]apiv1.Image, error) {
 	var q url.Values
 	if all {
 		q = url.Values{"all": {"true"}}
 	}
 	var l apiv1.ImageList
-	err := c.call(ctx, http.MethodGet, routePath(apiv1.RouteListImages, ""), q, nil, &l)
+	err := ic.c.call(ctx, http.MethodGet, routePath(apiv1.RouteListImages, ""), q, nil, &l)
 	return l.Images, err
 }
 
-// GetImage returns the enabled image with that name (or id).
-func (c *Client) GetImage(ctx context.Context, name string) (apiv1.Image, error) {
+// Get returns the enabled image with that name (or id).
+func (ic ImageClient) Get(ctx context.Context, name string) (apiv1.Image, error) {
 	var img apiv1.Image
-	err := c.call(ctx, http.MethodGet, routePath(apiv1.RouteGetImage, name), nil, nil, &img)
+	err := ic.c.call(ctx, http.MethodGet, routePath(apiv1.RouteGetImage, name), nil, nil, &img)
 	return img, err
 }
 
-// DisableImage disables an image: no new session starts from it, sessions
+// Disable disables an image: no new session starts from it, sessions
 // already running keep theirs, and its name is free again.
-func (c *Client) DisableImage(ctx context.Context, name string) (apiv1.Image, error) {
+func (ic ImageClient) Disable(ctx context.Context, name string) (apiv1.Image, error) {
 	var img apiv1.Image
-	err := c.call(ctx, http.MethodDelete, routePath(apiv1.RouteDisableImage, name), nil, nil, &img)
+	err := ic.c.call(ctx, http.MethodDelete, routePath(apiv1.RouteDisableImage, name), nil, nil, &img)
 	return img, err
 }
 
-// RefreshImage re-pulls an image's tag and enables the digest it names now;
+// Refresh re-pulls an image's tag and enables the digest it names now;
 // the image serves its current base snapshot until the new one is ready.
-func (c *Client) RefreshImage(ctx context.Context, name string) (apiv1.ImageJobResponse, error) {
+func (ic ImageClient) Refresh(ctx context.Context, name string) (apiv1.ImageJobResponse, error) {
 	var r apiv1.ImageJobResponse
-	err := c.call(ctx, http.MethodPost, routePath(apiv1.RouteRefreshImage, name), nil, nil, &r)
+	err := ic.c.call(ctx, http.MethodPost, routePath(apiv1.RouteRefreshImage, name), nil, nil, &r)
 	return r, err
 }
 
-// ImageJobs lists an image's enable and refresh jobs, oldest first.
-func (c *Client) ImageJobs(ctx context.Context, name string) ([]apiv1.ImageJob, error) {
+// Jobs lists an image's enable and refresh jobs, oldest first.
+func (ic ImageClient) Jobs(ctx context.Context, name string) ([]apiv1.ImageJob, error) {
 	var l apiv1.ImageJobList
-	err := c.call(ctx, http.MethodGet, routePath(apiv1.RouteImageJobs, name), nil, nil, &l)
+	err := ic.c.call(ctx, http.MethodGet, routePath(apiv1.RouteImageJobs, name), nil, nil, &l)
 	return l.Jobs, err
 }
 
-// GetImageJob returns one image job with its progress.
-func (c *Client) GetImageJob(ctx context.Context, id string) (apiv1.ImageJob, error) {
+// GetJob returns one image job with its progress.
+func (ic ImageClient) GetJob(ctx context.Context, id string) (apiv1.ImageJob, error) {
 	var j apiv1.ImageJob
-	err := c.call(ctx, http.MethodGet, routePath(apiv1.RouteGetImageJob, id), nil, nil, &j)
+	err := ic.c.call(ctx, http.MethodGet, routePath(apiv1.RouteGetImageJob, id), nil, nil, &j)
 	return j, err
 }
 
-// waitRetries is how many polls in a row WaitImageJob lets fail for
+// waitRetries is how many polls in a row WaitJob lets fail for
 // reasons that pass (server unreachable or busy) before it gives up.
 const waitRetries = 10
 
@@ -81,13 +88,13 @@ func ImageJobDone(j apiv1.ImageJob) bool {
 	return j.State == apiv1.ImageJobReady || j.State == apiv1.ImageJobFailed
 }
 
-// WaitImageJob polls image job id every interval (default 1s) until it is
+// WaitJob polls image job id every interval (default 1s) until it is
 // ready or failed, calling onProgress (if set) with the job after every
 // poll, and returns the job as it ended. A failed job is not an error:
 // check its State, Error and OutputTail. Polls failing because the server
 // is unreachable or busy are retried, up to 10 in a row; on an error the
 // job is returned as last seen.
-func (c *Client) WaitImageJob(ctx context.Context, id string, interval time.Duration, onProgress func(apiv1.ImageJob)) (apiv1.ImageJob, error) {
+func (ic ImageClient) WaitJob(ctx context.Context, id string, interval time.Duration, onProgress func(apiv1.ImageJob)) (apiv1.ImageJob, error) {
 	if interval <= 0 {
 		interval = time.Second
 	}
@@ -96,7 +103,7 @@ func (c *Client) WaitImageJob(ctx context.Context, id string, interval time.Dura
 	var last apiv1.ImageJob
 	failures := 0
 	for {
-		j, err := c.GetImageJob(ctx, id)
+		j, err := ic.GetJob(ctx, id)
 		switch {
 		case err == nil:
 			last, failures = j, 0

@@ -11,8 +11,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/guestapi"
+	"github.com/engrams/engrams/api/apiv1"
 )
 
 // result is what the fake shell makes of a command.
@@ -93,23 +92,23 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request, id string) {
 	if err != nil {
 		return
 	}
-	var start guestapi.ExecStart
+	var start apiv1.ExecStart
 	if err := json.Unmarshal(msg, &start); err != nil || len(start.Argv) == 0 {
 		_ = conn.Close(websocket.StatusPolicyViolation, "bad exec start")
 		return
 	}
 	send := func(ch byte, data string) {
 		if start.TTY {
-			ch = guestapi.ChanStdout
+			ch = apiv1.ChanStdout
 		}
 		_ = conn.Write(ctx, websocket.MessageBinary, append([]byte{ch}, data...))
 	}
-	control := func(c guestapi.Control) {
+	control := func(c apiv1.ExecControl) {
 		b, _ := json.Marshal(c)
 		_ = conn.Write(ctx, websocket.MessageText, b)
 	}
-	control(guestapi.Control{Type: "started", PID: 42})
-	exit := guestapi.Control{Type: "exit"}
+	control(apiv1.ExecControl{Type: "started", PID: 42})
+	exit := apiv1.ExecControl{Type: "exit"}
 	switch start.Argv[0] {
 	case "cat":
 		for start.Stdin {
@@ -117,8 +116,8 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request, id string) {
 			if err != nil {
 				return
 			}
-			if typ == websocket.MessageBinary && len(msg) > 0 && msg[0] == guestapi.ChanStdin {
-				send(guestapi.ChanStdout, string(msg[1:]))
+			if typ == websocket.MessageBinary && len(msg) > 0 && msg[0] == apiv1.ChanStdin {
+				send(apiv1.ChanStdout, string(msg[1:]))
 				continue
 			}
 			if ctl := decodeControl(msg); ctl.Type == "stdin_close" {
@@ -126,26 +125,26 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request, id string) {
 			}
 		}
 	case "tty":
-		send(guestapi.ChanStdout, fmt.Sprintf("tty=%v rows=%d cols=%d\n", start.TTY, start.Rows, start.Cols))
+		send(apiv1.ChanStdout, fmt.Sprintf("tty=%v rows=%d cols=%d\n", start.TTY, start.Rows, start.Cols))
 		ctl, ok := waitControl(ctx, conn, "resize")
 		if !ok {
 			return
 		}
-		send(guestapi.ChanStdout, fmt.Sprintf("resize %d %d\n", ctl.Rows, ctl.Cols))
+		send(apiv1.ChanStdout, fmt.Sprintf("resize %d %d\n", ctl.Rows, ctl.Cols))
 	case "wait-signal":
 		ctl, ok := waitControl(ctx, conn, "signal")
 		if !ok {
 			return
 		}
-		send(guestapi.ChanStdout, "got "+ctl.Signal+"\n")
+		send(apiv1.ChanStdout, "got "+ctl.Signal+"\n")
 		exit.ExitCode = 130
 	default:
 		res := run(start.Argv, start.Env, start.Dir, nil)
 		if res.stdout != "" {
-			send(guestapi.ChanStdout, res.stdout)
+			send(apiv1.ChanStdout, res.stdout)
 		}
 		if res.stderr != "" {
-			send(guestapi.ChanStderr, res.stderr)
+			send(apiv1.ChanStderr, res.stderr)
 		}
 		exit.ExitCode, exit.Error, exit.TimedOut = res.code, res.err, res.timedOut
 	}
@@ -153,18 +152,18 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request, id string) {
 	_ = conn.Close(websocket.StatusNormalClosure, "")
 }
 
-func decodeControl(msg []byte) guestapi.Control {
-	var c guestapi.Control
+func decodeControl(msg []byte) apiv1.ExecControl {
+	var c apiv1.ExecControl
 	_ = json.Unmarshal(msg, &c)
 	return c
 }
 
 // waitControl reads messages until a control of type typ, ignoring stdin.
-func waitControl(ctx context.Context, conn *websocket.Conn, typ string) (guestapi.Control, bool) {
+func waitControl(ctx context.Context, conn *websocket.Conn, typ string) (apiv1.ExecControl, bool) {
 	for {
 		mt, msg, err := conn.Read(ctx)
 		if err != nil {
-			return guestapi.Control{}, false
+			return apiv1.ExecControl{}, false
 		}
 		if mt != websocket.MessageText {
 			continue

@@ -15,7 +15,7 @@ const (
 	RouteSendTask   = "POST /v1/tasks/{id}/messages" // SendTaskRequest -> TaskEvent (the prompt); an Idle session resumes
 	RouteStopTask   = "POST /v1/tasks/{id}/stop"     // -> Task (stopped): the agent is interrupted, the session suspended
 	RouteTaskDiff   = "GET /v1/tasks/{id}/diff"      // -> TaskDiff
-	RouteTaskFiles  = "GET /v1/tasks/{id}/files"     // ?path= (relative to the task's workdir): a file's bytes, or a directory's []guestapi.FileInfo as JSON
+	RouteTaskFiles  = "GET /v1/tasks/{id}/files"     // ?path= (relative to the task's workdir): a file's bytes, or a directory's []FileInfo as JSON
 )
 
 // StartTaskRequest starts an agent on a prompt in a session made from a

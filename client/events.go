@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 )
 
 // errStreamClosed is a followed event stream that ended without an end
@@ -29,13 +29,13 @@ var errStreamClosed = errors.New("event stream closed by the server")
 // Last-Event-ID set to the last seq seen, so no event is lost or repeated;
 // after the configured number of failed reconnects in a row (WithReconnect)
 // the last error is returned.
-func (c *Client) Events(ctx context.Context, id string, afterSeq int64, follow bool, fn func(apiv1.Event) error) error {
+func (sc SessionClient) Events(ctx context.Context, id string, afterSeq int64, follow bool, fn func(apiv1.Event) error) error {
 	last := afterSeq
-	delay := c.backoff
+	delay := sc.c.backoff
 	failures := 0
 	for attempt := 0; ; attempt++ {
 		started := time.Now()
-		res := c.eventsOnce(ctx, id, last, attempt > 0, follow, fn)
+		res := sc.eventsOnce(ctx, id, last, attempt > 0, follow, fn)
 		last = res.last
 		switch {
 		case res.fnErr != nil:
@@ -54,17 +54,17 @@ func (c *Client) Events(ctx context.Context, id string, afterSeq int64, follow b
 			return res.err
 		}
 		if errors.Is(res.err, errStreamClosed) {
-			done, err := c.sessionEnded(ctx, id, &last, fn)
+			done, err := sc.sessionEnded(ctx, id, &last, fn)
 			if done || err != nil {
 				return err
 			}
 		}
 		if res.events > 0 || (res.connected && time.Since(started) > 2*maxBackoff) {
-			failures, delay = 0, c.backoff
+			failures, delay = 0, sc.c.backoff
 		}
 		failures++
-		if failures > c.retries {
-			return fmt.Errorf("follow events of session %s: gave up after %d reconnects: %w", id, c.retries, res.err)
+		if failures > sc.c.retries {
+			return fmt.Errorf("follow events of session %s: gave up after %d reconnects: %w", id, sc.c.retries, res.err)
 		}
 		t := time.NewTimer(delay)
 		select {
@@ -80,15 +80,15 @@ func (c *Client) Events(ctx context.Context, id string, afterSeq int64, follow b
 // sessionEnded tells a followed stream that ended because the session is
 // terminal from a dropped one. When terminal it delivers any events still
 // unseen and reports done.
-func (c *Client) sessionEnded(ctx context.Context, id string, last *int64, fn func(apiv1.Event) error) (bool, error) {
-	s, err := c.GetSession(ctx, id)
+func (sc SessionClient) sessionEnded(ctx context.Context, id string, last *int64, fn func(apiv1.Event) error) (bool, error) {
+	s, err := sc.Get(ctx, id)
 	if IsNotFound(err) {
 		return true, err
 	}
 	if err != nil || (s.State != "completed" && s.State != "dead") {
 		return false, nil // reconnect (and retry the check next time)
 	}
-	res := c.eventsOnce(ctx, id, *last, true, false, fn)
+	res := sc.eventsOnce(ctx, id, *last, true, false, fn)
 	*last = res.last
 	if res.fnErr != nil {
 		return true, res.fnErr
@@ -106,7 +106,7 @@ type eventsResult struct {
 }
 
 // eventsOnce opens the stream once and delivers events until it ends.
-func (c *Client) eventsOnce(ctx context.Context, id string, last int64, resume, follow bool, fn func(apiv1.Event) error) eventsResult {
+func (sc SessionClient) eventsOnce(ctx context.Context, id string, last int64, resume, follow bool, fn func(apiv1.Event) error) eventsResult {
 	res := eventsResult{last: last}
 	q := url.Values{}
 	if !follow {
@@ -120,7 +120,7 @@ func (c *Client) eventsOnce(ctx context.Context, id string, last int64, resume, 
 			q.Set("after", strconv.FormatInt(last, 10))
 		}
 	}
-	resp, err := c.send(ctx, http.MethodGet, routePath(apiv1.RouteEvents, id), q, nil, "", hdr)
+	resp, err := sc.c.send(ctx, http.MethodGet, routePath(apiv1.RouteEvents, id), q, nil, "", hdr)
 	if err != nil {
 		res.err = err
 		return res

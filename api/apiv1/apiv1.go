@@ -3,8 +3,6 @@ package apiv1
 import (
 	"encoding/json"
 	"time"
-
-	"github.com/engrams/engrams/internal/domain"
 )
 
 // Routes (Go 1.22 ServeMux patterns).
@@ -15,11 +13,11 @@ const (
 	RouteGetSession    = "GET /v1/sessions/{id}"
 	RouteDeleteSession = "DELETE /v1/sessions/{id}"         // ?wait=false returns at once
 	RouteExec          = "POST /v1/sessions/{id}/exec"      // ExecRequest -> NDJSON ExecFrame stream
-	RouteExecWS        = "GET /v1/sessions/{id}/exec/ws"    // WebSocket, guestapi framing
+	RouteExecWS        = "GET /v1/sessions/{id}/exec/ws"    // WebSocket: ExecStart, Chan* frames, ExecControl
 	RouteFileGet       = "GET /v1/sessions/{id}/files"      // ?path=
 	RouteFilePut       = "PUT /v1/sessions/{id}/files"      // ?path=&mode=
-	RouteFileList      = "GET /v1/sessions/{id}/files/list" // ?path= -> JSON array of guestapi.FileInfo
-	RouteFileStat      = "GET /v1/sessions/{id}/files/stat" // ?path= -> guestapi.FileInfo
+	RouteFileList      = "GET /v1/sessions/{id}/files/list" // ?path= -> JSON array of FileInfo
+	RouteFileStat      = "GET /v1/sessions/{id}/files/stat" // ?path= -> FileInfo
 	RouteEvents        = "GET /v1/sessions/{id}/events"     // SSE; ?follow=false ends after backlog; Last-Event-ID or ?after=
 	RouteSuspend       = "POST /v1/sessions/{id}/suspend"   // snapshot, then free the host -> Session (idle); ?wait=false
 	RouteResume        = "POST /v1/sessions/{id}/resume"    // restore the head snapshot -> Session (active)
@@ -192,14 +190,50 @@ type Event struct {
 
 // Host is a host as the API shows it.
 type Host struct {
-	ID            string           `json:"id"`
-	Name          string           `json:"name"`
-	State         string           `json:"state"` // ready, draining, lost, or "new" before it first connects
-	Facts         domain.HostFacts `json:"facts"`
-	Capacity      domain.Capacity  `json:"capacity"`
-	ReplicaID     string           `json:"replica_id,omitempty"`
-	LastHeartbeat time.Time        `json:"last_heartbeat"`
-	CreatedAt     time.Time        `json:"created_at"`
+	ID            string    `json:"id"`
+	Name          string    `json:"name"`
+	State         string    `json:"state"` // ready, draining, lost, or "new" before it first connects
+	Facts         HostFacts `json:"facts"`
+	Capacity      Capacity  `json:"capacity"`
+	ReplicaID     string    `json:"replica_id,omitempty"`
+	LastHeartbeat time.Time `json:"last_heartbeat"`
+	CreatedAt     time.Time `json:"created_at"`
+}
+
+// HostFacts describe a host (the OpenAPI schema Facts); several are part of
+// a snapshot's identity.
+type HostFacts struct {
+	Hostname     string         `json:"hostname"`
+	Arch         string         `json:"arch"`
+	CPUModel     string         `json:"cpu_model"`
+	CPUFlags     []string       `json:"cpu_flags,omitempty"`
+	Kernel       string         `json:"kernel"`
+	AgentVersion string         `json:"agent_version"`
+	Backend      BackendFacts   `json:"backend"`             // the backend in use
+	Available    []BackendFacts `json:"available,omitempty"` // every backend considered
+}
+
+// BackendFacts describe one vmm backend on a host.
+type BackendFacts struct {
+	Name         string `json:"name"`
+	Version      string `json:"version,omitempty"`
+	Acceleration string `json:"acceleration"`
+	Isolation    bool   `json:"isolation"`
+	RootFS       bool   `json:"rootfs,omitempty"`  // can boot an image's root filesystem (capture images, run their sessions)
+	Harness      bool   `json:"harness,omitempty"` // attaches harness bundles
+	Usable       bool   `json:"usable"`
+	Reason       string `json:"reason,omitempty"`
+}
+
+// Capacity is what a host can give sessions, and what is in use.
+type Capacity struct {
+	MemoryMiB       int      `json:"memory_mib"`
+	VCPUs           int      `json:"vcpus"`
+	MaxSessions     int      `json:"max_sessions"`
+	UsedMemoryMiB   int      `json:"used_memory_mib"`
+	UsedVCPUs       int      `json:"used_vcpus"`
+	Sessions        int      `json:"sessions"`
+	CachedSnapshots []string `json:"cached_snapshots,omitempty"` // snapshots whose chunks the host caches (its last heartbeat); resumes of them prefer it
 }
 
 // HostList answers RouteListHosts.
@@ -280,19 +314,19 @@ const (
 
 // Image is an enabled OCI image.
 type Image struct {
-	ID             string            `json:"id"`
-	Name           string            `json:"name"`
-	Ref            string            `json:"ref"`
-	Digest         string            `json:"digest,omitempty"`
-	State          string            `json:"state"` // ImageState*
-	Config         ImageConfig       `json:"config"`
-	Credentials    string            `json:"credentials,omitempty"` // "user@registry" or "token@registry"; the secret is never shown
-	BaseSnapshotID string            `json:"base_snapshot_id,omitempty"`
-	Facts          *domain.HostFacts `json:"facts,omitempty"`       // host the base snapshot was captured on: sessions restore only on compatible hosts
-	ReadyHosts     []string          `json:"ready_hosts,omitempty"` // hosts holding every chunk of the base snapshot
-	LastJob        *ImageJob         `json:"last_job,omitempty"`
-	CreatedAt      time.Time         `json:"created_at"`
-	UpdatedAt      time.Time         `json:"updated_at"`
+	ID             string      `json:"id"`
+	Name           string      `json:"name"`
+	Ref            string      `json:"ref"`
+	Digest         string      `json:"digest,omitempty"`
+	State          string      `json:"state"` // ImageState*
+	Config         ImageConfig `json:"config"`
+	Credentials    string      `json:"credentials,omitempty"` // "user@registry" or "token@registry"; the secret is never shown
+	BaseSnapshotID string      `json:"base_snapshot_id,omitempty"`
+	Facts          *HostFacts  `json:"facts,omitempty"`       // host the base snapshot was captured on: sessions restore only on compatible hosts
+	ReadyHosts     []string    `json:"ready_hosts,omitempty"` // hosts holding every chunk of the base snapshot
+	LastJob        *ImageJob   `json:"last_job,omitempty"`
+	CreatedAt      time.Time   `json:"created_at"`
+	UpdatedAt      time.Time   `json:"updated_at"`
 }
 
 // ImageConfig is how sessions of an image run.

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/client"
-	"github.com/engrams/engrams/internal/client/clienttest"
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/client"
+	"github.com/engrams/engrams/internal/clienttest"
 	"github.com/engrams/engrams/internal/guestapi"
 )
 
@@ -31,7 +31,7 @@ func TestSessions(t *testing.T) {
 	ctx := t.Context()
 	c, srv := newClient(t)
 
-	s1, err := c.CreateSession(ctx, apiv1.CreateSessionRequest{
+	s1, err := c.Sessions().Create(ctx, apiv1.CreateSessionRequest{
 		SessionSpec:    apiv1.SessionSpec{MemoryMiB: 256, VCPUs: 2, Env: map[string]string{"A": "1"}, Image: "debian"},
 		IdempotencyKey: "k1",
 	}, true)
@@ -41,11 +41,11 @@ func TestSessions(t *testing.T) {
 	if s1.State != "active" || s1.Spec.MemoryMiB != 256 || s1.Spec.Env["A"] != "1" {
 		t.Errorf("created %+v", s1)
 	}
-	again, err := c.CreateSession(ctx, apiv1.CreateSessionRequest{IdempotencyKey: "k1"}, true)
+	again, err := c.Sessions().Create(ctx, apiv1.CreateSessionRequest{IdempotencyKey: "k1"}, true)
 	if err != nil || again.ID != s1.ID {
 		t.Errorf("idempotent create = %v, %v; want %s", again.ID, err, s1.ID)
 	}
-	s2, err := c.CreateSession(ctx, apiv1.CreateSessionRequest{}, false)
+	s2, err := c.Sessions().Create(ctx, apiv1.CreateSessionRequest{}, false)
 	if err != nil || s2.State != "created" {
 		t.Fatalf("create without wait = %+v, %v", s2, err)
 	}
@@ -62,7 +62,7 @@ func TestSessions(t *testing.T) {
 		{client.SessionFilter{HostID: "nope"}, nil},
 	}
 	for _, tt := range tests {
-		l, err := c.ListSessions(ctx, tt.filter)
+		l, err := c.Sessions().List(ctx, tt.filter)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,17 +75,17 @@ func TestSessions(t *testing.T) {
 		}
 	}
 
-	got, err := c.GetSession(ctx, s1.ID)
+	got, err := c.Sessions().Get(ctx, s1.ID)
 	if err != nil || len(got.Ops) != 1 || got.Ops[0].Kind != "create" {
 		t.Errorf("get = %+v, %v", got, err)
 	}
-	if err := c.DeleteSession(ctx, s1.ID, true); err != nil {
+	if err := c.Sessions().Delete(ctx, s1.ID, true); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := c.GetSession(ctx, s1.ID); got.State != "completed" {
+	if got, _ := c.Sessions().Get(ctx, s1.ID); got.State != "completed" {
 		t.Errorf("after delete state = %s", got.State)
 	}
-	if err := c.DeleteSession(ctx, s2.ID, false); err != nil {
+	if err := c.Sessions().Delete(ctx, s2.ID, false); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -112,16 +112,16 @@ func TestErrors(t *testing.T) {
 		msg   string
 	}{
 		{"not found", client.New(srv.URL, clienttest.Token),
-			func(ctx context.Context, c *client.Client) error { _, err := c.GetSession(ctx, "nope"); return err },
+			func(ctx context.Context, c *client.Client) error { _, err := c.Sessions().Get(ctx, "nope"); return err },
 			client.IsNotFound, "session nope not found"},
 		{"unauthorized", client.New(srv.URL, "wrong"),
 			func(ctx context.Context, c *client.Client) error {
-				_, err := c.ListSessions(ctx, client.SessionFilter{})
+				_, err := c.Sessions().List(ctx, client.SessionFilter{})
 				return err
 			},
 			client.IsUnauthorized, "HTTP 401"},
 		{"bad request", client.New(srv.URL, clienttest.Token),
-			func(ctx context.Context, c *client.Client) error { _, err := c.CreateHost(ctx, ""); return err },
+			func(ctx context.Context, c *client.Client) error { _, err := c.Hosts().Create(ctx, ""); return err },
 			func(err error) bool { return client.HasCode(err, client.CodeBadRequest) }, "name is required"},
 		{"non-JSON error", client.New(plain.URL, ""),
 			func(ctx context.Context, c *client.Client) error { _, err := c.Version(ctx); return err },
@@ -132,7 +132,7 @@ func TestErrors(t *testing.T) {
 			"is `engrams dev` running? set --url or ENGRAMS_URL"},
 		{"unreachable exec ws", client.New(deadURL, ""),
 			func(ctx context.Context, c *client.Client) error {
-				_, err := c.ExecWS(ctx, "s1", guestapi.ExecStart{Argv: []string{"true"}}, nil, nil, nil, nil)
+				_, err := c.Sessions().ExecWS(ctx, "s1", apiv1.ExecStart{Argv: []string{"true"}}, nil, nil, nil, nil)
 				return err
 			},
 			func(err error) bool { var u *client.UnreachableError; return errors.As(err, &u) }, "engrams dev"},
@@ -157,7 +157,7 @@ func TestErrors(t *testing.T) {
 func TestExec(t *testing.T) {
 	t.Parallel()
 	c, _ := newClient(t)
-	s, err := c.CreateSession(t.Context(), apiv1.CreateSessionRequest{}, true)
+	s, err := c.Sessions().Create(t.Context(), apiv1.CreateSessionRequest{}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func TestExec(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var out, errb bytes.Buffer
-			code, err := c.Exec(t.Context(), s.ID, tt.req, &out, &errb)
+			code, err := c.Sessions().Exec(t.Context(), s.ID, tt.req, &out, &errb)
 			var fe *client.ExecFailedError
 			if failed := errors.As(err, &fe); failed != tt.failed || (failed && fe.TimedOut != tt.timedOut) {
 				t.Errorf("err = %v, want failed=%v timedOut=%v", err, tt.failed, tt.timedOut)
@@ -202,7 +202,7 @@ func TestExecStreamWithoutExit(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	var out bytes.Buffer
-	_, err := client.New(srv.URL, "").Exec(t.Context(), "s", apiv1.ExecRequest{Argv: []string{"x"}}, &out, nil)
+	_, err := client.New(srv.URL, "").Sessions().Exec(t.Context(), "s", apiv1.ExecRequest{Argv: []string{"x"}}, &out, nil)
 	if !errors.Is(err, client.ErrNoExit) || out.String() != "hi" {
 		t.Errorf("err = %v, out %q; want ErrNoExit after %q", err, out.String(), "hi")
 	}
@@ -211,7 +211,7 @@ func TestExecStreamWithoutExit(t *testing.T) {
 func TestExecWS(t *testing.T) {
 	t.Parallel()
 	c, _ := newClient(t)
-	s, err := c.CreateSession(t.Context(), apiv1.CreateSessionRequest{}, true)
+	s, err := c.Sessions().Create(t.Context(), apiv1.CreateSessionRequest{}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,28 +221,28 @@ func TestExecWS(t *testing.T) {
 	signals <- "SIGINT"
 	tests := []struct {
 		name           string
-		start          guestapi.ExecStart
+		start          apiv1.ExecStart
 		io             client.ExecIO
 		stdout, stderr string
-		exit           guestapi.Control
+		exit           apiv1.ExecControl
 	}{
-		{"output", guestapi.ExecStart{Argv: []string{"echo", "hi"}}, client.ExecIO{}, "hi\n", "", guestapi.Control{Type: "exit"}},
-		{"stderr apart", guestapi.ExecStart{Argv: []string{"err", "bad"}}, client.ExecIO{}, "", "bad\n", guestapi.Control{Type: "exit"}},
-		{"exit code", guestapi.ExecStart{Argv: []string{"exit", "3"}}, client.ExecIO{}, "bye\n", "", guestapi.Control{Type: "exit", ExitCode: 3}},
-		{"stdin", guestapi.ExecStart{Argv: []string{"cat"}}, client.ExecIO{Stdin: strings.NewReader("typed\n")}, "typed\n", "", guestapi.Control{Type: "exit"}},
-		{"no stdin", guestapi.ExecStart{Argv: []string{"cat"}}, client.ExecIO{}, "", "", guestapi.Control{Type: "exit"}},
-		{"tty resize", guestapi.ExecStart{Argv: []string{"tty"}, TTY: true, Rows: 24, Cols: 80}, client.ExecIO{Resize: resized},
-			"tty=true rows=24 cols=80\nresize 50 132\n", "", guestapi.Control{Type: "exit"}},
-		{"signal", guestapi.ExecStart{Argv: []string{"wait-signal"}}, client.ExecIO{Signal: signals}, "got SIGINT\n", "", guestapi.Control{Type: "exit", ExitCode: 130}},
-		{"timeout", guestapi.ExecStart{Argv: []string{"timeout"}}, client.ExecIO{}, "working\n", "",
-			guestapi.Control{Type: "exit", ExitCode: -1, Error: "timed out", TimedOut: true}},
+		{"output", apiv1.ExecStart{Argv: []string{"echo", "hi"}}, client.ExecIO{}, "hi\n", "", apiv1.ExecControl{Type: "exit"}},
+		{"stderr apart", apiv1.ExecStart{Argv: []string{"err", "bad"}}, client.ExecIO{}, "", "bad\n", apiv1.ExecControl{Type: "exit"}},
+		{"exit code", apiv1.ExecStart{Argv: []string{"exit", "3"}}, client.ExecIO{}, "bye\n", "", apiv1.ExecControl{Type: "exit", ExitCode: 3}},
+		{"stdin", apiv1.ExecStart{Argv: []string{"cat"}}, client.ExecIO{Stdin: strings.NewReader("typed\n")}, "typed\n", "", apiv1.ExecControl{Type: "exit"}},
+		{"no stdin", apiv1.ExecStart{Argv: []string{"cat"}}, client.ExecIO{}, "", "", apiv1.ExecControl{Type: "exit"}},
+		{"tty resize", apiv1.ExecStart{Argv: []string{"tty"}, TTY: true, Rows: 24, Cols: 80}, client.ExecIO{Resize: resized},
+			"tty=true rows=24 cols=80\nresize 50 132\n", "", apiv1.ExecControl{Type: "exit"}},
+		{"signal", apiv1.ExecStart{Argv: []string{"wait-signal"}}, client.ExecIO{Signal: signals}, "got SIGINT\n", "", apiv1.ExecControl{Type: "exit", ExitCode: 130}},
+		{"timeout", apiv1.ExecStart{Argv: []string{"timeout"}}, client.ExecIO{}, "working\n", "",
+			apiv1.ExecControl{Type: "exit", ExitCode: -1, Error: "timed out", TimedOut: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var out, errb bytes.Buffer
 			tt.io.Stdout, tt.io.Stderr = &out, &errb
-			exit, err := c.ExecWSIO(t.Context(), s.ID, tt.start, tt.io)
+			exit, err := c.Sessions().ExecWSIO(t.Context(), s.ID, tt.start, tt.io)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -255,14 +255,14 @@ func TestExecWS(t *testing.T) {
 	t.Run("plain ExecWS", func(t *testing.T) {
 		t.Parallel()
 		var out bytes.Buffer
-		exit, err := c.ExecWS(t.Context(), s.ID, guestapi.ExecStart{Argv: []string{"cat"}}, strings.NewReader("abc"), &out, io.Discard, nil)
+		exit, err := c.Sessions().ExecWS(t.Context(), s.ID, apiv1.ExecStart{Argv: []string{"cat"}}, strings.NewReader("abc"), &out, io.Discard, nil)
 		if err != nil || exit.ExitCode != 0 || out.String() != "abc" {
 			t.Errorf("ExecWS = %+v, %v, %q", exit, err, out.String())
 		}
 	})
 	t.Run("unknown session", func(t *testing.T) {
 		t.Parallel()
-		_, err := c.ExecWS(t.Context(), "nope", guestapi.ExecStart{Argv: []string{"echo"}}, nil, nil, nil, nil)
+		_, err := c.Sessions().ExecWS(t.Context(), "nope", apiv1.ExecStart{Argv: []string{"echo"}}, nil, nil, nil, nil)
 		if !client.IsNotFound(err) {
 			t.Errorf("err = %v, want not found", err)
 		}
@@ -273,29 +273,29 @@ func TestFiles(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	c, _ := newClient(t)
-	s, err := c.CreateSession(ctx, apiv1.CreateSessionRequest{}, true)
+	s, err := c.Sessions().Create(ctx, apiv1.CreateSessionRequest{}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.PutFile(ctx, s.ID, "/w/a.sh", 0o755, strings.NewReader("#!/bin/sh\n")); err != nil {
+	if err := c.Files().Put(ctx, s.ID, "/w/a.sh", 0o755, strings.NewReader("#!/bin/sh\n")); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.PutFile(ctx, s.ID, "/w/b.txt", 0, strings.NewReader("b")); err != nil {
+	if err := c.Files().Put(ctx, s.ID, "/w/b.txt", 0, strings.NewReader("b")); err != nil {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
-	if err := c.GetFile(ctx, s.ID, "/w/a.sh", &buf); err != nil || buf.String() != "#!/bin/sh\n" {
+	if err := c.Files().Get(ctx, s.ID, "/w/a.sh", &buf); err != nil || buf.String() != "#!/bin/sh\n" {
 		t.Errorf("get = %q, %v", buf.String(), err)
 	}
-	fi, err := c.StatFile(ctx, s.ID, "/w/a.sh")
+	fi, err := c.Files().Stat(ctx, s.ID, "/w/a.sh")
 	if err != nil || fi.Mode != "-rwxr-xr-x" || fi.Size != 10 {
 		t.Errorf("stat = %+v, %v", fi, err)
 	}
-	l, err := c.ListFiles(ctx, s.ID, "/w")
+	l, err := c.Files().List(ctx, s.ID, "/w")
 	if err != nil || len(l) != 2 || l[0].Name != "a.sh" || l[1].Mode != "-rw-r--r--" {
 		t.Errorf("list = %+v, %v", l, err)
 	}
-	if err := c.GetFile(ctx, s.ID, "/missing", &buf); !client.IsNotFound(err) {
+	if err := c.Files().Get(ctx, s.ID, "/missing", &buf); !client.IsNotFound(err) {
 		t.Errorf("get missing: %v", err)
 	}
 }
@@ -304,37 +304,37 @@ func TestHostsAndTokens(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	c, _ := newClient(t)
-	hr, err := c.CreateHost(ctx, "kvm-2")
+	hr, err := c.Hosts().Create(ctx, "kvm-2")
 	if err != nil || hr.Token == "" || hr.Host.State != "new" {
 		t.Fatalf("create host = %+v, %v", hr, err)
 	}
-	hosts, err := c.ListHosts(ctx)
+	hosts, err := c.Hosts().List(ctx)
 	if err != nil || len(hosts) != 2 {
 		t.Fatalf("list hosts = %+v, %v", hosts, err)
 	}
-	h, err := c.DrainHost(ctx, "h1")
+	h, err := c.Hosts().Drain(ctx, "h1")
 	if err != nil || h.State != "draining" {
 		t.Errorf("drain = %+v, %v", h, err)
 	}
-	if h, err := c.GetHost(ctx, "h1"); err != nil || h.State != "draining" || h.Facts.Backend.Name != "qemu" {
+	if h, err := c.Hosts().Get(ctx, "h1"); err != nil || h.State != "draining" || h.Facts.Backend.Name != "qemu" {
 		t.Errorf("get host = %+v, %v", h, err)
 	}
-	if _, err := c.GetHost(ctx, "zz"); !client.IsNotFound(err) {
+	if _, err := c.Hosts().Get(ctx, "zz"); !client.IsNotFound(err) {
 		t.Errorf("get unknown host: %v", err)
 	}
 
-	tr, err := c.CreateToken(ctx, "ci")
+	tr, err := c.Tokens().Create(ctx, "ci")
 	if err != nil || tr.Secret == "" {
 		t.Fatalf("create token = %+v, %v", tr, err)
 	}
-	toks, err := c.ListTokens(ctx)
+	toks, err := c.Tokens().List(ctx)
 	if err != nil || len(toks) != 1 || toks[0].Name != "ci" {
 		t.Errorf("list tokens = %+v, %v", toks, err)
 	}
-	if err := c.RevokeToken(ctx, tr.Token.ID); err != nil {
+	if err := c.Tokens().Revoke(ctx, tr.Token.ID); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.RevokeToken(ctx, tr.Token.ID); !client.IsNotFound(err) {
+	if err := c.Tokens().Revoke(ctx, tr.Token.ID); !client.IsNotFound(err) {
 		t.Errorf("revoke twice: %v", err)
 	}
 	v, err := c.Version(ctx)
@@ -351,70 +351,99 @@ func TestSnapshots(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	c, srv := newClient(t)
-	s, err := c.CreateSession(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{IdleTimeoutSec: -1}}, true)
+	s, err := c.Sessions().Create(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{IdleTimeoutSec: -1}}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if s.Spec.IdleTimeoutSec != -1 {
 		t.Errorf("idle timeout = %d, want -1", s.Spec.IdleTimeoutSec)
 	}
+	sn2 := checkSnapshotChain(t, c, s.ID)
+	checkSuspendResume(t, c, srv, s, sn2)
+	checkExecResumes(t, c, s.ID)
+	if err := c.Sessions().Delete(ctx, s.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	checkSnapshotRefusals(t, c, s.ID)
+}
 
-	sn1, err := c.Snapshot(ctx, s.ID)
+// checkSnapshotChain takes two snapshots of session id: the second has the
+// first as parent and uploads only the changed chunks. It returns the second.
+func checkSnapshotChain(t *testing.T, c *client.Client, id string) apiv1.Snapshot {
+	t.Helper()
+	ctx := t.Context()
+	sn1, err := c.Sessions().Snapshot(ctx, id)
 	if err != nil || sn1.ID == "" || sn1.Reason != "snapshot" || sn1.Uploaded != clienttest.FirstUpload || sn1.Bytes != clienttest.SnapshotBytes {
 		t.Fatalf("snapshot = %+v, %v", sn1, err)
 	}
-	sn2, err := c.Snapshot(ctx, s.ID)
+	sn2, err := c.Sessions().Snapshot(ctx, id)
 	if err != nil || sn2.ParentID != sn1.ID || sn2.Uploaded != clienttest.NextUpload {
 		t.Fatalf("second snapshot = %+v, %v; want parent %s, only changed chunks uploaded", sn2, err, sn1.ID)
 	}
+	return sn2
+}
 
-	idle, err := c.Suspend(ctx, s.ID, true)
+// checkSuspendResume suspends active session s (its head snapshot sn2)
+// twice, resumes it and suspends it again without waiting.
+func checkSuspendResume(t *testing.T, c *client.Client, srv *clienttest.Server, s apiv1.Session, sn2 apiv1.Snapshot) {
+	t.Helper()
+	ctx := t.Context()
+	idle, err := c.Sessions().Suspend(ctx, s.ID, true)
 	if err != nil || idle.State != "idle" || idle.HostID != "" || idle.HeadSnapshot == sn2.ID {
 		t.Fatalf("suspend = %+v, %v", idle, err)
 	}
-	again, err := c.Suspend(ctx, s.ID, true)
+	again, err := c.Sessions().Suspend(ctx, s.ID, true)
 	if err != nil || again.State != "idle" || again.HeadSnapshot != idle.HeadSnapshot {
 		t.Errorf("suspend idle = %+v, %v; want unchanged", again, err)
 	}
-	got, err := c.GetSession(ctx, s.ID)
+	got, err := c.Sessions().Get(ctx, s.ID)
 	if err != nil || len(got.Snapshots) != 3 || got.Snapshots[2].ID != idle.HeadSnapshot || got.Snapshots[2].Reason != "suspend" {
 		t.Errorf("get = %+v, %v; want 3 snapshots, the last the head", got.Snapshots, err)
 	}
 
-	active, err := c.Resume(ctx, s.ID)
+	active, err := c.Sessions().Resume(ctx, s.ID)
 	if err != nil || active.State != "active" || active.Epoch != s.Epoch+1 {
 		t.Errorf("resume = %+v, %v", active, err)
 	}
-	if _, err := c.Suspend(ctx, s.ID, false); err != nil {
+	if _, err := c.Sessions().Suspend(ctx, s.ID, false); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Contains(srv.Requests(), "POST /v1/sessions/"+s.ID+"/suspend?wait=false") {
 		t.Errorf("requests %v lack suspend?wait=false", srv.Requests())
 	}
-	// Exec on an idle session resumes it.
+}
+
+// checkExecResumes: exec on idle session id resumes it; the host then
+// caches the four snapshots taken.
+func checkExecResumes(t *testing.T, c *client.Client, id string) {
+	t.Helper()
+	ctx := t.Context()
 	var out bytes.Buffer
-	if code, err := c.Exec(ctx, s.ID, apiv1.ExecRequest{Argv: []string{"echo", "back"}}, &out, nil); err != nil || code != 0 || out.String() != "back\n" {
+	if code, err := c.Sessions().Exec(ctx, id, apiv1.ExecRequest{Argv: []string{"echo", "back"}}, &out, nil); err != nil || code != 0 || out.String() != "back\n" {
 		t.Errorf("exec on idle = %d, %v, %q", code, err, out.String())
 	}
-	if got, _ := c.GetSession(ctx, s.ID); got.State != "active" {
+	if got, _ := c.Sessions().Get(ctx, id); got.State != "active" {
 		t.Errorf("after exec state = %s, want active", got.State)
 	}
-	if h, err := c.GetHost(ctx, "h1"); err != nil || len(h.Capacity.CachedSnapshots) != 4 {
+	if h, err := c.Hosts().Get(ctx, "h1"); err != nil || len(h.Capacity.CachedSnapshots) != 4 {
 		t.Errorf("host cached snapshots = %v, %v; want 4", h.Capacity.CachedSnapshots, err)
 	}
+}
 
-	if err := c.DeleteSession(ctx, s.ID, true); err != nil {
-		t.Fatal(err)
-	}
+// checkSnapshotRefusals: the snapshot routes refuse completed session id
+// with a conflict, and an unknown session with not found.
+func checkSnapshotRefusals(t *testing.T, c *client.Client, id string) {
+	t.Helper()
+	ctx := t.Context()
 	tests := []struct {
 		name string
 		call func() error
 	}{
-		{"suspend completed", func() error { _, err := c.Suspend(ctx, s.ID, true); return err }},
-		{"resume completed", func() error { _, err := c.Resume(ctx, s.ID); return err }},
-		{"snapshot completed", func() error { _, err := c.Snapshot(ctx, s.ID); return err }},
+		{"suspend completed", func() error { _, err := c.Sessions().Suspend(ctx, id, true); return err }},
+		{"resume completed", func() error { _, err := c.Sessions().Resume(ctx, id); return err }},
+		{"snapshot completed", func() error { _, err := c.Sessions().Snapshot(ctx, id); return err }},
 		{"outbox to completed", func() error {
-			_, err := c.PutOutbox(ctx, s.ID, apiv1.OutboxRequest{ID: "x", Kind: "prompt"})
+			_, err := c.Sessions().PutOutbox(ctx, id, apiv1.OutboxRequest{ID: "x", Kind: "prompt"})
 			return err
 		}},
 	}
@@ -424,10 +453,10 @@ func TestSnapshots(t *testing.T) {
 		}
 	}
 	for _, call := range []func() error{
-		func() error { _, err := c.Suspend(ctx, "nope", true); return err },
-		func() error { _, err := c.Resume(ctx, "nope"); return err },
-		func() error { _, err := c.Snapshot(ctx, "nope"); return err },
-		func() error { _, err := c.ListOutbox(ctx, "nope"); return err },
+		func() error { _, err := c.Sessions().Suspend(ctx, "nope", true); return err },
+		func() error { _, err := c.Sessions().Resume(ctx, "nope"); return err },
+		func() error { _, err := c.Sessions().Snapshot(ctx, "nope"); return err },
+		func() error { _, err := c.Sessions().ListOutbox(ctx, "nope"); return err },
 	} {
 		if err := call(); !client.IsNotFound(err) {
 			t.Errorf("unknown session: err = %v, want not found", err)
@@ -439,11 +468,11 @@ func TestOutbox(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	c, _ := newClient(t)
-	s, err := c.CreateSession(ctx, apiv1.CreateSessionRequest{}, true)
+	s, err := c.Sessions().Create(ctx, apiv1.CreateSessionRequest{}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l, err := c.ListOutbox(ctx, s.ID); err != nil || len(l) != 0 {
+	if l, err := c.Sessions().ListOutbox(ctx, s.ID); err != nil || len(l) != 0 {
 		t.Fatalf("empty outbox = %+v, %v", l, err)
 	}
 	tests := []struct {
@@ -460,7 +489,7 @@ func TestOutbox(t *testing.T) {
 		{"no kind", apiv1.OutboxRequest{ID: "c"}, 0, "", true},
 	}
 	for _, tt := range tests { // in order: seqs depend on it
-		it, err := c.PutOutbox(ctx, s.ID, tt.req)
+		it, err := c.Sessions().PutOutbox(ctx, s.ID, tt.req)
 		if tt.badReq {
 			if !client.HasCode(err, client.CodeBadRequest) {
 				t.Errorf("%s: err = %v, want bad_request", tt.name, err)
@@ -471,17 +500,17 @@ func TestOutbox(t *testing.T) {
 			t.Errorf("%s: put = %+v (payload %s), %v; want seq %d payload %q", tt.name, it, it.Payload, err, tt.seq, tt.payload)
 		}
 	}
-	if _, err := c.Snapshot(ctx, s.ID); err != nil {
+	if _, err := c.Sessions().Snapshot(ctx, s.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Suspend(ctx, s.ID, true); err != nil {
+	if _, err := c.Sessions().Suspend(ctx, s.ID, true); err != nil {
 		t.Fatal(err)
 	}
 	// Sending to an idle session resumes it and delivers the item.
-	if _, err := c.PutOutbox(ctx, s.ID, apiv1.OutboxRequest{ID: "c", Kind: "prompt"}); err != nil {
+	if _, err := c.Sessions().PutOutbox(ctx, s.ID, apiv1.OutboxRequest{ID: "c", Kind: "prompt"}); err != nil {
 		t.Fatal(err)
 	}
-	l, err := c.ListOutbox(ctx, s.ID)
+	l, err := c.Sessions().ListOutbox(ctx, s.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -492,7 +521,7 @@ func TestOutbox(t *testing.T) {
 	if want := []string{"1:a:durable", "2:b:durable", "3:c:delivered"}; !slices.Equal(got, want) {
 		t.Errorf("outbox = %v, want %v", got, want)
 	}
-	if s, _ := c.GetSession(ctx, s.ID); s.State != "active" {
+	if s, _ := c.Sessions().Get(ctx, s.ID); s.State != "active" {
 		t.Errorf("state after outbox put = %s, want active", s.State)
 	}
 }

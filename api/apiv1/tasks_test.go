@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/testutil"
 )
 

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/client"
-	"github.com/engrams/engrams/internal/client/clienttest"
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/client"
+	"github.com/engrams/engrams/internal/clienttest"
 )
 
 func TestImages(t *testing.T) {
@@ -22,7 +22,7 @@ func TestImages(t *testing.T) {
 
 	req := apiv1.EnableImageRequest{Ref: "registry.example.com/team/web:1.4", MemoryMiB: 1024,
 		Credentials: &apiv1.RegistryAuth{Username: "alice", Password: "pw"}}
-	r, err := c.EnableImage(ctx, req)
+	r, err := c.Images().Enable(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func TestImages(t *testing.T) {
 	}
 
 	var seen []string
-	job, err := c.WaitImageJob(ctx, r.Job.ID, time.Millisecond, func(j apiv1.ImageJob) { seen = append(seen, j.State+" "+j.Stage) })
+	job, err := c.Images().WaitJob(ctx, r.Job.ID, time.Millisecond, func(j apiv1.ImageJob) { seen = append(seen, j.State+" "+j.Stage) })
 	if err != nil || job.State != "ready" || job.StagesMS["warmup"] != 30500 {
 		t.Fatalf("wait = %+v, %v", job, err)
 	}
@@ -43,33 +43,33 @@ func TestImages(t *testing.T) {
 		t.Errorf("progress %q, want %q", seen, want)
 	}
 
-	img, err := c.GetImage(ctx, "web")
+	img, err := c.Images().Get(ctx, "web")
 	if err != nil || img.State != "ready" || img.Digest != clienttest.ImageDigest || img.BaseSnapshotID != "base-"+job.ID {
 		t.Errorf("get = %+v, %v", img, err)
 	}
-	again, err := c.EnableImage(ctx, apiv1.EnableImageRequest{Ref: req.Ref})
+	again, err := c.Images().Enable(ctx, apiv1.EnableImageRequest{Ref: req.Ref})
 	if err != nil || again.Job.ID != job.ID || again.Job.State != "ready" {
 		t.Errorf("enable again = %+v, %v; want the ready job", again, err)
 	}
-	if _, err := c.EnableImage(ctx, apiv1.EnableImageRequest{Ref: "other/web:2"}); !client.IsConflict(err) {
+	if _, err := c.Images().Enable(ctx, apiv1.EnableImageRequest{Ref: "other/web:2"}); !client.IsConflict(err) {
 		t.Errorf("enable another ref under the name: %v, want a conflict", err)
 	}
-	ref, err := c.RefreshImage(ctx, "web")
+	ref, err := c.Images().Refresh(ctx, "web")
 	if err != nil || ref.Job.Kind != "refresh" || ref.Job.ID == job.ID {
 		t.Errorf("refresh = %+v, %v", ref, err)
 	}
-	jobs, err := c.ImageJobs(ctx, "web")
+	jobs, err := c.Images().Jobs(ctx, "web")
 	if err != nil || len(jobs) != 2 || jobs[0].ID != job.ID || jobs[1].Kind != "refresh" {
 		t.Errorf("jobs = %+v, %v", jobs, err)
 	}
-	if d, err := c.DisableImage(ctx, "web"); err != nil || d.State != "disabled" {
+	if d, err := c.Images().Disable(ctx, "web"); err != nil || d.State != "disabled" {
 		t.Errorf("disable = %+v, %v", d, err)
 	}
-	if _, err := c.GetImage(ctx, "web"); !client.IsNotFound(err) {
+	if _, err := c.Images().Get(ctx, "web"); !client.IsNotFound(err) {
 		t.Errorf("get disabled by name: %v, want not found", err)
 	}
 	for _, all := range []bool{false, true} {
-		l, err := c.ListImages(ctx, all)
+		l, err := c.Images().List(ctx, all)
 		if err != nil || len(l) != map[bool]int{false: 0, true: 1}[all] {
 			t.Errorf("list all=%v = %+v, %v", all, l, err)
 		}
@@ -77,7 +77,7 @@ func TestImages(t *testing.T) {
 	if !slices.Contains(srv.Requests(), "GET /v1/images?all=true") {
 		t.Errorf("requests %v lack all=true", srv.Requests())
 	}
-	if _, err := c.GetImageJob(ctx, "nope"); !client.IsNotFound(err) {
+	if _, err := c.Images().GetJob(ctx, "nope"); !client.IsNotFound(err) {
 		t.Errorf("get unknown job: %v", err)
 	}
 }
@@ -120,7 +120,7 @@ func TestWaitImageJobErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			c, n := jobServer(t, tt.statuses...)
-			j, err := c.WaitImageJob(t.Context(), "j1", time.Millisecond, nil)
+			j, err := c.Images().WaitJob(t.Context(), "j1", time.Millisecond, nil)
 			if !tt.check(err) || j.State != tt.state || n.Load() != tt.polls {
 				t.Errorf("wait = %q, %v after %d polls; want %q after %d", j.State, err, n.Load(), tt.state, tt.polls)
 			}
@@ -132,14 +132,14 @@ func TestWaitImageJobCanceled(t *testing.T) {
 	t.Parallel()
 	c, srv := newClient(t)
 	srv.ScriptImageJobs([]apiv1.ImageJob{{State: "capturing", Stage: "warmup"}})
-	r, err := c.EnableImage(t.Context(), apiv1.EnableImageRequest{Ref: "alpine:3"})
+	r, err := c.Images().Enable(t.Context(), apiv1.EnableImageRequest{Ref: "alpine:3"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
 	defer cancel()
 	polls := 0
-	j, err := c.WaitImageJob(ctx, r.Job.ID, time.Millisecond, func(apiv1.ImageJob) { polls++ })
+	j, err := c.Images().WaitJob(ctx, r.Job.ID, time.Millisecond, func(apiv1.ImageJob) { polls++ })
 	if !errors.Is(err, context.DeadlineExceeded) || j.State != "capturing" || polls < 2 {
 		t.Errorf("wait = %q, %v after %d polls; want capturing, deadline exceeded", j.State, err, polls)
 	}

@@ -14,8 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/hostlink"
 )
@@ -30,6 +29,7 @@ func BaseTime() time.Time { return time.Date(2026, 11, 30, 6, 0, 0, 0, time.UTC)
 // Server is a fake coordinator serving the public API from memory.
 type Server struct {
 	URL string
+	ts  *httptest.Server
 
 	mu       sync.Mutex
 	nextID   int
@@ -81,6 +81,14 @@ type file struct {
 // NewServer starts a fake on 127.0.0.1 and stops it when t ends. It holds
 // one ready host, "h1" (qemu/tcg).
 func NewServer(t testing.TB) *Server {
+	s := Start()
+	t.Cleanup(s.Close)
+	return s
+}
+
+// Start starts a fake as NewServer does, for callers without a testing.TB
+// (examples); Close stops it.
+func Start() *Server {
 	s := &Server{
 		events:  map[string][]apiv1.Event{},
 		files:   map[string]map[string]file{},
@@ -91,26 +99,28 @@ func NewServer(t testing.TB) *Server {
 	}
 	s.hosts = append(s.hosts, &apiv1.Host{
 		ID: "h1", Name: "kvm-1", State: "ready",
-		Facts: domain.HostFacts{
+		Facts: apiv1.HostFacts{
 			Hostname: "kvm-1", Arch: "amd64", Kernel: "6.1.0", AgentVersion: "v0.1.0",
-			Backend: domain.BackendFacts{Name: "qemu", Version: "7.2", Acceleration: "tcg", Usable: true, Isolation: true,
+			Backend: apiv1.BackendFacts{Name: "qemu", Version: "7.2", Acceleration: "tcg", Usable: true, Isolation: true,
 				Reason: "firecracker: no binary; qemu: /dev/kvm unusable, TCG works"},
-			Available: []domain.BackendFacts{
+			Available: []apiv1.BackendFacts{
 				{Name: "firecracker", Acceleration: "kvm", Isolation: true, Reason: "firecracker binary not found"},
 				{Name: "qemu", Version: "7.2", Acceleration: "tcg", Isolation: true, Usable: true},
 			},
 		},
-		Capacity:      domain.Capacity{MemoryMiB: 8192, VCPUs: 4, MaxSessions: 10, Sessions: 2},
+		Capacity:      apiv1.Capacity{MemoryMiB: 8192, VCPUs: 4, MaxSessions: 10, Sessions: 2},
 		LastHeartbeat: BaseTime().Add(-5 * time.Second),
 		CreatedAt:     BaseTime(),
 	})
 	mux := http.NewServeMux()
 	s.routes(mux)
-	ts := httptest.NewServer(mux)
-	t.Cleanup(ts.Close)
-	s.URL = ts.URL
+	s.ts = httptest.NewServer(mux)
+	s.URL = s.ts.URL
 	return s
 }
+
+// Close stops the fake.
+func (s *Server) Close() { s.ts.Close() }
 
 func (s *Server) routes(mux *http.ServeMux) {
 	mux.HandleFunc(apiv1.RouteVersion, func(w http.ResponseWriter, r *http.Request) {
@@ -147,14 +157,8 @@ func (s *Server) routes(mux *http.ServeMux) {
 	auth(apiv1.RouteSnapshot, s.withSession(s.snapshot))
 	auth(apiv1.RouteOutboxPut, s.withSession(s.putOutbox))
 	auth(apiv1.RouteOutboxList, s.withSession(s.listOutbox))
-	auth(apiv1.RouteListHosts, s.listHosts)
-	auth(apiv1.RouteGetHost, s.withHost(func(w http.ResponseWriter, r *http.Request, h *apiv1.Host) { writeJSON(w, 200, h) }))
-	auth(apiv1.RouteDrainHost, s.withHost(s.drainHost))
-	auth(apiv1.RouteCreateHost, s.createHost)
-	auth(apiv1.RouteCreateToken, s.createToken)
-	auth(apiv1.RouteListTokens, s.listTokens)
-	auth(apiv1.RouteRevokeToken, s.revokeToken)
-	s.imageRoutes(auth)
+	adminFake{s}.routes(auth)
+	imageFake{s}.routes(auth)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -349,9 +353,9 @@ func (s *Server) filePut(w http.ResponseWriter, r *http.Request, id string) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) info(p string, f file) guestapi.FileInfo {
+func (s *Server) info(p string, f file) apiv1.FileInfo {
 	m, _ := strconv.ParseUint(f.mode, 8, 32)
-	return guestapi.FileInfo{Name: path.Base(p), Path: p, Size: int64(len(f.data)), Mode: fmt.Sprintf("%v", modeString(uint32(m))), ModTime: BaseTime().Format(time.RFC3339)}
+	return apiv1.FileInfo{Name: path.Base(p), Path: p, Size: int64(len(f.data)), Mode: fmt.Sprintf("%v", modeString(uint32(m))), ModTime: BaseTime().Format(time.RFC3339)}
 }
 
 func modeString(m uint32) string {
@@ -371,13 +375,13 @@ func (s *Server) fileList(w http.ResponseWriter, r *http.Request, id string) {
 	dir := path.Clean(r.URL.Query().Get("path"))
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := []guestapi.FileInfo{}
+	out := []apiv1.FileInfo{}
 	for p, f := range s.files[id] {
 		if path.Dir(p) == dir {
 			out = append(out, s.info(p, f))
 		}
 	}
-	slices.SortFunc(out, func(a, b guestapi.FileInfo) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b apiv1.FileInfo) int { return strings.Compare(a.Name, b.Name) })
 	writeJSON(w, 200, out)
 }
 
@@ -391,82 +395,4 @@ func (s *Server) fileStat(w http.ResponseWriter, r *http.Request, id string) {
 		return
 	}
 	writeJSON(w, 200, s.info(p, f))
-}
-
-func (s *Server) listHosts(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := apiv1.HostList{Hosts: []apiv1.Host{}}
-	for _, h := range s.hosts {
-		out.Hosts = append(out.Hosts, *h)
-	}
-	writeJSON(w, 200, out)
-}
-
-func (s *Server) withHost(h func(http.ResponseWriter, *http.Request, *apiv1.Host)) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		for _, host := range s.hosts {
-			if host.ID == r.PathValue("id") {
-				h(w, r, host)
-				return
-			}
-		}
-		writeErr(w, 404, "not_found", fmt.Sprintf("host %s not found", r.PathValue("id")))
-	}
-}
-
-func (s *Server) drainHost(w http.ResponseWriter, r *http.Request, h *apiv1.Host) {
-	h.State = "draining"
-	writeJSON(w, 200, h)
-}
-
-func (s *Server) createHost(w http.ResponseWriter, r *http.Request) {
-	var req apiv1.CreateHostRequest
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Name == "" {
-		writeErr(w, 400, "bad_request", "name is required")
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	h := &apiv1.Host{ID: fmt.Sprintf("h%d", len(s.hosts)+1), Name: req.Name, State: "new", CreatedAt: BaseTime()}
-	s.hosts = append(s.hosts, h)
-	writeJSON(w, 201, apiv1.CreateHostResponse{Host: *h, Token: "engrams_host_" + req.Name})
-}
-
-func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
-	var req apiv1.CreateTokenRequest
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Name == "" {
-		writeErr(w, 400, "bad_request", "name is required")
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	tok := &apiv1.Token{ID: fmt.Sprintf("t%d", len(s.tokens)+1), Name: req.Name, Kind: "user", Prefix: "engrams_" + req.Name[:1], CreatedAt: BaseTime()}
-	s.tokens = append(s.tokens, tok)
-	writeJSON(w, 201, apiv1.CreateTokenResponse{Token: *tok, Secret: "engrams_secret_" + req.Name})
-}
-
-func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := apiv1.TokenList{Tokens: []apiv1.Token{}}
-	for _, t := range s.tokens {
-		out.Tokens = append(out.Tokens, *t)
-	}
-	writeJSON(w, 200, out)
-}
-
-func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i, t := range s.tokens {
-		if t.ID == r.PathValue("id") {
-			s.tokens = slices.Delete(s.tokens, i, i+1)
-			w.WriteHeader(http.StatusNoContent)
-			return
-		}
-	}
-	writeErr(w, 404, "not_found", fmt.Sprintf("token %s not found", r.PathValue("id")))
 }
