@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/internal/chunk"
+	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/harness"
 	"github.com/engrams/engrams/internal/store"
 )
@@ -23,7 +24,7 @@ import (
 // HarnessBuilder stages built-in harnesses and packs trees into bundles
 // (harness.Builder does).
 type HarnessBuilder interface {
-	StageBuiltin(ctx context.Context, spec harness.BuiltinSpec, dir string) (harness.Descriptor, error)
+	StageBuiltin(ctx context.Context, spec harness.BuiltinSpec, dir string) (guestapi.HarnessDescriptor, error)
 	Build(ctx context.Context, spec harness.BuildSpec) (harness.Bundle, error)
 }
 
@@ -36,7 +37,7 @@ type ChunkPutter interface {
 // HarnessView is a registered harness with its descriptor decoded.
 type HarnessView struct {
 	Harness    store.Harness
-	Descriptor harness.Descriptor
+	Descriptor guestapi.HarnessDescriptor
 	SizeBytes  int64 // the bundle image's size
 }
 
@@ -189,7 +190,7 @@ func (c *Coordinator) BuildHarness(ctx context.Context, req BuildHarnessRequest)
 	}
 	if exactVersion(req.Version) {
 		version := req.Version
-		if req.Libc == harness.LibcMusl {
+		if req.Libc == guestapi.LibcMusl {
 			version += muslSuffix
 		}
 		v, found, err := c.registeredBuiltin(ctx, req.Name, version)
@@ -200,7 +201,7 @@ func (c *Coordinator) BuildHarness(ctx context.Context, req BuildHarnessRequest)
 	spec := harness.BuiltinSpec{Name: req.Name, Version: req.Version, Libc: req.Libc}
 	v, err := c.registerTree(ctx, true, func(dir string) error {
 		d, err := c.harnessReg.builder.StageBuiltin(ctx, spec, dir)
-		if err != nil || req.Libc != harness.LibcMusl {
+		if err != nil || req.Libc != guestapi.LibcMusl {
 			return err
 		}
 		d.Version += muslSuffix
@@ -208,7 +209,7 @@ func (c *Coordinator) BuildHarness(ctx context.Context, req BuildHarnessRequest)
 		if err != nil {
 			return err
 		}
-		return os.WriteFile(filepath.Join(dir, harness.DescriptorFile), data, 0o644)
+		return os.WriteFile(filepath.Join(dir, guestapi.HarnessDescriptorFile), data, 0o644)
 	})
 	if err != nil {
 		return HarnessView{}, harnessError(err)
@@ -228,8 +229,8 @@ func checkBuiltinRequest(req BuildHarnessRequest) error {
 	case req.Libc == "":
 	case req.Name != harness.BuiltinClaudeCode:
 		return fmt.Errorf("%w: libc %q: only claude-code has builds to choose from", ErrInvalid, req.Libc)
-	case req.Libc != harness.LibcGlibc && req.Libc != harness.LibcMusl:
-		return fmt.Errorf("%w: libc %q: want %s or %s", ErrInvalid, req.Libc, harness.LibcGlibc, harness.LibcMusl)
+	case req.Libc != guestapi.LibcGlibc && req.Libc != guestapi.LibcMusl:
+		return fmt.Errorf("%w: libc %q: want %s or %s", ErrInvalid, req.Libc, guestapi.LibcGlibc, guestapi.LibcMusl)
 	}
 	return nil
 }
@@ -263,7 +264,7 @@ func (c *Coordinator) AddHarness(ctx context.Context, tarball io.Reader) (Harnes
 		if err := unpackTree(tarball, dir); err != nil {
 			return err
 		}
-		d, err := harness.LoadDescriptor(dir)
+		d, err := guestapi.LoadHarnessDescriptor(dir)
 		if err != nil {
 			return err
 		}
@@ -283,7 +284,7 @@ func (c *Coordinator) AddHarness(ctx context.Context, tarball io.Reader) (Harnes
 // so their message reaches the caller as a 400.
 func harnessError(err error) error {
 	for _, e := range []error{harness.ErrUnknownBuiltin, harness.ErrNotFound, harness.ErrUnsupportedPackage,
-		harness.ErrInvalidDescriptor, harness.ErrInvalidTree, harness.ErrIncompatible} {
+		guestapi.ErrInvalidHarnessDescriptor, harness.ErrInvalidTree, guestapi.ErrHarnessIncompatible} {
 		if errors.Is(err, e) && !errors.Is(err, ErrInvalid) {
 			return fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
@@ -361,7 +362,7 @@ func (c *Coordinator) putHarness(ctx context.Context, bundle harness.Bundle, man
 		if ferr == nil {
 			return HarnessView{}, fmt.Errorf("%w: %s@%s is already registered with another bundle (%s, this one is %s); "+
 				"a registered version never changes: give this one another version in %s", store.ErrConflict,
-				d.Name, d.Version, other.Digest, bundle.Digest, harness.DescriptorFile)
+				d.Name, d.Version, other.Digest, bundle.Digest, guestapi.HarnessDescriptorFile)
 		}
 	}
 	if err != nil {
@@ -381,7 +382,7 @@ func kindWord(builtin bool) string {
 }
 
 func harnessView(h store.Harness) (HarnessView, error) {
-	d, err := harness.ParseDescriptor(h.Descriptor)
+	d, err := guestapi.ParseHarnessDescriptor(h.Descriptor)
 	if err != nil {
 		return HarnessView{}, fmt.Errorf("harness %s@%s: %w", h.Name, h.Version, err)
 	}

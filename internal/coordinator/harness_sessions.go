@@ -6,14 +6,14 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/engrams/engrams/internal/harness"
+	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/store"
 )
 
 // defaultRootLibc is the C library of the default root image sessions
 // without an image boot (static busybox: none).
-const defaultRootLibc = harness.LibcNone
+const defaultRootLibc = guestapi.LibcNone
 
 // pinHarness resolves spec.Harness ("name" for the newest, or
 // "name@version") to a registered bundle and checks it can run on the
@@ -35,7 +35,7 @@ func (c *Coordinator) pinHarness(ctx context.Context, spec *hostlink.MachineSpec
 	if err != nil {
 		return fmt.Errorf("find harness %s: %w", spec.Harness, err)
 	}
-	d, err := harness.ParseDescriptor(h.Descriptor)
+	d, err := guestapi.ParseHarnessDescriptor(h.Descriptor)
 	if err != nil {
 		return fmt.Errorf("harness %s@%s: %w", h.Name, h.Version, err)
 	}
@@ -53,7 +53,7 @@ func (c *Coordinator) pinHarness(ctx context.Context, spec *hostlink.MachineSpec
 
 func libcOrNone(libc string) string {
 	if libc == "" {
-		return harness.LibcNone
+		return guestapi.LibcNone
 	}
 	return libc
 }

@@ -12,7 +12,7 @@ import (
 	"unicode"
 
 	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/harness"
+	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -249,7 +249,7 @@ func checkStatic(spec *apiv1.ProfileSpec) problems {
 	}
 	seen := map[string]bool{}
 	for i, h := range spec.Egress {
-		if err := harness.CheckHost(h); err != nil {
+		if err := guestapi.CheckEgressHost(h); err != nil {
 			probs.add("egress[%d]: %v", i, err)
 		} else if seen[h] {
 			probs.add("egress[%d] %q is listed twice", i, h)

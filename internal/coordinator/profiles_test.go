@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/harness"
+	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -33,13 +33,13 @@ func seedAgents(t *testing.T, e *agentEnv) {
 			t.Fatal(err)
 		}
 	}
-	claude := harness.Descriptor{Format: 1, Name: "claude-code", Version: "2.1.0", Entrypoint: []string{"bin/claude"},
-		Protocol: harness.ProtocolClaudeStreamJSON, Models: []string{"sonnet", "opus", harness.AnyModel}, Modes: []string{"bypassPermissions", "plan"},
-		Credentials: []harness.Credential{{Kind: "anthropic_api_key", Env: "ANTHROPIC_API_KEY", BaseURLEnv: "ANTHROPIC_BASE_URL"}},
-		Hosts:       []string{"api.anthropic.com:443"}, Requires: harness.Requires{Libc: harness.LibcGlibc}}
-	shell := harness.Descriptor{Format: 1, Name: "shell", Version: "1", Entrypoint: []string{"bin/sh"}, Protocol: harness.ProtocolShell,
-		Requires: harness.Requires{Libc: harness.LibcNone}}
-	for _, d := range []harness.Descriptor{claude, shell} {
+	claude := guestapi.HarnessDescriptor{Format: 1, Name: "claude-code", Version: "2.1.0", Entrypoint: []string{"bin/claude"},
+		Protocol: guestapi.HarnessProtocolClaudeStreamJSON, Models: []string{"sonnet", "opus", guestapi.AnyModel}, Modes: []string{"bypassPermissions", "plan"},
+		Credentials: []guestapi.HarnessCredential{{Kind: "anthropic_api_key", Env: "ANTHROPIC_API_KEY", BaseURLEnv: "ANTHROPIC_BASE_URL"}},
+		Hosts:       []string{"api.anthropic.com:443"}, Requires: guestapi.HarnessRequires{Libc: guestapi.LibcGlibc}}
+	shell := guestapi.HarnessDescriptor{Format: 1, Name: "shell", Version: "1", Entrypoint: []string{"bin/sh"}, Protocol: guestapi.HarnessProtocolShell,
+		Requires: guestapi.HarnessRequires{Libc: guestapi.LibcNone}}
+	for _, d := range []guestapi.HarnessDescriptor{claude, shell} {
 		desc, err := d.Marshal()
 		if err != nil {
 			t.Fatal(err)
@@ -91,7 +91,7 @@ func TestCreateProfileReceipt(t *testing.T) {
 	gh, _ := e.st.GetSecretByName(ctx, "gh")
 	want := apiv1.Receipt{
 		Image:   apiv1.ReceiptImage{ID: "img-py", Name: "py", Ref: "reg/python:3.12", Digest: "sha256:py", Libc: "glibc"},
-		Harness: apiv1.ReceiptHarness{ID: "h-claude-code", Name: "claude-code", Version: "2.1.0", Digest: "sha256:claude-code", Protocol: harness.ProtocolClaudeStreamJSON},
+		Harness: apiv1.ReceiptHarness{ID: "h-claude-code", Name: "claude-code", Version: "2.1.0", Digest: "sha256:claude-code", Protocol: guestapi.HarnessProtocolClaudeStreamJSON},
 		Model:   "sonnet", Mode: "bypassPermissions",
 		Credentials: []apiv1.ReceiptCredential{
 			{Name: "ant", SecretID: ant.ID, Kind: "anthropic_api_key", Delivery: apiv1.DeliveryGateway, Env: "ANTHROPIC_API_KEY",

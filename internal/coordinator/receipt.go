@@ -11,7 +11,7 @@ import (
 	"unicode"
 
 	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/harness"
+	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -87,27 +87,27 @@ func (c *Coordinator) receiptImage(ctx context.Context, name string, r *apiv1.Re
 
 // receiptHarness resolves NAME or NAME@VERSION to a registered bundle and
 // checks it runs on the image's C library (when known).
-func (c *Coordinator) receiptHarness(ctx context.Context, ref, libc string, r *apiv1.Receipt, probs *problems) (harness.Descriptor, bool, error) {
+func (c *Coordinator) receiptHarness(ctx context.Context, ref, libc string, r *apiv1.Receipt, probs *problems) (guestapi.HarnessDescriptor, bool, error) {
 	name, version, _ := strings.Cut(ref, "@")
 	r.Harness = apiv1.ReceiptHarness{Name: name, Version: version}
 	if ref == "" {
-		return harness.Descriptor{}, false, nil
+		return guestapi.HarnessDescriptor{}, false, nil
 	}
 	if name == "" || len(ref) > 160 || containsAny(ref, " \x00\n/") {
 		probs.add("harness %q: want NAME or NAME@VERSION", ref)
-		return harness.Descriptor{}, false, nil
+		return guestapi.HarnessDescriptor{}, false, nil
 	}
 	h, err := c.st.FindHarness(ctx, name, version)
 	if errors.Is(err, store.ErrNotFound) {
 		probs.add("harness %s is not registered (see `engrams harness list`; build one with `engrams harness build NAME` or add one with `engrams harness add DIR`)", ref)
-		return harness.Descriptor{}, false, nil
+		return guestapi.HarnessDescriptor{}, false, nil
 	}
 	if err != nil {
-		return harness.Descriptor{}, false, fmt.Errorf("find harness %s: %w", ref, err)
+		return guestapi.HarnessDescriptor{}, false, fmt.Errorf("find harness %s: %w", ref, err)
 	}
-	d, err := harness.ParseDescriptor(h.Descriptor)
+	d, err := guestapi.ParseHarnessDescriptor(h.Descriptor)
 	if err != nil {
-		return harness.Descriptor{}, false, fmt.Errorf("harness %s@%s: %w", h.Name, h.Version, err)
+		return guestapi.HarnessDescriptor{}, false, fmt.Errorf("harness %s@%s: %w", h.Name, h.Version, err)
 	}
 	r.Harness = apiv1.ReceiptHarness{ID: h.ID, Name: h.Name, Version: h.Version, Digest: h.Digest, Protocol: d.Protocol}
 	if libc != "" {
@@ -120,8 +120,8 @@ func (c *Coordinator) receiptHarness(ctx context.Context, ref, libc string, r *a
 
 // pickChoice checks a model or mode against the harness's list and returns
 // the effective one ("" = the list's first).
-func pickChoice(probs *problems, field, want string, d harness.Descriptor, list []string, wildcard bool) string {
-	offered := slices.DeleteFunc(slices.Clone(list), func(s string) bool { return s == harness.AnyModel })
+func pickChoice(probs *problems, field, want string, d guestapi.HarnessDescriptor, list []string, wildcard bool) string {
+	offered := slices.DeleteFunc(slices.Clone(list), func(s string) bool { return s == guestapi.AnyModel })
 	switch {
 	case want == "":
 		if len(list) > 0 {
@@ -132,7 +132,7 @@ func pickChoice(probs *problems, field, want string, d harness.Descriptor, list 
 		return want
 	case len(want) > 128 || strings.ContainsFunc(want, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }):
 		probs.add("%s %q: want at most 128 characters without spaces", field, want)
-	case wildcard && slices.Contains(list, harness.AnyModel):
+	case wildcard && slices.Contains(list, guestapi.AnyModel):
 		return want
 	case len(offered) == 0:
 		probs.add("%s %q: harness %s@%s has no %ss to choose from: leave it empty", field, want, d.Name, d.Version, field)
@@ -146,12 +146,12 @@ func pickChoice(probs *problems, field, want string, d harness.Descriptor, list 
 type modelKey struct {
 	secret store.Secret
 	meta   apiv1.SecretMeta
-	cred   harness.Credential
+	cred   guestapi.HarnessCredential
 }
 
 // receiptModelKeys checks the profile's credentials: live secrets, each of
 // a kind the harness needs, one per kind, every kind it needs covered.
-func (c *Coordinator) receiptModelKeys(ctx context.Context, spec *apiv1.ProfileSpec, d harness.Descriptor, known bool, r *apiv1.Receipt, probs *problems) ([]modelKey, error) {
+func (c *Coordinator) receiptModelKeys(ctx context.Context, spec *apiv1.ProfileSpec, d guestapi.HarnessDescriptor, known bool, r *apiv1.Receipt, probs *problems) ([]modelKey, error) {
 	var keys []modelKey
 	byKind := map[string]string{}
 	needs := make([]string, 0, len(d.Credentials))
@@ -170,7 +170,7 @@ func (c *Coordinator) receiptModelKeys(ctx context.Context, spec *apiv1.ProfileS
 			}
 			continue
 		}
-		ci := slices.IndexFunc(d.Credentials, func(cr harness.Credential) bool { return cr.Kind == s.Kind })
+		ci := slices.IndexFunc(d.Credentials, func(cr guestapi.HarnessCredential) bool { return cr.Kind == s.Kind })
 		switch {
 		case !known:
 		case ci < 0 && len(needs) == 0:
@@ -200,7 +200,7 @@ func (c *Coordinator) receiptModelKeys(ctx context.Context, spec *apiv1.ProfileS
 	return keys, nil
 }
 
-func baseURLNote(cr harness.Credential) string {
+func baseURLNote(cr guestapi.HarnessCredential) string {
 	if cr.BaseURLEnv == "" {
 		return ""
 	}
@@ -272,7 +272,7 @@ const noNetwork = "the guest has no network interface"
 // receiptHosts lists the hosts the profile and its harness name and
 // whether the guest reaches them: the model providers through the gateway,
 // nothing else.
-func receiptHosts(spec *apiv1.ProfileSpec, d harness.Descriptor, keys []modelKey) []apiv1.ReceiptHost {
+func receiptHosts(spec *apiv1.ProfileSpec, d guestapi.HarnessDescriptor, keys []modelKey) []apiv1.ReceiptHost {
 	var out []apiv1.ReceiptHost
 	seen := map[string]bool{}
 	for _, k := range keys {

@@ -14,7 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/harness"
+	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -147,7 +147,7 @@ func checkSecret(req *SecretRequest) []string {
 	}
 	switch {
 	case m.Host != "":
-		if err := harness.CheckHost(m.Host); err != nil {
+		if err := guestapi.CheckEgressHost(m.Host); err != nil {
 			bad("host: %v", err)
 		}
 	case req.Kind == apiv1.SecretGitHTTPS:

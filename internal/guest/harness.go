@@ -18,7 +18,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/engrams/engrams/internal/guestapi"
-	"github.com/engrams/engrams/internal/harness"
 )
 
 // Files inside Config.StateDir.
@@ -87,7 +86,7 @@ type turnRun struct {
 	workdir, model, mode string
 	argv                 []string // the entrypoint, absolute
 	env                  []string
-	desc                 harness.Descriptor
+	desc                 guestapi.HarnessDescriptor
 	gateway              string // gateway base URL ("" when not listening)
 	emitFn               func(evs ...pendingEvent)
 }
@@ -455,7 +454,7 @@ func (a *adapter) saveState() {
 
 // runnerFor returns the runner of d's protocol, continuing the recorded
 // conversation when it is d's harness's.
-func (a *adapter) runnerFor(d harness.Descriptor) runner {
+func (a *adapter) runnerFor(d guestapi.HarnessDescriptor) runner {
 	key := d.Name + "@" + d.Version + "/" + d.Protocol
 	if a.rn != nil && a.rnKey == key {
 		return a.rn
@@ -473,9 +472,9 @@ func (a *adapter) runnerFor(d harness.Descriptor) runner {
 		grace:      a.cfg.HarnessGrace, stall: a.cfg.HarnessStall, log: a.log,
 	}
 	switch d.Protocol {
-	case harness.ProtocolClaudeStreamJSON:
+	case guestapi.HarnessProtocolClaudeStreamJSON:
 		a.rn = &claudeRunner{pc: pc, home: a.cfg.HarnessHome, session: conv}
-	case harness.ProtocolCodexJSON:
+	case guestapi.HarnessProtocolCodexJSON:
 		a.rn = &codexRunner{pc: pc, home: a.cfg.HarnessHome, thread: conv}
 	default:
 		a.rn = &shellRunner{pc: pc}
@@ -504,13 +503,13 @@ func (a *adapter) status() guestapi.HarnessStatus {
 }
 
 // probeHarness loads the bundle's descriptor and checks its entrypoint.
-func probeHarness(dir string) (harness.Descriptor, guestapi.HarnessStatus) {
-	if _, err := os.Lstat(filepath.Join(dir, harness.DescriptorFile)); errors.Is(err, os.ErrNotExist) {
-		return harness.Descriptor{}, guestapi.HarnessStatus{State: guestapi.HarnessNone}
+func probeHarness(dir string) (guestapi.HarnessDescriptor, guestapi.HarnessStatus) {
+	if _, err := os.Lstat(filepath.Join(dir, guestapi.HarnessDescriptorFile)); errors.Is(err, os.ErrNotExist) {
+		return guestapi.HarnessDescriptor{}, guestapi.HarnessStatus{State: guestapi.HarnessNone}
 	}
-	d, err := harness.LoadDescriptor(dir)
+	d, err := guestapi.LoadHarnessDescriptor(dir)
 	if err != nil {
-		return harness.Descriptor{}, guestapi.HarnessStatus{State: guestapi.HarnessFailed, Error: err.Error()}
+		return guestapi.HarnessDescriptor{}, guestapi.HarnessStatus{State: guestapi.HarnessFailed, Error: err.Error()}
 	}
 	st := guestapi.HarnessStatus{State: guestapi.HarnessReady, Name: d.Name, Version: d.Version, Protocol: d.Protocol}
 	entry := d.Argv(dir)[0]
@@ -559,11 +558,11 @@ func (a *adapter) prepare(q *queuedPrompt, emit func(...pendingEvent)) (*turnRun
 		return nil, bad("turn is required")
 	case strings.TrimSpace(p.Text) == "":
 		return nil, bad("text is empty")
-	case d.Protocol == harness.ProtocolShell && strings.ContainsAny(p.Text, "\r\n"):
+	case d.Protocol == guestapi.HarnessProtocolShell && strings.ContainsAny(p.Text, "\r\n"):
 		return nil, bad("a shell harness prompt is one line")
 	case !filepath.IsAbs(t.workdir):
 		return nil, bad("workdir %q is not absolute", t.workdir)
-	case t.model == harness.AnyModel || len(d.Models) > 0 && !slices.Contains(d.Models, t.model) && !slices.Contains(d.Models, harness.AnyModel):
+	case t.model == guestapi.AnyModel || len(d.Models) > 0 && !slices.Contains(d.Models, t.model) && !slices.Contains(d.Models, guestapi.AnyModel):
 		return nil, bad("model %q: %s@%s offers %v", t.model, d.Name, d.Version, d.Models)
 	case len(d.Modes) > 0 && !slices.Contains(d.Modes, t.mode):
 		return nil, bad("mode %q: %s@%s offers %v", t.mode, d.Name, d.Version, d.Modes)

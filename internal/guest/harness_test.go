@@ -43,7 +43,7 @@ func TestHarnessShellTurns(t *testing.T) {
 	d := startDaemon(t, cfg, true)
 	waitGateway(t, d)
 	st := d.status()
-	if st.State != guestapi.HarnessReady || st.Name != harness.BuiltinShell || st.Protocol != harness.ProtocolShell ||
+	if st.State != guestapi.HarnessReady || st.Name != harness.BuiltinShell || st.Protocol != guestapi.HarnessProtocolShell ||
 		!strings.HasPrefix(st.Gateway, "http://127.0.0.1:") || st.Turn != "" || st.LastSeq != 0 {
 		t.Fatalf("status %+v", st)
 	}
@@ -227,7 +227,7 @@ func TestProbeHarness(t *testing.T) {
 		t.Fatal(err)
 	}
 	invalid := t.TempDir()
-	if err := os.WriteFile(filepath.Join(invalid, harness.DescriptorFile), []byte(`{"format":1}`), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(invalid, guestapi.HarnessDescriptorFile), []byte(`{"format":1}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -254,7 +254,7 @@ func TestProbeHarness(t *testing.T) {
 func TestHarnessEnv(t *testing.T) {
 	t.Parallel()
 	a := &adapter{cfg: Config{HarnessHome: "/state/home", Env: []string{"PATH=/bin", "HOME=/root", "TERM=xterm", "SESSION=s", "ANTHROPIC_API_KEY=from-image"}}}
-	d := harness.Descriptor{Credentials: []harness.Credential{
+	d := guestapi.HarnessDescriptor{Credentials: []guestapi.HarnessCredential{
 		{Kind: "anthropic_api_key", Env: "ANTHROPIC_API_KEY", BaseURLEnv: "ANTHROPIC_BASE_URL"},
 		{Kind: "openai_api_key", Env: "OPENAI_API_KEY"},
 	}}
@@ -333,7 +333,7 @@ func TestPrepareModelsAndModes(t *testing.T) {
 	t.Parallel()
 	bundle := func(models, modes []string) string {
 		dir := stageHarness(t, shellSpec, "")
-		d, err := harness.LoadDescriptor(dir)
+		d, err := guestapi.LoadHarnessDescriptor(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -342,13 +342,13 @@ func TestPrepareModelsAndModes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(dir, harness.DescriptorFile), b, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, guestapi.HarnessDescriptorFile), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return dir
 	}
 	strict := bundle([]string{"m1", "m2"}, []string{"a", "b"})
-	anyModel := bundle([]string{"m1", harness.AnyModel}, nil)
+	anyModel := bundle([]string{"m1", guestapi.AnyModel}, nil)
 	tests := []struct {
 		name, dir, model, mode string
 		wantModel, wantMode    string
@@ -359,7 +359,7 @@ func TestPrepareModelsAndModes(t *testing.T) {
 		{"unlisted model", strict, "m3", "", "", "", "model \"m3\""},
 		{"unlisted mode", strict, "", "c", "", "", "mode \"c\""},
 		{"any model", anyModel, "m9", "whatever", "m9", "whatever", ""},
-		{"the wildcard itself", anyModel, harness.AnyModel, "", "", "", "model \"*\""},
+		{"the wildcard itself", anyModel, guestapi.AnyModel, "", "", "", "model \"*\""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

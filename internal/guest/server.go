@@ -18,7 +18,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/engrams/engrams/internal/guestapi"
-	"github.com/engrams/engrams/internal/harness"
 )
 
 // Config is the daemon's configuration.
@@ -36,7 +35,7 @@ type Config struct {
 	// applied seq). It must be on the guest's snapshotted disk. Empty means
 	// DefaultStateDir.
 	StateDir string
-	// HarnessDir is where the harness bundle is mounted (harness.MountPoint
+	// HarnessDir is where the harness bundle is mounted (guestapi.HarnessMountPoint
 	// if empty); without a harness.json there the harness state is "none".
 	HarnessDir string
 	// HarnessHome is the harness processes' HOME, where they keep their
@@ -93,7 +92,7 @@ func New(cfg Config, deps Deps) *Server {
 		cfg.OutputGrace = 100 * time.Millisecond
 	}
 	if cfg.HarnessDir == "" {
-		cfg.HarnessDir = harness.MountPoint
+		cfg.HarnessDir = guestapi.HarnessMountPoint
 	}
 	if cfg.HarnessHome == "" {
 		cfg.HarnessHome = filepath.Join(cfg.StateDir, "harness-home")

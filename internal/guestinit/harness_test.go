@@ -6,14 +6,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/harness"
+	"github.com/engrams/engrams/internal/guestapi"
 	"golang.org/x/sys/unix"
 )
 
 func TestHarnessDirIsHarnessMountPoint(t *testing.T) {
 	t.Parallel()
-	if HarnessDir != harness.MountPoint || HarnessFSType != harness.FSType {
-		t.Fatalf("init mounts %s (%s), harness bundles expect %s (%s)", HarnessDir, HarnessFSType, harness.MountPoint, harness.FSType)
+	if HarnessDir != guestapi.HarnessMountPoint || HarnessFSType != guestapi.HarnessFSType {
+		t.Fatalf("init mounts %s (%s), harness bundles expect %s (%s)", HarnessDir, HarnessFSType, guestapi.HarnessMountPoint, guestapi.HarnessFSType)
 	}
 }
 

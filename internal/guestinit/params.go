@@ -28,7 +28,7 @@ const (
 	BundleDir  = "/.engrams"
 	DaemonPath = BundleDir + "/engrams-guest"
 	// HarnessDir is where the harness bundle is mounted
-	// (internal/harness.MountPoint), HarnessFSType its file system.
+	// (guestapi.HarnessMountPoint), HarnessFSType its file system.
 	HarnessDir    = "/.engrams-harness"
 	HarnessFSType = "erofs"
 	DaemonLog     = "/var/log/engrams-guest.log"

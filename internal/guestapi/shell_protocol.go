@@ -1,11 +1,11 @@
-package harness
+package guestapi
 
 import (
 	"encoding/json"
 	"fmt"
 )
 
-// The shell harness's protocol (ProtocolShell), spoken by
+// The shell harness's protocol (HarnessProtocolShell), spoken by
 // shell-harness.sh: the adapter writes each prompt as one line on the
 // harness's stdin (a prompt cannot hold a line break); the harness runs it
 // as a shell command in its working directory and writes one JSON object
