@@ -6,16 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/guestapi"
 	"golang.org/x/sys/unix"
 )
-
-func TestHarnessDirIsHarnessMountPoint(t *testing.T) {
-	t.Parallel()
-	if HarnessDir != guestapi.HarnessMountPoint || HarnessFSType != guestapi.HarnessFSType {
-		t.Fatalf("init mounts %s (%s), harness bundles expect %s (%s)", HarnessDir, HarnessFSType, guestapi.HarnessMountPoint, guestapi.HarnessFSType)
-	}
-}
 
 // fakeHarness records the system calls a Harness makes.
 func fakeHarness(unmountErr, mountErr error) (*Harness, *[]string) {

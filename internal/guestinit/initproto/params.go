@@ -1,4 +1,4 @@
-package guestinit
+package initproto
 
 import (
 	"fmt"
@@ -38,6 +38,10 @@ const (
 	DefaultCtl    = "engrams-ctl"
 	cmdlinePrefx  = "engrams."
 )
+
+// ModuleList is the initramfs file naming the modules to load, in order
+// (written by vmimage).
+const ModuleList = "/etc/engrams/modules"
 
 // DefaultParams are the values for a microvm with slirp networking.
 func DefaultParams() Params {
