@@ -6,10 +6,10 @@ import (
 )
 
 // The shell harness's protocol (HarnessProtocolShell), spoken by
-// shell-harness.sh: the adapter writes each prompt as one line on the
-// harness's stdin (a prompt cannot hold a line break); the harness runs it
-// as a shell command in its working directory and writes one JSON object
-// per line on stdout:
+// internal/harness/shell-harness.sh: the guest adapter writes each prompt
+// as one line on the harness's stdin (a prompt cannot hold a line break);
+// the harness runs it as a shell command in its working directory and
+// writes one JSON object per line on stdout:
 //
 //	{"type":"ready","harness":"shell","version":"1"}  once, at start
 //	{"type":"prompt","text":"..."}                   the prompt received
