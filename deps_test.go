@@ -117,16 +117,6 @@ var layerRules = []layerRule{
 // importEdge is one importer package → imported package, both module-relative.
 type importEdge struct{ importer, imported string }
 
-// knownViolations are the layering breaks that exist today and are being
-// removed by the restructuring. The test tolerates exactly these, and fails
-// once one no longer occurs, so delete its line when it is fixed; the list
-// is meant to become empty. Never add to it.
-var knownViolations = []importEdge{
-	// guest-self-contained: the guest loads harness.Descriptor and parses
-	// shell harness events (internal/guest/harness.go).
-	{"internal/guest", "internal/harness"},
-}
-
 func concat(lists ...[]string) []string { return slices.Concat(lists...) }
 
 // matchPattern reports whether the module-relative import path p (or std or
@@ -207,21 +197,11 @@ func checkLayers(st *sourceTree, rules []layerRule) []violation {
 }
 
 // TestLayering checks the direct imports of every non-test file against
-// layerRules, tolerating exactly knownViolations.
+// layerRules.
 func TestLayering(t *testing.T) {
 	t.Parallel()
-	st := loadTree(t)
-	occurring := map[importEdge]bool{}
-	for _, v := range checkLayers(st, layerRules) {
-		occurring[v.importEdge] = true
-		if !slices.Contains(knownViolations, v.importEdge) {
-			t.Errorf("forbidden import: %v", v)
-		}
-	}
-	for _, k := range knownViolations {
-		if !occurring[k] {
-			t.Errorf("known violation %s → %s no longer occurs: delete it from knownViolations in deps_test.go", k.importer, k.imported)
-		}
+	for _, v := range checkLayers(loadTree(t), layerRules) {
+		t.Errorf("forbidden import: %v", v)
 	}
 }
 

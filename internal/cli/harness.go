@@ -16,7 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/engrams/engrams/api/apiv1"
-	"github.com/engrams/engrams/internal/harness"
+	"github.com/engrams/engrams/internal/guestapi"
 )
 
 func (a harnessCmds) harnessCmd() *cobra.Command {
@@ -159,17 +159,17 @@ built-in harnesses are taken; a registered version never changes.`,
 // scanHarnessDir checks DIR before it is uploaded: its descriptor, and
 // only files, directories and symlinks staying inside it. It returns the
 // descriptor and how many files and bytes it holds.
-func scanHarnessDir(dir string) (harness.Descriptor, int, int64, error) {
+func scanHarnessDir(dir string) (guestapi.HarnessDescriptor, int, int64, error) {
 	st, err := os.Stat(dir)
 	if err != nil {
-		return harness.Descriptor{}, 0, 0, usageError{fmt.Errorf("harness directory: %w", err)}
+		return guestapi.HarnessDescriptor{}, 0, 0, usageError{fmt.Errorf("harness directory: %w", err)}
 	}
 	if !st.IsDir() {
-		return harness.Descriptor{}, 0, 0, usageError{fmt.Errorf("%s is not a directory", dir)}
+		return guestapi.HarnessDescriptor{}, 0, 0, usageError{fmt.Errorf("%s is not a directory", dir)}
 	}
-	d, err := harness.LoadDescriptor(dir)
+	d, err := guestapi.LoadHarnessDescriptor(dir)
 	if err != nil {
-		return harness.Descriptor{}, 0, 0, err
+		return guestapi.HarnessDescriptor{}, 0, 0, err
 	}
 	files, size := 0, int64(0)
 	err = walkHarnessDir(dir, func(rel string, info fs.FileInfo, _ string) error {
@@ -354,7 +354,7 @@ func choices(list []string) string {
 	out := make([]string, 0, len(list))
 	for i, s := range list {
 		switch {
-		case s == harness.AnyModel:
+		case s == guestapi.AnyModel:
 			out = append(out, "any other (*)")
 		case i == 0:
 			out = append(out, s+" (default)")
@@ -368,7 +368,7 @@ func choices(list []string) string {
 func requires(r apiv1.HarnessRequires) string {
 	var s string
 	switch {
-	case r.Libc == harness.LibcNone:
+	case r.Libc == guestapi.LibcNone:
 		s = "nothing (static programs: any image)"
 	case r.GlibcMin != "":
 		s = r.Libc + " " + r.GlibcMin + " or newer"

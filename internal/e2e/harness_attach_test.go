@@ -11,6 +11,7 @@ import (
 	"github.com/engrams/engrams/internal/blob/localdir"
 	"github.com/engrams/engrams/internal/chunk"
 	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/harness"
 	"github.com/engrams/engrams/internal/image/imagetest"
 )
@@ -42,7 +43,7 @@ func registerHarness(t *testing.T, e *imageEnv, name, libc string) domain.Harnes
 		t.Fatal(err)
 	}
 	d := bundle.Descriptor
-	d.Name, d.Requires = name, harness.Requires{Libc: libc}
+	d.Name, d.Requires = name, guestapi.HarnessRequires{Libc: libc}
 	desc, err := d.Marshal()
 	if err != nil {
 		t.Fatal(err)
@@ -71,8 +72,8 @@ func TestHarnessAttachedToImageSessions(t *testing.T) {
 	if _, job := e.enable(t, apiv1.EnableImageRequest{Ref: reg.Ref("small/alpine", "3"), Name: "alpine", MemoryMiB: 256, DiskGiB: 1}); job.State != "ready" {
 		t.Fatalf("enable: %+v", job)
 	}
-	registerHarness(t, e, "shell", harness.LibcNone)
-	registerHarness(t, e, "needs-glibc", harness.LibcGlibc)
+	registerHarness(t, e, "shell", guestapi.LibcNone)
+	registerHarness(t, e, "needs-glibc", guestapi.LibcGlibc)
 	ctx := context.Background()
 
 	_, err := e.c.Sessions().Create(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{Image: "alpine", Harness: "needs-glibc"}}, true)
@@ -85,7 +86,7 @@ func TestHarnessAttachedToImageSessions(t *testing.T) {
 	}
 	check := func(when string) {
 		t.Helper()
-		got := run(t, e.c, s.ID, `grep -c '"name": *"shell"' `+harness.MountPoint+`/`+harness.DescriptorFile+`; echo hi | sh `+harness.MountPoint+`/`+harness.ShellEntrypoint+` | grep -c '"ready"'`)
+		got := run(t, e.c, s.ID, `grep -c '"name": *"shell"' `+guestapi.HarnessMountPoint+`/`+guestapi.HarnessDescriptorFile+`; echo hi | sh `+guestapi.HarnessMountPoint+`/`+harness.ShellEntrypoint+` | grep -c '"ready"'`)
 		if got != "1\n1" {
 			t.Fatalf("%s: harness in the guest: %q", when, got)
 		}
@@ -99,7 +100,7 @@ func TestHarnessAttachedToImageSessions(t *testing.T) {
 	if err != nil || plain.State != "active" {
 		t.Fatalf("create without a harness: %+v %v", plain, err)
 	}
-	if got := run(t, e.c, plain.ID, "ls -A "+harness.MountPoint+" | wc -l"); got != "0" {
-		t.Fatalf("a session without a harness sees %s entries at %s", got, harness.MountPoint)
+	if got := run(t, e.c, plain.ID, "ls -A "+guestapi.HarnessMountPoint+" | wc -l"); got != "0" {
+		t.Fatalf("a session without a harness sees %s entries at %s", got, guestapi.HarnessMountPoint)
 	}
 }

@@ -267,6 +267,49 @@ func repairJournal(p string) (int64, error) {
 	}
 }
 
+// JournalFrom reads the journal's complete lines from byte off and returns
+// the entries above seq after, and the bytes read (the harness adapter
+// reads its prompts and interrupts so).
+func (o *outbox) JournalFrom(off, after int64) ([]guestapi.OutboxEntry, int64, error) {
+	return readJournalFrom(filepath.Join(o.dir, journalFile), off, after)
+}
+
+// readJournalFrom reads the outbox journal's complete lines from byte off
+// and returns the entries above seq after, and the bytes read.
+func readJournalFrom(p string, off, after int64) ([]guestapi.OutboxEntry, int64, error) {
+	f, err := os.Open(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("read outbox journal: %w", err)
+	}
+	defer f.Close()
+	if _, err := f.Seek(off, io.SeekStart); err != nil {
+		return nil, 0, fmt.Errorf("read outbox journal: %w", err)
+	}
+	r := bufio.NewReaderSize(f, 64<<10)
+	var out []guestapi.OutboxEntry
+	var n int64
+	for {
+		line, err := r.ReadBytes('\n')
+		if errors.Is(err, io.EOF) {
+			return out, n, nil // a line being written is read next time
+		}
+		if err != nil {
+			return nil, 0, fmt.Errorf("read outbox journal: %w", err)
+		}
+		var jl journalLine
+		if err := json.Unmarshal(line, &jl); err != nil {
+			return nil, 0, fmt.Errorf("read outbox journal at byte %d: %w", off+n, err)
+		}
+		if jl.Seq > after {
+			out = append(out, jl.OutboxEntry)
+		}
+		n += int64(len(line))
+	}
+}
+
 // writeFileAtomic replaces dir/name with data atomically and durably: it
 // writes and fsyncs name.tmp (0600), renames it over name and fsyncs dir.
 func writeFileAtomic(dir, name string, data []byte) error {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/engrams/engrams/internal/chunk"
 	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/harness"
 	"github.com/engrams/engrams/internal/store"
 )
@@ -24,7 +25,7 @@ import (
 // HarnessBuilder stages built-in harnesses and packs trees into bundles
 // (harness.Builder does).
 type HarnessBuilder interface {
-	StageBuiltin(ctx context.Context, spec harness.BuiltinSpec, dir string) (harness.Descriptor, error)
+	StageBuiltin(ctx context.Context, spec harness.BuiltinSpec, dir string) (guestapi.HarnessDescriptor, error)
 	Build(ctx context.Context, spec harness.BuildSpec) (harness.Bundle, error)
 }
 
@@ -37,7 +38,7 @@ type ChunkPutter interface {
 // HarnessView is a registered harness with its descriptor decoded.
 type HarnessView struct {
 	Harness    domain.Harness
-	Descriptor harness.Descriptor
+	Descriptor guestapi.HarnessDescriptor
 	SizeBytes  int64 // the bundle image's size
 }
 
@@ -190,7 +191,7 @@ func (c *Registry) BuildHarness(ctx context.Context, req BuildHarnessRequest) (H
 	}
 	if exactVersion(req.Version) {
 		version := req.Version
-		if req.Libc == harness.LibcMusl {
+		if req.Libc == guestapi.LibcMusl {
 			version += muslSuffix
 		}
 		v, found, err := c.registeredBuiltin(ctx, req.Name, version)
@@ -201,7 +202,7 @@ func (c *Registry) BuildHarness(ctx context.Context, req BuildHarnessRequest) (H
 	spec := harness.BuiltinSpec{Name: req.Name, Version: req.Version, Libc: req.Libc}
 	v, err := c.registerTree(ctx, true, func(dir string) error {
 		d, err := c.harnessReg.builder.StageBuiltin(ctx, spec, dir)
-		if err != nil || req.Libc != harness.LibcMusl {
+		if err != nil || req.Libc != guestapi.LibcMusl {
 			return err
 		}
 		d.Version += muslSuffix
@@ -209,7 +210,7 @@ func (c *Registry) BuildHarness(ctx context.Context, req BuildHarnessRequest) (H
 		if err != nil {
 			return err
 		}
-		return os.WriteFile(filepath.Join(dir, harness.DescriptorFile), data, 0o644)
+		return os.WriteFile(filepath.Join(dir, guestapi.HarnessDescriptorFile), data, 0o644)
 	})
 	if err != nil {
 		return HarnessView{}, harnessError(err)
@@ -229,8 +230,8 @@ func checkBuiltinRequest(req BuildHarnessRequest) error {
 	case req.Libc == "":
 	case req.Name != harness.BuiltinClaudeCode:
 		return fmt.Errorf("%w: libc %q: only claude-code has builds to choose from", domain.ErrInvalid, req.Libc)
-	case req.Libc != harness.LibcGlibc && req.Libc != harness.LibcMusl:
-		return fmt.Errorf("%w: libc %q: want %s or %s", domain.ErrInvalid, req.Libc, harness.LibcGlibc, harness.LibcMusl)
+	case req.Libc != guestapi.LibcGlibc && req.Libc != guestapi.LibcMusl:
+		return fmt.Errorf("%w: libc %q: want %s or %s", domain.ErrInvalid, req.Libc, guestapi.LibcGlibc, guestapi.LibcMusl)
 	}
 	return nil
 }
@@ -264,7 +265,7 @@ func (c *Registry) AddHarness(ctx context.Context, tarball io.Reader) (HarnessVi
 		if err := unpackTree(tarball, dir); err != nil {
 			return err
 		}
-		d, err := harness.LoadDescriptor(dir)
+		d, err := guestapi.LoadHarnessDescriptor(dir)
 		if err != nil {
 			return err
 		}
@@ -284,7 +285,7 @@ func (c *Registry) AddHarness(ctx context.Context, tarball io.Reader) (HarnessVi
 // so their message reaches the caller as a 400.
 func harnessError(err error) error {
 	for _, e := range []error{harness.ErrUnknownBuiltin, harness.ErrNotFound, harness.ErrUnsupportedPackage,
-		harness.ErrInvalidDescriptor, harness.ErrInvalidTree, harness.ErrIncompatible} {
+		guestapi.ErrInvalidHarnessDescriptor, harness.ErrInvalidTree, guestapi.ErrHarnessIncompatible} {
 		if errors.Is(err, e) && !errors.Is(err, domain.ErrInvalid) {
 			return fmt.Errorf("%w: %w", domain.ErrInvalid, err)
 		}
@@ -362,7 +363,7 @@ func (c *Registry) putHarness(ctx context.Context, bundle harness.Bundle, man ch
 		if ferr == nil {
 			return HarnessView{}, fmt.Errorf("%w: %s@%s is already registered with another bundle (%s, this one is %s); "+
 				"a registered version never changes: give this one another version in %s", store.ErrConflict,
-				d.Name, d.Version, other.Digest, bundle.Digest, harness.DescriptorFile)
+				d.Name, d.Version, other.Digest, bundle.Digest, guestapi.HarnessDescriptorFile)
 		}
 	}
 	if err != nil {
@@ -382,7 +383,7 @@ func kindWord(builtin bool) string {
 }
 
 func harnessView(h domain.Harness) (HarnessView, error) {
-	d, err := harness.ParseDescriptor(h.Descriptor)
+	d, err := guestapi.ParseHarnessDescriptor(h.Descriptor)
 	if err != nil {
 		return HarnessView{}, fmt.Errorf("harness %s@%s: %w", h.Name, h.Version, err)
 	}

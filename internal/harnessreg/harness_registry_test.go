@@ -18,6 +18,7 @@ import (
 	"github.com/engrams/engrams/internal/blob/localdir"
 	"github.com/engrams/engrams/internal/chunk"
 	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/harness"
 	"github.com/engrams/engrams/internal/modeltest"
 	"github.com/engrams/engrams/internal/store"
@@ -165,7 +166,7 @@ func TestBuildShellHarness(t *testing.T) {
 	}
 	h := v.Harness
 	if h.Name != harness.BuiltinShell || h.Version != harness.ShellVersion || !h.Builtin || v.SizeBytes <= 0 ||
-		v.Descriptor.Protocol != harness.ProtocolShell || !strings.HasPrefix(h.Digest, "sha256:") {
+		v.Descriptor.Protocol != guestapi.HarnessProtocolShell || !strings.HasPrefix(h.Digest, "sha256:") {
 		t.Fatalf("registered %+v (size %d, descriptor %+v)", h, v.SizeBytes, v.Descriptor)
 	}
 	// The bundle's chunks are in the blob store, and the bundle file is gone.
@@ -418,7 +419,7 @@ func TestBuildCodexFromNPM(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := v.Descriptor
-	if v.Harness.Version != codexTestVersion || d.Protocol != harness.ProtocolCodexJSON || len(d.Credentials) != 1 ||
+	if v.Harness.Version != codexTestVersion || d.Protocol != guestapi.HarnessProtocolCodexJSON || len(d.Credentials) != 1 ||
 		d.Credentials[0].Kind != "openai_api_key" || !v.Harness.Builtin {
 		raw, _ := json.Marshal(d)
 		t.Fatalf("codex: %+v %s", v.Harness, raw)

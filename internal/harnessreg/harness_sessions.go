@@ -7,13 +7,13 @@ import (
 	"strings"
 
 	"github.com/engrams/engrams/internal/domain"
-	"github.com/engrams/engrams/internal/harness"
+	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/store"
 )
 
 // defaultRootLibc is the C library of the default root image sessions
 // without an image boot (static busybox: none).
-const defaultRootLibc = harness.LibcNone
+const defaultRootLibc = guestapi.LibcNone
 
 // PinHarness resolves spec.Harness ("name" for the newest, or
 // "name@version") to a registered bundle and checks it can run on the
@@ -35,7 +35,7 @@ func (c *Registry) PinHarness(ctx context.Context, spec *domain.SessionSpec, lib
 	if err != nil {
 		return fmt.Errorf("find harness %s: %w", spec.Harness, err)
 	}
-	d, err := harness.ParseDescriptor(h.Descriptor)
+	d, err := guestapi.ParseHarnessDescriptor(h.Descriptor)
 	if err != nil {
 		return fmt.Errorf("harness %s@%s: %w", h.Name, h.Version, err)
 	}
@@ -53,7 +53,7 @@ func (c *Registry) PinHarness(ctx context.Context, spec *domain.SessionSpec, lib
 
 func libcOrNone(libc string) string {
 	if libc == "" {
-		return harness.LibcNone
+		return guestapi.LibcNone
 	}
 	return libc
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/coordinator/coordinatortest"
 	"github.com/engrams/engrams/internal/domain"
-	"github.com/engrams/engrams/internal/harness"
+	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/imagejobs"
 	"github.com/engrams/engrams/internal/store"
 )
@@ -19,8 +19,8 @@ import (
 // putHarness registers a harness that needs libc, with a made-up bundle manifest.
 func putHarness(t *testing.T, e *env, name, version, libc string) domain.Harness {
 	t.Helper()
-	d := harness.Descriptor{Format: harness.DescriptorFormat, Name: name, Version: version, Entrypoint: []string{"bin/agent"},
-		Protocol: harness.ProtocolShell, Requires: harness.Requires{Libc: libc}}
+	d := guestapi.HarnessDescriptor{Format: guestapi.HarnessDescriptorFormat, Name: name, Version: version, Entrypoint: []string{"bin/agent"},
+		Protocol: guestapi.HarnessProtocolShell, Requires: guestapi.HarnessRequires{Libc: libc}}
 	desc, err := d.Marshal()
 	if err != nil {
 		t.Fatal(err)
@@ -77,9 +77,9 @@ func TestHarnessSessions(t *testing.T) {
 	if job = coordinatortest.WaitJob(t, e.st, job.ID); job.State != domain.JobReady {
 		t.Fatalf("job %+v", job)
 	}
-	putHarness(t, e, "glibc-agent", "1.0", harness.LibcGlibc)
-	putHarness(t, e, "static-agent", "1.0", harness.LibcNone)
-	static2 := putHarness(t, e, "static-agent", "2.0", harness.LibcNone)
+	putHarness(t, e, "glibc-agent", "1.0", guestapi.LibcGlibc)
+	putHarness(t, e, "static-agent", "1.0", guestapi.LibcNone)
+	static2 := putHarness(t, e, "static-agent", "2.0", guestapi.LibcNone)
 
 	refused := []struct {
 		name string

@@ -16,7 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/engrams/engrams/internal/domain"
-	"github.com/engrams/engrams/internal/harness"
+	"github.com/engrams/engrams/internal/guestapi"
 )
 
 // Bounds on an uploaded harness tree.
@@ -164,8 +164,8 @@ func (u *unpacker) file(name, dst string, hdr *tar.Header, body io.Reader) error
 
 // finish makes the symlinks and gives directories their modes.
 func (u *unpacker) finish() error {
-	if u.seen[harness.DescriptorFile] != 'f' {
-		return fmt.Errorf("%w: the tree has no %s at its root", domain.ErrInvalid, harness.DescriptorFile)
+	if u.seen[guestapi.HarnessDescriptorFile] != 'f' {
+		return fmt.Errorf("%w: the tree has no %s at its root", domain.ErrInvalid, guestapi.HarnessDescriptorFile)
 	}
 	if err := checkLinksInside(u.links); err != nil {
 		return err

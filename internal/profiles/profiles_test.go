@@ -14,7 +14,7 @@ import (
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/coordinator/coordinatortest"
 	"github.com/engrams/engrams/internal/domain"
-	"github.com/engrams/engrams/internal/harness"
+	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/imagejobs"
 	"github.com/engrams/engrams/internal/secrets"
 	"github.com/engrams/engrams/internal/store"
@@ -61,7 +61,7 @@ func TestCreateProfileReceipt(t *testing.T) {
 	gh, _ := e.st.GetSecretByName(ctx, "gh")
 	want := apiv1.Receipt{
 		Image:   apiv1.ReceiptImage{ID: "img-py", Name: "py", Ref: "reg/python:3.12", Digest: "sha256:py", Libc: "glibc"},
-		Harness: apiv1.ReceiptHarness{ID: "h-claude-code", Name: "claude-code", Version: "2.1.0", Digest: "sha256:claude-code", Protocol: harness.ProtocolClaudeStreamJSON},
+		Harness: apiv1.ReceiptHarness{ID: "h-claude-code", Name: "claude-code", Version: "2.1.0", Digest: "sha256:claude-code", Protocol: guestapi.HarnessProtocolClaudeStreamJSON},
 		Model:   "sonnet", Mode: "bypassPermissions",
 		Credentials: []apiv1.ReceiptCredential{
 			{Name: "ant", SecretID: ant.ID, Kind: "anthropic_api_key", Delivery: apiv1.DeliveryGateway, Env: "ANTHROPIC_API_KEY",

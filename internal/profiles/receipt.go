@@ -12,7 +12,7 @@ import (
 
 	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/domain"
-	"github.com/engrams/engrams/internal/harness"
+	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/imagejobs"
 	"github.com/engrams/engrams/internal/secrets"
 	"github.com/engrams/engrams/internal/store"
@@ -90,27 +90,27 @@ func (c *Profiles) receiptImage(ctx context.Context, name string, r *apiv1.Recei
 
 // receiptHarness resolves NAME or NAME@VERSION to a registered bundle and
 // checks it runs on the image's C library (when known).
-func (c *Profiles) receiptHarness(ctx context.Context, ref, libc string, r *apiv1.Receipt, probs *problems) (harness.Descriptor, bool, error) {
+func (c *Profiles) receiptHarness(ctx context.Context, ref, libc string, r *apiv1.Receipt, probs *problems) (guestapi.HarnessDescriptor, bool, error) {
 	name, version, _ := strings.Cut(ref, "@")
 	r.Harness = apiv1.ReceiptHarness{Name: name, Version: version}
 	if ref == "" {
-		return harness.Descriptor{}, false, nil
+		return guestapi.HarnessDescriptor{}, false, nil
 	}
 	if name == "" || len(ref) > 160 || strings.ContainsAny(ref, " \x00\n/") {
 		probs.add("harness %q: want NAME or NAME@VERSION", ref)
-		return harness.Descriptor{}, false, nil
+		return guestapi.HarnessDescriptor{}, false, nil
 	}
 	h, err := c.st.FindHarness(ctx, name, version)
 	if errors.Is(err, store.ErrNotFound) {
 		probs.add("harness %s is not registered (see `engrams harness list`; build one with `engrams harness build NAME` or add one with `engrams harness add DIR`)", ref)
-		return harness.Descriptor{}, false, nil
+		return guestapi.HarnessDescriptor{}, false, nil
 	}
 	if err != nil {
-		return harness.Descriptor{}, false, fmt.Errorf("find harness %s: %w", ref, err)
+		return guestapi.HarnessDescriptor{}, false, fmt.Errorf("find harness %s: %w", ref, err)
 	}
-	d, err := harness.ParseDescriptor(h.Descriptor)
+	d, err := guestapi.ParseHarnessDescriptor(h.Descriptor)
 	if err != nil {
-		return harness.Descriptor{}, false, fmt.Errorf("harness %s@%s: %w", h.Name, h.Version, err)
+		return guestapi.HarnessDescriptor{}, false, fmt.Errorf("harness %s@%s: %w", h.Name, h.Version, err)
 	}
 	r.Harness = apiv1.ReceiptHarness{ID: h.ID, Name: h.Name, Version: h.Version, Digest: h.Digest, Protocol: d.Protocol}
 	if libc != "" {
@@ -123,8 +123,8 @@ func (c *Profiles) receiptHarness(ctx context.Context, ref, libc string, r *apiv
 
 // pickChoice checks a model or mode against the harness's list and returns
 // the effective one ("" = the list's first).
-func pickChoice(probs *problems, field, want string, d harness.Descriptor, list []string, wildcard bool) string {
-	offered := slices.DeleteFunc(slices.Clone(list), func(s string) bool { return s == harness.AnyModel })
+func pickChoice(probs *problems, field, want string, d guestapi.HarnessDescriptor, list []string, wildcard bool) string {
+	offered := slices.DeleteFunc(slices.Clone(list), func(s string) bool { return s == guestapi.AnyModel })
 	switch {
 	case want == "":
 		if len(list) > 0 {
@@ -135,7 +135,7 @@ func pickChoice(probs *problems, field, want string, d harness.Descriptor, list 
 		return want
 	case len(want) > 128 || strings.ContainsFunc(want, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }):
 		probs.add("%s %q: want at most 128 characters without spaces", field, want)
-	case wildcard && slices.Contains(list, harness.AnyModel):
+	case wildcard && slices.Contains(list, guestapi.AnyModel):
 		return want
 	case len(offered) == 0:
 		probs.add("%s %q: harness %s@%s has no %ss to choose from: leave it empty", field, want, d.Name, d.Version, field)
@@ -149,12 +149,12 @@ func pickChoice(probs *problems, field, want string, d harness.Descriptor, list 
 type modelKey struct {
 	secret domain.Secret
 	meta   apiv1.SecretMeta
-	cred   harness.Credential
+	cred   guestapi.HarnessCredential
 }
 
 // receiptModelKeys checks the profile's credentials: live secrets, each of
 // a kind the harness needs, one per kind, every kind it needs covered.
-func (c *Profiles) receiptModelKeys(ctx context.Context, spec *apiv1.ProfileSpec, d harness.Descriptor, known bool, r *apiv1.Receipt, probs *problems) ([]modelKey, error) {
+func (c *Profiles) receiptModelKeys(ctx context.Context, spec *apiv1.ProfileSpec, d guestapi.HarnessDescriptor, known bool, r *apiv1.Receipt, probs *problems) ([]modelKey, error) {
 	var keys []modelKey
 	byKind := map[string]string{}
 	needs := make([]string, 0, len(d.Credentials))
@@ -173,7 +173,7 @@ func (c *Profiles) receiptModelKeys(ctx context.Context, spec *apiv1.ProfileSpec
 			}
 			continue
 		}
-		ci := slices.IndexFunc(d.Credentials, func(cr harness.Credential) bool { return cr.Kind == s.Kind })
+		ci := slices.IndexFunc(d.Credentials, func(cr guestapi.HarnessCredential) bool { return cr.Kind == s.Kind })
 		switch {
 		case !known:
 		case ci < 0 && len(needs) == 0:
@@ -203,7 +203,7 @@ func (c *Profiles) receiptModelKeys(ctx context.Context, spec *apiv1.ProfileSpec
 	return keys, nil
 }
 
-func baseURLNote(cr harness.Credential) string {
+func baseURLNote(cr guestapi.HarnessCredential) string {
 	if cr.BaseURLEnv == "" {
 		return ""
 	}
@@ -277,7 +277,7 @@ const noNetwork = "the guest has no network interface"
 // receiptHosts lists the hosts the profile and its harness name and
 // whether the guest reaches them: the model providers through the gateway,
 // nothing else.
-func receiptHosts(spec *apiv1.ProfileSpec, d harness.Descriptor, keys []modelKey) []apiv1.ReceiptHost {
+func receiptHosts(spec *apiv1.ProfileSpec, d guestapi.HarnessDescriptor, keys []modelKey) []apiv1.ReceiptHost {
 	var out []apiv1.ReceiptHost
 	seen := map[string]bool{}
 	for _, k := range keys {

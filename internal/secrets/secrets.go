@@ -15,7 +15,7 @@ import (
 
 	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/domain"
-	"github.com/engrams/engrams/internal/harness"
+	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -150,7 +150,7 @@ func checkSecret(req *SecretRequest) []string {
 	}
 	switch {
 	case m.Host != "":
-		if err := harness.CheckHost(m.Host); err != nil {
+		if err := guestapi.CheckEgressHost(m.Host); err != nil {
 			bad("host: %v", err)
 		}
 	case req.Kind == apiv1.SecretGitHTTPS:

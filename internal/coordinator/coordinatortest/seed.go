@@ -8,7 +8,7 @@ import (
 
 	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/domain"
-	"github.com/engrams/engrams/internal/harness"
+	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -30,13 +30,13 @@ func SeedAgents(t testing.TB, st store.Store, putSecret func(name, kind string, 
 			t.Fatal(err)
 		}
 	}
-	claude := harness.Descriptor{Format: 1, Name: "claude-code", Version: "2.1.0", Entrypoint: []string{"bin/claude"},
-		Protocol: harness.ProtocolClaudeStreamJSON, Models: []string{"sonnet", "opus", harness.AnyModel}, Modes: []string{"bypassPermissions", "plan"},
-		Credentials: []harness.Credential{{Kind: "anthropic_api_key", Env: "ANTHROPIC_API_KEY", BaseURLEnv: "ANTHROPIC_BASE_URL"}},
-		Hosts:       []string{"api.anthropic.com:443"}, Requires: harness.Requires{Libc: harness.LibcGlibc}}
-	shell := harness.Descriptor{Format: 1, Name: "shell", Version: "1", Entrypoint: []string{"bin/sh"}, Protocol: harness.ProtocolShell,
-		Requires: harness.Requires{Libc: harness.LibcNone}}
-	for _, d := range []harness.Descriptor{claude, shell} {
+	claude := guestapi.HarnessDescriptor{Format: 1, Name: "claude-code", Version: "2.1.0", Entrypoint: []string{"bin/claude"},
+		Protocol: guestapi.HarnessProtocolClaudeStreamJSON, Models: []string{"sonnet", "opus", guestapi.AnyModel}, Modes: []string{"bypassPermissions", "plan"},
+		Credentials: []guestapi.HarnessCredential{{Kind: "anthropic_api_key", Env: "ANTHROPIC_API_KEY", BaseURLEnv: "ANTHROPIC_BASE_URL"}},
+		Hosts:       []string{"api.anthropic.com:443"}, Requires: guestapi.HarnessRequires{Libc: guestapi.LibcGlibc}}
+	shell := guestapi.HarnessDescriptor{Format: 1, Name: "shell", Version: "1", Entrypoint: []string{"bin/sh"}, Protocol: guestapi.HarnessProtocolShell,
+		Requires: guestapi.HarnessRequires{Libc: guestapi.LibcNone}}
+	for _, d := range []guestapi.HarnessDescriptor{claude, shell} {
 		desc, err := d.Marshal()
 		if err != nil {
 			t.Fatal(err)

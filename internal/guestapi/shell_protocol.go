@@ -1,15 +1,15 @@
-package harness
+package guestapi
 
 import (
 	"encoding/json"
 	"fmt"
 )
 
-// The shell harness's protocol (ProtocolShell), spoken by
-// shell-harness.sh: the adapter writes each prompt as one line on the
-// harness's stdin (a prompt cannot hold a line break); the harness runs it
-// as a shell command in its working directory and writes one JSON object
-// per line on stdout:
+// The shell harness's protocol (HarnessProtocolShell), spoken by
+// internal/harness/shell-harness.sh: the guest adapter writes each prompt
+// as one line on the harness's stdin (a prompt cannot hold a line break);
+// the harness runs it as a shell command in its working directory and
+// writes one JSON object per line on stdout:
 //
 //	{"type":"ready","harness":"shell","version":"1"}  once, at start
 //	{"type":"prompt","text":"..."}                   the prompt received

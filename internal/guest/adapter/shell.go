@@ -1,4 +1,4 @@
-package guest
+package adapter
 
 import (
 	"context"
@@ -6,10 +6,9 @@ import (
 	"strings"
 
 	"github.com/engrams/engrams/internal/guestapi"
-	"github.com/engrams/engrams/internal/harness"
 )
 
-// shellNorm turns the shell harness's output (harness.ShellEvent lines)
+// shellNorm turns the shell harness's output (guestapi.ShellEvent lines)
 // for one prompt into harness events: the command is a tool call, its
 // output the tool result and the turn's result.
 type shellNorm struct {
@@ -22,30 +21,30 @@ type shellNorm struct {
 }
 
 func (n *shellNorm) line(b []byte) []pendingEvent {
-	e, err := harness.ParseShellEvent(b)
+	e, err := guestapi.ParseShellEvent(b)
 	if err != nil {
 		return nil
 	}
 	switch e.Type {
-	case harness.ShellEventPrompt:
+	case guestapi.ShellEventPrompt:
 		return []pendingEvent{{Type: guestapi.EventToolCall, Data: guestapi.ToolCallData{
 			ID: n.id, Name: "sh", Input: mustJSON(map[string]string{"command": e.Text}),
 		}}}
-	case harness.ShellEventOutput:
+	case guestapi.ShellEventOutput:
 		if n.out.Len()+len(e.Text)+1 > guestapi.MaxToolOutput {
 			n.cut = true
 			return nil
 		}
 		n.out.WriteString(e.Text)
 		n.out.WriteByte('\n')
-	case harness.ShellEventResult:
+	case guestapi.ShellEventResult:
 		n.code = *e.ExitCode
 		return []pendingEvent{{Type: guestapi.EventToolResult, Data: guestapi.ToolResultData{
 			ID: n.id, Output: n.output(), IsError: n.code != 0,
 		}}}
-	case harness.ShellEventIdle:
+	case guestapi.ShellEventIdle:
 		n.done = true
-	case harness.ShellEventExit:
+	case guestapi.ShellEventExit:
 		n.exited = true
 	}
 	return nil

@@ -1,4 +1,4 @@
-package guest
+package adapter
 
 import (
 	"context"
@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/engrams/engrams/internal/guestapi"
-	"github.com/engrams/engrams/internal/harness"
 )
 
 // codexNorm turns one `codex exec --json` run's output (see
@@ -260,10 +259,10 @@ func writeCodexConfig(codexHome string, t *turnRun) error {
 		return fmt.Errorf("create codex home: %w", err)
 	}
 	var b strings.Builder
-	if t.model != "" && t.model != harness.AnyModel {
+	if t.model != "" && t.model != guestapi.AnyModel {
 		fmt.Fprintf(&b, "model = %q\n", t.model)
 	}
-	var cred *harness.Credential
+	var cred *guestapi.HarnessCredential
 	if len(t.desc.Credentials) > 0 && t.gateway != "" {
 		cred = &t.desc.Credentials[0]
 		b.WriteString("model_provider = \"engrams\"\n")

@@ -1,4 +1,4 @@
-package guest
+package adapter
 
 import (
 	"bufio"
@@ -16,7 +16,7 @@ import (
 // testdataLines reads a recorded CLI run (internal/modeltest/testdata).
 func testdataLines(t *testing.T, name string) [][]byte {
 	t.Helper()
-	f, err := os.Open(filepath.Join("..", "modeltest", "testdata", name))
+	f, err := os.Open(filepath.Join("..", "..", "modeltest", "testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}

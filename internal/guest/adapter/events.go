@@ -1,4 +1,4 @@
-package guest
+package adapter
 
 import (
 	"bufio"
@@ -8,10 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"time"
 
@@ -295,41 +293,4 @@ func (l *eventLog) openAt(after int64) (*os.File, *bufio.Reader, error) {
 		}
 	}
 	return f, bufio.NewReaderSize(f, 64<<10), nil
-}
-
-// handleHarnessEvents streams the event log as NDJSON from ?after=N (see
-// guestapi.PathHarnessEvents and HeaderHarnessHead).
-func (s *Server) handleHarnessEvents(w http.ResponseWriter, r *http.Request) {
-	var after int64
-	if v := r.URL.Query().Get("after"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("after must be a non-negative integer, got %q", v))
-			return
-		}
-		after = n
-	}
-	head, _, err := s.events.head()
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
-		return
-	}
-	after = min(after, head) // the guest was rolled back: stream from its head
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set(guestapi.HeaderHarnessHead, strconv.FormatInt(head, 10))
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	if err := rc.Flush(); err != nil {
-		return
-	}
-	err = s.events.follow(r.Context(), after, func(line []byte) error {
-		if _, err := w.Write(line); err != nil {
-			return err
-		}
-		return rc.Flush()
-	})
-	if err != nil && r.Context().Err() == nil {
-		s.log.Debug("harness event stream ended", "err", err)
-	}
 }

@@ -1,4 +1,4 @@
-package guest
+package adapter
 
 import (
 	"encoding/json"
@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/engrams/engrams/internal/guestapi"
-	"github.com/engrams/engrams/internal/harness"
 )
 
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -40,7 +39,7 @@ func harnessBaseEnv() []string {
 // env (Config.Env), the prompt's env, HOME, and for each descriptor
 // credential its placeholder (when the prompt grants one) and the gateway
 // URL. Nothing else secret is ever put there.
-func (a *adapter) harnessEnv(d harness.Descriptor, p guestapi.PromptPayload, gateway string) []string {
+func (a *Adapter) harnessEnv(d guestapi.HarnessDescriptor, p guestapi.PromptPayload, gateway string) []string {
 	env := map[string]string{}
 	var order []string
 	set := func(k, v string) {

@@ -1,4 +1,4 @@
-package harness
+package guestapi
 
 import (
 	"encoding/json"
@@ -44,7 +44,7 @@ func withField(t *testing.T, field, raw string) string {
 }
 
 // descriptorCase is a document (validDescriptorJSON with field set to
-// raw, or json) and what ParseDescriptor says of it.
+// raw, or json) and what ParseHarnessDescriptor says of it.
 type descriptorCase struct {
 	name, field, raw string
 	json             string // whole document instead of field/raw
@@ -113,30 +113,30 @@ func TestParseDescriptor(t *testing.T) {
 			if doc == "" {
 				doc = withField(t, tc.field, tc.raw)
 			}
-			d, err := ParseDescriptor([]byte(doc))
+			d, err := ParseHarnessDescriptor([]byte(doc))
 			if tc.want == "" {
 				if err != nil {
-					t.Fatalf("ParseDescriptor: %v", err)
+					t.Fatalf("ParseHarnessDescriptor: %v", err)
 				}
 				again, err := d.Marshal()
 				if err != nil {
 					t.Fatalf("Marshal: %v", err)
 				}
-				d2, err := ParseDescriptor(again)
+				d2, err := ParseHarnessDescriptor(again)
 				if err != nil || !reflect.DeepEqual(normalized(d), normalized(d2)) {
 					t.Fatalf("round trip: %v\n%+v\n%+v", err, d, d2)
 				}
 				return
 			}
-			if !errors.Is(err, ErrInvalidDescriptor) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("ParseDescriptor error = %v, want ErrInvalidDescriptor mentioning %q", err, tc.want)
+			if !errors.Is(err, ErrInvalidHarnessDescriptor) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("ParseHarnessDescriptor error = %v, want ErrInvalidHarnessDescriptor mentioning %q", err, tc.want)
 			}
 		})
 	}
 }
 
 // normalized makes nil and empty lists equal.
-func normalized(d Descriptor) Descriptor {
+func normalized(d HarnessDescriptor) HarnessDescriptor {
 	for _, l := range []*[]string{&d.Models, &d.Modes, &d.Hosts} {
 		if len(*l) == 0 {
 			*l = nil
@@ -150,7 +150,7 @@ func normalized(d Descriptor) Descriptor {
 
 func TestValidateListsEveryProblem(t *testing.T) {
 	t.Parallel()
-	err := Descriptor{Format: 1, Name: "../x", Version: "", Protocol: "shell", Requires: Requires{Libc: "none"}}.Validate()
+	err := HarnessDescriptor{Format: 1, Name: "../x", Version: "", Protocol: "shell", Requires: HarnessRequires{Libc: "none"}}.Validate()
 	for _, want := range []string{`name "../x"`, `version ""`, "entrypoint has 0 elements"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate error %v does not mention %q", err, want)
@@ -160,9 +160,9 @@ func TestValidateListsEveryProblem(t *testing.T) {
 
 func TestParseDescriptorSizeLimit(t *testing.T) {
 	t.Parallel()
-	big := strings.Replace(validDescriptorJSON, `"format": 1,`, `"format": 1, "pad": "`+strings.Repeat("x", MaxDescriptorBytes)+`",`, 1)
-	if _, err := ParseDescriptor([]byte(big)); !errors.Is(err, ErrInvalidDescriptor) || !strings.Contains(err.Error(), "more than") {
-		t.Fatalf("ParseDescriptor of %d bytes: %v", len(big), err)
+	big := strings.Replace(validDescriptorJSON, `"format": 1,`, `"format": 1, "pad": "`+strings.Repeat("x", MaxHarnessDescriptorBytes)+`",`, 1)
+	if _, err := ParseHarnessDescriptor([]byte(big)); !errors.Is(err, ErrInvalidHarnessDescriptor) || !strings.Contains(err.Error(), "more than") {
+		t.Fatalf("ParseHarnessDescriptor of %d bytes: %v", len(big), err)
 	}
 }
 
@@ -170,23 +170,23 @@ func TestRequiresCompatible(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name       string
-		req        Requires
+		req        HarnessRequires
 		libc, ver  string
 		compatible bool
 	}{
-		{"static on glibc", Requires{Libc: LibcNone}, LibcGlibc, "2.36", true},
-		{"static on musl", Requires{Libc: LibcNone}, LibcMusl, "", true},
-		{"static on no libc", Requires{Libc: LibcNone}, LibcNone, "", true},
-		{"glibc on glibc", Requires{Libc: LibcGlibc}, LibcGlibc, "", true},
-		{"glibc on musl", Requires{Libc: LibcGlibc}, LibcMusl, "", false},
-		{"glibc on no libc", Requires{Libc: LibcGlibc}, LibcNone, "", false},
-		{"musl on glibc", Requires{Libc: LibcMusl}, LibcGlibc, "2.36", false},
-		{"musl on musl", Requires{Libc: LibcMusl}, LibcMusl, "", true},
-		{"glibc new enough", Requires{Libc: LibcGlibc, GlibcMin: "2.28"}, LibcGlibc, "2.36", true},
-		{"glibc equal", Requires{Libc: LibcGlibc, GlibcMin: "2.28"}, LibcGlibc, "2.28", true},
-		{"glibc too old", Requires{Libc: LibcGlibc, GlibcMin: "2.28"}, LibcGlibc, "2.17", false},
-		{"glibc minor compare numeric", Requires{Libc: LibcGlibc, GlibcMin: "2.9"}, LibcGlibc, "2.17", true},
-		{"glibc version unknown", Requires{Libc: LibcGlibc, GlibcMin: "2.28"}, LibcGlibc, "", true},
+		{"static on glibc", HarnessRequires{Libc: LibcNone}, LibcGlibc, "2.36", true},
+		{"static on musl", HarnessRequires{Libc: LibcNone}, LibcMusl, "", true},
+		{"static on no libc", HarnessRequires{Libc: LibcNone}, LibcNone, "", true},
+		{"glibc on glibc", HarnessRequires{Libc: LibcGlibc}, LibcGlibc, "", true},
+		{"glibc on musl", HarnessRequires{Libc: LibcGlibc}, LibcMusl, "", false},
+		{"glibc on no libc", HarnessRequires{Libc: LibcGlibc}, LibcNone, "", false},
+		{"musl on glibc", HarnessRequires{Libc: LibcMusl}, LibcGlibc, "2.36", false},
+		{"musl on musl", HarnessRequires{Libc: LibcMusl}, LibcMusl, "", true},
+		{"glibc new enough", HarnessRequires{Libc: LibcGlibc, GlibcMin: "2.28"}, LibcGlibc, "2.36", true},
+		{"glibc equal", HarnessRequires{Libc: LibcGlibc, GlibcMin: "2.28"}, LibcGlibc, "2.28", true},
+		{"glibc too old", HarnessRequires{Libc: LibcGlibc, GlibcMin: "2.28"}, LibcGlibc, "2.17", false},
+		{"glibc minor compare numeric", HarnessRequires{Libc: LibcGlibc, GlibcMin: "2.9"}, LibcGlibc, "2.17", true},
+		{"glibc version unknown", HarnessRequires{Libc: LibcGlibc, GlibcMin: "2.28"}, LibcGlibc, "", true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -195,8 +195,8 @@ func TestRequiresCompatible(t *testing.T) {
 			if tc.compatible && err != nil {
 				t.Fatalf("Compatible: %v", err)
 			}
-			if !tc.compatible && !errors.Is(err, ErrIncompatible) {
-				t.Fatalf("Compatible = %v, want ErrIncompatible", err)
+			if !tc.compatible && !errors.Is(err, ErrHarnessIncompatible) {
+				t.Fatalf("Compatible = %v, want ErrHarnessIncompatible", err)
 			}
 		})
 	}
@@ -204,8 +204,8 @@ func TestRequiresCompatible(t *testing.T) {
 
 func TestArgv(t *testing.T) {
 	t.Parallel()
-	d := Descriptor{Entrypoint: []string{"bin/node", "lib/claude-code/cli.js"}}
-	got := d.Argv(MountPoint)
+	d := HarnessDescriptor{Entrypoint: []string{"bin/node", "lib/claude-code/cli.js"}}
+	got := d.Argv(HarnessMountPoint)
 	want := []string{"/.engrams-harness/bin/node", "/.engrams-harness/lib/claude-code/cli.js"}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("Argv = %q, want %q", got, want)

@@ -18,13 +18,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ErrUnsupportedTree is returned (wrapped) by TreeImage when spec.Order is set
-// and the tree cannot be copied in that order: an entry the Order does not
-// list (or lists twice, or before its directory), a name or symlink target
-// with a line break (a debugfs script cannot express it), a socket, or an
-// extended attribute value larger than a block.
-var ErrUnsupportedTree = errors.New("tree cannot be copied entry by entry")
-
 // debugfsMaxLine is the longest script line debugfs reads whole (it reads
 // lines with fgets into an 8192-byte buffer).
 const debugfsMaxLine = 8190

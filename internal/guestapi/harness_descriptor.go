@@ -1,4 +1,4 @@
-package harness
+package guestapi
 
 import (
 	"bytes"
@@ -18,30 +18,33 @@ import (
 	"unicode/utf8"
 )
 
+// A harness bundle is a read-only tree with harness.json (HarnessDescriptor) at its
+// root: the host builds and mounts it, the guest adapter reads it.
+
 // Where and how the guest sees a bundle.
 const (
-	// MountPoint is where the guest mounts a harness bundle, read-only.
+	// HarnessMountPoint is where the guest mounts a harness bundle, read-only.
 	// Entrypoint paths are relative to it.
-	MountPoint = "/.engrams-harness"
-	// FSType is the bundle image's file system type.
-	FSType = "erofs"
-	// DescriptorFile is the descriptor's name at the bundle root.
-	DescriptorFile = "harness.json"
-	// DescriptorFormat is the only descriptor format this package reads.
-	DescriptorFormat = 1
-	// MaxDescriptorBytes bounds harness.json.
-	MaxDescriptorBytes = 64 << 10
+	HarnessMountPoint = "/.engrams-harness"
+	// HarnessFSType is the bundle image's file system type.
+	HarnessFSType = "erofs"
+	// HarnessDescriptorFile is the descriptor's name at the bundle root.
+	HarnessDescriptorFile = "harness.json"
+	// HarnessDescriptorFormat is the only descriptor format there is.
+	HarnessDescriptorFormat = 1
+	// MaxHarnessDescriptorBytes bounds harness.json.
+	MaxHarnessDescriptorBytes = 64 << 10
 )
 
 // Protocols: how the guest adapter talks to the harness process.
 const (
-	// ProtocolClaudeStreamJSON is Claude Code's --input-format stream-json
+	// HarnessProtocolClaudeStreamJSON is Claude Code's --input-format stream-json
 	// --output-format stream-json.
-	ProtocolClaudeStreamJSON = "claude-stream-json"
-	// ProtocolCodexJSON is codex's JSON event mode (codex exec --json).
-	ProtocolCodexJSON = "codex-json"
-	// ProtocolShell is the line protocol of the shell harness (shell.go).
-	ProtocolShell = "shell"
+	HarnessProtocolClaudeStreamJSON = "claude-stream-json"
+	// HarnessProtocolCodexJSON is codex's JSON event mode (codex exec --json).
+	HarnessProtocolCodexJSON = "codex-json"
+	// HarnessProtocolShell is the line protocol of the shell harness (shell_protocol.go).
+	HarnessProtocolShell = "shell"
 )
 
 // C libraries a harness may require of the image. The values are those of
@@ -56,17 +59,17 @@ const (
 // name a model the list does not.
 const AnyModel = "*"
 
-// Error categories; every error this package returns about them wraps one.
+// Error categories; every descriptor error this package returns wraps one.
 var (
-	// ErrInvalidDescriptor: harness.json is missing, malformed or refused.
-	ErrInvalidDescriptor = errors.New("invalid harness descriptor")
-	// ErrIncompatible: the harness cannot run on the image (Requires.Compatible).
-	ErrIncompatible = errors.New("harness incompatible with the image")
+	// ErrInvalidHarnessDescriptor: harness.json is missing, malformed or refused.
+	ErrInvalidHarnessDescriptor = errors.New("invalid harness descriptor")
+	// ErrHarnessIncompatible: the harness cannot run on the image (HarnessRequires.Compatible).
+	ErrHarnessIncompatible = errors.New("harness incompatible with the image")
 )
 
-// Descriptor is harness.json: what a harness is and what it needs.
-type Descriptor struct {
-	Format  int    `json:"format"`  // DescriptorFormat
+// HarnessDescriptor is harness.json: what a harness is and what it needs.
+type HarnessDescriptor struct {
+	Format  int    `json:"format"`  // HarnessDescriptorFormat
 	Name    string `json:"name"`    // e.g. "claude-code"; safe as a path component
 	Version string `json:"version"` // e.g. "2.1.197"; safe as a path component
 	// Entrypoint is the argv that starts the harness; every element is a
@@ -77,17 +80,17 @@ type Descriptor struct {
 	Protocol   string   `json:"protocol"` // Protocol*
 	// Models and Modes the harness offers, the default first. AnyModel
 	// among the models admits others.
-	Models      []string     `json:"models"`
-	Modes       []string     `json:"modes"`
-	Credentials []Credential `json:"credentials"`
+	Models      []string            `json:"models"`
+	Modes       []string            `json:"modes"`
+	Credentials []HarnessCredential `json:"credentials"`
 	// Hosts the harness must reach: "host" or "host:port" (a leading "*."
 	// matches subdomains).
-	Hosts    []string `json:"hosts"`
-	Requires Requires `json:"requires"`
+	Hosts    []string        `json:"hosts"`
+	Requires HarnessRequires `json:"requires"`
 }
 
-// Credential is one secret the harness reads from its environment.
-type Credential struct {
+// HarnessCredential is one secret the harness reads from its environment.
+type HarnessCredential struct {
 	Kind string `json:"kind"` // e.g. "anthropic_api_key"
 	Env  string `json:"env"`  // variable holding it, e.g. "ANTHROPIC_API_KEY"
 	// BaseURLEnv, when set, is the variable that points the harness at its
@@ -95,8 +98,8 @@ type Credential struct {
 	BaseURLEnv string `json:"base_url_env,omitempty"`
 }
 
-// Requires is what the harness needs of the image it runs on.
-type Requires struct {
+// HarnessRequires is what the harness needs of the image it runs on.
+type HarnessRequires struct {
 	Libc string `json:"libc"` // Libc*; LibcNone runs anywhere
 	// GlibcMin is the oldest glibc ("2.28") its programs link against.
 	GlibcMin string `json:"glibc_min,omitempty"`
@@ -115,52 +118,52 @@ var (
 	labelRE   = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 )
 
-// ParseDescriptor decodes and validates harness.json: unknown fields,
+// ParseHarnessDescriptor decodes and validates harness.json: unknown fields,
 // trailing data and every rule of Validate are refused.
-func ParseDescriptor(data []byte) (Descriptor, error) {
-	var d Descriptor
-	if len(data) > MaxDescriptorBytes {
-		return d, fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidDescriptor, len(data), MaxDescriptorBytes)
+func ParseHarnessDescriptor(data []byte) (HarnessDescriptor, error) {
+	var d HarnessDescriptor
+	if len(data) > MaxHarnessDescriptorBytes {
+		return d, fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidHarnessDescriptor, len(data), MaxHarnessDescriptorBytes)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&d); err != nil {
-		return Descriptor{}, fmt.Errorf("%w: %v", ErrInvalidDescriptor, err)
+		return HarnessDescriptor{}, fmt.Errorf("%w: %v", ErrInvalidHarnessDescriptor, err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return Descriptor{}, fmt.Errorf("%w: data after the JSON object", ErrInvalidDescriptor)
+		return HarnessDescriptor{}, fmt.Errorf("%w: data after the JSON object", ErrInvalidHarnessDescriptor)
 	}
 	if err := d.Validate(); err != nil {
-		return Descriptor{}, err
+		return HarnessDescriptor{}, err
 	}
 	return d, nil
 }
 
-// LoadDescriptor reads and validates dir/harness.json, which must be a
+// LoadHarnessDescriptor reads and validates dir/harness.json, which must be a
 // regular file (not a symlink).
-func LoadDescriptor(dir string) (Descriptor, error) {
-	p := filepath.Join(dir, DescriptorFile)
+func LoadHarnessDescriptor(dir string) (HarnessDescriptor, error) {
+	p := filepath.Join(dir, HarnessDescriptorFile)
 	st, err := os.Lstat(p)
 	if err != nil {
-		return Descriptor{}, fmt.Errorf("%w: %v", ErrInvalidDescriptor, err)
+		return HarnessDescriptor{}, fmt.Errorf("%w: %v", ErrInvalidHarnessDescriptor, err)
 	}
 	if !st.Mode().IsRegular() {
-		return Descriptor{}, fmt.Errorf("%w: %s is not a regular file", ErrInvalidDescriptor, p)
+		return HarnessDescriptor{}, fmt.Errorf("%w: %s is not a regular file", ErrInvalidHarnessDescriptor, p)
 	}
 	data, err := os.ReadFile(p)
 	if err != nil {
-		return Descriptor{}, fmt.Errorf("%w: %v", ErrInvalidDescriptor, err)
+		return HarnessDescriptor{}, fmt.Errorf("%w: %v", ErrInvalidHarnessDescriptor, err)
 	}
-	d, err := ParseDescriptor(data)
+	d, err := ParseHarnessDescriptor(data)
 	if err != nil {
-		return Descriptor{}, fmt.Errorf("load %s: %w", p, err)
+		return HarnessDescriptor{}, fmt.Errorf("load %s: %w", p, err)
 	}
 	return d, nil
 }
 
 // Marshal returns the descriptor as harness.json holds it (indented, with a
 // final newline), after validating it.
-func (d Descriptor) Marshal() ([]byte, error) {
+func (d HarnessDescriptor) Marshal() ([]byte, error) {
 	if err := d.Validate(); err != nil {
 		return nil, err
 	}
@@ -170,7 +173,7 @@ func (d Descriptor) Marshal() ([]byte, error) {
 		}
 	}
 	if d.Credentials == nil {
-		d.Credentials = []Credential{}
+		d.Credentials = []HarnessCredential{}
 	}
 	b, err := json.MarshalIndent(d, "", "  ")
 	if err != nil {
@@ -180,8 +183,8 @@ func (d Descriptor) Marshal() ([]byte, error) {
 }
 
 // Argv is the entrypoint with every element made absolute under mount
-// (MountPoint in the guest, the staged tree on a host).
-func (d Descriptor) Argv(mount string) []string {
+// (HarnessMountPoint in the guest, the staged tree on a host).
+func (d HarnessDescriptor) Argv(mount string) []string {
 	argv := make([]string, len(d.Entrypoint))
 	for i, p := range d.Entrypoint {
 		argv[i] = filepath.Join(mount, filepath.FromSlash(p))
@@ -189,13 +192,13 @@ func (d Descriptor) Argv(mount string) []string {
 	return argv
 }
 
-// Validate checks every field; the error wraps ErrInvalidDescriptor and
+// Validate checks every field; the error wraps ErrInvalidHarnessDescriptor and
 // lists every problem found.
-func (d Descriptor) Validate() error {
+func (d HarnessDescriptor) Validate() error {
 	var probs []string
 	bad := func(format string, args ...any) { probs = append(probs, fmt.Sprintf(format, args...)) }
-	if d.Format != DescriptorFormat {
-		bad("format is %d, want %d", d.Format, DescriptorFormat)
+	if d.Format != HarnessDescriptorFormat {
+		bad("format is %d, want %d", d.Format, HarnessDescriptorFormat)
 	}
 	if !nameRE.MatchString(d.Name) {
 		bad("name %q: want 1-64 of a-z 0-9 . _ - starting with a letter or digit", d.Name)
@@ -207,14 +210,14 @@ func (d Descriptor) Validate() error {
 		bad("entrypoint has %d elements, want 1 to 16", len(d.Entrypoint))
 	}
 	for i, p := range d.Entrypoint {
-		if err := checkBundlePath(p); err != nil {
+		if err := CheckHarnessPath(p); err != nil {
 			bad("entrypoint[%d]: %v", i, err)
 		}
 	}
 	switch d.Protocol {
-	case ProtocolClaudeStreamJSON, ProtocolCodexJSON, ProtocolShell:
+	case HarnessProtocolClaudeStreamJSON, HarnessProtocolCodexJSON, HarnessProtocolShell:
 	default:
-		bad("protocol %q: want %s, %s or %s", d.Protocol, ProtocolClaudeStreamJSON, ProtocolCodexJSON, ProtocolShell)
+		bad("protocol %q: want %s, %s or %s", d.Protocol, HarnessProtocolClaudeStreamJSON, HarnessProtocolCodexJSON, HarnessProtocolShell)
 	}
 	checkChoices("models", d.Models, true, bad)
 	checkChoices("modes", d.Modes, false, bad)
@@ -222,14 +225,14 @@ func (d Descriptor) Validate() error {
 	checkHosts(d.Hosts, bad)
 	checkRequires(d.Requires, bad)
 	if len(probs) > 0 {
-		return fmt.Errorf("%w: %s", ErrInvalidDescriptor, strings.Join(probs, "; "))
+		return fmt.Errorf("%w: %s", ErrInvalidHarnessDescriptor, strings.Join(probs, "; "))
 	}
 	return nil
 }
 
-// checkBundlePath refuses anything but a clean relative slash path that
-// stays inside the bundle.
-func checkBundlePath(p string) error {
+// CheckHarnessPath refuses anything but a clean relative slash path that
+// stays inside the bundle (an entrypoint element, a file of the tree).
+func CheckHarnessPath(p string) error {
 	switch {
 	case p == "" || len(p) > 1024:
 		return fmt.Errorf("path %q: want 1 to 1024 bytes", p)
@@ -267,7 +270,7 @@ func checkChoices(field string, list []string, wildcard bool, bad func(string, .
 	}
 }
 
-func checkCredentials(creds []Credential, bad func(string, ...any)) {
+func checkCredentials(creds []HarnessCredential, bad func(string, ...any)) {
 	envs := map[string]bool{}
 	for i, c := range creds {
 		if !kindRE.MatchString(c.Kind) {
@@ -289,7 +292,7 @@ func checkCredentials(creds []Credential, bad func(string, ...any)) {
 func checkHosts(hosts []string, bad func(string, ...any)) {
 	seen := map[string]bool{}
 	for i, h := range hosts {
-		if err := CheckHost(h); err != nil {
+		if err := CheckEgressHost(h); err != nil {
 			bad("hosts[%d]: %v", i, err)
 		} else if seen[h] {
 			bad("hosts[%d] %q is listed twice", i, h)
@@ -298,10 +301,10 @@ func checkHosts(hosts []string, bad func(string, ...any)) {
 	}
 }
 
-// CheckHost accepts a host a guest may reach: "name", "name:port",
+// CheckEgressHost accepts a host a guest may reach: "name", "name:port",
 // "*.name[:port]", an IP address or "[v6]:port"; names are lower-case DNS
 // names.
-func CheckHost(h string) error {
+func CheckEgressHost(h string) error {
 	if _, err := netip.ParseAddr(h); err == nil {
 		return nil
 	}
@@ -331,7 +334,7 @@ func CheckHost(h string) error {
 	return nil
 }
 
-func checkRequires(r Requires, bad func(string, ...any)) {
+func checkRequires(r HarnessRequires, bad func(string, ...any)) {
 	switch r.Libc {
 	case LibcGlibc, LibcMusl, LibcNone:
 	default:
@@ -352,15 +355,15 @@ func checkRequires(r Requires, bad func(string, ...any)) {
 
 // Compatible says whether the harness runs on an image whose C library is
 // libc (image.Libc*) and, when known, whose glibc version is glibcVersion
-// ("2.36"; "" when unknown). The error wraps ErrIncompatible.
-func (r Requires) Compatible(libc, glibcVersion string) error {
+// ("2.36"; "" when unknown). The error wraps ErrHarnessIncompatible.
+func (r HarnessRequires) Compatible(libc, glibcVersion string) error {
 	switch {
 	case r.Libc == LibcNone:
 		return nil
 	case libc != r.Libc:
-		return fmt.Errorf("%w: it needs %s, the image has %s", ErrIncompatible, r.Libc, libc)
+		return fmt.Errorf("%w: it needs %s, the image has %s", ErrHarnessIncompatible, r.Libc, libc)
 	case r.GlibcMin != "" && glibcVersion != "" && compareVersions(glibcVersion, r.GlibcMin) < 0:
-		return fmt.Errorf("%w: it needs glibc %s or newer, the image has %s", ErrIncompatible, r.GlibcMin, glibcVersion)
+		return fmt.Errorf("%w: it needs glibc %s or newer, the image has %s", ErrHarnessIncompatible, r.GlibcMin, glibcVersion)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package guestinit
+package initproto
 
 import (
 	"fmt"
@@ -28,7 +28,7 @@ const (
 	BundleDir  = "/.engrams"
 	DaemonPath = BundleDir + "/engrams-guest"
 	// HarnessDir is where the harness bundle is mounted
-	// (internal/harness.MountPoint), HarnessFSType its file system.
+	// (guestapi.HarnessMountPoint), HarnessFSType its file system.
 	HarnessDir    = "/.engrams-harness"
 	HarnessFSType = "erofs"
 	DaemonLog     = "/var/log/engrams-guest.log"
@@ -38,6 +38,10 @@ const (
 	DefaultCtl    = "engrams-ctl"
 	cmdlinePrefx  = "engrams."
 )
+
+// ModuleList is the initramfs file naming the modules to load, in order
+// (written by vmimage).
+const ModuleList = "/etc/engrams/modules"
 
 // DefaultParams are the values for a microvm with slirp networking.
 func DefaultParams() Params {
