@@ -63,7 +63,6 @@ var knownOversize = map[string]int{
 	"func internal/host_test.TestRegisterStartAndFence":           87,
 	"func internal/host_test.TestSnapshotDestroyRestoreRoundTrip": 86,
 	"func internal/image/imagetest_test.TestImagesRoundTrip":      84,
-	"func internal/modeltest.openAIStream":                        82,
 	"func internal/vmm/qemu.TestRestoreRefusals":                  88,
 }
 
