@@ -52,7 +52,6 @@ var knownOversize = map[string]int{
 	"methods internal/client/clienttest.Server": 53,
 	// Function lines (test functions included).
 	"func api_test.TestSchemasMatchTypes":                         115,
-	"func internal/chunk.TestPutFileOver":                         104,
 	"func internal/cli_test.taskFakeAPI.routes":                   124,
 	"func internal/client_test.TestSnapshots":                     87,
 	"func internal/client_test.TestTaskEvents":                    91,
