@@ -59,7 +59,6 @@ var knownOversize = map[string]int{
 	"func internal/e2e.TestBenchFoundation":             91,
 	"func internal/e2e.TestBenchSnapshots":              96,
 	"func internal/e2e.TestImageDebianWarmBaseSnapshot": 94,
-	"func internal/vmm/qemu.TestRestoreRefusals":        88,
 }
 
 // measure is one measured thing: key names it in knownOversize.
