@@ -51,14 +51,10 @@ var knownOversize = map[string]int{
 	"methods internal/client.Client":            64,
 	"methods internal/client/clienttest.Server": 53,
 	// Function lines (test functions included).
-	"func api_test.TestSchemasMatchTypes":               115,
-	"func internal/cli_test.taskFakeAPI.routes":         124,
-	"func internal/client_test.TestSnapshots":           87,
-	"func internal/client_test.TestTaskEvents":          91,
-	"func internal/e2e.TestBenchAgentFirstEvent":        86,
-	"func internal/e2e.TestBenchFoundation":             91,
-	"func internal/e2e.TestBenchSnapshots":              96,
-	"func internal/e2e.TestImageDebianWarmBaseSnapshot": 94,
+	"func api_test.TestSchemasMatchTypes":       115,
+	"func internal/cli_test.taskFakeAPI.routes": 124,
+	"func internal/client_test.TestSnapshots":   87,
+	"func internal/client_test.TestTaskEvents":  91,
 }
 
 // measure is one measured thing: key names it in knownOversize.
