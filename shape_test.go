@@ -3,7 +3,8 @@ package engrams_test
 import (
 	"fmt"
 	"go/ast"
-	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -41,26 +42,7 @@ var methodsExempt = map[string]string{
 	"internal/store/sqlite.Store":   "a store.Store backend",
 }
 
-// knownOversize is what exceeds sizeLimits today, with its size then as a
-// ceiling: the test fails if one grows past its ceiling, and once one is
-// within its limit, so delete its line when it is fixed. The list is meant
-// to become empty. Never add to it.
-var knownOversize = map[string]int{
-	// Methods per type.
-	// Function lines (test functions included).
-	"func internal/chunk.TestPutFileOver":                         104,
-	"func internal/e2e.TestBenchAgentFirstEvent":                  86,
-	"func internal/e2e.TestBenchFoundation":                       91,
-	"func internal/e2e.TestBenchSnapshots":                        96,
-	"func internal/e2e.TestImageDebianWarmBaseSnapshot":           94,
-	"func internal/host_test.TestRegisterStartAndFence":           87,
-	"func internal/host_test.TestSnapshotDestroyRestoreRoundTrip": 86,
-	"func internal/image/imagetest_test.TestImagesRoundTrip":      84,
-	"func internal/modeltest.openAIStream":                        82,
-	"func internal/vmm/qemu.TestRestoreRefusals":                  88,
-}
-
-// measure is one measured thing: key names it in knownOversize.
+// measure is one measured thing: key names it in messages.
 type measure struct {
 	kind, key, pkg string
 	value          int
@@ -140,13 +122,8 @@ func limitFor(kind, pkg string) *sizeLimit {
 	return nil
 }
 
-// TestShape checks the size limits, tolerating knownOversize up to its
-// ceilings.
-func TestShape(t *testing.T) {
-	t.Parallel()
-	st := loadTree(t)
-	over := map[string]bool{}
-	measured := 0
+// shapeViolations says what in st is over its size limit.
+func shapeViolations(st *sourceTree) (bad []string, measured int) {
 	for _, m := range measureTree(st) {
 		measured++
 		l := limitFor(m.kind, m.pkg)
@@ -158,21 +135,60 @@ func TestShape(t *testing.T) {
 				continue
 			}
 		}
-		over[m.key] = true
-		ceiling, known := knownOversize[m.key]
-		switch {
-		case !known:
-			t.Errorf("%s is %d, over the limit of %d: %s", m.key, m.value, l.max, l.reason)
-		case m.value > ceiling:
-			t.Errorf("%s grew to %d, past its known ceiling of %d (the limit is %d: %s)", m.key, m.value, ceiling, l.max, l.reason)
-		}
+		bad = append(bad, fmt.Sprintf("%s is %d, over the limit of %d: %s", m.key, m.value, l.max, l.reason))
+	}
+	slices.Sort(bad)
+	return bad, measured
+}
+
+// TestShape checks the size limits.
+func TestShape(t *testing.T) {
+	t.Parallel()
+	bad, measured := shapeViolations(loadTree(t))
+	for _, b := range bad {
+		t.Error(b)
 	}
 	if measured < 100 {
 		t.Fatalf("measured only %d things: is the test running at the repository root?", measured)
 	}
-	for _, k := range slices.Sorted(maps.Keys(knownOversize)) {
-		if !over[k] {
-			t.Errorf("%s is no longer over its limit (or no longer exists): delete it from knownOversize in shape_test.go", k)
+}
+
+// TestShapeLimitsBite checks the measurer on a made-up module, so a broken
+// one cannot pass TestShape vacuously.
+func TestShapeLimitsBite(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name, body string) {
+		t.Helper()
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("go.mod", "module example.com/m\n")
+	write("internal/big/long.go", "package big\n\nfunc long() {\n"+strings.Repeat("\t_ = 1\n", 80)+"}\n")
+	var methods strings.Builder
+	methods.WriteString("package big\n\ntype T struct{}\n\n")
+	for i := range 41 {
+		fmt.Fprintf(&methods, "func (T) M%d() {}\n", i)
+	}
+	write("internal/big/methods.go", methods.String())
+	write("internal/big/huge.go", "package big\n"+strings.Repeat("\n", 801))
+	st, err := parseTree(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, _ := shapeViolations(st)
+	want := []string{"func internal/big.long is 82", "lines internal/big/huge.go is 802", "methods internal/big.T is 41"}
+	if len(bad) != len(want) {
+		t.Fatalf("violations %q, want %d of them", bad, len(want))
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(bad[i], w) {
+			t.Errorf("violation %d is %q, want it to start with %q", i, bad[i], w)
 		}
 	}
 }

@@ -61,17 +61,7 @@ func TestBenchFoundation(t *testing.T) {
 	add := func(name string, d []time.Duration, note string) { rows = append(rows, benchRow(name, d, note)) }
 
 	// create → Active, sequential.
-	var createLat []time.Duration
-	var ids []string
-	for range 30 {
-		t0 := time.Now()
-		s, err := c.Sessions().Create(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 64}}, true)
-		if err != nil || s.State != "active" {
-			t.Fatalf("create: %+v %v", s, err)
-		}
-		createLat = append(createLat, time.Since(t0))
-		ids = append(ids, s.ID)
-	}
+	createLat, ids := benchCreates(t, c, 30)
 	add("create → active (API, wait)", createLat, "")
 
 	rows = append(rows, benchExec(t, c, ids[0], filepath.Join(hostDir, "machines", ids[0], "guest.sock"))...)
@@ -84,38 +74,76 @@ func TestBenchFoundation(t *testing.T) {
 
 	// A fleet: create, hold, delete, with 16 clients at a time.
 	peak := &peakRSS{pids: map[string]int{"coordinator": srv.Process.Pid, "host agent": hp.cmd.Process.Pid}}
+	f := benchFleet(t, c, fleet, peak)
+	printFoundationBench(rows, f, peak)
+}
+
+// benchCreates creates n sessions one after another, each waited for
+// until active, and returns the latencies and the sessions.
+func benchCreates(t *testing.T, c *client.Client, n int) ([]time.Duration, []string) {
+	t.Helper()
+	var lat []time.Duration
+	var ids []string
+	for range n {
+		t0 := time.Now()
+		s, err := c.Sessions().Create(context.Background(), apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 64}}, true)
+		if err != nil || s.State != "active" {
+			t.Fatalf("create: %+v %v", s, err)
+		}
+		lat = append(lat, time.Since(t0))
+		ids = append(ids, s.ID)
+	}
+	return lat, ids
+}
+
+// fleetRun is what benchFleet measured.
+type fleetRun struct {
+	n                      int
+	createTook, deleteTook time.Duration    // by the whole fleet
+	held                   map[string]int64 // RSS by process with the fleet active
+}
+
+// benchFleet creates n sessions with 16 clients at a time, samples peak's
+// processes while they are held, then deletes them the same way.
+func benchFleet(t *testing.T, c *client.Client, n int, peak *peakRSS) fleetRun {
+	t.Helper()
+	ctx := context.Background()
 	stop := peak.sample()
 	t0 := time.Now()
-	fleetIDs := parallel(t, fleet, 16, func(int) string {
+	fleetIDs := parallel(t, n, 16, func(int) string {
 		s, err := c.Sessions().Create(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 64}}, true)
 		if err != nil || s.State != "active" {
 			t.Errorf("fleet create: %+v %v", s, err)
 		}
 		return s.ID
 	})
-	createDur := time.Since(t0)
-	held := peak.now()
+	f := fleetRun{n: n, createTook: time.Since(t0), held: peak.now()}
 	t0 = time.Now()
-	parallel(t, fleet, 16, func(i int) string {
+	parallel(t, n, 16, func(i int) string {
 		if err := c.Sessions().Delete(ctx, fleetIDs[i], true); err != nil {
 			t.Errorf("fleet delete: %v", err)
 		}
 		return ""
 	})
-	deleteDur := time.Since(t0)
+	f.deleteTook = time.Since(t0)
 	stop()
+	return f
+}
 
+// printFoundationBench prints the foundation benchmark's table of rows
+// and the fleet's figures.
+func printFoundationBench(rows [][]string, f fleetRun, peak *peakRSS) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nfoundation benchmark (process backend, SQLite, coordinator and host agent as separate processes)\n")
 	fmt.Fprintf(&b, "%-38s %6s %10s %10s  %s\n", "measure", "n", "median ms", "p95 ms", "note")
 	for _, r := range rows {
 		fmt.Fprintf(&b, "%-38s %6s %10s %10s  %s\n", r[0], r[1], r[2], r[3], r[4])
 	}
-	fmt.Fprintf(&b, "\nfleet of %d sessions (16 concurrent clients, each waits for active/completed)\n", fleet)
-	fmt.Fprintf(&b, "  create: %s total, %.0f sessions/s\n", createDur.Round(time.Millisecond), float64(fleet)/createDur.Seconds())
-	fmt.Fprintf(&b, "  delete: %s total, %.0f sessions/s\n", deleteDur.Round(time.Millisecond), float64(fleet)/deleteDur.Seconds())
+	fmt.Fprintf(&b, "\nfleet of %d sessions (16 concurrent clients, each waits for active/completed)\n", f.n)
+	fmt.Fprintf(&b, "  create: %s total, %.0f sessions/s\n", f.createTook.Round(time.Millisecond), float64(f.n)/f.createTook.Seconds())
+	fmt.Fprintf(&b, "  delete: %s total, %.0f sessions/s\n", f.deleteTook.Round(time.Millisecond), float64(f.n)/f.deleteTook.Seconds())
 	for _, name := range []string{"coordinator", "host agent"} {
-		fmt.Fprintf(&b, "  %-12s RSS with %d sessions active: %6.1f MiB; peak over the run: %6.1f MiB\n", name, fleet, mib(held[name]), mib(peak.max[name]))
+		fmt.Fprintf(&b, "  %-12s RSS with %d sessions active: %6.1f MiB; peak over the run: %6.1f MiB\n", name, f.n, mib(f.held[name]), mib(peak.max[name]))
 	}
 	fmt.Print(b.String())
 }

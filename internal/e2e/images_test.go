@@ -138,8 +138,45 @@ func TestImageDebianWarmBaseSnapshot(t *testing.T) {
 	e := startImageEnv(t)
 	hostDir := e.startQEMUHost(t)
 
-	resp, job := e.enable(t, apiv1.EnableImageRequest{Ref: ref, Name: "debian", Warmup: "echo warmed > /warm", Workdir: "/root",
-		Env: map[string]string{"TEAM": "infra"}, Credentials: &apiv1.RegistryAuth{Username: "ci", Password: "pw"}})
+	resp, job := e.enable(t, warmDebianRequest(ref, "debian"))
+	img := checkWarmDebianEnabled(t, e, reg, resp, job)
+
+	ids := make([]string, 2)
+	for i := range ids {
+		s, err := e.c.Sessions().Create(context.Background(), apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{
+			Image: "debian", Env: map[string]string{"WHO": fmt.Sprint("s", i)}}}, true)
+		if err != nil || s.State != "active" {
+			t.Fatalf("create from image: %+v %v", s, err)
+		}
+		ids[i] = s.ID
+	}
+	checkRestoredFromWarmBase(t, e, hostDir, ids)
+	run(t, e.c, ids[0], "echo mine > /own")
+	if got := run(t, e.c, ids[1], "cat /own 2>/dev/null || echo absent"); got != "absent" {
+		t.Fatalf("a write in one session shows in another: %q", got)
+	}
+
+	// Enabling the same digest again (another name) reuses the base.
+	_, again := e.enable(t, warmDebianRequest(ref, "debian-again"))
+	if again.State != "ready" || again.StagesMS["pull"] != 0 || again.StagesMS["boot"] != 0 {
+		t.Fatalf("re-enable of a ready digest did work again: %+v", again)
+	}
+
+	refreshRebuiltDebian(t, e, reg, img, ids[0])
+}
+
+// warmDebianRequest enables ref as name with a warm-up writing /warm, a
+// workdir, an env and the registry's credentials.
+func warmDebianRequest(ref, name string) apiv1.EnableImageRequest {
+	return apiv1.EnableImageRequest{Ref: ref, Name: name, Warmup: "echo warmed > /warm", Workdir: "/root",
+		Env: map[string]string{"TEAM": "infra"}, Credentials: &apiv1.RegistryAuth{Username: "ci", Password: "pw"}}
+}
+
+// checkWarmDebianEnabled checks the enable job went through every stage and
+// the image is ready with a base snapshot, glibc, and its credentials named
+// without the password; it returns the image.
+func checkWarmDebianEnabled(t *testing.T, e *imageEnv, reg *imagetest.Registry, resp apiv1.ImageJobResponse, job apiv1.ImageJob) apiv1.Image {
+	t.Helper()
 	if job.State != "ready" {
 		t.Fatalf("enable job %s: %s (tail %q)", job.State, job.Error, job.OutputTail)
 	}
@@ -155,16 +192,14 @@ func TestImageDebianWarmBaseSnapshot(t *testing.T) {
 	if strings.Contains(fmt.Sprint(img), "pw") || resp.Image.Credentials == "" {
 		t.Fatalf("the registry password shows in the image: %+v", img)
 	}
+	return img
+}
 
-	ids := make([]string, 2)
-	for i := range ids {
-		s, err := e.c.Sessions().Create(context.Background(), apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{
-			Image: "debian", Env: map[string]string{"WHO": fmt.Sprint("s", i)}}}, true)
-		if err != nil || s.State != "active" {
-			t.Fatalf("create from image: %+v %v", s, err)
-		}
-		ids[i] = s.ID
-	}
+// checkRestoredFromWarmBase checks each session sees the warm-up's file,
+// the image's workdir and env with its own, and glibc, booted no kernel,
+// and shares the others' boot id: all were restored from one base.
+func checkRestoredFromWarmBase(t *testing.T, e *imageEnv, hostDir string, ids []string) {
+	t.Helper()
 	var boots []string
 	for i, id := range ids {
 		if got := run(t, e.c, id, "cat /warm; pwd"); got != "warmed\n/root" {
@@ -184,20 +219,13 @@ func TestImageDebianWarmBaseSnapshot(t *testing.T) {
 	if boots[0] != boots[1] {
 		t.Fatalf("sessions have boot ids %v: not restored from one base", boots)
 	}
-	run(t, e.c, ids[0], "echo mine > /own")
-	if got := run(t, e.c, ids[1], "cat /own 2>/dev/null || echo absent"); got != "absent" {
-		t.Fatalf("a write in one session shows in another: %q", got)
-	}
+}
 
-	// Enabling the same digest again (another name) reuses the base.
-	_, again := e.enable(t, apiv1.EnableImageRequest{Ref: ref, Name: "debian-again", Warmup: "echo warmed > /warm", Workdir: "/root",
-		Env: map[string]string{"TEAM": "infra"}, Credentials: &apiv1.RegistryAuth{Username: "ci", Password: "pw"}})
-	if again.State != "ready" || again.StagesMS["pull"] != 0 || again.StagesMS["boot"] != 0 {
-		t.Fatalf("re-enable of a ready digest did work again: %+v", again)
-	}
-
-	// A rebuilt image under the same tag: refresh enables the new digest;
-	// the running session keeps its own, new sessions get the new one.
+// refreshRebuiltDebian pushes a rebuilt image under the same tag: refresh
+// enables the new digest (with a base other than img's); the running session
+// keeps its own, new sessions get the new one.
+func refreshRebuiltDebian(t *testing.T, e *imageEnv, reg *imagetest.Registry, img apiv1.Image, running string) {
+	t.Helper()
 	reg.Push(t, "team/debian", "12", imagetest.DebianPlus(t, map[string]string{"etc/engrams-rebuilt": "v2\n"}))
 	ctx := context.Background()
 	ref2, err := e.c.Images().Refresh(ctx, "debian")
@@ -219,7 +247,7 @@ func TestImageDebianWarmBaseSnapshot(t *testing.T) {
 	if got := run(t, e.c, s3.ID, "cat /etc/engrams-rebuilt; cat /warm"); got != "v2\nwarmed" {
 		t.Fatalf("new session after refresh sees %q", got)
 	}
-	if got := run(t, e.c, ids[0], "cat /etc/engrams-rebuilt 2>/dev/null || echo old; cat /own"); got != "old\nmine" {
+	if got := run(t, e.c, running, "cat /etc/engrams-rebuilt 2>/dev/null || echo old; cat /own"); got != "old\nmine" {
 		t.Fatalf("running session after refresh sees %q", got)
 	}
 }
