@@ -105,16 +105,16 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("%s (HTTP %d %s)", e.Message, e.Status, e.Code)
 }
 
-// Error codes of apiv1.Error.Code.
+// Error codes of apiv1.Error.Code, for HasCode.
 const (
-	CodeBadRequest   = "bad_request"
-	CodeUnauthorized = "unauthorized"
-	CodeNotFound     = "not_found"
-	CodeConflict     = "conflict"
-	CodeTooLarge     = "too_large"
-	CodeUnavailable  = "unavailable"
-	CodeTimeout      = "timeout" // a server-side wait ran out; the operation goes on
-	CodeInternal     = "internal"
+	CodeBadRequest   = apiv1.CodeBadRequest
+	CodeUnauthorized = apiv1.CodeUnauthorized
+	CodeNotFound     = apiv1.CodeNotFound
+	CodeConflict     = apiv1.CodeConflict
+	CodeTooLarge     = apiv1.CodeTooLarge
+	CodeUnavailable  = apiv1.CodeUnavailable
+	CodeTimeout      = apiv1.CodeTimeout // a server-side wait ran out; the operation goes on
+	CodeInternal     = apiv1.CodeInternal
 )
 
 // HasCode reports whether err is an *APIError with the given code.

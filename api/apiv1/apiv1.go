@@ -5,6 +5,9 @@ import (
 	"time"
 )
 
+// PathPrefix starts the path of every route of this version.
+const PathPrefix = "/v1/"
+
 // Routes (Go 1.22 ServeMux patterns).
 const (
 	RouteVersion       = "GET /v1/version"
@@ -59,8 +62,21 @@ const HeaderLastEventID = "Last-Event-ID"
 // Error is every non-2xx JSON body.
 type Error struct {
 	Error string `json:"error"`
-	Code  string `json:"code"` // bad_request, unauthorized, not_found, method_not_allowed, conflict, too_large, unavailable, timeout, internal
+	Code  string `json:"code"` // one of the Code* constants
 }
+
+// Error codes of Error.Code.
+const (
+	CodeBadRequest       = "bad_request"
+	CodeUnauthorized     = "unauthorized"
+	CodeNotFound         = "not_found"
+	CodeMethodNotAllowed = "method_not_allowed"
+	CodeConflict         = "conflict"
+	CodeTooLarge         = "too_large"
+	CodeUnavailable      = "unavailable"
+	CodeTimeout          = "timeout" // a server-side wait ran out; the operation goes on
+	CodeInternal         = "internal"
+)
 
 // Version answers RouteVersion.
 type Version struct {

@@ -29,12 +29,12 @@ func (s *hostsRouter) auth(next http.HandlerFunc) http.Handler {
 		h := r.Header.Get("Authorization")
 		secret, ok := strings.CutPrefix(h, "Bearer ")
 		if !ok || secret == "" {
-			writeError(w, http.StatusUnauthorized, "unauthorized", "missing bearer token: send Authorization: Bearer <token> (create one with `engrams token create`)")
+			writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthorized, "missing bearer token: send Authorization: Bearer <token> (create one with `engrams token create`)")
 			return
 		}
 		t, err := s.st.TokenByHash(r.Context(), coordinator.HashToken(secret))
 		if errors.Is(err, domain.ErrNotFound) || (err == nil && t.Kind != domain.TokenUser) {
-			writeError(w, http.StatusUnauthorized, "unauthorized", "token is not valid or was revoked")
+			writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthorized, "token is not valid or was revoked")
 			return
 		}
 		if err != nil {
@@ -51,7 +51,7 @@ func (s *hostsRouter) createToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if msg := checkName(req.Name); msg != "" {
-		writeError(w, http.StatusBadRequest, "bad_request", "token "+msg)
+		writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "token "+msg)
 		return
 	}
 	secret, prefix := NewSecret()

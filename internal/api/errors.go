@@ -27,18 +27,18 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 
 // fail maps an error of a service (its domain category) to a status and code.
 func (s *base) fail(w http.ResponseWriter, r *http.Request, err error) {
-	status, code := http.StatusInternalServerError, "internal"
+	status, code := http.StatusInternalServerError, apiv1.CodeInternal
 	switch {
 	case errors.Is(err, domain.ErrNotFound):
-		status, code = http.StatusNotFound, "not_found"
+		status, code = http.StatusNotFound, apiv1.CodeNotFound
 	case errors.Is(err, domain.ErrInvalid):
-		status, code = http.StatusBadRequest, "bad_request"
+		status, code = http.StatusBadRequest, apiv1.CodeBadRequest
 	case errors.Is(err, domain.ErrNotActive), errors.Is(err, domain.ErrConflict), errors.Is(err, domain.ErrBusy):
-		status, code = http.StatusConflict, "conflict"
+		status, code = http.StatusConflict, apiv1.CodeConflict
 	case errors.Is(err, hostlink.ErrHostNotConnected):
-		status, code = http.StatusServiceUnavailable, "unavailable"
+		status, code = http.StatusServiceUnavailable, apiv1.CodeUnavailable
 	case errors.Is(err, context.DeadlineExceeded):
-		status, code = http.StatusGatewayTimeout, "timeout"
+		status, code = http.StatusGatewayTimeout, apiv1.CodeTimeout
 	case errors.Is(err, context.Canceled):
 		return // the client went away
 	}

@@ -23,7 +23,7 @@ func (s *sessionsRouter) events(w http.ResponseWriter, r *http.Request) {
 	id := pathSession(r)
 	after, err := afterSeq(r)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, err.Error())
 		return
 	}
 	sess, err := s.st.GetSession(r.Context(), id)

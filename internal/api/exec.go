@@ -61,7 +61,7 @@ func (s *guestRouter) proxyGuest(guestPath string) http.HandlerFunc {
 				if errors.Is(err, context.Canceled) {
 					return
 				}
-				writeError(w, http.StatusBadGateway, "unavailable", "reach the session's guest: "+err.Error())
+				writeError(w, http.StatusBadGateway, apiv1.CodeUnavailable, "reach the session's guest: "+err.Error())
 			},
 		}
 		rp.ServeHTTP(w, r)
@@ -107,7 +107,7 @@ func (s *guestRouter) exec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
-		writeError(w, http.StatusBadRequest, "bad_request", "argv must name a command")
+		writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "argv must name a command")
 		return
 	}
 	t, err := s.co.Guest(r.Context(), pathSession(r))
@@ -125,17 +125,17 @@ func (s *guestRouter) exec(w http.ResponseWriter, r *http.Request) {
 	out.Header.Set("Content-Type", "application/json")
 	resp, err := t.Route.Transport.RoundTrip(out)
 	if err != nil {
-		writeError(w, http.StatusBadGateway, "unavailable", "run the command in the session's guest: "+err.Error())
+		writeError(w, http.StatusBadGateway, apiv1.CodeUnavailable, "run the command in the session's guest: "+err.Error())
 		return
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		status, code := resp.StatusCode, "unavailable"
+		status, code := resp.StatusCode, apiv1.CodeUnavailable
 		switch resp.StatusCode {
 		case http.StatusBadRequest:
-			code = "bad_request"
+			code = apiv1.CodeBadRequest
 		case http.StatusConflict, http.StatusServiceUnavailable:
-			status, code = http.StatusConflict, "conflict" // a newer op holds it, or its host is paused
+			status, code = http.StatusConflict, apiv1.CodeConflict // a newer op holds it, or its host is paused
 		default:
 			status = http.StatusBadGateway
 		}

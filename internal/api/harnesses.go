@@ -52,7 +52,7 @@ func (s *harnessesRouter) buildHarness(w http.ResponseWriter, r *http.Request) {
 // addHarness registers a custom harness from a tar or tar.gz body.
 func (s *harnessesRouter) addHarness(w http.ResponseWriter, r *http.Request) {
 	if ct := r.Header.Get("Content-Type"); strings.HasPrefix(ct, "application/json") {
-		writeError(w, http.StatusBadRequest, "bad_request",
+		writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest,
 			"send a tar (or tar.gz) of the harness's directory, harness.json at its root; to build a built-in harness, POST "+
 				strings.TrimPrefix(apiv1.RouteBuildHarness, "POST "))
 		return
@@ -61,7 +61,7 @@ func (s *harnessesRouter) addHarness(w http.ResponseWriter, r *http.Request) {
 	v, err := s.co.AddHarness(r.Context(), body)
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
-		writeError(w, http.StatusRequestEntityTooLarge, "too_large", "the upload is over "+itoa(s.cfg.MaxFileBytes)+" bytes")
+		writeError(w, http.StatusRequestEntityTooLarge, apiv1.CodeTooLarge, "the upload is over "+itoa(s.cfg.MaxFileBytes)+" bytes")
 		return
 	}
 	if err != nil {
@@ -74,7 +74,7 @@ func (s *harnessesRouter) addHarness(w http.ResponseWriter, r *http.Request) {
 // failHarness is fail, with an unreachable npm registry a 503.
 func (s *harnessesRouter) failHarness(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, harness.ErrRegistry) {
-		writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
+		writeError(w, http.StatusServiceUnavailable, apiv1.CodeUnavailable, err.Error())
 		return
 	}
 	s.fail(w, r, err)

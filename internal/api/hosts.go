@@ -76,7 +76,7 @@ func (s *hostsRouter) createHost(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if msg := checkName(req.Name); msg != "" {
-		writeError(w, http.StatusBadRequest, "bad_request", "host "+msg)
+		writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "host "+msg)
 		return
 	}
 	secret, prefix := NewSecret()

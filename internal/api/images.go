@@ -120,7 +120,7 @@ func (s *imagesRouter) listImages(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("all"); v != "" {
 		var err error
 		if all, err = strconv.ParseBool(v); err != nil {
-			writeError(w, http.StatusBadRequest, "bad_request", "all="+strconv.Quote(v)+": want true or false")
+			writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "all="+strconv.Quote(v)+": want true or false")
 			return
 		}
 	}

@@ -115,9 +115,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch rec.status {
 	case http.StatusMethodNotAllowed:
-		writeError(w, rec.status, "method_not_allowed", r.Method+" is not allowed on "+r.URL.Path+" (allowed: "+rec.header.Get("Allow")+")")
+		writeError(w, rec.status, apiv1.CodeMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path+" (allowed: "+rec.header.Get("Allow")+")")
 	default:
-		writeError(w, http.StatusNotFound, "not_found", "no route "+r.Method+" "+r.URL.Path+" (see GET /v1/openapi.yaml)")
+		writeError(w, http.StatusNotFound, apiv1.CodeNotFound, "no route "+r.Method+" "+r.URL.Path+" (see GET /v1/openapi.yaml)")
 	}
 }
 
@@ -147,14 +147,14 @@ func (s *base) decodeWith(w http.ResponseWriter, r *http.Request, v any, describ
 	if err := dec.Decode(v); err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, "too_large", "request body over "+itoa(s.cfg.MaxBodyBytes)+" bytes")
+			writeError(w, http.StatusRequestEntityTooLarge, apiv1.CodeTooLarge, "request body over "+itoa(s.cfg.MaxBodyBytes)+" bytes")
 			return false
 		}
-		writeError(w, http.StatusBadRequest, "bad_request", "malformed JSON body: "+describe(err))
+		writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "malformed JSON body: "+describe(err))
 		return false
 	}
 	if dec.More() {
-		writeError(w, http.StatusBadRequest, "bad_request", "malformed JSON body: trailing data after the object")
+		writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "malformed JSON body: trailing data after the object")
 		return false
 	}
 	return true

@@ -97,7 +97,7 @@ func (s *tasksRouter) listTasks(w http.ResponseWriter, r *http.Request) {
 	if st := r.URL.Query().Get("state"); st != "" {
 		for _, v := range strings.Split(st, ",") {
 			if !domain.TaskState(v).Valid() {
-				writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("unknown task state %q (starting, running, idle, stopped, failed)", v))
+				writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, fmt.Sprintf("unknown task state %q (starting, running, idle, stopped, failed)", v))
 				return
 			}
 			f.States = append(f.States, domain.TaskState(v))
@@ -181,7 +181,7 @@ func (s *tasksRouter) taskFiles(w http.ResponseWriter, r *http.Request) {
 		p = path.Clean(rel)
 	}
 	if p != tasks.WorkRoot && !strings.HasPrefix(p, tasks.WorkRoot+"/") {
-		writeError(w, http.StatusBadRequest, "bad_request", "path must stay inside the task's work root "+tasks.WorkRoot)
+		writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "path must stay inside the task's work root "+tasks.WorkRoot)
 		return
 	}
 	gt, err := s.guests.Guest(r.Context(), t.SessionID)
@@ -201,7 +201,7 @@ func (s *tasksRouter) taskFiles(w http.ResponseWriter, r *http.Request) {
 		},
 		ModifyResponse: sanitizeGuestResponse,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			writeError(w, http.StatusBadGateway, "unavailable", "reach the task's session: "+err.Error())
+			writeError(w, http.StatusBadGateway, apiv1.CodeUnavailable, "reach the task's session: "+err.Error())
 		},
 	}
 	rp.ServeHTTP(w, r)
@@ -215,7 +215,7 @@ func (s *tasksRouter) taskEvents(w http.ResponseWriter, r *http.Request) {
 	id := pathTask(r)
 	after, err := afterSeq(r)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, err.Error())
 		return
 	}
 	if _, err := s.st.GetTask(r.Context(), id); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	apidoc "github.com/engrams/engrams/api"
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/api"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/domain"
@@ -101,7 +102,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	p.Gateway.RouteHostLink(hostMux)
 	p.Tasks.RouteHostLink(hostMux)
 	s.api = api.New(api.Config{Version: cfg.Version, ReplicaID: cfg.ReplicaID, OpenAPI: apidoc.OpenAPI()}, p.APIDeps(deps.Store, log))
-	s.mux.Handle("/v1/", s.api)
+	s.mux.Handle(apiv1.PathPrefix, s.api)
 	s.mux.Handle(hostlink.PathConnect, s.link)
 	s.mux.Handle(hostlink.PathPeerPrefix, s.router.PeerHandler())
 	return s, nil
