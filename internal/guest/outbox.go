@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/engrams/engrams/internal/guest/durable"
 	"github.com/engrams/engrams/internal/guestapi"
 )
 
@@ -192,7 +193,7 @@ func readApplied(dir string) (int64, error) {
 
 // writeApplied replaces the applied-seq file atomically and durably.
 func writeApplied(dir string, seq int64) error {
-	if err := writeFileAtomic(dir, appliedFile, []byte(strconv.FormatInt(seq, 10)+"\n")); err != nil {
+	if err := durable.WriteFileAtomic(dir, appliedFile, []byte(strconv.FormatInt(seq, 10)+"\n")); err != nil {
 		return fmt.Errorf("write outbox applied seq: %w", err)
 	}
 	return nil
@@ -224,7 +225,7 @@ func (o *outbox) appendJournal(entries []guestapi.OutboxEntry) error {
 		err = cerr
 	}
 	if err == nil && statErr != nil {
-		err = syncDir(o.dir) // the journal was just created
+		err = durable.SyncDir(o.dir) // the journal was just created
 	}
 	if err != nil {
 		return fmt.Errorf("append outbox journal: %w", err)
@@ -308,40 +309,6 @@ func readJournalFrom(p string, off, after int64) ([]guestapi.OutboxEntry, int64,
 		}
 		n += int64(len(line))
 	}
-}
-
-// writeFileAtomic replaces dir/name with data atomically and durably: it
-// writes and fsyncs name.tmp (0600), renames it over name and fsyncs dir.
-func writeFileAtomic(dir, name string, data []byte) error {
-	p := filepath.Join(dir, name)
-	tmp := p + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, p)
-	}
-	if err == nil {
-		err = syncDir(dir)
-	}
-	return err
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 func (s *Server) handleOutboxGet(w http.ResponseWriter, _ *http.Request) {

@@ -362,15 +362,15 @@ func (r HarnessRequires) Compatible(libc, glibcVersion string) error {
 		return nil
 	case libc != r.Libc:
 		return fmt.Errorf("%w: it needs %s, the image has %s", ErrHarnessIncompatible, r.Libc, libc)
-	case r.GlibcMin != "" && glibcVersion != "" && compareVersions(glibcVersion, r.GlibcMin) < 0:
+	case r.GlibcMin != "" && glibcVersion != "" && CompareVersions(glibcVersion, r.GlibcMin) < 0:
 		return fmt.Errorf("%w: it needs glibc %s or newer, the image has %s", ErrHarnessIncompatible, r.GlibcMin, glibcVersion)
 	}
 	return nil
 }
 
-// compareVersions compares dotted numeric versions ("2.28" < "2.36");
+// CompareVersions compares dotted numeric versions ("2.28" < "2.36");
 // parts that are not numbers count as 0.
-func compareVersions(a, b string) int {
+func CompareVersions(a, b string) int {
 	as, bs := strings.Split(a, "."), strings.Split(b, ".")
 	for i := 0; i < max(len(as), len(bs)); i++ {
 		var x, y int

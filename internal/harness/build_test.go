@@ -325,7 +325,7 @@ func TestInspectELF(t *testing.T) {
 	t.Parallel()
 	glibc := dynamicGlibcProgram(t)
 	info, err := inspectELF(glibc)
-	if err != nil || info.Libc != guestapi.LibcGlibc || info.GlibcMin == "" || compareVersions(info.GlibcMin, "2.2") < 0 {
+	if err != nil || info.Libc != guestapi.LibcGlibc || info.GlibcMin == "" || guestapi.CompareVersions(info.GlibcMin, "2.2") < 0 {
 		t.Fatalf("inspectELF(%s) = %+v, %v; want glibc with a version", glibc, info, err)
 	}
 	static := staticProgram(t)

@@ -210,7 +210,7 @@ func requiresOf(dir string) (guestapi.HarnessRequires, error) {
 			return fmt.Errorf("%w: %s needs %s, other programs %s", ErrUnsupportedPackage, p, bi.Libc, r.Libc)
 		}
 		r.Libc = bi.Libc
-		if bi.GlibcMin != "" && (r.GlibcMin == "" || compareVersions(bi.GlibcMin, r.GlibcMin) > 0) {
+		if bi.GlibcMin != "" && (r.GlibcMin == "" || guestapi.CompareVersions(bi.GlibcMin, r.GlibcMin) > 0) {
 			r.GlibcMin = bi.GlibcMin
 		}
 		for _, l := range bi.Libs {

@@ -175,7 +175,7 @@ func (b *Builder) checkNodeEngine(m npmManifest) error {
 		b.log.Warn("engines.node not checked", "package", m.Name, "version", m.Version, "engines", want)
 		return nil
 	}
-	if compareVersions(b.cfg.NodeVersion, sub[1]) < 0 {
+	if guestapi.CompareVersions(b.cfg.NodeVersion, sub[1]) < 0 {
 		return fmt.Errorf("%w: %s@%s needs Node.js %s, the bundle would have %s (Config.NodeVersion)",
 			ErrUnsupportedPackage, m.Name, m.Version, want, b.cfg.NodeVersion)
 	}

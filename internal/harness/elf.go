@@ -116,7 +116,7 @@ func glibcNeeded(f *elf.File) (string, error) {
 			if !ok || v == "" || v[0] < '0' || v[0] > '9' {
 				continue
 			}
-			if newest == "" || compareVersions(v, newest) > 0 {
+			if newest == "" || guestapi.CompareVersions(v, newest) > 0 {
 				newest = v
 			}
 		}

@@ -130,7 +130,7 @@ func (r *fakeRegistry) add(t *testing.T, name, version string, meta map[string]a
 	defer r.mu.Unlock()
 	r.docs[name+"@"+version] = data
 	r.tarballs[tpath] = served
-	if cur, ok := r.tags[name]; !ok || compareVersions(version, cur) > 0 {
+	if cur, ok := r.tags[name]; !ok || guestapi.CompareVersions(version, cur) > 0 {
 		r.tags[name] = version
 	}
 }

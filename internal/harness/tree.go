@@ -163,7 +163,7 @@ func checkProgram(host, rel string, req guestapi.HarnessRequires) error {
 	switch {
 	case info.Libc != guestapi.LibcNone && info.Libc != req.Libc:
 		return fmt.Errorf("%w: entrypoint %q needs %s but requires.libc is %q", ErrInvalidTree, rel, info.Libc, req.Libc)
-	case info.GlibcMin != "" && req.GlibcMin != "" && compareVersions(req.GlibcMin, info.GlibcMin) < 0:
+	case info.GlibcMin != "" && req.GlibcMin != "" && guestapi.CompareVersions(req.GlibcMin, info.GlibcMin) < 0:
 		return fmt.Errorf("%w: entrypoint %q needs glibc %s but requires.glibc_min is %s",
 			ErrInvalidTree, rel, info.GlibcMin, req.GlibcMin)
 	}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/engrams/engrams/internal/guest/durable"
 	"github.com/engrams/engrams/internal/guestapi"
 )
 
@@ -100,7 +101,7 @@ func readTurnState(dir string) (turnState, error) {
 func writeTurnState(dir string, st turnState) error {
 	b, err := json.Marshal(st)
 	if err == nil {
-		err = writeFileAtomic(dir, turnsFile, append(b, '\n'))
+		err = durable.WriteFileAtomic(dir, turnsFile, append(b, '\n'))
 	}
 	if err != nil {
 		return fmt.Errorf("write harness turn state: %w", err)

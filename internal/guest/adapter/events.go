@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/engrams/engrams/internal/guest/durable"
 	"github.com/engrams/engrams/internal/guestapi"
 )
 
@@ -179,7 +180,7 @@ func (l *eventLog) writeLocked(b []byte) error {
 			return fmt.Errorf("append harness events: %w", err)
 		}
 		if statErr != nil {
-			if err := syncDir(filepath.Dir(l.path)); err != nil {
+			if err := durable.SyncDir(filepath.Dir(l.path)); err != nil {
 				_ = f.Close()
 				return fmt.Errorf("append harness events: %w", err)
 			}

@@ -1,15 +1,13 @@
-package adapter
+package durable
 
 import (
 	"os"
 	"path/filepath"
 )
 
-// The adapter's durable writes, as the daemon's outbox makes them.
-
-// writeFileAtomic replaces dir/name with data atomically and durably: it
+// WriteFileAtomic replaces dir/name with data atomically and durably: it
 // writes and fsyncs name.tmp (0600), renames it over name and fsyncs dir.
-func writeFileAtomic(dir, name string, data []byte) error {
+func WriteFileAtomic(dir, name string, data []byte) error {
 	p := filepath.Join(dir, name)
 	tmp := p + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
@@ -27,12 +25,13 @@ func writeFileAtomic(dir, name string, data []byte) error {
 		err = os.Rename(tmp, p)
 	}
 	if err == nil {
-		err = syncDir(dir)
+		err = SyncDir(dir)
 	}
 	return err
 }
 
-func syncDir(dir string) error {
+// SyncDir fsyncs a directory, so the entries made in it survive a crash.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err
