@@ -17,9 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/engrams/engrams/api"
-	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/guestapi"
-	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/api/apiv1"
 )
 
 // doc is the part of an OpenAPI document the tests look at.
@@ -71,7 +69,7 @@ func load(t *testing.T) doc {
 // a route added there without a matching operation here fails the test.
 func sourceRoutes(t *testing.T) map[string]string {
 	t.Helper()
-	dir := filepath.Join("..", "internal", "api", "apiv1")
+	dir := "apiv1"
 	fset := token.NewFileSet()
 	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil {
@@ -290,7 +288,30 @@ func TestSpecialStreams(t *testing.T) {
 func TestSchemasMatchTypes(t *testing.T) {
 	t.Parallel()
 	d := load(t)
-	types := map[string]reflect.Type{
+	types := schemaTypes()
+	enums := map[string]bool{"SessionState": true}
+	byType := map[reflect.Type]string{}
+	for name, typ := range types {
+		byType[typ] = name
+	}
+	for name := range d.Components.Schemas {
+		if types[name] == nil && !enums[name] {
+			t.Errorf("schema %s maps to no Go type; add it to this test", name)
+		}
+	}
+	for name, typ := range types {
+		s, ok := d.Components.Schemas[name]
+		if !ok {
+			t.Errorf("no schema %s for %v", name, typ)
+			continue
+		}
+		checkSchema(t, name, s, typ, byType, enums)
+	}
+}
+
+// schemaTypes maps each component schema to the Go type it describes.
+func schemaTypes() map[string]reflect.Type {
+	return map[string]reflect.Type{
 		"Error":                reflect.TypeFor[apiv1.Error](),
 		"Version":              reflect.TypeFor[apiv1.Version](),
 		"SessionSpec":          reflect.TypeFor[apiv1.SessionSpec](),
@@ -313,12 +334,12 @@ func TestSchemasMatchTypes(t *testing.T) {
 		"Token":                reflect.TypeFor[apiv1.Token](),
 		"CreateTokenResponse":  reflect.TypeFor[apiv1.CreateTokenResponse](),
 		"TokenList":            reflect.TypeFor[apiv1.TokenList](),
-		"Facts":                reflect.TypeFor[hostlink.Facts](),
-		"BackendFacts":         reflect.TypeFor[hostlink.BackendFacts](),
-		"Capacity":             reflect.TypeFor[hostlink.Capacity](),
-		"FileInfo":             reflect.TypeFor[guestapi.FileInfo](),
-		"ExecStart":            reflect.TypeFor[guestapi.ExecStart](),
-		"Control":              reflect.TypeFor[guestapi.Control](),
+		"Facts":                reflect.TypeFor[apiv1.HostFacts](),
+		"BackendFacts":         reflect.TypeFor[apiv1.BackendFacts](),
+		"Capacity":             reflect.TypeFor[apiv1.Capacity](),
+		"FileInfo":             reflect.TypeFor[apiv1.FileInfo](),
+		"ExecStart":            reflect.TypeFor[apiv1.ExecStart](),
+		"Control":              reflect.TypeFor[apiv1.ExecControl](),
 		"EnableImageRequest":   reflect.TypeFor[apiv1.EnableImageRequest](),
 		"RegistryAuth":         reflect.TypeFor[apiv1.RegistryAuth](),
 		"Image":                reflect.TypeFor[apiv1.Image](),
@@ -360,45 +381,34 @@ func TestSchemasMatchTypes(t *testing.T) {
 		"ReceiptSkill":         reflect.TypeFor[apiv1.ReceiptSkill](),
 		"ReceiptApp":           reflect.TypeFor[apiv1.ReceiptApp](),
 	}
-	enums := map[string]bool{"SessionState": true}
-	byType := map[reflect.Type]string{}
-	for name, typ := range types {
-		byType[typ] = name
+}
+
+// checkSchema compares schema s (named name) with the JSON fields of typ:
+// the same properties, required ones among them, each of the right type.
+func checkSchema(t *testing.T, name string, s schema, typ reflect.Type, byType map[reflect.Type]string, enums map[string]bool) {
+	t.Helper()
+	fields := jsonFields(typ)
+	var got, want []string
+	for p := range s.Properties {
+		got = append(got, p)
 	}
-	for name := range d.Components.Schemas {
-		if types[name] == nil && !enums[name] {
-			t.Errorf("schema %s maps to no Go type; add it to this test", name)
+	for f := range fields {
+		want = append(want, f)
+	}
+	sort.Strings(got)
+	sort.Strings(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("schema %s properties = %v, Go %v fields = %v", name, got, typ, want)
+		return
+	}
+	for _, r := range s.Required {
+		if _, ok := s.Properties[r]; !ok {
+			t.Errorf("schema %s requires unknown property %s", name, r)
 		}
 	}
-	for name, typ := range types {
-		s, ok := d.Components.Schemas[name]
-		if !ok {
-			t.Errorf("no schema %s for %v", name, typ)
-			continue
-		}
-		fields := jsonFields(typ)
-		var got, want []string
-		for p := range s.Properties {
-			got = append(got, p)
-		}
-		for f := range fields {
-			want = append(want, f)
-		}
-		sort.Strings(got)
-		sort.Strings(want)
-		if !slices.Equal(got, want) {
-			t.Errorf("schema %s properties = %v, Go %v fields = %v", name, got, typ, want)
-			continue
-		}
-		for _, r := range s.Required {
-			if _, ok := s.Properties[r]; !ok {
-				t.Errorf("schema %s requires unknown property %s", name, r)
-			}
-		}
-		for p, ps := range s.Properties {
-			if msg := checkType(ps, fields[p].Type, byType, enums); msg != "" {
-				t.Errorf("schema %s.%s: %s", name, p, msg)
-			}
+	for p, ps := range s.Properties {
+		if msg := checkType(ps, fields[p].Type, byType, enums); msg != "" {
+			t.Errorf("schema %s.%s: %s", name, p, msg)
 		}
 	}
 }

@@ -18,7 +18,7 @@ import (
 	"github.com/mdlayher/vsock"
 
 	"github.com/engrams/engrams/internal/guest"
-	"github.com/engrams/engrams/internal/harness"
+	"github.com/engrams/engrams/internal/guestapi"
 )
 
 func main() { os.Exit(run(os.Args[1:])) }
@@ -50,7 +50,7 @@ func parseFlags(args []string) (options, error) {
 	fs.Var(multiFlag{&o.env}, "env", "K=V added to the base environment of commands (repeatable)")
 	fs.StringVar(&o.logFile, "log-file", "", "append logs to this file (default stderr)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&o.harnessDir, "harness-dir", envOr("ENGRAMS_HARNESS_DIR", harness.MountPoint), "where the harness bundle is mounted (default $ENGRAMS_HARNESS_DIR, else "+harness.MountPoint+")")
+	fs.StringVar(&o.harnessDir, "harness-dir", envOr("ENGRAMS_HARNESS_DIR", guestapi.HarnessMountPoint), "where the harness bundle is mounted (default $ENGRAMS_HARNESS_DIR, else "+guestapi.HarnessMountPoint+")")
 	fs.StringVar(&o.harnessHome, "harness-home", "", "HOME of harness processes, on the snapshotted disk (default STATE-DIR/harness-home)")
 	fs.StringVar(&o.gatewayAddr, "gateway-addr", envOr("ENGRAMS_GATEWAY_ADDR", guest.DefaultGatewayAddr), "loopback TCP address of the model gateway listener (port 0 picks one)")
 	if err := fs.Parse(args); err != nil {

@@ -10,8 +10,8 @@ import (
 
 	"github.com/engrams/engrams/internal/blob"
 	"github.com/engrams/engrams/internal/chunk"
-	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/harness"
+	"github.com/engrams/engrams/internal/harnessreg"
 )
 
 // harnessFlags say where harness builds fetch npm packages from and keep
@@ -34,14 +34,14 @@ func defaultHarnessCache(workDir string) string {
 	return filepath.Join(workDir, "npm-cache")
 }
 
-// open builds what a coordinator needs to build harness bundles and sets
-// its work dir in co; nothing (harnesses cannot be registered) when bs is
+// open builds what the harness registry needs to build bundles and sets
+// its work dir in reg; nothing (harnesses cannot be registered) when bs is
 // nil.
-func (f *harnessFlags) open(bs blob.Store, co *coordinator.Config, log *slog.Logger) (coordinator.HarnessBuilder, coordinator.ChunkPutter, func(), error) {
+func (f *harnessFlags) open(bs blob.Store, reg *harnessreg.Config, log *slog.Logger) (harnessreg.HarnessBuilder, harnessreg.ChunkPutter, func(), error) {
 	if bs == nil {
 		return nil, nil, func() {}, nil
 	}
-	co.HarnessWorkDir = filepath.Join(f.workDir, "trees")
+	reg.WorkDir = filepath.Join(f.workDir, "trees")
 	b, err := harness.New(harness.Config{OutDir: filepath.Join(f.workDir, "bundles"), WorkDir: filepath.Join(f.workDir, "stage"),
 		CacheDir: f.cacheDir, Registry: f.registry}, harness.Deps{Logger: log})
 	if err != nil {

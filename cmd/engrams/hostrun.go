@@ -8,13 +8,13 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/host"
-	"github.com/engrams/engrams/internal/hostlink"
 )
 
 type hostFlags struct {
 	coordinator, token, tokenFile, name, dataDir, backend, logLevel string
-	capacity                                                        hostlink.Capacity
+	capacity                                                        domain.Capacity
 	blobs                                                           blobFlags
 	cacheMiB                                                        int64
 }

@@ -9,14 +9,15 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/engrams/engrams/internal/blob"
-	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/image"
+	"github.com/engrams/engrams/internal/imagejobs"
 	"github.com/engrams/engrams/internal/secret"
+	"github.com/engrams/engrams/internal/secrets"
 )
 
 // imageMaterializer builds what a coordinator needs to enable images; it
 // returns nil (images cannot be enabled) when bs is nil.
-func imageMaterializer(bs blob.Store, workDir string, log *slog.Logger) (coordinator.Materializer, func(), error) {
+func imageMaterializer(bs blob.Store, workDir string, log *slog.Logger) (imagejobs.Materializer, func(), error) {
 	if bs == nil {
 		return nil, func() {}, nil
 	}
@@ -30,7 +31,7 @@ func imageMaterializer(bs blob.Store, workDir string, log *slog.Logger) (coordin
 // secrets opens the key that seals registry credentials; no path means
 // none is kept. create allows making the file on first use (one replica);
 // replicas sharing a database must share one key, so they only load it.
-func secrets(path string, create bool) (coordinator.Sealer, error) {
+func secretsKey(path string, create bool) (secrets.Sealer, error) {
 	if path == "" {
 		return nil, nil
 	}

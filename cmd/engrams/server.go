@@ -134,13 +134,13 @@ func newServer(cfg server.Config, p serverParts, log *slog.Logger) (srv *server.
 	if err != nil {
 		return nil, nil, err
 	}
-	hb, hc, closeHarnesses, err := p.harnesses.open(p.blobs, &cfg.Coordinator, log.With("component", "harnesses"))
+	hb, hc, closeHarnesses, err := p.harnesses.open(p.blobs, &cfg.Harnesses, log.With("component", "harnesses"))
 	if err != nil {
 		closeImages()
 		return nil, nil, err
 	}
 	closeAll = func() { closeHarnesses(); closeImages() }
-	sealer, err := secrets(p.keyFile, p.createKey)
+	sealer, err := secretsKey(p.keyFile, p.createKey)
 	if err == nil {
 		srv, err = server.New(cfg, server.Deps{Store: p.store, Logger: p.log, Images: images, Secrets: sealer, HarnessBuilder: hb, HarnessChunks: hc})
 	}

@@ -7,9 +7,9 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/coordinator"
-	"github.com/engrams/engrams/internal/store"
+	"github.com/engrams/engrams/internal/domain"
 )
 
 // TokenPrefix starts every secret engrams mints, so leaked ones are easy to scan for.
@@ -24,17 +24,17 @@ func NewSecret() (secret, prefix string) {
 }
 
 // auth admits requests that carry a valid user token.
-func (s *Server) auth(next http.HandlerFunc) http.Handler {
+func (s *hostsRouter) auth(next http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := r.Header.Get("Authorization")
 		secret, ok := strings.CutPrefix(h, "Bearer ")
 		if !ok || secret == "" {
-			writeError(w, http.StatusUnauthorized, "unauthorized", "missing bearer token: send Authorization: Bearer <token> (create one with `engrams token create`)")
+			writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthorized, "missing bearer token: send Authorization: Bearer <token> (create one with `engrams token create`)")
 			return
 		}
 		t, err := s.st.TokenByHash(r.Context(), coordinator.HashToken(secret))
-		if errors.Is(err, store.ErrNotFound) || (err == nil && t.Kind != store.TokenUser) {
-			writeError(w, http.StatusUnauthorized, "unauthorized", "token is not valid or was revoked")
+		if errors.Is(err, domain.ErrNotFound) || (err == nil && t.Kind != domain.TokenUser) {
+			writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthorized, "token is not valid or was revoked")
 			return
 		}
 		if err != nil {
@@ -45,17 +45,17 @@ func (s *Server) auth(next http.HandlerFunc) http.Handler {
 	})
 }
 
-func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
+func (s *hostsRouter) createToken(w http.ResponseWriter, r *http.Request) {
 	var req apiv1.CreateTokenRequest
 	if !s.decode(w, r, &req) {
 		return
 	}
 	if msg := checkName(req.Name); msg != "" {
-		writeError(w, http.StatusBadRequest, "bad_request", "token "+msg)
+		writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "token "+msg)
 		return
 	}
 	secret, prefix := NewSecret()
-	t := store.Token{ID: s.newID(), Name: req.Name, Kind: store.TokenUser, Prefix: prefix, Hash: coordinator.HashToken(secret), CreatedAt: s.now()}
+	t := domain.Token{ID: s.newID(), Name: req.Name, Kind: domain.TokenUser, Prefix: prefix, Hash: coordinator.HashToken(secret), CreatedAt: s.now()}
 	if err := s.st.CreateToken(r.Context(), t); err != nil {
 		s.fail(w, r, err)
 		return
@@ -63,7 +63,7 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, apiv1.CreateTokenResponse{Token: tokenOut(t), Secret: secret})
 }
 
-func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) {
+func (s *hostsRouter) listTokens(w http.ResponseWriter, r *http.Request) {
 	ts, err := s.st.ListTokens(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
@@ -79,7 +79,7 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) {
+func (s *hostsRouter) revokeToken(w http.ResponseWriter, r *http.Request) {
 	if err := s.st.RevokeToken(r.Context(), r.PathValue("id"), s.now()); err != nil {
 		s.fail(w, r, err)
 		return
@@ -87,8 +87,8 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func tokenOut(t store.Token) apiv1.Token {
-	return apiv1.Token{ID: t.ID, Name: t.Name, Kind: string(t.Kind), HostID: t.HostID, Prefix: t.Prefix, CreatedAt: t.CreatedAt, LastUsedAt: t.LastUsedAt}
+func tokenOut(t domain.Token) apiv1.Token {
+	return apiv1.Token{ID: t.ID, Name: t.Name, Kind: string(t.Kind), HostID: string(t.HostID), Prefix: t.Prefix, CreatedAt: t.CreatedAt, LastUsedAt: t.LastUsedAt}
 }
 
 // checkName returns what is wrong with a host or token name, or "".

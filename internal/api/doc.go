@@ -1,4 +1,4 @@
-// Package api serves the public REST API (JSON, SSE event streams, and
-// WebSockets for exec): authentication, input checks, and the mapping of
-// coordinator and store results to HTTP. Wire types live in api/apiv1.
+// Package api serves the public REST API (JSON, SSE, WebSockets for exec): authentication, input
+// checks, one router per resource over the small interface of its service, and the mapping of
+// results and error categories to HTTP. Wire types live in api/apiv1. Imported by internal/server.
 package api

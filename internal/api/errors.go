@@ -7,11 +7,10 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/hostlink"
-	"github.com/engrams/engrams/internal/store"
 )
 
 const guestAPIVersion = guestapi.Version
@@ -26,20 +25,20 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 	writeJSON(w, status, apiv1.Error{Error: msg, Code: code})
 }
 
-// fail maps an error from the coordinator or store to a status and code.
-func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
-	status, code := http.StatusInternalServerError, "internal"
+// fail maps an error of a service (its domain category) to a status and code.
+func (s *base) fail(w http.ResponseWriter, r *http.Request, err error) {
+	status, code := http.StatusInternalServerError, apiv1.CodeInternal
 	switch {
-	case errors.Is(err, store.ErrNotFound):
-		status, code = http.StatusNotFound, "not_found"
-	case errors.Is(err, coordinator.ErrInvalid):
-		status, code = http.StatusBadRequest, "bad_request"
-	case errors.Is(err, coordinator.ErrNotActive), errors.Is(err, store.ErrConflict), errors.Is(err, coordinator.ErrBusy):
-		status, code = http.StatusConflict, "conflict"
+	case errors.Is(err, domain.ErrNotFound):
+		status, code = http.StatusNotFound, apiv1.CodeNotFound
+	case errors.Is(err, domain.ErrInvalid):
+		status, code = http.StatusBadRequest, apiv1.CodeBadRequest
+	case errors.Is(err, domain.ErrNotActive), errors.Is(err, domain.ErrConflict), errors.Is(err, domain.ErrBusy):
+		status, code = http.StatusConflict, apiv1.CodeConflict
 	case errors.Is(err, hostlink.ErrHostNotConnected):
-		status, code = http.StatusServiceUnavailable, "unavailable"
+		status, code = http.StatusServiceUnavailable, apiv1.CodeUnavailable
 	case errors.Is(err, context.DeadlineExceeded):
-		status, code = http.StatusGatewayTimeout, "timeout"
+		status, code = http.StatusGatewayTimeout, apiv1.CodeTimeout
 	case errors.Is(err, context.Canceled):
 		return // the client went away
 	}

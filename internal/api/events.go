@@ -8,8 +8,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/lifecycle"
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/domain"
 )
 
 const eventPage = 500
@@ -18,11 +19,11 @@ const eventPage = 500
 // id is the log index, so a client resumes with Last-Event-ID. With
 // follow (the default) the stream stays open until the session is
 // terminal and every event was sent.
-func (s *Server) events(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+func (s *sessionsRouter) events(w http.ResponseWriter, r *http.Request) {
+	id := pathSession(r)
 	after, err := afterSeq(r)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, err.Error())
 		return
 	}
 	sess, err := s.st.GetSession(r.Context(), id)
@@ -31,11 +32,11 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	follow := r.URL.Query().Get("follow") != "false"
-	if follow && sess.State == lifecycle.Idle {
+	if follow && sess.State == domain.SessionIdle {
 		// Subscribing to a session's live events resumes it.
 		go func() { _, _ = s.co.Resume(context.WithoutCancel(r.Context()), id) }()
 	}
-	s.serveSSE(w, r, "session:"+id, after, follow, func(ctx context.Context, after int64) ([]sseEvent, error) {
+	s.serveSSE(w, r, s.st.Subscribe(r.Context(), coordinator.SessionTopic(id)), after, follow, func(ctx context.Context, after int64) ([]sseEvent, error) {
 		evs, err := s.st.ListEvents(ctx, id, after, eventPage)
 		out := make([]sseEvent, len(evs))
 		for i, e := range evs {
@@ -57,12 +58,11 @@ type sseEvent struct {
 
 // serveSSE streams pages of events after a seq as server-sent events (the
 // event id is the seq, so a client resumes with Last-Event-ID). With follow
-// it waits for more (woken by topic, or a poll each second, with a comment
+// it waits for more (woken by sub, or a poll each second, with a comment
 // every 15 s to keep proxies from closing the stream) until the client
 // leaves or finished says the log is complete.
-func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, topic string, after int64, follow bool,
+func (s *base) serveSSE(w http.ResponseWriter, r *http.Request, sub <-chan struct{}, after int64, follow bool,
 	page func(ctx context.Context, after int64) ([]sseEvent, error), finished func(ctx context.Context, after int64) bool) {
-	sub := s.st.Subscribe(r.Context(), topic)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)

@@ -1,23 +1,47 @@
 package api
 
 import (
+	"context"
 	"errors"
+	"io"
 	"net/http"
 	"strings"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/harness"
+	"github.com/engrams/engrams/internal/harnessreg"
 )
+
+// HarnessService builds, registers and shows harness bundles
+// (harnessreg.Registry).
+type HarnessService interface {
+	BuildHarness(ctx context.Context, req harnessreg.BuildHarnessRequest) (harnessreg.HarnessView, error)
+	AddHarness(ctx context.Context, tarball io.Reader) (harnessreg.HarnessView, error)
+	Harnesses(ctx context.Context) ([]harnessreg.HarnessView, error)
+	Harness(ctx context.Context, name, version string) (harnessreg.HarnessView, error)
+}
+
+// harnessesRouter serves the harness registry.
+type harnessesRouter struct {
+	*base
+	co HarnessService
+}
+
+func (s *harnessesRouter) route(h func(string, http.HandlerFunc)) {
+	h(apiv1.RouteBuildHarness, s.buildHarness)
+	h(apiv1.RouteAddHarness, s.addHarness)
+	h(apiv1.RouteListHarnesses, s.listHarnesses)
+	h(apiv1.RouteGetHarness, s.getHarness)
+}
 
 // buildHarness builds a built-in harness; the answer may take minutes (a
 // first build downloads the npm packages).
-func (s *Server) buildHarness(w http.ResponseWriter, r *http.Request) {
+func (s *harnessesRouter) buildHarness(w http.ResponseWriter, r *http.Request) {
 	var req apiv1.BuildHarnessRequest
 	if !s.decode(w, r, &req) {
 		return
 	}
-	v, err := s.co.BuildHarness(r.Context(), coordinator.BuildHarnessRequest{Name: req.Name, Version: req.Version, Libc: req.Libc})
+	v, err := s.co.BuildHarness(r.Context(), harnessreg.BuildHarnessRequest{Name: req.Name, Version: req.Version, Libc: req.Libc})
 	if err != nil {
 		s.failHarness(w, r, err)
 		return
@@ -26,9 +50,9 @@ func (s *Server) buildHarness(w http.ResponseWriter, r *http.Request) {
 }
 
 // addHarness registers a custom harness from a tar or tar.gz body.
-func (s *Server) addHarness(w http.ResponseWriter, r *http.Request) {
+func (s *harnessesRouter) addHarness(w http.ResponseWriter, r *http.Request) {
 	if ct := r.Header.Get("Content-Type"); strings.HasPrefix(ct, "application/json") {
-		writeError(w, http.StatusBadRequest, "bad_request",
+		writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest,
 			"send a tar (or tar.gz) of the harness's directory, harness.json at its root; to build a built-in harness, POST "+
 				strings.TrimPrefix(apiv1.RouteBuildHarness, "POST "))
 		return
@@ -37,7 +61,7 @@ func (s *Server) addHarness(w http.ResponseWriter, r *http.Request) {
 	v, err := s.co.AddHarness(r.Context(), body)
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
-		writeError(w, http.StatusRequestEntityTooLarge, "too_large", "the upload is over "+itoa(s.cfg.MaxFileBytes)+" bytes")
+		writeError(w, http.StatusRequestEntityTooLarge, apiv1.CodeTooLarge, "the upload is over "+itoa(s.cfg.MaxFileBytes)+" bytes")
 		return
 	}
 	if err != nil {
@@ -48,15 +72,15 @@ func (s *Server) addHarness(w http.ResponseWriter, r *http.Request) {
 }
 
 // failHarness is fail, with an unreachable npm registry a 503.
-func (s *Server) failHarness(w http.ResponseWriter, r *http.Request, err error) {
+func (s *harnessesRouter) failHarness(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, harness.ErrRegistry) {
-		writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
+		writeError(w, http.StatusServiceUnavailable, apiv1.CodeUnavailable, err.Error())
 		return
 	}
 	s.fail(w, r, err)
 }
 
-func (s *Server) listHarnesses(w http.ResponseWriter, r *http.Request) {
+func (s *harnessesRouter) listHarnesses(w http.ResponseWriter, r *http.Request) {
 	vs, err := s.co.Harnesses(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
@@ -69,7 +93,7 @@ func (s *Server) listHarnesses(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) getHarness(w http.ResponseWriter, r *http.Request) {
+func (s *harnessesRouter) getHarness(w http.ResponseWriter, r *http.Request) {
 	v, err := s.co.Harness(r.Context(), r.PathValue("name"), r.URL.Query().Get("version"))
 	if err != nil {
 		s.fail(w, r, err)
@@ -78,7 +102,7 @@ func (s *Server) getHarness(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, harnessOut(v))
 }
 
-func harnessOut(v coordinator.HarnessView) apiv1.Harness {
+func harnessOut(v harnessreg.HarnessView) apiv1.Harness {
 	d, h := v.Descriptor, v.Harness
 	out := apiv1.Harness{
 		ID: h.ID, Name: h.Name, Version: h.Version, Protocol: d.Protocol, Entrypoint: orEmpty(d.Entrypoint),

@@ -21,9 +21,11 @@ import (
 	"github.com/engrams/engrams/internal/api"
 	"github.com/engrams/engrams/internal/blob/localdir"
 	"github.com/engrams/engrams/internal/chunk"
-	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/harness"
+	"github.com/engrams/engrams/internal/harnessreg"
 	"github.com/engrams/engrams/internal/secret"
+	"github.com/engrams/engrams/internal/server"
 	"github.com/engrams/engrams/internal/store"
 	"github.com/engrams/engrams/internal/store/sqlite"
 	"github.com/engrams/engrams/internal/testutil"
@@ -49,7 +51,7 @@ func (b *lockedBuffer) String() string {
 
 type noHosts struct{}
 
-func (noHosts) Transport(context.Context, string) (http.RoundTripper, error) {
+func (noHosts) Transport(context.Context, domain.HostID) (http.RoundTripper, error) {
 	return nil, context.Canceled
 }
 
@@ -58,7 +60,7 @@ func (noHosts) Transport(context.Context, string) (http.RoundTripper, error) {
 // store; both log into logs.
 type agentAPI struct {
 	h    http.Handler
-	co   *coordinator.Coordinator
+	p    *server.Parts
 	st   store.Store
 	logs *lockedBuffer
 }
@@ -83,7 +85,7 @@ func newAgentAPI(t *testing.T, o agentOpts) *agentAPI {
 	}
 	logs := &lockedBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	deps := coordinator.Deps{Store: st, Hosts: noHosts{}, Secrets: sealer, Logger: log}
+	deps := server.Deps{Store: st, Secrets: sealer, Logger: log}
 	if o.builder {
 		if _, err := exec.LookPath("mkfs.erofs"); err != nil {
 			testutil.SkipOrFail(t, "mkfs.erofs not found (scripts/install-deps.sh installs erofs-utils): %v", err)
@@ -103,12 +105,14 @@ func newAgentAPI(t *testing.T, o agentOpts) *agentAPI {
 		t.Cleanup(cs.Close)
 		deps.HarnessBuilder, deps.HarnessChunks = b, cs
 	}
-	co, err := coordinator.New(coordinator.Config{ReplicaID: "r1", HarnessWorkDir: t.TempDir()}, deps)
+	p, err := server.Assemble(server.Config{ReplicaID: "r1", Harnesses: harnessreg.Config{WorkDir: t.TempDir()}}, deps, noHosts{}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := api.New(api.Config{MaxFileBytes: o.maxFileBytes}, api.Deps{Coordinator: co, Store: fakeStore{}, Logger: log})
-	return &agentAPI{h: h, co: co, st: st, logs: logs}
+	ad := p.APIDeps(st, log)
+	ad.Fleet = fakeStore{}
+	h := api.New(api.Config{MaxFileBytes: o.maxFileBytes}, ad)
+	return &agentAPI{h: h, p: p, st: st, logs: logs}
 }
 
 func (a *agentAPI) do(method, target, contentType string, body io.Reader) *httptest.ResponseRecorder {

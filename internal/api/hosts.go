@@ -1,15 +1,45 @@
 package api
 
 import (
-	"encoding/json"
+	"context"
 	"net/http"
+	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/coordinator"
-	"github.com/engrams/engrams/internal/store"
+	"github.com/engrams/engrams/internal/domain"
 )
 
-func (s *Server) listHosts(w http.ResponseWriter, r *http.Request) {
+// FleetStore keeps hosts and tokens (the store satisfies it).
+type FleetStore interface {
+	GetHost(ctx context.Context, id domain.HostID) (domain.Host, error)
+	ListHosts(ctx context.Context) ([]domain.Host, error)
+	SetHostState(ctx context.Context, id domain.HostID, state domain.HostState) error
+	CreateHost(ctx context.Context, h domain.Host, tok domain.Token) error
+	CreateToken(ctx context.Context, t domain.Token) error
+	TokenByHash(ctx context.Context, hash string) (domain.Token, error)
+	ListTokens(ctx context.Context) ([]domain.Token, error)
+	RevokeToken(ctx context.Context, id string, at time.Time) error
+}
+
+// hostsRouter serves the fleet: hosts, their tokens and the users' API
+// tokens, and authenticates every request.
+type hostsRouter struct {
+	*base
+	st FleetStore
+}
+
+func (s *hostsRouter) route(h func(string, http.HandlerFunc)) {
+	h(apiv1.RouteListHosts, s.listHosts)
+	h(apiv1.RouteGetHost, s.getHost)
+	h(apiv1.RouteDrainHost, s.drainHost)
+	h(apiv1.RouteCreateHost, s.createHost)
+	h(apiv1.RouteCreateToken, s.createToken)
+	h(apiv1.RouteListTokens, s.listTokens)
+	h(apiv1.RouteRevokeToken, s.revokeToken)
+}
+
+func (s *hostsRouter) listHosts(w http.ResponseWriter, r *http.Request) {
 	hs, err := s.st.ListHosts(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
@@ -22,8 +52,8 @@ func (s *Server) listHosts(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) getHost(w http.ResponseWriter, r *http.Request) {
-	h, err := s.st.GetHost(r.Context(), r.PathValue("id"))
+func (s *hostsRouter) getHost(w http.ResponseWriter, r *http.Request) {
+	h, err := s.st.GetHost(r.Context(), domain.HostID(r.PathValue("id")))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -31,28 +61,28 @@ func (s *Server) getHost(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, hostOut(h))
 }
 
-func (s *Server) drainHost(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if err := s.st.SetHostState(r.Context(), id, store.HostDraining); err != nil {
+func (s *hostsRouter) drainHost(w http.ResponseWriter, r *http.Request) {
+	id := domain.HostID(r.PathValue("id"))
+	if err := s.st.SetHostState(r.Context(), id, domain.HostDraining); err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	s.getHost(w, r)
 }
 
-func (s *Server) createHost(w http.ResponseWriter, r *http.Request) {
+func (s *hostsRouter) createHost(w http.ResponseWriter, r *http.Request) {
 	var req apiv1.CreateHostRequest
 	if !s.decode(w, r, &req) {
 		return
 	}
 	if msg := checkName(req.Name); msg != "" {
-		writeError(w, http.StatusBadRequest, "bad_request", "host "+msg)
+		writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "host "+msg)
 		return
 	}
 	secret, prefix := NewSecret()
 	now := s.now()
-	h := store.Host{ID: s.newID(), Name: req.Name, State: store.HostNew, CreatedAt: now}
-	t := store.Token{ID: s.newID(), Name: "host " + req.Name, Kind: store.TokenHost, HostID: h.ID, Prefix: prefix, Hash: coordinator.HashToken(secret), CreatedAt: now}
+	h := domain.Host{ID: domain.HostID(s.newID()), Name: req.Name, State: domain.HostNew, CreatedAt: now}
+	t := domain.Token{ID: s.newID(), Name: "host " + req.Name, Kind: domain.TokenHost, HostID: h.ID, Prefix: prefix, Hash: coordinator.HashToken(secret), CreatedAt: now}
 	if err := s.st.CreateHost(r.Context(), h, t); err != nil {
 		s.fail(w, r, err)
 		return
@@ -60,13 +90,7 @@ func (s *Server) createHost(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, apiv1.CreateHostResponse{Host: hostOut(h), Token: secret})
 }
 
-func hostOut(h store.Host) apiv1.Host {
-	out := apiv1.Host{ID: h.ID, Name: h.Name, State: string(h.State), ReplicaID: h.ReplicaID, LastHeartbeat: h.LastHeartbeat, CreatedAt: h.CreatedAt}
-	if len(h.Facts) > 0 {
-		_ = json.Unmarshal(h.Facts, &out.Facts)
-	}
-	if len(h.Capacity) > 0 {
-		_ = json.Unmarshal(h.Capacity, &out.Capacity)
-	}
-	return out
+func hostOut(h domain.Host) apiv1.Host {
+	return apiv1.Host{ID: string(h.ID), Name: h.Name, State: string(h.State), Facts: *hostFactsOut(&h.Facts), Capacity: capacityOut(h.Capacity),
+		ReplicaID: h.ReplicaID, LastHeartbeat: h.LastHeartbeat, CreatedAt: h.CreatedAt}
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,16 +10,43 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/coordinator"
-	"github.com/engrams/engrams/internal/store"
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/imagejobs"
 )
+
+// ImageService enables and shows images (imagejobs.Images).
+type ImageService interface {
+	EnableImage(ctx context.Context, req imagejobs.EnableImageRequest) (imagejobs.ImageView, domain.ImageJob, error)
+	RefreshImage(ctx context.Context, nameOrID string) (imagejobs.ImageView, domain.ImageJob, error)
+	DisableImage(ctx context.Context, nameOrID string) (imagejobs.ImageView, error)
+	Image(ctx context.Context, nameOrID string) (imagejobs.ImageView, error)
+	Images(ctx context.Context, all bool) ([]imagejobs.ImageView, error)
+	ImageJobs(ctx context.Context, nameOrID string) ([]domain.ImageJob, error)
+	ImageJob(ctx context.Context, id string) (domain.ImageJob, error)
+}
+
+// imagesRouter serves images and their enable jobs.
+type imagesRouter struct {
+	*base
+	co ImageService
+}
+
+func (s *imagesRouter) route(h func(string, http.HandlerFunc)) {
+	h(apiv1.RouteEnableImage, s.enableImage)
+	h(apiv1.RouteListImages, s.listImages)
+	h(apiv1.RouteGetImage, s.getImage)
+	h(apiv1.RouteDisableImage, s.disableImage)
+	h(apiv1.RouteRefreshImage, s.refreshImage)
+	h(apiv1.RouteImageJobs, s.listImageJobs)
+	h(apiv1.RouteGetImageJob, s.getImageJob)
+}
 
 // enableImage answers 202 with the image and its job, or 200 when the job
 // is already ready (the image was enabled before). The request's
 // credentials go to the coordinator only: they are never logged, and a
 // malformed body is described without quoting any of its values.
-func (s *Server) enableImage(w http.ResponseWriter, r *http.Request) {
+func (s *imagesRouter) enableImage(w http.ResponseWriter, r *http.Request) {
 	var req apiv1.EnableImageRequest
 	if !s.decodeWith(w, r, &req, describeRedacted) {
 		return
@@ -29,24 +57,24 @@ func (s *Server) enableImage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	status := http.StatusAccepted
-	if job.State == store.JobReady {
+	if job.State == domain.JobReady {
 		status = http.StatusOK
 	}
 	writeJSON(w, status, apiv1.ImageJobResponse{Image: imageOut(v), Job: imageJobOut(job)})
 }
 
 // enableRequest converts the wire request to the coordinator's.
-func enableRequest(req apiv1.EnableImageRequest) coordinator.EnableImageRequest {
-	out := coordinator.EnableImageRequest{
+func enableRequest(req apiv1.EnableImageRequest) imagejobs.EnableImageRequest {
+	out := imagejobs.EnableImageRequest{
 		Ref:  req.Ref,
 		Name: req.Name,
-		Config: coordinator.ImageConfig{
+		Config: imagejobs.ImageConfig{
 			Env: req.Env, MemoryMiB: req.MemoryMiB, VCPUs: req.VCPUs, DiskGiB: req.DiskGiB, Workdir: req.Workdir,
 			Warmup: req.Warmup, WarmupTimeoutS: req.WarmupTimeoutS, WarmupStallS: req.WarmupStallS,
 		},
 	}
 	if c := req.Credentials; c != nil {
-		out.Auth = &coordinator.RegistryAuth{Username: c.Username, Password: c.Password, Token: c.Token}
+		out.Auth = &imagejobs.RegistryAuth{Username: c.Username, Password: c.Password, Token: c.Token}
 	}
 	return out
 }
@@ -87,12 +115,12 @@ func jsonKind(goType string) string {
 	return goType
 }
 
-func (s *Server) listImages(w http.ResponseWriter, r *http.Request) {
+func (s *imagesRouter) listImages(w http.ResponseWriter, r *http.Request) {
 	all := false
 	if v := r.URL.Query().Get("all"); v != "" {
 		var err error
 		if all, err = strconv.ParseBool(v); err != nil {
-			writeError(w, http.StatusBadRequest, "bad_request", "all="+strconv.Quote(v)+": want true or false")
+			writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "all="+strconv.Quote(v)+": want true or false")
 			return
 		}
 	}
@@ -108,7 +136,7 @@ func (s *Server) listImages(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) getImage(w http.ResponseWriter, r *http.Request) {
+func (s *imagesRouter) getImage(w http.ResponseWriter, r *http.Request) {
 	v, err := s.co.Image(r.Context(), r.PathValue("name"))
 	if err != nil {
 		s.fail(w, r, err)
@@ -117,7 +145,7 @@ func (s *Server) getImage(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, imageOut(v))
 }
 
-func (s *Server) disableImage(w http.ResponseWriter, r *http.Request) {
+func (s *imagesRouter) disableImage(w http.ResponseWriter, r *http.Request) {
 	v, err := s.co.DisableImage(r.Context(), r.PathValue("name"))
 	if err != nil {
 		s.fail(w, r, err)
@@ -126,7 +154,7 @@ func (s *Server) disableImage(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, imageOut(v))
 }
 
-func (s *Server) refreshImage(w http.ResponseWriter, r *http.Request) {
+func (s *imagesRouter) refreshImage(w http.ResponseWriter, r *http.Request) {
 	v, job, err := s.co.RefreshImage(r.Context(), r.PathValue("name"))
 	if err != nil {
 		s.fail(w, r, err)
@@ -135,7 +163,7 @@ func (s *Server) refreshImage(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, apiv1.ImageJobResponse{Image: imageOut(v), Job: imageJobOut(job)})
 }
 
-func (s *Server) listImageJobs(w http.ResponseWriter, r *http.Request) {
+func (s *imagesRouter) listImageJobs(w http.ResponseWriter, r *http.Request) {
 	jobs, err := s.co.ImageJobs(r.Context(), r.PathValue("name"))
 	if err != nil {
 		s.fail(w, r, err)
@@ -148,7 +176,7 @@ func (s *Server) listImageJobs(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) getImageJob(w http.ResponseWriter, r *http.Request) {
+func (s *imagesRouter) getImageJob(w http.ResponseWriter, r *http.Request) {
 	job, err := s.co.ImageJob(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.fail(w, r, err)
@@ -158,7 +186,7 @@ func (s *Server) getImageJob(w http.ResponseWriter, r *http.Request) {
 }
 
 // imageOut shows an image; its credential only as "who@registry".
-func imageOut(v coordinator.ImageView) apiv1.Image {
+func imageOut(v imagejobs.ImageView) apiv1.Image {
 	img, cfg := v.Image, v.Config
 	out := apiv1.Image{
 		ID: img.ID, Name: img.Name, Ref: img.Ref, Digest: img.Digest, State: v.State,
@@ -167,7 +195,7 @@ func imageOut(v coordinator.ImageView) apiv1.Image {
 			Warmup: cfg.Warmup, WarmupTimeoutS: cfg.WarmupTimeoutS, WarmupStallS: cfg.WarmupStallS,
 			Libc: cfg.Libc, User: cfg.User, Entrypoint: cfg.Entrypoint,
 		},
-		Credentials: v.Credential, BaseSnapshotID: img.BaseID, Facts: v.Facts, ReadyHosts: v.ReadyHosts,
+		Credentials: v.Credential, BaseSnapshotID: img.BaseID, Facts: hostFactsOut(v.Facts), ReadyHosts: hostIDs(v.ReadyHosts),
 		CreatedAt: img.CreatedAt, UpdatedAt: img.UpdatedAt,
 	}
 	if v.LastJob != nil {
@@ -178,7 +206,7 @@ func imageOut(v coordinator.ImageView) apiv1.Image {
 }
 
 // imageJobOut shows a job; stage times that do not decode are left out.
-func imageJobOut(j store.ImageJob) apiv1.ImageJob {
+func imageJobOut(j domain.ImageJob) apiv1.ImageJob {
 	out := apiv1.ImageJob{
 		ID: j.ID, ImageID: j.ImageID, Kind: string(j.Kind), State: string(j.State), Stage: j.Stage,
 		BytesDone: j.BytesDone, BytesTotal: j.BytesTotal, Attempts: j.Attempts, Error: j.Error,
@@ -189,6 +217,18 @@ func imageJobOut(j store.ImageJob) apiv1.ImageJob {
 		if json.Unmarshal(j.Stages, &ms) == nil && len(ms) > 0 {
 			out.StagesMS = ms
 		}
+	}
+	return out
+}
+
+// hostIDs are ids as the wire shows them.
+func hostIDs(ids []domain.HostID) []string {
+	if ids == nil {
+		return nil
+	}
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = string(id)
 	}
 	return out
 }

@@ -13,10 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/api"
-	"github.com/engrams/engrams/internal/api/apiv1"
 	"github.com/engrams/engrams/internal/coordinator"
-	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/imagejobs"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -30,117 +31,115 @@ var t0 = time.Date(2026, 11, 30, 6, 0, 0, 0, time.UTC)
 
 // fakeStore admits testToken; the API's other store methods are not used
 // by image routes (the embedded nil interface panics if they are).
-type fakeStore struct{ api.Store }
+type fakeStore struct{ api.FleetStore }
 
-func (fakeStore) TokenByHash(_ context.Context, hash string) (store.Token, error) {
+func (fakeStore) TokenByHash(_ context.Context, hash string) (domain.Token, error) {
 	if hash == coordinator.HashToken(testToken) {
-		return store.Token{ID: "t1", Kind: store.TokenUser}, nil
+		return domain.Token{ID: "t1", Kind: domain.TokenUser}, nil
 	}
-	return store.Token{}, store.ErrNotFound
+	return domain.Token{}, store.ErrNotFound
 }
 
 // fakeImages is a coordinator holding image "web" (ready) with two jobs and
 // "old" (disabled). Only the image methods are implemented.
 type fakeImages struct {
-	api.Coordinator
-
 	mu        sync.Mutex
-	enabled   []coordinator.EnableImageRequest // requests received
-	enableJob store.ImageJob                   // job EnableImage answers with
-	err       error                            // every method fails with it when set
+	enabled   []imagejobs.EnableImageRequest // requests received
+	enableJob domain.ImageJob                // job EnableImage answers with
+	err       error                          // every method fails with it when set
 }
 
 func newFakeImages() *fakeImages {
-	return &fakeImages{enableJob: store.ImageJob{ID: "j9", ImageID: "i9", Kind: store.ImageJobEnable, State: store.JobPending, CreatedAt: t0}}
+	return &fakeImages{enableJob: domain.ImageJob{ID: "j9", ImageID: "i9", Kind: domain.ImageJobEnable, State: domain.JobPending, CreatedAt: t0}}
 }
 
-var webJobs = []store.ImageJob{
-	{ID: "j1", ImageID: "i1", Kind: store.ImageJobEnable, State: store.JobFailed, Error: "warm-up exited 1", OutputTail: "npm ERR!",
+var webJobs = []domain.ImageJob{
+	{ID: "j1", ImageID: "i1", Kind: domain.ImageJobEnable, State: domain.JobFailed, Error: "warm-up exited 1", OutputTail: "npm ERR!",
 		Attempts: 1, CreatedAt: t0, UpdatedAt: t0.Add(time.Minute)}, // no stage times
-	{ID: "j2", ImageID: "i1", Kind: store.ImageJobEnable, State: store.JobReady, Attempts: 1, CreatedAt: t0.Add(time.Hour),
+	{ID: "j2", ImageID: "i1", Kind: domain.ImageJobEnable, State: domain.JobReady, Attempts: 1, CreatedAt: t0.Add(time.Hour),
 		Stages: json.RawMessage(`{"pull":1500,"rootfs":800,"warmup":12000}`)},
-	{ID: "j3", ImageID: "i1", Kind: store.ImageJobRefresh, State: store.JobMaterializing, Stage: "pull",
+	{ID: "j3", ImageID: "i1", Kind: domain.ImageJobRefresh, State: domain.JobMaterializing, Stage: "pull",
 		BytesDone: 45, BytesTotal: 100, Stages: json.RawMessage(`not json`)},
 }
 
-func webView() coordinator.ImageView {
+func webView() imagejobs.ImageView {
 	last := webJobs[1]
-	return coordinator.ImageView{
-		Image: store.Image{ID: "i1", Name: "web", Ref: "registry.example.com/team/web:1.4", Digest: "sha256:abc",
-			State: store.ImageReady, CredentialID: "cred1", BaseID: "base1", CreatedAt: t0, UpdatedAt: t0},
-		Config:     coordinator.ImageConfig{MemoryMiB: 1024, VCPUs: 2, DiskGiB: 8, Warmup: "npm ci", WarmupTimeoutS: 600, WarmupStallS: 120, ImageEnv: []string{"PATH=/bin"}},
-		State:      coordinator.ImageReady,
+	return imagejobs.ImageView{
+		Image: domain.Image{ID: "i1", Name: "web", Ref: "registry.example.com/team/web:1.4", Digest: "sha256:abc",
+			State: domain.ImageReady, CredentialID: "cred1", BaseID: "base1", CreatedAt: t0, UpdatedAt: t0},
+		Config:     imagejobs.ImageConfig{MemoryMiB: 1024, VCPUs: 2, DiskGiB: 8, Warmup: "npm ci", WarmupTimeoutS: 600, WarmupStallS: 120, ImageEnv: []string{"PATH=/bin"}},
+		State:      imagejobs.ImageReady,
 		Credential: "alice@registry.example.com",
-		Facts:      &hostlink.Facts{Arch: "amd64"},
-		ReadyHosts: []string{"h1"},
+		Facts:      &domain.HostFacts{Arch: "amd64"},
+		ReadyHosts: []domain.HostID{"h1"},
 		LastJob:    &last,
 	}
 }
 
-func (f *fakeImages) EnableImage(_ context.Context, req coordinator.EnableImageRequest) (coordinator.ImageView, store.ImageJob, error) {
+func (f *fakeImages) EnableImage(_ context.Context, req imagejobs.EnableImageRequest) (imagejobs.ImageView, domain.ImageJob, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.enabled = append(f.enabled, req)
 	if f.err != nil {
-		return coordinator.ImageView{}, store.ImageJob{}, f.err
+		return imagejobs.ImageView{}, domain.ImageJob{}, f.err
 	}
-	v := coordinator.ImageView{Image: store.Image{ID: "i9", Name: req.Name, Ref: req.Ref, CredentialID: "c9"},
-		Config: req.Config, State: coordinator.ImagePending, Credential: "alice@registry.example.com"}
+	v := imagejobs.ImageView{Image: domain.Image{ID: "i9", Name: req.Name, Ref: req.Ref, CredentialID: "c9"},
+		Config: req.Config, State: imagejobs.ImagePending, Credential: "alice@registry.example.com"}
 	return v, f.enableJob, nil
 }
 
-func (f *fakeImages) RefreshImage(ctx context.Context, name string) (coordinator.ImageView, store.ImageJob, error) {
+func (f *fakeImages) RefreshImage(ctx context.Context, name string) (imagejobs.ImageView, domain.ImageJob, error) {
 	v, err := f.Image(ctx, name)
 	return v, webJobs[2], err
 }
 
-func (f *fakeImages) DisableImage(ctx context.Context, name string) (coordinator.ImageView, error) {
+func (f *fakeImages) DisableImage(ctx context.Context, name string) (imagejobs.ImageView, error) {
 	v, err := f.Image(ctx, name)
-	v.State = coordinator.ImageDisabled
+	v.State = imagejobs.ImageDisabled
 	return v, err
 }
 
-func (f *fakeImages) Image(_ context.Context, name string) (coordinator.ImageView, error) {
+func (f *fakeImages) Image(_ context.Context, name string) (imagejobs.ImageView, error) {
 	switch {
 	case f.err != nil:
-		return coordinator.ImageView{}, f.err
+		return imagejobs.ImageView{}, f.err
 	case name == "web" || name == "i1":
 		return webView(), nil
 	}
-	return coordinator.ImageView{}, fmt.Errorf("image %q: %w", name, store.ErrNotFound)
+	return imagejobs.ImageView{}, fmt.Errorf("image %q: %w", name, store.ErrNotFound)
 }
 
-func (f *fakeImages) Images(_ context.Context, all bool) ([]coordinator.ImageView, error) {
-	out := []coordinator.ImageView{webView()}
+func (f *fakeImages) Images(_ context.Context, all bool) ([]imagejobs.ImageView, error) {
+	out := []imagejobs.ImageView{webView()}
 	if all {
-		out = append(out, coordinator.ImageView{Image: store.Image{ID: "i0", Name: "old", State: store.ImageDisabled}, State: coordinator.ImageDisabled})
+		out = append(out, imagejobs.ImageView{Image: domain.Image{ID: "i0", Name: "old", State: domain.ImageDisabled}, State: imagejobs.ImageDisabled})
 	}
 	return out, f.err
 }
 
-func (f *fakeImages) ImageJobs(ctx context.Context, name string) ([]store.ImageJob, error) {
+func (f *fakeImages) ImageJobs(ctx context.Context, name string) ([]domain.ImageJob, error) {
 	if _, err := f.Image(ctx, name); err != nil {
 		return nil, err
 	}
 	return webJobs, nil
 }
 
-func (f *fakeImages) ImageJob(_ context.Context, id string) (store.ImageJob, error) {
+func (f *fakeImages) ImageJob(_ context.Context, id string) (domain.ImageJob, error) {
 	for _, j := range webJobs {
 		if j.ID == id {
 			return j, nil
 		}
 	}
-	return store.ImageJob{}, fmt.Errorf("image job %s: %w", id, store.ErrNotFound)
+	return domain.ImageJob{}, fmt.Errorf("image job %s: %w", id, store.ErrNotFound)
 }
 
 // serve sends one request to an API over co and returns the answer and
 // everything logged.
-func serve(t *testing.T, co api.Coordinator, method, target, body string) (*httptest.ResponseRecorder, string) {
+func serve(t *testing.T, co api.ImageService, method, target, body string) (*httptest.ResponseRecorder, string) {
 	t.Helper()
 	var logs bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	srv := api.New(api.Config{}, api.Deps{Coordinator: co, Store: fakeStore{}, Logger: log})
+	srv := api.New(api.Config{}, api.Deps{Images: co, Fleet: fakeStore{}, Logger: log})
 	req := httptest.NewRequest(method, target, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+testToken)
 	rec := httptest.NewRecorder()
@@ -156,14 +155,14 @@ func TestEnableImage(t *testing.T) {
 	tests := []struct {
 		name     string
 		body     string
-		job      store.ImageJobState
+		job      domain.ImageJobState
 		err      error
 		status   int
 		contains []string
 	}{
 		{name: "accepted", body: full, status: http.StatusAccepted,
 			contains: []string{`"state":"pending"`, `"name":"web"`, `"credentials":"alice@registry.example.com"`, `"id":"j9"`}},
-		{name: "already ready", body: full, job: store.JobReady, status: http.StatusOK, contains: []string{`"job":{"id":"j9"`, `"state":"ready"`}},
+		{name: "already ready", body: full, job: domain.JobReady, status: http.StatusOK, contains: []string{`"job":{"id":"j9"`, `"state":"ready"`}},
 		{name: "malformed", body: `{"ref":`, status: http.StatusBadRequest, contains: []string{"malformed JSON body: the body ends early"}},
 		{name: "unknown field", body: `{"ref":"x","credentials":{"pasword":"` + secretPW + `"}}`, status: http.StatusBadRequest,
 			contains: []string{`unknown field \"pasword\"`}},
@@ -174,7 +173,7 @@ func TestEnableImage(t *testing.T) {
 		{name: "syntax error in secret", body: `{"ref":"x","credentials":{"password":"` + secretPW + `"` + "\x01" + `}}`, status: http.StatusBadRequest,
 			contains: []string{"invalid JSON at byte"}},
 		{name: "not an object", body: `["` + secretPW + `"]`, status: http.StatusBadRequest, contains: []string{"want a JSON object"}},
-		{name: "invalid", body: full, err: fmt.Errorf("%w: memory_mib 1 out of range", coordinator.ErrInvalid), status: http.StatusBadRequest,
+		{name: "invalid", body: full, err: fmt.Errorf("%w: memory_mib 1 out of range", domain.ErrInvalid), status: http.StatusBadRequest,
 			contains: []string{`"code":"bad_request"`, "memory_mib 1 out of range"}},
 		{name: "name taken", body: full, err: fmt.Errorf("%w: image name \"web\" is taken", store.ErrConflict), status: http.StatusConflict,
 			contains: []string{`"code":"conflict"`}},
@@ -215,14 +214,14 @@ func TestEnableImagePassesEverything(t *testing.T) {
 	tests := []struct {
 		name string
 		body string
-		want coordinator.EnableImageRequest
+		want imagejobs.EnableImageRequest
 	}{
 		{"full", `{"ref":"r/web:1","name":"web","env":{"A":"1"},"memory_mib":1024,"vcpus":2,"disk_gib":8,"workdir":"/app",` +
 			`"warmup":"make","warmup_timeout_s":900,"warmup_stall_s":60,"credentials":{"username":"u","password":"p","token":"t"}}`,
-			coordinator.EnableImageRequest{Ref: "r/web:1", Name: "web", Config: coordinator.ImageConfig{Env: map[string]string{"A": "1"},
+			imagejobs.EnableImageRequest{Ref: "r/web:1", Name: "web", Config: imagejobs.ImageConfig{Env: map[string]string{"A": "1"},
 				MemoryMiB: 1024, VCPUs: 2, DiskGiB: 8, Workdir: "/app", Warmup: "make", WarmupTimeoutS: 900, WarmupStallS: 60},
-				Auth: &coordinator.RegistryAuth{Username: "u", Password: "p", Token: "t"}}},
-		{"anonymous", `{"ref":"alpine:3"}`, coordinator.EnableImageRequest{Ref: "alpine:3"}},
+				Auth: &imagejobs.RegistryAuth{Username: "u", Password: "p", Token: "t"}}},
+		{"anonymous", `{"ref":"alpine:3"}`, imagejobs.EnableImageRequest{Ref: "alpine:3"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -232,7 +231,7 @@ func TestEnableImagePassesEverything(t *testing.T) {
 				t.Fatalf("status %d: %s", rec.Code, rec.Body)
 			}
 			got, _ := json.Marshal(co.enabled)
-			want, _ := json.Marshal([]coordinator.EnableImageRequest{tt.want})
+			want, _ := json.Marshal([]imagejobs.EnableImageRequest{tt.want})
 			if string(got) != string(want) {
 				t.Errorf("coordinator got %s\nwant %s", got, want)
 			}

@@ -1,13 +1,38 @@
 package api
 
 import (
+	"context"
 	"net/http"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/internal/profiles"
 )
 
-func (s *Server) createProfile(w http.ResponseWriter, r *http.Request) {
+// ProfileService keeps profiles and resolves their receipts
+// (profiles.Profiles).
+type ProfileService interface {
+	CreateProfile(ctx context.Context, name string, spec apiv1.ProfileSpec) (profiles.ProfileView, error)
+	Profiles(ctx context.Context) ([]profiles.ProfileView, error)
+	Profile(ctx context.Context, nameOrID string) (profiles.ProfileView, error)
+	UpdateProfile(ctx context.Context, nameOrID string, spec apiv1.ProfileSpec, version int64) (profiles.ProfileView, error)
+	DeleteProfile(ctx context.Context, nameOrID string) (profiles.ProfileView, error)
+}
+
+// profilesRouter serves profiles and their grant receipts.
+type profilesRouter struct {
+	*base
+	co ProfileService
+}
+
+func (s *profilesRouter) route(h func(string, http.HandlerFunc)) {
+	h(apiv1.RouteCreateProfile, s.createProfile)
+	h(apiv1.RouteListProfiles, s.listProfiles)
+	h(apiv1.RouteGetProfile, s.getProfile)
+	h(apiv1.RouteUpdateProfile, s.updateProfile)
+	h(apiv1.RouteDeleteProfile, s.deleteProfile)
+}
+
+func (s *profilesRouter) createProfile(w http.ResponseWriter, r *http.Request) {
 	var req apiv1.CreateProfileRequest
 	if !s.decode(w, r, &req) {
 		return
@@ -20,7 +45,7 @@ func (s *Server) createProfile(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, profileResponse(v))
 }
 
-func (s *Server) listProfiles(w http.ResponseWriter, r *http.Request) {
+func (s *profilesRouter) listProfiles(w http.ResponseWriter, r *http.Request) {
 	vs, err := s.co.Profiles(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
@@ -33,7 +58,7 @@ func (s *Server) listProfiles(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) getProfile(w http.ResponseWriter, r *http.Request) {
+func (s *profilesRouter) getProfile(w http.ResponseWriter, r *http.Request) {
 	v, err := s.co.Profile(r.Context(), r.PathValue("name"))
 	if err != nil {
 		s.fail(w, r, err)
@@ -42,7 +67,7 @@ func (s *Server) getProfile(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, profileResponse(v))
 }
 
-func (s *Server) updateProfile(w http.ResponseWriter, r *http.Request) {
+func (s *profilesRouter) updateProfile(w http.ResponseWriter, r *http.Request) {
 	var req apiv1.UpdateProfileRequest
 	if !s.decode(w, r, &req) {
 		return
@@ -55,7 +80,7 @@ func (s *Server) updateProfile(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, profileResponse(v))
 }
 
-func (s *Server) deleteProfile(w http.ResponseWriter, r *http.Request) {
+func (s *profilesRouter) deleteProfile(w http.ResponseWriter, r *http.Request) {
 	v, err := s.co.DeleteProfile(r.Context(), r.PathValue("name"))
 	if err != nil {
 		s.fail(w, r, err)
@@ -64,14 +89,14 @@ func (s *Server) deleteProfile(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, profileOut(v))
 }
 
-func profileOut(v coordinator.ProfileView) apiv1.Profile {
+func profileOut(v profiles.ProfileView) apiv1.Profile {
 	p := v.Profile
 	return apiv1.Profile{ID: p.ID, Name: p.Name, Spec: v.Spec, Version: p.Version, CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt, DeletedAt: p.DeletedAt}
 }
 
 // profileResponse shows a profile with its receipt; empty lists are [] so
 // readers need not tell null from none.
-func profileResponse(v coordinator.ProfileView) apiv1.ProfileResponse {
+func profileResponse(v profiles.ProfileView) apiv1.ProfileResponse {
 	rc := v.Receipt
 	rc.Powers, rc.Hosts, rc.Credentials = orEmpty(rc.Powers), orEmpty(rc.Hosts), orEmpty(rc.Credentials)
 	rc.Repos, rc.Env, rc.Skills, rc.Apps = orEmpty(rc.Repos), orEmpty(rc.Env), orEmpty(rc.Skills), orEmpty(rc.Apps)

@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/coordinator"
-	"github.com/engrams/engrams/internal/harness"
-	"github.com/engrams/engrams/internal/store"
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/guestapi"
+	"github.com/engrams/engrams/internal/secrets"
 )
 
 // seedProfiles registers image py, harness claude-code@2.1.0 and secrets
@@ -18,25 +18,25 @@ import (
 func seedProfiles(t *testing.T, a *agentAPI) {
 	t.Helper()
 	ctx := context.Background()
-	if err := a.st.CreateImage(ctx, store.Image{ID: "img-py", Name: "py", Ref: "reg/python:3.12", Digest: "sha256:py",
+	if err := a.st.CreateImage(ctx, domain.Image{ID: "img-py", Name: "py", Ref: "reg/python:3.12", Digest: "sha256:py",
 		Config: json.RawMessage(`{"libc":"glibc"}`), Manifests: json.RawMessage(`{"rootfs":{}}`), BaseID: "b"}); err != nil {
 		t.Fatal(err)
 	}
-	d := harness.Descriptor{Format: 1, Name: "claude-code", Version: "2.1.0", Entrypoint: []string{"bin/claude"},
-		Protocol: harness.ProtocolClaudeStreamJSON, Models: []string{"sonnet", "opus"}, Modes: []string{"bypassPermissions"},
-		Credentials: []harness.Credential{{Kind: "anthropic_api_key", Env: "ANTHROPIC_API_KEY", BaseURLEnv: "ANTHROPIC_BASE_URL"}},
-		Hosts:       []string{"api.anthropic.com:443"}, Requires: harness.Requires{Libc: harness.LibcGlibc}}
+	d := guestapi.HarnessDescriptor{Format: 1, Name: "claude-code", Version: "2.1.0", Entrypoint: []string{"bin/claude"},
+		Protocol: guestapi.HarnessProtocolClaudeStreamJSON, Models: []string{"sonnet", "opus"}, Modes: []string{"bypassPermissions"},
+		Credentials: []guestapi.HarnessCredential{{Kind: "anthropic_api_key", Env: "ANTHROPIC_API_KEY", BaseURLEnv: "ANTHROPIC_BASE_URL"}},
+		Hosts:       []string{"api.anthropic.com:443"}, Requires: guestapi.HarnessRequires{Libc: guestapi.LibcGlibc}}
 	desc, err := d.Marshal()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.st.PutHarness(ctx, store.Harness{ID: "h1", Name: d.Name, Version: d.Version, Descriptor: desc,
+	if _, err := a.st.PutHarness(ctx, domain.Harness{ID: "h1", Name: d.Name, Version: d.Version, Descriptor: desc,
 		Manifest: json.RawMessage(`{"version":2,"chunk_size":4194304,"size":0,"chunks":[]}`), Digest: "sha256:cc", Builtin: true, CreatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []coordinator.SecretRequest{{Name: "ant", Kind: "anthropic_api_key"}, {Name: "gh", Kind: "git_https", Meta: apiv1.SecretMeta{Host: "github.com"}}} {
+	for _, s := range []secrets.SecretRequest{{Name: "ant", Kind: "anthropic_api_key"}, {Name: "gh", Kind: "git_https", Meta: apiv1.SecretMeta{Host: "github.com"}}} {
 		s.Value = []byte(apiKey)
-		if _, err := a.co.CreateSecret(ctx, s); err != nil {
+		if _, err := a.p.Vault.Create(ctx, s); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,21 +1,41 @@
 package api
 
 import (
+	"context"
 	"net/http"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/internal/secrets"
 )
 
 // createSecret stores a secret. Its value goes to the coordinator only: it
 // is never logged or returned, and a malformed body is described without
 // quoting any of its values.
-func (s *Server) createSecret(w http.ResponseWriter, r *http.Request) {
+// SecretService keeps users' secrets sealed (secrets.Vault).
+type SecretService interface {
+	Create(ctx context.Context, req secrets.SecretRequest) (secrets.SecretView, error)
+	List(ctx context.Context) ([]secrets.SecretView, error)
+	Delete(ctx context.Context, nameOrID string) (secrets.SecretView, error)
+}
+
+// secretsRouter serves secrets; values go in and never come out.
+type secretsRouter struct {
+	*base
+	co SecretService
+}
+
+func (s *secretsRouter) route(h func(string, http.HandlerFunc)) {
+	h(apiv1.RouteCreateSecret, s.createSecret)
+	h(apiv1.RouteListSecrets, s.listSecrets)
+	h(apiv1.RouteDeleteSecret, s.deleteSecret)
+}
+
+func (s *secretsRouter) createSecret(w http.ResponseWriter, r *http.Request) {
 	var req apiv1.CreateSecretRequest
 	if !s.decodeWith(w, r, &req, describeRedacted) {
 		return
 	}
-	v, err := s.co.CreateSecret(r.Context(), coordinator.SecretRequest{Name: req.Name, Kind: req.Kind, Value: []byte(req.Value), Meta: req.Meta})
+	v, err := s.co.Create(r.Context(), secrets.SecretRequest{Name: req.Name, Kind: req.Kind, Value: []byte(req.Value), Meta: req.Meta})
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -23,8 +43,8 @@ func (s *Server) createSecret(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, secretOut(v))
 }
 
-func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) {
-	vs, err := s.co.Secrets(r.Context())
+func (s *secretsRouter) listSecrets(w http.ResponseWriter, r *http.Request) {
+	vs, err := s.co.List(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -36,8 +56,8 @@ func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) deleteSecret(w http.ResponseWriter, r *http.Request) {
-	v, err := s.co.DeleteSecret(r.Context(), r.PathValue("name"))
+func (s *secretsRouter) deleteSecret(w http.ResponseWriter, r *http.Request) {
+	v, err := s.co.Delete(r.Context(), r.PathValue("name"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -46,7 +66,7 @@ func (s *Server) deleteSecret(w http.ResponseWriter, r *http.Request) {
 }
 
 // secretOut shows a secret: never its value.
-func secretOut(v coordinator.SecretView) apiv1.Secret {
+func secretOut(v secrets.SecretView) apiv1.Secret {
 	s := v.Secret
 	return apiv1.Secret{ID: s.ID, Name: s.Name, Kind: s.Kind, Meta: v.Meta, UsedBy: v.UsedBy, CreatedAt: s.CreatedAt, DeletedAt: s.DeletedAt}
 }

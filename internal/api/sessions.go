@@ -2,21 +2,64 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/coordinator"
-	"github.com/engrams/engrams/internal/hostlink"
-	"github.com/engrams/engrams/internal/lifecycle"
-	"github.com/engrams/engrams/internal/store"
+	"github.com/engrams/engrams/internal/domain"
 )
 
-func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
+// SessionControl changes sessions (the coordinator).
+type SessionControl interface {
+	CreateSession(ctx context.Context, spec domain.SessionSpec, idempotencyKey string) (domain.Session, error)
+	DeleteSession(ctx context.Context, id domain.SessionID) (domain.Session, error)
+	WaitSession(ctx context.Context, id domain.SessionID, done func(domain.Session) bool) (domain.Session, error)
+	Suspend(ctx context.Context, id domain.SessionID) (domain.Session, domain.Op, error)
+	WaitOp(ctx context.Context, op domain.Op) (domain.Op, domain.Session, error)
+	Resume(ctx context.Context, id domain.SessionID) (domain.Session, error)
+	Snapshot(ctx context.Context, id domain.SessionID) (domain.Snapshot, error)
+	PutOutbox(ctx context.Context, sid domain.SessionID, id, kind string, payload json.RawMessage) (domain.OutboxItem, error)
+}
+
+// SessionReads are the session rows the API shows (the store satisfies it).
+type SessionReads interface {
+	GetSession(ctx context.Context, id domain.SessionID) (domain.Session, error)
+	ListSessions(ctx context.Context, f domain.SessionFilter) ([]domain.Session, error)
+	ListOps(ctx context.Context, sessionID domain.SessionID) ([]domain.Op, error)
+	ListSnapshots(ctx context.Context, sessionID domain.SessionID) ([]domain.Snapshot, error)
+	ListOutbox(ctx context.Context, sessionID domain.SessionID, afterSeq int64, limit int) ([]domain.OutboxItem, error)
+	ListEvents(ctx context.Context, sessionID domain.SessionID, afterSeq int64, limit int) ([]domain.Event, error)
+	Subscribe(ctx context.Context, topic string) <-chan struct{}
+}
+
+// sessionsRouter serves the session resources: create, list, get, delete,
+// suspend, resume, snapshot, the outbox and the event log.
+type sessionsRouter struct {
+	*base
+	co SessionControl
+	st SessionReads
+}
+
+func (s *sessionsRouter) route(h func(string, http.HandlerFunc)) {
+	h(apiv1.RouteCreateSession, s.createSession)
+	h(apiv1.RouteListSessions, s.listSessions)
+	h(apiv1.RouteGetSession, s.getSession)
+	h(apiv1.RouteDeleteSession, s.deleteSession)
+	h(apiv1.RouteEvents, s.events)
+	h(apiv1.RouteSuspend, s.suspend)
+	h(apiv1.RouteResume, s.resume)
+	h(apiv1.RouteSnapshot, s.snapshot)
+	h(apiv1.RouteOutboxPut, s.putOutbox)
+	h(apiv1.RouteOutboxList, s.listOutbox)
+}
+
+func (s *sessionsRouter) createSession(w http.ResponseWriter, r *http.Request) {
 	var req apiv1.CreateSessionRequest
 	if !s.decode(w, r, &req) {
 		return
 	}
-	spec := hostlink.MachineSpec{MemoryMiB: req.MemoryMiB, VCPUs: req.VCPUs, Env: req.Env, Image: req.Image, Harness: req.Harness, IdleTimeoutSec: req.IdleTimeoutSec, MaxLifetimeSec: req.MaxLifetimeSec}
+	spec := domain.SessionSpec{MemoryMiB: req.MemoryMiB, VCPUs: req.VCPUs, Env: req.Env, Image: req.Image, Harness: req.Harness, IdleTimeoutSec: req.IdleTimeoutSec, MaxLifetimeSec: req.MaxLifetimeSec}
 	sess, err := s.co.CreateSession(r.Context(), spec, req.IdempotencyKey)
 	if err != nil {
 		s.fail(w, r, err)
@@ -33,15 +76,15 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, sessionOut(sess, nil))
 }
 
-func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
+func (s *sessionsRouter) listSessions(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f := store.SessionFilter{HostID: q.Get("host")}
+	f := domain.SessionFilter{HostID: domain.HostID(q.Get("host"))}
 	if st := q.Get("state"); st != "" {
-		if !lifecycle.State(st).Valid() {
-			writeError(w, http.StatusBadRequest, "bad_request", "unknown state "+st)
+		if !domain.SessionState(st).Valid() {
+			writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "unknown state "+st)
 			return
 		}
-		f.States = []lifecycle.State{lifecycle.State(st)}
+		f.States = []domain.SessionState{domain.SessionState(st)}
 	}
 	ss, err := s.st.ListSessions(r.Context(), f)
 	if err != nil {
@@ -55,8 +98,8 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
-	sess, err := s.st.GetSession(r.Context(), r.PathValue("id"))
+func (s *sessionsRouter) getSession(w http.ResponseWriter, r *http.Request) {
+	sess, err := s.st.GetSession(r.Context(), pathSession(r))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -78,8 +121,8 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
-	sess, err := s.co.DeleteSession(r.Context(), r.PathValue("id"))
+func (s *sessionsRouter) deleteSession(w http.ResponseWriter, r *http.Request) {
+	sess, err := s.co.DeleteSession(r.Context(), pathSession(r))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -87,7 +130,7 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Get("wait") != "false" {
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.WaitTimeout)
 		defer cancel()
-		terminal := func(x store.Session) bool { return x.State.Terminal() }
+		terminal := func(x domain.Session) bool { return x.State.Terminal() }
 		if sess, err = s.co.WaitSession(ctx, sess.ID, terminal); err != nil {
 			s.fail(w, r, err)
 			return
@@ -96,15 +139,14 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, sessionOut(sess, nil))
 }
 
-func sessionOut(s store.Session, ops []store.Op) apiv1.Session {
+func sessionOut(s domain.Session, ops []domain.Op) apiv1.Session {
 	out := apiv1.Session{
-		ID: s.ID, State: string(s.State), DesiredState: s.DesiredState, HostID: s.HostID,
+		ID: string(s.ID), State: string(s.State), DesiredState: string(s.DesiredState), HostID: string(s.HostID),
 		Epoch: s.Epoch, Reason: s.Reason, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
 		HeadSnapshot: s.HeadSnapshotID, LastActivity: s.LastActivity,
 	}
-	if spec, err := coordinator.Spec(s); err == nil {
-		out.Spec = apiv1.SessionSpec{MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, Env: spec.Env, Image: spec.Image, Harness: spec.Harness, IdleTimeoutSec: spec.IdleTimeoutSec, MaxLifetimeSec: spec.MaxLifetimeSec}
-	}
+	spec := s.Spec
+	out.Spec = apiv1.SessionSpec{MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, Env: spec.Env, Image: spec.Image, Harness: spec.Harness, IdleTimeoutSec: spec.IdleTimeoutSec, MaxLifetimeSec: spec.MaxLifetimeSec}
 	for _, o := range ops {
 		out.Ops = append(out.Ops, apiv1.Op{ID: o.ID, Kind: string(o.Kind), State: string(o.State), Step: o.Step,
 			Epoch: o.Epoch, Attempts: o.Attempts, Error: o.Error, CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt})
@@ -112,12 +154,12 @@ func sessionOut(s store.Session, ops []store.Op) apiv1.Session {
 	return out
 }
 
-func snapshotOut(s store.Snapshot) apiv1.Snapshot {
-	return apiv1.Snapshot{ID: s.ID, ParentID: s.ParentID, HostID: s.HostID, Reason: s.Reason, Bytes: s.Bytes, Uploaded: s.Uploaded, CreatedAt: s.CreatedAt}
+func snapshotOut(s domain.Snapshot) apiv1.Snapshot {
+	return apiv1.Snapshot{ID: s.ID, ParentID: s.ParentID, HostID: string(s.HostID), Reason: s.Reason, Bytes: s.Bytes, Uploaded: s.Uploaded, CreatedAt: s.CreatedAt}
 }
 
-func (s *Server) suspend(w http.ResponseWriter, r *http.Request) {
-	sess, op, err := s.co.Suspend(r.Context(), r.PathValue("id"))
+func (s *sessionsRouter) suspend(w http.ResponseWriter, r *http.Request) {
+	sess, op, err := s.co.Suspend(r.Context(), pathSession(r))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -134,8 +176,8 @@ func (s *Server) suspend(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, sessionOut(sess, nil))
 }
 
-func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
-	sess, err := s.co.Resume(r.Context(), r.PathValue("id"))
+func (s *sessionsRouter) resume(w http.ResponseWriter, r *http.Request) {
+	sess, err := s.co.Resume(r.Context(), pathSession(r))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -143,8 +185,8 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, sessionOut(sess, nil))
 }
 
-func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) {
-	sn, err := s.co.Snapshot(r.Context(), r.PathValue("id"))
+func (s *sessionsRouter) snapshot(w http.ResponseWriter, r *http.Request) {
+	sn, err := s.co.Snapshot(r.Context(), pathSession(r))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -152,12 +194,12 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, snapshotOut(sn))
 }
 
-func (s *Server) putOutbox(w http.ResponseWriter, r *http.Request) {
+func (s *sessionsRouter) putOutbox(w http.ResponseWriter, r *http.Request) {
 	var req apiv1.OutboxRequest
 	if !s.decode(w, r, &req) {
 		return
 	}
-	it, err := s.co.PutOutbox(r.Context(), r.PathValue("id"), req.ID, req.Kind, req.Payload)
+	it, err := s.co.PutOutbox(r.Context(), pathSession(r), req.ID, req.Kind, req.Payload)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -165,8 +207,8 @@ func (s *Server) putOutbox(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, outboxOut(it))
 }
 
-func (s *Server) listOutbox(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+func (s *sessionsRouter) listOutbox(w http.ResponseWriter, r *http.Request) {
+	id := pathSession(r)
 	if _, err := s.st.GetSession(r.Context(), id); err != nil {
 		s.fail(w, r, err)
 		return
@@ -183,6 +225,9 @@ func (s *Server) listOutbox(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func outboxOut(it store.OutboxItem) apiv1.OutboxItem {
+func outboxOut(it domain.OutboxItem) apiv1.OutboxItem {
 	return apiv1.OutboxItem{Seq: it.Seq, ID: it.ID, Kind: it.Kind, Payload: it.Payload, State: string(it.State), CreatedAt: it.CreatedAt}
 }
+
+// pathSession is the {id} of a session route.
+func pathSession(r *http.Request) domain.SessionID { return domain.SessionID(r.PathValue("id")) }

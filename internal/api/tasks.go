@@ -4,22 +4,22 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"path"
 	"strings"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/guestapi"
-	"github.com/engrams/engrams/internal/store"
+	"github.com/engrams/engrams/internal/tasks"
 )
 
-func taskOut(t store.Task) apiv1.Task {
-	out := apiv1.Task{ID: t.ID, Title: t.Title, State: string(t.State), Error: t.Error, ProfileID: t.ProfileID,
-		ProfileVersion: t.ProfileVersion, SessionID: t.SessionID, EventSeq: t.EventSeq, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt}
+func taskOut(t domain.Task) apiv1.Task {
+	out := apiv1.Task{ID: string(t.ID), Title: t.Title, State: string(t.State), Error: t.Error, ProfileID: t.ProfileID,
+		ProfileVersion: t.ProfileVersion, SessionID: string(t.SessionID), EventSeq: t.EventSeq, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt}
 	var rec struct {
 		Receipt *apiv1.Receipt `json:"receipt"`
 	}
@@ -29,12 +29,54 @@ func taskOut(t store.Task) apiv1.Task {
 	return out
 }
 
-func (s *Server) startTask(w http.ResponseWriter, r *http.Request) {
+// TaskService runs tasks (tasks.Tasks).
+type TaskService interface {
+	StartTask(ctx context.Context, req tasks.StartTaskRequest) (domain.Task, error)
+	SendTask(ctx context.Context, id domain.TaskID, text string) (domain.TaskEvent, error)
+	StopTask(ctx context.Context, id domain.TaskID) (domain.Task, error)
+	TaskDiff(ctx context.Context, id domain.TaskID) ([]tasks.RepoDiff, error)
+	TaskSession(ctx context.Context, id domain.TaskID) (domain.Task, error)
+}
+
+// TaskReads are the task rows the API shows (the store satisfies it).
+type TaskReads interface {
+	GetTask(ctx context.Context, id domain.TaskID) (domain.Task, error)
+	ListTasks(ctx context.Context, f domain.TaskFilter) ([]domain.Task, error)
+	ListTaskSessions(ctx context.Context, taskID domain.TaskID) ([]domain.TaskSession, error)
+	ListTaskEvents(ctx context.Context, taskID domain.TaskID, afterSeq int64, limit int) ([]domain.TaskEvent, error)
+	Subscribe(ctx context.Context, topic string) <-chan struct{}
+}
+
+// tasksRouter serves tasks: start, list, the conversation, follow-ups,
+// stop, and the changes and files of the task's session.
+type tasksRouter struct {
+	*base
+	co       TaskService
+	st       TaskReads
+	guests   Guests
+	profiles ProfileService // a task list filters by profile name
+}
+
+func (s *tasksRouter) route(h func(string, http.HandlerFunc)) {
+	h(apiv1.RouteStartTask, s.startTask)
+	h(apiv1.RouteListTasks, s.listTasks)
+	h(apiv1.RouteGetTask, s.getTask)
+	h(apiv1.RouteTaskEvents, s.taskEvents)
+	h(apiv1.RouteSendTask, s.sendTask)
+	h(apiv1.RouteStopTask, s.stopTask)
+	h(apiv1.RouteTaskDiff, s.taskDiff)
+	h(apiv1.RouteTaskFiles, s.taskFiles)
+}
+
+// pathTask is the {id} of a task route.
+func pathTask(r *http.Request) domain.TaskID { return domain.TaskID(r.PathValue("id")) }
+
+func (s *tasksRouter) startTask(w http.ResponseWriter, r *http.Request) {
 	var req apiv1.StartTaskRequest
 	if !s.decode(w, r, &req) {
 		return
 	}
-	t, err := s.co.StartTask(r.Context(), coordinator.StartTaskRequest{Profile: req.Profile, Prompt: req.Prompt, Title: req.Title})
+	t, err := s.co.StartTask(r.Context(), tasks.StartTaskRequest{Profile: req.Profile, Prompt: req.Prompt, Title: req.Title})
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -42,10 +84,10 @@ func (s *Server) startTask(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, taskOut(t))
 }
 
-func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) {
-	var f store.TaskFilter
+func (s *tasksRouter) listTasks(w http.ResponseWriter, r *http.Request) {
+	var f domain.TaskFilter
 	if p := r.URL.Query().Get("profile"); p != "" {
-		v, err := s.co.Profile(r.Context(), p)
+		v, err := s.profiles.Profile(r.Context(), p)
 		if err != nil {
 			s.fail(w, r, err)
 			return
@@ -54,11 +96,11 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) {
 	}
 	if st := r.URL.Query().Get("state"); st != "" {
 		for _, v := range strings.Split(st, ",") {
-			if !store.TaskState(v).Valid() {
-				writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("unknown task state %q (starting, running, idle, stopped, failed)", v))
+			if !domain.TaskState(v).Valid() {
+				writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, fmt.Sprintf("unknown task state %q (starting, running, idle, stopped, failed)", v))
 				return
 			}
-			f.States = append(f.States, store.TaskState(v))
+			f.States = append(f.States, domain.TaskState(v))
 		}
 	}
 	ts, err := s.st.ListTasks(r.Context(), f)
@@ -75,8 +117,8 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) getTask(w http.ResponseWriter, r *http.Request) {
-	t, err := s.st.GetTask(r.Context(), r.PathValue("id"))
+func (s *tasksRouter) getTask(w http.ResponseWriter, r *http.Request) {
+	t, err := s.st.GetTask(r.Context(), pathTask(r))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -84,18 +126,18 @@ func (s *Server) getTask(w http.ResponseWriter, r *http.Request) {
 	out := taskOut(t)
 	if ss, err := s.st.ListTaskSessions(r.Context(), t.ID); err == nil {
 		for _, ts := range ss {
-			out.Sessions = append(out.Sessions, ts.SessionID)
+			out.Sessions = append(out.Sessions, string(ts.SessionID))
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) sendTask(w http.ResponseWriter, r *http.Request) {
+func (s *tasksRouter) sendTask(w http.ResponseWriter, r *http.Request) {
 	var req apiv1.SendTaskRequest
 	if !s.decode(w, r, &req) {
 		return
 	}
-	e, err := s.co.SendTask(r.Context(), r.PathValue("id"), req.Text)
+	e, err := s.co.SendTask(r.Context(), pathTask(r), req.Text)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -103,8 +145,8 @@ func (s *Server) sendTask(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, apiv1.TaskEvent{Seq: e.Seq, Type: e.Type, Data: e.Payload, Time: e.At})
 }
 
-func (s *Server) stopTask(w http.ResponseWriter, r *http.Request) {
-	t, err := s.co.StopTask(r.Context(), r.PathValue("id"))
+func (s *tasksRouter) stopTask(w http.ResponseWriter, r *http.Request) {
+	t, err := s.co.StopTask(r.Context(), pathTask(r))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -112,8 +154,8 @@ func (s *Server) stopTask(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, taskOut(t))
 }
 
-func (s *Server) taskDiff(w http.ResponseWriter, r *http.Request) {
-	diffs, err := s.co.TaskDiff(r.Context(), r.PathValue("id"))
+func (s *tasksRouter) taskDiff(w http.ResponseWriter, r *http.Request) {
+	diffs, err := s.co.TaskDiff(r.Context(), pathTask(r))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -127,22 +169,22 @@ func (s *Server) taskDiff(w http.ResponseWriter, r *http.Request) {
 
 // taskFiles reads a file (or lists a directory) of the task's session, the
 // path relative to the task's workdir; an Idle session resumes.
-func (s *Server) taskFiles(w http.ResponseWriter, r *http.Request) {
-	t, err := s.co.TaskSession(r.Context(), r.PathValue("id"))
+func (s *tasksRouter) taskFiles(w http.ResponseWriter, r *http.Request) {
+	t, err := s.co.TaskSession(r.Context(), pathTask(r))
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	rel := r.URL.Query().Get("path")
-	p := path.Clean(path.Join(coordinator.TaskWorkRoot, rel))
+	p := path.Clean(path.Join(tasks.WorkRoot, rel))
 	if strings.HasPrefix(rel, "/") {
 		p = path.Clean(rel)
 	}
-	if p != coordinator.TaskWorkRoot && !strings.HasPrefix(p, coordinator.TaskWorkRoot+"/") {
-		writeError(w, http.StatusBadRequest, "bad_request", "path must stay inside the task's work root "+coordinator.TaskWorkRoot)
+	if p != tasks.WorkRoot && !strings.HasPrefix(p, tasks.WorkRoot+"/") {
+		writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "path must stay inside the task's work root "+tasks.WorkRoot)
 		return
 	}
-	gt, err := s.co.Guest(r.Context(), t.SessionID)
+	gt, err := s.guests.Guest(r.Context(), t.SessionID)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -152,14 +194,14 @@ func (s *Server) taskFiles(w http.ResponseWriter, r *http.Request) {
 		guestPath = guestapi.PathFileList
 	}
 	rp := &httputil.ReverseProxy{
-		Transport: gt.Transport,
+		Transport: gt.Route.Transport,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			guestRequest(pr.Out, gt, guestPath)
 			pr.Out.URL.RawQuery = "path=" + url.QueryEscape(p)
 		},
 		ModifyResponse: sanitizeGuestResponse,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			writeError(w, http.StatusBadGateway, "unavailable", "reach the task's session: "+err.Error())
+			writeError(w, http.StatusBadGateway, apiv1.CodeUnavailable, "reach the task's session: "+err.Error())
 		},
 	}
 	rp.ServeHTTP(w, r)
@@ -169,11 +211,11 @@ func (s *Server) taskFiles(w http.ResponseWriter, r *http.Request) {
 // session's events: the id is the event's seq. With follow (the default)
 // the stream stays open until the client leaves or the task is stopped or
 // failed and every event was sent.
-func (s *Server) taskEvents(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+func (s *tasksRouter) taskEvents(w http.ResponseWriter, r *http.Request) {
+	id := pathTask(r)
 	after, err := afterSeq(r)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, err.Error())
 		return
 	}
 	if _, err := s.st.GetTask(r.Context(), id); err != nil {
@@ -181,7 +223,7 @@ func (s *Server) taskEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	follow := r.URL.Query().Get("follow") != "false"
-	s.serveSSE(w, r, "task:"+id, after, follow, func(ctx context.Context, after int64) ([]sseEvent, error) {
+	s.serveSSE(w, r, s.st.Subscribe(r.Context(), tasks.Topic(id)), after, follow, func(ctx context.Context, after int64) ([]sseEvent, error) {
 		evs, err := s.st.ListTaskEvents(ctx, id, after, eventPage)
 		out := make([]sseEvent, len(evs))
 		for i, e := range evs {
@@ -190,26 +232,11 @@ func (s *Server) taskEvents(w http.ResponseWriter, r *http.Request) {
 		return out, err
 	}, func(ctx context.Context, after int64) bool {
 		t, err := s.st.GetTask(ctx, id)
-		return err == nil && (t.State == store.TaskStopped || t.State == store.TaskFailed) && t.EventSeq <= after
+		return err == nil && (t.State == domain.TaskStopped || t.State == domain.TaskFailed) && t.EventSeq <= after
 	})
 }
 
 // guestStat stats p in the session's guest.
-func (s *Server) guestStat(r *http.Request, gt coordinator.GuestTarget, p string) (guestapi.FileInfo, error) {
-	req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, "http://host"+gt.PathPrefix+guestapi.PathFileStat+"?path="+url.QueryEscape(p), nil)
-	if err != nil {
-		return guestapi.FileInfo{}, err
-	}
-	req.Header = gt.Headers()
-	resp, err := gt.Transport.RoundTrip(req)
-	if err != nil {
-		return guestapi.FileInfo{}, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return guestapi.FileInfo{}, fmt.Errorf("stat %s: %s", p, resp.Status)
-	}
-	var fi guestapi.FileInfo
-	err = json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&fi)
-	return fi, err
+func (s *tasksRouter) guestStat(r *http.Request, gt coordinator.GuestTarget, p string) (guestapi.FileInfo, error) {
+	return gt.Client().Stat(r.Context(), p)
 }

@@ -14,9 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/api"
-	"github.com/engrams/engrams/internal/api/apiv1"
 	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/server"
 	"github.com/engrams/engrams/internal/store"
 	"github.com/engrams/engrams/internal/store/sqlite"
 )
@@ -24,11 +26,11 @@ import (
 // taskStore is the SQLite store, admitting testToken.
 type taskStore struct{ store.Store }
 
-func (taskStore) TokenByHash(_ context.Context, hash string) (store.Token, error) {
+func (taskStore) TokenByHash(_ context.Context, hash string) (domain.Token, error) {
 	if hash == coordinator.HashToken(testToken) {
-		return store.Token{ID: "t1", Kind: store.TokenUser}, nil
+		return domain.Token{ID: "t1", Kind: domain.TokenUser}, nil
 	}
-	return store.Token{}, store.ErrNotFound
+	return domain.Token{}, store.ErrNotFound
 }
 
 // taskAPI is the API over a real coordinator (no hosts, loops not running)
@@ -53,22 +55,24 @@ func newTaskAPI(t *testing.T) *taskAPI {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	co, err := coordinator.New(coordinator.Config{ReplicaID: "r1", HarnessWorkDir: t.TempDir()}, coordinator.Deps{Store: st, Hosts: noHosts{}})
+	log := slog.New(slog.DiscardHandler)
+	p, err := server.Assemble(server.Config{ReplicaID: "r1"}, server.Deps{Store: st, Logger: log}, noHosts{}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.DiscardHandler)
-	a := &taskAPI{h: api.New(api.Config{}, api.Deps{Coordinator: co, Store: taskStore{st}, Logger: log}), st: st}
-	for _, p := range []store.Profile{{ID: "prof-a", Name: "alpha"}, {ID: "prof-b", Name: "beta"}} {
+	ad := p.APIDeps(st, log)
+	ad.Fleet, ad.TaskReads = taskStore{st}, taskStore{st}
+	a := &taskAPI{h: api.New(api.Config{}, ad), st: st}
+	for _, p := range []domain.Profile{{ID: "prof-a", Name: "alpha"}, {ID: "prof-b", Name: "beta"}} {
 		p.Spec, p.CreatedAt = json.RawMessage(`{"image":"py","harness":"claude-code"}`), t0
 		if _, err := st.CreateProfile(ctx, p); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for i, tk := range []store.Task{
-		{ID: "t1", ProfileID: "prof-a", Title: "add /healthz", SessionID: "s1", State: store.TaskRunning},
-		{ID: "t2", ProfileID: "prof-b", Title: "fix typos", SessionID: "s3", State: store.TaskStopped},
-		{ID: "t3", ProfileID: "prof-a", Title: "clone fails", State: store.TaskFailed, Error: "clone https://h/x.git: exit 128"},
+	for i, tk := range []domain.Task{
+		{ID: "t1", ProfileID: "prof-a", Title: "add /healthz", SessionID: "s1", State: domain.TaskRunning},
+		{ID: "t2", ProfileID: "prof-b", Title: "fix typos", SessionID: "s3", State: domain.TaskStopped},
+		{ID: "t3", ProfileID: "prof-a", Title: "clone fails", State: domain.TaskFailed, Error: "clone https://h/x.git: exit 128"},
 	} {
 		tk.ProfileVersion, tk.Receipt, tk.CreatedAt = 1, json.RawMessage(taskReceipt), t0.Add(time.Duration(i)*time.Minute)
 		if _, err := st.CreateTask(ctx, tk); err != nil {
@@ -81,13 +85,13 @@ func newTaskAPI(t *testing.T) *taskAPI {
 	if _, err := st.AttachSession(ctx, "t1", "s2", t0.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	a.append(t, "t1", store.TaskEvent{Type: "session", Payload: json.RawMessage(`{"session_id":"s1"}`), At: t0},
-		store.TaskEvent{Type: "prompt", Payload: json.RawMessage(`{"text":"add /healthz","turn":"u1"}`), At: t0.Add(time.Second)},
-		store.TaskEvent{Type: "assistant_text", Payload: json.RawMessage(`{"text":"on it","turn":"u1"}`), At: t0.Add(2 * time.Second)})
+	a.append(t, "t1", domain.TaskEvent{Type: "session", Payload: json.RawMessage(`{"session_id":"s1"}`), At: t0},
+		domain.TaskEvent{Type: "prompt", Payload: json.RawMessage(`{"text":"add /healthz","turn":"u1"}`), At: t0.Add(time.Second)},
+		domain.TaskEvent{Type: "assistant_text", Payload: json.RawMessage(`{"text":"on it","turn":"u1"}`), At: t0.Add(2 * time.Second)})
 	return a
 }
 
-func (a *taskAPI) append(t *testing.T, id string, evs ...store.TaskEvent) {
+func (a *taskAPI) append(t *testing.T, id domain.TaskID, evs ...domain.TaskEvent) {
 	t.Helper()
 	if _, err := a.st.AppendTaskEvents(context.Background(), id, evs); err != nil {
 		t.Fatal(err)
@@ -216,7 +220,7 @@ func TestTaskResponseShape(t *testing.T) {
 	}
 	// A receipt that is not a task record is left out, not an error.
 	ctx := context.Background()
-	if _, err := a.st.CreateTask(ctx, store.Task{ID: "t4", ProfileID: "prof-a", Receipt: json.RawMessage(`[1]`), CreatedAt: t0}); err != nil {
+	if _, err := a.st.CreateTask(ctx, domain.Task{ID: "t4", ProfileID: "prof-a", Receipt: json.RawMessage(`[1]`), CreatedAt: t0}); err != nil {
 		t.Fatal(err)
 	}
 	rec = a.do("GET", "/v1/tasks/t4", "")
@@ -290,8 +294,8 @@ func TestTaskEventsFollow(t *testing.T) {
 
 	// A live event, then the task stops (as StopTask does: the event, the
 	// state, a wake-up).
-	a.append(t, "t1", store.TaskEvent{Type: "stopped", Payload: json.RawMessage(`{"by":"user"}`), At: t0.Add(3 * time.Second)})
-	if err := a.st.SetTaskState(ctx, "t1", store.TaskStopped, "", t0.Add(3*time.Second)); err != nil {
+	a.append(t, "t1", domain.TaskEvent{Type: "stopped", Payload: json.RawMessage(`{"by":"user"}`), At: t0.Add(3 * time.Second)})
+	if err := a.st.SetTaskState(ctx, "t1", domain.TaskStopped, "", t0.Add(3*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.st.Notify(ctx, "task:t1"); err != nil {

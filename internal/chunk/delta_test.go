@@ -45,6 +45,29 @@ func TestPutFileOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkFirstDeltas(t, v0, v1, st1)
+	touch(5, 2)  // back to v0's bytes: stored whole (it is its own base)
+	touch(9, 4)  // changes again: still a delta over v0's chunk
+	touch(11, 5) // a new change
+	v2, st2, err := s.PutFileOver(ctx, write("v2"), v1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSecondDeltas(t, v0, v1, v2, st2)
+	want2 := append([]byte(nil), data...)
+
+	// A store that never saw these files restores each version exactly.
+	cold := newTestStore(t, Config{ChunkSize: cs}, Deps{Blob: bl})
+	restoreColdVersions(t, cold, dir, map[string]Manifest{"v1": v1, "v2": v2}, want2)
+	healDamagedCacheCopy(t, s, cache, v2, dir, want2)
+	refuseLostDelta(t, s, cold, bl, v2, dir)
+	refuseCorruptDelta(t, s, bl, v1, dir)
+}
+
+// checkFirstDeltas checks v1, v0 with chunks 2, 5 and 9 changed: those go
+// up as deltas of about one page over v0's chunks, the rest are reused.
+func checkFirstDeltas(t *testing.T, v0, v1 Manifest, st1 PutStats) {
+	t.Helper()
 	if st1.Deltas != 3 || st1.Uploaded != 3 || st1.StoredBytes > 3*(pageLen+16) {
 		t.Errorf("v1 uploads: %+v, want 3 deltas of about one page", st1)
 	}
@@ -53,13 +76,13 @@ func TestPutFileOver(t *testing.T) {
 			t.Errorf("v1 chunk %d: %v (delta wanted: %v)", i, r, want)
 		}
 	}
-	touch(5, 2)  // back to v0's bytes: stored whole (it is its own base)
-	touch(9, 4)  // changes again: still a delta over v0's chunk
-	touch(11, 5) // a new change
-	v2, st2, err := s.PutFileOver(ctx, write("v2"), v1)
-	if err != nil {
-		t.Fatal(err)
-	}
+}
+
+// checkSecondDeltas checks v2 over v1: an unchanged delta chunk is reused,
+// a chunk back to its base is stored whole, a chunk changed again is still
+// a delta over v0's chunk, and a newly changed chunk is a delta.
+func checkSecondDeltas(t *testing.T, v0, v1, v2 Manifest, st2 PutStats) {
+	t.Helper()
 	switch {
 	case v2.Chunks[2] != v1.Chunks[2]:
 		t.Errorf("unchanged delta chunk not reused: %v vs %v", v2.Chunks[2], v1.Chunks[2])
@@ -73,11 +96,14 @@ func TestPutFileOver(t *testing.T) {
 	if st2.Deltas != 2 {
 		t.Errorf("v2 uploads: %+v, want 2 deltas", st2)
 	}
-	want2 := append([]byte(nil), data...)
+}
 
-	// A store that never saw these files restores each version exactly.
-	cold := newTestStore(t, Config{ChunkSize: cs}, Deps{Blob: bl})
-	for name, m := range map[string]Manifest{"v1": v1, "v2": v2} {
+// restoreColdVersions verifies and restores each version with cold, a store
+// that never saw the files; v2 must come back as want2.
+func restoreColdVersions(t *testing.T, cold *Store, dir string, versions map[string]Manifest, want2 []byte) {
+	t.Helper()
+	ctx := context.Background()
+	for name, m := range versions {
 		if err := cold.Verify(ctx, m); err != nil {
 			t.Fatalf("verify %s: %v", name, err)
 		}
@@ -89,16 +115,26 @@ func TestPutFileOver(t *testing.T) {
 			mustEqualFile(t, out, want2)
 		}
 	}
-	// A damaged cached copy of a delta chunk is rebuilt from its objects.
+}
+
+// healDamagedCacheCopy damages the cached copy of a delta chunk of v2: s
+// rebuilds it from its objects and restores v2 as want2.
+func healDamagedCacheCopy(t *testing.T, s *Store, cache *Cache, v2 Manifest, dir string, want2 []byte) {
+	t.Helper()
 	if err := os.WriteFile(cache.path(v2.Chunks[9].Hash), []byte{formatRaw, 1, 2, 3}, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Restore(ctx, v2, filepath.Join(dir, "healed")); err != nil {
+	if err := s.Restore(context.Background(), v2, filepath.Join(dir, "healed")); err != nil {
 		t.Fatalf("restore over a damaged cache copy: %v", err)
 	}
 	mustEqualFile(t, filepath.Join(dir, "healed"), want2)
+}
 
-	// A lost delta object: Missing names it, Verify and Restore refuse.
+// refuseLostDelta deletes a delta object of v2: Missing names it, Verify
+// and Restore refuse.
+func refuseLostDelta(t *testing.T, s, cold *Store, bl *memBlob, v2 Manifest, dir string) {
+	t.Helper()
+	ctx := context.Background()
 	delete(bl.objs, s.Key(v2.Chunks[11].Delta))
 	if miss, err := cold.Missing(ctx, v2); err != nil || len(miss) != 1 || miss[0].Hash != v2.Chunks[11].Delta {
 		t.Errorf("missing: %v %v", miss, err)
@@ -109,10 +145,15 @@ func TestPutFileOver(t *testing.T) {
 	if err := cold.Restore(ctx, v2, filepath.Join(dir, "lost")); !isMissing(err) {
 		t.Errorf("restore with a lost delta: %v", err)
 	}
-	// A corrupt delta object is caught by its hash.
+}
+
+// refuseCorruptDelta corrupts a delta object of v1: a fresh store catches
+// it by its hash.
+func refuseCorruptDelta(t *testing.T, s *Store, bl *memBlob, v1 Manifest, dir string) {
+	t.Helper()
 	bl.mutate(s.Key(v1.Chunks[2].Delta), func(b []byte) []byte { b[len(b)-1] ^= 1; return b })
-	fresh := newTestStore(t, Config{ChunkSize: cs}, Deps{Blob: bl})
-	if err := fresh.Restore(ctx, v1, filepath.Join(dir, "corrupt")); !isCorrupt(err) {
+	fresh := newTestStore(t, Config{ChunkSize: s.ChunkSize()}, Deps{Blob: bl})
+	if err := fresh.Restore(context.Background(), v1, filepath.Join(dir, "corrupt")); !isCorrupt(err) {
 		t.Errorf("restore with a corrupt delta: %v", err)
 	}
 }

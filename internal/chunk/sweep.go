@@ -2,6 +2,7 @@ package chunk
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -78,3 +79,26 @@ func Sweep(ctx context.Context, store blob.Store, prefix string,
 
 // prefixDir is the listing prefix of chunk keys under prefix.
 func prefixDir(prefix string) string { return trimSlashes(prefix) + "/" }
+
+// MarkLive adds every object m names to live: a delta chunk needs its
+// base and its delta.
+func MarkLive(live map[string]bool, m Manifest) {
+	for _, r := range m.Chunks {
+		for _, o := range r.Objects() {
+			live[o] = true
+		}
+	}
+}
+
+// MarkLiveRoles decodes a role -> Manifest map (a snapshot's manifests) and
+// marks every object of each as MarkLive does.
+func MarkLiveRoles(live map[string]bool, roles []byte) error {
+	var ms map[string]Manifest
+	if err := json.Unmarshal(roles, &ms); err != nil {
+		return fmt.Errorf("decode manifests: %w", err)
+	}
+	for _, m := range ms {
+		MarkLive(live, m)
+	}
+	return nil
+}

@@ -13,10 +13,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/client"
 	"github.com/engrams/engrams/internal/cli"
-	"github.com/engrams/engrams/internal/client"
-	"github.com/engrams/engrams/internal/client/clienttest"
+	"github.com/engrams/engrams/internal/clienttest"
 	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/hostlink"
 )
@@ -61,7 +61,7 @@ func newServer(t *testing.T) *clienttest.Server {
 	t.Helper()
 	srv := clienttest.NewServer(t)
 	c := client.New(srv.URL, clienttest.Token)
-	if _, err := c.CreateSession(t.Context(), apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{Image: "debian:12"}}, true); err != nil {
+	if _, err := c.Sessions().Create(t.Context(), apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{Image: "debian:12"}}, true); err != nil {
 		t.Fatal(err)
 	}
 	srv.AddEvent("s1", "log", map[string]string{"line": "hello"})

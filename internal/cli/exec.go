@@ -10,8 +10,8 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/engrams/engrams/internal/client"
-	"github.com/engrams/engrams/internal/guestapi"
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/client"
 )
 
 func isTerminal(fd int) bool { return term.IsTerminal(fd) }
@@ -30,7 +30,7 @@ func (a *app) terminalFD(v any) (int, bool) {
 	return fd, ok && a.opts.IsTerminal(fd)
 }
 
-func (a *app) sessionExecCmd() *cobra.Command {
+func (a sessionCmds) sessionExecCmd() *cobra.Command {
 	var (
 		interactive, tty bool
 		env              []string
@@ -69,7 +69,7 @@ after --) is the command.`,
 			if timeout < 0 {
 				return usageError{errors.New("--timeout must not be negative")}
 			}
-			start := guestapi.ExecStart{Argv: argv, Env: e, Dir: workdir, TimeoutMS: timeout.Milliseconds(), TTY: tty}
+			start := apiv1.ExecStart{Argv: argv, Env: e, Dir: workdir, TimeoutMS: timeout.Milliseconds(), TTY: tty}
 			return a.runExec(cmd, id, start, interactive)
 		},
 	}
@@ -83,7 +83,7 @@ after --) is the command.`,
 	return cmd
 }
 
-func (a *app) runExec(cmd *cobra.Command, id string, start guestapi.ExecStart, interactive bool) error {
+func (a sessionCmds) runExec(cmd *cobra.Command, id string, start apiv1.ExecStart, interactive bool) error {
 	c, err := a.client()
 	if err != nil {
 		return err
@@ -130,7 +130,7 @@ func (a *app) runExec(cmd *cobra.Command, id string, start guestapi.ExecStart, i
 		eio.Signal = signals
 	}
 
-	exit, err := c.ExecWSIO(ctx, id, start, eio)
+	exit, err := c.Sessions().ExecWSIO(ctx, id, start, eio)
 	if err != nil {
 		return fmt.Errorf("exec in session %s: %w", id, err)
 	}

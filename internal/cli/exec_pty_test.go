@@ -14,7 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/engrams/engrams/internal/cli"
-	"github.com/engrams/engrams/internal/client/clienttest"
+	"github.com/engrams/engrams/internal/clienttest"
 )
 
 // syncBuffer is a bytes.Buffer safe for one writer and one reader.

@@ -15,11 +15,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/harness"
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/internal/guestapi"
 )
 
-func (a *app) harnessCmd() *cobra.Command {
+func (a harnessCmds) harnessCmd() *cobra.Command {
 	cmd := group("harness", "Register agent harnesses: Claude Code, Codex, or your own",
 		`A harness is the agent program a task runs (Claude Code, Codex, or your own),
 packed into a read-only bundle that hosts attach to the task's VM at
@@ -36,7 +36,7 @@ A registered version never changes.`)
 	return cmd
 }
 
-func (a *app) harnessBuildCmd() *cobra.Command {
+func (a harnessCmds) harnessBuildCmd() *cobra.Command {
 	var req apiv1.BuildHarnessRequest
 	cmd := &cobra.Command{
 		Use:   "build NAME",
@@ -64,7 +64,7 @@ musl, for Alpine-like images), registered as VERSION-musl.`,
 				label += " (" + req.Libc + ")"
 			}
 			stop := a.busy(cmd.ErrOrStderr(), "building "+label)
-			h, err := c.BuildHarness(cmd.Context(), req)
+			h, err := c.Harnesses().Build(cmd.Context(), req)
 			stop()
 			if err != nil {
 				return fmt.Errorf("build harness %s: %w", label, err)
@@ -77,7 +77,7 @@ musl, for Alpine-like images), registered as VERSION-musl.`,
 	return cmd
 }
 
-func (a *app) printRegistered(cmd *cobra.Command, h apiv1.Harness) error {
+func (a harnessCmds) printRegistered(cmd *cobra.Command, h apiv1.Harness) error {
 	if a.jsonOut {
 		return printJSON(cmd.OutOrStdout(), h)
 	}
@@ -95,7 +95,7 @@ func builtinWord(b bool) string {
 
 // busy shows that a long call is running: on a terminal a spinner with the
 // time so far until stop is called, else one line.
-func (a *app) busy(w io.Writer, what string) (stop func()) {
+func (a harnessCmds) busy(w io.Writer, what string) (stop func()) {
 	if _, tty := a.terminalFD(w); !tty {
 		fmt.Fprintf(w, "%s …\n", what)
 		return func() {}
@@ -120,7 +120,7 @@ func (a *app) busy(w io.Writer, what string) (stop func()) {
 	return func() { once.Do(func() { close(done); <-finished }) }
 }
 
-func (a *app) harnessAddCmd() *cobra.Command {
+func (a harnessCmds) harnessAddCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "add DIR",
 		Short: "Register your own harness from a directory",
@@ -145,7 +145,7 @@ built-in harnesses are taken; a registered version never changes.`,
 			pr, pw := io.Pipe()
 			go func() { pw.CloseWithError(writeTarGz(pw, dir)) }()
 			stop := a.busy(cmd.ErrOrStderr(), fmt.Sprintf("adding %s@%s from %s (%d files, %s)", d.Name, d.Version, dir, files, humanBytes(size)))
-			h, err := c.AddHarness(cmd.Context(), pr)
+			h, err := c.Harnesses().Add(cmd.Context(), pr)
 			stop()
 			pr.Close()
 			if err != nil {
@@ -159,17 +159,17 @@ built-in harnesses are taken; a registered version never changes.`,
 // scanHarnessDir checks DIR before it is uploaded: its descriptor, and
 // only files, directories and symlinks staying inside it. It returns the
 // descriptor and how many files and bytes it holds.
-func scanHarnessDir(dir string) (harness.Descriptor, int, int64, error) {
+func scanHarnessDir(dir string) (guestapi.HarnessDescriptor, int, int64, error) {
 	st, err := os.Stat(dir)
 	if err != nil {
-		return harness.Descriptor{}, 0, 0, usageError{fmt.Errorf("harness directory: %w", err)}
+		return guestapi.HarnessDescriptor{}, 0, 0, usageError{fmt.Errorf("harness directory: %w", err)}
 	}
 	if !st.IsDir() {
-		return harness.Descriptor{}, 0, 0, usageError{fmt.Errorf("%s is not a directory", dir)}
+		return guestapi.HarnessDescriptor{}, 0, 0, usageError{fmt.Errorf("%s is not a directory", dir)}
 	}
-	d, err := harness.LoadDescriptor(dir)
+	d, err := guestapi.LoadHarnessDescriptor(dir)
 	if err != nil {
-		return harness.Descriptor{}, 0, 0, err
+		return guestapi.HarnessDescriptor{}, 0, 0, err
 	}
 	files, size := 0, int64(0)
 	err = walkHarnessDir(dir, func(rel string, info fs.FileInfo, _ string) error {
@@ -253,7 +253,7 @@ func writeTarGz(w io.Writer, dir string) error {
 	return zw.Close()
 }
 
-func (a *app) harnessListCmd() *cobra.Command {
+func (a harnessCmds) harnessListCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
@@ -267,7 +267,7 @@ func (a *app) harnessListCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			hs, err := c.ListHarnesses(cmd.Context())
+			hs, err := c.Harnesses().List(cmd.Context())
 			if err != nil {
 				return fmt.Errorf("list harnesses: %w", err)
 			}
@@ -287,7 +287,7 @@ func (a *app) harnessListCmd() *cobra.Command {
 	}
 }
 
-func (a *app) harnessShowCmd() *cobra.Command {
+func (a harnessCmds) harnessShowCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "show NAME[@VERSION]",
 		Short: "Show a harness: models, modes, credentials, hosts, requirements",
@@ -305,7 +305,7 @@ needs of an image.`,
 			if err != nil {
 				return err
 			}
-			h, err := c.GetHarness(cmd.Context(), name, version)
+			h, err := c.Harnesses().Get(cmd.Context(), name, version)
 			if err != nil {
 				return fmt.Errorf("show harness %s: %w", args[0], err)
 			}
@@ -317,7 +317,7 @@ needs of an image.`,
 	}
 }
 
-func (a *app) printHarness(w io.Writer, h apiv1.Harness) error {
+func (a harnessCmds) printHarness(w io.Writer, h apiv1.Harness) error {
 	creds := make([]string, 0, len(h.Credentials))
 	for _, c := range h.Credentials {
 		s := c.Kind + " (in " + c.Env
@@ -354,7 +354,7 @@ func choices(list []string) string {
 	out := make([]string, 0, len(list))
 	for i, s := range list {
 		switch {
-		case s == harness.AnyModel:
+		case s == guestapi.AnyModel:
 			out = append(out, "any other (*)")
 		case i == 0:
 			out = append(out, s+" (default)")
@@ -368,7 +368,7 @@ func choices(list []string) string {
 func requires(r apiv1.HarnessRequires) string {
 	var s string
 	switch {
-	case r.Libc == harness.LibcNone:
+	case r.Libc == guestapi.LibcNone:
 		s = "nothing (static programs: any image)"
 	case r.GlibcMin != "":
 		s = r.Libc + " " + r.GlibcMin + " or newer"

@@ -12,15 +12,20 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/api"
-	"github.com/engrams/engrams/internal/api/apiv1"
 	"github.com/engrams/engrams/internal/blob/localdir"
 	"github.com/engrams/engrams/internal/chunk"
 	"github.com/engrams/engrams/internal/cli"
-	"github.com/engrams/engrams/internal/client/clienttest"
+	"github.com/engrams/engrams/internal/clienttest"
 	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/harness"
+	"github.com/engrams/engrams/internal/harnessreg"
 	"github.com/engrams/engrams/internal/secret"
+	"github.com/engrams/engrams/internal/secrets"
+	"github.com/engrams/engrams/internal/server"
 	"github.com/engrams/engrams/internal/store"
 	"github.com/engrams/engrams/internal/store/sqlite"
 	"github.com/engrams/engrams/internal/testutil"
@@ -28,13 +33,13 @@ import (
 
 // tokenStore admits clienttest.Token; the API's other store methods are
 // not used by the agent routes.
-type tokenStore struct{ api.Store }
+type tokenStore struct{ api.FleetStore }
 
-func (tokenStore) TokenByHash(_ context.Context, hash string) (store.Token, error) {
+func (tokenStore) TokenByHash(_ context.Context, hash string) (domain.Token, error) {
 	if hash == coordinator.HashToken(clienttest.Token) {
-		return store.Token{ID: "t1", Kind: store.TokenUser}, nil
+		return domain.Token{ID: "t1", Kind: domain.TokenUser}, nil
 	}
-	return store.Token{}, store.ErrNotFound
+	return domain.Token{}, store.ErrNotFound
 }
 
 // agentServer is the real API over a coordinator with SQLite, a secrets
@@ -43,7 +48,7 @@ func (tokenStore) TokenByHash(_ context.Context, hash string) (store.Token, erro
 // gh (git, github.com) and oai (OpenAI).
 type agentServer struct {
 	*clienttest.Server
-	co *coordinator.Coordinator
+	p  *server.Parts
 	st store.Store
 }
 
@@ -75,14 +80,16 @@ func newAgentServer(t *testing.T) *agentServer {
 		t.Fatal(err)
 	}
 	t.Cleanup(cs.Close)
-	co, err := coordinator.New(coordinator.Config{ReplicaID: "r1", HarnessWorkDir: t.TempDir()},
-		coordinator.Deps{Store: st, Hosts: noHosts{}, Secrets: sealer, HarnessBuilder: b, HarnessChunks: cs})
+	p, err := server.Assemble(server.Config{ReplicaID: "r1", Harnesses: harnessreg.Config{WorkDir: t.TempDir()}},
+		server.Deps{Store: st, Secrets: sealer, HarnessBuilder: b, HarnessChunks: cs}, noHosts{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(api.New(api.Config{}, api.Deps{Coordinator: co, Store: tokenStore{}}))
+	deps := p.APIDeps(st, nil)
+	deps.Fleet = tokenStore{}
+	ts := httptest.NewServer(api.New(api.Config{}, deps))
 	t.Cleanup(ts.Close)
-	s := &agentServer{Server: &clienttest.Server{URL: ts.URL}, co: co, st: st}
+	s := &agentServer{Server: &clienttest.Server{URL: ts.URL}, p: p, st: st}
 	s.seed(t)
 	return s
 }
@@ -90,27 +97,27 @@ func newAgentServer(t *testing.T) *agentServer {
 func (s *agentServer) seed(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
-	if err := s.st.CreateImage(ctx, store.Image{ID: "img-py", Name: "py", Ref: "reg/python:3.12", Digest: "sha256:0123456789abcdef",
+	if err := s.st.CreateImage(ctx, domain.Image{ID: "img-py", Name: "py", Ref: "reg/python:3.12", Digest: "sha256:0123456789abcdef",
 		Config: json.RawMessage(`{"libc":"glibc"}`), Manifests: json.RawMessage(`{"rootfs":{}}`), BaseID: "b"}); err != nil {
 		t.Fatal(err)
 	}
-	d := harness.Descriptor{Format: 1, Name: "claude-code", Version: "2.1.0", Entrypoint: []string{"bin/claude"},
-		Protocol: harness.ProtocolClaudeStreamJSON, Models: []string{"sonnet", "opus", harness.AnyModel}, Modes: []string{"bypassPermissions", "plan"},
-		Credentials: []harness.Credential{{Kind: "anthropic_api_key", Env: "ANTHROPIC_API_KEY", BaseURLEnv: "ANTHROPIC_BASE_URL"}},
-		Hosts:       []string{"api.anthropic.com:443"}, Requires: harness.Requires{Libc: harness.LibcGlibc, GlibcMin: "2.17"}}
+	d := guestapi.HarnessDescriptor{Format: 1, Name: "claude-code", Version: "2.1.0", Entrypoint: []string{"bin/claude"},
+		Protocol: guestapi.HarnessProtocolClaudeStreamJSON, Models: []string{"sonnet", "opus", guestapi.AnyModel}, Modes: []string{"bypassPermissions", "plan"},
+		Credentials: []guestapi.HarnessCredential{{Kind: "anthropic_api_key", Env: "ANTHROPIC_API_KEY", BaseURLEnv: "ANTHROPIC_BASE_URL"}},
+		Hosts:       []string{"api.anthropic.com:443"}, Requires: guestapi.HarnessRequires{Libc: guestapi.LibcGlibc, GlibcMin: "2.17"}}
 	desc, err := d.Marshal()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.st.PutHarness(ctx, store.Harness{ID: "h-cc", Name: d.Name, Version: d.Version, Descriptor: desc,
+	if _, err := s.st.PutHarness(ctx, domain.Harness{ID: "h-cc", Name: d.Name, Version: d.Version, Descriptor: desc,
 		Manifest: json.RawMessage(`{"version":2,"chunk_size":4194304,"size":188743680,"chunks":[]}`), Digest: "sha256:cc00112233445566",
 		Builtin: true, CreatedAt: clienttest.BaseTime()}); err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range []coordinator.SecretRequest{{Name: "ant", Kind: "anthropic_api_key"}, {Name: "oai", Kind: "openai_api_key"},
+	for _, r := range []secrets.SecretRequest{{Name: "ant", Kind: "anthropic_api_key"}, {Name: "oai", Kind: "openai_api_key"},
 		{Name: "gh", Kind: "git_https", Meta: apiv1SecretMeta("x-access-token", "github.com")}} {
 		r.Value = []byte(testSecret)
-		if _, err := s.co.CreateSecret(ctx, r); err != nil {
+		if _, err := s.p.Vault.Create(ctx, r); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -233,7 +240,7 @@ func TestHarnessBuildOnTerminal(t *testing.T) {
 // noHosts is a fleet without hosts: the agent routes never reach one.
 type noHosts struct{}
 
-func (noHosts) Transport(context.Context, string) (http.RoundTripper, error) {
+func (noHosts) Transport(context.Context, domain.HostID) (http.RoundTripper, error) {
 	return nil, errors.New("no hosts in this test")
 }
 

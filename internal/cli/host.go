@@ -6,11 +6,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/api/apiv1"
 )
 
-func (a *app) hostCmd() *cobra.Command {
+func (a hostCmds) hostCmd() *cobra.Command {
 	cmd := group("host", "List, register and drain hosts",
 		`A host is a Linux machine that runs sessions' microVMs. It dials the
 coordinator (it never needs an inbound port), reports its capacity and the
@@ -22,14 +21,14 @@ VM backend it uses, and runs the sessions placed on it.`)
 }
 
 // sessionsUsed shows running sessions, and the limit when there is one.
-func sessionsUsed(c hostlink.Capacity) string {
+func sessionsUsed(c apiv1.Capacity) string {
 	if c.MaxSessions <= 0 {
 		return fmt.Sprintf("%d", c.Sessions)
 	}
 	return fmt.Sprintf("%d/%d", c.Sessions, c.MaxSessions)
 }
 
-func (a *app) hostListCmd() *cobra.Command {
+func (a hostCmds) hostListCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
@@ -45,7 +44,7 @@ they last reported in.`,
 			if err != nil {
 				return err
 			}
-			hosts, err := c.ListHosts(cmd.Context())
+			hosts, err := c.Hosts().List(cmd.Context())
 			if err != nil {
 				return fmt.Errorf("list hosts: %w", err)
 			}
@@ -66,7 +65,7 @@ they last reported in.`,
 	}
 }
 
-func (a *app) hostGetCmd() *cobra.Command {
+func (a hostCmds) hostGetCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "get ID",
 		Short: "Show a host, its capacity and why it uses its VM backend",
@@ -82,7 +81,7 @@ backend it considered with the reason it is or is not usable.`,
 			if err != nil {
 				return err
 			}
-			h, err := c.GetHost(cmd.Context(), args[0])
+			h, err := c.Hosts().Get(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("get host %s: %w", args[0], err)
 			}
@@ -106,14 +105,14 @@ func cachedSnapshots(ids []string) string {
 	return fmt.Sprintf("%s and %d more", strings.Join(ids[:show], ", "), len(ids)-show)
 }
 
-func isolation(b hostlink.BackendFacts) string {
+func isolation(b apiv1.BackendFacts) string {
 	if b.Isolation {
 		return "isolated"
 	}
 	return "NOT isolated"
 }
 
-func (a *app) printHost(cmd *cobra.Command, h apiv1.Host) error {
+func (a hostCmds) printHost(cmd *cobra.Command, h apiv1.Host) error {
 	f, cp, b := h.Facts, h.Capacity, h.Facts.Backend
 	backend := ""
 	if b.Name != "" {
@@ -156,7 +155,7 @@ func (a *app) printHost(cmd *cobra.Command, h apiv1.Host) error {
 	return tw.Flush()
 }
 
-func (a *app) hostCreateCmd() *cobra.Command {
+func (a hostCmds) hostCreateCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "create NAME",
 		Short: "Register a host and print its token (shown only once)",
@@ -170,7 +169,7 @@ the host agent on the KVM machine.`,
 			if err != nil {
 				return err
 			}
-			r, err := c.CreateHost(cmd.Context(), args[0])
+			r, err := c.Hosts().Create(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("create host %s: %w", args[0], err)
 			}
@@ -191,7 +190,7 @@ Start the host agent on the machine (it needs /dev/kvm or QEMU) with:
 	}
 }
 
-func (a *app) hostDrainCmd() *cobra.Command {
+func (a hostCmds) hostDrainCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "drain ID",
 		Short: "Stop placing sessions on a host",
@@ -204,7 +203,7 @@ on it keep running.`,
 			if err != nil {
 				return err
 			}
-			h, err := c.DrainHost(cmd.Context(), args[0])
+			h, err := c.Hosts().Drain(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("drain host %s: %w", args[0], err)
 			}

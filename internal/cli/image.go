@@ -12,11 +12,10 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/api/apiv1"
 )
 
-func (a *app) imageCmd() *cobra.Command {
+func (a imageCmds) imageCmd() *cobra.Command {
 	cmd := group("image", "Enable OCI images that sessions start from, warm",
 		`An image is an OCI image enabled once: the coordinator pulls its linux/amd64
 entry, builds a root filesystem, boots it on a host, runs its warm-up
@@ -47,7 +46,7 @@ type enableFlags struct {
 	noWait                    bool
 }
 
-func (a *app) imageEnableCmd() *cobra.Command {
+func (a imageCmds) imageEnableCmd() *cobra.Command {
 	var f enableFlags
 	cmd := &cobra.Command{
 		Use:   "enable REF",
@@ -91,7 +90,7 @@ not echoed). The coordinator stores it encrypted and never shows it again.`,
 			if err != nil {
 				return err
 			}
-			r, err := c.EnableImage(cmd.Context(), req)
+			r, err := c.Images().Enable(cmd.Context(), req)
 			if err != nil {
 				return fmt.Errorf("enable image %s: %w", args[0], err)
 			}
@@ -117,7 +116,7 @@ not echoed). The coordinator stores it encrypted and never shows it again.`,
 
 // enableRequest checks the flags of `image enable` and reads the registry
 // secret, if any, from stdin.
-func (a *app) enableRequest(cmd *cobra.Command, ref string, f *enableFlags) (apiv1.EnableImageRequest, error) {
+func (a imageCmds) enableRequest(cmd *cobra.Command, ref string, f *enableFlags) (apiv1.EnableImageRequest, error) {
 	req := f.req
 	req.Ref = ref
 	var err error
@@ -171,7 +170,7 @@ const maxSecretBytes = 16 << 10
 // readSecret reads a password or token from stdin without showing it: at a
 // terminal with echo off, else all of stdin without its trailing newline.
 // The secret never appears in an error.
-func (a *app) readSecret(cmd *cobra.Command, what string) (string, error) {
+func (a imageCmds) readSecret(cmd *cobra.Command, what string) (string, error) {
 	in := cmd.InOrStdin()
 	var b []byte
 	var err error
@@ -195,7 +194,7 @@ func (a *app) readSecret(cmd *cobra.Command, what string) (string, error) {
 	return s, nil
 }
 
-func (a *app) imageRefreshCmd() *cobra.Command {
+func (a imageCmds) imageRefreshCmd() *cobra.Command {
 	var noWait bool
 	cmd := &cobra.Command{
 		Use:   "refresh NAME",
@@ -217,7 +216,7 @@ with --no-wait it returns once the job is queued.`,
 			if err != nil {
 				return err
 			}
-			r, err := c.RefreshImage(cmd.Context(), args[0])
+			r, err := c.Images().Refresh(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("refresh image %s: %w", args[0], err)
 			}
@@ -228,7 +227,7 @@ with --no-wait it returns once the job is queued.`,
 	return cmd
 }
 
-func (a *app) imageDisableCmd() *cobra.Command {
+func (a imageCmds) imageDisableCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "disable NAME",
 		Short: "Stop starting sessions from an image",
@@ -243,7 +242,7 @@ what they use. A disabled image stays listed with ` + "`engrams image list --all
 			if err != nil {
 				return err
 			}
-			img, err := c.DisableImage(cmd.Context(), args[0])
+			img, err := c.Images().Disable(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("disable image %s: %w", args[0], err)
 			}
@@ -256,7 +255,7 @@ what they use. A disabled image stays listed with ` + "`engrams image list --all
 	}
 }
 
-func (a *app) imageListCmd() *cobra.Command {
+func (a imageCmds) imageListCmd() *cobra.Command {
 	var all bool
 	cmd := &cobra.Command{
 		Use:     "list",
@@ -273,7 +272,7 @@ with --all), reference, digest, session size and last job.`,
 			if err != nil {
 				return err
 			}
-			imgs, err := c.ListImages(cmd.Context(), all)
+			imgs, err := c.Images().List(cmd.Context(), all)
 			if err != nil {
 				return fmt.Errorf("list images: %w", err)
 			}
@@ -324,7 +323,7 @@ func jobSummary(j *apiv1.ImageJob) string {
 	return s
 }
 
-func (a *app) imageGetCmd() *cobra.Command {
+func (a imageCmds) imageGetCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "get NAME",
 		Short: "Show an image, its settings and its last job",
@@ -340,7 +339,7 @@ with the warm-up's output if that failed. NAME may also be the image's id.`,
 			if err != nil {
 				return err
 			}
-			img, err := c.GetImage(cmd.Context(), args[0])
+			img, err := c.Images().Get(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("get image %s: %w", args[0], err)
 			}
@@ -352,7 +351,7 @@ with the warm-up's output if that failed. NAME may also be the image's id.`,
 	}
 }
 
-func (a *app) printImage(w io.Writer, img apiv1.Image) error {
+func (a imageCmds) printImage(w io.Writer, img apiv1.Image) error {
 	cfg := img.Config
 	env := make([]string, 0, len(cfg.Env))
 	for _, k := range slices.Sorted(maps.Keys(cfg.Env)) {
@@ -401,7 +400,7 @@ func (a *app) printImage(w io.Writer, img apiv1.Image) error {
 }
 
 // factsSummary says what a host needs to restore the base snapshot.
-func factsSummary(f *hostlink.Facts) string {
+func factsSummary(f *apiv1.HostFacts) string {
 	if f == nil {
 		return ""
 	}
@@ -424,7 +423,7 @@ func warmupLimits(cfg apiv1.ImageConfig) string {
 	return fmt.Sprintf("%s overall, %s without output", sec(cfg.WarmupTimeoutS), sec(cfg.WarmupStallS))
 }
 
-func (a *app) imageJobsCmd() *cobra.Command {
+func (a imageCmds) imageJobsCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "jobs NAME",
 		Short: "List an image's enable and refresh jobs",
@@ -441,7 +440,7 @@ in --json.`,
 			if err != nil {
 				return err
 			}
-			jobs, err := c.ImageJobs(cmd.Context(), args[0])
+			jobs, err := c.Images().Jobs(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("list jobs of image %s: %w", args[0], err)
 			}
@@ -456,7 +455,7 @@ in --json.`,
 	}
 }
 
-func (a *app) jobTable(w io.Writer, jobs []apiv1.ImageJob) error {
+func (a imageCmds) jobTable(w io.Writer, jobs []apiv1.ImageJob) error {
 	tw := newTable(w)
 	row(tw, "ID", "KIND", "STATE", "STAGE", "PROGRESS", "ATTEMPTS", "CREATED", "TOOK", "ERROR")
 	for _, j := range jobs {

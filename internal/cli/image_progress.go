@@ -12,14 +12,14 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/client"
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/client"
 )
 
 // followJob finishes `image enable` and `image refresh`: with noWait it
 // reports the queued job; otherwise it shows the job's progress on stderr
 // until it ends, then prints the image (or the failure, exiting non-zero).
-func (a *app) followJob(cmd *cobra.Command, c *client.Client, r apiv1.ImageJobResponse, noWait bool) error {
+func (a imageCmds) followJob(cmd *cobra.Command, c *client.Client, r apiv1.ImageJobResponse, noWait bool) error {
 	out, name := cmd.OutOrStdout(), r.Image.Name
 	if noWait {
 		if a.jsonOut {
@@ -32,7 +32,7 @@ func (a *app) followJob(cmd *cobra.Command, c *client.Client, r apiv1.ImageJobRe
 	if !jobEnded(job) {
 		p := a.newProgress(cmd.ErrOrStderr(), name)
 		var err error
-		job, err = c.WaitImageJob(cmd.Context(), job.ID, a.opts.PollInterval, p.update)
+		job, err = c.Images().WaitJob(cmd.Context(), job.ID, a.opts.PollInterval, p.update)
 		p.end()
 		if errors.Is(err, context.Canceled) {
 			return &hintError{err: fmt.Errorf("stopped waiting for image %s", name),
@@ -42,7 +42,7 @@ func (a *app) followJob(cmd *cobra.Command, c *client.Client, r apiv1.ImageJobRe
 			return fmt.Errorf("image %s: %w", name, err)
 		}
 	}
-	img, err := c.GetImage(cmd.Context(), r.Image.ID)
+	img, err := c.Images().Get(cmd.Context(), r.Image.ID)
 	if err != nil {
 		return fmt.Errorf("image %s: job %s is %s, but reading the image failed: %w", name, job.ID, job.State, err)
 	}
@@ -209,7 +209,7 @@ type progress struct {
 	drawn bool
 }
 
-func (a *app) newProgress(w io.Writer, name string) *progress {
+func (a imageCmds) newProgress(w io.Writer, name string) *progress {
 	_, tty := a.terminalFD(w)
 	return &progress{w: w, tty: tty, name: name, now: a.opts.Now}
 }

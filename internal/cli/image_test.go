@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/client"
-	"github.com/engrams/engrams/internal/client/clienttest"
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/client"
+	"github.com/engrams/engrams/internal/clienttest"
 )
 
 const webRef = "registry.example.com/team/web:1.4"
@@ -20,15 +20,15 @@ func newImageServer(t *testing.T) *clienttest.Server {
 	srv := newServer(t)
 	ctx := t.Context()
 	c := client.New(srv.URL, clienttest.Token)
-	r, err := c.EnableImage(ctx, apiv1.EnableImageRequest{Ref: webRef, MemoryMiB: 1024, VCPUs: 2, Warmup: "npm ci",
+	r, err := c.Images().Enable(ctx, apiv1.EnableImageRequest{Ref: webRef, MemoryMiB: 1024, VCPUs: 2, Warmup: "npm ci",
 		Env: map[string]string{"B": "2", "A": "1"}, Credentials: &apiv1.RegistryAuth{Username: "ci", Password: "pw"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.WaitImageJob(ctx, r.Job.ID, time.Millisecond, nil); err != nil {
+	if _, err := c.Images().WaitJob(ctx, r.Job.ID, time.Millisecond, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.EnableImage(ctx, apiv1.EnableImageRequest{Ref: "alpine:3.20"}); err != nil {
+	if _, err := c.Images().Enable(ctx, apiv1.EnableImageRequest{Ref: "alpine:3.20"}); err != nil {
 		t.Fatal(err)
 	}
 	return srv
@@ -203,7 +203,7 @@ func TestImageCommands(t *testing.T) {
 
 func disable(name string) func(*testing.T, *clienttest.Server) {
 	return func(t *testing.T, srv *clienttest.Server) {
-		if _, err := client.New(srv.URL, clienttest.Token).DisableImage(t.Context(), name); err != nil {
+		if _, err := client.New(srv.URL, clienttest.Token).Images().Disable(t.Context(), name); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -214,11 +214,11 @@ func enableFailed(ref string) func(*testing.T, *clienttest.Server) {
 	return func(t *testing.T, srv *clienttest.Server) {
 		failJobs(t, srv)
 		c := client.New(srv.URL, clienttest.Token)
-		r, err := c.EnableImage(t.Context(), apiv1.EnableImageRequest{Ref: ref})
+		r, err := c.Images().Enable(t.Context(), apiv1.EnableImageRequest{Ref: ref})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.WaitImageJob(t.Context(), r.Job.ID, time.Millisecond, nil); err != nil {
+		if _, err := c.Images().WaitJob(t.Context(), r.Job.ID, time.Millisecond, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -15,10 +15,10 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 )
 
-func (a *app) profileCmd() *cobra.Command {
+func (a profileCmds) profileCmd() *cobra.Command {
 	cmd := group("profile", "Curate what agent tasks get: image, harness, model, repos, credentials",
 		`A profile is the recipe a task starts from: the image its VM starts from,
 the harness (agent) and its model and mode, the repositories cloned for it,
@@ -227,7 +227,7 @@ func parseApps(vals []string) ([]apiv1.ProfileApp, error) {
 	return out, nil
 }
 
-func (a *app) profileCreateCmd() *cobra.Command {
+func (a profileCmds) profileCreateCmd() *cobra.Command {
 	var f profileFlags
 	cmd := &cobra.Command{
 		Use:   "create NAME --image IMAGE --harness HARNESS [flags]",
@@ -255,7 +255,7 @@ the grant receipt (see ` + "`engrams profile show`" + `).
 			if err != nil {
 				return err
 			}
-			r, err := c.CreateProfile(cmd.Context(), apiv1.CreateProfileRequest{Name: args[0], Spec: spec})
+			r, err := c.Profiles().Create(cmd.Context(), apiv1.CreateProfileRequest{Name: args[0], Spec: spec})
 			if err != nil {
 				return fmt.Errorf("create profile %s: %w", args[0], err)
 			}
@@ -270,7 +270,7 @@ the grant receipt (see ` + "`engrams profile show`" + `).
 	return cmd
 }
 
-func (a *app) profileEditCmd() *cobra.Command {
+func (a profileCmds) profileEditCmd() *cobra.Command {
 	var f profileFlags
 	cmd := &cobra.Command{
 		Use:   "edit NAME [flags]",
@@ -294,7 +294,7 @@ the command says so: run it again.
 			if err != nil {
 				return err
 			}
-			cur, err := c.GetProfile(cmd.Context(), args[0])
+			cur, err := c.Profiles().Get(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("edit profile %s: %w", args[0], err)
 			}
@@ -302,7 +302,7 @@ the command says so: run it again.
 			if err != nil {
 				return err
 			}
-			r, err := c.UpdateProfile(cmd.Context(), cur.Profile.Name, apiv1.UpdateProfileRequest{Spec: spec, Version: cur.Profile.Version})
+			r, err := c.Profiles().Update(cmd.Context(), cur.Profile.Name, apiv1.UpdateProfileRequest{Spec: spec, Version: cur.Profile.Version})
 			if err != nil {
 				return fmt.Errorf("edit profile %s: %w", args[0], err)
 			}
@@ -317,7 +317,7 @@ the command says so: run it again.
 	return cmd
 }
 
-func (a *app) profileListCmd() *cobra.Command {
+func (a profileCmds) profileListCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
@@ -331,7 +331,7 @@ func (a *app) profileListCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ps, err := c.ListProfiles(cmd.Context())
+			ps, err := c.Profiles().List(cmd.Context())
 			if err != nil {
 				return fmt.Errorf("list profiles: %w", err)
 			}
@@ -356,7 +356,7 @@ func (a *app) profileListCmd() *cobra.Command {
 	}
 }
 
-func (a *app) profileShowCmd() *cobra.Command {
+func (a profileCmds) profileShowCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "show NAME",
 		Short: "Show a profile's grant receipt: what its tasks can do and reach",
@@ -375,7 +375,7 @@ they are fixed. --json prints the profile, receipt and problems.`,
 			if err != nil {
 				return err
 			}
-			r, err := c.GetProfile(cmd.Context(), args[0])
+			r, err := c.Profiles().Get(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("show profile %s: %w", args[0], err)
 			}
@@ -387,7 +387,7 @@ they are fixed. --json prints the profile, receipt and problems.`,
 	}
 }
 
-func (a *app) profileDeleteCmd() *cobra.Command {
+func (a profileCmds) profileDeleteCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:     "delete NAME",
 		Short:   "Delete a profile",
@@ -399,7 +399,7 @@ func (a *app) profileDeleteCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			p, err := c.DeleteProfile(cmd.Context(), args[0])
+			p, err := c.Profiles().Delete(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("delete profile %s: %w", args[0], err)
 			}
@@ -413,7 +413,7 @@ func (a *app) profileDeleteCmd() *cobra.Command {
 }
 
 // printReceipt prints a profile's grant receipt in plain sections.
-func (a *app) printReceipt(w io.Writer, r apiv1.ProfileResponse) error {
+func (a profileCmds) printReceipt(w io.Writer, r apiv1.ProfileResponse) error {
 	p, rc := r.Profile, r.Receipt
 	fmt.Fprintf(w, "Profile %s (version %d, id %s, updated %s)\n", p.Name, p.Version, p.ID, a.when(p.UpdatedAt))
 	if !p.DeletedAt.IsZero() {

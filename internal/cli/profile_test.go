@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/client/clienttest"
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/internal/clienttest"
 )
 
 var revArgs = []string{"profile", "create", "rev", "--image", "py", "--harness", "claude-code", "--credential", "ant",

@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/engrams/engrams/internal/client"
+	"github.com/engrams/engrams/client"
 )
 
 // Options are what NewRoot needs from its surroundings; every
@@ -39,13 +39,27 @@ type Options struct {
 	PollInterval time.Duration
 }
 
-// app is the state every command shares.
+// app is the state every command shares: the options, the global flags
+// and what is resolved from them (the API client, times as shown).
 type app struct {
 	opts    Options
 	url     string
 	token   string
 	jsonOut bool
 }
+
+// The command groups. Each embeds the shared *app, so its methods (receiver
+// a, as app's) read a.opts, a.jsonOut, a.client() and the output helpers.
+type (
+	sessionCmds struct{ *app } // engrams session: session.go, snapshot.go, exec.go
+	imageCmds   struct{ *app } // engrams image: image.go, image_progress.go
+	taskCmds    struct{ *app } // engrams task: task.go
+	hostCmds    struct{ *app } // engrams host: host.go
+	tokenCmds   struct{ *app } // engrams token: token.go
+	profileCmds struct{ *app } // engrams profile: profile.go
+	harnessCmds struct{ *app } // engrams harness: harness.go
+	secretCmds  struct{ *app } // engrams secret: secret.go
+)
 
 // NewRoot returns the `engrams` command with extra commands added at the
 // top level (e.g. `server`, `dev`) and opts.HostAgent, if set, as
@@ -83,14 +97,14 @@ config directory).`,
 	pf.StringVar(&a.token, "token", "", "API token (env ENGRAMS_TOKEN)")
 	pf.BoolVar(&a.jsonOut, "json", false, "print JSON instead of text")
 
-	host := a.hostCmd()
+	host := hostCmds{a}.hostCmd()
 	if opts.HostAgent != nil {
 		_, rest, _ := strings.Cut(opts.HostAgent.Use, " ")
 		opts.HostAgent.Use = strings.TrimSpace("run " + rest)
 		host.AddCommand(opts.HostAgent)
 	}
-	root.AddCommand(a.sessionCmd(), a.imageCmd(), a.taskCmd(), host, a.tokenCmd(), a.versionCmd())
-	root.AddCommand(a.profileCmd(), a.harnessCmd(), a.secretCmd())
+	root.AddCommand(sessionCmds{a}.sessionCmd(), imageCmds{a}.imageCmd(), taskCmds{a}.taskCmd(), host, tokenCmds{a}.tokenCmd(), a.versionCmd())
+	root.AddCommand(profileCmds{a}.profileCmd(), harnessCmds{a}.harnessCmd(), secretCmds{a}.secretCmd())
 	root.AddCommand(extra...)
 	return root
 }

@@ -10,10 +10,10 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 )
 
-func (a *app) secretCmd() *cobra.Command {
+func (a secretCmds) secretCmd() *cobra.Command {
 	cmd := group("secret", "Store model keys and git logins for profiles",
 		`Secrets are credentials profiles name: model provider keys
 (anthropic_api_key, openai_api_key), git HTTPS logins (git_https) and
@@ -30,7 +30,7 @@ stay with the coordinator, which clones the repositories.`)
 	return cmd
 }
 
-func (a *app) secretCreateCmd() *cobra.Command {
+func (a secretCmds) secretCreateCmd() *cobra.Command {
 	var (
 		req      apiv1.CreateSecretRequest
 		fromFile string
@@ -69,7 +69,7 @@ the new one.`,
 			if err != nil {
 				return err
 			}
-			s, err := c.CreateSecret(cmd.Context(), req)
+			s, err := c.Secrets().Create(cmd.Context(), req)
 			if err != nil {
 				return fmt.Errorf("create secret %s: %w", req.Name, err)
 			}
@@ -92,7 +92,7 @@ the new one.`,
 // readSecretValue reads a secret's value from file, or from stdin: at a
 // terminal with echo off, else all of it. A trailing newline is dropped;
 // an empty value is refused. The value never appears in an error.
-func (a *app) readSecretValue(cmd *cobra.Command, name, file string) (string, error) {
+func (a secretCmds) readSecretValue(cmd *cobra.Command, name, file string) (string, error) {
 	var b []byte
 	var err error
 	from := "stdin"
@@ -124,7 +124,7 @@ func (a *app) readSecretValue(cmd *cobra.Command, name, file string) (string, er
 	return v, nil
 }
 
-func (a *app) secretListCmd() *cobra.Command {
+func (a secretCmds) secretListCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
@@ -138,7 +138,7 @@ func (a *app) secretListCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ss, err := c.ListSecrets(cmd.Context())
+			ss, err := c.Secrets().List(cmd.Context())
 			if err != nil {
 				return fmt.Errorf("list secrets: %w", err)
 			}
@@ -158,7 +158,7 @@ func (a *app) secretListCmd() *cobra.Command {
 	}
 }
 
-func (a *app) secretDeleteCmd() *cobra.Command {
+func (a secretCmds) secretDeleteCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "delete NAME",
 		Short: "Delete a secret",
@@ -174,7 +174,7 @@ secret under the same name is how a key is rotated.`,
 			if err != nil {
 				return err
 			}
-			s, err := c.DeleteSecret(cmd.Context(), args[0])
+			s, err := c.Secrets().Delete(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("delete secret %s: %w", args[0], err)
 			}

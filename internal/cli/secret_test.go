@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/engrams/engrams/internal/client/clienttest"
+	"github.com/engrams/engrams/internal/clienttest"
 )
 
 func TestSecretCommands(t *testing.T) {

@@ -11,11 +11,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/client"
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/client"
 )
 
-func (a *app) sessionCmd() *cobra.Command {
+func (a sessionCmds) sessionCmd() *cobra.Command {
 	cmd := group("session", "Create, inspect, run commands in, suspend and delete sessions",
 		`A session is one sandbox: an image running in its own microVM on one host.
 A session unused for its idle timeout is suspended: snapshotted into
@@ -48,7 +48,7 @@ func parseEnv(kvs []string) (map[string]string, error) {
 	return env, nil
 }
 
-func (a *app) sessionCreateCmd() *cobra.Command {
+func (a sessionCmds) sessionCreateCmd() *cobra.Command {
 	var (
 		req      apiv1.CreateSessionRequest
 		env      []string
@@ -94,7 +94,7 @@ never: no limit).`,
 			if err != nil {
 				return err
 			}
-			s, err := c.CreateSession(cmd.Context(), req, !noWait)
+			s, err := c.Sessions().Create(cmd.Context(), req, !noWait)
 			if err != nil {
 				return fmt.Errorf("create session: %w", err)
 			}
@@ -124,7 +124,7 @@ never: no limit).`,
 	return cmd
 }
 
-func (a *app) sessionListCmd() *cobra.Command {
+func (a sessionCmds) sessionListCmd() *cobra.Command {
 	var filter client.SessionFilter
 	cmd := &cobra.Command{
 		Use:     "list",
@@ -140,7 +140,7 @@ func (a *app) sessionListCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			l, err := c.ListSessions(cmd.Context(), filter)
+			l, err := c.Sessions().List(cmd.Context(), filter)
 			if err != nil {
 				return fmt.Errorf("list sessions: %w", err)
 			}
@@ -170,7 +170,7 @@ func memory(mib int) string {
 	return fmt.Sprintf("%d MiB", mib)
 }
 
-func (a *app) sessionGetCmd() *cobra.Command {
+func (a sessionCmds) sessionGetCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "get ID",
 		Short: "Show a session, its operations and snapshots",
@@ -186,7 +186,7 @@ destroy, move, recover) with their errors, and its snapshot history
 			if err != nil {
 				return err
 			}
-			s, err := c.GetSession(cmd.Context(), args[0])
+			s, err := c.Sessions().Get(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("get session %s: %w", args[0], err)
 			}
@@ -198,7 +198,7 @@ destroy, move, recover) with their errors, and its snapshot history
 	}
 }
 
-func (a *app) printSession(cmd *cobra.Command, s apiv1.Session) error {
+func (a sessionCmds) printSession(cmd *cobra.Command, s apiv1.Session) error {
 	tw := newTable(cmd.OutOrStdout())
 	env := make([]string, 0, len(s.Spec.Env))
 	for _, k := range slices.Sorted(maps.Keys(s.Spec.Env)) {
@@ -249,7 +249,7 @@ func (a *app) printSession(cmd *cobra.Command, s apiv1.Session) error {
 	return tw.Flush()
 }
 
-func (a *app) sessionDeleteCmd() *cobra.Command {
+func (a sessionCmds) sessionDeleteCmd() *cobra.Command {
 	var noWait bool
 	cmd := &cobra.Command{
 		Use:     "delete ID",
@@ -265,7 +265,7 @@ until the VM is gone. The session's event log stays readable.`,
 			if err != nil {
 				return err
 			}
-			if err := c.DeleteSession(cmd.Context(), args[0], !noWait); err != nil {
+			if err := c.Sessions().Delete(cmd.Context(), args[0], !noWait); err != nil {
 				return fmt.Errorf("delete session %s: %w", args[0], err)
 			}
 			verb := "deleted"
@@ -280,7 +280,7 @@ until the VM is gone. The session's event log stays readable.`,
 	return cmd
 }
 
-func (a *app) sessionLogsCmd() *cobra.Command {
+func (a sessionCmds) sessionLogsCmd() *cobra.Command {
 	var (
 		follow bool
 		after  int64
@@ -304,7 +304,7 @@ without losing or repeating any) until the session ends or you press Ctrl-C.`,
 			}
 			out := cmd.OutOrStdout()
 			enc := json.NewEncoder(out)
-			err = c.Events(cmd.Context(), args[0], after, follow, func(ev apiv1.Event) error {
+			err = c.Sessions().Events(cmd.Context(), args[0], after, follow, func(ev apiv1.Event) error {
 				if a.jsonOut {
 					return enc.Encode(ev)
 				}

@@ -9,10 +9,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 )
 
-func (a *app) sessionSuspendCmd() *cobra.Command {
+func (a sessionCmds) sessionSuspendCmd() *cobra.Command {
 	var noWait bool
 	cmd := &cobra.Command{
 		Use:   "suspend ID",
@@ -36,7 +36,7 @@ default the command waits until the session is idle.`,
 			if err != nil {
 				return err
 			}
-			s, err := c.Suspend(cmd.Context(), args[0], !noWait)
+			s, err := c.Sessions().Suspend(cmd.Context(), args[0], !noWait)
 			if err != nil {
 				return fmt.Errorf("suspend session %s: %w", args[0], err)
 			}
@@ -75,7 +75,7 @@ func because(reason string) string {
 	return ": " + reason
 }
 
-func (a *app) sessionResumeCmd() *cobra.Command {
+func (a sessionCmds) sessionResumeCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "resume ID",
 		Short: "Bring an idle session back and wait until it is active",
@@ -97,7 +97,7 @@ nothing.`,
 			if err != nil {
 				return err
 			}
-			s, err := c.Resume(cmd.Context(), args[0])
+			s, err := c.Sessions().Resume(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("resume session %s: %w", args[0], err)
 			}
@@ -110,7 +110,7 @@ nothing.`,
 	}
 }
 
-func (a *app) sessionSnapshotCmd() *cobra.Command {
+func (a sessionCmds) sessionSnapshotCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "snapshot ID",
 		Short: "Snapshot a running session and keep it running",
@@ -128,7 +128,7 @@ snapshot with ` + "`engrams session get ID`" + `.`,
 			if err != nil {
 				return err
 			}
-			sn, err := c.Snapshot(cmd.Context(), args[0])
+			sn, err := c.Sessions().Snapshot(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("snapshot session %s: %w", args[0], err)
 			}
@@ -155,7 +155,7 @@ func bytesize(n int64) string {
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
-func (a *app) sessionOutboxCmd() *cobra.Command {
+func (a sessionCmds) sessionOutboxCmd() *cobra.Command {
 	cmd := group("outbox", "Send commands into a session, applied exactly once",
 		`The outbox holds commands for a session's guest (the agent harness takes its
 prompts from it). Each item has your id, which makes sending it again
@@ -166,7 +166,7 @@ guest applied it), then durable (a committed snapshot includes it).`)
 	return cmd
 }
 
-func (a *app) outboxSendCmd() *cobra.Command {
+func (a sessionCmds) outboxSendCmd() *cobra.Command {
 	var (
 		req     apiv1.OutboxRequest
 		payload string
@@ -192,7 +192,7 @@ safe. --payload is JSON (kind-specific, under 1 MiB).`,
 			if err != nil {
 				return err
 			}
-			it, err := c.PutOutbox(cmd.Context(), args[0], req)
+			it, err := c.Sessions().PutOutbox(cmd.Context(), args[0], req)
 			if err != nil {
 				return fmt.Errorf("send %s to session %s: %w", req.ID, args[0], err)
 			}
@@ -212,7 +212,7 @@ safe. --payload is JSON (kind-specific, under 1 MiB).`,
 	return cmd
 }
 
-func (a *app) outboxListCmd() *cobra.Command {
+func (a sessionCmds) outboxListCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:     "list ID",
 		Aliases: []string{"ls"},
@@ -228,7 +228,7 @@ running guest) or durable (a committed snapshot includes it).`,
 			if err != nil {
 				return err
 			}
-			items, err := c.ListOutbox(cmd.Context(), args[0])
+			items, err := c.Sessions().ListOutbox(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("list outbox of session %s: %w", args[0], err)
 			}

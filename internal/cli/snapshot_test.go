@@ -4,9 +4,9 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/client"
-	"github.com/engrams/engrams/internal/client/clienttest"
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/client"
+	"github.com/engrams/engrams/internal/clienttest"
 )
 
 // newSnapServer returns a fake holding s1 (active, snapshot snap1, outbox
@@ -19,18 +19,18 @@ func newSnapServer(t *testing.T) *clienttest.Server {
 	c := client.New(srv.URL, clienttest.Token)
 	steps := []func() error{
 		func() error {
-			_, err := c.PutOutbox(ctx, "s1", apiv1.OutboxRequest{ID: "p1", Kind: "prompt", Payload: json.RawMessage(`{"text":"hi"}`)})
+			_, err := c.Sessions().PutOutbox(ctx, "s1", apiv1.OutboxRequest{ID: "p1", Kind: "prompt", Payload: json.RawMessage(`{"text":"hi"}`)})
 			return err
 		},
-		func() error { _, err := c.Snapshot(ctx, "s1"); return err },
+		func() error { _, err := c.Sessions().Snapshot(ctx, "s1"); return err },
 		func() error {
-			_, err := c.PutOutbox(ctx, "s1", apiv1.OutboxRequest{ID: "p2", Kind: "prompt"})
+			_, err := c.Sessions().PutOutbox(ctx, "s1", apiv1.OutboxRequest{ID: "p2", Kind: "prompt"})
 			return err
 		},
-		func() error { _, err := c.CreateSession(ctx, apiv1.CreateSessionRequest{}, true); return err },
-		func() error { _, err := c.Suspend(ctx, "s2", true); return err },
-		func() error { _, err := c.CreateSession(ctx, apiv1.CreateSessionRequest{}, true); return err },
-		func() error { return c.DeleteSession(ctx, "s3", true) },
+		func() error { _, err := c.Sessions().Create(ctx, apiv1.CreateSessionRequest{}, true); return err },
+		func() error { _, err := c.Sessions().Suspend(ctx, "s2", true); return err },
+		func() error { _, err := c.Sessions().Create(ctx, apiv1.CreateSessionRequest{}, true); return err },
+		func() error { return c.Sessions().Delete(ctx, "s3", true) },
 	}
 	for i, step := range steps {
 		if err := step(); err != nil {

@@ -8,11 +8,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/client"
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/client"
 )
 
-func (a *app) taskCmd() *cobra.Command {
+func (a taskCmds) taskCmd() *cobra.Command {
 	cmd := group("task", "Start agents on prompts, follow their conversation, see what they changed",
 		`A task is one agent's work: a profile (image, harness, model, repositories,
 credentials) and a prompt. It runs in a session of its own; its conversation
@@ -28,7 +28,7 @@ resumes: `+"`engrams task send`"+` resumes a suspended session transparently.`)
 	return cmd
 }
 
-func (a *app) taskStartCmd() *cobra.Command {
+func (a taskCmds) taskStartCmd() *cobra.Command {
 	var (
 		req    apiv1.StartTaskRequest
 		follow bool
@@ -50,7 +50,7 @@ prompt.`,
 			if err != nil {
 				return err
 			}
-			t, err := c.StartTask(cmd.Context(), req)
+			t, err := c.Tasks().Start(cmd.Context(), req)
 			if err != nil {
 				return fmt.Errorf("start task: %w", err)
 			}
@@ -72,7 +72,7 @@ prompt.`,
 	return cmd
 }
 
-func (a *app) taskListCmd() *cobra.Command {
+func (a taskCmds) taskListCmd() *cobra.Command {
 	var profile, state string
 	cmd := &cobra.Command{
 		Use:   "list",
@@ -89,7 +89,7 @@ failed), title, current session and when it last changed. --profile and
 			if err != nil {
 				return err
 			}
-			ts, err := c.ListTasks(cmd.Context(), profile, state)
+			ts, err := c.Tasks().List(cmd.Context(), profile, state)
 			if err != nil {
 				return fmt.Errorf("list tasks: %w", err)
 			}
@@ -116,7 +116,7 @@ func cut(s string, n int) string {
 	return s
 }
 
-func (a *app) taskShowCmd() *cobra.Command {
+func (a taskCmds) taskShowCmd() *cobra.Command {
 	var follow bool
 	cmd := &cobra.Command{
 		Use:   "show ID",
@@ -135,7 +135,7 @@ as they come, one JSON object a line.`,
 			if err != nil {
 				return err
 			}
-			t, err := c.GetTask(cmd.Context(), args[0])
+			t, err := c.Tasks().Get(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("show task: %w", err)
 			}
@@ -144,7 +144,7 @@ as they come, one JSON object a line.`,
 			}
 			if a.jsonOut {
 				var evs []apiv1.TaskEvent
-				if err := c.TaskEvents(cmd.Context(), t.ID, 0, false, func(e apiv1.TaskEvent) error {
+				if err := c.Tasks().Events(cmd.Context(), t.ID, 0, false, func(e apiv1.TaskEvent) error {
 					evs = append(evs, e)
 					return nil
 				}); err != nil {
@@ -165,7 +165,7 @@ as they come, one JSON object a line.`,
 			if follow {
 				return a.followTask(cmd, c, t.ID, 0, t.EventSeq)
 			}
-			return c.TaskEvents(cmd.Context(), t.ID, 0, false, func(e apiv1.TaskEvent) error {
+			return c.Tasks().Events(cmd.Context(), t.ID, 0, false, func(e apiv1.TaskEvent) error {
 				printTaskEvent(w, e)
 				return nil
 			})
@@ -180,10 +180,10 @@ as they come, one JSON object a line.`,
 // its turn (an idle of an earlier turn answers none of them) and the events
 // through seq through (the task's last when following began) were printed;
 // or until the task stopped or failed.
-func (a *app) followTask(cmd *cobra.Command, c *client.Client, id string, after, through int64) error {
+func (a taskCmds) followTask(cmd *cobra.Command, c *client.Client, id string, after, through int64) error {
 	w := cmd.OutOrStdout()
 	prompts, pending := 0, map[string]bool{} // turns of prompts not yet answered
-	return c.TaskEvents(cmd.Context(), id, after, true, func(e apiv1.TaskEvent) error {
+	return c.Tasks().Events(cmd.Context(), id, after, true, func(e apiv1.TaskEvent) error {
 		if a.jsonOut {
 			if err := json.NewEncoder(w).Encode(e); err != nil {
 				return err
@@ -227,7 +227,7 @@ func eventTurn(e apiv1.TaskEvent) string {
 	return d.Turn
 }
 
-func (a *app) taskSendCmd() *cobra.Command {
+func (a taskCmds) taskSendCmd() *cobra.Command {
 	var follow bool
 	cmd := &cobra.Command{
 		Use:   "send ID TEXT",
@@ -245,7 +245,7 @@ answer until the agent is done with it.`,
 			if err != nil {
 				return err
 			}
-			e, err := c.SendTask(cmd.Context(), args[0], args[1])
+			e, err := c.Tasks().Send(cmd.Context(), args[0], args[1])
 			if err != nil {
 				return fmt.Errorf("send to task: %w", err)
 			}
@@ -263,7 +263,7 @@ answer until the agent is done with it.`,
 	return cmd
 }
 
-func (a *app) taskDiffCmd() *cobra.Command {
+func (a taskCmds) taskDiffCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "diff ID",
 		Short: "Show the changes in the task's repositories (unified diff against the cloned commit)",
@@ -280,7 +280,7 @@ repositories. A suspended session resumes to answer.`,
 			if err != nil {
 				return err
 			}
-			d, err := c.TaskDiff(cmd.Context(), args[0])
+			d, err := c.Tasks().Diff(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("diff task: %w", err)
 			}
@@ -298,7 +298,7 @@ repositories. A suspended session resumes to answer.`,
 	}
 }
 
-func (a *app) taskStopCmd() *cobra.Command {
+func (a taskCmds) taskStopCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "stop ID",
 		Short: "Interrupt the agent and stop the task (its session is suspended)",
@@ -312,7 +312,7 @@ still work). A stopped task takes no more prompts.`,
 			if err != nil {
 				return err
 			}
-			t, err := c.StopTask(cmd.Context(), args[0])
+			t, err := c.Tasks().Stop(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("stop task: %w", err)
 			}
@@ -325,7 +325,7 @@ still work). A stopped task takes no more prompts.`,
 	}
 }
 
-func (a *app) taskFilesCmd() *cobra.Command {
+func (a taskCmds) taskFilesCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "files ID [PATH]",
 		Short: "Print a file of the task's session, or list a directory",
@@ -346,7 +346,7 @@ with --json). PATH is relative to /work, where the repositories are cloned
 				p = args[1]
 			}
 			var buf strings.Builder
-			isDir, err := c.TaskFile(cmd.Context(), args[0], p, &buf)
+			isDir, err := c.Tasks().File(cmd.Context(), args[0], p, &buf)
 			if err != nil {
 				return fmt.Errorf("read task file: %w", err)
 			}

@@ -6,7 +6,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 )
 
 // printTaskEvent writes one conversation event for a person to read. What

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/client/clienttest"
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/internal/clienttest"
 )
 
 // taskFakeAPI serves the task routes from memory. A task's GET reports
@@ -128,127 +128,140 @@ func taskFakeJSON(w http.ResponseWriter, status int, v any) {
 
 func (f *taskFakeAPI) routes() http.Handler {
 	mux := http.NewServeMux()
-	task := func(h func(http.ResponseWriter, *http.Request, *apiv1.Task)) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) {
-			if r.Header.Get("Authorization") != "Bearer "+clienttest.Token {
-				taskFakeError(w, http.StatusUnauthorized, "unauthorized", "bad token")
-				return
-			}
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			for _, t := range f.tasks {
-				if t.ID == r.PathValue("id") {
-					h(w, r, t)
-					return
-				}
-			}
-			taskFakeError(w, http.StatusNotFound, "not_found", "task "+r.PathValue("id")+" not found")
-		}
-	}
-	mux.HandleFunc("GET /v1/tasks", func(w http.ResponseWriter, r *http.Request) {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		var states []string
-		if q := r.URL.Query().Get("state"); q != "" {
-			states = strings.Split(q, ",")
-		}
-		for _, st := range states {
-			if !slices.Contains([]string{"starting", "running", "idle", "stopped", "failed"}, st) {
-				taskFakeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("unknown task state %q (starting, running, idle, stopped, failed)", st))
-				return
-			}
-		}
-		out := apiv1.TaskList{Tasks: []apiv1.Task{}}
-		for _, t := range f.tasks {
-			if states != nil && !slices.Contains(states, t.State) {
-				continue
-			}
-			if p := r.URL.Query().Get("profile"); p != "" && t.ProfileID != "prof-"+p {
-				continue
-			}
-			out.Tasks = append(out.Tasks, *t)
-		}
-		taskFakeJSON(w, http.StatusOK, out)
-	})
-	mux.HandleFunc("POST /v1/tasks", func(w http.ResponseWriter, r *http.Request) {
-		var req apiv1.StartTaskRequest
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			taskFakeError(w, http.StatusBadRequest, "bad_request", err.Error())
-			return
-		}
-		if req.Profile != "go" {
-			taskFakeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("profile %q: not found", req.Profile))
-			return
-		}
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		title := req.Title
-		if title == "" {
-			title, _, _ = strings.Cut(req.Prompt, "\n")
-		}
-		t := &apiv1.Task{ID: "t9", Title: title, State: "starting", ProfileID: "prof-" + req.Profile, SessionID: "s9", ProfileVersion: 3,
-			CreatedAt: clienttest.BaseTime(), UpdatedAt: clienttest.BaseTime()} // recorded before its first events
-		f.tasks = append(f.tasks, t)
-		text, _ := json.Marshal(req.Prompt)
-		f.events["t9"] = []apiv1.TaskEvent{
-			tev(1, "session", `{"session_id":"s9"}`),
-			tev(2, "prompt", `{"turn":"u1","text":`+string(text)+`}`),
-			tev(3, "run_started", `{"harness":"shell","version":"1","model":"m","turn":"u1"}`),
-			tev(4, "assistant_text", `{"text":"done it","turn":"u1"}`),
-			tev(5, "idle", `{"turn":"u1"}`),
-			tev(6, "assistant_text", `{"text":"not shown"}`),
-		}
-		taskFakeJSON(w, http.StatusCreated, t)
-	})
-	mux.HandleFunc("GET /v1/tasks/{id}", task(func(w http.ResponseWriter, _ *http.Request, t *apiv1.Task) {
+	mux.HandleFunc("GET /v1/tasks", f.listTasks)
+	mux.HandleFunc("POST /v1/tasks", f.startTask)
+	mux.HandleFunc("GET /v1/tasks/{id}", f.withTask(func(w http.ResponseWriter, _ *http.Request, t *apiv1.Task) {
 		taskFakeJSON(w, http.StatusOK, t)
 	}))
-	mux.HandleFunc("GET /v1/tasks/{id}/events", task(func(w http.ResponseWriter, r *http.Request, t *apiv1.Task) {
-		after, _ := strconv.ParseInt(r.URL.Query().Get("after"), 10, 64)
-		w.Header().Set("Content-Type", "text/event-stream")
-		for _, e := range f.events[t.ID] {
-			if e.Seq > after {
-				b, _ := json.Marshal(e)
-				fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Seq, e.Type, b)
-			}
-		}
-	}))
-	mux.HandleFunc("POST /v1/tasks/{id}/messages", task(func(w http.ResponseWriter, r *http.Request, t *apiv1.Task) {
-		var req apiv1.SendTaskRequest
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			taskFakeError(w, http.StatusBadRequest, "bad_request", err.Error())
-			return
-		}
-		if t.State == "stopped" || t.State == "failed" {
-			taskFakeError(w, http.StatusConflict, "conflict", fmt.Sprintf("not active: task %s is %s", t.ID, t.State))
-			return
-		}
-		text, _ := json.Marshal(req.Text)
-		e := tev(int64(len(f.events[t.ID])+1), "prompt", `{"turn":"u2","text":`+string(text)+`}`)
-		f.events[t.ID] = append(append(f.events[t.ID], e), f.afterSend[t.ID]...)
-		t.EventSeq = e.Seq
-		taskFakeJSON(w, http.StatusAccepted, e)
-	}))
-	mux.HandleFunc("POST /v1/tasks/{id}/stop", task(func(w http.ResponseWriter, _ *http.Request, t *apiv1.Task) {
+	mux.HandleFunc("GET /v1/tasks/{id}/events", f.withTask(f.taskEvents))
+	mux.HandleFunc("POST /v1/tasks/{id}/messages", f.withTask(f.sendTask))
+	mux.HandleFunc("POST /v1/tasks/{id}/stop", f.withTask(func(w http.ResponseWriter, _ *http.Request, t *apiv1.Task) {
 		t.State = "stopped"
 		taskFakeJSON(w, http.StatusOK, t)
 	}))
-	mux.HandleFunc("GET /v1/tasks/{id}/diff", task(func(w http.ResponseWriter, _ *http.Request, t *apiv1.Task) {
+	mux.HandleFunc("GET /v1/tasks/{id}/diff", f.withTask(func(w http.ResponseWriter, _ *http.Request, t *apiv1.Task) {
 		taskFakeJSON(w, http.StatusOK, f.diffs[t.ID])
 	}))
-	mux.HandleFunc("GET /v1/tasks/{id}/files", task(func(w http.ResponseWriter, r *http.Request, _ *apiv1.Task) {
-		switch r.URL.Query().Get("path") {
-		case "", "app":
-			w.Header().Set("Content-Type", "application/json")
-			fmt.Fprint(w, `[{"name":"main.go","size":13,"mode":"-rw-r--r--","is_dir":false},{"name":"cmd","size":0,"mode":"drwxr-xr-x","is_dir":true}]`)
-		case "app/main.go":
-			w.Header().Set("Content-Type", "application/octet-stream")
-			fmt.Fprint(w, "package main\n")
-		default:
-			taskFakeError(w, http.StatusBadRequest, "bad_request", "path must stay inside the task's work root /work")
-		}
-	}))
+	mux.HandleFunc("GET /v1/tasks/{id}/files", f.withTask(taskFiles))
 	return mux
+}
+
+// withTask checks the token and calls h with the task named in the path,
+// holding f.mu.
+func (f *taskFakeAPI) withTask(h func(http.ResponseWriter, *http.Request, *apiv1.Task)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+clienttest.Token {
+			taskFakeError(w, http.StatusUnauthorized, "unauthorized", "bad token")
+			return
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, t := range f.tasks {
+			if t.ID == r.PathValue("id") {
+				h(w, r, t)
+				return
+			}
+		}
+		taskFakeError(w, http.StatusNotFound, "not_found", "task "+r.PathValue("id")+" not found")
+	}
+}
+
+func (f *taskFakeAPI) listTasks(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var states []string
+	if q := r.URL.Query().Get("state"); q != "" {
+		states = strings.Split(q, ",")
+	}
+	for _, st := range states {
+		if !slices.Contains([]string{"starting", "running", "idle", "stopped", "failed"}, st) {
+			taskFakeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("unknown task state %q (starting, running, idle, stopped, failed)", st))
+			return
+		}
+	}
+	out := apiv1.TaskList{Tasks: []apiv1.Task{}}
+	for _, t := range f.tasks {
+		if states != nil && !slices.Contains(states, t.State) {
+			continue
+		}
+		if p := r.URL.Query().Get("profile"); p != "" && t.ProfileID != "prof-"+p {
+			continue
+		}
+		out.Tasks = append(out.Tasks, *t)
+	}
+	taskFakeJSON(w, http.StatusOK, out)
+}
+
+func (f *taskFakeAPI) startTask(w http.ResponseWriter, r *http.Request) {
+	var req apiv1.StartTaskRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		taskFakeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	if req.Profile != "go" {
+		taskFakeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("profile %q: not found", req.Profile))
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	title := req.Title
+	if title == "" {
+		title, _, _ = strings.Cut(req.Prompt, "\n")
+	}
+	t := &apiv1.Task{ID: "t9", Title: title, State: "starting", ProfileID: "prof-" + req.Profile, SessionID: "s9", ProfileVersion: 3,
+		CreatedAt: clienttest.BaseTime(), UpdatedAt: clienttest.BaseTime()} // recorded before its first events
+	f.tasks = append(f.tasks, t)
+	text, _ := json.Marshal(req.Prompt)
+	f.events["t9"] = []apiv1.TaskEvent{
+		tev(1, "session", `{"session_id":"s9"}`),
+		tev(2, "prompt", `{"turn":"u1","text":`+string(text)+`}`),
+		tev(3, "run_started", `{"harness":"shell","version":"1","model":"m","turn":"u1"}`),
+		tev(4, "assistant_text", `{"text":"done it","turn":"u1"}`),
+		tev(5, "idle", `{"turn":"u1"}`),
+		tev(6, "assistant_text", `{"text":"not shown"}`),
+	}
+	taskFakeJSON(w, http.StatusCreated, t)
+}
+
+func (f *taskFakeAPI) taskEvents(w http.ResponseWriter, r *http.Request, t *apiv1.Task) {
+	after, _ := strconv.ParseInt(r.URL.Query().Get("after"), 10, 64)
+	w.Header().Set("Content-Type", "text/event-stream")
+	for _, e := range f.events[t.ID] {
+		if e.Seq > after {
+			b, _ := json.Marshal(e)
+			fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Seq, e.Type, b)
+		}
+	}
+}
+
+func (f *taskFakeAPI) sendTask(w http.ResponseWriter, r *http.Request, t *apiv1.Task) {
+	var req apiv1.SendTaskRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		taskFakeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	if t.State == "stopped" || t.State == "failed" {
+		taskFakeError(w, http.StatusConflict, "conflict", fmt.Sprintf("not active: task %s is %s", t.ID, t.State))
+		return
+	}
+	text, _ := json.Marshal(req.Text)
+	e := tev(int64(len(f.events[t.ID])+1), "prompt", `{"turn":"u2","text":`+string(text)+`}`)
+	f.events[t.ID] = append(append(f.events[t.ID], e), f.afterSend[t.ID]...)
+	t.EventSeq = e.Seq
+	taskFakeJSON(w, http.StatusAccepted, e)
+}
+
+func taskFiles(w http.ResponseWriter, r *http.Request, _ *apiv1.Task) {
+	switch r.URL.Query().Get("path") {
+	case "", "app":
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `[{"name":"main.go","size":13,"mode":"-rw-r--r--","is_dir":false},{"name":"cmd","size":0,"mode":"drwxr-xr-x","is_dir":true}]`)
+	case "app/main.go":
+		w.Header().Set("Content-Type", "application/octet-stream")
+		fmt.Fprint(w, "package main\n")
+	default:
+		taskFakeError(w, http.StatusBadRequest, "bad_request", "path must stay inside the task's work root /work")
+	}
 }
 
 // t1Conversation is how task show prints t1's events.

@@ -5,10 +5,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 )
 
-func (a *app) tokenCmd() *cobra.Command {
+func (a tokenCmds) tokenCmd() *cobra.Command {
 	cmd := group("token", "Create, list and revoke API tokens",
 		`API tokens authenticate the CLI and other API clients (--token or
 ENGRAMS_TOKEN). Only a hash is stored: a secret is shown once, when made.`)
@@ -18,7 +18,7 @@ ENGRAMS_TOKEN). Only a hash is stored: a secret is shown once, when made.`)
 	return cmd
 }
 
-func (a *app) tokenCreateCmd() *cobra.Command {
+func (a tokenCmds) tokenCreateCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "create NAME",
 		Short: "Mint an API token and print its secret (shown only once)",
@@ -32,7 +32,7 @@ captured; a note goes to standard error. It is never shown again.`,
 			if err != nil {
 				return err
 			}
-			r, err := c.CreateToken(cmd.Context(), args[0])
+			r, err := c.Tokens().Create(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("create token %s: %w", args[0], err)
 			}
@@ -47,7 +47,7 @@ captured; a note goes to standard error. It is never shown again.`,
 	}
 }
 
-func (a *app) tokenListCmd() *cobra.Command {
+func (a tokenCmds) tokenListCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
@@ -60,7 +60,7 @@ func (a *app) tokenListCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			toks, err := c.ListTokens(cmd.Context())
+			toks, err := c.Tokens().List(cmd.Context())
 			if err != nil {
 				return fmt.Errorf("list tokens: %w", err)
 			}
@@ -84,7 +84,7 @@ func (a *app) tokenListCmd() *cobra.Command {
 	}
 }
 
-func (a *app) tokenRevokeCmd() *cobra.Command {
+func (a tokenCmds) tokenRevokeCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:     "revoke ID",
 		Short:   "Revoke an API token",
@@ -96,7 +96,7 @@ func (a *app) tokenRevokeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := c.RevokeToken(cmd.Context(), args[0]); err != nil {
+			if err := c.Tokens().Revoke(cmd.Context(), args[0]); err != nil {
 				return fmt.Errorf("revoke token %s: %w", args[0], err)
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), "revoked", args[0])

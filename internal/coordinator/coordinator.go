@@ -5,14 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
 
-	"github.com/engrams/engrams/internal/image"
-	"github.com/engrams/engrams/internal/image/oci"
+	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -33,16 +32,10 @@ type Config struct {
 	DefaultVCPUs      int           // default 1
 	MaxMemoryMiB      int           // largest session allowed; default 16384
 	MaxVCPUs          int           // default 16
-	ImagePullRetry    time.Duration // wait before retrying an image pull that failed in transit; doubles; default 2s
-	// GatewayHeaderTimeout bounds how long the model gateway waits for an
-	// upstream answer's headers (a stream then runs as long as it flows);
-	// default 10m.
-	GatewayHeaderTimeout time.Duration
-	// HarnessWorkDir holds the trees of harness builds and uploads while
-	// they are packed, each in a private directory; only this user (or
-	// root) may be able to change it. Default: directly in $TMPDIR.
-	HarnessWorkDir string
 }
+
+// defaultHeartbeat is how often hosts heartbeat unless configured.
+const defaultHeartbeat = 2 * time.Second
 
 func (c *Config) defaults() error {
 	if c.ReplicaID == "" {
@@ -53,14 +46,13 @@ func (c *Config) defaults() error {
 			*d = v
 		}
 	}
-	def(&c.HeartbeatInterval, 2*time.Second)
+	def(&c.HeartbeatInterval, defaultHeartbeat)
 	def(&c.HostLostAfter, 15*time.Second)
 	def(&c.MonitorInterval, c.HostLostAfter/5)
 	def(&c.OpLease, 30*time.Second)
 	def(&c.PlacementWait, 10*time.Second)
 	def(&c.ResumeWait, 3*time.Minute)
 	def(&c.IdleTimeout, 10*time.Minute)
-	def(&c.ImagePullRetry, 2*time.Second)
 	defInt := func(d *int, v int) {
 		if *d <= 0 {
 			*d = v
@@ -77,69 +69,74 @@ func (c *Config) defaults() error {
 	return nil
 }
 
-// HostTransports reaches a host wherever its link is held (this replica or
-// a peer). hostlink.Router implements it.
-type HostTransports interface {
-	Transport(ctx context.Context, hostID string) (http.RoundTripper, error)
+// Images is what sessions need of enabled images (package imagejobs).
+type Images interface {
+	// PinImage resolves spec.Image to a ready image and fills in what its
+	// sessions run with; it returns the image's C library ("" without an
+	// image). Refusals wrap domain.ErrInvalid.
+	PinImage(ctx context.Context, spec *domain.SessionSpec) (libc string, err error)
+	// Base returns the image a session was created from with the base
+	// snapshot pinned then; one refreshed or disabled since wraps
+	// domain.ErrConflict (or domain.ErrNotFound): the session cannot start.
+	Base(ctx context.Context, spec domain.SessionSpec) (domain.Image, error)
+	// PrefetchFor lists the base snapshots host could restore and does not
+	// cache yet (heartbeat answers).
+	PrefetchFor(ctx context.Context, host domain.HostID, cached []string) []hostlink.Prefetch
 }
 
-// Sealer seals secrets at rest (secret.Sealer does); associated data binds
-// a ciphertext to its row.
-type Sealer interface {
-	Seal(plaintext, associated []byte) ([]byte, error)
-	Open(ciphertext, associated []byte) ([]byte, error)
+// Harnesses is what sessions need of registered harness bundles (package
+// harnessreg).
+type Harnesses interface {
+	// PinHarness resolves spec.Harness to a registered bundle that can run
+	// on a root filesystem with libc; refusals wrap domain.ErrInvalid.
+	PinHarness(ctx context.Context, spec *domain.SessionSpec, libc string) error
+	// Bundle returns the bundle a session was created with.
+	Bundle(ctx context.Context, spec domain.SessionSpec) (domain.Harness, error)
 }
 
-// Materializer turns image references into chunked root filesystems
-// (image.Materializer does).
-type Materializer interface {
-	Resolve(ctx context.Context, ref string, auth oci.Credentials) (oci.Resolved, error)
-	Materialize(ctx context.Context, req image.Request) (image.Result, error)
+// ChunkRoots name chunks GC must keep besides the sessions' snapshots
+// (image bases, harness bundles).
+type ChunkRoots interface {
+	MarkLive(ctx context.Context, live map[string]bool) error
+}
+
+// RestoreObserver learns that a session resumes from its head snapshot
+// after its previous incarnation was lost (tasks rewind their event cursor
+// to what that snapshot had). An error makes the resume retry.
+type RestoreObserver interface {
+	SessionRestored(ctx context.Context, s domain.Session, head domain.Snapshot) error
 }
 
 // Deps are the coordinator's collaborators.
 type Deps struct {
-	Store  store.Store
-	Hosts  HostTransports
-	Logger *slog.Logger
-	// Images materializes enabled images; nil: image enable jobs fail,
-	// saying the server has no blob store.
-	Images Materializer
-	// Secrets seals registry credentials; nil: enabling with credentials
-	// is refused.
-	Secrets Sealer
-	// GatewayTransport carries the model gateway's requests upstream; nil:
-	// a clone of http.DefaultTransport (TLS verified with the system roots).
-	// Tests give one trusting their server's certificate.
-	GatewayTransport http.RoundTripper
-	// HarnessBuilder builds harness bundles and HarnessChunks stores their
-	// chunks; either nil: harness build and add are refused, saying the
-	// server has no blob store.
-	HarnessBuilder HarnessBuilder
-	HarnessChunks  ChunkPutter
-	Now            func() time.Time // default time.Now
-	NewID          func() string    // default UUIDv7
+	Store store.Store
+	Hosts hostlink.Transports
+	// Images and Harnesses resolve what a session spec names; nil: specs
+	// naming an image or a harness are refused.
+	Images    Images
+	Harnesses Harnesses
+	// Roots are kept by GC; Restored are told about resumes after loss.
+	Roots    []ChunkRoots
+	Restored []RestoreObserver
+	Logger   *slog.Logger
+	Now      func() time.Time // default time.Now
+	NewID    func() string    // default UUIDv7
 }
 
-// Coordinator is one replica's lifecycle engine.
+// Coordinator is one replica's session control plane.
 type Coordinator struct {
-	cfg   Config
-	st    store.Store
-	hosts HostTransports
-	log   *slog.Logger
-	now   func() time.Time
-	newID func() string
-
-	images     Materializer
-	secrets    Sealer
-	gateway    gatewayState     // model gateway key and upstream (gateway.go)
-	harnessReg *harnessRegistry // harness builds (harness_registry.go)
-
-	// bg is cancelled when Run returns; background task work (setup,
-	// suspending a stopped task) runs under it and Run joins it.
-	bg       context.Context
-	bgCancel context.CancelFunc
-	tasksWG  sync.WaitGroup
+	cfg    Config
+	st     store.Store
+	hosts  hostlink.Transports
+	links  *hostlink.Client
+	places *Placement
+	images Images
+	harns  Harnesses
+	roots  []ChunkRoots
+	restd  []RestoreObserver
+	log    *slog.Logger
+	now    func() time.Time
+	newID  func() string
 }
 
 // New checks cfg and returns a coordinator; call Run to start its loops.
@@ -150,14 +147,14 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 	if deps.Store == nil || deps.Hosts == nil {
 		return nil, errors.New("coordinator: Store and Hosts are required")
 	}
-	c := &Coordinator{cfg: cfg, st: deps.Store, hosts: deps.Hosts, log: deps.Logger, now: deps.Now, newID: deps.NewID,
-		images: deps.Images, secrets: deps.Secrets, gateway: gatewayState{upstream: deps.GatewayTransport},
-		harnessReg: newHarnessRegistry(deps.HarnessBuilder, deps.HarnessChunks, cfg.HarnessWorkDir)}
+	c := &Coordinator{cfg: cfg, st: deps.Store, hosts: deps.Hosts, links: hostlink.NewClient(deps.Hosts),
+		places: NewPlacement(deps.Store, cfg.HeartbeatInterval, deps.Now),
+		images: deps.Images, harns: deps.Harnesses, roots: deps.Roots, restd: deps.Restored,
+		log: deps.Logger, now: deps.Now, newID: deps.NewID}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
 	c.log = c.log.With("replica_id", cfg.ReplicaID)
-	c.bg, c.bgCancel = context.WithCancel(context.Background())
 	if c.now == nil {
 		c.now = time.Now
 	}
@@ -175,26 +172,9 @@ func (c *Coordinator) Config() Config { return c.cfg }
 func (c *Coordinator) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for i := range c.cfg.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c.workLoop(ctx, i)
-		}()
+		wg.Go(func() { c.workLoop(ctx, i) })
 	}
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		c.monitorLoop(ctx)
-	}()
-	go func() {
-		defer wg.Done()
-		c.imageJobLoop(ctx)
-	}()
+	wg.Go(func() { c.monitorLoop(ctx) })
 	wg.Wait()
-	c.bgCancel()
-	c.tasksWG.Wait()
 	return nil
 }
-
-// runCtx is the context of background task work: cancelled when Run returns.
-func (c *Coordinator) runCtx() context.Context { return c.bg }

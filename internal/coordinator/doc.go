@@ -1,4 +1,4 @@
-// Package coordinator owns session lifecycles (op log, fencing epochs, hosts over the host link,
-// heartbeats) and agents: sealed secrets, profiles, tasks, the model gateway, the harness registry.
-// State is in the store; a task's setup runs in one replica at a time, taken over by another if it stops.
+// Package coordinator is the session control plane: the op log under fencing epochs, lifecycle
+// and snapshot ops, the outbox, the heartbeat monitor, GC and the host-link handlers. State is in
+// the store. Imported by the API, the capability packages' wiring and cmd/; it imports none of them.
 package coordinator

@@ -2,14 +2,12 @@ package coordinator
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/engrams/engrams/internal/blob"
 	"github.com/engrams/engrams/internal/chunk"
-	"github.com/engrams/engrams/internal/lifecycle"
-	"github.com/engrams/engrams/internal/store"
+	"github.com/engrams/engrams/internal/domain"
 )
 
 // GCConfig tunes chunk garbage collection.
@@ -50,7 +48,7 @@ func (c *Coordinator) RunGC(ctx context.Context, bs blob.Store, cfg GCConfig) er
 // GC is one pass: it drops the snapshot rows of terminal sessions, then
 // sweeps chunks that no remaining snapshot's manifests name.
 func (c *Coordinator) GC(ctx context.Context, bs blob.Store, cfg GCConfig) (chunk.SweepStats, error) {
-	done, err := c.st.ListSessions(ctx, store.SessionFilter{States: []lifecycle.State{lifecycle.Completed, lifecycle.Dead}})
+	done, err := c.st.ListSessions(ctx, domain.SessionFilter{States: []domain.SessionState{domain.SessionCompleted, domain.SessionDead}})
 	if err != nil {
 		return chunk.SweepStats{}, fmt.Errorf("gc: list terminal sessions: %w", err)
 	}
@@ -65,45 +63,20 @@ func (c *Coordinator) GC(ctx context.Context, bs blob.Store, cfg GCConfig) (chun
 	// Read the reachable set before listing chunks: a snapshot committed
 	// after this point has chunks younger than the grace period.
 	live := map[string]bool{}
-	err = c.st.ForEachSnapshot(ctx, func(sn store.Snapshot) error {
-		return markLive(live, sn.Manifests, "snapshot "+sn.ID)
+	err = c.st.ForEachSnapshot(ctx, func(sn domain.Snapshot) error {
+		if err := chunk.MarkLiveRoles(live, sn.Manifests); err != nil {
+			return fmt.Errorf("snapshot %s: %w", sn.ID, err)
+		}
+		return nil
 	})
 	if err != nil {
 		return chunk.SweepStats{}, fmt.Errorf("gc: reachable chunks: %w", err)
 	}
-	// Base snapshots of images that are not disabled (a disabled image's
-	// base stays reachable through the snapshots of sessions started from it).
-	imgs, err := c.st.ListImages(ctx)
-	if err != nil {
-		return chunk.SweepStats{}, fmt.Errorf("gc: list images: %w", err)
-	}
-	for _, img := range imgs {
-		if img.State == store.ImageDisabled || len(img.Manifests) == 0 {
-			continue
-		}
-		if err := markLive(live, img.Manifests, "image "+img.ID); err != nil {
+	// Image bases, harness bundles: whatever else names chunks.
+	for _, r := range c.roots {
+		if err := r.MarkLive(ctx, live); err != nil {
 			return chunk.SweepStats{}, fmt.Errorf("gc: reachable chunks: %w", err)
 		}
 	}
-	// Every registered harness bundle (rows are never deleted).
-	if err := c.markHarnessesLive(ctx, live); err != nil {
-		return chunk.SweepStats{}, fmt.Errorf("gc: %w", err)
-	}
 	return chunk.Sweep(ctx, bs, cfg.KeyPrefix, func(h string) bool { return live[h] }, c.now().Add(-cfg.Grace))
-}
-
-// markLive adds every object the role -> manifest map names to live.
-func markLive(live map[string]bool, manifests []byte, what string) error {
-	var ms map[string]chunk.Manifest
-	if err := json.Unmarshal(manifests, &ms); err != nil {
-		return fmt.Errorf("manifests of %s: %w", what, err)
-	}
-	for _, m := range ms {
-		for _, r := range m.Chunks {
-			for _, o := range r.Objects() { // a delta needs its base and its delta
-				live[o] = true
-			}
-		}
-	}
-	return nil
 }

@@ -10,8 +10,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/hostlink"
-	"github.com/engrams/engrams/internal/lifecycle"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -26,9 +26,9 @@ func HashToken(secret string) string {
 }
 
 // AuthenticateHost maps a host token to its host id.
-func (c *Coordinator) AuthenticateHost(ctx context.Context, secret string) (string, error) {
+func (c *Coordinator) AuthenticateHost(ctx context.Context, secret string) (domain.HostID, error) {
 	t, err := c.st.TokenByHash(ctx, HashToken(secret))
-	if errors.Is(err, store.ErrNotFound) || (err == nil && t.Kind != store.TokenHost) {
+	if errors.Is(err, store.ErrNotFound) || (err == nil && t.Kind != domain.TokenHost) {
 		return "", fmt.Errorf("%w: not a valid host token (create one with `engrams host create NAME`)", ErrUnauthorized)
 	}
 	if err != nil {
@@ -37,69 +37,67 @@ func (c *Coordinator) AuthenticateHost(ctx context.Context, secret string) (stri
 	return t.HostID, nil
 }
 
-// HostHandler serves what hosts send over their link: register and
-// heartbeat. The host id comes from the authenticated link.
-func (c *Coordinator) HostHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+hostlink.PathRegister, c.handleRegister)
-	mux.HandleFunc("POST "+hostlink.PathHeartbeat, c.handleHeartbeat)
-	c.routeGateway(mux) // hostlink.PathGateway (gateway_proxy.go)
-	mux.HandleFunc("POST "+hostlink.PathHarnessEvents, c.handleHarnessEvents)
-	return mux
+// RouteHostLink adds what hosts send over their link about their own
+// lifecycle to mux: register and heartbeat. The host id comes from the
+// authenticated link (hostlink.HostIDFrom).
+func (c *Coordinator) RouteHostLink(mux *http.ServeMux) {
+	h := &linkHandlers{c}
+	mux.HandleFunc("POST "+hostlink.PathRegister, h.handleRegister)
+	mux.HandleFunc("POST "+hostlink.PathHeartbeat, h.handleHeartbeat)
 }
 
-func (c *Coordinator) handleRegister(w http.ResponseWriter, r *http.Request) {
+// linkHandlers answer what hosts send about themselves over their link.
+type linkHandlers struct{ *Coordinator }
+
+func (c *linkHandlers) handleRegister(w http.ResponseWriter, r *http.Request) {
 	hostID, _ := hostlink.HostIDFrom(r.Context())
 	var req hostlink.RegisterRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil {
-		writeLinkError(w, http.StatusBadRequest, "bad_request", "decode register request: "+err.Error())
+		hostlink.WriteError(w, http.StatusBadRequest, hostlink.CodeBadRequest, "decode register request: "+err.Error())
 		return
 	}
 	old, err := c.st.GetHost(r.Context(), hostID)
 	if err != nil {
-		writeLinkError(w, http.StatusNotFound, "not_found", "host "+hostID+" is not registered: "+err.Error())
+		hostlink.WriteError(w, http.StatusNotFound, hostlink.CodeNotFound, fmt.Sprintf("host %s is not registered: %v", hostID, err))
 		return
 	}
-	facts, _ := json.Marshal(req.Facts)
 	req.Capacity.CachedSnapshots = req.Snapshots
-	capa, _ := json.Marshal(req.Capacity)
 	now := c.now()
-	err = c.st.RegisterHost(r.Context(), store.Host{
-		ID: hostID, Name: old.Name, Facts: facts, Capacity: capa,
+	err = c.st.RegisterHost(r.Context(), domain.Host{
+		ID: hostID, Name: old.Name, Facts: req.Facts, Capacity: req.Capacity,
 		ReplicaID: c.cfg.ReplicaID, ReplicaAddr: c.cfg.ReplicaAddr,
 		ProtocolVersion: hostlink.Version, LastHeartbeat: now, ConnectedAt: now,
 	})
 	if err != nil {
-		writeLinkError(w, http.StatusInternalServerError, "internal", "register host: "+err.Error())
+		hostlink.WriteError(w, http.StatusInternalServerError, hostlink.CodeInternal, "register host: "+err.Error())
 		return
 	}
 	sessions, err := c.ownedSessions(r.Context(), hostID)
 	if err != nil {
-		writeLinkError(w, http.StatusInternalServerError, "internal", err.Error())
+		hostlink.WriteError(w, http.StatusInternalServerError, hostlink.CodeInternal, err.Error())
 		return
 	}
 	owned := ownership(sessions)
 	c.recoverMissing(r.Context(), hostID, req.Machines, sessions)
 	c.log.Info("host registered", "host_id", hostID, "machines", len(req.Machines), "owned", len(owned))
-	c.wake(r.Context(), topicOps) // sessions waiting for capacity may now place
-	writeLinkJSON(w, hostlink.RegisterResponse{HostID: hostID, Owned: owned, HeartbeatInterval: c.cfg.HeartbeatInterval, Lease: c.lease()})
+	c.wake(r.Context(), TopicOps) // sessions waiting for capacity may now place
+	writeLinkJSON(w, hostlink.RegisterResponse{HostID: string(hostID), Owned: owned, HeartbeatInterval: c.cfg.HeartbeatInterval, Lease: c.lease()})
 }
 
-func (c *Coordinator) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
+func (c *linkHandlers) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	hostID, _ := hostlink.HostIDFrom(r.Context())
 	var req hostlink.HeartbeatRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil {
-		writeLinkError(w, http.StatusBadRequest, "bad_request", "decode heartbeat: "+err.Error())
+		hostlink.WriteError(w, http.StatusBadRequest, hostlink.CodeBadRequest, "decode heartbeat: "+err.Error())
 		return
 	}
 	req.Capacity.CachedSnapshots = req.Snapshots
-	capa, _ := json.Marshal(req.Capacity)
-	state, err := c.st.HostHeartbeat(r.Context(), hostID, capa, c.now())
+	state, err := c.st.HostHeartbeat(r.Context(), hostID, &req.Capacity, c.now())
 	if err != nil {
-		writeLinkError(w, http.StatusInternalServerError, "internal", "heartbeat: "+err.Error())
+		hostlink.WriteError(w, http.StatusInternalServerError, hostlink.CodeInternal, "heartbeat: "+err.Error())
 		return
 	}
-	if state == store.HostLost {
+	if state == domain.HostLost {
 		// Its sessions were already handed to recovery; the host itself may
 		// take new work again (unless an admin drains it meanwhile).
 		if _, err := c.st.ReviveHost(r.Context(), hostID); err != nil {
@@ -108,50 +106,48 @@ func (c *Coordinator) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	}
 	sessions, err := c.ownedSessions(r.Context(), hostID)
 	if err != nil {
-		writeLinkError(w, http.StatusInternalServerError, "internal", err.Error())
+		hostlink.WriteError(w, http.StatusInternalServerError, hostlink.CodeInternal, err.Error())
 		return
 	}
 	owned := ownership(sessions)
 	c.recoverExited(r.Context(), hostID, req.Machines, sessions)
 	c.recordActivity(r.Context(), req.Machines, sessions)
-	writeLinkJSON(w, hostlink.HeartbeatResponse{Owned: owned, Lease: c.lease(), Prefetch: c.prefetchFor(r.Context(), hostID, req.Snapshots)})
+	resp := hostlink.HeartbeatResponse{Owned: owned, Lease: c.lease()}
+	if c.images != nil {
+		resp.Prefetch = c.images.PrefetchFor(r.Context(), hostID, req.Snapshots)
+	}
+	writeLinkJSON(w, resp)
 }
 
-// owned lists the sessions a host may keep machines for.
-func (c *Coordinator) owned(ctx context.Context, hostID string) ([]hostlink.Ownership, error) {
-	ss, err := c.ownedSessions(ctx, hostID)
-	return ownership(ss), err
-}
-
-func (c *Coordinator) ownedSessions(ctx context.Context, hostID string) ([]store.Session, error) {
-	ss, err := c.st.ListSessions(ctx, store.SessionFilter{HostID: hostID, States: vmStates()})
+func (c *linkHandlers) ownedSessions(ctx context.Context, hostID domain.HostID) ([]domain.Session, error) {
+	ss, err := c.st.ListSessions(ctx, domain.SessionFilter{HostID: hostID, States: vmStates()})
 	if err != nil {
 		return nil, fmt.Errorf("list sessions of host %s: %w", hostID, err)
 	}
 	return ss, nil
 }
 
-func ownership(ss []store.Session) []hostlink.Ownership {
+func ownership(ss []domain.Session) []hostlink.Ownership {
 	out := make([]hostlink.Ownership, 0, len(ss))
 	for _, s := range ss {
-		out = append(out, hostlink.Ownership{SessionID: s.ID, Epoch: s.Epoch})
+		out = append(out, hostlink.Ownership{SessionID: string(s.ID), Epoch: s.Epoch})
 	}
 	return out
 }
 
 // recordActivity moves sessions' idle clocks forward from what the host saw
 // (guest requests through it), writing only when it moved by a second.
-func (c *Coordinator) recordActivity(ctx context.Context, ms []hostlink.MachineStatus, ss []store.Session) {
-	last := make(map[string]time.Time, len(ss))
+func (c *linkHandlers) recordActivity(ctx context.Context, ms []hostlink.MachineStatus, ss []domain.Session) {
+	last := make(map[domain.SessionID]time.Time, len(ss))
 	for _, s := range ss {
 		last[s.ID] = s.LastActivity
 	}
 	for _, m := range ms {
-		prev, ok := last[m.SessionID]
+		prev, ok := last[domain.SessionID(m.SessionID)]
 		if !ok || m.LastActivity.Sub(prev) < time.Second {
 			continue
 		}
-		if err := c.st.TouchSession(ctx, m.SessionID, m.LastActivity); err != nil {
+		if err := c.st.TouchSession(ctx, domain.SessionID(m.SessionID), m.LastActivity); err != nil {
 			c.log.Warn("record activity", "session_id", m.SessionID, "err", err)
 		}
 	}
@@ -160,12 +156,6 @@ func (c *Coordinator) recordActivity(ctx context.Context, ms []hostlink.MachineS
 func writeLinkJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(v)
-}
-
-func writeLinkError(w http.ResponseWriter, status int, code, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(hostlink.ErrorBody{Error: msg, Code: code})
 }
 
 // lease is how long a host keeps its machines running without a successful
@@ -178,24 +168,24 @@ func (c *Coordinator) lease() time.Duration {
 // recoverExited hands Active sessions whose machine the host reports
 // exited (at the epoch the coordinator knows) to recovery. Other states are
 // left to their op: a suspend or delete destroys the machine on purpose.
-func (c *Coordinator) recoverExited(ctx context.Context, hostID string, ms []hostlink.MachineStatus, ss []store.Session) {
-	active := make(map[string]int64, len(ss))
+func (c *linkHandlers) recoverExited(ctx context.Context, hostID domain.HostID, ms []hostlink.MachineStatus, ss []domain.Session) {
+	active := make(map[domain.SessionID]int64, len(ss))
 	for _, s := range ss {
-		if s.State == lifecycle.Active {
+		if s.State == domain.SessionActive {
 			active[s.ID] = s.Epoch
 		}
 	}
 	for _, m := range ms {
-		e, ok := active[m.SessionID]
+		e, ok := active[domain.SessionID(m.SessionID)]
 		if m.State != "exited" || !ok || m.Epoch != e {
 			continue
 		}
 		c.log.Warn("machine exited on its own", "host_id", hostID, "session_id", m.SessionID, "epoch", m.Epoch)
-		if err := c.enqueueRecover(ctx, m.SessionID, fmt.Sprintf("exited:%s:%d", hostID, m.Epoch)); err != nil {
+		if err := c.enqueueRecover(ctx, domain.SessionID(m.SessionID), fmt.Sprintf("exited:%s:%d", hostID, m.Epoch)); err != nil {
 			c.log.Error("recover exited machine", "session_id", m.SessionID, "err", err)
 			continue
 		}
-		c.wake(ctx, topicOps)
+		c.wake(ctx, TopicOps)
 	}
 }
 
@@ -207,14 +197,14 @@ func (c *Coordinator) recoverExited(ctx context.Context, hostID string, ms []hos
 // link; deleting ones to their destroy op; suspending ones to their evict
 // op (the machine may be gone because its snapshot was uploaded: the
 // retried capture gets that snapshot again, or not_found and recovers).
-func (c *Coordinator) recoverMissing(ctx context.Context, hostID string, ms []hostlink.MachineStatus, ss []store.Session) {
-	has := make(map[string]bool, len(ms))
+func (c *linkHandlers) recoverMissing(ctx context.Context, hostID domain.HostID, ms []hostlink.MachineStatus, ss []domain.Session) {
+	has := make(map[domain.SessionID]bool, len(ms))
 	for _, m := range ms {
-		has[m.SessionID] = m.State != "exited"
+		has[domain.SessionID(m.SessionID)] = m.State != "exited"
 	}
 	for _, s := range ss {
-		if has[s.ID] || s.State == lifecycle.Starting || s.State == lifecycle.Resuming || s.State == lifecycle.Deleting ||
-			s.State == lifecycle.Suspending {
+		if has[s.ID] || s.State == domain.SessionStarting || s.State == domain.SessionResuming || s.State == domain.SessionDeleting ||
+			s.State == domain.SessionSuspending {
 			continue
 		}
 		c.log.Warn("host registered without a machine it owns", "host_id", hostID, "session_id", s.ID, "state", s.State)
@@ -222,6 +212,6 @@ func (c *Coordinator) recoverMissing(ctx context.Context, hostID string, ms []ho
 			c.log.Error("recover missing machine", "session_id", s.ID, "err", err)
 			continue
 		}
-		c.wake(ctx, topicOps)
+		c.wake(ctx, TopicOps)
 	}
 }

@@ -5,13 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
-	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/lifecycle"
 	"github.com/engrams/engrams/internal/scheduler"
-	"github.com/engrams/engrams/internal/store"
 )
 
 // create places the session, boots its machine and waits for the guest.
@@ -20,14 +18,11 @@ import (
 // maxPlacements times); link or database trouble is retried by reclaiming
 // the op; a boot the host reports as failed is final.
 func (x *opRun) create(ctx context.Context) error {
-	spec, err := Spec(x.s)
-	if err != nil {
-		return err
-	}
-	var base *store.Image // the image's base snapshot, read once for placement and boot
+	spec := x.s.Spec
+	var base *domain.Image // the image's base snapshot, read once for placement and boot
 	if spec.ImageID != "" {
-		img, err := x.c.imageBase(ctx, spec)
-		if errors.Is(err, errImageChanged) || errors.Is(err, store.ErrNotFound) {
+		img, err := x.imageBase(ctx, spec)
+		if errors.Is(err, domain.ErrConflict) || errors.Is(err, domain.ErrNotFound) {
 			return x.giveUp(ctx, err)
 		}
 		if err != nil {
@@ -37,8 +32,8 @@ func (x *opRun) create(ctx context.Context) error {
 	}
 	var bundle json.RawMessage // the harness bundle's manifest, attached at boot
 	if spec.HarnessID != "" {
-		h, err := x.c.sessionHarness(ctx, spec)
-		if errors.Is(err, store.ErrNotFound) {
+		h, err := x.harnessBundle(ctx, spec)
+		if errors.Is(err, domain.ErrNotFound) {
 			return x.giveUp(ctx, err)
 		}
 		if err != nil {
@@ -46,41 +41,56 @@ func (x *opRun) create(ctx context.Context) error {
 		}
 		bundle = h.Manifest
 	}
-	var refused []string // hosts that answered "capacity" in this attempt
+	var refused []domain.HostID // hosts that answered "capacity" in this attempt
 	for range maxPlacements {
-		if x.s.State == lifecycle.Created {
+		if x.s.State == domain.SessionCreated {
 			if err := x.placeSession(ctx, spec, base, refused); err != nil {
 				return err
 			}
 		}
-		if x.s.State != lifecycle.Starting {
+		if x.s.State != domain.SessionStarting {
 			return nil // already past boot: a retried op has nothing left to do
 		}
 		err := x.boot(ctx, spec, base, bundle)
-		var herr *HostError
-		if !errors.As(err, &herr) || herr.Code != "capacity" {
+		if !errors.Is(err, hostlink.ErrNoCapacity) {
 			return err
 		}
 		refused = append(refused, x.s.HostID)
-		if err := x.apply(ctx, lifecycle.Requeue, ptr(""), nil); err != nil {
+		if err := x.apply(ctx, lifecycle.Requeue, ptr[domain.HostID](""), nil); err != nil {
 			return err
 		}
 	}
 	return x.giveUp(ctx, fmt.Errorf("%d hosts refused it for capacity", maxPlacements))
 }
 
+// imageBase reads the image the session was created from.
+func (x *opRun) imageBase(ctx context.Context, spec domain.SessionSpec) (domain.Image, error) {
+	if x.c.images == nil {
+		return domain.Image{}, fmt.Errorf("image %s of the session: this server has no images: %w", spec.Image, domain.ErrNotFound)
+	}
+	return x.c.images.Base(ctx, spec)
+}
+
+// harnessBundle reads the harness bundle the session was created with.
+func (x *opRun) harnessBundle(ctx context.Context, spec domain.SessionSpec) (domain.Harness, error) {
+	if x.c.harns == nil {
+		return domain.Harness{}, fmt.Errorf("harness %s of the session: this server has no harness registry: %w", spec.Harness, domain.ErrNotFound)
+	}
+	return x.c.harns.Bundle(ctx, spec)
+}
+
 // maxPlacements bounds how often one create op re-places a session.
 const maxPlacements = 3
 
-func (x *opRun) placeSession(ctx context.Context, spec hostlink.MachineSpec, base *store.Image, exclude []string) error {
+func (x *opRun) placeSession(ctx context.Context, spec domain.SessionSpec, base *domain.Image, exclude []domain.HostID) error {
 	if err := x.step(ctx, "place"); err != nil {
 		return err
 	}
-	p := placement{spec: spec, exclude: exclude, harness: spec.HarnessID != ""}
+	need := scheduler.Need{Exclude: exclude, Harness: spec.HarnessID != ""}
 	if base != nil {
-		p.snapshot = &store.Snapshot{ID: base.BaseID, Facts: base.Facts}
+		need.Snapshot = &scheduler.SnapshotNeed{ID: base.BaseID, Facts: base.Facts}
 	}
-	hostID, err := x.c.placeWithin(ctx, p, x.c.cfg.PlacementWait)
+	hostID, err := x.c.places.PlaceWithin(ctx, spec, need, x.c.cfg.PlacementWait)
 	switch {
 	case errors.Is(err, scheduler.ErrNoCapacity):
 		if ferr := x.apply(ctx, lifecycle.Unplaceable, nil, ptr(err.Error())); ferr != nil {
@@ -95,23 +105,22 @@ func (x *opRun) placeSession(ctx context.Context, spec hostlink.MachineSpec, bas
 
 // boot asks the session's host to start its machine: boot it, or restore
 // base (an image's base snapshot) into it.
-func (x *opRun) boot(ctx context.Context, spec hostlink.MachineSpec, base *store.Image, bundle json.RawMessage) error {
+func (x *opRun) boot(ctx context.Context, spec domain.SessionSpec, base *domain.Image, bundle json.RawMessage) error {
 	if err := x.step(ctx, "boot"); err != nil {
 		return err
 	}
-	req := hostlink.StartRequest{Epoch: x.op.Epoch, Spec: spec, Harness: bundle}
+	req := hostlink.StartRequest{Epoch: x.op.Epoch, Spec: hostlink.MachineSpecOf(spec), Harness: bundle}
 	if base != nil {
 		req.Restore = &hostlink.RestoreSpec{SnapshotID: base.BaseID, Manifests: base.Manifests, Base: true}
 	}
-	var st hostlink.MachineStatus
-	err := x.c.hostCall(ctx, x.s.HostID, "PUT", "/v1/machines/"+x.s.ID, x.op.Epoch, req, &st)
-	var herr *HostError
+	_, err := x.c.links.Start(ctx, x.s.HostID, x.s.ID, req)
+	var herr *hostlink.HostError
 	switch {
 	case err == nil:
 		return x.apply(ctx, lifecycle.Started, nil, nil)
-	case errors.Is(err, store.ErrStaleEpoch):
+	case errors.Is(err, hostlink.ErrStaleEpoch):
 		return fmt.Errorf("start on host %s: %w", x.s.HostID, errFenced)
-	case errors.As(err, &herr) && herr.Code == "capacity":
+	case errors.Is(err, hostlink.ErrNoCapacity):
 		return err
 	case errors.As(err, &herr):
 		reason := fmt.Sprintf("boot on host %s failed: %v", x.s.HostID, err)
@@ -137,7 +146,7 @@ func (x *opRun) retry(ctx context.Context, err error) error {
 func (x *opRun) giveUp(ctx context.Context, cause error) error {
 	reason := fmt.Sprintf("gave up after %d attempts: %v", x.op.Attempts, cause)
 	ev := lifecycle.StartFailed
-	if x.s.State == lifecycle.Created {
+	if x.s.State == domain.SessionCreated {
 		ev = lifecycle.Unplaceable
 	}
 	if err := x.apply(ctx, ev, nil, &reason); err != nil {
@@ -151,12 +160,12 @@ func (x *opRun) destroy(ctx context.Context) error {
 	if x.s.State.Terminal() {
 		return nil
 	}
-	if x.s.State != lifecycle.Deleting {
+	if x.s.State != domain.SessionDeleting {
 		if err := x.apply(ctx, lifecycle.DeleteRequested, nil, nil); err != nil {
 			return err
 		}
 	}
-	if x.s.State != lifecycle.Deleting {
+	if x.s.State != domain.SessionDeleting {
 		return nil // it had no machine
 	}
 	if err := x.destroyMachine(ctx); err != nil {
@@ -171,14 +180,14 @@ func (x *opRun) expire(ctx context.Context) error {
 	if x.s.State.Terminal() {
 		return nil
 	}
-	if x.s.State == lifecycle.Deleting {
+	if x.s.State == domain.SessionDeleting {
 		return x.destroy(ctx)
 	}
 	reason := fmt.Sprintf("its hard time limit of %s passed (max_lifetime_s)", x.c.maxLifetime(x.s))
 	if err := x.apply(ctx, lifecycle.TimeLimit, nil, &reason); err != nil {
 		return err
 	}
-	if x.s.State != lifecycle.Deleting {
+	if x.s.State != domain.SessionDeleting {
 		return nil // it had no machine: Dead already
 	}
 	if err := x.destroyMachine(ctx); err != nil {
@@ -193,10 +202,10 @@ func (x *opRun) destroyMachine(ctx context.Context) error {
 	if err := x.step(ctx, "destroy"); err != nil {
 		return err
 	}
-	err := x.c.hostCall(ctx, x.s.HostID, "DELETE", "/v1/machines/"+x.s.ID, x.op.Epoch, nil, nil)
-	var herr *HostError
+	err := x.c.links.Destroy(ctx, x.s.HostID, x.s.ID, x.op.Epoch)
+	var herr *hostlink.HostError
 	switch {
-	case errors.Is(err, store.ErrStaleEpoch):
+	case errors.Is(err, hostlink.ErrStaleEpoch):
 		return fmt.Errorf("destroy on host %s: %w", x.s.HostID, errFenced)
 	case err != nil && !errors.As(err, &herr) && !errors.Is(err, hostlink.ErrHostNotConnected) && !x.lastAttempt():
 		return transient(fmt.Errorf("destroy on host %s: %w", x.s.HostID, err))
@@ -212,16 +221,16 @@ func (x *opRun) destroyMachine(ctx context.Context) error {
 // machine exited: back to Idle at its last committed snapshot (commands
 // applied after it are delivered again), or Dead without one.
 func (x *opRun) recoverLost(ctx context.Context) error {
-	if !x.s.State.HasVM() && x.s.State != lifecycle.HostLost {
+	if !x.s.State.HasVM() && x.s.State != domain.SessionHostLost {
 		return nil
 	}
 	hostID := x.s.HostID
-	if x.s.State != lifecycle.HostLost {
+	if x.s.State != domain.SessionHostLost {
 		if err := x.apply(ctx, lifecycle.HeartbeatLost, nil, nil); err != nil {
 			return err
 		}
 	}
-	if x.s.State != lifecycle.HostLost {
+	if x.s.State != domain.SessionHostLost {
 		return nil
 	}
 	if x.s.HeadSnapshotID == "" {
@@ -232,111 +241,5 @@ func (x *opRun) recoverLost(ctx context.Context) error {
 		return err
 	}
 	reason := fmt.Sprintf("machine on host %s was lost; resumes from snapshot %s", hostID, x.s.HeadSnapshotID)
-	return x.apply(ctx, lifecycle.Recovered, ptr(""), &reason)
-}
-
-// placeWithin retries placement until a host fits or the wait runs out.
-// placement is what a session needs from a host: room, and for a resume a
-// host able to restore its snapshot (preferably one caching it).
-type placement struct {
-	spec     hostlink.MachineSpec
-	exclude  []string
-	snapshot *store.Snapshot
-	rootfs   bool // only hosts whose backend boots an image's root filesystem
-	harness  bool // only hosts whose backend attaches harness bundles
-}
-
-func (c *Coordinator) placeWithin(ctx context.Context, p placement, wait time.Duration) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	for {
-		id, err := c.place(ctx, p)
-		if err == nil || !errors.Is(err, scheduler.ErrNoCapacity) {
-			return id, err
-		}
-		select {
-		case <-ctx.Done():
-			return "", err
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-}
-
-func (c *Coordinator) place(ctx context.Context, p placement) (string, error) {
-	hosts, err := c.st.ListHosts(ctx)
-	if err != nil {
-		return "", fmt.Errorf("place: list hosts: %w", err)
-	}
-	placed, err := c.st.ListSessions(ctx, store.SessionFilter{States: vmStates()})
-	if err != nil {
-		return "", fmt.Errorf("place: list sessions: %w", err)
-	}
-	byHost := map[string]*scheduler.Candidate{}
-	cands := make([]scheduler.Candidate, 0, len(hosts))
-	var snapFacts hostlink.Facts
-	if p.snapshot != nil {
-		if err := json.Unmarshal(p.snapshot.Facts, &snapFacts); err != nil {
-			return "", fmt.Errorf("place: facts of snapshot %s: %w", p.snapshot.ID, err)
-		}
-	}
-	for _, h := range hosts {
-		var capa hostlink.Capacity
-		if len(h.Capacity) > 0 {
-			if err := json.Unmarshal(h.Capacity, &capa); err != nil {
-				c.log.Warn("host capacity unreadable", "host_id", h.ID, "err", err)
-			}
-		}
-		cd := scheduler.Candidate{
-			HostID: h.ID, Ready: h.State == store.HostReady && !slices.Contains(p.exclude, h.ID) && c.fresh(h),
-			MemoryMiB: capa.MemoryMiB, VCPUs: capa.VCPUs, MaxSessions: capa.MaxSessions,
-		}
-		var hf hostlink.Facts
-		_ = json.Unmarshal(h.Facts, &hf)
-		if p.snapshot != nil {
-			cd.Incompatible = scheduler.Compatible(snapFacts, hf)
-			cd.Cached = slices.Contains(capa.CachedSnapshots, p.snapshot.ID)
-		}
-		if p.rootfs && !hf.Backend.RootFS && cd.Incompatible == "" {
-			cd.Incompatible = fmt.Sprintf("backend %s cannot boot an image's root filesystem", hf.Backend.Name)
-		}
-		if p.harness && !hf.Backend.Harness && cd.Incompatible == "" {
-			cd.Incompatible = fmt.Sprintf("backend %s cannot attach a harness bundle", hf.Backend.Name)
-		}
-		cands = append(cands, cd)
-	}
-	for i := range cands {
-		byHost[cands[i].HostID] = &cands[i]
-	}
-	for _, s := range placed {
-		cd := byHost[s.HostID]
-		if cd == nil {
-			continue
-		}
-		sp, err := Spec(s)
-		if err != nil {
-			continue
-		}
-		cd.PlacedMemoryMiB += sp.MemoryMiB
-		cd.PlacedVCPUs += sp.VCPUs
-		cd.PlacedSessions++
-	}
-	return scheduler.Place(cands, scheduler.Request{MemoryMiB: p.spec.MemoryMiB, VCPUs: p.spec.VCPUs})
-}
-
-// vmStates are the states in which a session may own a machine.
-func vmStates() []lifecycle.State {
-	var out []lifecycle.State
-	for _, s := range lifecycle.States {
-		if s.HasVM() {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
-// fresh reports whether a host heartbeated recently enough to take work:
-// one that missed a few heartbeats is probably gone, even before the
-// monitor may declare it lost.
-func (c *Coordinator) fresh(h store.Host) bool {
-	return c.now().Sub(h.LastHeartbeat) < 3*c.cfg.HeartbeatInterval+time.Second
+	return x.apply(ctx, lifecycle.Recovered, ptr[domain.HostID](""), &reason)
 }

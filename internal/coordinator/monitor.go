@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/engrams/engrams/internal/lifecycle"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -35,13 +35,6 @@ func (c *Coordinator) monitorLoop(ctx context.Context) {
 			c.log.Error("check host heartbeats", "err", err)
 			watching = c.now()
 		}
-		// Like marking hosts lost: only a replica that has been watching,
-		// without a failed pass, long enough to know a setup went unrenewed.
-		if now.Sub(watching) >= taskSetupStale {
-			if err := c.takeOverSetups(ctx); err != nil && ctx.Err() == nil {
-				c.log.Error("take over task setups", "err", err)
-			}
-		}
 		select {
 		case <-ctx.Done():
 			return
@@ -68,10 +61,10 @@ func (c *Coordinator) checkHosts(ctx context.Context, judge bool) error {
 	}
 	enqueued := false
 	for _, h := range hosts {
-		if h.State != store.HostLost {
+		if h.State != domain.HostLost {
 			continue
 		}
-		ss, err := c.st.ListSessions(ctx, store.SessionFilter{HostID: h.ID, States: vmStates()})
+		ss, err := c.st.ListSessions(ctx, domain.SessionFilter{HostID: h.ID, States: vmStates()})
 		if err != nil {
 			return fmt.Errorf("list sessions of lost host %s: %w", h.ID, err)
 		}
@@ -93,16 +86,16 @@ func (c *Coordinator) checkHosts(ctx context.Context, judge bool) error {
 		return err
 	}
 	if n > 0 || expired > 0 || enqueued {
-		c.wake(ctx, topicOps)
+		c.wake(ctx, TopicOps)
 	}
 	return nil
 }
 
 // maxLifetime is s's hard time limit, 0 for none.
-func (c *Coordinator) maxLifetime(s store.Session) time.Duration {
+func (c *Coordinator) maxLifetime(s domain.Session) time.Duration {
 	limit := c.cfg.MaxLifetime
-	if spec, err := Spec(s); err == nil && spec.MaxLifetimeSec != 0 {
-		limit = time.Duration(max(spec.MaxLifetimeSec, 0)) * time.Second
+	if s.Spec.MaxLifetimeSec != 0 {
+		limit = time.Duration(max(s.Spec.MaxLifetimeSec, 0)) * time.Second
 	}
 	return limit
 }
@@ -111,13 +104,13 @@ func (c *Coordinator) maxLifetime(s store.Session) time.Duration {
 // time limit and returns how many. A session with an op in flight is
 // taken at a later tick.
 func (c *Coordinator) expireOld(ctx context.Context) (int, error) {
-	var live []lifecycle.State
-	for _, st := range lifecycle.States {
+	var live []domain.SessionState
+	for _, st := range domain.SessionStates {
 		if !st.Terminal() {
 			live = append(live, st)
 		}
 	}
-	ss, err := c.st.ListSessions(ctx, store.SessionFilter{States: live})
+	ss, err := c.st.ListSessions(ctx, domain.SessionFilter{States: live})
 	if err != nil {
 		return 0, fmt.Errorf("list live sessions: %w", err)
 	}
@@ -127,7 +120,7 @@ func (c *Coordinator) expireOld(ctx context.Context) (int, error) {
 		if limit <= 0 || c.now().Sub(s.CreatedAt) < limit {
 			continue
 		}
-		_, err := c.st.EnqueueOp(ctx, store.Op{ID: c.newID(), SessionID: s.ID, Kind: store.OpExpire,
+		_, err := c.st.EnqueueOp(ctx, domain.Op{ID: c.newID(), SessionID: s.ID, Kind: domain.OpExpire,
 			IdempotencyKey: "expire", CreatedAt: c.now()}, false)
 		if err != nil && !errors.Is(err, store.ErrOpInProgress) {
 			return n, fmt.Errorf("enqueue expiry of session %s: %w", s.ID, err)
@@ -143,18 +136,18 @@ func (c *Coordinator) expireOld(ctx context.Context) (int, error) {
 // evictIdle enqueues a suspend for every Active session idle longer than
 // its timeout and returns how many.
 func (c *Coordinator) evictIdle(ctx context.Context) (int, error) {
-	ss, err := c.st.ListSessions(ctx, store.SessionFilter{States: []lifecycle.State{lifecycle.Active}})
+	ss, err := c.st.ListSessions(ctx, domain.SessionFilter{States: []domain.SessionState{domain.SessionActive}})
 	if err != nil {
 		return 0, fmt.Errorf("list active sessions: %w", err)
 	}
 	n := 0
 	for _, s := range ss {
 		timeout := c.cfg.IdleTimeout
-		if spec, err := Spec(s); err == nil && spec.IdleTimeoutSec != 0 {
-			if spec.IdleTimeoutSec < 0 {
+		if s.Spec.IdleTimeoutSec != 0 {
+			if s.Spec.IdleTimeoutSec < 0 {
 				continue
 			}
-			timeout = time.Duration(spec.IdleTimeoutSec) * time.Second
+			timeout = time.Duration(s.Spec.IdleTimeoutSec) * time.Second
 		}
 		last := s.LastActivity
 		if s.UpdatedAt.After(last) {
@@ -163,7 +156,7 @@ func (c *Coordinator) evictIdle(ctx context.Context) (int, error) {
 		if c.now().Sub(last) < timeout {
 			continue
 		}
-		_, err := c.st.EnqueueOp(ctx, store.Op{ID: c.newID(), SessionID: s.ID, Kind: store.OpEvict,
+		_, err := c.st.EnqueueOp(ctx, domain.Op{ID: c.newID(), SessionID: s.ID, Kind: domain.OpEvict,
 			IdempotencyKey: fmt.Sprintf("idle:%d", last.UnixMicro()), CreatedAt: c.now()}, false)
 		if err != nil && !errors.Is(err, store.ErrOpInProgress) {
 			return n, fmt.Errorf("enqueue idle suspend of session %s: %w", s.ID, err)
@@ -178,9 +171,9 @@ func (c *Coordinator) evictIdle(ctx context.Context) (int, error) {
 
 // enqueueRecover hands a session whose machine is gone to a recover op,
 // superseding whatever op was in flight.
-func (c *Coordinator) enqueueRecover(ctx context.Context, sessionID, key string) error {
-	_, err := c.st.EnqueueOp(ctx, store.Op{
-		ID: c.newID(), SessionID: sessionID, Kind: store.OpRecover, IdempotencyKey: key, CreatedAt: c.now(),
+func (c *Coordinator) enqueueRecover(ctx context.Context, sessionID domain.SessionID, key string) error {
+	_, err := c.st.EnqueueOp(ctx, domain.Op{
+		ID: c.newID(), SessionID: sessionID, Kind: domain.OpRecover, IdempotencyKey: key, CreatedAt: c.now(),
 	}, true)
 	if err != nil && !errors.Is(err, store.ErrOpInProgress) {
 		return fmt.Errorf("enqueue recover of session %s: %w", sessionID, err)

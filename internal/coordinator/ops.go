@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/lifecycle"
 	"github.com/engrams/engrams/internal/store"
 )
@@ -27,7 +28,7 @@ func transient(err error) error { return fmt.Errorf("%w: %w", errTransient, err)
 // workLoop claims and runs ops until ctx ends. Idle workers wake on the ops
 // topic, and every second anyway to reclaim ops whose lease expired.
 func (c *Coordinator) workLoop(ctx context.Context, n int) {
-	sub := c.st.Subscribe(ctx, topicOps)
+	sub := c.st.Subscribe(ctx, TopicOps)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	claimer := fmt.Sprintf("%s/%d", c.cfg.ReplicaID, n)
@@ -56,7 +57,7 @@ func (c *Coordinator) workLoop(ctx context.Context, n int) {
 }
 
 // runOp runs one claimed op under a lease that is renewed while it runs.
-func (c *Coordinator) runOp(ctx context.Context, op store.Op, s store.Session) {
+func (c *Coordinator) runOp(ctx context.Context, op domain.Op, s domain.Session) {
 	log := c.log.With("session_id", s.ID, "op_id", op.ID, "op_kind", op.Kind, "epoch", op.Epoch)
 	opCtx, cancel := context.WithCancel(ctx)
 	renewDone := make(chan struct{})
@@ -69,16 +70,16 @@ func (c *Coordinator) runOp(ctx context.Context, op store.Op, s store.Session) {
 	cancel()
 	<-renewDone
 
-	state, msg := store.OpSucceeded, ""
+	state, msg := domain.OpSucceeded, ""
 	if err != nil {
-		state, msg = store.OpFailed, err.Error()
+		state, msg = domain.OpFailed, err.Error()
 	}
 	switch {
 	case errors.Is(err, errFenced) || errors.Is(err, store.ErrStaleEpoch) ||
 		(ctx.Err() == nil && errors.Is(err, context.Canceled)): // renewLease saw a newer op
 		log.Info("op fenced by a newer op", "err", err)
 		return // the newer op owns the session; our FinishOp would be stale anyway
-	case errors.Is(err, errTransient) && (op.Attempts < maxAttempts || op.Kind == store.OpResume):
+	case errors.Is(err, errTransient) && (op.Attempts < maxAttempts || op.Kind == domain.OpResume):
 		// Leave it claimed with a short lease: another claim retries it. A
 		// resume never gives up on its host (see opRun.resume); a lost host
 		// hands it to a recover op instead.
@@ -103,10 +104,10 @@ func (c *Coordinator) runOp(ctx context.Context, op store.Op, s store.Session) {
 	default:
 		log.Error("finish op", "err", err)
 	}
-	c.wake(ctx, sessionTopic(s.ID))
+	c.wake(ctx, SessionTopic(s.ID))
 }
 
-func (c *Coordinator) renewLease(ctx context.Context, cancel context.CancelFunc, op store.Op, log *slog.Logger) {
+func (c *Coordinator) renewLease(ctx context.Context, cancel context.CancelFunc, op domain.Op, log *slog.Logger) {
 	t := time.NewTicker(c.cfg.OpLease / 3)
 	defer t.Stop()
 	for {
@@ -130,26 +131,26 @@ func (c *Coordinator) renewLease(ctx context.Context, cancel context.CancelFunc,
 // opRun is one execution of one op.
 type opRun struct {
 	c   *Coordinator
-	op  store.Op
-	s   store.Session
+	op  domain.Op
+	s   domain.Session
 	log *slog.Logger
 }
 
 func (x *opRun) run(ctx context.Context) error {
 	switch x.op.Kind {
-	case store.OpCreate:
+	case domain.OpCreate:
 		return x.create(ctx)
-	case store.OpDestroy:
+	case domain.OpDestroy:
 		return x.destroy(ctx)
-	case store.OpRecover:
+	case domain.OpRecover:
 		return x.recoverLost(ctx)
-	case store.OpEvict:
+	case domain.OpEvict:
 		return x.evict(ctx)
-	case store.OpSnapshot:
+	case domain.OpSnapshot:
 		return x.snapshotOnly(ctx)
-	case store.OpExpire:
+	case domain.OpExpire:
 		return x.expire(ctx)
-	case store.OpResume:
+	case domain.OpResume:
 		return x.resume(ctx)
 	default:
 		return fmt.Errorf("op kind %s is not supported by this coordinator version", x.op.Kind)
@@ -159,7 +160,7 @@ func (x *opRun) run(ctx context.Context) error {
 // apply moves the session by event e under the op's epoch and notifies
 // waiters. An illegal event for the current state is a programming error
 // surfaced as an error, never applied.
-func (x *opRun) apply(ctx context.Context, e lifecycle.Event, hostID, reason *string) error {
+func (x *opRun) apply(ctx context.Context, e lifecycle.Event, hostID *domain.HostID, reason *string) error {
 	to, err := lifecycle.Transition(x.s.State, e)
 	if err != nil {
 		return fmt.Errorf("session %s: %w", x.s.ID, err)
@@ -176,7 +177,7 @@ func (x *opRun) apply(ctx context.Context, e lifecycle.Event, hostID, reason *st
 	}
 	x.log.Info("session transition", "from", x.s.State, "to", to, "event", e)
 	x.s = s
-	x.c.wake(ctx, sessionTopic(x.s.ID))
+	x.c.wake(ctx, SessionTopic(x.s.ID))
 	return nil
 }
 

@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/hostlink"
-	"github.com/engrams/engrams/internal/lifecycle"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -16,24 +16,24 @@ const outboxBatch = 64
 
 // PutOutbox records a command for a session (exactly once per item id) and
 // delivers it: at once if the session is Active, else by resuming it.
-func (c *Coordinator) PutOutbox(ctx context.Context, sessionID, id, kind string, payload json.RawMessage) (store.OutboxItem, error) {
+func (c *Coordinator) PutOutbox(ctx context.Context, sessionID domain.SessionID, id, kind string, payload json.RawMessage) (domain.OutboxItem, error) {
 	if id == "" || len(id) > 128 || kind == "" || len(kind) > 64 || len(payload) > 1<<20 {
-		return store.OutboxItem{}, fmt.Errorf("%w: outbox items need an id (<=128 bytes), a kind (<=64 bytes) and a payload under 1 MiB", ErrInvalid)
+		return domain.OutboxItem{}, fmt.Errorf("%w: outbox items need an id (<=128 bytes), a kind (<=64 bytes) and a payload under 1 MiB", domain.ErrInvalid)
 	}
 	s, err := c.st.GetSession(ctx, sessionID)
 	if err != nil {
-		return store.OutboxItem{}, fmt.Errorf("get session %s: %w", sessionID, err)
+		return domain.OutboxItem{}, fmt.Errorf("get session %s: %w", sessionID, err)
 	}
 	if s.State.Terminal() {
-		return store.OutboxItem{}, fmt.Errorf("%w: session %s is %s", ErrNotActive, sessionID, s.State)
+		return domain.OutboxItem{}, fmt.Errorf("%w: session %s is %s", domain.ErrNotActive, sessionID, s.State)
 	}
-	it, created, err := c.st.PutOutbox(ctx, store.OutboxItem{SessionID: sessionID, ID: id, Kind: kind, Payload: payload, CreatedAt: c.now()})
+	it, created, err := c.st.PutOutbox(ctx, domain.OutboxItem{SessionID: sessionID, ID: id, Kind: kind, Payload: payload, CreatedAt: c.now()})
 	if err != nil {
 		return it, fmt.Errorf("put outbox item %s: %w", id, err)
 	}
 	if created {
 		go func() { // resumes an Idle session; delivers to an Active one
-			_, _ = c.enqueueWhenFree(context.WithoutCancel(ctx), store.Op{ID: c.newID(), SessionID: sessionID, Kind: store.OpResume, CreatedAt: c.now()})
+			_, _ = c.enqueueWhenFree(context.WithoutCancel(ctx), domain.Op{ID: c.newID(), SessionID: sessionID, Kind: domain.OpResume, CreatedAt: c.now()})
 		}()
 	}
 	return it, nil
@@ -42,15 +42,15 @@ func (c *Coordinator) PutOutbox(ctx context.Context, sessionID, id, kind string,
 // requestResume enqueues a resume op (which also delivers pending outbox
 // items) and reports it, unless another op is already in flight: that op's
 // end wakes the session, and the caller asks again.
-func (c *Coordinator) requestResume(ctx context.Context, sessionID string) (store.Op, bool) {
-	op, err := c.st.EnqueueOp(ctx, store.Op{ID: c.newID(), SessionID: sessionID, Kind: store.OpResume, CreatedAt: c.now()}, false)
+func (c *Coordinator) requestResume(ctx context.Context, sessionID domain.SessionID) (domain.Op, bool) {
+	op, err := c.st.EnqueueOp(ctx, domain.Op{ID: c.newID(), SessionID: sessionID, Kind: domain.OpResume, CreatedAt: c.now()}, false)
 	if err != nil {
 		if !errors.Is(err, store.ErrOpInProgress) {
 			c.log.Warn("enqueue resume", "session_id", sessionID, "err", err)
 		}
 		return op, false
 	}
-	c.wake(ctx, topicOps)
+	c.wake(ctx, TopicOps)
 	return op, true
 }
 
@@ -71,35 +71,24 @@ func (x *opRun) rollbackOutbox(ctx context.Context) error {
 		}
 		return transient(fmt.Errorf("roll back outbox: %w", err))
 	}
-	return x.rewindHarnessCursor(ctx)
+	return x.notifyRestored(ctx)
 }
 
-// rewindHarnessCursor lowers the session's task cursor to the harness
-// event head of the snapshot it resumes from: after a lost incarnation,
-// the restored guest's log goes on from there with events the task has
-// not seen, even where their seqs repeat ones the lost guest relayed. (A
-// resume after a suspend finds the cursor at or below it: nothing moves.)
-func (x *opRun) rewindHarnessCursor(ctx context.Context) error {
-	if x.s.HeadSnapshotID == "" {
+// notifyRestored tells the RestoreObservers that the session resumes from
+// its head snapshot after its incarnation was lost (tasks lower their
+// harness event cursor to what the snapshot had). A failure is transient.
+func (x *opRun) notifyRestored(ctx context.Context) error {
+	if x.s.HeadSnapshotID == "" || len(x.c.restd) == 0 {
 		return nil
 	}
 	snap, err := x.c.st.GetSnapshot(ctx, x.s.HeadSnapshotID)
 	if err != nil {
 		return transient(fmt.Errorf("read snapshot %s: %w", x.s.HeadSnapshotID, err))
 	}
-	if snap.HarnessSeq < 0 {
-		return nil // unknown: the guest's own head check still catches a shorter log
-	}
-	t, err := x.c.st.TaskBySession(ctx, x.s.ID)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return transient(fmt.Errorf("task of session %s: %w", x.s.ID, err))
-	}
-	seq := snap.HarnessSeq
-	if _, _, err := x.c.st.IngestTaskEvents(ctx, t.ID, x.s.ID, &seq, nil); err != nil && !errors.Is(err, store.ErrNotFound) {
-		return transient(fmt.Errorf("rewind the harness events of session %s to %d: %w", x.s.ID, seq, err))
+	for _, o := range x.c.restd {
+		if err := o.SessionRestored(ctx, x.s, snap); err != nil {
+			return transient(err)
+		}
 	}
 	return nil
 }
@@ -108,7 +97,7 @@ func (x *opRun) rewindHarnessCursor(ctx context.Context) error {
 // records what it applied. The guest skips items it already applied, so a
 // repeated delivery never applies one twice.
 func (x *opRun) deliverOutbox(ctx context.Context) error {
-	if x.s.State != lifecycle.Active {
+	if x.s.State != domain.SessionActive {
 		return nil
 	}
 	after := int64(0)
@@ -120,7 +109,7 @@ func (x *opRun) deliverOutbox(ctx context.Context) error {
 		var send []hostlink.OutboxItem
 		for _, it := range items {
 			after = it.Seq
-			if it.State == store.OutboxPending {
+			if it.State == domain.OutboxPending {
 				send = append(send, hostlink.OutboxItem{Seq: it.Seq, ID: it.ID, Kind: it.Kind, Payload: it.Payload})
 			}
 		}
@@ -139,11 +128,9 @@ func (x *opRun) sendOutbox(ctx context.Context, items []hostlink.OutboxItem) err
 	if err := x.step(ctx, "deliver"); err != nil {
 		return err
 	}
-	var applied hostlink.OutboxApplied
-	err := x.c.hostCall(ctx, x.s.HostID, "POST", "/v1/machines/"+x.s.ID+"/outbox", x.op.Epoch,
-		hostlink.OutboxDelivery{Epoch: x.op.Epoch, Items: items}, &applied)
+	applied, err := x.c.links.Deliver(ctx, x.s.HostID, x.s.ID, hostlink.OutboxDelivery{Epoch: x.op.Epoch, Items: items})
 	switch {
-	case errors.Is(err, store.ErrStaleEpoch):
+	case errors.Is(err, hostlink.ErrStaleEpoch):
 		return fmt.Errorf("deliver outbox: %w", errFenced)
 	case err != nil:
 		// Items stay pending for the next delivery; the session's state is

@@ -2,61 +2,68 @@ package coordinator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
-	"strconv"
+	"strings"
 	"time"
 
-	"github.com/engrams/engrams/internal/guestapi"
-	"github.com/engrams/engrams/internal/hostlink"
-	"github.com/engrams/engrams/internal/lifecycle"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
-// Error categories the API maps to status codes.
-var (
-	ErrInvalid   = errors.New("invalid request")
-	ErrNotActive = errors.New("session is not active")
-)
+// TopicOps wakes the op workers of every replica (store.Notify).
+const TopicOps = "ops"
 
-// Opsns topic names used with store.Notify.
-const topicOps = "ops"
-
-func sessionTopic(id string) string { return "session:" + id }
+// SessionTopic is the store notification topic woken on every change of a
+// session (its state, its op, its events).
+func SessionTopic(id domain.SessionID) string { return "session:" + string(id) }
 
 // CreateSession validates spec, records the session with its create op and
 // wakes a worker. It returns at once; use WaitSession to wait for Active.
-func (c *Coordinator) CreateSession(ctx context.Context, spec hostlink.MachineSpec, idempotencyKey string) (store.Session, error) {
-	libc, err := c.pinImage(ctx, &spec)
-	if err != nil {
-		return store.Session{}, err
-	}
-	if err := c.pinHarness(ctx, &spec, libc); err != nil {
-		return store.Session{}, err
+func (c *Coordinator) CreateSession(ctx context.Context, spec domain.SessionSpec, idempotencyKey string) (domain.Session, error) {
+	if err := c.pin(ctx, &spec); err != nil {
+		return domain.Session{}, err
 	}
 	if err := c.normalize(&spec); err != nil {
-		return store.Session{}, err
-	}
-	raw, err := json.Marshal(spec)
-	if err != nil {
-		return store.Session{}, fmt.Errorf("encode spec: %w", err)
+		return domain.Session{}, err
 	}
 	s, _, created, err := c.st.CreateSession(ctx, store.NewSession{
-		ID: c.newID(), Spec: raw, IdempotencyKey: idempotencyKey, OpID: c.newID(), At: c.now(),
+		ID: domain.SessionID(c.newID()), Spec: spec, IdempotencyKey: idempotencyKey, OpID: c.newID(), At: c.now(),
 	})
 	if err != nil {
-		return store.Session{}, fmt.Errorf("create session: %w", err)
+		return domain.Session{}, fmt.Errorf("create session: %w", err)
 	}
 	if created {
 		c.log.Info("session created", "session_id", s.ID)
-		c.wake(ctx, topicOps)
+		c.wake(ctx, TopicOps)
 	}
 	return s, nil
 }
 
-func (c *Coordinator) normalize(spec *hostlink.MachineSpec) error {
+// pin resolves the image and the harness spec names (clearing any ids a
+// caller set: only the coordinator pins them).
+func (c *Coordinator) pin(ctx context.Context, spec *domain.SessionSpec) error {
+	spec.ImageID, spec.BaseSnapshotID, spec.HarnessID = "", "", ""
+	libc := ""
+	if spec.Image != "" {
+		if c.images == nil {
+			return fmt.Errorf("%w: this server has no images (it has no blob store)", domain.ErrInvalid)
+		}
+		var err error
+		if libc, err = c.images.PinImage(ctx, spec); err != nil {
+			return err
+		}
+	}
+	if spec.Harness == "" {
+		return nil
+	}
+	if c.harns == nil {
+		return fmt.Errorf("%w: this server has no harness registry (it has no blob store)", domain.ErrInvalid)
+	}
+	return c.harns.PinHarness(ctx, spec, libc)
+}
+
+func (c *Coordinator) normalize(spec *domain.SessionSpec) error {
 	if spec.MemoryMiB == 0 {
 		spec.MemoryMiB = c.cfg.DefaultMemoryMiB
 	}
@@ -65,87 +72,53 @@ func (c *Coordinator) normalize(spec *hostlink.MachineSpec) error {
 	}
 	switch {
 	case spec.MemoryMiB < 64 || spec.MemoryMiB > c.cfg.MaxMemoryMiB:
-		return fmt.Errorf("%w: memory_mib must be between 64 and %d, got %d", ErrInvalid, c.cfg.MaxMemoryMiB, spec.MemoryMiB)
+		return fmt.Errorf("%w: memory_mib must be between 64 and %d, got %d", domain.ErrInvalid, c.cfg.MaxMemoryMiB, spec.MemoryMiB)
 	case spec.VCPUs < 1 || spec.VCPUs > c.cfg.MaxVCPUs:
-		return fmt.Errorf("%w: vcpus must be between 1 and %d, got %d", ErrInvalid, c.cfg.MaxVCPUs, spec.VCPUs)
+		return fmt.Errorf("%w: vcpus must be between 1 and %d, got %d", domain.ErrInvalid, c.cfg.MaxVCPUs, spec.VCPUs)
 	case spec.IdleTimeoutSec < -1:
-		return fmt.Errorf("%w: idle_timeout_s must be -1 (never), 0 (server default) or positive, got %d", ErrInvalid, spec.IdleTimeoutSec)
+		return fmt.Errorf("%w: idle_timeout_s must be -1 (never), 0 (server default) or positive, got %d", domain.ErrInvalid, spec.IdleTimeoutSec)
 	case spec.MaxLifetimeSec < -1:
-		return fmt.Errorf("%w: max_lifetime_s must be -1 (none), 0 (server default) or positive, got %d", ErrInvalid, spec.MaxLifetimeSec)
+		return fmt.Errorf("%w: max_lifetime_s must be -1 (none), 0 (server default) or positive, got %d", domain.ErrInvalid, spec.MaxLifetimeSec)
 	}
 	return checkEnv(spec)
 }
 
-// Bounds on what a session spec may carry.
-const (
-	maxEnvVars  = 256
-	maxEnvBytes = 64 << 10
-	maxImageRef = 512
-)
-
-func checkEnv(spec *hostlink.MachineSpec) error {
-	if len(spec.Image) > maxImageRef || containsAny(spec.Image, "\x00\n ") {
-		return fmt.Errorf("%w: image must be a reference of at most %d characters without spaces", ErrInvalid, maxImageRef)
+func checkEnv(spec *domain.SessionSpec) error {
+	if len(spec.Image) > domain.MaxImageRef || strings.ContainsAny(spec.Image, "\x00\n ") {
+		return fmt.Errorf("%w: image must be a reference of at most %d characters without spaces", domain.ErrInvalid, domain.MaxImageRef)
 	}
-	if len(spec.Env) > maxEnvVars {
-		return fmt.Errorf("%w: at most %d env variables, got %d", ErrInvalid, maxEnvVars, len(spec.Env))
-	}
-	total := 0
-	for k, v := range spec.Env {
-		if k == "" || containsAny(k, "=\x00") {
-			return fmt.Errorf("%w: env name %q is not valid", ErrInvalid, k)
-		}
-		if containsAny(v, "\x00") {
-			return fmt.Errorf("%w: env %s contains a NUL byte", ErrInvalid, k)
-		}
-		total += len(k) + len(v) + 2
-	}
-	if total > maxEnvBytes {
-		return fmt.Errorf("%w: env is %d bytes, at most %d", ErrInvalid, total, maxEnvBytes)
-	}
-	return nil
-}
-
-func containsAny(s, chars string) bool {
-	for _, r := range s {
-		for _, c := range chars {
-			if r == c {
-				return true
-			}
-		}
-	}
-	return false
+	return domain.CheckEnv(spec.Env)
 }
 
 // DeleteSession records that the session should be deleted and supersedes
 // whatever op is in flight: the destroy op claims a newer epoch, so the old
 // op's remaining writes are rejected.
-func (c *Coordinator) DeleteSession(ctx context.Context, id string) (store.Session, error) {
+func (c *Coordinator) DeleteSession(ctx context.Context, id domain.SessionID) (domain.Session, error) {
 	s, err := c.st.GetSession(ctx, id)
 	if err != nil {
-		return store.Session{}, fmt.Errorf("get session %s: %w", id, err)
+		return domain.Session{}, fmt.Errorf("get session %s: %w", id, err)
 	}
 	if s.State.Terminal() {
 		return s, nil
 	}
-	if err := c.st.SetDesiredState(ctx, id, "deleted"); err != nil {
-		return store.Session{}, fmt.Errorf("delete session %s: %w", id, err)
+	if err := c.st.SetDesiredState(ctx, id, domain.DesireDeleted); err != nil {
+		return domain.Session{}, fmt.Errorf("delete session %s: %w", id, err)
 	}
-	_, err = c.st.EnqueueOp(ctx, store.Op{
-		ID: c.newID(), SessionID: id, Kind: store.OpDestroy, IdempotencyKey: "destroy", CreatedAt: c.now(),
+	_, err = c.st.EnqueueOp(ctx, domain.Op{
+		ID: c.newID(), SessionID: id, Kind: domain.OpDestroy, IdempotencyKey: "destroy", CreatedAt: c.now(),
 	}, true)
 	if err != nil {
-		return store.Session{}, fmt.Errorf("delete session %s: %w", id, err)
+		return domain.Session{}, fmt.Errorf("delete session %s: %w", id, err)
 	}
 	c.log.Info("session delete requested", "session_id", id)
-	c.wake(ctx, topicOps)
+	c.wake(ctx, TopicOps)
 	return c.st.GetSession(ctx, id)
 }
 
 // WaitSession blocks until done(session) holds or ctx ends, and returns the
 // last session read.
-func (c *Coordinator) WaitSession(ctx context.Context, id string, done func(store.Session) bool) (store.Session, error) {
-	sub := c.st.Subscribe(ctx, sessionTopic(id))
+func (c *Coordinator) WaitSession(ctx context.Context, id domain.SessionID, done func(domain.Session) bool) (domain.Session, error) {
+	sub := c.st.Subscribe(ctx, SessionTopic(id))
 	poll := time.NewTicker(time.Second) // a missed wakeup costs at most this
 	defer poll.Stop()
 	for {
@@ -167,76 +140,31 @@ func (c *Coordinator) WaitSession(ctx context.Context, id string, done func(stor
 
 // Settled reports whether a session has left the transitional states an
 // API caller would wait through.
-func Settled(s store.Session) bool {
+func Settled(s domain.Session) bool {
 	switch s.State {
-	case lifecycle.Active, lifecycle.Idle, lifecycle.Completed, lifecycle.Dead:
+	case domain.SessionActive, domain.SessionIdle, domain.SessionCompleted, domain.SessionDead:
 		return true
 	}
 	return false
 }
 
-// GuestTarget is how to reach a session's guest daemon: send requests
-// through Transport to PathPrefix+guest path with Epoch in HeaderEpoch.
-type GuestTarget struct {
-	Session    store.Session
-	Transport  http.RoundTripper
-	PathPrefix string
-}
-
-// Headers are what every request to the guest carries: the session's
-// epoch and the guest API version.
-func (t GuestTarget) Headers() http.Header {
-	h := http.Header{}
-	h.Set(hostlink.HeaderEpoch, strconv.FormatInt(t.Session.Epoch, 10))
-	h.Set(guestapi.HeaderVersion, strconv.Itoa(guestapi.Version))
-	return h
-}
-
-// Guest returns the route to a session's guest daemon. An Idle (or
-// suspending, resuming, starting) session is brought to Active first: the
-// caller waits, bounded by ResumeWait, instead of getting an error.
-func (c *Coordinator) Guest(ctx context.Context, id string) (GuestTarget, error) {
-	s, err := c.st.GetSession(ctx, id)
-	if err != nil {
-		return GuestTarget{}, fmt.Errorf("get session %s: %w", id, err)
-	}
-	if s.State != lifecycle.Active {
-		if s, err = c.EnsureActive(ctx, s); err != nil {
-			return GuestTarget{}, err
-		}
-	}
-	if c.now().Sub(s.LastActivity) > touchEvery {
-		if err := c.st.TouchSession(ctx, id, c.now()); err != nil {
-			c.log.Warn("touch session", "session_id", id, "err", err)
-		}
-	}
-	rt, err := c.hosts.Transport(ctx, s.HostID)
-	if err != nil {
-		return GuestTarget{}, fmt.Errorf("reach host %s of session %s: %w", s.HostID, id, err)
-	}
-	return GuestTarget{Session: s, Transport: rt, PathPrefix: "/v1/machines/" + id + "/guest"}, nil
-}
-
-// touchEvery rate-limits activity writes from API calls.
-const touchEvery = 5 * time.Second
-
 // EnsureActive resumes s if it is Idle and waits until it is Active. It
 // fails at once for terminal sessions, and when the resume it requested
 // failed (with that op's error).
-func (c *Coordinator) EnsureActive(ctx context.Context, s store.Session) (store.Session, error) {
+func (c *Coordinator) EnsureActive(ctx context.Context, s domain.Session) (domain.Session, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.ResumeWait)
 	defer cancel()
 	var resumeOp string
 	for {
 		switch {
-		case s.State == lifecycle.Active:
+		case s.State == domain.SessionActive:
 			return s, nil
-		case s.State.Terminal() || s.State == lifecycle.Deleting || s.State == lifecycle.HostLost && s.HeadSnapshotID == "":
-			return s, fmt.Errorf("%w: session %s is %s", ErrNotActive, s.ID, s.State)
-		case s.State == lifecycle.Idle:
+		case s.State.Terminal() || s.State == domain.SessionDeleting || s.State == domain.SessionHostLost && s.HeadSnapshotID == "":
+			return s, fmt.Errorf("%w: session %s is %s", domain.ErrNotActive, s.ID, s.State)
+		case s.State == domain.SessionIdle:
 			if resumeOp != "" {
-				if o, err := c.st.GetOp(ctx, resumeOp); err == nil && o.State == store.OpFailed {
-					return s, fmt.Errorf("%w: session %s could not be resumed: %s", ErrNotActive, s.ID, o.Error)
+				if o, err := c.st.GetOp(ctx, resumeOp); err == nil && o.State == domain.OpFailed {
+					return s, fmt.Errorf("%w: session %s could not be resumed: %s", domain.ErrNotActive, s.ID, o.Error)
 				}
 			}
 			if op, ok := c.requestResume(ctx, s.ID); ok {
@@ -244,7 +172,7 @@ func (c *Coordinator) EnsureActive(ctx context.Context, s store.Session) (store.
 			}
 		}
 		if err := c.waitChange(ctx, s.ID); err != nil {
-			return s, fmt.Errorf("%w: waiting for session %s to become active (it is %s): %w", ErrNotActive, s.ID, s.State, err)
+			return s, fmt.Errorf("%w: waiting for session %s to become active (it is %s): %w", domain.ErrNotActive, s.ID, s.State, err)
 		}
 		next, err := c.st.GetSession(ctx, s.ID)
 		if err != nil {
@@ -255,8 +183,8 @@ func (c *Coordinator) EnsureActive(ctx context.Context, s store.Session) (store.
 }
 
 // waitChange waits for a wakeup on the session's topic, or a poll tick.
-func (c *Coordinator) waitChange(ctx context.Context, id string) error {
-	sub := c.st.Subscribe(ctx, sessionTopic(id))
+func (c *Coordinator) waitChange(ctx context.Context, id domain.SessionID) error {
+	sub := c.st.Subscribe(ctx, SessionTopic(id))
 	t := time.NewTimer(500 * time.Millisecond)
 	defer t.Stop()
 	select {
@@ -270,14 +198,14 @@ func (c *Coordinator) waitChange(ctx context.Context, id string) error {
 
 // enqueueWhenFree enqueues op, waiting (bounded) for an op already in
 // flight for the session to finish first.
-func (c *Coordinator) enqueueWhenFree(ctx context.Context, op store.Op) (store.Op, error) {
+func (c *Coordinator) enqueueWhenFree(ctx context.Context, op domain.Op) (domain.Op, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {
 		o, err := c.st.EnqueueOp(ctx, op, false)
 		if !errors.Is(err, store.ErrOpInProgress) {
 			if err == nil {
-				c.wake(ctx, topicOps)
+				c.wake(ctx, TopicOps)
 			}
 			return o, err
 		}
@@ -290,21 +218,21 @@ func (c *Coordinator) enqueueWhenFree(ctx context.Context, op store.Op) (store.O
 // Suspend snapshots the session and frees its host, returning at once with
 // the evict op (zero if the session was already Idle); the session reaches
 // Idle when the snapshot is committed. WaitOp waits for the op.
-func (c *Coordinator) Suspend(ctx context.Context, id string) (store.Session, store.Op, error) {
+func (c *Coordinator) Suspend(ctx context.Context, id domain.SessionID) (domain.Session, domain.Op, error) {
 	s, err := c.st.GetSession(ctx, id)
 	if err != nil {
-		return s, store.Op{}, fmt.Errorf("get session %s: %w", id, err)
+		return s, domain.Op{}, fmt.Errorf("get session %s: %w", id, err)
 	}
-	if s.State == lifecycle.Idle {
-		return s, store.Op{}, nil
+	if s.State == domain.SessionIdle {
+		return s, domain.Op{}, nil
 	}
-	if s.State != lifecycle.Active {
-		return s, store.Op{}, fmt.Errorf("%w: session %s is %s; only an active session can be suspended", ErrNotActive, id, s.State)
+	if s.State != domain.SessionActive {
+		return s, domain.Op{}, fmt.Errorf("%w: session %s is %s; only an active session can be suspended", domain.ErrNotActive, id, s.State)
 	}
-	if err := c.st.SetDesiredState(ctx, id, "idle"); err != nil {
-		return s, store.Op{}, fmt.Errorf("suspend session %s: %w", id, err)
+	if err := c.st.SetDesiredState(ctx, id, domain.DesireIdle); err != nil {
+		return s, domain.Op{}, fmt.Errorf("suspend session %s: %w", id, err)
 	}
-	op, err := c.enqueueWhenFree(ctx, store.Op{ID: c.newID(), SessionID: id, Kind: store.OpEvict, CreatedAt: c.now()})
+	op, err := c.enqueueWhenFree(ctx, domain.Op{ID: c.newID(), SessionID: id, Kind: domain.OpEvict, CreatedAt: c.now()})
 	if err != nil {
 		return s, op, fmt.Errorf("suspend session %s: %w", id, err)
 	}
@@ -313,12 +241,12 @@ func (c *Coordinator) Suspend(ctx context.Context, id string) (store.Session, st
 
 // WaitOp waits until op is no longer pending or running and returns it
 // with the session as it is then.
-func (c *Coordinator) WaitOp(ctx context.Context, op store.Op) (store.Op, store.Session, error) {
-	var done store.Op
-	s, err := c.WaitSession(ctx, op.SessionID, func(store.Session) bool {
+func (c *Coordinator) WaitOp(ctx context.Context, op domain.Op) (domain.Op, domain.Session, error) {
+	var done domain.Op
+	s, err := c.WaitSession(ctx, op.SessionID, func(domain.Session) bool {
 		o, err := c.st.GetOp(ctx, op.ID)
 		done = o
-		return err == nil && o.State != store.OpPending && o.State != store.OpRunning
+		return err == nil && o.State != domain.OpPending && o.State != domain.OpRunning
 	})
 	if err != nil {
 		return done, s, err
@@ -329,12 +257,12 @@ func (c *Coordinator) WaitOp(ctx context.Context, op store.Op) (store.Op, store.
 }
 
 // Resume brings an Idle session back and waits for Active.
-func (c *Coordinator) Resume(ctx context.Context, id string) (store.Session, error) {
+func (c *Coordinator) Resume(ctx context.Context, id domain.SessionID) (domain.Session, error) {
 	s, err := c.st.GetSession(ctx, id)
 	if err != nil {
 		return s, fmt.Errorf("get session %s: %w", id, err)
 	}
-	if err := c.st.SetDesiredState(ctx, id, "active"); err != nil {
+	if err := c.st.SetDesiredState(ctx, id, domain.DesireActive); err != nil {
 		return s, fmt.Errorf("resume session %s: %w", id, err)
 	}
 	return c.EnsureActive(ctx, s)
@@ -342,52 +270,37 @@ func (c *Coordinator) Resume(ctx context.Context, id string) (store.Session, err
 
 // Snapshot captures a running session without stopping it and returns the
 // committed snapshot.
-func (c *Coordinator) Snapshot(ctx context.Context, id string) (store.Snapshot, error) {
+func (c *Coordinator) Snapshot(ctx context.Context, id domain.SessionID) (domain.Snapshot, error) {
 	s, err := c.st.GetSession(ctx, id)
 	if err != nil {
-		return store.Snapshot{}, fmt.Errorf("get session %s: %w", id, err)
+		return domain.Snapshot{}, fmt.Errorf("get session %s: %w", id, err)
 	}
-	if s.State != lifecycle.Active {
-		return store.Snapshot{}, fmt.Errorf("%w: session %s is %s", ErrNotActive, id, s.State)
+	if s.State != domain.SessionActive {
+		return domain.Snapshot{}, fmt.Errorf("%w: session %s is %s", domain.ErrNotActive, id, s.State)
 	}
-	op, err := c.enqueueWhenFree(ctx, store.Op{ID: c.newID(), SessionID: id, Kind: store.OpSnapshot, CreatedAt: c.now()})
+	op, err := c.enqueueWhenFree(ctx, domain.Op{ID: c.newID(), SessionID: id, Kind: domain.OpSnapshot, CreatedAt: c.now()})
 	if err != nil {
-		return store.Snapshot{}, fmt.Errorf("snapshot session %s: %w", id, err)
+		return domain.Snapshot{}, fmt.Errorf("snapshot session %s: %w", id, err)
 	}
 	done, _, err := c.WaitOp(ctx, op)
 	if err != nil {
-		return store.Snapshot{}, err
+		return domain.Snapshot{}, err
 	}
-	if done.State != store.OpSucceeded {
-		return store.Snapshot{}, fmt.Errorf("snapshot session %s: %s", id, done.Error)
+	if done.State != domain.OpSucceeded {
+		return domain.Snapshot{}, fmt.Errorf("snapshot session %s: %s", id, done.Error)
 	}
 	s, err = c.st.GetSession(ctx, id)
 	if err != nil {
-		return store.Snapshot{}, err
+		return domain.Snapshot{}, err
 	}
 	return c.st.GetSnapshot(ctx, s.HeadSnapshotID)
 }
 
-// ErrBusy: another operation holds the session.
-var ErrBusy = errors.New("another operation is in progress")
-
 func conflictIfBusy(err error) error {
 	if errors.Is(err, store.ErrOpInProgress) {
-		return fmt.Errorf("%w: try again when it finishes", ErrBusy)
+		return fmt.Errorf("%w: try again when it finishes", domain.ErrBusy)
 	}
 	return err
-}
-
-// Spec decodes a session's stored spec.
-func Spec(s store.Session) (hostlink.MachineSpec, error) {
-	var spec hostlink.MachineSpec
-	if len(s.Spec) == 0 {
-		return spec, nil
-	}
-	if err := json.Unmarshal(s.Spec, &spec); err != nil {
-		return spec, fmt.Errorf("decode spec of session %s: %w", s.ID, err)
-	}
-	return spec, nil
 }
 
 func (c *Coordinator) wake(ctx context.Context, topic string) {

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/lifecycle"
+	"github.com/engrams/engrams/internal/scheduler"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -17,20 +19,20 @@ import (
 // the session goes back to Active.
 func (x *opRun) evict(ctx context.Context) error {
 	switch x.s.State {
-	case lifecycle.Idle:
+	case domain.SessionIdle:
 		return nil
-	case lifecycle.Active:
+	case domain.SessionActive:
 		if err := x.apply(ctx, lifecycle.SuspendRequested, nil, nil); err != nil {
 			return err
 		}
-	case lifecycle.Suspending: // a retried op: capture again under the new epoch
+	case domain.SessionSuspending: // a retried op: capture again under the new epoch
 	default:
 		return fmt.Errorf("cannot suspend a session that is %s", x.s.State)
 	}
 	snap, err := x.capture(ctx, true, "suspend")
 	if err != nil {
-		var herr *HostError
-		if errors.As(err, &herr) && herr.Code == "not_found" {
+		var herr *hostlink.HostError
+		if errors.Is(err, hostlink.ErrNoMachine) {
 			return x.machineGone(ctx) // e.g. a retry after the host destroyed it
 		}
 		if errors.As(err, &herr) || x.lastAttempt() {
@@ -43,17 +45,16 @@ func (x *opRun) evict(ctx context.Context) error {
 		return err
 	}
 	x.s.HeadSnapshotID = snap.ID
-	return x.apply(ctx, lifecycle.Snapshotted, ptr(""), ptr(""))
+	return x.apply(ctx, lifecycle.Snapshotted, ptr[domain.HostID](""), ptr(""))
 }
 
 // snapshotOnly captures an Active session and keeps it running.
 func (x *opRun) snapshotOnly(ctx context.Context) error {
-	if x.s.State != lifecycle.Active {
+	if x.s.State != domain.SessionActive {
 		return fmt.Errorf("cannot snapshot a session that is %s", x.s.State)
 	}
 	_, err := x.capture(ctx, false, "snapshot")
-	var herr *HostError
-	if errors.As(err, &herr) && herr.Code == "not_found" {
+	if errors.Is(err, hostlink.ErrNoMachine) {
 		return x.machineGone(ctx)
 	}
 	return err
@@ -74,46 +75,44 @@ func (x *opRun) machineGone(ctx context.Context) error {
 // commit that happened is not made again, and a host that destroyed the
 // machine after uploading it (the replica died before committing) answers
 // with that capture again.
-func (x *opRun) capture(ctx context.Context, destroy bool, reason string) (store.Snapshot, error) {
+func (x *opRun) capture(ctx context.Context, destroy bool, reason string) (domain.Snapshot, error) {
 	if x.s.HeadSnapshotID == x.op.ID {
 		snap, err := x.c.st.GetSnapshot(ctx, x.op.ID)
 		if err != nil {
-			return store.Snapshot{}, transient(fmt.Errorf("read snapshot %s: %w", x.op.ID, err))
+			return domain.Snapshot{}, transient(fmt.Errorf("read snapshot %s: %w", x.op.ID, err))
 		}
 		return snap, nil // committed by an earlier attempt
 	}
 	if err := x.step(ctx, "snapshot"); err != nil {
-		return store.Snapshot{}, err
+		return domain.Snapshot{}, err
 	}
 	req := hostlink.SnapshotRequest{Epoch: x.op.Epoch, SnapshotID: x.op.ID, Destroy: destroy}
-	var resp hostlink.SnapshotResponse
-	err := x.c.hostCall(ctx, x.s.HostID, "POST", "/v1/machines/"+x.s.ID+"/snapshot", x.op.Epoch, req, &resp)
-	var herr *HostError
+	resp, err := x.c.links.Snapshot(ctx, x.s.HostID, x.s.ID, req)
+	var herr *hostlink.HostError
 	switch {
-	case errors.Is(err, store.ErrStaleEpoch):
-		return store.Snapshot{}, fmt.Errorf("snapshot on host %s: %w", x.s.HostID, errFenced)
+	case errors.Is(err, hostlink.ErrStaleEpoch):
+		return domain.Snapshot{}, fmt.Errorf("snapshot on host %s: %w", x.s.HostID, errFenced)
 	case errors.As(err, &herr):
-		return store.Snapshot{}, err
+		return domain.Snapshot{}, err
 	case err != nil:
-		return store.Snapshot{}, transient(fmt.Errorf("snapshot on host %s: %w", x.s.HostID, err))
+		return domain.Snapshot{}, transient(fmt.Errorf("snapshot on host %s: %w", x.s.HostID, err))
 	}
-	facts, _ := json.Marshal(resp.Facts)
-	snap := store.Snapshot{
+	snap := domain.Snapshot{
 		ID: req.SnapshotID, SessionID: x.s.ID, ParentID: x.s.HeadSnapshotID, HostID: x.s.HostID,
-		Epoch: x.op.Epoch, Manifests: resp.Manifests, Facts: facts, Bytes: resp.Bytes,
+		Epoch: x.op.Epoch, Manifests: resp.Manifests, Facts: resp.Facts, Bytes: resp.Bytes,
 		Uploaded: resp.Uploaded, OutboxSeq: resp.OutboxSeq, HarnessSeq: -1, Reason: reason, CreatedAt: x.c.now(),
 	}
 	if resp.HarnessSeq != nil {
 		snap.HarnessSeq = *resp.HarnessSeq
 	}
 	if err := x.step(ctx, "commit"); err != nil {
-		return store.Snapshot{}, err
+		return domain.Snapshot{}, err
 	}
 	if err := x.c.st.CommitSnapshot(ctx, snap, x.op.Epoch); err != nil {
 		if errors.Is(err, store.ErrStaleEpoch) {
-			return store.Snapshot{}, fmt.Errorf("commit snapshot %s: %w: %w", snap.ID, errFenced, err)
+			return domain.Snapshot{}, fmt.Errorf("commit snapshot %s: %w: %w", snap.ID, errFenced, err)
 		}
-		return store.Snapshot{}, transient(fmt.Errorf("commit snapshot %s: %w", snap.ID, err))
+		return domain.Snapshot{}, transient(fmt.Errorf("commit snapshot %s: %w", snap.ID, err))
 	}
 	x.log.Info("snapshot committed", "snapshot_id", snap.ID, "bytes", snap.Bytes, "uploaded", snap.Uploaded, "ms", resp.DurationMS)
 	x.appendEvent(ctx, "snapshot", map[string]any{"snapshot_id": snap.ID, "bytes": snap.Bytes, "uploaded": snap.Uploaded, "reason": reason})
@@ -126,9 +125,9 @@ func (x *opRun) capture(ctx context.Context, destroy bool, reason string) (store
 // Idle to be tried again.
 func (x *opRun) resume(ctx context.Context) error {
 	switch x.s.State {
-	case lifecycle.Active:
+	case domain.SessionActive:
 		return x.deliverOutbox(ctx)
-	case lifecycle.Idle, lifecycle.Resuming:
+	case domain.SessionIdle, domain.SessionResuming:
 	default:
 		return fmt.Errorf("cannot resume a session that is %s", x.s.State)
 	}
@@ -140,16 +139,14 @@ func (x *opRun) resume(ctx context.Context) error {
 	if err != nil {
 		return transient(fmt.Errorf("read snapshot %s: %w", x.s.HeadSnapshotID, err))
 	}
-	spec, err := Spec(x.s)
-	if err != nil {
-		return err
-	}
+	spec := x.s.Spec
 	hostID := x.s.HostID
-	if x.s.State == lifecycle.Idle {
+	if x.s.State == domain.SessionIdle {
 		if err := x.step(ctx, "place"); err != nil {
 			return err
 		}
-		hostID, err = x.c.placeWithin(ctx, placement{spec: spec, snapshot: &snap}, x.c.cfg.PlacementWait)
+		need := scheduler.Need{Snapshot: &scheduler.SnapshotNeed{ID: snap.ID, Facts: snap.Facts}}
+		hostID, err = x.c.places.PlaceWithin(ctx, spec, need, x.c.cfg.PlacementWait)
 		if err != nil {
 			return err // stays Idle; the next request places it again
 		}
@@ -167,14 +164,15 @@ func (x *opRun) resume(ctx context.Context) error {
 	if err := x.step(ctx, "restore"); err != nil {
 		return err
 	}
-	req := hostlink.StartRequest{Epoch: x.op.Epoch, Spec: spec, Restore: &hostlink.RestoreSpec{SnapshotID: snap.ID, Manifests: snap.Manifests}}
-	err = x.c.hostCall(ctx, hostID, "PUT", "/v1/machines/"+x.s.ID, x.op.Epoch, req, nil)
-	var herr *HostError
+	req := hostlink.StartRequest{Epoch: x.op.Epoch, Spec: hostlink.MachineSpecOf(spec),
+		Restore: &hostlink.RestoreSpec{SnapshotID: snap.ID, Manifests: snap.Manifests}}
+	_, err = x.c.links.Start(ctx, hostID, x.s.ID, req)
+	var herr *hostlink.HostError
 	switch {
 	case err == nil:
-	case errors.Is(err, store.ErrStaleEpoch):
+	case errors.Is(err, hostlink.ErrStaleEpoch):
 		return fmt.Errorf("restore on host %s: %w", hostID, errFenced)
-	case errors.As(err, &herr) && (herr.Code == "snapshot_corrupt" || herr.Code == "snapshot_missing"):
+	case errors.Is(err, hostlink.ErrSnapshotUnusable):
 		reason := fmt.Sprintf("snapshot %s cannot be restored: %v", snap.ID, err)
 		if ferr := x.apply(ctx, lifecycle.Unrestorable, nil, &reason); ferr != nil {
 			return ferr
@@ -195,7 +193,7 @@ func (x *opRun) resume(ctx context.Context) error {
 // there, so the session goes back to Idle with the reason.
 func (x *opRun) resumeFailed(ctx context.Context, cause error) error {
 	reason := "resume failed: " + cause.Error()
-	if err := x.apply(ctx, lifecycle.ResumeFailed, ptr(""), &reason); err != nil {
+	if err := x.apply(ctx, lifecycle.ResumeFailed, ptr[domain.HostID](""), &reason); err != nil {
 		return err
 	}
 	return errors.New(reason)
@@ -206,5 +204,5 @@ func (x *opRun) appendEvent(ctx context.Context, typ string, data any) {
 	if _, err := x.c.st.AppendEvent(ctx, store.NewEvent{SessionID: x.s.ID, Type: typ, Data: b, Epoch: x.op.Epoch, At: x.c.now()}); err != nil {
 		x.log.Warn("append event", "type", typ, "err", err)
 	}
-	x.c.wake(ctx, sessionTopic(x.s.ID))
+	x.c.wake(ctx, SessionTopic(x.s.ID))
 }

@@ -1,4 +1,4 @@
-package coordinator
+package coordinator_test
 
 import (
 	"context"
@@ -8,38 +8,38 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/hostlink"
-	"github.com/engrams/engrams/internal/lifecycle"
-	"github.com/engrams/engrams/internal/store"
+	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/coordinator/coordinatortest"
+	"github.com/engrams/engrams/internal/domain"
 )
 
-func (e *env) active(t *testing.T) store.Session {
+func activeSession(t *testing.T, e *coordinatortest.Env) domain.Session {
 	t.Helper()
-	s, err := e.co.CreateSession(context.Background(), hostlink.MachineSpec{IdleTimeoutSec: -1}, "")
+	s, err := e.Co.CreateSession(context.Background(), domain.SessionSpec{IdleTimeoutSec: -1}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return e.wait(t, s.ID, lifecycle.Active)
+	return e.Wait(t, s.ID, domain.SessionActive)
 }
 
 func TestSuspendThenResumeOnDemand(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, Config{})
-	_, a := e.addHost(t, "a", 4)
-	s := e.active(t)
-	if _, _, err := e.co.Suspend(context.Background(), s.ID); err != nil {
+	e := newEnv(t, coordinator.Config{})
+	_, a := e.AddHost(t, "a", 4)
+	s := activeSession(t, e)
+	if _, _, err := e.Co.Suspend(context.Background(), s.ID); err != nil {
 		t.Fatal(err)
 	}
-	s = e.wait(t, s.ID, lifecycle.Idle)
-	if s.HeadSnapshotID == "" || s.HostID != "" || a.running(s.ID) {
+	s = e.Wait(t, s.ID, domain.SessionIdle)
+	if s.HeadSnapshotID == "" || s.HostID != "" || a.Running(s.ID) {
 		t.Fatalf("idle session %+v: want a head snapshot, no host, no machine", s)
 	}
 	// Any guest request resumes it; the caller just waits.
-	g, err := e.co.Guest(context.Background(), s.ID)
-	if err != nil || g.Session.State != lifecycle.Active {
+	g, err := e.Co.Guest(context.Background(), s.ID)
+	if err != nil || g.Session.State != domain.SessionActive {
 		t.Fatalf("Guest on an idle session: %+v %v", g.Session, err)
 	}
-	snaps, _ := e.st.ListSnapshots(context.Background(), s.ID)
+	snaps, _ := e.St.ListSnapshots(context.Background(), s.ID)
 	if len(snaps) != 1 || snaps[0].Reason != "suspend" {
 		t.Fatalf("snapshots %+v", snaps)
 	}
@@ -47,19 +47,19 @@ func TestSuspendThenResumeOnDemand(t *testing.T) {
 
 func TestResumePrefersTheHostCachingTheSnapshot(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, Config{})
-	e.addHost(t, "a", 16) // most free memory
-	bID, _ := e.addHost(t, "b", 4)
-	s := e.active(t)
-	if _, _, err := e.co.Suspend(context.Background(), s.ID); err != nil {
+	e := newEnv(t, coordinator.Config{})
+	e.AddHost(t, "a", 16) // most free memory
+	bID, _ := e.AddHost(t, "b", 4)
+	s := activeSession(t, e)
+	if _, _, err := e.Co.Suspend(context.Background(), s.ID); err != nil {
 		t.Fatal(err)
 	}
-	s = e.wait(t, s.ID, lifecycle.Idle)
-	capa, _ := json.Marshal(hostlink.Capacity{MemoryMiB: 1024, VCPUs: 4, CachedSnapshots: []string{s.HeadSnapshotID}})
-	if _, err := e.st.HostHeartbeat(context.Background(), bID, capa, time.Now()); err != nil {
+	s = e.Wait(t, s.ID, domain.SessionIdle)
+	capa := domain.Capacity{MemoryMiB: 1024, VCPUs: 4, CachedSnapshots: []string{s.HeadSnapshotID}}
+	if _, err := e.St.HostHeartbeat(context.Background(), bID, &capa, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	s, err := e.co.Resume(context.Background(), s.ID)
+	s, err := e.Co.Resume(context.Background(), s.ID)
 	if err != nil || s.HostID != bID {
 		t.Fatalf("resumed on %q (%v), want the caching host %s", s.HostID, err, bID)
 	}
@@ -67,18 +67,18 @@ func TestResumePrefersTheHostCachingTheSnapshot(t *testing.T) {
 
 func TestHostLostWithSnapshotGoesIdle(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, Config{HeartbeatInterval: 50 * time.Millisecond, HostLostAfter: 300 * time.Millisecond, MonitorInterval: 50 * time.Millisecond})
-	aID, _ := e.addHost(t, "a", 4)
-	stop := e.keepAlive(t, aID)
-	s := e.active(t)
-	if _, err := e.co.Snapshot(context.Background(), s.ID); err != nil {
+	e := newEnv(t, coordinator.Config{HeartbeatInterval: 50 * time.Millisecond, HostLostAfter: 300 * time.Millisecond, MonitorInterval: 50 * time.Millisecond})
+	aID, _ := e.AddHost(t, "a", 4)
+	stop := e.KeepAlive(t, aID)
+	s := activeSession(t, e)
+	if _, err := e.Co.Snapshot(context.Background(), s.ID); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := e.st.GetSession(context.Background(), s.ID); got.State != lifecycle.Active {
+	if got, _ := e.St.GetSession(context.Background(), s.ID); got.State != domain.SessionActive {
 		t.Fatalf("snapshot stopped the session: %s", got.State)
 	}
 	stop()
-	s = e.wait(t, s.ID, lifecycle.Idle) // no heartbeats: the host is lost
+	s = e.Wait(t, s.ID, domain.SessionIdle) // no heartbeats: the host is lost
 	if !strings.Contains(s.Reason, "resumes from snapshot") {
 		t.Fatalf("reason %q", s.Reason)
 	}
@@ -86,20 +86,20 @@ func TestHostLostWithSnapshotGoesIdle(t *testing.T) {
 
 func TestCorruptSnapshotEndsDead(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, Config{})
-	_, a := e.addHost(t, "a", 4)
-	s := e.active(t)
-	if _, _, err := e.co.Suspend(context.Background(), s.ID); err != nil {
+	e := newEnv(t, coordinator.Config{})
+	_, a := e.AddHost(t, "a", 4)
+	s := activeSession(t, e)
+	if _, _, err := e.Co.Suspend(context.Background(), s.ID); err != nil {
 		t.Fatal(err)
 	}
-	e.wait(t, s.ID, lifecycle.Idle)
-	a.mu.Lock()
-	a.corrupt = true
-	a.mu.Unlock()
-	if _, err := e.co.Resume(context.Background(), s.ID); err == nil {
+	e.Wait(t, s.ID, domain.SessionIdle)
+	a.Mu.Lock()
+	a.Corrupt = true
+	a.Mu.Unlock()
+	if _, err := e.Co.Resume(context.Background(), s.ID); err == nil {
 		t.Fatal("resume of a corrupt snapshot succeeded")
 	}
-	s = e.wait(t, s.ID, lifecycle.Dead)
+	s = e.Wait(t, s.ID, domain.SessionDead)
 	if !strings.Contains(s.Reason, "chunk 3 hash mismatch") {
 		t.Fatalf("reason %q does not say why", s.Reason)
 	}
@@ -107,15 +107,15 @@ func TestCorruptSnapshotEndsDead(t *testing.T) {
 
 func TestIdleSessionsAreSuspended(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, Config{MonitorInterval: 50 * time.Millisecond, IdleTimeout: 200 * time.Millisecond})
-	e.addHost(t, "a", 4)
-	s, _ := e.co.CreateSession(context.Background(), hostlink.MachineSpec{}, "")
-	e.wait(t, s.ID, lifecycle.Active)
-	e.wait(t, s.ID, lifecycle.Idle)
-	keep, _ := e.co.CreateSession(context.Background(), hostlink.MachineSpec{IdleTimeoutSec: -1}, "")
-	e.wait(t, keep.ID, lifecycle.Active)
+	e := newEnv(t, coordinator.Config{MonitorInterval: 50 * time.Millisecond, IdleTimeout: 200 * time.Millisecond})
+	e.AddHost(t, "a", 4)
+	s, _ := e.Co.CreateSession(context.Background(), domain.SessionSpec{}, "")
+	e.Wait(t, s.ID, domain.SessionActive)
+	e.Wait(t, s.ID, domain.SessionIdle)
+	keep, _ := e.Co.CreateSession(context.Background(), domain.SessionSpec{IdleTimeoutSec: -1}, "")
+	e.Wait(t, keep.ID, domain.SessionActive)
 	time.Sleep(400 * time.Millisecond) // longer than the idle timeout; the session must stay
-	if got, _ := e.st.GetSession(context.Background(), keep.ID); got.State != lifecycle.Active {
+	if got, _ := e.St.GetSession(context.Background(), keep.ID); got.State != domain.SessionActive {
 		t.Fatalf("session with idle timeout 'never' is %s", got.State)
 	}
 }
@@ -125,30 +125,30 @@ func TestIdleSessionsAreSuspended(t *testing.T) {
 // in; one with no limit stays.
 func TestHardTimeLimitEndsSessionsDead(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, Config{MonitorInterval: 50 * time.Millisecond, MaxLifetime: 400 * time.Millisecond})
-	_, h := e.addHost(t, "a", 4)
+	e := newEnv(t, coordinator.Config{MonitorInterval: 50 * time.Millisecond, MaxLifetime: 400 * time.Millisecond})
+	_, h := e.AddHost(t, "a", 4)
 	ctx := context.Background()
-	active := e.active(t) // the server default limit
-	idle := e.active(t)
-	if _, _, err := e.co.Suspend(ctx, idle.ID); err != nil {
+	active := activeSession(t, e) // the server default limit
+	idle := activeSession(t, e)
+	if _, _, err := e.Co.Suspend(ctx, idle.ID); err != nil {
 		t.Fatal(err)
 	}
-	keep, _ := e.co.CreateSession(ctx, hostlink.MachineSpec{IdleTimeoutSec: -1, MaxLifetimeSec: -1}, "")
-	e.wait(t, keep.ID, lifecycle.Active)
-	for _, id := range []string{active.ID, idle.ID} {
-		s := e.wait(t, id, lifecycle.Dead)
+	keep, _ := e.Co.CreateSession(ctx, domain.SessionSpec{IdleTimeoutSec: -1, MaxLifetimeSec: -1}, "")
+	e.Wait(t, keep.ID, domain.SessionActive)
+	for _, id := range []domain.SessionID{active.ID, idle.ID} {
+		s := e.Wait(t, id, domain.SessionDead)
 		if !strings.Contains(s.Reason, "hard time limit of 400ms passed") {
 			t.Errorf("session %s: reason %q does not say why", id, s.Reason)
 		}
 	}
-	if h.running(active.ID) {
+	if h.Running(active.ID) {
 		t.Errorf("expired session's machine still runs on its host")
 	}
-	if got, _ := e.st.GetSession(ctx, keep.ID); got.State != lifecycle.Active {
+	if got, _ := e.St.GetSession(ctx, keep.ID); got.State != domain.SessionActive {
 		t.Errorf("session without a limit is %s", got.State)
 	}
-	if _, err := e.co.CreateSession(ctx, hostlink.MachineSpec{MaxLifetimeSec: -2}, ""); !errors.Is(err, ErrInvalid) {
-		t.Errorf("max_lifetime_s -2: %v, want ErrInvalid", err)
+	if _, err := e.Co.CreateSession(ctx, domain.SessionSpec{MaxLifetimeSec: -2}, ""); !errors.Is(err, domain.ErrInvalid) {
+		t.Errorf("max_lifetime_s -2: %v, want domain.ErrInvalid", err)
 	}
 }
 
@@ -158,22 +158,22 @@ func TestHardTimeLimitEndsSessionsDead(t *testing.T) {
 // snapshot's state, which never saw them: still once in the surviving state).
 func TestOutboxExactlyOnceAcrossSuspendAndHostLoss(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, Config{HeartbeatInterval: 50 * time.Millisecond, HostLostAfter: 400 * time.Millisecond, MonitorInterval: 50 * time.Millisecond})
-	aID, _ := e.addHost(t, "a", 4)
-	stopA := e.keepAlive(t, aID)
+	e := newEnv(t, coordinator.Config{HeartbeatInterval: 50 * time.Millisecond, HostLostAfter: 400 * time.Millisecond, MonitorInterval: 50 * time.Millisecond})
+	aID, _ := e.AddHost(t, "a", 4)
+	stopA := e.KeepAlive(t, aID)
 	ctx := context.Background()
-	s := e.active(t)
+	s := activeSession(t, e)
 	put := func(id string) {
 		t.Helper()
-		if _, err := e.co.PutOutbox(ctx, s.ID, id, "note", json.RawMessage(`{}`)); err != nil {
+		if _, err := e.Co.PutOutbox(ctx, s.ID, id, "note", json.RawMessage(`{}`)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waitState := func(id string, want store.OutboxState) {
+	waitState := func(id string, want domain.OutboxState) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			items, _ := e.st.ListOutbox(ctx, s.ID, 0, 100)
+			items, _ := e.St.ListOutbox(ctx, s.ID, 0, 100)
 			for _, it := range items {
 				if it.ID == id && it.State == want {
 					return
@@ -187,28 +187,26 @@ func TestOutboxExactlyOnceAcrossSuspendAndHostLoss(t *testing.T) {
 	}
 	put("i1")
 	put("i1") // same id: exactly once
-	waitState("i1", store.OutboxDelivered)
-	if _, _, err := e.co.Suspend(ctx, s.ID); err != nil {
+	waitState("i1", domain.OutboxDelivered)
+	if _, _, err := e.Co.Suspend(ctx, s.ID); err != nil {
 		t.Fatal(err)
 	}
-	e.wait(t, s.ID, lifecycle.Idle)
-	waitState("i1", store.OutboxDurable)
+	e.Wait(t, s.ID, domain.SessionIdle)
+	waitState("i1", domain.OutboxDurable)
 	put("i2") // resumes the idle session and delivers
-	waitState("i2", store.OutboxDelivered)
+	waitState("i2", domain.OutboxDelivered)
 	// Host a vanishes (no heartbeats) with i2 applied but not snapshotted.
-	bID, _ := e.addHost(t, "b", 4)
-	e.keepAlive(t, bID)
+	bID, _ := e.AddHost(t, "b", 4)
+	e.KeepAlive(t, bID)
 	stopA()
-	e.wait(t, s.ID, lifecycle.Idle)
-	if got, _ := e.st.GetSession(ctx, s.ID); got.HostID != "" {
+	e.Wait(t, s.ID, domain.SessionIdle)
+	if got, _ := e.St.GetSession(ctx, s.ID); got.HostID != "" {
 		t.Fatalf("idle session still on %s", got.HostID)
 	}
 	put("i3")
-	waitState("i3", store.OutboxDelivered)
-	waitState("i2", store.OutboxDelivered)
-	e.fleet.snaps.mu.Lock()
-	effects := copyCounts(e.fleet.snaps.effects[s.ID])
-	e.fleet.snaps.mu.Unlock()
+	waitState("i3", domain.OutboxDelivered)
+	waitState("i2", domain.OutboxDelivered)
+	effects := e.Fleet.Snaps().Effects(s.ID)
 	for _, id := range []string{"i1", "i2", "i3"} {
 		if effects[id] != 1 {
 			t.Fatalf("item %s applied %d times in the surviving state (%v); lost host %s", id, effects[id], effects, aID)

@@ -12,10 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/client"
 	"github.com/engrams/engrams/internal/blob/localdir"
 	"github.com/engrams/engrams/internal/chunk"
-	"github.com/engrams/engrams/internal/client"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/harness"
 	"github.com/engrams/engrams/internal/image/imagetest"
 	"github.com/engrams/engrams/internal/modeltest"
@@ -95,7 +96,7 @@ func startAgentEnv(t *testing.T, ac agentCase) *agentEnv {
 		t.Fatalf("enable: %+v", job)
 	}
 	ctx := context.Background()
-	if _, err := e.c.BuildHarness(ctx, apiv1.BuildHarnessRequest{Name: ac.harness, Version: ac.version}); err != nil {
+	if _, err := e.c.Harnesses().Build(ctx, apiv1.BuildHarnessRequest{Name: ac.harness, Version: ac.version}); err != nil {
 		t.Fatalf("build harness %s: %v", ac.harness, err)
 	}
 	a := &agentEnv{imageEnv: e, git: startGitServer(t, "git", "git-secret-pass"), key: "sk-real-" + strings.Repeat("7f3a", 8)}
@@ -107,7 +108,7 @@ func startAgentEnv(t *testing.T, ac agentCase) *agentEnv {
 
 func (a *agentEnv) secret(t *testing.T, name, kind, value string, meta apiv1.SecretMeta) {
 	t.Helper()
-	if _, err := a.c.CreateSecret(context.Background(), apiv1.CreateSecretRequest{Name: name, Kind: kind, Value: value, Meta: meta}); err != nil {
+	if _, err := a.c.Secrets().Create(context.Background(), apiv1.CreateSecretRequest{Name: name, Kind: kind, Value: value, Meta: meta}); err != nil {
 		t.Fatalf("create secret %s: %v", name, err)
 	}
 }
@@ -120,7 +121,7 @@ func (a *agentEnv) profile(t *testing.T, name string, ac agentCase, cred string)
 	if cred != "" {
 		spec.Credentials = []string{cred}
 	}
-	_, err := a.c.CreateProfile(context.Background(), apiv1.CreateProfileRequest{Name: name, Spec: spec})
+	_, err := a.c.Profiles().Create(context.Background(), apiv1.CreateProfileRequest{Name: name, Spec: spec})
 	if err != nil {
 		t.Fatalf("create profile %s: %v", name, err)
 	}
@@ -134,7 +135,7 @@ func waitTurn(t *testing.T, c *client.Client, id string, after int64, limit time
 	defer cancel()
 	var evs []apiv1.TaskEvent
 	var first time.Time
-	err := c.TaskEvents(ctx, id, after, true, func(e apiv1.TaskEvent) error {
+	err := c.Tasks().Events(ctx, id, after, true, func(e apiv1.TaskEvent) error {
 		evs = append(evs, e)
 		t.Logf("task event %d %s %s", e.Seq, e.Type, short(e.Data))
 		switch e.Type {
@@ -185,7 +186,7 @@ func runAgentTask(t *testing.T, ac agentCase) {
 	a.profile(t, "agent", ac, "model")
 
 	started := time.Now()
-	task, err := a.c.StartTask(ctx, apiv1.StartTaskRequest{Profile: "agent", Prompt: "create hello.txt with hi"})
+	task, err := a.c.Tasks().Start(ctx, apiv1.StartTaskRequest{Profile: "agent", Prompt: "create hello.txt with hi"})
 	if err != nil {
 		t.Fatalf("start task: %v", err)
 	}
@@ -200,22 +201,22 @@ func runAgentTask(t *testing.T, ac agentCase) {
 		t.Errorf("no file_changed event for hello.txt")
 	}
 	var buf bytes.Buffer
-	if _, err := a.c.TaskFile(ctx, task.ID, "app/hello.txt", &buf); err != nil || buf.String() != "hi\n" {
+	if _, err := a.c.Tasks().File(ctx, task.ID, "app/hello.txt", &buf); err != nil || buf.String() != "hi\n" {
 		t.Fatalf("hello.txt in the clone: %q, %v", buf.String(), err)
 	}
-	diff, err := a.c.TaskDiff(ctx, task.ID)
+	diff, err := a.c.Tasks().Diff(ctx, task.ID)
 	if err != nil || len(diff.Repos) != 1 || !strings.Contains(diff.Repos[0].Patch(), "+++ b/app/hello.txt") || !strings.Contains(diff.Repos[0].Diff, "+hi") {
 		t.Fatalf("task diff: %+v, %v", diff, err)
 	}
 
-	cur, _ := a.c.GetTask(ctx, task.ID)
-	if s, err := a.c.Suspend(ctx, cur.SessionID, true); err != nil || s.State != "idle" {
+	cur, _ := a.c.Tasks().Get(ctx, task.ID)
+	if s, err := a.c.Sessions().Suspend(ctx, cur.SessionID, true); err != nil || s.State != "idle" {
 		t.Fatalf("suspend the task's session: %+v %v", s, err)
 	}
-	checkKeyNotInSnapshot(t, a, cur.SessionID)
+	checkKeyNotInSnapshot(t, a, domain.SessionID(cur.SessionID))
 	before := len(a.model.ModelRequests())
 	sentAt := time.Now()
-	sent, err := a.c.SendTask(ctx, task.ID, "what did you create?")
+	sent, err := a.c.Tasks().Send(ctx, task.ID, "what did you create?")
 	if err != nil {
 		t.Fatalf("send follow-up: %v", err)
 	}
@@ -230,18 +231,18 @@ func runAgentTask(t *testing.T, ac agentCase) {
 	// The session is gone (deleted here; a host lost before any snapshot
 	// ends it Dead): a follow-up continues the task in a new session,
 	// which gets the conversation so far with the prompt.
-	if err := a.c.DeleteSession(ctx, cur.SessionID, true); err != nil {
+	if err := a.c.Sessions().Delete(ctx, cur.SessionID, true); err != nil {
 		t.Fatalf("delete the task's session: %v", err)
 	}
 	before = len(a.model.ModelRequests())
-	sent, err = a.c.SendTask(ctx, task.ID, "what did you create before?")
+	sent, err = a.c.Tasks().Send(ctx, task.ID, "what did you create before?")
 	if err != nil {
 		t.Fatalf("send to a task whose session is gone: %v", err)
 	}
 	if evs, _ = waitTurn(t, a.c, task.ID, sent.Seq, 10*time.Minute); !hasEvent(evs, "assistant_text", "Earlier I created hello.txt") {
 		t.Fatalf("no answer in the new session among %d events", len(evs))
 	}
-	if got, _ := a.c.GetTask(ctx, task.ID); got.SessionID == cur.SessionID || len(got.Sessions) != 2 {
+	if got, _ := a.c.Tasks().Get(ctx, task.ID); got.SessionID == cur.SessionID || len(got.Sessions) != 2 {
 		t.Fatalf("task after continuing: session %s, sessions %v", got.SessionID, got.Sessions)
 	}
 	var carried bool
@@ -300,7 +301,7 @@ echo "found=$found"`
 		t.Helper()
 		half := len(needle) / 2
 		var out, errb bytes.Buffer
-		code, err := a.c.Exec(context.Background(), sessionID, apiv1.ExecRequest{Argv: []string{"/bin/sh", "-c", script, "sh", needle[:half], needle[half:]},
+		code, err := a.c.Sessions().Exec(context.Background(), sessionID, apiv1.ExecRequest{Argv: []string{"/bin/sh", "-c", script, "sh", needle[:half], needle[half:]},
 			TimeoutMS: 300000}, &out, &errb)
 		if err != nil || code != 0 {
 			t.Fatalf("scan the guest: %d %v %s", code, err, errb.String())
@@ -319,7 +320,7 @@ echo "found=$found"`
 
 // checkKeyNotInSnapshot restores the session's head snapshot (memory,
 // device state and disk) from its chunks and scans every byte for the key.
-func checkKeyNotInSnapshot(t *testing.T, a *agentEnv, sessionID string) {
+func checkKeyNotInSnapshot(t *testing.T, a *agentEnv, sessionID domain.SessionID) {
 	t.Helper()
 	s, err := a.st.GetSession(context.Background(), sessionID)
 	if err != nil {
@@ -392,7 +393,7 @@ func TestTaskWrongKey(t *testing.T) {
 	ctx := context.Background()
 	a.secret(t, "wrong", claudeCase.secretKind, "sk-wrong-key", apiv1.SecretMeta{BaseURL: claudeCase.baseURL(a.model)})
 	a.profile(t, "wrong", claudeCase, "wrong")
-	task, err := a.c.StartTask(ctx, apiv1.StartTaskRequest{Profile: "wrong", Prompt: "create hello.txt with hi"})
+	task, err := a.c.Tasks().Start(ctx, apiv1.StartTaskRequest{Profile: "wrong", Prompt: "create hello.txt with hi"})
 	if err != nil {
 		t.Fatalf("start task: %v", err)
 	}
@@ -413,7 +414,7 @@ func TestTaskWrongKey(t *testing.T) {
 	if d := authErr.Sub(run); d > time.Minute {
 		t.Fatalf("the auth error came %s after the run started", d)
 	}
-	got, err := a.c.GetTask(ctx, task.ID)
+	got, err := a.c.Tasks().Get(ctx, task.ID)
 	if err != nil || !strings.Contains(got.Error, "auth") {
 		t.Fatalf("task after the auth error: %+v %v", got, err)
 	}

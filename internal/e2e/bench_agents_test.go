@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/client"
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/client"
 	"github.com/engrams/engrams/internal/harness"
 	"github.com/engrams/engrams/internal/modeltest"
 )
@@ -42,11 +42,7 @@ func TestBenchAgentFirstEvent(t *testing.T) {
 	if _, err := hb.StageBuiltin(context.Background(), harness.BuiltinSpec{Name: harness.BuiltinShell}, shellDir); err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct {
-		ac     agentCase
-		first  string // the event that answers a prompt
-		direct func(t *testing.T, srv *modeltest.Server, key, prompt string) time.Duration
-	}{
+	for _, tc := range []firstEventCase{
 		{shellCase, "run_started", func(t *testing.T, _ *modeltest.Server, _, prompt string) time.Duration {
 			cmd := exec.Command("/bin/sh", filepath.Join(shellDir, harness.ShellEntrypoint))
 			cmd.Stdin = strings.NewReader("echo " + strings.ReplaceAll(prompt, " ", "-") + "\n")
@@ -71,44 +67,61 @@ func TestBenchAgentFirstEvent(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.ac.harness, func(t *testing.T) {
-			a := startAgentEnv(t, tc.ac)
-			a.model.SetScript(append(tc.ac.script("/work/app"), modeltest.Turn{Name: "bench", When: modeltest.UserTextContains("bench prompt"), Text: "Hello from the scripted model."}))
-			cred := ""
-			if tc.ac.secretKind != "" {
-				a.secret(t, "model", tc.ac.secretKind, a.key, apiv1.SecretMeta{BaseURL: tc.ac.baseURL(a.model)})
-				cred = "model"
-			}
-			a.profile(t, "bench", tc.ac, cred)
-			ctx := context.Background()
-			start := time.Now()
-			task, err := a.c.StartTask(ctx, apiv1.StartTaskRequest{Profile: "bench", Prompt: tc.ac.prompt(0)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, first := waitTurnFor(t, a.c, task.ID, 0, tc.first)
-			newTask := first.Sub(start)
-			var viaEngrams, direct []time.Duration
-			for i := 1; i <= n; i++ {
-				prompt := tc.ac.prompt(i)
-				direct = append(direct, tc.direct(t, a.model, a.key, prompt))
-				sent := time.Now()
-				e, err := a.c.SendTask(ctx, task.ID, prompt)
-				if err != nil {
-					t.Fatal(err)
-				}
-				_, got := waitTurnFor(t, a.c, task.ID, e.Seq, tc.first)
-				viaEngrams = append(viaEngrams, got.Sub(sent))
-			}
-			me, md := percentile(viaEngrams, 50), percentile(direct, 50)
-			rows = append(rows, fmt.Sprintf("| %s | %d | %v | %v | %v | %v | %.2f | %v |", tc.ac.harness, n,
-				me.Round(time.Millisecond), percentile(viaEngrams, 95).Round(time.Millisecond),
-				md.Round(time.Millisecond), percentile(direct, 95).Round(time.Millisecond),
-				float64(me)/float64(md), newTask.Round(time.Millisecond)))
+			rows = append(rows, benchFirstEvent(t, tc, n))
 		})
 	}
 	t.Logf("prompt -> first assistant event (the CLI in a QEMU guest under this machine's accelerator, through engrams, vs the same CLI run directly on the host; the shell row is the plumbing alone: prompt -> the adapter's run_started event back at the client, vs the shell harness's first line run on the host):\n"+
 		"| harness | prompts | engrams median | engrams p95 | direct median | direct p95 | ratio (medians) | new task: start -> first event |\n"+
 		"|---|---|---|---|---|---|---|---|\n%s", strings.Join(rows, "\n"))
+}
+
+// firstEventCase is a harness to measure, the event that answers a prompt
+// to it, and how to time that event with its CLI run directly.
+type firstEventCase struct {
+	ac     agentCase
+	first  string // the event that answers a prompt
+	direct func(t *testing.T, srv *modeltest.Server, key, prompt string) time.Duration
+}
+
+// benchFirstEvent starts a task of tc's harness, then sends n prompts,
+// each alternated with a direct run, and returns the table row: prompt ->
+// first event through engrams and directly, and a new task's start ->
+// first event.
+func benchFirstEvent(t *testing.T, tc firstEventCase, n int) string {
+	t.Helper()
+	a := startAgentEnv(t, tc.ac)
+	a.model.SetScript(append(tc.ac.script("/work/app"), modeltest.Turn{Name: "bench", When: modeltest.UserTextContains("bench prompt"), Text: "Hello from the scripted model."}))
+	cred := ""
+	if tc.ac.secretKind != "" {
+		a.secret(t, "model", tc.ac.secretKind, a.key, apiv1.SecretMeta{BaseURL: tc.ac.baseURL(a.model)})
+		cred = "model"
+	}
+	a.profile(t, "bench", tc.ac, cred)
+	ctx := context.Background()
+	start := time.Now()
+	task, err := a.c.Tasks().Start(ctx, apiv1.StartTaskRequest{Profile: "bench", Prompt: tc.ac.prompt(0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, first := waitTurnFor(t, a.c, task.ID, 0, tc.first)
+	newTask := first.Sub(start)
+	var viaEngrams, direct []time.Duration
+	for i := 1; i <= n; i++ {
+		prompt := tc.ac.prompt(i)
+		direct = append(direct, tc.direct(t, a.model, a.key, prompt))
+		sent := time.Now()
+		e, err := a.c.Tasks().Send(ctx, task.ID, prompt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, got := waitTurnFor(t, a.c, task.ID, e.Seq, tc.first)
+		viaEngrams = append(viaEngrams, got.Sub(sent))
+	}
+	me, md := percentile(viaEngrams, 50), percentile(direct, 50)
+	return fmt.Sprintf("| %s | %d | %v | %v | %v | %v | %.2f | %v |", tc.ac.harness, n,
+		me.Round(time.Millisecond), percentile(viaEngrams, 95).Round(time.Millisecond),
+		md.Round(time.Millisecond), percentile(direct, 95).Round(time.Millisecond),
+		float64(me)/float64(md), newTask.Round(time.Millisecond))
 }
 
 // directFirst runs cmd on the host, in a git repository, and returns when its first assistant
@@ -155,7 +168,7 @@ func waitTurnFor(t *testing.T, c *client.Client, id string, after int64, first s
 	defer cancel()
 	var evs []apiv1.TaskEvent
 	var at time.Time
-	err := c.TaskEvents(ctx, id, after, true, func(e apiv1.TaskEvent) error {
+	err := c.Tasks().Events(ctx, id, after, true, func(e apiv1.TaskEvent) error {
 		evs = append(evs, e)
 		if e.Type == first && at.IsZero() {
 			at = time.Now()

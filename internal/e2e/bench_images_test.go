@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/image/imagetest"
 )
 
@@ -56,7 +56,7 @@ func TestBenchImages(t *testing.T) {
 		if job.State != "ready" {
 			t.Fatalf("re-enable: %+v", job)
 		}
-		if _, err := e.c.DisableImage(ctx, "deb-again"); err != nil {
+		if _, err := e.c.Images().Disable(ctx, "deb-again"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -91,13 +91,13 @@ func createActive(t *testing.T, e *imageEnv, n int, spec apiv1.SessionSpec) []ti
 	var out []time.Duration
 	for range n {
 		t0 := time.Now()
-		s, err := e.c.CreateSession(ctx, apiv1.CreateSessionRequest{SessionSpec: spec}, true)
+		s, err := e.c.Sessions().Create(ctx, apiv1.CreateSessionRequest{SessionSpec: spec}, true)
 		d := time.Since(t0)
 		if err != nil || s.State != "active" {
 			t.Fatalf("create %+v: %+v %v", spec, s, err)
 		}
 		out = append(out, d)
-		if err := e.c.DeleteSession(ctx, s.ID, true); err != nil {
+		if err := e.c.Sessions().Delete(ctx, s.ID, true); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/client"
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/client"
 	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/server"
 )
@@ -53,7 +53,7 @@ func TestBenchFoundation(t *testing.T) {
 	hp := startHostProcess(t, url, creds.HostToken, hostDir, "--memory-mib", "10000000", "--vcpus", "100000", "--log-level", "warn")
 	c := client.New(url, creds.Token)
 	eventually(t, 30*time.Second, "host ready", func() (bool, string) {
-		h, err := c.GetHost(ctx, creds.HostID)
+		h, err := c.Hosts().Get(ctx, creds.HostID)
 		return err == nil && h.State == "ready", h.State
 	})
 
@@ -61,61 +61,89 @@ func TestBenchFoundation(t *testing.T) {
 	add := func(name string, d []time.Duration, note string) { rows = append(rows, benchRow(name, d, note)) }
 
 	// create → Active, sequential.
-	var createLat []time.Duration
-	var ids []string
-	for range 30 {
-		t0 := time.Now()
-		s, err := c.CreateSession(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 64}}, true)
-		if err != nil || s.State != "active" {
-			t.Fatalf("create: %+v %v", s, err)
-		}
-		createLat = append(createLat, time.Since(t0))
-		ids = append(ids, s.ID)
-	}
+	createLat, ids := benchCreates(t, c, 30)
 	add("create → active (API, wait)", createLat, "")
 
 	rows = append(rows, benchExec(t, c, ids[0], filepath.Join(hostDir, "machines", ids[0], "guest.sock"))...)
 	rows = append(rows, benchDevExec(t)...)
 	for _, id := range ids {
-		if err := c.DeleteSession(ctx, id, true); err != nil {
+		if err := c.Sessions().Delete(ctx, id, true); err != nil {
 			t.Fatal(err)
 		}
 	}
 
 	// A fleet: create, hold, delete, with 16 clients at a time.
 	peak := &peakRSS{pids: map[string]int{"coordinator": srv.Process.Pid, "host agent": hp.cmd.Process.Pid}}
+	f := benchFleet(t, c, fleet, peak)
+	printFoundationBench(rows, f, peak)
+}
+
+// benchCreates creates n sessions one after another, each waited for
+// until active, and returns the latencies and the sessions.
+func benchCreates(t *testing.T, c *client.Client, n int) ([]time.Duration, []string) {
+	t.Helper()
+	var lat []time.Duration
+	var ids []string
+	for range n {
+		t0 := time.Now()
+		s, err := c.Sessions().Create(context.Background(), apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 64}}, true)
+		if err != nil || s.State != "active" {
+			t.Fatalf("create: %+v %v", s, err)
+		}
+		lat = append(lat, time.Since(t0))
+		ids = append(ids, s.ID)
+	}
+	return lat, ids
+}
+
+// fleetRun is what benchFleet measured.
+type fleetRun struct {
+	n                      int
+	createTook, deleteTook time.Duration    // by the whole fleet
+	held                   map[string]int64 // RSS by process with the fleet active
+}
+
+// benchFleet creates n sessions with 16 clients at a time, samples peak's
+// processes while they are held, then deletes them the same way.
+func benchFleet(t *testing.T, c *client.Client, n int, peak *peakRSS) fleetRun {
+	t.Helper()
+	ctx := context.Background()
 	stop := peak.sample()
 	t0 := time.Now()
-	fleetIDs := parallel(t, fleet, 16, func(int) string {
-		s, err := c.CreateSession(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 64}}, true)
+	fleetIDs := parallel(t, n, 16, func(int) string {
+		s, err := c.Sessions().Create(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 64}}, true)
 		if err != nil || s.State != "active" {
 			t.Errorf("fleet create: %+v %v", s, err)
 		}
 		return s.ID
 	})
-	createDur := time.Since(t0)
-	held := peak.now()
+	f := fleetRun{n: n, createTook: time.Since(t0), held: peak.now()}
 	t0 = time.Now()
-	parallel(t, fleet, 16, func(i int) string {
-		if err := c.DeleteSession(ctx, fleetIDs[i], true); err != nil {
+	parallel(t, n, 16, func(i int) string {
+		if err := c.Sessions().Delete(ctx, fleetIDs[i], true); err != nil {
 			t.Errorf("fleet delete: %v", err)
 		}
 		return ""
 	})
-	deleteDur := time.Since(t0)
+	f.deleteTook = time.Since(t0)
 	stop()
+	return f
+}
 
+// printFoundationBench prints the foundation benchmark's table of rows
+// and the fleet's figures.
+func printFoundationBench(rows [][]string, f fleetRun, peak *peakRSS) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nfoundation benchmark (process backend, SQLite, coordinator and host agent as separate processes)\n")
 	fmt.Fprintf(&b, "%-38s %6s %10s %10s  %s\n", "measure", "n", "median ms", "p95 ms", "note")
 	for _, r := range rows {
 		fmt.Fprintf(&b, "%-38s %6s %10s %10s  %s\n", r[0], r[1], r[2], r[3], r[4])
 	}
-	fmt.Fprintf(&b, "\nfleet of %d sessions (16 concurrent clients, each waits for active/completed)\n", fleet)
-	fmt.Fprintf(&b, "  create: %s total, %.0f sessions/s\n", createDur.Round(time.Millisecond), float64(fleet)/createDur.Seconds())
-	fmt.Fprintf(&b, "  delete: %s total, %.0f sessions/s\n", deleteDur.Round(time.Millisecond), float64(fleet)/deleteDur.Seconds())
+	fmt.Fprintf(&b, "\nfleet of %d sessions (16 concurrent clients, each waits for active/completed)\n", f.n)
+	fmt.Fprintf(&b, "  create: %s total, %.0f sessions/s\n", f.createTook.Round(time.Millisecond), float64(f.n)/f.createTook.Seconds())
+	fmt.Fprintf(&b, "  delete: %s total, %.0f sessions/s\n", f.deleteTook.Round(time.Millisecond), float64(f.n)/f.deleteTook.Seconds())
 	for _, name := range []string{"coordinator", "host agent"} {
-		fmt.Fprintf(&b, "  %-12s RSS with %d sessions active: %6.1f MiB; peak over the run: %6.1f MiB\n", name, fleet, mib(held[name]), mib(peak.max[name]))
+		fmt.Fprintf(&b, "  %-12s RSS with %d sessions active: %6.1f MiB; peak over the run: %6.1f MiB\n", name, f.n, mib(f.held[name]), mib(peak.max[name]))
 	}
 	fmt.Print(b.String())
 }
@@ -131,7 +159,7 @@ func benchExec(t *testing.T, c *client.Client, id, sock string) [][]string {
 	var viaWS, directWS []time.Duration
 	for range 200 {
 		t0 := time.Now()
-		if ctl, err := c.ExecWS(ctx, id, guestapi.ExecStart{Argv: []string{"true"}}, nil, io.Discard, io.Discard, nil); err != nil || ctl.ExitCode != 0 {
+		if ctl, err := c.Sessions().ExecWS(ctx, id, apiv1.ExecStart{Argv: []string{"true"}}, nil, io.Discard, io.Discard, nil); err != nil || ctl.ExitCode != 0 {
 			t.Fatalf("exec ws: %+v %v", ctl, err)
 		}
 		viaWS = append(viaWS, time.Since(t0))
@@ -189,7 +217,7 @@ func benchDevExec(t *testing.T) [][]string {
 	c := client.New("http://"+addr, creds.Token)
 	var s apiv1.Session
 	eventually(t, 30*time.Second, "dev session active", func() (bool, string) {
-		s, err = c.CreateSession(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 64}}, true)
+		s, err = c.Sessions().Create(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 64}}, true)
 		return err == nil && s.State == "active", fmt.Sprint(err)
 	})
 	viaAPI, direct, fork := execRounds(t, c, s.ID, filepath.Join(dir, "data", "host", "machines", s.ID, "guest.sock"), 500)
@@ -210,7 +238,7 @@ func execRounds(t *testing.T, c *client.Client, id, sock string, n int) (viaAPI,
 	}}}
 	for range n {
 		t0 := time.Now()
-		if code, err := c.Exec(context.Background(), id, apiv1.ExecRequest{Argv: []string{"true"}}, io.Discard, io.Discard); err != nil || code != 0 {
+		if code, err := c.Sessions().Exec(context.Background(), id, apiv1.ExecRequest{Argv: []string{"true"}}, io.Discard, io.Discard); err != nil || code != 0 {
 			t.Fatalf("exec: %d %v", code, err)
 		}
 		viaAPI = append(viaAPI, time.Since(t0))

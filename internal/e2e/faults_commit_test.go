@@ -14,8 +14,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	msqlite "modernc.org/sqlite"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/client"
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/client"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/server"
 	"github.com/engrams/engrams/internal/store"
 	"github.com/engrams/engrams/internal/testutil"
@@ -176,7 +177,7 @@ func TestCoordinatorKilledBeforeCommit(t *testing.T) {
 func runCoordinatorKilledBeforeCommit(t *testing.T, tt commitCase) {
 	k := newCommitRig(t, tt)
 	k.killBeforeCommit()
-	checkNotCommitted(t, k.st, k.sid, k.snap1)
+	checkNotCommitted(t, k.st, domain.SessionID(k.sid), k.snap1)
 	startCoordinator(t, k.addr, k.database, k.coordLog, k.coordArgs...)
 	k.checkRetried()
 }
@@ -217,13 +218,13 @@ func newCommitRig(t *testing.T, tt commitCase) *commitRig {
 	k.c = newClient("http://"+k.addr, creds.Token)
 	waitHostReady(t, k.c, creds.HostID)
 
-	s, err := k.c.CreateSession(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 64, IdleTimeoutSec: -1}}, true)
+	s, err := k.c.Sessions().Create(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 64, IdleTimeoutSec: -1}}, true)
 	if err != nil || s.State != "active" {
 		t.Fatalf("create: %+v %v", s, err)
 	}
 	k.sid = s.ID
 	execOut(t, k.c, s.ID, "head -c 5000000 /dev/urandom > one.bin && echo one > marker1")
-	idle, err := k.c.Suspend(ctx, s.ID, true)
+	idle, err := k.c.Sessions().Suspend(ctx, s.ID, true)
 	if err != nil || idle.State != "idle" || idle.HeadSnapshot == "" {
 		t.Fatalf("first suspend: %+v %v", idle, err)
 	}
@@ -245,7 +246,7 @@ func (k *commitRig) killBeforeCommit() {
 		}
 		return false
 	})
-	if _, err := k.c.Suspend(ctx, k.sid, false); err != nil {
+	if _, err := k.c.Sessions().Suspend(ctx, k.sid, false); err != nil {
 		t.Fatalf("second suspend: %v", err)
 	}
 	select {
@@ -298,7 +299,7 @@ func (k *commitRig) checkRetried() {
 
 // checkNotCommitted fails the test unless the store has no snapshot of
 // the session but snap1, which is still its head.
-func checkNotCommitted(t *testing.T, st store.Store, sid, snap1 string) {
+func checkNotCommitted(t *testing.T, st store.Store, sid domain.SessionID, snap1 string) {
 	t.Helper()
 	ctx := context.Background()
 	rows, err := st.ListSnapshots(ctx, sid)

@@ -22,9 +22,10 @@ import (
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/client"
 	"github.com/engrams/engrams/internal/chunk"
-	"github.com/engrams/engrams/internal/client"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 	"github.com/engrams/engrams/internal/vmm/qemu"
 )
@@ -92,7 +93,7 @@ func (g *s3Gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // missingChunks lists the chunks named by a snapshot's manifests that the
 // bucket lacks.
-func (g *s3Gate) missingChunks(t *testing.T, snap store.Snapshot) []string {
+func (g *s3Gate) missingChunks(t *testing.T, snap domain.Snapshot) []string {
 	t.Helper()
 	var ms map[string]chunk.Manifest
 	if err := json.Unmarshal(snap.Manifests, &ms); err != nil {
@@ -199,7 +200,7 @@ func logCount(path string, words ...string) int {
 func execOut(t *testing.T, c *client.Client, id, script string) string {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code, err := c.Exec(context.Background(), id, apiv1.ExecRequest{Argv: []string{"sh", "-c", script}, TimeoutMS: 180000}, &out, &errb)
+	code, err := c.Sessions().Exec(context.Background(), id, apiv1.ExecRequest{Argv: []string{"sh", "-c", script}, TimeoutMS: 180000}, &out, &errb)
 	if err != nil || code != 0 {
 		t.Fatalf("exec %q: code %d, %v, stderr %q", script, code, err, errb.String())
 	}
@@ -223,7 +224,7 @@ func settled(t *testing.T, c *client.Client, id string, d time.Duration) apiv1.S
 	var s apiv1.Session
 	eventually(t, d, "session "+id+" settles", func() (bool, string) {
 		var err error
-		s, err = c.GetSession(context.Background(), id)
+		s, err = c.Sessions().Get(context.Background(), id)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -236,9 +237,9 @@ func settled(t *testing.T, c *client.Client, id string, d time.Duration) apiv1.S
 // noDuplicateSnapshots fails the test if the session's history names a
 // snapshot twice or records one capture (same manifests) twice: in these
 // tests every capture follows new writes, so no two may be alike.
-func noDuplicateSnapshots(t *testing.T, st store.Store, s apiv1.Session) []store.Snapshot {
+func noDuplicateSnapshots(t *testing.T, st store.Store, s apiv1.Session) []domain.Snapshot {
 	t.Helper()
-	rows, err := st.ListSnapshots(context.Background(), s.ID)
+	rows, err := st.ListSnapshots(context.Background(), domain.SessionID(s.ID))
 	if err != nil {
 		t.Fatalf("list snapshots: %v", err)
 	}
@@ -350,8 +351,8 @@ func watchNeverTwice(t *testing.T, c *client.Client, sid, from, backend, fromDir
 	go func() {
 		defer close(w.done)
 		for ctx.Err() == nil {
-			s, err1 := c.GetSession(ctx, sid)
-			h, err2 := c.GetHost(ctx, from)
+			s, err1 := c.Sessions().Get(ctx, sid)
+			h, err2 := c.Hosts().Get(ctx, from)
 			if err1 == nil && err2 == nil {
 				here := s.HostID == from && slices.Contains([]string{"starting", "active", "suspending", "deleting"}, s.State)
 				if h.State == "lost" || !here {

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/client"
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/client"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/server"
 	"github.com/engrams/engrams/internal/store"
@@ -93,13 +93,13 @@ func newKillRig(t *testing.T, tt midUploadCase) *killRig {
 	k.a = startHostProcess(t, k.url, k.credsA.HostToken, k.dirA, k.hostArgs...)
 	waitHostReady(t, k.c, k.credsA.HostID)
 
-	s, err := k.c.CreateSession(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: tt.memoryMiB, IdleTimeoutSec: -1}}, true)
+	s, err := k.c.Sessions().Create(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: tt.memoryMiB, IdleTimeoutSec: -1}}, true)
 	if err != nil || s.State != "active" || s.HostID != k.credsA.HostID {
 		t.Fatalf("create: %+v %v (host log %s)", s, err, hostLog(k.dirA))
 	}
 	k.sid = s.ID
 	k.sum1 = execOut(t, k.c, s.ID, "cd "+tt.dir+" && head -c 6000000 /dev/urandom > one.bin && echo one > marker1 && sync && sha256sum one.bin")
-	idle, err := k.c.Suspend(ctx, s.ID, true)
+	idle, err := k.c.Sessions().Suspend(ctx, s.ID, true)
 	if err != nil || idle.State != "idle" || idle.HeadSnapshot == "" {
 		t.Fatalf("first suspend: %+v %v", idle, err)
 	}
@@ -122,14 +122,14 @@ func (k *killRig) killMidUpload() {
 		close(killed)
 		return true
 	})
-	if _, err := k.c.Suspend(context.Background(), k.sid, false); err != nil {
+	if _, err := k.c.Sessions().Suspend(context.Background(), k.sid, false); err != nil {
 		t.Fatalf("second suspend: %v", err)
 	}
 	select {
 	case <-killed:
 		k.gate.arm(nil)
 	case <-time.After(k.tt.deadline):
-		got, _ := k.c.GetSession(context.Background(), k.sid)
+		got, _ := k.c.Sessions().Get(context.Background(), k.sid)
 		t.Fatalf("the second snapshot never reached chunk PUT %d: %s", k.tt.killAt, describe(got))
 	}
 }
@@ -147,7 +147,7 @@ func (k *killRig) moveAndCheck() {
 	}
 	waitHostReady(t, k.c, k.credsB.HostID)
 	k.checkData(false)
-	if got, _ := k.c.GetSession(context.Background(), k.sid); got.State != "active" || got.HostID != k.credsB.HostID {
+	if got, _ := k.c.Sessions().Get(context.Background(), k.sid); got.State != "active" || got.HostID != k.credsB.HostID {
 		t.Fatalf("after resume: %s; want active on %s", describe(got), k.credsB.HostID)
 	}
 	if n := watch.stop(t); n == 0 {
@@ -164,7 +164,7 @@ func (k *killRig) restartAndCheck() {
 	if k.settle() {
 		return
 	}
-	got, _ := k.c.GetSession(context.Background(), k.sid)
+	got, _ := k.c.Sessions().Get(context.Background(), k.sid)
 	k.checkData(got.HeadSnapshot != k.snap1)
 }
 

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/client"
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/client"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/testutil"
 )
@@ -129,12 +129,12 @@ func TestHostCutOffFromCoordinator(t *testing.T) {
 	startHostWrapped(t, []string{"ip", "netns", "exec", ns.name}, r.URL, credsA.HostToken, dirA, "--blob-dir", blobs)
 	c := newClient(r.URL, credsA.Token)
 	waitHostReady(t, c, credsA.HostID)
-	s, err := c.CreateSession(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 64, IdleTimeoutSec: -1}}, true)
+	s, err := c.Sessions().Create(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 64, IdleTimeoutSec: -1}}, true)
 	if err != nil || s.State != "active" || s.HostID != credsA.HostID {
 		t.Fatalf("create: %+v %v (host log %s)", s, err, hostLog(dirA))
 	}
 	execOut(t, c, s.ID, "echo kept > marker")
-	snap, err := c.Snapshot(ctx, s.ID)
+	snap, err := c.Sessions().Snapshot(ctx, s.ID)
 	if err != nil {
 		t.Fatalf("snapshot: %v", err)
 	}
@@ -149,13 +149,13 @@ func TestHostCutOffFromCoordinator(t *testing.T) {
 	t.Logf("after the cut: a's machine paused at %s, a declared lost at %s (HostLostAfter %s)",
 		paused.Round(time.Millisecond), lost.Round(time.Millisecond), lostAfter)
 	eventually(t, 30*time.Second, "session back at its snapshot", func() (bool, string) {
-		got, err := c.GetSession(ctx, s.ID)
+		got, err := c.Sessions().Get(ctx, s.ID)
 		return err == nil && got.State == "idle", describe(got)
 	})
 	if out := execOut(t, c, s.ID, "cat marker"); out != "kept" {
 		t.Fatalf("resumed session lost its snapshot's file: %q", out)
 	}
-	got, _ := c.GetSession(ctx, s.ID)
+	got, _ := c.Sessions().Get(ctx, s.ID)
 	if got.State != "active" || got.HostID != credsB.HostID || got.HeadSnapshot != snap.ID {
 		t.Fatalf("after the cut: %s; want active on b from %s", describe(got), snap.ID)
 	}
@@ -165,11 +165,11 @@ func TestHostCutOffFromCoordinator(t *testing.T) {
 
 	ns.cut(t, false)
 	eventually(t, 60*time.Second, "a back, its unowned machine destroyed", func() (bool, string) {
-		h, _ := c.GetHost(ctx, credsA.HostID)
+		h, _ := c.Hosts().Get(ctx, credsA.HostID)
 		n := guestProcesses(dirA)
 		return h.State == "ready" && n == 0, fmt.Sprintf("host a %s, %d guest processes", h.State, n)
 	})
-	if got, _ := c.GetSession(ctx, s.ID); got.State != "active" || got.HostID != credsB.HostID {
+	if got, _ := c.Sessions().Get(ctx, s.ID); got.State != "active" || got.HostID != credsB.HostID {
 		t.Fatalf("after a came back: %s; want still active on b", describe(got))
 	}
 	execOut(t, c, s.ID, "true")
@@ -184,7 +184,7 @@ func pausedThenLost(t *testing.T, c *client.Client, hostID, dir, sid string, d t
 	t.Helper()
 	start := time.Now()
 	eventually(t, d, "the cut-off host pauses its machine and is declared lost", func() (bool, string) {
-		h, err := c.GetHost(context.Background(), hostID)
+		h, err := c.Hosts().Get(context.Background(), hostID)
 		if err == nil && h.State == "lost" && lost == 0 {
 			lost = time.Since(start)
 		}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/coordinator"
 )
 
@@ -29,14 +29,14 @@ func TestFlippedChunkByteRefusesResume(t *testing.T) {
 	h := startHostProcess(t, r.URL, creds.HostToken, dir, "--blob-dir", blobs)
 	c := newClient(r.URL, creds.Token)
 	waitHostReady(t, c, creds.HostID)
-	s, err := c.CreateSession(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{IdleTimeoutSec: -1}}, true)
+	s, err := c.Sessions().Create(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{IdleTimeoutSec: -1}}, true)
 	if err != nil || s.State != "active" {
 		t.Fatalf("create: %+v %v", s, err)
 	}
-	if _, err := c.Exec(ctx, s.ID, apiv1.ExecRequest{Argv: []string{"sh", "-c", "head -c 300000 /dev/urandom > data.bin"}}, io.Discard, io.Discard); err != nil {
+	if _, err := c.Sessions().Exec(ctx, s.ID, apiv1.ExecRequest{Argv: []string{"sh", "-c", "head -c 300000 /dev/urandom > data.bin"}}, io.Discard, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := c.Suspend(ctx, s.ID, true); err != nil || got.State != "idle" {
+	if got, err := c.Sessions().Suspend(ctx, s.ID, true); err != nil || got.State != "idle" {
 		t.Fatalf("suspend: %+v %v", got, err)
 	}
 	// The host's chunk cache would serve a good copy: stop it and clear it,
@@ -67,11 +67,11 @@ func TestFlippedChunkByteRefusesResume(t *testing.T) {
 	startHostProcess(t, r.URL, creds.HostToken, dir, "--blob-dir", blobs)
 	waitHostReady(t, c, creds.HostID)
 
-	if _, err := c.Exec(ctx, s.ID, apiv1.ExecRequest{Argv: []string{"true"}}, io.Discard, io.Discard); err == nil {
+	if _, err := c.Sessions().Exec(ctx, s.ID, apiv1.ExecRequest{Argv: []string{"true"}}, io.Discard, io.Discard); err == nil {
 		t.Fatal("exec resumed a session whose snapshot has a corrupt chunk")
 	}
 	eventually(t, 30*time.Second, "session dead with the reason", func() (bool, string) {
-		got, err := c.GetSession(ctx, s.ID)
+		got, err := c.Sessions().Get(ctx, s.ID)
 		return err == nil && got.State == "dead" && strings.Contains(got.Reason, "corrupt"), got.State + ": " + got.Reason
 	})
 	if ents, _ := os.ReadDir(filepath.Join(dir, "machines")); len(ents) != 0 {
@@ -94,18 +94,18 @@ func TestDeleteRacingResume(t *testing.T) {
 	waitHostReady(t, c, creds.HostID)
 	const rounds, workers = 200, 8
 	ids := parallel(t, rounds, workers, func(i int) string {
-		s, err := c.CreateSession(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 64, IdleTimeoutSec: -1}}, true)
+		s, err := c.Sessions().Create(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 64, IdleTimeoutSec: -1}}, true)
 		if err != nil || s.State != "active" {
 			t.Errorf("create %d: %+v %v", i, s, err)
 			return ""
 		}
-		if got, err := c.Suspend(ctx, s.ID, true); err != nil || got.State != "idle" {
+		if got, err := c.Sessions().Suspend(ctx, s.ID, true); err != nil || got.State != "idle" {
 			t.Errorf("suspend %d: %+v %v", i, got, err)
 			return s.ID
 		}
-		go func() { _, _ = c.Resume(context.WithoutCancel(ctx), s.ID) }()
+		go func() { _, _ = c.Sessions().Resume(context.WithoutCancel(ctx), s.ID) }()
 		time.Sleep(time.Duration(20+i%41) * time.Millisecond)
-		if err := c.DeleteSession(ctx, s.ID, true); err != nil {
+		if err := c.Sessions().Delete(ctx, s.ID, true); err != nil {
 			t.Errorf("delete %d: %v", i, err)
 		}
 		return s.ID
@@ -115,7 +115,7 @@ func TestDeleteRacingResume(t *testing.T) {
 			continue
 		}
 		eventually(t, 30*time.Second, "session completed", func() (bool, string) {
-			got, err := c.GetSession(ctx, id)
+			got, err := c.Sessions().Get(ctx, id)
 			var ops []string
 			for _, o := range got.Ops {
 				ops = append(ops, o.Kind+":"+o.State+":"+o.Error)

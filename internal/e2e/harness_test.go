@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/client"
+	"github.com/engrams/engrams/client"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/host"
 	"github.com/engrams/engrams/internal/server"
@@ -102,14 +102,17 @@ func startReplica(t *testing.T, st store.Store, secret string, co coordinator.Co
 // serveReplica serves a replica on ln until the test ends.
 func serveReplica(t *testing.T, ln net.Listener, st store.Store, secret string, co coordinator.Config) replica {
 	t.Helper()
-	return serveReplicaWith(t, ln, st, secret, co, server.Deps{})
+	return serveReplicaWith(t, ln, st, secret, server.Config{Coordinator: co}, server.Deps{})
 }
 
-// serveReplicaWith is serveReplica with extra collaborators (Images, Secrets).
-func serveReplicaWith(t *testing.T, ln net.Listener, st store.Store, secret string, co coordinator.Config, extra server.Deps) replica {
+// serveReplicaWith is serveReplica with more configuration (the
+// coordinator's, the harness registry's) and extra collaborators (Images,
+// Secrets, the harness builder).
+func serveReplicaWith(t *testing.T, ln net.Listener, st store.Store, secret string, cfg server.Config, extra server.Deps) replica {
 	t.Helper()
 	url := "http://" + ln.Addr().String()
-	srv, err := server.New(server.Config{AdvertiseURL: url, ClusterSecret: secret, Version: "test", Coordinator: co},
+	cfg.AdvertiseURL, cfg.ClusterSecret, cfg.Version = url, secret, "test"
+	srv, err := server.New(cfg,
 		server.Deps{Store: st, Logger: testLogger(t).With("replica", url), Images: extra.Images, Secrets: extra.Secrets,
 			HarnessBuilder: extra.HarnessBuilder, HarnessChunks: extra.HarnessChunks})
 	if err != nil {
@@ -255,7 +258,7 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() (bool, s
 func waitHostReady(t *testing.T, c *client.Client, hostID string) {
 	t.Helper()
 	eventually(t, 120*time.Second, "host "+hostID+" ready", func() (bool, string) {
-		h, err := c.GetHost(context.Background(), hostID)
+		h, err := c.Hosts().Get(context.Background(), hostID)
 		return err == nil && h.State == "ready", h.State
 	})
 }

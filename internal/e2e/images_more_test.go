@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/image/imagetest"
 )
 
@@ -54,12 +54,12 @@ func TestImageEnableRefusals(t *testing.T) {
 		if strings.Contains(job.Error, "pw") && c.req.Credentials != nil && strings.Contains(job.Error, c.req.Credentials.Password) {
 			t.Errorf("%s: the error shows the password: %q", c.name, job.Error)
 		}
-		img, err := e.c.GetImage(context.Background(), job.ImageID)
+		img, err := e.c.Images().Get(context.Background(), job.ImageID)
 		if err != nil || img.State != "failed" || img.BaseSnapshotID != "" {
 			t.Errorf("%s: image %+v %v, want failed without a base", c.name, img, err)
 			continue
 		}
-		_, err = e.c.CreateSession(context.Background(), apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{Image: img.Name}}, true)
+		_, err = e.c.Sessions().Create(context.Background(), apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{Image: img.Name}}, true)
 		if err == nil || !strings.Contains(err.Error(), "failed") {
 			t.Errorf("%s: session from a failed image: %v", c.name, err)
 		}
@@ -89,21 +89,21 @@ func TestImageSmallImagesRunOnQEMU(t *testing.T) {
 	e.startQEMUHost(t)
 	for _, name := range []string{"busybox", "layers", "alpine"} {
 		ref := map[string]string{"busybox": reg.Ref("small/busybox", "1"), "layers": reg.Ref("small/layers", "1"), "alpine": reg.Ref("small/alpine", "3")}[name]
-		if _, err := e.c.EnableImage(context.Background(), apiv1.EnableImageRequest{Ref: ref, Name: name, MemoryMiB: 256, DiskGiB: 1, Warmup: "echo " + name + " > /warm"}); err != nil {
+		if _, err := e.c.Images().Enable(context.Background(), apiv1.EnableImageRequest{Ref: ref, Name: name, MemoryMiB: 256, DiskGiB: 1, Warmup: "echo " + name + " > /warm"}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	session := func(name string) string {
 		t.Helper()
-		img, err := e.c.GetImage(context.Background(), name)
+		img, err := e.c.Images().Get(context.Background(), name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		job, err := e.c.WaitImageJob(context.Background(), img.LastJob.ID, 100e6, nil)
+		job, err := e.c.Images().WaitJob(context.Background(), img.LastJob.ID, 100e6, nil)
 		if err != nil || job.State != "ready" {
 			t.Fatalf("image %s: job %+v %v", name, job, err)
 		}
-		s, err := e.c.CreateSession(context.Background(), apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{Image: name}}, true)
+		s, err := e.c.Sessions().Create(context.Background(), apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{Image: name}}, true)
 		if err != nil || s.State != "active" {
 			t.Fatalf("session of %s: %+v %v", name, s, err)
 		}
@@ -123,7 +123,7 @@ func TestImageSmallImagesRunOnQEMU(t *testing.T) {
 	if got := run(t, e.c, alpine, "cat /etc/alpine-release"); got+"\n" != imagetest.AlpineRelease {
 		t.Fatalf("alpine-release %q", got)
 	}
-	img, err := e.c.GetImage(context.Background(), "alpine")
+	img, err := e.c.Images().Get(context.Background(), "alpine")
 	if err != nil || img.Config.Libc != "musl" {
 		t.Fatalf("alpine image libc: %+v %v", img.Config, err)
 	}
@@ -134,7 +134,7 @@ func TestImageSmallImagesRunOnQEMU(t *testing.T) {
 	eventually(t, 120*time.Second, "the second host holds every image's base", func() (bool, string) {
 		var not []string
 		for _, name := range []string{"busybox", "layers", "alpine"} {
-			img, err := e.c.GetImage(context.Background(), name)
+			img, err := e.c.Images().Get(context.Background(), name)
 			if err != nil || !slices.Contains(img.ReadyHosts, second.HostID) {
 				not = append(not, fmt.Sprintf("%s: %v %v", name, img.ReadyHosts, err))
 			}

@@ -12,12 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/client"
 	"github.com/engrams/engrams/internal/blob/localdir"
 	"github.com/engrams/engrams/internal/chunk"
-	"github.com/engrams/engrams/internal/client"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/harness"
+	"github.com/engrams/engrams/internal/harnessreg"
 	"github.com/engrams/engrams/internal/image"
 	"github.com/engrams/engrams/internal/image/imagetest"
 	"github.com/engrams/engrams/internal/modeltest"
@@ -69,8 +70,9 @@ func startImageEnv(t *testing.T) *imageEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(hc.Close)
-	r := serveReplicaWith(t, ln, st, "", coordinator.Config{HeartbeatInterval: 500 * time.Millisecond, HostLostAfter: 30 * time.Second,
-		HarnessWorkDir: t.TempDir()},
+	r := serveReplicaWith(t, ln, st, "", server.Config{
+		Coordinator: coordinator.Config{HeartbeatInterval: 500 * time.Millisecond, HostLostAfter: 30 * time.Second},
+		Harnesses:   harnessreg.Config{WorkDir: t.TempDir()}},
 		server.Deps{Images: m, Secrets: sealer, HarnessBuilder: hb, HarnessChunks: hc})
 	return &imageEnv{st: st, r: r, c: newClient(r.URL, creds.Token), creds: creds, blobs: blobs, workDir: work}
 }
@@ -100,11 +102,11 @@ func (e *imageEnv) enable(t *testing.T, req apiv1.EnableImageRequest) (apiv1.Ima
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	resp, err := e.c.EnableImage(ctx, req)
+	resp, err := e.c.Images().Enable(ctx, req)
 	if err != nil {
 		t.Fatalf("enable %s: %v", req.Ref, err)
 	}
-	job, err := e.c.WaitImageJob(ctx, resp.Job.ID, 100*time.Millisecond, nil)
+	job, err := e.c.Images().WaitJob(ctx, resp.Job.ID, 100*time.Millisecond, nil)
 	if err != nil {
 		t.Fatalf("wait for job of %s: %v", req.Ref, err)
 	}
@@ -115,7 +117,7 @@ func (e *imageEnv) enable(t *testing.T, req apiv1.EnableImageRequest) (apiv1.Ima
 func run(t *testing.T, c *client.Client, id, script string) string {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code, err := c.Exec(context.Background(), id, apiv1.ExecRequest{Argv: []string{"/bin/sh", "-c", script}, TimeoutMS: 60000}, &out, &errb)
+	code, err := c.Sessions().Exec(context.Background(), id, apiv1.ExecRequest{Argv: []string{"/bin/sh", "-c", script}, TimeoutMS: 60000}, &out, &errb)
 	if err != nil || code != 0 {
 		t.Fatalf("exec %q in %s: code %d, %v, stderr %q", script, id, code, err, errb.String())
 	}
@@ -136,8 +138,45 @@ func TestImageDebianWarmBaseSnapshot(t *testing.T) {
 	e := startImageEnv(t)
 	hostDir := e.startQEMUHost(t)
 
-	resp, job := e.enable(t, apiv1.EnableImageRequest{Ref: ref, Name: "debian", Warmup: "echo warmed > /warm", Workdir: "/root",
-		Env: map[string]string{"TEAM": "infra"}, Credentials: &apiv1.RegistryAuth{Username: "ci", Password: "pw"}})
+	resp, job := e.enable(t, warmDebianRequest(ref, "debian"))
+	img := checkWarmDebianEnabled(t, e, reg, resp, job)
+
+	ids := make([]string, 2)
+	for i := range ids {
+		s, err := e.c.Sessions().Create(context.Background(), apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{
+			Image: "debian", Env: map[string]string{"WHO": fmt.Sprint("s", i)}}}, true)
+		if err != nil || s.State != "active" {
+			t.Fatalf("create from image: %+v %v", s, err)
+		}
+		ids[i] = s.ID
+	}
+	checkRestoredFromWarmBase(t, e, hostDir, ids)
+	run(t, e.c, ids[0], "echo mine > /own")
+	if got := run(t, e.c, ids[1], "cat /own 2>/dev/null || echo absent"); got != "absent" {
+		t.Fatalf("a write in one session shows in another: %q", got)
+	}
+
+	// Enabling the same digest again (another name) reuses the base.
+	_, again := e.enable(t, warmDebianRequest(ref, "debian-again"))
+	if again.State != "ready" || again.StagesMS["pull"] != 0 || again.StagesMS["boot"] != 0 {
+		t.Fatalf("re-enable of a ready digest did work again: %+v", again)
+	}
+
+	refreshRebuiltDebian(t, e, reg, img, ids[0])
+}
+
+// warmDebianRequest enables ref as name with a warm-up writing /warm, a
+// workdir, an env and the registry's credentials.
+func warmDebianRequest(ref, name string) apiv1.EnableImageRequest {
+	return apiv1.EnableImageRequest{Ref: ref, Name: name, Warmup: "echo warmed > /warm", Workdir: "/root",
+		Env: map[string]string{"TEAM": "infra"}, Credentials: &apiv1.RegistryAuth{Username: "ci", Password: "pw"}}
+}
+
+// checkWarmDebianEnabled checks the enable job went through every stage and
+// the image is ready with a base snapshot, glibc, and its credentials named
+// without the password; it returns the image.
+func checkWarmDebianEnabled(t *testing.T, e *imageEnv, reg *imagetest.Registry, resp apiv1.ImageJobResponse, job apiv1.ImageJob) apiv1.Image {
+	t.Helper()
 	if job.State != "ready" {
 		t.Fatalf("enable job %s: %s (tail %q)", job.State, job.Error, job.OutputTail)
 	}
@@ -146,23 +185,21 @@ func TestImageDebianWarmBaseSnapshot(t *testing.T) {
 			t.Errorf("job stages %v lack %s", job.StagesMS, stage)
 		}
 	}
-	img, err := e.c.GetImage(context.Background(), "debian")
+	img, err := e.c.Images().Get(context.Background(), "debian")
 	if err != nil || img.State != "ready" || img.Config.Libc != "glibc" || img.BaseSnapshotID == "" || img.Credentials != "ci@"+reg.Host() {
 		t.Fatalf("image %+v %v", img, err)
 	}
 	if strings.Contains(fmt.Sprint(img), "pw") || resp.Image.Credentials == "" {
 		t.Fatalf("the registry password shows in the image: %+v", img)
 	}
+	return img
+}
 
-	ids := make([]string, 2)
-	for i := range ids {
-		s, err := e.c.CreateSession(context.Background(), apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{
-			Image: "debian", Env: map[string]string{"WHO": fmt.Sprint("s", i)}}}, true)
-		if err != nil || s.State != "active" {
-			t.Fatalf("create from image: %+v %v", s, err)
-		}
-		ids[i] = s.ID
-	}
+// checkRestoredFromWarmBase checks each session sees the warm-up's file,
+// the image's workdir and env with its own, and glibc, booted no kernel,
+// and shares the others' boot id: all were restored from one base.
+func checkRestoredFromWarmBase(t *testing.T, e *imageEnv, hostDir string, ids []string) {
+	t.Helper()
 	var boots []string
 	for i, id := range ids {
 		if got := run(t, e.c, id, "cat /warm; pwd"); got != "warmed\n/root" {
@@ -182,42 +219,35 @@ func TestImageDebianWarmBaseSnapshot(t *testing.T) {
 	if boots[0] != boots[1] {
 		t.Fatalf("sessions have boot ids %v: not restored from one base", boots)
 	}
-	run(t, e.c, ids[0], "echo mine > /own")
-	if got := run(t, e.c, ids[1], "cat /own 2>/dev/null || echo absent"); got != "absent" {
-		t.Fatalf("a write in one session shows in another: %q", got)
-	}
+}
 
-	// Enabling the same digest again (another name) reuses the base.
-	_, again := e.enable(t, apiv1.EnableImageRequest{Ref: ref, Name: "debian-again", Warmup: "echo warmed > /warm", Workdir: "/root",
-		Env: map[string]string{"TEAM": "infra"}, Credentials: &apiv1.RegistryAuth{Username: "ci", Password: "pw"}})
-	if again.State != "ready" || again.StagesMS["pull"] != 0 || again.StagesMS["boot"] != 0 {
-		t.Fatalf("re-enable of a ready digest did work again: %+v", again)
-	}
-
-	// A rebuilt image under the same tag: refresh enables the new digest;
-	// the running session keeps its own, new sessions get the new one.
+// refreshRebuiltDebian pushes a rebuilt image under the same tag: refresh
+// enables the new digest (with a base other than img's); the running session
+// keeps its own, new sessions get the new one.
+func refreshRebuiltDebian(t *testing.T, e *imageEnv, reg *imagetest.Registry, img apiv1.Image, running string) {
+	t.Helper()
 	reg.Push(t, "team/debian", "12", imagetest.DebianPlus(t, map[string]string{"etc/engrams-rebuilt": "v2\n"}))
 	ctx := context.Background()
-	ref2, err := e.c.RefreshImage(ctx, "debian")
+	ref2, err := e.c.Images().Refresh(ctx, "debian")
 	if err != nil {
 		t.Fatal(err)
 	}
-	job2, err := e.c.WaitImageJob(ctx, ref2.Job.ID, 100*time.Millisecond, nil)
+	job2, err := e.c.Images().WaitJob(ctx, ref2.Job.ID, 100*time.Millisecond, nil)
 	if err != nil || job2.State != "ready" {
 		t.Fatalf("refresh: %+v %v", job2, err)
 	}
-	img2, err := e.c.GetImage(ctx, "debian")
+	img2, err := e.c.Images().Get(ctx, "debian")
 	if err != nil || img2.Digest == img.Digest || img2.BaseSnapshotID == img.BaseSnapshotID {
 		t.Fatalf("refresh kept digest %s / base %s: %+v %v", img.Digest, img.BaseSnapshotID, img2, err)
 	}
-	s3, err := e.c.CreateSession(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{Image: "debian"}}, true)
+	s3, err := e.c.Sessions().Create(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{Image: "debian"}}, true)
 	if err != nil || s3.State != "active" {
 		t.Fatalf("create after refresh: %+v %v", s3, err)
 	}
 	if got := run(t, e.c, s3.ID, "cat /etc/engrams-rebuilt; cat /warm"); got != "v2\nwarmed" {
 		t.Fatalf("new session after refresh sees %q", got)
 	}
-	if got := run(t, e.c, ids[0], "cat /etc/engrams-rebuilt 2>/dev/null || echo old; cat /own"); got != "old\nmine" {
+	if got := run(t, e.c, running, "cat /etc/engrams-rebuilt 2>/dev/null || echo old; cat /own"); got != "old\nmine" {
 		t.Fatalf("running session after refresh sees %q", got)
 	}
 }

@@ -11,10 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
-	"github.com/engrams/engrams/internal/client"
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/client"
 	"github.com/engrams/engrams/internal/coordinator"
-	"github.com/engrams/engrams/internal/guestapi"
 )
 
 // TestSessionEndToEnd walks one session through the whole path on SQLite:
@@ -28,7 +27,7 @@ func TestSessionEndToEnd(t *testing.T) {
 	startHostInProcess(t, r.URL, creds.HostToken)
 	c := newClient(r.URL, creds.Token)
 
-	s, err := c.CreateSession(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{Env: map[string]string{"GREETING": "hi"}}}, true)
+	s, err := c.Sessions().Create(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{Env: map[string]string{"GREETING": "hi"}}}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,48 +36,48 @@ func TestSessionEndToEnd(t *testing.T) {
 	}
 
 	var out, errb bytes.Buffer
-	code, err := c.Exec(ctx, s.ID, apiv1.ExecRequest{Argv: []string{"sh", "-c", `echo $GREETING; echo oops >&2; exit 3`}}, &out, &errb)
+	code, err := c.Sessions().Exec(ctx, s.ID, apiv1.ExecRequest{Argv: []string{"sh", "-c", `echo $GREETING; echo oops >&2; exit 3`}}, &out, &errb)
 	if err != nil || code != 3 || out.String() != "hi\n" || errb.String() != "oops\n" {
 		t.Fatalf("exec = %d, %v, stdout %q, stderr %q; want 3, hi, oops", code, err, out.String(), errb.String())
 	}
 
 	out.Reset()
-	ctl, err := c.ExecWS(ctx, s.ID, guestapi.ExecStart{Argv: []string{"sh", "-c", "tr a-z A-Z"}, Stdin: true}, strings.NewReader("piped\n"), &out, io.Discard, nil)
+	ctl, err := c.Sessions().ExecWS(ctx, s.ID, apiv1.ExecStart{Argv: []string{"sh", "-c", "tr a-z A-Z"}, Stdin: true}, strings.NewReader("piped\n"), &out, io.Discard, nil)
 	if err != nil || ctl.ExitCode != 0 || out.String() != "PIPED\n" {
 		t.Fatalf("exec ws = %+v, %v, %q", ctl, err, out.String())
 	}
 
 	dir := fmt.Sprintf("/tmp/engrams-e2e-%s", s.ID) // the process backend shares the host filesystem
 	t.Cleanup(func() {
-		_, _ = c.Exec(context.Background(), s.ID, apiv1.ExecRequest{Argv: []string{"rm", "-rf", dir}}, io.Discard, io.Discard)
+		_, _ = c.Sessions().Exec(context.Background(), s.ID, apiv1.ExecRequest{Argv: []string{"rm", "-rf", dir}}, io.Discard, io.Discard)
 	})
-	if err := c.PutFile(ctx, s.ID, dir+"/f.txt", 0o640, strings.NewReader("content")); err != nil {
+	if err := c.Files().Put(ctx, s.ID, dir+"/f.txt", 0o640, strings.NewReader("content")); err != nil {
 		t.Fatal(err)
 	}
 	var got bytes.Buffer
-	if err := c.GetFile(ctx, s.ID, dir+"/f.txt", &got); err != nil || got.String() != "content" {
+	if err := c.Files().Get(ctx, s.ID, dir+"/f.txt", &got); err != nil || got.String() != "content" {
 		t.Fatalf("get file %q, %v", got.String(), err)
 	}
-	if fi, err := c.StatFile(ctx, s.ID, dir+"/f.txt"); err != nil || fi.Size != 7 {
+	if fi, err := c.Files().Stat(ctx, s.ID, dir+"/f.txt"); err != nil || fi.Size != 7 {
 		t.Fatalf("stat %+v, %v", fi, err)
 	}
 
-	if err := c.DeleteSession(ctx, s.ID, true); err != nil {
+	if err := c.Sessions().Delete(ctx, s.ID, true); err != nil {
 		t.Fatal(err)
 	}
-	s, err = c.GetSession(ctx, s.ID)
+	s, err = c.Sessions().Get(ctx, s.ID)
 	if err != nil || s.State != "completed" {
 		t.Fatalf("after delete: %+v, %v", s, err)
 	}
 	var types []string
-	err = c.Events(ctx, s.ID, 0, true, func(e apiv1.Event) error { types = append(types, e.Type); return nil })
+	err = c.Sessions().Events(ctx, s.ID, 0, true, func(e apiv1.Event) error { types = append(types, e.Type); return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(types) < 5 || types[0] != "created" {
 		t.Fatalf("events %v", types)
 	}
-	if _, err := c.Exec(ctx, s.ID, apiv1.ExecRequest{Argv: []string{"true"}}, io.Discard, io.Discard); !client.IsConflict(err) {
+	if _, err := c.Sessions().Exec(ctx, s.ID, apiv1.ExecRequest{Argv: []string{"true"}}, io.Discard, io.Discard); !client.IsConflict(err) {
 		t.Fatalf("exec on a completed session: %v, want conflict", err)
 	}
 }
@@ -130,7 +129,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		})
 	}
 	t.Cleanup(func() {
-		ss, err := newClient(r.URL, creds.Token).ListSessions(context.Background(), client.SessionFilter{})
+		ss, err := newClient(r.URL, creds.Token).Sessions().List(context.Background(), client.SessionFilter{})
 		if err != nil || len(ss) != 0 {
 			t.Errorf("bad input left %d sessions (%v)", len(ss), err)
 		}
@@ -154,7 +153,7 @@ func TestHostKilledSessionsDieAndStayDead(t *testing.T) {
 	startHostProcess(t, r.URL, credsB.HostToken, dirB)
 	c := newClient(r.URL, credsA.Token)
 	eventually(t, 20*time.Second, "both hosts ready", func() (bool, string) {
-		hs, err := c.ListHosts(ctx)
+		hs, err := c.Hosts().List(ctx)
 		n := 0
 		for _, h := range hs {
 			if h.State == "ready" {
@@ -166,7 +165,7 @@ func TestHostKilledSessionsDieAndStayDead(t *testing.T) {
 
 	onHost := map[string][]string{}
 	for range 4 {
-		s, err := c.CreateSession(ctx, apiv1.CreateSessionRequest{}, true)
+		s, err := c.Sessions().Create(ctx, apiv1.CreateSessionRequest{}, true)
 		if err != nil || s.State != "active" {
 			t.Fatalf("create: %+v %v", s, err)
 		}
@@ -178,7 +177,7 @@ func TestHostKilledSessionsDieAndStayDead(t *testing.T) {
 	guestPIDs := map[string]int{}
 	for _, id := range onHost[credsA.HostID] {
 		var out bytes.Buffer
-		if _, err := c.Exec(ctx, id, apiv1.ExecRequest{Argv: []string{"sh", "-c", "echo $PPID"}}, &out, io.Discard); err != nil {
+		if _, err := c.Sessions().Exec(ctx, id, apiv1.ExecRequest{Argv: []string{"sh", "-c", "echo $PPID"}}, &out, io.Discard); err != nil {
 			t.Fatal(err)
 		}
 		var pid int
@@ -190,13 +189,13 @@ func TestHostKilledSessionsDieAndStayDead(t *testing.T) {
 	a.kill()
 	for _, id := range onHost[credsA.HostID] {
 		eventually(t, lostAfter+10*time.Second, "session on killed host dead", func() (bool, string) {
-			s, err := c.GetSession(ctx, id)
+			s, err := c.Sessions().Get(ctx, id)
 			return err == nil && s.State == "dead", fmt.Sprintf("%s %q %v", s.State, s.Reason, err)
 		})
 	}
 	t.Logf("sessions dead %s after kill -9 (HostLostAfter %s)", time.Since(killed).Round(10*time.Millisecond), lostAfter)
 	for _, id := range onHost[credsB.HostID] {
-		if _, err := c.Exec(ctx, id, apiv1.ExecRequest{Argv: []string{"true"}}, io.Discard, io.Discard); err != nil {
+		if _, err := c.Sessions().Exec(ctx, id, apiv1.ExecRequest{Argv: []string{"true"}}, io.Discard, io.Discard); err != nil {
 			t.Fatalf("session %s on the surviving host: %v", id, err)
 		}
 	}
@@ -211,7 +210,7 @@ func TestHostKilledSessionsDieAndStayDead(t *testing.T) {
 		return true, ""
 	})
 	for _, id := range onHost[credsA.HostID] {
-		if s, _ := c.GetSession(ctx, id); s.State != "dead" {
+		if s, _ := c.Sessions().Get(ctx, id); s.State != "dead" {
 			t.Fatalf("session %s came back as %s", id, s.State)
 		}
 	}

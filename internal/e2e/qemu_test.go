@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/api/apiv1"
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/testutil"
 )
@@ -71,14 +71,14 @@ func TestQEMUSessionSurvivesHostAgentRestart(t *testing.T) {
 		}
 	})
 
-	s, err := c.CreateSession(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 256}}, true)
+	s, err := c.Sessions().Create(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 256}}, true)
 	if err != nil || s.State != "active" {
 		t.Fatalf("create: %+v %v (host log: %s)", s, err, filepath.Join(dir, "..", filepath.Base(dir)+".log"))
 	}
 	run := func(script string) string {
 		t.Helper()
 		var out, errb bytes.Buffer
-		code, err := c.Exec(ctx, s.ID, apiv1.ExecRequest{Argv: []string{"sh", "-c", script}, TimeoutMS: 60000}, &out, &errb)
+		code, err := c.Sessions().Exec(ctx, s.ID, apiv1.ExecRequest{Argv: []string{"sh", "-c", script}, TimeoutMS: 60000}, &out, &errb)
 		if err != nil || code != 0 {
 			t.Fatalf("exec %q: code %d, %v, stderr %q", script, code, err, errb.String())
 		}
@@ -100,7 +100,7 @@ func TestQEMUSessionSurvivesHostAgentRestart(t *testing.T) {
 	}
 	startHostProcess(t, r.URL, creds.HostToken, dir, "--backend", "qemu")
 	eventually(t, 60*time.Second, "exec through the restarted host agent", func() (bool, string) {
-		_, err := c.Exec(ctx, s.ID, apiv1.ExecRequest{Argv: []string{"true"}}, io.Discard, io.Discard)
+		_, err := c.Sessions().Exec(ctx, s.ID, apiv1.ExecRequest{Argv: []string{"true"}}, io.Discard, io.Discard)
 		return err == nil, fmt.Sprint(err)
 	})
 	if out := run("kill -0 " + bg + " && echo alive"); out != "alive" {
@@ -110,7 +110,7 @@ func TestQEMUSessionSurvivesHostAgentRestart(t *testing.T) {
 		t.Fatalf("after restart want the same QEMU %d, found %v", vms[0], got)
 	}
 
-	if err := c.DeleteSession(ctx, s.ID, true); err != nil {
+	if err := c.Sessions().Delete(ctx, s.ID, true); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, "no QEMU left after delete", func() (bool, string) {
@@ -147,14 +147,14 @@ func TestQEMUSuspendOnOneHostResumeOnAnother(t *testing.T) {
 	a := startHostProcess(t, r.URL, credsA.HostToken, dirA, "--backend", "qemu", "--blob-dir", blobs)
 	c := newClient(r.URL, credsA.Token)
 	waitHostReady(t, c, credsA.HostID)
-	s, err := c.CreateSession(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 256, IdleTimeoutSec: -1}}, true)
+	s, err := c.Sessions().Create(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 256, IdleTimeoutSec: -1}}, true)
 	if err != nil || s.State != "active" || s.HostID != credsA.HostID {
 		t.Fatalf("create: %+v %v", s, err)
 	}
 	run := func(script string) string {
 		t.Helper()
 		var out, errb bytes.Buffer
-		code, err := c.Exec(ctx, s.ID, apiv1.ExecRequest{Argv: []string{"sh", "-c", script}, TimeoutMS: 120000}, &out, &errb)
+		code, err := c.Sessions().Exec(ctx, s.ID, apiv1.ExecRequest{Argv: []string{"sh", "-c", script}, TimeoutMS: 120000}, &out, &errb)
 		if err != nil || code != 0 {
 			t.Fatalf("exec %q: code %d, %v, stderr %q", script, code, err, errb.String())
 		}
@@ -166,7 +166,7 @@ func TestQEMUSuspendOnOneHostResumeOnAnother(t *testing.T) {
 	before, _ := strconv.Atoi(run("cat /tmp/count"))
 
 	t0 := time.Now()
-	idle, err := c.Suspend(ctx, s.ID, true)
+	idle, err := c.Sessions().Suspend(ctx, s.ID, true)
 	if err != nil || idle.State != "idle" {
 		t.Fatalf("suspend: %+v %v", idle, err)
 	}
@@ -193,11 +193,11 @@ func TestQEMUSuspendOnOneHostResumeOnAnother(t *testing.T) {
 	if later, _ := strconv.Atoi(run("cat /tmp/count")); later <= before {
 		t.Fatalf("counter process is not counting after resume: %d then %d", before, later)
 	}
-	got, _ := c.GetSession(ctx, s.ID)
+	got, _ := c.Sessions().Get(ctx, s.ID)
 	if got.HostID != credsB.HostID || len(got.Snapshots) != 1 {
 		t.Fatalf("session after resume: host %s (want %s), %d snapshots", got.HostID, credsB.HostID, len(got.Snapshots))
 	}
-	if err := c.DeleteSession(ctx, s.ID, true); err != nil {
+	if err := c.Sessions().Delete(ctx, s.ID, true); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, "no QEMU left", func() (bool, string) {

@@ -10,8 +10,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/lifecycle"
-	"github.com/engrams/engrams/internal/store"
 )
 
 // check asserts the invariants on a frozen world (after synctest.Wait):
@@ -39,13 +39,13 @@ func (s *sim) check() []string {
 			bad = append(bad, fmt.Sprintf("session %s is live on %d hosts: %s", sid, len(on), strings.Join(on, ", ")))
 		}
 	}
-	ss, err := s.st.ListSessions(ctx, store.SessionFilter{})
+	ss, err := s.st.ListSessions(ctx, domain.SessionFilter{})
 	if err != nil {
 		return append(bad, "list sessions: "+err.Error())
 	}
 	for _, sess := range ss {
 		bad = append(bad, s.checkEvents(ctx, sess)...)
-		if sess.State == lifecycle.Idle {
+		if sess.State == domain.SessionIdle {
 			bad = append(bad, s.checkHead(ctx, sess)...)
 		}
 	}
@@ -55,7 +55,7 @@ func (s *sim) check() []string {
 // checkEvents replays the session's new "state" events through
 // lifecycle.Transition: each must start where the last one ended and be
 // legal, and the last must end in the session's state.
-func (s *sim) checkEvents(ctx context.Context, sess store.Session) []string {
+func (s *sim) checkEvents(ctx context.Context, sess domain.Session) []string {
 	evs, err := s.st.ListEvents(ctx, sess.ID, s.checked[sess.ID], 0)
 	if err != nil {
 		return []string{fmt.Sprintf("list events of %s: %v", sess.ID, err)}
@@ -67,9 +67,9 @@ func (s *sim) checkEvents(ctx context.Context, sess store.Session) []string {
 			continue
 		}
 		var d struct {
-			From  lifecycle.State `json:"from"`
-			To    lifecycle.State `json:"to"`
-			Event lifecycle.Event `json:"event"`
+			From  domain.SessionState `json:"from"`
+			To    domain.SessionState `json:"to"`
+			Event lifecycle.Event     `json:"event"`
 		}
 		if err := json.Unmarshal(ev.Data, &d); err != nil {
 			bad = append(bad, fmt.Sprintf("session %s event %d: %v", sess.ID, ev.Seq, err))
@@ -77,7 +77,7 @@ func (s *sim) checkEvents(ctx context.Context, sess store.Session) []string {
 		}
 		prev, ok := s.state[sess.ID]
 		if !ok {
-			prev = lifecycle.Created
+			prev = domain.SessionCreated
 		}
 		to, err := lifecycle.Transition(d.From, d.Event)
 		switch {
@@ -88,7 +88,7 @@ func (s *sim) checkEvents(ctx context.Context, sess store.Session) []string {
 		}
 		s.state[sess.ID] = d.To
 	}
-	if cur, ok := s.state[sess.ID]; (ok && cur != sess.State) || (!ok && sess.State != lifecycle.Created) {
+	if cur, ok := s.state[sess.ID]; (ok && cur != sess.State) || (!ok && sess.State != domain.SessionCreated) {
 		bad = append(bad, fmt.Sprintf("session %s is %s but its events end in %s", sess.ID, sess.State, cur))
 	}
 	return bad
@@ -96,7 +96,7 @@ func (s *sim) checkEvents(ctx context.Context, sess store.Session) []string {
 
 // checkHead: an Idle session's head snapshot is committed and every chunk
 // it names is in the blob store.
-func (s *sim) checkHead(ctx context.Context, sess store.Session) []string {
+func (s *sim) checkHead(ctx context.Context, sess domain.Session) []string {
 	if sess.HeadSnapshotID == "" {
 		return []string{fmt.Sprintf("session %s is idle without a head snapshot", sess.ID)}
 	}
@@ -124,7 +124,7 @@ func (s *sim) checkHead(ctx context.Context, sess store.Session) []string {
 // nudges a session that is not at rest with one more item (which resumes
 // an Idle session and delivers to an Active one). It returns the sessions
 // that never came to rest.
-func (s *sim) quiesce() []string {
+func (s *sim) quiesce() []domain.SessionID {
 	for _, h := range s.w.hosts {
 		if _, ok := s.heals[h]; ok {
 			s.heals[h] = time.Now()
@@ -141,7 +141,7 @@ func (s *sim) quiesce() []string {
 	s.due()
 	s.logf("quiesce: every host up, every link healed, fast uploads")
 	s.advance(10 * time.Second)
-	var restless []string
+	var restless []domain.SessionID
 	for round := range 8 {
 		synctest.Wait() // judge a frozen world, as check does
 		restless = s.restless()
@@ -160,9 +160,9 @@ func (s *sim) quiesce() []string {
 // Idle with no op in flight and no pending outbox item). An op in flight
 // may hold the machine paused (a capture uploading at a slow rate it read
 // before the quiesce), so its session is not at rest yet.
-func (s *sim) restless() []string {
+func (s *sim) restless() []domain.SessionID {
 	ctx := context.Background()
-	var out []string
+	var out []domain.SessionID
 	for _, id := range s.sessions {
 		sess, err := s.st.GetSession(ctx, id)
 		if err != nil {
@@ -170,9 +170,9 @@ func (s *sim) restless() []string {
 			continue
 		}
 		switch sess.State {
-		case lifecycle.Completed, lifecycle.Dead:
+		case domain.SessionCompleted, domain.SessionDead:
 			continue
-		case lifecycle.Active, lifecycle.Idle:
+		case domain.SessionActive, domain.SessionIdle:
 			if !s.busy(ctx, id) {
 				continue
 			}
@@ -184,15 +184,15 @@ func (s *sim) restless() []string {
 
 // busy reports whether a session has an op pending or running or an outbox
 // item pending (or either could not be read).
-func (s *sim) busy(ctx context.Context, id string) bool {
+func (s *sim) busy(ctx context.Context, id domain.SessionID) bool {
 	ops, err := s.st.ListOps(ctx, id)
-	if err != nil || slices.ContainsFunc(ops, func(op store.Op) bool {
-		return op.State == store.OpPending || op.State == store.OpRunning
+	if err != nil || slices.ContainsFunc(ops, func(op domain.Op) bool {
+		return op.State == domain.OpPending || op.State == domain.OpRunning
 	}) {
 		return true
 	}
 	items, err := s.st.ListOutbox(ctx, id, 0, 0)
-	return err != nil || slices.ContainsFunc(items, func(it store.OutboxItem) bool { return it.State == store.OutboxPending })
+	return err != nil || slices.ContainsFunc(items, func(it domain.OutboxItem) bool { return it.State == domain.OutboxPending })
 }
 
 // checkOutbox: in the end state every acknowledged item of a surviving
@@ -210,7 +210,7 @@ func (s *sim) checkOutbox() []string {
 		}
 		effects, where, ok := s.lineage(sess)
 		if !ok {
-			if len(acked) > 0 && sess.State != lifecycle.Completed && sess.State != lifecycle.Dead {
+			if len(acked) > 0 && sess.State != domain.SessionCompleted && sess.State != domain.SessionDead {
 				bad = append(bad, fmt.Sprintf("session %s is %s (reason %q): %s", id, sess.State, sess.Reason, where))
 			}
 			continue
@@ -229,19 +229,19 @@ func (s *sim) checkOutbox() []string {
 }
 
 // lineage returns the effects of a surviving session's guest state.
-func (s *sim) lineage(sess store.Session) ([]string, string, bool) {
+func (s *sim) lineage(sess domain.Session) ([]string, string, bool) {
 	s.w.mu.Lock()
 	defer s.w.mu.Unlock()
 	switch sess.State {
-	case lifecycle.Active:
+	case domain.SessionActive:
 		now := time.Now()
 		for _, h := range s.w.hosts {
-			if m := h.machines[sess.ID]; m != nil && h.liveLocked(m, now) {
+			if m := h.machines[string(sess.ID)]; m != nil && h.liveLocked(m, now) {
 				return m.guest.Effects, fmt.Sprintf("its live machine on %s@%d", h.name, m.epoch), true
 			}
 		}
 		return nil, fmt.Sprintf("active on %s but no host runs it live", sess.HostID), false
-	case lifecycle.Idle:
+	case domain.SessionIdle:
 		g, ok := s.w.states[sess.HeadSnapshotID]
 		return g.Effects, "its head snapshot " + sess.HeadSnapshotID, ok
 	}

@@ -10,8 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/hostlink"
-	"github.com/engrams/engrams/internal/lifecycle"
 )
 
 // event is one kind of random step.
@@ -55,10 +56,10 @@ func (s *sim) randomEvent() (string, string) {
 	}
 }
 
-func (s *sim) live() []string {
-	var out []string
+func (s *sim) live() []domain.SessionID {
+	var out []domain.SessionID
 	for _, id := range s.sessions {
-		if st := s.state[id]; st != lifecycle.Completed && st != lifecycle.Dead {
+		if st := s.state[id]; st != domain.SessionCompleted && st != domain.SessionDead {
 			out = append(out, id)
 		}
 	}
@@ -69,7 +70,7 @@ func (s *sim) create() string {
 	if len(s.live()) >= maxSessions {
 		return ""
 	}
-	spec := hostlink.MachineSpec{}
+	spec := domain.SessionSpec{}
 	if s.rng.IntN(3) == 0 {
 		spec.IdleTimeoutSec = -1 // never idles out
 	}
@@ -110,21 +111,21 @@ func (s *sim) exec() string {
 		return ""
 	}
 	s.startExec(id)
-	return "exec " + id
+	return "exec " + string(id)
 }
 
 // startExec is a client's exec: coordinator.Guest (resuming an Idle
 // session and waiting), then one request to the guest through its host.
-func (s *sim) startExec(id string) {
+func (s *sim) startExec(id domain.SessionID) {
 	s.client(func(ctx context.Context) {
 		g, err := s.co.Guest(ctx, id)
 		if err != nil {
 			s.logf("   exec %s: %v", id, err)
 			return
 		}
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://host"+g.PathPrefix+"/v1/exec", nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://host"+g.Route.Prefix+guestapi.PathExec, nil)
 		req.Header.Set(hostlink.HeaderEpoch, fmt.Sprint(g.Session.Epoch))
-		resp, err := g.Transport.RoundTrip(req)
+		resp, err := g.Route.Transport.RoundTrip(req)
 		if err != nil {
 			s.logf("   exec %s on %s: %v", id, g.Session.HostID, err)
 			return
@@ -152,7 +153,7 @@ func (s *sim) snapshot() string {
 		snap, err := s.co.Snapshot(ctx, id)
 		s.logf("   snapshot %s: %s err=%v", id, snap.ID, err)
 	})
-	return "snapshot " + id
+	return "snapshot " + string(id)
 }
 
 func (s *sim) prompt() string {
@@ -164,7 +165,7 @@ func (s *sim) prompt() string {
 }
 
 // put sends one outbox item and remembers it if it was acknowledged.
-func (s *sim) put(id, prefix string) string {
+func (s *sim) put(id domain.SessionID, prefix string) string {
 	s.items++
 	item := fmt.Sprintf("%s-%d", prefix, s.items)
 	_, err := s.co.PutOutbox(context.Background(), id, item, "prompt", json.RawMessage(`{}`))
@@ -207,7 +208,7 @@ func (s *sim) vmExit() string {
 	for _, h := range s.w.hosts {
 		for _, sid := range slices.Sorted(maps.Keys(h.machines)) {
 			if !h.machines[sid].exited {
-				cands = append(cands, h.id+" "+sid)
+				cands = append(cands, string(h.id)+" "+sid)
 			}
 		}
 	}
@@ -216,8 +217,8 @@ func (s *sim) vmExit() string {
 		return ""
 	}
 	hid, sid, _ := strings.Cut(c, " ")
-	s.w.byID[hid].machines[sid].exited = true
-	return fmt.Sprintf("machine of %s on %s exits", sid, s.w.byID[hid].name)
+	s.w.byID[domain.HostID(hid)].machines[sid].exited = true
+	return fmt.Sprintf("machine of %s on %s exits", sid, s.w.byID[domain.HostID(hid)].name)
 }
 
 // partition cuts a host off: briefly (a dropped link) or for longer than

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/hostlink"
 )
 
@@ -42,11 +43,11 @@ type machine struct {
 type world struct {
 	mu     sync.Mutex
 	hosts  []*host
-	byID   map[string]*host
+	byID   map[domain.HostID]*host
 	chunks map[string]bool       // blob store: chunk key -> stored
 	states map[string]guestState // snapshot id -> the guest state its "state" chunk holds
 	bad    []string              // invariant violations seen between steps
-	facts  hostlink.Facts
+	facts  domain.HostFacts
 	hostH  http.Handler // the coordinator's HostHandler
 	// sabotage breaks the hosts on purpose (sabotage_test.go); zero: none.
 	sabotage sabotage
@@ -64,8 +65,8 @@ const (
 
 func newWorld() *world {
 	return &world{
-		byID: map[string]*host{}, chunks: map[string]bool{}, states: map[string]guestState{},
-		facts: hostlink.Facts{Arch: "amd64", Backend: hostlink.BackendFacts{Name: "sim", Version: "1", Acceleration: "none"}},
+		byID: map[domain.HostID]*host{}, chunks: map[string]bool{}, states: map[string]guestState{},
+		facts: domain.HostFacts{Arch: "amd64", Backend: domain.BackendFacts{Name: "sim", Version: "1", Acceleration: "none"}},
 	}
 }
 
@@ -76,7 +77,8 @@ func (w *world) violate(format string, args ...any) {
 // host is one simulated host agent plus its machines.
 type host struct {
 	w        *world
-	id, name string
+	id       domain.HostID
+	name     string
 	capacity int // machines it admits
 	// Guarded by w.mu.
 	up, cut   bool
@@ -99,7 +101,7 @@ type host struct {
 	loopDone  chan struct{}
 }
 
-func newHost(w *world, id, name string, capacity int) *host {
+func newHost(w *world, id domain.HostID, name string, capacity int) *host {
 	h := &host{w: w, id: id, name: name, capacity: capacity, epochs: map[string]int64{},
 		machines: map[string]*machine{}, locks: map[string]chan struct{}{}, interval: time.Second}
 	w.hosts = append(w.hosts, h)
@@ -148,7 +150,7 @@ func (w *world) checkLiveLocked(self *host, sid, why string) {
 }
 
 // Transport implements coordinator.HostTransports.
-func (w *world) Transport(_ context.Context, hostID string) (http.RoundTripper, error) {
+func (w *world) Transport(_ context.Context, hostID domain.HostID) (http.RoundTripper, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	h := w.byID[hostID]

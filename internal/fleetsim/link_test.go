@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/hostlink"
 )
 
@@ -73,7 +74,7 @@ func (h *host) call(register bool) bool {
 		}
 		ms = append(ms, hostlink.MachineStatus{SessionID: sid, Epoch: m.epoch, State: state, LastActivity: m.active})
 	}
-	capa := hostlink.Capacity{MemoryMiB: 256 * h.capacity, VCPUs: h.capacity, MaxSessions: h.capacity, Sessions: len(h.machines)}
+	capa := domain.Capacity{MemoryMiB: 256 * h.capacity, VCPUs: h.capacity, MaxSessions: h.capacity, Sessions: len(h.machines)}
 	var in any = hostlink.HeartbeatRequest{Capacity: capa, Machines: ms, Snapshots: slices.Clone(h.cached)}
 	path := hostlink.PathHeartbeat
 	if register {

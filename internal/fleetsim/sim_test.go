@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -36,8 +37,7 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/internal/coordinator"
-	"github.com/engrams/engrams/internal/lifecycle"
-	"github.com/engrams/engrams/internal/store"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store/sqlite"
 )
 
@@ -78,13 +78,13 @@ type sim struct {
 	steps []string
 	clog  *logBuf
 
-	sessions []string            // every session created, in order
-	acked    map[string][]string // session -> outbox item ids PutOutbox acknowledged
+	sessions []domain.SessionID            // every session created, in order
+	acked    map[domain.SessionID][]string // session -> outbox item ids PutOutbox acknowledged
 	items    int
-	heals    map[*host]time.Time // partitioned hosts and when they heal
-	backs    map[*host]time.Time // crashed hosts and when they restart
-	checked  map[string]int64    // session -> last event seq checked
-	state    map[string]lifecycle.State
+	heals    map[*host]time.Time        // partitioned hosts and when they heal
+	backs    map[*host]time.Time        // crashed hosts and when they restart
+	checked  map[domain.SessionID]int64 // session -> last event seq checked
+	state    map[domain.SessionID]domain.SessionState
 }
 
 func (s *sim) logf(format string, args ...any) {
@@ -102,8 +102,8 @@ func newSim(t *testing.T, seed uint64, dir string, opts options) (*sim, func()) 
 		t.Fatal(err)
 	}
 	s := &sim{t: t, seed: seed, opts: opts, rng: rand.New(rand.NewPCG(seed, 0x5eed)), w: newWorld(), st: st, clog: &logBuf{},
-		acked: map[string][]string{}, heals: map[*host]time.Time{}, backs: map[*host]time.Time{},
-		checked: map[string]int64{}, state: map[string]lifecycle.State{}}
+		acked: map[domain.SessionID][]string{}, heals: map[*host]time.Time{}, backs: map[*host]time.Time{},
+		checked: map[domain.SessionID]int64{}, state: map[domain.SessionID]domain.SessionState{}}
 	var ids atomic.Int64
 	s.co, err = coordinator.New(simConfig(), coordinator.Deps{
 		Store: st, Hosts: s.w, Logger: slog.New(s.clog.handler()),
@@ -112,7 +112,9 @@ func newSim(t *testing.T, seed uint64, dir string, opts options) (*sim, func()) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.w.hostH = s.co.HostHandler()
+	hostMux := http.NewServeMux()
+	s.co.RouteHostLink(hostMux)
+	s.w.hostH = hostMux
 	s.w.sabotage = opts.sabotage
 	runCtx, stopRun := context.WithCancel(ctx)
 	ran := make(chan struct{})
@@ -136,10 +138,10 @@ func newSim(t *testing.T, seed uint64, dir string, opts options) (*sim, func()) 
 }
 
 func (s *sim) addHost(name string) {
-	id := "host-" + name
+	id := domain.HostID("host-" + name)
 	now := time.Now()
-	err := s.st.CreateHost(context.Background(), store.Host{ID: id, Name: name, State: store.HostNew, CreatedAt: now},
-		store.Token{ID: "tok-" + name, Name: name, Kind: store.TokenHost, HostID: id, Prefix: "p",
+	err := s.st.CreateHost(context.Background(), domain.Host{ID: id, Name: name, State: domain.HostNew, CreatedAt: now},
+		domain.Token{ID: "tok-" + name, Name: name, Kind: domain.TokenHost, HostID: id, Prefix: "p",
 			Hash: coordinator.HashToken("secret-" + name), CreatedAt: now})
 	if err != nil {
 		s.t.Fatal(err)

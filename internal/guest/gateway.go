@@ -18,6 +18,9 @@ import (
 	"github.com/engrams/engrams/internal/guestapi"
 )
 
+// DefaultGatewayAddr is the model gateway listener's default address.
+const DefaultGatewayAddr = "127.0.0.1:4780"
+
 // gatewayWait: a gateway client connection that finds no tunnel within
 // this long is closed.
 const gatewayWait = 10 * time.Second
@@ -54,8 +57,8 @@ func newGateway(log *slog.Logger) *gateway {
 	return &gateway{log: log, wait: gatewayWait, done: make(chan struct{})}
 }
 
-// listen opens the listener on addr, which must be a loopback address.
-func (g *gateway) listen(addr string) error {
+// Listen opens the listener on addr, which must be a loopback address.
+func (g *gateway) Listen(addr string) error {
 	ln, err := listenLoopback(addr)
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -83,9 +86,9 @@ func listenLoopback(addr string) (net.Listener, error) {
 	return ln, nil
 }
 
-// url is the gateway's base URL ("" before it listens); the error says why
+// URL is the gateway's base URL ("" before it listens); the error says why
 // it cannot listen.
-func (g *gateway) url() (string, error) {
+func (g *gateway) URL() (string, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.lnErr != nil {
@@ -97,9 +100,9 @@ func (g *gateway) url() (string, error) {
 	return "http://" + g.addr, nil
 }
 
-// serve accepts connections until ctx is done, then closes the listener,
+// Serve accepts connections until ctx is done, then closes the listener,
 // the connections still waiting, and turns tunnel requests away.
-func (g *gateway) serve(ctx context.Context) {
+func (g *gateway) Serve(ctx context.Context) {
 	stop := context.AfterFunc(ctx, func() { _ = g.ln.Close() })
 	defer stop()
 	var wg sync.WaitGroup

@@ -30,7 +30,7 @@ func stageCLI(t *testing.T, spec harness.BuiltinSpec) string {
 	t.Helper()
 	modeltest.RequireCLIs(t)
 	dir := filepath.Join(modeltest.CacheDir(), "guest-harness", spec.Name+"@"+spec.Version)
-	if d, err := harness.LoadDescriptor(dir); err == nil && d.Version == spec.Version {
+	if d, err := guestapi.LoadHarnessDescriptor(dir); err == nil && d.Version == spec.Version {
 		return dir
 	}
 	b, err := harness.New(harness.Config{OutDir: t.TempDir(), CacheDir: filepath.Join(modeltest.CacheDir(), "harness-probe")}, harness.Deps{})
@@ -53,7 +53,7 @@ func stageCLI(t *testing.T, spec harness.BuiltinSpec) string {
 		t.Fatalf("stage %s: %v", spec.Name, err)
 	}
 	if err := os.Rename(tmp, dir); err != nil {
-		if _, lerr := harness.LoadDescriptor(dir); lerr != nil { // not another run staging it meanwhile
+		if _, lerr := guestapi.LoadHarnessDescriptor(dir); lerr != nil { // not another run staging it meanwhile
 			t.Fatalf("keep the staged %s: %v", spec.Name, err)
 		}
 	}

@@ -392,4 +392,10 @@ func (h *fakeHost) serveConn(c net.Conn, br *bufio.Reader) {
 	}
 }
 
-func slogDiscard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return json.RawMessage(`null`)
+	}
+	return b
+}

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/engrams/engrams/internal/guest/durable"
 	"github.com/engrams/engrams/internal/guestapi"
 )
 
@@ -192,7 +193,7 @@ func readApplied(dir string) (int64, error) {
 
 // writeApplied replaces the applied-seq file atomically and durably.
 func writeApplied(dir string, seq int64) error {
-	if err := writeFileAtomic(dir, appliedFile, []byte(strconv.FormatInt(seq, 10)+"\n")); err != nil {
+	if err := durable.WriteFileAtomic(dir, appliedFile, []byte(strconv.FormatInt(seq, 10)+"\n")); err != nil {
 		return fmt.Errorf("write outbox applied seq: %w", err)
 	}
 	return nil
@@ -224,7 +225,7 @@ func (o *outbox) appendJournal(entries []guestapi.OutboxEntry) error {
 		err = cerr
 	}
 	if err == nil && statErr != nil {
-		err = syncDir(o.dir) // the journal was just created
+		err = durable.SyncDir(o.dir) // the journal was just created
 	}
 	if err != nil {
 		return fmt.Errorf("append outbox journal: %w", err)
@@ -267,38 +268,47 @@ func repairJournal(p string) (int64, error) {
 	}
 }
 
-// writeFileAtomic replaces dir/name with data atomically and durably: it
-// writes and fsyncs name.tmp (0600), renames it over name and fsyncs dir.
-func writeFileAtomic(dir, name string, data []byte) error {
-	p := filepath.Join(dir, name)
-	tmp := p + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, p)
-	}
-	if err == nil {
-		err = syncDir(dir)
-	}
-	return err
+// JournalFrom reads the journal's complete lines from byte off and returns
+// the entries above seq after, and the bytes read (the harness adapter
+// reads its prompts and interrupts so).
+func (o *outbox) JournalFrom(off, after int64) ([]guestapi.OutboxEntry, int64, error) {
+	return readJournalFrom(filepath.Join(o.dir, journalFile), off, after)
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
+// readJournalFrom reads the outbox journal's complete lines from byte off
+// and returns the entries above seq after, and the bytes read.
+func readJournalFrom(p string, off, after int64) ([]guestapi.OutboxEntry, int64, error) {
+	f, err := os.Open(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, 0, nil
 	}
-	defer d.Close()
-	return d.Sync()
+	if err != nil {
+		return nil, 0, fmt.Errorf("read outbox journal: %w", err)
+	}
+	defer f.Close()
+	if _, err := f.Seek(off, io.SeekStart); err != nil {
+		return nil, 0, fmt.Errorf("read outbox journal: %w", err)
+	}
+	r := bufio.NewReaderSize(f, 64<<10)
+	var out []guestapi.OutboxEntry
+	var n int64
+	for {
+		line, err := r.ReadBytes('\n')
+		if errors.Is(err, io.EOF) {
+			return out, n, nil // a line being written is read next time
+		}
+		if err != nil {
+			return nil, 0, fmt.Errorf("read outbox journal: %w", err)
+		}
+		var jl journalLine
+		if err := json.Unmarshal(line, &jl); err != nil {
+			return nil, 0, fmt.Errorf("read outbox journal at byte %d: %w", off+n, err)
+		}
+		if jl.Seq > after {
+			out = append(out, jl.OutboxEntry)
+		}
+		n += int64(len(line))
+	}
 }
 
 func (s *Server) handleOutboxGet(w http.ResponseWriter, _ *http.Request) {

@@ -17,8 +17,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/engrams/engrams/internal/guest/adapter"
 	"github.com/engrams/engrams/internal/guestapi"
-	"github.com/engrams/engrams/internal/harness"
 )
 
 // Config is the daemon's configuration.
@@ -36,7 +36,7 @@ type Config struct {
 	// applied seq). It must be on the guest's snapshotted disk. Empty means
 	// DefaultStateDir.
 	StateDir string
-	// HarnessDir is where the harness bundle is mounted (harness.MountPoint
+	// HarnessDir is where the harness bundle is mounted (guestapi.HarnessMountPoint
 	// if empty); without a harness.json there the harness state is "none".
 	HarnessDir string
 	// HarnessHome is the harness processes' HOME, where they keep their
@@ -70,9 +70,8 @@ type Server struct {
 	handler http.Handler
 	started time.Time
 	outbox  *outbox
-	events  *eventLog
 	gw      *gateway
-	harness *adapter
+	harness harnessAdapter
 }
 
 // maxControlMessage bounds ExecStart and Control text messages.
@@ -93,7 +92,7 @@ func New(cfg Config, deps Deps) *Server {
 		cfg.OutputGrace = 100 * time.Millisecond
 	}
 	if cfg.HarnessDir == "" {
-		cfg.HarnessDir = harness.MountPoint
+		cfg.HarnessDir = guestapi.HarnessMountPoint
 	}
 	if cfg.HarnessHome == "" {
 		cfg.HarnessHome = filepath.Join(cfg.StateDir, "harness-home")
@@ -101,19 +100,16 @@ func New(cfg Config, deps Deps) *Server {
 	if cfg.GatewayAddr == "" {
 		cfg.GatewayAddr = DefaultGatewayAddr
 	}
-	if cfg.HarnessStall <= 0 {
-		cfg.HarnessStall = defaultHarnessStall
-	}
-	if cfg.HarnessGrace <= 0 {
-		cfg.HarnessGrace = defaultHarnessGrace
-	}
 	log := deps.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: log, started: time.Now(), events: newEventLog(cfg.StateDir), gw: newGateway(log)}
-	s.harness = newAdapter(cfg, log, s.events, s.gw)
-	s.outbox = &outbox{dir: cfg.StateDir, notify: s.harness.notify}
+	s := &Server{cfg: cfg, log: log, started: time.Now(), gw: newGateway(log), outbox: &outbox{dir: cfg.StateDir}}
+	s.harness = adapter.New(adapter.Config{
+		WorkDir: cfg.WorkDir, Env: cfg.Env, StateDir: cfg.StateDir, HarnessDir: cfg.HarnessDir, HarnessHome: cfg.HarnessHome,
+		GatewayAddr: cfg.GatewayAddr, HarnessStall: cfg.HarnessStall, HarnessGrace: cfg.HarnessGrace,
+	}, adapter.Deps{Logger: log, Gateway: s.gw, Journal: s.outbox})
+	s.outbox.notify = s.harness.Notify
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+guestapi.PathReady, s.handleReady)
 	mux.HandleFunc("GET "+guestapi.PathExec, s.handleExec)
@@ -153,11 +149,7 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // is done: prompts applied through the outbox run as harness turns, one at
 // a time. It joins everything it started; tunnel and event stream
 // requests are joined by Serve. The daemon calls it once, beside Serve.
-func (s *Server) Run(ctx context.Context) error { return s.harness.run(ctx) }
-
-func (s *Server) handleHarness(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, s.harness.status())
-}
+func (s *Server) Run(ctx context.Context) error { return s.harness.Run(ctx) }
 
 // Serve serves the API on ln until ctx is done or ln fails. It closes ln,
 // ends running commands when ctx is done, and joins every handler.

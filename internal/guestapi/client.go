@@ -48,8 +48,10 @@ func (e *Error) Is(target error) bool {
 // Client speaks the guest API over streams from a dial function (a Unix
 // socket, a vsock connection, a Mux stream). It is safe for concurrent use.
 type Client struct {
-	hc *http.Client
-	tr *http.Transport
+	hc     *http.Client
+	tr     *http.Transport // nil for a route client
+	prefix string          // path prefix of every request ("" for a direct client)
+	header http.Header     // sent with every request besides HeaderVersion
 }
 
 // baseURL is the authority of every request; the dial function decides
@@ -68,8 +70,19 @@ func NewClient(dial func(ctx context.Context) (net.Conn, error)) *Client {
 	return &Client{hc: &http.Client{Transport: tr}, tr: tr}
 }
 
+// NewRouteClient returns a Client whose requests go through rt to prefix +
+// the guest API path, each carrying header: the coordinator reaches a guest
+// through its host this way (hostlink.GuestRoute).
+func NewRouteClient(rt http.RoundTripper, prefix string, header http.Header) *Client {
+	return &Client{hc: &http.Client{Transport: rt}, prefix: prefix, header: header}
+}
+
 // Close releases idle connections.
-func (c *Client) Close() { c.tr.CloseIdleConnections() }
+func (c *Client) Close() {
+	if c.tr != nil {
+		c.tr.CloseIdleConnections()
+	}
+}
 
 func versionHeader() http.Header {
 	return http.Header{HeaderVersion: []string{strconv.Itoa(Version)}}
@@ -78,7 +91,7 @@ func versionHeader() http.Header {
 // do sends one request and returns the response of a 2xx answer; any other
 // answer becomes an *Error.
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, body io.Reader) (*http.Response, error) {
-	u := baseURL + path
+	u := baseURL + c.prefix + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
@@ -87,6 +100,9 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 		return nil, err
 	}
 	req.Header = versionHeader()
+	for k, v := range c.header {
+		req.Header[k] = v
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, err

@@ -10,48 +10,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/engrams/engrams/internal/guestinit/initproto"
 )
-
-// Control is one line of JSON the host sends on the control port. Every
-// field is optional; init applies what is set and answers with a Reply.
-// The host sends one at boot (identity and env before the daemon starts)
-// and one after every restore (clock step and RNG reseed).
-type Control struct {
-	// ID matches the Reply. Hosts make it unique per message over the
-	// machine's life, restores included (e.g. counting from a random
-	// start): init restarts the daemon once per ID, so a message resent
-	// after a lost reply does not restart it twice.
-	ID           uint64            `json:"id"`
-	Hostname     string            `json:"hostname,omitempty"`
-	Env          map[string]string `json:"env,omitempty"`     // written to EnvFile, passed to the daemon on (re)start
-	TimeUnixNano int64             `json:"time_unix_nano"`    // step CLOCK_REALTIME to this
-	Entropy      []byte            `json:"entropy,omitempty"` // credited to the kernel RNG, then the CRNG is reseeded
-	// RestartGuest restarts the guest daemon after the rest is applied, so
-	// it starts with the new Env (a new identity). Init answers once the
-	// new daemon runs, with its pid (Reply.GuestPID).
-	RestartGuest bool `json:"restart,omitempty"`
-	// RemountHarness mounts the harness disk again (its image changed: a
-	// restore attached another bundle), before the daemon restarts. A
-	// failure skips the restart. Init answers Reply.HarnessRemounted.
-	RemountHarness bool `json:"remount_harness,omitempty"`
-}
-
-// Reply answers a Control, and Hello (ID 0) is sent unprompted when init
-// opens the port.
-type Reply struct {
-	ID     uint64 `json:"id"`
-	OK     bool   `json:"ok"`
-	Error  string `json:"error,omitempty"`
-	BootID string `json:"boot_id,omitempty"`
-	Hello  bool   `json:"hello,omitempty"`
-	// GuestPID answers RestartGuest: the pid of the daemon started anew
-	// (the old one has exited). 0 from an init that predates it, which
-	// answered before the old daemon exited.
-	GuestPID int `json:"guest_pid,omitempty"`
-	// HarnessRemounted answers RemountHarness; false from an init that
-	// predates it.
-	HarnessRemounted bool `json:"harness_remounted,omitempty"`
-}
 
 // FindPort returns the /dev/vport* device whose virtio-serial name is name.
 func FindPort(name string) (string, error) {
@@ -66,8 +27,8 @@ func FindPort(name string) (string, error) {
 	return "", fmt.Errorf("find virtio-serial port %q: not present", name)
 }
 
-// apply carries out c. It returns the first error but tries every step.
-func (c Control) apply(setEnv func(map[string]string)) error {
+// applyControl carries out c. It returns the first error but tries every step.
+func applyControl(c initproto.Control, setEnv func(map[string]string)) error {
 	var errs []string
 	if c.TimeUnixNano != 0 {
 		tv := unix.NsecToTimeval(c.TimeUnixNano)
@@ -120,18 +81,18 @@ func addEntropy(b []byte) error {
 }
 
 func writeEnv(env map[string]string) error {
-	if err := os.MkdirAll(filepath.Dir(EnvFile), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(initproto.EnvFile), 0o700); err != nil {
 		return err
 	}
 	b, err := json.Marshal(env)
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(EnvFile, b, 0o600)
+	return os.WriteFile(initproto.EnvFile, b, 0o600)
 }
 
 func readEnv() map[string]string {
-	b, err := os.ReadFile(EnvFile)
+	b, err := os.ReadFile(initproto.EnvFile)
 	if err != nil {
 		return nil
 	}

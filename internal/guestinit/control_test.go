@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"testing"
+
+	"github.com/engrams/engrams/internal/guestinit/initproto"
 )
 
 // TestServeLinesAnswersEachControl drives the control protocol over a
@@ -27,7 +29,7 @@ func TestServeLinesAnswersEachControl(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var rep Reply
+		var rep initproto.Reply
 		if err := json.Unmarshal(b, &rep); err != nil {
 			t.Fatal(err)
 		}

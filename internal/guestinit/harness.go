@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/engrams/engrams/internal/guestinit/initproto"
 )
 
 // harnessWait bounds the wait for the harness disk: it is probed with the
@@ -32,11 +34,11 @@ type Harness struct {
 func newHarness(device string) *Harness {
 	return &Harness{
 		device:  device,
-		dir:     HarnessDir,
+		dir:     initproto.HarnessDir,
 		resolve: resolveDevice,
 		mkdir:   func(dir string) error { return os.MkdirAll(dir, 0o755) },
 		mount: func(dev, dir string) error {
-			return unix.Mount(dev, dir, HarnessFSType, harnessFlags, "")
+			return unix.Mount(dev, dir, initproto.HarnessFSType, harnessFlags, "")
 		},
 		unmount: func(dir string) error { return unix.Unmount(dir, 0) },
 		flush:   flushBlockDevice,
@@ -61,7 +63,7 @@ func (h *Harness) mountDev(dev string) error {
 		return fmt.Errorf("mount harness: %w", err)
 	}
 	if err := h.mount(dev, h.dir); err != nil {
-		return fmt.Errorf("mount harness %s (%s) on %s: %w", dev, HarnessFSType, h.dir, err)
+		return fmt.Errorf("mount harness %s (%s) on %s: %w", dev, initproto.HarnessFSType, h.dir, err)
 	}
 	return nil
 }

@@ -6,16 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/harness"
 	"golang.org/x/sys/unix"
 )
-
-func TestHarnessDirIsHarnessMountPoint(t *testing.T) {
-	t.Parallel()
-	if HarnessDir != harness.MountPoint || HarnessFSType != harness.FSType {
-		t.Fatalf("init mounts %s (%s), harness bundles expect %s (%s)", HarnessDir, HarnessFSType, harness.MountPoint, harness.FSType)
-	}
-}
 
 // fakeHarness records the system calls a Harness makes.
 func fakeHarness(unmountErr, mountErr error) (*Harness, *[]string) {

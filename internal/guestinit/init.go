@@ -16,11 +16,9 @@ import (
 
 	"github.com/mdlayher/vsock"
 	"golang.org/x/sys/unix"
-)
 
-// ModuleList is the initramfs file naming the modules to load, in order
-// (written by vmimage).
-const ModuleList = "/etc/engrams/modules"
+	"github.com/engrams/engrams/internal/guestinit/initproto"
+)
 
 // Run is PID 1: it prepares the machine and then supervises the guest
 // daemon forever. It returns only on a fatal error (the caller exits and
@@ -35,11 +33,11 @@ func Run() error {
 	if err != nil {
 		return err
 	}
-	p, err := ParseCmdline(string(cmdline))
+	p, err := initproto.ParseCmdline(string(cmdline))
 	if err != nil {
 		return err
 	}
-	if n, err := LoadModules(ModuleList); err != nil {
+	if n, err := LoadModules(initproto.ModuleList); err != nil {
 		return err
 	} else {
 		log.Debug("modules loaded", "count", n)
@@ -59,7 +57,7 @@ func Run() error {
 	if err := LateMounts(); err != nil {
 		return err
 	}
-	if lf, err := openLog(InitLog); err == nil {
+	if lf, err := openLog(initproto.InitLog); err == nil {
 		log = slog.New(slog.NewTextHandler(lf, nil))
 	}
 	if p.Hostname != "" {
@@ -72,7 +70,7 @@ func Run() error {
 	if strings.HasPrefix(p.Port, "vsock:") { // Firecracker: the guest channel is vsock
 		listen = p.Port
 	}
-	sup := NewSupervisor([]string{DaemonPath, "--listen", listen, "--log-file", DaemonLog}, log)
+	sup := NewSupervisor([]string{initproto.DaemonPath, "--listen", listen, "--log-file", initproto.DaemonLog}, log)
 	sup.SetEnv(readEnv())
 	first := make(chan struct{})
 	if p.CtlPort != "" {
@@ -183,13 +181,13 @@ func serveLines(rw io.ReadWriter, c controller, signal func()) error {
 
 // handle applies one control line: the settings, then a harness
 // remount, then a daemon restart (skipped when the remount failed).
-func (ct controller) handle(line []byte) Reply {
-	var c Control
+func (ct controller) handle(line []byte) initproto.Reply {
+	var c initproto.Control
 	if err := json.Unmarshal(line, &c); err != nil {
-		return Reply{Error: "decode control: " + err.Error()}
+		return initproto.Reply{Error: "decode control: " + err.Error()}
 	}
-	rep := Reply{ID: c.ID, OK: true, BootID: bootID()}
-	if err := c.apply(ct.sup.SetEnv); err != nil {
+	rep := initproto.Reply{ID: c.ID, OK: true, BootID: bootID()}
+	if err := applyControl(c, ct.sup.SetEnv); err != nil {
 		rep.OK, rep.Error = false, err.Error()
 	}
 	if c.RemountHarness {

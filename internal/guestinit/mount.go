@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/engrams/engrams/internal/guestinit/initproto"
 )
 
 type mountSpec struct {
@@ -40,7 +42,7 @@ func EarlyMounts() error {
 
 // MountRoot mounts the root device on newroot and the bundle device
 // read-only at newroot+BundleDir, waiting for the devices to appear.
-func MountRoot(p Params, newroot string) error {
+func MountRoot(p initproto.Params, newroot string) error {
 	root, err := resolveDevice(p.Root, 5*time.Second)
 	if err != nil {
 		return fmt.Errorf("mount root: %w", err)
@@ -55,7 +57,7 @@ func MountRoot(p Params, newroot string) error {
 	if err != nil {
 		return fmt.Errorf("mount bundle: %w", err)
 	}
-	dst := filepath.Join(newroot, BundleDir)
+	dst := filepath.Join(newroot, initproto.BundleDir)
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return fmt.Errorf("mount bundle: %w", err)
 	}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/engrams/engrams/internal/guestinit/initproto"
 )
 
 // Supervisor runs the guest daemon as PID 1's child, restarts it when it
@@ -138,7 +140,7 @@ func (s *Supervisor) environ() []string {
 }
 
 func (s *Supervisor) start() error {
-	logf, err := os.OpenFile(DaemonLog+".out", os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	logf, err := os.OpenFile(initproto.DaemonLog+".out", os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
 	if err != nil {
 		return fmt.Errorf("start guest daemon: open log: %w", err)
 	}

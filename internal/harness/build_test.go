@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/testutil"
 )
 
@@ -47,8 +48,8 @@ func scriptDescriptor(entry ...string) string {
 	if len(entry) == 0 {
 		entry = []string{"bin/run"}
 	}
-	d := Descriptor{Format: 1, Name: "test", Version: "1.0", Entrypoint: entry, Protocol: ProtocolShell,
-		Requires: Requires{Libc: LibcNone}}
+	d := guestapi.HarnessDescriptor{Format: 1, Name: "test", Version: "1.0", Entrypoint: entry, Protocol: guestapi.HarnessProtocolShell,
+		Requires: guestapi.HarnessRequires{Libc: guestapi.LibcNone}}
 	b, err := d.Marshal()
 	if err != nil {
 		panic(err)
@@ -60,7 +61,7 @@ func scriptDescriptor(entry ...string) string {
 // directories, a symlink and an empty file.
 func baseTree() []testFile {
 	return []testFile{
-		{path: DescriptorFile, body: scriptDescriptor(), mode: 0o644},
+		{path: guestapi.HarnessDescriptorFile, body: scriptDescriptor(), mode: 0o644},
 		{path: "bin/run", body: "#!/bin/sh\necho run \"$@\"\n", mode: 0o755},
 		{path: "lib/a/b/data.txt", body: strings.Repeat("data\n", 2000), mode: 0o644},
 		{path: "lib/a/empty", mode: 0o644},
@@ -229,13 +230,13 @@ func TestBuildRefuses(t *testing.T) {
 		want   error
 		msg    string
 	}{
-		{"no descriptor", func(t *testing.T, dir string) { rm(t, dir, DescriptorFile) }, ErrInvalidDescriptor, "no such file"},
+		{"no descriptor", func(t *testing.T, dir string) { rm(t, dir, guestapi.HarnessDescriptorFile) }, guestapi.ErrInvalidHarnessDescriptor, "no such file"},
 		{"descriptor symlink", func(t *testing.T, dir string) {
-			rm(t, dir, DescriptorFile)
+			rm(t, dir, guestapi.HarnessDescriptorFile)
 			write(t, dir, "real.json", scriptDescriptor(), 0o644)
-			must(t, os.Symlink("real.json", filepath.Join(dir, DescriptorFile)))
-		}, ErrInvalidDescriptor, "not a regular file"},
-		{"descriptor invalid", func(t *testing.T, dir string) { write(t, dir, DescriptorFile, `{"format":1}`, 0o644) }, ErrInvalidDescriptor, "name"},
+			must(t, os.Symlink("real.json", filepath.Join(dir, guestapi.HarnessDescriptorFile)))
+		}, guestapi.ErrInvalidHarnessDescriptor, "not a regular file"},
+		{"descriptor invalid", func(t *testing.T, dir string) { write(t, dir, guestapi.HarnessDescriptorFile, `{"format":1}`, 0o644) }, guestapi.ErrInvalidHarnessDescriptor, "name"},
 		{"fifo", func(t *testing.T, dir string) { must(t, syscall.Mkfifo(filepath.Join(dir, "lib/fifo"), 0o644)) }, ErrInvalidTree, "lib/fifo"},
 		{"setuid", func(t *testing.T, dir string) { must(t, syscall.Chmod(filepath.Join(dir, "bin/run"), 0o4755)) }, ErrInvalidTree, "setuid"},
 		{"private file", func(t *testing.T, dir string) { must(t, os.Chmod(filepath.Join(dir, "lib/a/empty"), 0o600)) }, ErrInvalidTree, "not readable by all"},
@@ -244,10 +245,10 @@ func TestBuildRefuses(t *testing.T) {
 		{"entrypoint missing", func(t *testing.T, dir string) { rm(t, dir, "bin/run") }, ErrInvalidTree, "entrypoint[0]"},
 		{"entrypoint not executable", func(t *testing.T, dir string) { must(t, os.Chmod(filepath.Join(dir, "bin/run"), 0o754)) }, ErrInvalidTree, "not executable by all"},
 		{"entrypoint a directory", func(t *testing.T, dir string) {
-			write(t, dir, DescriptorFile, scriptDescriptor("lib/a"), 0o644)
+			write(t, dir, guestapi.HarnessDescriptorFile, scriptDescriptor("lib/a"), 0o644)
 		}, ErrInvalidTree, "not a regular file"},
 		{"second element missing", func(t *testing.T, dir string) {
-			write(t, dir, DescriptorFile, scriptDescriptor("bin/run", "lib/cli.js"), 0o644)
+			write(t, dir, guestapi.HarnessDescriptorFile, scriptDescriptor("bin/run", "lib/cli.js"), 0o644)
 		}, ErrInvalidTree, "entrypoint[1]"},
 		{"entrypoint absolute symlink", func(t *testing.T, dir string) {
 			rm(t, dir, "bin/run")
@@ -296,15 +297,15 @@ func TestBuildAccepts(t *testing.T) {
 		{"entrypoint through symlinks inside", func(t *testing.T, dir string) {
 			must(t, os.Symlink("../bin", filepath.Join(dir, "lib/bindir")))
 			must(t, os.Symlink("bindir/run", filepath.Join(dir, "lib/run")))
-			write(t, dir, DescriptorFile, scriptDescriptor("lib/run", "lib/link"), 0o644)
+			write(t, dir, guestapi.HarnessDescriptorFile, scriptDescriptor("lib/run", "lib/link"), 0o644)
 		}},
 		{"absolute symlink elsewhere", func(t *testing.T, dir string) {
 			must(t, os.Symlink("/etc/passwd", filepath.Join(dir, "lib/passwd")))
 		}},
 		{"glibc program, libc glibc", func(t *testing.T, dir string) {
 			copyFile(t, glibcProgram, filepath.Join(dir, "bin/run"))
-			d, _ := ParseDescriptor([]byte(scriptDescriptor()))
-			d.Requires = Requires{Libc: LibcGlibc, GlibcMin: info.GlibcMin}
+			d, _ := guestapi.ParseHarnessDescriptor([]byte(scriptDescriptor()))
+			d.Requires = guestapi.HarnessRequires{Libc: guestapi.LibcGlibc, GlibcMin: info.GlibcMin}
 			must(t, writeDescriptor(dir, d))
 		}},
 	}
@@ -324,15 +325,15 @@ func TestInspectELF(t *testing.T) {
 	t.Parallel()
 	glibc := dynamicGlibcProgram(t)
 	info, err := inspectELF(glibc)
-	if err != nil || info.Libc != LibcGlibc || info.GlibcMin == "" || compareVersions(info.GlibcMin, "2.2") < 0 {
+	if err != nil || info.Libc != guestapi.LibcGlibc || info.GlibcMin == "" || guestapi.CompareVersions(info.GlibcMin, "2.2") < 0 {
 		t.Fatalf("inspectELF(%s) = %+v, %v; want glibc with a version", glibc, info, err)
 	}
 	static := staticProgram(t)
-	if info, err := inspectELF(static); err != nil || info.Libc != LibcNone || len(info.Libs) != 0 {
+	if info, err := inspectELF(static); err != nil || info.Libc != guestapi.LibcNone || len(info.Libs) != 0 {
 		t.Fatalf("inspectELF(%s) = %+v, %v; want static", static, info, err)
 	}
 	if musl := muslProgram(t); musl != "" {
-		if info, err := inspectELF(musl); err != nil || info.Libc != LibcMusl || info.GlibcMin != "" {
+		if info, err := inspectELF(musl); err != nil || info.Libc != guestapi.LibcMusl || info.GlibcMin != "" {
 			t.Fatalf("inspectELF(%s) = %+v, %v; want musl", musl, info, err)
 		}
 	}
@@ -347,7 +348,7 @@ func TestInspectELF(t *testing.T) {
 func dynamicGlibcProgram(t *testing.T) string {
 	t.Helper()
 	for _, p := range []string{"/bin/true", "/usr/bin/true", "/bin/ls"} {
-		if info, err := inspectELF(p); err == nil && info.Libc == LibcGlibc {
+		if info, err := inspectELF(p); err == nil && info.Libc == guestapi.LibcGlibc {
 			return p
 		}
 	}
@@ -359,7 +360,7 @@ func dynamicGlibcProgram(t *testing.T) string {
 func staticProgram(t *testing.T) string {
 	t.Helper()
 	for _, p := range []string{"/bin/busybox", "/usr/bin/busybox"} {
-		if info, err := inspectELF(p); err == nil && info.Libc == LibcNone {
+		if info, err := inspectELF(p); err == nil && info.Libc == guestapi.LibcNone {
 			return p
 		}
 	}

@@ -17,6 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/engrams/engrams/internal/guestapi"
 )
 
 // buildEpoch is the time stamped on every inode and on the superblock, so
@@ -114,7 +116,7 @@ type BuildSpec struct {
 
 // Bundle is a built harness bundle.
 type Bundle struct {
-	Descriptor Descriptor
+	Descriptor guestapi.HarnessDescriptor
 	Digest     string // "sha256:<hex>" of the image's bytes
 	Path       string // OutDir/BundleFileName(Digest)
 	SizeBytes  int64  // the image's size
@@ -128,7 +130,7 @@ func BundleFileName(digest string) string {
 }
 
 // Build packs the tree at spec.Dir into a read-only erofs image named by
-// its digest in OutDir. It validates harness.json (ErrInvalidDescriptor)
+// its digest in OutDir. It validates harness.json (guestapi.ErrInvalidHarnessDescriptor)
 // and the tree (ErrInvalidTree) first. The same tree gives the same bytes:
 // every inode is root's and stamped with one time, extended attributes are
 // left out, the UUID derives from the name and version, and mkfs.erofs
@@ -153,7 +155,7 @@ func (b *Builder) build(ctx context.Context, spec BuildSpec) (Bundle, error) {
 	if err != nil {
 		return Bundle{}, err
 	}
-	d, err := LoadDescriptor(dir)
+	d, err := guestapi.LoadHarnessDescriptor(dir)
 	if err != nil {
 		return Bundle{}, err
 	}
@@ -191,7 +193,7 @@ func (b *Builder) build(ctx context.Context, spec BuildSpec) (Bundle, error) {
 }
 
 // mkfs runs mkfs.erofs with every choice that affects the bytes pinned.
-func (b *Builder) mkfs(ctx context.Context, img, dir string, d Descriptor, compression string) error {
+func (b *Builder) mkfs(ctx context.Context, img, dir string, d guestapi.HarnessDescriptor, compression string) error {
 	args := []string{
 		"-T", strconv.Itoa(buildEpoch), "--all-root", "-x", "-1",
 		"-U", bundleUUID(d.Name, d.Version),

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"slices"
 	"time"
+
+	"github.com/engrams/engrams/internal/guestapi"
 )
 
 // Built-in harnesses.
@@ -60,30 +62,30 @@ func (b *Builder) BuildBuiltin(ctx context.Context, spec BuiltinSpec) (Bundle, e
 // StageBuiltin assembles the tree of a built-in harness, harness.json
 // included, in dir (created if absent; it must be empty), ready for Build.
 // Entrypoints run from dir as they will from MountPoint.
-func (b *Builder) StageBuiltin(ctx context.Context, spec BuiltinSpec, dir string) (Descriptor, error) {
+func (b *Builder) StageBuiltin(ctx context.Context, spec BuiltinSpec, dir string) (guestapi.HarnessDescriptor, error) {
 	start := time.Now()
 	d, err := b.stageBuiltin(ctx, spec, dir)
 	if err != nil {
-		return Descriptor{}, fmt.Errorf("stage built-in harness %s@%s: %w", spec.Name, spec.Version, err)
+		return guestapi.HarnessDescriptor{}, fmt.Errorf("stage built-in harness %s@%s: %w", spec.Name, spec.Version, err)
 	}
 	b.log.Info("built-in harness staged", "name", d.Name, "version", d.Version, "dir", dir, "took", time.Since(start))
 	return d, nil
 }
 
-func (b *Builder) stageBuiltin(ctx context.Context, spec BuiltinSpec, dir string) (Descriptor, error) {
+func (b *Builder) stageBuiltin(ctx context.Context, spec BuiltinSpec, dir string) (guestapi.HarnessDescriptor, error) {
 	if !slices.Contains(Builtins(), spec.Name) {
-		return Descriptor{}, fmt.Errorf("%w: %q (built in: %v)", ErrUnknownBuiltin, spec.Name, Builtins())
+		return guestapi.HarnessDescriptor{}, fmt.Errorf("%w: %q (built in: %v)", ErrUnknownBuiltin, spec.Name, Builtins())
 	}
-	if spec.Libc != "" && (spec.Name != BuiltinClaudeCode || (spec.Libc != LibcGlibc && spec.Libc != LibcMusl)) {
-		return Descriptor{}, fmt.Errorf("%w: libc %q: only claude-code has builds to choose from (glibc or musl)", ErrUnknownBuiltin, spec.Libc)
+	if spec.Libc != "" && (spec.Name != BuiltinClaudeCode || (spec.Libc != guestapi.LibcGlibc && spec.Libc != guestapi.LibcMusl)) {
+		return guestapi.HarnessDescriptor{}, fmt.Errorf("%w: libc %q: only claude-code has builds to choose from (glibc or musl)", ErrUnknownBuiltin, spec.Libc)
 	}
 	if spec.Name != BuiltinShell && b.cfg.CacheDir == "" {
-		return Descriptor{}, errors.New("Config.CacheDir is required to fetch npm packages")
+		return guestapi.HarnessDescriptor{}, errors.New("Config.CacheDir is required to fetch npm packages")
 	}
 	if err := emptyDir(dir); err != nil {
-		return Descriptor{}, err
+		return guestapi.HarnessDescriptor{}, err
 	}
-	var d Descriptor
+	var d guestapi.HarnessDescriptor
 	var err error
 	switch spec.Name {
 	case BuiltinShell:
@@ -94,10 +96,10 @@ func (b *Builder) stageBuiltin(ctx context.Context, spec BuiltinSpec, dir string
 		d, err = b.stageCodex(ctx, spec, dir)
 	}
 	if err != nil {
-		return Descriptor{}, err
+		return guestapi.HarnessDescriptor{}, err
 	}
 	if err := normalizeModes(dir); err != nil {
-		return Descriptor{}, err
+		return guestapi.HarnessDescriptor{}, err
 	}
 	return d, writeDescriptor(dir, d)
 }
@@ -140,12 +142,12 @@ func emptyDir(dir string) error {
 }
 
 // writeDescriptor writes d as dir/harness.json.
-func writeDescriptor(dir string, d Descriptor) error {
+func writeDescriptor(dir string, d guestapi.HarnessDescriptor) error {
 	data, err := d.Marshal()
 	if err != nil {
 		return err
 	}
-	p := filepath.Join(dir, DescriptorFile)
+	p := filepath.Join(dir, guestapi.HarnessDescriptorFile)
 	if err := os.WriteFile(p, data, 0o644); err != nil {
 		return err
 	}
@@ -161,21 +163,21 @@ var shellScript []byte
 // ShellEntrypoint is the shell harness's script in its bundle.
 const ShellEntrypoint = "bin/engrams-shell-harness"
 
-func stageShell(spec BuiltinSpec, dir string) (Descriptor, error) {
+func stageShell(spec BuiltinSpec, dir string) (guestapi.HarnessDescriptor, error) {
 	if spec.Version != "" && spec.Version != "latest" && spec.Version != ShellVersion {
-		return Descriptor{}, fmt.Errorf("%w: shell has only version %s, not %q", ErrUnknownBuiltin, ShellVersion, spec.Version)
+		return guestapi.HarnessDescriptor{}, fmt.Errorf("%w: shell has only version %s, not %q", ErrUnknownBuiltin, ShellVersion, spec.Version)
 	}
 	p := filepath.Join(dir, filepath.FromSlash(ShellEntrypoint))
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return Descriptor{}, err
+		return guestapi.HarnessDescriptor{}, err
 	}
 	if err := os.WriteFile(p, shellScript, 0o755); err != nil {
-		return Descriptor{}, err
+		return guestapi.HarnessDescriptor{}, err
 	}
-	return Descriptor{
-		Format: DescriptorFormat, Name: BuiltinShell, Version: ShellVersion,
-		Entrypoint: []string{ShellEntrypoint}, Protocol: ProtocolShell,
-		Requires: Requires{Libc: LibcNone},
+	return guestapi.HarnessDescriptor{
+		Format: guestapi.HarnessDescriptorFormat, Name: BuiltinShell, Version: ShellVersion,
+		Entrypoint: []string{ShellEntrypoint}, Protocol: guestapi.HarnessProtocolShell,
+		Requires: guestapi.HarnessRequires{Libc: guestapi.LibcNone},
 	}, nil
 }
 
@@ -183,8 +185,8 @@ func stageShell(spec BuiltinSpec, dir string) (Descriptor, error) {
 // the C library of any dynamic one (glibc and musl together are refused),
 // the newest glibc any needs, and every other library any needs. Shared
 // objects without a loader of their own (.so, .node) are not counted.
-func requiresOf(dir string) (Requires, error) {
-	r := Requires{Libc: LibcNone}
+func requiresOf(dir string) (guestapi.HarnessRequires, error) {
+	r := guestapi.HarnessRequires{Libc: guestapi.LibcNone}
 	libs := map[string]bool{}
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || !d.Type().IsRegular() {
@@ -201,14 +203,14 @@ func requiresOf(dir string) (Requires, error) {
 		if err != nil {
 			return fmt.Errorf("%w: %v", ErrUnsupportedPackage, err)
 		}
-		if bi.Libc == LibcNone {
+		if bi.Libc == guestapi.LibcNone {
 			return nil
 		}
-		if r.Libc != LibcNone && r.Libc != bi.Libc {
+		if r.Libc != guestapi.LibcNone && r.Libc != bi.Libc {
 			return fmt.Errorf("%w: %s needs %s, other programs %s", ErrUnsupportedPackage, p, bi.Libc, r.Libc)
 		}
 		r.Libc = bi.Libc
-		if bi.GlibcMin != "" && (r.GlibcMin == "" || compareVersions(bi.GlibcMin, r.GlibcMin) > 0) {
+		if bi.GlibcMin != "" && (r.GlibcMin == "" || guestapi.CompareVersions(bi.GlibcMin, r.GlibcMin) > 0) {
 			r.GlibcMin = bi.GlibcMin
 		}
 		for _, l := range bi.Libs {
@@ -217,7 +219,7 @@ func requiresOf(dir string) (Requires, error) {
 		return nil
 	})
 	if err != nil {
-		return Requires{}, fmt.Errorf("inspect programs: %w", err)
+		return guestapi.HarnessRequires{}, fmt.Errorf("inspect programs: %w", err)
 	}
 	for l := range libs {
 		r.Libs = append(r.Libs, l)

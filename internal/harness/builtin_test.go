@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/testutil"
 )
 
@@ -32,7 +33,7 @@ func TestShellHarness(t *testing.T) {
 	if err != nil {
 		t.Fatalf("StageBuiltin: %v", err)
 	}
-	if d.Protocol != ProtocolShell || d.Requires.Libc != LibcNone || !reflect.DeepEqual(d.Entrypoint, []string{ShellEntrypoint}) {
+	if d.Protocol != guestapi.HarnessProtocolShell || d.Requires.Libc != guestapi.LibcNone || !reflect.DeepEqual(d.Entrypoint, []string{ShellEntrypoint}) {
 		t.Fatalf("descriptor %+v", d)
 	}
 	work := t.TempDir()
@@ -46,7 +47,7 @@ func TestShellHarness(t *testing.T) {
 	var got []string
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
-		e, err := ParseShellEvent(sc.Bytes())
+		e, err := guestapi.ParseShellEvent(sc.Bytes())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -101,11 +102,11 @@ func TestBundleMounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	mnt := t.TempDir()
-	if out, err := exec.Command("mount", "-t", FSType, "-o", "loop,ro", bundle.Path, mnt).CombinedOutput(); err != nil {
-		testutil.SkipOrFail(t, "mount -t %s: %v: %s", FSType, err, out)
+	if out, err := exec.Command("mount", "-t", guestapi.HarnessFSType, "-o", "loop,ro", bundle.Path, mnt).CombinedOutput(); err != nil {
+		testutil.SkipOrFail(t, "mount -t %s: %v: %s", guestapi.HarnessFSType, err, out)
 	}
 	t.Cleanup(func() { _ = exec.Command("umount", mnt).Run() })
-	d, err := LoadDescriptor(mnt)
+	d, err := guestapi.LoadHarnessDescriptor(mnt)
 	if err != nil || !reflect.DeepEqual(d, bundle.Descriptor) {
 		t.Fatalf("descriptor in the bundle: %+v, %v; want %+v", d, err, bundle.Descriptor)
 	}
@@ -145,17 +146,17 @@ func TestBuiltinsFromNPM(t *testing.T) {
 		spec  BuiltinSpec
 		entry []string
 		want  string // --version output
-		req   Requires
+		req   guestapi.HarnessRequires
 	}{
 		{BuiltinSpec{Name: BuiltinClaudeCode, Version: testClaudeVersion}, []string{"bin/claude"},
-			testClaudeVersion + " (Claude Code)", Requires{Libc: LibcGlibc, GlibcMin: "2.17"}},
-		{BuiltinSpec{Name: BuiltinClaudeCode, Version: testClaudeVersion, Libc: LibcMusl}, []string{"bin/claude"},
-			testClaudeVersion + " (Claude Code)", Requires{Libc: LibcMusl}},
+			testClaudeVersion + " (Claude Code)", guestapi.HarnessRequires{Libc: guestapi.LibcGlibc, GlibcMin: "2.17"}},
+		{BuiltinSpec{Name: BuiltinClaudeCode, Version: testClaudeVersion, Libc: guestapi.LibcMusl}, []string{"bin/claude"},
+			testClaudeVersion + " (Claude Code)", guestapi.HarnessRequires{Libc: guestapi.LibcMusl}},
 		{BuiltinSpec{Name: BuiltinClaudeCode, Version: testClaudeNodeVersion}, []string{"bin/node", "lib/claude-code/cli.js"},
 			testClaudeNodeVersion + " (Claude Code)",
-			Requires{Libc: LibcGlibc, GlibcMin: "2.28", Libs: []string{"libgcc_s.so.1", "libstdc++.so.6"}}},
+			guestapi.HarnessRequires{Libc: guestapi.LibcGlibc, GlibcMin: "2.28", Libs: []string{"libgcc_s.so.1", "libstdc++.so.6"}}},
 		{BuiltinSpec{Name: BuiltinCodex, Version: testCodexVersion}, []string{"lib/codex/bin/codex"},
-			"codex-cli " + testCodexVersion, Requires{Libc: LibcNone}},
+			"codex-cli " + testCodexVersion, guestapi.HarnessRequires{Libc: guestapi.LibcNone}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.spec.Name+"@"+tc.spec.Version+tc.spec.Libc, func(t *testing.T) {
@@ -174,7 +175,7 @@ func TestBuiltinsFromNPM(t *testing.T) {
 			if !reflect.DeepEqual(d.Entrypoint, tc.entry) || !reflect.DeepEqual(d.Requires, tc.req) {
 				t.Fatalf("entrypoint %q, requires %+v; want %q, %+v", d.Entrypoint, d.Requires, tc.entry, tc.req)
 			}
-			if tc.req.Libc == LibcMusl {
+			if tc.req.Libc == guestapi.LibcMusl {
 				requireMuslLoader(t)
 			}
 			if out := runOffline(t, append(d.Argv(stage), "--version")); !strings.Contains(out, tc.want) {

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/engrams/engrams/internal/guestapi"
 )
 
 // npm packages the claude-code harness is assembled from.
@@ -25,13 +27,13 @@ const (
 )
 
 // claudeDescriptor describes a claude-code bundle.
-func claudeDescriptor(version string, entry []string, req Requires) Descriptor {
-	return Descriptor{
-		Format: DescriptorFormat, Name: BuiltinClaudeCode, Version: version,
-		Entrypoint: entry, Protocol: ProtocolClaudeStreamJSON,
-		Models: []string{"sonnet", "opus", "haiku", AnyModel},
+func claudeDescriptor(version string, entry []string, req guestapi.HarnessRequires) guestapi.HarnessDescriptor {
+	return guestapi.HarnessDescriptor{
+		Format: guestapi.HarnessDescriptorFormat, Name: BuiltinClaudeCode, Version: version,
+		Entrypoint: entry, Protocol: guestapi.HarnessProtocolClaudeStreamJSON,
+		Models: []string{"sonnet", "opus", "haiku", guestapi.AnyModel},
 		Modes:  []string{"bypassPermissions", "acceptEdits", "default", "plan"},
-		Credentials: []Credential{{
+		Credentials: []guestapi.HarnessCredential{{
 			Kind: "anthropic_api_key", Env: "ANTHROPIC_API_KEY", BaseURLEnv: "ANTHROPIC_BASE_URL",
 		}},
 		Hosts:    []string{"api.anthropic.com:443"},
@@ -42,15 +44,15 @@ func claudeDescriptor(version string, entry []string, req Requires) Descriptor {
 // stageClaude assembles claude-code: the native program when the package
 // has one (bin/claude), else Node.js and cli.js (bin/node
 // lib/claude-code/cli.js).
-func (b *Builder) stageClaude(ctx context.Context, spec BuiltinSpec, dir string) (Descriptor, error) {
+func (b *Builder) stageClaude(ctx context.Context, spec BuiltinSpec, dir string) (guestapi.HarnessDescriptor, error) {
 	m, err := b.manifest(ctx, ClaudePackage, spec.Version)
 	if err != nil {
-		return Descriptor{}, err
+		return guestapi.HarnessDescriptor{}, err
 	}
 	bin := m.binPath("claude")
 	if strings.HasSuffix(bin, ".js") || strings.HasSuffix(bin, ".mjs") {
-		if spec.Libc == LibcMusl {
-			return Descriptor{}, fmt.Errorf("%w: %s@%s runs on Node.js, which npm ships for glibc only",
+		if spec.Libc == guestapi.LibcMusl {
+			return guestapi.HarnessDescriptor{}, fmt.Errorf("%w: %s@%s runs on Node.js, which npm ships for glibc only",
 				ErrUnsupportedPackage, m.Name, m.Version)
 		}
 		return b.stageClaudeNode(ctx, m, bin, dir)
@@ -58,24 +60,24 @@ func (b *Builder) stageClaude(ctx context.Context, spec BuiltinSpec, dir string)
 	return b.stageClaudeNative(ctx, m, spec.Libc, dir)
 }
 
-func (b *Builder) stageClaudeNative(ctx context.Context, m npmManifest, libc, dir string) (Descriptor, error) {
+func (b *Builder) stageClaudeNative(ctx context.Context, m npmManifest, libc, dir string) (guestapi.HarnessDescriptor, error) {
 	pkg := ClaudeNativePackage
-	if libc == LibcMusl {
+	if libc == guestapi.LibcMusl {
 		pkg += "-musl"
 	}
 	spec, ok := m.OptionalDependencies[pkg]
 	if !ok {
-		return Descriptor{}, fmt.Errorf("%w: %s@%s has neither cli.js nor the platform package %s",
+		return guestapi.HarnessDescriptor{}, fmt.Errorf("%w: %s@%s has neither cli.js nor the platform package %s",
 			ErrUnsupportedPackage, m.Name, m.Version, pkg)
 	}
 	name, version := depTarget(pkg, spec)
 	pm, err := b.manifest(ctx, name, version)
 	if err != nil {
-		return Descriptor{}, err
+		return guestapi.HarnessDescriptor{}, err
 	}
 	tgz, err := b.tarball(ctx, pm)
 	if err != nil {
-		return Descriptor{}, err
+		return guestapi.HarnessDescriptor{}, err
 	}
 	err = extractTarball(tgz, dir, func(rel string) (string, bool) {
 		if rel == "claude" {
@@ -84,39 +86,39 @@ func (b *Builder) stageClaudeNative(ctx context.Context, m npmManifest, libc, di
 		return "lib/claude-code/" + rel, true
 	})
 	if err != nil {
-		return Descriptor{}, err
+		return guestapi.HarnessDescriptor{}, err
 	}
 	if st, err := os.Stat(filepath.Join(dir, "bin", "claude")); err != nil || st.Mode()&0o111 == 0 {
-		return Descriptor{}, fmt.Errorf("%w: %s@%s has no executable claude", ErrUnsupportedPackage, pm.Name, pm.Version)
+		return guestapi.HarnessDescriptor{}, fmt.Errorf("%w: %s@%s has no executable claude", ErrUnsupportedPackage, pm.Name, pm.Version)
 	}
 	req, err := requiresOf(dir)
 	if err != nil {
-		return Descriptor{}, err
+		return guestapi.HarnessDescriptor{}, err
 	}
 	return claudeDescriptor(m.Version, []string{"bin/claude"}, req), nil
 }
 
-func (b *Builder) stageClaudeNode(ctx context.Context, m npmManifest, cli, dir string) (Descriptor, error) {
+func (b *Builder) stageClaudeNode(ctx context.Context, m npmManifest, cli, dir string) (guestapi.HarnessDescriptor, error) {
 	if err := b.checkNodeEngine(m); err != nil {
-		return Descriptor{}, err
+		return guestapi.HarnessDescriptor{}, err
 	}
 	tgz, err := b.tarball(ctx, m)
 	if err != nil {
-		return Descriptor{}, err
+		return guestapi.HarnessDescriptor{}, err
 	}
 	err = extractTarball(tgz, dir, func(rel string) (string, bool) {
 		return "lib/claude-code/" + rel, !otherPlatform(rel)
 	})
 	if err != nil {
-		return Descriptor{}, err
+		return guestapi.HarnessDescriptor{}, err
 	}
 	nm, err := b.manifest(ctx, NodePackage, b.cfg.NodeVersion)
 	if err != nil {
-		return Descriptor{}, err
+		return guestapi.HarnessDescriptor{}, err
 	}
 	ntgz, err := b.tarball(ctx, nm)
 	if err != nil {
-		return Descriptor{}, err
+		return guestapi.HarnessDescriptor{}, err
 	}
 	err = extractTarball(ntgz, dir, func(rel string) (string, bool) {
 		switch rel {
@@ -128,17 +130,17 @@ func (b *Builder) stageClaudeNode(ctx context.Context, m npmManifest, cli, dir s
 		return "", false
 	})
 	if err != nil {
-		return Descriptor{}, err
+		return guestapi.HarnessDescriptor{}, err
 	}
 	entry := []string{"bin/node", path.Join("lib/claude-code", cli)}
 	for _, p := range entry {
 		if _, err := os.Stat(filepath.Join(dir, filepath.FromSlash(p))); err != nil {
-			return Descriptor{}, fmt.Errorf("%w: %s@%s: %v", ErrUnsupportedPackage, m.Name, m.Version, err)
+			return guestapi.HarnessDescriptor{}, fmt.Errorf("%w: %s@%s: %v", ErrUnsupportedPackage, m.Name, m.Version, err)
 		}
 	}
 	req, err := requiresOf(dir)
 	if err != nil {
-		return Descriptor{}, err
+		return guestapi.HarnessDescriptor{}, err
 	}
 	return claudeDescriptor(m.Version, entry, req), nil
 }
@@ -173,7 +175,7 @@ func (b *Builder) checkNodeEngine(m npmManifest) error {
 		b.log.Warn("engines.node not checked", "package", m.Name, "version", m.Version, "engines", want)
 		return nil
 	}
-	if compareVersions(b.cfg.NodeVersion, sub[1]) < 0 {
+	if guestapi.CompareVersions(b.cfg.NodeVersion, sub[1]) < 0 {
 		return fmt.Errorf("%w: %s@%s needs Node.js %s, the bundle would have %s (Config.NodeVersion)",
 			ErrUnsupportedPackage, m.Name, m.Version, want, b.cfg.NodeVersion)
 	}

@@ -8,6 +8,8 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+
+	"github.com/engrams/engrams/internal/guestapi"
 )
 
 // npm packages the codex harness is assembled from.
@@ -29,21 +31,21 @@ var codexLeftOut = []string{"codex-resources/voice/"}
 // stageCodex assembles codex: the vendored linux x86-64 build (from the
 // platform package, or from the main package in versions that carry every
 // platform) under lib/codex, laid out as its codex-package.json says.
-func (b *Builder) stageCodex(ctx context.Context, spec BuiltinSpec, dir string) (Descriptor, error) {
+func (b *Builder) stageCodex(ctx context.Context, spec BuiltinSpec, dir string) (guestapi.HarnessDescriptor, error) {
 	m, err := b.manifest(ctx, CodexPackage, spec.Version)
 	if err != nil {
-		return Descriptor{}, err
+		return guestapi.HarnessDescriptor{}, err
 	}
 	src := m
 	if dep, ok := m.OptionalDependencies[CodexPlatformDep]; ok {
 		name, version := depTarget(CodexPlatformDep, dep)
 		if src, err = b.manifest(ctx, name, version); err != nil {
-			return Descriptor{}, err
+			return guestapi.HarnessDescriptor{}, err
 		}
 	}
 	tgz, err := b.tarball(ctx, src)
 	if err != nil {
-		return Descriptor{}, err
+		return guestapi.HarnessDescriptor{}, err
 	}
 	err = extractTarball(tgz, dir, func(rel string) (string, bool) {
 		sub, ok := strings.CutPrefix(rel, codexTarget)
@@ -58,22 +60,22 @@ func (b *Builder) stageCodex(ctx context.Context, spec BuiltinSpec, dir string) 
 		return codexDir + "/" + sub, true
 	})
 	if err != nil {
-		return Descriptor{}, err
+		return guestapi.HarnessDescriptor{}, err
 	}
 	entry, err := codexEntrypoint(dir)
 	if err != nil {
-		return Descriptor{}, fmt.Errorf("%s@%s: %w", src.Name, src.Version, err)
+		return guestapi.HarnessDescriptor{}, fmt.Errorf("%s@%s: %w", src.Name, src.Version, err)
 	}
 	req, err := requiresOf(dir)
 	if err != nil {
-		return Descriptor{}, err
+		return guestapi.HarnessDescriptor{}, err
 	}
-	return Descriptor{
-		Format: DescriptorFormat, Name: BuiltinCodex, Version: m.Version,
-		Entrypoint: []string{entry}, Protocol: ProtocolCodexJSON,
-		Models: []string{"gpt-5.5", "gpt-5.4", "gpt-5.3-codex", AnyModel},
+	return guestapi.HarnessDescriptor{
+		Format: guestapi.HarnessDescriptorFormat, Name: BuiltinCodex, Version: m.Version,
+		Entrypoint: []string{entry}, Protocol: guestapi.HarnessProtocolCodexJSON,
+		Models: []string{"gpt-5.5", "gpt-5.4", "gpt-5.3-codex", guestapi.AnyModel},
 		Modes:  []string{"danger-full-access", "workspace-write", "read-only"},
-		Credentials: []Credential{{
+		Credentials: []guestapi.HarnessCredential{{
 			Kind: "openai_api_key", Env: "OPENAI_API_KEY", BaseURLEnv: "OPENAI_BASE_URL",
 		}},
 		Hosts:    []string{"api.openai.com:443"},
@@ -90,7 +92,7 @@ func codexEntrypoint(dir string) (string, error) {
 	}
 	rel := "codex/codex"
 	if data, err := os.ReadFile(filepath.Join(root, "codex-package.json")); err == nil {
-		if err := json.Unmarshal(data, &pkg); err != nil || checkBundlePath(pkg.Entrypoint) != nil {
+		if err := json.Unmarshal(data, &pkg); err != nil || guestapi.CheckHarnessPath(pkg.Entrypoint) != nil {
 			return "", fmt.Errorf("%w: codex-package.json has no usable entrypoint", ErrUnsupportedPackage)
 		}
 		rel = pkg.Entrypoint

@@ -9,6 +9,8 @@ import (
 	"path"
 	"slices"
 	"strings"
+
+	"github.com/engrams/engrams/internal/guestapi"
 )
 
 // binaryInfo is what an x86-64 ELF program needs of the image it runs on.
@@ -50,7 +52,7 @@ func inspectELF(p string) (binaryInfo, error) {
 	if f.Class != elf.ELFCLASS64 || f.Machine != elf.EM_X86_64 {
 		return binaryInfo{}, fmt.Errorf("ELF %s is %v %v, not x86-64", p, f.Class, f.Machine)
 	}
-	info := binaryInfo{Libc: LibcNone}
+	info := binaryInfo{Libc: guestapi.LibcNone}
 	interp, err := elfInterp(f)
 	if err != nil {
 		return binaryInfo{}, fmt.Errorf("read ELF %s: %w", p, err)
@@ -59,9 +61,9 @@ func inspectELF(p string) (binaryInfo, error) {
 	case interp == "":
 		return info, nil // static (static-pie too)
 	case base == "ld-linux-x86-64.so.2":
-		info.Libc = LibcGlibc
+		info.Libc = guestapi.LibcGlibc
 	case strings.HasPrefix(base, "ld-musl-"):
-		info.Libc = LibcMusl
+		info.Libc = guestapi.LibcMusl
 	default:
 		return binaryInfo{}, fmt.Errorf("ELF %s: unknown dynamic loader %q", p, interp)
 	}
@@ -75,7 +77,7 @@ func inspectELF(p string) (binaryInfo, error) {
 		}
 	}
 	slices.Sort(info.Libs)
-	if info.Libc == LibcGlibc {
+	if info.Libc == guestapi.LibcGlibc {
 		if info.GlibcMin, err = glibcNeeded(f); err != nil {
 			return binaryInfo{}, fmt.Errorf("read ELF %s: %w", p, err)
 		}
@@ -114,7 +116,7 @@ func glibcNeeded(f *elf.File) (string, error) {
 			if !ok || v == "" || v[0] < '0' || v[0] > '9' {
 				continue
 			}
-			if newest == "" || compareVersions(v, newest) > 0 {
+			if newest == "" || guestapi.CompareVersions(v, newest) > 0 {
 				newest = v
 			}
 		}

@@ -18,6 +18,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/engrams/engrams/internal/guestapi"
 )
 
 // Error categories of fetching npm packages.
@@ -313,7 +315,7 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 	if !ok {
 		return nil
 	}
-	if err := checkBundlePath(dst); err != nil {
+	if err := guestapi.CheckHarnessPath(dst); err != nil {
 		return fmt.Errorf("%w: %v", ErrUnsupportedPackage, err)
 	}
 	dst = filepath.FromSlash(dst)

@@ -20,6 +20,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/engrams/engrams/internal/guestapi"
 )
 
 // tarEntry is one entry of a fake npm tarball; names get "package/".
@@ -128,7 +130,7 @@ func (r *fakeRegistry) add(t *testing.T, name, version string, meta map[string]a
 	defer r.mu.Unlock()
 	r.docs[name+"@"+version] = data
 	r.tarballs[tpath] = served
-	if cur, ok := r.tags[name]; !ok || compareVersions(version, cur) > 0 {
+	if cur, ok := r.tags[name]; !ok || guestapi.CompareVersions(version, cur) > 0 {
 		r.tags[name] = version
 	}
 }
@@ -209,13 +211,13 @@ func TestStageBuiltinFromRegistry(t *testing.T) {
 	}{
 		{name: "claude native latest", spec: BuiltinSpec{Name: BuiltinClaudeCode}, version: "9.0.0",
 			entry: []string{"bin/claude"}, output: "9.0.0 (Claude Code)", present: []string{"lib/claude-code/LICENSE.md"}},
-		{name: "claude native musl", spec: BuiltinSpec{Name: BuiltinClaudeCode, Version: "9.0.0", Libc: LibcMusl}, version: "9.0.0",
+		{name: "claude native musl", spec: BuiltinSpec{Name: BuiltinClaudeCode, Version: "9.0.0", Libc: guestapi.LibcMusl}, version: "9.0.0",
 			entry: []string{"bin/claude"}, output: "9.0.0 (Claude Code)-musl"},
 		{name: "claude on node", spec: BuiltinSpec{Name: BuiltinClaudeCode, Version: "1.0.0"}, version: "1.0.0",
 			entry: []string{"bin/node", "lib/claude-code/cli.js"}, output: "node " + filepath.Join("STAGE", "lib/claude-code/cli.js"),
 			present: []string{"lib/claude-code/vendor/ripgrep/x64-linux/rg", "lib/node/LICENSE"},
 			absent:  []string{"lib/claude-code/vendor/ripgrep/arm64-darwin", "lib/claude-code/vendor/ripgrep/x64-win32", "include", "lib/node/include"}},
-		{name: "claude on node, musl", spec: BuiltinSpec{Name: BuiltinClaudeCode, Version: "1.0.0", Libc: LibcMusl}, wantError: ErrUnsupportedPackage},
+		{name: "claude on node, musl", spec: BuiltinSpec{Name: BuiltinClaudeCode, Version: "1.0.0", Libc: guestapi.LibcMusl}, wantError: ErrUnsupportedPackage},
 		{name: "claude needs newer node", spec: BuiltinSpec{Name: BuiltinClaudeCode, Version: "2.0.0"}, wantError: ErrUnsupportedPackage},
 		{name: "claude version unknown", spec: BuiltinSpec{Name: BuiltinClaudeCode, Version: "8.8.8"}, wantError: ErrNotFound},
 		{name: "claude version range", spec: BuiltinSpec{Name: BuiltinClaudeCode, Version: "^9.0.0"}, wantError: ErrNotFound},
@@ -225,7 +227,7 @@ func TestStageBuiltinFromRegistry(t *testing.T) {
 			absent:  []string{"lib/codex/codex-resources/voice", "vendor"}},
 		{name: "codex all platforms", spec: BuiltinSpec{Name: BuiltinCodex, Version: "0.1.0"}, version: "0.1.0",
 			entry: []string{"lib/codex/codex/codex"}, output: "codex-cli 0.1.0"},
-		{name: "codex libc", spec: BuiltinSpec{Name: BuiltinCodex, Libc: LibcMusl}, wantError: ErrUnknownBuiltin},
+		{name: "codex libc", spec: BuiltinSpec{Name: BuiltinCodex, Libc: guestapi.LibcMusl}, wantError: ErrUnknownBuiltin},
 		{name: "unknown", spec: BuiltinSpec{Name: "aider"}, wantError: ErrUnknownBuiltin},
 	}
 	for _, tc := range tests {
@@ -246,7 +248,7 @@ func TestStageBuiltinFromRegistry(t *testing.T) {
 			if d.Name != tc.spec.Name || d.Version != tc.version || !reflect.DeepEqual(d.Entrypoint, tc.entry) {
 				t.Fatalf("descriptor %+v, want %s@%s with entrypoint %q", d, tc.spec.Name, tc.version, tc.entry)
 			}
-			if d.Requires.Libc != LibcNone { // the fakes are scripts
+			if d.Requires.Libc != guestapi.LibcNone { // the fakes are scripts
 				t.Fatalf("requires %+v of scripts", d.Requires)
 			}
 			out, err := exec.Command(d.Argv(stage)[0], d.Argv(stage)[1:]...).CombinedOutput()

@@ -8,6 +8,8 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+
+	"github.com/engrams/engrams/internal/guestapi"
 )
 
 // ErrInvalidTree: the bundle tree cannot become a harness bundle (a special
@@ -120,7 +122,7 @@ func resolveInside(root, rel string) (string, error) {
 // checkEntrypoint checks that every entrypoint element is a regular file
 // inside the tree, that the first is executable, and, when it is an ELF
 // program, that it is x86-64 and its C library agrees with d.Requires.
-func checkEntrypoint(root string, d Descriptor) error {
+func checkEntrypoint(root string, d guestapi.HarnessDescriptor) error {
 	for i, rel := range d.Entrypoint {
 		res, err := resolveInside(root, rel)
 		if err != nil {
@@ -149,7 +151,7 @@ func checkEntrypoint(root string, d Descriptor) error {
 
 // checkProgram refuses an ELF entrypoint that cannot run where d.Requires
 // says the harness runs. Scripts are not inspected.
-func checkProgram(host, rel string, req Requires) error {
+func checkProgram(host, rel string, req guestapi.HarnessRequires) error {
 	ok, err := isELF(host)
 	if err != nil || !ok {
 		return err
@@ -159,9 +161,9 @@ func checkProgram(host, rel string, req Requires) error {
 		return fmt.Errorf("%w: entrypoint %q: %v", ErrInvalidTree, rel, err)
 	}
 	switch {
-	case info.Libc != LibcNone && info.Libc != req.Libc:
+	case info.Libc != guestapi.LibcNone && info.Libc != req.Libc:
 		return fmt.Errorf("%w: entrypoint %q needs %s but requires.libc is %q", ErrInvalidTree, rel, info.Libc, req.Libc)
-	case info.GlibcMin != "" && req.GlibcMin != "" && compareVersions(req.GlibcMin, info.GlibcMin) < 0:
+	case info.GlibcMin != "" && req.GlibcMin != "" && guestapi.CompareVersions(req.GlibcMin, info.GlibcMin) < 0:
 		return fmt.Errorf("%w: entrypoint %q needs glibc %s but requires.glibc_min is %s",
 			ErrInvalidTree, rel, info.GlibcMin, req.GlibcMin)
 	}

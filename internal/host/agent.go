@@ -1,12 +1,9 @@
 package host
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -14,7 +11,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/engrams/engrams/internal/chunk"
+	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/host/machines"
+	"github.com/engrams/engrams/internal/host/relay"
+	"github.com/engrams/engrams/internal/host/snapshots"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/vmm"
 )
@@ -28,11 +28,11 @@ type Config struct {
 	HeartbeatInterval time.Duration // until the coordinator names one; 0 = 10s
 	// Capacity offered to sessions; zero fields are detected (memory from
 	// /proc/meminfo, vCPUs from runtime.NumCPU). MaxSessions 0 = no limit.
-	Capacity     hostlink.Capacity
+	Capacity     domain.Capacity
 	AgentVersion string
 	// Considered lists every backend cmd/ looked at and why it was or was
 	// not usable; reported in Facts.Available. Empty = only the one in use.
-	Considered []hostlink.BackendFacts
+	Considered []domain.BackendFacts
 	// EpochRetention: the epoch record of a session this host neither runs
 	// nor is told it owns is deleted after this long; 0 = 24h.
 	EpochRetention time.Duration
@@ -49,31 +49,14 @@ type Deps struct {
 	// DiskChunks stores snapshot files in the blob store: disk, device
 	// state and every role but memory (a *chunk.Store with
 	// chunk.DiskChunkSize). nil: snapshot and restore answer "unsupported".
-	DiskChunks ChunkStore
+	DiskChunks snapshots.ChunkStore
 	// MemoryChunks stores the "memory" role (a *chunk.Store with
 	// chunk.MemoryChunkSize, same blob store and cache); nil = DiskChunks.
-	MemoryChunks ChunkStore
+	MemoryChunks snapshots.ChunkStore
 	// ChunkCache is the per-host chunk cache both stores fill (a
 	// *chunk.Cache); heartbeats name the snapshots it holds whole. nil =
 	// none reported.
-	ChunkCache ChunkCache
-}
-
-// ChunkStore is what the agent needs of a chunk store; *chunk.Store
-// satisfies it.
-type ChunkStore interface {
-	PutFile(ctx context.Context, path string) (chunk.Manifest, chunk.PutStats, error)
-	PutFileOver(ctx context.Context, path string, parent chunk.Manifest) (chunk.Manifest, chunk.PutStats, error)
-	PutReader(ctx context.Context, r io.Reader, size int64) (chunk.Manifest, chunk.PutStats, error)
-	Verify(ctx context.Context, m chunk.Manifest) error
-	VerifyData(ctx context.Context, m chunk.Manifest) error // fetches every chunk through the cache
-	Restore(ctx context.Context, m chunk.Manifest, dst string) error
-}
-
-// ChunkCache reports whether the per-host chunk cache holds a chunk;
-// *chunk.Cache satisfies it.
-type ChunkCache interface {
-	Has(hash string) bool
+	ChunkCache snapshots.ChunkCache
 }
 
 // Retry timing of the dial loop.
@@ -81,39 +64,26 @@ const (
 	retryBase    = 500 * time.Millisecond
 	retryMax     = 30 * time.Second
 	retryRefused = 2 * time.Minute // version mismatch or token refused
-	requestLimit = 30 * time.Second
-	maxFailedHBs = 3 // heartbeats failing in a row on a live link: redial
-
-	defaultEpochRetention = 24 * time.Hour
+	maxFailedHBs = 3               // heartbeats failing in a row on a live link: redial
 )
 
-// Agent is the host agent.
+// Agent is the host agent: the coordinator link and its heartbeats, over
+// the machine registry, the lifecycle, the snapshot parts and the
+// per-machine helpers it wires together.
 type Agent struct {
 	cfg  Config
 	deps Deps
 	log  *slog.Logger
 	api  http.Handler
-	cap  hostlink.Capacity
 
-	mu         sync.Mutex
-	machines   map[string]*machine             // by session id
-	reserved   map[string]hostlink.MachineSpec // boots in flight
-	epochs     map[string]int64                // highest epoch seen, cached
-	gen        uint64                          // bumped on every start or adopt
-	locks      keyedMutex                      // one per session: epoch check + act
-	imageLocks keyedMutex                      // one per root filesystem or image capture
-	prefetch   prefetchState                   // base snapshots being fetched (prefetch.go)
-	lease      leaseState                      // self-fencing (lease.go)
-	needed     map[string]time.Time            // session -> last time owned, run or commanded
-	pruned     time.Time                       // last epoch prune pass
-	cached     recentSnapshots                 // snapshots whose chunks were cached here
-	leaseKick  chan struct{}                   // wakes the lease watcher
+	link  *coordLink
+	lease *lease
+	reg   *machines.Registry
+	snaps *snapshots.Snapshots
+	relay *relay.Relay
+	life  *lifecycle
 
-	link atomic.Pointer[http.Client] // the registered coordinator link's client; nil while there is none
-
-	watchers sync.WaitGroup
-	stop     chan struct{} // closed when Run ends: watchers return
-	running  atomic.Bool
+	running atomic.Bool
 }
 
 // New returns an agent; Run starts it.
@@ -140,28 +110,23 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	if deps.MemoryChunks == nil {
 		deps.MemoryChunks = deps.DiskChunks
 	}
-	if cfg.EpochRetention <= 0 {
-		cfg.EpochRetention = defaultEpochRetention
-	}
 	capacity, err := detectCapacity(cfg.Capacity)
 	if err != nil {
 		return nil, fmt.Errorf("new host agent: %w", err)
 	}
-	a := &Agent{
-		cfg:      cfg,
-		deps:     deps,
-		log:      deps.Logger,
-		cap:      capacity,
-		machines: map[string]*machine{},
-		reserved: map[string]hostlink.MachineSpec{},
-		epochs:   map[string]int64{},
-		needed:   map[string]time.Time{},
-		stop:     make(chan struct{}),
-
-		leaseKick: make(chan struct{}, 1),
-	}
-	a.lease.ctx, a.lease.cancel = context.WithCancelCause(context.Background())
-	a.api = a.routes()
+	a := &Agent{cfg: cfg, deps: deps, log: deps.Logger, link: &coordLink{}}
+	a.reg = machines.New(machines.Config{DataDir: cfg.DataDir, Capacity: capacity, EpochRetention: cfg.EpochRetention},
+		machines.Deps{Logger: deps.Logger, Now: deps.Now})
+	a.lease = newLease(cfg.DataDir, deps.Logger, deps.Now, a.reg.Count)
+	facts := func() domain.HostFacts { return hostFacts(cfg, deps.Backend) }
+	a.snaps = snapshots.New(snapshots.Config{DataDir: cfg.DataDir}, snapshots.Deps{
+		Backend: deps.Backend, DiskChunks: deps.DiskChunks, MemoryChunks: deps.MemoryChunks, ChunkCache: deps.ChunkCache,
+		Logger: deps.Logger, Now: deps.Now, Facts: facts, Capacity: a.reg, Lease: a.lease,
+	})
+	a.relay = relay.New(relay.Deps{Logger: deps.Logger, Link: a.link, Epochs: a.reg})
+	a.life = &lifecycle{log: deps.Logger, now: deps.Now, backend: deps.Backend, facts: facts,
+		reg: a.reg, snaps: a.snaps, lease: a.lease, hooks: a.relay}
+	a.api = (&api{log: deps.Logger, reg: a.reg, life: a.life, snaps: a.snaps}).routes()
 	return a, nil
 }
 
@@ -172,24 +137,27 @@ func (a *Agent) Run(ctx context.Context) error {
 	if !a.running.CompareAndSwap(false, true) {
 		return errors.New("run host agent: already run")
 	}
+	// The registry's exit watchers and the per-machine helpers run until
+	// Run returns; the lease watcher and prefetch end with ctx.
+	partsCtx, stopParts := context.WithCancel(context.WithoutCancel(ctx))
+	var parts sync.WaitGroup
 	defer func() {
-		close(a.stop)
-		a.watchers.Wait()
+		stopParts()
+		parts.Wait()
 	}()
-	a.loadLease()
-	a.loadCachedSnapshots()
-	if err := a.recoverMachines(ctx); err != nil {
+	parts.Go(func() { _ = a.reg.Run(partsCtx) })
+	parts.Go(func() { _ = a.relay.Run(partsCtx) })
+	a.lease.load()
+	a.snaps.LoadCached()
+	if err := a.life.recoverMachines(ctx); err != nil {
 		return err
 	}
-	a.clearCaptures(ctx)
-	a.pruneShared()
+	a.snaps.ClearCaptures(ctx)
+	a.snaps.PruneShared(a.reg.Dirs())
 	leaseCtx, stopLease := context.WithCancel(ctx)
-	a.watchers.Add(1)
-	go func() {
-		defer a.watchers.Done()
-		a.watchLease(leaseCtx)
-	}()
 	defer stopLease()
+	parts.Go(func() { _ = a.lease.run(leaseCtx, a.life.pauseAll) })
+	parts.Go(func() { _ = a.snaps.Run(ctx) })
 	var (
 		failures int
 		lastErr  string
@@ -244,7 +212,7 @@ func (a *Agent) logFailure(err error, last string, failures int, wait time.Durat
 	if err.Error() == last {
 		level = slog.LevelDebug
 	}
-	a.log.Log(context.Background(), level, msg, "error", err, "attempt", failures, "retry_in", wait.Round(time.Millisecond))
+	a.log.Log(context.Background(), level, msg, "err", err, "attempt", failures, "retry_in", wait.Round(time.Millisecond))
 }
 
 // connectOnce dials, registers and heartbeats until the link drops. It
@@ -264,18 +232,18 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 	log := a.log.With("host_id", conn.HostID())
 	client := conn.HTTPClient()
 
-	gen := a.generation()
+	gen := a.reg.Generation()
 	var reg hostlink.RegisterResponse
 	sent := a.deps.Now()
-	if err := a.post(ctx, client, hostlink.PathRegister, a.registerRequest(), &reg); err != nil {
+	if err := a.link.Post(ctx, client, hostlink.PathRegister, a.registerRequest(), &reg); err != nil {
 		return fmt.Errorf("register with coordinator: %w", err)
 	}
 	connected := a.deps.Now()
-	log.Info("registered with coordinator", "owned", len(reg.Owned), "machines", a.machineCount(), "lease", reg.Lease)
-	a.renewLease(sent, reg.Lease)
-	a.reconcile(ctx, reg.Owned, gen)
-	a.link.Store(client)
-	defer a.link.CompareAndSwap(client, nil)
+	log.Info("registered with coordinator", "owned", len(reg.Owned), "machines", a.reg.Count(), "lease", reg.Lease)
+	a.lease.renew(sent, reg.Lease)
+	a.life.reconcile(ctx, reg.Owned, gen)
+	a.link.set(client)
+	defer a.link.clear(client)
 
 	interval := a.cfg.HeartbeatInterval
 	if reg.HeartbeatInterval > 0 {
@@ -293,99 +261,39 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 			return nil
 		case <-tick.C:
 		}
-		gen := a.generation()
+		gen := a.reg.Generation()
 		var hb hostlink.HeartbeatResponse
 		sent := a.deps.Now()
-		if err := a.post(ctx, client, hostlink.PathHeartbeat, a.heartbeatRequest(), &hb); err != nil {
+		if err := a.link.Post(ctx, client, hostlink.PathHeartbeat, a.heartbeatRequest(), &hb); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			failed++
-			log.Warn("heartbeat failed", "error", err, "failed_in_a_row", failed)
+			log.Warn("heartbeat failed", "err", err, "failed_in_a_row", failed)
 			if failed >= maxFailedHBs {
 				return fmt.Errorf("heartbeat: %d failures in a row, redialing: %w", failed, err)
 			}
 			continue
 		}
 		failed = 0
-		a.renewLease(sent, hb.Lease)
-		a.reconcile(ctx, hb.Owned, gen)
-		a.startPrefetch(ctx, hb.Prefetch)
+		a.lease.renew(sent, hb.Lease)
+		a.life.reconcile(ctx, hb.Owned, gen)
+		a.snaps.Prefetch(hb.Prefetch)
 	}
-}
-
-func (a *Agent) post(ctx context.Context, client *http.Client, path string, in, out any) error {
-	body, err := json.Marshal(in)
-	if err != nil {
-		return fmt.Errorf("encode %s: %w", path, err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, requestLimit)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://coordinator"+path, bytes.NewReader(body))
-	if err != nil {
-		return fmt.Errorf("build %s: %w", path, err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
-	if err != nil {
-		return fmt.Errorf("post %s: %w", path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-	if err != nil {
-		return fmt.Errorf("read %s answer: %w", path, err)
-	}
-	if resp.StatusCode/100 != 2 {
-		pe := &postError{path: path, status: resp.Status, code: resp.StatusCode}
-		var eb hostlink.ErrorBody
-		if json.Unmarshal(b, &eb) == nil && eb.Error != "" {
-			pe.msg = eb.Error
-		}
-		return pe
-	}
-	if err := json.Unmarshal(b, out); err != nil {
-		return fmt.Errorf("decode %s answer: %w", path, err)
-	}
-	return nil
-}
-
-// postError is a coordinator's refusal of a post, with its HTTP status.
-type postError struct {
-	path, status, msg string
-	code              int
-}
-
-func (e *postError) Error() string {
-	if e.msg == "" {
-		return fmt.Sprintf("post %s: %s", e.path, e.status)
-	}
-	return fmt.Sprintf("post %s: %s: %s", e.path, e.status, e.msg)
 }
 
 func (a *Agent) registerRequest() hostlink.RegisterRequest {
-	capacity, machines := a.snapshotState()
+	capacity, machines := a.reg.State()
 	return hostlink.RegisterRequest{
 		Name:      a.cfg.Name,
-		Facts:     a.facts(),
+		Facts:     hostFacts(a.cfg, a.deps.Backend),
 		Capacity:  capacity,
 		Machines:  machines,
-		Snapshots: a.cachedSnapshots(),
+		Snapshots: a.snaps.Cached(),
 	}
 }
 
 func (a *Agent) heartbeatRequest() hostlink.HeartbeatRequest {
-	capacity, machines := a.snapshotState()
-	return hostlink.HeartbeatRequest{Capacity: capacity, Machines: machines, Snapshots: a.cachedSnapshots()}
-}
-
-func (a *Agent) generation() uint64 {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.gen
-}
-
-func (a *Agent) machineCount() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return len(a.machines)
+	capacity, machines := a.reg.State()
+	return hostlink.HeartbeatRequest{Capacity: capacity, Machines: machines, Snapshots: a.snaps.Cached()}
 }

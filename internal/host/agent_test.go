@@ -24,6 +24,7 @@ import (
 	"github.com/coder/websocket"
 	"go.uber.org/goleak"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/host"
 	"github.com/engrams/engrams/internal/hostlink"
@@ -70,7 +71,7 @@ func newCoord(interval time.Duration) *coord {
 		}
 		id, _ := hostlink.HostIDFrom(r.Context())
 		c.mu.Lock()
-		resp := hostlink.RegisterResponse{HostID: id, Owned: c.owned, HeartbeatInterval: c.interval, Lease: c.lease}
+		resp := hostlink.RegisterResponse{HostID: string(id), Owned: c.owned, HeartbeatInterval: c.interval, Lease: c.lease}
 		c.mu.Unlock()
 		send(c.registers, req)
 		send(c.registerAt, time.Now())
@@ -90,7 +91,7 @@ func newCoord(interval time.Duration) *coord {
 		_ = json.NewEncoder(w).Encode(resp)
 	})
 	c.deps = hostlink.ServerDeps{
-		Authenticate: func(_ context.Context, tok string) (string, error) {
+		Authenticate: func(_ context.Context, tok string) (domain.HostID, error) {
 			if tok != "tok" {
 				return "", errors.New("unknown token")
 			}
@@ -271,7 +272,7 @@ func runAgentWith(t *testing.T, url, dir string, w *world, opt func(*host.Config
 		Name:              "test-host",
 		DataDir:           dir,
 		HeartbeatInterval: time.Hour,
-		Capacity:          hostlink.Capacity{MemoryMiB: 4096, VCPUs: 4},
+		Capacity:          domain.Capacity{MemoryMiB: 4096, VCPUs: 4},
 		AgentVersion:      "v0.0.1-test",
 	}
 	deps := host.Deps{Backend: fakeBackend{w}}
@@ -319,7 +320,34 @@ func TestRegisterStartAndFence(t *testing.T) {
 	dir := t.TempDir()
 	runAgent(t, serve(t, c), dir, w)
 
-	reg := recv(t, c.registers, nil)
+	checkRegistration(t, recv(t, c.registers, nil))
+	c.setOwned(hostlink.Ownership{SessionID: "s1", Epoch: 1})
+
+	spec := hostlink.MachineSpec{MemoryMiB: 1024, VCPUs: 2, Env: map[string]string{"A": "b"}}
+	m := startFenced(t, c, w, dir, spec)
+	refuseStaleOverCapacityAndBad(t, c, m, spec)
+
+	// Heartbeats report the machine and capacity in use.
+	hb := recv(t, c.heartbeats, func(hb hostlink.HeartbeatRequest) bool { return machineState(hb.Machines, "s1") == "running" })
+	if hb.Capacity.UsedMemoryMiB != 1024 || hb.Capacity.UsedVCPUs != 2 || hb.Capacity.Sessions != 1 {
+		t.Errorf("capacity = %+v", hb.Capacity)
+	}
+	status, body := c.do(t, http.MethodGet, hostlink.PathMachines, -1, nil)
+	if status != http.StatusOK || !strings.Contains(string(body), `"s1"`) {
+		t.Errorf("list: %d %s", status, body)
+	}
+
+	// A machine that exits on its own is reported.
+	m.exit()
+	recv(t, c.heartbeats, func(hb hostlink.HeartbeatRequest) bool { return machineState(hb.Machines, "s1") == "exited" })
+
+	deleteFenced(t, c, m, dir, spec)
+}
+
+// checkRegistration checks the agent registered its host's facts and full
+// capacity, with no machines.
+func checkRegistration(t *testing.T, reg hostlink.RegisterRequest) {
+	t.Helper()
 	if host, _ := os.Hostname(); reg.Facts.Hostname != host || reg.Facts.Arch != runtime.GOARCH ||
 		reg.Facts.Backend.Name != "fake" || reg.Facts.AgentVersion != "v0.0.1-test" || reg.Facts.Kernel == "" || reg.Name != "test-host" {
 		t.Errorf("facts = %+v", reg.Facts)
@@ -327,9 +355,12 @@ func TestRegisterStartAndFence(t *testing.T) {
 	if reg.Capacity.MemoryMiB != 4096 || reg.Capacity.VCPUs != 4 || len(reg.Machines) != 0 {
 		t.Errorf("register = %+v", reg)
 	}
-	c.setOwned(hostlink.Ownership{SessionID: "s1", Epoch: 1})
+}
 
-	spec := hostlink.MachineSpec{MemoryMiB: 1024, VCPUs: 2, Env: map[string]string{"A": "b"}}
+// startFenced starts session s1 at epoch 1 with spec, checks the start is
+// idempotent and its epoch persisted before acting, and returns the machine.
+func startFenced(t *testing.T, c *coord, w *world, dir string, spec hostlink.MachineSpec) *fakeMachine {
+	t.Helper()
 	status, body := c.start(t, "s1", 1, spec)
 	var st hostlink.MachineStatus
 	_ = json.Unmarshal(body, &st)
@@ -348,8 +379,15 @@ func TestRegisterStartAndFence(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(dir, "epochs", "s1")); err != nil || strings.TrimSpace(string(b)) != "1" {
 		t.Fatalf("epoch file: %q, %v", b, err)
 	}
+	return m
+}
+
+// refuseStaleOverCapacityAndBad checks that stale epochs change nothing,
+// that starts over capacity are refused, and that bad input is.
+func refuseStaleOverCapacityAndBad(t *testing.T, c *coord, m *fakeMachine, spec hostlink.MachineSpec) {
+	t.Helper()
 	// Stale epochs change nothing.
-	status, body = c.start(t, "s1", 0, spec)
+	status, body := c.start(t, "s1", 0, spec)
 	wantCode(t, status, body, http.StatusConflict, "stale_epoch")
 	status, body = c.do(t, http.MethodDelete, "/v1/machines/s1", 0, nil)
 	wantCode(t, status, body, http.StatusConflict, "stale_epoch")
@@ -360,36 +398,27 @@ func TestRegisterStartAndFence(t *testing.T) {
 	status, body = c.start(t, "s2", 1, hostlink.MachineSpec{MemoryMiB: 3500, VCPUs: 1})
 	wantCode(t, status, body, http.StatusConflict, "capacity")
 	// vCPUs: 4 CPUs offer 4 × VCPUOvercommit, 2 are in use.
-	status, body = c.start(t, "s2", 1, hostlink.MachineSpec{MemoryMiB: 512, VCPUs: 4*hostlink.VCPUOvercommit - 1})
+	status, body = c.start(t, "s2", 1, hostlink.MachineSpec{MemoryMiB: 512, VCPUs: 4*domain.VCPUOvercommit - 1})
 	wantCode(t, status, body, http.StatusConflict, "capacity")
 	// Bad input.
 	status, body = c.start(t, "a%24b", 1, spec)
 	wantCode(t, status, body, http.StatusBadRequest, "bad_request")
 	status, body = c.do(t, http.MethodDelete, "/v1/machines/s1", -1, nil)
 	wantCode(t, status, body, http.StatusBadRequest, "bad_request")
+}
 
-	// Heartbeats report the machine and capacity in use.
-	hb := recv(t, c.heartbeats, func(hb hostlink.HeartbeatRequest) bool { return machineState(hb.Machines, "s1") == "running" })
-	if hb.Capacity.UsedMemoryMiB != 1024 || hb.Capacity.UsedVCPUs != 2 || hb.Capacity.Sessions != 1 {
-		t.Errorf("capacity = %+v", hb.Capacity)
-	}
-	status, body = c.do(t, http.MethodGet, hostlink.PathMachines, -1, nil)
-	if status != http.StatusOK || !strings.Contains(string(body), `"s1"`) {
-		t.Errorf("list: %d %s", status, body)
-	}
-
-	// A machine that exits on its own is reported.
-	m.exit()
-	recv(t, c.heartbeats, func(hb hostlink.HeartbeatRequest) bool { return machineState(hb.Machines, "s1") == "exited" })
-
-	// Delete is idempotent and fenced; a higher epoch is recorded.
+// deleteFenced deletes s1 at epoch 2, twice: delete is idempotent, the
+// higher epoch is recorded so a start at epoch 1 is stale, and the machine
+// and its directory are gone.
+func deleteFenced(t *testing.T, c *coord, m *fakeMachine, dir string, spec hostlink.MachineSpec) {
+	t.Helper()
 	if status, body := c.do(t, http.MethodDelete, "/v1/machines/s1", 2, nil); status != http.StatusNoContent {
 		t.Fatalf("delete: %d %s", status, body)
 	}
 	if status, body := c.do(t, http.MethodDelete, "/v1/machines/s1", 2, nil); status != http.StatusNoContent {
 		t.Fatalf("second delete: %d %s", status, body)
 	}
-	status, body = c.start(t, "s1", 1, spec)
+	status, body := c.start(t, "s1", 1, spec)
 	wantCode(t, status, body, http.StatusConflict, "stale_epoch")
 	if !m.isDestroyed() {
 		t.Error("delete did not destroy the machine")

@@ -10,15 +10,16 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/vmm"
 )
 
-// facts describes this host to the coordinator.
-func (a *Agent) facts() hostlink.Facts {
+// hostFacts describes this host to the coordinator.
+func hostFacts(cfg Config, backend vmm.Backend) domain.HostFacts {
 	name, _ := os.Hostname()
 	model, flags := cpuInfo()
-	c := a.deps.Backend.Capabilities()
-	bf := hostlink.BackendFacts{
+	c := backend.Capabilities()
+	bf := domain.BackendFacts{
 		Name:         c.Name,
 		Version:      c.Version,
 		Acceleration: c.Acceleration,
@@ -28,17 +29,17 @@ func (a *Agent) facts() hostlink.Facts {
 		Usable:       true,
 		Reason:       c.Reason,
 	}
-	avail := a.cfg.Considered
+	avail := cfg.Considered
 	if len(avail) == 0 {
-		avail = []hostlink.BackendFacts{bf}
+		avail = []domain.BackendFacts{bf}
 	}
-	return hostlink.Facts{
+	return domain.HostFacts{
 		Hostname:     name,
 		Arch:         runtime.GOARCH,
 		CPUModel:     model,
 		CPUFlags:     flags,
 		Kernel:       kernelRelease(),
-		AgentVersion: a.cfg.AgentVersion,
+		AgentVersion: cfg.AgentVersion,
 		Backend:      bf,
 		Available:    avail,
 	}
@@ -81,7 +82,7 @@ func kernelRelease() string {
 }
 
 // detectCapacity fills zero fields of c from this machine.
-func detectCapacity(c hostlink.Capacity) (hostlink.Capacity, error) {
+func detectCapacity(c domain.Capacity) (domain.Capacity, error) {
 	if c.VCPUs <= 0 {
 		c.VCPUs = runtime.NumCPU()
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/host"
 	"github.com/engrams/engrams/internal/hostlink"
@@ -225,12 +226,12 @@ func newGatewayCoord(t *testing.T, owned ...hostlink.Ownership) (*gatewayCoord, 
 	h := http.NewServeMux()
 	h.HandleFunc("POST "+hostlink.PathRegister, func(w http.ResponseWriter, r *http.Request) {
 		id, _ := hostlink.HostIDFrom(r.Context())
-		_ = json.NewEncoder(w).Encode(hostlink.RegisterResponse{HostID: id, Owned: c.owned, HeartbeatInterval: time.Hour})
+		_ = json.NewEncoder(w).Encode(hostlink.RegisterResponse{HostID: string(id), Owned: c.owned, HeartbeatInterval: time.Hour})
 	})
 	h.HandleFunc(hostlink.PathGateway+"{rest...}", func(w http.ResponseWriter, r *http.Request) {
 		id, _ := hostlink.HostIDFrom(r.Context())
 		b, _ := io.ReadAll(r.Body)
-		c.calls <- gatewayCall{HostID: id, Path: r.URL.Path, Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: string(b)}
+		c.calls <- gatewayCall{HostID: string(id), Path: r.URL.Path, Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: string(b)}
 		w.Header().Set("Content-Type", "text/event-stream")
 		_, _ = io.WriteString(w, "event: one\ndata: {}\n\n")
 		w.(http.Flusher).Flush()
@@ -242,7 +243,7 @@ func newGatewayCoord(t *testing.T, owned ...hostlink.Ownership) (*gatewayCoord, 
 		_, _ = io.WriteString(w, "event: two\ndata: {}\n\n")
 	})
 	c.srv = hostlink.NewServer(hostlink.ServerConfig{}, hostlink.ServerDeps{
-		Authenticate: func(_ context.Context, tok string) (string, error) {
+		Authenticate: func(_ context.Context, tok string) (domain.HostID, error) {
 			if tok != "tok" {
 				return "", errors.New("unknown token")
 			}

@@ -5,9 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
+
+	"github.com/engrams/engrams/internal/host/hostfs"
 )
 
 // Self-fencing (DESIGN reliability rule 4). The coordinator names a lease
@@ -28,8 +32,15 @@ const (
 // errLeaseExpired cancels session operations when the lease expires.
 var errLeaseExpired = errors.New("host lease expired: no answered heartbeat")
 
-// leaseState is guarded by Agent.mu.
-type leaseState struct {
+// lease is the host's self-fencing lease.
+type lease struct {
+	dataDir  string
+	log      *slog.Logger
+	now      func() time.Time
+	machines func() int    // how many machines the host has, for the log
+	kick     chan struct{} // wakes run
+
+	mu      sync.Mutex
 	dur     time.Duration // 0: the coordinator named none, no self-fencing
 	renewed time.Time     // when the last answered register or heartbeat was sent
 	expired bool
@@ -44,10 +55,16 @@ type leaseRecord struct {
 	Renewed time.Time     `json:"renewed"`
 }
 
-// loadLease reads the lease a previous agent left; a missing or unreadable
+func newLease(dataDir string, log *slog.Logger, now func() time.Time, machines func() int) *lease {
+	l := &lease{dataDir: dataDir, log: log, now: now, machines: machines, kick: make(chan struct{}, 1)}
+	l.ctx, l.cancel = context.WithCancelCause(context.Background())
+	return l
+}
+
+// load reads the lease a previous agent left; a missing or unreadable
 // file means no lease (the first answer names one).
-func (a *Agent) loadLease() {
-	b, err := os.ReadFile(filepath.Join(a.cfg.DataDir, leaseFile))
+func (l *lease) load() {
+	b, err := os.ReadFile(filepath.Join(l.dataDir, leaseFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return
 	}
@@ -56,83 +73,79 @@ func (a *Agent) loadLease() {
 		err = json.Unmarshal(b, &rec)
 	}
 	if err != nil {
-		a.log.Warn("lease record unreadable; waiting for the coordinator to name a lease", "error", err)
+		l.log.Warn("lease record unreadable; waiting for the coordinator to name a lease", "err", err)
 		return
 	}
-	a.mu.Lock()
-	a.lease.dur, a.lease.renewed = rec.Lease, rec.Renewed
-	a.mu.Unlock()
+	l.mu.Lock()
+	l.dur, l.renewed = rec.Lease, rec.Renewed
+	l.mu.Unlock()
 }
 
-// renewLease records an answered register or heartbeat sent at sent; lease
-// is the duration the answer named.
-func (a *Agent) renewLease(sent time.Time, lease time.Duration) {
-	now := a.deps.Now()
-	a.mu.Lock()
-	if sent.After(a.lease.renewed) {
-		a.lease.renewed = sent
+// renew records an answered register or heartbeat sent at sent; dur is
+// the lease the answer named.
+func (l *lease) renew(sent time.Time, dur time.Duration) {
+	now := l.now()
+	l.mu.Lock()
+	if sent.After(l.renewed) {
+		l.renewed = sent
 	}
-	a.lease.dur = max(lease, 0)
-	ended := a.lease.expired && a.leaseValidLocked(now)
+	l.dur = max(dur, 0)
+	ended := l.expired && l.validLocked(now)
 	if ended {
-		a.lease.expired = false
-		a.lease.ctx, a.lease.cancel = context.WithCancelCause(context.Background())
+		l.expired = false
+		l.ctx, l.cancel = context.WithCancelCause(context.Background())
 	}
-	rec := leaseRecord{Lease: a.lease.dur, Renewed: a.lease.renewed}
-	a.mu.Unlock()
-	a.log.Debug("lease renew", "sent", sent.UTC().Format(time.RFC3339Nano), "lease", lease, "ended", ended)
+	rec := leaseRecord{Lease: l.dur, Renewed: l.renewed}
+	l.mu.Unlock()
+	l.log.Debug("lease renew", "sent", sent.UTC().Format(time.RFC3339Nano), "lease", dur, "ended", ended)
 	if ended {
-		a.log.Warn("lease renewed: the coordinator answers again; owned machines resume")
+		l.log.Warn("lease renewed: the coordinator answers again; owned machines resume")
 	}
 	if b, err := json.Marshal(rec); err == nil {
-		if err := writeFileSync(a.cfg.DataDir, leaseFile, b); err != nil {
-			a.log.Warn("persist lease", "error", err)
+		if err := hostfs.WriteFileSync(l.dataDir, leaseFile, b); err != nil {
+			l.log.Warn("persist lease", "err", err)
 		}
 	}
-	a.kickLease()
-}
-
-func (a *Agent) kickLease() {
 	select {
-	case a.leaseKick <- struct{}{}:
+	case l.kick <- struct{}{}:
 	default:
 	}
 }
 
-func (a *Agent) leaseValidLocked(now time.Time) bool {
-	return a.lease.dur <= 0 || now.Before(a.lease.renewed.Add(a.lease.dur))
+func (l *lease) validLocked(now time.Time) bool {
+	return l.dur <= 0 || now.Before(l.renewed.Add(l.dur))
 }
 
-// leaseExpired reports whether this host must not let its machines run.
-func (a *Agent) leaseExpired() bool {
-	now := a.deps.Now()
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return !a.leaseValidLocked(now)
+// Expired reports whether this host must not let its machines run.
+func (l *lease) Expired() bool {
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.validLocked(now)
 }
 
-// leaseFresh reports whether at least half the lease is left.
-func (a *Agent) leaseFresh() bool {
-	now := a.deps.Now()
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.lease.dur <= 0 || now.Before(a.lease.renewed.Add(a.lease.dur/2))
+// fresh reports whether at least half the lease is left.
+func (l *lease) fresh() bool {
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.dur <= 0 || now.Before(l.renewed.Add(l.dur/2))
 }
 
-// leaseError describes an expired lease for an answer to the coordinator.
-func (a *Agent) leaseError() error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+// Err describes an expired lease for an answer to the coordinator.
+func (l *lease) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	return fmt.Errorf("this host's lease expired (no answered heartbeat since %s, lease %s): its machines are paused until the coordinator confirms ownership",
-		a.lease.renewed.UTC().Format(time.RFC3339Nano), a.lease.dur)
+		l.renewed.UTC().Format(time.RFC3339Nano), l.dur)
 }
 
-// opContext derives the context of a session operation: it ends with
+// OpContext derives the context of a session operation: it ends with
 // parent or when the lease expires.
-func (a *Agent) opContext(parent context.Context) (context.Context, context.CancelFunc) {
-	a.mu.Lock()
-	lc := a.lease.ctx
-	a.mu.Unlock()
+func (l *lease) OpContext(parent context.Context) (context.Context, context.CancelFunc) {
+	l.mu.Lock()
+	lc := l.ctx
+	l.mu.Unlock()
 	ctx, cancel := context.WithCancelCause(parent)
 	stop := context.AfterFunc(lc, func() { cancel(context.Cause(lc)) })
 	return ctx, func() {
@@ -141,128 +154,44 @@ func (a *Agent) opContext(parent context.Context) (context.Context, context.Canc
 	}
 }
 
-// watchLease pauses every machine while the lease is expired.
-func (a *Agent) watchLease(ctx context.Context) {
+// run calls pauseAll while the lease is expired, until ctx ends.
+func (l *lease) run(ctx context.Context, pauseAll func(context.Context)) error {
 	for {
-		t := time.NewTimer(a.checkLease(ctx))
+		t := time.NewTimer(l.check(ctx, pauseAll))
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return
-		case <-a.leaseKick:
+			return nil
+		case <-l.kick:
 			t.Stop()
 		case <-t.C:
 		}
 	}
 }
 
-// checkLease acts on the lease and returns when to look again.
-func (a *Agent) checkLease(ctx context.Context) time.Duration {
-	now := a.deps.Now()
-	a.mu.Lock()
-	if a.lease.dur <= 0 {
-		a.mu.Unlock()
+// check acts on the lease and returns when to look again.
+func (l *lease) check(ctx context.Context, pauseAll func(context.Context)) time.Duration {
+	now := l.now()
+	l.mu.Lock()
+	if l.dur <= 0 {
+		l.mu.Unlock()
 		return noLeaseRecall
 	}
-	if left := a.lease.renewed.Add(a.lease.dur).Sub(now); left > 0 {
-		a.mu.Unlock()
+	if left := l.renewed.Add(l.dur).Sub(now); left > 0 {
+		l.mu.Unlock()
 		return left
 	}
-	first := !a.lease.expired
+	first := !l.expired
 	if first {
-		a.lease.expired = true
-		a.lease.cancel(errLeaseExpired)
+		l.expired = true
+		l.cancel(errLeaseExpired)
 	}
-	dur, renewed := a.lease.dur, a.lease.renewed
-	a.mu.Unlock()
+	dur, renewed := l.dur, l.renewed
+	l.mu.Unlock()
 	if first {
-		a.log.Error("LEASE EXPIRED: no answered heartbeat within the lease; pausing every machine so no session is live on two hosts",
-			"lease", dur, "last_heartbeat", renewed.UTC().Format(time.RFC3339Nano), "machines", a.machineCount())
+		l.log.Error("LEASE EXPIRED: no answered heartbeat within the lease; pausing every machine so no session is live on two hosts",
+			"lease", dur, "last_heartbeat", renewed.UTC().Format(time.RFC3339Nano), "machines", l.machines())
 	}
-	a.pauseAll(ctx)
+	pauseAll(ctx)
 	return min(dur/4, leaseRecheck)
-}
-
-// pauseAll pauses every running machine. A session whose lock is held is
-// skipped this round: its operation was cancelled with the lease and
-// releases the lock soon.
-func (a *Agent) pauseAll(ctx context.Context) {
-	a.mu.Lock()
-	var sids []string
-	for sid, mc := range a.machines {
-		if !mc.exited && !mc.paused {
-			sids = append(sids, sid)
-		}
-	}
-	a.mu.Unlock()
-	for _, sid := range sids {
-		unlock, ok := a.locks.tryLock(sid)
-		if !ok {
-			continue
-		}
-		a.mu.Lock()
-		mc := a.machines[sid]
-		a.mu.Unlock()
-		if mc != nil && a.leaseExpired() {
-			a.pauseLocked(ctx, mc, "lease expired")
-		}
-		unlock()
-	}
-}
-
-// pauseLocked pauses mc and reports it paused. A machine that cannot be
-// paused is destroyed (it must stop writing) and reported exited. Callers
-// hold the session lock.
-func (a *Agent) pauseLocked(ctx context.Context, mc *machine, reason string) {
-	a.mu.Lock()
-	skip, epoch := mc.exited || mc.paused, mc.epoch
-	a.mu.Unlock()
-	if skip {
-		return
-	}
-	log := a.log.With("session_id", mc.sessionID, "epoch", epoch)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), controlLimit)
-	defer cancel()
-	if err := mc.m.Pause(ctx); err != nil {
-		log.Error("cannot pause machine; destroying it so it stops writing", "reason", reason, "error", err)
-		if err := mc.m.Destroy(ctx); err != nil {
-			log.Error("cannot destroy unpausable machine; retrying", "error", err)
-			return
-		}
-		a.mu.Lock()
-		mc.exited = true
-		a.mu.Unlock()
-		return
-	}
-	a.setPaused(mc, true)
-	log.Warn("machine paused", "reason", reason)
-}
-
-// resumeLocked resumes a paused mc if at least half the lease is left (an
-// answer to a heartbeat sent long ago does not make machines flap).
-// Callers hold the session lock.
-func (a *Agent) resumeLocked(ctx context.Context, mc *machine, reason string) {
-	if !a.leaseFresh() {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), controlLimit)
-	defer cancel()
-	if err := mc.m.Resume(ctx); err != nil {
-		a.log.Error("resume machine; retrying at the next heartbeat", "session_id", mc.sessionID, "error", err)
-		return
-	}
-	a.setPaused(mc, false)
-	a.log.Info("machine resumed", "session_id", mc.sessionID, "reason", reason)
-}
-
-// setPaused records mc's pause state, also on disk so a restarted agent
-// knows which machines it paused.
-func (a *Agent) setPaused(mc *machine, paused bool) {
-	a.mu.Lock()
-	mc.paused = paused
-	epoch, spec := mc.epoch, mc.spec
-	a.mu.Unlock()
-	if err := a.writeRecord(mc.sessionID, epoch, spec, paused); err != nil {
-		a.log.Warn("record machine pause state", "session_id", mc.sessionID, "error", err)
-	}
 }

@@ -2,7 +2,6 @@ package host
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/engrams/engrams/internal/host/machines"
 	"github.com/engrams/engrams/internal/vmm"
 )
 
@@ -23,45 +23,33 @@ const (
 )
 
 // recoverMachines reattaches the machines a previous agent left running.
-func (a *Agent) recoverMachines(ctx context.Context) error {
-	root := filepath.Join(a.cfg.DataDir, machinesDir)
-	if err := os.MkdirAll(root, 0o700); err != nil {
-		return fmt.Errorf("create machines dir: %w", err)
-	}
-	entries, err := os.ReadDir(root)
+func (l *lifecycle) recoverMachines(ctx context.Context) error {
+	sids, err := l.reg.Sessions()
 	if err != nil {
-		return fmt.Errorf("list machines dir: %w", err)
+		return err
 	}
-	for _, e := range entries {
-		sid := e.Name()
-		if !e.IsDir() || !validSessionID(sid) {
-			continue
-		}
-		a.recoverOne(ctx, sid)
+	for _, sid := range sids {
+		l.recoverOne(ctx, sid)
 	}
 	return nil
 }
 
-func (a *Agent) recoverOne(ctx context.Context, sid string) {
-	log := a.log.With("session_id", sid)
-	dir := a.machineDir(sid)
-	rec := machineRecord{SessionID: sid}
-	b, err := os.ReadFile(filepath.Join(dir, machineFile))
+func (l *lifecycle) recoverOne(ctx context.Context, sid string) {
+	log := l.log.With("session_id", sid)
+	dir := l.reg.Dir(sid)
+	rec, err := l.reg.ReadRecord(sid)
 	if errors.Is(err, os.ErrNotExist) {
 		// Nothing was ever booted here (or it was destroyed); keep snapshots.
-		if err := cleanMachineDir(dir); err != nil {
-			log.Warn("clean machine dir", "error", err)
+		if err := machines.CleanDir(dir); err != nil {
+			log.Warn("clean machine dir", "err", err)
 		}
 		return
-	}
-	if err == nil {
-		err = json.Unmarshal(b, &rec)
 	}
 	if err != nil {
 		// Without a record there is no epoch to report; the backend may
 		// still hold a machine: track it as lost so reconcile destroys it.
-		log.Error("machine record unreadable; tracking the machine as exited until reconciled", "error", err)
-		a.trackLost(sid, rec)
+		log.Error("machine record unreadable; tracking the machine as exited until reconciled", "err", err)
+		l.trackLost(sid, rec)
 		return
 	}
 	// A snapshot in flight when the previous agent died may have paused the
@@ -69,38 +57,36 @@ func (a *Agent) recoverOne(ctx context.Context, sid string) {
 	// it as owned (or destroyed if not) rather than taken as running while
 	// its guest cannot answer.
 	inFlight := removeSnapshotTemps(dir, log)
-	m, err := a.recoverWithRetry(ctx, dir)
+	m, err := l.recoverWithRetry(ctx, dir)
 	if errors.Is(err, vmm.ErrGone) {
 		log.Info("machine gone after agent restart; forgetting it")
-		if err := cleanMachineDir(dir); err != nil {
-			log.Warn("clean machine dir", "error", err)
+		if err := machines.CleanDir(dir); err != nil {
+			log.Warn("clean machine dir", "err", err)
 		}
 		return
 	}
 	if err != nil {
-		log.Error("machine not recovered; tracking it as exited so reconciliation destroys it", "epoch", rec.Epoch, "error", err)
-		a.trackLost(sid, rec)
+		log.Error("machine not recovered; tracking it as exited so reconciliation destroys it", "epoch", rec.Epoch, "err", err)
+		l.trackLost(sid, rec)
 		return
 	}
-	mc := a.add(sid, rec.Epoch, rec.spec(), m)
-	a.mu.Lock()
-	mc.paused = rec.Paused || inFlight
-	a.mu.Unlock()
+	mc := l.publish(sid, rec.Epoch, rec.Spec(), m)
+	mc.MarkPaused(rec.Paused || inFlight)
 	log.Info("machine recovered", "epoch", rec.Epoch, "pid", m.Info().PID, "paused", rec.Paused, "snapshot_in_flight", inFlight)
 }
 
 // recoverWithRetry calls Backend.Recover until it succeeds, answers
 // vmm.ErrGone, or fails recoverAttempts times.
-func (a *Agent) recoverWithRetry(ctx context.Context, dir string) (vmm.Machine, error) {
+func (l *lifecycle) recoverWithRetry(ctx context.Context, dir string) (vmm.Machine, error) {
 	wait := recoverBackoff
 	var err error
 	for attempt := 1; ; attempt++ {
 		var m vmm.Machine
-		m, err = a.deps.Backend.Recover(ctx, dir)
+		m, err = l.backend.Recover(ctx, dir)
 		if err == nil || errors.Is(err, vmm.ErrGone) || attempt == recoverAttempts {
 			return m, err
 		}
-		a.log.Warn("recover machine failed; retrying", "dir", dir, "attempt", attempt, "error", err)
+		l.log.Warn("recover machine failed; retrying", "dir", dir, "attempt", attempt, "err", err)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -116,13 +102,11 @@ func (a *Agent) recoverWithRetry(ctx context.Context, dir string) (vmm.Machine, 
 // exited: the coordinator sees it, and destroying it (reconcile, or a
 // start of the session) retries the backend's Recover and destroys what it
 // finds.
-func (a *Agent) trackLost(sid string, rec machineRecord) {
-	lm := &lostMachine{backend: a.deps.Backend, info: vmm.Info{SessionID: sid, Dir: a.machineDir(sid)}, done: make(chan struct{})}
+func (l *lifecycle) trackLost(sid string, rec machines.Record) {
+	lm := &lostMachine{backend: l.backend, info: vmm.Info{SessionID: sid, Dir: l.reg.Dir(sid)}, done: make(chan struct{})}
 	close(lm.done)
-	mc := a.add(sid, rec.Epoch, rec.spec(), lm)
-	a.mu.Lock()
-	mc.exited = true
-	a.mu.Unlock()
+	mc := l.publish(sid, rec.Epoch, rec.Spec(), lm)
+	mc.MarkExited()
 }
 
 // removeSnapshotTemps removes snapshot files an interrupted snapshot left
@@ -133,7 +117,7 @@ func removeSnapshotTemps(dir string, log *slog.Logger) (found bool) {
 		if strings.HasPrefix(e.Name(), snapshotTempPrefix) {
 			found = true
 			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
-				log.Warn("remove leftover snapshot files", "error", err)
+				log.Warn("remove leftover snapshot files", "err", err)
 			}
 		}
 	}

@@ -194,25 +194,7 @@ func TestSnapshotDestroyRestoreRoundTrip(t *testing.T) {
 		snap.Uploaded >= snap.Bytes || snap.Facts.Backend.Name != "fake" {
 		t.Errorf("snapshot answer = %+v", snap)
 	}
-	var manifests map[string]chunk.Manifest
-	if err := json.Unmarshal(snap.Manifests, &manifests); err != nil {
-		t.Fatal(err)
-	}
-	for role, want := range map[string]int64{"memory": chunk.MemoryChunkSize, "state": chunk.DiskChunkSize, "disk": chunk.DiskChunkSize} {
-		if m := manifests[role]; m.ChunkSize != want || m.Role != role {
-			t.Errorf("%s manifest: chunk size %d role %q, want %d", role, m.ChunkSize, m.Role, want)
-		}
-	}
-	mm := manifests["memory"]
-	stored := 0
-	for _, c := range mm.Chunks {
-		if !c.IsZero() {
-			stored++
-		}
-	}
-	if int64(len(mm.Chunks)) != chunk.NumChunks(mm.Size, chunk.MemoryChunkSize) || mm.Chunks[0].IsZero() || stored != 1 {
-		t.Errorf("memory chunks = %v, want the first stored and the rest zero", mm.Chunks)
-	}
+	checkSnapshotManifests(t, snap.Manifests)
 	if _, _, _, syncs := m1.state(); syncs != 1 || !m1.isDestroyed() {
 		t.Errorf("guest synced %d times, destroyed %v; want 1, true", syncs, m1.isDestroyed())
 	}
@@ -259,6 +241,32 @@ func TestSnapshotDestroyRestoreRoundTrip(t *testing.T) {
 	// A retried restore at the same epoch answers with the running machine.
 	if status, body := e.restore(t, 3, "snap-1", snap.Manifests); status != http.StatusOK || e.w.restoreCount() != 1 {
 		t.Errorf("retried restore: %d %s, %d restores", status, body, e.w.restoreCount())
+	}
+}
+
+// checkSnapshotManifests checks a snapshot's manifests: memory, state and
+// disk, each with its role's chunk size, and the fake guest's memory with
+// only its first chunk stored, the rest zero.
+func checkSnapshotManifests(t *testing.T, raw json.RawMessage) {
+	t.Helper()
+	var manifests map[string]chunk.Manifest
+	if err := json.Unmarshal(raw, &manifests); err != nil {
+		t.Fatal(err)
+	}
+	for role, want := range map[string]int64{"memory": chunk.MemoryChunkSize, "state": chunk.DiskChunkSize, "disk": chunk.DiskChunkSize} {
+		if m := manifests[role]; m.ChunkSize != want || m.Role != role {
+			t.Errorf("%s manifest: chunk size %d role %q, want %d", role, m.ChunkSize, m.Role, want)
+		}
+	}
+	mm := manifests["memory"]
+	stored := 0
+	for _, c := range mm.Chunks {
+		if !c.IsZero() {
+			stored++
+		}
+	}
+	if int64(len(mm.Chunks)) != chunk.NumChunks(mm.Size, chunk.MemoryChunkSize) || mm.Chunks[0].IsZero() || stored != 1 {
+		t.Errorf("memory chunks = %v, want the first stored and the rest zero", mm.Chunks)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/host"
 	"github.com/engrams/engrams/internal/hostlink"
 )
@@ -38,7 +39,7 @@ func newMemAgent(t *testing.T, token string, client *http.Client, w *world, log 
 		CoordinatorURL: "http://coordinator",
 		Token:          token,
 		DataDir:        t.TempDir(),
-		Capacity:       hostlink.Capacity{MemoryMiB: 1024, VCPUs: 2},
+		Capacity:       domain.Capacity{MemoryMiB: 1024, VCPUs: 2},
 	}, host.Deps{Backend: fakeBackend{w}, HTTPClient: client, Logger: newLogger(log)})
 	if err != nil {
 		t.Fatal(err)

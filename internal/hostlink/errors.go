@@ -1,6 +1,8 @@
 package hostlink
 
 import (
+	"github.com/engrams/engrams/internal/domain"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -45,14 +47,14 @@ type hostIDKey struct{}
 
 // HostIDFrom returns the authenticated host id of a request the host sent
 // over its link (set for every request ServerDeps.Handler serves).
-func HostIDFrom(ctx context.Context) (string, bool) {
-	id, ok := ctx.Value(hostIDKey{}).(string)
+func HostIDFrom(ctx context.Context) (domain.HostID, bool) {
+	id, ok := ctx.Value(hostIDKey{}).(domain.HostID)
 	return id, ok && id != ""
 }
 
 // WithHostID returns ctx carrying hostID as HostIDFrom reads it (for tests of
 // handlers mounted as ServerDeps.Handler).
-func WithHostID(ctx context.Context, hostID string) context.Context {
+func WithHostID(ctx context.Context, hostID domain.HostID) context.Context {
 	return context.WithValue(ctx, hostIDKey{}, hostID)
 }
 

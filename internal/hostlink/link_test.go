@@ -19,6 +19,7 @@ import (
 	"github.com/coder/websocket"
 	"go.uber.org/goleak"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/hostlink"
 )
 
@@ -32,22 +33,22 @@ type coordinator struct {
 	srv        *hostlink.Server
 	router     *hostlink.Router
 	http       *httptest.Server
-	connects   chan string
-	disconnect chan string
+	connects   chan domain.HostID
+	disconnect chan domain.HostID
 }
 
 type replicaTable struct {
 	mu    sync.Mutex
-	hosts map[string][2]string // host id -> replica id, addr
+	hosts map[domain.HostID][2]string // host id -> replica id, addr
 }
 
-func (rt *replicaTable) set(hostID, replicaID, addr string) {
+func (rt *replicaTable) set(hostID domain.HostID, replicaID, addr string) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	rt.hosts[hostID] = [2]string{replicaID, addr}
 }
 
-func (rt *replicaTable) lookup(_ context.Context, hostID string) (string, string, error) {
+func (rt *replicaTable) lookup(_ context.Context, hostID domain.HostID) (string, string, error) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	r, ok := rt.hosts[hostID]
@@ -57,9 +58,9 @@ func (rt *replicaTable) lookup(_ context.Context, hostID string) (string, string
 	return r[0], r[1], nil
 }
 
-var tokens = map[string]string{"tok-1": "host-1", "tok-2": "host-2"}
+var tokens = map[string]domain.HostID{"tok-1": "host-1", "tok-2": "host-2"}
 
-func authenticate(_ context.Context, token string) (string, error) {
+func authenticate(_ context.Context, token string) (domain.HostID, error) {
 	if id, ok := tokens[token]; ok {
 		return id, nil
 	}
@@ -75,26 +76,26 @@ func coordinatorHandler() http.Handler {
 			hostlink.WriteError(w, http.StatusInternalServerError, "", "no host id")
 			return
 		}
-		_ = json.NewEncoder(w).Encode(hostlink.RegisterResponse{HostID: id})
+		_ = json.NewEncoder(w).Encode(hostlink.RegisterResponse{HostID: string(id)})
 	})
 	return mux
 }
 
 func newCoordinator(t *testing.T, replicaID, secret string, table *replicaTable) *coordinator {
 	t.Helper()
-	c := &coordinator{connects: make(chan string, 16), disconnect: make(chan string, 16)}
+	c := &coordinator{connects: make(chan domain.HostID, 16), disconnect: make(chan domain.HostID, 16)}
 	c.srv = hostlink.NewServer(hostlink.ServerConfig{}, hostlink.ServerDeps{
 		Authenticate: authenticate,
 		Handler:      coordinatorHandler(),
-		OnConnect: func(id string) {
+		OnConnect: func(id domain.HostID) {
 			if table != nil {
 				table.set(id, replicaID, c.http.URL)
 			}
 			c.connects <- id
 		},
-		OnDisconnect: func(id string) { c.disconnect <- id },
+		OnDisconnect: func(id domain.HostID) { c.disconnect <- id },
 	})
-	lookup := func(context.Context, string) (string, string, error) { return "", "", nil }
+	lookup := func(context.Context, domain.HostID) (string, string, error) { return "", "", nil }
 	if table != nil {
 		lookup = table.lookup
 	}
@@ -106,7 +107,7 @@ func newCoordinator(t *testing.T, replicaID, secret string, table *replicaTable)
 	// /to/{host}/... proxies to the host through the Router, as the
 	// coordinator's public API does.
 	mux.HandleFunc("/to/{host}/{rest...}", func(w http.ResponseWriter, r *http.Request) {
-		rt, err := c.router.Transport(r.Context(), r.PathValue("host"))
+		rt, err := c.router.Transport(r.Context(), domain.HostID(r.PathValue("host")))
 		if err != nil {
 			hostlink.WriteError(w, http.StatusServiceUnavailable, "", err.Error())
 			return
@@ -186,7 +187,7 @@ func dialHost(t *testing.T, url, token string, h http.Handler) *hostlink.Conn {
 	return conn
 }
 
-func waitFor(t *testing.T, ch <-chan string, want string) {
+func waitFor(t *testing.T, ch <-chan domain.HostID, want domain.HostID) {
 	t.Helper()
 	select {
 	case got := <-ch:

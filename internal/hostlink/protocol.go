@@ -3,6 +3,8 @@ package hostlink
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/engrams/engrams/internal/domain"
 )
 
 // Version is the host link protocol version. Hosts and coordinators refuse a
@@ -20,6 +22,8 @@ import (
 //   - 4 (2026-11-30): agents: harness bundles in start requests, the model
 //     gateway (PathGateway) and harness event relay (PathHarnessEvents)
 //     from hosts, credential grants in machine specs.
+//     (2026-12-01, same version: MachineSpec no longer carries the credential
+//     grants, which only the coordinator reads; hosts never read them.)
 const Version = 4
 
 // Headers.
@@ -69,47 +73,6 @@ const RoleRootFS = "rootfs"
 // image) a machine has attached; kept and named like RoleRootFS.
 const RoleHarness = "harness"
 
-// Facts describe a host; several are part of a snapshot's identity.
-type Facts struct {
-	Hostname     string         `json:"hostname"`
-	Arch         string         `json:"arch"`
-	CPUModel     string         `json:"cpu_model"`
-	CPUFlags     []string       `json:"cpu_flags,omitempty"`
-	Kernel       string         `json:"kernel"`
-	AgentVersion string         `json:"agent_version"`
-	Backend      BackendFacts   `json:"backend"`             // the backend in use
-	Available    []BackendFacts `json:"available,omitempty"` // every backend considered
-}
-
-// BackendFacts describe one vmm backend on a host.
-type BackendFacts struct {
-	Name         string `json:"name"`
-	Version      string `json:"version,omitempty"`
-	Acceleration string `json:"acceleration"`
-	Isolation    bool   `json:"isolation"`
-	RootFS       bool   `json:"rootfs,omitempty"`  // can boot an image's root filesystem (capture images, run their sessions)
-	Harness      bool   `json:"harness,omitempty"` // attaches harness bundles
-	Usable       bool   `json:"usable"`
-	Reason       string `json:"reason,omitempty"`
-}
-
-// Capacity is what a host can give sessions, and what is in use.
-type Capacity struct {
-	MemoryMiB     int `json:"memory_mib"`
-	VCPUs         int `json:"vcpus"`
-	MaxSessions   int `json:"max_sessions"`
-	UsedMemoryMiB int `json:"used_memory_mib"`
-	UsedVCPUs     int `json:"used_vcpus"`
-	Sessions      int `json:"sessions"`
-	// CachedSnapshots is filled in by the coordinator from the host's last
-	// heartbeat (HeartbeatRequest.Snapshots), so placement can prefer it.
-	CachedSnapshots []string `json:"cached_snapshots,omitempty"`
-}
-
-// VCPUOvercommit is how many session vCPUs a host offers per CPU; the
-// coordinator's placement and the host's admission use the same rule.
-const VCPUOvercommit = 4
-
 // MachineStatus is one machine a host runs.
 type MachineStatus struct {
 	SessionID    string    `json:"session_id"`
@@ -127,10 +90,10 @@ type Ownership struct {
 
 // RegisterRequest is the first thing a host sends on a new connection.
 type RegisterRequest struct {
-	Name     string          `json:"name"`
-	Facts    Facts           `json:"facts"`
-	Capacity Capacity        `json:"capacity"`
-	Machines []MachineStatus `json:"machines"`
+	Name     string           `json:"name"`
+	Facts    domain.HostFacts `json:"facts"`
+	Capacity domain.Capacity  `json:"capacity"`
+	Machines []MachineStatus  `json:"machines"`
 	// Snapshots: as in HeartbeatRequest, so placement knows them from the
 	// moment the host connects.
 	Snapshots []string `json:"snapshots,omitempty"`
@@ -151,7 +114,7 @@ type RegisterResponse struct {
 
 // HeartbeatRequest is sent every HeartbeatInterval.
 type HeartbeatRequest struct {
-	Capacity Capacity        `json:"capacity"`
+	Capacity domain.Capacity `json:"capacity"`
 	Machines []MachineStatus `json:"machines"`
 	// Snapshots lists snapshot ids whose chunks this host holds in its cache
 	// (placement prefers it for their resume); bounded, most recent first.
@@ -175,40 +138,30 @@ type Prefetch struct {
 	Manifests  json.RawMessage `json:"manifests"` // role -> chunk manifest, RoleRootFS included
 }
 
-// MachineSpec is what a session's machine is started with.
+// MachineSpec is what a session's machine is started with: the wire form of
+// the parts of a domain.SessionSpec a host acts on (credential grants stay
+// with the coordinator).
 type MachineSpec struct {
-	MemoryMiB int               `json:"memory_mib"`
-	VCPUs     int               `json:"vcpus"`
-	Env       map[string]string `json:"env,omitempty"`
-	Image     string            `json:"image,omitempty"` // enabled image name (or id) the session starts from
-	// ImageID and BaseSnapshotID pin the image and the base snapshot the
-	// session was created from (set by the coordinator).
-	ImageID        string `json:"image_id,omitempty"`
-	BaseSnapshotID string `json:"base_snapshot_id,omitempty"`
-	// Harness is the agent harness the session runs, "name" (newest) or
-	// "name@version"; HarnessID pins the one chosen (set by the coordinator).
-	Harness   string `json:"harness,omitempty"`
-	HarnessID string `json:"harness_id,omitempty"`
-	// IdleTimeoutSec: no activity this long suspends the session (0: the
-	// coordinator's default; negative: never).
-	IdleTimeoutSec int `json:"idle_timeout_s,omitempty"`
-	// MaxLifetimeSec: the session ends Dead this long after it was created
-	// (0: the coordinator's default; negative: no limit).
-	MaxLifetimeSec int `json:"max_lifetime_s,omitempty"`
-	// Credentials are the secrets the model gateway may use for this
-	// session, pinned when the session is created (never taken from a
-	// user's request). Additive: hosts of the same protocol version that
-	// predate it ignore the unknown JSON field, and only the coordinator
-	// reads it, so Version is unchanged.
-	Credentials []CredentialGrant `json:"credentials,omitempty"`
+	MemoryMiB      int               `json:"memory_mib"`
+	VCPUs          int               `json:"vcpus"`
+	Env            map[string]string `json:"env,omitempty"`
+	Image          string            `json:"image,omitempty"`
+	ImageID        string            `json:"image_id,omitempty"`
+	BaseSnapshotID string            `json:"base_snapshot_id,omitempty"`
+	Harness        string            `json:"harness,omitempty"`
+	HarnessID      string            `json:"harness_id,omitempty"`
+	IdleTimeoutSec int               `json:"idle_timeout_s,omitempty"`
+	MaxLifetimeSec int               `json:"max_lifetime_s,omitempty"`
 }
 
-// CredentialGrant lets the model gateway use one secret for one credential
-// kind ("anthropic_api_key", "openai_api_key") of a session: the guest
-// holds a session-scoped placeholder, the coordinator swaps in the secret.
-type CredentialGrant struct {
-	Kind     string `json:"kind"`
-	SecretID string `json:"secret_id"`
+// MachineSpecOf maps a session spec to what its host is told.
+func MachineSpecOf(s domain.SessionSpec) MachineSpec {
+	return MachineSpec{
+		MemoryMiB: s.MemoryMiB, VCPUs: s.VCPUs, Env: s.Env, Image: s.Image,
+		ImageID: s.ImageID, BaseSnapshotID: s.BaseSnapshotID,
+		Harness: s.Harness, HarnessID: s.HarnessID,
+		IdleTimeoutSec: s.IdleTimeoutSec, MaxLifetimeSec: s.MaxLifetimeSec,
+	}
 }
 
 // StartRequest asks a host to run a session's machine: boot it, or restore
@@ -256,7 +209,7 @@ type CaptureRequest struct {
 type CaptureResponse struct {
 	SnapshotID string           `json:"snapshot_id"`
 	Manifests  json.RawMessage  `json:"manifests"` // role -> chunk manifest, RoleRootFS included
-	Facts      Facts            `json:"facts"`     // restore compatibility
+	Facts      domain.HostFacts `json:"facts"`     // restore compatibility
 	Bytes      int64            `json:"bytes"`
 	Uploaded   int64            `json:"uploaded"`
 	OutputTail string           `json:"output_tail,omitempty"` // the warm-up's last output
@@ -275,12 +228,12 @@ type SnapshotRequest struct {
 
 // SnapshotResponse describes what was uploaded; the coordinator commits it.
 type SnapshotResponse struct {
-	SnapshotID string          `json:"snapshot_id"`
-	Manifests  json.RawMessage `json:"manifests"` // role -> chunk manifest
-	Facts      Facts           `json:"facts"`     // restore compatibility
-	Bytes      int64           `json:"bytes"`
-	Uploaded   int64           `json:"uploaded"`
-	OutboxSeq  int64           `json:"outbox_seq"` // highest outbox item the guest had applied
+	SnapshotID string           `json:"snapshot_id"`
+	Manifests  json.RawMessage  `json:"manifests"` // role -> chunk manifest
+	Facts      domain.HostFacts `json:"facts"`     // restore compatibility
+	Bytes      int64            `json:"bytes"`
+	Uploaded   int64            `json:"uploaded"`
+	OutboxSeq  int64            `json:"outbox_seq"` // highest outbox item the guest had applied
 	// HarnessSeq is the last harness event the guest had written when it
 	// was quiesced; nil for a machine without a harness (unknown).
 	HarnessSeq *int64 `json:"harness_seq,omitempty"`

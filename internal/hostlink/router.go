@@ -1,6 +1,8 @@
 package hostlink
 
 import (
+	"github.com/engrams/engrams/internal/domain"
+
 	"context"
 	"crypto/subtle"
 	"errors"
@@ -36,7 +38,7 @@ type RouterConfig struct {
 type RouterDeps struct {
 	Local *Server
 	// Lookup names the replica holding hostID's link (from the Host row).
-	Lookup func(ctx context.Context, hostID string) (replicaID, replicaAddr string, err error)
+	Lookup func(ctx context.Context, hostID domain.HostID) (replicaID, replicaAddr string, err error)
 	// PeerTransport carries requests between replicas; nil = a private
 	// http.Transport.
 	PeerTransport http.RoundTripper
@@ -81,7 +83,7 @@ func (r *Router) Close() error {
 // replica holds it, otherwise through the replica that does. Only the path
 // and query of a request URL are used. ErrHostNotConnected when no replica
 // holds the host's link.
-func (r *Router) Transport(ctx context.Context, hostID string) (http.RoundTripper, error) {
+func (r *Router) Transport(ctx context.Context, hostID domain.HostID) (http.RoundTripper, error) {
 	if r.deps.Local != nil {
 		if rt, ok := r.deps.Local.Transport(hostID); ok {
 			return rt, nil
@@ -106,14 +108,14 @@ func (r *Router) Transport(ctx context.Context, hostID string) (http.RoundTrippe
 
 type peerRoundTripper struct {
 	r         *Router
-	hostID    string
+	hostID    domain.HostID
 	replicaID string
 	base      *url.URL
 }
 
 func (p *peerRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	out := req.Clone(req.Context())
-	prefix := strings.TrimSuffix(p.base.Path, "/") + PathPeerPrefix + url.PathEscape(p.hostID) + "/link"
+	prefix := strings.TrimSuffix(p.base.Path, "/") + PathPeerPrefix + url.PathEscape(string(p.hostID)) + "/link"
 	out.URL = &url.URL{
 		Scheme:   p.base.Scheme,
 		Host:     p.base.Host,
@@ -192,7 +194,7 @@ func (r *Router) servePeer(w http.ResponseWriter, req *http.Request) {
 }
 
 // splitPeerPath splits PathPeerPrefix + {host_id} + "/link" + rest.
-func splitPeerPath(u *url.URL) (hostID, rest, restRaw string, ok bool) {
+func splitPeerPath(u *url.URL) (hostID domain.HostID, rest, restRaw string, ok bool) {
 	raw, ok := strings.CutPrefix(u.EscapedPath(), PathPeerPrefix)
 	if !ok {
 		return "", "", "", false
@@ -207,10 +209,11 @@ func splitPeerPath(u *url.URL) (hostID, rest, restRaw string, ok bool) {
 	if !strings.HasPrefix(restRaw, "/") {
 		return "", "", "", false
 	}
-	hostID, err := url.PathUnescape(escID)
+	id, err := url.PathUnescape(escID)
 	if err != nil {
 		return "", "", "", false
 	}
+	hostID = domain.HostID(id)
 	rest, err = url.PathUnescape(restRaw)
 	if err != nil {
 		return "", "", "", false

@@ -14,13 +14,14 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/hostlink"
 )
 
 // twoReplicas links host-1 to replica B and returns A and B.
 func twoReplicas(t *testing.T, secretA string, release chan struct{}) (a, b *coordinator) {
 	t.Helper()
-	table := &replicaTable{hosts: map[string][2]string{}}
+	table := &replicaTable{hosts: map[domain.HostID][2]string{}}
 	a = newCoordinator(t, "a", secretA, table)
 	b = newCoordinator(t, "b", "secret", table)
 	dialHost(t, b.http.URL, "tok-1", hostHandler(release))
@@ -137,7 +138,7 @@ func TestRouterHostNotConnected(t *testing.T) {
 		t.Errorf("unknown host: got %v", err)
 	}
 	// The table says B, but B lost the link.
-	table := &replicaTable{hosts: map[string][2]string{"host-2": {"b", b.http.URL}}}
+	table := &replicaTable{hosts: map[domain.HostID][2]string{"host-2": {"b", b.http.URL}}}
 	r := hostlink.NewRouter(hostlink.RouterConfig{ReplicaID: "a", ClusterSecret: "secret"},
 		hostlink.RouterDeps{Local: a.srv, Lookup: table.lookup})
 	rt, err := r.Transport(t.Context(), "host-2")
@@ -161,7 +162,7 @@ func TestRouterHostNotConnected(t *testing.T) {
 		t.Errorf("got %d %+v, want 503 host_not_connected", resp.StatusCode, body)
 	}
 	// The table names this very replica, which has no link: no loop.
-	self := &replicaTable{hosts: map[string][2]string{"host-2": {"a", a.http.URL}}}
+	self := &replicaTable{hosts: map[domain.HostID][2]string{"host-2": {"a", a.http.URL}}}
 	r2 := hostlink.NewRouter(hostlink.RouterConfig{ReplicaID: "a", ClusterSecret: "secret"},
 		hostlink.RouterDeps{Local: a.srv, Lookup: self.lookup})
 	if _, err := r2.Transport(t.Context(), "host-2"); !errors.Is(err, hostlink.ErrHostNotConnected) {

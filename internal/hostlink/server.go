@@ -1,6 +1,8 @@
 package hostlink
 
 import (
+	"github.com/engrams/engrams/internal/domain"
+
 	"context"
 	"fmt"
 	"log/slog"
@@ -25,14 +27,14 @@ type ServerConfig struct {
 type ServerDeps struct {
 	// Authenticate maps a host's bearer token to its host id. Any error
 	// refuses the connection with 401.
-	Authenticate func(ctx context.Context, bearerToken string) (hostID string, err error)
+	Authenticate func(ctx context.Context, bearerToken string) (hostID domain.HostID, err error)
 	// Handler serves the requests hosts send (PathRegister, PathHeartbeat);
 	// HostIDFrom(r.Context()) names the sending host.
 	Handler http.Handler
 	// OnConnect is called once a host's link is up. OnDisconnect is called
 	// when it ends, unless a newer link of the same host replaced it.
-	OnConnect    func(hostID string)
-	OnDisconnect func(hostID string)
+	OnConnect    func(hostID domain.HostID)
+	OnDisconnect func(hostID domain.HostID)
 	Logger       *slog.Logger
 }
 
@@ -45,18 +47,18 @@ type Server struct {
 
 	mu     sync.Mutex
 	closed bool
-	links  map[string]*serverLink
+	links  map[domain.HostID]*serverLink
 	wg     sync.WaitGroup // one per ServeHTTP holding a link
 }
 
 type serverLink struct {
-	hostID string
+	hostID domain.HostID
 	s      *session
 }
 
 // NewServer returns the coordinator end of host links.
 func NewServer(cfg ServerConfig, deps ServerDeps) *Server {
-	return &Server{cfg: cfg, deps: deps, log: orDiscard(deps.Logger), links: map[string]*serverLink{}}
+	return &Server{cfg: cfg, deps: deps, log: orDiscard(deps.Logger), links: map[domain.HostID]*serverLink{}}
 }
 
 // ServeHTTP accepts a host's connection on PathConnect and holds it until
@@ -94,7 +96,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer s.wg.Done()
 
 	w.Header().Set(HeaderVersion, strconv.Itoa(Version))
-	w.Header().Set(HeaderHostID, hostID)
+	w.Header().Set(HeaderHostID, string(hostID))
 	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
 	if err != nil {
 		s.log.Info("hostlink upgrade failed", "host_id", hostID, "error", err)
@@ -103,7 +105,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.serveLink(hostID, c, r.RemoteAddr)
 }
 
-func (s *Server) serveLink(hostID string, c *websocket.Conn, remote string) {
+func (s *Server) serveLink(hostID domain.HostID, c *websocket.Conn, remote string) {
 	log := s.log.With("host_id", hostID)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -115,7 +117,7 @@ func (s *Server) serveLink(hostID string, c *websocket.Conn, remote string) {
 		return
 	}
 	base := WithHostID(ctx, hostID)
-	l := &serverLink{hostID: hostID, s: newSession(ys, s.deps.Handler, base, "host "+hostID, ErrHostNotConnected, log)}
+	l := &serverLink{hostID: hostID, s: newSession(ys, s.deps.Handler, base, "host "+string(hostID), ErrHostNotConnected, log)}
 	defer l.s.close()
 
 	s.mu.Lock()
@@ -155,7 +157,7 @@ func (s *Server) serveLink(hostID string, c *websocket.Conn, remote string) {
 // Transport returns a RoundTripper that sends requests to hostID over its
 // link, if this Server holds one. Only the path and query of a request URL
 // are used. Streaming bodies and upgrades (101) work.
-func (s *Server) Transport(hostID string) (http.RoundTripper, bool) {
+func (s *Server) Transport(hostID domain.HostID) (http.RoundTripper, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l, ok := s.links[hostID]
@@ -166,10 +168,10 @@ func (s *Server) Transport(hostID string) (http.RoundTripper, bool) {
 }
 
 // Connected lists the ids of the hosts linked to this Server, sorted.
-func (s *Server) Connected() []string {
+func (s *Server) Connected() []domain.HostID {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ids := make([]string, 0, len(s.links))
+	ids := make([]domain.HostID, 0, len(s.links))
 	for id := range s.links {
 		ids = append(ids, id)
 	}

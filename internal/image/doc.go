@@ -1,5 +1,4 @@
-// Package image materializes an OCI image into a chunked root filesystem: it pulls and
-// flattens the image (image/oci), builds a deterministic ext4 image populated in layer
-// order (vmm/vmimage) and uploads its missing chunks (chunk) — the "materializing" stage
-// of enable.
+// Package image materializes an OCI image into a chunked root filesystem (enable's
+// "materializing" stage): it pulls and flattens it (image/oci), builds a deterministic
+// ext4 image populated in layer order (vmm/vmimage) and uploads its missing chunks (chunk).
 package image

@@ -3,50 +3,9 @@ package lifecycle
 import (
 	"errors"
 	"fmt"
+
+	"github.com/engrams/engrams/internal/domain"
 )
-
-// State is where a session is in its life.
-type State string
-
-// The user-visible states of DESIGN.md plus the transitional states the
-// coordinator needs while an operation is in flight.
-const (
-	Created    State = "created"    // row exists, no VM yet
-	Starting   State = "starting"   // placed on a host, VM booting
-	Active     State = "active"     // guest daemon answers
-	Suspending State = "suspending" // snapshot in progress (evict)
-	Idle       State = "idle"       // committed snapshot, no VM
-	Resuming   State = "resuming"   // restoring a snapshot on a host
-	Deleting   State = "deleting"   // VM being destroyed
-	HostLost   State = "host_lost"  // heartbeats stopped while the session had a VM
-	Completed  State = "completed"  // terminal: deleted
-	Dead       State = "dead"       // terminal: unrecoverable
-)
-
-// States lists every state, in lifecycle order.
-var States = []State{Created, Starting, Active, Suspending, Idle, Resuming, Deleting, HostLost, Completed, Dead}
-
-// Terminal reports whether no event can move a session out of s.
-func (s State) Terminal() bool { return s == Completed || s == Dead }
-
-// HasVM reports whether a session in state s may own a VM on a host.
-func (s State) HasVM() bool {
-	switch s {
-	case Starting, Active, Suspending, Resuming, Deleting:
-		return true
-	}
-	return false
-}
-
-// Valid reports whether s is a known state.
-func (s State) Valid() bool {
-	for _, k := range States {
-		if k == s {
-			return true
-		}
-	}
-	return false
-}
 
 // Event is something that happened to a session.
 type Event string
@@ -61,9 +20,9 @@ const (
 	SuspendRequested Event = "suspend_requested" // idle timeout or explicit suspend
 	Snapshotted      Event = "snapshotted"       // snapshot committed, VM destroyed
 	SnapshotFailed   Event = "snapshot_failed"   // snapshot failed, VM still running
-	ResumeRequested  Event = "resume_requested"  // input arrived for an Idle session
+	ResumeRequested  Event = "resume_requested"  // input arrived for an domain.SessionIdle session
 	Resumed          Event = "resumed"           // restore finished, guest answers
-	ResumeFailed     Event = "resume_failed"     // restore failed, retry later from Idle
+	ResumeFailed     Event = "resume_failed"     // restore failed, retry later from domain.SessionIdle
 	Unrestorable     Event = "unrestorable"      // snapshot cannot be restored, ever
 	DeleteRequested  Event = "delete_requested"  // user asked to delete
 	Destroyed        Event = "destroyed"         // VM gone after a delete
@@ -83,60 +42,60 @@ var Events = []Event{Place, Unplaceable, Started, StartFailed, Requeue, SuspendR
 var ErrIllegal = errors.New("illegal transition")
 
 type key struct {
-	s State
+	s domain.SessionState
 	e Event
 }
 
 // table is the whole state machine. Anything not listed is illegal.
-var table = map[key]State{
-	{Created, Place}:           Starting,
-	{Created, Unplaceable}:     Dead,
-	{Created, DeleteRequested}: Completed,
-	{Created, TimeLimit}:       Dead,
+var table = map[key]domain.SessionState{
+	{domain.SessionCreated, Place}:           domain.SessionStarting,
+	{domain.SessionCreated, Unplaceable}:     domain.SessionDead,
+	{domain.SessionCreated, DeleteRequested}: domain.SessionCompleted,
+	{domain.SessionCreated, TimeLimit}:       domain.SessionDead,
 
-	{Starting, Started}:         Active,
-	{Starting, StartFailed}:     Dead,
-	{Starting, Requeue}:         Created,
-	{Starting, DeleteRequested}: Deleting,
-	{Starting, HeartbeatLost}:   HostLost,
-	{Starting, TimeLimit}:       Deleting,
+	{domain.SessionStarting, Started}:         domain.SessionActive,
+	{domain.SessionStarting, StartFailed}:     domain.SessionDead,
+	{domain.SessionStarting, Requeue}:         domain.SessionCreated,
+	{domain.SessionStarting, DeleteRequested}: domain.SessionDeleting,
+	{domain.SessionStarting, HeartbeatLost}:   domain.SessionHostLost,
+	{domain.SessionStarting, TimeLimit}:       domain.SessionDeleting,
 
-	{Active, SuspendRequested}: Suspending,
-	{Active, DeleteRequested}:  Deleting,
-	{Active, HeartbeatLost}:    HostLost,
-	{Active, TimeLimit}:        Deleting,
+	{domain.SessionActive, SuspendRequested}: domain.SessionSuspending,
+	{domain.SessionActive, DeleteRequested}:  domain.SessionDeleting,
+	{domain.SessionActive, HeartbeatLost}:    domain.SessionHostLost,
+	{domain.SessionActive, TimeLimit}:        domain.SessionDeleting,
 
-	{Suspending, Snapshotted}:     Idle,
-	{Suspending, SnapshotFailed}:  Active,
-	{Suspending, DeleteRequested}: Deleting,
-	{Suspending, HeartbeatLost}:   HostLost,
-	{Suspending, TimeLimit}:       Deleting,
+	{domain.SessionSuspending, Snapshotted}:     domain.SessionIdle,
+	{domain.SessionSuspending, SnapshotFailed}:  domain.SessionActive,
+	{domain.SessionSuspending, DeleteRequested}: domain.SessionDeleting,
+	{domain.SessionSuspending, HeartbeatLost}:   domain.SessionHostLost,
+	{domain.SessionSuspending, TimeLimit}:       domain.SessionDeleting,
 
-	{Idle, ResumeRequested}: Resuming,
-	{Idle, DeleteRequested}: Completed,
-	{Idle, Unrestorable}:    Dead,
-	{Idle, TimeLimit}:       Dead,
+	{domain.SessionIdle, ResumeRequested}: domain.SessionResuming,
+	{domain.SessionIdle, DeleteRequested}: domain.SessionCompleted,
+	{domain.SessionIdle, Unrestorable}:    domain.SessionDead,
+	{domain.SessionIdle, TimeLimit}:       domain.SessionDead,
 
-	{Resuming, Resumed}:         Active,
-	{Resuming, ResumeFailed}:    Idle,
-	{Resuming, Unrestorable}:    Dead,
-	{Resuming, DeleteRequested}: Deleting,
-	{Resuming, HeartbeatLost}:   HostLost,
-	{Resuming, TimeLimit}:       Deleting,
+	{domain.SessionResuming, Resumed}:         domain.SessionActive,
+	{domain.SessionResuming, ResumeFailed}:    domain.SessionIdle,
+	{domain.SessionResuming, Unrestorable}:    domain.SessionDead,
+	{domain.SessionResuming, DeleteRequested}: domain.SessionDeleting,
+	{domain.SessionResuming, HeartbeatLost}:   domain.SessionHostLost,
+	{domain.SessionResuming, TimeLimit}:       domain.SessionDeleting,
 
-	{Deleting, Destroyed}:     Completed,
-	{Deleting, Expired}:       Dead,
-	{Deleting, HeartbeatLost}: Completed, // the host destroys it when it returns: it no longer owns it
+	{domain.SessionDeleting, Destroyed}:     domain.SessionCompleted,
+	{domain.SessionDeleting, Expired}:       domain.SessionDead,
+	{domain.SessionDeleting, HeartbeatLost}: domain.SessionCompleted, // the host destroys it when it returns: it no longer owns it
 
-	{HostLost, Recovered}:       Idle,
-	{HostLost, NotRecoverable}:  Dead,
-	{HostLost, DeleteRequested}: Completed,
-	{HostLost, TimeLimit}:       Dead,
+	{domain.SessionHostLost, Recovered}:       domain.SessionIdle,
+	{domain.SessionHostLost, NotRecoverable}:  domain.SessionDead,
+	{domain.SessionHostLost, DeleteRequested}: domain.SessionCompleted,
+	{domain.SessionHostLost, TimeLimit}:       domain.SessionDead,
 }
 
 // Transition returns the state a session in s moves to when e happens, or
 // an error wrapping ErrIllegal.
-func Transition(s State, e Event) (State, error) {
+func Transition(s domain.SessionState, e Event) (domain.SessionState, error) {
 	next, ok := table[key{s, e}]
 	if !ok {
 		return s, fmt.Errorf("%w: %s on %s", ErrIllegal, e, s)

@@ -4,34 +4,36 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+
+	"github.com/engrams/engrams/internal/domain"
 )
 
 // legal is the spec, written independently of the implementation's table:
 // one row per state listing the events it accepts. Every pair not listed
 // must be refused.
-var legal = map[State]map[Event]State{
-	Created: {Place: Starting, Unplaceable: Dead, DeleteRequested: Completed, TimeLimit: Dead},
-	Starting: {Started: Active, StartFailed: Dead, Requeue: Created, DeleteRequested: Deleting,
-		HeartbeatLost: HostLost, TimeLimit: Deleting},
-	Active: {SuspendRequested: Suspending, DeleteRequested: Deleting,
-		HeartbeatLost: HostLost, TimeLimit: Deleting},
-	Suspending: {Snapshotted: Idle, SnapshotFailed: Active, DeleteRequested: Deleting,
-		HeartbeatLost: HostLost, TimeLimit: Deleting},
-	Idle: {ResumeRequested: Resuming, DeleteRequested: Completed, Unrestorable: Dead, TimeLimit: Dead},
-	Resuming: {Resumed: Active, ResumeFailed: Idle, Unrestorable: Dead, DeleteRequested: Deleting,
-		HeartbeatLost: HostLost, TimeLimit: Deleting},
-	Deleting:  {Destroyed: Completed, HeartbeatLost: Completed, Expired: Dead},
-	HostLost:  {Recovered: Idle, NotRecoverable: Dead, DeleteRequested: Completed, TimeLimit: Dead},
-	Completed: {},
-	Dead:      {},
+var legal = map[domain.SessionState]map[Event]domain.SessionState{
+	domain.SessionCreated: {Place: domain.SessionStarting, Unplaceable: domain.SessionDead, DeleteRequested: domain.SessionCompleted, TimeLimit: domain.SessionDead},
+	domain.SessionStarting: {Started: domain.SessionActive, StartFailed: domain.SessionDead, Requeue: domain.SessionCreated, DeleteRequested: domain.SessionDeleting,
+		HeartbeatLost: domain.SessionHostLost, TimeLimit: domain.SessionDeleting},
+	domain.SessionActive: {SuspendRequested: domain.SessionSuspending, DeleteRequested: domain.SessionDeleting,
+		HeartbeatLost: domain.SessionHostLost, TimeLimit: domain.SessionDeleting},
+	domain.SessionSuspending: {Snapshotted: domain.SessionIdle, SnapshotFailed: domain.SessionActive, DeleteRequested: domain.SessionDeleting,
+		HeartbeatLost: domain.SessionHostLost, TimeLimit: domain.SessionDeleting},
+	domain.SessionIdle: {ResumeRequested: domain.SessionResuming, DeleteRequested: domain.SessionCompleted, Unrestorable: domain.SessionDead, TimeLimit: domain.SessionDead},
+	domain.SessionResuming: {Resumed: domain.SessionActive, ResumeFailed: domain.SessionIdle, Unrestorable: domain.SessionDead, DeleteRequested: domain.SessionDeleting,
+		HeartbeatLost: domain.SessionHostLost, TimeLimit: domain.SessionDeleting},
+	domain.SessionDeleting:  {Destroyed: domain.SessionCompleted, HeartbeatLost: domain.SessionCompleted, Expired: domain.SessionDead},
+	domain.SessionHostLost:  {Recovered: domain.SessionIdle, NotRecoverable: domain.SessionDead, DeleteRequested: domain.SessionCompleted, TimeLimit: domain.SessionDead},
+	domain.SessionCompleted: {},
+	domain.SessionDead:      {},
 }
 
 func TestTransitionEveryPair(t *testing.T) {
 	t.Parallel()
-	if len(legal) != len(States) {
-		t.Fatalf("spec covers %d states, package has %d", len(legal), len(States))
+	if len(legal) != len(domain.SessionStates) {
+		t.Fatalf("spec covers %d states, package has %d", len(legal), len(domain.SessionStates))
 	}
-	for _, s := range States {
+	for _, s := range domain.SessionStates {
 		for _, e := range Events {
 			t.Run(fmt.Sprintf("%s/%s", s, e), func(t *testing.T) {
 				t.Parallel()
@@ -54,7 +56,7 @@ func TestTransitionEveryPair(t *testing.T) {
 
 func TestTerminalStatesAcceptNothing(t *testing.T) {
 	t.Parallel()
-	for _, s := range States {
+	for _, s := range domain.SessionStates {
 		if !s.Terminal() {
 			continue
 		}
@@ -68,7 +70,7 @@ func TestTerminalStatesAcceptNothing(t *testing.T) {
 
 func TestEveryNonTerminalStateCanBeLeft(t *testing.T) {
 	t.Parallel()
-	for _, s := range States {
+	for _, s := range domain.SessionStates {
 		if s.Terminal() {
 			continue
 		}
@@ -89,7 +91,7 @@ func TestHasVMMatchesHostLoss(t *testing.T) {
 	t.Parallel()
 	// A state that may own a VM must react to its host being lost, else a
 	// lost host would leave the session stuck.
-	for _, s := range States {
+	for _, s := range domain.SessionStates {
 		_, err := Transition(s, HeartbeatLost)
 		if s.HasVM() && err != nil {
 			t.Errorf("%s has a VM but ignores %s", s, HeartbeatLost)
@@ -102,12 +104,12 @@ func TestHasVMMatchesHostLoss(t *testing.T) {
 
 func TestValid(t *testing.T) {
 	t.Parallel()
-	for _, s := range States {
+	for _, s := range domain.SessionStates {
 		if !s.Valid() {
 			t.Errorf("%s not valid", s)
 		}
 	}
-	if State("bogus").Valid() {
+	if domain.SessionState("bogus").Valid() {
 		t.Error("bogus state valid")
 	}
 }

@@ -111,12 +111,7 @@ func (s *Server) openAIResponses(ctx context.Context, w http.ResponseWriter, rec
 // response.output_item.added, its content or argument deltas and dones,
 // response.output_item.done, and response.completed with usage.
 func openAIStream(e *sse, resp map[string]any, items []map[string]any, usage map[string]any) error {
-	ev := func(typ string, fields map[string]any) error {
-		fields["type"] = typ
-		fields["sequence_number"] = e.seq
-		e.seq++
-		return e.event(typ, fields)
-	}
+	ev := openAIEmitter(e)
 	if err := ev("response.created", map[string]any{"response": resp}); err != nil {
 		return err
 	}
@@ -124,64 +119,7 @@ func openAIStream(e *sse, resp map[string]any, items []map[string]any, usage map
 		return err
 	}
 	for i, item := range items {
-		id := item["id"]
-		added := map[string]any{}
-		for k, v := range item {
-			added[k] = v
-		}
-		added["status"] = "in_progress"
-		switch item["type"] {
-		case "message":
-			added["content"] = []any{}
-		case "function_call":
-			added["arguments"] = ""
-		case "custom_tool_call":
-			added["input"] = ""
-		}
-		if err := ev("response.output_item.added", map[string]any{"output_index": i, "item": added}); err != nil {
-			return err
-		}
-		switch item["type"] {
-		case "message":
-			text := item["content"].([]map[string]any)[0]["text"].(string)
-			part := map[string]any{"type": "output_text", "text": "", "annotations": []any{}}
-			if err := ev("response.content_part.added", map[string]any{"item_id": id, "output_index": i, "content_index": 0, "part": part}); err != nil {
-				return err
-			}
-			for _, c := range chunks(text, 3) {
-				if err := ev("response.output_text.delta", map[string]any{"item_id": id, "output_index": i, "content_index": 0, "delta": c, "logprobs": []any{}}); err != nil {
-					return err
-				}
-			}
-			if err := ev("response.output_text.done", map[string]any{"item_id": id, "output_index": i, "content_index": 0, "text": text, "logprobs": []any{}}); err != nil {
-				return err
-			}
-			part = map[string]any{"type": "output_text", "text": text, "annotations": []any{}}
-			if err := ev("response.content_part.done", map[string]any{"item_id": id, "output_index": i, "content_index": 0, "part": part}); err != nil {
-				return err
-			}
-		case "function_call":
-			args := item["arguments"].(string)
-			for _, c := range chunks(args, 3) {
-				if err := ev("response.function_call_arguments.delta", map[string]any{"item_id": id, "output_index": i, "delta": c}); err != nil {
-					return err
-				}
-			}
-			if err := ev("response.function_call_arguments.done", map[string]any{"item_id": id, "output_index": i, "name": item["name"], "arguments": args}); err != nil {
-				return err
-			}
-		case "custom_tool_call":
-			input := item["input"].(string)
-			for _, c := range chunks(input, 3) {
-				if err := ev("response.custom_tool_call_input.delta", map[string]any{"item_id": id, "output_index": i, "delta": c}); err != nil {
-					return err
-				}
-			}
-			if err := ev("response.custom_tool_call_input.done", map[string]any{"item_id": id, "output_index": i, "input": input}); err != nil {
-				return err
-			}
-		}
-		if err := ev("response.output_item.done", map[string]any{"output_index": i, "item": item}); err != nil {
+		if err := openAIStreamItem(ev, i, item); err != nil {
 			return err
 		}
 	}
@@ -191,6 +129,105 @@ func openAIStream(e *sse, resp map[string]any, items []map[string]any, usage map
 	}
 	done["status"], done["output"], done["usage"] = "completed", items, usage
 	return ev("response.completed", map[string]any{"response": done})
+}
+
+// openAIEvent writes one Responses streaming event of type typ.
+type openAIEvent func(typ string, fields map[string]any) error
+
+// openAIEmitter writes events to e, each with its type and the stream's
+// next sequence number.
+func openAIEmitter(e *sse) openAIEvent {
+	return func(typ string, fields map[string]any) error {
+		fields["type"] = typ
+		fields["sequence_number"] = e.seq
+		e.seq++
+		return e.event(typ, fields)
+	}
+}
+
+// openAIStreamItem writes output item i: its added event, its content or
+// argument deltas and dones, and its done event.
+func openAIStreamItem(ev openAIEvent, i int, item map[string]any) error {
+	if err := ev("response.output_item.added", map[string]any{"output_index": i, "item": openAIItemAdded(item)}); err != nil {
+		return err
+	}
+	var err error
+	switch item["type"] {
+	case "message":
+		err = openAIStreamMessage(ev, i, item)
+	case "function_call":
+		err = openAIStreamArguments(ev, i, item)
+	case "custom_tool_call":
+		err = openAIStreamInput(ev, i, item)
+	}
+	if err != nil {
+		return err
+	}
+	return ev("response.output_item.done", map[string]any{"output_index": i, "item": item})
+}
+
+// openAIItemAdded is item as response.output_item.added shows it: in
+// progress, with its content, arguments or input still empty.
+func openAIItemAdded(item map[string]any) map[string]any {
+	added := map[string]any{}
+	for k, v := range item {
+		added[k] = v
+	}
+	added["status"] = "in_progress"
+	switch item["type"] {
+	case "message":
+		added["content"] = []any{}
+	case "function_call":
+		added["arguments"] = ""
+	case "custom_tool_call":
+		added["input"] = ""
+	}
+	return added
+}
+
+// openAIStreamMessage writes a message item's content part and its text
+// deltas.
+func openAIStreamMessage(ev openAIEvent, i int, item map[string]any) error {
+	id := item["id"]
+	text := item["content"].([]map[string]any)[0]["text"].(string)
+	part := map[string]any{"type": "output_text", "text": "", "annotations": []any{}}
+	if err := ev("response.content_part.added", map[string]any{"item_id": id, "output_index": i, "content_index": 0, "part": part}); err != nil {
+		return err
+	}
+	for _, c := range chunks(text, 3) {
+		if err := ev("response.output_text.delta", map[string]any{"item_id": id, "output_index": i, "content_index": 0, "delta": c, "logprobs": []any{}}); err != nil {
+			return err
+		}
+	}
+	if err := ev("response.output_text.done", map[string]any{"item_id": id, "output_index": i, "content_index": 0, "text": text, "logprobs": []any{}}); err != nil {
+		return err
+	}
+	part = map[string]any{"type": "output_text", "text": text, "annotations": []any{}}
+	return ev("response.content_part.done", map[string]any{"item_id": id, "output_index": i, "content_index": 0, "part": part})
+}
+
+// openAIStreamArguments writes a function_call item's argument deltas.
+func openAIStreamArguments(ev openAIEvent, i int, item map[string]any) error {
+	id := item["id"]
+	args := item["arguments"].(string)
+	for _, c := range chunks(args, 3) {
+		if err := ev("response.function_call_arguments.delta", map[string]any{"item_id": id, "output_index": i, "delta": c}); err != nil {
+			return err
+		}
+	}
+	return ev("response.function_call_arguments.done", map[string]any{"item_id": id, "output_index": i, "name": item["name"], "arguments": args})
+}
+
+// openAIStreamInput writes a custom_tool_call item's input deltas.
+func openAIStreamInput(ev openAIEvent, i int, item map[string]any) error {
+	id := item["id"]
+	input := item["input"].(string)
+	for _, c := range chunks(input, 3) {
+		if err := ev("response.custom_tool_call_input.delta", map[string]any{"item_id": id, "output_index": i, "delta": c}); err != nil {
+			return err
+		}
+	}
+	return ev("response.custom_tool_call_input.done", map[string]any{"item_id": id, "output_index": i, "input": input})
 }
 
 // openAIOutput renders a turn as Responses output items. A call to a tool

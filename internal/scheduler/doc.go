@@ -1,4 +1,4 @@
-// Package scheduler decides placement: given the hosts that could run a
-// session and what each already carries, it picks one. It is pure: no I/O,
-// no clock, so every rule is table-tested.
+// Package scheduler decides placement: it builds the candidates from the hosts and the sessions
+// placed on them, and picks one. It is pure (no I/O, no clock; it imports only internal/domain), so
+// every rule is table-tested. Imported by the coordinator and image jobs.
 package scheduler

@@ -6,7 +6,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/domain"
 )
 
 // ErrNoCapacity is returned when no host can take the request; the error
@@ -15,7 +15,7 @@ var ErrNoCapacity = errors.New("no host can run this session")
 
 // Candidate is one host and its load as the coordinator sees it.
 type Candidate struct {
-	HostID      string
+	HostID      domain.HostID
 	Ready       bool // connected and not draining
 	MemoryMiB   int  // total the host offers to sessions
 	VCPUs       int
@@ -39,12 +39,12 @@ type Request struct {
 // Place picks, among hosts that fit the request, one that caches the
 // snapshot if any does, then the one with the most free memory; ties go to
 // fewer sessions, then to the smaller id so the choice is stable.
-func Place(cands []Candidate, req Request) (string, error) {
+func Place(cands []Candidate, req Request) (domain.HostID, error) {
 	var fits []Candidate
 	var why []string
 	for _, c := range cands {
 		if reason := rejects(c, req); reason != "" {
-			why = append(why, c.HostID+": "+reason)
+			why = append(why, string(c.HostID)+": "+reason)
 			continue
 		}
 		fits = append(fits, c)
@@ -84,7 +84,7 @@ func rejects(c Candidate, req Request) string {
 		return fmt.Sprintf("at its limit of %d sessions", c.MaxSessions)
 	case free(c) < req.MemoryMiB:
 		return fmt.Sprintf("%d MiB free, %d MiB asked", free(c), req.MemoryMiB)
-	case c.VCPUs > 0 && c.VCPUs*hostlink.VCPUOvercommit-c.PlacedVCPUs < req.VCPUs:
+	case c.VCPUs > 0 && c.VCPUs*domain.VCPUOvercommit-c.PlacedVCPUs < req.VCPUs:
 		// vCPUs are overcommitted; memory is not.
 		return fmt.Sprintf("%d vCPUs placed on %d", c.PlacedVCPUs, c.VCPUs)
 	}
@@ -95,7 +95,7 @@ func rejects(c Candidate, req Request) string {
 // on a host with facts snap, or "" if it can: a saved machine state needs
 // the same architecture, VMM, VMM version and acceleration, and with
 // hardware acceleration the same CPU model.
-func Compatible(snap, h hostlink.Facts) string {
+func Compatible(snap, h domain.HostFacts) string {
 	switch {
 	case snap.Arch != h.Arch:
 		return fmt.Sprintf("architecture %s, snapshot needs %s", h.Arch, snap.Arch)

@@ -5,19 +5,19 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/domain"
 )
 
 func TestPlace(t *testing.T) {
 	t.Parallel()
-	ready := func(id string, mem, placedMem, sessions int) Candidate {
+	ready := func(id domain.HostID, mem, placedMem, sessions int) Candidate {
 		return Candidate{HostID: id, Ready: true, MemoryMiB: mem, VCPUs: 2, PlacedMemoryMiB: placedMem, PlacedSessions: sessions}
 	}
 	tests := []struct {
 		name    string
 		cands   []Candidate
 		req     Request
-		want    string
+		want    domain.HostID
 		wantErr string
 	}{
 		{name: "no hosts", req: Request{MemoryMiB: 256}, wantErr: "no hosts are registered"},
@@ -55,22 +55,22 @@ func TestPlace(t *testing.T) {
 
 func TestCompatible(t *testing.T) {
 	t.Parallel()
-	base := hostlink.Facts{Arch: "amd64", CPUModel: "EPYC", Backend: hostlink.BackendFacts{Name: "qemu", Version: "7.2", Acceleration: "tcg"}}
-	with := func(f func(*hostlink.Facts)) hostlink.Facts { c := base; f(&c); return c }
+	base := domain.HostFacts{Arch: "amd64", CPUModel: "EPYC", Backend: domain.BackendFacts{Name: "qemu", Version: "7.2", Acceleration: "tcg"}}
+	with := func(f func(*domain.HostFacts)) domain.HostFacts { c := base; f(&c); return c }
 	tests := []struct {
 		name string
-		h    hostlink.Facts
-		snap hostlink.Facts
+		h    domain.HostFacts
+		snap domain.HostFacts
 		want string
 	}{
 		{"same", base, base, ""},
-		{"other CPU under tcg is fine", with(func(f *hostlink.Facts) { f.CPUModel = "Xeon" }), base, ""},
-		{"other CPU under kvm", with(func(f *hostlink.Facts) { f.CPUModel = "Xeon"; f.Backend.Acceleration = "kvm" }),
-			with(func(f *hostlink.Facts) { f.Backend.Acceleration = "kvm" }), "CPU"},
-		{"other backend", with(func(f *hostlink.Facts) { f.Backend.Name = "firecracker" }), base, "backend firecracker"},
-		{"other version", with(func(f *hostlink.Facts) { f.Backend.Version = "8.0" }), base, "snapshot needs \"7.2\""},
-		{"other accel", with(func(f *hostlink.Facts) { f.Backend.Acceleration = "kvm" }), base, "acceleration kvm"},
-		{"other arch", with(func(f *hostlink.Facts) { f.Arch = "arm64" }), base, "architecture arm64"},
+		{"other CPU under tcg is fine", with(func(f *domain.HostFacts) { f.CPUModel = "Xeon" }), base, ""},
+		{"other CPU under kvm", with(func(f *domain.HostFacts) { f.CPUModel = "Xeon"; f.Backend.Acceleration = "kvm" }),
+			with(func(f *domain.HostFacts) { f.Backend.Acceleration = "kvm" }), "CPU"},
+		{"other backend", with(func(f *domain.HostFacts) { f.Backend.Name = "firecracker" }), base, "backend firecracker"},
+		{"other version", with(func(f *domain.HostFacts) { f.Backend.Version = "8.0" }), base, "snapshot needs \"7.2\""},
+		{"other accel", with(func(f *domain.HostFacts) { f.Backend.Acceleration = "kvm" }), base, "acceleration kvm"},
+		{"other arch", with(func(f *domain.HostFacts) { f.Arch = "arm64" }), base, "architecture arm64"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

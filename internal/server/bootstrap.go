@@ -11,6 +11,7 @@ import (
 
 	"github.com/engrams/engrams/internal/api"
 	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -35,15 +36,15 @@ func EnsureCredentials(ctx context.Context, st store.Store, path, hostName strin
 		return c, fmt.Errorf("read credentials: %w", err)
 	}
 	changed := false
-	if !valid(ctx, st, c.Token, store.TokenUser) {
+	if !valid(ctx, st, c.Token, domain.TokenUser) {
 		secret, prefix := api.NewSecret()
-		t := store.Token{ID: newID(), Name: "bootstrap", Kind: store.TokenUser, Prefix: prefix, Hash: coordinator.HashToken(secret), CreatedAt: time.Now()}
+		t := domain.Token{ID: newID(), Name: "bootstrap", Kind: domain.TokenUser, Prefix: prefix, Hash: coordinator.HashToken(secret), CreatedAt: time.Now()}
 		if err := st.CreateToken(ctx, t); err != nil {
 			return c, fmt.Errorf("mint bootstrap token: %w", err)
 		}
 		c.Token, changed = secret, true
 	}
-	if hostName != "" && !valid(ctx, st, c.HostToken, store.TokenHost) {
+	if hostName != "" && !valid(ctx, st, c.HostToken, domain.TokenHost) {
 		id, secret, err := mintHost(ctx, st, hostName)
 		if err != nil {
 			return c, err
@@ -56,7 +57,7 @@ func EnsureCredentials(ctx context.Context, st store.Store, path, hostName strin
 	return c, writeFileAtomic(path, c)
 }
 
-func valid(ctx context.Context, st store.Store, secret string, kind store.TokenKind) bool {
+func valid(ctx context.Context, st store.Store, secret string, kind domain.TokenKind) bool {
 	if secret == "" {
 		return false
 	}
@@ -73,8 +74,8 @@ func mintHost(ctx context.Context, st store.Store, name string) (id, secret stri
 		}
 		secret, prefix := api.NewSecret()
 		now := time.Now()
-		h := store.Host{ID: newID(), Name: n, State: store.HostNew, CreatedAt: now}
-		t := store.Token{ID: newID(), Name: "host " + n, Kind: store.TokenHost, HostID: h.ID, Prefix: prefix, Hash: coordinator.HashToken(secret), CreatedAt: now}
+		h := domain.Host{ID: domain.HostID(newID()), Name: n, State: domain.HostNew, CreatedAt: now}
+		t := domain.Token{ID: newID(), Name: "host " + n, Kind: domain.TokenHost, HostID: h.ID, Prefix: prefix, Hash: coordinator.HashToken(secret), CreatedAt: now}
 		err := st.CreateHost(ctx, h, t)
 		if errors.Is(err, store.ErrConflict) {
 			continue
@@ -82,7 +83,7 @@ func mintHost(ctx context.Context, st store.Store, name string) (id, secret stri
 		if err != nil {
 			return "", "", fmt.Errorf("create host %s: %w", n, err)
 		}
-		return h.ID, secret, nil
+		return string(h.ID), secret, nil
 	}
 	return "", "", fmt.Errorf("create host: names %s..%s-20 are all taken", name, name)
 }

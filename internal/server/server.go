@@ -13,9 +13,15 @@ import (
 	"github.com/google/uuid"
 
 	apidoc "github.com/engrams/engrams/api"
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/api"
 	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/gateway"
+	"github.com/engrams/engrams/internal/harnessreg"
 	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/imagejobs"
+	"github.com/engrams/engrams/internal/secrets"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -26,6 +32,8 @@ type Config struct {
 	ClusterSecret string // shared by replicas for forwarded host traffic
 	Version       string
 	Coordinator   coordinator.Config // ReplicaID and ReplicaAddr are filled in
+	Harnesses     harnessreg.Config
+	Gateway       gateway.Config
 }
 
 // Deps are what cmd/ chose.
@@ -34,13 +42,16 @@ type Deps struct {
 	Logger *slog.Logger
 	// Images materializes enabled images (nil: image jobs fail, saying
 	// the server has no blob store); Secrets seals registry credentials
-	// (nil: enabling an image with credentials is refused).
-	Images  coordinator.Materializer
-	Secrets coordinator.Sealer
+	// and users' secrets (nil: storing them is refused).
+	Images  imagejobs.Materializer
+	Secrets secrets.Sealer
 	// HarnessBuilder and HarnessChunks build harness bundles and store
 	// their chunks (nil: harness build and add are refused).
-	HarnessBuilder coordinator.HarnessBuilder
-	HarnessChunks  coordinator.ChunkPutter
+	HarnessBuilder harnessreg.HarnessBuilder
+	HarnessChunks  harnessreg.ChunkPutter
+	// GatewayUpstream carries the model gateway's requests to providers
+	// (nil: TLS verified with the system roots).
+	GatewayUpstream http.RoundTripper
 }
 
 // Server is a coordinator replica.
@@ -48,7 +59,7 @@ type Server struct {
 	cfg    Config
 	st     store.Store
 	log    *slog.Logger
-	co     *coordinator.Coordinator
+	parts  *Parts
 	link   *hostlink.Server
 	router *hostlink.Router
 	api    *api.Server
@@ -72,32 +83,34 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, st: deps.Store, log: log, mux: http.NewServeMux()}
+	hostMux := http.NewServeMux()
 	s.link = hostlink.NewServer(hostlink.ServerConfig{}, hostlink.ServerDeps{
-		Authenticate: func(ctx context.Context, tok string) (string, error) { return s.co.AuthenticateHost(ctx, tok) },
-		Handler:      http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.co.HostHandler().ServeHTTP(w, r) }),
-		Logger:       log,
+		Authenticate: func(ctx context.Context, tok string) (domain.HostID, error) {
+			return s.parts.Co.AuthenticateHost(ctx, tok)
+		},
+		Handler: hostMux,
+		Logger:  log,
 	})
 	s.router = hostlink.NewRouter(hostlink.RouterConfig{ReplicaID: cfg.ReplicaID, ClusterSecret: cfg.ClusterSecret},
 		hostlink.RouterDeps{Local: s.link, Lookup: s.lookupHost, Logger: log})
-	cc := cfg.Coordinator
-	cc.ReplicaID, cc.ReplicaAddr = cfg.ReplicaID, cfg.AdvertiseURL
-	co, err := coordinator.New(cc, coordinator.Deps{Store: deps.Store, Hosts: s.router, Logger: log,
-		Images: deps.Images, Secrets: deps.Secrets, HarnessBuilder: deps.HarnessBuilder, HarnessChunks: deps.HarnessChunks})
+	p, err := Assemble(cfg, deps, s.router, log)
 	if err != nil {
 		return nil, err
 	}
-	s.co = co
-	s.api = api.New(api.Config{Version: cfg.Version, ReplicaID: cfg.ReplicaID, OpenAPI: apidoc.OpenAPI()},
-		api.Deps{Coordinator: co, Store: deps.Store, Logger: log, NewID: newID})
-	s.mux.Handle("/v1/", s.api)
+	s.parts = p
+	p.Co.RouteHostLink(hostMux)
+	p.Gateway.RouteHostLink(hostMux)
+	p.Tasks.RouteHostLink(hostMux)
+	s.api = api.New(api.Config{Version: cfg.Version, ReplicaID: cfg.ReplicaID, OpenAPI: apidoc.OpenAPI()}, p.APIDeps(deps.Store, log))
+	s.mux.Handle(apiv1.PathPrefix, s.api)
 	s.mux.Handle(hostlink.PathConnect, s.link)
-	s.mux.Handle("/internal/v1/hosts/", s.router.PeerHandler())
+	s.mux.Handle(hostlink.PathPeerPrefix, s.router.PeerHandler())
 	return s, nil
 }
 
 func newID() string { return uuid.Must(uuid.NewV7()).String() }
 
-func (s *Server) lookupHost(ctx context.Context, hostID string) (string, string, error) {
+func (s *Server) lookupHost(ctx context.Context, hostID domain.HostID) (string, string, error) {
 	h, err := s.st.GetHost(ctx, hostID)
 	if err != nil {
 		return "", "", fmt.Errorf("look up host %s: %w", hostID, err)
@@ -106,7 +119,7 @@ func (s *Server) lookupHost(ctx context.Context, hostID string) (string, string,
 }
 
 // Coordinator exposes the lifecycle engine (tests and dev use it).
-func (s *Server) Coordinator() *coordinator.Coordinator { return s.co }
+func (s *Server) Coordinator() *coordinator.Coordinator { return s.parts.Co }
 
 // Run serves on ln and runs the coordinator loops until ctx ends, then shuts
 // down and joins everything. Long requests (event streams, waits) see their
@@ -123,7 +136,7 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 		BaseContext: func(net.Listener) context.Context { return reqCtx },
 	}
 	var wg sync.WaitGroup
-	errs := make(chan error, 3)
+	errs := make(chan error, 5)
 	run := func(f func() error) {
 		wg.Add(1)
 		go func() {
@@ -134,7 +147,9 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 			}
 		}()
 	}
-	run(func() error { return s.co.Run(ctx) })
+	run(func() error { return s.parts.Co.Run(ctx) })
+	run(func() error { return s.parts.Images.Run(ctx) })
+	run(func() error { return s.parts.Tasks.Run(ctx) })
 	run(func() error { return s.link.Run(ctx) })
 	run(func() error {
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

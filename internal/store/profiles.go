@@ -2,23 +2,10 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"time"
-)
 
-// Harness is a registered harness bundle (issue 6): an agent such as Claude
-// Code or Codex packed into a content-addressed read-only image that hosts
-// attach at a fixed mount point. (Name, Version) is unique.
-type Harness struct {
-	ID         string
-	Name       string
-	Version    string
-	Descriptor json.RawMessage // entrypoint, models and modes, credentials, hosts; opaque here
-	Manifest   json.RawMessage // chunk manifest of the bundle image; opaque here
-	Digest     string          // content digest of the bundle image
-	Builtin    bool            // built by engrams (claude-code, codex, shell), not added by an admin
-	CreatedAt  time.Time
-}
+	"github.com/engrams/engrams/internal/domain"
+)
 
 // Harnesses keeps registered harness bundles. Rows are never changed: a new
 // bundle is a new version.
@@ -28,28 +15,13 @@ type Harnesses interface {
 	// the same Digest it is idempotent: nothing is written and the stored
 	// row (with its own ID and times) is returned. ErrConflict if (Name,
 	// Version) is registered with another digest, or h.ID names another harness.
-	PutHarness(ctx context.Context, h Harness) (Harness, error)
-	GetHarness(ctx context.Context, id string) (Harness, error)
+	PutHarness(ctx context.Context, h domain.Harness) (domain.Harness, error)
+	GetHarness(ctx context.Context, id string) (domain.Harness, error)
 	// FindHarness returns the harness with that name and version; version ""
 	// means the newest by CreatedAt (then by ID). ErrNotFound if none.
-	FindHarness(ctx context.Context, name, version string) (Harness, error)
+	FindHarness(ctx context.Context, name, version string) (domain.Harness, error)
 	// ListHarnesses returns every harness by name, then oldest first.
-	ListHarnesses(ctx context.Context) ([]Harness, error)
-}
-
-// Secret is a credential other than a registry login: a model provider API
-// key ("anthropic_api_key", "openai_api_key"), a git HTTPS login
-// ("git_https"), ... Sealed is sealed by the caller (package secret, with the
-// id as associated data); the store never sees it in clear. Meta holds the
-// non-secret facts (base_url, username, host).
-type Secret struct {
-	ID        string
-	Kind      string
-	Name      string // unique among secrets not deleted
-	Sealed    []byte // nil once deleted
-	Meta      json.RawMessage
-	CreatedAt time.Time
-	DeletedAt time.Time // zero while live
+	ListHarnesses(ctx context.Context) ([]domain.Harness, error)
 }
 
 // Secrets keeps sealed credentials; profiles name them. Every read returns
@@ -58,32 +30,18 @@ type Secret struct {
 type Secrets interface {
 	// PutSecret inserts s (ID, Kind, Name and Sealed required; DeletedAt is
 	// ignored). ErrConflict if the id is taken or a live secret has the name.
-	PutSecret(ctx context.Context, s Secret) error
+	PutSecret(ctx context.Context, s domain.Secret) error
 	// GetSecret returns the secret with that id, deleted ones too (DeletedAt
 	// set, Sealed nil); ErrNotFound if none.
-	GetSecret(ctx context.Context, id string) (Secret, error)
+	GetSecret(ctx context.Context, id string) (domain.Secret, error)
 	// GetSecretByName returns the live secret with that name, else ErrNotFound.
-	GetSecretByName(ctx context.Context, name string) (Secret, error)
+	GetSecretByName(ctx context.Context, name string) (domain.Secret, error)
 	// ListSecrets returns the live secrets by name.
-	ListSecrets(ctx context.Context) ([]Secret, error)
+	ListSecrets(ctx context.Context) ([]domain.Secret, error)
 	// DeleteSecret marks the secret deleted at at and erases its sealed
 	// bytes; the row stays as a record and its name is free again. Deleting
 	// a deleted secret changes nothing; ErrNotFound for an unknown id.
 	DeleteSecret(ctx context.Context, id string, at time.Time) error
-}
-
-// Profile is an admin-curated recipe for tasks: image, harness, model and
-// mode, repositories, env, egress, credentials, skills and apps, all in Spec.
-// Its name is unique among profiles not deleted. Version starts at 1 and is
-// bumped by every UpdateProfile, so a task records which edit it started from.
-type Profile struct {
-	ID        string
-	Name      string
-	Spec      json.RawMessage // opaque here
-	Version   int64
-	CreatedAt time.Time
-	UpdatedAt time.Time
-	DeletedAt time.Time // zero while live
 }
 
 // Profiles keeps profiles, with optimistic concurrency on edits.
@@ -92,21 +50,21 @@ type Profiles interface {
 	// UpdatedAt and DeletedAt are ignored; UpdatedAt follows CreatedAt) and
 	// returns the stored row. ErrConflict if the id is taken or a live
 	// profile has the name.
-	CreateProfile(ctx context.Context, p Profile) (Profile, error)
+	CreateProfile(ctx context.Context, p domain.Profile) (domain.Profile, error)
 	// GetProfile returns the profile with that id, deleted ones too
 	// (DeletedAt set); ErrNotFound if none.
-	GetProfile(ctx context.Context, id string) (Profile, error)
+	GetProfile(ctx context.Context, id string) (domain.Profile, error)
 	// GetProfileByName returns the live profile with that name, else ErrNotFound.
-	GetProfileByName(ctx context.Context, name string) (Profile, error)
+	GetProfileByName(ctx context.Context, name string) (domain.Profile, error)
 	// ListProfiles returns the live profiles by name.
-	ListProfiles(ctx context.Context) ([]Profile, error)
+	ListProfiles(ctx context.Context) ([]domain.Profile, error)
 	// UpdateProfile rewrites p.ID's name and spec, stamps UpdatedAt with
 	// p.UpdatedAt (now when zero), bumps the version and returns the stored
 	// row; it applies only while the stored version is expectVersion. One
 	// conditional write: of concurrent editors of one version exactly one
 	// wins. ErrConflict if the version moved on, the profile is deleted or
 	// another live profile has the name; ErrNotFound for an unknown id.
-	UpdateProfile(ctx context.Context, p Profile, expectVersion int64) (Profile, error)
+	UpdateProfile(ctx context.Context, p domain.Profile, expectVersion int64) (domain.Profile, error)
 	// DeleteProfile marks the profile deleted at at; the row stays (tasks
 	// name it) and its name is free again. Deleting a deleted profile changes
 	// nothing; ErrNotFound for an unknown id.

@@ -6,185 +6,24 @@ import (
 	"errors"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/lifecycle"
 )
 
 // Error categories callers branch on. Backends wrap them with the action.
 var (
-	ErrNotFound     = errors.New("not found")
+	ErrNotFound     = domain.ErrNotFound             // the same value: callers above the store match domain's category
 	ErrStaleEpoch   = errors.New("stale epoch")      // a fenced write lost to a newer claim
-	ErrConflict     = errors.New("conflict")         // the row is not in the state the write expected
+	ErrConflict     = domain.ErrConflict             // the row is not in the state the write expected
 	ErrOpInProgress = errors.New("op in progress")   // another pending or running op exists for the session
 	ErrNoOp         = errors.New("no op to claim")   // ClaimOp found nothing claimable
 	ErrJobActive    = errors.New("image job active") // another job of the image is pending, materializing or capturing
 )
 
-// HostState is the coordinator's view of a host.
-type HostState string
-
-const (
-	HostNew      HostState = "new"      // created by an admin, never connected
-	HostReady    HostState = "ready"    // connected and accepting sessions
-	HostDraining HostState = "draining" // connected, no new sessions
-	HostLost     HostState = "lost"     // heartbeats stopped
-)
-
-// Host is a machine that runs sessions. It dials a coordinator replica and
-// stays connected; ReplicaAddr is the internal address of that replica.
-type Host struct {
-	ID              string
-	Name            string
-	State           HostState
-	Facts           json.RawMessage // hostlink.Facts, opaque to the store
-	Capacity        json.RawMessage // hostlink.Capacity, opaque to the store
-	ReplicaID       string
-	ReplicaAddr     string
-	ProtocolVersion int
-	Draining        bool // admin intent; survives reconnects and loss
-	LastHeartbeat   time.Time
-	ConnectedAt     time.Time
-	CreatedAt       time.Time
-}
-
-// Session is one sandbox. State is observed state; DesiredState is what the
-// coordinator wants ("active", "idle" or "deleted").
-type Session struct {
-	ID             string
-	State          lifecycle.State
-	DesiredState   string
-	HostID         string // "" while the session has no VM
-	Epoch          int64  // bumped on every op claim
-	Reason         string // why it is Dead, or the last failure
-	Spec           json.RawMessage
-	IdempotencyKey string
-	EventSeq       int64     // index of the last event appended
-	HeadSnapshotID string    // the committed snapshot a resume restores; "" before the first
-	LastActivity   time.Time // last exec, file operation or prompt (idle eviction clock); starts at CreatedAt
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
-}
-
-// Snapshot is a committed, restorable state of a session: every chunk its
-// manifests name was uploaded before the row was inserted.
-type Snapshot struct {
-	ID        string
-	SessionID string
-	ParentID  string          // the session's previous head, "" for the first
-	HostID    string          // host that captured it
-	Epoch     int64           // epoch of the op that captured it
-	Manifests json.RawMessage // role ("memory", "state", "disk", ...) -> chunk manifest; opaque here
-	Facts     json.RawMessage // host facts deciding restore compatibility; opaque here
-	Bytes     int64           // logical bytes of all files
-	Uploaded  int64           // bytes uploaded for this snapshot (chunks the store lacked)
-	OutboxSeq int64           // highest outbox item the guest had applied when captured
-	// HarnessSeq is the last harness event the guest had written when
-	// captured; -1 when unknown.
-	HarnessSeq int64
-	Reason     string // "suspend", "snapshot", "idle"
-	CreatedAt  time.Time
-}
-
-// OutboxState is where an outbox item is.
-type OutboxState string
-
-const (
-	OutboxPending   OutboxState = "pending"   // not yet handed to the guest (or handed to a lost incarnation)
-	OutboxDelivered OutboxState = "delivered" // the guest applied it; not yet covered by a snapshot
-	OutboxDurable   OutboxState = "durable"   // a committed snapshot includes its effect
-)
-
-// OutboxItem is one command sent into a session (a prompt, later), applied
-// exactly once and in order, across resumes and host loss.
-type OutboxItem struct {
-	SessionID      string
-	Seq            int64  // gap-free per session, from 1
-	ID             string // caller's idempotency id, unique per session
-	Kind           string
-	Payload        json.RawMessage
-	State          OutboxState
-	DeliveredEpoch int64
-	CreatedAt      time.Time
-	DeliveredAt    time.Time
-}
-
-// OpKind is a lifecycle operation.
-type OpKind string
-
-const (
-	OpCreate   OpKind = "create"
-	OpResume   OpKind = "resume"
-	OpEvict    OpKind = "evict"
-	OpDestroy  OpKind = "destroy"
-	OpMove     OpKind = "move"
-	OpRecover  OpKind = "recover"  // the session's host was lost
-	OpSnapshot OpKind = "snapshot" // snapshot and keep running
-	OpExpire   OpKind = "expire"   // hard time limit passed: destroy, end Dead
-)
-
-// OpState is where an op is.
-type OpState string
-
-const (
-	OpPending    OpState = "pending"
-	OpRunning    OpState = "running"
-	OpSucceeded  OpState = "succeeded"
-	OpFailed     OpState = "failed"
-	OpSuperseded OpState = "superseded" // replaced by a newer op before it finished
-)
-
-// Op is one row of a session's op log. At most one op per session is
-// pending or running at a time.
-type Op struct {
-	ID             string
-	SessionID      string
-	Kind           OpKind
-	State          OpState
-	Step           string
-	Epoch          int64 // the session epoch this op claimed; 0 until claimed
-	IdempotencyKey string
-	Attempts       int
-	Error          string
-	ClaimedBy      string
-	LeaseUntil     time.Time
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
-}
-
-// Event is one entry of a session's append-only event log. Seq is gap-free
-// per session, starting at 1.
-type Event struct {
-	SessionID string
-	Seq       int64
-	Type      string
-	Data      json.RawMessage
-	CreatedAt time.Time
-}
-
-// TokenKind says what a token authenticates.
-type TokenKind string
-
-const (
-	TokenUser TokenKind = "user"
-	TokenHost TokenKind = "host" // bound to HostID
-)
-
-// Token is an API or host credential. Only the SHA-256 of the secret is kept.
-type Token struct {
-	ID         string
-	Name       string
-	Kind       TokenKind
-	HostID     string
-	Prefix     string // visible start of the secret, for listing
-	Hash       string // hex SHA-256 of the whole secret
-	CreatedAt  time.Time
-	LastUsedAt time.Time
-	RevokedAt  time.Time
-}
-
 // NewSession is what CreateSession inserts.
 type NewSession struct {
-	ID             string
-	Spec           json.RawMessage
+	ID             domain.SessionID
+	Spec           domain.SessionSpec
 	IdempotencyKey string // "" for none; otherwise unique across sessions
 	OpID           string // id of the create op inserted with it
 	At             time.Time
@@ -194,61 +33,53 @@ type NewSession struct {
 // still has Epoch and From; it also appends a "state" event in the same
 // transaction.
 type Transition struct {
-	SessionID string
+	SessionID domain.SessionID
 	Epoch     int64
-	From      lifecycle.State
-	To        lifecycle.State
+	From      domain.SessionState
+	To        domain.SessionState
 	Event     lifecycle.Event
-	HostID    *string // set when non-nil
-	Reason    *string // set when non-nil
+	HostID    *domain.HostID // set when non-nil
+	Reason    *string        // set when non-nil
 	At        time.Time
 }
 
 // NewEvent is an event to append. Epoch > 0 fences it to that epoch.
 type NewEvent struct {
-	SessionID string
+	SessionID domain.SessionID
 	Type      string
 	Data      json.RawMessage
 	Epoch     int64
 	At        time.Time
 }
 
-// SessionFilter narrows ListSessions. Zero fields match everything.
-type SessionFilter struct {
-	HostID  string
-	States  []lifecycle.State
-	Limit   int    // 0 means no limit
-	AfterID string // keyset pagination: ids greater than this
-}
-
 // Hosts keeps the fleet.
 type Hosts interface {
 	// CreateHost inserts a host in state new together with its host token,
 	// in one transaction; ErrConflict if the name is taken.
-	CreateHost(ctx context.Context, h Host, tok Token) error
+	CreateHost(ctx context.Context, h domain.Host, tok domain.Token) error
 	// RegisterHost inserts or replaces a host's name, facts, capacity, replica
 	// route and protocol version, sets it ready (draining when its drain flag
 	// is set) and stamps heartbeat and connection times with h.LastHeartbeat.
 	// It never changes the drain flag (h.Draining is ignored).
-	RegisterHost(ctx context.Context, h Host) error
+	RegisterHost(ctx context.Context, h domain.Host) error
 	// HostHeartbeat stamps the heartbeat time and capacity; it returns the
 	// host's state (a lost host must reconnect and register again).
-	HostHeartbeat(ctx context.Context, hostID string, capacity json.RawMessage, at time.Time) (HostState, error)
-	GetHost(ctx context.Context, id string) (Host, error)
-	ListHosts(ctx context.Context) ([]Host, error)
+	HostHeartbeat(ctx context.Context, hostID domain.HostID, capacity *domain.Capacity, at time.Time) (domain.HostState, error)
+	GetHost(ctx context.Context, id domain.HostID) (domain.Host, error)
+	ListHosts(ctx context.Context) ([]domain.Host, error)
 	// SetHostState forces a state (tests, admin repair); prefer the calls below.
-	SetHostState(ctx context.Context, id string, state HostState) error
+	SetHostState(ctx context.Context, id domain.HostID, state domain.HostState) error
 	// SetHostDraining sets the drain flag; a connected host's state follows
 	// (ready <-> draining). A new or lost host keeps its state until it
 	// registers or is revived.
-	SetHostDraining(ctx context.Context, id string, draining bool) error
+	SetHostDraining(ctx context.Context, id domain.HostID, draining bool) error
 	// ReviveHost moves a lost host back to ready (or draining, per its flag)
 	// and returns its state; other states are left as they are (and
 	// returned). ErrNotFound for an unknown host.
-	ReviveHost(ctx context.Context, id string) (HostState, error)
+	ReviveHost(ctx context.Context, id domain.HostID) (domain.HostState, error)
 	// MarkHostsLost moves every ready or draining host whose last heartbeat
 	// is before the cutoff to lost (keeping its drain flag) and returns their ids.
-	MarkHostsLost(ctx context.Context, cutoff time.Time) ([]string, error)
+	MarkHostsLost(ctx context.Context, cutoff time.Time) ([]domain.HostID, error)
 }
 
 // Sessions keeps sessions and their fenced transitions.
@@ -259,20 +90,20 @@ type Sessions interface {
 	// (latest) create op, and created=false — unless that op failed or was
 	// superseded: then the key is released and a new session is created
 	// (the old one keeps IdempotencyKey as a record).
-	CreateSession(ctx context.Context, s NewSession) (sess Session, op Op, created bool, err error)
-	GetSession(ctx context.Context, id string) (Session, error)
-	ListSessions(ctx context.Context, f SessionFilter) ([]Session, error)
+	CreateSession(ctx context.Context, s NewSession) (sess domain.Session, op domain.Op, created bool, err error)
+	GetSession(ctx context.Context, id domain.SessionID) (domain.Session, error)
+	ListSessions(ctx context.Context, f domain.SessionFilter) ([]domain.Session, error)
 	// SetDesiredState records what the coordinator wants; not fenced.
-	SetDesiredState(ctx context.Context, id, desired string) error
+	SetDesiredState(ctx context.Context, id domain.SessionID, desired domain.DesiredState) error
 	// TouchSession moves LastActivity forward to at (never backwards); not
 	// fenced. Callers rate-limit it.
-	TouchSession(ctx context.Context, id string, at time.Time) error
+	TouchSession(ctx context.Context, id domain.SessionID, at time.Time) error
 	// ApplyTransition applies t; ErrStaleEpoch if the epoch moved on,
 	// ErrConflict if the state is not t.From, ErrNotFound if no such session.
 	// The epoch is always checked (0 before the first claim). t.To must be
 	// lifecycle.Transition(t.From, t.Event), else an error wrapping
 	// lifecycle.ErrIllegal and nothing is written.
-	ApplyTransition(ctx context.Context, t Transition) (Session, error)
+	ApplyTransition(ctx context.Context, t Transition) (domain.Session, error)
 }
 
 // Ops is the per-session op log.
@@ -283,12 +114,12 @@ type Ops interface {
 	// idempotency key held by a pending, running or succeeded op of the
 	// session returns that op; a key whose op failed or was superseded is
 	// free again, so a retry inserts a new op.
-	EnqueueOp(ctx context.Context, op Op, supersede bool) (Op, error)
+	EnqueueOp(ctx context.Context, op domain.Op, supersede bool) (domain.Op, error)
 	// ClaimOp claims the oldest pending op, or a running op whose lease
 	// expired before now: it bumps the session's epoch, and marks the op
 	// running with that epoch, claimedBy, lease until now+lease and one more
 	// attempt. Concurrent callers never claim the same op. ErrNoOp if none.
-	ClaimOp(ctx context.Context, claimedBy string, now time.Time, lease time.Duration) (Op, Session, error)
+	ClaimOp(ctx context.Context, claimedBy string, now time.Time, lease time.Duration) (domain.Op, domain.Session, error)
 	// RenewOp extends the lease; fenced by epoch. Like SetOpStep and
 	// FinishOp it returns ErrStaleEpoch if the op was claimed again since,
 	// ErrConflict if it is no longer running (finished or superseded), and
@@ -297,19 +128,19 @@ type Ops interface {
 	// SetOpStep records progress; fenced by epoch.
 	SetOpStep(ctx context.Context, opID string, epoch int64, step string) error
 	// FinishOp marks a running op succeeded or failed; fenced by epoch.
-	FinishOp(ctx context.Context, opID string, epoch int64, state OpState, errMsg string, at time.Time) error
-	GetOp(ctx context.Context, id string) (Op, error)
-	ListOps(ctx context.Context, sessionID string) ([]Op, error)
+	FinishOp(ctx context.Context, opID string, epoch int64, state domain.OpState, errMsg string, at time.Time) error
+	GetOp(ctx context.Context, id string) (domain.Op, error)
+	ListOps(ctx context.Context, sessionID domain.SessionID) ([]domain.Op, error)
 }
 
 // Events is the append-only per-session event log.
 type Events interface {
 	// AppendEvent appends with the next gap-free seq; ErrStaleEpoch if fenced
 	// and the session's epoch differs.
-	AppendEvent(ctx context.Context, e NewEvent) (Event, error)
+	AppendEvent(ctx context.Context, e NewEvent) (domain.Event, error)
 	// ListEvents returns up to limit events with seq > afterSeq, in order;
 	// limit <= 0 means no limit.
-	ListEvents(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]Event, error)
+	ListEvents(ctx context.Context, sessionID domain.SessionID, afterSeq int64, limit int) ([]domain.Event, error)
 }
 
 // Snapshots keeps committed snapshots.
@@ -321,17 +152,17 @@ type Snapshots interface {
 	// the previous head and its Epoch is epoch; a non-empty snap.ParentID
 	// that is not the head, a reused snapshot id, or a terminal session is
 	// ErrConflict, an unknown session ErrNotFound; nothing is written then.
-	CommitSnapshot(ctx context.Context, snap Snapshot, epoch int64) error
-	GetSnapshot(ctx context.Context, id string) (Snapshot, error)
+	CommitSnapshot(ctx context.Context, snap domain.Snapshot, epoch int64) error
+	GetSnapshot(ctx context.Context, id string) (domain.Snapshot, error)
 	// ListSnapshots returns a session's snapshots, oldest first.
-	ListSnapshots(ctx context.Context, sessionID string) ([]Snapshot, error)
+	ListSnapshots(ctx context.Context, sessionID domain.SessionID) ([]domain.Snapshot, error)
 	// ForEachSnapshot calls fn for every snapshot row (GC reachability);
 	// fn's error stops it.
-	ForEachSnapshot(ctx context.Context, fn func(Snapshot) error) error
+	ForEachSnapshot(ctx context.Context, fn func(domain.Snapshot) error) error
 	// DeleteSnapshots removes a terminal session's snapshot rows (its chunks
 	// become unreachable for GC) and clears its head. ErrConflict unless the
 	// session is terminal, ErrNotFound for an unknown session.
-	DeleteSnapshots(ctx context.Context, sessionID string) error
+	DeleteSnapshots(ctx context.Context, sessionID domain.SessionID) error
 }
 
 // Outbox keeps commands sent into sessions.
@@ -339,108 +170,35 @@ type Outbox interface {
 	// PutOutbox appends a pending item with the next seq (ErrNotFound for
 	// an unknown session); an ID already used for the session returns the
 	// existing item and created=false.
-	PutOutbox(ctx context.Context, it OutboxItem) (item OutboxItem, created bool, err error)
+	PutOutbox(ctx context.Context, it domain.OutboxItem) (item domain.OutboxItem, created bool, err error)
 	// ListOutbox returns up to limit items with seq > afterSeq, in order;
 	// limit <= 0 means no limit.
-	ListOutbox(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]OutboxItem, error)
+	ListOutbox(ctx context.Context, sessionID domain.SessionID, afterSeq int64, limit int) ([]domain.OutboxItem, error)
 	// MarkDelivered records that the guest applied every item with seq <=
 	// through; fenced by epoch (ErrStaleEpoch, or ErrNotFound for an unknown
 	// session). Items already delivered or durable are left.
-	MarkDelivered(ctx context.Context, sessionID string, through int64, epoch int64, at time.Time) error
+	MarkDelivered(ctx context.Context, sessionID domain.SessionID, through int64, epoch int64, at time.Time) error
 	// RollbackOutbox returns delivered (not durable) items with seq > after
 	// to pending: the incarnation that applied them was lost and the session
 	// resumes from a snapshot taken before them. Fenced by epoch.
-	RollbackOutbox(ctx context.Context, sessionID string, after int64, epoch int64) error
+	RollbackOutbox(ctx context.Context, sessionID domain.SessionID, after int64, epoch int64) error
 }
 
 // Tokens keeps hashed credentials.
 type Tokens interface {
-	CreateToken(ctx context.Context, t Token) error
+	CreateToken(ctx context.Context, t domain.Token) error
 	// TokenByHash returns the unrevoked token with that hash, else ErrNotFound.
-	TokenByHash(ctx context.Context, hash string) (Token, error)
-	ListTokens(ctx context.Context) ([]Token, error)
+	TokenByHash(ctx context.Context, hash string) (domain.Token, error)
+	ListTokens(ctx context.Context) ([]domain.Token, error)
 	RevokeToken(ctx context.Context, id string, at time.Time) error
 	TouchToken(ctx context.Context, id string, at time.Time) error
-}
-
-// ImageState is whether an image may be used.
-type ImageState string
-
-const (
-	ImageReady    ImageState = "ready"
-	ImageDisabled ImageState = "disabled" // kept as a record; its name is free again
-)
-
-// Image is an OCI image enabled for sessions. Its name is unique among
-// images that are not disabled.
-type Image struct {
-	ID           string
-	Name         string
-	Ref          string // as the user gave it
-	Digest       string // resolved manifest digest; "" until pulled
-	State        ImageState
-	Config       json.RawMessage // env, workdir, memory, vcpus, disk, warmup; opaque here
-	CredentialID string          // registry credential; "" for anonymous pulls
-	Manifests    json.RawMessage // base snapshot: role -> chunk manifest; nil until captured
-	Facts        json.RawMessage // host facts of the base snapshot; nil until captured
-	BaseID       string          // base snapshot id; "" until captured
-	CreatedAt    time.Time
-	UpdatedAt    time.Time
-}
-
-// ImageJobKind is what an image job does.
-type ImageJobKind string
-
-const (
-	ImageJobEnable  ImageJobKind = "enable"
-	ImageJobRefresh ImageJobKind = "refresh" // re-pull the tag, enable the new digest
-)
-
-// ImageJobState is where an image job is: pending -> materializing ->
-// capturing -> ready | failed.
-type ImageJobState string
-
-const (
-	JobPending       ImageJobState = "pending"
-	JobMaterializing ImageJobState = "materializing" // pulling and building the root filesystem
-	JobCapturing     ImageJobState = "capturing"     // booting, warming up, taking the base snapshot
-	JobReady         ImageJobState = "ready"
-	JobFailed        ImageJobState = "failed"
-)
-
-// Active reports whether a job in state s still holds its image: at most
-// one job per image is active.
-func (s ImageJobState) Active() bool {
-	return s == JobPending || s == JobMaterializing || s == JobCapturing
-}
-
-// ImageJob is one enable or refresh of an image. A runner claims it
-// (ClaimJob) for a lease; every claim bumps Epoch, and the runner's writes
-// are fenced by the epoch it claimed.
-type ImageJob struct {
-	ID         string
-	ImageID    string
-	Kind       ImageJobKind
-	State      ImageJobState
-	Stage      string // finer progress label within the state
-	BytesDone  int64
-	BytesTotal int64
-	Attempts   int    // times the job was claimed
-	Error      string // why it failed
-	OutputTail string // tail of the warm-up output, kept for failures
-	Epoch      int64  // bumped on every claim; 0 until the first
-	LeaseUntil time.Time
-	Stages     json.RawMessage // stage name -> milliseconds; opaque here, nil until recorded
-	Digest     string          // the manifest digest this job resolved; "" until resolved
-	CreatedAt  time.Time
-	UpdatedAt  time.Time
 }
 
 // JobProgress is a fenced progress write of a claimed image job.
 type JobProgress struct {
 	ID         string
-	Epoch      int64         // the epoch ClaimJob returned
-	State      ImageJobState // materializing or capturing
+	Epoch      int64                // the epoch ClaimJob returned
+	State      domain.ImageJobState // materializing or capturing
 	Stage      string
 	Done       int64
 	Total      int64
@@ -454,27 +212,27 @@ type Images interface {
 	// CreateImage inserts img (State "" means ready; UpdatedAt follows
 	// CreatedAt). ErrConflict if the id is taken or an image that is not
 	// disabled has the name.
-	CreateImage(ctx context.Context, img Image) error
-	GetImage(ctx context.Context, id string) (Image, error)
+	CreateImage(ctx context.Context, img domain.Image) error
+	GetImage(ctx context.Context, id string) (domain.Image, error)
 	// GetImageByName returns the image with that name that is not
 	// disabled, else ErrNotFound.
-	GetImageByName(ctx context.Context, name string) (Image, error)
+	GetImageByName(ctx context.Context, name string) (domain.Image, error)
 	// ListImages returns every image, disabled ones too, by name then id.
-	ListImages(ctx context.Context) ([]Image, error)
+	ListImages(ctx context.Context) ([]domain.Image, error)
 	// UpdateImage rewrites every field of the image with img.ID but ID and
 	// CreatedAt, stamping UpdatedAt with at. ErrNotFound for an unknown
 	// image, ErrConflict if it would share a name with another live image.
-	UpdateImage(ctx context.Context, img Image, at time.Time) error
+	UpdateImage(ctx context.Context, img domain.Image, at time.Time) error
 	// SetImageState sets only the state (disable, or enable again); errors
 	// as UpdateImage.
-	SetImageState(ctx context.Context, id string, state ImageState, at time.Time) error
+	SetImageState(ctx context.Context, id string, state domain.ImageState, at time.Time) error
 	// CreateJob inserts a pending job (State must be "" or pending; zero
 	// counters). ErrJobActive if another job of the image is active,
 	// ErrNotFound for an unknown image, ErrConflict for a reused id.
-	CreateJob(ctx context.Context, j ImageJob) (ImageJob, error)
-	GetJob(ctx context.Context, id string) (ImageJob, error)
+	CreateJob(ctx context.Context, j domain.ImageJob) (domain.ImageJob, error)
+	GetJob(ctx context.Context, id string) (domain.ImageJob, error)
 	// ListJobs returns an image's jobs, oldest first.
-	ListJobs(ctx context.Context, imageID string) ([]ImageJob, error)
+	ListJobs(ctx context.Context, imageID string) ([]domain.ImageJob, error)
 	// ClaimJob claims a pending job, or a materializing or capturing one
 	// whose lease ended before at (its runner died): it bumps the epoch,
 	// sets the lease to at+lease, the state to materializing, one more
@@ -482,11 +240,11 @@ type Images interface {
 	// and returns the row. One conditional write: of concurrent claimers
 	// exactly one wins. ErrConflict while another lease is live or once the
 	// job finished, ErrNotFound for an unknown job.
-	ClaimJob(ctx context.Context, id string, lease time.Duration, at time.Time) (ImageJob, error)
+	ClaimJob(ctx context.Context, id string, lease time.Duration, at time.Time) (domain.ImageJob, error)
 	// ListClaimableJobs returns up to limit jobs ClaimJob would take at
 	// at (pending, or active with an ended lease), oldest first; limit <= 0
 	// means no limit.
-	ListClaimableJobs(ctx context.Context, at time.Time, limit int) ([]ImageJob, error)
+	ListClaimableJobs(ctx context.Context, at time.Time, limit int) ([]domain.ImageJob, error)
 	// UpdateJobProgress records a claimed job's state (materializing or
 	// capturing), stage and bytes, and optionally extends its lease and
 	// records its digest and stages. Fenced: ErrStaleEpoch if the job was
@@ -495,7 +253,7 @@ type Images interface {
 	UpdateJobProgress(ctx context.Context, p JobProgress, at time.Time) error
 	// FinishJob moves a claimed job to ready or failed with its error and
 	// output tail (stages nil keeps them); fenced as UpdateJobProgress.
-	FinishJob(ctx context.Context, id string, epoch int64, state ImageJobState, errMsg, tail string, stages json.RawMessage, at time.Time) error
+	FinishJob(ctx context.Context, id string, epoch int64, state domain.ImageJobState, errMsg, tail string, stages json.RawMessage, at time.Time) error
 	// CompleteImageJob, in one transaction, finishes the claimed job jobID
 	// ready (stages nil keeps them) and records what it made on image img.ID:
 	// only Digest, Config, Manifests, Facts and BaseID are written (name,
@@ -503,24 +261,14 @@ type Images interface {
 	// to img.ID (else ErrConflict) and is fenced as UpdateJobProgress; an
 	// unknown image is ErrNotFound, an image disabled meanwhile ErrConflict.
 	// Nothing is written on any error.
-	CompleteImageJob(ctx context.Context, jobID string, epoch int64, img Image, stages json.RawMessage, at time.Time) error
-}
-
-// RegistryCredential is a registry login, sealed by the caller (package
-// secret, with the id as associated data); the store never sees it in clear.
-type RegistryCredential struct {
-	ID        string
-	Registry  string // host[:port] it is for
-	Username  string
-	Sealed    []byte
-	CreatedAt time.Time
+	CompleteImageJob(ctx context.Context, jobID string, epoch int64, img domain.Image, stages json.RawMessage, at time.Time) error
 }
 
 // Credentials keeps sealed registry credentials; images name them by id.
 type Credentials interface {
 	// PutCredential inserts c; ErrConflict if the id is taken.
-	PutCredential(ctx context.Context, c RegistryCredential) error
-	GetCredential(ctx context.Context, id string) (RegistryCredential, error)
+	PutCredential(ctx context.Context, c domain.RegistryCredential) error
+	GetCredential(ctx context.Context, id string) (domain.RegistryCredential, error)
 	// DeleteCredential removes it; deleting an unknown id is not an error.
 	DeleteCredential(ctx context.Context, id string) error
 }

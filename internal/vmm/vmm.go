@@ -46,7 +46,7 @@ type Spec struct {
 	// with an error wrapping ErrUnsupported.
 	RootFS *RootFS
 	// Harness, when set, is the agent harness bundle the guest mounts
-	// read-only at /.engrams-harness (internal/harness.MountPoint): Path is
+	// read-only at /.engrams-harness (guestapi.HarnessMountPoint): Path is
 	// a read-only erofs image (harness.Builder builds one), ID its content
 	// identity (e.g. "sha256:<hex>" of the image). It is attached to the
 	// machine, never copied into its root disk, at Boot and at every

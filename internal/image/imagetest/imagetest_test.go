@@ -82,14 +82,34 @@ func registryModes() []registryMode {
 
 func TestImagesRoundTrip(t *testing.T) {
 	t.Parallel()
-	type tc struct {
-		name         string
-		img          v1.Image
-		requireShell bool
-		want         error // nil: the pull succeeds
-		check        func(t *testing.T, img *oci.Image)
+	tests := roundTripCases(t)
+	for _, mode := range registryModes() {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			reg := imagetest.StartRegistry(t, mode.opts)
+			for i, tc := range tests {
+				t.Run(tc.name, func(t *testing.T) {
+					pullRoundTrip(t, reg, mode, fmt.Sprintf("test/img%d", i), tc)
+				})
+			}
+		})
 	}
-	tests := []tc{
+}
+
+// roundTripCase is an image pushed to a registry and pulled back.
+type roundTripCase struct {
+	name         string
+	img          v1.Image
+	requireShell bool
+	want         error // nil: the pull succeeds
+	check        func(t *testing.T, img *oci.Image)
+}
+
+// roundTripCases are the test images, the malicious ones included, with
+// what pulling each must give.
+func roundTripCases(t *testing.T) []roundTripCase {
+	t.Helper()
+	tests := []roundTripCase{
 		{name: "busybox", img: imagetest.Busybox(t), requireShell: true, check: func(t *testing.T, img *oci.Image) {
 			imagetest.TreeFacts{
 				Symlinks: map[string]string{"bin/sh": "/bin/busybox", "usr/bin/awk": "/bin/busybox"},
@@ -131,38 +151,35 @@ func TestImagesRoundTrip(t *testing.T) {
 		}},
 	}
 	for _, k := range imagetest.MaliciousKinds() {
-		tests = append(tests, tc{name: "malicious " + string(k), img: imagetest.Malicious(t, k), want: oci.ErrUnsafeLayer})
+		tests = append(tests, roundTripCase{name: "malicious " + string(k), img: imagetest.Malicious(t, k), want: oci.ErrUnsafeLayer})
 	}
-	for _, mode := range registryModes() {
-		t.Run(mode.name, func(t *testing.T) {
-			t.Parallel()
-			reg := imagetest.StartRegistry(t, mode.opts)
-			for i, tc := range tests {
-				t.Run(tc.name, func(t *testing.T) {
-					repo := fmt.Sprintf("test/img%d", i)
-					digest := reg.Push(t, repo, "v1", tc.img)
-					img, err := pull(t, reg.Ref(repo, "v1"), mode.auth, tc.requireShell)
-					if tc.want != nil {
-						if !errors.Is(err, tc.want) {
-							t.Fatalf("pull: %v, want %v", err, tc.want)
-						}
-						t.Logf("refused: %v", err)
-						if _, err := os.Lstat(filepath.Join("/tmp", imagetest.EscapeProbe)); !os.IsNotExist(err) {
-							t.Errorf("/tmp/%s exists (err %v): a layer escaped", imagetest.EscapeProbe, err)
-						}
-						return
-					}
-					if err != nil {
-						t.Fatalf("pull: %v", err)
-					}
-					if img.Digest != digest {
-						t.Errorf("digest %s, pushed %s", img.Digest, digest)
-					}
-					tc.check(t, img)
-				})
-			}
-		})
+	return tests
+}
+
+// pullRoundTrip pushes tc's image to repo in reg and pulls it back with
+// mode's credentials: a refusal must be tc.want with nothing escaped, a
+// pull must give the pushed digest and pass tc.check.
+func pullRoundTrip(t *testing.T, reg *imagetest.Registry, mode registryMode, repo string, tc roundTripCase) {
+	t.Helper()
+	digest := reg.Push(t, repo, "v1", tc.img)
+	img, err := pull(t, reg.Ref(repo, "v1"), mode.auth, tc.requireShell)
+	if tc.want != nil {
+		if !errors.Is(err, tc.want) {
+			t.Fatalf("pull: %v, want %v", err, tc.want)
+		}
+		t.Logf("refused: %v", err)
+		if _, err := os.Lstat(filepath.Join("/tmp", imagetest.EscapeProbe)); !os.IsNotExist(err) {
+			t.Errorf("/tmp/%s exists (err %v): a layer escaped", imagetest.EscapeProbe, err)
+		}
+		return
 	}
+	if err != nil {
+		t.Fatalf("pull: %v", err)
+	}
+	if img.Digest != digest {
+		t.Errorf("digest %s, pushed %s", img.Digest, digest)
+	}
+	tc.check(t, img)
 }
 
 func TestWrongCredentials(t *testing.T) {

@@ -5,13 +5,14 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
 const credentialCols = `id, registry, username, sealed, created_at`
 
 // PutCredential implements store.Credentials.
-func (s *Store) PutCredential(ctx context.Context, c store.RegistryCredential) error {
+func (s *Store) PutCredential(ctx context.Context, c domain.RegistryCredential) error {
 	if c.ID == "" || c.Registry == "" {
 		return errors.New("put registry credential: id and registry are required")
 	}
@@ -30,16 +31,16 @@ func (s *Store) PutCredential(ctx context.Context, c store.RegistryCredential) e
 }
 
 // GetCredential implements store.Credentials.
-func (s *Store) GetCredential(ctx context.Context, id string) (store.RegistryCredential, error) {
-	var c store.RegistryCredential
+func (s *Store) GetCredential(ctx context.Context, id string) (domain.RegistryCredential, error) {
+	var c domain.RegistryCredential
 	var created int64
 	err := s.read.QueryRowContext(ctx, `SELECT `+credentialCols+` FROM registry_credentials WHERE id = $1`, id).
 		Scan(&c.ID, &c.Registry, &c.Username, &c.Sealed, &created)
 	if isNoRows(err) {
-		return store.RegistryCredential{}, fmt.Errorf("get registry credential %s: %w", id, store.ErrNotFound)
+		return domain.RegistryCredential{}, fmt.Errorf("get registry credential %s: %w", id, store.ErrNotFound)
 	}
 	if err != nil {
-		return store.RegistryCredential{}, fmt.Errorf("get registry credential %s: %w", id, err)
+		return domain.RegistryCredential{}, fmt.Errorf("get registry credential %s: %w", id, err)
 	}
 	c.CreatedAt = fromMicros(created)
 	return c, nil

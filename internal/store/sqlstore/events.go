@@ -6,17 +6,18 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
 const eventCols = `session_id, seq, type, data, created_at`
 
-func scanEvent(r scanner) (store.Event, error) {
-	var e store.Event
+func scanEvent(r scanner) (domain.Event, error) {
+	var e domain.Event
 	var data sql.NullString
 	var created int64
 	if err := r.Scan(&e.SessionID, &e.Seq, &e.Type, &data, &created); err != nil {
-		return store.Event{}, err
+		return domain.Event{}, err
 	}
 	e.Data, e.CreatedAt = fromJSON(data), fromMicros(created)
 	return e, nil
@@ -24,19 +25,19 @@ func scanEvent(r scanner) (store.Event, error) {
 
 // AppendEvent implements store.Events: the session's event_seq is bumped and
 // the event inserted in one transaction, so seqs stay gap-free.
-func (s *Store) AppendEvent(ctx context.Context, e store.NewEvent) (store.Event, error) {
+func (s *Store) AppendEvent(ctx context.Context, e store.NewEvent) (domain.Event, error) {
 	if e.SessionID == "" || e.Type == "" {
-		return store.Event{}, errors.New("append event: session id and type are required")
+		return domain.Event{}, errors.New("append event: session id and type are required")
 	}
 	if err := checkJSON("data", e.Data); err != nil {
-		return store.Event{}, fmt.Errorf("append %s event to %s: %w", e.Type, e.SessionID, err)
+		return domain.Event{}, fmt.Errorf("append %s event to %s: %w", e.Type, e.SessionID, err)
 	}
 	at := micros(orNow(e.At))
 	q, args := `UPDATE sessions SET event_seq = event_seq + 1 WHERE id = $1`, []any{e.SessionID}
 	if e.Epoch > 0 {
 		q, args = q+` AND epoch = $2`, append(args, e.Epoch)
 	}
-	var out store.Event
+	var out domain.Event
 	err := s.inTx(ctx, func(tx execer) error {
 		var seq int64
 		err := tx.QueryRowContext(ctx, q+` RETURNING event_seq`, args...).Scan(&seq)
@@ -51,14 +52,14 @@ func (s *Store) AppendEvent(ctx context.Context, e store.NewEvent) (store.Event,
 		return err
 	})
 	if err != nil {
-		return store.Event{}, fmt.Errorf("append %s event to %s: %w", e.Type, e.SessionID, err)
+		return domain.Event{}, fmt.Errorf("append %s event to %s: %w", e.Type, e.SessionID, err)
 	}
 	return out, nil
 }
 
 // ListEvents implements store.Events. A limit <= 0 means no limit; an
 // unknown session has no events.
-func (s *Store) ListEvents(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]store.Event, error) {
+func (s *Store) ListEvents(ctx context.Context, sessionID domain.SessionID, afterSeq int64, limit int) ([]domain.Event, error) {
 	q := `SELECT ` + eventCols + ` FROM session_events WHERE session_id = $1 AND seq > $2 ORDER BY seq`
 	args := []any{sessionID, afterSeq}
 	if limit > 0 {
@@ -69,7 +70,7 @@ func (s *Store) ListEvents(ctx context.Context, sessionID string, afterSeq int64
 		return nil, fmt.Errorf("list events of %s: %w", sessionID, err)
 	}
 	defer rows.Close()
-	var out []store.Event
+	var out []domain.Event
 	for rows.Next() {
 		e, err := scanEvent(rows)
 		if err != nil {

@@ -5,18 +5,19 @@ import (
 	"database/sql"
 	"fmt"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
 const harnessCols = `id, name, version, descriptor, manifest, digest, builtin, created_at`
 
-func scanHarness(r scanner) (store.Harness, error) {
-	var h store.Harness
+func scanHarness(r scanner) (domain.Harness, error) {
+	var h domain.Harness
 	var descriptor, manifest sql.NullString
 	var created int64
 	err := r.Scan(&h.ID, &h.Name, &h.Version, &descriptor, &manifest, &h.Digest, &h.Builtin, &created)
 	if err != nil {
-		return store.Harness{}, err
+		return domain.Harness{}, err
 	}
 	h.Descriptor, h.Manifest, h.CreatedAt = fromJSON(descriptor), fromJSON(manifest), fromMicros(created)
 	return h, nil
@@ -25,14 +26,14 @@ func scanHarness(r scanner) (store.Harness, error) {
 // PutHarness implements store.Harnesses. The insert comes first; only when
 // it hits a unique index is the stored (name, version) read, so concurrent
 // puts of one bundle all succeed with the same row.
-func (s *Store) PutHarness(ctx context.Context, h store.Harness) (store.Harness, error) {
+func (s *Store) PutHarness(ctx context.Context, h domain.Harness) (domain.Harness, error) {
 	action := fmt.Sprintf("put harness %s %s", h.Name, h.Version)
 	if h.ID == "" || h.Name == "" || h.Version == "" || h.Digest == "" {
-		return store.Harness{}, fmt.Errorf("%s: id, name, version and digest are required", action)
+		return domain.Harness{}, fmt.Errorf("%s: id, name, version and digest are required", action)
 	}
 	for field, raw := range map[string][]byte{"descriptor": h.Descriptor, "manifest": h.Manifest} {
 		if err := checkJSON(field, raw); err != nil {
-			return store.Harness{}, fmt.Errorf("%s: %w", action, err)
+			return domain.Harness{}, fmt.Errorf("%s: %w", action, err)
 		}
 	}
 	out, err := scanHarness(s.write.QueryRowContext(ctx, `INSERT INTO harnesses (`+harnessCols+`)
@@ -43,30 +44,30 @@ func (s *Store) PutHarness(ctx context.Context, h store.Harness) (store.Harness,
 		return out, nil
 	}
 	if !s.isUnique(err) {
-		return store.Harness{}, fmt.Errorf("%s: %w", action, err)
+		return domain.Harness{}, fmt.Errorf("%s: %w", action, err)
 	}
 	old, err := scanHarness(s.write.QueryRowContext(ctx, `SELECT `+harnessCols+` FROM harnesses
 		WHERE name = $1 AND version = $2`, h.Name, h.Version))
 	switch {
 	case isNoRows(err):
-		return store.Harness{}, fmt.Errorf("%s: %w: id %s already used", action, store.ErrConflict, h.ID)
+		return domain.Harness{}, fmt.Errorf("%s: %w: id %s already used", action, store.ErrConflict, h.ID)
 	case err != nil:
-		return store.Harness{}, fmt.Errorf("%s: %w", action, err)
+		return domain.Harness{}, fmt.Errorf("%s: %w", action, err)
 	case old.Digest != h.Digest:
-		return store.Harness{}, fmt.Errorf("%s: %w: registered with digest %s, not %s",
+		return domain.Harness{}, fmt.Errorf("%s: %w: registered with digest %s, not %s",
 			action, store.ErrConflict, old.Digest, h.Digest)
 	}
 	return old, nil
 }
 
 // GetHarness implements store.Harnesses.
-func (s *Store) GetHarness(ctx context.Context, id string) (store.Harness, error) {
+func (s *Store) GetHarness(ctx context.Context, id string) (domain.Harness, error) {
 	h, err := scanHarness(s.read.QueryRowContext(ctx, `SELECT `+harnessCols+` FROM harnesses WHERE id = $1`, id))
 	return h, rowFound(err, "get harness "+id)
 }
 
 // FindHarness implements store.Harnesses.
-func (s *Store) FindHarness(ctx context.Context, name, version string) (store.Harness, error) {
+func (s *Store) FindHarness(ctx context.Context, name, version string) (domain.Harness, error) {
 	if version != "" {
 		h, err := scanHarness(s.read.QueryRowContext(ctx, `SELECT `+harnessCols+` FROM harnesses
 			WHERE name = $1 AND version = $2`, name, version))
@@ -78,7 +79,7 @@ func (s *Store) FindHarness(ctx context.Context, name, version string) (store.Ha
 }
 
 // ListHarnesses implements store.Harnesses.
-func (s *Store) ListHarnesses(ctx context.Context) ([]store.Harness, error) {
+func (s *Store) ListHarnesses(ctx context.Context) ([]domain.Harness, error) {
 	rows, err := s.read.QueryContext(ctx, `SELECT `+harnessCols+` FROM harnesses ORDER BY name, created_at, id`)
 	if err != nil {
 		return nil, fmt.Errorf("list harnesses: %w", err)

@@ -3,64 +3,72 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
 const hostCols = `id, name, state, facts, capacity, replica_id, replica_addr, protocol_version,
 	draining, last_heartbeat, connected_at, created_at`
 
-func scanHost(r scanner) (store.Host, error) {
-	var h store.Host
+func scanHost(r scanner) (domain.Host, error) {
+	var h domain.Host
 	var state string
 	var facts, capacity sql.NullString
 	var heartbeat, connected, created int64
 	err := r.Scan(&h.ID, &h.Name, &state, &facts, &capacity, &h.ReplicaID, &h.ReplicaAddr,
 		&h.ProtocolVersion, &h.Draining, &heartbeat, &connected, &created)
 	if err != nil {
-		return store.Host{}, err
+		return domain.Host{}, err
 	}
-	h.State = store.HostState(state)
-	h.Facts, h.Capacity = fromJSON(facts), fromJSON(capacity)
+	h.State = domain.HostState(state)
+	if err := decodeTyped("facts", facts, &h.Facts); err != nil {
+		return domain.Host{}, fmt.Errorf("host %s: %w", h.ID, err)
+	}
+	if err := decodeTyped("capacity", capacity, &h.Capacity); err != nil {
+		return domain.Host{}, fmt.Errorf("host %s: %w", h.ID, err)
+	}
 	h.LastHeartbeat, h.ConnectedAt, h.CreatedAt = fromMicros(heartbeat), fromMicros(connected), fromMicros(created)
 	return h, nil
 }
 
-func validHostState(s store.HostState) bool {
+func validHostState(s domain.HostState) bool {
 	switch s {
-	case store.HostNew, store.HostReady, store.HostDraining, store.HostLost:
+	case domain.HostNew, domain.HostReady, domain.HostDraining, domain.HostLost:
 		return true
 	}
 	return false
 }
 
-func checkHost(h store.Host) error {
+// hostArgs checks h and encodes its facts and capacity columns.
+func hostArgs(h domain.Host) (facts, capacity any, err error) {
 	if h.ID == "" || h.Name == "" {
-		return errors.New("host id and name are required")
+		return nil, nil, errors.New("host id and name are required")
 	}
-	if err := checkJSON("facts", h.Facts); err != nil {
-		return err
+	if facts, err = typedArg("facts", h.Facts); err != nil {
+		return nil, nil, err
 	}
-	return checkJSON("capacity", h.Capacity)
+	capacity, err = typedArg("capacity", h.Capacity)
+	return facts, capacity, err
 }
 
 // CreateHost implements store.Hosts.
-func (s *Store) CreateHost(ctx context.Context, h store.Host, tok store.Token) error {
-	if err := checkHost(h); err != nil {
+func (s *Store) CreateHost(ctx context.Context, h domain.Host, tok domain.Token) error {
+	facts, capacity, err := hostArgs(h)
+	if err != nil {
 		return fmt.Errorf("create host: %w", err)
 	}
 	if tok.HostID == "" {
 		tok.HostID = h.ID
 	}
 	if tok.Kind == "" {
-		tok.Kind = store.TokenHost
+		tok.Kind = domain.TokenHost
 	}
-	if tok.Kind != store.TokenHost || tok.HostID != h.ID {
+	if tok.Kind != domain.TokenHost || tok.HostID != h.ID {
 		return fmt.Errorf("create host %s: the token must be a host token for this host", h.Name)
 	}
 	if err := checkToken(tok); err != nil {
@@ -70,10 +78,10 @@ func (s *Store) CreateHost(ctx context.Context, h store.Host, tok store.Token) e
 	if tok.CreatedAt.IsZero() {
 		tok.CreatedAt = fromMicros(created)
 	}
-	err := s.inTx(ctx, func(tx execer) error {
+	err = s.inTx(ctx, func(tx execer) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO hosts (`+hostCols+`)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
-			h.ID, h.Name, string(store.HostNew), jsonArg(h.Facts), jsonArg(h.Capacity), h.ReplicaID,
+			h.ID, h.Name, string(domain.HostNew), facts, capacity, h.ReplicaID,
 			h.ReplicaAddr, h.ProtocolVersion, h.Draining, micros(h.LastHeartbeat), micros(h.ConnectedAt), created)
 		if err != nil {
 			return err
@@ -92,8 +100,9 @@ func (s *Store) CreateHost(ctx context.Context, h store.Host, tok store.Token) e
 // RegisterHost implements store.Hosts. The drain flag is admin intent: a
 // registration never changes it (a host registering for the first time
 // gets it unset), and the state follows it.
-func (s *Store) RegisterHost(ctx context.Context, h store.Host) error {
-	if err := checkHost(h); err != nil {
+func (s *Store) RegisterHost(ctx context.Context, h domain.Host) error {
+	facts, capacity, err := hostArgs(h)
+	if err != nil {
 		return fmt.Errorf("register host: %w", err)
 	}
 	at := micros(orNow(h.LastHeartbeat))
@@ -101,14 +110,14 @@ func (s *Store) RegisterHost(ctx context.Context, h store.Host) error {
 	if !h.CreatedAt.IsZero() {
 		created = micros(h.CreatedAt)
 	}
-	_, err := s.write.ExecContext(ctx, `INSERT INTO hosts (`+hostCols+`)
+	_, err = s.write.ExecContext(ctx, `INSERT INTO hosts (`+hostCols+`)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, FALSE, $9, $9, $10)
 		ON CONFLICT (id) DO UPDATE SET name = excluded.name,
 			state = CASE WHEN hosts.draining THEN 'draining' ELSE 'ready' END,
 			facts = excluded.facts, capacity = excluded.capacity, replica_id = excluded.replica_id,
 			replica_addr = excluded.replica_addr, protocol_version = excluded.protocol_version,
 			last_heartbeat = excluded.last_heartbeat, connected_at = excluded.connected_at`,
-		h.ID, h.Name, string(store.HostReady), jsonArg(h.Facts), jsonArg(h.Capacity), h.ReplicaID,
+		h.ID, h.Name, string(domain.HostReady), facts, capacity, h.ReplicaID,
 		h.ReplicaAddr, h.ProtocolVersion, at, created)
 	if s.isUnique(err) {
 		return fmt.Errorf("register host %s: %w: name %q belongs to another host", h.ID, store.ErrConflict, h.Name)
@@ -120,42 +129,46 @@ func (s *Store) RegisterHost(ctx context.Context, h store.Host) error {
 }
 
 // HostHeartbeat implements store.Hosts. A nil capacity keeps the last one.
-func (s *Store) HostHeartbeat(ctx context.Context, hostID string, capacity json.RawMessage, at time.Time) (store.HostState, error) {
-	if err := checkJSON("capacity", capacity); err != nil {
-		return "", fmt.Errorf("host heartbeat %s: %w", hostID, err)
+func (s *Store) HostHeartbeat(ctx context.Context, hostID domain.HostID, capacity *domain.Capacity, at time.Time) (domain.HostState, error) {
+	var capArg any
+	if capacity != nil {
+		var err error
+		if capArg, err = typedArg("capacity", *capacity); err != nil {
+			return "", fmt.Errorf("host heartbeat %s: %w", hostID, err)
+		}
 	}
 	var state string
 	err := s.write.QueryRowContext(ctx, `UPDATE hosts SET last_heartbeat = $2, capacity = COALESCE($3, capacity)
-		WHERE id = $1 RETURNING state`, hostID, micros(orNow(at)), jsonArg(capacity)).Scan(&state)
+		WHERE id = $1 RETURNING state`, hostID, micros(orNow(at)), capArg).Scan(&state)
 	if isNoRows(err) {
 		return "", fmt.Errorf("host heartbeat %s: %w", hostID, store.ErrNotFound)
 	}
 	if err != nil {
 		return "", fmt.Errorf("host heartbeat %s: %w", hostID, err)
 	}
-	return store.HostState(state), nil
+	return domain.HostState(state), nil
 }
 
 // GetHost implements store.Hosts.
-func (s *Store) GetHost(ctx context.Context, id string) (store.Host, error) {
+func (s *Store) GetHost(ctx context.Context, id domain.HostID) (domain.Host, error) {
 	h, err := scanHost(s.read.QueryRowContext(ctx, `SELECT `+hostCols+` FROM hosts WHERE id = $1`, id))
 	if isNoRows(err) {
-		return store.Host{}, fmt.Errorf("get host %s: %w", id, store.ErrNotFound)
+		return domain.Host{}, fmt.Errorf("get host %s: %w", id, store.ErrNotFound)
 	}
 	if err != nil {
-		return store.Host{}, fmt.Errorf("get host %s: %w", id, err)
+		return domain.Host{}, fmt.Errorf("get host %s: %w", id, err)
 	}
 	return h, nil
 }
 
 // ListHosts implements store.Hosts, ordered by name.
-func (s *Store) ListHosts(ctx context.Context) ([]store.Host, error) {
+func (s *Store) ListHosts(ctx context.Context) ([]domain.Host, error) {
 	rows, err := s.read.QueryContext(ctx, `SELECT `+hostCols+` FROM hosts ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("list hosts: %w", err)
 	}
 	defer rows.Close()
-	var out []store.Host
+	var out []domain.Host
 	for rows.Next() {
 		h, err := scanHost(rows)
 		if err != nil {
@@ -170,7 +183,7 @@ func (s *Store) ListHosts(ctx context.Context) ([]store.Host, error) {
 }
 
 // SetHostState implements store.Hosts.
-func (s *Store) SetHostState(ctx context.Context, id string, state store.HostState) error {
+func (s *Store) SetHostState(ctx context.Context, id domain.HostID, state domain.HostState) error {
 	if !validHostState(state) {
 		return fmt.Errorf("set host %s state: unknown state %q", id, state)
 	}
@@ -186,10 +199,10 @@ func (s *Store) SetHostState(ctx context.Context, id string, state store.HostSta
 
 // SetHostDraining implements store.Hosts. A host that is new or lost keeps
 // its state; RegisterHost and ReviveHost apply the flag when it comes back.
-func (s *Store) SetHostDraining(ctx context.Context, id string, draining bool) error {
-	connected := store.HostReady
+func (s *Store) SetHostDraining(ctx context.Context, id domain.HostID, draining bool) error {
+	connected := domain.HostReady
 	if draining {
-		connected = store.HostDraining
+		connected = domain.HostDraining
 	}
 	res, err := s.write.ExecContext(ctx, `UPDATE hosts SET draining = $2,
 		state = CASE WHEN state IN ('ready', 'draining') THEN $3 ELSE state END
@@ -204,7 +217,7 @@ func (s *Store) SetHostDraining(ctx context.Context, id string, draining bool) e
 }
 
 // ReviveHost implements store.Hosts.
-func (s *Store) ReviveHost(ctx context.Context, id string) (store.HostState, error) {
+func (s *Store) ReviveHost(ctx context.Context, id domain.HostID) (domain.HostState, error) {
 	var state string
 	err := s.write.QueryRowContext(ctx, `UPDATE hosts
 		SET state = CASE WHEN draining THEN 'draining' ELSE 'ready' END
@@ -219,21 +232,21 @@ func (s *Store) ReviveHost(ctx context.Context, id string) (store.HostState, err
 	if err != nil {
 		return "", fmt.Errorf("revive host %s: %w", id, err)
 	}
-	return store.HostState(state), nil
+	return domain.HostState(state), nil
 }
 
 // MarkHostsLost implements store.Hosts; the ids come back sorted. The drain
 // flag is kept.
-func (s *Store) MarkHostsLost(ctx context.Context, cutoff time.Time) ([]string, error) {
+func (s *Store) MarkHostsLost(ctx context.Context, cutoff time.Time) ([]domain.HostID, error) {
 	rows, err := s.write.QueryContext(ctx, `UPDATE hosts SET state = 'lost'
 		WHERE state IN ('ready', 'draining') AND last_heartbeat < $1 RETURNING id`, micros(cutoff))
 	if err != nil {
 		return nil, fmt.Errorf("mark hosts lost: %w", err)
 	}
 	defer rows.Close()
-	var ids []string
+	var ids []domain.HostID
 	for rows.Next() {
-		var id string
+		var id domain.HostID
 		if err := rows.Scan(&id); err != nil {
 			return nil, fmt.Errorf("mark hosts lost: %w", err)
 		}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -18,10 +19,10 @@ const claimedJobStates = `('materializing', 'capturing')`
 // ClaimJob implements store.Images. The WHERE clause is the whole claim
 // test, so of concurrent claimers only one UPDATE matches the row: Postgres
 // re-checks it against the winner's row version, SQLite has one writer.
-func (s *Store) ClaimJob(ctx context.Context, id string, lease time.Duration, at time.Time) (store.ImageJob, error) {
+func (s *Store) ClaimJob(ctx context.Context, id string, lease time.Duration, at time.Time) (domain.ImageJob, error) {
 	action := "claim image job " + id
 	if lease <= 0 {
-		return store.ImageJob{}, fmt.Errorf("%s: lease %v is not positive", action, lease)
+		return domain.ImageJob{}, fmt.Errorf("%s: lease %v is not positive", action, lease)
 	}
 	now := orNow(at)
 	j, err := scanJob(s.write.QueryRowContext(ctx, `UPDATE image_jobs SET epoch = epoch + 1, lease_until = $2,
@@ -32,21 +33,21 @@ func (s *Store) ClaimJob(ctx context.Context, id string, lease time.Duration, at
 		return j, nil
 	}
 	if !isNoRows(err) {
-		return store.ImageJob{}, fmt.Errorf("%s: %w", action, err)
+		return domain.ImageJob{}, fmt.Errorf("%s: %w", action, err)
 	}
 	cur, err := s.GetJob(ctx, id)
 	if err != nil {
-		return store.ImageJob{}, fmt.Errorf("%s: %w", action, err)
+		return domain.ImageJob{}, fmt.Errorf("%s: %w", action, err)
 	}
 	if cur.State.Active() {
-		return store.ImageJob{}, fmt.Errorf("%s: %w: %s under epoch %d, leased until %s", action, store.ErrConflict,
+		return domain.ImageJob{}, fmt.Errorf("%s: %w: %s under epoch %d, leased until %s", action, store.ErrConflict,
 			cur.State, cur.Epoch, cur.LeaseUntil.Format(time.RFC3339Nano))
 	}
-	return store.ImageJob{}, fmt.Errorf("%s: %w: job is %s", action, store.ErrConflict, cur.State)
+	return domain.ImageJob{}, fmt.Errorf("%s: %w: job is %s", action, store.ErrConflict, cur.State)
 }
 
 // ListClaimableJobs implements store.Images, ordered by created_at, then id.
-func (s *Store) ListClaimableJobs(ctx context.Context, at time.Time, limit int) ([]store.ImageJob, error) {
+func (s *Store) ListClaimableJobs(ctx context.Context, at time.Time, limit int) ([]domain.ImageJob, error) {
 	q := `SELECT ` + jobCols + ` FROM image_jobs WHERE state IN ` + activeJobStates + `
 		AND (state = 'pending' OR lease_until < $1) ORDER BY created_at, id`
 	args := []any{micros(orNow(at))}
@@ -63,7 +64,7 @@ func (s *Store) ListClaimableJobs(ctx context.Context, at time.Time, limit int) 
 // UpdateJobProgress implements store.Images.
 func (s *Store) UpdateJobProgress(ctx context.Context, p store.JobProgress, at time.Time) error {
 	action := fmt.Sprintf("update image job %s progress", p.ID)
-	if p.State != store.JobMaterializing && p.State != store.JobCapturing {
+	if p.State != domain.JobMaterializing && p.State != domain.JobCapturing {
 		return fmt.Errorf("%s: a claimed job is materializing or capturing, not %q", action, p.State)
 	}
 	if err := checkJSON("stages", p.Stages); err != nil {
@@ -85,11 +86,11 @@ func (s *Store) UpdateJobProgress(ctx context.Context, p store.JobProgress, at t
 }
 
 // FinishJob implements store.Images.
-func (s *Store) FinishJob(ctx context.Context, id string, epoch int64, state store.ImageJobState, errMsg, tail string,
+func (s *Store) FinishJob(ctx context.Context, id string, epoch int64, state domain.ImageJobState, errMsg, tail string,
 	stages json.RawMessage, at time.Time,
 ) error {
 	action := fmt.Sprintf("finish image job %s %s", id, state)
-	if state != store.JobReady && state != store.JobFailed {
+	if state != domain.JobReady && state != domain.JobFailed {
 		return fmt.Errorf("%s: a job finishes ready or failed", action)
 	}
 	if err := checkJSON("stages", stages); err != nil {
@@ -106,11 +107,12 @@ func (s *Store) FinishJob(ctx context.Context, id string, epoch int64, state sto
 
 // CompleteImageJob implements store.Images: the job's fenced finish and the
 // image's rewrite commit together or not at all.
-func (s *Store) CompleteImageJob(ctx context.Context, jobID string, epoch int64, img store.Image,
+func (s *Store) CompleteImageJob(ctx context.Context, jobID string, epoch int64, img domain.Image,
 	stages json.RawMessage, at time.Time,
 ) error {
 	action := fmt.Sprintf("complete image job %s of image %s", jobID, img.ID)
-	if err := checkImageJSON(img); err != nil {
+	facts, err := imageFacts(img)
+	if err != nil {
 		return fmt.Errorf("%s: %w", action, err)
 	}
 	if err := checkJSON("stages", stages); err != nil {
@@ -119,13 +121,13 @@ func (s *Store) CompleteImageJob(ctx context.Context, jobID string, epoch int64,
 	at = orNow(at)
 	u := jobUpdate{set: "state = 'ready', updated_at = $3", args: []any{jobID, epoch, micros(at)}}
 	u.addStages(stages)
-	err := s.inTx(ctx, func(tx execer) error {
+	err = s.inTx(ctx, func(tx execer) error {
 		if err := s.fencedJobWrite(ctx, tx, u, img.ID); err != nil {
 			return err
 		}
 		res, err := tx.ExecContext(ctx, `UPDATE images SET digest = $2, config = $3, manifests = $4, facts = $5,
 			base_id = $6, updated_at = $7 WHERE id = $1 AND state <> 'disabled'`,
-			img.ID, img.Digest, jsonArg(img.Config), jsonArg(img.Manifests), jsonArg(img.Facts), img.BaseID, micros(at))
+			img.ID, img.Digest, jsonArg(img.Config), jsonArg(img.Manifests), facts, img.BaseID, micros(at))
 		if err != nil {
 			return err
 		}

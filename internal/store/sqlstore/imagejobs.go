@@ -6,44 +6,45 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
 const jobCols = `id, image_id, kind, state, stage, bytes_done, bytes_total, attempts, error, output_tail,
 	epoch, lease_until, stages, digest, created_at, updated_at`
 
-// activeJobStates is the SQL list of store.ImageJobState.Active states.
+// activeJobStates is the SQL list of domain.ImageJobState.Active states.
 const activeJobStates = `('pending', 'materializing', 'capturing')`
 
-func scanJob(r scanner) (store.ImageJob, error) {
-	var j store.ImageJob
+func scanJob(r scanner) (domain.ImageJob, error) {
+	var j domain.ImageJob
 	var kind, state string
 	var stages sql.NullString
 	var lease, created, updated int64
 	err := r.Scan(&j.ID, &j.ImageID, &kind, &state, &j.Stage, &j.BytesDone, &j.BytesTotal, &j.Attempts, &j.Error,
 		&j.OutputTail, &j.Epoch, &lease, &stages, &j.Digest, &created, &updated)
 	if err != nil {
-		return store.ImageJob{}, err
+		return domain.ImageJob{}, err
 	}
-	j.Kind, j.State, j.Stages = store.ImageJobKind(kind), store.ImageJobState(state), fromJSON(stages)
+	j.Kind, j.State, j.Stages = domain.ImageJobKind(kind), domain.ImageJobState(state), fromJSON(stages)
 	j.LeaseUntil, j.CreatedAt, j.UpdatedAt = fromMicros(lease), fromMicros(created), fromMicros(updated)
 	return j, nil
 }
 
 // CreateJob implements store.Images. The partial unique index
 // image_jobs_one_active is what keeps a second active job out.
-func (s *Store) CreateJob(ctx context.Context, j store.ImageJob) (store.ImageJob, error) {
+func (s *Store) CreateJob(ctx context.Context, j domain.ImageJob) (domain.ImageJob, error) {
 	if j.ID == "" || j.ImageID == "" {
-		return store.ImageJob{}, errors.New("create image job: job id and image id are required")
+		return domain.ImageJob{}, errors.New("create image job: job id and image id are required")
 	}
-	if j.Kind != store.ImageJobEnable && j.Kind != store.ImageJobRefresh {
-		return store.ImageJob{}, fmt.Errorf("create image job %s: unknown kind %q", j.ID, j.Kind)
+	if j.Kind != domain.ImageJobEnable && j.Kind != domain.ImageJobRefresh {
+		return domain.ImageJob{}, fmt.Errorf("create image job %s: unknown kind %q", j.ID, j.Kind)
 	}
-	if j.State != "" && j.State != store.JobPending {
-		return store.ImageJob{}, fmt.Errorf("create image job %s: a new job is pending, not %s", j.ID, j.State)
+	if j.State != "" && j.State != domain.JobPending {
+		return domain.ImageJob{}, fmt.Errorf("create image job %s: a new job is pending, not %s", j.ID, j.State)
 	}
 	at := orNow(j.CreatedAt)
-	j = store.ImageJob{ID: j.ID, ImageID: j.ImageID, Kind: j.Kind, State: store.JobPending,
+	j = domain.ImageJob{ID: j.ID, ImageID: j.ImageID, Kind: j.Kind, State: domain.JobPending,
 		CreatedAt: fromMicros(micros(at)), UpdatedAt: fromMicros(micros(at))}
 	err := s.inTx(ctx, func(tx execer) error {
 		var one int
@@ -62,30 +63,30 @@ func (s *Store) CreateJob(ctx context.Context, j store.ImageJob) (store.ImageJob
 		// The transaction is gone (Postgres aborts it on the violation): tell
 		// a reused id from an active job with a fresh read.
 		if _, gerr := s.GetJob(ctx, j.ID); gerr == nil {
-			return store.ImageJob{}, fmt.Errorf("create image job %s: %w: id already used", j.ID, store.ErrConflict)
+			return domain.ImageJob{}, fmt.Errorf("create image job %s: %w: id already used", j.ID, store.ErrConflict)
 		}
-		return store.ImageJob{}, fmt.Errorf("create image job %s for %s: %w", j.ID, j.ImageID, store.ErrJobActive)
+		return domain.ImageJob{}, fmt.Errorf("create image job %s for %s: %w", j.ID, j.ImageID, store.ErrJobActive)
 	}
 	if err != nil {
-		return store.ImageJob{}, fmt.Errorf("create image job %s for %s: %w", j.ID, j.ImageID, err)
+		return domain.ImageJob{}, fmt.Errorf("create image job %s for %s: %w", j.ID, j.ImageID, err)
 	}
 	return j, nil
 }
 
 // GetJob implements store.Images.
-func (s *Store) GetJob(ctx context.Context, id string) (store.ImageJob, error) {
+func (s *Store) GetJob(ctx context.Context, id string) (domain.ImageJob, error) {
 	j, err := scanJob(s.read.QueryRowContext(ctx, `SELECT `+jobCols+` FROM image_jobs WHERE id = $1`, id))
 	if isNoRows(err) {
-		return store.ImageJob{}, fmt.Errorf("get image job %s: %w", id, store.ErrNotFound)
+		return domain.ImageJob{}, fmt.Errorf("get image job %s: %w", id, store.ErrNotFound)
 	}
 	if err != nil {
-		return store.ImageJob{}, fmt.Errorf("get image job %s: %w", id, err)
+		return domain.ImageJob{}, fmt.Errorf("get image job %s: %w", id, err)
 	}
 	return j, nil
 }
 
 // ListJobs implements store.Images, ordered by created_at, then id.
-func (s *Store) ListJobs(ctx context.Context, imageID string) ([]store.ImageJob, error) {
+func (s *Store) ListJobs(ctx context.Context, imageID string) ([]domain.ImageJob, error) {
 	out, err := s.queryJobs(ctx, `SELECT `+jobCols+` FROM image_jobs
 		WHERE image_id = $1 ORDER BY created_at, id`, imageID)
 	if err != nil {
@@ -94,13 +95,13 @@ func (s *Store) ListJobs(ctx context.Context, imageID string) ([]store.ImageJob,
 	return out, nil
 }
 
-func (s *Store) queryJobs(ctx context.Context, q string, args ...any) ([]store.ImageJob, error) {
+func (s *Store) queryJobs(ctx context.Context, q string, args ...any) ([]domain.ImageJob, error) {
 	rows, err := s.read.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []store.ImageJob
+	var out []domain.ImageJob
 	for rows.Next() {
 		j, err := scanJob(rows)
 		if err != nil {

@@ -7,47 +7,53 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
 const imageCols = `id, name, ref, digest, state, config, credential_id, manifests, facts, base_id, created_at,
 	updated_at`
 
-func scanImage(r scanner) (store.Image, error) {
-	var img store.Image
+func scanImage(r scanner) (domain.Image, error) {
+	var img domain.Image
 	var state string
 	var config, cred, manifests, facts sql.NullString
 	var created, updated int64
 	err := r.Scan(&img.ID, &img.Name, &img.Ref, &img.Digest, &state, &config, &cred, &manifests, &facts,
 		&img.BaseID, &created, &updated)
 	if err != nil {
-		return store.Image{}, err
+		return domain.Image{}, err
 	}
-	img.State, img.CredentialID = store.ImageState(state), cred.String
-	img.Config, img.Manifests, img.Facts = fromJSON(config), fromJSON(manifests), fromJSON(facts)
+	img.State, img.CredentialID = domain.ImageState(state), cred.String
+	img.Config, img.Manifests = fromJSON(config), fromJSON(manifests)
+	if err := decodeTyped("facts", facts, &img.Facts); err != nil {
+		return domain.Image{}, fmt.Errorf("image %s: %w", img.ID, err)
+	}
 	img.CreatedAt, img.UpdatedAt = fromMicros(created), fromMicros(updated)
 	return img, nil
 }
 
 // checkImage validates what CreateImage and UpdateImage write.
-func checkImage(img store.Image) error {
+func checkImage(img domain.Image) error {
 	if img.ID == "" || img.Name == "" || img.Ref == "" {
 		return errors.New("image id, name and ref are required")
 	}
-	if img.State != store.ImageReady && img.State != store.ImageDisabled {
+	if img.State != domain.ImageReady && img.State != domain.ImageDisabled {
 		return fmt.Errorf("unknown image state %q", img.State)
 	}
-	return checkImageJSON(img)
+	_, err := imageFacts(img)
+	return err
 }
 
 // checkImageJSON validates the JSON columns of img.
-func checkImageJSON(img store.Image) error {
-	for field, raw := range map[string][]byte{"config": img.Config, "manifests": img.Manifests, "facts": img.Facts} {
+// imageFacts checks the JSON columns of img and encodes its facts column.
+func imageFacts(img domain.Image) (any, error) {
+	for field, raw := range map[string][]byte{"config": img.Config, "manifests": img.Manifests} {
 		if err := checkJSON(field, raw); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return typedArg("facts", img.Facts)
 }
 
 // nullString is NULL for "".
@@ -59,18 +65,22 @@ func nullString(v string) any {
 }
 
 // CreateImage implements store.Images.
-func (s *Store) CreateImage(ctx context.Context, img store.Image) error {
+func (s *Store) CreateImage(ctx context.Context, img domain.Image) error {
 	if img.State == "" {
-		img.State = store.ImageReady
+		img.State = domain.ImageReady
 	}
 	if err := checkImage(img); err != nil {
 		return fmt.Errorf("create image %s: %w", img.Name, err)
 	}
+	facts, err := imageFacts(img)
+	if err != nil {
+		return fmt.Errorf("create image %s: %w", img.Name, err)
+	}
 	at := micros(orNow(img.CreatedAt))
-	_, err := s.write.ExecContext(ctx, `INSERT INTO images (`+imageCols+`)
+	_, err = s.write.ExecContext(ctx, `INSERT INTO images (`+imageCols+`)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11)`,
 		img.ID, img.Name, img.Ref, img.Digest, string(img.State), jsonArg(img.Config), nullString(img.CredentialID),
-		jsonArg(img.Manifests), jsonArg(img.Facts), img.BaseID, at)
+		jsonArg(img.Manifests), facts, img.BaseID, at)
 	if s.isUnique(err) {
 		return fmt.Errorf("create image %s: %w: id or name already used", img.Name, store.ErrConflict)
 	}
@@ -81,38 +91,38 @@ func (s *Store) CreateImage(ctx context.Context, img store.Image) error {
 }
 
 // GetImage implements store.Images.
-func (s *Store) GetImage(ctx context.Context, id string) (store.Image, error) {
+func (s *Store) GetImage(ctx context.Context, id string) (domain.Image, error) {
 	img, err := scanImage(s.read.QueryRowContext(ctx, `SELECT `+imageCols+` FROM images WHERE id = $1`, id))
 	if isNoRows(err) {
-		return store.Image{}, fmt.Errorf("get image %s: %w", id, store.ErrNotFound)
+		return domain.Image{}, fmt.Errorf("get image %s: %w", id, store.ErrNotFound)
 	}
 	if err != nil {
-		return store.Image{}, fmt.Errorf("get image %s: %w", id, err)
+		return domain.Image{}, fmt.Errorf("get image %s: %w", id, err)
 	}
 	return img, nil
 }
 
 // GetImageByName implements store.Images.
-func (s *Store) GetImageByName(ctx context.Context, name string) (store.Image, error) {
+func (s *Store) GetImageByName(ctx context.Context, name string) (domain.Image, error) {
 	img, err := scanImage(s.read.QueryRowContext(ctx, `SELECT `+imageCols+` FROM images
 		WHERE name = $1 AND state <> 'disabled'`, name))
 	if isNoRows(err) {
-		return store.Image{}, fmt.Errorf("get image named %s: %w", name, store.ErrNotFound)
+		return domain.Image{}, fmt.Errorf("get image named %s: %w", name, store.ErrNotFound)
 	}
 	if err != nil {
-		return store.Image{}, fmt.Errorf("get image named %s: %w", name, err)
+		return domain.Image{}, fmt.Errorf("get image named %s: %w", name, err)
 	}
 	return img, nil
 }
 
 // ListImages implements store.Images.
-func (s *Store) ListImages(ctx context.Context) ([]store.Image, error) {
+func (s *Store) ListImages(ctx context.Context) ([]domain.Image, error) {
 	rows, err := s.read.QueryContext(ctx, `SELECT `+imageCols+` FROM images ORDER BY name, id`)
 	if err != nil {
 		return nil, fmt.Errorf("list images: %w", err)
 	}
 	defer rows.Close()
-	var out []store.Image
+	var out []domain.Image
 	for rows.Next() {
 		img, err := scanImage(rows)
 		if err != nil {
@@ -127,7 +137,7 @@ func (s *Store) ListImages(ctx context.Context) ([]store.Image, error) {
 }
 
 // UpdateImage implements store.Images.
-func (s *Store) UpdateImage(ctx context.Context, img store.Image, at time.Time) error {
+func (s *Store) UpdateImage(ctx context.Context, img domain.Image, at time.Time) error {
 	if err := checkImage(img); err != nil {
 		return fmt.Errorf("update image %s: %w", img.ID, err)
 	}
@@ -137,16 +147,20 @@ func (s *Store) UpdateImage(ctx context.Context, img store.Image, at time.Time) 
 
 // updateImage rewrites every column of img's row but id and created_at;
 // img must have passed checkImage.
-func updateImage(ctx context.Context, db execer, img store.Image, at time.Time) (sql.Result, error) {
+func updateImage(ctx context.Context, db execer, img domain.Image, at time.Time) (sql.Result, error) {
+	facts, err := imageFacts(img)
+	if err != nil {
+		return nil, err
+	}
 	return db.ExecContext(ctx, `UPDATE images SET name = $2, ref = $3, digest = $4, state = $5, config = $6,
 		credential_id = $7, manifests = $8, facts = $9, base_id = $10, updated_at = $11 WHERE id = $1`,
 		img.ID, img.Name, img.Ref, img.Digest, string(img.State), jsonArg(img.Config), nullString(img.CredentialID),
-		jsonArg(img.Manifests), jsonArg(img.Facts), img.BaseID, micros(orNow(at)))
+		jsonArg(img.Manifests), facts, img.BaseID, micros(orNow(at)))
 }
 
 // SetImageState implements store.Images.
-func (s *Store) SetImageState(ctx context.Context, id string, state store.ImageState, at time.Time) error {
-	if state != store.ImageReady && state != store.ImageDisabled {
+func (s *Store) SetImageState(ctx context.Context, id string, state domain.ImageState, at time.Time) error {
+	if state != domain.ImageReady && state != domain.ImageDisabled {
 		return fmt.Errorf("set image %s state: unknown image state %q", id, state)
 	}
 	res, err := s.write.ExecContext(ctx, `UPDATE images SET state = $2, updated_at = $3 WHERE id = $1`,

@@ -6,29 +6,30 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
 const opCols = `id, session_id, kind, state, step, epoch, idempotency_key, attempts, error, claimed_by,
 	lease_until, created_at, updated_at`
 
-func scanOp(r scanner) (store.Op, error) {
-	var o store.Op
+func scanOp(r scanner) (domain.Op, error) {
+	var o domain.Op
 	var kind, state string
 	var lease, created, updated int64
 	err := r.Scan(&o.ID, &o.SessionID, &kind, &state, &o.Step, &o.Epoch, &o.IdempotencyKey, &o.Attempts,
 		&o.Error, &o.ClaimedBy, &lease, &created, &updated)
 	if err != nil {
-		return store.Op{}, err
+		return domain.Op{}, err
 	}
-	o.Kind, o.State = store.OpKind(kind), store.OpState(state)
+	o.Kind, o.State = domain.OpKind(kind), domain.OpState(state)
 	o.LeaseUntil, o.CreatedAt, o.UpdatedAt = fromMicros(lease), fromMicros(created), fromMicros(updated)
 	return o, nil
 }
 
-func validOpKind(k store.OpKind) bool {
+func validOpKind(k domain.OpKind) bool {
 	switch k {
-	case store.OpCreate, store.OpResume, store.OpEvict, store.OpDestroy, store.OpMove, store.OpRecover, store.OpSnapshot, store.OpExpire:
+	case domain.OpCreate, domain.OpResume, domain.OpEvict, domain.OpDestroy, domain.OpMove, domain.OpRecover, domain.OpSnapshot, domain.OpExpire:
 		return true
 	}
 	return false
@@ -41,12 +42,12 @@ var errRetry = errors.New("retry")
 // and CreatedAt (now when zero) are taken from op. An op that failed or was
 // superseded gives its idempotency key back: the same key then inserts a new
 // op (a partial unique index covers only pending, running and succeeded ops).
-func (s *Store) EnqueueOp(ctx context.Context, op store.Op, supersede bool) (store.Op, error) {
+func (s *Store) EnqueueOp(ctx context.Context, op domain.Op, supersede bool) (domain.Op, error) {
 	if op.ID == "" || op.SessionID == "" {
-		return store.Op{}, errors.New("enqueue op: op id and session id are required")
+		return domain.Op{}, errors.New("enqueue op: op id and session id are required")
 	}
 	if !validOpKind(op.Kind) {
-		return store.Op{}, fmt.Errorf("enqueue op for %s: unknown kind %q", op.SessionID, op.Kind)
+		return domain.Op{}, fmt.Errorf("enqueue op for %s: unknown kind %q", op.SessionID, op.Kind)
 	}
 	for range 5 {
 		out, err := s.enqueueOnce(ctx, op, supersede)
@@ -59,14 +60,14 @@ func (s *Store) EnqueueOp(ctx context.Context, op store.Op, supersede bool) (sto
 			continue
 		}
 		if err != nil {
-			return store.Op{}, fmt.Errorf("enqueue %s op for %s: %w", op.Kind, op.SessionID, err)
+			return domain.Op{}, fmt.Errorf("enqueue %s op for %s: %w", op.Kind, op.SessionID, err)
 		}
 		return out, nil
 	}
-	return store.Op{}, fmt.Errorf("enqueue %s op for %s: %w: kept losing races", op.Kind, op.SessionID, store.ErrConflict)
+	return domain.Op{}, fmt.Errorf("enqueue %s op for %s: %w: kept losing races", op.Kind, op.SessionID, store.ErrConflict)
 }
 
-func (s *Store) enqueueOnce(ctx context.Context, op store.Op, supersede bool) (out store.Op, err error) {
+func (s *Store) enqueueOnce(ctx context.Context, op domain.Op, supersede bool) (out domain.Op, err error) {
 	at := micros(orNow(op.CreatedAt))
 	err = s.inTx(ctx, func(tx execer) error {
 		if op.IdempotencyKey != "" {
@@ -101,7 +102,7 @@ func (s *Store) enqueueOnce(ctx context.Context, op store.Op, supersede bool) (o
 		}
 		out, err = scanOp(tx.QueryRowContext(ctx, `INSERT INTO session_ops (`+opCols+`)
 			VALUES ($1, $2, $3, $4, '', 0, $5, 0, '', '', 0, $6, $6) RETURNING `+opCols,
-			op.ID, op.SessionID, string(op.Kind), string(store.OpPending), op.IdempotencyKey, at))
+			op.ID, op.SessionID, string(op.Kind), string(domain.OpPending), op.IdempotencyKey, at))
 		return err
 	})
 	return out, err
@@ -111,7 +112,7 @@ func (s *Store) enqueueOnce(ctx context.Context, op store.Op, supersede bool) (o
 // unless it holds op's idempotency key: a concurrent call with the same key
 // committed it after our lookup, and the insert that follows then fails on
 // the one-active index and returns that op instead.
-func supersedeActive(ctx context.Context, db execer, op store.Op, at int64) error {
+func supersedeActive(ctx context.Context, db execer, op domain.Op, at int64) error {
 	q, args := `UPDATE session_ops SET state = 'superseded', updated_at = $1
 		WHERE session_id = $2 AND state IN ('pending', 'running')`, []any{at, op.SessionID}
 	if op.IdempotencyKey != "" {
@@ -121,7 +122,7 @@ func supersedeActive(ctx context.Context, db execer, op store.Op, at int64) erro
 	return err
 }
 
-func noActiveOp(ctx context.Context, db execer, sessionID string) error {
+func noActiveOp(ctx context.Context, db execer, sessionID domain.SessionID) error {
 	var id string
 	err := db.QueryRowContext(ctx, `SELECT id FROM session_ops
 		WHERE session_id = $1 AND state IN ('pending', 'running')`, sessionID).Scan(&id)
@@ -137,18 +138,18 @@ func noActiveOp(ctx context.Context, db execer, sessionID string) error {
 // opByKey returns the op holding an idempotency key: the one pending,
 // running or succeeded op with it. The literal predicates match the partial
 // unique index, so the planner may use it.
-func opByKey(ctx context.Context, db execer, sessionID, key string) (store.Op, error) {
+func opByKey(ctx context.Context, db execer, sessionID domain.SessionID, key string) (domain.Op, error) {
 	op, err := scanOp(db.QueryRowContext(ctx, `SELECT `+opCols+` FROM session_ops
 		WHERE session_id = $1 AND idempotency_key = $2 AND idempotency_key <> ''
 			AND state IN ('pending', 'running', 'succeeded')`, sessionID, key))
 	if isNoRows(err) {
-		return store.Op{}, store.ErrNotFound
+		return domain.Op{}, store.ErrNotFound
 	}
 	return op, err
 }
 
 // whyEnqueueFailed classifies a unique violation of an enqueue.
-func (s *Store) whyEnqueueFailed(ctx context.Context, op store.Op, supersede bool) (store.Op, error) {
+func (s *Store) whyEnqueueFailed(ctx context.Context, op domain.Op, supersede bool) (domain.Op, error) {
 	if op.IdempotencyKey != "" {
 		out, err := opByKey(ctx, s.read, op.SessionID, op.IdempotencyKey)
 		if err == nil || !errors.Is(err, store.ErrNotFound) {
@@ -158,18 +159,18 @@ func (s *Store) whyEnqueueFailed(ctx context.Context, op store.Op, supersede boo
 	var one int
 	err := s.read.QueryRowContext(ctx, `SELECT 1 FROM session_ops WHERE id = $1`, op.ID).Scan(&one)
 	if err == nil {
-		return store.Op{}, fmt.Errorf("%w: op id %s already used", store.ErrConflict, op.ID)
+		return domain.Op{}, fmt.Errorf("%w: op id %s already used", store.ErrConflict, op.ID)
 	}
 	if !isNoRows(err) {
-		return store.Op{}, err
+		return domain.Op{}, err
 	}
 	if supersede {
-		return store.Op{}, errRetry
+		return domain.Op{}, errRetry
 	}
 	if err := noActiveOp(ctx, s.read, op.SessionID); err != nil {
-		return store.Op{}, err
+		return domain.Op{}, err
 	}
-	return store.Op{}, errRetry
+	return domain.Op{}, errRetry
 }
 
 // claimBatch is how many candidates ClaimOp reads at a time.
@@ -178,15 +179,15 @@ const claimBatch = 16
 // ClaimOp implements store.Ops. It reads a few candidates, then claims the
 // first one a conditional UPDATE still finds claimable; a concurrent claimer
 // that got there first makes that UPDATE match no row.
-func (s *Store) ClaimOp(ctx context.Context, claimedBy string, now time.Time, lease time.Duration) (store.Op, store.Session, error) {
+func (s *Store) ClaimOp(ctx context.Context, claimedBy string, now time.Time, lease time.Duration) (domain.Op, domain.Session, error) {
 	nowU, until := micros(now), micros(now.Add(lease))
 	for range 100 {
 		ids, err := s.claimCandidates(ctx, nowU)
 		if err != nil {
-			return store.Op{}, store.Session{}, fmt.Errorf("claim op: %w", err)
+			return domain.Op{}, domain.Session{}, fmt.Errorf("claim op: %w", err)
 		}
 		if len(ids) == 0 {
-			return store.Op{}, store.Session{}, fmt.Errorf("claim op: %w", store.ErrNoOp)
+			return domain.Op{}, domain.Session{}, fmt.Errorf("claim op: %w", store.ErrNoOp)
 		}
 		for _, id := range ids {
 			op, sess, err := s.tryClaim(ctx, id, claimedBy, nowU, until)
@@ -194,12 +195,12 @@ func (s *Store) ClaimOp(ctx context.Context, claimedBy string, now time.Time, le
 				continue
 			}
 			if err != nil {
-				return store.Op{}, store.Session{}, fmt.Errorf("claim op %s: %w", id, err)
+				return domain.Op{}, domain.Session{}, fmt.Errorf("claim op %s: %w", id, err)
 			}
 			return op, sess, nil
 		}
 	}
-	return store.Op{}, store.Session{}, fmt.Errorf("claim op: %w: every candidate was taken", store.ErrNoOp)
+	return domain.Op{}, domain.Session{}, fmt.Errorf("claim op: %w: every candidate was taken", store.ErrNoOp)
 }
 
 func (s *Store) claimCandidates(ctx context.Context, now int64) ([]string, error) {
@@ -222,9 +223,9 @@ func (s *Store) claimCandidates(ctx context.Context, now int64) ([]string, error
 }
 
 // tryClaim claims one op; sql.ErrNoRows when it is no longer claimable.
-func (s *Store) tryClaim(ctx context.Context, id, claimedBy string, now, until int64) (op store.Op, sess store.Session, err error) {
+func (s *Store) tryClaim(ctx context.Context, id, claimedBy string, now, until int64) (op domain.Op, sess domain.Session, err error) {
 	err = s.inTx(ctx, func(tx execer) error {
-		var sessionID string
+		var sessionID domain.SessionID
 		err := tx.QueryRowContext(ctx, `UPDATE session_ops
 			SET state = 'running', claimed_by = $2, lease_until = $3, attempts = attempts + 1, updated_at = $4
 			WHERE id = $1 AND (state = 'pending' OR (state = 'running' AND lease_until < $4)) RETURNING session_id`,
@@ -255,8 +256,8 @@ func (s *Store) SetOpStep(ctx context.Context, opID string, epoch int64, step st
 }
 
 // FinishOp implements store.Ops.
-func (s *Store) FinishOp(ctx context.Context, opID string, epoch int64, state store.OpState, errMsg string, at time.Time) error {
-	if state != store.OpSucceeded && state != store.OpFailed {
+func (s *Store) FinishOp(ctx context.Context, opID string, epoch int64, state domain.OpState, errMsg string, at time.Time) error {
+	if state != domain.OpSucceeded && state != domain.OpFailed {
 		return fmt.Errorf("finish op %s: state %q is neither succeeded nor failed", opID, state)
 	}
 	return s.fencedOpWrite(ctx, "finish op", opID, epoch, "state = $3, error = $4, updated_at = $5",
@@ -289,26 +290,26 @@ func (s *Store) fencedOpWrite(ctx context.Context, action, opID string, epoch in
 }
 
 // GetOp implements store.Ops.
-func (s *Store) GetOp(ctx context.Context, id string) (store.Op, error) {
+func (s *Store) GetOp(ctx context.Context, id string) (domain.Op, error) {
 	op, err := scanOp(s.read.QueryRowContext(ctx, `SELECT `+opCols+` FROM session_ops WHERE id = $1`, id))
 	if isNoRows(err) {
-		return store.Op{}, fmt.Errorf("get op %s: %w", id, store.ErrNotFound)
+		return domain.Op{}, fmt.Errorf("get op %s: %w", id, store.ErrNotFound)
 	}
 	if err != nil {
-		return store.Op{}, fmt.Errorf("get op %s: %w", id, err)
+		return domain.Op{}, fmt.Errorf("get op %s: %w", id, err)
 	}
 	return op, nil
 }
 
 // ListOps implements store.Ops, oldest first.
-func (s *Store) ListOps(ctx context.Context, sessionID string) ([]store.Op, error) {
+func (s *Store) ListOps(ctx context.Context, sessionID domain.SessionID) ([]domain.Op, error) {
 	rows, err := s.read.QueryContext(ctx, `SELECT `+opCols+` FROM session_ops
 		WHERE session_id = $1 ORDER BY created_at, id`, sessionID)
 	if err != nil {
 		return nil, fmt.Errorf("list ops of %s: %w", sessionID, err)
 	}
 	defer rows.Close()
-	var out []store.Op
+	var out []domain.Op
 	for rows.Next() {
 		op, err := scanOp(rows)
 		if err != nil {

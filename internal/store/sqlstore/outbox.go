@@ -7,21 +7,22 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
 const outboxCols = `session_id, seq, id, kind, payload, state, delivered_epoch, created_at, delivered_at`
 
-func scanOutbox(r scanner) (store.OutboxItem, error) {
-	var it store.OutboxItem
+func scanOutbox(r scanner) (domain.OutboxItem, error) {
+	var it domain.OutboxItem
 	var payload sql.NullString
 	var state string
 	var created, delivered int64
 	err := r.Scan(&it.SessionID, &it.Seq, &it.ID, &it.Kind, &payload, &state, &it.DeliveredEpoch, &created, &delivered)
 	if err != nil {
-		return store.OutboxItem{}, err
+		return domain.OutboxItem{}, err
 	}
-	it.Payload, it.State = fromJSON(payload), store.OutboxState(state)
+	it.Payload, it.State = fromJSON(payload), domain.OutboxState(state)
 	it.CreatedAt, it.DeliveredAt = fromMicros(created), fromMicros(delivered)
 	return it, nil
 }
@@ -30,12 +31,12 @@ func scanOutbox(r scanner) (store.OutboxItem, error) {
 // CreatedAt (now when zero) are taken from it; the item starts pending. The
 // session's outbox_seq is bumped and the item inserted in one transaction,
 // so a failed put (a reused ID) leaves no gap.
-func (s *Store) PutOutbox(ctx context.Context, it store.OutboxItem) (store.OutboxItem, bool, error) {
+func (s *Store) PutOutbox(ctx context.Context, it domain.OutboxItem) (domain.OutboxItem, bool, error) {
 	if it.SessionID == "" || it.ID == "" || it.Kind == "" {
-		return store.OutboxItem{}, false, errors.New("put outbox item: session id, id and kind are required")
+		return domain.OutboxItem{}, false, errors.New("put outbox item: session id, id and kind are required")
 	}
 	if err := checkJSON("payload", it.Payload); err != nil {
-		return store.OutboxItem{}, false, fmt.Errorf("put outbox item %s for %s: %w", it.ID, it.SessionID, err)
+		return domain.OutboxItem{}, false, fmt.Errorf("put outbox item %s for %s: %w", it.ID, it.SessionID, err)
 	}
 	if old, err := outboxByID(ctx, s.read, it.SessionID, it.ID); err == nil || !isNoRows(err) {
 		return old, false, wrapOutbox(it, err)
@@ -47,19 +48,19 @@ func (s *Store) PutOutbox(ctx context.Context, it store.OutboxItem) (store.Outbo
 		return old, false, wrapOutbox(it, err)
 	}
 	if err != nil {
-		return store.OutboxItem{}, false, wrapOutbox(it, err)
+		return domain.OutboxItem{}, false, wrapOutbox(it, err)
 	}
 	return out, true, nil
 }
 
-func wrapOutbox(it store.OutboxItem, err error) error {
+func wrapOutbox(it domain.OutboxItem, err error) error {
 	if err == nil {
 		return nil
 	}
 	return fmt.Errorf("put outbox item %s for %s: %w", it.ID, it.SessionID, err)
 }
 
-func (s *Store) insertOutbox(ctx context.Context, it store.OutboxItem) (out store.OutboxItem, err error) {
+func (s *Store) insertOutbox(ctx context.Context, it domain.OutboxItem) (out domain.OutboxItem, err error) {
 	at := micros(orNow(it.CreatedAt))
 	err = s.inTx(ctx, func(tx execer) error {
 		var seq int64
@@ -79,14 +80,14 @@ func (s *Store) insertOutbox(ctx context.Context, it store.OutboxItem) (out stor
 	return out, err
 }
 
-func outboxByID(ctx context.Context, db execer, sessionID, id string) (store.OutboxItem, error) {
+func outboxByID(ctx context.Context, db execer, sessionID domain.SessionID, id string) (domain.OutboxItem, error) {
 	return scanOutbox(db.QueryRowContext(ctx, `SELECT `+outboxCols+` FROM session_outbox
 		WHERE session_id = $1 AND id = $2`, sessionID, id))
 }
 
 // ListOutbox implements store.Outbox. A limit <= 0 means no limit; an
 // unknown session has no items.
-func (s *Store) ListOutbox(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]store.OutboxItem, error) {
+func (s *Store) ListOutbox(ctx context.Context, sessionID domain.SessionID, afterSeq int64, limit int) ([]domain.OutboxItem, error) {
 	q := `SELECT ` + outboxCols + ` FROM session_outbox WHERE session_id = $1 AND seq > $2 ORDER BY seq`
 	args := []any{sessionID, afterSeq}
 	if limit > 0 {
@@ -97,7 +98,7 @@ func (s *Store) ListOutbox(ctx context.Context, sessionID string, afterSeq int64
 		return nil, fmt.Errorf("list outbox of %s: %w", sessionID, err)
 	}
 	defer rows.Close()
-	var out []store.OutboxItem
+	var out []domain.OutboxItem
 	for rows.Next() {
 		it, err := scanOutbox(rows)
 		if err != nil {
@@ -112,7 +113,7 @@ func (s *Store) ListOutbox(ctx context.Context, sessionID string, afterSeq int64
 }
 
 // MarkDelivered implements store.Outbox.
-func (s *Store) MarkDelivered(ctx context.Context, sessionID string, through, epoch int64, at time.Time) error {
+func (s *Store) MarkDelivered(ctx context.Context, sessionID domain.SessionID, through, epoch int64, at time.Time) error {
 	err := s.fencedOutboxWrite(ctx, sessionID, epoch, `UPDATE session_outbox
 		SET state = 'delivered', delivered_epoch = $3, delivered_at = $4
 		WHERE session_id = $1 AND seq <= $2 AND state = 'pending'`, through, epoch, micros(orNow(at)))
@@ -124,7 +125,7 @@ func (s *Store) MarkDelivered(ctx context.Context, sessionID string, through, ep
 
 // RollbackOutbox implements store.Outbox. Rolled-back items are pending
 // again, with no delivery epoch or time.
-func (s *Store) RollbackOutbox(ctx context.Context, sessionID string, after, epoch int64) error {
+func (s *Store) RollbackOutbox(ctx context.Context, sessionID domain.SessionID, after, epoch int64) error {
 	err := s.fencedOutboxWrite(ctx, sessionID, epoch, `UPDATE session_outbox
 		SET state = 'pending', delivered_epoch = 0, delivered_at = 0
 		WHERE session_id = $1 AND seq > $2 AND state = 'delivered'`, after)
@@ -138,7 +139,7 @@ func (s *Store) RollbackOutbox(ctx context.Context, sessionID string, after, epo
 // transaction that first checks the session's epoch with an UPDATE: that
 // takes the session's row lock, so a concurrent claim (which bumps the epoch)
 // either waits for this write or makes it stale.
-func (s *Store) fencedOutboxWrite(ctx context.Context, sessionID string, epoch int64, q string, args ...any) error {
+func (s *Store) fencedOutboxWrite(ctx context.Context, sessionID domain.SessionID, epoch int64, q string, args ...any) error {
 	return s.inTx(ctx, func(tx execer) error {
 		res, err := tx.ExecContext(ctx, `UPDATE sessions SET outbox_seq = outbox_seq WHERE id = $1 AND epoch = $2`,
 			sessionID, epoch)

@@ -7,18 +7,19 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
 const profileCols = `id, name, spec, version, created_at, updated_at, deleted_at`
 
-func scanProfile(r scanner) (store.Profile, error) {
-	var p store.Profile
+func scanProfile(r scanner) (domain.Profile, error) {
+	var p domain.Profile
 	var spec sql.NullString
 	var created, updated int64
 	var deleted sql.NullInt64
 	if err := r.Scan(&p.ID, &p.Name, &spec, &p.Version, &created, &updated, &deleted); err != nil {
-		return store.Profile{}, err
+		return domain.Profile{}, err
 	}
 	p.Spec, p.DeletedAt = fromJSON(spec), fromNullMicros(deleted)
 	p.CreatedAt, p.UpdatedAt = fromMicros(created), fromMicros(updated)
@@ -26,7 +27,7 @@ func scanProfile(r scanner) (store.Profile, error) {
 }
 
 // checkProfile validates what CreateProfile and UpdateProfile write.
-func checkProfile(p store.Profile) error {
+func checkProfile(p domain.Profile) error {
 	if p.ID == "" || p.Name == "" {
 		return errors.New("profile id and name are required")
 	}
@@ -34,38 +35,38 @@ func checkProfile(p store.Profile) error {
 }
 
 // CreateProfile implements store.Profiles.
-func (s *Store) CreateProfile(ctx context.Context, p store.Profile) (store.Profile, error) {
+func (s *Store) CreateProfile(ctx context.Context, p domain.Profile) (domain.Profile, error) {
 	action := "create profile " + p.Name
 	if err := checkProfile(p); err != nil {
-		return store.Profile{}, fmt.Errorf("%s: %w", action, err)
+		return domain.Profile{}, fmt.Errorf("%s: %w", action, err)
 	}
 	out, err := scanProfile(s.write.QueryRowContext(ctx, `INSERT INTO profiles (`+profileCols+`)
 		VALUES ($1, $2, $3, 1, $4, $4, NULL) RETURNING `+profileCols,
 		p.ID, p.Name, jsonArg(p.Spec), micros(orNow(p.CreatedAt))))
 	if s.isUnique(err) {
-		return store.Profile{}, fmt.Errorf("%s: %w: id or name already used", action, store.ErrConflict)
+		return domain.Profile{}, fmt.Errorf("%s: %w: id or name already used", action, store.ErrConflict)
 	}
 	if err != nil {
-		return store.Profile{}, fmt.Errorf("%s: %w", action, err)
+		return domain.Profile{}, fmt.Errorf("%s: %w", action, err)
 	}
 	return out, nil
 }
 
 // GetProfile implements store.Profiles.
-func (s *Store) GetProfile(ctx context.Context, id string) (store.Profile, error) {
+func (s *Store) GetProfile(ctx context.Context, id string) (domain.Profile, error) {
 	p, err := scanProfile(s.read.QueryRowContext(ctx, `SELECT `+profileCols+` FROM profiles WHERE id = $1`, id))
 	return p, rowFound(err, "get profile "+id)
 }
 
 // GetProfileByName implements store.Profiles.
-func (s *Store) GetProfileByName(ctx context.Context, name string) (store.Profile, error) {
+func (s *Store) GetProfileByName(ctx context.Context, name string) (domain.Profile, error) {
 	p, err := scanProfile(s.read.QueryRowContext(ctx, `SELECT `+profileCols+` FROM profiles
 		WHERE name = $1 AND deleted_at IS NULL`, name))
 	return p, rowFound(err, "get profile named "+name)
 }
 
 // ListProfiles implements store.Profiles.
-func (s *Store) ListProfiles(ctx context.Context) ([]store.Profile, error) {
+func (s *Store) ListProfiles(ctx context.Context) ([]domain.Profile, error) {
 	rows, err := s.read.QueryContext(ctx, `SELECT `+profileCols+` FROM profiles
 		WHERE deleted_at IS NULL ORDER BY name`)
 	if err != nil {
@@ -80,23 +81,23 @@ func (s *Store) ListProfiles(ctx context.Context) ([]store.Profile, error) {
 
 // UpdateProfile implements store.Profiles: one UPDATE conditioned on the
 // version, so the database arbitrates between concurrent editors.
-func (s *Store) UpdateProfile(ctx context.Context, p store.Profile, expectVersion int64) (store.Profile, error) {
+func (s *Store) UpdateProfile(ctx context.Context, p domain.Profile, expectVersion int64) (domain.Profile, error) {
 	action := fmt.Sprintf("update profile %s at version %d", p.ID, expectVersion)
 	if err := checkProfile(p); err != nil {
-		return store.Profile{}, fmt.Errorf("%s: %w", action, err)
+		return domain.Profile{}, fmt.Errorf("%s: %w", action, err)
 	}
 	out, err := scanProfile(s.write.QueryRowContext(ctx, `UPDATE profiles
 		SET name = $2, spec = $3, version = version + 1, updated_at = $4
 		WHERE id = $1 AND version = $5 AND deleted_at IS NULL RETURNING `+profileCols,
 		p.ID, p.Name, jsonArg(p.Spec), micros(orNow(p.UpdatedAt)), expectVersion))
 	if s.isUnique(err) {
-		return store.Profile{}, fmt.Errorf("%s: %w: another profile has the name %s", action, store.ErrConflict, p.Name)
+		return domain.Profile{}, fmt.Errorf("%s: %w: another profile has the name %s", action, store.ErrConflict, p.Name)
 	}
 	if isNoRows(err) {
-		return store.Profile{}, fmt.Errorf("%s: %w", action, s.whyProfileUnchanged(ctx, p.ID))
+		return domain.Profile{}, fmt.Errorf("%s: %w", action, s.whyProfileUnchanged(ctx, p.ID))
 	}
 	if err != nil {
-		return store.Profile{}, fmt.Errorf("%s: %w", action, err)
+		return domain.Profile{}, fmt.Errorf("%s: %w", action, err)
 	}
 	return out, nil
 }

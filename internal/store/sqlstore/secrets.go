@@ -6,18 +6,19 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
 const secretCols = `id, kind, name, sealed, meta, created_at, deleted_at`
 
-func scanSecret(r scanner) (store.Secret, error) {
-	var sec store.Secret
+func scanSecret(r scanner) (domain.Secret, error) {
+	var sec domain.Secret
 	var meta sql.NullString
 	var created int64
 	var deleted sql.NullInt64
 	if err := r.Scan(&sec.ID, &sec.Kind, &sec.Name, &sec.Sealed, &meta, &created, &deleted); err != nil {
-		return store.Secret{}, err
+		return domain.Secret{}, err
 	}
 	if len(sec.Sealed) == 0 {
 		sec.Sealed = nil
@@ -35,7 +36,7 @@ func fromNullMicros(v sql.NullInt64) time.Time {
 }
 
 // PutSecret implements store.Secrets.
-func (s *Store) PutSecret(ctx context.Context, sec store.Secret) error {
+func (s *Store) PutSecret(ctx context.Context, sec domain.Secret) error {
 	action := fmt.Sprintf("put secret %s", sec.Name)
 	if sec.ID == "" || sec.Kind == "" || sec.Name == "" {
 		return fmt.Errorf("%s: id, kind and name are required", action)
@@ -59,20 +60,20 @@ func (s *Store) PutSecret(ctx context.Context, sec store.Secret) error {
 }
 
 // GetSecret implements store.Secrets.
-func (s *Store) GetSecret(ctx context.Context, id string) (store.Secret, error) {
+func (s *Store) GetSecret(ctx context.Context, id string) (domain.Secret, error) {
 	sec, err := scanSecret(s.read.QueryRowContext(ctx, `SELECT `+secretCols+` FROM secrets WHERE id = $1`, id))
 	return sec, rowFound(err, "get secret "+id)
 }
 
 // GetSecretByName implements store.Secrets.
-func (s *Store) GetSecretByName(ctx context.Context, name string) (store.Secret, error) {
+func (s *Store) GetSecretByName(ctx context.Context, name string) (domain.Secret, error) {
 	sec, err := scanSecret(s.read.QueryRowContext(ctx, `SELECT `+secretCols+` FROM secrets
 		WHERE name = $1 AND deleted_at IS NULL`, name))
 	return sec, rowFound(err, "get secret named "+name)
 }
 
 // ListSecrets implements store.Secrets.
-func (s *Store) ListSecrets(ctx context.Context) ([]store.Secret, error) {
+func (s *Store) ListSecrets(ctx context.Context) ([]domain.Secret, error) {
 	rows, err := s.read.QueryContext(ctx, `SELECT `+secretCols+` FROM secrets
 		WHERE deleted_at IS NULL ORDER BY name`)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/lifecycle"
 	"github.com/engrams/engrams/internal/store"
 )
@@ -16,35 +17,34 @@ import (
 const sessionCols = `id, state, desired_state, host_id, epoch, reason, spec, idempotency_key, event_seq,
 	head_snapshot_id, last_activity, created_at, updated_at`
 
-func scanSession(r scanner) (store.Session, error) {
-	var s store.Session
+func scanSession(r scanner) (domain.Session, error) {
+	var s domain.Session
 	var state string
 	var spec sql.NullString
 	var activity, created, updated int64
 	err := r.Scan(&s.ID, &state, &s.DesiredState, &s.HostID, &s.Epoch, &s.Reason, &spec,
 		&s.IdempotencyKey, &s.EventSeq, &s.HeadSnapshotID, &activity, &created, &updated)
 	if err != nil {
-		return store.Session{}, err
+		return domain.Session{}, err
 	}
-	s.State = lifecycle.State(state)
-	s.Spec = fromJSON(spec)
+	s.State = domain.SessionState(state)
+	if err := decodeTyped("spec", spec, &s.Spec); err != nil {
+		return domain.Session{}, fmt.Errorf("session %s: %w", s.ID, err)
+	}
 	s.LastActivity, s.CreatedAt, s.UpdatedAt = fromMicros(activity), fromMicros(created), fromMicros(updated)
 	return s, nil
 }
-
-// Desired states a session may have.
-var desiredStates = []string{"active", "idle", "deleted"}
 
 // CreateSession implements store.Sessions. An idempotency key is held by
 // the session using it until that session's latest create op fails or is
 // superseded; then the next CreateSession with the key releases it (the old
 // session keeps the key as a record) and creates a new session.
-func (s *Store) CreateSession(ctx context.Context, n store.NewSession) (store.Session, store.Op, bool, error) {
+func (s *Store) CreateSession(ctx context.Context, n store.NewSession) (domain.Session, domain.Op, bool, error) {
 	if n.ID == "" || n.OpID == "" {
-		return store.Session{}, store.Op{}, false, errors.New("create session: session id and op id are required")
+		return domain.Session{}, domain.Op{}, false, errors.New("create session: session id and op id are required")
 	}
-	if err := checkJSON("spec", n.Spec); err != nil {
-		return store.Session{}, store.Op{}, false, fmt.Errorf("create session %s: %w", n.ID, err)
+	if _, err := typedArg("spec", n.Spec); err != nil {
+		return domain.Session{}, domain.Op{}, false, fmt.Errorf("create session %s: %w", n.ID, err)
 	}
 	if n.IdempotencyKey != "" {
 		sess, op, live, err := sessionByKey(ctx, s.read, n.IdempotencyKey)
@@ -52,7 +52,7 @@ func (s *Store) CreateSession(ctx context.Context, n store.NewSession) (store.Se
 			return sess, op, false, nil
 		}
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			return store.Session{}, store.Op{}, false, fmt.Errorf("create session %s: %w", n.ID, err)
+			return domain.Session{}, domain.Op{}, false, fmt.Errorf("create session %s: %w", n.ID, err)
 		}
 	}
 	sess, op, created, err := s.insertSession(ctx, n)
@@ -63,10 +63,10 @@ func (s *Store) CreateSession(ctx context.Context, n store.NewSession) (store.Se
 		}
 	}
 	if s.isUnique(err) {
-		return store.Session{}, store.Op{}, false, fmt.Errorf("create session %s: %w: id already used", n.ID, store.ErrConflict)
+		return domain.Session{}, domain.Op{}, false, fmt.Errorf("create session %s: %w: id already used", n.ID, store.ErrConflict)
 	}
 	if err != nil {
-		return store.Session{}, store.Op{}, false, fmt.Errorf("create session %s: %w", n.ID, err)
+		return domain.Session{}, domain.Op{}, false, fmt.Errorf("create session %s: %w", n.ID, err)
 	}
 	return sess, op, created, nil
 }
@@ -75,8 +75,12 @@ func (s *Store) CreateSession(ctx context.Context, n store.NewSession) (store.Se
 // a key, it first looks again inside the transaction: a session still
 // holding the key is returned (created false); one whose create op failed
 // or was superseded gives the key up.
-func (s *Store) insertSession(ctx context.Context, n store.NewSession) (sess store.Session, op store.Op, created bool, err error) {
+func (s *Store) insertSession(ctx context.Context, n store.NewSession) (sess domain.Session, op domain.Op, created bool, err error) {
 	at := micros(orNow(n.At))
+	spec, err := typedArg("spec", n.Spec)
+	if err != nil {
+		return sess, op, false, err
+	}
 	err = s.inTx(ctx, func(tx execer) error {
 		if n.IdempotencyKey != "" {
 			old, oldOp, live, err := sessionByKey(ctx, tx, n.IdempotencyKey)
@@ -95,13 +99,13 @@ func (s *Store) insertSession(ctx context.Context, n store.NewSession) (sess sto
 		}
 		sess, err = scanSession(tx.QueryRowContext(ctx, `INSERT INTO sessions (`+sessionCols+`)
 			VALUES ($1, $2, $3, '', 0, '', $4, $5, 1, '', $6, $6, $6) RETURNING `+sessionCols,
-			n.ID, string(lifecycle.Created), "active", jsonArg(n.Spec), n.IdempotencyKey, at))
+			n.ID, string(domain.SessionCreated), string(domain.DesireActive), spec, n.IdempotencyKey, at))
 		if err != nil {
 			return err
 		}
 		op, err = scanOp(tx.QueryRowContext(ctx, `INSERT INTO session_ops (`+opCols+`)
 			VALUES ($1, $2, $3, $4, '', 0, '', 0, '', '', 0, $5, $5) RETURNING `+opCols,
-			n.OpID, n.ID, string(store.OpCreate), string(store.OpPending), at))
+			n.OpID, n.ID, string(domain.OpCreate), string(domain.OpPending), at))
 		if err != nil {
 			return err
 		}
@@ -115,40 +119,40 @@ func (s *Store) insertSession(ctx context.Context, n store.NewSession) (sess sto
 
 // sessionByKey returns the session holding an idempotency key and its latest
 // create op; live is false when that op failed or was superseded.
-func sessionByKey(ctx context.Context, db execer, key string) (store.Session, store.Op, bool, error) {
+func sessionByKey(ctx context.Context, db execer, key string) (domain.Session, domain.Op, bool, error) {
 	sess, err := scanSession(db.QueryRowContext(ctx, `SELECT `+sessionCols+` FROM sessions
 		WHERE idempotency_key = $1 AND idempotency_key <> '' AND NOT key_released`, key))
 	if isNoRows(err) {
-		return store.Session{}, store.Op{}, false, store.ErrNotFound
+		return domain.Session{}, domain.Op{}, false, store.ErrNotFound
 	}
 	if err != nil {
-		return store.Session{}, store.Op{}, false, err
+		return domain.Session{}, domain.Op{}, false, err
 	}
 	op, err := scanOp(db.QueryRowContext(ctx, `SELECT `+opCols+` FROM session_ops
-		WHERE session_id = $1 AND kind = $2 ORDER BY created_at DESC, id DESC LIMIT 1`, sess.ID, string(store.OpCreate)))
+		WHERE session_id = $1 AND kind = $2 ORDER BY created_at DESC, id DESC LIMIT 1`, sess.ID, string(domain.OpCreate)))
 	if isNoRows(err) {
-		return sess, store.Op{}, true, nil
+		return sess, domain.Op{}, true, nil
 	}
 	if err != nil {
-		return store.Session{}, store.Op{}, false, err
+		return domain.Session{}, domain.Op{}, false, err
 	}
-	return sess, op, op.State != store.OpFailed && op.State != store.OpSuperseded, nil
+	return sess, op, op.State != domain.OpFailed && op.State != domain.OpSuperseded, nil
 }
 
 // GetSession implements store.Sessions.
-func (s *Store) GetSession(ctx context.Context, id string) (store.Session, error) {
+func (s *Store) GetSession(ctx context.Context, id domain.SessionID) (domain.Session, error) {
 	sess, err := scanSession(s.read.QueryRowContext(ctx, `SELECT `+sessionCols+` FROM sessions WHERE id = $1`, id))
 	if isNoRows(err) {
-		return store.Session{}, fmt.Errorf("get session %s: %w", id, store.ErrNotFound)
+		return domain.Session{}, fmt.Errorf("get session %s: %w", id, store.ErrNotFound)
 	}
 	if err != nil {
-		return store.Session{}, fmt.Errorf("get session %s: %w", id, err)
+		return domain.Session{}, fmt.Errorf("get session %s: %w", id, err)
 	}
 	return sess, nil
 }
 
 // ListSessions implements store.Sessions, ordered by id.
-func (s *Store) ListSessions(ctx context.Context, f store.SessionFilter) ([]store.Session, error) {
+func (s *Store) ListSessions(ctx context.Context, f domain.SessionFilter) ([]domain.Session, error) {
 	var where []string
 	var args []any
 	if f.HostID != "" {
@@ -179,7 +183,7 @@ func (s *Store) ListSessions(ctx context.Context, f store.SessionFilter) ([]stor
 		return nil, fmt.Errorf("list sessions: %w", err)
 	}
 	defer rows.Close()
-	var out []store.Session
+	var out []domain.Session
 	for rows.Next() {
 		sess, err := scanSession(rows)
 		if err != nil {
@@ -194,11 +198,11 @@ func (s *Store) ListSessions(ctx context.Context, f store.SessionFilter) ([]stor
 }
 
 // SetDesiredState implements store.Sessions.
-func (s *Store) SetDesiredState(ctx context.Context, id, desired string) error {
-	if !contains(desiredStates, desired) {
+func (s *Store) SetDesiredState(ctx context.Context, id domain.SessionID, desired domain.DesiredState) error {
+	if !desired.Valid() {
 		return fmt.Errorf("set desired state of %s: unknown desired state %q", id, desired)
 	}
-	res, err := s.write.ExecContext(ctx, `UPDATE sessions SET desired_state = $2 WHERE id = $1`, id, desired)
+	res, err := s.write.ExecContext(ctx, `UPDATE sessions SET desired_state = $2 WHERE id = $1`, id, string(desired))
 	if err != nil {
 		return fmt.Errorf("set desired state of %s: %w", id, err)
 	}
@@ -209,7 +213,7 @@ func (s *Store) SetDesiredState(ctx context.Context, id, desired string) error {
 }
 
 // TouchSession implements store.Sessions.
-func (s *Store) TouchSession(ctx context.Context, id string, at time.Time) error {
+func (s *Store) TouchSession(ctx context.Context, id domain.SessionID, at time.Time) error {
 	res, err := s.write.ExecContext(ctx, `UPDATE sessions SET last_activity = $2 WHERE id = $1 AND last_activity < $2`,
 		id, micros(orNow(at)))
 	if err != nil {
@@ -230,37 +234,28 @@ func (s *Store) TouchSession(ctx context.Context, id string, at time.Time) error
 	return nil
 }
 
-func contains(list []string, v string) bool {
-	for _, x := range list {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
 // stateData is the Data of a "state" event.
 type stateData struct {
-	From   lifecycle.State `json:"from"`
-	To     lifecycle.State `json:"to"`
-	Event  lifecycle.Event `json:"event"`
-	Reason *string         `json:"reason,omitempty"`
-	HostID *string         `json:"host_id,omitempty"`
+	From   domain.SessionState `json:"from"`
+	To     domain.SessionState `json:"to"`
+	Event  lifecycle.Event     `json:"event"`
+	Reason *string             `json:"reason,omitempty"`
+	HostID *domain.HostID      `json:"host_id,omitempty"`
 }
 
 // ApplyTransition implements store.Sessions.
-func (s *Store) ApplyTransition(ctx context.Context, t store.Transition) (store.Session, error) {
+func (s *Store) ApplyTransition(ctx context.Context, t store.Transition) (domain.Session, error) {
 	next, err := lifecycle.Transition(t.From, t.Event)
 	if err != nil {
-		return store.Session{}, fmt.Errorf("apply transition to %s: %w", t.SessionID, err)
+		return domain.Session{}, fmt.Errorf("apply transition to %s: %w", t.SessionID, err)
 	}
 	if next != t.To {
-		return store.Session{}, fmt.Errorf("apply transition to %s: %w: %s on %s leads to %s, not %s",
+		return domain.Session{}, fmt.Errorf("apply transition to %s: %w: %s on %s leads to %s, not %s",
 			t.SessionID, lifecycle.ErrIllegal, t.Event, t.From, next, t.To)
 	}
 	data, err := json.Marshal(stateData{From: t.From, To: t.To, Event: t.Event, Reason: t.Reason, HostID: t.HostID})
 	if err != nil {
-		return store.Session{}, fmt.Errorf("apply transition to %s: %w", t.SessionID, err)
+		return domain.Session{}, fmt.Errorf("apply transition to %s: %w", t.SessionID, err)
 	}
 	at := micros(orNow(t.At))
 	args := []any{t.SessionID, t.Epoch, string(t.From), string(t.To), at}
@@ -273,7 +268,7 @@ func (s *Store) ApplyTransition(ctx context.Context, t store.Transition) (store.
 		args = append(args, *t.Reason)
 		set += fmt.Sprintf(", reason = $%d", len(args))
 	}
-	var sess store.Session
+	var sess domain.Session
 	err = s.inTx(ctx, func(tx execer) error {
 		sess, err = scanSession(tx.QueryRowContext(ctx, `UPDATE sessions SET `+set+`
 			WHERE id = $1 AND epoch = $2 AND state = $3 RETURNING `+sessionCols, args...))
@@ -288,14 +283,14 @@ func (s *Store) ApplyTransition(ctx context.Context, t store.Transition) (store.
 		return err
 	})
 	if err != nil {
-		return store.Session{}, fmt.Errorf("apply transition %s to %s: %w", t.Event, t.SessionID, err)
+		return domain.Session{}, fmt.Errorf("apply transition %s to %s: %w", t.Event, t.SessionID, err)
 	}
 	return sess, nil
 }
 
 // whySessionUnchanged explains why a fenced session write matched no row.
 // An empty from skips the state check.
-func whySessionUnchanged(ctx context.Context, db execer, id string, epoch int64, from lifecycle.State) error {
+func whySessionUnchanged(ctx context.Context, db execer, id domain.SessionID, epoch int64, from domain.SessionState) error {
 	var cur int64
 	var state string
 	err := db.QueryRowContext(ctx, `SELECT epoch, state FROM sessions WHERE id = $1`, id).Scan(&cur, &state)

@@ -6,27 +6,30 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/engrams/engrams/internal/lifecycle"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
 const snapshotCols = `id, session_id, parent_id, host_id, epoch, manifests, facts, bytes, uploaded, outbox_seq,
 	reason, created_at, harness_seq`
 
-func scanSnapshot(r scanner) (store.Snapshot, error) {
-	var s store.Snapshot
+func scanSnapshot(r scanner) (domain.Snapshot, error) {
+	var s domain.Snapshot
 	var manifests, facts sql.NullString
 	var created int64
 	err := r.Scan(&s.ID, &s.SessionID, &s.ParentID, &s.HostID, &s.Epoch, &manifests, &facts, &s.Bytes,
 		&s.Uploaded, &s.OutboxSeq, &s.Reason, &created, &s.HarnessSeq)
 	if err != nil {
-		return store.Snapshot{}, err
+		return domain.Snapshot{}, err
 	}
-	s.Manifests, s.Facts, s.CreatedAt = fromJSON(manifests), fromJSON(facts), fromMicros(created)
+	s.Manifests, s.CreatedAt = fromJSON(manifests), fromMicros(created)
+	if err := decodeTyped("facts", facts, &s.Facts); err != nil {
+		return domain.Snapshot{}, fmt.Errorf("snapshot %s: %w", s.ID, err)
+	}
 	return s, nil
 }
 
-// terminalStates is the SQL list of lifecycle.State.Terminal states.
+// terminalStates is the SQL list of domain.SessionState.Terminal states.
 const terminalStates = `('completed', 'dead')`
 
 // CommitSnapshot implements store.Snapshots. In one transaction it moves the
@@ -34,18 +37,19 @@ const terminalStates = `('completed', 'dead')`
 // that head, which also locks the row against a concurrent claim), inserts
 // the row with ParentID = the previous head, and marks the covered outbox
 // items durable. snap.Epoch is taken from epoch; a zero CreatedAt means now.
-func (s *Store) CommitSnapshot(ctx context.Context, snap store.Snapshot, epoch int64) error {
+func (s *Store) CommitSnapshot(ctx context.Context, snap domain.Snapshot, epoch int64) error {
 	if snap.ID == "" || snap.SessionID == "" {
 		return errors.New("commit snapshot: snapshot id and session id are required")
 	}
 	if err := checkJSON("manifests", snap.Manifests); err != nil {
 		return fmt.Errorf("commit snapshot %s: %w", snap.ID, err)
 	}
-	if err := checkJSON("facts", snap.Facts); err != nil {
+	facts, err := typedArg("facts", snap.Facts)
+	if err != nil {
 		return fmt.Errorf("commit snapshot %s: %w", snap.ID, err)
 	}
 	at := micros(orNow(snap.CreatedAt))
-	err := s.inTx(ctx, func(tx execer) error {
+	err = s.inTx(ctx, func(tx execer) error {
 		head, err := commitPrecheck(ctx, tx, snap, epoch)
 		if err != nil {
 			return err
@@ -66,7 +70,7 @@ func (s *Store) CommitSnapshot(ctx context.Context, snap store.Snapshot, epoch i
 		}
 		_, err = tx.ExecContext(ctx, `INSERT INTO session_snapshots (`+snapshotCols+`)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
-			snap.ID, snap.SessionID, head, snap.HostID, epoch, jsonArg(snap.Manifests), jsonArg(snap.Facts),
+			snap.ID, snap.SessionID, head, snap.HostID, epoch, jsonArg(snap.Manifests), facts,
 			snap.Bytes, snap.Uploaded, snap.OutboxSeq, snap.Reason, at, snap.HarnessSeq)
 		if err != nil {
 			return err
@@ -86,7 +90,7 @@ func (s *Store) CommitSnapshot(ctx context.Context, snap store.Snapshot, epoch i
 
 // commitPrecheck returns the session's head, or why snap cannot be
 // committed on top of it with epoch.
-func commitPrecheck(ctx context.Context, db execer, snap store.Snapshot, epoch int64) (string, error) {
+func commitPrecheck(ctx context.Context, db execer, snap domain.Snapshot, epoch int64) (string, error) {
 	var head, state string
 	var cur int64
 	err := db.QueryRowContext(ctx, `SELECT head_snapshot_id, epoch, state FROM sessions WHERE id = $1`,
@@ -98,7 +102,7 @@ func commitPrecheck(ctx context.Context, db execer, snap store.Snapshot, epoch i
 		return "", err
 	case cur != epoch:
 		return "", fmt.Errorf("%w: epoch is %d, not %d", store.ErrStaleEpoch, cur, epoch)
-	case lifecycle.State(state).Terminal():
+	case domain.SessionState(state).Terminal():
 		return "", fmt.Errorf("%w: session is %s", store.ErrConflict, state)
 	case snap.ParentID != "" && snap.ParentID != head:
 		return "", fmt.Errorf("%w: parent %s is not the session's head %q", store.ErrConflict, snap.ParentID, head)
@@ -107,20 +111,20 @@ func commitPrecheck(ctx context.Context, db execer, snap store.Snapshot, epoch i
 }
 
 // GetSnapshot implements store.Snapshots.
-func (s *Store) GetSnapshot(ctx context.Context, id string) (store.Snapshot, error) {
+func (s *Store) GetSnapshot(ctx context.Context, id string) (domain.Snapshot, error) {
 	snap, err := scanSnapshot(s.read.QueryRowContext(ctx, `SELECT `+snapshotCols+` FROM session_snapshots WHERE id = $1`, id))
 	if isNoRows(err) {
-		return store.Snapshot{}, fmt.Errorf("get snapshot %s: %w", id, store.ErrNotFound)
+		return domain.Snapshot{}, fmt.Errorf("get snapshot %s: %w", id, store.ErrNotFound)
 	}
 	if err != nil {
-		return store.Snapshot{}, fmt.Errorf("get snapshot %s: %w", id, err)
+		return domain.Snapshot{}, fmt.Errorf("get snapshot %s: %w", id, err)
 	}
 	return snap, nil
 }
 
 // ListSnapshots implements store.Snapshots, ordered by created_at, then id;
 // an unknown session has none.
-func (s *Store) ListSnapshots(ctx context.Context, sessionID string) ([]store.Snapshot, error) {
+func (s *Store) ListSnapshots(ctx context.Context, sessionID domain.SessionID) ([]domain.Snapshot, error) {
 	out, err := s.querySnapshots(ctx, `SELECT `+snapshotCols+` FROM session_snapshots
 		WHERE session_id = $1 ORDER BY created_at, id`, sessionID)
 	if err != nil {
@@ -134,7 +138,7 @@ const snapshotPage = 500
 
 // ForEachSnapshot implements store.Snapshots in id order. It reads a page
 // at a time and holds no cursor while fn runs, so fn may use the store.
-func (s *Store) ForEachSnapshot(ctx context.Context, fn func(store.Snapshot) error) error {
+func (s *Store) ForEachSnapshot(ctx context.Context, fn func(domain.Snapshot) error) error {
 	after := ""
 	for {
 		page, err := s.querySnapshots(ctx, `SELECT `+snapshotCols+` FROM session_snapshots
@@ -154,13 +158,13 @@ func (s *Store) ForEachSnapshot(ctx context.Context, fn func(store.Snapshot) err
 	}
 }
 
-func (s *Store) querySnapshots(ctx context.Context, q string, args ...any) ([]store.Snapshot, error) {
+func (s *Store) querySnapshots(ctx context.Context, q string, args ...any) ([]domain.Snapshot, error) {
 	rows, err := s.read.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []store.Snapshot
+	var out []domain.Snapshot
 	for rows.Next() {
 		snap, err := scanSnapshot(rows)
 		if err != nil {
@@ -173,7 +177,7 @@ func (s *Store) querySnapshots(ctx context.Context, q string, args ...any) ([]st
 
 // DeleteSnapshots implements store.Snapshots. It also clears the session's
 // head, which would otherwise name a row that no longer exists.
-func (s *Store) DeleteSnapshots(ctx context.Context, sessionID string) error {
+func (s *Store) DeleteSnapshots(ctx context.Context, sessionID domain.SessionID) error {
 	err := s.inTx(ctx, func(tx execer) error {
 		res, err := tx.ExecContext(ctx, `UPDATE sessions SET head_snapshot_id = ''
 			WHERE id = $1 AND state IN `+terminalStates, sessionID)

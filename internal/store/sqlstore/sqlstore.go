@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 )
 
@@ -126,6 +127,31 @@ func fromJSON(v sql.NullString) json.RawMessage {
 		return nil
 	}
 	return json.RawMessage(v.String)
+}
+
+// typedArg encodes a typed JSON column (a session spec, host facts or
+// capacity); the zero value is stored as NULL.
+func typedArg(field string, v any) (any, error) {
+	if reflect.ValueOf(v).IsZero() {
+		return nil, nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", field, err)
+	}
+	return string(b), nil
+}
+
+// decodeTyped decodes a scanned typed JSON column into v; NULL leaves v
+// as it is (zero).
+func decodeTyped(field string, col sql.NullString, v any) error {
+	if !col.Valid || col.String == "" {
+		return nil
+	}
+	if err := json.Unmarshal([]byte(col.String), v); err != nil {
+		return fmt.Errorf("decode %s column: %w", field, err)
+	}
+	return nil
 }
 
 // checkJSON rejects malformed JSON before it reaches the database, so both

@@ -8,34 +8,35 @@ import (
 	"strings"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
 const taskCols = `id, profile_id, profile_version, receipt, title, state, session_id, event_seq, error,
 	created_at, updated_at`
 
-func scanTask(r scanner) (store.Task, error) {
-	var t store.Task
+func scanTask(r scanner) (domain.Task, error) {
+	var t domain.Task
 	var receipt sql.NullString
 	var state string
 	var created, updated int64
 	err := r.Scan(&t.ID, &t.ProfileID, &t.ProfileVersion, &receipt, &t.Title, &state, &t.SessionID, &t.EventSeq,
 		&t.Error, &created, &updated)
 	if err != nil {
-		return store.Task{}, err
+		return domain.Task{}, err
 	}
-	t.Receipt, t.State = fromJSON(receipt), store.TaskState(state)
+	t.Receipt, t.State = fromJSON(receipt), domain.TaskState(state)
 	t.CreatedAt, t.UpdatedAt = fromMicros(created), fromMicros(updated)
 	return t, nil
 }
 
 const taskSessionCols = `task_id, seq, session_id, created_at`
 
-func scanTaskSession(r scanner) (store.TaskSession, error) {
-	var ts store.TaskSession
+func scanTaskSession(r scanner) (domain.TaskSession, error) {
+	var ts domain.TaskSession
 	var created int64
 	if err := r.Scan(&ts.TaskID, &ts.Seq, &ts.SessionID, &created); err != nil {
-		return store.TaskSession{}, err
+		return domain.TaskSession{}, err
 	}
 	ts.CreatedAt = fromMicros(created)
 	return ts, nil
@@ -43,34 +44,34 @@ func scanTaskSession(r scanner) (store.TaskSession, error) {
 
 const taskEventCols = `task_id, seq, type, payload, created_at`
 
-func scanTaskEvent(r scanner) (store.TaskEvent, error) {
-	var e store.TaskEvent
+func scanTaskEvent(r scanner) (domain.TaskEvent, error) {
+	var e domain.TaskEvent
 	var payload sql.NullString
 	var created int64
 	if err := r.Scan(&e.TaskID, &e.Seq, &e.Type, &payload, &created); err != nil {
-		return store.TaskEvent{}, err
+		return domain.TaskEvent{}, err
 	}
 	e.Payload, e.At = fromJSON(payload), fromMicros(created)
 	return e, nil
 }
 
 // CreateTask implements store.Tasks.
-func (s *Store) CreateTask(ctx context.Context, t store.Task) (store.Task, error) {
+func (s *Store) CreateTask(ctx context.Context, t domain.Task) (domain.Task, error) {
 	action := "create task " + t.ID
 	if t.State == "" {
-		t.State = store.TaskStarting
+		t.State = domain.TaskStarting
 	}
 	if t.ID == "" || t.ProfileID == "" {
-		return store.Task{}, errors.New("create task: id and profile id are required")
+		return domain.Task{}, errors.New("create task: id and profile id are required")
 	}
 	if !t.State.Valid() {
-		return store.Task{}, fmt.Errorf("%s: unknown task state %q", action, t.State)
+		return domain.Task{}, fmt.Errorf("%s: unknown task state %q", action, t.State)
 	}
 	if err := checkJSON("receipt", t.Receipt); err != nil {
-		return store.Task{}, fmt.Errorf("%s: %w", action, err)
+		return domain.Task{}, fmt.Errorf("%s: %w", action, err)
 	}
 	at := micros(orNow(t.CreatedAt))
-	var out store.Task
+	var out domain.Task
 	err := s.inTx(ctx, func(tx execer) error {
 		var one int
 		err := tx.QueryRowContext(ctx, `SELECT 1 FROM profiles WHERE id = $1`, t.ProfileID).Scan(&one)
@@ -92,22 +93,22 @@ func (s *Store) CreateTask(ctx context.Context, t store.Task) (store.Task, error
 		return err
 	})
 	if s.isUnique(err) {
-		return store.Task{}, fmt.Errorf("%s: %w: id already used", action, store.ErrConflict)
+		return domain.Task{}, fmt.Errorf("%s: %w: id already used", action, store.ErrConflict)
 	}
 	if err != nil {
-		return store.Task{}, fmt.Errorf("%s: %w", action, err)
+		return domain.Task{}, fmt.Errorf("%s: %w", action, err)
 	}
 	return out, nil
 }
 
 // GetTask implements store.Tasks.
-func (s *Store) GetTask(ctx context.Context, id string) (store.Task, error) {
+func (s *Store) GetTask(ctx context.Context, id domain.TaskID) (domain.Task, error) {
 	t, err := scanTask(s.read.QueryRowContext(ctx, `SELECT `+taskCols+` FROM tasks WHERE id = $1`, id))
-	return t, rowFound(err, "get task "+id)
+	return t, rowFound(err, "get task "+string(id))
 }
 
 // ListTasks implements store.Tasks.
-func (s *Store) ListTasks(ctx context.Context, f store.TaskFilter) ([]store.Task, error) {
+func (s *Store) ListTasks(ctx context.Context, f domain.TaskFilter) ([]domain.Task, error) {
 	var where []string
 	var args []any
 	if f.ProfileID != "" {
@@ -136,7 +137,7 @@ func (s *Store) ListTasks(ctx context.Context, f store.TaskFilter) ([]store.Task
 }
 
 // SetTaskState implements store.Tasks.
-func (s *Store) SetTaskState(ctx context.Context, id string, state store.TaskState, errMsg string, at time.Time) error {
+func (s *Store) SetTaskState(ctx context.Context, id domain.TaskID, state domain.TaskState, errMsg string, at time.Time) error {
 	action := fmt.Sprintf("set task %s state %s", id, state)
 	if !state.Valid() {
 		return fmt.Errorf("%s: unknown task state", action)
@@ -158,14 +159,14 @@ func (s *Store) SetTaskState(ctx context.Context, id string, state store.TaskSta
 // comes first: it locks the row (Postgres; SQLite has one writer), so
 // concurrent attaches of one task run one after the other and read each
 // other's seqs.
-func (s *Store) AttachSession(ctx context.Context, taskID, sessionID string, at time.Time) (store.TaskSession, error) {
+func (s *Store) AttachSession(ctx context.Context, taskID domain.TaskID, sessionID domain.SessionID, at time.Time) (domain.TaskSession, error) {
 	action := fmt.Sprintf("attach session %s to task %s", sessionID, taskID)
 	if taskID == "" || sessionID == "" {
-		return store.TaskSession{}, errors.New("attach session: task id and session id are required")
+		return domain.TaskSession{}, errors.New("attach session: task id and session id are required")
 	}
-	var out store.TaskSession
+	var out domain.TaskSession
 	err := s.inTx(ctx, func(tx execer) error {
-		var cur string
+		var cur domain.SessionID
 		err := tx.QueryRowContext(ctx, `UPDATE tasks SET session_id = session_id WHERE id = $1
 			RETURNING session_id`, taskID).Scan(&cur)
 		if isNoRows(err) {
@@ -193,13 +194,13 @@ func (s *Store) AttachSession(ctx context.Context, taskID, sessionID string, at 
 		return err
 	})
 	if err != nil {
-		return store.TaskSession{}, fmt.Errorf("%s: %w", action, err)
+		return domain.TaskSession{}, fmt.Errorf("%s: %w", action, err)
 	}
 	return out, nil
 }
 
 // ListTaskSessions implements store.Tasks.
-func (s *Store) ListTaskSessions(ctx context.Context, taskID string) ([]store.TaskSession, error) {
+func (s *Store) ListTaskSessions(ctx context.Context, taskID domain.TaskID) ([]domain.TaskSession, error) {
 	rows, err := s.read.QueryContext(ctx, `SELECT `+taskSessionCols+` FROM task_sessions
 		WHERE task_id = $1 ORDER BY seq`, taskID)
 	if err != nil {
@@ -213,7 +214,7 @@ func (s *Store) ListTaskSessions(ctx context.Context, taskID string) ([]store.Ta
 }
 
 // AppendTaskEvents implements store.Tasks (see insertTaskEvents).
-func (s *Store) AppendTaskEvents(ctx context.Context, taskID string, events []store.TaskEvent) ([]store.TaskEvent, error) {
+func (s *Store) AppendTaskEvents(ctx context.Context, taskID domain.TaskID, events []domain.TaskEvent) ([]domain.TaskEvent, error) {
 	action := fmt.Sprintf("append %d events to task %s", len(events), taskID)
 	if taskID == "" {
 		return nil, errors.New("append task events: task id is required")
@@ -224,7 +225,7 @@ func (s *Store) AppendTaskEvents(ctx context.Context, taskID string, events []st
 	if err := checkTaskEvents(action, events); err != nil {
 		return nil, err
 	}
-	var out []store.TaskEvent
+	var out []domain.TaskEvent
 	err := s.inTx(ctx, func(tx execer) error {
 		var err error
 		out, err = insertTaskEvents(ctx, tx, taskID, events)
@@ -237,7 +238,7 @@ func (s *Store) AppendTaskEvents(ctx context.Context, taskID string, events []st
 }
 
 // checkTaskEvents refuses events without a type or with a malformed payload.
-func checkTaskEvents(action string, events []store.TaskEvent) error {
+func checkTaskEvents(action string, events []domain.TaskEvent) error {
 	for i, e := range events {
 		if e.Type == "" {
 			return fmt.Errorf("%s: event %d has no type", action, i)
@@ -253,7 +254,7 @@ func checkTaskEvents(action string, events []store.TaskEvent) error {
 // them. Bumping tasks.event_seq by the batch size locks the task row until
 // commit, so concurrent batches, on any replica, take disjoint
 // consecutive seqs.
-func insertTaskEvents(ctx context.Context, tx execer, taskID string, events []store.TaskEvent) ([]store.TaskEvent, error) {
+func insertTaskEvents(ctx context.Context, tx execer, taskID domain.TaskID, events []domain.TaskEvent) ([]domain.TaskEvent, error) {
 	var last int64
 	err := tx.QueryRowContext(ctx, `UPDATE tasks SET event_seq = event_seq + $2 WHERE id = $1
 		RETURNING event_seq`, taskID, len(events)).Scan(&last)
@@ -263,7 +264,7 @@ func insertTaskEvents(ctx context.Context, tx execer, taskID string, events []st
 	if err != nil {
 		return nil, err
 	}
-	out := make([]store.TaskEvent, len(events))
+	out := make([]domain.TaskEvent, len(events))
 	first := last - int64(len(events)) + 1
 	for i, e := range events {
 		at := micros(orNow(e.At))
@@ -272,7 +273,7 @@ func insertTaskEvents(ctx context.Context, tx execer, taskID string, events []st
 		if err != nil {
 			return nil, err
 		}
-		out[i] = store.TaskEvent{TaskID: taskID, Seq: first + int64(i), Type: e.Type, At: fromMicros(at), GuestSeq: e.GuestSeq}
+		out[i] = domain.TaskEvent{TaskID: taskID, Seq: first + int64(i), Type: e.Type, At: fromMicros(at), GuestSeq: e.GuestSeq}
 		if len(e.Payload) > 0 {
 			out[i].Payload = append([]byte(nil), e.Payload...)
 		}
@@ -281,7 +282,7 @@ func insertTaskEvents(ctx context.Context, tx execer, taskID string, events []st
 }
 
 // ListTaskEvents implements store.Tasks.
-func (s *Store) ListTaskEvents(ctx context.Context, taskID string, afterSeq int64, limit int) ([]store.TaskEvent, error) {
+func (s *Store) ListTaskEvents(ctx context.Context, taskID domain.TaskID, afterSeq int64, limit int) ([]domain.TaskEvent, error) {
 	q := `SELECT ` + taskEventCols + ` FROM task_events WHERE task_id = $1 AND seq > $2 ORDER BY seq`
 	args := []any{taskID, afterSeq}
 	if limit > 0 {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -14,7 +15,7 @@ import (
 // comes first: it locks the row (Postgres; SQLite has one writer), so two
 // ingests of one session run one after the other and neither appends an
 // event the other took.
-func (s *Store) IngestTaskEvents(ctx context.Context, taskID, sessionID string, rewoundTo *int64, events []store.TaskEvent) (int64, []store.TaskEvent, error) {
+func (s *Store) IngestTaskEvents(ctx context.Context, taskID domain.TaskID, sessionID domain.SessionID, rewoundTo *int64, events []domain.TaskEvent) (int64, []domain.TaskEvent, error) {
 	action := fmt.Sprintf("ingest %d events of session %s into task %s", len(events), sessionID, taskID)
 	if taskID == "" || sessionID == "" {
 		return 0, nil, errors.New("ingest task events: task id and session id are required")
@@ -28,7 +29,7 @@ func (s *Store) IngestTaskEvents(ctx context.Context, taskID, sessionID string, 
 		}
 	}
 	var cursor int64
-	var out []store.TaskEvent
+	var out []domain.TaskEvent
 	err := s.inTx(ctx, func(tx execer) error {
 		var one int
 		err := tx.QueryRowContext(ctx, `UPDATE tasks SET event_seq = event_seq WHERE id = $1 RETURNING 1`, taskID).Scan(&one)
@@ -51,7 +52,7 @@ func (s *Store) IngestTaskEvents(ctx context.Context, taskID, sessionID string, 
 		if rewoundTo != nil && *rewoundTo >= 0 && *rewoundTo < cursor {
 			cursor = *rewoundTo
 		}
-		var fresh []store.TaskEvent
+		var fresh []domain.TaskEvent
 		for _, e := range events {
 			if e.GuestSeq > cursor {
 				fresh = append(fresh, e)
@@ -77,29 +78,29 @@ func (s *Store) IngestTaskEvents(ctx context.Context, taskID, sessionID string, 
 }
 
 // TaskBySession implements store.Tasks.
-func (s *Store) TaskBySession(ctx context.Context, sessionID string) (store.Task, error) {
+func (s *Store) TaskBySession(ctx context.Context, sessionID domain.SessionID) (domain.Task, error) {
 	if sessionID == "" {
-		return store.Task{}, fmt.Errorf("task of session %q: %w", sessionID, store.ErrNotFound)
+		return domain.Task{}, fmt.Errorf("task of session %q: %w", sessionID, store.ErrNotFound)
 	}
 	t, err := scanTask(s.read.QueryRowContext(ctx, `SELECT `+taskCols+` FROM tasks WHERE session_id = $1
 		ORDER BY created_at DESC, id DESC LIMIT 1`, sessionID))
-	return t, rowFound(err, "task of session "+sessionID)
+	return t, rowFound(err, "task of session "+string(sessionID))
 }
 
 // ClaimTaskSetup implements store.Tasks.
-func (s *Store) ClaimTaskSetup(ctx context.Context, id string, now, staleBefore, held time.Time) (bool, error) {
+func (s *Store) ClaimTaskSetup(ctx context.Context, id domain.TaskID, now, staleBefore, held time.Time) (bool, error) {
 	h := int64(-1) // no stamp is negative
 	if !held.IsZero() {
 		h = micros(held)
 	}
 	res, err := s.write.ExecContext(ctx, `UPDATE tasks SET updated_at = $2 WHERE id = $1 AND state = $3
 		AND (updated_at <= $4 OR updated_at = $5)`,
-		id, micros(now), string(store.TaskStarting), micros(staleBefore), h)
-	return affectedOne(res, err, "claim setup of task "+id)
+		id, micros(now), string(domain.TaskStarting), micros(staleBefore), h)
+	return affectedOne(res, err, "claim setup of task "+string(id))
 }
 
 // UpdateTaskState implements store.Tasks.
-func (s *Store) UpdateTaskState(ctx context.Context, id string, from []store.TaskState, state store.TaskState, errMsg string, at time.Time) (bool, error) {
+func (s *Store) UpdateTaskState(ctx context.Context, id domain.TaskID, from []domain.TaskState, state domain.TaskState, errMsg string, at time.Time) (bool, error) {
 	action := fmt.Sprintf("update task %s state to %s", id, state)
 	if !state.Valid() || len(from) == 0 {
 		return false, fmt.Errorf("%s: unknown state, or no state to move from", action)
@@ -122,16 +123,16 @@ func (s *Store) UpdateTaskState(ctx context.Context, id string, from []store.Tas
 
 // ReplaceSession implements store.Tasks: the conditional update of the
 // task row locks it, so of concurrent replacers one wins.
-func (s *Store) ReplaceSession(ctx context.Context, taskID, oldSessionID, newSessionID string, at time.Time) (store.TaskSession, error) {
+func (s *Store) ReplaceSession(ctx context.Context, taskID domain.TaskID, oldSessionID, newSessionID domain.SessionID, at time.Time) (domain.TaskSession, error) {
 	action := fmt.Sprintf("replace session %s of task %s with %s", oldSessionID, taskID, newSessionID)
 	if taskID == "" || newSessionID == "" || oldSessionID == newSessionID {
-		return store.TaskSession{}, fmt.Errorf("%s: task id and a new session id are required", action)
+		return domain.TaskSession{}, fmt.Errorf("%s: task id and a new session id are required", action)
 	}
-	var out store.TaskSession
+	var out domain.TaskSession
 	err := s.inTx(ctx, func(tx execer) error {
 		stamp := micros(orNow(at))
 		res, err := tx.ExecContext(ctx, `UPDATE tasks SET session_id = $3, state = $4, error = '', updated_at = $5
-			WHERE id = $1 AND session_id = $2`, taskID, oldSessionID, newSessionID, string(store.TaskStarting), stamp)
+			WHERE id = $1 AND session_id = $2`, taskID, oldSessionID, newSessionID, string(domain.TaskStarting), stamp)
 		if ok, err := affectedOne(res, err, action); err != nil || !ok {
 			if err == nil {
 				err = store.ErrConflict
@@ -147,7 +148,7 @@ func (s *Store) ReplaceSession(ctx context.Context, taskID, oldSessionID, newSes
 		return err
 	})
 	if err != nil {
-		return store.TaskSession{}, fmt.Errorf("%s: %w", action, err)
+		return domain.TaskSession{}, fmt.Errorf("%s: %w", action, err)
 	}
 	return out, nil
 }

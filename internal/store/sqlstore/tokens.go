@@ -6,30 +6,31 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
 const tokenCols = `id, name, kind, host_id, prefix, hash, created_at, last_used_at, revoked_at`
 
-func scanToken(r scanner) (store.Token, error) {
-	var t store.Token
+func scanToken(r scanner) (domain.Token, error) {
+	var t domain.Token
 	var kind string
 	var created, used, revoked int64
 	if err := r.Scan(&t.ID, &t.Name, &kind, &t.HostID, &t.Prefix, &t.Hash, &created, &used, &revoked); err != nil {
-		return store.Token{}, err
+		return domain.Token{}, err
 	}
-	t.Kind = store.TokenKind(kind)
+	t.Kind = domain.TokenKind(kind)
 	t.CreatedAt, t.LastUsedAt, t.RevokedAt = fromMicros(created), fromMicros(used), fromMicros(revoked)
 	return t, nil
 }
 
-func checkToken(t store.Token) error {
+func checkToken(t domain.Token) error {
 	if t.ID == "" || t.Hash == "" {
 		return errors.New("token id and hash are required")
 	}
 	switch t.Kind {
-	case store.TokenUser:
-	case store.TokenHost:
+	case domain.TokenUser:
+	case domain.TokenHost:
 		if t.HostID == "" {
 			return errors.New("a host token needs a host id")
 		}
@@ -39,7 +40,7 @@ func checkToken(t store.Token) error {
 	return nil
 }
 
-func insertToken(ctx context.Context, db execer, t store.Token) error {
+func insertToken(ctx context.Context, db execer, t domain.Token) error {
 	_, err := db.ExecContext(ctx, `INSERT INTO api_tokens (`+tokenCols+`)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
 		t.ID, t.Name, string(t.Kind), t.HostID, t.Prefix, t.Hash, micros(orNow(t.CreatedAt)),
@@ -48,7 +49,7 @@ func insertToken(ctx context.Context, db execer, t store.Token) error {
 }
 
 // CreateToken implements store.Tokens; ErrConflict if the id or hash is taken.
-func (s *Store) CreateToken(ctx context.Context, t store.Token) error {
+func (s *Store) CreateToken(ctx context.Context, t domain.Token) error {
 	if err := checkToken(t); err != nil {
 		return fmt.Errorf("create token: %w", err)
 	}
@@ -63,26 +64,26 @@ func (s *Store) CreateToken(ctx context.Context, t store.Token) error {
 }
 
 // TokenByHash implements store.Tokens.
-func (s *Store) TokenByHash(ctx context.Context, hash string) (store.Token, error) {
+func (s *Store) TokenByHash(ctx context.Context, hash string) (domain.Token, error) {
 	t, err := scanToken(s.read.QueryRowContext(ctx, `SELECT `+tokenCols+` FROM api_tokens
 		WHERE hash = $1 AND revoked_at = 0`, hash))
 	if isNoRows(err) {
-		return store.Token{}, fmt.Errorf("token by hash: %w", store.ErrNotFound)
+		return domain.Token{}, fmt.Errorf("token by hash: %w", store.ErrNotFound)
 	}
 	if err != nil {
-		return store.Token{}, fmt.Errorf("token by hash: %w", err)
+		return domain.Token{}, fmt.Errorf("token by hash: %w", err)
 	}
 	return t, nil
 }
 
 // ListTokens implements store.Tokens, revoked ones included, oldest first.
-func (s *Store) ListTokens(ctx context.Context) ([]store.Token, error) {
+func (s *Store) ListTokens(ctx context.Context) ([]domain.Token, error) {
 	rows, err := s.read.QueryContext(ctx, `SELECT `+tokenCols+` FROM api_tokens ORDER BY created_at, id`)
 	if err != nil {
 		return nil, fmt.Errorf("list tokens: %w", err)
 	}
 	defer rows.Close()
-	var out []store.Token
+	var out []domain.Token
 	for rows.Next() {
 		t, err := scanToken(rows)
 		if err != nil {

@@ -32,5 +32,5 @@ func testTouchSession(t *testing.T, st store.Store) {
 	if fmt.Sprint(got) != fmt.Sprint(sess) {
 		t.Fatalf("TouchSession changed more than last_activity: %+v, was %+v", got, sess)
 	}
-	wantErr(t, st.TouchSession(ctx, newID(), later), store.ErrNotFound)
+	wantErr(t, st.TouchSession(ctx, newSID(), later), store.ErrNotFound)
 }

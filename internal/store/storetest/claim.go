@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -23,7 +24,7 @@ func testClaimOp(t *testing.T, st store.Store) {
 	// Oldest first, whatever the insert order.
 	late, lateOp := newSession(t, st)
 	early, _ := newSession(t, st)
-	op, err := st.EnqueueOp(ctx, store.Op{ID: newID(), SessionID: early.ID, Kind: store.OpEvict, CreatedAt: t0.Add(-time.Hour)}, true)
+	op, err := st.EnqueueOp(ctx, domain.Op{ID: newID(), SessionID: early.ID, Kind: domain.OpEvict, CreatedAt: t0.Add(-time.Hour)}, true)
 	must(t, err)
 	now := t0.Add(time.Second)
 	claimed, sess, err := st.ClaimOp(ctx, "w1", now, time.Minute)
@@ -31,7 +32,7 @@ func testClaimOp(t *testing.T, st store.Store) {
 	if claimed.ID != op.ID || sess.ID != early.ID {
 		t.Fatalf("claimed %s of %s, want the oldest op %s", claimed.ID, sess.ID, op.ID)
 	}
-	if claimed.State != store.OpRunning || claimed.ClaimedBy != "w1" || claimed.Attempts != 1 ||
+	if claimed.State != domain.OpRunning || claimed.ClaimedBy != "w1" || claimed.Attempts != 1 ||
 		claimed.Epoch != 1 || sess.Epoch != 1 {
 		t.Fatalf("claimed op = %+v, session epoch %d", claimed, sess.Epoch)
 	}
@@ -54,8 +55,8 @@ func testClaimOp(t *testing.T, st store.Store) {
 	_, _, err = st.ClaimOp(ctx, "w3", now, time.Minute)
 	wantErr(t, err, store.ErrNoOp)
 	// Each claim bumps the epoch by one.
-	must(t, st.FinishOp(ctx, second.ID, second.Epoch, store.OpSucceeded, "", now))
-	next, err := st.EnqueueOp(ctx, store.Op{ID: newID(), SessionID: late.ID, Kind: store.OpEvict, CreatedAt: now}, false)
+	must(t, st.FinishOp(ctx, second.ID, second.Epoch, domain.OpSucceeded, "", now))
+	next, err := st.EnqueueOp(ctx, domain.Op{ID: newID(), SessionID: late.ID, Kind: domain.OpEvict, CreatedAt: now}, false)
 	must(t, err)
 	third, sess := claimOnly(t, st, next.ID, now)
 	if third.Epoch != 2 || sess.Epoch != 2 {
@@ -74,14 +75,14 @@ func testClaimOpLeaseExpiry(t *testing.T, st store.Store) {
 	second, sess, err := st.ClaimOp(ctx, "w2", later, time.Minute)
 	must(t, err)
 	if second.ID != first.ID || second.Attempts != 2 || second.Epoch != first.Epoch+1 || sess.Epoch != second.Epoch ||
-		second.ClaimedBy != "w2" || second.State != store.OpRunning {
+		second.ClaimedBy != "w2" || second.State != domain.OpRunning {
 		t.Fatalf("reclaimed op = %+v, first claim %+v", second, first)
 	}
 	wantTime(t, "lease_until", second.LeaseUntil, later.Add(time.Minute))
 	// The first claimer's writes are stale now and change nothing.
 	wantErr(t, st.RenewOp(ctx, first.ID, first.Epoch, later.Add(time.Hour)), store.ErrStaleEpoch)
 	wantErr(t, st.SetOpStep(ctx, first.ID, first.Epoch, "stale"), store.ErrStaleEpoch)
-	wantErr(t, st.FinishOp(ctx, first.ID, first.Epoch, store.OpFailed, "stale", later), store.ErrStaleEpoch)
+	wantErr(t, st.FinishOp(ctx, first.ID, first.Epoch, domain.OpFailed, "stale", later), store.ErrStaleEpoch)
 	_, err = st.AppendEvent(ctx, store.NewEvent{SessionID: sess.ID, Type: "log", Epoch: first.Epoch})
 	wantErr(t, err, store.ErrStaleEpoch)
 	got, err := st.GetOp(ctx, first.ID)
@@ -89,7 +90,7 @@ func testClaimOpLeaseExpiry(t *testing.T, st store.Store) {
 	if fmt.Sprint(got) != fmt.Sprint(second) {
 		t.Fatalf("op after stale writes = %+v, want %+v", got, second)
 	}
-	must(t, st.FinishOp(ctx, second.ID, second.Epoch, store.OpSucceeded, "", later))
+	must(t, st.FinishOp(ctx, second.ID, second.Epoch, domain.OpSucceeded, "", later))
 }
 
 // ClaimConcurrently enqueues ops ops (one session each), then lets workers
@@ -118,7 +119,7 @@ func ClaimConcurrently(t *testing.T, stores []store.Store, workers, ops int) {
 						err = fmt.Errorf("op epoch %d, session epoch %d", op.Epoch, sess.Epoch)
 					}
 					if err == nil {
-						err = st.FinishOp(t.Context(), op.ID, op.Epoch, store.OpSucceeded, "", t0)
+						err = st.FinishOp(t.Context(), op.ID, op.Epoch, domain.OpSucceeded, "", t0)
 					}
 					if err != nil {
 						errs <- err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -12,9 +13,9 @@ func testCredentials(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	// Bytes that text columns or encodings would mangle.
 	sealed := []byte{0x01, 0x00, 0xff, 0xfe, '\'', '"', '\\', 0x80, 0x00, 'x', 0xc3, 0x28}
-	a := store.RegistryCredential{ID: newID(), Registry: "ghcr.io", Username: "bot", Sealed: sealed, CreatedAt: t0}
+	a := domain.RegistryCredential{ID: newID(), Registry: "ghcr.io", Username: "bot", Sealed: sealed, CreatedAt: t0}
 	must(t, st.PutCredential(ctx, a))
-	b := store.RegistryCredential{ID: newID(), Registry: "registry.example:5000", Sealed: []byte{0}}
+	b := domain.RegistryCredential{ID: newID(), Registry: "registry.example:5000", Sealed: []byte{0}}
 	must(t, st.PutCredential(ctx, b))
 
 	got, err := st.GetCredential(ctx, a.ID)
@@ -49,17 +50,17 @@ func testCredentials(t *testing.T, st store.Store) {
 
 func testCredentialErrors(t *testing.T, st store.Store) {
 	ctx := t.Context()
-	c := store.RegistryCredential{ID: newID(), Registry: "ghcr.io", Sealed: []byte("s1"), CreatedAt: t0}
+	c := domain.RegistryCredential{ID: newID(), Registry: "ghcr.io", Sealed: []byte("s1"), CreatedAt: t0}
 	must(t, st.PutCredential(ctx, c))
 	cases := []struct {
 		name string
-		c    store.RegistryCredential
+		c    domain.RegistryCredential
 		want error // nil: any error
 	}{
-		{"same id", store.RegistryCredential{ID: c.ID, Registry: "quay.io", Sealed: []byte("s2")}, store.ErrConflict},
-		{"no id", store.RegistryCredential{Registry: "quay.io", Sealed: []byte("s2")}, nil},
-		{"no registry", store.RegistryCredential{ID: newID(), Sealed: []byte("s2")}, nil},
-		{"nothing sealed", store.RegistryCredential{ID: newID(), Registry: "quay.io", Sealed: []byte{}}, nil},
+		{"same id", domain.RegistryCredential{ID: c.ID, Registry: "quay.io", Sealed: []byte("s2")}, store.ErrConflict},
+		{"no id", domain.RegistryCredential{Registry: "quay.io", Sealed: []byte("s2")}, nil},
+		{"no registry", domain.RegistryCredential{ID: newID(), Sealed: []byte("s2")}, nil},
+		{"nothing sealed", domain.RegistryCredential{ID: newID(), Registry: "quay.io", Sealed: []byte{}}, nil},
 	}
 	for _, tc := range cases {
 		err := st.PutCredential(ctx, tc.c)

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -24,7 +25,7 @@ func testHostDrainFlag(t *testing.T, st store.Store) {
 	hb := t0
 	register := func() error {
 		hb = hb.Add(time.Second)
-		return st.RegisterHost(ctx, store.Host{ID: h.ID, Name: h.Name, LastHeartbeat: hb})
+		return st.RegisterHost(ctx, domain.Host{ID: h.ID, Name: h.Name, LastHeartbeat: hb})
 	}
 	revive := func() error {
 		state, err := st.ReviveHost(ctx, h.ID)
@@ -46,23 +47,23 @@ func testHostDrainFlag(t *testing.T, st store.Store) {
 	steps := []struct {
 		name     string
 		do       func() error
-		state    store.HostState
+		state    domain.HostState
 		draining bool
 	}{
-		{"drain a new host", drain(true), store.HostNew, true},
-		{"register while draining", register, store.HostDraining, true},
-		{"undrain", drain(false), store.HostReady, false},
-		{"drain a ready host", drain(true), store.HostDraining, true},
-		{"drain again", drain(true), store.HostDraining, true},
-		{"lose it", lose, store.HostLost, true},
-		{"revive", revive, store.HostDraining, true},
-		{"lose it again", lose, store.HostLost, true},
-		{"reconnect", register, store.HostDraining, true},
-		{"lose it a third time", lose, store.HostLost, true},
-		{"undrain while lost", drain(false), store.HostLost, false},
-		{"revive undrained", revive, store.HostReady, false},
-		{"force a state", func() error { return st.SetHostState(ctx, h.ID, store.HostDraining) }, store.HostDraining, false},
-		{"reconnect undrained", register, store.HostReady, false},
+		{"drain a new host", drain(true), domain.HostNew, true},
+		{"register while draining", register, domain.HostDraining, true},
+		{"undrain", drain(false), domain.HostReady, false},
+		{"drain a ready host", drain(true), domain.HostDraining, true},
+		{"drain again", drain(true), domain.HostDraining, true},
+		{"lose it", lose, domain.HostLost, true},
+		{"revive", revive, domain.HostDraining, true},
+		{"lose it again", lose, domain.HostLost, true},
+		{"reconnect", register, domain.HostDraining, true},
+		{"lose it a third time", lose, domain.HostLost, true},
+		{"undrain while lost", drain(false), domain.HostLost, false},
+		{"revive undrained", revive, domain.HostReady, false},
+		{"force a state", func() error { return st.SetHostState(ctx, h.ID, domain.HostDraining) }, domain.HostDraining, false},
+		{"reconnect undrained", register, domain.HostReady, false},
 	}
 	for _, s := range steps {
 		must(t, s.do())
@@ -77,12 +78,12 @@ func testHostDrainFlag(t *testing.T, st store.Store) {
 	if len(hosts) != 1 || hosts[0].Draining {
 		t.Fatalf("ListHosts = %+v", hosts)
 	}
-	wantErr(t, st.SetHostDraining(ctx, newID(), true), store.ErrNotFound)
+	wantErr(t, st.SetHostDraining(ctx, newHID(), true), store.ErrNotFound)
 }
 
 func testReviveHost(t *testing.T, st store.Store) {
 	ctx := t.Context()
-	for _, state := range []store.HostState{store.HostNew, store.HostReady, store.HostDraining} {
+	for _, state := range []domain.HostState{domain.HostNew, domain.HostReady, domain.HostDraining} {
 		h := createHost(t, st, string(state))
 		must(t, st.SetHostState(ctx, h.ID, state))
 		got, err := st.ReviveHost(ctx, h.ID)
@@ -96,6 +97,6 @@ func testReviveHost(t *testing.T, st store.Store) {
 			t.Fatalf("host state after ReviveHost = %s, want %s", after.State, state)
 		}
 	}
-	_, err := st.ReviveHost(ctx, newID())
+	_, err := st.ReviveHost(ctx, newHID())
 	wantErr(t, err, store.ErrNotFound)
 }

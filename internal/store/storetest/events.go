@@ -64,7 +64,7 @@ func testAppendEvent(t *testing.T, st store.Store) {
 	list, err := st.ListEvents(ctx, sess.ID, 2, 1)
 	must(t, err)
 	wantJSON(t, "data", list[0].Data, json.RawMessage(`{"i": 1}`))
-	list, err = st.ListEvents(ctx, newID(), 0, 0)
+	list, err = st.ListEvents(ctx, newSID(), 0, 0)
 	must(t, err)
 	if len(list) != 0 {
 		t.Fatalf("events of an unknown session = %+v", list)
@@ -81,8 +81,8 @@ func testAppendEventRejected(t *testing.T, st store.Store) {
 		want error // nil: any error
 	}{
 		{"stale epoch", store.NewEvent{SessionID: sess.ID, Type: "log", Epoch: op.Epoch + 1}, store.ErrStaleEpoch},
-		{"unknown session", store.NewEvent{SessionID: newID(), Type: "log"}, store.ErrNotFound},
-		{"unknown session fenced", store.NewEvent{SessionID: newID(), Type: "log", Epoch: 1}, store.ErrNotFound},
+		{"unknown session", store.NewEvent{SessionID: newSID(), Type: "log"}, store.ErrNotFound},
+		{"unknown session fenced", store.NewEvent{SessionID: newSID(), Type: "log", Epoch: 1}, store.ErrNotFound},
 		{"no type", store.NewEvent{SessionID: sess.ID}, nil},
 		{"bad json", store.NewEvent{SessionID: sess.ID, Type: "log", Data: json.RawMessage(`{`)}, nil},
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -19,8 +20,8 @@ var harnessTests = []test{
 	{"HarnessPutConcurrent", testHarnessPutConcurrent},
 }
 
-func newHarness(name, version string, at time.Time) store.Harness {
-	return store.Harness{
+func newHarness(name, version string, at time.Time) domain.Harness {
+	return domain.Harness{
 		ID: newID(), Name: name, Version: version,
 		Descriptor: json.RawMessage(`{"entrypoint":["/opt/harness/bin/` + name + `"],"models":["m1"],` +
 			`"hosts":["api.example"]}`),
@@ -30,7 +31,7 @@ func newHarness(name, version string, at time.Time) store.Harness {
 	}
 }
 
-func wantHarness(t *testing.T, got, want store.Harness) {
+func wantHarness(t *testing.T, got, want domain.Harness) {
 	t.Helper()
 	if got.ID != want.ID || got.Name != want.Name || got.Version != want.Version || got.Digest != want.Digest ||
 		got.Builtin != want.Builtin {
@@ -41,7 +42,7 @@ func wantHarness(t *testing.T, got, want store.Harness) {
 	wantTime(t, "created_at", got.CreatedAt, want.CreatedAt)
 }
 
-func putHarness(t *testing.T, st store.Store, h store.Harness) store.Harness {
+func putHarness(t *testing.T, st store.Store, h domain.Harness) domain.Harness {
 	t.Helper()
 	got, err := st.PutHarness(t.Context(), h)
 	must(t, err)
@@ -83,7 +84,7 @@ func testHarnessRoundTrip(t *testing.T, st store.Store) {
 	if len(list) != 3 {
 		t.Fatalf("listed %d harnesses, want 3", len(list))
 	}
-	for i, want := range []store.Harness{claude, unstamped, shell} { // by name
+	for i, want := range []domain.Harness{claude, unstamped, shell} { // by name
 		wantHarness(t, list[i], want)
 	}
 
@@ -129,7 +130,7 @@ func testHarnessPutIdempotent(t *testing.T, st store.Store) {
 	// stored row answers and nothing changes.
 	again := newHarness("claude-code", "1.0.0", t0.Add(time.Hour))
 	again.Builtin, again.Descriptor = true, json.RawMessage(`{"other":true}`)
-	for _, put := range []store.Harness{h, again} {
+	for _, put := range []domain.Harness{h, again} {
 		got, err := st.PutHarness(ctx, put)
 		must(t, err)
 		wantHarness(t, got, h)
@@ -151,18 +152,18 @@ func testHarnessPutRejected(t *testing.T, st store.Store) {
 	reusedID.ID = h.ID
 	cases := []struct {
 		name string
-		h    store.Harness
+		h    domain.Harness
 		want error // nil: any error
 	}{
 		{"other digest", otherDigest, store.ErrConflict},
 		{"reused id", reusedID, store.ErrConflict},
-		{"no id", store.Harness{Name: "x", Version: "1", Digest: "sha256:x"}, nil},
-		{"no name", store.Harness{ID: newID(), Version: "1", Digest: "sha256:x"}, nil},
-		{"no version", store.Harness{ID: newID(), Name: "x", Digest: "sha256:x"}, nil},
-		{"no digest", store.Harness{ID: newID(), Name: "x", Version: "1"}, nil},
-		{"bad descriptor", store.Harness{ID: newID(), Name: "x", Version: "1", Digest: "d",
+		{"no id", domain.Harness{Name: "x", Version: "1", Digest: "sha256:x"}, nil},
+		{"no name", domain.Harness{ID: newID(), Version: "1", Digest: "sha256:x"}, nil},
+		{"no version", domain.Harness{ID: newID(), Name: "x", Digest: "sha256:x"}, nil},
+		{"no digest", domain.Harness{ID: newID(), Name: "x", Version: "1"}, nil},
+		{"bad descriptor", domain.Harness{ID: newID(), Name: "x", Version: "1", Digest: "d",
 			Descriptor: json.RawMessage(`{`)}, nil},
-		{"bad manifest", store.Harness{ID: newID(), Name: "x", Version: "1", Digest: "d",
+		{"bad manifest", domain.Harness{ID: newID(), Name: "x", Version: "1", Digest: "d",
 			Manifest: json.RawMessage(`[1,`)}, nil},
 	}
 	for _, c := range cases {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -19,8 +20,8 @@ func testImageJobClaim(t *testing.T, st store.Store) {
 	at := t0.Add(time.Second)
 	c, err := st.ClaimJob(ctx, j.ID, time.Minute, at)
 	must(t, err)
-	if c.ID != j.ID || c.State != store.JobMaterializing || c.Epoch != 1 || c.Attempts != 1 || c.Stage != "" ||
-		c.ImageID != img.ID || c.Kind != store.ImageJobEnable {
+	if c.ID != j.ID || c.State != domain.JobMaterializing || c.Epoch != 1 || c.Attempts != 1 || c.Stage != "" ||
+		c.ImageID != img.ID || c.Kind != domain.ImageJobEnable {
 		t.Fatalf("claimed job = %+v", c)
 	}
 	wantTime(t, "lease_until", c.LeaseUntil, at.Add(time.Minute))
@@ -37,14 +38,14 @@ func testImageJobClaim(t *testing.T, st store.Store) {
 		wantErr(t, err, store.ErrConflict)
 	}
 	// Progress that extends the lease keeps the job held past the first lease.
-	p := progress(c, store.JobCapturing, "boot", 0, 0)
+	p := progress(c, domain.JobCapturing, "boot", 0, 0)
 	p.LeaseUntil = at.Add(time.Hour)
 	must(t, st.UpdateJobProgress(ctx, p, at))
 	_, err = st.ClaimJob(ctx, j.ID, time.Minute, at.Add(2*time.Minute))
 	wantErr(t, err, store.ErrConflict)
 	got, err = st.GetJob(ctx, j.ID)
 	must(t, err)
-	if got.Epoch != 1 || got.Attempts != 1 || got.State != store.JobCapturing {
+	if got.Epoch != 1 || got.Attempts != 1 || got.State != domain.JobCapturing {
 		t.Fatalf("job after refused claims = %+v", got)
 	}
 }
@@ -55,7 +56,7 @@ func testImageJobReclaimFences(t *testing.T, st store.Store) {
 	j, err := newJob(t, st, img.ID, t0)
 	must(t, err)
 	first := claimJob(t, st, j.ID, t0)
-	p := progress(first, store.JobCapturing, "warmup", 3, 9)
+	p := progress(first, domain.JobCapturing, "warmup", 3, 9)
 	p.Digest, p.Stages = "sha256:aaa", json.RawMessage(`{"pull":5}`)
 	must(t, st.UpdateJobProgress(ctx, p, t0))
 
@@ -63,7 +64,7 @@ func testImageJobReclaimFences(t *testing.T, st store.Store) {
 	later := t0.Add(time.Minute + time.Microsecond)
 	second, err := st.ClaimJob(ctx, j.ID, 2*time.Minute, later)
 	must(t, err)
-	if second.Epoch != first.Epoch+1 || second.Attempts != 2 || second.State != store.JobMaterializing ||
+	if second.Epoch != first.Epoch+1 || second.Attempts != 2 || second.State != domain.JobMaterializing ||
 		second.Stage != "" || second.BytesDone != 0 || second.BytesTotal != 0 {
 		t.Fatalf("reclaimed job = %+v, first claim %+v", second, first)
 	}
@@ -74,13 +75,13 @@ func testImageJobReclaimFences(t *testing.T, st store.Store) {
 	wantTime(t, "lease_until", second.LeaseUntil, later.Add(2*time.Minute))
 
 	// Every write of the first runner is stale now and changes nothing.
-	stale := progress(first, store.JobCapturing, "stale", 1, 1)
+	stale := progress(first, domain.JobCapturing, "stale", 1, 1)
 	stale.LeaseUntil, stale.Digest = later.Add(time.Hour), "sha256:bad"
 	wantErr(t, st.UpdateJobProgress(ctx, stale, later), store.ErrStaleEpoch)
-	wantErr(t, st.FinishJob(ctx, j.ID, first.Epoch, store.JobFailed, "stale", "tail", nil, later), store.ErrStaleEpoch)
-	wantErr(t, st.FinishJob(ctx, j.ID, first.Epoch, store.JobReady, "", "", nil, later), store.ErrStaleEpoch)
+	wantErr(t, st.FinishJob(ctx, j.ID, first.Epoch, domain.JobFailed, "stale", "tail", nil, later), store.ErrStaleEpoch)
+	wantErr(t, st.FinishJob(ctx, j.ID, first.Epoch, domain.JobReady, "", "", nil, later), store.ErrStaleEpoch)
 	// A future epoch is no better.
-	wantErr(t, st.FinishJob(ctx, j.ID, second.Epoch+1, store.JobReady, "", "", nil, later), store.ErrStaleEpoch)
+	wantErr(t, st.FinishJob(ctx, j.ID, second.Epoch+1, domain.JobReady, "", "", nil, later), store.ErrStaleEpoch)
 	got, err := st.GetJob(ctx, j.ID)
 	must(t, err)
 	if fmt.Sprint(got) != fmt.Sprint(second) {
@@ -88,9 +89,9 @@ func testImageJobReclaimFences(t *testing.T, st store.Store) {
 	}
 	// The current runner still writes; once finished, even the stale one
 	// is told about the epoch first.
-	must(t, st.FinishJob(ctx, j.ID, second.Epoch, store.JobReady, "", "", nil, later))
+	must(t, st.FinishJob(ctx, j.ID, second.Epoch, domain.JobReady, "", "", nil, later))
 	wantErr(t, st.UpdateJobProgress(ctx, stale, later), store.ErrStaleEpoch)
-	wantErr(t, st.UpdateJobProgress(ctx, progress(second, store.JobCapturing, "", 0, 0), later), store.ErrConflict)
+	wantErr(t, st.UpdateJobProgress(ctx, progress(second, domain.JobCapturing, "", 0, 0), later), store.ErrConflict)
 }
 
 // ClaimJobConcurrently creates jobs pending jobs (one image each), then
@@ -144,7 +145,7 @@ func ClaimJobConcurrently(t *testing.T, stores []store.Store, workers, jobs int)
 
 func testImageJobListClaimable(t *testing.T, st store.Store) {
 	ctx := t.Context()
-	job := func(name string, created time.Time) store.ImageJob {
+	job := func(name string, created time.Time) domain.ImageJob {
 		img := createImage(t, st, name)
 		j, err := newJob(t, st, img.ID, created)
 		must(t, err)
@@ -158,12 +159,12 @@ func testImageJobListClaimable(t *testing.T, st store.Store) {
 	expired := job("expired", t0.Add(2*time.Second))
 	c, err := st.ClaimJob(ctx, expired.ID, time.Second, t0) // leased until t0+1s
 	must(t, err)
-	must(t, st.UpdateJobProgress(ctx, progress(c, store.JobCapturing, "", 0, 0), t0))
+	must(t, st.UpdateJobProgress(ctx, progress(c, domain.JobCapturing, "", 0, 0), t0))
 	done := job("done", t0.Add(3*time.Second))
 	d := claimJob(t, st, done.ID, t0)
-	must(t, st.FinishJob(ctx, done.ID, d.Epoch, store.JobFailed, "x", "", nil, t0))
+	must(t, st.FinishJob(ctx, done.ID, d.Epoch, domain.JobFailed, "x", "", nil, t0))
 
-	ids := func(jobs []store.ImageJob) []string {
+	ids := func(jobs []domain.ImageJob) []string {
 		var out []string
 		for _, j := range jobs {
 			out = append(out, j.ID)
@@ -202,10 +203,10 @@ func testImageJobListClaimable(t *testing.T, st store.Store) {
 }
 
 // captured is img as a finished enable leaves it.
-func captured(img store.Image) store.Image {
+func captured(img domain.Image) domain.Image {
 	img.Digest, img.BaseID = "sha256:ccc", "snap-base-9"
 	img.Manifests = json.RawMessage(`{"memory":{"chunks":["m1"]},"disk":{"chunks":["d1"]}}`)
-	img.Facts = json.RawMessage(`{"kernel":"6.1"}`)
+	img.Facts = domain.HostFacts{Kernel: "6.1"}
 	img.Config = json.RawMessage(`{"memory":4096}`)
 	return img
 }
@@ -216,23 +217,23 @@ func testCompleteImageJob(t *testing.T, st store.Store) {
 	j, err := newJob(t, st, img.ID, t0)
 	must(t, err)
 	c := claimJob(t, st, j.ID, t0)
-	must(t, st.UpdateJobProgress(ctx, progress(c, store.JobCapturing, "snapshot", 1, 1), t0))
+	must(t, st.UpdateJobProgress(ctx, progress(c, domain.JobCapturing, "snapshot", 1, 1), t0))
 	want := captured(img)
-	want.State = store.ImageReady
+	want.State = domain.ImageReady
 	at := t0.Add(time.Minute)
 	want.UpdatedAt = at
 	stages := json.RawMessage(`{"pull":100,"capture":2000}`)
 	// Only what the job made is written: a name, ref or state in the
 	// argument does not overwrite the row's.
 	arg := want
-	arg.Name, arg.Ref, arg.State = "other-name", "other/ref:1", store.ImageDisabled
+	arg.Name, arg.Ref, arg.State = "other-name", "other/ref:1", domain.ImageDisabled
 	must(t, st.CompleteImageJob(ctx, j.ID, c.Epoch, arg, stages, at))
 	got, err := st.GetImage(ctx, img.ID)
 	must(t, err)
 	wantImage(t, got, want)
 	gj, err := st.GetJob(ctx, j.ID)
 	must(t, err)
-	if gj.State != store.JobReady || gj.Epoch != c.Epoch {
+	if gj.State != domain.JobReady || gj.Epoch != c.Epoch {
 		t.Fatalf("completed job = %+v", gj)
 	}
 	wantJSON(t, "stages", gj.Stages, stages)
@@ -251,34 +252,34 @@ func testCompleteImageJobWritesNothing(t *testing.T, st store.Store) {
 	oc := claimJob(t, st, otherJob.ID, t0)
 	otherBefore, err := st.GetImage(ctx, other.ID)
 	must(t, err)
-	malformed := func(img store.Image) store.Image { img.Manifests = json.RawMessage(`{`); return img }
+	malformed := func(img domain.Image) domain.Image { img.Manifests = json.RawMessage(`{`); return img }
 	cases := []struct {
 		name string
 		// setup returns the job to complete and the epoch to complete it with.
-		setup  func(t *testing.T, img store.Image, c store.ImageJob) (jobID string, epoch int64)
-		change func(img store.Image) store.Image
+		setup  func(t *testing.T, img domain.Image, c domain.ImageJob) (jobID string, epoch int64)
+		change func(img domain.Image) domain.Image
 		want   error // nil: any error
 	}{
-		{"stale epoch", func(t *testing.T, _ store.Image, c store.ImageJob) (string, int64) {
+		{"stale epoch", func(t *testing.T, _ domain.Image, c domain.ImageJob) (string, int64) {
 			claimJob(t, st, c.ID, t0.Add(time.Hour)) // the lease ended; someone else has it
 			return c.ID, c.Epoch
 		}, captured, store.ErrStaleEpoch},
-		{"job of another image", func(*testing.T, store.Image, store.ImageJob) (string, int64) {
+		{"job of another image", func(*testing.T, domain.Image, domain.ImageJob) (string, int64) {
 			return otherJob.ID, oc.Epoch
 		}, captured, store.ErrConflict},
-		{"unknown job", func(*testing.T, store.Image, store.ImageJob) (string, int64) {
+		{"unknown job", func(*testing.T, domain.Image, domain.ImageJob) (string, int64) {
 			return newID(), 1
 		}, captured, store.ErrNotFound},
-		{"job finished", func(t *testing.T, _ store.Image, c store.ImageJob) (string, int64) {
-			must(t, st.FinishJob(ctx, c.ID, c.Epoch, store.JobFailed, "x", "", nil, t0))
+		{"job finished", func(t *testing.T, _ domain.Image, c domain.ImageJob) (string, int64) {
+			must(t, st.FinishJob(ctx, c.ID, c.Epoch, domain.JobFailed, "x", "", nil, t0))
 			return c.ID, c.Epoch
 		}, captured, store.ErrConflict},
-		{"image disabled meanwhile", func(t *testing.T, img store.Image, c store.ImageJob) (string, int64) {
-			must(t, st.SetImageState(ctx, img.ID, store.ImageDisabled, t0))
+		{"image disabled meanwhile", func(t *testing.T, img domain.Image, c domain.ImageJob) (string, int64) {
+			must(t, st.SetImageState(ctx, img.ID, domain.ImageDisabled, t0))
 			return c.ID, c.Epoch
 		}, captured, store.ErrConflict},
-		{"malformed image", func(*testing.T, store.Image, store.ImageJob) (string, int64) { return "", 0 },
-			func(img store.Image) store.Image { return malformed(captured(img)) }, nil},
+		{"malformed image", func(*testing.T, domain.Image, domain.ImageJob) (string, int64) { return "", 0 },
+			func(img domain.Image) domain.Image { return malformed(captured(img)) }, nil},
 	}
 	for i, tc := range cases {
 		img := createImage(t, st, fmt.Sprintf("img-%d", i))

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -16,16 +17,16 @@ var keyTests = []test{
 }
 
 // failOp claims the only claimable op (wantOp) and finishes it failed.
-func failOp(t *testing.T, st store.Store, wantOp string) store.Session {
+func failOp(t *testing.T, st store.Store, wantOp string) domain.Session {
 	t.Helper()
 	op, sess := claimOnly(t, st, wantOp, t0)
-	must(t, st.FinishOp(t.Context(), op.ID, op.Epoch, store.OpFailed, "boom", t0))
+	must(t, st.FinishOp(t.Context(), op.ID, op.Epoch, domain.OpFailed, "boom", t0))
 	return sess
 }
 
-func enqueue(t *testing.T, st store.Store, sessionID string, kind store.OpKind, key string, supersede bool) store.Op {
+func enqueue(t *testing.T, st store.Store, sessionID domain.SessionID, kind domain.OpKind, key string, supersede bool) domain.Op {
 	t.Helper()
-	op, err := st.EnqueueOp(t.Context(), store.Op{ID: newID(), SessionID: sessionID, Kind: kind, IdempotencyKey: key, CreatedAt: t0}, supersede)
+	op, err := st.EnqueueOp(t.Context(), domain.Op{ID: newID(), SessionID: sessionID, Kind: kind, IdempotencyKey: key, CreatedAt: t0}, supersede)
 	must(t, err)
 	return op
 }
@@ -35,35 +36,35 @@ func enqueue(t *testing.T, st store.Store, sessionID string, kind store.OpKind, 
 func testEnqueueOpKeyAfterFailure(t *testing.T, st store.Store) {
 	sess, create := newSession(t, st)
 	failOp(t, st, create.ID)
-	snap := enqueue(t, st, sess.ID, store.OpSnapshot, "k", false)
+	snap := enqueue(t, st, sess.ID, domain.OpSnapshot, "k", false)
 	failOp(t, st, snap.ID)
-	retry := enqueue(t, st, sess.ID, store.OpSnapshot, "k", false)
-	if retry.ID == snap.ID || retry.State != store.OpPending || retry.Kind != store.OpSnapshot {
+	retry := enqueue(t, st, sess.ID, domain.OpSnapshot, "k", false)
+	if retry.ID == snap.ID || retry.State != domain.OpPending || retry.Kind != domain.OpSnapshot {
 		t.Fatalf("retry after failure = %+v, want a new pending op (failed one %s)", retry, snap.ID)
 	}
 	// A pending op keeps the key.
-	if again := enqueue(t, st, sess.ID, store.OpSnapshot, "k", true); again.ID != retry.ID {
+	if again := enqueue(t, st, sess.ID, domain.OpSnapshot, "k", true); again.ID != retry.ID {
 		t.Fatalf("repeat while pending = %s, want %s", again.ID, retry.ID)
 	}
 	// Superseded: the key is free again, and the new op supersedes in turn.
-	destroy := enqueue(t, st, sess.ID, store.OpDestroy, "d", true)
-	third := enqueue(t, st, sess.ID, store.OpSnapshot, "k", true)
+	destroy := enqueue(t, st, sess.ID, domain.OpDestroy, "d", true)
+	third := enqueue(t, st, sess.ID, domain.OpSnapshot, "k", true)
 	if third.ID == retry.ID || third.ID == snap.ID {
 		t.Fatalf("retry after supersede returned old op %s", third.ID)
 	}
 	// Running, then succeeded: the key stays taken.
 	op, _ := claimOnly(t, st, third.ID, t0)
-	if again := enqueue(t, st, sess.ID, store.OpSnapshot, "k", true); again.ID != third.ID || again.State != store.OpRunning {
+	if again := enqueue(t, st, sess.ID, domain.OpSnapshot, "k", true); again.ID != third.ID || again.State != domain.OpRunning {
 		t.Fatalf("repeat while running = %+v, want running %s", again, third.ID)
 	}
-	must(t, st.FinishOp(t.Context(), op.ID, op.Epoch, store.OpSucceeded, "", t0.Add(time.Second)))
-	if again := enqueue(t, st, sess.ID, store.OpSnapshot, "k", false); again.ID != third.ID || again.State != store.OpSucceeded {
+	must(t, st.FinishOp(t.Context(), op.ID, op.Epoch, domain.OpSucceeded, "", t0.Add(time.Second)))
+	if again := enqueue(t, st, sess.ID, domain.OpSnapshot, "k", false); again.ID != third.ID || again.State != domain.OpSucceeded {
 		t.Fatalf("repeat after success = %+v, want succeeded %s", again, third.ID)
 	}
 	ops, err := st.ListOps(t.Context(), sess.ID)
 	must(t, err)
-	want := map[string]store.OpState{create.ID: store.OpFailed, snap.ID: store.OpFailed, retry.ID: store.OpSuperseded,
-		destroy.ID: store.OpSuperseded, third.ID: store.OpSucceeded}
+	want := map[string]domain.OpState{create.ID: domain.OpFailed, snap.ID: domain.OpFailed, retry.ID: domain.OpSuperseded,
+		destroy.ID: domain.OpSuperseded, third.ID: domain.OpSucceeded}
 	if len(ops) != len(want) {
 		t.Fatalf("ops = %d, want %d", len(ops), len(want))
 	}
@@ -80,15 +81,15 @@ func testEnqueueOpKeyAfterFailure(t *testing.T, st store.Store) {
 func testEnqueueOpKeyConcurrentRetry(t *testing.T, st store.Store) {
 	sess, create := newSession(t, st)
 	failOp(t, st, create.ID)
-	evict := enqueue(t, st, sess.ID, store.OpEvict, "k", false)
+	evict := enqueue(t, st, sess.ID, domain.OpEvict, "k", false)
 	failOp(t, st, evict.ID)
 	const n = 8
-	got := make([]store.Op, n)
+	got := make([]domain.Op, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			got[i], errs[i] = st.EnqueueOp(t.Context(), store.Op{ID: newID(), SessionID: sess.ID, Kind: store.OpEvict,
+			got[i], errs[i] = st.EnqueueOp(t.Context(), domain.Op{ID: newID(), SessionID: sess.ID, Kind: domain.OpEvict,
 				IdempotencyKey: "k"}, i%2 == 1)
 		})
 	}
@@ -101,14 +102,14 @@ func testEnqueueOpKeyConcurrentRetry(t *testing.T, st store.Store) {
 	}
 	ops, err := st.ListOps(t.Context(), sess.ID)
 	must(t, err)
-	if len(ops) != 3 || ops[2].ID != got[0].ID || ops[2].State != store.OpPending {
+	if len(ops) != 3 || ops[2].ID != got[0].ID || ops[2].State != domain.OpPending {
 		t.Fatalf("ops = %+v, want create, failed evict and one pending retry", ops)
 	}
 }
 
-func createWithKey(t *testing.T, st store.Store, key string) (store.Session, store.Op, bool) {
+func createWithKey(t *testing.T, st store.Store, key string) (domain.Session, domain.Op, bool) {
 	t.Helper()
-	sess, op, created, err := st.CreateSession(t.Context(), store.NewSession{ID: newID(), OpID: newID(), IdempotencyKey: key, At: t0})
+	sess, op, created, err := st.CreateSession(t.Context(), store.NewSession{ID: newSID(), OpID: newID(), IdempotencyKey: key, At: t0})
 	must(t, err)
 	return sess, op, created
 }
@@ -120,7 +121,7 @@ func testCreateSessionKeyAfterFailure(t *testing.T, st store.Store) {
 	first, firstOp, _ := createWithKey(t, st, "req")
 	failOp(t, st, firstOp.ID)
 	second, secondOp, created := createWithKey(t, st, "req")
-	if !created || second.ID == first.ID || second.IdempotencyKey != "req" || secondOp.State != store.OpPending {
+	if !created || second.ID == first.ID || second.IdempotencyKey != "req" || secondOp.State != domain.OpPending {
 		t.Fatalf("create after a failed create: %+v, op %+v, created %v", second, secondOp, created)
 	}
 	// The old session keeps its key as a record.
@@ -133,9 +134,9 @@ func testCreateSessionKeyAfterFailure(t *testing.T, st store.Store) {
 		t.Fatalf("repeat = %s (op %s, created %v), want %s", again.ID, op.ID, created, second.ID)
 	}
 	// Superseded by a destroy: free again.
-	destroy := enqueue(t, st, second.ID, store.OpDestroy, "", true)
+	destroy := enqueue(t, st, second.ID, domain.OpDestroy, "", true)
 	op, _ := claimOnly(t, st, destroy.ID, t0)
-	must(t, st.FinishOp(ctx, op.ID, op.Epoch, store.OpSucceeded, "", t0))
+	must(t, st.FinishOp(ctx, op.ID, op.Epoch, domain.OpSucceeded, "", t0))
 	third, _, created := createWithKey(t, st, "req")
 	if !created || third.ID == second.ID || third.ID == first.ID {
 		t.Fatalf("create after a superseded create: %s, created %v", third.ID, created)
@@ -143,22 +144,22 @@ func testCreateSessionKeyAfterFailure(t *testing.T, st store.Store) {
 	// A session whose failed create was retried by a newer create op holds
 	// the key again.
 	failOp(t, st, mustCreateOp(t, st, third.ID))
-	retry := enqueue(t, st, third.ID, store.OpCreate, "", false)
+	retry := enqueue(t, st, third.ID, domain.OpCreate, "", false)
 	if again, op, created := createWithKey(t, st, "req"); created || again.ID != third.ID || op.ID != retry.ID {
 		t.Fatalf("repeat after a create retry = %s (op %s, created %v), want %s op %s", again.ID, op.ID, created, third.ID, retry.ID)
 	}
-	all, err := st.ListSessions(ctx, store.SessionFilter{})
+	all, err := st.ListSessions(ctx, domain.SessionFilter{})
 	must(t, err)
 	if len(all) != 3 {
 		t.Fatalf("sessions = %d, want 3", len(all))
 	}
 }
 
-func mustCreateOp(t *testing.T, st store.Store, sessionID string) string {
+func mustCreateOp(t *testing.T, st store.Store, sessionID domain.SessionID) string {
 	t.Helper()
 	ops, err := st.ListOps(t.Context(), sessionID)
 	must(t, err)
-	if len(ops) != 1 || ops[0].Kind != store.OpCreate {
+	if len(ops) != 1 || ops[0].Kind != domain.OpCreate {
 		t.Fatalf("ops of %s = %+v, want its create op", sessionID, ops)
 	}
 	return ops[0].ID
@@ -168,14 +169,14 @@ func testCreateSessionKeyConcurrentRetry(t *testing.T, st store.Store) {
 	first, firstOp, _ := createWithKey(t, st, "same")
 	failOp(t, st, firstOp.ID)
 	const n = 8
-	ids := make([]string, n)
+	ids := make([]domain.SessionID, n)
 	created := make([]bool, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			var s store.Session
-			s, _, created[i], errs[i] = st.CreateSession(t.Context(), store.NewSession{ID: newID(), OpID: newID(), IdempotencyKey: "same"})
+			var s domain.Session
+			s, _, created[i], errs[i] = st.CreateSession(t.Context(), store.NewSession{ID: newSID(), OpID: newID(), IdempotencyKey: "same"})
 			ids[i] = s.ID
 		})
 	}

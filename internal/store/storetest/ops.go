@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/lifecycle"
 	"github.com/engrams/engrams/internal/store"
 )
@@ -21,29 +22,29 @@ var opTests = []test{
 func testEnqueueOp(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	sess, create := newSession(t, st)
-	_, err := st.EnqueueOp(ctx, store.Op{ID: newID(), SessionID: sess.ID, Kind: store.OpEvict}, false)
+	_, err := st.EnqueueOp(ctx, domain.Op{ID: newID(), SessionID: sess.ID, Kind: domain.OpEvict}, false)
 	wantErr(t, err, store.ErrOpInProgress)
 	op, sess := claimOnly(t, st, create.ID, t0)
-	_, err = st.EnqueueOp(ctx, store.Op{ID: newID(), SessionID: sess.ID, Kind: store.OpEvict}, false)
+	_, err = st.EnqueueOp(ctx, domain.Op{ID: newID(), SessionID: sess.ID, Kind: domain.OpEvict}, false)
 	wantErr(t, err, store.ErrOpInProgress)
-	must(t, st.FinishOp(ctx, op.ID, op.Epoch, store.OpSucceeded, "", t0))
+	must(t, st.FinishOp(ctx, op.ID, op.Epoch, domain.OpSucceeded, "", t0))
 
 	at := t0.Add(time.Minute)
-	evict, err := st.EnqueueOp(ctx, store.Op{ID: newID(), SessionID: sess.ID, Kind: store.OpEvict, State: store.OpRunning,
+	evict, err := st.EnqueueOp(ctx, domain.Op{ID: newID(), SessionID: sess.ID, Kind: domain.OpEvict, State: domain.OpRunning,
 		Epoch: 99, Attempts: 7, CreatedAt: at}, false)
 	must(t, err)
-	if evict.State != store.OpPending || evict.Kind != store.OpEvict || evict.Epoch != 0 || evict.Attempts != 0 {
+	if evict.State != domain.OpPending || evict.Kind != domain.OpEvict || evict.Epoch != 0 || evict.Attempts != 0 {
 		t.Fatalf("enqueued op = %+v, want a fresh pending evict", evict)
 	}
 	wantTime(t, "created_at", evict.CreatedAt, at)
 	ops, err := st.ListOps(ctx, sess.ID)
 	must(t, err)
-	if len(ops) != 2 || ops[0].ID != create.ID || ops[0].State != store.OpSucceeded || ops[1].ID != evict.ID {
+	if len(ops) != 2 || ops[0].ID != create.ID || ops[0].State != domain.OpSucceeded || ops[1].ID != evict.ID {
 		t.Fatalf("ListOps = %+v", ops)
 	}
 	_, err = st.GetOp(ctx, newID())
 	wantErr(t, err, store.ErrNotFound)
-	ops, err = st.ListOps(ctx, newID())
+	ops, err = st.ListOps(ctx, newSID())
 	must(t, err)
 	if len(ops) != 0 {
 		t.Fatalf("ListOps of an unknown session = %+v", ops)
@@ -54,22 +55,22 @@ func testEnqueueOpSupersede(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	sess, create := newSession(t, st)
 	// Supersede a pending op.
-	evict, err := st.EnqueueOp(ctx, store.Op{ID: newID(), SessionID: sess.ID, Kind: store.OpEvict, CreatedAt: t0}, true)
+	evict, err := st.EnqueueOp(ctx, domain.Op{ID: newID(), SessionID: sess.ID, Kind: domain.OpEvict, CreatedAt: t0}, true)
 	must(t, err)
 	got, err := st.GetOp(ctx, create.ID)
 	must(t, err)
-	if got.State != store.OpSuperseded {
+	if got.State != domain.OpSuperseded {
 		t.Fatalf("create op state = %s, want superseded", got.State)
 	}
 	// Supersede a running op: its claimer is shut out.
 	claimed, sess := claimOnly(t, st, evict.ID, t0)
-	destroy, err := st.EnqueueOp(ctx, store.Op{ID: newID(), SessionID: sess.ID, Kind: store.OpDestroy, CreatedAt: t0}, true)
+	destroy, err := st.EnqueueOp(ctx, domain.Op{ID: newID(), SessionID: sess.ID, Kind: domain.OpDestroy, CreatedAt: t0}, true)
 	must(t, err)
-	wantErr(t, st.FinishOp(ctx, claimed.ID, claimed.Epoch, store.OpSucceeded, "", t0), store.ErrConflict)
+	wantErr(t, st.FinishOp(ctx, claimed.ID, claimed.Epoch, domain.OpSucceeded, "", t0), store.ErrConflict)
 	wantErr(t, st.RenewOp(ctx, claimed.ID, claimed.Epoch, t0.Add(time.Hour)), store.ErrConflict)
 	got, err = st.GetOp(ctx, claimed.ID)
 	must(t, err)
-	if got.State != store.OpSuperseded {
+	if got.State != domain.OpSuperseded {
 		t.Fatalf("superseded running op state = %s", got.State)
 	}
 	// Claiming the new op bumps the epoch, which fences the old claimer's
@@ -78,8 +79,8 @@ func testEnqueueOpSupersede(t *testing.T, st store.Store) {
 	if next.Epoch != claimed.Epoch+1 || sess2.Epoch != next.Epoch {
 		t.Fatalf("epochs: old %d, new op %d, session %d", claimed.Epoch, next.Epoch, sess2.Epoch)
 	}
-	_, err = st.ApplyTransition(ctx, store.Transition{SessionID: sess.ID, Epoch: claimed.Epoch, From: lifecycle.Created,
-		To: lifecycle.Completed, Event: lifecycle.DeleteRequested})
+	_, err = st.ApplyTransition(ctx, store.Transition{SessionID: sess.ID, Epoch: claimed.Epoch, From: domain.SessionCreated,
+		To: domain.SessionCompleted, Event: lifecycle.DeleteRequested})
 	wantErr(t, err, store.ErrStaleEpoch)
 	ops, err := st.ListOps(ctx, sess.ID)
 	must(t, err)
@@ -92,12 +93,12 @@ func testEnqueueOpIdempotent(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	sess, create := newSession(t, st)
 	op, sess := claimOnly(t, st, create.ID, t0)
-	must(t, st.FinishOp(ctx, op.ID, op.Epoch, store.OpSucceeded, "", t0))
-	first, err := st.EnqueueOp(ctx, store.Op{ID: newID(), SessionID: sess.ID, Kind: store.OpEvict, IdempotencyKey: "k"}, false)
+	must(t, st.FinishOp(ctx, op.ID, op.Epoch, domain.OpSucceeded, "", t0))
+	first, err := st.EnqueueOp(ctx, domain.Op{ID: newID(), SessionID: sess.ID, Kind: domain.OpEvict, IdempotencyKey: "k"}, false)
 	must(t, err)
 	// Same key: the existing op, even with supersede and a pending op.
 	for _, supersede := range []bool{false, true} {
-		again, err := st.EnqueueOp(ctx, store.Op{ID: newID(), SessionID: sess.ID, Kind: store.OpEvict, IdempotencyKey: "k"}, supersede)
+		again, err := st.EnqueueOp(ctx, domain.Op{ID: newID(), SessionID: sess.ID, Kind: domain.OpEvict, IdempotencyKey: "k"}, supersede)
 		must(t, err)
 		if fmt.Sprint(again) != fmt.Sprint(first) {
 			t.Fatalf("repeat enqueue (supersede=%v) = %+v, want %+v", supersede, again, first)
@@ -105,16 +106,16 @@ func testEnqueueOpIdempotent(t *testing.T, st store.Store) {
 	}
 	got, err := st.GetOp(ctx, first.ID)
 	must(t, err)
-	if got.State != store.OpPending {
+	if got.State != domain.OpPending {
 		t.Fatalf("op state after idempotent repeats = %s, want pending", got.State)
 	}
 	// The key is per session.
 	other, otherCreate := newSession(t, st)
-	_, err = st.EnqueueOp(ctx, store.Op{ID: newID(), SessionID: other.ID, Kind: store.OpDestroy, IdempotencyKey: "k"}, true)
+	_, err = st.EnqueueOp(ctx, domain.Op{ID: newID(), SessionID: other.ID, Kind: domain.OpDestroy, IdempotencyKey: "k"}, true)
 	must(t, err)
 	got, err = st.GetOp(ctx, otherCreate.ID)
 	must(t, err)
-	if got.State != store.OpSuperseded {
+	if got.State != domain.OpSuperseded {
 		t.Fatalf("other session's create op = %s, want superseded", got.State)
 	}
 }
@@ -122,13 +123,13 @@ func testEnqueueOpIdempotent(t *testing.T, st store.Store) {
 func testEnqueueOpErrors(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	sess, create := newSession(t, st)
-	_, err := st.EnqueueOp(ctx, store.Op{ID: newID(), SessionID: newID(), Kind: store.OpEvict}, false)
+	_, err := st.EnqueueOp(ctx, domain.Op{ID: newID(), SessionID: newSID(), Kind: domain.OpEvict}, false)
 	wantErr(t, err, store.ErrNotFound)
-	_, err = st.EnqueueOp(ctx, store.Op{ID: create.ID, SessionID: sess.ID, Kind: store.OpEvict}, true)
+	_, err = st.EnqueueOp(ctx, domain.Op{ID: create.ID, SessionID: sess.ID, Kind: domain.OpEvict}, true)
 	wantErr(t, err, store.ErrConflict)
-	for _, op := range []store.Op{
+	for _, op := range []domain.Op{
 		{ID: newID(), SessionID: sess.ID, Kind: "teleport"},
-		{SessionID: sess.ID, Kind: store.OpEvict},
+		{SessionID: sess.ID, Kind: domain.OpEvict},
 	} {
 		if _, err := st.EnqueueOp(ctx, op, true); err == nil {
 			t.Errorf("EnqueueOp(%+v) succeeded", op)
@@ -137,7 +138,7 @@ func testEnqueueOpErrors(t *testing.T, st store.Store) {
 	// Nothing changed: the create op is still the only one, still pending.
 	ops, err := st.ListOps(ctx, sess.ID)
 	must(t, err)
-	if len(ops) != 1 || ops[0].State != store.OpPending {
+	if len(ops) != 1 || ops[0].State != domain.OpPending {
 		t.Fatalf("ops after failed enqueues = %+v", ops)
 	}
 }
@@ -151,7 +152,7 @@ func testFencedOpWrites(t *testing.T, st store.Store) {
 	must(t, st.SetOpStep(ctx, op.ID, op.Epoch, "booting"))
 	got, err := st.GetOp(ctx, op.ID)
 	must(t, err)
-	if got.Step != "booting" || got.State != store.OpRunning {
+	if got.Step != "booting" || got.State != domain.OpRunning {
 		t.Fatalf("op = %+v", got)
 	}
 	wantTime(t, "lease_until", got.LeaseUntil, until)
@@ -159,15 +160,15 @@ func testFencedOpWrites(t *testing.T, st store.Store) {
 	_, _, err = st.ClaimOp(ctx, "other", t0.Add(2*time.Minute), time.Minute)
 	wantErr(t, err, store.ErrNoOp)
 	done := t0.Add(3 * time.Minute)
-	must(t, st.FinishOp(ctx, op.ID, op.Epoch, store.OpFailed, "boom", done))
+	must(t, st.FinishOp(ctx, op.ID, op.Epoch, domain.OpFailed, "boom", done))
 	got, err = st.GetOp(ctx, op.ID)
 	must(t, err)
-	if got.State != store.OpFailed || got.Error != "boom" || got.Step != "booting" || got.ClaimedBy != "worker" {
+	if got.State != domain.OpFailed || got.Error != "boom" || got.Step != "booting" || got.ClaimedBy != "worker" {
 		t.Fatalf("finished op = %+v", got)
 	}
 	wantTime(t, "updated_at", got.UpdatedAt, done)
 	// A finished op takes no more writes.
-	wantErr(t, st.FinishOp(ctx, op.ID, op.Epoch, store.OpSucceeded, "", done), store.ErrConflict)
+	wantErr(t, st.FinishOp(ctx, op.ID, op.Epoch, domain.OpSucceeded, "", done), store.ErrConflict)
 	wantErr(t, st.SetOpStep(ctx, op.ID, op.Epoch, "x"), store.ErrConflict)
 }
 
@@ -185,14 +186,14 @@ func testFencedOpWritesRejected(t *testing.T, st store.Store) {
 	}{
 		{"renew", func(e int64, id string) error { return st.RenewOp(ctx, id, e, t0.Add(time.Hour)) }},
 		{"step", func(e int64, id string) error { return st.SetOpStep(ctx, id, e, "x") }},
-		{"finish", func(e int64, id string) error { return st.FinishOp(ctx, id, e, store.OpSucceeded, "", t0) }},
+		{"finish", func(e int64, id string) error { return st.FinishOp(ctx, id, e, domain.OpSucceeded, "", t0) }},
 	}
 	for _, w := range writes {
 		wantErrNamed(t, w.name+" stale", w.do(op.Epoch-1, op.ID), store.ErrStaleEpoch)
 		wantErrNamed(t, w.name+" future", w.do(op.Epoch+1, op.ID), store.ErrStaleEpoch)
 		wantErrNamed(t, w.name+" unknown", w.do(op.Epoch, newID()), store.ErrNotFound)
 	}
-	if err := st.FinishOp(ctx, op.ID, op.Epoch, store.OpRunning, "", t0); err == nil {
+	if err := st.FinishOp(ctx, op.ID, op.Epoch, domain.OpRunning, "", t0); err == nil {
 		t.Fatal("FinishOp(running) succeeded")
 	}
 	after, err := st.GetOp(ctx, op.ID)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -21,13 +22,13 @@ var outboxTests = []test{
 func testPutOutbox(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	sess, _ := newSession(t, st)
-	var items []store.OutboxItem
+	var items []domain.OutboxItem
 	for i := range 3 {
 		at := t0.Add(time.Duration(i) * time.Second)
-		it, created, err := st.PutOutbox(ctx, store.OutboxItem{SessionID: sess.ID, ID: fmt.Sprintf("p%d", i), Kind: "prompt",
-			Payload: json.RawMessage(fmt.Sprintf(`{"i": %d}`, i)), State: store.OutboxDurable, DeliveredEpoch: 9, CreatedAt: at})
+		it, created, err := st.PutOutbox(ctx, domain.OutboxItem{SessionID: sess.ID, ID: fmt.Sprintf("p%d", i), Kind: "prompt",
+			Payload: json.RawMessage(fmt.Sprintf(`{"i": %d}`, i)), State: domain.OutboxDurable, DeliveredEpoch: 9, CreatedAt: at})
 		must(t, err)
-		if !created || it.Seq != int64(i+1) || it.State != store.OutboxPending || it.DeliveredEpoch != 0 ||
+		if !created || it.Seq != int64(i+1) || it.State != domain.OutboxPending || it.DeliveredEpoch != 0 ||
 			it.Kind != "prompt" || it.SessionID != sess.ID || it.ID != fmt.Sprintf("p%d", i) {
 			t.Fatalf("item %d = %+v, created %v", i, it, created)
 		}
@@ -36,7 +37,7 @@ func testPutOutbox(t *testing.T, st store.Store) {
 		items = append(items, it)
 	}
 	// A reused ID returns the existing item, whatever else differs.
-	again, created, err := st.PutOutbox(ctx, store.OutboxItem{SessionID: sess.ID, ID: "p1", Kind: "other",
+	again, created, err := st.PutOutbox(ctx, domain.OutboxItem{SessionID: sess.ID, ID: "p1", Kind: "other",
 		Payload: json.RawMessage(`{"x":1}`)})
 	must(t, err)
 	if created || fmt.Sprint(again) != fmt.Sprint(items[1]) {
@@ -48,7 +49,7 @@ func testPutOutbox(t *testing.T, st store.Store) {
 		t.Fatalf("seq after a repeat = %d, want 4", next.Seq)
 	}
 	other, _ := newSession(t, st)
-	it, created, err := st.PutOutbox(ctx, store.OutboxItem{SessionID: other.ID, ID: "p1", Kind: "prompt"})
+	it, created, err := st.PutOutbox(ctx, domain.OutboxItem{SessionID: other.ID, ID: "p1", Kind: "prompt"})
 	must(t, err)
 	if !created || it.Seq != 1 || it.Payload != nil {
 		t.Fatalf("other session's item = %+v, created %v", it, created)
@@ -79,7 +80,7 @@ func testPutOutbox(t *testing.T, st store.Store) {
 	if fmt.Sprint(list[0]) != fmt.Sprint(items[1]) {
 		t.Fatalf("listed item = %+v, want %+v", list[0], items[1])
 	}
-	list, err = st.ListOutbox(ctx, newID(), 0, 0)
+	list, err = st.ListOutbox(ctx, newSID(), 0, 0)
 	must(t, err)
 	if len(list) != 0 {
 		t.Fatalf("outbox of an unknown session = %+v", list)
@@ -91,13 +92,13 @@ func testPutOutboxRejected(t *testing.T, st store.Store) {
 	sess, _ := newSession(t, st)
 	cases := []struct {
 		name string
-		it   store.OutboxItem
+		it   domain.OutboxItem
 		want error // nil: any error
 	}{
-		{"unknown session", store.OutboxItem{SessionID: newID(), ID: "a", Kind: "prompt"}, store.ErrNotFound},
-		{"no id", store.OutboxItem{SessionID: sess.ID, Kind: "prompt"}, nil},
-		{"no kind", store.OutboxItem{SessionID: sess.ID, ID: "a"}, nil},
-		{"bad payload", store.OutboxItem{SessionID: sess.ID, ID: "a", Kind: "prompt", Payload: json.RawMessage(`{`)}, nil},
+		{"unknown session", domain.OutboxItem{SessionID: newSID(), ID: "a", Kind: "prompt"}, store.ErrNotFound},
+		{"no id", domain.OutboxItem{SessionID: sess.ID, Kind: "prompt"}, nil},
+		{"no kind", domain.OutboxItem{SessionID: sess.ID, ID: "a"}, nil},
+		{"bad payload", domain.OutboxItem{SessionID: sess.ID, ID: "a", Kind: "prompt", Payload: json.RawMessage(`{`)}, nil},
 	}
 	for _, c := range cases {
 		_, _, err := st.PutOutbox(ctx, c.it)
@@ -124,7 +125,7 @@ func testPutOutboxConcurrent(t *testing.T, st store.Store) {
 		wg.Go(func() {
 			for i := range each {
 				for _, id := range []string{fmt.Sprintf("w%d-%d", w, i), fmt.Sprintf("shared-%d", i)} {
-					it, created, err := st.PutOutbox(t.Context(), store.OutboxItem{SessionID: sess.ID, ID: id, Kind: "prompt"})
+					it, created, err := st.PutOutbox(t.Context(), domain.OutboxItem{SessionID: sess.ID, ID: id, Kind: "prompt"})
 					if err != nil {
 						errs <- err
 						continue
@@ -170,8 +171,8 @@ func testMarkDelivered(t *testing.T, st store.Store) {
 	putItems(t, st, sess.ID, 5)
 	at := t0.Add(time.Minute)
 	must(t, st.MarkDelivered(ctx, sess.ID, 3, op.Epoch, at))
-	items := wantOutboxStates(t, st, sess.ID, store.OutboxDelivered, store.OutboxDelivered, store.OutboxDelivered,
-		store.OutboxPending, store.OutboxPending)
+	items := wantOutboxStates(t, st, sess.ID, domain.OutboxDelivered, domain.OutboxDelivered, domain.OutboxDelivered,
+		domain.OutboxPending, domain.OutboxPending)
 	for _, it := range items[:3] {
 		if it.DeliveredEpoch != op.Epoch {
 			t.Fatalf("item %d delivered epoch = %d, want %d", it.Seq, it.DeliveredEpoch, op.Epoch)
@@ -180,16 +181,16 @@ func testMarkDelivered(t *testing.T, st store.Store) {
 	}
 	// Already delivered items keep their first delivery.
 	must(t, st.MarkDelivered(ctx, sess.ID, 4, op.Epoch, at.Add(time.Minute)))
-	items = wantOutboxStates(t, st, sess.ID, store.OutboxDelivered, store.OutboxDelivered, store.OutboxDelivered,
-		store.OutboxDelivered, store.OutboxPending)
+	items = wantOutboxStates(t, st, sess.ID, domain.OutboxDelivered, domain.OutboxDelivered, domain.OutboxDelivered,
+		domain.OutboxDelivered, domain.OutboxPending)
 	wantTime(t, "first delivered_at", items[0].DeliveredAt, at)
 	wantTime(t, "fourth delivered_at", items[3].DeliveredAt, at.Add(time.Minute))
 	// Stale or future epochs, and unknown sessions, change nothing.
 	wantErr(t, st.MarkDelivered(ctx, sess.ID, 5, op.Epoch-1, at), store.ErrStaleEpoch)
 	wantErr(t, st.MarkDelivered(ctx, sess.ID, 5, op.Epoch+1, at), store.ErrStaleEpoch)
-	wantErr(t, st.MarkDelivered(ctx, newID(), 5, 0, at), store.ErrNotFound)
-	after := wantOutboxStates(t, st, sess.ID, store.OutboxDelivered, store.OutboxDelivered, store.OutboxDelivered,
-		store.OutboxDelivered, store.OutboxPending)
+	wantErr(t, st.MarkDelivered(ctx, newSID(), 5, 0, at), store.ErrNotFound)
+	after := wantOutboxStates(t, st, sess.ID, domain.OutboxDelivered, domain.OutboxDelivered, domain.OutboxDelivered,
+		domain.OutboxDelivered, domain.OutboxPending)
 	if fmt.Sprint(after) != fmt.Sprint(items) {
 		t.Fatalf("rejected MarkDelivered changed items: %+v, was %+v", after, items)
 	}
@@ -204,26 +205,26 @@ func testRollbackOutbox(t *testing.T, st store.Store) {
 	putItems(t, st, sess.ID, 5)
 	must(t, st.MarkDelivered(ctx, sess.ID, 4, first.Epoch, t0))
 	must(t, st.CommitSnapshot(ctx, newSnapshot(sess.ID, 2, t0), first.Epoch))
-	before := wantOutboxStates(t, st, sess.ID, store.OutboxDurable, store.OutboxDurable, store.OutboxDelivered,
-		store.OutboxDelivered, store.OutboxPending)
+	before := wantOutboxStates(t, st, sess.ID, domain.OutboxDurable, domain.OutboxDurable, domain.OutboxDelivered,
+		domain.OutboxDelivered, domain.OutboxPending)
 
-	recoverOp, err := st.EnqueueOp(ctx, store.Op{ID: newID(), SessionID: sess.ID, Kind: store.OpRecover, CreatedAt: t0}, true)
+	recoverOp, err := st.EnqueueOp(ctx, domain.Op{ID: newID(), SessionID: sess.ID, Kind: domain.OpRecover, CreatedAt: t0}, true)
 	must(t, err)
 	second, _ := claimOnly(t, st, recoverOp.ID, t0)
 	// The lost incarnation's epoch is fenced out.
 	wantErr(t, st.RollbackOutbox(ctx, sess.ID, 2, first.Epoch), store.ErrStaleEpoch)
 	wantErr(t, st.MarkDelivered(ctx, sess.ID, 5, first.Epoch, t0), store.ErrStaleEpoch)
-	wantErr(t, st.RollbackOutbox(ctx, newID(), 2, second.Epoch), store.ErrNotFound)
-	unchanged := wantOutboxStates(t, st, sess.ID, store.OutboxDurable, store.OutboxDurable, store.OutboxDelivered,
-		store.OutboxDelivered, store.OutboxPending)
+	wantErr(t, st.RollbackOutbox(ctx, newSID(), 2, second.Epoch), store.ErrNotFound)
+	unchanged := wantOutboxStates(t, st, sess.ID, domain.OutboxDurable, domain.OutboxDurable, domain.OutboxDelivered,
+		domain.OutboxDelivered, domain.OutboxPending)
 	if fmt.Sprint(unchanged) != fmt.Sprint(before) {
 		t.Fatalf("stale writes changed items: %+v, was %+v", unchanged, before)
 	}
 
 	// Even a rollback from before the snapshot leaves durable items alone.
 	must(t, st.RollbackOutbox(ctx, sess.ID, 0, second.Epoch))
-	items := wantOutboxStates(t, st, sess.ID, store.OutboxDurable, store.OutboxDurable, store.OutboxPending,
-		store.OutboxPending, store.OutboxPending)
+	items := wantOutboxStates(t, st, sess.ID, domain.OutboxDurable, domain.OutboxDurable, domain.OutboxPending,
+		domain.OutboxPending, domain.OutboxPending)
 	for _, it := range items[2:4] {
 		if it.DeliveredEpoch != 0 || !it.DeliveredAt.IsZero() {
 			t.Fatalf("rolled-back item = %+v, want no delivery", it)
@@ -231,14 +232,14 @@ func testRollbackOutbox(t *testing.T, st store.Store) {
 	}
 	redelivered := t0.Add(time.Hour)
 	must(t, st.MarkDelivered(ctx, sess.ID, 5, second.Epoch, redelivered))
-	items = wantOutboxStates(t, st, sess.ID, store.OutboxDurable, store.OutboxDurable, store.OutboxDelivered,
-		store.OutboxDelivered, store.OutboxDelivered)
+	items = wantOutboxStates(t, st, sess.ID, domain.OutboxDurable, domain.OutboxDurable, domain.OutboxDelivered,
+		domain.OutboxDelivered, domain.OutboxDelivered)
 	if items[0].DeliveredEpoch != first.Epoch || items[2].DeliveredEpoch != second.Epoch {
 		t.Fatalf("delivery epochs = %d, %d, want %d, %d", items[0].DeliveredEpoch, items[2].DeliveredEpoch, first.Epoch, second.Epoch)
 	}
 	wantTime(t, "redelivered_at", items[2].DeliveredAt, redelivered)
 	// A rollback after a seq leaves the items up to it delivered.
 	must(t, st.RollbackOutbox(ctx, sess.ID, 4, second.Epoch))
-	wantOutboxStates(t, st, sess.ID, store.OutboxDurable, store.OutboxDurable, store.OutboxDelivered,
-		store.OutboxDelivered, store.OutboxPending)
+	wantOutboxStates(t, st, sess.ID, domain.OutboxDurable, domain.OutboxDurable, domain.OutboxDelivered,
+		domain.OutboxDelivered, domain.OutboxPending)
 }

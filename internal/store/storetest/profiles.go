@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -25,11 +26,11 @@ var profileTests = []test{
 const profileSpec = `{"image":"debian","harness":"claude-code","model":"m1","mode":"auto",` +
 	`"repos":[{"url":"https://git.example/r.git","credential":"github"}],"env":{"A":"1"},"egress":["api.example"]}`
 
-func newProfile(name string) store.Profile {
-	return store.Profile{ID: newID(), Name: name, Spec: json.RawMessage(profileSpec), CreatedAt: t0}
+func newProfile(name string) domain.Profile {
+	return domain.Profile{ID: newID(), Name: name, Spec: json.RawMessage(profileSpec), CreatedAt: t0}
 }
 
-func createProfile(t *testing.T, st store.Store, name string) store.Profile {
+func createProfile(t *testing.T, st store.Store, name string) domain.Profile {
 	t.Helper()
 	p := newProfile(name)
 	got, err := st.CreateProfile(t.Context(), p)
@@ -39,7 +40,7 @@ func createProfile(t *testing.T, st store.Store, name string) store.Profile {
 	return got
 }
 
-func wantProfile(t *testing.T, got, want store.Profile) {
+func wantProfile(t *testing.T, got, want domain.Profile) {
 	t.Helper()
 	if got.ID != want.ID || got.Name != want.Name || got.Version != want.Version {
 		t.Fatalf("profile = %+v, want %+v", got, want)
@@ -58,7 +59,7 @@ func testProfileRoundTrip(t *testing.T, st store.Store) {
 	in.Version, in.UpdatedAt, in.DeletedAt, in.Spec = 7, t0.Add(time.Hour), t0, nil
 	a, err := st.CreateProfile(ctx, in)
 	must(t, err)
-	wantProfile(t, a, store.Profile{ID: in.ID, Name: "go", Version: 1, CreatedAt: t0, UpdatedAt: t0})
+	wantProfile(t, a, domain.Profile{ID: in.ID, Name: "go", Version: 1, CreatedAt: t0, UpdatedAt: t0})
 
 	got, err := st.GetProfile(ctx, b.ID)
 	must(t, err)
@@ -80,14 +81,14 @@ func testProfileRoundTrip(t *testing.T, st store.Store) {
 	wantErr(t, err, store.ErrNotFound)
 	for _, c := range []struct {
 		name string
-		p    store.Profile
+		p    domain.Profile
 		want error // nil: any error
 	}{
 		{"same name", newProfile("go"), store.ErrConflict},
-		{"same id", store.Profile{ID: a.ID, Name: "other"}, store.ErrConflict},
-		{"no id", store.Profile{Name: "x"}, nil},
-		{"no name", store.Profile{ID: newID()}, nil},
-		{"bad spec", store.Profile{ID: newID(), Name: "x", Spec: json.RawMessage(`{"image":`)}, nil},
+		{"same id", domain.Profile{ID: a.ID, Name: "other"}, store.ErrConflict},
+		{"no id", domain.Profile{Name: "x"}, nil},
+		{"no name", domain.Profile{ID: newID()}, nil},
+		{"bad spec", domain.Profile{ID: newID(), Name: "x", Spec: json.RawMessage(`{"image":`)}, nil},
 	} {
 		_, err := st.CreateProfile(ctx, c.p)
 		if err == nil || (c.want != nil && !errors.Is(err, c.want)) {
@@ -132,13 +133,13 @@ func testProfileUpdateRejected(t *testing.T, st store.Store) {
 	other := createProfile(t, st, "python")
 	gone := createProfile(t, st, "gone")
 	must(t, st.DeleteProfile(ctx, gone.ID, t0))
-	edit := func(p store.Profile, name string) store.Profile {
+	edit := func(p domain.Profile, name string) domain.Profile {
 		p.Name, p.Spec, p.UpdatedAt = name, json.RawMessage(`{"edited":true}`), t0.Add(time.Hour)
 		return p
 	}
 	cases := []struct {
 		name    string
-		p       store.Profile
+		p       domain.Profile
 		version int64
 		want    error // nil: any error
 	}{
@@ -146,9 +147,9 @@ func testProfileUpdateRejected(t *testing.T, st store.Store) {
 		{"future version", edit(p, "go"), 2, store.ErrConflict},
 		{"name of another live profile", edit(p, other.Name), 1, store.ErrConflict},
 		{"deleted", edit(gone, "gone"), 1, store.ErrConflict},
-		{"unknown", store.Profile{ID: newID(), Name: "x"}, 1, store.ErrNotFound},
+		{"unknown", domain.Profile{ID: newID(), Name: "x"}, 1, store.ErrNotFound},
 		{"no name", edit(p, ""), 1, nil},
-		{"bad spec", store.Profile{ID: p.ID, Name: "go", Spec: json.RawMessage(`{`)}, 1, nil},
+		{"bad spec", domain.Profile{ID: p.ID, Name: "go", Spec: json.RawMessage(`{`)}, 1, nil},
 	}
 	for _, c := range cases {
 		_, err := st.UpdateProfile(ctx, c.p, c.version)
@@ -156,7 +157,7 @@ func testProfileUpdateRejected(t *testing.T, st store.Store) {
 			t.Errorf("%s: UpdateProfile error = %v, want %v", c.name, err, c.want)
 		}
 	}
-	for _, want := range []store.Profile{p, other} {
+	for _, want := range []domain.Profile{p, other} {
 		got, err := st.GetProfile(ctx, want.ID)
 		must(t, err)
 		wantProfile(t, got, want)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -16,14 +17,14 @@ var secretTests = []test{
 	{"SecretRejected", testSecretRejected},
 }
 
-func newSecret(kind, name string) store.Secret {
-	return store.Secret{
+func newSecret(kind, name string) domain.Secret {
+	return domain.Secret{
 		ID: newID(), Kind: kind, Name: name, Sealed: []byte("sealed:" + name),
 		Meta: json.RawMessage(`{"base_url":"https://api.example/v1"}`), CreatedAt: t0,
 	}
 }
 
-func wantSecret(t *testing.T, got, want store.Secret) {
+func wantSecret(t *testing.T, got, want domain.Secret) {
 	t.Helper()
 	if got.ID != want.ID || got.Kind != want.Kind || got.Name != want.Name || !bytes.Equal(got.Sealed, want.Sealed) {
 		t.Fatalf("secret = %+v, want %+v", got, want)
@@ -67,7 +68,7 @@ func testSecretRoundTrip(t *testing.T, st store.Store) {
 	if len(list) != 3 {
 		t.Fatalf("listed %d secrets, want 3", len(list))
 	}
-	for i, want := range []store.Secret{anthropic, git, bare} { // by name
+	for i, want := range []domain.Secret{anthropic, git, bare} { // by name
 		wantSecret(t, list[i], want)
 	}
 	_, err = st.GetSecret(ctx, newID())
@@ -127,15 +128,15 @@ func testSecretRejected(t *testing.T, st store.Store) {
 	badMeta.Meta = json.RawMessage(`{"host":`)
 	cases := []struct {
 		name string
-		s    store.Secret
+		s    domain.Secret
 		want error // nil: any error
 	}{
 		{"same id", sameID, store.ErrConflict},
 		{"same live name", newSecret("openai_api_key", "anthropic"), store.ErrConflict},
-		{"no id", store.Secret{Kind: "git_https", Name: "a", Sealed: []byte("x")}, nil},
-		{"no kind", store.Secret{ID: newID(), Name: "a", Sealed: []byte("x")}, nil},
-		{"no name", store.Secret{ID: newID(), Kind: "git_https", Sealed: []byte("x")}, nil},
-		{"nothing sealed", store.Secret{ID: newID(), Kind: "git_https", Name: "a", Sealed: []byte{}}, nil},
+		{"no id", domain.Secret{Kind: "git_https", Name: "a", Sealed: []byte("x")}, nil},
+		{"no kind", domain.Secret{ID: newID(), Name: "a", Sealed: []byte("x")}, nil},
+		{"no name", domain.Secret{ID: newID(), Kind: "git_https", Sealed: []byte("x")}, nil},
+		{"nothing sealed", domain.Secret{ID: newID(), Kind: "git_https", Name: "a", Sealed: []byte{}}, nil},
 		{"bad meta", badMeta, nil},
 	}
 	for _, c := range cases {

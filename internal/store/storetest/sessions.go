@@ -1,12 +1,12 @@
 package storetest
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
 	"testing"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/lifecycle"
 	"github.com/engrams/engrams/internal/store"
 )
@@ -22,17 +22,17 @@ var sessionTests = []test{
 
 func testCreateSession(t *testing.T, st store.Store) {
 	ctx := t.Context()
-	n := store.NewSession{ID: newID(), OpID: newID(), Spec: json.RawMessage(`{"image": "debian", "n": 1}`), At: t0}
+	n := store.NewSession{ID: newSID(), OpID: newID(), Spec: domain.SessionSpec{Image: "debian", VCPUs: 1, Env: map[string]string{"A": "b"}}, At: t0}
 	sess, op, created, err := st.CreateSession(ctx, n)
 	must(t, err)
-	if !created || sess.ID != n.ID || sess.State != lifecycle.Created || sess.DesiredState != "active" ||
+	if !created || sess.ID != n.ID || sess.State != domain.SessionCreated || sess.DesiredState != domain.DesireActive ||
 		sess.Epoch != 0 || sess.HostID != "" || sess.EventSeq != 1 || sess.IdempotencyKey != "" {
 		t.Fatalf("session = %+v, created = %v", sess, created)
 	}
-	wantJSON(t, "spec", sess.Spec, n.Spec)
+	wantSame(t, "spec", sess.Spec, n.Spec)
 	wantTime(t, "created_at", sess.CreatedAt, t0)
 	wantTime(t, "updated_at", sess.UpdatedAt, t0)
-	if op.ID != n.OpID || op.SessionID != n.ID || op.Kind != store.OpCreate || op.State != store.OpPending ||
+	if op.ID != n.OpID || op.SessionID != n.ID || op.Kind != domain.OpCreate || op.State != domain.OpPending ||
 		op.Epoch != 0 || op.Attempts != 0 {
 		t.Fatalf("create op = %+v", op)
 	}
@@ -53,19 +53,19 @@ func testCreateSession(t *testing.T, st store.Store) {
 		t.Fatalf("events = %+v, want one created event", events)
 	}
 	wantTime(t, "event created_at", events[0].CreatedAt, t0)
-	_, err = st.GetSession(ctx, newID())
+	_, err = st.GetSession(ctx, newSID())
 	wantErr(t, err, store.ErrNotFound)
 }
 
 func testCreateSessionIdempotent(t *testing.T, st store.Store) {
 	ctx := t.Context()
-	n := store.NewSession{ID: newID(), OpID: newID(), IdempotencyKey: "req-1", At: t0}
+	n := store.NewSession{ID: newSID(), OpID: newID(), IdempotencyKey: "req-1", At: t0}
 	first, firstOp, created, err := st.CreateSession(ctx, n)
 	must(t, err)
 	if !created || first.IdempotencyKey != "req-1" {
 		t.Fatalf("first create: created = %v, session = %+v", created, first)
 	}
-	again := store.NewSession{ID: newID(), OpID: newID(), IdempotencyKey: "req-1", At: t0}
+	again := store.NewSession{ID: newSID(), OpID: newID(), IdempotencyKey: "req-1", At: t0}
 	sess, op, created, err := st.CreateSession(ctx, again)
 	must(t, err)
 	if created || sess.ID != first.ID || op.ID != firstOp.ID {
@@ -73,7 +73,7 @@ func testCreateSessionIdempotent(t *testing.T, st store.Store) {
 	}
 	_, err = st.GetSession(ctx, again.ID)
 	wantErr(t, err, store.ErrNotFound)
-	other, _, created, err := st.CreateSession(ctx, store.NewSession{ID: newID(), OpID: newID(), IdempotencyKey: "req-2"})
+	other, _, created, err := st.CreateSession(ctx, store.NewSession{ID: newSID(), OpID: newID(), IdempotencyKey: "req-2"})
 	must(t, err)
 	if !created || other.ID == first.ID {
 		t.Fatal("a different key did not create a new session")
@@ -81,7 +81,7 @@ func testCreateSessionIdempotent(t *testing.T, st store.Store) {
 	// Empty keys never collide.
 	newSession(t, st)
 	newSession(t, st)
-	all, err := st.ListSessions(ctx, store.SessionFilter{})
+	all, err := st.ListSessions(ctx, domain.SessionFilter{})
 	must(t, err)
 	if len(all) != 4 {
 		t.Fatalf("sessions = %d, want 4", len(all))
@@ -91,12 +91,12 @@ func testCreateSessionIdempotent(t *testing.T, st store.Store) {
 func testCreateSessionConcurrentKey(t *testing.T, st store.Store) {
 	const n = 8
 	var wg sync.WaitGroup
-	ids := make([]string, n)
+	ids := make([]domain.SessionID, n)
 	createdCount := make([]bool, n)
 	errs := make([]error, n)
 	for i := range n {
 		wg.Go(func() {
-			s, _, created, err := st.CreateSession(t.Context(), store.NewSession{ID: newID(), OpID: newID(), IdempotencyKey: "same"})
+			s, _, created, err := st.CreateSession(t.Context(), store.NewSession{ID: newSID(), OpID: newID(), IdempotencyKey: "same"})
 			ids[i], createdCount[i], errs[i] = s.ID, created, err
 		})
 	}
@@ -123,15 +123,14 @@ func testCreateSessionErrors(t *testing.T, st store.Store) {
 	wantErr(t, err, store.ErrConflict)
 	bad := []store.NewSession{
 		{OpID: newID()},
-		{ID: newID()},
-		{ID: newID(), OpID: newID(), Spec: json.RawMessage(`{not json`)},
+		{ID: newSID()},
 	}
 	for _, n := range bad {
 		if _, _, _, err := st.CreateSession(ctx, n); err == nil {
 			t.Errorf("CreateSession(%+v) succeeded", n)
 		}
 	}
-	all, err := st.ListSessions(ctx, store.SessionFilter{})
+	all, err := st.ListSessions(ctx, domain.SessionFilter{})
 	must(t, err)
 	if len(all) != 1 {
 		t.Fatalf("sessions after failed creates = %d, want 1", len(all))
@@ -145,7 +144,7 @@ func testCreateSessionErrors(t *testing.T, st store.Store) {
 
 func testListSessions(t *testing.T, st store.Store) {
 	ctx := t.Context()
-	var all, onA, starting []string
+	var all, onA, starting []domain.SessionID
 	for i := range 10 {
 		sess, op := newSession(t, st)
 		all = append(all, sess.ID)
@@ -153,9 +152,9 @@ func testListSessions(t *testing.T, st store.Store) {
 		if i%3 == 0 {
 			continue
 		}
-		host := "host-b"
+		host := domain.HostID("host-b")
 		if i%2 == 0 {
-			host = "host-a"
+			host = domain.HostID("host-a")
 			onA = append(onA, sess.ID)
 		}
 		transition(t, st, sess, lifecycle.Place, &host)
@@ -166,17 +165,17 @@ func testListSessions(t *testing.T, st store.Store) {
 	slices.Sort(starting)
 	cases := []struct {
 		name string
-		f    store.SessionFilter
-		want []string
+		f    domain.SessionFilter
+		want []domain.SessionID
 	}{
-		{"all", store.SessionFilter{}, all},
-		{"host", store.SessionFilter{HostID: "host-a"}, onA},
-		{"states", store.SessionFilter{States: []lifecycle.State{lifecycle.Starting, lifecycle.Dead}}, starting},
-		{"host and state", store.SessionFilter{HostID: "host-a", States: []lifecycle.State{lifecycle.Created}}, nil},
-		{"limit", store.SessionFilter{Limit: 3}, all[:3]},
-		{"after", store.SessionFilter{AfterID: all[6]}, all[7:]},
-		{"after and limit", store.SessionFilter{AfterID: all[2], Limit: 2}, all[3:5]},
-		{"unknown host", store.SessionFilter{HostID: "nope"}, nil},
+		{"all", domain.SessionFilter{}, all},
+		{"host", domain.SessionFilter{HostID: "host-a"}, onA},
+		{"states", domain.SessionFilter{States: []domain.SessionState{domain.SessionStarting, domain.SessionDead}}, starting},
+		{"host and state", domain.SessionFilter{HostID: "host-a", States: []domain.SessionState{domain.SessionCreated}}, nil},
+		{"limit", domain.SessionFilter{Limit: 3}, all[:3]},
+		{"after", domain.SessionFilter{AfterID: all[6]}, all[7:]},
+		{"after and limit", domain.SessionFilter{AfterID: all[2], Limit: 2}, all[3:5]},
+		{"unknown host", domain.SessionFilter{HostID: "nope"}, nil},
 	}
 	for _, c := range cases {
 		got, err := st.ListSessions(ctx, c.f)
@@ -186,8 +185,8 @@ func testListSessions(t *testing.T, st store.Store) {
 		}
 	}
 	// Keyset pagination visits every session once, in order.
-	var paged []string
-	f := store.SessionFilter{Limit: 4}
+	var paged []domain.SessionID
+	f := domain.SessionFilter{Limit: 4}
 	for {
 		page, err := st.ListSessions(ctx, f)
 		must(t, err)
@@ -202,8 +201,8 @@ func testListSessions(t *testing.T, st store.Store) {
 	}
 }
 
-func sessionIDs(list []store.Session) []string {
-	var ids []string
+func sessionIDs(list []domain.Session) []domain.SessionID {
+	var ids []domain.SessionID
 	for _, s := range list {
 		ids = append(ids, s.ID)
 	}
@@ -213,7 +212,7 @@ func sessionIDs(list []store.Session) []string {
 func testSetDesiredState(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	sess, _ := newSession(t, st)
-	for _, d := range []string{"idle", "deleted", "active"} {
+	for _, d := range []domain.DesiredState{domain.DesireIdle, domain.DesireDeleted, domain.DesireActive} {
 		must(t, st.SetDesiredState(ctx, sess.ID, d))
 		got, err := st.GetSession(ctx, sess.ID)
 		must(t, err)
@@ -224,5 +223,5 @@ func testSetDesiredState(t *testing.T, st store.Store) {
 	if err := st.SetDesiredState(ctx, sess.ID, "sideways"); err == nil {
 		t.Fatal("SetDesiredState(sideways) succeeded")
 	}
-	wantErr(t, st.SetDesiredState(ctx, newID(), "idle"), store.ErrNotFound)
+	wantErr(t, st.SetDesiredState(ctx, newSID(), "idle"), store.ErrNotFound)
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/lifecycle"
 	"github.com/engrams/engrams/internal/store"
 )
@@ -21,26 +22,26 @@ var snapshotTests = []test{
 }
 
 // claimedSession creates a session and claims its create op.
-func claimedSession(t *testing.T, st store.Store) (store.Op, store.Session) {
+func claimedSession(t *testing.T, st store.Store) (domain.Op, domain.Session) {
 	t.Helper()
 	_, create := newSession(t, st)
 	return claimOnly(t, st, create.ID, t0)
 }
 
-func newSnapshot(sessionID string, outboxSeq int64, at time.Time) store.Snapshot {
-	return store.Snapshot{
+func newSnapshot(sessionID domain.SessionID, outboxSeq int64, at time.Time) domain.Snapshot {
+	return domain.Snapshot{
 		ID: newID(), SessionID: sessionID, HostID: "host-1",
-		Manifests: json.RawMessage(`{"memory":{"chunks":["aa"]}}`), Facts: json.RawMessage(`{"cpu":"x"}`),
+		Manifests: json.RawMessage(`{"memory":{"chunks":["aa"]}}`), Facts: domain.HostFacts{CPUModel: "x"},
 		Bytes: 1 << 30, Uploaded: 1 << 20, OutboxSeq: outboxSeq, HarnessSeq: 7, Reason: "snapshot", CreatedAt: at,
 	}
 }
 
 // putItems appends n outbox items and returns them.
-func putItems(t *testing.T, st store.Store, sessionID string, n int) []store.OutboxItem {
+func putItems(t *testing.T, st store.Store, sessionID domain.SessionID, n int) []domain.OutboxItem {
 	t.Helper()
-	var out []store.OutboxItem
+	var out []domain.OutboxItem
 	for range n {
-		it, created, err := st.PutOutbox(t.Context(), store.OutboxItem{SessionID: sessionID, ID: newID(), Kind: "prompt",
+		it, created, err := st.PutOutbox(t.Context(), domain.OutboxItem{SessionID: sessionID, ID: newID(), Kind: "prompt",
 			Payload: json.RawMessage(`{"text":"hi"}`), CreatedAt: t0})
 		must(t, err)
 		if !created {
@@ -52,11 +53,11 @@ func putItems(t *testing.T, st store.Store, sessionID string, n int) []store.Out
 }
 
 // wantOutboxStates checks the state of every item of a session, in seq order.
-func wantOutboxStates(t *testing.T, st store.Store, sessionID string, want ...store.OutboxState) []store.OutboxItem {
+func wantOutboxStates(t *testing.T, st store.Store, sessionID domain.SessionID, want ...domain.OutboxState) []domain.OutboxItem {
 	t.Helper()
 	items, err := st.ListOutbox(t.Context(), sessionID, 0, 0)
 	must(t, err)
-	var got []store.OutboxState
+	var got []domain.OutboxState
 	for _, it := range items {
 		got = append(got, it.State)
 	}
@@ -66,7 +67,7 @@ func wantOutboxStates(t *testing.T, st store.Store, sessionID string, want ...st
 	return items
 }
 
-func wantHead(t *testing.T, st store.Store, sessionID, want string) {
+func wantHead(t *testing.T, st store.Store, sessionID domain.SessionID, want string) {
 	t.Helper()
 	sess, err := st.GetSession(t.Context(), sessionID)
 	must(t, err)
@@ -95,7 +96,7 @@ func testCommitSnapshot(t *testing.T, st store.Store) {
 	}
 	wantTime(t, "created_at", got.CreatedAt, t0)
 	// Delivered items the snapshot covers are durable; the rest are not.
-	wantOutboxStates(t, st, sess.ID, store.OutboxDurable, store.OutboxDelivered, store.OutboxPending)
+	wantOutboxStates(t, st, sess.ID, domain.OutboxDurable, domain.OutboxDelivered, domain.OutboxPending)
 
 	// The parent is the previous head, given or not; pending items stay
 	// pending even when the snapshot's outbox seq covers them.
@@ -105,7 +106,7 @@ func testCommitSnapshot(t *testing.T, st store.Store) {
 	third := newSnapshot(sess.ID, 3, t0.Add(2*time.Second))
 	must(t, st.CommitSnapshot(ctx, third, op.Epoch))
 	wantHead(t, st, sess.ID, third.ID)
-	wantOutboxStates(t, st, sess.ID, store.OutboxDurable, store.OutboxDurable, store.OutboxPending)
+	wantOutboxStates(t, st, sess.ID, domain.OutboxDurable, domain.OutboxDurable, domain.OutboxPending)
 	list, err := st.ListSnapshots(ctx, sess.ID)
 	must(t, err)
 	var ids, parents []string
@@ -124,7 +125,7 @@ func testCommitSnapshot(t *testing.T, st store.Store) {
 	}
 	_, err = st.GetSnapshot(ctx, newID())
 	wantErr(t, err, store.ErrNotFound)
-	list, err = st.ListSnapshots(ctx, newID())
+	list, err = st.ListSnapshots(ctx, newSID())
 	must(t, err)
 	if len(list) != 0 {
 		t.Fatalf("snapshots of an unknown session = %+v", list)
@@ -140,16 +141,16 @@ func testCommitSnapshotRejected(t *testing.T, st store.Store) {
 	must(t, st.CommitSnapshot(ctx, head, op.Epoch))
 	cases := []struct {
 		name   string
-		change func(*store.Snapshot, *int64)
+		change func(*domain.Snapshot, *int64)
 		want   error // nil: any error
 	}{
-		{"stale epoch", func(_ *store.Snapshot, e *int64) { *e-- }, store.ErrStaleEpoch},
-		{"future epoch", func(_ *store.Snapshot, e *int64) { *e++ }, store.ErrStaleEpoch},
-		{"unknown session", func(s *store.Snapshot, _ *int64) { s.SessionID = newID() }, store.ErrNotFound},
-		{"wrong parent", func(s *store.Snapshot, _ *int64) { s.ParentID = newID() }, store.ErrConflict},
-		{"reused id", func(s *store.Snapshot, _ *int64) { s.ID = head.ID }, store.ErrConflict},
-		{"no id", func(s *store.Snapshot, _ *int64) { s.ID = "" }, nil},
-		{"bad manifests", func(s *store.Snapshot, _ *int64) { s.Manifests = json.RawMessage(`{`) }, nil},
+		{"stale epoch", func(_ *domain.Snapshot, e *int64) { *e-- }, store.ErrStaleEpoch},
+		{"future epoch", func(_ *domain.Snapshot, e *int64) { *e++ }, store.ErrStaleEpoch},
+		{"unknown session", func(s *domain.Snapshot, _ *int64) { s.SessionID = newSID() }, store.ErrNotFound},
+		{"wrong parent", func(s *domain.Snapshot, _ *int64) { s.ParentID = newID() }, store.ErrConflict},
+		{"reused id", func(s *domain.Snapshot, _ *int64) { s.ID = head.ID }, store.ErrConflict},
+		{"no id", func(s *domain.Snapshot, _ *int64) { s.ID = "" }, nil},
+		{"bad manifests", func(s *domain.Snapshot, _ *int64) { s.Manifests = json.RawMessage(`{`) }, nil},
 	}
 	for _, c := range cases {
 		snap, epoch := newSnapshot(sess.ID, 2, t0.Add(time.Second)), op.Epoch
@@ -170,7 +171,7 @@ func testCommitSnapshotRejected(t *testing.T, st store.Store) {
 	if len(list) != 1 {
 		t.Fatalf("snapshots after rejected commits = %d, want 1", len(list))
 	}
-	wantOutboxStates(t, st, sess.ID, store.OutboxDelivered, store.OutboxDelivered)
+	wantOutboxStates(t, st, sess.ID, domain.OutboxDelivered, domain.OutboxDelivered)
 	// A terminal session takes no snapshot.
 	transition(t, st, sess, lifecycle.DeleteRequested, nil)
 	wantErr(t, st.CommitSnapshot(ctx, newSnapshot(sess.ID, 2, t0), op.Epoch), store.ErrConflict)
@@ -189,13 +190,13 @@ func testCommitSnapshotAtomic(t *testing.T, st store.Store) {
 	must(t, st.MarkDelivered(ctx, b.ID, 2, opB.Epoch, t0))
 	for _, prev := range []string{"", newID()} {
 		if prev != "" {
-			must(t, st.CommitSnapshot(ctx, store.Snapshot{ID: prev, SessionID: b.ID, CreatedAt: t0}, opB.Epoch))
+			must(t, st.CommitSnapshot(ctx, domain.Snapshot{ID: prev, SessionID: b.ID, CreatedAt: t0}, opB.Epoch))
 		}
 		dup := newSnapshot(b.ID, 2, t0)
 		dup.ID = taken.ID
 		wantErr(t, st.CommitSnapshot(ctx, dup, opB.Epoch), store.ErrConflict)
 		wantHead(t, st, b.ID, prev)
-		wantOutboxStates(t, st, b.ID, store.OutboxDelivered, store.OutboxDelivered)
+		wantOutboxStates(t, st, b.ID, domain.OutboxDelivered, domain.OutboxDelivered)
 	}
 	got, err := st.GetSnapshot(ctx, taken.ID)
 	must(t, err)
@@ -237,13 +238,13 @@ func testDeleteSnapshots(t *testing.T, st store.Store) {
 	_, err = st.GetSnapshot(ctx, kept.ID)
 	must(t, err)
 	wantHead(t, st, other.ID, kept.ID)
-	wantErr(t, st.DeleteSnapshots(ctx, newID()), store.ErrNotFound)
+	wantErr(t, st.DeleteSnapshots(ctx, newSID()), store.ErrNotFound)
 }
 
 func testForEachSnapshot(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	// More rows than one page of sqlstore's ForEachSnapshot (500).
-	want := map[string]string{}
+	want := map[string]domain.SessionID{}
 	for i := range 3 {
 		op, sess := claimedSession(t, st)
 		for range 1 + i*300 {
@@ -253,7 +254,7 @@ func testForEachSnapshot(t *testing.T, st store.Store) {
 		}
 	}
 	seen := map[string]int{}
-	must(t, st.ForEachSnapshot(ctx, func(s store.Snapshot) error {
+	must(t, st.ForEachSnapshot(ctx, func(s domain.Snapshot) error {
 		if want[s.ID] != s.SessionID {
 			return fmt.Errorf("snapshot %s of %s: unexpected", s.ID, s.SessionID)
 		}
@@ -270,7 +271,7 @@ func testForEachSnapshot(t *testing.T, st store.Store) {
 	}
 	stop := errors.New("stop")
 	calls := 0
-	err := st.ForEachSnapshot(ctx, func(store.Snapshot) error { calls++; return stop })
+	err := st.ForEachSnapshot(ctx, func(domain.Snapshot) error { calls++; return stop })
 	if !errors.Is(err, stop) || calls != 1 {
 		t.Fatalf("ForEachSnapshot with a failing fn: err %v after %d calls", err, calls)
 	}

@@ -3,11 +3,13 @@ package storetest
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/lifecycle"
 	"github.com/engrams/engrams/internal/store"
 )
@@ -49,6 +51,9 @@ const waitFor = 10 * time.Second
 
 func newID() string { return uuid.Must(uuid.NewV7()).String() }
 
+func newSID() domain.SessionID { return domain.SessionID(newID()) }
+func newHID() domain.HostID    { return domain.HostID(newID()) }
+
 func wantErr(t *testing.T, err, target error) {
 	t.Helper()
 	if !errors.Is(err, target) {
@@ -73,6 +78,14 @@ func wantTime(t *testing.T, what string, got, want time.Time) {
 	}
 }
 
+// wantSame fails unless got and want are deeply equal (typed columns).
+func wantSame[T any](t *testing.T, what string, got, want T) {
+	t.Helper()
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("%s = %+v, want %+v", what, got, want)
+	}
+}
+
 func wantJSON(t *testing.T, what string, got, want json.RawMessage) {
 	t.Helper()
 	if string(got) != string(want) {
@@ -81,10 +94,10 @@ func wantJSON(t *testing.T, what string, got, want json.RawMessage) {
 }
 
 // newSession creates a session with a pending create op.
-func newSession(t *testing.T, st store.Store) (store.Session, store.Op) {
+func newSession(t *testing.T, st store.Store) (domain.Session, domain.Op) {
 	t.Helper()
 	sess, op, created, err := st.CreateSession(t.Context(), store.NewSession{
-		ID: newID(), OpID: newID(), Spec: json.RawMessage(`{"image":"debian"}`), At: t0,
+		ID: newSID(), OpID: newID(), Spec: domain.SessionSpec{Image: "debian"}, At: t0,
 	})
 	must(t, err)
 	if !created {
@@ -94,7 +107,7 @@ func newSession(t *testing.T, st store.Store) (store.Session, store.Op) {
 }
 
 // claimOnly claims the only claimable op and checks it is wantOp.
-func claimOnly(t *testing.T, st store.Store, wantOp string, now time.Time) (store.Op, store.Session) {
+func claimOnly(t *testing.T, st store.Store, wantOp string, now time.Time) (domain.Op, domain.Session) {
 	t.Helper()
 	op, sess, err := st.ClaimOp(t.Context(), "worker", now, time.Minute)
 	must(t, err)
@@ -105,7 +118,7 @@ func claimOnly(t *testing.T, st store.Store, wantOp string, now time.Time) (stor
 }
 
 // transition applies event to a session and returns the new row.
-func transition(t *testing.T, st store.Store, sess store.Session, e lifecycle.Event, hostID *string) store.Session {
+func transition(t *testing.T, st store.Store, sess domain.Session, e lifecycle.Event, hostID *domain.HostID) domain.Session {
 	t.Helper()
 	to, err := lifecycle.Transition(sess.State, e)
 	must(t, err)

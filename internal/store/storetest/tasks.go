@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -28,24 +29,24 @@ var taskTests = []test{
 const receipt = `{"image":"debian","harness":"claude-code@1.0.0","hosts":["api.anthropic.com"],` +
 	`"credentials":[{"name":"anthropic","delivery":"gateway"}]}`
 
-func newTask(profile store.Profile) store.Task {
-	return store.Task{
-		ID: newID(), ProfileID: profile.ID, ProfileVersion: profile.Version, Receipt: json.RawMessage(receipt),
+func newTask(profile domain.Profile) domain.Task {
+	return domain.Task{
+		ID: domain.TaskID(newID()), ProfileID: profile.ID, ProfileVersion: profile.Version, Receipt: json.RawMessage(receipt),
 		Title: "create hello.txt", CreatedAt: t0,
 	}
 }
 
-func createTask(t *testing.T, st store.Store, profile store.Profile) store.Task {
+func createTask(t *testing.T, st store.Store, profile domain.Profile) domain.Task {
 	t.Helper()
 	task := newTask(profile)
 	got, err := st.CreateTask(t.Context(), task)
 	must(t, err)
-	task.State, task.UpdatedAt = store.TaskStarting, task.CreatedAt
+	task.State, task.UpdatedAt = domain.TaskStarting, task.CreatedAt
 	wantTask(t, got, task)
 	return got
 }
 
-func wantTask(t *testing.T, got, want store.Task) {
+func wantTask(t *testing.T, got, want domain.Task) {
 	t.Helper()
 	if got.ID != want.ID || got.ProfileID != want.ProfileID || got.ProfileVersion != want.ProfileVersion ||
 		got.Title != want.Title || got.State != want.State || got.SessionID != want.SessionID ||
@@ -73,7 +74,7 @@ func testTaskRoundTrip(t *testing.T, st store.Store) {
 	// Created with a session (attached as the first), another state and an
 	// event seq that is ignored.
 	b := newTask(p)
-	b.State, b.SessionID, b.EventSeq, b.Receipt, b.Title = store.TaskRunning, "sess-1", 42, nil, ""
+	b.State, b.SessionID, b.EventSeq, b.Receipt, b.Title = domain.TaskRunning, "sess-1", 42, nil, ""
 	got, err = st.CreateTask(ctx, b)
 	must(t, err)
 	b.EventSeq, b.UpdatedAt = 0, b.CreatedAt
@@ -91,7 +92,7 @@ func testTaskRoundTrip(t *testing.T, st store.Store) {
 	// A deleted profile is accepted: the receipt is what the task runs by.
 	must(t, st.DeleteProfile(ctx, p.ID, t0))
 	createTask(t, st, p)
-	_, err = st.GetTask(ctx, newID())
+	_, err = st.GetTask(ctx, domain.TaskID(newID()))
 	wantErr(t, err, store.ErrNotFound)
 }
 
@@ -101,22 +102,22 @@ func testTaskRejected(t *testing.T, st store.Store) {
 	a := createTask(t, st, p)
 	reused := newTask(p)
 	reused.ID, reused.SessionID = a.ID, "sess-x"
-	with := func(f func(*store.Task)) store.Task {
+	with := func(f func(*domain.Task)) domain.Task {
 		task := newTask(p)
 		f(&task)
 		return task
 	}
 	cases := []struct {
 		name string
-		task store.Task
+		task domain.Task
 		want error // nil: any error
 	}{
 		{"reused id", reused, store.ErrConflict},
-		{"unknown profile", with(func(t *store.Task) { t.ProfileID = newID() }), store.ErrNotFound},
-		{"no id", with(func(t *store.Task) { t.ID = "" }), nil},
-		{"no profile", with(func(t *store.Task) { t.ProfileID = "" }), nil},
-		{"bad state", with(func(t *store.Task) { t.State = "paused" }), nil},
-		{"bad receipt", with(func(t *store.Task) { t.Receipt = json.RawMessage(`{"image"`) }), nil},
+		{"unknown profile", with(func(t *domain.Task) { t.ProfileID = newID() }), store.ErrNotFound},
+		{"no id", with(func(t *domain.Task) { t.ID = "" }), nil},
+		{"no profile", with(func(t *domain.Task) { t.ProfileID = "" }), nil},
+		{"bad state", with(func(t *domain.Task) { t.State = "paused" }), nil},
+		{"bad receipt", with(func(t *domain.Task) { t.Receipt = json.RawMessage(`{"image"`) }), nil},
 	}
 	for _, c := range cases {
 		_, err := st.CreateTask(ctx, c.task)
@@ -124,7 +125,7 @@ func testTaskRejected(t *testing.T, st store.Store) {
 			t.Errorf("%s: CreateTask error = %v, want %v", c.name, err, c.want)
 		}
 	}
-	list, err := st.ListTasks(ctx, store.TaskFilter{})
+	list, err := st.ListTasks(ctx, domain.TaskFilter{})
 	must(t, err)
 	if len(list) != 1 {
 		t.Fatalf("listed %d tasks after refused creates, want 1: %+v", len(list), list)
@@ -140,13 +141,13 @@ func testTaskRejected(t *testing.T, st store.Store) {
 func testTaskList(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	p1, p2 := createProfile(t, st, "go"), createProfile(t, st, "python")
-	ids := map[string]string{}
+	ids := map[domain.TaskID]string{}
 	for i, c := range []struct {
 		key     string
-		profile store.Profile
-		state   store.TaskState
+		profile domain.Profile
+		state   domain.TaskState
 	}{
-		{"a", p1, store.TaskRunning}, {"b", p2, store.TaskIdle}, {"c", p1, store.TaskIdle}, {"d", p1, store.TaskFailed},
+		{"a", p1, domain.TaskRunning}, {"b", p2, domain.TaskIdle}, {"c", p1, domain.TaskIdle}, {"d", p1, domain.TaskFailed},
 	} {
 		task := newTask(c.profile)
 		task.State = c.state
@@ -156,16 +157,16 @@ func testTaskList(t *testing.T, st store.Store) {
 		ids[task.ID] = c.key
 	}
 	cases := []struct {
-		f    store.TaskFilter
+		f    domain.TaskFilter
 		want string
 	}{
-		{store.TaskFilter{}, "dcba"},
-		{store.TaskFilter{ProfileID: p1.ID}, "dca"},
-		{store.TaskFilter{States: []store.TaskState{store.TaskIdle}}, "cb"},
-		{store.TaskFilter{States: []store.TaskState{store.TaskIdle, store.TaskRunning}}, "cba"},
-		{store.TaskFilter{ProfileID: p1.ID, States: []store.TaskState{store.TaskIdle, store.TaskFailed}}, "dc"},
-		{store.TaskFilter{ProfileID: p2.ID, States: []store.TaskState{store.TaskFailed}}, ""},
-		{store.TaskFilter{ProfileID: newID()}, ""},
+		{domain.TaskFilter{}, "dcba"},
+		{domain.TaskFilter{ProfileID: p1.ID}, "dca"},
+		{domain.TaskFilter{States: []domain.TaskState{domain.TaskIdle}}, "cb"},
+		{domain.TaskFilter{States: []domain.TaskState{domain.TaskIdle, domain.TaskRunning}}, "cba"},
+		{domain.TaskFilter{ProfileID: p1.ID, States: []domain.TaskState{domain.TaskIdle, domain.TaskFailed}}, "dc"},
+		{domain.TaskFilter{ProfileID: p2.ID, States: []domain.TaskState{domain.TaskFailed}}, ""},
+		{domain.TaskFilter{ProfileID: newID()}, ""},
 	}
 	for _, c := range cases {
 		list, err := st.ListTasks(ctx, c.f)
@@ -184,14 +185,14 @@ func testTaskState(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	task := createTask(t, st, createProfile(t, st, "go"))
 	steps := []struct {
-		state  store.TaskState
+		state  domain.TaskState
 		errMsg string
 	}{
-		{store.TaskRunning, ""},
-		{store.TaskFailed, "auth failed: 401 from the provider"},
-		{store.TaskIdle, ""}, // clears the error
-		{store.TaskStopped, ""},
-		{store.TaskRunning, ""}, // not fenced: any state may follow
+		{domain.TaskRunning, ""},
+		{domain.TaskFailed, "auth failed: 401 from the provider"},
+		{domain.TaskIdle, ""}, // clears the error
+		{domain.TaskStopped, ""},
+		{domain.TaskRunning, ""}, // not fenced: any state may follow
 	}
 	for i, s := range steps {
 		at := t0.Add(time.Duration(i+1) * time.Second)
@@ -201,7 +202,7 @@ func testTaskState(t *testing.T, st store.Store) {
 		task.State, task.Error, task.UpdatedAt = s.state, s.errMsg, at
 		wantTask(t, got, task)
 	}
-	wantErr(t, st.SetTaskState(ctx, newID(), store.TaskIdle, "", t0), store.ErrNotFound)
+	wantErr(t, st.SetTaskState(ctx, domain.TaskID(newID()), domain.TaskIdle, "", t0), store.ErrNotFound)
 	if err := st.SetTaskState(ctx, task.ID, "paused", "", t0); err == nil {
 		t.Fatal("SetTaskState accepted an unknown state")
 	}
@@ -214,7 +215,7 @@ func testTaskSessions(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	task := createTask(t, st, createProfile(t, st, "go"))
 	steps := []struct {
-		session string
+		session domain.SessionID
 		wantSeq int64
 	}{
 		{"sess-1", 1},
@@ -251,12 +252,12 @@ func testTaskSessions(t *testing.T, st store.Store) {
 		t.Fatalf("task sessions = %v, want %v", got, want)
 	}
 
-	_, err = st.AttachSession(ctx, newID(), "sess-1", t0)
+	_, err = st.AttachSession(ctx, domain.TaskID(newID()), "sess-1", t0)
 	wantErr(t, err, store.ErrNotFound)
 	if _, err := st.AttachSession(ctx, task.ID, "", t0); err == nil {
 		t.Fatal("AttachSession accepted an empty session id")
 	}
-	list, err = st.ListTaskSessions(ctx, newID())
+	list, err = st.ListTaskSessions(ctx, domain.TaskID(newID()))
 	must(t, err)
 	if len(list) != 0 {
 		t.Fatalf("sessions of an unknown task = %+v", list)
@@ -274,7 +275,7 @@ func testTaskSessionsConcurrent(t *testing.T, st store.Store) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			ts, err := st.AttachSession(t.Context(), task.ID, fmt.Sprintf("sess-%d", i), t0)
+			ts, err := st.AttachSession(t.Context(), task.ID, domain.SessionID(fmt.Sprintf("sess-%d", i)), t0)
 			seqs[i], errs[i] = ts.Seq, err
 		})
 	}
@@ -303,19 +304,19 @@ func testTaskEvents(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	p := createProfile(t, st, "go")
 	task, other := createTask(t, st, p), createTask(t, st, p)
-	got, err := st.AppendTaskEvents(ctx, task.ID, []store.TaskEvent{
+	got, err := st.AppendTaskEvents(ctx, task.ID, []domain.TaskEvent{
 		{Type: "prompt", Payload: json.RawMessage(`{"text": "create hello.txt"}`), At: t0},
 		{Type: "run_started", At: t0.Add(time.Second)},
 		{TaskID: other.ID, Seq: 99, Type: "text", Payload: json.RawMessage(`{"delta":"hi"}`), At: t0.Add(2 * time.Second)},
 	})
 	must(t, err)
-	more, err := st.AppendTaskEvents(ctx, task.ID, []store.TaskEvent{{Type: "idle"}})
+	more, err := st.AppendTaskEvents(ctx, task.ID, []domain.TaskEvent{{Type: "idle"}})
 	must(t, err)
 	if len(more) != 1 || more[0].Seq != 4 || more[0].At.IsZero() || more[0].At.Location() != time.UTC {
 		t.Fatalf("appended %+v, want seq 4 stamped now in UTC", more)
 	}
 	// Seqs are per task.
-	o, err := st.AppendTaskEvents(ctx, other.ID, []store.TaskEvent{{Type: "prompt"}})
+	o, err := st.AppendTaskEvents(ctx, other.ID, []domain.TaskEvent{{Type: "prompt"}})
 	must(t, err)
 	if len(o) != 1 || o[0].Seq != 1 || o[0].TaskID != other.ID {
 		t.Fatalf("other task's first event = %+v", o)
@@ -359,7 +360,7 @@ func testTaskEvents(t *testing.T, st store.Store) {
 	wantTask(t, cur, task)
 }
 
-func listCases(t *testing.T, st store.Store, taskID string) {
+func listCases(t *testing.T, st store.Store, taskID domain.TaskID) {
 	t.Helper()
 	cases := []struct {
 		after int64
@@ -383,7 +384,7 @@ func listCases(t *testing.T, st store.Store, taskID string) {
 			t.Errorf("ListTaskEvents(after %d, limit %d) = %v, want %v", c.after, c.limit, seqs, c.want)
 		}
 	}
-	list, err := st.ListTaskEvents(t.Context(), newID(), 0, 0)
+	list, err := st.ListTaskEvents(t.Context(), domain.TaskID(newID()), 0, 0)
 	must(t, err)
 	if len(list) != 0 {
 		t.Fatalf("events of an unknown task = %+v", list)
@@ -393,19 +394,19 @@ func listCases(t *testing.T, st store.Store, taskID string) {
 func testTaskEventsRejected(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	task := createTask(t, st, createProfile(t, st, "go"))
-	_, err := st.AppendTaskEvents(ctx, task.ID, []store.TaskEvent{{Type: "prompt"}})
+	_, err := st.AppendTaskEvents(ctx, task.ID, []domain.TaskEvent{{Type: "prompt"}})
 	must(t, err)
 	cases := []struct {
 		name   string
-		taskID string
-		events []store.TaskEvent
+		taskID domain.TaskID
+		events []domain.TaskEvent
 		want   error // nil: any error
 	}{
-		{"unknown task", newID(), []store.TaskEvent{{Type: "prompt"}}, store.ErrNotFound},
-		{"no task id", "", []store.TaskEvent{{Type: "prompt"}}, nil},
-		{"one without type", task.ID, []store.TaskEvent{{Type: "text"}, {}, {Type: "idle"}}, nil},
+		{"unknown task", domain.TaskID(newID()), []domain.TaskEvent{{Type: "prompt"}}, store.ErrNotFound},
+		{"no task id", "", []domain.TaskEvent{{Type: "prompt"}}, nil},
+		{"one without type", task.ID, []domain.TaskEvent{{Type: "text"}, {}, {Type: "idle"}}, nil},
 		{"one with bad payload", task.ID,
-			[]store.TaskEvent{{Type: "text"}, {Type: "tool", Payload: json.RawMessage(`{`)}}, nil},
+			[]domain.TaskEvent{{Type: "text"}, {Type: "tool", Payload: json.RawMessage(`{`)}}, nil},
 	}
 	for _, c := range cases {
 		_, err := st.AppendTaskEvents(ctx, c.taskID, c.events)
@@ -419,7 +420,7 @@ func testTaskEventsRejected(t *testing.T, st store.Store) {
 	if len(list) != 1 {
 		t.Fatalf("events after refused appends = %+v, want 1", list)
 	}
-	got, err := st.AppendTaskEvents(ctx, task.ID, []store.TaskEvent{{Type: "text"}})
+	got, err := st.AppendTaskEvents(ctx, task.ID, []domain.TaskEvent{{Type: "text"}})
 	must(t, err)
 	if got[0].Seq != 2 {
 		t.Fatalf("seq after refused appends = %d, want 2", got[0].Seq)
@@ -447,9 +448,9 @@ func AppendTaskEventsConcurrently(t *testing.T, stores []store.Store, workers, e
 		st := stores[w%len(stores)]
 		wg.Go(func() {
 			for i := range each {
-				batch := make([]store.TaskEvent, 1+(w+i)%3)
+				batch := make([]domain.TaskEvent, 1+(w+i)%3)
 				for k := range batch {
-					batch[k] = store.TaskEvent{Type: "text", Payload: json.RawMessage(fmt.Sprintf(`{"w":%d,"i":%d,"k":%d}`, w, i, k))}
+					batch[k] = domain.TaskEvent{Type: "text", Payload: json.RawMessage(fmt.Sprintf(`{"w":%d,"i":%d,"k":%d}`, w, i, k))}
 				}
 				got, err := st.AppendTaskEvents(t.Context(), task.ID, batch)
 				if err != nil {

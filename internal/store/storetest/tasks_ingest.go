@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -22,15 +23,15 @@ var taskIngestTests = []test{
 }
 
 // guestEvents returns events of type typ with the given guest seqs.
-func guestEvents(typ string, seqs ...int64) []store.TaskEvent {
-	out := make([]store.TaskEvent, len(seqs))
+func guestEvents(typ string, seqs ...int64) []domain.TaskEvent {
+	out := make([]domain.TaskEvent, len(seqs))
 	for i, s := range seqs {
-		out[i] = store.TaskEvent{Type: typ, GuestSeq: s}
+		out[i] = domain.TaskEvent{Type: typ, GuestSeq: s}
 	}
 	return out
 }
 
-func ingest(t *testing.T, st store.Store, taskID, sessionID string, rewound *int64, events []store.TaskEvent, wantCursor int64, wantSeqs ...int64) {
+func ingest(t *testing.T, st store.Store, taskID domain.TaskID, sessionID domain.SessionID, rewound *int64, events []domain.TaskEvent, wantCursor int64, wantSeqs ...int64) {
 	t.Helper()
 	cursor, got, err := st.IngestTaskEvents(t.Context(), taskID, sessionID, rewound, events)
 	must(t, err)
@@ -50,7 +51,7 @@ func testTaskIngest(t *testing.T, st store.Store) {
 	task := createTask(t, st, p)
 	_, err := st.AttachSession(ctx, task.ID, "s1", t0)
 	must(t, err)
-	_, err = st.AppendTaskEvents(ctx, task.ID, []store.TaskEvent{{Type: "prompt"}}) // seq 1, not from a guest
+	_, err = st.AppendTaskEvents(ctx, task.ID, []domain.TaskEvent{{Type: "prompt"}}) // seq 1, not from a guest
 	must(t, err)
 
 	ingest(t, st, task.ID, "s1", nil, nil, 0)                                   // read the cursor
@@ -92,7 +93,7 @@ func testTaskIngestRejected(t *testing.T, st store.Store) {
 	if _, _, err := st.IngestTaskEvents(ctx, "nope", "s1", nil, nil); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("ingest into an unknown task: %v, want ErrNotFound", err)
 	}
-	for name, evs := range map[string][]store.TaskEvent{
+	for name, evs := range map[string][]domain.TaskEvent{
 		"decreasing seqs": guestEvents("text", 2, 1),
 		"repeated seq":    guestEvents("text", 1, 1),
 		"no type":         guestEvents("", 1),
@@ -108,12 +109,12 @@ func testTaskBySession(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	p := createProfile(t, st, "by-session")
 	task := createTask(t, st, p)
-	if _, err := st.TaskBySession(ctx, "s-"+task.ID); !errors.Is(err, store.ErrNotFound) {
+	if _, err := st.TaskBySession(ctx, domain.SessionID("s-"+task.ID)); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("task of a session no task has: %v", err)
 	}
-	_, err := st.AttachSession(ctx, task.ID, "s-"+task.ID, t0)
+	_, err := st.AttachSession(ctx, task.ID, domain.SessionID("s-"+task.ID), t0)
 	must(t, err)
-	got, err := st.TaskBySession(ctx, "s-"+task.ID)
+	got, err := st.TaskBySession(ctx, domain.SessionID("s-"+task.ID))
 	must(t, err)
 	if got.ID != task.ID {
 		t.Fatalf("task of the session = %s, want %s", got.ID, task.ID)
@@ -146,7 +147,7 @@ func testTaskClaimSetup(t *testing.T, st store.Store) {
 	claim(m(3), never, m(1), false) // an old stamp: the claim was lost
 	claim(m(9), m(5), never, true)  // taken over after nobody renewed
 	claim(m(10), never, m(2), false)
-	must(t, st.SetTaskState(ctx, task.ID, store.TaskRunning, "", m(11)))
+	must(t, st.SetTaskState(ctx, task.ID, domain.TaskRunning, "", m(11)))
 	claim(m(60), m(60), m(11), false) // no longer starting
 	if ok, err := st.ClaimTaskSetup(ctx, "nope", t0, t0, never); ok || err != nil {
 		t.Fatalf("claim of an unknown task = %v, %v", ok, err)
@@ -184,21 +185,21 @@ func testTaskUpdateState(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	p := createProfile(t, st, "update-state")
 	task := createTask(t, st, p)
-	live := []store.TaskState{store.TaskStarting, store.TaskRunning, store.TaskIdle}
-	ok, err := st.UpdateTaskState(ctx, task.ID, live, store.TaskRunning, "", t0.Add(time.Second))
+	live := []domain.TaskState{domain.TaskStarting, domain.TaskRunning, domain.TaskIdle}
+	ok, err := st.UpdateTaskState(ctx, task.ID, live, domain.TaskRunning, "", t0.Add(time.Second))
 	must(t, err)
 	if !ok {
 		t.Fatal("starting -> running refused")
 	}
-	must(t, st.SetTaskState(ctx, task.ID, store.TaskStopped, "", t0.Add(2*time.Second)))
-	ok, err = st.UpdateTaskState(ctx, task.ID, live, store.TaskIdle, "auth: bad key", t0.Add(3*time.Second))
+	must(t, st.SetTaskState(ctx, task.ID, domain.TaskStopped, "", t0.Add(2*time.Second)))
+	ok, err = st.UpdateTaskState(ctx, task.ID, live, domain.TaskIdle, "auth: bad key", t0.Add(3*time.Second))
 	must(t, err)
 	cur, err := st.GetTask(ctx, task.ID)
 	must(t, err)
-	if ok || cur.State != store.TaskStopped || cur.Error != "" {
+	if ok || cur.State != domain.TaskStopped || cur.Error != "" {
 		t.Fatalf("a stopped task was moved: ok %v, %+v", ok, cur)
 	}
-	if _, err := st.UpdateTaskState(ctx, "nope", live, store.TaskIdle, "", t0); !errors.Is(err, store.ErrNotFound) {
+	if _, err := st.UpdateTaskState(ctx, "nope", live, domain.TaskIdle, "", t0); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("update of an unknown task: %v", err)
 	}
 }
@@ -209,12 +210,12 @@ func testTaskReplaceSession(t *testing.T, st store.Store) {
 	task := createTask(t, st, p)
 	_, err := st.AttachSession(ctx, task.ID, "s1", t0)
 	must(t, err)
-	must(t, st.SetTaskState(ctx, task.ID, store.TaskIdle, "auth: x", t0))
+	must(t, st.SetTaskState(ctx, task.ID, domain.TaskIdle, "auth: x", t0))
 	ts, err := st.ReplaceSession(ctx, task.ID, "s1", "s2", t0.Add(time.Minute))
 	must(t, err)
 	cur, err := st.GetTask(ctx, task.ID)
 	must(t, err)
-	if ts.Seq != 2 || ts.SessionID != "s2" || cur.SessionID != "s2" || cur.State != store.TaskStarting || cur.Error != "" {
+	if ts.Seq != 2 || ts.SessionID != "s2" || cur.SessionID != "s2" || cur.State != domain.TaskStarting || cur.Error != "" {
 		t.Fatalf("after replace: %+v, task %+v", ts, cur)
 	}
 	if _, err := st.ReplaceSession(ctx, task.ID, "s1", "s3", t0); !errors.Is(err, store.ErrConflict) {
@@ -227,7 +228,7 @@ func testTaskReplaceSession(t *testing.T, st store.Store) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := st.ReplaceSession(context.Background(), task.ID, "s2", fmt.Sprintf("r%d", i), t0)
+			_, err := st.ReplaceSession(context.Background(), task.ID, "s2", domain.SessionID(fmt.Sprintf("r%d", i)), t0)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {

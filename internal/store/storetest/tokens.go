@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -15,14 +16,14 @@ var tokenTests = []test{
 
 func testTokens(t *testing.T, st store.Store) {
 	ctx := t.Context()
-	user := store.Token{ID: newID(), Name: "laptop", Kind: store.TokenUser, Prefix: "eu_ab", Hash: "aa11", CreatedAt: t0}
+	user := domain.Token{ID: newID(), Name: "laptop", Kind: domain.TokenUser, Prefix: "eu_ab", Hash: "aa11", CreatedAt: t0}
 	must(t, st.CreateToken(ctx, user))
-	host := store.Token{ID: newID(), Name: "h", Kind: store.TokenHost, HostID: "host-1", Hash: "bb22", CreatedAt: t0.Add(time.Second)}
+	host := domain.Token{ID: newID(), Name: "h", Kind: domain.TokenHost, HostID: "host-1", Hash: "bb22", CreatedAt: t0.Add(time.Second)}
 	must(t, st.CreateToken(ctx, host))
 
 	got, err := st.TokenByHash(ctx, "aa11")
 	must(t, err)
-	if got.ID != user.ID || got.Name != "laptop" || got.Kind != store.TokenUser || got.Prefix != "eu_ab" || got.HostID != "" {
+	if got.ID != user.ID || got.Name != "laptop" || got.Kind != domain.TokenUser || got.Prefix != "eu_ab" || got.HostID != "" {
 		t.Fatalf("token = %+v, want %+v", got, user)
 	}
 	wantTime(t, "created_at", got.CreatedAt, t0)
@@ -53,18 +54,18 @@ func testTokens(t *testing.T, st store.Store) {
 
 func testTokenErrors(t *testing.T, st store.Store) {
 	ctx := t.Context()
-	tok := store.Token{ID: newID(), Kind: store.TokenUser, Hash: "cc33"}
+	tok := domain.Token{ID: newID(), Kind: domain.TokenUser, Hash: "cc33"}
 	must(t, st.CreateToken(ctx, tok))
 	cases := []struct {
 		name string
-		tok  store.Token
+		tok  domain.Token
 		want error // nil: any error
 	}{
-		{"same hash", store.Token{ID: newID(), Kind: store.TokenUser, Hash: "cc33"}, store.ErrConflict},
-		{"same id", store.Token{ID: tok.ID, Kind: store.TokenUser, Hash: "dd44"}, store.ErrConflict},
-		{"bad kind", store.Token{ID: newID(), Kind: "robot", Hash: "ee55"}, nil},
-		{"host without host id", store.Token{ID: newID(), Kind: store.TokenHost, Hash: "ff66"}, nil},
-		{"no hash", store.Token{ID: newID(), Kind: store.TokenUser}, nil},
+		{"same hash", domain.Token{ID: newID(), Kind: domain.TokenUser, Hash: "cc33"}, store.ErrConflict},
+		{"same id", domain.Token{ID: tok.ID, Kind: domain.TokenUser, Hash: "dd44"}, store.ErrConflict},
+		{"bad kind", domain.Token{ID: newID(), Kind: "robot", Hash: "ee55"}, nil},
+		{"host without host id", domain.Token{ID: newID(), Kind: domain.TokenHost, Hash: "ff66"}, nil},
+		{"no hash", domain.Token{ID: newID(), Kind: domain.TokenUser}, nil},
 	}
 	for _, c := range cases {
 		err := st.CreateToken(ctx, c.tok)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/lifecycle"
 	"github.com/engrams/engrams/internal/store"
 )
@@ -20,11 +21,11 @@ func testApplyTransition(t *testing.T, st store.Store) {
 	_, sess = claimOnly(t, st, op.ID, t0)
 	at := t0.Add(3e9)
 	got, err := st.ApplyTransition(ctx, store.Transition{
-		SessionID: sess.ID, Epoch: sess.Epoch, From: lifecycle.Created, To: lifecycle.Starting,
-		Event: lifecycle.Place, HostID: ptr("host-1"), At: at,
+		SessionID: sess.ID, Epoch: sess.Epoch, From: domain.SessionCreated, To: domain.SessionStarting,
+		Event: lifecycle.Place, HostID: ptr[domain.HostID]("host-1"), At: at,
 	})
 	must(t, err)
-	if got.State != lifecycle.Starting || got.HostID != "host-1" || got.Epoch != sess.Epoch || got.EventSeq != 2 || got.Reason != "" {
+	if got.State != domain.SessionStarting || got.HostID != "host-1" || got.Epoch != sess.Epoch || got.EventSeq != 2 || got.Reason != "" {
 		t.Fatalf("after place: %+v", got)
 	}
 	wantTime(t, "updated_at", got.UpdatedAt, at)
@@ -34,11 +35,11 @@ func testApplyTransition(t *testing.T, st store.Store) {
 		t.Fatalf("GetSession = %+v, ApplyTransition returned %+v", read, got)
 	}
 	got, err = st.ApplyTransition(ctx, store.Transition{
-		SessionID: sess.ID, Epoch: sess.Epoch, From: lifecycle.Starting, To: lifecycle.Dead,
-		Event: lifecycle.StartFailed, HostID: ptr(""), Reason: ptr("boot failed"), At: at,
+		SessionID: sess.ID, Epoch: sess.Epoch, From: domain.SessionStarting, To: domain.SessionDead,
+		Event: lifecycle.StartFailed, HostID: ptr[domain.HostID](""), Reason: ptr("boot failed"), At: at,
 	})
 	must(t, err)
-	if got.State != lifecycle.Dead || got.HostID != "" || got.Reason != "boot failed" || got.EventSeq != 3 {
+	if got.State != domain.SessionDead || got.HostID != "" || got.Reason != "boot failed" || got.EventSeq != 3 {
 		t.Fatalf("after start_failed: %+v", got)
 	}
 	events, err := st.ListEvents(ctx, sess.ID, 1, 0)
@@ -68,8 +69,8 @@ func testApplyTransitionRejected(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	sess, op := newSession(t, st)
 	_, sess = claimOnly(t, st, op.ID, t0)
-	place := store.Transition{SessionID: sess.ID, Epoch: sess.Epoch, From: lifecycle.Created, To: lifecycle.Starting,
-		Event: lifecycle.Place, HostID: ptr("h"), Reason: ptr("r"), At: t0}
+	place := store.Transition{SessionID: sess.ID, Epoch: sess.Epoch, From: domain.SessionCreated, To: domain.SessionStarting,
+		Event: lifecycle.Place, HostID: ptr[domain.HostID]("h"), Reason: ptr("r"), At: t0}
 	cases := []struct {
 		name   string
 		change func(*store.Transition)
@@ -78,11 +79,11 @@ func testApplyTransitionRejected(t *testing.T, st store.Store) {
 		{"stale epoch", func(tr *store.Transition) { tr.Epoch-- }, store.ErrStaleEpoch},
 		{"future epoch", func(tr *store.Transition) { tr.Epoch++ }, store.ErrStaleEpoch},
 		{"wrong from", func(tr *store.Transition) {
-			tr.From, tr.Event, tr.To = lifecycle.Idle, lifecycle.ResumeRequested, lifecycle.Resuming
+			tr.From, tr.Event, tr.To = domain.SessionIdle, lifecycle.ResumeRequested, domain.SessionResuming
 		}, store.ErrConflict},
-		{"unknown session", func(tr *store.Transition) { tr.SessionID = newID() }, store.ErrNotFound},
+		{"unknown session", func(tr *store.Transition) { tr.SessionID = newSID() }, store.ErrNotFound},
 		{"illegal event", func(tr *store.Transition) { tr.Event = lifecycle.Resumed }, lifecycle.ErrIllegal},
-		{"wrong target", func(tr *store.Transition) { tr.To = lifecycle.Active }, lifecycle.ErrIllegal},
+		{"wrong target", func(tr *store.Transition) { tr.To = domain.SessionActive }, lifecycle.ErrIllegal},
 	}
 	for _, c := range cases {
 		tr := place

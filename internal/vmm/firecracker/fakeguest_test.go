@@ -16,7 +16,7 @@ import (
 	"syscall"
 
 	"github.com/engrams/engrams/internal/guestapi"
-	"github.com/engrams/engrams/internal/guestinit"
+	"github.com/engrams/engrams/internal/guestinit/initproto"
 )
 
 // fakeGuest plays Firecracker's host-side vsock socket plus the guest:
@@ -32,7 +32,7 @@ type fakeGuest struct {
 	once     sync.Once
 	srv      *http.Server
 	mu       sync.Mutex
-	controls []guestinit.Control
+	controls []initproto.Control
 	pid      int // the guest daemon's: RestartGuest starts a "new" one
 	wg       sync.WaitGroup
 }
@@ -99,10 +99,10 @@ func (g *fakeGuest) control(c net.Conn, r *bufio.Reader) {
 	if err != nil {
 		return
 	}
-	var ctl guestinit.Control
-	rep := guestinit.Reply{OK: true, BootID: "fake-boot"}
+	var ctl initproto.Control
+	rep := initproto.Reply{OK: true, BootID: "fake-boot"}
 	if err := json.Unmarshal(line, &ctl); err != nil {
-		rep = guestinit.Reply{Error: err.Error()}
+		rep = initproto.Reply{Error: err.Error()}
 	}
 	rep.ID = ctl.ID
 	g.mu.Lock()
@@ -116,10 +116,10 @@ func (g *fakeGuest) control(c net.Conn, r *bufio.Reader) {
 	_, _ = c.Write(append(b, '\n'))
 }
 
-func (g *fakeGuest) received() []guestinit.Control {
+func (g *fakeGuest) received() []initproto.Control {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return append([]guestinit.Control(nil), g.controls...)
+	return append([]initproto.Control(nil), g.controls...)
 }
 
 func (g *fakeGuest) close() {

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/internal/guestapi"
-	"github.com/engrams/engrams/internal/guestinit"
+	"github.com/engrams/engrams/internal/guestinit/initproto"
 	"github.com/engrams/engrams/internal/vmm"
 )
 
@@ -20,7 +20,7 @@ import (
 // serial console settings plus stage-1 init's engrams.* parameters, with
 // the guest daemon and the control channel on vsock ports.
 func (b *Backend) kernelCmdline(hostname string) string {
-	p := guestinit.DefaultParams()
+	p := initproto.DefaultParams()
 	// Firecracker attaches drives in the order they are configured: root
 	// first (/dev/vda), then the bundle (/dev/vdb).
 	p.Root, p.Bundle = "/dev/vda", "/dev/vdb"
@@ -59,10 +59,10 @@ func sanitizeHostname(h string) string {
 // newControl builds init's control message: identity, env, the host's
 // clock and fresh entropy (after a restore this steps the clock and
 // makes the clone's RNG diverge).
-func newControl(id uint64, hostname string, env map[string]string) guestinit.Control {
+func newControl(id uint64, hostname string, env map[string]string) initproto.Control {
 	ent := make([]byte, 64)
 	_, _ = rand.Read(ent)
-	return guestinit.Control{
+	return initproto.Control{
 		ID: id, Hostname: sanitizeHostname(hostname), Env: env,
 		TimeUnixNano: time.Now().UnixNano(), Entropy: ent,
 	}
@@ -80,7 +80,7 @@ func (m *machine) handshake(ctx context.Context, env map[string]string, rebind b
 	c := newControl(m.ctlID, m.st.Hostname, env)
 	m.mu.Unlock()
 	c.RestartGuest = rebind
-	var rep guestinit.Reply
+	var rep initproto.Reply
 	err := retry(ctx, m.done, "guest control", func(ctx context.Context) (err error) {
 		rep, err = m.sendControl(ctx, c)
 		return err
@@ -106,8 +106,8 @@ func (m *machine) handshake(ctx context.Context, env map[string]string, rebind b
 
 // sendControl sends c on init's control vsock port and waits for the reply
 // with the same ID.
-func (m *machine) sendControl(ctx context.Context, c guestinit.Control) (guestinit.Reply, error) {
-	var rep guestinit.Reply
+func (m *machine) sendControl(ctx context.Context, c initproto.Control) (initproto.Reply, error) {
+	var rep initproto.Reply
 	conn, err := dialVsock(ctx, m.vsockPath(), m.b.cfg.CtlPort)
 	if err != nil {
 		return rep, err
@@ -139,7 +139,7 @@ func (m *machine) sendControl(ctx context.Context, c guestinit.Control) (guestin
 }
 
 // randomID is a machine handle's first control message id: ids stay
-// unique across restores of one snapshot (see guestinit.Control.ID).
+// unique across restores of one snapshot (see initproto.Control.ID).
 func randomID() uint64 {
 	var b [8]byte
 	_, _ = rand.Read(b[:])

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/engrams/engrams/internal/guestinit"
+	"github.com/engrams/engrams/internal/guestinit/initproto"
 )
 
 // File names inside a machine's directory. QEMU runs with that directory
@@ -82,9 +82,9 @@ func (l launch) args() []string {
 	a = append(a,
 		"-device", "virtio-serial-device",
 		"-chardev", "socket,id=guest,path="+fileGuest+",server=on,wait=off",
-		"-device", "virtserialport,chardev=guest,name="+guestinit.DefaultPort,
+		"-device", "virtserialport,chardev=guest,name="+initproto.DefaultPort,
 		"-chardev", "socket,id=ctl,path="+fileCtl+",server=on,wait=off",
-		"-device", "virtserialport,chardev=ctl,name="+guestinit.DefaultCtl,
+		"-device", "virtserialport,chardev=ctl,name="+initproto.DefaultCtl,
 	)
 	if l.Network {
 		a = append(a, "-netdev", "user,id=n0,restrict=on", "-device", "virtio-net-device,netdev=n0")
@@ -99,7 +99,7 @@ func (l launch) args() []string {
 }
 
 // kernelCmdline is the guest kernel command line.
-func kernelCmdline(tscKHz int64, p guestinit.Params) string {
+func kernelCmdline(tscKHz int64, p initproto.Params) string {
 	w := []string{"console=ttyS0", "reboot=t", "panic=-1", "quiet", "cryptomgr.notests"}
 	if tscKHz > 0 {
 		// microvm has no HPET or PM timer: without the hint TSC calibration
@@ -111,8 +111,8 @@ func kernelCmdline(tscKHz int64, p guestinit.Params) string {
 
 // guestParams are the init parameters for a machine (harness: it has a
 // harness disk).
-func guestParams(hostname string, network, harness bool) guestinit.Params {
-	p := guestinit.DefaultParams()
+func guestParams(hostname string, network, harness bool) initproto.Params {
+	p := initproto.DefaultParams()
 	p.Root = "serial:" + serialRoot
 	p.Bundle = "serial:" + serialBundle
 	if harness {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/guestinit"
+	"github.com/engrams/engrams/internal/guestinit/initproto"
 	"github.com/engrams/engrams/internal/vmm/vmproc"
 )
 
@@ -27,7 +27,7 @@ func TestKernelCmdline(t *testing.T) {
 	if strings.Contains(got, "engrams.ip=") {
 		t.Errorf("no network but cmdline sets an address: %q", got)
 	}
-	p, err := guestinit.ParseCmdline(got)
+	p, err := initproto.ParseCmdline(got)
 	if err != nil || p.Root != "serial:engrams-root" || p.Hostname != "myhost1" || p.Harness != "serial:engrams-harness" {
 		t.Errorf("init parses %+v, %v", p, err)
 	}

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/internal/guestapi"
-	"github.com/engrams/engrams/internal/guestinit"
+	"github.com/engrams/engrams/internal/guestinit/initproto"
 	"github.com/engrams/engrams/internal/vmm"
 )
 
@@ -23,7 +23,7 @@ import (
 // waits for the guest to come up. An attempt that hears nothing is retried
 // on a fresh connection (see connectGuest), with the clock read anew;
 // applying the same message twice is harmless. It retries until ctx is done.
-func sendControl(ctx context.Context, sock string, c guestinit.Control) (guestinit.Reply, error) {
+func sendControl(ctx context.Context, sock string, c initproto.Control) (initproto.Reply, error) {
 	var last error
 	for attempt := 0; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, attemptLimit(attempt))
@@ -45,8 +45,8 @@ func sendControl(ctx context.Context, sock string, c guestinit.Control) (guestin
 	}
 }
 
-func sendControlOnce(ctx context.Context, sock string, c guestinit.Control) (guestinit.Reply, error) {
-	var rep guestinit.Reply
+func sendControlOnce(ctx context.Context, sock string, c initproto.Control) (initproto.Reply, error) {
+	var rep initproto.Reply
 	conn, err := dialUnix(ctx, sock)
 	if err != nil {
 		return rep, err
@@ -74,10 +74,10 @@ func sendControlOnce(ctx context.Context, sock string, c guestinit.Control) (gue
 }
 
 // newControl builds a control message with the host's clock and fresh entropy.
-func newControl(id uint64, hostname string, env map[string]string) guestinit.Control {
+func newControl(id uint64, hostname string, env map[string]string) initproto.Control {
 	ent := make([]byte, 64)
 	_, _ = rand.Read(ent)
-	return guestinit.Control{
+	return initproto.Control{
 		ID: id, Hostname: hostname, Env: env,
 		TimeUnixNano: time.Now().UnixNano(), Entropy: ent,
 	}
@@ -126,7 +126,7 @@ func connectDaemon(ctx context.Context, sock string, pid int) (*guestapi.Mux, er
 }
 
 // randomID is a machine handle's first control message id: ids stay
-// unique across restores of one snapshot (see guestinit.Control.ID).
+// unique across restores of one snapshot (see initproto.Control.ID).
 func randomID() uint64 {
 	var b [8]byte
 	_, _ = rand.Read(b[:])

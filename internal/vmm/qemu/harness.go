@@ -12,7 +12,7 @@ import (
 
 // The harness disk: every machine booted by this backend has a third
 // virtio-blk disk, read-only, with serial serialHarness, that init mounts
-// at guestinit.HarnessDir. It shows the caller's harness bundle
+// at initproto.HarnessDir. It shows the caller's harness bundle
 // (vmm.Spec.Harness) or, without one, the empty placeholder image
 // (vmimage.Images.Harness) through a per-machine qcow2 view of a fixed
 // size (harnessDiskBytes), so a restore can put another image behind it

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/internal/guestapi"
-	"github.com/engrams/engrams/internal/guestinit"
+	"github.com/engrams/engrams/internal/guestinit/initproto"
 	"github.com/engrams/engrams/internal/vmm"
 	"github.com/engrams/engrams/internal/vmm/vmimage"
 	"github.com/engrams/engrams/internal/vmm/vmproc"
@@ -275,7 +275,7 @@ func (m *machine) handshake(ctx context.Context, env map[string]string, mode han
 	if mode == atRestore {
 		mux, tControl, err = m.controlAndConnect(ctx, env)
 	} else {
-		var rep guestinit.Reply
+		var rep initproto.Reply
 		rep, err = m.control(ctx, env, mode == atRebind, remount)
 		tControl = time.Since(t0)
 		if err == nil && mode == atRebind && rep.GuestPID == 0 {
@@ -321,7 +321,7 @@ func (m *machine) controlAndConnect(ctx context.Context, env map[string]string) 
 // control sends init one control message; restart asks it to restart the
 // guest daemon, and the reply names the new one; remount asks it to mount
 // the harness disk again before.
-func (m *machine) control(ctx context.Context, env map[string]string, restart, remount bool) (guestinit.Reply, error) {
+func (m *machine) control(ctx context.Context, env map[string]string, restart, remount bool) (initproto.Reply, error) {
 	m.mu.Lock()
 	m.ctlID++
 	id := m.ctlID

@@ -184,14 +184,7 @@ func TestRestoreRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	write := func(cfg snapConfigFile) vmm.Snapshot {
-		p := filepath.Join(t.TempDir(), "config")
-		data, _ := json.Marshal(cfg)
-		if err := os.WriteFile(p, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return vmm.Snapshot{Backend: "qemu", Files: map[string]string{"config": p, "memory": p, "state": p, "disk": p}}
-	}
+	write := func(cfg snapConfigFile) vmm.Snapshot { return writeSnapConfig(t, cfg) }
 	_, placeholder, err := b.harnessImage(nil, harnessDiskBytes)
 	if err != nil {
 		t.Fatal(err)
@@ -204,35 +197,15 @@ func TestRestoreRefusals(t *testing.T) {
 	noDisk.Harness = nil
 	smallDisk := good
 	smallDisk.Harness = &snapHarness{ID: placeholder, DiskBytes: 1024}
-	harnessFile := filepath.Join(dir, "harness.erofs")
-	if err := os.WriteFile(harnessFile, make([]byte, 4096), 0o444); err != nil {
-		t.Fatal(err)
-	}
+	harnessFile := writeBlankImage(t, filepath.Join(dir, "harness.erofs"))
 	v1 := &vmm.RootFS{Path: harnessFile, ID: "sha256:harness-v1"}
 	missing := good
-	missing.Images = map[string]imageRef{}
-	for k, v := range refs {
-		missing.Images[k] = v
-	}
-	missing.Images["rootfs"] = imageRef{Name: "rootfs-busybox-000000000000000000000000.ext4", SHA256: "ab"}
+	missing.Images = withRootFSRef(refs, imageRef{Name: "rootfs-busybox-000000000000000000000000.ext4", SHA256: "ab"})
 	caller := good
-	caller.Images = map[string]imageRef{}
-	for k, v := range refs {
-		caller.Images[k] = v
-	}
-	caller.Images["rootfs"] = imageRef{Name: "image.ext4", ID: "sha256:image"}
-	rootFile := filepath.Join(dir, "image.ext4")
-	if err := os.WriteFile(rootFile, make([]byte, 4096), 0o444); err != nil {
-		t.Fatal(err)
-	}
+	caller.Images = withRootFSRef(refs, imageRef{Name: "image.ext4", ID: "sha256:image"})
+	rootFile := writeBlankImage(t, filepath.Join(dir, "image.ext4"))
 	other := &vmm.RootFS{Path: rootFile, ID: "sha256:other"}
-	tests := []struct {
-		name        string
-		spec        vmm.Spec
-		snap        vmm.Snapshot
-		want        string
-		unsupported bool
-	}{
+	tests := []restoreRefusal{
 		{"ram size", vmm.Spec{MemoryMiB: 512}, write(good), "cannot change its RAM size", false},
 		{"vcpus", vmm.Spec{VCPUs: 2}, write(good), "cannot change its vCPU count", false},
 		{"missing image", vmm.Spec{}, write(missing), "rootfs image rootfs-busybox-000000000000000000000000.ext4", true},
@@ -250,17 +223,64 @@ func TestRestoreRefusals(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			tt.spec.SessionID, tt.spec.Dir = "refuse", t.TempDir()
-			_, err := b.Restore(context.Background(), tt.spec, tt.snap)
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("restore = %v, want %q", err, tt.want)
-			}
-			if errors.Is(err, vmm.ErrUnsupported) != tt.unsupported {
-				t.Errorf("error %v: ErrUnsupported %v, want %v", err, !tt.unsupported, tt.unsupported)
-			}
-			if entries, _ := os.ReadDir(tt.spec.Dir); len(entries) != 0 {
-				t.Errorf("a refused restore left files: %v", entries)
-			}
+			checkRestoreRefused(t, b, tt)
 		})
 	}
+}
+
+// restoreRefusal is a restore that must fail before QEMU starts.
+type restoreRefusal struct {
+	name        string
+	spec        vmm.Spec
+	snap        vmm.Snapshot
+	want        string // in the error
+	unsupported bool   // the error is vmm.ErrUnsupported
+}
+
+// checkRestoreRefused restores tt with b into a fresh directory: it must
+// fail with tt.want, be ErrUnsupported as tt says, and leave no files.
+func checkRestoreRefused(t *testing.T, b *Backend, tt restoreRefusal) {
+	t.Helper()
+	tt.spec.SessionID, tt.spec.Dir = "refuse", t.TempDir()
+	_, err := b.Restore(context.Background(), tt.spec, tt.snap)
+	if err == nil || !strings.Contains(err.Error(), tt.want) {
+		t.Fatalf("restore = %v, want %q", err, tt.want)
+	}
+	if errors.Is(err, vmm.ErrUnsupported) != tt.unsupported {
+		t.Errorf("error %v: ErrUnsupported %v, want %v", err, !tt.unsupported, tt.unsupported)
+	}
+	if entries, _ := os.ReadDir(tt.spec.Dir); len(entries) != 0 {
+		t.Errorf("a refused restore left files: %v", entries)
+	}
+}
+
+// writeSnapConfig writes cfg as a snapshot's config file and returns a
+// snapshot whose every file is that one.
+func writeSnapConfig(t *testing.T, cfg snapConfigFile) vmm.Snapshot {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "config")
+	data, _ := json.Marshal(cfg)
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return vmm.Snapshot{Backend: "qemu", Files: map[string]string{"config": p, "memory": p, "state": p, "disk": p}}
+}
+
+// writeBlankImage writes 4 KiB of zeros, read-only, at path and returns it.
+func writeBlankImage(t *testing.T, path string) string {
+	t.Helper()
+	if err := os.WriteFile(path, make([]byte, 4096), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// withRootFSRef is a copy of refs with its rootfs image replaced by rootfs.
+func withRootFSRef(refs map[string]imageRef, rootfs imageRef) map[string]imageRef {
+	out := map[string]imageRef{}
+	for k, v := range refs {
+		out[k] = v
+	}
+	out["rootfs"] = rootfs
+	return out
 }

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/internal/guestapi"
-	"github.com/engrams/engrams/internal/guestinit"
+	"github.com/engrams/engrams/internal/guestinit/initproto"
 	"github.com/engrams/engrams/internal/vmm"
 	"github.com/engrams/engrams/internal/vmm/vmimage"
 )
@@ -90,7 +90,7 @@ func writeBusyboxTree(t *testing.T, busybox, root string) {
 // daemonStarts counts the guest daemon starts init logged.
 func daemonStarts(t *testing.T, m vmm.Machine) int {
 	t.Helper()
-	n, err := strconv.Atoi(execOut(t, m, "sh", "-c", "grep -c 'guest daemon started' "+guestinit.InitLog+" || true"))
+	n, err := strconv.Atoi(execOut(t, m, "sh", "-c", "grep -c 'guest daemon started' "+initproto.InitLog+" || true"))
 	if err != nil {
 		t.Fatalf("count daemon starts: %v", err)
 	}

@@ -8,12 +8,12 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/engrams/engrams/internal/guestinit"
+	"github.com/engrams/engrams/internal/guestinit/initproto"
 )
 
 // ModuleListPath is where the initramfs lists module files in load order,
 // one absolute path per line; stage-1 init loads them with finit_module.
-const ModuleListPath = guestinit.ModuleList
+const ModuleListPath = initproto.ModuleList
 
 // Initramfs returns the cached uncompressed cpio holding InitBinary as /init
 // and the configured modules, building it on first use.

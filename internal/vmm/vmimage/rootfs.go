@@ -9,11 +9,11 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/engrams/engrams/internal/guestinit"
+	"github.com/engrams/engrams/internal/guestinit/initproto"
 )
 
 // BundleMount is where the guest mounts the read-only bundle disk.
-const BundleMount = guestinit.BundleDir
+const BundleMount = initproto.BundleDir
 
 // rootLayoutVersion changes whenever the files written below change.
 const rootLayoutVersion = "3"

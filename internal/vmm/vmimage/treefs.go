@@ -15,6 +15,13 @@ import (
 // fit in the requested size; callers can ask for a larger disk.
 var ErrTreeTooLarge = errors.New("tree does not fit in the filesystem")
 
+// ErrUnsupportedTree is returned (wrapped) by TreeImage when spec.Order is set
+// and the tree cannot be copied in that order: an entry the Order does not
+// list (or lists twice, or before its directory), a name or symlink target
+// with a line break (a debugfs script cannot express it), a socket, or an
+// extended attribute value larger than a block.
+var ErrUnsupportedTree = errors.New("tree cannot be copied entry by entry")
+
 // TreeImageSpec says which tree to turn into which ext4 image.
 type TreeImageSpec struct {
 	Dir       string // flattened tree (as oci.Puller.Pull produces); read, never modified

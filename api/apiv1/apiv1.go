@@ -1,0 +1,404 @@
+package apiv1
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// PathPrefix starts the path of every route of this version.
+const PathPrefix = "/v1/"
+
+// Routes (Go 1.22 ServeMux patterns).
+const (
+	RouteVersion       = "GET /v1/version"
+	RouteCreateSession = "POST /v1/sessions" // ?wait=false returns at once
+	RouteListSessions  = "GET /v1/sessions"  // ?state=&host=
+	RouteGetSession    = "GET /v1/sessions/{id}"
+	RouteDeleteSession = "DELETE /v1/sessions/{id}"         // ?wait=false returns at once
+	RouteExec          = "POST /v1/sessions/{id}/exec"      // ExecRequest -> NDJSON ExecFrame stream
+	RouteExecWS        = "GET /v1/sessions/{id}/exec/ws"    // WebSocket: ExecStart, Chan* frames, ExecControl
+	RouteFileGet       = "GET /v1/sessions/{id}/files"      // ?path=
+	RouteFilePut       = "PUT /v1/sessions/{id}/files"      // ?path=&mode=
+	RouteFileList      = "GET /v1/sessions/{id}/files/list" // ?path= -> JSON array of FileInfo
+	RouteFileStat      = "GET /v1/sessions/{id}/files/stat" // ?path= -> FileInfo
+	RouteEvents        = "GET /v1/sessions/{id}/events"     // SSE; ?follow=false ends after backlog; Last-Event-ID or ?after=
+	RouteSuspend       = "POST /v1/sessions/{id}/suspend"   // snapshot, then free the host -> Session (idle); ?wait=false
+	RouteResume        = "POST /v1/sessions/{id}/resume"    // restore the head snapshot -> Session (active)
+	RouteSnapshot      = "POST /v1/sessions/{id}/snapshot"  // snapshot and keep running -> Snapshot
+	RouteOutboxPut     = "POST /v1/sessions/{id}/outbox"    // OutboxRequest -> OutboxItem (exactly once per id)
+	RouteOutboxList    = "GET /v1/sessions/{id}/outbox"     // -> OutboxList
+	RouteListHosts     = "GET /v1/hosts"
+	RouteGetHost       = "GET /v1/hosts/{id}"
+	RouteDrainHost     = "POST /v1/hosts/{id}/drain"
+	RouteCreateHost    = "POST /v1/hosts"  // CreateHostRequest -> CreateHostResponse (host token shown once)
+	RouteCreateToken   = "POST /v1/tokens" // CreateTokenRequest -> CreateTokenResponse (shown once)
+	RouteListTokens    = "GET /v1/tokens"
+	RouteRevokeToken   = "DELETE /v1/tokens/{id}"
+	RouteOpenAPI       = "GET /v1/openapi.yaml" // the OpenAPI document (package api), no auth
+
+	RouteEnableImage  = "POST /v1/images"                // EnableImageRequest -> ImageJobResponse (202; 200 when the digest is already ready)
+	RouteListImages   = "GET /v1/images"                 // ?all=true includes disabled -> ImageList
+	RouteGetImage     = "GET /v1/images/{name}"          // name or id -> Image
+	RouteDisableImage = "DELETE /v1/images/{name}"       // -> Image (disabled); running sessions keep theirs
+	RouteRefreshImage = "POST /v1/images/{name}/refresh" // re-pull the tag -> ImageJobResponse
+	RouteImageJobs    = "GET /v1/images/{name}/jobs"     // -> ImageJobList, oldest first
+	RouteGetImageJob  = "GET /v1/image-jobs/{id}"        // -> ImageJob
+)
+
+// SSE framing of RouteEvents: each event is one message with
+// `id: <Event.Seq>`, `event: <Event.Type>` and `data: <Event as one line of
+// JSON>`. A followed stream ends once the session is terminal and every
+// event was sent; a client tells that from a dropped connection by the
+// session's state. A server may also end a stream with one message
+// `event: end` (EventStreamEnd) that has no id and `data: {}`: a client
+// seeing it stops instead of reconnecting. Lines starting with ':' are
+// keep-alive comments.
+const EventStreamEnd = "end"
+
+// HeaderLastEventID is the SSE resume header of RouteEvents: events with a
+// seq greater than its value are sent. The ?after= query does the same.
+const HeaderLastEventID = "Last-Event-ID"
+
+// Error is every non-2xx JSON body.
+type Error struct {
+	Error string `json:"error"`
+	Code  string `json:"code"` // one of the Code* constants
+}
+
+// Error codes of Error.Code.
+const (
+	CodeBadRequest       = "bad_request"
+	CodeUnauthorized     = "unauthorized"
+	CodeNotFound         = "not_found"
+	CodeMethodNotAllowed = "method_not_allowed"
+	CodeConflict         = "conflict"
+	CodeTooLarge         = "too_large"
+	CodeUnavailable      = "unavailable"
+	CodeTimeout          = "timeout" // a server-side wait ran out; the operation goes on
+	CodeInternal         = "internal"
+)
+
+// Version answers RouteVersion.
+type Version struct {
+	Version          string `json:"version"`
+	HostlinkProtocol int    `json:"hostlink_protocol"`
+	GuestAPI         int    `json:"guest_api"`
+	ReplicaID        string `json:"replica_id"`
+}
+
+// SessionSpec is what a session is created with.
+type SessionSpec struct {
+	MemoryMiB int               `json:"memory_mib,omitempty"` // default from config
+	VCPUs     int               `json:"vcpus,omitempty"`      // default 1
+	Env       map[string]string `json:"env,omitempty"`
+	Image     string            `json:"image,omitempty"`   // an enabled image's name
+	Harness   string            `json:"harness,omitempty"` // an agent harness: NAME (newest) or NAME@VERSION
+	// IdleTimeoutSec: suspend after this long without activity (0: server
+	// default; -1: never).
+	IdleTimeoutSec int `json:"idle_timeout_s,omitempty"`
+	// MaxLifetimeSec: hard time limit; the session ends Dead this long
+	// after it was created, whatever it is doing (0: server default; -1:
+	// none).
+	MaxLifetimeSec int `json:"max_lifetime_s,omitempty"`
+}
+
+// CreateSessionRequest is the body of RouteCreateSession.
+type CreateSessionRequest struct {
+	SessionSpec
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+}
+
+// Session is a session as the API shows it.
+type Session struct {
+	ID           string      `json:"id"`
+	State        string      `json:"state"`
+	DesiredState string      `json:"desired_state"`
+	HostID       string      `json:"host_id,omitempty"`
+	Epoch        int64       `json:"epoch"`
+	Reason       string      `json:"reason,omitempty"`
+	Spec         SessionSpec `json:"spec"`
+	HeadSnapshot string      `json:"head_snapshot_id,omitempty"`
+	LastActivity time.Time   `json:"last_activity,omitzero"`
+	CreatedAt    time.Time   `json:"created_at"`
+	UpdatedAt    time.Time   `json:"updated_at"`
+	Ops          []Op        `json:"ops,omitempty"`       // on get only
+	Snapshots    []Snapshot  `json:"snapshots,omitempty"` // on get only, oldest first
+}
+
+// Snapshot is one committed snapshot of a session.
+type Snapshot struct {
+	ID        string    `json:"id"`
+	ParentID  string    `json:"parent_id,omitempty"`
+	HostID    string    `json:"host_id"`
+	Reason    string    `json:"reason"`
+	Bytes     int64     `json:"bytes"`
+	Uploaded  int64     `json:"uploaded"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// OutboxRequest sends a command into a session; ID makes it exactly-once.
+type OutboxRequest struct {
+	ID      string          `json:"id"`
+	Kind    string          `json:"kind"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+// OutboxItem is a command and where it is: pending, delivered (applied by
+// the running guest) or durable (a committed snapshot includes it).
+type OutboxItem struct {
+	Seq       int64           `json:"seq"`
+	ID        string          `json:"id"`
+	Kind      string          `json:"kind"`
+	Payload   json.RawMessage `json:"payload,omitempty"`
+	State     string          `json:"state"`
+	CreatedAt time.Time       `json:"created_at"`
+}
+
+// OutboxList answers RouteOutboxList.
+type OutboxList struct {
+	Items []OutboxItem `json:"items"`
+}
+
+// Op is one op log row.
+type Op struct {
+	ID        string    `json:"id"`
+	Kind      string    `json:"kind"`
+	State     string    `json:"state"`
+	Step      string    `json:"step,omitempty"`
+	Epoch     int64     `json:"epoch"`
+	Attempts  int       `json:"attempts"`
+	Error     string    `json:"error,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// SessionList answers RouteListSessions.
+type SessionList struct {
+	Sessions []Session `json:"sessions"`
+}
+
+// ExecRequest is the body of RouteExec.
+type ExecRequest struct {
+	Argv      []string          `json:"argv"`
+	Env       map[string]string `json:"env,omitempty"`
+	Dir       string            `json:"dir,omitempty"`
+	TimeoutMS int64             `json:"timeout_ms,omitempty"`
+	Stdin     []byte            `json:"stdin,omitempty"` // base64 in JSON
+}
+
+// ExecFrame is one NDJSON line of RouteExec's answer: "stdout"/"stderr"
+// with Data, then exactly one "exit".
+type ExecFrame struct {
+	Type     string `json:"type"`
+	Data     []byte `json:"data,omitempty"` // base64 in JSON
+	ExitCode int    `json:"exit_code,omitempty"`
+	Error    string `json:"error,omitempty"`
+	TimedOut bool   `json:"timed_out,omitempty"`
+}
+
+// Event is one session event; in SSE its seq is the event id.
+type Event struct {
+	Seq  int64           `json:"seq"`
+	Type string          `json:"type"`
+	Data json.RawMessage `json:"data,omitempty"`
+	Time time.Time       `json:"time"`
+}
+
+// Host is a host as the API shows it.
+type Host struct {
+	ID            string    `json:"id"`
+	Name          string    `json:"name"`
+	State         string    `json:"state"` // ready, draining, lost, or "new" before it first connects
+	Facts         HostFacts `json:"facts"`
+	Capacity      Capacity  `json:"capacity"`
+	ReplicaID     string    `json:"replica_id,omitempty"`
+	LastHeartbeat time.Time `json:"last_heartbeat"`
+	CreatedAt     time.Time `json:"created_at"`
+}
+
+// HostFacts describe a host (the OpenAPI schema Facts); several are part of
+// a snapshot's identity.
+type HostFacts struct {
+	Hostname     string         `json:"hostname"`
+	Arch         string         `json:"arch"`
+	CPUModel     string         `json:"cpu_model"`
+	CPUFlags     []string       `json:"cpu_flags,omitempty"`
+	Kernel       string         `json:"kernel"`
+	AgentVersion string         `json:"agent_version"`
+	Backend      BackendFacts   `json:"backend"`             // the backend in use
+	Available    []BackendFacts `json:"available,omitempty"` // every backend considered
+}
+
+// BackendFacts describe one vmm backend on a host.
+type BackendFacts struct {
+	Name         string `json:"name"`
+	Version      string `json:"version,omitempty"`
+	Acceleration string `json:"acceleration"`
+	Isolation    bool   `json:"isolation"`
+	RootFS       bool   `json:"rootfs,omitempty"`  // can boot an image's root filesystem (capture images, run their sessions)
+	Harness      bool   `json:"harness,omitempty"` // attaches harness bundles
+	Usable       bool   `json:"usable"`
+	Reason       string `json:"reason,omitempty"`
+}
+
+// Capacity is what a host can give sessions, and what is in use.
+type Capacity struct {
+	MemoryMiB       int      `json:"memory_mib"`
+	VCPUs           int      `json:"vcpus"`
+	MaxSessions     int      `json:"max_sessions"`
+	UsedMemoryMiB   int      `json:"used_memory_mib"`
+	UsedVCPUs       int      `json:"used_vcpus"`
+	Sessions        int      `json:"sessions"`
+	CachedSnapshots []string `json:"cached_snapshots,omitempty"` // snapshots whose chunks the host caches (its last heartbeat); resumes of them prefer it
+}
+
+// HostList answers RouteListHosts.
+type HostList struct {
+	Hosts []Host `json:"hosts"`
+}
+
+// CreateHostRequest registers a host name and mints its credential.
+type CreateHostRequest struct {
+	Name string `json:"name"`
+}
+
+// CreateHostResponse carries the host token; it is shown only here.
+type CreateHostResponse struct {
+	Host  Host   `json:"host"`
+	Token string `json:"token"`
+}
+
+// CreateTokenRequest mints a user API token.
+type CreateTokenRequest struct {
+	Name string `json:"name"`
+}
+
+// Token is a token as listed; the secret is never shown again.
+type Token struct {
+	ID         string    `json:"id"`
+	Name       string    `json:"name"`
+	Kind       string    `json:"kind"`
+	HostID     string    `json:"host_id,omitempty"`
+	Prefix     string    `json:"prefix"`
+	CreatedAt  time.Time `json:"created_at"`
+	LastUsedAt time.Time `json:"last_used_at,omitempty"`
+}
+
+// CreateTokenResponse carries the secret once.
+type CreateTokenResponse struct {
+	Token  Token  `json:"token"`
+	Secret string `json:"secret"`
+}
+
+// TokenList answers RouteListTokens.
+type TokenList struct {
+	Tokens []Token `json:"tokens"`
+}
+
+// EnableImageRequest enables an OCI image: pull its linux/amd64 entry,
+// build its root filesystem, boot it, run Warmup and keep the base snapshot
+// sessions start from.
+type EnableImageRequest struct {
+	Ref            string            `json:"ref"`                        // e.g. registry.example.com/team/app:1.4 or …@sha256:…
+	Name           string            `json:"name,omitempty"`             // default: the repository's last path element
+	Env            map[string]string `json:"env,omitempty"`              // for the warm-up and every session
+	MemoryMiB      int               `json:"memory_mib,omitempty"`       // default 512; sessions from the image get this
+	VCPUs          int               `json:"vcpus,omitempty"`            // default 1
+	DiskGiB        int               `json:"disk_gib,omitempty"`         // root disk size, default 4
+	Workdir        string            `json:"workdir,omitempty"`          // default: the image's WORKDIR, else /
+	Warmup         string            `json:"warmup,omitempty"`           // shell command run once before the base snapshot
+	WarmupTimeoutS int               `json:"warmup_timeout_s,omitempty"` // overall warm-up limit, default 600
+	WarmupStallS   int               `json:"warmup_stall_s,omitempty"`   // no output this long fails the warm-up, default 120
+	Credentials    *RegistryAuth     `json:"credentials,omitempty"`      // stored encrypted, never returned
+}
+
+// RegistryAuth is how to log in to the image's registry: Username and
+// Password (basic, or exchanged for a bearer token), or a bearer Token.
+type RegistryAuth struct {
+	Username string `json:"username,omitempty"`
+	Password string `json:"password,omitempty"`
+	Token    string `json:"token,omitempty"`
+}
+
+// Image states as the API shows them.
+const (
+	ImageStatePending  = "pending"  // enabled, its first job has not finished
+	ImageStateReady    = "ready"    // sessions can start from its base snapshot
+	ImageStateFailed   = "failed"   // its last job failed and it has no base snapshot
+	ImageStateDisabled = "disabled" // kept as a record
+)
+
+// Image is an enabled OCI image.
+type Image struct {
+	ID             string      `json:"id"`
+	Name           string      `json:"name"`
+	Ref            string      `json:"ref"`
+	Digest         string      `json:"digest,omitempty"`
+	State          string      `json:"state"` // ImageState*
+	Config         ImageConfig `json:"config"`
+	Credentials    string      `json:"credentials,omitempty"` // "user@registry" or "token@registry"; the secret is never shown
+	BaseSnapshotID string      `json:"base_snapshot_id,omitempty"`
+	Facts          *HostFacts  `json:"facts,omitempty"`       // host the base snapshot was captured on: sessions restore only on compatible hosts
+	ReadyHosts     []string    `json:"ready_hosts,omitempty"` // hosts holding every chunk of the base snapshot
+	LastJob        *ImageJob   `json:"last_job,omitempty"`
+	CreatedAt      time.Time   `json:"created_at"`
+	UpdatedAt      time.Time   `json:"updated_at"`
+}
+
+// ImageConfig is how sessions of an image run.
+type ImageConfig struct {
+	Env            map[string]string `json:"env,omitempty"`
+	MemoryMiB      int               `json:"memory_mib"`
+	VCPUs          int               `json:"vcpus"`
+	DiskGiB        int               `json:"disk_gib"`
+	Workdir        string            `json:"workdir,omitempty"`
+	Warmup         string            `json:"warmup,omitempty"`
+	WarmupTimeoutS int               `json:"warmup_timeout_s"`
+	WarmupStallS   int               `json:"warmup_stall_s"`
+	Libc           string            `json:"libc,omitempty"` // glibc, musl or none (static only), as found in the image
+	User           string            `json:"user,omitempty"` // the image's USER
+	Entrypoint     []string          `json:"entrypoint,omitempty"`
+}
+
+// Image job states as the API shows them.
+const (
+	ImageJobPending       = "pending"
+	ImageJobMaterializing = "materializing" // pulling the image and building its root filesystem
+	ImageJobCapturing     = "capturing"     // booting it, warming it up, taking the base snapshot
+	ImageJobReady         = "ready"
+	ImageJobFailed        = "failed"
+)
+
+// ImageJob is one enable or refresh: pending -> materializing -> capturing
+// -> ready | failed, with its progress.
+type ImageJob struct {
+	ID         string           `json:"id"`
+	ImageID    string           `json:"image_id"`
+	Kind       string           `json:"kind"`  // enable, refresh
+	State      string           `json:"state"` // pending, materializing, capturing, ready, failed
+	Stage      string           `json:"stage,omitempty"`
+	BytesDone  int64            `json:"bytes_done"`
+	BytesTotal int64            `json:"bytes_total"`
+	Attempts   int              `json:"attempts"`
+	Error      string           `json:"error,omitempty"`
+	OutputTail string           `json:"output_tail,omitempty"` // the warm-up's last output
+	StagesMS   map[string]int64 `json:"stages_ms,omitempty"`   // how long each finished stage took
+	CreatedAt  time.Time        `json:"created_at"`
+	UpdatedAt  time.Time        `json:"updated_at"`
+}
+
+// ImageJobResponse answers enable and refresh.
+type ImageJobResponse struct {
+	Image Image    `json:"image"`
+	Job   ImageJob `json:"job"`
+}
+
+// ImageList answers RouteListImages.
+type ImageList struct {
+	Images []Image `json:"images"`
+}
+
+// ImageJobList answers RouteImageJobs.
+type ImageJobList struct {
+	Jobs []ImageJob `json:"jobs"`
+}

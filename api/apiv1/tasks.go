@@ -1,0 +1,114 @@
+package apiv1
+
+import (
+	"encoding/json"
+	"strings"
+	"time"
+)
+
+// Task routes.
+const (
+	RouteStartTask  = "POST /v1/tasks"               // StartTaskRequest -> Task (201); its session starts in the background
+	RouteListTasks  = "GET /v1/tasks"                // ?profile=&state= -> TaskList, oldest first
+	RouteGetTask    = "GET /v1/tasks/{id}"           // -> Task (with its receipt)
+	RouteTaskEvents = "GET /v1/tasks/{id}/events"    // SSE of TaskEvent; ?follow=false ends after the backlog; Last-Event-ID or ?after=
+	RouteSendTask   = "POST /v1/tasks/{id}/messages" // SendTaskRequest -> TaskEvent (the prompt); an Idle session resumes
+	RouteStopTask   = "POST /v1/tasks/{id}/stop"     // -> Task (stopped): the agent is interrupted, the session suspended
+	RouteTaskDiff   = "GET /v1/tasks/{id}/diff"      // -> TaskDiff
+	RouteTaskFiles  = "GET /v1/tasks/{id}/files"     // ?path= (relative to the task's workdir): a file's bytes, or a directory's []FileInfo as JSON
+)
+
+// StartTaskRequest starts an agent on a prompt in a session made from a
+// profile.
+type StartTaskRequest struct {
+	Profile string `json:"profile"` // name or id
+	Prompt  string `json:"prompt"`
+	Title   string `json:"title,omitempty"` // default: the prompt's first line
+}
+
+// SendTaskRequest is a follow-up prompt.
+type SendTaskRequest struct {
+	Text string `json:"text"`
+}
+
+// Task states.
+const (
+	TaskStarting = "starting" // its session is starting, repositories cloning
+	TaskRunning  = "running"  // the agent works on a prompt
+	TaskIdle     = "idle"     // waiting for a follow-up (its session may be suspended)
+	TaskStopped  = "stopped"
+	TaskFailed   = "failed"
+)
+
+// Task is one agent's work: a profile, a conversation and the sessions it
+// ran in.
+type Task struct {
+	ID             string    `json:"id"`
+	Title          string    `json:"title"`
+	State          string    `json:"state"`
+	Error          string    `json:"error,omitempty"` // the last turn's error, or why the task failed
+	ProfileID      string    `json:"profile_id"`
+	ProfileVersion int64     `json:"profile_version"`
+	SessionID      string    `json:"session_id,omitempty"`
+	Sessions       []string  `json:"sessions,omitempty"` // every session it used, in order (GET only)
+	EventSeq       int64     `json:"event_seq"`
+	Receipt        *Receipt  `json:"receipt,omitempty"` // the grant receipt it started with
+	CreatedAt      time.Time `json:"created_at"`
+	UpdatedAt      time.Time `json:"updated_at"`
+}
+
+// TaskList answers RouteListTasks.
+type TaskList struct {
+	Tasks []Task `json:"tasks"`
+}
+
+// TaskEvent is one entry of a task's conversation: a prompt, run_started,
+// assistant_text, tool_call, tool_result, file_changed, usage, question,
+// idle, error (the harness's), or session, repo_cloned, stopped,
+// setup_failed (the coordinator's).
+type TaskEvent struct {
+	Seq  int64           `json:"seq"`
+	Type string          `json:"type"`
+	Data json.RawMessage `json:"data,omitempty"`
+	Time time.Time       `json:"time"`
+}
+
+// TaskDiff is the changes in each repository a task cloned, against the
+// commit it was cloned at.
+type TaskDiff struct {
+	Repos []RepoDiff `json:"repos"`
+}
+
+// RepoDiff is one repository's unified diff ("" when unchanged).
+type RepoDiff struct {
+	Path string `json:"path"`
+	URL  string `json:"url"`
+	Base string `json:"base"`
+	Diff string `json:"diff"`
+}
+
+// Patch is the diff with its paths made relative to the task's work root
+// (a/REPO/x, b/REPO/x, and a rename's "rename from/to REPO/x"), so several
+// repositories' diffs make one patch. Only a file's header lines are
+// rewritten: a hunk's lines are content, whatever they look like.
+func (d RepoDiff) Patch() string {
+	var b strings.Builder
+	header := false // from a "diff --git" line to its first hunk
+	for _, line := range strings.SplitAfter(d.Diff, "\n") {
+		switch {
+		case strings.HasPrefix(line, "diff --git a/"):
+			header = true
+			line = strings.Replace(strings.Replace(line, " a/", " a/"+d.Path+"/", 1), " b/", " b/"+d.Path+"/", 1)
+		case strings.HasPrefix(line, "@@"):
+			header = false
+		case !header:
+		case strings.HasPrefix(line, "--- a/"), strings.HasPrefix(line, "+++ b/"):
+			line = line[:6] + d.Path + "/" + line[6:]
+		case strings.HasPrefix(line, "rename from "), strings.HasPrefix(line, "rename to "):
+			dir, name, _ := strings.Cut(strings.TrimPrefix(line, "rename "), " ")
+			line = "rename " + dir + " " + d.Path + "/" + name
+		}
+		b.WriteString(line)
+	}
+	return b.String()
+}

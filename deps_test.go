@@ -1,0 +1,260 @@
+package engrams_test
+
+import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// Import patterns are module-relative: "x" is package x, "x/..." is x and
+// every package under it, "..." is every package. Two names stand for imports
+// from outside the module: std (the standard library) and thirdparty.
+const (
+	std        = "std"
+	thirdparty = "thirdparty"
+)
+
+// The package groups the rules name, each kept in one place.
+var (
+	// coordinatorSide is the coordinator and what is split out of it.
+	coordinatorSide = []string{
+		"internal/coordinator/...",
+		"internal/tasks/...",
+		"internal/gateway/...",
+		"internal/harnessreg/...",
+		"internal/imagejobs/...",
+		"internal/secrets/...",
+		"internal/profiles/...",
+	}
+	storePkgs = []string{"internal/store/..."} // the contract and its backends
+	vmmPkgs   = []string{"internal/vmm/..."}
+	guestPkgs = []string{"internal/guest/...", "internal/guestinit/..."}
+	// testOnly packages exist for tests; their doc comments say they are
+	// imported only from _test.go files.
+	testOnly = []string{
+		"internal/e2e/...",
+		"internal/fleetsim/...",
+		"internal/modeltest/...",
+		"internal/testutil/...",
+		"internal/image/imagetest/...",
+		"internal/store/storetest/...",
+		"internal/blob/blobtest/...",
+		"internal/vmm/vmmtest/...",
+		"internal/clienttest/...",
+	}
+)
+
+// layerRule constrains the direct imports of the non-test files of the
+// packages matching from (minus those matching unless): none may match
+// forbid, and if only is set, each must match one of only.
+type layerRule struct {
+	name   string
+	from   []string
+	unless []string
+	forbid []string
+	only   []string
+	reason string
+}
+
+var layerRules = []layerRule{
+	{
+		name:   "clients-stay-clients",
+		from:   []string{"internal/cli/...", "internal/client/...", "client/..."},
+		forbid: concat(storePkgs, coordinatorSide, vmmPkgs, guestPkgs),
+		reason: "the CLI and the Go client speak only the public API; server, host and guest code must not end up in them",
+	},
+	{
+		name:   "api-without-store",
+		from:   []string{"internal/api/..."},
+		forbid: storePkgs,
+		reason: "the API maps HTTP onto the coordinator; the database is behind the coordinator",
+	},
+	{
+		name:   "host-without-coordinator",
+		from:   []string{"internal/host/..."},
+		forbid: concat(coordinatorSide, storePkgs, []string{"internal/api/...", "api/...", "internal/scheduler/...", "internal/lifecycle/..."}),
+		reason: "the host agent knows only the host link, its machines and the chunk store; coordinator decisions are not its business",
+	},
+	{
+		name:   "guest-self-contained",
+		from:   []string{"internal/guest/..."},
+		only:   []string{std, thirdparty, "internal/guestapi/...", "internal/guest/..."},
+		reason: "the guest daemon is built alone for the VM: it shares only its contract (guestapi) with the rest",
+	},
+	{
+		name:   "pure-decisions",
+		from:   []string{"internal/scheduler/...", "internal/lifecycle/..."},
+		only:   []string{std, "internal/domain/..."},
+		reason: "placement and the state machine are pure functions over domain types, table-tested without I/O",
+	},
+	{
+		name:   "domain-is-a-leaf",
+		from:   []string{"internal/domain/..."},
+		only:   []string{std},
+		reason: "the domain types are the leaf every layer may import, so they import nothing",
+	},
+	{
+		name:   "test-only-stays-in-tests",
+		from:   []string{"..."},
+		unless: testOnly,
+		forbid: testOnly,
+		reason: "test harnesses and suites are imported only from _test.go files (or by each other)",
+	},
+	{
+		name:   "public-without-internal",
+		from:   []string{"..."},
+		unless: []string{"internal/...", "cmd/..."},
+		forbid: []string{"internal/..."},
+		reason: "public packages are importable by other modules, which cannot import internal/",
+	},
+}
+
+// importEdge is one importer package → imported package, both module-relative.
+type importEdge struct{ importer, imported string }
+
+func concat(lists ...[]string) []string { return slices.Concat(lists...) }
+
+// matchPattern reports whether the module-relative import path p (or std or
+// thirdparty) matches pattern.
+func matchPattern(pattern, p string) bool {
+	switch {
+	case pattern == "...":
+		return p != std && p != thirdparty
+	case strings.HasSuffix(pattern, "/..."):
+		base := strings.TrimSuffix(pattern, "/...")
+		return p == base || strings.HasPrefix(p, base+"/")
+	default:
+		return p == pattern
+	}
+}
+
+func matchAny(patterns []string, p string) bool {
+	return slices.ContainsFunc(patterns, func(pat string) bool { return matchPattern(pat, p) })
+}
+
+// classify maps an import path to its module-relative path, std or thirdparty.
+func classify(module, imp string) string {
+	if imp == module {
+		return "."
+	}
+	if rel, ok := strings.CutPrefix(imp, module+"/"); ok {
+		return rel
+	}
+	if first, _, _ := strings.Cut(imp, "/"); strings.Contains(first, ".") {
+		return thirdparty
+	}
+	return std
+}
+
+// violation is one rule broken by one edge; file is the first non-test file
+// with the import.
+type violation struct {
+	importEdge
+	file string
+	rule *layerRule
+}
+
+func (v violation) String() string {
+	return fmt.Sprintf("%s imports %s (%s): rule %s: %s", v.importer, v.imported, v.file, v.rule.name, v.rule.reason)
+}
+
+// checkLayers returns every rule broken by the non-test files of st.
+func checkLayers(st *sourceTree, rules []layerRule) []violation {
+	var out []violation
+	seen := map[string]bool{}
+	for _, p := range st.pkgs {
+		for _, f := range p.nonTest() {
+			for _, spec := range f.ast.Imports {
+				imp, _ := strconv.Unquote(spec.Path.Value)
+				imported := classify(st.module, imp)
+				for i := range rules {
+					r := &rules[i]
+					if !matchAny(r.from, p.dir) || matchAny(r.unless, p.dir) {
+						continue
+					}
+					if !matchAny(r.forbid, imported) && (r.only == nil || matchAny(r.only, imported)) {
+						continue
+					}
+					shown := imported
+					if imported == std || imported == thirdparty {
+						shown = imp
+					}
+					key := p.dir + " " + shown + " " + r.name
+					if !seen[key] {
+						seen[key] = true
+						out = append(out, violation{importEdge{p.dir, shown}, f.path, r})
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// TestLayering checks the direct imports of every non-test file against
+// layerRules.
+func TestLayering(t *testing.T) {
+	t.Parallel()
+	for _, v := range checkLayers(loadTree(t), layerRules) {
+		t.Errorf("forbidden import: %v", v)
+	}
+}
+
+// TestLayeringRulesBite checks the checker itself on a made-up tree, so a
+// broken matcher cannot pass TestLayering vacuously.
+func TestLayeringRulesBite(t *testing.T) {
+	t.Parallel()
+	fake := func(dir string, imports ...string) *goPackage {
+		f := &goFile{path: dir + "/x.go"}
+		f.ast = parseImports(t, imports)
+		return &goPackage{dir: dir, files: []*goFile{f}}
+	}
+	st := &sourceTree{module: "example.com/m", pkgs: []*goPackage{
+		fake("internal/lifecycle", "example.com/m/internal/store", "example.com/m/internal/domain", "time"),
+		fake("internal/domain", "github.com/google/uuid"),
+		fake("internal/guest/sub", "example.com/m/internal/guestapi", "example.com/m/internal/guestinit", "golang.org/x/sys/unix"),
+		fake("internal/cli", "example.com/m/internal/tasks/run"),
+		fake("internal/host", "example.com/m/internal/hostlink", "example.com/m/internal/scheduler"),
+		fake("api/apiv1", "example.com/m/internal/hostlink"),
+		fake("internal/server", "example.com/m/internal/e2e"),
+		fake("internal/image/imagetest", "example.com/m/internal/testutil"),
+		fake("cmd/engrams", "example.com/m/internal/store"),
+	}}
+	var got []string
+	for _, v := range checkLayers(st, layerRules) {
+		got = append(got, v.importer+" → "+v.imported+" "+v.rule.name)
+	}
+	want := []string{
+		"internal/lifecycle → internal/store pure-decisions",
+		"internal/domain → github.com/google/uuid domain-is-a-leaf",
+		"internal/guest/sub → internal/guestinit guest-self-contained",
+		"internal/cli → internal/tasks/run clients-stay-clients",
+		"internal/host → internal/scheduler host-without-coordinator",
+		"api/apiv1 → internal/hostlink public-without-internal",
+		"internal/server → internal/e2e test-only-stays-in-tests",
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("violations of the made-up tree:\n\t%s\nwant:\n\t%s", strings.Join(got, "\n\t"), strings.Join(want, "\n\t"))
+	}
+}
+
+// parseImports parses a file that imports paths.
+func parseImports(t *testing.T, paths []string) *ast.File {
+	t.Helper()
+	src := "package x\n"
+	for _, p := range paths {
+		src += "import " + strconv.Quote(p) + "\n"
+	}
+	f, err := parser.ParseFile(token.NewFileSet(), "x.go", src, parser.ImportsOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}

@@ -1,0 +1,103 @@
+package domain
+
+import (
+	"fmt"
+	"strings"
+)
+
+// DesiredState is what the coordinator wants a session to be, stored apart
+// from the state hosts report.
+type DesiredState string
+
+// Desired states.
+const (
+	DesireActive  DesiredState = "active"
+	DesireIdle    DesiredState = "idle"
+	DesireDeleted DesiredState = "deleted"
+)
+
+// DesiredStates lists every desired state.
+var DesiredStates = []DesiredState{DesireActive, DesireIdle, DesireDeleted}
+
+// Valid reports whether d is a known desired state.
+func (d DesiredState) Valid() bool {
+	switch d {
+	case DesireActive, DesireIdle, DesireDeleted:
+		return true
+	}
+	return false
+}
+
+// Bounds on what a session spec (and a profile's env) may carry.
+const (
+	MaxEnvVars  = 256
+	MaxEnvBytes = 64 << 10 // names and values, plus two bytes each
+	MaxImageRef = 512
+)
+
+// SessionSpec is what a session runs with, as the coordinator records it.
+// Its JSON is the stored form.
+type SessionSpec struct {
+	MemoryMiB int               `json:"memory_mib"`
+	VCPUs     int               `json:"vcpus"`
+	Env       map[string]string `json:"env,omitempty"`
+	Image     string            `json:"image,omitempty"` // enabled image name (or id) the session starts from
+	// ImageID and BaseSnapshotID pin the image and the base snapshot the
+	// session was created from (set by the coordinator).
+	ImageID        string `json:"image_id,omitempty"`
+	BaseSnapshotID string `json:"base_snapshot_id,omitempty"`
+	// Harness is the agent harness the session runs, "name" (newest) or
+	// "name@version"; HarnessID pins the one chosen (set by the coordinator).
+	Harness   string `json:"harness,omitempty"`
+	HarnessID string `json:"harness_id,omitempty"`
+	// IdleTimeoutSec: no activity this long suspends the session (0: the
+	// coordinator's default; negative: never).
+	IdleTimeoutSec int `json:"idle_timeout_s,omitempty"`
+	// MaxLifetimeSec: the session ends Dead this long after it was created
+	// (0: the coordinator's default; negative: no limit).
+	MaxLifetimeSec int `json:"max_lifetime_s,omitempty"`
+	// Credentials are the secrets the model gateway may use for this
+	// session, pinned when the session is created (never taken from a
+	// user's request) and read only by the coordinator.
+	Credentials []CredentialGrant `json:"credentials,omitempty"`
+}
+
+// CredentialGrant lets the model gateway use one secret for one credential
+// kind ("anthropic_api_key", "openai_api_key") of a session: the guest
+// holds a session-scoped placeholder, the coordinator swaps in the secret.
+type CredentialGrant struct {
+	Kind     string `json:"kind"`
+	SecretID string `json:"secret_id"`
+}
+
+// Grant returns the session's grant for a credential kind.
+func (s SessionSpec) Grant(kind string) (CredentialGrant, bool) {
+	for _, g := range s.Credentials {
+		if g.Kind == kind {
+			return g, true
+		}
+	}
+	return CredentialGrant{}, false
+}
+
+// CheckEnv checks an environment against the bounds of a session spec;
+// errors wrap ErrInvalid.
+func CheckEnv(env map[string]string) error {
+	if len(env) > MaxEnvVars {
+		return fmt.Errorf("%w: at most %d env variables, got %d", ErrInvalid, MaxEnvVars, len(env))
+	}
+	total := 0
+	for k, v := range env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return fmt.Errorf("%w: env name %q is not valid", ErrInvalid, k)
+		}
+		if strings.ContainsRune(v, 0) {
+			return fmt.Errorf("%w: env %s contains a NUL byte", ErrInvalid, k)
+		}
+		total += len(k) + len(v) + 2
+	}
+	if total > MaxEnvBytes {
+		return fmt.Errorf("%w: env is %d bytes, at most %d", ErrInvalid, total, MaxEnvBytes)
+	}
+	return nil
+}

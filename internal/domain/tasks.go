@@ -1,0 +1,72 @@
+package domain
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// TaskState is where a task is.
+type TaskState string
+
+const (
+	TaskStarting TaskState = "starting" // its first session is being placed and the harness started
+	TaskRunning  TaskState = "running"  // the agent is working on a prompt
+	TaskIdle     TaskState = "idle"     // waiting for a follow-up; its session may be suspended
+	TaskStopped  TaskState = "stopped"  // stopped by a user
+	TaskFailed   TaskState = "failed"   // Error says why
+)
+
+// Valid reports whether s is one of the task states.
+func (s TaskState) Valid() bool {
+	switch s {
+	case TaskStarting, TaskRunning, TaskIdle, TaskStopped, TaskFailed:
+		return true
+	}
+	return false
+}
+
+// Task is an agent's work started from a profile and a prompt. It owns one or
+// more sessions (a new one when the previous one cannot be resumed); its
+// conversation, the task events, is continuous across them.
+type Task struct {
+	ID             TaskID
+	ProfileID      string
+	ProfileVersion int64           // the profile version it started from
+	Receipt        json.RawMessage // the grant receipt at start; opaque here
+	Title          string
+	State          TaskState
+	SessionID      SessionID // current session; "" when none
+	EventSeq       int64     // seq of the last event; 0 before the first
+	Error          string    // why it failed
+	CreatedAt      time.Time
+	UpdatedAt      time.Time // last change of state or session
+}
+
+// TaskSession records that a task used a session; Seq is gap-free per task,
+// from 1, in attach order.
+type TaskSession struct {
+	TaskID    TaskID
+	Seq       int64
+	SessionID SessionID
+	CreatedAt time.Time
+}
+
+// TaskEvent is one entry of a task's conversation (prompt, assistant text,
+// tool call, tool result, file changed, usage, question, idle, error, ...).
+// Seq is gap-free per task, from 1.
+type TaskEvent struct {
+	TaskID  TaskID
+	Seq     int64
+	Type    string
+	Payload json.RawMessage // opaque here
+	At      time.Time
+	// GuestSeq is the event's seq in its session's guest, an input of
+	// IngestTaskEvents only (not stored).
+	GuestSeq int64
+}
+
+// TaskFilter narrows ListTasks. Zero fields match everything.
+type TaskFilter struct {
+	ProfileID string
+	States    []TaskState
+}

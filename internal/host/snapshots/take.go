@@ -1,0 +1,89 @@
+package snapshots
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+
+	"github.com/engrams/engrams/internal/chunk"
+	"github.com/engrams/engrams/internal/host/failure"
+	"github.com/engrams/engrams/internal/host/hostfs"
+	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/vmm"
+)
+
+// Take is one snapshot of a session's machine, whose guest the caller
+// has quiesced.
+type Take struct {
+	SessionID  string
+	SnapshotID string
+	VM         vmm.Machine
+	FilesDir   string         // where the backend writes the snapshot files
+	MachineDir string         // names the machine's shared disks (AttachShared)
+	MemParent  chunk.Manifest // memory of the machine's previous snapshot: changed chunks go as deltas over it
+}
+
+// Taken is a snapshot uploaded whole.
+type Taken struct {
+	Manifests json.RawMessage // role -> manifest, shared disks included
+	Memory    chunk.Manifest  // the next snapshot of the machine stores deltas over it
+	Stats     chunk.PutStats
+}
+
+// Take pauses t.VM and writes its files (the backend leaves it paused),
+// then uploads every chunk the store lacks. It returns only after every
+// chunk is stored; the caller resumes or destroys the machine either way.
+func (s *Snapshots) Take(ctx context.Context, t Take) (Taken, error) {
+	snap, err := t.VM.Snapshot(ctx, t.FilesDir)
+	if err != nil {
+		status := http.StatusInternalServerError
+		if errors.Is(err, vmm.ErrUnsupported) {
+			status = http.StatusNotImplemented
+		}
+		return Taken{}, failure.New(status, hostlink.CodeSnapshotFailed, fmt.Errorf("capture machine of session %s: %w", t.SessionID, err))
+	}
+	manifests, put, err := s.upload(ctx, snap, t.MemParent)
+	var raw []byte
+	if err == nil {
+		raw, err = s.shared.withShared(ctx, t.SessionID, t.MachineDir, manifests)
+	}
+	if err != nil {
+		return Taken{}, failure.New(http.StatusServiceUnavailable, hostlink.CodeSnapshotFailed,
+			fmt.Errorf("upload snapshot %s of session %s: %w", t.SnapshotID, t.SessionID, err))
+	}
+	s.cached.remember(t.SnapshotID, manifests)
+	return Taken{Manifests: raw, Memory: manifests[roleMemory], Stats: put}, nil
+}
+
+// upload chunks every file of snap: memory with the memory store (changed
+// chunks as deltas over memParent, the memory of the machine's previous
+// snapshot), the rest with the disk store. It returns role -> manifest and
+// the summed stats.
+func (s *Snapshots) upload(ctx context.Context, snap vmm.Snapshot, memParent chunk.Manifest) (map[string]chunk.Manifest, chunk.PutStats, error) {
+	var total chunk.PutStats
+	if len(snap.Files) == 0 {
+		return nil, total, errors.New("the backend wrote no snapshot files")
+	}
+	manifests := make(map[string]chunk.Manifest, len(snap.Files))
+	for _, role := range slices.Sorted(maps.Keys(snap.Files)) {
+		if !hostfs.ValidName(role) {
+			return nil, total, fmt.Errorf("snapshot role %q: not a plain name", role)
+		}
+		store, parent := s.deps.DiskChunks, chunk.Manifest{}
+		if role == roleMemory {
+			store, parent = s.deps.MemoryChunks, memParent
+		}
+		m, st, err := putSnapshotFile(ctx, store, snap.Files[role], parent)
+		if err != nil {
+			return nil, total, fmt.Errorf("role %s: %w", role, err)
+		}
+		m.Role = role
+		manifests[role] = m
+		total.Add(st)
+	}
+	return manifests, total, nil
+}

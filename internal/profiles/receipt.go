@@ -1,0 +1,349 @@
+package profiles
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"unicode"
+
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/guestapi"
+	"github.com/engrams/engrams/internal/imagejobs"
+	"github.com/engrams/engrams/internal/secrets"
+	"github.com/engrams/engrams/internal/store"
+)
+
+// resolveSpec checks spec against the images, harnesses and secrets
+// registered now, fills in repo paths, and computes what a task started
+// from it gets. Problems are for the user to fix (the receipt is then
+// partial); the error is a failure to look things up.
+func (c *Profiles) resolveSpec(ctx context.Context, spec *apiv1.ProfileSpec) (apiv1.Receipt, problems, error) {
+	probs := checkStatic(spec)
+	r := apiv1.Receipt{Model: spec.Model, Mode: spec.Mode, Repos: spec.Repos, Env: sortedKeys(spec.Env), IdleTimeoutS: spec.IdleTimeoutS}
+	libc, err := c.receiptImage(ctx, spec.Image, &r, &probs)
+	if err != nil {
+		return r, nil, err
+	}
+	d, known, err := c.receiptHarness(ctx, spec.Harness, libc, &r, &probs)
+	if err != nil {
+		return r, nil, err
+	}
+	if known {
+		r.Model = pickChoice(&probs, "model", spec.Model, d, d.Models, true)
+		r.Mode = pickChoice(&probs, "mode", spec.Mode, d, d.Modes, false)
+		for _, cr := range d.Credentials {
+			for _, v := range []string{cr.Env, cr.BaseURLEnv} {
+				if _, ok := spec.Env[v]; ok && v != "" {
+					probs.add("env %s is the harness's credential variable, which engrams sets (to the model gateway's placeholder or address): remove it", v)
+				}
+			}
+		}
+	}
+	models, err := c.receiptModelKeys(ctx, spec, d, known, &r, &probs)
+	if err != nil {
+		return r, nil, err
+	}
+	if err := c.receiptRepoKeys(ctx, spec, &r, &probs); err != nil {
+		return r, nil, err
+	}
+	r.Hosts = receiptHosts(spec, d, models)
+	r.Powers = receiptPowers(spec, len(models) > 0)
+	for _, s := range spec.Skills {
+		r.Skills = append(r.Skills, apiv1.ReceiptSkill{Name: s})
+	}
+	for _, a := range spec.Apps {
+		r.Apps = append(r.Apps, apiv1.ReceiptApp{Name: a.Name, Port: a.Port})
+	}
+	return r, probs, nil
+}
+
+// receiptImage resolves the profile's image; it returns its C library
+// ("" while unknown).
+func (c *Profiles) receiptImage(ctx context.Context, name string, r *apiv1.Receipt, probs *problems) (string, error) {
+	r.Image.Name = name
+	if name == "" {
+		return "", nil
+	}
+	img, err := c.st.GetImageByName(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		probs.add("image %q: no enabled image has that name (see `engrams image list`, or enable it with `engrams image enable REF --name %s`)", name, name)
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("find image %s: %w", name, err)
+	}
+	v, err := c.images.View(ctx, img)
+	if err != nil {
+		return "", err
+	}
+	if v.State == imagejobs.ImageFailed {
+		probs.add("image %s failed to enable%s: enable it again with `engrams image enable %s --name %s`", name, imagejobs.JobSummary(v.LastJob), img.Ref, name)
+	}
+	r.Image = apiv1.ReceiptImage{ID: img.ID, Name: img.Name, Ref: img.Ref, Digest: img.Digest, Libc: v.Config.Libc}
+	return v.Config.Libc, nil
+}
+
+// receiptHarness resolves NAME or NAME@VERSION to a registered bundle and
+// checks it runs on the image's C library (when known).
+func (c *Profiles) receiptHarness(ctx context.Context, ref, libc string, r *apiv1.Receipt, probs *problems) (guestapi.HarnessDescriptor, bool, error) {
+	name, version, _ := strings.Cut(ref, "@")
+	r.Harness = apiv1.ReceiptHarness{Name: name, Version: version}
+	if ref == "" {
+		return guestapi.HarnessDescriptor{}, false, nil
+	}
+	if name == "" || len(ref) > 160 || strings.ContainsAny(ref, " \x00\n/") {
+		probs.add("harness %q: want NAME or NAME@VERSION", ref)
+		return guestapi.HarnessDescriptor{}, false, nil
+	}
+	h, err := c.st.FindHarness(ctx, name, version)
+	if errors.Is(err, store.ErrNotFound) {
+		probs.add("harness %s is not registered (see `engrams harness list`; build one with `engrams harness build NAME` or add one with `engrams harness add DIR`)", ref)
+		return guestapi.HarnessDescriptor{}, false, nil
+	}
+	if err != nil {
+		return guestapi.HarnessDescriptor{}, false, fmt.Errorf("find harness %s: %w", ref, err)
+	}
+	d, err := guestapi.ParseHarnessDescriptor(h.Descriptor)
+	if err != nil {
+		return guestapi.HarnessDescriptor{}, false, fmt.Errorf("harness %s@%s: %w", h.Name, h.Version, err)
+	}
+	r.Harness = apiv1.ReceiptHarness{ID: h.ID, Name: h.Name, Version: h.Version, Digest: h.Digest, Protocol: d.Protocol}
+	if libc != "" {
+		if err := d.Requires.Compatible(libc, ""); err != nil {
+			probs.add("harness %s@%s cannot run on image %s: %v", h.Name, h.Version, r.Image.Name, err)
+		}
+	}
+	return d, true, nil
+}
+
+// pickChoice checks a model or mode against the harness's list and returns
+// the effective one ("" = the list's first).
+func pickChoice(probs *problems, field, want string, d guestapi.HarnessDescriptor, list []string, wildcard bool) string {
+	offered := slices.DeleteFunc(slices.Clone(list), func(s string) bool { return s == guestapi.AnyModel })
+	switch {
+	case want == "":
+		if len(list) > 0 {
+			return list[0]
+		}
+		return ""
+	case slices.Contains(offered, want):
+		return want
+	case len(want) > 128 || strings.ContainsFunc(want, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }):
+		probs.add("%s %q: want at most 128 characters without spaces", field, want)
+	case wildcard && slices.Contains(list, guestapi.AnyModel):
+		return want
+	case len(offered) == 0:
+		probs.add("%s %q: harness %s@%s has no %ss to choose from: leave it empty", field, want, d.Name, d.Version, field)
+	default:
+		probs.add("%s %q: harness %s@%s offers %s", field, want, d.Name, d.Version, strings.Join(offered, ", "))
+	}
+	return want
+}
+
+// modelKey is a model credential granted to the harness, for the receipt.
+type modelKey struct {
+	secret domain.Secret
+	meta   apiv1.SecretMeta
+	cred   guestapi.HarnessCredential
+}
+
+// receiptModelKeys checks the profile's credentials: live secrets, each of
+// a kind the harness needs, one per kind, every kind it needs covered.
+func (c *Profiles) receiptModelKeys(ctx context.Context, spec *apiv1.ProfileSpec, d guestapi.HarnessDescriptor, known bool, r *apiv1.Receipt, probs *problems) ([]modelKey, error) {
+	var keys []modelKey
+	byKind := map[string]string{}
+	needs := make([]string, 0, len(d.Credentials))
+	for _, cr := range d.Credentials {
+		needs = append(needs, cr.Kind)
+	}
+	for i, name := range spec.Credentials {
+		if slices.Contains(spec.Credentials[:i], name) {
+			probs.add("credentials: %s is listed twice", name)
+			continue
+		}
+		s, meta, ok, err := c.liveSecret(ctx, "credentials", name, probs)
+		if err != nil || !ok {
+			if err != nil {
+				return nil, err
+			}
+			continue
+		}
+		ci := slices.IndexFunc(d.Credentials, func(cr guestapi.HarnessCredential) bool { return cr.Kind == s.Kind })
+		switch {
+		case !known:
+		case ci < 0 && len(needs) == 0:
+			probs.add("credentials: harness %s@%s takes no credentials, and secret %s (%s) cannot be put anywhere else yet", d.Name, d.Version, name, s.Kind)
+		case ci < 0:
+			probs.add("credentials: secret %s is of kind %s; harness %s@%s needs %s", name, s.Kind, d.Name, d.Version, strings.Join(needs, ", "))
+		case byKind[s.Kind] != "":
+			probs.add("credentials: %s and %s are both %s: name one", byKind[s.Kind], name, s.Kind)
+		default:
+			byKind[s.Kind] = name
+			keys = append(keys, modelKey{secret: s, meta: meta, cred: d.Credentials[ci]})
+		}
+	}
+	for _, cr := range d.Credentials {
+		if known && byKind[cr.Kind] == "" {
+			probs.add("harness %s@%s needs a credential of kind %s, or it cannot authenticate: add one with --credential SECRET "+
+				"(make it with `engrams secret create NAME --kind %s`)", d.Name, d.Version, cr.Kind, cr.Kind)
+		}
+	}
+	for _, k := range keys {
+		r.Credentials = append(r.Credentials, apiv1.ReceiptCredential{
+			Name: k.secret.Name, SecretID: k.secret.ID, Kind: k.secret.Kind, Delivery: apiv1.DeliveryGateway, Env: k.cred.Env,
+			Detail: fmt.Sprintf("gateway-injected: the guest sees a placeholder in %s%s; the model gateway swaps in the real key for requests to %s",
+				k.cred.Env, baseURLNote(k.cred), k.meta.BaseURL),
+		})
+	}
+	return keys, nil
+}
+
+func baseURLNote(cr guestapi.HarnessCredential) string {
+	if cr.BaseURLEnv == "" {
+		return ""
+	}
+	return " and " + cr.BaseURLEnv + " points at the gateway"
+}
+
+// receiptRepoKeys checks repo credentials: live git_https secrets for the
+// repo's host.
+func (c *Profiles) receiptRepoKeys(ctx context.Context, spec *apiv1.ProfileSpec, r *apiv1.Receipt, probs *problems) error {
+	uses := map[string][]string{}
+	var order []string
+	ids := map[string]domain.Secret{}
+	for i, repo := range spec.Repos {
+		if repo.Credential == "" {
+			continue
+		}
+		s, meta, ok, err := c.liveSecret(ctx, fmt.Sprintf("repos[%d].credential", i), repo.Credential, probs)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		if s.Kind != apiv1.SecretGitHTTPS {
+			probs.add("repos[%d].credential: secret %s is of kind %s; a repo needs a %s secret", i, s.Name, s.Kind, apiv1.SecretGitHTTPS)
+			continue
+		}
+		if meta.Host == "" {
+			probs.add("repos[%d].credential: secret %s names no git host; create it again with --host", i, s.Name)
+		} else if u, err := url.Parse(repo.URL); err == nil && !strings.EqualFold(meta.Host, u.Host) {
+			probs.add("repos[%d].credential: secret %s is for %s, the repo is on %s", i, s.Name, meta.Host, u.Host)
+		}
+		if _, ok := uses[s.Name]; !ok {
+			order = append(order, s.Name)
+		}
+		uses[s.Name] = append(uses[s.Name], repo.Path)
+		ids[s.Name] = s
+	}
+	for _, name := range order {
+		s := ids[name]
+		r.Credentials = append(r.Credentials, apiv1.ReceiptCredential{
+			Name: name, SecretID: s.ID, Kind: s.Kind, Delivery: apiv1.DeliveryClone,
+			Detail: "used by the coordinator to clone " + strings.Join(uses[name], ", ") + ", not in the guest",
+		})
+	}
+	return nil
+}
+
+// liveSecret finds a live secret a profile names, adding a problem when
+// there is none.
+func (c *Profiles) liveSecret(ctx context.Context, field, name string, probs *problems) (domain.Secret, apiv1.SecretMeta, bool, error) {
+	s, err := c.st.GetSecretByName(ctx, name)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && !secrets.UserKind(s.Kind)) {
+		probs.add("%s: no secret %q (see `engrams secret list`; make it with `engrams secret create %s --kind KIND`)", field, name, name)
+		return domain.Secret{}, apiv1.SecretMeta{}, false, nil
+	}
+	if err != nil {
+		return domain.Secret{}, apiv1.SecretMeta{}, false, fmt.Errorf("find secret %s: %w", name, err)
+	}
+	var meta apiv1.SecretMeta
+	if err := json.Unmarshal(s.Meta, &meta); err != nil {
+		return domain.Secret{}, apiv1.SecretMeta{}, false, fmt.Errorf("decode meta of secret %s: %w", name, err)
+	}
+	s.Sealed = nil
+	return s, meta, true, nil
+}
+
+// noNetwork is why the guest reaches nothing directly.
+const noNetwork = "the guest has no network interface"
+
+// receiptHosts lists the hosts the profile and its harness name and
+// whether the guest reaches them: the model providers through the gateway,
+// nothing else.
+func receiptHosts(spec *apiv1.ProfileSpec, d guestapi.HarnessDescriptor, keys []modelKey) []apiv1.ReceiptHost {
+	var out []apiv1.ReceiptHost
+	seen := map[string]bool{}
+	for _, k := range keys {
+		h := hostOf(k.meta.BaseURL)
+		if h == "" || seen[h] {
+			continue
+		}
+		seen[h] = true
+		out = append(out, apiv1.ReceiptHost{Host: h, Why: fmt.Sprintf("model provider of credential %s (%s)", k.secret.Name, k.secret.Kind),
+			Reachable: true, Enforced: true,
+			Reason: "only through the model gateway, which adds the key and forwards to " + k.meta.BaseURL + "; " + noNetwork})
+	}
+	for _, h := range d.Hosts {
+		if seen[h] {
+			continue
+		}
+		seen[h] = true
+		out = append(out, apiv1.ReceiptHost{Host: h, Why: "named by harness " + d.Name, Enforced: true,
+			Reason: "not directly: " + noNetwork + "; the harness's requests go to the model gateway instead"})
+	}
+	for _, h := range spec.Egress {
+		if seen[h] {
+			continue
+		}
+		seen[h] = true
+		out = append(out, apiv1.ReceiptHost{Host: h, Why: "listed in the profile's egress", Enforced: true,
+			Reason: "not yet: egress allowlists are not built, and " + noNetwork})
+	}
+	return out
+}
+
+// hostOf is a URL's host:port (the scheme's port when none is given).
+func hostOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return ""
+	}
+	if u.Port() != "" {
+		return u.Host
+	}
+	if u.Scheme == "http" {
+		return u.Host + ":80"
+	}
+	return u.Host + ":443"
+}
+
+// receiptPowers says in plain sentences what a task can do.
+func receiptPowers(spec *apiv1.ProfileSpec, gateway bool) []string {
+	p := []string{
+		"runs as root in its own VM, shared with nothing else",
+		"runs any command in that VM, with the harness acting on its own",
+	}
+	if len(spec.Repos) == 0 {
+		p = append(p, "gets no repositories")
+	} else {
+		paths := make([]string, 0, len(spec.Repos))
+		for _, r := range spec.Repos {
+			paths = append(paths, r.Path)
+		}
+		p = append(p, "reads and writes its own clones of the repositories ("+strings.Join(paths, ", ")+"); git logins stay with the coordinator")
+	}
+	if gateway {
+		p = append(p, "uses the model keys without seeing them: the model gateway adds them to its requests",
+			"has no network interface beyond the model gateway: no other host is reachable")
+	} else {
+		p = append(p, "has no network interface: no host outside the VM is reachable")
+	}
+	return p
+}

@@ -1,0 +1,90 @@
+package server
+
+import (
+	"log/slog"
+
+	"github.com/engrams/engrams/internal/api"
+	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/gateway"
+	"github.com/engrams/engrams/internal/harnessreg"
+	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/imagejobs"
+	"github.com/engrams/engrams/internal/profiles"
+	"github.com/engrams/engrams/internal/secrets"
+	"github.com/engrams/engrams/internal/store"
+	"github.com/engrams/engrams/internal/tasks"
+)
+
+// Parts are one replica's services, wired to each other through the small
+// interfaces each declares.
+type Parts struct {
+	Co        *coordinator.Coordinator
+	Images    *imagejobs.Images
+	Harnesses *harnessreg.Registry
+	Vault     *secrets.Vault
+	Profiles  *profiles.Profiles
+	Gateway   *gateway.Gateway
+	Tasks     *tasks.Tasks
+}
+
+// The services satisfy the interfaces of the parts that consume them.
+var (
+	_ coordinator.Images          = (*imagejobs.Images)(nil)
+	_ coordinator.Harnesses       = (*harnessreg.Registry)(nil)
+	_ coordinator.ChunkRoots      = (*imagejobs.Images)(nil)
+	_ coordinator.ChunkRoots      = (*harnessreg.Registry)(nil)
+	_ coordinator.RestoreObserver = tasks.Rewinder{}
+	_ imagejobs.Placer            = (*coordinator.Placement)(nil)
+	_ tasks.Sessions              = (*coordinator.Coordinator)(nil)
+	_ tasks.Profiles              = (*profiles.Profiles)(nil)
+	_ tasks.Placeholders          = (*gateway.Gateway)(nil)
+	_ tasks.Secrets               = (*secrets.Vault)(nil)
+	_ profiles.Images             = (*imagejobs.Images)(nil)
+	_ gateway.Secrets             = (*secrets.Vault)(nil)
+)
+
+// Assemble builds the services of a replica that reaches hosts through t
+// (New does; tests of the API use it to get the real services).
+func Assemble(cfg Config, deps Deps, t hostlink.Transports, log *slog.Logger) (*Parts, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	p := &Parts{}
+	var err error
+	st := deps.Store
+	if p.Harnesses, err = harnessreg.New(cfg.Harnesses, harnessreg.Deps{Store: st, Builder: deps.HarnessBuilder, Chunks: deps.HarnessChunks, Logger: log}); err != nil {
+		return p, err
+	}
+	cc := cfg.Coordinator
+	cc.ReplicaID, cc.ReplicaAddr = cfg.ReplicaID, cfg.AdvertiseURL
+	p.Images, err = imagejobs.New(imagejobs.Config{DefaultVCPUs: cc.DefaultVCPUs, MaxMemoryMiB: cc.MaxMemoryMiB, MaxVCPUs: cc.MaxVCPUs,
+		PlacementWait: cc.PlacementWait}, imagejobs.Deps{Store: st, Hosts: t, Place: coordinator.NewPlacement(st, cc.HeartbeatInterval, nil),
+		Images: deps.Images, Secrets: deps.Secrets, Logger: log})
+	if err != nil {
+		return p, err
+	}
+	p.Co, err = coordinator.New(cc, coordinator.Deps{Store: st, Hosts: t, Logger: log, Images: p.Images, Harnesses: p.Harnesses,
+		Roots: []coordinator.ChunkRoots{p.Images, p.Harnesses}, Restored: []coordinator.RestoreObserver{tasks.Rewinder{Store: st}}})
+	if err != nil {
+		return p, err
+	}
+	if p.Vault, err = secrets.New(secrets.Deps{Store: st, Sealer: deps.Secrets, Logger: log}); err != nil {
+		return p, err
+	}
+	if p.Profiles, err = profiles.New(profiles.Deps{Store: st, Images: p.Images, Logger: log}); err != nil {
+		return p, err
+	}
+	if p.Gateway, err = gateway.New(cfg.Gateway, gateway.Deps{Store: st, Secrets: p.Vault, Sealer: deps.Secrets, Upstream: deps.GatewayUpstream, Logger: log}); err != nil {
+		return p, err
+	}
+	p.Tasks, err = tasks.New(tasks.Config{MonitorInterval: p.Co.Config().MonitorInterval}, tasks.Deps{Store: st, Sessions: p.Co,
+		Profiles: p.Profiles, Placeholders: p.Gateway, Secrets: p.Vault, Logger: log})
+	return p, err
+}
+
+// APIDeps gives each API router its service (st is the replica's store,
+// which the read-only routers use).
+func (p *Parts) APIDeps(st store.Store, log *slog.Logger) api.Deps {
+	return api.Deps{Sessions: p.Co, Reads: st, Guests: p.Co, Fleet: st, Images: p.Images, Harnesses: p.Harnesses,
+		Secrets: p.Vault, Profiles: p.Profiles, Tasks: p.Tasks, TaskReads: st, Logger: log, NewID: newID}
+}

@@ -1,0 +1,156 @@
+package tasks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/guestapi"
+	"github.com/engrams/engrams/internal/store"
+)
+
+// Sessions is what tasks need of the session control plane (the
+// coordinator).
+type Sessions interface {
+	CreateSession(ctx context.Context, spec domain.SessionSpec, idempotencyKey string) (domain.Session, error)
+	DeleteSession(ctx context.Context, id domain.SessionID) (domain.Session, error)
+	Suspend(ctx context.Context, id domain.SessionID) (domain.Session, domain.Op, error)
+	WaitSession(ctx context.Context, id domain.SessionID, done func(domain.Session) bool) (domain.Session, error)
+	EnsureActive(ctx context.Context, s domain.Session) (domain.Session, error)
+	PutOutbox(ctx context.Context, sid domain.SessionID, id, kind string, payload json.RawMessage) (domain.OutboxItem, error)
+	// GuestClient reaches the session's guest daemon, resuming it first.
+	GuestClient(ctx context.Context, id domain.SessionID) (*guestapi.Client, error)
+}
+
+// Profiles resolves the profile a task starts from (profiles.Profiles does).
+type Profiles interface {
+	ResolveProfile(ctx context.Context, nameOrID string) (domain.Profile, apiv1.ProfileSpec, apiv1.Receipt, error)
+}
+
+// Placeholders gives a session's harness the stand-in of a model key
+// (gateway.Gateway does).
+type Placeholders interface {
+	Placeholder(ctx context.Context, sid domain.SessionID, kind string) (string, error)
+}
+
+// Secrets opens a repository's git login (secrets.Vault does).
+type Secrets interface {
+	Open(ctx context.Context, id string) (domain.Secret, []byte, error)
+}
+
+// Config tunes tasks.
+type Config struct {
+	// MonitorInterval is how often a replica looks for task setups nobody
+	// renewed; default 3s.
+	MonitorInterval time.Duration
+}
+
+// Deps are what tasks need.
+type Deps struct {
+	Store        store.Store
+	Sessions     Sessions
+	Profiles     Profiles
+	Placeholders Placeholders
+	Secrets      Secrets
+	Logger       *slog.Logger
+	Now          func() time.Time // default time.Now
+	NewID        func() string    // default UUIDv7
+}
+
+// Tasks runs agent work: a task's session, its repositories, prompts into
+// its harness, the conversation its guest relays back, follow-ups that
+// outlive sessions.
+type Tasks struct {
+	cfg          Config
+	st           store.Store
+	sessions     Sessions
+	profiles     Profiles
+	placeholders Placeholders
+	secrets      Secrets
+	log          *slog.Logger
+	now          func() time.Time
+	newID        func() string
+
+	// bg is cancelled when Run returns; background task work (setup,
+	// suspending a stopped task) runs under it and Run joins it.
+	bg       context.Context
+	bgCancel context.CancelFunc
+	tasksWG  sync.WaitGroup
+}
+
+// New returns the task service; Run watches for setups to take over.
+func New(cfg Config, deps Deps) (*Tasks, error) {
+	if deps.Store == nil || deps.Sessions == nil || deps.Profiles == nil || deps.Placeholders == nil || deps.Secrets == nil {
+		return nil, errors.New("new tasks: Store, Sessions, Profiles, Placeholders and Secrets are required")
+	}
+	if cfg.MonitorInterval <= 0 {
+		cfg.MonitorInterval = 3 * time.Second
+	}
+	c := &Tasks{cfg: cfg, st: deps.Store, sessions: deps.Sessions, profiles: deps.Profiles,
+		placeholders: deps.Placeholders, secrets: deps.Secrets, log: deps.Logger, now: deps.Now, newID: deps.NewID}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	if c.newID == nil {
+		c.newID = func() string { return uuid.Must(uuid.NewV7()).String() }
+	}
+	c.bg, c.bgCancel = context.WithCancel(context.Background())
+	return c, nil
+}
+
+// Run takes over task setups whose replica stopped renewing them until ctx
+// ends, then stops and joins the background work of this replica's tasks.
+//
+// Like the coordinator judging heartbeats, a replica takes over only after
+// it has itself been watching, without a failed pass, for taskSetupStale:
+// after a restart or a database outage, setups get a full interval to be
+// renewed first.
+func (c *Tasks) Run(ctx context.Context) error {
+	defer func() {
+		c.bgCancel()
+		c.tasksWG.Wait()
+	}()
+	t := time.NewTicker(c.cfg.MonitorInterval)
+	defer t.Stop()
+	watching := c.now()
+	last := watching
+	for {
+		now := c.now()
+		if now.Sub(last) > 3*c.cfg.MonitorInterval {
+			watching = now // this replica was stalled: it saw nothing meanwhile
+		}
+		last = now
+		if now.Sub(watching) >= taskSetupStale {
+			if err := c.takeOverSetups(ctx); err != nil && ctx.Err() == nil {
+				c.log.Error("take over task setups", "err", err)
+				watching = c.now()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// runCtx is the context of background task work: cancelled when Run returns.
+func (c *Tasks) runCtx() context.Context { return c.bg }
+
+// wake notifies a topic's waiters on every replica; a lost notification
+// only costs a poll.
+func (c *Tasks) wake(ctx context.Context, topic string) {
+	if err := c.st.Notify(ctx, topic); err != nil {
+		c.log.Warn("notify failed; waiters fall back to polling", "topic", topic, "err", err)
+	}
+}

@@ -1,0 +1,134 @@
+package tasks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/store"
+)
+
+// maxTranscriptBytes bounds the earlier conversation a successor session's
+// first prompt carries.
+const maxTranscriptBytes = 32 << 10
+
+// continueTask carries a task whose session ended (Dead: its host was lost
+// before any snapshot, or its snapshot could not be restored; Completed:
+// deleted) into a new session made from the spec the task started with.
+// The conversation stays one: the follow-up is recorded like any other,
+// the repositories are cloned again at their default state, and the
+// harness, which starts a conversation of its own there, gets the
+// conversation so far with the prompt (pendingPrompt).
+func (c *Tasks) continueTask(ctx context.Context, t domain.Task, old domain.Session, text string) (domain.TaskEvent, error) {
+	spec, err := taskSpec(t)
+	if err != nil {
+		return domain.TaskEvent{}, err
+	}
+	mspec, err := c.taskMachineSpec(ctx, spec)
+	if err != nil {
+		return domain.TaskEvent{}, err
+	}
+	turn := c.newID()
+	s, err := c.sessions.CreateSession(ctx, mspec, "task-"+string(t.ID)+"-"+turn)
+	if err != nil {
+		return domain.TaskEvent{}, fmt.Errorf("create a new session for task %s: %w", t.ID, err)
+	}
+	ts, err := c.st.ReplaceSession(ctx, t.ID, old.ID, s.ID, c.now())
+	if err != nil {
+		_, _ = c.sessions.DeleteSession(context.WithoutCancel(ctx), s.ID)
+		if errors.Is(err, store.ErrConflict) {
+			return domain.TaskEvent{}, fmt.Errorf("%w: another follow-up is already moving task %s to a new session", domain.ErrBusy, t.ID)
+		}
+		return domain.TaskEvent{}, fmt.Errorf("move task %s to a new session: %w", t.ID, err)
+	}
+	// The task is starting in s now; its setup finds the prompt after
+	// s's session event (pendingPrompt), so a failure here leaves a setup
+	// that fails the task saying so, never one that sends an old prompt.
+	evs, err := c.appendTaskEvents(ctx, t.ID,
+		taskEvent(TaskEventSession, map[string]any{"session_id": s.ID, "previous": old.ID,
+			"why": fmt.Sprintf("the previous session is %s (%s): its files are gone, the repositories are cloned again", old.State, old.Reason)}),
+		taskEvent(TaskEventPrompt, map[string]any{"turn": turn, "text": text}))
+	c.log.Info("task continues in a new session", "task_id", t.ID, "session_id", s.ID, "previous_session_id", old.ID)
+	c.goTask(func(bg context.Context) { c.setupTask(bg, t.ID, s.ID, ts.CreatedAt) })
+	if err != nil {
+		return domain.TaskEvent{}, err
+	}
+	return evs[1], nil
+}
+
+// pendingPrompt is the prompt session sessionID is to get: the last
+// prompt between that session's session event and the next one's, and its text; in a session
+// that continues the task (a session event came before), the text is led
+// by the conversation so far, which the harness there never saw.
+func (c *Tasks) pendingPrompt(ctx context.Context, taskID domain.TaskID, sessionID domain.SessionID) (turn, text string, err error) {
+	evs, err := c.st.ListTaskEvents(ctx, taskID, 0, 0)
+	if err != nil {
+		return "", "", fmt.Errorf("list events of task %s: %w", taskID, err)
+	}
+	at, earlier := -1, false // index of sessionID's session event; whether a session came before it
+	for i, e := range evs {
+		var d struct {
+			SessionID domain.SessionID `json:"session_id"`
+		}
+		if e.Type != TaskEventSession || json.Unmarshal(e.Payload, &d) != nil {
+			continue
+		}
+		if d.SessionID == sessionID {
+			at = i
+			break
+		}
+		earlier = true
+	}
+	if at < 0 {
+		return "", "", fmt.Errorf("task %s has no record of its session %s", taskID, sessionID)
+	}
+	for _, e := range evs[at+1:] {
+		if e.Type == TaskEventSession {
+			break // the next session's
+		}
+		var d struct{ Turn, Text string }
+		if e.Type == TaskEventPrompt && json.Unmarshal(e.Payload, &d) == nil {
+			turn, text = d.Turn, d.Text
+		}
+	}
+	if turn == "" {
+		return "", "", fmt.Errorf("task %s has no prompt for its session %s", taskID, sessionID)
+	}
+	if before := transcript(evs[:at]); earlier && before != "" {
+		text = "This task continues in a new sandbox: the previous one was lost with its files, and the " +
+			"repositories were cloned again. The conversation so far:\n\n" + before + "\n\nThe user's new message:\n\n" + text
+	}
+	return turn, text, nil
+}
+
+// transcript is a conversation as text: its prompts and the agent's
+// answers, the newest kept when it is long.
+func transcript(evs []domain.TaskEvent) string {
+	var lines []string
+	for _, e := range evs {
+		var d struct {
+			Text string `json:"text"`
+		}
+		if e.Type != TaskEventPrompt && e.Type != "assistant_text" || json.Unmarshal(e.Payload, &d) != nil || d.Text == "" {
+			continue
+		}
+		who := "Assistant"
+		if e.Type == TaskEventPrompt {
+			who = "User"
+		}
+		lines = append(lines, who+": "+d.Text)
+	}
+	out := strings.Join(lines, "\n\n")
+	if len(out) > maxTranscriptBytes {
+		tail := out[len(out)-maxTranscriptBytes:]
+		for len(tail) > 0 && !utf8.RuneStart(tail[0]) {
+			tail = tail[1:]
+		}
+		out = "[earlier turns left out]\n\n" + tail
+	}
+	return out
+}

@@ -1,0 +1,1125 @@
+package tasks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/coordinator/coordinatortest"
+	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/gateway"
+	"github.com/engrams/engrams/internal/guestapi"
+	"github.com/engrams/engrams/internal/harnessreg"
+	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/imagejobs"
+	"github.com/engrams/engrams/internal/lifecycle"
+	"github.com/engrams/engrams/internal/profiles"
+	"github.com/engrams/engrams/internal/secrets"
+	"github.com/engrams/engrams/internal/store"
+)
+
+var taskT0 = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+
+// guestExec plays the hosts of a task test: every machine's guest answers
+// exec requests with answer (default: exit 0, no output) and each request
+// is recorded.
+type guestExec struct {
+	mu     sync.Mutex
+	calls  []guestCall
+	answer func(req guestapi.ExecRequest) []guestapi.StreamFrame
+}
+
+type guestCall struct {
+	HostID, Path string
+	Req          guestapi.ExecRequest
+}
+
+func (g *guestExec) Transport(_ context.Context, hostID domain.HostID) (http.RoundTripper, error) {
+	return roundTrip(func(r *http.Request) (*http.Response, error) {
+		var req guestapi.ExecRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			return nil, err
+		}
+		g.mu.Lock()
+		g.calls = append(g.calls, guestCall{HostID: string(hostID), Path: r.URL.Path, Req: req})
+		answer := g.answer
+		g.mu.Unlock()
+		frames := []guestapi.StreamFrame{{Type: "exit"}}
+		if answer != nil {
+			frames = answer(req)
+		}
+		rec := httptest.NewRecorder()
+		for _, f := range frames {
+			_ = json.NewEncoder(rec).Encode(f)
+		}
+		return rec.Result(), nil
+	}), nil
+}
+
+func (g *guestExec) got() []guestCall {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]guestCall(nil), g.calls...)
+}
+
+// taskEnv is a coordinator over SQLite whose loops do not run, with a
+// settable clock, and the task service with the profiles, gateway and
+// vault it uses; tests write its session and task rows directly.
+type taskEnv struct {
+	st       store.Store
+	co       *Tasks
+	sessions *coordinator.Coordinator
+	profiles *profiles.Profiles
+	vault    *secrets.Vault
+	gw       *gateway.Gateway
+	guest    *guestExec
+
+	mu  sync.Mutex
+	now time.Time
+}
+
+// noHosts is a fleet without hosts for the image service (never reached).
+type noHosts struct{}
+
+func (noHosts) Transport(context.Context, domain.HostID) (http.RoundTripper, error) {
+	return nil, errors.New("no hosts in this test")
+}
+
+func newTaskEnv(t *testing.T) *taskEnv {
+	t.Helper()
+	st := coordinatortest.NewStore(t)
+	e := &taskEnv{st: st, guest: &guestExec{}, now: taskT0}
+	im, err := imagejobs.New(imagejobs.Config{}, imagejobs.Deps{Store: st, Hosts: noHosts{}, Place: coordinator.NewPlacement(st, 0, e.clock), Now: e.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := harnessreg.New(harnessreg.Config{}, harnessreg.Deps{Store: st, Now: e.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.sessions, err = coordinator.New(coordinator.Config{ReplicaID: "r1"},
+		coordinator.Deps{Store: st, Hosts: e.guest, Images: im, Harnesses: reg, Now: e.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.vault, err = secrets.New(secrets.Deps{Store: st, Sealer: coordinatortest.Sealer{}, Now: e.clock}); err != nil {
+		t.Fatal(err)
+	}
+	if e.profiles, err = profiles.New(profiles.Deps{Store: st, Images: im, Now: e.clock}); err != nil {
+		t.Fatal(err)
+	}
+	if e.gw, err = gateway.New(gateway.Config{}, gateway.Deps{Store: st, Secrets: e.vault, Sealer: coordinatortest.Sealer{}, Now: e.clock}); err != nil {
+		t.Fatal(err)
+	}
+	e.co, err = New(Config{}, Deps{Store: st, Sessions: e.sessions, Profiles: e.profiles, Placeholders: e.gw, Secrets: e.vault, Now: e.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What Run does when it returns: background task work ends before the
+	// store closes (cleanups run last in, first out).
+	t.Cleanup(func() { e.co.bgCancel(); e.co.tasksWG.Wait() })
+	return e
+}
+
+// hostLink is the task service's host-link handler (harness events).
+func (e *taskEnv) hostLink() http.Handler {
+	mux := http.NewServeMux()
+	e.co.RouteHostLink(mux)
+	return mux
+}
+
+func (e *taskEnv) clock() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.now
+}
+
+func (e *taskEnv) advance(d time.Duration) time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.now = e.now.Add(d)
+	return e.now
+}
+
+// session writes session id in state want (Created, Active, Suspending,
+// HostLost or Dead), placed on hostID when it got that far, at epoch 1
+// once claimed. Its create op is finished, so nothing is in flight.
+func (e *taskEnv) session(t *testing.T, id domain.SessionID, hostID domain.HostID, want domain.SessionState, spec domain.SessionSpec) domain.Session {
+	t.Helper()
+	ctx := context.Background()
+	s, _, _, err := e.st.CreateSession(ctx, store.NewSession{ID: id, Spec: spec, OpID: "op-" + string(id), At: e.clock()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want == domain.SessionCreated {
+		return s
+	}
+	op, _, err := e.st.ClaimOp(ctx, "r1", e.clock(), time.Hour)
+	if err != nil || op.SessionID != id {
+		t.Fatalf("claim the create op of %s: %+v %v", id, op, err)
+	}
+	step := func(from, to domain.SessionState, ev lifecycle.Event, host *domain.HostID) {
+		t.Helper()
+		if s, err = e.st.ApplyTransition(ctx, store.Transition{SessionID: id, Epoch: op.Epoch, From: from, To: to, Event: ev,
+			HostID: host, At: e.clock()}); err != nil {
+			t.Fatalf("session %s %s -> %s: %v", id, from, to, err)
+		}
+	}
+	result := domain.OpSucceeded
+	switch want {
+	case domain.SessionDead:
+		step(domain.SessionCreated, domain.SessionDead, lifecycle.Unplaceable, nil)
+		result = domain.OpFailed
+	case domain.SessionActive, domain.SessionSuspending, domain.SessionHostLost:
+		step(domain.SessionCreated, domain.SessionStarting, lifecycle.Place, &hostID)
+		step(domain.SessionStarting, domain.SessionActive, lifecycle.Started, nil)
+	default:
+		t.Fatalf("session helper cannot make state %s", want)
+	}
+	if err := e.st.FinishOp(ctx, op.ID, op.Epoch, result, "", e.clock()); err != nil {
+		t.Fatal(err)
+	}
+	switch want {
+	case domain.SessionSuspending:
+		step(domain.SessionActive, domain.SessionSuspending, lifecycle.SuspendRequested, nil)
+	case domain.SessionHostLost:
+		step(domain.SessionActive, domain.SessionHostLost, lifecycle.HeartbeatLost, nil)
+	}
+	return s
+}
+
+// taskSpecFixture is the profile spec the test tasks run with: one
+// repository, so the harness works in /work/app.
+var taskSpecFixture = apiv1.ProfileSpec{Image: "py", Harness: "claude-code", Model: "sonnet", Mode: "plan",
+	Credentials: []string{"ant"}, Repos: []apiv1.ProfileRepo{{URL: "https://github.com/acme/app.git", Path: "app"}}}
+
+// task writes a task of profile "rev" in state (with errMsg) working in
+// sessionID ("" for none).
+func (e *taskEnv) task(t *testing.T, id domain.TaskID, sessionID domain.SessionID, state domain.TaskState, errMsg string) domain.Task {
+	t.Helper()
+	ctx := context.Background()
+	p, err := e.st.GetProfileByName(ctx, "rev")
+	if errors.Is(err, store.ErrNotFound) {
+		spec, _ := json.Marshal(taskSpecFixture)
+		p, err = e.st.CreateProfile(ctx, domain.Profile{ID: "prof-rev", Name: "rev", Spec: spec, CreatedAt: e.clock()})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := json.Marshal(taskRecord{Spec: taskSpecFixture, Receipt: apiv1.Receipt{Model: "sonnet"}})
+	tk, err := e.st.CreateTask(ctx, domain.Task{ID: id, ProfileID: p.ID, ProfileVersion: p.Version, Receipt: rec, Title: "title of " + string(id),
+		SessionID: sessionID, CreatedAt: e.clock()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if state != "" && state != domain.TaskStarting {
+		if err := e.st.SetTaskState(ctx, id, state, errMsg, e.clock()); err != nil {
+			t.Fatal(err)
+		}
+		tk.State, tk.Error = state, errMsg
+	}
+	return tk
+}
+
+func (e *taskEnv) events(t *testing.T, taskID domain.TaskID) []domain.TaskEvent {
+	t.Helper()
+	evs, err := e.st.ListTaskEvents(context.Background(), taskID, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
+}
+
+func (e *taskEnv) getTask(t *testing.T, id domain.TaskID) domain.Task {
+	t.Helper()
+	tk, err := e.st.GetTask(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tk
+}
+
+// summary is "type:payload" of each event.
+func summary(evs []domain.TaskEvent) []string {
+	out := make([]string, len(evs))
+	for i, e := range evs {
+		out[i] = e.Type + ":" + string(e.Payload)
+	}
+	return out
+}
+
+func TestCheckPrompt(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, text string
+		wantErr    string // "" = accepted
+	}{
+		{"text", "add a /healthz endpoint", ""},
+		{"several lines", "fix it\n\nthen test it\n", ""},
+		{"unicode", "füge einen Test hinzu ✓", ""},
+		{"at the limit", strings.Repeat("x", maxPromptBytes), ""},
+		{"empty", "", "the prompt is empty"},
+		{"only spaces", " \n\t ", "the prompt is empty"},
+		{"too long", strings.Repeat("x", maxPromptBytes+1), fmt.Sprintf("the prompt has %d bytes, more than %d", maxPromptBytes+1, maxPromptBytes)},
+		{"NUL", "a\x00b", "UTF-8 text without NUL bytes"},
+		{"invalid UTF-8", "caf\xe9", "UTF-8 text without NUL bytes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := checkPrompt(tt.text)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, domain.ErrInvalid) || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("err = %v, want domain.ErrInvalid saying %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestTitleOf(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ name, prompt, want string }{
+		{"one line", "fix the typo", "fix the typo"},
+		{"first line", "add a test\nfor the parser\n", "add a test"},
+		{"leading blank lines and spaces", "\n\n   refactor main  \nrest", "refactor main"},
+		{"CRLF line ends", "fix it\r\nthen test", "fix it"},
+		{"empty", "", ""},
+		{"80 runes stay", strings.Repeat("a", 80), strings.Repeat("a", 80)},
+		{"81 runes are cut to 80", strings.Repeat("a", 81), strings.Repeat("a", 79) + "…"},
+		{"multi-byte runes are cut whole", strings.Repeat("é", 100) + "\nx", strings.Repeat("é", 79) + "…"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := titleOf(tt.prompt); got != tt.want {
+				t.Errorf("titleOf(%q) = %q, want %q", tt.prompt, got, tt.want)
+			}
+		})
+	}
+}
+
+func tev(typ, payload string) domain.TaskEvent {
+	return domain.TaskEvent{Type: typ, Payload: json.RawMessage(payload)}
+}
+
+func TestTaskStateAfter(t *testing.T) {
+	t.Parallel()
+	var (
+		run      = tev(guestapi.EventRunStarted, `{"harness":"claude-code","version":"2.1.0"}`)
+		text     = tev(guestapi.EventAssistantText, `{"text":"done"}`)
+		idle     = tev(guestapi.EventIdle, `{}`)
+		authErr  = tev(guestapi.EventError, `{"kind":"auth","message":"key refused"}`)
+		modelErr = tev(guestapi.EventError, `{"kind":"model","message":"overloaded"}`)
+	)
+	const authMsg = "auth: key refused"
+	type tc struct {
+		name      string
+		state     domain.TaskState
+		err       string
+		evs       []domain.TaskEvent
+		wantState domain.TaskState
+		wantErr   string
+		wantOK    bool
+	}
+	tests := []tc{
+		// One event of each kind that moves the state, in every task state.
+		{"starting, run_started", domain.TaskStarting, "", []domain.TaskEvent{run}, domain.TaskRunning, "", true},
+		{"running, run_started", domain.TaskRunning, "", []domain.TaskEvent{run}, domain.TaskRunning, "", false},
+		{"idle, run_started clears the error", domain.TaskIdle, "model: overloaded", []domain.TaskEvent{run}, domain.TaskRunning, "", true},
+		{"stopped, run_started", domain.TaskStopped, "", []domain.TaskEvent{run}, domain.TaskStopped, "", false},
+		{"failed, run_started", domain.TaskFailed, "clone failed", []domain.TaskEvent{run}, domain.TaskFailed, "clone failed", false},
+		{"starting, idle", domain.TaskStarting, "", []domain.TaskEvent{idle}, domain.TaskIdle, "", true},
+		{"running, idle", domain.TaskRunning, "", []domain.TaskEvent{idle}, domain.TaskIdle, "", true},
+		{"idle, a lone idle keeps the last turn's error", domain.TaskIdle, authMsg, []domain.TaskEvent{idle}, domain.TaskIdle, authMsg, false},
+		{"idle, a lone idle", domain.TaskIdle, "", []domain.TaskEvent{idle}, domain.TaskIdle, "", false},
+		{"stopped, idle", domain.TaskStopped, "", []domain.TaskEvent{idle}, domain.TaskStopped, "", false},
+		{"failed, idle", domain.TaskFailed, "clone failed", []domain.TaskEvent{idle}, domain.TaskFailed, "clone failed", false},
+		{"starting, error", domain.TaskStarting, "", []domain.TaskEvent{authErr}, domain.TaskStarting, authMsg, true},
+		{"running, error shows at once", domain.TaskRunning, "", []domain.TaskEvent{authErr}, domain.TaskRunning, authMsg, true},
+		{"idle, error", domain.TaskIdle, "model: overloaded", []domain.TaskEvent{authErr}, domain.TaskIdle, authMsg, true},
+		{"stopped, error", domain.TaskStopped, "", []domain.TaskEvent{authErr}, domain.TaskStopped, "", false},
+		{"failed, error", domain.TaskFailed, "clone failed", []domain.TaskEvent{authErr}, domain.TaskFailed, "clone failed", false},
+
+		// Batches.
+		{"no events", domain.TaskRunning, "", nil, domain.TaskRunning, "", false},
+		{"error then idle keeps kind: message", domain.TaskRunning, "", []domain.TaskEvent{authErr, idle}, domain.TaskIdle, authMsg, true},
+		{"a whole failed turn", domain.TaskIdle, "", []domain.TaskEvent{run, text, authErr, idle}, domain.TaskIdle, authMsg, true},
+		{"a whole successful turn clears the last error", domain.TaskIdle, authMsg, []domain.TaskEvent{run, text, idle}, domain.TaskIdle, "", true},
+		{"the last error of a turn wins", domain.TaskRunning, "", []domain.TaskEvent{authErr, modelErr, idle}, domain.TaskIdle, "model: overloaded", true},
+		{"a later turn's run_started drops an earlier turn's error", domain.TaskRunning, "", []domain.TaskEvent{authErr, idle, run, idle}, domain.TaskIdle, "", true},
+		{"a turn's error from an earlier batch survives its idle", domain.TaskRunning, authMsg, []domain.TaskEvent{text, idle}, domain.TaskIdle, authMsg, true},
+		{"a failed first turn without a run", domain.TaskStarting, "", []domain.TaskEvent{tev(guestapi.EventError, `{"kind":"bad_prompt","message":"empty"}`), idle},
+			domain.TaskIdle, "bad_prompt: empty", true},
+		{"stopped takes a whole turn unchanged", domain.TaskStopped, "", []domain.TaskEvent{run, authErr, idle}, domain.TaskStopped, "", false},
+		{"failed takes a whole turn unchanged", domain.TaskFailed, "x", []domain.TaskEvent{run, idle}, domain.TaskFailed, "x", false},
+	}
+	// Every other event type changes nothing, in every state.
+	for _, typ := range []string{guestapi.EventAssistantText, guestapi.EventToolCall, guestapi.EventToolResult, guestapi.EventFileChanged,
+		guestapi.EventUsage, guestapi.EventQuestion, TaskEventPrompt, TaskEventSession, TaskEventRepoCloned, TaskEventStopped,
+		TaskEventSetupFailed, "something_new"} {
+		for _, st := range []domain.TaskState{domain.TaskStarting, domain.TaskRunning, domain.TaskIdle, domain.TaskStopped, domain.TaskFailed} {
+			msg := ""
+			if st == domain.TaskIdle || st == domain.TaskFailed {
+				msg = "model: overloaded"
+			}
+			tests = append(tests, tc{fmt.Sprintf("%s, %s", st, typ), st, msg, []domain.TaskEvent{tev(typ, `{"text":"x"}`)}, st, msg, false})
+		}
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			st, msg, ok := taskStateAfter(domain.Task{ID: "t", State: tt.state, Error: tt.err}, tt.evs)
+			if st != tt.wantState || msg != tt.wantErr || ok != tt.wantOK {
+				t.Errorf("taskStateAfter(%s %q) = %s %q %v, want %s %q %v", tt.state, tt.err, st, msg, ok, tt.wantState, tt.wantErr, tt.wantOK)
+			}
+		})
+	}
+}
+
+func TestHarnessPayload(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, turn, data string
+		want             string // "" = no payload
+	}{
+		{"no turn keeps the data", "", `{"text":"hi"}`, `{"text":"hi"}`},
+		{"no turn, no data", "", "", ""},
+		{"turn merged into an object", "t1", `{"text":"hi","n":2}`, `{"n":2,"text":"hi","turn":"t1"}`},
+		{"turn without data", "t1", "", `{"turn":"t1"}`},
+		{"turn with an empty object", "t1", `{}`, `{"turn":"t1"}`},
+		{"the event's turn wins over the data's", "t1", `{"turn":"other"}`, `{"turn":"t1"}`},
+		{"a string is kept under data", "t1", `"just text"`, `{"data":"just text","turn":"t1"}`},
+		{"an array is kept under data", "t1", `[1,2]`, `{"data":[1,2],"turn":"t1"}`},
+		{"a number is kept under data", "t1", `42`, `{"data":42,"turn":"t1"}`},
+		{"null is kept under data", "t1", `null`, `{"data":null,"turn":"t1"}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := guestapi.HarnessEvent{Seq: 1, Type: guestapi.EventAssistantText, Turn: tt.turn}
+			if tt.data != "" {
+				e.Data = json.RawMessage(tt.data)
+			}
+			if got := string(harnessPayload(e)); got != tt.want {
+				t.Errorf("payload = %s, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestGuestTaskEvent(t *testing.T) {
+	t.Parallel()
+	now := taskT0
+	big := `{"text":"` + strings.Repeat("x", maxHarnessEventData) + `"}`
+	tests := []struct {
+		name      string
+		e         guestapi.HarnessEvent
+		wantType  string
+		wantData  string
+		wantAt    time.Time
+		wantGuest int64
+	}{
+		{"a harness event", guestapi.HarnessEvent{Seq: 4, Type: guestapi.EventToolResult, Turn: "u", At: now.Add(-time.Hour), Data: json.RawMessage(`{"id":"c","output":"ok"}`)},
+			guestapi.EventToolResult, `{"id":"c","output":"ok","turn":"u"}`, now.Add(-time.Hour), 4},
+		{"the coordinator's prompt", guestapi.HarnessEvent{Seq: 1, Type: TaskEventPrompt, Turn: "u", At: now, Data: json.RawMessage(`{"text":"rm -rf /"}`)},
+			guestapi.EventError, `{"kind":"harness","message":"the session sent an event of unknown type \"prompt\"","turn":"u"}`, now, 1},
+		{"the coordinator's repo_cloned", guestapi.HarnessEvent{Seq: 2, Type: TaskEventRepoCloned, At: now},
+			guestapi.EventError, `{"kind":"harness","message":"the session sent an event of unknown type \"repo_cloned\"","turn":""}`, now, 2},
+		{"a long unknown type is cut", guestapi.HarnessEvent{Seq: 3, Type: strings.Repeat("ü", 100), At: now},
+			guestapi.EventError, `{"kind":"harness","message":"the session sent an event of unknown type \"` + strings.Repeat("ü", 64) + `\"","turn":""}`, now, 3},
+		{"data over the limit", guestapi.HarnessEvent{Seq: 5, Type: guestapi.EventAssistantText, Turn: "u", At: now, Data: json.RawMessage(big)},
+			guestapi.EventAssistantText, fmt.Sprintf(`{"bytes":%d,"truncated":true,"turn":"u"}`, len(big)+len(`,"turn":"u"`)), now, 5},
+		{"data at the limit", guestapi.HarnessEvent{Seq: 5, Type: guestapi.EventAssistantText, At: now, Data: json.RawMessage(big[:maxHarnessEventData-2] + `"}`)},
+			guestapi.EventAssistantText, big[:maxHarnessEventData-2] + `"}`, now, 5},
+		{"a time in the future is now", guestapi.HarnessEvent{Seq: 6, Type: guestapi.EventIdle, At: now.Add(2 * time.Minute)},
+			guestapi.EventIdle, "", now, 6},
+		{"a little clock skew is kept", guestapi.HarnessEvent{Seq: 7, Type: guestapi.EventIdle, At: now.Add(30 * time.Second)},
+			guestapi.EventIdle, "", now.Add(30 * time.Second), 7},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := guestTaskEvent(tt.e, now)
+			if got.Type != tt.wantType || string(got.Payload) != tt.wantData || !got.At.Equal(tt.wantAt) || got.GuestSeq != tt.wantGuest {
+				data := string(got.Payload)
+				if len(data) > 200 {
+					data = data[:200] + "..."
+				}
+				t.Errorf("stored %s %s at %s guest seq %d, want %s %s at %s %d", got.Type, data, got.At, got.GuestSeq,
+					tt.wantType, tt.wantData, tt.wantAt, tt.wantGuest)
+			}
+		})
+	}
+}
+
+// hevs are harness events seq from..to of type typ with data {"n":seq}
+// and, under turn "u", what tag says.
+func hevs(typ, tag string, from, to int64) []guestapi.HarnessEvent {
+	var out []guestapi.HarnessEvent
+	for s := from; s <= to; s++ {
+		out = append(out, guestapi.HarnessEvent{Seq: s, Type: typ, Turn: "u", At: taskT0,
+			Data: json.RawMessage(fmt.Sprintf(`{"text":"%s%d"}`, tag, s))})
+	}
+	return out
+}
+
+func hev(seq int64, typ, data string) guestapi.HarnessEvent {
+	return guestapi.HarnessEvent{Seq: seq, Type: typ, At: taskT0, Data: json.RawMessage(data)}
+}
+
+// postEvents posts a batch to the host-link handler as host hostID would.
+func postEvents(t *testing.T, h http.Handler, hostID domain.HostID, sid domain.SessionID, body any) *httptest.ResponseRecorder {
+	t.Helper()
+	var raw []byte
+	switch b := body.(type) {
+	case string:
+		raw = []byte(b)
+	default:
+		var err error
+		if raw, err = json.Marshal(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	req := httptest.NewRequest(http.MethodPost, strings.Replace(hostlink.PathHarnessEvents, "{id}", string(sid), 1), strings.NewReader(string(raw)))
+	req = req.WithContext(hostlink.WithHostID(req.Context(), hostID))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+// ingestPost is one post of harness events in an ingest case.
+type ingestPost struct {
+	host    string // default host-a
+	sid     string // default s1
+	epoch   *int64 // default the session's
+	rewound *int64
+	events  []guestapi.HarnessEvent
+	status  int   // default 200
+	cursor  int64 // when 200
+	code    string
+}
+
+// ingestCase posts batches for session s1 (on host-a) and checks the task.
+type ingestCase struct {
+	name      string
+	state     domain.SessionState // of session s1 (on host-a); default Active
+	noTask    bool                // s1 belongs to no task
+	posts     []ingestPost
+	wantTexts []string // the text of each task event, in order
+	wantState domain.TaskState
+	wantErr   string
+}
+
+// ingestAcceptCases are batches that are taken, in part or whole.
+func ingestAcceptCases() []ingestCase {
+	return []ingestCase{
+		{name: "cursor of a fresh task", posts: []ingestPost{{cursor: 0}}, wantState: domain.TaskStarting},
+		{name: "appended in order, with their turn",
+			posts:     []ingestPost{{events: hevs(guestapi.EventAssistantText, "a", 1, 3), cursor: 3}, {cursor: 3}},
+			wantTexts: []string{"a1", "a2", "a3"}, wantState: domain.TaskStarting},
+		{name: "re-sent events are appended once",
+			posts: []ingestPost{{events: hevs(guestapi.EventAssistantText, "a", 1, 3), cursor: 3}, {events: hevs(guestapi.EventAssistantText, "b", 1, 3), cursor: 3},
+				{events: hevs(guestapi.EventAssistantText, "c", 2, 5), cursor: 5}},
+			wantTexts: []string{"a1", "a2", "a3", "c4", "c5"}, wantState: domain.TaskStarting},
+		{name: "rewound_to lowers the cursor; the lost state's events stay",
+			posts: []ingestPost{{events: hevs(guestapi.EventAssistantText, "a", 1, 4), cursor: 4}, {rewound: ptr[int64](2), cursor: 2},
+				{events: hevs(guestapi.EventAssistantText, "b", 1, 4), cursor: 4}},
+			wantTexts: []string{"a1", "a2", "a3", "a4", "b3", "b4"}, wantState: domain.TaskStarting},
+		{name: "rewound_to with the batch that follows it",
+			posts: []ingestPost{{events: hevs(guestapi.EventAssistantText, "a", 1, 3), cursor: 3},
+				{rewound: ptr[int64](1), events: hevs(guestapi.EventAssistantText, "b", 2, 2), cursor: 2}},
+			wantTexts: []string{"a1", "a2", "a3", "b2"}, wantState: domain.TaskStarting},
+		{name: "rewound_to above the cursor is ignored",
+			posts:     []ingestPost{{events: hevs(guestapi.EventAssistantText, "a", 1, 2), cursor: 2}, {rewound: ptr[int64](9), cursor: 2}},
+			wantTexts: []string{"a1", "a2"}, wantState: domain.TaskStarting},
+		{name: "run_started makes the task running",
+			posts:     []ingestPost{{events: []guestapi.HarnessEvent{hev(1, guestapi.EventRunStarted, `{"text":"r"}`)}, cursor: 1}},
+			wantTexts: []string{"r"}, wantState: domain.TaskRunning},
+		{name: "idle makes it idle",
+			posts: []ingestPost{{events: []guestapi.HarnessEvent{hev(1, guestapi.EventRunStarted, `{"text":"r"}`)}, cursor: 1},
+				{events: []guestapi.HarnessEvent{hev(2, guestapi.EventAssistantText, `{"text":"t"}`), hev(3, guestapi.EventIdle, `{"text":"i"}`)}, cursor: 3}},
+			wantTexts: []string{"r", "t", "i"}, wantState: domain.TaskIdle},
+		{name: "an error and its idle in one batch",
+			posts: []ingestPost{{events: []guestapi.HarnessEvent{hev(1, guestapi.EventRunStarted, `{"text":"r"}`),
+				hev(2, guestapi.EventError, `{"kind":"auth","message":"key refused","text":"e"}`), hev(3, guestapi.EventIdle, `{"text":"i"}`)}, cursor: 3}},
+			wantTexts: []string{"r", "e", "i"}, wantState: domain.TaskIdle, wantErr: "auth: key refused"},
+		{name: "an error and its idle in two batches",
+			posts: []ingestPost{{events: []guestapi.HarnessEvent{hev(1, guestapi.EventRunStarted, `{"text":"r"}`),
+				hev(2, guestapi.EventError, `{"kind":"auth","message":"key refused","text":"e"}`)}, cursor: 2},
+				{events: []guestapi.HarnessEvent{hev(3, guestapi.EventIdle, `{"text":"i"}`)}, cursor: 3}},
+			wantTexts: []string{"r", "e", "i"}, wantState: domain.TaskIdle, wantErr: "auth: key refused"},
+		{name: "refused for an older epoch", posts: []ingestPost{{epoch: ptr[int64](0), events: hevs(guestapi.EventUsage, "u", 1, 1), status: 409, code: hostlink.CodeStaleEpoch}},
+			wantState: domain.TaskStarting},
+		{name: "a suspending session's events are taken", state: domain.SessionSuspending,
+			posts: []ingestPost{{events: hevs(guestapi.EventUsage, "u", 1, 1), cursor: 1}}, wantTexts: []string{"u1"}, wantState: domain.TaskStarting},
+	}
+}
+
+// ingestRefuseCases are batches that are refused or kept out of the task.
+func ingestRefuseCases() []ingestCase {
+	return []ingestCase{
+		{name: "a guest cannot write the coordinator's events",
+			posts:     []ingestPost{{events: []guestapi.HarnessEvent{hev(1, TaskEventStopped, `{"text":"s"}`), hev(2, guestapi.EventAssistantText, `{"text":"t"}`)}, cursor: 2}},
+			wantTexts: []string{"", "t"}, wantState: domain.TaskStarting, wantErr: `harness: the session sent an event of unknown type "stopped"`},
+		{name: "refused from another host", posts: []ingestPost{{host: "host-b", events: hevs(guestapi.EventIdle, "x", 1, 2), status: 409, code: hostlink.CodeStaleEpoch}},
+			wantState: domain.TaskStarting},
+		{name: "refused for a newer epoch", posts: []ingestPost{{epoch: ptr[int64](2), events: hevs(guestapi.EventIdle, "x", 1, 2), status: 409, code: hostlink.CodeStaleEpoch}},
+			wantState: domain.TaskStarting},
+		{name: "refused when the session has no VM", state: domain.SessionHostLost,
+			posts:     []ingestPost{{events: hevs(guestapi.EventIdle, "x", 1, 2), status: 409, code: hostlink.CodeStaleEpoch}},
+			wantState: domain.TaskStarting},
+		{name: "refused for a session not yet placed", state: domain.SessionCreated,
+			posts:     []ingestPost{{events: hevs(guestapi.EventIdle, "x", 1, 2), status: 409, code: hostlink.CodeStaleEpoch}},
+			wantState: domain.TaskStarting},
+		{name: "unknown session", posts: []ingestPost{{sid: "nope", events: hevs(guestapi.EventIdle, "x", 1, 1), status: 404, code: "not_found"}},
+			wantState: domain.TaskStarting},
+		{name: "a session without a task: acknowledged with the last seq", noTask: true,
+			posts: []ingestPost{{cursor: 0}, {events: hevs(guestapi.EventAssistantText, "a", 1, 3), cursor: 3}, {events: hevs(guestapi.EventAssistantText, "a", 7, 9), cursor: 9}}},
+		{name: "a session without a task still checks the host", noTask: true,
+			posts: []ingestPost{{host: "host-b", events: hevs(guestapi.EventAssistantText, "a", 1, 3), status: 409, code: hostlink.CodeStaleEpoch}}},
+	}
+}
+
+func TestIngestHarnessEvents(t *testing.T) {
+	t.Parallel()
+	for _, tt := range append(ingestAcceptCases(), ingestRefuseCases()...) {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			runIngestCase(t, tt)
+		})
+	}
+}
+
+func runIngestCase(t *testing.T, tt ingestCase) {
+	t.Helper()
+	e := newTaskEnv(t)
+	state := tt.state
+	if state == "" {
+		state = domain.SessionActive
+	}
+	s := e.session(t, "s1", "host-a", state, domain.SessionSpec{})
+	if !tt.noTask {
+		e.task(t, "t1", "s1", "", "")
+	}
+	h := e.hostLink()
+	for i, p := range tt.posts {
+		postIngest(t, h, s, i, p)
+	}
+	if tt.noTask {
+		if ts, err := e.st.ListTasks(context.Background(), domain.TaskFilter{}); err != nil || len(ts) != 0 {
+			t.Fatalf("tasks %+v %v", ts, err)
+		}
+		return
+	}
+	evs := e.events(t, "t1")
+	var texts []string
+	for i, ev := range evs {
+		var d struct{ Text, Turn string }
+		_ = json.Unmarshal(ev.Payload, &d)
+		texts = append(texts, d.Text)
+		if ev.Seq != int64(i+1) || !ev.At.Equal(taskT0) {
+			t.Errorf("event %d: seq %d at %s", i, ev.Seq, ev.At)
+		}
+	}
+	if !reflect.DeepEqual(texts, tt.wantTexts) {
+		t.Errorf("task events %q, want %q", texts, tt.wantTexts)
+	}
+	if got := e.getTask(t, "t1"); got.State != tt.wantState || got.Error != tt.wantErr || got.EventSeq != int64(len(evs)) {
+		t.Errorf("task %s %q event_seq %d, want %s %q %d", got.State, got.Error, got.EventSeq, tt.wantState, tt.wantErr, len(evs))
+	}
+}
+
+// postIngest sends post i of a case for session s and checks the answer.
+func postIngest(t *testing.T, h http.Handler, s domain.Session, i int, p ingestPost) {
+	t.Helper()
+	host, sid, epoch := "host-a", "s1", s.Epoch
+	if p.host != "" {
+		host = p.host
+	}
+	if p.sid != "" {
+		sid = p.sid
+	}
+	if p.epoch != nil {
+		epoch = *p.epoch
+	}
+	status := p.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	rec := postEvents(t, h, domain.HostID(host), domain.SessionID(sid), hostlink.HarnessEventsRequest{Epoch: epoch, RewoundTo: p.rewound, Events: p.events})
+	if rec.Code != status {
+		t.Fatalf("post %d: status %d, want %d: %s", i, rec.Code, status, rec.Body)
+	}
+	if status == http.StatusOK {
+		var resp hostlink.HarnessEventsResponse
+		if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil || resp.Cursor != p.cursor {
+			t.Fatalf("post %d: answer %s (%v), want cursor %d", i, rec.Body, err, p.cursor)
+		}
+		return
+	}
+	var eb hostlink.ErrorBody
+	if err := json.Unmarshal(rec.Body.Bytes(), &eb); err != nil || eb.Code != p.code || eb.Error == "" {
+		t.Fatalf("post %d: error body %s (%v), want code %s", i, rec.Body, err, p.code)
+	}
+}
+
+// TestIngestSideEffects: appended events record session activity, stamp
+// the turn into their payload and wake the task's followers; a re-sent
+// batch does neither.
+func TestIngestSideEffects(t *testing.T) {
+	t.Parallel()
+	e := newTaskEnv(t)
+	s := e.session(t, "s1", "host-a", domain.SessionActive, domain.SessionSpec{})
+	e.task(t, "t1", "s1", "", "")
+	h := e.hostLink()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sub := e.st.Subscribe(ctx, Topic("t1"))
+	batch := hostlink.HarnessEventsRequest{Epoch: s.Epoch, Events: []guestapi.HarnessEvent{
+		{Seq: 1, Type: guestapi.EventToolCall, Turn: "turn-9", At: taskT0, Data: json.RawMessage(`{"id":"c1","name":"Bash"}`)}}}
+
+	at := e.advance(time.Minute)
+	if rec := postEvents(t, h, "host-a", "s1", batch); rec.Code != http.StatusOK {
+		t.Fatalf("post: %d %s", rec.Code, rec.Body)
+	}
+	select {
+	case <-sub:
+	default:
+		t.Error("the task's followers were not woken")
+	}
+	if got, _ := e.st.GetSession(context.Background(), "s1"); !got.LastActivity.Equal(at) {
+		t.Errorf("last activity %s, want %s", got.LastActivity, at)
+	}
+	if got := summary(e.events(t, "t1")); !reflect.DeepEqual(got, []string{`tool_call:{"id":"c1","name":"Bash","turn":"turn-9"}`}) {
+		t.Errorf("events %q", got)
+	}
+
+	e.advance(time.Minute)
+	if rec := postEvents(t, h, "host-a", "s1", batch); rec.Code != http.StatusOK {
+		t.Fatalf("post again: %d %s", rec.Code, rec.Body)
+	}
+	select {
+	case <-sub:
+		t.Error("a re-sent batch woke the followers")
+	default:
+	}
+	if got, _ := e.st.GetSession(context.Background(), "s1"); !got.LastActivity.Equal(at) {
+		t.Errorf("a re-sent batch moved last activity to %s", got.LastActivity)
+	}
+}
+
+func TestIngestRefusesBadBatches(t *testing.T) {
+	t.Parallel()
+	tooMany := hevs(guestapi.EventUsage, "u", 1, maxHarnessEventBatch+1)
+	tests := []struct {
+		name, want string
+		body       func(epoch int64) any
+	}{
+		{"not JSON", "decode harness events", func(int64) any { return `{"events":[` }},
+		{"an event without a type", "harness event 1 has no type or seq", func(ep int64) any {
+			return hostlink.HarnessEventsRequest{Epoch: ep, Events: []guestapi.HarnessEvent{hev(1, guestapi.EventUsage, `{}`), hev(2, "", `{}`)}}
+		}},
+		{"an event without a seq", "harness event 0 has no type or seq", func(ep int64) any {
+			return hostlink.HarnessEventsRequest{Epoch: ep, Events: []guestapi.HarnessEvent{hev(0, guestapi.EventUsage, `{}`)}}
+		}},
+		{"a negative seq", "harness event 0 has no type or seq", func(ep int64) any {
+			return hostlink.HarnessEventsRequest{Epoch: ep, Events: []guestapi.HarnessEvent{hev(-3, guestapi.EventUsage, `{}`)}}
+		}},
+		{"more than 1000 events", "1001 harness events in one batch, at most 1000", func(ep int64) any {
+			return hostlink.HarnessEventsRequest{Epoch: ep, Events: tooMany}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newTaskEnv(t)
+			s := e.session(t, "s1", "host-a", domain.SessionActive, domain.SessionSpec{})
+			e.task(t, "t1", "s1", "", "")
+			rec := postEvents(t, e.hostLink(), "host-a", "s1", tt.body(s.Epoch))
+			var eb hostlink.ErrorBody
+			_ = json.Unmarshal(rec.Body.Bytes(), &eb)
+			if rec.Code != http.StatusBadRequest || eb.Code != "bad_request" || !strings.Contains(eb.Error, tt.want) {
+				t.Errorf("answer %d %s, want 400 bad_request saying %q", rec.Code, rec.Body, tt.want)
+			}
+			if evs := e.events(t, "t1"); len(evs) != 0 {
+				t.Errorf("a refused batch appended %q", summary(evs))
+			}
+			// The batch of 1000 is the limit, not over it.
+			if tt.name == "more than 1000 events" {
+				rec := postEvents(t, e.hostLink(), "host-a", "s1", hostlink.HarnessEventsRequest{Epoch: s.Epoch, Events: tooMany[:maxHarnessEventBatch]})
+				if rec.Code != http.StatusOK || len(e.events(t, "t1")) != maxHarnessEventBatch {
+					t.Errorf("a batch of %d: %d %s", maxHarnessEventBatch, rec.Code, rec.Body)
+				}
+			}
+		})
+	}
+}
+
+// agentTaskEnv is a taskEnv with the images, harnesses and secrets of
+// seedAgents, for StartTask.
+func agentTaskEnv(t *testing.T) *taskEnv {
+	t.Helper()
+	e := newTaskEnv(t)
+	coordinatortest.SeedAgents(t, e.st, func(name, kind string, meta apiv1.SecretMeta, value []byte) error {
+		_, err := e.vault.Create(context.Background(), secrets.SecretRequest{Name: name, Kind: kind, Meta: meta, Value: value})
+		return err
+	})
+	return e
+}
+
+func TestStartTask(t *testing.T) {
+	t.Parallel()
+	e := agentTaskEnv(t)
+	ctx := context.Background()
+	spec := apiv1.ProfileSpec{Image: "py", Harness: "claude-code", Credentials: []string{"ant"}, Env: map[string]string{"LOG_LEVEL": "debug"},
+		Repos: []apiv1.ProfileRepo{{URL: "https://github.com/acme/app.git", Credential: "gh"}}, IdleTimeoutS: 900}
+	p, err := e.profiles.CreateProfile(ctx, "rev", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := "  add a /healthz endpoint\nand a test for it"
+	tk, err := e.co.StartTask(ctx, StartTaskRequest{Profile: "rev", Prompt: prompt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tk.Title != "add a /healthz endpoint" || tk.ProfileID != p.Profile.ID || tk.ProfileVersion != 1 || tk.State != domain.TaskStarting || tk.SessionID == "" {
+		t.Errorf("task %+v", tk)
+	}
+	var rec taskRecord
+	if err := json.Unmarshal(tk.Receipt, &rec); err != nil || rec.Spec.Repos[0].Path != "app" || rec.Receipt.Image.Name != "py" ||
+		rec.Receipt.Harness.Name != "claude-code" || len(rec.Receipt.Credentials) != 2 {
+		t.Errorf("receipt %s: %v", tk.Receipt, err)
+	}
+	// The session: the profile's image, harness, env, idle timeout and
+	// model credential; the git login stays with the coordinator.
+	s, err := e.st.GetSession(ctx, tk.SessionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := s.Spec
+	ant, _ := e.st.GetSecretByName(ctx, "ant")
+	if ms.Image != "py" || ms.Harness == "" || ms.Env["LOG_LEVEL"] != "debug" || ms.IdleTimeoutSec != 900 ||
+		!reflect.DeepEqual(ms.Credentials, []domain.CredentialGrant{{Kind: "anthropic_api_key", SecretID: ant.ID}}) {
+		t.Errorf("session spec %+v", ms)
+	}
+	if s.IdempotencyKey != "task-"+string(tk.ID) {
+		t.Errorf("session idempotency key %q", s.IdempotencyKey)
+	}
+	evs := e.events(t, tk.ID)
+	if len(evs) != 2 || evs[0].Type != TaskEventSession || evs[1].Type != TaskEventPrompt {
+		t.Fatalf("events %q", summary(evs))
+	}
+	var sess struct {
+		SessionID domain.SessionID `json:"session_id"`
+	}
+	var pr struct{ Turn, Text string }
+	_ = json.Unmarshal(evs[0].Payload, &sess)
+	_ = json.Unmarshal(evs[1].Payload, &pr)
+	if sess.SessionID != s.ID || pr.Text != prompt || pr.Turn == "" {
+		t.Errorf("events %q", summary(evs))
+	}
+	if ss, _ := e.st.ListTaskSessions(ctx, tk.ID); len(ss) != 1 || ss[0].SessionID != s.ID {
+		t.Errorf("task sessions %+v", ss)
+	}
+
+	// A title given is kept.
+	tk2, err := e.co.StartTask(ctx, StartTaskRequest{Profile: p.Profile.ID, Prompt: "x", Title: "my title"})
+	if err != nil || tk2.Title != "my title" {
+		t.Errorf("start with a title: %+v %v", tk2, err)
+	}
+}
+
+func TestStartTaskRefuses(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		req     StartTaskRequest
+		setup   func(t *testing.T, e *taskEnv)
+		wantIs  error
+		wantMsg string
+	}{
+		{name: "empty prompt", req: StartTaskRequest{Profile: "rev", Prompt: " "}, wantIs: domain.ErrInvalid, wantMsg: "the prompt is empty"},
+		{name: "NUL in the prompt", req: StartTaskRequest{Profile: "rev", Prompt: "a\x00"}, wantIs: domain.ErrInvalid, wantMsg: "without NUL bytes"},
+		{name: "no profile", req: StartTaskRequest{Prompt: "go"}, wantIs: domain.ErrInvalid, wantMsg: "a task needs a profile"},
+		{name: "unknown profile", req: StartTaskRequest{Profile: "nope", Prompt: "go"}, wantIs: store.ErrNotFound, wantMsg: `profile "nope"`},
+		{name: "deleted profile", req: StartTaskRequest{Profile: "rev", Prompt: "go"}, wantIs: store.ErrNotFound, wantMsg: `profile "rev"`,
+			setup: func(t *testing.T, e *taskEnv) {
+				if _, err := e.profiles.DeleteProfile(context.Background(), "rev"); err != nil {
+					t.Fatal(err)
+				}
+			}},
+		{name: "profile with problems", req: StartTaskRequest{Profile: "rev", Prompt: "go"}, wantIs: domain.ErrInvalid, wantMsg: `no secret "ant"`,
+			setup: func(t *testing.T, e *taskEnv) {
+				if _, err := e.vault.Delete(context.Background(), "ant"); err != nil {
+					t.Fatal(err)
+				}
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := agentTaskEnv(t)
+			ctx := context.Background()
+			if _, err := e.profiles.CreateProfile(ctx, "rev", apiv1.ProfileSpec{Image: "py", Harness: "claude-code", Credentials: []string{"ant"}}); err != nil {
+				t.Fatal(err)
+			}
+			if tt.setup != nil {
+				tt.setup(t, e)
+			}
+			_, err := e.co.StartTask(ctx, tt.req)
+			if !errors.Is(err, tt.wantIs) || !strings.Contains(err.Error(), tt.wantMsg) {
+				t.Fatalf("err = %v, want %v saying %q", err, tt.wantIs, tt.wantMsg)
+			}
+			if ss, _ := e.st.ListSessions(ctx, domain.SessionFilter{}); len(ss) != 0 {
+				t.Errorf("a refused start created %d sessions", len(ss))
+			}
+			if ts, _ := e.st.ListTasks(ctx, domain.TaskFilter{}); len(ts) != 0 {
+				t.Errorf("a refused start recorded %d tasks", len(ts))
+			}
+		})
+	}
+}
+
+func TestSendTask(t *testing.T) {
+	t.Parallel()
+	e := newTaskEnv(t)
+	ctx := context.Background()
+	e.session(t, "s1", "host-a", domain.SessionActive,
+		domain.SessionSpec{Credentials: []domain.CredentialGrant{{Kind: "anthropic_api_key", SecretID: "sec-1"}}})
+	e.task(t, "t1", "s1", domain.TaskIdle, "")
+	if _, err := e.co.appendTaskEvents(ctx, "t1", taskEvent(TaskEventPrompt, map[string]any{"turn": "first", "text": "hi"})); err != nil {
+		t.Fatal(err)
+	}
+	ops := e.st.Subscribe(ctx, coordinator.TopicOps)
+	ev, err := e.co.SendTask(ctx, "t1", "now add a test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pr struct{ Turn, Text string }
+	if err := json.Unmarshal(ev.Payload, &pr); err != nil || ev.Seq != 2 || ev.Type != TaskEventPrompt || pr.Text != "now add a test" || pr.Turn == "" {
+		t.Fatalf("event %+v %s", ev, ev.Payload)
+	}
+	items, err := e.st.ListOutbox(ctx, "s1", 0, 0)
+	if err != nil || len(items) != 1 {
+		t.Fatalf("outbox %+v %v", items, err)
+	}
+	var p guestapi.PromptPayload
+	if err := json.Unmarshal(items[0].Payload, &p); err != nil {
+		t.Fatal(err)
+	}
+	ph, _ := e.gw.Placeholder(ctx, "s1", "anthropic_api_key")
+	want := guestapi.PromptPayload{Turn: pr.Turn, Text: "now add a test", Workdir: "/work/app", Model: "sonnet", Mode: "plan",
+		Credentials: map[string]string{"anthropic_api_key": ph}}
+	if items[0].ID != "turn-"+pr.Turn || items[0].Kind != guestapi.OutboxPrompt || !reflect.DeepEqual(p, want) {
+		t.Errorf("outbox item %s %s %+v, want %+v", items[0].ID, items[0].Kind, p, want)
+	}
+	<-ops // the session is asked to resume (or take the prompt at once)
+}
+
+func TestSendTaskRefuses(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name         string
+		task         domain.TaskState
+		session      domain.SessionState
+		id, text     string
+		wantIs       error
+		wantContains string
+	}{
+		{name: "stopped task", task: domain.TaskStopped, session: domain.SessionActive, wantIs: domain.ErrNotActive, wantContains: "task t1 is stopped"},
+		{name: "failed task", task: domain.TaskFailed, session: domain.SessionActive, wantIs: domain.ErrNotActive, wantContains: "task t1 is failed"},
+		{name: "starting task", task: domain.TaskStarting, session: domain.SessionActive, wantIs: domain.ErrBusy, wantContains: "task t1 is still starting"},
+		{name: "unknown task", task: domain.TaskIdle, session: domain.SessionActive, id: "nope", wantIs: store.ErrNotFound, wantContains: "get task nope"},
+		{name: "empty text", task: domain.TaskIdle, session: domain.SessionActive, text: "\n", wantIs: domain.ErrInvalid, wantContains: "the prompt is empty"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newTaskEnv(t)
+			e.session(t, "s1", "host-a", tt.session, domain.SessionSpec{})
+			e.task(t, "t1", "s1", tt.task, "")
+			id, text := "t1", "more"
+			if tt.id != "" {
+				id = tt.id
+			}
+			if tt.text != "" {
+				text = tt.text
+			}
+			_, err := e.co.SendTask(context.Background(), domain.TaskID(id), text)
+			if !errors.Is(err, tt.wantIs) || !strings.Contains(err.Error(), tt.wantContains) {
+				t.Fatalf("err = %v, want %v saying %q", err, tt.wantIs, tt.wantContains)
+			}
+			if evs := e.events(t, "t1"); len(evs) != 0 {
+				t.Errorf("a refused send appended %q", summary(evs))
+			}
+			if items, _ := e.st.ListOutbox(context.Background(), "s1", 0, 0); len(items) != 0 {
+				t.Errorf("a refused send queued %+v", items)
+			}
+		})
+	}
+}
+
+func TestStopTask(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		session   domain.SessionState
+		task      domain.TaskState
+		interrupt bool // an interrupt is queued for the harness
+		suspend   bool // the session is asked to suspend
+		events    int  // stopped events afterwards
+	}{
+		{name: "running in an active session", session: domain.SessionActive, task: domain.TaskRunning, interrupt: true, suspend: true, events: 1},
+		{name: "idle in a dead session", session: domain.SessionDead, task: domain.TaskIdle, events: 1},
+		{name: "failed", session: domain.SessionDead, task: domain.TaskFailed, events: 1},
+		{name: "already stopped", session: domain.SessionActive, task: domain.TaskStopped, events: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newTaskEnv(t)
+			ctx := context.Background()
+			e.session(t, "s1", "host-a", tt.session, domain.SessionSpec{})
+			e.task(t, "t1", "s1", tt.task, "")
+			for range 2 { // a second stop changes nothing
+				tk, err := e.co.StopTask(ctx, "t1")
+				if err != nil || tk.State != domain.TaskStopped || tk.Error != "" {
+					t.Fatalf("stop: %+v %v", tk, err)
+				}
+			}
+			if got := summary(e.events(t, "t1")); len(got) != tt.events || tt.events == 1 && got[0] != `stopped:{"by":"user"}` {
+				t.Errorf("events %q, want %d stopped", got, tt.events)
+			}
+			items, _ := e.st.ListOutbox(ctx, "s1", 0, 0)
+			if tt.interrupt != (len(items) == 1 && items[0].ID == "stop-t1" && items[0].Kind == guestapi.OutboxInterrupt) || len(items) > 1 {
+				t.Errorf("outbox %+v, want an interrupt: %v", items, tt.interrupt)
+			}
+			if tt.suspend {
+				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				if _, err := e.sessions.WaitSession(wctx, "s1", func(s domain.Session) bool { return s.DesiredState == "idle" }); err != nil {
+					t.Errorf("the session was not asked to suspend: %v", err)
+				}
+			}
+			if _, err := e.co.StopTask(ctx, "nope"); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("stop an unknown task: %v", err)
+			}
+		})
+	}
+}
+
+func TestTaskDiff(t *testing.T) {
+	t.Parallel()
+	const patch = "diff --git a/x b/x\nindex 1..2 100644\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n"
+	tests := []struct {
+		name    string
+		repos   []map[string]any // repo_cloned events
+		answer  func(req guestapi.ExecRequest) []guestapi.StreamFrame
+		want    []RepoDiff
+		wantErr string
+	}{
+		{name: "no repositories", want: []RepoDiff{}},
+		{name: "two repositories",
+			repos: []map[string]any{{"path": "app", "url": "https://h/app.git", "base": "b1"}, {"path": "lib", "url": "https://h/lib", "ref": "main", "base": "b2"}},
+			answer: func(req guestapi.ExecRequest) []guestapi.StreamFrame {
+				if req.Argv[len(req.Argv)-2] == "/work/lib" {
+					return []guestapi.StreamFrame{{Type: "exit"}} // unchanged
+				}
+				return []guestapi.StreamFrame{{Type: "stdout", Data: []byte(patch[:20])}, {Type: "stderr", Data: []byte("warning")},
+					{Type: "stdout", Data: []byte(patch[20:])}, {Type: "exit"}}
+			},
+			want: []RepoDiff{{Path: "app", URL: "https://h/app.git", Base: "b1", Diff: patch}, {Path: "lib", URL: "https://h/lib", Base: "b2"}}},
+		{name: "git fails", repos: []map[string]any{{"path": "app", "url": "u", "base": "b1"}},
+			answer: func(guestapi.ExecRequest) []guestapi.StreamFrame {
+				return []guestapi.StreamFrame{{Type: "stderr", Data: []byte("fatal: bad object b1\n")}, {Type: "exit", ExitCode: 128}}
+			},
+			wantErr: "diff app: exit 128 : fatal: bad object b1"},
+		{name: "the guest cannot run it", repos: []map[string]any{{"path": "app", "url": "u", "base": "b1"}},
+			answer: func(guestapi.ExecRequest) []guestapi.StreamFrame {
+				return []guestapi.StreamFrame{{Type: "exit", ExitCode: -1, Error: "timed out"}}
+			},
+			wantErr: "diff app: exit -1 timed out"},
+		{name: "output without an exit", repos: []map[string]any{{"path": "app", "url": "u", "base": "b1"}},
+			answer: func(guestapi.ExecRequest) []guestapi.StreamFrame {
+				return []guestapi.StreamFrame{{Type: "stdout", Data: []byte("x")}}
+			},
+			wantErr: "without an exit frame"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newTaskEnv(t)
+			ctx := context.Background()
+			e.guest.answer = tt.answer
+			e.session(t, "s1", "host-a", domain.SessionActive, domain.SessionSpec{})
+			e.task(t, "t1", "s1", domain.TaskIdle, "")
+			for _, r := range tt.repos {
+				if _, err := e.co.appendTaskEvents(ctx, "t1", taskEvent(TaskEventRepoCloned, r), taskEvent(TaskEventPrompt, map[string]any{"text": "x"})); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := e.co.TaskDiff(ctx, "t1")
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("diff = %+v, %v; want %+v", got, err, tt.want)
+			}
+			calls := e.guest.got()
+			if len(calls) != len(tt.repos) {
+				t.Fatalf("%d guest calls, want %d", len(calls), len(tt.repos))
+			}
+			for i, c := range calls {
+				argv := c.Req.Argv
+				if c.HostID != "host-a" || c.Path != "/v1/machines/s1/guest"+guestapi.PathExecRun || len(argv) != 6 || argv[0] != "/bin/sh" ||
+					argv[4] != "/work/"+tt.repos[i]["path"].(string) || argv[5] != tt.repos[i]["base"] || !strings.Contains(argv[2], "GIT_INDEX_FILE") {
+					t.Errorf("guest call %d: %+v", i, c)
+				}
+			}
+		})
+	}
+	e := newTaskEnv(t)
+	if _, err := e.co.TaskDiff(context.Background(), "nope"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("diff of an unknown task: %v", err)
+	}
+}
+
+func TestTaskSession(t *testing.T) {
+	t.Parallel()
+	e := newTaskEnv(t)
+	e.task(t, "t1", "s1", domain.TaskIdle, "")
+	e.task(t, "t2", "", domain.TaskStarting, "")
+	if tk, err := e.co.TaskSession(context.Background(), "t1"); err != nil || tk.SessionID != "s1" {
+		t.Errorf("t1: %+v %v", tk, err)
+	}
+	if _, err := e.co.TaskSession(context.Background(), "t2"); !errors.Is(err, domain.ErrNotActive) {
+		t.Errorf("t2 without a session: %v", err)
+	}
+	if _, err := e.co.TaskSession(context.Background(), "nope"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("unknown: %v", err)
+	}
+}
+
+type roundTrip func(*http.Request) (*http.Response, error)
+
+func (f roundTrip) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func ptr[T any](v T) *T { return &v }
