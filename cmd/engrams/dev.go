@@ -7,8 +7,11 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"sync"
+	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -18,12 +21,16 @@ import (
 	"github.com/engrams/engrams/internal/cli"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/host"
+	"github.com/engrams/engrams/internal/metrics"
 	"github.com/engrams/engrams/internal/server"
+	"github.com/engrams/engrams/internal/store"
 )
 
 // devFlags are the settings of `engrams dev`.
 type devFlags struct {
 	listen, dataDir, backend, logLevel string
+	logFormat, opsAddr                 string
+	stopTimeout                        time.Duration
 	harnesses                          harnessFlags
 }
 
@@ -35,10 +42,19 @@ func devCmd() *cobra.Command {
 		Long: `Run a complete single-machine engrams: a coordinator with an embedded SQLite
 database, one host agent using the best backend this machine supports, and a
 local data directory. State survives restarts. It prints the URL and writes a
-CLI config so that other ` + "`engrams`" + ` commands find it without flags.`,
+CLI config so that other ` + "`engrams`" + ` commands find it without flags.
+
+Ctrl-C (or SIGTERM) suspends every running session, showing each as it is
+done, and stops: their state survives and no VM keeps running. A second Ctrl-C
+stops at once and lists the sessions it left running.`,
 		Example: "  engrams dev\n  engrams dev --listen 127.0.0.1:8800 --data-dir /tmp/engrams --backend process",
 		Args:    cobra.NoArgs,
-		RunE:    func(cmd *cobra.Command, _ []string) error { return f.run(cmd.Context(), cmd.OutOrStdout()) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			sigs := make(chan os.Signal, 2)
+			signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+			defer signal.Stop(sigs)
+			return f.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), sigs)
+		},
 	}
 	f.register(cmd.Flags())
 	return cmd
@@ -49,26 +65,44 @@ func (f *devFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.dataDir, "data-dir", env("DATA_DIR", defaultDataDir()), "where the database, machines and credentials live")
 	fs.StringVar(&f.backend, "backend", env("BACKEND", "auto"), "auto, firecracker, qemu or process (process: development only, no isolation)")
 	fs.StringVar(&f.logLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error")
+	fs.StringVar(&f.logFormat, "log-format", env("LOG_FORMAT", "text"), "text, or json (one object per line)")
+	fs.StringVar(&f.opsAddr, "ops-addr", env("OPS_ADDR", ""), "also serve /healthz, /readyz and /metrics on this address (they are always on --listen too)")
+	fs.DurationVar(&f.stopTimeout, "stop-timeout", envDuration("STOP_TIMEOUT", 2*time.Minute), "at Ctrl-C, how long suspending the running sessions may take before dev stops anyway")
 	f.harnesses.register(fs, "", "")
 }
 
-// run serves the coordinator and runs the host agent until ctx ends; the
-// URL and token go to out.
-func (f *devFlags) run(ctx context.Context, out io.Writer) error {
-	log, err := newLogger(os.Stderr, f.logLevel)
+// devRig is what dev runs: the replica, its host agent and their blob store.
+type devRig struct {
+	srv   *server.Server
+	agent *host.Agent
+	bs    blob.Store
+}
+
+// run serves the coordinator and runs the host agent until the first of
+// sigs, then suspends the sessions (devStop); the URL and token go to out,
+// the progress of stopping to errOut.
+func (f *devFlags) run(ctx context.Context, out, errOut io.Writer, sigs <-chan os.Signal) error {
+	log, err := newLogger(os.Stderr, f.logLevel, f.logFormat)
 	if err != nil {
 		return err
 	}
-	dataDir := f.dataDir
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+	if err := os.MkdirAll(f.dataDir, 0o700); err != nil {
 		return fmt.Errorf("create data dir: %w", err)
 	}
-	st, err := openStore(ctx, filepath.Join(dataDir, "engrams.db"), log)
+	warnAccessible(log, "--data-dir", f.dataDir)
+	opsLn, err := listenOps(f.opsAddr)
+	if err != nil {
+		return err
+	}
+	if opsLn != nil {
+		defer opsLn.Close()
+	}
+	st, err := openStore(ctx, filepath.Join(f.dataDir, "engrams.db"), log)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	creds, err := server.EnsureCredentials(ctx, st, filepath.Join(dataDir, "credentials.json"), "dev")
+	creds, err := server.EnsureCredentials(ctx, st, filepath.Join(f.dataDir, "credentials.json"), "dev")
 	if err != nil {
 		return err
 	}
@@ -77,28 +111,12 @@ func (f *devFlags) run(ctx context.Context, out io.Writer) error {
 		return fmt.Errorf("listen on %s: %w (is another `engrams dev` running? use --listen)", f.listen, err)
 	}
 	url := "http://" + ln.Addr().String()
-	bs, err := localdir.New(localdir.Config{Dir: filepath.Join(dataDir, "blobs")}, localdir.Deps{Logger: log})
+	rig, closeRig, err := f.assemble(ctx, st, url, creds.HostToken, log)
 	if err != nil {
-		return fmt.Errorf("blob store: %w", err)
-	}
-	if f.harnesses.workDir == "" {
-		f.harnesses.workDir = filepath.Join(dataDir, "harness-work")
-	}
-	if f.harnesses.cacheDir == "" {
-		f.harnesses.cacheDir = filepath.Join(dataDir, "harness-cache")
-	}
-	srv, closeSrv, err := newServer(server.Config{AdvertiseURL: url, Version: version},
-		serverParts{store: st, blobs: bs, imageWork: filepath.Join(dataDir, "image-work"), harnesses: &f.harnesses,
-			keyFile: filepath.Join(dataDir, "secrets.keyset"), createKey: true, log: log.With("component", "coordinator")}, log)
-	if err != nil {
+		ln.Close()
 		return err
 	}
-	defer closeSrv()
-	agent, closeChunks, err := f.hostAgent(ctx, bs, url, creds.HostToken, log)
-	if err != nil {
-		return err
-	}
-	defer closeChunks()
+	defer closeRig()
 	cfgPath, err := cli.DefaultConfigPath()
 	if err == nil {
 		err = cli.WriteClientConfig(cfgPath, url, creds.Token)
@@ -106,20 +124,62 @@ func (f *devFlags) run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("write CLI config: %w", err)
 	}
-	fmt.Fprintf(out, "engrams dev is running\n  URL:   %s\n  token: %s\n  data:  %s\n  CLI config: %s\nTry: engrams session create\n", url, creds.Token, dataDir, cfgPath)
-	gc := func(ctx context.Context) error { return srv.Coordinator().RunGC(ctx, bs, coordinator.GCConfig{}) }
-	return runBoth(ctx, func(ctx context.Context) error { return srv.Run(ctx, ln) }, agent.Run, gc)
+	fmt.Fprintf(out, "engrams dev is running\n  URL:   %s\n  token: %s\n  data:  %s\n  CLI config: %s\nTry: engrams session create\n", url, creds.Token, f.dataDir, cfgPath)
+	stop := &devStop{co: rig.srv.Coordinator(), reads: st, out: errOut, timeout: f.stopTimeout}
+	// The parts outlive ctx (the first signal ends it): stop decides when
+	// they end.
+	return runBoth(context.WithoutCancel(ctx),
+		func(ctx context.Context) error { return rig.srv.Run(ctx, ln) },
+		rig.agent.Run,
+		func(ctx context.Context) error {
+			return rig.srv.Coordinator().RunGC(ctx, rig.bs, coordinator.GCConfig{})
+		},
+		func(ctx context.Context) error { return serveOps(ctx, opsLn, rig.srv.OpsHandler(), log) },
+		stop.watch(sigs))
+}
+
+// assemble makes dev's blob store, host agent and replica over st, one
+// metrics registry for both; closeAll releases them.
+func (f *devFlags) assemble(ctx context.Context, st store.Store, url, hostToken string, log *slog.Logger) (rig devRig, closeAll func(), err error) {
+	rig.bs, err = localdir.New(localdir.Config{Dir: filepath.Join(f.dataDir, "blobs")}, localdir.Deps{Logger: log})
+	if err != nil {
+		return rig, nil, fmt.Errorf("blob store: %w", err)
+	}
+	if f.harnesses.workDir == "" {
+		f.harnesses.workDir = filepath.Join(f.dataDir, "harness-work")
+	}
+	if f.harnesses.cacheDir == "" {
+		f.harnesses.cacheDir = filepath.Join(f.dataDir, "harness-cache")
+	}
+	reg := metrics.New()
+	agent, closeChunks, err := f.hostAgent(ctx, rig.bs, url, hostToken, reg, log)
+	if err != nil {
+		return rig, nil, err
+	}
+	rig.agent = agent
+	keyFile := filepath.Join(f.dataDir, "secrets.keyset")
+	srv, closeSrv, err := newServer(server.Config{AdvertiseURL: url, Version: version},
+		serverParts{store: st, blobs: rig.bs, imageWork: filepath.Join(f.dataDir, "image-work"), harnesses: &f.harnesses,
+			keyFile: keyFile, createKey: true, metrics: reg, ready: []metrics.Check{{Name: "host_link", Ready: agent.Ready}},
+			log: log.With("component", "coordinator")}, log)
+	if err != nil {
+		closeChunks()
+		return rig, nil, err
+	}
+	warnAccessible(log, "secrets key", keyFile)
+	rig.srv = srv
+	return rig, func() { closeSrv(); closeChunks() }, nil
 }
 
 // hostAgent makes the dev host agent (named dev, its machines in the data
 // dir's host/) over bs; closeChunks releases its chunk cache.
-func (f *devFlags) hostAgent(ctx context.Context, bs blob.Store, url, token string, log *slog.Logger) (agent *host.Agent, closeChunks func(), err error) {
+func (f *devFlags) hostAgent(ctx context.Context, bs blob.Store, url, token string, reg *metrics.Registry, log *slog.Logger) (agent *host.Agent, closeChunks func(), err error) {
 	hostDir := filepath.Join(f.dataDir, "host")
 	be, err := pickBackend(ctx, f.backend, hostDir, log.With("component", "vmm"))
 	if err != nil {
 		return nil, nil, err
 	}
-	deps, closeChunks, err := hostChunks(bs, hostDir, 10240, log.With("component", "chunks"))
+	deps, closeChunks, err := hostChunks(bs, hostDir, 10240, reg, log.With("component", "chunks"))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -132,7 +192,7 @@ func (f *devFlags) hostAgent(ctx context.Context, bs blob.Store, url, token stri
 	return agent, closeChunks, nil
 }
 
-// runBoth runs the functions until ctx ends or one fails, then stops and
+// runBoth runs the functions until ctx ends or one returns, then stops and
 // joins the others, returning the first error.
 func runBoth(ctx context.Context, fns ...func(context.Context) error) error {
 	ctx, cancel := context.WithCancel(ctx)

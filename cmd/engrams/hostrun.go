@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -10,10 +11,12 @@ import (
 
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/host"
+	"github.com/engrams/engrams/internal/metrics"
 )
 
 type hostFlags struct {
 	coordinator, token, tokenFile, name, dataDir, backend, logLevel string
+	logFormat, opsAddr                                              string
 	capacity                                                        domain.Capacity
 	blobs                                                           blobFlags
 	cacheMiB                                                        int64
@@ -32,46 +35,7 @@ Create the host's credential first with ` + "`engrams host create NAME`" + `.`,
 		Example: `  engrams host run --coordinator https://engrams.example.com --token-file /etc/engrams/host-token
   ENGRAMS_COORDINATOR=http://127.0.0.1:7700 ENGRAMS_HOST_TOKEN=egr_... engrams host run --backend process`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := newLogger(os.Stderr, hf.logLevel)
-			if err != nil {
-				return err
-			}
-			token := hf.token
-			if hf.tokenFile != "" {
-				b, err := os.ReadFile(hf.tokenFile)
-				if err != nil {
-					return fmt.Errorf("read --token-file: %w", err)
-				}
-				token = string(trimSpace(b))
-			}
-			if hf.coordinator == "" || token == "" {
-				return errors.New("--coordinator and --token (or --token-file) are required; create a host token with `engrams host create NAME`")
-			}
-			be, err := pickBackend(cmd.Context(), hf.backend, hf.dataDir, log)
-			if err != nil {
-				return err
-			}
-			if hf.blobs.dir == "" && hf.blobs.s3Endpoint == "" {
-				hf.blobs.dir = filepath.Join(hf.dataDir, "blobs")
-				log.Info("snapshot chunks go to a local directory: sessions resume only on this host (share an S3 store, --s3-endpoint, to resume anywhere)", "dir", hf.blobs.dir)
-			}
-			bs, err := hf.blobs.open(cmd.Context(), log)
-			if err != nil {
-				return err
-			}
-			deps, closeChunks, err := hostChunks(bs, hf.dataDir, hf.cacheMiB, log)
-			if err != nil {
-				return err
-			}
-			defer closeChunks()
-			deps.Backend, deps.Logger = be.backend, log
-			agent, err := host.New(host.Config{CoordinatorURL: hf.coordinator, Token: token, Name: hf.name, DataDir: hf.dataDir, AgentVersion: version, Considered: be.considered, Capacity: hf.capacity}, deps)
-			if err != nil {
-				return err
-			}
-			return agent.Run(cmd.Context())
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return hf.run(cmd.Context()) },
 	}
 	f := cmd.Flags()
 	f.StringVar(&hf.coordinator, "coordinator", env("COORDINATOR", ""), "coordinator base URL")
@@ -81,12 +45,67 @@ Create the host's credential first with ` + "`engrams host create NAME`" + `.`,
 	f.StringVar(&hf.dataDir, "data-dir", env("HOST_DATA_DIR", filepath.Join(defaultDataDir(), "host")), "where machines, epochs and caches live")
 	f.StringVar(&hf.backend, "backend", env("BACKEND", "auto"), "auto, firecracker, qemu or process (process: development only, no isolation)")
 	f.StringVar(&hf.logLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error")
+	f.StringVar(&hf.logFormat, "log-format", env("LOG_FORMAT", "text"), "text, or json (one object per line)")
+	f.StringVar(&hf.opsAddr, "ops-addr", env("OPS_ADDR", ""), "serve /healthz, /readyz (the coordinator link is up) and /metrics on this address, e.g. 127.0.0.1:9180 (default: none)")
 	f.IntVar(&hf.capacity.MemoryMiB, "memory-mib", 0, "memory offered to sessions (default: all of this machine's)")
 	f.IntVar(&hf.capacity.VCPUs, "vcpus", 0, "vCPUs offered to sessions (default: this machine's CPU count)")
 	f.IntVar(&hf.capacity.MaxSessions, "max-sessions", 0, "most sessions at once (default: no limit)")
 	f.Int64Var(&hf.cacheMiB, "chunk-cache-mib", 10240, "disk budget of the local snapshot chunk cache")
 	hf.blobs.register(f, "")
 	return cmd
+}
+
+// run runs the agent (and its operations listener) until ctx ends.
+func (hf *hostFlags) run(ctx context.Context) error {
+	log, err := newLogger(os.Stderr, hf.logLevel, hf.logFormat)
+	if err != nil {
+		return err
+	}
+	token := hf.token
+	if hf.tokenFile != "" {
+		b, err := os.ReadFile(hf.tokenFile)
+		if err != nil {
+			return fmt.Errorf("read --token-file: %w", err)
+		}
+		warnAccessible(log, "--token-file", hf.tokenFile)
+		token = string(trimSpace(b))
+	}
+	if hf.coordinator == "" || token == "" {
+		return errors.New("--coordinator and --token (or --token-file) are required; create a host token with `engrams host create NAME`")
+	}
+	warnAccessible(log, "--data-dir", hf.dataDir)
+	opsLn, err := listenOps(hf.opsAddr)
+	if err != nil {
+		return err
+	}
+	if opsLn != nil {
+		defer opsLn.Close()
+	}
+	be, err := pickBackend(ctx, hf.backend, hf.dataDir, log)
+	if err != nil {
+		return err
+	}
+	if hf.blobs.dir == "" && hf.blobs.s3Endpoint == "" {
+		hf.blobs.dir = filepath.Join(hf.dataDir, "blobs")
+		log.Info("snapshot chunks go to a local directory: sessions resume only on this host (share an S3 store, --s3-endpoint, to resume anywhere)", "dir", hf.blobs.dir)
+	}
+	bs, err := hf.blobs.open(ctx, log)
+	if err != nil {
+		return err
+	}
+	reg := metrics.New()
+	deps, closeChunks, err := hostChunks(bs, hf.dataDir, hf.cacheMiB, reg, log)
+	if err != nil {
+		return err
+	}
+	defer closeChunks()
+	deps.Backend, deps.Logger = be.backend, log
+	agent, err := host.New(host.Config{CoordinatorURL: hf.coordinator, Token: token, Name: hf.name, DataDir: hf.dataDir, AgentVersion: version, Considered: be.considered, Capacity: hf.capacity}, deps)
+	if err != nil {
+		return err
+	}
+	ops := reg.OpsHandler(metrics.Check{Name: "host_link", Ready: agent.Ready})
+	return runBoth(ctx, agent.Run, func(ctx context.Context) error { return serveOps(ctx, opsLn, ops, log) })
 }
 
 func hostname() string {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/engrams/engrams/internal/blob"
 	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/metrics"
 	"github.com/engrams/engrams/internal/server"
 	"github.com/engrams/engrams/internal/store"
 )
@@ -25,6 +26,7 @@ import (
 type serverFlags struct {
 	listen, advertise, database, replicaID, secret, tokenFile, logLevel string
 	imageWork, keyFile                                                  string
+	secretFile, logFormat, opsAddr                                      string
 	co                                                                  coordinator.Config
 	blobs                                                               blobFlags
 	harnesses                                                           harnessFlags
@@ -42,7 +44,7 @@ database behind a load balancer, with the same --cluster-secret, each with an
 
 Every flag can also be set as ENGRAMS_<FLAG> (e.g. ENGRAMS_DATABASE).`,
 		Example: `  engrams server --database postgres://engrams@db/engrams --listen :7700 \
-    --advertise-url http://10.0.0.5:7700 --cluster-secret "$SECRET" \
+    --advertise-url http://10.0.0.5:7700 --cluster-secret-file /etc/engrams/cluster-secret \
     --bootstrap-token-file /var/lib/engrams/admin-token`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd.Context(), cmd.ErrOrStderr()) },
@@ -56,9 +58,12 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.advertise, "advertise-url", env("ADVERTISE_URL", ""), "URL other replicas use to reach this one (default http://<listen address>)")
 	fs.StringVar(&f.database, "database", env("DATABASE", ""), "postgres:// URL, or the path of an SQLite file")
 	fs.StringVar(&f.replicaID, "replica-id", env("REPLICA_ID", ""), "unique name of this replica (default: random)")
-	fs.StringVar(&f.secret, "cluster-secret", env("CLUSTER_SECRET", ""), "secret shared by replicas to forward host traffic")
+	fs.StringVar(&f.secret, "cluster-secret", env("CLUSTER_SECRET", ""), fmt.Sprintf("secret shared by replicas to forward host traffic (at least %d characters, e.g. `openssl rand -hex 32`)", minClusterSecret))
+	fs.StringVar(&f.secretFile, "cluster-secret-file", env("CLUSTER_SECRET_FILE", ""), "file holding --cluster-secret (its trailing newline dropped), which keeps it out of the process list")
 	fs.StringVar(&f.tokenFile, "bootstrap-token-file", env("BOOTSTRAP_TOKEN_FILE", ""), "mint an admin API token into this file (0600) unless the one there is valid")
 	fs.StringVar(&f.logLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error")
+	fs.StringVar(&f.logFormat, "log-format", env("LOG_FORMAT", "text"), "text, or json (one object per line)")
+	fs.StringVar(&f.opsAddr, "ops-addr", env("OPS_ADDR", ""), "also serve /healthz, /readyz and /metrics on this address (they are always on --listen too)")
 	fs.DurationVar(&f.co.HostLostAfter, "host-lost-after", envDuration("HOST_LOST_AFTER", 0), "a host without heartbeats this long is lost (default 15s)")
 	fs.DurationVar(&f.co.IdleTimeout, "idle-timeout", envDuration("IDLE_TIMEOUT", 0), "suspend sessions idle this long (default 10m; per session: idle_timeout_s)")
 	fs.DurationVar(&f.co.MaxLifetime, "max-lifetime", envDuration("MAX_LIFETIME", 0), "end sessions dead this long after creation (default: no limit; per session: max_lifetime_s)")
@@ -73,9 +78,23 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 // run serves the replica until ctx ends; notes for the operator go to
 // stderr.
 func (f *serverFlags) run(ctx context.Context, stderr io.Writer) error {
-	log, err := newLogger(os.Stderr, f.logLevel)
+	log, err := newLogger(os.Stderr, f.logLevel, f.logFormat)
 	if err != nil {
 		return err
+	}
+	if f.secret, err = secretFlag("cluster-secret", f.secret, f.secretFile, log); err != nil {
+		return err
+	}
+	if err := checkClusterSecret(f.secret); err != nil {
+		return err
+	}
+	warnAccessible(log, "--secrets-key-file", f.keyFile)
+	opsLn, err := listenOps(f.opsAddr)
+	if err != nil {
+		return err
+	}
+	if opsLn != nil {
+		defer opsLn.Close()
 	}
 	st, err := openStore(ctx, f.database, log)
 	if err != nil {
@@ -104,16 +123,20 @@ func (f *serverFlags) run(ctx context.Context, stderr io.Writer) error {
 		return err
 	}
 	srv, closeSrv, err := newServer(server.Config{ReplicaID: f.replicaID, AdvertiseURL: f.advertise, ClusterSecret: f.secret, Version: version, Coordinator: f.co},
-		serverParts{store: st, blobs: bs, imageWork: f.imageWork, harnesses: &f.harnesses, keyFile: f.keyFile, createKey: !sharedDatabase(f.database), log: log}, log)
+		serverParts{store: st, blobs: bs, imageWork: f.imageWork, harnesses: &f.harnesses, keyFile: f.keyFile, createKey: !sharedDatabase(f.database),
+			metrics: metrics.New(), log: log}, log)
 	if err != nil {
 		return err
 	}
 	defer closeSrv()
-	if bs == nil {
-		return srv.Run(ctx, ln)
+	parts := []func(context.Context) error{
+		func(ctx context.Context) error { return srv.Run(ctx, ln) },
+		func(ctx context.Context) error { return serveOps(ctx, opsLn, srv.OpsHandler(), log) },
 	}
-	gc := func(ctx context.Context) error { return srv.Coordinator().RunGC(ctx, bs, coordinator.GCConfig{}) }
-	return runBoth(ctx, func(ctx context.Context) error { return srv.Run(ctx, ln) }, gc)
+	if bs != nil {
+		parts = append(parts, func(ctx context.Context) error { return srv.Coordinator().RunGC(ctx, bs, coordinator.GCConfig{}) })
+	}
+	return runBoth(ctx, parts...)
 }
 
 // serverParts is what a replica runs on besides its settings.
@@ -123,8 +146,10 @@ type serverParts struct {
 	imageWork string
 	harnesses *harnessFlags
 	keyFile   string
-	createKey bool         // create the secrets key file when missing (SQLite)
-	log       *slog.Logger // the server's
+	createKey bool // create the secrets key file when missing (SQLite)
+	metrics   *metrics.Registry
+	ready     []metrics.Check // besides the database's
+	log       *slog.Logger    // the server's
 }
 
 // newServer opens the image materializer, the harness builder and the
@@ -142,7 +167,8 @@ func newServer(cfg server.Config, p serverParts, log *slog.Logger) (srv *server.
 	closeAll = func() { closeHarnesses(); closeImages() }
 	sealer, err := secretsKey(p.keyFile, p.createKey)
 	if err == nil {
-		srv, err = server.New(cfg, server.Deps{Store: p.store, Logger: p.log, Images: images, Secrets: sealer, HarnessBuilder: hb, HarnessChunks: hc})
+		srv, err = server.New(cfg, server.Deps{Store: p.store, Logger: p.log, Images: images, Secrets: sealer, HarnessBuilder: hb, HarnessChunks: hc,
+			Metrics: p.metrics, Ready: p.ready})
 	}
 	if err != nil {
 		closeAll()
@@ -155,6 +181,19 @@ func newServer(cfg server.Config, p serverParts, log *slog.Logger) (srv *server.
 // replicas share.
 func sharedDatabase(database string) bool {
 	return strings.HasPrefix(database, "postgres://") || strings.HasPrefix(database, "postgresql://")
+}
+
+// minClusterSecret is the shortest --cluster-secret accepted: replicas
+// trust any peer presenting it.
+const minClusterSecret = 32
+
+// checkClusterSecret refuses a cluster secret too short to resist
+// guessing ("" is no secret: replicas on SQLite need none).
+func checkClusterSecret(secret string) error {
+	if secret != "" && len(secret) < minClusterSecret {
+		return fmt.Errorf("--cluster-secret is %d characters; use at least %d (e.g. `openssl rand -hex 32`)", len(secret), minClusterSecret)
+	}
+	return nil
 }
 
 // checkReplicaSettings refuses settings with which replicas on a shared

@@ -24,6 +24,14 @@ type CacheConfig struct {
 type CacheDeps struct {
 	Logger *slog.Logger
 	Now    func() time.Time // default time.Now; also stamps files' mtimes
+	// Reads learns of every Get, hit or miss (a *metrics.Registry); nil:
+	// only Stats counts them.
+	Reads CacheReads
+}
+
+// CacheReads is told of each read of the cache.
+type CacheReads interface {
+	ChunkCacheRead(hit bool)
 }
 
 // CacheStats is a snapshot of a Cache's counters.
@@ -50,6 +58,7 @@ type Cache struct {
 	max int64
 	log *slog.Logger
 	now func() time.Time
+	obs CacheReads // nil: none
 
 	mu    sync.Mutex
 	lru   *list.List               // front is most recently used; values are *cacheEntry
@@ -74,7 +83,7 @@ func NewCache(cfg CacheConfig, deps CacheDeps) (*Cache, error) {
 	if deps.Now == nil {
 		deps.Now = time.Now
 	}
-	c := &Cache{dir: cfg.Dir, max: cfg.MaxBytes, log: deps.Logger, now: deps.Now,
+	c := &Cache{dir: cfg.Dir, max: cfg.MaxBytes, log: deps.Logger, now: deps.Now, obs: deps.Reads,
 		lru: list.New(), idx: make(map[string]*list.Element)}
 	c.stats.MaxBytes = cfg.MaxBytes
 	if err := os.RemoveAll(c.tmpDir()); err != nil { // leftovers of interrupted Puts
@@ -156,13 +165,13 @@ func (c *Cache) Get(h string, buf []byte) (obj []byte, ok bool, err error) {
 	}
 	c.mu.Unlock()
 	if !ok {
-		c.count(func(s *CacheStats) { s.Misses++ })
+		c.read(false)
 		return nil, false, nil
 	}
 	obj, err = readFileInto(c.path(h), buf)
 	if errors.Is(err, fs.ErrNotExist) { // removed behind our back
 		c.Remove(h)
-		c.count(func(s *CacheStats) { s.Misses++ })
+		c.read(false)
 		return nil, false, nil
 	}
 	if err != nil {
@@ -172,8 +181,22 @@ func (c *Cache) Get(h string, buf []byte) (obj []byte, ok bool, err error) {
 	if err := os.Chtimes(c.path(h), now, now); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, false, fmt.Errorf("chunk cache get %s: mark used: %w", h, err)
 	}
-	c.count(func(s *CacheStats) { s.Hits++ })
+	c.read(true)
 	return obj, true, nil
+}
+
+// read counts one Get's result and reports it.
+func (c *Cache) read(hit bool) {
+	c.count(func(s *CacheStats) {
+		if hit {
+			s.Hits++
+		} else {
+			s.Misses++
+		}
+	})
+	if c.obs != nil {
+		c.obs.ChunkCacheRead(hit)
+	}
 }
 
 func readFileInto(path string, buf []byte) ([]byte, error) {

@@ -203,3 +203,52 @@ func TestCacheConcurrent(t *testing.T) {
 		t.Fatalf("%d files on disk, index has %d", n, st.Entries)
 	}
 }
+
+// readLog is a CacheReads that records each read.
+type readLog struct {
+	mu   sync.Mutex
+	hits []bool
+}
+
+func (r *readLog) ChunkCacheRead(hit bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.hits = append(r.hits, hit)
+}
+
+// TestCacheReportsReads: every Get tells Reads whether it hit, including a
+// file removed behind the cache's back (a miss).
+func TestCacheReportsReads(t *testing.T) {
+	t.Parallel()
+	obs := &readLog{}
+	c, err := NewCache(CacheConfig{Dir: t.TempDir(), MaxBytes: 1 << 20}, CacheDeps{Reads: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, b := testObj(1, 100)
+	gone, b2 := testObj(2, 100)
+	for _, p := range []struct {
+		h string
+		b []byte
+	}{{h, b}, {gone, b2}} {
+		if err := c.Put(p.h, p.b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Remove(c.path(gone)); err != nil {
+		t.Fatal(err)
+	}
+	other, _ := testObj(3, 100)
+	for _, k := range []string{h, other, gone, h} {
+		if _, _, err := c.Get(k, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []bool{true, false, false, true}
+	if fmt.Sprint(obs.hits) != fmt.Sprint(want) {
+		t.Fatalf("reads reported = %v, want %v", obs.hits, want)
+	}
+	if s := c.Stats(); s.Hits != 2 || s.Misses != 2 {
+		t.Fatalf("stats = %+v, want 2 hits and 2 misses", s)
+	}
+}

@@ -107,6 +107,20 @@ type RestoreObserver interface {
 	SessionRestored(ctx context.Context, s domain.Session, head domain.Snapshot) error
 }
 
+// Metrics is what the coordinator measures (a *metrics.Registry): each op
+// finished by kind and outcome ("succeeded", "failed", "fenced",
+// "retried"), and the bytes each committed snapshot uploaded.
+type Metrics interface {
+	OpFinished(kind, outcome string, d time.Duration)
+	SnapshotUploaded(bytes int64)
+}
+
+// noMetrics records nothing.
+type noMetrics struct{}
+
+func (noMetrics) OpFinished(string, string, time.Duration) {}
+func (noMetrics) SnapshotUploaded(int64)                   {}
+
 // Deps are the coordinator's collaborators.
 type Deps struct {
 	Store store.Store
@@ -118,6 +132,7 @@ type Deps struct {
 	// Roots are kept by GC; Restored are told about resumes after loss.
 	Roots    []ChunkRoots
 	Restored []RestoreObserver
+	Metrics  Metrics // nil records nothing
 	Logger   *slog.Logger
 	Now      func() time.Time // default time.Now
 	NewID    func() string    // default UUIDv7
@@ -134,6 +149,7 @@ type Coordinator struct {
 	harns  Harnesses
 	roots  []ChunkRoots
 	restd  []RestoreObserver
+	met    Metrics
 	log    *slog.Logger
 	now    func() time.Time
 	newID  func() string
@@ -149,8 +165,11 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 	}
 	c := &Coordinator{cfg: cfg, st: deps.Store, hosts: deps.Hosts, links: hostlink.NewClient(deps.Hosts),
 		places: NewPlacement(deps.Store, cfg.HeartbeatInterval, deps.Now),
-		images: deps.Images, harns: deps.Harnesses, roots: deps.Roots, restd: deps.Restored,
+		images: deps.Images, harns: deps.Harnesses, roots: deps.Roots, restd: deps.Restored, met: deps.Metrics,
 		log: deps.Logger, now: deps.Now, newID: deps.NewID}
+	if c.met == nil {
+		c.met = noMetrics{}
+	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}

@@ -66,9 +66,11 @@ func (c *Coordinator) runOp(ctx context.Context, op domain.Op, s domain.Session)
 		c.renewLease(opCtx, cancel, op, log)
 	}()
 	x := &opRun{c: c, op: op, s: s, log: log}
+	started := c.now()
 	err := x.run(opCtx)
 	cancel()
 	<-renewDone
+	outcome := func(o string) { c.met.OpFinished(string(op.Kind), o, c.now().Sub(started)) }
 
 	state, msg := domain.OpSucceeded, ""
 	if err != nil {
@@ -78,6 +80,7 @@ func (c *Coordinator) runOp(ctx context.Context, op domain.Op, s domain.Session)
 	case errors.Is(err, errFenced) || errors.Is(err, store.ErrStaleEpoch) ||
 		(ctx.Err() == nil && errors.Is(err, context.Canceled)): // renewLease saw a newer op
 		log.Info("op fenced by a newer op", "err", err)
+		outcome("fenced")
 		return // the newer op owns the session; our FinishOp would be stale anyway
 	case errors.Is(err, errTransient) && (op.Attempts < maxAttempts || op.Kind == domain.OpResume):
 		// Leave it claimed with a short lease: another claim retries it. A
@@ -85,16 +88,20 @@ func (c *Coordinator) runOp(ctx context.Context, op domain.Op, s domain.Session)
 		// hands it to a recover op instead.
 		backoff := min(time.Duration(op.Attempts)*time.Second, 10*time.Second)
 		log.Warn("op will be retried", "attempt", op.Attempts, "in", backoff, "err", err)
+		outcome("retried")
 		if rerr := c.st.RenewOp(context.WithoutCancel(ctx), op.ID, op.Epoch, c.now().Add(backoff)); rerr != nil {
 			log.Warn("shorten op lease", "err", rerr)
 		}
 		return
 	case err == nil:
 		log.Info("op done")
+		outcome("succeeded")
 	case ctx.Err() != nil:
+		outcome("retried")
 		return // shutting down: the lease expires and another worker resumes the op
 	default:
 		log.Warn("op failed", "err", err)
+		outcome("failed")
 	}
 	// A finished op is recorded even when shutdown began meanwhile.
 	switch err := c.st.FinishOp(context.WithoutCancel(ctx), op.ID, op.Epoch, state, msg, c.now()); {

@@ -115,6 +115,7 @@ func (x *opRun) capture(ctx context.Context, destroy bool, reason string) (domai
 		return domain.Snapshot{}, transient(fmt.Errorf("commit snapshot %s: %w", snap.ID, err))
 	}
 	x.log.Info("snapshot committed", "snapshot_id", snap.ID, "bytes", snap.Bytes, "uploaded", snap.Uploaded, "ms", resp.DurationMS)
+	x.c.met.SnapshotUploaded(snap.Uploaded)
 	x.appendEvent(ctx, "snapshot", map[string]any{"snapshot_id": snap.ID, "bytes": snap.Bytes, "uploaded": snap.Uploaded, "reason": reason})
 	return snap, nil
 }

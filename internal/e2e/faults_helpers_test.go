@@ -140,7 +140,7 @@ func freeAddr(t *testing.T) string {
 func startCoordinator(t *testing.T, addr, database, logPath string, extra ...string) *coordProc {
 	t.Helper()
 	args := append([]string{"server", "--listen", addr, "--database", database, "--log-level", "debug",
-		"--advertise-url", "http://" + addr, "--cluster-secret", "e2e-cluster-secret"}, extra...)
+		"--advertise-url", "http://" + addr, "--cluster-secret", "e2e-cluster-secret-of-32-characters"}, extra...)
 	cmd := exec.Command(filepath.Join(binDir, "engrams"), args...)
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {

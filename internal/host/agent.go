@@ -16,6 +16,7 @@ import (
 	"github.com/engrams/engrams/internal/host/relay"
 	"github.com/engrams/engrams/internal/host/snapshots"
 	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/metrics"
 	"github.com/engrams/engrams/internal/vmm"
 )
 
@@ -57,6 +58,10 @@ type Deps struct {
 	// *chunk.Cache); heartbeats name the snapshots it holds whole. nil =
 	// none reported.
 	ChunkCache snapshots.ChunkCache
+	// Metrics is the process's registry, for the agent's parts that
+	// count what they refuse (the relay's guest bounds); nil records
+	// nothing.
+	Metrics *metrics.Registry
 }
 
 // Retry timing of the dial loop.
@@ -183,6 +188,15 @@ func (a *Agent) Run(ctx context.Context) error {
 			t.Stop()
 		case <-t.C:
 		}
+	}
+	return nil
+}
+
+// Ready reports whether the agent holds a registered link to the
+// coordinator: without one it is told of no new work (its /readyz).
+func (a *Agent) Ready(context.Context) error {
+	if a.link.Client() == nil {
+		return errors.New("no registered link to the coordinator")
 	}
 	return nil
 }

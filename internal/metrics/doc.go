@@ -1,4 +1,4 @@
-// Package metrics holds the process's Prometheus registry and the engrams_ families: one method
-// per thing measured, so callers declare small interfaces of the methods they use. Imported by
-// the parts that are measured (through those interfaces) and by cmd/ and the server, which serve it.
+// Package metrics holds the process's Prometheus registry, the engrams_ families (one method per
+// thing measured; callers declare small interfaces of those they use) and the /healthz, /readyz and
+// /metrics handlers. Imported by the measured parts (through those interfaces), cmd/, server and host.
 package metrics

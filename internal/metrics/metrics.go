@@ -45,6 +45,8 @@ func New() *Registry {
 	r.quota = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "engrams_quota_refusals_total", Help: "Guest data dropped over a per-task quota, by quota.",
 	}, []string{"quota"})
+	r.chunkCache.WithLabelValues("hit") // both results read 0 before the first read
+	r.chunkCache.WithLabelValues("miss")
 	r.reg.MustRegister(r.opSeconds, r.uploaded, r.chunkCache, r.hostLinks, r.guestBound, r.quota,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return r

@@ -64,7 +64,8 @@ func Assemble(cfg Config, deps Deps, t hostlink.Transports, log *slog.Logger) (*
 		return p, err
 	}
 	p.Co, err = coordinator.New(cc, coordinator.Deps{Store: st, Hosts: t, Logger: log, Images: p.Images, Harnesses: p.Harnesses,
-		Roots: []coordinator.ChunkRoots{p.Images, p.Harnesses}, Restored: []coordinator.RestoreObserver{tasks.Rewinder{Store: st}}})
+		Roots: []coordinator.ChunkRoots{p.Images, p.Harnesses}, Restored: []coordinator.RestoreObserver{tasks.Rewinder{Store: st}},
+		Metrics: deps.Metrics})
 	if err != nil {
 		return p, err
 	}
@@ -78,7 +79,7 @@ func Assemble(cfg Config, deps Deps, t hostlink.Transports, log *slog.Logger) (*
 		return p, err
 	}
 	p.Tasks, err = tasks.New(tasks.Config{MonitorInterval: p.Co.Config().MonitorInterval}, tasks.Deps{Store: st, Sessions: p.Co,
-		Profiles: p.Profiles, Placeholders: p.Gateway, Secrets: p.Vault, Logger: log})
+		Profiles: p.Profiles, Placeholders: p.Gateway, Secrets: p.Vault, Metrics: deps.Metrics, Logger: log})
 	return p, err
 }
 

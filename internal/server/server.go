@@ -21,6 +21,7 @@ import (
 	"github.com/engrams/engrams/internal/harnessreg"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/imagejobs"
+	"github.com/engrams/engrams/internal/metrics"
 	"github.com/engrams/engrams/internal/secrets"
 	"github.com/engrams/engrams/internal/store"
 )
@@ -52,6 +53,11 @@ type Deps struct {
 	// GatewayUpstream carries the model gateway's requests to providers
 	// (nil: TLS verified with the system roots).
 	GatewayUpstream http.RoundTripper
+	// Metrics is the process's registry (nil: nothing is measured and no
+	// /metrics is served); Ready are readiness checks besides the
+	// database's (dev: its host agent's link).
+	Metrics *metrics.Registry
+	Ready   []metrics.Check
 }
 
 // Server is a coordinator replica.
@@ -64,6 +70,8 @@ type Server struct {
 	router *hostlink.Router
 	api    *api.Server
 	mux    *http.ServeMux
+	met    *metrics.Registry
+	ready  []metrics.Check
 }
 
 // New assembles a replica. The advertise URL must be known here, so callers
@@ -82,14 +90,20 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, st: deps.Store, log: log, mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, st: deps.Store, log: log, mux: http.NewServeMux(), met: deps.Metrics, ready: deps.Ready}
+	if err := deps.Metrics.Register(newSessionStates(deps.Store.CountSessionsByState, log)); err != nil {
+		return nil, fmt.Errorf("server: register sessions by state: %w", err)
+	}
+	links := &linkCount{met: deps.Metrics, hosts: map[domain.HostID]bool{}}
 	hostMux := http.NewServeMux()
 	s.link = hostlink.NewServer(hostlink.ServerConfig{}, hostlink.ServerDeps{
 		Authenticate: func(ctx context.Context, tok string) (domain.HostID, error) {
 			return s.parts.Co.AuthenticateHost(ctx, tok)
 		},
-		Handler: hostMux,
-		Logger:  log,
+		Handler:      hostMux,
+		OnConnect:    links.connected,
+		OnDisconnect: links.disconnected,
+		Logger:       log,
 	})
 	s.router = hostlink.NewRouter(hostlink.RouterConfig{ReplicaID: cfg.ReplicaID, ClusterSecret: cfg.ClusterSecret},
 		hostlink.RouterDeps{Local: s.link, Lookup: s.lookupHost, Logger: log})
@@ -105,6 +119,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.mux.Handle(apiv1.PathPrefix, s.api)
 	s.mux.Handle(hostlink.PathConnect, s.link)
 	s.mux.Handle(hostlink.PathPeerPrefix, s.router.PeerHandler())
+	s.met.Mount(s.mux, s.checks()...)
 	return s, nil
 }
 

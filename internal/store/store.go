@@ -93,6 +93,9 @@ type Sessions interface {
 	CreateSession(ctx context.Context, s NewSession) (sess domain.Session, op domain.Op, created bool, err error)
 	GetSession(ctx context.Context, id domain.SessionID) (domain.Session, error)
 	ListSessions(ctx context.Context, f domain.SessionFilter) ([]domain.Session, error)
+	// CountSessionsByState counts every session by its state; states
+	// without a session are absent.
+	CountSessionsByState(ctx context.Context) (map[domain.SessionState]int, error)
 	// SetDesiredState records what the coordinator wants; not fenced.
 	SetDesiredState(ctx context.Context, id domain.SessionID, desired domain.DesiredState) error
 	// TouchSession moves LastActivity forward to at (never backwards); not
@@ -297,5 +300,9 @@ type Store interface {
 	// hints: a subscriber may be woken spuriously and must re-read state.
 	Notify(ctx context.Context, topic string) error
 	Subscribe(ctx context.Context, topic string) <-chan struct{}
+	// Ready reports whether the database answers and has every migration
+	// this build knows applied (a newer schema also counts); the error
+	// says why not.
+	Ready(ctx context.Context) error
 	Close() error
 }

@@ -62,6 +62,10 @@ type Deps struct {
 	Logger       *slog.Logger
 	Now          func() time.Time // default time.Now
 	NewID        func() string    // default UUIDv7
+
+	// Metrics counts guest data dropped over a per-task quota (a
+	// *metrics.Registry); nil records nothing.
+	Metrics interface{ QuotaRefused(quota string) }
 }
 
 // Tasks runs agent work: a task's session, its repositories, prompts into

@@ -1,4 +1,4 @@
 // Package testutil holds helpers shared by tests: capability skips that turn
-// into failures under CI, and throwaway Postgres databases.
+// into failures under CI, throwaway Postgres databases and clusters of a test's own.
 // It is imported only from _test.go files.
 package testutil

@@ -25,9 +25,12 @@ const (
 
 // Config selects the bucket and how to reach it.
 type Config struct {
-	Endpoint  string // host[:port], no scheme
-	Region    string // empty: the client discovers it
-	Bucket    string // must exist
+	Endpoint string // host[:port], no scheme
+	Region   string // empty: the client discovers it
+	Bucket   string // must exist
+	// AccessKey and SecretKey sign requests; both empty: the standard AWS
+	// chain gives them (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, the
+	// shared credentials file, then the instance's IAM role).
 	AccessKey string
 	SecretKey string
 	// Prefix is prepended to every key ("engrams/" keeps the store in one
@@ -78,8 +81,12 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Store, error) {
 	if partSize < MinPartSize {
 		return nil, fmt.Errorf("open s3 store: PartSize %d is below the S3 minimum %d", partSize, MinPartSize)
 	}
+	creds, err := newCredentials(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open s3 store %s: %w", cfg.Endpoint, err)
+	}
 	client, err := minio.New(cfg.Endpoint, &minio.Options{
-		Creds:  credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, ""),
+		Creds:  creds,
 		Secure: cfg.UseTLS,
 		Region: cfg.Region,
 	})
@@ -105,6 +112,28 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Store, error) {
 		partSize: partSize,
 		log:      log.With("bucket", cfg.Bucket, "prefix", prefix),
 	}, nil
+}
+
+// iamTimeout bounds each request to the instance metadata service.
+const iamTimeout = 5 * time.Second
+
+// newCredentials signs with the configured keys, or else with the first
+// of the AWS chain that has some: the environment (AWS_ACCESS_KEY_ID,
+// AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN), the shared credentials file
+// (AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials, profile AWS_PROFILE)
+// and the instance's IAM role; none of them: anonymous requests.
+func newCredentials(cfg Config) (*credentials.Credentials, error) {
+	switch {
+	case cfg.AccessKey != "" && cfg.SecretKey != "":
+		return credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, ""), nil
+	case cfg.AccessKey != "" || cfg.SecretKey != "":
+		return nil, errors.New("an access key needs its secret key: give both, or neither to use the AWS chain (environment, shared credentials file, instance role)")
+	}
+	return credentials.NewChainCredentials([]credentials.Provider{
+		&credentials.EnvAWS{},
+		&credentials.FileAWSCredentials{},
+		&credentials.IAM{Client: &http.Client{Timeout: iamTimeout}},
+	}), nil
 }
 
 // check validates key and ctx before a call.

@@ -127,10 +127,12 @@ func TestNewErrors(t *testing.T) {
 	t.Parallel()
 	srv := startGofakes3(t)
 	ctx := context.Background()
+	bucket := srv.newBucket(t) // exists: only the half key pair is wrong
 	for name, cfg := range map[string]s3.Config{
 		"no endpoint":    {Bucket: "b"},
 		"no bucket":      {Endpoint: srv.endpoint},
-		"missing bucket": {Endpoint: srv.endpoint, Bucket: "absent"},
+		"missing bucket": {Endpoint: srv.endpoint, Bucket: "absent", AccessKey: testAccessKey, SecretKey: testSecretKey},
+		"half a key":     {Endpoint: srv.endpoint, Bucket: bucket, AccessKey: testAccessKey},
 		"bad prefix":     {Endpoint: srv.endpoint, Bucket: "b", Prefix: "../x"},
 		"tiny parts":     {Endpoint: srv.endpoint, Bucket: "b", PartSize: 1 << 20},
 	} {

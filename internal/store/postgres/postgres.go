@@ -70,7 +70,8 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Store, error) {
 	}
 	db.SetMaxOpenConns(maxConns)
 	db.SetMaxIdleConns(maxConns)
-	if err := migrate(ctx, db); err != nil {
+	schema, err := migrate(ctx, db)
+	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open postgres store: %w", err)
 	}
@@ -81,7 +82,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Store, error) {
 	}
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s := &Store{
-		Store:  sqlstore.New(sqlstore.Config{Write: db, IsUniqueViolation: isUniqueViolation}),
+		Store:  sqlstore.New(sqlstore.Config{Write: db, IsUniqueViolation: isUniqueViolation, Schema: schema}),
 		db:     db,
 		hub:    sqlstore.NewHub(),
 		log:    log,
@@ -92,24 +93,30 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Store, error) {
 	return s, nil
 }
 
-func migrate(ctx context.Context, db *sql.DB) error {
+// migrate applies the embedded migrations and returns the newest one's
+// version.
+func migrate(ctx context.Context, db *sql.DB) (schema int64, err error) {
 	sub, err := fs.Sub(migrations, "migrations")
 	if err != nil {
-		return fmt.Errorf("migrations: %w", err)
+		return 0, fmt.Errorf("migrations: %w", err)
 	}
 	locker, err := lock.NewPostgresSessionLocker()
 	if err != nil {
-		return fmt.Errorf("migration lock: %w", err)
+		return 0, fmt.Errorf("migration lock: %w", err)
 	}
 	p, err := goose.NewProvider(goose.DialectPostgres, db, sub,
 		goose.WithSessionLocker(locker), goose.WithDisableGlobalRegistry(true))
 	if err != nil {
-		return fmt.Errorf("migrations: %w", err)
+		return 0, fmt.Errorf("migrations: %w", err)
 	}
 	if _, err := p.Up(ctx); err != nil {
-		return fmt.Errorf("migrate: %w", err)
+		return 0, fmt.Errorf("migrate: %w", err)
 	}
-	return nil
+	srcs := p.ListSources() // ascending
+	if len(srcs) == 0 {
+		return 0, nil
+	}
+	return srcs[len(srcs)-1].Version, nil
 }
 
 func isUniqueViolation(err error) bool {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 
@@ -67,9 +68,13 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Store, error) {
 	if cfg.Path == "" || strings.ContainsAny(cfg.Path, "?#") || strings.HasPrefix(cfg.Path, "file:") {
 		return nil, fmt.Errorf("open sqlite store: path %q must be a plain file name", cfg.Path)
 	}
+	if err := restrictFiles(cfg.Path, log); err != nil {
+		return nil, fmt.Errorf("open sqlite store %s: %w", cfg.Path, err)
+	}
 	drv := &msqlite.Driver{}
 	dsn := cfg.Path + "?" + dsnParams
-	if err := migrate(ctx, sql.OpenDB(connector{drv: drv, dsn: dsn})); err != nil {
+	schema, err := migrate(ctx, sql.OpenDB(connector{drv: drv, dsn: dsn}))
+	if err != nil {
 		return nil, fmt.Errorf("open sqlite store %s: %w", cfg.Path, err)
 	}
 	write := sql.OpenDB(connector{drv: drv, dsn: dsn})
@@ -84,15 +89,55 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Store, error) {
 		read.Close()
 		return nil, fmt.Errorf("open sqlite store %s: %w", cfg.Path, err)
 	}
+	if err := restrictFiles(cfg.Path, log); err != nil { // the -wal and -shm files exist now
+		write.Close()
+		read.Close()
+		return nil, fmt.Errorf("open sqlite store %s: %w", cfg.Path, err)
+	}
 	return &Store{
 		Store: sqlstore.New(sqlstore.Config{
-			Write: write, Read: read, IsUniqueViolation: isUniqueViolation, CacheStatements: true,
+			Write: write, Read: read, IsUniqueViolation: isUniqueViolation, CacheStatements: true, Schema: schema,
 		}),
 		write: write,
 		read:  read,
 		hub:   sqlstore.NewHub(),
 		log:   log,
 	}, nil
+}
+
+// fileMode is the mode of the database file and its -wal and -shm files
+// (SQLite gives those the database file's mode).
+const fileMode = 0o600
+
+// restrictFiles creates the database file with fileMode if it is missing
+// and takes the group's and others' access away from it and its -wal and
+// -shm files, saying so when a file had it.
+func restrictFiles(path string, log *slog.Logger) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, fileMode)
+	if err != nil {
+		return fmt.Errorf("create database file: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("create database file: %w", err)
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		fi, err := os.Stat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("check database file mode: %w", err)
+		}
+		if fi.Mode().Perm()&^fileMode == 0 {
+			continue
+		}
+		if err := os.Chmod(p, fileMode); err != nil {
+			return fmt.Errorf("restrict database file %s: %w", p, err)
+		}
+		log.Warn("database file was accessible to other users; restricted it to its owner",
+			"path", p, "mode", fmt.Sprintf("%04o", fi.Mode().Perm()), "now", fmt.Sprintf("%04o", fileMode))
+	}
+	return nil
 }
 
 // connector opens connections with our own driver value: no registration
@@ -105,22 +150,26 @@ type connector struct {
 func (c connector) Connect(context.Context) (driver.Conn, error) { return c.drv.Open(c.dsn) }
 func (c connector) Driver() driver.Driver                        { return c.drv }
 
-// migrate applies the embedded migrations on its own short-lived pool and
-// closes it.
-func migrate(ctx context.Context, db *sql.DB) error {
+// migrate applies the embedded migrations on its own short-lived pool,
+// closes it and returns the newest migration's version.
+func migrate(ctx context.Context, db *sql.DB) (schema int64, err error) {
 	defer db.Close()
 	sub, err := fs.Sub(migrations, "migrations")
 	if err != nil {
-		return fmt.Errorf("migrations: %w", err)
+		return 0, fmt.Errorf("migrations: %w", err)
 	}
 	p, err := goose.NewProvider(goose.DialectSQLite3, db, sub, goose.WithDisableGlobalRegistry(true))
 	if err != nil {
-		return fmt.Errorf("migrations: %w", err)
+		return 0, fmt.Errorf("migrations: %w", err)
 	}
 	if _, err := p.Up(ctx); err != nil {
-		return fmt.Errorf("migrate: %w", err)
+		return 0, fmt.Errorf("migrate: %w", err)
 	}
-	return nil
+	srcs := p.ListSources() // ascending
+	if len(srcs) == 0 {
+		return 0, nil
+	}
+	return srcs[len(srcs)-1].Version, nil
 }
 
 func isUniqueViolation(err error) bool {

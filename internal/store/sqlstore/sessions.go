@@ -151,6 +151,28 @@ func (s *Store) GetSession(ctx context.Context, id domain.SessionID) (domain.Ses
 	return sess, nil
 }
 
+// CountSessionsByState implements store.Sessions.
+func (s *Store) CountSessionsByState(ctx context.Context) (map[domain.SessionState]int, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT state, COUNT(*) FROM sessions GROUP BY state`)
+	if err != nil {
+		return nil, fmt.Errorf("count sessions by state: %w", err)
+	}
+	defer rows.Close()
+	out := map[domain.SessionState]int{}
+	for rows.Next() {
+		var state string
+		var n int
+		if err := rows.Scan(&state, &n); err != nil {
+			return nil, fmt.Errorf("count sessions by state: %w", err)
+		}
+		out[domain.SessionState(state)] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("count sessions by state: %w", err)
+	}
+	return out, nil
+}
+
 // ListSessions implements store.Sessions, ordered by id.
 func (s *Store) ListSessions(ctx context.Context, f domain.SessionFilter) ([]domain.Session, error) {
 	var where []string

@@ -22,6 +22,9 @@ type Config struct {
 	// CacheStatements prepares each distinct statement once per connection
 	// and reuses it; for drivers without their own statement cache.
 	CacheStatements bool
+	// Schema is the newest migration version the backend embeds; Ready
+	// wants at least that one applied.
+	Schema int64
 }
 
 // Store implements every store.Store method except Notify, Subscribe and
@@ -31,6 +34,7 @@ type Store struct {
 	write    execer // every transaction and write
 	read     execer // plain reads
 	isUnique func(error) bool
+	schema   int64
 }
 
 // New returns a Store over cfg's databases. It does not own them.
@@ -39,7 +43,7 @@ func New(cfg Config) *Store {
 	if read == nil {
 		read = cfg.Write
 	}
-	s := &Store{wdb: cfg.Write, isUnique: cfg.IsUniqueViolation}
+	s := &Store{wdb: cfg.Write, isUnique: cfg.IsUniqueViolation, schema: cfg.Schema}
 	s.write, s.read = newConn(cfg.Write, cfg.CacheStatements), newConn(read, cfg.CacheStatements)
 	if s.isUnique == nil {
 		s.isUnique = func(error) bool { return false }
@@ -75,6 +79,19 @@ func (s *Store) inTx(ctx context.Context, fn func(tx execer) error) error {
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// Ready implements store.Store: the database answers a read and its
+// migrations (goose's table) reach the schema this build embeds.
+func (s *Store) Ready(ctx context.Context) error {
+	var v sql.NullInt64
+	if err := s.read.QueryRowContext(ctx, `SELECT MAX(version_id) FROM goose_db_version`).Scan(&v); err != nil {
+		return fmt.Errorf("check database: %w", err)
+	}
+	if v.Int64 < s.schema {
+		return fmt.Errorf("check database: schema version %d, this build needs %d: migrations not applied", v.Int64, s.schema)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 var notifyTests = []test{
 	{"NotifySubscribe", func(t *testing.T, st store.Store) { NotifyAcross(t, st, st) }},
 	{"SubscribeEnds", testSubscribeEnds},
+	{"Ready", testReady},
 }
 
 // NotifyAcross checks that Notify on from wakes a subscriber on to (which
@@ -67,4 +68,13 @@ func testSubscribeEnds(t *testing.T, st store.Store) {
 	}
 	must(t, st.Notify(t.Context(), "ops"))
 	wake(t, keep, "remaining subscriber")
+}
+
+// testReady: a migrated store is ready; a closed one is not.
+func testReady(t *testing.T, st store.Store) {
+	must(t, st.Ready(t.Context()))
+	must(t, st.Close())
+	if err := st.Ready(t.Context()); err == nil {
+		t.Fatal("Ready of a closed store = nil")
+	}
 }

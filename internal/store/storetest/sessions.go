@@ -18,6 +18,7 @@ var sessionTests = []test{
 	{"CreateSessionErrors", testCreateSessionErrors},
 	{"ListSessions", testListSessions},
 	{"SetDesiredState", testSetDesiredState},
+	{"CountSessionsByState", testCountSessionsByState},
 }
 
 func testCreateSession(t *testing.T, st store.Store) {
@@ -224,4 +225,28 @@ func testSetDesiredState(t *testing.T, st store.Store) {
 		t.Fatal("SetDesiredState(sideways) succeeded")
 	}
 	wantErr(t, st.SetDesiredState(ctx, newSID(), "idle"), store.ErrNotFound)
+}
+
+func testCountSessionsByState(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	got, err := st.CountSessionsByState(ctx)
+	must(t, err)
+	wantSame(t, "counts of an empty store", got, map[domain.SessionState]int{})
+	for i := range 3 {
+		sess, op := newSession(t, st)
+		if i == 2 {
+			continue // stays created (its op is claimed last)
+		}
+		_, sess = claimOnly(t, st, op.ID, t0)
+		host := domain.HostID("host-a")
+		sess = transition(t, st, sess, lifecycle.Place, &host)
+		if i == 1 {
+			transition(t, st, sess, lifecycle.StartFailed, nil)
+		}
+	}
+	got, err = st.CountSessionsByState(ctx)
+	must(t, err)
+	wantSame(t, "counts", got, map[domain.SessionState]int{
+		domain.SessionCreated: 1, domain.SessionStarting: 1, domain.SessionDead: 1,
+	})
 }
