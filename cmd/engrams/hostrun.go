@@ -65,7 +65,7 @@ Create the host's credential first with ` + "`engrams host create NAME`" + `.`,
 				return err
 			}
 			defer closeChunks()
-			deps.Backend, deps.Logger = be.backend, log
+			deps.Backend, deps.Logger, deps.Checkpoint = be.backend, log, testCheckpoint(log)
 			agent, err := host.New(host.Config{CoordinatorURL: hf.coordinator, Token: token, Name: hf.name, DataDir: hf.dataDir, AgentVersion: version, Considered: be.considered, Capacity: hf.capacity}, deps)
 			if err != nil {
 				return err
