@@ -20,9 +20,8 @@ import (
 // complete on disk, before the coordinator had its answer.
 type crashCase struct {
 	name       string
-	vmmGone    bool          // the VMM died with the agent
-	wait       time.Duration // how long after the restart the retried capture comes
-	holdExpiry bool          // the retry comes after the hold: the machine runs again and is captured afresh
+	vmmGone    bool // the VMM died with the agent
+	holdExpiry bool // the retry comes after the hold: the machine runs again and is captured afresh
 }
 
 // TestRestartFinishesACompleteLocalSnapshot: an agent dies once a
@@ -66,7 +65,12 @@ func (c *frozenClock) advance(d time.Duration) {
 	c.offset += d
 }
 
-func testCrashAfterSnapshotWritten(t *testing.T, tt crashCase) {
+// crashAfterSnapshotWritten runs an agent whose suspend of s1 (snapshot
+// snap-2, one outbox item applied) "dies" once its files are complete on
+// disk, and leaves those files and the machine (paused, or gone with
+// vmmGone) as the crash would.
+func crashAfterSnapshotWritten(t *testing.T, vmmGone bool) (*snapEnv, *fakeMachine) {
+	t.Helper()
 	c, w, ch, dir := newCoord(20*time.Millisecond), newWorld(), newChunks(t, false), t.TempDir()
 	t.Cleanup(w.destroyAll)
 	url := serve(t, c)
@@ -88,7 +92,7 @@ func testCrashAfterSnapshotWritten(t *testing.T, tt crashCase) {
 	if status, body := c.start(t, "s1", 1, hostlink.MachineSpec{MemoryMiB: 256}); status != http.StatusOK {
 		t.Fatalf("start: %d %s", status, body)
 	}
-	e := &snapEnv{c: c, w: w, ch: ch, dir: dir}
+	e := &snapEnv{c: c, url: url, w: w, ch: ch, dir: dir}
 	if status, body, applied := e.deliver(t, 1, 1); status != http.StatusOK || applied != 1 {
 		t.Fatalf("deliver: %d %s", status, body)
 	}
@@ -98,12 +102,18 @@ func testCrashAfterSnapshotWritten(t *testing.T, tt crashCase) {
 	stop()
 	m := w.machine(dir, "s1")
 	m.setPaused(true) // as the VMM was when the agent died
-	if tt.vmmGone {
+	if vmmGone {
 		_ = m.Destroy(context.Background())
 	}
 	if err := os.Rename(aside, files); err != nil {
 		t.Fatal(err)
 	}
+	return e, m
+}
+
+func testCrashAfterSnapshotWritten(t *testing.T, tt crashCase) {
+	e, m := crashAfterSnapshotWritten(t, tt.vmmGone)
+	c, w, ch, dir, url := e.c, e.w, e.ch, e.dir, e.url
 	snaps, resumes := m.counts()
 
 	clk := &frozenClock{}
