@@ -94,7 +94,7 @@ func newQEMU(ctx context.Context, dataDir string, log *slog.Logger) (*qemu.Backe
 	if err != nil {
 		return nil, err
 	}
-	return qemu.New(qemu.Config{DataDir: dataDir, Images: im, Network: true}, qemu.Deps{Logger: log})
+	return qemu.New(qemu.Config{DataDir: dataDir, Images: im, Network: true}, qemu.Deps{Logger: log, Checkpoint: testCheckpoint(log)})
 }
 
 // buildImages builds (or finds cached) the kernel, initramfs, root and

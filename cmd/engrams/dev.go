@@ -183,7 +183,7 @@ func (f *devFlags) hostAgent(ctx context.Context, bs blob.Store, url, token stri
 	if err != nil {
 		return nil, nil, err
 	}
-	deps.Backend, deps.Logger = be.backend, log.With("component", "host")
+	deps.Backend, deps.Logger, deps.Checkpoint = be.backend, log.With("component", "host"), testCheckpoint(log)
 	agent, err = host.New(host.Config{CoordinatorURL: url, Token: token, Name: "dev", DataDir: hostDir, AgentVersion: version, Considered: be.considered}, deps)
 	if err != nil {
 		closeChunks()

@@ -99,7 +99,7 @@ func (hf *hostFlags) run(ctx context.Context) error {
 		return err
 	}
 	defer closeChunks()
-	deps.Backend, deps.Logger = be.backend, log
+	deps.Backend, deps.Logger, deps.Checkpoint = be.backend, log, testCheckpoint(log)
 	agent, err := host.New(host.Config{CoordinatorURL: hf.coordinator, Token: token, Name: hf.name, DataDir: hf.dataDir, AgentVersion: version, Considered: be.considered, Capacity: hf.capacity}, deps)
 	if err != nil {
 		return err

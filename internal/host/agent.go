@@ -62,6 +62,17 @@ type Deps struct {
 	// count what they refuse (the relay's guest bounds); nil records
 	// nothing.
 	Metrics *metrics.Registry
+	// Checkpoint, when set, is called at named points of create, resume
+	// and suspend, so fault tests can stop the agent exactly there
+	// (cmd/engrams arms it from ENGRAMS_TEST_PAUSE_FILE): "boot-recorded"
+	// (the machine record written, no VMM yet), "boot-ready" and
+	// "restore-ready" (the machine answers, the start is not answered
+	// yet), "snapshot-written" (the capture's files complete on local
+	// disk), "snapshot-uploading" (its first file uploaded),
+	// "snapshot-uploaded" (every chunk stored, the machine not destroyed
+	// yet) and "snapshot-destroyed" (its answer kept, not sent yet). The
+	// backend may have points of its own. nil: none.
+	Checkpoint func(ctx context.Context, point string)
 }
 
 // Retry timing of the dial loop.
@@ -115,6 +126,9 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	if deps.MemoryChunks == nil {
 		deps.MemoryChunks = deps.DiskChunks
 	}
+	if deps.Checkpoint == nil {
+		deps.Checkpoint = func(context.Context, string) {}
+	}
 	capacity, err := detectCapacity(cfg.Capacity)
 	if err != nil {
 		return nil, fmt.Errorf("new host agent: %w", err)
@@ -126,11 +140,11 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	facts := func() domain.HostFacts { return hostFacts(cfg, deps.Backend) }
 	a.snaps = snapshots.New(snapshots.Config{DataDir: cfg.DataDir}, snapshots.Deps{
 		Backend: deps.Backend, DiskChunks: deps.DiskChunks, MemoryChunks: deps.MemoryChunks, ChunkCache: deps.ChunkCache,
-		Logger: deps.Logger, Now: deps.Now, Facts: facts, Capacity: a.reg, Lease: a.lease,
+		Logger: deps.Logger, Now: deps.Now, Facts: facts, Capacity: a.reg, Lease: a.lease, Checkpoint: deps.Checkpoint,
 	})
 	a.relay = relay.New(relay.Deps{Logger: deps.Logger, Link: a.link, Epochs: a.reg})
 	a.life = &lifecycle{log: deps.Logger, now: deps.Now, backend: deps.Backend, facts: facts,
-		reg: a.reg, snaps: a.snaps, lease: a.lease, hooks: a.relay}
+		reg: a.reg, snaps: a.snaps, lease: a.lease, hooks: a.relay, checkpoint: deps.Checkpoint}
 	a.api = (&api{log: deps.Logger, reg: a.reg, life: a.life, snaps: a.snaps}).routes()
 	return a, nil
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,6 +35,8 @@ type world struct {
 	rootfs      bool       // the backend boots caller root filesystems
 	harness     bool       // the backend attaches harness bundles
 	specs       []vmm.Spec // every Boot and Restore spec, in order
+	strays      []vmm.VMM  // VMMs running that no machine here is (a spawn nobody recorded)
+	reaped      []vmm.VMM  // every VMM Reap killed
 }
 
 func newWorld() *world {
@@ -117,6 +120,34 @@ func (b fakeBackend) Recover(_ context.Context, dir string) (vmm.Machine, error)
 	default:
 	}
 	return m, nil
+}
+
+// VMMs lists the machines still running and the strays.
+func (b fakeBackend) VMMs(context.Context, string) ([]vmm.VMM, error) {
+	b.w.mu.Lock()
+	defer b.w.mu.Unlock()
+	out := slices.Clone(b.w.strays)
+	for dir, m := range b.w.machines {
+		select {
+		case <-m.done:
+		default:
+			out = append(out, vmm.VMM{Dir: dir, Processes: []vmm.Process{{PID: m.info.PID}}})
+		}
+	}
+	return out, nil
+}
+
+// Reap ends the machine v is, or drops the stray.
+func (b fakeBackend) Reap(ctx context.Context, v vmm.VMM) error {
+	b.w.mu.Lock()
+	b.w.reaped = append(b.w.reaped, v)
+	b.w.strays = slices.DeleteFunc(b.w.strays, func(s vmm.VMM) bool { return s.Dir == v.Dir && slices.Equal(s.Processes, v.Processes) })
+	m := b.w.machines[v.Dir]
+	b.w.mu.Unlock()
+	if m != nil && slices.Contains(v.Processes, vmm.Process{PID: m.info.PID}) {
+		return m.Destroy(ctx)
+	}
+	return nil
 }
 
 // machine looks up the machine booted for session sid under dataDir.
@@ -358,6 +389,20 @@ func (m *fakeMachine) isDestroyed() bool {
 	default:
 		return false
 	}
+}
+
+// setPaused sets the paused flag, as a VMM stopped by a previous agent.
+func (m *fakeMachine) setPaused(p bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.paused = p
+}
+
+// counts are how often the machine was snapshotted and resumed.
+func (m *fakeMachine) counts() (snapshots, resumes int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.snapshots, m.resumes
 }
 
 func (m *fakeMachine) isPaused() bool {

@@ -51,6 +51,8 @@ type lifecycle struct {
 	snaps   *snapshots.Snapshots
 	lease   *lease
 	hooks   hooks
+	// checkpoint marks named points for fault tests (Deps.Checkpoint).
+	checkpoint func(ctx context.Context, point string)
 }
 
 // startCommand serves a start request: it boots or restores sid's
@@ -81,6 +83,9 @@ func (l *lifecycle) start(ctx context.Context, sid string, epoch int64, spec hos
 	}
 	if st, ok, err := l.adoptRunning(ctx, sid, epoch); ok || err != nil {
 		return st, err
+	}
+	if err := snapshots.DropLocal(l.reg.Dir(sid)); err != nil { // a capture kept for a gone machine: the coordinator is past it
+		return hostlink.MachineStatus{}, fmt.Errorf("start session %s: %w", sid, err)
 	}
 	if (restore != nil || len(harness) > 0) && !l.snaps.Supported() {
 		return hostlink.MachineStatus{}, failure.New(http.StatusNotImplemented, hostlink.CodeUnsupported,
@@ -113,6 +118,11 @@ func (l *lifecycle) start(ctx context.Context, sid string, epoch int64, spec hos
 			log.Error("destroy machine whose harness did not start", "err", derr)
 		}
 		return hostlink.MachineStatus{}, err
+	}
+	if restore != nil {
+		l.checkpoint(ctx, "restore-ready")
+	} else {
+		l.checkpoint(ctx, "boot-ready")
 	}
 	log.Info("machine started", "pid", m.Info().PID, "memory_mib", spec.MemoryMiB, "vcpus", spec.VCPUs, "restored", restore != nil)
 	return mc.Status(l.now()), nil
@@ -160,6 +170,7 @@ func (l *lifecycle) boot(ctx context.Context, sid string, epoch int64, spec host
 	if err := l.reg.WriteRecord(sid, epoch, spec, false); err != nil {
 		return nil, fmt.Errorf("record machine of session %s: %w", sid, err)
 	}
+	l.checkpoint(ctx, "boot-recorded")
 	vspec := vmm.Spec{SessionID: sid, Epoch: epoch, Dir: dir, MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, Env: sessionEnv(sid, spec.Env)}
 	shared := map[string]chunk.Manifest{}
 	if err := snapshots.AddHarness(shared, harness); err != nil {

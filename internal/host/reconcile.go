@@ -2,8 +2,10 @@ package host
 
 import (
 	"context"
+	"time"
 
 	"github.com/engrams/engrams/internal/host/machines"
+	"github.com/engrams/engrams/internal/host/snapshots"
 	"github.com/engrams/engrams/internal/hostlink"
 )
 
@@ -35,6 +37,33 @@ func (l *lifecycle) reconcile(ctx context.Context, owned []hostlink.Ownership, g
 	}
 	l.reg.PruneEpochs(want)
 	l.snaps.PruneAnswers(want)
+	l.pruneKeptCaptures(want)
+}
+
+// pruneKeptCaptures removes the complete local captures kept for sessions
+// whose machine is gone (recoverOne: keepCapture) once the coordinator no
+// longer lists them as owned: no retried command will ask for them.
+func (l *lifecycle) pruneKeptCaptures(want map[string]int64) {
+	sids, err := l.reg.Sessions()
+	if err != nil {
+		return
+	}
+	for _, sid := range sids {
+		if _, owned := want[sid]; owned || l.reg.Get(sid) != nil {
+			continue
+		}
+		unlock, ok := l.reg.TryLock(sid)
+		if !ok {
+			continue
+		}
+		if l.reg.Get(sid) == nil {
+			if local, _ := snapshots.FindLocal(l.reg.Dir(sid)); local != nil {
+				l.log.Info("dropping a kept local snapshot: the session is no longer owned", "session_id", sid, "snapshot_id", local.SnapshotID)
+				_ = machines.CleanDir(l.reg.Dir(sid))
+			}
+		}
+		unlock()
+	}
 }
 
 func (l *lifecycle) reconcileOne(ctx context.Context, sid string, want map[string]int64, gen uint64) {
@@ -58,7 +87,7 @@ func (l *lifecycle) reconcileOne(ctx context.Context, sid string, want map[strin
 		l.log.Warn("record owned epoch", "session_id", sid, "epoch", e, "err", err)
 		return
 	}
-	if _, exited, paused := mc.State(); paused && !exited {
+	if _, exited, paused := mc.State(); paused && !exited && !mc.Held(l.now()) {
 		l.resumeLocked(ctx, mc, "coordinator confirmed ownership")
 	}
 }
@@ -116,6 +145,13 @@ func (l *lifecycle) resumeLocked(ctx context.Context, mc *machines.Machine, reas
 	if !l.lease.fresh() {
 		return
 	}
+	// A complete local capture of the paused machine shares storage with
+	// it (QEMU's memory): it goes first, and with it any hold.
+	if err := snapshots.DropLocal(l.reg.Dir(mc.SessionID())); err != nil {
+		l.log.Error("remove the local snapshot of a paused machine; retrying at the next heartbeat", "session_id", mc.SessionID(), "err", err)
+		return
+	}
+	mc.Hold(time.Time{})
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), controlLimit)
 	defer cancel()
 	if err := mc.VM().Resume(ctx); err != nil {

@@ -7,11 +7,10 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/engrams/engrams/internal/host/machines"
+	"github.com/engrams/engrams/internal/host/snapshots"
 	"github.com/engrams/engrams/internal/vmm"
 )
 
@@ -20,59 +19,103 @@ import (
 const (
 	recoverAttempts = 3
 	recoverBackoff  = 200 * time.Millisecond // doubled after each failure
+	// captureHold bounds how long a recovered machine with a complete
+	// local capture stays paused waiting for the coordinator's retried
+	// command (op retries and a coordinator's op lease take well under a
+	// minute); then it is resumed and the capture dropped.
+	captureHold = 2 * time.Minute
 )
 
-// recoverMachines reattaches the machines a previous agent left running.
+// recoverMachines reattaches the machines a previous agent left running,
+// then reaps every VMM of this agent's that none of them runs on.
 func (l *lifecycle) recoverMachines(ctx context.Context) error {
 	sids, err := l.reg.Sessions()
 	if err != nil {
 		return err
 	}
+	var (
+		adopted []vmm.Info
+		tracked []string
+	)
+	kept := map[string]bool{}
 	for _, sid := range sids {
-		l.recoverOne(ctx, sid)
+		switch info, r := l.recoverOne(ctx, sid); r {
+		case adopt, adoptPaused, adoptHeld:
+			adopted = append(adopted, info)
+		case trackLost:
+			tracked = append(tracked, l.reg.Dir(sid))
+		case keepCapture:
+			kept[l.reg.Dir(sid)] = true
+		}
 	}
+	l.reapStrays(ctx, adopted, tracked, kept)
 	return nil
 }
 
-func (l *lifecycle) recoverOne(ctx context.Context, sid string) {
+// recoverOne recovers sid's machine as decideRecovery says and reports
+// what it did (with the machine's info when it adopted one).
+func (l *lifecycle) recoverOne(ctx context.Context, sid string) (vmm.Info, recovery) {
 	log := l.log.With("session_id", sid)
 	dir := l.reg.Dir(sid)
+	var f found
 	rec, err := l.reg.ReadRecord(sid)
-	if errors.Is(err, os.ErrNotExist) {
-		// Nothing was ever booted here (or it was destroyed); keep snapshots.
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		f.record = recordNone
+	case err != nil:
+		f.record = recordUnreadable
+		log.Error("machine record unreadable", "err", err)
+	default:
+		f.record = recordOK
+	}
+	// A snapshot in flight when the previous agent died paused the machine.
+	// Complete files are kept for the coordinator's retried command; partial
+	// ones go, and the machine is resumed once the coordinator lists it as
+	// owned (or destroyed if not) rather than taken as running while its
+	// guest cannot answer.
+	local, partial := snapshots.FindLocal(dir)
+	f.capture = captureOf(local, partial)
+	var m vmm.Machine
+	if f.record == recordOK {
+		m, err = l.recoverWithRetry(ctx, dir)
+		f.vm = vmOf(err)
+	}
+	r := decideRecovery(f)
+	switch r {
+	case forget:
 		if err := machines.CleanDir(dir); err != nil {
 			log.Warn("clean machine dir", "err", err)
 		}
-		return
-	}
-	if err != nil {
-		// Without a record there is no epoch to report; the backend may
-		// still hold a machine: track it as lost so reconcile destroys it.
-		log.Error("machine record unreadable; tracking the machine as exited until reconciled", "err", err)
-		l.trackLost(sid, rec)
-		return
-	}
-	// A snapshot in flight when the previous agent died may have paused the
-	// machine: count it paused, so it is resumed once the coordinator lists
-	// it as owned (or destroyed if not) rather than taken as running while
-	// its guest cannot answer.
-	inFlight := removeSnapshotTemps(dir, log)
-	m, err := l.recoverWithRetry(ctx, dir)
-	if errors.Is(err, vmm.ErrGone) {
-		log.Info("machine gone after agent restart; forgetting it")
-		if err := machines.CleanDir(dir); err != nil {
+		if f.record == recordOK {
+			log.Info("machine gone after agent restart; forgetting it", "reason", err)
+		}
+	case keepCapture:
+		if err := machines.CleanDir(dir, append(snapshots.LocalKeep(*local), machines.RecordFile)...); err != nil {
 			log.Warn("clean machine dir", "err", err)
 		}
-		return
-	}
-	if err != nil {
+		log.Warn("machine gone after agent restart; keeping its complete local snapshot for the retried capture",
+			"snapshot_id", local.SnapshotID, "reason", err)
+	case trackLost:
 		log.Error("machine not recovered; tracking it as exited so reconciliation destroys it", "epoch", rec.Epoch, "err", err)
 		l.trackLost(sid, rec)
-		return
+	default:
+		l.adopt(log, sid, rec, m, r, local)
+		return m.Info(), r
 	}
+	return vmm.Info{}, r
+}
+
+// adopt publishes a reattached machine: paused if it was recorded paused
+// or a snapshot was in flight, held paused if that snapshot is complete.
+func (l *lifecycle) adopt(log *slog.Logger, sid string, rec machines.Record, m vmm.Machine, r recovery, local *snapshots.Local) {
 	mc := l.publish(sid, rec.Epoch, rec.Spec(), m)
-	mc.MarkPaused(rec.Paused || inFlight)
-	log.Info("machine recovered", "epoch", rec.Epoch, "pid", m.Info().PID, "paused", rec.Paused, "snapshot_in_flight", inFlight)
+	mc.MarkPaused(rec.Paused || r != adopt)
+	attrs := []any{"epoch", rec.Epoch, "pid", m.Info().PID, "paused", rec.Paused || r != adopt, "snapshot_in_flight", r != adopt}
+	if r == adoptHeld {
+		mc.Hold(l.now().Add(captureHold))
+		attrs = append(attrs, "complete_snapshot", local.SnapshotID, "held_for", captureHold)
+	}
+	log.Info("machine recovered", attrs...)
 }
 
 // recoverWithRetry calls Backend.Recover until it succeeds, answers
@@ -107,21 +150,6 @@ func (l *lifecycle) trackLost(sid string, rec machines.Record) {
 	close(lm.done)
 	mc := l.publish(sid, rec.Epoch, rec.Spec(), lm)
 	mc.MarkExited()
-}
-
-// removeSnapshotTemps removes snapshot files an interrupted snapshot left
-// and reports whether there were any.
-func removeSnapshotTemps(dir string, log *slog.Logger) (found bool) {
-	entries, _ := os.ReadDir(dir)
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), snapshotTempPrefix) {
-			found = true
-			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
-				log.Warn("remove leftover snapshot files", "err", err)
-			}
-		}
-	}
-	return found
 }
 
 // lostMachine stands for a machine the backend could not reattach.

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
+	"time"
 
 	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/host/failure"
@@ -17,10 +17,7 @@ import (
 	"github.com/engrams/engrams/internal/hostlink"
 )
 
-const (
-	snapshotTempPrefix = "snapshot-" // inside a machine dir: files of a snapshot being uploaded
-	destroyAttempts    = 3
-)
+const destroyAttempts = 3
 
 // snapshotCommand captures a session's machine into chunks and answers
 // with the SnapshotResponse as JSON. A retried capture (retry: the epoch
@@ -42,6 +39,12 @@ func (l *lifecycle) snapshotCommand(ctx context.Context, sid string, req hostlin
 	log := l.log.With("session_id", sid, "epoch", req.Epoch, "snapshot_id", req.SnapshotID)
 	unlock := l.reg.Lock(sid)
 	defer unlock()
+	if local, ok := snapshots.LocalFor(l.reg.Dir(sid), req.SnapshotID); ok {
+		return l.finishLocal(ctx, log, sid, req, local)
+	}
+	if err := l.releaseHeld(ctx, sid, req.Epoch); err != nil {
+		return nil, err
+	}
 	mc, err := l.usableMachine(sid, req.Epoch)
 	if err == nil {
 		err = l.reg.AdoptEpoch(mc, req.Epoch)
@@ -58,6 +61,12 @@ func (l *lifecycle) snapshotCommand(ctx context.Context, sid string, req hostlin
 	}
 	log.Info("snapshot uploaded", "bytes", resp.Bytes, "uploaded", resp.Uploaded, "outbox_seq", resp.OutboxSeq,
 		"duration_ms", resp.DurationMS, "destroyed", req.Destroy)
+	return l.answerCapture(ctx, sid, req, resp)
+}
+
+// answerCapture encodes a capture's answer; the answer of one that
+// destroyed its machine is kept before it is sent.
+func (l *lifecycle) answerCapture(ctx context.Context, sid string, req hostlink.SnapshotRequest, resp hostlink.SnapshotResponse) (json.RawMessage, error) {
 	answer, err := json.Marshal(resp)
 	if err != nil {
 		return nil, fmt.Errorf("encode snapshot answer of session %s: %w", sid, err)
@@ -67,8 +76,94 @@ func (l *lifecycle) snapshotCommand(ctx context.Context, sid string, req hostlin
 		if err := l.snaps.KeepAnswer(sid, req.SnapshotID, answer); err != nil {
 			l.log.Warn("keep the answer of a capture that destroyed its machine", "session_id", sid, "err", err)
 		}
+		l.checkpoint(ctx, "snapshot-destroyed")
 	}
 	return answer, nil
+}
+
+// releaseHeld resumes sid's machine if it is held paused for a complete
+// capture that this command (another snapshot id) is not: the
+// coordinator is past that capture. Callers hold the session lock.
+func (l *lifecycle) releaseHeld(ctx context.Context, sid string, epoch int64) error {
+	mc := l.reg.Get(sid)
+	if mc == nil || !mc.Held(l.now()) {
+		return nil
+	}
+	if err := l.reg.AdoptEpoch(mc, epoch); err != nil {
+		return err
+	}
+	l.resumeLocked(ctx, mc, "a capture of another snapshot")
+	return nil
+}
+
+// finishLocal answers a capture whose files a previous agent left
+// complete on disk (the machine paused since, or gone): it uploads them,
+// then destroys the machine or resumes it as the command asks, so what
+// the guest did before the capture began is kept. Callers hold the
+// session lock.
+func (l *lifecycle) finishLocal(ctx context.Context, log *slog.Logger, sid string, req hostlink.SnapshotRequest, local snapshots.Local) (json.RawMessage, error) {
+	start := l.now()
+	mc := l.reg.Get(sid)
+	var err error
+	if mc != nil {
+		err = l.reg.AdoptEpoch(mc, req.Epoch)
+	} else {
+		err = l.reg.Fence(sid, req.Epoch)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if l.lease.Expired() {
+		return nil, failure.New(http.StatusServiceUnavailable, hostlink.CodePaused, l.lease.Err())
+	}
+	ctx, cancel := l.lease.OpContext(ctx)
+	defer cancel()
+	live := mc != nil
+	if live {
+		_, exited, _ := mc.State()
+		live = !exited
+	}
+	log.Info("finishing a snapshot a previous agent left complete on disk", "machine", live, "taken", local.Taken)
+	dir := l.reg.Dir(sid)
+	taken, err := l.snaps.UploadLocal(ctx, sid, dir, local)
+	if err != nil {
+		if live { // a later capture takes the machine afresh
+			l.continueAfterSnapshot(ctx, log, mc)
+		}
+		log.Error("upload of a local snapshot failed", "err", err)
+		return nil, err
+	}
+	l.afterLocal(ctx, log, sid, mc, live, req.Destroy)
+	resp := hostlink.SnapshotResponse{
+		SnapshotID: req.SnapshotID, Manifests: taken.Manifests, Facts: l.facts(),
+		Bytes: taken.Stats.Bytes, Uploaded: taken.Stats.StoredBytes,
+		OutboxSeq: local.OutboxSeq, HarnessSeq: local.HarnessSeq, DurationMS: l.now().Sub(start).Milliseconds(),
+	}
+	log.Info("local snapshot uploaded", "bytes", resp.Bytes, "uploaded", resp.Uploaded, "outbox_seq", resp.OutboxSeq, "destroyed", req.Destroy)
+	return l.answerCapture(ctx, sid, req, resp)
+}
+
+// afterLocal destroys or resumes sid's machine mc (nil when it is gone;
+// live when it has not exited) once its local capture is uploaded, and
+// removes the capture's files.
+func (l *lifecycle) afterLocal(ctx context.Context, log *slog.Logger, sid string, mc *machines.Machine, live, destroy bool) {
+	if mc != nil {
+		mc.Hold(time.Time{})
+	}
+	switch {
+	case mc != nil && destroy:
+		l.destroyAfterSnapshot(ctx, log, mc) // cleans the dir
+	case live:
+		l.continueAfterSnapshot(ctx, log, mc) // drops the capture first
+	case mc == nil: // the dir holds only the record and the capture
+		if err := machines.CleanDir(l.reg.Dir(sid)); err != nil {
+			log.Warn("clean machine dir", "err", err)
+		}
+	default: // an exited machine: reconcile or the next start destroys it
+		if err := snapshots.DropLocal(l.reg.Dir(sid)); err != nil {
+			log.Warn("remove local snapshot files", "err", err)
+		}
+	}
 }
 
 // keptAnswer is the kept answer of req if the session has no machine
@@ -98,12 +193,12 @@ func (l *lifecycle) snapshot(ctx context.Context, log *slog.Logger, mc *machines
 	sid := mc.SessionID()
 	var resp hostlink.SnapshotResponse
 	dir := l.reg.Dir(sid)
-	tmp, err := os.MkdirTemp(dir, snapshotTempPrefix)
+	files, err := snapshots.NewLocalDir(dir, req.SnapshotID)
 	if err != nil {
 		return resp, fmt.Errorf("snapshot session %s: %w", sid, err)
 	}
 	defer func() {
-		if err := os.RemoveAll(tmp); err != nil {
+		if err := snapshots.DropLocal(dir); err != nil {
 			log.Warn("remove local snapshot files", "err", err)
 		}
 	}()
@@ -111,13 +206,15 @@ func (l *lifecycle) snapshot(ctx context.Context, log *slog.Logger, mc *machines
 	if err != nil {
 		return resp, err
 	}
-	taken, err := l.snaps.Take(ctx, snapshots.Take{SessionID: sid, SnapshotID: req.SnapshotID, VM: mc.VM(),
-		FilesDir: tmp, MachineDir: dir, MemParent: mc.MemParent()})
+	taken, err := l.snaps.Take(ctx, snapshots.Take{SessionID: sid, SnapshotID: req.SnapshotID, Epoch: req.Epoch, VM: mc.VM(),
+		FilesDir: files, MachineDir: dir, MemParent: mc.MemParent(),
+		Quiesced: snapshots.Quiesced{OutboxSeq: outboxSeq, HarnessSeq: harnessSeq}})
 	if err != nil {
 		l.continueAfterSnapshot(ctx, log, mc)
 		return resp, err
 	}
 	mc.SetMemParent(taken.Memory)
+	l.checkpoint(ctx, "snapshot-uploaded")
 	if req.Destroy {
 		l.destroyAfterSnapshot(ctx, log, mc)
 	} else {
@@ -164,6 +261,13 @@ func (l *lifecycle) quiesce(ctx context.Context, mc *machines.Machine) (outboxSe
 // be resumed is reported paused; reconcile retries. Callers hold the
 // session lock.
 func (l *lifecycle) continueAfterSnapshot(ctx context.Context, log *slog.Logger, mc *machines.Machine) {
+	// The capture's files may share storage with the running machine: no
+	// marker may say they are its state once it runs on.
+	if err := snapshots.DropLocal(l.reg.Dir(mc.SessionID())); err != nil {
+		log.Error("cannot remove the local snapshot; leaving the machine paused", "err", err)
+		l.reg.SetPaused(mc, true)
+		return
+	}
 	if l.lease.Expired() {
 		l.pauseLocked(ctx, mc, "lease expired during a snapshot")
 		return

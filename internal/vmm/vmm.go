@@ -147,3 +147,34 @@ type Machine interface {
 	// Done is closed when the machine exits for any reason.
 	Done() <-chan struct{}
 }
+
+// Process names one process: a pid and its start time (field 22 of
+// /proc/<pid>/stat), which together never name another process.
+type Process struct {
+	PID       int    `json:"pid"`
+	StartTime uint64 `json:"start_time"`
+}
+
+// VMM is one VMM a backend started, as found running: the machine dir it
+// was started for (absolute) and every live process carrying its spawn
+// marker (the VMM and the helpers it runs, e.g. a migration writer).
+type VMM struct {
+	Dir       string
+	Processes []Process
+}
+
+// Reaper is what a backend whose VMM processes outlive the host agent
+// adds, so that a restarted agent finds every VMM of its own — also one
+// that no machine record names, such as a spawn the previous agent did
+// not live to record — and reaps each one it did not recover. A backend
+// marks every VMM at spawn with the machine dir it serves and a spawn id
+// (in its environment); it never finds them by process name alone.
+type Reaper interface {
+	// VMMs lists the running VMMs this backend started for a machine dir
+	// under root (an absolute or relative path), one per spawn.
+	VMMs(ctx context.Context, root string) ([]VMM, error)
+	// Reap kills every process of v that is still the process it names and
+	// returns once they are gone (or ctx ends), removing what the backend
+	// kept for that VMM outside the machine dir (its cgroup).
+	Reap(ctx context.Context, v VMM) error
+}

@@ -33,6 +33,7 @@ type Machine struct {
 	gen          uint64 // registry generation when published or claimed
 	exited       bool
 	paused       bool           // paused for the lease, or a resume after a snapshot failed
+	holdUntil    time.Time      // kept paused until then: a complete local capture waits for its retried command
 	memParent    chunk.Manifest // memory of the snapshot restored or last taken: the next one stores deltas over it
 	lastActivity time.Time      // last guest request through this host ended
 	inflight     int            // guest requests in flight
@@ -107,6 +108,21 @@ func (mc *Machine) MarkPaused(paused bool) {
 	mc.mu.Lock()
 	defer mc.mu.Unlock()
 	mc.paused = paused
+}
+
+// Hold keeps a paused machine paused until t (zero: no hold): its
+// complete local capture waits for the coordinator's retried command.
+func (mc *Machine) Hold(t time.Time) {
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	mc.holdUntil = t
+}
+
+// Held reports whether the machine is held paused at now.
+func (mc *Machine) Held(now time.Time) bool {
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	return now.Before(mc.holdUntil)
 }
 
 // MemParent is the memory manifest the next snapshot stores deltas over.

@@ -19,6 +19,9 @@ const (
 	recordFile   = "engrams-agent.json" // inside a machine dir: what the agent needs to recover it
 )
 
+// RecordFile is the name of the machine record inside a machine dir.
+const RecordFile = recordFile
+
 // Record is persisted in the machine's dir.
 type Record struct {
 	SessionID string `json:"session_id"`
@@ -39,6 +42,19 @@ func (r Record) Spec() hostlink.MachineSpec {
 
 // Dir is sid's machine dir.
 func (r *Registry) Dir(sid string) string { return filepath.Join(r.cfg.DataDir, machinesDir, sid) }
+
+// Root is the data dir every machine dir (and image capture dir) is in.
+func (r *Registry) Root() string { return r.cfg.DataDir }
+
+// SessionOf names the session whose machine dir is dir, if dir is one.
+func (r *Registry) SessionOf(dir string) (string, bool) {
+	root, err1 := filepath.Abs(filepath.Join(r.cfg.DataDir, machinesDir))
+	d, err2 := filepath.Abs(dir)
+	if err1 != nil || err2 != nil || filepath.Dir(d) != root || !hostfs.ValidName(filepath.Base(d)) {
+		return "", false
+	}
+	return filepath.Base(d), true
+}
 
 // WriteRecord durably records sid's machine, so a restarted agent
 // recovers it.
@@ -94,8 +110,9 @@ func (r *Registry) Dirs() []string {
 	return dirs
 }
 
-// CleanDir removes a gone machine's dir, except its snapshots.
-func CleanDir(dir string) error {
+// CleanDir removes a gone machine's dir, except its snapshots and the
+// entries named keep (the dir stays while any is kept).
+func CleanDir(dir string, keep ...string) error {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -103,15 +120,18 @@ func CleanDir(dir string) error {
 	if err != nil {
 		return fmt.Errorf("clean machine dir %s: %w", dir, err)
 	}
+	keep = append(keep, snapshotsDir)
+	kept := false
 	for _, e := range entries {
-		if e.Name() == snapshotsDir {
+		if slices.Contains(keep, e.Name()) {
+			kept = true
 			continue
 		}
 		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
 			return fmt.Errorf("clean machine dir %s: %w", dir, err)
 		}
 	}
-	if len(entries) == 0 || !slices.ContainsFunc(entries, func(e os.DirEntry) bool { return e.Name() == snapshotsDir }) {
+	if !kept {
 		_ = os.Remove(dir)
 	}
 	return nil

@@ -40,6 +40,9 @@ type Deps struct {
 	Facts      func() domain.HostFacts // this host, for the answers
 	Capacity   Reserver                // image capture machines reserve capacity
 	Lease      Lease                   // image captures run only within it
+	// Checkpoint marks named points for fault tests (host.Deps.Checkpoint:
+	// "snapshot-written", "snapshot-uploading"); nil: none.
+	Checkpoint func(ctx context.Context, point string)
 }
 
 // ChunkStore is what snapshots need of a chunk store; *chunk.Store
@@ -97,6 +100,9 @@ func New(cfg Config, deps Deps) *Snapshots {
 	}
 	if deps.MemoryChunks == nil {
 		deps.MemoryChunks = deps.DiskChunks
+	}
+	if deps.Checkpoint == nil {
+		deps.Checkpoint = func(context.Context, string) {}
 	}
 	return &Snapshots{
 		cfg:    cfg,

@@ -21,10 +21,12 @@ import (
 type Take struct {
 	SessionID  string
 	SnapshotID string
+	Epoch      int64 // of the command taking it
 	VM         vmm.Machine
-	FilesDir   string         // where the backend writes the snapshot files
+	FilesDir   string         // where the backend writes the snapshot files: NewLocalDir
 	MachineDir string         // names the machine's shared disks (AttachShared)
 	MemParent  chunk.Manifest // memory of the machine's previous snapshot: changed chunks go as deltas over it
+	Quiesced   Quiesced       // recorded with the local files, for an answer after a restart
 }
 
 // Taken is a snapshot uploaded whole.
@@ -35,8 +37,9 @@ type Taken struct {
 }
 
 // Take pauses t.VM and writes its files (the backend leaves it paused),
-// then uploads every chunk the store lacks. It returns only after every
-// chunk is stored; the caller resumes or destroys the machine either way.
+// marks them a complete local capture, then uploads every chunk the store
+// lacks. It returns only after every chunk is stored; the caller resumes
+// (after DropLocal) or destroys the machine either way.
 func (s *Snapshots) Take(ctx context.Context, t Take) (Taken, error) {
 	snap, err := t.VM.Snapshot(ctx, t.FilesDir)
 	if err != nil {
@@ -46,16 +49,27 @@ func (s *Snapshots) Take(ctx context.Context, t Take) (Taken, error) {
 		}
 		return Taken{}, failure.New(status, hostlink.CodeSnapshotFailed, fmt.Errorf("capture machine of session %s: %w", t.SessionID, err))
 	}
-	manifests, put, err := s.upload(ctx, snap, t.MemParent)
+	l := Local{SnapshotID: t.SnapshotID, Epoch: t.Epoch, OutboxSeq: t.Quiesced.OutboxSeq, HarnessSeq: t.Quiesced.HarnessSeq}
+	if err := markComplete(t.FilesDir, snap, l); err != nil {
+		return Taken{}, failure.New(http.StatusInternalServerError, hostlink.CodeSnapshotFailed, fmt.Errorf("capture machine of session %s: %w", t.SessionID, err))
+	}
+	s.deps.Checkpoint(ctx, "snapshot-written")
+	return s.uploadTaken(ctx, t.SessionID, t.SnapshotID, t.MachineDir, snap, t.MemParent)
+}
+
+// uploadTaken uploads the files of snap, a capture of sid's machine (dir
+// machineDir), with its shared disks.
+func (s *Snapshots) uploadTaken(ctx context.Context, sid, snapshotID, machineDir string, snap vmm.Snapshot, memParent chunk.Manifest) (Taken, error) {
+	manifests, put, err := s.upload(ctx, snap, memParent)
 	var raw []byte
 	if err == nil {
-		raw, err = s.shared.withShared(ctx, t.SessionID, t.MachineDir, manifests)
+		raw, err = s.shared.withShared(ctx, sid, machineDir, manifests)
 	}
 	if err != nil {
 		return Taken{}, failure.New(http.StatusServiceUnavailable, hostlink.CodeSnapshotFailed,
-			fmt.Errorf("upload snapshot %s of session %s: %w", t.SnapshotID, t.SessionID, err))
+			fmt.Errorf("upload snapshot %s of session %s: %w", snapshotID, sid, err))
 	}
-	s.cached.remember(t.SnapshotID, manifests)
+	s.cached.remember(snapshotID, manifests)
 	return Taken{Manifests: raw, Memory: manifests[roleMemory], Stats: put}, nil
 }
 
@@ -84,6 +98,9 @@ func (s *Snapshots) upload(ctx context.Context, snap vmm.Snapshot, memParent chu
 		m.Role = role
 		manifests[role] = m
 		total.Add(st)
+		if len(manifests) == 1 {
+			s.deps.Checkpoint(ctx, "snapshot-uploading")
+		}
 	}
 	return manifests, total, nil
 }

@@ -32,6 +32,12 @@ type Config struct {
 // Deps are injected collaborators.
 type Deps struct {
 	Logger *slog.Logger
+	// Checkpoint, when set, is called at named points so fault tests can
+	// stop the host agent exactly there: "qemu-spawned" and
+	// "qemu-spawned-restore" (QEMU runs, its pid is not recorded yet) and
+	// "qemu-paused" (a snapshot stopped the VM, its state is not written
+	// yet). nil: none.
+	Checkpoint func(ctx context.Context, point string)
 }
 
 // Backend runs QEMU microvm machines.
@@ -44,6 +50,8 @@ type Backend struct {
 	tscKHz  int64
 	cgroup  bool
 	hashes  hashCache // image content hashes, for portable snapshots
+
+	checkpoint func(ctx context.Context, point string) // Deps.Checkpoint
 }
 
 // New checks the host (QEMU version, acceleration, TSC frequency, cgroups)
@@ -86,7 +94,10 @@ func New(cfg Config, deps Deps) (*Backend, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	b := &Backend{cfg: cfg, log: log}
+	if deps.Checkpoint == nil {
+		deps.Checkpoint = func(context.Context, string) {}
+	}
+	b := &Backend{cfg: cfg, log: log, checkpoint: deps.Checkpoint}
 	out, err := exec.Command(cfg.QEMU, "--version").Output()
 	if err != nil {
 		return nil, fmt.Errorf("new qemu backend: run %s --version: %w", cfg.QEMU, err)

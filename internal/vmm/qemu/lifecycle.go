@@ -46,7 +46,7 @@ func (m *machine) snapshot(ctx context.Context, dir string) (vmm.Snapshot, error
 	m.setPaused(true)
 	m.setMux(nil)
 	stateFile := filepath.Join(dir, snapState)
-	err := m.withQMP(ctx, func(q *QMP) error { return migrateToFile(ctx, q, stateFile) })
+	err := m.withQMP(ctx, func(q *QMP) error { return m.migrateToFile(ctx, q, stateFile) })
 	if err != nil {
 		return snap, err
 	}
@@ -101,7 +101,7 @@ func ignoreShared(ctx context.Context, q *QMP) error {
 
 // migrateToFile stops the VM and writes its device state (not its RAM,
 // which is the shared file) to path.
-func migrateToFile(ctx context.Context, q *QMP, path string) error {
+func (m *machine) migrateToFile(ctx context.Context, q *QMP, path string) error {
 	if err := q.Execute(ctx, "migrate-set-parameters", map[string]any{"max-bandwidth": int64(100) << 30}, nil); err != nil {
 		return err
 	}
@@ -111,6 +111,7 @@ func migrateToFile(ctx context.Context, q *QMP, path string) error {
 	if err := q.Execute(ctx, "stop", nil, nil); err != nil {
 		return err
 	}
+	m.b.checkpoint(ctx, "qemu-paused")
 	if err := q.Execute(ctx, "migrate", map[string]any{"uri": "exec:cat > " + shellQuote(path)}, nil); err != nil {
 		return err
 	}
@@ -286,6 +287,10 @@ func (b *Backend) restore(ctx context.Context, spec vmm.Spec, snap vmm.Snapshot)
 		_ = m.Destroy(context.Background())
 		return nil, err
 	}
+	if err := m.markReady(); err != nil {
+		_ = m.Destroy(context.Background())
+		return nil, err
+	}
 	b.log.Info("machine restored", "session_id", spec.SessionID, "pid", m.st.PID, "accel", m.st.Accel,
 		"rebind", spec.Rebind, "rootfs_id", m.st.RootFSID, "harness_remounted", remount, "images_ms", tImages.Milliseconds(), "disk_ms", tDisk.Milliseconds(), "vmm_started_ms", tStart.Milliseconds(), "ready_ms", time.Since(t0).Milliseconds())
 	return m, nil
@@ -316,19 +321,36 @@ func (m *machine) finishRestore(ctx context.Context, env map[string]string, stat
 }
 
 // Recover reattaches to the machine whose state is in dir, or kills what is
-// left of it, removes its files and returns vmm.ErrGone.
+// left of it, removes its files and returns vmm.ErrGone. A machine whose
+// boot or restore never finished (the record still says Starting: nobody
+// was told it runs) is killed too, found by its recorded pid or, when the
+// agent died before recording it, by its spawn marker; so is every other
+// QEMU process marked for dir.
 func (b *Backend) Recover(ctx context.Context, dir string) (vmm.Machine, error) {
 	var st state
 	data, err := os.ReadFile(filepath.Join(dir, fileMachine))
-	if err != nil {
-		return nil, fmt.Errorf("recover %s: %w: %v", dir, vmm.ErrGone, err)
+	if err == nil {
+		err = json.Unmarshal(data, &st)
 	}
-	if err := json.Unmarshal(data, &st); err != nil {
-		return nil, fmt.Errorf("recover %s: %w: bad state: %v", dir, vmm.ErrGone, err)
+	if err != nil {
+		b.reapIn(dir, func(vmproc.Marked) bool { return true })
+		return nil, fmt.Errorf("recover %s: %w: no usable %s: %v", dir, vmm.ErrGone, fileMachine, err)
 	}
 	st.Dir = dir
 	m := &machine{b: b, st: st, info: st.Info, ctlID: randomID()}
-	if !vmproc.Alive(st.PID, st.StartTime) {
+	// Whatever runs here but the recorded spawn (QEMU and its helpers) is
+	// nobody's.
+	recorded := vmm.Process{PID: st.PID, StartTime: st.StartTime}
+	b.reapIn(dir, func(p vmproc.Marked) bool {
+		return st.Starting || (p.Spawn != st.Spawn && p.Process != recorded)
+	})
+	switch {
+	case st.Starting:
+		m.kill()
+		vmproc.WaitGone(st.PID, st.StartTime, 5*time.Second)
+		m.cleanup()
+		return nil, fmt.Errorf("recover %s: %w: its boot or restore never finished", st.SessionID, vmm.ErrGone)
+	case !vmproc.Alive(st.PID, st.StartTime):
 		m.cleanup()
 		return nil, fmt.Errorf("recover %s: %w: qemu pid %d is not running", st.SessionID, vmm.ErrGone, st.PID)
 	}

@@ -35,6 +35,14 @@ type state struct {
 	Hostname  string         `json:"hostname"`
 	Cmdline   string         `json:"cmdline"`           // guest kernel command line, kept across restores
 	Harness   *harnessDisk   `json:"harness,omitempty"` // nil: no harness disk (restored from an older snapshot)
+	// Spawn is the marker id of the QEMU process (vmproc.EnvSpawn), and
+	// Starting says its boot or restore has not finished: the record is
+	// written before QEMU is spawned (without a pid), again with the pid,
+	// and once more when the guest answers, so a crash at any point leaves
+	// a record a restarted agent finds the process by. Records of agents
+	// before spawn ids have neither: they were written once QEMU ran.
+	Spawn    string `json:"spawn,omitempty"`
+	Starting bool   `json:"starting,omitempty"`
 }
 
 type machine struct {
@@ -92,12 +100,57 @@ func (b *Backend) start(ctx context.Context, spec vmm.Spec, accel, root, rootID 
 }
 
 // startState launches QEMU for st (booting, or restoring from incoming)
-// and attaches to it. On error nothing is left running.
+// and attaches to it. The machine record goes first (write-ahead: its
+// spawn id, no pid), then QEMU, marked with the dir and spawn id, then the
+// record with the pid; the machine stays Starting until markReady. On
+// error nothing is left running.
 func (b *Backend) startState(ctx context.Context, st state, incoming bool) (*machine, error) {
 	st.Socket = filepath.Join(st.Dir, fileGuest)
 	for _, f := range []string{fileQMP, fileGuest, fileGuest2, fileCtl, fileSerial, filePID} {
 		_ = os.Remove(filepath.Join(st.Dir, f))
 	}
+	st.Spawn, st.Starting, st.PID, st.StartTime = vmproc.NewSpawnID(), true, 0, 0
+	m := &machine{b: b, st: st, ctlID: randomID()}
+	if err := m.writeState(); err != nil {
+		return nil, fmt.Errorf("start qemu: %w", err)
+	}
+	pid, err := b.spawn(st, incoming)
+	if err != nil {
+		b.reapSpawn(st.Dir, st.Spawn)
+		_ = os.Remove(m.path(fileMachine))
+		return nil, err
+	}
+	if incoming {
+		b.checkpoint(ctx, "qemu-spawned-restore")
+	} else {
+		b.checkpoint(ctx, "qemu-spawned")
+	}
+	m.st.PID, m.st.StartTime = pid.PID, pid.StartTime
+	if b.cgroup {
+		mem := int64(st.MemoryMiB+b.cfg.OverheadMiB) << 20
+		dir, err := placeInCgroup(b.cfg.CgroupParent, cgroupName(st.SessionID, pid.PID), pid.PID, mem, st.VCPUs)
+		if err != nil {
+			b.log.Warn("qemu cgroup", "session_id", st.SessionID, "err", err)
+		}
+		m.st.Cgroup = dir
+	}
+	m.info = m.st.Info
+	if err := m.writeState(); err != nil {
+		b.reapSpawn(st.Dir, st.Spawn)
+		m.cleanup()
+		return nil, err
+	}
+	if err := m.attach(ctx); err != nil {
+		m.kill()
+		m.cleanup()
+		return nil, err
+	}
+	return m, nil
+}
+
+// spawn runs QEMU for st (it daemonizes) and returns the daemon's pid and
+// start time.
+func (b *Backend) spawn(st state, incoming bool) (vmm.Process, error) {
 	l := launch{
 		QEMU: b.cfg.QEMU, Accel: st.Accel, MemoryMiB: st.MemoryMiB, VCPUs: st.VCPUs,
 		Kernel: st.Images.Kernel, Initramfs: st.Images.Initramfs, Bundle: st.Images.Bundle,
@@ -110,46 +163,44 @@ func (b *Backend) startState(ctx context.Context, st state, incoming bool) (*mac
 	if st.Harness != nil {
 		l.Harness = filepath.Join(st.Dir, fileHarness)
 	}
+	marker, err := vmproc.MarkerEnv(st.Dir, st.Spawn)
+	if err != nil {
+		return vmm.Process{}, fmt.Errorf("start qemu: %w", err)
+	}
 	var out bytes.Buffer
 	cmd := exec.Command(l.QEMU, l.args()...)
 	cmd.Dir = st.Dir
+	cmd.Env = append(os.Environ(), marker...)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // survives a host-agent kill
 	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("start qemu: %w: %s", err, strings.TrimSpace(out.String()))
+		return vmm.Process{}, fmt.Errorf("start qemu: %w: %s", err, strings.TrimSpace(out.String()))
 	}
 	pid, err := vmproc.ReadPIDFile(l.PIDFile)
 	if err != nil {
-		return nil, fmt.Errorf("start qemu: %w", err)
+		return vmm.Process{}, fmt.Errorf("start qemu: %w", err)
 	}
-	if st.StartTime, err = vmproc.StartTime(pid); err != nil {
-		return nil, fmt.Errorf("start qemu: pid %d: %w", pid, err)
+	start, err := vmproc.StartTime(pid)
+	if err != nil {
+		return vmm.Process{}, fmt.Errorf("start qemu: pid %d: %w", pid, err)
 	}
-	st.PID = pid
-	if b.cgroup {
-		mem := int64(st.MemoryMiB+b.cfg.OverheadMiB) << 20
-		dir, err := placeInCgroup(b.cfg.CgroupParent, "vm-"+sanitizeHostname(st.SessionID)+fmt.Sprintf("-%d", pid), pid, mem, st.VCPUs)
-		if err != nil {
-			b.log.Warn("qemu cgroup", "session_id", st.SessionID, "err", err)
-		}
-		st.Cgroup = dir
-	}
-	m := &machine{b: b, st: st, info: st.Info, ctlID: randomID()}
-	if err := m.writeState(); err != nil {
-		m.kill()
-		return nil, err
-	}
-	if err := m.attach(ctx); err != nil {
-		m.kill()
-		m.cleanup()
-		return nil, err
-	}
-	return m, nil
+	return vmm.Process{PID: pid, StartTime: start}, nil
+}
+
+// markReady records that the machine's guest answered: from now on a
+// restarted agent reattaches it.
+func (m *machine) markReady() error {
+	m.mu.Lock()
+	m.st.Starting = false
+	m.mu.Unlock()
+	return m.writeState()
 }
 
 func (m *machine) writeState() error {
+	m.mu.Lock()
 	data, err := json.MarshalIndent(m.st, "", "  ")
+	m.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("write machine state: %w", err)
 	}
@@ -237,6 +288,10 @@ func (b *Backend) Boot(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) 
 		console := m.consoleTail()
 		_ = m.Destroy(context.Background())
 		return nil, fmt.Errorf("boot %s: %w (console: %s)", spec.SessionID, err, console)
+	}
+	if err := m.markReady(); err != nil {
+		_ = m.Destroy(context.Background())
+		return nil, fmt.Errorf("boot %s: %w", spec.SessionID, err)
 	}
 	b.log.Info("machine booted", "session_id", spec.SessionID, "pid", m.st.PID, "accel", m.st.Accel, "rootfs_id", rootID, "harness_id", h.ID)
 	return m, nil

@@ -57,3 +57,8 @@ func placeInCgroup(parent, name string, pid int, memBytes int64, vcpus int) (str
 	}
 	return dir, nil
 }
+
+// cgroupName is the cgroup of the QEMU process pid of session sid.
+func cgroupName(sid string, pid int) string {
+	return "vm-" + sanitizeHostname(sid) + "-" + strconv.Itoa(pid)
+}

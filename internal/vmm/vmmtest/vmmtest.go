@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -110,6 +111,7 @@ func Run(t *testing.T, h Harness) {
 	g.spec = spec
 	t.Cleanup(func() { _ = g.m.Destroy(context.Background()) })
 	mustStep(t, "ready", func(t *testing.T) { h.checkReady(t, g) })
+	mustStep(t, "found by its marker", func(t *testing.T) { h.checkFound(t, b, g.m.Info(), true) })
 	mustStep(t, "exec", func(t *testing.T) { h.checkExec(t, g) })
 	mustStep(t, "files", func(t *testing.T) { h.checkFiles(t, g) })
 	var bg background
@@ -529,8 +531,40 @@ func (h Harness) checkDestroyed(t *testing.T, m vmm.Machine, info vmm.Info) {
 	if _, err := os.Lstat(filepath.Join(info.Dir, h.infoFile())); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("%s left after Destroy (%v)", h.infoFile(), err)
 	}
+	h.checkFound(t, h.New(t), info, false)
 	if err := m.Destroy(h.ctx(t)); err != nil {
 		t.Errorf("Destroy again: %v", err)
+	}
+}
+
+// checkFound checks, for a backend that is a vmm.Reaper, that listing the
+// VMMs under the machine dir's parent finds the machine's VMM (one spawn,
+// with its pid and start time) while it runs, and nothing for its dir
+// once it is destroyed.
+func (h Harness) checkFound(t *testing.T, b vmm.Backend, info vmm.Info, running bool) {
+	t.Helper()
+	r, ok := b.(vmm.Reaper)
+	if !ok {
+		t.Logf("backend %s is no vmm.Reaper: its Recover alone reaps what it left", b.Capabilities().Name)
+		return
+	}
+	vs, err := r.VMMs(h.ctx(t), filepath.Dir(info.Dir))
+	if err != nil {
+		t.Fatalf("VMMs: %v", err)
+	}
+	abs, _ := filepath.Abs(info.Dir)
+	var mine []vmm.VMM
+	for _, v := range vs {
+		if v.Dir == abs {
+			mine = append(mine, v)
+		}
+	}
+	own := vmm.Process{PID: info.PID, StartTime: info.StartTime}
+	switch {
+	case running && (len(mine) != 1 || !slices.Contains(mine[0].Processes, own)):
+		t.Errorf("VMMs under %s = %+v, want one spawn for %s with pid %d", filepath.Dir(info.Dir), vs, abs, info.PID)
+	case !running && len(mine) != 0:
+		t.Errorf("VMMs of %s after Destroy = %+v, want none", abs, mine)
 	}
 }
 

@@ -1,4 +1,4 @@
-// Package vmproc handles VMM processes that may not be our children (they
-// outlive host-agent restarts): identity by pid plus start time, exit
-// watching through a pidfd, and signals that can never hit a reused pid.
+// Package vmproc handles VMM processes that may outlive host-agent restarts:
+// identity by pid plus start time, pidfd exit watches and signals, and the
+// spawn marker a restarted agent finds them by. Imported by vmm backends.
 package vmproc
