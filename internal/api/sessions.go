@@ -81,7 +81,7 @@ func (s *sessionsRouter) listSessions(w http.ResponseWriter, r *http.Request) {
 	f := domain.SessionFilter{HostID: domain.HostID(q.Get("host"))}
 	if st := q.Get("state"); st != "" {
 		if !domain.SessionState(st).Valid() {
-			writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "unknown state "+st)
+			writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "unknown state "+quote(st))
 			return
 		}
 		f.States = []domain.SessionState{domain.SessionState(st)}
