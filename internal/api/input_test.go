@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -262,4 +264,26 @@ func hostileAPI(t *testing.T, backend string) http.Handler {
 	ad := p.APIDeps(st, log)
 	ad.Fleet, ad.TaskReads = taskStore{st}, taskStore{st}
 	return api.New(api.Config{OpenAPI: apidoc.OpenAPI()}, ad)
+}
+
+// stalledBody fails as a body cut by the server's rate limit does.
+type stalledBody struct{}
+
+func (stalledBody) Read([]byte) (int, error) {
+	return 0, fmt.Errorf("request body: fewer than 16384 bytes in 30s: %w", os.ErrDeadlineExceeded)
+}
+
+// TestStalledBody: a JSON body cut for coming too slowly is a 408, not a
+// malformed body.
+func TestStalledBody(t *testing.T) {
+	t.Parallel()
+	req := httptest.NewRequest(http.MethodPost, "/v1/sessions", stalledBody{})
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	rec := httptest.NewRecorder()
+	api.New(api.Config{}, api.Deps{Fleet: fakeStore{}}).ServeHTTP(rec, req)
+	var e apiv1.Error
+	if rec.Code != http.StatusRequestTimeout || json.Unmarshal(rec.Body.Bytes(), &e) != nil || e.Code != apiv1.CodeBadRequest ||
+		!strings.Contains(e.Error, "too slowly") {
+		t.Errorf("status %d body %s; want 408 bad_request", rec.Code, rec.Body)
+	}
 }
