@@ -39,6 +39,7 @@ type Server struct {
 	snaps    map[string][]apiv1.Snapshot   // session -> committed snapshots, oldest first
 	outbox   map[string][]apiv1.OutboxItem // session -> items in seq order
 	nextSnap int
+	nextOp   int
 	hosts    []*apiv1.Host
 	tokens   []*apiv1.Token
 	changed  chan struct{} // closed and replaced when events change
@@ -47,6 +48,7 @@ type Server struct {
 	idem     map[string]string
 	drop     int    // see DropAfter
 	snapFail string // see FailSnapshots
+	raceOn   string // see RaceSuspend
 	endMsg   bool   // see EndMessage
 
 	images     []*fakeImage
