@@ -55,6 +55,12 @@ const (
 // keep-alive comments.
 const EventStreamEnd = "end"
 
+// HeaderSessionEpoch, on the answer of RouteExec and RouteExecWS, is the
+// session's epoch when the command started. A stream that ends without an
+// exit is explained by the session's ops with a greater epoch: an evict
+// means the session was suspended under the command.
+const HeaderSessionEpoch = "Engrams-Session-Epoch"
+
 // HeaderLastEventID is the SSE resume header of RouteEvents: events with a
 // seq greater than its value are sent. The ?after= query does the same.
 const HeaderLastEventID = "Last-Event-ID"

@@ -62,6 +62,9 @@ func (s *guestRouter) proxyGuest(guestPath string, file bool) http.HandlerFunc {
 		if r.Method == http.MethodPut {
 			r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxFileBytes)
 		}
+		if !file { // the exec WebSocket: kept on the upgrade's answer
+			w.Header().Set(apiv1.HeaderSessionEpoch, itoa(t.Session.Epoch))
+		}
 		rp := &httputil.ReverseProxy{
 			Transport: t.Route.Transport,
 			Rewrite: func(pr *httputil.ProxyRequest) {
@@ -84,6 +87,7 @@ func sanitizeGuestResponse(resp *http.Response) error {
 		guestRefusal(resp)
 	}
 	h := resp.Header
+	h.Del(apiv1.HeaderSessionEpoch) // the API's word, not the guest's
 	h.Del("Set-Cookie")
 	h.Del("Set-Cookie2")
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -155,6 +159,7 @@ func (s *guestRouter) exec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set(apiv1.HeaderSessionEpoch, itoa(t.Session.Epoch))
 	w.WriteHeader(http.StatusOK)
 	guestapi.RelayStream(w, resp.Body)
 }

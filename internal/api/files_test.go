@@ -39,7 +39,8 @@ func (f *fakeGuests) RoundTrip(r *http.Request) (*http.Response, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.queries = append(f.queries, r.URL.RawQuery)
-	return &http.Response{StatusCode: f.status, Header: http.Header{"Content-Type": {"application/json"}, "Set-Cookie": {"a=b"}},
+	return &http.Response{StatusCode: f.status, Header: http.Header{"Content-Type": {"application/json"}, "Set-Cookie": {"a=b"},
+		apiv1.HeaderSessionEpoch: {"99"}}, // a guest's say has no weight
 		Body: io.NopCloser(strings.NewReader(f.body)), Request: r}, nil
 }
 
@@ -131,5 +132,25 @@ func TestFileRoutesGuestRefusals(t *testing.T) {
 				t.Errorf("answer %d bytes, headers %v", rec.Body.Len(), rec.Header())
 			}
 		})
+	}
+}
+
+// TestExecAnswersCarryTheEpoch: both exec routes answer with the epoch the
+// command started at (the guest cannot set it), so a client can tell what
+// cut a stream short.
+func TestExecAnswersCarryTheEpoch(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ method, target, body string }{
+		{http.MethodPost, "/v1/sessions/s1/exec", `{"argv":["true"]}`},
+		{http.MethodGet, "/v1/sessions/s1/exec/ws", ""},
+	} {
+		g := &fakeGuests{status: 200, body: `{"type":"exit"}`}
+		req := httptest.NewRequest(tt.method, tt.target, strings.NewReader(tt.body))
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		rec := httptest.NewRecorder()
+		filesAPI(g).ServeHTTP(rec, req)
+		if got := rec.Header().Values(apiv1.HeaderSessionEpoch); rec.Code != 200 || len(got) != 1 || got[0] != "7" {
+			t.Errorf("%s %s: status %d, epoch header %q; want 200 and [7]", tt.method, tt.target, rec.Code, got)
+		}
 	}
 }

@@ -140,6 +140,11 @@ func (a sessionCmds) runExec(cmd *cobra.Command, id string, start apiv1.ExecStar
 	}
 
 	exit, err := c.Sessions().ExecWSIO(ctx, id, start, eio)
+	var cut *client.ExecCutError
+	if errors.As(err, &cut) {
+		return &hintError{err: fmt.Errorf("exec in session %s: %s while the command ran; its output up to then is above", id, cut.What()),
+			hint: "run it again (that resumes a suspended session); `engrams session get " + id + "` shows op " + cut.OpID}
+	}
 	if err != nil {
 		return fmt.Errorf("exec in session %s: %w", id, err)
 	}

@@ -115,7 +115,7 @@ func (s *Server) suspend(w http.ResponseWriter, r *http.Request, id string) {
 		return
 	}
 	s.nextOp++
-	op := fmt.Sprintf("op%d", s.nextOp)
+	op := fmt.Sprintf("op%d", s.nextOp+1) // op1 is the create
 	if s.snapFail != "" {
 		sess.Reason = "suspend failed: " + s.snapFail
 		answer := *sess
