@@ -140,13 +140,8 @@ func (a sessionCmds) runExec(cmd *cobra.Command, id string, start apiv1.ExecStar
 	}
 
 	exit, err := c.Sessions().ExecWSIO(ctx, id, start, eio)
-	var cut *client.ExecCutError
-	if errors.As(err, &cut) {
-		return &hintError{err: fmt.Errorf("exec in session %s: %s while the command ran; its output up to then is above", id, cut.What()),
-			hint: "run it again (that resumes a suspended session); `engrams session get " + id + "` shows op " + cut.OpID}
-	}
 	if err != nil {
-		return fmt.Errorf("exec in session %s: %w", id, err)
+		return execError(id, err)
 	}
 	code := exit.ExitCode
 	if exit.Error != "" {
@@ -169,6 +164,17 @@ func (a sessionCmds) runExec(cmd *cobra.Command, id string, start apiv1.ExecStar
 		return &ExitError{Code: code}
 	}
 	return nil
+}
+
+// execError says why an exec in session id ended without its exit
+// status: what took the session from the command (a suspend), if known.
+func execError(id string, err error) error {
+	var cut *client.ExecCutError
+	if errors.As(err, &cut) {
+		return &hintError{err: fmt.Errorf("exec in session %s: %s while the command ran; its output up to then is above", id, cut.What()),
+			hint: "run it again (that resumes a suspended session); `engrams session get " + id + "` shows op " + cut.OpID}
+	}
+	return fmt.Errorf("exec in session %s: %w", id, err)
 }
 
 // forwardSignals turns local interrupts into remote signals: SIGINT, then

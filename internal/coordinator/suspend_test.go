@@ -27,6 +27,42 @@ func stalledSuspend(t *testing.T, e *coordinatortest.Env, h *coordinatortest.Fak
 	return op
 }
 
+// plainSuspend suspends s.
+func plainSuspend(t *testing.T, e *coordinatortest.Env, _ *coordinatortest.FakeHost, s domain.Session) domain.Op {
+	_, op, err := e.Co.Suspend(context.Background(), s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return op
+}
+
+// suspendRacedByExec suspends s while, as `session exec` does, a request
+// reaches its guest (resuming it once the snapshot committed).
+func suspendRacedByExec(t *testing.T, e *coordinatortest.Env, h *coordinatortest.FakeHost, s domain.Session) domain.Op {
+	resumed := make(chan error, 1)
+	op := stalledSuspend(t, e, h, s, func() {
+		go func() {
+			_, err := e.Co.Guest(context.Background(), s.ID)
+			resumed <- err
+		}()
+	})
+	if err := <-resumed; err != nil {
+		t.Fatalf("the exec's resume: %v", err)
+	}
+	return op
+}
+
+// suspendSuperseded suspends s and deletes it while the snapshot is taken.
+func suspendSuperseded(t *testing.T, e *coordinatortest.Env, h *coordinatortest.FakeHost, s domain.Session) domain.Op {
+	op := stalledSuspend(t, e, h, s, func() {
+		if _, err := e.Co.DeleteSession(context.Background(), s.ID); err != nil {
+			t.Fatal(err)
+		}
+	})
+	e.Wait(t, s.ID, domain.SessionCompleted)
+	return op
+}
+
 // TestSuspendOutcome: how a suspend ended is read from its op and the
 // snapshot it named, not guessed from the session's state, which a
 // request may have changed since.
@@ -42,50 +78,18 @@ func TestSuspendOutcome(t *testing.T) {
 		desired    domain.DesiredState
 		whyContain string
 	}{
-		{name: "suspended", want: coordinator.SuspendedNow, snapshot: true, state: "idle", desired: domain.DesireIdle,
-			run: func(t *testing.T, e *coordinatortest.Env, _ *coordinatortest.FakeHost, s domain.Session) domain.Op {
-				_, op, err := e.Co.Suspend(context.Background(), s.ID)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return op
-			}},
+		{name: "suspended", want: coordinator.SuspendedNow, snapshot: true, state: "idle", desired: domain.DesireIdle, run: plainSuspend},
 		{name: "an exec resumed it once the snapshot committed", want: coordinator.SuspendedThenResumed, snapshot: true,
-			state: "active", desired: domain.DesireActive,
-			run: func(t *testing.T, e *coordinatortest.Env, h *coordinatortest.FakeHost, s domain.Session) domain.Op {
-				resumed := make(chan error, 1)
-				op := stalledSuspend(t, e, h, s, func() {
-					go func() { // what `session exec` does: reach the guest, resuming the session
-						_, err := e.Co.Guest(context.Background(), s.ID)
-						resumed <- err
-					}()
-				})
-				if err := <-resumed; err != nil {
-					t.Fatalf("the exec's resume: %v", err)
-				}
-				return op
-			}},
+			state: "active", desired: domain.DesireActive, run: suspendRacedByExec},
 		{name: "the snapshot failed", want: coordinator.SuspendFailed, state: "active", desired: domain.DesireIdle, whyContain: "disk full",
 			run: func(t *testing.T, e *coordinatortest.Env, h *coordinatortest.FakeHost, s domain.Session) domain.Op {
 				h.Mu.Lock()
 				h.FailSnapshot = "disk full"
 				h.Mu.Unlock()
-				_, op, err := e.Co.Suspend(context.Background(), s.ID)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return op
+				return plainSuspend(t, e, h, s)
 			}},
-		{name: "a delete superseded it", want: coordinator.SuspendSuperseded, state: "completed", desired: domain.DesireDeleted, whyContain: "destroy",
-			run: func(t *testing.T, e *coordinatortest.Env, h *coordinatortest.FakeHost, s domain.Session) domain.Op {
-				op := stalledSuspend(t, e, h, s, func() {
-					if _, err := e.Co.DeleteSession(context.Background(), s.ID); err != nil {
-						t.Fatal(err)
-					}
-				})
-				e.Wait(t, s.ID, domain.SessionCompleted)
-				return op
-			}},
+		{name: "a delete superseded it", want: coordinator.SuspendSuperseded, state: "completed", desired: domain.DesireDeleted,
+			whyContain: "destroy", run: suspendSuperseded},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
