@@ -317,6 +317,7 @@ func schemaTypes() map[string]reflect.Type {
 		"SessionSpec":          reflect.TypeFor[apiv1.SessionSpec](),
 		"CreateSessionRequest": reflect.TypeFor[apiv1.CreateSessionRequest](),
 		"Session":              reflect.TypeFor[apiv1.Session](),
+		"SuspendOutcome":       reflect.TypeFor[apiv1.SuspendOutcome](),
 		"Op":                   reflect.TypeFor[apiv1.Op](),
 		"Snapshot":             reflect.TypeFor[apiv1.Snapshot](),
 		"OutboxRequest":        reflect.TypeFor[apiv1.OutboxRequest](),

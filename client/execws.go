@@ -35,9 +35,11 @@ func (sc SessionClient) ExecWS(ctx context.Context, id string, start apiv1.ExecS
 	return sc.ExecWSIO(ctx, id, start, ExecIO{Stdin: stdin, Stdout: stdout, Stderr: stderr, Resize: resize})
 }
 
-// ExecWSIO is ExecWS with signal forwarding.
+// ExecWSIO is ExecWS with signal forwarding. A connection that ends
+// without the exit message is ErrNoExit, an *ExecCutError when the
+// session's op log says what took the session (a suspend, a delete).
 func (sc SessionClient) ExecWSIO(ctx context.Context, id string, start apiv1.ExecStart, eio ExecIO) (apiv1.ExecControl, error) {
-	conn, err := sc.c.dialWS(ctx, routePath(apiv1.RouteExecWS, id))
+	conn, epoch, err := sc.c.dialWS(ctx, routePath(apiv1.RouteExecWS, id))
 	if err != nil {
 		return apiv1.ExecControl{}, err
 	}
@@ -53,6 +55,7 @@ func (sc SessionClient) ExecWSIO(ctx context.Context, id string, start apiv1.Exe
 		return apiv1.ExecControl{}, fmt.Errorf("send exec start: %w", err)
 	}
 
+	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -64,7 +67,7 @@ func (sc SessionClient) ExecWSIO(ctx context.Context, id string, start apiv1.Exe
 	cancel()
 	wg.Wait()
 	if err != nil {
-		return exit, err
+		return exit, sc.explainNoExit(parent, id, epoch, err)
 	}
 	// The exit message is the end of the exchange; a close handshake would
 	// only add a round trip through every hop.
@@ -73,11 +76,11 @@ func (sc SessionClient) ExecWSIO(ctx context.Context, id string, start apiv1.Exe
 }
 
 // dialWS opens a WebSocket to path, turning a refused upgrade into
-// *APIError.
-func (c *Client) dialWS(ctx context.Context, path string) (*websocket.Conn, error) {
+// *APIError; it returns the upgrade answer's apiv1.HeaderSessionEpoch.
+func (c *Client) dialWS(ctx context.Context, path string) (*websocket.Conn, string, error) {
 	u, err := c.endpoint(path, nil)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	hdr := http.Header{}
 	c.authorize(hdr)
@@ -88,11 +91,11 @@ func (c *Client) dialWS(ctx context.Context, path string) (*websocket.Conn, erro
 			if resp.Body != nil {
 				body, _ = io.ReadAll(resp.Body)
 			}
-			return nil, errorFromBody(resp.StatusCode, body)
+			return nil, "", errorFromBody(resp.StatusCode, body)
 		}
-		return nil, c.wrapTransport("open exec WebSocket", err)
+		return nil, "", c.wrapTransport("open exec WebSocket", err)
 	}
-	return conn, nil
+	return conn, resp.Header.Get(apiv1.HeaderSessionEpoch), nil
 }
 
 // readExecWS copies output frames until the exit control message.

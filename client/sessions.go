@@ -82,7 +82,9 @@ func (e *ExecFailedError) Error() string {
 // Exec runs req.Argv in session id without a terminal, copying its output to
 // stdout and stderr (either may be nil to discard), and returns its exit
 // code. When the command could not start or timed out, the error is an
-// *ExecFailedError and the code is what the server reported.
+// *ExecFailedError and the code is what the server reported. A stream that
+// ends without the exit status is ErrNoExit, an *ExecCutError when the
+// session's op log says what took the session (a suspend, a delete).
 func (sc SessionClient) Exec(ctx context.Context, id string, req apiv1.ExecRequest, stdout, stderr io.Writer) (int, error) {
 	b, err := json.Marshal(req)
 	if err != nil {
@@ -97,7 +99,7 @@ func (sc SessionClient) Exec(ctx context.Context, id string, req apiv1.ExecReque
 	code, err := readExecFrames(resp.Body, stdout, stderr)
 	// Drain what follows the exit frame so the connection is reused.
 	_, _ = io.CopyN(io.Discard, resp.Body, 64<<10)
-	return code, err
+	return code, sc.explainNoExit(ctx, id, resp.Header.Get(apiv1.HeaderSessionEpoch), err)
 }
 
 func readExecFrames(r io.Reader, stdout, stderr io.Writer) (int, error) {

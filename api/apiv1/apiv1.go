@@ -55,6 +55,12 @@ const (
 // keep-alive comments.
 const EventStreamEnd = "end"
 
+// HeaderSessionEpoch, on the answer of RouteExec and RouteExecWS, is the
+// session's epoch when the command started. A stream that ends without an
+// exit is explained by the session's ops with a greater epoch: an evict
+// means the session was suspended under the command.
+const HeaderSessionEpoch = "Engrams-Session-Epoch"
+
 // HeaderLastEventID is the SSE resume header of RouteEvents: events with a
 // seq greater than its value are sent. The ?after= query does the same.
 const HeaderLastEventID = "Last-Event-ID"
@@ -123,7 +129,29 @@ type Session struct {
 	UpdatedAt    time.Time   `json:"updated_at"`
 	Ops          []Op        `json:"ops,omitempty"`       // on get only
 	Snapshots    []Snapshot  `json:"snapshots,omitempty"` // on get only, oldest first
+	// Suspend is how the suspend that answers ended (RouteSuspend only,
+	// when it waited): the session may have moved on since.
+	Suspend *SuspendOutcome `json:"suspend,omitempty"`
 }
+
+// SuspendOutcome is how a suspend ended: the snapshot it committed even
+// when a request resumed the session right after, or why it did not.
+type SuspendOutcome struct {
+	Result     string `json:"result"`                // Suspend*
+	SnapshotID string `json:"snapshot_id,omitempty"` // committed by the suspend (already_idle: the head)
+	OpID       string `json:"op_id,omitempty"`       // the evict op
+	Why        string `json:"why,omitempty"`         // failed, superseded: what happened
+}
+
+// Results of SuspendOutcome.
+const (
+	SuspendSuspended    = "suspended"     // idle at SnapshotID
+	SuspendResumedSince = "resumed_since" // suspended at SnapshotID, then a request (exec, file, outbox, resume) resumed it
+	SuspendEndedSince   = "ended_since"   // suspended at SnapshotID, then deleted or dead
+	SuspendAlreadyIdle  = "already_idle"  // nothing to do
+	SuspendFailed       = "failed"        // the snapshot failed; the session runs on
+	SuspendSuperseded   = "superseded"    // a newer operation (a delete) took the session first
+)
 
 // Snapshot is one committed snapshot of a session.
 type Snapshot struct {

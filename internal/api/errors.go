@@ -22,7 +22,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
-	writeJSON(w, status, apiv1.Error{Error: msg, Code: code})
+	writeJSON(w, status, apiv1.Error{Error: bounded(msg), Code: code})
 }
 
 // fail maps an error of a service (its domain category) to a status and code.

@@ -111,7 +111,7 @@ func afterSeq(r *http.Request) (int64, error) {
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n < 0 {
-		return 0, fmt.Errorf("Last-Event-ID/after must be a non-negative event index, got %q", v)
+		return 0, fmt.Errorf("Last-Event-ID/after must be a non-negative event index, got %s", quote(v))
 	}
 	return n, nil
 }

@@ -96,8 +96,9 @@ func describeRedacted(err error) string {
 		return fmt.Sprintf("field %s: want %s", field, jsonKind(typ.Type.String()))
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		return "the body ends early"
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		return strings.TrimPrefix(err.Error(), "json: ") // the field's name, not a value
+	}
+	if msg, ok := unknownField(err); ok {
+		return msg // the field's name (bounded), not a value
 	}
 	return "not the documented JSON object"
 }
@@ -120,7 +121,7 @@ func (s *imagesRouter) listImages(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("all"); v != "" {
 		var err error
 		if all, err = strconv.ParseBool(v); err != nil {
-			writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "all="+strconv.Quote(v)+": want true or false")
+			writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "all="+quote(v)+": want true or false")
 			return
 		}
 	}

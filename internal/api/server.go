@@ -5,6 +5,10 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/engrams/engrams/api/apiv1"
@@ -83,14 +87,15 @@ func New(cfg Config, deps Deps) *Server {
 }
 
 func (s *Server) routes() {
-	s.mux.HandleFunc(apiv1.RouteVersion, s.version)
+	public := func(pattern string, fn http.HandlerFunc) { s.mux.HandleFunc(pattern, checked(pattern, fn)) }
+	public(apiv1.RouteVersion, s.version)
 	if len(s.cfg.OpenAPI) > 0 {
-		s.mux.HandleFunc(apiv1.RouteOpenAPI, func(w http.ResponseWriter, _ *http.Request) {
+		public(apiv1.RouteOpenAPI, func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "application/yaml")
 			_, _ = w.Write(s.cfg.OpenAPI)
 		})
 	}
-	h := func(pattern string, fn http.HandlerFunc) { s.mux.Handle(pattern, s.auth(fn)) }
+	h := func(pattern string, fn http.HandlerFunc) { s.mux.Handle(pattern, s.auth(checked(pattern, fn))) }
 	(&sessionsRouter{base: s.base, co: s.deps.Sessions, st: s.deps.Reads}).route(h)
 	(&guestRouter{base: s.base, co: s.deps.Guests}).route(h)
 	s.fleet.route(h)
@@ -115,9 +120,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch rec.status {
 	case http.StatusMethodNotAllowed:
-		writeError(w, rec.status, apiv1.CodeMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path+" (allowed: "+rec.header.Get("Allow")+")")
+		writeError(w, rec.status, apiv1.CodeMethodNotAllowed, quote(r.Method)+" is not allowed on "+quote(r.URL.Path)+" (allowed: "+rec.header.Get("Allow")+")")
 	default:
-		writeError(w, http.StatusNotFound, apiv1.CodeNotFound, "no route "+r.Method+" "+r.URL.Path+" (see GET /v1/openapi.yaml)")
+		writeError(w, http.StatusNotFound, apiv1.CodeNotFound, "no route "+quote(r.Method)+" "+quote(r.URL.Path)+" (see GET /v1/openapi.yaml)")
 	}
 }
 
@@ -135,9 +140,35 @@ func (s *Server) version(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, apiv1.Version{Version: s.cfg.Version, HostlinkProtocol: hostlink.Version, GuestAPI: guestAPIVersion, ReplicaID: s.cfg.ReplicaID})
 }
 
-// decode reads a bounded JSON body, refusing unknown fields and trailing data.
+// decode reads a bounded JSON body, refusing unknown fields, trailing data
+// and strings holding NUL.
 func (s *base) decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	return s.decodeWith(w, r, v, func(err error) string { return err.Error() })
+	return s.decodeWith(w, r, v, describeJSON)
+}
+
+// describeJSON says what was wrong with a malformed body, repeating at most
+// a bounded prefix of what it quotes (an unknown field's name).
+func describeJSON(err error) string {
+	if msg, ok := unknownField(err); ok {
+		return msg
+	}
+	if msg := err.Error(); len(msg) <= 4*maxEcho {
+		return msg
+	}
+	return quote(err.Error())
+}
+
+// unknownField says which unknown field a decoder refused, its name quoted
+// and bounded.
+func unknownField(err error) (string, bool) {
+	name, ok := strings.CutPrefix(err.Error(), "json: unknown field ")
+	if !ok {
+		return "", false
+	}
+	if n, uerr := strconv.Unquote(name); uerr == nil {
+		name = n
+	}
+	return "unknown field " + quote(name), true
 }
 
 // decodeWith is decode with describe saying what was wrong with a malformed body.
@@ -150,11 +181,19 @@ func (s *base) decodeWith(w http.ResponseWriter, r *http.Request, v any, describ
 			writeError(w, http.StatusRequestEntityTooLarge, apiv1.CodeTooLarge, "request body over "+itoa(s.cfg.MaxBodyBytes)+" bytes")
 			return false
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			writeError(w, http.StatusRequestTimeout, apiv1.CodeBadRequest, "the request body came too slowly: "+err.Error())
+			return false
+		}
 		writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "malformed JSON body: "+describe(err))
 		return false
 	}
 	if dec.More() {
 		writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "malformed JSON body: trailing data after the object")
+		return false
+	}
+	if at := nulString(reflect.ValueOf(v), ""); at != "" {
+		writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "field "+at+" holds a NUL character")
 		return false
 	}
 	return true

@@ -17,6 +17,7 @@ type SessionControl interface {
 	WaitSession(ctx context.Context, id domain.SessionID, done func(domain.Session) bool) (domain.Session, error)
 	Suspend(ctx context.Context, id domain.SessionID) (domain.Session, domain.Op, error)
 	WaitOp(ctx context.Context, op domain.Op) (domain.Op, domain.Session, error)
+	Outcome(ctx context.Context, op domain.Op) (coordinator.SuspendOutcome, error)
 	Resume(ctx context.Context, id domain.SessionID) (domain.Session, error)
 	Snapshot(ctx context.Context, id domain.SessionID) (domain.Snapshot, error)
 	PutOutbox(ctx context.Context, sid domain.SessionID, id, kind string, payload json.RawMessage) (domain.OutboxItem, error)
@@ -81,7 +82,7 @@ func (s *sessionsRouter) listSessions(w http.ResponseWriter, r *http.Request) {
 	f := domain.SessionFilter{HostID: domain.HostID(q.Get("host"))}
 	if st := q.Get("state"); st != "" {
 		if !domain.SessionState(st).Valid() {
-			writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "unknown state "+st)
+			writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "unknown state "+quote(st))
 			return
 		}
 		f.States = []domain.SessionState{domain.SessionState(st)}
@@ -158,22 +159,43 @@ func snapshotOut(s domain.Snapshot) apiv1.Snapshot {
 	return apiv1.Snapshot{ID: s.ID, ParentID: s.ParentID, HostID: string(s.HostID), Reason: s.Reason, Bytes: s.Bytes, Uploaded: s.Uploaded, CreatedAt: s.CreatedAt}
 }
 
+// suspend enqueues an evict and, unless ?wait=false, waits for it to end
+// and answers how it did (Session.Suspend): a request may resume the
+// session right after its snapshot committed.
 func (s *sessionsRouter) suspend(w http.ResponseWriter, r *http.Request) {
 	sess, op, err := s.co.Suspend(r.Context(), pathSession(r))
+	switch {
+	case err != nil:
+		s.fail(w, r, err)
+		return
+	case op.ID == "":
+		out := sessionOut(sess, nil)
+		out.Suspend = suspendOut(coordinator.AlreadyIdle(sess))
+		writeJSON(w, http.StatusOK, out)
+		return
+	case r.URL.Query().Get("wait") == "false":
+		writeJSON(w, http.StatusOK, sessionOut(sess, nil))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.WaitTimeout)
+	defer cancel()
+	done, _, err := s.co.WaitOp(ctx, op)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	if op.ID != "" && r.URL.Query().Get("wait") != "false" {
-		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.WaitTimeout)
-		defer cancel()
-		// Done when the evict op ends: Idle, or Active again if it failed.
-		if _, sess, err = s.co.WaitOp(ctx, op); err != nil {
-			s.fail(w, r, err)
-			return
-		}
+	o, err := s.co.Outcome(ctx, done)
+	if err != nil {
+		s.fail(w, r, err)
+		return
 	}
-	writeJSON(w, http.StatusOK, sessionOut(sess, nil))
+	out := sessionOut(o.Session, nil)
+	out.Suspend = suspendOut(o)
+	writeJSON(w, http.StatusOK, out)
+}
+
+func suspendOut(o coordinator.SuspendOutcome) *apiv1.SuspendOutcome {
+	return &apiv1.SuspendOutcome{Result: string(o.Result), SnapshotID: o.SnapshotID, OpID: o.Op.ID, Why: o.Why}
 }
 
 func (s *sessionsRouter) resume(w http.ResponseWriter, r *http.Request) {

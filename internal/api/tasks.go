@@ -97,7 +97,7 @@ func (s *tasksRouter) listTasks(w http.ResponseWriter, r *http.Request) {
 	if st := r.URL.Query().Get("state"); st != "" {
 		for _, v := range strings.Split(st, ",") {
 			if !domain.TaskState(v).Valid() {
-				writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, fmt.Sprintf("unknown task state %q (starting, running, idle, stopped, failed)", v))
+				writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, fmt.Sprintf("unknown task state %s (starting, running, idle, stopped, failed)", quote(v)))
 				return
 			}
 			f.States = append(f.States, domain.TaskState(v))
@@ -170,18 +170,22 @@ func (s *tasksRouter) taskDiff(w http.ResponseWriter, r *http.Request) {
 // taskFiles reads a file (or lists a directory) of the task's session, the
 // path relative to the task's workdir; an Idle session resumes.
 func (s *tasksRouter) taskFiles(w http.ResponseWriter, r *http.Request) {
+	rel := r.URL.Query().Get("path")
+	p := path.Join(tasks.WorkRoot, rel)
+	if strings.HasPrefix(rel, "/") {
+		p = rel
+	}
+	if err := guestapi.CheckFilePath(p); err != nil {
+		writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, guestapi.FilePathError(rel, err))
+		return
+	}
+	if p = path.Clean(p); p != tasks.WorkRoot && !strings.HasPrefix(p, tasks.WorkRoot+"/") {
+		writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "path must stay inside the task's work root "+tasks.WorkRoot)
+		return
+	}
 	t, err := s.co.TaskSession(r.Context(), pathTask(r))
 	if err != nil {
 		s.fail(w, r, err)
-		return
-	}
-	rel := r.URL.Query().Get("path")
-	p := path.Clean(path.Join(tasks.WorkRoot, rel))
-	if strings.HasPrefix(rel, "/") {
-		p = path.Clean(rel)
-	}
-	if p != tasks.WorkRoot && !strings.HasPrefix(p, tasks.WorkRoot+"/") {
-		writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "path must stay inside the task's work root "+tasks.WorkRoot)
 		return
 	}
 	gt, err := s.guests.Guest(r.Context(), t.SessionID)
@@ -200,9 +204,7 @@ func (s *tasksRouter) taskFiles(w http.ResponseWriter, r *http.Request) {
 			pr.Out.URL.RawQuery = "path=" + url.QueryEscape(p)
 		},
 		ModifyResponse: sanitizeGuestResponse,
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			writeError(w, http.StatusBadGateway, apiv1.CodeUnavailable, "reach the task's session: "+err.Error())
-		},
+		ErrorHandler:   guestProxyError("reach the task's session"),
 	}
 	rp.ServeHTTP(w, r)
 }

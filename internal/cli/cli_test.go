@@ -154,6 +154,9 @@ func TestCommands(t *testing.T) {
 		{name: "exec", args: []string{"session", "exec", "s1", "--", "echo", "hi", "-n"}, stdout: "hi -n\n"},
 		{name: "exec without dash dash", args: []string{"session", "exec", "s1", "echo", "-x"}, stdout: "-x\n"},
 		{name: "exec exit code", args: []string{"session", "exec", "s1", "--", "exit", "3"}, code: 3, stdout: "bye\n"},
+		{name: "exec cut short by a suspend", args: []string{"session", "exec", "s1", "--", "suspend-me"}, code: 1, stdout: "partial output\n",
+			stderr: "error: exec in session s1: the session was suspended while the command ran; its output up to then is above\n" +
+				"hint: run it again (that resumes a suspended session); `engrams session get s1` shows op op2\n"},
 		{name: "exec stderr", args: []string{"session", "exec", "s1", "--", "err", "oops"}, errContain: []string{"oops\n"}},
 		{name: "exec tty merges output", args: []string{"session", "exec", "-t", "s1", "--", "err", "oops"}, stdout: "oops\n"},
 		{name: "exec stdin pipe", stdin: "piped\n", args: []string{"session", "exec", "s1", "--", "cat"}, stdout: "piped\n"},

@@ -48,7 +48,13 @@ terminal (so pipes work). -t runs the command under a pseudo-terminal, puts
 your terminal in raw mode and forwards window size changes: use -it for an
 interactive shell. Without -t, Ctrl-C is forwarded to the command (SIGINT,
 then SIGTERM, then SIGKILL). Flags go before ID; everything after ID (or
-after --) is the command.`,
+after --) is the command.
+
+The command's output reaches your terminal as it is, as with ssh: it is the
+command you chose to run, and its colours, progress bars and full-screen
+programs need their control sequences (pipe it through ` + "`cat -v`" + ` to see
+them). What the session itself says, such as an error, is printed without
+control characters.`,
 		Example: `  engrams session exec $id -- uname -a
   engrams session exec -it $id -- /bin/bash
   tar c src | engrams session exec $id -- tar x -C /work
@@ -101,6 +107,9 @@ func (a sessionCmds) runExec(cmd *cobra.Command, id string, start apiv1.ExecStar
 	inFD, inTerm := a.terminalFD(stdin)
 	outFD, outTerm := a.terminalFD(stdout)
 
+	// The command's output is the user's own interactive stream (ssh does
+	// the same): it is copied raw, to a terminal too. Only what the session
+	// says about it (exit.Error below) goes through termOut.
 	eio := client.ExecIO{Stdout: stdout, Stderr: stderr}
 	if interactive || !inTerm {
 		eio.Stdin = stdin
@@ -132,7 +141,7 @@ func (a sessionCmds) runExec(cmd *cobra.Command, id string, start apiv1.ExecStar
 
 	exit, err := c.Sessions().ExecWSIO(ctx, id, start, eio)
 	if err != nil {
-		return fmt.Errorf("exec in session %s: %w", id, err)
+		return execError(id, err)
 	}
 	code := exit.ExitCode
 	if exit.Error != "" {
@@ -140,7 +149,7 @@ func (a sessionCmds) runExec(cmd *cobra.Command, id string, start apiv1.ExecStar
 		if exit.TimedOut {
 			hint = "\nhint: raise --timeout, or run it in the background"
 		}
-		fmt.Fprintf(stderr, "error: %s%s\n", exit.Error, hint)
+		fmt.Fprintf(a.termOut(stderr), "error: %s%s\n", exit.Error, hint) // the guest's words
 		if code <= 0 {
 			code = 126
 			if exit.TimedOut {
@@ -155,6 +164,17 @@ func (a sessionCmds) runExec(cmd *cobra.Command, id string, start apiv1.ExecStar
 		return &ExitError{Code: code}
 	}
 	return nil
+}
+
+// execError says why an exec in session id ended without its exit
+// status: what took the session from the command (a suspend), if known.
+func execError(id string, err error) error {
+	var cut *client.ExecCutError
+	if errors.As(err, &cut) {
+		return &hintError{err: fmt.Errorf("exec in session %s: %s while the command ran; its output up to then is above", id, cut.What()),
+			hint: "run it again (that resumes a suspended session); `engrams session get " + id + "` shows op " + cut.OpID}
+	}
+	return fmt.Errorf("exec in session %s: %w", id, err)
 }
 
 // forwardSignals turns local interrupts into remote signals: SIGINT, then

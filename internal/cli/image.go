@@ -343,10 +343,11 @@ with the warm-up's output if that failed. NAME may also be the image's id.`,
 			if err != nil {
 				return fmt.Errorf("get image %s: %w", args[0], err)
 			}
+			out := a.termOut(cmd.OutOrStdout()) // the image's config and warm-up output are its own
 			if a.jsonOut {
-				return printJSON(cmd.OutOrStdout(), img)
+				return printJSON(out, img)
 			}
-			return a.printImage(cmd.OutOrStdout(), img)
+			return a.printImage(out, img)
 		},
 	}
 }
@@ -444,13 +445,14 @@ in --json.`,
 			if err != nil {
 				return fmt.Errorf("list jobs of image %s: %w", args[0], err)
 			}
+			out := a.termOut(cmd.OutOrStdout())
 			if a.jsonOut {
 				if jobs == nil {
 					jobs = []apiv1.ImageJob{}
 				}
-				return printJSON(cmd.OutOrStdout(), apiv1.ImageJobList{Jobs: jobs})
+				return printJSON(out, apiv1.ImageJobList{Jobs: jobs})
 			}
-			return a.jobTable(cmd.OutOrStdout(), jobs)
+			return a.jobTable(out, jobs)
 		},
 	}
 }

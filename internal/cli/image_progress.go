@@ -20,7 +20,7 @@ import (
 // reports the queued job; otherwise it shows the job's progress on stderr
 // until it ends, then prints the image (or the failure, exiting non-zero).
 func (a imageCmds) followJob(cmd *cobra.Command, c *client.Client, r apiv1.ImageJobResponse, noWait bool) error {
-	out, name := cmd.OutOrStdout(), r.Image.Name
+	out, name := a.termOut(cmd.OutOrStdout()), r.Image.Name
 	if noWait {
 		if a.jsonOut {
 			return printJSON(out, r)
@@ -52,7 +52,7 @@ func (a imageCmds) followJob(cmd *cobra.Command, c *client.Client, r apiv1.Image
 		}
 	}
 	if job.State == apiv1.ImageJobFailed {
-		return jobFailed(cmd.ErrOrStderr(), img, job)
+		return jobFailed(a.termOut(cmd.ErrOrStderr()), img, job)
 	}
 	if !a.jsonOut {
 		return printReady(out, img, job)

@@ -88,6 +88,9 @@ config directory).`,
 		Args:          usageArgs(cobra.NoArgs),
 		RunE:          func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
+	if _, tty := a.terminalFD(a.opts.Stderr); tty {
+		root.Annotations = map[string]string{annStderrTerminal: "true"} // for Execute
+	}
 	root.SetIn(a.opts.Stdin)
 	root.SetOut(a.opts.Stdout)
 	root.SetErr(a.opts.Stderr)
@@ -223,7 +226,11 @@ func Execute(ctx context.Context, root *cobra.Command) int {
 		code = 2
 	}
 	w := root.ErrOrStderr()
-	fmt.Fprintf(w, "error: %s\n", strings.TrimSpace(err.Error()))
+	msg := strings.TrimSpace(err.Error())
+	if root.Annotations[annStderrTerminal] == "true" {
+		msg = cleanText(msg) // errors quote what guests, images and hosts said
+	}
+	fmt.Fprintf(w, "error: %s\n", msg)
 	if hint := hintFor(cmd, err, code == 2); hint != "" {
 		fmt.Fprintf(w, "hint: %s\n", hint)
 	}
@@ -245,6 +252,8 @@ func isCobraUsageError(err error) bool {
 const (
 	annNotFound = "engrams.hint.not_found"
 	annConflict = "engrams.hint.conflict"
+	// annStderrTerminal, on the root, says its error stream is a terminal.
+	annStderrTerminal = "engrams.stderr_terminal"
 )
 
 func annotation(cmd *cobra.Command, key string) string {

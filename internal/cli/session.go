@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strings"
@@ -190,16 +191,17 @@ destroy, move, recover) with their errors, and its snapshot history
 			if err != nil {
 				return fmt.Errorf("get session %s: %w", args[0], err)
 			}
+			out := a.termOut(cmd.OutOrStdout())
 			if a.jsonOut {
-				return printJSON(cmd.OutOrStdout(), s)
+				return printJSON(out, s)
 			}
-			return a.printSession(cmd, s)
+			return a.printSession(out, s)
 		},
 	}
 }
 
-func (a sessionCmds) printSession(cmd *cobra.Command, s apiv1.Session) error {
-	tw := newTable(cmd.OutOrStdout())
+func (a sessionCmds) printSession(w io.Writer, s apiv1.Session) error {
+	tw := newTable(w)
 	env := make([]string, 0, len(s.Spec.Env))
 	for _, k := range slices.Sorted(maps.Keys(s.Spec.Env)) {
 		env = append(env, k+"="+s.Spec.Env[k])
@@ -227,8 +229,8 @@ func (a sessionCmds) printSession(cmd *cobra.Command, s apiv1.Session) error {
 		return err
 	}
 	if len(s.Ops) > 0 {
-		fmt.Fprintln(cmd.OutOrStdout(), "\nOperations:")
-		tw = newTable(cmd.OutOrStdout())
+		fmt.Fprintln(w, "\nOperations:")
+		tw = newTable(w)
 		row(tw, "ID", "KIND", "STATE", "STEP", "EPOCH", "ATTEMPTS", "UPDATED", "ERROR")
 		for _, op := range s.Ops {
 			row(tw, op.ID, op.Kind, op.State, op.Step, op.Epoch, op.Attempts, a.when(op.UpdatedAt), op.Error)
@@ -240,8 +242,8 @@ func (a sessionCmds) printSession(cmd *cobra.Command, s apiv1.Session) error {
 	if len(s.Snapshots) == 0 {
 		return nil
 	}
-	fmt.Fprintln(cmd.OutOrStdout(), "\nSnapshots:")
-	tw = newTable(cmd.OutOrStdout())
+	fmt.Fprintln(w, "\nSnapshots:")
+	tw = newTable(w)
 	row(tw, "ID", "CREATED", "REASON", "HOST", "SIZE", "UPLOADED")
 	for _, sn := range s.Snapshots {
 		row(tw, sn.ID, a.when(sn.CreatedAt), sn.Reason, sn.HostID, bytesize(sn.Bytes), bytesize(sn.Uploaded))
@@ -290,7 +292,8 @@ func (a sessionCmds) sessionLogsCmd() *cobra.Command {
 		Short: "Print a session's events",
 		Long: `Print a session's events: state changes, operations and output its harness
 reports. Text output shows time, type and a one-line summary of the data;
---json prints each event as one JSON object per line. With --follow the
+--json prints each event as one JSON object per line (on a terminal,
+without the control characters a guest may have put in it). With --follow the
 command keeps printing new events (reconnecting if the connection drops,
 without losing or repeating any) until the session ends or you press Ctrl-C.`,
 		Example: `  engrams session logs 0193a1b2-...
@@ -302,7 +305,7 @@ without losing or repeating any) until the session ends or you press Ctrl-C.`,
 			if err != nil {
 				return err
 			}
-			out := cmd.OutOrStdout()
+			out := a.termOut(cmd.OutOrStdout())
 			enc := json.NewEncoder(out)
 			err = c.Sessions().Events(cmd.Context(), args[0], after, follow, func(ev apiv1.Event) error {
 				if a.jsonOut {

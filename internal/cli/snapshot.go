@@ -25,7 +25,10 @@ stopped.
 
 It comes back with ` + "`engrams session resume`" + `, or by itself on the next exec,
 file operation, outbox item or ` + "`logs --follow`" + `, on any compatible host. By
-default the command waits until the session is idle.`,
+default the command waits until the suspend ended and says how: suspended
+at its snapshot (also when a request such as an exec resumed the session
+right after: exit 0), or why not (the snapshot failed, or a delete came
+first: exit 1).`,
 		Example: `  engrams session suspend 0193a1b2-...
   engrams session suspend --no-wait 0193a1b2-...
   engrams session suspend --json 0193a1b2-... | jq -r .head_snapshot_id`,
@@ -45,27 +48,48 @@ default the command waits until the session is idle.`,
 					return err
 				}
 			}
-			switch {
-			case noWait:
+			if noWait {
 				if !a.jsonOut {
 					fmt.Fprintln(cmd.OutOrStdout(), "suspending", s.ID)
 				}
 				return nil
-			case s.State != "idle":
-				return &hintError{
-					err:  fmt.Errorf("session %s is %s, not idle, after suspend%s", s.ID, s.State, because(s.Reason)),
-					hint: "see `engrams session get " + s.ID + "` for its snapshots and operations",
-				}
 			}
-			if !a.jsonOut {
-				fmt.Fprintf(cmd.OutOrStdout(), "suspended %s at snapshot %s; it resumes when used, or with `engrams session resume %s`\n",
-					s.ID, s.HeadSnapshot, s.ID)
+			msg, err := suspendReport(s)
+			if err == nil && !a.jsonOut {
+				fmt.Fprintln(a.termOut(cmd.OutOrStdout()), msg)
 			}
-			return nil
+			return err
 		},
 	}
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return at once instead of waiting until the session is idle")
 	return cmd
+}
+
+// suspendReport says how the suspend that answered s ended: the snapshot
+// it committed even when a request (an exec, an outbox item) resumed the
+// session right after, or why it did not suspend (an error). A server
+// that does not say (s.Suspend nil) is judged by the session's state.
+func suspendReport(s apiv1.Session) (string, error) {
+	hint := "see `engrams session get " + s.ID + "` for its snapshots and operations"
+	o := s.Suspend
+	if o == nil {
+		o = &apiv1.SuspendOutcome{Result: apiv1.SuspendSuspended, SnapshotID: s.HeadSnapshot}
+		if s.State != "idle" {
+			o = &apiv1.SuspendOutcome{Result: apiv1.SuspendFailed, Why: s.Reason}
+		}
+	}
+	at := fmt.Sprintf("suspended %s at snapshot %s", s.ID, o.SnapshotID)
+	switch o.Result {
+	case apiv1.SuspendSuspended, apiv1.SuspendAlreadyIdle:
+		return at + "; it resumes when used, or with `engrams session resume " + s.ID + "`", nil
+	case apiv1.SuspendResumedSince:
+		return at + "; a request resumed it since (it is " + s.State + " now)", nil
+	case apiv1.SuspendEndedSince:
+		return at + "; since then it is " + s.State + because(s.Reason), nil
+	case apiv1.SuspendSuperseded:
+		return "", &hintError{err: fmt.Errorf("session %s was not suspended: %s; it is %s", s.ID, o.Why, s.State), hint: hint}
+	}
+	return "", &hintError{err: fmt.Errorf("session %s is %s, not idle, after suspend%s", s.ID, s.State, because(o.Why)), hint: hint}
 }
 
 func because(reason string) string {

@@ -113,3 +113,22 @@ func TestSnapshotCommands(t *testing.T) {
 		{name: "suspend help", args: []string{"session", "suspend", "--help"}, contains: []string{"content-addressed chunks", "--no-wait", "Examples:"}},
 	})
 }
+
+// TestSuspendOutcomes: a suspend that a request resumed right after its
+// snapshot committed reports that snapshot and succeeds; one a delete took
+// first says so and fails.
+func TestSuspendOutcomes(t *testing.T) {
+	t.Parallel()
+	runTable(t, newSnapServer, []cmdTest{
+		{name: "suspend raced by a resume", args: []string{"session", "suspend", "s1"},
+			setup:  func(_ *testing.T, srv *clienttest.Server) { srv.RaceSuspend(apiv1.SuspendResumedSince) },
+			stdout: "suspended s1 at snapshot snap3; a request resumed it since (it is active now)\n"},
+		{name: "suspend raced by a resume json", args: []string{"session", "suspend", "--json", "s1"},
+			setup:    func(_ *testing.T, srv *clienttest.Server) { srv.RaceSuspend(apiv1.SuspendResumedSince) },
+			contains: []string{`"state": "active"`, `"result": "resumed_since"`, `"snapshot_id": "snap3"`}},
+		{name: "suspend superseded", args: []string{"session", "suspend", "s1"}, code: 1,
+			setup: func(_ *testing.T, srv *clienttest.Server) { srv.RaceSuspend(apiv1.SuspendSuperseded) },
+			errContain: []string{"error: session s1 was not suspended: a destroy operation (op0) took the session first; it is completed\n",
+				"hint: see `engrams session get s1` for its snapshots and operations\n"}},
+	})
+}

@@ -150,12 +150,12 @@ as they come, one JSON object a line.`,
 				}); err != nil {
 					return fmt.Errorf("read task events: %w", err)
 				}
-				return printJSON(cmd.OutOrStdout(), struct {
+				return printJSON(a.termOut(cmd.OutOrStdout()), struct {
 					apiv1.Task
 					Events []apiv1.TaskEvent `json:"events"`
 				}{t, evs})
 			}
-			w := cmd.OutOrStdout()
+			w := a.termOut(cmd.OutOrStdout())
 			fmt.Fprintf(w, "task %s: %s\n", t.ID, t.Title)
 			fmt.Fprintf(w, "state: %s   session: %s   updated: %s\n", t.State, t.SessionID, a.whenAgo(t.UpdatedAt))
 			if t.Error != "" {
@@ -181,7 +181,7 @@ as they come, one JSON object a line.`,
 // through seq through (the task's last when following began) were printed;
 // or until the task stopped or failed.
 func (a taskCmds) followTask(cmd *cobra.Command, c *client.Client, id string, after, through int64) error {
-	w := cmd.OutOrStdout()
+	w := a.termOut(cmd.OutOrStdout())
 	prompts, pending := 0, map[string]bool{} // turns of prompts not yet answered
 	return c.Tasks().Events(cmd.Context(), id, after, true, func(e apiv1.TaskEvent) error {
 		if a.jsonOut {
@@ -273,7 +273,8 @@ func (a taskCmds) taskDiffCmd() *cobra.Command {
 unified diff against the commit it was cloned at: modified, added (also
 untracked) and deleted files; ignored files are left out. Paths are relative
 to /work, so the output applies with ` + "`git apply -p1`" + ` from a directory holding the
-repositories. A suspended session resumes to answer.`,
+repositories. A suspended session resumes to answer. On a terminal, control
+characters in the diff are not printed; redirect it for its exact bytes.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.client()
@@ -284,14 +285,15 @@ repositories. A suspended session resumes to answer.`,
 			if err != nil {
 				return fmt.Errorf("diff task: %w", err)
 			}
+			out := a.termOut(cmd.OutOrStdout())
 			if a.jsonOut {
-				return printJSON(cmd.OutOrStdout(), d)
+				return printJSON(out, d)
 			}
 			if len(d.Repos) == 0 {
 				fmt.Fprintln(cmd.ErrOrStderr(), "the task cloned no repositories")
 			}
 			for _, r := range d.Repos {
-				_, _ = io.WriteString(cmd.OutOrStdout(), r.Patch())
+				_, _ = io.WriteString(out, r.Patch())
 			}
 			return nil
 		},
@@ -334,7 +336,9 @@ func (a taskCmds) taskFilesCmd() *cobra.Command {
   engrams task files 0193f2a1-... app --json`,
 		Long: `Print a file from the task's session to stdout, or list a directory (as JSON
 with --json). PATH is relative to /work, where the repositories are cloned
-(default: /work itself). A suspended session resumes to answer.`,
+(default: /work itself). A suspended session resumes to answer. On a
+terminal, control characters in the file are not printed (they could drive
+the terminal); redirect or pipe it for its exact bytes.`,
 		Args: usageArgs(cobra.RangeArgs(1, 2)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.client()
@@ -350,8 +354,9 @@ with --json). PATH is relative to /work, where the repositories are cloned
 			if err != nil {
 				return fmt.Errorf("read task file: %w", err)
 			}
+			out := a.termOut(cmd.OutOrStdout())
 			if !isDir || a.jsonOut {
-				_, err = io.WriteString(cmd.OutOrStdout(), buf.String())
+				_, err = io.WriteString(out, buf.String())
 				return err
 			}
 			var list []struct {
@@ -363,7 +368,7 @@ with --json). PATH is relative to /work, where the repositories are cloned
 			if err := json.Unmarshal([]byte(buf.String()), &list); err != nil {
 				return fmt.Errorf("decode directory listing: %w", err)
 			}
-			tw := newTable(cmd.OutOrStdout())
+			tw := newTable(out)
 			for _, f := range list {
 				name := f.Name
 				if f.IsDir {

@@ -10,10 +10,10 @@ import (
 )
 
 // printTaskEvent writes one conversation event for a person to read. What
-// the agent wrote is shown without control characters (other than line
-// breaks and tabs), so it cannot drive the terminal.
+// the agent wrote is shown through termSafe (on a terminal or not), so it
+// cannot drive the terminal it is read on.
 func printTaskEvent(w io.Writer, e apiv1.TaskEvent) {
-	w = printable{w}
+	w = termSafe{w}
 	var d map[string]any
 	_ = json.Unmarshal(e.Data, &d)
 	str := func(k string) string {
@@ -68,21 +68,4 @@ func printTaskEvent(w io.Writer, e apiv1.TaskEvent) {
 // indent continues a multi-line text under its first line.
 func indent(s string) string {
 	return strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n           ")
-}
-
-// printable drops control characters (and ESC sequences' introducer)
-// except newline and tab from what it writes.
-type printable struct{ w io.Writer }
-
-func (p printable) Write(b []byte) (int, error) {
-	clean := strings.Map(func(r rune) rune {
-		if r == '\n' || r == '\t' || (r >= 0x20 && r != 0x7f && (r < 0x80 || r > 0x9f)) {
-			return r
-		}
-		return -1
-	}, string(b))
-	if _, err := io.WriteString(p.w, clean); err != nil {
-		return 0, err
-	}
-	return len(b), nil
 }

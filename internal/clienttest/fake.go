@@ -39,6 +39,8 @@ type Server struct {
 	snaps    map[string][]apiv1.Snapshot   // session -> committed snapshots, oldest first
 	outbox   map[string][]apiv1.OutboxItem // session -> items in seq order
 	nextSnap int
+	nextOp   int
+	ops      map[string][]apiv1.Op // session -> ops after its create
 	hosts    []*apiv1.Host
 	tokens   []*apiv1.Token
 	changed  chan struct{} // closed and replaced when events change
@@ -47,6 +49,7 @@ type Server struct {
 	idem     map[string]string
 	drop     int    // see DropAfter
 	snapFail string // see FailSnapshots
+	raceOn   string // see RaceSuspend
 	endMsg   bool   // see EndMessage
 
 	images     []*fakeImage
@@ -93,6 +96,7 @@ func Start() *Server {
 		events:  map[string][]apiv1.Event{},
 		files:   map[string]map[string]file{},
 		snaps:   map[string][]apiv1.Snapshot{},
+		ops:     map[string][]apiv1.Op{},
 		outbox:  map[string][]apiv1.OutboxItem{},
 		changed: make(chan struct{}),
 		idem:    map[string]string{},
@@ -299,6 +303,7 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request, id string) {
 	defer s.mu.Unlock()
 	sess := *s.findSession(id)
 	sess.Ops = []apiv1.Op{{ID: "op1", Kind: "create", State: "done", Step: "boot", Epoch: 1, Attempts: 1, CreatedAt: BaseTime(), UpdatedAt: BaseTime()}}
+	sess.Ops = append(sess.Ops, s.ops[id]...)
 	sess.Snapshots = slices.Clone(s.snaps[id])
 	writeJSON(w, 200, sess)
 }

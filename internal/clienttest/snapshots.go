@@ -27,6 +27,16 @@ func (s *Server) FailSnapshots(reason string) {
 	s.snapFail = reason
 }
 
+// RaceSuspend makes the next suspends end as outcome says once their
+// snapshot is committed: "resumed_since" (a request resumed the session at
+// once: it answers active) or "superseded" (a delete took it first: it
+// answers completed, with no snapshot).
+func (s *Server) RaceSuspend(outcome string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.raceOn = outcome
+}
+
 func terminal(state string) bool { return state == "completed" || state == "dead" }
 
 // inUse resumes an idle session before h runs, as the real server does for
@@ -95,27 +105,47 @@ func (s *Server) suspend(w http.ResponseWriter, r *http.Request, id string) {
 	sess := s.findSession(id)
 	switch sess.State {
 	case "idle":
-		writeJSON(w, 200, sess)
+		answer := *sess
+		answer.Suspend = &apiv1.SuspendOutcome{Result: apiv1.SuspendAlreadyIdle, SnapshotID: sess.HeadSnapshot}
+		writeJSON(w, 200, answer)
 		return
 	case "active":
 	default:
 		writeErr(w, 409, "conflict", fmt.Sprintf("session %s is %s; only an active session can be suspended", id, sess.State))
 		return
 	}
+	s.nextOp++
+	op := fmt.Sprintf("op%d", s.nextOp+1) // op1 is the create
 	if s.snapFail != "" {
 		sess.Reason = "suspend failed: " + s.snapFail
-		writeJSON(w, 200, sess)
+		answer := *sess
+		answer.Suspend = &apiv1.SuspendOutcome{Result: apiv1.SuspendFailed, OpID: op, Why: sess.Reason}
+		writeJSON(w, 200, answer)
 		return
 	}
 	before := *sess
-	s.snapshotLocked(sess, "suspend")
+	if s.raceOn == apiv1.SuspendSuperseded {
+		sess.State, sess.DesiredState, sess.HostID = "completed", "deleted", ""
+		answer := *sess
+		answer.Suspend = &apiv1.SuspendOutcome{Result: apiv1.SuspendSuperseded, OpID: op, Why: "a destroy operation (op0) took the session first"}
+		writeJSON(w, 200, answer)
+		return
+	}
+	sn := s.snapshotLocked(sess, "suspend")
 	sess.State, sess.DesiredState, sess.HostID = "idle", "idle", ""
 	s.addEventLocked(id, "state", map[string]string{"state": "idle"})
 	if r.URL.Query().Get("wait") == "false" {
 		writeJSON(w, 200, before) // as the real server: the session as it was
 		return
 	}
-	writeJSON(w, 200, sess)
+	outcome := &apiv1.SuspendOutcome{Result: apiv1.SuspendSuspended, SnapshotID: sn.ID, OpID: op}
+	if s.raceOn == apiv1.SuspendResumedSince {
+		s.resumeLocked(sess)
+		outcome.Result = apiv1.SuspendResumedSince
+	}
+	answer := *sess
+	answer.Suspend = outcome
+	writeJSON(w, 200, answer)
 }
 
 func (s *Server) resume(w http.ResponseWriter, r *http.Request, id string) {

@@ -81,7 +81,12 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, id string) {
 //	cat          echoes stdin frames until stdin_close
 //	tty          prints the PTY size, waits for a resize and prints it
 //	wait-signal  waits for a signal, prints it and exits 130
+//	suspend-me   prints a line, then the session is suspended under it
+//	             (an evict op, a snapshot): the stream ends without exit
 func (s *Server) execWS(w http.ResponseWriter, r *http.Request, id string) {
+	s.mu.Lock()
+	w.Header().Set(apiv1.HeaderSessionEpoch, strconv.FormatInt(s.findSession(id).Epoch, 10))
+	s.mu.Unlock()
 	conn, err := websocket.Accept(w, r, nil)
 	if err != nil {
 		return
@@ -110,6 +115,10 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request, id string) {
 	control(apiv1.ExecControl{Type: "started", PID: 42})
 	exit := apiv1.ExecControl{Type: "exit"}
 	switch start.Argv[0] {
+	case "suspend-me":
+		send(apiv1.ChanStdout, "partial output\n")
+		s.suspendUnder(id)
+		return // no exit: the machine is gone
 	case "cat":
 		for start.Stdin {
 			typ, msg, err := conn.Read(ctx)
@@ -238,4 +247,19 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, id string)
 			return
 		}
 	}
+}
+
+// suspendUnder suspends session id as an evict op would, under a running
+// command.
+func (s *Server) suspendUnder(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sess := s.findSession(id)
+	sess.Epoch++
+	s.nextOp++
+	s.ops[id] = append(s.ops[id], apiv1.Op{ID: fmt.Sprintf("op%d", s.nextOp+1), Kind: "evict", State: "succeeded", Epoch: sess.Epoch,
+		Attempts: 1, CreatedAt: BaseTime(), UpdatedAt: BaseTime()})
+	s.snapshotLocked(sess, "suspend")
+	sess.State, sess.DesiredState, sess.HostID = "idle", "idle", ""
+	s.addEventLocked(id, "state", map[string]string{"state": "idle"})
 }

@@ -168,13 +168,19 @@ func (x *opRun) run(ctx context.Context) error {
 // waiters. An illegal event for the current state is a programming error
 // surfaced as an error, never applied.
 func (x *opRun) apply(ctx context.Context, e lifecycle.Event, hostID *domain.HostID, reason *string) error {
+	return x.applyDesired(ctx, e, hostID, reason, nil)
+}
+
+// applyDesired is apply that also records desired (when non-nil) in the
+// same fenced write.
+func (x *opRun) applyDesired(ctx context.Context, e lifecycle.Event, hostID *domain.HostID, reason *string, desired *domain.DesiredState) error {
 	to, err := lifecycle.Transition(x.s.State, e)
 	if err != nil {
 		return fmt.Errorf("session %s: %w", x.s.ID, err)
 	}
 	s, err := x.c.st.ApplyTransition(ctx, store.Transition{
 		SessionID: x.s.ID, Epoch: x.op.Epoch, From: x.s.State, To: to, Event: e,
-		HostID: hostID, Reason: reason, At: x.c.now(),
+		HostID: hostID, Reason: reason, Desired: desired, At: x.c.now(),
 	})
 	switch {
 	case errors.Is(err, store.ErrStaleEpoch), errors.Is(err, store.ErrConflict):

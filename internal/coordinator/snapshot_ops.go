@@ -151,7 +151,10 @@ func (x *opRun) resume(ctx context.Context) error {
 		if err != nil {
 			return err // stays Idle; the next request places it again
 		}
-		if err := x.apply(ctx, lifecycle.ResumeRequested, &hostID, nil); err != nil {
+		// Whoever asked for the resume (session resume, an exec, a file, an
+		// outbox item) wants the session active: a suspend's wish for idle
+		// ends here (a wish to delete stays).
+		if err := x.applyDesired(ctx, lifecycle.ResumeRequested, &hostID, nil, ptr(domain.DesireActive)); err != nil {
 			return err
 		}
 	}

@@ -10,26 +10,26 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/engrams/engrams/internal/guestapi"
 )
 
-// pathParam returns the absolute, cleaned ?path= or writes a 400.
+// pathParam returns the absolute, cleaned ?path= or writes a 400
+// (guestapi.CheckFilePath).
 func pathParam(w http.ResponseWriter, r *http.Request) (string, bool) {
 	p := r.URL.Query().Get("path")
-	switch {
-	case p == "":
-		writeError(w, http.StatusBadRequest, "missing query parameter: path")
-		return "", false
-	case !filepath.IsAbs(p):
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("path must be absolute: %q", p))
+	if err := guestapi.CheckFilePath(p); err != nil {
+		writeError(w, http.StatusBadRequest, guestapi.FilePathError(p, err))
 		return "", false
 	}
 	return filepath.Clean(p), true
 }
 
-// writeFSError maps a file system error to a status.
+// writeFSError maps a file system error to a status: what the path names
+// (missing, forbidden, not a directory on the way, a name too long) is the
+// caller's to fix; the rest is the daemon's.
 func writeFSError(w http.ResponseWriter, action string, err error) {
 	status := http.StatusInternalServerError
 	switch {
@@ -37,6 +37,9 @@ func writeFSError(w http.ResponseWriter, action string, err error) {
 		status = http.StatusNotFound
 	case errors.Is(err, fs.ErrPermission):
 		status = http.StatusForbidden
+	case errors.Is(err, syscall.ENAMETOOLONG), errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EINVAL),
+		errors.Is(err, syscall.ELOOP), errors.Is(err, syscall.EISDIR):
+		status = http.StatusBadRequest
 	}
 	writeError(w, status, fmt.Sprintf("%s: %v", action, err))
 }
@@ -85,7 +88,7 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 	if m := r.URL.Query().Get("mode"); m != "" {
 		v, err := strconv.ParseUint(m, 8, 32)
 		if err != nil || v > 0o7777 {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("mode must be octal permission bits like 0644: %q", m))
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("mode must be octal permission bits like 0644: %s", guestapi.QuoteInput(m)))
 			return
 		}
 		mode = fs.FileMode(v)

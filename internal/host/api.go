@@ -71,7 +71,7 @@ func (h *api) writeErr(w http.ResponseWriter, sid string, err error) {
 func sessionFrom(w http.ResponseWriter, r *http.Request) (string, bool) {
 	sid := r.PathValue("id")
 	if !hostfs.ValidName(sid) {
-		hostlink.WriteError(w, http.StatusBadRequest, hostlink.CodeBadRequest, fmt.Sprintf("bad session id %q", sid))
+		hostlink.WriteError(w, http.StatusBadRequest, hostlink.CodeBadRequest, "bad session id "+guestapi.QuoteInput(sid))
 		return "", false
 	}
 	return sid, true
@@ -224,6 +224,15 @@ func (h *api) proxyGuest(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	rest := "/" + r.PathValue("rest")
+	switch rest {
+	case guestapi.PathFiles, guestapi.PathFileList, guestapi.PathFileStat: // refused before it counts as activity
+		p := r.URL.Query().Get("path")
+		if err := guestapi.CheckFilePath(p); err != nil {
+			hostlink.WriteError(w, http.StatusBadRequest, hostlink.CodeBadRequest, guestapi.FilePathError(p, err))
+			return
+		}
+	}
 	mc, err := h.life.guestMachine(sid, epoch)
 	if err != nil {
 		h.writeErr(w, sid, err)
@@ -231,7 +240,6 @@ func (h *api) proxyGuest(w http.ResponseWriter, r *http.Request) {
 	}
 	done := mc.Active()
 	defer done()
-	rest := "/" + r.PathValue("rest")
 	log := h.log.With("session_id", sid)
 	if r.Method == http.MethodPost && rest == guestapi.PathExecRun {
 		relayExecRun(w, r, mc, log)

@@ -35,6 +35,11 @@ type Config struct {
 	Coordinator   coordinator.Config // ReplicaID and ReplicaAddr are filled in
 	Harnesses     harnessreg.Config
 	Gateway       gateway.Config
+	// BodyWindow and BodyMinBytes are the slowest a request body may
+	// come: at least BodyMinBytes in every BodyWindow, or it is cut
+	// (bodyrate.go; defaults 30s and 16 KiB).
+	BodyWindow   time.Duration
+	BodyMinBytes int64
 }
 
 // Deps are what cmd/ chose.
@@ -145,8 +150,15 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	defer cancel()
 	reqCtx, cancelReqs := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelReqs()
+	window, min := s.cfg.BodyWindow, s.cfg.BodyMinBytes
+	if window <= 0 {
+		window = defaultBodyWindow
+	}
+	if min <= 0 {
+		min = defaultBodyMinBytes
+	}
 	hs := &http.Server{
-		Handler: s.mux, ReadHeaderTimeout: 10 * time.Second,
+		Handler: limitBodyRate(s.mux, window, min), ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		BaseContext: func(net.Listener) context.Context { return reqCtx },
 	}

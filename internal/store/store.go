@@ -40,7 +40,10 @@ type Transition struct {
 	Event     lifecycle.Event
 	HostID    *domain.HostID // set when non-nil
 	Reason    *string        // set when non-nil
-	At        time.Time
+	// Desired, when non-nil, is recorded in the same fenced write, unless
+	// the session is to be deleted (that wish is final).
+	Desired *domain.DesiredState
+	At      time.Time
 }
 
 // NewEvent is an event to append. Epoch > 0 fences it to that epoch.

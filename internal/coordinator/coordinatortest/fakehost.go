@@ -29,8 +29,11 @@ type FakeHost struct {
 	Starts   []hostlink.StartRequest
 	Full     bool // answer 409 capacity
 	Corrupt  bool // restores fail: snapshot_corrupt
-	Deletes  int
-	snaps    *SnapStore
+	// FailSnapshot, when set, is the error every snapshot fails with (the
+	// machine keeps running).
+	FailSnapshot string
+	Deletes      int
+	snaps        *SnapStore
 }
 
 // SnapStore plays the blob store: what each snapshot captured, shared by
@@ -119,6 +122,11 @@ func (h *FakeHost) snapshot(w http.ResponseWriter, r *http.Request, id string) {
 	if _, ok := h.machines[id]; !ok {
 		w.WriteHeader(http.StatusNotFound)
 		_ = json.NewEncoder(w).Encode(hostlink.ErrorBody{Code: hostlink.CodeNotFound, Error: "no machine"})
+		return
+	}
+	if h.FailSnapshot != "" {
+		w.WriteHeader(http.StatusInternalServerError)
+		_ = json.NewEncoder(w).Encode(hostlink.ErrorBody{Error: h.FailSnapshot})
 		return
 	}
 	h.snaps.mu.Lock()

@@ -290,6 +290,13 @@ func (s *Store) ApplyTransition(ctx context.Context, t store.Transition) (domain
 		args = append(args, *t.Reason)
 		set += fmt.Sprintf(", reason = $%d", len(args))
 	}
+	if t.Desired != nil {
+		if !t.Desired.Valid() {
+			return domain.Session{}, fmt.Errorf("apply transition to %s: unknown desired state %q", t.SessionID, *t.Desired)
+		}
+		args = append(args, string(*t.Desired))
+		set += fmt.Sprintf(", desired_state = CASE WHEN desired_state = '%s' THEN desired_state ELSE $%d END", domain.DesireDeleted, len(args))
+	}
 	var sess domain.Session
 	err = s.inTx(ctx, func(tx execer) error {
 		sess, err = scanSession(tx.QueryRowContext(ctx, `UPDATE sessions SET `+set+`

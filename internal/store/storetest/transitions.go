@@ -13,6 +13,37 @@ import (
 var transitionTests = []test{
 	{"ApplyTransition", testApplyTransition},
 	{"ApplyTransitionRejected", testApplyTransitionRejected},
+	{"ApplyTransitionDesired", testApplyTransitionDesired},
+}
+
+// testApplyTransitionDesired: a transition may record the desired state
+// with it, except over a wish to delete.
+func testApplyTransitionDesired(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	for _, tt := range []struct{ before, set, want domain.DesiredState }{
+		{domain.DesireIdle, domain.DesireActive, domain.DesireActive},
+		{domain.DesireActive, domain.DesireIdle, domain.DesireIdle},
+		{domain.DesireDeleted, domain.DesireActive, domain.DesireDeleted},
+	} {
+		sess, op := newSession(t, st)
+		_, sess = claimOnly(t, st, op.ID, t0)
+		must(t, st.SetDesiredState(ctx, sess.ID, tt.before))
+		got, err := st.ApplyTransition(ctx, store.Transition{SessionID: sess.ID, Epoch: sess.Epoch, From: domain.SessionCreated,
+			To: domain.SessionStarting, Event: lifecycle.Place, HostID: ptr[domain.HostID]("h"), Desired: &tt.set, At: t0})
+		must(t, err)
+		read, err := st.GetSession(ctx, sess.ID)
+		must(t, err)
+		if got.DesiredState != tt.want || read.DesiredState != tt.want {
+			t.Errorf("desired %s, then a transition setting %s: returned %s, read %s; want %s", tt.before, tt.set, got.DesiredState, read.DesiredState, tt.want)
+		}
+	}
+	sess, op := newSession(t, st)
+	_, sess = claimOnly(t, st, op.ID, t0)
+	bogus := domain.DesiredState("sideways")
+	if _, err := st.ApplyTransition(ctx, store.Transition{SessionID: sess.ID, Epoch: sess.Epoch, From: domain.SessionCreated,
+		To: domain.SessionStarting, Event: lifecycle.Place, Desired: &bogus, At: t0}); err == nil {
+		t.Error("a transition with an unknown desired state was applied")
+	}
 }
 
 func testApplyTransition(t *testing.T, st store.Store) {
