@@ -1,6 +1,7 @@
 package guest
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -30,8 +32,12 @@ func (l *pipeListener) Accept() (net.Conn, error) {
 	l.mu.Lock()
 	l.accepted++
 	l.mu.Unlock()
-	l.peers <- b
-	return a, nil
+	select {
+	case l.peers <- b:
+		return a, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
 }
 
 func (l *pipeListener) Close() error   { l.once.Do(func() { close(l.done) }); return nil }
@@ -47,6 +53,10 @@ func (l *pipeListener) count() int {
 // a waiting Accept.
 func TestLimitListener(t *testing.T) {
 	t.Parallel()
+	synctest.Test(t, testLimitListener)
+}
+
+func testLimitListener(t *testing.T) {
 	inner := &pipeListener{peers: make(chan net.Conn, 10), done: make(chan struct{})}
 	l := newLimitListener(inner, 3)
 	var conns []net.Conn
@@ -68,10 +78,11 @@ func TestLimitListener(t *testing.T) {
 			next <- c
 		}
 	}()
+	synctest.Wait()
 	select {
 	case <-next:
 		t.Fatal("a fourth connection was accepted while three are open")
-	case <-time.After(100 * time.Millisecond):
+	default:
 	}
 	_ = conns[0].Close()
 	_ = conns[0].Close()
@@ -129,4 +140,47 @@ func TestGatewayCapsConnections(t *testing.T) {
 
 func isReset(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "connection reset")
+}
+
+// TestServeCapsConnections: the daemon serves at most maxConns connections
+// at once: past them it accepts no more until one closes.
+func TestServeCapsConnections(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, testServeCapsConnections)
+}
+
+func testServeCapsConnections(t *testing.T) {
+	srv := New(Config{WorkDir: t.TempDir(), StateDir: t.TempDir(), HarnessDir: t.TempDir()}, Deps{})
+	inner := &pipeListener{peers: make(chan net.Conn), done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, inner) }()
+	var peers []net.Conn
+	collect := func(n int) {
+		for len(peers) < n {
+			select {
+			case c := <-inner.peers:
+				peers = append(peers, c)
+			case <-time.After(10 * time.Second):
+				t.Fatalf("the daemon accepted %d connections, want %d", len(peers), n)
+			}
+		}
+	}
+	collect(maxConns)
+	synctest.Wait()
+	select {
+	case c := <-inner.peers:
+		_ = c.Close()
+		t.Fatalf("the daemon accepted connection %d, past its cap of %d", maxConns+1, maxConns)
+	default:
+	}
+	_ = peers[0].Close() // the daemon sees it end and makes room for one more
+	collect(maxConns + 1)
+	cancel()
+	for _, c := range peers {
+		_ = c.Close()
+	}
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
 }

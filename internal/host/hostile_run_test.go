@@ -182,7 +182,13 @@ func runAttacks(t *testing.T, c *hostileCoord, ch *child, bystanders []string, a
 	}
 	for _, tc := range cases {
 		sid := prefix + tc.attack
-		waitUntil(t, sid+": a report of "+tc.bound, func() bool { _, b := c.state(sid); return slices.Contains(b, tc.bound) })
+		waitUntil(t, sid+": a report of "+tc.bound, func() bool {
+			_, b := c.state(sid)
+			return slices.Contains(b, tc.bound) || ch.wasKilled()
+		})
+	}
+	if ch.wasKilled() {
+		t.Fatalf("%s%s: the host agent passed %d MiB and was killed", prefix, cases[0].attack, killRSS>>20)
 	}
 	time.Sleep(time.Until(t0.Add(d)))
 	ran := time.Since(t0)

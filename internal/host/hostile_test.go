@@ -244,3 +244,9 @@ func (ch *child) phasePeak() (peak int64, killed bool) {
 	peak, ch.peak = ch.peak, 0
 	return peak, ch.killed
 }
+
+func (ch *child) wasKilled() bool {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.killed
+}
