@@ -38,12 +38,13 @@ func (c *Coordinator) AuthenticateHost(ctx context.Context, secret string) (doma
 }
 
 // RouteHostLink adds what hosts send over their link about their own
-// lifecycle to mux: register and heartbeat. The host id comes from the
+// lifecycle to mux: register and heartbeat, and guest bound reports. The host id comes from the
 // authenticated link (hostlink.HostIDFrom).
 func (c *Coordinator) RouteHostLink(mux *http.ServeMux) {
 	h := &linkHandlers{c}
 	mux.HandleFunc("POST "+hostlink.PathRegister, h.handleRegister)
 	mux.HandleFunc("POST "+hostlink.PathHeartbeat, h.handleHeartbeat)
+	mux.HandleFunc("POST "+hostlink.PathGuestBound, h.handleGuestBound)
 }
 
 // linkHandlers answer what hosts send about themselves over their link.

@@ -44,6 +44,8 @@ type gateway struct {
 	done    chan struct{} // closed when the gateway stops
 	tunnels []*tunnelWaiter
 	conns   []pendingConn
+	open    int  // connections accepted and not closed (maxGatewayConns at most)
+	full    bool // refusing connections (logged once per episode)
 }
 
 type tunnelWaiter struct{ ch chan net.Conn } // buffered: a send never blocks
@@ -118,7 +120,9 @@ func (g *gateway) Serve(ctx context.Context) {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
-		g.offer(c)
+		if c, ok := g.admit(c); ok {
+			g.offer(c)
+		}
 	}
 	rcancel()
 	wg.Wait()
@@ -155,6 +159,30 @@ func (g *gateway) reap(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// admit counts c among the open connections, or closes it when
+// maxGatewayConns are open already.
+func (g *gateway) admit(c net.Conn) (net.Conn, bool) {
+	g.mu.Lock()
+	if g.open >= maxGatewayConns {
+		first := !g.full
+		g.full = true
+		g.mu.Unlock()
+		if first {
+			g.log.Warn("gateway connections refused: too many open", "max", maxGatewayConns)
+		}
+		_ = c.Close()
+		return nil, false
+	}
+	g.open++
+	g.full = false
+	g.mu.Unlock()
+	return &limitConn{Conn: c, release: sync.OnceFunc(func() {
+		g.mu.Lock()
+		g.open--
+		g.mu.Unlock()
+	})}, true
 }
 
 // offer hands c to the oldest waiting tunnel, or queues it.
@@ -289,6 +317,9 @@ func bytesReader(b []byte) io.Reader { return strings.NewReader(string(b)) }
 // halfClose ends c's writing side only: TCP and Unix connections have
 // CloseWrite; a yamux stream's Close sends FIN and keeps reading.
 func halfClose(c net.Conn) bool {
+	if u, ok := c.(interface{ NetConn() net.Conn }); ok {
+		c = u.NetConn()
+	}
 	switch c := c.(type) {
 	case interface{ CloseWrite() error }:
 		return c.CloseWrite() == nil

@@ -151,9 +151,11 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // requests are joined by Serve. The daemon calls it once, beside Serve.
 func (s *Server) Run(ctx context.Context) error { return s.harness.Run(ctx) }
 
-// Serve serves the API on ln until ctx is done or ln fails. It closes ln,
-// ends running commands when ctx is done, and joins every handler.
+// Serve serves the API on ln until ctx is done or ln fails, at most
+// maxConns connections at once. It closes ln, ends running commands when
+// ctx is done, and joins every handler.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	ln = newLimitListener(ln, maxConns)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var active tracker // handlers, including hijacked exec streams Shutdown does not wait for

@@ -135,13 +135,19 @@ func errorFromResponse(resp *http.Response) error {
 	return e
 }
 
+// getJSON decodes a 2xx answer of at most MaxAnswerBytes (a listing's:
+// MaxFileListBytes) into v.
 func (c *Client) getJSON(ctx context.Context, path string, q url.Values, v any) error {
 	resp, err := c.do(ctx, http.MethodGet, path, q, nil)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+	limit := int64(MaxAnswerBytes)
+	if path == PathFileList {
+		limit = MaxFileListBytes
+	}
+	if err := json.NewDecoder(LimitReader(resp.Body, limit)).Decode(v); err != nil {
 		return fmt.Errorf("decode %s answer: %w", path, err)
 	}
 	return nil
@@ -221,7 +227,7 @@ func (c *Client) Outbox(ctx context.Context, entries []OutboxEntry) (OutboxState
 	}
 	defer resp.Body.Close()
 	var st OutboxState
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+	if err := json.NewDecoder(LimitReader(resp.Body, MaxAnswerBytes)).Decode(&st); err != nil {
 		return OutboxState{}, fmt.Errorf("guest outbox apply: decode answer: %w", err)
 	}
 	return st, nil

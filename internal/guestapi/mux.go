@@ -30,7 +30,8 @@ func YamuxConfig(log *slog.Logger) *yamux.Config {
 // a yamux client session whose streams each carry one HTTP connection to the
 // guest daemon. Use Dial as a Client's dial function.
 type Mux struct {
-	sess *yamux.Session
+	sess    *yamux.Session
+	refused chan struct{} // closed when refuseStreams returns
 }
 
 // NewMux opens a session over conn (the preamble, then a yamux client
@@ -47,7 +48,23 @@ func NewMux(ctx context.Context, conn net.Conn) (*Mux, error) {
 		_ = conn.Close()
 		return nil, fmt.Errorf("start yamux session: %w", err)
 	}
-	return &Mux{sess: sess}, nil
+	m := &Mux{sess: sess, refused: make(chan struct{})}
+	go m.refuseStreams()
+	return m, nil
+}
+
+// refuseStreams ends the session at the first stream the guest opens: in
+// the guest API the host opens every stream, and each stream the guest
+// opened and nobody read would hold up to a stream window of its bytes
+// (yamux keeps up to 256 waiting). It returns when the session ends.
+func (m *Mux) refuseStreams() {
+	defer close(m.refused)
+	s, err := m.sess.AcceptStream()
+	if err != nil {
+		return
+	}
+	_ = s.Close()
+	_ = m.sess.Close()
 }
 
 // Dial opens a new stream to the guest daemon. Opening only queues a SYN
@@ -67,4 +84,8 @@ func (m *Mux) Dial(ctx context.Context) (net.Conn, error) {
 func (m *Mux) Done() <-chan struct{} { return m.sess.CloseChan() }
 
 // Close ends the session and closes the underlying stream.
-func (m *Mux) Close() error { return m.sess.Close() }
+func (m *Mux) Close() error {
+	err := m.sess.Close()
+	<-m.refused
+	return err
+}

@@ -107,7 +107,7 @@ func agentTree(name, version string) []tarEntry {
 	}
 }
 
-func makeTar(t *testing.T, entries []tarEntry, gz bool) []byte {
+func makeTar(t testing.TB, entries []tarEntry, gz bool) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	var zw *gzip.Writer

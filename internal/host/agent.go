@@ -142,10 +142,10 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		Backend: deps.Backend, DiskChunks: deps.DiskChunks, MemoryChunks: deps.MemoryChunks, ChunkCache: deps.ChunkCache,
 		Logger: deps.Logger, Now: deps.Now, Facts: facts, Capacity: a.reg, Lease: a.lease, Checkpoint: deps.Checkpoint,
 	})
-	a.relay = relay.New(relay.Deps{Logger: deps.Logger, Link: a.link, Epochs: a.reg})
+	a.relay = relay.New(relay.Deps{Logger: deps.Logger, Link: a.link, Epochs: a.reg, Metrics: deps.Metrics})
 	a.life = &lifecycle{log: deps.Logger, now: deps.Now, backend: deps.Backend, facts: facts,
 		reg: a.reg, snaps: a.snaps, lease: a.lease, hooks: a.relay, checkpoint: deps.Checkpoint}
-	a.api = (&api{log: deps.Logger, reg: a.reg, life: a.life, snaps: a.snaps}).routes()
+	a.api = (&api{log: deps.Logger, reg: a.reg, life: a.life, snaps: a.snaps, bounds: a.relay}).routes()
 	return a, nil
 }
 

@@ -25,10 +25,11 @@ const maxCommandBody = 64 << 20
 // decodes each request, hands it to the lifecycle or the snapshot parts
 // and encodes their answer.
 type api struct {
-	log   *slog.Logger
-	reg   *machines.Registry
-	life  *lifecycle
-	snaps *snapshots.Snapshots
+	log    *slog.Logger
+	reg    *machines.Registry
+	life   *lifecycle
+	snaps  *snapshots.Snapshots
+	bounds boundReporter // guest answers over their bound
 }
 
 func (h *api) routes() http.Handler {
@@ -245,5 +246,5 @@ func (h *api) proxyGuest(w http.ResponseWriter, r *http.Request) {
 		relayExecRun(w, r, mc, log)
 		return
 	}
-	proxyToGuest(w, r, mc, rest, log)
+	proxyToGuest(w, r, mc, rest, log, h.bounds)
 }

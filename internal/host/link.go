@@ -31,7 +31,7 @@ func (l *coordLink) set(c *http.Client) { l.client.Store(c) }
 func (l *coordLink) clear(c *http.Client) { l.client.CompareAndSwap(c, nil) }
 
 // Post sends in as JSON to path on the coordinator and decodes its 2xx
-// answer into out; a refusal is a *postError.
+// answer into out (nil: discarded); a refusal is a *postError.
 func (l *coordLink) Post(ctx context.Context, client *http.Client, path string, in, out any) error {
 	body, err := json.Marshal(in)
 	if err != nil {
@@ -60,6 +60,9 @@ func (l *coordLink) Post(ctx context.Context, client *http.Client, path string, 
 			pe.msg = eb.Error
 		}
 		return pe
+	}
+	if out == nil {
+		return nil
 	}
 	if err := json.Unmarshal(b, out); err != nil {
 		return fmt.Errorf("decode %s answer: %w", path, err)

@@ -24,6 +24,9 @@ import (
 //     from hosts, credential grants in machine specs.
 //     (2026-12-01, same version: MachineSpec no longer carries the credential
 //     grants, which only the coordinator reads; hosts never read them.)
+//     (2026-12-02, same version: hosts report a guest stream that hit one of
+//     their bounds (PathGuestBound); a coordinator without the route answers
+//     404, which a host logs and ignores.)
 const Version = 4
 
 // Headers.

@@ -1,5 +1,12 @@
 package initproto
 
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
 // Control is one line of JSON the host sends on the control port. Every
 // field is optional; init applies what is set and answers with a Reply.
 // The host sends one at boot (identity and env before the daemon starts)
@@ -39,4 +46,52 @@ type Reply struct {
 	// HarnessRemounted answers RemountHarness; false from an init that
 	// predates it.
 	HarnessRemounted bool `json:"harness_remounted,omitempty"`
+}
+
+// Bounds on what the host reads from the control port. Init runs in the
+// guest, which is hostile (root, maybe prompt-injected): a reply's reader
+// holds at most one line, and stops after a few that are not its answer.
+const (
+	// MaxReplyLine bounds one Reply line (4 KiB); init's are under 300
+	// bytes, with an error message a few hundred more.
+	MaxReplyLine = 4 << 10
+	// MaxReplyLines bounds the lines read while waiting for one answer
+	// (16): the hello and replies to messages resent before it.
+	MaxReplyLines = 16
+)
+
+// ErrReplyBound: the control port sent more than a reply's bounds allow.
+var ErrReplyBound = errors.New("init control reply over its bound")
+
+// ReadReply reads replies from r until the one to message id: a line that
+// is not a Reply (or answers another id) is skipped, a line over
+// MaxReplyLine or more than MaxReplyLines lines is ErrReplyBound, and a read
+// failure is returned as is.
+func ReadReply(r *bufio.Reader, id uint64) (Reply, error) {
+	for range MaxReplyLines {
+		line, err := readLine(r)
+		if err != nil {
+			return Reply{}, err
+		}
+		var rep Reply
+		if json.Unmarshal(line, &rep) == nil && rep.ID == id {
+			return rep, nil
+		}
+	}
+	return Reply{}, fmt.Errorf("%w: %d lines without the answer to message %d", ErrReplyBound, MaxReplyLines, id)
+}
+
+// readLine reads one line of at most MaxReplyLine bytes.
+func readLine(r *bufio.Reader) ([]byte, error) {
+	var line []byte
+	for {
+		frag, err := r.ReadSlice('\n')
+		if len(line)+len(frag) > MaxReplyLine+1 { // +1: the newline
+			return nil, fmt.Errorf("%w: a line over %d bytes", ErrReplyBound, MaxReplyLine)
+		}
+		line = append(line, frag...)
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return line, err
+		}
+	}
 }

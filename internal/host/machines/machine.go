@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/internal/chunk"
+	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/vmm"
 )
@@ -54,9 +55,10 @@ func NewMachine(sid string, epoch int64, spec hostlink.MachineSpec, vm vmm.Machi
 			}
 			return c, nil
 		},
-		DisableCompression:  true,
-		MaxIdleConnsPerHost: 4,
-		IdleConnTimeout:     30 * time.Second,
+		DisableCompression:     true,
+		MaxIdleConnsPerHost:    4,
+		IdleConnTimeout:        30 * time.Second,
+		MaxResponseHeaderBytes: guestapi.MaxHeaderBytes, // the guest is hostile
 	}
 	return mc
 }

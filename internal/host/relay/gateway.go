@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -27,7 +28,12 @@ import (
 
 // Tunnel pool bounds.
 const (
-	tunnelPoolSize  = 2                      // GET /v1/tunnel requests waiting per machine
+	tunnelPoolSize = 2 // GET /v1/tunnel requests waiting per machine
+	// maxTunnels bounds a machine's tunnels, waiting and served (32): a
+	// harness uses a few connections to its model at once; each served one
+	// holds a connection's buffers and goroutines on the host. Connections
+	// the guest opens past it wait in the guest daemon until one ends.
+	maxTunnels      = 32
 	tunnelRetryBase = 100 * time.Millisecond // first wait after a failed tunnel; doubles
 	tunnelRetryMax  = 10 * time.Second
 	tunnelOpenLimit = 30 * time.Second // dial + writing the request (not the wait for a connection)
@@ -35,8 +41,9 @@ const (
 
 // runTunnels keeps tunnelPoolSize requests waiting: each that the guest
 // answers with a connection is replaced at once and served until the
-// connection ends. Failures (the machine paused or snapshotting, a guest
-// without a gateway) wait with a growing delay, so a pool never spins.
+// connection ends, up to maxTunnels at once (reaching it is reported).
+// Failures (the machine paused or snapshotting, a guest without a
+// gateway) wait with a growing delay, so a pool never spins.
 func (rl *Relay) runTunnels(ctx context.Context, mc *machines.Machine) {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -46,6 +53,7 @@ func (rl *Relay) runTunnels(ctx context.Context, mc *machines.Machine) {
 	}()
 	log := rl.log.With("session_id", mc.SessionID())
 	slots := make(chan struct{}, tunnelPoolSize)
+	tunnels := make(chan struct{}, maxTunnels) // waiting and served
 	bo := &tunnelBackoff{}
 	for {
 		select {
@@ -55,6 +63,9 @@ func (rl *Relay) runTunnels(ctx context.Context, mc *machines.Machine) {
 		case <-rl.stop:
 			return
 		case <-mc.VM().Done():
+			return
+		}
+		if !rl.takeTunnel(ctx, mc, tunnels) {
 			return
 		}
 		if d := bo.delay(); d > 0 {
@@ -75,9 +86,30 @@ func (rl *Relay) runTunnels(ctx context.Context, mc *machines.Machine) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer func() { <-tunnels }()
 			rl.tunnelOnce(ctx, mc, slots, bo, log)
 		}()
 	}
+}
+
+// takeTunnel takes one of mc's maxTunnels, waiting for one to end when
+// all are in use (reported); false when the pool ends first.
+func (rl *Relay) takeTunnel(ctx context.Context, mc *machines.Machine, tunnels chan struct{}) bool {
+	select {
+	case tunnels <- struct{}{}:
+		return true
+	default:
+	}
+	rl.Exceeded(mc, Exceeded{Bound: BoundTunnels, Limit: maxTunnels, Got: maxTunnels,
+		Message: fmt.Sprintf("the guest holds %d model gateway connections open, the most the host serves a machine at once: more wait in the guest until one ends", maxTunnels)})
+	select {
+	case tunnels <- struct{}{}:
+		return true
+	case <-ctx.Done():
+	case <-rl.stop:
+	case <-mc.VM().Done():
+	}
+	return false
 }
 
 // tunnelOnce waits for one connection through a tunnel and serves it. It
@@ -86,6 +118,11 @@ func (rl *Relay) tunnelOnce(ctx context.Context, mc *machines.Machine, slots cha
 	release := sync.OnceFunc(func() { <-slots })
 	defer release()
 	conn, err := openTunnel(ctx, mc)
+	var over *tunnelHeaderError
+	if errors.As(err, &over) {
+		rl.Exceeded(mc, Exceeded{Bound: BoundTunnelHeader, Limit: guestapi.MaxHeaderBytes, Got: guestapi.MaxHeaderBytes + 1,
+			Message: fmt.Sprintf("the guest's answer to a tunnel request ran past %d KiB before its headers ended: the host closed that tunnel", guestapi.MaxHeaderBytes>>10)})
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			n := bo.fail()
@@ -124,9 +161,9 @@ func openTunnel(ctx context.Context, mc *machines.Machine) (net.Conn, error) {
 	err = req.Write(c)
 	_ = c.SetWriteDeadline(time.Time{})
 	var resp *http.Response
-	br := bufio.NewReader(c)
+	var br *bufio.Reader
 	if err == nil {
-		resp, err = http.ReadResponse(br, req)
+		resp, br, err = readTunnelAnswer(c, req)
 	}
 	if !stop() {
 		_ = c.Close()
@@ -144,6 +181,53 @@ func openTunnel(ctx context.Context, mc *machines.Machine) (net.Conn, error) {
 		return nil, fmt.Errorf("tunnel request: guest answered %s: %s", resp.Status, strings.TrimSpace(string(msg)))
 	}
 	return &bufferedConn{Conn: c, r: br}, nil
+}
+
+// readTunnelAnswer reads the guest's answer to a tunnel request from c: its
+// status line and headers within guestapi.MaxHeaderBytes (past them a
+// *tunnelHeaderError). On 101 the returned reader goes on reading c,
+// unbounded: the tunnel's bytes.
+func readTunnelAnswer(c io.Reader, req *http.Request) (*http.Response, *bufio.Reader, error) {
+	lim := &headerLimit{r: c, n: guestapi.MaxHeaderBytes}
+	br := bufio.NewReaderSize(lim, 4<<10)
+	resp, err := http.ReadResponse(br, req)
+	if err != nil {
+		if lim.hit {
+			return nil, nil, &tunnelHeaderError{err: err}
+		}
+		return nil, nil, err
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		lim.n = math.MaxInt64 // the headers ended: the rest is the tunnel
+	}
+	return resp, br, nil
+}
+
+// tunnelHeaderError: a tunnel answer's headers ran past their bound.
+type tunnelHeaderError struct{ err error }
+
+func (e *tunnelHeaderError) Error() string {
+	return fmt.Sprintf("tunnel answer: headers over %d bytes: %v", guestapi.MaxHeaderBytes, e.err)
+}
+
+// headerLimit reads at most n bytes of r, then fails (and says so).
+type headerLimit struct {
+	r   io.Reader
+	n   int64
+	hit bool
+}
+
+func (l *headerLimit) Read(p []byte) (int, error) {
+	if l.n <= 0 {
+		l.hit = true
+		return 0, errors.New("tunnel answer over its bound")
+	}
+	if int64(len(p)) > l.n {
+		p = p[:l.n]
+	}
+	n, err := l.r.Read(p)
+	l.n -= int64(n)
+	return n, err
 }
 
 // bufferedConn is a conn whose first bytes may already sit in r.

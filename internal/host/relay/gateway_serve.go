@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/host/machines"
 	"github.com/engrams/engrams/internal/hostlink"
 )
@@ -43,6 +44,7 @@ func (rl *Relay) serveTunnel(ctx context.Context, mc *machines.Machine, conn net
 			rl.forwardGateway(w, r, mc, log)
 		}),
 		ReadHeaderTimeout: tunnelHeaderLimit,
+		MaxHeaderBytes:    guestapi.MaxHeaderBytes, // a guest process's request headers
 		IdleTimeout:       tunnelIdleLimit,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),

@@ -15,9 +15,10 @@ import (
 
 // Deps are the relay's collaborators.
 type Deps struct {
-	Logger *slog.Logger
-	Link   Link
-	Epochs Epochs
+	Logger  *slog.Logger
+	Link    Link
+	Epochs  Epochs
+	Metrics Metrics // nil: none
 }
 
 // Link is the coordinator link as the helpers use it.
@@ -25,7 +26,7 @@ type Link interface {
 	// Client is the registered link's client; nil while there is none.
 	Client() *http.Client
 	// Post sends in as JSON to the coordinator and decodes its answer into
-	// out. A refusal's error has a StatusCode() int method.
+	// out (nil: discarded). A refusal's error has a StatusCode() int method.
 	Post(ctx context.Context, client *http.Client, path string, in, out any) error
 }
 
@@ -39,12 +40,15 @@ type Epochs interface {
 // and stops them with it; the machine lifecycle calls Published, Ready and
 // Stopped.
 type Relay struct {
-	log    *slog.Logger
-	link   Link
-	epochs Epochs
+	log     *slog.Logger
+	link    Link
+	epochs  Epochs
+	metrics Metrics
+	queue   chan report // guest bound reports waiting for the link
 
 	mu      sync.Mutex
 	stops   map[*machines.Machine][]context.CancelFunc
+	reports map[reportKey]*reportState
 	stopped bool
 	stop    chan struct{} // closed when Run ends: helpers return
 	wg      sync.WaitGroup
@@ -55,12 +59,17 @@ func New(deps Deps) *Relay {
 	if deps.Logger == nil {
 		deps.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Relay{log: deps.Logger, link: deps.Link, epochs: deps.Epochs,
+	return &Relay{log: deps.Logger, link: deps.Link, epochs: deps.Epochs, metrics: deps.Metrics,
+		queue: make(chan report, maxQueuedReports), reports: map[reportKey]*reportState{},
 		stops: map[*machines.Machine][]context.CancelFunc{}, stop: make(chan struct{})}
 }
 
-// Run waits for ctx to end, then stops every helper and joins them.
+// Run sends guest bound reports until ctx ends, then stops every helper
+// and joins them.
 func (rl *Relay) Run(ctx context.Context) error {
+	var reports sync.WaitGroup
+	reports.Go(func() { rl.sendReports(ctx) })
+	defer reports.Wait()
 	<-ctx.Done()
 	rl.mu.Lock()
 	if !rl.stopped {
@@ -96,6 +105,7 @@ func (rl *Relay) Stopped(mc *machines.Machine) {
 	for _, stop := range stops {
 		stop()
 	}
+	rl.forgetReports(mc)
 }
 
 // whileMachine runs fn in the background until the returned stop is

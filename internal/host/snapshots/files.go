@@ -136,7 +136,11 @@ func restoreSnapshotFile(ctx context.Context, store ChunkStore, m chunk.Manifest
 		return fmt.Errorf("restore %s: %w", dst, err)
 	}
 	defer f.Close()
-	if err := untar(ctx, f, dst); err != nil {
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("restore %s: %w", dst, err)
+	}
+	if err := untar(ctx, f, dst, fi.Size()); err != nil {
 		return fmt.Errorf("restore %s: %w", dst, err)
 	}
 	return nil
@@ -144,8 +148,10 @@ func restoreSnapshotFile(ctx context.Context, store ChunkStore, m chunk.Manifest
 
 // untar extracts a tar stream into the new directory dst. Every path is
 // resolved inside dst (os.Root): no entry, symlink or "..", can write
-// outside it.
-func untar(ctx context.Context, r io.Reader, dst string) error {
+// outside it. The files it writes hold at most limit bytes in all: writeTar
+// stores every byte of a file, so an archive never holds more data than its
+// own size, and a sparse entry claiming more is refused.
+func untar(ctx context.Context, r io.Reader, dst string, limit int64) error {
 	if err := os.Mkdir(dst, 0o755); err != nil {
 		return err
 	}
@@ -180,6 +186,11 @@ func untar(ctx context.Context, r io.Reader, dst string) error {
 		}
 		if hdr.Typeflag == tar.TypeDir {
 			dirs = append(dirs, dirMode{name, hdr})
+		}
+		if hdr.Typeflag == tar.TypeReg {
+			if limit -= hdr.Size; hdr.Size < 0 || limit < 0 {
+				return fmt.Errorf("archive entry %q: its files hold more bytes than the archive", hdr.Name)
+			}
 		}
 		if err := extract(root, tr, name, hdr); err != nil {
 			return fmt.Errorf("extract %s: %w", name, err)

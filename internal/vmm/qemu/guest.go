@@ -36,6 +36,9 @@ func sendControl(ctx context.Context, sock string, c initproto.Control) (initpro
 			}
 			return rep, nil
 		}
+		if errors.Is(err, initproto.ErrReplyBound) { // a hostile guest: no retry
+			return rep, fmt.Errorf("guest control: %w", err)
+		}
 		last = err
 		select {
 		case <-ctx.Done():
@@ -61,16 +64,7 @@ func sendControlOnce(ctx context.Context, sock string, c initproto.Control) (ini
 	if _, err := conn.Write(append(b, '\n')); err != nil {
 		return rep, err
 	}
-	r := bufio.NewReader(conn)
-	for {
-		line, err := r.ReadBytes('\n')
-		if err != nil {
-			return rep, err
-		}
-		if json.Unmarshal(line, &rep) == nil && rep.ID == c.ID {
-			return rep, nil
-		}
-	}
+	return initproto.ReadReply(bufio.NewReader(conn), c.ID)
 }
 
 // newControl builds a control message with the host's clock and fresh entropy.

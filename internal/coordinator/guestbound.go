@@ -1,0 +1,82 @@
+package coordinator
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/store"
+)
+
+// maxGuestBoundBody bounds one hostlink.GuestBoundReport (bytes).
+const maxGuestBoundBody = 16 << 10
+
+// handleGuestBound appends a host's report that a stream of a session's
+// guest exceeded one of the host's bounds to the session's event log
+// (hostlink.EventGuestBound), so `engrams session logs` says which bound,
+// its value and what the guest sent. Only the host the session is placed
+// on may report, at the session's current epoch.
+func (c *linkHandlers) handleGuestBound(w http.ResponseWriter, r *http.Request) {
+	hostID, _ := hostlink.HostIDFrom(r.Context())
+	sid := domain.SessionID(r.PathValue("id"))
+	var req hostlink.GuestBoundReport
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxGuestBoundBody)).Decode(&req); err != nil {
+		hostlink.WriteError(w, http.StatusBadRequest, hostlink.CodeBadRequest, "decode guest bound report: "+err.Error())
+		return
+	}
+	if !validBoundName(req.Bound) {
+		hostlink.WriteError(w, http.StatusBadRequest, hostlink.CodeBadRequest, fmt.Sprintf("bound %.80q: want 1 to 64 of a-z, 0-9 and _", req.Bound))
+		return
+	}
+	s, err := c.st.GetSession(r.Context(), sid)
+	if err != nil {
+		c.writeGuestBoundErr(w, sid, hostID, fmt.Errorf("get session %s: %w", sid, err))
+		return
+	}
+	if s.HostID != hostID || req.Epoch != s.Epoch || !s.State.HasVM() {
+		hostlink.WriteError(w, http.StatusConflict, hostlink.CodeStaleEpoch, fmt.Sprintf("session %s is %s on host %s at epoch %d; the report came from host %s at epoch %d",
+			sid, s.State, s.HostID, s.Epoch, hostID, req.Epoch))
+		return
+	}
+	data, _ := json.Marshal(map[string]any{"bound": req.Bound, "limit": req.Limit, "got": req.Got,
+		"repeated": max(req.Repeated, 0), "message": clip(req.Message, hostlink.MaxGuestBoundMessage)})
+	_, err = c.st.AppendEvent(r.Context(), store.NewEvent{SessionID: sid, Type: hostlink.EventGuestBound, Data: data, Epoch: req.Epoch, At: c.now()})
+	if err != nil {
+		c.writeGuestBoundErr(w, sid, hostID, err)
+		return
+	}
+	c.wake(r.Context(), SessionTopic(sid))
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (c *linkHandlers) writeGuestBoundErr(w http.ResponseWriter, sid domain.SessionID, hostID domain.HostID, err error) {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		hostlink.WriteError(w, http.StatusNotFound, hostlink.CodeNotFound, err.Error())
+	case errors.Is(err, store.ErrStaleEpoch):
+		hostlink.WriteError(w, http.StatusConflict, hostlink.CodeStaleEpoch, err.Error())
+	default:
+		c.log.Warn("record guest bound", "session_id", sid, "host_id", hostID, "err", err)
+		hostlink.WriteError(w, http.StatusServiceUnavailable, hostlink.CodeUnavailable, err.Error())
+	}
+}
+
+// validBoundName: 1 to 64 of a-z, 0-9 and _.
+func validBoundName(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	return strings.Trim(s, "abcdefghijklmnopqrstuvwxyz0123456789_") == ""
+}
+
+// clip cuts s to at most n bytes of valid UTF-8.
+func clip(s string, n int) string {
+	if len(s) > n {
+		s = s[:n]
+	}
+	return strings.ToValidUTF8(s, "")
+}
