@@ -296,15 +296,17 @@ const (
 	// HardlinkOutside: "etc/stolen" hard-linked to "../../…/etc/passwd".
 	HardlinkOutside MaliciousKind = "hardlink-outside"
 	// DeviceNode: the character device "dev/mem" (1:1, the host's physical memory).
+	// It is not refused but left out (never created on the puller's host), so it is
+	// not among MaliciousKinds.
 	DeviceNode MaliciousKind = "device-node"
 )
 
 // EscapeProbe is the file name malicious layers try to create outside the target.
 const EscapeProbe = "engrams-imagetest-escape-probe"
 
-// MaliciousKinds lists every MaliciousKind.
+// MaliciousKinds lists every MaliciousKind a pull refuses (all but DeviceNode).
 func MaliciousKinds() []MaliciousKind {
-	return []MaliciousKind{PathTraversal, AbsoluteName, SymlinkEscape, RelativeSymlinkEscape, HardlinkOutside, DeviceNode}
+	return []MaliciousKind{PathTraversal, AbsoluteName, SymlinkEscape, RelativeSymlinkEscape, HardlinkOutside}
 }
 
 // Malicious is an image whose second layer holds the attack kind names, over a first

@@ -153,6 +153,13 @@ func roundTripCases(t *testing.T) []roundTripCase {
 	for _, k := range imagetest.MaliciousKinds() {
 		tests = append(tests, roundTripCase{name: "malicious " + string(k), img: imagetest.Malicious(t, k), want: oci.ErrUnsafeLayer})
 	}
+	tests = append(tests, roundTripCase{name: "device node, left out", img: imagetest.Malicious(t, imagetest.DeviceNode),
+		check: func(t *testing.T, img *oci.Image) {
+			imagetest.TreeFacts{Dirs: []string{"dev"}, Absent: []string{"dev/mem"}}.Check(t, img.Dir)
+			if want := []oci.LeftOut{{Name: "/dev/mem", Kind: oci.LeftOutCharDevice}}; !slices.Equal(img.LeftOut, want) {
+				t.Errorf("left out %v, want %v", img.LeftOut, want)
+			}
+		}})
 	return tests
 }
 
