@@ -411,6 +411,7 @@ type ImageJob struct {
 	Error      string           `json:"error,omitempty"`
 	OutputTail string           `json:"output_tail,omitempty"` // the warm-up's last output
 	StagesMS   map[string]int64 `json:"stages_ms,omitempty"`   // how long each finished stage took
+	Warnings   []string         `json:"warnings,omitempty"`    // what the image lost on the way (device nodes left out, …)
 	CreatedAt  time.Time        `json:"created_at"`
 	UpdatedAt  time.Time        `json:"updated_at"`
 }

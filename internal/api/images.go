@@ -211,7 +211,7 @@ func imageJobOut(j domain.ImageJob) apiv1.ImageJob {
 	out := apiv1.ImageJob{
 		ID: j.ID, ImageID: j.ImageID, Kind: string(j.Kind), State: string(j.State), Stage: j.Stage,
 		BytesDone: j.BytesDone, BytesTotal: j.BytesTotal, Attempts: j.Attempts, Error: j.Error,
-		OutputTail: j.OutputTail, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt,
+		OutputTail: j.OutputTail, Warnings: j.Warnings, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt,
 	}
 	if len(j.Stages) > 0 {
 		var ms map[string]int64

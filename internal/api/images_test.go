@@ -57,7 +57,7 @@ var webJobs = []domain.ImageJob{
 	{ID: "j1", ImageID: "i1", Kind: domain.ImageJobEnable, State: domain.JobFailed, Error: "warm-up exited 1", OutputTail: "npm ERR!",
 		Attempts: 1, CreatedAt: t0, UpdatedAt: t0.Add(time.Minute)}, // no stage times
 	{ID: "j2", ImageID: "i1", Kind: domain.ImageJobEnable, State: domain.JobReady, Attempts: 1, CreatedAt: t0.Add(time.Hour),
-		Stages: json.RawMessage(`{"pull":1500,"rootfs":800,"warmup":12000}`)},
+		Stages: json.RawMessage(`{"pull":1500,"rootfs":800,"warmup":12000}`), Warnings: []string{"left out 1 device node: /dev/null"}},
 	{ID: "j3", ImageID: "i1", Kind: domain.ImageJobRefresh, State: domain.JobMaterializing, Stage: "pull",
 		BytesDone: 45, BytesTotal: 100, Stages: json.RawMessage(`not json`)},
 }
@@ -309,7 +309,7 @@ func TestImageJobsConversion(t *testing.T) {
 		{ID: "j1", ImageID: "i1", Kind: "enable", State: "failed", Attempts: 1, Error: "warm-up exited 1", OutputTail: "npm ERR!",
 			CreatedAt: t0, UpdatedAt: t0.Add(time.Minute)},
 		{ID: "j2", ImageID: "i1", Kind: "enable", State: "ready", Attempts: 1, CreatedAt: t0.Add(time.Hour),
-			StagesMS: map[string]int64{"pull": 1500, "rootfs": 800, "warmup": 12000}},
+			StagesMS: map[string]int64{"pull": 1500, "rootfs": 800, "warmup": 12000}, Warnings: []string{"left out 1 device node: /dev/null"}},
 		{ID: "j3", ImageID: "i1", Kind: "refresh", State: "materializing", Stage: "pull", BytesDone: 45, BytesTotal: 100},
 	}}
 	g, _ := json.Marshal(got)

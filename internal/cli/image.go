@@ -430,9 +430,10 @@ func (a imageCmds) imageJobsCmd() *cobra.Command {
 		Short: "List an image's enable and refresh jobs",
 		Long: `List an image's jobs, oldest first: kind (enable, refresh), state
 (pending, materializing, capturing, ready, failed), stage and bytes of a
-running job, attempts, the time its stages took, and why it failed. The
-warm-up output of a failed job is in ` + "`engrams image get NAME`" + ` (last job) and
-in --json.`,
+running job, attempts, the time its stages took, and why it failed, then
+each job's warnings (what the image lost on the way: device nodes and FIFOs,
+which are never created from an image). The warm-up output of a failed job is
+in ` + "`engrams image get NAME`" + ` (last job) and in --json.`,
 		Example: `  engrams image jobs web
   engrams image jobs --json web | jq -r '.jobs[-1].output_tail'`,
 		Args: usageArgs(cobra.ExactArgs(1)),
@@ -467,5 +468,15 @@ func (a imageCmds) jobTable(w io.Writer, jobs []apiv1.ImageJob) error {
 		}
 		row(tw, j.ID, j.Kind, j.State, j.Stage, prog, j.Attempts, a.when(j.CreatedAt), totalTime(j.StagesMS), j.Error)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, j := range jobs {
+		for _, warning := range j.Warnings {
+			if _, err := fmt.Fprintf(w, "warning (job %s): %s\n", j.ID, warning); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

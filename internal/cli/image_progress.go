@@ -93,6 +93,9 @@ func printReady(w io.Writer, img apiv1.Image, job apiv1.ImageJob) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	for _, warning := range job.Warnings {
+		fmt.Fprintf(w, "warning: %s\n", warning)
+	}
 	_, err := fmt.Fprintf(w, "start a session from it with `engrams session create --image %s`\n", img.Name)
 	return err
 }

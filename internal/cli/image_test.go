@@ -70,6 +70,9 @@ func TestImageEnable(t *testing.T) {
 		{name: "warm-up fails json", args: []string{"image", "enable", "--json", webRef}, setup: failJobs, code: 1,
 			contains:   []string{`"state": "failed"`, `"output_tail": "npm ERR! code ENOENT\nnpm ERR! missing package.json\n"`},
 			errContain: []string{"error: enable of image web failed"}},
+		{name: "warned", args: []string{"image", "enable", webRef}, setup: func(_ *testing.T, srv *clienttest.Server) { srv.ScriptImageJobs(warnedSteps()) },
+			stdout:     strings.Replace(readyWeb, "start a session", "warning: "+leftOutWarning+"\nstart a session", 1),
+			errContain: []string{"image web: ready\n"}},
 		{name: "no wait", args: []string{"image", "enable", "--no-wait", "--name", "w2", webRef},
 			stdout: "image w2: enable job job1 is pending; follow it with `engrams image jobs w2`\n"},
 		{name: "no wait json", args: []string{"image", "enable", "--no-wait", "--json", "node:22"},
@@ -184,6 +187,14 @@ func TestImageCommands(t *testing.T) {
 			stdout: "ID    KIND    STATE    STAGE  PROGRESS  ATTEMPTS  CREATED              TOOK  ERROR\n" +
 				"job2  enable  pending  -      -         0         2026-11-30 06:00:00  -     -\n"},
 		{name: "jobs json", args: []string{"image", "jobs", "--json", "web"}, contains: []string{`"jobs": [`, `"kind": "enable"`}},
+		{name: "jobs with a warning", args: []string{"image", "jobs", "deboot"}, setup: enableWarned("deboot:12"),
+			stdout: "ID    KIND    STATE  STAGE  PROGRESS  ATTEMPTS  CREATED              TOOK   ERROR\n" +
+				"job3  enable  ready  -      -         1         2026-11-30 06:00:00  51.3s  -\n" +
+				"warning (job job3): " + leftOutWarning + "\n"},
+		{name: "get with a warning", args: []string{"image", "get", "deboot"}, setup: enableWarned("deboot:12"),
+			contains: []string{"\nLast job:\n", "job3  enable  ready", "\nwarning (job job3): " + leftOutWarning + "\n"}},
+		{name: "jobs json with a warning", args: []string{"image", "jobs", "--json", "deboot"}, setup: enableWarned("deboot:12"),
+			contains: []string{`"warnings": [`, `"left out 2 device nodes and 1 FIFO`}},
 		{name: "disable", args: []string{"image", "disable", "web"}, stdout: "disabled image web (img1); sessions already running from it keep running\n"},
 		{name: "disable json", args: []string{"image", "disable", "--json", "web"}, contains: []string{`"state": "disabled"`}},
 		{name: "refresh", args: []string{"image", "refresh", "web"}, contains: []string{"image web is ready\n", "Base snapshot:  base-job3\n"},
@@ -210,6 +221,32 @@ func disable(name string) func(*testing.T, *clienttest.Server) {
 }
 
 // enableFailed enables ref with a job that fails its warm-up and waits.
+// leftOutWarning is what a job enabling a docker-imported debootstrap tree says.
+const leftOutWarning = "left out 2 device nodes and 1 FIFO, never created from an image: /dev/console, /dev/null, /run/initctl; " +
+	"the guest's /dev is devtmpfs, with the kernel's own device nodes"
+
+// warnedSteps is a job that ends ready with leftOutWarning.
+func warnedSteps() []apiv1.ImageJob {
+	steps := clienttest.DefaultImageSteps()
+	steps[len(steps)-1].Warnings = []string{leftOutWarning}
+	return steps
+}
+
+// enableWarned enables ref through warnedSteps.
+func enableWarned(ref string) func(*testing.T, *clienttest.Server) {
+	return func(t *testing.T, srv *clienttest.Server) {
+		srv.ScriptImageJobs(warnedSteps())
+		c := client.New(srv.URL, clienttest.Token)
+		r, err := c.Images().Enable(t.Context(), apiv1.EnableImageRequest{Ref: ref})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Images().WaitJob(t.Context(), r.Job.ID, time.Millisecond, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func enableFailed(ref string) func(*testing.T, *clienttest.Server) {
 	return func(t *testing.T, srv *clienttest.Server) {
 		failJobs(t, srv)

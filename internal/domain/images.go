@@ -74,6 +74,7 @@ type ImageJob struct {
 	LeaseUntil time.Time
 	Stages     json.RawMessage // stage name -> milliseconds; opaque here, nil until recorded
 	Digest     string          // the manifest digest this job resolved; "" until resolved
+	Warnings   []string        // what the job wants its users to know (what the image lost); nil: none
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
 }

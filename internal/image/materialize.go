@@ -48,8 +48,10 @@ const rootFSSeed = "engrams-image-rootfs-v1"
 
 // Config tunes a Materializer.
 type Config struct {
-	// WorkDir holds one temporary directory per call (tree and ext4 image), removed
-	// before the call returns. Required; it should have room for both.
+	// WorkDir holds one temporary directory per call (tree and ext4 image; 0700),
+	// removed before the call returns. Required; it should have room for both, and
+	// be private to this user (checkWorkDir: a real directory, this user's, writable
+	// by no one else), checked by New and by every call.
 	WorkDir string
 	// DefaultDiskGiB is the root disk size when Request.DiskGiB is 0 (default DefaultDiskGiB).
 	DefaultDiskGiB int
@@ -93,6 +95,9 @@ func New(cfg Config, deps Deps) (*Materializer, error) {
 	}
 	if cfg.StaleAfter <= 0 {
 		cfg.StaleAfter = StaleWorkAfter
+	}
+	if err := checkWorkDir(cfg.WorkDir); err != nil {
+		return nil, fmt.Errorf("new materializer: %w", err)
 	}
 	log := deps.Logger
 	if log == nil {
@@ -149,6 +154,9 @@ type Result struct {
 	DiskBytes       int64           // virtual size of the root filesystem image
 	Upload          chunk.PutStats  // chunks present, uploaded, bytes uploaded
 	Libc            string          // glibc, musl or none: the dynamic loaders the tree has (Libc* constants)
+	// Warnings say what the root filesystem left out of the image (its device nodes
+	// and FIFOs, oci.LeftOutWarning); nil when nothing.
+	Warnings []string
 }
 
 // C libraries an image may provide, by the dynamic loader found in its tree.
@@ -159,7 +167,8 @@ const (
 )
 
 // findLibc names the C library whose x86-64 dynamic loader dir's tree has
-// (glibc wins when both are there).
+// (glibc wins when both are there), looking as the guest would (/lib64 may be a
+// symlink, even an absolute one), never outside the tree.
 func findLibc(dir string) string {
 	for _, c := range []struct{ path, libc string }{
 		{"lib64/ld-linux-x86-64.so.2", LibcGlibc},
@@ -169,7 +178,7 @@ func findLibc(dir string) string {
 		{"lib/ld-musl-x86_64.so.1", LibcMusl},
 		{"usr/lib/ld-musl-x86_64.so.1", LibcMusl},
 	} {
-		if _, err := os.Lstat(filepath.Join(dir, c.path)); err == nil {
+		if _, err := oci.LstatInRoot(dir, c.path); err == nil {
 			return c.libc
 		}
 	}
@@ -208,7 +217,7 @@ func (m *Materializer) Materialize(ctx context.Context, req Request) (Result, er
 	if err != nil {
 		return Result{}, fmt.Errorf("materialize %s: %w", req.Ref, err)
 	}
-	work, err := os.MkdirTemp(m.cfg.WorkDir, workPrefix)
+	work, err := makeWorkDir(m.cfg.WorkDir)
 	if err != nil {
 		return Result{}, fmt.Errorf("materialize %s: %w", res.Pinned(), err)
 	}
@@ -236,9 +245,10 @@ func (m *Materializer) build(ctx context.Context, work string, res oci.Resolved,
 				progress(StagePull, done, total)
 			}
 		},
+		Limits: oci.TreeLimits(disk),
 	})
 	if err != nil {
-		return Result{}, err
+		return Result{}, diskHint(err, disk)
 	}
 	if err := img.RequireShell(); err != nil {
 		return Result{}, err
@@ -247,6 +257,9 @@ func (m *Materializer) build(ctx context.Context, work string, res oci.Resolved,
 		Repository: img.Repository, Digest: img.Digest, Config: img.Config,
 		CompressedBytes: img.CompressedBytes(), TreeBytes: img.TreeBytes, DiskBytes: disk,
 		Libc: findLibc(img.Dir),
+	}
+	if w := oci.LeftOutWarning(img.LeftOut); w != "" {
+		out.Warnings = []string{w}
 	}
 	if img.TreeBytes >= disk {
 		return Result{}, tooLarge(img.TreeBytes, disk, vmimage.ErrTreeTooLarge)
@@ -275,6 +288,15 @@ func (m *Materializer) build(ctx context.Context, work string, res oci.Resolved,
 	progress(StageChunks, disk, disk)
 	out.RootFS, out.Upload = man, st
 	return out, nil
+}
+
+// diskHint adds what to do to a pull stopped by a bound the root disk sets.
+func diskHint(err error, disk int64) error {
+	var lerr *oci.LimitError
+	if errors.As(err, &lerr) && (lerr.Limit == "TreeBytes" || lerr.Limit == "Inodes") {
+		return fmt.Errorf("%w (all a %d GiB root disk has room for; enable the image with a larger --disk)", err, disk>>30)
+	}
+	return err
 }
 
 // tooLarge says the tree does not fit and what to do; err wraps vmimage.ErrTreeTooLarge.

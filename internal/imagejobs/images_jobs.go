@@ -72,6 +72,7 @@ type jobRun struct {
 	done     int64
 	total    int64
 	digest   string
+	warnings []string         // nil until the materializer gave some
 	started  time.Time        // of the current stage
 	stages   map[string]int64 // finished stage -> ms
 	dirty    bool
@@ -94,6 +95,16 @@ func (r *jobRun) closeStageLocked(now time.Time) {
 	if r.stage != "" && !r.started.IsZero() {
 		r.stages[r.stage] += now.Sub(r.started).Milliseconds()
 	}
+}
+
+// warn records what the job's users should know (the next save writes it).
+func (r *jobRun) warn(warnings []string) {
+	if len(warnings) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.warnings, r.dirty = warnings, true
 }
 
 // addStages records stage times measured elsewhere (on the capture host).
@@ -122,7 +133,7 @@ func (r *jobRun) save(ctx context.Context, force bool) {
 		return
 	}
 	p := store.JobProgress{ID: r.job.ID, Epoch: r.job.Epoch, State: r.state, Stage: r.stage, Done: r.done, Total: r.total,
-		LeaseUntil: now.Add(imageJobLease), Digest: r.digest}
+		LeaseUntil: now.Add(imageJobLease), Digest: r.digest, Warnings: r.warnings}
 	r.dirty, r.lastSave = false, now
 	r.mu.Unlock()
 	err := r.c.st.UpdateJobProgress(ctx, p, now)

@@ -85,6 +85,10 @@ func (c *Images) imageJob(ctx context.Context, r *jobRun) (domain.Image, error) 
 	if err != nil {
 		return img, &jobFailure{err: explainPull(err)}
 	}
+	r.warn(mat.Warnings)
+	for _, w := range mat.Warnings {
+		c.log.Info("image enabled with a warning", "image_id", img.ID, "digest", mat.Digest, "warning", w)
+	}
 	cfg.Libc, cfg.User, cfg.ImageEnv = mat.Libc, mat.Config.User, mat.Config.Env
 	cfg.Entrypoint = slices.Concat(mat.Config.Entrypoint, mat.Config.Cmd)
 	rootfs, err := json.Marshal(mat.RootFS)

@@ -211,6 +211,7 @@ type JobProgress struct {
 	LeaseUntil time.Time       // extends the lease; zero keeps it
 	Digest     string          // "" keeps it
 	Stages     json.RawMessage // nil keeps it
+	Warnings   []string        // nil keeps them; empty clears them
 }
 
 // Images keeps enabled images and their enable/refresh jobs.
@@ -242,7 +243,7 @@ type Images interface {
 	// ClaimJob claims a pending job, or a materializing or capturing one
 	// whose lease ended before at (its runner died): it bumps the epoch,
 	// sets the lease to at+lease, the state to materializing, one more
-	// attempt, an empty stage and zero bytes (digest and stages are kept),
+	// attempt, an empty stage and zero bytes (digest, stages and warnings are kept),
 	// and returns the row. One conditional write: of concurrent claimers
 	// exactly one wins. ErrConflict while another lease is live or once the
 	// job finished, ErrNotFound for an unknown job.
@@ -253,7 +254,7 @@ type Images interface {
 	ListClaimableJobs(ctx context.Context, at time.Time, limit int) ([]domain.ImageJob, error)
 	// UpdateJobProgress records a claimed job's state (materializing or
 	// capturing), stage and bytes, and optionally extends its lease and
-	// records its digest and stages. Fenced: ErrStaleEpoch if the job was
+	// records its digest, stages and warnings. Fenced: ErrStaleEpoch if the job was
 	// claimed again since p.Epoch, ErrConflict if it is not claimed (pending,
 	// ready or failed), ErrNotFound for an unknown job; nothing is written then.
 	UpdateJobProgress(ctx context.Context, p JobProgress, at time.Time) error

@@ -296,15 +296,17 @@ const (
 	// HardlinkOutside: "etc/stolen" hard-linked to "../../…/etc/passwd".
 	HardlinkOutside MaliciousKind = "hardlink-outside"
 	// DeviceNode: the character device "dev/mem" (1:1, the host's physical memory).
+	// It is not refused but left out (never created on the puller's host), so it is
+	// not among MaliciousKinds.
 	DeviceNode MaliciousKind = "device-node"
 )
 
 // EscapeProbe is the file name malicious layers try to create outside the target.
 const EscapeProbe = "engrams-imagetest-escape-probe"
 
-// MaliciousKinds lists every MaliciousKind.
+// MaliciousKinds lists every MaliciousKind a pull refuses (all but DeviceNode).
 func MaliciousKinds() []MaliciousKind {
-	return []MaliciousKind{PathTraversal, AbsoluteName, SymlinkEscape, RelativeSymlinkEscape, HardlinkOutside, DeviceNode}
+	return []MaliciousKind{PathTraversal, AbsoluteName, SymlinkEscape, RelativeSymlinkEscape, HardlinkOutside}
 }
 
 // Malicious is an image whose second layer holds the attack kind names, over a first
@@ -336,4 +338,40 @@ func Malicious(t testing.TB, kind MaliciousKind) v1.Image {
 		File("etc/passwd", "root:x:0:0:root:/root:/bin/sh\n", 0o644),
 	)
 	return Image(t, shellConfig(), base, Layer(t, attack...))
+}
+
+// DebootstrapLike is what `docker import` makes of a debootstrap tree: one layer,
+// names starting "./", an empty config (no PATH, no command), and a /dev holding
+// device nodes (/dev/console, /dev/null and the rest of debootstrap's, one block
+// device) besides its symlinks and directories, with a FIFO in /run. Busybox
+// provides /bin/sh. DebootstrapLeftOut lists what a pull leaves out of it.
+func DebootstrapLike(t testing.TB) v1.Image {
+	t.Helper()
+	ents := []Entry{Dir("./", 0o755)}
+	for _, e := range busyboxEntries(t) {
+		e.Name = "./" + e.Name
+		ents = append(ents, e)
+	}
+	dev := func(name string, typ byte, mode, major, minor int64) Entry {
+		return Entry{Name: "./dev/" + name, Type: typ, Mode: mode, Devmajor: major, Devminor: minor}
+	}
+	ents = append(ents,
+		dev("console", tar.TypeChar, 0o600, 5, 1), dev("full", tar.TypeChar, 0o666, 1, 7),
+		dev("null", tar.TypeChar, 0o666, 1, 3), dev("ptmx", tar.TypeChar, 0o666, 5, 2),
+		dev("random", tar.TypeChar, 0o666, 1, 8), dev("tty", tar.TypeChar, 0o666, 5, 0),
+		dev("urandom", tar.TypeChar, 0o666, 1, 9), dev("zero", tar.TypeChar, 0o666, 1, 5),
+		dev("loop0", tar.TypeBlock, 0o660, 7, 0),
+		Dir("./dev/pts/", 0o755), Dir("./dev/shm/", 0o1777),
+		Symlink("./dev/fd", "/proc/self/fd"), Symlink("./dev/stdin", "/proc/self/fd/0"),
+		Symlink("./dev/stdout", "/proc/self/fd/1"), Symlink("./dev/stderr", "/proc/self/fd/2"),
+		Entry{Name: "./run/initctl", Type: tar.TypeFifo, Mode: 0o600},
+		File("./etc/debian_version", "12.8\n", 0o644),
+	)
+	return Image(t, v1.Config{}, Layer(t, ents...))
+}
+
+// DebootstrapLeftOut are the names DebootstrapLike's pull leaves out, sorted.
+func DebootstrapLeftOut() []string {
+	return []string{"/dev/console", "/dev/full", "/dev/loop0", "/dev/null", "/dev/ptmx", "/dev/random",
+		"/dev/tty", "/dev/urandom", "/dev/zero", "/run/initctl"}
 }

@@ -153,6 +153,27 @@ func roundTripCases(t *testing.T) []roundTripCase {
 	for _, k := range imagetest.MaliciousKinds() {
 		tests = append(tests, roundTripCase{name: "malicious " + string(k), img: imagetest.Malicious(t, k), want: oci.ErrUnsafeLayer})
 	}
+	tests = append(tests, roundTripCase{name: "debootstrap-like, docker import", img: imagetest.DebootstrapLike(t), requireShell: true,
+		check: func(t *testing.T, img *oci.Image) {
+			var names []string
+			for _, l := range img.LeftOut {
+				names = append(names, l.Name)
+			}
+			if !slices.Equal(names, imagetest.DebootstrapLeftOut()) {
+				t.Errorf("left out %v, want %v", names, imagetest.DebootstrapLeftOut())
+			}
+			imagetest.TreeFacts{
+				Symlinks: map[string]string{"dev/fd": "/proc/self/fd", "bin/sh": "/bin/busybox"},
+				Dirs:     []string{"dev/pts", "dev/shm", "run"}, Absent: []string{"dev/null", "dev/console", "run/initctl"},
+			}.Check(t, img.Dir)
+		}})
+	tests = append(tests, roundTripCase{name: "device node, left out", img: imagetest.Malicious(t, imagetest.DeviceNode),
+		check: func(t *testing.T, img *oci.Image) {
+			imagetest.TreeFacts{Dirs: []string{"dev"}, Absent: []string{"dev/mem"}}.Check(t, img.Dir)
+			if want := []oci.LeftOut{{Name: "/dev/mem", Kind: oci.LeftOutCharDevice}}; !slices.Equal(img.LeftOut, want) {
+				t.Errorf("left out %v, want %v", img.LeftOut, want)
+			}
+		}})
 	return tests
 }
 

@@ -60,8 +60,12 @@ func lutimes(p string, mtime time.Time) error {
 	return unix.UtimesNanoAt(unix.AT_FDCWD, p, []unix.Timespec{ts, ts}, unix.AT_SYMLINK_NOFOLLOW)
 }
 
-// finish gives every directory still in the tree its final mode and times.
+// finish removes the placeholders of what was left out, then gives every directory
+// still in the tree its final mode and times.
 func (t *tree) finish() error {
+	if err := t.removeLeftOut(); err != nil {
+		return err
+	}
 	names := make([]string, 0, len(t.dirs))
 	for n := range t.dirs {
 		names = append(names, n)

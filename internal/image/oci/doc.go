@@ -1,4 +1,4 @@
-// Package oci pulls one OCI image (the linux/amd64 manifest) from any registry, verifies
-// every layer and flattens the layers into a directory tree, refusing unsafe entries and
-// leaving nothing half-written; it reports the digest, config and whether /bin/sh exists.
+// Package oci pulls one OCI image (linux/amd64) from any registry, verifies every layer and
+// flattens the layers into a tree within its Limits, refusing unsafe entries and leaving out
+// device nodes and FIFOs (never created); imported by internal/image and its tests.
 package oci

@@ -29,10 +29,11 @@ var (
 	// bytes do not match the config's diff_id, or it is not a readable tar stream.
 	ErrCorruptLayer = errors.New("corrupt layer")
 	// ErrUnsafeLayer: a layer holds an entry that is refused: path traversal, an absolute
-	// name, a link leaving the root, a write through a symlink, a device node or FIFO, or
-	// an unsupported entry type.
+	// name, a link leaving the root, a write through a symlink, metadata past the
+	// per-entry Limits, or an unsupported entry type. (Device nodes and FIFOs are left
+	// out, not refused: Image.LeftOut.)
 	ErrUnsafeLayer = errors.New("unsafe layer")
-	// ErrTooLarge: the flattened tree would exceed Config.MaxTreeBytes.
+	// ErrTooLarge: the image passed one of the pull's Limits (a *LimitError says which).
 	ErrTooLarge = errors.New("image too large")
 	// ErrNoShell: the flattened tree has no executable /bin/sh (symlinks followed inside
 	// the root).
@@ -41,7 +42,19 @@ var (
 
 // unsafeEntry is the ErrUnsafeLayer error for one tar entry.
 func unsafeEntry(name, format string, args ...any) error {
-	return fmt.Errorf("%w: entry %q %s", ErrUnsafeLayer, name, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%w: entry %s %s", ErrUnsafeLayer, shown(name), fmt.Sprintf(format, args...))
+}
+
+// shownNameBytes is how much of an entry's name an error quotes.
+const shownNameBytes = 160
+
+// shown quotes an entry's name for an error, shortened when long (a name may be
+// as long as archive/tar reads, 1 MiB).
+func shown(name string) string {
+	if len(name) <= shownNameBytes {
+		return fmt.Sprintf("%q", name)
+	}
+	return fmt.Sprintf("%q… (%d bytes)", name[:shownNameBytes], len(name))
 }
 
 // classify wraps a registry error with the category it belongs to, if any.

@@ -72,7 +72,7 @@ func hardlink(name, target string) ent {
 func whiteout(name string) ent { return file(name, "", 0o600) }
 
 // tarBytes writes entries as an uncompressed tar stream.
-func tarBytes(t *testing.T, ents ...ent) []byte {
+func tarBytes(t testing.TB, ents ...ent) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)

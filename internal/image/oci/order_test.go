@@ -180,7 +180,7 @@ func TestOrderKeepsDirectoriesFirst(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			tr, err := newTree(dir, Config{})
+			tr, err := newTree(dir, Config{}, newMeter(Limits{}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -198,7 +198,7 @@ func TestOrderKeepsDirectoriesFirst(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, "stray"), nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		tr, err := newTree(dir, Config{})
+		tr, err := newTree(dir, Config{}, newMeter(Limits{}))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -38,6 +38,9 @@ type Request struct {
 	// before the tree is renamed into place.
 	RequireShell bool
 	Progress     ProgressFunc // optional
+	// Limits override the Puller's (Config.Limits) field by field where not zero:
+	// the root disk's bounds (TreeLimits) for one pull.
+	Limits Limits
 }
 
 // Image is a pulled, flattened image.
@@ -46,6 +49,9 @@ type Image struct {
 	Dir       string // the flattened tree (Request.Target, absolute)
 	TreeBytes int64  // file bytes written
 	HasShell  bool   // an executable /bin/sh exists, symlinks followed inside the root
+	// LeftOut lists, by name, the device nodes and FIFOs the image has and the tree
+	// does not (LeftOutWarning says it in a line).
+	LeftOut []LeftOut
 	// Order lists every entry of the tree but its root ("etc", "etc/passwd"; slash
 	// separated, relative to Dir) by the layer that created it, then by name, every
 	// directory before what it holds (see tree.order). Building a file system in this
@@ -111,7 +117,11 @@ func (p *Puller) Pull(ctx context.Context, req Request) (*Image, error) {
 
 // build flattens every layer into dir and checks the result.
 func (p *Puller) build(ctx context.Context, dir string, res Resolved, img v1.Image, req Request, prog *progress) (*Image, error) {
-	t, err := newTree(dir, p.cfg)
+	m := newMeter(p.cfg.Limits.Over(req.Limits))
+	if err := checkPacked(res, m.lim); err != nil {
+		return nil, err
+	}
+	t, err := newTree(dir, p.cfg, m)
 	if err != nil {
 		return nil, err
 	}
@@ -135,17 +145,33 @@ func (p *Puller) build(ctx context.Context, dir string, res Resolved, img v1.Ima
 	if err != nil {
 		return nil, err
 	}
-	out := &Image{Resolved: res, TreeBytes: t.bytes, HasShell: has, Order: order}
+	out := &Image{Resolved: res, TreeBytes: m.tree, HasShell: has, Order: order, LeftOut: t.leftOut}
 	if req.RequireShell && !has {
 		return nil, errNoShell()
 	}
 	return out, nil
 }
 
+// checkPacked refuses, before any layer is fetched, layers whose declared sizes
+// could not hold a stream within lim.StreamBytes (compression adds at most 1/256
+// to incompressible bytes), and more of them than lim.Layers.
+func checkPacked(res Resolved, lim Limits) error {
+	if len(res.Layers) > lim.Layers {
+		return &LimitError{Limit: "Layers", Max: int64(lim.Layers),
+			msg: fmt.Sprintf("%d layers, more than %d", len(res.Layers), lim.Layers)}
+	}
+	if packed, most := res.CompressedBytes(), lim.StreamBytes+lim.StreamBytes/256; packed > most {
+		return &LimitError{Limit: "StreamBytes", Max: lim.StreamBytes, msg: fmt.Sprintf(
+			"the layers are %d bytes compressed, more than a stream of at most %d bytes uncompressed can be", packed, lim.StreamBytes)}
+	}
+	return nil
+}
+
 // applyLayer streams layer number index's blob into the tree and verifies it. Whatever
 // goes wrong, the rest of the blob is read and its digest checked, so corrupt bytes are
 // reported as ErrCorruptLayer even when they first show up as a broken or odd-looking
-// tar stream.
+// tar stream; but a pull stopped by a bound stops there (the rest of the blob may be
+// what the bound is about).
 func (p *Puller) applyLayer(ctx context.Context, t *tree, index int, img v1.Image, l Layer, prog *progress) error {
 	digest, err := v1.NewHash(l.Digest)
 	if err != nil {
@@ -165,9 +191,14 @@ func (p *Puller) applyLayer(ctx context.Context, t *tree, index int, img v1.Imag
 	}
 	defer rc.Close()
 	br := &blobReader{r: rc, h: sha256.New(), prog: prog}
+	t.m.blob = br
+	defer t.m.endLayer()
 	applyErr := t.applyLayer(ctx, index, br, diffID)
 	if cerr := ctx.Err(); cerr != nil {
 		return cerr
+	}
+	if errors.Is(applyErr, ErrTooLarge) {
+		return applyErr
 	}
 	_, _ = io.Copy(io.Discard, br) // to the end, so the digest covers the whole blob
 	if err := br.verify(l); err != nil {
@@ -241,16 +272,20 @@ func (p *progress) add(n int64) {
 
 // RemoveTree removes dir even if the tree holds directories without write
 // permission (a non-root caller cannot otherwise remove their entries), as
-// an image tree may.
+// an image tree may. Neither step follows a symlink in the tree (os.RemoveAll
+// removes links, the chmods go through an os.Root of dir).
 func RemoveTree(dir string) error {
 	if err := os.RemoveAll(dir); err == nil {
 		return nil
 	}
-	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			_ = os.Chmod(p, 0o700)
-		}
-		return nil
-	})
+	if root, err := os.OpenRoot(dir); err == nil {
+		_ = fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				_ = root.Chmod(p, 0o700)
+			}
+			return nil
+		})
+		_ = root.Close()
+	}
 	return os.RemoveAll(dir)
 }

@@ -19,8 +19,8 @@ import (
 type Config struct {
 	// UserAgent is sent to registries; empty means "engrams".
 	UserAgent string
-	// MaxTreeBytes caps the file bytes a flattened tree may hold; 0 means no cap.
-	MaxTreeBytes int64
+	// Limits bound every pull (zero fields: DefaultLimits); a Request may override them.
+	Limits Limits
 	// SkipOwnership leaves every file owned by the calling user and drops
 	// security.* xattrs: for development runs as non-root. A guest root filesystem
 	// needs the image's owners, so production runs as root with this false.
@@ -167,7 +167,7 @@ func (p *Puller) resolve(ctx context.Context, ref string, auth Credentials) (Res
 	if err != nil {
 		return Resolved{}, nil, fmt.Errorf("resolve %s: %w", ref, err)
 	}
-	if err := describe(img, &res); err != nil {
+	if err := describe(img, &res, p.cfg.Limits.complete()); err != nil {
 		return Resolved{}, nil, fmt.Errorf("resolve %s: %w", ref, err)
 	}
 	return res, img, nil
@@ -228,18 +228,21 @@ func pickPlatform(im *v1.IndexManifest) (v1.Descriptor, error) {
 }
 
 // describe fills res from the image's config and manifest, checking the platform of
-// a single-manifest image.
-func describe(img v1.Image, res *Resolved) error {
+// a single-manifest image and the size of its config (read into memory) and layers.
+func describe(img v1.Image, res *Resolved, lim Limits) error {
+	m, err := img.Manifest()
+	if err != nil {
+		return fmt.Errorf("read manifest: %w", classify(err))
+	}
+	if err := checkManifest(m, lim); err != nil {
+		return err
+	}
 	cf, err := img.ConfigFile()
 	if err != nil {
 		return fmt.Errorf("fetch config: %w", classify(err))
 	}
 	if (cf.OS != "" && cf.OS != "linux") || (cf.Architecture != "" && cf.Architecture != "amd64") {
 		return fmt.Errorf("%w: the image is %s/%s", ErrNoPlatform, cf.OS, cf.Architecture)
-	}
-	m, err := img.Manifest()
-	if err != nil {
-		return fmt.Errorf("read manifest: %w", classify(err))
 	}
 	if len(m.Layers) != len(cf.RootFS.DiffIDs) {
 		return fmt.Errorf("%w: manifest lists %d layers, config %d diff_ids",
@@ -257,6 +260,21 @@ func describe(img v1.Image, res *Resolved) error {
 			Digest: l.Digest.String(), DiffID: cf.RootFS.DiffIDs[i].String(),
 			Size: l.Size, MediaType: string(l.MediaType),
 		})
+	}
+	return nil
+}
+
+// checkManifest refuses, before the config is fetched, a manifest past lim: a
+// config larger than ConfigBytes or more layers than Layers. (The layers' sizes
+// are checked by Pull, against the request's StreamBytes.)
+func checkManifest(m *v1.Manifest, lim Limits) error {
+	if m.Config.Size > lim.ConfigBytes {
+		return &LimitError{Limit: "ConfigBytes", Max: lim.ConfigBytes,
+			msg: fmt.Sprintf("the config is %d bytes, more than %d", m.Config.Size, lim.ConfigBytes)}
+	}
+	if len(m.Layers) > lim.Layers {
+		return &LimitError{Limit: "Layers", Max: int64(lim.Layers),
+			msg: fmt.Sprintf("%d layers, more than %d", len(m.Layers), lim.Layers)}
 	}
 	return nil
 }

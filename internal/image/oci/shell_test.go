@@ -3,6 +3,8 @@ package oci
 import (
 	"context"
 	"errors"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -62,5 +64,45 @@ func TestPullReportsShell(t *testing.T) {
 			}
 			assertGone(t, target, parent)
 		})
+	}
+}
+
+// LstatInRoot resolves directories inside the tree, never on the host, and does not
+// follow the last component.
+func TestLstatInRoot(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	for _, l := range [][2]string{{"lib", "/usr/lib"}, {"hostetc", "/etc"}, {"usr/lib/dangling", "/nowhere"}} {
+		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(l[0])), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(l[1], filepath.Join(root, l[0])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "usr/lib/ld.so"), nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		want fs.FileMode // 0: not found
+	}{
+		{"/lib/ld.so", 0o755},             // through an absolute symlink inside the tree
+		{"lib/ld.so", 0o755},              // relative names are the same
+		{"/hostetc/passwd", 0},            // /etc of the tree, not the host's
+		{"/lib/dangling", fs.ModeSymlink}, // the last component is not followed
+		{"/usr/lib/ld.so/x", 0},           // a file where a directory should be
+		{"/../../../etc/passwd", 0},       // ".." stops at the root
+	}
+	for _, tc := range tests {
+		fi, err := LstatInRoot(root, tc.name)
+		switch {
+		case tc.want == 0 && err == nil:
+			t.Errorf("%s: found %v, want nothing", tc.name, fi.Mode())
+		case tc.want != 0 && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.want == fs.ModeSymlink && fi.Mode()&fs.ModeSymlink == 0, tc.want == 0o755 && !fi.Mode().IsRegular():
+			t.Errorf("%s: %v, want %v", tc.name, fi.Mode(), tc.want)
+		}
 	}
 }

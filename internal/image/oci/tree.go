@@ -15,6 +15,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -44,12 +45,18 @@ var implicitDir = meta{mode: fs.ModeDir | 0o755, mtime: time.Unix(0, 0)}
 // tree is a directory tree layers are applied to, in order. Every operation goes
 // through an os.Root (no path resolves outside dir) and, before it, through explicit
 // checks that name the offending entry: no "..", no absolute names, no write through a
-// symlink, no link leaving the root, no device nodes.
+// symlink, no link leaving the root; device nodes and FIFOs are never created. What
+// it writes, reads and keeps is counted against the pull's Limits (m).
 type tree struct {
-	dir   string
-	root  *os.Root
-	cfg   Config
-	bytes int64 // file bytes written
+	dir  string
+	root *os.Root
+	cfg  Config
+	m    *meter
+
+	// left holds the names standing for device nodes and FIFOs (empty placeholder
+	// files, see leaveOut) by kind; leftOut lists those finish removed.
+	left    map[string]string
+	leftOut []LeftOut
 
 	dirs map[string]meta // every directory created or described, by name ("." is the root)
 	real map[string]bool // names known to be real directories (not symlinks); reset on removals
@@ -68,13 +75,13 @@ type tree struct {
 	created map[string]int
 }
 
-func newTree(dir string, cfg Config) (*tree, error) {
+func newTree(dir string, cfg Config, m *meter) (*tree, error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return nil, err
 	}
 	return &tree{
-		dir: dir, root: root, cfg: cfg,
+		dir: dir, root: root, cfg: cfg, m: m, left: map[string]string{},
 		dirs:    map[string]meta{".": implicitDir},
 		real:    map[string]bool{".": true},
 		created: map[string]int{},
@@ -92,7 +99,7 @@ func (t *tree) applyLayer(ctx context.Context, index int, r io.Reader, diffID v1
 	}
 	defer done()
 	uh := sha256.New()
-	tee := io.TeeReader(dr, uh)
+	tee := io.TeeReader(countedReader{r: dr, m: t.m}, uh)
 	tr := tar.NewReader(tee)
 	t.layer, t.written, t.ancestors = index, map[string]bool{}, map[string]bool{}
 	for {
@@ -104,15 +111,19 @@ func (t *tree) applyLayer(ctx context.Context, index int, r io.Reader, diffID v1
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("%w: read tar: %v", ErrCorruptLayer, err)
+			return t.readErr("read tar", err)
 		}
-		if err := t.apply(hdr, tr); err != nil {
+		if err := t.m.entry(hdr); err != nil {
 			return err
 		}
+		if err := t.apply(hdr, tr); err != nil {
+			return t.readErr("", err)
+		}
 	}
-	// The rest: tar padding, and the compressor's trailer with its checksum.
+	// The rest: tar padding, and the compressor's trailer with its checksum (counted:
+	// a bomb may hide its zeros after the end of the archive).
 	if _, err := io.Copy(io.Discard, tee); err != nil {
-		return fmt.Errorf("%w: read layer: %v", ErrCorruptLayer, err)
+		return t.readErr("read layer", err)
 	}
 	if got := "sha256:" + hex.EncodeToString(uh.Sum(nil)); got != diffID.String() {
 		return fmt.Errorf("%w: uncompressed digest is %s, the config's diff_id says %s",
@@ -121,7 +132,24 @@ func (t *tree) applyLayer(ctx context.Context, index int, r io.Reader, diffID v1
 	return nil
 }
 
+// readErr is the error of a failed read or entry: the bound the meter saw passed
+// (readers in between may have wrapped or replaced it), else err, as corruption when
+// it is a failed read (what says it).
+func (t *tree) readErr(what string, err error) error {
+	switch {
+	case t.m.err != nil:
+		return t.m.err
+	case what == "":
+		return err
+	}
+	return fmt.Errorf("%w: %s: %v", ErrCorruptLayer, what, err)
+}
+
 var zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
+
+// zstdMaxWindow bounds the memory a zstd frame can make the decoder take: 128 MiB,
+// the window of zstd --long=27, the largest common tools write.
+const zstdMaxWindow = 128 << 20
 
 // decompress detects gzip and zstd by their magic bytes (media types are not always
 // honest); anything else is read as a plain tar.
@@ -135,7 +163,8 @@ func decompress(br *bufio.Reader) (io.Reader, func(), error) {
 		}
 		return zr, func() { _ = zr.Close() }, nil
 	case bytes.Equal(magic, zstdMagic):
-		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1))
+		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1),
+			zstd.WithDecoderMaxWindow(zstdMaxWindow), zstd.WithDecoderMaxMemory(zstdMaxWindow))
 		if err != nil {
 			return nil, nil, fmt.Errorf("zstd: %w", err)
 		}
@@ -162,10 +191,12 @@ func (t *tree) apply(hdr *tar.Header, r io.Reader) error {
 		err = t.symlink(name, hdr)
 	case tar.TypeLink:
 		err = t.hardlink(name, hdr)
-	case tar.TypeChar, tar.TypeBlock:
-		return unsafeEntry(hdr.Name, "is a device node (%d:%d)", hdr.Devmajor, hdr.Devminor)
+	case tar.TypeChar:
+		err = t.leaveOut(name, hdr, LeftOutCharDevice)
+	case tar.TypeBlock:
+		err = t.leaveOut(name, hdr, LeftOutBlockDevice)
 	case tar.TypeFifo:
-		return unsafeEntry(hdr.Name, "is a FIFO")
+		err = t.leaveOut(name, hdr, LeftOutFIFO)
 	case tar.TypeXGlobalHeader:
 		return nil
 	default:
@@ -224,6 +255,9 @@ func (t *tree) parents(entry, name string, create bool) (bool, error) {
 		fi, err := t.root.Lstat(prefix)
 		switch {
 		case errors.Is(err, fs.ErrNotExist) && create:
+			if err := t.m.addInode(); err != nil {
+				return false, err
+			}
 			if err := t.root.Mkdir(prefix, 0o700); err != nil {
 				return false, fmt.Errorf("entry %q: %w", entry, err)
 			}
@@ -245,7 +279,7 @@ func (t *tree) parents(entry, name string, create bool) (bool, error) {
 	return true, nil
 }
 
-// clear removes whatever is at name (nothing if absent).
+// clear removes whatever is at name (nothing if absent), and forgets it.
 func (t *tree) clear(name string) error {
 	fi, err := t.root.Lstat(name)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -255,10 +289,39 @@ func (t *tree) clear(name string) error {
 		return err
 	}
 	if fi.IsDir() {
+		if err := t.forgetUnder(name); err != nil {
+			return err
+		}
 		t.real = map[string]bool{".": true}
 		return t.root.RemoveAll(name)
 	}
+	t.forget(name, fi)
 	return t.root.Remove(name)
+}
+
+// forget uncounts the entry at name, about to be removed: its inode unless another
+// name still links to it, and its placeholder if it is one.
+func (t *tree) forget(name string, fi fs.FileInfo) {
+	delete(t.left, name)
+	if st, ok := fi.Sys().(*syscall.Stat_t); fi.IsDir() || !ok || st.Nlink <= 1 {
+		t.m.inodes--
+	}
+}
+
+// forgetUnder forgets dir and everything below it, about to be removed. (Two names
+// of one inode both below dir keep it counted: the count errs high, never low.)
+func (t *tree) forgetUnder(dir string) error {
+	return fs.WalkDir(t.root.FS(), dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		t.forget(p, fi)
+		return nil
+	})
 }
 
 func (t *tree) mkdir(name string, hdr *tar.Header) error {
@@ -271,6 +334,9 @@ func (t *tree) mkdir(name string, hdr *tar.Header) error {
 		if err != nil || !fi.IsDir() {
 			if err := t.clear(name); err != nil {
 				return fmt.Errorf("entry %q: %w", hdr.Name, err)
+			}
+			if err := t.m.addInode(); err != nil {
+				return err
 			}
 			if err := t.root.Mkdir(name, 0o700); err != nil {
 				return fmt.Errorf("entry %q: %w", hdr.Name, err)
@@ -290,10 +356,13 @@ func (t *tree) file(name string, hdr *tar.Header, r io.Reader) error {
 	if name == "." {
 		return unsafeEntry(hdr.Name, "would replace the root directory")
 	}
-	if t.cfg.MaxTreeBytes > 0 && t.bytes+hdr.Size > t.cfg.MaxTreeBytes {
-		return fmt.Errorf("%w: entry %q takes the tree past %d bytes", ErrTooLarge, hdr.Name, t.cfg.MaxTreeBytes)
+	if err := t.m.wantTree(hdr.Name, hdr.Size); err != nil {
+		return err
 	}
 	if err := t.replace(hdr.Name, name); err != nil {
+		return err
+	}
+	if err := t.m.addInode(); err != nil {
 		return err
 	}
 	f, err := t.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
@@ -301,8 +370,7 @@ func (t *tree) file(name string, hdr *tar.Header, r io.Reader) error {
 		return fmt.Errorf("entry %q: %w", hdr.Name, err)
 	}
 	t.created[name] = t.layer
-	n, err := io.Copy(f, tarReader{r})
-	t.bytes += n
+	_, err = io.Copy(treeWriter{w: f, m: t.m, name: hdr.Name}, tarReader{r})
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -368,6 +436,9 @@ func (t *tree) symlink(name string, hdr *tar.Header) error {
 	if err := t.replace(hdr.Name, name); err != nil {
 		return err
 	}
+	if err := t.m.addInode(); err != nil {
+		return err
+	}
 	if err := t.root.Symlink(target, name); err != nil {
 		return fmt.Errorf("entry %q: %w", hdr.Name, err)
 	}
@@ -406,6 +477,9 @@ func (t *tree) hardlink(name string, hdr *tar.Header) error {
 		return fmt.Errorf("entry %q: %w", hdr.Name, err)
 	case fi.IsDir():
 		return unsafeEntry(hdr.Name, "is a hard link to the directory %q", hdr.Linkname)
+	}
+	if kind, ok := t.left[target]; ok {
+		return t.leaveOut(name, hdr, kind) // another name of a device node or FIFO
 	}
 	if err := t.replace(hdr.Name, name); err != nil {
 		return err

@@ -78,6 +78,16 @@ func (s *Store) UpdateJobProgress(ctx context.Context, p store.JobProgress, at t
 	if p.Digest != "" {
 		u.add("digest", p.Digest)
 	}
+	if p.Warnings != nil {
+		w, err := typedArg("warnings", p.Warnings) // an empty list is NULL, as a zero value is
+		if len(p.Warnings) == 0 {
+			w, err = nil, nil
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", action, err)
+		}
+		u.add("warnings", w)
+	}
 	u.addStages(p.Stages)
 	if err := s.fencedJobWrite(ctx, s.write, u, ""); err != nil {
 		return fmt.Errorf("%s: %w", action, err)

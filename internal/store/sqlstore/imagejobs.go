@@ -11,7 +11,7 @@ import (
 )
 
 const jobCols = `id, image_id, kind, state, stage, bytes_done, bytes_total, attempts, error, output_tail,
-	epoch, lease_until, stages, digest, created_at, updated_at`
+	epoch, lease_until, stages, digest, created_at, updated_at, warnings`
 
 // activeJobStates is the SQL list of domain.ImageJobState.Active states.
 const activeJobStates = `('pending', 'materializing', 'capturing')`
@@ -19,12 +19,15 @@ const activeJobStates = `('pending', 'materializing', 'capturing')`
 func scanJob(r scanner) (domain.ImageJob, error) {
 	var j domain.ImageJob
 	var kind, state string
-	var stages sql.NullString
+	var stages, warnings sql.NullString
 	var lease, created, updated int64
 	err := r.Scan(&j.ID, &j.ImageID, &kind, &state, &j.Stage, &j.BytesDone, &j.BytesTotal, &j.Attempts, &j.Error,
-		&j.OutputTail, &j.Epoch, &lease, &stages, &j.Digest, &created, &updated)
+		&j.OutputTail, &j.Epoch, &lease, &stages, &j.Digest, &created, &updated, &warnings)
 	if err != nil {
 		return domain.ImageJob{}, err
+	}
+	if err := decodeTyped("warnings", warnings, &j.Warnings); err != nil {
+		return domain.ImageJob{}, fmt.Errorf("image job %s: %w", j.ID, err)
 	}
 	j.Kind, j.State, j.Stages = domain.ImageJobKind(kind), domain.ImageJobState(state), fromJSON(stages)
 	j.LeaseUntil, j.CreatedAt, j.UpdatedAt = fromMicros(lease), fromMicros(created), fromMicros(updated)

@@ -320,3 +320,54 @@ func snapshotJobs(t *testing.T, st store.Store, imageIDs ...string) string {
 	}
 	return out
 }
+
+// testImageJobWarnings: progress writes record a job's warnings exactly (nil
+// keeps them, empty clears them), a reclaim keeps them, a stale write changes
+// none, and every read (GetJob, ListJobs) shows them.
+func testImageJobWarnings(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	img := createImage(t, st, "debian")
+	j, err := newJob(t, st, img.ID, t0)
+	must(t, err)
+	first := claimJob(t, st, j.ID, t0)
+	if first.Warnings != nil {
+		t.Fatalf("a new job has warnings %q", first.Warnings)
+	}
+	warnings := []string{"left out 7 device nodes and 1 FIFO: /dev/console, /dev/null, …; the guest's /dev is devtmpfs",
+		`a "quoted" one, with a tab	and é`}
+	wantWarnings := func(what string, want []string) {
+		t.Helper()
+		got, err := st.GetJob(ctx, j.ID)
+		must(t, err)
+		jobs, err := st.ListJobs(ctx, img.ID)
+		must(t, err)
+		if fmt.Sprintf("%q", got.Warnings) != fmt.Sprintf("%q", want) || len(jobs) != 1 ||
+			fmt.Sprintf("%q", jobs[0].Warnings) != fmt.Sprintf("%q", want) {
+			t.Fatalf("%s: warnings %q (listed %q), want %q", what, got.Warnings, jobs[0].Warnings, want)
+		}
+	}
+	p := progress(first, domain.JobMaterializing, "pull", 1, 2)
+	p.Warnings = warnings
+	must(t, st.UpdateJobProgress(ctx, p, t0))
+	wantWarnings("recorded", warnings)
+	must(t, st.UpdateJobProgress(ctx, progress(first, domain.JobCapturing, "boot", 0, 0), t0))
+	wantWarnings("a progress write without warnings", warnings)
+
+	second, err := st.ClaimJob(ctx, j.ID, time.Minute, t0.Add(time.Minute+time.Microsecond))
+	must(t, err)
+	wantWarnings("reclaimed", warnings)
+	stale := progress(first, domain.JobCapturing, "stale", 0, 0)
+	stale.Warnings = []string{"stale"}
+	wantErr(t, st.UpdateJobProgress(ctx, stale, t0), store.ErrStaleEpoch)
+	wantWarnings("after a stale write", warnings)
+
+	clearing := progress(second, domain.JobCapturing, "boot", 0, 0)
+	clearing.Warnings = []string{}
+	must(t, st.UpdateJobProgress(ctx, clearing, t0))
+	wantWarnings("cleared", nil)
+	p = progress(second, domain.JobCapturing, "boot", 0, 0)
+	p.Warnings = warnings[:1]
+	must(t, st.UpdateJobProgress(ctx, p, t0))
+	must(t, st.FinishJob(ctx, j.ID, second.Epoch, domain.JobFailed, "boom", "", nil, t0))
+	wantWarnings("finished", warnings[:1])
+}

@@ -20,6 +20,7 @@ var imageTests = []test{
 	{"ImageJobRejected", testImageJobRejected},
 	{"ImageJobClaim", testImageJobClaim},
 	{"ImageJobReclaimFences", testImageJobReclaimFences},
+	{"ImageJobWarnings", testImageJobWarnings},
 	{"ImageJobClaimRace", func(t *testing.T, st store.Store) { ClaimJobConcurrently(t, []store.Store{st}, 8, 10) }},
 	{"ImageJobListClaimable", testImageJobListClaimable},
 	{"CompleteImageJob", testCompleteImageJob},
