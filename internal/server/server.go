@@ -85,15 +85,17 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s := &Server{cfg: cfg, st: deps.Store, log: log, mux: http.NewServeMux()}
 	hostMux := http.NewServeMux()
 	s.link = hostlink.NewServer(hostlink.ServerConfig{}, hostlink.ServerDeps{
-		Authenticate: func(ctx context.Context, tok string) (domain.HostID, error) {
+		Authenticate: func(ctx context.Context, tok string) (hostlink.Credential, error) {
 			return s.parts.Co.AuthenticateHost(ctx, tok)
 		},
+		Admit:   func(ctx context.Context, l hostlink.LinkInfo) error { return s.parts.Co.AdmitLink(ctx, l) },
+		Release: func(ctx context.Context, l hostlink.LinkInfo) { s.parts.Co.ReleaseLink(ctx, l) },
 		Handler: hostMux,
 		Logger:  log,
 	})
 	s.router = hostlink.NewRouter(hostlink.RouterConfig{ReplicaID: cfg.ReplicaID, ClusterSecret: cfg.ClusterSecret},
 		hostlink.RouterDeps{Local: s.link, Lookup: s.lookupHost, Logger: log})
-	p, err := Assemble(cfg, deps, s.router, log)
+	p, err := assemble(cfg, deps, s.router, s.router, log)
 	if err != nil {
 		return nil, err
 	}
