@@ -19,7 +19,10 @@ func TestGatewayRefusesHostWithoutAccess(t *testing.T) {
 		revoke func(g *gwEnv) error
 	}{
 		{"disabled", func(g *gwEnv) error { _, err := g.st.DisableHost(context.Background(), "host-a", true); return err }},
-		{"deleted", func(g *gwEnv) error { _, err := g.st.DeleteHost(context.Background(), "host-a", time.Now()); return err }},
+		{"deleted", func(g *gwEnv) error {
+			_, err := g.st.DeleteHost(context.Background(), "host-a", time.Now())
+			return err
+		}},
 		{"token revoked", func(g *gwEnv) error { return g.st.RevokeToken(context.Background(), "tok-a", time.Now()) }},
 	}
 	for _, tt := range tests {
