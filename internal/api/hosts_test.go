@@ -96,7 +96,7 @@ func TestHostDisableEnableDelete(t *testing.T) {
 		{http.MethodPost, "/v1/hosts/nope/disable", 404, ""},
 		{http.MethodDelete, "/v1/hosts/kvm-1", 200, "deleted"},
 		{http.MethodGet, "/v1/hosts/" + id, 200, "deleted"}, // by id it is still shown
-		{http.MethodGet, "/v1/hosts/kvm-1", 404, ""},       // by name it is gone
+		{http.MethodGet, "/v1/hosts/kvm-1", 404, ""},        // by name it is gone
 		{http.MethodPost, "/v1/hosts/" + id + "/enable", 404, ""},
 		{http.MethodDelete, "/v1/hosts/" + id, 404, ""},
 	}
