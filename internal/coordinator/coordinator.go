@@ -147,20 +147,19 @@ type Deps struct {
 
 // Coordinator is one replica's session control plane.
 type Coordinator struct {
-	cfg     Config
-	st      store.Store
-	hosts   hostlink.Transports
-	links   *hostlink.Client
-	places  *Placement
-	images  Images
-	harns   Harnesses
-	roots   []ChunkRoots
-	restd   []RestoreObserver
-	ends    Links
-	touched touches
-	log     *slog.Logger
-	now     func() time.Time
-	newID   func() string
+	cfg    Config
+	st     store.Store
+	hosts  hostlink.Transports
+	links  *hostlink.Client
+	places *Placement
+	images Images
+	harns  Harnesses
+	roots  []ChunkRoots
+	restd  []RestoreObserver
+	access *Access
+	log    *slog.Logger
+	now    func() time.Time
+	newID  func() string
 }
 
 // New checks cfg and returns a coordinator; call Run to start its loops.
@@ -173,7 +172,7 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 	}
 	c := &Coordinator{cfg: cfg, st: deps.Store, hosts: deps.Hosts, links: hostlink.NewClient(deps.Hosts),
 		places: NewPlacement(deps.Store, cfg.HeartbeatInterval, deps.Now),
-		images: deps.Images, harns: deps.Harnesses, roots: deps.Roots, restd: deps.Restored, ends: deps.Links,
+		images: deps.Images, harns: deps.Harnesses, roots: deps.Roots, restd: deps.Restored,
 		log: deps.Logger, now: deps.Now, newID: deps.NewID}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
@@ -185,8 +184,13 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 	if c.newID == nil {
 		c.newID = func() string { return uuid.Must(uuid.NewV7()).String() }
 	}
+	c.access = &Access{cfg: cfg, st: deps.Store, ends: deps.Links, log: c.log, clock: c.now, recoverFn: c.recoverHost}
 	return c, nil
 }
+
+// Access is this replica's host access: link admission and re-checks,
+// and taking hosts out of service.
+func (c *Coordinator) Access() *Access { return c.access }
 
 // Config returns the effective configuration.
 func (c *Coordinator) Config() Config { return c.cfg }
@@ -199,7 +203,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 		wg.Go(func() { c.workLoop(ctx, i) })
 	}
 	wg.Go(func() { c.monitorLoop(ctx) })
-	wg.Go(func() { c.guardLinks(ctx) })
+	wg.Go(func() { c.access.guardLinks(ctx) })
 	wg.Wait()
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"sync"
 	"time"
@@ -61,6 +62,35 @@ type Links interface {
 	LinkHeld(ctx context.Context, hostID domain.HostID, linkID, replicaID, addr string) (bool, error)
 }
 
+// Access decides who may hold a host link and takes hosts out of
+// service: the host-link server's Authenticate, Admit and Release, the
+// re-checks of register and heartbeat, the link guard, and the admin's
+// disable, delete and revoke. Coordinator.Access returns the replica's.
+type Access struct {
+	cfg     Config
+	st      store.Store
+	ends    Links
+	log     *slog.Logger
+	clock   func() time.Time
+	touched touches
+	// recoverFn hands a lost host's sessions to recover ops (the monitor's
+	// recoverHost) and returns how many.
+	recoverFn func(ctx context.Context, h domain.Host) (int, error)
+}
+
+func (c *Access) now() time.Time       { return c.clock() }
+func (c *Access) lease() time.Duration { return c.cfg.Lease() }
+
+func (c *Access) recoverHost(ctx context.Context, h domain.Host) (int, error) {
+	return c.recoverFn(ctx, h)
+}
+
+func (c *Access) wake(ctx context.Context, topic string) {
+	if err := c.st.Notify(ctx, topic); err != nil {
+		c.log.Warn("notify failed; waiters fall back to polling", "topic", topic, "err", err)
+	}
+}
+
 // tokenTouchEvery bounds how often a token's last use is written.
 const tokenTouchEvery = time.Minute
 
@@ -84,7 +114,7 @@ func (t *touches) due(id string, now time.Time) bool {
 	return true
 }
 
-func (c *Coordinator) touchToken(ctx context.Context, id string) {
+func (c *Access) touchToken(ctx context.Context, id string) {
 	if id == "" || !c.touched.due(id, c.now()) {
 		return
 	}
@@ -95,7 +125,7 @@ func (c *Coordinator) touchToken(ctx context.Context, id string) {
 
 // AuthenticateHost maps a host token to its host and token ids, and
 // records its use.
-func (c *Coordinator) AuthenticateHost(ctx context.Context, secret string) (hostlink.Credential, error) {
+func (c *Access) AuthenticateHost(ctx context.Context, secret string) (hostlink.Credential, error) {
 	t, err := c.st.TokenByHash(ctx, HashToken(secret))
 	if errors.Is(err, store.ErrNotFound) || (err == nil && t.Kind != domain.TokenHost) {
 		return hostlink.Credential{}, fmt.Errorf("%w: not a valid host token (create one with `engrams host create NAME`)", ErrUnauthorized)
@@ -109,7 +139,7 @@ func (c *Coordinator) AuthenticateHost(ctx context.Context, secret string) (host
 
 // AdmitLink admits l as the link holding its host, or refuses it with a
 // *hostlink.Refusal (see the rules above).
-func (c *Coordinator) AdmitLink(ctx context.Context, l hostlink.LinkInfo) error {
+func (c *Access) AdmitLink(ctx context.Context, l hostlink.LinkInfo) error {
 	h, err := c.st.GetHost(ctx, l.HostID)
 	if errors.Is(err, store.ErrNotFound) {
 		return &hostlink.Refusal{Status: http.StatusUnauthorized, Code: hostlink.CodeUnauthorized, Msg: fmt.Sprintf("host %s does not exist", l.HostID)}
@@ -145,7 +175,7 @@ func (c *Coordinator) AdmitLink(ctx context.Context, l hostlink.LinkInfo) error 
 }
 
 // holderGone reports whether the link holding h is known to be gone.
-func (c *Coordinator) holderGone(ctx context.Context, h domain.Host) bool {
+func (c *Access) holderGone(ctx context.Context, h domain.Host) bool {
 	live, err := c.ends.LinkHeld(ctx, h.ID, h.Link.ID, h.ReplicaID, h.ReplicaAddr)
 	if err != nil {
 		c.log.Info("cannot tell whether the link holding a host is live; it holds the host until its lease runs out",
@@ -155,7 +185,7 @@ func (c *Coordinator) holderGone(ctx context.Context, h domain.Host) bool {
 	return !live
 }
 
-func (c *Coordinator) alreadyConnected(h domain.Host) *hostlink.Refusal {
+func (c *Access) alreadyConnected(h domain.Host) *hostlink.Refusal {
 	last := h.LastHeartbeat
 	if h.Link.At.After(last) {
 		last = h.Link.At
@@ -165,7 +195,7 @@ func (c *Coordinator) alreadyConnected(h domain.Host) *hostlink.Refusal {
 }
 
 // ReleaseLink ends l's hold on its host once the link has ended.
-func (c *Coordinator) ReleaseLink(ctx context.Context, l hostlink.LinkInfo) {
+func (c *Access) ReleaseLink(ctx context.Context, l hostlink.LinkInfo) {
 	if err := c.st.ReleaseHostLink(ctx, l.HostID, l.ID); err != nil {
 		c.log.Warn("release host link", "host_id", l.HostID, "link_id", l.ID, "err", err)
 	}
@@ -205,7 +235,7 @@ func linkRefusal(h domain.Host, tok domain.Token, ok bool, l hostlink.LinkInfo) 
 
 // checkLink re-checks the link a host request came over (register and
 // heartbeat): a refusal, or an error when the store cannot tell.
-func (c *Coordinator) checkLink(ctx context.Context, hostID domain.HostID) (*hostlink.Refusal, error) {
+func (c *Access) checkLink(ctx context.Context, hostID domain.HostID) (*hostlink.Refusal, error) {
 	l, _ := hostlink.LinkFrom(ctx)
 	h, err := c.st.GetHost(ctx, hostID)
 	if errors.Is(err, store.ErrNotFound) {
@@ -235,7 +265,7 @@ func (c *Coordinator) checkLink(ctx context.Context, hostID domain.HostID) (*hos
 // refuseLink answers a host's request with ref, then closes the link it
 // came over (the answer is on the wire first: it has a length and is
 // flushed, and a flushed stream write has been sent).
-func (c *Coordinator) refuseLink(w http.ResponseWriter, r *http.Request, hostID domain.HostID, ref *hostlink.Refusal) {
+func (c *Access) refuseLink(w http.ResponseWriter, r *http.Request, hostID domain.HostID, ref *hostlink.Refusal) {
 	c.log.Warn("host link refused", "host_id", hostID, "code", ref.Code, "reason", ref.Msg, "path", r.URL.Path)
 	hostlink.WriteRefusal(w, ref)
 	_ = http.NewResponseController(w).Flush()
@@ -246,7 +276,7 @@ func (c *Coordinator) refuseLink(w http.ResponseWriter, r *http.Request, hostID 
 
 // guardLinks closes the links this replica holds that may no longer hold
 // their host, on every TopicHosts wake-up and every LinkRecheck.
-func (c *Coordinator) guardLinks(ctx context.Context) {
+func (c *Access) guardLinks(ctx context.Context) {
 	if c.ends == nil {
 		return
 	}
@@ -270,7 +300,7 @@ func (c *Coordinator) guardLinks(ctx context.Context) {
 }
 
 // recheckLinks is one pass of guardLinks.
-func (c *Coordinator) recheckLinks(ctx context.Context) error {
+func (c *Access) recheckLinks(ctx context.Context) error {
 	links := c.ends.Links()
 	if len(links) == 0 {
 		return nil
@@ -309,7 +339,7 @@ func (c *Coordinator) recheckLinks(ctx context.Context) error {
 // the gateway refuses it and its sessions move through HostLost at once.
 // An enabled host works again once its agent reconnects.
 // domain.ErrNotFound for an unknown or deleted host.
-func (c *Coordinator) DisableHost(ctx context.Context, id domain.HostID, disabled bool) (domain.Host, error) {
+func (c *Access) DisableHost(ctx context.Context, id domain.HostID, disabled bool) (domain.Host, error) {
 	h, err := c.st.DisableHost(ctx, id, disabled)
 	if err != nil {
 		return h, err
@@ -326,7 +356,7 @@ func (c *Coordinator) DisableHost(ctx context.Context, id domain.HostID, disable
 // DeleteHost soft-deletes a host: its tokens are revoked, its link closed
 // and its sessions handed to recovery as DisableHost does; its name is
 // free again. domain.ErrNotFound for an unknown or deleted host.
-func (c *Coordinator) DeleteHost(ctx context.Context, id domain.HostID) (domain.Host, error) {
+func (c *Access) DeleteHost(ctx context.Context, id domain.HostID) (domain.Host, error) {
 	h, err := c.st.DeleteHost(ctx, id, c.now())
 	if err != nil {
 		return h, err
@@ -339,7 +369,7 @@ func (c *Coordinator) DeleteHost(ctx context.Context, id domain.HostID) (domain.
 // RevokeToken revokes a token; revoking a host's token also ends its host's
 // link and hands its sessions to recovery (as DisableHost does).
 // domain.ErrNotFound for an unknown token.
-func (c *Coordinator) RevokeToken(ctx context.Context, id string) error {
+func (c *Access) RevokeToken(ctx context.Context, id string) error {
 	t, err := c.st.GetToken(ctx, id)
 	if err != nil {
 		return err
@@ -362,7 +392,7 @@ func (c *Coordinator) RevokeToken(ctx context.Context, id string) error {
 // accessRevoked tells every replica that h lost its access (each closes
 // the link it holds), closes it here at once and hands h's sessions to
 // recover ops. The store already moved h to lost.
-func (c *Coordinator) accessRevoked(ctx context.Context, h domain.Host) {
+func (c *Access) accessRevoked(ctx context.Context, h domain.Host) {
 	c.wake(ctx, TopicHosts)
 	if c.ends != nil {
 		c.ends.CloseLink(h.ID, "")

@@ -115,17 +115,17 @@ func TestAdmitLink(t *testing.T) {
 			f.set(func(f *fakeLinks) { f.live = true })
 		}, "", 0},
 		{"disabled", func(t *testing.T, e *coordinatortest.Env, _ *fakeLinks, h domain.HostID) {
-			if _, err := e.Co.DisableHost(context.Background(), h, true); err != nil {
+			if _, err := e.Co.Access().DisableHost(context.Background(), h, true); err != nil {
 				t.Fatal(err)
 			}
 		}, hostlink.CodeHostDisabled, 0},
 		{"deleted", func(t *testing.T, e *coordinatortest.Env, _ *fakeLinks, h domain.HostID) {
-			if _, err := e.Co.DeleteHost(context.Background(), h); err != nil {
+			if _, err := e.Co.Access().DeleteHost(context.Background(), h); err != nil {
 				t.Fatal(err)
 			}
 		}, hostlink.CodeHostDeleted, 0},
 		{"token revoked", func(t *testing.T, e *coordinatortest.Env, _ *fakeLinks, _ domain.HostID) {
-			if err := e.Co.RevokeToken(context.Background(), "tok-a"); err != nil {
+			if err := e.Co.Access().RevokeToken(context.Background(), "tok-a"); err != nil {
 				t.Fatal(err)
 			}
 		}, hostlink.CodeUnauthorized, 0},
@@ -136,7 +136,7 @@ func TestAdmitLink(t *testing.T) {
 			e, f := linkEnv(t, coordinator.Config{HostLostAfter: 15 * time.Second})
 			host, _ := e.AddHost(t, "a", 2)
 			tt.prepare(t, e, f, host)
-			err := e.Co.AdmitLink(context.Background(), hostlink.LinkInfo{ID: "L2", HostID: host, TokenID: "tok-a", Remote: "10.1.1.1:1", Since: time.Now()})
+			err := e.Co.Access().AdmitLink(context.Background(), hostlink.LinkInfo{ID: "L2", HostID: host, TokenID: "tok-a", Remote: "10.1.1.1:1", Since: time.Now()})
 			h, _ := e.St.GetHost(context.Background(), host)
 			var ref *hostlink.Refusal
 			switch {
@@ -246,14 +246,14 @@ func TestRevokedHostLosesLinkAndSessions(t *testing.T) {
 		revoke func(ctx context.Context, co *coordinator.Coordinator, host domain.HostID) error
 	}{
 		{"token revoked", func(ctx context.Context, co *coordinator.Coordinator, _ domain.HostID) error {
-			return co.RevokeToken(ctx, "tok-a")
+			return co.Access().RevokeToken(ctx, "tok-a")
 		}},
 		{"host disabled", func(ctx context.Context, co *coordinator.Coordinator, h domain.HostID) error {
-			_, err := co.DisableHost(ctx, h, true)
+			_, err := co.Access().DisableHost(ctx, h, true)
 			return err
 		}},
 		{"host deleted", func(ctx context.Context, co *coordinator.Coordinator, h domain.HostID) error {
-			_, err := co.DeleteHost(ctx, h)
+			_, err := co.Access().DeleteHost(ctx, h)
 			return err
 		}},
 	}

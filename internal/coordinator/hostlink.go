@@ -120,13 +120,13 @@ func (c *linkHandlers) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 // request itself (refusing it and closing the link) unless the link may
 // still hold the host.
 func (c *linkHandlers) linkAllowed(w http.ResponseWriter, r *http.Request, hostID domain.HostID) bool {
-	ref, err := c.checkLink(r.Context(), hostID)
+	ref, err := c.access.checkLink(r.Context(), hostID)
 	if err != nil {
 		hostlink.WriteError(w, http.StatusServiceUnavailable, hostlink.CodeUnavailable, err.Error())
 		return false
 	}
 	if ref != nil {
-		c.refuseLink(w, r, hostID, ref)
+		c.access.refuseLink(w, r, hostID, ref)
 		return false
 	}
 	return true

@@ -91,6 +91,6 @@ func assemble(cfg Config, deps Deps, t hostlink.Transports, links coordinator.Li
 // APIDeps gives each API router its service (st is the replica's store,
 // which the read-only routers use).
 func (p *Parts) APIDeps(st store.Store, log *slog.Logger) api.Deps {
-	return api.Deps{Sessions: p.Co, Reads: st, Guests: p.Co, Fleet: st, HostAdmin: p.Co, Images: p.Images, Harnesses: p.Harnesses,
+	return api.Deps{Sessions: p.Co, Reads: st, Guests: p.Co, Fleet: st, HostAdmin: p.Co.Access(), Images: p.Images, Harnesses: p.Harnesses,
 		Secrets: p.Vault, Profiles: p.Profiles, Tasks: p.Tasks, TaskReads: st, Logger: log, NewID: newID}
 }

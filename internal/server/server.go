@@ -86,10 +86,10 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	hostMux := http.NewServeMux()
 	s.link = hostlink.NewServer(hostlink.ServerConfig{}, hostlink.ServerDeps{
 		Authenticate: func(ctx context.Context, tok string) (hostlink.Credential, error) {
-			return s.parts.Co.AuthenticateHost(ctx, tok)
+			return s.parts.Co.Access().AuthenticateHost(ctx, tok)
 		},
-		Admit:   func(ctx context.Context, l hostlink.LinkInfo) error { return s.parts.Co.AdmitLink(ctx, l) },
-		Release: func(ctx context.Context, l hostlink.LinkInfo) { s.parts.Co.ReleaseLink(ctx, l) },
+		Admit:   func(ctx context.Context, l hostlink.LinkInfo) error { return s.parts.Co.Access().AdmitLink(ctx, l) },
+		Release: func(ctx context.Context, l hostlink.LinkInfo) { s.parts.Co.Access().ReleaseLink(ctx, l) },
 		Handler: hostMux,
 		Logger:  log,
 	})
