@@ -174,8 +174,13 @@ func (c *Access) AdmitLink(ctx context.Context, l hostlink.LinkInfo) error {
 	}
 }
 
-// holderGone reports whether the link holding h is known to be gone.
+// holderGone reports whether the link holding h is known to be gone. A
+// holder recorded by another replica at this replica's own address is
+// gone: this replica serves that address now (it restarted after a crash).
 func (c *Access) holderGone(ctx context.Context, h domain.Host) bool {
+	if h.ReplicaID != c.cfg.ReplicaID && h.ReplicaAddr != "" && h.ReplicaAddr == c.cfg.ReplicaAddr {
+		return true
+	}
 	live, err := c.ends.LinkHeld(ctx, h.ID, h.Link.ID, h.ReplicaID, h.ReplicaAddr)
 	if err != nil {
 		c.log.Info("cannot tell whether the link holding a host is live; it holds the host until its lease runs out",

@@ -110,6 +110,13 @@ func TestAdmitLink(t *testing.T) {
 		{"the holder is gone", func(t *testing.T, e *coordinatortest.Env, f *fakeLinks, h domain.HostID) {
 			claim(t, e.St, h, "L1", time.Now())
 		}, "", 1},
+		{"the holder's replica restarted at this replica's address", func(t *testing.T, e *coordinatortest.Env, f *fakeLinks, h domain.HostID) {
+			if _, err := e.St.ClaimHostLink(context.Background(), store.LinkClaim{HostID: h, Link: domain.HostLink{ID: "L1", Remote: "10.9.8.7:65000", At: time.Now()},
+				ReplicaID: "r0", ReplicaAddr: "http://me:8080", StaleBefore: time.Now().Add(time.Hour)}); err != nil {
+				t.Fatal(err)
+			}
+			f.set(func(f *fakeLinks) { f.live = true })
+		}, "", 0},
 		{"the holder is silent for longer than the lease", func(t *testing.T, e *coordinatortest.Env, f *fakeLinks, h domain.HostID) {
 			claim(t, e.St, h, "L1", time.Now().Add(-time.Minute))
 			f.set(func(f *fakeLinks) { f.live = true })
@@ -133,7 +140,7 @@ func TestAdmitLink(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			e, f := linkEnv(t, coordinator.Config{HostLostAfter: 15 * time.Second})
+			e, f := linkEnv(t, coordinator.Config{HostLostAfter: 15 * time.Second, ReplicaAddr: "http://me:8080"})
 			host, _ := e.AddHost(t, "a", 2)
 			tt.prepare(t, e, f, host)
 			err := e.Co.Access().AdmitLink(context.Background(), hostlink.LinkInfo{ID: "L2", HostID: host, TokenID: "tok-a", Remote: "10.1.1.1:1", Since: time.Now()})

@@ -24,6 +24,13 @@ import (
 //     from hosts, credential grants in machine specs.
 //     (2026-12-01, same version: MachineSpec no longer carries the credential
 //     grants, which only the coordinator reads; hosts never read them.)
+//     (2026-12-02, same version: one live link per host. A second
+//     connection of a host is refused 409 already_connected with
+//     Retry-After; a disabled or deleted host 403 host_disabled or
+//     host_deleted; register and heartbeat answer these, 401 and 409
+//     superseded when the link may no longer hold the host, and the
+//     coordinator then closes the link. Hosts of this version end the link
+//     and back off; older ones retry as after any failure.)
 const Version = 4
 
 // Headers.
