@@ -140,6 +140,7 @@ func TestRoutesMatchPaths(t *testing.T) {
 		"RouteFileStat": apiv1.RouteFileStat, "RouteEvents": apiv1.RouteEvents,
 		"RouteListHosts": apiv1.RouteListHosts, "RouteGetHost": apiv1.RouteGetHost,
 		"RouteDrainHost": apiv1.RouteDrainHost, "RouteCreateHost": apiv1.RouteCreateHost,
+		"RouteDisableHost": apiv1.RouteDisableHost, "RouteEnableHost": apiv1.RouteEnableHost, "RouteDeleteHost": apiv1.RouteDeleteHost,
 		"RouteCreateToken": apiv1.RouteCreateToken, "RouteListTokens": apiv1.RouteListTokens,
 		"RouteRevokeToken": apiv1.RouteRevokeToken, "RouteOpenAPI": apiv1.RouteOpenAPI,
 		"RouteSuspend": apiv1.RouteSuspend, "RouteResume": apiv1.RouteResume,

@@ -57,6 +57,29 @@ func (hc HostClient) Drain(ctx context.Context, id string) (apiv1.Host, error) {
 	return h, err
 }
 
+// Disable takes a host (id or name) out of service now: its link is
+// closed, nothing is placed on it and its sessions move through HostLost.
+func (hc HostClient) Disable(ctx context.Context, host string) (apiv1.Host, error) {
+	var h apiv1.Host
+	err := hc.c.call(ctx, http.MethodPost, routePath(apiv1.RouteDisableHost, host), nil, nil, &h)
+	return h, err
+}
+
+// Enable lets a disabled host (id or name) work again once it reconnects.
+func (hc HostClient) Enable(ctx context.Context, host string) (apiv1.Host, error) {
+	var h apiv1.Host
+	err := hc.c.call(ctx, http.MethodPost, routePath(apiv1.RouteEnableHost, host), nil, nil, &h)
+	return h, err
+}
+
+// Delete deletes a host (id or name) as Disable does, revoking its tokens
+// and freeing its name; it returns the host, deleted.
+func (hc HostClient) Delete(ctx context.Context, host string) (apiv1.Host, error) {
+	var h apiv1.Host
+	err := hc.c.call(ctx, http.MethodDelete, routePath(apiv1.RouteDeleteHost, host), nil, nil, &h)
+	return h, err
+}
+
 // Create registers a host name; the answer's Token is shown only once.
 func (hc HostClient) Create(ctx context.Context, name string) (apiv1.CreateHostResponse, error) {
 	var r apiv1.CreateHostResponse

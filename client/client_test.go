@@ -322,6 +322,21 @@ func TestHostsAndTokens(t *testing.T) {
 	if _, err := c.Hosts().Get(ctx, "zz"); !client.IsNotFound(err) {
 		t.Errorf("get unknown host: %v", err)
 	}
+	if h, err := c.Hosts().Disable(ctx, "kvm-2"); err != nil || h.State != "disabled" || h.ID != hr.Host.ID {
+		t.Errorf("disable by name = %+v, %v", h, err)
+	}
+	if h, err := c.Hosts().Enable(ctx, hr.Host.ID); err != nil || h.State != "ready" {
+		t.Errorf("enable = %+v, %v", h, err)
+	}
+	if h, err := c.Hosts().Delete(ctx, "kvm-2"); err != nil || h.State != "deleted" || h.DeletedAt.IsZero() {
+		t.Errorf("delete = %+v, %v", h, err)
+	}
+	if _, err := c.Hosts().Delete(ctx, hr.Host.ID); !client.IsNotFound(err) {
+		t.Errorf("delete twice: %v", err)
+	}
+	if hosts, err := c.Hosts().List(ctx); err != nil || len(hosts) != 1 {
+		t.Errorf("list after delete = %+v, %v", hosts, err)
+	}
 
 	tr, err := c.Tokens().Create(ctx, "ci")
 	if err != nil || tr.Secret == "" {

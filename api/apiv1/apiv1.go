@@ -27,14 +27,17 @@ const (
 	RouteSnapshot      = "POST /v1/sessions/{id}/snapshot"  // snapshot and keep running -> Snapshot
 	RouteOutboxPut     = "POST /v1/sessions/{id}/outbox"    // OutboxRequest -> OutboxItem (exactly once per id)
 	RouteOutboxList    = "GET /v1/sessions/{id}/outbox"     // -> OutboxList
-	RouteListHosts     = "GET /v1/hosts"
-	RouteGetHost       = "GET /v1/hosts/{id}"
+	RouteListHosts     = "GET /v1/hosts"                    // hosts not deleted
+	RouteGetHost       = "GET /v1/hosts/{id}"               // {id}: a host's id or name (of a host not deleted)
 	RouteDrainHost     = "POST /v1/hosts/{id}/drain"
-	RouteCreateHost    = "POST /v1/hosts"  // CreateHostRequest -> CreateHostResponse (host token shown once)
-	RouteCreateToken   = "POST /v1/tokens" // CreateTokenRequest -> CreateTokenResponse (shown once)
+	RouteDisableHost   = "POST /v1/hosts/{id}/disable" // -> Host: its link closed, no sessions placed, its sessions recovered
+	RouteEnableHost    = "POST /v1/hosts/{id}/enable"  // -> Host: it works again once its agent reconnects
+	RouteDeleteHost    = "DELETE /v1/hosts/{id}"       // -> Host (deleted): as disable, and its tokens revoked, its name free
+	RouteCreateHost    = "POST /v1/hosts"              // CreateHostRequest -> CreateHostResponse (host token shown once)
+	RouteCreateToken   = "POST /v1/tokens"             // CreateTokenRequest -> CreateTokenResponse (shown once)
 	RouteListTokens    = "GET /v1/tokens"
-	RouteRevokeToken   = "DELETE /v1/tokens/{id}"
-	RouteOpenAPI       = "GET /v1/openapi.yaml" // the OpenAPI document (package api), no auth
+	RouteRevokeToken   = "DELETE /v1/tokens/{id}" // a host token's host loses its link and sessions at once
+	RouteOpenAPI       = "GET /v1/openapi.yaml"   // the OpenAPI document (package api), no auth
 
 	RouteEnableImage  = "POST /v1/images"                // EnableImageRequest -> ImageJobResponse (202; 200 when the digest is already ready)
 	RouteListImages   = "GET /v1/images"                 // ?all=true includes disabled -> ImageList
@@ -234,14 +237,18 @@ type Event struct {
 
 // Host is a host as the API shows it.
 type Host struct {
-	ID            string    `json:"id"`
-	Name          string    `json:"name"`
-	State         string    `json:"state"` // ready, draining, lost, or "new" before it first connects
-	Facts         HostFacts `json:"facts"`
-	Capacity      Capacity  `json:"capacity"`
-	ReplicaID     string    `json:"replica_id,omitempty"`
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	State     string    `json:"state"` // ready, draining, lost, "new" before it first connects; "disabled" or "deleted" by an admin
+	Facts     HostFacts `json:"facts"`
+	Capacity  Capacity  `json:"capacity"`
+	ReplicaID string    `json:"replica_id,omitempty"`
+	// ConnectedFrom is the address of the host's live link ("" while none
+	// holds it).
+	ConnectedFrom string    `json:"connected_from,omitempty"`
 	LastHeartbeat time.Time `json:"last_heartbeat"`
 	CreatedAt     time.Time `json:"created_at"`
+	DeletedAt     time.Time `json:"deleted_at,omitzero"`
 }
 
 // HostFacts describe a host (the OpenAPI schema Facts); several are part of

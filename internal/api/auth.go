@@ -1,11 +1,14 @@
 package api
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
 	"net/http"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/coordinator"
@@ -41,8 +44,38 @@ func (s *hostsRouter) auth(next http.HandlerFunc) http.Handler {
 			s.fail(w, r, err)
 			return
 		}
+		s.touch(r.Context(), t.ID)
 		next(w, r)
 	})
+}
+
+// touchEvery bounds how often a token's last use is written.
+const touchEvery = time.Minute
+
+// touches rate-limits last-use writes, per token.
+type touches struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+// touch records that token id was used, at most once per touchEvery.
+func (s *hostsRouter) touch(ctx context.Context, id string) {
+	now := s.now()
+	s.touched.mu.Lock()
+	if s.touched.last == nil {
+		s.touched.last = map[string]time.Time{}
+	}
+	due := now.Sub(s.touched.last[id]) >= touchEvery
+	if due {
+		s.touched.last[id] = now
+	}
+	s.touched.mu.Unlock()
+	if !due {
+		return
+	}
+	if err := s.st.TouchToken(ctx, id, now); err != nil {
+		s.log.Warn("record token use", "token_id", id, "err", err)
+	}
 }
 
 func (s *hostsRouter) createToken(w http.ResponseWriter, r *http.Request) {
@@ -80,7 +113,7 @@ func (s *hostsRouter) listTokens(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *hostsRouter) revokeToken(w http.ResponseWriter, r *http.Request) {
-	if err := s.st.RevokeToken(r.Context(), r.PathValue("id"), s.now()); err != nil {
+	if err := s.admin.RevokeToken(r.Context(), r.PathValue("id")); err != nil {
 		s.fail(w, r, err)
 		return
 	}

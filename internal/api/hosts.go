@@ -2,6 +2,8 @@ package api
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -20,19 +22,33 @@ type FleetStore interface {
 	TokenByHash(ctx context.Context, hash string) (domain.Token, error)
 	ListTokens(ctx context.Context) ([]domain.Token, error)
 	RevokeToken(ctx context.Context, id string, at time.Time) error
+	TouchToken(ctx context.Context, id string, at time.Time) error
+}
+
+// HostAdmin changes who may work (the coordinator): each closes the host's
+// link on whichever replica holds it and hands its sessions to recovery.
+type HostAdmin interface {
+	DisableHost(ctx context.Context, id domain.HostID, disabled bool) (domain.Host, error)
+	DeleteHost(ctx context.Context, id domain.HostID) (domain.Host, error)
+	RevokeToken(ctx context.Context, id string) error
 }
 
 // hostsRouter serves the fleet: hosts, their tokens and the users' API
 // tokens, and authenticates every request.
 type hostsRouter struct {
 	*base
-	st FleetStore
+	st      FleetStore
+	admin   HostAdmin
+	touched touches
 }
 
 func (s *hostsRouter) route(h func(string, http.HandlerFunc)) {
 	h(apiv1.RouteListHosts, s.listHosts)
 	h(apiv1.RouteGetHost, s.getHost)
 	h(apiv1.RouteDrainHost, s.drainHost)
+	h(apiv1.RouteDisableHost, s.disableHost(true))
+	h(apiv1.RouteEnableHost, s.disableHost(false))
+	h(apiv1.RouteDeleteHost, s.deleteHost)
 	h(apiv1.RouteCreateHost, s.createHost)
 	h(apiv1.RouteCreateToken, s.createToken)
 	h(apiv1.RouteListTokens, s.listTokens)
@@ -47,13 +63,15 @@ func (s *hostsRouter) listHosts(w http.ResponseWriter, r *http.Request) {
 	}
 	out := apiv1.HostList{Hosts: make([]apiv1.Host, 0, len(hs))}
 	for _, h := range hs {
-		out.Hosts = append(out.Hosts, hostOut(h))
+		if h.DeletedAt.IsZero() {
+			out.Hosts = append(out.Hosts, hostOut(h))
+		}
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *hostsRouter) getHost(w http.ResponseWriter, r *http.Request) {
-	h, err := s.st.GetHost(r.Context(), domain.HostID(r.PathValue("id")))
+	h, err := s.host(r)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -61,13 +79,68 @@ func (s *hostsRouter) getHost(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, hostOut(h))
 }
 
+// host reads the host the path names by id, or by the name of a host that
+// is not deleted.
+func (s *hostsRouter) host(r *http.Request) (domain.Host, error) {
+	ref := r.PathValue("id")
+	h, err := s.st.GetHost(r.Context(), domain.HostID(ref))
+	if !errors.Is(err, domain.ErrNotFound) {
+		return h, err
+	}
+	hs, lerr := s.st.ListHosts(r.Context())
+	if lerr != nil {
+		return domain.Host{}, lerr
+	}
+	for _, h := range hs {
+		if h.Name == ref && h.DeletedAt.IsZero() {
+			return h, nil
+		}
+	}
+	return domain.Host{}, fmt.Errorf("host %s: %w (list hosts with `engrams host list`)", ref, domain.ErrNotFound)
+}
+
 func (s *hostsRouter) drainHost(w http.ResponseWriter, r *http.Request) {
-	id := domain.HostID(r.PathValue("id"))
-	if err := s.st.SetHostState(r.Context(), id, domain.HostDraining); err != nil {
+	h, err := s.host(r)
+	if err == nil {
+		err = s.st.SetHostState(r.Context(), h.ID, domain.HostDraining)
+	}
+	if err == nil {
+		h, err = s.st.GetHost(r.Context(), h.ID)
+	}
+	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	s.getHost(w, r)
+	writeJSON(w, http.StatusOK, hostOut(h))
+}
+
+func (s *hostsRouter) disableHost(disabled bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		h, err := s.host(r)
+		if err == nil && !h.DeletedAt.IsZero() {
+			err = fmt.Errorf("host %s was deleted: %w", h.ID, domain.ErrNotFound)
+		}
+		if err == nil {
+			h, err = s.admin.DisableHost(r.Context(), h.ID, disabled)
+		}
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, hostOut(h))
+	}
+}
+
+func (s *hostsRouter) deleteHost(w http.ResponseWriter, r *http.Request) {
+	h, err := s.host(r)
+	if err == nil {
+		h, err = s.admin.DeleteHost(r.Context(), h.ID)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, hostOut(h))
 }
 
 func (s *hostsRouter) createHost(w http.ResponseWriter, r *http.Request) {
@@ -91,6 +164,17 @@ func (s *hostsRouter) createHost(w http.ResponseWriter, r *http.Request) {
 }
 
 func hostOut(h domain.Host) apiv1.Host {
-	return apiv1.Host{ID: string(h.ID), Name: h.Name, State: string(h.State), Facts: *hostFactsOut(&h.Facts), Capacity: capacityOut(h.Capacity),
-		ReplicaID: h.ReplicaID, LastHeartbeat: h.LastHeartbeat, CreatedAt: h.CreatedAt}
+	state := string(h.State)
+	switch {
+	case !h.DeletedAt.IsZero():
+		state = "deleted"
+	case h.Disabled:
+		state = "disabled"
+	}
+	out := apiv1.Host{ID: string(h.ID), Name: h.Name, State: state, Facts: *hostFactsOut(&h.Facts), Capacity: capacityOut(h.Capacity),
+		ReplicaID: h.ReplicaID, LastHeartbeat: h.LastHeartbeat, CreatedAt: h.CreatedAt, DeletedAt: h.DeletedAt}
+	if h.Link.ID != "" {
+		out.ConnectedFrom = h.Link.Remote
+	}
+	return out
 }

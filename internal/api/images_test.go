@@ -40,6 +40,8 @@ func (fakeStore) TokenByHash(_ context.Context, hash string) (domain.Token, erro
 	return domain.Token{}, store.ErrNotFound
 }
 
+func (fakeStore) TouchToken(context.Context, string, time.Time) error { return nil }
+
 // fakeImages is a coordinator holding image "web" (ready) with two jobs and
 // "old" (disabled). Only the image methods are implemented.
 type fakeImages struct {

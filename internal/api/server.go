@@ -31,6 +31,7 @@ type Deps struct {
 	Reads     SessionReads // the store satisfies it
 	Guests    Guests
 	Fleet     FleetStore // the store satisfies it
+	HostAdmin HostAdmin  // disable, delete, revoke (the coordinator)
 	Images    ImageService
 	Harnesses HarnessService
 	Secrets   SecretService
@@ -80,7 +81,7 @@ func New(cfg Config, deps Deps) *Server {
 		b.now = time.Now
 	}
 	s := &Server{base: b, mux: http.NewServeMux(), deps: deps}
-	s.fleet = &hostsRouter{base: b, st: deps.Fleet}
+	s.fleet = &hostsRouter{base: b, st: deps.Fleet, admin: deps.HostAdmin}
 	s.auth = s.fleet.auth
 	s.routes()
 	return s

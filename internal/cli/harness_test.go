@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/api"
@@ -41,6 +42,8 @@ func (tokenStore) TokenByHash(_ context.Context, hash string) (domain.Token, err
 	}
 	return domain.Token{}, store.ErrNotFound
 }
+
+func (tokenStore) TouchToken(context.Context, string, time.Time) error { return nil }
 
 // agentServer is the real API over a coordinator with SQLite, a secrets
 // key and a harness builder. It holds image py (glibc), harness

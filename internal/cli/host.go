@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
@@ -10,13 +11,14 @@ import (
 )
 
 func (a hostCmds) hostCmd() *cobra.Command {
-	cmd := group("host", "List, register and drain hosts",
+	cmd := group("host", "List, register, drain, disable and delete hosts",
 		`A host is a Linux machine that runs sessions' microVMs. It dials the
 coordinator (it never needs an inbound port), reports its capacity and the
 VM backend it uses, and runs the sessions placed on it.`)
 	cmd.Aliases = []string{"hosts"}
 	cmd.Annotations = map[string]string{annNotFound: "list hosts with `engrams host list`"}
-	cmd.AddCommand(a.hostListCmd(), a.hostGetCmd(), a.hostCreateCmd(), a.hostDrainCmd())
+	cmd.AddCommand(a.hostListCmd(), a.hostGetCmd(), a.hostCreateCmd(), a.hostDrainCmd(),
+		a.hostDisableCmd(), a.hostEnableCmd(), a.hostDeleteCmd())
 	return cmd
 }
 
@@ -33,9 +35,10 @@ func (a hostCmds) hostListCmd() *cobra.Command {
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List hosts",
-		Long: `List hosts with their state (new, ready, draining, lost), the VM backend and
-acceleration they use, sessions running out of the most they take, and when
-they last reported in.`,
+		Long: `List hosts with their state (new, ready, draining, lost, or disabled by an
+admin), the VM backend and acceleration they use, sessions running out of
+the most they take, and when they last reported in. Deleted hosts are not
+listed.`,
 		Example: `  engrams host list
   engrams host list --json | jq '.hosts[] | select(.state == "ready") | .id'`,
 		Args: usageArgs(cobra.NoArgs),
@@ -67,7 +70,7 @@ they last reported in.`,
 
 func (a hostCmds) hostGetCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "get ID",
+		Use:   "get NAME|ID",
 		Short: "Show a host, its capacity and why it uses its VM backend",
 		Long: `Show a host: its facts (CPU, kernel, agent version), capacity and use, the
 snapshots whose chunks it caches (resumes of those prefer it), the VM
@@ -135,6 +138,7 @@ func (a hostCmds) printHost(cmd *cobra.Command, h apiv1.Host) error {
 		{"Sessions", sessionsUsed(cp)},
 		{"Cached snapshots", cachedSnapshots(cp.CachedSnapshots)},
 		{"Replica", h.ReplicaID},
+		{"Connected from", h.ConnectedFrom},
 		{"Last heartbeat", a.ago(h.LastHeartbeat)},
 		{"Created", a.when(h.CreatedAt)},
 	} {
@@ -153,6 +157,73 @@ func (a hostCmds) printHost(cmd *cobra.Command, h apiv1.Host) error {
 		row(tw, b.Name, b.Version, b.Acceleration, b.Isolation, b.Usable, b.Reason)
 	}
 	return tw.Flush()
+}
+
+func (a hostCmds) hostDisableCmd() *cobra.Command {
+	return a.hostAccessCmd("disable", "Take a host out of service now",
+		`Disable a host: its link to the coordinator is closed within seconds and
+refused until it is enabled again, nothing is placed on it, the model
+gateway refuses it, and its sessions are recovered at once: each becomes
+idle at its last snapshot (resumed elsewhere on its next use), or dead when
+it has none. Its VMs stop on the host once its lease runs out.`,
+		"  engrams host disable kvm-1",
+		func(c hostAccess, ctx context.Context, host string) (apiv1.Host, error) { return c.Disable(ctx, host) },
+		"host %s (%s) is disabled: its link is closed and its sessions were handed to recovery\n")
+}
+
+func (a hostCmds) hostEnableCmd() *cobra.Command {
+	return a.hostAccessCmd("enable", "Let a disabled host work again",
+		`Enable a disabled host: once its agent reconnects (it retries on its own)
+and registers, sessions may be placed on it again.`,
+		"  engrams host enable kvm-1",
+		func(c hostAccess, ctx context.Context, host string) (apiv1.Host, error) { return c.Enable(ctx, host) },
+		"host %s (%s) is enabled: it takes sessions again once its agent reconnects\n")
+}
+
+func (a hostCmds) hostDeleteCmd() *cobra.Command {
+	return a.hostAccessCmd("delete", "Delete a host, revoking its token",
+		`Delete a host: as disable, and its tokens are revoked, so its agent can
+never connect again, and its name is free for a new host. Its sessions are
+recovered as disable does. The record stays (engrams host get ID shows it,
+deleted) for the sessions and snapshots that name it.`,
+		"  engrams host delete kvm-1",
+		func(c hostAccess, ctx context.Context, host string) (apiv1.Host, error) { return c.Delete(ctx, host) },
+		"host %s (%s) is deleted: its token is revoked, its link closed and its sessions were handed to recovery\n")
+}
+
+// hostAccess is the part of the hosts client the access commands use.
+type hostAccess interface {
+	Disable(ctx context.Context, host string) (apiv1.Host, error)
+	Enable(ctx context.Context, host string) (apiv1.Host, error)
+	Delete(ctx context.Context, host string) (apiv1.Host, error)
+}
+
+// hostAccessCmd is one of disable, enable and delete: it calls do on the
+// host named by its argument and prints done with the host's name and id.
+func (a hostCmds) hostAccessCmd(verb, short, long, example string,
+	do func(c hostAccess, ctx context.Context, host string) (apiv1.Host, error), done string) *cobra.Command {
+	return &cobra.Command{
+		Use:     verb + " NAME|ID",
+		Short:   short,
+		Long:    long,
+		Example: example,
+		Args:    usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			h, err := do(c.Hosts(), cmd.Context(), args[0])
+			if err != nil {
+				return fmt.Errorf("%s host %s: %w", verb, args[0], err)
+			}
+			if a.jsonOut {
+				return printJSON(cmd.OutOrStdout(), h)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), done, h.Name, h.ID)
+			return nil
+		},
+	}
 }
 
 func (a hostCmds) hostCreateCmd() *cobra.Command {

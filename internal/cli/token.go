@@ -86,9 +86,11 @@ func (a tokenCmds) tokenListCmd() *cobra.Command {
 
 func (a tokenCmds) tokenRevokeCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:     "revoke ID",
-		Short:   "Revoke an API token",
-		Long:    "Revoke a token: every request made with it fails from now on.",
+		Use:   "revoke ID",
+		Short: "Revoke an API token",
+		Long: `Revoke a token: every request made with it fails from now on. Revoking a
+host's token also closes that host's link within seconds, stops placing
+sessions on it and recovers its sessions at once (see engrams host disable).`,
 		Example: `  engrams token revoke t1`,
 		Args:    usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {

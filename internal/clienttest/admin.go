@@ -16,6 +16,9 @@ func (s adminFake) routes(auth func(string, http.HandlerFunc)) {
 	auth(apiv1.RouteListHosts, s.listHosts)
 	auth(apiv1.RouteGetHost, s.withHost(func(w http.ResponseWriter, r *http.Request, h *apiv1.Host) { writeJSON(w, 200, h) }))
 	auth(apiv1.RouteDrainHost, s.withHost(s.drainHost))
+	auth(apiv1.RouteDisableHost, s.withHost(s.setHostState("disabled")))
+	auth(apiv1.RouteEnableHost, s.withHost(s.setHostState("ready")))
+	auth(apiv1.RouteDeleteHost, s.withHost(s.setHostState("deleted")))
 	auth(apiv1.RouteCreateHost, s.createHost)
 	auth(apiv1.RouteCreateToken, s.createToken)
 	auth(apiv1.RouteListTokens, s.listTokens)
@@ -27,7 +30,9 @@ func (s adminFake) listHosts(w http.ResponseWriter, r *http.Request) {
 	defer s.mu.Unlock()
 	out := apiv1.HostList{Hosts: []apiv1.Host{}}
 	for _, h := range s.hosts {
-		out.Hosts = append(out.Hosts, *h)
+		if h.State != "deleted" {
+			out.Hosts = append(out.Hosts, *h)
+		}
 	}
 	writeJSON(w, 200, out)
 }
@@ -37,7 +42,7 @@ func (s adminFake) withHost(h func(http.ResponseWriter, *http.Request, *apiv1.Ho
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		for _, host := range s.hosts {
-			if host.ID == r.PathValue("id") {
+			if host.ID == r.PathValue("id") || (host.Name == r.PathValue("id") && host.State != "deleted") {
 				h(w, r, host)
 				return
 			}
@@ -49,6 +54,22 @@ func (s adminFake) withHost(h func(http.ResponseWriter, *http.Request, *apiv1.Ho
 func (s adminFake) drainHost(w http.ResponseWriter, r *http.Request, h *apiv1.Host) {
 	h.State = "draining"
 	writeJSON(w, 200, h)
+}
+
+// setHostState answers disable, enable and delete (a deleted host stays
+// found by id, as the real API does, but takes no more changes).
+func (s adminFake) setHostState(state string) func(http.ResponseWriter, *http.Request, *apiv1.Host) {
+	return func(w http.ResponseWriter, r *http.Request, h *apiv1.Host) {
+		if h.State == "deleted" {
+			writeErr(w, 404, "not_found", fmt.Sprintf("host %s was deleted", h.ID))
+			return
+		}
+		h.State = state
+		if state == "deleted" {
+			h.DeletedAt = BaseTime()
+		}
+		writeJSON(w, 200, h)
+	}
 }
 
 func (s adminFake) createHost(w http.ResponseWriter, r *http.Request) {

@@ -32,10 +32,27 @@ type Config struct {
 	DefaultVCPUs      int           // default 1
 	MaxMemoryMiB      int           // largest session allowed; default 16384
 	MaxVCPUs          int           // default 16
+	// LinkRecheck is how often a replica re-checks that the host links it
+	// holds are still allowed (besides every TopicHosts wake-up); default 2s.
+	LinkRecheck time.Duration
+}
+
+// Lease is how long a host keeps its machines running without a
+// successful heartbeat: 2/3 of HostLostAfter (its default if unset), so a
+// cut-off host has paused its machines before any replica may declare it
+// lost and move its sessions.
+func (c Config) Lease() time.Duration {
+	lost := c.HostLostAfter
+	if lost <= 0 {
+		lost = defaultHostLostAfter
+	}
+	return lost * 2 / 3
 }
 
 // defaultHeartbeat is how often hosts heartbeat unless configured.
 const defaultHeartbeat = 2 * time.Second
+
+const defaultHostLostAfter = 15 * time.Second
 
 func (c *Config) defaults() error {
 	if c.ReplicaID == "" {
@@ -47,7 +64,8 @@ func (c *Config) defaults() error {
 		}
 	}
 	def(&c.HeartbeatInterval, defaultHeartbeat)
-	def(&c.HostLostAfter, 15*time.Second)
+	def(&c.HostLostAfter, defaultHostLostAfter)
+	def(&c.LinkRecheck, 2*time.Second)
 	def(&c.MonitorInterval, c.HostLostAfter/5)
 	def(&c.OpLease, 30*time.Second)
 	def(&c.PlacementWait, 10*time.Second)
@@ -125,6 +143,10 @@ func (noMetrics) SnapshotUploaded(int64)                   {}
 type Deps struct {
 	Store store.Store
 	Hosts hostlink.Transports
+	// Links admits, re-checks and closes this replica's host links (the
+	// hostlink Router); nil: links are not checked across replicas nor
+	// closed when a host loses its access (tests without a link server).
+	Links Links
 	// Images and Harnesses resolve what a session spec names; nil: specs
 	// naming an image or a harness are refused.
 	Images    Images
@@ -150,6 +172,7 @@ type Coordinator struct {
 	roots  []ChunkRoots
 	restd  []RestoreObserver
 	met    Metrics
+	access *Access
 	log    *slog.Logger
 	now    func() time.Time
 	newID  func() string
@@ -180,20 +203,26 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 	if c.newID == nil {
 		c.newID = func() string { return uuid.Must(uuid.NewV7()).String() }
 	}
+	c.access = &Access{cfg: cfg, st: deps.Store, ends: deps.Links, log: c.log, clock: c.now, recoverFn: c.recoverHost}
 	return c, nil
 }
+
+// Access is this replica's host access: link admission and re-checks,
+// and taking hosts out of service.
+func (c *Coordinator) Access() *Access { return c.access }
 
 // Config returns the effective configuration.
 func (c *Coordinator) Config() Config { return c.cfg }
 
-// Run runs the op workers and the heartbeat monitor until ctx ends, then
-// waits for them.
+// Run runs the op workers, the heartbeat monitor and the link guard until
+// ctx ends, then waits for them.
 func (c *Coordinator) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for i := range c.cfg.Workers {
 		wg.Go(func() { c.workLoop(ctx, i) })
 	}
 	wg.Go(func() { c.monitorLoop(ctx) })
+	wg.Go(func() { c.access.guardLinks(ctx) })
 	wg.Wait()
 	return nil
 }

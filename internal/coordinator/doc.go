@@ -1,4 +1,4 @@
-// Package coordinator is the session control plane: the op log under fencing epochs, lifecycle
-// and snapshot ops, the outbox, the heartbeat monitor, GC and the host-link handlers. State is in
-// the store. Imported by the API, the capability packages' wiring and cmd/; it imports none of them.
+// Package coordinator is the session control plane: op log under fencing epochs, lifecycle and
+// snapshot ops, outbox, heartbeat monitor, GC, host-link handlers and host access (one live link per
+// host, revocation). State is in the store. Imported by the API, the wiring and cmd/; imports none.
 package coordinator

@@ -25,18 +25,6 @@ func HashToken(secret string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// AuthenticateHost maps a host token to its host id.
-func (c *Coordinator) AuthenticateHost(ctx context.Context, secret string) (domain.HostID, error) {
-	t, err := c.st.TokenByHash(ctx, HashToken(secret))
-	if errors.Is(err, store.ErrNotFound) || (err == nil && t.Kind != domain.TokenHost) {
-		return "", fmt.Errorf("%w: not a valid host token (create one with `engrams host create NAME`)", ErrUnauthorized)
-	}
-	if err != nil {
-		return "", fmt.Errorf("authenticate host: %w", err)
-	}
-	return t.HostID, nil
-}
-
 // RouteHostLink adds what hosts send over their link about their own
 // lifecycle to mux: register and heartbeat, and guest bound reports. The host id comes from the
 // authenticated link (hostlink.HostIDFrom).
@@ -57,6 +45,9 @@ func (c *linkHandlers) handleRegister(w http.ResponseWriter, r *http.Request) {
 		hostlink.WriteError(w, http.StatusBadRequest, hostlink.CodeBadRequest, "decode register request: "+err.Error())
 		return
 	}
+	if !c.linkAllowed(w, r, hostID) {
+		return
+	}
 	old, err := c.st.GetHost(r.Context(), hostID)
 	if err != nil {
 		hostlink.WriteError(w, http.StatusNotFound, hostlink.CodeNotFound, fmt.Sprintf("host %s is not registered: %v", hostID, err))
@@ -69,6 +60,9 @@ func (c *linkHandlers) handleRegister(w http.ResponseWriter, r *http.Request) {
 		ReplicaID: c.cfg.ReplicaID, ReplicaAddr: c.cfg.ReplicaAddr,
 		ProtocolVersion: hostlink.Version, LastHeartbeat: now, ConnectedAt: now,
 	})
+	if errors.Is(err, store.ErrConflict) && !c.linkAllowed(w, r, hostID) {
+		return // disabled, deleted or revoked since the check
+	}
 	if err != nil {
 		hostlink.WriteError(w, http.StatusInternalServerError, hostlink.CodeInternal, "register host: "+err.Error())
 		return
@@ -90,6 +84,9 @@ func (c *linkHandlers) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	var req hostlink.HeartbeatRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil {
 		hostlink.WriteError(w, http.StatusBadRequest, hostlink.CodeBadRequest, "decode heartbeat: "+err.Error())
+		return
+	}
+	if !c.linkAllowed(w, r, hostID) {
 		return
 	}
 	req.Capacity.CachedSnapshots = req.Snapshots
@@ -118,6 +115,22 @@ func (c *linkHandlers) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 		resp.Prefetch = c.images.PrefetchFor(r.Context(), hostID, req.Snapshots)
 	}
 	writeLinkJSON(w, resp)
+}
+
+// linkAllowed re-checks the link a request came over and answers the
+// request itself (refusing it and closing the link) unless the link may
+// still hold the host.
+func (c *linkHandlers) linkAllowed(w http.ResponseWriter, r *http.Request, hostID domain.HostID) bool {
+	ref, err := c.access.checkLink(r.Context(), hostID)
+	if err != nil {
+		hostlink.WriteError(w, http.StatusServiceUnavailable, hostlink.CodeUnavailable, err.Error())
+		return false
+	}
+	if ref != nil {
+		c.access.refuseLink(w, r, hostID, ref)
+		return false
+	}
+	return true
 }
 
 func (c *linkHandlers) ownedSessions(ctx context.Context, hostID domain.HostID) ([]domain.Session, error) {
@@ -162,9 +175,7 @@ func writeLinkJSON(w http.ResponseWriter, v any) {
 // lease is how long a host keeps its machines running without a successful
 // heartbeat: well inside HostLostAfter, so a cut-off host has paused its
 // machines before any replica may declare it lost and move its sessions.
-func (c *Coordinator) lease() time.Duration {
-	return c.cfg.HostLostAfter * 2 / 3
-}
+func (c *Coordinator) lease() time.Duration { return c.cfg.Lease() }
 
 // recoverExited hands Active sessions whose machine the host reports
 // exited (at the epoch the coordinator knows) to recovery. Other states are

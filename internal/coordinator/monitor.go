@@ -64,18 +64,11 @@ func (c *Coordinator) checkHosts(ctx context.Context, judge bool) error {
 		if h.State != domain.HostLost {
 			continue
 		}
-		ss, err := c.st.ListSessions(ctx, domain.SessionFilter{HostID: h.ID, States: vmStates()})
+		n, err := c.recoverHost(ctx, h)
 		if err != nil {
-			return fmt.Errorf("list sessions of lost host %s: %w", h.ID, err)
+			return err
 		}
-		for _, s := range ss {
-			// One recover op per session per host connection, however many
-			// replicas notice.
-			if err := c.enqueueRecover(ctx, s.ID, fmt.Sprintf("recover:%s:%d", h.ID, h.ConnectedAt.UnixMicro())); err != nil {
-				return err
-			}
-			enqueued = true
-		}
+		enqueued = enqueued || n > 0
 	}
 	n, err := c.evictIdle(ctx)
 	if err != nil {
@@ -89,6 +82,23 @@ func (c *Coordinator) checkHosts(ctx context.Context, judge bool) error {
 		c.wake(ctx, TopicOps)
 	}
 	return nil
+}
+
+// recoverHost hands every session of lost host h that may own a machine
+// to a recover op and returns how many it has.
+func (c *Coordinator) recoverHost(ctx context.Context, h domain.Host) (int, error) {
+	ss, err := c.st.ListSessions(ctx, domain.SessionFilter{HostID: h.ID, States: vmStates()})
+	if err != nil {
+		return 0, fmt.Errorf("list sessions of lost host %s: %w", h.ID, err)
+	}
+	for _, s := range ss {
+		// One recover op per session per host connection, however many
+		// replicas (and revocations) notice.
+		if err := c.enqueueRecover(ctx, s.ID, fmt.Sprintf("recover:%s:%d", h.ID, h.ConnectedAt.UnixMicro())); err != nil {
+			return 0, err
+		}
+	}
+	return len(ss), nil
 }
 
 // maxLifetime is s's hard time limit, 0 for none.

@@ -63,7 +63,7 @@ func (c *Placement) place(ctx context.Context, spec domain.SessionSpec, need sch
 	}
 	hosts := make([]scheduler.Host, 0, len(rows))
 	for _, h := range rows {
-		hosts = append(hosts, scheduler.Host{ID: h.ID, Connected: h.State == domain.HostReady,
+		hosts = append(hosts, scheduler.Host{ID: h.ID, Connected: h.State == domain.HostReady && h.Enabled(),
 			LastHeartbeat: h.LastHeartbeat, Facts: h.Facts, Capacity: h.Capacity})
 	}
 	placed := make([]scheduler.Placed, 0, len(sessions))

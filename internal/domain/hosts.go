@@ -26,9 +26,29 @@ type Host struct {
 	ReplicaAddr     string
 	ProtocolVersion int
 	Draining        bool // admin intent; survives reconnects and loss
-	LastHeartbeat   time.Time
-	ConnectedAt     time.Time
-	CreatedAt       time.Time
+	// Disabled is admin intent too: a disabled host may not link, take
+	// sessions or use the gateway until it is enabled again.
+	Disabled bool
+	// DeletedAt is when an admin deleted the host (zero while it is not):
+	// its row stays for the sessions and snapshots that name it, its tokens
+	// are revoked and its name is free again.
+	DeletedAt     time.Time
+	Link          HostLink // the link holding the host (or the last one, with ID "")
+	LastHeartbeat time.Time
+	ConnectedAt   time.Time
+	CreatedAt     time.Time
+}
+
+// Enabled reports whether an admin lets the host work: neither disabled
+// nor deleted.
+func (h Host) Enabled() bool { return !h.Disabled && h.DeletedAt.IsZero() }
+
+// HostLink is the one host link that holds a host across every replica:
+// a second link is admitted only once this one has ended or gone silent.
+type HostLink struct {
+	ID     string    // "" when no link holds the host
+	Remote string    // the address the link came from
+	At     time.Time // when it connected
 }
 
 // TokenKind says what a token authenticates.

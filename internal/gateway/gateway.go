@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/secrets"
 	"github.com/engrams/engrams/internal/store"
 )
@@ -168,6 +169,9 @@ func (c *Gateway) gatewayGrant(ctx context.Context, hostID domain.HostID, sid do
 	if !gatewayServes(kind) {
 		return domain.CredentialGrant{}, refuse(http.StatusNotFound, "the model gateway serves no credential kind %q", kind)
 	}
+	if err := c.gatewayHostAllowed(ctx, hostID); err != nil {
+		return domain.CredentialGrant{}, err
+	}
 	s, err := c.st.GetSession(ctx, sid)
 	if errors.Is(err, store.ErrNotFound) {
 		return domain.CredentialGrant{}, refuse(http.StatusForbidden, "this session does not exist")
@@ -188,6 +192,34 @@ func (c *Gateway) gatewayGrant(ctx context.Context, hostID domain.HostID, sid do
 		return g, nil
 	}
 	return domain.CredentialGrant{}, refuse(http.StatusForbidden, "this session is granted no %s credential", kind)
+}
+
+// gatewayHostAllowed refuses a host an admin disabled or deleted, and a
+// link whose host token was revoked: their links are being closed, and
+// until then they get nothing through the gateway.
+func (c *Gateway) gatewayHostAllowed(ctx context.Context, hostID domain.HostID) error {
+	h, err := c.st.GetHost(ctx, hostID)
+	if errors.Is(err, store.ErrNotFound) {
+		return refuse(http.StatusForbidden, "this host is not registered")
+	}
+	if err != nil {
+		return fmt.Errorf("gateway: read host %s: %w", hostID, err)
+	}
+	if !h.Enabled() {
+		return refuse(http.StatusForbidden, "this host may no longer use the model gateway")
+	}
+	l, _ := hostlink.LinkFrom(ctx)
+	if l.TokenID == "" {
+		return nil
+	}
+	t, err := c.st.GetToken(ctx, l.TokenID)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && !t.RevokedAt.IsZero()) {
+		return refuse(http.StatusForbidden, "this host may no longer use the model gateway")
+	}
+	if err != nil {
+		return fmt.Errorf("gateway: read token %s: %w", l.TokenID, err)
+	}
+	return nil
 }
 
 // gatewayTaskLive refuses the session of a stopped or failed task: its

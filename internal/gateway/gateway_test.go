@@ -127,7 +127,8 @@ func newGatewayEnv(t *testing.T, cfg Config, tls bool, trust bool) *gwEnv {
 	mux := http.NewServeMux()
 	gw.RouteHostLink(mux)
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mux.ServeHTTP(w, r.WithContext(hostlink.WithHostID(r.Context(), domain.HostID(r.Header.Get("X-Test-Host")))))
+		l := hostlink.LinkInfo{HostID: domain.HostID(r.Header.Get("X-Test-Host")), TokenID: r.Header.Get("X-Test-Token")}
+		mux.ServeHTTP(w, r.WithContext(hostlink.WithLink(r.Context(), l)))
 	}))
 	t.Cleanup(ts.Close)
 	return &gwEnv{Env: e, st: e.St, co: e.Co, gw: gw, vault: vault, url: ts.URL, up: up, upTS: upTS, log: logs}
@@ -174,6 +175,9 @@ func (g *gwEnv) send(t *testing.T, hostID string, sid domain.SessionID, method, 
 		t.Fatal(err)
 	}
 	req.Header.Set("X-Test-Host", hostID)
+	if hostID == "host-a" {
+		req.Header.Set("X-Test-Token", "tok-a") // the link's token, as coordinatortest mints it
+	}
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}

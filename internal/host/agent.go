@@ -80,6 +80,7 @@ const (
 	retryBase    = 500 * time.Millisecond
 	retryMax     = 30 * time.Second
 	retryRefused = 2 * time.Minute // version mismatch or token refused
+	retryHeld    = 2 * time.Second // another link holds the host: first wait, doubled up to retryRefused
 	maxFailedHBs = 3               // heartbeats failing in a row on a live link: redial
 )
 
@@ -219,6 +220,15 @@ func (a *Agent) retryDelay(err error, failures int) time.Duration {
 	if errors.Is(err, hostlink.ErrVersionMismatch) || errors.Is(err, hostlink.ErrUnauthorized) {
 		return retryRefused/2 + rand.N(retryRefused/2)
 	}
+	if errors.Is(err, hostlink.ErrAlreadyConnected) {
+		// Another agent's link holds the host: wait at least as long as
+		// the coordinator says that link has left, and longer each time.
+		d := retryRefused
+		if failures < 8 {
+			d = min(retryHeld<<(failures-1), retryRefused)
+		}
+		return max(hostlink.RetryAfter(err), d/2+rand.N(d/2+1))
+	}
 	d := retryMax
 	if failures < 16 {
 		d = min(retryBase<<(failures-1), retryMax)
@@ -235,7 +245,9 @@ func (a *Agent) logFailure(err error, last string, failures int, wait time.Durat
 	case errors.Is(err, hostlink.ErrVersionMismatch):
 		level, msg = slog.LevelError, "coordinator refused this host's protocol version; retrying slowly until one side is upgraded"
 	case errors.Is(err, hostlink.ErrUnauthorized):
-		level, msg = slog.LevelError, "coordinator refused this host's token; retrying slowly"
+		level, msg = slog.LevelError, "coordinator refused this host (its token is unknown or revoked, or the host is disabled or deleted); retrying slowly"
+	case errors.Is(err, hostlink.ErrAlreadyConnected):
+		level, msg = slog.LevelError, "coordinator refused this link: another agent with this host's token holds the host; stop one of them. Retrying slowly"
 	}
 	if err.Error() == last {
 		level = slog.LevelDebug
@@ -295,6 +307,9 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 		if err := a.link.Post(ctx, client, hostlink.PathHeartbeat, a.heartbeatRequest(), &hb); err != nil {
 			if ctx.Err() != nil {
 				return nil
+			}
+			if errors.Is(err, hostlink.ErrUnauthorized) || errors.Is(err, hostlink.ErrAlreadyConnected) {
+				return fmt.Errorf("heartbeat refused, link closed: %w", err)
 			}
 			failed++
 			log.Warn("heartbeat failed", "err", err, "failed_in_a_row", failed)

@@ -94,11 +94,11 @@ func newCoord(interval time.Duration) *coord {
 		_ = json.NewEncoder(w).Encode(resp)
 	})
 	c.deps = hostlink.ServerDeps{
-		Authenticate: func(_ context.Context, tok string) (domain.HostID, error) {
+		Authenticate: func(_ context.Context, tok string) (hostlink.Credential, error) {
 			if tok != "tok" {
-				return "", errors.New("unknown token")
+				return hostlink.Credential{}, errors.New("unknown token")
 			}
-			return "host-1", nil
+			return hostlink.Credential{HostID: "host-1"}, nil
 		},
 		Handler: h,
 	}

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/host"
 	"github.com/engrams/engrams/internal/hostlink"
@@ -243,11 +242,11 @@ func newGatewayCoord(t *testing.T, owned ...hostlink.Ownership) (*gatewayCoord, 
 		_, _ = io.WriteString(w, "event: two\ndata: {}\n\n")
 	})
 	c.srv = hostlink.NewServer(hostlink.ServerConfig{}, hostlink.ServerDeps{
-		Authenticate: func(_ context.Context, tok string) (domain.HostID, error) {
+		Authenticate: func(_ context.Context, tok string) (hostlink.Credential, error) {
 			if tok != "tok" {
-				return "", errors.New("unknown token")
+				return hostlink.Credential{}, errors.New("unknown token")
 			}
-			return "host-1", nil
+			return hostlink.Credential{HostID: "host-1"}, nil
 		},
 		Handler: h,
 	})

@@ -20,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/hostlink"
 )
 
@@ -69,8 +68,10 @@ func newHostileCoord(t *testing.T) (*hostileCoord, string) {
 		w.WriteHeader(http.StatusNoContent)
 	})
 	c.srv = hostlink.NewServer(hostlink.ServerConfig{}, hostlink.ServerDeps{
-		Authenticate: func(context.Context, string) (domain.HostID, error) { return "host-1", nil },
-		Handler:      h,
+		Authenticate: func(context.Context, string) (hostlink.Credential, error) {
+			return hostlink.Credential{HostID: "host-1"}, nil
+		},
+		Handler: h,
 	})
 	mux := http.NewServeMux()
 	mux.Handle(hostlink.PathConnect, c.srv)

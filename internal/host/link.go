@@ -59,6 +59,7 @@ func (l *coordLink) Post(ctx context.Context, client *http.Client, path string, 
 		if json.Unmarshal(b, &eb) == nil && eb.Error != "" {
 			pe.msg = eb.Error
 		}
+		pe.refusal = hostlink.RefusalOf(resp.StatusCode, resp.Header, eb)
 		return pe
 	}
 	if out == nil {
@@ -74,6 +75,7 @@ func (l *coordLink) Post(ctx context.Context, client *http.Client, path string, 
 type postError struct {
 	path, status, msg string
 	code              int
+	refusal           *hostlink.Refusal // the coordinator refused this link (token, host or hold)
 }
 
 func (e *postError) Error() string {
@@ -85,3 +87,11 @@ func (e *postError) Error() string {
 
 // StatusCode is the HTTP status of the refusal.
 func (e *postError) StatusCode() int { return e.code }
+
+// Unwrap is the link refusal, so errors.Is matches its category.
+func (e *postError) Unwrap() error {
+	if e.refusal == nil {
+		return nil
+	}
+	return e.refusal
+}

@@ -46,8 +46,10 @@ type Conn struct {
 
 // Dial links the host to the coordinator: one WebSocket carrying a yamux
 // session, HTTP on its streams in both directions. ctx bounds the handshake
-// only. Errors wrap ErrVersionMismatch or ErrUnauthorized when the
-// coordinator refused the host for those reasons.
+// only. Errors wrap ErrVersionMismatch, ErrUnauthorized (a refused token,
+// a disabled or deleted host) or ErrAlreadyConnected (another agent's live
+// link holds the host) when the coordinator refused the host for those
+// reasons; the last two wrap a *Refusal (RetryAfter reads its wait).
 func Dial(ctx context.Context, cfg DialConfig) (*Conn, error) {
 	log := orDiscard(cfg.Logger)
 	u, err := connectURL(cfg.URL)
@@ -165,6 +167,9 @@ func refusal(u string, resp *http.Response) error {
 			msg = resp.Status
 		}
 		return fmt.Errorf("connect to %s: %w: %s: check the host token", u, ErrUnauthorized, msg)
+	}
+	if r := RefusalOf(resp.StatusCode, resp.Header, body); r != nil {
+		return fmt.Errorf("connect to %s: %w", u, r)
 	}
 	return nil
 }

@@ -60,11 +60,11 @@ func (rt *replicaTable) lookup(_ context.Context, hostID domain.HostID) (string,
 
 var tokens = map[string]domain.HostID{"tok-1": "host-1", "tok-2": "host-2"}
 
-func authenticate(_ context.Context, token string) (domain.HostID, error) {
+func authenticate(_ context.Context, token string) (hostlink.Credential, error) {
 	if id, ok := tokens[token]; ok {
-		return id, nil
+		return hostlink.Credential{HostID: id, TokenID: "tid-" + token}, nil
 	}
-	return "", errors.New("unknown token")
+	return hostlink.Credential{}, errors.New("unknown token")
 }
 
 // coordinatorHandler answers host requests with the sender's id.
@@ -83,8 +83,15 @@ func coordinatorHandler() http.Handler {
 
 func newCoordinator(t *testing.T, replicaID, secret string, table *replicaTable) *coordinator {
 	t.Helper()
+	return newCoordinatorWith(t, replicaID, secret, table, nil)
+}
+
+// newCoordinatorWith is newCoordinator with the Server's config and deps
+// adjusted by tune (nil: as they are).
+func newCoordinatorWith(t *testing.T, replicaID, secret string, table *replicaTable, tune func(*hostlink.ServerConfig, *hostlink.ServerDeps)) *coordinator {
+	t.Helper()
 	c := &coordinator{connects: make(chan domain.HostID, 16), disconnect: make(chan domain.HostID, 16)}
-	c.srv = hostlink.NewServer(hostlink.ServerConfig{}, hostlink.ServerDeps{
+	cfg, deps := hostlink.ServerConfig{}, hostlink.ServerDeps{
 		Authenticate: authenticate,
 		Handler:      coordinatorHandler(),
 		OnConnect: func(id domain.HostID) {
@@ -94,7 +101,11 @@ func newCoordinator(t *testing.T, replicaID, secret string, table *replicaTable)
 			c.connects <- id
 		},
 		OnDisconnect: func(id domain.HostID) { c.disconnect <- id },
-	})
+	}
+	if tune != nil {
+		tune(&cfg, &deps)
+	}
+	c.srv = hostlink.NewServer(cfg, deps)
 	lookup := func(context.Context, domain.HostID) (string, string, error) { return "", "", nil }
 	if table != nil {
 		lookup = table.lookup
@@ -415,39 +426,6 @@ func TestUpgradeThroughLink(t *testing.T) {
 		t.Fatalf("big read %d bytes, %v", len(b), err)
 	}
 	_ = ws.Close(websocket.StatusNormalClosure, "")
-}
-
-func TestReconnectReplacesOldLink(t *testing.T) {
-	t.Parallel()
-	c := newCoordinator(t, "a", "secret", nil)
-	first := dialHost(t, c.http.URL, "tok-1", hostHandler(nil))
-	waitFor(t, c.connects, "host-1")
-	second := dialHost(t, c.http.URL, "tok-1", hostHandler(nil))
-	waitFor(t, c.connects, "host-1")
-	select {
-	case <-first.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("first link still up after the host reconnected")
-	}
-	// The replaced link must not report the host as gone.
-	select {
-	case id := <-c.disconnect:
-		t.Fatalf("OnDisconnect(%s) for a replaced link", id)
-	default:
-	}
-	if got := c.srv.Connected(); len(got) != 1 {
-		t.Fatalf("connected = %v", got)
-	}
-	resp, err := second.HTTPClient().Post("http://c"+hostlink.PathRegister, "application/json", nil)
-	if err != nil {
-		t.Fatalf("second link: %v", err)
-	}
-	resp.Body.Close()
-	if _, err := first.HTTPClient().Post("http://c"+hostlink.PathRegister, "application/json", nil); !errors.Is(err, hostlink.ErrClosed) {
-		t.Errorf("request on the closed link: got %v, want ErrClosed", err)
-	}
-	_ = second.Close()
-	waitFor(t, c.disconnect, "host-1")
 }
 
 func TestServerCloseEndsLinks(t *testing.T) {

@@ -27,6 +27,13 @@ import (
 //     (2026-12-02, same version: hosts report a guest stream that hit one of
 //     their bounds (PathGuestBound); a coordinator without the route answers
 //     404, which a host logs and ignores.)
+//     (2026-12-02, same version: one live link per host. A second
+//     connection of a host is refused 409 already_connected with
+//     Retry-After; a disabled or deleted host 403 host_disabled or
+//     host_deleted; register and heartbeat answer these, 401 and 409
+//     superseded when the link may no longer hold the host, and the
+//     coordinator then closes the link. Hosts of this version end the link
+//     and back off; older ones retry as after any failure.)
 const Version = 4
 
 // Headers.

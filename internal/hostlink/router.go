@@ -140,6 +140,58 @@ func (p *peerRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) 
 	return resp, nil
 }
 
+// LinkHeld reports whether replica replicaID (reached at addr) holds link
+// linkID of hostID and that link is live (Server.Holds); an error when it
+// cannot tell (the replica does not answer, or answers something else).
+func (r *Router) LinkHeld(ctx context.Context, hostID domain.HostID, linkID, replicaID, addr string) (bool, error) {
+	if replicaID == r.cfg.ReplicaID {
+		return r.deps.Local != nil && r.deps.Local.Holds(hostID, linkID), nil
+	}
+	base, err := url.Parse(addr)
+	if err != nil || base.Host == "" || (base.Scheme != "http" && base.Scheme != "https") {
+		return false, fmt.Errorf("ask replica %s about host %s: bad address %q", replicaID, hostID, addr)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	path := strings.TrimSuffix(base.Path, "/") + PathPeerPrefix + url.PathEscape(string(hostID)) + peerHeld + url.PathEscape(linkID)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base.Scheme+"://"+base.Host+path, nil)
+	if err != nil {
+		return false, fmt.Errorf("ask replica %s about host %s: %w", replicaID, hostID, err)
+	}
+	req.Header.Set(HeaderClusterSecret, r.cfg.ClusterSecret)
+	resp, err := r.peer.RoundTrip(req)
+	if err != nil {
+		return false, fmt.Errorf("ask replica %s about host %s: %w", replicaID, hostID, err)
+	}
+	_ = resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusNoContent:
+		return true, nil
+	case resp.StatusCode == http.StatusNotFound && resp.Header.Get(HeaderLinkError) == CodeHostNotConnected:
+		return false, nil
+	}
+	return false, fmt.Errorf("ask replica %s about host %s: %s", replicaID, hostID, resp.Status)
+}
+
+// Links lists the links this replica holds.
+func (r *Router) Links() []LinkInfo {
+	if r.deps.Local == nil {
+		return nil
+	}
+	return r.deps.Local.Links()
+}
+
+// CloseLink ends this replica's link linkID of hostID (Server.CloseLink).
+func (r *Router) CloseLink(hostID domain.HostID, linkID string) bool {
+	return r.deps.Local != nil && r.deps.Local.CloseLink(hostID, linkID)
+}
+
+// peerHeld follows the host id in PathPeerPrefix for LinkHeld: GET
+// PathPeerPrefix + {host_id} + peerHeld + {link_id} answers 204 when this
+// replica holds that live link, 404 (HeaderLinkError host_not_connected)
+// when not.
+const peerHeld = "/held/"
+
 // PeerHandler serves requests other replicas forward for hosts linked to
 // this one; mount it at PathPeerPrefix.
 func (r *Router) PeerHandler() http.Handler { return http.HandlerFunc(r.servePeer) }
@@ -150,6 +202,15 @@ func (r *Router) servePeer(w http.ResponseWriter, req *http.Request) {
 		r.log.Warn("peer request refused: bad cluster secret", "remote_addr", req.RemoteAddr)
 		w.Header().Set(HeaderLinkError, CodeUnauthorized)
 		WriteError(w, http.StatusUnauthorized, CodeUnauthorized, "bad cluster secret")
+		return
+	}
+	if hostID, linkID, ok := splitHeldPath(req); ok {
+		if r.deps.Local != nil && r.deps.Local.Holds(hostID, linkID) {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		w.Header().Set(HeaderLinkError, CodeHostNotConnected)
+		WriteError(w, http.StatusNotFound, CodeHostNotConnected, fmt.Sprintf("replica %s holds no live link %s of host %s", r.cfg.ReplicaID, linkID, hostID))
 		return
 	}
 	hostID, rest, restRaw, ok := splitPeerPath(req.URL)
@@ -219,4 +280,22 @@ func splitPeerPath(u *url.URL) (hostID domain.HostID, rest, restRaw string, ok b
 		return "", "", "", false
 	}
 	return hostID, rest, restRaw, true
+}
+
+// splitHeldPath splits GET PathPeerPrefix + {host_id} + peerHeld + {link_id}.
+func splitHeldPath(req *http.Request) (domain.HostID, string, bool) {
+	raw, ok := strings.CutPrefix(req.URL.EscapedPath(), PathPeerPrefix)
+	if !ok || req.Method != http.MethodGet {
+		return "", "", false
+	}
+	escHost, escLink, ok := strings.Cut(raw, peerHeld)
+	if !ok || escHost == "" || escLink == "" || strings.Contains(escHost, "/") || strings.Contains(escLink, "/") {
+		return "", "", false
+	}
+	host, err1 := url.PathUnescape(escHost)
+	link, err2 := url.PathUnescape(escLink)
+	if err1 != nil || err2 != nil {
+		return "", "", false
+	}
+	return domain.HostID(host), link, true
 }

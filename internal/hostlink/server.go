@@ -4,6 +4,9 @@ import (
 	"github.com/engrams/engrams/internal/domain"
 
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -21,15 +24,43 @@ import (
 type ServerConfig struct {
 	KeepAliveInterval time.Duration // yamux ping interval; 0 = 15s
 	WriteTimeout      time.Duration // a stuck write closes the link; 0 = 10s
+	// PingTimeout is how long the host of a held link has to answer a ping
+	// when a second connection of the same host asks whether that link is
+	// still live (Holds); one that does not answer is closed. 0 = 2s.
+	PingTimeout time.Duration
+}
+
+// Credential is who a host token authenticates.
+type Credential struct {
+	HostID  domain.HostID
+	TokenID string
+}
+
+// LinkInfo is one host link as the coordinator end holds it.
+type LinkInfo struct {
+	ID      string // random, one per connection
+	HostID  domain.HostID
+	TokenID string
+	Remote  string
+	Since   time.Time
 }
 
 // ServerDeps are what the coordinator end needs.
 type ServerDeps struct {
-	// Authenticate maps a host's bearer token to its host id. Any error
+	// Authenticate maps a host's bearer token to its credential. Any error
 	// refuses the connection with 401.
-	Authenticate func(ctx context.Context, bearerToken string) (hostID domain.HostID, err error)
+	Authenticate func(ctx context.Context, bearerToken string) (Credential, error)
+	// Admit decides whether a new link may hold its host (it may be the
+	// host's only live link across every replica) and records it as the
+	// holder. A *Refusal is answered as it is (409 with
+	// CodeAlreadyConnected while another live link holds the host); any
+	// other error answers 503. nil: a link is admitted unless this Server
+	// holds a live link of the same host (one whose host answers a ping).
+	Admit func(ctx context.Context, l LinkInfo) error
+	// Release is called once an admitted link has ended (nil: nothing).
+	Release func(ctx context.Context, l LinkInfo)
 	// Handler serves the requests hosts send (PathRegister, PathHeartbeat);
-	// HostIDFrom(r.Context()) names the sending host.
+	// HostIDFrom and LinkFrom name the sending host and its link.
 	Handler http.Handler
 	// OnConnect is called once a host's link is up. OnDisconnect is called
 	// when it ends, unless a newer link of the same host replaced it.
@@ -39,26 +70,31 @@ type ServerDeps struct {
 }
 
 // Server is the coordinator end of host links: an http.Handler for
-// PathConnect that holds one link per connected host.
+// PathConnect that holds at most one link per host.
 type Server struct {
 	cfg  ServerConfig
 	deps ServerDeps
 	log  *slog.Logger
 
-	mu     sync.Mutex
-	closed bool
-	links  map[domain.HostID]*serverLink
-	wg     sync.WaitGroup // one per ServeHTTP holding a link
+	mu        sync.Mutex
+	closed    bool
+	links     map[domain.HostID]*serverLink
+	admitting map[domain.HostID]LinkInfo // connections being admitted, one per host
+	wg        sync.WaitGroup             // one per ServeHTTP holding a link
 }
 
 type serverLink struct {
-	hostID domain.HostID
-	s      *session
+	info LinkInfo
+	s    *session
 }
 
 // NewServer returns the coordinator end of host links.
 func NewServer(cfg ServerConfig, deps ServerDeps) *Server {
-	return &Server{cfg: cfg, deps: deps, log: orDiscard(deps.Logger), links: map[domain.HostID]*serverLink{}}
+	if cfg.PingTimeout <= 0 {
+		cfg.PingTimeout = 2 * time.Second
+	}
+	return &Server{cfg: cfg, deps: deps, log: orDiscard(deps.Logger),
+		links: map[domain.HostID]*serverLink{}, admitting: map[domain.HostID]LinkInfo{}}
 }
 
 // ServeHTTP accepts a host's connection on PathConnect and holds it until
@@ -79,48 +115,110 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, http.StatusUnauthorized, CodeUnauthorized, "no host authentication configured")
 		return
 	}
-	hostID, err := s.deps.Authenticate(r.Context(), token)
-	if err != nil || hostID == "" {
-		s.log.Info("hostlink connect refused", "reason", "authentication failed", "error", err, "remote_addr", r.RemoteAddr)
+	cred, err := s.deps.Authenticate(r.Context(), token)
+	if err != nil || cred.HostID == "" {
+		s.log.Info("hostlink connect refused", "reason", "authentication failed", "err", err, "remote_addr", r.RemoteAddr)
 		WriteError(w, http.StatusUnauthorized, CodeUnauthorized, "host token refused")
 		return
 	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	info := LinkInfo{ID: newLinkID(), HostID: cred.HostID, TokenID: cred.TokenID, Remote: r.RemoteAddr, Since: time.Now()}
+	if !s.hold() {
 		WriteError(w, http.StatusServiceUnavailable, CodeUnavailable, "coordinator shutting down")
 		return
 	}
-	s.wg.Add(1)
-	s.mu.Unlock()
 	defer s.wg.Done()
-
+	if ref := s.admit(r.Context(), info); ref != nil {
+		s.log.Info("hostlink connect refused", "host_id", info.HostID, "code", ref.Code, "reason", ref.Msg, "remote_addr", r.RemoteAddr)
+		WriteRefusal(w, ref)
+		return
+	}
 	w.Header().Set(HeaderVersion, strconv.Itoa(Version))
-	w.Header().Set(HeaderHostID, string(hostID))
+	w.Header().Set(HeaderHostID, string(info.HostID))
 	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
 	if err != nil {
-		s.log.Info("hostlink upgrade failed", "host_id", hostID, "error", err)
+		s.log.Info("hostlink upgrade failed", "host_id", info.HostID, "err", err)
+		s.endAdmission(info)
+		s.release(info)
 		return // Accept answered the request
 	}
-	s.serveLink(hostID, c, r.RemoteAddr)
+	s.serveLink(info, c)
 }
 
-func (s *Server) serveLink(hostID domain.HostID, c *websocket.Conn, remote string) {
+// hold counts a ServeHTTP that may come to hold a link; false once closed.
+func (s *Server) hold() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.wg.Add(1)
+	return true
+}
+
+// admit decides whether l may hold its host; nil admits it, and l is
+// being admitted until serveLink holds it or endAdmission drops it.
+func (s *Server) admit(ctx context.Context, l LinkInfo) *Refusal {
+	s.mu.Lock()
+	if _, busy := s.admitting[l.HostID]; busy {
+		s.mu.Unlock()
+		return &Refusal{Status: http.StatusConflict, Code: CodeAlreadyConnected, RetryAfter: time.Second,
+			Msg: fmt.Sprintf("another connection of host %s is being admitted right now", l.HostID)}
+	}
+	s.admitting[l.HostID] = l
+	old := s.links[l.HostID]
+	s.mu.Unlock()
+	var ref *Refusal
+	if s.deps.Admit == nil {
+		if old != nil && s.answers(old) {
+			ref = AlreadyConnected(string(l.HostID), old.info.Remote, old.info.Since, 0)
+		}
+	} else if err := s.deps.Admit(ctx, l); err != nil && !errors.As(err, &ref) {
+		ref = &Refusal{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Msg: "cannot admit the host link: " + err.Error()}
+	}
+	if ref != nil {
+		s.endAdmission(l)
+	}
+	return ref
+}
+
+func (s *Server) endAdmission(l LinkInfo) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.admitting[l.HostID].ID == l.ID {
+		delete(s.admitting, l.HostID)
+	}
+}
+
+func (s *Server) release(l LinkInfo) {
+	if s.deps.Release != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s.deps.Release(ctx, l)
+	}
+}
+
+func (s *Server) serveLink(info LinkInfo, c *websocket.Conn) {
+	hostID := info.HostID
 	log := s.log.With("host_id", hostID)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	defer func() { _ = c.CloseNow() }()
+	defer s.release(info)
 	nc := websocket.NetConn(ctx, c, websocket.MessageBinary)
 	ys, err := yamux.Server(newFrameConn(nc), yamuxConfig(s.cfg.KeepAliveInterval, s.cfg.WriteTimeout, log))
 	if err != nil {
-		log.Error("hostlink session failed", "error", err)
+		s.endAdmission(info)
+		log.Error("hostlink session failed", "err", err)
 		return
 	}
-	base := WithHostID(ctx, hostID)
-	l := &serverLink{hostID: hostID, s: newSession(ys, s.deps.Handler, base, "host "+string(hostID), ErrHostNotConnected, log)}
+	base := WithLink(ctx, info)
+	l := &serverLink{info: info, s: newSession(ys, s.deps.Handler, base, "host "+string(hostID), ErrHostNotConnected, log)}
 	defer l.s.close()
 
 	s.mu.Lock()
+	if s.admitting[hostID].ID == info.ID {
+		delete(s.admitting, hostID)
+	}
 	if s.closed {
 		s.mu.Unlock()
 		return
@@ -129,10 +227,10 @@ func (s *Server) serveLink(hostID domain.HostID, c *websocket.Conn, remote strin
 	s.links[hostID] = l
 	s.mu.Unlock()
 	if old != nil {
-		log.Info("hostlink replaced by a newer connection")
+		log.Info("hostlink replaced: the older link ended or went silent", "old_remote_addr", old.info.Remote)
 		_ = old.s.sess.Close() // its own ServeHTTP joins and cleans up
 	}
-	log.Info("hostlink connected", "remote_addr", remote)
+	log.Info("hostlink connected", "remote_addr", info.Remote, "link_id", info.ID)
 	if s.deps.OnConnect != nil {
 		s.deps.OnConnect(hostID)
 	}
@@ -147,11 +245,82 @@ func (s *Server) serveLink(hostID domain.HostID, c *websocket.Conn, remote strin
 	}
 	s.mu.Unlock()
 	if current {
-		log.Info("hostlink disconnected")
+		log.Info("hostlink disconnected", "link_id", info.ID)
 		if s.deps.OnDisconnect != nil {
 			s.deps.OnDisconnect(hostID)
 		}
 	}
+}
+
+// answers reports whether l's host answers a ping within PingTimeout; a
+// link whose host does not is dead and closed here.
+func (s *Server) answers(l *serverLink) bool {
+	if l.s.sess.IsClosed() {
+		return false
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.s.sess.Ping()
+		done <- err
+	}()
+	t := time.NewTimer(s.cfg.PingTimeout)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		if err == nil {
+			return true
+		}
+	case <-t.C:
+	}
+	s.log.Info("hostlink closed: its host does not answer pings", "host_id", l.info.HostID, "link_id", l.info.ID)
+	_ = l.s.sess.Close() // ends the ping too
+	<-done
+	return false
+}
+
+// Holds reports whether this Server holds link linkID of hostID and it is
+// live: being admitted, or held with its host answering a ping (a held
+// link whose host does not answer is closed).
+func (s *Server) Holds(hostID domain.HostID, linkID string) bool {
+	s.mu.Lock()
+	if a, ok := s.admitting[hostID]; ok && a.ID == linkID {
+		s.mu.Unlock()
+		return true
+	}
+	l := s.links[hostID]
+	s.mu.Unlock()
+	return l != nil && l.info.ID == linkID && s.answers(l)
+}
+
+// Links lists the links this Server holds, by host id.
+func (s *Server) Links() []LinkInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]LinkInfo, 0, len(s.links))
+	for _, l := range s.links {
+		out = append(out, l.info)
+	}
+	slices.SortFunc(out, func(a, b LinkInfo) int { return strings.Compare(string(a.HostID), string(b.HostID)) })
+	return out
+}
+
+// CloseLink ends hostID's link if this Server holds it and it is linkID (any
+// link of the host when linkID is ""); it reports whether it closed one.
+// The link's own ServeHTTP cleans up.
+func (s *Server) CloseLink(hostID domain.HostID, linkID string) bool {
+	s.mu.Lock()
+	l := s.links[hostID]
+	s.mu.Unlock()
+	if l == nil || (linkID != "" && l.info.ID != linkID) {
+		return false
+	}
+	return l.s.sess.Close() == nil
+}
+
+func newLinkID() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails on Linux
+	return hex.EncodeToString(b)
 }
 
 // Transport returns a RoundTripper that sends requests to hostID over its

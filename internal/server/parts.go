@@ -35,6 +35,7 @@ var (
 	_ coordinator.ChunkRoots      = (*harnessreg.Registry)(nil)
 	_ coordinator.RestoreObserver = tasks.Rewinder{}
 	_ imagejobs.Placer            = (*coordinator.Placement)(nil)
+	_ coordinator.Links           = (*hostlink.Router)(nil)
 	_ tasks.Sessions              = (*coordinator.Coordinator)(nil)
 	_ tasks.Profiles              = (*profiles.Profiles)(nil)
 	_ tasks.Placeholders          = (*gateway.Gateway)(nil)
@@ -46,6 +47,11 @@ var (
 // Assemble builds the services of a replica that reaches hosts through t
 // (New does; tests of the API use it to get the real services).
 func Assemble(cfg Config, deps Deps, t hostlink.Transports, log *slog.Logger) (*Parts, error) {
+	return assemble(cfg, deps, t, nil, log)
+}
+
+// assemble is Assemble with the replica's host links (nil: none).
+func assemble(cfg Config, deps Deps, t hostlink.Transports, links coordinator.Links, log *slog.Logger) (*Parts, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -63,7 +69,7 @@ func Assemble(cfg Config, deps Deps, t hostlink.Transports, log *slog.Logger) (*
 	if err != nil {
 		return p, err
 	}
-	p.Co, err = coordinator.New(cc, coordinator.Deps{Store: st, Hosts: t, Logger: log, Images: p.Images, Harnesses: p.Harnesses,
+	p.Co, err = coordinator.New(cc, coordinator.Deps{Store: st, Hosts: t, Links: links, Logger: log, Images: p.Images, Harnesses: p.Harnesses,
 		Roots: []coordinator.ChunkRoots{p.Images, p.Harnesses}, Restored: []coordinator.RestoreObserver{tasks.Rewinder{Store: st}},
 		Metrics: deps.Metrics})
 	if err != nil {
@@ -86,6 +92,6 @@ func Assemble(cfg Config, deps Deps, t hostlink.Transports, log *slog.Logger) (*
 // APIDeps gives each API router its service (st is the replica's store,
 // which the read-only routers use).
 func (p *Parts) APIDeps(st store.Store, log *slog.Logger) api.Deps {
-	return api.Deps{Sessions: p.Co, Reads: st, Guests: p.Co, Fleet: st, Images: p.Images, Harnesses: p.Harnesses,
+	return api.Deps{Sessions: p.Co, Reads: st, Guests: p.Co, Fleet: st, HostAdmin: p.Co.Access(), Images: p.Images, Harnesses: p.Harnesses,
 		Secrets: p.Vault, Profiles: p.Profiles, Tasks: p.Tasks, TaskReads: st, Logger: log, NewID: newID}
 }

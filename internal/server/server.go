@@ -102,9 +102,11 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	links := &linkCount{met: deps.Metrics, hosts: map[domain.HostID]bool{}}
 	hostMux := http.NewServeMux()
 	s.link = hostlink.NewServer(hostlink.ServerConfig{}, hostlink.ServerDeps{
-		Authenticate: func(ctx context.Context, tok string) (domain.HostID, error) {
-			return s.parts.Co.AuthenticateHost(ctx, tok)
+		Authenticate: func(ctx context.Context, tok string) (hostlink.Credential, error) {
+			return s.parts.Co.Access().AuthenticateHost(ctx, tok)
 		},
+		Admit:        func(ctx context.Context, l hostlink.LinkInfo) error { return s.parts.Co.Access().AdmitLink(ctx, l) },
+		Release:      func(ctx context.Context, l hostlink.LinkInfo) { s.parts.Co.Access().ReleaseLink(ctx, l) },
 		Handler:      hostMux,
 		OnConnect:    links.connected,
 		OnDisconnect: links.disconnected,
@@ -112,7 +114,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	})
 	s.router = hostlink.NewRouter(hostlink.RouterConfig{ReplicaID: cfg.ReplicaID, ClusterSecret: cfg.ClusterSecret},
 		hostlink.RouterDeps{Local: s.link, Lookup: s.lookupHost, Logger: log})
-	p, err := Assemble(cfg, deps, s.router, log)
+	p, err := assemble(cfg, deps, s.router, s.router, log)
 	if err != nil {
 		return nil, err
 	}

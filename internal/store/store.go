@@ -63,7 +63,9 @@ type Hosts interface {
 	// RegisterHost inserts or replaces a host's name, facts, capacity, replica
 	// route and protocol version, sets it ready (draining when its drain flag
 	// is set) and stamps heartbeat and connection times with h.LastHeartbeat.
-	// It never changes the drain flag (h.Draining is ignored).
+	// It never changes the drain flag (h.Draining is ignored), nor the
+	// access and link fields. An existing host that may not work (see
+	// ReviveHost) is left as it is: ErrConflict.
 	RegisterHost(ctx context.Context, h domain.Host) error
 	// HostHeartbeat stamps the heartbeat time and capacity; it returns the
 	// host's state (a lost host must reconnect and register again).
@@ -78,11 +80,57 @@ type Hosts interface {
 	SetHostDraining(ctx context.Context, id domain.HostID, draining bool) error
 	// ReviveHost moves a lost host back to ready (or draining, per its flag)
 	// and returns its state; other states are left as they are (and
-	// returned). ErrNotFound for an unknown host.
+	// returned). A host that may not work stays lost: one disabled or
+	// deleted, or one with host tokens that are all revoked. ErrNotFound for
+	// an unknown host.
 	ReviveHost(ctx context.Context, id domain.HostID) (domain.HostState, error)
 	// MarkHostsLost moves every ready or draining host whose last heartbeat
 	// is before the cutoff to lost (keeping its drain flag) and returns their ids.
 	MarkHostsLost(ctx context.Context, cutoff time.Time) ([]domain.HostID, error)
+	HostAccess
+}
+
+// HostAccess is who may hold a host: one link at a time, and only while an
+// admin lets the host work.
+type HostAccess interface {
+	// ClaimHostLink makes c.Link the link holding host c.HostID and this
+	// replica its route, if the host may work (see ReviveHost) and no other
+	// live link holds it: none does, the holder is c.Replace or c.Link
+	// itself, or the holder connected and last heartbeated before
+	// c.StaleBefore. It returns the row after the claim; the row as it is
+	// with ErrConflict when another link holds the host or it may not work;
+	// ErrNotFound for an unknown host. One conditional write: of concurrent
+	// claims at most one wins.
+	ClaimHostLink(ctx context.Context, c LinkClaim) (domain.Host, error)
+	// ReleaseHostLink ends linkID's hold on the host, if it still holds it.
+	ReleaseHostLink(ctx context.Context, id domain.HostID, linkID string) error
+	// DisableHost sets or clears the disabled flag and returns the row.
+	// Disabling also moves a ready or draining host to lost and ends its
+	// link's hold, in the same write. ErrNotFound for an unknown or deleted
+	// host.
+	DisableHost(ctx context.Context, id domain.HostID, disabled bool) (domain.Host, error)
+	// DeleteHost soft-deletes a host in one transaction: it stamps DeletedAt
+	// (freeing the name), moves a ready or draining host to lost, ends its
+	// link's hold and revokes its tokens. ErrNotFound for an unknown or
+	// already deleted host.
+	DeleteHost(ctx context.Context, id domain.HostID, at time.Time) (domain.Host, error)
+	// MarkHostLost moves a ready or draining host to lost now and ends its
+	// link's hold (its token was revoked); it returns the row.
+	// ErrNotFound for an unknown host.
+	MarkHostLost(ctx context.Context, id domain.HostID) (domain.Host, error)
+}
+
+// LinkClaim is a host link taking its host (HostAccess.ClaimHostLink).
+type LinkClaim struct {
+	HostID      domain.HostID
+	Link        domain.HostLink // ID and At are required
+	ReplicaID   string          // the replica holding the link, recorded as the host's route
+	ReplicaAddr string
+	// StaleBefore: a holder that connected and last heartbeated before it
+	// is taken over (its host has paused its machines by then).
+	StaleBefore time.Time
+	// Replace is a holder known to be gone ("" for none).
+	Replace string
 }
 
 // Sessions keeps sessions and their fenced transitions.
@@ -195,6 +243,8 @@ type Tokens interface {
 	CreateToken(ctx context.Context, t domain.Token) error
 	// TokenByHash returns the unrevoked token with that hash, else ErrNotFound.
 	TokenByHash(ctx context.Context, hash string) (domain.Token, error)
+	// GetToken returns the token with that id, revoked or not.
+	GetToken(ctx context.Context, id string) (domain.Token, error)
 	ListTokens(ctx context.Context) ([]domain.Token, error)
 	RevokeToken(ctx context.Context, id string, at time.Time) error
 	TouchToken(ctx context.Context, id string, at time.Time) error

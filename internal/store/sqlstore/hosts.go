@@ -12,19 +12,32 @@ import (
 	"github.com/engrams/engrams/internal/store"
 )
 
-const hostCols = `id, name, state, facts, capacity, replica_id, replica_addr, protocol_version,
+// hostInsertCols are the columns a new row is written with; the access
+// and link columns start at their defaults.
+const hostInsertCols = `id, name, state, facts, capacity, replica_id, replica_addr, protocol_version,
 	draining, last_heartbeat, connected_at, created_at`
+
+const hostCols = hostInsertCols + `, disabled, deleted_at, link_id, link_remote, link_at`
+
+// hostMayWork is the condition on a hosts row of a host that may link and
+// take work: not disabled, not deleted, and holding a host token that is
+// not revoked (a host recorded without any token, as tests make them, too).
+const hostMayWork = `NOT hosts.disabled AND hosts.deleted_at = 0 AND (
+	EXISTS (SELECT 1 FROM api_tokens t WHERE t.host_id = hosts.id AND t.kind = 'host' AND t.revoked_at = 0)
+	OR NOT EXISTS (SELECT 1 FROM api_tokens t WHERE t.host_id = hosts.id AND t.kind = 'host'))`
 
 func scanHost(r scanner) (domain.Host, error) {
 	var h domain.Host
 	var state string
 	var facts, capacity sql.NullString
-	var heartbeat, connected, created int64
+	var heartbeat, connected, created, deleted, linkAt int64
 	err := r.Scan(&h.ID, &h.Name, &state, &facts, &capacity, &h.ReplicaID, &h.ReplicaAddr,
-		&h.ProtocolVersion, &h.Draining, &heartbeat, &connected, &created)
+		&h.ProtocolVersion, &h.Draining, &heartbeat, &connected, &created,
+		&h.Disabled, &deleted, &h.Link.ID, &h.Link.Remote, &linkAt)
 	if err != nil {
 		return domain.Host{}, err
 	}
+	h.DeletedAt, h.Link.At = fromMicros(deleted), fromMicros(linkAt)
 	h.State = domain.HostState(state)
 	if err := decodeTyped("facts", facts, &h.Facts); err != nil {
 		return domain.Host{}, fmt.Errorf("host %s: %w", h.ID, err)
@@ -79,7 +92,7 @@ func (s *Store) CreateHost(ctx context.Context, h domain.Host, tok domain.Token)
 		tok.CreatedAt = fromMicros(created)
 	}
 	err = s.inTx(ctx, func(tx execer) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO hosts (`+hostCols+`)
+		_, err := tx.ExecContext(ctx, `INSERT INTO hosts (`+hostInsertCols+`)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
 			h.ID, h.Name, string(domain.HostNew), facts, capacity, h.ReplicaID,
 			h.ReplicaAddr, h.ProtocolVersion, h.Draining, micros(h.LastHeartbeat), micros(h.ConnectedAt), created)
@@ -110,13 +123,14 @@ func (s *Store) RegisterHost(ctx context.Context, h domain.Host) error {
 	if !h.CreatedAt.IsZero() {
 		created = micros(h.CreatedAt)
 	}
-	_, err = s.write.ExecContext(ctx, `INSERT INTO hosts (`+hostCols+`)
+	res, err := s.write.ExecContext(ctx, `INSERT INTO hosts (`+hostInsertCols+`)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, FALSE, $9, $9, $10)
 		ON CONFLICT (id) DO UPDATE SET name = excluded.name,
 			state = CASE WHEN hosts.draining THEN 'draining' ELSE 'ready' END,
 			facts = excluded.facts, capacity = excluded.capacity, replica_id = excluded.replica_id,
 			replica_addr = excluded.replica_addr, protocol_version = excluded.protocol_version,
-			last_heartbeat = excluded.last_heartbeat, connected_at = excluded.connected_at`,
+			last_heartbeat = excluded.last_heartbeat, connected_at = excluded.connected_at
+		WHERE `+hostMayWork,
 		h.ID, h.Name, string(domain.HostReady), facts, capacity, h.ReplicaID,
 		h.ReplicaAddr, h.ProtocolVersion, at, created)
 	if s.isUnique(err) {
@@ -124,6 +138,9 @@ func (s *Store) RegisterHost(ctx context.Context, h domain.Host) error {
 	}
 	if err != nil {
 		return fmt.Errorf("register host %s: %w", h.ID, err)
+	}
+	if n, err := res.RowsAffected(); err == nil && n == 0 {
+		return fmt.Errorf("register host %s: %w: the host is disabled, deleted or its token revoked", h.ID, store.ErrConflict)
 	}
 	return nil
 }
@@ -221,9 +238,9 @@ func (s *Store) ReviveHost(ctx context.Context, id domain.HostID) (domain.HostSt
 	var state string
 	err := s.write.QueryRowContext(ctx, `UPDATE hosts
 		SET state = CASE WHEN draining THEN 'draining' ELSE 'ready' END
-		WHERE id = $1 AND state = 'lost' RETURNING state`, id).Scan(&state)
+		WHERE id = $1 AND state = 'lost' AND `+hostMayWork+` RETURNING state`, id).Scan(&state)
 	if isNoRows(err) {
-		// Not lost (or unknown): report the state as it is.
+		// Not lost, may not work, or unknown: report the state as it is.
 		err = s.write.QueryRowContext(ctx, `SELECT state FROM hosts WHERE id = $1`, id).Scan(&state)
 	}
 	if isNoRows(err) {

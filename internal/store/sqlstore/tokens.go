@@ -76,6 +76,18 @@ func (s *Store) TokenByHash(ctx context.Context, hash string) (domain.Token, err
 	return t, nil
 }
 
+// GetToken implements store.Tokens.
+func (s *Store) GetToken(ctx context.Context, id string) (domain.Token, error) {
+	t, err := scanToken(s.read.QueryRowContext(ctx, `SELECT `+tokenCols+` FROM api_tokens WHERE id = $1`, id))
+	if isNoRows(err) {
+		return domain.Token{}, fmt.Errorf("get token %s: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return domain.Token{}, fmt.Errorf("get token %s: %w", id, err)
+	}
+	return t, nil
+}
+
 // ListTokens implements store.Tokens, revoked ones included, oldest first.
 func (s *Store) ListTokens(ctx context.Context) ([]domain.Token, error) {
 	rows, err := s.read.QueryContext(ctx, `SELECT `+tokenCols+` FROM api_tokens ORDER BY created_at, id`)

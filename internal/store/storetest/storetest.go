@@ -24,7 +24,7 @@ type test struct {
 // Run closes it when the subtest ends (Close must therefore be idempotent if
 // open also arranges to close it).
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
-	groups := [][]test{hostTests, drainTests, tokenTests, sessionTests, activityTests, transitionTests, opTests, keyTests,
+	groups := [][]test{hostTests, hostAccessTests, drainTests, tokenTests, sessionTests, activityTests, transitionTests, opTests, keyTests,
 		claimTests, eventTests, snapshotTests, outboxTests, notifyTests, imageTests, harnessTests, secretTests,
 		profileTests, taskTests, taskIngestTests}
 	for _, group := range groups {

@@ -1,0 +1,168 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/internal/api"
+	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/server"
+	"github.com/engrams/engrams/internal/store"
+	"github.com/engrams/engrams/internal/store/sqlite"
+)
+
+// fleetAPI is the API over a real coordinator (loops not running) and a
+// SQLite store, with a user token and a clock the test moves.
+type fleetAPI struct {
+	h      http.Handler
+	st     store.Store
+	secret string
+	tokID  string
+	mu     sync.Mutex
+	now    time.Time
+}
+
+func newFleetAPI(t *testing.T) *fleetAPI {
+	t.Helper()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "db")}, sqlite.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	log := slog.New(slog.DiscardHandler)
+	p, err := server.Assemble(server.Config{ReplicaID: "r1"}, server.Deps{Store: st, Logger: log}, noHosts{}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fleetAPI{st: st, now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	ad := p.APIDeps(st, log)
+	ad.Now = func() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.now }
+	f.h = api.New(api.Config{}, ad)
+	secret, prefix := api.NewSecret()
+	f.secret, f.tokID = secret, "user-1"
+	if err := st.CreateToken(ctx, domain.Token{ID: f.tokID, Name: "me", Kind: domain.TokenUser, Prefix: prefix, Hash: coordinator.HashToken(secret), CreatedAt: f.now}); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func (f *fleetAPI) advance(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.now = f.now.Add(d)
+}
+
+func (f *fleetAPI) do(t *testing.T, method, target, body string, out any) int {
+	t.Helper()
+	req := httptest.NewRequest(method, target, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+f.secret)
+	rec := httptest.NewRecorder()
+	f.h.ServeHTTP(rec, req)
+	if out != nil && rec.Code/100 == 2 {
+		if err := json.Unmarshal(rec.Body.Bytes(), out); err != nil {
+			t.Fatalf("%s %s: decode %s: %v", method, target, rec.Body, err)
+		}
+	}
+	return rec.Code
+}
+
+func TestHostDisableEnableDelete(t *testing.T) {
+	t.Parallel()
+	f := newFleetAPI(t)
+	var created apiv1.CreateHostResponse
+	if code := f.do(t, http.MethodPost, "/v1/hosts", `{"name":"kvm-1"}`, &created); code != http.StatusCreated {
+		t.Fatalf("create: %d", code)
+	}
+	id := created.Host.ID
+	steps := []struct {
+		method, target string
+		status         int
+		state          string
+	}{
+		{http.MethodPost, "/v1/hosts/kvm-1/disable", 200, "disabled"}, // by name
+		{http.MethodGet, "/v1/hosts/" + id, 200, "disabled"},
+		{http.MethodPost, "/v1/hosts/" + id + "/enable", 200, "new"}, // by id
+		{http.MethodPost, "/v1/hosts/nope/disable", 404, ""},
+		{http.MethodDelete, "/v1/hosts/kvm-1", 200, "deleted"},
+		{http.MethodGet, "/v1/hosts/" + id, 200, "deleted"}, // by id it is still shown
+		{http.MethodGet, "/v1/hosts/kvm-1", 404, ""},        // by name it is gone
+		{http.MethodPost, "/v1/hosts/" + id + "/enable", 404, ""},
+		{http.MethodDelete, "/v1/hosts/" + id, 404, ""},
+	}
+	for _, s := range steps {
+		var h apiv1.Host
+		code := f.do(t, s.method, s.target, "", &h)
+		if code != s.status || (s.state != "" && h.State != s.state) {
+			t.Fatalf("%s %s: %d %s; want %d %s", s.method, s.target, code, h.State, s.status, s.state)
+		}
+	}
+	var list apiv1.HostList
+	f.do(t, http.MethodGet, "/v1/hosts", "", &list)
+	if len(list.Hosts) != 0 {
+		t.Fatalf("list shows deleted hosts: %+v", list.Hosts)
+	}
+	var toks apiv1.TokenList
+	f.do(t, http.MethodGet, "/v1/tokens", "", &toks)
+	for _, tok := range toks.Tokens {
+		if tok.HostID == id {
+			t.Fatalf("the deleted host's token is still listed (not revoked): %+v", tok)
+		}
+	}
+	if code := f.do(t, http.MethodPost, "/v1/hosts", `{"name":"kvm-1"}`, nil); code != http.StatusCreated {
+		t.Fatalf("the deleted host's name is not free: %d", code)
+	}
+}
+
+// TestTokenLastUsed: a user token's use is recorded, at most once a minute.
+func TestTokenLastUsed(t *testing.T) {
+	t.Parallel()
+	f := newFleetAPI(t)
+	start := f.now
+	lastUsed := func() time.Time {
+		tok, err := f.st.GetToken(context.Background(), f.tokID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok.LastUsedAt
+	}
+	steps := []struct {
+		after time.Duration
+		want  time.Duration // last_used_at - start
+	}{
+		{0, 0},
+		{30 * time.Second, 0}, // within the minute: not written again
+		{31 * time.Second, time.Minute + time.Second},
+	}
+	for i, s := range steps {
+		f.advance(s.after)
+		if code := f.do(t, http.MethodGet, "/v1/hosts", "", nil); code != 200 {
+			t.Fatalf("step %d: %d", i, code)
+		}
+		if got := lastUsed(); !got.Equal(start.Add(s.want)) {
+			t.Fatalf("step %d: last_used_at %v, want %v", i, got, start.Add(s.want))
+		}
+	}
+	var toks apiv1.TokenList
+	f.do(t, http.MethodGet, "/v1/tokens", "", &toks)
+	if len(toks.Tokens) != 1 || !toks.Tokens[0].LastUsedAt.Equal(start.Add(time.Minute+time.Second)) {
+		t.Fatalf("listed %+v", toks.Tokens)
+	}
+	// Revoked through the API, the token stops working at once.
+	if code := f.do(t, http.MethodDelete, "/v1/tokens/"+f.tokID, "", nil); code != http.StatusNoContent {
+		t.Fatalf("revoke: %d", code)
+	}
+	if code := f.do(t, http.MethodGet, "/v1/hosts", "", nil); code != http.StatusUnauthorized {
+		t.Fatalf("after revoke: %d", code)
+	}
+}
