@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run every test the way CI does: install dependencies (QEMU, the guest
 # kernel, e2fsprogs, PostgreSQL if none answers), build the binaries, then
-# go vet and go test over the whole module. Extra arguments go to go test.
+# go vet and go test over the whole module, then each fuzz test briefly
+# (scripts/fuzz.sh). Extra arguments go to go test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -16,4 +17,6 @@ echo "== test"
 # emulation on small machines (at most two guests at once), and their
 # timings must not depend on what other packages do meanwhile.
 go test -p 1 -count=1 -timeout 25m "$@" ./...
+echo "== fuzz"
+./scripts/fuzz.sh
 echo "== all tests passed in $(( $(date +%s) - start ))s"
