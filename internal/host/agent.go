@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/host/hostfs"
 	"github.com/engrams/engrams/internal/host/machines"
 	"github.com/engrams/engrams/internal/host/relay"
 	"github.com/engrams/engrams/internal/host/snapshots"
@@ -25,7 +26,7 @@ type Config struct {
 	CoordinatorURL    string // base URL; hostlink.PathConnect is appended
 	Token             string // host token (Authorization: Bearer)
 	Name              string
-	DataDir           string        // machines/, epochs/, captures/, cached-snapshots/, lease.json
+	DataDir           string        // agent.lock, machines/, epochs/, captures/, cached-snapshots/, lease.json
 	HeartbeatInterval time.Duration // until the coordinator names one; 0 = 10s
 	// Capacity offered to sessions; zero fields are detected (memory from
 	// /proc/meminfo, vCPUs from runtime.NumCPU). MaxSessions 0 = no limit.
@@ -74,6 +75,9 @@ type Deps struct {
 	// backend may have points of its own. nil: none.
 	Checkpoint func(ctx context.Context, point string)
 }
+
+// agentLock is the data dir's lock file, held while Run runs.
+const agentLock = "agent.lock"
 
 // Retry timing of the dial loop.
 const (
@@ -157,6 +161,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	if !a.running.CompareAndSwap(false, true) {
 		return errors.New("run host agent: already run")
 	}
+	// One agent per data dir: a second one would adopt the first one's
+	// machines and pause them when its own link fails to come up.
+	lock, err := hostfs.LockDir(a.cfg.DataDir, agentLock)
+	if err != nil {
+		return fmt.Errorf("run host agent: data dir %w; stop the other host agent (engrams host run or engrams dev) first", err)
+	}
+	defer lock.Close()
 	// The registry's exit watchers and the per-machine helpers run until
 	// Run returns; the lease watcher and prefetch end with ctx.
 	partsCtx, stopParts := context.WithCancel(context.WithoutCancel(ctx))

@@ -27,6 +27,7 @@ import (
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/host"
+	"github.com/engrams/engrams/internal/host/hostfs"
 	"github.com/engrams/engrams/internal/hostlink"
 )
 
@@ -642,4 +643,55 @@ func (s *syncBuffer) String() string {
 
 func newLogger(buf *syncBuffer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// A second agent on a data dir another agent runs on refuses to start,
+// naming the holder, and never touches the first one's machines; once the
+// first has stopped, it starts.
+func TestSecondAgentOnDataDirRefused(t *testing.T) {
+	t.Parallel()
+	c := newCoord(20 * time.Millisecond)
+	w := newWorld()
+	t.Cleanup(w.destroyAll)
+	dir := t.TempDir()
+	url := serve(t, c)
+	stop := runAgent(t, url, dir, w)
+	recv(t, c.registers, nil)
+	c.setOwned(hostlink.Ownership{SessionID: "s1", Epoch: 1})
+	m := startFenced(t, c, w, dir, hostlink.MachineSpec{MemoryMiB: 1024, VCPUs: 2, Env: map[string]string{"A": "b"}})
+
+	second, err := host.New(host.Config{CoordinatorURL: url, Token: "tok", DataDir: dir,
+		Capacity: domain.Capacity{MemoryMiB: 4096, VCPUs: 4}}, host.Deps{Backend: fakeBackend{w}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Without the lock it would run (and adopt s1) until this ends.
+	runCtx, cancelRun := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancelRun()
+	err = second.Run(runCtx)
+	if !errors.Is(err, hostfs.ErrInUse) || !strings.Contains(err.Error(), "pid "+strconv.Itoa(os.Getpid())) {
+		t.Fatalf("second agent on the same data dir: %v, want in use by pid %d", err, os.Getpid())
+	}
+	if m.isPaused() || m.isDestroyed() {
+		t.Fatal("the refused agent touched the first one's machine")
+	}
+	status, body := c.do(t, http.MethodGet, hostlink.PathMachines, -1, nil)
+	if status != http.StatusOK || !strings.Contains(string(body), `"s1"`) {
+		t.Errorf("first agent after the refusal: %d %s", status, body)
+	}
+
+	stop()
+	third, err := host.New(host.Config{CoordinatorURL: url, Token: "tok", DataDir: dir,
+		Capacity: domain.Capacity{MemoryMiB: 4096, VCPUs: 4}}, host.Deps{Backend: fakeBackend{w}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- third.Run(ctx) }()
+	recv(t, c.registers, nil)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("agent after the first stopped: %v", err)
+	}
 }
