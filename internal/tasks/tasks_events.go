@@ -89,10 +89,11 @@ func (c *Tasks) ingestHarnessEvents(ctx context.Context, hostID domain.HostID, s
 		}
 		evs[i] = guestTaskEvent(e, c.now())
 	}
-	cursor, added, err := c.st.IngestTaskEvents(ctx, t.ID, sid, req.RewoundTo, evs)
+	res, err := c.st.IngestTaskEvents(ctx, store.TaskIngest{TaskID: t.ID, SessionID: sid, RewoundTo: req.RewoundTo, Events: evs})
 	if err != nil {
 		return 0, fmt.Errorf("ingest into task %s: %w", t.ID, err)
 	}
+	cursor, added := res.Cursor, res.Added
 	if len(added) == 0 {
 		return cursor, nil
 	}
@@ -222,7 +223,7 @@ func (r Rewinder) SessionRestored(ctx context.Context, s domain.Session, head do
 		return fmt.Errorf("task of session %s: %w", s.ID, err)
 	}
 	seq := head.HarnessSeq
-	if _, _, err := r.Store.IngestTaskEvents(ctx, t.ID, s.ID, &seq, nil); err != nil && !errors.Is(err, store.ErrNotFound) {
+	if _, err := r.Store.IngestTaskEvents(ctx, store.TaskIngest{TaskID: t.ID, SessionID: s.ID, RewoundTo: &seq}); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("rewind the harness events of session %s to %d: %w", s.ID, seq, err)
 	}
 	return nil
