@@ -77,6 +77,7 @@ func (g *guestExec) got() []guestCall {
 // vault it uses; tests write its session and task rows directly.
 type taskEnv struct {
 	st       store.Store
+	reads    *boundedReads // the store as the task service sees it
 	co       *Tasks
 	sessions *coordinator.Coordinator
 	profiles *profiles.Profiles
@@ -121,7 +122,8 @@ func newTaskEnv(t *testing.T) *taskEnv {
 	if e.gw, err = gateway.New(gateway.Config{}, gateway.Deps{Store: st, Secrets: e.vault, Sealer: coordinatortest.Sealer{}, Now: e.clock}); err != nil {
 		t.Fatal(err)
 	}
-	e.co, err = New(Config{}, Deps{Store: st, Sessions: e.sessions, Profiles: e.profiles, Placeholders: e.gw, Secrets: e.vault, Now: e.clock})
+	e.reads = &boundedReads{Store: st, t: t}
+	e.co, err = New(Config{}, Deps{Store: e.reads, Sessions: e.sessions, Profiles: e.profiles, Placeholders: e.gw, Secrets: e.vault, Now: e.clock})
 	if err != nil {
 		t.Fatal(err)
 	}
