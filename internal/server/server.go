@@ -21,8 +21,10 @@ import (
 	"github.com/engrams/engrams/internal/harnessreg"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/imagejobs"
+	"github.com/engrams/engrams/internal/metrics"
 	"github.com/engrams/engrams/internal/secrets"
 	"github.com/engrams/engrams/internal/store"
+	"github.com/engrams/engrams/internal/tasks"
 )
 
 // Config is one replica's configuration.
@@ -34,6 +36,7 @@ type Config struct {
 	Coordinator   coordinator.Config // ReplicaID and ReplicaAddr are filled in
 	Harnesses     harnessreg.Config
 	Gateway       gateway.Config
+	Tasks         tasks.Config // MonitorInterval defaults to the coordinator's
 }
 
 // Deps are what cmd/ chose.
@@ -52,6 +55,8 @@ type Deps struct {
 	// GatewayUpstream carries the model gateway's requests to providers
 	// (nil: TLS verified with the system roots).
 	GatewayUpstream http.RoundTripper
+	// Metrics records the replica's metrics (nil: none).
+	Metrics *metrics.Registry
 }
 
 // Server is a coordinator replica.
