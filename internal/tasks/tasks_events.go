@@ -91,6 +91,7 @@ func (c *Tasks) ingestHarnessEvents(ctx context.Context, hostID domain.HostID, s
 		in.RewoundTo = nil
 		c.metrics.QuotaRefused(QuotaRewinds)
 		if c.guard.noteDue(t.ID, QuotaRewinds, now, true) {
+			c.log.Info("a guest's rewind refused over the task's quota", "task_id", t.ID, "session_id", sid)
 			if notes, err = c.st.AppendTaskEvents(ctx, t.ID, []domain.TaskEvent{c.quotas.rewindNote()}); err != nil {
 				return 0, fmt.Errorf("note a refused rewind in task %s: %w", t.ID, err)
 			}
@@ -152,8 +153,11 @@ func (c *Tasks) countIngest(taskID domain.TaskID, in store.TaskIngest, res store
 	if _, noted := in.Quota.Notes[store.QuotaRate]; noted && res.Dropped[store.QuotaRate] > 0 {
 		c.guard.noteDue(taskID, store.QuotaRate, now, true)
 	}
-	if len(res.Dropped) > 0 {
-		c.log.Info("guest events dropped over the task's quotas", "task_id", taskID, "session_id", in.SessionID, "dropped", res.Dropped)
+	for _, e := range res.Added { // logged with the task's notes, not at every drop: a flood must not flood the log too
+		if e.GuestSeq == 0 {
+			c.log.Info("guest events dropped over the task's quotas", "task_id", taskID, "session_id", in.SessionID, "dropped", res.Dropped)
+			break
+		}
 	}
 	return taken
 }
