@@ -13,7 +13,13 @@ import (
 	"github.com/engrams/engrams/internal/domain"
 )
 
-const eventPage = 500
+// Pages of the event streams: a session's events are small; a task's may
+// each be as large as a prompt (256 KiB), so a page of them stays under
+// 25 MiB.
+const (
+	eventPage     = 500
+	taskEventPage = 100
+)
 
 // events streams a session's event log as server-sent events. The event
 // id is the log index, so a client resumes with Last-Event-ID. With
@@ -36,7 +42,7 @@ func (s *sessionsRouter) events(w http.ResponseWriter, r *http.Request) {
 		// Subscribing to a session's live events resumes it.
 		go func() { _, _ = s.co.Resume(context.WithoutCancel(r.Context()), id) }()
 	}
-	s.serveSSE(w, r, s.st.Subscribe(r.Context(), coordinator.SessionTopic(id)), after, follow, func(ctx context.Context, after int64) ([]sseEvent, error) {
+	s.serveSSE(w, r, s.st.Subscribe(r.Context(), coordinator.SessionTopic(id)), after, follow, eventPage, func(ctx context.Context, after int64) ([]sseEvent, error) {
 		evs, err := s.st.ListEvents(ctx, id, after, eventPage)
 		out := make([]sseEvent, len(evs))
 		for i, e := range evs {
@@ -57,11 +63,12 @@ type sseEvent struct {
 }
 
 // serveSSE streams pages of events after a seq as server-sent events (the
-// event id is the seq, so a client resumes with Last-Event-ID). With follow
+// event id is the seq, so a client resumes with Last-Event-ID); a page of
+// pageSize events means more may follow at once. With follow
 // it waits for more (woken by sub, or a poll each second, with a comment
 // every 15 s to keep proxies from closing the stream) until the client
 // leaves or finished says the log is complete.
-func (s *base) serveSSE(w http.ResponseWriter, r *http.Request, sub <-chan struct{}, after int64, follow bool,
+func (s *base) serveSSE(w http.ResponseWriter, r *http.Request, sub <-chan struct{}, after int64, follow bool, pageSize int,
 	page func(ctx context.Context, after int64) ([]sseEvent, error), finished func(ctx context.Context, after int64) bool) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
@@ -84,7 +91,7 @@ func (s *base) serveSSE(w http.ResponseWriter, r *http.Request, sub <-chan struc
 		if flusher != nil {
 			flusher.Flush()
 		}
-		if len(evs) == eventPage {
+		if len(evs) == pageSize {
 			continue
 		}
 		if !follow || finished(r.Context(), after) {

@@ -225,8 +225,8 @@ func (s *tasksRouter) taskEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	follow := r.URL.Query().Get("follow") != "false"
-	s.serveSSE(w, r, s.st.Subscribe(r.Context(), tasks.Topic(id)), after, follow, func(ctx context.Context, after int64) ([]sseEvent, error) {
-		evs, err := s.st.ListTaskEvents(ctx, id, after, eventPage)
+	s.serveSSE(w, r, s.st.Subscribe(r.Context(), tasks.Topic(id)), after, follow, taskEventPage, func(ctx context.Context, after int64) ([]sseEvent, error) {
+		evs, err := s.st.ListTaskEvents(ctx, id, after, taskEventPage)
 		out := make([]sseEvent, len(evs))
 		for i, e := range evs {
 			out[i] = sseEvent{seq: e.Seq, typ: e.Type, body: apiv1.TaskEvent{Seq: e.Seq, Type: e.Type, Data: e.Payload, Time: e.At}}

@@ -47,7 +47,11 @@ type taskAPI struct {
 const taskReceipt = `{"spec":{"image":"py","harness":"claude-code"},"receipt":{"image":{"id":"img-py","name":"py","ref":"reg/python:3.12","digest":"sha256:py"},` +
 	`"harness":{"id":"h1","name":"claude-code","version":"2.1.0","digest":"sha256:cc","protocol":"claude-stream-json"},"model":"sonnet","mode":"plan"}}`
 
-func newTaskAPI(t *testing.T) *taskAPI {
+func newTaskAPI(t *testing.T) *taskAPI { t.Helper(); return newTaskAPIWith(t, nil) }
+
+// newTaskAPIWith is newTaskAPI whose task reads go through reads (nil: the
+// store itself).
+func newTaskAPIWith(t *testing.T, reads func(store.Store) api.TaskReads) *taskAPI {
 	t.Helper()
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "db")}, sqlite.Deps{})
@@ -62,6 +66,9 @@ func newTaskAPI(t *testing.T) *taskAPI {
 	}
 	ad := p.APIDeps(st, log)
 	ad.Fleet, ad.TaskReads = taskStore{st}, taskStore{st}
+	if reads != nil {
+		ad.TaskReads = reads(taskStore{st})
+	}
 	a := &taskAPI{h: api.New(api.Config{}, ad), st: st}
 	for _, p := range []domain.Profile{{ID: "prof-a", Name: "alpha"}, {ID: "prof-b", Name: "beta"}} {
 		p.Spec, p.CreatedAt = json.RawMessage(`{"image":"py","harness":"claude-code"}`), t0

@@ -37,6 +37,7 @@ type Task struct {
 	State          TaskState
 	SessionID      SessionID // current session; "" when none
 	EventSeq       int64     // seq of the last event; 0 before the first
+	EventBytes     int64     // bytes of its events (TaskEvent.Bytes of each)
 	Error          string    // why it failed
 	CreatedAt      time.Time
 	UpdatedAt      time.Time // last change of state or session
@@ -64,6 +65,10 @@ type TaskEvent struct {
 	// IngestTaskEvents only (not stored).
 	GuestSeq int64
 }
+
+// Bytes is what an event counts toward its task's EventBytes: its type
+// and payload as stored.
+func (e TaskEvent) Bytes() int64 { return int64(len(e.Type) + len(e.Payload)) }
 
 // TaskFilter narrows ListTasks. Zero fields match everything.
 type TaskFilter struct {

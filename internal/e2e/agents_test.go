@@ -20,6 +20,7 @@ import (
 	"github.com/engrams/engrams/internal/harness"
 	"github.com/engrams/engrams/internal/image/imagetest"
 	"github.com/engrams/engrams/internal/modeltest"
+	"github.com/engrams/engrams/internal/server"
 )
 
 // agentCase is one real agent CLI driven by a scripted provider.
@@ -85,12 +86,12 @@ type agentEnv struct {
 
 const agentImage = "debian-git"
 
-func startAgentEnv(t *testing.T, ac agentCase) *agentEnv {
+func startAgentEnv(t *testing.T, ac agentCase, opts ...func(*server.Config, *server.Deps)) *agentEnv {
 	t.Helper()
 	requireQEMU(t)
 	reg := imagetest.StartRegistry(t, imagetest.RegistryOptions{})
 	reg.Push(t, "team/debian-git", "12", imagetest.DebianWith(t, "git"))
-	e := startImageEnv(t)
+	e := startImageEnv(t, opts...)
 	e.startQEMUHost(t)
 	if _, job := e.enable(t, apiv1.EnableImageRequest{Ref: reg.Ref("team/debian-git", "12"), Name: agentImage, MemoryMiB: 1024, DiskGiB: 2}); job.State != "ready" {
 		t.Fatalf("enable: %+v", job)

@@ -114,7 +114,7 @@ func serveReplicaWith(t *testing.T, ln net.Listener, st store.Store, secret stri
 	cfg.AdvertiseURL, cfg.ClusterSecret, cfg.Version = url, secret, "test"
 	srv, err := server.New(cfg,
 		server.Deps{Store: st, Logger: testLogger(t).With("replica", url), Images: extra.Images, Secrets: extra.Secrets,
-			HarnessBuilder: extra.HarnessBuilder, HarnessChunks: extra.HarnessChunks})
+			HarnessBuilder: extra.HarnessBuilder, HarnessChunks: extra.HarnessChunks, Metrics: extra.Metrics})
 	if err != nil {
 		t.Fatal(err)
 	}

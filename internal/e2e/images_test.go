@@ -38,7 +38,7 @@ type imageEnv struct {
 	workDir string
 }
 
-func startImageEnv(t *testing.T) *imageEnv {
+func startImageEnv(t *testing.T, opts ...func(*server.Config, *server.Deps)) *imageEnv {
 	t.Helper()
 	st := openSQLite(t)
 	creds := credentials(t, st, "img-host")
@@ -70,10 +70,14 @@ func startImageEnv(t *testing.T) *imageEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(hc.Close)
-	r := serveReplicaWith(t, ln, st, "", server.Config{
+	cfg := server.Config{
 		Coordinator: coordinator.Config{HeartbeatInterval: 500 * time.Millisecond, HostLostAfter: 30 * time.Second},
-		Harnesses:   harnessreg.Config{WorkDir: t.TempDir()}},
-		server.Deps{Images: m, Secrets: sealer, HarnessBuilder: hb, HarnessChunks: hc})
+		Harnesses:   harnessreg.Config{WorkDir: t.TempDir()}}
+	deps := server.Deps{Images: m, Secrets: sealer, HarnessBuilder: hb, HarnessChunks: hc}
+	for _, o := range opts {
+		o(&cfg, &deps)
+	}
+	r := serveReplicaWith(t, ln, st, "", cfg, deps)
 	return &imageEnv{st: st, r: r, c: newClient(r.URL, creds.Token), creds: creds, blobs: blobs, workDir: work}
 }
 

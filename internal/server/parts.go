@@ -84,8 +84,12 @@ func assemble(cfg Config, deps Deps, t hostlink.Transports, links coordinator.Li
 	if p.Gateway, err = gateway.New(cfg.Gateway, gateway.Deps{Store: st, Secrets: p.Vault, Sealer: deps.Secrets, Upstream: deps.GatewayUpstream, Logger: log}); err != nil {
 		return p, err
 	}
-	p.Tasks, err = tasks.New(tasks.Config{MonitorInterval: p.Co.Config().MonitorInterval}, tasks.Deps{Store: st, Sessions: p.Co,
-		Profiles: p.Profiles, Placeholders: p.Gateway, Secrets: p.Vault, Metrics: deps.Metrics, Logger: log})
+	tc := cfg.Tasks
+	if tc.MonitorInterval == 0 {
+		tc.MonitorInterval = p.Co.Config().MonitorInterval
+	}
+	p.Tasks, err = tasks.New(tc, tasks.Deps{Store: st, Sessions: p.Co,
+		Profiles: p.Profiles, Placeholders: p.Gateway, Secrets: p.Vault, Logger: log, Metrics: deps.Metrics})
 	return p, err
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/engrams/engrams/internal/metrics"
 	"github.com/engrams/engrams/internal/secrets"
 	"github.com/engrams/engrams/internal/store"
+	"github.com/engrams/engrams/internal/tasks"
 )
 
 // Config is one replica's configuration.
@@ -40,6 +41,7 @@ type Config struct {
 	// (bodyrate.go; defaults 30s and 16 KiB).
 	BodyWindow   time.Duration
 	BodyMinBytes int64
+	Tasks        tasks.Config // MonitorInterval defaults to the coordinator's
 }
 
 // Deps are what cmd/ chose.

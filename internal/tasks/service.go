@@ -50,6 +50,9 @@ type Config struct {
 	// MonitorInterval is how often a replica looks for task setups nobody
 	// renewed; default 3s.
 	MonitorInterval time.Duration
+	// Quotas bound what a task takes from its guests (see Quotas for
+	// each default and why).
+	Quotas Quotas
 }
 
 // Deps are what tasks need.
@@ -60,12 +63,9 @@ type Deps struct {
 	Placeholders Placeholders
 	Secrets      Secrets
 	Logger       *slog.Logger
+	Metrics      Metrics          // nil: none
 	Now          func() time.Time // default time.Now
 	NewID        func() string    // default UUIDv7
-
-	// Metrics counts guest data dropped over a per-task quota (a
-	// *metrics.Registry); nil records nothing.
-	Metrics interface{ QuotaRefused(quota string) }
 }
 
 // Tasks runs agent work: a task's session, its repositories, prompts into
@@ -79,8 +79,11 @@ type Tasks struct {
 	placeholders Placeholders
 	secrets      Secrets
 	log          *slog.Logger
+	metrics      Metrics
 	now          func() time.Time
 	newID        func() string
+	quotas       Quotas
+	guard        *quotaGuard
 
 	// bg is cancelled when Run returns; background task work (setup,
 	// suspending a stopped task) runs under it and Run joins it.
@@ -98,7 +101,12 @@ func New(cfg Config, deps Deps) (*Tasks, error) {
 		cfg.MonitorInterval = 3 * time.Second
 	}
 	c := &Tasks{cfg: cfg, st: deps.Store, sessions: deps.Sessions, profiles: deps.Profiles,
-		placeholders: deps.Placeholders, secrets: deps.Secrets, log: deps.Logger, now: deps.Now, newID: deps.NewID}
+		placeholders: deps.Placeholders, secrets: deps.Secrets, log: deps.Logger, metrics: deps.Metrics, now: deps.Now, newID: deps.NewID}
+	c.quotas = cfg.Quotas.withDefaults()
+	c.guard = newQuotaGuard(c.quotas)
+	if c.metrics == nil {
+		c.metrics = noMetrics{}
+	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -65,44 +66,46 @@ func (c *Tasks) continueTask(ctx context.Context, t domain.Task, old domain.Sess
 // that continues the task (a session event came before), the text is led
 // by the conversation so far, which the harness there never saw.
 func (c *Tasks) pendingPrompt(ctx context.Context, taskID domain.TaskID, sessionID domain.SessionID) (turn, text string, err error) {
-	evs, err := c.st.ListTaskEvents(ctx, taskID, 0, 0)
+	at, next, earlier, err := c.sessionEvents(ctx, taskID, sessionID)
 	if err != nil {
-		return "", "", fmt.Errorf("list events of task %s: %w", taskID, err)
+		return "", "", err
 	}
-	at, earlier := -1, false // index of sessionID's session event; whether a session came before it
-	for i, e := range evs {
-		var d struct {
-			SessionID domain.SessionID `json:"session_id"`
-		}
-		if e.Type != TaskEventSession || json.Unmarshal(e.Payload, &d) != nil {
-			continue
-		}
-		if d.SessionID == sessionID {
-			at = i
-			break
-		}
-		earlier = true
-	}
-	if at < 0 {
+	if at == 0 {
 		return "", "", fmt.Errorf("task %s has no record of its session %s", taskID, sessionID)
 	}
-	for _, e := range evs[at+1:] {
-		if e.Type == TaskEventSession {
-			break // the next session's
-		}
-		var d struct{ Turn, Text string }
-		if e.Type == TaskEventPrompt && json.Unmarshal(e.Payload, &d) == nil {
-			turn, text = d.Turn, d.Text
-		}
+	if turn, text, err = c.lastPrompt(ctx, taskID, at, next); err != nil {
+		return "", "", err
 	}
 	if turn == "" {
 		return "", "", fmt.Errorf("task %s has no prompt for its session %s", taskID, sessionID)
 	}
-	if before := transcript(evs[:at]); earlier && before != "" {
+	if !earlier {
+		return turn, text, nil
+	}
+	before, err := c.recentTranscript(ctx, taskID, at)
+	if err != nil {
+		return "", "", err
+	}
+	if before != "" {
 		text = "This task continues in a new sandbox: the previous one was lost with its files, and the " +
 			"repositories were cloned again. The conversation so far:\n\n" + before + "\n\nThe user's new message:\n\n" + text
 	}
 	return turn, text, nil
+}
+
+// transcriptLine is an event's line in a transcript: a prompt or an
+// answer with text.
+func transcriptLine(e domain.TaskEvent) (string, bool) {
+	var d struct {
+		Text string `json:"text"`
+	}
+	if e.Type != TaskEventPrompt && e.Type != guestapi.EventAssistantText || json.Unmarshal(e.Payload, &d) != nil || d.Text == "" {
+		return "", false
+	}
+	if e.Type == TaskEventPrompt {
+		return "User: " + d.Text, true
+	}
+	return "Assistant: " + d.Text, true
 }
 
 // transcript is a conversation as text: its prompts and the agent's
@@ -110,17 +113,9 @@ func (c *Tasks) pendingPrompt(ctx context.Context, taskID domain.TaskID, session
 func transcript(evs []domain.TaskEvent) string {
 	var lines []string
 	for _, e := range evs {
-		var d struct {
-			Text string `json:"text"`
+		if line, ok := transcriptLine(e); ok {
+			lines = append(lines, line)
 		}
-		if e.Type != TaskEventPrompt && e.Type != "assistant_text" || json.Unmarshal(e.Payload, &d) != nil || d.Text == "" {
-			continue
-		}
-		who := "Assistant"
-		if e.Type == TaskEventPrompt {
-			who = "User"
-		}
-		lines = append(lines, who+": "+d.Text)
 	}
 	out := strings.Join(lines, "\n\n")
 	if len(out) > maxTranscriptBytes {

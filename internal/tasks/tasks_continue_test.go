@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/store"
 )
 
 // TestSendTaskContinuesInNewSession: a follow-up to a task whose session
@@ -202,7 +203,7 @@ func TestRewindHarnessCursor(t *testing.T) {
 			for i := int64(1); i <= tt.cursor; i++ {
 				evs = append(evs, domain.TaskEvent{Type: "assistant_text", GuestSeq: i})
 			}
-			if _, _, err := e.st.IngestTaskEvents(ctx, "t1", "s1", nil, evs); err != nil {
+			if _, err := e.st.IngestTaskEvents(ctx, store.TaskIngest{TaskID: "t1", SessionID: "s1", Events: evs}); err != nil {
 				t.Fatal(err)
 			}
 			snap := domain.Snapshot{ID: "snap-1", SessionID: "s1", HostID: "host-a", Manifests: json.RawMessage(`{}`),
@@ -218,9 +219,9 @@ func TestRewindHarnessCursor(t *testing.T) {
 			if err := (Rewinder{Store: e.st}).SessionRestored(ctx, s, head); err != nil {
 				t.Fatal(err)
 			}
-			cursor, _, err := e.st.IngestTaskEvents(ctx, "t1", "s1", nil, nil)
-			if err != nil || cursor != tt.want {
-				t.Fatalf("cursor %d (%v), want %d", cursor, err, tt.want)
+			res, err := e.st.IngestTaskEvents(ctx, store.TaskIngest{TaskID: "t1", SessionID: "s1"})
+			if err != nil || res.Cursor != tt.want {
+				t.Fatalf("cursor %d (%v), want %d", res.Cursor, err, tt.want)
 			}
 		})
 	}

@@ -56,10 +56,11 @@ func (c *Tasks) handleHarnessEvents(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// ingestHarnessEvents appends the events past the task's cursor and moves
-// the task's state along. Only the host the session is placed on, at an
-// session's current epoch, may write; a session no task owns
-// keeps no harness events (they are acknowledged and dropped).
+// ingestHarnessEvents appends the events past the task's cursor, as far as
+// the task's quotas take them (the rest is dropped but acknowledged, with a
+// note), and moves the task's state along. Only the host the session is
+// placed on, at the session's current epoch, may write; a session no task
+// owns keeps no harness events (they are acknowledged and dropped).
 func (c *Tasks) ingestHarnessEvents(ctx context.Context, hostID domain.HostID, sid domain.SessionID, req hostlink.HarnessEventsRequest) (int64, error) {
 	s, err := c.st.GetSession(ctx, sid)
 	if err != nil {
@@ -79,25 +80,99 @@ func (c *Tasks) ingestHarnessEvents(ctx context.Context, hostID domain.HostID, s
 	if err != nil {
 		return 0, fmt.Errorf("task of session %s: %w", sid, err)
 	}
-	evs := make([]domain.TaskEvent, len(req.Events))
-	for i, e := range req.Events {
-		if e.Type == "" || e.Seq <= 0 {
-			return 0, fmt.Errorf("%w: harness event %d has no type or seq", domain.ErrInvalid, i)
-		}
-		if i > 0 && e.Seq <= req.Events[i-1].Seq {
-			return 0, fmt.Errorf("%w: harness event seqs must increase, got %d after %d", domain.ErrInvalid, e.Seq, req.Events[i-1].Seq)
-		}
-		evs[i] = guestTaskEvent(e, c.now())
+	evs, cut, err := c.guestEvents(req.Events)
+	if err != nil {
+		return 0, err
 	}
-	cursor, added, err := c.st.IngestTaskEvents(ctx, t.ID, sid, req.RewoundTo, evs)
+	now := c.now()
+	in := store.TaskIngest{TaskID: t.ID, SessionID: sid, RewoundTo: req.RewoundTo, Events: evs}
+	var notes []domain.TaskEvent
+	if in.RewoundTo != nil && !c.guard.rewind(t.ID, sid, now) {
+		in.RewoundTo = nil
+		c.metrics.QuotaRefused(QuotaRewinds)
+		if c.guard.noteDue(t.ID, QuotaRewinds, now, true) {
+			c.log.Info("a guest's rewind refused over the task's quota", "task_id", t.ID, "session_id", sid)
+			if notes, err = c.st.AppendTaskEvents(ctx, t.ID, []domain.TaskEvent{c.quotas.rewindNote()}); err != nil {
+				return 0, fmt.Errorf("note a refused rewind in task %s: %w", t.ID, err)
+			}
+		}
+	}
+	in.Quota = c.quotas.storeQuota(c.guard.admit(t.ID, now), c.guard.noteDue(t.ID, store.QuotaRate, now, false))
+	res, err := c.st.IngestTaskEvents(ctx, in)
 	if err != nil {
 		return 0, fmt.Errorf("ingest into task %s: %w", t.ID, err)
 	}
-	if len(added) == 0 {
-		return cursor, nil
+	taken := c.countIngest(t.ID, in, res, cut, now)
+	c.afterIngest(ctx, t, sid, append(notes, res.Added...), taken)
+	return res.Cursor, nil
+}
+
+// guestEvents checks a batch of a guest's events and turns each into what
+// the task stores (guestTaskEvent); cut has the guest seqs of those over
+// the size quota.
+func (c *Tasks) guestEvents(in []guestapi.HarnessEvent) ([]domain.TaskEvent, map[int64]bool, error) {
+	evs := make([]domain.TaskEvent, len(in))
+	var cut map[int64]bool
+	for i, e := range in {
+		if e.Type == "" || e.Seq <= 0 {
+			return nil, nil, fmt.Errorf("%w: harness event %d has no type or seq", domain.ErrInvalid, i)
+		}
+		if i > 0 && e.Seq <= in[i-1].Seq {
+			return nil, nil, fmt.Errorf("%w: harness event seqs must increase, got %d after %d", domain.ErrInvalid, e.Seq, in[i-1].Seq)
+		}
+		var over bool
+		if evs[i], over = guestTaskEvent(e, c.now(), c.quotas.MaxEventBytes); over {
+			if cut == nil {
+				cut = map[int64]bool{}
+			}
+			cut[e.Seq] = true
+		}
 	}
-	if err := c.st.TouchSession(ctx, sid, c.now()); err != nil { // an agent at work is activity
-		c.log.Warn("record activity", "session_id", sid, "err", err)
+	return evs, cut, nil
+}
+
+// countIngest spends the rate tokens of the guest events the task took and
+// counts what the quotas refused; it returns how many guest events were
+// taken.
+func (c *Tasks) countIngest(taskID domain.TaskID, in store.TaskIngest, res store.TaskIngested, cut map[int64]bool, now time.Time) int {
+	taken := 0
+	for _, e := range res.Added {
+		if e.GuestSeq > 0 {
+			taken++
+			if cut[e.GuestSeq] {
+				c.metrics.QuotaRefused(QuotaEventSize)
+			}
+		}
+	}
+	c.guard.took(taskID, taken, now)
+	for kind, n := range res.Dropped {
+		for range n {
+			c.metrics.QuotaRefused(kind)
+		}
+	}
+	if _, noted := in.Quota.Notes[store.QuotaRate]; noted && res.Dropped[store.QuotaRate] > 0 {
+		c.guard.noteDue(taskID, store.QuotaRate, now, true)
+	}
+	for _, e := range res.Added { // logged with the task's notes, not at every drop: a flood must not flood the log too
+		if e.GuestSeq == 0 {
+			c.log.Info("guest events dropped over the task's quotas", "task_id", taskID, "session_id", in.SessionID, "dropped", res.Dropped)
+			break
+		}
+	}
+	return taken
+}
+
+// afterIngest moves the task along after events were appended: the guest's
+// (taken of them) count as session activity, and they and the notes move
+// the task's state and wake its followers.
+func (c *Tasks) afterIngest(ctx context.Context, t domain.Task, sid domain.SessionID, added []domain.TaskEvent, taken int) {
+	if len(added) == 0 {
+		return
+	}
+	if taken > 0 {
+		if err := c.st.TouchSession(ctx, sid, c.now()); err != nil { // an agent at work is activity
+			c.log.Warn("record activity", "session_id", sid, "err", err)
+		}
 	}
 	if cur, err := c.st.GetTask(ctx, t.ID); err == nil { // the state the events move on from
 		t = cur
@@ -110,11 +185,11 @@ func (c *Tasks) ingestHarnessEvents(ctx context.Context, hostID domain.HostID, s
 		}
 	}
 	c.wake(ctx, Topic(t.ID))
-	return cursor, nil
 }
 
-// maxHarnessEventData bounds one harness event's stored data.
-const maxHarnessEventData = 64 << 10
+// maxNoteTurn bounds the turn a note of a refused event keeps (the
+// coordinator's turns are UUIDs; a longer one is the guest's invention).
+const maxNoteTurn = 128
 
 // guestEventType reports whether a guest may produce events of type t:
 // the harness adapter's types only, so a guest cannot write the
@@ -129,27 +204,48 @@ func guestEventType(t string) bool {
 }
 
 // guestTaskEvent is how a guest's event is stored. The guest is not
-// trusted: an unknown type becomes a harness error event saying so, data
-// over maxHarnessEventData is replaced by a note of its size, and a time
-// more than a minute in the future (a guest clock) is replaced by now.
-func guestTaskEvent(e guestapi.HarnessEvent, now time.Time) domain.TaskEvent {
-	typ, payload := e.Type, harnessPayload(e)
+// trusted: an unknown type becomes a harness error event saying so; an
+// event over maxBytes (> 0) — its type, turn and data as sent, or its type
+// and payload as stored (the turn merged into the data, re-encoded) —
+// keeps only a note of its size (over reports it); a time more than a
+// minute in the future (a guest clock) is replaced by now. A note keeps
+// the turn only when it is short.
+func guestTaskEvent(e guestapi.HarnessEvent, now time.Time, maxBytes int) (ev domain.TaskEvent, over bool) {
+	turn := e.Turn
+	if len(turn) > maxNoteTurn {
+		turn = ""
+	}
+	typ, size := e.Type, len(e.Type)+len(e.Turn)+len(e.Data)
+	var payload json.RawMessage
 	switch {
 	case !guestEventType(typ):
 		if r := []rune(typ); len(r) > 64 {
 			typ = string(r[:64])
 		}
-		payload, _ = json.Marshal(map[string]string{"kind": guestapi.ErrorHarness, "turn": e.Turn,
+		payload, _ = json.Marshal(map[string]string{"kind": guestapi.ErrorHarness, "turn": turn,
 			"message": fmt.Sprintf("the session sent an event of unknown type %q", typ)})
 		typ = guestapi.EventError
-	case len(payload) > maxHarnessEventData:
-		payload, _ = json.Marshal(map[string]any{"turn": e.Turn, "truncated": true, "bytes": len(payload)})
+	case maxBytes > 0 && size > maxBytes:
+		payload, over = sizeNote(turn, size), true
+	default:
+		// Merging the turn re-encodes the data, which may grow it (JSON
+		// escapes): the bound holds for what is stored too.
+		payload = harnessPayload(e)
+		if stored := len(typ) + len(payload); maxBytes > 0 && stored > maxBytes {
+			payload, over = sizeNote(turn, stored), true
+		}
 	}
 	at := e.At
 	if at.After(now.Add(time.Minute)) {
 		at = now
 	}
-	return domain.TaskEvent{Type: typ, Payload: payload, At: at, GuestSeq: e.Seq}
+	return domain.TaskEvent{Type: typ, Payload: payload, At: at, GuestSeq: e.Seq}, over
+}
+
+// sizeNote is the payload kept of an event over the size quota.
+func sizeNote(turn string, size int) json.RawMessage {
+	raw, _ := json.Marshal(map[string]any{"turn": turn, "truncated": true, "bytes": size})
+	return raw
 }
 
 // harnessPayload is the stored payload of a harness event: its data with
@@ -222,7 +318,7 @@ func (r Rewinder) SessionRestored(ctx context.Context, s domain.Session, head do
 		return fmt.Errorf("task of session %s: %w", s.ID, err)
 	}
 	seq := head.HarnessSeq
-	if _, _, err := r.Store.IngestTaskEvents(ctx, t.ID, s.ID, &seq, nil); err != nil && !errors.Is(err, store.ErrNotFound) {
+	if _, err := r.Store.IngestTaskEvents(ctx, store.TaskIngest{TaskID: t.ID, SessionID: s.ID, RewoundTo: &seq}); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("rewind the harness events of session %s to %d: %w", s.ID, seq, err)
 	}
 	return nil

@@ -247,29 +247,6 @@ type clonedRepo struct {
 	Base string `json:"base"`
 }
 
-// taskRepos lists the repositories a task cloned into its current
-// session, from its events (a session event starts the list again).
-func (c *Tasks) taskRepos(ctx context.Context, taskID domain.TaskID) ([]clonedRepo, error) {
-	evs, err := c.st.ListTaskEvents(ctx, taskID, 0, 0)
-	if err != nil {
-		return nil, fmt.Errorf("list events of task %s: %w", taskID, err)
-	}
-	var out []clonedRepo
-	for _, e := range evs {
-		if e.Type == TaskEventSession {
-			out = nil
-		}
-		if e.Type != TaskEventRepoCloned {
-			continue
-		}
-		var r clonedRepo
-		if err := json.Unmarshal(e.Payload, &r); err == nil {
-			out = append(out, r)
-		}
-	}
-	return out, nil
-}
-
 // RepoDiff is one cloned repository's changes against its base commit.
 type RepoDiff struct {
 	Path string

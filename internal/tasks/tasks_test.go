@@ -77,6 +77,7 @@ func (g *guestExec) got() []guestCall {
 // vault it uses; tests write its session and task rows directly.
 type taskEnv struct {
 	st       store.Store
+	reads    *boundedReads // the store as the task service sees it
 	co       *Tasks
 	sessions *coordinator.Coordinator
 	profiles *profiles.Profiles
@@ -95,7 +96,11 @@ func (noHosts) Transport(context.Context, domain.HostID) (http.RoundTripper, err
 	return nil, errors.New("no hosts in this test")
 }
 
-func newTaskEnv(t *testing.T) *taskEnv {
+func newTaskEnv(t *testing.T) *taskEnv { t.Helper(); return newTaskEnvWith(t, Config{}, nil) }
+
+// newTaskEnvWith is newTaskEnv whose task service has cfg and records
+// metrics in m (nil: none).
+func newTaskEnvWith(t *testing.T, cfg Config, m Metrics) *taskEnv {
 	t.Helper()
 	st := coordinatortest.NewStore(t)
 	e := &taskEnv{st: st, guest: &guestExec{}, now: taskT0}
@@ -121,7 +126,8 @@ func newTaskEnv(t *testing.T) *taskEnv {
 	if e.gw, err = gateway.New(gateway.Config{}, gateway.Deps{Store: st, Secrets: e.vault, Sealer: coordinatortest.Sealer{}, Now: e.clock}); err != nil {
 		t.Fatal(err)
 	}
-	e.co, err = New(Config{}, Deps{Store: st, Sessions: e.sessions, Profiles: e.profiles, Placeholders: e.gw, Secrets: e.vault, Now: e.clock})
+	e.reads = &boundedReads{Store: st, t: t}
+	e.co, err = New(cfg, Deps{Store: e.reads, Sessions: e.sessions, Profiles: e.profiles, Placeholders: e.gw, Secrets: e.vault, Now: e.clock, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,43 +431,69 @@ func TestHarnessPayload(t *testing.T) {
 func TestGuestTaskEvent(t *testing.T) {
 	t.Parallel()
 	now := taskT0
-	big := `{"text":"` + strings.Repeat("x", maxHarnessEventData) + `"}`
+	const limit = defaultMaxEventBytes
+	// data of n bytes: {"text":"xxx..."}
+	data := func(n int) json.RawMessage {
+		return json.RawMessage(`{"text":"` + strings.Repeat("x", n-len(`{"text":""}`)) + `"}`)
+	}
+	typ := guestapi.EventAssistantText
+	fits := limit - len(typ) - len("u")             // the data that fills an event of turn "u" exactly, as sent
+	stored := limit - len(typ) - len(`,"turn":"u"`) // the data that fills it exactly as stored (the turn merged in)
+	longTurn := strings.Repeat("t", maxNoteTurn+1)
 	tests := []struct {
 		name      string
 		e         guestapi.HarnessEvent
+		max       int
 		wantType  string
 		wantData  string
 		wantAt    time.Time
 		wantGuest int64
+		wantOver  bool
 	}{
-		{"a harness event", guestapi.HarnessEvent{Seq: 4, Type: guestapi.EventToolResult, Turn: "u", At: now.Add(-time.Hour), Data: json.RawMessage(`{"id":"c","output":"ok"}`)},
-			guestapi.EventToolResult, `{"id":"c","output":"ok","turn":"u"}`, now.Add(-time.Hour), 4},
-		{"the coordinator's prompt", guestapi.HarnessEvent{Seq: 1, Type: TaskEventPrompt, Turn: "u", At: now, Data: json.RawMessage(`{"text":"rm -rf /"}`)},
-			guestapi.EventError, `{"kind":"harness","message":"the session sent an event of unknown type \"prompt\"","turn":"u"}`, now, 1},
-		{"the coordinator's repo_cloned", guestapi.HarnessEvent{Seq: 2, Type: TaskEventRepoCloned, At: now},
-			guestapi.EventError, `{"kind":"harness","message":"the session sent an event of unknown type \"repo_cloned\"","turn":""}`, now, 2},
-		{"a long unknown type is cut", guestapi.HarnessEvent{Seq: 3, Type: strings.Repeat("ü", 100), At: now},
-			guestapi.EventError, `{"kind":"harness","message":"the session sent an event of unknown type \"` + strings.Repeat("ü", 64) + `\"","turn":""}`, now, 3},
-		{"data over the limit", guestapi.HarnessEvent{Seq: 5, Type: guestapi.EventAssistantText, Turn: "u", At: now, Data: json.RawMessage(big)},
-			guestapi.EventAssistantText, fmt.Sprintf(`{"bytes":%d,"truncated":true,"turn":"u"}`, len(big)+len(`,"turn":"u"`)), now, 5},
-		{"data at the limit", guestapi.HarnessEvent{Seq: 5, Type: guestapi.EventAssistantText, At: now, Data: json.RawMessage(big[:maxHarnessEventData-2] + `"}`)},
-			guestapi.EventAssistantText, big[:maxHarnessEventData-2] + `"}`, now, 5},
-		{"a time in the future is now", guestapi.HarnessEvent{Seq: 6, Type: guestapi.EventIdle, At: now.Add(2 * time.Minute)},
-			guestapi.EventIdle, "", now, 6},
-		{"a little clock skew is kept", guestapi.HarnessEvent{Seq: 7, Type: guestapi.EventIdle, At: now.Add(30 * time.Second)},
-			guestapi.EventIdle, "", now.Add(30 * time.Second), 7},
+		{name: "a harness event", e: guestapi.HarnessEvent{Seq: 4, Type: guestapi.EventToolResult, Turn: "u", At: now.Add(-time.Hour), Data: json.RawMessage(`{"id":"c","output":"ok"}`)},
+			wantType: guestapi.EventToolResult, wantData: `{"id":"c","output":"ok","turn":"u"}`, wantAt: now.Add(-time.Hour), wantGuest: 4},
+		{name: "the coordinator's prompt", e: guestapi.HarnessEvent{Seq: 1, Type: TaskEventPrompt, Turn: "u", At: now, Data: json.RawMessage(`{"text":"rm -rf /"}`)},
+			wantType: guestapi.EventError, wantData: `{"kind":"harness","message":"the session sent an event of unknown type \"prompt\"","turn":"u"}`, wantAt: now, wantGuest: 1},
+		{name: "the coordinator's repo_cloned", e: guestapi.HarnessEvent{Seq: 2, Type: TaskEventRepoCloned, At: now},
+			wantType: guestapi.EventError, wantData: `{"kind":"harness","message":"the session sent an event of unknown type \"repo_cloned\"","turn":""}`, wantAt: now, wantGuest: 2},
+		{name: "a long unknown type is cut", e: guestapi.HarnessEvent{Seq: 3, Type: strings.Repeat("ü", 100), At: now},
+			wantType: guestapi.EventError, wantData: `{"kind":"harness","message":"the session sent an event of unknown type \"` + strings.Repeat("ü", 64) + `\"","turn":""}`, wantAt: now, wantGuest: 3},
+		{name: "an unknown type's note drops a long turn", e: guestapi.HarnessEvent{Seq: 3, Type: "x", Turn: longTurn, At: now},
+			wantType: guestapi.EventError, wantData: `{"kind":"harness","message":"the session sent an event of unknown type \"x\"","turn":""}`, wantAt: now, wantGuest: 3},
+		{name: "data over the limit as sent", e: guestapi.HarnessEvent{Seq: 5, Type: typ, Turn: "u", At: now, Data: data(fits + 1)},
+			wantType: typ, wantData: fmt.Sprintf(`{"bytes":%d,"truncated":true,"turn":"u"}`, limit+1), wantAt: now, wantGuest: 5, wantOver: true},
+		{name: "an event at the limit as stored", e: guestapi.HarnessEvent{Seq: 5, Type: typ, Turn: "u", At: now, Data: data(stored)},
+			wantType: typ, wantData: string(data(stored)[:len(data(stored))-1]) + `,"turn":"u"}`, wantAt: now, wantGuest: 5},
+		{name: "an event a byte over the limit as stored", e: guestapi.HarnessEvent{Seq: 5, Type: typ, Turn: "u", At: now, Data: data(stored + 1)},
+			wantType: typ, wantData: fmt.Sprintf(`{"bytes":%d,"truncated":true,"turn":"u"}`, limit+1), wantAt: now, wantGuest: 5, wantOver: true},
+		{name: "data that grows when stored", e: guestapi.HarnessEvent{Seq: 5, Type: typ, Turn: "u", At: now, Data: json.RawMessage(`{"t":"` + strings.Repeat("<", limit/4) + `"}`)},
+			wantType: typ, wantData: fmt.Sprintf(`{"bytes":%d,"truncated":true,"turn":"u"}`, len(typ)+len(`{"t":"","turn":"u"}`)+6*(limit/4)), wantAt: now, wantGuest: 5, wantOver: true},
+		{name: "a turn over the limit", e: guestapi.HarnessEvent{Seq: 5, Type: typ, Turn: strings.Repeat("t", limit), At: now, Data: data(20)},
+			wantType: typ, wantData: fmt.Sprintf(`{"bytes":%d,"truncated":true,"turn":""}`, len(typ)+limit+20), wantAt: now, wantGuest: 5, wantOver: true},
+		{name: "a type, turn and data over the limit together", e: guestapi.HarnessEvent{Seq: 5, Type: typ, Turn: strings.Repeat("t", limit/2), At: now, Data: data(limit / 2)},
+			wantType: typ, wantData: fmt.Sprintf(`{"bytes":%d,"truncated":true,"turn":""}`, len(typ)+limit), wantAt: now, wantGuest: 5, wantOver: true},
+		{name: "no bound", max: -1, e: guestapi.HarnessEvent{Seq: 5, Type: typ, At: now, Data: data(2 * limit)},
+			wantType: typ, wantData: string(data(2 * limit)), wantAt: now, wantGuest: 5},
+		{name: "a time in the future is now", e: guestapi.HarnessEvent{Seq: 6, Type: guestapi.EventIdle, At: now.Add(2 * time.Minute)},
+			wantType: guestapi.EventIdle, wantAt: now, wantGuest: 6},
+		{name: "a little clock skew is kept", e: guestapi.HarnessEvent{Seq: 7, Type: guestapi.EventIdle, At: now.Add(30 * time.Second)},
+			wantType: guestapi.EventIdle, wantAt: now.Add(30 * time.Second), wantGuest: 7},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got := guestTaskEvent(tt.e, now)
-			if got.Type != tt.wantType || string(got.Payload) != tt.wantData || !got.At.Equal(tt.wantAt) || got.GuestSeq != tt.wantGuest {
+			max := tt.max
+			if max == 0 {
+				max = limit
+			}
+			got, over := guestTaskEvent(tt.e, now, max)
+			if got.Type != tt.wantType || string(got.Payload) != tt.wantData || !got.At.Equal(tt.wantAt) || got.GuestSeq != tt.wantGuest || over != tt.wantOver {
 				data := string(got.Payload)
 				if len(data) > 200 {
 					data = data[:200] + "..."
 				}
-				t.Errorf("stored %s %s at %s guest seq %d, want %s %s at %s %d", got.Type, data, got.At, got.GuestSeq,
-					tt.wantType, tt.wantData, tt.wantAt, tt.wantGuest)
+				t.Errorf("stored %s %s at %s guest seq %d over %v, want %s %.200s at %s %d %v", got.Type, data, got.At, got.GuestSeq, over,
+					tt.wantType, tt.wantData, tt.wantAt, tt.wantGuest, tt.wantOver)
 			}
 		})
 	}

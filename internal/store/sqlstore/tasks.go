@@ -13,7 +13,7 @@ import (
 )
 
 const taskCols = `id, profile_id, profile_version, receipt, title, state, session_id, event_seq, error,
-	created_at, updated_at`
+	created_at, updated_at, event_bytes`
 
 func scanTask(r scanner) (domain.Task, error) {
 	var t domain.Task
@@ -21,7 +21,7 @@ func scanTask(r scanner) (domain.Task, error) {
 	var state string
 	var created, updated int64
 	err := r.Scan(&t.ID, &t.ProfileID, &t.ProfileVersion, &receipt, &t.Title, &state, &t.SessionID, &t.EventSeq,
-		&t.Error, &created, &updated)
+		&t.Error, &created, &updated, &t.EventBytes)
 	if err != nil {
 		return domain.Task{}, err
 	}
@@ -82,7 +82,7 @@ func (s *Store) CreateTask(ctx context.Context, t domain.Task) (domain.Task, err
 			return err
 		}
 		out, err = scanTask(tx.QueryRowContext(ctx, `INSERT INTO tasks (`+taskCols+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, 0, $8, $9, $9) RETURNING `+taskCols,
+			VALUES ($1, $2, $3, $4, $5, $6, $7, 0, $8, $9, $9, 0) RETURNING `+taskCols,
 			t.ID, t.ProfileID, t.ProfileVersion, jsonArg(t.Receipt), t.Title, string(t.State), t.SessionID,
 			t.Error, at))
 		if err != nil || t.SessionID == "" {
@@ -253,11 +253,15 @@ func checkTaskEvents(action string, events []domain.TaskEvent) error {
 // insertTaskEvents numbers events after the task's last seq and inserts
 // them. Bumping tasks.event_seq by the batch size locks the task row until
 // commit, so concurrent batches, on any replica, take disjoint
-// consecutive seqs.
+// consecutive seqs; the same update adds their bytes.
 func insertTaskEvents(ctx context.Context, tx execer, taskID domain.TaskID, events []domain.TaskEvent) ([]domain.TaskEvent, error) {
+	var size int64
+	for _, e := range events {
+		size += e.Bytes()
+	}
 	var last int64
-	err := tx.QueryRowContext(ctx, `UPDATE tasks SET event_seq = event_seq + $2 WHERE id = $1
-		RETURNING event_seq`, taskID, len(events)).Scan(&last)
+	err := tx.QueryRowContext(ctx, `UPDATE tasks SET event_seq = event_seq + $2, event_bytes = event_bytes + $3 WHERE id = $1
+		RETURNING event_seq`, taskID, len(events), size).Scan(&last)
 	if isNoRows(err) {
 		return nil, store.ErrNotFound
 	}
@@ -295,6 +299,41 @@ func (s *Store) ListTaskEvents(ctx context.Context, taskID domain.TaskID, afterS
 	out, err := collect(rows, scanTaskEvent)
 	if err != nil {
 		return nil, fmt.Errorf("list events of task %s: %w", taskID, err)
+	}
+	return out, nil
+}
+
+// QueryTaskEvents implements store.Tasks.
+func (s *Store) QueryTaskEvents(ctx context.Context, taskID domain.TaskID, q store.TaskEventQuery) ([]domain.TaskEvent, error) {
+	action := "query events of task " + string(taskID)
+	if q.Limit < 1 || q.Limit > store.MaxTaskEventPage || len(q.Types) > store.MaxTaskEventTypes {
+		return nil, fmt.Errorf("%s: %w: a page holds 1 to %d events (asked %d) of at most %d types (asked %d)",
+			action, domain.ErrInvalid, store.MaxTaskEventPage, q.Limit, store.MaxTaskEventTypes, len(q.Types))
+	}
+	sql := `SELECT ` + taskEventCols + ` FROM task_events WHERE task_id = $1 AND seq > $2`
+	args := []any{taskID, q.AfterSeq}
+	if q.BeforeSeq > 0 {
+		args = append(args, q.BeforeSeq)
+		sql += fmt.Sprintf(" AND seq < $%d", len(args))
+	}
+	if len(q.Types) > 0 {
+		sql += " AND type IN (" + placeholders(len(args)+1, len(q.Types)) + ")"
+		for _, t := range q.Types {
+			args = append(args, t)
+		}
+	}
+	order := "seq"
+	if q.Newest {
+		order = "seq DESC"
+	}
+	args = append(args, q.Limit)
+	rows, err := s.read.QueryContext(ctx, sql+fmt.Sprintf(" ORDER BY %s LIMIT $%d", order, len(args)), args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", action, err)
+	}
+	out, err := collect(rows, scanTaskEvent)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", action, err)
 	}
 	return out, nil
 }

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/engrams/engrams/internal/domain"
@@ -14,67 +16,143 @@ import (
 // IngestTaskEvents implements store.Tasks. The no-op update of the task row
 // comes first: it locks the row (Postgres; SQLite has one writer), so two
 // ingests of one session run one after the other and neither appends an
-// event the other took.
-func (s *Store) IngestTaskEvents(ctx context.Context, taskID domain.TaskID, sessionID domain.SessionID, rewoundTo *int64, events []domain.TaskEvent) (int64, []domain.TaskEvent, error) {
-	action := fmt.Sprintf("ingest %d events of session %s into task %s", len(events), sessionID, taskID)
-	if taskID == "" || sessionID == "" {
-		return 0, nil, errors.New("ingest task events: task id and session id are required")
+// event the other took, and the quota sees every event before it.
+func (s *Store) IngestTaskEvents(ctx context.Context, in store.TaskIngest) (store.TaskIngested, error) {
+	action := fmt.Sprintf("ingest %d events of session %s into task %s", len(in.Events), in.SessionID, in.TaskID)
+	if in.TaskID == "" || in.SessionID == "" {
+		return store.TaskIngested{}, errors.New("ingest task events: task id and session id are required")
 	}
-	if err := checkTaskEvents(action, events); err != nil {
-		return 0, nil, err
+	if err := checkTaskEvents(action, in.Events); err != nil {
+		return store.TaskIngested{}, err
 	}
-	for i := 1; i < len(events); i++ {
-		if events[i].GuestSeq <= events[i-1].GuestSeq {
-			return 0, nil, fmt.Errorf("%s: guest seqs must increase, got %d after %d", action, events[i].GuestSeq, events[i-1].GuestSeq)
+	for kind, n := range in.Quota.Notes {
+		if err := checkTaskEvents(action+": note "+kind, []domain.TaskEvent{n}); err != nil {
+			return store.TaskIngested{}, err
 		}
 	}
-	var cursor int64
-	var out []domain.TaskEvent
+	for i := 1; i < len(in.Events); i++ {
+		if in.Events[i].GuestSeq <= in.Events[i-1].GuestSeq {
+			return store.TaskIngested{}, fmt.Errorf("%s: guest seqs must increase, got %d after %d", action, in.Events[i].GuestSeq, in.Events[i-1].GuestSeq)
+		}
+	}
+	var out store.TaskIngested
 	err := s.inTx(ctx, func(tx execer) error {
-		var one int
-		err := tx.QueryRowContext(ctx, `UPDATE tasks SET event_seq = event_seq WHERE id = $1 RETURNING 1`, taskID).Scan(&one)
-		if isNoRows(err) {
-			return fmt.Errorf("task %s: %w", taskID, store.ErrNotFound)
-		}
-		if err != nil {
-			return err
-		}
-		var seq int64
-		err = tx.QueryRowContext(ctx, `SELECT seq, guest_cursor FROM task_sessions WHERE task_id = $1 AND session_id = $2
-			ORDER BY seq DESC LIMIT 1`, taskID, sessionID).Scan(&seq, &cursor)
-		if isNoRows(err) {
-			return fmt.Errorf("session %s is not one of the task's: %w", sessionID, store.ErrNotFound)
-		}
-		if err != nil {
-			return err
-		}
-		from := cursor
-		if rewoundTo != nil && *rewoundTo >= 0 && *rewoundTo < cursor {
-			cursor = *rewoundTo
-		}
-		var fresh []domain.TaskEvent
-		for _, e := range events {
-			if e.GuestSeq > cursor {
-				fresh = append(fresh, e)
-			}
-		}
-		if len(fresh) > 0 {
-			if out, err = insertTaskEvents(ctx, tx, taskID, fresh); err != nil {
-				return err
-			}
-			cursor = fresh[len(fresh)-1].GuestSeq
-		}
-		if cursor == from {
-			return nil
-		}
-		_, err = tx.ExecContext(ctx, `UPDATE task_sessions SET guest_cursor = $3 WHERE task_id = $1 AND seq = $2`,
-			taskID, seq, cursor)
+		var err error
+		out, err = ingestTx(ctx, tx, in)
 		return err
 	})
 	if err != nil {
-		return 0, nil, fmt.Errorf("%s: %w", action, err)
+		return store.TaskIngested{}, fmt.Errorf("%s: %w", action, err)
 	}
-	return cursor, out, nil
+	return out, nil
+}
+
+// taskTally is what a task's quota is measured against.
+type taskTally struct {
+	seq, bytes int64
+	noted      string // the quota kinds the task had its note of, comma-separated
+}
+
+func ingestTx(ctx context.Context, tx execer, in store.TaskIngest) (store.TaskIngested, error) {
+	var t taskTally
+	err := tx.QueryRowContext(ctx, `UPDATE tasks SET event_seq = event_seq WHERE id = $1
+		RETURNING event_seq, event_bytes, quota_noted`, in.TaskID).Scan(&t.seq, &t.bytes, &t.noted)
+	if isNoRows(err) {
+		return store.TaskIngested{}, fmt.Errorf("task %s: %w", in.TaskID, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.TaskIngested{}, err
+	}
+	var seq, cursor int64
+	err = tx.QueryRowContext(ctx, `SELECT seq, guest_cursor FROM task_sessions WHERE task_id = $1 AND session_id = $2
+		ORDER BY seq DESC LIMIT 1`, in.TaskID, in.SessionID).Scan(&seq, &cursor)
+	if isNoRows(err) {
+		return store.TaskIngested{}, fmt.Errorf("session %s is not one of the task's: %w", in.SessionID, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.TaskIngested{}, err
+	}
+	from := cursor
+	if in.RewoundTo != nil && *in.RewoundTo >= 0 && *in.RewoundTo < cursor {
+		cursor = *in.RewoundTo
+	}
+	var fresh []domain.TaskEvent
+	for _, e := range in.Events {
+		if e.GuestSeq > cursor {
+			fresh = append(fresh, e)
+		}
+	}
+	out := store.TaskIngested{Cursor: cursor}
+	if len(fresh) > 0 {
+		n, dropped := admitEvents(in.Quota, t, fresh)
+		notes, noted := quotaNotes(in.Quota, t.noted, dropped)
+		if evs := append(fresh[:n:n], notes...); len(evs) > 0 {
+			if out.Added, err = insertTaskEvents(ctx, tx, in.TaskID, evs); err != nil {
+				return store.TaskIngested{}, err
+			}
+		}
+		if noted != t.noted {
+			if _, err := tx.ExecContext(ctx, `UPDATE tasks SET quota_noted = $2 WHERE id = $1`, in.TaskID, noted); err != nil {
+				return store.TaskIngested{}, err
+			}
+		}
+		out.Dropped = dropped
+		out.Cursor = fresh[len(fresh)-1].GuestSeq
+	}
+	if out.Cursor == from {
+		return out, nil
+	}
+	_, err = tx.ExecContext(ctx, `UPDATE task_sessions SET guest_cursor = $3 WHERE task_id = $1 AND seq = $2`,
+		in.TaskID, seq, out.Cursor)
+	return out, err
+}
+
+// admitEvents is how many of the fresh events q takes on top of what the
+// task has (t), and how many it drops under which bound (nil: none).
+func admitEvents(q store.TaskQuota, t taskTally, fresh []domain.TaskEvent) (int, map[string]int) {
+	n, by := 0, ""
+	seq, bytes := t.seq, t.bytes
+	for _, e := range fresh {
+		if q.MaxEvents > 0 && seq+1 > q.MaxEvents {
+			by = store.QuotaEvents
+			break
+		}
+		if q.MaxBytes > 0 && bytes+e.Bytes() > q.MaxBytes {
+			by = store.QuotaBytes
+			break
+		}
+		seq, bytes, n = seq+1, bytes+e.Bytes(), n+1
+	}
+	var dropped map[string]int
+	if by != "" {
+		dropped = map[string]int{by: len(fresh) - n}
+	}
+	if q.Admit != nil && n > max(*q.Admit, 0) {
+		if dropped == nil {
+			dropped = map[string]int{}
+		}
+		dropped[store.QuotaRate], n = n-max(*q.Admit, 0), max(*q.Admit, 0)
+	}
+	return n, dropped
+}
+
+// quotaNotes are the notes q gives for what was dropped, and the kinds the
+// task has had its note of after them (a task's events and bytes quotas
+// are noted once).
+func quotaNotes(q store.TaskQuota, noted string, dropped map[string]int) ([]domain.TaskEvent, string) {
+	var out []domain.TaskEvent
+	kinds := strings.FieldsFunc(noted, func(r rune) bool { return r == ',' })
+	for _, kind := range []string{store.QuotaEvents, store.QuotaBytes} {
+		note, ok := q.Notes[kind]
+		if dropped[kind] == 0 || !ok || slices.Contains(kinds, kind) {
+			continue
+		}
+		out, kinds = append(out, note), append(kinds, kind)
+	}
+	if note, ok := q.Notes[store.QuotaRate]; ok && dropped[store.QuotaRate] > 0 {
+		out = append(out, note)
+	}
+	return out, strings.Join(kinds, ",")
 }
 
 // TaskBySession implements store.Tasks.

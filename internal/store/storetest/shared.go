@@ -23,6 +23,9 @@ func RunShared(t *testing.T, open func(t *testing.T) (store.Store, store.Store))
 		{"TaskEventsAcrossInstances", func(t *testing.T, a, b store.Store) {
 			AppendTaskEventsConcurrently(t, []store.Store{a, b}, 6, 20)
 		}},
+		{"TaskIngestQuotaAcrossInstances", func(t *testing.T, a, b store.Store) {
+			IngestUnderQuotaConcurrently(t, []store.Store{a, b}, 6, 10)
+		}},
 		{"ProfileUpdateAcrossInstances", func(t *testing.T, a, b store.Store) {
 			UpdateProfileConcurrently(t, []store.Store{a, b}, 6, 8)
 		}},

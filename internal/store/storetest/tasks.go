@@ -50,7 +50,7 @@ func wantTask(t *testing.T, got, want domain.Task) {
 	t.Helper()
 	if got.ID != want.ID || got.ProfileID != want.ProfileID || got.ProfileVersion != want.ProfileVersion ||
 		got.Title != want.Title || got.State != want.State || got.SessionID != want.SessionID ||
-		got.EventSeq != want.EventSeq || got.Error != want.Error {
+		got.EventSeq != want.EventSeq || got.EventBytes != want.EventBytes || got.Error != want.Error {
 		t.Fatalf("task = %+v, want %+v", got, want)
 	}
 	wantJSON(t, "receipt", got.Receipt, want.Receipt)
@@ -347,7 +347,10 @@ func testTaskEvents(t *testing.T, st store.Store) {
 	cur, err := st.GetTask(ctx, task.ID)
 	must(t, err)
 	task.EventSeq = 4
-	wantTask(t, cur, task) // only event_seq changed
+	for _, e := range stored {
+		task.EventBytes += int64(len(e.Type) + len(e.Payload))
+	}
+	wantTask(t, cur, task) // only event_seq and event_bytes changed
 	listCases(t, st, task.ID)
 
 	// No events: nothing written.

@@ -2,8 +2,10 @@ package storetest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +17,12 @@ import (
 var taskIngestTests = []test{
 	{"TaskIngest", testTaskIngest},
 	{"TaskIngestRejected", testTaskIngestRejected},
+	{"TaskIngestQuota", testTaskIngestQuota},
+	{"TaskIngestQuotaNotes", testTaskIngestQuotaNotes},
+	{"TaskIngestQuotaConcurrent", func(t *testing.T, st store.Store) {
+		IngestUnderQuotaConcurrently(t, []store.Store{st}, 6, 10)
+	}},
+	{"TaskQueryEvents", testTaskQueryEvents},
 	{"TaskBySession", testTaskBySession},
 	{"TaskClaimSetup", testTaskClaimSetup},
 	{"TaskClaimSetupConcurrent", testTaskClaimSetupConcurrent},
@@ -33,12 +41,12 @@ func guestEvents(typ string, seqs ...int64) []domain.TaskEvent {
 
 func ingest(t *testing.T, st store.Store, taskID domain.TaskID, sessionID domain.SessionID, rewound *int64, events []domain.TaskEvent, wantCursor int64, wantSeqs ...int64) {
 	t.Helper()
-	cursor, got, err := st.IngestTaskEvents(t.Context(), taskID, sessionID, rewound, events)
+	res, err := st.IngestTaskEvents(t.Context(), store.TaskIngest{TaskID: taskID, SessionID: sessionID, RewoundTo: rewound, Events: events})
 	must(t, err)
-	if cursor != wantCursor || len(got) != len(wantSeqs) {
-		t.Fatalf("ingest: cursor %d, %d events appended; want cursor %d, %d events", cursor, len(got), wantCursor, len(wantSeqs))
+	if res.Cursor != wantCursor || len(res.Added) != len(wantSeqs) || len(res.Dropped) != 0 {
+		t.Fatalf("ingest: cursor %d, %d events appended, %v dropped; want cursor %d, %d events", res.Cursor, len(res.Added), res.Dropped, wantCursor, len(wantSeqs))
 	}
-	for i, e := range got {
+	for i, e := range res.Added {
 		if e.Seq != wantSeqs[i] || e.TaskID != taskID {
 			t.Fatalf("ingested event %d = %+v, want task seq %d", i, e, wantSeqs[i])
 		}
@@ -87,10 +95,10 @@ func testTaskIngestRejected(t *testing.T, st store.Store) {
 	task := createTask(t, st, p)
 	_, err := st.AttachSession(ctx, task.ID, "s1", t0)
 	must(t, err)
-	if _, _, err := st.IngestTaskEvents(ctx, task.ID, "other", nil, guestEvents("text", 1)); !errors.Is(err, store.ErrNotFound) {
+	if _, err := st.IngestTaskEvents(ctx, store.TaskIngest{TaskID: task.ID, SessionID: "other", Events: guestEvents("text", 1)}); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("ingest from a session the task never had: %v, want ErrNotFound", err)
 	}
-	if _, _, err := st.IngestTaskEvents(ctx, "nope", "s1", nil, nil); !errors.Is(err, store.ErrNotFound) {
+	if _, err := st.IngestTaskEvents(ctx, store.TaskIngest{TaskID: "nope", SessionID: "s1"}); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("ingest into an unknown task: %v, want ErrNotFound", err)
 	}
 	for name, evs := range map[string][]domain.TaskEvent{
@@ -98,9 +106,13 @@ func testTaskIngestRejected(t *testing.T, st store.Store) {
 		"repeated seq":    guestEvents("text", 1, 1),
 		"no type":         guestEvents("", 1),
 	} {
-		if _, _, err := st.IngestTaskEvents(ctx, task.ID, "s1", nil, evs); err == nil {
+		if _, err := st.IngestTaskEvents(ctx, store.TaskIngest{TaskID: task.ID, SessionID: "s1", Events: evs}); err == nil {
 			t.Fatalf("%s: accepted", name)
 		}
+	}
+	badNote := store.TaskQuota{MaxEvents: 1, Notes: map[string]domain.TaskEvent{store.QuotaEvents: {Type: "error", Payload: json.RawMessage(`{`)}}}
+	if _, err := st.IngestTaskEvents(ctx, store.TaskIngest{TaskID: task.ID, SessionID: "s1", Events: guestEvents("text", 1, 2), Quota: badNote}); err == nil {
+		t.Fatal("a note with a malformed payload: accepted")
 	}
 	ingest(t, st, task.ID, "s1", nil, nil, 0) // nothing was written
 }
@@ -244,5 +256,280 @@ func testTaskReplaceSession(t *testing.T, st store.Store) {
 	must(t, err)
 	if won != 1 || len(ss) != 3 {
 		t.Fatalf("%d concurrent replacers won, %d sessions recorded; want 1 and 3", won, len(ss))
+	}
+}
+
+// sized returns guest events of type "text" with the given guest seqs, each
+// of Bytes 17 ("text" and {"x":"aaaaa"}).
+func sized(seqs ...int64) []domain.TaskEvent {
+	out := guestEvents("text", seqs...)
+	for i := range out {
+		out[i].Payload = json.RawMessage(`{"x":"aaaaa"}`)
+	}
+	return out
+}
+
+// wantTally checks a task's EventSeq, and its EventBytes against the
+// events it stores.
+func wantTally(t *testing.T, st store.Store, taskID domain.TaskID, wantSeq int64) {
+	t.Helper()
+	cur, err := st.GetTask(t.Context(), taskID)
+	must(t, err)
+	all, err := st.ListTaskEvents(t.Context(), taskID, 0, 0)
+	must(t, err)
+	var bytes int64
+	for _, e := range all {
+		bytes += e.Bytes()
+	}
+	if cur.EventSeq != wantSeq || int64(len(all)) != wantSeq || cur.EventBytes != bytes {
+		t.Fatalf("task has event_seq %d, %d events, event_bytes %d; want %d events of %d bytes", cur.EventSeq, len(all), cur.EventBytes, wantSeq, bytes)
+	}
+}
+
+func testTaskIngestQuota(t *testing.T, st store.Store) {
+	prompt := domain.TaskEvent{Type: "prompt", Payload: json.RawMessage(`{"text":"go"}`)} // 19 bytes
+	tests := []struct {
+		name        string
+		quota       store.TaskQuota
+		before      []domain.TaskEvent // ingested first, without a quota
+		events      []domain.TaskEvent
+		wantAdded   int
+		wantDropped map[string]int
+		wantCursor  int64
+	}{
+		{"no quota", store.TaskQuota{}, nil, sized(1, 2, 3, 4, 5), 5, nil, 5},
+		{"events: the task's count stops the guest", store.TaskQuota{MaxEvents: 4}, nil, sized(1, 2, 3, 4, 5), 3, map[string]int{store.QuotaEvents: 2}, 5},
+		{"events: a full task takes none, and acknowledges them", store.TaskQuota{MaxEvents: 1}, nil, sized(1, 2, 3), 0, map[string]int{store.QuotaEvents: 3}, 3},
+		{"bytes: the task's size stops the guest", store.TaskQuota{MaxBytes: 19 + 2*17 + 16}, nil, sized(1, 2, 3, 4), 2, map[string]int{store.QuotaBytes: 2}, 4},
+		{"bytes: an event that does not fit drops the later ones too", store.TaskQuota{MaxBytes: 19 + 17 + 40},
+			nil, append(sized(1), domain.TaskEvent{Type: "text", Payload: json.RawMessage(`{"x":"` + strings.Repeat("b", 60) + `"}`), GuestSeq: 2}, sized(3)[0]),
+			1, map[string]int{store.QuotaBytes: 2}, 3},
+		{"rate: Admit bounds the fresh events", store.TaskQuota{Admit: ptr(2)}, nil, sized(1, 2, 3, 4, 5), 2, map[string]int{store.QuotaRate: 3}, 5},
+		{"rate: Admit 0 takes none", store.TaskQuota{Admit: ptr(0)}, nil, sized(1, 2), 0, map[string]int{store.QuotaRate: 2}, 2},
+		{"rate: a negative Admit takes none", store.TaskQuota{Admit: ptr(-3)}, nil, sized(1, 2), 0, map[string]int{store.QuotaRate: 2}, 2},
+		{"events first, then the rate", store.TaskQuota{MaxEvents: 4, Admit: ptr(2)}, nil, sized(1, 2, 3, 4, 5), 2,
+			map[string]int{store.QuotaEvents: 2, store.QuotaRate: 1}, 5},
+		{"resent events count toward no bound", store.TaskQuota{MaxEvents: 6, Admit: ptr(2)}, sized(1, 2, 3), sized(1, 2, 3, 4, 5), 2, nil, 5},
+		{"a rewind-free resend of nothing new", store.TaskQuota{Admit: ptr(0)}, sized(1, 2), sized(1, 2), 0, nil, 2},
+	}
+	p := createProfile(t, st, "quota")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := t.Context()
+			task := createTask(t, st, p)
+			_, err := st.AttachSession(ctx, task.ID, "s1", t0)
+			must(t, err)
+			_, err = st.AppendTaskEvents(ctx, task.ID, []domain.TaskEvent{prompt})
+			must(t, err)
+			var last int64
+			if tt.before != nil {
+				var seqs []int64
+				for i := range tt.before {
+					seqs = append(seqs, int64(2+i))
+				}
+				last = tt.before[len(tt.before)-1].GuestSeq
+				ingest(t, st, task.ID, "s1", nil, tt.before, last, seqs...)
+			}
+			res, err := st.IngestTaskEvents(ctx, store.TaskIngest{TaskID: task.ID, SessionID: "s1", Events: tt.events, Quota: tt.quota})
+			must(t, err)
+			if len(res.Added) != tt.wantAdded || fmt.Sprint(res.Dropped) != fmt.Sprint(tt.wantDropped) || res.Cursor != tt.wantCursor {
+				t.Fatalf("added %d, dropped %v, cursor %d; want %d, %v, %d", len(res.Added), res.Dropped, res.Cursor, tt.wantAdded, tt.wantDropped, tt.wantCursor)
+			}
+			var fresh []domain.TaskEvent
+			for _, e := range tt.events {
+				if e.GuestSeq > last {
+					fresh = append(fresh, e)
+				}
+			}
+			for i, e := range res.Added { // the first fresh events, in order
+				if e.GuestSeq != fresh[i].GuestSeq || e.Seq != int64(2+len(tt.before)+i) {
+					t.Fatalf("added event %d = guest seq %d, seq %d; want guest seq %d", i, e.GuestSeq, e.Seq, fresh[i].GuestSeq)
+				}
+			}
+			wantTally(t, st, task.ID, int64(1+len(tt.before)+tt.wantAdded))
+			ingest(t, st, task.ID, "s1", nil, nil, tt.wantCursor) // dropped events stay acknowledged
+			// The coordinator's own events are never refused.
+			_, err = st.AppendTaskEvents(ctx, task.ID, []domain.TaskEvent{prompt})
+			must(t, err)
+			wantTally(t, st, task.ID, int64(2+len(tt.before)+tt.wantAdded))
+		})
+	}
+}
+
+// quotaNotes are notes for every kind, their payload naming it.
+func quotaNotes() map[string]domain.TaskEvent {
+	out := map[string]domain.TaskEvent{}
+	for _, k := range []string{store.QuotaEvents, store.QuotaBytes, store.QuotaRate} {
+		out[k] = domain.TaskEvent{Type: "error", Payload: json.RawMessage(`{"quota":"` + k + `"}`)}
+	}
+	return out
+}
+
+// ingestNotes ingests events under q and checks the notes appended (the
+// quota each names, in order) and what was dropped.
+func ingestNotes(t *testing.T, st store.Store, taskID domain.TaskID, q store.TaskQuota, events []domain.TaskEvent, wantNotes []string, wantDropped map[string]int) {
+	t.Helper()
+	res, err := st.IngestTaskEvents(t.Context(), store.TaskIngest{TaskID: taskID, SessionID: "s1", Events: events, Quota: q})
+	must(t, err)
+	var notes []string
+	for _, e := range res.Added {
+		if e.Type == "error" {
+			var p struct{ Quota string }
+			must(t, json.Unmarshal(e.Payload, &p))
+			notes = append(notes, p.Quota)
+			if e.GuestSeq != 0 {
+				t.Fatalf("a note has guest seq %d", e.GuestSeq)
+			}
+		}
+	}
+	if fmt.Sprint(notes) != fmt.Sprint(wantNotes) || fmt.Sprint(res.Dropped) != fmt.Sprint(wantDropped) {
+		t.Fatalf("notes %v, dropped %v; want %v, %v", notes, res.Dropped, wantNotes, wantDropped)
+	}
+}
+
+func testTaskIngestQuotaNotes(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	p := createProfile(t, st, "notes")
+	newTask := func() domain.TaskID {
+		task := createTask(t, st, p)
+		_, err := st.AttachSession(ctx, task.ID, "s1", t0)
+		must(t, err)
+		return task.ID
+	}
+	notes := quotaNotes()
+
+	// The events quota is noted once per task; the note is appended past it.
+	id := newTask()
+	q := store.TaskQuota{MaxEvents: 3, Notes: notes}
+	ingestNotes(t, st, id, q, sized(1, 2, 3, 4, 5), []string{store.QuotaEvents}, map[string]int{store.QuotaEvents: 2})
+	ingestNotes(t, st, id, q, sized(6, 7), nil, map[string]int{store.QuotaEvents: 2})
+	wantTally(t, st, id, 4)
+
+	// So is the bytes quota, even when a larger quota let events in since.
+	id = newTask()
+	ingestNotes(t, st, id, store.TaskQuota{MaxBytes: 17, Notes: notes}, sized(1, 2), []string{store.QuotaBytes}, map[string]int{store.QuotaBytes: 1})
+	ingestNotes(t, st, id, store.TaskQuota{MaxBytes: 1 << 20, Notes: notes}, sized(3), nil, nil)
+	cur, err := st.GetTask(ctx, id)
+	must(t, err)
+	ingestNotes(t, st, id, store.TaskQuota{MaxBytes: cur.EventBytes, Notes: notes}, sized(4), nil, map[string]int{store.QuotaBytes: 1})
+
+	// A rate note comes with every call that drops over the rate.
+	id = newTask()
+	q = store.TaskQuota{Admit: ptr(1), Notes: notes}
+	ingestNotes(t, st, id, q, sized(1, 2), []string{store.QuotaRate}, map[string]int{store.QuotaRate: 1})
+	ingestNotes(t, st, id, q, sized(3, 4), []string{store.QuotaRate}, map[string]int{store.QuotaRate: 1})
+	ingestNotes(t, st, id, q, sized(5), nil, nil)
+	ingestNotes(t, st, id, store.TaskQuota{Admit: ptr(0)}, sized(6), nil, map[string]int{store.QuotaRate: 1}) // none given
+	wantTally(t, st, id, 5)
+
+	// A bound that drops without a note given is noted when one is.
+	id = newTask()
+	ingestNotes(t, st, id, store.TaskQuota{MaxEvents: 1}, sized(1, 2), nil, map[string]int{store.QuotaEvents: 1})
+	ingestNotes(t, st, id, store.TaskQuota{MaxEvents: 1, Notes: notes}, sized(3), []string{store.QuotaEvents}, map[string]int{store.QuotaEvents: 1})
+
+	// Both bounds in one call: the one that stops the guest is noted.
+	id = newTask()
+	ingestNotes(t, st, id, store.TaskQuota{MaxEvents: 2, MaxBytes: 17, Notes: notes}, sized(1, 2, 3), []string{store.QuotaBytes}, map[string]int{store.QuotaBytes: 2})
+	ingestNotes(t, st, id, store.TaskQuota{MaxEvents: 2, Notes: notes}, sized(4), []string{store.QuotaEvents}, map[string]int{store.QuotaEvents: 1})
+}
+
+// IngestUnderQuotaConcurrently has workers on stores (replicas) ingest,
+// one event a call, each from its own session of one task under a quota of
+// half the events. The task must end with exactly the quota's events and
+// one note, every session's cursor past all its events.
+func IngestUnderQuotaConcurrently(t *testing.T, stores []store.Store, workers, each int) {
+	t.Helper()
+	ctx := t.Context()
+	task := createTask(t, stores[0], createProfile(t, stores[0], "flood"))
+	for w := range workers {
+		_, err := stores[0].AttachSession(ctx, task.ID, domain.SessionID(fmt.Sprintf("s%d", w)), t0)
+		must(t, err)
+	}
+	q := store.TaskQuota{MaxEvents: int64(workers * each / 2), Notes: quotaNotes()}
+	var mu sync.Mutex
+	dropped := 0
+	var wg sync.WaitGroup
+	for w := range workers {
+		st := stores[w%len(stores)]
+		wg.Go(func() {
+			for i := range each {
+				res, err := st.IngestTaskEvents(ctx, store.TaskIngest{TaskID: task.ID, SessionID: domain.SessionID(fmt.Sprintf("s%d", w)),
+					Events: sized(int64(i + 1)), Quota: q})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				dropped += res.Dropped[store.QuotaEvents]
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	wantTally(t, stores[0], task.ID, q.MaxEvents+1)
+	if dropped != workers*each-int(q.MaxEvents) {
+		t.Fatalf("%d events dropped, want %d", dropped, workers*each-int(q.MaxEvents))
+	}
+	for w := range workers {
+		res, err := stores[len(stores)-1].IngestTaskEvents(ctx, store.TaskIngest{TaskID: task.ID, SessionID: domain.SessionID(fmt.Sprintf("s%d", w))})
+		must(t, err)
+		if res.Cursor != int64(each) {
+			t.Fatalf("session s%d cursor %d, want %d", w, res.Cursor, each)
+		}
+	}
+}
+
+func testTaskQueryEvents(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	task := createTask(t, st, createProfile(t, st, "query"))
+	var evs []domain.TaskEvent
+	for _, typ := range []string{"session", "prompt", "text", "repo_cloned", "session", "text", "prompt"} {
+		evs = append(evs, domain.TaskEvent{Type: typ, Payload: json.RawMessage(`{}`)})
+	}
+	_, err := st.AppendTaskEvents(ctx, task.ID, evs)
+	must(t, err)
+	tests := []struct {
+		name string
+		q    store.TaskEventQuery
+		want []int64
+	}{
+		{"every event", store.TaskEventQuery{Limit: 10}, []int64{1, 2, 3, 4, 5, 6, 7}},
+		{"a page", store.TaskEventQuery{Limit: 2}, []int64{1, 2}},
+		{"after", store.TaskEventQuery{AfterSeq: 5, Limit: 10}, []int64{6, 7}},
+		{"between", store.TaskEventQuery{AfterSeq: 2, BeforeSeq: 6, Limit: 10}, []int64{3, 4, 5}},
+		{"one type", store.TaskEventQuery{Types: []string{"session"}, Limit: 10}, []int64{1, 5}},
+		{"the newest of a type", store.TaskEventQuery{Types: []string{"session"}, Newest: true, Limit: 1}, []int64{5}},
+		{"two types, newest first, before", store.TaskEventQuery{Types: []string{"prompt", "text"}, BeforeSeq: 7, Newest: true, Limit: 2}, []int64{6, 3}},
+		{"a type it lacks", store.TaskEventQuery{Types: []string{"stopped"}, Limit: 10}, nil},
+		{"the largest page", store.TaskEventQuery{Limit: store.MaxTaskEventPage}, []int64{1, 2, 3, 4, 5, 6, 7}},
+	}
+	for _, tt := range tests {
+		got, err := st.QueryTaskEvents(ctx, task.ID, tt.q)
+		must(t, err)
+		var seqs []int64
+		for _, e := range got {
+			seqs = append(seqs, e.Seq)
+			if e.TaskID != task.ID || e.Type != evs[e.Seq-1].Type {
+				t.Fatalf("%s: event %+v", tt.name, e)
+			}
+		}
+		if fmt.Sprint(seqs) != fmt.Sprint(tt.want) {
+			t.Errorf("%s: seqs %v, want %v", tt.name, seqs, tt.want)
+		}
+	}
+	if got, err := st.QueryTaskEvents(ctx, domain.TaskID(newID()), store.TaskEventQuery{Limit: 5}); err != nil || len(got) != 0 {
+		t.Fatalf("events of an unknown task: %+v, %v", got, err)
+	}
+	for name, q := range map[string]store.TaskEventQuery{
+		"no limit":       {},
+		"a page too big": {Limit: store.MaxTaskEventPage + 1},
+		"too many types": {Types: strings.Split("a,b,c,d,e,f,g,h,i", ","), Limit: 1},
+	} {
+		if _, err := st.QueryTaskEvents(ctx, task.ID, q); !errors.Is(err, domain.ErrInvalid) {
+			t.Errorf("%s: %v, want domain.ErrInvalid", name, err)
+		}
 	}
 }
