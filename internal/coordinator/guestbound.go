@@ -19,7 +19,8 @@ const maxGuestBoundBody = 16 << 10
 // guest exceeded one of the host's bounds to the session's event log
 // (hostlink.EventGuestBound), so `engrams session logs` says which bound,
 // its value and what the guest sent. Only the host the session is placed
-// on may report, at the session's current epoch.
+// on may report, at the session's current epoch, and at most once a minute
+// per bound (reportLimiter).
 func (c *linkHandlers) handleGuestBound(w http.ResponseWriter, r *http.Request) {
 	hostID, _ := hostlink.HostIDFrom(r.Context())
 	sid := domain.SessionID(r.PathValue("id"))
@@ -42,8 +43,13 @@ func (c *linkHandlers) handleGuestBound(w http.ResponseWriter, r *http.Request) 
 			sid, s.State, s.HostID, s.Epoch, hostID, req.Epoch))
 		return
 	}
+	ok, repeated := c.reports.admit(reportKey{sid, req.Bound}, req.Repeated, c.now())
+	if !ok { // counted into the next report of this bound
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	data, _ := json.Marshal(map[string]any{"bound": req.Bound, "limit": req.Limit, "got": req.Got,
-		"repeated": max(req.Repeated, 0), "message": clip(req.Message, hostlink.MaxGuestBoundMessage)})
+		"repeated": repeated, "message": clip(req.Message, hostlink.MaxGuestBoundMessage)})
 	_, err = c.st.AppendEvent(r.Context(), store.NewEvent{SessionID: sid, Type: hostlink.EventGuestBound, Data: data, Epoch: req.Epoch, At: c.now()})
 	if err != nil {
 		c.writeGuestBoundErr(w, sid, hostID, err)
