@@ -114,7 +114,9 @@ func hostileAPI(t *testing.T) string {
 	hostFacts := apiv1.Host{ID: "h1", Name: "h", State: "ready", Facts: apiv1.HostFacts{Hostname: hostile, CPUModel: hostile, Kernel: hostile,
 		Backend:   apiv1.BackendFacts{Name: "qemu" + hostile, Reason: hostile},
 		Available: []apiv1.BackendFacts{{Name: "fc", Reason: hostile}}}}
-	mux.HandleFunc("GET /v1/hosts", func(w http.ResponseWriter, _ *http.Request) { j(w, 200, apiv1.HostList{Hosts: []apiv1.Host{hostFacts}}) })
+	mux.HandleFunc("GET /v1/hosts", func(w http.ResponseWriter, _ *http.Request) {
+		j(w, 200, apiv1.HostList{Hosts: []apiv1.Host{hostFacts}})
+	})
 	mux.HandleFunc("GET /v1/hosts/{id}", func(w http.ResponseWriter, _ *http.Request) { j(w, 200, hostFacts) })
 	ts := httptest.NewServer(mux)
 	t.Cleanup(ts.Close)
