@@ -63,7 +63,7 @@ func (d *devStop) watch(sigs <-chan os.Signal) func(context.Context) error {
 // until all have, the timeout passes or abort receives. It names the
 // sessions it left.
 func (d *devStop) run(ctx context.Context, abort <-chan os.Signal) error {
-	ss, err := d.reads.ListSessions(ctx, domain.SessionFilter{States: vmStates()})
+	ss, err := d.reads.ListSessions(ctx, domain.SessionFilter{States: domain.VMStates()})
 	if err != nil {
 		return fmt.Errorf("stop dev: list sessions to suspend: %w", err)
 	}
@@ -178,17 +178,6 @@ func (d *devStop) leftover(ctx context.Context, why string, left map[domain.Sess
 		names[i] = string(id)
 	}
 	return fmt.Errorf("stopped with %d session%s not suspended: %s", len(ids), plural(len(ids)), strings.Join(names, ", "))
-}
-
-// vmStates are the states in which a session may own a VM.
-func vmStates() []domain.SessionState {
-	var out []domain.SessionState
-	for _, s := range domain.SessionStates {
-		if s.HasVM() {
-			out = append(out, s)
-		}
-	}
-	return out
 }
 
 // sizeOf is n bytes in KiB or MiB.

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -51,13 +52,14 @@ listed.`,
 			if err != nil {
 				return fmt.Errorf("list hosts: %w", err)
 			}
+			out := a.termOut(cmd.OutOrStdout()) // a host reports its own facts
 			if a.jsonOut {
 				if hosts == nil {
 					hosts = []apiv1.Host{}
 				}
-				return printJSON(cmd.OutOrStdout(), apiv1.HostList{Hosts: hosts})
+				return printJSON(out, apiv1.HostList{Hosts: hosts})
 			}
-			tw := newTable(cmd.OutOrStdout())
+			tw := newTable(out)
 			row(tw, "ID", "NAME", "STATE", "BACKEND", "ACCEL", "SESSIONS", "LAST HEARTBEAT")
 			for _, h := range hosts {
 				row(tw, h.ID, h.Name, h.State, h.Facts.Backend.Name, h.Facts.Backend.Acceleration,
@@ -88,10 +90,11 @@ backend it considered with the reason it is or is not usable.`,
 			if err != nil {
 				return fmt.Errorf("get host %s: %w", args[0], err)
 			}
+			out := a.termOut(cmd.OutOrStdout()) // a host reports its own facts
 			if a.jsonOut {
-				return printJSON(cmd.OutOrStdout(), h)
+				return printJSON(out, h)
 			}
-			return a.printHost(cmd, h)
+			return a.printHost(out, h)
 		},
 	}
 }
@@ -115,13 +118,13 @@ func isolation(b apiv1.BackendFacts) string {
 	return "NOT isolated"
 }
 
-func (a hostCmds) printHost(cmd *cobra.Command, h apiv1.Host) error {
+func (a hostCmds) printHost(out io.Writer, h apiv1.Host) error {
 	f, cp, b := h.Facts, h.Capacity, h.Facts.Backend
 	backend := ""
 	if b.Name != "" {
 		backend = fmt.Sprintf("%s %s (%s, %s)", b.Name, b.Version, b.Acceleration, isolation(b))
 	}
-	tw := newTable(cmd.OutOrStdout())
+	tw := newTable(out)
 	for _, kv := range [][2]any{
 		{"ID", h.ID},
 		{"Name", h.Name},
@@ -150,8 +153,8 @@ func (a hostCmds) printHost(cmd *cobra.Command, h apiv1.Host) error {
 	if len(f.Available) == 0 {
 		return nil
 	}
-	fmt.Fprintln(cmd.OutOrStdout(), "\nBackends considered:")
-	tw = newTable(cmd.OutOrStdout())
+	fmt.Fprintln(out, "\nBackends considered:")
+	tw = newTable(out)
 	row(tw, "NAME", "VERSION", "ACCEL", "ISOLATION", "USABLE", "REASON")
 	for _, b := range f.Available {
 		row(tw, b.Name, b.Version, b.Acceleration, b.Isolation, b.Usable, b.Reason)

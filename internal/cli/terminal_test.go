@@ -110,6 +110,14 @@ func hostileAPI(t *testing.T) string {
 		b, _ := json.Marshal(apiv1.ExecControl{Type: apiv1.ControlExit, ExitCode: 0, Error: "guest says " + hostile})
 		_ = c.Write(r.Context(), websocket.MessageText, b)
 	})
+	// A host reports its own facts; a compromised one may say anything.
+	hostFacts := apiv1.Host{ID: "h1", Name: "h", State: "ready", Facts: apiv1.HostFacts{Hostname: hostile, CPUModel: hostile, Kernel: hostile,
+		Backend:   apiv1.BackendFacts{Name: "qemu" + hostile, Reason: hostile},
+		Available: []apiv1.BackendFacts{{Name: "fc", Reason: hostile}}}}
+	mux.HandleFunc("GET /v1/hosts", func(w http.ResponseWriter, _ *http.Request) {
+		j(w, 200, apiv1.HostList{Hosts: []apiv1.Host{hostFacts}})
+	})
+	mux.HandleFunc("GET /v1/hosts/{id}", func(w http.ResponseWriter, _ *http.Request) { j(w, 200, hostFacts) })
 	ts := httptest.NewServer(mux)
 	t.Cleanup(ts.Close)
 	return ts.URL
@@ -166,6 +174,9 @@ func TestTerminalSafety(t *testing.T) {
 		{name: "session logs", args: []string{"session", "logs", "s1"}},
 		{name: "session logs json", args: []string{"session", "logs", "--json", "s1"}},
 		{name: "session get", args: []string{"session", "get", "s1"}},
+		{name: "host list", args: []string{"host", "list"}},
+		{name: "host get", args: []string{"host", "get", "h1"}},
+		{name: "host get json", args: []string{"host", "get", "--json", "h1"}},
 		{name: "error message", args: []string{"session", "get", "gone"}, stderr: true, code: 1},
 		{name: "exec: the session's error", args: []string{"session", "exec", "s1", "--", "x"}, stderr: true, code: 126, exec: true},
 	}

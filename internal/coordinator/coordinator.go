@@ -162,20 +162,21 @@ type Deps struct {
 
 // Coordinator is one replica's session control plane.
 type Coordinator struct {
-	cfg    Config
-	st     store.Store
-	hosts  hostlink.Transports
-	links  *hostlink.Client
-	places *Placement
-	images Images
-	harns  Harnesses
-	roots  []ChunkRoots
-	restd  []RestoreObserver
-	met    Metrics
-	access *Access
-	log    *slog.Logger
-	now    func() time.Time
-	newID  func() string
+	cfg     Config
+	st      store.Store
+	hosts   hostlink.Transports
+	links   *hostlink.Client
+	places  *Placement
+	images  Images
+	harns   Harnesses
+	roots   []ChunkRoots
+	restd   []RestoreObserver
+	met     Metrics
+	access  *Access
+	reports *reportLimiter
+	log     *slog.Logger
+	now     func() time.Time
+	newID   func() string
 }
 
 // New checks cfg and returns a coordinator; call Run to start its loops.
@@ -189,7 +190,7 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 	c := &Coordinator{cfg: cfg, st: deps.Store, hosts: deps.Hosts, links: hostlink.NewClient(deps.Hosts),
 		places: NewPlacement(deps.Store, cfg.HeartbeatInterval, deps.Now),
 		images: deps.Images, harns: deps.Harnesses, roots: deps.Roots, restd: deps.Restored, met: deps.Metrics,
-		log: deps.Logger, now: deps.Now, newID: deps.NewID}
+		reports: newReportLimiter(), log: deps.Logger, now: deps.Now, newID: deps.NewID}
 	if c.met == nil {
 		c.met = noMetrics{}
 	}

@@ -81,4 +81,14 @@ func TestGuestBoundReport(t *testing.T) {
 	if d.Bound != good.Bound || d.Limit != good.Limit || d.Got != good.Got || d.Repeated != 2 || len(d.Message) != hostlink.MaxGuestBoundMessage {
 		t.Fatalf("event data %+v (message %d bytes), want the report's values with the message cut to %d", d, len(d.Message), hostlink.MaxGuestBoundMessage)
 	}
+	// A host that reports the same bound again within the minute is
+	// answered but adds nothing to the log.
+	for range 20 {
+		if got := report(hostID, s.ID, good); got != http.StatusNoContent {
+			t.Fatalf("repeated report: %d, want 204", got)
+		}
+	}
+	if after, _ := e.St.ListEvents(ctx, s.ID, 0, 0); len(after) != len(evs) {
+		t.Fatalf("%d events after 20 repeated reports, want %d", len(after), len(evs))
+	}
 }

@@ -25,13 +25,21 @@ type fakeLinks struct {
 	live   bool  // LinkHeld's answer
 	err    error // LinkHeld's error
 	asked  int
+	listed int      // Links calls: one per pass of the link guard
 	closed []string // "host/link"
 }
 
 func (f *fakeLinks) Links() []hostlink.LinkInfo {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.listed++
 	return append([]hostlink.LinkInfo(nil), f.held...)
+}
+
+func (f *fakeLinks) passes() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.listed
 }
 
 func (f *fakeLinks) CloseLink(hostID domain.HostID, linkID string) bool {
@@ -364,7 +372,23 @@ func TestGuardClosesLinksThatLostAccess(t *testing.T) {
 			f.set(func(f *fakeLinks) {
 				f.held = []hostlink.LinkInfo{{ID: "La", HostID: a, TokenID: "tok-a"}, {ID: "Lb", HostID: b, TokenID: "tok-b"}}
 			})
-			time.Sleep(100 * time.Millisecond) // the guard's first pass, with both allowed
+			// Once the guard has begun a second pass since, one whole pass
+			// saw both links allowed.
+			n := f.passes()
+			for i := 1; i <= 2; i++ {
+				if tt.notify {
+					if err := e.St.Notify(ctx, coordinator.TopicHosts); err != nil {
+						t.Fatal(err)
+					}
+				}
+				deadline := time.Now().Add(10 * time.Second)
+				for f.passes() < n+i && time.Now().Before(deadline) {
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
+			if got := f.passes(); got < n+2 {
+				t.Fatalf("the guard made %d passes, want 2", got-n)
+			}
 			if got := f.closes(); len(got) != 0 {
 				t.Fatalf("closed %v while both links were allowed", got)
 			}

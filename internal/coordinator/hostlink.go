@@ -134,7 +134,7 @@ func (c *linkHandlers) linkAllowed(w http.ResponseWriter, r *http.Request, hostI
 }
 
 func (c *linkHandlers) ownedSessions(ctx context.Context, hostID domain.HostID) ([]domain.Session, error) {
-	ss, err := c.st.ListSessions(ctx, domain.SessionFilter{HostID: hostID, States: vmStates()})
+	ss, err := c.st.ListSessions(ctx, domain.SessionFilter{HostID: hostID, States: domain.VMStates()})
 	if err != nil {
 		return nil, fmt.Errorf("list sessions of host %s: %w", hostID, err)
 	}

@@ -87,7 +87,7 @@ func (c *Coordinator) checkHosts(ctx context.Context, judge bool) error {
 // recoverHost hands every session of lost host h that may own a machine
 // to a recover op and returns how many it has.
 func (c *Coordinator) recoverHost(ctx context.Context, h domain.Host) (int, error) {
-	ss, err := c.st.ListSessions(ctx, domain.SessionFilter{HostID: h.ID, States: vmStates()})
+	ss, err := c.st.ListSessions(ctx, domain.SessionFilter{HostID: h.ID, States: domain.VMStates()})
 	if err != nil {
 		return 0, fmt.Errorf("list sessions of lost host %s: %w", h.ID, err)
 	}

@@ -57,7 +57,7 @@ func (c *Placement) place(ctx context.Context, spec domain.SessionSpec, need sch
 	if err != nil {
 		return "", fmt.Errorf("place: list hosts: %w", err)
 	}
-	sessions, err := c.st.ListSessions(ctx, domain.SessionFilter{States: vmStates()})
+	sessions, err := c.st.ListSessions(ctx, domain.SessionFilter{States: domain.VMStates()})
 	if err != nil {
 		return "", fmt.Errorf("place: list sessions: %w", err)
 	}
@@ -75,15 +75,4 @@ func (c *Placement) place(ctx context.Context, spec domain.SessionSpec, need sch
 	need.Now, need.FreshWithin = c.now(), 3*c.heartbeat+time.Second
 	cands := scheduler.Candidates(hosts, placed, need)
 	return scheduler.Place(cands, scheduler.Request{MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs})
-}
-
-// vmStates are the states in which a session may own a machine.
-func vmStates() []domain.SessionState {
-	var out []domain.SessionState
-	for _, s := range domain.SessionStates {
-		if s.HasVM() {
-			out = append(out, s)
-		}
-	}
-	return out
 }

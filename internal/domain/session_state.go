@@ -24,6 +24,18 @@ var SessionStates = []SessionState{SessionCreated, SessionStarting, SessionActiv
 // Terminal reports whether no event can move a session out of s.
 func (s SessionState) Terminal() bool { return s == SessionCompleted || s == SessionDead }
 
+// VMStates lists the states in which a session may own a VM, in
+// SessionStates order.
+func VMStates() []SessionState {
+	var out []SessionState
+	for _, s := range SessionStates {
+		if s.HasVM() {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // HasVM reports whether a session in state s may own a VM on a host.
 func (s SessionState) HasVM() bool {
 	switch s {

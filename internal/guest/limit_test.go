@@ -98,7 +98,13 @@ func testLimitListener(t *testing.T) {
 	}
 }
 
-// TestGatewayCapsConnections: past maxGatewayConns open connections, a
+// The caps the daemon promises, written out so a change to them shows here.
+const (
+	wantGatewayConns = 64
+	wantConns        = 256
+)
+
+// TestGatewayCapsConnections: past 64 open connections, a
 // new gateway connection is closed at once; the ones before keep waiting
 // for a tunnel, and once they are gone (here: reaped after their wait)
 // new ones are taken again.
@@ -120,14 +126,14 @@ func TestGatewayCapsConnections(t *testing.T) {
 		return d.srv.gw.open
 	}
 	var kept []net.Conn
-	for range maxGatewayConns {
+	for range wantGatewayConns {
 		kept = append(kept, dial())
 	}
-	waitFor(t, "the gateway to take every connection", func() bool { return open() == maxGatewayConns })
+	waitFor(t, "the gateway to take every connection", func() bool { return open() == wantGatewayConns })
 	over := dial()
 	_ = over.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := over.Read(make([]byte, 1)); !errors.Is(err, io.EOF) && !isReset(err) {
-		t.Fatalf("connection %d past the cap of %d: read %v, want it closed", maxGatewayConns+1, maxGatewayConns, err)
+		t.Fatalf("connection %d past the cap of %d: read %v, want it closed", wantGatewayConns+1, wantGatewayConns, err)
 	}
 	_ = kept[0].SetReadDeadline(time.Now().Add(200 * time.Millisecond))
 	if _, err := kept[0].Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
@@ -142,7 +148,7 @@ func isReset(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "connection reset")
 }
 
-// TestServeCapsConnections: the daemon serves at most maxConns connections
+// TestServeCapsConnections: the daemon serves at most 256 connections
 // at once: past them it accepts no more until one closes.
 func TestServeCapsConnections(t *testing.T) {
 	t.Parallel()
@@ -166,16 +172,16 @@ func testServeCapsConnections(t *testing.T) {
 			}
 		}
 	}
-	collect(maxConns)
+	collect(wantConns)
 	synctest.Wait()
 	select {
 	case c := <-inner.peers:
 		_ = c.Close()
-		t.Fatalf("the daemon accepted connection %d, past its cap of %d", maxConns+1, maxConns)
+		t.Fatalf("the daemon accepted connection %d, past its cap of %d", wantConns+1, wantConns)
 	default:
 	}
 	_ = peers[0].Close() // the daemon sees it end and makes room for one more
-	collect(maxConns + 1)
+	collect(wantConns + 1)
 	cancel()
 	for _, c := range peers {
 		_ = c.Close()

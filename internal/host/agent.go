@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,10 +75,31 @@ type Deps struct {
 	// yet) and "snapshot-destroyed" (its answer kept, not sent yet). The
 	// backend may have points of its own. nil: none.
 	Checkpoint func(ctx context.Context, point string)
+	// DataDirLock is the caller's hold on DataDir (LockDataDir), taken
+	// before it opened what lives there (the chunk cache cleans its
+	// directory, a backend its own); nil: Run takes it.
+	DataDirLock *DataDirLock
 }
 
 // agentLock is the data dir's lock file, held while Run runs.
 const agentLock = "agent.lock"
+
+// DataDirLock is one agent's hold on its data dir.
+type DataDirLock struct{ f *os.File }
+
+// LockDataDir takes dir for one agent: a second one would adopt the first
+// one's machines and pause them when its own link fails to come up. It
+// fails with hostfs.ErrInUse while another process holds dir.
+func LockDataDir(dir string) (*DataDirLock, error) {
+	f, err := hostfs.LockDir(dir, agentLock)
+	if err != nil {
+		return nil, fmt.Errorf("data dir %w; stop the other host agent (engrams host run or engrams dev) first", err)
+	}
+	return &DataDirLock{f: f}, nil
+}
+
+// Close lets dir go.
+func (l *DataDirLock) Close() error { return l.f.Close() }
 
 // Retry timing of the dial loop.
 const (
@@ -161,13 +183,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	if !a.running.CompareAndSwap(false, true) {
 		return errors.New("run host agent: already run")
 	}
-	// One agent per data dir: a second one would adopt the first one's
-	// machines and pause them when its own link fails to come up.
-	lock, err := hostfs.LockDir(a.cfg.DataDir, agentLock)
-	if err != nil {
-		return fmt.Errorf("run host agent: data dir %w; stop the other host agent (engrams host run or engrams dev) first", err)
+	if a.deps.DataDirLock == nil {
+		lock, err := LockDataDir(a.cfg.DataDir)
+		if err != nil {
+			return fmt.Errorf("run host agent: %w", err)
+		}
+		defer lock.Close()
 	}
-	defer lock.Close()
 	// The registry's exit watchers and the per-machine helpers run until
 	// Run returns; the lease watcher and prefetch end with ctx.
 	partsCtx, stopParts := context.WithCancel(context.WithoutCancel(ctx))

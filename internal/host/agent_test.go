@@ -647,7 +647,7 @@ func newLogger(buf *syncBuffer) *slog.Logger {
 
 // A second agent on a data dir another agent runs on refuses to start,
 // naming the holder, and never touches the first one's machines; once the
-// first has stopped, it starts.
+// first has stopped, one starts.
 func TestSecondAgentOnDataDirRefused(t *testing.T) {
 	t.Parallel()
 	c := newCoord(20 * time.Millisecond)
@@ -681,8 +681,18 @@ func TestSecondAgentOnDataDirRefused(t *testing.T) {
 	}
 
 	stop()
+	// Once the first has stopped, a third starts, its data dir taken by
+	// its caller before anything else opened it (as cmd/engrams does).
+	lock, err := host.LockDataDir(dir)
+	if err != nil {
+		t.Fatalf("lock after the first stopped: %v", err)
+	}
+	defer lock.Close()
+	if _, err := host.LockDataDir(dir); !errors.Is(err, hostfs.ErrInUse) {
+		t.Fatalf("lock while the caller holds it: %v, want ErrInUse", err)
+	}
 	third, err := host.New(host.Config{CoordinatorURL: url, Token: "tok", DataDir: dir,
-		Capacity: domain.Capacity{MemoryMiB: 4096, VCPUs: 4}}, host.Deps{Backend: fakeBackend{w}})
+		Capacity: domain.Capacity{MemoryMiB: 4096, VCPUs: 4}}, host.Deps{Backend: fakeBackend{w}, DataDirLock: lock})
 	if err != nil {
 		t.Fatal(err)
 	}

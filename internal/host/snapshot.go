@@ -130,8 +130,7 @@ func (l *lifecycle) finishLocal(ctx context.Context, log *slog.Logger, sid strin
 		if live { // a later capture takes the machine afresh
 			l.continueAfterSnapshot(ctx, log, mc)
 		}
-		log.Error("upload of a local snapshot failed", "err", err)
-		return nil, err
+		return nil, fmt.Errorf("upload the snapshot left on disk: %w", err)
 	}
 	l.afterLocal(ctx, log, sid, mc, live, req.Destroy)
 	resp := hostlink.SnapshotResponse{

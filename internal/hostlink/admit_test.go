@@ -127,26 +127,33 @@ func TestSecondLinkRefusedWhileFirstLive(t *testing.T) {
 	}
 }
 
-// TestDeadLinkReplaced: a link whose host does not answer a ping (hung,
-// or its connection silently gone) is closed and the new one admitted, so
-// an agent restarted after a crash gets back in at once; one that ended
-// cleanly is no obstacle either.
-func TestDeadLinkReplaced(t *testing.T) {
+// TestSlowLinkHoldsItsHost: a link whose host is slow to answer a ping
+// (busy, or its frames queued behind others) still holds its host, so a
+// second connection is refused instead of ending a live link; once the
+// link stays silent past yamux's keepalive it ends, and the next dial is
+// admitted. A link that ended cleanly is no obstacle either.
+func TestSlowLinkHoldsItsHost(t *testing.T) {
 	t.Parallel()
 	c := newCoordinatorWith(t, "a", "secret", nil, func(cfg *hostlink.ServerConfig, _ *hostlink.ServerDeps) {
-		cfg.PingTimeout = 200 * time.Millisecond
+		cfg.PingTimeout = 100 * time.Millisecond
+		cfg.KeepAliveInterval = time.Second
+		cfg.WriteTimeout = time.Second
 	})
 	g := &gate{}
 	hung := dialGated(t, c.http.URL, g)
 	waitFor(t, c.connects, "host-1")
 	old := c.srv.Links()
 	g.freeze()
+	_, err := hostlink.Dial(t.Context(), hostlink.DialConfig{URL: c.http.URL, Token: "tok-1"})
+	if !errors.Is(err, hostlink.ErrAlreadyConnected) {
+		t.Fatalf("dial while the first link is slow: %v, want ErrAlreadyConnected", err)
+	}
+	if links := c.srv.Links(); len(links) != 1 || links[0].ID != old[0].ID {
+		t.Fatalf("links = %+v, want the slow one (%s) held", links, old[0].ID)
+	}
+	waitFor(t, c.disconnect, "host-1") // keepalive ends the silent link
 	second := dialHost(t, c.http.URL, "tok-1", hostHandler(nil))
 	waitFor(t, c.connects, "host-1")
-	links := c.srv.Links()
-	if len(links) != 1 || links[0].ID == old[0].ID {
-		t.Fatalf("links = %+v, want only the new one (old %s)", links, old[0].ID)
-	}
 	g.thaw()
 	select {
 	case <-hung.Done():

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/yamux"
+	"golang.org/x/net/netutil"
 )
 
 // Defaults shared by both ends.
@@ -72,6 +73,17 @@ func (g *group) closeAndWait() {
 	g.wg.Wait()
 }
 
+// Bounds on what one end of a link serves for its peer.
+const (
+	// MaxServedStreams bounds the streams an end serves at once (256): a
+	// host's requests in flight are a heartbeat, event relays, guest-bound
+	// reports and gateway tunnels, which a host holds at most 32 of per
+	// machine.
+	MaxServedStreams = 256
+	// MaxHeaderBytes bounds a request's header block on a link (64 KiB).
+	MaxHeaderBytes = 64 << 10
+)
+
 // session is one end of a link: a yamux session serving HTTP on the streams
 // the peer opens and sending HTTP on streams it opens.
 type session struct {
@@ -103,6 +115,7 @@ func newSession(sess *yamux.Session, h http.Handler, baseCtx context.Context, pe
 		}),
 		BaseContext:       func(net.Listener) context.Context { return baseCtx },
 		ReadHeaderTimeout: 30 * time.Second,
+		MaxHeaderBytes:    MaxHeaderBytes,
 		IdleTimeout:       5 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelDebug),
 	}
@@ -123,7 +136,10 @@ func newSession(sess *yamux.Session, h http.Handler, baseCtx context.Context, pe
 	}
 	go func() {
 		defer close(s.served)
-		_ = s.srv.Serve(sess) // returns once the session closes
+		// The peer may be hostile (a compromised host): at most
+		// MaxServedStreams are served at once; more wait in yamux's accept
+		// backlog, and past that yamux resets them.
+		_ = s.srv.Serve(netutil.LimitListener(sess, MaxServedStreams)) // returns once the session closes
 	}()
 	return s
 }

@@ -26,7 +26,8 @@ type ServerConfig struct {
 	WriteTimeout      time.Duration // a stuck write closes the link; 0 = 10s
 	// PingTimeout is how long the host of a held link has to answer a ping
 	// when a second connection of the same host asks whether that link is
-	// still live (Holds); one that does not answer is closed. 0 = 2s.
+	// still live (Holds): one whose ping fails is closed, one still waiting
+	// for its answer after PingTimeout counts as live. 0 = 2s.
 	PingTimeout time.Duration
 }
 
@@ -252,8 +253,10 @@ func (s *Server) serveLink(info LinkInfo, c *websocket.Conn) {
 	}
 }
 
-// answers reports whether l's host answers a ping within PingTimeout; a
-// link whose host does not is dead and closed here.
+// answers reports whether l's link is live: its host answers a ping, or
+// the ping is still under way after PingTimeout (a busy host or a long
+// queue of frames is slow, not gone; yamux's keepalive ends a link that
+// stays silent). A link whose ping fails is closed here.
 func (s *Server) answers(l *serverLink) bool {
 	if l.s.sess.IsClosed() {
 		return false
@@ -267,15 +270,15 @@ func (s *Server) answers(l *serverLink) bool {
 	defer t.Stop()
 	select {
 	case err := <-done:
-		if err == nil {
+		if err == nil || errors.Is(err, yamux.ErrTimeout) {
 			return true
 		}
+		s.log.Info("hostlink closed: its ping failed", "host_id", l.info.HostID, "link_id", l.info.ID, "err", err)
+		_ = l.s.sess.Close()
+		return false
 	case <-t.C:
+		return true // the ping goroutine ends with the ping or the session
 	}
-	s.log.Info("hostlink closed: its host does not answer pings", "host_id", l.info.HostID, "link_id", l.info.ID)
-	_ = l.s.sess.Close() // ends the ping too
-	<-done
-	return false
 }
 
 // Holds reports whether this Server holds link linkID of hostID and it is

@@ -92,11 +92,12 @@ func TestTunnelBounds(t *testing.T) {
 		name      string
 		answer    func(w io.Writer) error
 		wantBound string
-		wantOpen  int // tunnels the guest sees open at most
+		wantOpen  int  // tunnels the guest sees open at most
+		reached   bool // and it sees exactly that many (else 1 to wantOpen: a cut tunnel may end before the next is asked for)
 	}{
 		{name: "a status line without end", answer: endlessWriter("HTTP/1.1 101 ", "a"), wantBound: BoundTunnelHeader, wantOpen: tunnelPoolSize},
 		{name: "endless headers", answer: endlessWriter(upgraded, "X-A: aaaaaaaaaaaaaaaa\r\n"), wantBound: BoundTunnelHeader, wantOpen: tunnelPoolSize},
-		{name: "every tunnel answered at once", wantBound: BoundTunnels, wantOpen: 32, // the stated bound
+		{name: "every tunnel answered at once", wantBound: BoundTunnels, wantOpen: 32, reached: true, // the stated bound
 			answer: func(w io.Writer) error { _, err := io.WriteString(w, upgraded+"\r\n"); return err }},
 	}
 	for _, tt := range tests {
@@ -122,8 +123,8 @@ func TestTunnelBounds(t *testing.T) {
 				if got := l.bounds(); got[tt.wantBound] != 1 || len(got) != 1 {
 					t.Errorf("reports %v, want one of %s", got, tt.wantBound)
 				}
-				if g.maxOpen != tt.wantOpen {
-					t.Errorf("the guest saw up to %d tunnels open at once, want %d", g.maxOpen, tt.wantOpen)
+				if g.maxOpen > tt.wantOpen || g.maxOpen < 1 || (tt.reached && g.maxOpen != tt.wantOpen) {
+					t.Errorf("the guest saw up to %d tunnels open at once, want %d (reached: %v)", g.maxOpen, tt.wantOpen, tt.reached)
 				}
 				if tt.wantBound == BoundTunnelHeader && g.written > guestapi.MaxHeaderBytes+8<<10 {
 					t.Errorf("the host read %d bytes of an answer, over the %d byte bound", g.written, guestapi.MaxHeaderBytes)

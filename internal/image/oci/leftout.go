@@ -3,7 +3,6 @@ package oci
 import (
 	"archive/tar"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 )
@@ -33,20 +32,13 @@ func (t *tree) leaveOut(name string, hdr *tar.Header, kind string) error {
 	if name == "." {
 		return unsafeEntry(hdr.Name, "would replace the root directory")
 	}
-	if err := t.replace(hdr.Name, name); err != nil {
-		return err
-	}
-	if err := t.m.addInode(); err != nil {
-		return err
-	}
-	f, err := t.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := t.create(name, hdr)
 	if err != nil {
-		return fmt.Errorf("entry %q: %w", hdr.Name, err)
+		return err
 	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("entry %q: %w", hdr.Name, err)
 	}
-	t.created[name] = t.layer
 	t.left[name] = kind
 	return nil
 }

@@ -352,6 +352,23 @@ func (t *tree) mkdir(name string, hdr *tar.Header) error {
 	return t.xattrs(name, hdr)
 }
 
+// create makes the plain file of entry hdr at name in place of what was
+// there, counted against the tree's inodes and owned by this layer.
+func (t *tree) create(name string, hdr *tar.Header) (*os.File, error) {
+	if err := t.replace(hdr.Name, name); err != nil {
+		return nil, err
+	}
+	if err := t.m.addInode(); err != nil {
+		return nil, err
+	}
+	f, err := t.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("entry %q: %w", hdr.Name, err)
+	}
+	t.created[name] = t.layer
+	return f, nil
+}
+
 func (t *tree) file(name string, hdr *tar.Header, r io.Reader) error {
 	if name == "." {
 		return unsafeEntry(hdr.Name, "would replace the root directory")
@@ -359,17 +376,10 @@ func (t *tree) file(name string, hdr *tar.Header, r io.Reader) error {
 	if err := t.m.wantTree(hdr.Name, hdr.Size); err != nil {
 		return err
 	}
-	if err := t.replace(hdr.Name, name); err != nil {
-		return err
-	}
-	if err := t.m.addInode(); err != nil {
-		return err
-	}
-	f, err := t.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := t.create(name, hdr)
 	if err != nil {
-		return fmt.Errorf("entry %q: %w", hdr.Name, err)
+		return err
 	}
-	t.created[name] = t.layer
 	_, err = io.Copy(treeWriter{w: f, m: t.m, name: hdr.Name}, tarReader{r})
 	if cerr := f.Close(); err == nil {
 		err = cerr
