@@ -307,3 +307,17 @@ func TestConfigAndAddresses(t *testing.T) {
 		t.Error("listen on tcp6 accepted")
 	}
 }
+
+// BenchmarkNew measures making and removing one machine network.
+func BenchmarkNew(b *testing.B) {
+	if err := Available(); err != nil {
+		b.Skip(err)
+	}
+	for b.Loop() {
+		n, err := New(context.Background(), Config{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		n.Close()
+	}
+}
