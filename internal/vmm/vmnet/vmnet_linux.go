@@ -71,6 +71,9 @@ func New(ctx context.Context, cfg Config) (*Net, error) {
 		return err
 	})
 	if err != nil {
+		if n.tap != nil {
+			n.tap.Close() // the namespace goes with it
+		}
 		return nil, fmt.Errorf("new machine network: %w", err)
 	}
 	if err := n.configure(); err != nil {
@@ -181,9 +184,10 @@ func (n *Net) open(addr string, listen func(string) (interface{ Close() error },
 	return nil
 }
 
-// Close deletes the TAP device (a VMM still holding it sees it gone),
-// closes every socket opened through the Net and lets the namespace go
-// (the kernel frees it once nothing holds it). Idempotent.
+// Close deletes the TAP device, closes every socket opened through the
+// Net and lets the namespace go (the kernel frees it once nothing holds
+// it). Call it once the VMM has exited: one still holding the TAP sees it
+// vanish. Idempotent.
 func (n *Net) Close() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
