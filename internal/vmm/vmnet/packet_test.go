@@ -57,7 +57,7 @@ func (p *peer) read() {
 			close(p.frames)
 			return
 		}
-		f, ok := parseFrame(buf[:n])
+		f, ok := parseFrame(append([]byte(nil), buf[:n]...)) // frames outlive the buffer
 		if !ok {
 			continue
 		}
