@@ -202,6 +202,35 @@ func fails(t *testing.T, m vmm.Machine, argv ...string) {
 	}
 }
 
+// allFail runs each probe (a shell command line) in the guest at once and
+// checks every one gets nothing back.
+func allFail(t *testing.T, m vmm.Machine, probes ...string) {
+	t.Helper()
+	var script strings.Builder
+	for i, p := range probes {
+		fmt.Fprintf(&script, "(%s >/dev/null 2>&1; echo \"%d $?\") &\n", p, i)
+	}
+	script.WriteString("wait\n")
+	out, code := execRun(t, m, "sh", "-c", script.String())
+	if code != 0 {
+		t.Fatalf("probes: exit %d: %s", code, out)
+	}
+	got := 0
+	for _, line := range strings.Split(out, "\n") {
+		var i, exit int
+		if _, err := fmt.Sscanf(line, "%d %d", &i, &exit); err != nil || i < 0 || i >= len(probes) {
+			t.Fatalf("probe output %q", out)
+		}
+		got++
+		if exit == 0 {
+			t.Errorf("%q from the guest succeeded", probes[i])
+		}
+	}
+	if got != len(probes) {
+		t.Errorf("%d of %d probes answered: %q", got, len(probes), out)
+	}
+}
+
 // TestNetworkPath boots a guest on a machine network, shows what its
 // traffic reaches, then snapshots it and restores it behind a new
 // namespace, where the network works again.
@@ -233,16 +262,18 @@ func TestNetworkPath(t *testing.T) {
 		t.Errorf("nslookup through resolv.conf: %q, want NXDOMAIN from the test resolver", out)
 	}
 	before, _, _ := netA.counts()
-	fails(t, m, "ping", "-c", "1", "-W", "2", "10.0.2.2")
-	fails(t, m, "ping", "-c", "1", "-W", "2", "1.2.3.4")
-	fails(t, m, "/tmp/netprobe", "udp", "10.0.2.2:443", "quic")
-	fails(t, m, "/tmp/netprobe", "udp", "1.2.3.4:443", "quic")
-	fails(t, m, "/tmp/netprobe", "udp", "1.2.3.4:123", "ntp")
 	if out, code := execRun(t, m, "ip", "-6", "addr", "add", "2001:db8::2/64", "dev", "eth0"); code != 0 {
 		t.Fatalf("give the guest an IPv6 address: %q", out)
 	}
-	fails(t, m, "/tmp/netprobe", "tcp", "[2001:db8::1]:443")
-	fails(t, m, "/tmp/netprobe", "tcp", "[fe80::1%eth0]:443")
+	allFail(t, m,
+		"ping -c 1 -W 2 10.0.2.2",
+		"ping -c 1 -W 2 1.2.3.4",
+		"/tmp/netprobe udp 10.0.2.2:443 quic",
+		"/tmp/netprobe udp 1.2.3.4:443 quic",
+		"/tmp/netprobe udp 1.2.3.4:123 ntp",
+		"/tmp/netprobe tcp [2001:db8::1]:443",
+		"/tmp/netprobe tcp [fe80::1%eth0]:443",
+	)
 	after, udp443, queries := netA.counts()
 	if len(after) != len(before) || udp443 != 0 {
 		t.Errorf("dropped traffic reached the listeners: %q, %d datagrams on udp :443", after[len(before):], udp443)
