@@ -99,6 +99,19 @@ var layerRules = []layerRule{
 		reason: "the domain types are the leaf every layer may import, so they import nothing",
 	},
 	{
+		name:   "vmnet-host-side",
+		from:   []string{"..."},
+		unless: concat(vmmPkgs, []string{"internal/host/...", "cmd/..."}),
+		forbid: []string{"internal/vmm/vmnet/..."},
+		reason: "machine network namespaces are made by the host agent and handed to its VMM backends; nothing else touches them",
+	},
+	{
+		name:   "vmnet-is-a-leaf",
+		from:   []string{"internal/vmm/vmnet/..."},
+		only:   []string{std, thirdparty},
+		reason: "the namespace, TAP and rules of a machine need nothing of this module",
+	},
+	{
 		name:   "test-only-stays-in-tests",
 		from:   []string{"..."},
 		unless: testOnly,
@@ -223,7 +236,10 @@ func TestLayeringRulesBite(t *testing.T) {
 		fake("api/apiv1", "example.com/m/internal/hostlink"),
 		fake("internal/server", "example.com/m/internal/e2e"),
 		fake("internal/image/imagetest", "example.com/m/internal/testutil"),
-		fake("cmd/engrams", "example.com/m/internal/store"),
+		fake("cmd/engrams", "example.com/m/internal/store", "example.com/m/internal/vmm/vmnet"),
+		fake("internal/api", "example.com/m/internal/vmm/vmnet"),
+		fake("internal/host/machines", "example.com/m/internal/vmm/vmnet"),
+		fake("internal/vmm/vmnet", "example.com/m/internal/vmm", "github.com/google/nftables"),
 	}}
 	var got []string
 	for _, v := range checkLayers(st, layerRules) {
@@ -237,6 +253,8 @@ func TestLayeringRulesBite(t *testing.T) {
 		"internal/host → internal/scheduler host-without-coordinator",
 		"api/apiv1 → internal/hostlink public-without-internal",
 		"internal/server → internal/e2e test-only-stays-in-tests",
+		"internal/api → internal/vmm/vmnet vmnet-host-side",
+		"internal/vmm/vmnet → internal/vmm vmnet-is-a-leaf",
 	}
 	slices.Sort(got)
 	slices.Sort(want)

@@ -3,6 +3,7 @@ package guestinit
 import (
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -46,6 +47,11 @@ func applyControl(c initproto.Control, setEnv func(map[string]string)) error {
 			errs = append(errs, "set hostname: "+err.Error())
 		}
 	}
+	if c.Nameserver != "" {
+		if err := writeResolvConf(ResolvConf, c.Nameserver); err != nil {
+			errs = append(errs, "write resolv.conf: "+err.Error())
+		}
+	}
 	if c.Env != nil {
 		setEnv(c.Env)
 		if err := writeEnv(c.Env); err != nil {
@@ -54,6 +60,29 @@ func applyControl(c initproto.Control, setEnv func(map[string]string)) error {
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// ResolvConf is the resolver configuration init writes for a machine with
+// a network.
+const ResolvConf = "/etc/resolv.conf"
+
+// writeResolvConf replaces path (a symlink too, e.g. to systemd-resolved's
+// stub file) with a file naming only nameserver.
+func writeResolvConf(path, nameserver string) error {
+	a, err := netip.ParseAddr(nameserver)
+	if err != nil || !a.Is4() {
+		return fmt.Errorf("nameserver %q is not an IPv4 address", nameserver)
+	}
+	data := "# written by engrams-init: the machine's only resolver\nnameserver " + a.String() + "\n"
+	tmp := path + ".engrams-tmp"
+	if err := os.WriteFile(tmp, []byte(data), 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
+		return err
 	}
 	return nil
 }

@@ -6,6 +6,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/engrams/engrams/internal/guestinit/initproto"
@@ -62,5 +65,56 @@ func TestRestartBeforeRun(t *testing.T) {
 	rep := controller{sup: sup}.handle([]byte(`{"id":3,"restart":true}`))
 	if !rep.OK || rep.ID != 3 || rep.GuestPID != 0 {
 		t.Fatalf("reply %+v, want id 3 ok without a pid", rep)
+	}
+}
+
+func TestWriteResolvConf(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name, before, nameserver string
+		symlink, ok              bool
+	}{
+		{"new file", "", "10.0.2.2", false, true},
+		{"replaces a file", "nameserver 8.8.8.8\n", "10.0.2.2", false, true},
+		{"replaces a symlink to a stub", "", "10.0.2.2", true, true},
+		{"refuses a name", "nameserver 8.8.8.8\n", "dns.example", false, false},
+		{"refuses IPv6", "nameserver 8.8.8.8\n", "fe80::1", false, false},
+		{"refuses injected lines", "nameserver 8.8.8.8\n", "10.0.2.2\nnameserver 8.8.8.8", false, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			path := filepath.Join(dir, "resolv.conf")
+			if tt.symlink {
+				if err := os.Symlink(filepath.Join(dir, "missing", "stub-resolv.conf"), path); err != nil {
+					t.Fatal(err)
+				}
+			} else if tt.before != "" {
+				os.WriteFile(path, []byte(tt.before), 0o644)
+			}
+			err := writeResolvConf(path, tt.nameserver)
+			b, _ := os.ReadFile(path)
+			if !tt.ok {
+				if err == nil || string(b) != tt.before {
+					t.Errorf("err %v, file %q; want an error and the file unchanged", err, b)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi, _ := os.Lstat(path); fi == nil || !fi.Mode().IsRegular() {
+				t.Errorf("resolv.conf is not a regular file: %v", fi)
+			}
+			var ns []string
+			for _, l := range strings.Split(string(b), "\n") {
+				if strings.HasPrefix(l, "nameserver") {
+					ns = append(ns, l)
+				}
+			}
+			if len(ns) != 1 || ns[0] != "nameserver "+tt.nameserver {
+				t.Errorf("nameserver lines %q, want only %q", ns, tt.nameserver)
+			}
+		})
 	}
 }

@@ -79,6 +79,13 @@ type Deps struct {
 	// before it opened what lives there (the chunk cache cleans its
 	// directory, a backend its own); nil: Run takes it.
 	DataDirLock *DataDirLock
+	// Network, when set, makes the network path of each boot and restore
+	// (see NetworkFunc); the backend must have Capabilities.Network. nil:
+	// no machine gets one (its guest reaches nothing). Not yet wired by
+	// cmd: it needs the session's egress policy in hostlink.MachineSpec
+	// and the egress proxy and resolver. A machine recovered after an agent
+	// restart keeps its TAP but loses what listened behind it.
+	Network NetworkFunc
 }
 
 // agentLock is the data dir's lock file, held while Run runs.
@@ -171,7 +178,8 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	})
 	a.relay = relay.New(relay.Deps{Logger: deps.Logger, Link: a.link, Epochs: a.reg, Metrics: deps.Metrics})
 	a.life = &lifecycle{log: deps.Logger, now: deps.Now, backend: deps.Backend, facts: facts,
-		reg: a.reg, snaps: a.snaps, lease: a.lease, hooks: a.relay, checkpoint: deps.Checkpoint}
+		reg: a.reg, snaps: a.snaps, lease: a.lease, hooks: a.relay, checkpoint: deps.Checkpoint,
+		network: deps.Network}
 	a.api = (&api{log: deps.Logger, reg: a.reg, life: a.life, snaps: a.snaps, bounds: a.relay}).routes()
 	return a, nil
 }

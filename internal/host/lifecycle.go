@@ -53,6 +53,7 @@ type lifecycle struct {
 	hooks   hooks
 	// checkpoint marks named points for fault tests (Deps.Checkpoint).
 	checkpoint func(ctx context.Context, point string)
+	network    NetworkFunc // Deps.Network; nil: no machine gets a network
 }
 
 // startCommand serves a start request: it boots or restores sid's
@@ -181,12 +182,18 @@ func (l *lifecycle) boot(ctx context.Context, sid string, epoch int64, spec host
 		_ = machines.CleanDir(dir)
 		return nil, err
 	}
+	nw, err := l.attachNetwork(ctx, sid, spec, &vspec)
+	if err != nil {
+		_ = machines.CleanDir(dir)
+		return nil, err
+	}
 	m, err := l.backend.Boot(ctx, vspec)
 	if err != nil {
+		closeNetwork(nw)
 		_ = machines.CleanDir(dir)
 		return nil, failure.New(http.StatusInternalServerError, "boot_failed", fmt.Errorf("boot machine of session %s: %w", sid, err))
 	}
-	return m, nil
+	return withNetwork(m, nw), nil
 }
 
 // restore starts a machine for sid from a snapshot. Callers hold the
@@ -195,15 +202,25 @@ func (l *lifecycle) boot(ctx context.Context, sid string, epoch int64, spec host
 // chunks over.
 func (l *lifecycle) restore(ctx context.Context, sid string, epoch int64, spec hostlink.MachineSpec, rs *hostlink.RestoreSpec, harness json.RawMessage) (vmm.Machine, chunk.Manifest, error) {
 	dir := l.reg.Dir(sid)
-	return l.snaps.Restore(ctx, snapshots.Restore{
+	vspec := vmm.Spec{SessionID: sid, Epoch: epoch, Dir: dir, MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, Env: sessionEnv(sid, spec.Env)}
+	nw, err := l.attachNetwork(ctx, sid, spec, &vspec)
+	if err != nil {
+		return nil, chunk.Manifest{}, err
+	}
+	m, mem, err := l.snaps.Restore(ctx, snapshots.Restore{
 		SessionID: sid,
 		Dir:       dir,
-		Spec:      vmm.Spec{SessionID: sid, Epoch: epoch, Dir: dir, MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, Env: sessionEnv(sid, spec.Env)},
+		Spec:      vspec,
 		Snapshot:  rs,
 		Harness:   harness,
 		Record:    func() error { return l.reg.WriteRecord(sid, epoch, spec, false) },
 		Clean:     func() { _ = machines.CleanDir(dir) },
 	})
+	if err != nil {
+		closeNetwork(nw)
+		return nil, mem, err
+	}
+	return withNetwork(m, nw), mem, nil
 }
 
 // publish enters vm in the registry as sid's machine, its helpers started.

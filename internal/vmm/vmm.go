@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"time"
 )
 
@@ -25,6 +26,7 @@ type Capabilities struct {
 	SnapshotDisk   bool   // snapshot keeps the disk
 	RootFS         bool   // boots a caller's root filesystem (Spec.RootFS)
 	Harness        bool   // attaches a harness bundle (Spec.Harness) at boot and at restore
+	Network        bool   // attaches a caller's TAP device (Spec.Network) as the guest's NIC
 	Reason         string // why this backend/acceleration was chosen, or what is missing
 }
 
@@ -70,6 +72,28 @@ type Spec struct {
 	// Rebind the restored daemon keeps the environment it had (Env applies
 	// from its next restart).
 	Rebind bool
+	// Network, when set, is the machine's only network: a TAP device the
+	// caller made (package vmnet: a network namespace of the machine's own
+	// holding just that TAP, whose nftables rules send every TCP
+	// connection of the guest to the caller's proxy and its DNS to the
+	// caller's resolver, and drop everything else). The backend hands it
+	// to the VMM as the guest's NIC at Boot and at every Restore; a
+	// restore takes a fresh one (the guest's addresses are the same in
+	// every namespace, so a snapshot resumes behind any host's). nil: the
+	// guest reaches nothing (QEMU: a NIC on restricted user networking).
+	// Backends without Capabilities.Network fail Boot and Restore with an
+	// error wrapping ErrUnsupported, as does a Restore of a snapshot
+	// whose machine had no NIC. The caller keeps it open while the
+	// machine runs and closes it after Destroy; the backend never closes
+	// it.
+	Network *Network
+}
+
+// Network is a machine's network attachment (Spec.Network).
+type Network struct {
+	// Tap is an open TAP device (IFF_TAP|IFF_NO_PI, no virtio-net header),
+	// attached in the namespace it was opened in. The VMM inherits it.
+	Tap *os.File
 }
 
 // RootFS is a caller's root filesystem for a machine (Spec.RootFS), or a

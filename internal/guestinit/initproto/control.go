@@ -29,6 +29,10 @@ type Control struct {
 	// restore attached another bundle), before the daemon restarts. A
 	// failure skips the restart. Init answers Reply.HarnessRemounted.
 	RemountHarness bool `json:"remount_harness,omitempty"`
+	// Nameserver, when set, is the resolver of the machine's network (an
+	// IPv4 literal, the gateway): init writes /etc/resolv.conf naming it
+	// only. Empty: the machine has no network, the file is left alone.
+	Nameserver string `json:"nameserver,omitempty"`
 }
 
 // Reply answers a Control, and Hello (ID 0) is sent unprompted when init

@@ -121,6 +121,11 @@ func normalize(spec vmm.Spec) (vmm.Spec, error) {
 		return spec, fmt.Errorf("harness %q: the firecracker backend attaches no harness disk: %w",
 			spec.Harness.ID, vmm.ErrUnsupported)
 	}
+	if spec.Network != nil {
+		// Firecracker opens its TAP by name in its own namespace (the
+		// jailer's --netns), not from an inherited fd: not built yet.
+		return spec, fmt.Errorf("network: the firecracker backend takes no caller's TAP device yet: %w", vmm.ErrUnsupported)
+	}
 	return spec, nil
 }
 

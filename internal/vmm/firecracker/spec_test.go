@@ -2,13 +2,14 @@ package firecracker
 
 import (
 	"errors"
+	"os"
 	"testing"
 
 	"github.com/engrams/engrams/internal/vmm"
 )
 
 // TestNormalizeRefusesCallerImages checks Boot and Restore (both normalize
-// the spec first) refuse a caller's root filesystem and a harness bundle.
+// the spec first) refuse a caller's root filesystem, a harness bundle and a TAP.
 func TestNormalizeRefusesCallerImages(t *testing.T) {
 	t.Parallel()
 	img := &vmm.RootFS{Path: "/img", ID: "sha256:x"}
@@ -18,6 +19,7 @@ func TestNormalizeRefusesCallerImages(t *testing.T) {
 	}{
 		{"rootfs", vmm.Spec{Dir: "/d", RootFS: img}},
 		{"harness", vmm.Spec{Dir: "/d", Harness: img}},
+		{"network", vmm.Spec{Dir: "/d", Network: &vmm.Network{Tap: os.Stdin}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -128,6 +128,9 @@ func checkSpec(spec vmm.Spec) error {
 		return fmt.Errorf("harness %q: the process backend has no guest to attach a harness disk to: %w",
 			spec.Harness.ID, vmm.ErrUnsupported)
 	}
+	if spec.Network != nil {
+		return fmt.Errorf("network: the process backend has no guest NIC to attach a TAP device to: %w", vmm.ErrUnsupported)
+	}
 	return nil
 }
 

@@ -17,8 +17,8 @@ import (
 func TestRootFSUnsupported(t *testing.T) {
 	t.Parallel()
 	b := process.New(process.Config{GuestBinary: guestBinary}, process.Deps{})
-	if c := b.Capabilities(); c.RootFS || c.Harness {
-		t.Fatalf("process backend claims Capabilities.RootFS or Harness: %+v", c)
+	if c := b.Capabilities(); c.RootFS || c.Harness || c.Network {
+		t.Fatalf("process backend claims Capabilities.RootFS, Harness or Network: %+v", c)
 	}
 	root := &vmm.RootFS{Path: filepath.Join(t.TempDir(), "root.ext4"), ID: "sha256:test"}
 	if err := os.WriteFile(root.Path, []byte("ext4"), 0o644); err != nil {
@@ -33,7 +33,7 @@ func TestRootFSUnsupported(t *testing.T) {
 			return b.Restore(context.Background(), s, vmm.Snapshot{Backend: "process", Files: map[string]string{"disk": root.Path}})
 		}},
 	}
-	specs := map[string]vmm.Spec{"rootfs": {RootFS: root}, "harness": {Harness: root}}
+	specs := map[string]vmm.Spec{"rootfs": {RootFS: root}, "harness": {Harness: root}, "network": {Network: &vmm.Network{Tap: os.Stdin}}}
 	for _, tt := range tests {
 		for field, spec := range specs {
 			t.Run(tt.name+" "+field, func(t *testing.T) {

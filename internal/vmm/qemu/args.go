@@ -48,9 +48,14 @@ type launch struct {
 	PIDFile   string
 	Cmdline   string
 	Name      string
-	Network   bool
+	Network   bool // the machine has a NIC
+	TapFD     int  // > 0: the NIC's backend is this inherited TAP fd; else restricted user networking
 	Incoming  bool // start with -incoming defer (restore); false to boot
 }
+
+// guestMAC is the NIC's address on every machine (QEMU's default for a
+// first NIC, vmnet.GuestMAC), explicit so boots and restores agree.
+const guestMAC = "52:54:00:12:34:56"
 
 // memBackend is the id of the guest RAM backend object.
 const memBackend = "mem0"
@@ -87,7 +92,17 @@ func (l launch) args() []string {
 		"-device", "virtserialport,chardev=ctl,name="+initproto.DefaultCtl,
 	)
 	if l.Network {
-		a = append(a, "-netdev", "user,id=n0,restrict=on", "-device", "virtio-net-device,netdev=n0")
+		// Only the NIC is device state; its backend may differ between a
+		// snapshot's source and its restore. The TAP has no virtio-net
+		// header, so both backends offer the guest the same features.
+		// User networking saves its own state in the migration stream,
+		// which a restore must be able to load: a machine on a TAP keeps
+		// a spare restricted one, attached to nothing.
+		a = append(a, "-netdev", "user,id="+userNetdev(l.TapFD > 0)+",restrict=on")
+		if l.TapFD > 0 {
+			a = append(a, "-netdev", "tap,id=n0,fd="+strconv.Itoa(l.TapFD))
+		}
+		a = append(a, "-device", "virtio-net-device,netdev=n0,mac="+guestMAC)
 	}
 	a = append(a, "-qmp", "unix:"+fileQMP+",server=on,wait=off", "-pidfile", l.PIDFile, "-daemonize")
 	if l.Incoming {
@@ -96,6 +111,15 @@ func (l launch) args() []string {
 		a = append(a, "-incoming", "defer")
 	}
 	return a
+}
+
+// userNetdev is the id of the user networking backend: the NIC's (n0),
+// or the spare beside a TAP.
+func userNetdev(tap bool) string {
+	if tap {
+		return "spare0"
+	}
+	return "n0"
 }
 
 // kernelCmdline is the guest kernel command line.

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/internal/guestinit/initproto"
+	"github.com/engrams/engrams/internal/vmm"
+	"github.com/engrams/engrams/internal/vmm/vmnet"
 	"github.com/engrams/engrams/internal/vmm/vmproc"
 )
 
@@ -69,6 +71,70 @@ func TestLaunchArgs(t *testing.T) {
 	}
 }
 
+// TestLaunchArgsNetwork: the NIC's device line is the same on every
+// backend (a snapshot restores on either); only its netdev differs.
+func TestLaunchArgsNetwork(t *testing.T) {
+	t.Parallel()
+	base := launch{Accel: "tcg", MemoryMiB: 256, VCPUs: 1, Kernel: "/k", Initramfs: "/i", Bundle: "/b",
+		Disk: "/d/disk.qcow2", Memory: "/d/memory.ram", PIDFile: "/d/qemu.pid", Cmdline: "quiet", Name: "s1"}
+	device := "virtio-net-device,netdev=n0,mac=" + vmnet.GuestMAC.String()
+	for _, tt := range []struct {
+		name    string
+		network bool
+		tapFD   int
+		netdev  string // "" : no NIC at all
+	}{
+		{"no NIC", false, 0, ""},
+		{"restricted user networking", true, 0, "user,id=n0,restrict=on"},
+		{"a TAP", true, 3, "tap,id=n0,fd=3"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			l := base
+			l.Network, l.TapFD = tt.network, tt.tapFD
+			a := l.args()
+			var netdevs []string
+			for i := range a {
+				if a[i] == "-netdev" {
+					netdevs = append(netdevs, a[i+1])
+				}
+			}
+			dev := slices.Index(a, device)
+			if tt.netdev == "" {
+				if len(netdevs) > 0 || strings.Contains(strings.Join(a, " "), "virtio-net") {
+					t.Errorf("a machine without a NIC has one: %q", a)
+				}
+				return
+			}
+			if !slices.Contains(netdevs, tt.netdev) || dev < 0 {
+				t.Errorf("netdev %q and device %q wanted in %q", tt.netdev, device, a)
+			}
+			// User networking is there either way (its state is in every
+			// snapshot's stream), the NIC's own only without a TAP.
+			want := []string{tt.netdev}
+			if tt.tapFD > 0 {
+				want = []string{"user,id=spare0,restrict=on", tt.netdev}
+			}
+			if !slices.Equal(netdevs, want) {
+				t.Errorf("netdevs %q, want %q", netdevs, want)
+			}
+		})
+	}
+}
+
+// TestGuestAddressesMatchVmnet: what the guest is told (kernel command
+// line, control message) is what every machine namespace expects.
+func TestGuestAddressesMatchVmnet(t *testing.T) {
+	t.Parallel()
+	p := initproto.DefaultParams()
+	if p.Address != vmnet.GuestPrefixString() || p.Gateway != vmnet.HostAddr.String() {
+		t.Errorf("guest %s via %s; vmnet has %s via %s", p.Address, p.Gateway, vmnet.GuestPrefixString(), vmnet.HostAddr)
+	}
+	if guestMAC != vmnet.GuestMAC.String() {
+		t.Errorf("guest MAC %s, vmnet's %s", guestMAC, vmnet.GuestMAC)
+	}
+}
+
 func TestCPUKHz(t *testing.T) {
 	t.Parallel()
 	p := filepath.Join(t.TempDir(), "cpuinfo")
@@ -117,5 +183,15 @@ func TestAttemptLimit(t *testing.T) {
 		if got := attemptLimit(tt.n); got != tt.want {
 			t.Errorf("attemptLimit(%d) = %v, want %v", tt.n, got, tt.want)
 		}
+	}
+}
+
+func TestNormalizeRefusesANetworkWithoutTap(t *testing.T) {
+	t.Parallel()
+	if _, err := normalize(vmm.Spec{Dir: "/d", Network: &vmm.Network{}}); err == nil {
+		t.Error("a Spec.Network without a TAP accepted")
+	}
+	if _, err := normalize(vmm.Spec{Dir: "/d", Network: &vmm.Network{Tap: os.Stdin}}); err != nil {
+		t.Errorf("a Spec.Network with a TAP: %v", err)
 	}
 }

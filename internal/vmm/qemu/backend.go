@@ -15,18 +15,21 @@ import (
 
 // Config configures the backend. Images are built beforehand (vmimage).
 type Config struct {
-	QEMU         string         // default "qemu-system-x86_64"
-	QemuImg      string         // default "qemu-img"
-	Accel        string         // "auto" (default), "kvm" or "tcg"
-	DataDir      string         // host data directory: caches the KVM probe result; required
-	Images       vmimage.Images // kernel, initramfs, root base and bundle paths
-	CPUInfo      string         // default /proc/cpuinfo (for tsc_early_khz)
-	Network      bool           // attach virtio-net with restricted user networking
-	SerialLogMax int64          // bytes kept per console log file; default 1 MiB
-	ReadyTimeout time.Duration  // boot/restore until the guest answers; default 90 s
-	OverheadMiB  int            // cgroup memory.max above guest RAM; default 512
-	CgroupParent string         // default /sys/fs/cgroup/engrams
-	NoCgroup     bool           // do not use cgroups even when available
+	QEMU    string         // default "qemu-system-x86_64"
+	QemuImg string         // default "qemu-img"
+	Accel   string         // "auto" (default), "kvm" or "tcg"
+	DataDir string         // host data directory: caches the KVM probe result; required
+	Images  vmimage.Images // kernel, initramfs, root base and bundle paths
+	CPUInfo string         // default /proc/cpuinfo (for tsc_early_khz)
+	// Network gives every machine a NIC: on restricted user networking
+	// (the guest reaches nothing), or on the TAP of Spec.Network, which
+	// gives one either way.
+	Network      bool
+	SerialLogMax int64         // bytes kept per console log file; default 1 MiB
+	ReadyTimeout time.Duration // boot/restore until the guest answers; default 90 s
+	OverheadMiB  int           // cgroup memory.max above guest RAM; default 512
+	CgroupParent string        // default /sys/fs/cgroup/engrams
+	NoCgroup     bool          // do not use cgroups even when available
 }
 
 // Deps are injected collaborators.
@@ -128,6 +131,7 @@ func (b *Backend) Capabilities() vmm.Capabilities {
 	}
 	return vmm.Capabilities{
 		Name: "qemu", Version: b.version, Acceleration: b.accel, Isolation: true,
-		SnapshotMemory: true, SnapshotDisk: true, RootFS: true, Harness: true, Reason: reason,
+		SnapshotMemory: true, SnapshotDisk: true, RootFS: true, Harness: true, Network: true,
+		Reason: reason,
 	}
 }

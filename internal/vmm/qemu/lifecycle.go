@@ -235,6 +235,13 @@ func (b *Backend) restore(ctx context.Context, spec vmm.Spec, snap vmm.Snapshot)
 	if err != nil {
 		return nil, err
 	}
+	if err := checkNetwork(spec); err != nil {
+		return nil, err
+	}
+	if spec.Network != nil && !cfg.Network {
+		// The NIC is device state: a snapshot without one cannot gain it.
+		return nil, fmt.Errorf("the snapshot's machine has no NIC to attach the network to: %w", vmm.ErrUnsupported)
+	}
 	images, err := b.localImages(cfg.Images, spec.RootFS)
 	if err != nil {
 		return nil, err
@@ -268,10 +275,11 @@ func (b *Backend) restore(ctx context.Context, spec vmm.Spec, snap vmm.Snapshot)
 	st := state{
 		Info:  vmm.Info{SessionID: spec.SessionID, Backend: "qemu", Dir: spec.Dir, Created: time.Now().UTC()},
 		Accel: cfg.Accel, MemoryMiB: cfg.MemoryMiB, VCPUs: cfg.VCPUs, Network: cfg.Network,
+		Tap:    spec.Network != nil,
 		Images: images, RootFSID: cfg.Images["rootfs"].ID, Hostname: hostname, Cmdline: cfg.Cmdline,
 		Harness: harness,
 	}
-	m, err := b.startState(ctx, st, true)
+	m, err := b.startState(ctx, st, tapOf(spec), true)
 	if err != nil {
 		_ = os.Remove(filepath.Join(spec.Dir, fileDisk))
 		_ = os.Remove(filepath.Join(spec.Dir, fileMemory))

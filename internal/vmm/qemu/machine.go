@@ -28,7 +28,8 @@ type state struct {
 	Accel     string         `json:"accel"`
 	MemoryMiB int            `json:"memory_mib"`
 	VCPUs     int            `json:"vcpus"`
-	Network   bool           `json:"network"`
+	Network   bool           `json:"network"`       // the machine has a NIC
+	Tap       bool           `json:"tap,omitempty"` // its backend is the caller's TAP (vmm.Spec.Network)
 	Images    vmimage.Images `json:"images"`
 	RootFSID  string         `json:"rootfs_id,omitempty"` // Images.RootFS is the caller's (vmm.RootFS.ID)
 	Cgroup    string         `json:"cgroup,omitempty"`
@@ -81,7 +82,7 @@ func normalize(spec vmm.Spec) (vmm.Spec, error) {
 	if spec.MemoryMiB < 64 || spec.VCPUs < 1 {
 		return spec, fmt.Errorf("bad machine size: %d MiB, %d vCPUs", spec.MemoryMiB, spec.VCPUs)
 	}
-	return spec, nil
+	return spec, checkNetwork(spec)
 }
 
 // start boots QEMU for spec over the root image root (rootID: the
@@ -90,21 +91,39 @@ func normalize(spec vmm.Spec) (vmm.Spec, error) {
 func (b *Backend) start(ctx context.Context, spec vmm.Spec, accel, root, rootID string, h *harnessDisk) (*machine, error) {
 	st := state{
 		Info:  vmm.Info{SessionID: spec.SessionID, Backend: "qemu", Dir: spec.Dir, Created: time.Now().UTC()},
-		Accel: accel, MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, Network: b.cfg.Network,
+		Accel: accel, MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, Network: b.cfg.Network || spec.Network != nil,
+		Tap:    spec.Network != nil,
 		Images: b.cfg.Images, RootFSID: rootID, Hostname: guestParams(spec.Hostname, false, false).Hostname,
 		Harness: h,
 	}
 	st.Images.RootFS = root
 	st.Cmdline = kernelCmdline(b.tscKHz, guestParams(st.Hostname, st.Network, h != nil))
-	return b.startState(ctx, st, false)
+	return b.startState(ctx, st, tapOf(spec), false)
+}
+
+// tapOf is the TAP fd a spec brings, or nil.
+func tapOf(spec vmm.Spec) *os.File {
+	if spec.Network == nil {
+		return nil
+	}
+	return spec.Network.Tap
+}
+
+// checkNetwork refuses a Spec.Network without a TAP.
+func checkNetwork(spec vmm.Spec) error {
+	if spec.Network != nil && spec.Network.Tap == nil {
+		return errors.New("spec.Network has no TAP device")
+	}
+	return nil
 }
 
 // startState launches QEMU for st (booting, or restoring from incoming)
 // and attaches to it. The machine record goes first (write-ahead: its
 // spawn id, no pid), then QEMU, marked with the dir and spawn id, then the
-// record with the pid; the machine stays Starting until markReady. On
-// error nothing is left running.
-func (b *Backend) startState(ctx context.Context, st state, incoming bool) (*machine, error) {
+// record with the pid; the machine stays Starting until markReady. tap
+// (st.Tap) is the NIC's TAP, inherited by QEMU. On error nothing is left
+// running.
+func (b *Backend) startState(ctx context.Context, st state, tap *os.File, incoming bool) (*machine, error) {
 	st.Socket = filepath.Join(st.Dir, fileGuest)
 	for _, f := range []string{fileQMP, fileGuest, fileGuest2, fileCtl, fileSerial, filePID} {
 		_ = os.Remove(filepath.Join(st.Dir, f))
@@ -114,7 +133,7 @@ func (b *Backend) startState(ctx context.Context, st state, incoming bool) (*mac
 	if err := m.writeState(); err != nil {
 		return nil, fmt.Errorf("start qemu: %w", err)
 	}
-	pid, err := b.spawn(st, incoming)
+	pid, err := b.spawn(st, tap, incoming)
 	if err != nil {
 		b.reapSpawn(st.Dir, st.Spawn)
 		_ = os.Remove(m.path(fileMachine))
@@ -149,8 +168,8 @@ func (b *Backend) startState(ctx context.Context, st state, incoming bool) (*mac
 }
 
 // spawn runs QEMU for st (it daemonizes) and returns the daemon's pid and
-// start time.
-func (b *Backend) spawn(st state, incoming bool) (vmm.Process, error) {
+// start time. A tap becomes QEMU's fd 3, its NIC's backend.
+func (b *Backend) spawn(st state, tap *os.File, incoming bool) (vmm.Process, error) {
 	l := launch{
 		QEMU: b.cfg.QEMU, Accel: st.Accel, MemoryMiB: st.MemoryMiB, VCPUs: st.VCPUs,
 		Kernel: st.Images.Kernel, Initramfs: st.Images.Initramfs, Bundle: st.Images.Bundle,
@@ -163,6 +182,12 @@ func (b *Backend) spawn(st state, incoming bool) (vmm.Process, error) {
 	if st.Harness != nil {
 		l.Harness = filepath.Join(st.Dir, fileHarness)
 	}
+	if st.Tap != (tap != nil) {
+		return vmm.Process{}, fmt.Errorf("start qemu: the machine's TAP is missing or unexpected")
+	}
+	if tap != nil {
+		l.TapFD = 3 // ExtraFiles[0]
+	}
 	marker, err := vmproc.MarkerEnv(st.Dir, st.Spawn)
 	if err != nil {
 		return vmm.Process{}, fmt.Errorf("start qemu: %w", err)
@@ -172,6 +197,9 @@ func (b *Backend) spawn(st state, incoming bool) (vmm.Process, error) {
 	cmd.Dir = st.Dir
 	cmd.Env = append(os.Environ(), marker...)
 	cmd.Stdout, cmd.Stderr = &out, &out
+	if tap != nil {
+		cmd.ExtraFiles = []*os.File{tap}
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // survives a host-agent kill
 	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Run(); err != nil {
@@ -382,6 +410,9 @@ func (m *machine) control(ctx context.Context, env map[string]string, restart, r
 	id := m.ctlID
 	m.mu.Unlock()
 	c := newControl(id, m.st.Hostname, env)
+	if m.st.Tap {
+		c.Nameserver = initproto.DefaultParams().Gateway // the resolver's DNS lands from any address
+	}
 	c.RestartGuest = restart
 	c.RemountHarness = remount
 	return sendControl(ctx, m.path(fileCtl), c)

@@ -1,0 +1,79 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"sync"
+
+	"github.com/engrams/engrams/internal/host/failure"
+	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/vmm"
+)
+
+// MachineNetwork is one machine's network path, made before its VMM
+// starts and removed with the machine. cmd wires it (Deps.Network): a
+// vmnet.Net, the machine's own network namespace holding only its TAP,
+// with the egress proxy and resolver of the session's policy listening in
+// it (vmnet.Net.Listen on ProxyAddr, ListenPacket and Listen on
+// ResolverAddr), the proxy learning each connection's destination from
+// vmnet.OriginalDst.
+type MachineNetwork interface {
+	// TapFile is the TAP device the VMM inherits as the guest's NIC.
+	TapFile() *os.File
+	// Close stops what listens in the namespace and removes it.
+	Close() error
+}
+
+// NetworkFunc makes a fresh network path for one boot or restore of sid's
+// machine (a restore never reuses the one its snapshot's machine had, so
+// a session never inherits another's policy, nor its own older one).
+// (nil, nil): the machine gets none, and its guest reaches nothing.
+type NetworkFunc func(ctx context.Context, sid string, spec hostlink.MachineSpec) (MachineNetwork, error)
+
+// attachNetwork makes sid's network path, if Deps.Network gives one, and
+// sets it in vspec. The caller closes it if the VMM does not start.
+func (l *lifecycle) attachNetwork(ctx context.Context, sid string, spec hostlink.MachineSpec, vspec *vmm.Spec) (MachineNetwork, error) {
+	if l.network == nil {
+		return nil, nil
+	}
+	n, err := l.network(ctx, sid, spec)
+	if err != nil {
+		return nil, failure.New(http.StatusInternalServerError, "network_failed", fmt.Errorf("make the network of session %s: %w", sid, err))
+	}
+	if n != nil {
+		vspec.Network = &vmm.Network{Tap: n.TapFile()}
+	}
+	return n, nil
+}
+
+// withNetwork ties n to m: destroying the machine (on any path: a
+// destroy command, reconciliation, a snapshot's eviction) also removes
+// its network. n may be nil.
+func withNetwork(m vmm.Machine, n MachineNetwork) vmm.Machine {
+	if n == nil {
+		return m
+	}
+	return &networked{Machine: m, net: n}
+}
+
+type networked struct {
+	vmm.Machine
+	net  MachineNetwork
+	once sync.Once
+}
+
+// Destroy destroys the machine, then its network (also when the destroy
+// failed: the guest's NIC then has nothing behind it).
+func (n *networked) Destroy(ctx context.Context) error {
+	err := n.Machine.Destroy(ctx)
+	n.once.Do(func() { _ = n.net.Close() })
+	return err
+}
+
+func closeNetwork(n MachineNetwork) {
+	if n != nil {
+		_ = n.Close()
+	}
+}
