@@ -69,7 +69,7 @@ type SecretView struct {
 
 // AssociatedData binds a sealed secret to its row: seal and open every
 // secret row's value with it.
-func AssociatedData(id string) []byte { return []byte("secret:" + id) }
+func AssociatedData(id string) []byte { return domain.SealedSecret.AssociatedData(id) }
 
 // Create validates, seals and stores a secret. Its value is never
 // logged, returned or quoted in an error.
