@@ -139,3 +139,17 @@ func (a App) JWT(now time.Time) (string, error) {
 	}
 	return signed + "." + enc.EncodeToString(sig), nil
 }
+
+// RepoOf splits a GitHub repository URL, https://HOST/OWNER/NAME with an
+// optional .git, into its owner and name (what a token is scoped to).
+func RepoOf(rawURL string) (owner, name string, err error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "", "", fmt.Errorf("repository url %q: %w", rawURL, err)
+	}
+	parts := strings.Split(strings.Trim(u.Path, "/"), "/")
+	if len(parts) != 2 || parts[0] == "" || parts[1] == "" || parts[1] == ".git" {
+		return "", "", fmt.Errorf("repository url %q: want https://HOST/OWNER/NAME, which a GitHub App token can be scoped to", rawURL)
+	}
+	return parts[0], strings.TrimSuffix(parts[1], ".git"), nil
+}

@@ -369,3 +369,21 @@ func TestNewApp(t *testing.T) {
 		}
 	}
 }
+
+func TestRepoOf(t *testing.T) {
+	t.Parallel()
+	cases := []struct{ url, owner, name string }{
+		{"https://github.com/acme/app.git", "acme", "app"},
+		{"https://github.com/acme/app", "acme", "app"},
+		{"https://ghe.example.com/acme/lib.js/", "acme", "lib.js"},
+		{"https://github.com/acme", "", ""},
+		{"https://github.com/acme/app/tree/main", "", ""},
+		{"https://github.com/acme/.git", "", ""},
+	}
+	for _, c := range cases {
+		owner, name, err := RepoOf(c.url)
+		if owner != c.owner || name != c.name || (err == nil) != (c.owner != "") {
+			t.Errorf("RepoOf(%q) = %q, %q, %v; want %q, %q", c.url, owner, name, err, c.owner, c.name)
+		}
+	}
+}
