@@ -68,8 +68,9 @@ type Config struct {
 
 // Deps are what a Minter needs.
 type Deps struct {
-	// HTTP sends the token requests; default a client with a 30 s timeout.
-	// Redirects are never followed (the JWT must not go elsewhere).
+	// HTTP sends the token requests (default http.DefaultTransport); one
+	// without a timeout gets 30 s. Redirects are never followed (the JWT
+	// must not go elsewhere).
 	HTTP   *http.Client
 	Now    func() time.Time // default time.Now
 	Logger *slog.Logger
@@ -103,9 +104,12 @@ func New(cfg Config, deps Deps) *Minter {
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
 	}
-	client := http.Client{Timeout: requestTimeout}
+	var client http.Client
 	if deps.HTTP != nil {
 		client = *deps.HTTP
+	}
+	if client.Timeout <= 0 {
+		client.Timeout = requestTimeout
 	}
 	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	m.http = &client
