@@ -84,8 +84,11 @@ func Inspect(path string) ([]KeyInfo, error) {
 // so everything sealed before still opens (re-seal it to retire them). The
 // file is replaced atomically (a synced 0600 temporary file renamed over
 // it) under an exclusive lock, so concurrent rotations each add their key.
-// It returns the new key.
+// A symlink is followed: its target is replaced. It returns the new key.
 func Rotate(path string) (KeyInfo, error) {
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		path = real
+	}
 	f, err := lockKeyset(path)
 	if err != nil {
 		return KeyInfo{}, fmt.Errorf("rotate keyset %s: %w", path, err)

@@ -130,6 +130,26 @@ func TestRotateConcurrent(t *testing.T) {
 	}
 }
 
+// TestRotateFollowsSymlink: a keyset reached through a symlink (as secret
+// mounts do) is rotated in its target; the link stays.
+func TestRotateFollowsSymlink(t *testing.T) {
+	t.Parallel()
+	target := newKeyset(t)
+	link := filepath.Join(t.TempDir(), "link.json")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := secret.Rotate(link); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("the link after rotate: %v, %v", fi, err)
+	}
+	if keys, err := secret.Inspect(target); err != nil || len(keys) != 2 {
+		t.Fatalf("the target after rotate: %+v, %v", keys, err)
+	}
+}
+
 func TestRotateRefuses(t *testing.T) {
 	t.Parallel()
 	path := newKeyset(t)
