@@ -112,6 +112,19 @@ var layerRules = []layerRule{
 		reason: "the namespace, TAP and rules of a machine need nothing of this module",
 	},
 	{
+		name:   "ghapp-is-a-leaf",
+		from:   []string{"internal/ghapp/..."},
+		only:   []string{std},
+		reason: "the GitHub App token minter is a client of GitHub's API alone, shared by secrets, tasks and wiring",
+	},
+	{
+		name:   "ghapp-for-the-coordinator",
+		from:   []string{"..."},
+		unless: concat(coordinatorSide, []string{"internal/ghapp/...", "internal/server/...", "cmd/..."}),
+		forbid: []string{"internal/ghapp/..."},
+		reason: "GitHub App private keys are opened and used on the coordinator only, never on hosts or in guests",
+	},
+	{
 		name:   "test-only-stays-in-tests",
 		from:   []string{"..."},
 		unless: testOnly,
@@ -240,6 +253,9 @@ func TestLayeringRulesBite(t *testing.T) {
 		fake("internal/api", "example.com/m/internal/vmm/vmnet"),
 		fake("internal/host/machines", "example.com/m/internal/vmm/vmnet"),
 		fake("internal/vmm/vmnet", "example.com/m/internal/vmm", "github.com/google/nftables"),
+		fake("internal/ghapp", "example.com/m/internal/domain", "crypto/rsa"),
+		fake("internal/host/agent", "example.com/m/internal/ghapp"),
+		fake("internal/tasks", "example.com/m/internal/ghapp"),
 	}}
 	var got []string
 	for _, v := range checkLayers(st, layerRules) {
@@ -255,6 +271,8 @@ func TestLayeringRulesBite(t *testing.T) {
 		"internal/server → internal/e2e test-only-stays-in-tests",
 		"internal/api → internal/vmm/vmnet vmnet-host-side",
 		"internal/vmm/vmnet → internal/vmm vmnet-is-a-leaf",
+		"internal/ghapp → internal/domain ghapp-is-a-leaf",
+		"internal/host/agent → internal/ghapp ghapp-for-the-coordinator",
 	}
 	slices.Sort(got)
 	slices.Sort(want)

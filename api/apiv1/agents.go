@@ -69,6 +69,7 @@ const (
 	SecretAnthropicAPIKey = "anthropic_api_key"
 	SecretOpenAIAPIKey    = "openai_api_key"
 	SecretGitHTTPS        = "git_https"
+	SecretGitHubApp       = "github_app" // the value is the app's private key (PEM); the coordinator mints short-lived installation tokens with it
 	SecretGeneric         = "generic"
 )
 
@@ -76,7 +77,12 @@ const (
 type SecretMeta struct {
 	BaseURL  string `json:"base_url,omitempty"` // where the key is used (model keys default to the provider's API)
 	Username string `json:"username,omitempty"` // git_https: the login name
-	Host     string `json:"host,omitempty"`     // git_https: the git host it is for (host[:port])
+	Host     string `json:"host,omitempty"`     // git_https, github_app: the git host it is for (host[:port])
+	// github_app: the app's client ID or app ID and the installation
+	// tokens are minted for; BaseURL is the REST API (default
+	// https://api.github.com, GitHub Enterprise Server's https://HOST/api/v3).
+	AppID          string `json:"app_id,omitempty"`
+	InstallationID int64  `json:"installation_id,omitempty"`
 }
 
 // CreateSecretRequest stores a secret. Value is sealed at rest and never
@@ -124,7 +130,7 @@ type ProfileRepo struct {
 	URL        string `json:"url"`                  // http or https
 	Ref        string `json:"ref,omitempty"`        // "" = the default branch
 	Path       string `json:"path,omitempty"`       // one path component; "" = the URL's last element without .git
-	Credential string `json:"credential,omitempty"` // a git_https secret's name
+	Credential string `json:"credential,omitempty"` // the name of a git_https or github_app secret for the repo's host
 }
 
 // ProfileApp is a port inside the guest that serves an app.

@@ -71,7 +71,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.imageWork, "image-work-dir", env("IMAGE_WORK_DIR", filepath.Join(os.TempDir(), "engrams-images")), "scratch space for enabling images (an image's tree and root filesystem while it is built)")
 	harnessWork := filepath.Join(os.TempDir(), "engrams-harnesses")
 	f.harnesses.register(fs, harnessWork, defaultHarnessCache(harnessWork))
-	fs.StringVar(&f.keyFile, "secrets-key-file", env("SECRETS_KEY_FILE", ""), "key sealing registry credentials at rest (engrams secrets-key create FILE; with SQLite it is created on first use); without it images cannot be enabled with credentials. Every replica needs the same file")
+	fs.StringVar(&f.keyFile, "secrets-key-file", env("SECRETS_KEY_FILE", ""), "key sealing secrets and registry credentials at rest (engrams secrets-key create FILE; with SQLite it is created on first use; rotate it with engrams secrets-key rotate); without it no secrets can be kept. Every replica needs the same file")
 	fs.DurationVar(&f.co.HeartbeatInterval, "heartbeat-interval", envDuration("HEARTBEAT_INTERVAL", 0), "how often hosts heartbeat (default 2s)")
 }
 

@@ -47,7 +47,7 @@ func (f *profileFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.model, "model", "", "the `MODEL` (default: the harness's first; see engrams harness show)")
 	fl.StringVar(&f.mode, "mode", "", "the harness's `MODE` (default: its first)")
 	fl.StringArrayVar(&f.repos, "repo", nil, "a repository `URL[#REF][=PATH]` to clone (repeatable; PATH defaults to the URL's last element without .git)")
-	fl.StringArrayVar(&f.repoCreds, "repo-credential", nil, "`PATH=SECRET`: clone the repo at PATH with this git_https secret (repeatable)")
+	fl.StringArrayVar(&f.repoCreds, "repo-credential", nil, "`PATH=SECRET`: clone the repo at PATH with this git_https or github_app secret (repeatable)")
 	fl.StringArrayVar(&f.env, "env", nil, "environment variable `KEY=VALUE`, not secret (repeatable)")
 	fl.StringArrayVar(&f.egress, "egress", nil, "`HOST[:PORT]` tasks may reach (repeatable; recorded, not reachable yet)")
 	fl.StringArrayVar(&f.creds, "credential", nil, "`SECRET` holding a model key the harness needs (repeatable)")
@@ -236,7 +236,8 @@ func (a profileCmds) profileCreateCmd() *cobra.Command {
 is enabled, the harness is registered and runs on the image, the model and
 mode are the harness's, every credential is a secret of a kind the harness
 needs (and every kind it needs is given), repo credentials are git_https
-secrets, repo paths are unique, env names are valid and not the harness's
+or github_app secrets for the repo's host (a GitHub App's repos on one
+account), repo paths are unique, env names are valid and not the harness's
 credential variables, hosts and apps are well formed. On success it prints
 the grant receipt (see ` + "`engrams profile show`" + `).
 

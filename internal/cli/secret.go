@@ -16,11 +16,13 @@ import (
 func (a secretCmds) secretCmd() *cobra.Command {
 	cmd := group("secret", "Store model keys and git logins for profiles",
 		`Secrets are credentials profiles name: model provider keys
-(anthropic_api_key, openai_api_key), git HTTPS logins (git_https) and
-others (generic). The server stores them encrypted and never shows or
-logs a value again. Model keys never enter a task's VM: the guest sees a
-placeholder and the model gateway adds the key to its requests. Git logins
-stay with the coordinator, which clones the repositories.`)
+(anthropic_api_key, openai_api_key), git HTTPS logins (git_https), GitHub
+Apps (github_app) and others (generic). The server stores them encrypted
+and never shows or logs a value again. Model keys never enter a task's VM:
+the guest sees a placeholder and the model gateway adds the key to its
+requests. Git logins and GitHub Apps stay with the coordinator, which clones
+the repositories (with a GitHub App: a short-lived token it mints, scoped
+to the profile's repositories).`)
 	cmd.Aliases = []string{"secrets"}
 	cmd.Annotations = map[string]string{
 		annNotFound: "list secrets with `engrams secret list`",
@@ -39,7 +41,7 @@ func (a secretCmds) secretCreateCmd() *cobra.Command {
 		Use:   "create NAME --kind KIND",
 		Short: "Store a secret (its value read from stdin, never echoed)",
 		Long: `Store a secret under NAME. KIND is anthropic_api_key, openai_api_key,
-git_https or generic. The value is read from stdin (typed at a terminal,
+git_https, github_app or generic. The value is read from stdin (typed at a terminal,
 it is not echoed; piped, its trailing newline is dropped) or from
 --from-file, never from a flag, so it stays out of your shell history.
 
@@ -49,17 +51,27 @@ model gateway forwards requests there. It must be https; plain http only to
 this machine (localhost, 127.0.0.1, ::1). For git_https give --username
 (the login; GitHub accepts any, e.g. x-access-token) and --host (the git
 host it is for, e.g. github.com; required unless --base-url is on it):
-profiles may use it only for repositories on that host. To replace a
+profiles may use it only for repositories on that host.
+
+For github_app the value is the app's private key (the .pem file GitHub
+made for it; --from-file), with --app-id (its client ID or app ID) and
+--installation-id (of its installation on the repositories' account).
+--base-url is the REST API (default https://api.github.com; GitHub
+Enterprise Server: https://HOST/api/v3), and the git host follows from it.
+For each task the coordinator mints an installation token that lasts an
+hour, scoped to the profile's repositories with contents:write and
+metadata:read, and clones with it. To replace a
 secret, delete it and create it again: profiles name secrets, so they use
 the new one.`,
 		Example: `  engrams secret create anthropic --kind anthropic_api_key
   printf %s "$OPENAI_API_KEY" | engrams secret create openai --kind openai_api_key
-  engrams secret create gh --kind git_https --username x-access-token --host github.com --from-file ~/.gh-token`,
+  engrams secret create gh --kind git_https --username x-access-token --host github.com --from-file ~/.gh-token
+  engrams secret create acme-bot --kind github_app --app-id Iv23liAbCdEf --installation-id 4242 --from-file acme-bot.private-key.pem`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req.Name = args[0]
 			if req.Kind == "" {
-				return usageError{errors.New("--kind is required: anthropic_api_key, openai_api_key, git_https or generic")}
+				return usageError{errors.New("--kind is required: anthropic_api_key, openai_api_key, git_https, github_app or generic")}
 			}
 			var err error
 			if req.Value, err = a.readSecretValue(cmd, req.Name, fromFile); err != nil {
@@ -81,10 +93,12 @@ the new one.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&req.Kind, "kind", "", "`KIND`: anthropic_api_key, openai_api_key, git_https or generic")
+	f.StringVar(&req.Kind, "kind", "", "`KIND`: anthropic_api_key, openai_api_key, git_https, github_app or generic")
 	f.StringVar(&req.Meta.BaseURL, "base-url", "", "https `URL` the key is used at (model keys: the provider's API by default; http only to localhost)")
 	f.StringVar(&req.Meta.Username, "username", "", "git_https: the login `NAME`")
 	f.StringVar(&req.Meta.Host, "host", "", "git_https (required unless --base-url names it): the git `HOST` it is for, e.g. github.com")
+	f.StringVar(&req.Meta.AppID, "app-id", "", "github_app: the app's client `ID` (Iv1...) or numeric app ID")
+	f.Int64Var(&req.Meta.InstallationID, "installation-id", 0, "github_app: the `ID` of the app's installation on the repositories' account")
 	f.StringVar(&fromFile, "from-file", "", "read the value from `FILE` instead of stdin")
 	return cmd
 }
@@ -151,7 +165,11 @@ func (a secretCmds) secretListCmd() *cobra.Command {
 			tw := newTable(cmd.OutOrStdout())
 			row(tw, "NAME", "KIND", "BASE URL", "USERNAME", "HOST", "USED BY", "ID", "CREATED")
 			for _, s := range ss {
-				row(tw, s.Name, s.Kind, s.Meta.BaseURL, s.Meta.Username, s.Meta.Host, strings.Join(s.UsedBy, ","), s.ID, a.when(s.CreatedAt))
+				login := s.Meta.Username
+				if s.Kind == apiv1.SecretGitHubApp {
+					login = fmt.Sprintf("app %s, installation %d", s.Meta.AppID, s.Meta.InstallationID)
+				}
+				row(tw, s.Name, s.Kind, s.Meta.BaseURL, login, s.Meta.Host, strings.Join(s.UsedBy, ","), s.ID, a.when(s.CreatedAt))
 			}
 			return tw.Flush()
 		},

@@ -175,7 +175,7 @@ func (c *Images) sealCredential(ctx context.Context, registry string, auth Regis
 		return "", err
 	}
 	id := c.newID()
-	sealed, err := c.secrets.Seal(plain, []byte("registry-credential:"+id))
+	sealed, err := c.secrets.Seal(plain, domain.SealedRegistryCredential.AssociatedData(id))
 	if err != nil {
 		return "", fmt.Errorf("seal registry credential: %w", err)
 	}
@@ -198,7 +198,7 @@ func (c *Images) openCredential(ctx context.Context, id string) (oci.Credentials
 	if err != nil {
 		return oci.Credentials{}, fmt.Errorf("open registry credential %s: %w", id, err)
 	}
-	plain, err := c.secrets.Open(cred.Sealed, []byte("registry-credential:"+id))
+	plain, err := c.secrets.Open(cred.Sealed, domain.SealedRegistryCredential.AssociatedData(id))
 	if err != nil {
 		return oci.Credentials{}, fmt.Errorf("open registry credential %s: %w", id, err)
 	}

@@ -2,12 +2,17 @@ package profiles
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"net/http"
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/engrams/engrams/api/apiv1"
@@ -132,7 +137,7 @@ func TestProfileValidation(t *testing.T) {
 			}
 		}, []string{`repos[0]: url "git@github.com:acme/app.git": want an http or https URL`, `repos[1]: url "https://tok@github.com/acme/x" carries a login`,
 			`repos[2]: ref "a..b"`, `repos[3]: path "app" is also repos[2]'s`, "repos[4].credential: secret gh is for github.com, the repo is on gitlab.com",
-			"repos[5].credential: secret ant is of kind anthropic_api_key; a repo needs a git_https secret", `repos[6]: path "../h"`}},
+			"repos[5].credential: secret ant is of kind anthropic_api_key; a repo needs a git_https or github_app secret", `repos[6]: path "../h"`}},
 		{"env", func(s *apiv1.ProfileSpec) {
 			s.Env = map[string]string{"ANTHROPIC_BASE_URL": "x", "lower": "x", "ENGRAMS_SESSION_ID": "x"}
 		}, []string{`env "lower"`, "env ENGRAMS_SESSION_ID: names starting with ENGRAMS_", "env ANTHROPIC_BASE_URL is the harness's credential variable"}},
@@ -258,6 +263,73 @@ func TestEditDeleteResolveProfile(t *testing.T) {
 	}
 	if ps, _ := e.co.Profiles(ctx); len(ps) != 0 {
 		t.Errorf("list after delete: %+v", ps)
+	}
+}
+
+// appKeyPEM is a GitHub App private key (made once: it is slow).
+var appKeyPEM = sync.OnceValue(func() []byte {
+	k, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		panic(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(k)})
+})
+
+// TestProfileGitHubApp: a repo's credential may be a GitHub App: its repos
+// must be on the app's host and one account, and the receipt says what
+// the minted token is scoped to.
+func TestProfileGitHubApp(t *testing.T) {
+	t.Parallel()
+	e := newAgentEnv(t, false)
+	seedAgents(t, e)
+	ctx := context.Background()
+	app, err := e.vault.Create(ctx, secrets.SecretRequest{Name: "bot", Kind: apiv1.SecretGitHubApp, Value: appKeyPEM(),
+		Meta: apiv1.SecretMeta{AppID: "Iv23bot", InstallationID: 4242}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := fullSpec()
+	spec.Repos = []apiv1.ProfileRepo{
+		{URL: "https://github.com/acme/app.git", Credential: "bot"},
+		{URL: "https://github.com/acme/lib", Credential: "bot"},
+		{URL: "https://github.com/acme/app.git", Path: "app2", Credential: "bot"},
+		{URL: "https://github.com/acme/docs", Credential: "gh"},
+	}
+	v, err := e.co.CreateProfile(ctx, "app-profile", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gh, _ := e.st.GetSecretByName(ctx, "gh")
+	want := []apiv1.ReceiptCredential{
+		{Name: "bot", SecretID: app.Secret.ID, Kind: "github_app", Delivery: apiv1.DeliveryClone,
+			Detail: "GitHub App Iv23bot (installation 4242): the coordinator mints an installation token for each task, lasting an hour, " +
+				"scoped to acme/{app,lib} with contents:write and metadata:read, and clones app, lib, app2 with it; neither the key nor the token is in the guest"},
+		{Name: "gh", SecretID: gh.ID, Kind: "git_https", Delivery: apiv1.DeliveryClone, Detail: "used by the coordinator to clone docs, not in the guest"},
+	}
+	if got := v.Receipt.Credentials[1:]; !reflect.DeepEqual(got, want) {
+		t.Fatalf("repo credentials in the receipt:\n%+v\nwant:\n%+v", got, want)
+	}
+	for _, s := range []string{"Iv23bot", "4242"} {
+		if !strings.Contains(v.Receipt.Credentials[1].Detail, s) {
+			t.Errorf("the receipt does not name %s", s)
+		}
+	}
+
+	spec.Repos = []apiv1.ProfileRepo{
+		{URL: "https://github.com/acme/app", Credential: "bot"},
+		{URL: "https://github.com/other/lib", Credential: "bot"},
+		{URL: "https://github.com/acme/mono/sub", Credential: "bot"},
+		{URL: "https://gitlab.com/acme/x", Credential: "bot"},
+	}
+	_, err = e.co.CreateProfile(ctx, "bad-app", spec)
+	for _, w := range []string{
+		"repos[1].credential: GitHub App secret bot is installed on one account, and its repos are on acme and other",
+		`repos[2].credential: repository url "https://github.com/acme/mono/sub": want https://HOST/OWNER/NAME`,
+		"repos[3].credential: secret bot is for github.com, the repo is on gitlab.com",
+	} {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("%v: lacks %q", err, w)
+		}
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/ghapp"
 	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/imagejobs"
 	"github.com/engrams/engrams/internal/secrets"
@@ -210,46 +211,85 @@ func baseURLNote(cr guestapi.HarnessCredential) string {
 	return " and " + cr.BaseURLEnv + " points at the gateway"
 }
 
-// receiptRepoKeys checks repo credentials: live git_https secrets for the
-// repo's host.
+// receiptRepoKeys checks repo credentials: live git_https or github_app
+// secrets for the repo's host (an app's repos on one account, which its
+// installation covers).
 func (c *Profiles) receiptRepoKeys(ctx context.Context, spec *apiv1.ProfileSpec, r *apiv1.Receipt, probs *problems) error {
-	uses := map[string][]string{}
 	var order []string
-	ids := map[string]domain.Secret{}
+	uses := map[string]*repoKey{}
 	for i, repo := range spec.Repos {
 		if repo.Credential == "" {
 			continue
 		}
-		s, meta, ok, err := c.liveSecret(ctx, fmt.Sprintf("repos[%d].credential", i), repo.Credential, probs)
+		field := fmt.Sprintf("repos[%d].credential", i)
+		s, meta, ok, err := c.liveSecret(ctx, field, repo.Credential, probs)
 		if err != nil {
 			return err
 		}
 		if !ok {
 			continue
 		}
-		if s.Kind != apiv1.SecretGitHTTPS {
-			probs.add("repos[%d].credential: secret %s is of kind %s; a repo needs a %s secret", i, s.Name, s.Kind, apiv1.SecretGitHTTPS)
+		if !secrets.GitKind(s.Kind) {
+			probs.add("%s: secret %s is of kind %s; a repo needs a %s or %s secret", field, s.Name, s.Kind, apiv1.SecretGitHTTPS, apiv1.SecretGitHubApp)
 			continue
 		}
 		if meta.Host == "" {
-			probs.add("repos[%d].credential: secret %s names no git host; create it again with --host", i, s.Name)
+			probs.add("%s: secret %s names no git host; create it again with --host", field, s.Name)
 		} else if u, err := url.Parse(repo.URL); err == nil && !strings.EqualFold(meta.Host, u.Host) {
-			probs.add("repos[%d].credential: secret %s is for %s, the repo is on %s", i, s.Name, meta.Host, u.Host)
+			probs.add("%s: secret %s is for %s, the repo is on %s", field, s.Name, meta.Host, u.Host)
 		}
-		if _, ok := uses[s.Name]; !ok {
+		k := uses[s.Name]
+		if k == nil {
+			k = &repoKey{secret: s, meta: meta}
+			uses[s.Name] = k
 			order = append(order, s.Name)
 		}
-		uses[s.Name] = append(uses[s.Name], repo.Path)
-		ids[s.Name] = s
+		k.paths = append(k.paths, repo.Path)
+		if s.Kind == apiv1.SecretGitHubApp {
+			k.addAppRepo(field, repo.URL, probs)
+		}
 	}
 	for _, name := range order {
-		s := ids[name]
-		r.Credentials = append(r.Credentials, apiv1.ReceiptCredential{
-			Name: name, SecretID: s.ID, Kind: s.Kind, Delivery: apiv1.DeliveryClone,
-			Detail: "used by the coordinator to clone " + strings.Join(uses[name], ", ") + ", not in the guest",
-		})
+		r.Credentials = append(r.Credentials, uses[name].receipt())
 	}
 	return nil
+}
+
+// repoKey is a git credential and the repos a profile clones with it.
+type repoKey struct {
+	secret domain.Secret
+	meta   apiv1.SecretMeta
+	paths  []string
+	owner  string   // github_app: the account of its repos
+	names  []string // github_app: the repos a token is scoped to
+}
+
+// addAppRepo adds a repo cloned with a GitHub App: its token is scoped to
+// repository names on one account (the installation's).
+func (k *repoKey) addAppRepo(field, repoURL string, probs *problems) {
+	owner, name, err := ghapp.RepoOf(repoURL)
+	switch {
+	case err != nil:
+		probs.add("%s: %v", field, err)
+	case k.owner != "" && !strings.EqualFold(owner, k.owner):
+		probs.add("%s: GitHub App secret %s is installed on one account, and its repos are on %s and %s: use one app secret per account", field, k.secret.Name, k.owner, owner)
+	default:
+		k.owner = owner
+		if !slices.Contains(k.names, name) {
+			k.names = append(k.names, name)
+		}
+	}
+}
+
+func (k *repoKey) receipt() apiv1.ReceiptCredential {
+	rc := apiv1.ReceiptCredential{Name: k.secret.Name, SecretID: k.secret.ID, Kind: k.secret.Kind, Delivery: apiv1.DeliveryClone,
+		Detail: "used by the coordinator to clone " + strings.Join(k.paths, ", ") + ", not in the guest"}
+	if k.secret.Kind == apiv1.SecretGitHubApp {
+		rc.Detail = fmt.Sprintf("GitHub App %s (installation %d): the coordinator mints an installation token for each task, lasting an hour, "+
+			"scoped to %s/{%s} with contents:write and metadata:read, and clones %s with it; neither the key nor the token is in the guest",
+			k.meta.AppID, k.meta.InstallationID, k.owner, strings.Join(k.names, ","), strings.Join(k.paths, ", "))
+	}
+	return rc
 }
 
 // liveSecret finds a live secret a profile names, adding a problem when

@@ -1,4 +1,4 @@
-// Package secret seals secrets at rest (registry credentials) with a Tink
-// AEAD keyset kept in a 0600 JSON file; associated data binds each ciphertext
-// to the row it belongs to, so a sealed value cannot be moved to another row.
+// Package secret seals secrets at rest with a Tink AEAD keyset kept in a 0600 JSON file, rotated by
+// adding primaries (old keys keep opening); associated data binds each ciphertext to its row.
+// Imported by cmd/ wiring, which hands the Sealer to the parts that seal (they declare its interface).
 package secret

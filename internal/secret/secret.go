@@ -22,6 +22,7 @@ var ErrOpen = errors.New("cannot open sealed secret")
 // concurrent use.
 type Sealer struct {
 	aead tink.AEAD
+	keys []KeyInfo
 }
 
 // NewEphemeral returns a Sealer over a fresh in-memory AES256-GCM key, for
@@ -64,7 +65,7 @@ func newSealer(h *keyset.Handle, action string) (*Sealer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", action, err)
 	}
-	return &Sealer{aead: a}, nil
+	return &Sealer{aead: a, keys: keyInfos(h)}, nil
 }
 
 // loadKeyset reads an existing keyset file; fs.ErrNotExist (wrapped) when
@@ -75,6 +76,12 @@ func loadKeyset(path string) (*keyset.Handle, error) {
 		return nil, fmt.Errorf("load keyset %s: %w", path, err)
 	}
 	defer f.Close()
+	return readKeyset(f, path)
+}
+
+// readKeyset reads the keyset file f opened at path: a regular file that
+// only its owner can read or write.
+func readKeyset(f *os.File, path string) (*keyset.Handle, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("load keyset %s: %w", path, err)
@@ -114,34 +121,43 @@ func createKeyset(path string) (*keyset.Handle, error) {
 
 // writeNew writes data to a synced 0600 temporary file in path's directory
 // and hard-links it to path; fs.ErrExist if path appeared meanwhile.
-func writeNew(path string, data []byte) (err error) {
+func writeNew(path string, data []byte) error {
 	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	tmp, err := writeTemp(dir, filepath.Base(path), data)
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
+	defer os.Remove(tmp)
 	// Link, not rename: rename would replace a keyset another process
 	// created since we looked, orphaning whatever it already sealed.
-	if err := os.Link(tmp.Name(), path); err != nil {
+	if err := os.Link(tmp, path); err != nil {
 		return err
 	}
 	return syncDir(dir)
+}
+
+// writeTemp writes data to a new synced 0600 file in dir named after base
+// and returns its path.
+func writeTemp(dir, base string, data []byte) (string, error) {
+	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if err != nil {
+		return "", err
+	}
+	err = tmp.Chmod(0o600)
+	if err == nil {
+		_, err = tmp.Write(data)
+	}
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return "", err
+	}
+	return tmp.Name(), nil
 }
 
 func syncDir(dir string) error {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/ghapp"
 	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/store"
 )
@@ -30,7 +31,7 @@ const (
 
 // secretKinds are the kinds users store; other kinds are engrams's own.
 func secretKinds() []string {
-	return []string{apiv1.SecretAnthropicAPIKey, apiv1.SecretOpenAIAPIKey, apiv1.SecretGitHTTPS, apiv1.SecretGeneric}
+	return []string{apiv1.SecretAnthropicAPIKey, apiv1.SecretOpenAIAPIKey, apiv1.SecretGitHTTPS, apiv1.SecretGitHubApp, apiv1.SecretGeneric}
 }
 
 // UserKind reports whether users store secrets of kind (other kinds are
@@ -46,8 +47,28 @@ func DefaultBaseURL(kind string) string {
 		return "https://api.anthropic.com"
 	case apiv1.SecretOpenAIAPIKey:
 		return "https://api.openai.com/v1"
+	case apiv1.SecretGitHubApp:
+		return ghapp.DefaultBaseURL
 	}
 	return ""
+}
+
+// GitKind reports whether a secret of kind serves git clones (a profile
+// repo's credential).
+func GitKind(kind string) bool { return kind == apiv1.SecretGitHTTPS || kind == apiv1.SecretGitHubApp }
+
+// GitHubAppHost is the git host of a GitHub App's REST API: github.com for
+// api.github.com, else the API's own host (GitHub Enterprise Server serves
+// both on one).
+func GitHubAppHost(baseURL string) string {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return ""
+	}
+	if h := strings.ToLower(u.Host); h != "api.github.com" {
+		return h
+	}
+	return "github.com"
 }
 
 var secretNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
@@ -69,7 +90,7 @@ type SecretView struct {
 
 // AssociatedData binds a sealed secret to its row: seal and open every
 // secret row's value with it.
-func AssociatedData(id string) []byte { return []byte("secret:" + id) }
+func AssociatedData(id string) []byte { return domain.SealedSecret.AssociatedData(id) }
 
 // Create validates, seals and stores a secret. Its value is never
 // logged, returned or quoted in an error.
@@ -124,16 +145,7 @@ func checkSecret(req *SecretRequest) []string {
 	if !UserKind(req.Kind) {
 		bad("kind %q: want one of %s", req.Kind, strings.Join(secretKinds(), ", "))
 	}
-	switch v := req.Value; {
-	case len(v) == 0:
-		bad("the value is empty")
-	case len(v) > maxSecretValueBytes:
-		bad("the value is %d bytes, at most %d", len(v), maxSecretValueBytes)
-	case req.Kind != apiv1.SecretGeneric && (!utf8.Valid(v) || strings.ContainsFunc(string(v), unicode.IsControl) || strings.TrimSpace(string(v)) != string(v)):
-		bad("the value has control characters, line breaks or surrounding spaces, which a %s cannot hold (was a newline pasted with it?)", req.Kind)
-	case strings.ContainsRune(string(v), 0):
-		bad("the value has a NUL byte")
-	}
+	probs = append(probs, checkValue(req.Kind, req.Value)...)
 	m := &req.Meta
 	if m.BaseURL == "" {
 		m.BaseURL = DefaultBaseURL(req.Kind)
@@ -143,9 +155,14 @@ func checkSecret(req *SecretRequest) []string {
 	if m.Username != "" && (len(m.Username) > 256 || strings.ContainsFunc(m.Username, unicode.IsControl) || strings.ContainsAny(m.Username, " :")) {
 		bad("username %q: want at most 256 characters without spaces, colons or control characters", m.Username)
 	}
-	if m.Host == "" && req.Kind == apiv1.SecretGitHTTPS && m.BaseURL != "" {
-		if u, err := url.Parse(m.BaseURL); err == nil {
-			m.Host = strings.ToLower(u.Host)
+	if m.Host == "" && m.BaseURL != "" {
+		switch req.Kind {
+		case apiv1.SecretGitHTTPS:
+			if u, err := url.Parse(m.BaseURL); err == nil {
+				m.Host = strings.ToLower(u.Host)
+			}
+		case apiv1.SecretGitHubApp:
+			m.Host = GitHubAppHost(m.BaseURL)
 		}
 	}
 	switch {
@@ -156,8 +173,50 @@ func checkSecret(req *SecretRequest) []string {
 	case req.Kind == apiv1.SecretGitHTTPS:
 		bad("a %s secret needs the git host it is for (host, e.g. github.com, or a base_url on that host), so profiles can check their repos are on it", req.Kind)
 	}
-	if n := len(m.BaseURL) + len(m.Username) + len(m.Host); n > maxSecretMetaBytes {
+	probs = append(probs, checkAppMeta(req.Kind, *m)...)
+	if n := len(m.BaseURL) + len(m.Username) + len(m.Host) + len(m.AppID); n > maxSecretMetaBytes {
 		bad("meta is %d bytes, at most %d", n, maxSecretMetaBytes)
+	}
+	return probs
+}
+
+// checkValue lists what is wrong with a secret's value, never quoting it.
+func checkValue(kind string, v []byte) []string {
+	switch {
+	case len(v) == 0:
+		return []string{"the value is empty"}
+	case len(v) > maxSecretValueBytes:
+		return []string{fmt.Sprintf("the value is %d bytes, at most %d", len(v), maxSecretValueBytes)}
+	case kind == apiv1.SecretGitHubApp:
+		if _, err := ghapp.ParsePrivateKey(v); err != nil {
+			return []string{fmt.Sprintf("the value must be the app's private key (the .pem file GitHub made for it): %v", err)}
+		}
+	case kind != apiv1.SecretGeneric && (!utf8.Valid(v) || strings.ContainsFunc(string(v), unicode.IsControl) || strings.TrimSpace(string(v)) != string(v)):
+		return []string{fmt.Sprintf("the value has control characters, line breaks or surrounding spaces, which a %s cannot hold (was a newline pasted with it?)", kind)}
+	case strings.ContainsRune(string(v), 0):
+		return []string{"the value has a NUL byte"}
+	}
+	return nil
+}
+
+// checkAppMeta checks the GitHub App fields: required for github_app
+// secrets, absent from others.
+func checkAppMeta(kind string, m apiv1.SecretMeta) []string {
+	var probs []string
+	if kind != apiv1.SecretGitHubApp {
+		if m.AppID != "" || m.InstallationID != 0 {
+			probs = append(probs, fmt.Sprintf("app_id and installation_id are for %s secrets, not %s", apiv1.SecretGitHubApp, kind))
+		}
+		return probs
+	}
+	if err := ghapp.CheckAppID(m.AppID); err != nil {
+		probs = append(probs, err.Error())
+	}
+	if m.InstallationID <= 0 {
+		probs = append(probs, "installation_id: want the id of the app's installation on the repositories' account (in its settings URL, .../installations/ID)")
+	}
+	if m.Username != "" {
+		probs = append(probs, "username: a github_app secret logs in with the tokens it mints, as x-access-token")
 	}
 	return probs
 }

@@ -2,8 +2,13 @@ package secrets
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/engrams/engrams/api/apiv1"
@@ -38,6 +43,10 @@ func TestCreateSecret(t *testing.T) {
 		{"git host", SecretRequest{Name: "gl", Kind: "git_https", Value: []byte(testKey), Meta: apiv1.SecretMeta{Host: "gitlab.example.com:8443"}},
 			apiv1.SecretMeta{Host: "gitlab.example.com:8443"}},
 		{"generic multi-line", SecretRequest{Name: "pem", Kind: "generic", Value: []byte("-----BEGIN-----\nabc\n-----END-----\n")}, apiv1.SecretMeta{}},
+		{"github app", SecretRequest{Name: "app", Kind: "github_app", Value: appKeyPEM(), Meta: apiv1.SecretMeta{AppID: "Iv23abc", InstallationID: 42}},
+			apiv1.SecretMeta{BaseURL: "https://api.github.com", Host: "github.com", AppID: "Iv23abc", InstallationID: 42}},
+		{"github enterprise app", SecretRequest{Name: "ghe", Kind: "github_app", Value: appKeyPEM(), Meta: apiv1.SecretMeta{AppID: "7", InstallationID: 1, BaseURL: "https://ghe.example.com/api/v3"}},
+			apiv1.SecretMeta{BaseURL: "https://ghe.example.com/api/v3", Host: "ghe.example.com", AppID: "7", InstallationID: 1}},
 	}
 	e := newAgentEnv(t, false)
 	ctx := context.Background()
@@ -79,7 +88,7 @@ func TestCreateSecretRefuses(t *testing.T) {
 	}{
 		{"bad name", SecretRequest{Name: "-x", Kind: "generic", Value: []byte(testKey)}, []string{`name "-x"`}},
 		{"reserved name", SecretRequest{Name: "Engrams-gateway-key", Kind: "generic", Value: []byte(testKey)}, []string{"reserved for engrams"}},
-		{"bad kind", SecretRequest{Name: "k", Kind: "aws", Value: []byte(testKey)}, []string{`kind "aws": want one of anthropic_api_key, openai_api_key, git_https, generic`}},
+		{"bad kind", SecretRequest{Name: "k", Kind: "aws", Value: []byte(testKey)}, []string{`kind "aws": want one of anthropic_api_key, openai_api_key, git_https, github_app, generic`}},
 		{"empty", SecretRequest{Name: "k", Kind: "generic"}, []string{"the value is empty"}},
 		{"newline in a key", SecretRequest{Name: "k", Kind: "anthropic_api_key", Value: []byte(testKey + "\n")}, []string{"line breaks"}},
 		{"too big", SecretRequest{Name: "k", Kind: "generic", Value: make([]byte, 17<<10)}, []string{"at most 16384"}},
@@ -91,6 +100,12 @@ func TestCreateSecretRefuses(t *testing.T) {
 		{"bad host", SecretRequest{Name: "k", Kind: "git_https", Value: []byte(testKey), Meta: apiv1.SecretMeta{Host: "GitHub.com"}}, []string{"not a lower-case DNS label"}},
 		{"bad username", SecretRequest{Name: "k", Kind: "git_https", Value: []byte(testKey), Meta: apiv1.SecretMeta{Username: "a b"}}, []string{`username "a b"`}},
 		{"all at once", SecretRequest{Name: "", Kind: "", Value: nil}, []string{`name ""`, `kind ""`, "the value is empty"}},
+		{"app key not pem", SecretRequest{Name: "k", Kind: "github_app", Value: []byte(testKey), Meta: apiv1.SecretMeta{AppID: "1", InstallationID: 2}},
+			[]string{"the app's private key", "not PEM"}},
+		{"app without ids", SecretRequest{Name: "k", Kind: "github_app", Value: appKeyPEM(), Meta: apiv1.SecretMeta{Username: "bot"}},
+			[]string{`app id ""`, "installation_id: want", "username: a github_app secret"}},
+		{"app ids on a git login", SecretRequest{Name: "k", Kind: "git_https", Value: []byte(testKey), Meta: apiv1.SecretMeta{Host: "github.com", AppID: "1"}},
+			[]string{"app_id and installation_id are for github_app secrets"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -158,6 +173,15 @@ func TestDeleteSecret(t *testing.T) {
 		t.Errorf("the name is free again: %v", err)
 	}
 }
+
+// appKeyPEM is a GitHub App private key (made once: it is slow).
+var appKeyPEM = sync.OnceValue(func() []byte {
+	k, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		panic(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(k)})
+})
 
 // agentEnv is a vault over SQLite with a fake sealer.
 type agentEnv struct {

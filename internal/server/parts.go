@@ -2,10 +2,12 @@ package server
 
 import (
 	"log/slog"
+	"net/http"
 
 	"github.com/engrams/engrams/internal/api"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/gateway"
+	"github.com/engrams/engrams/internal/ghapp"
 	"github.com/engrams/engrams/internal/harnessreg"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/imagejobs"
@@ -40,6 +42,7 @@ var (
 	_ tasks.Profiles              = (*profiles.Profiles)(nil)
 	_ tasks.Placeholders          = (*gateway.Gateway)(nil)
 	_ tasks.Secrets               = (*secrets.Vault)(nil)
+	_ tasks.AppTokens             = (*ghapp.Minter)(nil)
 	_ profiles.Images             = (*imagejobs.Images)(nil)
 	_ gateway.Secrets             = (*secrets.Vault)(nil)
 )
@@ -88,8 +91,9 @@ func assemble(cfg Config, deps Deps, t hostlink.Transports, links coordinator.Li
 	if tc.MonitorInterval == 0 {
 		tc.MonitorInterval = p.Co.Config().MonitorInterval
 	}
+	appTokens := ghapp.New(ghapp.Config{}, ghapp.Deps{HTTP: &http.Client{Transport: deps.GitHubUpstream}, Logger: log})
 	p.Tasks, err = tasks.New(tc, tasks.Deps{Store: st, Sessions: p.Co,
-		Profiles: p.Profiles, Placeholders: p.Gateway, Secrets: p.Vault, Logger: log, Metrics: deps.Metrics})
+		Profiles: p.Profiles, Placeholders: p.Gateway, Secrets: p.Vault, AppTokens: appTokens, Logger: log, Metrics: deps.Metrics})
 	return p, err
 }
 

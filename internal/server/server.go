@@ -60,6 +60,9 @@ type Deps struct {
 	// GatewayUpstream carries the model gateway's requests to providers
 	// (nil: TLS verified with the system roots).
 	GatewayUpstream http.RoundTripper
+	// GitHubUpstream carries GitHub App token requests (nil: TLS verified
+	// with the system roots).
+	GitHubUpstream http.RoundTripper
 	// Metrics is the process's registry (nil: nothing is measured and no
 	// /metrics is served); Ready are readiness checks besides the
 	// database's (dev: its host agent's link).

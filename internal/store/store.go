@@ -330,6 +330,19 @@ type Credentials interface {
 	DeleteCredential(ctx context.Context, id string) error
 }
 
+// Sealed reaches every value sealed at rest (domain.SealedKinds), to re-seal
+// them under a new key.
+type Sealed interface {
+	// ListSealed returns up to limit rows of kind that hold a sealed value
+	// (deleted secrets hold none), with ids above after, by id.
+	ListSealed(ctx context.Context, kind domain.SealedKind, after string, limit int) ([]domain.SealedValue, error)
+	// ReplaceSealed sets the sealed value of row id of kind to sealed, only
+	// while it is still old: one conditional write. ErrConflict if it
+	// changed meanwhile (re-sealed, or the secret deleted); ErrNotFound if
+	// there is no such row.
+	ReplaceSealed(ctx context.Context, kind domain.SealedKind, id string, old, sealed []byte) error
+}
+
 // Store is everything a backend provides. Times are kept at microsecond
 // precision and read back in UTC; a zero time given to a write means now.
 type Store interface {
@@ -342,6 +355,7 @@ type Store interface {
 	Tokens
 	Images
 	Credentials
+	Sealed
 	Harnesses
 	Secrets
 	Profiles

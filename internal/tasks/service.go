@@ -12,6 +12,7 @@ import (
 
 	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/ghapp"
 	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/store"
 )
@@ -45,6 +46,12 @@ type Secrets interface {
 	Open(ctx context.Context, id string) (domain.Secret, []byte, error)
 }
 
+// AppTokens mints GitHub App installation tokens for repository clones
+// (ghapp.Minter does).
+type AppTokens interface {
+	Token(ctx context.Context, app ghapp.App, repos []string) (ghapp.Token, error)
+}
+
 // Config tunes tasks.
 type Config struct {
 	// MonitorInterval is how often a replica looks for task setups nobody
@@ -62,6 +69,7 @@ type Deps struct {
 	Profiles     Profiles
 	Placeholders Placeholders
 	Secrets      Secrets
+	AppTokens    AppTokens // nil: repos whose credential is a GitHub App cannot be cloned
 	Logger       *slog.Logger
 	Metrics      Metrics          // nil: none
 	Now          func() time.Time // default time.Now
@@ -78,6 +86,7 @@ type Tasks struct {
 	profiles     Profiles
 	placeholders Placeholders
 	secrets      Secrets
+	appTokens    AppTokens
 	log          *slog.Logger
 	metrics      Metrics
 	now          func() time.Time
@@ -101,7 +110,7 @@ func New(cfg Config, deps Deps) (*Tasks, error) {
 		cfg.MonitorInterval = 3 * time.Second
 	}
 	c := &Tasks{cfg: cfg, st: deps.Store, sessions: deps.Sessions, profiles: deps.Profiles,
-		placeholders: deps.Placeholders, secrets: deps.Secrets, log: deps.Logger, metrics: deps.Metrics, now: deps.Now, newID: deps.NewID}
+		placeholders: deps.Placeholders, secrets: deps.Secrets, appTokens: deps.AppTokens, log: deps.Logger, metrics: deps.Metrics, now: deps.Now, newID: deps.NewID}
 	c.quotas = cfg.Quotas.withDefaults()
 	c.guard = newQuotaGuard(c.quotas)
 	if c.metrics == nil {

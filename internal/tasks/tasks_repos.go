@@ -15,11 +15,13 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/ghapp"
 	"github.com/engrams/engrams/internal/guestapi"
 )
 
@@ -40,8 +42,9 @@ func repoPath(r apiv1.ProfileRepo) string {
 // never written to the clone) and copies the clone into the session under
 // WorkRoot. The base commit is recorded in a repo_cloned event, which
 // task diff compares against. A repository already cloned (the event
-// exists) is skipped, so setup may run again.
-func (c *Tasks) cloneRepo(ctx context.Context, taskID domain.TaskID, sessionID domain.SessionID, r apiv1.ProfileRepo) error {
+// exists) is skipped, so setup may run again. all are the task's repos (a
+// GitHub App token is scoped to those sharing r's credential).
+func (c *Tasks) cloneRepo(ctx context.Context, taskID domain.TaskID, sessionID domain.SessionID, r apiv1.ProfileRepo, all []apiv1.ProfileRepo) error {
 	dir := repoPath(r)
 	if done, err := c.repoCloned(ctx, taskID, dir); err != nil || done {
 		return err
@@ -53,7 +56,7 @@ func (c *Tasks) cloneRepo(ctx context.Context, taskID domain.TaskID, sessionID d
 		return fmt.Errorf("clone %s: %w", r.URL, err)
 	}
 	defer os.RemoveAll(tmp)
-	env, err := c.gitEnv(ctx, r, tmp)
+	env, err := c.gitEnv(ctx, r, all, tmp)
 	if err != nil {
 		return err
 	}
@@ -107,12 +110,12 @@ func (c *Tasks) repoCloned(ctx context.Context, taskID domain.TaskID, dir string
 // one to another host) and, when the repository has a credential, its
 // HTTP Authorization header as a GIT_CONFIG_* entry (not argv, which other
 // users of the machine could read). The credential must be a git_https
-// secret for the repository's host.
-func (c *Tasks) gitEnv(ctx context.Context, r apiv1.ProfileRepo, home string) ([]string, error) {
+// or github_app secret for the repository's host.
+func (c *Tasks) gitEnv(ctx context.Context, r apiv1.ProfileRepo, all []apiv1.ProfileRepo, home string) ([]string, error) {
 	cfg := [][2]string{{"http.followRedirects", "false"}, {"protocol.allow", "user"}, {"protocol.http.allow", "always"},
 		{"protocol.https.allow", "always"}}
 	if r.Credential != "" {
-		auth, err := c.gitAuth(ctx, r)
+		auth, err := c.gitAuth(ctx, r, all)
 		if err != nil {
 			return nil, err
 		}
@@ -127,22 +130,31 @@ func (c *Tasks) gitEnv(ctx context.Context, r apiv1.ProfileRepo, home string) ([
 	return env, nil
 }
 
+// gitMeta is what gitAuth reads of a git credential's meta.
+type gitMeta struct {
+	Username       string `json:"username"`
+	Host           string `json:"host"`
+	BaseURL        string `json:"base_url"`
+	AppID          string `json:"app_id"`
+	InstallationID int64  `json:"installation_id"`
+}
+
 // gitAuth is the basic-auth token of a repository's credential, checked
-// to be a git_https secret whose host (when it names one) is the URL's.
-func (c *Tasks) gitAuth(ctx context.Context, r apiv1.ProfileRepo) (string, error) {
+// to be a git_https or github_app secret whose host (when it names one) is
+// the URL's. For a GitHub App it is an installation token minted now (or
+// cached while it has long to live) scoped to the repos of all that share
+// the credential.
+func (c *Tasks) gitAuth(ctx context.Context, r apiv1.ProfileRepo, all []apiv1.ProfileRepo) (string, error) {
 	sec, err := c.st.GetSecretByName(ctx, r.Credential)
 	if err != nil {
 		return "", fmt.Errorf("git credential %s: %w", r.Credential, err)
 	}
-	var meta struct {
-		Username string `json:"username"`
-		Host     string `json:"host"`
-	}
+	var meta gitMeta
 	_ = json.Unmarshal(sec.Meta, &meta)
 	u, err := url.Parse(r.URL)
 	switch {
-	case sec.Kind != "git_https":
-		return "", fmt.Errorf("%w: credential %s of %s is a %s secret, not git_https", domain.ErrInvalid, r.Credential, r.URL, sec.Kind)
+	case sec.Kind != apiv1.SecretGitHTTPS && sec.Kind != apiv1.SecretGitHubApp:
+		return "", fmt.Errorf("%w: credential %s of %s is a %s secret, not git_https or github_app", domain.ErrInvalid, r.Credential, r.URL, sec.Kind)
 	case err != nil:
 		return "", fmt.Errorf("%w: repository URL %q: %v", domain.ErrInvalid, r.URL, err)
 	case meta.Host != "" && !strings.EqualFold(meta.Host, u.Host) && !strings.EqualFold(meta.Host, u.Hostname()):
@@ -153,10 +165,48 @@ func (c *Tasks) gitAuth(ctx context.Context, r apiv1.ProfileRepo) (string, error
 		return "", fmt.Errorf("git credential %s: %w", r.Credential, err)
 	}
 	user := meta.Username
+	if sec.Kind == apiv1.SecretGitHubApp {
+		token, err := c.appToken(ctx, r, all, meta, value)
+		clear(value)
+		if err != nil {
+			return "", err
+		}
+		user, value = "x-access-token", []byte(token)
+	}
 	if user == "" {
 		user = "x-access-token"
 	}
 	return base64.StdEncoding.EncodeToString([]byte(user + ":" + string(value))), nil
+}
+
+// appToken mints the installation token a repository is cloned with: the
+// app of r's credential, scoped to the names of the repos in all that
+// share that credential.
+func (c *Tasks) appToken(ctx context.Context, r apiv1.ProfileRepo, all []apiv1.ProfileRepo, meta gitMeta, key []byte) (string, error) {
+	if c.appTokens == nil {
+		return "", fmt.Errorf("%w: credential %s is a GitHub App, and this server mints no GitHub App tokens", domain.ErrInvalid, r.Credential)
+	}
+	app, err := ghapp.NewApp(meta.AppID, meta.InstallationID, meta.BaseURL, key)
+	if err != nil {
+		return "", fmt.Errorf("%w: GitHub App credential %s: %v", domain.ErrInvalid, r.Credential, err)
+	}
+	var names []string
+	for _, o := range append([]apiv1.ProfileRepo{r}, all...) {
+		if o.Credential != r.Credential {
+			continue
+		}
+		_, name, err := ghapp.RepoOf(o.URL)
+		if err != nil {
+			return "", fmt.Errorf("%w: %v", domain.ErrInvalid, err)
+		}
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	t, err := c.appTokens.Token(ctx, app, slices.Compact(names))
+	if err != nil {
+		return "", fmt.Errorf("git credential %s: %w", r.Credential, err)
+	}
+	return t.Token, nil
 }
 
 // git runs git in dir with exactly env and returns its combined output.

@@ -29,6 +29,9 @@ func RunShared(t *testing.T, open func(t *testing.T) (store.Store, store.Store))
 		{"ProfileUpdateAcrossInstances", func(t *testing.T, a, b store.Store) {
 			UpdateProfileConcurrently(t, []store.Store{a, b}, 6, 8)
 		}},
+		{"ReplaceSealedAcrossInstances", func(t *testing.T, a, b store.Store) {
+			ReplaceSealedConcurrently(t, []store.Store{a, b}, 4, 6)
+		}},
 		{"NotifyAcrossInstances", func(t *testing.T, a, b store.Store) {
 			NotifyAcross(t, a, b)
 			NotifyAcross(t, b, a)

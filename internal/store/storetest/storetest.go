@@ -25,7 +25,7 @@ type test struct {
 // open also arranges to close it).
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	groups := [][]test{hostTests, hostAccessTests, drainTests, tokenTests, sessionTests, activityTests, transitionTests, opTests, keyTests,
-		claimTests, eventTests, snapshotTests, outboxTests, notifyTests, imageTests, harnessTests, secretTests,
+		claimTests, eventTests, snapshotTests, outboxTests, notifyTests, imageTests, harnessTests, secretTests, sealedTests,
 		profileTests, taskTests, taskIngestTests}
 	for _, group := range groups {
 		for _, tc := range group {
