@@ -109,6 +109,10 @@ type SessionSpec struct {
 	// after it was created, whatever it is doing (0: server default; -1:
 	// none).
 	MaxLifetimeSec int `json:"max_lifetime_s,omitempty"`
+	// Egress lists the hosts the guest may reach ("name", "name:port",
+	// "*.suffix[:port]"); the harness's own hosts are added. Empty: no
+	// network at all.
+	Egress []string `json:"egress,omitempty"`
 }
 
 // CreateSessionRequest is the body of RouteCreateSession.

@@ -116,6 +116,7 @@ never: no limit).`,
 	f.IntVar(&req.MemoryMiB, "memory", 0, "guest memory in MiB (default: the server's)")
 	f.IntVar(&req.VCPUs, "vcpus", 0, "virtual CPUs (default 1)")
 	f.StringArrayVar(&env, "env", nil, "environment variable KEY=VALUE for every command (repeatable)")
+	f.StringArrayVar(&req.Egress, "egress", nil, "`HOST[:PORT]` or *.SUFFIX the guest may reach (repeatable; ports 80 and 443 when none is given; none: no network)")
 	f.StringVar(&req.Image, "image", "", "the `NAME` of an enabled image (see engrams image list; default: the server's)")
 	f.StringVar(&req.Harness, "harness", "", "the agent `HARNESS` to attach, NAME or NAME@VERSION (refused at once if it cannot run on the image)")
 	f.BoolVar(&noWait, "no-wait", false, "return at once instead of waiting until the session is active")

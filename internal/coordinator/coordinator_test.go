@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -106,6 +107,8 @@ func TestCreateRejectsBadSpecs(t *testing.T) {
 		{MemoryMiB: 1}, {MemoryMiB: 1 << 30}, {VCPUs: -1}, {VCPUs: 99}, {Env: map[string]string{"A=B": "x"}},
 		{Env: map[string]string{"A": "x\x00y"}}, {Env: map[string]string{"A": strings.Repeat("x", 70<<10)}},
 		{Image: "a b"}, {Image: strings.Repeat("i", 600)},
+		{Egress: []string{"exa mple.com"}}, {Egress: []string{"example.com:99999"}}, {Egress: []string{"*."}},
+		{Egress: make([]string, 257)},
 	} {
 		if _, err := e.Co.CreateSession(context.Background(), spec, ""); !errors.Is(err, domain.ErrInvalid) {
 			t.Errorf("spec %+v: err %v, want ErrInvalid", spec, err)
@@ -113,6 +116,29 @@ func TestCreateRejectsBadSpecs(t *testing.T) {
 	}
 	if ss, _ := e.St.ListSessions(context.Background(), domain.SessionFilter{}); len(ss) != 0 {
 		t.Fatalf("bad input created %d sessions", len(ss))
+	}
+}
+
+// TestEgressPinnedAndSent: a session's egress list is stored sorted and
+// without repeats, and its host is told it with the machine's spec.
+func TestEgressPinnedAndSent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, coordinator.Config{})
+	_, h := e.AddHost(t, "a", 4)
+	ctx := context.Background()
+	s, err := e.Co.CreateSession(ctx, domain.SessionSpec{Egress: []string{"pypi.org", "*.github.com", "pypi.org", "example.com:8443"}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"*.github.com", "example.com:8443", "pypi.org"}
+	if !slices.Equal(s.Spec.Egress, want) {
+		t.Fatalf("stored egress %q, want %q", s.Spec.Egress, want)
+	}
+	e.Wait(t, s.ID, domain.SessionActive)
+	h.Mu.Lock()
+	defer h.Mu.Unlock()
+	if len(h.Starts) == 0 || !slices.Equal(h.Starts[len(h.Starts)-1].Spec.Egress, want) {
+		t.Fatalf("host starts %+v, want the last with egress %q", h.Starts, want)
 	}
 }
 

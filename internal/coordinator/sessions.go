@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -87,7 +89,29 @@ func checkEnv(spec *domain.SessionSpec) error {
 	if len(spec.Image) > domain.MaxImageRef || strings.ContainsAny(spec.Image, "\x00\n ") {
 		return fmt.Errorf("%w: image must be a reference of at most %d characters without spaces", domain.ErrInvalid, domain.MaxImageRef)
 	}
-	return domain.CheckEnv(spec.Env)
+	if err := domain.CheckEnv(spec.Env); err != nil {
+		return err
+	}
+	return checkEgress(spec)
+}
+
+// maxEgress bounds a session's egress list (a profile's is bounded the
+// same, and a harness names a few hosts).
+const maxEgress = 256
+
+// checkEgress validates spec.Egress, then sorts it and drops repeats.
+func checkEgress(spec *domain.SessionSpec) error {
+	if len(spec.Egress) > maxEgress {
+		return fmt.Errorf("%w: egress lists %d hosts, at most %d", domain.ErrInvalid, len(spec.Egress), maxEgress)
+	}
+	for i, h := range spec.Egress {
+		if err := guestapi.CheckEgressHost(h); err != nil {
+			return fmt.Errorf("%w: egress[%d]: %w", domain.ErrInvalid, i, err)
+		}
+	}
+	slices.Sort(spec.Egress)
+	spec.Egress = slices.Compact(spec.Egress)
+	return nil
 }
 
 // DeleteSession records that the session should be deleted and supersedes

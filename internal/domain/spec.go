@@ -60,6 +60,11 @@ type SessionSpec struct {
 	// session, pinned when the session is created (never taken from a
 	// user's request) and read only by the coordinator.
 	Credentials []CredentialGrant `json:"credentials,omitempty"`
+	// Egress lists what the session's guest may reach ("name",
+	// "name:port", "*.suffix[:port]"; guestapi.CheckEgressHost), pinned at
+	// create: the request's or profile's list plus the hosts its harness
+	// names, sorted, each once. Empty: the guest has no network at all.
+	Egress []string `json:"egress,omitempty"`
 }
 
 // CredentialGrant lets the model gateway use one secret for one credential

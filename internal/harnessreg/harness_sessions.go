@@ -48,6 +48,7 @@ func (c *Registry) PinHarness(ctx context.Context, spec *domain.SessionSpec, lib
 			domain.ErrInvalid, h.Name, h.Version, where, err, d.Requires.Libc, libcOrNone(libc))
 	}
 	spec.HarnessID = h.ID
+	spec.Egress = append(spec.Egress, d.Hosts...) // the coordinator sorts and dedupes
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +21,7 @@ import (
 func putHarness(t *testing.T, e *env, name, version, libc string) domain.Harness {
 	t.Helper()
 	d := guestapi.HarnessDescriptor{Format: guestapi.HarnessDescriptorFormat, Name: name, Version: version, Entrypoint: []string{"bin/agent"},
-		Protocol: guestapi.HarnessProtocolShell, Requires: guestapi.HarnessRequires{Libc: libc}}
+		Protocol: guestapi.HarnessProtocolShell, Requires: guestapi.HarnessRequires{Libc: libc}, Hosts: []string{"api." + name + ".test:443"}}
 	desc, err := d.Marshal()
 	if err != nil {
 		t.Fatal(err)
@@ -98,9 +99,12 @@ func TestHarnessSessions(t *testing.T) {
 		}
 	}
 
-	s, err := e.co.CreateSession(ctx, domain.SessionSpec{Image: "app", Harness: "static-agent"}, "")
+	s, err := e.co.CreateSession(ctx, domain.SessionSpec{Image: "app", Harness: "static-agent", Egress: []string{"pypi.org"}}, "")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if want := []string{"api.static-agent.test:443", "pypi.org"}; !slices.Equal(s.Spec.Egress, want) {
+		t.Errorf("egress %q, want the request's and the harness's hosts %q", s.Spec.Egress, want)
 	}
 	e.Wait(t, s.ID, domain.SessionActive)
 	h.Mu.Lock()

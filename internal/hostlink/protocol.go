@@ -162,6 +162,10 @@ type MachineSpec struct {
 	HarnessID      string            `json:"harness_id,omitempty"`
 	IdleTimeoutSec int               `json:"idle_timeout_s,omitempty"`
 	MaxLifetimeSec int               `json:"max_lifetime_s,omitempty"`
+	// Egress is what the guest may reach (domain.SessionSpec.Egress); a
+	// host that can enforce it gives the machine a network path with this
+	// policy, and none when it is empty.
+	Egress []string `json:"egress,omitempty"`
 }
 
 // MachineSpecOf maps a session spec to what its host is told.
@@ -171,6 +175,7 @@ func MachineSpecOf(s domain.SessionSpec) MachineSpec {
 		ImageID: s.ImageID, BaseSnapshotID: s.BaseSnapshotID,
 		Harness: s.Harness, HarnessID: s.HarnessID,
 		IdleTimeoutSec: s.IdleTimeoutSec, MaxLifetimeSec: s.MaxLifetimeSec,
+		Egress: s.Egress,
 	}
 }
 

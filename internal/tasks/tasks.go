@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -238,9 +239,11 @@ func (c *Tasks) StopTask(ctx context.Context, taskID domain.TaskID) (domain.Task
 }
 
 // taskMachineSpec is the session a profile asks for: its image, harness,
-// env, idle timeout and the credentials the model gateway may use.
+// env, idle timeout, egress allowlist and the credentials the model gateway
+// may use.
 func (c *Tasks) taskMachineSpec(ctx context.Context, spec apiv1.ProfileSpec) (domain.SessionSpec, error) {
-	m := domain.SessionSpec{Image: spec.Image, Harness: spec.Harness, Env: map[string]string{}, IdleTimeoutSec: spec.IdleTimeoutS}
+	m := domain.SessionSpec{Image: spec.Image, Harness: spec.Harness, Env: map[string]string{}, IdleTimeoutSec: spec.IdleTimeoutS,
+		Egress: slices.Clone(spec.Egress)}
 	for k, v := range spec.Env {
 		m.Env[k] = v
 	}

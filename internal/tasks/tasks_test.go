@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -515,7 +516,7 @@ func TestStartTask(t *testing.T) {
 	e := agentTaskEnv(t)
 	ctx := context.Background()
 	spec := apiv1.ProfileSpec{Image: "py", Harness: "claude-code", Credentials: []string{"ant"}, Env: map[string]string{"LOG_LEVEL": "debug"},
-		Repos: []apiv1.ProfileRepo{{URL: "https://github.com/acme/app.git", Credential: "gh"}}, IdleTimeoutS: 900}
+		Repos: []apiv1.ProfileRepo{{URL: "https://github.com/acme/app.git", Credential: "gh"}}, IdleTimeoutS: 900, Egress: []string{"pypi.org"}}
 	p, err := e.profiles.CreateProfile(ctx, "rev", spec)
 	if err != nil {
 		t.Fatal(err)
@@ -533,15 +534,15 @@ func TestStartTask(t *testing.T) {
 		rec.Receipt.Harness.Name != "claude-code" || len(rec.Receipt.Credentials) != 2 {
 		t.Errorf("receipt %s: %v", tk.Receipt, err)
 	}
-	// The session: the profile's image, harness, env, idle timeout and
-	// model credential; the git login stays with the coordinator.
+	// The session: the profile's image, harness, env, idle timeout, egress
+	// and model credential; the git login stays with the coordinator.
 	s, err := e.st.GetSession(ctx, tk.SessionID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ms := s.Spec
 	ant, _ := e.st.GetSecretByName(ctx, "ant")
-	if ms.Image != "py" || ms.Harness == "" || ms.Env["LOG_LEVEL"] != "debug" || ms.IdleTimeoutSec != 900 ||
+	if ms.Image != "py" || ms.Harness == "" || ms.Env["LOG_LEVEL"] != "debug" || ms.IdleTimeoutSec != 900 || !slices.Contains(ms.Egress, "pypi.org") ||
 		!reflect.DeepEqual(ms.Credentials, []domain.CredentialGrant{{Kind: "anthropic_api_key", SecretID: ant.ID}}) {
 		t.Errorf("session spec %+v", ms)
 	}
