@@ -324,6 +324,8 @@ func schemaTypes() map[string]reflect.Type {
 		"OutboxRequest":        reflect.TypeFor[apiv1.OutboxRequest](),
 		"OutboxItem":           reflect.TypeFor[apiv1.OutboxItem](),
 		"OutboxList":           reflect.TypeFor[apiv1.OutboxList](),
+		"EgressEvent":          reflect.TypeFor[apiv1.EgressEvent](),
+		"EgressList":           reflect.TypeFor[apiv1.EgressList](),
 		"SessionList":          reflect.TypeFor[apiv1.SessionList](),
 		"ExecRequest":          reflect.TypeFor[apiv1.ExecRequest](),
 		"ExecFrame":            reflect.TypeFor[apiv1.ExecFrame](),
