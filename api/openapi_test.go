@@ -381,6 +381,7 @@ func schemaTypes() map[string]reflect.Type {
 		"ReceiptImage":         reflect.TypeFor[apiv1.ReceiptImage](),
 		"ReceiptHarness":       reflect.TypeFor[apiv1.ReceiptHarness](),
 		"ReceiptHost":          reflect.TypeFor[apiv1.ReceiptHost](),
+		"ReceiptEnforcement":   reflect.TypeFor[apiv1.ReceiptEnforcement](),
 		"ReceiptCredential":    reflect.TypeFor[apiv1.ReceiptCredential](),
 		"ReceiptSkill":         reflect.TypeFor[apiv1.ReceiptSkill](),
 		"ReceiptApp":           reflect.TypeFor[apiv1.ReceiptApp](),
