@@ -102,6 +102,15 @@ func assemble(cfg Config, deps Deps, t hostlink.Transports, links coordinator.Li
 	return p, err
 }
 
+// routeHostLink adds what hosts send over their link to mux: each part's
+// host-link routes.
+func (p *Parts) routeHostLink(mux *http.ServeMux) {
+	p.Co.RouteHostLink(mux)
+	p.Gateway.RouteHostLink(mux)
+	p.Tasks.RouteHostLink(mux)
+	p.Egress.RouteHostLink(mux)
+}
+
 // APIDeps gives each API router its service (st is the replica's store,
 // which the read-only routers use).
 func (p *Parts) APIDeps(st store.Store, log *slog.Logger) api.Deps {

@@ -126,10 +126,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, err
 	}
 	s.parts = p
-	p.Co.RouteHostLink(hostMux)
-	p.Gateway.RouteHostLink(hostMux)
-	p.Tasks.RouteHostLink(hostMux)
-	p.Egress.RouteHostLink(hostMux)
+	p.routeHostLink(hostMux)
 	s.api = api.New(api.Config{Version: cfg.Version, ReplicaID: cfg.ReplicaID, OpenAPI: apidoc.OpenAPI()}, p.APIDeps(deps.Store, log))
 	s.mux.Handle(apiv1.PathPrefix, s.api)
 	s.mux.Handle(hostlink.PathConnect, s.link)
