@@ -42,9 +42,9 @@ type EgressEvent struct {
 }
 
 // EgressList answers RouteEgress. Next is the cursor of the following
-// page: for a newest-first read, pass it as before= (0: there is none);
-// for an after= read, pass it as after= (the newest seq seen, or the
-// after= asked when nothing is new).
+// page: for a newest-first read, pass it as before= (0 when the page was
+// not full: nothing older is left); for an after= read, pass it as after=
+// (the newest seq seen, or the after= asked when nothing is new).
 type EgressList struct {
 	Events []EgressEvent `json:"events"`
 	Next   int64         `json:"next"`
