@@ -30,6 +30,7 @@ var (
 		"internal/imagejobs/...",
 		"internal/secrets/...",
 		"internal/profiles/...",
+		"internal/egresslog/...",
 	}
 	storePkgs = []string{"internal/store/..."} // the contract and its backends
 	vmmPkgs   = []string{"internal/vmm/..."}
@@ -91,6 +92,12 @@ var layerRules = []layerRule{
 		from:   []string{"internal/scheduler/...", "internal/lifecycle/..."},
 		only:   []string{std, "internal/domain/..."},
 		reason: "placement and the state machine are pure functions over domain types, table-tested without I/O",
+	},
+	{
+		name:   "egresslog-over-the-store",
+		from:   []string{"internal/egresslog/..."},
+		only:   []string{std, thirdparty, "internal/domain/...", "internal/hostlink/...", "internal/store"},
+		reason: "the egress log takes hosts' reports and serves reads over the store contract; no other service's code",
 	},
 	{
 		name:   "domain-is-a-leaf",
@@ -241,6 +248,7 @@ func TestLayeringRulesBite(t *testing.T) {
 		return &goPackage{dir: dir, files: []*goFile{f}}
 	}
 	st := &sourceTree{module: "example.com/m", pkgs: []*goPackage{
+		fake("internal/egresslog", "example.com/m/internal/store", "example.com/m/internal/coordinator", "golang.org/x/time/rate"),
 		fake("internal/lifecycle", "example.com/m/internal/store", "example.com/m/internal/domain", "time"),
 		fake("internal/domain", "github.com/google/uuid"),
 		fake("internal/guest/sub", "example.com/m/internal/guestapi", "example.com/m/internal/guestinit", "golang.org/x/sys/unix"),
@@ -262,6 +270,7 @@ func TestLayeringRulesBite(t *testing.T) {
 		got = append(got, v.importer+" → "+v.imported+" "+v.rule.name)
 	}
 	want := []string{
+		"internal/egresslog → internal/coordinator egresslog-over-the-store",
 		"internal/lifecycle → internal/store pure-decisions",
 		"internal/domain → github.com/google/uuid domain-is-a-leaf",
 		"internal/guest/sub → internal/guestinit guest-self-contained",

@@ -180,18 +180,21 @@ type ProfileList struct {
 // Receipt says what a task started from a profile gets, resolved against
 // the registered images, harnesses and secrets.
 type Receipt struct {
-	Image        ReceiptImage        `json:"image"`
-	Harness      ReceiptHarness      `json:"harness"`
-	Model        string              `json:"model,omitempty"` // effective: the profile's or the harness's default
-	Mode         string              `json:"mode,omitempty"`
-	Powers       []string            `json:"powers"` // plain sentences
-	Hosts        []ReceiptHost       `json:"hosts"`
-	Credentials  []ReceiptCredential `json:"credentials"`
-	Repos        []ProfileRepo       `json:"repos"`
-	Env          []string            `json:"env"` // names only
-	Skills       []ReceiptSkill      `json:"skills"`
-	Apps         []ReceiptApp        `json:"apps"`
-	IdleTimeoutS int                 `json:"idle_timeout_s,omitempty"`
+	Image   ReceiptImage   `json:"image"`
+	Harness ReceiptHarness `json:"harness"`
+	Model   string         `json:"model,omitempty"` // effective: the profile's or the harness's default
+	Mode    string         `json:"mode,omitempty"`
+	Powers  []string       `json:"powers"` // plain sentences
+	Hosts   []ReceiptHost  `json:"hosts"`
+	// Enforcement says, per session backend, whether the terms of Hosts
+	// hold whatever runs in the guest, and how.
+	Enforcement  []ReceiptEnforcement `json:"enforcement"`
+	Credentials  []ReceiptCredential  `json:"credentials"`
+	Repos        []ProfileRepo        `json:"repos"`
+	Env          []string             `json:"env"` // names only
+	Skills       []ReceiptSkill       `json:"skills"`
+	Apps         []ReceiptApp         `json:"apps"`
+	IdleTimeoutS int                  `json:"idle_timeout_s,omitempty"`
 }
 
 // ReceiptImage is the image a task starts from.
@@ -212,14 +215,50 @@ type ReceiptHarness struct {
 	Protocol string `json:"protocol,omitempty"`
 }
 
-// ReceiptHost is a host named by the profile or its harness, and whether
-// the guest can reach it.
+// ReceiptHost is a host named by the profile, its harness or its
+// credentials, whether the guest can reach it and how.
 type ReceiptHost struct {
 	Host      string `json:"host"`
 	Why       string `json:"why"`       // what names it
 	Reachable bool   `json:"reachable"` // from the guest
-	Enforced  bool   `json:"enforced"`  // the platform makes it so, whatever runs in the guest
-	Reason    string `json:"reason"`    // plain: how, or why not
+	Via       string `json:"via"`       // Via*: how the guest reaches it
+	// Enforced: some backend makes it so whatever runs in the guest;
+	// EnforcedOn names those backends (Receipt.Enforcement says how).
+	Enforced   bool     `json:"enforced"`
+	EnforcedOn []string `json:"enforced_on"`
+	Reason     string   `json:"reason"` // plain: how, or why not
+}
+
+// How the guest reaches a host (ReceiptHost.Via).
+const (
+	// ViaGateway: only through the model gateway, which adds the key
+	// outside the guest and forwards to the provider.
+	ViaGateway = "gateway"
+	// ViaProxy: directly, through the host's egress proxy, which checks
+	// the name and passes TLS through untouched (the guest verifies the
+	// server; no credential is added).
+	ViaProxy = "proxy"
+	// ViaBrokered: through the egress proxy, which terminates TLS (the
+	// guest trusts the deployment's CA for this host only), verifies the
+	// upstream and adds the credential outside the guest; the guest holds
+	// a placeholder.
+	ViaBrokered = "brokered"
+)
+
+// Session backends a receipt speaks of (ReceiptEnforcement.Backend,
+// ReceiptHost.EnforcedOn).
+const (
+	BackendQEMU        = "qemu"
+	BackendFirecracker = "firecracker"
+	BackendProcess     = "process"
+)
+
+// ReceiptEnforcement is what one backend enforces of a receipt's network
+// terms.
+type ReceiptEnforcement struct {
+	Backend  string `json:"backend"`  // Backend*
+	Enforced bool   `json:"enforced"` // the terms hold whatever runs in the guest
+	How      string `json:"how"`      // plain sentence
 }
 
 // Credential deliveries.
@@ -236,7 +275,10 @@ type ReceiptCredential struct {
 	Kind     string `json:"kind"`
 	Delivery string `json:"delivery"`      // Delivery*
 	Env      string `json:"env,omitempty"` // the variable the guest sees (a placeholder for gateway-injected keys)
-	Detail   string `json:"detail"`        // plain sentence
+	// EnforcedOn names the backends on which the real secret never
+	// enters the guest, whatever runs there.
+	EnforcedOn []string `json:"enforced_on"`
+	Detail     string   `json:"detail"` // plain sentence
 }
 
 // ReceiptSkill is a skill bundle the profile names.

@@ -58,7 +58,10 @@ func TestProfileRoutes(t *testing.T) {
 			`"receipt":{"image":{"id":"img-py","name":"py","ref":"reg/python:3.12","digest":"sha256:py","libc":"glibc"}`,
 			`"harness":{"id":"h1","name":"claude-code","version":"2.1.0","digest":"sha256:cc","protocol":"claude-stream-json"}`,
 			`"model":"sonnet"`, `"delivery":"gateway-injected"`, `"delivery":"coordinator-clone"`, `"env":["LOG_LEVEL"]`,
-			`"host":"pypi.org"`, `"reachable":false`, `"skills":[]`, `"apps":[]`}, []string{"problems", apiKey}},
+			`"host":"pypi.org","why":"listed in the profile's egress","reachable":true,"via":"proxy","enforced":true,"enforced_on":["qemu","firecracker"]`,
+			`"host":"github.com","why":"host of credential gh (git_https)","reachable":true,"via":"brokered"`,
+			`"enforcement":[{"backend":"qemu","enforced":true,`, `{"backend":"process","enforced":false,"how":"nothing is enforced`,
+			`"skills":[]`, `"apps":[]`}, []string{"problems", apiKey}},
 		{"taken", "POST", "/v1/profiles", `{"name":"rev","spec":` + spec + `}`, 409, []string{"a profile named rev exists"}, nil},
 		{"invalid", "POST", "/v1/profiles", `{"name":"bad","spec":{"image":"nope","harness":"claude-code","model":"gpt"}}`, 400, []string{
 			`"code":"bad_request"`, "profile bad has 3 problems", `image \"nope\"`, `model \"gpt\"`, "needs a credential of kind anthropic_api_key"}, nil},

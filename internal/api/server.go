@@ -38,6 +38,7 @@ type Deps struct {
 	Profiles  ProfileService
 	Tasks     TaskService
 	TaskReads TaskReads // the store satisfies it
+	Egress    EgressLog
 	Logger    *slog.Logger
 	Now       func() time.Time
 	NewID     func() string
@@ -104,6 +105,7 @@ func (s *Server) routes() {
 	(&harnessesRouter{base: s.base, co: s.deps.Harnesses}).route(h)
 	(&secretsRouter{base: s.base, co: s.deps.Secrets}).route(h)
 	(&profilesRouter{base: s.base, co: s.deps.Profiles}).route(h)
+	(&egressRouter{base: s.base, co: s.deps.Egress}).route(h)
 	(&tasksRouter{base: s.base, co: s.deps.Tasks, st: s.deps.TaskReads, guests: s.deps.Guests, profiles: s.deps.Profiles}).route(h)
 }
 

@@ -438,7 +438,17 @@ func (a profileCmds) printReceipt(w io.Writer, r apiv1.ProfileResponse) error {
 	}
 	section(w, "What a task can do", rc.Powers, func(s string) string { return s })
 	printHosts(w, rc.Hosts)
+	section(w, "Enforcement", rc.Enforcement, func(e apiv1.ReceiptEnforcement) string {
+		state := "NOT enforced"
+		if e.Enforced {
+			state = "enforced"
+		}
+		return fmt.Sprintf("%s: %s: %s", e.Backend, state, e.How)
+	})
 	section(w, "Credentials", rc.Credentials, func(c apiv1.ReceiptCredential) string {
+		if len(c.EnforcedOn) > 0 {
+			return fmt.Sprintf("%s (%s, never in the guest on %s): %s", c.Name, c.Kind, strings.Join(c.EnforcedOn, ", "), c.Detail)
+		}
 		return fmt.Sprintf("%s (%s): %s", c.Name, c.Kind, c.Detail)
 	})
 	section(w, "Repos", rc.Repos, func(r apiv1.ProfileRepo) string {
@@ -479,15 +489,65 @@ func printHosts(w io.Writer, hosts []apiv1.ReceiptHost) {
 	section(w, "Hosts", hosts, func(h apiv1.ReceiptHost) string {
 		state := "NOT reachable"
 		if h.Reachable {
-			state = "reachable"
+			state = "reachable" + viaNote(h.Via)
 		}
-		if h.Enforced {
+		switch {
+		case len(h.EnforcedOn) > 0:
+			state += ", enforced on " + strings.Join(h.EnforcedOn, ", ")
+		case h.Enforced:
 			state += ", enforced"
-		} else {
+		default:
 			state += ", not enforced"
 		}
 		return fmt.Sprintf("%s: %s (%s): %s", h.Host, state, h.Why, h.Reason)
 	})
+}
+
+// viaNote says how a host is reached, for a receipt's host line.
+func viaNote(via string) string {
+	switch via {
+	case apiv1.ViaGateway:
+		return " via the model gateway"
+	case apiv1.ViaProxy:
+		return " directly via the egress proxy"
+	case apiv1.ViaBrokered:
+		return ", brokered by the egress proxy"
+	}
+	return ""
+}
+
+// printGrants is the short form of a receipt's network terms that `task
+// start` prints: which backends enforce them, and the hosts with how each
+// is reached.
+func printGrants(w io.Writer, rc apiv1.Receipt, profile string) {
+	var on, off []string
+	for _, e := range rc.Enforcement {
+		if e.Enforced {
+			on = append(on, e.Backend)
+		} else {
+			off = append(off, e.Backend)
+		}
+	}
+	var terms []string
+	if len(on) > 0 {
+		terms = append(terms, "enforced on "+strings.Join(on, ", "))
+	}
+	if len(off) > 0 {
+		terms = append(terms, "NOT enforced on "+strings.Join(off, ", "))
+	}
+	if len(terms) > 0 {
+		fmt.Fprintf(w, "egress: %s (see `engrams profile show %s`)\n", strings.Join(terms, "; "), profile)
+	}
+	hosts := make([]string, 0, len(rc.Hosts))
+	for _, h := range rc.Hosts {
+		if h.Reachable {
+			hosts = append(hosts, h.Host+" ("+firstNonEmpty(h.Via, "reachable")+")")
+		}
+	}
+	if len(hosts) == 0 {
+		hosts = append(hosts, "no host")
+	}
+	fmt.Fprintf(w, "reaches: %s\n", strings.Join(hosts, ", "))
 }
 
 func imageLine(im apiv1.ReceiptImage) string {

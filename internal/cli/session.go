@@ -28,7 +28,7 @@ resumed transparently, on any compatible host, when you use it again.`)
 		annConflict: "the session is not in a state that allows this; check it with `engrams session get ID`",
 	}
 	cmd.AddCommand(a.sessionCreateCmd(), a.sessionListCmd(), a.sessionGetCmd(),
-		a.sessionExecCmd(), a.sessionLogsCmd(), a.sessionDeleteCmd(),
+		a.sessionExecCmd(), a.sessionLogsCmd(), a.sessionEgressCmd(), a.sessionDeleteCmd(),
 		a.sessionSuspendCmd(), a.sessionResumeCmd(), a.sessionSnapshotCmd(), a.sessionOutboxCmd())
 	return cmd
 }

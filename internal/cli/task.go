@@ -39,8 +39,9 @@ func (a taskCmds) taskStartCmd() *cobra.Command {
 		Long: `Start a task: a session is created from the profile (its image, with the
 profile's harness bundle attached), the profile's repositories are cloned
 into /work, and the prompt goes to the agent. The command prints the task id
-at once; --follow streams the conversation until the agent is done with the
-prompt.`,
+at once (and, on stderr, which backends enforce the profile's egress and the
+hosts the task reaches); --follow streams the conversation until the agent
+is done with the prompt.`,
 		Example: `  engrams task start --profile go-service "add a /healthz endpoint"
   engrams task start -p docs --follow "fix the typos in README.md"`,
 		Args: usageArgs(cobra.ExactArgs(1)),
@@ -58,6 +59,9 @@ prompt.`,
 				return printJSON(cmd.OutOrStdout(), t)
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), t.ID)
+			if t.Receipt != nil {
+				printGrants(cmd.ErrOrStderr(), *t.Receipt, req.Profile)
+			}
 			if !follow {
 				return nil
 			}

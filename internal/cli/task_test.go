@@ -209,7 +209,10 @@ func (f *taskFakeAPI) startTask(w http.ResponseWriter, r *http.Request) {
 		title, _, _ = strings.Cut(req.Prompt, "\n")
 	}
 	t := &apiv1.Task{ID: "t9", Title: title, State: "starting", ProfileID: "prof-" + req.Profile, SessionID: "s9", ProfileVersion: 3,
-		CreatedAt: clienttest.BaseTime(), UpdatedAt: clienttest.BaseTime()} // recorded before its first events
+		CreatedAt: clienttest.BaseTime(), UpdatedAt: clienttest.BaseTime(), Receipt: &apiv1.Receipt{ // recorded before its first events
+			Hosts: []apiv1.ReceiptHost{{Host: "api.anthropic.com:443", Reachable: true, Via: apiv1.ViaGateway}, {Host: "github.com", Reachable: true, Via: apiv1.ViaBrokered},
+				{Host: "pypi.org", Reachable: true, Via: apiv1.ViaProxy}, {Host: "old.example", Reachable: false}},
+			Enforcement: []apiv1.ReceiptEnforcement{{Backend: "qemu", Enforced: true}, {Backend: "firecracker", Enforced: true}, {Backend: "process"}}}}
 	f.tasks = append(f.tasks, t)
 	text, _ := json.Marshal(req.Prompt)
 	f.events["t9"] = []apiv1.TaskEvent{
@@ -285,6 +288,11 @@ const t1Conversation = `06:00:01   [session s1]
 06:00:16   [custom] {"a":1}
 `
 
+// startGrants is what `task start` says on stderr of the fake's receipt:
+// which backends enforce its egress, and how each host is reached.
+const startGrants = "egress: enforced on qemu, firecracker; NOT enforced on process (see `engrams profile show go`)\n" +
+	"reaches: api.anthropic.com:443 (gateway), github.com (brokered), pypi.org (proxy)\n"
+
 func TestTaskCommands(t *testing.T) {
 	t.Parallel()
 	runTable(t, newTaskServer, []cmdTest{
@@ -335,11 +343,11 @@ func TestTaskCommands(t *testing.T) {
 			errContain: []string{"error: send to task: not active: task t2 is stopped (HTTP 409 conflict)\n",
 				"hint: the task is not in a state that allows this; check it with `engrams task show ID`\n"}},
 		{name: "send without text", args: []string{"task", "send", "t1"}, code: 2, errContain: []string{"accepts 2 arg(s), received 1", "hint: see `engrams task send --help`"}},
-		{name: "start", args: []string{"task", "start", "--profile", "go", "add x\nand y"}, stdout: "t9\n"},
+		{name: "start", args: []string{"task", "start", "--profile", "go", "add x\nand y"}, stdout: "t9\n", stderr: startGrants},
 		{name: "start json", args: []string{"task", "start", "-p", "go", "--title", "my title", "--json", "add x"},
 			contains: []string{`"id": "t9"`, `"title": "my title"`, `"profile_id": "prof-go"`, `"state": "starting"`}},
 		{name: "start follow", args: []string{"task", "start", "-p", "go", "-f", "do it"},
-			stdout: "t9\n06:00:01   [session s9]\n06:00:02 > do it\n06:00:03   [shell 1, model m]\n06:00:04   done it\n06:00:05   [done]\n"},
+			stdout: "t9\n06:00:01   [session s9]\n06:00:02 > do it\n06:00:03   [shell 1, model m]\n06:00:04   done it\n06:00:05   [done]\n", stderr: startGrants},
 		{name: "start without a profile", args: []string{"task", "start", "do it"}, code: 2,
 			errContain: []string{`required flag(s) "profile" not set`, "hint: see `engrams task start --help`"}},
 		{name: "start without a prompt", args: []string{"task", "start", "--profile", "go"}, code: 2, errContain: []string{"accepts 1 arg(s), received 0"}},

@@ -97,6 +97,7 @@ func hostileAPI(t *testing.T) string {
 		b, _ := json.Marshal(apiv1.Event{Seq: 1, Type: "harness", Data: mustJSON(map[string]string{"line": hostile}), Time: clienttest.BaseTime()})
 		fmt.Fprintf(w, "id: 1\nevent: harness\ndata: %s\n\n", b)
 	})
+	mux.HandleFunc("GET /v1/sessions/{id}/egress", hostileEgress)
 	mux.HandleFunc("GET /v1/sessions/{id}/exec/ws", func(w http.ResponseWriter, r *http.Request) {
 		c, err := websocket.Accept(w, r, nil)
 		if err != nil {
@@ -121,6 +122,14 @@ func hostileAPI(t *testing.T) string {
 	ts := httptest.NewServer(mux)
 	t.Cleanup(ts.Close)
 	return ts.URL
+}
+
+// hostileEgress answers a session's egress log: a guest chooses the names
+// it asks for, and reasons quote them.
+func hostileEgress(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(apiv1.EgressList{Events: []apiv1.EgressEvent{{Seq: 1, Time: clienttest.BaseTime(), Kind: apiv1.EgressDNS,
+		Host: hostile + ".test", Port: 53, Verdict: apiv1.EgressDeny, Reason: "not allowed: " + hostile}}})
 }
 
 func mustJSON(v any) json.RawMessage {
@@ -174,6 +183,8 @@ func TestTerminalSafety(t *testing.T) {
 		{name: "session logs", args: []string{"session", "logs", "s1"}},
 		{name: "session logs json", args: []string{"session", "logs", "--json", "s1"}},
 		{name: "session get", args: []string{"session", "get", "s1"}},
+		{name: "session egress", args: []string{"session", "egress", "s1"}},
+		{name: "session egress json", args: []string{"session", "egress", "--json", "s1"}},
 		{name: "host list", args: []string{"host", "list"}},
 		{name: "host get", args: []string{"host", "get", "h1"}},
 		{name: "host get json", args: []string{"host", "get", "--json", "h1"}},

@@ -57,6 +57,8 @@ type Server struct {
 	nextJob    int
 	imageSteps []apiv1.ImageJob           // see ScriptImageJobs
 	enables    []apiv1.EnableImageRequest // see EnableRequests
+
+	egress map[string][]apiv1.EgressEvent // session -> its egress log, oldest first; see AddEgress
 }
 
 // EndMessage makes a followed event stream of a terminal session end with
@@ -161,6 +163,7 @@ func (s *Server) routes(mux *http.ServeMux) {
 	auth(apiv1.RouteSnapshot, s.withSession(s.snapshot))
 	auth(apiv1.RouteOutboxPut, s.withSession(s.putOutbox))
 	auth(apiv1.RouteOutboxList, s.withSession(s.listOutbox))
+	auth(apiv1.RouteEgress, s.withSession(s.listEgress))
 	adminFake{s}.routes(auth)
 	imageFake{s}.routes(auth)
 }

@@ -34,6 +34,9 @@ import (
 //     superseded when the link may no longer hold the host, and the
 //     coordinator then closes the link. Hosts of this version end the link
 //     and back off; older ones retry as after any failure.)
+//     (2026-12-03, same version: hosts report their machines' egress, every
+//     DNS query and connection with its verdict (PathEgress); a coordinator
+//     without the route answers 404, which a host logs and ignores.)
 const Version = 4
 
 // Headers.

@@ -20,6 +20,7 @@ type Registry struct {
 	hostLinks  prometheus.Gauge
 	guestBound *prometheus.CounterVec
 	quota      *prometheus.CounterVec
+	egress     *prometheus.CounterVec
 }
 
 // New returns a registry with the engrams_ families and the Go runtime's
@@ -45,9 +46,12 @@ func New() *Registry {
 	r.quota = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "engrams_quota_refusals_total", Help: "Guest data dropped over a per-task quota, by quota.",
 	}, []string{"quota"})
+	r.egress = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "engrams_egress_events_total", Help: "DNS queries and connections of guests that hosts reported, by kind (dns, tcp, tls, http, connect; dropped: lost by the host) and verdict (allow, deny).",
+	}, []string{"kind", "verdict"})
 	r.chunkCache.WithLabelValues("hit") // both results read 0 before the first read
 	r.chunkCache.WithLabelValues("miss")
-	r.reg.MustRegister(r.opSeconds, r.uploaded, r.chunkCache, r.hostLinks, r.guestBound, r.quota,
+	r.reg.MustRegister(r.opSeconds, r.uploaded, r.chunkCache, r.hostLinks, r.guestBound, r.quota, r.egress,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return r
 }
@@ -120,4 +124,13 @@ func (r *Registry) QuotaRefused(quota string) {
 		return
 	}
 	r.quota.WithLabelValues(quota).Inc()
+}
+
+// EgressEvents adds n egress events of a kind ("dns", "tls", ...) and
+// verdict ("allow", "deny") that a host reported.
+func (r *Registry) EgressEvents(kind, verdict string, n int) {
+	if r == nil || n <= 0 {
+		return
+	}
+	r.egress.WithLabelValues(kind, verdict).Add(float64(n))
 }

@@ -18,6 +18,8 @@ func TestFamiliesMoveAndServe(t *testing.T) {
 	r.HostLinkChanged(1)
 	r.GuestBoundExceeded("event_line")
 	r.QuotaRefused("events")
+	r.EgressEvents("tls", "allow", 3)
+	r.EgressEvents("dns", "deny", 0)
 	rec := httptest.NewRecorder()
 	r.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body, _ := io.ReadAll(rec.Body)
@@ -29,11 +31,15 @@ func TestFamiliesMoveAndServe(t *testing.T) {
 		`engrams_host_links 1`,
 		`engrams_guest_bound_exceeded_total{bound="event_line"} 1`,
 		`engrams_quota_refusals_total{quota="events"} 1`,
+		`engrams_egress_events_total{kind="tls",verdict="allow"} 3`,
 		`go_goroutines`,
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %q", want)
 		}
+	}
+	if strings.Contains(string(body), `kind="dns"`) {
+		t.Error("adding 0 egress events made a series")
 	}
 }
 
@@ -46,6 +52,7 @@ func TestNilRecordsNothing(t *testing.T) {
 	r.HostLinkChanged(1)
 	r.GuestBoundExceeded("x")
 	r.QuotaRefused("x")
+	r.EgressEvents("dns", "deny", 1)
 	if err := r.Register(nil); err != nil {
 		t.Fatal(err)
 	}

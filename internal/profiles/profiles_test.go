@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"net/http"
 	"reflect"
 	"strconv"
@@ -62,6 +63,7 @@ func TestCreateProfileReceipt(t *testing.T) {
 		t.Errorf("stored spec without derived repo paths: %+v", stored)
 	}
 	r := v.Receipt
+	vms, every := []string{"qemu", "firecracker"}, []string{"qemu", "firecracker", "process"}
 	ant, _ := e.st.GetSecretByName(ctx, "ant")
 	gh, _ := e.st.GetSecretByName(ctx, "gh")
 	want := apiv1.Receipt{
@@ -69,20 +71,30 @@ func TestCreateProfileReceipt(t *testing.T) {
 		Harness: apiv1.ReceiptHarness{ID: "h-claude-code", Name: "claude-code", Version: "2.1.0", Digest: "sha256:claude-code", Protocol: guestapi.HarnessProtocolClaudeStreamJSON},
 		Model:   "sonnet", Mode: "bypassPermissions",
 		Credentials: []apiv1.ReceiptCredential{
-			{Name: "ant", SecretID: ant.ID, Kind: "anthropic_api_key", Delivery: apiv1.DeliveryGateway, Env: "ANTHROPIC_API_KEY",
+			{Name: "ant", SecretID: ant.ID, Kind: "anthropic_api_key", Delivery: apiv1.DeliveryGateway, Env: "ANTHROPIC_API_KEY", EnforcedOn: every,
 				Detail: "gateway-injected: the guest sees a placeholder in ANTHROPIC_API_KEY and ANTHROPIC_BASE_URL points at the gateway; " +
 					"the model gateway swaps in the real key for requests to https://api.anthropic.com"},
-			{Name: "gh", SecretID: gh.ID, Kind: "git_https", Delivery: apiv1.DeliveryClone, Detail: "used by the coordinator to clone app, not in the guest"},
+			{Name: "gh", SecretID: gh.ID, Kind: "git_https", Delivery: apiv1.DeliveryClone, EnforcedOn: every,
+				Detail: "used by the coordinator to clone app, never in the guest; the guest's pushes and API calls to github.com carry a placeholder, " +
+					"which the egress proxy swaps for it there and nowhere else"},
 		},
 		Repos:  v.Spec.Repos,
 		Env:    []string{"LOG_LEVEL"},
 		Skills: []apiv1.ReceiptSkill{{Name: "review"}},
 		Apps:   []apiv1.ReceiptApp{{Name: "web", Port: 8080}},
 		Hosts: []apiv1.ReceiptHost{
-			{Host: "api.anthropic.com:443", Why: "model provider of credential ant (anthropic_api_key)", Reachable: true, Enforced: true,
-				Reason: "only through the model gateway, which adds the key and forwards to https://api.anthropic.com; " + noNetwork},
-			{Host: "pypi.org", Why: "listed in the profile's egress", Enforced: true,
-				Reason: "not yet: egress allowlists are not built, and " + noNetwork},
+			{Host: "api.anthropic.com:443", Why: "model provider of credential ant (anthropic_api_key)", Reachable: true, Via: apiv1.ViaGateway,
+				Enforced: true, EnforcedOn: vms, Reason: "only through the model gateway, which adds the key outside the guest and forwards to " +
+					"https://api.anthropic.com; also directly, through the egress proxy (TLS passed through, no key added)"},
+			{Host: "github.com", Why: "host of credential gh (git_https)", Reachable: true, Via: apiv1.ViaBrokered, Enforced: true, EnforcedOn: vms,
+				Reason: fmt.Sprintf(brokeredReason, "gh")},
+			{Host: "pypi.org", Why: "listed in the profile's egress", Reachable: true, Via: apiv1.ViaProxy, Enforced: true, EnforcedOn: vms,
+				Reason: viaProxyReason},
+		},
+		Enforcement: []apiv1.ReceiptEnforcement{
+			{Backend: "qemu", Enforced: true, How: receiptEnforcement()[0].How},
+			{Backend: "firecracker", Enforced: true, How: receiptEnforcement()[1].How},
+			{Backend: "process", Enforced: false, How: receiptEnforcement()[2].How},
 		},
 		IdleTimeoutS: 900,
 	}
@@ -93,7 +105,8 @@ func TestCreateProfileReceipt(t *testing.T) {
 		t.Errorf("receipt:\n%s\nwant:\n%s", g, w)
 	}
 	powers := strings.Join(r.Powers, "\n")
-	for _, s := range []string{"root in its own VM", "(app, lib)", "without seeing them", "no other host is reachable"} {
+	for _, s := range []string{"root in its own VM", "(app, lib)", "without seeing them", "reaches only the hosts listed below",
+		"enforced on qemu and firecracker; the process backend enforces nothing"} {
 		if !strings.Contains(powers, s) {
 			t.Errorf("powers lack %q:\n%s", s, powers)
 		}
@@ -300,11 +313,14 @@ func TestProfileGitHubApp(t *testing.T) {
 		t.Fatal(err)
 	}
 	gh, _ := e.st.GetSecretByName(ctx, "gh")
+	every := []string{"qemu", "firecracker", "process"}
+	brokered := "; the guest's pushes and API calls to github.com carry a placeholder, which the egress proxy swaps for it there and nowhere else"
 	want := []apiv1.ReceiptCredential{
-		{Name: "bot", SecretID: app.Secret.ID, Kind: "github_app", Delivery: apiv1.DeliveryClone,
+		{Name: "bot", SecretID: app.Secret.ID, Kind: "github_app", Delivery: apiv1.DeliveryClone, EnforcedOn: every,
 			Detail: "GitHub App Iv23bot (installation 4242): the coordinator mints an installation token for each task, lasting an hour, " +
-				"scoped to acme/{app,lib} with contents:write and metadata:read, and clones app, lib, app2 with it; neither the key nor the token is in the guest"},
-		{Name: "gh", SecretID: gh.ID, Kind: "git_https", Delivery: apiv1.DeliveryClone, Detail: "used by the coordinator to clone docs, not in the guest"},
+				"scoped to acme/{app,lib} with contents:write and metadata:read, and clones app, lib, app2 with it; neither the key nor the token is in the guest" + brokered},
+		{Name: "gh", SecretID: gh.ID, Kind: "git_https", Delivery: apiv1.DeliveryClone, EnforcedOn: every,
+			Detail: "used by the coordinator to clone docs, never in the guest" + brokered},
 	}
 	if got := v.Receipt.Credentials[1:]; !reflect.DeepEqual(got, want) {
 		t.Fatalf("repo credentials in the receipt:\n%+v\nwant:\n%+v", got, want)

@@ -49,10 +49,12 @@ func (c *Profiles) resolveSpec(ctx context.Context, spec *apiv1.ProfileSpec) (ap
 	if err != nil {
 		return r, nil, err
 	}
-	if err := c.receiptRepoKeys(ctx, spec, &r, &probs); err != nil {
+	brokered, err := c.receiptRepoKeys(ctx, spec, &r, &probs)
+	if err != nil {
 		return r, nil, err
 	}
-	r.Hosts = receiptHosts(spec, d, models)
+	r.Hosts = receiptHosts(spec, d, models, brokered)
+	r.Enforcement = receiptEnforcement()
 	r.Powers = receiptPowers(spec, len(models) > 0)
 	for _, s := range spec.Skills {
 		r.Skills = append(r.Skills, apiv1.ReceiptSkill{Name: s})
@@ -196,7 +198,7 @@ func (c *Profiles) receiptModelKeys(ctx context.Context, spec *apiv1.ProfileSpec
 	}
 	for _, k := range keys {
 		r.Credentials = append(r.Credentials, apiv1.ReceiptCredential{
-			Name: k.secret.Name, SecretID: k.secret.ID, Kind: k.secret.Kind, Delivery: apiv1.DeliveryGateway, Env: k.cred.Env,
+			Name: k.secret.Name, SecretID: k.secret.ID, Kind: k.secret.Kind, Delivery: apiv1.DeliveryGateway, Env: k.cred.Env, EnforcedOn: everyBackend(),
 			Detail: fmt.Sprintf("gateway-injected: the guest sees a placeholder in %s%s; the model gateway swaps in the real key for requests to %s",
 				k.cred.Env, baseURLNote(k.cred), k.meta.BaseURL),
 		})
@@ -213,8 +215,9 @@ func baseURLNote(cr guestapi.HarnessCredential) string {
 
 // receiptRepoKeys checks repo credentials: live git_https or github_app
 // secrets for the repo's host (an app's repos on one account, which its
-// installation covers).
-func (c *Profiles) receiptRepoKeys(ctx context.Context, spec *apiv1.ProfileSpec, r *apiv1.Receipt, probs *problems) error {
+// installation covers). It returns the hosts they are for, in order: the
+// egress proxy brokers them.
+func (c *Profiles) receiptRepoKeys(ctx context.Context, spec *apiv1.ProfileSpec, r *apiv1.Receipt, probs *problems) ([]brokeredHost, error) {
 	var order []string
 	uses := map[string]*repoKey{}
 	for i, repo := range spec.Repos {
@@ -224,7 +227,7 @@ func (c *Profiles) receiptRepoKeys(ctx context.Context, spec *apiv1.ProfileSpec,
 		field := fmt.Sprintf("repos[%d].credential", i)
 		s, meta, ok, err := c.liveSecret(ctx, field, repo.Credential, probs)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if !ok {
 			continue
@@ -249,10 +252,15 @@ func (c *Profiles) receiptRepoKeys(ctx context.Context, spec *apiv1.ProfileSpec,
 			k.addAppRepo(field, repo.URL, probs)
 		}
 	}
+	var brokered []brokeredHost
 	for _, name := range order {
-		r.Credentials = append(r.Credentials, uses[name].receipt())
+		k := uses[name]
+		r.Credentials = append(r.Credentials, k.receipt())
+		if k.meta.Host != "" {
+			brokered = append(brokered, brokeredHost{host: k.meta.Host, secret: k.secret})
+		}
 	}
-	return nil
+	return brokered, nil
 }
 
 // repoKey is a git credential and the repos a profile clones with it.
@@ -283,12 +291,13 @@ func (k *repoKey) addAppRepo(field, repoURL string, probs *problems) {
 
 func (k *repoKey) receipt() apiv1.ReceiptCredential {
 	rc := apiv1.ReceiptCredential{Name: k.secret.Name, SecretID: k.secret.ID, Kind: k.secret.Kind, Delivery: apiv1.DeliveryClone,
-		Detail: "used by the coordinator to clone " + strings.Join(k.paths, ", ") + ", not in the guest"}
+		EnforcedOn: everyBackend(), Detail: "used by the coordinator to clone " + strings.Join(k.paths, ", ") + ", never in the guest"}
 	if k.secret.Kind == apiv1.SecretGitHubApp {
 		rc.Detail = fmt.Sprintf("GitHub App %s (installation %d): the coordinator mints an installation token for each task, lasting an hour, "+
 			"scoped to %s/{%s} with contents:write and metadata:read, and clones %s with it; neither the key nor the token is in the guest",
 			k.meta.AppID, k.meta.InstallationID, k.owner, strings.Join(k.names, ","), strings.Join(k.paths, ", "))
 	}
+	rc.Detail += brokeredNote(k.meta.Host)
 	return rc
 }
 
@@ -311,44 +320,6 @@ func (c *Profiles) liveSecret(ctx context.Context, field, name string, probs *pr
 	return s, meta, true, nil
 }
 
-// noNetwork is why the guest reaches nothing directly.
-const noNetwork = "the guest has no network interface"
-
-// receiptHosts lists the hosts the profile and its harness name and
-// whether the guest reaches them: the model providers through the gateway,
-// nothing else.
-func receiptHosts(spec *apiv1.ProfileSpec, d guestapi.HarnessDescriptor, keys []modelKey) []apiv1.ReceiptHost {
-	var out []apiv1.ReceiptHost
-	seen := map[string]bool{}
-	for _, k := range keys {
-		h := hostOf(k.meta.BaseURL)
-		if h == "" || seen[h] {
-			continue
-		}
-		seen[h] = true
-		out = append(out, apiv1.ReceiptHost{Host: h, Why: fmt.Sprintf("model provider of credential %s (%s)", k.secret.Name, k.secret.Kind),
-			Reachable: true, Enforced: true,
-			Reason: "only through the model gateway, which adds the key and forwards to " + k.meta.BaseURL + "; " + noNetwork})
-	}
-	for _, h := range d.Hosts {
-		if seen[h] {
-			continue
-		}
-		seen[h] = true
-		out = append(out, apiv1.ReceiptHost{Host: h, Why: "named by harness " + d.Name, Enforced: true,
-			Reason: "not directly: " + noNetwork + "; the harness's requests go to the model gateway instead"})
-	}
-	for _, h := range spec.Egress {
-		if seen[h] {
-			continue
-		}
-		seen[h] = true
-		out = append(out, apiv1.ReceiptHost{Host: h, Why: "listed in the profile's egress", Enforced: true,
-			Reason: "not yet: egress allowlists are not built, and " + noNetwork})
-	}
-	return out
-}
-
 // hostOf is a URL's host:port (the scheme's port when none is given).
 func hostOf(raw string) string {
 	u, err := url.Parse(raw)
@@ -362,28 +333,4 @@ func hostOf(raw string) string {
 		return u.Host + ":80"
 	}
 	return u.Host + ":443"
-}
-
-// receiptPowers says in plain sentences what a task can do.
-func receiptPowers(spec *apiv1.ProfileSpec, gateway bool) []string {
-	p := []string{
-		"runs as root in its own VM, shared with nothing else",
-		"runs any command in that VM, with the harness acting on its own",
-	}
-	if len(spec.Repos) == 0 {
-		p = append(p, "gets no repositories")
-	} else {
-		paths := make([]string, 0, len(spec.Repos))
-		for _, r := range spec.Repos {
-			paths = append(paths, r.Path)
-		}
-		p = append(p, "reads and writes its own clones of the repositories ("+strings.Join(paths, ", ")+"); git logins stay with the coordinator")
-	}
-	if gateway {
-		p = append(p, "uses the model keys without seeing them: the model gateway adds them to its requests",
-			"has no network interface beyond the model gateway: no other host is reachable")
-	} else {
-		p = append(p, "has no network interface: no host outside the VM is reachable")
-	}
-	return p
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/engrams/engrams/internal/api"
 	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/egresslog"
 	"github.com/engrams/engrams/internal/gateway"
 	"github.com/engrams/engrams/internal/ghapp"
 	"github.com/engrams/engrams/internal/harnessreg"
@@ -27,6 +28,7 @@ type Parts struct {
 	Profiles  *profiles.Profiles
 	Gateway   *gateway.Gateway
 	Tasks     *tasks.Tasks
+	Egress    *egresslog.Log
 }
 
 // The services satisfy the interfaces of the parts that consume them.
@@ -87,6 +89,9 @@ func assemble(cfg Config, deps Deps, t hostlink.Transports, links coordinator.Li
 	if p.Gateway, err = gateway.New(cfg.Gateway, gateway.Deps{Store: st, Secrets: p.Vault, Sealer: deps.Secrets, Upstream: deps.GatewayUpstream, Logger: log}); err != nil {
 		return p, err
 	}
+	if p.Egress, err = egresslog.New(cfg.Egress, egresslog.Deps{Store: st, Metrics: deps.Metrics, Logger: log}); err != nil {
+		return p, err
+	}
 	tc := cfg.Tasks
 	if tc.MonitorInterval == 0 {
 		tc.MonitorInterval = p.Co.Config().MonitorInterval
@@ -97,9 +102,18 @@ func assemble(cfg Config, deps Deps, t hostlink.Transports, links coordinator.Li
 	return p, err
 }
 
+// routeHostLink adds what hosts send over their link to mux: each part's
+// host-link routes.
+func (p *Parts) routeHostLink(mux *http.ServeMux) {
+	p.Co.RouteHostLink(mux)
+	p.Gateway.RouteHostLink(mux)
+	p.Tasks.RouteHostLink(mux)
+	p.Egress.RouteHostLink(mux)
+}
+
 // APIDeps gives each API router its service (st is the replica's store,
 // which the read-only routers use).
 func (p *Parts) APIDeps(st store.Store, log *slog.Logger) api.Deps {
 	return api.Deps{Sessions: p.Co, Reads: st, Guests: p.Co, Fleet: st, HostAdmin: p.Co.Access(), Images: p.Images, Harnesses: p.Harnesses,
-		Secrets: p.Vault, Profiles: p.Profiles, Tasks: p.Tasks, TaskReads: st, Logger: log, NewID: newID}
+		Secrets: p.Vault, Profiles: p.Profiles, Tasks: p.Tasks, TaskReads: st, Egress: p.Egress, Logger: log, NewID: newID}
 }

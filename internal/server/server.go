@@ -17,6 +17,7 @@ import (
 	"github.com/engrams/engrams/internal/api"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/egresslog"
 	"github.com/engrams/engrams/internal/gateway"
 	"github.com/engrams/engrams/internal/harnessreg"
 	"github.com/engrams/engrams/internal/hostlink"
@@ -42,6 +43,7 @@ type Config struct {
 	BodyWindow   time.Duration
 	BodyMinBytes int64
 	Tasks        tasks.Config // MonitorInterval defaults to the coordinator's
+	Egress       egresslog.Config
 }
 
 // Deps are what cmd/ chose.
@@ -124,9 +126,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, err
 	}
 	s.parts = p
-	p.Co.RouteHostLink(hostMux)
-	p.Gateway.RouteHostLink(hostMux)
-	p.Tasks.RouteHostLink(hostMux)
+	p.routeHostLink(hostMux)
 	s.api = api.New(api.Config{Version: cfg.Version, ReplicaID: cfg.ReplicaID, OpenAPI: apidoc.OpenAPI()}, p.APIDeps(deps.Store, log))
 	s.mux.Handle(apiv1.PathPrefix, s.api)
 	s.mux.Handle(hostlink.PathConnect, s.link)
@@ -170,7 +170,7 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 		BaseContext: func(net.Listener) context.Context { return reqCtx },
 	}
 	var wg sync.WaitGroup
-	errs := make(chan error, 5)
+	errs := make(chan error, 6)
 	run := func(f func() error) {
 		wg.Add(1)
 		go func() {
@@ -184,6 +184,7 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	run(func() error { return s.parts.Co.Run(ctx) })
 	run(func() error { return s.parts.Images.Run(ctx) })
 	run(func() error { return s.parts.Tasks.Run(ctx) })
+	run(func() error { return s.parts.Egress.Run(ctx) })
 	run(func() error { return s.link.Run(ctx) })
 	run(func() error {
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

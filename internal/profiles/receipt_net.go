@@ -1,0 +1,119 @@
+package profiles
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/guestapi"
+)
+
+// The network terms of a receipt. A session's egress is enforced in the
+// VM's network path on the VM backends and not at all on the process
+// backend; every host line says how the guest reaches it.
+
+// vmBackends enforce egress; everyBackend keeps real secrets out of the
+// guest (they never reach a host at all).
+func vmBackends() []string { return []string{apiv1.BackendQEMU, apiv1.BackendFirecracker} }
+
+func everyBackend() []string {
+	return []string{apiv1.BackendQEMU, apiv1.BackendFirecracker, apiv1.BackendProcess}
+}
+
+// receiptEnforcement says what each backend enforces.
+func receiptEnforcement() []apiv1.ReceiptEnforcement {
+	return []apiv1.ReceiptEnforcement{
+		{Backend: apiv1.BackendQEMU, Enforced: true, How: "in the VM's network path: the VM's only network device is a TAP in a network " +
+			"namespace of its own with no route out; its TCP goes to the host's egress proxy and its DNS to the host's filtering resolver, " +
+			"everything else (other UDP, ICMP, IPv6) is dropped; names not listed here and private, loopback and link-local addresses are refused"},
+		{Backend: apiv1.BackendFirecracker, Enforced: true, How: "as on qemu: the same per-VM network namespace around the VM's TAP device, " +
+			"filtering resolver and egress proxy"},
+		{Backend: apiv1.BackendProcess, Enforced: false, How: "nothing is enforced: the guest is a process on the host's own network; " +
+			"HTTP_PROXY and HTTPS_PROXY point at the egress proxy, and a tool that ignores them reaches whatever the host can"},
+	}
+}
+
+// brokeredHost is a host a profile credential is for.
+type brokeredHost struct {
+	host   string
+	secret domain.Secret
+}
+
+// brokeredNote says how the guest uses a git credential for host.
+func brokeredNote(host string) string {
+	if host == "" {
+		return ""
+	}
+	return "; the guest's pushes and API calls to " + host + " carry a placeholder, which the egress proxy swaps for it there and nowhere else"
+}
+
+// Why the guest reaches a host the way it does.
+const (
+	viaProxyReason = "directly, through the egress proxy: the filtering resolver answers the name, the proxy checks it against the SNI " +
+		"or Host, resolves it itself and dials only an address it checked (never a private or loopback one), and passes TLS through " +
+		"untouched (the guest verifies the server; no credential is added)"
+	brokeredReason = "through the egress proxy, which terminates TLS (the guest trusts the deployment's CA for this host only), " +
+		"verifies the upstream's certificate, strips what credential the guest sent and adds %s's secret; the guest holds a placeholder"
+)
+
+// receiptHosts lists the hosts the profile, its harness and its
+// credentials name, and how the guest reaches each: the model providers
+// through the gateway, the hosts of git credentials brokered by the egress
+// proxy, the harness's and the profile's egress directly through it.
+func receiptHosts(spec *apiv1.ProfileSpec, d guestapi.HarnessDescriptor, keys []modelKey, brokered []brokeredHost) []apiv1.ReceiptHost {
+	var out []apiv1.ReceiptHost
+	seen := map[string]bool{}
+	add := func(h apiv1.ReceiptHost) {
+		if h.Host == "" || seen[h.Host] {
+			return
+		}
+		seen[h.Host] = true
+		h.Reachable, h.Enforced, h.EnforcedOn = true, true, vmBackends()
+		out = append(out, h)
+	}
+	direct := append(slices.Clone(d.Hosts), spec.Egress...)
+	for _, k := range keys {
+		h := hostOf(k.meta.BaseURL)
+		reason := "only through the model gateway, which adds the key outside the guest and forwards to " + k.meta.BaseURL
+		if slices.Contains(direct, h) {
+			reason += "; also directly, through the egress proxy (TLS passed through, no key added)"
+		}
+		add(apiv1.ReceiptHost{Host: h, Why: fmt.Sprintf("model provider of credential %s (%s)", k.secret.Name, k.secret.Kind),
+			Via: apiv1.ViaGateway, Reason: reason})
+	}
+	for _, b := range brokered {
+		add(apiv1.ReceiptHost{Host: b.host, Why: fmt.Sprintf("host of credential %s (%s)", b.secret.Name, b.secret.Kind),
+			Via: apiv1.ViaBrokered, Reason: fmt.Sprintf(brokeredReason, b.secret.Name)})
+	}
+	for _, h := range d.Hosts {
+		add(apiv1.ReceiptHost{Host: h, Why: "named by harness " + d.Name, Via: apiv1.ViaProxy, Reason: viaProxyReason})
+	}
+	for _, h := range spec.Egress {
+		add(apiv1.ReceiptHost{Host: h, Why: "listed in the profile's egress", Via: apiv1.ViaProxy, Reason: viaProxyReason})
+	}
+	return out
+}
+
+// receiptPowers says in plain sentences what a task can do.
+func receiptPowers(spec *apiv1.ProfileSpec, gateway bool) []string {
+	p := []string{
+		"runs as root in its own VM, shared with nothing else",
+		"runs any command in that VM, with the harness acting on its own",
+	}
+	if len(spec.Repos) == 0 {
+		p = append(p, "gets no repositories")
+	} else {
+		paths := make([]string, 0, len(spec.Repos))
+		for _, r := range spec.Repos {
+			paths = append(paths, r.Path)
+		}
+		p = append(p, "reads and writes its own clones of the repositories ("+strings.Join(paths, ", ")+"); git logins stay outside the guest")
+	}
+	if gateway {
+		p = append(p, "uses the model keys without seeing them: the model gateway adds them to its requests")
+	}
+	return append(p, "reaches only the hosts listed below, each as its line says: no other name resolves and no other connection "+
+		"leaves the VM (enforced on qemu and firecracker; the process backend enforces nothing)")
+}
