@@ -144,7 +144,7 @@ func (r *recorder) waitFor(t *testing.T, what string, match func(Event) bool) Ev
 }
 
 // runEvents runs an event queue into a recorder for the test's duration.
-func runEvents(t *testing.T) (*Events, *recorder) {
+func runEvents(t testing.TB) (*Events, *recorder) {
 	t.Helper()
 	rec := newRecorder()
 	ev := NewEvents(0, rec)
@@ -153,7 +153,7 @@ func runEvents(t *testing.T) (*Events, *recorder) {
 }
 
 // runBackground runs run until the test ends, then stops and joins it.
-func runBackground(t *testing.T, run func(context.Context) error) {
+func runBackground(t testing.TB, run func(context.Context) error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

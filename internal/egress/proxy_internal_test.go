@@ -29,7 +29,7 @@ type testProxy struct {
 
 // newTestProxy runs a proxy on 127.0.0.1 allowing names, whose Dialer
 // sends routes' keys to their values.
-func newTestProxy(t *testing.T, cfg ProxyConfig, names map[string][]uint16, routes map[string]string) *testProxy {
+func newTestProxy(t testing.TB, cfg ProxyConfig, names map[string][]uint16, routes map[string]string) *testProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -59,7 +59,7 @@ func (tp *testProxy) setOrig(ap string) {
 
 // transparentClient reaches every address through the proxy, as the
 // namespace's redirect does; TLS is verified against the test CA.
-func (tp *testProxy) transparentClient(t *testing.T) *http.Client {
+func (tp *testProxy) transparentClient(t testing.TB) *http.Client {
 	tr := &http.Transport{TLSClientConfig: clientTLS(t), DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
