@@ -112,6 +112,19 @@ var layerRules = []layerRule{
 		reason: "the namespace, TAP and rules of a machine need nothing of this module",
 	},
 	{
+		name:   "egress-for-the-host",
+		from:   []string{"..."},
+		unless: []string{"internal/egress/...", "internal/host/...", "cmd/..."},
+		forbid: []string{"internal/egress/..."},
+		reason: "the egress data plane (resolver, proxy) runs on the host, next to the machines it serves; only the host agent and cmd/ wire it",
+	},
+	{
+		name:   "egress-over-interfaces",
+		from:   []string{"internal/egress/..."},
+		only:   []string{std, thirdparty, "internal/netpolicy/..."},
+		reason: "the proxy and resolver ask the address policy through the small interfaces they declare (Names, Dialer, Addrs); nothing else of the module",
+	},
+	{
 		name:   "test-only-stays-in-tests",
 		from:   []string{"..."},
 		unless: testOnly,
@@ -240,6 +253,10 @@ func TestLayeringRulesBite(t *testing.T) {
 		fake("internal/api", "example.com/m/internal/vmm/vmnet"),
 		fake("internal/host/machines", "example.com/m/internal/vmm/vmnet"),
 		fake("internal/vmm/vmnet", "example.com/m/internal/vmm", "github.com/google/nftables"),
+		fake("cmd/engrams", "example.com/m/internal/store"),
+		fake("internal/tasks", "example.com/m/internal/egress"),
+		fake("internal/host/relay", "example.com/m/internal/egress"),
+		fake("internal/egress", "example.com/m/internal/hostlink", "example.com/m/internal/netpolicy", "github.com/miekg/dns"),
 	}}
 	var got []string
 	for _, v := range checkLayers(st, layerRules) {
@@ -255,6 +272,8 @@ func TestLayeringRulesBite(t *testing.T) {
 		"internal/server → internal/e2e test-only-stays-in-tests",
 		"internal/api → internal/vmm/vmnet vmnet-host-side",
 		"internal/vmm/vmnet → internal/vmm vmnet-is-a-leaf",
+		"internal/tasks → internal/egress egress-for-the-host",
+		"internal/egress → internal/hostlink egress-over-interfaces",
 	}
 	slices.Sort(got)
 	slices.Sort(want)
