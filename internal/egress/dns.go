@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -75,7 +74,6 @@ type DNS struct {
 	events   *Events
 	log      *slog.Logger
 	limit    *rate.Limiter
-	lookups  atomic.Int64 // upstream lookups, for tests
 	refused  refusals
 }
 

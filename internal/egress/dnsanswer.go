@@ -115,7 +115,6 @@ func (d *DNS) resolve(ctx context.Context, m *dns.Msg, qn dns.Question, name str
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.UpstreamTimeout)
 	defer cancel()
-	d.lookups.Add(1)
 	addrs, err := d.upstream.LookupNetIP(ctx, network, name+".") // rooted: no search domains
 	var dnsErr *net.DNSError
 	switch {

@@ -157,8 +157,8 @@ func TestProxyTLSRefusals(t *testing.T) {
 func TestProxyCONNECT(t *testing.T) {
 	t.Parallel()
 	up := tlsUpstream(t, http.HandlerFunc(hello), "allowed.test", "other.test")
-	tp := newTestProxy(t, ProxyConfig{}, map[string][]uint16{"allowed.test": {443}},
-		map[string]string{"allowed.test:443": hostOf(up), "other.test:443": hostOf(up)})
+	tp := newTestProxy(t, ProxyConfig{}, map[string][]uint16{"allowed.test": {443}, "93.184.216.34": {443}},
+		map[string]string{"allowed.test:443": hostOf(up), "other.test:443": hostOf(up), "93.184.216.34:443": hostOf(up)})
 	c := tp.explicitClient(t)
 	code, body, err := get(t, c, "https://allowed.test/c")
 	if err != nil || code != 200 || body != "hello allowed.test /c" {
@@ -173,30 +173,50 @@ func TestProxyCONNECT(t *testing.T) {
 		t.Errorf("event %+v", ev)
 	}
 
-	// SNI in the tunnel must be the CONNECT host.
-	raw, err := net.Dial("tcp", tp.addr)
+	// What goes through the tunnel must be TLS for the CONNECT host.
+	for _, tc := range []struct {
+		name, target, sni string
+		ok                bool
+		reason            string
+	}{
+		{"SNI of another host", "allowed.test:443", "other.test", false, "SNI other.test differs"},
+		{"no SNI to a name", "allowed.test:443", "", false, "without a server name"},
+		{"no SNI to an allowed IP literal", "93.184.216.34:443", "", true, ""},
+	} {
+		err := tunnel(t, tp.addr, tc.target, tc.sni)
+		if tc.ok != (err == nil) || (!tc.ok && !strings.Contains(err.Error(), "access denied")) {
+			t.Errorf("%s: handshake %v, want ok %v", tc.name, err, tc.ok)
+		}
+		if tc.reason != "" {
+			tp.rec.waitFor(t, tc.reason, func(ev Event) bool {
+				return ev.Kind == KindConnect && ev.Verdict == Deny && strings.Contains(ev.Reason, tc.reason)
+			})
+		}
+	}
+	if got := tp.dialer.dials(); slices.Contains(got, "other.test:443") {
+		t.Errorf("dialled %q", got)
+	}
+}
+
+// tunnel opens a CONNECT tunnel to target through the proxy at addr and
+// runs a TLS handshake with sni through it (none: verification off).
+func tunnel(t *testing.T, addr, target, sni string) error {
+	t.Helper()
+	raw, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer raw.Close()
 	raw.SetDeadline(time.Now().Add(5 * time.Second))
-	fmt.Fprintf(raw, "CONNECT allowed.test:443 HTTP/1.1\r\nHost: allowed.test:443\r\n\r\n")
+	fmt.Fprintf(raw, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
 	br := bufio.NewReader(raw)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("CONNECT: %v %v", resp, err)
+		t.Fatalf("CONNECT %s: %v %v", target, resp, err)
 	}
 	cfg := clientTLS(t)
-	cfg.ServerName = "other.test"
-	if err := tls.Client(&bufConn{raw, br}, cfg).Handshake(); err == nil || !strings.Contains(err.Error(), "access denied") {
-		t.Errorf("SNI other.test through a tunnel to allowed.test: %v, want access_denied", err)
-	}
-	tp.rec.waitFor(t, "for the SNI mismatch", func(ev Event) bool {
-		return ev.Kind == KindConnect && ev.Verdict == Deny && strings.Contains(ev.Reason, "SNI other.test differs")
-	})
-	if got := tp.dialer.dials(); slices.Contains(got, "other.test:443") {
-		t.Errorf("dialled %q", got)
-	}
+	cfg.ServerName, cfg.InsecureSkipVerify = sni, sni == ""
+	return tls.Client(&bufConn{raw, br}, cfg).Handshake()
 }
 
 // bufConn reads through a bufio.Reader that may hold what was read past
@@ -307,9 +327,12 @@ func TestProxyPlainHTTPChecksEveryRequest(t *testing.T) {
 			tp := newTestProxy(t, ProxyConfig{}, map[string][]uint16{"allowed.test": {80}},
 				map[string]string{"allowed.test:80": upAddr, "other.test:80": upAddr})
 			tp.setOrig("10.0.0.5:80")
-			codes, _, closed := rawHTTP(t, tp.addr, tc.reqs...)
+			codes, bodies, closed := rawHTTP(t, tp.addr, tc.reqs...)
 			if !slices.Equal(codes, tc.codes) {
 				t.Errorf("answers %v, want %v", codes, tc.codes)
+			}
+			if last := len(bodies) - 1; tc.denied != "" && last >= 0 && !strings.Contains(bodies[last], tc.denied) {
+				t.Errorf("refusal says %q, want it to name %q", bodies[last], tc.denied)
 			}
 			if got := up.requests(); !slices.Equal(got, tc.served) {
 				t.Errorf("upstream served %q, want %q", got, tc.served)
