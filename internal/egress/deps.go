@@ -6,9 +6,9 @@ import (
 	"net/netip"
 )
 
-// AnyPort is the port the resolver asks Names about: a name is resolved
-// when the guest may reach it on some port (the proxy asks again, with
-// the port, before it dials).
+// AnyPort is the port the resolver asks Names about: "on some port". A
+// name is resolved when the guest may reach it on any port (the proxy
+// asks again, with the port, before it dials).
 const AnyPort uint16 = 0
 
 // Names says whether the guest may reach name on port, and why (or why
@@ -33,11 +33,15 @@ type Upstream interface {
 }
 
 // Addrs judges an address the upstream answered; a non-nil error drops
-// it from the answer. The resolver passes port 0: the address alone
-// (netpolicy.Guard satisfies it).
+// it from the answer. netpolicy.Guard satisfies it.
 type Addrs interface {
 	CheckAddr(ap netip.AddrPort) error
 }
+
+// answerCheckPort is the port the resolver judges answered addresses on:
+// the blocked ranges do not depend on it, and the proxy checks again, on
+// the port dialled, when it dials the name.
+const answerCheckPort = 443
 
 // OriginalDst is the address a redirected connection was made to, before
 // the namespace's rules sent it to the proxy (OriginalDestination on

@@ -135,7 +135,7 @@ func (d *DNS) resolve(ctx context.Context, m *dns.Msg, qn dns.Question, name str
 			continue
 		}
 		seen[a] = true
-		if err := d.addrs.CheckAddr(netip.AddrPortFrom(a, 0)); err != nil {
+		if err := d.addrs.CheckAddr(netip.AddrPortFrom(a, answerCheckPort)); err != nil {
 			blocked++
 			why = err
 			continue

@@ -67,6 +67,9 @@ func (f *fakeUpstream) names() []string {
 type fakeAddrs struct{}
 
 func (fakeAddrs) CheckAddr(ap netip.AddrPort) error {
+	if ap.Port() == 0 {
+		return fmt.Errorf("%s: no port", ap) // as netpolicy.Guard
+	}
 	a := ap.Addr()
 	if a.IsLoopback() || a.IsPrivate() || a.IsLinkLocalUnicast() || a.IsUnspecified() {
 		return fmt.Errorf("%s is blocked", a)
