@@ -43,8 +43,8 @@ type fakeUpstream struct {
 func (f *fakeUpstream) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
 	f.mu.Lock()
 	f.asked = append(f.asked, host)
-	f.mu.Unlock()
 	as, ok := f.addrs[host]
+	f.mu.Unlock()
 	if !ok {
 		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
 	}
@@ -55,6 +55,13 @@ func (f *fakeUpstream) LookupNetIP(ctx context.Context, network, host string) ([
 		}
 	}
 	return out, nil
+}
+
+// set makes host's answer addrs.
+func (f *fakeUpstream) set(host string, addrs ...netip.Addr) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.addrs[host] = addrs
 }
 
 func (f *fakeUpstream) names() []string {

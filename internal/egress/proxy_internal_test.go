@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"slices"
@@ -437,4 +438,94 @@ func TestProxyBounds(t *testing.T) {
 	defer third.Close()
 	mustClose("a third connection over the bound of 2", third, 100*time.Millisecond)
 	tp.rec.waitFor(t, "for the connection bound", func(ev Event) bool { return strings.Contains(ev.Reason, "too many at once") })
+}
+
+// guardDialer stands in for netpolicy.Guard: it resolves the name
+// itself, checks every address and dials only one that passes.
+type guardDialer struct {
+	up     *fakeUpstream
+	port   map[netip.Addr]string // where a passing address really is (loopback here)
+	mu     sync.Mutex
+	dialed []string
+}
+
+func (g *guardDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	g.mu.Lock()
+	g.dialed = append(g.dialed, addr)
+	g.mu.Unlock()
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return nil, fmt.Errorf("guard: %s: an address, not a name", addr)
+	}
+	as, err := g.up.LookupNetIP(ctx, "ip4", host+".")
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range as {
+		p, _ := parsePort(port)
+		if (fakeAddrs{}).CheckAddr(netip.AddrPortFrom(a, p)) == nil {
+			var d net.Dialer
+			return d.DialContext(ctx, network, g.port[a])
+		}
+	}
+	return nil, fmt.Errorf("guard: every address of %s is blocked", host)
+}
+
+// An allowed name whose DNS answers are loopback and private: the
+// resolver answers none of them, and a guest that dials them anyway
+// (its own /etc/hosts) reaches the proxy, which dials the name; the
+// guard refuses it, and the loopback server behind those addresses
+// never sees a connection.
+func TestAllowedNameOnPrivateAddressesIsNeverReached(t *testing.T) {
+	t.Parallel()
+	seen := make(chan struct{}, 16)
+	up := httptest.NewUnstartedServer(http.HandlerFunc(hello))
+	up.Config.ConnState = func(net.Conn, http.ConnState) { seen <- struct{}{} }
+	up.TLS = &tls.Config{Certificates: []tls.Certificate{theCA(t).leaf(t, "allowed.test")}}
+	up.StartTLS()
+	defer up.Close()
+	td := newTestDNS(t, DNSConfig{})
+	td.upstream.set("allowed.test.", netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("10.0.0.5"))
+	if r := td.exchange(t, "udp", "allowed.test.", 1, 1); len(r.Answer) != 0 {
+		t.Fatalf("resolver answered %v", answers(r))
+	}
+	g := &guardDialer{up: td.upstream, port: map[netip.Addr]string{netip.MustParseAddr("127.0.0.1"): hostOf(up)}}
+	p, err := NewProxy(ProxyConfig{}, ProxyDeps{Listener: mustListen(t), Names: td.names, Dialer: g,
+		OriginalDst: func(net.Conn) (netip.AddrPort, error) { return netip.MustParseAddrPort("10.0.0.5:443"), nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := p.ln.Addr().String()
+	runBackground(t, p.Run)
+	tr := &http.Transport{TLSClientConfig: clientTLS(t), DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	}}
+	defer tr.CloseIdleConnections()
+	if _, _, err := get(t, &http.Client{Transport: tr}, "https://allowed.test/"); err == nil {
+		t.Fatal("reached an allowed name that resolves only to blocked addresses")
+	}
+	g.mu.Lock()
+	dialed := slices.Clone(g.dialed)
+	g.mu.Unlock()
+	if !slices.Equal(dialed, []string{"allowed.test:443"}) {
+		t.Errorf("dialled %q, want the name only", dialed)
+	}
+	select {
+	case <-seen:
+		t.Error("the loopback server behind the blocked address got a connection")
+	default:
+	}
+}
+
+func mustListen(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
 }
