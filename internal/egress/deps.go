@@ -44,6 +44,6 @@ type Addrs interface {
 const answerCheckPort = 443
 
 // OriginalDst is the address a redirected connection was made to, before
-// the namespace's rules sent it to the proxy (OriginalDestination on
-// Linux). The proxy uses only its port.
+// the namespace's rules sent it to the proxy (vmnet.OriginalDst,
+// SO_ORIGINAL_DST). The proxy uses only its port.
 type OriginalDst func(net.Conn) (netip.AddrPort, error)
