@@ -132,6 +132,19 @@ var layerRules = []layerRule{
 		reason: "GitHub App private keys are opened and used on the coordinator only, never on hosts or in guests",
 	},
 	{
+		name:   "egress-for-the-host",
+		from:   []string{"..."},
+		unless: []string{"internal/egress/...", "internal/host/...", "cmd/..."},
+		forbid: []string{"internal/egress/..."},
+		reason: "the egress data plane (resolver, proxy) runs on the host, next to the machines it serves; only the host agent and cmd/ wire it",
+	},
+	{
+		name:   "egress-over-interfaces",
+		from:   []string{"internal/egress/..."},
+		only:   []string{std, thirdparty, "internal/netpolicy/..."},
+		reason: "the proxy and resolver ask the address policy through the small interfaces they declare (Names, Dialer, Addrs); nothing else of the module",
+	},
+	{
 		name:   "test-only-stays-in-tests",
 		from:   []string{"..."},
 		unless: testOnly,
@@ -264,6 +277,9 @@ func TestLayeringRulesBite(t *testing.T) {
 		fake("internal/ghapp", "example.com/m/internal/domain", "crypto/rsa"),
 		fake("internal/host/agent", "example.com/m/internal/ghapp"),
 		fake("internal/tasks", "example.com/m/internal/ghapp"),
+		fake("internal/tasks", "example.com/m/internal/egress"),
+		fake("internal/host/relay", "example.com/m/internal/egress"),
+		fake("internal/egress", "example.com/m/internal/hostlink", "example.com/m/internal/netpolicy", "github.com/miekg/dns"),
 	}}
 	var got []string
 	for _, v := range checkLayers(st, layerRules) {
@@ -282,6 +298,8 @@ func TestLayeringRulesBite(t *testing.T) {
 		"internal/vmm/vmnet → internal/vmm vmnet-is-a-leaf",
 		"internal/ghapp → internal/domain ghapp-is-a-leaf",
 		"internal/host/agent → internal/ghapp ghapp-for-the-coordinator",
+		"internal/tasks → internal/egress egress-for-the-host",
+		"internal/egress → internal/hostlink egress-over-interfaces",
 	}
 	slices.Sort(got)
 	slices.Sort(want)
