@@ -22,6 +22,7 @@ import (
 	"github.com/engrams/engrams/internal/coordinator/coordinatortest"
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/netpolicy"
 	"github.com/engrams/engrams/internal/secrets"
 	"github.com/engrams/engrams/internal/store"
 	"github.com/engrams/engrams/internal/store/sqlite"
@@ -95,6 +96,18 @@ type gwEnv struct {
 
 func newGatewayEnv(t *testing.T, cfg Config, tls bool, trust bool) *gwEnv {
 	t.Helper()
+	return newGatewayEnvWith(t, cfg, tls, trust, loopback())
+}
+
+// loopback lets the gateway reach providers on this machine, as tests'
+// scripted model servers are.
+func loopback() Providers {
+	return netpolicy.NewGuard(netpolicy.GuardConfig{Allow: netpolicy.LoopbackAllowances()})
+}
+
+// newGatewayEnvWith is newGatewayEnv reaching providers through providers.
+func newGatewayEnvWith(t *testing.T, cfg Config, tls, trust bool, providers Providers) *gwEnv {
+	t.Helper()
 	up := &upstream{}
 	var upTS *httptest.Server
 	if tls {
@@ -103,13 +116,10 @@ func newGatewayEnv(t *testing.T, cfg Config, tls bool, trust bool) *gwEnv {
 		upTS = httptest.NewServer(up)
 	}
 	t.Cleanup(upTS.Close)
-	var transport http.RoundTripper
+	var pool *x509.CertPool
 	if trust {
-		pool := x509.NewCertPool()
+		pool = x509.NewCertPool()
 		pool.AddCert(upTS.Certificate())
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.TLSClientConfig.RootCAs = pool
-		transport = tr
 	}
 	logs := &syncLog{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -118,7 +128,7 @@ func newGatewayEnv(t *testing.T, cfg Config, tls bool, trust bool) *gwEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, err := New(cfg, Deps{Store: e.St, Secrets: vault, Sealer: coordinatortest.Sealer{}, Upstream: transport, Logger: log})
+	gw, err := New(cfg, Deps{Store: e.St, Secrets: vault, Sealer: coordinatortest.Sealer{}, Providers: providers, RootCAs: pool, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
