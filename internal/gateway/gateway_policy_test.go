@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"net/http"
 	"net/netip"
@@ -11,6 +12,78 @@ import (
 	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/netpolicy"
 )
+
+// TestGatewayForwardsOnlyHarnessEndpoints: per kind, the endpoints the
+// harnesses call pass (with or without /v1, with a query); anything else
+// is refused with a 403 in the provider's error shape and never sent.
+func TestGatewayForwardsOnlyHarnessEndpoints(t *testing.T) {
+	t.Parallel()
+	g := newGatewayEnv(t, Config{}, false, false)
+	ant := g.secret(t, apiv1.SecretAnthropicAPIKey, "ant", "sk-ant-REAL", g.upTS.URL)
+	oai := g.secret(t, apiv1.SecretOpenAIAPIKey, "oai", "sk-oai-REAL", g.upTS.URL+"/v1")
+	s := g.session(t, ant, oai)
+	tests := []struct {
+		kind, method, path string
+		ok                 bool
+	}{
+		{ant.Kind, http.MethodPost, "/v1/messages?beta=true", true},
+		{ant.Kind, http.MethodPost, "/v1/messages/count_tokens?beta=true", true},
+		{ant.Kind, http.MethodGet, "/v1/models", true},
+		{ant.Kind, http.MethodGet, "/v1/models/claude-sonnet-4", true},
+		{ant.Kind, http.MethodPost, "/messages", true},
+		{ant.Kind, http.MethodGet, "/v1/messages", false},
+		{ant.Kind, http.MethodPost, "/v1/messages/batches", false},
+		{ant.Kind, http.MethodPost, "/v1/files", false},
+		{ant.Kind, http.MethodPost, "/v1/complete", false},
+		{ant.Kind, http.MethodDelete, "/v1/models/x", false},
+		{ant.Kind, http.MethodGet, "/v1/models/a/b", false},
+		{ant.Kind, http.MethodGet, "/v1/models/", false},
+		{ant.Kind, http.MethodPost, "/v1/responses", false},
+		{ant.Kind, http.MethodPost, "/v1/v1/messages", false},
+		{ant.Kind, http.MethodPost, "/admin/v1/messages", false},
+		{oai.Kind, http.MethodPost, "/responses", true},
+		{oai.Kind, http.MethodPost, "/responses/compact", true},
+		{oai.Kind, http.MethodPost, "/chat/completions", true},
+		{oai.Kind, http.MethodPost, "/v1/chat/completions", true},
+		{oai.Kind, http.MethodGet, "/models?client_version=0.171.0", true},
+		{oai.Kind, http.MethodGet, "/models/gpt-5", true},
+		{oai.Kind, http.MethodGet, "/responses", false},
+		{oai.Kind, http.MethodGet, "/responses/resp_123", false},
+		{oai.Kind, http.MethodPost, "/embeddings", false},
+		{oai.Kind, http.MethodPost, "/files", false},
+		{oai.Kind, http.MethodPost, "/messages", false},
+		{oai.Kind, http.MethodPost, "/organization/api_keys", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.kind+" "+tt.method+" "+tt.path, func(t *testing.T) {
+			before := len(g.up.got())
+			ph := g.placeholder(t, s.ID, tt.kind)
+			hdr := map[string]string{"X-Api-Key": ph}
+			if tt.kind == oai.Kind {
+				hdr = map[string]string{"Authorization": "Bearer " + ph}
+			}
+			resp := g.send(t, "host-a", s.ID, tt.method, "/"+tt.kind+tt.path, hdr, "")
+			body := readAll(t, resp)
+			sent := len(g.up.got()) - before
+			if tt.ok {
+				if resp.StatusCode != http.StatusOK || sent != 1 {
+					t.Fatalf("answer %d %s, %d sent upstream; want forwarded", resp.StatusCode, body, sent)
+				}
+				return
+			}
+			if resp.StatusCode != http.StatusForbidden || sent != 0 || !strings.Contains(body, "does not forward") {
+				t.Fatalf("answer %d %s, %d sent upstream; want a 403 refusal", resp.StatusCode, body, sent)
+			}
+			var shape map[string]any
+			if err := json.Unmarshal([]byte(body), &shape); err != nil || shape["error"] == nil {
+				t.Fatalf("refusal %s is not in the provider's error shape", body)
+			}
+		})
+	}
+	if resp := g.send(t, "host-a", s.ID, http.MethodHead, "/"+ant.Kind, nil, ""); resp.StatusCode != http.StatusOK {
+		t.Errorf("probe of the base URL answered %d", resp.StatusCode)
+	}
+}
 
 // fixedResolver answers every name with the same addresses.
 type fixedResolver []netip.Addr

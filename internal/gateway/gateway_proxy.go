@@ -85,6 +85,10 @@ func (c *Gateway) serveGateway(w http.ResponseWriter, r *http.Request, hostID do
 	if err != nil {
 		return "", err
 	}
+	if !providerEndpoint(kind, r.Method, rest) {
+		return "", refuse(http.StatusForbidden, "the model gateway does not forward %.16s /%.200s: it forwards only the %s endpoints harnesses call (%s)",
+			r.Method, rest, kind, endpointList(kind))
+	}
 	presented, header := presentedCredential(r.Header)
 	// A client probing the base URL itself (claude does after a failure,
 	// without a key) is forwarded without one.

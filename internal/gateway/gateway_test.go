@@ -447,7 +447,7 @@ func TestGatewayUpstreamRefusalIsNotRetried(t *testing.T) {
 	g := newGatewayEnv(t, Config{}, false, false)
 	g.up.h = func(w http.ResponseWriter, r *http.Request) {
 		status := http.StatusUnauthorized
-		if strings.HasSuffix(r.URL.Path, "/overloaded") {
+		if strings.HasSuffix(r.URL.Path, "/count_tokens") {
 			status = 529
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -461,7 +461,7 @@ func TestGatewayUpstreamRefusalIsNotRetried(t *testing.T) {
 	if body := readAll(t, resp); resp.StatusCode != 401 || resp.Header.Get("X-Should-Retry") != "false" || !strings.Contains(body, "invalid x-api-key") {
 		t.Fatalf("answer %d (x-should-retry %q) %s: want upstream's 401, marked final", resp.StatusCode, resp.Header.Get("X-Should-Retry"), body)
 	}
-	resp = g.send(t, "host-a", s.ID, http.MethodPost, "/anthropic_api_key/overloaded", ph, `{}`)
+	resp = g.send(t, "host-a", s.ID, http.MethodPost, "/anthropic_api_key/v1/messages/count_tokens", ph, `{}`)
 	if readAll(t, resp); resp.StatusCode != 529 || resp.Header.Get("X-Should-Retry") != "" {
 		t.Fatalf("answer %d (x-should-retry %q): other errors pass as they are", resp.StatusCode, resp.Header.Get("X-Should-Retry"))
 	}
