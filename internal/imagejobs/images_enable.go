@@ -80,7 +80,10 @@ func (c *Images) EnableImage(ctx context.Context, req EnableImageRequest) (Image
 func (c *Images) checkRegistry(registry string) error {
 	host, port := registry, uint16(443)
 	if h, p, err := net.SplitHostPort(registry); err == nil {
-		n, _ := strconv.Atoi(p)
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("%w: registry %s: port %q is not 1 to 65535", domain.ErrInvalid, registry, p)
+		}
 		host, port = h, uint16(n)
 	}
 	if err := c.regs.CheckHost(host, port); err != nil {

@@ -59,6 +59,13 @@ func TestEnableRefusesBlockedRegistries(t *testing.T) {
 			t.Errorf("enable %s: %v, want ErrInvalid naming %q and --allow-registry", tt.ref, err, tt.want)
 		}
 	}
+	if _, _, err := strict.im.EnableImage(context.Background(), EnableImageRequest{Ref: "[::1]/app:1", Name: "v6"}); !errors.Is(err, netpolicy.ErrBlocked) {
+		t.Errorf("enable from [::1] without a port: %v", err)
+	}
+	if _, _, err := allowing.im.EnableImage(context.Background(), EnableImageRequest{Ref: "127.0.0.1:70000/app:1", Name: "port"}); !errors.Is(err, domain.ErrInvalid) ||
+		!strings.Contains(err.Error(), "not 1 to 65535") {
+		t.Errorf("enable with port 70000: %v", err)
+	}
 	imgs, err := strict.st.ListImages(context.Background())
 	if err != nil || len(imgs) != 2 {
 		t.Errorf("strict server stored %d images (%v), want the 2 on public registries", len(imgs), err)
