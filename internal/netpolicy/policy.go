@@ -46,13 +46,12 @@ func (p *Policy) Entries() []string {
 	return out
 }
 
-// AllowName says whether name on port is allowed, and why (or why not).
-// name is a DNS name (any case, one trailing dot allowed) or an IP
-// literal ("[v6]" too); an address in a blocked range is never allowed.
+// AllowName says whether name on port is allowed, and why (or why not);
+// port 0 asks whether it is allowed on some port (the resolver asks so
+// before any port is known). name is a DNS name (any case, one trailing
+// dot allowed) or an IP literal ("[v6]" too); an address in a blocked
+// range is never allowed.
 func (p *Policy) AllowName(name string, port uint16) (ok bool, reason string) {
-	if port == 0 {
-		return false, "no port"
-	}
 	if a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(name, "["), "]")); err == nil {
 		return p.allowAddr(a.Unmap(), port)
 	}
@@ -65,7 +64,7 @@ func (p *Policy) AllowName(name string, port uint16) (ok bool, reason string) {
 		if !pat.matchesName(n) {
 			continue
 		}
-		if slices.Contains(pat.ports(), port) {
+		if port == 0 || slices.Contains(pat.ports(), port) {
 			return true, fmt.Sprintf("allowed by %q", pat.entry)
 		}
 		portsFor = append(portsFor, pat.entry)
@@ -81,7 +80,7 @@ func (p *Policy) allowAddr(a netip.Addr, port uint16) (bool, string) {
 		return false, fmt.Sprintf("%s is blocked: %s", a, reason)
 	}
 	for _, pat := range p.patterns {
-		if pat.Addr == a.WithZone("") && slices.Contains(pat.ports(), port) {
+		if pat.Addr == a.WithZone("") && (port == 0 || slices.Contains(pat.ports(), port)) {
 			return true, fmt.Sprintf("allowed by %q", pat.entry)
 		}
 	}

@@ -99,7 +99,12 @@ func TestAllowName(t *testing.T) {
 		{"example.com", 443, true, `allowed by "example.com"`},
 		{"example.com", 80, true, `"example.com"`},
 		{"example.com", 22, false, "port 22 of example.com is not allowed"},
-		{"example.com", 0, false, "no port"},
+		{"example.com", 0, true, `"example.com"`}, // on some port
+		{"api.example.org", 0, true, `"api.example.org:8443"`},
+		{"x.svc.example.io", 0, true, `"*.svc.example.io:22"`},
+		{"www.example.com", 0, false, "not in the allowlist"},
+		{"8.8.8.8", 0, true, `"8.8.8.8"`},
+		{"127.0.0.1", 0, false, "loopback"},
 		{"EXAMPLE.Com", 443, true, `"example.com"`},
 		{"example.com.", 443, true, `"example.com"`},
 		{"example.com..", 443, false, "not a valid host name"},
