@@ -145,6 +145,12 @@ var layerRules = []layerRule{
 		reason: "the proxy and resolver ask the address policy through the small interfaces they declare (Names, Dialer, Addrs); nothing else of the module",
 	},
 	{
+		name:   "netpolicy-is-a-leaf",
+		from:   []string{"internal/netpolicy/..."},
+		only:   []string{std},
+		reason: "the address policy is shared by the coordinator, the host and the guest contract, so it imports nothing of theirs",
+	},
+	{
 		name:   "test-only-stays-in-tests",
 		from:   []string{"..."},
 		unless: testOnly,
@@ -280,6 +286,7 @@ func TestLayeringRulesBite(t *testing.T) {
 		fake("internal/tasks", "example.com/m/internal/egress"),
 		fake("internal/host/relay", "example.com/m/internal/egress"),
 		fake("internal/egress", "example.com/m/internal/hostlink", "example.com/m/internal/netpolicy", "github.com/miekg/dns"),
+		fake("internal/netpolicy", "example.com/m/internal/domain", "net/netip"),
 	}}
 	var got []string
 	for _, v := range checkLayers(st, layerRules) {
@@ -300,6 +307,7 @@ func TestLayeringRulesBite(t *testing.T) {
 		"internal/host/agent → internal/ghapp ghapp-for-the-coordinator",
 		"internal/tasks → internal/egress egress-for-the-host",
 		"internal/egress → internal/hostlink egress-over-interfaces",
+		"internal/netpolicy → internal/domain netpolicy-is-a-leaf",
 	}
 	slices.Sort(got)
 	slices.Sort(want)

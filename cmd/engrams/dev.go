@@ -32,6 +32,7 @@ type devFlags struct {
 	logFormat, opsAddr                 string
 	stopTimeout                        time.Duration
 	harnesses                          harnessFlags
+	policy                             policyFlags
 }
 
 func devCmd() *cobra.Command {
@@ -69,6 +70,7 @@ func (f *devFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.opsAddr, "ops-addr", env("OPS_ADDR", ""), "also serve /healthz, /readyz and /metrics on this address (they are always on --listen too)")
 	fs.DurationVar(&f.stopTimeout, "stop-timeout", envDuration("STOP_TIMEOUT", 2*time.Minute), "at Ctrl-C, how long suspending the running sessions may take before dev stops anyway")
 	f.harnesses.register(fs, "", "")
+	f.policy.register(fs)
 }
 
 // devRig is what dev runs: the replica, its host agent and their blob store.
@@ -111,7 +113,12 @@ func (f *devFlags) run(ctx context.Context, out, errOut io.Writer, sigs <-chan o
 		return fmt.Errorf("listen on %s: %w (is another `engrams dev` running? use --listen)", f.listen, err)
 	}
 	url := "http://" + ln.Addr().String()
-	rig, closeRig, err := f.assemble(ctx, st, url, creds.HostToken, log)
+	policy, err := f.policy.guards(true, ownPorts(ln, opsLn), log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	rig, closeRig, err := f.assemble(ctx, st, url, creds.HostToken, policy, log)
 	if err != nil {
 		ln.Close()
 		return err
@@ -140,7 +147,7 @@ func (f *devFlags) run(ctx context.Context, out, errOut io.Writer, sigs <-chan o
 
 // assemble makes dev's blob store, host agent and replica over st, one
 // metrics registry for both; closeAll releases them.
-func (f *devFlags) assemble(ctx context.Context, st store.Store, url, hostToken string, log *slog.Logger) (rig devRig, closeAll func(), err error) {
+func (f *devFlags) assemble(ctx context.Context, st store.Store, url, hostToken string, policy addrPolicy, log *slog.Logger) (rig devRig, closeAll func(), err error) {
 	rig.bs, err = localdir.New(localdir.Config{Dir: filepath.Join(f.dataDir, "blobs")}, localdir.Deps{Logger: log})
 	if err != nil {
 		return rig, nil, fmt.Errorf("blob store: %w", err)
@@ -160,7 +167,7 @@ func (f *devFlags) assemble(ctx context.Context, st store.Store, url, hostToken 
 	keyFile := filepath.Join(f.dataDir, "secrets.keyset")
 	srv, closeSrv, err := newServer(server.Config{AdvertiseURL: url, Version: version},
 		serverParts{store: st, blobs: rig.bs, imageWork: filepath.Join(f.dataDir, "image-work"), harnesses: &f.harnesses,
-			keyFile: keyFile, createKey: true, metrics: reg, ready: []metrics.Check{{Name: "host_link", Ready: agent.Ready}},
+			keyFile: keyFile, createKey: true, policy: policy, metrics: reg, ready: []metrics.Check{{Name: "host_link", Ready: agent.Ready}},
 			log: log.With("component", "coordinator")}, log)
 	if err != nil {
 		closeChunks()

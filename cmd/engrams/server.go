@@ -30,6 +30,7 @@ type serverFlags struct {
 	co                                                                  coordinator.Config
 	blobs                                                               blobFlags
 	harnesses                                                           harnessFlags
+	policy                                                              policyFlags
 }
 
 func serverCmd() *cobra.Command {
@@ -73,6 +74,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 	f.harnesses.register(fs, harnessWork, defaultHarnessCache(harnessWork))
 	fs.StringVar(&f.keyFile, "secrets-key-file", env("SECRETS_KEY_FILE", ""), "key sealing secrets and registry credentials at rest (engrams secrets-key create FILE; with SQLite it is created on first use; rotate it with engrams secrets-key rotate); without it no secrets can be kept. Every replica needs the same file")
 	fs.DurationVar(&f.co.HeartbeatInterval, "heartbeat-interval", envDuration("HEARTBEAT_INTERVAL", 0), "how often hosts heartbeat (default 2s)")
+	f.policy.register(fs)
 }
 
 // run serves the replica until ctx ends; notes for the operator go to
@@ -122,9 +124,13 @@ func (f *serverFlags) run(ctx context.Context, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	policy, err := f.policy.guards(false, ownPorts(ln, opsLn), log)
+	if err != nil {
+		return err
+	}
 	srv, closeSrv, err := newServer(server.Config{ReplicaID: f.replicaID, AdvertiseURL: f.advertise, ClusterSecret: f.secret, Version: version, Coordinator: f.co},
 		serverParts{store: st, blobs: bs, imageWork: f.imageWork, harnesses: &f.harnesses, keyFile: f.keyFile, createKey: !sharedDatabase(f.database),
-			metrics: metrics.New(), log: log}, log)
+			policy: policy, metrics: metrics.New(), log: log}, log)
 	if err != nil {
 		return err
 	}
@@ -147,6 +153,7 @@ type serverParts struct {
 	harnesses *harnessFlags
 	keyFile   string
 	createKey bool // create the secrets key file when missing (SQLite)
+	policy    addrPolicy
 	metrics   *metrics.Registry
 	ready     []metrics.Check // besides the database's
 	log       *slog.Logger    // the server's
@@ -155,7 +162,7 @@ type serverParts struct {
 // newServer opens the image materializer, the harness builder and the
 // secrets key and makes a replica with them; closeAll releases them.
 func newServer(cfg server.Config, p serverParts, log *slog.Logger) (srv *server.Server, closeAll func(), err error) {
-	images, closeImages, err := imageMaterializer(p.blobs, p.imageWork, log.With("component", "images"))
+	images, closeImages, err := imageMaterializer(p.blobs, p.imageWork, p.policy.registries, log.With("component", "images"))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -168,7 +175,7 @@ func newServer(cfg server.Config, p serverParts, log *slog.Logger) (srv *server.
 	sealer, err := secretsKey(p.keyFile, p.createKey)
 	if err == nil {
 		srv, err = server.New(cfg, server.Deps{Store: p.store, Logger: p.log, Images: images, Secrets: sealer, HarnessBuilder: hb, HarnessChunks: hc,
-			Metrics: p.metrics, Ready: p.ready})
+			Registries: p.policy.registries, Models: p.policy.models, Metrics: p.metrics, Ready: p.ready})
 	}
 	if err != nil {
 		closeAll()

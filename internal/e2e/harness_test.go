@@ -17,6 +17,7 @@ import (
 	"github.com/engrams/engrams/client"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/host"
+	"github.com/engrams/engrams/internal/netpolicy"
 	"github.com/engrams/engrams/internal/server"
 	"github.com/engrams/engrams/internal/store"
 	"github.com/engrams/engrams/internal/store/postgres"
@@ -112,9 +113,17 @@ func serveReplicaWith(t *testing.T, ln net.Listener, st store.Store, secret stri
 	t.Helper()
 	url := "http://" + ln.Addr().String()
 	cfg.AdvertiseURL, cfg.ClusterSecret, cfg.Version = url, secret, "test"
+	// The registries and model servers of these tests are on 127.0.0.1.
+	if extra.Registries == nil {
+		extra.Registries = loopbackGuard()
+	}
+	if extra.Models == nil {
+		extra.Models = loopbackGuard()
+	}
 	srv, err := server.New(cfg,
 		server.Deps{Store: st, Logger: testLogger(t).With("replica", url), Images: extra.Images, Secrets: extra.Secrets,
-			HarnessBuilder: extra.HarnessBuilder, HarnessChunks: extra.HarnessChunks, Metrics: extra.Metrics})
+			HarnessBuilder: extra.HarnessBuilder, HarnessChunks: extra.HarnessChunks, Metrics: extra.Metrics,
+			Registries: extra.Registries, Models: extra.Models})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,6 +137,11 @@ func serveReplicaWith(t *testing.T, ln net.Listener, st store.Store, secret stri
 		}
 	})
 	return replica{URL: url, srv: srv}
+}
+
+// loopbackGuard is the address policy of `engrams dev`: loopback allowed.
+func loopbackGuard() *netpolicy.Guard {
+	return netpolicy.NewGuard(netpolicy.GuardConfig{Allow: netpolicy.LoopbackAllowances()})
 }
 
 // credentials mints a user token, and a host named hostName if not "".

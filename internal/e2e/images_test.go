@@ -48,7 +48,7 @@ func startImageEnv(t *testing.T, opts ...func(*server.Config, *server.Deps)) *im
 		t.Fatal(err)
 	}
 	work := t.TempDir()
-	m, closeM, err := image.NewForBlobStore(bs, work, testLogger(t))
+	m, closeM, err := image.NewForBlobStore(bs, work, loopbackGuard(), testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

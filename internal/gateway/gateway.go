@@ -41,14 +41,10 @@ func gatewayServes(kind string) bool {
 	return secrets.DefaultBaseURL(kind) != ""
 }
 
-// gatewayState is the replica's gateway key (cached once read) and the
-// upstream transport.
+// gatewayState is the replica's gateway key (cached once read).
 type gatewayState struct {
 	mu  sync.Mutex
 	key []byte
-
-	upstream     http.RoundTripper // Deps.GatewayTransport; nil: a default made once
-	upstreamOnce sync.Once
 }
 
 // Placeholder is the token the harness of session sessionID is given for

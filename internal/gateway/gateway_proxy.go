@@ -18,6 +18,7 @@ import (
 	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/netpolicy"
 )
 
 // Bounds of one gateway request.
@@ -84,6 +85,10 @@ func (c *Gateway) serveGateway(w http.ResponseWriter, r *http.Request, hostID do
 	if err != nil {
 		return "", err
 	}
+	if !providerEndpoint(kind, r.Method, rest) {
+		return "", refuse(http.StatusForbidden, "the model gateway does not forward %.16s /%.200s: it forwards only the %s endpoints harnesses call (%s)",
+			r.Method, rest, kind, endpointList(kind))
+	}
 	presented, header := presentedCredential(r.Header)
 	// A client probing the base URL itself (claude does after a failure,
 	// without a key) is forwarded without one.
@@ -100,6 +105,9 @@ func (c *Gateway) serveGateway(w http.ResponseWriter, r *http.Request, hostID do
 	key, base, err := c.gatewaySecret(ctx, grant)
 	if err != nil {
 		return "", err
+	}
+	if err := c.checkProvider(base); err != nil {
+		return base.Host, &gatewayRefusal{status: http.StatusForbidden, msg: blockedProvider, cause: err}
 	}
 	if probe {
 		key, header = "", ""
@@ -164,7 +172,7 @@ func (c *Gateway) gatewayProxy(kind string, base *url.URL, rest, header, key str
 				h.Set("Authorization", "Bearer "+key)
 			}
 		},
-		Transport:     c.gatewayTransport(),
+		Transport:     c.upstream,
 		FlushInterval: -1,
 		ModifyResponse: func(resp *http.Response) error {
 			if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
@@ -179,36 +187,33 @@ func (c *Gateway) gatewayProxy(kind string, base *url.URL, rest, header, key str
 				return
 			}
 			log.Warn("gateway upstream failed", "upstream", base.Host, "error", err)
-			writeGatewayError(w, kind, http.StatusBadGateway, upstreamFailure(err))
+			status := http.StatusBadGateway
+			if errors.Is(err, netpolicy.ErrBlocked) {
+				status = http.StatusForbidden
+			}
+			writeGatewayError(w, kind, status, upstreamFailure(err))
 		},
 	}
 }
+
+// blockedProvider is the refusal of a base URL at an address the server
+// does not reach (the address itself is only logged).
+const blockedProvider = "the model provider's base URL is at an address this server does not reach (loopback, private or link-local); " +
+	"an operator can allow it with engrams server --allow-model-url"
 
 // upstreamFailure says why the provider could not be reached, in words
 // that quote neither its address nor the transport's error (logged).
 func upstreamFailure(err error) string {
 	var tlsErr *tls.CertificateVerificationError
 	switch {
+	case errors.Is(err, netpolicy.ErrBlocked):
+		return blockedProvider
 	case errors.Is(err, errHeaderTimeout):
 		return "the model provider sent no answer in time"
 	case errors.As(err, &tlsErr):
 		return "the model gateway could not verify the model provider's TLS certificate"
 	}
 	return "the model gateway could not reach the model provider"
-}
-
-// gatewayTransport is the upstream transport (TLS verified with the
-// system roots unless Deps.GatewayTransport says otherwise) bounded by the
-// header timeout.
-func (c *Gateway) gatewayTransport() http.RoundTripper {
-	c.gateway.upstreamOnce.Do(func() {
-		if c.gateway.upstream == nil {
-			t := http.DefaultTransport.(*http.Transport).Clone()
-			t.DisableCompression = true // bodies pass through as the client asked for them
-			c.gateway.upstream = t
-		}
-	})
-	return headerTimeout{rt: c.gateway.upstream, d: c.cfg.HeaderTimeout}
 }
 
 // headerTimeout bounds the wait for an answer's headers only: a stream may

@@ -22,6 +22,7 @@ import (
 	"github.com/engrams/engrams/internal/coordinator/coordinatortest"
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/netpolicy"
 	"github.com/engrams/engrams/internal/secrets"
 	"github.com/engrams/engrams/internal/store"
 	"github.com/engrams/engrams/internal/store/sqlite"
@@ -95,6 +96,18 @@ type gwEnv struct {
 
 func newGatewayEnv(t *testing.T, cfg Config, tls bool, trust bool) *gwEnv {
 	t.Helper()
+	return newGatewayEnvWith(t, cfg, tls, trust, loopback())
+}
+
+// loopback lets the gateway reach providers on this machine, as tests'
+// scripted model servers are.
+func loopback() Providers {
+	return netpolicy.NewGuard(netpolicy.GuardConfig{Allow: netpolicy.LoopbackAllowances()})
+}
+
+// newGatewayEnvWith is newGatewayEnv reaching providers through providers.
+func newGatewayEnvWith(t *testing.T, cfg Config, tls, trust bool, providers Providers) *gwEnv {
+	t.Helper()
 	up := &upstream{}
 	var upTS *httptest.Server
 	if tls {
@@ -103,13 +116,10 @@ func newGatewayEnv(t *testing.T, cfg Config, tls bool, trust bool) *gwEnv {
 		upTS = httptest.NewServer(up)
 	}
 	t.Cleanup(upTS.Close)
-	var transport http.RoundTripper
+	var pool *x509.CertPool
 	if trust {
-		pool := x509.NewCertPool()
+		pool = x509.NewCertPool()
 		pool.AddCert(upTS.Certificate())
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.TLSClientConfig.RootCAs = pool
-		transport = tr
 	}
 	logs := &syncLog{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -118,7 +128,7 @@ func newGatewayEnv(t *testing.T, cfg Config, tls bool, trust bool) *gwEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, err := New(cfg, Deps{Store: e.St, Secrets: vault, Sealer: coordinatortest.Sealer{}, Upstream: transport, Logger: log})
+	gw, err := New(cfg, Deps{Store: e.St, Secrets: vault, Sealer: coordinatortest.Sealer{}, Providers: providers, RootCAs: pool, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -437,7 +447,7 @@ func TestGatewayUpstreamRefusalIsNotRetried(t *testing.T) {
 	g := newGatewayEnv(t, Config{}, false, false)
 	g.up.h = func(w http.ResponseWriter, r *http.Request) {
 		status := http.StatusUnauthorized
-		if strings.HasSuffix(r.URL.Path, "/overloaded") {
+		if strings.HasSuffix(r.URL.Path, "/count_tokens") {
 			status = 529
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -451,7 +461,7 @@ func TestGatewayUpstreamRefusalIsNotRetried(t *testing.T) {
 	if body := readAll(t, resp); resp.StatusCode != 401 || resp.Header.Get("X-Should-Retry") != "false" || !strings.Contains(body, "invalid x-api-key") {
 		t.Fatalf("answer %d (x-should-retry %q) %s: want upstream's 401, marked final", resp.StatusCode, resp.Header.Get("X-Should-Retry"), body)
 	}
-	resp = g.send(t, "host-a", s.ID, http.MethodPost, "/anthropic_api_key/overloaded", ph, `{}`)
+	resp = g.send(t, "host-a", s.ID, http.MethodPost, "/anthropic_api_key/v1/messages/count_tokens", ph, `{}`)
 	if readAll(t, resp); resp.StatusCode != 529 || resp.Header.Get("X-Should-Retry") != "" {
 		t.Fatalf("answer %d (x-should-retry %q): other errors pass as they are", resp.StatusCode, resp.Header.Get("X-Should-Retry"))
 	}

@@ -2,14 +2,18 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"log/slog"
+	"net"
 	"net/http"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/netpolicy"
 	"github.com/engrams/engrams/internal/secrets"
 	"github.com/engrams/engrams/internal/store"
 )
@@ -26,6 +30,15 @@ type Secrets interface {
 	Open(ctx context.Context, id string) (domain.Secret, []byte, error)
 }
 
+// Providers is how the gateway reaches model providers (a *netpolicy.Guard
+// is): it judges a base URL's host before a request is forwarded, and
+// makes every upstream connection, refusing addresses the operator did not
+// allow (loopback, private ranges).
+type Providers interface {
+	CheckHost(host string, port uint16) error
+	DialContext(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
 // Deps are what the gateway needs.
 type Deps struct {
 	Store   store.Store
@@ -33,26 +46,31 @@ type Deps struct {
 	// Sealer seals the gateway's own key; nil: the gateway refuses, saying
 	// the server keeps no secrets.
 	Sealer secrets.Sealer
-	// Upstream carries requests to model providers; nil: a clone of
-	// http.DefaultTransport (TLS verified with the system roots). Tests
-	// give one trusting their server's certificate.
-	Upstream http.RoundTripper
-	Logger   *slog.Logger
-	Now      func() time.Time // default time.Now
-	NewID    func() string    // default UUIDv7
+	// Providers dials model providers; nil: a netpolicy.Guard allowing no
+	// private or loopback address. No proxy is used: it would reach what
+	// Providers refuses.
+	Providers Providers
+	// RootCAs verify providers' TLS certificates; nil: the system roots.
+	// Tests give a pool trusting their server's certificate.
+	RootCAs *x509.CertPool
+	Logger  *slog.Logger
+	Now     func() time.Time // default time.Now
+	NewID   func() string    // default UUIDv7
 }
 
 // Gateway is the model gateway: it gives sessions placeholders for their
 // model keys and forwards their harnesses' requests with the real keys.
 type Gateway struct {
-	cfg     Config
-	st      store.Store
-	vault   Secrets
-	secrets secrets.Sealer
-	gateway gatewayState
-	log     *slog.Logger
-	now     func() time.Time
-	newID   func() string
+	cfg       Config
+	st        store.Store
+	vault     Secrets
+	secrets   secrets.Sealer
+	providers Providers
+	upstream  http.RoundTripper // dials through providers, bounded by the header timeout
+	gateway   gatewayState
+	log       *slog.Logger
+	now       func() time.Time
+	newID     func() string
 }
 
 // New returns the gateway.
@@ -63,8 +81,16 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	if cfg.HeaderTimeout <= 0 {
 		cfg.HeaderTimeout = defaultGatewayHeaderTimeout
 	}
-	g := &Gateway{cfg: cfg, st: deps.Store, vault: deps.Secrets, secrets: deps.Sealer,
-		gateway: gatewayState{upstream: deps.Upstream}, log: deps.Logger, now: deps.Now, newID: deps.NewID}
+	if deps.Providers == nil {
+		deps.Providers = netpolicy.NewGuard(netpolicy.GuardConfig{})
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.Proxy = nil
+	t.DialContext = deps.Providers.DialContext
+	t.DisableCompression = true // bodies pass through as the client asked for them
+	t.TLSClientConfig = &tls.Config{RootCAs: deps.RootCAs, MinVersion: tls.VersionTLS12}
+	g := &Gateway{cfg: cfg, st: deps.Store, vault: deps.Secrets, secrets: deps.Sealer, providers: deps.Providers,
+		upstream: headerTimeout{rt: t, d: cfg.HeaderTimeout}, log: deps.Logger, now: deps.Now, newID: deps.NewID}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}

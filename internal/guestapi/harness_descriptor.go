@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/netip"
 	"os"
 	"path"
 	"path/filepath"
@@ -16,6 +14,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/engrams/engrams/internal/netpolicy"
 )
 
 // A harness bundle is a read-only tree with harness.json (HarnessDescriptor) at its
@@ -115,7 +115,6 @@ var (
 	envRE     = regexp.MustCompile(`^[A-Z_][A-Z0-9_]{0,127}$`)
 	glibcRE   = regexp.MustCompile(`^[0-9]{1,3}\.[0-9]{1,3}$`)
 	sonameRE  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$`)
-	labelRE   = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 )
 
 // ParseHarnessDescriptor decodes and validates harness.json: unknown fields,
@@ -303,35 +302,10 @@ func checkHosts(hosts []string, bad func(string, ...any)) {
 
 // CheckEgressHost accepts a host a guest may reach: "name", "name:port",
 // "*.name[:port]", an IP address or "[v6]:port"; names are lower-case DNS
-// names.
+// names. netpolicy.ParsePattern is the one parser of these entries.
 func CheckEgressHost(h string) error {
-	if _, err := netip.ParseAddr(h); err == nil {
-		return nil
-	}
-	host := h
-	if strings.Contains(h, ":") {
-		hh, port, err := net.SplitHostPort(h)
-		if err != nil {
-			return fmt.Errorf("%q: want host or host:port", h)
-		}
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != port {
-			return fmt.Errorf("%q: port %q is not 1 to 65535", h, port)
-		}
-		if _, err := netip.ParseAddr(hh); err == nil {
-			return nil
-		}
-		host = hh
-	}
-	name := strings.TrimPrefix(host, "*.")
-	if len(name) == 0 || len(name) > 253 {
-		return fmt.Errorf("%q: want a host name of 1 to 253 bytes", h)
-	}
-	for _, l := range strings.Split(name, ".") {
-		if !labelRE.MatchString(l) {
-			return fmt.Errorf("%q: label %q is not a lower-case DNS label", h, l)
-		}
-	}
-	return nil
+	_, err := netpolicy.ParsePattern(h)
+	return err
 }
 
 func checkRequires(r HarnessRequires, bad func(string, ...any)) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/engrams/engrams/internal/image/imagetest"
 	"github.com/engrams/engrams/internal/image/oci"
+	"github.com/engrams/engrams/internal/netpolicy"
 )
 
 // diskUse is what a directory tree takes on disk: allocated bytes and inodes.
@@ -140,7 +141,7 @@ func TestMaterializeRefusesBombs(t *testing.T) {
 			reg.Push(t, "bomb/"+string(rune('a'+i)), "1", tc.img(t))
 			work := t.TempDir()
 			m, err := New(Config{WorkDir: work}, Deps{
-				Puller: oci.New(oci.Config{SkipOwnership: os.Geteuid() != 0}, oci.Deps{}),
+				Puller: oci.New(oci.Config{SkipOwnership: os.Geteuid() != 0}, oci.Deps{Dialer: netpolicy.NewGuard(netpolicy.GuardConfig{Allow: netpolicy.LoopbackAllowances()})}),
 				Imager: nopImager{}, Chunks: nopChunks{},
 			})
 			if err != nil {

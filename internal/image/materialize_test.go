@@ -29,6 +29,7 @@ import (
 	"github.com/engrams/engrams/internal/blob/localdir"
 	"github.com/engrams/engrams/internal/chunk"
 	"github.com/engrams/engrams/internal/image/oci"
+	"github.com/engrams/engrams/internal/netpolicy"
 	"github.com/engrams/engrams/internal/testutil"
 	"github.com/engrams/engrams/internal/vmm/vmimage"
 )
@@ -69,7 +70,7 @@ func newFixture(t *testing.T) *fixture {
 func (f *fixture) materializer(t *testing.T, imager TreeImager) *Materializer {
 	t.Helper()
 	m, err := New(Config{WorkDir: f.work, DefaultDiskGiB: 1}, Deps{
-		Puller: oci.New(oci.Config{SkipOwnership: os.Geteuid() != 0}, oci.Deps{}),
+		Puller: oci.New(oci.Config{SkipOwnership: os.Geteuid() != 0}, oci.Deps{Dialer: netpolicy.NewGuard(netpolicy.GuardConfig{Allow: netpolicy.LoopbackAllowances()})}),
 		Imager: imager, Chunks: f.chunks,
 	})
 	if err != nil {

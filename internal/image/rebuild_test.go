@@ -9,6 +9,7 @@ import (
 	"github.com/engrams/engrams/internal/chunk"
 	"github.com/engrams/engrams/internal/image"
 	"github.com/engrams/engrams/internal/image/imagetest"
+	"github.com/engrams/engrams/internal/netpolicy"
 )
 
 // TestRebuiltImageUploadsOnlyWhatChanged materializes Debian, then the same
@@ -26,7 +27,7 @@ func TestRebuiltImageUploadsOnlyWhatChanged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, done, err := image.NewForBlobStore(bs, t.TempDir(), nil)
+	m, done, err := image.NewForBlobStore(bs, t.TempDir(), netpolicy.NewGuard(netpolicy.GuardConfig{Allow: netpolicy.LoopbackAllowances()}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

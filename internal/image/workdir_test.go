@@ -10,11 +10,12 @@ import (
 
 	"github.com/engrams/engrams/internal/image/imagetest"
 	"github.com/engrams/engrams/internal/image/oci"
+	"github.com/engrams/engrams/internal/netpolicy"
 	"github.com/engrams/engrams/internal/vmm/vmimage"
 )
 
 func newMaterializer(work string) (*Materializer, error) {
-	return New(Config{WorkDir: work}, Deps{Puller: oci.New(oci.Config{}, oci.Deps{}), Imager: nopImager{}, Chunks: nopChunks{}})
+	return New(Config{WorkDir: work}, Deps{Puller: oci.New(oci.Config{}, oci.Deps{Dialer: netpolicy.NewGuard(netpolicy.GuardConfig{Allow: netpolicy.LoopbackAllowances()})}), Imager: nopImager{}, Chunks: nopChunks{}})
 }
 
 // The work dir must be private: a real directory of this user, writable by no one

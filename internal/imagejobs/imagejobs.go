@@ -12,6 +12,7 @@ import (
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/image"
 	"github.com/engrams/engrams/internal/image/oci"
+	"github.com/engrams/engrams/internal/netpolicy"
 	"github.com/engrams/engrams/internal/scheduler"
 	"github.com/engrams/engrams/internal/store"
 )
@@ -57,6 +58,13 @@ type Sealer interface {
 	Open(ciphertext, associated []byte) ([]byte, error)
 }
 
+// Registries judges a registry host before an image is enabled from it,
+// without resolving it (a *netpolicy.Guard does; the materializer's dialer
+// judges what names resolve to).
+type Registries interface {
+	CheckHost(host string, port uint16) error
+}
+
 // Placer picks a host for a capture (the coordinator does).
 type Placer interface {
 	PlaceWithin(ctx context.Context, spec domain.SessionSpec, need scheduler.Need, wait time.Duration) (domain.HostID, error)
@@ -73,9 +81,12 @@ type Deps struct {
 	// Secrets seals registry credentials; nil: enabling with credentials
 	// is refused.
 	Secrets Sealer
-	Logger  *slog.Logger
-	Now     func() time.Time // default time.Now
-	NewID   func() string    // default UUIDv7
+	// Registries refuses registries on private and loopback addresses
+	// the operator did not allow; nil: a netpolicy.Guard allowing none.
+	Registries Registries
+	Logger     *slog.Logger
+	Now        func() time.Time // default time.Now
+	NewID      func() string    // default UUIDv7
 }
 
 // Images enables OCI images into base snapshots: it validates enable
@@ -87,6 +98,7 @@ type Images struct {
 	place   Placer
 	images  Materializer
 	secrets Sealer
+	regs    Registries
 	log     *slog.Logger
 	now     func() time.Time
 	newID   func() string
@@ -99,7 +111,10 @@ func New(cfg Config, deps Deps) (*Images, error) {
 	}
 	cfg.defaults()
 	c := &Images{cfg: cfg, st: deps.Store, links: hostlink.NewClient(deps.Hosts), place: deps.Place,
-		images: deps.Images, secrets: deps.Secrets, log: deps.Logger, now: deps.Now, newID: deps.NewID}
+		images: deps.Images, secrets: deps.Secrets, regs: deps.Registries, log: deps.Logger, now: deps.Now, newID: deps.NewID}
+	if c.regs == nil {
+		c.regs = netpolicy.NewGuard(netpolicy.GuardConfig{})
+	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}

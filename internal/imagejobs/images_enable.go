@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 
 	"github.com/engrams/engrams/internal/domain"
@@ -28,6 +30,9 @@ func (c *Images) EnableImage(ctx context.Context, req EnableImageRequest) (Image
 	registry, err := oci.ParseReference(ref)
 	if err != nil {
 		return ImageView{}, domain.ImageJob{}, fmt.Errorf("%w: %w", domain.ErrInvalid, err)
+	}
+	if err := c.checkRegistry(registry); err != nil {
+		return ImageView{}, domain.ImageJob{}, err
 	}
 	name := req.Name
 	if name == "" {
@@ -68,6 +73,29 @@ func (c *Images) EnableImage(ctx context.Context, req EnableImageRequest) (Image
 		"env", envKeys(cfg.Env), "memory_mib", cfg.MemoryMiB, "disk_gib", cfg.DiskGiB)
 	v, err := c.View(ctx, img)
 	return v, job, err
+}
+
+// checkRegistry refuses a registry at an address this server does not
+// reach (loopback, private ranges) unless its operator allowed it.
+func (c *Images) checkRegistry(registry string) error {
+	host, port := registry, uint16(443)
+	if h, p, err := net.SplitHostPort(registry); err == nil {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("%w: registry %s: port %q is not 1 to 65535", domain.ErrInvalid, registry, p)
+		}
+		host, port = h, uint16(n)
+	}
+	if err := c.regs.CheckHost(host, port); err != nil {
+		return fmt.Errorf("%w: registry %s: %w; %s", domain.ErrInvalid, registry, err, allowRegistryHint(registry))
+	}
+	return nil
+}
+
+// allowRegistryHint says how an operator lets this server use registry.
+func allowRegistryHint(registry string) string {
+	return fmt.Sprintf("this server fetches images only from public addresses unless its operator allows the registry "+
+		"(engrams server --allow-registry %s, or a CIDR such as 10.0.0.0/8; engrams dev allows loopback)", registry)
 }
 
 // enableExisting answers an enable of a name that is taken: a ready image

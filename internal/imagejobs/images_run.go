@@ -13,6 +13,7 @@ import (
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/image"
 	"github.com/engrams/engrams/internal/image/oci"
+	"github.com/engrams/engrams/internal/netpolicy"
 	"github.com/engrams/engrams/internal/scheduler"
 	"github.com/engrams/engrams/internal/vmm/vmimage"
 )
@@ -161,7 +162,7 @@ func retryPull(ctx context.Context, c *Images, fn func() error) error {
 // permanentPull reports whether a pull failure is the image's or the
 // registry's answer (retrying gives the same).
 func permanentPull(err error) bool {
-	for _, e := range []error{oci.ErrInvalidReference, oci.ErrNotFound, oci.ErrUnauthorized, oci.ErrNoPlatform,
+	for _, e := range []error{netpolicy.ErrBlocked, oci.ErrInvalidReference, oci.ErrNotFound, oci.ErrUnauthorized, oci.ErrNoPlatform,
 		oci.ErrCorruptLayer, oci.ErrUnsafeLayer, oci.ErrTooLarge, oci.ErrNoShell, vmimage.ErrTreeTooLarge, vmimage.ErrUnsupportedTree} {
 		if errors.Is(err, e) {
 			return true
@@ -174,6 +175,9 @@ func permanentPull(err error) bool {
 // common categories.
 func explainPull(err error) error {
 	switch {
+	case errors.Is(err, netpolicy.ErrBlocked):
+		return fmt.Errorf("%w (this server fetches images only from public addresses unless its operator allows the registry: "+
+			"engrams server --allow-registry HOST[:PORT] or CIDR)", err)
 	case errors.Is(err, oci.ErrUnauthorized):
 		return fmt.Errorf("%w (check the registry credentials given to `image enable`)", err)
 	case errors.Is(err, oci.ErrNotFound):

@@ -30,7 +30,8 @@ type env struct {
 func newEnvWith(t *testing.T, cfg Config, extra Deps) *env {
 	t.Helper()
 	st, f := coordinatortest.NewStore(t), coordinatortest.NewFleet()
-	im, err := New(cfg, Deps{Store: st, Hosts: f, Place: coordinator.NewPlacement(st, 0, nil), Images: extra.Images, Secrets: extra.Secrets})
+	im, err := New(cfg, Deps{Store: st, Hosts: f, Place: coordinator.NewPlacement(st, 0, nil), Images: extra.Images, Secrets: extra.Secrets,
+		Registries: extra.Registries})
 	if err != nil {
 		t.Fatal(err)
 	}

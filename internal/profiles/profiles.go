@@ -15,7 +15,7 @@ import (
 
 	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/domain"
-	"github.com/engrams/engrams/internal/guestapi"
+	"github.com/engrams/engrams/internal/netpolicy"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -252,8 +252,10 @@ func checkStatic(spec *apiv1.ProfileSpec) problems {
 	}
 	seen := map[string]bool{}
 	for i, h := range spec.Egress {
-		if err := guestapi.CheckEgressHost(h); err != nil {
+		if pat, err := netpolicy.ParsePattern(h); err != nil {
 			probs.add("egress[%d]: %v", i, err)
+		} else if err := pat.Reachable(); err != nil {
+			probs.add("egress[%d] %q: %v", i, h, err)
 		} else if seen[h] {
 			probs.add("egress[%d] %q is listed twice", i, h)
 		}

@@ -16,7 +16,7 @@ import (
 	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/ghapp"
-	"github.com/engrams/engrams/internal/guestapi"
+	"github.com/engrams/engrams/internal/netpolicy"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -167,7 +167,7 @@ func checkSecret(req *SecretRequest) []string {
 	}
 	switch {
 	case m.Host != "":
-		if err := guestapi.CheckEgressHost(m.Host); err != nil {
+		if _, err := netpolicy.ParsePattern(m.Host); err != nil {
 			bad("host: %v", err)
 		}
 	case req.Kind == apiv1.SecretGitHTTPS:

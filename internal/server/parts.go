@@ -70,7 +70,7 @@ func assemble(cfg Config, deps Deps, t hostlink.Transports, links coordinator.Li
 	cc.ReplicaID, cc.ReplicaAddr = cfg.ReplicaID, cfg.AdvertiseURL
 	p.Images, err = imagejobs.New(imagejobs.Config{DefaultVCPUs: cc.DefaultVCPUs, MaxMemoryMiB: cc.MaxMemoryMiB, MaxVCPUs: cc.MaxVCPUs,
 		PlacementWait: cc.PlacementWait}, imagejobs.Deps{Store: st, Hosts: t, Place: coordinator.NewPlacement(st, cc.HeartbeatInterval, nil),
-		Images: deps.Images, Secrets: deps.Secrets, Logger: log})
+		Images: deps.Images, Secrets: deps.Secrets, Registries: deps.Registries, Logger: log})
 	if err != nil {
 		return p, err
 	}
@@ -86,7 +86,7 @@ func assemble(cfg Config, deps Deps, t hostlink.Transports, links coordinator.Li
 	if p.Profiles, err = profiles.New(profiles.Deps{Store: st, Images: p.Images, Logger: log}); err != nil {
 		return p, err
 	}
-	if p.Gateway, err = gateway.New(cfg.Gateway, gateway.Deps{Store: st, Secrets: p.Vault, Sealer: deps.Secrets, Upstream: deps.GatewayUpstream, Logger: log}); err != nil {
+	if p.Gateway, err = gateway.New(cfg.Gateway, gateway.Deps{Store: st, Secrets: p.Vault, Sealer: deps.Secrets, Providers: deps.Models, Logger: log}); err != nil {
 		return p, err
 	}
 	if p.Egress, err = egresslog.New(cfg.Egress, egresslog.Deps{Store: st, Metrics: deps.Metrics, Logger: log}); err != nil {

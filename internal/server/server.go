@@ -59,12 +59,17 @@ type Deps struct {
 	// their chunks (nil: harness build and add are refused).
 	HarnessBuilder harnessreg.HarnessBuilder
 	HarnessChunks  harnessreg.ChunkPutter
-	// GatewayUpstream carries the model gateway's requests to providers
-	// (nil: TLS verified with the system roots).
-	GatewayUpstream http.RoundTripper
 	// GitHubUpstream carries GitHub App token requests (nil: TLS verified
 	// with the system roots).
 	GitHubUpstream http.RoundTripper
+	// Registries and Models are the address policy of what the replica
+	// dials itself: image registries (checked at image enable; the
+	// materializer in Images dials through its own, which cmd/ builds
+	// from the same allowances) and model providers (the gateway dials
+	// through it). A *netpolicy.Guard is both; nil: one allowing no
+	// loopback or private address.
+	Registries imagejobs.Registries
+	Models     gateway.Providers
 	// Metrics is the process's registry (nil: nothing is measured and no
 	// /metrics is served); Ready are readiness checks besides the
 	// database's (dev: its host agent's link).

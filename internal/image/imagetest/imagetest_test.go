@@ -18,6 +18,7 @@ import (
 
 	"github.com/engrams/engrams/internal/image/imagetest"
 	"github.com/engrams/engrams/internal/image/oci"
+	"github.com/engrams/engrams/internal/netpolicy"
 )
 
 const (
@@ -26,7 +27,7 @@ const (
 )
 
 func newPuller() *oci.Puller {
-	return oci.New(oci.Config{SkipOwnership: os.Geteuid() != 0}, oci.Deps{})
+	return oci.New(oci.Config{SkipOwnership: os.Geteuid() != 0}, oci.Deps{Dialer: netpolicy.NewGuard(netpolicy.GuardConfig{Allow: netpolicy.LoopbackAllowances()})})
 }
 
 // pull pulls ref into a fresh directory; on error it checks nothing was left behind.

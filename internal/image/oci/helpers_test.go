@@ -194,7 +194,7 @@ func pullTo(t *testing.T, p *Puller, ref string, auth Credentials) (*Image, erro
 	return img, err, target, parent
 }
 
-func newPuller() *Puller { return New(Config{SkipOwnership: !isRoot}, Deps{}) }
+func newPuller() *Puller { return New(Config{SkipOwnership: !isRoot}, Deps{Dialer: loopback()}) }
 
 // listTree describes every entry below root, one line each, sorted:
 // "path type perm uid:gid mtime content|-> target". Ownership is shown only as root.

@@ -107,7 +107,7 @@ func TestPullBounds(t *testing.T) {
 			t.Parallel()
 			layers := append([]v1.Layer{layer(t, file("bin/sh", "sh", 0o755))}, tc.layers(t)...)
 			ref, _ := push(t, host, fmt.Sprintf("bound%d:v1", i), image(t, "amd64", v1.Config{}, layers...))
-			p := New(Config{Limits: tc.cfg, SkipOwnership: !isRoot}, Deps{})
+			p := New(Config{Limits: tc.cfg, SkipOwnership: !isRoot}, Deps{Dialer: loopback()})
 			parent := t.TempDir()
 			target := filepath.Join(parent, "rootfs")
 			_, err := p.Pull(context.Background(), Request{Ref: ref, Target: target, Limits: tc.req})

@@ -183,10 +183,12 @@ func (p *Puller) applyLayer(ctx context.Context, t *tree, index int, img v1.Imag
 	}
 	layer, err := img.LayerByDigest(digest)
 	if err != nil {
+		p.logDetail(l.Digest, err)
 		return classify(err)
 	}
 	rc, err := layer.Compressed()
 	if err != nil {
+		p.logDetail(l.Digest, err)
 		return fmt.Errorf("download: %w", classifyBlobOpen(err))
 	}
 	defer rc.Close()

@@ -371,7 +371,7 @@ func TestPullRefusesTooLargeTree(t *testing.T) {
 	host := newRegistry(t, nil)
 	ref, _ := push(t, host, "app:v1", image(t, "amd64", v1.Config{},
 		layer(t, file("bin/sh", "12345", 0o755)), layer(t, file("blob", "1234567890", 0o644))))
-	p := New(Config{Limits: Limits{TreeBytes: 10}, SkipOwnership: !isRoot}, Deps{})
+	p := New(Config{Limits: Limits{TreeBytes: 10}, SkipOwnership: !isRoot}, Deps{Dialer: loopback()})
 	_, err, target, parent := pullTo(t, p, ref, Credentials{})
 	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), `"blob"`) {
 		t.Fatalf("err %v, want ErrTooLarge naming blob", err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -13,6 +14,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/engrams/engrams/internal/netpolicy"
 )
 
 // Config tunes a Puller.
@@ -27,12 +30,20 @@ type Config struct {
 	SkipOwnership bool
 }
 
+// Dialer connects to registries and their token services (a *netpolicy.Guard
+// does: it refuses private and loopback addresses unless the operator allowed them).
+type Dialer interface {
+	DialContext(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
 // Deps are the Puller's collaborators.
 type Deps struct {
 	// Logger receives debug lines per layer and one line per pull; nil discards.
 	Logger *slog.Logger
-	// Transport carries registry traffic; nil means remote.DefaultTransport.
-	Transport http.RoundTripper
+	// Dialer makes every connection a pull needs; nil: a netpolicy.Guard
+	// without allowances (no registry on a private or loopback address).
+	// No proxy is used: it would reach what the dialer refuses.
+	Dialer Dialer
 }
 
 // Puller resolves and pulls images. It holds no state between calls and is safe for
@@ -51,10 +62,13 @@ func New(cfg Config, deps Deps) *Puller {
 	if deps.Logger == nil {
 		deps.Logger = slog.New(slog.DiscardHandler)
 	}
-	if deps.Transport == nil {
-		deps.Transport = remote.DefaultTransport
+	if deps.Dialer == nil {
+		deps.Dialer = netpolicy.NewGuard(netpolicy.GuardConfig{})
 	}
-	return &Puller{cfg: cfg, log: deps.Logger, transport: deps.Transport}
+	t := remote.DefaultTransport.(*http.Transport).Clone()
+	t.Proxy = nil
+	t.DialContext = deps.Dialer.DialContext
+	return &Puller{cfg: cfg, log: deps.Logger, transport: t}
 }
 
 // Credentials authenticate to one registry. The zero value is anonymous. Username and
@@ -160,14 +174,17 @@ func (p *Puller) resolve(ctx context.Context, ref string, auth Credentials) (Res
 	}
 	desc, err := remote.Get(r, opts...)
 	if err != nil {
+		p.logDetail(ref, err)
 		return Resolved{}, nil, fmt.Errorf("resolve %s: %w", ref, classify(err))
 	}
 	res := Resolved{Repository: r.Context().Name(), Digest: desc.Digest.String()}
 	img, err := p.pickImage(desc, &res)
 	if err != nil {
+		p.logDetail(ref, err)
 		return Resolved{}, nil, fmt.Errorf("resolve %s: %w", ref, err)
 	}
 	if err := describe(img, &res, p.cfg.Limits.complete()); err != nil {
+		p.logDetail(ref, err)
 		return Resolved{}, nil, fmt.Errorf("resolve %s: %w", ref, err)
 	}
 	return res, img, nil

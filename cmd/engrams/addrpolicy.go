@@ -1,0 +1,110 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/engrams/engrams/internal/netpolicy"
+)
+
+// policyFlags are the operator's exceptions to the address policy for
+// what the coordinator dials itself: image registries and model
+// providers at loopback or private addresses.
+type policyFlags struct {
+	allowRegistry []string
+	allowModelURL []string
+}
+
+func (f *policyFlags) register(fs *pflag.FlagSet) {
+	fs.StringSliceVar(&f.allowRegistry, "allow-registry", envList("ALLOW_REGISTRY"),
+		"also enable images from the registry at this loopback or private HOST[:PORT], IP or CIDR (repeatable, or comma-separated; by default only public addresses)")
+	fs.StringSliceVar(&f.allowModelURL, "allow-model-url", envList("ALLOW_MODEL_URL"),
+		"also let model secrets' base URLs point at this loopback or private URL, HOST[:PORT], IP or CIDR (repeatable, or comma-separated; by default only public addresses)")
+}
+
+// envList is $ENGRAMS_<name> split at commas.
+func envList(name string) []string {
+	var out []string
+	for _, s := range strings.Split(os.Getenv("ENGRAMS_"+name), ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// addrPolicy is the Guard for registries and the one for model providers.
+type addrPolicy struct {
+	registries, models *netpolicy.Guard
+}
+
+// guards builds the two Guards: the flags' allowances (loopback as well
+// when dev), refusing this process's own ports on every address that is
+// not public.
+func (f *policyFlags) guards(dev bool, ownPorts []uint16, log *slog.Logger) (addrPolicy, error) {
+	regs, err := netpolicy.ParseAllowances(f.allowRegistry)
+	if err != nil {
+		return addrPolicy{}, fmt.Errorf("--allow-registry: %w", err)
+	}
+	var models []netpolicy.Allowance
+	for _, e := range f.allowModelURL {
+		a, err := modelAllowance(e)
+		if err != nil {
+			return addrPolicy{}, fmt.Errorf("--allow-model-url: %w", err)
+		}
+		models = append(models, a)
+	}
+	if dev {
+		regs = append(regs, netpolicy.LoopbackAllowances()...)
+		models = append(models, netpolicy.LoopbackAllowances()...)
+		log.Info("dev allows image registries and model base URLs on this machine's loopback (127.0.0.0/8, ::1, localhost); "+
+			"engrams server refuses them unless --allow-registry or --allow-model-url name them", "own_ports", ownPorts)
+	}
+	if len(f.allowRegistry) > 0 || len(f.allowModelURL) > 0 {
+		log.Info("address policy exceptions", "allow_registry", f.allowRegistry, "allow_model_url", f.allowModelURL)
+	}
+	return addrPolicy{
+		registries: netpolicy.NewGuard(netpolicy.GuardConfig{Allow: regs, BlockedPorts: ownPorts}),
+		models:     netpolicy.NewGuard(netpolicy.GuardConfig{Allow: models, BlockedPorts: ownPorts}),
+	}, nil
+}
+
+// modelAllowance reads a base URL ("http://10.0.0.7:8080/v1": its host and
+// port) or an allowance (HOST[:PORT], IP, CIDR).
+func modelAllowance(entry string) (netpolicy.Allowance, error) {
+	if !strings.Contains(entry, "://") {
+		return netpolicy.ParseAllowance(entry)
+	}
+	u, err := url.Parse(entry)
+	if err != nil || u.Hostname() == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return netpolicy.Allowance{}, fmt.Errorf("%q: want an http(s) URL, HOST[:PORT], an IP or a CIDR", entry)
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	return netpolicy.ParseAllowance(net.JoinHostPort(u.Hostname(), port))
+}
+
+// ownPorts are the ports of this process's TCP listeners (nil ones skipped).
+func ownPorts(lns ...net.Listener) []uint16 {
+	var out []uint16
+	for _, ln := range lns {
+		if ln == nil {
+			continue
+		}
+		if _, p, err := net.SplitHostPort(ln.Addr().String()); err == nil {
+			if n, err := strconv.Atoi(p); err == nil && n > 0 && n < 65536 {
+				out = append(out, uint16(n))
+			}
+		}
+	}
+	return out
+}
