@@ -31,6 +31,7 @@ type devFlags struct {
 	listen, dataDir, backend, logLevel string
 	logFormat, opsAddr                 string
 	stopTimeout                        time.Duration
+	egress                             egressFlags
 	harnesses                          harnessFlags
 	policy                             policyFlags
 }
@@ -67,6 +68,7 @@ func (f *devFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.backend, "backend", env("BACKEND", "auto"), "auto, firecracker, qemu or process (process: development only, no isolation)")
 	fs.StringVar(&f.logLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", env("LOG_FORMAT", "text"), "text, or json (one object per line)")
+	f.egress.register(fs)
 	fs.StringVar(&f.opsAddr, "ops-addr", env("OPS_ADDR", ""), "also serve /healthz, /readyz and /metrics on this address (they are always on --listen too)")
 	fs.DurationVar(&f.stopTimeout, "stop-timeout", envDuration("STOP_TIMEOUT", 2*time.Minute), "at Ctrl-C, how long suspending the running sessions may take before dev stops anyway")
 	f.harnesses.register(fs, "", "")
@@ -179,24 +181,38 @@ func (f *devFlags) assemble(ctx context.Context, st store.Store, url, hostToken 
 }
 
 // hostAgent makes the dev host agent (named dev, its machines in the data
-// dir's host/) over bs; closeChunks releases its chunk cache.
+// dir's host/, held for it) over bs; closeChunks releases its chunk cache
+// and the host dir.
 func (f *devFlags) hostAgent(ctx context.Context, bs blob.Store, url, token string, reg *metrics.Registry, log *slog.Logger) (agent *host.Agent, closeChunks func(), err error) {
 	hostDir := filepath.Join(f.dataDir, "host")
+	// Before anything opens the host dir: the chunk cache and backends
+	// clean what they find there.
+	lock, err := host.LockDataDir(hostDir)
+	if err != nil {
+		return nil, nil, err
+	}
 	be, err := pickBackend(ctx, f.backend, hostDir, log.With("component", "vmm"))
 	if err != nil {
+		lock.Close()
 		return nil, nil, err
 	}
 	deps, closeChunks, err := hostChunks(bs, hostDir, 10240, reg, log.With("component", "chunks"))
 	if err != nil {
+		lock.Close()
 		return nil, nil, err
 	}
-	deps.Backend, deps.Logger, deps.Checkpoint = be.backend, log.With("component", "host"), testCheckpoint(log)
+	release := func() { closeChunks(); lock.Close() }
+	deps.Backend, deps.Logger, deps.Checkpoint, deps.DataDirLock = be.backend, log.With("component", "host"), testCheckpoint(log), lock
+	if deps.Network, err = egressNetwork(be.backend.Capabilities(), url, []string{f.listen, f.opsAddr}, f.egress, log); err != nil {
+		release()
+		return nil, nil, err
+	}
 	agent, err = host.New(host.Config{CoordinatorURL: url, Token: token, Name: "dev", DataDir: hostDir, AgentVersion: version, Considered: be.considered}, deps)
 	if err != nil {
-		closeChunks()
+		release()
 		return nil, nil, err
 	}
-	return agent, closeChunks, nil
+	return agent, release, nil
 }
 
 // runBoth runs the functions until ctx ends or one returns, then stops and

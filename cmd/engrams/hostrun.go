@@ -20,6 +20,7 @@ type hostFlags struct {
 	capacity                                                        domain.Capacity
 	blobs                                                           blobFlags
 	cacheMiB                                                        int64
+	egress                                                          egressFlags
 }
 
 func hostRunCmd() *cobra.Command {
@@ -46,6 +47,7 @@ Create the host's credential first with ` + "`engrams host create NAME`" + `.`,
 	f.StringVar(&hf.backend, "backend", env("BACKEND", "auto"), "auto, firecracker, qemu or process (process: development only, no isolation)")
 	f.StringVar(&hf.logLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error")
 	f.StringVar(&hf.logFormat, "log-format", env("LOG_FORMAT", "text"), "text, or json (one object per line)")
+	hf.egress.register(f)
 	f.StringVar(&hf.opsAddr, "ops-addr", env("OPS_ADDR", ""), "serve /healthz, /readyz (the coordinator link is up) and /metrics on this address, e.g. 127.0.0.1:9180 (default: none)")
 	f.IntVar(&hf.capacity.MemoryMiB, "memory-mib", 0, "memory offered to sessions (default: all of this machine's)")
 	f.IntVar(&hf.capacity.VCPUs, "vcpus", 0, "vCPUs offered to sessions (default: this machine's CPU count)")
@@ -74,6 +76,13 @@ func (hf *hostFlags) run(ctx context.Context) error {
 		return errors.New("--coordinator and --token (or --token-file) are required; create a host token with `engrams host create NAME`")
 	}
 	warnAccessible(log, "--data-dir", hf.dataDir)
+	// Before anything opens the data dir: the chunk cache and backends
+	// clean what they find there.
+	lock, err := host.LockDataDir(hf.dataDir)
+	if err != nil {
+		return fmt.Errorf("host run: %w", err)
+	}
+	defer lock.Close()
 	opsLn, err := listenOps(hf.opsAddr)
 	if err != nil {
 		return err
@@ -99,7 +108,10 @@ func (hf *hostFlags) run(ctx context.Context) error {
 		return err
 	}
 	defer closeChunks()
-	deps.Backend, deps.Logger, deps.Checkpoint = be.backend, log, testCheckpoint(log)
+	deps.Backend, deps.Logger, deps.Checkpoint, deps.DataDirLock = be.backend, log, testCheckpoint(log), lock
+	if deps.Network, err = egressNetwork(be.backend.Capabilities(), hf.coordinator, []string{hf.opsAddr}, hf.egress, log); err != nil {
+		return err
+	}
 	agent, err := host.New(host.Config{CoordinatorURL: hf.coordinator, Token: token, Name: hf.name, DataDir: hf.dataDir, AgentVersion: version, Considered: be.considered, Capacity: hf.capacity}, deps)
 	if err != nil {
 		return err

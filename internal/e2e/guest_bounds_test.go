@@ -20,14 +20,14 @@ import (
 	"github.com/engrams/engrams/internal/hostlink"
 )
 
-// buildGwflood builds testdata/gwflood, the guest-side attacker, static.
-func buildGwflood(t *testing.T) string {
+// buildTestdata builds testdata/NAME, a guest-side program, static.
+func buildTestdata(t *testing.T, name string) string {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), "gwflood")
-	build := exec.Command("go", "build", "-trimpath", "-o", out, "./testdata/gwflood")
+	out := filepath.Join(t.TempDir(), name)
+	build := exec.Command("go", "build", "-trimpath", "-o", out, "./testdata/"+name)
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build gwflood: %v\n%s", err, b)
+		t.Fatalf("build %s: %v\n%s", name, err, b)
 	}
 	return out
 }
@@ -53,7 +53,7 @@ func vmHWM(pid int) int64 {
 func TestGuestGatewayFloodOnQEMU(t *testing.T) {
 	t.Parallel()
 	requireQEMU(t)
-	attacker := buildGwflood(t)
+	attacker := buildTestdata(t, "gwflood")
 	e := startImageEnv(t)
 	dir := shortTempDir(t)
 	h := startHostProcess(t, e.r.URL, e.creds.HostToken, dir, "--backend", "qemu", "--blob-dir", e.blobs)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -25,6 +26,9 @@ type DNSConfig struct {
 	IdleTimeout     time.Duration // a TCP connection's wait for its next query (10 s)
 	UpstreamTimeout time.Duration // one upstream lookup (3 s)
 	MaxAnswers      int           // addresses in one answer (16)
+	// IPv4Only answers AAAA queries with no address (the guest's network
+	// has no IPv6 to reach one with).
+	IPv4Only bool
 }
 
 func (c DNSConfig) withDefaults() DNSConfig {
@@ -61,6 +65,11 @@ type DNSDeps struct {
 	Addrs    Addrs
 	Events   *Events      // nil: none
 	Logger   *slog.Logger // nil: discarded
+	// Present maps an answered address that passed Addrs to the one the
+	// guest is told (an address the guest would reach on its own side,
+	// such as loopback, becomes one it routes to the proxy; the proxy dials
+	// by name whatever address the guest used). nil: as answered.
+	Present func(netip.Addr) netip.Addr
 }
 
 // DNS is a machine's filtering resolver.
@@ -71,6 +80,7 @@ type DNS struct {
 	names    Names
 	upstream Upstream
 	addrs    Addrs
+	present  func(netip.Addr) netip.Addr
 	events   *Events
 	log      *slog.Logger
 	limit    *rate.Limiter
@@ -90,7 +100,7 @@ func NewDNS(cfg DNSConfig, deps DNSDeps) (*DNS, error) {
 	}
 	cfg = cfg.withDefaults()
 	d := &DNS{cfg: cfg, udp: deps.UDP, tcp: deps.TCP, names: deps.Names, upstream: deps.Upstream,
-		addrs: deps.Addrs, events: deps.Events, log: deps.Logger,
+		addrs: deps.Addrs, present: deps.Present, events: deps.Events, log: deps.Logger,
 		limit: rate.NewLimiter(rate.Limit(cfg.QPS), cfg.Burst)}
 	d.refused = refusals{events: deps.Events, kind: KindDNS}
 	return d, nil

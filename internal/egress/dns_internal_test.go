@@ -27,6 +27,12 @@ type testDNS struct {
 // private.test (only blocked addresses).
 func newTestDNS(t *testing.T, cfg DNSConfig) *testDNS {
 	t.Helper()
+	return newTestDNSWith(t, cfg, nil)
+}
+
+// newTestDNSWith is newTestDNS with answers presented through present.
+func newTestDNSWith(t *testing.T, cfg DNSConfig, present func(netip.Addr) netip.Addr) *testDNS {
+	t.Helper()
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +50,7 @@ func newTestDNS(t *testing.T, cfg DNSConfig) *testDNS {
 			"private.test.":  {netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("169.254.169.254")},
 			"attacker.test.": {netip.MustParseAddr("93.184.216.99")},
 		}}}
-	td.d, err = NewDNS(cfg, DNSDeps{UDP: pc, TCP: ln, Names: td.names, Upstream: td.upstream, Addrs: fakeAddrs{}, Events: events})
+	td.d, err = NewDNS(cfg, DNSDeps{UDP: pc, TCP: ln, Names: td.names, Upstream: td.upstream, Addrs: fakeAddrs{}, Events: events, Present: present})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,6 +139,23 @@ func TestDNSAnswersOnlyAllowedNamesWithUnblockedAddresses(t *testing.T) {
 				t.Errorf("private.test event %+v, want a denial naming 2 blocked addresses", ev)
 			}
 		})
+	}
+}
+
+// TestDNSIPv4OnlyAndPresent: with IPv4Only, AAAA of an allowed name gets
+// no address and no upstream lookup; Present maps each kept address.
+func TestDNSIPv4OnlyAndPresent(t *testing.T) {
+	t.Parallel()
+	standIn := netip.MustParseAddr("198.51.100.1")
+	td := newTestDNSWith(t, DNSConfig{IPv4Only: true}, func(netip.Addr) netip.Addr { return standIn })
+	if r := td.exchange(t, "udp", "allowed.test.", dns.TypeAAAA, dns.ClassINET); r.Rcode != dns.RcodeSuccess || len(r.Answer) != 0 {
+		t.Errorf("AAAA: rcode %s, answers %v; want no data", dns.RcodeToString[r.Rcode], answers(r))
+	}
+	if r := td.exchange(t, "udp", "allowed.test.", dns.TypeA, dns.ClassINET); !slices.Equal(answers(r), []string{standIn.String()}) {
+		t.Errorf("A: answers %v, want the presented %s", answers(r), standIn)
+	}
+	if got := td.upstream.names(); !slices.Equal(got, []string{"allowed.test."}) {
+		t.Errorf("upstream was asked %q, want only the A lookup", got)
 	}
 }
 

