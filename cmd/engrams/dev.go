@@ -181,9 +181,9 @@ func (f *devFlags) assemble(ctx context.Context, st store.Store, url, hostToken 
 }
 
 // hostAgent makes the dev host agent (named dev, its machines in the data
-// dir's host/, held for it) over bs; closeChunks releases its chunk cache
-// and the host dir.
-func (f *devFlags) hostAgent(ctx context.Context, bs blob.Store, url, token string, reg *metrics.Registry, log *slog.Logger) (agent *host.Agent, closeChunks func(), err error) {
+// dir's host/, held for it) over bs; release lets its chunk cache and the
+// host dir go.
+func (f *devFlags) hostAgent(ctx context.Context, bs blob.Store, url, token string, reg *metrics.Registry, log *slog.Logger) (agent *host.Agent, release func(), err error) {
 	hostDir := filepath.Join(f.dataDir, "host")
 	// Before anything opens the host dir: the chunk cache and backends
 	// clean what they find there.
@@ -201,7 +201,7 @@ func (f *devFlags) hostAgent(ctx context.Context, bs blob.Store, url, token stri
 		lock.Close()
 		return nil, nil, err
 	}
-	release := func() { closeChunks(); lock.Close() }
+	release = func() { closeChunks(); lock.Close() }
 	deps.Backend, deps.Logger, deps.Checkpoint, deps.DataDirLock = be.backend, log.With("component", "host"), testCheckpoint(log), lock
 	if deps.Network, err = egressNetwork(be.backend.Capabilities(), url, []string{f.listen, f.opsAddr}, f.egress, log); err != nil {
 		release()

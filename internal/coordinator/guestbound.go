@@ -40,7 +40,7 @@ func (c *linkHandlers) handleGuestBound(w http.ResponseWriter, r *http.Request) 
 		c.writeGuestBoundErr(w, sid, hostID, fmt.Errorf("get session %s: %w", sid, err))
 		return
 	}
-	if s.HostID != hostID || req.Epoch != s.Epoch || !s.State.HasVM() {
+	if !s.RunsOn(hostID, req.Epoch) {
 		hostlink.WriteError(w, http.StatusConflict, hostlink.CodeStaleEpoch, fmt.Sprintf("session %s is %s on host %s at epoch %d; the report came from host %s at epoch %d",
 			sid, s.State, s.HostID, s.Epoch, hostID, req.Epoch))
 		return

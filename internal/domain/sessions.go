@@ -23,6 +23,12 @@ type Session struct {
 	UpdatedAt      time.Time
 }
 
+// RunsOn reports whether s has a VM on host at epoch: the fence of what a
+// host reports about a session's guest (events, bounds, egress).
+func (s Session) RunsOn(host HostID, epoch int64) bool {
+	return s.HostID == host && s.Epoch == epoch && s.State.HasVM()
+}
+
 // Snapshot is a committed, restorable state of a session: every chunk its
 // manifests name was uploaded before the row was inserted.
 type Snapshot struct {

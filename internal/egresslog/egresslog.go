@@ -128,7 +128,7 @@ func (l *Log) handleReport(w http.ResponseWriter, r *http.Request) {
 		l.writeErr(w, sid, hostID, fmt.Errorf("get session %s: %w", sid, err))
 		return
 	}
-	if s.HostID != hostID || rep.Epoch != s.Epoch || !s.State.HasVM() {
+	if !s.RunsOn(hostID, rep.Epoch) {
 		hostlink.WriteError(w, http.StatusConflict, hostlink.CodeStaleEpoch, fmt.Sprintf("session %s is %s on host %s at epoch %d; the egress report came from host %s at epoch %d",
 			sid, s.State, s.HostID, s.Epoch, hostID, rep.Epoch))
 		return

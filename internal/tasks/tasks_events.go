@@ -66,7 +66,7 @@ func (c *Tasks) ingestHarnessEvents(ctx context.Context, hostID domain.HostID, s
 	if err != nil {
 		return 0, fmt.Errorf("get session %s: %w", sid, err)
 	}
-	if s.HostID != hostID || req.Epoch != s.Epoch || !s.State.HasVM() {
+	if !s.RunsOn(hostID, req.Epoch) {
 		return 0, fmt.Errorf("%w: session %s is %s on host %s at epoch %d; events came from host %s at epoch %d",
 			store.ErrStaleEpoch, sid, s.State, s.HostID, s.Epoch, hostID, req.Epoch)
 	}
