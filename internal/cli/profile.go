@@ -49,7 +49,7 @@ func (f *profileFlags) register(fl *pflag.FlagSet) {
 	fl.StringArrayVar(&f.repos, "repo", nil, "a repository `URL[#REF][=PATH]` to clone (repeatable; PATH defaults to the URL's last element without .git)")
 	fl.StringArrayVar(&f.repoCreds, "repo-credential", nil, "`PATH=SECRET`: clone the repo at PATH with this git_https or github_app secret (repeatable)")
 	fl.StringArrayVar(&f.env, "env", nil, "environment variable `KEY=VALUE`, not secret (repeatable)")
-	fl.StringArrayVar(&f.egress, "egress", nil, "`HOST[:PORT]` tasks may reach (repeatable; recorded, not reachable yet)")
+	fl.StringArrayVar(&f.egress, "egress", nil, "`HOST[:PORT]` or *.SUFFIX tasks' guests may reach (repeatable; ports 80 and 443 when none is given; enforced on QEMU hosts)")
 	fl.StringArrayVar(&f.creds, "credential", nil, "`SECRET` holding a model key the harness needs (repeatable)")
 	fl.StringArrayVar(&f.skills, "skill", nil, "skill bundle `NAME[@VERSION]` (repeatable; recorded, not mounted yet)")
 	fl.StringArrayVar(&f.apps, "app", nil, "app `NAME:PORT` served in the VM (repeatable; recorded, not exposed yet)")

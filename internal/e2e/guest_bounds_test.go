@@ -45,8 +45,9 @@ func vmHWM(pid int) int64 {
 }
 
 // TestGuestGatewayFloodOnQEMU: a process in a real QEMU guest opens 1,000
-// connections to the model gateway at once. The guest daemon keeps 64 and
-// closes the rest at once; the host serves 32 of them as tunnels; the
+// connections to the model gateway at once. The guest daemon keeps at most
+// 64 and closes the rest (under load not always within the attacker's
+// first look, so it looks again); the host serves 32 of them as tunnels; the
 // session's event log (what `engrams session logs` shows) gets a
 // guest_bound event naming the bound; another session on the host answers
 // exec throughout; the host agent's resident memory peak is reported.
@@ -117,8 +118,10 @@ func TestGuestGatewayFloodOnQEMU(t *testing.T) {
 		t.Fatalf("attacker said %q: %v", out, err)
 	}
 	t.Logf("guest attacker: %+v; bystander ran %d commands meanwhile, slowest %v", got, calmRuns, slowest.Round(time.Millisecond))
-	if got.Kept != 64 || got.Closed+got.Kept+got.DialFailed != 1000 {
-		t.Errorf("the guest daemon kept %d of 1,000 gateway connections (closed %d, %d not dialed), want its cap of 64", got.Kept, got.Closed, got.DialFailed)
+	// At most the cap stays open (a tunnel the host ends meanwhile frees
+	// its place, so fewer may be left when the attacker looks again).
+	if got.Kept > 64 || got.Kept < 32 || got.Closed+got.Kept+got.DialFailed != 1000 {
+		t.Errorf("the guest daemon kept %d of 1,000 gateway connections (closed %d, %d not dialed), want 32 (the host's tunnels) to its cap of 64", got.Kept, got.Closed, got.DialFailed)
 	}
 	if calmErr != nil || calmRuns == 0 {
 		t.Errorf("the bystander ran %d commands during the attack: %v", calmRuns, calmErr)
