@@ -41,8 +41,8 @@ func (c *linkHandlers) handleGuestBound(w http.ResponseWriter, r *http.Request) 
 		return
 	}
 	if !s.RunsOn(hostID, req.Epoch) {
-		hostlink.WriteError(w, http.StatusConflict, hostlink.CodeStaleEpoch, fmt.Sprintf("session %s is %s on host %s at epoch %d; the report came from host %s at epoch %d",
-			sid, s.State, s.HostID, s.Epoch, hostID, req.Epoch))
+		hostlink.WriteError(w, http.StatusConflict, hostlink.CodeStaleEpoch, fmt.Sprintf("%s; the report came from host %s at epoch %d",
+			s.Where(), hostID, req.Epoch))
 		return
 	}
 	ok, repeated := c.reports.admit(reportKey{sid, req.Bound}, req.Repeated, c.now())

@@ -2,6 +2,7 @@ package domain
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -27,6 +28,11 @@ type Session struct {
 // host reports about a session's guest (events, bounds, egress).
 func (s Session) RunsOn(host HostID, epoch int64) bool {
 	return s.HostID == host && s.Epoch == epoch && s.State.HasVM()
+}
+
+// Where says where s runs, for a refusal of a report RunsOn fences out.
+func (s Session) Where() string {
+	return fmt.Sprintf("session %s is %s on host %s at epoch %d", s.ID, s.State, s.HostID, s.Epoch)
 }
 
 // Snapshot is a committed, restorable state of a session: every chunk its

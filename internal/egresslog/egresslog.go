@@ -129,8 +129,8 @@ func (l *Log) handleReport(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !s.RunsOn(hostID, rep.Epoch) {
-		hostlink.WriteError(w, http.StatusConflict, hostlink.CodeStaleEpoch, fmt.Sprintf("session %s is %s on host %s at epoch %d; the egress report came from host %s at epoch %d",
-			sid, s.State, s.HostID, s.Epoch, hostID, rep.Epoch))
+		hostlink.WriteError(w, http.StatusConflict, hostlink.CodeStaleEpoch, fmt.Sprintf("%s; the egress report came from host %s at epoch %d",
+			s.Where(), hostID, rep.Epoch))
 		return
 	}
 	l.count(rep)

@@ -67,8 +67,8 @@ func (c *Tasks) ingestHarnessEvents(ctx context.Context, hostID domain.HostID, s
 		return 0, fmt.Errorf("get session %s: %w", sid, err)
 	}
 	if !s.RunsOn(hostID, req.Epoch) {
-		return 0, fmt.Errorf("%w: session %s is %s on host %s at epoch %d; events came from host %s at epoch %d",
-			store.ErrStaleEpoch, sid, s.State, s.HostID, s.Epoch, hostID, req.Epoch)
+		return 0, fmt.Errorf("%w: %s; events came from host %s at epoch %d",
+			store.ErrStaleEpoch, s.Where(), hostID, req.Epoch)
 	}
 	t, err := c.st.TaskBySession(ctx, sid)
 	if errors.Is(err, store.ErrNotFound) {
