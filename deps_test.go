@@ -31,6 +31,7 @@ var (
 		"internal/secrets/...",
 		"internal/profiles/...",
 		"internal/egresslog/...",
+		"internal/broker/...",
 	}
 	storePkgs = []string{"internal/store/..."} // the contract and its backends
 	vmmPkgs   = []string{"internal/vmm/..."}

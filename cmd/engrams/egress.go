@@ -49,8 +49,8 @@ func egressNetwork(caps vmm.Capabilities, coordinatorURL string, ownAddrs []stri
 		cfg.Upstream, cfg.Guard.Resolver = r, r
 	}
 	paths := egressnet.New(cfg, log.With("component", "egress"))
-	return func(ctx context.Context, sid string, spec hostlink.MachineSpec, events host.EgressSink) (host.MachineNetwork, error) {
-		p, err := paths.Make(ctx, sid, spec.Egress, events)
+	return func(ctx context.Context, sid string, spec hostlink.MachineSpec, deps host.NetworkDeps) (host.MachineNetwork, error) {
+		p, err := paths.Make(ctx, sid, egressnet.Machine{Allow: spec.Egress, Brokered: spec.Brokered, Sink: deps.Events, DialBroker: deps.DialBroker})
 		if p == nil || err != nil {
 			return nil, err // never a typed nil in the interface
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"time"
@@ -99,8 +100,22 @@ func checkEnv(spec *domain.SessionSpec) error {
 // same, and a harness names a few hosts).
 const maxEgress = 256
 
-// checkEgress validates spec.Egress, then sorts it and drops repeats.
+// maxBrokered bounds a session's brokered hosts.
+const maxBrokered = 16
+
+// checkEgress validates spec.Egress, adds each brokered host to it, then
+// sorts it and drops repeats.
 func checkEgress(spec *domain.SessionSpec) error {
+	if len(spec.Brokered) > maxBrokered {
+		return fmt.Errorf("%w: %d brokered hosts, at most %d", domain.ErrInvalid, len(spec.Brokered), maxBrokered)
+	}
+	for i, b := range spec.Brokered {
+		name, port, err := net.SplitHostPort(b.Host)
+		if err != nil || name != strings.ToLower(name) || port == "" || b.SecretID == "" || net.ParseIP(name) != nil {
+			return fmt.Errorf("%w: brokered[%d]: %q: want a lower-case name:port and a secret", domain.ErrInvalid, i, b.Host)
+		}
+		spec.Egress = append(spec.Egress, b.Host)
+	}
 	if len(spec.Egress) > maxEgress {
 		return fmt.Errorf("%w: egress lists %d hosts, at most %d", domain.ErrInvalid, len(spec.Egress), maxEgress)
 	}

@@ -65,6 +65,45 @@ type SessionSpec struct {
 	// create: the request's or profile's list plus the hosts its harness
 	// names, sorted, each once. Empty: the guest has no network at all.
 	Egress []string `json:"egress,omitempty"`
+	// Brokered are the hosts whose HTTPS requests the coordinator's
+	// credential broker sends with a secret in (a repo credential's git
+	// host), pinned at create by the coordinator, never taken from a
+	// user's request; each host is also in Egress.
+	Brokered []BrokeredGrant `json:"brokered,omitempty"`
+}
+
+// PlaceholderPrefix starts every credential placeholder a guest is given
+// (the model gateway's and the credential broker's), so the egress proxy
+// can see one sent in the clear to a host it is not for.
+const PlaceholderPrefix = "engrams-ph-"
+
+// BrokeredGrant lets the credential broker put one secret into requests to
+// one host: the guest holds a session-scoped placeholder in its place.
+type BrokeredGrant struct {
+	Host     string `json:"host"` // "name:port", lower case
+	SecretID string `json:"secret_id"`
+	// Repos scope a GitHub App credential's tokens (repository names on
+	// the installation's account).
+	Repos []string `json:"repos,omitempty"`
+}
+
+// BrokeredHosts are the hosts of s.Brokered, in order.
+func (s SessionSpec) BrokeredHosts() []string {
+	var out []string
+	for _, b := range s.Brokered {
+		out = append(out, b.Host)
+	}
+	return out
+}
+
+// BrokeredGrant returns the grant for hostPort.
+func (s SessionSpec) BrokeredGrant(hostPort string) (BrokeredGrant, bool) {
+	for _, b := range s.Brokered {
+		if b.Host == hostPort {
+			return b, true
+		}
+	}
+	return BrokeredGrant{}, false
 }
 
 // CredentialGrant lets the model gateway use one secret for one credential

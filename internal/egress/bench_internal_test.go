@@ -34,7 +34,7 @@ func BenchmarkProxyHTTPSDownload(b *testing.B) {
 	tp := newTestProxy(b, ProxyConfig{}, map[string][]uint16{"allowed.test": {443}},
 		map[string]string{"allowed.test:443": hostOf(up)})
 	for _, mode := range []struct{ name, addr string }{{"direct", hostOf(up)}, {"proxy", tp.addr}} {
-		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: theCA(b).pool}, DisableKeepAlives: true,
+		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: theCA(b).Pool}, DisableKeepAlives: true,
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 				var d net.Dialer
 				return d.DialContext(ctx, "tcp", mode.addr)

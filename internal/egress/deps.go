@@ -47,3 +47,15 @@ const answerCheckPort = 443
 // the namespace's rules sent it to the proxy (vmnet.OriginalDst,
 // SO_ORIGINAL_DST). The proxy uses only its port.
 type OriginalDst func(net.Conn) (netip.AddrPort, error)
+
+// Broker takes the TLS connections to brokered hosts (a profile
+// credential's git host): the proxy hands their bytes, ClientHello
+// included, to the coordinator's credential broker, which terminates TLS,
+// verifies the upstream and puts the credential in; the proxy never dials
+// them itself.
+type Broker interface {
+	// Brokers reports whether TLS to host on port goes to the broker.
+	Brokers(host string, port uint16) bool
+	// Dial opens a connection to the broker for host:port.
+	Dial(ctx context.Context, host string, port uint16) (net.Conn, error)
+}

@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bytes"
+	"encoding/base64"
 	"context"
 	"errors"
 	"fmt"
@@ -56,7 +57,7 @@ func (p *Proxy) serveHTTP(ctx context.Context, pc *proxyConn) {
 	case form == authorityForm:
 		p.serveConnect(ctx, pc, rh, dest)
 	case form == absoluteForm:
-		p.openHTTP(ctx, pc, rh, raw, &stream{want: dest, absolute: true})
+		p.openHTTP(ctx, pc, rh, raw, &stream{want: dest, absolute: true, placeholder: p.cfg.PlaceholderPrefix})
 	default:
 		port, err := p.origPort(pc.client.Conn)
 		if err != nil {
@@ -69,7 +70,7 @@ func (p *Proxy) serveHTTP(ctx context.Context, pc *proxyConn) {
 			return
 		}
 		host.port = port // check holds the Host's own port to it
-		p.openHTTP(ctx, pc, rh, raw, &stream{want: host})
+		p.openHTTP(ctx, pc, rh, raw, &stream{want: host, placeholder: p.cfg.PlaceholderPrefix})
 	}
 }
 
@@ -122,9 +123,12 @@ func (p *Proxy) serveConnect(ctx context.Context, pc *proxyConn, rh *reqHead, de
 		pc.refuseFirst(&refusal{status: http.StatusForbidden, reason: why})
 		return
 	}
-	if err := pc.dial(ctx, dest); err != nil {
-		pc.refuseFirst(&refusal{status: http.StatusBadGateway, reason: err.Error()})
-		return
+	brokered := p.brokered(dest)
+	if !brokered {
+		if err := pc.dial(ctx, dest); err != nil {
+			pc.refuseFirst(&refusal{status: http.StatusBadGateway, reason: err.Error()})
+			return
+		}
 	}
 	pc.allow(why)
 	if _, err := pc.client.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
@@ -149,10 +153,22 @@ func (p *Proxy) serveConnect(ctx context.Context, pc *proxyConn, rh *reqHead, de
 			return
 		}
 		pc.client.hard = time.Time{}
+		if brokered {
+			if err := pc.dialTLS(ctx, dest, &pc.ev.Reason); err != nil {
+				pc.ev.Verdict, pc.ev.Reason = Deny, err.Error()
+				pc.writeClient(tlsAlert(alertInternalError))
+				return
+			}
+		}
 		pc.splice(func() error { return copyRaw(countWriter{pc.up, &pc.upBytes}, pc.br) })
 		return
 	}
-	s := &stream{want: dest}
+	if brokered {
+		pc.refuseFirst(&refusal{status: http.StatusForbidden, host: dest.host,
+			reason: fmt.Sprintf("%s is brokered: only TLS goes through a tunnel to it", dest)})
+		return
+	}
+	s := &stream{want: dest, placeholder: p.cfg.PlaceholderPrefix}
 	rh2, raw, err := pc.readRequest()
 	var fwd []byte
 	var ref *refusal
@@ -175,6 +191,9 @@ type stream struct {
 	// origin-form with "Connection: close", so a client that reuses its
 	// proxy connection for another host opens a new one instead.
 	absolute bool
+	// placeholder is ProxyConfig.PlaceholderPrefix: a request carrying it
+	// is refused.
+	placeholder string
 }
 
 // check returns the head to forward for rh (raw as read), or why the
@@ -189,6 +208,9 @@ func (s *stream) check(rh *reqHead, raw []byte) ([]byte, *refusal) {
 	}
 	if rh.upgrade {
 		return nil, deny(http.StatusForbidden, rh.host, "Upgrade is not served over plain HTTP (use https)")
+	}
+	if carriesPlaceholder(s.placeholder, rh, raw) {
+		return nil, deny(http.StatusForbidden, rh.host, "a credential placeholder in a request to %s, which it is not for: not substituted, connection closed", s.want)
 	}
 	if s.absolute {
 		if form != absoluteForm {
@@ -290,4 +312,31 @@ func (pc *proxyConn) refuseLater(r *refusal) {
 	pc.p.events.Emit(Event{Kind: pc.ev.Kind, Host: r.host, Port: pc.ev.Port, Verdict: Deny, Reason: r.reason})
 	pc.ev.Reason += "; closed at a refused request"
 	pc.writeClient(r.response())
+}
+
+// carriesPlaceholder reports whether a plain HTTP request head carries a
+// credential placeholder: in the clear, or in a Basic authorization.
+// Placeholders are substituted only by the credential broker, on their
+// own hosts' TLS; sent anywhere else, the request is refused.
+func carriesPlaceholder(prefix string, rh *reqHead, raw []byte) bool {
+	if prefix == "" {
+		return false
+	}
+	if bytes.Contains(raw, []byte(prefix)) {
+		return true
+	}
+	for _, h := range rh.headers {
+		name := strings.ToLower(h.name)
+		if name != "authorization" && name != "proxy-authorization" {
+			continue
+		}
+		scheme, cred, _ := strings.Cut(strings.TrimSpace(h.value), " ")
+		if !strings.EqualFold(scheme, "basic") {
+			continue
+		}
+		if dec, err := base64.StdEncoding.DecodeString(strings.TrimSpace(cred)); err == nil && bytes.Contains(dec, []byte(prefix)) {
+			return true
+		}
+	}
+	return false
 }

@@ -18,6 +18,11 @@ type ProxyConfig struct {
 	PeekTimeout time.Duration // for a ClientHello or a request head to arrive (10 s)
 	IdleTimeout time.Duration // a connection with no byte either way is closed (2 min)
 	DialTimeout time.Duration // one dial through the Dialer (10 s)
+	// PlaceholderPrefix starts the credential placeholders guests hold; a
+	// plain HTTP request carrying one (in the clear or in a Basic
+	// authorization) is refused and its connection closed: placeholders
+	// are substituted only on their own hosts' brokered TLS. "": none.
+	PlaceholderPrefix string
 }
 
 func (c ProxyConfig) withDefaults() ProxyConfig {
@@ -44,7 +49,9 @@ type ProxyDeps struct {
 	// OriginalDst gives a transparent connection's port; nil: only
 	// explicit proxy requests (CONNECT, absolute-form) are served.
 	OriginalDst OriginalDst
-	Events      *Events      // nil: none
+	// Broker takes TLS to brokered hosts; nil: none is brokered.
+	Broker Broker
+	Events *Events      // nil: none
 	Logger      *slog.Logger // nil: discarded
 }
 
@@ -59,6 +66,7 @@ type Proxy struct {
 	names   Names
 	dialer  Dialer
 	origDst OriginalDst
+	broker  Broker
 	events  *Events
 	log     *slog.Logger
 	refused refusals
@@ -73,7 +81,7 @@ func NewProxy(cfg ProxyConfig, deps ProxyDeps) (*Proxy, error) {
 		deps.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Proxy{cfg: cfg.withDefaults(), ln: deps.Listener, names: deps.Names, dialer: deps.Dialer,
-		origDst: deps.OriginalDst, events: deps.Events, log: deps.Logger,
+		origDst: deps.OriginalDst, broker: deps.Broker, events: deps.Events, log: deps.Logger,
 		refused: refusals{events: deps.Events, kind: KindTCP}}, nil
 }
 
@@ -172,13 +180,36 @@ func (p *Proxy) serveTLS(ctx context.Context, pc *proxyConn) {
 		pc.denyTLS(why)
 		return
 	}
-	if err := pc.dial(ctx, dest); err != nil {
+	if err := pc.dialTLS(ctx, dest, &why); err != nil {
 		pc.ev.Reason = err.Error()
 		pc.writeClient(tlsAlert(alertInternalError))
 		return
 	}
 	pc.allow(why)
 	pc.splice(func() error { return copyRaw(countWriter{pc.up, &pc.upBytes}, pc.br) })
+}
+
+// brokered reports whether TLS to dest goes to the broker.
+func (p *Proxy) brokered(dest hostPort) bool {
+	return p.broker != nil && !dest.ip && p.broker.Brokers(dest.host, dest.port)
+}
+
+// dialTLS connects a TLS connection to dest: to the broker when dest is
+// brokered (why says so), else to dest by name.
+func (pc *proxyConn) dialTLS(ctx context.Context, dest hostPort, why *string) error {
+	if !pc.p.brokered(dest) {
+		return pc.dial(ctx, dest)
+	}
+	dctx, cancel := context.WithTimeout(ctx, pc.p.cfg.DialTimeout)
+	defer cancel()
+	c, err := pc.p.broker.Dial(dctx, dest.host, dest.port)
+	if err != nil {
+		return fmt.Errorf("credential broker for %s: %w", dest, err)
+	}
+	*why += "; brokered: TLS ends at the coordinator, which verifies the upstream and puts the credential in"
+	pc.up = &idleConn{Conn: c, idle: pc.p.cfg.IdleTimeout, act: &pc.act}
+	pc.stopUp = context.AfterFunc(ctx, func() { c.Close() })
+	return nil
 }
 
 // origPort is the port a transparent connection was made to.

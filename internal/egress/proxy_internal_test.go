@@ -484,7 +484,7 @@ func TestAllowedNameOnPrivateAddressesIsNeverReached(t *testing.T) {
 	seen := make(chan struct{}, 16)
 	up := httptest.NewUnstartedServer(http.HandlerFunc(hello))
 	up.Config.ConnState = func(net.Conn, http.ConnState) { seen <- struct{}{} }
-	up.TLS = &tls.Config{Certificates: []tls.Certificate{theCA(t).leaf(t, "allowed.test")}}
+	up.TLS = &tls.Config{Certificates: []tls.Certificate{theCA(t).Leaf(t, "allowed.test")}}
 	up.StartTLS()
 	defer up.Close()
 	td := newTestDNS(t, DNSConfig{})

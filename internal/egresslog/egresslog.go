@@ -133,6 +133,24 @@ func (l *Log) handleReport(w http.ResponseWriter, r *http.Request) {
 			s.Where(), hostID, rep.Epoch))
 		return
 	}
+	if err := l.keep(r.Context(), sid, rep); err != nil {
+		l.writeErr(w, sid, hostID, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// Record keeps events the coordinator decided itself on session sid's
+// traffic (the credential broker's), at epoch, as a host's report is kept.
+func (l *Log) Record(ctx context.Context, sid domain.SessionID, epoch int64, events []hostlink.EgressEvent) error {
+	for i, e := range events {
+		events[i] = e.Clipped()
+	}
+	return l.keep(ctx, sid, hostlink.EgressReport{Epoch: epoch, Events: events})
+}
+
+// keep counts a report and stores what the session's rate admits of it.
+func (l *Log) keep(ctx context.Context, sid domain.SessionID, rep hostlink.EgressReport) error {
 	l.count(rep)
 	now := l.now()
 	kept, dropped := l.limit.admit(sid, len(rep.Events), rep.Dropped, now)
@@ -144,16 +162,14 @@ func (l *Log) handleReport(w http.ResponseWriter, r *http.Request) {
 		rows = append(rows, droppedRow(dropped, now))
 	}
 	if len(rows) == 0 {
-		w.WriteHeader(http.StatusNoContent)
-		return
+		return nil
 	}
-	_, err = l.st.AppendEgressEvents(r.Context(), store.EgressAppend{SessionID: sid, Epoch: rep.Epoch, Events: rows, Keep: l.cfg.Keep, At: now})
+	_, err := l.st.AppendEgressEvents(ctx, store.EgressAppend{SessionID: sid, Epoch: rep.Epoch, Events: rows, Keep: l.cfg.Keep, At: now})
 	if err != nil {
 		l.limit.unsummarize(sid, dropped)
-		l.writeErr(w, sid, hostID, err)
-		return
+		return err
 	}
-	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 // count adds a report's events to the metric: each by its kind and

@@ -31,7 +31,7 @@ const (
 	gatewayKeyKind    = "gateway_key"
 	gatewayKeyName    = "engrams-gateway-key"
 	gatewayKeyBytes   = 32
-	placeholderPrefix = "engrams-ph-"
+	placeholderPrefix = domain.PlaceholderPrefix
 )
 
 // gatewayServes reports whether the gateway forwards credentials of kind:

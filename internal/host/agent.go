@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"sync"
@@ -179,7 +180,9 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	a.relay = relay.New(relay.Deps{Logger: deps.Logger, Link: a.link, Epochs: a.reg, Metrics: deps.Metrics})
 	a.life = &lifecycle{log: deps.Logger, now: deps.Now, backend: deps.Backend, facts: facts,
 		reg: a.reg, snaps: a.snaps, lease: a.lease, hooks: a.relay, checkpoint: deps.Checkpoint,
-		network: deps.Network}
+		network: deps.Network, dialBroker: func(ctx context.Context, sid, hostPort string) (net.Conn, error) {
+			return a.link.dialBroker(ctx, a.reg, sid, hostPort)
+		}}
 	a.api = (&api{log: deps.Logger, reg: a.reg, life: a.life, snaps: a.snaps, bounds: a.relay}).routes()
 	return a, nil
 }
@@ -323,8 +326,8 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 	log.Info("registered with coordinator", "owned", len(reg.Owned), "machines", a.reg.Count(), "lease", reg.Lease)
 	a.lease.renew(sent, reg.Lease)
 	a.life.reconcile(ctx, reg.Owned, gen)
-	a.link.set(client)
-	defer a.link.clear(client)
+	a.link.set(conn)
+	defer a.link.clear(conn)
 
 	interval := a.cfg.HeartbeatInterval
 	if reg.HeartbeatInterval > 0 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"net/http"
 	"os"
 	"time"
@@ -57,6 +58,9 @@ type lifecycle struct {
 	// checkpoint marks named points for fault tests (Deps.Checkpoint).
 	checkpoint func(ctx context.Context, point string)
 	network    NetworkFunc // Deps.Network; nil: no machine gets a network
+	// dialBroker hands a guest's TLS to a brokered host to the
+	// coordinator (NetworkDeps.DialBroker).
+	dialBroker func(ctx context.Context, sid, hostPort string) (net.Conn, error)
 }
 
 // startCommand serves a start request: it boots or restores sid's

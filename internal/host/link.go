@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -20,15 +22,37 @@ const requestLimit = 30 * time.Second
 // it: its client (nil while there is none) and posts over it.
 type coordLink struct {
 	client atomic.Pointer[http.Client]
+	conn   atomic.Pointer[hostlink.Conn]
 }
 
 // Client is the registered link's client; nil while there is none.
 func (l *coordLink) Client() *http.Client { return l.client.Load() }
 
-func (l *coordLink) set(c *http.Client) { l.client.Store(c) }
+func (l *coordLink) set(c *hostlink.Conn) {
+	l.conn.Store(c)
+	l.client.Store(c.HTTPClient())
+}
 
 // clear forgets c unless a newer link replaced it.
-func (l *coordLink) clear(c *http.Client) { l.client.CompareAndSwap(c, nil) }
+func (l *coordLink) clear(c *hostlink.Conn) {
+	l.client.CompareAndSwap(c.HTTPClient(), nil)
+	l.conn.CompareAndSwap(c, nil)
+}
+
+// dialBroker hands one of sid's guest TLS connections to the
+// coordinator's credential broker (hostlink.DialBroker) under the highest
+// epoch a command brought for sid.
+func (l *coordLink) dialBroker(ctx context.Context, epochs interface{ HighestEpoch(string) (int64, error) }, sid, hostPort string) (net.Conn, error) {
+	c := l.conn.Load()
+	if c == nil {
+		return nil, errors.New("no link to the coordinator")
+	}
+	epoch, err := epochs.HighestEpoch(sid)
+	if err != nil {
+		return nil, fmt.Errorf("broker for %s: %w", sid, err)
+	}
+	return hostlink.DialBroker(ctx, c.OpenStream, sid, epoch, hostPort)
+}
 
 // Post sends in as JSON to path on the coordinator and decodes its 2xx
 // answer into out (nil: discarded); a refusal is a *postError.

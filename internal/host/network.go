@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"sync"
@@ -29,10 +30,19 @@ type MachineNetwork interface {
 // NetworkFunc makes a fresh network path for one boot or restore of sid's
 // machine (a restore never reuses the one its snapshot's machine had, so
 // a session never inherits another's policy, nor its own older one), its
-// queries and connections recorded into events, which the path runs
+// queries and connections recorded into deps.Events, which the path runs
 // (EgressSink.Run) until it is closed. (nil, nil): the machine gets none,
 // and its guest reaches nothing.
-type NetworkFunc func(ctx context.Context, sid string, spec hostlink.MachineSpec, events EgressSink) (MachineNetwork, error)
+type NetworkFunc func(ctx context.Context, sid string, spec hostlink.MachineSpec, deps NetworkDeps) (MachineNetwork, error)
+
+// NetworkDeps are what the agent gives one machine's network path.
+type NetworkDeps struct {
+	Events EgressSink
+	// DialBroker opens a connection to the coordinator's credential
+	// broker for one of spec.Brokered ("name:port"), over the agent's
+	// current link, fenced by the session's epoch.
+	DialBroker func(ctx context.Context, hostPort string) (net.Conn, error)
+}
 
 // EgressSink takes one machine's egress events for the coordinator and
 // posts them while Run runs (relay.EgressReporter).
@@ -48,7 +58,11 @@ func (l *lifecycle) attachNetwork(ctx context.Context, sid string, spec hostlink
 	if l.network == nil {
 		return nil, nil
 	}
-	n, err := l.network(ctx, sid, spec, l.hooks.EgressReporter(sid))
+	deps := NetworkDeps{Events: l.hooks.EgressReporter(sid)}
+	if l.dialBroker != nil {
+		deps.DialBroker = func(ctx context.Context, hostPort string) (net.Conn, error) { return l.dialBroker(ctx, sid, hostPort) }
+	}
+	n, err := l.network(ctx, sid, spec, deps)
 	if err != nil {
 		return nil, failure.New(http.StatusInternalServerError, "network_failed", fmt.Errorf("make the network of session %s: %w", sid, err))
 	}

@@ -37,7 +37,7 @@ func TestNetworkPerMachine(t *testing.T) {
 	var mu sync.Mutex
 	nets := map[string]*fakeNetwork{}
 	runAgentWith(t, serve(t, c), dir, w, func(_ *host.Config, d *host.Deps) {
-		d.Network = func(_ context.Context, sid string, _ hostlink.MachineSpec, _ host.EgressSink) (host.MachineNetwork, error) {
+		d.Network = func(_ context.Context, sid string, _ hostlink.MachineSpec, _ host.NetworkDeps) (host.MachineNetwork, error) {
 			if sid == "plain" {
 				return nil, nil
 			}

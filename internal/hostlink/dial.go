@@ -1,6 +1,7 @@
 package hostlink
 
 import (
+	"net"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -107,6 +108,16 @@ func (c *Conn) HostID() string { return c.hostID }
 // HTTPClient sends requests to the coordinator over new streams. Only the
 // path and query of a request URL are used.
 func (c *Conn) HTTPClient() *http.Client { return c.client }
+
+// OpenStream opens a raw stream to the coordinator (for an upgrade such
+// as DialBroker's).
+func (c *Conn) OpenStream() (net.Conn, error) {
+	st, err := c.s.sess.OpenStream()
+	if err != nil {
+		return nil, fmt.Errorf("open stream to the coordinator: %w", err)
+	}
+	return st, nil
+}
 
 // Done is closed once the link has ended and its goroutines have returned.
 func (c *Conn) Done() <-chan struct{} { return c.done }

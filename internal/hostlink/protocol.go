@@ -37,6 +37,8 @@ import (
 //     (2026-12-03, same version: hosts report their machines' egress, every
 //     DNS query and connection with its verdict (PathEgress); a coordinator
 //     without the route answers 404, which a host logs and ignores.)
+//     (2026-12-04, same version: MachineSpec.Brokered; hosts hand TLS to
+//     those hosts to the coordinator's credential broker (PathBroker).)
 const Version = 4
 
 // Headers.
@@ -169,6 +171,11 @@ type MachineSpec struct {
 	// host that can enforce it gives the machine a network path with this
 	// policy, and none when it is empty.
 	Egress []string `json:"egress,omitempty"`
+	// Brokered are the "name:port" entries of Egress whose TLS the
+	// host's proxy hands to the coordinator's credential broker
+	// (PathBroker) instead of passing it through (the secrets stay with
+	// the coordinator).
+	Brokered []string `json:"brokered,omitempty"`
 }
 
 // MachineSpecOf maps a session spec to what its host is told.
@@ -178,7 +185,7 @@ func MachineSpecOf(s domain.SessionSpec) MachineSpec {
 		ImageID: s.ImageID, BaseSnapshotID: s.BaseSnapshotID,
 		Harness: s.Harness, HarnessID: s.HarnessID,
 		IdleTimeoutSec: s.IdleTimeoutSec, MaxLifetimeSec: s.MaxLifetimeSec,
-		Egress: s.Egress,
+		Egress: s.Egress, Brokered: s.BrokeredHosts(),
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/egress"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/netpolicy"
@@ -66,30 +67,47 @@ type Path struct {
 	once   sync.Once
 }
 
-// Make builds the path of one boot or restore of sid's machine, serving
-// allow (hostlink.MachineSpec.Egress); nil, nil when allow is empty (the
-// machine gets no network at all). Close removes it.
-func (p *Paths) Make(ctx context.Context, sid string, allow []string, sink Sink) (*Path, error) {
-	if len(allow) == 0 {
+// Machine is what one machine's path serves.
+type Machine struct {
+	Allow []string // hostlink.MachineSpec.Egress; empty: no network at all
+	// Brokered are the "name:port" entries whose TLS goes to the
+	// coordinator's credential broker (hostlink.MachineSpec.Brokered).
+	Brokered []string
+	Sink     Sink
+	// DialBroker opens a connection to the broker for "name:port"
+	// (hostlink.DialBroker over the agent's link); nil: nothing is
+	// brokered, and TLS to those hosts is refused.
+	DialBroker func(ctx context.Context, hostPort string) (net.Conn, error)
+}
+
+// Make builds the path of one boot or restore of sid's machine; nil, nil
+// when m.Allow is empty (the machine gets no network at all). Close
+// removes it.
+func (p *Paths) Make(ctx context.Context, sid string, m Machine) (*Path, error) {
+	if len(m.Allow) == 0 {
 		return nil, nil
 	}
-	policy, err := netpolicy.Compile(allow)
+	policy, err := netpolicy.Compile(m.Allow)
 	if err != nil {
 		return nil, fmt.Errorf("compile the egress policy of session %s: %w", sid, err)
+	}
+	b, err := newBrokered(m.Brokered, m.DialBroker)
+	if err != nil {
+		return nil, fmt.Errorf("the brokered hosts of session %s: %w", sid, err)
 	}
 	n, err := vmnet.New(ctx, vmnet.Config{})
 	if err != nil {
 		return nil, fmt.Errorf("make the network of session %s: %w", sid, err)
 	}
 	pa := &Path{net: n}
-	if err := p.start(pa, sid, policy, sink); err != nil {
+	if err := p.start(pa, sid, policy, b, m.Sink); err != nil {
 		_ = n.Close()
 		return nil, err
 	}
 	return pa, nil
 }
 
-func (p *Paths) start(pa *Path, sid string, policy *netpolicy.Policy, sink Sink) error {
+func (p *Paths) start(pa *Path, sid string, policy *netpolicy.Policy, b *brokered, sink Sink) error {
 	n := pa.net
 	proxyLn, err := n.Listen("tcp", n.ProxyAddr().String())
 	if err != nil {
@@ -107,13 +125,15 @@ func (p *Paths) start(pa *Path, sid string, policy *netpolicy.Policy, sink Sink)
 	events := egress.NewEvents(0, sinkAdapter{sink})
 	dnsCfg := p.cfg.DNS
 	dnsCfg.IPv4Only = true // vmnet gives the guest no IPv6
-	dns, err := egress.NewDNS(dnsCfg, egress.DNSDeps{UDP: udp, TCP: tcp, Names: policy, Upstream: p.cfg.Upstream,
-		Addrs: answerCheck{guard: p.guard, ports: policyPorts(policy)}, Present: present, Events: events, Logger: log})
+	dns, err := egress.NewDNS(dnsCfg, egress.DNSDeps{UDP: udp, TCP: tcp, Names: policy, Upstream: b.upstream(p.cfg.Upstream),
+		Addrs: b.addrs(answerCheck{guard: p.guard, ports: policyPorts(policy)}), Present: present, Events: events, Logger: log})
 	if err != nil {
 		return fmt.Errorf("egress resolver of session %s: %w", sid, err)
 	}
-	proxy, err := egress.NewProxy(p.cfg.Proxy, egress.ProxyDeps{Listener: proxyLn, Names: policy, Dialer: p.guard,
-		OriginalDst: vmnet.OriginalDst, Events: events, Logger: log})
+	proxyCfg := p.cfg.Proxy
+	proxyCfg.PlaceholderPrefix = domain.PlaceholderPrefix
+	proxy, err := egress.NewProxy(proxyCfg, egress.ProxyDeps{Listener: proxyLn, Names: policy, Dialer: p.guard,
+		OriginalDst: vmnet.OriginalDst, Broker: b.broker(), Events: events, Logger: log})
 	if err != nil {
 		return fmt.Errorf("egress proxy of session %s: %w", sid, err)
 	}
