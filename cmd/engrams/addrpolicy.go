@@ -20,6 +20,7 @@ import (
 type policyFlags struct {
 	allowRegistry []string
 	allowModelURL []string
+	allowGitHost  []string
 }
 
 func (f *policyFlags) register(fs *pflag.FlagSet) {
@@ -27,6 +28,8 @@ func (f *policyFlags) register(fs *pflag.FlagSet) {
 		"also enable images from the registry at this loopback or private HOST[:PORT], IP or CIDR (repeatable, or comma-separated; by default only public addresses)")
 	fs.StringSliceVar(&f.allowModelURL, "allow-model-url", envList("ALLOW_MODEL_URL"),
 		"also let model secrets' base URLs point at this loopback or private URL, HOST[:PORT], IP or CIDR (repeatable, or comma-separated; by default only public addresses)")
+	fs.StringSliceVar(&f.allowGitHost, "allow-git-host", envList("ALLOW_GIT_HOST"),
+		"also let the credential broker reach a repository's git host at this loopback or private HOST[:PORT], IP or CIDR (repeatable, or comma-separated; by default only public addresses)")
 }
 
 // envList is $ENGRAMS_<name> split at commas.
@@ -40,9 +43,10 @@ func envList(name string) []string {
 	return out
 }
 
-// addrPolicy is the Guard for registries and the one for model providers.
+// addrPolicy is the Guard for registries, the one for model providers and
+// the one for the credential broker's git hosts.
 type addrPolicy struct {
-	registries, models *netpolicy.Guard
+	registries, models, gitHosts *netpolicy.Guard
 }
 
 // guards builds the two Guards: the flags' allowances (loopback as well
@@ -61,18 +65,24 @@ func (f *policyFlags) guards(dev bool, ownPorts []uint16, log *slog.Logger) (add
 		}
 		models = append(models, a)
 	}
+	gits, err := netpolicy.ParseAllowances(f.allowGitHost)
+	if err != nil {
+		return addrPolicy{}, fmt.Errorf("--allow-git-host: %w", err)
+	}
 	if dev {
 		regs = append(regs, netpolicy.LoopbackAllowances()...)
 		models = append(models, netpolicy.LoopbackAllowances()...)
-		log.Info("dev allows image registries and model base URLs on this machine's loopback (127.0.0.0/8, ::1, localhost); "+
-			"engrams server refuses them unless --allow-registry or --allow-model-url name them", "own_ports", ownPorts)
+		gits = append(gits, netpolicy.LoopbackAllowances()...)
+		log.Info("dev allows image registries, model base URLs and brokered git hosts on this machine's loopback (127.0.0.0/8, ::1, localhost); "+
+			"engrams server refuses them unless --allow-registry, --allow-model-url or --allow-git-host name them", "own_ports", ownPorts)
 	}
-	if len(f.allowRegistry) > 0 || len(f.allowModelURL) > 0 {
-		log.Info("address policy exceptions", "allow_registry", f.allowRegistry, "allow_model_url", f.allowModelURL)
+	if len(f.allowRegistry) > 0 || len(f.allowModelURL) > 0 || len(f.allowGitHost) > 0 {
+		log.Info("address policy exceptions", "allow_registry", f.allowRegistry, "allow_model_url", f.allowModelURL, "allow_git_host", f.allowGitHost)
 	}
 	return addrPolicy{
 		registries: netpolicy.NewGuard(netpolicy.GuardConfig{Allow: regs, BlockedPorts: ownPorts}),
 		models:     netpolicy.NewGuard(netpolicy.GuardConfig{Allow: models, BlockedPorts: ownPorts}),
+		gitHosts:   netpolicy.NewGuard(netpolicy.GuardConfig{Allow: gits, BlockedPorts: ownPorts}),
 	}, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/engrams/engrams/internal/api"
+	"github.com/engrams/engrams/internal/broker"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/egresslog"
 	"github.com/engrams/engrams/internal/gateway"
@@ -29,6 +30,7 @@ type Parts struct {
 	Gateway   *gateway.Gateway
 	Tasks     *tasks.Tasks
 	Egress    *egresslog.Log
+	Broker    *broker.Broker
 }
 
 // The services satisfy the interfaces of the parts that consume them.
@@ -47,6 +49,9 @@ var (
 	_ tasks.AppTokens             = (*ghapp.Minter)(nil)
 	_ profiles.Images             = (*imagejobs.Images)(nil)
 	_ gateway.Secrets             = (*secrets.Vault)(nil)
+	_ tasks.Brokers               = (*broker.Broker)(nil)
+	_ broker.Events               = (*egresslog.Log)(nil)
+	_ broker.AppTokens            = (*ghapp.Minter)(nil)
 )
 
 // Assemble builds the services of a replica that reaches hosts through t
@@ -97,8 +102,12 @@ func assemble(cfg Config, deps Deps, t hostlink.Transports, links coordinator.Li
 		tc.MonitorInterval = p.Co.Config().MonitorInterval
 	}
 	appTokens := ghapp.New(ghapp.Config{}, ghapp.Deps{HTTP: &http.Client{Transport: deps.GitHubUpstream}, Logger: log})
-	p.Tasks, err = tasks.New(tc, tasks.Deps{Store: st, Sessions: p.Co,
-		Profiles: p.Profiles, Placeholders: p.Gateway, Secrets: p.Vault, AppTokens: appTokens, Logger: log, Metrics: deps.Metrics})
+	if p.Broker, err = broker.New(cfg.Broker, broker.Deps{Store: st, Secrets: p.Vault, Sealer: deps.Secrets, AppTokens: appTokens,
+		Events: p.Egress, Upstream: deps.GitHosts, RootCAs: deps.BrokerRootCAs, Logger: log}); err != nil {
+		return p, err
+	}
+	p.Tasks, err = tasks.New(tc, tasks.Deps{Store: st, Sessions: p.Co, Profiles: p.Profiles, Placeholders: p.Gateway, Secrets: p.Vault,
+		AppTokens: appTokens, Brokers: p.Broker, Logger: log, Metrics: deps.Metrics})
 	return p, err
 }
 
@@ -109,6 +118,7 @@ func (p *Parts) routeHostLink(mux *http.ServeMux) {
 	p.Gateway.RouteHostLink(mux)
 	p.Tasks.RouteHostLink(mux)
 	p.Egress.RouteHostLink(mux)
+	p.Broker.RouteHostLink(mux)
 }
 
 // APIDeps gives each API router its service (st is the replica's store,

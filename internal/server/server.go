@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	apidoc "github.com/engrams/engrams/api"
 	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/api"
+	"github.com/engrams/engrams/internal/broker"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/egresslog"
@@ -44,6 +46,7 @@ type Config struct {
 	BodyMinBytes int64
 	Tasks        tasks.Config // MonitorInterval defaults to the coordinator's
 	Egress       egresslog.Config
+	Broker       broker.Config
 }
 
 // Deps are what cmd/ chose.
@@ -70,6 +73,11 @@ type Deps struct {
 	// loopback or private address.
 	Registries imagejobs.Registries
 	Models     gateway.Providers
+	// GitHosts is how the credential broker reaches repositories' git
+	// hosts (a *netpolicy.Guard; nil: one allowing no loopback or private
+	// address); BrokerRootCAs verify them (nil: the system roots).
+	GitHosts      broker.Dialer
+	BrokerRootCAs *x509.CertPool
 	// Metrics is the process's registry (nil: nothing is measured and no
 	// /metrics is served); Ready are readiness checks besides the
 	// database's (dev: its host agent's link).

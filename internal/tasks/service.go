@@ -60,6 +60,10 @@ type Config struct {
 	// Quotas bound what a task takes from its guests (see Quotas for
 	// each default and why).
 	Quotas Quotas
+	// GitConfig are git settings every clone on the coordinator also
+	// runs with (name, value), e.g. http.sslCAInfo for a git host with a
+	// private CA.
+	GitConfig [][2]string
 }
 
 // Deps are what tasks need.
@@ -70,10 +74,13 @@ type Deps struct {
 	Placeholders Placeholders
 	Secrets      Secrets
 	AppTokens    AppTokens // nil: repos whose credential is a GitHub App cannot be cloned
-	Logger       *slog.Logger
-	Metrics      Metrics          // nil: none
-	Now          func() time.Time // default time.Now
-	NewID        func() string    // default UUIDv7
+	// Brokers readies guests for brokered credentials; nil: no repo's
+	// credential is brokered (pushes from the guest carry none).
+	Brokers Brokers
+	Logger  *slog.Logger
+	Metrics Metrics          // nil: none
+	Now     func() time.Time // default time.Now
+	NewID   func() string    // default UUIDv7
 }
 
 // Tasks runs agent work: a task's session, its repositories, prompts into
@@ -87,6 +94,7 @@ type Tasks struct {
 	placeholders Placeholders
 	secrets      Secrets
 	appTokens    AppTokens
+	brokering    brokering
 	log          *slog.Logger
 	metrics      Metrics
 	now          func() time.Time
@@ -113,6 +121,7 @@ func New(cfg Config, deps Deps) (*Tasks, error) {
 		placeholders: deps.Placeholders, secrets: deps.Secrets, appTokens: deps.AppTokens, log: deps.Logger, metrics: deps.Metrics, now: deps.Now, newID: deps.NewID}
 	c.quotas = cfg.Quotas.withDefaults()
 	c.guard = newQuotaGuard(c.quotas)
+	c.brokering = brokering{st: deps.Store, brokers: deps.Brokers, guest: c}
 	if c.metrics == nil {
 		c.metrics = noMetrics{}
 	}

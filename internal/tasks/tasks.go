@@ -23,6 +23,7 @@ const (
 	TaskEventRepoCloned  = "repo_cloned"  // {"path","url","ref","base"}
 	TaskEventStopped     = "stopped"      // {"by"}
 	TaskEventSetupFailed = "setup_failed" // {"message"}
+	TaskEventBrokered    = "brokered"     // {"hosts"}: the guest was readied for its brokered credentials
 )
 
 // maxPromptBytes bounds one prompt.
@@ -253,6 +254,15 @@ func (c *Tasks) taskMachineSpec(ctx context.Context, spec apiv1.ProfileSpec) (do
 			return m, fmt.Errorf("credential %s of the profile: %w", name, err)
 		}
 		m.Credentials = append(m.Credentials, domain.CredentialGrant{Kind: sec.Kind, SecretID: sec.ID})
+	}
+	var err error
+	if m.Brokered, err = c.brokering.grants(ctx, spec); err != nil {
+		return m, err
+	}
+	for k, v := range brokeredEnv(m) {
+		if _, set := m.Env[k]; !set {
+			m.Env[k] = v
+		}
 	}
 	return m, nil
 }

@@ -114,6 +114,7 @@ func (c *Tasks) repoCloned(ctx context.Context, taskID domain.TaskID, dir string
 func (c *Tasks) gitEnv(ctx context.Context, r apiv1.ProfileRepo, all []apiv1.ProfileRepo, home string) ([]string, error) {
 	cfg := [][2]string{{"http.followRedirects", "false"}, {"protocol.allow", "user"}, {"protocol.http.allow", "always"},
 		{"protocol.https.allow", "always"}}
+	cfg = append(cfg, c.cfg.GitConfig...)
 	if r.Credential != "" {
 		auth, err := c.gitAuth(ctx, r, all)
 		if err != nil {

@@ -79,6 +79,13 @@ func (c *Tasks) runSetup(ctx context.Context, taskID domain.TaskID, sessionID do
 			return err
 		}
 	}
+	if hosts, err := c.brokering.install(ctx, sessionID); err != nil {
+		return err
+	} else if len(hosts) > 0 {
+		if _, err := c.appendTaskEvents(ctx, taskID, taskEvent(TaskEventBrokered, map[string]any{"hosts": hosts})); err != nil {
+			return err
+		}
+	}
 	turn, text, err := c.pendingPrompt(ctx, taskID, sessionID)
 	if err != nil {
 		return err

@@ -1,0 +1,156 @@
+package tasks
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/ghapp"
+	"github.com/engrams/engrams/internal/guestapi"
+	"github.com/engrams/engrams/internal/store"
+)
+
+// Brokers gives a session's guest what it uses a brokered credential
+// with (broker.Broker does): the deployment CA it trusts, and the
+// placeholder it sends in the credential's place.
+type Brokers interface {
+	CACert(ctx context.Context) ([]byte, error)
+	Placeholder(ctx context.Context, sid domain.SessionID, hostPort string) (string, error)
+}
+
+// Where a session with brokered credentials keeps what it uses them with.
+const (
+	brokerCAPath     = "/usr/local/share/ca-certificates/engrams-broker.crt"
+	brokerBundlePath = "/etc/ssl/certs/ca-certificates.crt"
+	githubHost       = "github.com:443"
+	githubAPIHost    = "api.github.com:443"
+)
+
+// brokeredHost is the "name:port" a repository's pushes and API calls are
+// brokered on: its https URL's host, when that is a name (a repository
+// over plain http or at an address is cloned, never brokered).
+func brokeredHost(repoURL string) (string, bool) {
+	u, err := url.Parse(repoURL)
+	if err != nil || u.Scheme != "https" || u.Hostname() == "" || net.ParseIP(u.Hostname()) != nil {
+		return "", false
+	}
+	port := u.Port()
+	if port == "" {
+		port = "443"
+	}
+	return net.JoinHostPort(strings.ToLower(u.Hostname()), port), true
+}
+
+// guestOps are the guest operations brokering uses (Tasks has them).
+type guestOps interface {
+	guestUpload(ctx context.Context, sid domain.SessionID, path string, mode uint32, body io.Reader) error
+	guestRun(ctx context.Context, sid domain.SessionID, req guestapi.ExecRequest, limit int) (guestapi.ExecResult, error)
+}
+
+// brokering is what tasks do for brokered credentials: grant them at
+// create and ready the guest for them at setup.
+type brokering struct {
+	st      store.Store
+	brokers Brokers // nil: nothing is brokered
+	guest   guestOps
+}
+
+// grants are the credentials of spec's repos the broker puts in on their
+// hosts, one per host (a GitHub App's scoped to its repos there).
+func (c brokering) grants(ctx context.Context, spec apiv1.ProfileSpec) ([]domain.BrokeredGrant, error) {
+	if c.brokers == nil {
+		return nil, nil
+	}
+	var out []domain.BrokeredGrant
+	for _, r := range spec.Repos {
+		host, ok := brokeredHost(r.URL)
+		if !ok || r.Credential == "" {
+			continue
+		}
+		sec, err := c.st.GetSecretByName(ctx, r.Credential)
+		if err != nil {
+			return nil, fmt.Errorf("credential %s of %s: %w", r.Credential, r.URL, err)
+		}
+		i := slices.IndexFunc(out, func(g domain.BrokeredGrant) bool { return g.Host == host })
+		if i < 0 {
+			out = append(out, domain.BrokeredGrant{Host: host, SecretID: sec.ID})
+			i = len(out) - 1
+		} else if out[i].SecretID != sec.ID {
+			return nil, fmt.Errorf("%w: repos on %s use two credentials; the broker puts one in per host", domain.ErrInvalid, host)
+		}
+		if sec.Kind == apiv1.SecretGitHubApp {
+			if _, name, err := ghapp.RepoOf(r.URL); err == nil && !slices.Contains(out[i].Repos, name) {
+				out[i].Repos = append(out[i].Repos, name)
+			}
+		}
+	}
+	// github.com's API is on its own host: gh-style calls carry the same
+	// credential there.
+	for _, g := range out {
+		if g.Host == githubHost && !slices.ContainsFunc(out, func(o domain.BrokeredGrant) bool { return o.Host == githubAPIHost }) {
+			out = append(out, domain.BrokeredGrant{Host: githubAPIHost, SecretID: g.SecretID, Repos: g.Repos})
+		}
+	}
+	return out, nil
+}
+
+// install readies a session's guest for its brokered credentials: the
+// deployment CA in its trust store (the system bundle, and
+// NODE_EXTRA_CA_CERTS's file), and git told to send each host's
+// placeholder (system config, so every user's git does). The real
+// credentials never enter the guest. hosts are those readied (none: the
+// session brokers nothing).
+func (c brokering) install(ctx context.Context, sid domain.SessionID) (hosts []string, err error) {
+	s, err := c.st.GetSession(ctx, sid)
+	if err != nil {
+		return nil, fmt.Errorf("get session: %w", err)
+	}
+	if len(s.Spec.Brokered) == 0 || c.brokers == nil {
+		return nil, nil
+	}
+	ca, err := c.brokers.CACert(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("broker CA: %w", err)
+	}
+	if err := c.guest.guestUpload(ctx, sid, brokerCAPath, 0o644, bytes.NewReader(ca)); err != nil {
+		return nil, fmt.Errorf("install the broker CA in the session: %w", err)
+	}
+	script := `set -e; mkdir -p "$(dirname "$2")"; touch "$2"; grep -q "$(sed -n 2p "$1")" "$2" || cat "$1" >>"$2"; shift 2
+while [ $# -gt 0 ]; do git config --system --replace-all "http.https://$1/.extraHeader" "$2" 2>/dev/null || true; shift 2; done`
+	argv := []string{"/bin/sh", "-c", script, "sh", brokerCAPath, brokerBundlePath}
+	for _, g := range s.Spec.Brokered {
+		ph, err := c.brokers.Placeholder(ctx, sid, g.Host)
+		if err != nil {
+			return nil, fmt.Errorf("broker placeholder for %s: %w", g.Host, err)
+		}
+		argv = append(argv, strings.TrimSuffix(g.Host, ":443"),
+			"Authorization: Basic "+base64.StdEncoding.EncodeToString([]byte("x-access-token:"+ph)))
+		hosts = append(hosts, g.Host)
+	}
+	res, err := c.guest.guestRun(ctx, sid, guestapi.ExecRequest{Argv: argv, TimeoutMS: int64(time.Minute / time.Millisecond)}, 64<<10)
+	if err != nil {
+		return nil, fmt.Errorf("configure brokered credentials in the session: %w", err)
+	}
+	if res.ExitCode != 0 || res.Error != "" {
+		return nil, fmt.Errorf("configure brokered credentials in the session: exit %d %s: %s", res.ExitCode, res.Error, bytes.TrimSpace(res.Stderr))
+	}
+	return hosts, nil
+}
+
+// brokeredEnv is what a session's harness is given for brokered
+// credentials: Node's extra CA file.
+func brokeredEnv(spec domain.SessionSpec) map[string]string {
+	if len(spec.Brokered) == 0 {
+		return nil
+	}
+	return map[string]string{"NODE_EXTRA_CA_CERTS": brokerCAPath}
+}
