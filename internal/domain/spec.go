@@ -2,6 +2,8 @@ package domain
 
 import (
 	"fmt"
+	"net"
+	"net/url"
 	"strings"
 )
 
@@ -144,4 +146,19 @@ func CheckEnv(env map[string]string) error {
 		return fmt.Errorf("%w: env is %d bytes, at most %d", ErrInvalid, total, MaxEnvBytes)
 	}
 	return nil
+}
+
+// BrokeredHostOf is the "name:port" a repository's pushes and API calls are
+// brokered on: its https URL's host, when that is a name (a repository
+// over plain http or at an address is cloned, never brokered).
+func BrokeredHostOf(repoURL string) (string, bool) {
+	u, err := url.Parse(repoURL)
+	if err != nil || u.Scheme != "https" || u.Hostname() == "" || net.ParseIP(u.Hostname()) != nil {
+		return "", false
+	}
+	port := u.Port()
+	if port == "" {
+		port = "443"
+	}
+	return net.JoinHostPort(strings.ToLower(u.Hostname()), port), true
 }

@@ -214,7 +214,7 @@ func runAgentTask(t *testing.T, ac agentCase) {
 	if s, err := a.c.Sessions().Suspend(ctx, cur.SessionID, true); err != nil || s.State != "idle" {
 		t.Fatalf("suspend the task's session: %+v %v", s, err)
 	}
-	checkKeyNotInSnapshot(t, a, domain.SessionID(cur.SessionID))
+	checkKeyNotInSnapshot(t, a, domain.SessionID(cur.SessionID), a.key, "create hello.txt with hi")
 	before := len(a.model.ModelRequests())
 	sentAt := time.Now()
 	sent, err := a.c.Tasks().Send(ctx, task.ID, "what did you create?")
@@ -227,7 +227,7 @@ func runAgentTask(t *testing.T, ac agentCase) {
 		t.Fatalf("follow-up answer missing among %d events", len(evs))
 	}
 	assertConversationContinued(t, a.model.ModelRequests()[before:], a.key, ac.tool)
-	checkKeyNotInGuest(t, a, cur.SessionID)
+	checkKeyNotInGuest(t, a, cur.SessionID, a.key, "create hello.txt with hi")
 
 	// The session is gone (deleted here; a host lost before any snapshot
 	// ends it Dead): a follow-up continues the task in a new session,
@@ -282,11 +282,12 @@ func assertConversationContinued(t *testing.T, reqs []modeltest.Request, key, to
 	t.Fatalf("no follow-up model request among %d", len(reqs))
 }
 
-// checkKeyNotInGuest looks for the real key in the running guest: the
+// checkKeyNotInGuest looks for a real secret in the running guest: the
 // environment and command line of every process, the process list and
-// every file. The key is passed in two halves and joined by the shell, so
-// no scanning process carries it in its own argv.
-func checkKeyNotInGuest(t *testing.T, a *agentEnv, sessionID string) {
+// every file. The secret is passed in two halves and joined by the shell,
+// so no scanning process carries it in its own argv. proof is text the
+// guest holds: the scan must find it, or it proves nothing.
+func checkKeyNotInGuest(t *testing.T, a *agentEnv, sessionID, secret, proof string) {
 	t.Helper()
 	script := `k="$1$2"; found=0
 has() { case "$1" in *"$k"*) return 0;; esac; return 1; }
@@ -309,19 +310,18 @@ echo "found=$found"`
 		}
 		return out.String()
 	}
-	if out := scan(a.key); !strings.Contains(out, "found=0") {
-		t.Fatalf("the real key is in the guest:\n%s", out)
+	if out := scan(secret); !strings.Contains(out, "found=0") {
+		t.Fatalf("the real secret is in the guest:\n%s", out)
 	}
-	// The scan finds what is there: the prompt is in the harness's
-	// conversation files.
-	if out := scan("create hello.txt with hi"); !strings.Contains(out, "found=1") {
-		t.Fatalf("the scan did not find the prompt either: it proves nothing\n%s", out)
+	if out := scan(proof); !strings.Contains(out, "found=1") {
+		t.Fatalf("the scan did not find %q either: it proves nothing\n%s", proof, out)
 	}
 }
 
 // checkKeyNotInSnapshot restores the session's head snapshot (memory,
-// device state and disk) from its chunks and scans every byte for the key.
-func checkKeyNotInSnapshot(t *testing.T, a *agentEnv, sessionID domain.SessionID) {
+// device state and disk) from its chunks and scans every byte for a real
+// secret; proof must be found.
+func checkKeyNotInSnapshot(t *testing.T, a *agentEnv, sessionID domain.SessionID, secret, proof string) {
 	t.Helper()
 	s, err := a.st.GetSession(context.Background(), sessionID)
 	if err != nil {
@@ -352,16 +352,16 @@ func checkKeyNotInSnapshot(t *testing.T, a *agentEnv, sessionID domain.SessionID
 		if err != nil {
 			t.Fatalf("restore %s of snapshot %s: %v", role, snap.ID, err)
 		}
-		if n := countInFile(t, p, []byte(a.key)); n > 0 {
-			t.Fatalf("the real key is %d times in the snapshot's %s", n, role)
+		if n := countInFile(t, p, []byte(secret)); n > 0 {
+			t.Fatalf("the real secret is %d times in the snapshot's %s", n, role)
 		}
-		control += countInFile(t, p, []byte("create hello.txt with hi"))
+		control += countInFile(t, p, []byte(proof))
 		_ = os.Remove(p)
 	}
 	if control == 0 {
-		t.Fatalf("the scan of snapshot %s found not even the prompt: it proves nothing", snap.ID)
+		t.Fatalf("the scan of snapshot %s found not even %q: it proves nothing", snap.ID, proof)
 	}
-	t.Logf("snapshot %s (%d files) scanned: no key; the prompt %d times", snap.ID, len(mans), control)
+	t.Logf("snapshot %s (%d files) scanned: no secret; %q %d times", snap.ID, len(mans), proof, control)
 }
 
 // countInFile counts needle in a file, reading it in pieces.

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"crypto/tls"
 	"net"
 	"net/http"
 	"net/http/cgi"
@@ -21,6 +22,25 @@ type gitServer struct {
 
 // startGitServer serves repositories under a temp dir, requiring user:pass.
 func startGitServer(t *testing.T, user, pass string) *gitServer {
+	t.Helper()
+	g, ln := serveGit(t, user, pass, nil)
+	g.URL = "http://" + ln.Addr().String()
+	return g
+}
+
+// startGitServerTLS is startGitServer over HTTPS with cert, its URL
+// https://name:port (the name resolves nowhere: clients map it to
+// 127.0.0.1 themselves); addr is where it listens.
+func startGitServerTLS(t *testing.T, user, pass string, cert tls.Certificate, name string) (g *gitServer, addr string) {
+	t.Helper()
+	g, ln := serveGit(t, user, pass, &tls.Config{Certificates: []tls.Certificate{cert}})
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	g.URL = "https://" + net.JoinHostPort(name, port)
+	return g, ln.Addr().String()
+}
+
+// serveGit serves git http-backend on 127.0.0.1, over TLS when tc is set.
+func serveGit(t *testing.T, user, pass string, tc *tls.Config) (*gitServer, net.Listener) {
 	t.Helper()
 	backend := "/usr/lib/git-core/git-http-backend"
 	if out, err := exec.Command("git", "--exec-path").Output(); err == nil {
@@ -43,10 +63,25 @@ func startGitServer(t *testing.T, user, pass string) *gitServer {
 		}
 		h.ServeHTTP(w, r)
 	})}
-	go func() { _ = srv.Serve(ln) }()
+	serve := func() error { return srv.Serve(ln) }
+	if tc != nil {
+		srv.TLSConfig = tc
+		serve = func() error { return srv.ServeTLS(ln, "", "") }
+	}
+	go func() { _ = serve() }()
 	t.Cleanup(func() { _ = srv.Close() })
-	g.URL = "http://" + ln.Addr().String()
-	return g
+	return g, ln
+}
+
+// lastCommit is the subject of the newest commit on branch of repository
+// name.
+func (g *gitServer) lastCommit(t *testing.T, name, branch string) string {
+	t.Helper()
+	out, err := exec.Command("git", "--git-dir", filepath.Join(g.root, name+".git"), "log", "-1", "--format=%s", branch).CombinedOutput()
+	if err != nil {
+		t.Fatalf("git log of %s: %v\n%s", name, err, out)
+	}
+	return strings.TrimSpace(string(out))
 }
 
 // repo creates a bare repository name.git holding one commit of files and

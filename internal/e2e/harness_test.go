@@ -123,7 +123,7 @@ func serveReplicaWith(t *testing.T, ln net.Listener, st store.Store, secret stri
 	srv, err := server.New(cfg,
 		server.Deps{Store: st, Logger: testLogger(t).With("replica", url), Images: extra.Images, Secrets: extra.Secrets,
 			HarnessBuilder: extra.HarnessBuilder, HarnessChunks: extra.HarnessChunks, Metrics: extra.Metrics,
-			Registries: extra.Registries, Models: extra.Models})
+			Registries: extra.Registries, Models: extra.Models, GitHosts: extra.GitHosts, BrokerRootCAs: extra.BrokerRootCAs})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,12 @@ type testProxy struct {
 // sends routes' keys to their values.
 func newTestProxy(t testing.TB, cfg ProxyConfig, names map[string][]uint16, routes map[string]string) *testProxy {
 	t.Helper()
+	return newBrokeringProxy(t, cfg, names, routes, nil)
+}
+
+// newBrokeringProxy is newTestProxy handing brokered TLS to b.
+func newBrokeringProxy(t testing.TB, cfg ProxyConfig, names map[string][]uint16, routes map[string]string, b Broker) *testProxy {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +45,7 @@ func newTestProxy(t testing.TB, cfg ProxyConfig, names map[string][]uint16, rout
 	events, rec := runEvents(t)
 	tp := &testProxy{addr: ln.Addr().String(), dialer: &fakeDialer{routes: routes}, names: &fakeNames{allowed: names}, rec: rec,
 		orig: netip.MustParseAddrPort("10.0.0.5:443")}
-	p, err := NewProxy(cfg, ProxyDeps{Listener: ln, Names: tp.names, Dialer: tp.dialer, Events: events,
+	p, err := NewProxy(cfg, ProxyDeps{Listener: ln, Names: tp.names, Dialer: tp.dialer, Events: events, Broker: b,
 		OriginalDst: func(net.Conn) (netip.AddrPort, error) {
 			tp.mu.Lock()
 			defer tp.mu.Unlock()

@@ -63,7 +63,7 @@ func TestCreateProfileReceipt(t *testing.T) {
 		t.Errorf("stored spec without derived repo paths: %+v", stored)
 	}
 	r := v.Receipt
-	vms, every := []string{"qemu", "firecracker"}, []string{"qemu", "firecracker", "process"}
+	vms, every := []string{"qemu"}, []string{"qemu", "firecracker", "process"}
 	ant, _ := e.st.GetSecretByName(ctx, "ant")
 	gh, _ := e.st.GetSecretByName(ctx, "gh")
 	want := apiv1.Receipt{
@@ -76,7 +76,7 @@ func TestCreateProfileReceipt(t *testing.T) {
 					"the model gateway swaps in the real key for requests to https://api.anthropic.com"},
 			{Name: "gh", SecretID: gh.ID, Kind: "git_https", Delivery: apiv1.DeliveryClone, EnforcedOn: every,
 				Detail: "used by the coordinator to clone app, never in the guest; the guest's pushes and API calls to github.com carry a placeholder, " +
-					"which the egress proxy swaps for it there and nowhere else"},
+					"which the credential broker swaps for it there and nowhere else (on qemu)"},
 		},
 		Repos:  v.Spec.Repos,
 		Env:    []string{"LOG_LEVEL"},
@@ -106,7 +106,7 @@ func TestCreateProfileReceipt(t *testing.T) {
 	}
 	powers := strings.Join(r.Powers, "\n")
 	for _, s := range []string{"root in its own VM", "(app, lib)", "without seeing them", "reaches only the hosts listed below",
-		"enforced on qemu and firecracker; the process backend enforces nothing"} {
+		"enforced on qemu; firecracker guests get no network yet; the process backend enforces nothing"} {
 		if !strings.Contains(powers, s) {
 			t.Errorf("powers lack %q:\n%s", s, powers)
 		}
@@ -318,7 +318,7 @@ func TestProfileGitHubApp(t *testing.T) {
 	}
 	gh, _ := e.st.GetSecretByName(ctx, "gh")
 	every := []string{"qemu", "firecracker", "process"}
-	brokered := "; the guest's pushes and API calls to github.com carry a placeholder, which the egress proxy swaps for it there and nowhere else"
+	brokered := "; the guest's pushes and API calls to github.com carry a placeholder, which the credential broker swaps for it there and nowhere else (on qemu)"
 	want := []apiv1.ReceiptCredential{
 		{Name: "bot", SecretID: app.Secret.ID, Kind: "github_app", Delivery: apiv1.DeliveryClone, EnforcedOn: every,
 			Detail: "GitHub App Iv23bot (installation 4242): the coordinator mints an installation token for each task, lasting an hour, " +

@@ -248,6 +248,9 @@ func (c *Profiles) receiptRepoKeys(ctx context.Context, spec *apiv1.ProfileSpec,
 			order = append(order, s.Name)
 		}
 		k.paths = append(k.paths, repo.Path)
+		if h, ok := domain.BrokeredHostOf(repo.URL); ok && k.brokered == "" {
+			k.brokered = strings.TrimSuffix(h, ":443")
+		}
 		if s.Kind == apiv1.SecretGitHubApp {
 			k.addAppRepo(field, repo.URL, probs)
 		}
@@ -256,8 +259,8 @@ func (c *Profiles) receiptRepoKeys(ctx context.Context, spec *apiv1.ProfileSpec,
 	for _, name := range order {
 		k := uses[name]
 		r.Credentials = append(r.Credentials, k.receipt())
-		if k.meta.Host != "" {
-			brokered = append(brokered, brokeredHost{host: k.meta.Host, secret: k.secret})
+		if k.brokered != "" {
+			brokered = append(brokered, brokeredHost{host: k.brokered, secret: k.secret})
 		}
 	}
 	return brokered, nil
@@ -265,11 +268,12 @@ func (c *Profiles) receiptRepoKeys(ctx context.Context, spec *apiv1.ProfileSpec,
 
 // repoKey is a git credential and the repos a profile clones with it.
 type repoKey struct {
-	secret domain.Secret
-	meta   apiv1.SecretMeta
-	paths  []string
-	owner  string   // github_app: the account of its repos
-	names  []string // github_app: the repos a token is scoped to
+	secret   domain.Secret
+	meta     apiv1.SecretMeta
+	paths    []string
+	brokered string   // the host pushes are brokered on ("" for http or address URLs)
+	owner    string   // github_app: the account of its repos
+	names    []string // github_app: the repos a token is scoped to
 }
 
 // addAppRepo adds a repo cloned with a GitHub App: its token is scoped to
@@ -297,7 +301,7 @@ func (k *repoKey) receipt() apiv1.ReceiptCredential {
 			"scoped to %s/{%s} with contents:write and metadata:read, and clones %s with it; neither the key nor the token is in the guest",
 			k.meta.AppID, k.meta.InstallationID, k.owner, strings.Join(k.names, ","), strings.Join(k.paths, ", "))
 	}
-	rc.Detail += brokeredNote(k.meta.Host)
+	rc.Detail += brokeredNote(k.brokered)
 	return rc
 }
 

@@ -10,13 +10,14 @@ import (
 	"github.com/engrams/engrams/internal/guestapi"
 )
 
-// The network terms of a receipt. A session's egress is enforced in the
-// VM's network path on the VM backends and not at all on the process
-// backend; every host line says how the guest reaches it.
+// The network terms of a receipt. A session's egress is served and
+// enforced in the VM's network path on qemu; firecracker attaches no
+// network device yet (its guests reach nothing); the process backend
+// enforces nothing. Every host line says how the guest reaches it.
 
-// vmBackends enforce egress; everyBackend keeps real secrets out of the
-// guest (they never reach a host at all).
-func vmBackends() []string { return []string{apiv1.BackendQEMU, apiv1.BackendFirecracker} }
+// vmBackends serve and enforce egress; everyBackend keeps real secrets
+// out of the guest (they never reach a host at all).
+func vmBackends() []string { return []string{apiv1.BackendQEMU} }
 
 func everyBackend() []string {
 	return []string{apiv1.BackendQEMU, apiv1.BackendFirecracker, apiv1.BackendProcess}
@@ -28,10 +29,10 @@ func receiptEnforcement() []apiv1.ReceiptEnforcement {
 		{Backend: apiv1.BackendQEMU, Enforced: true, How: "in the VM's network path: the VM's only network device is a TAP in a network " +
 			"namespace of its own with no route out; its TCP goes to the host's egress proxy and its DNS to the host's filtering resolver, " +
 			"everything else (other UDP, ICMP, IPv6) is dropped; names not listed here and private, loopback and link-local addresses are refused"},
-		{Backend: apiv1.BackendFirecracker, Enforced: true, How: "as on qemu: the same per-VM network namespace around the VM's TAP device, " +
-			"filtering resolver and egress proxy"},
-		{Backend: apiv1.BackendProcess, Enforced: false, How: "nothing is enforced: the guest is a process on the host's own network; " +
-			"HTTP_PROXY and HTTPS_PROXY point at the egress proxy, and a tool that ignores them reaches whatever the host can"},
+		{Backend: apiv1.BackendFirecracker, Enforced: true, How: "no network at all: the firecracker backend attaches no network device yet, " +
+			"so its guests reach none of the hosts below (the same per-VM namespace around Firecracker's TAP device is the plan)"},
+		{Backend: apiv1.BackendProcess, Enforced: false, How: "nothing is enforced: the guest is a process on the host's own network " +
+			"and reaches whatever the host can (no proxy is set for it yet; use it only for trusted work)"},
 	}
 }
 
@@ -46,7 +47,7 @@ func brokeredNote(host string) string {
 	if host == "" {
 		return ""
 	}
-	return "; the guest's pushes and API calls to " + host + " carry a placeholder, which the egress proxy swaps for it there and nowhere else"
+	return "; the guest's pushes and API calls to " + host + " carry a placeholder, which the credential broker swaps for it there and nowhere else (on qemu)"
 }
 
 // Why the guest reaches a host the way it does.
@@ -54,8 +55,9 @@ const (
 	viaProxyReason = "directly, through the egress proxy: the filtering resolver answers the name, the proxy checks it against the SNI " +
 		"or Host, resolves it itself and dials only an address it checked (never a private or loopback one), and passes TLS through " +
 		"untouched (the guest verifies the server; no credential is added)"
-	brokeredReason = "through the egress proxy, which terminates TLS (the guest trusts the deployment's CA for this host only), " +
-		"verifies the upstream's certificate, strips what credential the guest sent and adds %s's secret; the guest holds a placeholder"
+	brokeredReason = "through the egress proxy to the coordinator's credential broker, which terminates TLS (the guest trusts the " +
+		"deployment's CA, which signs only the hosts the broker serves), verifies the upstream's certificate, drops what credential the guest " +
+		"sent and adds %s's secret in place of the session's placeholder; a placeholder anywhere else is refused"
 )
 
 // receiptHosts lists the hosts the profile, its harness and its
@@ -115,5 +117,5 @@ func receiptPowers(spec *apiv1.ProfileSpec, gateway bool) []string {
 		p = append(p, "uses the model keys without seeing them: the model gateway adds them to its requests")
 	}
 	return append(p, "reaches only the hosts listed below, each as its line says: no other name resolves and no other connection "+
-		"leaves the VM (enforced on qemu and firecracker; the process backend enforces nothing)")
+		"leaves the VM (enforced on qemu; firecracker guests get no network yet; the process backend enforces nothing)")
 }

@@ -6,8 +6,6 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
-	"net"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -35,21 +33,6 @@ const (
 	githubAPIHost    = "api.github.com:443"
 )
 
-// brokeredHost is the "name:port" a repository's pushes and API calls are
-// brokered on: its https URL's host, when that is a name (a repository
-// over plain http or at an address is cloned, never brokered).
-func brokeredHost(repoURL string) (string, bool) {
-	u, err := url.Parse(repoURL)
-	if err != nil || u.Scheme != "https" || u.Hostname() == "" || net.ParseIP(u.Hostname()) != nil {
-		return "", false
-	}
-	port := u.Port()
-	if port == "" {
-		port = "443"
-	}
-	return net.JoinHostPort(strings.ToLower(u.Hostname()), port), true
-}
-
 // guestOps are the guest operations brokering uses (Tasks has them).
 type guestOps interface {
 	guestUpload(ctx context.Context, sid domain.SessionID, path string, mode uint32, body io.Reader) error
@@ -72,7 +55,7 @@ func (c brokering) grants(ctx context.Context, spec apiv1.ProfileSpec) ([]domain
 	}
 	var out []domain.BrokeredGrant
 	for _, r := range spec.Repos {
-		host, ok := brokeredHost(r.URL)
+		host, ok := domain.BrokeredHostOf(r.URL)
 		if !ok || r.Credential == "" {
 			continue
 		}

@@ -1,0 +1,111 @@
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/client"
+	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/server"
+	"github.com/engrams/engrams/internal/testutil"
+)
+
+// fixedDialer dials every address at to: the broker's view of git.test.
+type fixedDialer struct{ to string }
+
+func (d fixedDialer) DialContext(ctx context.Context, network, _ string) (net.Conn, error) {
+	return (&net.Dialer{}).DialContext(ctx, network, d.to)
+}
+
+// TestBrokeredGitPushFromGuest (issue 14): a task's repository on an HTTPS
+// git host (git.test, its certificate from a CA the coordinator trusts) is
+// cloned on the coordinator; in the QEMU guest, git pushes a commit with
+// the session's placeholder, through the egress proxy and the host link
+// to the credential broker, which verifies git.test and puts the real
+// password in. The commit lands; the password is nowhere in the guest
+// (processes, files, the memory and disk of its snapshot).
+func TestBrokeredGitPushFromGuest(t *testing.T) {
+	t.Parallel()
+	ca := testutil.NewCA(t)
+	pass := "gitpw-" + hex.EncodeToString(randomBytes(t, 12))
+	gs, addr := startGitServerTLS(t, "git", pass, ca.Leaf(t, "git.test"), "git.test")
+	repoURL := gs.repo(t, "app", map[string]string{"README.md": "# app\n"})
+	_, port, _ := net.SplitHostPort(addr)
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, ca.PEM(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a := startAgentEnv(t, shellCase, func(c *server.Config, d *server.Deps) {
+		// The coordinator's clone and its broker reach git.test at the
+		// test server and trust the test CA.
+		c.Tasks.GitConfig = [][2]string{{"http.sslCAInfo", caFile}, {"http.curloptResolve", "git.test:" + port + ":127.0.0.1"}}
+		d.GitHosts, d.BrokerRootCAs = fixedDialer{to: addr}, ca.Pool
+	})
+	ctx := context.Background()
+	a.secret(t, "gh", "git_https", pass, apiv1.SecretMeta{Username: "git", Host: "git.test:" + port})
+	if _, err := a.c.Profiles().Create(ctx, apiv1.CreateProfileRequest{Name: "pusher", Spec: apiv1.ProfileSpec{Image: agentImage,
+		Harness: shellCase.harness, Repos: []apiv1.ProfileRepo{{URL: repoURL, Credential: "gh"}}}}); err != nil {
+		t.Fatalf("create profile: %v", err)
+	}
+	const proof = "pushed-by-the-guest"
+	push := "cd /work/app && echo " + proof + " > pushed.txt && git add pushed.txt && " +
+		"git -c user.name=agent -c user.email=agent@example.test commit -qm 'from the guest' && git push origin HEAD 2>&1; echo push-exit=$?"
+	task, err := a.c.Tasks().Start(ctx, apiv1.StartTaskRequest{Profile: "pusher", Prompt: push})
+	if err != nil {
+		t.Fatalf("start task: %v", err)
+	}
+	evs, _ := waitTurn(t, a.c, task.ID, 0, 10*time.Minute)
+	if !hasEvent(evs, "brokered", "git.test:"+port) || !hasEvent(evs, "tool_result", "push-exit=0") {
+		t.Fatalf("the push did not succeed: %d events (see the log above)", len(evs))
+	}
+	if got := gs.lastCommit(t, "app", "main"); got != "from the guest" {
+		t.Fatalf("the git host's main is at %q, want the guest's commit", got)
+	}
+	cur, err := a.c.Tasks().Get(ctx, task.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitBrokeredEvent(t, a.c, cur.SessionID, "git.test")
+	checkKeyNotInGuest(t, a, cur.SessionID, pass, proof)
+	if s, err := a.c.Sessions().Suspend(ctx, cur.SessionID, true); err != nil || s.State != "idle" {
+		t.Fatalf("suspend the task's session: %+v %v", s, err)
+	}
+	checkKeyNotInSnapshot(t, a, domain.SessionID(cur.SessionID), pass, proof)
+}
+
+// waitBrokeredEvent waits for the broker's record of a request to host
+// with the credential put in.
+func waitBrokeredEvent(t *testing.T, c *client.Client, sid, host string) {
+	t.Helper()
+	eventually(t, 30*time.Second, "the broker's event in the egress log", func() (bool, string) {
+		l, err := c.Sessions().Egress(context.Background(), sid, client.EgressQuery{Limit: 200})
+		if err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, e := range l.Events {
+			if e.Host == host && e.Verdict == "allow" && strings.Contains(e.Reason, "placeholder replaced by its credential") {
+				return true, ""
+			}
+			seen = append(seen, e.Host+" "+e.Verdict+" "+e.Reason)
+		}
+		return false, strings.Join(seen, "\n")
+	})
+}
+
+func randomBytes(t *testing.T, n int) []byte {
+	t.Helper()
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
