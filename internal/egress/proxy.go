@@ -52,7 +52,7 @@ type ProxyDeps struct {
 	// Broker takes TLS to brokered hosts; nil: none is brokered.
 	Broker Broker
 	Events *Events      // nil: none
-	Logger      *slog.Logger // nil: discarded
+	Logger *slog.Logger // nil: discarded
 }
 
 // Proxy is a machine's egress proxy: transparent (TLS by SNI, HTTP by

@@ -1,12 +1,12 @@
 package hostlink
 
 import (
-	"net"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
