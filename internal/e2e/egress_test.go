@@ -145,8 +145,10 @@ func (k *egressRig) run(t *testing.T, id, script string) (string, int) {
 // list, an allowed name that resolves to a private or the metadata
 // address, private ranges, the host's gateway, IPv6, SSH, QUIC and ICMP
 // all fail; an exfiltration name gets NXDOMAIN and never reaches the
-// authority; every decision is in the session's egress log. A session
-// without an allowlist has no network.
+// authority; a spoofed /etc/hosts changes nothing; every decision is in
+// the session's egress log. Once the session is deleted, the next one on
+// the host has only its own policy. A session without an allowlist has no
+// network.
 func TestEgressFromQEMUGuest(t *testing.T) {
 	t.Parallel()
 	requireQEMU(t)
@@ -182,7 +184,27 @@ func TestEgressFromQEMUGuest(t *testing.T) {
 	if n := k.auth.askedAbout("attacker.test."); n != 0 {
 		t.Errorf("the authority was asked %d times about attacker.test", n)
 	}
+	// A spoofed /etc/hosts changes nothing: whatever address the guest
+	// dials, the proxy dials the name the request carries.
+	if out, code := k.run(t, id, "echo '10.9.9.9 allowed.test' >> /etc/hosts && /tmp/netget http http://allowed.test:"+port+"/spoofed"); code != 0 ||
+		!strings.Contains(out, "hello from allowed.test:"+port+"/spoofed") {
+		t.Errorf("allowed host with a spoofed /etc/hosts: exit %d, %q", code, out)
+	}
 	k.waitEgressLog(t, id)
+
+	// Session A (the broad policy) is destroyed; B, on the same host with
+	// the guest address every machine has, has only its own policy from its
+	// first connection.
+	if err := k.c.Sessions().Delete(context.Background(), id, true); err != nil {
+		t.Fatalf("delete session A: %v", err)
+	}
+	b := k.session(t, []string{"other.test:" + port})
+	if out, code := k.run(t, b, "/tmp/netget http http://allowed.test:"+port+"/"); code != 1 || strings.Contains(out, "hello from") {
+		t.Errorf("session B reached A's host: exit %d, %q", code, out)
+	}
+	if out, code := k.run(t, b, "/tmp/netget http http://other.test:"+port+"/b"); code != 0 || !strings.Contains(out, "hello from other.test:"+port+"/b") {
+		t.Errorf("session B's own host: exit %d, %q", code, out)
+	}
 
 	none := k.session(t, nil)
 	if out, code := k.run(t, none, "/tmp/netget http http://allowed.test:"+port+"/"); code == 0 || strings.Contains(out, "hello") {
