@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/host"
 	"github.com/engrams/engrams/internal/host/egressnet"
 	"github.com/engrams/engrams/internal/hostlink"
@@ -20,20 +21,47 @@ import (
 
 // egressNetwork is a host's Deps.Network: a machine whose spec lists
 // egress gets its own network namespace with a filtering resolver and
-// proxy of that list (egressnet); nil when the backend cannot attach a
-// TAP or this host cannot make namespaces (said in the log: such a host's
+// proxy of that list (egressnet); on the process backend, which has no
+// TAP, a proxy on the host's loopback its tools are pointed at (enforcing
+// nothing); nil when neither can be had (said in the log: such a host's
 // guests have no network at all). The guard refuses the host's own
 // addresses and the coordinator's and agent's ports; allow are the
 // operator's --egress-allow overrides.
 func egressNetwork(caps vmm.Capabilities, coordinatorURL string, ownAddrs []string, ef egressFlags, log *slog.Logger) (host.NetworkFunc, error) {
-	if !caps.Network {
+	proxyOnly := caps.Name == apiv1.BackendProcess
+	if !caps.Network && !proxyOnly {
 		log.Info("guests get no network: the backend cannot attach one", "backend", caps.Name)
 		return nil, nil
 	}
-	if err := vmnet.Available(); err != nil {
+	if err := vmnet.Available(); err != nil && !proxyOnly {
 		log.Warn("guests get no network: this host cannot make network namespaces", "err", err)
 		return nil, nil
 	}
+	paths, err := egressPaths(coordinatorURL, ownAddrs, ef, log)
+	if err != nil {
+		return nil, err
+	}
+	if proxyOnly {
+		log.Warn("process backend: guests share this host's network; HTTP_PROXY points their tools at an egress proxy of their allowlist, which enforces nothing")
+		return func(ctx context.Context, sid string, spec hostlink.MachineSpec, deps host.NetworkDeps) (host.MachineNetwork, error) {
+			p, err := paths.MakeProxyOnly(ctx, sid, egressnet.Machine{Allow: spec.Egress, Sink: deps.Events})
+			if p == nil || err != nil {
+				return nil, err // never a typed nil in the interface
+			}
+			return p, nil
+		}, nil
+	}
+	return func(ctx context.Context, sid string, spec hostlink.MachineSpec, deps host.NetworkDeps) (host.MachineNetwork, error) {
+		p, err := paths.Make(ctx, sid, egressnet.Machine{Allow: spec.Egress, Brokered: spec.Brokered, Sink: deps.Events, DialBroker: deps.DialBroker})
+		if p == nil || err != nil {
+			return nil, err // never a typed nil in the interface
+		}
+		return p, nil
+	}, nil
+}
+
+// egressPaths builds the machines' egress paths from the operator's flags.
+func egressPaths(coordinatorURL string, ownAddrs []string, ef egressFlags, log *slog.Logger) (*egressnet.Paths, error) {
 	allows, err := netpolicy.ParseAllowances(ef.allow)
 	if err != nil {
 		return nil, fmt.Errorf("--egress-allow: %w", err)
@@ -48,14 +76,7 @@ func egressNetwork(caps vmm.Capabilities, coordinatorURL string, ownAddrs []stri
 		}}
 		cfg.Upstream, cfg.Guard.Resolver = r, r
 	}
-	paths := egressnet.New(cfg, log.With("component", "egress"))
-	return func(ctx context.Context, sid string, spec hostlink.MachineSpec, deps host.NetworkDeps) (host.MachineNetwork, error) {
-		p, err := paths.Make(ctx, sid, egressnet.Machine{Allow: spec.Egress, Brokered: spec.Brokered, Sink: deps.Events, DialBroker: deps.DialBroker})
-		if p == nil || err != nil {
-			return nil, err // never a typed nil in the interface
-		}
-		return p, nil
-	}, nil
+	return egressnet.New(cfg, log.With("component", "egress")), nil
 }
 
 // egressFlags are the operator's settings of guests' egress.

@@ -58,7 +58,7 @@ func TestProfileRoutes(t *testing.T) {
 			`"receipt":{"image":{"id":"img-py","name":"py","ref":"reg/python:3.12","digest":"sha256:py","libc":"glibc"}`,
 			`"harness":{"id":"h1","name":"claude-code","version":"2.1.0","digest":"sha256:cc","protocol":"claude-stream-json"}`,
 			`"model":"sonnet"`, `"delivery":"gateway-injected"`, `"delivery":"coordinator-clone"`, `"env":["LOG_LEVEL"]`,
-			`"host":"pypi.org","why":"listed in the profile's egress","reachable":true,"via":"proxy","enforced":true,"enforced_on":["qemu","firecracker"]`,
+			`"host":"pypi.org","why":"listed in the profile's egress","reachable":true,"via":"proxy","enforced":true,"enforced_on":["qemu"]`,
 			`"host":"github.com","why":"host of credential gh (git_https)","reachable":true,"via":"brokered"`,
 			`"enforcement":[{"backend":"qemu","enforced":true,`, `{"backend":"process","enforced":false,"how":"nothing is enforced`,
 			`"skills":[]`, `"apps":[]`}, []string{"problems", apiKey}},

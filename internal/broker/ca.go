@@ -9,7 +9,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -19,16 +18,15 @@ import (
 
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/secrets"
-	"github.com/engrams/engrams/internal/store"
 )
 
 // The deployment's CA: one ECDSA key and self-signed certificate per
 // deployment, sealed in the secrets table like the gateway's key, so every
 // replica signs with it. Guests of sessions with a brokered credential
 // trust it; it signs only leaves for the hosts the broker serves.
+var caName = secrets.Internal{Kind: "broker_ca", Name: "engrams-broker-ca", Purpose: "credential broker CA"}
+
 const (
-	caKind     = "broker_ca"
-	caName     = "engrams-broker-ca"
 	caLifetime = 10 * 365 * 24 * time.Hour
 	// leafLifetime is how long a leaf is valid; a cached one is renewed
 	// when less than leafRenew is left.
@@ -64,39 +62,29 @@ func (b *Broker) authority(ctx context.Context) (*authority, error) {
 	if b.sealer == nil {
 		return nil, fmt.Errorf("broker CA: %w: this server keeps no secrets (no key configured), so it cannot broker credentials", domain.ErrInvalid)
 	}
-	a, err := b.readCA(ctx)
-	if errors.Is(err, store.ErrNotFound) {
-		a, err = b.createCA(ctx)
+	plain, created, err := caName.Load(ctx, secrets.InternalDeps{Store: b.st, Sealer: b.sealer, Now: b.now, NewID: b.newID},
+		func() ([]byte, error) { return newCA(b.now()) })
+	if err != nil {
+		return nil, fmt.Errorf("broker CA: %w", err)
 	}
+	defer clear(plain)
+	a, err := parseAuthority(plain)
 	if err != nil {
 		return nil, err
+	}
+	if created {
+		b.log.Info("credential broker CA created")
 	}
 	b.ca.ca = a
 	return a, nil
 }
 
-func (b *Broker) readCA(ctx context.Context) (*authority, error) {
-	s, err := b.st.GetSecretByName(ctx, caName)
-	if err != nil {
-		return nil, fmt.Errorf("read broker CA: %w", err)
-	}
-	if s.Kind != caKind {
-		return nil, fmt.Errorf("read broker CA: the secret named %s is a %s, not a %s", caName, s.Kind, caKind)
-	}
-	plain, err := b.sealer.Open(s.Sealed, secrets.AssociatedData(s.ID))
-	if err != nil {
-		return nil, fmt.Errorf("open broker CA: %w", err)
-	}
-	defer clear(plain)
-	return parseAuthority(plain)
-}
-
-func (b *Broker) createCA(ctx context.Context) (*authority, error) {
+// newCA is a new CA certificate and key, PEM, one after the other.
+func newCA(now time.Time) ([]byte, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, fmt.Errorf("create broker CA: %w", err)
+		return nil, err
 	}
-	now := b.now()
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(),
 		Subject:               pkix.Name{CommonName: "engrams credential broker CA", Organization: []string{"engrams"}},
@@ -109,29 +97,13 @@ func (b *Broker) createCA(ctx context.Context) (*authority, error) {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		return nil, fmt.Errorf("create broker CA: %w", err)
+		return nil, err
 	}
 	keyDER, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
-		return nil, fmt.Errorf("create broker CA: %w", err)
+		return nil, err
 	}
-	plain := append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})...)
-	defer clear(plain)
-	id := b.newID()
-	sealed, err := b.sealer.Seal(plain, secrets.AssociatedData(id))
-	if err != nil {
-		return nil, fmt.Errorf("seal broker CA: %w", err)
-	}
-	meta, _ := json.Marshal(map[string]string{"purpose": "credential broker CA"})
-	err = b.st.PutSecret(ctx, domain.Secret{ID: id, Kind: caKind, Name: caName, Sealed: sealed, Meta: meta, CreatedAt: now})
-	if errors.Is(err, store.ErrConflict) {
-		return b.readCA(ctx)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("store broker CA: %w", err)
-	}
-	b.log.Info("credential broker CA created", "secret_id", id)
-	return parseAuthority(plain)
+	return append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})...), nil
 }
 
 // parseAuthority reads a CA certificate and its key, PEM, one after the

@@ -511,7 +511,7 @@ func viaNote(via string) string {
 	case apiv1.ViaProxy:
 		return " directly via the egress proxy"
 	case apiv1.ViaBrokered:
-		return ", brokered by the egress proxy"
+		return ", brokered by the credential broker"
 	}
 	return ""
 }

@@ -30,21 +30,21 @@ What a task can do:
   - runs any command in that VM, with the harness acting on its own
   - reads and writes its own clones of the repositories (app, libs); git logins stay outside the guest
   - uses the model keys without seeing them: the model gateway adds them to its requests
-  - reaches only the hosts listed below, each as its line says: no other name resolves and no other connection leaves the VM (enforced on qemu and firecracker; the process backend enforces nothing)
+  - reaches only the hosts listed below, each as its line says: no other name resolves and no other connection leaves the VM (enforced on qemu; firecracker guests get no network yet; the process backend enforces nothing)
 
 Hosts:
-  - api.anthropic.com:443: reachable via the model gateway, enforced on qemu, firecracker (model provider of credential ant (anthropic_api_key)): only through the model gateway, which adds the key outside the guest and forwards to https://api.anthropic.com; also directly, through the egress proxy (TLS passed through, no key added)
-  - github.com: reachable, brokered by the egress proxy, enforced on qemu, firecracker (host of credential gh (git_https)): through the egress proxy, which terminates TLS (the guest trusts the deployment's CA for this host only), verifies the upstream's certificate, strips what credential the guest sent and adds gh's secret; the guest holds a placeholder
-  - pypi.org: reachable directly via the egress proxy, enforced on qemu, firecracker (listed in the profile's egress): directly, through the egress proxy: the filtering resolver answers the name, the proxy checks it against the SNI or Host, resolves it itself and dials only an address it checked (never a private or loopback one), and passes TLS through untouched (the guest verifies the server; no credential is added)
+  - api.anthropic.com:443: reachable via the model gateway, enforced on qemu (model provider of credential ant (anthropic_api_key)): only through the model gateway, which adds the key outside the guest and forwards to https://api.anthropic.com; also directly, through the egress proxy (TLS passed through, no key added)
+  - github.com: reachable, brokered by the credential broker, enforced on qemu (host of credential gh (git_https)): through the egress proxy to the coordinator's credential broker, which terminates TLS (the guest trusts the deployment's CA, which signs only the hosts the broker serves), verifies the upstream's certificate, drops what credential the guest sent and adds gh's secret in place of the session's placeholder; a placeholder anywhere else is refused
+  - pypi.org: reachable directly via the egress proxy, enforced on qemu (listed in the profile's egress): directly, through the egress proxy: the filtering resolver answers the name, the proxy checks it against the SNI or Host, resolves it itself and dials only an address it checked (never a private or loopback one), and passes TLS through untouched (the guest verifies the server; no credential is added)
 
 Enforcement:
   - qemu: enforced: in the VM's network path: the VM's only network device is a TAP in a network namespace of its own with no route out; its TCP goes to the host's egress proxy and its DNS to the host's filtering resolver, everything else (other UDP, ICMP, IPv6) is dropped; names not listed here and private, loopback and link-local addresses are refused
-  - firecracker: enforced: as on qemu: the same per-VM network namespace around the VM's TAP device, filtering resolver and egress proxy
-  - process: NOT enforced: nothing is enforced: the guest is a process on the host's own network; HTTP_PROXY and HTTPS_PROXY point at the egress proxy, and a tool that ignores them reaches whatever the host can
+  - firecracker: enforced: no network at all: the firecracker backend attaches no network device yet, so its guests reach none of the hosts below (the same per-VM namespace around Firecracker's TAP device is the plan)
+  - process: NOT enforced: nothing is enforced: the guest is a process on the host's own network; HTTP_PROXY and HTTPS_PROXY point its tools at an egress proxy on the host's loopback serving this allowlist, and a tool that ignores them reaches whatever the host can
 
 Credentials:
   - ant (anthropic_api_key, never in the guest on qemu, firecracker, process): gateway-injected: the guest sees a placeholder in ANTHROPIC_API_KEY and ANTHROPIC_BASE_URL points at the gateway; the model gateway swaps in the real key for requests to https://api.anthropic.com
-  - gh (git_https, never in the guest on qemu, firecracker, process): used by the coordinator to clone app, never in the guest; the guest's pushes and API calls to github.com carry a placeholder, which the egress proxy swaps for it there and nowhere else
+  - gh (git_https, never in the guest on qemu, firecracker, process): used by the coordinator to clone app, never in the guest; the guest's pushes and API calls to github.com carry a placeholder, which the credential broker swaps for it there and nowhere else (on qemu)
 
 Repos:
   - app: https://github.com/acme/app.git at main, cloned with gh
@@ -114,7 +114,7 @@ func TestProfileCommands(t *testing.T) {
 				"  - credentials: secret oai is of kind openai_api_key; harness claude-code@2.1.0 needs anthropic_api_key\n",
 				"  - harness claude-code@2.1.0 needs a credential of kind anthropic_api_key, or it cannot authenticate"}},
 		{name: "create from file", args: []string{"profile", "create", "f", "--from-file", specFile, "--egress", "x.org"},
-			contains: []string{"created profile f (version 1)", "Model:         opus\n", "Harness:       claude-code@2.1.0", "  - x.org: reachable directly via the egress proxy, enforced on qemu, firecracker (listed in the profile's egress)"}},
+			contains: []string{"created profile f (version 1)", "Model:         opus\n", "Harness:       claude-code@2.1.0", "  - x.org: reachable directly via the egress proxy, enforced on qemu (listed in the profile's egress)"}},
 		{name: "create from stdin json", args: []string{"profile", "create", "s", "--from-file", "-", "--json"}, stdin: `{"image":"py","harness":"claude-code","credentials":["ant"]}`,
 			contains: []string{`"profile": {`, `"receipt": {`, `"model": "sonnet"`}},
 		{name: "create from bad file", args: []string{"profile", "create", "b", "--from-file", badFile}, code: 2, errContain: []string{`unknown field "harnes"`}},
@@ -130,7 +130,7 @@ func TestProfileCommands(t *testing.T) {
 		{name: "list empty json", args: []string{"profile", "list", "--json"}, stdout: "{\n  \"profiles\": []\n}\n"},
 		{name: "edit", args: []string{"profile", "edit", "rev", "--model", "opus", "--egress", "", "--repo-credential", "app="}, setup: withRev,
 			contains: []string{"updated profile rev to version 2\n", "Model:         opus\n", "\nCredentials:\n  - ant (anthropic_api_key, never in the guest on qemu, firecracker, process): gateway-injected",
-				"  - app: https://github.com/acme/app.git at main\n", "\nHosts:\n  - api.anthropic.com:443: reachable via the model gateway, enforced on qemu, firecracker (model provider of credential ant (anthropic_api_key)): " +
+				"  - app: https://github.com/acme/app.git at main\n", "\nHosts:\n  - api.anthropic.com:443: reachable via the model gateway, enforced on qemu (model provider of credential ant (anthropic_api_key)): " +
 					"only through the model gateway, which adds the key outside the guest and forwards to https://api.anthropic.com; also directly, through the egress proxy (TLS passed through, no key added)\n\nEnforcement:\n  - qemu: enforced: "}},
 		{name: "edit repo credential host", args: []string{"profile", "edit", "rev", "--repo-credential", "libs=gh"}, setup: withRev, code: 1,
 			errContain: []string{"repos[1].credential: secret gh is for github.com, the repo is on gitlab.com"}},

@@ -19,6 +19,7 @@ import (
 	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/client"
 	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/testutil"
 )
 
 // fakeAuthority is the DNS server a host resolves guests' names with
@@ -76,11 +77,13 @@ func startAuthority(t *testing.T, addrs map[string]string) (*fakeAuthority, stri
 // egressRig is a coordinator and a QEMU host whose guests' names resolve
 // through auth, with one test upstream on loopback the operator allowed.
 type egressRig struct {
-	c     *client.Client
-	auth  *fakeAuthority
-	port  string // the upstream's
-	dir   string // the host's
-	probe string // netget, built
+	c       *client.Client
+	auth    *fakeAuthority
+	port    string // the upstream's
+	tlsPort string // the HTTPS upstream's (secure.test, a certificate from ca)
+	ca      *testutil.CA
+	dir     string // the host's
+	probe   string // netget, built
 }
 
 func startEgressRig(t *testing.T) *egressRig {
@@ -90,8 +93,14 @@ func startEgressRig(t *testing.T) *egressRig {
 	}))
 	t.Cleanup(upstream.Close)
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(upstream.URL, "http://"))
+	ca := testutil.NewCA(t)
+	secure := ca.TLSServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "secure hello from %s%s\n", r.Host, r.URL.Path)
+	}), "secure.test")
+	_, tlsPort, _ := net.SplitHostPort(secure.Listener.Addr().String())
 	auth, authAddr := startAuthority(t, map[string]string{
 		"allowed.test.": "127.0.0.1", "other.test.": "127.0.0.1", "private.test.": "10.0.0.5", "meta.test.": "169.254.169.254",
+		"secure.test.": "127.0.0.1",
 	})
 	st := openSQLite(t)
 	creds := credentials(t, st, "egress-host")
@@ -99,7 +108,8 @@ func startEgressRig(t *testing.T) *egressRig {
 	dir := shortTempDir(t)
 	// The operator lets guests reach the test upstream's one loopback
 	// port; every other loopback and private address stays refused.
-	startHostProcess(t, r.URL, creds.HostToken, dir, "--backend", "qemu", "--egress-dns", authAddr, "--egress-allow", "127.0.0.1:"+port)
+	startHostProcess(t, r.URL, creds.HostToken, dir, "--backend", "qemu", "--egress-dns", authAddr, "--egress-allow", "127.0.0.1:"+port,
+		"--egress-allow", "127.0.0.1:"+tlsPort)
 	c := newClient(r.URL, creds.Token)
 	waitHostReady(t, c, creds.HostID)
 	t.Cleanup(func() {
@@ -107,7 +117,7 @@ func startEgressRig(t *testing.T) *egressRig {
 			_ = exec.Command("kill", "-9", fmt.Sprint(pid)).Run()
 		}
 	})
-	return &egressRig{c: c, auth: auth, port: port, dir: dir, probe: buildTestdata(t, "netget")}
+	return &egressRig{c: c, auth: auth, port: port, tlsPort: tlsPort, ca: ca, dir: dir, probe: buildTestdata(t, "netget")}
 }
 
 // session creates an active session with egress and netget in /tmp.
@@ -145,16 +155,30 @@ func (k *egressRig) run(t *testing.T, id, script string) (string, int) {
 // list, an allowed name that resolves to a private or the metadata
 // address, private ranges, the host's gateway, IPv6, SSH, QUIC and ICMP
 // all fail; an exfiltration name gets NXDOMAIN and never reaches the
-// authority; every decision is in the session's egress log. A session
-// without an allowlist has no network.
+// authority; a spoofed /etc/hosts changes nothing; every decision is in
+// the session's egress log. Once the session is deleted, the next one on
+// the host has only its own policy. A session without an allowlist has no
+// network.
 func TestEgressFromQEMUGuest(t *testing.T) {
 	t.Parallel()
 	requireQEMU(t)
 	k := startEgressRig(t)
 	port := k.port
-	id := k.session(t, []string{"allowed.test:" + port, "private.test:" + port, "meta.test:80"})
+	id := k.session(t, []string{"allowed.test:" + port, "private.test:" + port, "meta.test:80", "secure.test:" + k.tlsPort})
 	if out, code := k.run(t, id, "/tmp/netget http http://allowed.test:"+port+"/hi"); code != 0 || !strings.Contains(out, "hello from allowed.test:"+port+"/hi") {
 		t.Errorf("allowed host over HTTP: exit %d, %q (host log %s)", code, out, hostLog(k.dir))
+	}
+	// HTTPS passes through by SNI: the guest verifies the upstream itself
+	// (it trusts the test CA here; the proxy adds nothing).
+	if err := k.c.Files().Put(context.Background(), id, "/tmp/ca.pem", 0o644, bytes.NewReader(k.ca.PEM())); err != nil {
+		t.Fatalf("upload the test CA: %v", err)
+	}
+	secure := "https://secure.test:" + k.tlsPort + "/s"
+	if out, code := k.run(t, id, "SSL_CERT_FILE=/tmp/ca.pem /tmp/netget http "+secure); code != 0 || !strings.Contains(out, "secure hello from secure.test:"+k.tlsPort+"/s") {
+		t.Errorf("allowed host over HTTPS: exit %d, %q", code, out)
+	}
+	if out, code := k.run(t, id, "/tmp/netget http "+secure); code != 1 || !strings.Contains(out, "certificate") {
+		t.Errorf("HTTPS without trusting the upstream's CA: exit %d, %q; want the guest's own verification to fail", code, out)
 	}
 	for _, rf := range []struct{ name, script string }{
 		{"a name off the list", "/tmp/netget http http://other.test:" + port + "/"},
@@ -182,7 +206,27 @@ func TestEgressFromQEMUGuest(t *testing.T) {
 	if n := k.auth.askedAbout("attacker.test."); n != 0 {
 		t.Errorf("the authority was asked %d times about attacker.test", n)
 	}
+	// A spoofed /etc/hosts changes nothing: whatever address the guest
+	// dials, the proxy dials the name the request carries.
+	if out, code := k.run(t, id, "echo '10.9.9.9 allowed.test' >> /etc/hosts && /tmp/netget http http://allowed.test:"+port+"/spoofed"); code != 0 ||
+		!strings.Contains(out, "hello from allowed.test:"+port+"/spoofed") {
+		t.Errorf("allowed host with a spoofed /etc/hosts: exit %d, %q", code, out)
+	}
 	k.waitEgressLog(t, id)
+
+	// Session A (the broad policy) is destroyed; B, on the same host with
+	// the guest address every machine has, has only its own policy from its
+	// first connection.
+	if err := k.c.Sessions().Delete(context.Background(), id, true); err != nil {
+		t.Fatalf("delete session A: %v", err)
+	}
+	b := k.session(t, []string{"other.test:" + port})
+	if out, code := k.run(t, b, "/tmp/netget http http://allowed.test:"+port+"/"); code != 1 || strings.Contains(out, "hello from") {
+		t.Errorf("session B reached A's host: exit %d, %q", code, out)
+	}
+	if out, code := k.run(t, b, "/tmp/netget http http://other.test:"+port+"/b"); code != 0 || !strings.Contains(out, "hello from other.test:"+port+"/b") {
+		t.Errorf("session B's own host: exit %d, %q", code, out)
+	}
 
 	none := k.session(t, nil)
 	if out, code := k.run(t, none, "/tmp/netget http http://allowed.test:"+port+"/"); code == 0 || strings.Contains(out, "hello") {

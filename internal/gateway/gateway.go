@@ -28,11 +28,11 @@ import (
 // Gateway key: one random key per deployment, sealed in the secrets table,
 // so every replica and every restart compute the same placeholders.
 const (
-	gatewayKeyKind    = "gateway_key"
-	gatewayKeyName    = "engrams-gateway-key"
 	gatewayKeyBytes   = 32
 	placeholderPrefix = domain.PlaceholderPrefix
 )
+
+var gatewayKeyName = secrets.Internal{Kind: "gateway_key", Name: "engrams-gateway-key", Purpose: "model gateway placeholders"}
 
 // gatewayServes reports whether the gateway forwards credentials of kind:
 // the model keys, which have a default base URL (secrets.go). Git logins
@@ -81,54 +81,21 @@ func (c *Gateway) gatewayKey(ctx context.Context) ([]byte, error) {
 	if c.secrets == nil {
 		return nil, fmt.Errorf("gateway key: %w: this server keeps no secrets (no key configured), so it cannot run the model gateway", domain.ErrInvalid)
 	}
-	key, err := c.readGatewayKey(ctx)
-	if errors.Is(err, store.ErrNotFound) {
-		key, err = c.createGatewayKey(ctx)
-	}
+	key, created, err := gatewayKeyName.Load(ctx, secrets.InternalDeps{Store: c.st, Sealer: c.secrets, Now: c.now, NewID: c.newID}, func() ([]byte, error) {
+		key := make([]byte, gatewayKeyBytes)
+		_, err := rand.Read(key)
+		return key, err
+	})
 	if err != nil {
-		return nil, err
-	}
-	c.gateway.key = key
-	return key, nil
-}
-
-func (c *Gateway) readGatewayKey(ctx context.Context) ([]byte, error) {
-	s, err := c.st.GetSecretByName(ctx, gatewayKeyName)
-	if err != nil {
-		return nil, fmt.Errorf("read gateway key: %w", err)
-	}
-	if s.Kind != gatewayKeyKind {
-		return nil, fmt.Errorf("read gateway key: the secret named %s is a %s, not a %s", gatewayKeyName, s.Kind, gatewayKeyKind)
-	}
-	key, err := c.secrets.Open(s.Sealed, secrets.AssociatedData(s.ID))
-	if err != nil {
-		return nil, fmt.Errorf("open gateway key: %w", err)
+		return nil, fmt.Errorf("gateway key: %w", err)
 	}
 	if len(key) != gatewayKeyBytes {
-		return nil, fmt.Errorf("open gateway key: %d bytes, want %d", len(key), gatewayKeyBytes)
+		return nil, fmt.Errorf("gateway key: %d bytes, want %d", len(key), gatewayKeyBytes)
 	}
-	return key, nil
-}
-
-func (c *Gateway) createGatewayKey(ctx context.Context) ([]byte, error) {
-	key := make([]byte, gatewayKeyBytes)
-	if _, err := rand.Read(key); err != nil {
-		return nil, fmt.Errorf("create gateway key: %w", err)
+	if created {
+		c.log.Info("gateway key created")
 	}
-	id := c.newID()
-	sealed, err := c.secrets.Seal(key, secrets.AssociatedData(id))
-	if err != nil {
-		return nil, fmt.Errorf("seal gateway key: %w", err)
-	}
-	meta, _ := json.Marshal(map[string]string{"purpose": "model gateway placeholders"})
-	err = c.st.PutSecret(ctx, domain.Secret{ID: id, Kind: gatewayKeyKind, Name: gatewayKeyName, Sealed: sealed, Meta: meta, CreatedAt: c.now()})
-	if errors.Is(err, store.ErrConflict) { // another replica made it first
-		return c.readGatewayKey(ctx)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("store gateway key: %w", err)
-	}
-	c.log.Info("gateway key created", "secret_id", id)
+	c.gateway.key = key
 	return key, nil
 }
 

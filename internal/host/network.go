@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -21,7 +22,8 @@ import (
 // ResolverAddr), the proxy learning each connection's destination from
 // vmnet.OriginalDst.
 type MachineNetwork interface {
-	// TapFile is the TAP device the VMM inherits as the guest's NIC.
+	// TapFile is the TAP device the VMM inherits as the guest's NIC (nil
+	// for a path that only sets proxy variables: see proxyEnv).
 	TapFile() *os.File
 	// Close stops what listens in the namespace and removes it.
 	Close() error
@@ -66,10 +68,31 @@ func (l *lifecycle) attachNetwork(ctx context.Context, sid string, spec hostlink
 	if err != nil {
 		return nil, failure.New(http.StatusInternalServerError, "network_failed", fmt.Errorf("make the network of session %s: %w", sid, err))
 	}
-	if n != nil {
-		vspec.Network = &vmm.Network{Tap: n.TapFile()}
+	if n == nil {
+		return nil, nil
+	}
+	if tap := n.TapFile(); tap != nil {
+		vspec.Network = &vmm.Network{Tap: tap}
+	}
+	if pe, ok := n.(proxyEnv); ok {
+		env := maps.Clone(vspec.Env)
+		if env == nil {
+			env = map[string]string{}
+		}
+		for k, v := range pe.ProxyEnv() {
+			if _, set := env[k]; !set { // the session's own settings win
+				env[k] = v
+			}
+		}
+		vspec.Env = env
 	}
 	return n, nil
+}
+
+// proxyEnv is a network path without a TAP (the process backend's): its
+// guest is told where the egress proxy is, in these variables.
+type proxyEnv interface {
+	ProxyEnv() map[string]string
 }
 
 // withNetwork ties n to m: destroying the machine (on any path: a

@@ -31,8 +31,9 @@ func receiptEnforcement() []apiv1.ReceiptEnforcement {
 			"everything else (other UDP, ICMP, IPv6) is dropped; names not listed here and private, loopback and link-local addresses are refused"},
 		{Backend: apiv1.BackendFirecracker, Enforced: true, How: "no network at all: the firecracker backend attaches no network device yet, " +
 			"so its guests reach none of the hosts below (the same per-VM namespace around Firecracker's TAP device is the plan)"},
-		{Backend: apiv1.BackendProcess, Enforced: false, How: "nothing is enforced: the guest is a process on the host's own network " +
-			"and reaches whatever the host can (no proxy is set for it yet; use it only for trusted work)"},
+		{Backend: apiv1.BackendProcess, Enforced: false, How: "nothing is enforced: the guest is a process on the host's own network; " +
+			"HTTP_PROXY and HTTPS_PROXY point its tools at an egress proxy on the host's loopback serving this allowlist, " +
+			"and a tool that ignores them reaches whatever the host can"},
 	}
 }
 

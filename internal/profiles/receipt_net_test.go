@@ -75,7 +75,7 @@ func TestReceiptEnforcement(t *testing.T) {
 	if fmt.Sprint(got) != "[qemu=true firecracker=true process=false]" {
 		t.Errorf("enforcement %v", got)
 	}
-	if p := receiptEnforcement()[2].How; !strings.Contains(p, "nothing is enforced") || !strings.Contains(p, "whatever the host can") {
+	if p := receiptEnforcement()[2].How; !strings.Contains(p, "nothing is enforced") || !strings.Contains(p, "HTTPS_PROXY") {
 		t.Errorf("process: %q", p)
 	}
 }

@@ -62,7 +62,9 @@ type Deps struct {
 	// their chunks (nil: harness build and add are refused).
 	HarnessBuilder harnessreg.HarnessBuilder
 	HarnessChunks  harnessreg.ChunkPutter
-	// GitHubUpstream carries GitHub App token requests (nil: TLS verified
+	// GitHubUpstream carries GitHub App token requests (cmd/: through the
+	// git hosts' Guard, so a GitHub Enterprise base URL at a private
+	// address needs --allow-git-host; nil: TLS verified
 	// with the system roots).
 	GitHubUpstream http.RoundTripper
 	// Registries and Models are the address policy of what the replica
