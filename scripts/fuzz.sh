@@ -14,10 +14,10 @@ while IFS=: read -r file _ decl; do
 	dir="./$(dirname "$file")"
 	echo "-- $name ($dir, $fuzztime)"
 	# Go's fuzzing engine may end a run with a bare "context deadline
-	# exceeded" when -fuzztime runs out while a worker is busy (go.dev/issue/75804,
-	# fixed in Go 1.27; no failing
-	# input is written then): such a run is tried once more; a real failure
-	# writes its input under testdata/fuzz and fails at once.
+	# exceeded" when -fuzztime runs out while a worker is busy (a race in
+	# its coordinator, go.dev/issue/75804, fixed in Go 1.27; no failing
+	# input is written then): such a run is tried once more; a real
+	# failure writes its input under testdata/fuzz and fails at once.
 	if ! out=$(go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" "$dir" 2>&1); then
 		echo "$out"
 		if grep -q 'context deadline exceeded' <<<"$out" && ! grep -q 'Failing input written' <<<"$out"; then
