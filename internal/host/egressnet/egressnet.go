@@ -2,14 +2,12 @@ package egressnet
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
 	"os"
 	"strconv"
-	"sync"
 
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/egress"
@@ -60,11 +58,7 @@ func New(cfg Config, log *slog.Logger) *Paths {
 // Path is one machine's running egress path.
 type Path struct {
 	net    *vmnet.Net
-	cancel context.CancelFunc
-	parts  sync.WaitGroup // resolver, proxy, event queue
-	sink   sync.WaitGroup // the sink, stopped after the parts
-	stop   context.CancelFunc
-	once   sync.Once
+	stages *stages
 }
 
 // Machine is what one machine's path serves.
@@ -137,18 +131,7 @@ func (p *Paths) start(pa *Path, sid string, policy *netpolicy.Policy, b *brokere
 	if err != nil {
 		return fmt.Errorf("egress proxy of session %s: %w", sid, err)
 	}
-	// The sink outlives the parts so it posts their last events.
-	sinkCtx, stopSink := context.WithCancel(context.Background())
-	partsCtx, stopParts := context.WithCancel(context.Background())
-	pa.cancel, pa.stop = stopParts, stopSink
-	pa.sink.Go(func() { _ = sink.Run(sinkCtx) })
-	for _, run := range []func(context.Context) error{dns.Run, proxy.Run, events.Run} {
-		pa.parts.Go(func() {
-			if err := run(partsCtx); err != nil && !errors.Is(err, context.Canceled) {
-				log.Warn("egress path part ended", "err", err)
-			}
-		})
-	}
+	pa.stages = startStages(log, []func(context.Context) error{dns.Run, proxy.Run}, events, sink)
 	return nil
 }
 
@@ -158,15 +141,7 @@ func (pa *Path) TapFile() *os.File { return pa.net.TapFile() }
 // Close stops the resolver and proxy, posts their last events and removes
 // the namespace.
 func (pa *Path) Close() error {
-	var err error
-	pa.once.Do(func() {
-		pa.cancel()
-		err = pa.net.Close() // also closes the listeners the parts serve
-		pa.parts.Wait()
-		pa.stop()
-		pa.sink.Wait()
-	})
-	return err
+	return pa.stages.stop(pa.net.Close) // closing the namespace closes the listeners the servers serve
 }
 
 // sinkAdapter maps egress events to the host link's.

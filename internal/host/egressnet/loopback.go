@@ -2,11 +2,9 @@ package egressnet
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
-	"sync"
 
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/egress"
@@ -20,12 +18,8 @@ import (
 // that ignores the variables reaches whatever the host can.
 type ProxyOnly struct {
 	addr   string
-	cancel context.CancelFunc
-	parts  sync.WaitGroup
-	sink   sync.WaitGroup
-	stop   context.CancelFunc
 	ln     net.Listener
-	once   sync.Once
+	stages *stages
 }
 
 // MakeProxyOnly starts sid's proxy-only path; nil, nil when m.Allow is
@@ -54,17 +48,7 @@ func (p *Paths) MakeProxyOnly(_ context.Context, sid string, m Machine) (*ProxyO
 		return nil, fmt.Errorf("egress proxy of session %s: %w", sid, err)
 	}
 	po := &ProxyOnly{addr: ln.Addr().String(), ln: ln}
-	sinkCtx, stopSink := context.WithCancel(context.Background())
-	partsCtx, stopParts := context.WithCancel(context.Background())
-	po.cancel, po.stop = stopParts, stopSink
-	po.sink.Go(func() { _ = m.Sink.Run(sinkCtx) })
-	for _, run := range []func(context.Context) error{proxy.Run, events.Run} {
-		po.parts.Go(func() {
-			if err := run(partsCtx); err != nil && !errors.Is(err, context.Canceled) {
-				log.Warn("egress proxy ended", "err", err)
-			}
-		})
-	}
+	po.stages = startStages(log, []func(context.Context) error{proxy.Run}, events, m.Sink)
 	return po, nil
 }
 
@@ -83,12 +67,6 @@ func (po *ProxyOnly) ProxyEnv() map[string]string {
 
 // Close stops the proxy and posts its last events.
 func (po *ProxyOnly) Close() error {
-	po.once.Do(func() {
-		po.cancel()
-		_ = po.ln.Close()
-		po.parts.Wait()
-		po.stop()
-		po.sink.Wait()
-	})
+	_ = po.stages.stop(po.ln.Close)
 	return nil
 }
