@@ -55,7 +55,7 @@ func (b *Broker) requests(c *conn) http.Handler {
 		r.Header.Del("Proxy-Authorization")
 		reason := "brokered " + r.Method + ": no placeholder sent, forwarded without a credential"
 		if presented {
-			auth, err := b.credential(ctx, c, scheme)
+			auth, err := c.credential(ctx, b, scheme)
 			if err != nil {
 				c.log.Warn("broker: credential", "err", err)
 				deny(http.StatusBadGateway, "the session's credential for this host cannot be used: "+err.Error())
@@ -105,19 +105,14 @@ func presentedPlaceholder(h http.Header, want string) (scheme string, ok bool, e
 	}
 	s, cred, _ := strings.Cut(strings.TrimSpace(auths[0]), " ")
 	scheme, cred = strings.ToLower(s), strings.TrimSpace(cred)
-	var candidates []string
-	switch scheme {
-	case "basic":
+	candidates := []string{cred}
+	if scheme == "basic" {
 		dec, err := base64.StdEncoding.DecodeString(cred)
 		if err != nil {
 			return "", false, nil // not a placeholder; dropped
 		}
 		user, pass, _ := strings.Cut(string(dec), ":")
 		candidates = []string{user, pass}
-	case "bearer", "token":
-		candidates = []string{cred}
-	default:
-		candidates = []string{cred}
 	}
 	for _, cand := range candidates {
 		if !strings.Contains(cand, domain.PlaceholderPrefix) {
@@ -142,9 +137,27 @@ type gitMeta struct {
 	BaseURL        string `json:"base_url"`
 }
 
-// credential is the Authorization value of c's granted secret, in the
+// credential is the Authorization value of c's granted secret in scheme,
+// opened once per connection (its requests come one at a time; a
+// connection ends after IdleTimeout without one).
+func (c *conn) credential(ctx context.Context, b *Broker, scheme string) (string, error) {
+	if auth, ok := c.auth[scheme]; ok {
+		return auth, nil
+	}
+	auth, err := b.openCredential(ctx, c, scheme)
+	if err != nil {
+		return "", err
+	}
+	if c.auth == nil {
+		c.auth = map[string]string{}
+	}
+	c.auth[scheme] = auth
+	return auth, nil
+}
+
+// openCredential is the Authorization value of c's granted secret, in the
 // scheme the guest used: Basic user:token, or the token alone.
-func (b *Broker) credential(ctx context.Context, c *conn, scheme string) (string, error) {
+func (b *Broker) openCredential(ctx context.Context, c *conn, scheme string) (string, error) {
 	s, value, err := b.vault.Open(ctx, c.grant.SecretID)
 	if err != nil {
 		return "", fmt.Errorf("open the secret: %w", err)
@@ -202,7 +215,6 @@ func (b *Broker) forward(w http.ResponseWriter, r *http.Request, c *conn, reason
 			status = resp.StatusCode
 			return nil
 		},
-		ErrorLog: nil,
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
 			msg := upstreamFailure(err, host)
 			c.log.Warn("broker: upstream", "err", err)

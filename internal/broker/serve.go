@@ -36,6 +36,7 @@ type conn struct {
 	name  string // the brokered host's name
 	port  uint16
 	log   *slog.Logger
+	auth  map[string]string // scheme -> Authorization value, once opened
 }
 
 // handleBroker serves one PathBroker request: the session must run on the
@@ -121,7 +122,7 @@ func (b *Broker) admit(r *http.Request, hostID domain.HostID, sid domain.Session
 	if !s.RunsOn(hostID, epoch) {
 		return nil, &refusal{http.StatusConflict, hostlink.CodeStaleEpoch, fmt.Sprintf("%s; the broker request came from host %s at epoch %d", s.Where(), hostID, epoch)}
 	}
-	if !live(s.State) {
+	if !s.State.MayUseCredentials() {
 		return nil, &refusal{http.StatusForbidden, hostlink.CodeUnauthorized, fmt.Sprintf("this session is %s", s.State)}
 	}
 	g, ok := s.Spec.BrokeredGrant(hostPort)
@@ -129,16 +130,6 @@ func (b *Broker) admit(r *http.Request, hostID domain.HostID, sid domain.Session
 		return nil, &refusal{http.StatusForbidden, hostlink.CodeUnauthorized, fmt.Sprintf("%s is not brokered for this session", hostPort)}
 	}
 	return &conn{sid: sid, epoch: epoch, grant: g, name: name, port: uint16(port)}, nil
-}
-
-// live reports whether a session in state st may use the broker: its
-// machine exists and may be running (as the model gateway's rule).
-func live(st domain.SessionState) bool {
-	switch st {
-	case domain.SessionStarting, domain.SessionActive, domain.SessionSuspending, domain.SessionResuming:
-		return true
-	}
-	return false
 }
 
 // serve terminates the guest's TLS with a leaf for c.name (an SNI naming

@@ -45,6 +45,14 @@ func (s SessionState) HasVM() bool {
 	return false
 }
 
+// MayUseCredentials reports whether a session in state s may use the model
+// gateway and the credential broker: its machine exists and may be
+// running a harness (booting, running, being captured, or restored before
+// the coordinator recorded it); a deleting session may not.
+func (s SessionState) MayUseCredentials() bool {
+	return s.HasVM() && s != SessionDeleting
+}
+
 // Valid reports whether s is a known state.
 func (s SessionState) Valid() bool {
 	for _, k := range SessionStates {

@@ -200,16 +200,17 @@ func (pc *proxyConn) dialTLS(ctx context.Context, dest hostPort, why *string) er
 	if !pc.p.brokered(dest) {
 		return pc.dial(ctx, dest)
 	}
-	dctx, cancel := context.WithTimeout(ctx, pc.p.cfg.DialTimeout)
-	defer cancel()
-	c, err := pc.p.broker.Dial(dctx, dest.host, dest.port)
-	if err != nil {
-		return fmt.Errorf("credential broker for %s: %w", dest, err)
+	err := pc.connect(ctx, func(dctx context.Context) (net.Conn, error) {
+		c, err := pc.p.broker.Dial(dctx, dest.host, dest.port)
+		if err != nil {
+			return nil, fmt.Errorf("credential broker for %s: %w", dest, err)
+		}
+		return c, nil
+	})
+	if err == nil {
+		*why += "; brokered: TLS ends at the coordinator, which verifies the upstream and puts the credential in"
 	}
-	*why += "; brokered: TLS ends at the coordinator, which verifies the upstream and puts the credential in"
-	pc.up = &idleConn{Conn: c, idle: pc.p.cfg.IdleTimeout, act: &pc.act}
-	pc.stopUp = context.AfterFunc(ctx, func() { c.Close() })
-	return nil
+	return err
 }
 
 // origPort is the port a transparent connection was made to.
@@ -230,11 +231,22 @@ func (p *Proxy) origPort(c net.Conn) (uint16, error) {
 // dial connects to dest by name through the Dialer; the upstream is
 // closed when the proxy stops.
 func (pc *proxyConn) dial(ctx context.Context, dest hostPort) error {
+	return pc.connect(ctx, func(dctx context.Context) (net.Conn, error) {
+		c, err := pc.p.dialer.DialContext(dctx, "tcp", dest.String())
+		if err != nil {
+			return nil, fmt.Errorf("dial %s: %w", dest, err)
+		}
+		return c, nil
+	})
+}
+
+// connect makes the upstream with open, within DialTimeout.
+func (pc *proxyConn) connect(ctx context.Context, open func(context.Context) (net.Conn, error)) error {
 	dctx, cancel := context.WithTimeout(ctx, pc.p.cfg.DialTimeout)
 	defer cancel()
-	c, err := pc.p.dialer.DialContext(dctx, "tcp", dest.String())
+	c, err := open(dctx)
 	if err != nil {
-		return fmt.Errorf("dial %s: %w", dest, err)
+		return err
 	}
 	pc.up = &idleConn{Conn: c, idle: pc.p.cfg.IdleTimeout, act: &pc.act}
 	pc.stopUp = context.AfterFunc(ctx, func() { c.Close() })

@@ -99,17 +99,6 @@ func (c *Gateway) gatewayKey(ctx context.Context) ([]byte, error) {
 	return key, nil
 }
 
-// gatewayLive reports whether a session in state st may use the gateway:
-// its machine exists and may be running a harness (booting, running,
-// being captured, or restored before the coordinator recorded it).
-func gatewayLive(st domain.SessionState) bool {
-	switch st {
-	case domain.SessionStarting, domain.SessionActive, domain.SessionSuspending, domain.SessionResuming:
-		return true
-	}
-	return false
-}
-
 // gatewayRefusal is why a gateway request is refused, with its status: msg
 // is answered to the guest (no ids, names or store errors), cause only
 // logged.
@@ -145,7 +134,7 @@ func (c *Gateway) gatewayGrant(ctx context.Context, hostID domain.HostID, sid do
 	if s.HostID != hostID {
 		return domain.CredentialGrant{}, refuse(http.StatusForbidden, "this session does not run on this host")
 	}
-	if !gatewayLive(s.State) {
+	if !s.State.MayUseCredentials() {
 		return domain.CredentialGrant{}, refuse(http.StatusForbidden, "this session is %s", s.State)
 	}
 	if err := c.gatewayTaskLive(ctx, sid); err != nil {
