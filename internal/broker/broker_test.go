@@ -129,11 +129,14 @@ func newEnv(t *testing.T, trusted bool, names ...string) *env {
 	return &env{Env: e, b: b, link: link.Listener.Addr().String(), up: up, events: rec, secret: v.Secret}
 }
 
-// session starts an Active session on host-a brokering git.test:443.
+// session starts an Active session on host-a brokering git.test:443 and,
+// with the same credential, api.git.test:443 (as github.com and its API
+// host are), and other.test:443 with another.
 func (e *env) session(t *testing.T) domain.Session {
 	t.Helper()
 	s, err := e.Co.CreateSession(t.Context(), domain.SessionSpec{IdleTimeoutSec: -1,
-		Brokered: []domain.BrokeredGrant{{Host: "git.test:443", SecretID: e.secret.ID}}}, "")
+		Brokered: []domain.BrokeredGrant{{Host: "git.test:443", SecretID: e.secret.ID}, {Host: "api.git.test:443", SecretID: e.secret.ID},
+			{Host: "other.test:443", SecretID: "sec-other"}}}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,6 +199,14 @@ func TestBrokerPutsTheCredentialInOnItsHostOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	peer, err := e.b.Placeholder(t.Context(), s.ID, "api.git.test:443")
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherCred, err := e.b.Placeholder(t.Context(), s.ID, "other.test:443")
+	if err != nil {
+		t.Fatal(err)
+	}
 	get := func(host, auth string, extra ...string) string {
 		h := "GET /repo.git/info/refs HTTP/1.1\r\nHost: " + host + "\r\n"
 		if auth != "" {
@@ -220,6 +231,8 @@ func TestBrokerPutsTheCredentialInOnItsHostOnly(t *testing.T) {
 		{"a second request for another host on a keep-alive connection",
 			[]string{get("git.test", "Bearer "+ph), get("other.test", "Bearer "+ph)}, []int{200, 421}, 1, "differs from the brokered host"},
 		{"another session's placeholder", []string{get("git.test", basic("x", other))}, []int{403}, 0, "not this session's"},
+		{"the placeholder of a host granted the same credential", []string{get("git.test", "Bearer "+peer)}, []int{200}, 1, "auth=Bearer " + realToken},
+		{"the placeholder of a host granted another credential", []string{get("git.test", "Bearer "+otherCred)}, []int{403}, 0, "not this session's"},
 		{"a placeholder in another header", []string{get("git.test", "", "X-Token: "+ph+"\r\n")}, []int{403}, 0, "in the X-Token header"},
 		{"a placeholder in a chunked body is not substituted", []string{chunked}, []int{200}, 1, "body=data " + ph},
 		{"a placeholder after 64 KiB of headers", []string{big}, []int{431}, 0, ""},
@@ -301,7 +314,7 @@ func TestBrokerAdmission(t *testing.T) {
 		want  string
 	}{
 		{"a stale epoch", s.Epoch - 1, "git.test:443", "409"},
-		{"a host that is not brokered", s.Epoch, "other.test:443", "403"},
+		{"a host that is not brokered", s.Epoch, "unbrokered.test:443", "403"},
 		{"another port", s.Epoch, "git.test:8443", "403"},
 	} {
 		_, err := hostlink.DialBroker(t.Context(), dial, string(s.ID), tt.epoch, tt.host)

@@ -40,13 +40,13 @@ func (b *Broker) requests(c *conn) http.Handler {
 			deny(http.StatusMisdirectedRequest, fmt.Sprintf("Host %.80q differs from the brokered host %s:%d this connection is for", r.Host, c.name, c.port))
 			return
 		}
-		want, err := b.Placeholder(ctx, c.sid, c.grant.Host)
+		want, err := b.placeholders(ctx, c)
 		if err != nil {
 			c.log.Error("broker: placeholder", "err", err)
 			deny(http.StatusInternalServerError, "the broker has no placeholder key")
 			return
 		}
-		scheme, presented, err := presentedPlaceholder(r.Header, want)
+		scheme, presented, err := presentedPlaceholder(r.Header, want...)
 		if err != nil {
 			deny(http.StatusForbidden, err.Error())
 			return
@@ -68,6 +68,20 @@ func (b *Broker) requests(c *conn) http.Handler {
 	})
 }
 
+// placeholders are those put in on c: this session's for c's host and for
+// the hosts granted the same credential.
+func (b *Broker) placeholders(ctx context.Context, c *conn) ([]string, error) {
+	want := make([]string, 0, len(c.peers))
+	for _, h := range c.peers {
+		ph, err := b.Placeholder(ctx, c.sid, h)
+		if err != nil {
+			return nil, err
+		}
+		want = append(want, ph)
+	}
+	return want, nil
+}
+
 // hostAuthority splits a Host header into a lower-case name and a port
 // (def when it names none).
 func hostAuthority(host string, def uint16) (string, uint16, bool) {
@@ -84,8 +98,8 @@ func hostAuthority(host string, def uint16) (string, uint16, bool) {
 
 // presentedPlaceholder finds the placeholder a request carries: in its
 // Authorization only (Basic, as user or password; Bearer; token), and
-// only want. scheme is how it was sent: "basic", "bearer" or "token".
-func presentedPlaceholder(h http.Header, want string) (scheme string, ok bool, err error) {
+// only one of want. scheme is how it was sent: "basic", "bearer" or "token".
+func presentedPlaceholder(h http.Header, want ...string) (scheme string, ok bool, err error) {
 	for name, vals := range h {
 		if name == "Authorization" {
 			continue
@@ -121,10 +135,12 @@ func presentedPlaceholder(h http.Header, want string) (scheme string, ok bool, e
 		if scheme != "basic" && scheme != "bearer" && scheme != "token" {
 			return "", false, fmt.Errorf("a credential placeholder in an Authorization of scheme %.20q", scheme)
 		}
-		if subtle.ConstantTimeCompare([]byte(cand), []byte(want)) != 1 {
-			return "", false, errors.New("a credential placeholder that is not this session's for this host: not substituted")
+		for _, w := range want {
+			if subtle.ConstantTimeCompare([]byte(cand), []byte(w)) == 1 {
+				return scheme, true, nil
+			}
 		}
-		return scheme, true, nil
+		return "", false, errors.New("a credential placeholder that is not this session's for this host: not substituted")
 	}
 	return "", false, nil
 }

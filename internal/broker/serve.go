@@ -33,6 +33,10 @@ type conn struct {
 	sid   domain.SessionID
 	epoch int64
 	grant domain.BrokeredGrant
+	// peers are the brokered hosts whose grant is the same credential
+	// (github.com and api.github.com): their placeholders are put in here
+	// too, since the credential is for this host as much as theirs.
+	peers []string
 	name  string // the brokered host's name
 	port  uint16
 	log   *slog.Logger
@@ -129,7 +133,13 @@ func (b *Broker) admit(r *http.Request, hostID domain.HostID, sid domain.Session
 	if !ok {
 		return nil, &refusal{http.StatusForbidden, hostlink.CodeUnauthorized, fmt.Sprintf("%s is not brokered for this session", hostPort)}
 	}
-	return &conn{sid: sid, epoch: epoch, grant: g, name: name, port: uint16(port)}, nil
+	var peers []string
+	for _, o := range s.Spec.Brokered {
+		if o.SecretID == g.SecretID {
+			peers = append(peers, o.Host)
+		}
+	}
+	return &conn{sid: sid, epoch: epoch, grant: g, peers: peers, name: name, port: uint16(port)}, nil
 }
 
 // serve terminates the guest's TLS with a leaf for c.name (an SNI naming

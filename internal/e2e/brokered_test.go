@@ -74,6 +74,25 @@ func TestBrokeredGitPushFromGuest(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitBrokeredEvent(t, a.c, cur.SessionID, "git.test")
+	// A gh-style API call: the harness has the placeholder in gh's
+	// variables, and the broker puts the token in.
+	probe, err := os.Open(buildTestdata(t, "netget"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close()
+	if err := a.c.Files().Put(ctx, cur.SessionID, "/tmp/netget", 0o755, probe); err != nil {
+		t.Fatalf("upload netget: %v", err)
+	}
+	last := evs[len(evs)-1].Seq
+	api := `NETGET_AUTH="token $GH_ENTERPRISE_TOKEN" /tmp/netget http "https://$GH_HOST/api/v3/user"; echo api-exit=$?`
+	if _, err := a.c.Tasks().Send(ctx, task.ID, api); err != nil {
+		t.Fatalf("send the API call: %v", err)
+	}
+	if evs, _ = waitTurn(t, a.c, task.ID, last, 5*time.Minute); !hasEvent(evs, "tool_result", `{"login":"git"}`) ||
+		!hasEvent(evs, "tool_result", "api-exit=0") {
+		t.Fatalf("the gh-style API call did not get through: %d events (see the log above)", len(evs))
+	}
 	checkKeyNotInGuest(t, a, cur.SessionID, pass, proof)
 	if s, err := a.c.Sessions().Suspend(ctx, cur.SessionID, true); err != nil || s.State != "idle" {
 		t.Fatalf("suspend the task's session: %+v %v", s, err)

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"crypto/tls"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/cgi"
@@ -56,6 +57,14 @@ func serveGit(t *testing.T, user, pass string, tc *tls.Config) (*gitServer, net.
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/api/v3/user" { // a gh-style API call: the password as a token
+			if r.Header.Get("Authorization") != "token "+g.pass && r.Header.Get("Authorization") != "Bearer "+g.pass {
+				http.Error(w, `{"message":"Bad credentials"}`, http.StatusUnauthorized)
+				return
+			}
+			fmt.Fprintf(w, `{"login":%q}`, g.user)
+			return
+		}
 		if u, p, ok := r.BasicAuth(); !ok || u != g.user || p != g.pass {
 			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
 			http.Error(w, "authentication required", http.StatusUnauthorized)

@@ -129,6 +129,44 @@ while [ $# -gt 0 ]; do git config --system --replace-all "http.https://$1/.extra
 	return hosts, nil
 }
 
+// tokenEnv is what the harness of session s sends gh-style API calls
+// with: each brokered host's placeholder in the variables gh reads
+// (GH_TOKEN and GITHUB_TOKEN for github.com; GH_ENTERPRISE_TOKEN,
+// GITHUB_ENTERPRISE_TOKEN and GH_HOST for the first other host), unless
+// the session's own env sets them. Placeholders are no secret: the broker
+// puts the credential in only on the hosts granted it.
+func (c brokering) tokenEnv(ctx context.Context, s domain.Session) (map[string]string, error) {
+	if c.brokers == nil || len(s.Spec.Brokered) == 0 {
+		return nil, nil
+	}
+	env := map[string]string{}
+	set := func(k, v string) {
+		if _, own := s.Spec.Env[k]; !own {
+			env[k] = v
+		}
+	}
+	enterprise := false
+	for _, g := range s.Spec.Brokered {
+		if g.Host == githubAPIHost || (g.Host != githubHost && enterprise) {
+			continue
+		}
+		ph, err := c.brokers.Placeholder(ctx, s.ID, g.Host)
+		if err != nil {
+			return nil, fmt.Errorf("broker placeholder for %s: %w", g.Host, err)
+		}
+		if g.Host == githubHost {
+			set("GH_TOKEN", ph)
+			set("GITHUB_TOKEN", ph)
+			continue
+		}
+		enterprise = true
+		set("GH_ENTERPRISE_TOKEN", ph)
+		set("GITHUB_ENTERPRISE_TOKEN", ph)
+		set("GH_HOST", strings.TrimSuffix(g.Host, ":443"))
+	}
+	return env, nil
+}
+
 // brokeredEnv is what a session's harness is given for brokered
 // credentials: Node's extra CA file.
 func brokeredEnv(spec domain.SessionSpec) map[string]string {

@@ -205,7 +205,7 @@ func taskWorkdir(spec apiv1.ProfileSpec) string {
 
 // promptHarness puts a prompt into the session's outbox (exactly once per
 // turn: the item id is the turn's), with the model, mode, env and the
-// session-scoped placeholders of its model credentials. An Idle session
+// session-scoped placeholders of its model and brokered credentials. An Idle session
 // resumes to take it.
 func (c *Tasks) promptHarness(ctx context.Context, taskID domain.TaskID, sessionID domain.SessionID, turn, text string) error {
 	t, err := c.st.GetTask(ctx, taskID)
@@ -225,6 +225,9 @@ func (c *Tasks) promptHarness(ctx context.Context, taskID domain.TaskID, session
 	}
 	p := guestapi.PromptPayload{Turn: turn, Text: text, Workdir: taskWorkdir(spec), Model: spec.Model, Mode: spec.Mode,
 		Credentials: map[string]string{}}
+	if p.Env, err = c.brokering.tokenEnv(ctx, s); err != nil {
+		return err
+	}
 	for _, g := range s.Spec.Credentials {
 		ph, err := c.placeholders.Placeholder(ctx, sessionID, g.Kind)
 		if err != nil {

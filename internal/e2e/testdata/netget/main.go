@@ -2,7 +2,8 @@
 // got and exiting 0 only if it got through: `netget http URL` (GET, the
 // body printed), `netget tcp HOST:PORT`, `netget udp HOST:PORT` (a
 // datagram, then waits for any answer), `netget lookup NAME`. It resolves
-// with /etc/resolv.conf. Built by the e2e tests; never shipped.
+// with /etc/resolv.conf. NETGET_AUTH, when set, is the http request's
+// Authorization. Built by the e2e tests; never shipped.
 package main
 
 import (
@@ -37,6 +38,9 @@ func try(ctx context.Context, how, target string) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 		if err != nil {
 			return err
+		}
+		if auth := os.Getenv("NETGET_AUTH"); auth != "" {
+			req.Header.Set("Authorization", auth)
 		}
 		resp, err := (&http.Client{Transport: tr}).Do(req)
 		if err != nil {
