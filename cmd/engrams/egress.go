@@ -52,7 +52,11 @@ func egressNetwork(caps vmm.Capabilities, coordinatorURL string, ownAddrs []stri
 		}, nil
 	}
 	return func(ctx context.Context, sid string, spec hostlink.MachineSpec, deps host.NetworkDeps) (host.MachineNetwork, error) {
-		p, err := paths.Make(ctx, sid, egressnet.Machine{Allow: spec.Egress, Brokered: spec.Brokered, Sink: deps.Events, DialBroker: deps.DialBroker})
+		m := egressnet.Machine{Allow: spec.Egress, Brokered: spec.Brokered, Sink: deps.Events, DialBroker: deps.DialBroker}
+		if deps.Rejoin != nil {
+			m.RejoinPID, m.RejoinFD = deps.Rejoin.PID, deps.Rejoin.FD
+		}
+		p, err := paths.Make(ctx, sid, m)
 		if p == nil || err != nil {
 			return nil, err // never a typed nil in the interface
 		}

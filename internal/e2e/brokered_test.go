@@ -89,7 +89,7 @@ func TestBrokeredGitPushFromGuest(t *testing.T) {
 	if _, err := a.c.Tasks().Send(ctx, task.ID, api); err != nil {
 		t.Fatalf("send the API call: %v", err)
 	}
-	if evs, _ = waitTurn(t, a.c, task.ID, last, 5*time.Minute); !hasEvent(evs, "tool_result", `{"login":"git"}`) ||
+	if evs, _ = waitTurn(t, a.c, task.ID, last, 5*time.Minute); !hasEvent(evs, "tool_result", `{\"login\":\"git\"}`) ||
 		!hasEvent(evs, "tool_result", "api-exit=0") {
 		t.Fatalf("the gh-style API call did not get through: %d events (see the log above)", len(evs))
 	}

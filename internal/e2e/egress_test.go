@@ -26,9 +26,11 @@ import (
 // (host run --egress-dns): it answers the names in addrs and counts every
 // question it is asked.
 type fakeAuthority struct {
-	addrs map[string]string // fqdn -> IPv4
+	addrs map[string]string   // fqdn -> IPv4
+	cycle map[string][]string // fqdn -> IPv4s answered in turn, one per A question
 	mu    sync.Mutex
 	asked []string
+	turn  map[string]int
 }
 
 func (a *fakeAuthority) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
@@ -38,8 +40,13 @@ func (a *fakeAuthority) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	for _, q := range r.Question {
 		a.mu.Lock()
 		a.asked = append(a.asked, q.Name)
+		ip, ok := a.addrs[q.Name]
+		if c := a.cycle[q.Name]; len(c) > 0 && q.Qtype == dns.TypeA {
+			ip, ok = c[a.turn[q.Name]%len(c)], true
+			a.turn[q.Name]++
+		}
 		a.mu.Unlock()
-		if ip, ok := a.addrs[q.Name]; ok && q.Qtype == dns.TypeA {
+		if ok && q.Qtype == dns.TypeA {
 			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 0}, A: net.ParseIP(ip)})
 		}
 	}
@@ -63,7 +70,12 @@ func (a *fakeAuthority) askedAbout(suffix string) int {
 
 func startAuthority(t *testing.T, addrs map[string]string) (*fakeAuthority, string) {
 	t.Helper()
-	a := &fakeAuthority{addrs: addrs}
+	// flip.test rebinds (TTL 0): every fourth answer is 10.0.0.5 or the
+	// metadata address, the others loopback. A request asks twice (the
+	// guest's lookup, then the proxy's own), so every other request is
+	// answered loopback for the guest and a private address for the proxy.
+	a := &fakeAuthority{addrs: addrs, turn: map[string]int{}, cycle: map[string][]string{
+		"flip.test.": {"127.0.0.1", "127.0.0.1", "127.0.0.1", "10.0.0.5", "127.0.0.1", "127.0.0.1", "127.0.0.1", "169.254.169.254"}}}
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -84,6 +96,8 @@ type egressRig struct {
 	ca      *testutil.CA
 	dir     string // the host's
 	probe   string // netget, built
+	host    *hostProc
+	restart func(t *testing.T) *hostProc // starts the host agent again, as it was
 }
 
 func startEgressRig(t *testing.T) *egressRig {
@@ -108,8 +122,11 @@ func startEgressRig(t *testing.T) *egressRig {
 	dir := shortTempDir(t)
 	// The operator lets guests reach the test upstream's one loopback
 	// port; every other loopback and private address stays refused.
-	startHostProcess(t, r.URL, creds.HostToken, dir, "--backend", "qemu", "--egress-dns", authAddr, "--egress-allow", "127.0.0.1:"+port,
-		"--egress-allow", "127.0.0.1:"+tlsPort)
+	start := func(t *testing.T) *hostProc {
+		return startHostProcess(t, r.URL, creds.HostToken, dir, "--backend", "qemu", "--egress-dns", authAddr, "--egress-allow", "127.0.0.1:"+port,
+			"--egress-allow", "127.0.0.1:"+tlsPort)
+	}
+	h := start(t)
 	c := newClient(r.URL, creds.Token)
 	waitHostReady(t, c, creds.HostID)
 	t.Cleanup(func() {
@@ -117,7 +134,7 @@ func startEgressRig(t *testing.T) *egressRig {
 			_ = exec.Command("kill", "-9", fmt.Sprint(pid)).Run()
 		}
 	})
-	return &egressRig{c: c, auth: auth, port: port, tlsPort: tlsPort, ca: ca, dir: dir, probe: buildTestdata(t, "netget")}
+	return &egressRig{c: c, auth: auth, port: port, tlsPort: tlsPort, ca: ca, dir: dir, probe: buildTestdata(t, "netget"), host: h, restart: start}
 }
 
 // session creates an active session with egress and netget in /tmp.
@@ -164,7 +181,7 @@ func TestEgressFromQEMUGuest(t *testing.T) {
 	requireQEMU(t)
 	k := startEgressRig(t)
 	port := k.port
-	id := k.session(t, []string{"allowed.test:" + port, "private.test:" + port, "meta.test:80", "secure.test:" + k.tlsPort})
+	id := k.session(t, []string{"allowed.test:" + port, "private.test:" + port, "meta.test:80", "secure.test:" + k.tlsPort, "flip.test:" + port})
 	if out, code := k.run(t, id, "/tmp/netget http http://allowed.test:"+port+"/hi"); code != 0 || !strings.Contains(out, "hello from allowed.test:"+port+"/hi") {
 		t.Errorf("allowed host over HTTP: exit %d, %q (host log %s)", code, out, hostLog(k.dir))
 	}
@@ -212,6 +229,7 @@ func TestEgressFromQEMUGuest(t *testing.T) {
 		!strings.Contains(out, "hello from allowed.test:"+port+"/spoofed") {
 		t.Errorf("allowed host with a spoofed /etc/hosts: exit %d, %q", code, out)
 	}
+	k.rebinding(t, id)
 	k.waitEgressLog(t, id)
 
 	// Session A (the broad policy) is destroyed; B, on the same host with
@@ -232,6 +250,113 @@ func TestEgressFromQEMUGuest(t *testing.T) {
 	if out, code := k.run(t, none, "/tmp/netget http http://allowed.test:"+port+"/"); code == 0 || strings.Contains(out, "hello") {
 		t.Errorf("a session without egress reached the upstream: exit %d %q", code, out)
 	}
+}
+
+// rebinding: flip.test's answers change on every question (see
+// startAuthority); the proxy dials it only when its own answer is the
+// allowed one, and refuses it, naming the address, otherwise.
+func (k *egressRig) rebinding(t *testing.T, id string) {
+	t.Helper()
+	ok, failed := 0, 0
+	for i := range 6 {
+		out, code := k.run(t, id, fmt.Sprintf("/tmp/netget http http://flip.test:%s/flip%d", k.port, i))
+		switch {
+		case code == 0 && strings.Contains(out, fmt.Sprintf("hello from flip.test:%s/flip%d", k.port, i)):
+			ok++
+		case code == 1 && !strings.Contains(out, "hello"):
+			failed++
+		default:
+			t.Errorf("flip.test request %d: exit %d, %q", i, code, out)
+		}
+	}
+	if ok == 0 || failed == 0 {
+		t.Errorf("flip.test: %d requests through, %d refused; want both (the answers rebind)", ok, failed)
+	}
+	eventually(t, 30*time.Second, "flip.test's refusals name the address refused", func() (bool, string) {
+		l, err := k.c.Sessions().Egress(context.Background(), id, client.EgressQuery{Limit: 200})
+		if err != nil {
+			return false, err.Error()
+		}
+		var denied int
+		var seen []string
+		for _, e := range l.Events {
+			if e.Host != "flip.test" {
+				continue
+			}
+			seen = append(seen, e.Verdict+" "+e.Reason)
+			if e.Verdict == "deny" && (strings.Contains(e.Reason, "10.0.0.5") || strings.Contains(e.Reason, "169.254.169.254")) {
+				denied++
+			}
+		}
+		return denied >= failed, strings.Join(seen, "\n")
+	})
+}
+
+// TestEgressSurvivesHostAgentRestart: the host agent is killed while a
+// session with an allowlist runs; the restarted agent adopts the machine
+// and rejoins its network namespace (the QEMU process still holds its
+// TAP), serving the session's policy there again: the allowed host
+// answers, a name off the list is still refused, and the new agent's
+// events reach the session's log.
+func TestEgressSurvivesHostAgentRestart(t *testing.T) {
+	t.Parallel()
+	requireQEMU(t)
+	k := startEgressRig(t)
+	id := k.session(t, []string{"allowed.test:" + k.port})
+	get := "/tmp/netget http http://allowed.test:" + k.port + "/"
+	if out, code := k.run(t, id, get+"before"); code != 0 || !strings.Contains(out, "hello from allowed.test:"+k.port+"/before") {
+		t.Fatalf("before the restart: exit %d, %q", code, out)
+	}
+	k.waitAllowed(t, id, 1)
+	vms := vmmPIDs(k.dir)
+	k.host.kill()
+	k.host = k.restart(t)
+	eventually(t, 60*time.Second, "exec through the restarted host agent", func() (bool, string) {
+		out, code := k.run2(id, "true")
+		return code == 0, out
+	})
+	if got := vmmPIDs(k.dir); len(got) != 1 || len(vms) != 1 || got[0] != vms[0] {
+		t.Fatalf("want the same QEMU %v after the restart, found %v", vms, got)
+	}
+	if out, code := k.run(t, id, get+"after"); code != 0 || !strings.Contains(out, "hello from allowed.test:"+k.port+"/after") {
+		t.Errorf("after the restart: exit %d, %q (host log %s)", code, out, hostLog(k.dir))
+	}
+	if out, code := k.run(t, id, "/tmp/netget http http://other.test:"+k.port+"/"); code != 1 || strings.Contains(out, "hello from") {
+		t.Errorf("a name off the list after the restart: exit %d, %q", code, out)
+	}
+	k.waitAllowed(t, id, 2)
+}
+
+// run2 is run without failing the test when the exec itself fails (the
+// agent is down): the output (or the error) and the exit code (-1).
+func (k *egressRig) run2(id, script string) (string, int) {
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	code, err := k.c.Sessions().Exec(ctx, id, apiv1.ExecRequest{Argv: []string{"sh", "-c", script}, TimeoutMS: 15000}, &out, &out)
+	if err != nil {
+		return err.Error(), -1
+	}
+	return out.String(), code
+}
+
+// waitAllowed waits until session id's egress log has n allowed
+// connections to allowed.test that carried bytes.
+func (k *egressRig) waitAllowed(t *testing.T, id string, n int) {
+	t.Helper()
+	eventually(t, 30*time.Second, fmt.Sprintf("%d allowed connections in the egress log", n), func() (bool, string) {
+		l, err := k.c.Sessions().Egress(context.Background(), id, client.EgressQuery{Limit: 200})
+		if err != nil {
+			return false, err.Error()
+		}
+		got := 0
+		for _, e := range l.Events {
+			if e.Host == "allowed.test" && e.Verdict == "allow" && e.BytesDown > 0 {
+				got++
+			}
+		}
+		return got >= n, fmt.Sprintf("%+v", l.Events)
+	})
 }
 
 // waitEgressLog waits until session id's egress log has the allowed

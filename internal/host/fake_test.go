@@ -217,11 +217,19 @@ type fakeMachine struct {
 	journal   []string
 }
 
+// tapFDOf is where a fake VMM holds spec's TAP: 3, as QEMU does.
+func tapFDOf(spec vmm.Spec) int {
+	if spec.Network == nil {
+		return 0
+	}
+	return 3
+}
+
 func newFakeMachine(w *world, spec vmm.Spec, pid int) *fakeMachine {
 	m := &fakeMachine{
 		w:         w,
 		spec:      spec,
-		info:      vmm.Info{SessionID: spec.SessionID, Backend: "fake", PID: pid, Dir: spec.Dir, Created: time.Unix(0, 0)},
+		info:      vmm.Info{SessionID: spec.SessionID, Backend: "fake", PID: pid, Dir: spec.Dir, Created: time.Unix(0, 0), TapFD: tapFDOf(spec)},
 		l:         newPipeListener(),
 		served:    make(chan struct{}),
 		done:      make(chan struct{}),

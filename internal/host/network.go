@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net"
 	"net/http"
@@ -39,12 +40,21 @@ type NetworkFunc func(ctx context.Context, sid string, spec hostlink.MachineSpec
 
 // NetworkDeps are what the agent gives one machine's network path.
 type NetworkDeps struct {
+	// Rejoin, when set, is the TAP of a machine this agent recovered
+	// running: the path takes back the namespace behind it (its rules
+	// stay; the listeners went with the previous agent) instead of making
+	// a new one, and serves spec's policy there again.
+	Rejoin *RunningTap
 	Events EgressSink
 	// DialBroker opens a connection to the coordinator's credential
 	// broker for one of spec.Brokered ("name:port"), over the agent's
 	// current link, fenced by the session's epoch.
 	DialBroker func(ctx context.Context, hostPort string) (net.Conn, error)
 }
+
+// RunningTap is a running VMM's TAP: process PID holds it as its fd FD
+// (vmm.Info.TapFD).
+type RunningTap struct{ PID, FD int }
 
 // EgressSink takes one machine's egress events for the coordinator and
 // posts them while Run runs (relay.EgressReporter).
@@ -60,11 +70,7 @@ func (l *lifecycle) attachNetwork(ctx context.Context, sid string, spec hostlink
 	if l.network == nil {
 		return nil, nil
 	}
-	deps := NetworkDeps{Events: l.hooks.EgressReporter(sid)}
-	if l.dialBroker != nil {
-		deps.DialBroker = func(ctx context.Context, hostPort string) (net.Conn, error) { return l.dialBroker(ctx, sid, hostPort) }
-	}
-	n, err := l.network(ctx, sid, spec, deps)
+	n, err := l.network(ctx, sid, spec, l.networkDeps(sid, nil))
 	if err != nil {
 		return nil, failure.New(http.StatusInternalServerError, "network_failed", fmt.Errorf("make the network of session %s: %w", sid, err))
 	}
@@ -87,6 +93,33 @@ func (l *lifecycle) attachNetwork(ctx context.Context, sid string, spec hostlink
 		vspec.Env = env
 	}
 	return n, nil
+}
+
+func (l *lifecycle) networkDeps(sid string, rejoin *RunningTap) NetworkDeps {
+	deps := NetworkDeps{Rejoin: rejoin, Events: l.hooks.EgressReporter(sid)}
+	if l.dialBroker != nil {
+		deps.DialBroker = func(ctx context.Context, hostPort string) (net.Conn, error) { return l.dialBroker(ctx, sid, hostPort) }
+	}
+	return deps
+}
+
+// rejoinNetwork gives a machine recovered running (m) its network path
+// back: the egress proxy and resolver of spec's policy, listening again
+// in the namespace its VMM's TAP is in. m is returned as it is when it has
+// no TAP, and also when the path cannot be rejoined: its guest then
+// reaches nothing (the rules drop or redirect to nothing), which is
+// logged.
+func (l *lifecycle) rejoinNetwork(ctx context.Context, log *slog.Logger, sid string, spec hostlink.MachineSpec, m vmm.Machine) vmm.Machine {
+	info := m.Info()
+	if l.network == nil || info.TapFD <= 0 {
+		return m
+	}
+	n, err := l.network(ctx, sid, spec, l.networkDeps(sid, &RunningTap{PID: info.PID, FD: info.TapFD}))
+	if err != nil {
+		log.Error("recovered machine's network not rejoined; its guest reaches nothing", "err", err)
+		return m
+	}
+	return withNetwork(m, n)
 }
 
 // proxyEnv is a network path without a TAP (the process backend's): its

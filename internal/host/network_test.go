@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -83,5 +84,84 @@ func TestNetworkPerMachine(t *testing.T) {
 	case <-n.closed:
 	case <-time.After(10 * time.Second):
 		t.Fatal("destroying the machine left its network")
+	}
+}
+
+// rejoinCall is one Deps.Network call a restarted agent made.
+type rejoinCall struct {
+	sid    string
+	spec   hostlink.MachineSpec
+	rejoin *host.RunningTap
+	net    *fakeNetwork // nil: refused
+}
+
+// TestNetworkRejoinedAfterRestart: an agent restarted while a machine
+// with a network runs asks Deps.Network to rejoin the TAP its VMM holds,
+// with the egress policy of the machine's record; the rejoined path is
+// removed with the machine. A rejoin that fails leaves the machine
+// adopted (its guest then reaches nothing).
+func TestNetworkRejoinedAfterRestart(t *testing.T) {
+	t.Parallel()
+	for _, fail := range []bool{false, true} {
+		c := newCoord(20 * time.Millisecond)
+		url := serve(t, c)
+		w := newWorld()
+		t.Cleanup(w.destroyAll)
+		dir := t.TempDir()
+		netFunc := func(calls chan<- rejoinCall) host.NetworkFunc {
+			return func(_ context.Context, sid string, spec hostlink.MachineSpec, deps host.NetworkDeps) (host.MachineNetwork, error) {
+				if fail && deps.Rejoin != nil {
+					calls <- rejoinCall{sid, spec, deps.Rejoin, nil}
+					return nil, os.ErrPermission
+				}
+				r, wr, err := os.Pipe()
+				if err != nil {
+					return nil, err
+				}
+				wr.Close()
+				n := &fakeNetwork{tap: r, closed: make(chan struct{})}
+				if calls != nil {
+					calls <- rejoinCall{sid, spec, deps.Rejoin, n}
+				}
+				return n, nil
+			}
+		}
+		stop := runAgentWith(t, url, dir, w, func(_ *host.Config, d *host.Deps) { d.Network = netFunc(nil) })
+		recv(t, c.registers, nil)
+		c.setOwned(hostlink.Ownership{SessionID: "s1", Epoch: 1})
+		spec := hostlink.MachineSpec{MemoryMiB: 512, VCPUs: 1, Egress: []string{"a.test:443"}, Brokered: []string{"a.test:443"}}
+		if status, body := c.start(t, "s1", 1, spec); status != http.StatusOK {
+			t.Fatalf("start: %d %s", status, body)
+		}
+		stop()
+
+		calls := make(chan rejoinCall, 4)
+		runAgentWith(t, url, dir, w, func(_ *host.Config, d *host.Deps) { d.Network = netFunc(calls) })
+		reg := recv(t, c.registers, nil)
+		if machineState(reg.Machines, "s1") != "running" {
+			t.Fatalf("fail=%v: registered machines = %+v", fail, reg.Machines)
+		}
+		var call rejoinCall
+		select {
+		case call = <-calls:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("fail=%v: the restarted agent asked for no network", fail)
+		}
+		m := w.machine(dir, "s1")
+		if call.sid != "s1" || call.rejoin == nil || *call.rejoin != (host.RunningTap{PID: m.info.PID, FD: 3}) ||
+			strings.Join(call.spec.Egress, ",") != "a.test:443" || strings.Join(call.spec.Brokered, ",") != "a.test:443" {
+			t.Errorf("fail=%v: Network called with %+v (rejoin %+v), want s1's TAP at pid %d fd 3 and its policy", fail, call, call.rejoin, m.info.PID)
+		}
+		if status, body := c.do(t, http.MethodDelete, "/v1/machines/s1", 2, nil); status != http.StatusNoContent {
+			t.Fatalf("delete: %d %s", status, body)
+		}
+		if call.net == nil {
+			continue
+		}
+		select {
+		case <-call.net.closed:
+		case <-time.After(10 * time.Second):
+			t.Fatal("destroying the recovered machine left its rejoined network")
+		}
 	}
 }

@@ -99,7 +99,7 @@ func (l *lifecycle) recoverOne(ctx context.Context, sid string) (vmm.Info, recov
 		log.Error("machine not recovered; tracking it as exited so reconciliation destroys it", "epoch", rec.Epoch, "err", err)
 		l.trackLost(sid, rec)
 	default:
-		l.adopt(log, sid, rec, m, r, local)
+		l.adopt(log, sid, rec, l.rejoinNetwork(ctx, log, sid, rec.Spec(), m), r, local)
 		return m.Info(), r
 	}
 	return vmm.Info{}, r

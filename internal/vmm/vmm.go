@@ -130,6 +130,10 @@ type Info struct {
 	Dir       string    `json:"dir"`
 	Socket    string    `json:"socket"` // guest channel
 	Created   time.Time `json:"created"`
+	// TapFD is the fd number the VMM process holds Spec.Network's TAP
+	// at (0: none): an agent restarted while the machine runs finds the
+	// machine's network namespace through it (vmnet.Rejoin).
+	TapFD int `json:"tap_fd,omitempty"`
 }
 
 // Backend runs machines.

@@ -72,11 +72,17 @@ type Machine struct {
 	// (hostlink.DialBroker over the agent's link); nil: nothing is
 	// brokered, and TLS to those hosts is refused.
 	DialBroker func(ctx context.Context, hostPort string) (net.Conn, error)
+	// RejoinPID > 0: the machine runs already (recovered by a restarted
+	// agent); its path takes back the namespace of the TAP that VMM
+	// process holds as its fd RejoinFD (vmnet.Rejoin) instead of making
+	// one.
+	RejoinPID, RejoinFD int
 }
 
-// Make builds the path of one boot or restore of sid's machine; nil, nil
-// when m.Allow is empty (the machine gets no network at all). Close
-// removes it.
+// Make builds the path of one boot or restore of sid's machine (or
+// rebuilds it for one recovered running: m.RejoinPID); nil, nil when
+// m.Allow is empty (the machine gets no network at all). Close removes
+// it.
 func (p *Paths) Make(ctx context.Context, sid string, m Machine) (*Path, error) {
 	if len(m.Allow) == 0 {
 		return nil, nil
@@ -89,7 +95,12 @@ func (p *Paths) Make(ctx context.Context, sid string, m Machine) (*Path, error) 
 	if err != nil {
 		return nil, fmt.Errorf("the brokered hosts of session %s: %w", sid, err)
 	}
-	n, err := vmnet.New(ctx, vmnet.Config{})
+	var n *vmnet.Net
+	if m.RejoinPID > 0 {
+		n, err = vmnet.Rejoin(ctx, vmnet.Config{}, m.RejoinPID, m.RejoinFD)
+	} else {
+		n, err = vmnet.New(ctx, vmnet.Config{})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("make the network of session %s: %w", sid, err)
 	}

@@ -33,11 +33,16 @@ type Record struct {
 	// recovered machine relays its harness events and serves its gateway.
 	Harness   string `json:"harness,omitempty"`
 	HarnessID string `json:"harness_id,omitempty"`
+	// Egress and Brokered are the machine's egress policy, so a recovered
+	// machine's network path serves it again.
+	Egress   []string `json:"egress,omitempty"`
+	Brokered []string `json:"brokered,omitempty"`
 }
 
 // Spec is the part of a machine's spec its record keeps.
 func (r Record) Spec() hostlink.MachineSpec {
-	return hostlink.MachineSpec{MemoryMiB: r.MemoryMiB, VCPUs: r.VCPUs, Harness: r.Harness, HarnessID: r.HarnessID}
+	return hostlink.MachineSpec{MemoryMiB: r.MemoryMiB, VCPUs: r.VCPUs, Harness: r.Harness, HarnessID: r.HarnessID,
+		Egress: r.Egress, Brokered: r.Brokered}
 }
 
 // Dir is sid's machine dir.
@@ -60,7 +65,7 @@ func (r *Registry) SessionOf(dir string) (string, bool) {
 // recovers it.
 func (r *Registry) WriteRecord(sid string, epoch int64, spec hostlink.MachineSpec, paused bool) error {
 	b, err := json.Marshal(Record{SessionID: sid, Epoch: epoch, MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, Paused: paused,
-		Harness: spec.Harness, HarnessID: spec.HarnessID})
+		Harness: spec.Harness, HarnessID: spec.HarnessID, Egress: spec.Egress, Brokered: spec.Brokered})
 	if err != nil {
 		return err
 	}

@@ -153,6 +153,9 @@ func (b *Backend) startState(ctx context.Context, st state, tap *os.File, incomi
 		}
 		m.st.Cgroup = dir
 	}
+	if m.st.Tap {
+		m.st.TapFD = tapFD
+	}
 	m.info = m.st.Info
 	if err := m.writeState(); err != nil {
 		b.reapSpawn(st.Dir, st.Spawn)
@@ -166,6 +169,10 @@ func (b *Backend) startState(ctx context.Context, st state, tap *os.File, incomi
 	}
 	return m, nil
 }
+
+// tapFD is the fd QEMU inherits its TAP at (ExtraFiles[0]) and keeps it
+// at (vmm.Info.TapFD).
+const tapFD = 3
 
 // spawn runs QEMU for st (it daemonizes) and returns the daemon's pid and
 // start time. A tap becomes QEMU's fd 3, its NIC's backend.
@@ -186,7 +193,7 @@ func (b *Backend) spawn(st state, tap *os.File, incoming bool) (vmm.Process, err
 		return vmm.Process{}, fmt.Errorf("start qemu: the machine's TAP is missing or unexpected")
 	}
 	if tap != nil {
-		l.TapFD = 3 // ExtraFiles[0]
+		l.TapFD = tapFD
 	}
 	marker, err := vmproc.MarkerEnv(st.Dir, st.Spawn)
 	if err != nil {

@@ -20,6 +20,16 @@ type Config struct {
 	ResolverPort uint16 // the guest's DNS, UDP and TCP port 53; default DefaultResolverPort
 }
 
+func (c Config) withDefaults() Config {
+	if c.ProxyPort == 0 {
+		c.ProxyPort = DefaultProxyPort
+	}
+	if c.ResolverPort == 0 {
+		c.ResolverPort = DefaultResolverPort
+	}
+	return c
+}
+
 // Net is one machine's network namespace with its TAP device and rules.
 // Its methods are safe for concurrent use.
 type Net struct {
@@ -39,12 +49,7 @@ type Net struct {
 // CAP_NET_ADMIN and CAP_SYS_ADMIN (Available says whether this host
 // allows it). Close removes it all.
 func New(ctx context.Context, cfg Config) (*Net, error) {
-	if cfg.ProxyPort == 0 {
-		cfg.ProxyPort = DefaultProxyPort
-	}
-	if cfg.ResolverPort == 0 {
-		cfg.ResolverPort = DefaultResolverPort
-	}
+	cfg = cfg.withDefaults()
 	if cfg.ProxyPort == cfg.ResolverPort {
 		return nil, fmt.Errorf("new machine network: proxy and resolver share port %d", cfg.ProxyPort)
 	}

@@ -25,12 +25,13 @@ type Config struct {
 // Net: see the Linux build; none is ever made here.
 type Net struct{}
 
-func Available() error                                   { return ErrUnavailable }
-func New(context.Context, Config) (*Net, error)          { return nil, ErrUnavailable }
-func (*Net) TapFile() *os.File                           { return nil }
-func (*Net) ProxyAddr() netip.AddrPort                   { return netip.AddrPort{} }
-func (*Net) ResolverAddr() netip.AddrPort                { return netip.AddrPort{} }
-func (*Net) Listen(string, string) (net.Listener, error) { return nil, ErrUnavailable }
+func Available() error                                       { return ErrUnavailable }
+func New(context.Context, Config) (*Net, error)              { return nil, ErrUnavailable }
+func Rejoin(context.Context, Config, int, int) (*Net, error) { return nil, ErrUnavailable }
+func (*Net) TapFile() *os.File                               { return nil }
+func (*Net) ProxyAddr() netip.AddrPort                       { return netip.AddrPort{} }
+func (*Net) ResolverAddr() netip.AddrPort                    { return netip.AddrPort{} }
+func (*Net) Listen(string, string) (net.Listener, error)     { return nil, ErrUnavailable }
 func (*Net) ListenPacket(string, string) (net.PacketConn, error) {
 	return nil, ErrUnavailable
 }
