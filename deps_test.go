@@ -152,6 +152,19 @@ var layerRules = []layerRule{
 		reason: "the address policy is shared by the coordinator, the host and the guest contract, so it imports nothing of theirs",
 	},
 	{
+		name:   "dashboard-over-the-wire",
+		from:   []string{"internal/dashboard/..."},
+		only:   []string{std, thirdparty, "api/apiv1"},
+		reason: "the dashboard is the built web app and its login codes; what it shows it reads through the public API, like any client",
+	},
+	{
+		name:   "dashboard-for-the-server",
+		from:   []string{"..."},
+		unless: []string{"internal/dashboard/...", "internal/server/...", "cmd/..."},
+		forbid: []string{"internal/dashboard/..."},
+		reason: "the dashboard is served by a coordinator replica, wired in internal/server",
+	},
+	{
 		name:   "test-only-stays-in-tests",
 		from:   []string{"..."},
 		unless: testOnly,

@@ -22,6 +22,11 @@ pkgs=(qemu-system-x86 qemu-utils e2fsprogs busybox-static lz4 cpio erofs-utils)
 # for the Alpine-like image, debootstrap for the Debian one.
 pkgs+=(musl musl-tools debootstrap)
 
+# The dashboard's browser tests (internal/e2e): Debian's chromium, driven
+# by playwright-core from web/node_modules (no browser download), and a
+# font for its screenshots.
+pkgs+=(chromium fonts-dejavu-core)
+
 # Tasks clone their repositories with git on the coordinator (and the agent
 # tests serve repositories with git http-backend).
 pkgs+=(git)
@@ -77,6 +82,27 @@ install_agent_clis() {
 		"@anthropic-ai/claude-code@$claude_version" "@openai/codex@$codex_version"
 }
 
+# The dashboard's packages (web/package-lock.json): its build, its type
+# generation and its browser tests' driver. Skipped when the lock is
+# unchanged since the last install.
+install_web() {
+	local web sum
+	web="$(cd "$(dirname "$0")/.." && pwd)/web"
+	sum="$(sha256sum "$web/package-lock.json" | cut -d' ' -f1)"
+	if [ "$(cat "$web/node_modules/.engrams-lock" 2>/dev/null)" = "$sum" ]; then
+		echo "install-deps: web/node_modules current"
+		return
+	fi
+	echo "install-deps: npm ci in web/"
+	(cd "$web" && npm ci --no-audit --no-fund --loglevel=error)
+	echo "$sum" >"$web/node_modules/.engrams-lock"
+}
+
+install_node_parts() {
+	install_agent_clis
+	install_web
+}
+
 missing=()
 for p in "${pkgs[@]}"; do
 	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
@@ -86,7 +112,7 @@ done
 
 if [ "${#missing[@]}" -eq 0 ]; then
 	echo "install-deps: all packages present: ${pkgs[*]}"
-	install_agent_clis
+	install_node_parts
 	exit 0
 fi
 
@@ -97,5 +123,5 @@ $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 # Kernel images under /boot are mode 0600 on Ubuntu; the backend reads them
 # as the host agent's user.
 $SUDO chmod a+r /boot/vmlinuz-* 2>/dev/null || true
-install_agent_clis
+install_node_parts
 echo "install-deps: done"

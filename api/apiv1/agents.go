@@ -18,7 +18,22 @@ const (
 	RouteGetProfile    = "GET /v1/profiles/{name}"    // name or id -> ProfileResponse
 	RouteUpdateProfile = "PUT /v1/profiles/{name}"    // UpdateProfileRequest -> ProfileResponse (409 if the version moved)
 	RouteDeleteProfile = "DELETE /v1/profiles/{name}" // -> Profile
+	// RoutePreviewReceipt resolves a spec as a save would, saving nothing:
+	// the receipt an editor shows beside an unsaved form.
+	RoutePreviewReceipt = "POST /v1/profiles/receipt" // PreviewReceiptRequest -> ReceiptPreview
 )
+
+// PreviewReceiptRequest is the body of RoutePreviewReceipt.
+type PreviewReceiptRequest struct {
+	Spec ProfileSpec `json:"spec"`
+}
+
+// ReceiptPreview answers RoutePreviewReceipt: the receipt the spec would
+// have, and the problems a save would refuse it for.
+type ReceiptPreview struct {
+	Receipt  Receipt  `json:"receipt"`
+	Problems []string `json:"problems"`
+}
 
 // BuildHarnessRequest builds a built-in harness from its npm package.
 type BuildHarnessRequest struct {

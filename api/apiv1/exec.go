@@ -6,6 +6,14 @@ package apiv1
 // in either direction. The server relays them to and from the guest
 // unchanged.
 
+// A browser cannot set Authorization on a WebSocket: it offers the
+// subprotocols WSProtocol and WSBearerPrefix+token instead, and the server
+// answers with WSProtocol. Other clients send Authorization as usual.
+const (
+	WSProtocol     = "engrams.v1"
+	WSBearerPrefix = "bearer."
+)
+
 // Binary frames of RouteExecWS carry one channel byte followed by data.
 const (
 	ChanStdin  byte = 0

@@ -133,7 +133,8 @@ func (f *devFlags) run(ctx context.Context, out, errOut io.Writer, sigs <-chan o
 	if err != nil {
 		return fmt.Errorf("write CLI config: %w", err)
 	}
-	fmt.Fprintf(out, "engrams dev is running\n  URL:   %s\n  token: %s\n  data:  %s\n  CLI config: %s\nTry: engrams session create\n", url, creds.Token, f.dataDir, cfgPath)
+	fmt.Fprintf(out, "engrams dev is running\n  URL:   %s\n  token: %s\n  data:  %s\n  CLI config: %s\n  dashboard: %s (signs this browser in; works once, for 15 minutes)\nTry: engrams session create\n",
+		url, creds.Token, f.dataDir, cfgPath, rig.srv.Dashboard().LoginURL(url))
 	stop := &devStop{co: rig.srv.Coordinator(), reads: st, out: errOut, timeout: f.stopTimeout}
 	// The parts outlive ctx (the first signal ends it): stop decides when
 	// they end.

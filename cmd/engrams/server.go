@@ -135,6 +135,7 @@ func (f *serverFlags) run(ctx context.Context, stderr io.Writer) error {
 		return err
 	}
 	defer closeSrv()
+	fmt.Fprintf(stderr, "dashboard: %s/ (sign in with an API token: `engrams token create`)\n", f.advertise)
 	parts := []func(context.Context) error{
 		func(ctx context.Context) error { return srv.Run(ctx, ln) },
 		func(ctx context.Context) error { return serveOps(ctx, opsLn, srv.OpsHandler(), log) },

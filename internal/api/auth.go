@@ -31,6 +31,9 @@ func (s *hostsRouter) auth(next http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := r.Header.Get("Authorization")
 		secret, ok := strings.CutPrefix(h, "Bearer ")
+		if h == "" {
+			secret, ok = wsBearer(r)
+		}
 		if !ok || secret == "" {
 			writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthorized, "missing bearer token: send Authorization: Bearer <token> (create one with `engrams token create`)")
 			return
@@ -47,6 +50,22 @@ func (s *hostsRouter) auth(next http.HandlerFunc) http.Handler {
 		s.touch(r.Context(), t.ID)
 		next(w, r)
 	})
+}
+
+// wsBearer is the token a browser's WebSocket upgrade offers as the
+// subprotocol apiv1.WSBearerPrefix+token (with apiv1.WSProtocol).
+func wsBearer(r *http.Request) (string, bool) {
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		return "", false
+	}
+	for _, v := range r.Header.Values("Sec-WebSocket-Protocol") {
+		for _, p := range strings.Split(v, ",") {
+			if t, ok := strings.CutPrefix(strings.TrimSpace(p), apiv1.WSBearerPrefix); ok {
+				return t, true
+			}
+		}
+	}
+	return "", false
 }
 
 // touchEvery bounds how often a token's last use is written.

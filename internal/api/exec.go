@@ -64,6 +64,9 @@ func (s *guestRouter) proxyGuest(guestPath string, file bool) http.HandlerFunc {
 		}
 		if !file { // the exec WebSocket: kept on the upgrade's answer
 			w.Header().Set(apiv1.HeaderSessionEpoch, itoa(t.Session.Epoch))
+			if _, browser := wsBearer(r); browser {
+				w.Header().Set("Sec-WebSocket-Protocol", apiv1.WSProtocol)
+			}
 		}
 		rp := &httputil.ReverseProxy{
 			Transport: t.Route.Transport,
@@ -106,6 +109,7 @@ func guestRequest(out *http.Request, t coordinator.GuestTarget, guestPath string
 	out.URL.Path = t.Route.Prefix + guestPath
 	out.URL.RawPath = ""
 	out.Header.Del("Authorization")
+	out.Header.Del("Sec-WebSocket-Protocol") // a browser's token (wsBearer); the guest speaks none
 	out.Header.Del("Cookie")
 	for k, v := range t.Headers() {
 		out.Header[k] = v

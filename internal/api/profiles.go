@@ -16,6 +16,7 @@ type ProfileService interface {
 	Profile(ctx context.Context, nameOrID string) (profiles.ProfileView, error)
 	UpdateProfile(ctx context.Context, nameOrID string, spec apiv1.ProfileSpec, version int64) (profiles.ProfileView, error)
 	DeleteProfile(ctx context.Context, nameOrID string) (profiles.ProfileView, error)
+	PreviewReceipt(ctx context.Context, spec apiv1.ProfileSpec) (apiv1.Receipt, []string, error)
 }
 
 // profilesRouter serves profiles and their grant receipts.
@@ -30,6 +31,20 @@ func (s *profilesRouter) route(h func(string, http.HandlerFunc)) {
 	h(apiv1.RouteGetProfile, s.getProfile)
 	h(apiv1.RouteUpdateProfile, s.updateProfile)
 	h(apiv1.RouteDeleteProfile, s.deleteProfile)
+	h(apiv1.RoutePreviewReceipt, s.previewReceipt)
+}
+
+func (s *profilesRouter) previewReceipt(w http.ResponseWriter, r *http.Request) {
+	var req apiv1.PreviewReceiptRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	rc, probs, err := s.co.PreviewReceipt(r.Context(), req.Spec)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, apiv1.ReceiptPreview{Receipt: receiptOut(rc), Problems: orEmpty(probs)})
 }
 
 func (s *profilesRouter) createProfile(w http.ResponseWriter, r *http.Request) {
@@ -97,8 +112,12 @@ func profileOut(v profiles.ProfileView) apiv1.Profile {
 // profileResponse shows a profile with its receipt; empty lists are [] so
 // readers need not tell null from none.
 func profileResponse(v profiles.ProfileView) apiv1.ProfileResponse {
-	rc := v.Receipt
+	return apiv1.ProfileResponse{Profile: profileOut(v), Receipt: receiptOut(v.Receipt), Problems: v.Problems}
+}
+
+// receiptOut is rc with empty lists, never null ones.
+func receiptOut(rc apiv1.Receipt) apiv1.Receipt {
 	rc.Powers, rc.Hosts, rc.Credentials = orEmpty(rc.Powers), orEmpty(rc.Hosts), orEmpty(rc.Credentials)
 	rc.Repos, rc.Env, rc.Skills, rc.Apps = orEmpty(rc.Repos), orEmpty(rc.Env), orEmpty(rc.Skills), orEmpty(rc.Apps)
-	return apiv1.ProfileResponse{Profile: profileOut(v), Receipt: rc, Problems: v.Problems}
+	return rc
 }

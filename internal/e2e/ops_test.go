@@ -27,6 +27,7 @@ type devProc struct {
 	url    string
 	data   string // its --data-dir
 	stderr string // where its stderr (logs, progress of stopping) goes
+	stdout string // where its stdout (the URL, token and dashboard login link) goes
 	c      *client.Client
 	exited chan struct{}
 	err    error // of Wait, once exited is closed
@@ -48,7 +49,13 @@ func startDev(t *testing.T, data, backend string, extra ...string) *devProc {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { logf.Close() })
-	cmd.Stdout, cmd.Stderr = io.Discard, logf
+	p.stdout = strings.TrimSuffix(p.stderr, ".log") + ".out"
+	outf, err := os.Create(p.stdout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { outf.Close() })
+	cmd.Stdout, cmd.Stderr = outf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start engrams dev: %v", err)
 	}
@@ -73,6 +80,23 @@ func startDev(t *testing.T, data, backend string, extra ...string) *devProc {
 		return err == nil && h.State == "ready", fmt.Sprint(h.State, err)
 	})
 	return p
+}
+
+// loginLink is the dashboard login link dev printed.
+func (p *devProc) loginLink(t *testing.T) string {
+	t.Helper()
+	var link string
+	eventually(t, 30*time.Second, "dev prints its dashboard link", func() (bool, string) {
+		b, _ := os.ReadFile(p.stdout)
+		for _, f := range strings.Fields(string(b)) {
+			if strings.Contains(f, "/login#code=") {
+				link = f
+				return true, ""
+			}
+		}
+		return false, string(b)
+	})
+	return link
 }
 
 // stop sends sig and waits (bounded) for dev to exit; it returns how it

@@ -88,6 +88,13 @@ func (c *Profiles) CreateProfile(ctx context.Context, name string, spec apiv1.Pr
 	return ProfileView{Profile: p, Spec: spec, Receipt: receipt}, nil
 }
 
+// PreviewReceipt resolves spec as CreateProfile and UpdateProfile would,
+// storing nothing: its receipt and every problem a save would refuse.
+func (c *Profiles) PreviewReceipt(ctx context.Context, spec apiv1.ProfileSpec) (apiv1.Receipt, []string, error) {
+	r, probs, err := c.resolveSpec(ctx, &spec)
+	return r, probs, err
+}
+
 // UpdateProfile replaces the spec of the profile named nameOrID, made from
 // version; a profile changed since is a conflict saying so.
 func (c *Profiles) UpdateProfile(ctx context.Context, nameOrID string, spec apiv1.ProfileSpec, version int64) (ProfileView, error) {

@@ -18,6 +18,7 @@ import (
 	"github.com/engrams/engrams/internal/api"
 	"github.com/engrams/engrams/internal/broker"
 	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/dashboard"
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/egresslog"
 	"github.com/engrams/engrams/internal/gateway"
@@ -37,6 +38,7 @@ type Config struct {
 	ClusterSecret string // shared by replicas for forwarded host traffic
 	Version       string
 	Coordinator   coordinator.Config // ReplicaID and ReplicaAddr are filled in
+	Dashboard     dashboard.Config
 	Harnesses     harnessreg.Config
 	Gateway       gateway.Config
 	// BodyWindow and BodyMinBytes are the slowest a request body may
@@ -96,6 +98,7 @@ type Server struct {
 	link   *hostlink.Server
 	router *hostlink.Router
 	api    *api.Server
+	dash   *dashboard.Dashboard
 	mux    *http.ServeMux
 	met    *metrics.Registry
 	ready  []metrics.Check
@@ -144,6 +147,10 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	p.routeHostLink(hostMux)
 	s.api = api.New(api.Config{Version: cfg.Version, ReplicaID: cfg.ReplicaID, OpenAPI: apidoc.OpenAPI()}, p.APIDeps(deps.Store, log))
 	s.mux.Handle(apiv1.PathPrefix, s.api)
+	if s.dash, err = dashboard.New(cfg.Dashboard, dashboard.Deps{Mint: s.mintToken, Logger: log.With("component", "dashboard")}); err != nil {
+		return nil, err
+	}
+	s.dash.Route(s.mux)
 	s.mux.Handle(hostlink.PathConnect, s.link)
 	s.mux.Handle(hostlink.PathPeerPrefix, s.router.PeerHandler())
 	s.met.Mount(s.mux, s.checks()...)
@@ -158,6 +165,20 @@ func (s *Server) lookupHost(ctx context.Context, hostID domain.HostID) (string, 
 		return "", "", fmt.Errorf("look up host %s: %w", hostID, err)
 	}
 	return h.ReplicaID, h.ReplicaAddr, nil
+}
+
+// Dashboard is the web app this replica serves at / (dev prints its login
+// link).
+func (s *Server) Dashboard() *dashboard.Dashboard { return s.dash }
+
+// mintToken makes a user token for a dashboard login.
+func (s *Server) mintToken(ctx context.Context, name string) (apiv1.Token, string, error) {
+	secret, prefix := api.NewSecret()
+	t := domain.Token{ID: newID(), Name: name, Kind: domain.TokenUser, Prefix: prefix, Hash: coordinator.HashToken(secret), CreatedAt: time.Now().UTC()}
+	if err := s.st.CreateToken(ctx, t); err != nil {
+		return apiv1.Token{}, "", fmt.Errorf("mint a dashboard token: %w", err)
+	}
+	return apiv1.Token{ID: t.ID, Name: t.Name, Kind: string(t.Kind), Prefix: t.Prefix, CreatedAt: t.CreatedAt}, secret, nil
 }
 
 // Coordinator exposes the lifecycle engine (tests and dev use it).

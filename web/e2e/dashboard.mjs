@@ -1,0 +1,158 @@
+// The dashboard used as people use it, in Debian's chromium, against
+// `engrams dev` with a QEMU host and a scripted model server (set up by
+// internal/e2e TestDashboardInBrowser, which passes a JSON config):
+// sign in with the printed link, start a task from the composer, see the
+// streamed answer, the Changes and Terminal tabs, the session badge turn
+// Idle when the CLI suspends it, a follow-up resume it and answer, the
+// receipt change with the allowlist before saving, an image's enable
+// stages; every page screenshotted at both sizes and checked by axe-core.
+import { execFileSync } from "node:child_process";
+import { mkdirSync, readFileSync } from "node:fs";
+import { axe, launch, shoot, step, until } from "./lib.mjs";
+
+const cfg = JSON.parse(readFileSync(process.argv[2], "utf8"));
+mkdirSync(cfg.artifacts, { recursive: true });
+const base = cfg.baseURL;
+const browser = await launch();
+const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+const errors = [];
+page.on("pageerror", (e) => errors.push(e.message));
+page.on("console", (m) => m.type() === "error" && console.log("console error:", m.text()));
+const cli = (...args) => execFileSync(cfg.cli, args, { env: { ...process.env, ENGRAMS_CONFIG: cfg.cliConfig }, encoding: "utf8" });
+
+try {
+  step("open the printed login link");
+  await page.goto(cfg.loginURL);
+  await page.waitForURL(base + "/tasks");
+  await page.getByRole("heading", { name: "Tasks" }).waitFor();
+  await shoot(page, cfg.artifacts, "tasks-empty");
+
+  step("start a task from the composer, with the receipt shown before launch");
+  await page.getByRole("link", { name: "Start a task" }).click();
+  await page.getByLabel("What should the agent do?").fill(cfg.prompt);
+  await page.getByLabel("Profile").selectOption(cfg.profile);
+  await page.getByRole("region", { name: "Grant receipt" }).getByText(cfg.image).first().waitFor();
+  await shoot(page, cfg.artifacts, "composer");
+  await page.getByRole("button", { name: "Start task" }).click();
+  await page.waitForURL(/\/tasks\/(?!new$)[^/?]+$/);
+  const taskURL = page.url();
+
+  step("see the streamed assistant text");
+  await page.getByTestId("assistant-text").filter({ hasText: cfg.firstAnswer }).waitFor({ timeout: 600_000 });
+  await page.getByText("Turn done").first().waitFor({ timeout: 120_000 });
+  await shoot(page, cfg.artifacts, "task-conversation");
+
+  step("open Changes and see the file the agent wrote");
+  await page.getByRole("tab", { name: "Changes" }).click();
+  await page.getByTestId("file-diff").filter({ hasText: cfg.changedFile }).waitFor({ timeout: 120_000 });
+  await shoot(page, cfg.artifacts, "task-changes");
+
+  step("browse the Files tab");
+  await page.getByRole("tab", { name: "Files" }).click();
+  await page.getByRole("button", { name: "app/" }).waitFor({ timeout: 60_000 });
+  await shoot(page, cfg.artifacts, "task-files");
+
+  step("run ls /work in the Terminal tab");
+  await page.getByRole("tab", { name: "Terminal" }).click();
+  await page.getByTestId("terminal-status").filter({ hasText: "connected" }).waitFor({ timeout: 60_000 });
+  await page.getByTestId("terminal").click();
+  await page.keyboard.type("ls /work; echo marker-$((6*7))\n");
+  await until("ls /work's output in the terminal", 30_000, async () => {
+    const t = await page.locator(".xterm-rows").innerText();
+    return t.includes("marker-42") && t.includes("app");
+  });
+  await shoot(page, cfg.artifacts, "task-terminal");
+
+  step("suspend the session from the CLI: the badge turns Idle without a reload");
+  await page.goto(taskURL);
+  const href = await page.getByTestId("session-badge").getAttribute("href");
+  const sid = href.split("/").pop();
+  let reloaded = false;
+  page.once("load", () => (reloaded = true));
+  console.log(cli("session", "suspend", sid));
+  await page.getByTestId("session-badge").locator('[data-state="idle"]').waitFor({ timeout: 120_000 });
+  if (reloaded) throw new Error("the page reloaded");
+
+  step("send a follow-up: the session resumes and answers");
+  await page.getByLabel("Follow-up").fill(cfg.followUp);
+  await page.getByLabel("Follow-up").press("Enter");
+  await page.getByTestId("assistant-text").filter({ hasText: cfg.followUpAnswer }).waitFor({ timeout: 600_000 });
+  await page.getByTestId("session-badge").locator('[data-state="active"]').waitFor({ timeout: 60_000 });
+
+  step("the task list shows the task");
+  await page.getByRole("link", { name: "Tasks" }).first().click();
+  await page.getByTestId("task-list").getByText(cfg.prompt).waitFor();
+  await shoot(page, cfg.artifacts, "tasks");
+
+  step("sessions: the list and the session's page");
+  await page.getByRole("navigation", { name: "Sections" }).getByRole("link", { name: "Sessions" }).click();
+  await page.getByTestId("session-list").waitFor();
+  await shoot(page, cfg.artifacts, "sessions");
+  await page.goto(base + "/sessions/" + sid);
+  await page.getByRole("heading", { name: "Ops" }).waitFor();
+  await shoot(page, cfg.artifacts, "session");
+
+  step("change a profile's allowlist: the receipt changes before saving");
+  await page.goto(base + "/profiles");
+  await page.getByTestId("profile-list").waitFor();
+  await shoot(page, cfg.artifacts, "profiles");
+  await page.getByRole("link", { name: cfg.profile }).click();
+  await page.getByLabel("Allowed hosts").fill("pkg.example.org");
+  await page.getByTestId("receipt-hosts").getByText("pkg.example.org").waitFor({ timeout: 20_000 });
+  await page.getByLabel("Allowed hosts").fill("pkg.example.org\n-bad host-");
+  await page.locator("#p-egress-err").waitFor({ timeout: 20_000 });
+  await shoot(page, cfg.artifacts, "profile-editor");
+  await page.goto(base + "/profiles/new");
+  await page.getByLabel("Name").waitFor();
+  await shoot(page, cfg.artifacts, "profile-new");
+
+  step("enable an image and watch its stages progress");
+  await page.goto(base + "/images");
+  await page.getByText("Enable an image").click();
+  await page.getByLabel("Reference").fill(cfg.enableRef);
+  await page.getByLabel("Name", { exact: true }).fill(cfg.enableName);
+  await page.getByRole("button", { name: "Enable", exact: true }).click();
+  await page.waitForURL(base + "/images/" + cfg.enableName);
+  const seen = new Set();
+  await until("the image to be ready", 600_000, async () => {
+    const s = await page.getByTestId("job-progress").getAttribute("data-state");
+    const stage = await page.getByTestId("job-stage").innerText();
+    seen.add(s);
+    if (!seen.has(stage)) console.log("image job:", stage);
+    seen.add(stage);
+    if (s === "failed") throw new Error("the image failed: " + stage);
+    return s === "ready";
+  });
+  const states = [...seen].filter((x) => ["pending", "materializing", "capturing", "ready"].includes(x));
+  console.log("image job states seen:", states.join(" → "));
+  if (states.length < 2) throw new Error("saw only " + states.join(", ") + " of the enable's stages");
+  await shoot(page, cfg.artifacts, "image");
+  await page.goto(base + "/images");
+  await page.getByTestId("image-list").waitFor();
+  await shoot(page, cfg.artifacts, "images");
+
+  step("the operator pages");
+  for (const [path, name, heading] of [
+    ["/harnesses", "harnesses", "Harnesses"],
+    ["/secrets", "secrets", "Secrets"],
+    ["/hosts", "hosts", "Hosts"],
+  ]) {
+    await page.goto(base + path);
+    await page.getByRole("heading", { name: heading, exact: true }).waitFor();
+    await page.waitForTimeout(300);
+    await shoot(page, cfg.artifacts, name);
+  }
+
+  step("sign out: the login page");
+  await page.getByRole("button", { name: "Sign out" }).click();
+  await page.getByLabel("API token").waitFor();
+  await shoot(page, cfg.artifacts, "login");
+  if (errors.length > 0) throw new Error("page errors: " + errors.join("; "));
+  console.log("dashboard: every step passed");
+} catch (e) {
+  await page.screenshot({ path: cfg.artifacts + "/failure.png", fullPage: true }).catch(() => undefined);
+  console.error("FAILED:", e.message);
+  process.exitCode = 1;
+} finally {
+  await browser.close();
+}

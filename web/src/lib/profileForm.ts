@@ -1,0 +1,63 @@
+// A profile spec as editable text fields, and back.
+import type { ProfileSpec } from "../api/types";
+
+export type Form = {
+  name: string;
+  image: string;
+  harness: string;
+  model: string;
+  mode: string;
+  repos: string; // one per line: URL [credential] [ref=REF]
+  egress: string; // one per line
+  env: string; // KEY=VALUE per line
+  credentials: string[];
+  idle: string;
+};
+
+export function toForm(name: string, s?: ProfileSpec): Form {
+  return {
+    name,
+    image: s?.image ?? "",
+    harness: s?.harness ?? "",
+    model: s?.model ?? "",
+    mode: s?.mode ?? "",
+    repos: (s?.repos ?? []).map((r) => [r.url, r.credential ?? "", r.ref ? "ref=" + r.ref : ""].filter(Boolean).join(" ")).join("\n"),
+    egress: (s?.egress ?? []).join("\n"),
+    env: Object.entries(s?.env ?? {})
+      .map(([k, v]) => k + "=" + v)
+      .join("\n"),
+    credentials: s?.credentials ?? [],
+    idle: s?.idle_timeout_s ? String(s.idle_timeout_s) : "",
+  };
+}
+
+const lines = (t: string) =>
+  t
+    .split("\n")
+    .map((l) => l.trim())
+    .filter(Boolean);
+
+export function toSpec(f: Form): ProfileSpec {
+  const spec: ProfileSpec = { image: f.image, harness: f.harness };
+  if (f.model) spec.model = f.model;
+  if (f.mode) spec.mode = f.mode;
+  const repos = lines(f.repos).map((l) => {
+    const [url, ...rest] = l.split(/\s+/);
+    const ref = rest.find((x) => x.startsWith("ref="))?.slice(4);
+    const credential = rest.find((x) => !x.startsWith("ref="));
+    return { url, ...(credential ? { credential } : {}), ...(ref ? { ref } : {}) };
+  });
+  if (repos.length) spec.repos = repos;
+  const egress = lines(f.egress);
+  if (egress.length) spec.egress = egress;
+  const env: Record<string, string> = {};
+  for (const l of lines(f.env)) {
+    const i = l.indexOf("=");
+    env[i < 0 ? l : l.slice(0, i)] = i < 0 ? "" : l.slice(i + 1);
+  }
+  if (Object.keys(env).length) spec.env = env;
+  if (f.credentials.length) spec.credentials = f.credentials;
+  const idle = parseInt(f.idle, 10);
+  if (!Number.isNaN(idle)) spec.idle_timeout_s = idle;
+  return spec;
+}

@@ -1,0 +1,77 @@
+// Harnesses: the registered bundles, and building a built-in one.
+import { useState } from "preact/hooks";
+import { get, post } from "../api/client";
+import type { Harness } from "../api/types";
+import { ago, bytes } from "../lib/format";
+import { useLoad } from "../lib/useLoad";
+import { Loading, Problem } from "../ui/Problem";
+
+export function Harnesses() {
+  const list = useLoad((s) => get<{ harnesses: Harness[] }>("/v1/harnesses", s), []);
+  const [name, setName] = useState("claude-code");
+  const [version, setVersion] = useState("");
+  const [error, setError] = useState<Error>();
+  const [busy, setBusy] = useState(false);
+  const build = async (e: Event) => {
+    e.preventDefault();
+    setBusy(true);
+    setError(undefined);
+    try {
+      await post("/v1/harnesses/build", version ? { name, version } : { name });
+      list.reload();
+    } catch (err) {
+      setError(err as Error);
+    } finally {
+      setBusy(false);
+    }
+  };
+  return (
+    <>
+      <h1>Harnesses</h1>
+      <form class="inline-form" onSubmit={build}>
+        <label for="h-name">Build</label>
+        <select id="h-name" value={name} onChange={(e) => setName(e.currentTarget.value)}>
+          <option value="claude-code">claude-code</option>
+          <option value="codex">codex</option>
+          <option value="shell">shell</option>
+        </select>
+        <label for="h-version">Version</label>
+        <input id="h-version" value={version} onInput={(e) => setVersion(e.currentTarget.value)} placeholder="latest" />
+        <button type="submit" disabled={busy}>
+          {busy ? "Building… (may take minutes)" : "Build"}
+        </button>
+      </form>
+      <Problem error={error ?? list.error} />
+      {list.loading && !list.value ? (
+        <Loading what="harnesses" />
+      ) : (
+        <table class="grid">
+          <thead>
+            <tr>
+              <th scope="col">Name</th>
+              <th scope="col">Version</th>
+              <th scope="col" class="wide">
+                Models
+              </th>
+              <th scope="col" class="wide">
+                Size
+              </th>
+              <th scope="col">Added</th>
+            </tr>
+          </thead>
+          <tbody>
+            {(list.value?.harnesses ?? []).map((h) => (
+              <tr>
+                <td>{h.name}</td>
+                <td>{h.version}</td>
+                <td class="wide">{h.models.join(", ")}</td>
+                <td class="wide">{bytes(h.size_bytes)}</td>
+                <td>{ago(h.created_at)}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+    </>
+  );
+}

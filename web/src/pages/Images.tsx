@@ -1,0 +1,116 @@
+// Images: the list with each one's state, and the enable form.
+import { useEffect, useState } from "preact/hooks";
+import { enc, get, post } from "../api/client";
+import type { EnableImageRequest, Image } from "../api/types";
+import { ago } from "../lib/format";
+import { useLoad } from "../lib/useLoad";
+import { navigate } from "../router";
+import { Loading, Problem } from "../ui/Problem";
+import { StateBadge } from "../ui/StateBadge";
+
+export function Images() {
+  const list = useLoad((s) => get<{ images: Image[] }>("/v1/images", s), []);
+  useEffect(() => {
+    const t = setInterval(list.reload, 3000);
+    return () => clearInterval(t);
+  }, [list.reload]);
+  const images = list.value?.images ?? [];
+  return (
+    <>
+      <h1>Images</h1>
+      <EnableForm />
+      <Problem error={list.error} what="Images" />
+      {list.loading && !list.value ? (
+        <Loading what="images" />
+      ) : images.length === 0 ? (
+        <p class="empty">No images enabled yet.</p>
+      ) : (
+        <table class="grid" data-testid="image-list">
+          <thead>
+            <tr>
+              <th scope="col">Name</th>
+              <th scope="col">State</th>
+              <th scope="col" class="wide">
+                Reference
+              </th>
+              <th scope="col">Changed</th>
+            </tr>
+          </thead>
+          <tbody>
+            {images.map((i) => (
+              <tr>
+                <td>
+                  <a href={"/images/" + enc(i.name)}>{i.name}</a>
+                </td>
+                <td>
+                  <StateBadge state={i.state === "pending" ? "enabling" : i.state} label="Image" />
+                  {i.last_job && i.state === "pending" && <span class="muted small"> {i.last_job.stage ?? i.last_job.state}</span>}
+                </td>
+                <td class="wide">
+                  <code>{i.ref}</code>
+                </td>
+                <td>{ago(i.updated_at)}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+    </>
+  );
+}
+
+function EnableForm() {
+  const [ref, setRef] = useState("");
+  const [name, setName] = useState("");
+  const [mem, setMem] = useState("");
+  const [disk, setDisk] = useState("");
+  const [warmup, setWarmup] = useState("");
+  const [error, setError] = useState<Error>();
+  const [busy, setBusy] = useState(false);
+  const submit = async (e: Event) => {
+    e.preventDefault();
+    setBusy(true);
+    setError(undefined);
+    const req: EnableImageRequest = { ref: ref.trim() };
+    if (name.trim()) req.name = name.trim();
+    if (mem) req.memory_mib = parseInt(mem, 10);
+    if (disk) req.disk_gib = parseInt(disk, 10);
+    if (warmup.trim()) req.warmup = warmup;
+    try {
+      const r = await post<{ image: Image }>("/v1/images", req);
+      navigate("/images/" + enc(r.image.name));
+    } catch (err) {
+      setError(err as Error);
+      setBusy(false);
+    }
+  };
+  return (
+    <details class="enable">
+      <summary>Enable an image</summary>
+      <form onSubmit={submit} class="editor">
+        <div class="row">
+          <label for="i-ref">Reference</label>
+          <input id="i-ref" value={ref} onInput={(e) => setRef(e.currentTarget.value)} placeholder="registry.example/team/image:tag" required />
+        </div>
+        <div class="row">
+          <label for="i-name">Name</label>
+          <input id="i-name" value={name} onInput={(e) => setName(e.currentTarget.value)} placeholder="derived from the reference" />
+        </div>
+        <div class="row inline">
+          <label for="i-mem">Memory (MiB)</label>
+          <input id="i-mem" inputMode="numeric" value={mem} onInput={(e) => setMem(e.currentTarget.value)} placeholder="1024" />
+          <label for="i-disk">Disk (GiB)</label>
+          <input id="i-disk" inputMode="numeric" value={disk} onInput={(e) => setDisk(e.currentTarget.value)} placeholder="4" />
+        </div>
+        <div class="row">
+          <label for="i-warmup">Warm-up command</label>
+          <textarea id="i-warmup" rows={2} value={warmup} onInput={(e) => setWarmup(e.currentTarget.value)} placeholder="run once before the base snapshot" />
+        </div>
+        <Problem error={error} what="Could not enable" />
+        <button type="submit" disabled={busy || !ref.trim()}>
+          {busy ? "Enabling…" : "Enable"}
+        </button>
+      </form>
+    </details>
+  );
+}

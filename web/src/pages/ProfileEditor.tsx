@@ -1,0 +1,161 @@
+// The profile editor: the form, and beside it the grant receipt of what
+// is typed, resolved live (before saving); problems show on their field.
+import type { ComponentChildren } from "preact";
+import { useEffect, useState } from "preact/hooks";
+import { call, enc, get } from "../api/client";
+import type { Harness, Image, ProfileResponse, Receipt, Secret } from "../api/types";
+import { byField, type Field } from "../lib/problems";
+import { toForm, toSpec, type Form } from "../lib/profileForm";
+import { useLoad } from "../lib/useLoad";
+import { navigate } from "../router";
+import { Loading, Problem } from "../ui/Problem";
+import { ReceiptView } from "../ui/Receipt";
+
+export function ProfileEditor(props: { name?: string }) {
+  const existing = useLoad((s) => (props.name ? get<ProfileResponse>("/v1/profiles/" + enc(props.name), s) : Promise.resolve(undefined)), [props.name]);
+  const images = useLoad((s) => get<{ images: Image[] }>("/v1/images", s), []);
+  const harnesses = useLoad((s) => get<{ harnesses: Harness[] }>("/v1/harnesses", s), []);
+  const secrets = useLoad((s) => get<{ secrets: Secret[] }>("/v1/secrets", s), []);
+  const [form, setForm] = useState<Form>(toForm(""));
+  const [preview, setPreview] = useState<{ receipt: Receipt; problems: string[] }>();
+  const [error, setError] = useState<Error>();
+  const [saving, setSaving] = useState(false);
+  // Problems show on a field once it was changed, or all after a save.
+  const [touched, setTouched] = useState<Set<string>>(new Set());
+  const [submitted, setSubmitted] = useState(false);
+
+  useEffect(() => {
+    if (existing.value) setForm(toForm(existing.value.profile.name, existing.value.profile.spec));
+  }, [existing.value]);
+  useEffect(() => {
+    const t = setTimeout(() => {
+      call<{ receipt: Receipt; problems: string[] }>("POST", "/v1/profiles/receipt", { spec: toSpec(form) }).then(setPreview, setError);
+    }, 250);
+    return () => clearTimeout(t);
+  }, [form]);
+
+  const set = (k: keyof Form) => (e: Event) => {
+    setForm({ ...form, [k]: (e.currentTarget as HTMLInputElement).value });
+    setTouched((t) => new Set(t).add(k));
+  };
+  const all = byField(preview?.problems ?? []);
+  const fieldOfForm: Record<string, string> = { egress: "egress", repos: "repos", env: "env", image: "image", harness: "harness", model: "model", name: "name", idle_timeout_s: "idle", credentials: "credentials" };
+  const probs = new Map([...all].filter(([f]) => submitted || !!props.name || touched.has(fieldOfForm[f] ?? f) || f === "other"));
+  const save = async (e: Event) => {
+    e.preventDefault();
+    setSubmitted(true);
+    setSaving(true);
+    setError(undefined);
+    try {
+      const r = props.name
+        ? await call<ProfileResponse>("PUT", "/v1/profiles/" + enc(props.name), { spec: toSpec(form), version: existing.value?.profile.version })
+        : await call<ProfileResponse>("POST", "/v1/profiles", { name: form.name, spec: toSpec(form) });
+      navigate("/profiles/" + enc(r.profile.name), true);
+      existing.set(r);
+    } catch (err) {
+      setError(err as Error);
+    } finally {
+      setSaving(false);
+    }
+  };
+  if (props.name && existing.loading && !existing.value) return <Loading what="the profile" />;
+  const harness = harnesses.value?.harnesses.find((h) => h.name === form.harness.split("@")[0]);
+
+  return (
+    <>
+      <h1>{props.name ? "Profile " + props.name : "New profile"}</h1>
+      <div class="split">
+        <form class="editor" onSubmit={save} noValidate>
+          {!props.name && (
+            <Row id="p-name" label="Name" problems={probs.get("name")}>
+              <input id="p-name" value={form.name} onInput={set("name")} required aria-describedby="p-name-err" />
+            </Row>
+          )}
+          <Row id="p-image" label="Image" problems={probs.get("image")}>
+            <select id="p-image" value={form.image} onChange={set("image")}>
+              <option value="">choose…</option>
+              {(images.value?.images ?? []).map((i) => (
+                <option value={i.name}>{i.name}</option>
+              ))}
+            </select>
+          </Row>
+          <Row id="p-harness" label="Harness" problems={probs.get("harness")}>
+            <select id="p-harness" value={form.harness} onChange={set("harness")}>
+              <option value="">choose…</option>
+              {(harnesses.value?.harnesses ?? []).map((h) => (
+                <option value={h.name}>
+                  {h.name} {h.version}
+                </option>
+              ))}
+            </select>
+          </Row>
+          <Row id="p-model" label="Model" problems={probs.get("model")} hint={harness?.models?.length ? "Offered: " + harness.models.join(", ") : undefined}>
+            <input id="p-model" value={form.model} onInput={set("model")} placeholder="the harness's default" />
+          </Row>
+          <Row id="p-repos" label="Repositories" problems={probs.get("repos")} hint="One per line: URL [credential] [ref=BRANCH]">
+            <textarea id="p-repos" rows={3} value={form.repos} onInput={set("repos")} />
+          </Row>
+          <Row id="p-egress" label="Allowed hosts" problems={probs.get("egress")} hint="One per line: host[:port] or *.suffix[:port]; port 443 when none">
+            <textarea id="p-egress" rows={4} value={form.egress} onInput={set("egress")} />
+          </Row>
+          <Row id="p-env" label="Environment" problems={probs.get("env")} hint="KEY=value per line (not secret)">
+            <textarea id="p-env" rows={3} value={form.env} onInput={set("env")} />
+          </Row>
+          <fieldset aria-describedby={probs.get("credentials") ? "p-creds-err" : undefined}>
+            <legend>Model credentials</legend>
+            {(secrets.value?.secrets ?? []).length === 0 && <p class="muted small">No secrets yet.</p>}
+            {(secrets.value?.secrets ?? []).map((s) => (
+              <label class="check">
+                <input
+                  type="checkbox"
+                  checked={form.credentials.includes(s.name)}
+                  onChange={(e) => {
+                    setForm({ ...form, credentials: e.currentTarget.checked ? [...form.credentials, s.name] : form.credentials.filter((c) => c !== s.name) });
+                    setTouched((t) => new Set(t).add("credentials"));
+                  }}
+                />
+                {s.name} <span class="muted small">({s.kind})</span>
+              </label>
+            ))}
+            <FieldProblems id="p-creds-err" problems={probs.get("credentials")} />
+          </fieldset>
+          <Row id="p-idle" label="Idle timeout (seconds)" problems={probs.get("idle_timeout_s")} hint="Empty: the server's default; -1: never">
+            <input id="p-idle" inputMode="numeric" value={form.idle} onInput={set("idle")} />
+          </Row>
+          <FieldProblems id="p-other" problems={probs.get("other" as Field)} />
+          <Problem error={error} what="Could not save" />
+          <button type="submit" disabled={saving}>
+            {saving ? "Saving…" : props.name ? "Save" : "Create profile"}
+          </button>
+        </form>
+        <div class="side" aria-live="polite">
+          <ReceiptView receipt={preview?.receipt} />
+        </div>
+      </div>
+    </>
+  );
+}
+
+function Row(props: { id: string; label: string; problems?: string[]; hint?: string; children: ComponentChildren }) {
+  return (
+    <div class={"row" + (props.problems ? " invalid" : "")}>
+      <label for={props.id}>{props.label}</label>
+      {props.children}
+      {props.hint && <p class="hint">{props.hint}</p>}
+      <FieldProblems id={props.id + "-err"} problems={props.problems} />
+    </div>
+  );
+}
+
+function FieldProblems(props: { id: string; problems?: string[] }) {
+  if (!props.problems?.length) return null;
+  return (
+    <div role="alert" id={props.id}>
+      <ul class="field-problems">
+        {props.problems.map((p) => (
+          <li>{p}</li>
+        ))}
+      </ul>
+    </div>
+  );
+}

@@ -1,0 +1,93 @@
+// Secrets: names, kinds and who uses them (never their values), adding
+// and deleting.
+import { useState } from "preact/hooks";
+import { del, enc, get, post } from "../api/client";
+import type { Secret } from "../api/types";
+import { ago } from "../lib/format";
+import { useLoad } from "../lib/useLoad";
+import { Loading, Problem } from "../ui/Problem";
+
+const kinds = ["anthropic_api_key", "openai_api_key", "git_https", "github_app", "generic"];
+
+export function Secrets() {
+  const list = useLoad((s) => get<{ secrets: Secret[] }>("/v1/secrets", s), []);
+  const [name, setName] = useState("");
+  const [kind, setKind] = useState(kinds[0]);
+  const [value, setValue] = useState("");
+  const [baseURL, setBaseURL] = useState("");
+  const [error, setError] = useState<Error>();
+  const add = async (e: Event) => {
+    e.preventDefault();
+    setError(undefined);
+    try {
+      await post("/v1/secrets", { name, kind, value, meta: baseURL ? { base_url: baseURL } : {} });
+      setName("");
+      setValue("");
+      list.reload();
+    } catch (err) {
+      setError(err as Error);
+    }
+  };
+  return (
+    <>
+      <h1>Secrets</h1>
+      <form class="editor" onSubmit={add}>
+        <div class="row inline">
+          <label for="s-name">Name</label>
+          <input id="s-name" value={name} onInput={(e) => setName(e.currentTarget.value)} required />
+          <label for="s-kind">Kind</label>
+          <select id="s-kind" value={kind} onChange={(e) => setKind(e.currentTarget.value)}>
+            {kinds.map((k) => (
+              <option value={k}>{k}</option>
+            ))}
+          </select>
+        </div>
+        <div class="row">
+          <label for="s-value">Value</label>
+          <input id="s-value" type="password" autocomplete="off" value={value} onInput={(e) => setValue(e.currentTarget.value)} required />
+          <p class="hint">Sealed at rest; never shown again.</p>
+        </div>
+        <div class="row">
+          <label for="s-base">Base URL</label>
+          <input id="s-base" value={baseURL} onInput={(e) => setBaseURL(e.currentTarget.value)} placeholder="the provider's API" />
+        </div>
+        <Problem error={error} what="Could not add" />
+        <button type="submit">Add secret</button>
+      </form>
+      {list.loading && !list.value ? (
+        <Loading what="secrets" />
+      ) : (
+        <table class="grid">
+          <thead>
+            <tr>
+              <th scope="col">Name</th>
+              <th scope="col">Kind</th>
+              <th scope="col" class="wide">
+                Used by
+              </th>
+              <th scope="col">Added</th>
+              <th scope="col">
+                <span class="sr-only">Actions</span>
+              </th>
+            </tr>
+          </thead>
+          <tbody>
+            {(list.value?.secrets ?? []).map((s) => (
+              <tr>
+                <td>{s.name}</td>
+                <td>{s.kind}</td>
+                <td class="wide">{(s.used_by ?? []).join(", ")}</td>
+                <td>{ago(s.created_at)}</td>
+                <td>
+                  <button class="quiet danger" onClick={() => confirm("Delete secret " + s.name + "?") && del("/v1/secrets/" + enc(s.name)).then(list.reload, setError)}>
+                    Delete
+                  </button>
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+    </>
+  );
+}

@@ -1,0 +1,137 @@
+// A session: state, host, ops, snapshots and lifecycle events live, a
+// terminal, and suspend, resume and delete.
+import { useState } from "preact/hooks";
+import { call, enc, get } from "../api/client";
+import type { Session as SessionT, SessionEvent } from "../api/types";
+import { ago, short } from "../lib/format";
+import { useLoad } from "../lib/useLoad";
+import { useSession } from "../lib/useSession";
+import { navigate } from "../router";
+import { Problem } from "../ui/Problem";
+import { StateBadge } from "../ui/StateBadge";
+import { Tabs } from "../ui/Tabs";
+import { lazy } from "../ui/Lazy";
+
+const Terminal = lazy(() => import("./Terminal").then((m) => m.Terminal), "the terminal");
+
+const tabs = [
+  { id: "overview", label: "Overview" },
+  { id: "terminal", label: "Terminal" },
+];
+
+export function Session(props: { id: string; tab: string }) {
+  const [events, setEvents] = useState<SessionEvent[]>([]);
+  const live = useSession(props.id, (e) => setEvents((es) => (es.some((x) => x.seq === e.seq) ? es : [e, ...es].slice(0, 200))));
+  const detail = useLoad((s) => get<SessionT>("/v1/sessions/" + enc(props.id), s), [props.id, live?.state, live?.epoch]);
+  const [error, setError] = useState<Error>();
+  const [busy, setBusy] = useState("");
+  const s = detail.value ?? live;
+  const act = async (what: string, method: "POST" | "DELETE", path: string) => {
+    setBusy(what);
+    setError(undefined);
+    try {
+      await call(method, "/v1/sessions/" + enc(props.id) + path + "?wait=false");
+      detail.reload();
+    } catch (e) {
+      setError(e as Error);
+    } finally {
+      setBusy("");
+    }
+  };
+  const tab = tabs.some((t) => t.id === props.tab) ? props.tab : "overview";
+  return (
+    <>
+      <div class="head">
+        <h1 class="title">
+          Session <code>{short(props.id)}</code>
+        </h1>
+        <div class="states">
+          <StateBadge state={s?.state} label="Session" />
+          <button onClick={() => act("suspend", "POST", "/suspend")} disabled={!!busy || s?.state !== "active"}>
+            Suspend
+          </button>
+          <button onClick={() => act("resume", "POST", "/resume")} disabled={!!busy || s?.state !== "idle"}>
+            Resume
+          </button>
+          <button class="danger" onClick={() => confirm("Delete this session and its snapshots?") && act("delete", "DELETE", "")} disabled={!!busy}>
+            Delete
+          </button>
+        </div>
+      </div>
+      <Problem error={error ?? detail.error} />
+      <Tabs tabs={tabs} current={tab} onSelect={(t) => navigate("/sessions/" + enc(props.id) + (t === "overview" ? "" : "?tab=" + t), true)} />
+      <div role="tabpanel" id={"panel-" + tab} aria-labelledby={"tab-" + tab}>
+        {tab === "terminal" && <Terminal sessionId={props.id} />}
+        {tab === "overview" && s && (
+          <div class="cols">
+            <section>
+              <h2>Details</h2>
+              <dl class="facts">
+                <dt>Host</dt>
+                <dd>{s.host_id ? <a href={"/hosts/" + enc(s.host_id)}>{s.host_id}</a> : "none (idle sessions hold no host)"}</dd>
+                <dt>Image</dt>
+                <dd>{s.spec.image ?? "default"}</dd>
+                <dt>Epoch</dt>
+                <dd>{s.epoch}</dd>
+                <dt>Last activity</dt>
+                <dd>{ago(s.last_activity)}</dd>
+                {s.reason && (
+                  <>
+                    <dt>Reason</dt>
+                    <dd>{s.reason}</dd>
+                  </>
+                )}
+              </dl>
+              <h2>Snapshots</h2>
+              {(s.snapshots ?? []).length === 0 ? (
+                <p class="muted">None yet.</p>
+              ) : (
+                <ul>
+                  {(s.snapshots ?? []).map((sn) => (
+                    <li>
+                      <code>{short(sn.id)}</code> {ago(sn.created_at)}
+                    </li>
+                  ))}
+                </ul>
+              )}
+            </section>
+            <section>
+              <h2>Ops</h2>
+              <table class="grid">
+                <thead>
+                  <tr>
+                    <th scope="col">Kind</th>
+                    <th scope="col">State</th>
+                    <th scope="col">Epoch</th>
+                    <th scope="col">When</th>
+                  </tr>
+                </thead>
+                <tbody>
+                  {[...(s.ops ?? [])].reverse().map((o) => (
+                    <tr>
+                      <td>{o.kind}</td>
+                      <td>
+                        {o.state}
+                        {o.error && <div class="problem small">{o.error}</div>}
+                      </td>
+                      <td>{o.epoch}</td>
+                      <td>{ago(o.updated_at)}</td>
+                    </tr>
+                  ))}
+                </tbody>
+              </table>
+              <h2>Live events</h2>
+              <ol class="events" aria-live="polite">
+                {events.map((e) => (
+                  <li>
+                    <code>{e.type}</code> <span class="muted small">{ago(e.time)}</span>
+                  </li>
+                ))}
+              </ol>
+            </section>
+          </div>
+        )}
+      </div>
+    </>
+  );
+}

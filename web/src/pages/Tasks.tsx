@@ -1,0 +1,101 @@
+// The task list: status, profile, title and last activity, with search
+// and filters, refreshed while open.
+import { useEffect, useMemo, useState } from "preact/hooks";
+import { enc, get, q } from "../api/client";
+import type { Profile, Task } from "../api/types";
+import { ago } from "../lib/format";
+import { useLoad } from "../lib/useLoad";
+import { Loading, Problem } from "../ui/Problem";
+import { StateBadge } from "../ui/StateBadge";
+
+const states = ["", "starting", "running", "idle", "stopped", "failed"];
+
+export function Tasks() {
+  const [state, setState] = useState("");
+  const [profile, setProfile] = useState("");
+  const [search, setSearch] = useState("");
+  const tasks = useLoad((s) => get<{ tasks: Task[] }>("/v1/tasks" + q({ state, profile }), s), [state, profile]);
+  const profiles = useLoad((s) => get<{ profiles: Profile[] }>("/v1/profiles", s), []);
+  useEffect(() => {
+    const t = setInterval(tasks.reload, 4000);
+    return () => clearInterval(t);
+  }, [tasks.reload]);
+  const names = useMemo(() => new Map((profiles.value?.profiles ?? []).map((p) => [p.id, p.name])), [profiles.value]);
+  const shown = useMemo(() => {
+    const needle = search.trim().toLowerCase();
+    const all = [...(tasks.value?.tasks ?? [])].sort((a, b) => b.updated_at.localeCompare(a.updated_at));
+    return needle ? all.filter((t) => t.title.toLowerCase().includes(needle) || t.id.includes(needle)) : all;
+  }, [tasks.value, search]);
+
+  return (
+    <>
+      <div class="head">
+        <h1>Tasks</h1>
+        <a class="button" href="/tasks/new">
+          Start a task
+        </a>
+      </div>
+      <div class="filters" role="search">
+        <label>
+          Search
+          <input type="search" value={search} onInput={(e) => setSearch(e.currentTarget.value)} placeholder="Title or id" />
+        </label>
+        <label>
+          State
+          <select value={state} onChange={(e) => setState(e.currentTarget.value)}>
+            {states.map((s) => (
+              <option value={s}>{s || "any"}</option>
+            ))}
+          </select>
+        </label>
+        <label>
+          Profile
+          <select value={profile} onChange={(e) => setProfile(e.currentTarget.value)}>
+            <option value="">any</option>
+            {(profiles.value?.profiles ?? []).map((p) => (
+              <option value={p.name}>{p.name}</option>
+            ))}
+          </select>
+        </label>
+      </div>
+      <Problem error={tasks.error} what="Tasks" />
+      {tasks.loading && !tasks.value ? (
+        <Loading what="tasks" />
+      ) : shown.length === 0 ? (
+        <p class="empty">
+          No tasks yet. <a href="/tasks/new">Start one</a>.
+        </p>
+      ) : (
+        <table class="grid" data-testid="task-list">
+          <thead>
+            <tr>
+              <th scope="col">Status</th>
+              <th scope="col">Title</th>
+              <th scope="col" class="wide">
+                Profile
+              </th>
+              <th scope="col">Last activity</th>
+            </tr>
+          </thead>
+          <tbody>
+            {shown.map((t) => (
+              <tr>
+                <td>
+                  <StateBadge state={t.state} label="Task" />
+                </td>
+                <td>
+                  <a href={"/tasks/" + enc(t.id)}>{t.title}</a>
+                  {t.error && <div class="problem small">{t.error}</div>}
+                </td>
+                <td class="wide">{names.get(t.profile_id) ?? t.profile_id.slice(0, 8)}</td>
+                <td>
+                  <time dateTime={t.updated_at}>{ago(t.updated_at)}</time>
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+    </>
+  );
+}

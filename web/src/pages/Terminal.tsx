@@ -1,0 +1,69 @@
+// A terminal in a session: xterm.js over the exec WebSocket with a PTY
+// (a login shell), resized with its container.
+import { FitAddon } from "@xterm/addon-fit";
+import { Terminal as XTerm } from "@xterm/xterm";
+import "@xterm/xterm/css/xterm.css";
+import { useEffect, useRef, useState } from "preact/hooks";
+import { token } from "../api/auth";
+import { enc } from "../api/client";
+
+const stdin = 0;
+
+export function Terminal(props: { sessionId: string; dir?: string }) {
+  const box = useRef<HTMLDivElement>(null);
+  const [status, setStatus] = useState("connecting…");
+  useEffect(() => {
+    const el = box.current;
+    if (!el) return;
+    const term = new XTerm({ cursorBlink: true, fontSize: 13, convertEol: false, scrollback: 5000 });
+    const fit = new FitAddon();
+    term.loadAddon(fit);
+    term.open(el);
+    fit.fit();
+    const url = location.origin.replace(/^http/, "ws") + "/v1/sessions/" + enc(props.sessionId) + "/exec/ws";
+    const ws = new WebSocket(url, ["engrams.v1", "bearer." + (token() ?? "")]);
+    ws.binaryType = "arraybuffer";
+    const enc8 = new TextEncoder();
+    const frame = (ch: number, data: Uint8Array) => {
+      const b = new Uint8Array(data.length + 1);
+      b[0] = ch;
+      b.set(data, 1);
+      return b;
+    };
+    ws.onopen = () => {
+      ws.send(JSON.stringify({ argv: ["/bin/sh", "-c", "exec bash -l 2>/dev/null || exec sh -l"], tty: true, stdin: true, rows: term.rows, cols: term.cols, dir: props.dir }));
+      setStatus("connected");
+      term.focus();
+    };
+    ws.onmessage = (m) => {
+      if (typeof m.data === "string") {
+        const c = JSON.parse(m.data) as { type: string; exit_code?: number; error?: string };
+        if (c.type === "exit") setStatus(c.error ? "ended: " + c.error : "exited with " + c.exit_code);
+        return;
+      }
+      const b = new Uint8Array(m.data as ArrayBuffer);
+      if (b.length > 1 && b[0] !== stdin) term.write(b.subarray(1));
+    };
+    ws.onclose = () => setStatus((s) => (s === "connected" ? "disconnected" : s));
+    ws.onerror = () => setStatus("could not connect");
+    const data = term.onData((d) => ws.readyState === WebSocket.OPEN && ws.send(frame(stdin, enc8.encode(d))));
+    const resize = term.onResize(({ rows, cols }) => ws.readyState === WebSocket.OPEN && ws.send(JSON.stringify({ type: "resize", rows, cols })));
+    const ro = new ResizeObserver(() => fit.fit());
+    ro.observe(el);
+    return () => {
+      ro.disconnect();
+      data.dispose();
+      resize.dispose();
+      ws.close();
+      term.dispose();
+    };
+  }, [props.sessionId, props.dir]);
+  return (
+    <div class="terminal">
+      <p class="muted small" role="status" data-testid="terminal-status">
+        Terminal: {status}
+      </p>
+      <div ref={box} class="term" data-testid="terminal" />
+    </div>
+  );
+}
