@@ -124,7 +124,7 @@ export function Session(props: { id: string; tab: string }) {
               <ol class="events" aria-live="polite">
                 {events.map((e) => (
                   <li>
-                    <code>{e.type}</code> <span class="muted small">{ago(e.time)}</span>
+                    <code>{e.type}</code> {describe(e)} <span class="muted small">{ago(e.time)}</span>
                   </li>
                 ))}
               </ol>
@@ -134,4 +134,13 @@ export function Session(props: { id: string; tab: string }) {
       </div>
     </>
   );
+}
+
+/** describe says what a lifecycle event did, for the ones that say. */
+function describe(e: SessionEvent): string {
+  const d = (e.data ?? {}) as Record<string, unknown>;
+  if (e.type === "state" && typeof d.from === "string" && typeof d.to === "string") {
+    return d.from + " → " + d.to + (typeof d.event === "string" ? " (" + d.event + ")" : "") + (typeof d.reason === "string" ? ": " + d.reason : "");
+  }
+  return "";
 }

@@ -52,10 +52,10 @@ export function Task(props: { id: string; tab: string }) {
       <div class="head">
         <h1 class="title">{task?.title ?? "Task"}</h1>
         <div class="states">
-          <StateBadge state={task?.state} label="Task" />
+          <StateBadge state={task?.state} label="Task" prefix />
           {task?.session_id && (
             <a href={"/sessions/" + enc(task.session_id)} data-testid="session-badge">
-              <StateBadge state={session?.state} label="Session" />
+              <StateBadge state={session?.state} label="Session" prefix />
             </a>
           )}
           {!stopped && task && (

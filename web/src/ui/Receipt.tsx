@@ -41,7 +41,9 @@ export function ReceiptView(props: { receipt?: Receipt; problems?: string[] }) {
               <th scope="col">Host</th>
               <th scope="col">Via</th>
               <th scope="col">Enforced on</th>
-              <th scope="col">Why</th>
+              <th scope="col" class="wide">
+                Why
+              </th>
             </tr>
           </thead>
           <tbody>
@@ -52,7 +54,7 @@ export function ReceiptView(props: { receipt?: Receipt; problems?: string[] }) {
                 </td>
                 <td>{h.reachable ? (h.via ?? "proxy") : "not reachable"}</td>
                 <td>{h.enforced_on && h.enforced_on.length > 0 ? h.enforced_on.join(", ") : "nowhere"}</td>
-                <td>{h.why}</td>
+                <td class="wide">{h.why}</td>
               </tr>
             ))}
           </tbody>

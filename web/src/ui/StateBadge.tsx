@@ -20,11 +20,12 @@ const tone: Record<string, string> = {
   deleting: "busy",
 };
 
-export function StateBadge(props: { state?: string; label?: string }) {
+export function StateBadge(props: { state?: string; label?: string; prefix?: boolean }) {
   const s = props.state ?? "unknown";
   const word = s.charAt(0).toUpperCase() + s.slice(1);
   return (
     <span class={"badge " + (tone[s] ?? "off")} data-state={s} aria-label={(props.label ?? "State") + ": " + word}>
+      {props.prefix && props.label ? <span class="badge-label">{props.label} </span> : null}
       {word}
     </span>
   );
