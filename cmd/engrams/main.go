@@ -15,6 +15,10 @@ var version = "dev"
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	root := cli.NewRoot(cli.Options{HostAgent: hostRunCmd()}, serverCmd(), devCmd(), secretsKeyCmd())
+	opts := cli.Options{HostAgent: hostRunCmd()}
+	if version != "dev" {
+		opts.Version = version
+	}
+	root := cli.NewRoot(opts, serverCmd(), devCmd(), secretsKeyCmd())
 	os.Exit(cli.Execute(ctx, root))
 }

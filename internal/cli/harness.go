@@ -289,15 +289,16 @@ func (a harnessCmds) harnessListCmd() *cobra.Command {
 
 func (a harnessCmds) harnessShowCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "show NAME[@VERSION]",
-		Short: "Show a harness: models, modes, credentials, hosts, requirements",
+		Use:     "get NAME[@VERSION]",
+		Aliases: []string{"show"},
+		Short:   "Show a harness: models, modes, credentials, hosts, requirements",
 		Long: `Show a registered harness (the newest version unless @VERSION is given):
 its protocol and entrypoint, the models and modes a profile may pick (the
 first is the default; * admits any model), the credentials it needs (by
 kind; a profile names a secret of each), the hosts it talks to and what it
 needs of an image.`,
-		Example: `  engrams harness show claude-code
-  engrams harness show codex@0.171.0 --json`,
+		Example: `  engrams harness get claude-code
+  engrams harness get codex@0.171.0 --json`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, version, _ := strings.Cut(args[0], "@")

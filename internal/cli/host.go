@@ -72,8 +72,9 @@ listed.`,
 
 func (a hostCmds) hostGetCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "get NAME|ID",
-		Short: "Show a host, its capacity and why it uses its VM backend",
+		Use:     "get NAME|ID",
+		Aliases: []string{"show"},
+		Short:   "Show a host, its capacity and why it uses its VM backend",
 		Long: `Show a host: its facts (CPU, kernel, agent version), capacity and use, the
 snapshots whose chunks it caches (resumes of those prefer it), the VM
 backend it runs sessions with and why that one was chosen, and every

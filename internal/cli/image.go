@@ -325,8 +325,9 @@ func jobSummary(j *apiv1.ImageJob) string {
 
 func (a imageCmds) imageGetCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "get NAME",
-		Short: "Show an image, its settings and its last job",
+		Use:     "get NAME",
+		Aliases: []string{"show"},
+		Short:   "Show an image, its settings and its last job",
 		Long: `Show an image: its state, reference and digest, who it pulls as (never
 the secret), its base snapshot and the host facts sessions must match, the
 hosts that cache it, the settings its sessions run with, and its last job

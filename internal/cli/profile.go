@@ -23,13 +23,13 @@ func (a profileCmds) profileCmd() *cobra.Command {
 		`A profile is the recipe a task starts from: the image its VM starts from,
 the harness (agent) and its model and mode, the repositories cloned for it,
 its environment, the credentials it may use and the skills and apps it has.
-Everything it names is checked when it is saved, and `+"`engrams profile show`"+`
+Everything it names is checked when it is saved, and `+"`engrams profile get`"+`
 prints the grant receipt: what a task started from it can do and reach,
 and how each credential is delivered.`)
 	cmd.Aliases = []string{"profiles"}
 	cmd.Annotations = map[string]string{
 		annNotFound: "list profiles with `engrams profile list`",
-		annConflict: "the profile changed or its name is taken: check it with `engrams profile show NAME`",
+		annConflict: "the profile changed or its name is taken: check it with `engrams profile get NAME`",
 	}
 	cmd.AddCommand(a.profileCreateCmd(), a.profileListCmd(), a.profileShowCmd(), a.profileEditCmd(), a.profileDeleteCmd())
 	return cmd
@@ -44,7 +44,7 @@ type profileFlags struct {
 func (f *profileFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.image, "image", "", "the enabled image `NAME` tasks start from")
 	fl.StringVar(&f.harness, "harness", "", "the `HARNESS`: NAME (the newest registered) or NAME@VERSION")
-	fl.StringVar(&f.model, "model", "", "the `MODEL` (default: the harness's first; see engrams harness show)")
+	fl.StringVar(&f.model, "model", "", "the `MODEL` (default: the harness's first; see engrams harness get)")
 	fl.StringVar(&f.mode, "mode", "", "the harness's `MODE` (default: its first)")
 	fl.StringArrayVar(&f.repos, "repo", nil, "a repository `URL[#REF][=PATH]` to clone (repeatable; PATH defaults to the URL's last element without .git)")
 	fl.StringArrayVar(&f.repoCreds, "repo-credential", nil, "`PATH=SECRET`: clone the repo at PATH with this git_https or github_app secret (repeatable)")
@@ -239,7 +239,7 @@ needs (and every kind it needs is given), repo credentials are git_https
 or github_app secrets for the repo's host (a GitHub App's repos on one
 account), repo paths are unique, env names are valid and not the harness's
 credential variables, hosts and apps are well formed. On success it prints
-the grant receipt (see ` + "`engrams profile show`" + `).
+the grant receipt (see ` + "`engrams profile get`" + `).
 
 ` + profileFlagsHelp,
 		Example: `  engrams profile create reviewer --image python --harness claude-code --credential anthropic \
@@ -359,8 +359,9 @@ func (a profileCmds) profileListCmd() *cobra.Command {
 
 func (a profileCmds) profileShowCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "show NAME",
-		Short: "Show a profile's grant receipt: what its tasks can do and reach",
+		Use:     "get NAME",
+		Aliases: []string{"show"},
+		Short:   "Show a profile's grant receipt: what its tasks can do and reach",
 		Long: `Show what a task started from the profile gets, resolved now: the image
 (and its digest), the harness version it resolves to, the model and mode,
 its powers in plain words, every host it names and whether the task can
@@ -368,8 +369,8 @@ reach it (and whether that is enforced), each credential and how it is
 delivered, its repos, env names, skills and apps. Problems (something it
 names was deleted or changed) are listed first: tasks cannot start until
 they are fixed. --json prints the profile, receipt and problems.`,
-		Example: `  engrams profile show reviewer
-  engrams profile show reviewer --json | jq .receipt.hosts`,
+		Example: `  engrams profile get reviewer
+  engrams profile get reviewer --json | jq .receipt.hosts`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.client()
@@ -536,7 +537,7 @@ func printGrants(w io.Writer, rc apiv1.Receipt, profile string) {
 		terms = append(terms, "NOT enforced on "+strings.Join(off, ", "))
 	}
 	if len(terms) > 0 {
-		fmt.Fprintf(w, "egress: %s (see `engrams profile show %s`)\n", strings.Join(terms, "; "), profile)
+		fmt.Fprintf(w, "egress: %s (see `engrams profile get %s`)\n", strings.Join(terms, "; "), profile)
 	}
 	hosts := make([]string, 0, len(rc.Hosts))
 	for _, h := range rc.Hosts {

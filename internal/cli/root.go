@@ -85,7 +85,7 @@ config directory).`,
   engrams session delete $id`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
-		Args:          usageArgs(cobra.NoArgs),
+		Args:          subcommandArgs,
 		RunE:          func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	if _, tty := a.terminalFD(a.opts.Stderr); tty {
@@ -109,6 +109,7 @@ config directory).`,
 	root.AddCommand(sessionCmds{a}.sessionCmd(), imageCmds{a}.imageCmd(), taskCmds{a}.taskCmd(), host, tokenCmds{a}.tokenCmd(), a.versionCmd())
 	root.AddCommand(profileCmds{a}.profileCmd(), harnessCmds{a}.harnessCmd(), secretCmds{a}.secretCmd())
 	root.AddCommand(extra...)
+	a.addCompletions(root)
 	return root
 }
 
@@ -141,12 +142,42 @@ func withDefaults(o Options) Options {
 		o.PollInterval = time.Second
 	}
 	if o.Version == "" {
-		o.Version = "(devel)"
-		if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-			o.Version = bi.Main.Version
-		}
+		bi, _ := debug.ReadBuildInfo()
+		o.Version = buildVersion(bi)
 	}
 	return o
+}
+
+// buildVersion says which build this binary is: its module version, else
+// "(devel)", with the commit it was built from (and whether the tree had
+// changes), the commit's time and the Go version.
+func buildVersion(bi *debug.BuildInfo) string {
+	if bi == nil {
+		return "(devel)"
+	}
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	set := map[string]string{}
+	for _, s := range bi.Settings {
+		set[s.Key] = s.Value
+	}
+	// A module version (a tag, or Go's pseudo-version of the commit) says
+	// which commit already.
+	if rev := set["vcs.revision"]; rev != "" && v == "(devel)" {
+		v += " commit " + rev[:min(12, len(rev))]
+		if set["vcs.modified"] == "true" {
+			v += "+changes"
+		}
+	}
+	if t := set["vcs.time"]; t != "" && strings.HasPrefix(v, "(devel)") {
+		v += " of " + t
+	}
+	if bi.GoVersion != "" {
+		v += ", " + bi.GoVersion
+	}
+	return v
 }
 
 // client resolves the URL and token (flags, then env, then the config
@@ -231,6 +262,9 @@ func Execute(ctx context.Context, root *cobra.Command) int {
 		msg = cleanText(msg) // errors quote what guests, images and hosts said
 	}
 	fmt.Fprintf(w, "error: %s\n", msg)
+	if s := flagSuggestion(cmd, err); s != "" {
+		fmt.Fprintf(w, "hint: %s\n", s)
+	}
 	if hint := hintFor(cmd, err, code == 2); hint != "" {
 		fmt.Fprintf(w, "hint: %s\n", hint)
 	}
@@ -303,7 +337,7 @@ func group(use, short, long string) *cobra.Command {
 		Use:   use,
 		Short: short,
 		Long:  long,
-		Args:  usageArgs(cobra.NoArgs),
+		Args:  subcommandArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 }

@@ -29,7 +29,7 @@ resumed transparently, on any compatible host, when you use it again.`)
 	}
 	cmd.AddCommand(a.sessionCreateCmd(), a.sessionListCmd(), a.sessionGetCmd(),
 		a.sessionExecCmd(), a.sessionLogsCmd(), a.sessionEgressCmd(), a.sessionDeleteCmd(),
-		a.sessionSuspendCmd(), a.sessionResumeCmd(), a.sessionSnapshotCmd(), a.sessionOutboxCmd())
+		a.sessionSuspendCmd(), a.sessionResumeCmd(), a.sessionSnapshotCmd(), a.sessionOutboxCmd(), a.sessionCpCmd())
 	return cmd
 }
 
@@ -174,8 +174,9 @@ func memory(mib int) string {
 
 func (a sessionCmds) sessionGetCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "get ID",
-		Short: "Show a session, its operations and snapshots",
+		Use:     "get ID",
+		Aliases: []string{"show"},
+		Short:   "Show a session, its operations and snapshots",
 		Long: `Show a session: its state, host, spec, head snapshot and last activity, the
 op log of its lifecycle operations (create, resume, evict, snapshot,
 destroy, move, recover) with their errors, and its snapshot history

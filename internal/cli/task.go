@@ -21,7 +21,7 @@ resumes: `+"`engrams task send`"+` resumes a suspended session transparently.`)
 	cmd.Aliases = []string{"tasks", "t"}
 	cmd.Annotations = map[string]string{
 		annNotFound: "list tasks with `engrams task list`",
-		annConflict: "the task is not in a state that allows this; check it with `engrams task show ID`",
+		annConflict: "the task is not in a state that allows this; check it with `engrams task get ID`",
 	}
 	cmd.AddCommand(a.taskStartCmd(), a.taskListCmd(), a.taskShowCmd(), a.taskSendCmd(), a.taskDiffCmd(),
 		a.taskStopCmd(), a.taskFilesCmd())
@@ -123,11 +123,12 @@ func cut(s string, n int) string {
 func (a taskCmds) taskShowCmd() *cobra.Command {
 	var follow bool
 	cmd := &cobra.Command{
-		Use:   "show ID",
-		Short: "Show a task and its conversation",
-		Example: `  engrams task show 0193f2a1-...
-  engrams task show 0193f2a1-... --follow
-  engrams task show 0193f2a1-... --json | jq '.events[] | select(.type=="tool_call")'`,
+		Use:     "get ID",
+		Aliases: []string{"show"},
+		Short:   "Show a task and its conversation",
+		Example: `  engrams task get 0193f2a1-...
+  engrams task get 0193f2a1-... --follow
+  engrams task get 0193f2a1-... --json | jq '.events[] | select(.type=="tool_call")'`,
 		Long: `Show a task: its state, session and the conversation so far (prompts,
 the agent's text, tool calls and results, files changed, usage, errors).
 --follow keeps streaming until the agent is done with the latest prompt.

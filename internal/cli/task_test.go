@@ -290,7 +290,7 @@ const t1Conversation = `06:00:01   [session s1]
 
 // startGrants is what `task start` says on stderr of the fake's receipt:
 // which backends enforce its egress, and how each host is reached.
-const startGrants = "egress: enforced on qemu, firecracker; NOT enforced on process (see `engrams profile show go`)\n" +
+const startGrants = "egress: enforced on qemu, firecracker; NOT enforced on process (see `engrams profile get go`)\n" +
 	"reaches: api.anthropic.com:443 (gateway), github.com (brokered), pypi.org (proxy)\n"
 
 func TestTaskCommands(t *testing.T) {
@@ -341,7 +341,7 @@ func TestTaskCommands(t *testing.T) {
 			stdout: "06:00:05 > then this\n06:00:06   first answer\n06:00:07   [done]\n06:00:08   [shell 1, model m]\n06:00:09   second answer\n06:00:10   [done]\n"},
 		{name: "send to a stopped task", args: []string{"task", "send", "t2", "more"}, code: 1,
 			errContain: []string{"error: send to task: not active: task t2 is stopped (HTTP 409 conflict)\n",
-				"hint: the task is not in a state that allows this; check it with `engrams task show ID`\n"}},
+				"hint: the task is not in a state that allows this; check it with `engrams task get ID`\n"}},
 		{name: "send without text", args: []string{"task", "send", "t1"}, code: 2, errContain: []string{"accepts 2 arg(s), received 1", "hint: see `engrams task send --help`"}},
 		{name: "start", args: []string{"task", "start", "--profile", "go", "add x\nand y"}, stdout: "t9\n", stderr: startGrants},
 		{name: "start json", args: []string{"task", "start", "-p", "go", "--title", "my title", "--json", "add x"},

@@ -366,6 +366,10 @@ func (s *Server) info(p string, f file) apiv1.FileInfo {
 	return apiv1.FileInfo{Name: path.Base(p), Path: p, Size: int64(len(f.data)), Mode: fmt.Sprintf("%v", modeString(uint32(m))), ModTime: BaseTime().Format(time.RFC3339)}
 }
 
+func dirInfo(p string) apiv1.FileInfo {
+	return apiv1.FileInfo{Name: path.Base(p), Path: p, Mode: "drwxr-xr-x", IsDir: true, ModTime: BaseTime().Format(time.RFC3339)}
+}
+
 func modeString(m uint32) string {
 	const rwx = "rwxrwxrwx"
 	b := []byte("-")
@@ -384,10 +388,17 @@ func (s *Server) fileList(w http.ResponseWriter, r *http.Request, id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := []apiv1.FileInfo{}
+	subdirs := map[string]bool{} // directories are implied by the files under them
 	for p, f := range s.files[id] {
-		if path.Dir(p) == dir {
+		switch rel, under := strings.CutPrefix(p, strings.TrimSuffix(dir, "/")+"/"); {
+		case path.Dir(p) == dir:
 			out = append(out, s.info(p, f))
+		case under && strings.Contains(rel, "/"):
+			subdirs[strings.SplitN(rel, "/", 2)[0]] = true
 		}
+	}
+	for d := range subdirs {
+		out = append(out, dirInfo(path.Join(dir, d)))
 	}
 	slices.SortFunc(out, func(a, b apiv1.FileInfo) int { return strings.Compare(a.Name, b.Name) })
 	writeJSON(w, 200, out)
@@ -397,7 +408,15 @@ func (s *Server) fileStat(w http.ResponseWriter, r *http.Request, id string) {
 	p := r.URL.Query().Get("path")
 	s.mu.Lock()
 	f, ok := s.files[id][p]
+	isDir := false
+	for q := range s.files[id] {
+		isDir = isDir || strings.HasPrefix(q, strings.TrimSuffix(p, "/")+"/")
+	}
 	s.mu.Unlock()
+	if !ok && isDir {
+		writeJSON(w, 200, dirInfo(p))
+		return
+	}
 	if !ok {
 		writeErr(w, 404, "not_found", "no such file")
 		return

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"os"
@@ -68,6 +70,26 @@ func artifactsDir(t *testing.T, name string) string {
 // 1280×800 and 390×844, each checked by axe-core.
 func TestDashboardInBrowser(t *testing.T) {
 	t.Parallel()
+	d := startDashboardEnv(t)
+	artifacts := artifactsDir(t, "dashboard")
+	cfg := d.config(t, artifacts)
+	cfg["enableRef"], cfg["enableName"] = d.reg.Ref("team/debian-extra", "1"), "debian-extra"
+	runBrowserScript(t, d.chromium, "dashboard.mjs", cfg, 25*time.Minute)
+	t.Logf("screenshots: %s", artifacts)
+}
+
+// dashboardEnv is `engrams dev` with a QEMU host, debian-git enabled,
+// Claude Code built, a repository, the scripted model and the profile
+// "agent" over them; debian-extra is in the registry, not enabled.
+type dashboardEnv struct {
+	dev      *devProc
+	reg      *imagetest.Registry
+	dir      string
+	chromium string
+}
+
+func startDashboardEnv(t *testing.T) *dashboardEnv {
+	t.Helper()
 	requireQEMU(t)
 	chromium := requireBrowser(t)
 	ctx := context.Background()
@@ -104,22 +126,30 @@ func TestDashboardInBrowser(t *testing.T) {
 	if _, err := c.Profiles().Create(ctx, apiv1.CreateProfileRequest{Name: "agent", Spec: spec}); err != nil {
 		t.Fatalf("create profile: %v", err)
 	}
+	return &dashboardEnv{dev: dev, reg: reg, dir: dir, chromium: chromium}
+}
 
-	artifacts := artifactsDir(t, "dashboard")
-	cfg := map[string]string{
-		"baseURL": dev.url, "loginURL": dev.loginLink(t), "cli": filepath.Join(binDir, "engrams"),
-		"cliConfig": filepath.Join(dir, "cli.json"), "artifacts": artifacts,
+// config is what web/e2e's scripts are told of the env.
+func (d *dashboardEnv) config(t *testing.T, artifacts string) map[string]string {
+	t.Helper()
+	return map[string]string{
+		"baseURL": d.dev.url, "loginURL": d.dev.loginLink(t), "cli": filepath.Join(binDir, "engrams"),
+		"cliConfig": filepath.Join(d.dir, "cli.json"), "artifacts": artifacts,
 		"profile": "agent", "image": agentImage, "prompt": "create hello.txt with hi", "firstAnswer": "Created hello.txt",
 		"changedFile": "hello.txt", "followUp": "what did you create?", "followUpAnswer": "Earlier I created hello.txt",
-		"enableRef": reg.Ref("team/debian-extra", "1"), "enableName": "debian-extra",
 	}
-	runBrowserScript(t, chromium, "dashboard.mjs", cfg, 25*time.Minute)
-	t.Logf("screenshots: %s", artifacts)
 }
 
 // runBrowserScript runs web/e2e/script with cfg (as a JSON file), its
 // output in the test's log; a non-zero exit fails the test.
 func runBrowserScript(t *testing.T, chromium, script string, cfg map[string]string, limit time.Duration) {
+	t.Helper()
+	browserScriptOutput(t, chromium, script, cfg, limit)
+}
+
+// browserScriptOutput is runBrowserScript returning the script's last
+// line of output.
+func browserScriptOutput(t *testing.T, chromium, script string, cfg map[string]string, limit time.Duration) string {
 	t.Helper()
 	raw, err := json.Marshal(cfg)
 	if err != nil {
@@ -144,10 +174,90 @@ func runBrowserScript(t *testing.T, chromium, script string, cfg map[string]stri
 	}
 	sc := bufio.NewScanner(out)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	var last string
 	for sc.Scan() {
-		t.Log(sc.Text())
+		last = sc.Text()
+		t.Log(last)
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("%s: %v (screenshots in %s)", script, err, cfg["artifacts"])
 	}
+	return last
+}
+
+// TestBenchDashboard (issue 15's figures; ENGRAMS_BENCH=1): page load to
+// the first task-list paint and Send to the answer's first text on screen,
+// 10 runs each (ENGRAMS_BENCH_RUNS), median and p95, and the production
+// bundle's size gzipped.
+func TestBenchDashboard(t *testing.T) {
+	if os.Getenv("ENGRAMS_BENCH") == "" {
+		t.Skip("benchmark: set ENGRAMS_BENCH=1 to run")
+	}
+	d := startDashboardEnv(t)
+	ctx := context.Background()
+	task, err := d.dev.c.Tasks().Start(ctx, apiv1.StartTaskRequest{Profile: "agent", Prompt: "create hello.txt with hi"})
+	if err != nil {
+		t.Fatalf("start task: %v", err)
+	}
+	waitTurn(t, d.dev.c, task.ID, 0, 10*time.Minute)
+	runs := os.Getenv("ENGRAMS_BENCH_RUNS")
+	if runs == "" {
+		runs = "10"
+	}
+	cfg := d.config(t, t.TempDir())
+	cfg["token"], cfg["taskId"], cfg["runs"] = d.dev.token(t), task.ID, runs
+	out := browserScriptOutput(t, d.chromium, "bench.mjs", cfg, 30*time.Minute)
+	var res struct{ Load, Send []float64 }
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("bench output %q: %v", out, err)
+	}
+	first, all := bundleSizes(t)
+	t.Logf("\n%-36s %8s %8s %5s\n%-36s %8.0f %8.0f %5d\n%-36s %8.0f %8.0f %5d\nbundle (gzip): first load %.1f KiB, all assets %.1f KiB",
+		"dashboard", "p50 ms", "p95 ms", "runs",
+		"page load -> first task-list paint", msPercentile(res.Load, 50), msPercentile(res.Load, 95), len(res.Load),
+		"click Send -> first answer on screen", msPercentile(res.Send, 50), msPercentile(res.Send, 95), len(res.Send),
+		float64(first)/1024, float64(all)/1024)
+}
+
+// bundleSizes gzips the built dashboard: what the first page load fetches
+// (index.html and the assets it names) and every file.
+func bundleSizes(t *testing.T) (first, all int) {
+	t.Helper()
+	root := filepath.Join("..", "dashboard", "static.gen")
+	index, err := os.ReadFile(filepath.Join(root, "index.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = filepath.WalkDir(root, func(p string, e os.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		var z bytes.Buffer
+		w := gzip.NewWriter(&z)
+		_, _ = w.Write(b)
+		_ = w.Close()
+		rel, _ := filepath.Rel(root, p)
+		all += z.Len()
+		if rel == "index.html" || bytes.Contains(index, []byte("/"+filepath.ToSlash(rel))) {
+			first += z.Len()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return first, all
+}
+
+// msPercentile is percentile over milliseconds.
+func msPercentile(ms []float64, p int) float64 {
+	ds := make([]time.Duration, len(ms))
+	for i, m := range ms {
+		ds[i] = time.Duration(m * float64(time.Millisecond))
+	}
+	return float64(percentile(ds, p)) / float64(time.Millisecond)
 }

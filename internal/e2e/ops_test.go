@@ -29,6 +29,7 @@ type devProc struct {
 	stderr string // where its stderr (logs, progress of stopping) goes
 	stdout string // where its stdout (the URL, token and dashboard login link) goes
 	c      *client.Client
+	tok    string // its API token
 	exited chan struct{}
 	err    error // of Wait, once exited is closed
 }
@@ -75,11 +76,20 @@ func startDev(t *testing.T, data, backend string, extra ...string) *devProc {
 		if err != nil || json.Unmarshal(b, &creds) != nil || creds.Token == "" {
 			return false, fmt.Sprint(err)
 		}
-		p.c = client.New(p.url, creds.Token)
+		p.c, p.tok = client.New(p.url, creds.Token), creds.Token
 		h, err := p.c.Hosts().Get(context.Background(), creds.HostID)
 		return err == nil && h.State == "ready", fmt.Sprint(h.State, err)
 	})
 	return p
+}
+
+// token is dev's API token.
+func (p *devProc) token(t *testing.T) string {
+	t.Helper()
+	if p.tok == "" {
+		t.Fatal("engrams dev has no token yet")
+	}
+	return p.tok
 }
 
 // loginLink is the dashboard login link dev printed.

@@ -99,7 +99,7 @@ func (c *Profiles) PreviewReceipt(ctx context.Context, spec apiv1.ProfileSpec) (
 // version; a profile changed since is a conflict saying so.
 func (c *Profiles) UpdateProfile(ctx context.Context, nameOrID string, spec apiv1.ProfileSpec, version int64) (ProfileView, error) {
 	if version <= 0 {
-		return ProfileView{}, fmt.Errorf("%w: version: send the version the edit was made from (see `engrams profile show %s`)", domain.ErrInvalid, nameOrID)
+		return ProfileView{}, fmt.Errorf("%w: version: send the version the edit was made from (see `engrams profile get %s`)", domain.ErrInvalid, nameOrID)
 	}
 	p, err := c.findProfile(ctx, nameOrID)
 	if err != nil {
@@ -140,7 +140,7 @@ func editable(p domain.Profile, version int64) error {
 	case !p.DeletedAt.IsZero():
 		return fmt.Errorf("%w: profile %s was deleted", store.ErrConflict, p.Name)
 	case p.Version != version:
-		return fmt.Errorf("%w: profile %s changed since version %d (it is at version %d now): read it again with `engrams profile show %s` and redo the edit",
+		return fmt.Errorf("%w: profile %s changed since version %d (it is at version %d now): read it again with `engrams profile get %s` and redo the edit",
 			store.ErrConflict, p.Name, version, p.Version, p.Name)
 	}
 	return nil
