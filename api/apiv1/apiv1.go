@@ -68,6 +68,17 @@ const HeaderSessionEpoch = "Engrams-Session-Epoch"
 // seq greater than its value are sent. The ?after= query does the same.
 const HeaderLastEventID = "Last-Event-ID"
 
+// HeaderIdempotencyKey, on a POST, makes a retry safe: the first request
+// with a key runs, and for a day the caller's later requests with it get
+// the same answer (with HeaderIdempotentReplayed: true) without running
+// again. A key reused for another route or body is 409; so is one whose
+// first request still runs. Only 2xx answers are kept; after any other a
+// retry runs again. At most 255 printable ASCII characters.
+const (
+	HeaderIdempotencyKey     = "Idempotency-Key"
+	HeaderIdempotentReplayed = "Idempotent-Replayed"
+)
+
 // Error is every non-2xx JSON body.
 type Error struct {
 	Error string `json:"error"`

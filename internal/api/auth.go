@@ -48,8 +48,17 @@ func (s *hostsRouter) auth(next http.HandlerFunc) http.Handler {
 			return
 		}
 		s.touch(r.Context(), t.ID)
-		next(w, r)
+		next(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, t.ID)))
 	})
+}
+
+// tokenKey carries the ID of the token a request was admitted with.
+type tokenKey struct{}
+
+// tokenIDFrom is the ID of the token r's context was admitted with.
+func tokenIDFrom(ctx context.Context) (string, bool) {
+	id, ok := ctx.Value(tokenKey{}).(string)
+	return id, ok
 }
 
 // wsBearer is the token a browser's WebSocket upgrade offers as the

@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -67,6 +68,10 @@ func TestProfileRoutes(t *testing.T) {
 			`"code":"bad_request"`, "profile bad has 3 problems", `image \"nope\"`, `model \"gpt\"`, "needs a credential of kind anthropic_api_key"}, nil},
 		{"unknown spec field", "POST", "/v1/profiles", `{"name":"x","spec":{"imgae":"py"}}`, 400, []string{`unknown field \"imgae\"`}, nil},
 		{"get", "GET", "/v1/profiles/rev", "", 200, []string{`"receipt":{`, `"powers":["runs as root`}, []string{"problems"}},
+		{"preview a receipt", "POST", "/v1/profiles/receipt", `{"spec":{"image":"py","harness":"claude-code","egress":["pkg.example.org"]}}`, 200,
+			[]string{`"host":"pkg.example.org","why":"listed in the profile's egress"`, `"problems":["harness claude-code@2.1.0 needs a credential`}, nil},
+		{"preview a valid spec", "POST", "/v1/profiles/receipt", `{"spec":` + spec + `}`, 200, []string{`"problems":[]`, `"host":"pypi.org"`}, nil},
+		{"preview bad JSON", "POST", "/v1/profiles/receipt", `{"spec":`, 400, []string{`"code":"bad_request"`}, nil},
 		{"list", "GET", "/v1/profiles", "", 200, []string{`"profiles":[{`, `"name":"rev"`, `"LOG_LEVEL":"debug"`}, []string{"receipt"}},
 		{"edit", "PUT", "/v1/profiles/rev", `{"version":1,"spec":{"image":"py","harness":"claude-code","model":"opus","credentials":["ant"]}}`, 200,
 			[]string{`"version":2`, `"model":"opus"`, `"repos":[]`}, nil},
@@ -99,4 +104,38 @@ func TestProfileResponseShape(t *testing.T) {
 		!r.Receipt.Hosts[0].Reachable || r.Receipt.Credentials[0].Env != "ANTHROPIC_API_KEY" || r.Receipt.Credentials[0].SecretID == "" {
 		t.Errorf("answer %+v", r)
 	}
+}
+
+// TestIdempotencyKey: a POST retried with its Idempotency-Key is answered
+// again without running again; the key reused for another body is 409.
+func TestIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	a := newAgentAPI(t, agentOpts{})
+	seedProfiles(t, a)
+	post := func(body, key string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("POST", "/v1/profiles", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		req.Header.Set("Content-Type", "application/json")
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		rec := httptest.NewRecorder()
+		a.h.ServeHTTP(rec, req)
+		return rec
+	}
+	body := `{"name":"once","spec":{"image":"py","harness":"claude-code","credentials":["ant"]}}`
+	first := post(body, "key-1")
+	again := post(body, "key-1")
+	if first.Code != 201 || again.Code != 201 || again.Body.String() != first.Body.String() || again.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("retry: %d %s then %d %s (replayed %q)", first.Code, first.Body, again.Code, again.Body, again.Header().Get("Idempotent-Replayed"))
+	}
+	if first.Header().Get("Idempotent-Replayed") != "" {
+		t.Error("the first answer says it was replayed")
+	}
+	check(t, "the key for another body", post(`{"name":"other","spec":{"image":"py","harness":"claude-code"}}`, "key-1"), 409,
+		[]string{"used for another request"}, nil)
+	check(t, "the same body without a key runs again", post(body, ""), 409, []string{"a profile named once exists"}, nil)
+	check(t, "a refused request keeps no answer", post(body, "key-2"), 409, []string{"a profile named once exists"}, nil)
+	check(t, "so its retry runs again", post(body, "key-2"), 409, []string{"a profile named once exists"}, []string{"used for another"})
+	check(t, "a bad key", post(body, "has space"), 400, []string{"Idempotency-Key"}, nil)
 }

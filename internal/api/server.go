@@ -39,9 +39,12 @@ type Deps struct {
 	Tasks     TaskService
 	TaskReads TaskReads // the store satisfies it
 	Egress    EgressLog
-	Logger    *slog.Logger
-	Now       func() time.Time
-	NewID     func() string
+	// Idempotency keeps the answers of POSTs sent with an
+	// Idempotency-Key (the store; nil: the header is ignored).
+	Idempotency IdempotencyKeys
+	Logger      *slog.Logger
+	Now         func() time.Time
+	NewID       func() string
 }
 
 // base is what every router shares: the config, the clock and ids, and
@@ -97,7 +100,13 @@ func (s *Server) routes() {
 			_, _ = w.Write(s.cfg.OpenAPI)
 		})
 	}
-	h := func(pattern string, fn http.HandlerFunc) { s.mux.Handle(pattern, s.auth(checked(pattern, fn))) }
+	h := func(pattern string, fn http.HandlerFunc) {
+		var next http.Handler = checked(pattern, fn)
+		if strings.HasPrefix(pattern, http.MethodPost+" ") && !streamedPOST(pattern) {
+			next = s.idempotent(pattern, next)
+		}
+		s.mux.Handle(pattern, s.auth(next.ServeHTTP))
+	}
 	(&sessionsRouter{base: s.base, co: s.deps.Sessions, st: s.deps.Reads}).route(h)
 	(&guestRouter{base: s.base, co: s.deps.Guests}).route(h)
 	s.fleet.route(h)
@@ -107,6 +116,13 @@ func (s *Server) routes() {
 	(&profilesRouter{base: s.base, co: s.deps.Profiles}).route(h)
 	(&egressRouter{base: s.base, co: s.deps.Egress}).route(h)
 	(&tasksRouter{base: s.base, co: s.deps.Tasks, st: s.deps.TaskReads, guests: s.deps.Guests, profiles: s.deps.Profiles}).route(h)
+}
+
+// streamedPOST are the POSTs an Idempotency-Key does not apply to: exec's
+// NDJSON stream, and harness uploads (their bodies are archives, not
+// requests to replay).
+func streamedPOST(pattern string) bool {
+	return pattern == apiv1.RouteExec || pattern == apiv1.RouteAddHarness
 }
 
 // ServeHTTP implements http.Handler. Requests no route matches get the

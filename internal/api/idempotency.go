@@ -1,0 +1,144 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/internal/domain"
+)
+
+// IdempotencyKeys keeps the answers of POSTs sent with an Idempotency-Key
+// (the store satisfies it).
+type IdempotencyKeys interface {
+	BeginIdempotent(ctx context.Context, req domain.IdempotentRequest, expireBefore time.Time) (domain.IdempotentResponse, bool, error)
+	FinishIdempotent(ctx context.Context, tokenID, key string, resp domain.IdempotentResponse) error
+}
+
+// How long a key is kept, and the largest answer kept for replay (a
+// larger one is answered and its key forgotten).
+const (
+	idempotencyTTL      = 24 * time.Hour
+	maxIdempotentAnswer = 1 << 20
+	maxIdempotencyKey   = 255
+)
+
+// idempotent makes route's POSTs honour apiv1.HeaderIdempotencyKey (see
+// there) when the API has IdempotencyKeys.
+func (s *Server) idempotent(route string, next http.Handler) http.Handler {
+	keys := s.deps.Idempotency
+	if keys == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get(apiv1.HeaderIdempotencyKey)
+		if key == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if !validIdempotencyKey(key) {
+			writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "Idempotency-Key: at most 255 printable ASCII characters")
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, s.cfg.MaxBodyBytes+1))
+		if err != nil || int64(len(body)) > s.cfg.MaxBodyBytes {
+			writeError(w, http.StatusRequestEntityTooLarge, apiv1.CodeTooLarge, "request body too large for a request with an Idempotency-Key")
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		sum := sha256.Sum256(body)
+		tokenID, _ := tokenIDFrom(r.Context())
+		now := s.now()
+		req := domain.IdempotentRequest{TokenID: tokenID, Key: key, Route: route, BodyHash: hex.EncodeToString(sum[:]), At: now}
+		prev, created, err := keys.BeginIdempotent(r.Context(), req, now.Add(-idempotencyTTL))
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if !created {
+			replay(w, prev, req)
+			return
+		}
+		rec := &capture{ResponseWriter: w}
+		next.ServeHTTP(rec, r)
+		keep := domain.IdempotentResponse{}
+		if rec.status >= 200 && rec.status < 300 && !rec.overflow {
+			keep = domain.IdempotentResponse{Status: rec.status, ContentType: rec.Header().Get("Content-Type"), Body: rec.body.Bytes()}
+		}
+		if err := keys.FinishIdempotent(context.WithoutCancel(r.Context()), tokenID, key, keep); err != nil {
+			s.log.Warn("record an idempotent answer", "route", route, "err", err)
+		}
+	})
+}
+
+// replay answers a request whose key was used before.
+func replay(w http.ResponseWriter, prev domain.IdempotentResponse, req domain.IdempotentRequest) {
+	switch {
+	case prev.Route != req.Route || prev.BodyHash != req.BodyHash:
+		writeError(w, http.StatusConflict, apiv1.CodeConflict, "this Idempotency-Key was used for another request (route or body): send a new key")
+	case prev.Status == 0:
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusConflict, apiv1.CodeConflict, "the first request with this Idempotency-Key is still running: retry in a moment")
+	default:
+		if prev.ContentType != "" {
+			w.Header().Set("Content-Type", prev.ContentType)
+		}
+		w.Header().Set(apiv1.HeaderIdempotentReplayed, "true")
+		w.Header().Set("Content-Length", strconv.Itoa(len(prev.Body)))
+		w.WriteHeader(prev.Status)
+		_, _ = w.Write(prev.Body)
+	}
+}
+
+func validIdempotencyKey(k string) bool {
+	if len(k) > maxIdempotencyKey {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x21 || k[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// capture passes an answer through and keeps a copy of it (up to
+// maxIdempotentAnswer bytes).
+type capture struct {
+	http.ResponseWriter
+	status   int
+	body     bytes.Buffer
+	overflow bool
+}
+
+func (c *capture) WriteHeader(code int) {
+	if c.status == 0 {
+		c.status = code
+	}
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *capture) Write(b []byte) (int, error) {
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	if c.body.Len()+len(b) > maxIdempotentAnswer {
+		c.overflow = true
+	} else if !c.overflow {
+		c.body.Write(b)
+	}
+	return c.ResponseWriter.Write(b)
+}
+
+// Flush lets streamed answers through (they are not kept once too large).
+func (c *capture) Flush() {
+	if f, ok := c.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
