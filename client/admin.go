@@ -38,9 +38,7 @@ func (c *Client) Hosts() HostClient { return HostClient{c} }
 
 // List lists hosts.
 func (hc HostClient) List(ctx context.Context) ([]apiv1.Host, error) {
-	var l apiv1.HostList
-	err := hc.c.call(ctx, http.MethodGet, routePath(apiv1.RouteListHosts, ""), nil, nil, &l)
-	return l.Hosts, err
+	return listAll(ctx, hc.c, routePath(apiv1.RouteListHosts, ""), nil, func(l apiv1.HostList) ([]apiv1.Host, string) { return l.Hosts, l.NextCursor })
 }
 
 // Get returns one host.
@@ -102,9 +100,7 @@ func (tk TokenClient) Create(ctx context.Context, name string) (apiv1.CreateToke
 
 // List lists tokens (without secrets).
 func (tk TokenClient) List(ctx context.Context) ([]apiv1.Token, error) {
-	var l apiv1.TokenList
-	err := tk.c.call(ctx, http.MethodGet, routePath(apiv1.RouteListTokens, ""), nil, nil, &l)
-	return l.Tokens, err
+	return listAll(ctx, tk.c, routePath(apiv1.RouteListTokens, ""), nil, func(l apiv1.TokenList) ([]apiv1.Token, string) { return l.Tokens, l.NextCursor })
 }
 
 // Revoke revokes a token.

@@ -74,7 +74,7 @@ func TestImages(t *testing.T) {
 			t.Errorf("list all=%v = %+v, %v", all, l, err)
 		}
 	}
-	if !slices.Contains(srv.Requests(), "GET /v1/images?all=true") {
+	if !slices.Contains(srv.Requests(), "GET /v1/images?all=true&limit=500") {
 		t.Errorf("requests %v lack all=true", srv.Requests())
 	}
 	if _, err := c.Images().GetJob(ctx, "nope"); !client.IsNotFound(err) {

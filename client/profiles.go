@@ -23,9 +23,7 @@ func (pc ProfileClient) Create(ctx context.Context, req apiv1.CreateProfileReque
 
 // List lists the live profiles by name.
 func (pc ProfileClient) List(ctx context.Context) ([]apiv1.Profile, error) {
-	var l apiv1.ProfileList
-	err := pc.c.call(ctx, http.MethodGet, routePath(apiv1.RouteListProfiles, ""), nil, nil, &l)
-	return l.Profiles, err
+	return listAll(ctx, pc.c, routePath(apiv1.RouteListProfiles, ""), nil, func(l apiv1.ProfileList) ([]apiv1.Profile, string) { return l.Profiles, l.NextCursor })
 }
 
 // Get returns a profile (by name or id) with its receipt and the

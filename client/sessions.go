@@ -44,9 +44,7 @@ func (sc SessionClient) List(ctx context.Context, f SessionFilter) ([]apiv1.Sess
 	if f.HostID != "" {
 		q.Set("host", f.HostID)
 	}
-	var l apiv1.SessionList
-	err := sc.c.call(ctx, http.MethodGet, routePath(apiv1.RouteListSessions, ""), q, nil, &l)
-	return l.Sessions, err
+	return listAll(ctx, sc.c, routePath(apiv1.RouteListSessions, ""), q, func(l apiv1.SessionList) ([]apiv1.Session, string) { return l.Sessions, l.NextCursor })
 }
 
 // Get returns a session with its op log.

@@ -38,9 +38,7 @@ func (tc TaskClient) List(ctx context.Context, profile, states string) ([]apiv1.
 	if states != "" {
 		q.Set("state", states)
 	}
-	var l apiv1.TaskList
-	err := tc.c.call(ctx, http.MethodGet, routePath(apiv1.RouteListTasks, ""), q, nil, &l)
-	return l.Tasks, err
+	return listAll(ctx, tc.c, routePath(apiv1.RouteListTasks, ""), q, func(l apiv1.TaskList) ([]apiv1.Task, string) { return l.Tasks, l.NextCursor })
 }
 
 // Get returns a task with its receipt and sessions.

@@ -77,6 +77,8 @@ type HarnessRequires struct {
 // HarnessList answers RouteListHarnesses.
 type HarnessList struct {
 	Harnesses []Harness `json:"harnesses"`
+	// NextCursor, when set, is the ?cursor= of the next page.
+	NextCursor string `json:"next_cursor,omitempty"`
 }
 
 // Secret kinds.
@@ -123,6 +125,8 @@ type Secret struct {
 // SecretList answers RouteListSecrets.
 type SecretList struct {
 	Secrets []Secret `json:"secrets"`
+	// NextCursor, when set, is the ?cursor= of the next page.
+	NextCursor string `json:"next_cursor,omitempty"`
 }
 
 // ProfileSpec is an admin-curated recipe for tasks.
@@ -190,6 +194,8 @@ type ProfileResponse struct {
 // ProfileList answers RouteListProfiles.
 type ProfileList struct {
 	Profiles []Profile `json:"profiles"`
+	// NextCursor, when set, is the ?cursor= of the next page.
+	NextCursor string `json:"next_cursor,omitempty"`
 }
 
 // Receipt says what a task started from a profile gets, resolved against

@@ -68,6 +68,13 @@ const HeaderSessionEpoch = "Engrams-Session-Epoch"
 // seq greater than its value are sent. The ?after= query does the same.
 const HeaderLastEventID = "Last-Event-ID"
 
+// Lists are paged: ?limit= (1 to MaxPageLimit; default DefaultPageLimit)
+// and ?cursor= (a list's NextCursor, opaque), in a stable order.
+const (
+	DefaultPageLimit = 100
+	MaxPageLimit     = 500
+)
+
 // HeaderIdempotencyKey, on a POST, makes a retry safe: the first request
 // with a key runs, and for a day the caller's later requests with it get
 // the same answer (with HeaderIdempotentReplayed: true) without running
@@ -221,6 +228,8 @@ type Op struct {
 // SessionList answers RouteListSessions.
 type SessionList struct {
 	Sessions []Session `json:"sessions"`
+	// NextCursor, when set, is the ?cursor= of the next page.
+	NextCursor string `json:"next_cursor,omitempty"`
 }
 
 // ExecRequest is the body of RouteExec.
@@ -305,6 +314,8 @@ type Capacity struct {
 // HostList answers RouteListHosts.
 type HostList struct {
 	Hosts []Host `json:"hosts"`
+	// NextCursor, when set, is the ?cursor= of the next page.
+	NextCursor string `json:"next_cursor,omitempty"`
 }
 
 // CreateHostRequest registers a host name and mints its credential.
@@ -343,6 +354,8 @@ type CreateTokenResponse struct {
 // TokenList answers RouteListTokens.
 type TokenList struct {
 	Tokens []Token `json:"tokens"`
+	// NextCursor, when set, is the ?cursor= of the next page.
+	NextCursor string `json:"next_cursor,omitempty"`
 }
 
 // EnableImageRequest enables an OCI image: pull its linux/amd64 entry,
@@ -447,9 +460,13 @@ type ImageJobResponse struct {
 // ImageList answers RouteListImages.
 type ImageList struct {
 	Images []Image `json:"images"`
+	// NextCursor, when set, is the ?cursor= of the next page.
+	NextCursor string `json:"next_cursor,omitempty"`
 }
 
 // ImageJobList answers RouteImageJobs.
 type ImageJobList struct {
 	Jobs []ImageJob `json:"jobs"`
+	// NextCursor, when set, is the ?cursor= of the next page.
+	NextCursor string `json:"next_cursor,omitempty"`
 }

@@ -60,6 +60,8 @@ type Task struct {
 // TaskList answers RouteListTasks.
 type TaskList struct {
 	Tasks []Task `json:"tasks"`
+	// NextCursor, when set, is the ?cursor= of the next page.
+	NextCursor string `json:"next_cursor,omitempty"`
 }
 
 // TaskEvent is one entry of a task's conversation: a prompt, run_started,

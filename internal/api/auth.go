@@ -125,18 +125,24 @@ func (s *hostsRouter) createToken(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *hostsRouter) listTokens(w http.ResponseWriter, r *http.Request) {
+	p, ok := readPage(w, r)
+	if !ok {
+		return
+	}
 	ts, err := s.st.ListTokens(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	out := apiv1.TokenList{Tokens: []apiv1.Token{}}
+	all := []apiv1.Token{}
 	for _, t := range ts {
 		if !t.RevokedAt.IsZero() {
 			continue
 		}
-		out.Tokens = append(out.Tokens, tokenOut(t))
+		all = append(all, tokenOut(t))
 	}
+	var out apiv1.TokenList
+	out.Tokens, out.NextCursor = pageOf(all, func(t apiv1.Token) string { return timeKey(t.CreatedAt) + t.ID }, p)
 	writeJSON(w, http.StatusOK, out)
 }
 

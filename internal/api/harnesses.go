@@ -81,15 +81,21 @@ func (s *harnessesRouter) failHarness(w http.ResponseWriter, r *http.Request, er
 }
 
 func (s *harnessesRouter) listHarnesses(w http.ResponseWriter, r *http.Request) {
+	p, ok := readPage(w, r)
+	if !ok {
+		return
+	}
 	vs, err := s.co.Harnesses(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	out := apiv1.HarnessList{Harnesses: make([]apiv1.Harness, 0, len(vs))}
+	all := make([]apiv1.Harness, 0, len(vs))
 	for _, v := range vs {
-		out.Harnesses = append(out.Harnesses, harnessOut(v))
+		all = append(all, harnessOut(v))
 	}
+	var out apiv1.HarnessList
+	out.Harnesses, out.NextCursor = pageOf(all, func(h apiv1.Harness) string { return h.Name + "\x00" + h.Version + "\x00" + h.ID }, p)
 	writeJSON(w, http.StatusOK, out)
 }
 

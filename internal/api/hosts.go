@@ -56,17 +56,23 @@ func (s *hostsRouter) route(h func(string, http.HandlerFunc)) {
 }
 
 func (s *hostsRouter) listHosts(w http.ResponseWriter, r *http.Request) {
+	p, ok := readPage(w, r)
+	if !ok {
+		return
+	}
 	hs, err := s.st.ListHosts(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	out := apiv1.HostList{Hosts: make([]apiv1.Host, 0, len(hs))}
+	all := make([]apiv1.Host, 0, len(hs))
 	for _, h := range hs {
 		if h.DeletedAt.IsZero() {
-			out.Hosts = append(out.Hosts, hostOut(h))
+			all = append(all, hostOut(h))
 		}
 	}
+	var out apiv1.HostList
+	out.Hosts, out.NextCursor = pageOf(all, func(h apiv1.Host) string { return h.Name + "\x00" + h.ID }, p)
 	writeJSON(w, http.StatusOK, out)
 }
 

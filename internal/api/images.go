@@ -117,6 +117,10 @@ func jsonKind(goType string) string {
 }
 
 func (s *imagesRouter) listImages(w http.ResponseWriter, r *http.Request) {
+	p, ok := readPage(w, r)
+	if !ok {
+		return
+	}
 	all := false
 	if v := r.URL.Query().Get("all"); v != "" {
 		var err error
@@ -130,10 +134,12 @@ func (s *imagesRouter) listImages(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	out := apiv1.ImageList{Images: make([]apiv1.Image, 0, len(vs))}
+	all2 := make([]apiv1.Image, 0, len(vs))
 	for _, v := range vs {
-		out.Images = append(out.Images, imageOut(v))
+		all2 = append(all2, imageOut(v))
 	}
+	var out apiv1.ImageList
+	out.Images, out.NextCursor = pageOf(all2, func(i apiv1.Image) string { return i.Name + "\x00" + i.ID }, p)
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -165,15 +171,21 @@ func (s *imagesRouter) refreshImage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *imagesRouter) listImageJobs(w http.ResponseWriter, r *http.Request) {
+	p, ok := readPage(w, r)
+	if !ok {
+		return
+	}
 	jobs, err := s.co.ImageJobs(r.Context(), r.PathValue("name"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	out := apiv1.ImageJobList{Jobs: make([]apiv1.ImageJob, 0, len(jobs))}
+	all := make([]apiv1.ImageJob, 0, len(jobs))
 	for _, j := range jobs {
-		out.Jobs = append(out.Jobs, imageJobOut(j))
+		all = append(all, imageJobOut(j))
 	}
+	var out apiv1.ImageJobList
+	out.Jobs, out.NextCursor = pageOf(all, func(j apiv1.ImageJob) string { return j.ID }, p) // ids are time-ordered (UUIDv7)
 	writeJSON(w, http.StatusOK, out)
 }
 

@@ -61,15 +61,21 @@ func (s *profilesRouter) createProfile(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *profilesRouter) listProfiles(w http.ResponseWriter, r *http.Request) {
+	p, ok := readPage(w, r)
+	if !ok {
+		return
+	}
 	vs, err := s.co.Profiles(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	out := apiv1.ProfileList{Profiles: make([]apiv1.Profile, 0, len(vs))}
+	all := make([]apiv1.Profile, 0, len(vs))
 	for _, v := range vs {
-		out.Profiles = append(out.Profiles, profileOut(v))
+		all = append(all, profileOut(v))
 	}
+	var out apiv1.ProfileList
+	out.Profiles, out.NextCursor = pageOf(all, func(p apiv1.Profile) string { return p.Name }, p)
 	writeJSON(w, http.StatusOK, out)
 }
 

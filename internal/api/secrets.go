@@ -44,15 +44,21 @@ func (s *secretsRouter) createSecret(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *secretsRouter) listSecrets(w http.ResponseWriter, r *http.Request) {
+	p, ok := readPage(w, r)
+	if !ok {
+		return
+	}
 	vs, err := s.co.List(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	out := apiv1.SecretList{Secrets: make([]apiv1.Secret, 0, len(vs))}
+	all := make([]apiv1.Secret, 0, len(vs))
 	for _, v := range vs {
-		out.Secrets = append(out.Secrets, secretOut(v))
+		all = append(all, secretOut(v))
 	}
+	var out apiv1.SecretList
+	out.Secrets, out.NextCursor = pageOf(all, func(s apiv1.Secret) string { return s.Name }, p)
 	writeJSON(w, http.StatusOK, out)
 }
 

@@ -78,8 +78,12 @@ func (s *sessionsRouter) createSession(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *sessionsRouter) listSessions(w http.ResponseWriter, r *http.Request) {
+	p, ok := readPage(w, r)
+	if !ok {
+		return
+	}
 	q := r.URL.Query()
-	f := domain.SessionFilter{HostID: domain.HostID(q.Get("host"))}
+	f := domain.SessionFilter{HostID: domain.HostID(q.Get("host")), Limit: p.limit + 1, AfterID: domain.SessionID(p.after)}
 	if st := q.Get("state"); st != "" {
 		if !domain.SessionState(st).Valid() {
 			writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "unknown state "+quote(st))
@@ -93,6 +97,10 @@ func (s *sessionsRouter) listSessions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := apiv1.SessionList{Sessions: make([]apiv1.Session, 0, len(ss))}
+	if len(ss) > p.limit {
+		ss = ss[:p.limit]
+		out.NextCursor = cursorOf(string(ss[len(ss)-1].ID))
+	}
 	for _, x := range ss {
 		out.Sessions = append(out.Sessions, sessionOut(x, nil))
 	}

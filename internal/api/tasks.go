@@ -8,7 +8,9 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"path"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/coordinator"
@@ -85,7 +87,20 @@ func (s *tasksRouter) startTask(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *tasksRouter) listTasks(w http.ResponseWriter, r *http.Request) {
-	var f domain.TaskFilter
+	p, ok := readPage(w, r)
+	if !ok {
+		return
+	}
+	f := domain.TaskFilter{Limit: p.limit + 1}
+	if p.after != "" {
+		at, id, ok := strings.Cut(p.after, "/")
+		us, err := strconv.ParseInt(at, 10, 64)
+		if !ok || err != nil || id == "" {
+			writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "cursor: not a task list's next_cursor")
+			return
+		}
+		f.AfterCreated, f.AfterID = time.UnixMicro(us).UTC(), domain.TaskID(id)
+	}
 	if p := r.URL.Query().Get("profile"); p != "" {
 		v, err := s.profiles.Profile(r.Context(), p)
 		if err != nil {
@@ -109,6 +124,11 @@ func (s *tasksRouter) listTasks(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := apiv1.TaskList{Tasks: make([]apiv1.Task, 0, len(ts))}
+	if len(ts) > p.limit {
+		ts = ts[:p.limit]
+		last := ts[len(ts)-1]
+		out.NextCursor = cursorOf(strconv.FormatInt(last.CreatedAt.UnixMicro(), 10) + "/" + string(last.ID))
+	}
 	for _, t := range ts {
 		v := taskOut(t)
 		v.Receipt = nil

@@ -74,4 +74,10 @@ func (e TaskEvent) Bytes() int64 { return int64(len(e.Type) + len(e.Payload)) }
 type TaskFilter struct {
 	ProfileID string
 	States    []TaskState
+	// Keyset pagination in the list's order (created_at, then id): tasks
+	// after (AfterCreated, AfterID) when AfterID is set, at most Limit (0:
+	// no limit).
+	AfterCreated time.Time
+	AfterID      TaskID
+	Limit        int
 }

@@ -121,11 +121,21 @@ func (s *Store) ListTasks(ctx context.Context, f domain.TaskFilter) ([]domain.Ta
 			args = append(args, string(st))
 		}
 	}
+	if f.AfterID != "" {
+		args = append(args, micros(f.AfterCreated), f.AfterID)
+		n := len(args)
+		where = append(where, fmt.Sprintf("(created_at > $%d OR (created_at = $%d AND id > $%d))", n-1, n-1, n))
+	}
 	q := `SELECT ` + taskCols + ` FROM tasks`
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	rows, err := s.read.QueryContext(ctx, q+" ORDER BY created_at, id", args...)
+	q += " ORDER BY created_at, id"
+	if f.Limit > 0 {
+		args = append(args, f.Limit)
+		q += fmt.Sprintf(" LIMIT $%d", len(args))
+	}
+	rows, err := s.read.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list tasks: %w", err)
 	}

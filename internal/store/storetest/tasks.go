@@ -16,6 +16,7 @@ var taskTests = []test{
 	{"TaskRoundTrip", testTaskRoundTrip},
 	{"TaskRejected", testTaskRejected},
 	{"TaskList", testTaskList},
+	{"TaskListPages", testTaskListPages},
 	{"TaskState", testTaskState},
 	{"TaskSessions", testTaskSessions},
 	{"TaskSessionsConcurrent", testTaskSessionsConcurrent},
@@ -496,5 +497,44 @@ func AppendTaskEventsConcurrently(t *testing.T, stores []store.Store, workers, e
 	must(t, err)
 	if got.EventSeq != int64(total) {
 		t.Fatalf("event_seq = %d, want %d", got.EventSeq, total)
+	}
+}
+
+// testTaskListPages walks the task list two at a time by keyset: every
+// task once, in order, also across tasks created at the same instant.
+func testTaskListPages(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	p := createProfile(t, st, "go")
+	var want []domain.TaskID
+	for i := range 5 {
+		task := newTask(p)
+		task.CreatedAt = t0.Add(time.Duration(i/2) * time.Minute) // two and two at the same instant
+		_, err := st.CreateTask(ctx, task)
+		must(t, err)
+		want = append(want, task.ID)
+	}
+	all, err := st.ListTasks(ctx, domain.TaskFilter{})
+	must(t, err)
+	var got []domain.TaskID
+	f := domain.TaskFilter{Limit: 2}
+	for range 10 {
+		page, err := st.ListTasks(ctx, f)
+		must(t, err)
+		for _, task := range page {
+			got = append(got, task.ID)
+		}
+		if len(page) < f.Limit {
+			break
+		}
+		last := page[len(page)-1]
+		f.AfterCreated, f.AfterID = last.CreatedAt, last.ID
+	}
+	var order []domain.TaskID
+	for _, task := range all {
+		order = append(order, task.ID)
+	}
+	wantSame(t, "tasks paged", got, order)
+	if len(got) != len(want) {
+		t.Fatalf("paged %d tasks, want %d", len(got), len(want))
 	}
 }

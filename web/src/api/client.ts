@@ -68,3 +68,17 @@ export function q(params: Record<string, string | number | boolean | undefined>)
 export function enc(s: string): string {
   return encodeURIComponent(s);
 }
+
+/** listAll reads every page of a list (500 at a time, following next_cursor). */
+export async function listAll<K extends string, T>(path: string, field: K, signal?: AbortSignal): Promise<Record<K, T[]>> {
+  const items: T[] = [];
+  let cursor = "";
+  for (let i = 0; i < 200; i++) {
+    const sep = path.includes("?") ? "&" : "?";
+    const page = await get<Record<K, T[]> & { next_cursor?: string }>(path + sep + "limit=500" + (cursor ? "&cursor=" + enc(cursor) : ""), signal);
+    items.push(...(page[field] ?? []));
+    if (!page.next_cursor) break;
+    cursor = page.next_cursor;
+  }
+  return { [field]: items } as Record<K, T[]>;
+}

@@ -1403,6 +1403,8 @@ export interface components {
         };
         SessionList: {
             sessions: components["schemas"]["Session"][];
+            /** @description Set when more follow: the ?cursor= of the next page. */
+            next_cursor?: string;
         };
         ExecRequest: {
             argv: string[];
@@ -1547,6 +1549,8 @@ export interface components {
         };
         HostList: {
             hosts: components["schemas"]["Host"][];
+            /** @description Set when more follow: the ?cursor= of the next page. */
+            next_cursor?: string;
         };
         CreateHostRequest: {
             name: string;
@@ -1590,6 +1594,8 @@ export interface components {
         };
         TokenList: {
             tokens: components["schemas"]["Token"][];
+            /** @description Set when more follow: the ?cursor= of the next page. */
+            next_cursor?: string;
         };
         EnableImageRequest: {
             /** @description An image reference, e.g. registry.example.com/team/app:1.4 or ...@sha256:... */
@@ -1714,9 +1720,13 @@ export interface components {
         };
         ImageList: {
             images: components["schemas"]["Image"][];
+            /** @description Set when more follow: the ?cursor= of the next page. */
+            next_cursor?: string;
         };
         ImageJobList: {
             jobs: components["schemas"]["ImageJob"][];
+            /** @description Set when more follow: the ?cursor= of the next page. */
+            next_cursor?: string;
         };
         BuildHarnessRequest: {
             /** @enum {string} */
@@ -1770,6 +1780,8 @@ export interface components {
         };
         HarnessList: {
             harnesses: components["schemas"]["Harness"][];
+            /** @description Set when more follow: the ?cursor= of the next page. */
+            next_cursor?: string;
         };
         /** @description What is not secret about a secret. */
         SecretMeta: {
@@ -1809,6 +1821,8 @@ export interface components {
         };
         SecretList: {
             secrets: components["schemas"]["Secret"][];
+            /** @description Set when more follow: the ?cursor= of the next page. */
+            next_cursor?: string;
         };
         ProfileSpec: {
             /** @description An enabled image's name. */
@@ -1882,6 +1896,8 @@ export interface components {
         };
         TaskList: {
             tasks: components["schemas"]["Task"][];
+            /** @description Set when more follow: the ?cursor= of the next page. */
+            next_cursor?: string;
         };
         TaskEvent: {
             /** Format: int64 */
@@ -1947,6 +1963,8 @@ export interface components {
         };
         ProfileList: {
             profiles: components["schemas"]["Profile"][];
+            /** @description Set when more follow: the ?cursor= of the next page. */
+            next_cursor?: string;
         };
         /** @description What a task started from the profile gets, resolved against what is registered now. */
         Receipt: {
@@ -2047,6 +2065,10 @@ export interface components {
         };
     };
     parameters: {
+        /** @description The page's size: 1 to 500; absent: 100. */
+        Limit: number;
+        /** @description The list's next_cursor, for the page after it; absent: the first page. */
+        Cursor: string;
         /** @description The session id. */
         SessionID: string;
         /** @description The host's id, or the name of a host that is not deleted. */
@@ -2111,6 +2133,10 @@ export interface operations {
     listSessions: {
         parameters: {
             query?: {
+                /** @description The page's size: 1 to 500; absent: 100. */
+                limit?: components["parameters"]["Limit"];
+                /** @description The list's next_cursor, for the page after it; absent: the first page. */
+                cursor?: components["parameters"]["Cursor"];
                 /** @description Only sessions in this state. */
                 state?: components["schemas"]["SessionState"];
                 /** @description Only sessions on this host id. */
@@ -2622,6 +2648,10 @@ export interface operations {
     listImages: {
         parameters: {
             query?: {
+                /** @description The page's size: 1 to 500; absent: 100. */
+                limit?: components["parameters"]["Limit"];
+                /** @description The list's next_cursor, for the page after it; absent: the first page. */
+                cursor?: components["parameters"]["Cursor"];
                 /** @description Include disabled images. */
                 all?: boolean;
             };
@@ -2751,7 +2781,12 @@ export interface operations {
     };
     listImageJobs: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description The page's size: 1 to 500; absent: 100. */
+                limit?: components["parameters"]["Limit"];
+                /** @description The list's next_cursor, for the page after it; absent: the first page. */
+                cursor?: components["parameters"]["Cursor"];
+            };
             header?: never;
             path: {
                 /** @description The name of an image that is not disabled, or any image's id. */
@@ -2824,7 +2859,12 @@ export interface operations {
     };
     listHarnesses: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description The page's size: 1 to 500; absent: 100. */
+                limit?: components["parameters"]["Limit"];
+                /** @description The list's next_cursor, for the page after it; absent: the first page. */
+                cursor?: components["parameters"]["Cursor"];
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -2898,7 +2938,12 @@ export interface operations {
     };
     listSecrets: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description The page's size: 1 to 500; absent: 100. */
+                limit?: components["parameters"]["Limit"];
+                /** @description The list's next_cursor, for the page after it; absent: the first page. */
+                cursor?: components["parameters"]["Cursor"];
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -2969,6 +3014,10 @@ export interface operations {
     listTasks: {
         parameters: {
             query?: {
+                /** @description The page's size: 1 to 500; absent: 100. */
+                limit?: components["parameters"]["Limit"];
+                /** @description The list's next_cursor, for the page after it; absent: the first page. */
+                cursor?: components["parameters"]["Cursor"];
                 /** @description Only tasks of this profile (name or id). */
                 profile?: string;
                 /** @description Only tasks in these states, comma-separated. */
@@ -3174,7 +3223,12 @@ export interface operations {
     };
     listProfiles: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description The page's size: 1 to 500; absent: 100. */
+                limit?: components["parameters"]["Limit"];
+                /** @description The list's next_cursor, for the page after it; absent: the first page. */
+                cursor?: components["parameters"]["Cursor"];
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -3321,7 +3375,12 @@ export interface operations {
     };
     listHosts: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description The page's size: 1 to 500; absent: 100. */
+                limit?: components["parameters"]["Limit"];
+                /** @description The list's next_cursor, for the page after it; absent: the first page. */
+                cursor?: components["parameters"]["Cursor"];
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -3487,7 +3546,12 @@ export interface operations {
     };
     listTokens: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description The page's size: 1 to 500; absent: 100. */
+                limit?: components["parameters"]["Limit"];
+                /** @description The list's next_cursor, for the page after it; absent: the first page. */
+                cursor?: components["parameters"]["Cursor"];
+            };
             header?: never;
             path?: never;
             cookie?: never;

@@ -1,7 +1,7 @@
 // Start a task: a prompt, a profile, and the profile's grant receipt
 // shown before launch.
 import { useEffect, useState } from "preact/hooks";
-import { enc, get, post } from "../api/client";
+import { enc, get, listAll, post } from "../api/client";
 import type { Profile, ProfileResponse, Task } from "../api/types";
 import { useLoad } from "../lib/useLoad";
 import { navigate } from "../router";
@@ -9,7 +9,7 @@ import { Loading, Problem } from "../ui/Problem";
 import { ReceiptView } from "../ui/Receipt";
 
 export function Composer() {
-  const profiles = useLoad((s) => get<{ profiles: Profile[] }>("/v1/profiles", s), []);
+  const profiles = useLoad((s) => listAll<"profiles", Profile>("/v1/profiles", "profiles", s), []);
   const [profile, setProfile] = useState("");
   const [prompt, setPrompt] = useState("");
   const [error, setError] = useState<Error>();

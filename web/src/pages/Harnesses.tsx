@@ -1,13 +1,13 @@
 // Harnesses: the registered bundles, and building a built-in one.
 import { useState } from "preact/hooks";
-import { get, post } from "../api/client";
+import { listAll, post } from "../api/client";
 import type { Harness } from "../api/types";
 import { ago, bytes } from "../lib/format";
 import { useLoad } from "../lib/useLoad";
 import { Loading, Problem } from "../ui/Problem";
 
 export function Harnesses() {
-  const list = useLoad((s) => get<{ harnesses: Harness[] }>("/v1/harnesses", s), []);
+  const list = useLoad((s) => listAll<"harnesses", Harness>("/v1/harnesses", "harnesses", s), []);
   const [name, setName] = useState("claude-code");
   const [version, setVersion] = useState("");
   const [error, setError] = useState<Error>();

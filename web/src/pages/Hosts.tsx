@@ -1,7 +1,7 @@
 // Hosts (for operators): state, backend and acceleration, capacity bars,
 // sessions, last heartbeat, and drain.
 import { useEffect, useState } from "preact/hooks";
-import { enc, get, post } from "../api/client";
+import { enc, listAll, post } from "../api/client";
 import type { Host } from "../api/types";
 import { ago } from "../lib/format";
 import { useLoad } from "../lib/useLoad";
@@ -9,7 +9,7 @@ import { Loading, Problem } from "../ui/Problem";
 import { StateBadge } from "../ui/StateBadge";
 
 export function Hosts() {
-  const list = useLoad((s) => get<{ hosts: Host[] }>("/v1/hosts", s), []);
+  const list = useLoad((s) => listAll<"hosts", Host>("/v1/hosts", "hosts", s), []);
   const [error, setError] = useState<Error>();
   useEffect(() => {
     const t = setInterval(list.reload, 3000);

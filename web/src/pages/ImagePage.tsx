@@ -1,7 +1,7 @@
 // One image: its state, live job progress (stage, bytes, time), the
 // failure's output tail, and refresh and disable.
 import { useEffect, useState } from "preact/hooks";
-import { call, enc, get } from "../api/client";
+import { call, enc, get, listAll } from "../api/client";
 import type { Image, ImageJob } from "../api/types";
 import { ago, bytes } from "../lib/format";
 import { useLoad } from "../lib/useLoad";
@@ -12,7 +12,7 @@ const steps = ["pending", "materializing", "capturing", "ready"];
 
 export function ImagePage(props: { name: string }) {
   const img = useLoad((s) => get<Image>("/v1/images/" + enc(props.name), s), [props.name]);
-  const jobs = useLoad((s) => get<{ jobs: ImageJob[] }>("/v1/images/" + enc(props.name) + "/jobs", s), [props.name]);
+  const jobs = useLoad((s) => listAll<"jobs", ImageJob>("/v1/images/" + enc(props.name) + "/jobs", "jobs", s), [props.name]);
   const [error, setError] = useState<Error>();
   const job = img.value?.last_job;
   const live = job && job.state !== "ready" && job.state !== "failed";

@@ -1,6 +1,6 @@
 // Images: the list with each one's state, and the enable form.
 import { useEffect, useState } from "preact/hooks";
-import { enc, get, post } from "../api/client";
+import { enc, listAll, post } from "../api/client";
 import type { EnableImageRequest, Image } from "../api/types";
 import { ago } from "../lib/format";
 import { useLoad } from "../lib/useLoad";
@@ -9,7 +9,7 @@ import { Loading, Problem } from "../ui/Problem";
 import { StateBadge } from "../ui/StateBadge";
 
 export function Images() {
-  const list = useLoad((s) => get<{ images: Image[] }>("/v1/images", s), []);
+  const list = useLoad((s) => listAll<"images", Image>("/v1/images", "images", s), []);
   useEffect(() => {
     const t = setInterval(list.reload, 3000);
     return () => clearInterval(t);

@@ -2,7 +2,7 @@
 // is typed, resolved live (before saving); problems show on their field.
 import type { ComponentChildren } from "preact";
 import { useEffect, useState } from "preact/hooks";
-import { call, enc, get } from "../api/client";
+import { call, enc, get, listAll } from "../api/client";
 import type { Harness, Image, ProfileResponse, Receipt, Secret } from "../api/types";
 import { byField, type Field } from "../lib/problems";
 import { toForm, toSpec, type Form } from "../lib/profileForm";
@@ -13,9 +13,9 @@ import { ReceiptView } from "../ui/Receipt";
 
 export function ProfileEditor(props: { name?: string }) {
   const existing = useLoad((s) => (props.name ? get<ProfileResponse>("/v1/profiles/" + enc(props.name), s) : Promise.resolve(undefined)), [props.name]);
-  const images = useLoad((s) => get<{ images: Image[] }>("/v1/images", s), []);
-  const harnesses = useLoad((s) => get<{ harnesses: Harness[] }>("/v1/harnesses", s), []);
-  const secrets = useLoad((s) => get<{ secrets: Secret[] }>("/v1/secrets", s), []);
+  const images = useLoad((s) => listAll<"images", Image>("/v1/images", "images", s), []);
+  const harnesses = useLoad((s) => listAll<"harnesses", Harness>("/v1/harnesses", "harnesses", s), []);
+  const secrets = useLoad((s) => listAll<"secrets", Secret>("/v1/secrets", "secrets", s), []);
   const [form, setForm] = useState<Form>(toForm(""));
   const [preview, setPreview] = useState<{ receipt: Receipt; problems: string[] }>();
   const [error, setError] = useState<Error>();

@@ -1,12 +1,12 @@
 // Profiles: the list.
-import { enc, get } from "../api/client";
+import { enc, listAll } from "../api/client";
 import type { Profile } from "../api/types";
 import { ago } from "../lib/format";
 import { useLoad } from "../lib/useLoad";
 import { Loading, Problem } from "../ui/Problem";
 
 export function Profiles() {
-  const list = useLoad((s) => get<{ profiles: Profile[] }>("/v1/profiles", s), []);
+  const list = useLoad((s) => listAll<"profiles", Profile>("/v1/profiles", "profiles", s), []);
   const ps = list.value?.profiles ?? [];
   return (
     <>

@@ -1,7 +1,7 @@
 // Secrets: names, kinds and who uses them (never their values), adding
 // and deleting.
 import { useState } from "preact/hooks";
-import { del, enc, get, post } from "../api/client";
+import { del, enc, listAll, post } from "../api/client";
 import type { Secret } from "../api/types";
 import { ago } from "../lib/format";
 import { useLoad } from "../lib/useLoad";
@@ -10,7 +10,7 @@ import { Loading, Problem } from "../ui/Problem";
 const kinds = ["anthropic_api_key", "openai_api_key", "git_https", "github_app", "generic"];
 
 export function Secrets() {
-  const list = useLoad((s) => get<{ secrets: Secret[] }>("/v1/secrets", s), []);
+  const list = useLoad((s) => listAll<"secrets", Secret>("/v1/secrets", "secrets", s), []);
   const [name, setName] = useState("");
   const [kind, setKind] = useState(kinds[0]);
   const [value, setValue] = useState("");

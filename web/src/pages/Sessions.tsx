@@ -1,6 +1,6 @@
 // Sessions: the list, by state and host.
 import { useEffect, useState } from "preact/hooks";
-import { enc, get, q } from "../api/client";
+import { enc, listAll, q } from "../api/client";
 import type { Session } from "../api/types";
 import { ago, short } from "../lib/format";
 import { useLoad } from "../lib/useLoad";
@@ -11,7 +11,7 @@ const states = ["", "creating", "active", "suspending", "idle", "resuming", "del
 
 export function Sessions(props: { host?: string }) {
   const [state, setState] = useState("");
-  const list = useLoad((s) => get<{ sessions: Session[] }>("/v1/sessions" + q({ state, host: props.host }), s), [state, props.host]);
+  const list = useLoad((s) => listAll<"sessions", Session>("/v1/sessions" + q({ state, host: props.host }), "sessions", s), [state, props.host]);
   useEffect(() => {
     const t = setInterval(list.reload, 4000);
     return () => clearInterval(t);

@@ -1,7 +1,7 @@
 // The task list: status, profile, title and last activity, with search
 // and filters, refreshed while open.
 import { useEffect, useMemo, useState } from "preact/hooks";
-import { enc, get, q } from "../api/client";
+import { enc, listAll, q } from "../api/client";
 import type { Profile, Task } from "../api/types";
 import { ago } from "../lib/format";
 import { useLoad } from "../lib/useLoad";
@@ -14,8 +14,8 @@ export function Tasks() {
   const [state, setState] = useState("");
   const [profile, setProfile] = useState("");
   const [search, setSearch] = useState("");
-  const tasks = useLoad((s) => get<{ tasks: Task[] }>("/v1/tasks" + q({ state, profile }), s), [state, profile]);
-  const profiles = useLoad((s) => get<{ profiles: Profile[] }>("/v1/profiles", s), []);
+  const tasks = useLoad((s) => listAll<"tasks", Task>("/v1/tasks" + q({ state, profile }), "tasks", s), [state, profile]);
+  const profiles = useLoad((s) => listAll<"profiles", Profile>("/v1/profiles", "profiles", s), []);
   useEffect(() => {
     const t = setInterval(tasks.reload, 4000);
     return () => clearInterval(t);
