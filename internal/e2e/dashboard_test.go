@@ -73,7 +73,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	d := startDashboardEnv(t)
 	artifacts := artifactsDir(t, "dashboard")
 	cfg := d.config(t, artifacts)
-	cfg["enableRef"], cfg["enableName"] = d.reg.Ref("team/debian-extra", "1"), "debian-extra"
+	cfg["enableRef"], cfg["enableName"], cfg["token"] = d.reg.Ref("team/debian-extra", "1"), "debian-extra", d.dev.token(t)
 	runBrowserScript(t, d.chromium, "dashboard.mjs", cfg, 25*time.Minute)
 	t.Logf("screenshots: %s", artifacts)
 }
@@ -211,6 +211,24 @@ func TestBenchDashboard(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("bench output %q: %v", out, err)
 	}
+	// The server's own record of each follow-up: its prompt event to the
+	// answer's first text event, a cross-check of the in-page figure.
+	var server []float64
+	var prompted time.Time
+	err = d.dev.c.Tasks().Events(ctx, task.ID, 0, false, func(e apiv1.TaskEvent) error {
+		switch {
+		case e.Type == "prompt":
+			prompted = e.Time
+		case e.Type == "assistant_text" && !prompted.IsZero():
+			server = append(server, float64(e.Time.Sub(prompted))/float64(time.Millisecond))
+			prompted = time.Time{}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("read the task's events: %v", err)
+	}
+	t.Logf("server side, prompt event -> first answer event, ms: %v", server)
 	first, all := bundleSizes(t)
 	t.Logf("\n%-36s %8s %8s %5s\n%-36s %8.0f %8.0f %5d\n%-36s %8.0f %8.0f %5d\nbundle (gzip): first load %.1f KiB, all assets %.1f KiB",
 		"dashboard", "p50 ms", "p95 ms", "runs",

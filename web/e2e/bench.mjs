@@ -44,17 +44,23 @@ await page.goto(cfg.baseURL + "/tasks/" + cfg.taskId);
 await page.getByText("Turn done").first().waitFor({ timeout: 120_000 });
 for (let i = 0; i < runs; i++) {
   await page.getByText("The agent is working").waitFor({ state: "hidden", timeout: 300_000 });
-  const before = await page.getByTestId("assistant-text").count();
   await page.getByLabel("Follow-up").fill(cfg.followUp);
-  await page.evaluate((n) => {
-    window.__seen.answer = undefined;
-    window.__watch("answer", '[data-testid="assistant-text"]', n + 1);
+  // Each run watches under its own names: an earlier run's observer,
+  // still attached, must not answer for this one.
+  const before = await page.evaluate((i) => {
+    const sel = '[data-testid="assistant-text"]';
+    const n = document.querySelectorAll(sel).length;
+    window.__watch("answer" + i, sel, n + 1);
+    window.__watch("prompt" + i, ".msg.user", document.querySelectorAll(".msg.user").length + 1);
     window.__sent = performance.now();
     document.querySelector(".followup button[type=submit]").click();
-  }, before);
-  const t = await page.waitForFunction(() => window.__seen.answer && window.__seen.answer - window.__sent, null, { timeout: 300_000, polling: 20 });
+    return n;
+  }, i);
+  const t = await page.waitForFunction((i) => window.__seen["answer" + i] && window.__seen["answer" + i] - window.__sent, i, { timeout: 300_000, polling: 20 });
   send.push(await t.jsonValue());
   await page.getByText("Turn done").nth(i + 1).waitFor({ timeout: 300_000 });
+  const shown = await page.evaluate((i) => window.__seen["prompt" + i] - window.__sent, i);
+  console.log(`send ${i}: the prompt on screen after ${shown.toFixed(0)} ms, the answer (number ${before + 1}) after ${send[i].toFixed(0)} ms`);
 }
 await browser.close();
 console.log(JSON.stringify({ load, send }));

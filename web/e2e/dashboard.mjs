@@ -143,10 +143,19 @@ try {
     await shoot(page, cfg.artifacts, name);
   }
 
-  step("sign out: the login page");
+  step("sign out: the login page; a used login link is refused; an API token signs in");
   await page.getByRole("button", { name: "Sign out" }).click();
   await page.getByLabel("API token").waitFor();
   await shoot(page, cfg.artifacts, "login");
+  await page.goto(cfg.loginURL);
+  await page.getByRole("alert").filter({ hasText: "unknown, used or expired" }).waitFor();
+  await page.getByLabel("API token").fill("egr_not-a-token");
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByRole("alert").filter({ hasText: "not valid" }).waitFor();
+  await page.getByLabel("API token").fill(cfg.token);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.waitForURL(base + "/tasks");
+  await page.getByTestId("task-list").waitFor();
   if (errors.length > 0) throw new Error("page errors: " + errors.join("; "));
   console.log("dashboard: every step passed");
 } catch (e) {

@@ -47,6 +47,12 @@ export async function shoot(page, dir, name) {
     await axe(page, `${name} (${size})`);
   }
   await page.setViewportSize(sizes.desktop);
+  // The dark theme (the system's choice) at the desktop size.
+  await page.emulateMedia({ colorScheme: "dark" });
+  await page.waitForTimeout(100);
+  await page.screenshot({ path: `${dir}/${name}-desktop-dark.png`, fullPage: true });
+  await axe(page, `${name} (desktop, dark)`);
+  await page.emulateMedia({ colorScheme: "light" });
 }
 
 /** until polls f until it returns a truthy value or ms pass. */

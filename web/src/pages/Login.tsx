@@ -15,20 +15,28 @@ export function Login() {
   const [pasted, setPasted] = useState("");
 
   useEffect(() => {
-    const code = new URLSearchParams(location.hash.slice(1)).get("code");
-    if (!code) return;
-    history.replaceState(null, "", "/login"); // the code works once: keep it out of history
-    setBusy(true);
-    call<LoginResponse>("POST", "/v1/dashboard/login", { code }).then(
-      (r) => {
-        setToken(r.secret);
-        navigate("/tasks", true);
-      },
-      (e: ApiError) => {
-        setError(e.message);
-        setBusy(false);
-      },
-    );
+    // A login link opened in a new tab loads the page; pasted into this
+    // one it only changes the fragment.
+    const redeem = () => {
+      const code = new URLSearchParams(location.hash.slice(1)).get("code");
+      if (!code) return;
+      history.replaceState(null, "", "/login"); // the code works once: keep it out of history
+      setBusy(true);
+      setError(undefined);
+      call<LoginResponse>("POST", "/v1/dashboard/login", { code }).then(
+        (r) => {
+          setToken(r.secret);
+          navigate("/tasks", true);
+        },
+        (e: ApiError) => {
+          setError(e.message);
+          setBusy(false);
+        },
+      );
+    };
+    redeem();
+    window.addEventListener("hashchange", redeem);
+    return () => window.removeEventListener("hashchange", redeem);
   }, []);
 
   const useToken = async (e: Event) => {
