@@ -149,7 +149,7 @@ func TestRoutesMatchPaths(t *testing.T) {
 		"RouteListImages": apiv1.RouteListImages, "RouteGetImage": apiv1.RouteGetImage,
 		"RouteDisableImage": apiv1.RouteDisableImage, "RouteRefreshImage": apiv1.RouteRefreshImage,
 		"RouteImageJobs": apiv1.RouteImageJobs, "RouteGetImageJob": apiv1.RouteGetImageJob,
-		"RouteDashboardLogin": apiv1.RouteDashboardLogin, "RoutePreviewReceipt": apiv1.RoutePreviewReceipt,
+		"RouteDashboardLogin": apiv1.RouteDashboardLogin, "RoutePreviewReceipt": apiv1.RoutePreviewReceipt, "RouteChanges": apiv1.RouteChanges,
 	}
 	for name, v := range compiled {
 		if routes[name] != v {
@@ -231,6 +231,8 @@ func TestSpecialStreams(t *testing.T) {
 		{apiv1.RouteEvents, "", "Last-Event-ID"},
 		{apiv1.RouteEvents, "", "`id:` is the event's `seq`"},
 		{apiv1.RouteExec, "200", "application/x-ndjson"},
+		{apiv1.RouteChanges, "200", "text/event-stream"},
+		{apiv1.RouteChanges, "", "coalesced"},
 		{apiv1.RouteExecWS, "101", "Switching protocols"},
 		{apiv1.RouteExecWS, "", "channel byte"},
 		{apiv1.RouteExecWS, "", "stdin_close"},

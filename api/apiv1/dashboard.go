@@ -16,3 +16,17 @@ type DashboardLoginResponse struct {
 	Token  Token  `json:"token"`
 	Secret string `json:"secret"`
 }
+
+// RouteChanges is a change feed for lists (SSE): ?topics= names some of
+// ChangeSessions, ChangeTasks and ChangeHosts (comma-separated); each
+// change is one message whose event is its topic and data `{}`, coalesced,
+// so a list re-reads itself instead of polling. Messages carry no id: a
+// client that reconnects re-reads its lists once.
+const RouteChanges = "GET /v1/changes"
+
+// Change feed topics.
+const (
+	ChangeSessions = "sessions"
+	ChangeTasks    = "tasks"
+	ChangeHosts    = "hosts"
+)

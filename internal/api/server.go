@@ -42,9 +42,11 @@ type Deps struct {
 	// Idempotency keeps the answers of POSTs sent with an
 	// Idempotency-Key (the store; nil: the header is ignored).
 	Idempotency IdempotencyKeys
-	Logger      *slog.Logger
-	Now         func() time.Time
-	NewID       func() string
+	// Changes feeds RouteChanges (the store; nil: no change feed).
+	Changes Changes
+	Logger  *slog.Logger
+	Now     func() time.Time
+	NewID   func() string
 }
 
 // base is what every router shares: the config, the clock and ids, and
@@ -116,6 +118,7 @@ func (s *Server) routes() {
 	(&profilesRouter{base: s.base, co: s.deps.Profiles}).route(h)
 	(&egressRouter{base: s.base, co: s.deps.Egress}).route(h)
 	(&tasksRouter{base: s.base, co: s.deps.Tasks, st: s.deps.TaskReads, guests: s.deps.Guests, profiles: s.deps.Profiles}).route(h)
+	h(apiv1.RouteChanges, s.changes)
 }
 
 // streamedPOST are the POSTs an Idempotency-Key does not apply to: exec's

@@ -19,7 +19,13 @@ const TopicOps = "ops"
 
 // SessionTopic is the store notification topic woken on every change of a
 // session (its state, its op, its events).
-func SessionTopic(id domain.SessionID) string { return "session:" + string(id) }
+func SessionTopic(id domain.SessionID) string { return sessionTopicPrefix + string(id) }
+
+const sessionTopicPrefix = "session:"
+
+// TopicSessions is woken with every session's topic: lists of sessions
+// (the API's change feed) follow it.
+const TopicSessions = "sessions"
 
 // CreateSession validates spec, records the session with its create op and
 // wakes a worker. It returns at once; use WaitSession to wait for Active.
@@ -345,5 +351,10 @@ func conflictIfBusy(err error) error {
 func (c *Coordinator) wake(ctx context.Context, topic string) {
 	if err := c.st.Notify(ctx, topic); err != nil {
 		c.log.Warn("notify failed; waiters fall back to polling", "topic", topic, "err", err)
+	}
+	if strings.HasPrefix(topic, sessionTopicPrefix) {
+		if err := c.st.Notify(ctx, TopicSessions); err != nil {
+			c.log.Warn("notify failed; waiters fall back to polling", "topic", TopicSessions, "err", err)
+		}
 	}
 }

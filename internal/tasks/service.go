@@ -180,7 +180,9 @@ func (c *Tasks) runCtx() context.Context { return c.bg }
 // wake notifies a topic's waiters on every replica; a lost notification
 // only costs a poll.
 func (c *Tasks) wake(ctx context.Context, topic string) {
-	if err := c.st.Notify(ctx, topic); err != nil {
-		c.log.Warn("notify failed; waiters fall back to polling", "topic", topic, "err", err)
+	for _, tp := range []string{topic, TopicTasks} {
+		if err := c.st.Notify(ctx, tp); err != nil {
+			c.log.Warn("notify failed; waiters fall back to polling", "topic", tp, "err", err)
+		}
 	}
 }

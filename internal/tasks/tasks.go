@@ -62,6 +62,10 @@ type taskRecord struct {
 // (its state and its conversation).
 func Topic(id domain.TaskID) string { return "task:" + string(id) }
 
+// TopicTasks is woken with every task's topic: lists of tasks (the API's
+// change feed) follow it.
+const TopicTasks = "tasks"
+
 // titleOf is a task's title from its prompt: the first line, at most 80
 // characters.
 func titleOf(prompt string) string {

@@ -79,9 +79,14 @@ try {
   await page.getByTestId("assistant-text").filter({ hasText: cfg.followUpAnswer }).waitFor({ timeout: 600_000 });
   await page.getByTestId("session-badge").locator('[data-state="active"]').waitFor({ timeout: 60_000 });
 
-  step("the task list shows the task");
+  step("the task list shows the task, and one started elsewhere appears without a reload");
   await page.getByRole("link", { name: "Tasks" }).first().click();
   await page.getByTestId("task-list").getByText(cfg.prompt).waitFor();
+  reloaded = false;
+  page.once("load", () => (reloaded = true));
+  console.log(cli("task", "start", "--profile", cfg.profile, "a task from the CLI"));
+  await page.getByTestId("task-list").getByText("a task from the CLI").waitFor({ timeout: 10_000 });
+  if (reloaded) throw new Error("the page reloaded");
   await shoot(page, cfg.artifacts, "tasks");
 
   step("sessions: the list and the session's page");

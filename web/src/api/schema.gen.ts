@@ -1143,6 +1143,32 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/changes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A change feed for lists (Server-Sent Events).
+         * @description `topics` names some of `sessions`, `tasks` and `hosts`
+         *     (comma-separated). Each change to an object of a topic is one
+         *     message whose `event:` is the topic and whose data is `{}`,
+         *     coalesced (at most one per topic each 250 ms), so a list re-reads
+         *     itself when it changed instead of polling. Messages carry no `id:`:
+         *     a client that reconnects re-reads its lists once. Comments (`:`)
+         *     keep the stream alive every 15 s.
+         */
+        get: operations["followChanges"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/tokens/{id}": {
         parameters: {
             query?: never;
@@ -3615,6 +3641,29 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["DashboardLoginResponse"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    followChanges: {
+        parameters: {
+            query: {
+                topics: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The feed. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": Record<string, never>;
                 };
             };
             default: components["responses"]["Error"];

@@ -4,6 +4,7 @@ import { useEffect, useState } from "preact/hooks";
 import { enc, listAll, post } from "../api/client";
 import type { Host } from "../api/types";
 import { ago } from "../lib/format";
+import { useChanges } from "../lib/useChanges";
 import { useLoad } from "../lib/useLoad";
 import { Loading, Problem } from "../ui/Problem";
 import { StateBadge } from "../ui/StateBadge";
@@ -11,8 +12,9 @@ import { StateBadge } from "../ui/StateBadge";
 export function Hosts() {
   const list = useLoad((s) => listAll<"hosts", Host>("/v1/hosts", "hosts", s), []);
   const [error, setError] = useState<Error>();
+  useChanges(["hosts", "sessions"], list.reload);
   useEffect(() => {
-    const t = setInterval(list.reload, 3000);
+    const t = setInterval(list.reload, 5000); // heartbeats and capacity change without a notification
     return () => clearInterval(t);
   }, [list.reload]);
   const hosts = list.value?.hosts ?? [];

@@ -1,8 +1,9 @@
 // Sessions: the list, by state and host.
-import { useEffect, useState } from "preact/hooks";
+import { useState } from "preact/hooks";
 import { enc, listAll, q } from "../api/client";
 import type { Session } from "../api/types";
 import { ago, short } from "../lib/format";
+import { useChanges } from "../lib/useChanges";
 import { useLoad } from "../lib/useLoad";
 import { Loading, Problem } from "../ui/Problem";
 import { StateBadge } from "../ui/StateBadge";
@@ -12,10 +13,7 @@ const states = ["", "creating", "active", "suspending", "idle", "resuming", "del
 export function Sessions(props: { host?: string }) {
   const [state, setState] = useState("");
   const list = useLoad((s) => listAll<"sessions", Session>("/v1/sessions" + q({ state, host: props.host }), "sessions", s), [state, props.host]);
-  useEffect(() => {
-    const t = setInterval(list.reload, 4000);
-    return () => clearInterval(t);
-  }, [list.reload]);
+  useChanges(["sessions"], list.reload);
   const sessions = [...(list.value?.sessions ?? [])].sort((a, b) => b.updated_at.localeCompare(a.updated_at));
   return (
     <>

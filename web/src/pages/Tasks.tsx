@@ -1,9 +1,10 @@
 // The task list: status, profile, title and last activity, with search
 // and filters, refreshed while open.
-import { useEffect, useMemo, useState } from "preact/hooks";
+import { useMemo, useState } from "preact/hooks";
 import { enc, listAll, q } from "../api/client";
 import type { Profile, Task } from "../api/types";
 import { ago } from "../lib/format";
+import { useChanges } from "../lib/useChanges";
 import { useLoad } from "../lib/useLoad";
 import { Loading, Problem } from "../ui/Problem";
 import { StateBadge } from "../ui/StateBadge";
@@ -16,10 +17,7 @@ export function Tasks() {
   const [search, setSearch] = useState("");
   const tasks = useLoad((s) => listAll<"tasks", Task>("/v1/tasks" + q({ state, profile }), "tasks", s), [state, profile]);
   const profiles = useLoad((s) => listAll<"profiles", Profile>("/v1/profiles", "profiles", s), []);
-  useEffect(() => {
-    const t = setInterval(tasks.reload, 4000);
-    return () => clearInterval(t);
-  }, [tasks.reload]);
+  useChanges(["tasks"], tasks.reload);
   const names = useMemo(() => new Map((profiles.value?.profiles ?? []).map((p) => [p.id, p.name])), [profiles.value]);
   const shown = useMemo(() => {
     const needle = search.trim().toLowerCase();

@@ -1,0 +1,110 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/internal/coordinator"
+)
+
+// Changes wakes followers of a topic (the store's notifications, on every
+// replica).
+type Changes interface {
+	Subscribe(ctx context.Context, topic string) <-chan struct{}
+}
+
+// changeTopics maps the feed's topics to the store's: what the coordinator
+// and the tasks service wake on every change.
+func changeTopics() map[string]string {
+	return map[string]string{
+		apiv1.ChangeSessions: coordinator.TopicSessions,
+		apiv1.ChangeTasks:    TopicTasks,
+		apiv1.ChangeHosts:    coordinator.TopicHosts,
+	}
+}
+
+// TopicTasks is tasks.TopicTasks (the API does not import the tasks
+// service); a test checks they agree.
+const TopicTasks = "tasks"
+
+// changesCoalesce is the least time between two messages of one topic.
+const changesCoalesce = 250 * time.Millisecond
+
+// changes serves RouteChanges until the client leaves.
+func (s *Server) changes(w http.ResponseWriter, r *http.Request) {
+	if s.deps.Changes == nil {
+		writeError(w, http.StatusNotFound, apiv1.CodeNotFound, "this server has no change feed")
+		return
+	}
+	known := changeTopics()
+	var names []string
+	for _, t := range strings.Split(r.URL.Query().Get("topics"), ",") {
+		if t = strings.TrimSpace(t); t == "" || slices.Contains(names, t) {
+			continue
+		}
+		if _, ok := known[t]; !ok {
+			writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "topics: "+quote(t)+" is not sessions, tasks or hosts")
+			return
+		}
+		names = append(names, t)
+	}
+	if len(names) == 0 {
+		writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "topics: name sessions, tasks or hosts (comma-separated)")
+		return
+	}
+	ctx := r.Context()
+	changed := make(chan string, len(names))
+	for _, n := range names {
+		sub := s.deps.Changes.Subscribe(ctx, known[n])
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-sub:
+					select {
+					case changed <- n:
+					default: // one pending message a topic is enough
+					}
+				}
+			}
+		}()
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+	fmt.Fprint(w, ": following "+strings.Join(names, ",")+"\n\n")
+	if flusher != nil {
+		flusher.Flush()
+	}
+	keepalive := time.NewTicker(15 * time.Second)
+	defer keepalive.Stop()
+	last := map[string]time.Time{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-keepalive.C:
+			fmt.Fprint(w, ": keepalive\n\n")
+		case n := <-changed:
+			if wait := changesCoalesce - time.Since(last[n]); wait > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(wait):
+				}
+			}
+			last[n] = time.Now()
+			fmt.Fprintf(w, "event: %s\ndata: {}\n\n", n)
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+}
