@@ -150,6 +150,7 @@ func TestRoutesMatchPaths(t *testing.T) {
 		"RouteDisableImage": apiv1.RouteDisableImage, "RouteRefreshImage": apiv1.RouteRefreshImage,
 		"RouteImageJobs": apiv1.RouteImageJobs, "RouteGetImageJob": apiv1.RouteGetImageJob,
 		"RouteDashboardLogin": apiv1.RouteDashboardLogin, "RoutePreviewReceipt": apiv1.RoutePreviewReceipt, "RouteChanges": apiv1.RouteChanges,
+		"RouteDeleteHarness": apiv1.RouteDeleteHarness,
 	}
 	for name, v := range compiled {
 		if routes[name] != v {

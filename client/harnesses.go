@@ -58,3 +58,15 @@ func (hr HarnessClient) Get(ctx context.Context, name, version string) (apiv1.Ha
 	err := hr.c.call(ctx, http.MethodGet, routePath(apiv1.RouteGetHarness, name), q, nil, &h)
 	return h, err
 }
+
+// Delete deletes harness name at version ("": the newest); sessions made
+// with it keep it.
+func (hr HarnessClient) Delete(ctx context.Context, name, version string) (apiv1.Harness, error) {
+	var q url.Values
+	if version != "" {
+		q = url.Values{"version": {version}}
+	}
+	var h apiv1.Harness
+	err := hr.c.call(ctx, http.MethodDelete, routePath(apiv1.RouteDeleteHarness, name), q, nil, &h)
+	return h, err
+}

@@ -8,6 +8,10 @@ const (
 	RouteAddHarness    = "POST /v1/harnesses"       // tar or tar.gz of a directory holding harness.json -> Harness
 	RouteListHarnesses = "GET /v1/harnesses"        // -> HarnessList
 	RouteGetHarness    = "GET /v1/harnesses/{name}" // ?version= (default: the newest) -> Harness
+	// RouteDeleteHarness (?version=, default the newest) -> Harness with
+	// deleted_at: no longer listed or named by new profiles and sessions;
+	// sessions made with it keep it.
+	RouteDeleteHarness = "DELETE /v1/harnesses/{name}"
 
 	RouteCreateSecret = "POST /v1/secrets"          // CreateSecretRequest -> Secret (201); the value is never returned
 	RouteListSecrets  = "GET /v1/secrets"           // -> SecretList
@@ -58,6 +62,7 @@ type Harness struct {
 	SizeBytes   int64               `json:"size_bytes"`
 	Builtin     bool                `json:"builtin"`
 	CreatedAt   time.Time           `json:"created_at"`
+	DeletedAt   *time.Time          `json:"deleted_at,omitempty"`
 }
 
 // HarnessCredential is a secret a harness needs, by kind.

@@ -19,6 +19,7 @@ type HarnessService interface {
 	AddHarness(ctx context.Context, tarball io.Reader) (harnessreg.HarnessView, error)
 	Harnesses(ctx context.Context) ([]harnessreg.HarnessView, error)
 	Harness(ctx context.Context, name, version string) (harnessreg.HarnessView, error)
+	DeleteHarness(ctx context.Context, name, version string) (harnessreg.HarnessView, error)
 }
 
 // harnessesRouter serves the harness registry.
@@ -32,6 +33,16 @@ func (s *harnessesRouter) route(h func(string, http.HandlerFunc)) {
 	h(apiv1.RouteAddHarness, s.addHarness)
 	h(apiv1.RouteListHarnesses, s.listHarnesses)
 	h(apiv1.RouteGetHarness, s.getHarness)
+	h(apiv1.RouteDeleteHarness, s.deleteHarness)
+}
+
+func (s *harnessesRouter) deleteHarness(w http.ResponseWriter, r *http.Request) {
+	v, err := s.co.DeleteHarness(r.Context(), r.PathValue("name"), r.URL.Query().Get("version"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, harnessOut(v))
 }
 
 // buildHarness builds a built-in harness; the answer may take minutes (a
@@ -119,6 +130,9 @@ func harnessOut(v harnessreg.HarnessView) apiv1.Harness {
 	}
 	for _, c := range d.Credentials {
 		out.Credentials = append(out.Credentials, apiv1.HarnessCredential{Kind: c.Kind, Env: c.Env, BaseURLEnv: c.BaseURLEnv})
+	}
+	if !h.DeletedAt.IsZero() {
+		out.DeletedAt = &h.DeletedAt
 	}
 	return out
 }

@@ -234,3 +234,16 @@ func TestHarnessBuildFailures(t *testing.T) {
 	check(t, "no blob store (add)", noBlobs.do("POST", "/v1/harnesses", "", bytes.NewReader(harnessTarGz(t, "x"))),
 		400, []string{"no blob store"}, nil)
 }
+
+// TestDeleteHarness: a deleted harness is no longer listed or found by
+// name; deleting it again is 404.
+func TestDeleteHarness(t *testing.T) {
+	t.Parallel()
+	a := newAgentAPI(t, agentOpts{})
+	seedProfiles(t, a)
+	check(t, "delete", a.do("DELETE", "/v1/harnesses/claude-code?version=2.1.0", "", nil), 200,
+		[]string{`"name":"claude-code"`, `"version":"2.1.0"`, `"deleted_at":"`}, nil)
+	check(t, "get after", a.do("GET", "/v1/harnesses/claude-code", "", nil), 404, nil, nil)
+	check(t, "list after", a.do("GET", "/v1/harnesses", "", nil), 200, []string{`"harnesses":[]`}, nil)
+	check(t, "delete again", a.do("DELETE", "/v1/harnesses/claude-code", "", nil), 404, nil, nil)
+}

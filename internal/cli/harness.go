@@ -32,7 +32,7 @@ A registered version never changes.`)
 		annNotFound: "list registered harnesses with `engrams harness list`",
 		annConflict: "that version is registered with another bundle: a registered version never changes, so give yours another version",
 	}
-	cmd.AddCommand(a.harnessBuildCmd(), a.harnessAddCmd(), a.harnessListCmd(), a.harnessShowCmd())
+	cmd.AddCommand(a.harnessBuildCmd(), a.harnessAddCmd(), a.harnessListCmd(), a.harnessShowCmd(), a.harnessDeleteCmd())
 	return cmd
 }
 
@@ -393,4 +393,34 @@ func humanBytes(n int64) string {
 		f, i = f/1024, i+1
 	}
 	return fmt.Sprintf("%.1f %s", f, units[i])
+}
+
+func (a harnessCmds) harnessDeleteCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "delete NAME[@VERSION]",
+		Short: "Delete a harness version",
+		Long: `Delete a registered harness (the newest version unless @VERSION is given):
+profiles and sessions can no longer name it, while sessions made with it keep
+it (its bundle stays stored). Profiles naming it show a problem until
+another version is registered. Building or adding the same bundle again
+brings it back.`,
+		Example: `  engrams harness delete my-agent@0.3.0`,
+		Args:    usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			name, version, _ := strings.Cut(args[0], "@")
+			h, err := c.Harnesses().Delete(cmd.Context(), name, version)
+			if err != nil {
+				return fmt.Errorf("delete harness %s: %w", args[0], err)
+			}
+			if a.jsonOut {
+				return printJSON(cmd.OutOrStdout(), h)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "deleted harness %s@%s (%s)\n", h.Name, h.Version, h.ID)
+			return nil
+		},
+	}
 }

@@ -17,6 +17,7 @@ type Harness struct {
 	Digest     string          // content digest of the bundle image
 	Builtin    bool            // built by engrams (claude-code, codex, shell), not added by an admin
 	CreatedAt  time.Time
+	DeletedAt  time.Time // zero while it is live
 }
 
 // Secret is a credential other than a registry login: a model provider API

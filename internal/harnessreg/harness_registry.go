@@ -395,7 +395,8 @@ func harnessView(h domain.Harness) (HarnessView, error) {
 	return v, nil
 }
 
-// Harnesses lists registered harnesses by name, then oldest first.
+// Harnesses lists registered harnesses by name, then oldest first (not
+// the deleted ones).
 func (c *Registry) Harnesses(ctx context.Context) ([]HarnessView, error) {
 	hs, err := c.st.ListHarnesses(ctx)
 	if err != nil {
@@ -403,6 +404,9 @@ func (c *Registry) Harnesses(ctx context.Context) ([]HarnessView, error) {
 	}
 	out := make([]HarnessView, 0, len(hs))
 	for _, h := range hs {
+		if !h.DeletedAt.IsZero() {
+			continue
+		}
 		v, err := harnessView(h)
 		if err != nil {
 			return nil, err
@@ -428,8 +432,26 @@ func (c *Registry) Harness(ctx context.Context, name, version string) (HarnessVi
 	return harnessView(h)
 }
 
+// DeleteHarness deletes name@version ("" version: the newest): no new
+// profile or session can name it, while sessions made with it keep it
+// (they name its bundle by id, and its chunks stay live); building or
+// adding the same bundle again brings it back.
+func (c *Registry) DeleteHarness(ctx context.Context, name, version string) (HarnessView, error) {
+	v, err := c.Harness(ctx, name, version)
+	if err != nil {
+		return HarnessView{}, err
+	}
+	h, err := c.st.DeleteHarness(ctx, v.Harness.ID, c.now())
+	if err != nil {
+		return HarnessView{}, fmt.Errorf("delete harness %s@%s: %w", v.Harness.Name, v.Harness.Version, err)
+	}
+	c.log.Info("harness deleted", "harness_id", h.ID, "name", h.Name, "version", h.Version)
+	return harnessView(h)
+}
+
 // MarkLive adds the chunks of every registered harness bundle to live:
-// rows are never deleted, so GC must keep them all (a GC root).
+// rows are never deleted (a deleted harness keeps its row), so GC must
+// keep them all (a GC root).
 func (c *Registry) MarkLive(ctx context.Context, live map[string]bool) error {
 	hs, err := c.st.ListHarnesses(ctx)
 	if err != nil {

@@ -20,8 +20,14 @@ type Harnesses interface {
 	// FindHarness returns the harness with that name and version; version ""
 	// means the newest by CreatedAt (then by ID). ErrNotFound if none.
 	FindHarness(ctx context.Context, name, version string) (domain.Harness, error)
-	// ListHarnesses returns every harness by name, then oldest first.
+	// ListHarnesses returns every harness by name, then oldest first,
+	// deleted ones included (their bundles are still referenced).
 	ListHarnesses(ctx context.Context) ([]domain.Harness, error)
+	// DeleteHarness marks harness id deleted at at and returns it: GetHarness
+	// still finds it (sessions made with it name it by id), FindHarness no
+	// longer does, and PutHarness of the same bundle makes it live again.
+	// ErrNotFound if id is unknown or already deleted.
+	DeleteHarness(ctx context.Context, id string, at time.Time) (domain.Harness, error)
 }
 
 // Secrets keeps sealed credentials; profiles name them. Every read returns

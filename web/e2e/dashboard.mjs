@@ -47,9 +47,17 @@ try {
   await page.getByTestId("file-diff").filter({ hasText: cfg.changedFile }).waitFor({ timeout: 120_000 });
   await shoot(page, cfg.artifacts, "task-changes");
 
-  step("browse the Files tab");
+  step("the Files tab: upload a file, browse to it, view and download it");
   await page.getByRole("tab", { name: "Files" }).click();
   await page.getByRole("button", { name: "app/" }).waitFor({ timeout: 60_000 });
+  await page.locator('input[type="file"]').setInputFiles({ name: "uploaded.txt", mimeType: "text/plain", buffer: Buffer.from("from the browser\n") });
+  await page.getByRole("button", { name: "uploaded.txt" }).click();
+  await page.locator(".file-view").filter({ hasText: "from the browser" }).waitFor({ timeout: 30_000 });
+  const [download] = await Promise.all([page.waitForEvent("download"), page.getByRole("button", { name: "Download" }).click()]);
+  const got = readFileSync(await download.path(), "utf8");
+  if (got !== "from the browser\n" || download.suggestedFilename() !== "uploaded.txt") throw new Error(`downloaded ${download.suggestedFilename()}: ${JSON.stringify(got)}`);
+  await page.getByRole("button", { name: "Up" }).click();
+  await page.getByRole("button", { name: "app/" }).waitFor();
   await shoot(page, cfg.artifacts, "task-files");
 
   step("run ls /work in the Terminal tab");

@@ -4,22 +4,26 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"time"
 
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
-const harnessCols = `id, name, version, descriptor, manifest, digest, builtin, created_at`
+const harnessCols = `id, name, version, descriptor, manifest, digest, builtin, created_at, deleted_at`
 
 func scanHarness(r scanner) (domain.Harness, error) {
 	var h domain.Harness
 	var descriptor, manifest sql.NullString
-	var created int64
-	err := r.Scan(&h.ID, &h.Name, &h.Version, &descriptor, &manifest, &h.Digest, &h.Builtin, &created)
+	var created, deleted int64
+	err := r.Scan(&h.ID, &h.Name, &h.Version, &descriptor, &manifest, &h.Digest, &h.Builtin, &created, &deleted)
 	if err != nil {
 		return domain.Harness{}, err
 	}
 	h.Descriptor, h.Manifest, h.CreatedAt = fromJSON(descriptor), fromJSON(manifest), fromMicros(created)
+	if deleted != 0 {
+		h.DeletedAt = fromMicros(deleted)
+	}
 	return h, nil
 }
 
@@ -37,7 +41,7 @@ func (s *Store) PutHarness(ctx context.Context, h domain.Harness) (domain.Harnes
 		}
 	}
 	out, err := scanHarness(s.write.QueryRowContext(ctx, `INSERT INTO harnesses (`+harnessCols+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING `+harnessCols,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0) RETURNING `+harnessCols,
 		h.ID, h.Name, h.Version, jsonArg(h.Descriptor), jsonArg(h.Manifest), h.Digest, h.Builtin,
 		micros(orNow(h.CreatedAt))))
 	if err == nil {
@@ -56,6 +60,11 @@ func (s *Store) PutHarness(ctx context.Context, h domain.Harness) (domain.Harnes
 	case old.Digest != h.Digest:
 		return domain.Harness{}, fmt.Errorf("%s: %w: registered with digest %s, not %s",
 			action, store.ErrConflict, old.Digest, h.Digest)
+	case !old.DeletedAt.IsZero(): // the same bundle again: it is live again
+		if _, err := s.write.ExecContext(ctx, `UPDATE harnesses SET deleted_at = 0 WHERE id = $1`, old.ID); err != nil {
+			return domain.Harness{}, fmt.Errorf("%s: %w", action, err)
+		}
+		old.DeletedAt = time.Time{}
 	}
 	return old, nil
 }
@@ -70,12 +79,19 @@ func (s *Store) GetHarness(ctx context.Context, id string) (domain.Harness, erro
 func (s *Store) FindHarness(ctx context.Context, name, version string) (domain.Harness, error) {
 	if version != "" {
 		h, err := scanHarness(s.read.QueryRowContext(ctx, `SELECT `+harnessCols+` FROM harnesses
-			WHERE name = $1 AND version = $2`, name, version))
+			WHERE name = $1 AND version = $2 AND deleted_at = 0`, name, version))
 		return h, rowFound(err, fmt.Sprintf("find harness %s %s", name, version))
 	}
 	h, err := scanHarness(s.read.QueryRowContext(ctx, `SELECT `+harnessCols+` FROM harnesses
-		WHERE name = $1 ORDER BY created_at DESC, id DESC LIMIT 1`, name))
+		WHERE name = $1 AND deleted_at = 0 ORDER BY created_at DESC, id DESC LIMIT 1`, name))
 	return h, rowFound(err, "find newest harness "+name)
+}
+
+// DeleteHarness implements store.Harnesses.
+func (s *Store) DeleteHarness(ctx context.Context, id string, at time.Time) (domain.Harness, error) {
+	h, err := scanHarness(s.write.QueryRowContext(ctx, `UPDATE harnesses SET deleted_at = $2 WHERE id = $1 AND deleted_at = 0
+		RETURNING `+harnessCols, id, micros(orNow(at))))
+	return h, rowFound(err, "delete harness "+id)
 }
 
 // ListHarnesses implements store.Harnesses.

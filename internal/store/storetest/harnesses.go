@@ -18,6 +18,7 @@ var harnessTests = []test{
 	{"HarnessPutIdempotent", testHarnessPutIdempotent},
 	{"HarnessPutRejected", testHarnessPutRejected},
 	{"HarnessPutConcurrent", testHarnessPutConcurrent},
+	{"HarnessDelete", testHarnessDelete},
 }
 
 func newHarness(name, version string, at time.Time) domain.Harness {
@@ -204,5 +205,42 @@ func testHarnessPutConcurrent(t *testing.T, st store.Store) {
 	must(t, err)
 	if len(list) != 1 || list[0].ID != ids[0] {
 		t.Fatalf("harnesses after concurrent puts = %+v, want only %s", list, ids[0])
+	}
+}
+
+// testHarnessDelete: a deleted harness is found by id (with DeletedAt) and
+// listed, but not found by name; the newest live version is; putting the
+// same bundle again makes it live.
+func testHarnessDelete(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	old, err := st.PutHarness(ctx, newHarness("agent", "1.0", t0))
+	must(t, err)
+	h, err := st.PutHarness(ctx, newHarness("agent", "2.0", t0.Add(time.Minute)))
+	must(t, err)
+	del, err := st.DeleteHarness(ctx, h.ID, t0.Add(time.Hour))
+	must(t, err)
+	wantTime(t, "deleted at", del.DeletedAt, t0.Add(time.Hour))
+	_, err = st.DeleteHarness(ctx, h.ID, t0.Add(2*time.Hour))
+	wantErr(t, err, store.ErrNotFound)
+	_, err = st.FindHarness(ctx, "agent", "2.0")
+	wantErr(t, err, store.ErrNotFound)
+	newest, err := st.FindHarness(ctx, "agent", "")
+	must(t, err)
+	wantSame(t, "newest live", newest.ID, old.ID)
+	got, err := st.GetHarness(ctx, h.ID)
+	must(t, err)
+	wantTime(t, "deleted at by id", got.DeletedAt, t0.Add(time.Hour))
+	list, err := st.ListHarnesses(ctx)
+	must(t, err)
+	if len(list) != 2 {
+		t.Fatalf("listed %d harnesses, want both", len(list))
+	}
+	again, err := st.PutHarness(ctx, newHarness("agent", "2.0", t0.Add(3*time.Hour)))
+	must(t, err)
+	if again.ID != h.ID || !again.DeletedAt.IsZero() {
+		t.Fatalf("the same bundle put again: %+v, want %s live", again, h.ID)
+	}
+	if f, err := st.FindHarness(ctx, "agent", ""); err != nil || f.ID != h.ID {
+		t.Fatalf("newest after the put: %+v %v", f, err)
 	}
 }

@@ -686,7 +686,13 @@ export interface paths {
         get: operations["getHarness"];
         put?: never;
         post?: never;
-        delete?: never;
+        /**
+         * Delete a harness (the newest version unless `version` is given).
+         * @description No profile or session can name it any more; sessions made with it
+         *     keep it (they name its bundle by id, whose chunks stay). Building or
+         *     adding the same bundle again brings it back.
+         */
+        delete: operations["deleteHarness"];
         options?: never;
         head?: never;
         patch?: never;
@@ -1789,6 +1795,11 @@ export interface components {
             builtin: boolean;
             /** Format: date-time */
             created_at: string;
+            /**
+             * Format: date-time
+             * @description When it was deleted; absent while it is live.
+             */
+            deleted_at?: string;
         };
         HarnessCredential: {
             /** @description e.g. anthropic_api_key; a profile names a secret of this kind. */
@@ -2951,6 +2962,33 @@ export interface operations {
         requestBody?: never;
         responses: {
             /** @description The harness. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Harness"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    deleteHarness: {
+        parameters: {
+            query?: {
+                /** @description An exact registered version. */
+                version?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The harness's name. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The deleted harness (with deleted_at). */
             200: {
                 headers: {
                     [name: string]: unknown;

@@ -1,6 +1,6 @@
 // Harnesses: the registered bundles, and building a built-in one.
 import { useState } from "preact/hooks";
-import { listAll, post } from "../api/client";
+import { del, enc, headers, listAll, post } from "../api/client";
 import type { Harness } from "../api/types";
 import { ago, bytes } from "../lib/format";
 import { useLoad } from "../lib/useLoad";
@@ -25,9 +25,35 @@ export function Harnesses() {
       setBusy(false);
     }
   };
+  const upload = async (files: FileList | null) => {
+    const f = files?.[0];
+    if (!f) return;
+    setBusy(true);
+    setError(undefined);
+    try {
+      const resp = await fetch("/v1/harnesses", {
+        method: "POST",
+        headers: headers({ "Content-Type": f.name.endsWith(".tar") ? "application/x-tar" : "application/gzip" }),
+        body: f,
+      });
+      if (!resp.ok) throw new Error(((await resp.json().catch(() => ({}))) as { error?: string }).error ?? resp.statusText);
+      list.reload();
+    } catch (err) {
+      setError(err as Error);
+    } finally {
+      setBusy(false);
+    }
+  };
   return (
     <>
       <h1>Harnesses</h1>
+      <p class="small muted">
+        Add your own: a .tar.gz (or .tar) of a directory holding its harness.json.{" "}
+        <label class="button quiet">
+          Add a harness…
+          <input type="file" class="sr-only" accept=".tar,.tgz,.gz,application/gzip,application/x-tar" onChange={(e) => void upload(e.currentTarget.files)} />
+        </label>
+      </p>
       <form class="inline-form" onSubmit={build}>
         <label for="h-name">Build</label>
         <select id="h-name" value={name} onChange={(e) => setName(e.currentTarget.value)}>
@@ -57,6 +83,9 @@ export function Harnesses() {
                 Size
               </th>
               <th scope="col">Added</th>
+              <th scope="col">
+                <span class="sr-only">Actions</span>
+              </th>
             </tr>
           </thead>
           <tbody>
@@ -67,6 +96,18 @@ export function Harnesses() {
                 <td class="wide">{h.models.join(", ")}</td>
                 <td class="wide">{bytes(h.size_bytes)}</td>
                 <td>{ago(h.created_at)}</td>
+                <td>
+                  <button
+                    class="quiet danger"
+                    aria-label={"Delete " + h.name + "@" + h.version}
+                    onClick={() =>
+                      confirm("Delete " + h.name + "@" + h.version + "? Sessions made with it keep it.") &&
+                      del("/v1/harnesses/" + enc(h.name) + "?version=" + enc(h.version)).then(list.reload, setError)
+                    }
+                  >
+                    Delete
+                  </button>
+                </td>
               </tr>
             ))}
           </tbody>

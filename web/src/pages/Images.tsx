@@ -65,6 +65,11 @@ function EnableForm() {
   const [mem, setMem] = useState("");
   const [disk, setDisk] = useState("");
   const [warmup, setWarmup] = useState("");
+  const [vcpus, setVcpus] = useState("");
+  const [workdir, setWorkdir] = useState("");
+  const [env, setEnv] = useState("");
+  const [user, setUser] = useState("");
+  const [password, setPassword] = useState("");
   const [error, setError] = useState<Error>();
   const [busy, setBusy] = useState(false);
   const submit = async (e: Event) => {
@@ -76,6 +81,20 @@ function EnableForm() {
     if (mem) req.memory_mib = parseInt(mem, 10);
     if (disk) req.disk_gib = parseInt(disk, 10);
     if (warmup.trim()) req.warmup = warmup;
+    if (vcpus) req.vcpus = parseInt(vcpus, 10);
+    if (workdir.trim()) req.workdir = workdir.trim();
+    const vars = env
+      .split("\n")
+      .map((l) => l.trim())
+      .filter(Boolean);
+    if (vars.length)
+      req.env = Object.fromEntries(
+        vars.map((l) => {
+          const i = l.indexOf("=");
+          return i < 0 ? [l, ""] : [l.slice(0, i), l.slice(i + 1)];
+        }),
+      );
+    if (user || password) req.credentials = { username: user, password };
     try {
       const r = await post<{ image: Image }>("/v1/images", req);
       navigate("/images/" + enc(r.image.name));
@@ -101,6 +120,22 @@ function EnableForm() {
           <input id="i-mem" inputMode="numeric" value={mem} onInput={(e) => setMem(e.currentTarget.value)} placeholder="1024" />
           <label for="i-disk">Disk (GiB)</label>
           <input id="i-disk" inputMode="numeric" value={disk} onInput={(e) => setDisk(e.currentTarget.value)} placeholder="4" />
+        </div>
+        <div class="row inline">
+          <label for="i-vcpus">vCPUs</label>
+          <input id="i-vcpus" inputMode="numeric" value={vcpus} onInput={(e) => setVcpus(e.currentTarget.value)} placeholder="1" />
+          <label for="i-workdir">Working directory</label>
+          <input id="i-workdir" value={workdir} onInput={(e) => setWorkdir(e.currentTarget.value)} placeholder="the image's WORKDIR" />
+        </div>
+        <div class="row">
+          <label for="i-env">Environment</label>
+          <textarea id="i-env" rows={2} value={env} onInput={(e) => setEnv(e.currentTarget.value)} placeholder="KEY=value per line" />
+        </div>
+        <div class="row inline">
+          <label for="i-user">Registry user</label>
+          <input id="i-user" autocomplete="off" value={user} onInput={(e) => setUser(e.currentTarget.value)} placeholder="anonymous" />
+          <label for="i-pass">Password or token</label>
+          <input id="i-pass" type="password" autocomplete="off" value={password} onInput={(e) => setPassword(e.currentTarget.value)} />
         </div>
         <div class="row">
           <label for="i-warmup">Warm-up command</label>
