@@ -4,7 +4,8 @@ import { del, enc, headers, listAll, post } from "../api/client";
 import type { Harness } from "../api/types";
 import { ago, bytes } from "../lib/format";
 import { useLoad } from "../lib/useLoad";
-import { Loading, Problem } from "../ui/Problem";
+import { Problem } from "../ui/Problem";
+import { Table } from "../ui/Table";
 
 export function Harnesses() {
   const list = useLoad((s) => listAll<"harnesses", Harness>("/v1/harnesses", "harnesses", s), []);
@@ -67,52 +68,37 @@ export function Harnesses() {
           {busy ? "Building… (may take minutes)" : "Build"}
         </button>
       </form>
-      <Problem error={error ?? list.error} />
-      {list.loading && !list.value ? (
-        <Loading what="harnesses" />
-      ) : (
-        <table class="grid">
-          <thead>
-            <tr>
-              <th scope="col">Name</th>
-              <th scope="col">Version</th>
-              <th scope="col" class="wide">
-                Models
-              </th>
-              <th scope="col" class="wide">
-                Size
-              </th>
-              <th scope="col">Added</th>
-              <th scope="col">
-                <span class="sr-only">Actions</span>
-              </th>
-            </tr>
-          </thead>
-          <tbody>
-            {(list.value?.harnesses ?? []).map((h) => (
-              <tr>
-                <td>{h.name}</td>
-                <td>{h.version}</td>
-                <td class="wide">{h.models.join(", ")}</td>
-                <td class="wide">{bytes(h.size_bytes)}</td>
-                <td>{ago(h.created_at)}</td>
-                <td>
-                  <button
-                    class="quiet danger"
-                    aria-label={"Delete " + h.name + "@" + h.version}
-                    onClick={() =>
-                      confirm("Delete " + h.name + "@" + h.version + "? Sessions made with it keep it.") &&
-                      del("/v1/harnesses/" + enc(h.name) + "?version=" + enc(h.version)).then(list.reload, setError)
-                    }
-                  >
-                    Delete
-                  </button>
-                </td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      )}
+      <Problem error={error} />
+      <Table
+        what="harnesses"
+        rows={list.value?.harnesses}
+        loading={list.loading}
+        error={list.error}
+        empty="No harnesses yet: build one above."
+        columns={[
+          { head: "Name", cell: (h) => h.name },
+          { head: "Version", cell: (h) => h.version },
+          { head: "Models", wide: true, cell: (h) => h.models.join(", ") },
+          { head: "Size", wide: true, cell: (h) => bytes(h.size_bytes) },
+          { head: "Added", cell: (h) => ago(h.created_at) },
+          {
+            head: "Actions",
+            hidden: true,
+            cell: (h) => (
+              <button
+                class="quiet danger"
+                aria-label={"Delete " + h.name + "@" + h.version}
+                onClick={() =>
+                  confirm("Delete " + h.name + "@" + h.version + "? Sessions made with it keep it.") &&
+                  del("/v1/harnesses/" + enc(h.name) + "?version=" + enc(h.version)).then(list.reload, setError)
+                }
+              >
+                Delete
+              </button>
+            ),
+          },
+        ]}
+      />
     </>
   );
 }

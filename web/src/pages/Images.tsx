@@ -5,7 +5,8 @@ import type { EnableImageRequest, Image } from "../api/types";
 import { ago } from "../lib/format";
 import { useLoad } from "../lib/useLoad";
 import { navigate } from "../router";
-import { Loading, Problem } from "../ui/Problem";
+import { Problem } from "../ui/Problem";
+import { Table } from "../ui/Table";
 import { StateBadge } from "../ui/StateBadge";
 
 export function Images() {
@@ -19,42 +20,28 @@ export function Images() {
     <>
       <h1>Images</h1>
       <EnableForm />
-      <Problem error={list.error} what="Images" />
-      {list.loading && !list.value ? (
-        <Loading what="images" />
-      ) : images.length === 0 ? (
-        <p class="empty">No images enabled yet.</p>
-      ) : (
-        <table class="grid" data-testid="image-list">
-          <thead>
-            <tr>
-              <th scope="col">Name</th>
-              <th scope="col">State</th>
-              <th scope="col" class="wide">
-                Reference
-              </th>
-              <th scope="col">Changed</th>
-            </tr>
-          </thead>
-          <tbody>
-            {images.map((i) => (
-              <tr>
-                <td>
-                  <a href={"/images/" + enc(i.name)}>{i.name}</a>
-                </td>
-                <td>
-                  <StateBadge state={i.state === "pending" ? "enabling" : i.state} label="Image" />
-                  {i.last_job && i.state === "pending" && <span class="muted small"> {i.last_job.stage ?? i.last_job.state}</span>}
-                </td>
-                <td class="wide">
-                  <code>{i.ref}</code>
-                </td>
-                <td>{ago(i.updated_at)}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      )}
+      <Table
+        what="images"
+        rows={list.value ? images : undefined}
+        loading={list.loading}
+        error={list.error}
+        testid="image-list"
+        empty="No images enabled yet."
+        columns={[
+          { head: "Name", cell: (i) => <a href={"/images/" + enc(i.name)}>{i.name}</a> },
+          {
+            head: "State",
+            cell: (i) => (
+              <>
+                <StateBadge state={i.state === "pending" ? "enabling" : i.state} label="Image" />
+                {i.last_job && i.state === "pending" && <span class="muted small"> {i.last_job.stage ?? i.last_job.state}</span>}
+              </>
+            ),
+          },
+          { head: "Reference", wide: true, cell: (i) => <code>{i.ref}</code> },
+          { head: "Changed", cell: (i) => ago(i.updated_at) },
+        ]}
+      />
     </>
   );
 }

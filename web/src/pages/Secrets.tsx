@@ -5,7 +5,8 @@ import { del, enc, listAll, post } from "../api/client";
 import type { Secret } from "../api/types";
 import { ago } from "../lib/format";
 import { useLoad } from "../lib/useLoad";
-import { Loading, Problem } from "../ui/Problem";
+import { Problem } from "../ui/Problem";
+import { Table } from "../ui/Table";
 
 const kinds = ["anthropic_api_key", "openai_api_key", "git_https", "github_app", "generic"];
 
@@ -54,40 +55,28 @@ export function Secrets() {
         <Problem error={error} what="Could not add" />
         <button type="submit">Add secret</button>
       </form>
-      {list.loading && !list.value ? (
-        <Loading what="secrets" />
-      ) : (
-        <table class="grid">
-          <thead>
-            <tr>
-              <th scope="col">Name</th>
-              <th scope="col">Kind</th>
-              <th scope="col" class="wide">
-                Used by
-              </th>
-              <th scope="col">Added</th>
-              <th scope="col">
-                <span class="sr-only">Actions</span>
-              </th>
-            </tr>
-          </thead>
-          <tbody>
-            {(list.value?.secrets ?? []).map((s) => (
-              <tr>
-                <td>{s.name}</td>
-                <td>{s.kind}</td>
-                <td class="wide">{(s.used_by ?? []).join(", ")}</td>
-                <td>{ago(s.created_at)}</td>
-                <td>
-                  <button class="quiet danger" onClick={() => confirm("Delete secret " + s.name + "?") && del("/v1/secrets/" + enc(s.name)).then(list.reload, setError)}>
-                    Delete
-                  </button>
-                </td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      )}
+      <Table
+        what="secrets"
+        rows={list.value?.secrets}
+        loading={list.loading}
+        error={list.error}
+        empty="No secrets yet."
+        columns={[
+          { head: "Name", cell: (s) => s.name },
+          { head: "Kind", cell: (s) => s.kind },
+          { head: "Used by", wide: true, cell: (s) => (s.used_by ?? []).join(", ") },
+          { head: "Added", cell: (s) => ago(s.created_at) },
+          {
+            head: "Actions",
+            hidden: true,
+            cell: (s) => (
+              <button class="quiet danger" onClick={() => confirm("Delete secret " + s.name + "?") && del("/v1/secrets/" + enc(s.name)).then(list.reload, setError)}>
+                Delete
+              </button>
+            ),
+          },
+        ]}
+      />
     </>
   );
 }

@@ -5,7 +5,7 @@ import type { Session } from "../api/types";
 import { ago, short } from "../lib/format";
 import { useChanges } from "../lib/useChanges";
 import { useLoad } from "../lib/useLoad";
-import { Loading, Problem } from "../ui/Problem";
+import { Table } from "../ui/Table";
 import { StateBadge } from "../ui/StateBadge";
 
 const states = ["", "creating", "active", "suspending", "idle", "resuming", "deleting", "deleted", "failed", "lost"];
@@ -28,45 +28,28 @@ export function Sessions(props: { host?: string }) {
           </select>
         </label>
       </div>
-      <Problem error={list.error} what="Sessions" />
-      {list.loading && !list.value ? (
-        <Loading what="sessions" />
-      ) : sessions.length === 0 ? (
-        <p class="empty">No sessions.</p>
-      ) : (
-        <table class="grid" data-testid="session-list">
-          <thead>
-            <tr>
-              <th scope="col">State</th>
-              <th scope="col">Session</th>
-              <th scope="col" class="wide">
-                Image
-              </th>
-              <th scope="col" class="wide">
-                Host
-              </th>
-              <th scope="col">Last activity</th>
-            </tr>
-          </thead>
-          <tbody>
-            {sessions.map((s) => (
-              <tr>
-                <td>
-                  <StateBadge state={s.state} label="Session" />
-                </td>
-                <td>
-                  <a href={"/sessions/" + enc(s.id)}>
-                    <code>{short(s.id)}</code>
-                  </a>
-                </td>
-                <td class="wide">{s.spec.image ?? "default"}</td>
-                <td class="wide">{s.host_id ? <a href={"/hosts/" + enc(s.host_id)}>{short(s.host_id)}</a> : ""}</td>
-                <td>{ago(s.last_activity ?? s.updated_at)}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      )}
+      <Table
+        what="sessions"
+        rows={list.value ? sessions : undefined}
+        loading={list.loading}
+        error={list.error}
+        testid="session-list"
+        empty="No sessions."
+        columns={[
+          { head: "State", cell: (s) => <StateBadge state={s.state} label="Session" /> },
+          {
+            head: "Session",
+            cell: (s) => (
+              <a href={"/sessions/" + enc(s.id)}>
+                <code>{short(s.id)}</code>
+              </a>
+            ),
+          },
+          { head: "Image", wide: true, cell: (s) => s.spec.image ?? "default" },
+          { head: "Host", wide: true, cell: (s) => (s.host_id ? <a href={"/hosts/" + enc(s.host_id)}>{short(s.host_id)}</a> : "") },
+          { head: "Last activity", cell: (s) => ago(s.last_activity ?? s.updated_at) },
+        ]}
+      />
     </>
   );
 }

@@ -75,8 +75,8 @@ export function TaskConversation(props: { taskId: string; sessionId?: string; co
               if (e.key === "Enter" && !e.shiftKey) {
                 e.preventDefault();
                 void send();
-              } else if (e.key === "Escape") {
-                e.preventDefault();
+              } else if (e.key === "Escape" && props.conv.working) {
+                e.preventDefault(); // only a running turn is interrupted: an interrupt would resume a suspended session
                 void interrupt();
               }
             }}

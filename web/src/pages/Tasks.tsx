@@ -6,7 +6,7 @@ import type { Profile, Task } from "../api/types";
 import { ago } from "../lib/format";
 import { useChanges } from "../lib/useChanges";
 import { useLoad } from "../lib/useLoad";
-import { Loading, Problem } from "../ui/Problem";
+import { Table } from "../ui/Table";
 import { StateBadge } from "../ui/StateBadge";
 
 const states = ["", "starting", "running", "idle", "stopped", "failed"];
@@ -56,44 +56,32 @@ export function Tasks() {
           </select>
         </label>
       </div>
-      <Problem error={tasks.error} what="Tasks" />
-      {tasks.loading && !tasks.value ? (
-        <Loading what="tasks" />
-      ) : shown.length === 0 ? (
-        <p class="empty">
-          No tasks yet. <a href="/tasks/new">Start one</a>.
-        </p>
-      ) : (
-        <table class="grid" data-testid="task-list">
-          <thead>
-            <tr>
-              <th scope="col">Status</th>
-              <th scope="col">Title</th>
-              <th scope="col" class="wide">
-                Profile
-              </th>
-              <th scope="col">Last activity</th>
-            </tr>
-          </thead>
-          <tbody>
-            {shown.map((t) => (
-              <tr>
-                <td>
-                  <StateBadge state={t.state} label="Task" />
-                </td>
-                <td>
-                  <a href={"/tasks/" + enc(t.id)}>{t.title}</a>
-                  {t.error && <div class="problem small">{t.error}</div>}
-                </td>
-                <td class="wide">{names.get(t.profile_id) ?? t.profile_id.slice(0, 8)}</td>
-                <td>
-                  <time dateTime={t.updated_at}>{ago(t.updated_at)}</time>
-                </td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      )}
+      <Table
+        what="tasks"
+        rows={tasks.value ? shown : undefined}
+        loading={tasks.loading}
+        error={tasks.error}
+        testid="task-list"
+        empty={
+          <>
+            No tasks yet. <a href="/tasks/new">Start one</a>.
+          </>
+        }
+        columns={[
+          { head: "Status", cell: (t) => <StateBadge state={t.state} label="Task" /> },
+          {
+            head: "Title",
+            cell: (t) => (
+              <>
+                <a href={"/tasks/" + enc(t.id)}>{t.title}</a>
+                {t.error && <div class="problem small">{t.error}</div>}
+              </>
+            ),
+          },
+          { head: "Profile", wide: true, cell: (t) => names.get(t.profile_id) ?? t.profile_id.slice(0, 8) },
+          { head: "Last activity", cell: (t) => <time dateTime={t.updated_at}>{ago(t.updated_at)}</time> },
+        ]}
+      />
     </>
   );
 }

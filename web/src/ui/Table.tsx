@@ -1,0 +1,50 @@
+// A list shown as a table: its loading state, its error, its empty text,
+// and one row per item with the columns given (wide ones are hidden on
+// phones).
+import type { ComponentChildren } from "preact";
+import { Loading, Problem } from "./Problem";
+
+export type Column<T> = { head: string; wide?: boolean; hidden?: boolean; cell: (row: T) => ComponentChildren };
+
+export function Table<T>(props: {
+  what: string;
+  rows?: T[];
+  loading?: boolean;
+  error?: Error;
+  empty: ComponentChildren;
+  columns: Column<T>[];
+  testid?: string;
+}) {
+  const cls = (c: Column<T>) => (c.wide ? "wide" : undefined);
+  return (
+    <>
+      <Problem error={props.error} what={props.what.charAt(0).toUpperCase() + props.what.slice(1)} />
+      {props.loading && !props.rows ? (
+        <Loading what={props.what} />
+      ) : (props.rows ?? []).length === 0 ? (
+        <p class="empty">{props.empty}</p>
+      ) : (
+        <table class="grid" data-testid={props.testid}>
+          <thead>
+            <tr>
+              {props.columns.map((c) => (
+                <th scope="col" class={cls(c)}>
+                  {c.hidden ? <span class="sr-only">{c.head}</span> : c.head}
+                </th>
+              ))}
+            </tr>
+          </thead>
+          <tbody>
+            {(props.rows ?? []).map((r) => (
+              <tr>
+                {props.columns.map((c) => (
+                  <td class={cls(c)}>{c.cell(r)}</td>
+                ))}
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+    </>
+  );
+}
