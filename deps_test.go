@@ -32,6 +32,7 @@ var (
 		"internal/profiles/...",
 		"internal/egresslog/...",
 		"internal/broker/...",
+		"internal/automations/...",
 	}
 	storePkgs = []string{"internal/store/..."} // the contract and its backends
 	vmmPkgs   = []string{"internal/vmm/..."}
@@ -150,6 +151,12 @@ var layerRules = []layerRule{
 		from:   []string{"internal/netpolicy/..."},
 		only:   []string{std},
 		reason: "the address policy is shared by the coordinator, the host and the guest contract, so it imports nothing of theirs",
+	},
+	{
+		name:   "automations-model-is-pure",
+		from:   []string{"internal/automations"},
+		only:   []string{std, thirdparty, "internal/domain/..."},
+		reason: "the automation model (definitions, validation, run transitions) is pure rules, table-tested without I/O",
 	},
 	{
 		name:   "dashboard-over-the-wire",
