@@ -8,6 +8,10 @@ import (
 	"github.com/engrams/engrams/internal/domain"
 )
 
+// abandonAfter is how long a key's first request may run before a retry
+// takes the key over (its replica died mid-request).
+const abandonAfter = 10 * time.Minute
+
 // BeginIdempotent implements store.Idempotency: expired keys are deleted,
 // then the key is inserted unless the caller has it (ON CONFLICT DO
 // NOTHING), in which case its row is read, in one transaction.
@@ -20,6 +24,18 @@ func (s *Store) BeginIdempotent(ctx context.Context, req domain.IdempotentReques
 		}
 		res, err := tx.ExecContext(ctx, `INSERT INTO idempotency_keys (token_id, key, route, body_hash, created_at) VALUES ($1, $2, $3, $4, $5)
 			ON CONFLICT (token_id, key) DO NOTHING`, req.TokenID, req.Key, req.Route, req.BodyHash, micros(orNow(req.At)))
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 1 {
+			created = n == 1
+			return err
+		}
+		// A request still "running" after abandonAfter died with its
+		// replica: this one takes the key over.
+		res, err = tx.ExecContext(ctx, `UPDATE idempotency_keys SET created_at = $3, route = $4, body_hash = $5
+			WHERE token_id = $1 AND key = $2 AND status = 0 AND created_at < $6`,
+			req.TokenID, req.Key, micros(orNow(req.At)), req.Route, req.BodyHash, micros(orNow(req.At).Add(-abandonAfter)))
 		if err != nil {
 			return err
 		}

@@ -114,6 +114,16 @@ func testIdempotencyReplay(t *testing.T, st store.Store) {
 	if created || prev.Status != 201 || prev.ContentType != "application/json" || string(prev.Body) != `{"id":"t1"}` {
 		t.Fatalf("the finished key: created %v, %+v", created, prev)
 	}
+	// A request that never finished (its replica died) gives its key to a
+	// retry 10 minutes on.
+	_, _, err = st.BeginIdempotent(ctx, idemReq("tok", "k3", t0), old)
+	must(t, err)
+	if _, created, err = st.BeginIdempotent(ctx, idemReq("tok", "k3", t0.Add(time.Minute)), old); err != nil || created {
+		t.Fatalf("a running key a minute on: created %v, %v; want it held", created, err)
+	}
+	if _, created, err = st.BeginIdempotent(ctx, idemReq("tok", "k3", t0.Add(11*time.Minute)), old); err != nil || !created {
+		t.Fatalf("an abandoned key: created %v, %v; want it taken over", created, err)
+	}
 	// A request that ended without an answer forgets its key.
 	_, _, err = st.BeginIdempotent(ctx, idemReq("tok", "k2", t0), old)
 	must(t, err)
