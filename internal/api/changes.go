@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/engrams/engrams/api/apiv1"
@@ -58,18 +59,24 @@ func (s *Server) changes(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
+	// Each topic has at most one message pending, so a busy topic never
+	// crowds out another's.
 	changed := make(chan string, len(names))
+	pending := make(map[string]*atomic.Bool, len(names))
 	for _, n := range names {
+		pending[n] = new(atomic.Bool)
 		sub := s.deps.Changes.Subscribe(ctx, known[n])
 		go func() {
 			for {
 				select {
 				case <-ctx.Done():
 					return
-				case <-sub:
-					select {
-					case changed <- n:
-					default: // one pending message a topic is enough
+				case _, ok := <-sub:
+					if !ok {
+						return // the store closed
+					}
+					if !pending[n].Swap(true) {
+						changed <- n
 					}
 				}
 			}
@@ -101,6 +108,7 @@ func (s *Server) changes(w http.ResponseWriter, r *http.Request) {
 				}
 			}
 			last[n] = time.Now()
+			pending[n].Store(false)
 			fmt.Fprintf(w, "event: %s\ndata: {}\n\n", n)
 		}
 		if flusher != nil {

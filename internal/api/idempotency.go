@@ -55,7 +55,13 @@ func (s *Server) idempotent(route string, next http.Handler) http.Handler {
 		sum := sha256.Sum256(body)
 		tokenID, _ := tokenIDFrom(r.Context())
 		now := s.now()
-		req := domain.IdempotentRequest{TokenID: tokenID, Key: key, Route: route, BodyHash: hex.EncodeToString(sum[:]), At: now}
+		// The request's own path and query, not the route's pattern: the
+		// key sent to another session's suspend is another request.
+		target := r.Method + " " + r.URL.EscapedPath()
+		if r.URL.RawQuery != "" {
+			target += "?" + r.URL.RawQuery
+		}
+		req := domain.IdempotentRequest{TokenID: tokenID, Key: key, Route: target, BodyHash: hex.EncodeToString(sum[:]), At: now}
 		prev, created, err := keys.BeginIdempotent(r.Context(), req, now.Add(-idempotencyTTL))
 		if err != nil {
 			s.fail(w, r, err)
@@ -66,15 +72,28 @@ func (s *Server) idempotent(route string, next http.Handler) http.Handler {
 			return
 		}
 		rec := &capture{ResponseWriter: w}
+		finished := false
+		defer func() { // a handler that panics forgets the key, so a retry runs
+			if !finished {
+				_ = keys.FinishIdempotent(context.WithoutCancel(r.Context()), tokenID, key, domain.IdempotentResponse{})
+			}
+		}()
 		next.ServeHTTP(rec, r)
+		finished = true
 		keep := domain.IdempotentResponse{}
-		if rec.status >= 200 && rec.status < 300 && !rec.overflow {
+		if rec.status >= 200 && rec.status < 300 && !rec.overflow && !s.secretAnswer(route) {
 			keep = domain.IdempotentResponse{Status: rec.status, ContentType: rec.Header().Get("Content-Type"), Body: rec.body.Bytes()}
 		}
 		if err := keys.FinishIdempotent(context.WithoutCancel(r.Context()), tokenID, key, keep); err != nil {
 			s.log.Warn("record an idempotent answer", "route", route, "err", err)
 		}
 	})
+}
+
+// secretAnswer reports whether route's answer holds a secret shown once
+// (a new token): it is never kept, so its retry runs again.
+func (s *Server) secretAnswer(route string) bool {
+	return route == apiv1.RouteCreateToken || route == apiv1.RouteCreateHost
 }
 
 // replay answers a request whose key was used before.

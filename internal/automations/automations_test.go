@@ -215,6 +215,9 @@ func TestVerifyWebhook(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	ts := now.Add(-time.Minute).Unix()
 	good := SignWebhook(secret, ts, body)
+	if err := VerifyWebhook(nil, itoa(ts), SignWebhook(nil, ts, body), body, now); !errors.Is(err, ErrBadSignature) {
+		t.Errorf("a hook without a secret: %v, want refused", err)
+	}
 	for _, tt := range []struct {
 		name, ts, sig string
 		body          []byte

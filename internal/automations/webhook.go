@@ -39,6 +39,9 @@ func SignWebhook(secret []byte, ts int64, body []byte) string {
 // now) and signature (any of several "v1=…" values, comma-separated, for
 // secret rotation).
 func VerifyWebhook(secret []byte, timestamp, signature string, body []byte, now time.Time) error {
+	if len(secret) == 0 {
+		return fmt.Errorf("%w: the hook has no secret", ErrBadSignature)
+	}
 	ts, err := strconv.ParseInt(strings.TrimSpace(timestamp), 10, 64)
 	if err != nil || len(timestamp) > 20 {
 		return fmt.Errorf("%w: %s is not Unix seconds", ErrBadSignature, HeaderWebhookTimestamp)

@@ -117,9 +117,20 @@ func (a *app) completer(list lister) cobra.CompletionFunc {
 		var out []cobra.Completion
 		for _, it := range items {
 			if strings.HasPrefix(it[0], prefix) {
-				out = append(out, cobra.CompletionWithDesc(it[0], it[1]))
+				out = append(out, cobra.CompletionWithDesc(menuText(it[0]), menuText(it[1])))
 			}
 		}
 		return out, cobra.ShellCompDirectiveNoFileComp
 	}
+}
+
+// menuText is server text fit for a completion menu: no control
+// characters (terminal escapes), tabs or line breaks.
+func menuText(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f) || r == '\u2028' || r == '\u2029' {
+			return ' '
+		}
+		return r
+	}, s)
 }

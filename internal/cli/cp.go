@@ -45,7 +45,11 @@ existing directory receives SRC under its own name. An Idle session resumes.`,
 			if up {
 				return cp.upload(cmd.Context(), args[0], remote)
 			}
-			return cp.download(cmd.Context(), remote, args[1])
+			local := args[1]
+			if st, err := os.Stat(local); err == nil && st.IsDir() {
+				local = filepath.Join(local, path.Base(remote)) // an existing directory receives SRC under its own name
+			}
+			return cp.download(cmd.Context(), remote, local)
 		},
 	}
 }
@@ -125,14 +129,12 @@ func (c *copier) upload(ctx context.Context, local, remote string) error {
 	})
 }
 
-// download copies remote (a file or a directory tree) to local.
+// download copies remote (a file or a directory tree) to local (its own
+// path, not a directory to put it in).
 func (c *copier) download(ctx context.Context, remote, local string) error {
 	fi, err := c.files.Stat(ctx, c.sid, remote)
 	if err != nil {
 		return fmt.Errorf("stat %s:%s: %w", c.sid, remote, err)
-	}
-	if st, err := os.Stat(local); err == nil && st.IsDir() {
-		local = filepath.Join(local, path.Base(remote))
 	}
 	if !fi.IsDir {
 		return c.getFile(ctx, remote, local, fi.Mode)
