@@ -134,12 +134,12 @@ func (s *imagesRouter) listImages(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	all2 := make([]apiv1.Image, 0, len(vs))
+	views := make([]apiv1.Image, 0, len(vs))
 	for _, v := range vs {
-		all2 = append(all2, imageOut(v))
+		views = append(views, imageOut(v))
 	}
 	var out apiv1.ImageList
-	out.Images, out.NextCursor = pageOf(all2, func(i apiv1.Image) string { return i.Name + "\x00" + i.ID }, p)
+	out.Images, out.NextCursor = pageOf(views, func(i apiv1.Image) string { return i.Name + "\x00" + i.ID }, p)
 	writeJSON(w, http.StatusOK, out)
 }
 
