@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/engrams/engrams/internal/domain"
 )
 
 // review is a valid definition: a PR review on a deny-by-default profile.
@@ -169,40 +171,40 @@ func TestRender(t *testing.T) {
 func TestTransition(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
-		from RunState
+		from domain.RunState
 		ev   RunEvent
-		want RunState
+		want domain.RunState
 		ok   bool
 	}{
-		{RunQueued, EventStart, RunRunning, true},
-		{RunQueued, EventSkip, RunSkipped, true},
-		{RunQueued, EventSupersede, RunSuperseded, true},
-		{RunRunning, EventWait, RunWaiting, true},
-		{RunWaiting, EventWake, RunRunning, true},
-		{RunRunning, EventSucceed, RunSucceeded, true},
-		{RunRunning, EventFail, RunFailed, true},
-		{RunWaiting, EventFail, RunFailed, true},
-		{RunRunning, EventCancel, RunCancelled, true},
-		{RunWaiting, EventSupersede, RunSuperseded, true},
-		{RunRunning, EventStart, RunRunning, false},
-		{RunQueued, EventSucceed, RunQueued, false},
-		{RunWaiting, EventSucceed, RunWaiting, false},
-		{RunRunning, EventSkip, RunRunning, false},
-		{RunSucceeded, EventFail, RunSucceeded, false},
-		{RunCancelled, EventStart, RunCancelled, false},
-		{RunSuperseded, EventWake, RunSuperseded, false},
+		{domain.RunQueued, EventStart, domain.RunRunning, true},
+		{domain.RunQueued, EventSkip, domain.RunSkipped, true},
+		{domain.RunQueued, EventSupersede, domain.RunSuperseded, true},
+		{domain.RunRunning, EventWait, domain.RunWaiting, true},
+		{domain.RunWaiting, EventWake, domain.RunRunning, true},
+		{domain.RunRunning, EventSucceed, domain.RunSucceeded, true},
+		{domain.RunRunning, EventFail, domain.RunFailed, true},
+		{domain.RunWaiting, EventFail, domain.RunFailed, true},
+		{domain.RunRunning, EventCancel, domain.RunCancelled, true},
+		{domain.RunWaiting, EventSupersede, domain.RunSuperseded, true},
+		{domain.RunRunning, EventStart, domain.RunRunning, false},
+		{domain.RunQueued, EventSucceed, domain.RunQueued, false},
+		{domain.RunWaiting, EventSucceed, domain.RunWaiting, false},
+		{domain.RunRunning, EventSkip, domain.RunRunning, false},
+		{domain.RunSucceeded, EventFail, domain.RunSucceeded, false},
+		{domain.RunCancelled, EventStart, domain.RunCancelled, false},
+		{domain.RunSuperseded, EventWake, domain.RunSuperseded, false},
 	} {
 		got, err := Transition(tt.from, tt.ev)
 		if got != tt.want || (err == nil) != tt.ok || (err != nil && !errors.Is(err, ErrBadTransition)) {
 			t.Errorf("%s on %s = %s, %v; want %s (ok %v)", tt.ev, tt.from, got, err, tt.want, tt.ok)
 		}
 	}
-	for _, s := range []RunState{RunSucceeded, RunFailed, RunCancelled, RunSuperseded, RunSkipped} {
+	for _, s := range []domain.RunState{domain.RunSucceeded, domain.RunFailed, domain.RunCancelled, domain.RunSuperseded, domain.RunSkipped} {
 		if !s.Terminal() {
 			t.Errorf("%s is not terminal", s)
 		}
 	}
-	for _, s := range []RunState{RunQueued, RunRunning, RunWaiting} {
+	for _, s := range []domain.RunState{domain.RunQueued, domain.RunRunning, domain.RunWaiting} {
 		if s.Terminal() {
 			t.Errorf("%s is terminal", s)
 		}

@@ -9,10 +9,13 @@ type SealedKind string
 const (
 	SealedSecret             SealedKind = "secret"              // Secret.Sealed: users' secrets and engrams's own (the gateway key)
 	SealedRegistryCredential SealedKind = "registry_credential" // RegistryCredential.Sealed
+	SealedHookSecret         SealedKind = "hook_secret"         // Automation.HookSecret: a webhook trigger's signing secret
 )
 
 // SealedKinds lists every kind of sealed row.
-func SealedKinds() []SealedKind { return []SealedKind{SealedSecret, SealedRegistryCredential} }
+func SealedKinds() []SealedKind {
+	return []SealedKind{SealedSecret, SealedRegistryCredential, SealedHookSecret}
+}
 
 // AssociatedData binds a ciphertext to row id of kind k: seal and open with
 // it. These bytes are in every stored ciphertext; they never change.
@@ -22,6 +25,8 @@ func (k SealedKind) AssociatedData(id string) []byte {
 		return []byte("secret:" + id)
 	case SealedRegistryCredential:
 		return []byte("registry-credential:" + id)
+	case SealedHookSecret:
+		return []byte("hook-secret:" + id)
 	}
 	return []byte(string(k) + ":" + id)
 }

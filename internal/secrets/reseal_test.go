@@ -102,12 +102,29 @@ func makeSealedRows(t *testing.T, st store.Store, s *secret.Sealer) sealedRows {
 		}
 		rows.plain[id], rows.kinds[id] = plain, domain.SealedRegistryCredential
 	}
+	hook := "hook-automation"
+	sealed, err := s.Seal([]byte("whsec"), domain.SealedHookSecret.AssociatedData(hook))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CreateAutomation(ctx, domain.Automation{ID: domain.AutomationID(hook), Name: "hook", TriggerKind: "webhook",
+		HookSlug: "hook", HookSecret: sealed}, []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	rows.plain[hook], rows.kinds[hook] = []byte("whsec"), domain.SealedHookSecret
 	return rows
 }
 
 // sealedNow reads a row's sealed bytes.
 func sealedNow(t *testing.T, st store.Store, kind domain.SealedKind, id string) []byte {
 	t.Helper()
+	if kind == domain.SealedHookSecret {
+		a, err := st.GetAutomation(t.Context(), domain.AutomationID(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.HookSecret
+	}
 	if kind == domain.SealedRegistryCredential {
 		c, err := st.GetCredential(t.Context(), id)
 		if err != nil {
@@ -229,12 +246,14 @@ func TestResealMovesEveryRow(t *testing.T) {
 			want := map[domain.SealedKind]ResealCount{
 				domain.SealedSecret:             {Kind: domain.SealedSecret, Seen: 4, Resealed: 4},
 				domain.SealedRegistryCredential: {Kind: domain.SealedRegistryCredential, Seen: 2, Resealed: 2},
+				domain.SealedHookSecret:         {Kind: domain.SealedHookSecret, Seen: 1, Resealed: 1},
 			}
 			if got := counts(r); len(got) != len(want) || got[domain.SealedSecret] != want[domain.SealedSecret] ||
-				got[domain.SealedRegistryCredential] != want[domain.SealedRegistryCredential] || len(r.Failures) != 0 {
+				got[domain.SealedRegistryCredential] != want[domain.SealedRegistryCredential] ||
+				got[domain.SealedHookSecret] != want[domain.SealedHookSecret] || len(r.Failures) != 0 {
 				t.Fatalf("reseal = %+v, want %+v", r, want)
 			}
-			if len(progress) != 2 || progress[1] != want[domain.SealedRegistryCredential] {
+			if len(progress) != 3 || progress[1] != want[domain.SealedRegistryCredential] || progress[2] != want[domain.SealedHookSecret] {
 				t.Errorf("progress = %+v", progress)
 			}
 			rows.check(t, st, v2, v2.PrimaryKeyID())
@@ -329,7 +348,7 @@ func TestResealResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := counts(r)
-	if got := c[domain.SealedSecret].Resealed + c[domain.SealedRegistryCredential].Resealed; got != len(rows.plain)-3 {
+	if got := c[domain.SealedSecret].Resealed + c[domain.SealedRegistryCredential].Resealed + c[domain.SealedHookSecret].Resealed; got != len(rows.plain)-3 {
 		t.Fatalf("the second run re-sealed %d rows, want %d: %+v", got, len(rows.plain)-3, r)
 	}
 	rows.check(t, st, v2, v2.PrimaryKeyID())

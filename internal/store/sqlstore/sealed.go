@@ -16,6 +16,7 @@ const maxSealedPage = 1000
 var sealedTables = map[domain.SealedKind]struct{ table, live string }{
 	domain.SealedSecret:             {"secrets", "deleted_at IS NULL"},
 	domain.SealedRegistryCredential: {"registry_credentials", "TRUE"},
+	domain.SealedHookSecret:         {"hook_secrets", "TRUE"},
 }
 
 func sealedTable(kind domain.SealedKind) (table, live string, err error) {

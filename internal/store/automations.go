@@ -1,0 +1,66 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/engrams/engrams/internal/domain"
+)
+
+// RunPatch is what a run's state change also records; zero fields are left
+// as they are.
+type RunPatch struct {
+	Error     string
+	StartedAt time.Time
+	EndedAt   time.Time
+}
+
+// Automations keeps automations, their versions, their runs and each run's
+// step record.
+type Automations interface {
+	// CreateAutomation inserts a at version 1 with def and, when a.HookSecret
+	// is set, its sealed secret; ErrConflict if the name or slug is taken.
+	CreateAutomation(ctx context.Context, a domain.Automation, def []byte) (domain.Automation, error)
+	// UpdateAutomation saves def as the next version while the automation
+	// is still at expectVersion (ErrConflict otherwise), with a's trigger
+	// kind, slug and name. A set a.HookSecret replaces the sealed secret.
+	UpdateAutomation(ctx context.Context, a domain.Automation, def []byte, expectVersion int64) (domain.Automation, error)
+	SetAutomationEnabled(ctx context.Context, id domain.AutomationID, enabled bool, at time.Time) (domain.Automation, error)
+	GetAutomation(ctx context.Context, id domain.AutomationID) (domain.Automation, error)
+	GetAutomationByName(ctx context.Context, name string) (domain.Automation, error)
+	GetAutomationBySlug(ctx context.Context, slug string) (domain.Automation, error)
+	// ListAutomations lists by name; a non-empty triggerKind lists only the
+	// enabled automations with that trigger.
+	ListAutomations(ctx context.Context, triggerKind string) ([]domain.Automation, error)
+	GetAutomationVersion(ctx context.Context, id domain.AutomationID, version int64) (domain.AutomationVersion, error)
+	DeleteAutomation(ctx context.Context, id domain.AutomationID) error
+
+	// CreateRun inserts r unless the automation has a run with r.DedupKey:
+	// then it returns that run and created false.
+	CreateRun(ctx context.Context, r domain.AutomationRun) (run domain.AutomationRun, created bool, err error)
+	// TransitionRun moves a run from one state to another; ErrConflict if
+	// it is no longer in from.
+	TransitionRun(ctx context.Context, id domain.AutomationRunID, from, to domain.RunState, p RunPatch, at time.Time) (domain.AutomationRun, error)
+	GetRun(ctx context.Context, id domain.AutomationRunID) (domain.AutomationRun, error)
+	// ListRuns lists an automation's runs newest first, after the run
+	// before ("" from the newest), at most limit.
+	ListRuns(ctx context.Context, id domain.AutomationID, before domain.AutomationRunID, limit int) ([]domain.AutomationRun, error)
+	// ActiveRuns lists the automation's runs with the concurrency key that
+	// are queued, running or waiting, oldest first.
+	ActiveRuns(ctx context.Context, id domain.AutomationID, key string) ([]domain.AutomationRun, error)
+
+	// BeginStep records that a step starts: a new row at attempt 1, or the
+	// next attempt of the row at (RunID, Seq) (the block ran before a
+	// crash). It returns the attempt.
+	BeginStep(ctx context.Context, s domain.RunStep) (attempt int64, err error)
+	// EndStep records a step's end: state, output, error, time.
+	EndStep(ctx context.Context, s domain.RunStep) error
+	ListSteps(ctx context.Context, id domain.AutomationRunID) ([]domain.RunStep, error)
+
+	// ExecutorHeartbeat stamps a replica running automation workflows.
+	ExecutorHeartbeat(ctx context.Context, executorID string, at time.Time) error
+	// TakeStaleExecutor removes one executor whose heartbeat is before
+	// staleBefore and returns its id, or "" when none is stale: the caller
+	// recovers its runs, and no other replica gets the same one.
+	TakeStaleExecutor(ctx context.Context, staleBefore time.Time) (string, error)
+}
