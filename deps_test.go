@@ -33,6 +33,7 @@ var (
 		"internal/egresslog/...",
 		"internal/broker/...",
 		"internal/automations/...",
+		"internal/autorun/...",
 	}
 	storePkgs = []string{"internal/store/..."} // the contract and its backends
 	vmmPkgs   = []string{"internal/vmm/..."}
@@ -179,6 +180,13 @@ var layerRules = []layerRule{
 		reason: "test harnesses and suites are imported only from _test.go files (or by each other)",
 	},
 	{
+		name:   "autorun-for-the-api",
+		from:   []string{"..."},
+		unless: []string{"internal/autorun/...", "internal/api/...", "internal/server/...", "cmd/..."},
+		forbid: []string{"internal/autorun/..."},
+		reason: "automation runs are reached through the API; the server wires them",
+	},
+	{
 		name:   "public-without-internal",
 		from:   []string{"..."},
 		unless: []string{"internal/...", "cmd/..."},
@@ -308,6 +316,7 @@ func TestLayeringRulesBite(t *testing.T) {
 		fake("internal/host/relay", "example.com/m/internal/egress"),
 		fake("internal/egress", "example.com/m/internal/hostlink", "example.com/m/internal/netpolicy", "github.com/miekg/dns"),
 		fake("internal/netpolicy", "example.com/m/internal/domain", "net/netip"),
+		fake("internal/tasks", "example.com/m/internal/autorun"),
 	}}
 	var got []string
 	for _, v := range checkLayers(st, layerRules) {
@@ -329,11 +338,45 @@ func TestLayeringRulesBite(t *testing.T) {
 		"internal/tasks → internal/egress egress-for-the-host",
 		"internal/egress → internal/hostlink egress-over-interfaces",
 		"internal/netpolicy → internal/domain netpolicy-is-a-leaf",
+		"internal/tasks → internal/autorun autorun-for-the-api",
 	}
 	slices.Sort(got)
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Errorf("violations of the made-up tree:\n\t%s\nwant:\n\t%s", strings.Join(got, "\n\t"), strings.Join(want, "\n\t"))
+	}
+}
+
+// blankImportsAllowed are the only blank imports of non-test files: each
+// is a package with no other way in than its init.
+var blankImportsAllowed = map[string]string{
+	"internal/autorun github.com/dbos-inc/dbos-transact-golang/dbos/driver/sqlite": "DBOS opens SQLite only through the driver its init registers",
+}
+
+// TestNoBlankImports: wiring is explicit, so a package is never imported
+// only for what its init registers, except where blankImportsAllowed says.
+func TestNoBlankImports(t *testing.T) {
+	t.Parallel()
+	seen := 0
+	for _, p := range loadTree(t).pkgs {
+		for _, f := range p.nonTest() {
+			for _, spec := range f.ast.Imports {
+				if spec.Name == nil || spec.Name.Name != "_" {
+					continue
+				}
+				imp, _ := strconv.Unquote(spec.Path.Value)
+				if imp == "embed" { // //go:embed into a string or []byte needs it
+					continue
+				}
+				if _, ok := blankImportsAllowed[p.dir+" "+imp]; !ok {
+					t.Errorf("%s: blank import of %s: import what you use, and wire it explicitly", f.path, imp)
+				}
+				seen++
+			}
+		}
+	}
+	if seen != len(blankImportsAllowed) {
+		t.Errorf("%d allowed blank imports found, %d listed: drop the ones no longer there", seen, len(blankImportsAllowed))
 	}
 }
 

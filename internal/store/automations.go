@@ -45,6 +45,9 @@ type Automations interface {
 	// ListRuns lists an automation's runs newest first, after the run
 	// before ("" from the newest), at most limit.
 	ListRuns(ctx context.Context, id domain.AutomationID, before domain.AutomationRunID, limit int) ([]domain.AutomationRun, error)
+	// QueuedRuns lists up to limit runs still queued that were created
+	// before createdBefore, oldest first, across automations.
+	QueuedRuns(ctx context.Context, createdBefore time.Time, limit int) ([]domain.AutomationRun, error)
 	// ActiveRuns lists the automation's runs with the concurrency key that
 	// are queued, running or waiting, oldest first.
 	ActiveRuns(ctx context.Context, id domain.AutomationID, key string) ([]domain.AutomationRun, error)

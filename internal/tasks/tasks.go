@@ -34,6 +34,10 @@ const WorkRoot = "/work"
 
 // StartTaskRequest starts a task from a profile and a prompt.
 type StartTaskRequest struct {
+	// ID, when set, is the task's id, chosen by a caller that may ask
+	// again (an automation run's block after a crash): a task with that id
+	// is answered as it is, and its session is made once.
+	ID      domain.TaskID
 	Profile string // name or id
 	Prompt  string
 	Title   string // "" = the prompt's first line, cut
@@ -88,6 +92,13 @@ func (c *Tasks) StartTask(ctx context.Context, req StartTaskRequest) (domain.Tas
 	if req.Profile == "" {
 		return domain.Task{}, fmt.Errorf("%w: a task needs a profile", domain.ErrInvalid)
 	}
+	if req.ID != "" {
+		if t, err := c.st.GetTask(ctx, req.ID); err == nil {
+			return t, nil
+		} else if !errors.Is(err, domain.ErrNotFound) {
+			return domain.Task{}, fmt.Errorf("get task %s: %w", req.ID, err)
+		}
+	}
 	prof, spec, receipt, err := c.profiles.ResolveProfile(ctx, req.Profile)
 	if err != nil {
 		return domain.Task{}, err
@@ -96,7 +107,10 @@ func (c *Tasks) StartTask(ctx context.Context, req StartTaskRequest) (domain.Tas
 	if err != nil {
 		return domain.Task{}, err
 	}
-	taskID := domain.TaskID(c.newID())
+	taskID := req.ID
+	if taskID == "" {
+		taskID = domain.TaskID(c.newID())
+	}
 	s, err := c.sessions.CreateSession(ctx, mspec, "task-"+string(taskID))
 	if err != nil {
 		return domain.Task{}, fmt.Errorf("create the task's session: %w", err)
@@ -112,6 +126,11 @@ func (c *Tasks) StartTask(ctx context.Context, req StartTaskRequest) (domain.Tas
 	t, err := c.st.CreateTask(ctx, domain.Task{ID: taskID, ProfileID: prof.ID, ProfileVersion: prof.Version, Receipt: rec,
 		Title: title, SessionID: s.ID, CreatedAt: c.now()})
 	if err != nil {
+		if req.ID != "" {
+			if t, gerr := c.st.GetTask(ctx, req.ID); gerr == nil {
+				return t, nil // the same request, at the same time: its session is this one's
+			}
+		}
 		_, _ = c.sessions.DeleteSession(context.WithoutCancel(ctx), s.ID)
 		return domain.Task{}, fmt.Errorf("record task: %w", err)
 	}

@@ -315,6 +315,15 @@ func (s *Store) ListRuns(ctx context.Context, id domain.AutomationID, before dom
 	return s.queryRuns(ctx, "list runs of automation "+string(id), q, args...)
 }
 
+// QueuedRuns implements store.Automations.
+func (s *Store) QueuedRuns(ctx context.Context, createdBefore time.Time, limit int) ([]domain.AutomationRun, error) {
+	if limit <= 0 || limit > maxRunPage {
+		limit = maxRunPage
+	}
+	return s.queryRuns(ctx, "list queued runs", `SELECT `+runCols+` FROM automation_runs WHERE state = $1 AND created_at < $2
+		ORDER BY created_at, id LIMIT $3`, domain.RunQueued, micros(createdBefore), limit)
+}
+
 // ActiveRuns implements store.Automations.
 func (s *Store) ActiveRuns(ctx context.Context, id domain.AutomationID, key string) ([]domain.AutomationRun, error) {
 	return s.queryRuns(ctx, fmt.Sprintf("list active runs of automation %s with key %q", id, key),

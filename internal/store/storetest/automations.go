@@ -194,6 +194,11 @@ func testAutomationRunTransitions(t *testing.T, st store.Store) {
 	if len(active) != 2 || active[0].ID != runs[2].ID || active[1].ID != runs[4].ID {
 		t.Fatalf("active runs with key #0: %+v", active)
 	}
+	queued, err := st.QueuedRuns(ctx, t0.Add(3*time.Second), 10)
+	must(t, err)
+	if len(queued) != 2 || queued[0].ID != runs[1].ID || queued[1].ID != runs[2].ID {
+		t.Fatalf("queued runs created before t0+3s: %+v", queued)
+	}
 	page, err := st.ListRuns(ctx, a.ID, "", 3)
 	must(t, err)
 	next, err := st.ListRuns(ctx, a.ID, page[2].ID, 3)

@@ -54,6 +54,7 @@ CREATE TABLE automation_runs (
 CREATE UNIQUE INDEX automation_runs_dedup ON automation_runs (automation_id, dedup_key);
 CREATE INDEX automation_runs_list ON automation_runs (automation_id, id);
 CREATE INDEX automation_runs_key ON automation_runs (automation_id, concurrency_key, state);
+CREATE INDEX automation_runs_state ON automation_runs (state, created_at);
 
 CREATE TABLE automation_steps (
     run_id     TEXT NOT NULL REFERENCES automation_runs (id) ON DELETE CASCADE,

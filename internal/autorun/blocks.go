@@ -1,0 +1,279 @@
+package autorun
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/engrams/engrams/internal/automations"
+	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/guestapi"
+	"github.com/engrams/engrams/internal/tasks"
+)
+
+// ErrNoIntegration is a block's error when the service it posts to is not
+// configured.
+var ErrNoIntegration = errors.New("integration not configured")
+
+// defaultWait is a wait_idle's deadline when it names none.
+const defaultWait = 30 * time.Minute
+
+// execute runs one block that is not control flow and returns its output.
+// attempt is 2 or more when the block ran before and its replica died
+// before recording the end: blocks with side effects make them once.
+func (r *Runner) execute(ctx context.Context, w *walker, b automations.Block, attempt int64) (string, error) {
+	vals := w.values()
+	render := func(s string) string { return automations.Render(s, vals) }
+	switch b.Kind {
+	case automations.BlockStartTask:
+		return r.startTask(ctx, w, render(b.Profile), render(b.Prompt))
+	case automations.BlockSendPrompt:
+		return r.sendPrompt(ctx, w.taskOf(b), render(b.Prompt), attempt)
+	case automations.BlockWaitIdle:
+		return r.waitIdle(ctx, w, b)
+	case automations.BlockRunCommand:
+		return r.runCommand(ctx, w.taskOf(b), render(b.Command))
+	case automations.BlockReadFile:
+		return r.readFile(ctx, w.taskOf(b), render(b.Path))
+	case automations.BlockWriteFile:
+		return r.writeFile(ctx, w.taskOf(b), render(b.Path), render(b.Content))
+	case automations.BlockEndSession:
+		t, err := r.tasks.StopTask(ctx, w.taskOf(b))
+		if err != nil {
+			return "", fmt.Errorf("stop task %s: %w", w.taskOf(b), err)
+		}
+		return string(t.State), nil
+	case automations.BlockPostSlack, automations.BlockGitHubComment, automations.BlockGitHubReview, automations.BlockOpenPR,
+		automations.BlockLinearComment:
+		return "", fmt.Errorf("%w: %s needs its integration (engrams integration add)", ErrNoIntegration, b.Kind)
+	}
+	return "", fmt.Errorf("unknown block kind %q", b.Kind)
+}
+
+// taskOf is the task a block names: the output of its start_task block.
+func (w *walker) taskOf(b automations.Block) domain.TaskID { return domain.TaskID(w.outputs[b.Task]) }
+
+// startTask starts the block's task under an id made from the run and the
+// step, so a block run again after a crash finds the task it started.
+func (r *Runner) startTask(ctx context.Context, w *walker, profile, prompt string) (string, error) {
+	ns, err := uuid.Parse(string(w.run.ID))
+	if err != nil {
+		ns = uuid.NameSpaceURL
+	}
+	id := domain.TaskID(uuid.NewSHA1(ns, []byte(string(w.run.ID)+"/"+strconv.FormatInt(w.seq, 10))).String())
+	t, err := r.tasks.StartTask(ctx, tasks.StartTaskRequest{ID: id, Profile: profile, Prompt: prompt})
+	if err != nil {
+		return "", fmt.Errorf("start a task on profile %s: %w", profile, err)
+	}
+	return string(t.ID), nil
+}
+
+// sendPrompt sends a follow-up. On a later attempt it first looks for the
+// prompt in the task's conversation: the earlier attempt may have sent it.
+func (r *Runner) sendPrompt(ctx context.Context, id domain.TaskID, text string, attempt int64) (string, error) {
+	if id == "" {
+		return "", errors.New("no task: its start_task block has not run")
+	}
+	if attempt > 1 {
+		turn, err := r.scanTurns(ctx, id)
+		if err != nil {
+			return "", err
+		}
+		if turn.lastPrompt == text {
+			return "sent", nil
+		}
+	}
+	if _, err := r.tasks.SendTask(ctx, id, text); err != nil {
+		return "", fmt.Errorf("send to task %s: %w", id, err)
+	}
+	return "sent", nil
+}
+
+// turns is what a scan of a task's conversation found.
+type turns struct {
+	prompts, idles int
+	lastPrompt     string
+	result         string // the last idle's final text
+	texts          []string
+}
+
+// scanTurns reads a task's whole conversation, a page at a time.
+func (r *Runner) scanTurns(ctx context.Context, id domain.TaskID) (turns, error) {
+	var t turns
+	for after := int64(0); ; {
+		evs, err := r.reads.ListTaskEvents(ctx, id, after, 500)
+		if err != nil {
+			return t, fmt.Errorf("read task %s: %w", id, err)
+		}
+		for _, ev := range evs {
+			t.add(ev)
+			after = ev.Seq
+		}
+		if len(evs) < 500 {
+			return t, nil
+		}
+	}
+}
+
+func (t *turns) add(ev domain.TaskEvent) {
+	switch ev.Type {
+	case tasks.TaskEventPrompt:
+		var p struct{ Text string }
+		_ = json.Unmarshal(ev.Payload, &p)
+		t.prompts++
+		t.lastPrompt, t.texts = p.Text, nil
+	case guestapi.EventAssistantText:
+		var a guestapi.AssistantTextData
+		if json.Unmarshal(ev.Payload, &a) == nil && len(t.texts) < 1000 {
+			t.texts = append(t.texts, a.Text)
+		}
+	case guestapi.EventIdle:
+		var d guestapi.IdleData
+		_ = json.Unmarshal(ev.Payload, &d)
+		t.idles++
+		t.result = d.Result
+		if t.result == "" {
+			t.result = strings.Join(t.texts, "")
+		}
+	}
+}
+
+// waitIdle waits until every prompt the task was given has ended its turn
+// and returns the last turn's final text. The run shows as waiting.
+func (r *Runner) waitIdle(ctx context.Context, w *walker, b automations.Block) (string, error) {
+	id := w.taskOf(b)
+	if id == "" {
+		return "", errors.New("no task: its start_task block has not run")
+	}
+	wait := defaultWait
+	if b.Timeout != "" {
+		d, err := time.ParseDuration(b.Timeout)
+		if err != nil {
+			return "", fmt.Errorf("timeout %q: %w", b.Timeout, err)
+		}
+		wait = d
+	}
+	wait = min(wait, time.Until(w.deadline))
+	ctx, cancel := context.WithTimeoutCause(ctx, wait, fmt.Errorf("the task did not go idle within %s", wait))
+	defer cancel()
+	if run, err := r.st.GetRun(ctx, w.run.ID); err == nil && run.State == domain.RunRunning {
+		_, _ = r.moveRun(ctx, run, automations.EventWait, "")
+	}
+	defer func() {
+		if run, err := r.st.GetRun(context.WithoutCancel(ctx), w.run.ID); err == nil && run.State == domain.RunWaiting {
+			_, _ = r.moveRun(context.WithoutCancel(ctx), run, automations.EventWake, "")
+		}
+	}()
+	wake := r.reads.Subscribe(ctx, tasks.Topic(id))
+	for {
+		t, err := r.reads.GetTask(ctx, id)
+		if err != nil {
+			return "", fmt.Errorf("read task %s: %w", id, err)
+		}
+		switch t.State {
+		case domain.TaskFailed, domain.TaskStopped:
+			return "", fmt.Errorf("task %s is %s %s", id, t.State, t.Error)
+		case domain.TaskIdle:
+			turn, err := r.scanTurns(ctx, id)
+			if err != nil {
+				return "", err
+			}
+			if turn.idles >= turn.prompts {
+				return turn.result, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if context.Cause(ctx) != nil && !errors.Is(context.Cause(ctx), context.Canceled) {
+				return "", context.Cause(ctx)
+			}
+			return "", ctx.Err()
+		case <-wake:
+		case <-time.After(5 * time.Second): // wake-ups are hints; re-read now and then
+		}
+	}
+}
+
+// guest opens the guest API of a task's session.
+func (r *Runner) guestOf(ctx context.Context, id domain.TaskID) (*guestapi.Client, error) {
+	if id == "" {
+		return nil, errors.New("no task: its start_task block has not run")
+	}
+	t, err := r.reads.GetTask(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("read task %s: %w", id, err)
+	}
+	g, err := r.guest.Guest(ctx, t.SessionID)
+	if err != nil {
+		return nil, fmt.Errorf("reach task %s's session: %w", id, err)
+	}
+	return g.Client(), nil
+}
+
+// maxCommandOutput bounds each stream of a run_command.
+const maxCommandOutput = 1 << 20
+
+func (r *Runner) runCommand(ctx context.Context, id domain.TaskID, command string) (string, error) {
+	c, err := r.guestOf(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	res, err := c.Run(ctx, guestapi.ExecRequest{Argv: []string{"/bin/sh", "-c", command}, Dir: "/work", TimeoutMS: 30 * 60 * 1000},
+		maxCommandOutput)
+	if err != nil {
+		return "", err
+	}
+	out := string(res.Stdout)
+	switch {
+	case res.Error != "":
+		return out, errors.New(res.Error)
+	case res.ExitCode != 0:
+		return out, fmt.Errorf("exit status %d: %s", res.ExitCode, clip(strings.TrimSpace(string(res.Stderr)), 2048))
+	}
+	return out, nil
+}
+
+// maxFileBytes bounds a read_file.
+const maxFileBytes = 1 << 20
+
+func (r *Runner) readFile(ctx context.Context, id domain.TaskID, path string) (string, error) {
+	c, err := r.guestOf(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	rc, err := c.Download(ctx, path)
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", path, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, maxFileBytes+1))
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(b) > maxFileBytes {
+		return "", fmt.Errorf("read %s: larger than %d bytes", path, maxFileBytes)
+	}
+	return string(b), nil
+}
+
+func (r *Runner) writeFile(ctx context.Context, id domain.TaskID, path, content string) (string, error) {
+	c, err := r.guestOf(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	if err := c.Upload(ctx, path, 0o644, bytes.NewReader([]byte(content))); err != nil {
+		return "", fmt.Errorf("write %s: %w", path, err)
+	}
+	return strconv.Itoa(len(content)), nil
+}

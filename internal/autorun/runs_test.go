@@ -1,0 +1,236 @@
+package autorun
+
+import (
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/engrams/engrams/internal/automations"
+	"github.com/engrams/engrams/internal/domain"
+)
+
+// steered starts a task, steers it in a bounded loop and a condition,
+// and ends its session.
+const steered = `
+name: steered
+trigger: {kind: manual}
+inputs:
+  - {name: topic, type: string, required: true}
+  - {name: passes, type: number, default: 2}
+  - {name: strict, type: boolean, default: false}
+blocks:
+  - {id: task, kind: start_task, profile: dev, prompt: "work on {{inputs.topic}} ({{trigger.source}})"}
+  - {id: idle, kind: wait_idle, task: task, timeout: 1m}
+  - id: again
+    kind: loop
+    max: 2
+    body:
+      - {id: more, kind: send_prompt, task: task, prompt: "more after {{steps.idle.output}}"}
+  - id: check
+    kind: condition
+    if: "{{inputs.strict}}"
+    then:
+      - {id: strict, kind: send_prompt, task: task, prompt: strict}
+    else:
+      - {id: lax, kind: send_prompt, task: task, prompt: lax}
+  - {id: stop, kind: end_session, task: task}
+`
+
+func TestRunRecordsEachStep(t *testing.T) {
+	t.Parallel()
+	for _, d := range databases(t) {
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, d, "r1", newFakeTasks(t, ""))
+			ctx := t.Context()
+			if _, err := e.r.CreateAutomation(ctx, []byte(steered), false); err != nil {
+				t.Fatal(err)
+			}
+			s, err := e.r.StartRun(ctx, "steered", RunRequest{Inputs: map[string]any{"topic": "docs"}, Trigger: []byte(`{"source":"cli"}`)})
+			if err != nil || !s.Created {
+				t.Fatalf("start: %+v, %v", s, err)
+			}
+			run := e.waitRun(t, s.Run.ID, domain.RunSucceeded, domain.RunFailed)
+			if run.State != domain.RunSucceeded || run.StartedAt.IsZero() || run.EndedAt.Before(run.StartedAt) {
+				t.Fatalf("run: %+v", run)
+			}
+			det, err := e.r.RunDetail(ctx, run.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, st := range det.Steps {
+				if st.State != domain.StepSucceeded || st.Attempt != 1 || st.EndedAt.Before(st.StartedAt) {
+					t.Errorf("step %+v", st)
+				}
+				got = append(got, st.Path+"="+st.BlockID)
+			}
+			want := []string{"blocks[0]=task", "blocks[1]=idle", "blocks[2] pass 1=again", "blocks[2].body[0] pass 1=more",
+				"blocks[2] pass 2=again", "blocks[2].body[0] pass 2=more", "blocks[3]=check", "blocks[3].else[0]=lax", "blocks[4]=stop"}
+			if !slices.Equal(got, want) {
+				t.Fatalf("steps:\n got %v\nwant %v", got, want)
+			}
+			if in := string(det.Steps[0].Input); !strings.Contains(in, "work on docs (cli)") {
+				t.Errorf("start_task input = %s", in)
+			}
+			if out := det.Steps[1].Output; out != "re: work on docs (cli)" {
+				t.Errorf("wait_idle output = %q", out)
+			}
+			wantEffects := []string{"start_dev_work_on_docs_(cli)", "send_more_after_re:_work_on_docs_(cli)",
+				"send_more_after_re:_work_on_docs_(cli)", "send_lax", "stop"}
+			if got := effects(t, e.tasks.log); !slices.Equal(got, wantEffects) {
+				t.Fatalf("effects:\n got %v\nwant %v", got, wantEffects)
+			}
+		})
+	}
+}
+
+func TestBadDefinitionsRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, databases(t)[0], "r1", newFakeTasks(t, ""))
+	for _, tc := range []struct{ name, def, want string }{
+		{"unknown block", "name: a\ntrigger: {kind: manual}\nblocks: [{id: x, kind: teleport}]", `blocks[0].kind: unknown block "teleport"`},
+		{"cycle", "name: a\ntrigger: {kind: manual}\nblocks: [{id: x, kind: send_prompt, task: x, prompt: hi}]", "blocks[0]"},
+		{"invalid cron", "name: a\ntrigger: {kind: schedule, cron: '61 * * * *'}\nblocks: [{id: t, kind: start_task, profile: p, prompt: hi}]", "trigger.cron"},
+		{"unknown input", "name: a\ntrigger: {kind: manual}\nblocks: [{id: t, kind: start_task, profile: p, prompt: '{{inputs.nope}}'}]", "blocks[0].prompt"},
+		{"unknown field", "name: a\ntrigger: {kind: manual}\nblock: []", "block"},
+	} {
+		_, err := e.r.CreateAutomation(t.Context(), []byte(tc.def), false)
+		if !errors.Is(err, domain.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want ErrInvalid naming %q", tc.name, err, tc.want)
+		}
+	}
+	if _, err := e.r.CreateAutomation(t.Context(), []byte(steered), false); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.r.StartRun(t.Context(), "steered", RunRequest{Inputs: map[string]any{"passes": "many"}})
+	if !errors.Is(err, domain.ErrInvalid) || !strings.Contains(err.Error(), "topic") || !strings.Contains(err.Error(), "passes") {
+		t.Fatalf("a run without a required input and a bad number: %v", err)
+	}
+	if runs, _ := e.st.ListRuns(t.Context(), mustAutomation(t, e, "steered").ID, "", 10); len(runs) != 0 {
+		t.Fatalf("a refused run was recorded: %+v", runs)
+	}
+}
+
+func mustAutomation(t *testing.T, e *env, name string) domain.Automation {
+	t.Helper()
+	a, err := e.st.GetAutomationByName(t.Context(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+const hooked = `
+name: deploy
+trigger: {kind: webhook, slug: deploy}
+inputs: [{name: env, type: string, default: staging}]
+blocks:
+  - {id: task, kind: start_task, profile: dev, prompt: "deploy {{trigger.ref}} to {{inputs.env}}"}
+`
+
+func TestWebhookDeliveries(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, databases(t)[0], "r1", newFakeTasks(t, ""))
+	ctx := t.Context()
+	saved, err := e.r.CreateAutomation(ctx, []byte(hooked), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(saved.HookSecret, "whsec_") || len(saved.Automation.HookSecret) == 0 ||
+		strings.Contains(string(saved.Automation.HookSecret), saved.HookSecret) {
+		t.Fatalf("secret %q, sealed %q", saved.HookSecret, saved.Automation.HookSecret)
+	}
+	body := []byte(`{"ref":"v1.2","inputs":{"env":"prod"}}`)
+	now := time.Now()
+	sign := func(ts time.Time, b []byte) Delivery {
+		return Delivery{Slug: "deploy", ID: "d-1", Timestamp: strconv.FormatInt(ts.Unix(), 10), Signature: automations.SignWebhook([]byte(saved.HookSecret), ts.Unix(), b), Body: b}
+	}
+	first, err := e.r.Deliver(ctx, sign(now, body))
+	if err != nil || !first.Created {
+		t.Fatalf("first delivery: %+v, %v", first, err)
+	}
+	e.waitRun(t, first.Run.ID, domain.RunSucceeded)
+	again, err := e.r.Deliver(ctx, sign(now.Add(time.Second), body))
+	if err != nil || again.Created || again.Run.ID != first.Run.ID {
+		t.Fatalf("the same delivery again: %+v, %v", again, err)
+	}
+	forged := sign(now, body)
+	forged.Body = []byte(`{"ref":"evil"}`)
+	forged.ID = "d-2"
+	stale := sign(now.Add(-6*time.Minute), body)
+	stale.ID = "d-3"
+	unknown := sign(now, body)
+	unknown.Slug = "nope"
+	for name, d := range map[string]Delivery{"forged": forged, "stale": stale, "unknown hook": unknown} {
+		if _, err := e.r.Deliver(ctx, d); !errors.Is(err, ErrBadSignature) {
+			t.Errorf("%s delivery: %v, want ErrBadSignature", name, err)
+		}
+	}
+	if got := effects(t, e.tasks.log); !slices.Equal(got, []string{"start_dev_deploy_v1.2_to_prod"}) {
+		t.Fatalf("effects %v", got)
+	}
+	if _, err := e.r.SetEnabled(ctx, "deploy", false); err != nil {
+		t.Fatal(err)
+	}
+	off := sign(now, body)
+	off.ID = "d-4"
+	if _, err := e.r.Deliver(ctx, off); !errors.Is(err, domain.ErrNotActive) {
+		t.Fatalf("a delivery to a disabled hook: %v", err)
+	}
+	rotated, err := e.r.RotateHookSecret(ctx, "deploy")
+	if err != nil || rotated.HookSecret == saved.HookSecret {
+		t.Fatalf("rotate: %v", err)
+	}
+}
+
+const scheduled = `
+name: nightly
+trigger: {kind: schedule, cron: "*/5 * * * *", time_zone: Europe/Paris}
+blocks:
+  - {id: task, kind: start_task, profile: dev, prompt: "tidy at {{trigger.scheduled_at}}"}
+`
+
+// TestScheduleOncePerOccurrence: two replicas on one Postgres database
+// check the same schedule over overlapping windows of a fake clock; each
+// occurrence runs once.
+func TestScheduleOncePerOccurrence(t *testing.T) {
+	t.Parallel()
+	d := databases(t)[1]
+	ft := newFakeTasks(t, "")
+	a := newEnv(t, d, "replica-a", ft)
+	b := newEnv(t, d, "replica-b", ft)
+	ctx := t.Context()
+	if _, err := a.r.CreateAutomation(ctx, []byte(scheduled), true); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 3, 29, 0, 58, 0, 0, time.UTC) // across Paris's switch to summer time
+	var wg sync.WaitGroup
+	for _, r := range []*Runner{a.r, b.r, a.r, b.r} {
+		wg.Go(func() { r.FireSchedules(ctx, t0, t0.Add(30*time.Minute)) })
+	}
+	wg.Wait()
+	b.r.FireSchedules(ctx, t0.Add(20*time.Minute), t0.Add(31*time.Minute))
+	runs, err := a.st.ListRuns(ctx, mustAutomation(t, a, "nightly").ID, "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, run := range runs {
+		keys = append(keys, run.DedupKey)
+		a.waitRun(t, run.ID, domain.RunSucceeded)
+	}
+	slices.Sort(keys)
+	want := []string{"schedule:2026-03-29T01:00:00Z", "schedule:2026-03-29T01:05:00Z", "schedule:2026-03-29T01:10:00Z",
+		"schedule:2026-03-29T01:15:00Z", "schedule:2026-03-29T01:20:00Z", "schedule:2026-03-29T01:25:00Z"}
+	if !slices.Equal(keys, want) {
+		t.Fatalf("runs:\n got %v\nwant %v", keys, want)
+	}
+	if n := len(effects(t, ft.log)); n != len(want) {
+		t.Fatalf("%d tasks started for %d occurrences", n, len(want))
+	}
+}
