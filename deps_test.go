@@ -156,7 +156,7 @@ var layerRules = []layerRule{
 	{
 		name:   "automations-model-is-pure",
 		from:   []string{"internal/automations"},
-		only:   []string{std, thirdparty, "internal/domain/..."},
+		only:   []string{std, thirdparty, "internal/domain/...", "api/apiv1"},
 		reason: "the automation model (definitions, validation, run transitions) is pure rules, table-tested without I/O",
 	},
 	{

@@ -128,7 +128,8 @@ func (f *serverFlags) run(ctx context.Context, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv, closeSrv, err := newServer(server.Config{ReplicaID: f.replicaID, AdvertiseURL: f.advertise, ClusterSecret: f.secret, Version: version, Coordinator: f.co},
+	srv, closeSrv, err := newServer(server.Config{ReplicaID: f.replicaID, AdvertiseURL: f.advertise, ClusterSecret: f.secret, Version: version, Coordinator: f.co,
+		Automations: automationsDB(f.database)},
 		serverParts{store: st, blobs: bs, imageWork: f.imageWork, harnesses: &f.harnesses, keyFile: f.keyFile, createKey: !sharedDatabase(f.database),
 			policy: policy, metrics: metrics.New(), log: log}, log)
 	if err != nil {

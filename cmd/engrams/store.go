@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/engrams/engrams/internal/autorun"
 	"github.com/engrams/engrams/internal/store"
 	"github.com/engrams/engrams/internal/store/postgres"
 	"github.com/engrams/engrams/internal/store/sqlite"
@@ -31,4 +32,13 @@ func openStore(ctx context.Context, database string, log *slog.Logger) (store.St
 		}
 		return st, nil
 	}
+}
+
+// automationsDB names the store's database for automation runs, which
+// keep their tables beside the store's.
+func automationsDB(database string) autorun.Config {
+	if sharedDatabase(database) {
+		return autorun.Config{PostgresURL: database}
+	}
+	return autorun.Config{SQLitePath: strings.TrimPrefix(database, "sqlite://")}
 }

@@ -69,12 +69,14 @@ type agentOpts struct {
 	builder      bool
 	registry     string // npm registry of the builder
 	maxFileBytes int64
+	automations  bool // run automations on the test's database
 }
 
 func newAgentAPI(t *testing.T, o agentOpts) *agentAPI {
 	t.Helper()
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "db")}, sqlite.Deps{})
+	dbPath := filepath.Join(t.TempDir(), "db")
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: dbPath}, sqlite.Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,9 +107,24 @@ func newAgentAPI(t *testing.T, o agentOpts) *agentAPI {
 		t.Cleanup(cs.Close)
 		deps.HarnessBuilder, deps.HarnessChunks = b, cs
 	}
-	p, err := server.Assemble(server.Config{ReplicaID: "r1", Harnesses: harnessreg.Config{WorkDir: t.TempDir()}}, deps, noHosts{}, log)
+	cfg := server.Config{ReplicaID: "r1", Harnesses: harnessreg.Config{WorkDir: t.TempDir()}}
+	if o.automations {
+		cfg.Automations.SQLitePath = dbPath
+	}
+	p, err := server.Assemble(cfg, deps, noHosts{}, log)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if p.Automations != nil {
+		runCtx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- p.Automations.Run(runCtx) }()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("automations: %v", err)
+			}
+		})
 	}
 	ad := p.APIDeps(st, log)
 	ad.Fleet = fakeStore{}

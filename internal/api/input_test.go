@@ -224,7 +224,8 @@ func checkHostile(t *testing.T, h http.Handler, pattern string, c hostileCase) {
 	what := pattern + " " + c.name
 	body := rec.Body.Bytes()
 	var e apiv1.Error
-	codes := []string{apiv1.CodeBadRequest, apiv1.CodeNotFound, apiv1.CodeMethodNotAllowed, apiv1.CodeConflict, apiv1.CodeTooLarge}
+	codes := []string{apiv1.CodeBadRequest, apiv1.CodeNotFound, apiv1.CodeMethodNotAllowed, apiv1.CodeConflict, apiv1.CodeTooLarge,
+		apiv1.CodeUnauthorized} // a webhook delivery without its signature
 	switch {
 	case rec.Code < 400 || rec.Code >= 500:
 		t.Errorf("%s: status %d, want 4xx: %.300s", what, rec.Code, body)
@@ -242,11 +243,14 @@ func hostileAPI(t *testing.T, backend string) http.Handler {
 	ctx := context.Background()
 	var st store.Store
 	var err error
+	cfg := server.Config{ReplicaID: "r1"}
 	switch backend {
 	case "sqlite":
-		st, err = sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "db")}, sqlite.Deps{})
+		cfg.Automations.SQLitePath = filepath.Join(t.TempDir(), "db")
+		st, err = sqlite.Open(ctx, sqlite.Config{Path: cfg.Automations.SQLitePath}, sqlite.Deps{})
 	default:
-		st, err = postgres.Open(ctx, postgres.Config{URL: testutil.NewPostgresDB(t)}, postgres.Deps{})
+		cfg.Automations.PostgresURL = testutil.NewPostgresDB(t)
+		st, err = postgres.Open(ctx, postgres.Config{URL: cfg.Automations.PostgresURL}, postgres.Deps{})
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -257,10 +261,11 @@ func hostileAPI(t *testing.T, backend string) http.Handler {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
-	p, err := server.Assemble(server.Config{ReplicaID: "r1"}, server.Deps{Store: st, Secrets: sealer, Logger: log}, noHosts{}, log)
+	p, err := server.Assemble(cfg, server.Deps{Store: st, Secrets: sealer, Logger: log}, noHosts{}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { p.Automations.Close() })
 	ad := p.APIDeps(st, log)
 	ad.Fleet, ad.TaskReads = taskStore{st}, taskStore{st}
 	return api.New(api.Config{OpenAPI: apidoc.OpenAPI()}, ad)

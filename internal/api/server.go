@@ -39,6 +39,10 @@ type Deps struct {
 	Tasks     TaskService
 	TaskReads TaskReads // the store satisfies it
 	Egress    EgressLog
+	// Automations and Runs serve automations (nil: 503, the server runs
+	// none).
+	Automations AutomationService
+	Runs        AutomationRuns
 	// Idempotency keeps the answers of POSTs sent with an
 	// Idempotency-Key (the store; nil: the header is ignored).
 	Idempotency IdempotencyKeys
@@ -118,6 +122,7 @@ func (s *Server) routes() {
 	(&profilesRouter{base: s.base, co: s.deps.Profiles}).route(h)
 	(&egressRouter{base: s.base, co: s.deps.Egress}).route(h)
 	(&tasksRouter{base: s.base, co: s.deps.Tasks, st: s.deps.TaskReads, guests: s.deps.Guests, profiles: s.deps.Profiles}).route(h)
+	(&automationsRouter{base: s.base, co: s.deps.Automations, runs: s.deps.Runs}).route(h, public)
 	h(apiv1.RouteChanges, s.changes)
 }
 

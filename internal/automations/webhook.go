@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/engrams/engrams/api/apiv1"
 )
 
 // Signed webhooks (POST /v1/hooks/{slug}): the sender puts
@@ -17,9 +19,9 @@ import (
 // on each delivery, and X-Engrams-Delivery (an id unique per delivery, for
 // retries to be recognised).
 const (
-	HeaderWebhookTimestamp = "X-Engrams-Timestamp"
-	HeaderWebhookSignature = "X-Engrams-Signature"
-	HeaderWebhookDelivery  = "X-Engrams-Delivery"
+	HeaderWebhookTimestamp = apiv1.HeaderHookTimestamp
+	HeaderWebhookSignature = apiv1.HeaderHookSignature
+	HeaderWebhookDelivery  = apiv1.HeaderHookDelivery
 	// WebhookWindow is how far a delivery's timestamp may be from now.
 	WebhookWindow = 5 * time.Minute
 )

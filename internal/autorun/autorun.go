@@ -110,7 +110,7 @@ type Deps struct {
 	Tasks     TaskControl
 	TaskReads TaskReads
 	Guests    Guests
-	Sealer    Sealer
+	Sealer    Sealer // nil: webhook triggers are refused (no secret can be kept)
 	Logger    *slog.Logger
 	Now       func() time.Time // the clock of schedules and records
 	NewID     func() string
@@ -136,13 +136,14 @@ type Runner struct {
 }
 
 // Open connects DBOS to the database (creating its tables), registers the
-// run workflow and returns a Runner; Run starts executing.
+// run workflow and returns a Runner; Run starts executing. ctx carries
+// values only: DBOS outlives it.
 func Open(ctx context.Context, cfg Config, deps Deps) (*Runner, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	if deps.Store == nil || deps.Sealer == nil {
-		return nil, errors.New("autorun: Store and Sealer are required")
+	if deps.Store == nil {
+		return nil, errors.New("autorun: Store is required")
 	}
 	r := &Runner{cfg: cfg, st: deps.Store, tasks: deps.Tasks, reads: deps.TaskReads, guest: deps.Guests, seal: deps.Sealer,
 		log: deps.Logger, now: deps.Now, newID: deps.NewID}
@@ -162,7 +163,9 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Runner, error) {
 	} else {
 		dc.DatabaseURL = "sqlite:" + cfg.SQLitePath
 	}
-	d, err := dbos.NewContext(ctx, dc)
+	// DBOS's context lives as long as the Runner: it must not end with
+	// ctx. Connecting is bounded by SystemDBStartupTimeout (2 minutes).
+	d, err := dbos.NewContext(context.WithoutCancel(ctx), dc)
 	if err != nil {
 		return nil, fmt.Errorf("open automation runs: %w", err)
 	}

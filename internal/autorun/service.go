@@ -56,6 +56,9 @@ func (r *Runner) decode(raw []byte) (automations.Definition, []byte, error) {
 
 // newHookSecret makes a webhook secret and its sealed form for automation id.
 func (r *Runner) newHookSecret(id domain.AutomationID) (string, []byte, error) {
+	if r.seal == nil {
+		return "", nil, fmt.Errorf("%w: this server keeps no secrets, so it cannot keep a webhook's (start it with --secrets-key-file)", domain.ErrInvalid)
+	}
 	b := make([]byte, 32)
 	_, _ = rand.Read(b)
 	plain := "whsec_" + base64.RawURLEncoding.EncodeToString(b)

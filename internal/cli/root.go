@@ -59,6 +59,7 @@ type (
 	profileCmds struct{ *app } // engrams profile: profile.go
 	harnessCmds struct{ *app } // engrams harness: harness.go
 	secretCmds  struct{ *app } // engrams secret: secret.go
+	autoCmds    struct{ *app } // engrams automation: automation.go
 )
 
 // NewRoot returns the `engrams` command with extra commands added at the
@@ -107,7 +108,7 @@ config directory).`,
 		host.AddCommand(opts.HostAgent)
 	}
 	root.AddCommand(sessionCmds{a}.sessionCmd(), imageCmds{a}.imageCmd(), taskCmds{a}.taskCmd(), host, tokenCmds{a}.tokenCmd(), a.versionCmd())
-	root.AddCommand(profileCmds{a}.profileCmd(), harnessCmds{a}.harnessCmd(), secretCmds{a}.secretCmd())
+	root.AddCommand(profileCmds{a}.profileCmd(), harnessCmds{a}.harnessCmd(), secretCmds{a}.secretCmd(), autoCmds{a}.automationCmd())
 	root.AddCommand(extra...)
 	a.addCompletions(root)
 	return root

@@ -1,10 +1,12 @@
 package server
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 
 	"github.com/engrams/engrams/internal/api"
+	"github.com/engrams/engrams/internal/autorun"
 	"github.com/engrams/engrams/internal/broker"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/egresslog"
@@ -31,6 +33,9 @@ type Parts struct {
 	Tasks     *tasks.Tasks
 	Egress    *egresslog.Log
 	Broker    *broker.Broker
+	// Automations runs automations; nil when the config names no
+	// database for them (Assemble in API tests).
+	Automations *autorun.Runner
 }
 
 // The services satisfy the interfaces of the parts that consume them.
@@ -108,7 +113,32 @@ func assemble(cfg Config, deps Deps, t hostlink.Transports, links coordinator.Li
 	}
 	p.Tasks, err = tasks.New(tc, tasks.Deps{Store: st, Sessions: p.Co, Profiles: p.Profiles, Placeholders: p.Gateway, Secrets: p.Vault,
 		AppTokens: appTokens, Brokers: p.Broker, Logger: log, Metrics: deps.Metrics})
-	return p, err
+	if err != nil {
+		return p, err
+	}
+	return p, p.openAutomations(cfg, deps, log)
+}
+
+// openAutomations opens the automation runner when the config names its
+// database.
+func (p *Parts) openAutomations(cfg Config, deps Deps, log *slog.Logger) error {
+	ac := cfg.Automations
+	if ac.SQLitePath == "" && ac.PostgresURL == "" {
+		return nil
+	}
+	ac.ExecutorID = cfg.ReplicaID
+	var sealer autorun.Sealer
+	if deps.Secrets != nil {
+		sealer = deps.Secrets
+	}
+	// Connecting is bounded by DBOS (2 minutes).
+	r, err := autorun.Open(context.Background(), ac, autorun.Deps{Store: deps.Store, Tasks: p.Tasks, TaskReads: deps.Store, Guests: p.Co, Sealer: sealer,
+		Logger: log.With("component", "automations"), NewID: newID})
+	if err != nil {
+		return err
+	}
+	p.Automations = r
+	return nil
 }
 
 // routeHostLink adds what hosts send over their link to mux: each part's
@@ -124,6 +154,10 @@ func (p *Parts) routeHostLink(mux *http.ServeMux) {
 // APIDeps gives each API router its service (st is the replica's store,
 // which the read-only routers use).
 func (p *Parts) APIDeps(st store.Store, log *slog.Logger) api.Deps {
-	return api.Deps{Sessions: p.Co, Reads: st, Guests: p.Co, Fleet: st, HostAdmin: p.Co.Access(), Images: p.Images, Harnesses: p.Harnesses,
+	d := api.Deps{Sessions: p.Co, Reads: st, Guests: p.Co, Fleet: st, HostAdmin: p.Co.Access(), Images: p.Images, Harnesses: p.Harnesses,
 		Secrets: p.Vault, Profiles: p.Profiles, Tasks: p.Tasks, TaskReads: st, Egress: p.Egress, Idempotency: st, Changes: st, Logger: log, NewID: newID}
+	if p.Automations != nil {
+		d.Automations, d.Runs = p.Automations, p.Automations
+	}
+	return d
 }

@@ -16,6 +16,7 @@ import (
 	apidoc "github.com/engrams/engrams/api"
 	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/api"
+	"github.com/engrams/engrams/internal/autorun"
 	"github.com/engrams/engrams/internal/broker"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/dashboard"
@@ -49,6 +50,10 @@ type Config struct {
 	Tasks        tasks.Config // MonitorInterval defaults to the coordinator's
 	Egress       egresslog.Config
 	Broker       broker.Config
+	// Automations says where automation runs are kept: the store's own
+	// database (cmd/ sets SQLitePath or PostgresURL from it; neither: this
+	// replica runs no automations). ExecutorID is the ReplicaID.
+	Automations autorun.Config
 }
 
 // Deps are what cmd/ chose.
@@ -206,7 +211,7 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 		BaseContext: func(net.Listener) context.Context { return reqCtx },
 	}
 	var wg sync.WaitGroup
-	errs := make(chan error, 6)
+	errs := make(chan error, 7)
 	run := func(f func() error) {
 		wg.Add(1)
 		go func() {
@@ -221,6 +226,9 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	run(func() error { return s.parts.Images.Run(ctx) })
 	run(func() error { return s.parts.Tasks.Run(ctx) })
 	run(func() error { return s.parts.Egress.Run(ctx) })
+	if s.parts.Automations != nil {
+		run(func() error { return s.parts.Automations.Run(ctx) })
+	}
 	run(func() error { return s.link.Run(ctx) })
 	run(func() error {
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -985,6 +985,219 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/automations": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List the automations by name. */
+        get: operations["listAutomations"];
+        put?: never;
+        /**
+         * Save a definition (JSON or YAML text) as a new automation at version 1.
+         * @description The definition is checked whole; a 400 names every problem with its
+         *     place (`blocks[2].prompt: ...`): unknown blocks, references to
+         *     blocks that have not run, unknown inputs in templates, bad cron
+         *     schedules or time zones, limits. It starts disabled unless
+         *     `enabled`. A webhook trigger's signing secret is in the answer,
+         *     this once (`hook_secret`).
+         */
+        post: operations["createAutomation"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/automations/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description An automation's name or id. */
+                name: components["parameters"]["AutomationName"];
+            };
+            cookie?: never;
+        };
+        /** Get an automation at its current version. */
+        get: operations["getAutomation"];
+        /** Save a new version (409 if it moved on from `version`); runs already started finish on theirs. */
+        put: operations["updateAutomation"];
+        post?: never;
+        /** Delete an automation with its versions and runs; runs still going are cancelled. */
+        delete: operations["deleteAutomation"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/automations/{name}/enable": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description An automation's name or id. */
+                name: components["parameters"]["AutomationName"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Turn the automation's trigger on. */
+        post: operations["enableAutomation"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/automations/{name}/disable": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description An automation's name or id. */
+                name: components["parameters"]["AutomationName"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Turn the automation's trigger off; it still runs by hand. */
+        post: operations["disableAutomation"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/automations/{name}/hook-secret": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description An automation's name or id. */
+                name: components["parameters"]["AutomationName"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Give a webhook automation a new signing secret (shown once); the old one stops working. */
+        post: operations["rotateHookSecret"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/automations/{name}/runs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description An automation's name or id. */
+                name: components["parameters"]["AutomationName"];
+            };
+            cookie?: never;
+        };
+        /** List the automation's runs, newest first. */
+        get: operations["listRuns"];
+        put?: never;
+        /**
+         * Start a run by hand, with inputs and a sample trigger payload.
+         * @description Runs the current version, enabled or not. Inputs are checked against
+         *     the definition's types; a missing required input or a value of the
+         *     wrong type is a 400 naming it. With an `Idempotency-Key` a retry
+         *     answers the same run.
+         */
+        post: operations["startRun"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runs/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The run id. */
+                id: components["parameters"]["RunID"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Get a run and its step record.
+         * @description Each step is one block the run executed, with its place in the
+         *     definition, its rendered input, output or error and times. A block
+         *     that ran when its coordinator died runs again on the replica that
+         *     takes the run over; its `attempt` says so.
+         */
+        get: operations["getRun"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runs/{id}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The run id. */
+                id: components["parameters"]["RunID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Cancel a run that has not ended (409 if it has). */
+        post: operations["cancelRun"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/hooks/{slug}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The webhook trigger's slug. */
+                slug: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A signed webhook delivery; starts a run of the automation with that slug.
+         * @description No token: the delivery is signed. `X-Engrams-Timestamp` is the Unix
+         *     time in seconds, within 5 minutes of the server's;
+         *     `X-Engrams-Signature` is `v1=` and the hex HMAC-SHA256 of
+         *     `TIMESTAMP.BODY` keyed by the hook's secret (several, comma
+         *     separated, while a secret rotates); `X-Engrams-Delivery` names the
+         *     delivery, so a retry answers the run it started (200,
+         *     `duplicate: true`) and starts nothing. The body is a JSON object,
+         *     at most 256 KiB: the trigger payload, and its `inputs` object the
+         *     run's inputs. A bad or stale signature, or an unknown slug, is the
+         *     same 401.
+         */
+        post: operations["deliverHook"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/hosts": {
         parameters: {
             query?: never;
@@ -2084,6 +2297,244 @@ export interface components {
             port: number;
             exposed: boolean;
         };
+        CreateAutomationRequest: {
+            /** @description The definition, JSON or YAML text (an AutomationDefinition). */
+            definition: string;
+            /** @description Enable its trigger at once. */
+            enabled?: boolean;
+        };
+        UpdateAutomationRequest: {
+            /** @description The definition, JSON or YAML text (an AutomationDefinition). */
+            definition: string;
+            /**
+             * Format: int64
+             * @description The version the edit was made from; 0: whatever it is at.
+             */
+            version?: number;
+        };
+        Automation: {
+            id: string;
+            name: string;
+            enabled: boolean;
+            /** Format: int64 */
+            version: number;
+            /** @description Its trigger's kind. */
+            trigger: string;
+            /** @description Webhook triggers: the path deliveries go to. */
+            hook_url?: string;
+            /** @description The current version's definition. */
+            definition: components["schemas"]["AutomationDefinition"];
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+        };
+        AutomationResponse: {
+            id: string;
+            name: string;
+            enabled: boolean;
+            /** Format: int64 */
+            version: number;
+            trigger: string;
+            hook_url?: string;
+            definition: components["schemas"]["AutomationDefinition"];
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+            /** @description A webhook's signing secret, when this save made one: shown this once. */
+            hook_secret?: string;
+        };
+        AutomationList: {
+            automations: components["schemas"]["Automation"][];
+            next_cursor?: string;
+        };
+        /**
+         * @description One trigger, typed inputs and a tree of blocks. Text fields are
+         *     templates: {{inputs.NAME}}, {{trigger.PATH}} (a dotted path into the
+         *     trigger's payload) and {{steps.ID.output}} (a block that ran before).
+         */
+        AutomationDefinition: {
+            name: string;
+            trigger: components["schemas"]["AutomationTrigger"];
+            inputs?: components["schemas"]["AutomationInput"][];
+            blocks: components["schemas"]["AutomationBlock"][];
+            settings?: components["schemas"]["AutomationSettings"];
+        };
+        AutomationTrigger: {
+            /** @enum {string} */
+            kind: "manual" | "schedule" | "webhook" | "slack_mention" | "github_pr" | "linear_issue";
+            /** @description schedule: five cron fields. */
+            cron?: string;
+            /** @description schedule: an IANA time zone; default UTC. */
+            time_zone?: string;
+            /** @description webhook: the path's {slug}. */
+            slug?: string;
+            channels?: string[];
+            repos?: string[];
+            events?: string[];
+            labels?: string[];
+        };
+        AutomationInput: {
+            name: string;
+            /** @enum {string} */
+            type: "string" | "number" | "boolean" | "json";
+            /** @description The value when a run gives none. */
+            default?: unknown;
+            required?: boolean;
+        };
+        AutomationBlock: {
+            id: string;
+            /** @enum {string} */
+            kind: "start_task" | "send_prompt" | "wait_idle" | "run_command" | "read_file" | "write_file" | "condition" | "loop" | "post_slack" | "github_comment" | "github_review" | "open_pr" | "linear_comment" | "end_session";
+            profile?: string;
+            /** @description The id of the start_task block whose task this block acts on. */
+            task?: string;
+            prompt?: string;
+            command?: string;
+            path?: string;
+            content?: string;
+            channel?: string;
+            repo?: string;
+            number?: string;
+            issue?: string;
+            title?: string;
+            text?: string;
+            /** @description wait_idle: a duration such as 30m. */
+            timeout?: string;
+            if?: string;
+            while?: string;
+            max?: number;
+            then?: components["schemas"]["AutomationBlock"][];
+            else?: components["schemas"]["AutomationBlock"][];
+            body?: components["schemas"]["AutomationBlock"][];
+        };
+        AutomationSettings: {
+            /** @description A template; runs with the same key follow policy. */
+            concurrency_key?: string;
+            /** @enum {string} */
+            policy?: "queue" | "supersede" | "skip";
+        };
+        StartRunRequest: {
+            inputs?: {
+                [key: string]: unknown;
+            };
+            /** @description A trigger payload (a JSON object) to test with. */
+            trigger?: unknown;
+        };
+        Run: {
+            id: string;
+            automation_id: string;
+            /** @description Its automation's name. */
+            automation: string;
+            /**
+             * Format: int64
+             * @description The definition it runs.
+             */
+            version: number;
+            /** @enum {string} */
+            state: "queued" | "running" | "waiting" | "succeeded" | "failed" | "cancelled" | "superseded" | "skipped";
+            /** @description What started it. */
+            trigger: string;
+            concurrency_key?: string;
+            /** @description The trigger's payload. */
+            payload?: unknown;
+            /** @description The resolved inputs. */
+            inputs?: unknown;
+            error?: string;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            started_at?: string;
+            /** Format: date-time */
+            ended_at?: string;
+        };
+        RunResponse: {
+            id: string;
+            automation_id: string;
+            /** @description Its automation's name. */
+            automation: string;
+            /**
+             * Format: int64
+             * @description The definition it runs.
+             */
+            version: number;
+            /** @enum {string} */
+            state: "queued" | "running" | "waiting" | "succeeded" | "failed" | "cancelled" | "superseded" | "skipped";
+            /** @description What started it. */
+            trigger: string;
+            concurrency_key?: string;
+            /** @description The trigger's payload. */
+            payload?: unknown;
+            /** @description The resolved inputs. */
+            inputs?: unknown;
+            error?: string;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            started_at?: string;
+            /** Format: date-time */
+            ended_at?: string;
+            /** @description The run of a delivery seen before; nothing new started. */
+            duplicate?: boolean;
+        };
+        RunDetail: {
+            id: string;
+            automation_id: string;
+            /** @description Its automation's name. */
+            automation: string;
+            /**
+             * Format: int64
+             * @description The definition it runs.
+             */
+            version: number;
+            /** @enum {string} */
+            state: "queued" | "running" | "waiting" | "succeeded" | "failed" | "cancelled" | "superseded" | "skipped";
+            /** @description What started it. */
+            trigger: string;
+            concurrency_key?: string;
+            /** @description The trigger's payload. */
+            payload?: unknown;
+            /** @description The resolved inputs. */
+            inputs?: unknown;
+            error?: string;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            started_at?: string;
+            /** Format: date-time */
+            ended_at?: string;
+            steps: components["schemas"]["RunStep"][];
+        };
+        RunList: {
+            runs: components["schemas"]["Run"][];
+            next_cursor?: string;
+        };
+        RunStep: {
+            /** Format: int64 */
+            seq: number;
+            block: string;
+            kind: string;
+            /** @description Its place in the definition, e.g. blocks[2].body[0] pass 1. */
+            path: string;
+            /** @enum {string} */
+            state: "running" | "succeeded" | "failed";
+            /**
+             * Format: int64
+             * @description 2 or more: it ran before, on a replica that died.
+             */
+            attempt: number;
+            /** @description Its fields as rendered for the run. */
+            input?: unknown;
+            output?: string;
+            error?: string;
+            /** Format: date-time */
+            started_at: string;
+            /** Format: date-time */
+            ended_at?: string;
+            /** Format: int64 */
+            duration_ms?: number;
+        };
     };
     responses: {
         /**
@@ -2102,6 +2553,10 @@ export interface components {
         };
     };
     parameters: {
+        /** @description An automation's name or id. */
+        AutomationName: string;
+        /** @description The run id. */
+        RunID: string;
         /** @description The page's size: 1 to 500; absent: 100. */
         Limit: number;
         /** @description The list's next_cursor, for the page after it; absent: the first page. */
@@ -3432,6 +3887,360 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Profile"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    listAutomations: {
+        parameters: {
+            query?: {
+                /** @description The page's size: 1 to 500; absent: 100. */
+                limit?: components["parameters"]["Limit"];
+                /** @description The list's next_cursor, for the page after it; absent: the first page. */
+                cursor?: components["parameters"]["Cursor"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The automations. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AutomationList"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    createAutomation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateAutomationRequest"];
+            };
+        };
+        responses: {
+            /** @description The automation, and its webhook secret if it has a webhook trigger. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AutomationResponse"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    getAutomation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description An automation's name or id. */
+                name: components["parameters"]["AutomationName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The automation. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Automation"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    updateAutomation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description An automation's name or id. */
+                name: components["parameters"]["AutomationName"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UpdateAutomationRequest"];
+            };
+        };
+        responses: {
+            /** @description The automation at its next version. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AutomationResponse"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    deleteAutomation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description An automation's name or id. */
+                name: components["parameters"]["AutomationName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The deleted automation. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Automation"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    enableAutomation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description An automation's name or id. */
+                name: components["parameters"]["AutomationName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The automation. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Automation"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    disableAutomation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description An automation's name or id. */
+                name: components["parameters"]["AutomationName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The automation. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Automation"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    rotateHookSecret: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description An automation's name or id. */
+                name: components["parameters"]["AutomationName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The automation and its new secret. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AutomationResponse"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    listRuns: {
+        parameters: {
+            query?: {
+                /** @description The page's size: 1 to 500; absent: 100. */
+                limit?: components["parameters"]["Limit"];
+                /** @description The list's next_cursor, for the page after it; absent: the first page. */
+                cursor?: components["parameters"]["Cursor"];
+            };
+            header?: never;
+            path: {
+                /** @description An automation's name or id. */
+                name: components["parameters"]["AutomationName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The runs. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunList"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    startRun: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description An automation's name or id. */
+                name: components["parameters"]["AutomationName"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["StartRunRequest"];
+            };
+        };
+        responses: {
+            /** @description The run, queued or running. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunResponse"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    getRun: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The run id. */
+                id: components["parameters"]["RunID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The run and its steps. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunDetail"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    cancelRun: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The run id. */
+                id: components["parameters"]["RunID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The cancelled run. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Run"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    deliverHook: {
+        parameters: {
+            query?: never;
+            header: {
+                "X-Engrams-Timestamp": string;
+                "X-Engrams-Signature": string;
+                "X-Engrams-Delivery"?: string;
+            };
+            path: {
+                /** @description The webhook trigger's slug. */
+                slug: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": Record<string, never>;
+            };
+        };
+        responses: {
+            /** @description The run a delivery with this id started before. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunResponse"];
+                };
+            };
+            /** @description The run it started. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunResponse"];
+                };
+            };
+            /** @description The signature or timestamp was refused. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             default: components["responses"]["Error"];

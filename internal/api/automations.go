@@ -1,0 +1,291 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/internal/autorun"
+	"github.com/engrams/engrams/internal/domain"
+)
+
+// AutomationService keeps automations (autorun.Runner).
+type AutomationService interface {
+	CreateAutomation(ctx context.Context, raw []byte, enabled bool) (autorun.Saved, error)
+	UpdateAutomation(ctx context.Context, nameOrID string, raw []byte, expect int64) (autorun.Saved, error)
+	RotateHookSecret(ctx context.Context, nameOrID string) (autorun.Saved, error)
+	SetEnabled(ctx context.Context, nameOrID string, enabled bool) (autorun.View, error)
+	DeleteAutomation(ctx context.Context, nameOrID string) (autorun.View, error)
+	Automation(ctx context.Context, nameOrID string) (autorun.View, error)
+	Automations(ctx context.Context) ([]autorun.View, error)
+}
+
+// AutomationRuns starts, lists and cancels runs (autorun.Runner).
+type AutomationRuns interface {
+	StartRun(ctx context.Context, nameOrID string, req autorun.RunRequest) (autorun.Started, error)
+	Runs(ctx context.Context, nameOrID string, before domain.AutomationRunID, limit int) (autorun.View, []domain.AutomationRun, error)
+	RunDetail(ctx context.Context, id domain.AutomationRunID) (autorun.RunDetail, error)
+	CancelRun(ctx context.Context, id domain.AutomationRunID) (domain.AutomationRun, error)
+	Deliver(ctx context.Context, d autorun.Delivery) (autorun.Started, error)
+}
+
+// automationsRouter serves automations, their runs and webhook
+// deliveries.
+type automationsRouter struct {
+	*base
+	co   AutomationService
+	runs AutomationRuns
+}
+
+func (s *automationsRouter) route(h, public func(string, http.HandlerFunc)) {
+	for pattern, fn := range map[string]http.HandlerFunc{
+		apiv1.RouteCreateAutomation:  s.create,
+		apiv1.RouteListAutomations:   s.list,
+		apiv1.RouteGetAutomation:     s.get,
+		apiv1.RouteUpdateAutomation:  s.update,
+		apiv1.RouteDeleteAutomation:  s.delete,
+		apiv1.RouteEnableAutomation:  s.enabled(true),
+		apiv1.RouteDisableAutomation: s.enabled(false),
+		apiv1.RouteRotateHookSecret:  s.rotate,
+		apiv1.RouteStartRun:          s.startRun,
+		apiv1.RouteListRuns:          s.listRuns,
+		apiv1.RouteGetRun:            s.getRun,
+		apiv1.RouteCancelRun:         s.cancelRun,
+	} {
+		h(pattern, s.configured(fn))
+	}
+	public(apiv1.RouteHook, s.configured(s.hook))
+}
+
+// configured answers 503 when the server runs no automations.
+func (s *automationsRouter) configured(fn http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.co == nil || s.runs == nil {
+			writeError(w, http.StatusServiceUnavailable, apiv1.CodeUnavailable, "this server runs no automations")
+			return
+		}
+		fn(w, r)
+	}
+}
+
+func (s *automationsRouter) create(w http.ResponseWriter, r *http.Request) {
+	var req apiv1.CreateAutomationRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	saved, err := s.co.CreateAutomation(r.Context(), []byte(req.Definition), req.Enabled)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, savedOut(saved))
+}
+
+func (s *automationsRouter) update(w http.ResponseWriter, r *http.Request) {
+	var req apiv1.UpdateAutomationRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	saved, err := s.co.UpdateAutomation(r.Context(), r.PathValue("name"), []byte(req.Definition), req.Version)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, savedOut(saved))
+}
+
+func (s *automationsRouter) rotate(w http.ResponseWriter, r *http.Request) {
+	saved, err := s.co.RotateHookSecret(r.Context(), r.PathValue("name"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, savedOut(saved))
+}
+
+func (s *automationsRouter) list(w http.ResponseWriter, r *http.Request) {
+	p, ok := readPage(w, r)
+	if !ok {
+		return
+	}
+	vs, err := s.co.Automations(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	all := make([]apiv1.Automation, 0, len(vs))
+	for _, v := range vs {
+		all = append(all, automationOut(v))
+	}
+	var out apiv1.AutomationList
+	out.Automations, out.NextCursor = pageOf(all, func(a apiv1.Automation) string { return a.Name }, p)
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *automationsRouter) get(w http.ResponseWriter, r *http.Request) {
+	v, err := s.co.Automation(r.Context(), r.PathValue("name"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, automationOut(v))
+}
+
+func (s *automationsRouter) delete(w http.ResponseWriter, r *http.Request) {
+	v, err := s.co.DeleteAutomation(r.Context(), r.PathValue("name"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, automationOut(v))
+}
+
+func (s *automationsRouter) enabled(on bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		v, err := s.co.SetEnabled(r.Context(), r.PathValue("name"), on)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, automationOut(v))
+	}
+}
+
+func (s *automationsRouter) startRun(w http.ResponseWriter, r *http.Request) {
+	var req apiv1.StartRunRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	// A retry with the same Idempotency-Key is answered by the middleware.
+	started, err := s.runs.StartRun(r.Context(), r.PathValue("name"), autorun.RunRequest{Inputs: req.Inputs, Trigger: req.Trigger})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.writeStarted(w, r, started, http.StatusCreated)
+}
+
+// writeStarted answers a start: status for a new run, 200 for a delivery
+// seen before.
+func (s *automationsRouter) writeStarted(w http.ResponseWriter, r *http.Request, st autorun.Started, status int) {
+	d, err := s.runs.RunDetail(r.Context(), st.Run.ID)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if !st.Created {
+		status = http.StatusOK
+	}
+	writeJSON(w, status, apiv1.RunResponse{Run: runOut(d.Run, d.Name), Duplicate: !st.Created})
+}
+
+func (s *automationsRouter) listRuns(w http.ResponseWriter, r *http.Request) {
+	p, ok := readPage(w, r)
+	if !ok {
+		return
+	}
+	v, runs, err := s.runs.Runs(r.Context(), r.PathValue("name"), domain.AutomationRunID(p.after), p.limit+1)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := apiv1.RunList{Runs: []apiv1.Run{}}
+	for i, run := range runs {
+		if i == p.limit {
+			out.NextCursor = cursorOf(string(runs[i-1].ID))
+			break
+		}
+		out.Runs = append(out.Runs, runOut(run, v.Automation.Name))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *automationsRouter) getRun(w http.ResponseWriter, r *http.Request) {
+	d, err := s.runs.RunDetail(r.Context(), domain.AutomationRunID(r.PathValue("id")))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := apiv1.RunDetail{Run: runOut(d.Run, d.Name), Steps: make([]apiv1.RunStep, 0, len(d.Steps))}
+	for _, st := range d.Steps {
+		out.Steps = append(out.Steps, stepOut(st))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *automationsRouter) cancelRun(w http.ResponseWriter, r *http.Request) {
+	run, err := s.runs.CancelRun(r.Context(), domain.AutomationRunID(r.PathValue("id")))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	d, err := s.runs.RunDetail(r.Context(), run.ID)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, runOut(d.Run, d.Name))
+}
+
+// hook takes a signed delivery: its body bounded, its signature checked
+// by the runner. Every refusal of the signature is the same 401.
+func (s *automationsRouter) hook(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, autorun.MaxHookBody))
+	if err != nil {
+		writeError(w, http.StatusRequestEntityTooLarge, apiv1.CodeTooLarge, "a delivery's body is at most 256 KiB")
+		return
+	}
+	started, err := s.runs.Deliver(r.Context(), autorun.Delivery{Slug: r.PathValue("slug"), Timestamp: r.Header.Get(apiv1.HeaderHookTimestamp),
+		Signature: r.Header.Get(apiv1.HeaderHookSignature), ID: r.Header.Get(apiv1.HeaderHookDelivery), Body: body})
+	if errors.Is(err, autorun.ErrBadSignature) {
+		s.log.Info("webhook delivery refused", "slug", bounded(r.PathValue("slug")), "err", err)
+		writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthorized, "the delivery's signature or timestamp was refused")
+		return
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.writeStarted(w, r, started, http.StatusAccepted)
+}
+
+func automationOut(v autorun.View) apiv1.Automation {
+	a := v.Automation
+	def, _ := json.Marshal(v.Definition)
+	out := apiv1.Automation{ID: string(a.ID), Name: a.Name, Enabled: a.Enabled, Version: a.Version, Trigger: a.TriggerKind,
+		Definition: def, CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt}
+	if a.HookSlug != "" {
+		out.HookURL = "/v1/hooks/" + a.HookSlug
+	}
+	return out
+}
+
+func savedOut(s autorun.Saved) apiv1.AutomationResponse {
+	return apiv1.AutomationResponse{Automation: automationOut(s.View), HookSecret: s.HookSecret}
+}
+
+func optTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func runOut(r domain.AutomationRun, name string) apiv1.Run {
+	return apiv1.Run{ID: string(r.ID), AutomationID: string(r.AutomationID), Automation: name, Version: r.Version, State: string(r.State),
+		Trigger: r.TriggerKind, ConcurrencyKey: r.ConcurrencyKey, Payload: r.Trigger, Inputs: r.Inputs, Error: r.Error,
+		CreatedAt: r.CreatedAt, StartedAt: optTime(r.StartedAt), EndedAt: optTime(r.EndedAt)}
+}
+
+func stepOut(s domain.RunStep) apiv1.RunStep {
+	out := apiv1.RunStep{Seq: s.Seq, Block: s.BlockID, Kind: s.Kind, Path: s.Path, State: string(s.State), Attempt: s.Attempt,
+		Input: s.Input, Output: s.Output, Error: s.Error, StartedAt: s.StartedAt, EndedAt: optTime(s.EndedAt)}
+	if !s.EndedAt.IsZero() {
+		out.DurationMS = s.EndedAt.Sub(s.StartedAt).Milliseconds()
+	}
+	return out
+}
