@@ -168,7 +168,7 @@ func (f *devFlags) assemble(ctx context.Context, st store.Store, url, hostToken 
 	}
 	rig.agent = agent
 	keyFile := filepath.Join(f.dataDir, "secrets.keyset")
-	srv, closeSrv, err := newServer(server.Config{AdvertiseURL: url, Version: version, Automations: automationsDB(filepath.Join(f.dataDir, "engrams.db"))},
+	srv, closeSrv, err := newServer(server.Config{AdvertiseURL: url, Version: version, Automations: devAutomations(filepath.Join(f.dataDir, "engrams.db"))},
 		serverParts{store: st, blobs: rig.bs, imageWork: filepath.Join(f.dataDir, "image-work"), harnesses: &f.harnesses,
 			keyFile: keyFile, createKey: true, policy: policy, metrics: reg, ready: []metrics.Check{{Name: "host_link", Ready: agent.Ready}},
 			log: log.With("component", "coordinator")}, log)

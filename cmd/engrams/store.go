@@ -42,3 +42,12 @@ func automationsDB(database string) autorun.Config {
 	}
 	return autorun.Config{SQLitePath: strings.TrimPrefix(database, "sqlite://")}
 }
+
+// devAutomations is dev's automation runs: on its SQLite file, under one
+// executor id across restarts (one dev per data dir), so a restarted dev
+// resumes its runs at launch.
+func devAutomations(path string) autorun.Config {
+	c := automationsDB(path)
+	c.ExecutorID = "dev"
+	return c
+}

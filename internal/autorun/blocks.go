@@ -16,6 +16,7 @@ import (
 	"github.com/engrams/engrams/internal/automations"
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/guestapi"
+	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/tasks"
 )
 
@@ -202,33 +203,51 @@ func (r *Runner) waitIdle(ctx context.Context, w *walker, b automations.Block) (
 	}
 }
 
-// guest opens the guest API of a task's session.
-func (r *Runner) guestOf(ctx context.Context, id domain.TaskID) (*guestapi.Client, error) {
+// withGuest runs fn on the guest API of a task's session. A host not
+// connected (its agent, or the replica holding it, restarted: a run taken
+// over after a crash often starts here) is waited for, bounded, and fn
+// tried again: it did not reach the guest.
+func (r *Runner) withGuest(ctx context.Context, id domain.TaskID, fn func(*guestapi.Client) error) error {
 	if id == "" {
-		return nil, errors.New("no task: its start_task block has not run")
+		return errors.New("no task: its start_task block has not run")
 	}
 	t, err := r.reads.GetTask(ctx, id)
 	if err != nil {
-		return nil, fmt.Errorf("read task %s: %w", id, err)
+		return fmt.Errorf("read task %s: %w", id, err)
 	}
-	g, err := r.guest.Guest(ctx, t.SessionID)
-	if err != nil {
-		return nil, fmt.Errorf("reach task %s's session: %w", id, err)
+	deadline := time.Now().Add(hostWait)
+	for {
+		g, err := r.guest.Guest(ctx, t.SessionID)
+		if err == nil {
+			c := g.Client()
+			err = fn(c)
+			c.Close()
+		}
+		if err == nil || !errors.Is(err, hostlink.ErrHostNotConnected) || time.Now().After(deadline) {
+			return err
+		}
+		r.log.Info("waiting for a task's host", "task_id", id, "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
 	}
-	return g.Client(), nil
 }
+
+// hostWait bounds the wait for a task's host to reconnect.
+const hostWait = 2 * time.Minute
 
 // maxCommandOutput bounds each stream of a run_command.
 const maxCommandOutput = 1 << 20
 
 func (r *Runner) runCommand(ctx context.Context, id domain.TaskID, command string) (string, error) {
-	c, err := r.guestOf(ctx, id)
-	if err != nil {
-		return "", err
-	}
-	defer c.Close()
-	res, err := c.Run(ctx, guestapi.ExecRequest{Argv: []string{"/bin/sh", "-c", command}, Dir: "/work", TimeoutMS: 30 * 60 * 1000},
-		maxCommandOutput)
+	var res guestapi.ExecResult
+	err := r.withGuest(ctx, id, func(c *guestapi.Client) (err error) {
+		res, err = c.Run(ctx, guestapi.ExecRequest{Argv: []string{"/bin/sh", "-c", command}, Dir: "/work", TimeoutMS: 30 * 60 * 1000},
+			maxCommandOutput)
+		return err
+	})
 	if err != nil {
 		return "", err
 	}
@@ -246,19 +265,20 @@ func (r *Runner) runCommand(ctx context.Context, id domain.TaskID, command strin
 const maxFileBytes = 1 << 20
 
 func (r *Runner) readFile(ctx context.Context, id domain.TaskID, path string) (string, error) {
-	c, err := r.guestOf(ctx, id)
+	var b []byte
+	err := r.withGuest(ctx, id, func(c *guestapi.Client) error {
+		rc, err := c.Download(ctx, path)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", path, err)
+		}
+		defer rc.Close()
+		if b, err = io.ReadAll(io.LimitReader(rc, maxFileBytes+1)); err != nil {
+			return fmt.Errorf("read %s: %w", path, err)
+		}
+		return nil
+	})
 	if err != nil {
 		return "", err
-	}
-	defer c.Close()
-	rc, err := c.Download(ctx, path)
-	if err != nil {
-		return "", fmt.Errorf("read %s: %w", path, err)
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, maxFileBytes+1))
-	if err != nil {
-		return "", fmt.Errorf("read %s: %w", path, err)
 	}
 	if len(b) > maxFileBytes {
 		return "", fmt.Errorf("read %s: larger than %d bytes", path, maxFileBytes)
@@ -267,13 +287,14 @@ func (r *Runner) readFile(ctx context.Context, id domain.TaskID, path string) (s
 }
 
 func (r *Runner) writeFile(ctx context.Context, id domain.TaskID, path, content string) (string, error) {
-	c, err := r.guestOf(ctx, id)
+	err := r.withGuest(ctx, id, func(c *guestapi.Client) error {
+		if err := c.Upload(ctx, path, 0o644, bytes.NewReader([]byte(content))); err != nil {
+			return fmt.Errorf("write %s: %w", path, err)
+		}
+		return nil
+	})
 	if err != nil {
 		return "", err
-	}
-	defer c.Close()
-	if err := c.Upload(ctx, path, 0o644, bytes.NewReader([]byte(content))); err != nil {
-		return "", fmt.Errorf("write %s: %w", path, err)
 	}
 	return strconv.Itoa(len(content)), nil
 }

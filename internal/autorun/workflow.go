@@ -219,7 +219,7 @@ func (w *walker) step(path string, b automations.Block, fn func(ctx context.Cont
 		if err != nil {
 			return stepResult{}, err
 		}
-		w.r.wake(ctx, w.run)
+		_ = w.r.st.Notify(ctx, RunTopic(w.run.ID)) // a step is no change to the run list
 		var out string
 		var runErr error
 		if w.r.now().After(w.deadline) {
@@ -239,7 +239,7 @@ func (w *walker) step(path string, b automations.Block, fn func(ctx context.Cont
 		if err := w.r.st.EndStep(context.WithoutCancel(ctx), rec); err != nil {
 			return stepResult{}, err
 		}
-		w.r.wake(ctx, w.run)
+		_ = w.r.st.Notify(ctx, RunTopic(w.run.ID))
 		return res, ctx.Err()
 	}, dbos.WithStepName(string(b.Kind)+":"+b.ID), dbos.WithStepMaxRetries(0))
 	if err != nil {

@@ -86,12 +86,24 @@ type dashboardEnv struct {
 	reg      *imagetest.Registry
 	dir      string
 	chromium string
+	model    *modeltest.Server
 }
 
 func startDashboardEnv(t *testing.T) *dashboardEnv {
 	t.Helper()
 	requireQEMU(t)
 	chromium := requireBrowser(t)
+	d := startDevAgentEnv(t)
+	d.chromium = chromium
+	return d
+}
+
+// startDevAgentEnv is `engrams dev` on QEMU with an image with git, Claude
+// Code, a git server with one repository, the scripted model and a
+// profile "agent" of them.
+func startDevAgentEnv(t *testing.T) *dashboardEnv {
+	t.Helper()
+	requireQEMU(t)
 	ctx := context.Background()
 	reg := imagetest.StartRegistry(t, imagetest.RegistryOptions{})
 	reg.Push(t, "team/debian-git", "12", imagetest.DebianWith(t, "git"))
@@ -126,7 +138,7 @@ func startDashboardEnv(t *testing.T) *dashboardEnv {
 	if _, err := c.Profiles().Create(ctx, apiv1.CreateProfileRequest{Name: "agent", Spec: spec}); err != nil {
 		t.Fatalf("create profile: %v", err)
 	}
-	return &dashboardEnv{dev: dev, reg: reg, dir: dir, chromium: chromium}
+	return &dashboardEnv{dev: dev, reg: reg, dir: dir, model: model}
 }
 
 // config is what web/e2e's scripts are told of the env.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -126,6 +127,13 @@ func (p *peerRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) 
 	out.Host = ""
 	out.Header.Set(HeaderClusterSecret, p.r.cfg.ClusterSecret)
 	resp, err := p.r.peer.RoundTrip(out)
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		// The replica that held the host is gone: the host is not
+		// connected until it links again (to any replica).
+		return nil, fmt.Errorf("forward %s %s for host %s to replica %s: %w: %w", req.Method, req.URL.Path, p.hostID, p.replicaID,
+			ErrHostNotConnected, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("forward %s %s for host %s to replica %s: %w", req.Method, req.URL.Path, p.hostID, p.replicaID, err)
 	}

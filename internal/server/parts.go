@@ -126,7 +126,9 @@ func (p *Parts) openAutomations(cfg Config, deps Deps, log *slog.Logger) error {
 	if ac.SQLitePath == "" && ac.PostgresURL == "" {
 		return nil
 	}
-	ac.ExecutorID = cfg.ReplicaID
+	if ac.ExecutorID == "" {
+		ac.ExecutorID = cfg.ReplicaID
+	}
 	var sealer autorun.Sealer
 	if deps.Secrets != nil {
 		sealer = deps.Secrets

@@ -52,7 +52,9 @@ type Config struct {
 	Broker       broker.Config
 	// Automations says where automation runs are kept: the store's own
 	// database (cmd/ sets SQLitePath or PostgresURL from it; neither: this
-	// replica runs no automations). ExecutorID is the ReplicaID.
+	// replica runs no automations). ExecutorID defaults to the ReplicaID;
+	// a replica that keeps one across restarts (dev) resumes its runs at
+	// once instead of after another replica finds it stale.
 	Automations autorun.Config
 }
 

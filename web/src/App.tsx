@@ -1,6 +1,8 @@
 // The routes: every page has its own URL.
 import { useEffect } from "preact/hooks";
 import { token } from "./api/auth";
+import { AutomationEditor } from "./pages/AutomationEditor";
+import { Automations } from "./pages/Automations";
 import { Composer } from "./pages/Composer";
 import { Harnesses } from "./pages/Harnesses";
 import { Hosts } from "./pages/Hosts";
@@ -9,6 +11,7 @@ import { Images } from "./pages/Images";
 import { Login } from "./pages/Login";
 import { ProfileEditor } from "./pages/ProfileEditor";
 import { Profiles } from "./pages/Profiles";
+import { Run } from "./pages/Run";
 import { Secrets } from "./pages/Secrets";
 import { Session } from "./pages/Session";
 import { Sessions } from "./pages/Sessions";
@@ -29,6 +32,10 @@ function page(path: string) {
   if (match("/profiles", path)) return <Profiles />;
   if (match("/profiles/new", path)) return <ProfileEditor />;
   if ((m = match("/profiles/:name", path))) return <ProfileEditor name={m.name} />;
+  if (match("/automations", path)) return <Automations />;
+  if (match("/automations/new", path)) return <AutomationEditor />;
+  if ((m = match("/automations/:name", path))) return <AutomationEditor name={m.name} />;
+  if ((m = match("/runs/:id", path))) return <Run id={m.id} />;
   if (match("/images", path)) return <Images />;
   if ((m = match("/images/:name", path))) return <ImagePage name={m.name} />;
   if (match("/harnesses", path)) return <Harnesses />;
@@ -46,6 +53,8 @@ const titles: [string, string][] = [
   ["/tasks", "Tasks"],
   ["/sessions", "Sessions"],
   ["/profiles", "Profiles"],
+  ["/automations", "Automations"],
+  ["/runs", "Run"],
   ["/images", "Images"],
   ["/harnesses", "Harnesses"],
   ["/secrets", "Secrets"],

@@ -7,6 +7,7 @@ const sections = [
   { href: "/tasks", label: "Tasks" },
   { href: "/sessions", label: "Sessions" },
   { href: "/profiles", label: "Profiles" },
+  { href: "/automations", label: "Automations" },
   { href: "/images", label: "Images" },
   { href: "/harnesses", label: "Harnesses" },
   { href: "/secrets", label: "Secrets" },

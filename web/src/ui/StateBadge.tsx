@@ -18,6 +18,12 @@ const tone: Record<string, string> = {
   stopped: "off",
   deleted: "off",
   deleting: "busy",
+  queued: "busy",
+  waiting: "idle",
+  succeeded: "ok",
+  cancelled: "off",
+  superseded: "off",
+  skipped: "off",
 };
 
 export function StateBadge(props: { state?: string; label?: string; prefix?: boolean }) {

@@ -1,0 +1,221 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/internal/automations"
+	"github.com/engrams/engrams/internal/modeltest"
+)
+
+// helloAutomation starts a task from a webhook's prompt, waits for the
+// agent, runs a command in its VM and ends its session.
+const helloAutomation = `
+name: hello
+trigger: {kind: webhook, slug: hello}
+blocks:
+  - {id: task, kind: start_task, profile: agent, prompt: "{{trigger.prompt}}"}
+  - {id: idle, kind: wait_idle, task: task, timeout: 5m}
+  - {id: check, kind: run_command, task: task, command: "{{trigger.check}}"}
+  - {id: stop, kind: end_session, task: task}
+`
+
+// createAutomation saves def with the CLI (in this process) and returns
+// what it printed with --json.
+func createAutomation(t *testing.T, d *dashboardEnv, def string) apiv1.AutomationResponse {
+	t.Helper()
+	file := filepath.Join(d.dir, "automation.yaml")
+	if err := os.WriteFile(file, []byte(def), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb syncBuffer
+	if code := runCLI(context.Background(), d.dev.url, d.dev.token(t), &out, &errb, "automation", "create", file, "--enable", "--json"); code != 0 {
+		t.Fatalf("engrams automation create: exit %d: %s", code, errb.String())
+	}
+	var r apiv1.AutomationResponse
+	if err := json.Unmarshal([]byte(out.String()), &r); err != nil || r.HookSecret == "" {
+		t.Fatalf("automation create printed %q: %v", out.String(), err)
+	}
+	return r
+}
+
+// deliver posts a webhook delivery signed with secret at ts.
+func deliver(t *testing.T, url, secret, id string, ts time.Time, body []byte) (int, apiv1.RunResponse) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(string(body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(apiv1.HeaderHookTimestamp, strconv.FormatInt(ts.Unix(), 10))
+	req.Header.Set(apiv1.HeaderHookSignature, automations.SignWebhook([]byte(secret), ts.Unix(), body))
+	req.Header.Set(apiv1.HeaderHookDelivery, id)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r apiv1.RunResponse
+	_ = json.NewDecoder(resp.Body).Decode(&r)
+	return resp.StatusCode, r
+}
+
+// waitRun polls a run until it ends.
+func waitRun(t *testing.T, d *dashboardEnv, id string, limit time.Duration) apiv1.RunDetail {
+	t.Helper()
+	var run apiv1.RunDetail
+	eventually(t, limit, "run "+id+" ends", func() (bool, string) {
+		var err error
+		run, err = d.dev.c.Automations().GetRun(context.Background(), id)
+		return err == nil && (run.State == apiv1.RunSucceeded || run.State == apiv1.RunFailed || run.State == apiv1.RunCancelled),
+			fmt.Sprintf("%s %s %v", run.State, run.Error, err)
+	})
+	return run
+}
+
+func stepOf(run apiv1.RunDetail, block string) apiv1.RunStep {
+	for _, s := range run.Steps {
+		if s.Block == block {
+			return s
+		}
+	}
+	return apiv1.RunStep{}
+}
+
+func modelTurns(d *dashboardEnv, name string) int {
+	n := 0
+	for _, r := range d.model.ModelRequests() {
+		if r.Turn == name {
+			n++
+		}
+	}
+	return n
+}
+
+// TestAutomationWebhookStartsAgent: a signed webhook to `engrams dev`
+// starts a real agent (Claude Code on a QEMU guest, the scripted model);
+// the run waits for its turn, runs a command in its VM and ends its
+// session, each a recorded step. The same delivery again, a forged one
+// and a stale one start nothing.
+func TestAutomationWebhookStartsAgent(t *testing.T) {
+	t.Parallel()
+	d := startDevAgentEnv(t)
+	saved := createAutomation(t, d, helloAutomation)
+	hook := d.dev.url + saved.HookURL
+	body := []byte(`{"prompt":"create hello.txt with hi","check":"cat /work/app/hello.txt"}`)
+	sent := time.Now()
+	status, first := deliver(t, hook, saved.HookSecret, "delivery-1", sent, body)
+	if status != http.StatusAccepted || first.Duplicate {
+		t.Fatalf("first delivery: %d %+v", status, first)
+	}
+	run := waitRun(t, d, first.ID, 5*time.Minute)
+	if run.State != apiv1.RunSucceeded {
+		t.Fatalf("run: %+v", run)
+	}
+	taskID := stepOf(run, "task").Output
+	started := runStartedAt(t, d, taskID)
+	t.Logf("webhook to agent started: %s", started.Sub(sent).Round(time.Millisecond))
+	if out := stepOf(run, "idle").Output; !strings.Contains(out, "Created hello.txt") {
+		t.Errorf("wait_idle output %q", out)
+	}
+	if out := stepOf(run, "check").Output; out != "hi\n" {
+		t.Errorf("run_command output %q, want the file the agent wrote", out)
+	}
+	for _, s := range run.Steps {
+		if s.Attempt != 1 || s.State != "succeeded" {
+			t.Errorf("step %+v", s)
+		}
+	}
+	status, again := deliver(t, hook, saved.HookSecret, "delivery-1", time.Now(), body)
+	if status != http.StatusOK || !again.Duplicate || again.ID != first.ID {
+		t.Fatalf("the same delivery again: %d %+v", status, again)
+	}
+	forged, _ := json.Marshal(map[string]string{"prompt": "rm -rf /", "check": "id"})
+	req := []struct {
+		what string
+		ts   time.Time
+		body []byte
+		sign []byte
+	}{{"forged", time.Now(), forged, body}, {"stale", time.Now().Add(-6 * time.Minute), body, body}}
+	for _, r := range req {
+		hr, _ := http.NewRequest(http.MethodPost, hook, strings.NewReader(string(r.body)))
+		hr.Header.Set(apiv1.HeaderHookTimestamp, strconv.FormatInt(r.ts.Unix(), 10))
+		hr.Header.Set(apiv1.HeaderHookSignature, automations.SignWebhook([]byte(saved.HookSecret), r.ts.Unix(), r.sign))
+		hr.Header.Set(apiv1.HeaderHookDelivery, "delivery-"+r.what)
+		resp, err := http.DefaultClient.Do(hr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("%s delivery: %d, want 401", r.what, resp.StatusCode)
+		}
+	}
+	tasks, err := d.dev.c.Tasks().List(context.Background(), "", "")
+	if err != nil || len(tasks) != 1 || modelTurns(d, "write") != 1 {
+		t.Fatalf("%d tasks (%v), %d first turns: one delivery is one agent", len(tasks), err, modelTurns(d, "write"))
+	}
+}
+
+// runStartedAt is when a task's harness said its run started.
+func runStartedAt(t *testing.T, d *dashboardEnv, taskID string) time.Time {
+	t.Helper()
+	evs, _ := waitTurn(t, d.dev.c, taskID, 0, time.Minute)
+	for _, e := range evs {
+		if e.Type == "run_started" {
+			return e.Time
+		}
+	}
+	t.Fatalf("task %s has no run_started event", taskID)
+	return time.Time{}
+}
+
+// TestAutomationRunSurvivesKill9: `engrams dev` killed with SIGKILL while
+// a run's third block runs; restarted on the same data, it resumes the run
+// from that block. Blocks 1 and 2 do not run again (one task, one VM, one
+// first turn at the model), the third runs a second time, and the step
+// record says so.
+func TestAutomationRunSurvivesKill9(t *testing.T) {
+	t.Parallel()
+	d := startDevAgentEnv(t)
+	saved := createAutomation(t, d, helloAutomation)
+	body := []byte(`{"prompt":"create hello.txt with hi","check":"sleep 20; cat /work/app/hello.txt"}`)
+	status, first := deliver(t, d.dev.url+saved.HookURL, saved.HookSecret, "kill-1", time.Now(), body)
+	if status != http.StatusAccepted {
+		t.Fatalf("delivery: %d", status)
+	}
+	eventually(t, 5*time.Minute, "the run's third block runs", func() (bool, string) {
+		run, err := d.dev.c.Automations().GetRun(context.Background(), first.ID)
+		return err == nil && len(run.Steps) == 3 && run.Steps[2].State == "running", fmt.Sprintf("%+v %v", run.Steps, err)
+	})
+	time.Sleep(2 * time.Second) // the command is in the guest
+	if _, err := d.dev.stop(t, syscall.SIGKILL); err == nil {
+		t.Fatal("engrams dev exited cleanly from SIGKILL")
+	}
+	d.dev = startDev(t, d.dev.data, "qemu", "--harness-cache-dir", filepath.Join(modeltest.CacheDir(), "harness-npm"))
+	run := waitRun(t, d, first.ID, 5*time.Minute)
+	if run.State != apiv1.RunSucceeded {
+		t.Fatalf("run after the restart: %+v (dev log %s)", run, d.dev.log())
+	}
+	var attempts []int64
+	for _, s := range run.Steps {
+		attempts = append(attempts, s.Attempt)
+	}
+	if !slices.Equal(attempts, []int64{1, 1, 2, 1}) || stepOf(run, "check").Output != "hi\n" {
+		t.Fatalf("steps after the restart: %+v (want the third block run twice, the others once)", run.Steps)
+	}
+	tasks, err := d.dev.c.Tasks().List(context.Background(), "", "")
+	if err != nil || len(tasks) != 1 || modelTurns(d, "write") != 1 {
+		t.Fatalf("%d tasks (%v), %d first turns at the model: blocks 1 and 2 ran again", len(tasks), err, modelTurns(d, "write"))
+	}
+}

@@ -1,0 +1,40 @@
+// Automations: the list.
+import { enc, listAll } from "../api/client";
+import type { Automation } from "../api/types";
+import { ago } from "../lib/format";
+import { useLoad } from "../lib/useLoad";
+import { Table } from "../ui/Table";
+
+export function Automations() {
+  const list = useLoad((s) => listAll<"automations", Automation>("/v1/automations", "automations", s), []);
+  const as = list.value?.automations ?? [];
+  return (
+    <>
+      <div class="head">
+        <h1>Automations</h1>
+        <a class="button" href="/automations/new">
+          New automation
+        </a>
+      </div>
+      <Table
+        what="automations"
+        rows={list.value ? as : undefined}
+        loading={list.loading}
+        error={list.error}
+        testid="automation-list"
+        empty={
+          <>
+            No automations yet. An automation turns repeat work into runs started by a schedule, a webhook or by hand. <a href="/automations/new">Make one</a>.
+          </>
+        }
+        columns={[
+          { head: "Name", cell: (a) => <a href={"/automations/" + enc(a.name)}>{a.name}</a> },
+          { head: "Trigger", cell: (a) => a.trigger },
+          { head: "Enabled", cell: (a) => (a.enabled ? "on" : "off") },
+          { head: "Version", wide: true, cell: (a) => a.version },
+          { head: "Changed", wide: true, cell: (a) => ago(a.updated_at) },
+        ]}
+      />
+    </>
+  );
+}
