@@ -10,11 +10,12 @@ const (
 	SealedSecret             SealedKind = "secret"              // Secret.Sealed: users' secrets and engrams's own (the gateway key)
 	SealedRegistryCredential SealedKind = "registry_credential" // RegistryCredential.Sealed
 	SealedHookSecret         SealedKind = "hook_secret"         // Automation.HookSecret: a webhook trigger's signing secret
+	SealedIntegration        SealedKind = "integration"         // Integration.Sealed: a service's credentials
 )
 
 // SealedKinds lists every kind of sealed row.
 func SealedKinds() []SealedKind {
-	return []SealedKind{SealedSecret, SealedRegistryCredential, SealedHookSecret}
+	return []SealedKind{SealedSecret, SealedRegistryCredential, SealedHookSecret, SealedIntegration}
 }
 
 // AssociatedData binds a ciphertext to row id of kind k: seal and open with
@@ -27,6 +28,8 @@ func (k SealedKind) AssociatedData(id string) []byte {
 		return []byte("registry-credential:" + id)
 	case SealedHookSecret:
 		return []byte("hook-secret:" + id)
+	case SealedIntegration:
+		return []byte("integration:" + id)
 	}
 	return []byte(string(k) + ":" + id)
 }

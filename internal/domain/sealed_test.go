@@ -13,6 +13,7 @@ func TestSealedAssociatedData(t *testing.T) {
 		{SealedSecret, "secret:id-1"},
 		{SealedRegistryCredential, "registry-credential:id-1"},
 		{SealedHookSecret, "hook-secret:id-1"},
+		{SealedIntegration, "integration:id-1"},
 	}
 	if len(cases) != len(SealedKinds()) {
 		t.Fatalf("%d kinds pinned, %d exist: pin the new kind's associated data", len(cases), len(SealedKinds()))

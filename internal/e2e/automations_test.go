@@ -219,3 +219,49 @@ func TestAutomationRunSurvivesKill9(t *testing.T) {
 		t.Fatalf("%d tasks (%v), %d first turns at the model: blocks 1 and 2 ran again", len(tasks), err, modelTurns(d, "write"))
 	}
 }
+
+// startOnly starts a task from a webhook and ends there.
+const startOnly = `
+name: start-only
+trigger: {kind: webhook, slug: start-only}
+blocks:
+  - {id: task, kind: start_task, profile: agent, prompt: "{{trigger.prompt}}"}
+`
+
+// TestBenchWebhookToAgent measures a signed webhook delivery to the
+// agent's run_started event (the harness running in its VM), against
+// starting the same task straight through the API in the same run.
+// Gated by ENGRAMS_BENCH=1.
+func TestBenchWebhookToAgent(t *testing.T) {
+	if os.Getenv("ENGRAMS_BENCH") != "1" {
+		t.Skip("set ENGRAMS_BENCH=1 to measure")
+	}
+	d := startDevAgentEnv(t)
+	saved := createAutomation(t, d, startOnly)
+	const n = 10
+	var hook, direct []time.Duration
+	ctx := context.Background()
+	for i := range n {
+		sent := time.Now()
+		status, r := deliver(t, d.dev.url+saved.HookURL, saved.HookSecret, fmt.Sprint("bench-", i), sent, []byte(`{"prompt":"what did you create?"}`))
+		if status != http.StatusAccepted {
+			t.Fatalf("delivery %d: %d", i, status)
+		}
+		run := waitRun(t, d, r.ID, 2*time.Minute)
+		taskID := stepOf(run, "task").Output
+		hook = append(hook, runStartedAt(t, d, taskID).Sub(sent))
+		_, _ = d.dev.c.Tasks().Stop(ctx, taskID)
+
+		sent = time.Now()
+		task, err := d.dev.c.Tasks().Start(ctx, apiv1.StartTaskRequest{Profile: "agent", Prompt: "what did you create?"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		direct = append(direct, runStartedAt(t, d, task.ID).Sub(sent))
+		_, _ = d.dev.c.Tasks().Stop(ctx, task.ID)
+	}
+	fmt.Printf("%-28s %10s %10s\n", fmt.Sprintf("to run_started (n=%d)", n), "p50", "p95")
+	fmt.Printf("%-28s %10s %10s\n", "webhook → automation", percentile(hook, 50).Round(time.Millisecond), percentile(hook, 95).Round(time.Millisecond))
+	fmt.Printf("%-28s %10s %10s\n", "POST /v1/tasks (baseline)", percentile(direct, 50).Round(time.Millisecond), percentile(direct, 95).Round(time.Millisecond))
+	fmt.Printf("%-28s %9.2fx\n", "ratio of p50", float64(percentile(hook, 50))/float64(percentile(direct, 50)))
+}

@@ -363,6 +363,7 @@ type Store interface {
 	Egress
 	Idempotency
 	Automations
+	Integrations
 	// Notify wakes waiters on every replica sharing this database: topic is
 	// e.g. "ops", "session:<id>" or "task:<id>". Subscribe returns a channel
 	// that receives a value (coalesced) after each Notify on that topic,

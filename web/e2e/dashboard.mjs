@@ -144,6 +144,49 @@ try {
   await page.getByTestId("image-list").waitFor();
   await shoot(page, cfg.artifacts, "images");
 
+  step("automations: create one from a template (a bad definition shows its problem by place), test-run it, watch its steps");
+  await page.getByRole("navigation", { name: "Sections" }).getByRole("link", { name: "Automations" }).click();
+  await page.getByRole("heading", { name: "Automations", exact: true }).waitFor();
+  await shoot(page, cfg.artifacts, "automations-empty");
+  await page.getByRole("link", { name: "New automation" }).click();
+  await page.getByLabel("Start from").selectOption({ label: "Run by hand with inputs" });
+  const def = page.getByLabel("Definition (YAML or JSON)");
+  const good = await def.inputValue();
+  if (!good.includes("name: by-hand")) throw new Error("the template did not fill the definition: " + good);
+  await def.fill(good.replace("kind: start_task", "kind: teleport"));
+  await page.getByRole("button", { name: "Create automation" }).click();
+  await page.getByTestId("definition-problems").getByText('unknown block "teleport"').waitFor();
+  const probText = await page.getByTestId("definition-problems").innerText();
+  if (!probText.includes("blocks[0].kind")) throw new Error("the problem does not name its place: " + probText);
+  await shoot(page, cfg.artifacts, "automation-problems");
+  await def.fill(good);
+  await page.getByRole("button", { name: "Create automation" }).click();
+  await page.waitForURL(base + "/automations/by-hand");
+  await page.getByTestId("automation-summary").getByText("Version 1").waitFor();
+  await page.getByLabel(/^topic/).fill(cfg.prompt);
+  await shoot(page, cfg.artifacts, "automation-editor");
+  await page.getByRole("button", { name: "Start a test run" }).click();
+  await page.waitForURL(/\/runs\//);
+  const timeline = page.getByTestId("step-timeline");
+  await timeline.waitFor({ timeout: 60_000 });
+  await until("the run's last step to succeed", 300_000, async () => {
+    const failed = await page.locator('[data-testid="step"][data-state="failed"]').count();
+    if (failed > 0) throw new Error("a step failed: " + (await timeline.innerText()));
+    return (await page.locator('[data-testid="step"][data-block="stop"][data-state="succeeded"]').count()) === 1;
+  });
+  const blocks = await page.locator('[data-testid="step"]').evaluateAll((els) => els.map((e) => e.getAttribute("data-block")));
+  if (blocks.join(",") !== "task,idle,check,stop") throw new Error("steps in the timeline: " + blocks.join(","));
+  await page.locator('[data-testid="step"][data-block="idle"] summary').click();
+  const idleOut = await page.locator('[data-testid="step"][data-block="idle"]').getByTestId("step-output").innerText();
+  if (!idleOut.includes(cfg.firstAnswer)) throw new Error("the wait step's output is not the agent's answer: " + idleOut);
+  await page.getByTestId("step-timeline").getByText("Succeeded").first().waitFor();
+  await shoot(page, cfg.artifacts, "run");
+  await page.getByRole("link", { name: "by-hand" }).click();
+  await page.getByTestId("run-list").getByText("Succeeded").waitFor({ timeout: 10_000 });
+  await page.goto(base + "/automations");
+  await page.getByTestId("automation-list").getByRole("link", { name: "by-hand" }).waitFor();
+  await shoot(page, cfg.artifacts, "automations");
+
   step("the operator pages");
   for (const [path, name, heading] of [
     ["/harnesses", "harnesses", "Harnesses"],

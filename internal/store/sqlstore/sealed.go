@@ -17,6 +17,7 @@ var sealedTables = map[domain.SealedKind]struct{ table, live string }{
 	domain.SealedSecret:             {"secrets", "deleted_at IS NULL"},
 	domain.SealedRegistryCredential: {"registry_credentials", "TRUE"},
 	domain.SealedHookSecret:         {"hook_secrets", "TRUE"},
+	domain.SealedIntegration:        {"integrations", "TRUE"},
 }
 
 func sealedTable(kind domain.SealedKind) (table, live string, err error) {

@@ -98,13 +98,15 @@ export function AutomationEditor(props: { name?: string }) {
               Templates: {"{{inputs.NAME}}"}, {"{{trigger.PATH}}"}, {"{{steps.ID.output}}"}. Each save is a new version; runs finish on theirs.
             </p>
             {probs.length > 0 && (
-              <ul class="field-problems" id="a-def-err" role="alert" data-testid="definition-problems">
-                {probs.map((p) => (
-                  <li>
-                    {p.path && <code>{p.path}</code>} {p.msg}
-                  </li>
-                ))}
-              </ul>
+              <div role="alert" id="a-def-err" data-testid="definition-problems">
+                <ul class="field-problems">
+                  {probs.map((p) => (
+                    <li>
+                      {p.path && <code>{p.path}</code>} {p.msg}
+                    </li>
+                  ))}
+                </ul>
+              </div>
             )}
           </div>
           {!a && (

@@ -64,7 +64,9 @@ function Step(props: { step: RunStep; total: number }) {
           <StateBadge state={s.state} label="Step" />
           {s.attempt > 1 && <span class="badge busy">attempt {s.attempt}</span>}
           <span class="muted small"> {s.ended_at ? (s.duration_ms ?? 0) + " ms" : "running"}</span>
-          <span class="step-bar" style={{ width: width + "%" }} aria-hidden="true" />
+          <span class="step-track" aria-hidden="true">
+            <span class="step-bar" style={{ width: width + "%" }} />
+          </span>
         </summary>
         <h3 class="small">Input</h3>
         <pre>{JSON.stringify(s.input ?? {}, null, 2)}</pre>

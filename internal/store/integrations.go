@@ -1,0 +1,34 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/engrams/engrams/internal/domain"
+)
+
+// Integrations keeps the services engrams talks to, the deliveries they
+// sent, and the chat threads that carry tasks.
+type Integrations interface {
+	// PutIntegration inserts or replaces an integration.
+	PutIntegration(ctx context.Context, in domain.Integration) (domain.Integration, error)
+	GetIntegration(ctx context.Context, kind domain.IntegrationKind) (domain.Integration, error)
+	ListIntegrations(ctx context.Context) ([]domain.Integration, error)
+	DeleteIntegration(ctx context.Context, kind domain.IntegrationKind) error
+	// RecordDelivery remembers a delivery by (source, id): true the first
+	// time, false for a retry. Deliveries received before forgetBefore are
+	// forgotten first.
+	RecordDelivery(ctx context.Context, source, id string, at, forgetBefore time.Time) (bool, error)
+	// PutThread inserts a thread unless it exists: then it returns that
+	// one and created false.
+	PutThread(ctx context.Context, t domain.ChatThread) (thread domain.ChatThread, created bool, err error)
+	GetThread(ctx context.Context, kind domain.IntegrationKind, channel, thread string) (domain.ChatThread, error)
+	// ClaimThreads leases to owner, until until, up to limit threads whose
+	// task has events after the thread's RelayedSeq and whose lease is
+	// free, expired at now, or owner's already; it returns them.
+	ClaimThreads(ctx context.Context, owner string, now, until time.Time, limit int) ([]domain.ChatThread, error)
+	// UpdateThread records a relay's progress (TurnSeq, Message,
+	// RelayedSeq) while owner holds the thread's lease; ErrConflict when
+	// it no longer does.
+	UpdateThread(ctx context.Context, t domain.ChatThread, owner string) error
+}

@@ -1,0 +1,138 @@
+package storetest
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/store"
+)
+
+var integrationTests = []test{
+	{"IntegrationsPutGetDelete", testIntegrations},
+	{"DeliveriesRecordedOnce", testDeliveries},
+	{"ChatThreadsClaimedByOneRelay", testChatThreads},
+}
+
+func testIntegrations(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	in, err := st.PutIntegration(ctx, domain.Integration{Kind: domain.IntegrationSlack, Config: []byte(`{"channels":{"C1":"agent"}}`),
+		Sealed: []byte("sealed-1"), UpdatedAt: t0})
+	must(t, err)
+	wantTime(t, "created_at", in.CreatedAt, t0)
+	_, err = st.PutIntegration(ctx, domain.Integration{Kind: domain.IntegrationSlack, Config: []byte(`{"channels":{}}`), Sealed: []byte("sealed-2"),
+		UpdatedAt: t0.Add(time.Minute)})
+	must(t, err)
+	got, err := st.GetIntegration(ctx, domain.IntegrationSlack)
+	must(t, err)
+	if string(got.Config) != `{"channels":{}}` || string(got.Sealed) != "sealed-2" || !got.CreatedAt.Equal(t0) || !got.UpdatedAt.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("replaced integration: %+v", got)
+	}
+	_, err = st.PutIntegration(ctx, domain.Integration{Kind: domain.IntegrationGitHub, Sealed: []byte("gh")})
+	must(t, err)
+	all, err := st.ListIntegrations(ctx)
+	must(t, err)
+	if len(all) != 2 || all[0].Kind != domain.IntegrationGitHub || string(all[0].Config) != `{}` {
+		t.Fatalf("list: %+v", all)
+	}
+	if _, err := st.PutIntegration(ctx, domain.Integration{Kind: domain.IntegrationLinear}); err == nil {
+		t.Fatal("an integration without credentials was stored")
+	}
+	sealed, err := st.ListSealed(ctx, domain.SealedIntegration, "", 0)
+	must(t, err)
+	if len(sealed) != 2 {
+		t.Fatalf("sealed integrations: %+v", sealed)
+	}
+	must(t, st.ReplaceSealed(ctx, domain.SealedIntegration, "slack", []byte("sealed-2"), []byte("sealed-3")))
+	must(t, st.DeleteIntegration(ctx, domain.IntegrationSlack))
+	wantErr(t, st.DeleteIntegration(ctx, domain.IntegrationSlack), store.ErrNotFound)
+	_, err = st.GetIntegration(ctx, domain.IntegrationSlack)
+	wantErr(t, err, store.ErrNotFound)
+}
+
+func testDeliveries(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	var first atomic.Int32
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			ok, err := st.RecordDelivery(ctx, "slack", "Ev1", t0, t0.Add(-time.Hour))
+			if err != nil {
+				t.Errorf("record: %v", err)
+			}
+			if ok {
+				first.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if first.Load() != 1 {
+		t.Fatalf("one delivery was new %d times", first.Load())
+	}
+	if ok, err := st.RecordDelivery(ctx, "github", "Ev1", t0, t0.Add(-time.Hour)); err != nil || !ok {
+		t.Fatalf("another source's id: %v %v", ok, err)
+	}
+	// A day on, the first is forgotten.
+	if ok, err := st.RecordDelivery(ctx, "slack", "Ev1", t0.Add(25*time.Hour), t0.Add(time.Hour)); err != nil || !ok {
+		t.Fatalf("a forgotten delivery: %v %v", ok, err)
+	}
+}
+
+func testChatThreads(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	task := createTask(t, st, createProfile(t, st, "go"))
+	th := domain.ChatThread{Kind: domain.IntegrationSlack, Channel: "C1", Thread: "1700000000.000100", TaskID: task.ID, RunID: "run-1", CreatedAt: t0}
+	got, created, err := st.PutThread(ctx, th)
+	must(t, err)
+	if !created || got.TaskID != task.ID {
+		t.Fatalf("put: %+v %v", got, created)
+	}
+	other := th
+	other.TaskID = "another"
+	if got, created, err := st.PutThread(ctx, other); err != nil || created || got.TaskID != task.ID {
+		t.Fatalf("the same thread again: %+v %v %v", got, created, err)
+	}
+	// Nothing to relay until the task has events.
+	if claimed, err := st.ClaimThreads(ctx, "r1", t0, t0.Add(30*time.Second), 10); err != nil || len(claimed) != 0 {
+		t.Fatalf("claimed %+v, %v with nothing to relay", claimed, err)
+	}
+	_, err = st.AppendTaskEvents(ctx, task.ID, []domain.TaskEvent{{Type: "prompt"}, {Type: "assistant_text"}})
+	must(t, err)
+	var n atomic.Int32
+	var wg sync.WaitGroup
+	for _, owner := range []string{"r1", "r2", "r3"} {
+		wg.Go(func() {
+			c, err := st.ClaimThreads(ctx, owner, t0, t0.Add(30*time.Second), 10)
+			if err != nil {
+				t.Errorf("claim: %v", err)
+			}
+			n.Add(int32(len(c)))
+		})
+	}
+	wg.Wait()
+	if n.Load() != 1 {
+		t.Fatalf("the thread was claimed %d times", n.Load())
+	}
+	cur, err := st.GetThread(ctx, domain.IntegrationSlack, "C1", th.Thread)
+	must(t, err)
+	holder := cur.LeaseOwner
+	cur.TurnSeq, cur.Message, cur.RelayedSeq = 1, "1700000000.000200", 2
+	wantErr(t, st.UpdateThread(ctx, cur, "someone-else"), store.ErrConflict)
+	must(t, st.UpdateThread(ctx, cur, holder))
+	// Relayed to the end: not claimable until the task has more events.
+	if c, err := st.ClaimThreads(ctx, holder, t0, t0.Add(time.Minute), 10); err != nil || len(c) != 0 {
+		t.Fatalf("claimed a relayed thread: %+v %v", c, err)
+	}
+	_, err = st.AppendTaskEvents(ctx, task.ID, []domain.TaskEvent{{Type: "idle"}})
+	must(t, err)
+	if c, err := st.ClaimThreads(ctx, "r9", t0.Add(10*time.Second), t0.Add(time.Minute), 10); err != nil || len(c) != 0 {
+		t.Fatalf("took a thread whose lease runs: %+v %v", c, err)
+	}
+	c, err := st.ClaimThreads(ctx, "r9", t0.Add(31*time.Second), t0.Add(time.Minute), 10)
+	must(t, err)
+	if len(c) != 1 || c[0].LeaseOwner != "r9" || c[0].Message != "1700000000.000200" || c[0].RelayedSeq != 2 {
+		t.Fatalf("taken over after the lease: %+v", c)
+	}
+}
