@@ -112,12 +112,27 @@ func makeSealedRows(t *testing.T, st store.Store, s *secret.Sealer) sealedRows {
 		t.Fatal(err)
 	}
 	rows.plain[hook], rows.kinds[hook] = []byte("whsec"), domain.SealedHookSecret
+	creds, err := s.Seal([]byte(`{"bot_token":"xoxb"}`), domain.SealedIntegration.AssociatedData("slack"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.PutIntegration(ctx, domain.Integration{Kind: domain.IntegrationSlack, Sealed: creds}); err != nil {
+		t.Fatal(err)
+	}
+	rows.plain["slack"], rows.kinds["slack"] = []byte(`{"bot_token":"xoxb"}`), domain.SealedIntegration
 	return rows
 }
 
 // sealedNow reads a row's sealed bytes.
 func sealedNow(t *testing.T, st store.Store, kind domain.SealedKind, id string) []byte {
 	t.Helper()
+	if kind == domain.SealedIntegration {
+		in, err := st.GetIntegration(t.Context(), domain.IntegrationKind(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return in.Sealed
+	}
 	if kind == domain.SealedHookSecret {
 		a, err := st.GetAutomation(t.Context(), domain.AutomationID(id))
 		if err != nil {
@@ -247,13 +262,15 @@ func TestResealMovesEveryRow(t *testing.T) {
 				domain.SealedSecret:             {Kind: domain.SealedSecret, Seen: 4, Resealed: 4},
 				domain.SealedRegistryCredential: {Kind: domain.SealedRegistryCredential, Seen: 2, Resealed: 2},
 				domain.SealedHookSecret:         {Kind: domain.SealedHookSecret, Seen: 1, Resealed: 1},
+				domain.SealedIntegration:        {Kind: domain.SealedIntegration, Seen: 1, Resealed: 1},
 			}
 			if got := counts(r); len(got) != len(want) || got[domain.SealedSecret] != want[domain.SealedSecret] ||
 				got[domain.SealedRegistryCredential] != want[domain.SealedRegistryCredential] ||
-				got[domain.SealedHookSecret] != want[domain.SealedHookSecret] || len(r.Failures) != 0 {
+				got[domain.SealedHookSecret] != want[domain.SealedHookSecret] || got[domain.SealedIntegration] != want[domain.SealedIntegration] ||
+				len(r.Failures) != 0 {
 				t.Fatalf("reseal = %+v, want %+v", r, want)
 			}
-			if len(progress) != 3 || progress[1] != want[domain.SealedRegistryCredential] || progress[2] != want[domain.SealedHookSecret] {
+			if len(progress) != 4 || progress[1] != want[domain.SealedRegistryCredential] || progress[2] != want[domain.SealedHookSecret] {
 				t.Errorf("progress = %+v", progress)
 			}
 			rows.check(t, st, v2, v2.PrimaryKeyID())
@@ -348,7 +365,7 @@ func TestResealResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := counts(r)
-	if got := c[domain.SealedSecret].Resealed + c[domain.SealedRegistryCredential].Resealed + c[domain.SealedHookSecret].Resealed; got != len(rows.plain)-3 {
+	if got := c[domain.SealedSecret].Resealed + c[domain.SealedRegistryCredential].Resealed + c[domain.SealedHookSecret].Resealed + c[domain.SealedIntegration].Resealed; got != len(rows.plain)-3 {
 		t.Fatalf("the second run re-sealed %d rows, want %d: %+v", got, len(rows.plain)-3, r)
 	}
 	rows.check(t, st, v2, v2.PrimaryKeyID())
