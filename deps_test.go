@@ -34,6 +34,8 @@ var (
 		"internal/broker/...",
 		"internal/automations/...",
 		"internal/autorun/...",
+		"internal/integrations/...",
+		"internal/slackapp/...",
 	}
 	storePkgs = []string{"internal/store/..."} // the contract and its backends
 	vmmPkgs   = []string{"internal/vmm/..."}
@@ -182,9 +184,9 @@ var layerRules = []layerRule{
 	{
 		name:   "autorun-for-the-api",
 		from:   []string{"..."},
-		unless: []string{"internal/autorun/...", "internal/api/...", "internal/server/...", "cmd/..."},
+		unless: []string{"internal/autorun/...", "internal/api/...", "internal/server/...", "cmd/...", "internal/slackapp/..."},
 		forbid: []string{"internal/autorun/..."},
-		reason: "automation runs are reached through the API; the server wires them",
+		reason: "automation runs are reached through the API and the integrations that trigger them; the server wires them",
 	},
 	{
 		name:   "public-without-internal",

@@ -104,6 +104,14 @@ type Sealer interface {
 	Open(ciphertext, associated []byte) ([]byte, error)
 }
 
+// Chat posts to Slack for the post_slack block, and hears of the tasks
+// that runs started by mentions start, whose threads then carry them
+// (slackapp.App).
+type Chat interface {
+	PostSlack(ctx context.Context, channel, thread, text, key string) (string, error)
+	TaskStarted(ctx context.Context, run domain.AutomationRun, task domain.TaskID) error
+}
+
 // Deps are the collaborators of a Runner.
 type Deps struct {
 	Store     Store
@@ -111,6 +119,7 @@ type Deps struct {
 	TaskReads TaskReads
 	Guests    Guests
 	Sealer    Sealer // nil: webhook triggers are refused (no secret can be kept)
+	Chat      Chat   // nil: post_slack blocks fail (Slack is not set up)
 	Logger    *slog.Logger
 	Now       func() time.Time // the clock of schedules and records
 	NewID     func() string
@@ -124,6 +133,7 @@ type Runner struct {
 	reads TaskReads
 	guest Guests
 	seal  Sealer
+	chat  Chat
 	log   *slog.Logger
 	now   func() time.Time
 	newID func() string
@@ -145,7 +155,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Runner, error) {
 	if deps.Store == nil {
 		return nil, errors.New("autorun: Store is required")
 	}
-	r := &Runner{cfg: cfg, st: deps.Store, tasks: deps.Tasks, reads: deps.TaskReads, guest: deps.Guests, seal: deps.Sealer,
+	r := &Runner{cfg: cfg, st: deps.Store, tasks: deps.Tasks, reads: deps.TaskReads, guest: deps.Guests, seal: deps.Sealer, chat: deps.Chat,
 		log: deps.Logger, now: deps.Now, newID: deps.NewID}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)

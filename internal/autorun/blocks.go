@@ -24,13 +24,17 @@ import (
 // configured.
 var ErrNoIntegration = errors.New("integration not configured")
 
+// blocks executes the blocks that are not control flow, over the
+// Runner's collaborators.
+type blocks struct{ *Runner }
+
 // defaultWait is a wait_idle's deadline when it names none.
 const defaultWait = 30 * time.Minute
 
 // execute runs one block that is not control flow and returns its output.
 // attempt is 2 or more when the block ran before and its replica died
 // before recording the end: blocks with side effects make them once.
-func (r *Runner) execute(ctx context.Context, w *walker, b automations.Block, attempt int64) (string, error) {
+func (r blocks) execute(ctx context.Context, w *walker, b automations.Block, attempt int64) (string, error) {
 	vals := w.values()
 	render := func(s string) string { return automations.Render(s, vals) }
 	switch b.Kind {
@@ -52,8 +56,9 @@ func (r *Runner) execute(ctx context.Context, w *walker, b automations.Block, at
 			return "", fmt.Errorf("stop task %s: %w", w.taskOf(b), err)
 		}
 		return string(t.State), nil
-	case automations.BlockPostSlack, automations.BlockGitHubComment, automations.BlockGitHubReview, automations.BlockOpenPR,
-		automations.BlockLinearComment:
+	case automations.BlockPostSlack:
+		return r.postSlack(ctx, w, render(b.Channel), render(b.Text))
+	case automations.BlockGitHubComment, automations.BlockGitHubReview, automations.BlockOpenPR, automations.BlockLinearComment:
 		return "", fmt.Errorf("%w: %s needs its integration (engrams integration add)", ErrNoIntegration, b.Kind)
 	}
 	return "", fmt.Errorf("unknown block kind %q", b.Kind)
@@ -64,7 +69,7 @@ func (w *walker) taskOf(b automations.Block) domain.TaskID { return domain.TaskI
 
 // startTask starts the block's task under an id made from the run and the
 // step, so a block run again after a crash finds the task it started.
-func (r *Runner) startTask(ctx context.Context, w *walker, profile, prompt string) (string, error) {
+func (r blocks) startTask(ctx context.Context, w *walker, profile, prompt string) (string, error) {
 	ns, err := uuid.Parse(string(w.run.ID))
 	if err != nil {
 		ns = uuid.NameSpaceURL
@@ -74,12 +79,38 @@ func (r *Runner) startTask(ctx context.Context, w *walker, profile, prompt strin
 	if err != nil {
 		return "", fmt.Errorf("start a task on profile %s: %w", profile, err)
 	}
+	if r.chat != nil && w.run.TriggerKind == string(automations.TriggerSlackMention) {
+		if err := r.chat.TaskStarted(ctx, w.run, t.ID); err != nil {
+			return string(t.ID), fmt.Errorf("give the task its Slack thread: %w", err)
+		}
+	}
 	return string(t.ID), nil
+}
+
+// postSlack posts to a channel (default: the mention's, in its thread)
+// once per run and step: the key finds a post made before a crash.
+func (r blocks) postSlack(ctx context.Context, w *walker, channel, text string) (string, error) {
+	if r.chat == nil {
+		return "", fmt.Errorf("%w: post_slack needs Slack (engrams integration add slack)", ErrNoIntegration)
+	}
+	var trig struct {
+		Channel  string `json:"channel"`
+		ThreadTS string `json:"thread_ts"`
+	}
+	_ = json.Unmarshal(w.run.Trigger, &trig)
+	thread := ""
+	if channel == "" || channel == trig.Channel {
+		channel, thread = trig.Channel, trig.ThreadTS
+	}
+	if channel == "" {
+		return "", errors.New("post_slack names no channel, and its run was not started from Slack")
+	}
+	return r.chat.PostSlack(ctx, channel, thread, text, fmt.Sprintf("step/%s/%d", w.run.ID, w.seq))
 }
 
 // sendPrompt sends a follow-up. On a later attempt it first looks for the
 // prompt in the task's conversation: the earlier attempt may have sent it.
-func (r *Runner) sendPrompt(ctx context.Context, id domain.TaskID, text string, attempt int64) (string, error) {
+func (r blocks) sendPrompt(ctx context.Context, id domain.TaskID, text string, attempt int64) (string, error) {
 	if id == "" {
 		return "", errors.New("no task: its start_task block has not run")
 	}
@@ -107,7 +138,7 @@ type turns struct {
 }
 
 // scanTurns reads a task's whole conversation, a page at a time.
-func (r *Runner) scanTurns(ctx context.Context, id domain.TaskID) (turns, error) {
+func (r blocks) scanTurns(ctx context.Context, id domain.TaskID) (turns, error) {
 	var t turns
 	for after := int64(0); ; {
 		evs, err := r.reads.ListTaskEvents(ctx, id, after, 500)
@@ -149,7 +180,7 @@ func (t *turns) add(ev domain.TaskEvent) {
 
 // waitIdle waits until every prompt the task was given has ended its turn
 // and returns the last turn's final text. The run shows as waiting.
-func (r *Runner) waitIdle(ctx context.Context, w *walker, b automations.Block) (string, error) {
+func (r blocks) waitIdle(ctx context.Context, w *walker, b automations.Block) (string, error) {
 	id := w.taskOf(b)
 	if id == "" {
 		return "", errors.New("no task: its start_task block has not run")
@@ -207,7 +238,7 @@ func (r *Runner) waitIdle(ctx context.Context, w *walker, b automations.Block) (
 // connected (its agent, or the replica holding it, restarted: a run taken
 // over after a crash often starts here) is waited for, bounded, and fn
 // tried again: it did not reach the guest.
-func (r *Runner) withGuest(ctx context.Context, id domain.TaskID, fn func(*guestapi.Client) error) error {
+func (r blocks) withGuest(ctx context.Context, id domain.TaskID, fn func(*guestapi.Client) error) error {
 	if id == "" {
 		return errors.New("no task: its start_task block has not run")
 	}
@@ -241,7 +272,7 @@ const hostWait = 2 * time.Minute
 // maxCommandOutput bounds each stream of a run_command.
 const maxCommandOutput = 1 << 20
 
-func (r *Runner) runCommand(ctx context.Context, id domain.TaskID, command string) (string, error) {
+func (r blocks) runCommand(ctx context.Context, id domain.TaskID, command string) (string, error) {
 	var res guestapi.ExecResult
 	err := r.withGuest(ctx, id, func(c *guestapi.Client) (err error) {
 		res, err = c.Run(ctx, guestapi.ExecRequest{Argv: []string{"/bin/sh", "-c", command}, Dir: "/work", TimeoutMS: 30 * 60 * 1000},
@@ -264,7 +295,7 @@ func (r *Runner) runCommand(ctx context.Context, id domain.TaskID, command strin
 // maxFileBytes bounds a read_file.
 const maxFileBytes = 1 << 20
 
-func (r *Runner) readFile(ctx context.Context, id domain.TaskID, path string) (string, error) {
+func (r blocks) readFile(ctx context.Context, id domain.TaskID, path string) (string, error) {
 	var b []byte
 	err := r.withGuest(ctx, id, func(c *guestapi.Client) error {
 		rc, err := c.Download(ctx, path)
@@ -286,7 +317,7 @@ func (r *Runner) readFile(ctx context.Context, id domain.TaskID, path string) (s
 	return string(b), nil
 }
 
-func (r *Runner) writeFile(ctx context.Context, id domain.TaskID, path, content string) (string, error) {
+func (r blocks) writeFile(ctx context.Context, id domain.TaskID, path, content string) (string, error) {
 	err := r.withGuest(ctx, id, func(c *guestapi.Client) error {
 		if err := c.Upload(ctx, path, 0o644, bytes.NewReader([]byte(content))); err != nil {
 			return fmt.Errorf("write %s: %w", path, err)

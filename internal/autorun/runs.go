@@ -50,6 +50,36 @@ func (r *Runner) StartRun(ctx context.Context, nameOrID string, req RunRequest) 
 	return r.start(ctx, v, req)
 }
 
+// StartTriggered starts a run of each enabled automation whose trigger is
+// of kind and accepted by match (a Slack mention's channel, a pull
+// request's repository), each keyed by req.DedupKey.
+func (r *Runner) StartTriggered(ctx context.Context, kind automations.TriggerKind, match func(automations.Trigger) bool, req RunRequest) ([]Started, error) {
+	as, err := r.st.ListAutomations(ctx, string(kind))
+	if err != nil {
+		return nil, err
+	}
+	var out []Started
+	var errs []error
+	for _, a := range as {
+		v, err := r.view(ctx, a)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if match != nil && !match(v.Definition.Trigger) {
+			continue
+		}
+		req.Kind = kind
+		s, err := r.start(ctx, v, req)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("automation %s: %w", a.Name, err))
+			continue
+		}
+		out = append(out, s)
+	}
+	return out, errors.Join(errs...)
+}
+
 // start resolves the inputs, applies the concurrency policy, records the
 // run (once per dedup key) and hands it to DBOS.
 func (r *Runner) start(ctx context.Context, v View, req RunRequest) (Started, error) {
