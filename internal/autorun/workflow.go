@@ -196,7 +196,9 @@ func (w *walker) block(path string, b automations.Block) error {
 		}
 		return nil
 	}
-	out, err := w.step(path, b, func(ctx context.Context, attempt int64) (string, error) { return blocks{w.r}.execute(ctx, w, b, attempt) })
+	out, err := w.step(path, b, func(ctx context.Context, attempt int64) (string, error) {
+		return blocks{w.r}.execute(ctx, w, b, attempt)
+	})
 	w.outputs[b.ID] = out
 	return err
 }
