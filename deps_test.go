@@ -52,6 +52,7 @@ var (
 		"internal/blob/blobtest/...",
 		"internal/vmm/vmmtest/...",
 		"internal/clienttest/...",
+		"internal/slacktest/...",
 	}
 )
 

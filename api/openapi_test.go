@@ -159,6 +159,8 @@ func TestRoutesMatchPaths(t *testing.T) {
 		"RouteDisableAutomation": apiv1.RouteDisableAutomation, "RouteRotateHookSecret": apiv1.RouteRotateHookSecret,
 		"RouteStartRun": apiv1.RouteStartRun, "RouteListRuns": apiv1.RouteListRuns, "RouteGetRun": apiv1.RouteGetRun,
 		"RouteCancelRun": apiv1.RouteCancelRun, "RouteHook": apiv1.RouteHook,
+		"RouteAddIntegration": apiv1.RouteAddIntegration, "RouteListIntegrations": apiv1.RouteListIntegrations,
+		"RouteRemoveIntegration": apiv1.RouteRemoveIntegration, "RouteSlackEvents": apiv1.RouteSlackEvents,
 	}
 	for name, v := range compiled {
 		if routes[name] != v {
@@ -200,7 +202,7 @@ func TestOperations(t *testing.T) {
 		t.Errorf("global security = %v, want bearer", d.Security)
 	}
 	public := map[string]bool{opKey(t, apiv1.RouteVersion): true, opKey(t, apiv1.RouteOpenAPI): true, opKey(t, apiv1.RouteDashboardLogin): true,
-		opKey(t, apiv1.RouteHook): true}
+		opKey(t, apiv1.RouteHook): true, opKey(t, apiv1.RouteSlackEvents): true}
 	ids := map[string]string{}
 	for path, item := range d.Paths {
 		for method, node := range item {
@@ -432,6 +434,9 @@ func automationSchemaTypes() map[string]reflect.Type {
 		"AutomationInput":         reflect.TypeFor[automations.Input](),
 		"AutomationBlock":         reflect.TypeFor[automations.Block](),
 		"AutomationSettings":      reflect.TypeFor[automations.Settings](),
+		"AddIntegrationRequest":   reflect.TypeFor[apiv1.AddIntegrationRequest](),
+		"Integration":             reflect.TypeFor[apiv1.Integration](),
+		"IntegrationList":         reflect.TypeFor[apiv1.IntegrationList](),
 	}
 }
 

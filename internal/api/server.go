@@ -43,6 +43,12 @@ type Deps struct {
 	// none).
 	Automations AutomationService
 	Runs        AutomationRuns
+	// Integrations configures Slack, GitHub and Linear (nil: 503);
+	// Builtins installs their built-in automations; SlackEvents answers
+	// Slack's deliveries (nil: 503).
+	Integrations IntegrationService
+	Builtins     Builtins
+	SlackEvents  SlackEvents
 	// Idempotency keeps the answers of POSTs sent with an
 	// Idempotency-Key (the store; nil: the header is ignored).
 	Idempotency IdempotencyKeys
@@ -123,6 +129,7 @@ func (s *Server) routes() {
 	(&egressRouter{base: s.base, co: s.deps.Egress}).route(h)
 	(&tasksRouter{base: s.base, co: s.deps.Tasks, st: s.deps.TaskReads, guests: s.deps.Guests, profiles: s.deps.Profiles}).route(h)
 	(&automationsRouter{base: s.base, co: s.deps.Automations, runs: s.deps.Runs}).route(h, public)
+	(&integrationsRouter{base: s.base, co: s.deps.Integrations, builtins: s.deps.Builtins, slack: s.deps.SlackEvents}).route(h, public)
 	h(apiv1.RouteChanges, s.changes)
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/client"
 )
 
@@ -108,7 +109,7 @@ config directory).`,
 		host.AddCommand(opts.HostAgent)
 	}
 	root.AddCommand(sessionCmds{a}.sessionCmd(), imageCmds{a}.imageCmd(), taskCmds{a}.taskCmd(), host, tokenCmds{a}.tokenCmd(), a.versionCmd())
-	root.AddCommand(profileCmds{a}.profileCmd(), harnessCmds{a}.harnessCmd(), secretCmds{a}.secretCmd(), autoCmds{a}.automationCmd())
+	root.AddCommand(profileCmds{a}.profileCmd(), harnessCmds{a}.harnessCmd(), secretCmds{a}.secretCmd(), autoCmds{a}.automationCmd(), autoCmds{a}.integrationCmd())
 	root.AddCommand(extra...)
 	a.addCompletions(root)
 	return root
@@ -340,5 +341,46 @@ func group(use, short, long string) *cobra.Command {
 		Long:  long,
 		Args:  subcommandArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+}
+
+func (a *app) versionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the client's and the server's versions",
+		Long: `Print this CLI's version and the coordinator's: its build, the host link
+protocol and guest API versions, and the replica that answered.`,
+		Example: `  engrams version
+  engrams version --json`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			v, verr := c.Version(cmd.Context())
+			if a.jsonOut {
+				out := struct {
+					Client string         `json:"client"`
+					Server *apiv1.Version `json:"server,omitempty"`
+				}{Client: a.opts.Version}
+				if verr == nil {
+					out.Server = &v
+				}
+				if err := printJSON(cmd.OutOrStdout(), out); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintf(cmd.OutOrStdout(), "client: %s\n", a.opts.Version)
+				if verr == nil {
+					fmt.Fprintf(cmd.OutOrStdout(), "server: %s (host link protocol %d, guest API %d, replica %s)\n",
+						v.Version, v.HostlinkProtocol, v.GuestAPI, v.ReplicaID)
+				}
+			}
+			if verr != nil {
+				return fmt.Errorf("get server version: %w", verr)
+			}
+			return nil
+		},
 	}
 }

@@ -15,8 +15,10 @@ import (
 	"github.com/engrams/engrams/internal/harnessreg"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/imagejobs"
+	"github.com/engrams/engrams/internal/integrations"
 	"github.com/engrams/engrams/internal/profiles"
 	"github.com/engrams/engrams/internal/secrets"
+	"github.com/engrams/engrams/internal/slackapp"
 	"github.com/engrams/engrams/internal/store"
 	"github.com/engrams/engrams/internal/tasks"
 )
@@ -36,6 +38,10 @@ type Parts struct {
 	// Automations runs automations; nil when the config names no
 	// database for them (Assemble in API tests).
 	Automations *autorun.Runner
+	// Integrations configures Slack, GitHub and Linear; Slack is the
+	// Slack integration (its settings read when used).
+	Integrations *integrations.Service
+	Slack        *slackapp.App
 }
 
 // The services satisfy the interfaces of the parts that consume them.
@@ -57,6 +63,9 @@ var (
 	_ tasks.Brokers               = (*broker.Broker)(nil)
 	_ broker.Events               = (*egresslog.Log)(nil)
 	_ broker.AppTokens            = (*ghapp.Minter)(nil)
+	_ autorun.Chat                = (*slackapp.App)(nil)
+	_ slackapp.Runs               = (*autorun.Runner)(nil)
+	_ slackapp.Tasks              = (*tasks.Tasks)(nil)
 )
 
 // Assemble builds the services of a replica that reaches hosts through t
@@ -116,6 +125,13 @@ func assemble(cfg Config, deps Deps, t hostlink.Transports, links coordinator.Li
 	if err != nil {
 		return p, err
 	}
+	if p.Integrations, err = integrations.New(integrations.Deps{Store: st, Sealer: deps.Secrets}); err != nil {
+		return p, err
+	}
+	if p.Slack, err = slackapp.New(slackapp.Config{Owner: cfg.ReplicaID}, slackapp.Deps{Store: st, Integrations: p.Integrations, Tasks: p.Tasks,
+		Logger: log.With("component", "slack")}); err != nil {
+		return p, err
+	}
 	return p, p.openAutomations(cfg, deps, log)
 }
 
@@ -135,11 +151,12 @@ func (p *Parts) openAutomations(cfg Config, deps Deps, log *slog.Logger) error {
 	}
 	// Connecting is bounded by DBOS (2 minutes).
 	r, err := autorun.Open(context.Background(), ac, autorun.Deps{Store: deps.Store, Tasks: p.Tasks, TaskReads: deps.Store, Guests: p.Co, Sealer: sealer,
-		Logger: log.With("component", "automations"), NewID: newID})
+		Chat: p.Slack, Logger: log.With("component", "automations"), NewID: newID})
 	if err != nil {
 		return err
 	}
 	p.Automations = r
+	p.Slack.SetRuns(r)
 	return nil
 }
 
@@ -158,8 +175,9 @@ func (p *Parts) routeHostLink(mux *http.ServeMux) {
 func (p *Parts) APIDeps(st store.Store, log *slog.Logger) api.Deps {
 	d := api.Deps{Sessions: p.Co, Reads: st, Guests: p.Co, Fleet: st, HostAdmin: p.Co.Access(), Images: p.Images, Harnesses: p.Harnesses,
 		Secrets: p.Vault, Profiles: p.Profiles, Tasks: p.Tasks, TaskReads: st, Egress: p.Egress, Idempotency: st, Changes: st, Logger: log, NewID: newID}
+	d.Integrations, d.SlackEvents = p.Integrations, p.Slack
 	if p.Automations != nil {
-		d.Automations, d.Runs = p.Automations, p.Automations
+		d.Automations, d.Runs, d.Builtins = p.Automations, p.Automations, p.Automations
 	}
 	return d
 }

@@ -213,7 +213,7 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 		BaseContext: func(net.Listener) context.Context { return reqCtx },
 	}
 	var wg sync.WaitGroup
-	errs := make(chan error, 7)
+	errs := make(chan error, 8)
 	run := func(f func() error) {
 		wg.Add(1)
 		go func() {
@@ -231,6 +231,7 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	if s.parts.Automations != nil {
 		run(func() error { return s.parts.Automations.Run(ctx) })
 	}
+	run(func() error { return s.parts.Slack.Run(ctx) })
 	run(func() error { return s.link.Run(ctx) })
 	run(func() error {
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

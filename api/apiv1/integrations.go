@@ -1,0 +1,40 @@
+package apiv1
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Integration routes. {kind} is slack, github or linear.
+const (
+	RouteAddIntegration    = "POST /v1/integrations"          // AddIntegrationRequest -> Integration (201); its built-in automations installed, disabled
+	RouteListIntegrations  = "GET /v1/integrations"           // -> IntegrationList
+	RouteRemoveIntegration = "DELETE /v1/integrations/{kind}" // forget its settings and credentials
+	// RouteSlackEvents takes Slack's Events API deliveries: no token,
+	// Slack's signature (X-Slack-Signature over the timestamp and body).
+	RouteSlackEvents = "POST /v1/integrations/slack/events"
+)
+
+// AddIntegrationRequest configures a service (again, replacing what was
+// there): its settings, and its credentials by name, sealed at rest and
+// never returned.
+type AddIntegrationRequest struct {
+	Kind    string            `json:"kind"`
+	Config  json.RawMessage   `json:"config,omitempty"`
+	Secrets map[string]string `json:"secrets"`
+}
+
+// Integration is a configured service.
+type Integration struct {
+	Kind      string          `json:"kind"`
+	Config    json.RawMessage `json:"config"`
+	Secrets   []string        `json:"secrets"` // the credentials' names
+	UpdatedAt time.Time       `json:"updated_at"`
+	// Builtins are the built-in automations installed (disabled) by this add.
+	Builtins []string `json:"builtins,omitempty"`
+}
+
+// IntegrationList answers RouteListIntegrations.
+type IntegrationList struct {
+	Integrations []Integration `json:"integrations"`
+}

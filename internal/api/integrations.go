@@ -1,0 +1,134 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/integrations"
+)
+
+// IntegrationService configures integrations (integrations.Service).
+type IntegrationService interface {
+	Add(ctx context.Context, kind domain.IntegrationKind, config json.RawMessage, secrets map[string]string) (integrations.View, error)
+	List(ctx context.Context) ([]integrations.View, error)
+	Remove(ctx context.Context, kind domain.IntegrationKind) error
+}
+
+// Builtins installs an integration's built-in automations (autorun.Runner).
+type Builtins interface {
+	InstallBuiltins(ctx context.Context, kind domain.IntegrationKind) ([]string, error)
+}
+
+// SlackEvents answers Slack's Events API (slackapp.App).
+type SlackEvents interface {
+	HandleEvents(ctx context.Context, h http.Header, body []byte) (int, any)
+}
+
+// maxSlackEvent bounds a Slack delivery's body.
+const maxSlackEvent = 1 << 20
+
+// integrationsRouter serves integrations and the deliveries of Slack.
+type integrationsRouter struct {
+	*base
+	co       IntegrationService
+	builtins Builtins
+	slack    SlackEvents
+}
+
+func (s *integrationsRouter) route(h, public func(string, http.HandlerFunc)) {
+	h(apiv1.RouteAddIntegration, s.add)
+	h(apiv1.RouteListIntegrations, s.list)
+	h(apiv1.RouteRemoveIntegration, s.remove)
+	public(apiv1.RouteSlackEvents, s.slackEvents)
+}
+
+func (s *integrationsRouter) ready(w http.ResponseWriter) bool {
+	if s.co == nil {
+		writeError(w, http.StatusServiceUnavailable, apiv1.CodeUnavailable, "this server runs no integrations")
+		return false
+	}
+	return true
+}
+
+func (s *integrationsRouter) add(w http.ResponseWriter, r *http.Request) {
+	if !s.ready(w) {
+		return
+	}
+	var req apiv1.AddIntegrationRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	v, err := s.co.Add(r.Context(), domain.IntegrationKind(req.Kind), req.Config, req.Secrets)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := integrationOut(v)
+	if s.builtins != nil {
+		if out.Builtins, err = s.builtins.InstallBuiltins(r.Context(), v.Kind); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	writeJSON(w, http.StatusCreated, out)
+}
+
+func (s *integrationsRouter) list(w http.ResponseWriter, r *http.Request) {
+	if !s.ready(w) {
+		return
+	}
+	vs, err := s.co.List(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := apiv1.IntegrationList{Integrations: make([]apiv1.Integration, 0, len(vs))}
+	for _, v := range vs {
+		out.Integrations = append(out.Integrations, integrationOut(v))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *integrationsRouter) remove(w http.ResponseWriter, r *http.Request) {
+	if !s.ready(w) {
+		return
+	}
+	if err := s.co.Remove(r.Context(), domain.IntegrationKind(r.PathValue("kind"))); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"removed": r.PathValue("kind")})
+}
+
+// slackEvents takes a Slack delivery, bounded; the app verifies it.
+func (s *integrationsRouter) slackEvents(w http.ResponseWriter, r *http.Request) {
+	if s.slack == nil {
+		writeError(w, http.StatusServiceUnavailable, apiv1.CodeUnavailable, "this server runs no Slack integration")
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSlackEvent))
+	if err != nil {
+		writeError(w, http.StatusRequestEntityTooLarge, apiv1.CodeTooLarge, "a Slack delivery is at most 1 MiB")
+		return
+	}
+	status, out := s.slack.HandleEvents(r.Context(), r.Header, body)
+	if status >= 400 {
+		code := map[int]string{http.StatusUnauthorized: apiv1.CodeUnauthorized, http.StatusNotFound: apiv1.CodeNotFound,
+			http.StatusBadRequest: apiv1.CodeBadRequest}[status]
+		if code == "" {
+			code = apiv1.CodeInternal
+		}
+		msg, _ := json.Marshal(out)
+		writeError(w, status, code, string(msg))
+		return
+	}
+	writeJSON(w, status, out)
+}
+
+func integrationOut(v integrations.View) apiv1.Integration {
+	return apiv1.Integration{Kind: string(v.Kind), Config: v.Config, Secrets: v.Secrets, UpdatedAt: v.UpdatedAt}
+}

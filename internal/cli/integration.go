@@ -1,0 +1,181 @@
+package cli
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/engrams/engrams/api/apiv1"
+)
+
+func (a autoCmds) integrationCmd() *cobra.Command {
+	cmd := group("integration", "Connect Slack, GitHub and Linear",
+		`Configure the services automations are triggered from and post to. Each is
+configured once; its credentials are sealed at rest and never shown again.
+Adding one installs its built-in automations, disabled: enable them with
+`+"`engrams automation enable NAME`"+`.`)
+	cmd.Aliases = []string{"integrations"}
+	cmd.Annotations = map[string]string{annNotFound: "list integrations with `engrams integration list`"}
+	cmd.AddCommand(a.integrationAddCmd(), a.integrationListCmd(), a.integrationRemoveCmd())
+	return cmd
+}
+
+func (a autoCmds) integrationAddCmd() *cobra.Command {
+	var secrets, channels []string
+	var apiURL, dashboard, profile string
+	var socket bool
+	cmd := &cobra.Command{
+		Use:   "add slack|github|linear --secret NAME=VALUE... [flags]",
+		Short: "Configure an integration (again) and install its built-in automations",
+		Long: `Configure an integration. Credentials are given as --secret NAME=VALUE, or
+NAME=- to read the value from stdin (one per line, in order), so they stay
+out of shell history:
+
+  slack   bot_token (xoxb-…), signing_secret; app_token (xapp-…) for Socket Mode
+  github  token, or private_key (a GitHub App's, with --set app_id and installation_id)
+  linear  api_key, webhook_secret
+
+Slack's events arrive at POST /v1/integrations/slack/events (the Slack app's
+request URL), or over Socket Mode (--socket-mode, no public URL needed).`,
+		Example: `  printf '%s\n%s\n' "$BOT_TOKEN" "$SIGNING_SECRET" | engrams integration add slack \
+      --secret bot_token=- --secret signing_secret=- --channel C0123=agent --default-profile agent
+  engrams integration add slack --secret bot_token=- --secret signing_secret=- --secret app_token=- --socket-mode`,
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			vals, err := readSecrets(cmd, secrets)
+			if err != nil {
+				return err
+			}
+			config, err := integrationConfig(apiURL, dashboard, profile, socket, channels)
+			if err != nil {
+				return err
+			}
+			raw, _ := json.Marshal(config)
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			r, err := c.Integrations().Add(cmd.Context(), apiv1.AddIntegrationRequest{Kind: args[0], Config: raw, Secrets: vals})
+			if err != nil {
+				return fmt.Errorf("add integration %s: %w", args[0], err)
+			}
+			if a.jsonOut {
+				return printJSON(cmd.OutOrStdout(), r)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "configured %s (credentials: %s)\n", r.Kind, strings.Join(r.Secrets, ", "))
+			for _, b := range r.Builtins {
+				fmt.Fprintf(cmd.OutOrStdout(), "installed built-in automation %s, disabled: engrams automation enable %s\n", b, b)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringArrayVar(&secrets, "secret", nil, "a credential `NAME=VALUE` (VALUE - reads a line of stdin; repeatable)")
+	f.StringArrayVar(&channels, "channel", nil, "slack: `CHANNEL_ID=PROFILE`, the profile of mentions in that channel (repeatable)")
+	f.StringVar(&profile, "default-profile", "", "slack: the `PROFILE` of mentions elsewhere")
+	f.StringVar(&apiURL, "api-url", "", "the service's API base `URL` (default: the public one)")
+	f.StringVar(&dashboard, "dashboard-url", "", "this deployment's dashboard `URL`, for links back to tasks")
+	f.BoolVar(&socket, "socket-mode", false, "slack: take events over Socket Mode (needs the app_token)")
+	return cmd
+}
+
+func (a autoCmds) integrationListCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List the configured integrations",
+		Long:    "List the configured integrations: their settings and the names of their credentials (never the values).",
+		Example: "  engrams integration list",
+		Args:    usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			ins, err := c.Integrations().List(cmd.Context())
+			if err != nil {
+				return fmt.Errorf("list integrations: %w", err)
+			}
+			if a.jsonOut {
+				return printJSON(cmd.OutOrStdout(), ins)
+			}
+			tw := newTable(cmd.OutOrStdout())
+			row(tw, "KIND", "CREDENTIALS", "SETTINGS", "UPDATED")
+			for _, in := range ins {
+				row(tw, in.Kind, strings.Join(in.Secrets, ","), short(in.Config, 60), a.whenAgo(in.UpdatedAt))
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func (a autoCmds) integrationRemoveCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "remove slack|github|linear",
+		Aliases: []string{"rm"},
+		Short:   "Forget an integration's settings and credentials",
+		Long:    "Forget an integration. Its automations stay; their triggers get no deliveries and their posts fail until it is added again.",
+		Example: "  engrams integration remove slack",
+		Args:    usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			if err := c.Integrations().Remove(cmd.Context(), args[0]); err != nil {
+				return fmt.Errorf("remove integration %s: %w", args[0], err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "removed %s\n", args[0])
+			return nil
+		},
+	}
+}
+
+// readSecrets reads --secret NAME=VALUE values; VALUE - is the next line
+// of stdin.
+func readSecrets(cmd *cobra.Command, secrets []string) (map[string]string, error) {
+	in := bufio.NewScanner(cmd.InOrStdin())
+	vals := map[string]string{}
+	for _, s := range secrets {
+		k, v, ok := strings.Cut(s, "=")
+		if !ok || k == "" {
+			return nil, usageError{fmt.Errorf("--secret %q: want NAME=VALUE or NAME=-", s)}
+		}
+		if v == "-" {
+			if !in.Scan() {
+				return nil, usageError{fmt.Errorf("--secret %s=-: stdin has no line for it", k)}
+			}
+			v = strings.TrimSpace(in.Text())
+		}
+		vals[k] = v
+	}
+	return vals, nil
+}
+
+// integrationConfig is the settings the flags give.
+func integrationConfig(apiURL, dashboard, profile string, socket bool, channels []string) (map[string]any, error) {
+	config := map[string]any{}
+	for k, v := range map[string]string{"api_url": apiURL, "dashboard_url": dashboard, "default_profile": profile} {
+		if v != "" {
+			config[k] = v
+		}
+	}
+	if socket {
+		config["socket_mode"] = true
+	}
+	if len(channels) > 0 {
+		m := map[string]string{}
+		for _, c := range channels {
+			id, p, ok := strings.Cut(c, "=")
+			if !ok || id == "" || p == "" {
+				return nil, usageError{fmt.Errorf("--channel %q: want CHANNEL_ID=PROFILE", c)}
+			}
+			m[id] = p
+		}
+		config["channels"] = m
+	}
+	return config, nil
+}
