@@ -157,13 +157,17 @@ func (a *App) flush(ctx context.Context, w web, c conf, th *domain.ChatThread, t
 	text := t.text.String()
 	key := fmt.Sprintf("turn/%s/%d", th.TaskID, th.TurnSeq)
 	if th.Message == "" {
-		ts, err := w.postOnce(ctx, th.Channel, th.Thread, text, key)
+		ts, found, err := w.postOnce(ctx, th.Channel, th.Thread, text, key)
 		if err != nil {
 			return err
 		}
 		th.Message = ts
-	}
-	if err := w.update(ctx, th.Channel, th.Message, text); err != nil {
+		if found { // posted before a crash, perhaps with less: set it
+			if err := w.update(ctx, th.Channel, th.Message, text); err != nil {
+				return err
+			}
+		}
+	} else if err := w.update(ctx, th.Channel, th.Message, text); err != nil {
 		return err
 	}
 	t.changed = false
@@ -177,7 +181,7 @@ func (a *App) flush(ctx context.Context, w web, c conf, th *domain.ChatThread, t
 	if c.DashboardURL != "" {
 		recap = fmt.Sprintf("Done: <%s/tasks/%s|open the task>. Reply in this thread to continue.", strings.TrimRight(c.DashboardURL, "/"), th.TaskID)
 	}
-	_, err := w.postOnce(ctx, th.Channel, th.Thread, recap, key+"/recap")
+	_, _, err := w.postOnce(ctx, th.Channel, th.Thread, recap, key+"/recap")
 	return err
 }
 

@@ -167,7 +167,8 @@ func (a *App) PostSlack(ctx context.Context, channel, thread, text, key string) 
 	if err != nil {
 		return "", err
 	}
-	return a.web(c).postOnce(ctx, channel, thread, text, key)
+	ts, _, err := a.web(c).postOnce(ctx, channel, thread, text, key)
+	return ts, err
 }
 
 // TaskStarted records that a run triggered by a mention started a task:

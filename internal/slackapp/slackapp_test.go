@@ -163,7 +163,7 @@ func TestMentionThreadAndRelay(t *testing.T) {
 	e.events(t, ev("assistant_text", map[string]string{"text": "Found it: a race."}), ev("idle", map[string]string{"result": "Found it: a race."}))
 	relay(t, e)
 	msgs := e.slack.Thread("C1", root)
-	if len(msgs) != 2 || !strings.Contains(msgs[0].Text, "Looking at it\nFound it: a race.") || len(msgs[0].Edits) < 2 ||
+	if len(msgs) != 2 || !strings.Contains(msgs[0].Text, "Looking at it\nFound it: a race.") || len(msgs[0].Edits) != 1 ||
 		!strings.Contains(msgs[1].Text, "https://engrams.example/tasks/task-1") {
 		t.Fatalf("thread: %+v", msgs)
 	}

@@ -152,13 +152,15 @@ func (w web) find(ctx context.Context, channel, thread, key string) (string, err
 	return "", nil
 }
 
-// postOnce posts text unless a message with key is there already.
-func (w web) postOnce(ctx context.Context, channel, thread, text, key string) (string, error) {
-	ts, err := w.find(ctx, channel, thread, key)
+// postOnce posts text unless a message with key is there already; found
+// says it was (posted before a crash, perhaps with less text).
+func (w web) postOnce(ctx context.Context, channel, thread, text, key string) (ts string, found bool, err error) {
+	ts, err = w.find(ctx, channel, thread, key)
 	if err != nil || ts != "" {
-		return ts, err
+		return ts, ts != "", err
 	}
-	return w.post(ctx, channel, thread, text, key)
+	ts, err = w.post(ctx, channel, thread, text, key)
+	return ts, false, err
 }
 
 // connectionsOpen asks for a Socket Mode URL (with the app-level token).

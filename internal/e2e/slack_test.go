@@ -1,0 +1,115 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/engrams/engrams/internal/slackapp"
+	"github.com/engrams/engrams/internal/slacktest"
+)
+
+const slackSigning = "e2e-signing-secret-0123456789abcdef"
+
+// postSlackEvent sends a Slack-signed Events API request to dev.
+func postSlackEvent(t *testing.T, d *dashboardEnv, body []byte, ts time.Time, secret string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, d.dev.url+"/v1/integrations/slack/events", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(slackapp.HeaderTimestamp, strconv.FormatInt(ts.Unix(), 10))
+	req.Header.Set(slackapp.HeaderSignature, slackapp.Sign(secret, ts.Unix(), body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// runDevCLI runs the CLI against dev and fails the test on a non-zero exit.
+func runDevCLI(t *testing.T, d *dashboardEnv, args ...string) string {
+	t.Helper()
+	var out, errb syncBuffer
+	if code := runCLI(context.Background(), d.dev.url, d.dev.token(t), &out, &errb, args...); code != 0 {
+		t.Fatalf("engrams %s: exit %d: %s", strings.Join(args, " "), code, errb.String())
+	}
+	return out.String()
+}
+
+// TestSlackThreadCarriesATask: with Slack configured (a fake Slack built
+// from its wire formats) and slack-threads enabled, a signed mention
+// starts a real agent (Claude Code on a QEMU guest); its answer appears
+// in the thread, one message edited in place, with a recap; a reply in
+// the thread continues the same task (the model gets both turns). A
+// forged or stale delivery is a 401 and starts nothing.
+func TestSlackThreadCarriesATask(t *testing.T) {
+	t.Parallel()
+	d := startDevAgentEnv(t)
+	slack := slacktest.Start(t, "xoxb-e2e", "xapp-e2e")
+	out := runDevCLI(t, d, "integration", "add", "slack", "--secret", "bot_token=xoxb-e2e", "--secret", "signing_secret="+slackSigning,
+		"--api-url", slack.APIURL(), "--default-profile", "agent", "--dashboard-url", d.dev.url)
+	if !strings.Contains(out, "installed built-in automation slack-threads") {
+		t.Fatalf("integration add printed %q", out)
+	}
+	runDevCLI(t, d, "automation", "enable", "slack-threads")
+	root := slack.Post("C1", "", "<@UBOT> create hello.txt with hi")
+	mention := slacktest.Event("Ev-e2e-1", map[string]string{"type": "app_mention", "user": "U1", "text": "<@UBOT> create hello.txt with hi",
+		"ts": root, "channel": "C1"})
+	forged := slacktest.Event("Ev-e2e-2", map[string]string{"type": "app_mention", "user": "U1", "text": "<@UBOT> rm -rf /", "ts": "1.9", "channel": "C1"})
+	if st := postSlackEvent(t, d, forged, time.Now(), "not-the-secret"); st != http.StatusUnauthorized {
+		t.Fatalf("forged: %d", st)
+	}
+	if st := postSlackEvent(t, d, mention, time.Now().Add(-10*time.Minute), slackSigning); st != http.StatusUnauthorized {
+		t.Fatalf("stale: %d", st)
+	}
+	for range 2 { // and a retry of it
+		if st := postSlackEvent(t, d, mention, time.Now(), slackSigning); st != http.StatusOK {
+			t.Fatalf("mention: %d", st)
+		}
+	}
+	eventually(t, 5*time.Minute, "the agent's answer in the thread", func() (bool, string) {
+		msgs := slack.Thread("C1", root)
+		return len(msgs) >= 2 && strings.Contains(msgs[0].Text, "Created hello.txt") && strings.Contains(msgs[1].Text, "/tasks/"),
+			fmt.Sprintf("%+v", msgs)
+	})
+	first := slack.Thread("C1", root)[0]
+	t.Logf("the turn's message: %q, edited %d times: %q", first.Text, len(first.Edits), first.Edits)
+	if len(first.Edits) < 1 {
+		t.Errorf("the answer was not edited in place as it streamed: %+v", first)
+	}
+	reply := slack.Post("C1", root, "what did you create?")
+	if st := postSlackEvent(t, d, slacktest.Event("Ev-e2e-3", map[string]string{"type": "message", "user": "U1", "text": "what did you create?",
+		"ts": reply, "thread_ts": root, "channel": "C1"}), time.Now(), slackSigning); st != http.StatusOK {
+		t.Fatalf("reply: %d", st)
+	}
+	eventually(t, 5*time.Minute, "the second turn's answer in the thread", func() (bool, string) {
+		for _, m := range slack.Thread("C1", root) {
+			if strings.Contains(m.Text, "Earlier I created hello.txt") {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%+v", slack.Thread("C1", root))
+	})
+	tasks, err := d.dev.c.Tasks().List(context.Background(), "", "")
+	if err != nil || len(tasks) != 1 || modelTurns(d, "write") != 1 || modelTurns(d, "followup") < 1 {
+		t.Fatalf("%d tasks (%v), model turns write=%d followup=%d: one mention, one task, both turns", len(tasks), err,
+			modelTurns(d, "write"), modelTurns(d, "followup"))
+	}
+	posts := 0
+	for _, m := range slack.Thread("C1", root) {
+		if m.Text != "what did you create?" {
+			posts++
+		}
+	}
+	if posts != 4 {
+		t.Errorf("%d bot messages in the thread, want 4 (each turn's answer and recap): %+v", posts, slack.Thread("C1", root))
+	}
+}
