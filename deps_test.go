@@ -36,6 +36,7 @@ var (
 		"internal/autorun/...",
 		"internal/integrations/...",
 		"internal/slackapp/...",
+		"internal/githubapp/...",
 	}
 	storePkgs = []string{"internal/store/..."} // the contract and its backends
 	vmmPkgs   = []string{"internal/vmm/..."}
@@ -53,6 +54,7 @@ var (
 		"internal/vmm/vmmtest/...",
 		"internal/clienttest/...",
 		"internal/slacktest/...",
+		"internal/githubtest/...",
 	}
 )
 
@@ -185,7 +187,7 @@ var layerRules = []layerRule{
 	{
 		name:   "autorun-for-the-api",
 		from:   []string{"..."},
-		unless: []string{"internal/autorun/...", "internal/api/...", "internal/server/...", "cmd/...", "internal/slackapp/..."},
+		unless: []string{"internal/autorun/...", "internal/api/...", "internal/server/...", "cmd/...", "internal/slackapp/...", "internal/githubapp/..."},
 		forbid: []string{"internal/autorun/..."},
 		reason: "automation runs are reached through the API and the integrations that trigger them; the server wires them",
 	},

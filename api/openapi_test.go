@@ -161,6 +161,7 @@ func TestRoutesMatchPaths(t *testing.T) {
 		"RouteCancelRun": apiv1.RouteCancelRun, "RouteHook": apiv1.RouteHook,
 		"RouteAddIntegration": apiv1.RouteAddIntegration, "RouteListIntegrations": apiv1.RouteListIntegrations,
 		"RouteRemoveIntegration": apiv1.RouteRemoveIntegration, "RouteSlackEvents": apiv1.RouteSlackEvents,
+		"RouteGitHubEvents": apiv1.RouteGitHubEvents,
 	}
 	for name, v := range compiled {
 		if routes[name] != v {
@@ -202,7 +203,8 @@ func TestOperations(t *testing.T) {
 		t.Errorf("global security = %v, want bearer", d.Security)
 	}
 	public := map[string]bool{opKey(t, apiv1.RouteVersion): true, opKey(t, apiv1.RouteOpenAPI): true, opKey(t, apiv1.RouteDashboardLogin): true,
-		opKey(t, apiv1.RouteHook): true, opKey(t, apiv1.RouteSlackEvents): true}
+		opKey(t, apiv1.RouteHook): true, opKey(t, apiv1.RouteSlackEvents): true,
+		opKey(t, apiv1.RouteGitHubEvents): true}
 	ids := map[string]string{}
 	for path, item := range d.Paths {
 		for method, node := range item {

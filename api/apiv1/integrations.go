@@ -13,6 +13,9 @@ const (
 	// RouteSlackEvents takes Slack's Events API deliveries: no token,
 	// Slack's signature (X-Slack-Signature over the timestamp and body).
 	RouteSlackEvents = "POST /v1/integrations/slack/events"
+	// RouteGitHubEvents takes GitHub's webhook deliveries: no token,
+	// X-Hub-Signature-256 over the body; X-GitHub-Delivery is done once.
+	RouteGitHubEvents = "POST /v1/integrations/github/events"
 )
 
 // AddIntegrationRequest configures a service (again, replacing what was

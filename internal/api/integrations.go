@@ -23,7 +23,8 @@ type Builtins interface {
 	InstallBuiltins(ctx context.Context, kind domain.IntegrationKind) ([]string, error)
 }
 
-// SlackEvents answers Slack's Events API (slackapp.App).
+// SlackEvents answers a service's signed deliveries: Slack's Events API
+// (slackapp.App), GitHub's webhooks (githubapp.App).
 type SlackEvents interface {
 	HandleEvents(ctx context.Context, h http.Header, body []byte) (int, any)
 }
@@ -37,13 +38,15 @@ type integrationsRouter struct {
 	co       IntegrationService
 	builtins Builtins
 	slack    SlackEvents
+	github   SlackEvents
 }
 
 func (s *integrationsRouter) route(h, public func(string, http.HandlerFunc)) {
 	h(apiv1.RouteAddIntegration, s.add)
 	h(apiv1.RouteListIntegrations, s.list)
 	h(apiv1.RouteRemoveIntegration, s.remove)
-	public(apiv1.RouteSlackEvents, s.slackEvents)
+	public(apiv1.RouteSlackEvents, s.deliveries("Slack", func() SlackEvents { return s.slack }))
+	public(apiv1.RouteGitHubEvents, s.deliveries("GitHub", func() SlackEvents { return s.github }))
 }
 
 func (s *integrationsRouter) ready(w http.ResponseWriter) bool {
@@ -104,18 +107,24 @@ func (s *integrationsRouter) remove(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"removed": r.PathValue("kind")})
 }
 
-// slackEvents takes a Slack delivery, bounded; the app verifies it.
-func (s *integrationsRouter) slackEvents(w http.ResponseWriter, r *http.Request) {
-	if s.slack == nil {
-		writeError(w, http.StatusServiceUnavailable, apiv1.CodeUnavailable, "this server runs no Slack integration")
-		return
+// deliveries takes a service's delivery, bounded; its app verifies it.
+func (s *integrationsRouter) deliveries(service string, app func() SlackEvents) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if app() == nil {
+			writeError(w, http.StatusServiceUnavailable, apiv1.CodeUnavailable, "this server runs no "+service+" integration")
+			return
+		}
+		s.deliver(w, r, service, app())
 	}
+}
+
+func (s *integrationsRouter) deliver(w http.ResponseWriter, r *http.Request, service string, app SlackEvents) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSlackEvent))
 	if err != nil {
-		writeError(w, http.StatusRequestEntityTooLarge, apiv1.CodeTooLarge, "a Slack delivery is at most 1 MiB")
+		writeError(w, http.StatusRequestEntityTooLarge, apiv1.CodeTooLarge, "a "+service+" delivery is at most 1 MiB")
 		return
 	}
-	status, out := s.slack.HandleEvents(r.Context(), r.Header, body)
+	status, out := app.HandleEvents(r.Context(), r.Header, body)
 	if status >= 400 {
 		code := map[int]string{http.StatusUnauthorized: apiv1.CodeUnauthorized, http.StatusNotFound: apiv1.CodeNotFound,
 			http.StatusBadRequest: apiv1.CodeBadRequest}[status]

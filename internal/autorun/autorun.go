@@ -112,6 +112,13 @@ type Chat interface {
 	TaskStarted(ctx context.Context, run domain.AutomationRun, task domain.TaskID) error
 }
 
+// GitHub posts comments and reviews on pull requests, once per key
+// (githubapp.App).
+type GitHub interface {
+	Comment(ctx context.Context, repo, number, text, key string) (string, error)
+	Review(ctx context.Context, repo, number, text, key string) (string, error)
+}
+
 // Deps are the collaborators of a Runner.
 type Deps struct {
 	Store     Store
@@ -120,6 +127,7 @@ type Deps struct {
 	Guests    Guests
 	Sealer    Sealer // nil: webhook triggers are refused (no secret can be kept)
 	Chat      Chat   // nil: post_slack blocks fail (Slack is not set up)
+	GitHub    GitHub // nil: github_comment and github_review blocks fail
 	Logger    *slog.Logger
 	Now       func() time.Time // the clock of schedules and records
 	NewID     func() string
@@ -134,6 +142,7 @@ type Runner struct {
 	guest Guests
 	seal  Sealer
 	chat  Chat
+	gh    GitHub
 	log   *slog.Logger
 	now   func() time.Time
 	newID func() string
@@ -155,7 +164,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Runner, error) {
 	if deps.Store == nil {
 		return nil, errors.New("autorun: Store is required")
 	}
-	r := &Runner{cfg: cfg, st: deps.Store, tasks: deps.Tasks, reads: deps.TaskReads, guest: deps.Guests, seal: deps.Sealer, chat: deps.Chat,
+	r := &Runner{cfg: cfg, st: deps.Store, tasks: deps.Tasks, reads: deps.TaskReads, guest: deps.Guests, seal: deps.Sealer, chat: deps.Chat, gh: deps.GitHub,
 		log: deps.Logger, now: deps.Now, newID: deps.NewID}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)

@@ -58,7 +58,16 @@ func (r blocks) execute(ctx context.Context, w *walker, b automations.Block, att
 		return string(t.State), nil
 	case automations.BlockPostSlack:
 		return r.postSlack(ctx, w, render(b.Channel), render(b.Text))
-	case automations.BlockGitHubComment, automations.BlockGitHubReview, automations.BlockOpenPR, automations.BlockLinearComment:
+	case automations.BlockGitHubComment, automations.BlockGitHubReview:
+		if r.gh == nil {
+			return "", fmt.Errorf("%w: %s needs GitHub (engrams integration add github)", ErrNoIntegration, b.Kind)
+		}
+		key := fmt.Sprintf("step/%s/%d", w.run.ID, w.seq)
+		if b.Kind == automations.BlockGitHubReview {
+			return r.gh.Review(ctx, render(b.Repo), render(b.Number), render(b.Text), key)
+		}
+		return r.gh.Comment(ctx, render(b.Repo), render(b.Number), render(b.Text), key)
+	case automations.BlockOpenPR, automations.BlockLinearComment:
 		return "", fmt.Errorf("%w: %s needs its integration (engrams integration add)", ErrNoIntegration, b.Kind)
 	}
 	return "", fmt.Errorf("unknown block kind %q", b.Kind)

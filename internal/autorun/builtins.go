@@ -11,8 +11,29 @@ import (
 // builtins are the automations each integration comes with, installed
 // disabled when it is added: a user enables them, and edits them like any.
 var builtins = map[domain.IntegrationKind][]string{
-	domain.IntegrationSlack: {slackThreads},
+	domain.IntegrationSlack:  {slackThreads},
+	domain.IntegrationGitHub: {prReview},
 }
+
+// prReview reviews a pull request on a reviewer profile (make it deny by
+// default: no hosts, read-only credentials): one review with inline
+// comments; a new push supersedes a review still running.
+const prReview = `name: pr-review
+trigger: {kind: github_pr, events: [opened, synchronize, reopened, review_requested, comment]}
+settings: {concurrency_key: "{{trigger.repo}}#{{trigger.number}}", policy: supersede}
+blocks:
+  - id: task
+    kind: start_task
+    profile: reviewer
+    prompt: |
+      Review pull request #{{trigger.number}} of {{trigger.repo}}: {{trigger.title}}
+      (head {{trigger.head_sha}} on {{trigger.head_ref}}, into {{trigger.base_ref}}). {{trigger.command}}
+      Follow the repository's AGENTS.md when it has one. Answer with your review: one line per
+      comment as path:line: comment, then a summary.
+  - {id: idle, kind: wait_idle, task: task, timeout: 30m}
+  - {id: review, kind: github_review, repo: "{{trigger.repo}}", number: "{{trigger.number}}", text: "{{steps.idle.output}}"}
+  - {id: stop, kind: end_session, task: task}
+`
 
 // slackThreads starts a task from a mention, on the profile the message
 // names ([profile=NAME]), else its channel's, else the default; the

@@ -12,6 +12,7 @@ import (
 	"github.com/engrams/engrams/internal/egresslog"
 	"github.com/engrams/engrams/internal/gateway"
 	"github.com/engrams/engrams/internal/ghapp"
+	"github.com/engrams/engrams/internal/githubapp"
 	"github.com/engrams/engrams/internal/harnessreg"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/imagejobs"
@@ -42,6 +43,7 @@ type Parts struct {
 	// Slack integration (its settings read when used).
 	Integrations *integrations.Service
 	Slack        *slackapp.App
+	GitHub       *githubapp.App
 }
 
 // The services satisfy the interfaces of the parts that consume them.
@@ -66,6 +68,8 @@ var (
 	_ autorun.Chat                = (*slackapp.App)(nil)
 	_ slackapp.Runs               = (*autorun.Runner)(nil)
 	_ slackapp.Tasks              = (*tasks.Tasks)(nil)
+	_ autorun.GitHub              = (*githubapp.App)(nil)
+	_ githubapp.Runs              = (*autorun.Runner)(nil)
 )
 
 // Assemble builds the services of a replica that reaches hosts through t
@@ -132,6 +136,9 @@ func assemble(cfg Config, deps Deps, t hostlink.Transports, links coordinator.Li
 		Logger: log.With("component", "slack")}); err != nil {
 		return p, err
 	}
+	if p.GitHub, err = githubapp.New(githubapp.Deps{Store: st, Integrations: p.Integrations, Logger: log.With("component", "github")}); err != nil {
+		return p, err
+	}
 	return p, p.openAutomations(cfg, deps, log)
 }
 
@@ -151,12 +158,13 @@ func (p *Parts) openAutomations(cfg Config, deps Deps, log *slog.Logger) error {
 	}
 	// Connecting is bounded by DBOS (2 minutes).
 	r, err := autorun.Open(context.Background(), ac, autorun.Deps{Store: deps.Store, Tasks: p.Tasks, TaskReads: deps.Store, Guests: p.Co, Sealer: sealer,
-		Chat: p.Slack, Logger: log.With("component", "automations"), NewID: newID})
+		Chat: p.Slack, GitHub: p.GitHub, Logger: log.With("component", "automations"), NewID: newID})
 	if err != nil {
 		return err
 	}
 	p.Automations = r
 	p.Slack.SetRuns(r)
+	p.GitHub.SetRuns(r)
 	return nil
 }
 
@@ -175,7 +183,7 @@ func (p *Parts) routeHostLink(mux *http.ServeMux) {
 func (p *Parts) APIDeps(st store.Store, log *slog.Logger) api.Deps {
 	d := api.Deps{Sessions: p.Co, Reads: st, Guests: p.Co, Fleet: st, HostAdmin: p.Co.Access(), Images: p.Images, Harnesses: p.Harnesses,
 		Secrets: p.Vault, Profiles: p.Profiles, Tasks: p.Tasks, TaskReads: st, Egress: p.Egress, Idempotency: st, Changes: st, Logger: log, NewID: newID}
-	d.Integrations, d.SlackEvents = p.Integrations, p.Slack
+	d.Integrations, d.SlackEvents, d.GitHubEvents = p.Integrations, p.Slack, p.GitHub
 	if p.Automations != nil {
 		d.Automations, d.Runs, d.Builtins = p.Automations, p.Automations, p.Automations
 	}

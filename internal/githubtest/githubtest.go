@@ -1,0 +1,152 @@
+package githubtest
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// Post is a review or a comment the fake holds.
+type Post struct {
+	ID       int64
+	Body     string
+	Event    string          // reviews: COMMENT, APPROVE, REQUEST_CHANGES
+	Comments []InlineComment // reviews: inline comments
+}
+
+// InlineComment is one inline comment of a review.
+type InlineComment struct {
+	Path string `json:"path"`
+	Line int    `json:"line"`
+	Side string `json:"side"`
+	Body string `json:"body"`
+}
+
+// Server is a fake GitHub REST API.
+type Server struct {
+	*httptest.Server
+	token string
+	mu    sync.Mutex
+	posts map[string][]*Post // "owner/repo/pulls/N/reviews" or ".../issues/N/comments"
+	n     int64
+}
+
+// Start runs a fake GitHub that accepts token, until the test ends.
+func Start(t testing.TB, token string) *Server {
+	s := &Server{token: token, posts: map[string][]*Post{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/repos/{owner}/{repo}/pulls/{n}/reviews", s.handle)
+	mux.HandleFunc("/repos/{owner}/{repo}/issues/{n}/comments", s.handle)
+	s.Server = httptest.NewServer(mux)
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Authorization") != "Bearer "+s.token {
+		http.Error(w, `{"message":"Bad credentials"}`, http.StatusUnauthorized)
+		return
+	}
+	key := strings.TrimPrefix(r.URL.Path, "/repos/")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	switch r.Method {
+	case http.MethodGet:
+		out := []map[string]any{}
+		for _, p := range s.posts[key] {
+			out = append(out, map[string]any{"id": p.ID, "body": p.Body, "html_url": fmt.Sprintf("%s/%s#%d", s.URL, key, p.ID)})
+		}
+		_ = json.NewEncoder(w).Encode(out)
+	case http.MethodPost:
+		var in struct {
+			Body     string          `json:"body"`
+			Event    string          `json:"event"`
+			Comments []InlineComment `json:"comments"`
+		}
+		b, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		if err := json.Unmarshal(b, &in); err != nil || in.Body == "" {
+			http.Error(w, `{"message":"Validation Failed"}`, http.StatusUnprocessableEntity)
+			return
+		}
+		s.n++
+		p := &Post{ID: s.n, Body: in.Body, Event: in.Event, Comments: in.Comments}
+		s.posts[key] = append(s.posts[key], p)
+		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": p.ID, "body": p.Body, "html_url": fmt.Sprintf("%s/%s#%d", s.URL, key, p.ID)})
+	default:
+		http.Error(w, "", http.StatusMethodNotAllowed)
+	}
+}
+
+// Reviews returns the reviews of a pull request.
+func (s *Server) Reviews(repo string, n int) []Post { return s.list(fmt.Sprintf("%s/pulls/%d/reviews", repo, n)) }
+
+// Comments returns the comments of an issue or pull request.
+func (s *Server) Comments(repo string, n int) []Post {
+	return s.list(fmt.Sprintf("%s/issues/%d/comments", repo, n))
+}
+
+func (s *Server) list(key string) []Post {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Post
+	for _, p := range s.posts[key] {
+		out = append(out, *p)
+	}
+	return out
+}
+
+// Sign is a delivery's X-Hub-Signature-256.
+func Sign(secret string, body []byte) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write(body)
+	return "sha256=" + hex.EncodeToString(m.Sum(nil))
+}
+
+// Deliver sends a signed webhook delivery to url, as GitHub does.
+func Deliver(t testing.TB, url, secret, event, delivery string, body []byte) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-GitHub-Event", event)
+	req.Header.Set("X-GitHub-Delivery", delivery)
+	req.Header.Set("X-Hub-Signature-256", Sign(secret, body))
+	req.Header.Set("User-Agent", "GitHub-Hookshot/test")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// PullRequest is a pull_request event's body.
+func PullRequest(action, repo string, number int, sha string) []byte {
+	b, _ := json.Marshal(map[string]any{"action": action, "number": number,
+		"pull_request": map[string]any{"number": number, "title": "Fix the flaky test", "body": "It raced.", "html_url": "https://github.test/" + repo + "/pull/1",
+			"user": map[string]any{"login": "dev"}, "head": map[string]any{"sha": sha, "ref": "fix"}, "base": map[string]any{"ref": "main"}},
+		"repository": map[string]any{"full_name": repo}, "sender": map[string]any{"login": "dev"}})
+	return b
+}
+
+// IssueComment is an issue_comment event's body on a pull request.
+func IssueComment(repo string, number int, body, association string) []byte {
+	b, _ := json.Marshal(map[string]any{"action": "created",
+		"issue":      map[string]any{"number": number, "title": "Fix the flaky test", "pull_request": map[string]any{"url": "x"}},
+		"comment":    map[string]any{"body": body, "user": map[string]any{"login": "dev"}, "author_association": association},
+		"repository": map[string]any{"full_name": repo}})
+	return b
+}
