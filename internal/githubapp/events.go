@@ -155,4 +155,3 @@ func clip(s string, n int) string {
 	}
 	return s[:n]
 }
-

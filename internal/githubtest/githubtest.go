@@ -89,7 +89,9 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 }
 
 // Reviews returns the reviews of a pull request.
-func (s *Server) Reviews(repo string, n int) []Post { return s.list(fmt.Sprintf("%s/pulls/%d/reviews", repo, n)) }
+func (s *Server) Reviews(repo string, n int) []Post {
+	return s.list(fmt.Sprintf("%s/pulls/%d/reviews", repo, n))
+}
 
 // Comments returns the comments of an issue or pull request.
 func (s *Server) Comments(repo string, n int) []Post {
