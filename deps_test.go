@@ -37,6 +37,7 @@ var (
 		"internal/integrations/...",
 		"internal/slackapp/...",
 		"internal/githubapp/...",
+		"internal/linearapp/...",
 	}
 	storePkgs = []string{"internal/store/..."} // the contract and its backends
 	vmmPkgs   = []string{"internal/vmm/..."}
@@ -55,6 +56,7 @@ var (
 		"internal/clienttest/...",
 		"internal/slacktest/...",
 		"internal/githubtest/...",
+		"internal/lineartest/...",
 	}
 )
 
@@ -187,7 +189,7 @@ var layerRules = []layerRule{
 	{
 		name:   "autorun-for-the-api",
 		from:   []string{"..."},
-		unless: []string{"internal/autorun/...", "internal/api/...", "internal/server/...", "cmd/...", "internal/slackapp/...", "internal/githubapp/..."},
+		unless: []string{"internal/autorun/...", "internal/api/...", "internal/server/...", "cmd/...", "internal/slackapp/...", "internal/githubapp/...", "internal/linearapp/..."},
 		forbid: []string{"internal/autorun/..."},
 		reason: "automation runs are reached through the API and the integrations that trigger them; the server wires them",
 	},

@@ -161,7 +161,7 @@ func TestRoutesMatchPaths(t *testing.T) {
 		"RouteCancelRun": apiv1.RouteCancelRun, "RouteHook": apiv1.RouteHook,
 		"RouteAddIntegration": apiv1.RouteAddIntegration, "RouteListIntegrations": apiv1.RouteListIntegrations,
 		"RouteRemoveIntegration": apiv1.RouteRemoveIntegration, "RouteSlackEvents": apiv1.RouteSlackEvents,
-		"RouteGitHubEvents": apiv1.RouteGitHubEvents,
+		"RouteGitHubEvents": apiv1.RouteGitHubEvents, "RouteLinearEvents": apiv1.RouteLinearEvents,
 	}
 	for name, v := range compiled {
 		if routes[name] != v {
@@ -204,7 +204,7 @@ func TestOperations(t *testing.T) {
 	}
 	public := map[string]bool{opKey(t, apiv1.RouteVersion): true, opKey(t, apiv1.RouteOpenAPI): true, opKey(t, apiv1.RouteDashboardLogin): true,
 		opKey(t, apiv1.RouteHook): true, opKey(t, apiv1.RouteSlackEvents): true,
-		opKey(t, apiv1.RouteGitHubEvents): true}
+		opKey(t, apiv1.RouteGitHubEvents): true, opKey(t, apiv1.RouteLinearEvents): true}
 	ids := map[string]string{}
 	for path, item := range d.Paths {
 		for method, node := range item {

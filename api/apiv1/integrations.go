@@ -16,6 +16,9 @@ const (
 	// RouteGitHubEvents takes GitHub's webhook deliveries: no token,
 	// X-Hub-Signature-256 over the body; X-GitHub-Delivery is done once.
 	RouteGitHubEvents = "POST /v1/integrations/github/events"
+	// RouteLinearEvents takes Linear's webhook deliveries: no token,
+	// Linear-Signature over the body, a webhookTimestamp within a minute.
+	RouteLinearEvents = "POST /v1/integrations/linear/events"
 )
 
 // AddIntegrationRequest configures a service (again, replacing what was

@@ -20,11 +20,12 @@ type IntegrationService interface {
 
 // Builtins installs an integration's built-in automations (autorun.Runner).
 type Builtins interface {
-	InstallBuiltins(ctx context.Context, kind domain.IntegrationKind) ([]string, error)
+	InstallBuiltins(ctx context.Context, kind domain.IntegrationKind, config json.RawMessage) ([]string, error)
 }
 
 // SlackEvents answers a service's signed deliveries: Slack's Events API
-// (slackapp.App), GitHub's webhooks (githubapp.App).
+// (slackapp.App), GitHub's and Linear's webhooks (githubapp.App,
+// linearapp.App).
 type SlackEvents interface {
 	HandleEvents(ctx context.Context, h http.Header, body []byte) (int, any)
 }
@@ -39,6 +40,7 @@ type integrationsRouter struct {
 	builtins Builtins
 	slack    SlackEvents
 	github   SlackEvents
+	linear   SlackEvents
 }
 
 func (s *integrationsRouter) route(h, public func(string, http.HandlerFunc)) {
@@ -47,6 +49,7 @@ func (s *integrationsRouter) route(h, public func(string, http.HandlerFunc)) {
 	h(apiv1.RouteRemoveIntegration, s.remove)
 	public(apiv1.RouteSlackEvents, s.deliveries("Slack", func() SlackEvents { return s.slack }))
 	public(apiv1.RouteGitHubEvents, s.deliveries("GitHub", func() SlackEvents { return s.github }))
+	public(apiv1.RouteLinearEvents, s.deliveries("Linear", func() SlackEvents { return s.linear }))
 }
 
 func (s *integrationsRouter) ready(w http.ResponseWriter) bool {
@@ -72,7 +75,7 @@ func (s *integrationsRouter) add(w http.ResponseWriter, r *http.Request) {
 	}
 	out := integrationOut(v)
 	if s.builtins != nil {
-		if out.Builtins, err = s.builtins.InstallBuiltins(r.Context(), v.Kind); err != nil {
+		if out.Builtins, err = s.builtins.InstallBuiltins(r.Context(), v.Kind, v.Config); err != nil {
 			s.fail(w, r, err)
 			return
 		}

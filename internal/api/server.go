@@ -50,6 +50,7 @@ type Deps struct {
 	Builtins     Builtins
 	SlackEvents  SlackEvents
 	GitHubEvents SlackEvents // the same shape: GitHub's webhook deliveries (nil: 503)
+	LinearEvents SlackEvents // and Linear's
 	// Idempotency keeps the answers of POSTs sent with an
 	// Idempotency-Key (the store; nil: the header is ignored).
 	Idempotency IdempotencyKeys
@@ -131,7 +132,7 @@ func (s *Server) routes() {
 	(&tasksRouter{base: s.base, co: s.deps.Tasks, st: s.deps.TaskReads, guests: s.deps.Guests, profiles: s.deps.Profiles}).route(h)
 	(&automationsRouter{base: s.base, co: s.deps.Automations, runs: s.deps.Runs}).route(h, public)
 	(&integrationsRouter{base: s.base, co: s.deps.Integrations, builtins: s.deps.Builtins, slack: s.deps.SlackEvents,
-		github: s.deps.GitHubEvents}).route(h, public)
+		github: s.deps.GitHubEvents, linear: s.deps.LinearEvents}).route(h, public)
 	h(apiv1.RouteChanges, s.changes)
 }
 

@@ -119,6 +119,11 @@ type GitHub interface {
 	Review(ctx context.Context, repo, number, text, key string) (string, error)
 }
 
+// Linear comments on issues, once per key (linearapp.App).
+type Linear interface {
+	Comment(ctx context.Context, issue, text, key string) (string, error)
+}
+
 // Deps are the collaborators of a Runner.
 type Deps struct {
 	Store     Store
@@ -128,6 +133,7 @@ type Deps struct {
 	Sealer    Sealer // nil: webhook triggers are refused (no secret can be kept)
 	Chat      Chat   // nil: post_slack blocks fail (Slack is not set up)
 	GitHub    GitHub // nil: github_comment and github_review blocks fail
+	Linear    Linear // nil: linear_comment blocks fail
 	Logger    *slog.Logger
 	Now       func() time.Time // the clock of schedules and records
 	NewID     func() string
@@ -143,6 +149,7 @@ type Runner struct {
 	seal  Sealer
 	chat  Chat
 	gh    GitHub
+	lin   Linear
 	log   *slog.Logger
 	now   func() time.Time
 	newID func() string
@@ -164,7 +171,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Runner, error) {
 	if deps.Store == nil {
 		return nil, errors.New("autorun: Store is required")
 	}
-	r := &Runner{cfg: cfg, st: deps.Store, tasks: deps.Tasks, reads: deps.TaskReads, guest: deps.Guests, seal: deps.Sealer, chat: deps.Chat, gh: deps.GitHub,
+	r := &Runner{cfg: cfg, st: deps.Store, tasks: deps.Tasks, reads: deps.TaskReads, guest: deps.Guests, seal: deps.Sealer, chat: deps.Chat, gh: deps.GitHub, lin: deps.Linear,
 		log: deps.Logger, now: deps.Now, newID: deps.NewID}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)

@@ -67,7 +67,12 @@ func (r blocks) execute(ctx context.Context, w *walker, b automations.Block, att
 			return r.gh.Review(ctx, render(b.Repo), render(b.Number), render(b.Text), key)
 		}
 		return r.gh.Comment(ctx, render(b.Repo), render(b.Number), render(b.Text), key)
-	case automations.BlockOpenPR, automations.BlockLinearComment:
+	case automations.BlockLinearComment:
+		if r.lin == nil {
+			return "", fmt.Errorf("%w: linear_comment needs Linear (engrams integration add linear)", ErrNoIntegration)
+		}
+		return r.lin.Comment(ctx, render(b.Issue), render(b.Text), fmt.Sprintf("step/%s/%d", w.run.ID, w.seq))
+	case automations.BlockOpenPR:
 		return "", fmt.Errorf("%w: %s needs its integration (engrams integration add)", ErrNoIntegration, b.Kind)
 	}
 	return "", fmt.Errorf("unknown block kind %q", b.Kind)

@@ -2,18 +2,52 @@ package autorun
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/engrams/engrams/internal/domain"
 )
 
 // builtins are the automations each integration comes with, installed
 // disabled when it is added: a user enables them, and edits them like any.
-var builtins = map[domain.IntegrationKind][]string{
-	domain.IntegrationSlack:  {slackThreads},
-	domain.IntegrationGitHub: {prReview},
+var builtins = map[domain.IntegrationKind][]func(settings) (string, bool){
+	domain.IntegrationSlack:  {func(settings) (string, bool) { return slackThreads, true }},
+	domain.IntegrationGitHub: {prReviewFor},
+	domain.IntegrationLinear: {func(settings) (string, bool) { return linearIssues, true }},
 }
+
+// settings are what built-ins read of their integration's settings.
+type settings struct {
+	Repos []string `json:"repos"`
+}
+
+// prReviewFor is pr-review on the configured repositories; none: it is
+// not installed (a trigger names its repositories).
+func prReviewFor(s settings) (string, bool) {
+	if len(s.Repos) == 0 {
+		return "", false
+	}
+	repos, _ := json.Marshal(s.Repos)
+	return strings.Replace(prReview, "trigger: {kind: github_pr,", "trigger: {kind: github_pr, repos: "+string(repos)+",", 1), true
+}
+
+// linearIssues works on an issue labelled engrams: it says so on the
+// issue, starts a task on the integration's profile, and posts the result.
+const linearIssues = `name: linear-issues
+trigger: {kind: linear_issue, labels: [engrams]}
+blocks:
+  - {id: ack, kind: linear_comment, issue: "{{trigger.issue}}", text: "engrams is working on {{trigger.identifier}}."}
+  - id: task
+    kind: start_task
+    profile: "{{trigger.profile}}"
+    prompt: |
+      {{trigger.identifier}}: {{trigger.title}}
+      {{trigger.description}}
+  - {id: idle, kind: wait_idle, task: task, timeout: 2h}
+  - {id: result, kind: linear_comment, issue: "{{trigger.issue}}", text: "{{steps.idle.output}}"}
+`
 
 // prReview reviews a pull request on a reviewer profile (make it deny by
 // default: no hosts, read-only credentials): one review with inline
@@ -46,10 +80,17 @@ blocks:
 `
 
 // InstallBuiltins saves an integration's built-in automations that are
-// not there yet, disabled, and names them.
-func (r *Runner) InstallBuiltins(ctx context.Context, kind domain.IntegrationKind) ([]string, error) {
+// not there yet, disabled, and names them; config is the integration's
+// settings (GitHub's repos).
+func (r *Runner) InstallBuiltins(ctx context.Context, kind domain.IntegrationKind, config json.RawMessage) ([]string, error) {
+	var set settings
+	_ = json.Unmarshal(config, &set)
 	var out []string
-	for _, def := range builtins[kind] {
+	for _, build := range builtins[kind] {
+		def, ok := build(set)
+		if !ok {
+			continue
+		}
 		d, _, err := r.decode([]byte(def))
 		if err != nil {
 			return out, fmt.Errorf("built-in automation: %w", err)

@@ -24,7 +24,7 @@ Adding one installs its built-in automations, disabled: enable them with
 }
 
 func (a autoCmds) integrationAddCmd() *cobra.Command {
-	var secrets, channels []string
+	var secrets, channels, repos []string
 	var apiURL, dashboard, profile string
 	var socket bool
 	cmd := &cobra.Command{
@@ -42,7 +42,8 @@ Slack's events arrive at POST /v1/integrations/slack/events (the Slack app's
 request URL), or over Socket Mode (--socket-mode, no public URL needed).`,
 		Example: `  printf '%s\n%s\n' "$BOT_TOKEN" "$SIGNING_SECRET" | engrams integration add slack \
       --secret bot_token=- --secret signing_secret=- --channel C0123=agent --default-profile agent
-  engrams integration add slack --secret bot_token=- --secret signing_secret=- --secret app_token=- --socket-mode`,
+  engrams integration add slack --secret bot_token=- --secret signing_secret=- --secret app_token=- --socket-mode
+  engrams integration add github --secret token=- --secret webhook_secret=- --repo acme/app`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			vals, err := readSecrets(cmd, secrets)
@@ -52,6 +53,9 @@ request URL), or over Socket Mode (--socket-mode, no public URL needed).`,
 			config, err := integrationConfig(apiURL, dashboard, profile, socket, channels)
 			if err != nil {
 				return err
+			}
+			if len(repos) > 0 {
+				config["repos"] = repos
 			}
 			raw, _ := json.Marshal(config)
 			c, err := a.client()
@@ -76,6 +80,7 @@ request URL), or over Socket Mode (--socket-mode, no public URL needed).`,
 	f.StringArrayVar(&secrets, "secret", nil, "a credential `NAME=VALUE` (VALUE - reads a line of stdin; repeatable)")
 	f.StringArrayVar(&channels, "channel", nil, "slack: `CHANNEL_ID=PROFILE`, the profile of mentions in that channel (repeatable)")
 	f.StringVar(&profile, "default-profile", "", "slack: the `PROFILE` of mentions elsewhere")
+	f.StringArrayVar(&repos, "repo", nil, "github: a repository `OWNER/NAME` whose deliveries are taken and reviewed (repeatable)")
 	f.StringVar(&apiURL, "api-url", "", "the service's API base `URL` (default: the public one)")
 	f.StringVar(&dashboard, "dashboard-url", "", "this deployment's dashboard `URL`, for links back to tasks")
 	f.BoolVar(&socket, "socket-mode", false, "slack: take events over Socket Mode (needs the app_token)")

@@ -17,6 +17,7 @@ import (
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/imagejobs"
 	"github.com/engrams/engrams/internal/integrations"
+	"github.com/engrams/engrams/internal/linearapp"
 	"github.com/engrams/engrams/internal/profiles"
 	"github.com/engrams/engrams/internal/secrets"
 	"github.com/engrams/engrams/internal/slackapp"
@@ -44,6 +45,7 @@ type Parts struct {
 	Integrations *integrations.Service
 	Slack        *slackapp.App
 	GitHub       *githubapp.App
+	Linear       *linearapp.App
 }
 
 // The services satisfy the interfaces of the parts that consume them.
@@ -70,6 +72,8 @@ var (
 	_ slackapp.Tasks              = (*tasks.Tasks)(nil)
 	_ autorun.GitHub              = (*githubapp.App)(nil)
 	_ githubapp.Runs              = (*autorun.Runner)(nil)
+	_ autorun.Linear              = (*linearapp.App)(nil)
+	_ linearapp.Runs              = (*autorun.Runner)(nil)
 )
 
 // Assemble builds the services of a replica that reaches hosts through t
@@ -139,6 +143,9 @@ func assemble(cfg Config, deps Deps, t hostlink.Transports, links coordinator.Li
 	if p.GitHub, err = githubapp.New(githubapp.Deps{Store: st, Integrations: p.Integrations, Logger: log.With("component", "github")}); err != nil {
 		return p, err
 	}
+	if p.Linear, err = linearapp.New(linearapp.Deps{Store: st, Integrations: p.Integrations, Logger: log.With("component", "linear")}); err != nil {
+		return p, err
+	}
 	return p, p.openAutomations(cfg, deps, log)
 }
 
@@ -158,13 +165,14 @@ func (p *Parts) openAutomations(cfg Config, deps Deps, log *slog.Logger) error {
 	}
 	// Connecting is bounded by DBOS (2 minutes).
 	r, err := autorun.Open(context.Background(), ac, autorun.Deps{Store: deps.Store, Tasks: p.Tasks, TaskReads: deps.Store, Guests: p.Co, Sealer: sealer,
-		Chat: p.Slack, GitHub: p.GitHub, Logger: log.With("component", "automations"), NewID: newID})
+		Chat: p.Slack, GitHub: p.GitHub, Linear: p.Linear, Logger: log.With("component", "automations"), NewID: newID})
 	if err != nil {
 		return err
 	}
 	p.Automations = r
 	p.Slack.SetRuns(r)
 	p.GitHub.SetRuns(r)
+	p.Linear.SetRuns(r)
 	return nil
 }
 
@@ -183,7 +191,7 @@ func (p *Parts) routeHostLink(mux *http.ServeMux) {
 func (p *Parts) APIDeps(st store.Store, log *slog.Logger) api.Deps {
 	d := api.Deps{Sessions: p.Co, Reads: st, Guests: p.Co, Fleet: st, HostAdmin: p.Co.Access(), Images: p.Images, Harnesses: p.Harnesses,
 		Secrets: p.Vault, Profiles: p.Profiles, Tasks: p.Tasks, TaskReads: st, Egress: p.Egress, Idempotency: st, Changes: st, Logger: log, NewID: newID}
-	d.Integrations, d.SlackEvents, d.GitHubEvents = p.Integrations, p.Slack, p.GitHub
+	d.Integrations, d.SlackEvents, d.GitHubEvents, d.LinearEvents = p.Integrations, p.Slack, p.GitHub, p.Linear
 	if p.Automations != nil {
 		d.Automations, d.Runs, d.Builtins = p.Automations, p.Automations, p.Automations
 	}
