@@ -101,3 +101,34 @@ func TestAutomationRoutesOff(t *testing.T) {
 	check(t, "list", a.do("GET", "/v1/automations", "", nil), 503, []string{"runs no automations"}, nil)
 	check(t, "hook", a.do("POST", "/v1/hooks/x", "application/json", strings.NewReader(`{}`)), 503, []string{"runs no automations"}, nil)
 }
+
+func TestIntegrationRoutes(t *testing.T) {
+	t.Parallel()
+	a := newAgentAPI(t, agentOpts{automations: true})
+	const bot = "xoxb-very-secret-bot-token"
+	for _, s := range []struct {
+		what, method, target, body string
+		status                     int
+		contains, lacks            []string
+	}{
+		{"unknown kind", "POST", "/v1/integrations", `{"kind":"jira","secrets":{}}`, 400, []string{`no integration \"jira\"`}, nil},
+		{"missing credential", "POST", "/v1/integrations", `{"kind":"slack","secrets":{"bot_token":"` + bot + `"}}`, 400, []string{"signing_secret"}, []string{bot}},
+		{"unknown setting", "POST", "/v1/integrations", `{"kind":"slack","config":{"color":"red"},"secrets":{"bot_token":"b","signing_secret":"s"}}`, 400,
+			[]string{`no setting \"color\"`}, nil},
+		{"add", "POST", "/v1/integrations", `{"kind":"slack","config":{"default_profile":"agent"},"secrets":{"bot_token":"` + bot + `","signing_secret":"s"}}`,
+			201, []string{`"kind":"slack"`, `"secrets":["bot_token","signing_secret"]`, `"builtins":["slack-threads"]`}, []string{bot}},
+		{"built-in installed disabled", "GET", "/v1/automations/slack-threads", "", 200, []string{`"enabled":false`, `"trigger":"slack_mention"`}, nil},
+		{"add again", "POST", "/v1/integrations", `{"kind":"slack","secrets":{"bot_token":"` + bot + `","signing_secret":"s2"}}`, 201, nil,
+			[]string{bot, "builtins"}},
+		{"list", "GET", "/v1/integrations", "", 200, []string{`"kind":"slack"`}, []string{bot, `"s2"`}},
+		{"unsigned slack event", "POST", "/v1/integrations/slack/events", `{"type":"url_verification","challenge":"c"}`, 401, nil, []string{`"c"`}},
+		{"remove", "DELETE", "/v1/integrations/slack", "", 200, nil, nil},
+		{"remove again", "DELETE", "/v1/integrations/slack", "", 404, []string{"not configured"}, nil},
+		{"slack event when not configured", "POST", "/v1/integrations/slack/events", `{}`, 404, nil, nil},
+	} {
+		check(t, s.what, a.do(s.method, s.target, "application/json", strings.NewReader(s.body)), s.status, s.contains, s.lacks)
+	}
+	if strings.Contains(a.logs.String(), bot) {
+		t.Error("the logs quote a credential")
+	}
+}

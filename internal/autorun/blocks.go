@@ -256,9 +256,9 @@ func (r blocks) withGuest(ctx context.Context, id domain.TaskID, fn func(*guesta
 	if id == "" {
 		return errors.New("no task: its start_task block has not run")
 	}
-	t, err := r.reads.GetTask(ctx, id)
+	t, err := r.setUp(ctx, id)
 	if err != nil {
-		return fmt.Errorf("read task %s: %w", id, err)
+		return err
 	}
 	deadline := time.Now().Add(hostWait)
 	for {
@@ -275,6 +275,36 @@ func (r blocks) withGuest(ctx context.Context, id domain.TaskID, fn func(*guesta
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// setupWait bounds the wait for a task's setup (its session, its clones).
+const setupWait = 15 * time.Minute
+
+// setUp waits until a task is past its setup: its workdir exists. A
+// task that failed or stopped is an error.
+func (r blocks) setUp(ctx context.Context, id domain.TaskID) (domain.Task, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, setupWait, fmt.Errorf("task %s was still setting up after %s", id, setupWait))
+	defer cancel()
+	wake := r.reads.Subscribe(ctx, tasks.Topic(id))
+	for {
+		t, err := r.reads.GetTask(ctx, id)
+		if err != nil {
+			return t, fmt.Errorf("read task %s: %w", id, err)
+		}
+		switch t.State {
+		case domain.TaskFailed, domain.TaskStopped:
+			return t, fmt.Errorf("task %s is %s %s", id, t.State, t.Error)
+		case domain.TaskStarting:
+		default:
+			return t, nil
+		}
+		select {
+		case <-ctx.Done():
+			return t, context.Cause(ctx)
+		case <-wake:
 		case <-time.After(2 * time.Second):
 		}
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/automations"
+	"github.com/engrams/engrams/internal/githubtest"
 	"github.com/engrams/engrams/internal/modeltest"
 )
 
@@ -180,25 +181,46 @@ func runStartedAt(t *testing.T, d *dashboardEnv, taskID string) time.Time {
 	return time.Time{}
 }
 
+// killedAutomation comments on a pull request, starts a task, runs a
+// long command in its VM (where the test kills dev), waits for the agent,
+// comments again and ends the session.
+const killedAutomation = `
+name: killed
+trigger: {kind: webhook, slug: killed}
+blocks:
+  - {id: hello, kind: github_comment, repo: acme/app, number: "7", text: "Run {{trigger.n}} started."}
+  - {id: task, kind: start_task, profile: agent, prompt: "create hello.txt with hi"}
+  - {id: slow, kind: run_command, task: task, command: "sleep 40; echo slept"}
+  - {id: idle, kind: wait_idle, task: task, timeout: 5m}
+  - {id: bye, kind: github_comment, repo: acme/app, number: "7", text: "Done: {{steps.idle.output}}"}
+  - {id: stop, kind: end_session, task: task}
+`
+
 // TestAutomationRunSurvivesKill9: `engrams dev` killed with SIGKILL while
 // a run's third block runs; restarted on the same data, it resumes the run
-// from that block. Blocks 1 and 2 do not run again (one task, one VM, one
-// first turn at the model), the third runs a second time, and the step
-// record says so.
+// from that block. Blocks 1 and 2 do not run again (one comment on the
+// fake GitHub, one task, one first turn at the model), the third runs a
+// second time, the rest once, and the step record says so.
 func TestAutomationRunSurvivesKill9(t *testing.T) {
 	t.Parallel()
 	d := startDevAgentEnv(t)
-	saved := createAutomation(t, d, helloAutomation)
-	body := []byte(`{"prompt":"create hello.txt with hi","check":"sleep 20; cat /work/app/hello.txt"}`)
-	status, first := deliver(t, d.dev.url+saved.HookURL, saved.HookSecret, "kill-1", time.Now(), body)
+	gh := githubtest.Start(t, "ghp_kill")
+	runDevCLI(t, d, "integration", "add", "github", "--secret", "token=ghp_kill", "--secret", "webhook_secret=x", "--api-url", gh.URL)
+	saved := createAutomation(t, d, killedAutomation)
+	status, first := deliver(t, d.dev.url+saved.HookURL, saved.HookSecret, "kill-1", time.Now(), []byte(`{"n":"1"}`))
 	if status != http.StatusAccepted {
 		t.Fatalf("delivery: %d", status)
 	}
-	eventually(t, 5*time.Minute, "the run's third block runs", func() (bool, string) {
+	// Kill while the third block's command runs in the guest, once the
+	// task's session is set up (its first turn ended).
+	eventually(t, 5*time.Minute, "the run's third block runs on a task set up", func() (bool, string) {
 		run, err := d.dev.c.Automations().GetRun(context.Background(), first.ID)
-		return err == nil && len(run.Steps) == 3 && run.Steps[2].State == "running", fmt.Sprintf("%+v %v", run.Steps, err)
+		if err != nil || len(run.Steps) != 3 || run.Steps[2].State != "running" {
+			return false, fmt.Sprintf("%+v %v", run.Steps, err)
+		}
+		task, err := d.dev.c.Tasks().Get(context.Background(), run.Steps[1].Output)
+		return err == nil && task.State == "idle", fmt.Sprintf("task %+v %v", task, err)
 	})
-	time.Sleep(2 * time.Second) // the command is in the guest
 	if _, err := d.dev.stop(t, syscall.SIGKILL); err == nil {
 		t.Fatal("engrams dev exited cleanly from SIGKILL")
 	}
@@ -211,12 +233,16 @@ func TestAutomationRunSurvivesKill9(t *testing.T) {
 	for _, s := range run.Steps {
 		attempts = append(attempts, s.Attempt)
 	}
-	if !slices.Equal(attempts, []int64{1, 1, 2, 1}) || stepOf(run, "check").Output != "hi\n" {
+	if !slices.Equal(attempts, []int64{1, 1, 2, 1, 1, 1}) || stepOf(run, "slow").Output != "slept\n" {
 		t.Fatalf("steps after the restart: %+v (want the third block run twice, the others once)", run.Steps)
 	}
 	tasks, err := d.dev.c.Tasks().List(context.Background(), "", "")
 	if err != nil || len(tasks) != 1 || modelTurns(d, "write") != 1 {
 		t.Fatalf("%d tasks (%v), %d first turns at the model: blocks 1 and 2 ran again", len(tasks), err, modelTurns(d, "write"))
+	}
+	comments := gh.Comments("acme/app", 7)
+	if len(comments) != 2 || !strings.HasPrefix(comments[0].Body, "Run 1 started.") || !strings.HasPrefix(comments[1].Body, "Done: Created hello.txt") {
+		t.Fatalf("comments on the fake GitHub: %+v (want each once)", comments)
 	}
 }
 
