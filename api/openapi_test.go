@@ -162,6 +162,7 @@ func TestRoutesMatchPaths(t *testing.T) {
 		"RouteAddIntegration": apiv1.RouteAddIntegration, "RouteListIntegrations": apiv1.RouteListIntegrations,
 		"RouteRemoveIntegration": apiv1.RouteRemoveIntegration, "RouteSlackEvents": apiv1.RouteSlackEvents,
 		"RouteGitHubEvents": apiv1.RouteGitHubEvents, "RouteLinearEvents": apiv1.RouteLinearEvents,
+		"RouteTaskPR": apiv1.RouteTaskPR,
 	}
 	for name, v := range compiled {
 		if routes[name] != v {
@@ -439,6 +440,8 @@ func automationSchemaTypes() map[string]reflect.Type {
 		"AddIntegrationRequest":   reflect.TypeFor[apiv1.AddIntegrationRequest](),
 		"Integration":             reflect.TypeFor[apiv1.Integration](),
 		"IntegrationList":         reflect.TypeFor[apiv1.IntegrationList](),
+		"TaskPRRequest":           reflect.TypeFor[apiv1.TaskPRRequest](),
+		"TaskPR":                  reflect.TypeFor[apiv1.TaskPR](),
 	}
 }
 

@@ -170,3 +170,11 @@ func (tc TaskClient) eventsOnce(ctx context.Context, id string, last *int64, fol
 	}
 	return n, err
 }
+
+// PR pushes a task's changes as a branch and opens a pull request of it
+// through the GitHub integration.
+func (tc TaskClient) PR(ctx context.Context, id string, req apiv1.TaskPRRequest) (apiv1.TaskPR, error) {
+	var pr apiv1.TaskPR
+	err := tc.c.call(ctx, http.MethodPost, routePath(apiv1.RouteTaskPR, id), nil, req, &pr)
+	return pr, err
+}

@@ -114,3 +114,23 @@ func (d RepoDiff) Patch() string {
 	}
 	return b.String()
 }
+
+// RouteTaskPR pushes a task's changes as a branch and opens a pull request
+// of it through the GitHub integration: TaskPRRequest -> TaskPR.
+const RouteTaskPR = "POST /v1/tasks/{id}/pr"
+
+// TaskPRRequest opens a pull request of a task's changes on Repo
+// (owner/name), from its repository at Path ("" for its only one).
+type TaskPRRequest struct {
+	Repo  string `json:"repo"`
+	Title string `json:"title,omitempty"`
+	Path  string `json:"path,omitempty"`
+}
+
+// TaskPR is a pull request opened from a task.
+type TaskPR struct {
+	URL    string `json:"url"`
+	Number int    `json:"number"`
+	Branch string `json:"branch"`
+	Commit string `json:"commit"`
+}

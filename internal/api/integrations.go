@@ -8,6 +8,7 @@ import (
 
 	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/githubapp"
 	"github.com/engrams/engrams/internal/integrations"
 )
 
@@ -30,6 +31,11 @@ type SlackEvents interface {
 	HandleEvents(ctx context.Context, h http.Header, body []byte) (int, any)
 }
 
+// TaskPRs opens pull requests from tasks (githubapp.App).
+type TaskPRs interface {
+	OpenTaskPR(ctx context.Context, taskID domain.TaskID, repo, title, path string) (githubapp.PullRequest, error)
+}
+
 // maxSlackEvent bounds a Slack delivery's body.
 const maxSlackEvent = 1 << 20
 
@@ -41,6 +47,7 @@ type integrationsRouter struct {
 	slack    SlackEvents
 	github   SlackEvents
 	linear   SlackEvents
+	prs      TaskPRs
 }
 
 func (s *integrationsRouter) route(h, public func(string, http.HandlerFunc)) {
@@ -49,6 +56,7 @@ func (s *integrationsRouter) route(h, public func(string, http.HandlerFunc)) {
 	h(apiv1.RouteRemoveIntegration, s.remove)
 	public(apiv1.RouteSlackEvents, s.deliveries("Slack", func() SlackEvents { return s.slack }))
 	public(apiv1.RouteGitHubEvents, s.deliveries("GitHub", func() SlackEvents { return s.github }))
+	h(apiv1.RouteTaskPR, s.taskPR)
 	public(apiv1.RouteLinearEvents, s.deliveries("Linear", func() SlackEvents { return s.linear }))
 }
 
@@ -139,6 +147,23 @@ func (s *integrationsRouter) deliver(w http.ResponseWriter, r *http.Request, ser
 		return
 	}
 	writeJSON(w, status, out)
+}
+
+func (s *integrationsRouter) taskPR(w http.ResponseWriter, r *http.Request) {
+	if s.prs == nil {
+		writeError(w, http.StatusServiceUnavailable, apiv1.CodeUnavailable, "this server runs no GitHub integration")
+		return
+	}
+	var req apiv1.TaskPRRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	pr, err := s.prs.OpenTaskPR(r.Context(), pathTask(r), req.Repo, req.Title, req.Path)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, apiv1.TaskPR{URL: pr.URL, Number: pr.Number, Branch: pr.Branch, Commit: pr.Commit})
 }
 
 func integrationOut(v integrations.View) apiv1.Integration {

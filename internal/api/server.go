@@ -51,6 +51,7 @@ type Deps struct {
 	SlackEvents  SlackEvents
 	GitHubEvents SlackEvents // the same shape: GitHub's webhook deliveries (nil: 503)
 	LinearEvents SlackEvents // and Linear's
+	TaskPRs      TaskPRs     // pull requests from tasks (nil: 503)
 	// Idempotency keeps the answers of POSTs sent with an
 	// Idempotency-Key (the store; nil: the header is ignored).
 	Idempotency IdempotencyKeys
@@ -132,7 +133,7 @@ func (s *Server) routes() {
 	(&tasksRouter{base: s.base, co: s.deps.Tasks, st: s.deps.TaskReads, guests: s.deps.Guests, profiles: s.deps.Profiles}).route(h)
 	(&automationsRouter{base: s.base, co: s.deps.Automations, runs: s.deps.Runs}).route(h, public)
 	(&integrationsRouter{base: s.base, co: s.deps.Integrations, builtins: s.deps.Builtins, slack: s.deps.SlackEvents,
-		github: s.deps.GitHubEvents, linear: s.deps.LinearEvents}).route(h, public)
+		github: s.deps.GitHubEvents, linear: s.deps.LinearEvents, prs: s.deps.TaskPRs}).route(h, public)
 	h(apiv1.RouteChanges, s.changes)
 }
 

@@ -117,6 +117,9 @@ type Chat interface {
 type GitHub interface {
 	Comment(ctx context.Context, repo, number, text, key string) (string, error)
 	Review(ctx context.Context, repo, number, text, key string) (string, error)
+	// OpenPR pushes a task's changes as a branch and opens a pull request
+	// of it (again: the same one), answering its URL.
+	OpenPR(ctx context.Context, task domain.TaskID, repo, title string) (string, error)
 }
 
 // Linear comments on issues, once per key (linearapp.App).

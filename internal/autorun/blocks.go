@@ -73,7 +73,10 @@ func (r blocks) execute(ctx context.Context, w *walker, b automations.Block, att
 		}
 		return r.lin.Comment(ctx, render(b.Issue), render(b.Text), fmt.Sprintf("step/%s/%d", w.run.ID, w.seq))
 	case automations.BlockOpenPR:
-		return "", fmt.Errorf("%w: %s needs its integration (engrams integration add)", ErrNoIntegration, b.Kind)
+		if r.gh == nil {
+			return "", fmt.Errorf("%w: open_pr needs GitHub (engrams integration add github)", ErrNoIntegration)
+		}
+		return r.gh.OpenPR(ctx, w.taskOf(b), render(b.Repo), render(b.Title))
 	}
 	return "", fmt.Errorf("unknown block kind %q", b.Kind)
 }

@@ -184,3 +184,42 @@ func integrationConfig(apiURL, dashboard, profile string, socket bool, channels 
 	}
 	return config, nil
 }
+
+func (a taskCmds) taskPRCmd() *cobra.Command {
+	var repo, title, path string
+	cmd := &cobra.Command{
+		Use:   "pr TASK --repo OWNER/NAME [--title T] [--path P]",
+		Short: "Open a pull request of a task's changes (GitHub integration)",
+		Long: `Push a task's changes as a branch (engrams/task-<id>) and open a pull request
+of it on GitHub that links back to the task. The repository is cloned
+again on the coordinator at the task's base, the task's diff applied and
+committed, and pushed with the repository's credential (it never enters
+the VM). Running it again pushes the task's changes now to the same branch
+and prints the same pull request. --path picks the repository when the
+task cloned several.`,
+		Example: `  engrams task pr 01a2383a-ccec-7a90 --repo acme/app --title "Fix the flaky test"`,
+		Args:    usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if repo == "" {
+				return usageError{fmt.Errorf("--repo OWNER/NAME is required: the GitHub repository to open the pull request on")}
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			pr, err := c.Tasks().PR(cmd.Context(), args[0], apiv1.TaskPRRequest{Repo: repo, Title: title, Path: path})
+			if err != nil {
+				return fmt.Errorf("open a pull request of task %s: %w", args[0], err)
+			}
+			if a.jsonOut {
+				return printJSON(cmd.OutOrStdout(), pr)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "pull request #%d: %s\nbranch %s at %s\n", pr.Number, pr.URL, pr.Branch, pr.Commit)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&repo, "repo", "", "the GitHub repository `OWNER/NAME`")
+	cmd.Flags().StringVar(&title, "title", "", "the pull request's `TITLE` (default: the task's)")
+	cmd.Flags().StringVar(&path, "path", "", "the task's repository `PATH` under /work (default: its only one)")
+	return cmd
+}

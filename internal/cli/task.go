@@ -24,7 +24,7 @@ resumes: `+"`engrams task send`"+` resumes a suspended session transparently.`)
 		annConflict: "the task is not in a state that allows this; check it with `engrams task get ID`",
 	}
 	cmd.AddCommand(a.taskStartCmd(), a.taskListCmd(), a.taskShowCmd(), a.taskSendCmd(), a.taskDiffCmd(),
-		a.taskStopCmd(), a.taskFilesCmd())
+		a.taskStopCmd(), a.taskFilesCmd(), a.taskPRCmd())
 	return cmd
 }
 

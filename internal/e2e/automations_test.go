@@ -166,6 +166,43 @@ func TestAutomationWebhookStartsAgent(t *testing.T) {
 	if err != nil || len(tasks) != 1 || modelTurns(d, "write") != 1 {
 		t.Fatalf("%d tasks (%v), %d first turns: one delivery is one agent", len(tasks), err, modelTurns(d, "write"))
 	}
+
+	checkTaskPR(t, d, taskID)
+}
+
+// checkTaskPR: engrams task pr pushes the task's change as a branch (the
+// coordinator, with the repository's credential) and opens a pull request
+// of it on the fake GitHub linking back to the task; again: the same one.
+func checkTaskPR(t *testing.T, d *dashboardEnv, taskID string) {
+	t.Helper()
+	// The run's last block stopped the task: its session suspends first.
+	eventually(t, 2*time.Minute, "the stopped task's session to suspend", func() (bool, string) {
+		task, err := d.dev.c.Tasks().Get(context.Background(), taskID)
+		if err != nil {
+			return false, err.Error()
+		}
+		s, err := d.dev.c.Sessions().Get(context.Background(), task.SessionID)
+		return err == nil && s.State == "idle", fmt.Sprint(s.State, err)
+	})
+	gh := githubtest.Start(t, "ghp_pr")
+	runDevCLI(t, d, "integration", "add", "github", "--secret", "token=ghp_pr", "--api-url", gh.URL, "--dashboard-url", d.dev.url)
+	for range 2 {
+		out := runDevCLI(t, d, "task", "pr", taskID, "--repo", "acme/app", "--title", "Add hello.txt")
+		if !strings.Contains(out, "pull request #1") {
+			t.Fatalf("task pr printed %q", out)
+		}
+	}
+	prs := gh.PRs()
+	branch := "engrams/task-" + strings.SplitN(taskID, "-", 2)[0]
+	if len(prs) != 1 || prs[0].Head != branch || prs[0].Base != "main" || !strings.Contains(prs[0].Body, "/tasks/"+taskID) {
+		t.Fatalf("pull requests: %+v", prs)
+	}
+	if msg := d.git.lastCommit(t, "app", branch); msg != "Add hello.txt" {
+		t.Fatalf("the branch %s is at %q, want the task's commit", branch, msg)
+	}
+	if diff := d.git.show(t, "app", branch, "hello.txt"); diff != "hi\n" {
+		t.Fatalf("hello.txt on the branch: %q", diff)
+	}
 }
 
 // runStartedAt is when a task's harness said its run started.

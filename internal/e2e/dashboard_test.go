@@ -87,6 +87,7 @@ type dashboardEnv struct {
 	dir      string
 	chromium string
 	model    *modeltest.Server
+	git      *gitServer
 }
 
 func startDashboardEnv(t *testing.T) *dashboardEnv {
@@ -138,7 +139,7 @@ func startDevAgentEnv(t *testing.T) *dashboardEnv {
 	if _, err := c.Profiles().Create(ctx, apiv1.CreateProfileRequest{Name: "agent", Spec: spec}); err != nil {
 		t.Fatalf("create profile: %v", err)
 	}
-	return &dashboardEnv{dev: dev, reg: reg, dir: dir, model: model}
+	return &dashboardEnv{dev: dev, reg: reg, dir: dir, model: model, git: git}
 }
 
 // config is what web/e2e's scripts are told of the env.

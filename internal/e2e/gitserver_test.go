@@ -93,6 +93,16 @@ func (g *gitServer) lastCommit(t *testing.T, name, branch string) string {
 	return strings.TrimSpace(string(out))
 }
 
+// show is a file's content at a branch.
+func (g *gitServer) show(t *testing.T, name, branch, file string) string {
+	t.Helper()
+	out, err := exec.Command("git", "--git-dir", filepath.Join(g.root, name+".git"), "show", branch+":"+file).CombinedOutput()
+	if err != nil {
+		t.Fatalf("git show %s:%s of %s: %v\n%s", branch, file, name, err, out)
+	}
+	return string(out)
+}
+
 // repo creates a bare repository name.git holding one commit of files and
 // returns its URL.
 func (g *gitServer) repo(t *testing.T, name string, files map[string]string) string {

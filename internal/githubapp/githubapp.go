@@ -78,13 +78,14 @@ type Deps struct {
 
 // App is the GitHub integration.
 type App struct {
-	st   Store
-	ins  Integrations
-	http *http.Client
-	log  *slog.Logger
-	now  func() time.Time
-	mu   sync.Mutex
-	runs Runs
+	st       Store
+	ins      Integrations
+	http     *http.Client
+	log      *slog.Logger
+	now      func() time.Time
+	mu       sync.Mutex
+	runs     Runs
+	branches Branches
 }
 
 // New returns an App.
@@ -120,10 +121,11 @@ func (a *App) starter() Runs {
 
 // conf is GitHub's settings and credentials.
 type conf struct {
-	APIURL  string   `json:"api_url"`
-	Repos   []string `json:"repos"` // repositories deliveries are taken from (none: any)
-	token   string
-	webhook string
+	APIURL       string   `json:"api_url"`
+	Repos        []string `json:"repos"` // repositories deliveries are taken from (none: any)
+	DashboardURL string   `json:"dashboard_url"`
+	token        string
+	webhook      string
 }
 
 func (a *App) conf(ctx context.Context) (conf, error) {

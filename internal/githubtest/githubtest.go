@@ -37,6 +37,7 @@ type Server struct {
 	token string
 	mu    sync.Mutex
 	posts map[string][]*Post // "owner/repo/pulls/N/reviews" or ".../issues/N/comments"
+	prs   []PR
 	n     int64
 }
 
@@ -46,6 +47,7 @@ func Start(t testing.TB, token string) *Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/repos/{owner}/{repo}/pulls/{n}/reviews", s.handle)
 	mux.HandleFunc("/repos/{owner}/{repo}/issues/{n}/comments", s.handle)
+	mux.HandleFunc("/repos/{owner}/{repo}/pulls", s.pulls)
 	s.Server = httptest.NewServer(mux)
 	t.Cleanup(s.Close)
 	return s
@@ -83,6 +85,55 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		s.posts[key] = append(s.posts[key], p)
 		w.WriteHeader(http.StatusCreated)
 		_ = json.NewEncoder(w).Encode(map[string]any{"id": p.ID, "body": p.Body, "html_url": fmt.Sprintf("%s/%s#%d", s.URL, key, p.ID)})
+	default:
+		http.Error(w, "", http.StatusMethodNotAllowed)
+	}
+}
+
+// PR is a pull request opened on the fake.
+type PR struct {
+	Repo, Title, Head, Base, Body string
+	Number                        int
+}
+
+// PRs returns the pull requests opened.
+func (s *Server) PRs() []PR {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]PR(nil), s.prs...)
+}
+
+func (s *Server) pulls(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Authorization") != "Bearer "+s.token {
+		http.Error(w, `{"message":"Bad credentials"}`, http.StatusUnauthorized)
+		return
+	}
+	repo := r.PathValue("owner") + "/" + r.PathValue("repo")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	out := func(p PR) map[string]any {
+		return map[string]any{"number": p.Number, "html_url": fmt.Sprintf("%s/%s/pull/%d", s.URL, p.Repo, p.Number), "title": p.Title}
+	}
+	switch r.Method {
+	case http.MethodGet:
+		list := []map[string]any{}
+		for _, p := range s.prs {
+			if p.Repo == repo && r.PathValue("owner")+":"+p.Head == r.URL.Query().Get("head") {
+				list = append(list, out(p))
+			}
+		}
+		_ = json.NewEncoder(w).Encode(list)
+	case http.MethodPost:
+		var in struct{ Title, Head, Base, Body string }
+		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&in); err != nil || in.Head == "" || in.Base == "" || in.Title == "" {
+			http.Error(w, `{"message":"Validation Failed"}`, http.StatusUnprocessableEntity)
+			return
+		}
+		p := PR{Repo: repo, Title: in.Title, Head: in.Head, Base: in.Base, Body: in.Body, Number: len(s.prs) + 1}
+		s.prs = append(s.prs, p)
+		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(out(p))
 	default:
 		http.Error(w, "", http.StatusMethodNotAllowed)
 	}

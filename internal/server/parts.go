@@ -143,6 +143,7 @@ func assemble(cfg Config, deps Deps, t hostlink.Transports, links coordinator.Li
 	if p.GitHub, err = githubapp.New(githubapp.Deps{Store: st, Integrations: p.Integrations, Logger: log.With("component", "github")}); err != nil {
 		return p, err
 	}
+	p.GitHub.SetBranches(tasks.NewPusher(p.Tasks))
 	if p.Linear, err = linearapp.New(linearapp.Deps{Store: st, Integrations: p.Integrations, Logger: log.With("component", "linear")}); err != nil {
 		return p, err
 	}
@@ -192,6 +193,7 @@ func (p *Parts) APIDeps(st store.Store, log *slog.Logger) api.Deps {
 	d := api.Deps{Sessions: p.Co, Reads: st, Guests: p.Co, Fleet: st, HostAdmin: p.Co.Access(), Images: p.Images, Harnesses: p.Harnesses,
 		Secrets: p.Vault, Profiles: p.Profiles, Tasks: p.Tasks, TaskReads: st, Egress: p.Egress, Idempotency: st, Changes: st, Logger: log, NewID: newID}
 	d.Integrations, d.SlackEvents, d.GitHubEvents, d.LinearEvents = p.Integrations, p.Slack, p.GitHub, p.Linear
+	d.TaskPRs = p.GitHub
 	if p.Automations != nil {
 		d.Automations, d.Runs, d.Builtins = p.Automations, p.Automations, p.Automations
 	}
