@@ -162,7 +162,7 @@ func TestRoutesMatchPaths(t *testing.T) {
 		"RouteAddIntegration": apiv1.RouteAddIntegration, "RouteListIntegrations": apiv1.RouteListIntegrations,
 		"RouteRemoveIntegration": apiv1.RouteRemoveIntegration, "RouteSlackEvents": apiv1.RouteSlackEvents,
 		"RouteGitHubEvents": apiv1.RouteGitHubEvents, "RouteLinearEvents": apiv1.RouteLinearEvents,
-		"RouteTaskPR": apiv1.RouteTaskPR,
+		"RouteTaskPR": apiv1.RouteTaskPR, "RouteListBuiltins": apiv1.RouteListBuiltins,
 	}
 	for name, v := range compiled {
 		if routes[name] != v {
@@ -442,6 +442,8 @@ func automationSchemaTypes() map[string]reflect.Type {
 		"IntegrationList":         reflect.TypeFor[apiv1.IntegrationList](),
 		"TaskPRRequest":           reflect.TypeFor[apiv1.TaskPRRequest](),
 		"TaskPR":                  reflect.TypeFor[apiv1.TaskPR](),
+		"Builtin":                 reflect.TypeFor[apiv1.Builtin](),
+		"BuiltinList":             reflect.TypeFor[apiv1.BuiltinList](),
 	}
 }
 

@@ -19,6 +19,7 @@ const (
 	RouteListRuns          = "GET /v1/automations/{name}/runs"         // -> RunList, newest first
 	RouteGetRun            = "GET /v1/runs/{id}"                       // -> RunDetail (the run and its steps)
 	RouteCancelRun         = "POST /v1/runs/{id}/cancel"               // -> Run (cancelled)
+	RouteListBuiltins      = "GET /v1/automation-builtins"             // -> BuiltinList: the built-in automations to start from
 	// RouteHook takes signed webhook deliveries: no token, the
 	// X-Engrams-Timestamp and X-Engrams-Signature headers instead ("v1=" +
 	// hex HMAC-SHA256 of "TIMESTAMP.BODY" with the hook's secret), and
@@ -145,4 +146,16 @@ type RunStep struct {
 type RunDetail struct {
 	Run
 	Steps []RunStep `json:"steps"`
+}
+
+// Builtin is a built-in automation to start from.
+type Builtin struct {
+	Name        string `json:"name"`
+	Integration string `json:"integration"` // the integration it comes with
+	Definition  string `json:"definition"`  // YAML
+}
+
+// BuiltinList answers RouteListBuiltins.
+type BuiltinList struct {
+	Builtins []Builtin `json:"builtins"`
 }

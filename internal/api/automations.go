@@ -22,6 +22,7 @@ type AutomationService interface {
 	DeleteAutomation(ctx context.Context, nameOrID string) (autorun.View, error)
 	Automation(ctx context.Context, nameOrID string) (autorun.View, error)
 	Automations(ctx context.Context) ([]autorun.View, error)
+	Builtins() []autorun.Builtin
 }
 
 // AutomationRuns starts, lists and cancels runs (autorun.Runner).
@@ -55,6 +56,7 @@ func (s *automationsRouter) route(h, public func(string, http.HandlerFunc)) {
 		apiv1.RouteListRuns:          s.listRuns,
 		apiv1.RouteGetRun:            s.getRun,
 		apiv1.RouteCancelRun:         s.cancelRun,
+		apiv1.RouteListBuiltins:      s.builtins,
 	} {
 		h(pattern, s.configured(fn))
 	}
@@ -251,6 +253,14 @@ func (s *automationsRouter) hook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.writeStarted(w, r, started, http.StatusAccepted)
+}
+
+func (s *automationsRouter) builtins(w http.ResponseWriter, _ *http.Request) {
+	out := apiv1.BuiltinList{Builtins: []apiv1.Builtin{}}
+	for _, b := range s.co.Builtins() {
+		out.Builtins = append(out.Builtins, apiv1.Builtin{Name: b.Name, Integration: string(b.Integration), Definition: b.Definition})
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func automationOut(v autorun.View) apiv1.Automation {

@@ -107,3 +107,27 @@ func (r *Runner) InstallBuiltins(ctx context.Context, kind domain.IntegrationKin
 	}
 	return out, nil
 }
+
+// Builtin is one built-in automation as offered to start from.
+type Builtin struct {
+	Name        string
+	Integration domain.IntegrationKind
+	Definition  string // YAML
+}
+
+// Builtins lists the built-in automations (pr-review on a placeholder
+// repository, to be named).
+func (r *Runner) Builtins() []Builtin {
+	var out []Builtin
+	for _, kind := range []domain.IntegrationKind{domain.IntegrationSlack, domain.IntegrationGitHub, domain.IntegrationLinear} {
+		for _, build := range builtins[kind] {
+			def, _ := build(settings{Repos: []string{"OWNER/NAME"}})
+			d, _, err := r.decode([]byte(def))
+			if err != nil {
+				continue
+			}
+			out = append(out, Builtin{Name: d.Name, Integration: kind, Definition: def})
+		}
+	}
+	return out
+}

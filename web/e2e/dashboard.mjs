@@ -187,6 +187,21 @@ try {
   await page.getByTestId("automation-list").getByRole("link", { name: "by-hand" }).waitFor();
   await shoot(page, cfg.artifacts, "automations");
 
+  step("automations: create one from a built-in, test-run it with a sample payload");
+  await page.goto(base + "/automations/new");
+  await page.getByLabel("Start from").selectOption({ label: "Built-in: slack-threads (slack)" });
+  if (!(await def.inputValue()).includes("kind: slack_mention")) throw new Error("the built-in did not fill the definition");
+  await page.getByRole("button", { name: "Create automation" }).click();
+  await page.waitForURL(base + "/automations/slack-threads");
+  await page.getByLabel("Sample trigger payload (JSON)").fill(JSON.stringify({ profile: cfg.profile, text: cfg.followUp, channel: "C1", thread_ts: "1.1" }));
+  await page.getByRole("button", { name: "Start a test run" }).click();
+  await page.waitForURL(/\/runs\//);
+  await until("the built-in's run to succeed", 120_000, async () => {
+    if ((await page.locator('[data-testid="step"][data-state="failed"]').count()) > 0) throw new Error("a step failed: " + (await page.getByTestId("step-timeline").innerText()));
+    return (await page.locator('[data-testid="step"][data-block="task"][data-state="succeeded"]').count()) === 1;
+  });
+  await page.locator('.head [data-state="succeeded"]').waitFor({ timeout: 30_000 });
+
   step("the operator pages");
   for (const [path, name, heading] of [
     ["/harnesses", "harnesses", "Harnesses"],

@@ -1198,6 +1198,179 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/integrations": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List the configured integrations. */
+        get: operations["listIntegrations"];
+        put?: never;
+        /**
+         * Configure Slack, GitHub or Linear (again); its built-in automations are installed, disabled.
+         * @description `config` is the service's settings (checked: unknown keys are a 400
+         *     naming them); `secrets` its credentials by name, sealed at rest and
+         *     never returned. Slack: `bot_token` and `signing_secret` (and
+         *     `app_token` for Socket Mode), settings `api_url`, `channels`
+         *     (channel id to profile), `default_profile`, `dashboard_url`,
+         *     `socket_mode`.
+         */
+        post: operations["addIntegration"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/integrations/{kind}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description slack, github or linear. */
+                kind: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Forget an integration's settings and credentials. */
+        delete: operations["removeIntegration"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/integrations/slack/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Slack's Events API deliveries (the request URL of the Slack app).
+         * @description No token: Slack signs each request (`X-Slack-Signature`, `v0=` and
+         *     the hex HMAC-SHA256 of `v0:TIMESTAMP:BODY` keyed by the signing
+         *     secret; `X-Slack-Request-Timestamp` within 5 minutes). A forged or
+         *     stale request is a 401 and starts nothing. `url_verification` is
+         *     answered with its challenge; each `event_callback` is acted on once
+         *     per `event_id`: a mention starts the runs of `slack_mention`
+         *     automations, a reply in a thread that carries a task goes to it.
+         */
+        post: operations["slackEvents"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/integrations/github/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * GitHub's webhook deliveries (the repository's or the App's webhook URL).
+         * @description No token: GitHub signs each delivery (`X-Hub-Signature-256`,
+         *     `sha256=` and the hex HMAC-SHA256 of the body keyed by the webhook
+         *     secret); a bad signature is a 401 and starts nothing. Each
+         *     `X-GitHub-Delivery` is acted on once: a replayed delivery is
+         *     answered and ignored. `pull_request` (opened, synchronize,
+         *     reopened, review_requested) and `issue_comment` (an `@engrams`
+         *     comment on a pull request by an owner, member or collaborator)
+         *     start the runs of `github_pr` automations for the repository.
+         */
+        post: operations["githubEvents"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/integrations/linear/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Linear's webhook deliveries.
+         * @description No token: Linear signs each delivery (`Linear-Signature`, the hex
+         *     HMAC-SHA256 of the body keyed by the webhook secret) and its
+         *     `webhookTimestamp` must be within a minute; otherwise a 401. Each
+         *     `Linear-Delivery` is acted on once. An Issue created, or labelled
+         *     with a label a `linear_issue` trigger names, starts its runs.
+         */
+        post: operations["linearEvents"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/tasks/{id}/pr": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The task id. */
+                id: components["parameters"]["TaskID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Push a task's changes as a branch and open a pull request of it on GitHub.
+         * @description The repository is cloned again on the coordinator at the task's
+         *     base commit, the task's diff applied and committed, and the branch
+         *     (`engrams/task-<id>`) pushed with the repository's credential, which
+         *     never enters the VM; the pull request links back to the task.
+         *     Asking again pushes the task's changes now and answers the same
+         *     pull request.
+         */
+        post: operations["openTaskPR"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/automation-builtins": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The built-in automations, as definitions to start from.
+         * @description Each integration installs its own, disabled, when added; here they
+         *     are as YAML to save as they are or edit first (pr-review names a
+         *     placeholder repository).
+         */
+        get: operations["listBuiltins"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/hosts": {
         parameters: {
             query?: never;
@@ -2534,6 +2707,53 @@ export interface components {
             ended_at?: string;
             /** Format: int64 */
             duration_ms?: number;
+        };
+        AddIntegrationRequest: {
+            /** @enum {string} */
+            kind: "slack" | "github" | "linear";
+            /** @description The service's settings, a JSON object. */
+            config?: unknown;
+            /** @description Credentials by name; never returned. */
+            secrets: {
+                [key: string]: string;
+            };
+        };
+        Integration: {
+            kind: string;
+            /** @description Its settings. */
+            config: unknown;
+            /** @description The names of the credentials it holds. */
+            secrets: string[];
+            /** Format: date-time */
+            updated_at: string;
+            /** @description Built-in automations this add installed, disabled. */
+            builtins?: string[];
+        };
+        IntegrationList: {
+            integrations: components["schemas"]["Integration"][];
+        };
+        TaskPRRequest: {
+            /** @description The GitHub repository, owner/name. */
+            repo: string;
+            title?: string;
+            /** @description The task's repository under /work; empty for its only one. */
+            path?: string;
+        };
+        TaskPR: {
+            url: string;
+            number: number;
+            branch: string;
+            commit: string;
+        };
+        Builtin: {
+            name: string;
+            /** @description The integration it comes with. */
+            integration: string;
+            /** @description Its definition (YAML). */
+            definition: string;
+        };
+        BuiltinList: {
+            builtins: components["schemas"]["Builtin"][];
         };
     };
     responses: {
@@ -4241,6 +4461,227 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Error"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    listIntegrations: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The integrations. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["IntegrationList"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    addIntegration: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AddIntegrationRequest"];
+            };
+        };
+        responses: {
+            /** @description The integration (credentials by name only). */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Integration"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    removeIntegration: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description slack, github or linear. */
+                kind: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Removed. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": Record<string, never>;
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    slackEvents: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": Record<string, never>;
+            };
+        };
+        responses: {
+            /** @description Taken (or the challenge). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": Record<string, never>;
+                };
+            };
+            /** @description The signature or timestamp was refused. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    githubEvents: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": Record<string, never>;
+            };
+        };
+        responses: {
+            /** @description Taken, or ignored (and why). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": Record<string, never>;
+                };
+            };
+            /** @description The signature was refused. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    linearEvents: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": Record<string, never>;
+            };
+        };
+        responses: {
+            /** @description Taken, or ignored (and why). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": Record<string, never>;
+                };
+            };
+            /** @description The signature or timestamp was refused. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    openTaskPR: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The task id. */
+                id: components["parameters"]["TaskID"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TaskPRRequest"];
+            };
+        };
+        responses: {
+            /** @description The pull request. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TaskPR"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    listBuiltins: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The built-ins. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BuiltinList"];
                 };
             };
             default: components["responses"]["Error"];

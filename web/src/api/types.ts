@@ -28,3 +28,4 @@ export type Run = S["Run"];
 export type RunResponse = S["RunResponse"];
 export type RunDetail = S["RunDetail"];
 export type RunStep = S["RunStep"];
+export type Builtin = S["Builtin"];

@@ -3,7 +3,7 @@
 // its runs.
 import { useEffect, useState } from "preact/hooks";
 import { ApiError, call, enc, get } from "../api/client";
-import type { Automation, AutomationResponse } from "../api/types";
+import type { Automation, AutomationResponse, Builtin } from "../api/types";
 import { definitionProblems } from "../lib/automationProblems";
 import { templates } from "../lib/automationTemplates";
 import { useLoad } from "../lib/useLoad";
@@ -14,6 +14,11 @@ import { AutomationTestRun } from "./AutomationTestRun";
 
 export function AutomationEditor(props: { name?: string }) {
   const existing = useLoad((s) => (props.name ? get<Automation>("/v1/automations/" + enc(props.name), s) : Promise.resolve(undefined)), [props.name]);
+  const builtins = useLoad((s) => (props.name ? Promise.resolve({ builtins: [] as Builtin[] }) : get<{ builtins: Builtin[] }>("/v1/automation-builtins", s)), [props.name]);
+  const starts = [
+    ...templates,
+    ...(builtins.value?.builtins ?? []).map((b) => ({ id: "builtin:" + b.name, label: "Built-in: " + b.name + " (" + b.integration + ")", text: b.definition })),
+  ];
   const [text, setText] = useState(templates[0].text);
   const [enabled, setEnabled] = useState(false);
   const [error, setError] = useState<Error>();
@@ -84,8 +89,8 @@ export function AutomationEditor(props: { name?: string }) {
           {!a && (
             <div class="row">
               <label for="a-template">Start from</label>
-              <select id="a-template" onChange={(e) => setText(templates.find((t) => t.id === e.currentTarget.value)?.text ?? text)}>
-                {templates.map((t) => (
+              <select id="a-template" onChange={(e) => setText(starts.find((t) => t.id === e.currentTarget.value)?.text ?? text)}>
+                {starts.map((t) => (
                   <option value={t.id}>{t.label}</option>
                 ))}
               </select>
