@@ -25,7 +25,8 @@ Adding one installs its built-in automations, disabled: enable them with
 
 func (a autoCmds) integrationAddCmd() *cobra.Command {
 	var secrets, channels, repos []string
-	var apiURL, dashboard, profile string
+	var apiURL, dashboard, profile, appID string
+	var installation int64
 	var socket bool
 	cmd := &cobra.Command{
 		Use:   "add slack|github|linear --secret NAME=VALUE... [flags]",
@@ -35,7 +36,7 @@ NAME=- to read the value from stdin (one per line, in order), so they stay
 out of shell history:
 
   slack   bot_token (xoxb-…), signing_secret; app_token (xapp-…) for Socket Mode
-  github  token, or private_key (a GitHub App's, with --set app_id and installation_id)
+  github  token, or private_key (a GitHub App's, with --app-id and --installation-id)
   linear  api_key, webhook_secret
 
 Slack's events arrive at POST /v1/integrations/slack/events (the Slack app's
@@ -56,6 +57,9 @@ request URL), or over Socket Mode (--socket-mode, no public URL needed).`,
 			}
 			if len(repos) > 0 {
 				config["repos"] = repos
+			}
+			if appID != "" {
+				config["app_id"], config["installation_id"] = appID, installation
 			}
 			raw, _ := json.Marshal(config)
 			c, err := a.client()
@@ -83,6 +87,8 @@ request URL), or over Socket Mode (--socket-mode, no public URL needed).`,
 	f.StringArrayVar(&repos, "repo", nil, "github: a repository `OWNER/NAME` whose deliveries are taken and reviewed (repeatable)")
 	f.StringVar(&apiURL, "api-url", "", "the service's API base `URL` (default: the public one)")
 	f.StringVar(&dashboard, "dashboard-url", "", "this deployment's dashboard `URL`, for links back to tasks")
+	f.StringVar(&appID, "app-id", "", "github: the GitHub App's `ID` (with --installation-id and the private_key secret)")
+	f.Int64Var(&installation, "installation-id", 0, "github: the App's installation `ID` on the repositories' account")
 	f.BoolVar(&socket, "socket-mode", false, "slack: take events over Socket Mode (needs the app_token)")
 	return cmd
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/engrams/engrams/internal/automations"
 	"github.com/engrams/engrams/internal/autorun"
 	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/ghapp"
 )
 
 // GitHub signs each webhook delivery: X-Hub-Signature-256 is "sha256="
@@ -86,6 +87,7 @@ type App struct {
 	mu       sync.Mutex
 	runs     Runs
 	branches Branches
+	minter   *ghapp.Minter // installation tokens, when GitHub is an App
 }
 
 // New returns an App.
@@ -103,6 +105,8 @@ func New(deps Deps) (*App, error) {
 	if a.now == nil {
 		a.now = time.Now
 	}
+	a.minter = ghapp.New(ghapp.Config{Permissions: map[string]string{"contents": "write", "metadata": "read", "pull_requests": "write",
+		"issues": "write"}}, ghapp.Deps{HTTP: a.http, Now: a.now, Logger: a.log})
 	return a, nil
 }
 
@@ -121,11 +125,14 @@ func (a *App) starter() Runs {
 
 // conf is GitHub's settings and credentials.
 type conf struct {
-	APIURL       string   `json:"api_url"`
-	Repos        []string `json:"repos"` // repositories deliveries are taken from (none: any)
-	DashboardURL string   `json:"dashboard_url"`
-	token        string
-	webhook      string
+	APIURL         string   `json:"api_url"`
+	Repos          []string `json:"repos"` // repositories deliveries are taken from (none: any)
+	DashboardURL   string   `json:"dashboard_url"`
+	AppID          string   `json:"app_id"` // GitHub as an App: its id and installation
+	InstallationID int64    `json:"installation_id"`
+	token          string
+	privateKey     string
+	webhook        string
 }
 
 func (a *App) conf(ctx context.Context) (conf, error) {
@@ -141,6 +148,26 @@ func (a *App) conf(ctx context.Context) (conf, error) {
 		c.APIURL = DefaultAPIURL
 	}
 	c.APIURL = strings.TrimRight(c.APIURL, "/")
-	c.token, c.webhook = secrets["token"], secrets["webhook_secret"]
+	c.token, c.privateKey, c.webhook = secrets["token"], secrets["private_key"], secrets["webhook_secret"]
+	return c, nil
+}
+
+// forRepo is c with the token to call GitHub about repo: the configured
+// token, or, for an App, an installation token scoped to that repository
+// (minted, and cached while it has long to live).
+func (a *App) forRepo(ctx context.Context, c conf, repo string) (conf, error) {
+	if c.token != "" || c.privateKey == "" {
+		return c, nil
+	}
+	app, err := ghapp.NewApp(c.AppID, c.InstallationID, c.APIURL, []byte(c.privateKey))
+	if err != nil {
+		return c, fmt.Errorf("github app: %w", err)
+	}
+	name := repo[strings.Index(repo, "/")+1:]
+	t, err := a.minter.Token(ctx, app, []string{name})
+	if err != nil {
+		return c, err
+	}
+	c.token = t.Token
 	return c, nil
 }

@@ -2,7 +2,12 @@ package githubapp
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -160,4 +165,42 @@ func FuzzVerifyDelivery(f *testing.F) {
 			t.Fatalf("a forged signature passed: %q", sig)
 		}
 	})
+}
+
+// TestAsAnApp: GitHub configured as an App (id, installation, private
+// key): an installation token is minted for the repository, cached, and
+// the review posted with it.
+func TestAsAnApp(t *testing.T) {
+	t.Parallel()
+	st := coordinatortest.NewStore(t)
+	sealer, err := secret.NewEphemeral()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ins, err := integrations.New(integrations.Deps{Store: st, Sealer: sealer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gh := githubtest.Start(t, "ghs_installation")
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pemKey := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
+	cfg, _ := json.Marshal(map[string]any{"api_url": gh.URL, "app_id": "12345", "installation_id": 678})
+	if _, err := ins.Add(t.Context(), domain.IntegrationGitHub, cfg, map[string]string{"private_key": string(pemKey), "webhook_secret": "w"}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(Deps{Store: st, Integrations: ins})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if _, err := a.Review(t.Context(), "acme/app", "7", "Fine.", fmt.Sprint("k", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(gh.Reviews("acme/app", 7)) != 2 || gh.Minted() != 1 {
+		t.Fatalf("%d reviews, %d tokens minted (want 2, and one token cached)", len(gh.Reviews("acme/app", 7)), gh.Minted())
+	}
 }

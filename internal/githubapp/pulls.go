@@ -49,6 +49,9 @@ func (a *App) OpenTaskPR(ctx context.Context, taskID domain.TaskID, repo, title,
 	if !repoRE.MatchString(repo) {
 		return PullRequest{}, fmt.Errorf("%w: repository %q: want owner/name", domain.ErrInvalid, clip(repo, 100))
 	}
+	if c, err = a.forRepo(ctx, c, repo); err != nil {
+		return PullRequest{}, err
+	}
 	pushed, err := b.PushBranch(ctx, taskID, path, "", title)
 	if err != nil {
 		return PullRequest{}, err

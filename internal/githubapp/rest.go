@@ -103,6 +103,9 @@ func (a *App) Comment(ctx context.Context, repo, number, text, key string) (stri
 	if err != nil {
 		return "", err
 	}
+	if c, err = a.forRepo(ctx, c, repo); err != nil {
+		return "", err
+	}
 	path := issuePath(t) + "/comments"
 	if p, ok, err := a.find(ctx, c, path, key); err != nil || ok {
 		return p.HTMLURL, err
@@ -160,6 +163,9 @@ func (a *App) Review(ctx context.Context, repo, number, text, key string) (strin
 	}
 	t, err := target(repo, number)
 	if err != nil {
+		return "", err
+	}
+	if c, err = a.forRepo(ctx, c, repo); err != nil {
 		return "", err
 	}
 	path := pullPath(t) + "/reviews"

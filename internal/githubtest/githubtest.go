@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Post is a review or a comment the fake holds.
@@ -34,11 +35,12 @@ type InlineComment struct {
 // Server is a fake GitHub REST API.
 type Server struct {
 	*httptest.Server
-	token string
-	mu    sync.Mutex
-	posts map[string][]*Post // "owner/repo/pulls/N/reviews" or ".../issues/N/comments"
-	prs   []PR
-	n     int64
+	token  string
+	mu     sync.Mutex
+	posts  map[string][]*Post // "owner/repo/pulls/N/reviews" or ".../issues/N/comments"
+	prs    []PR
+	minted int
+	n      int64
 }
 
 // Start runs a fake GitHub that accepts token, until the test ends.
@@ -48,6 +50,7 @@ func Start(t testing.TB, token string) *Server {
 	mux.HandleFunc("/repos/{owner}/{repo}/pulls/{n}/reviews", s.handle)
 	mux.HandleFunc("/repos/{owner}/{repo}/issues/{n}/comments", s.handle)
 	mux.HandleFunc("/repos/{owner}/{repo}/pulls", s.pulls)
+	mux.HandleFunc("POST /app/installations/{id}/access_tokens", s.accessToken)
 	s.Server = httptest.NewServer(mux)
 	t.Cleanup(s.Close)
 	return s
@@ -88,6 +91,29 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	default:
 		http.Error(w, "", http.StatusMethodNotAllowed)
 	}
+}
+
+// Minted counts the installation tokens minted.
+func (s *Server) Minted() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.minted
+}
+
+// accessToken mints an installation token (the App's JWT is taken as it
+// is: the fake checks only that there is one): the token the fake accepts.
+func (s *Server) accessToken(w http.ResponseWriter, r *http.Request) {
+	if !strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ey") {
+		http.Error(w, `{"message":"A JSON web token could not be decoded"}`, http.StatusUnauthorized)
+		return
+	}
+	s.mu.Lock()
+	s.minted++
+	s.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	_ = json.NewEncoder(w).Encode(map[string]any{"token": s.token, "expires_at": time.Now().Add(time.Hour).UTC().Format(time.RFC3339),
+		"permissions": map[string]string{"pull_requests": "write"}, "repositories": []map[string]string{{"name": "app"}}})
 }
 
 // PR is a pull request opened on the fake.
