@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/internal/githubtest"
 	"github.com/engrams/engrams/internal/image/imagetest"
 	"github.com/engrams/engrams/internal/modeltest"
 	"github.com/engrams/engrams/internal/testutil"
@@ -74,8 +75,14 @@ func TestDashboardInBrowser(t *testing.T) {
 	artifacts := artifactsDir(t, "dashboard")
 	cfg := d.config(t, artifacts)
 	cfg["enableRef"], cfg["enableName"], cfg["token"] = d.reg.Ref("team/debian-extra", "1"), "debian-extra", d.dev.token(t)
+	gh := githubtest.Start(t, "ghp_dash")
+	runDevCLI(t, d, "integration", "add", "github", "--secret", "token=ghp_dash", "--api-url", gh.URL)
+	cfg["prRepo"] = "acme/app"
 	runBrowserScript(t, d.chromium, "dashboard.mjs", cfg, 25*time.Minute)
 	t.Logf("screenshots: %s", artifacts)
+	if prs := gh.PRs(); len(prs) != 1 || prs[0].Repo != "acme/app" || d.git.show(t, "app", prs[0].Head, cfg["changedFile"]) == "" {
+		t.Fatalf("the Changes tab's pull request: %+v", prs)
+	}
 }
 
 // dashboardEnv is `engrams dev` with a QEMU host, debian-git enabled,

@@ -45,6 +45,9 @@ try {
   step("open Changes and see the file the agent wrote");
   await page.getByRole("tab", { name: "Changes" }).click();
   await page.getByTestId("file-diff").filter({ hasText: cfg.changedFile }).waitFor({ timeout: 120_000 });
+  await page.getByLabel("GitHub repository").fill(cfg.prRepo);
+  await page.getByRole("button", { name: "Open a pull request" }).click();
+  await page.getByTestId("open-pr").getByRole("link", { name: "pull request #1" }).waitFor({ timeout: 120_000 });
   await shoot(page, cfg.artifacts, "task-changes");
 
   step("the Files tab: upload a file, browse to it, view and download it");
@@ -201,6 +204,19 @@ try {
     return (await page.locator('[data-testid="step"][data-block="task"][data-state="succeeded"]').count()) === 1;
   });
   await page.locator('.head [data-state="succeeded"]').waitFor({ timeout: 30_000 });
+
+  step("settings: the integrations, and Slack added from the form (its built-in installed)");
+  await page.getByRole("navigation", { name: "Sections" }).getByRole("link", { name: "Settings" }).click();
+  await page.getByTestId("integration-list").getByText("github").waitFor();
+  await page.getByLabel("Service").selectOption("slack");
+  await page.getByLabel("bot_token").fill("xoxb-from-the-browser");
+  await page.getByLabel("signing_secret").fill("signing-from-the-browser");
+  await page.getByLabel("Settings (JSON)").fill(JSON.stringify({ default_profile: cfg.profile }));
+  await page.getByRole("button", { name: "Save" }).click();
+  await page.getByRole("status").filter({ hasText: "Configured slack" }).waitFor();
+  await page.getByTestId("integration-list").getByText("slack", { exact: true }).waitFor();
+  if ((await page.content()).includes("xoxb-from-the-browser")) throw new Error("the page shows a credential after saving");
+  await shoot(page, cfg.artifacts, "settings");
 
   step("the operator pages");
   for (const [path, name, heading] of [

@@ -15,6 +15,7 @@ import { Run } from "./pages/Run";
 import { Secrets } from "./pages/Secrets";
 import { Session } from "./pages/Session";
 import { Sessions } from "./pages/Sessions";
+import { Settings } from "./pages/Settings";
 import { Task } from "./pages/Task";
 import { Tasks } from "./pages/Tasks";
 import { match, navigate, usePath } from "./router";
@@ -41,6 +42,7 @@ function page(path: string) {
   if (match("/harnesses", path)) return <Harnesses />;
   if (match("/secrets", path)) return <Secrets />;
   if (match("/hosts", path) || match("/hosts/:id", path)) return <Hosts />;
+  if (match("/settings", path)) return <Settings />;
   return (
     <p class="empty">
       No page here. <a href="/tasks">Go to the tasks</a>.
@@ -59,6 +61,7 @@ const titles: [string, string][] = [
   ["/harnesses", "Harnesses"],
   ["/secrets", "Secrets"],
   ["/hosts", "Hosts"],
+  ["/settings", "Settings"],
 ];
 
 export function App() {

@@ -29,3 +29,5 @@ export type RunResponse = S["RunResponse"];
 export type RunDetail = S["RunDetail"];
 export type RunStep = S["RunStep"];
 export type Builtin = S["Builtin"];
+export type Integration = S["Integration"];
+export type TaskPR = S["TaskPR"];

@@ -5,6 +5,7 @@ import { splitDiff } from "../lib/diff";
 import { highlight, languageOf } from "../lib/highlight";
 import { useLoad } from "../lib/useLoad";
 import { Loading, Problem } from "../ui/Problem";
+import { OpenPR } from "./OpenPR";
 
 export function TaskChanges(props: { taskId: string }) {
   const diff = useLoad((s) => get<TaskDiff>("/v1/tasks/" + enc(props.taskId) + "/diff", s), [props.taskId]);
@@ -26,7 +27,7 @@ export function TaskChanges(props: { taskId: string }) {
             <h2>
               /work/{r.path} <span class="muted small">since {r.base.slice(0, 10)}</span>
             </h2>
-            {files.length === 0 && <p class="empty">No changes.</p>}
+            {files.length === 0 ? <p class="empty">No changes.</p> : <OpenPR taskId={props.taskId} path={r.path} />}
             {files.map((f) => {
               const lang = languageOf(f.path);
               return (

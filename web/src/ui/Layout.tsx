@@ -12,6 +12,7 @@ const sections = [
   { href: "/harnesses", label: "Harnesses" },
   { href: "/secrets", label: "Secrets" },
   { href: "/hosts", label: "Hosts" },
+  { href: "/settings", label: "Settings" },
 ];
 
 export function Layout(props: { path: string; children: ComponentChildren }) {
