@@ -24,10 +24,10 @@ type Builtins interface {
 	InstallBuiltins(ctx context.Context, kind domain.IntegrationKind, config json.RawMessage) ([]string, error)
 }
 
-// SlackEvents answers a service's signed deliveries: Slack's Events API
+// Deliveries answers a service's signed deliveries: Slack's Events API
 // (slackapp.App), GitHub's and Linear's webhooks (githubapp.App,
 // linearapp.App).
-type SlackEvents interface {
+type Deliveries interface {
 	HandleEvents(ctx context.Context, h http.Header, body []byte) (int, any)
 }
 
@@ -44,9 +44,9 @@ type integrationsRouter struct {
 	*base
 	co       IntegrationService
 	builtins Builtins
-	slack    SlackEvents
-	github   SlackEvents
-	linear   SlackEvents
+	slack    Deliveries
+	github   Deliveries
+	linear   Deliveries
 	prs      TaskPRs
 }
 
@@ -54,10 +54,10 @@ func (s *integrationsRouter) route(h, public func(string, http.HandlerFunc)) {
 	h(apiv1.RouteAddIntegration, s.add)
 	h(apiv1.RouteListIntegrations, s.list)
 	h(apiv1.RouteRemoveIntegration, s.remove)
-	public(apiv1.RouteSlackEvents, s.deliveries("Slack", func() SlackEvents { return s.slack }))
-	public(apiv1.RouteGitHubEvents, s.deliveries("GitHub", func() SlackEvents { return s.github }))
+	public(apiv1.RouteSlackEvents, s.deliveries("Slack", func() Deliveries { return s.slack }))
+	public(apiv1.RouteGitHubEvents, s.deliveries("GitHub", func() Deliveries { return s.github }))
 	h(apiv1.RouteTaskPR, s.taskPR)
-	public(apiv1.RouteLinearEvents, s.deliveries("Linear", func() SlackEvents { return s.linear }))
+	public(apiv1.RouteLinearEvents, s.deliveries("Linear", func() Deliveries { return s.linear }))
 }
 
 func (s *integrationsRouter) ready(w http.ResponseWriter) bool {
@@ -119,7 +119,7 @@ func (s *integrationsRouter) remove(w http.ResponseWriter, r *http.Request) {
 }
 
 // deliveries takes a service's delivery, bounded; its app verifies it.
-func (s *integrationsRouter) deliveries(service string, app func() SlackEvents) http.HandlerFunc {
+func (s *integrationsRouter) deliveries(service string, app func() Deliveries) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if app() == nil {
 			writeError(w, http.StatusServiceUnavailable, apiv1.CodeUnavailable, "this server runs no "+service+" integration")
@@ -129,7 +129,7 @@ func (s *integrationsRouter) deliveries(service string, app func() SlackEvents) 
 	}
 }
 
-func (s *integrationsRouter) deliver(w http.ResponseWriter, r *http.Request, service string, app SlackEvents) {
+func (s *integrationsRouter) deliver(w http.ResponseWriter, r *http.Request, service string, app Deliveries) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSlackEvent))
 	if err != nil {
 		writeError(w, http.StatusRequestEntityTooLarge, apiv1.CodeTooLarge, "a "+service+" delivery is at most 1 MiB")

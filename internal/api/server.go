@@ -48,10 +48,10 @@ type Deps struct {
 	// Slack's deliveries (nil: 503).
 	Integrations IntegrationService
 	Builtins     Builtins
-	SlackEvents  SlackEvents
-	GitHubEvents SlackEvents // the same shape: GitHub's webhook deliveries (nil: 503)
-	LinearEvents SlackEvents // and Linear's
-	TaskPRs      TaskPRs     // pull requests from tasks (nil: 503)
+	SlackEvents  Deliveries
+	GitHubEvents Deliveries // the same shape: GitHub's webhook deliveries (nil: 503)
+	LinearEvents Deliveries // and Linear's
+	TaskPRs      TaskPRs    // pull requests from tasks (nil: 503)
 	// Idempotency keeps the answers of POSTs sent with an
 	// Idempotency-Key (the store; nil: the header is ignored).
 	Idempotency IdempotencyKeys

@@ -450,13 +450,7 @@ func terminalRun(state string) bool {
 }
 
 // clipLine is s on one line, cut to max runes.
-func clipLine(s string, max int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > max {
-		s = string(r[:max-1]) + "…"
-	}
-	return s
-}
+func clipLine(s string, max int) string { return cut(strings.Join(strings.Fields(s), " "), max) }
 
 func (a autoCmds) runsCmd() *cobra.Command {
 	var limit int

@@ -64,12 +64,14 @@ func (a *App) rest(ctx context.Context, c conf, method, path string, in, out any
 
 var repoRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$`)
 
-func target(repo, number string) (string, error) {
+// target is the REST path of a pull request's comments ("issues") or
+// reviews ("pulls"): /repos/OWNER/NAME/KIND/N/WHAT.
+func target(repo, number, kind, what string) (string, error) {
 	n, err := strconv.Atoi(strings.TrimSpace(number))
 	if !repoRE.MatchString(repo) || err != nil || n <= 0 {
 		return "", fmt.Errorf("want a repository owner/name and a pull request number, not %q #%q", clip(repo, 100), clip(number, 20))
 	}
-	return fmt.Sprintf("/repos/%s/%d", repo, n), nil
+	return fmt.Sprintf("/repos/%s/%s/%d/%s", repo, kind, n, what), nil
 }
 
 // posted is what engrams reads of a comment or review.
@@ -99,30 +101,19 @@ func (a *App) Comment(ctx context.Context, repo, number, text, key string) (stri
 	if err != nil {
 		return "", err
 	}
-	t, err := target(repo, number)
+	path, err := target(repo, number, "issues", "comments")
 	if err != nil {
 		return "", err
 	}
 	if c, err = a.forRepo(ctx, c, repo); err != nil {
 		return "", err
 	}
-	path := issuePath(t) + "/comments"
 	if p, ok, err := a.find(ctx, c, path, key); err != nil || ok {
 		return p.HTMLURL, err
 	}
 	var out posted
 	err = a.rest(ctx, c, http.MethodPost, path, map[string]string{"body": clip(text, 60000) + "\n\n" + marker(key)}, &out)
 	return out.HTMLURL, err
-}
-
-func issuePath(t string) string {
-	i := strings.LastIndex(t, "/")
-	return t[:i] + "/issues" + t[i:]
-}
-
-func pullPath(t string) string {
-	i := strings.LastIndex(t, "/")
-	return t[:i] + "/pulls" + t[i:]
 }
 
 // inlineRE is one line of a review's inline comments: path:line: text.
@@ -161,14 +152,13 @@ func (a *App) Review(ctx context.Context, repo, number, text, key string) (strin
 	if err != nil {
 		return "", err
 	}
-	t, err := target(repo, number)
+	path, err := target(repo, number, "pulls", "reviews")
 	if err != nil {
 		return "", err
 	}
 	if c, err = a.forRepo(ctx, c, repo); err != nil {
 		return "", err
 	}
-	path := pullPath(t) + "/reviews"
 	if p, ok, err := a.find(ctx, c, path, key); err != nil || ok {
 		return p.HTMLURL, err
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -160,7 +161,7 @@ func (a *App) mention(ctx context.Context, c conf, env envelope, ev event) error
 		return errors.New("automation runs are not running on this server")
 	}
 	started, err := runs.StartTriggered(ctx, automations.TriggerSlackMention, func(t automations.Trigger) bool {
-		return len(t.Channels) == 0 || contains(t.Channels, ev.Channel)
+		return len(t.Channels) == 0 || slices.Contains(t.Channels, ev.Channel)
 	}, autorun.RunRequest{Kind: automations.TriggerSlackMention, Trigger: payload, DedupKey: "slack:" + env.EventID})
 	if err != nil {
 		_, _ = w.post(ctx, ev.Channel, thread, "Could not start: "+clip(err.Error(), 300), "mention-failed/"+ev.TS)
@@ -194,13 +195,4 @@ func overrides(s string) (string, map[string]string) {
 		s = s[len(m[0]):]
 	}
 	return strings.TrimSpace(s), out
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

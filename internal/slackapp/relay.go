@@ -1,6 +1,7 @@
 package slackapp
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -81,7 +82,7 @@ func (t *turn) add(ev domain.TaskEvent) {
 		}
 		t.text.WriteString(d.Text)
 	case evQuestion:
-		t.text.WriteString("\n:question: " + firstOf(d.Question, d.Text))
+		t.text.WriteString("\n:question: " + cmp.Or(d.Question, d.Text))
 	case evError:
 		t.text.WriteString("\n:warning: " + d.Message)
 	case evIdle:
@@ -183,13 +184,4 @@ func (a *App) flush(ctx context.Context, w web, c conf, th *domain.ChatThread, t
 	}
 	_, _, err := w.postOnce(ctx, th.Channel, th.Thread, recap, key+"/recap")
 	return err
-}
-
-func firstOf(s ...string) string {
-	for _, x := range s {
-		if x != "" {
-			return x
-		}
-	}
-	return ""
 }
