@@ -103,6 +103,10 @@ func (v *validator) block(p string, b Block, depth int) {
 		need("repo", b.Repo)
 		v.number(p+".number", b.Number)
 		need("text", b.Text)
+	case BlockGitHubFile:
+		need("repo", b.Repo)
+		need("path", b.Path)
+		v.template(p+".ref", b.Ref)
 	case BlockLinearComment:
 		need("issue", b.Issue)
 		need("text", b.Text)

@@ -76,7 +76,8 @@ const (
 	BlockPostSlack     BlockKind = "post_slack"     // Channel, Text
 	BlockGitHubComment BlockKind = "github_comment" // Repo, Number, Text
 	BlockGitHubReview  BlockKind = "github_review"  // Repo, Number, Text (inline comments from the task's review)
-	BlockOpenPR        BlockKind = "open_pr"        // Task, Repo, Title
+	BlockOpenPR        BlockKind = "open_pr"        // Task, Repo, Title: the URL, "" when the task changed nothing
+	BlockGitHubFile    BlockKind = "github_file"    // Repo, Ref, Path: the file's text, "" when it has none
 	BlockLinearComment BlockKind = "linear_comment" // Issue, Text
 	BlockEndSession    BlockKind = "end_session"    // Task
 )
@@ -98,6 +99,7 @@ type Block struct {
 	Number  string    `json:"number,omitempty" yaml:"number,omitempty"`
 	Issue   string    `json:"issue,omitempty" yaml:"issue,omitempty"`
 	Title   string    `json:"title,omitempty" yaml:"title,omitempty"`
+	Ref     string    `json:"ref,omitempty" yaml:"ref,omitempty"` // github_file: a branch, tag or commit (default: the default branch)
 	Text    string    `json:"text,omitempty" yaml:"text,omitempty"`
 	Timeout string    `json:"timeout,omitempty" yaml:"timeout,omitempty"` // wait_idle: a Go duration, at most Limits.MaxWait
 	If      string    `json:"if,omitempty" yaml:"if,omitempty"`           // condition: a template; true unless "", "0" or "false"

@@ -120,6 +120,8 @@ type GitHub interface {
 	// OpenPR pushes a task's changes as a branch and opens a pull request
 	// of it (again: the same one), answering its URL.
 	OpenPR(ctx context.Context, task domain.TaskID, repo, title string) (string, error)
+	// File reads a repository's file at ref: "" when it has none there.
+	File(ctx context.Context, repo, ref, path string) (string, error)
 }
 
 // Linear comments on issues, once per key (linearapp.App).

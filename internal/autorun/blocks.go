@@ -76,7 +76,16 @@ func (r blocks) execute(ctx context.Context, w *walker, b automations.Block, att
 		if r.gh == nil {
 			return "", fmt.Errorf("%w: open_pr needs GitHub (engrams integration add github)", ErrNoIntegration)
 		}
-		return r.gh.OpenPR(ctx, w.taskOf(b), render(b.Repo), render(b.Title))
+		url, err := r.gh.OpenPR(ctx, w.taskOf(b), render(b.Repo), render(b.Title))
+		if errors.Is(err, tasks.ErrNothingChanged) {
+			return "", nil // no changes, no pull request: the output is empty
+		}
+		return url, err
+	case automations.BlockGitHubFile:
+		if r.gh == nil {
+			return "", fmt.Errorf("%w: github_file needs GitHub (engrams integration add github)", ErrNoIntegration)
+		}
+		return r.gh.File(ctx, render(b.Repo), render(b.Ref), render(b.Path))
 	}
 	return "", fmt.Errorf("unknown block kind %q", b.Kind)
 }

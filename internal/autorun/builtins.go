@@ -34,7 +34,9 @@ func prReviewFor(s settings) (string, bool) {
 }
 
 // linearIssues works on an issue labelled engrams: it says so on the
-// issue, starts a task on the integration's profile, and posts the result.
+// issue, starts a task on the integration's profile and posts the result;
+// with a repository in Linear's settings (trigger.repo), it opens a pull
+// request of the task's changes there and posts its link.
 const linearIssues = `name: linear-issues
 trigger: {kind: linear_issue, labels: [engrams]}
 blocks:
@@ -47,23 +49,36 @@ blocks:
       {{trigger.description}}
   - {id: idle, kind: wait_idle, task: task, timeout: 2h}
   - {id: result, kind: linear_comment, issue: "{{trigger.issue}}", text: "{{steps.idle.output}}"}
+  - id: has_repo
+    kind: condition
+    if: "{{trigger.repo}}"
+    then:
+      - {id: pr, kind: open_pr, task: task, repo: "{{trigger.repo}}", title: "{{trigger.identifier}}: {{trigger.title}}"}
+      - id: has_pr
+        kind: condition
+        if: "{{steps.pr.output}}"
+        then:
+          - {id: link, kind: linear_comment, issue: "{{trigger.issue}}", text: "Pull request: {{steps.pr.output}}"}
 `
 
 // prReview reviews a pull request on a reviewer profile (make it deny by
-// default: no hosts, read-only credentials): one review with inline
-// comments; a new push supersedes a review still running.
+// default: no hosts, read-only credentials), by the rules of the
+// repository's AGENTS.md at the pull request's head when it has one: one
+// review with inline comments; a new push supersedes a review still running.
 const prReview = `name: pr-review
 trigger: {kind: github_pr, events: [opened, synchronize, reopened, review_requested, comment]}
 settings: {concurrency_key: "{{trigger.repo}}#{{trigger.number}}", policy: supersede}
 blocks:
+  - {id: rules, kind: github_file, repo: "{{trigger.repo}}", ref: "{{trigger.head_sha}}", path: AGENTS.md}
   - id: task
     kind: start_task
     profile: reviewer
     prompt: |
       Review pull request #{{trigger.number}} of {{trigger.repo}}: {{trigger.title}}
       (head {{trigger.head_sha}} on {{trigger.head_ref}}, into {{trigger.base_ref}}). {{trigger.command}}
-      Follow the repository's AGENTS.md when it has one. Answer with your review: one line per
-      comment as path:line: comment, then a summary.
+      Answer with your review: one line per comment as path:line: comment, then a summary.
+      The repository's rules for agents, from its AGENTS.md at that head (none if nothing follows):
+      {{steps.rules.output}}
   - {id: idle, kind: wait_idle, task: task, timeout: 30m}
   - {id: review, kind: github_review, repo: "{{trigger.repo}}", number: "{{trigger.number}}", text: "{{steps.idle.output}}"}
   - {id: stop, kind: end_session, task: task}

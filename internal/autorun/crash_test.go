@@ -56,7 +56,7 @@ func crashChild(log string) {
 	}
 	ft := newFakeTasks(t, log)
 	ft.hold = true
-	r := openRunner(t, d, st, "child", ft, func(c *Config) { c.StaleAfter = time.Hour })
+	r := openRunner(t, d, st, "child", ft, func(c *Config, _ *Deps) { c.StaleAfter = time.Hour })
 	go func() { _ = r.Run(context.Background()) }()
 	if _, err := r.CreateAutomation(context.Background(), []byte(crashing), false); err != nil {
 		fail(err)

@@ -61,7 +61,7 @@ type env struct {
 	tasks *fakeTasks
 }
 
-type envOpt func(*Config)
+type envOpt func(*Config, *Deps)
 
 func newEnv(t *testing.T, d db, executor string, ft *fakeTasks, opts ...envOpt) *env {
 	t.Helper()
@@ -87,11 +87,11 @@ func openRunner(t testing.TB, d db, st store.Store, executor string, ft *fakeTas
 	}
 	cfg := Config{ExecutorID: executor, SQLitePath: d.sqlitePath, PostgresURL: d.pgURL, Heartbeat: 100 * time.Millisecond,
 		StaleAfter: 2 * time.Second, QueuePoll: 50 * time.Millisecond, ScheduleEvery: time.Hour}
+	deps := Deps{Store: st, Tasks: ft, TaskReads: ft, Sealer: sealer, NewID: func() string { return uuid.Must(uuid.NewV7()).String() }}
 	for _, o := range opts {
-		o(&cfg)
+		o(&cfg, &deps)
 	}
-	r, err := Open(context.Background(), cfg, Deps{Store: st, Tasks: ft, TaskReads: ft, Sealer: sealer,
-		NewID: func() string { return uuid.Must(uuid.NewV7()).String() }})
+	r, err := Open(context.Background(), cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,19 +44,17 @@ request URL), or over Socket Mode (--socket-mode, no public URL needed).`,
 		Example: `  printf '%s\n%s\n' "$BOT_TOKEN" "$SIGNING_SECRET" | engrams integration add slack \
       --secret bot_token=- --secret signing_secret=- --channel C0123=agent --default-profile agent
   engrams integration add slack --secret bot_token=- --secret signing_secret=- --secret app_token=- --socket-mode
-  engrams integration add github --secret token=- --secret webhook_secret=- --repo acme/app`,
+  engrams integration add github --secret token=- --secret webhook_secret=- --repo acme/app
+  engrams integration add linear --secret api_key=- --secret webhook_secret=- --default-profile agent --repo acme/app`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			vals, err := readSecrets(cmd, secrets)
 			if err != nil {
 				return err
 			}
-			config, err := integrationConfig(apiURL, dashboard, profile, socket, channels)
+			config, err := integrationConfig(args[0], apiURL, dashboard, profile, socket, channels, repos)
 			if err != nil {
 				return err
-			}
-			if len(repos) > 0 {
-				config["repos"] = repos
 			}
 			if appID != "" {
 				config["app_id"], config["installation_id"] = appID, installation
@@ -83,8 +81,9 @@ request URL), or over Socket Mode (--socket-mode, no public URL needed).`,
 	f := cmd.Flags()
 	f.StringArrayVar(&secrets, "secret", nil, "a credential `NAME=VALUE` (VALUE - reads a line of stdin; repeatable)")
 	f.StringArrayVar(&channels, "channel", nil, "slack: `CHANNEL_ID=PROFILE`, the profile of mentions in that channel (repeatable)")
-	f.StringVar(&profile, "default-profile", "", "slack: the `PROFILE` of mentions elsewhere")
-	f.StringArrayVar(&repos, "repo", nil, "github: a repository `OWNER/NAME` whose deliveries are taken and reviewed (repeatable)")
+	f.StringVar(&profile, "default-profile", "", "slack: the `PROFILE` of mentions elsewhere; linear: of issues' tasks")
+	f.StringArrayVar(&repos, "repo", nil, "github: a repository `OWNER/NAME` whose deliveries are taken and reviewed (repeatable);\n"+
+		"linear: the one issues' pull requests are opened on")
 	f.StringVar(&apiURL, "api-url", "", "the service's API base `URL` (default: the public one)")
 	f.StringVar(&dashboard, "dashboard-url", "", "this deployment's dashboard `URL`, for links back to tasks")
 	f.StringVar(&appID, "app-id", "", "github: the GitHub App's `ID` (with --installation-id and the private_key secret)")
@@ -167,12 +166,27 @@ func readSecrets(cmd *cobra.Command, secrets []string) (map[string]string, error
 }
 
 // integrationConfig is the settings the flags give.
-func integrationConfig(apiURL, dashboard, profile string, socket bool, channels []string) (map[string]any, error) {
+// integrationConfig is an integration's settings from add's flags, under
+// the names its kind gives them.
+func integrationConfig(kind, apiURL, dashboard, profile string, socket bool, channels, repos []string) (map[string]any, error) {
 	config := map[string]any{}
-	for k, v := range map[string]string{"api_url": apiURL, "dashboard_url": dashboard, "default_profile": profile} {
+	profileKey := "default_profile"
+	if kind == "linear" {
+		profileKey = "profile"
+	}
+	for k, v := range map[string]string{"api_url": apiURL, "dashboard_url": dashboard, profileKey: profile} {
 		if v != "" {
 			config[k] = v
 		}
+	}
+	switch {
+	case len(repos) == 0:
+	case kind != "linear":
+		config["repos"] = repos
+	case len(repos) > 1:
+		return nil, usageError{fmt.Errorf("--repo: linear opens pull requests on one repository, not %d", len(repos))}
+	default:
+		config["repo"] = repos[0]
 	}
 	if socket {
 		config["socket_mode"] = true

@@ -18,16 +18,22 @@ const ghHookSecret = "e2e-github-webhook-secret"
 // TestGitHubPullRequestReview: with GitHub configured (a fake GitHub from
 // its REST and webhook formats) and pr-review enabled, a pull_request
 // delivery starts a review on a reviewer profile (Claude Code in a QEMU
-// guest); a second push right after supersedes that run; the fake gets
+// guest), its prompt holding the rules of the repository's AGENTS.md at the
+// pull request's head; a second push right after supersedes that run; the fake gets
 // exactly one review, with inline comments; a replayed delivery and a
 // forged one start nothing.
 func TestGitHubPullRequestReview(t *testing.T) {
 	t.Parallel()
 	d := startDevAgentEnv(t)
-	review := modeltest.Turn{Name: "review", When: modeltest.UserTextContains("Review pull request #7"), Delay: 3 * time.Second,
+	const rule = "Every README change says how to run the app."
+	review := modeltest.Turn{Name: "review", Delay: 3 * time.Second,
+		When: modeltest.All(modeltest.UserTextContains("Review pull request #7"), modeltest.UserTextContains(rule)),
 		Text: "README.md:1: say what the app does\nREADME.md:1: and how to run it\nThe change itself looks right."}
 	d.model.SetScript(append([]modeltest.Turn{review}, claudeCase.script("/work/app")...))
 	gh := githubtest.Start(t, "ghp_e2e")
+	for _, head := range []string{"aaa111", "bbb222"} {
+		gh.SetFile("acme/app", head, "AGENTS.md", "# Rules\n"+rule+"\n")
+	}
 	runDevCLI(t, d, "integration", "add", "github", "--secret", "token=ghp_e2e", "--secret", "webhook_secret="+ghHookSecret, "--api-url", gh.URL, "--repo", "acme/app")
 	agent, err := d.dev.c.Profiles().Get(context.Background(), "agent")
 	if err != nil {

@@ -54,12 +54,22 @@ func (a *App) rest(ctx context.Context, c conf, method, path string, in, out any
 			Message string `json:"message"`
 		}
 		_ = json.Unmarshal(b, &e)
-		return fmt.Errorf("github %s %s: %d %s", method, path, resp.StatusCode, clip(e.Message, 200))
+		return &apiError{method: method, path: path, status: resp.StatusCode, message: clip(e.Message, 200)}
 	}
 	if out != nil {
 		return json.Unmarshal(b, out)
 	}
 	return nil
+}
+
+// apiError is GitHub's refusal of a call.
+type apiError struct {
+	method, path, message string
+	status                int
+}
+
+func (e *apiError) Error() string {
+	return fmt.Sprintf("github %s %s: %d %s", e.method, e.path, e.status, e.message)
 }
 
 var repoRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$`)

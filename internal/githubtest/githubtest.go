@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path"
 	"strings"
 	"sync"
 	"testing"
@@ -41,15 +43,17 @@ type Server struct {
 	prs    []PR
 	minted int
 	n      int64
+	files  map[string]string // "owner/repo@ref:path"
 }
 
 // Start runs a fake GitHub that accepts token, until the test ends.
 func Start(t testing.TB, token string) *Server {
-	s := &Server{token: token, posts: map[string][]*Post{}}
+	s := &Server{token: token, posts: map[string][]*Post{}, files: map[string]string{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/repos/{owner}/{repo}/pulls/{n}/reviews", s.handle)
 	mux.HandleFunc("/repos/{owner}/{repo}/issues/{n}/comments", s.handle)
 	mux.HandleFunc("/repos/{owner}/{repo}/pulls", s.pulls)
+	mux.HandleFunc("GET /repos/{owner}/{repo}/contents/{path...}", s.contents)
 	mux.HandleFunc("POST /app/installations/{id}/access_tokens", s.accessToken)
 	s.Server = httptest.NewServer(mux)
 	t.Cleanup(s.Close)
@@ -163,6 +167,38 @@ func (s *Server) pulls(w http.ResponseWriter, r *http.Request) {
 	default:
 		http.Error(w, "", http.StatusMethodNotAllowed)
 	}
+}
+
+// SetFile gives repo a file at ref, as the contents API serves it.
+func (s *Server) SetFile(repo, ref, path, content string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.files[repo+"@"+ref+":"+path] = content
+}
+
+// contents is GET /repos/OWNER/REPO/contents/PATH?ref=REF: the file, its
+// content base64 in lines of 60 as GitHub sends it; 404 when none.
+func (s *Server) contents(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Authorization") != "Bearer "+s.token {
+		http.Error(w, `{"message":"Bad credentials"}`, http.StatusUnauthorized)
+		return
+	}
+	s.mu.Lock()
+	text, ok := s.files[r.PathValue("owner")+"/"+r.PathValue("repo")+"@"+r.URL.Query().Get("ref")+":"+r.PathValue("path")]
+	s.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	if !ok {
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = io.WriteString(w, `{"message":"Not Found","documentation_url":"https://docs.github.com/rest/repos/contents#get-repository-content","status":"404"}`)
+		return
+	}
+	enc := base64.StdEncoding.EncodeToString([]byte(text))
+	var lines []string
+	for len(enc) > 60 {
+		lines, enc = append(lines, enc[:60]), enc[60:]
+	}
+	_ = json.NewEncoder(w).Encode(map[string]any{"type": "file", "encoding": "base64", "size": len(text), "name": path.Base(r.PathValue("path")),
+		"path": r.PathValue("path"), "content": strings.Join(append(lines, enc), "\n") + "\n"})
 }
 
 // Reviews returns the reviews of a pull request.

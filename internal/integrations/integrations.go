@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -67,7 +68,7 @@ var specs = map[domain.IntegrationKind]spec{
 		required: []string{"bot_token", "signing_secret"}, optional: []string{"app_token"}},
 	domain.IntegrationGitHub: {config: []string{"api_url", "repos", "app_id", "installation_id", "dashboard_url"},
 		optional: []string{"token", "private_key", "webhook_secret"}},
-	domain.IntegrationLinear: {config: []string{"api_url", "team", "labels", "profile", "dashboard_url"},
+	domain.IntegrationLinear: {config: []string{"api_url", "team", "labels", "profile", "repo", "dashboard_url"},
 		required: []string{"api_key", "webhook_secret"}},
 }
 
@@ -145,6 +146,37 @@ func checkConfig(kind domain.IntegrationKind, sp spec, config json.RawMessage) e
 			if p, err := url.Parse(u); err != nil || (p.Scheme != "https" && p.Scheme != "http") || p.Host == "" {
 				return fmt.Errorf("%w: %s %s %q: want an http(s) URL", domain.ErrInvalid, kind, k, u)
 			}
+		}
+		if err := checkRepos(k, v); err != nil {
+			return fmt.Errorf("%w: %s %v", domain.ErrInvalid, kind, err)
+		}
+	}
+	return nil
+}
+
+// repoRE is a GitHub owner (letters, digits, hyphens) and a repository name;
+// the names "." and ".." are refused apart.
+var repoRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9-]{0,38}/[A-Za-z0-9_.-]{1,100}$`)
+
+// checkRepos checks a setting that names GitHub repositories: "repo" one,
+// "repos" a list, each owner/name.
+func checkRepos(key string, v json.RawMessage) error {
+	var repos []string
+	switch key {
+	case "repo":
+		var r string
+		if json.Unmarshal(v, &r) != nil {
+			return fmt.Errorf("repo must be a string, owner/name")
+		}
+		repos = []string{r}
+	case "repos":
+		if json.Unmarshal(v, &repos) != nil || len(repos) > 100 {
+			return fmt.Errorf("repos must be a list of at most 100 owner/name")
+		}
+	}
+	for _, r := range repos {
+		if !repoRE.MatchString(r) || strings.HasSuffix(r, "/.") || strings.HasSuffix(r, "/..") {
+			return fmt.Errorf("%s %q: want a GitHub repository owner/name", key, r)
 		}
 	}
 	return nil

@@ -110,6 +110,7 @@ func (a *App) SetRuns(r Runs) {
 type conf struct {
 	APIURL  string `json:"api_url"`
 	Profile string `json:"profile"` // the profile issues' tasks start on
+	Repo    string `json:"repo"`    // GitHub owner/name their pull requests open on ("": none)
 	key     string
 	webhook string
 }
@@ -213,7 +214,8 @@ func (a *App) HandleEvents(ctx context.Context, h http.Header, body []byte) (int
 		profile = "agent"
 	}
 	raw, _ := json.Marshal(map[string]any{"issue": d.Data.ID, "identifier": d.Data.Identifier, "title": d.Data.Title,
-		"description": clip(d.Data.Description, 16<<10), "url": d.Data.URL, "event": event, "labels": strings.Join(labels, ","), "profile": profile})
+		"description": clip(d.Data.Description, 16<<10), "url": d.Data.URL, "event": event, "labels": strings.Join(labels, ","), "profile": profile,
+		"repo": c.Repo})
 	started, err := runs.StartTriggered(ctx, automations.TriggerLinearIssue, func(t automations.Trigger) bool {
 		if len(t.Labels) == 0 {
 			return event == "created"

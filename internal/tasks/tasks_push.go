@@ -30,6 +30,10 @@ type Pusher struct{ c *Tasks }
 // NewPusher returns the Pusher of tasks.
 func NewPusher(t *Tasks) *Pusher { return &Pusher{c: t} }
 
+// ErrNothingChanged is PushBranch's refusal of a task that changed
+// nothing (an invalid request: there is no branch to push).
+var ErrNothingChanged = fmt.Errorf("%w: the task changed nothing", domain.ErrInvalid)
+
 var branchRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,100}$`)
 
 // PushBranch pushes a task's changes in one of its repositories (repoPath;
@@ -64,7 +68,7 @@ func (p *Pusher) PushBranch(ctx context.Context, taskID domain.TaskID, path, bra
 		return PushedBranch{}, fmt.Errorf("%w: task %s has no repository %q (it cloned %d)", domain.ErrInvalid, taskID, path, len(diffs))
 	}
 	if d.Diff == "" {
-		return PushedBranch{}, fmt.Errorf("%w: task %s changed nothing in %s", domain.ErrInvalid, taskID, d.Path)
+		return PushedBranch{}, fmt.Errorf("task %s in %s: %w", taskID, d.Path, ErrNothingChanged)
 	}
 	var rec taskRecord
 	if err := json.Unmarshal(t.Receipt, &rec); err != nil {

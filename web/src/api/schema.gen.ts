@@ -2559,7 +2559,7 @@ export interface components {
         AutomationBlock: {
             id: string;
             /** @enum {string} */
-            kind: "start_task" | "send_prompt" | "wait_idle" | "run_command" | "read_file" | "write_file" | "condition" | "loop" | "post_slack" | "github_comment" | "github_review" | "open_pr" | "linear_comment" | "end_session";
+            kind: "start_task" | "send_prompt" | "wait_idle" | "run_command" | "read_file" | "write_file" | "condition" | "loop" | "post_slack" | "github_comment" | "github_review" | "open_pr" | "github_file" | "linear_comment" | "end_session";
             profile?: string;
             /** @description The id of the start_task block whose task this block acts on. */
             task?: string;
@@ -2572,6 +2572,8 @@ export interface components {
             number?: string;
             issue?: string;
             title?: string;
+            /** @description github_file: a branch, tag or commit (default: the repository's default branch). */
+            ref?: string;
             text?: string;
             /** @description wait_idle: a duration such as 30m. */
             timeout?: string;
