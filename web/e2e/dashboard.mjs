@@ -5,9 +5,11 @@
 // streamed answer, the Changes and Terminal tabs, the session badge turn
 // Idle when the CLI suspends it, a follow-up resume it and answer, the
 // receipt change with the allowlist before saving, an image's enable
-// stages; every page screenshotted at both sizes and checked by axe-core.
+// stages, automations made from text, a built-in and the form, run and
+// watched step by step; every page screenshotted at both sizes and checked by axe-core.
 import { execFileSync } from "node:child_process";
 import { mkdirSync, readFileSync } from "node:fs";
+import { automationForm } from "./automationForm.mjs";
 import { axe, launch, shoot, step, until } from "./lib.mjs";
 
 const cfg = JSON.parse(readFileSync(process.argv[2], "utf8"));
@@ -153,6 +155,7 @@ try {
   await shoot(page, cfg.artifacts, "automations-empty");
   await page.getByRole("link", { name: "New automation" }).click();
   await page.getByLabel("Start from").selectOption({ label: "Run by hand with inputs" });
+  await page.getByRole("tab", { name: "Text (YAML or JSON)" }).click();
   const def = page.getByLabel("Definition (YAML or JSON)");
   const good = await def.inputValue();
   if (!good.includes("name: by-hand")) throw new Error("the template did not fill the definition: " + good);
@@ -193,6 +196,7 @@ try {
   step("automations: create one from a built-in, test-run it with a sample payload");
   await page.goto(base + "/automations/new");
   await page.getByLabel("Start from").selectOption({ label: "Built-in: slack-threads (slack)" });
+  await page.getByRole("tab", { name: "Text (YAML or JSON)" }).click();
   if (!(await def.inputValue()).includes("kind: slack_mention")) throw new Error("the built-in did not fill the definition");
   await page.getByRole("button", { name: "Create automation" }).click();
   await page.waitForURL(base + "/automations/slack-threads");
@@ -204,6 +208,8 @@ try {
     return (await page.locator('[data-testid="step"][data-block="task"][data-state="succeeded"]').count()) === 1;
   });
   await page.locator('.head [data-state="succeeded"]').waitFor({ timeout: 30_000 });
+
+  await automationForm(page, base, (p, name) => shoot(p, cfg.artifacts, name));
 
   step("settings: the integrations, and Slack added from the form (its built-in installed)");
   await page.getByRole("navigation", { name: "Sections" }).getByRole("link", { name: "Settings" }).click();

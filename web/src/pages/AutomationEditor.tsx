@@ -1,14 +1,17 @@
-// The automation editor: the definition as text (YAML or JSON), its
-// problems with their places after a save, its inputs, a test run and
-// its runs.
+// The automation editor: the definition as a form or as text (YAML or
+// JSON), either way its problems with their places after a save; then a
+// test run with its inputs, and its runs.
 import { useEffect, useState } from "preact/hooks";
 import { ApiError, call, enc, get } from "../api/client";
 import type { Automation, AutomationResponse, Builtin } from "../api/types";
+import { definitionText, parseDefinition, type Definition } from "../lib/automationDef";
 import { definitionProblems } from "../lib/automationProblems";
 import { templates } from "../lib/automationTemplates";
 import { useLoad } from "../lib/useLoad";
 import { navigate } from "../router";
 import { Loading, Problem } from "../ui/Problem";
+import { Tabs } from "../ui/Tabs";
+import { AutomationForm } from "./AutomationForm";
 import { AutomationRuns } from "./AutomationRuns";
 import { AutomationTestRun } from "./AutomationTestRun";
 
@@ -19,15 +22,42 @@ export function AutomationEditor(props: { name?: string }) {
     ...templates,
     ...(builtins.value?.builtins ?? []).map((b) => ({ id: "builtin:" + b.name, label: "Built-in: " + b.name + " (" + b.integration + ")", text: b.definition })),
   ];
+  const [mode, setMode] = useState<"form" | "text">("form");
   const [text, setText] = useState(templates[0].text);
+  const [def, setDef] = useState<Definition>(() => parseDefinition(templates[0].text));
+  const [modeError, setModeError] = useState<string>();
   const [enabled, setEnabled] = useState(false);
   const [error, setError] = useState<Error>();
   const [saving, setSaving] = useState(false);
   const [secret, setSecret] = useState<{ url: string; secret: string }>();
 
   useEffect(() => {
-    if (existing.value) setText(JSON.stringify(existing.value.definition, null, 2));
+    if (!existing.value) return;
+    setDef(existing.value.definition);
+    setText(definitionText(existing.value.definition));
   }, [existing.value]);
+
+  // The form edits def, the text tab text; switching carries one into the
+  // other, and text the form cannot show keeps the text tab.
+  const switchTo = (m: string) => {
+    if (m === mode) return;
+    try {
+      if (m === "form") setDef(parseDefinition(text));
+      else setText(definitionText(def));
+      setMode(m === "form" ? "form" : "text");
+      setModeError(undefined);
+    } catch (err) {
+      setModeError("The form cannot show this text: " + (err as Error).message);
+    }
+  };
+  const pick = (t: string) => {
+    setText(t);
+    try {
+      setDef(parseDefinition(t));
+    } catch {
+      setMode("text");
+    }
+  };
 
   const save = async (e: Event) => {
     e.preventDefault();
@@ -35,9 +65,10 @@ export function AutomationEditor(props: { name?: string }) {
     setError(undefined);
     try {
       const a = existing.value;
+      const definition = mode === "form" ? JSON.stringify(def) : text;
       const r = a
-        ? await call<AutomationResponse>("PUT", "/v1/automations/" + enc(a.name), { definition: text, version: a.version })
-        : await call<AutomationResponse>("POST", "/v1/automations", { definition: text, enabled });
+        ? await call<AutomationResponse>("PUT", "/v1/automations/" + enc(a.name), { definition, version: a.version })
+        : await call<AutomationResponse>("POST", "/v1/automations", { definition, enabled });
       if (r.hook_secret) setSecret({ url: location.origin + (r.hook_url ?? ""), secret: r.hook_secret });
       existing.set(r);
       navigate("/automations/" + enc(r.name), true);
@@ -89,30 +120,49 @@ export function AutomationEditor(props: { name?: string }) {
           {!a && (
             <div class="row">
               <label for="a-template">Start from</label>
-              <select id="a-template" onChange={(e) => setText(starts.find((t) => t.id === e.currentTarget.value)?.text ?? text)}>
+              <select id="a-template" onChange={(e) => pick(starts.find((t) => t.id === e.currentTarget.value)?.text ?? text)}>
                 {starts.map((t) => (
                   <option value={t.id}>{t.label}</option>
                 ))}
               </select>
             </div>
           )}
-          <div class={"row" + (probs.length ? " invalid" : "")}>
-            <label for="a-def">Definition (YAML or JSON)</label>
-            <textarea id="a-def" rows={18} spellcheck={false} value={text} onInput={(e) => setText(e.currentTarget.value)} aria-describedby="a-def-err" />
+          <Tabs
+            tabs={[
+              { id: "form", label: "Form" },
+              { id: "text", label: "Text (YAML or JSON)" },
+            ]}
+            current={mode}
+            onSelect={switchTo}
+          />
+          {modeError && (
+            <p role="alert" class="field-problems" data-testid="mode-problem">
+              {modeError}
+            </p>
+          )}
+          {probs.length > 0 && (
+            <div role="alert" id="a-def-err" data-testid="definition-problems">
+              <ul class="field-problems">
+                {probs.map((p) => (
+                  <li>
+                    {p.path && <code>{p.path}</code>} {p.msg}
+                  </li>
+                ))}
+              </ul>
+            </div>
+          )}
+          <div role="tabpanel" id={"panel-" + mode} aria-labelledby={"tab-" + mode}>
+            {mode === "form" ? (
+              <AutomationForm def={def} onChange={setDef} problems={probs} fixedName={!!a} />
+            ) : (
+              <div class={"row" + (probs.length ? " invalid" : "")}>
+                <label for="a-def">Definition (YAML or JSON)</label>
+                <textarea id="a-def" rows={18} spellcheck={false} value={text} onInput={(e) => setText(e.currentTarget.value)} aria-describedby="a-def-err" />
+              </div>
+            )}
             <p class="hint">
               Templates: {"{{inputs.NAME}}"}, {"{{trigger.PATH}}"}, {"{{steps.ID.output}}"}. Each save is a new version; runs finish on theirs.
             </p>
-            {probs.length > 0 && (
-              <div role="alert" id="a-def-err" data-testid="definition-problems">
-                <ul class="field-problems">
-                  {probs.map((p) => (
-                    <li>
-                      {p.path && <code>{p.path}</code>} {p.msg}
-                    </li>
-                  ))}
-                </ul>
-              </div>
-            )}
           </div>
           {!a && (
             <label class="check">

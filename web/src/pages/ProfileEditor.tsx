@@ -1,6 +1,5 @@
 // The profile editor: the form, and beside it the grant receipt of what
 // is typed, resolved live (before saving); problems show on their field.
-import type { ComponentChildren } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import { call, enc, get, listAll } from "../api/client";
 import type { Harness, Image, ProfileResponse, Receipt, Secret } from "../api/types";
@@ -8,6 +7,7 @@ import { byField, type Field } from "../lib/problems";
 import { toForm, toSpec, type Form } from "../lib/profileForm";
 import { useLoad } from "../lib/useLoad";
 import { navigate } from "../router";
+import { FieldProblems, Row } from "../ui/Field";
 import { Loading, Problem } from "../ui/Problem";
 import { ReceiptView } from "../ui/Receipt";
 
@@ -133,29 +133,5 @@ export function ProfileEditor(props: { name?: string }) {
         </div>
       </div>
     </>
-  );
-}
-
-function Row(props: { id: string; label: string; problems?: string[]; hint?: string; children: ComponentChildren }) {
-  return (
-    <div class={"row" + (props.problems ? " invalid" : "")}>
-      <label for={props.id}>{props.label}</label>
-      {props.children}
-      {props.hint && <p class="hint">{props.hint}</p>}
-      <FieldProblems id={props.id + "-err"} problems={props.problems} />
-    </div>
-  );
-}
-
-function FieldProblems(props: { id: string; problems?: string[] }) {
-  if (!props.problems?.length) return null;
-  return (
-    <div role="alert" id={props.id}>
-      <ul class="field-problems">
-        {props.problems.map((p) => (
-          <li>{p}</li>
-        ))}
-      </ul>
-    </div>
   );
 }

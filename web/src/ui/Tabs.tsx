@@ -13,6 +13,7 @@ export function Tabs(props: { tabs: { id: string; label: string }[]; current: st
     <div class="tabs" role="tablist" onKeyDown={keys}>
       {props.tabs.map((t) => (
         <button
+          type="button"
           role="tab"
           id={"tab-" + t.id}
           aria-selected={t.id === props.current}

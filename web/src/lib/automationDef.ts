@@ -1,0 +1,172 @@
+// An automation definition as the form edits it: read from and written to
+// YAML or JSON text, the fields each block kind uses, and edits of the
+// block tree by place (the server's problem paths, e.g. blocks[2].then[0]).
+import { parse, stringify } from "yaml";
+import type { AutomationBlock, AutomationDefinition, AutomationTrigger } from "../api/types";
+
+export type Definition = AutomationDefinition;
+export type Block = AutomationBlock;
+export type BlockKind = Block["kind"];
+export type TriggerKind = AutomationTrigger["kind"];
+export type Place = (string | number)[];
+
+// The text fields a block kind uses, in the order the form shows them.
+export type BlockField = "profile" | "task" | "prompt" | "command" | "path" | "content" | "channel" | "repo" | "number" | "issue" | "title" | "ref" | "text" | "timeout" | "if" | "while" | "max";
+export type Branch = "then" | "else" | "body";
+
+export const blockKinds: Record<BlockKind, { label: string; fields: BlockField[]; branches?: Branch[] }> = {
+  start_task: { label: "Start a task", fields: ["profile", "prompt"] },
+  send_prompt: { label: "Send a prompt", fields: ["task", "prompt"] },
+  wait_idle: { label: "Wait for the agent to go idle", fields: ["task", "timeout"] },
+  run_command: { label: "Run a command", fields: ["task", "command"] },
+  read_file: { label: "Read a file", fields: ["task", "path"] },
+  write_file: { label: "Write a file", fields: ["task", "path", "content"] },
+  condition: { label: "Condition", fields: ["if"], branches: ["then", "else"] },
+  loop: { label: "Loop", fields: ["max", "while"], branches: ["body"] },
+  post_slack: { label: "Post to Slack", fields: ["channel", "text"] },
+  github_comment: { label: "Comment on GitHub", fields: ["repo", "number", "text"] },
+  github_review: { label: "Review on GitHub", fields: ["repo", "number", "text"] },
+  open_pr: { label: "Open a pull request", fields: ["task", "repo", "title"] },
+  github_file: { label: "Read a file from GitHub", fields: ["repo", "ref", "path"] },
+  linear_comment: { label: "Comment on Linear", fields: ["issue", "text"] },
+  end_session: { label: "End the session", fields: ["task"] },
+};
+
+export const fieldInfo: Record<BlockField, { label: string; hint?: string; multiline?: boolean }> = {
+  profile: { label: "Profile" },
+  task: { label: "Task", hint: "The start_task block whose task this acts on" },
+  prompt: { label: "Prompt", multiline: true },
+  command: { label: "Command" },
+  path: { label: "Path" },
+  content: { label: "Content", multiline: true },
+  channel: { label: "Channel" },
+  repo: { label: "Repository", hint: "owner/name" },
+  number: { label: "Number", hint: "The pull request or issue number" },
+  issue: { label: "Issue" },
+  title: { label: "Title" },
+  ref: { label: "Ref", hint: "A branch, tag or commit; empty: the default branch" },
+  text: { label: "Text", multiline: true },
+  timeout: { label: "Timeout", hint: "A duration such as 30m" },
+  if: { label: "If", hint: "True unless it renders empty, 0 or false" },
+  while: { label: "While", hint: "Checked before each pass; empty: always" },
+  max: { label: "At most (passes)" },
+};
+
+export const triggerKinds: Record<TriggerKind, string> = {
+  manual: "By hand (dashboard or CLI)",
+  schedule: "On a schedule",
+  webhook: "A signed webhook",
+  slack_mention: "A Slack mention",
+  github_pr: "A GitHub pull request",
+  linear_issue: "A Linear issue",
+};
+
+export const prEvents = ["opened", "synchronize", "reopened", "review_requested", "comment"];
+
+const known: Record<string, string[]> = {
+  definition: ["name", "trigger", "inputs", "blocks", "settings"],
+  trigger: ["kind", "cron", "time_zone", "slug", "channels", "repos", "events", "labels"],
+  input: ["name", "type", "default", "required"],
+  block: ["id", "kind", ...Object.keys(fieldInfo), "then", "else", "body"],
+  settings: ["concurrency_key", "policy"],
+};
+
+// parseDefinition reads YAML or JSON text; it throws, naming the place, on
+// what the form cannot show (it would drop it).
+export function parseDefinition(text: string): Definition {
+  const d: unknown = parse(text);
+  if (!isObject(d)) throw new Error("the text is not a definition (a mapping of name, trigger, blocks)");
+  only(d, "definition", "");
+  if (d.trigger !== undefined) only(d.trigger, "trigger", "trigger");
+  if (d.settings !== undefined) only(d.settings, "settings", "settings");
+  list(d.inputs, "inputs").forEach((x, i) => only(x, "input", `inputs[${i}]`));
+  const blocks = (bs: unknown, at: string) =>
+    list(bs, at).forEach((b, i) => {
+      only(b, "block", `${at}[${i}]`);
+      for (const br of ["then", "else", "body"]) if (isObject(b) && b[br] !== undefined) blocks(b[br], `${at}[${i}].${br}`);
+    });
+  blocks(d.blocks, "blocks");
+  const def = d as Definition;
+  return { ...def, name: def.name ?? "", trigger: def.trigger ?? { kind: "manual" }, blocks: def.blocks ?? [] };
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+function only(v: unknown, what: string, at: string) {
+  if (!isObject(v)) throw new Error(`${at || "the definition"}: want a mapping`);
+  for (const k of Object.keys(v)) if (!known[what].includes(k)) throw new Error(`${at ? at + "." : ""}${k}: the form has no such field; edit it as text`);
+}
+
+function list(v: unknown, at: string): unknown[] {
+  if (v === undefined || v === null) return [];
+  if (!Array.isArray(v)) throw new Error(`${at}: want a list`);
+  return v;
+}
+
+// definitionText writes d as YAML, leaving out empty fields.
+export function definitionText(d: Definition): string {
+  return stringify(prune(d), { lineWidth: 0 });
+}
+
+function prune(v: unknown): unknown {
+  if (Array.isArray(v)) return v.map(prune);
+  if (!isObject(v)) return v;
+  const out: Record<string, unknown> = {};
+  for (const [k, x] of Object.entries(v)) {
+    const p = prune(x);
+    if (p === undefined || p === "" || (Array.isArray(p) && p.length === 0) || (isObject(p) && Object.keys(p).length === 0)) continue;
+    if (k === "required" && p === false) continue;
+    out[k] = p;
+  }
+  return out;
+}
+
+// placeName is a place as the server names it: blocks[2].then[0].prompt.
+export function placeName(place: Place): string {
+  return place.map((p, i) => (typeof p === "number" ? `[${p}]` : i === 0 ? p : "." + p)).join("");
+}
+
+export function getIn(v: unknown, place: Place): unknown {
+  return place.reduce<unknown>((x, k) => (x as Record<string | number, unknown> | undefined)?.[k], v);
+}
+
+// setIn returns v with the value at place replaced, copying what it passes.
+export function setIn<T>(v: T, place: Place, value: unknown): T {
+  if (place.length === 0) return value as T;
+  const [k, ...rest] = place;
+  const next = setIn((v as Record<string | number, unknown> | undefined)?.[k], rest, value);
+  if (Array.isArray(v)) return v.map((x, i) => (i === k ? next : x)) as T;
+  return { ...(v as object), [k]: next } as T;
+}
+
+// blockIds lists every block id of the tree; taskIds those of start_task blocks.
+export function blockIds(bs: Block[] = []): string[] {
+  return bs.flatMap((b) => [b.id, ...blockIds(b.then), ...blockIds(b.else), ...blockIds(b.body)]);
+}
+
+export function taskIds(bs: Block[] = []): string[] {
+  return bs.flatMap((b) => [...(b.kind === "start_task" ? [b.id] : []), ...taskIds(b.then), ...taskIds(b.else), ...taskIds(b.body)]);
+}
+
+// newBlock is a block of kind with an id not yet taken, acting on the first
+// task when its kind acts on one.
+export function newBlock(kind: BlockKind, d: Definition): Block {
+  const taken = new Set(blockIds(d.blocks));
+  const base = kind === "start_task" ? "task" : kind.replace(/_/g, "-");
+  let id = base;
+  for (let n = 2; taken.has(id); n++) id = base + n;
+  const b: Block = { id, kind };
+  if (blockKinds[kind].fields.includes("task")) b.task = taskIds(d.blocks)[0] ?? "";
+  if (kind === "loop") b.max = 3;
+  return b;
+}
+
+// retype gives b another kind, keeping the fields both kinds use.
+export function retype(b: Block, kind: BlockKind): Block {
+  const keep = new Set<string>([...blockKinds[kind].fields, ...(blockKinds[kind].branches ?? [])]);
+  const out: Record<string, unknown> = { id: b.id, kind };
+  for (const [k, v] of Object.entries(b)) if (keep.has(k)) out[k] = v;
+  return out as Block;
+}

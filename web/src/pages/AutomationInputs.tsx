@@ -1,0 +1,84 @@
+// The automation form's inputs: a table of typed parameters (name, type,
+// default, required), each row edited in place.
+import type { AutomationInput } from "../api/types";
+import { FieldProblems } from "../ui/Field";
+import { useForm } from "./automationFields";
+
+const types: AutomationInput["type"][] = ["string", "number", "boolean", "json"];
+
+// defaultOf reads a typed default from what was typed; what does not parse
+// is kept as typed, for the save to name.
+function defaultOf(type: AutomationInput["type"], t: string): unknown {
+  if (t === "") return undefined;
+  if (type === "number" && t.trim() !== "" && !Number.isNaN(Number(t))) return Number(t);
+  if (type === "boolean" && (t === "true" || t === "false")) return t === "true";
+  if (type === "json") {
+    try {
+      return JSON.parse(t);
+    } catch {
+      return t;
+    }
+  }
+  return t;
+}
+
+const shown = (v: unknown) => (v === undefined ? "" : typeof v === "string" ? v : JSON.stringify(v));
+
+export function AutomationInputs() {
+  const { def, edit, problems } = useForm();
+  const inputs = def.inputs ?? [];
+  const set = (i: number, x: AutomationInput) => edit(["inputs"], inputs.map((y, j) => (j === i ? x : y)));
+  const probs = problems.filter((p) => p.path === "inputs" || p.path.startsWith("inputs[")).map((p) => p.path + ": " + p.msg);
+  return (
+    <fieldset>
+      <legend>Inputs</legend>
+      {inputs.length === 0 && <p class="muted small">No inputs. Templates read them as {"{{inputs.NAME}}"}.</p>}
+      {inputs.length > 0 && (
+        <table class="inputs" data-testid="input-table">
+          <thead>
+            <tr>
+              <th>Name</th>
+              <th>Type</th>
+              <th>Default</th>
+              <th>Required</th>
+              <th>
+                <span class="sr-only">Remove</span>
+              </th>
+            </tr>
+          </thead>
+          <tbody>
+            {inputs.map((x, i) => (
+              <tr>
+                <td>
+                  <input aria-label={`Input ${i + 1} name`} value={x.name} onInput={(e) => set(i, { ...x, name: e.currentTarget.value })} />
+                </td>
+                <td>
+                  <select aria-label={`Input ${i + 1} type`} value={x.type} onChange={(e) => set(i, { ...x, type: e.currentTarget.value as AutomationInput["type"], default: undefined })}>
+                    {types.map((t) => (
+                      <option value={t}>{t}</option>
+                    ))}
+                  </select>
+                </td>
+                <td>
+                  <input aria-label={`Input ${i + 1} default`} value={shown(x.default)} placeholder={x.type === "json" ? "JSON" : ""} onChange={(e) => set(i, { ...x, default: defaultOf(x.type, e.currentTarget.value) })} />
+                </td>
+                <td>
+                  <input type="checkbox" aria-label={`Input ${i + 1} required`} checked={!!x.required} onChange={(e) => set(i, { ...x, required: e.currentTarget.checked || undefined })} />
+                </td>
+                <td>
+                  <button type="button" class="quiet danger" aria-label={`Remove input ${i + 1}`} onClick={() => edit(["inputs"], inputs.filter((_, j) => j !== i))}>
+                    Remove
+                  </button>
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+      <FieldProblems id="f-inputs-err" problems={probs} />
+      <button type="button" class="quiet" onClick={() => edit(["inputs"], [...inputs, { name: "", type: "string" }])}>
+        Add an input
+      </button>
+    </fieldset>
+  );
+}
