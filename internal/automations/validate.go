@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/robfig/cron/v3"
+
+	"github.com/engrams/engrams/internal/domain"
 )
 
 // Limits bound a definition and its runs.
@@ -39,7 +41,6 @@ func (p Problem) String() string { return p.Path + ": " + p.Msg }
 var (
 	nameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]{0,62}$`)
 	slugRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
-	repoRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$`)
 )
 
 // validator collects problems while walking a definition.
@@ -95,7 +96,7 @@ func (v *validator) trigger(t Trigger) {
 			v.add("trigger.repos", "name the repositories (owner/name) whose pull requests start runs")
 		}
 		for i, r := range t.Repos {
-			if !repoRE.MatchString(r) {
+			if !domain.ValidRepo(r) {
 				v.add(fmt.Sprintf("trigger.repos[%d]", i), "%q: want owner/name", r)
 			}
 		}

@@ -63,13 +63,15 @@ blocks:
 
 // prReview reviews a pull request on a reviewer profile (make it deny by
 // default: no hosts, read-only credentials), by the rules of the
-// repository's AGENTS.md at the pull request's head when it has one: one
+// repository's AGENTS.md on the branch it goes into when there is one (the
+// pull request's own copy is its author's to rewrite, so it is not read;
+// comment events carry no base, so they read the default branch's): one
 // review with inline comments; a new push supersedes a review still running.
 const prReview = `name: pr-review
 trigger: {kind: github_pr, events: [opened, synchronize, reopened, review_requested, comment]}
 settings: {concurrency_key: "{{trigger.repo}}#{{trigger.number}}", policy: supersede}
 blocks:
-  - {id: rules, kind: github_file, repo: "{{trigger.repo}}", ref: "{{trigger.head_sha}}", path: AGENTS.md}
+  - {id: rules, kind: github_file, repo: "{{trigger.repo}}", ref: "{{trigger.base_ref}}", path: AGENTS.md}
   - id: task
     kind: start_task
     profile: reviewer
@@ -77,7 +79,7 @@ blocks:
       Review pull request #{{trigger.number}} of {{trigger.repo}}: {{trigger.title}}
       (head {{trigger.head_sha}} on {{trigger.head_ref}}, into {{trigger.base_ref}}). {{trigger.command}}
       Answer with your review: one line per comment as path:line: comment, then a summary.
-      The repository's rules for agents, from its AGENTS.md at that head (none if nothing follows):
+      The repository's rules for agents, from its AGENTS.md on {{trigger.base_ref}} (none if nothing follows):
       {{steps.rules.output}}
   - {id: idle, kind: wait_idle, task: task, timeout: 30m}
   - {id: review, kind: github_review, repo: "{{trigger.repo}}", number: "{{trigger.number}}", text: "{{steps.idle.output}}"}

@@ -270,7 +270,7 @@ func renderedFields(b automations.Block, vals map[string]string) map[string]stri
 	out := map[string]string{}
 	for k, v := range map[string]string{"profile": b.Profile, "task": b.Task, "prompt": b.Prompt, "command": b.Command, "path": b.Path,
 		"content": b.Content, "channel": b.Channel, "repo": b.Repo, "number": b.Number, "issue": b.Issue, "title": b.Title,
-		"text": b.Text, "timeout": b.Timeout, "if": b.If, "while": b.While} {
+		"ref": b.Ref, "text": b.Text, "timeout": b.Timeout, "if": b.If, "while": b.While} {
 		if v != "" {
 			out[k] = clip(automations.Render(v, vals), 4096)
 		}

@@ -165,7 +165,6 @@ func readSecrets(cmd *cobra.Command, secrets []string) (map[string]string, error
 	return vals, nil
 }
 
-// integrationConfig is the settings the flags give.
 // integrationConfig is an integration's settings from add's flags, under
 // the names its kind gives them.
 func integrationConfig(kind, apiURL, dashboard, profile string, socket bool, channels, repos []string) (map[string]any, error) {

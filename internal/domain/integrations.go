@@ -2,6 +2,8 @@ package domain
 
 import (
 	"encoding/json"
+	"regexp"
+	"strings"
 	"time"
 )
 
@@ -44,4 +46,14 @@ type ChatThread struct {
 	LeaseUntil time.Time
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
+}
+
+// repoRE is a GitHub owner (letters, digits, hyphens, as GitHub allows)
+// and a repository name.
+var repoRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9-]{0,38}/[A-Za-z0-9_.-]{1,100}$`)
+
+// ValidRepo reports whether s names a GitHub repository, owner/name. The
+// names "." and ".." are refused: a repository goes into API paths.
+func ValidRepo(s string) bool {
+	return repoRE.MatchString(s) && !strings.HasSuffix(s, "/.") && !strings.HasSuffix(s, "/..")
 }

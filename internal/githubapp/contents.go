@@ -1,14 +1,18 @@
 package githubapp
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"path"
 	"strings"
+
+	"github.com/engrams/engrams/internal/domain"
 )
 
 // MaxFile bounds the text a github_file block reads: rules files and the
@@ -20,7 +24,7 @@ const MaxFile = 64 << 10
 // ref reads "", so a block can go on without it.
 func (a *App) File(ctx context.Context, repo, ref, file string) (string, error) {
 	clean := path.Clean("/" + strings.TrimSpace(file))[1:]
-	if !repoRE.MatchString(repo) || clean == "" || clean != strings.TrimSpace(file) || len(clean) > 1024 {
+	if !domain.ValidRepo(repo) || clean == "" || clean != strings.TrimSpace(file) || len(clean) > 1024 {
 		return "", fmt.Errorf("want a repository owner/name and a file's path in it, not %q %q", clip(repo, 100), clip(file, 200))
 	}
 	c, err := a.conf(ctx)
@@ -34,18 +38,24 @@ func (a *App) File(ctx context.Context, repo, ref, file string) (string, error) 
 	if ref != "" {
 		p += "?" + url.Values{"ref": {ref}}.Encode()
 	}
+	var raw json.RawMessage
+	err = a.rest(ctx, c, http.MethodGet, p, nil, &raw)
+	if ae := (*apiError)(nil); errors.As(err, &ae) && ae.status == http.StatusNotFound {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
 	var got struct {
 		Type     string `json:"type"`
 		Encoding string `json:"encoding"`
 		Size     int64  `json:"size"`
 		Content  string `json:"content"`
 	}
-	err = a.rest(ctx, c, http.MethodGet, p, nil, &got)
-	if ae := (*apiError)(nil); errors.As(err, &ae) && ae.status == http.StatusNotFound {
-		return "", nil
-	}
-	if err != nil {
-		return "", err
+	if b := bytes.TrimSpace(raw); len(b) > 0 && b[0] == '[' { // a directory's listing
+		got.Type = "dir"
+	} else if err := json.Unmarshal(raw, &got); err != nil {
+		return "", fmt.Errorf("github: read %s: %w", clean, err)
 	}
 	return decodeFile(clean, got.Type, got.Encoding, got.Size, got.Content)
 }

@@ -21,6 +21,8 @@ func TestFile(t *testing.T) {
 		{"absent at that ref", "acme/app", "main", "AGENTS.md", "", ""},
 		{"absent", "acme/app", "abc123", "CLAUDE.md", "", ""},
 		{"too big", "acme/app", "abc123", "docs/big.txt", "", "over 65536 bytes"},
+		{"a directory", "acme/app", "abc123", "docs", "", `docs is a "dir", not a file`},
+		{"repository named dot-dot", "acme/..", "abc123", "AGENTS.md", "", "want a repository"},
 		{"climbs out", "acme/app", "abc123", "../secrets", "", "want a repository"},
 		{"no path", "acme/app", "abc123", "", "", "want a repository"},
 		{"bad repository", "acme", "abc123", "AGENTS.md", "", "want a repository"},

@@ -46,7 +46,7 @@ func (a *App) OpenTaskPR(ctx context.Context, taskID domain.TaskID, repo, title,
 	if err != nil {
 		return PullRequest{}, err
 	}
-	if !repoRE.MatchString(repo) {
+	if !domain.ValidRepo(repo) {
 		return PullRequest{}, fmt.Errorf("%w: repository %q: want owner/name", domain.ErrInvalid, clip(repo, 100))
 	}
 	if c, err = a.forRepo(ctx, c, repo); err != nil {

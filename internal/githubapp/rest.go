@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/engrams/engrams/internal/domain"
 )
 
 // maxResponse bounds a REST answer.
@@ -72,13 +74,11 @@ func (e *apiError) Error() string {
 	return fmt.Sprintf("github %s %s: %d %s", e.method, e.path, e.status, e.message)
 }
 
-var repoRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$`)
-
 // target is the REST path of a pull request's comments ("issues") or
 // reviews ("pulls"): /repos/OWNER/NAME/KIND/N/WHAT.
 func target(repo, number, kind, what string) (string, error) {
 	n, err := strconv.Atoi(strings.TrimSpace(number))
-	if !repoRE.MatchString(repo) || err != nil || n <= 0 {
+	if !domain.ValidRepo(repo) || err != nil || n <= 0 {
 		return "", fmt.Errorf("want a repository owner/name and a pull request number, not %q #%q", clip(repo, 100), clip(number, 20))
 	}
 	return fmt.Sprintf("/repos/%s/%s/%d/%s", repo, kind, n, what), nil

@@ -177,16 +177,28 @@ func (s *Server) SetFile(repo, ref, path, content string) {
 }
 
 // contents is GET /repos/OWNER/REPO/contents/PATH?ref=REF: the file, its
-// content base64 in lines of 60 as GitHub sends it; 404 when none.
+// content base64 in lines of 60 as GitHub sends it; a directory's
+// listing (an array); 404 when none.
 func (s *Server) contents(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get("Authorization") != "Bearer "+s.token {
 		http.Error(w, `{"message":"Bad credentials"}`, http.StatusUnauthorized)
 		return
 	}
+	key := r.PathValue("owner") + "/" + r.PathValue("repo") + "@" + r.URL.Query().Get("ref") + ":" + r.PathValue("path")
 	s.mu.Lock()
-	text, ok := s.files[r.PathValue("owner")+"/"+r.PathValue("repo")+"@"+r.URL.Query().Get("ref")+":"+r.PathValue("path")]
+	text, ok := s.files[key]
+	var dir []map[string]any // a directory's listing: its entries
+	for k := range s.files {
+		if rest, in := strings.CutPrefix(k, key+"/"); in {
+			dir = append(dir, map[string]any{"type": "file", "name": rest, "path": r.PathValue("path") + "/" + rest})
+		}
+	}
 	s.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
+	if !ok && len(dir) > 0 {
+		_ = json.NewEncoder(w).Encode(dir)
+		return
+	}
 	if !ok {
 		w.WriteHeader(http.StatusNotFound)
 		_, _ = io.WriteString(w, `{"message":"Not Found","documentation_url":"https://docs.github.com/rest/repos/contents#get-repository-content","status":"404"}`)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -154,10 +153,6 @@ func checkConfig(kind domain.IntegrationKind, sp spec, config json.RawMessage) e
 	return nil
 }
 
-// repoRE is a GitHub owner (letters, digits, hyphens) and a repository name;
-// the names "." and ".." are refused apart.
-var repoRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9-]{0,38}/[A-Za-z0-9_.-]{1,100}$`)
-
 // checkRepos checks a setting that names GitHub repositories: "repo" one,
 // "repos" a list, each owner/name.
 func checkRepos(key string, v json.RawMessage) error {
@@ -175,7 +170,7 @@ func checkRepos(key string, v json.RawMessage) error {
 		}
 	}
 	for _, r := range repos {
-		if !repoRE.MatchString(r) || strings.HasSuffix(r, "/.") || strings.HasSuffix(r, "/..") {
+		if !domain.ValidRepo(r) {
 			return fmt.Errorf("%s %q: want a GitHub repository owner/name", key, r)
 		}
 	}

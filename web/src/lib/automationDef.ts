@@ -71,36 +71,63 @@ const known: Record<string, string[]> = {
   settings: ["concurrency_key", "policy"],
 };
 
-// parseDefinition reads YAML or JSON text; it throws, naming the place, on
-// what the form cannot show (it would drop it).
+// parseDefinition reads YAML or JSON text as the server does: a text field
+// keeps what was typed (ref: 1.10 is "1.10", not 1.1); only max, required
+// and defaults take YAML's types. It throws, naming the place, on what the
+// form cannot show (it would drop it).
 export function parseDefinition(text: string): Definition {
-  const d: unknown = parse(text);
-  if (!isObject(d)) throw new Error("the text is not a definition (a mapping of name, trigger, blocks)");
-  only(d, "definition", "");
-  if (d.trigger !== undefined) only(d.trigger, "trigger", "trigger");
-  if (d.settings !== undefined) only(d.settings, "settings", "settings");
-  list(d.inputs, "inputs").forEach((x, i) => only(x, "input", `inputs[${i}]`));
+  const raw: unknown = parse(text, { schema: "failsafe" }); // every scalar as typed
+  if (!isObject(raw)) throw new Error("the text is not a definition (a mapping of name, trigger, blocks)");
+  only(raw, known.definition, "");
+  if (raw.trigger !== undefined) only(raw.trigger, known.trigger, "trigger");
+  if (raw.settings !== undefined) only(raw.settings, known.settings, "settings");
+  list(raw.inputs, "inputs").forEach((x, i) => only(x, known.input, `inputs[${i}]`));
   const blocks = (bs: unknown, at: string) =>
     list(bs, at).forEach((b, i) => {
-      only(b, "block", `${at}[${i}]`);
-      for (const br of ["then", "else", "body"]) if (isObject(b) && b[br] !== undefined) blocks(b[br], `${at}[${i}].${br}`);
+      const kind = isObject(b) ? blockKinds[b.kind as BlockKind] : undefined;
+      only(b, kind ? ["id", "kind", ...kind.fields, ...(kind.branches ?? [])] : known.block, `${at}[${i}]`);
+      for (const br of kind?.branches ?? []) if (isObject(b) && b[br] !== undefined) blocks(b[br], `${at}[${i}].${br}`);
     });
-  blocks(d.blocks, "blocks");
-  const def = d as Definition;
+  blocks(raw.blocks, "blocks");
+  const def = typedAs(raw, parse(text), "") as Definition;
+  const rawInputs = list(raw.inputs, "inputs") as Record<string, unknown>[];
+  (def.inputs ?? []).forEach((x, i) => {
+    if (x.type === "string" && x.default !== undefined && typeof x.default !== "string" && typeof rawInputs[i]?.default === "string") x.default = rawInputs[i].default; // as typed
+  });
   return { ...def, name: def.name ?? "", trigger: def.trigger ?? { kind: "manual" }, blocks: def.blocks ?? [] };
+}
+
+const yes = ["true", "yes", "on", "y"];
+const no = ["false", "no", "off", "n"];
+
+// typedAs walks raw (strings) beside typed (YAML's types): nulls go, max
+// and required take their type, a default is taken whole.
+function typedAs(raw: unknown, typed: unknown, key: string): unknown {
+  if (typed === null || typed === undefined) return undefined;
+  if (key === "default") return typed;
+  if (key === "required" && typeof raw === "string") return yes.includes(raw.toLowerCase()) ? true : no.includes(raw.toLowerCase()) ? false : raw;
+  if (key === "max") return typeof typed === "number" ? typed : raw;
+  if (Array.isArray(raw)) return raw.map((r, i) => typedAs(r, Array.isArray(typed) ? typed[i] : undefined, key));
+  if (!isObject(raw)) return raw;
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(raw)) {
+    const t = typedAs(v, isObject(typed) ? typed[k] : undefined, k);
+    if (t !== undefined) out[k] = t;
+  }
+  return out;
 }
 
 function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 
-function only(v: unknown, what: string, at: string) {
+function only(v: unknown, keys: string[], at: string) {
   if (!isObject(v)) throw new Error(`${at || "the definition"}: want a mapping`);
-  for (const k of Object.keys(v)) if (!known[what].includes(k)) throw new Error(`${at ? at + "." : ""}${k}: the form has no such field; edit it as text`);
+  for (const k of Object.keys(v)) if (!keys.includes(k)) throw new Error(`${at ? at + "." : ""}${k}: the form has no such field${isObject(v) && v.kind ? " for " + v.kind : ""}; edit it as text`);
 }
 
 function list(v: unknown, at: string): unknown[] {
-  if (v === undefined || v === null) return [];
+  if (v === undefined || v === null || v === "") return [];
   if (!Array.isArray(v)) throw new Error(`${at}: want a list`);
   return v;
 }
@@ -115,6 +142,10 @@ function prune(v: unknown): unknown {
   if (!isObject(v)) return v;
   const out: Record<string, unknown> = {};
   for (const [k, x] of Object.entries(v)) {
+    if (k === "default") {
+      if (x !== undefined) out[k] = x; // "", [] and {} are defaults too
+      continue;
+    }
     const p = prune(x);
     if (p === undefined || p === "" || (Array.isArray(p) && p.length === 0) || (isObject(p) && Object.keys(p).length === 0)) continue;
     if (k === "required" && p === false) continue;
@@ -132,13 +163,30 @@ export function getIn(v: unknown, place: Place): unknown {
   return place.reduce<unknown>((x, k) => (x as Record<string | number, unknown> | undefined)?.[k], v);
 }
 
-// setIn returns v with the value at place replaced, copying what it passes.
+// setIn returns v with the value at place replaced, copying what it passes
+// (a list where the place's key is an index).
 export function setIn<T>(v: T, place: Place, value: unknown): T {
   if (place.length === 0) return value as T;
   const [k, ...rest] = place;
-  const next = setIn((v as Record<string | number, unknown> | undefined)?.[k], rest, value);
-  if (Array.isArray(v)) return v.map((x, i) => (i === k ? next : x)) as T;
-  return { ...(v as object), [k]: next } as T;
+  const base = (v ?? (typeof k === "number" ? [] : {})) as Record<string | number, unknown>;
+  const next = setIn(base[k], rest, value);
+  if (Array.isArray(base)) {
+    const copy = base.slice();
+    copy[k as number] = next;
+    return copy as T;
+  }
+  return { ...base, [k]: next } as T;
+}
+
+// keyOf is a key for an item of a list that stays with it as the list is
+// edited: a hidden (symbol) property, carried by the copies setIn makes and
+// left out of JSON and YAML.
+const uid = Symbol("uid");
+let uids = 0;
+export function keyOf(o: object): number {
+  const r = o as { [uid]?: number };
+  r[uid] ??= ++uids;
+  return r[uid];
 }
 
 // blockIds lists every block id of the tree; taskIds those of start_task blocks.
@@ -163,10 +211,12 @@ export function newBlock(kind: BlockKind, d: Definition): Block {
   return b;
 }
 
-// retype gives b another kind, keeping the fields both kinds use.
-export function retype(b: Block, kind: BlockKind): Block {
+// retype gives b another kind, keeping the fields both kinds use and
+// giving a new one's defaults (a loop's bound, the first task).
+export function retype(b: Block, kind: BlockKind, d: Definition): Block {
   const keep = new Set<string>([...blockKinds[kind].fields, ...(blockKinds[kind].branches ?? [])]);
-  const out: Record<string, unknown> = { id: b.id, kind };
+  const out: Record<string | symbol, unknown> = { ...newBlock(kind, d), id: b.id };
   for (const [k, v] of Object.entries(b)) if (keep.has(k)) out[k] = v;
+  out[uid] = keyOf(b);
   return out as Block;
 }

@@ -2,7 +2,7 @@
 // the fields of its kind, its branches (then, else, body) as lists of
 // their own; blocks are added, moved and removed in place.
 import { useState } from "preact/hooks";
-import { blockKinds, fieldInfo, getIn, newBlock, placeName, retype, taskIds, type Block, type BlockKind, type Place } from "../lib/automationDef";
+import { blockKinds, fieldInfo, getIn, keyOf, newBlock, placeName, retype, taskIds, type Block, type BlockKind, type Place } from "../lib/automationDef";
 import { FieldProblems } from "../ui/Field";
 import { NumberAt, SelectAt, TextAt, useForm } from "./automationFields";
 
@@ -26,20 +26,20 @@ function BlockList(props: { place: Place; name: string }) {
   const move = (i: number, d: number) => {
     const next = blocks.slice();
     [next[i], next[i + d]] = [next[i + d], next[i]];
-    edit(props.place, next);
+    edit(props.place, next, true);
   };
   return (
     <div class="block-list" data-testid="block-list" data-place={placeName(props.place)}>
       {blocks.length > 0 && (
         <ol>
           {blocks.map((b, i) => (
-            <li>
+            <li key={keyOf(b)}>
               <BlockCard
                 place={[...props.place, i]}
                 block={b}
                 onUp={i > 0 ? () => move(i, -1) : undefined}
                 onDown={i < blocks.length - 1 ? () => move(i, 1) : undefined}
-                onRemove={() => edit(props.place, blocks.filter((_, j) => j !== i))}
+                onRemove={() => edit(props.place, blocks.filter((_, j) => j !== i), true)}
               />
             </li>
           ))}
@@ -56,18 +56,20 @@ function BlockCard(props: { place: Place; block: Block; onUp?: () => void; onDow
   const kind = blockKinds[b.kind];
   const tasks = taskIds(def.blocks).filter((id) => id !== b.id);
   const own = problems.filter((p) => p.path === placeName(props.place)).map((p) => p.msg);
+  const name = b.id || "block " + placeName(props.place);
+  const sid = `f-${placeName(props.place).replace(/[^A-Za-z0-9]+/g, "-")}-name`;
   return (
-    <details open class="block" data-testid="block" data-place={placeName(props.place)} data-block={b.id}>
-      <summary>
+    <details open class="block" aria-labelledby={sid} data-testid="block" data-place={placeName(props.place)} data-block={b.id}>
+      <summary id={sid}>
         <code>{b.id || "(no id)"}</code> {kind?.label ?? b.kind}
       </summary>
       <div class="block-head">
         <TextAt place={[...props.place, "id"]} label="Id" />
-        <SelectAt place={[...props.place, "kind"]} label="Kind" options={kindOptions} onPick={(k) => edit(props.place, retype(b, k as BlockKind))} />
+        <SelectAt place={[...props.place, "kind"]} label="Kind" options={kindOptions} onPick={(k) => edit(props.place, retype(b, k as BlockKind, def), true)} />
         <span class="block-tools">
-          <button type="button" class="quiet" disabled={!props.onUp} onClick={props.onUp} aria-label={`Move ${b.id} up`}>↑</button>
-          <button type="button" class="quiet" disabled={!props.onDown} onClick={props.onDown} aria-label={`Move ${b.id} down`}>↓</button>
-          <button type="button" class="quiet danger" onClick={props.onRemove} aria-label={`Remove ${b.id}`}>Remove</button>
+          <button type="button" class="quiet" disabled={!props.onUp} onClick={props.onUp} aria-label={`Move ${name} up`}>↑</button>
+          <button type="button" class="quiet" disabled={!props.onDown} onClick={props.onDown} aria-label={`Move ${name} down`}>↓</button>
+          <button type="button" class="quiet danger" onClick={props.onRemove} aria-label={`Remove ${name}`}>Remove</button>
         </span>
       </div>
       <FieldProblems id={`f-${placeName(props.place)}-err`} problems={own} />
@@ -92,7 +94,7 @@ function BlockCard(props: { place: Place; block: Block; onUp?: () => void; onDow
 function AddBlock(props: { place: Place; name: string; count: number }) {
   const { def, edit } = useForm();
   const [kind, setKind] = useState<BlockKind>(props.count === 0 && props.place.length === 1 ? "start_task" : "send_prompt");
-  const add = () => edit(props.place, [...((getIn(def, props.place) as Block[] | undefined) ?? []), newBlock(kind, def)]);
+  const add = () => edit(props.place, [...((getIn(def, props.place) as Block[] | undefined) ?? []), newBlock(kind, def)], true);
   return (
     <div class="row inline add-block">
       <select aria-label={`Kind of block to add to ${props.name}`} value={kind} onChange={(e) => setKind(e.currentTarget.value as BlockKind)}>

@@ -153,7 +153,15 @@ export function AutomationEditor(props: { name?: string }) {
           )}
           <div role="tabpanel" id={"panel-" + mode} aria-labelledby={"tab-" + mode}>
             {mode === "form" ? (
-              <AutomationForm def={def} onChange={setDef} problems={probs} fixedName={!!a} />
+              <AutomationForm
+                def={def}
+                onChange={(d, structural) => {
+                  setDef(d);
+                  if (structural) setError(undefined);
+                }}
+                problems={probs}
+                fixedName={!!a}
+              />
             ) : (
               <div class={"row" + (probs.length ? " invalid" : "")}>
                 <label for="a-def">Definition (YAML or JSON)</label>

@@ -7,11 +7,15 @@ import { AutomationInputs } from "./AutomationInputs";
 import { FormContext, ListAt, SelectAt, TextAt, problemsAt, useForm } from "./automationFields";
 import { FieldProblems } from "../ui/Field";
 
-export function AutomationForm(props: { def: Definition; onChange: (d: Definition) => void; problems: DefProblem[]; fixedName?: boolean }) {
-  const edit = (place: Place, value: unknown) => props.onChange(setIn(props.def, place, value));
+export function AutomationForm(props: { def: Definition; onChange: (d: Definition, structural: boolean) => void; problems: DefProblem[]; fixedName?: boolean }) {
+  const edit = (place: Place, value: unknown, structural = false) => props.onChange(setIn(props.def, place, value), structural);
+  // Enter in a field does not save: a save is the button's.
+  const noEnter = (e: KeyboardEvent) => {
+    if (e.key === "Enter" && (e.target as HTMLElement).tagName === "INPUT") e.preventDefault();
+  };
   return (
     <FormContext.Provider value={{ def: props.def, edit, problems: props.problems }}>
-      <div class="automation-form" data-testid="automation-form">
+      <div class="automation-form" data-testid="automation-form" onKeyDown={noEnter}>
         {!props.fixedName && <TextAt place={["name"]} label="Name" hint="a-z, 0-9 and -; the automation's name in URLs and the CLI" />}
         <TriggerFields />
         <AutomationInputs />
@@ -41,7 +45,7 @@ function TriggerFields() {
   return (
     <fieldset>
       <legend>Trigger</legend>
-      <SelectAt place={["trigger", "kind"]} label="Started by" options={Object.entries(triggerKinds)} onPick={(kind) => edit(["trigger"], { kind: kind as TriggerKind })} />
+      <SelectAt place={["trigger", "kind"]} label="Started by" options={Object.entries(triggerKinds)} onPick={(kind) => edit(["trigger"], { kind: kind as TriggerKind }, true)} />
       {t.kind === "schedule" && (
         <>
           <TextAt place={["trigger", "cron"]} label="Cron schedule" hint="Five fields: minute hour day month weekday, e.g. 0 3 * * 1-5" />

@@ -2,6 +2,7 @@
 // default, required), each row edited in place.
 import type { AutomationInput } from "../api/types";
 import { FieldProblems } from "../ui/Field";
+import { keyOf } from "../lib/automationDef";
 import { useForm } from "./automationFields";
 
 const types: AutomationInput["type"][] = ["string", "number", "boolean", "json"];
@@ -29,6 +30,9 @@ export function AutomationInputs() {
   const inputs = def.inputs ?? [];
   const set = (i: number, x: AutomationInput) => edit(["inputs"], inputs.map((y, j) => (j === i ? x : y)));
   const probs = problems.filter((p) => p.path === "inputs" || p.path.startsWith("inputs[")).map((p) => p.path + ": " + p.msg);
+  // a cell with a problem is marked and points at the list under the table
+  const cell = (i: number, f: string) =>
+    problems.some((p) => p.path === `inputs[${i}].${f}`) ? { "aria-invalid": true, "aria-describedby": "f-inputs-err" } : {};
   return (
     <fieldset>
       <legend>Inputs</legend>
@@ -48,25 +52,25 @@ export function AutomationInputs() {
           </thead>
           <tbody>
             {inputs.map((x, i) => (
-              <tr>
+              <tr key={keyOf(x)}>
                 <td>
-                  <input aria-label={`Input ${i + 1} name`} value={x.name} onInput={(e) => set(i, { ...x, name: e.currentTarget.value })} />
+                  <input {...cell(i, "name")} aria-label={`Input ${i + 1} name`} value={x.name} onInput={(e) => set(i, { ...x, name: e.currentTarget.value })} />
                 </td>
                 <td>
-                  <select aria-label={`Input ${i + 1} type`} value={x.type} onChange={(e) => set(i, { ...x, type: e.currentTarget.value as AutomationInput["type"], default: undefined })}>
+                  <select {...cell(i, "type")} aria-label={`Input ${i + 1} type`} value={x.type} onChange={(e) => set(i, { ...x, type: e.currentTarget.value as AutomationInput["type"], default: undefined })}>
                     {types.map((t) => (
                       <option value={t}>{t}</option>
                     ))}
                   </select>
                 </td>
                 <td>
-                  <input aria-label={`Input ${i + 1} default`} value={shown(x.default)} placeholder={x.type === "json" ? "JSON" : ""} onChange={(e) => set(i, { ...x, default: defaultOf(x.type, e.currentTarget.value) })} />
+                  <input {...cell(i, "default")} aria-label={`Input ${i + 1} default`} value={shown(x.default)} placeholder={x.type === "json" ? "JSON" : ""} onChange={(e) => set(i, { ...x, default: defaultOf(x.type, e.currentTarget.value) })} />
                 </td>
                 <td>
-                  <input type="checkbox" aria-label={`Input ${i + 1} required`} checked={!!x.required} onChange={(e) => set(i, { ...x, required: e.currentTarget.checked || undefined })} />
+                  <input type="checkbox" {...cell(i, "required")} aria-label={`Input ${i + 1} required`} checked={!!x.required} onChange={(e) => set(i, { ...x, required: e.currentTarget.checked || undefined })} />
                 </td>
                 <td>
-                  <button type="button" class="quiet danger" aria-label={`Remove input ${i + 1}`} onClick={() => edit(["inputs"], inputs.filter((_, j) => j !== i))}>
+                  <button type="button" class="quiet danger" aria-label={`Remove input ${i + 1}`} onClick={() => edit(["inputs"], inputs.filter((_, j) => j !== i), true)}>
                     Remove
                   </button>
                 </td>
@@ -76,7 +80,7 @@ export function AutomationInputs() {
         </table>
       )}
       <FieldProblems id="f-inputs-err" problems={probs} />
-      <button type="button" class="quiet" onClick={() => edit(["inputs"], [...inputs, { name: "", type: "string" }])}>
+      <button type="button" class="quiet" onClick={() => edit(["inputs"], [...inputs, { name: "", type: "string" }], true)}>
         Add an input
       </button>
     </fieldset>

@@ -6,7 +6,9 @@ import type { DefProblem } from "../lib/automationProblems";
 import { getIn, placeName, type Definition, type Place } from "../lib/automationDef";
 import { Row } from "../ui/Field";
 
-export type FormState = { def: Definition; edit: (place: Place, value: unknown) => void; problems: DefProblem[] };
+// edit sets the value at place; structural says it adds, moves or removes
+// items, so places the last save's problems name no longer hold.
+export type FormState = { def: Definition; edit: (place: Place, value: unknown, structural?: boolean) => void; problems: DefProblem[] };
 
 export const FormContext = createContext<FormState>({ def: { name: "", trigger: { kind: "manual" }, blocks: [] }, edit: () => undefined, problems: [] });
 

@@ -7,7 +7,9 @@ export function Tabs(props: { tabs: { id: string; label: string }[]; current: st
     e.preventDefault();
     const next = props.tabs[(i + d + props.tabs.length) % props.tabs.length];
     props.onSelect(next.id);
-    document.getElementById("tab-" + next.id)?.focus();
+    // Focus follows the selected tab (a refused switch keeps it).
+    const list = e.currentTarget as HTMLElement;
+    requestAnimationFrame(() => list.querySelector<HTMLElement>('[aria-selected="true"]')?.focus());
   };
   return (
     <div class="tabs" role="tablist" onKeyDown={keys}>
