@@ -103,13 +103,14 @@ func TestSlackThreadCarriesATask(t *testing.T) {
 		t.Fatalf("%d tasks (%v), model turns write=%d followup=%d: one mention, one task, both turns", len(tasks), err,
 			modelTurns(d, "write"), modelTurns(d, "followup"))
 	}
-	posts := 0
-	for _, m := range slack.Thread("C1", root) {
-		if m.Text != "what did you create?" {
-			posts++
+	// The second turn's recap follows its answer on a later relay pass.
+	eventually(t, time.Minute, "each turn's answer and recap in the thread", func() (bool, string) {
+		posts := 0
+		for _, m := range slack.Thread("C1", root) {
+			if m.Text != "what did you create?" {
+				posts++
+			}
 		}
-	}
-	if posts != 4 {
-		t.Errorf("%d bot messages in the thread, want 4 (each turn's answer and recap): %+v", posts, slack.Thread("C1", root))
-	}
+		return posts == 4, fmt.Sprintf("%d bot messages, want 4: %+v", posts, slack.Thread("C1", root))
+	})
 }
