@@ -4,7 +4,7 @@
 import { useState } from "preact/hooks";
 import { blockKinds, fieldInfo, getIn, keyOf, newBlock, placeName, retype, taskIds, type Block, type BlockKind, type Place } from "../lib/automationDef";
 import { FieldProblems } from "../ui/Field";
-import { NumberAt, SelectAt, TextAt, useForm } from "./automationFields";
+import { NumberAt, SelectAt, TextAt, fieldId, problemsOf, useForm } from "./automationFields";
 
 const kindOptions = Object.entries(blockKinds).map(([k, v]) => [k, v.label + " (" + k + ")"] as [string, string]);
 
@@ -14,7 +14,7 @@ export function AutomationBlocks() {
     <fieldset>
       <legend>Blocks</legend>
       <p class="hint">They run in order; a block reads an earlier one's output as {"{{steps.ID.output}}"}.</p>
-      <FieldProblems id="f-blocks-err" problems={problems.filter((p) => p.path === "blocks").map((p) => p.msg)} />
+      <FieldProblems id="f-blocks-err" problems={problemsOf(problems, ["blocks"])} />
       <BlockList place={["blocks"]} name="the automation" />
     </fieldset>
   );
@@ -45,7 +45,7 @@ function BlockList(props: { place: Place; name: string }) {
           ))}
         </ol>
       )}
-      <AddBlock place={props.place} name={props.name} count={blocks.length} />
+      <AddBlock place={props.place} name={props.name} blocks={blocks} />
     </div>
   );
 }
@@ -55,9 +55,8 @@ function BlockCard(props: { place: Place; block: Block; onUp?: () => void; onDow
   const b = props.block;
   const kind = blockKinds[b.kind];
   const tasks = taskIds(def.blocks).filter((id) => id !== b.id);
-  const own = problems.filter((p) => p.path === placeName(props.place)).map((p) => p.msg);
   const name = b.id || "block " + placeName(props.place);
-  const sid = `f-${placeName(props.place).replace(/[^A-Za-z0-9]+/g, "-")}-name`;
+  const sid = fieldId(props.place) + "-name";
   return (
     <details open class="block" aria-labelledby={sid} data-testid="block" data-place={placeName(props.place)} data-block={b.id}>
       <summary id={sid}>
@@ -72,7 +71,7 @@ function BlockCard(props: { place: Place; block: Block; onUp?: () => void; onDow
           <button type="button" class="quiet danger" onClick={props.onRemove} aria-label={`Remove ${name}`}>Remove</button>
         </span>
       </div>
-      <FieldProblems id={`f-${placeName(props.place)}-err`} problems={own} />
+      <FieldProblems id={fieldId(props.place) + "-err"} problems={problemsOf(problems, props.place)} />
       {(kind?.fields ?? []).map((f) => {
         const place = [...props.place, f];
         const info = fieldInfo[f];
@@ -83,7 +82,7 @@ function BlockCard(props: { place: Place; block: Block; onUp?: () => void; onDow
       {(kind?.branches ?? []).map((br) => (
         <div class="branch" role="group" aria-label={`${b.id} ${br}`}>
           <p class="branch-name">{br}</p>
-          <FieldProblems id={`f-${placeName(props.place)}-${br}-err`} problems={problems.filter((p) => p.path === placeName([...props.place, br])).map((p) => p.msg)} />
+          <FieldProblems id={fieldId([...props.place, br]) + "-err"} problems={problemsOf(problems, [...props.place, br])} />
           <BlockList place={[...props.place, br]} name={`${b.id} ${br}`} />
         </div>
       ))}
@@ -91,10 +90,10 @@ function BlockCard(props: { place: Place; block: Block; onUp?: () => void; onDow
   );
 }
 
-function AddBlock(props: { place: Place; name: string; count: number }) {
+function AddBlock(props: { place: Place; name: string; blocks: Block[] }) {
   const { def, edit } = useForm();
-  const [kind, setKind] = useState<BlockKind>(props.count === 0 && props.place.length === 1 ? "start_task" : "send_prompt");
-  const add = () => edit(props.place, [...((getIn(def, props.place) as Block[] | undefined) ?? []), newBlock(kind, def)], true);
+  const [kind, setKind] = useState<BlockKind>(props.blocks.length === 0 && props.place.length === 1 ? "start_task" : "send_prompt");
+  const add = () => edit(props.place, [...props.blocks, newBlock(kind, def)], true);
   return (
     <div class="row inline add-block">
       <select aria-label={`Kind of block to add to ${props.name}`} value={kind} onChange={(e) => setKind(e.currentTarget.value as BlockKind)}>

@@ -14,6 +14,12 @@ export const FormContext = createContext<FormState>({ def: { name: "", trigger: 
 
 export const useForm = () => useContext(FormContext);
 
+// problemsOf lists the problems of exactly a place.
+export function problemsOf(problems: DefProblem[], place: Place): string[] {
+  const name = placeName(place);
+  return problems.filter((p) => p.path === name).map((p) => p.msg);
+}
+
 // problemsAt lists the problems of a place and of the items of a list there.
 export function problemsAt(problems: DefProblem[], place: Place): string[] {
   const name = placeName(place);
