@@ -35,13 +35,18 @@ var (
 		"internal/automations/...",
 		"internal/autorun/...",
 		"internal/integrations/...",
+		"internal/connector/...",
+		"internal/intake/...",
+		"internal/hookapp/...",
 		"internal/slackapp/...",
 		"internal/githubapp/...",
 		"internal/linearapp/...",
 	}
-	storePkgs = []string{"internal/store/..."} // the contract and its backends
-	vmmPkgs   = []string{"internal/vmm/..."}
-	guestPkgs = []string{"internal/guest/...", "internal/guestinit/..."}
+	// integrationPkgs plug into the integration seam (connector).
+	integrationPkgs = []string{"internal/slackapp/...", "internal/githubapp/...", "internal/linearapp/...", "internal/hookapp/..."}
+	storePkgs       = []string{"internal/store/..."} // the contract and its backends
+	vmmPkgs         = []string{"internal/vmm/..."}
+	guestPkgs       = []string{"internal/guest/...", "internal/guestinit/..."}
 	// testOnly packages exist for tests; their doc comments say they are
 	// imported only from _test.go files.
 	testOnly = []string{
@@ -57,6 +62,7 @@ var (
 		"internal/slacktest/...",
 		"internal/githubtest/...",
 		"internal/lineartest/...",
+		"internal/connector/connectortest/...",
 	}
 )
 
@@ -189,9 +195,22 @@ var layerRules = []layerRule{
 	{
 		name:   "autorun-for-the-api",
 		from:   []string{"..."},
-		unless: []string{"internal/autorun/...", "internal/api/...", "internal/server/...", "cmd/...", "internal/slackapp/...", "internal/githubapp/...", "internal/linearapp/..."},
+		unless: []string{"internal/autorun/...", "internal/api/...", "internal/server/...", "cmd/..."},
 		forbid: []string{"internal/autorun/..."},
-		reason: "automation runs are reached through the API and the integrations that trigger them; the server wires them",
+		reason: "automation runs are reached through the API and the delivery pipeline; the server wires them",
+	},
+	{
+		name: "integrations-through-the-seam",
+		from: integrationPkgs,
+		only: []string{std, thirdparty, "internal/connector", "internal/domain/...", "internal/ghapp/...", "api/apiv1"},
+		reason: "an integration plugs into the one seam (connector): it imports no other integration, neither the runner nor the pipeline " +
+			"nor the store; the server wires it",
+	},
+	{
+		name:   "the-seam-is-a-contract",
+		from:   []string{"internal/connector"},
+		only:   []string{std, "internal/domain/..."},
+		reason: "the integration seam is a small contract and the checks written once for every integration; it depends on nothing of theirs",
 	},
 	{
 		name:   "public-without-internal",
@@ -324,6 +343,9 @@ func TestLayeringRulesBite(t *testing.T) {
 		fake("internal/egress", "example.com/m/internal/hostlink", "example.com/m/internal/netpolicy", "github.com/miekg/dns"),
 		fake("internal/netpolicy", "example.com/m/internal/domain", "net/netip"),
 		fake("internal/tasks", "example.com/m/internal/autorun"),
+		fake("internal/slackapp", "example.com/m/internal/githubapp", "example.com/m/internal/connector", "example.com/m/internal/domain"),
+		fake("internal/linearapp", "example.com/m/internal/intake"),
+		fake("internal/connector", "example.com/m/internal/store"),
 	}}
 	var got []string
 	for _, v := range checkLayers(st, layerRules) {
@@ -346,6 +368,9 @@ func TestLayeringRulesBite(t *testing.T) {
 		"internal/egress → internal/hostlink egress-over-interfaces",
 		"internal/netpolicy → internal/domain netpolicy-is-a-leaf",
 		"internal/tasks → internal/autorun autorun-for-the-api",
+		"internal/slackapp → internal/githubapp integrations-through-the-seam",
+		"internal/linearapp → internal/intake integrations-through-the-seam",
+		"internal/connector → internal/store the-seam-is-a-contract",
 	}
 	slices.Sort(got)
 	slices.Sort(want)

@@ -93,6 +93,7 @@ const (
 	RunCancelled  = "cancelled"
 	RunSuperseded = "superseded"
 	RunSkipped    = "skipped"
+	RunRefused    = "refused"
 )
 
 // Run is one run of one version of an automation.

@@ -21,6 +21,7 @@ type policyFlags struct {
 	allowRegistry []string
 	allowModelURL []string
 	allowGitHost  []string
+	allowIntegURL []string
 }
 
 func (f *policyFlags) register(fs *pflag.FlagSet) {
@@ -30,6 +31,8 @@ func (f *policyFlags) register(fs *pflag.FlagSet) {
 		"also let model secrets' base URLs point at this loopback or private URL, HOST[:PORT], IP or CIDR (repeatable, or comma-separated; by default only public addresses)")
 	fs.StringSliceVar(&f.allowGitHost, "allow-git-host", envList("ALLOW_GIT_HOST"),
 		"also let the credential broker reach a repository's git host at this loopback or private HOST[:PORT], IP or CIDR (repeatable, or comma-separated; by default only public addresses)")
+	fs.StringSliceVar(&f.allowIntegURL, "allow-integration-url", envList("ALLOW_INTEGRATION_URL"),
+		"also let integrations (Slack, GitHub, Linear) call an api_url at this loopback or private URL, HOST[:PORT], IP or CIDR (repeatable, or comma-separated; by default only public addresses)")
 }
 
 // envList is $ENGRAMS_<name> split at commas.
@@ -43,10 +46,11 @@ func envList(name string) []string {
 	return out
 }
 
-// addrPolicy is the Guard for registries, the one for model providers and
-// the one for the credential broker's git hosts.
+// addrPolicy is the Guard for registries, the one for model providers,
+// the one for the credential broker's git hosts and the one for
+// integrations' API calls.
 type addrPolicy struct {
-	registries, models, gitHosts *netpolicy.Guard
+	registries, models, gitHosts, integrations *netpolicy.Guard
 }
 
 // guards builds the two Guards: the flags' allowances (loopback as well
@@ -69,21 +73,29 @@ func (f *policyFlags) guards(dev bool, ownPorts []uint16, log *slog.Logger) (add
 	if err != nil {
 		return addrPolicy{}, fmt.Errorf("--allow-git-host: %w", err)
 	}
+	var integs []netpolicy.Allowance
+	for _, e := range f.allowIntegURL {
+		a, err := modelAllowance(e)
+		if err != nil {
+			return addrPolicy{}, fmt.Errorf("--allow-integration-url: %w", err)
+		}
+		integs = append(integs, a)
+	}
 	if dev {
-		regs = append(regs, netpolicy.LoopbackAllowances()...)
-		models = append(models, netpolicy.LoopbackAllowances()...)
-		gits = append(gits, netpolicy.LoopbackAllowances()...)
-		log.Info("dev allows image registries, model base URLs and brokered git hosts on this machine's loopback (127.0.0.0/8, ::1, localhost); "+
-			"engrams server refuses them unless --allow-registry, --allow-model-url or --allow-git-host name them", "own_ports", ownPorts)
+		loop := netpolicy.LoopbackAllowances()
+		regs, models, gits, integs = append(regs, loop...), append(models, loop...), append(gits, loop...), append(integs, loop...)
+		log.Info("dev allows image registries, model base URLs, brokered git hosts and integrations' API URLs on this machine's loopback "+
+			"(127.0.0.0/8, ::1, localhost); engrams server refuses them unless --allow-registry, --allow-model-url, --allow-git-host or "+
+			"--allow-integration-url name them", "own_ports", ownPorts)
 	}
-	if len(f.allowRegistry) > 0 || len(f.allowModelURL) > 0 || len(f.allowGitHost) > 0 {
-		log.Info("address policy exceptions", "allow_registry", f.allowRegistry, "allow_model_url", f.allowModelURL, "allow_git_host", f.allowGitHost)
+	if len(f.allowRegistry) > 0 || len(f.allowModelURL) > 0 || len(f.allowGitHost) > 0 || len(f.allowIntegURL) > 0 {
+		log.Info("address policy exceptions", "allow_registry", f.allowRegistry, "allow_model_url", f.allowModelURL, "allow_git_host", f.allowGitHost,
+			"allow_integration_url", f.allowIntegURL)
 	}
-	return addrPolicy{
-		registries: netpolicy.NewGuard(netpolicy.GuardConfig{Allow: regs, BlockedPorts: ownPorts}),
-		models:     netpolicy.NewGuard(netpolicy.GuardConfig{Allow: models, BlockedPorts: ownPorts}),
-		gitHosts:   netpolicy.NewGuard(netpolicy.GuardConfig{Allow: gits, BlockedPorts: ownPorts}),
-	}, nil
+	guard := func(a []netpolicy.Allowance) *netpolicy.Guard {
+		return netpolicy.NewGuard(netpolicy.GuardConfig{Allow: a, BlockedPorts: ownPorts})
+	}
+	return addrPolicy{registries: guard(regs), models: guard(models), gitHosts: guard(gits), integrations: guard(integs)}, nil
 }
 
 // modelAllowance reads a base URL ("http://10.0.0.7:8080/v1": its host and

@@ -177,7 +177,8 @@ func newServer(cfg server.Config, p serverParts, log *slog.Logger) (srv *server.
 	sealer, err := secretsKey(p.keyFile, p.createKey)
 	if err == nil {
 		srv, err = server.New(cfg, server.Deps{Store: p.store, Logger: p.log, Images: images, Secrets: sealer, HarnessBuilder: hb, HarnessChunks: hc,
-			Registries: p.policy.registries, Models: p.policy.models, GitHosts: p.policy.gitHosts, GitHubUpstream: p.policy.gitHosts.HTTPTransport(), Metrics: p.metrics, Ready: p.ready})
+			Registries: p.policy.registries, Models: p.policy.models, GitHosts: p.policy.gitHosts, GitHubUpstream: p.policy.gitHosts.HTTPTransport(),
+			IntegrationHosts: p.policy.integrations, Metrics: p.metrics, Ready: p.ready})
 	}
 	if err != nil {
 		closeAll()

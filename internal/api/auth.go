@@ -121,7 +121,7 @@ func (s *hostsRouter) createToken(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, apiv1.CreateTokenResponse{Token: tokenOut(t), Secret: secret})
+	writeSecret(w, http.StatusCreated, apiv1.CreateTokenResponse{Token: tokenOut(t), Secret: secret})
 }
 
 func (s *hostsRouter) listTokens(w http.ResponseWriter, r *http.Request) {

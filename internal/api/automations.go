@@ -3,8 +3,6 @@ package api
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"io"
 	"net/http"
 	"time"
 
@@ -31,7 +29,6 @@ type AutomationRuns interface {
 	Runs(ctx context.Context, nameOrID string, before domain.AutomationRunID, limit int) (autorun.View, []domain.AutomationRun, error)
 	RunDetail(ctx context.Context, id domain.AutomationRunID) (autorun.RunDetail, error)
 	CancelRun(ctx context.Context, id domain.AutomationRunID) (domain.AutomationRun, error)
-	Deliver(ctx context.Context, d autorun.Delivery) (autorun.Started, error)
 }
 
 // automationsRouter serves automations, their runs and webhook
@@ -42,7 +39,7 @@ type automationsRouter struct {
 	runs AutomationRuns
 }
 
-func (s *automationsRouter) route(h, public func(string, http.HandlerFunc)) {
+func (s *automationsRouter) route(h func(string, http.HandlerFunc)) {
 	for pattern, fn := range map[string]http.HandlerFunc{
 		apiv1.RouteCreateAutomation:  s.create,
 		apiv1.RouteListAutomations:   s.list,
@@ -60,7 +57,6 @@ func (s *automationsRouter) route(h, public func(string, http.HandlerFunc)) {
 	} {
 		h(pattern, s.configured(fn))
 	}
-	public(apiv1.RouteHook, s.configured(s.hook))
 }
 
 // configured answers 503 when the server runs no automations.
@@ -84,7 +80,7 @@ func (s *automationsRouter) create(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, savedOut(saved))
+	writeSaved(w, http.StatusCreated, saved)
 }
 
 func (s *automationsRouter) update(w http.ResponseWriter, r *http.Request) {
@@ -97,7 +93,7 @@ func (s *automationsRouter) update(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, savedOut(saved))
+	writeSaved(w, http.StatusOK, saved)
 }
 
 func (s *automationsRouter) rotate(w http.ResponseWriter, r *http.Request) {
@@ -106,7 +102,7 @@ func (s *automationsRouter) rotate(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, savedOut(saved))
+	writeSaved(w, http.StatusOK, saved)
 }
 
 func (s *automationsRouter) list(w http.ResponseWriter, r *http.Request) {
@@ -233,28 +229,6 @@ func (s *automationsRouter) cancelRun(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, runOut(d.Run, d.Name))
 }
 
-// hook takes a signed delivery: its body bounded, its signature checked
-// by the runner. Every refusal of the signature is the same 401.
-func (s *automationsRouter) hook(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, autorun.MaxHookBody))
-	if err != nil {
-		writeError(w, http.StatusRequestEntityTooLarge, apiv1.CodeTooLarge, "a delivery's body is at most 256 KiB")
-		return
-	}
-	started, err := s.runs.Deliver(r.Context(), autorun.Delivery{Slug: r.PathValue("slug"), Timestamp: r.Header.Get(apiv1.HeaderHookTimestamp),
-		Signature: r.Header.Get(apiv1.HeaderHookSignature), ID: r.Header.Get(apiv1.HeaderHookDelivery), Body: body})
-	if errors.Is(err, autorun.ErrBadSignature) {
-		s.log.Info("webhook delivery refused", "slug", bounded(r.PathValue("slug")), "err", err)
-		writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthorized, "the delivery's signature or timestamp was refused")
-		return
-	}
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	s.writeStarted(w, r, started, http.StatusAccepted)
-}
-
 func (s *automationsRouter) builtins(w http.ResponseWriter, _ *http.Request) {
 	out := apiv1.BuiltinList{Builtins: []apiv1.Builtin{}}
 	for _, b := range s.co.Builtins() {
@@ -272,6 +246,16 @@ func automationOut(v autorun.View) apiv1.Automation {
 		out.HookURL = "/v1/hooks/" + a.HookSlug
 	}
 	return out
+}
+
+// writeSaved answers a save; one that made a hook secret shows it this
+// once and is never kept for a replay.
+func writeSaved(w http.ResponseWriter, status int, s autorun.Saved) {
+	if s.HookSecret != "" {
+		writeSecret(w, status, savedOut(s))
+		return
+	}
+	writeJSON(w, status, savedOut(s))
 }
 
 func savedOut(s autorun.Saved) apiv1.AutomationResponse {

@@ -1,15 +1,19 @@
 package api_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/engrams/engrams/api/apiv1"
-	"github.com/engrams/engrams/internal/automations"
+	"github.com/engrams/engrams/internal/hookapp"
 )
 
 const hookDef = `
@@ -60,7 +64,7 @@ func TestAutomationRoutes(t *testing.T) {
 	}
 	now := time.Now()
 	sign := func(ts time.Time, b string) string {
-		return automations.SignWebhook([]byte(saved.HookSecret), ts.Unix(), []byte(b))
+		return hookapp.Sign([]byte(saved.HookSecret), ts.Unix(), []byte(b))
 	}
 	rec = deliver(now, "d-1", sign(now, payload), payload)
 	check(t, "delivery", rec, 202, []string{`"trigger":"webhook"`, `"automation":"deploy"`, `"inputs":{"env":"prod"}`}, []string{"duplicate"})
@@ -130,5 +134,53 @@ func TestIntegrationRoutes(t *testing.T) {
 	}
 	if strings.Contains(a.logs.String(), bot) {
 		t.Error("the logs quote a credential")
+	}
+}
+
+// TestSecretAnswersNeverKept: an answer showing a secret once (a hook's
+// secret at create and at rotation, a new token) is not kept for an
+// Idempotency-Key's replay: the retry runs again (a create finds its name
+// taken) and never shows the secret; the SQLite file and its WAL never
+// hold it.
+func TestSecretAnswersNeverKept(t *testing.T) {
+	t.Parallel()
+	a := newAgentAPI(t, agentOpts{automations: true})
+	body, _ := json.Marshal(apiv1.CreateAutomationRequest{Definition: hookDef, Enabled: true})
+	post := func(target, key, body string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("POST", target, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(apiv1.HeaderIdempotencyKey, key)
+		rec := httptest.NewRecorder()
+		a.h.ServeHTTP(rec, req)
+		return rec
+	}
+	var secrets []string
+	rec := post("/v1/automations", "create-1", string(body))
+	var saved apiv1.AutomationResponse
+	if err := json.Unmarshal(rec.Body.Bytes(), &saved); err != nil || rec.Code != 201 || saved.HookSecret == "" {
+		t.Fatalf("create: %d %s", rec.Code, rec.Body)
+	}
+	secrets = append(secrets, saved.HookSecret)
+	check(t, "the create retried", post("/v1/automations", "create-1", string(body)), 409, []string{"already used"}, []string{saved.HookSecret})
+	for i := range 2 {
+		rec = post("/v1/automations/deploy/hook-secret", "rotate-1", "")
+		var rotated apiv1.AutomationResponse
+		_ = json.Unmarshal(rec.Body.Bytes(), &rotated)
+		if rec.Code != 200 || rotated.HookSecret == "" || slices.Contains(secrets, rotated.HookSecret) {
+			t.Fatalf("rotate %d: %d %s", i, rec.Code, rec.Body)
+		}
+		secrets = append(secrets, rotated.HookSecret)
+	}
+	for _, f := range []string{a.db, a.db + "-wal"} {
+		b, err := os.ReadFile(f)
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		for _, s := range secrets {
+			if bytes.Contains(b, []byte(s)) {
+				t.Errorf("%s holds a hook secret in the clear", filepath.Base(f))
+			}
+		}
 	}
 }

@@ -62,6 +62,7 @@ type agentAPI struct {
 	h    http.Handler
 	p    *server.Parts
 	st   store.Store
+	db   string // the SQLite file
 	logs *lockedBuffer
 }
 
@@ -129,7 +130,7 @@ func newAgentAPI(t *testing.T, o agentOpts) *agentAPI {
 	ad := p.APIDeps(st, log)
 	ad.Fleet = fakeStore{}
 	h := api.New(api.Config{MaxFileBytes: o.maxFileBytes}, ad)
-	return &agentAPI{h: h, p: p, st: st, logs: logs}
+	return &agentAPI{h: h, p: p, st: st, db: dbPath, logs: logs}
 }
 
 func (a *agentAPI) do(method, target, contentType string, body io.Reader) *httptest.ResponseRecorder {

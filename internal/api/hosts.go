@@ -166,7 +166,7 @@ func (s *hostsRouter) createHost(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, apiv1.CreateHostResponse{Host: hostOut(h), Token: secret})
+	writeSecret(w, http.StatusCreated, apiv1.CreateHostResponse{Host: hostOut(h), Token: secret})
 }
 
 func hostOut(h domain.Host) apiv1.Host {

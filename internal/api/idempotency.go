@@ -81,7 +81,7 @@ func (s *Server) idempotent(route string, next http.Handler) http.Handler {
 		next.ServeHTTP(rec, r)
 		finished = true
 		keep := domain.IdempotentResponse{}
-		if rec.status >= 200 && rec.status < 300 && !rec.overflow && !s.secretAnswer(route) {
+		if rec.status >= 200 && rec.status < 300 && !rec.overflow && !rec.secret {
 			keep = domain.IdempotentResponse{Status: rec.status, ContentType: rec.Header().Get("Content-Type"), Body: rec.body.Bytes()}
 		}
 		if err := keys.FinishIdempotent(context.WithoutCancel(r.Context()), tokenID, key, keep); err != nil {
@@ -90,10 +90,25 @@ func (s *Server) idempotent(route string, next http.Handler) http.Handler {
 	})
 }
 
-// secretAnswer reports whether route's answer holds a secret shown once
-// (a new token): it is never kept, so its retry runs again.
-func (s *Server) secretAnswer(route string) bool {
-	return route == apiv1.RouteCreateToken || route == apiv1.RouteCreateHost
+// writeSecret answers v, which holds a secret shown once (a token, a
+// host's credential, a hook's secret): the answer is never kept for an
+// Idempotency-Key's replay, in the clear or otherwise, so a retry with the
+// key runs again (a create then finds its name taken: 409) and the secret
+// is written nowhere but to the client.
+func writeSecret(w http.ResponseWriter, status int, v any) {
+	for u := w; u != nil; {
+		if c, ok := u.(*capture); ok {
+			c.secret = true
+			break
+		}
+		uw, ok := u.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			break
+		}
+		u = uw.Unwrap()
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, status, v)
 }
 
 // replay answers a request whose key was used before.
@@ -134,6 +149,7 @@ type capture struct {
 	status   int
 	body     bytes.Buffer
 	overflow bool
+	secret   bool // the answer shows a secret: never kept (writeSecret)
 }
 
 func (c *capture) WriteHeader(code int) {
@@ -147,9 +163,11 @@ func (c *capture) Write(b []byte) (int, error) {
 	if c.status == 0 {
 		c.status = http.StatusOK
 	}
-	if c.body.Len()+len(b) > maxIdempotentAnswer {
+	switch {
+	case c.secret: // never copied: it is not kept
+	case c.body.Len()+len(b) > maxIdempotentAnswer:
 		c.overflow = true
-	} else if !c.overflow {
+	case !c.overflow:
 		c.body.Write(b)
 	}
 	return c.ResponseWriter.Write(b)

@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 
 	"github.com/engrams/engrams/api/apiv1"
@@ -24,40 +23,24 @@ type Builtins interface {
 	InstallBuiltins(ctx context.Context, kind domain.IntegrationKind, config json.RawMessage) ([]string, error)
 }
 
-// Deliveries answers a service's signed deliveries: Slack's Events API
-// (slackapp.App), GitHub's and Linear's webhooks (githubapp.App,
-// linearapp.App).
-type Deliveries interface {
-	HandleEvents(ctx context.Context, h http.Header, body []byte) (int, any)
-}
-
 // TaskPRs opens pull requests from tasks (githubapp.App).
 type TaskPRs interface {
 	OpenTaskPR(ctx context.Context, taskID domain.TaskID, repo, title, path string) (githubapp.PullRequest, error)
 }
-
-// maxSlackEvent bounds a Slack delivery's body.
-const maxSlackEvent = 1 << 20
 
 // integrationsRouter serves integrations and the deliveries of Slack.
 type integrationsRouter struct {
 	*base
 	co       IntegrationService
 	builtins Builtins
-	slack    Deliveries
-	github   Deliveries
-	linear   Deliveries
 	prs      TaskPRs
 }
 
-func (s *integrationsRouter) route(h, public func(string, http.HandlerFunc)) {
+func (s *integrationsRouter) route(h func(string, http.HandlerFunc)) {
 	h(apiv1.RouteAddIntegration, s.add)
 	h(apiv1.RouteListIntegrations, s.list)
 	h(apiv1.RouteRemoveIntegration, s.remove)
-	public(apiv1.RouteSlackEvents, s.deliveries("Slack", func() Deliveries { return s.slack }))
-	public(apiv1.RouteGitHubEvents, s.deliveries("GitHub", func() Deliveries { return s.github }))
 	h(apiv1.RouteTaskPR, s.taskPR)
-	public(apiv1.RouteLinearEvents, s.deliveries("Linear", func() Deliveries { return s.linear }))
 }
 
 func (s *integrationsRouter) ready(w http.ResponseWriter) bool {
@@ -116,37 +99,6 @@ func (s *integrationsRouter) remove(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"removed": r.PathValue("kind")})
-}
-
-// deliveries takes a service's delivery, bounded; its app verifies it.
-func (s *integrationsRouter) deliveries(service string, app func() Deliveries) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if app() == nil {
-			writeError(w, http.StatusServiceUnavailable, apiv1.CodeUnavailable, "this server runs no "+service+" integration")
-			return
-		}
-		s.deliver(w, r, service, app())
-	}
-}
-
-func (s *integrationsRouter) deliver(w http.ResponseWriter, r *http.Request, service string, app Deliveries) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSlackEvent))
-	if err != nil {
-		writeError(w, http.StatusRequestEntityTooLarge, apiv1.CodeTooLarge, "a "+service+" delivery is at most 1 MiB")
-		return
-	}
-	status, out := app.HandleEvents(r.Context(), r.Header, body)
-	if status >= 400 {
-		code := map[int]string{http.StatusUnauthorized: apiv1.CodeUnauthorized, http.StatusNotFound: apiv1.CodeNotFound,
-			http.StatusBadRequest: apiv1.CodeBadRequest}[status]
-		if code == "" {
-			code = apiv1.CodeInternal
-		}
-		msg, _ := json.Marshal(out)
-		writeError(w, status, code, string(msg))
-		return
-	}
-	writeJSON(w, status, out)
 }
 
 func (s *integrationsRouter) taskPR(w http.ResponseWriter, r *http.Request) {

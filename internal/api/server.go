@@ -44,14 +44,12 @@ type Deps struct {
 	Automations AutomationService
 	Runs        AutomationRuns
 	// Integrations configures Slack, GitHub and Linear (nil: 503);
-	// Builtins installs their built-in automations; SlackEvents answers
-	// Slack's deliveries (nil: 503).
+	// Builtins installs their built-in automations; Intake takes the
+	// deliveries of signed webhooks and integrations (nil: 503).
 	Integrations IntegrationService
 	Builtins     Builtins
-	SlackEvents  Deliveries
-	GitHubEvents Deliveries // the same shape: GitHub's webhook deliveries (nil: 503)
-	LinearEvents Deliveries // and Linear's
-	TaskPRs      TaskPRs    // pull requests from tasks (nil: 503)
+	Intake       Intake
+	TaskPRs      TaskPRs // pull requests from tasks (nil: 503)
 	// Idempotency keeps the answers of POSTs sent with an
 	// Idempotency-Key (the store; nil: the header is ignored).
 	Idempotency IdempotencyKeys
@@ -131,9 +129,9 @@ func (s *Server) routes() {
 	(&profilesRouter{base: s.base, co: s.deps.Profiles}).route(h)
 	(&egressRouter{base: s.base, co: s.deps.Egress}).route(h)
 	(&tasksRouter{base: s.base, co: s.deps.Tasks, st: s.deps.TaskReads, guests: s.deps.Guests, profiles: s.deps.Profiles}).route(h)
-	(&automationsRouter{base: s.base, co: s.deps.Automations, runs: s.deps.Runs}).route(h, public)
-	(&integrationsRouter{base: s.base, co: s.deps.Integrations, builtins: s.deps.Builtins, slack: s.deps.SlackEvents,
-		github: s.deps.GitHubEvents, linear: s.deps.LinearEvents, prs: s.deps.TaskPRs}).route(h, public)
+	(&automationsRouter{base: s.base, co: s.deps.Automations, runs: s.deps.Runs}).route(h)
+	(&integrationsRouter{base: s.base, co: s.deps.Integrations, builtins: s.deps.Builtins, prs: s.deps.TaskPRs}).route(h)
+	(&deliveriesRouter{base: s.base, in: s.deps.Intake, runs: s.deps.Runs}).route(public)
 	h(apiv1.RouteChanges, s.changes)
 }
 

@@ -2,10 +2,8 @@ package automations
 
 import (
 	"errors"
-	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/engrams/engrams/internal/domain"
 )
@@ -68,6 +66,22 @@ func TestValidateNamesEachProblemAndItsPlace(t *testing.T) {
 		{"a bad default", `default: "follow AGENTS.md"`, "default: [1]", "inputs[0].default: [1] is not a string"},
 		{"a bad policy", "policy: supersede", "policy: race", `settings.policy: "race"`},
 		{"a key naming a block", "concurrency_key: \"{{trigger.repo}}", "concurrency_key: \"{{steps.task.output}}", "settings.concurrency_key: {{steps.task.output}}"},
+		{"a trigger value in a command", "{id: diff, kind: read_file, task: task, path: /work/review.json}",
+			"{id: diff, kind: run_command, task: task, command: 'git checkout {{trigger.head_ref}}'}", "blocks[2].command: a command takes no {{…}}"},
+		{"a step's output in a command", "{id: diff, kind: read_file, task: task, path: /work/review.json}",
+			"{id: diff, kind: run_command, task: task, command: 'echo {{steps.idle.output}}'}", "blocks[2].command: a command takes no {{…}}"},
+		{"an input in a command", "{id: diff, kind: read_file, task: task, path: /work/review.json}",
+			"{id: diff, kind: run_command, task: task, command: 'echo {{ inputs.rules }}'}", "blocks[2].command: a command takes no {{…}}"},
+		{"an env name that is not one", "{id: diff, kind: read_file, task: task, path: /work/review.json}",
+			"{id: diff, kind: run_command, task: task, command: 'echo \"$X\"', env: {'A;B': x}}", `blocks[2].env.A;B: "A;B": want a name`},
+		{"an env the shell owns", "{id: diff, kind: read_file, task: task, path: /work/review.json}",
+			"{id: diff, kind: run_command, task: task, command: 'true', env: {IFS: '{{trigger.x}}'}}", `blocks[2].env.IFS: "IFS" is set by engrams or the shell`},
+		{"env on another block", "{id: diff, kind: read_file, task: task, path: /work/review.json}",
+			"{id: diff, kind: read_file, task: task, path: /x, env: {A: b}}", "blocks[2].env: only run_command takes env"},
+		{"an env naming an unknown input", "{id: diff, kind: read_file, task: task, path: /work/review.json}",
+			"{id: diff, kind: run_command, task: task, command: 'true', env: {A: '{{inputs.nope}}'}}", "blocks[2].env.A: {{inputs.nope}} names no input"},
+		{"an unknown author floor", "events: [opened, synchronize]}", "events: [opened, synchronize], min_author: admin}", `trigger.min_author: "admin": want one of owner`},
+		{"a negative cap", "policy: supersede}", "policy: supersede, max_per_hour: -5}", "settings.max_per_hour: -5"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -199,7 +213,7 @@ func TestTransition(t *testing.T) {
 			t.Errorf("%s on %s = %s, %v; want %s (ok %v)", tt.ev, tt.from, got, err, tt.want, tt.ok)
 		}
 	}
-	for _, s := range []domain.RunState{domain.RunSucceeded, domain.RunFailed, domain.RunCancelled, domain.RunSuperseded, domain.RunSkipped} {
+	for _, s := range []domain.RunState{domain.RunSucceeded, domain.RunFailed, domain.RunCancelled, domain.RunSuperseded, domain.RunSkipped, domain.RunRefused} {
 		if !s.Terminal() {
 			t.Errorf("%s is not terminal", s)
 		}
@@ -211,35 +225,21 @@ func TestTransition(t *testing.T) {
 	}
 }
 
-func TestVerifyWebhook(t *testing.T) {
+// TestCommandEnvValid: values reach a command through env; a floor and
+// caps in range are taken.
+func TestCommandEnvValid(t *testing.T) {
 	t.Parallel()
-	secret, body := []byte("whsec-1"), []byte(`{"x":1}`)
-	now := time.Unix(1_800_000_000, 0)
-	ts := now.Add(-time.Minute).Unix()
-	good := SignWebhook(secret, ts, body)
-	if err := VerifyWebhook(nil, itoa(ts), SignWebhook(nil, ts, body), body, now); !errors.Is(err, ErrBadSignature) {
-		t.Errorf("a hook without a secret: %v, want refused", err)
+	d := decode(t, strings.NewReplacer("{id: diff, kind: read_file, task: task, path: /work/review.json}",
+		"{id: diff, kind: run_command, task: task, command: 'git checkout \"$BRANCH\"', env: {BRANCH: '{{trigger.head_ref}}', N: '{{inputs.depth}}'}}",
+		"events: [opened, synchronize]}", "events: [opened, synchronize], min_author: member}",
+		"policy: supersede}", "policy: supersede, max_concurrent: 2, max_per_hour: -1}").Replace(review))
+	if probs := Validate(d, DefaultLimits()); len(probs) != 0 {
+		t.Fatalf("problems: %v", probs)
 	}
-	for _, tt := range []struct {
-		name, ts, sig string
-		body          []byte
-		ok            bool
-	}{
-		{"signed", itoa(ts), good, body, true},
-		{"one of two signatures (rotation)", itoa(ts), "v1=00," + good, body, true},
-		{"another body", itoa(ts), good, []byte(`{"x":2}`), false},
-		{"another secret", itoa(ts), SignWebhook([]byte("other"), ts, body), body, false},
-		{"stale", itoa(now.Add(-6 * time.Minute).Unix()), SignWebhook(secret, now.Add(-6*time.Minute).Unix(), body), body, false},
-		{"from the future", itoa(now.Add(6 * time.Minute).Unix()), SignWebhook(secret, now.Add(6*time.Minute).Unix(), body), body, false},
-		{"the timestamp not signed with", itoa(ts + 1), good, body, false},
-		{"no timestamp", "", good, body, false},
-		{"no signature", itoa(ts), "", body, false},
-	} {
-		err := VerifyWebhook(secret, tt.ts, tt.sig, tt.body, now)
-		if (err == nil) != tt.ok || (err != nil && !errors.Is(err, ErrBadSignature)) {
-			t.Errorf("%s: %v, want ok %v", tt.name, err, tt.ok)
-		}
+	if c, h := d.Settings.Caps(); c != 2 || h != 0 {
+		t.Fatalf("caps %d %d, want 2 and none", c, h)
+	}
+	if c, h := (Settings{}).Caps(); c != DefaultMaxConcurrent || h != DefaultMaxPerHour {
+		t.Fatalf("default caps %d %d", c, h)
 	}
 }
-
-func itoa(n int64) string { return strconv.FormatInt(n, 10) }

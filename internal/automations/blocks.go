@@ -2,7 +2,10 @@ package automations
 
 import (
 	"fmt"
+	"maps"
+	"regexp"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -82,7 +85,7 @@ func (v *validator) block(p string, b Block, depth int) {
 		}
 	case BlockRunCommand:
 		task()
-		need("command", b.Command)
+		v.command(p, b)
 	case BlockReadFile:
 		task()
 		need("path", b.Path)
@@ -123,6 +126,9 @@ func (v *validator) block(p string, b Block, depth int) {
 	if len(b.Then)+len(b.Else)+len(b.Body) > 0 {
 		v.add(p, "only condition and loop blocks hold blocks")
 	}
+	if len(b.Env) > 0 && b.Kind != BlockRunCommand {
+		v.add(p+".env", "only run_command takes env")
+	}
 }
 
 // condition checks a condition block: its test and both branches, each
@@ -155,3 +161,39 @@ func (v *validator) loop(p string, b Block, depth int) {
 	v.blockList(p+".body", b.Body, depth+1)
 	v.ran = v.ran[:before] // a loop may run zero passes
 }
+
+// envNameRE is an environment variable's name a run_command may set.
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+
+// command checks a run_command: its command is shell text with no
+// template place (a value from a pull request's branch name or a chat
+// message placed in it would be run as code); values reach it through
+// Env, each a template, read by the command as "$NAME".
+func (v *validator) command(p string, b Block) {
+	switch {
+	case b.Command == "":
+		v.add(p+".command", "required by %s", b.Kind)
+	case strings.Contains(b.Command, "{{"):
+		v.add(p+".command", "a command takes no {{…}}: a value placed in shell text runs as code. Give it in env "+
+			"(env: {NAME: \"{{trigger.head_ref}}\"}) and use \"$NAME\" in the command")
+	case len(b.Command) > v.lim.MaxText:
+		v.add(p+".command", "%d bytes, at most %d", len(b.Command), v.lim.MaxText)
+	}
+	if len(b.Env) > 32 {
+		v.add(p+".env", "%d variables, at most 32", len(b.Env))
+	}
+	for _, name := range slices.Sorted(maps.Keys(b.Env)) {
+		val := b.Env[name]
+		switch {
+		case !envNameRE.MatchString(name):
+			v.add(p+".env."+name, "%q: want a name of letters, digits and _", name)
+		case strings.HasPrefix(strings.ToUpper(name), "ENGRAMS_"), slices.Contains(reservedEnv, name):
+			v.add(p+".env."+name, "%q is set by engrams or the shell; choose another name", name)
+		default:
+			v.template(p+".env."+name, val)
+		}
+	}
+}
+
+// reservedEnv are variables a block's env may not set.
+var reservedEnv = []string{"PATH", "HOME", "SHELL", "IFS", "ENV", "BASH_ENV", "LD_PRELOAD", "LD_LIBRARY_PATH", "PS4", "CDPATH"}

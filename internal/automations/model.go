@@ -39,6 +39,11 @@ type Trigger struct {
 	Repos    []string    `json:"repos,omitempty" yaml:"repos,omitempty"`         // github_pr: owner/name
 	Events   []string    `json:"events,omitempty" yaml:"events,omitempty"`       // github_pr: opened, synchronize, reopened, review_requested, comment
 	Labels   []string    `json:"labels,omitempty" yaml:"labels,omitempty"`       // linear_issue: labels that start a run (none: created)
+	// MinAuthor is github_pr's floor: the lowest author association (of
+	// the pull request's author, or of an @engrams comment's) that starts
+	// runs; below it a delivery is recorded as a refused run. Default
+	// collaborator (owners, members and collaborators).
+	MinAuthor string `json:"min_author,omitempty" yaml:"min_author,omitempty"`
 }
 
 // InputType is the type of an input's value.
@@ -91,23 +96,26 @@ type Block struct {
 	Profile string    `json:"profile,omitempty" yaml:"profile,omitempty"`
 	Task    string    `json:"task,omitempty" yaml:"task,omitempty"`
 	Prompt  string    `json:"prompt,omitempty" yaml:"prompt,omitempty"`
-	Command string    `json:"command,omitempty" yaml:"command,omitempty"`
-	Path    string    `json:"path,omitempty" yaml:"path,omitempty"`
-	Content string    `json:"content,omitempty" yaml:"content,omitempty"`
-	Channel string    `json:"channel,omitempty" yaml:"channel,omitempty"`
-	Repo    string    `json:"repo,omitempty" yaml:"repo,omitempty"`
-	Number  string    `json:"number,omitempty" yaml:"number,omitempty"`
-	Issue   string    `json:"issue,omitempty" yaml:"issue,omitempty"`
-	Title   string    `json:"title,omitempty" yaml:"title,omitempty"`
-	Ref     string    `json:"ref,omitempty" yaml:"ref,omitempty"` // github_file: a branch, tag or commit (default: the default branch)
-	Text    string    `json:"text,omitempty" yaml:"text,omitempty"`
-	Timeout string    `json:"timeout,omitempty" yaml:"timeout,omitempty"` // wait_idle: a Go duration, at most Limits.MaxWait
-	If      string    `json:"if,omitempty" yaml:"if,omitempty"`           // condition: a template; true unless "", "0" or "false"
-	While   string    `json:"while,omitempty" yaml:"while,omitempty"`     // loop: as If, checked before each pass
-	Max     int       `json:"max,omitempty" yaml:"max,omitempty"`         // loop: passes at most
-	Then    []Block   `json:"then,omitempty" yaml:"then,omitempty"`
-	Else    []Block   `json:"else,omitempty" yaml:"else,omitempty"`
-	Body    []Block   `json:"body,omitempty" yaml:"body,omitempty"`
+	Command string    `json:"command,omitempty" yaml:"command,omitempty"` // run_command: shell text, no templates: values come in Env
+	// Env is run_command's environment: each value a template, so what
+	// came from outside reaches the command as $NAME, never as its text.
+	Env     map[string]string `json:"env,omitempty" yaml:"env,omitempty"`
+	Path    string            `json:"path,omitempty" yaml:"path,omitempty"`
+	Content string            `json:"content,omitempty" yaml:"content,omitempty"`
+	Channel string            `json:"channel,omitempty" yaml:"channel,omitempty"`
+	Repo    string            `json:"repo,omitempty" yaml:"repo,omitempty"`
+	Number  string            `json:"number,omitempty" yaml:"number,omitempty"`
+	Issue   string            `json:"issue,omitempty" yaml:"issue,omitempty"`
+	Title   string            `json:"title,omitempty" yaml:"title,omitempty"`
+	Ref     string            `json:"ref,omitempty" yaml:"ref,omitempty"` // github_file: a branch, tag or commit (default: the default branch)
+	Text    string            `json:"text,omitempty" yaml:"text,omitempty"`
+	Timeout string            `json:"timeout,omitempty" yaml:"timeout,omitempty"` // wait_idle: a Go duration, at most Limits.MaxWait
+	If      string            `json:"if,omitempty" yaml:"if,omitempty"`           // condition: a template; true unless "", "0" or "false"
+	While   string            `json:"while,omitempty" yaml:"while,omitempty"`     // loop: as If, checked before each pass
+	Max     int               `json:"max,omitempty" yaml:"max,omitempty"`         // loop: passes at most
+	Then    []Block           `json:"then,omitempty" yaml:"then,omitempty"`
+	Else    []Block           `json:"else,omitempty" yaml:"else,omitempty"`
+	Body    []Block           `json:"body,omitempty" yaml:"body,omitempty"`
 }
 
 // Policy is what a run does when another with its concurrency key runs.
@@ -126,4 +134,30 @@ type Settings struct {
 	// runs with the same key follow Policy. Empty: runs never wait.
 	ConcurrencyKey string `json:"concurrency_key,omitempty" yaml:"concurrency_key,omitempty"`
 	Policy         Policy `json:"policy,omitempty" yaml:"policy,omitempty"`
+	// MaxConcurrent and MaxPerHour cap the runs its triggers start
+	// (manual runs are not capped): over a cap a run is recorded as
+	// skipped, saying which. 0 is the default (DefaultMaxConcurrent,
+	// DefaultMaxPerHour); -1 is no cap.
+	MaxConcurrent int `json:"max_concurrent,omitempty" yaml:"max_concurrent,omitempty"`
+	MaxPerHour    int `json:"max_per_hour,omitempty" yaml:"max_per_hour,omitempty"`
+}
+
+// The caps of runs started by triggers when the settings name none.
+const (
+	DefaultMaxConcurrent = 10
+	DefaultMaxPerHour    = 120
+)
+
+// Caps are s's caps with the defaults filled in (0: no cap).
+func (s Settings) Caps() (maxConcurrent, maxPerHour int) {
+	pick := func(v, def int) int {
+		switch {
+		case v == 0:
+			return def
+		case v < 0:
+			return 0
+		}
+		return v
+	}
+	return pick(s.MaxConcurrent, DefaultMaxConcurrent), pick(s.MaxPerHour, DefaultMaxPerHour)
 }

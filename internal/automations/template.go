@@ -65,3 +65,13 @@ func Render(tmpl string, values map[string]string) string {
 		return values[key]
 	})
 }
+
+// RenderQuoted is Render with each value passed through quote(ref, value)
+// before it is placed: prompts mark what came from outside, posts escape
+// what they did not write.
+func RenderQuoted(tmpl string, values map[string]string, quote func(ref, value string) string) string {
+	return placeRE.ReplaceAllStringFunc(tmpl, func(m string) string {
+		key := strings.TrimSpace(placeRE.FindStringSubmatch(m)[1])
+		return quote(key, values[key])
+	})
+}

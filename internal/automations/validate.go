@@ -100,6 +100,9 @@ func (v *validator) trigger(t Trigger) {
 				v.add(fmt.Sprintf("trigger.repos[%d]", i), "%q: want owner/name", r)
 			}
 		}
+		if t.MinAuthor != "" && !slices.Contains(domain.AuthorAssociations, t.MinAuthor) {
+			v.add("trigger.min_author", "%q: want one of %s", t.MinAuthor, strings.Join(domain.AuthorAssociations, ", "))
+		}
 		for i, e := range t.Events {
 			if !slices.Contains([]string{"opened", "synchronize", "reopened", "review_requested", "comment"}, e) {
 				v.add(fmt.Sprintf("trigger.events[%d]", i), "%q: want opened, synchronize, reopened, review_requested or comment", e)
@@ -140,6 +143,11 @@ func (v *validator) settings(s Settings) {
 		v.add("settings.policy", "%q: want queue, supersede or skip", s.Policy)
 	}
 	v.template("settings.concurrency_key", s.ConcurrencyKey)
+	for field, n := range map[string]int{"max_concurrent": s.MaxConcurrent, "max_per_hour": s.MaxPerHour} {
+		if n < -1 || n > 10000 {
+			v.add("settings."+field, "%d: want 1 to 10000, 0 for the default or -1 for no cap", n)
+		}
+	}
 }
 
 // template checks a template's syntax and that it names only known

@@ -14,6 +14,7 @@ import (
 	_ "github.com/dbos-inc/dbos-transact-golang/dbos/driver/sqlite"
 
 	"github.com/engrams/engrams/internal/automations"
+	"github.com/engrams/engrams/internal/connector"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
@@ -104,31 +105,6 @@ type Sealer interface {
 	Open(ciphertext, associated []byte) ([]byte, error)
 }
 
-// Chat posts to Slack for the post_slack block, and hears of the tasks
-// that runs started by mentions start, whose threads then carry them
-// (slackapp.App).
-type Chat interface {
-	PostSlack(ctx context.Context, channel, thread, text, key string) (string, error)
-	TaskStarted(ctx context.Context, run domain.AutomationRun, task domain.TaskID) error
-}
-
-// GitHub posts comments and reviews on pull requests, once per key
-// (githubapp.App).
-type GitHub interface {
-	Comment(ctx context.Context, repo, number, text, key string) (string, error)
-	Review(ctx context.Context, repo, number, text, key string) (string, error)
-	// OpenPR pushes a task's changes as a branch and opens a pull request
-	// of it (again: the same one), answering its URL.
-	OpenPR(ctx context.Context, task domain.TaskID, repo, title string) (string, error)
-	// File reads a repository's file at ref: "" when it has none there.
-	File(ctx context.Context, repo, ref, path string) (string, error)
-}
-
-// Linear comments on issues, once per key (linearapp.App).
-type Linear interface {
-	Comment(ctx context.Context, issue, text, key string) (string, error)
-}
-
 // Deps are the collaborators of a Runner.
 type Deps struct {
 	Store     Store
@@ -136,12 +112,14 @@ type Deps struct {
 	TaskReads TaskReads
 	Guests    Guests
 	Sealer    Sealer // nil: webhook triggers are refused (no secret can be kept)
-	Chat      Chat   // nil: post_slack blocks fail (Slack is not set up)
-	GitHub    GitHub // nil: github_comment and github_review blocks fail
-	Linear    Linear // nil: linear_comment blocks fail
-	Logger    *slog.Logger
-	Now       func() time.Time // the clock of schedules and records
-	NewID     func() string
+	// Integrations execute the block kinds they declare (post_slack,
+	// github_review, ...); those that follow the tasks their runs start
+	// (connector.TaskFollower) hear of each. A block of a kind none
+	// declares fails.
+	Integrations []connector.Blocks
+	Logger       *slog.Logger
+	Now          func() time.Time // the clock of schedules and records
+	NewID        func() string
 }
 
 // Runner keeps automations and runs them.
@@ -152,9 +130,8 @@ type Runner struct {
 	reads TaskReads
 	guest Guests
 	seal  Sealer
-	chat  Chat
-	gh    GitHub
-	lin   Linear
+	kinds map[string]connector.Blocks // block kind -> the integration that executes it
+	ins   []connector.Blocks
 	log   *slog.Logger
 	now   func() time.Time
 	newID func() string
@@ -176,8 +153,13 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Runner, error) {
 	if deps.Store == nil {
 		return nil, errors.New("autorun: Store is required")
 	}
-	r := &Runner{cfg: cfg, st: deps.Store, tasks: deps.Tasks, reads: deps.TaskReads, guest: deps.Guests, seal: deps.Sealer, chat: deps.Chat, gh: deps.GitHub, lin: deps.Linear,
-		log: deps.Logger, now: deps.Now, newID: deps.NewID}
+	r := &Runner{cfg: cfg, st: deps.Store, tasks: deps.Tasks, reads: deps.TaskReads, guest: deps.Guests, seal: deps.Sealer, ins: deps.Integrations,
+		kinds: map[string]connector.Blocks{}, log: deps.Logger, now: deps.Now, newID: deps.NewID}
+	for _, in := range deps.Integrations {
+		for _, k := range in.BlockKinds() {
+			r.kinds[k] = in
+		}
+	}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}

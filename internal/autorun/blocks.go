@@ -14,15 +14,16 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/engrams/engrams/internal/automations"
+	"github.com/engrams/engrams/internal/connector"
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/tasks"
 )
 
-// ErrNoIntegration is a block's error when the service it posts to is not
-// configured.
-var ErrNoIntegration = errors.New("integration not configured")
+// ErrNoIntegration is a block's error when no integration executes its
+// kind, or the one that does is not configured.
+var ErrNoIntegration = connector.ErrNotConfigured
 
 // blocks executes the blocks that are not control flow, over the
 // Runner's collaborators.
@@ -36,102 +37,115 @@ const defaultWait = 30 * time.Minute
 // before recording the end: blocks with side effects make them once.
 func (r blocks) execute(ctx context.Context, w *walker, b automations.Block, attempt int64) (string, error) {
 	vals := w.values()
-	render := func(s string) string { return automations.Render(s, vals) }
+	f := r.fields(b, vals)
 	switch b.Kind {
 	case automations.BlockStartTask:
-		return r.startTask(ctx, w, render(b.Profile), render(b.Prompt))
+		return r.startTask(ctx, w, tasks.StartTaskRequest{Profile: f["profile"], Prompt: f["prompt"], Title: automations.Render(b.Prompt, vals)})
 	case automations.BlockSendPrompt:
-		return r.sendPrompt(ctx, w.taskOf(b), render(b.Prompt), attempt)
+		return r.sendPrompt(ctx, w.taskOf(b), f["prompt"], attempt)
 	case automations.BlockWaitIdle:
 		return r.waitIdle(ctx, w, b)
 	case automations.BlockRunCommand:
-		return r.runCommand(ctx, w.taskOf(b), render(b.Command))
+		return r.runCommand(ctx, w.taskOf(b), b.Command, commandEnv(b.Env, vals))
 	case automations.BlockReadFile:
-		return r.readFile(ctx, w.taskOf(b), render(b.Path))
+		return r.readFile(ctx, w.taskOf(b), f["path"])
 	case automations.BlockWriteFile:
-		return r.writeFile(ctx, w.taskOf(b), render(b.Path), render(b.Content))
+		return r.writeFile(ctx, w.taskOf(b), f["path"], f["content"])
 	case automations.BlockEndSession:
 		t, err := r.tasks.StopTask(ctx, w.taskOf(b))
 		if err != nil {
 			return "", fmt.Errorf("stop task %s: %w", w.taskOf(b), err)
 		}
 		return string(t.State), nil
-	case automations.BlockPostSlack:
-		return r.postSlack(ctx, w, render(b.Channel), render(b.Text))
-	case automations.BlockGitHubComment, automations.BlockGitHubReview:
-		if r.gh == nil {
-			return "", fmt.Errorf("%w: %s needs GitHub (engrams integration add github)", ErrNoIntegration, b.Kind)
-		}
-		key := fmt.Sprintf("step/%s/%d", w.run.ID, w.seq)
-		if b.Kind == automations.BlockGitHubReview {
-			return r.gh.Review(ctx, render(b.Repo), render(b.Number), render(b.Text), key)
-		}
-		return r.gh.Comment(ctx, render(b.Repo), render(b.Number), render(b.Text), key)
-	case automations.BlockLinearComment:
-		if r.lin == nil {
-			return "", fmt.Errorf("%w: linear_comment needs Linear (engrams integration add linear)", ErrNoIntegration)
-		}
-		return r.lin.Comment(ctx, render(b.Issue), render(b.Text), fmt.Sprintf("step/%s/%d", w.run.ID, w.seq))
-	case automations.BlockOpenPR:
-		if r.gh == nil {
-			return "", fmt.Errorf("%w: open_pr needs GitHub (engrams integration add github)", ErrNoIntegration)
-		}
-		url, err := r.gh.OpenPR(ctx, w.taskOf(b), render(b.Repo), render(b.Title))
-		if errors.Is(err, tasks.ErrNothingChanged) {
-			return "", nil // no changes, no pull request: the output is empty
-		}
-		return url, err
-	case automations.BlockGitHubFile:
-		if r.gh == nil {
-			return "", fmt.Errorf("%w: github_file needs GitHub (engrams integration add github)", ErrNoIntegration)
-		}
-		return r.gh.File(ctx, render(b.Repo), render(b.Ref), render(b.Path))
 	}
-	return "", fmt.Errorf("unknown block kind %q", b.Kind)
+	in, ok := r.kinds[string(b.Kind)]
+	if !ok {
+		return "", fmt.Errorf("%w: no integration on this server executes %s blocks", ErrNoIntegration, b.Kind)
+	}
+	return in.Execute(ctx, connector.Call{Kind: string(b.Kind), Fields: f, Task: w.taskOf(b),
+		Run: connector.Run{ID: w.run.ID, Trigger: w.run.TriggerKind, Payload: w.run.Trigger}, Key: fmt.Sprintf("step/%s/%d", w.run.ID, w.seq)})
+}
+
+// fields are b's set text fields rendered as the block uses them: a
+// prompt with what came from outside quoted, an integration's fields with
+// values escaped for where it posts them, a command as written (its
+// values come in its env).
+func (r *Runner) fields(b automations.Block, vals map[string]string) map[string]string {
+	in := r.kinds[string(b.Kind)]
+	out := map[string]string{}
+	for name, tmpl := range blockFields(b) {
+		switch {
+		case name == "prompt":
+			out[name] = prompt(tmpl, vals)
+		case name == "command":
+			out[name] = tmpl
+		case in != nil:
+			out[name] = automations.RenderQuoted(tmpl, vals, func(_, v string) string { return in.Escape(name, v) })
+		default:
+			out[name] = automations.Render(tmpl, vals)
+		}
+	}
+	return out
+}
+
+// prompt renders a prompt template: what came from outside (the trigger's
+// payload: a pull request's title, a chat message) is quoted as such, and
+// the prompt then says what the quoting means.
+func prompt(tmpl string, vals map[string]string) string {
+	quoted := false
+	out := automations.RenderQuoted(tmpl, vals, func(ref, v string) string {
+		if !strings.HasPrefix(ref, "trigger.") {
+			return v
+		}
+		q, did := connector.Quote(ref, v)
+		quoted = quoted || did
+		return q
+	})
+	if quoted {
+		return out + "\n\n" + connector.QuoteNote
+	}
+	return out
+}
+
+// commandEnv renders a run_command's env: values reach the command as
+// variables, never as its text (NUL, which no variable holds, is dropped).
+func commandEnv(env map[string]string, vals map[string]string) map[string]string {
+	if len(env) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(env))
+	for k, tmpl := range env {
+		out[k] = strings.ReplaceAll(automations.Render(tmpl, vals), "\x00", "")
+	}
+	return out
 }
 
 // taskOf is the task a block names: the output of its start_task block.
 func (w *walker) taskOf(b automations.Block) domain.TaskID { return domain.TaskID(w.outputs[b.Task]) }
 
 // startTask starts the block's task under an id made from the run and the
-// step, so a block run again after a crash finds the task it started.
-func (r blocks) startTask(ctx context.Context, w *walker, profile, prompt string) (string, error) {
+// step, so a block run again after a crash finds the task it started. Its
+// title is its prompt's first line as written, without the quoting.
+// The integrations that follow their runs' tasks (Slack's thread) hear of it.
+func (r blocks) startTask(ctx context.Context, w *walker, req tasks.StartTaskRequest) (string, error) {
 	ns, err := uuid.Parse(string(w.run.ID))
 	if err != nil {
 		ns = uuid.NameSpaceURL
 	}
-	id := domain.TaskID(uuid.NewSHA1(ns, []byte(string(w.run.ID)+"/"+strconv.FormatInt(w.seq, 10))).String())
-	t, err := r.tasks.StartTask(ctx, tasks.StartTaskRequest{ID: id, Profile: profile, Prompt: prompt})
+	req.ID = domain.TaskID(uuid.NewSHA1(ns, []byte(string(w.run.ID)+"/"+strconv.FormatInt(w.seq, 10))).String())
+	t, err := r.tasks.StartTask(ctx, req)
 	if err != nil {
-		return "", fmt.Errorf("start a task on profile %s: %w", profile, err)
+		return "", fmt.Errorf("start a task on profile %s: %w", req.Profile, err)
 	}
-	if r.chat != nil && w.run.TriggerKind == string(automations.TriggerSlackMention) {
-		if err := r.chat.TaskStarted(ctx, w.run, t.ID); err != nil {
-			return string(t.ID), fmt.Errorf("give the task its Slack thread: %w", err)
+	run := connector.Run{ID: w.run.ID, Trigger: w.run.TriggerKind, Payload: w.run.Trigger}
+	for _, in := range r.ins {
+		if f, ok := in.(connector.TaskFollower); ok {
+			if err := f.TaskStarted(ctx, run, t.ID); err != nil {
+				return string(t.ID), fmt.Errorf("follow task %s: %w", t.ID, err)
+			}
 		}
 	}
 	return string(t.ID), nil
-}
-
-// postSlack posts to a channel (default: the mention's, in its thread)
-// once per run and step: the key finds a post made before a crash.
-func (r blocks) postSlack(ctx context.Context, w *walker, channel, text string) (string, error) {
-	if r.chat == nil {
-		return "", fmt.Errorf("%w: post_slack needs Slack (engrams integration add slack)", ErrNoIntegration)
-	}
-	var trig struct {
-		Channel  string `json:"channel"`
-		ThreadTS string `json:"thread_ts"`
-	}
-	_ = json.Unmarshal(w.run.Trigger, &trig)
-	thread := ""
-	if channel == "" || channel == trig.Channel {
-		channel, thread = trig.Channel, trig.ThreadTS
-	}
-	if channel == "" {
-		return "", errors.New("post_slack names no channel, and its run was not started from Slack")
-	}
-	return r.chat.PostSlack(ctx, channel, thread, text, fmt.Sprintf("step/%s/%d", w.run.ID, w.seq))
 }
 
 // sendPrompt sends a follow-up. On a later attempt it first looks for the
@@ -328,10 +342,10 @@ const hostWait = 2 * time.Minute
 // maxCommandOutput bounds each stream of a run_command.
 const maxCommandOutput = 1 << 20
 
-func (r blocks) runCommand(ctx context.Context, id domain.TaskID, command string) (string, error) {
+func (r blocks) runCommand(ctx context.Context, id domain.TaskID, command string, env map[string]string) (string, error) {
 	var res guestapi.ExecResult
 	err := r.withGuest(ctx, id, func(c *guestapi.Client) (err error) {
-		res, err = c.Run(ctx, guestapi.ExecRequest{Argv: []string{"/bin/sh", "-c", command}, Dir: "/work", TimeoutMS: 30 * 60 * 1000},
+		res, err = c.Run(ctx, guestapi.ExecRequest{Argv: []string{"/bin/sh", "-c", command}, Env: env, Dir: "/work", TimeoutMS: 30 * 60 * 1000},
 			maxCommandOutput)
 		return err
 	})

@@ -39,6 +39,7 @@ func prReviewFor(s settings) (string, bool) {
 // request of the task's changes there and posts its link.
 const linearIssues = `name: linear-issues
 trigger: {kind: linear_issue, labels: [engrams]}
+settings: {max_concurrent: 4, max_per_hour: 30}
 blocks:
   - {id: ack, kind: linear_comment, issue: "{{trigger.issue}}", text: "engrams is working on {{trigger.identifier}}."}
   - id: task
@@ -62,14 +63,15 @@ blocks:
 `
 
 // prReview reviews a pull request on a reviewer profile (make it deny by
-// default: no hosts, read-only credentials), by the rules of the
+// default: no hosts, read-only credentials), for authors who are at least
+// collaborators, at most 4 at once and 30 an hour, by the rules of the
 // repository's AGENTS.md on the branch it goes into when there is one (the
 // pull request's own copy is its author's to rewrite, so it is not read;
 // comment events carry no base, so they read the default branch's): one
 // review with inline comments; a new push supersedes a review still running.
 const prReview = `name: pr-review
-trigger: {kind: github_pr, events: [opened, synchronize, reopened, review_requested, comment]}
-settings: {concurrency_key: "{{trigger.repo}}#{{trigger.number}}", policy: supersede}
+trigger: {kind: github_pr, events: [opened, synchronize, reopened, review_requested, comment], min_author: collaborator}
+settings: {concurrency_key: "{{trigger.repo}}#{{trigger.number}}", policy: supersede, max_concurrent: 4, max_per_hour: 30}
 blocks:
   - {id: rules, kind: github_file, repo: "{{trigger.repo}}", ref: "{{trigger.base_ref}}", path: AGENTS.md}
   - id: task
@@ -92,6 +94,7 @@ blocks:
 // replies).
 const slackThreads = `name: slack-threads
 trigger: {kind: slack_mention}
+settings: {max_concurrent: 10, max_per_hour: 60}
 blocks:
   - {id: task, kind: start_task, profile: "{{trigger.profile}}", prompt: "{{trigger.text}}"}
 `

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/engrams/engrams/internal/connector"
 	"github.com/engrams/engrams/internal/domain"
-	"github.com/engrams/engrams/internal/tasks"
 )
 
 // fakeServices is GitHub and Linear as the built-ins use them: what they
@@ -29,38 +29,41 @@ func (f *fakeServices) call(format string, args ...any) {
 	f.calls = append(f.calls, fmt.Sprintf(format, args...))
 }
 
-type fakeGitHub struct{ *fakeServices }
+// fakeBlocks executes GitHub's and Linear's blocks as the built-ins use
+// them, recording each call.
+type fakeBlocks struct{ *fakeServices }
 
-func (g fakeGitHub) Comment(_ context.Context, repo, number, text, _ string) (string, error) {
-	g.call("github comment %s#%s %s", repo, number, text)
-	return "https://github.test/comment", nil
+func (fakeBlocks) BlockKinds() []string {
+	return []string{"github_comment", "github_review", "open_pr", "github_file", "linear_comment"}
 }
 
-func (g fakeGitHub) Review(_ context.Context, repo, number, text, _ string) (string, error) {
-	g.call("github review %s#%s %s", repo, number, text)
-	return "https://github.test/review", nil
-}
+func (fakeBlocks) Escape(_, v string) string { return v }
 
-func (g fakeGitHub) OpenPR(_ context.Context, task domain.TaskID, repo, title string) (string, error) {
-	if g.unchanged {
-		return "", fmt.Errorf("push task %s: %w", task, tasks.ErrNothingChanged)
+func (f fakeBlocks) Execute(_ context.Context, c connector.Call) (string, error) {
+	x := c.Fields
+	switch c.Kind {
+	case "github_comment":
+		f.call("github comment %s#%s %s", x["repo"], x["number"], x["text"])
+		return "https://github.test/comment", nil
+	case "github_review":
+		f.call("github review %s#%s %s", x["repo"], x["number"], x["text"])
+		return "https://github.test/review", nil
+	case "open_pr":
+		if f.unchanged {
+			return "", nil
+		}
+		f.call("github pr %s %s", x["repo"], x["title"])
+		return "https://github.test/" + x["repo"] + "/pull/1", nil
+	case "github_file":
+		f.call("github file %s@%s:%s", x["repo"], x["ref"], x["path"])
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.files[x["repo"]+"@"+x["ref"]+":"+x["path"]], nil
+	case "linear_comment":
+		f.call("linear comment %s %s", x["issue"], x["text"])
+		return "https://linear.test/comment", nil
 	}
-	g.call("github pr %s %s", repo, title)
-	return "https://github.test/" + repo + "/pull/1", nil
-}
-
-func (g fakeGitHub) File(_ context.Context, repo, ref, path string) (string, error) {
-	g.call("github file %s@%s:%s", repo, ref, path)
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.files[repo+"@"+ref+":"+path], nil
-}
-
-type fakeLinear struct{ *fakeServices }
-
-func (l fakeLinear) Comment(_ context.Context, issue, text, _ string) (string, error) {
-	l.call("linear comment %s %s", issue, text)
-	return "https://linear.test/comment", nil
+	return "", fmt.Errorf("no %s", c.Kind)
 }
 
 // TestBuiltinsReadRulesAndLinkPRs runs the built-ins on sample payloads:
@@ -72,6 +75,9 @@ func TestBuiltinsReadRulesAndLinkPRs(t *testing.T) {
 	t.Parallel()
 	const pr = `{"repo":"acme/app","number":7,"title":"Fix it","head_sha":"abc123","head_ref":"fix","base_ref":"main"}`
 	const issue = `{"issue":"iss-1","identifier":"ENG-1","title":"Flaky test","description":"It races.","profile":"dev"%s}`
+	// The title came from the pull request's author: quoted as such
+	// (the step's input is JSON).
+	const quotedTitle = `\u003cfrom-outside source=\"trigger.title\"\u003e\nFix it\n\u003c/from-outside\u003e`
 	for _, c := range []struct {
 		name, builtin, trigger string
 		rules                  bool // acme/app has an AGENTS.md on main
@@ -80,21 +86,21 @@ func TestBuiltinsReadRulesAndLinkPRs(t *testing.T) {
 		want                   []string // the calls to GitHub and Linear, in order
 	}{
 		{name: "review by the rules", builtin: "pr-review", trigger: pr, rules: true,
-			prompt: []string{"Review pull request #7 of acme/app", "Always check the error paths."},
+			prompt: []string{"Review pull request #7 of acme/app", quotedTitle, "Always check the error paths.", "came from outside this deployment"},
 			want:   []string{"github file acme/app@main:AGENTS.md", "github review acme/app#7 re: Review pull request #7"}},
 		{name: "review without rules", builtin: "pr-review", trigger: pr,
-			prompt: []string{"Review pull request #7 of acme/app"},
+			prompt: []string{"Review pull request #7 of acme/app", quotedTitle},
 			want:   []string{"github file acme/app@main:AGENTS.md", "github review acme/app#7 re: Review pull request #7"}},
 		{name: "issue to a pull request", builtin: "linear-issues", trigger: fmt.Sprintf(issue, `,"repo":"acme/app"`),
-			prompt: []string{"ENG-1: Flaky test", "It races."},
-			want: []string{"linear comment iss-1 engrams is working on ENG-1.", "linear comment iss-1 re: ENG-1: Flaky test",
+			prompt: []string{`ENG-1: \u003cfrom-outside source=\"trigger.title\"\u003e\nFlaky test\n`, "It races."},
+			want: []string{"linear comment iss-1 engrams is working on ENG-1.", "linear comment iss-1 re: ENG-1: <from-outside",
 				"github pr acme/app ENG-1: Flaky test", "linear comment iss-1 Pull request: https://github.test/acme/app/pull/1"}},
 		{name: "issue, nothing changed", builtin: "linear-issues", trigger: fmt.Sprintf(issue, `,"repo":"acme/app"`), unchanged: true,
-			prompt: []string{"ENG-1: Flaky test"},
-			want:   []string{"linear comment iss-1 engrams is working on ENG-1.", "linear comment iss-1 re: ENG-1: Flaky test"}},
+			prompt: []string{`ENG-1: \u003cfrom-outside`},
+			want:   []string{"linear comment iss-1 engrams is working on ENG-1.", "linear comment iss-1 re: ENG-1: <from-outside"}},
 		{name: "issue, no repository", builtin: "linear-issues", trigger: fmt.Sprintf(issue, ""),
-			prompt: []string{"ENG-1: Flaky test"},
-			want:   []string{"linear comment iss-1 engrams is working on ENG-1.", "linear comment iss-1 re: ENG-1: Flaky test"}},
+			prompt: []string{`ENG-1: \u003cfrom-outside`},
+			want:   []string{"linear comment iss-1 engrams is working on ENG-1.", "linear comment iss-1 re: ENG-1: <from-outside"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -105,7 +111,7 @@ func TestBuiltinsReadRulesAndLinkPRs(t *testing.T) {
 			}
 			d := db{name: "sqlite", sqlitePath: filepath.Join(t.TempDir(), "engrams.db")}
 			e := newEnv(t, d, "r1", newFakeTasks(t, ""), func(_ *Config, deps *Deps) {
-				deps.GitHub, deps.Linear = fakeGitHub{svc}, fakeLinear{svc}
+				deps.Integrations = []connector.Blocks{fakeBlocks{svc}}
 			})
 			kind := domain.IntegrationGitHub
 			if c.builtin == "linear-issues" {

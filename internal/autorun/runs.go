@@ -32,6 +32,8 @@ type RunRequest struct {
 	// DedupKey names the delivery: a second request with it answers the
 	// first one's run and starts nothing.
 	DedupKey string
+	// refused records the run as refused, saying why, instead of running.
+	refused string
 }
 
 // Started is what StartRun answers: the run, and whether this request
@@ -50,42 +52,12 @@ func (r *Runner) StartRun(ctx context.Context, nameOrID string, req RunRequest) 
 	return r.start(ctx, v, req)
 }
 
-// StartTriggered starts a run of each enabled automation whose trigger is
-// of kind and accepted by match (a Slack mention's channel, a pull
-// request's repository), each keyed by req.DedupKey.
-func (r *Runner) StartTriggered(ctx context.Context, kind automations.TriggerKind, match func(automations.Trigger) bool, req RunRequest) ([]Started, error) {
-	as, err := r.st.ListAutomations(ctx, string(kind))
-	if err != nil {
-		return nil, err
-	}
-	var out []Started
-	var errs []error
-	for _, a := range as {
-		v, err := r.view(ctx, a)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if match != nil && !match(v.Definition.Trigger) {
-			continue
-		}
-		req.Kind = kind
-		s, err := r.start(ctx, v, req)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("automation %s: %w", a.Name, err))
-			continue
-		}
-		out = append(out, s)
-	}
-	return out, errors.Join(errs...)
-}
-
 // start resolves the inputs, applies the concurrency policy, records the
 // run (once per dedup key) and hands it to DBOS.
 func (r *Runner) start(ctx context.Context, v View, req RunRequest) (Started, error) {
 	def := v.Definition
 	inputs, probs := automations.ResolveInputs(def.Inputs, req.Inputs)
-	if len(probs) > 0 {
+	if len(probs) > 0 && req.refused == "" {
 		return Started{}, invalid(def.Name, probs)
 	}
 	payload, err := triggerPayload(req.Trigger)
@@ -109,11 +81,21 @@ func (r *Runner) start(ctx context.Context, v View, req RunRequest) (Started, er
 			return Started{}, err
 		}
 	}
-	if def.Settings.Policy == automations.PolicySkip && len(active) > 0 {
+	switch {
+	case req.refused != "":
+		run.State, run.Error, run.EndedAt = domain.RunRefused, "refused: "+req.refused, now
+	case def.Settings.Policy == automations.PolicySkip && len(active) > 0:
 		run.State, run.Error, run.EndedAt = domain.RunSkipped, fmt.Sprintf("run %s with key %q is running", active[0].ID, run.ConcurrencyKey), now
 	}
-	run, created, err := r.st.CreateRun(ctx, run)
+	var caps store.RunCaps
+	if req.Kind != automations.TriggerManual {
+		caps.MaxActive, caps.MaxPerHour = def.Settings.Caps()
+	}
+	run, created, err := r.st.CreateCappedRun(ctx, run, caps)
 	if err != nil || !created || run.State.Terminal() {
+		if created {
+			r.recordOnly(ctx, run)
+		}
 		return Started{Run: run, Created: created}, err
 	}
 	if def.Settings.Policy == automations.PolicySupersede {
@@ -129,6 +111,13 @@ func (r *Runner) start(ctx context.Context, v View, req RunRequest) (Started, er
 	r.wake(ctx, run)
 	r.log.Info("automation run started", "run_id", run.ID, "automation_id", run.AutomationID, "trigger", run.TriggerKind)
 	return Started{Run: run, Created: true}, nil
+}
+
+// recordOnly logs a run recorded without running (skipped, refused).
+func (r *Runner) recordOnly(ctx context.Context, run domain.AutomationRun) {
+	r.wake(ctx, run)
+	r.log.Info("automation run not started", "run_id", run.ID, "automation_id", run.AutomationID, "trigger", run.TriggerKind,
+		"state", run.State, "why", run.Error)
 }
 
 // triggerPayload checks a payload is one bounded JSON object.

@@ -2,6 +2,7 @@ package autorun
 
 import (
 	"errors"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -9,8 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/automations"
+	"github.com/engrams/engrams/internal/connector"
 	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/hookapp"
+	"github.com/engrams/engrams/internal/intake"
 )
 
 // steered starts a task, steers it in a bounded loop and a condition,
@@ -133,6 +136,11 @@ blocks:
   - {id: task, kind: start_task, profile: dev, prompt: "deploy {{trigger.ref}} to {{inputs.env}}"}
 `
 
+// TestWebhookDeliveries: signed deliveries through the one pipeline
+// (intake) start a run; the same signed request again, with other
+// delivery ids and header variants, finds that run and starts nothing;
+// forged, stale and unknown ones are refused alike; a disabled hook's
+// delivery starts nothing.
 func TestWebhookDeliveries(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, databases(t)[0], "r1", newFakeTasks(t, ""))
@@ -145,41 +153,60 @@ func TestWebhookDeliveries(t *testing.T) {
 		strings.Contains(string(saved.Automation.HookSecret), saved.HookSecret) {
 		t.Fatalf("secret %q, sealed %q", saved.HookSecret, saved.Automation.HookSecret)
 	}
+	hooks, err := hookapp.New(hookapp.Deps{Store: e.st, Sealer: e.r.seal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := intake.New(intake.Config{}, intake.Deps{Receivers: []connector.Receiver{hooks}, Deliveries: e.st, Runs: e.r})
+	if err != nil {
+		t.Fatal(err)
+	}
 	body := []byte(`{"ref":"v1.2","inputs":{"env":"prod"}}`)
 	now := time.Now()
-	sign := func(ts time.Time, b []byte) Delivery {
-		return Delivery{Slug: "deploy", ID: "d-1", Timestamp: strconv.FormatInt(ts.Unix(), 10), Signature: automations.SignWebhook([]byte(saved.HookSecret), ts.Unix(), b), Body: b}
+	deliver := func(slug, id, ts, sig string, b []byte) (intake.Outcome, error) {
+		h := http.Header{}
+		h.Set(hookapp.HeaderTimestamp, ts)
+		h.Set(hookapp.HeaderSignature, sig)
+		h.Set(hookapp.HeaderDelivery, id)
+		return in.Deliver(ctx, connector.SourceHook, connector.Request{Header: h, Body: b, Slug: slug})
 	}
-	first, err := e.r.Deliver(ctx, sign(now, body))
-	if err != nil || !first.Created {
+	stamp := func(t time.Time) string { return strconv.FormatInt(t.Unix(), 10) }
+	sig := hookapp.Sign([]byte(saved.HookSecret), now.Unix(), body)
+	first, err := deliver("deploy", "d-1", stamp(now), sig, body)
+	if err != nil || len(first.Runs) != 1 || !first.Runs[0].Created {
 		t.Fatalf("first delivery: %+v, %v", first, err)
 	}
-	e.waitRun(t, first.Run.ID, domain.RunSucceeded)
-	again, err := e.r.Deliver(ctx, sign(now.Add(time.Second), body))
-	if err != nil || again.Created || again.Run.ID != first.Run.ID {
-		t.Fatalf("the same delivery again: %+v, %v", again, err)
+	e.waitRun(t, first.Runs[0].Run.ID, domain.RunSucceeded)
+	for i, v := range []struct{ ts, sig string }{{stamp(now), sig}, {" " + stamp(now), " " + sig}, {stamp(now), "v1=00, " + sig},
+		{stamp(now) + " ", sig + ",v1=ff"}, {"0" + stamp(now), sig}} {
+		again, err := deliver("deploy", "d-"+strconv.Itoa(i+2), v.ts, v.sig, body)
+		if err != nil || !again.Duplicate || len(again.Runs) != 1 || again.Runs[0].Created || again.Runs[0].Run.ID != first.Runs[0].Run.ID {
+			t.Fatalf("the same signed request, variant %d: %+v, %v", i, again, err)
+		}
 	}
-	forged := sign(now, body)
-	forged.Body = []byte(`{"ref":"evil"}`)
-	forged.ID = "d-2"
-	stale := sign(now.Add(-6*time.Minute), body)
-	stale.ID = "d-3"
-	unknown := sign(now, body)
-	unknown.Slug = "nope"
-	for name, d := range map[string]Delivery{"forged": forged, "stale": stale, "unknown hook": unknown} {
-		if _, err := e.r.Deliver(ctx, d); !errors.Is(err, ErrBadSignature) {
+	forged := []byte(`{"ref":"evil"}`)
+	old := now.Add(-6 * time.Minute)
+	for name, d := range map[string][]string{
+		"forged":       {"deploy", stamp(now), sig, string(forged)},
+		"stale":        {"deploy", stamp(old), hookapp.Sign([]byte(saved.HookSecret), old.Unix(), body), string(body)},
+		"unknown hook": {"nope", stamp(now), sig, string(body)},
+		"unsigned":     {"deploy", stamp(now), "", string(body)},
+	} {
+		if _, err := deliver(d[0], "d-x", d[1], d[2], []byte(d[3])); !errors.Is(err, connector.ErrBadSignature) {
 			t.Errorf("%s delivery: %v, want ErrBadSignature", name, err)
 		}
 	}
 	if got := effects(t, e.tasks.log); !slices.Equal(got, []string{"start_dev_deploy_v1.2_to_prod"}) {
 		t.Fatalf("effects %v", got)
 	}
+	if runs, _ := e.st.ListRuns(ctx, saved.Automation.ID, "", 10); len(runs) != 1 {
+		t.Fatalf("%d runs of one signed body", len(runs))
+	}
 	if _, err := e.r.SetEnabled(ctx, "deploy", false); err != nil {
 		t.Fatal(err)
 	}
-	off := sign(now, body)
-	off.ID = "d-4"
-	if _, err := e.r.Deliver(ctx, off); !errors.Is(err, domain.ErrNotActive) {
+	other := []byte(`{"ref":"v1.3"}`)
+	if _, err := deliver("deploy", "d-9", stamp(now), hookapp.Sign([]byte(saved.HookSecret), now.Unix(), other), other); !errors.Is(err, domain.ErrNotActive) {
 		t.Fatalf("a delivery to a disabled hook: %v", err)
 	}
 	rotated, err := e.r.RotateHookSecret(ctx, "deploy")

@@ -215,7 +215,7 @@ func (w *walker) step(path string, b automations.Block, fn func(ctx context.Cont
 	w.seq++
 	seq := w.seq
 	res, err := dbos.RunAsStep(w.ctx, func(ctx context.Context) (stepResult, error) {
-		input, _ := json.Marshal(renderedFields(b, w.values()))
+		input, _ := json.Marshal(w.r.renderedFields(b, w.values()))
 		rec := domain.RunStep{RunID: w.run.ID, Seq: seq, BlockID: b.ID, Kind: string(b.Kind), Path: path, Input: input, StartedAt: w.r.now()}
 		attempt, err := w.r.st.BeginStep(ctx, rec)
 		if err != nil {
@@ -266,13 +266,25 @@ func clip(s string, n int) string {
 
 // renderedFields are a block's set text fields as rendered for this run:
 // the step record's input.
-func renderedFields(b automations.Block, vals map[string]string) map[string]string {
+func (r *Runner) renderedFields(b automations.Block, vals map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range r.fields(b, vals) {
+		out[k] = clip(v, 4096)
+	}
+	for k, v := range b.Env {
+		out["env."+k] = clip(automations.Render(v, vals), 4096)
+	}
+	return out
+}
+
+// blockFields are a block's set text fields by name (its templates).
+func blockFields(b automations.Block) map[string]string {
 	out := map[string]string{}
 	for k, v := range map[string]string{"profile": b.Profile, "task": b.Task, "prompt": b.Prompt, "command": b.Command, "path": b.Path,
 		"content": b.Content, "channel": b.Channel, "repo": b.Repo, "number": b.Number, "issue": b.Issue, "title": b.Title,
 		"ref": b.Ref, "text": b.Text, "timeout": b.Timeout, "if": b.If, "while": b.While} {
 		if v != "" {
-			out[k] = clip(automations.Render(v, vals), 4096)
+			out[k] = v
 		}
 	}
 	return out

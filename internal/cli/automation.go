@@ -443,7 +443,7 @@ func (a autoCmds) follow(cmd *cobra.Command, id string) error {
 
 func terminalRun(state string) bool {
 	switch state {
-	case apiv1.RunSucceeded, apiv1.RunFailed, apiv1.RunCancelled, apiv1.RunSuperseded, apiv1.RunSkipped:
+	case apiv1.RunSucceeded, apiv1.RunFailed, apiv1.RunCancelled, apiv1.RunSuperseded, apiv1.RunSkipped, apiv1.RunRefused:
 		return true
 	}
 	return false

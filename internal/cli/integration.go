@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -24,10 +25,10 @@ Adding one installs its built-in automations, disabled: enable them with
 }
 
 func (a autoCmds) integrationAddCmd() *cobra.Command {
-	var secrets, channels, repos []string
-	var apiURL, dashboard, profile, appID string
+	var secrets []string
+	var f integrationFlags
+	var appID string
 	var installation int64
-	var socket bool
 	cmd := &cobra.Command{
 		Use:   "add slack|github|linear --secret NAME=VALUE... [flags]",
 		Short: "Configure an integration (again) and install its built-in automations",
@@ -40,9 +41,18 @@ out of shell history:
   linear  api_key, webhook_secret
 
 Slack's events arrive at POST /v1/integrations/slack/events (the Slack app's
-request URL), or over Socket Mode (--socket-mode, no public URL needed).`,
+request URL), or over Socket Mode (--socket-mode, no public URL needed).
+Each channel names the profiles its mentions may use (--channel, the first
+its default; [profile=NAME] in a mention picks another of them); channels
+not named use --default-profile only. A task's thread is steered by the
+person who started it, and by the users named with --thread-user; users of
+other workspaces (Slack Connect) are refused unless --allow-external.
+
+An --api-url on loopback or a private address is refused unless the server
+was started with --allow-integration-url (engrams dev allows loopback).`,
 		Example: `  printf '%s\n%s\n' "$BOT_TOKEN" "$SIGNING_SECRET" | engrams integration add slack \
-      --secret bot_token=- --secret signing_secret=- --channel C0123=agent --default-profile agent
+      --secret bot_token=- --secret signing_secret=- --channel C0123=agent,reviewer --default-profile agent \
+      --thread-user U0LEAD
   engrams integration add slack --secret bot_token=- --secret signing_secret=- --secret app_token=- --socket-mode
   engrams integration add github --secret token=- --secret webhook_secret=- --repo acme/app
   engrams integration add linear --secret api_key=- --secret webhook_secret=- --default-profile agent --repo acme/app`,
@@ -52,7 +62,7 @@ request URL), or over Socket Mode (--socket-mode, no public URL needed).`,
 			if err != nil {
 				return err
 			}
-			config, err := integrationConfig(args[0], apiURL, dashboard, profile, socket, channels, repos)
+			config, err := f.config(args[0])
 			if err != nil {
 				return err
 			}
@@ -78,18 +88,28 @@ request URL), or over Socket Mode (--socket-mode, no public URL needed).`,
 			return nil
 		},
 	}
-	f := cmd.Flags()
-	f.StringArrayVar(&secrets, "secret", nil, "a credential `NAME=VALUE` (VALUE - reads a line of stdin; repeatable)")
-	f.StringArrayVar(&channels, "channel", nil, "slack: `CHANNEL_ID=PROFILE`, the profile of mentions in that channel (repeatable)")
-	f.StringVar(&profile, "default-profile", "", "slack: the `PROFILE` of mentions elsewhere; linear: of issues' tasks")
-	f.StringArrayVar(&repos, "repo", nil, "github: a repository `OWNER/NAME` whose deliveries are taken and reviewed (repeatable);\n"+
+	fs := cmd.Flags()
+	fs.StringArrayVar(&secrets, "secret", nil, "a credential `NAME=VALUE` (VALUE - reads a line of stdin; repeatable)")
+	fs.StringArrayVar(&f.channels, "channel", nil, "slack: `CHANNEL_ID=PROFILE[,PROFILE...]`, the profiles mentions in that channel may use, "+
+		"the first its default (repeatable)")
+	fs.StringVar(&f.profile, "default-profile", "", "slack: the `PROFILE` of mentions elsewhere; linear: of issues' tasks")
+	fs.StringArrayVar(&f.repos, "repo", nil, "github: a repository `OWNER/NAME` whose deliveries are taken and reviewed (repeatable);\n"+
 		"linear: the one issues' pull requests are opened on")
-	f.StringVar(&apiURL, "api-url", "", "the service's API base `URL` (default: the public one)")
-	f.StringVar(&dashboard, "dashboard-url", "", "this deployment's dashboard `URL`, for links back to tasks")
-	f.StringVar(&appID, "app-id", "", "github: the GitHub App's `ID` (with --installation-id and the private_key secret)")
-	f.Int64Var(&installation, "installation-id", 0, "github: the App's installation `ID` on the repositories' account")
-	f.BoolVar(&socket, "socket-mode", false, "slack: take events over Socket Mode (needs the app_token)")
+	fs.StringArrayVar(&f.threadUsers, "thread-user", nil, "slack: a `USER_ID` who may steer any thread's task (repeatable; others steer only threads they started)")
+	fs.BoolVar(&f.external, "allow-external", false, "slack: let users of other workspaces (Slack Connect) start and steer tasks")
+	fs.StringVar(&f.apiURL, "api-url", "", "the service's API base `URL` (default: the public one)")
+	fs.StringVar(&f.dashboard, "dashboard-url", "", "this deployment's dashboard `URL`, for links back to tasks")
+	fs.StringVar(&appID, "app-id", "", "github: the GitHub App's `ID` (with --installation-id and the private_key secret)")
+	fs.Int64Var(&installation, "installation-id", 0, "github: the App's installation `ID` on the repositories' account")
+	fs.BoolVar(&f.socket, "socket-mode", false, "slack: take events over Socket Mode (needs the app_token)")
 	return cmd
+}
+
+// integrationFlags are add's settings flags.
+type integrationFlags struct {
+	apiURL, dashboard, profile   string
+	channels, repos, threadUsers []string
+	socket, external             bool
 }
 
 func (a autoCmds) integrationListCmd() *cobra.Command {
@@ -165,15 +185,16 @@ func readSecrets(cmd *cobra.Command, secrets []string) (map[string]string, error
 	return vals, nil
 }
 
-// integrationConfig is an integration's settings from add's flags, under
-// the names its kind gives them.
-func integrationConfig(kind, apiURL, dashboard, profile string, socket bool, channels, repos []string) (map[string]any, error) {
+// config is an integration's settings from add's flags, under the names
+// its kind gives them.
+func (f integrationFlags) config(kind string) (map[string]any, error) {
 	config := map[string]any{}
 	profileKey := "default_profile"
 	if kind == "linear" {
 		profileKey = "profile"
 	}
-	for k, v := range map[string]string{"api_url": apiURL, "dashboard_url": dashboard, profileKey: profile} {
+	repos, channels := f.repos, f.channels
+	for k, v := range map[string]string{"api_url": f.apiURL, "dashboard_url": f.dashboard, profileKey: f.profile} {
 		if v != "" {
 			config[k] = v
 		}
@@ -187,17 +208,23 @@ func integrationConfig(kind, apiURL, dashboard, profile string, socket bool, cha
 	default:
 		config["repo"] = repos[0]
 	}
-	if socket {
+	if f.socket {
 		config["socket_mode"] = true
 	}
+	if f.external {
+		config["allow_external"] = true
+	}
+	if len(f.threadUsers) > 0 {
+		config["thread_users"] = f.threadUsers
+	}
 	if len(channels) > 0 {
-		m := map[string]string{}
+		m := map[string][]string{}
 		for _, c := range channels {
-			id, p, ok := strings.Cut(c, "=")
-			if !ok || id == "" || p == "" {
-				return nil, usageError{fmt.Errorf("--channel %q: want CHANNEL_ID=PROFILE", c)}
+			id, ps, ok := strings.Cut(c, "=")
+			if !ok || id == "" || ps == "" || slices.Contains(strings.Split(ps, ","), "") {
+				return nil, usageError{fmt.Errorf("--channel %q: want CHANNEL_ID=PROFILE[,PROFILE...]", c)}
 			}
-			m[id] = p
+			m[id] = strings.Split(ps, ",")
 		}
 		config["channels"] = m
 	}

@@ -49,13 +49,14 @@ const (
 	RunFailed     RunState = "failed"     // a block failed, or a limit was hit
 	RunCancelled  RunState = "cancelled"  // by a user
 	RunSuperseded RunState = "superseded" // a newer run with its key took over (policy supersede)
-	RunSkipped    RunState = "skipped"    // another run with its key ran (policy skip)
+	RunSkipped    RunState = "skipped"    // another run with its key ran (policy skip), or a cap was reached
+	RunRefused    RunState = "refused"    // its sender may not start it (recorded, never run)
 )
 
 // Terminal reports whether nothing happens to a run in s any more.
 func (s RunState) Terminal() bool {
 	switch s {
-	case RunSucceeded, RunFailed, RunCancelled, RunSuperseded, RunSkipped:
+	case RunSucceeded, RunFailed, RunCancelled, RunSuperseded, RunSkipped, RunRefused:
 		return true
 	}
 	return false

@@ -2,6 +2,7 @@ package domain
 
 import (
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strings"
 	"time"
@@ -36,6 +37,9 @@ type ChatThread struct {
 	Thread  string // the thread's root message id (Slack: its ts)
 	TaskID  TaskID
 	RunID   AutomationRunID // the run that started the task
+	// StartedBy is the chat user whose message started it: only they (or
+	// users the integration names) continue its task.
+	StartedBy string
 	// TurnSeq is the task event seq of the current turn's prompt;
 	// Message the bot message showing that turn (edited as it streams);
 	// RelayedSeq the last task event relayed.
@@ -56,4 +60,41 @@ var repoRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9-]{0,38}/[A-Za-z0-9_.-]{1
 // names "." and ".." are refused: a repository goes into API paths.
 func ValidRepo(s string) bool {
 	return repoRE.MatchString(s) && !strings.HasSuffix(s, "/.") && !strings.HasSuffix(s, "/..")
+}
+
+// PushedBranch is a task's changes pushed as a branch.
+type PushedBranch struct {
+	RepoPath string // under the coordinator's work root
+	URL      string // the repository's
+	Branch   string
+	Base     string // the branch it was cloned from (the pull request's base)
+	Commit   string
+}
+
+// ErrNothingChanged is the refusal to push a task that changed nothing
+// (an invalid request: there is no branch to push).
+var ErrNothingChanged = fmt.Errorf("%w: the task changed nothing", ErrInvalid)
+
+// AuthorAssociations are GitHub's author associations (of a pull request's
+// author, of a comment's), highest first, as a github_pr trigger's floor
+// (min_author) names them.
+var AuthorAssociations = []string{"owner", "member", "collaborator", "contributor", "first_time_contributor", "first_timer", "none"}
+
+// DefaultMinAuthor is a github_pr trigger's floor when it names none:
+// owners, members and collaborators.
+const DefaultMinAuthor = "collaborator"
+
+// AuthorAtLeast reports whether GitHub's author association assoc (e.g.
+// "MEMBER") is at or above floor; an unknown one (MANNEQUIN, "") ranks as
+// none.
+func AuthorAtLeast(assoc, floor string) bool {
+	rank := func(s string) int {
+		for i, a := range AuthorAssociations {
+			if strings.EqualFold(a, s) {
+				return i
+			}
+		}
+		return len(AuthorAssociations) - 1
+	}
+	return rank(assoc) <= rank(floor)
 }

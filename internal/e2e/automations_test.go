@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/api/apiv1"
-	"github.com/engrams/engrams/internal/automations"
 	"github.com/engrams/engrams/internal/githubtest"
+	"github.com/engrams/engrams/internal/hookapp"
 	"github.com/engrams/engrams/internal/modeltest"
 )
 
@@ -28,7 +28,7 @@ trigger: {kind: webhook, slug: hello}
 blocks:
   - {id: task, kind: start_task, profile: agent, prompt: "{{trigger.prompt}}"}
   - {id: idle, kind: wait_idle, task: task, timeout: 5m}
-  - {id: check, kind: run_command, task: task, command: "{{trigger.check}}"}
+  - {id: check, kind: run_command, task: task, env: {FILE: "{{trigger.check}}"}, command: 'cat "$FILE"'}
   - {id: stop, kind: end_session, task: task}
 `
 
@@ -59,7 +59,7 @@ func deliver(t *testing.T, url, secret, id string, ts time.Time, body []byte) (i
 		t.Fatal(err)
 	}
 	req.Header.Set(apiv1.HeaderHookTimestamp, strconv.FormatInt(ts.Unix(), 10))
-	req.Header.Set(apiv1.HeaderHookSignature, automations.SignWebhook([]byte(secret), ts.Unix(), body))
+	req.Header.Set(apiv1.HeaderHookSignature, hookapp.Sign([]byte(secret), ts.Unix(), body))
 	req.Header.Set(apiv1.HeaderHookDelivery, id)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -113,7 +113,7 @@ func TestAutomationWebhookStartsAgent(t *testing.T) {
 	d := startDevAgentEnv(t)
 	saved := createAutomation(t, d, helloAutomation)
 	hook := d.dev.url + saved.HookURL
-	body := []byte(`{"prompt":"create hello.txt with hi","check":"cat /work/app/hello.txt"}`)
+	body := []byte(`{"prompt":"create hello.txt with hi","check":"/work/app/hello.txt"}`)
 	sent := time.Now()
 	status, first := deliver(t, hook, saved.HookSecret, "delivery-1", sent, body)
 	if status != http.StatusAccepted || first.Duplicate {
@@ -137,9 +137,12 @@ func TestAutomationWebhookStartsAgent(t *testing.T) {
 			t.Errorf("step %+v", s)
 		}
 	}
-	status, again := deliver(t, hook, saved.HookSecret, "delivery-1", time.Now(), body)
-	if status != http.StatusOK || !again.Duplicate || again.ID != first.ID {
-		t.Fatalf("the same delivery again: %d %+v", status, again)
+	// The same signed request again, under other delivery ids: one run.
+	for i := range 4 {
+		status, again := deliver(t, hook, saved.HookSecret, fmt.Sprint("delivery-", i+2), sent, body)
+		if status != http.StatusOK || !again.Duplicate || again.ID != first.ID {
+			t.Fatalf("the same delivery again (%d): %d %+v", i, status, again)
+		}
 	}
 	forged, _ := json.Marshal(map[string]string{"prompt": "rm -rf /", "check": "id"})
 	req := []struct {
@@ -151,7 +154,7 @@ func TestAutomationWebhookStartsAgent(t *testing.T) {
 	for _, r := range req {
 		hr, _ := http.NewRequest(http.MethodPost, hook, strings.NewReader(string(r.body)))
 		hr.Header.Set(apiv1.HeaderHookTimestamp, strconv.FormatInt(r.ts.Unix(), 10))
-		hr.Header.Set(apiv1.HeaderHookSignature, automations.SignWebhook([]byte(saved.HookSecret), r.ts.Unix(), r.sign))
+		hr.Header.Set(apiv1.HeaderHookSignature, hookapp.Sign([]byte(saved.HookSecret), r.ts.Unix(), r.sign))
 		hr.Header.Set(apiv1.HeaderHookDelivery, "delivery-"+r.what)
 		resp, err := http.DefaultClient.Do(hr)
 		if err != nil {
@@ -306,7 +309,8 @@ func TestBenchWebhookToAgent(t *testing.T) {
 	ctx := context.Background()
 	for i := range n {
 		sent := time.Now()
-		status, r := deliver(t, d.dev.url+saved.HookURL, saved.HookSecret, fmt.Sprint("bench-", i), sent, []byte(`{"prompt":"what did you create?"}`))
+		status, r := deliver(t, d.dev.url+saved.HookURL, saved.HookSecret, fmt.Sprint("bench-", i), sent,
+			[]byte(fmt.Sprintf(`{"prompt":"what did you create?","n":%d}`, i)))
 		if status != http.StatusAccepted {
 			t.Fatalf("delivery %d: %d", i, status)
 		}

@@ -12,6 +12,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/engrams/engrams/internal/connector"
 	"github.com/engrams/engrams/internal/domain"
 )
 
@@ -25,7 +26,7 @@ const MaxFile = 64 << 10
 func (a *App) File(ctx context.Context, repo, ref, file string) (string, error) {
 	clean := path.Clean("/" + strings.TrimSpace(file))[1:]
 	if !domain.ValidRepo(repo) || clean == "" || clean != strings.TrimSpace(file) || len(clean) > 1024 {
-		return "", fmt.Errorf("want a repository owner/name and a file's path in it, not %q %q", clip(repo, 100), clip(file, 200))
+		return "", fmt.Errorf("want a repository owner/name and a file's path in it, not %q %q", connector.Clip(repo, 100), connector.Clip(file, 200))
 	}
 	c, err := a.conf(ctx)
 	if err != nil {
@@ -65,11 +66,11 @@ func (a *App) File(ctx context.Context, repo, ref, file string) (string, error) 
 func decodeFile(name, typ, encoding string, size int64, content string) (string, error) {
 	switch {
 	case typ != "file":
-		return "", fmt.Errorf("github: %s is a %q, not a file", name, clip(typ, 20))
+		return "", fmt.Errorf("github: %s is a %q, not a file", name, connector.Clip(typ, 20))
 	case size > MaxFile || base64.StdEncoding.DecodedLen(len(content)) > MaxFile+MaxFile/8:
 		return "", fmt.Errorf("github: %s is over %d bytes", name, MaxFile)
 	case encoding != "base64":
-		return "", fmt.Errorf("github: %s comes as %q, not base64", name, clip(encoding, 20))
+		return "", fmt.Errorf("github: %s comes as %q, not base64", name, connector.Clip(encoding, 20))
 	}
 	b, err := base64.StdEncoding.DecodeString(strings.NewReplacer("\n", "", "\r", "").Replace(content))
 	if err != nil {
@@ -78,5 +79,5 @@ func decodeFile(name, typ, encoding string, size int64, content string) (string,
 	if len(b) > MaxFile {
 		return "", fmt.Errorf("github: %s is over %d bytes", name, MaxFile)
 	}
-	return clip(strings.ToValidUTF8(string(b), "\uFFFD"), MaxFile), nil
+	return connector.Clip(strings.ToValidUTF8(string(b), "\uFFFD"), MaxFile), nil
 }

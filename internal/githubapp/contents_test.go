@@ -11,7 +11,7 @@ import (
 // repositories are refused.
 func TestFile(t *testing.T) {
 	t.Parallel()
-	a, gh, _ := newApp(t)
+	a, gh := newApp(t)
 	gh.SetFile("acme/app", "abc123", "AGENTS.md", "# Rules\nReview for error handling.\n"+strings.Repeat("é", 40))
 	gh.SetFile("acme/app", "abc123", "docs/big.txt", strings.Repeat("x", MaxFile+1))
 	for _, c := range []struct {

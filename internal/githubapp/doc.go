@@ -1,4 +1,4 @@
-// Package githubapp is the GitHub integration: signed webhook deliveries (pull requests, review requests,
-// @engrams comments from collaborators) that start runs, and the comments and reviews blocks post, once each.
-// Imported by the API, server wiring and cmd/.
+// Package githubapp is the GitHub integration: signed pull request and @engrams comment deliveries (authors held to each
+// trigger's floor), and the comments, reviews, pull requests and file reads of its blocks, each effect made once.
+// It imports only the seam (connector), domain and ghapp; the server wires it, the API opens task pull requests with it.
 package githubapp

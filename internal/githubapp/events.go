@@ -3,14 +3,12 @@ package githubapp
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"net/http"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/engrams/engrams/internal/automations"
-	"github.com/engrams/engrams/internal/autorun"
+	"github.com/engrams/engrams/internal/connector"
 	"github.com/engrams/engrams/internal/domain"
 )
 
@@ -18,15 +16,38 @@ import (
 // the events engrams takes are far smaller).
 const MaxEventBody = 1 << 20
 
+// keepFor is how long a delivery is remembered: GitHub's signature has
+// no timestamp, so a captured delivery could be replayed at any time; a
+// week outlasts any redelivery a user asks of GitHub.
+const keepFor = 7 * 24 * time.Hour
+
+// TriggerPR is the trigger pull request events start (automations.TriggerGitHubPR).
+const TriggerPR = "github_pr"
+
 // prActions are the pull_request actions that start runs; "comment" is an
-// @engrams comment on a pull request from a collaborator.
+// @engrams comment on a pull request.
 var prActions = []string{"opened", "synchronize", "reopened", "review_requested"}
 
 // defaultEvents are a trigger's events when it names none.
 var defaultEvents = []string{"opened", "synchronize", "reopened"}
 
-// collaborators are the author associations whose @engrams comments count.
-var collaborators = []string{"OWNER", "MEMBER", "COLLABORATOR"}
+// PullRequestEvent is a pull request event's trigger payload.
+type PullRequestEvent struct {
+	Repo    string `json:"repo"`
+	Number  int    `json:"number"`
+	Title   string `json:"title"`
+	Body    string `json:"body,omitempty"`
+	URL     string `json:"url,omitempty"`
+	Author  string `json:"author"`
+	HeadSHA string `json:"head_sha,omitempty"`
+	HeadRef string `json:"head_ref,omitempty"`
+	BaseRef string `json:"base_ref,omitempty"`
+	Event   string `json:"event"`             // opened, synchronize, reopened, review_requested, comment
+	Command string `json:"command,omitempty"` // what follows @engrams in a comment
+	// Association is the author's (of the pull request, or of the
+	// comment) relation to the repository, as GitHub says it.
+	Association string `json:"author_association"`
+}
 
 type user struct {
 	Login string `json:"login"`
@@ -35,14 +56,14 @@ type user struct {
 // delivery is what engrams reads of a pull_request or issue_comment event.
 type delivery struct {
 	Action      string `json:"action"`
-	Number      int    `json:"number"`
 	PullRequest *struct {
-		Number  int    `json:"number"`
-		Title   string `json:"title"`
-		Body    string `json:"body"`
-		HTMLURL string `json:"html_url"`
-		User    user   `json:"user"`
-		Head    struct {
+		Number            int    `json:"number"`
+		Title             string `json:"title"`
+		Body              string `json:"body"`
+		HTMLURL           string `json:"html_url"`
+		User              user   `json:"user"`
+		AuthorAssociation string `json:"author_association"`
+		Head              struct {
 			SHA string `json:"sha"`
 			Ref string `json:"ref"`
 		} `json:"head"`
@@ -65,93 +86,95 @@ type delivery struct {
 	} `json:"repository"`
 }
 
-// trigger turns a delivery into a run's trigger payload and its event
-// ("" for a delivery that starts nothing).
-func trigger(kind string, d delivery) (string, map[string]any) {
-	p := map[string]any{"repo": d.Repository.FullName}
+// event turns a delivery of kind into a trigger payload (ok false for one
+// that starts nothing).
+func event(kind string, d delivery) (PullRequestEvent, bool) {
+	p := PullRequestEvent{Repo: d.Repository.FullName}
 	switch {
 	case kind == "pull_request" && d.PullRequest != nil && slices.Contains(prActions, d.Action):
 		pr := d.PullRequest
-		p["number"], p["title"], p["body"], p["url"], p["author"] = pr.Number, pr.Title, clip(pr.Body, 16<<10), pr.HTMLURL, pr.User.Login
-		p["head_sha"], p["head_ref"], p["base_ref"], p["event"] = pr.Head.SHA, pr.Head.Ref, pr.Base.Ref, d.Action
-		return d.Action, p
-	case kind == "issue_comment" && d.Action == "created" && d.Issue != nil && len(d.Issue.PullRequest) > 0 && d.Comment != nil &&
-		slices.Contains(collaborators, d.Comment.AuthorAssociation):
+		p.Number, p.Title, p.Body, p.URL, p.Author = pr.Number, connector.Clip(pr.Title, 1024), connector.Clip(pr.Body, 16<<10), pr.HTMLURL, pr.User.Login
+		p.HeadSHA, p.HeadRef, p.BaseRef, p.Event, p.Association = pr.Head.SHA, pr.Head.Ref, pr.Base.Ref, d.Action, pr.AuthorAssociation
+		return p, true
+	case kind == "issue_comment" && d.Action == "created" && d.Issue != nil && len(d.Issue.PullRequest) > 0 && d.Comment != nil:
 		i := strings.Index(d.Comment.Body, "@engrams")
 		if i < 0 {
-			return "", nil
+			return p, false
 		}
-		p["number"], p["title"], p["author"], p["event"] = d.Issue.Number, d.Issue.Title, d.Comment.User.Login, "comment"
-		p["command"] = strings.TrimSpace(clip(d.Comment.Body[i+len("@engrams"):], 16<<10))
-		return "comment", p
+		p.Number, p.Title, p.Author, p.Event = d.Issue.Number, connector.Clip(d.Issue.Title, 1024), d.Comment.User.Login, "comment"
+		p.Association = d.Comment.AuthorAssociation
+		p.Command = strings.TrimSpace(connector.Clip(d.Comment.Body[i+len("@engrams"):], 16<<10))
+		return p, true
 	}
-	return "", nil
+	return p, false
 }
 
-// HandleEvents answers one webhook delivery: verified, decoded, acted on
-// once per X-GitHub-Delivery; it returns the status and body.
-func (a *App) HandleEvents(ctx context.Context, h http.Header, body []byte) (int, any) {
+// Source implements connector.Receiver.
+func (a *App) Source() connector.Source { return connector.SourceGitHub }
+
+// MaxBody implements connector.Receiver.
+func (a *App) MaxBody() int64 { return MaxEventBody }
+
+// Verify implements connector.Receiver: X-Hub-Signature-256 over the
+// body, which is what a delivery is known by.
+func (a *App) Verify(ctx context.Context, req connector.Request) (connector.Verified, error) {
 	c, err := a.conf(ctx)
-	if errors.Is(err, domain.ErrNotFound) {
-		return http.StatusNotFound, map[string]string{"error": "github is not configured"}
-	}
 	if err != nil {
-		return http.StatusInternalServerError, map[string]string{"error": "github settings cannot be read"}
+		return connector.Verified{}, err
 	}
-	if err := Verify(c.webhook, h.Get(HeaderSignature), body); err != nil {
+	if err := connector.VerifyHMAC([]byte(c.webhook), req.Header.Get(HeaderSignature), "sha256=", false, req.Body); err != nil {
 		a.log.Info("github delivery refused", "err", err)
-		return http.StatusUnauthorized, map[string]string{"error": "signature refused"}
+		return connector.Verified{}, err
 	}
-	kind, id := h.Get(HeaderEvent), h.Get(HeaderDelivery)
+	return connector.Verified{Covered: req.Body, KeepFor: keepFor, Hint: connector.Clip(req.Header.Get(HeaderDelivery), 100)}, nil
+}
+
+// Decode implements connector.Receiver: pull request events (and
+// @engrams comments on pull requests) of the configured repositories
+// start the runs of github_pr automations on that repository and event;
+// an author below a trigger's floor (min_author, default collaborator)
+// is recorded as a refused run.
+func (a *App) Decode(ctx context.Context, _ connector.Verified, req connector.Request) (connector.Meaning, error) {
+	kind := req.Header.Get(HeaderEvent)
 	if kind == "ping" {
-		return http.StatusOK, map[string]string{"ok": "pong"}
-	}
-	if id == "" || len(id) > 100 || len(body) > MaxEventBody {
-		return http.StatusBadRequest, map[string]string{"error": "a delivery needs its X-GitHub-Delivery id, and at most 1 MiB"}
+		return connector.Meaning{Answer: map[string]string{"ok": "pong"}}, nil
 	}
 	var d delivery
-	if err := json.Unmarshal(body, &d); err != nil {
-		return http.StatusBadRequest, map[string]string{"error": "not a GitHub event: " + err.Error()}
+	if err := json.Unmarshal(req.Body, &d); err != nil {
+		return connector.Meaning{}, fmt.Errorf("%w: not a GitHub event: %v", domain.ErrInvalid, err)
+	}
+	c, err := a.conf(ctx)
+	if err != nil {
+		return connector.Meaning{}, err
 	}
 	if len(c.Repos) > 0 && !slices.Contains(c.Repos, d.Repository.FullName) {
-		return http.StatusOK, map[string]string{"ignored": "repository not configured"}
+		return connector.Meaning{Ignored: "repository not configured"}, nil
 	}
-	event, payload := trigger(kind, d)
-	if event == "" {
-		return http.StatusOK, map[string]string{"ignored": "event"}
+	p, ok := event(kind, d)
+	if !ok {
+		return connector.Meaning{Ignored: "event"}, nil
 	}
-	first, err := a.st.RecordDelivery(ctx, "github", id, a.now(), a.now().Add(-24*time.Hour))
-	if err != nil {
-		return http.StatusInternalServerError, map[string]string{"error": "deliveries cannot be recorded"}
-	}
-	if !first {
-		return http.StatusOK, map[string]string{"ignored": "delivery seen before"}
-	}
-	runs := a.starter()
-	if runs == nil {
-		return http.StatusServiceUnavailable, map[string]string{"error": "automation runs are not running on this server"}
-	}
-	raw, _ := json.Marshal(payload)
-	started, err := runs.StartTriggered(ctx, automations.TriggerGitHubPR, func(t automations.Trigger) bool {
+	admit := func(t connector.Trigger) connector.Admission {
 		events := t.Events
 		if len(events) == 0 {
 			events = defaultEvents
 		}
-		return (len(t.Repos) == 0 || slices.Contains(t.Repos, d.Repository.FullName)) && slices.Contains(events, event)
-	}, autorun.RunRequest{Kind: automations.TriggerGitHubPR, Trigger: raw, DedupKey: "github:" + id})
-	if err != nil {
-		a.log.Warn("start pull request runs", "delivery", id, "err", err)
+		if (len(t.Repos) > 0 && !slices.Contains(t.Repos, p.Repo)) || !slices.Contains(events, p.Event) {
+			return connector.Admission{}
+		}
+		floor := cmpOr(t.MinAuthor, domain.DefaultMinAuthor)
+		if !domain.AuthorAtLeast(p.Association, floor) {
+			return connector.Admission{Match: true, Refused: fmt.Sprintf("%s is %s of %s, below this trigger's floor (min_author: %s)",
+				connector.Clip(p.Author, 40), strings.ToLower(cmpOr(p.Association, "none")), p.Repo, floor)}
+		}
+		return connector.Admission{Match: true}
 	}
-	return http.StatusOK, map[string]int{"runs": len(started)}
+	return connector.Meaning{Starts: []connector.Start{{Trigger: TriggerPR, Payload: p, Admit: admit}}}, nil
 }
 
-// clip keeps at most n bytes of s, on a rune boundary.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
 	}
-	for n > 0 && s[n]&0xC0 == 0x80 {
-		n--
-	}
-	return s[:n]
+	return b
 }

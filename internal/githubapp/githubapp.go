@@ -2,27 +2,22 @@ package githubapp
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/engrams/engrams/internal/automations"
-	"github.com/engrams/engrams/internal/autorun"
+	"github.com/engrams/engrams/internal/connector"
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/ghapp"
 )
 
 // GitHub signs each webhook delivery: X-Hub-Signature-256 is "sha256="
 // and the hex HMAC-SHA256 of the body keyed by the webhook's secret;
-// X-GitHub-Event names the event, X-GitHub-Delivery the delivery.
+// X-GitHub-Event names the event, X-GitHub-Delivery the delivery (a hint:
+// the signature does not cover it).
 const (
 	HeaderSignature = "X-Hub-Signature-256"
 	HeaderEvent     = "X-GitHub-Event"
@@ -31,74 +26,43 @@ const (
 	DefaultAPIURL = "https://api.github.com"
 )
 
-// ErrBadSignature is the category of a refused delivery.
-var ErrBadSignature = errors.New("github signature refused")
-
 // Sign is the X-Hub-Signature-256 of body.
-func Sign(secret string, body []byte) string {
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write(body)
-	return "sha256=" + hex.EncodeToString(m.Sum(nil))
-}
-
-// Verify checks a delivery's signature.
-func Verify(secret, signature string, body []byte) error {
-	if secret == "" {
-		return fmt.Errorf("%w: no webhook secret is configured", ErrBadSignature)
-	}
-	if len(signature) > 200 || !hmac.Equal([]byte(signature), []byte(Sign(secret, body))) {
-		return fmt.Errorf("%w: the signature does not match", ErrBadSignature)
-	}
-	return nil
-}
-
-// Store remembers deliveries (the store).
-type Store interface {
-	RecordDelivery(ctx context.Context, source, id string, at, forgetBefore time.Time) (bool, error)
-}
-
-// Integrations opens GitHub's settings and credentials (integrations.Service).
-type Integrations interface {
-	Open(ctx context.Context, kind domain.IntegrationKind) (json.RawMessage, map[string]string, error)
-}
-
-// Runs starts the runs of pull-request triggers (autorun.Runner).
-type Runs interface {
-	StartTriggered(ctx context.Context, kind automations.TriggerKind, match func(automations.Trigger) bool, req autorun.RunRequest) ([]autorun.Started, error)
-}
+func Sign(secret string, body []byte) string { return connector.HMAC([]byte(secret), "sha256=", body) }
 
 // Deps are the collaborators of an App.
 type Deps struct {
-	Store        Store
-	Integrations Integrations
-	Runs         Runs // may come later: SetRuns
-	HTTP         *http.Client
-	Logger       *slog.Logger
-	Now          func() time.Time
+	Settings connector.Settings
+	// Branches pushes tasks' changes as branches (tasks.Pusher); nil:
+	// open_pr and task pr are refused.
+	Branches Branches
+	// HTTP calls GitHub: the deployment's address policy.
+	HTTP   *http.Client
+	Logger *slog.Logger
+	Now    func() time.Time
 }
 
 // App is the GitHub integration.
 type App struct {
-	st       Store
-	ins      Integrations
+	ins      connector.Settings
 	http     *http.Client
 	log      *slog.Logger
 	now      func() time.Time
-	mu       sync.Mutex
-	runs     Runs
 	branches Branches
 	minter   *ghapp.Minter // installation tokens, when GitHub is an App
 }
 
+// The seam's parts GitHub implements.
+var (
+	_ connector.Receiver = (*App)(nil)
+	_ connector.Blocks   = (*App)(nil)
+)
+
 // New returns an App.
 func New(deps Deps) (*App, error) {
-	if deps.Store == nil || deps.Integrations == nil {
-		return nil, errors.New("githubapp: Store and Integrations are required")
+	if deps.Settings == nil || deps.HTTP == nil {
+		return nil, errors.New("githubapp: Settings and HTTP are required")
 	}
-	a := &App{st: deps.Store, ins: deps.Integrations, runs: deps.Runs, http: deps.HTTP, log: deps.Logger, now: deps.Now}
-	if a.http == nil {
-		a.http = &http.Client{Timeout: 30 * time.Second}
-	}
+	a := &App{ins: deps.Settings, branches: deps.Branches, http: deps.HTTP, log: deps.Logger, now: deps.Now}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
@@ -108,19 +72,6 @@ func New(deps Deps) (*App, error) {
 	a.minter = ghapp.New(ghapp.Config{Permissions: map[string]string{"contents": "write", "metadata": "read", "pull_requests": "write",
 		"issues": "write"}}, ghapp.Deps{HTTP: a.http, Now: a.now, Logger: a.log})
 	return a, nil
-}
-
-// SetRuns gives the App the runner (made after it).
-func (a *App) SetRuns(r Runs) {
-	a.mu.Lock()
-	a.runs = r
-	a.mu.Unlock()
-}
-
-func (a *App) starter() Runs {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.runs
 }
 
 // conf is GitHub's settings and credentials.
@@ -136,13 +87,10 @@ type conf struct {
 }
 
 func (a *App) conf(ctx context.Context) (conf, error) {
-	raw, secrets, err := a.ins.Open(ctx, domain.IntegrationGitHub)
+	var c conf
+	secrets, err := connector.Open(ctx, a.ins, domain.IntegrationGitHub, &c)
 	if err != nil {
 		return conf{}, err
-	}
-	var c conf
-	if err := json.Unmarshal(raw, &c); err != nil {
-		return conf{}, fmt.Errorf("decode github settings: %w", err)
 	}
 	if c.APIURL == "" {
 		c.APIURL = DefaultAPIURL
@@ -170,4 +118,46 @@ func (a *App) forRepo(ctx context.Context, c conf, repo string) (conf, error) {
 	}
 	c.token = t.Token
 	return c, nil
+}
+
+// The block kinds GitHub executes.
+const (
+	BlockComment = "github_comment"
+	BlockReview  = "github_review"
+	BlockOpenPR  = "open_pr"
+	BlockFile    = "github_file"
+)
+
+// BlockKinds implements connector.Blocks.
+func (a *App) BlockKinds() []string {
+	return []string{BlockComment, BlockReview, BlockOpenPR, BlockFile}
+}
+
+// Escape implements connector.Blocks: values placed in a comment's,
+// review's or pull request's text mention nobody.
+func (a *App) Escape(field, value string) string {
+	if field == "text" || field == "title" {
+		return connector.EscapeMentions(value)
+	}
+	return value
+}
+
+// Execute implements connector.Blocks.
+func (a *App) Execute(ctx context.Context, call connector.Call) (string, error) {
+	f := call.Fields
+	switch call.Kind {
+	case BlockComment:
+		return a.Comment(ctx, f["repo"], f["number"], f["text"], call.Key)
+	case BlockReview:
+		return a.Review(ctx, f["repo"], f["number"], f["text"], call.Key)
+	case BlockOpenPR:
+		pr, err := a.OpenTaskPR(ctx, call.Task, f["repo"], f["title"], "")
+		if errors.Is(err, domain.ErrNothingChanged) {
+			return "", nil // no changes, no pull request: the output is empty
+		}
+		return pr.URL, err
+	case BlockFile:
+		return a.File(ctx, f["repo"], f["ref"], f["path"])
+	}
+	return "", fmt.Errorf("github executes no %s block", call.Kind)
 }

@@ -1,7 +1,6 @@
 package githubapp
 
 import (
-	"context"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
@@ -10,11 +9,11 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
+	"time"
 
-	"github.com/engrams/engrams/internal/automations"
-	"github.com/engrams/engrams/internal/autorun"
+	"github.com/engrams/engrams/internal/connector"
+	"github.com/engrams/engrams/internal/connector/connectortest"
 	"github.com/engrams/engrams/internal/coordinator/coordinatortest"
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/githubtest"
@@ -24,94 +23,118 @@ import (
 
 const hookSecret = "gh-webhook-secret"
 
-type fakeRuns struct {
-	mu    sync.Mutex
-	calls []map[string]any
-	keys  []string
-}
-
-func (f *fakeRuns) StartTriggered(_ context.Context, kind automations.TriggerKind, match func(automations.Trigger) bool, req autorun.RunRequest) ([]autorun.Started, error) {
-	if kind != automations.TriggerGitHubPR || !match(automations.Trigger{Kind: kind, Repos: []string{"acme/app"}, Events: []string{"opened", "synchronize", "comment"}}) {
-		return nil, nil
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var p map[string]any
-	_ = json.Unmarshal(req.Trigger, &p)
-	f.calls, f.keys = append(f.calls, p), append(f.keys, req.DedupKey)
-	return []autorun.Started{{Created: true}}, nil
-}
-
-func newApp(t *testing.T) (*App, *githubtest.Server, *fakeRuns) {
+func newApp(t *testing.T) (*App, *githubtest.Server) {
 	t.Helper()
-	st := coordinatortest.NewStore(t)
-	sealer, err := secret.NewEphemeral()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ins, err := integrations.New(integrations.Deps{Store: st, Sealer: sealer})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ins := newSettings(t)
 	gh := githubtest.Start(t, "ghp_test")
 	cfg, _ := json.Marshal(map[string]any{"api_url": gh.URL})
 	if _, err := ins.Add(t.Context(), domain.IntegrationGitHub, cfg, map[string]string{"token": "ghp_test", "webhook_secret": hookSecret}); err != nil {
 		t.Fatal(err)
 	}
-	runs := &fakeRuns{}
-	a, err := New(Deps{Store: st, Integrations: ins, Runs: runs})
+	a, err := New(Deps{Settings: ins, HTTP: &http.Client{}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return a, gh, runs
+	return a, gh
 }
 
-func deliver(t *testing.T, a *App, event, id string, body []byte, secret string) (int, string) {
+func newSettings(t *testing.T) *integrations.Service {
 	t.Helper()
-	h := http.Header{}
-	h.Set(HeaderEvent, event)
-	h.Set(HeaderDelivery, id)
-	h.Set(HeaderSignature, Sign(secret, body))
-	st, out := a.HandleEvents(t.Context(), h, body)
-	b, _ := json.Marshal(out)
-	return st, string(b)
+	sealer, err := secret.NewEphemeral()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ins, err := integrations.New(integrations.Deps{Store: coordinatortest.NewStore(t), Sealer: sealer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ins
 }
 
-// TestDeliveries: pull request events and collaborators' @engrams
-// comments start runs, once per delivery; forged deliveries, other
-// repositories' and strangers' comments start nothing.
+func signed(event, id string) func([]byte, time.Time, bool) http.Header {
+	return func(body []byte, _ time.Time, forged bool) http.Header {
+		h := http.Header{}
+		h.Set(HeaderEvent, event)
+		h.Set(HeaderDelivery, id)
+		h.Set(HeaderSignature, Sign(map[bool]string{false: hookSecret, true: "wrong"}[forged], body))
+		return h
+	}
+}
+
+// reviewTrigger is pr-review's trigger on acme/app (the default floor).
+var reviewTrigger = connector.Trigger{Repos: []string{"acme/app"}, Events: []string{"opened", "synchronize", "comment"}}
+
+// TestConformance: GitHub's deliveries pass the integration seam's suite:
+// one signed body sent again under other delivery ids and event headers
+// starts one run (GitHub has no timestamp: a week's memory stands for it).
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	a, _ := newApp(t)
+	connectortest.Run(t, connectortest.Case{Receiver: a, TriggerKind: TriggerPR, Trigger: reviewTrigger, Now: time.Now(),
+		Body: githubtest.PullRequest("opened", "acme/app", 7, "abc123"), Sign: signed("pull_request", "d1"), Variants: []func(http.Header){
+			func(h http.Header) { h.Set(HeaderDelivery, "d2") },
+			func(h http.Header) { h.Del(HeaderDelivery) },
+			func(h http.Header) { h.Set(HeaderEvent, "issue_comment") },
+			func(h http.Header) { h["X-Github-Delivery"] = []string{"d3", "d4"} },
+		}})
+}
+
+// TestDeliveries: pull request events and @engrams comments of authors
+// at or above the trigger's floor start runs, once per signed body;
+// authors below it are refused runs; forged deliveries, other
+// repositories' and comments without a mention start nothing.
 func TestDeliveries(t *testing.T) {
 	t.Parallel()
-	a, _, runs := newApp(t)
+	a, _ := newApp(t)
+	runs := &connectortest.Runs{Triggers: map[string]connector.Trigger{TriggerPR: reviewTrigger}}
+	p := connectortest.Pipeline(t, runs, time.Now, a)
 	pr := githubtest.PullRequest("opened", "acme/app", 7, "abc123")
+	outsider := githubtest.PullRequestOf(githubtest.PREvent{Action: "opened", Repo: "acme/app", Number: 8, SHA: "bad", Author: "drive-by",
+		Association: "CONTRIBUTOR"})
 	for _, c := range []struct {
 		name, event, id string
 		body            []byte
 		secret          string
-		status          int
+		ok              bool
 	}{
-		{"opened", "pull_request", "d1", pr, hookSecret, 200},
-		{"replayed", "pull_request", "d1", pr, hookSecret, 200},
-		{"forged", "pull_request", "d2", pr, "wrong", 401},
-		{"pushed", "pull_request", "d3", githubtest.PullRequest("synchronize", "acme/app", 7, "def456"), hookSecret, 200},
-		{"closed", "pull_request", "d4", githubtest.PullRequest("closed", "acme/app", 7, "def456"), hookSecret, 200},
-		{"other repo", "pull_request", "d5", githubtest.PullRequest("opened", "evil/app", 1, "x"), hookSecret, 200},
-		{"collaborator", "issue_comment", "d6", githubtest.IssueComment("acme/app", 7, "@engrams look at the tests too", "COLLABORATOR"), hookSecret, 200},
-		{"stranger", "issue_comment", "d7", githubtest.IssueComment("acme/app", 7, "@engrams rm -rf /", "NONE"), hookSecret, 200},
-		{"no mention", "issue_comment", "d8", githubtest.IssueComment("acme/app", 7, "lgtm", "OWNER"), hookSecret, 200},
-		{"ping", "ping", "d9", []byte(`{"zen":"x"}`), hookSecret, 200},
-		{"not json", "pull_request", "d10", []byte(`{`), hookSecret, 400},
+		{"opened", "pull_request", "d1", pr, hookSecret, true},
+		{"replayed under another id", "pull_request", "d1b", pr, hookSecret, true},
+		{"forged", "pull_request", "d2", pr, "wrong", false},
+		{"pushed", "pull_request", "d3", githubtest.PullRequest("synchronize", "acme/app", 7, "def456"), hookSecret, true},
+		{"closed", "pull_request", "d4", githubtest.PullRequest("closed", "acme/app", 7, "def456"), hookSecret, true},
+		{"other repo", "pull_request", "d5", githubtest.PullRequest("opened", "evil/app", 1, "x"), hookSecret, true},
+		{"collaborator", "issue_comment", "d6", githubtest.IssueComment("acme/app", 7, "@engrams look at the tests too", "COLLABORATOR"), hookSecret, true},
+		{"stranger", "issue_comment", "d7", githubtest.IssueComment("acme/app", 7, "@engrams rm -rf /", "NONE"), hookSecret, true},
+		{"no mention", "issue_comment", "d8", githubtest.IssueComment("acme/app", 7, "lgtm", "OWNER"), hookSecret, true},
+		{"below the floor", "pull_request", "d9", outsider, hookSecret, true},
+		{"not json", "pull_request", "d10", []byte(`{`), hookSecret, false},
 	} {
-		if st, out := deliver(t, a, c.event, c.id, c.body, c.secret); st != c.status {
-			t.Errorf("%s: %d %s, want %d", c.name, st, out, c.status)
+		h := signed(c.event, c.id)(c.body, time.Time{}, false)
+		h.Set(HeaderSignature, Sign(c.secret, c.body))
+		if _, err := connectortest.Deliver(t, p, connector.SourceGitHub, h, c.body); (err == nil) != c.ok {
+			t.Errorf("%s: %v, want ok %v", c.name, err, c.ok)
 		}
 	}
-	if len(runs.calls) != 3 {
-		t.Fatalf("%d runs started, want 3 (opened, pushed, the collaborator's comment): %v", len(runs.calls), runs.calls)
+	got := runs.Runs()
+	if len(got) != 5 {
+		t.Fatalf("%d runs, want 5 (opened, pushed, the collaborator's comment; the stranger's and the outsider's refused): %+v", len(got), got)
 	}
-	if runs.calls[0]["head_sha"] != "abc123" || runs.calls[1]["event"] != "synchronize" || runs.calls[2]["command"] != "look at the tests too" ||
-		runs.keys[0] != "github:d1" {
-		t.Fatalf("runs: %v %v", runs.calls, runs.keys)
+	if got[0].Payload["head_sha"] != "abc123" || got[1].Payload["event"] != "synchronize" || got[2].Payload["command"] != "look at the tests too" ||
+		!strings.HasPrefix(got[0].Key, "github:") {
+		t.Fatalf("runs: %+v", got)
+	}
+	for i, want := range []string{"", "", "", "dev is none of acme/app, below this trigger's floor (min_author: collaborator)",
+		"drive-by is contributor of acme/app, below this trigger's floor (min_author: collaborator)"} {
+		if got[i].Refused != want {
+			t.Errorf("run %d refused %q, want %q", i, got[i].Refused, want)
+		}
+	}
+	// A trigger that lets contributors in takes the outsider's.
+	open := &connectortest.Runs{Triggers: map[string]connector.Trigger{TriggerPR: {Repos: []string{"acme/app"}, MinAuthor: "contributor"}}}
+	h := signed("pull_request", "d11")(outsider, time.Time{}, false)
+	if _, err := connectortest.Deliver(t, connectortest.Pipeline(t, open, time.Now, a), connector.SourceGitHub, h, outsider); err != nil ||
+		len(open.Runs()) != 1 || open.Runs()[0].Refused != "" {
+		t.Fatalf("a contributor under a contributor floor: %+v %v", open.Runs(), err)
 	}
 }
 
@@ -119,7 +142,7 @@ func TestDeliveries(t *testing.T) {
 // once per key however often it is asked (a block run again after a crash).
 func TestReviewAndCommentOnce(t *testing.T) {
 	t.Parallel()
-	a, gh, _ := newApp(t)
+	a, gh := newApp(t)
 	text := "README.md:1: say what the app does\n- `main.go:12`: the error is dropped\nLooks fine otherwise."
 	for range 2 {
 		if _, err := a.Review(t.Context(), "acme/app", "7", text, "step/run-1/3"); err != nil {
@@ -158,29 +181,12 @@ func FuzzParseReview(f *testing.F) {
 	})
 }
 
-func FuzzVerifyDelivery(f *testing.F) {
-	f.Add([]byte(`{}`), "sha256=00")
-	f.Fuzz(func(t *testing.T, body []byte, sig string) {
-		if Verify(hookSecret, sig, body) == nil && sig != Sign(hookSecret, body) {
-			t.Fatalf("a forged signature passed: %q", sig)
-		}
-	})
-}
-
 // TestAsAnApp: GitHub configured as an App (id, installation, private
 // key): an installation token is minted for the repository, cached, and
 // the review posted with it.
 func TestAsAnApp(t *testing.T) {
 	t.Parallel()
-	st := coordinatortest.NewStore(t)
-	sealer, err := secret.NewEphemeral()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ins, err := integrations.New(integrations.Deps{Store: st, Sealer: sealer})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ins := newSettings(t)
 	gh := githubtest.Start(t, "ghs_installation")
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
@@ -191,7 +197,7 @@ func TestAsAnApp(t *testing.T) {
 	if _, err := ins.Add(t.Context(), domain.IntegrationGitHub, cfg, map[string]string{"private_key": string(pemKey), "webhook_secret": "w"}); err != nil {
 		t.Fatal(err)
 	}
-	a, err := New(Deps{Store: st, Integrations: ins})
+	a, err := New(Deps{Settings: ins, HTTP: &http.Client{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,13 +7,14 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/engrams/engrams/internal/connector"
 	"github.com/engrams/engrams/internal/domain"
-	"github.com/engrams/engrams/internal/tasks"
 )
 
-// Branches pushes a task's changes as a branch (tasks.Pusher).
+// Branches pushes a task's changes as a branch (tasks.Pusher); a task
+// that changed nothing is domain.ErrNothingChanged.
 type Branches interface {
-	PushBranch(ctx context.Context, taskID domain.TaskID, path, branch, message string) (tasks.PushedBranch, error)
+	PushBranch(ctx context.Context, taskID domain.TaskID, path, branch, message string) (domain.PushedBranch, error)
 }
 
 // PullRequest is a pull request opened from a task.
@@ -24,21 +25,12 @@ type PullRequest struct {
 	Commit string
 }
 
-// SetBranches gives the App what pushes tasks' branches.
-func (a *App) SetBranches(b Branches) {
-	a.mu.Lock()
-	a.branches = b
-	a.mu.Unlock()
-}
-
 // OpenTaskPR pushes a task's changes (in its repository at path, "" for
 // its only one) as a branch and opens a pull request of it on repo
 // (owner/name) that links back to the task. Asking again pushes the
 // task's changes now to the same branch and answers the same pull request.
 func (a *App) OpenTaskPR(ctx context.Context, taskID domain.TaskID, repo, title, path string) (PullRequest, error) {
-	a.mu.Lock()
 	b := a.branches
-	a.mu.Unlock()
 	if b == nil {
 		return PullRequest{}, fmt.Errorf("%w: this server cannot push tasks' branches", domain.ErrInvalid)
 	}
@@ -47,7 +39,7 @@ func (a *App) OpenTaskPR(ctx context.Context, taskID domain.TaskID, repo, title,
 		return PullRequest{}, err
 	}
 	if !domain.ValidRepo(repo) {
-		return PullRequest{}, fmt.Errorf("%w: repository %q: want owner/name", domain.ErrInvalid, clip(repo, 100))
+		return PullRequest{}, fmt.Errorf("%w: repository %q: want owner/name", domain.ErrInvalid, connector.Clip(repo, 100))
 	}
 	if c, err = a.forRepo(ctx, c, repo); err != nil {
 		return PullRequest{}, err
@@ -79,15 +71,9 @@ func (a *App) OpenTaskPR(ctx context.Context, taskID domain.TaskID, repo, title,
 		Number  int    `json:"number"`
 		HTMLURL string `json:"html_url"`
 	}
-	if err := a.rest(ctx, c, http.MethodPost, "/repos/"+repo+"/pulls", map[string]string{"title": clip(title, 256), "head": pushed.Branch,
+	if err := a.rest(ctx, c, http.MethodPost, "/repos/"+repo+"/pulls", map[string]string{"title": connector.Clip(title, 256), "head": pushed.Branch,
 		"base": pushed.Base, "body": body}, &made); err != nil {
 		return PullRequest{}, err
 	}
 	return PullRequest{URL: made.HTMLURL, Number: made.Number, Branch: pushed.Branch, Commit: pushed.Commit}, nil
-}
-
-// OpenPR is OpenTaskPR for a block: the pull request's URL.
-func (a *App) OpenPR(ctx context.Context, taskID domain.TaskID, repo, title string) (string, error) {
-	pr, err := a.OpenTaskPR(ctx, taskID, repo, title, "")
-	return pr.URL, err
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/engrams/engrams/internal/connector"
 	"github.com/engrams/engrams/internal/domain"
 )
 
@@ -56,7 +57,7 @@ func (a *App) rest(ctx context.Context, c conf, method, path string, in, out any
 			Message string `json:"message"`
 		}
 		_ = json.Unmarshal(b, &e)
-		return &apiError{method: method, path: path, status: resp.StatusCode, message: clip(e.Message, 200)}
+		return &apiError{method: method, path: path, status: resp.StatusCode, message: connector.Clip(e.Message, 200)}
 	}
 	if out != nil {
 		return json.Unmarshal(b, out)
@@ -79,7 +80,7 @@ func (e *apiError) Error() string {
 func target(repo, number, kind, what string) (string, error) {
 	n, err := strconv.Atoi(strings.TrimSpace(number))
 	if !domain.ValidRepo(repo) || err != nil || n <= 0 {
-		return "", fmt.Errorf("want a repository owner/name and a pull request number, not %q #%q", clip(repo, 100), clip(number, 20))
+		return "", fmt.Errorf("want a repository owner/name and a pull request number, not %q #%q", connector.Clip(repo, 100), connector.Clip(number, 20))
 	}
 	return fmt.Sprintf("/repos/%s/%s/%d/%s", repo, kind, n, what), nil
 }
@@ -122,7 +123,7 @@ func (a *App) Comment(ctx context.Context, repo, number, text, key string) (stri
 		return p.HTMLURL, err
 	}
 	var out posted
-	err = a.rest(ctx, c, http.MethodPost, path, map[string]string{"body": clip(text, 60000) + "\n\n" + marker(key)}, &out)
+	err = a.rest(ctx, c, http.MethodPost, path, map[string]string{"body": connector.Clip(text, 60000) + "\n\n" + marker(key)}, &out)
 	return out.HTMLURL, err
 }
 
@@ -146,7 +147,7 @@ func parseReview(text string) (string, []reviewComment) {
 		if m := inlineRE.FindStringSubmatch(l); m != nil && len(comments) < 50 {
 			n, _ := strconv.Atoi(m[2])
 			if n > 0 {
-				comments = append(comments, reviewComment{Path: m[1], Line: n, Side: "RIGHT", Body: clip(m[3], 4000)})
+				comments = append(comments, reviewComment{Path: m[1], Line: n, Side: "RIGHT", Body: connector.Clip(m[3], 4000)})
 				continue
 			}
 		}
@@ -177,7 +178,7 @@ func (a *App) Review(ctx context.Context, repo, number, text, key string) (strin
 		body = "Review by engrams."
 	}
 	var out posted
-	err = a.rest(ctx, c, http.MethodPost, path, map[string]any{"body": clip(body, 60000) + "\n\n" + marker(key), "event": "COMMENT",
+	err = a.rest(ctx, c, http.MethodPost, path, map[string]any{"body": connector.Clip(body, 60000) + "\n\n" + marker(key), "event": "COMMENT",
 		"comments": comments}, &out)
 	if err != nil {
 		return "", err

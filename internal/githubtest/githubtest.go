@@ -262,10 +262,30 @@ func Deliver(t testing.TB, url, secret, event, delivery string, body []byte) int
 
 // PullRequest is a pull_request event's body.
 func PullRequest(action, repo string, number int, sha string) []byte {
-	b, _ := json.Marshal(map[string]any{"action": action, "number": number,
-		"pull_request": map[string]any{"number": number, "title": "Fix the flaky test", "body": "It raced.", "html_url": "https://github.test/" + repo + "/pull/1",
-			"user": map[string]any{"login": "dev"}, "head": map[string]any{"sha": sha, "ref": "fix"}, "base": map[string]any{"ref": "main"}},
-		"repository": map[string]any{"full_name": repo}, "sender": map[string]any{"login": "dev"}})
+	return PullRequestOf(PREvent{Action: action, Repo: repo, Number: number, SHA: sha})
+}
+
+// PREvent is a pull_request event's fields; empty ones take PullRequest's
+// values (title "Fix the flaky test", branch fix into main, a MEMBER's).
+type PREvent struct {
+	Action, Repo, SHA, Title, HeadRef, Author, Association string
+	Number                                                 int
+}
+
+// PullRequestOf is a pull_request event's body with p's fields.
+func PullRequestOf(p PREvent) []byte {
+	or := func(v, def string) string {
+		if v == "" {
+			return def
+		}
+		return v
+	}
+	b, _ := json.Marshal(map[string]any{"action": p.Action, "number": p.Number,
+		"pull_request": map[string]any{"number": p.Number, "title": or(p.Title, "Fix the flaky test"), "body": "It raced.",
+			"html_url": "https://github.test/" + p.Repo + "/pull/1", "user": map[string]any{"login": or(p.Author, "dev")},
+			"author_association": or(p.Association, "MEMBER"), "head": map[string]any{"sha": p.SHA, "ref": or(p.HeadRef, "fix")},
+			"base": map[string]any{"ref": "main"}},
+		"repository": map[string]any{"full_name": p.Repo}, "sender": map[string]any{"login": or(p.Author, "dev")}})
 	return b
 }
 

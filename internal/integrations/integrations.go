@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,18 +30,26 @@ type Sealer interface {
 	Open(ciphertext, associated []byte) ([]byte, error)
 }
 
+// Hosts judges where integrations may call (a *netpolicy.Guard: the
+// deployment's address policy, the operator's --allow-integration-url).
+type Hosts interface {
+	CheckHost(host string, port uint16) error
+}
+
 // Deps are the collaborators of a Service.
 type Deps struct {
 	Store  Store
 	Sealer Sealer // nil: nothing can be added
+	Hosts  Hosts  // nil: any api_url is taken (what dials it still judges)
 	Now    func() time.Time
 }
 
 // Service configures integrations.
 type Service struct {
-	st   Store
-	seal Sealer
-	now  func() time.Time
+	st    Store
+	seal  Sealer
+	hosts Hosts
+	now   func() time.Time
 }
 
 // New returns a Service.
@@ -47,7 +57,7 @@ func New(deps Deps) (*Service, error) {
 	if deps.Store == nil {
 		return nil, errors.New("integrations: Store is required")
 	}
-	s := &Service{st: deps.Store, seal: deps.Sealer, now: deps.Now}
+	s := &Service{st: deps.Store, seal: deps.Sealer, hosts: deps.Hosts, now: deps.Now}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -63,7 +73,7 @@ type spec struct {
 }
 
 var specs = map[domain.IntegrationKind]spec{
-	domain.IntegrationSlack: {config: []string{"api_url", "channels", "default_profile", "dashboard_url", "socket_mode"},
+	domain.IntegrationSlack: {config: []string{"api_url", "channels", "default_profile", "dashboard_url", "socket_mode", "thread_users", "allow_external"},
 		required: []string{"bot_token", "signing_secret"}, optional: []string{"app_token"}},
 	domain.IntegrationGitHub: {config: []string{"api_url", "repos", "app_id", "installation_id", "dashboard_url"},
 		optional: []string{"token", "private_key", "webhook_secret"}},
@@ -96,6 +106,9 @@ func (s *Service) Add(ctx context.Context, kind domain.IntegrationKind, config j
 		return View{}, fmt.Errorf("%w: this server keeps no secrets, so it cannot keep %s's credentials (start it with --secrets-key-file)", domain.ErrInvalid, kind)
 	}
 	if err := checkConfig(kind, sp, config); err != nil {
+		return View{}, err
+	}
+	if err := s.checkAPIURL(kind, config); err != nil {
 		return View{}, err
 	}
 	if err := checkSecrets(kind, sp, secrets); err != nil {
@@ -149,6 +162,9 @@ func checkConfig(kind domain.IntegrationKind, sp spec, config json.RawMessage) e
 		if err := checkRepos(k, v); err != nil {
 			return fmt.Errorf("%w: %s %v", domain.ErrInvalid, kind, err)
 		}
+		if err := checkSlack(k, v); err != nil {
+			return fmt.Errorf("%w: %s %v", domain.ErrInvalid, kind, err)
+		}
 	}
 	return nil
 }
@@ -177,6 +193,53 @@ func checkRepos(key string, v json.RawMessage) error {
 	return nil
 }
 
+// checkSlack checks Slack's grants: channels name the profiles each
+// channel may use (a profile or a list), thread_users are user ids.
+func checkSlack(key string, v json.RawMessage) error {
+	switch key {
+	case "channels":
+		var m map[string]json.RawMessage
+		if json.Unmarshal(v, &m) != nil || len(m) > 1000 {
+			return fmt.Errorf("channels must be an object of at most 1000 channel ids")
+		}
+		for ch, raw := range m {
+			var one string
+			var list []string
+			if json.Unmarshal(raw, &one) == nil {
+				list = []string{one}
+			} else if json.Unmarshal(raw, &list) != nil || len(list) == 0 || len(list) > 50 {
+				return fmt.Errorf("channel %.40q: want a profile or a list of 1 to 50 profiles", ch)
+			}
+			for _, p := range list {
+				if !nameRE.MatchString(p) {
+					return fmt.Errorf("channel %.40q: %.60q is not a profile name", ch, p)
+				}
+			}
+		}
+	case "thread_users":
+		var users []string
+		if json.Unmarshal(v, &users) != nil || len(users) > 1000 {
+			return fmt.Errorf("thread_users must be a list of at most 1000 Slack user ids")
+		}
+		for _, u := range users {
+			if !slackUserRE.MatchString(u) {
+				return fmt.Errorf("thread_users: %.40q is not a Slack user id (U…)", u)
+			}
+		}
+	case "allow_external", "socket_mode":
+		var b bool
+		if json.Unmarshal(v, &b) != nil {
+			return fmt.Errorf("%s must be true or false", key)
+		}
+	}
+	return nil
+}
+
+var (
+	nameRE      = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+	slackUserRE = regexp.MustCompile(`^[UW][A-Z0-9]{2,20}$`)
+)
+
 func checkSecrets(kind domain.IntegrationKind, sp spec, secrets map[string]string) error {
 	for _, k := range sp.required {
 		if strings.TrimSpace(secrets[k]) == "" {
@@ -193,6 +256,31 @@ func checkSecrets(kind domain.IntegrationKind, sp spec, secrets map[string]strin
 	}
 	if kind == domain.IntegrationGitHub && secrets["token"] == "" && secrets["private_key"] == "" {
 		return fmt.Errorf("%w: github needs a token, or a GitHub App's private_key (with app_id and installation_id)", domain.ErrInvalid)
+	}
+	return nil
+}
+
+// checkAPIURL refuses, at once, an api_url the address policy would not
+// let the integration call: loopback, private, link-local or metadata
+// addresses unless the operator allowed them.
+func (s *Service) checkAPIURL(kind domain.IntegrationKind, config json.RawMessage) error {
+	var c struct {
+		APIURL string `json:"api_url"`
+	}
+	if s.hosts == nil || json.Unmarshal(config, &c) != nil || c.APIURL == "" {
+		return nil
+	}
+	u, err := url.Parse(c.APIURL)
+	if err != nil {
+		return fmt.Errorf("%w: %s api_url: %v", domain.ErrInvalid, kind, err)
+	}
+	port := map[string]uint16{"http": 80, "https": 443}[u.Scheme]
+	if p, err := strconv.ParseUint(u.Port(), 10, 16); err == nil {
+		port = uint16(p)
+	}
+	if err := s.hosts.CheckHost(u.Hostname(), port); err != nil {
+		return fmt.Errorf("%w: %s api_url %s: %v (a server reaches it only when started with --allow-integration-url)", domain.ErrInvalid,
+			kind, u.Host, err)
 	}
 	return nil
 }

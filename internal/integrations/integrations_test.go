@@ -1,12 +1,15 @@
 package integrations
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 
 	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/netpolicy"
+	"github.com/engrams/engrams/internal/secret"
 )
 
 func TestCheckConfig(t *testing.T) {
@@ -48,3 +51,52 @@ func TestCheckConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestAPIURLPolicy: an api_url the address policy refuses (loopback,
+// private, metadata) is refused when the integration is added, naming the
+// flag that allows it; an allowed one is taken.
+func TestAPIURLPolicy(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, url string
+		allow     []netpolicy.Allowance
+		ok        bool
+	}{
+		{"loopback", "http://127.0.0.1:9000/api/", nil, false},
+		{"localhost", "https://localhost/api/", nil, false},
+		{"metadata", "http://169.254.169.254/", nil, false},
+		{"private", "https://10.1.2.3/graphql", nil, false},
+		{"IPv4 in NAT64", "https://[64:ff9b::7f00:1]/", nil, false},
+		{"a public name", "https://slack.example.com/api/", nil, true},
+		{"loopback allowed", "http://127.0.0.1:9000/api/", netpolicy.LoopbackAllowances(), true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			sealer, err := secret.NewEphemeral()
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := New(Deps{Store: memStore{}, Sealer: sealer, Hosts: netpolicy.NewGuard(netpolicy.GuardConfig{Allow: c.allow})})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, _ := json.Marshal(map[string]string{"api_url": c.url})
+			_, err = s.Add(t.Context(), domain.IntegrationLinear, cfg, map[string]string{"api_key": "k", "webhook_secret": "w"})
+			if c.ok != (err == nil) || (err != nil && (!errors.Is(err, domain.ErrInvalid) || !strings.Contains(err.Error(), "--allow-integration-url"))) {
+				t.Fatalf("add with api_url %s: %v, want ok %v", c.url, err, c.ok)
+			}
+		})
+	}
+}
+
+// memStore keeps nothing: Add's checks come first.
+type memStore struct{}
+
+func (memStore) PutIntegration(_ context.Context, in domain.Integration) (domain.Integration, error) {
+	return in, nil
+}
+func (memStore) GetIntegration(context.Context, domain.IntegrationKind) (domain.Integration, error) {
+	return domain.Integration{}, domain.ErrNotFound
+}
+func (memStore) ListIntegrations(context.Context) ([]domain.Integration, error)  { return nil, nil }
+func (memStore) DeleteIntegration(context.Context, domain.IntegrationKind) error { return nil }

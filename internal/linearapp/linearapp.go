@@ -3,9 +3,6 @@ package linearapp
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,18 +11,16 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/engrams/engrams/internal/automations"
-	"github.com/engrams/engrams/internal/autorun"
+	"github.com/engrams/engrams/internal/connector"
 	"github.com/engrams/engrams/internal/domain"
 )
 
 // Linear signs each webhook delivery: Linear-Signature is the hex
 // HMAC-SHA256 of the body keyed by the webhook's secret; the body's
 // webhookTimestamp (Unix milliseconds) must be recent; Linear-Delivery
-// names the delivery.
+// names the delivery (a hint: the signature does not cover it).
 const (
 	HeaderSignature = "Linear-Signature"
 	HeaderDelivery  = "Linear-Delivery"
@@ -35,62 +30,47 @@ const (
 	DefaultAPIURL = "https://api.linear.app/graphql"
 	// MaxEventBody bounds a delivery.
 	MaxEventBody = 1 << 20
+	// keepFor is how long a delivery is remembered (Linear retries for
+	// hours with the same body).
+	keepFor = 24 * time.Hour
+	// TriggerIssue is the trigger issues start (automations.TriggerLinearIssue).
+	TriggerIssue = "linear_issue"
+	// BlockComment is the block kind Linear executes.
+	BlockComment = "linear_comment"
 )
 
-// ErrBadSignature is the category of a refused delivery.
-var ErrBadSignature = errors.New("linear signature refused")
-
 // Sign is a delivery's Linear-Signature.
-func Sign(secret string, body []byte) string {
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write(body)
-	return hex.EncodeToString(m.Sum(nil))
-}
-
-// Store remembers deliveries (the store).
-type Store interface {
-	RecordDelivery(ctx context.Context, source, id string, at, forgetBefore time.Time) (bool, error)
-}
-
-// Integrations opens Linear's settings and credentials.
-type Integrations interface {
-	Open(ctx context.Context, kind domain.IntegrationKind) (json.RawMessage, map[string]string, error)
-}
-
-// Runs starts the runs of issue triggers (autorun.Runner).
-type Runs interface {
-	StartTriggered(ctx context.Context, kind automations.TriggerKind, match func(automations.Trigger) bool, req autorun.RunRequest) ([]autorun.Started, error)
-}
+func Sign(secret string, body []byte) string { return connector.HMAC([]byte(secret), "", body) }
 
 // Deps are the collaborators of an App.
 type Deps struct {
-	Store        Store
-	Integrations Integrations
-	HTTP         *http.Client
-	Logger       *slog.Logger
-	Now          func() time.Time
+	Settings connector.Settings
+	// HTTP calls Linear: the deployment's address policy.
+	HTTP   *http.Client
+	Logger *slog.Logger
+	Now    func() time.Time
 }
 
 // App is the Linear integration.
 type App struct {
-	st   Store
-	ins  Integrations
+	ins  connector.Settings
 	http *http.Client
 	log  *slog.Logger
 	now  func() time.Time
-	mu   sync.Mutex
-	runs Runs
 }
 
-// New returns an App; SetRuns gives it the runner.
+// The seam's parts Linear implements.
+var (
+	_ connector.Receiver = (*App)(nil)
+	_ connector.Blocks   = (*App)(nil)
+)
+
+// New returns an App.
 func New(deps Deps) (*App, error) {
-	if deps.Store == nil || deps.Integrations == nil {
-		return nil, errors.New("linearapp: Store and Integrations are required")
+	if deps.Settings == nil || deps.HTTP == nil {
+		return nil, errors.New("linearapp: Settings and HTTP are required")
 	}
-	a := &App{st: deps.Store, ins: deps.Integrations, http: deps.HTTP, log: deps.Logger, now: deps.Now}
-	if a.http == nil {
-		a.http = &http.Client{Timeout: 30 * time.Second}
-	}
+	a := &App{ins: deps.Settings, http: deps.HTTP, log: deps.Logger, now: deps.Now}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
@@ -98,13 +78,6 @@ func New(deps Deps) (*App, error) {
 		a.now = time.Now
 	}
 	return a, nil
-}
-
-// SetRuns gives the App the runner (made after it).
-func (a *App) SetRuns(r Runs) {
-	a.mu.Lock()
-	a.runs = r
-	a.mu.Unlock()
 }
 
 type conf struct {
@@ -116,19 +89,29 @@ type conf struct {
 }
 
 func (a *App) conf(ctx context.Context) (conf, error) {
-	raw, secrets, err := a.ins.Open(ctx, domain.IntegrationLinear)
+	var c conf
+	secrets, err := connector.Open(ctx, a.ins, domain.IntegrationLinear, &c)
 	if err != nil {
 		return conf{}, err
-	}
-	var c conf
-	if err := json.Unmarshal(raw, &c); err != nil {
-		return conf{}, fmt.Errorf("decode linear settings: %w", err)
 	}
 	if c.APIURL == "" {
 		c.APIURL = DefaultAPIURL
 	}
 	c.key, c.webhook = secrets["api_key"], secrets["webhook_secret"]
 	return c, nil
+}
+
+// IssueEvent is an issue event's trigger payload.
+type IssueEvent struct {
+	Issue       string `json:"issue"`
+	Identifier  string `json:"identifier"`
+	Title       string `json:"title"`
+	Description string `json:"description"`
+	URL         string `json:"url"`
+	Event       string `json:"event"`  // created, labelled
+	Labels      string `json:"labels"` // the labels that made it, comma-separated
+	Profile     string `json:"profile"`
+	Repo        string `json:"repo"`
 }
 
 // delivery is what engrams reads of an Issue event.
@@ -174,58 +157,87 @@ func (d delivery) event() (string, []string) {
 	return "", nil
 }
 
-// HandleEvents answers one webhook delivery: verified (signature and
-// timestamp), acted on once per Linear-Delivery.
-func (a *App) HandleEvents(ctx context.Context, h http.Header, body []byte) (int, any) {
+// Source implements connector.Receiver.
+func (a *App) Source() connector.Source { return connector.SourceLinear }
+
+// MaxBody implements connector.Receiver.
+func (a *App) MaxBody() int64 { return MaxEventBody }
+
+// Verify implements connector.Receiver: Linear-Signature over the body,
+// whose webhookTimestamp must be within Window of now; a delivery is
+// known by its body.
+func (a *App) Verify(ctx context.Context, req connector.Request) (connector.Verified, error) {
 	c, err := a.conf(ctx)
-	if errors.Is(err, domain.ErrNotFound) {
-		return http.StatusNotFound, map[string]string{"error": "linear is not configured"}
-	}
 	if err != nil {
-		return http.StatusInternalServerError, map[string]string{"error": "linear settings cannot be read"}
+		return connector.Verified{}, err
 	}
-	sig := h.Get(HeaderSignature)
-	if c.webhook == "" || len(sig) > 200 || !hmac.Equal([]byte(sig), []byte(Sign(c.webhook, body))) {
-		return http.StatusUnauthorized, map[string]string{"error": "signature refused"}
+	if err := connector.VerifyHMAC([]byte(c.webhook), req.Header.Get(HeaderSignature), "", false, req.Body); err != nil {
+		return connector.Verified{}, err
 	}
+	var ts struct {
+		WebhookTimestamp int64 `json:"webhookTimestamp"`
+	}
+	if err := json.Unmarshal(req.Body, &ts); err != nil {
+		return connector.Verified{}, fmt.Errorf("%w: the body is not a Linear event", connector.ErrBadSignature)
+	}
+	if err := connector.CheckTime(time.UnixMilli(ts.WebhookTimestamp), a.now(), Window); err != nil {
+		return connector.Verified{}, err
+	}
+	return connector.Verified{Covered: req.Body, KeepFor: keepFor, Hint: connector.Clip(req.Header.Get(HeaderDelivery), 100)}, nil
+}
+
+// Decode implements connector.Receiver: an issue created (triggers
+// without labels) or labelled with a label a trigger names starts its runs.
+func (a *App) Decode(ctx context.Context, _ connector.Verified, req connector.Request) (connector.Meaning, error) {
 	var d delivery
-	if len(body) > MaxEventBody || json.Unmarshal(body, &d) != nil {
-		return http.StatusBadRequest, map[string]string{"error": "not a Linear event"}
+	if err := json.Unmarshal(req.Body, &d); err != nil {
+		return connector.Meaning{}, fmt.Errorf("%w: not a Linear event", domain.ErrInvalid)
 	}
-	if at := time.UnixMilli(d.WebhookTimestamp); a.now().Sub(at) > Window || at.Sub(a.now()) > Window {
-		return http.StatusUnauthorized, map[string]string{"error": "stale delivery"}
+	ev, labels := d.event()
+	if ev == "" {
+		return connector.Meaning{Ignored: "event"}, nil
 	}
-	event, labels := d.event()
-	id := h.Get(HeaderDelivery)
-	if event == "" || id == "" || len(id) > 100 {
-		return http.StatusOK, map[string]string{"ignored": "event"}
-	}
-	if first, err := a.st.RecordDelivery(ctx, "linear", id, a.now(), a.now().Add(-24*time.Hour)); err != nil || !first {
-		return http.StatusOK, map[string]string{"ignored": "delivery seen before"}
-	}
-	a.mu.Lock()
-	runs := a.runs
-	a.mu.Unlock()
-	if runs == nil {
-		return http.StatusServiceUnavailable, map[string]string{"error": "automation runs are not running on this server"}
-	}
-	profile := c.Profile
-	if profile == "" {
-		profile = "agent"
-	}
-	raw, _ := json.Marshal(map[string]any{"issue": d.Data.ID, "identifier": d.Data.Identifier, "title": d.Data.Title,
-		"description": clip(d.Data.Description, 16<<10), "url": d.Data.URL, "event": event, "labels": strings.Join(labels, ","), "profile": profile,
-		"repo": c.Repo})
-	started, err := runs.StartTriggered(ctx, automations.TriggerLinearIssue, func(t automations.Trigger) bool {
-		if len(t.Labels) == 0 {
-			return event == "created"
-		}
-		return slices.ContainsFunc(labels, func(l string) bool { return slices.Contains(t.Labels, l) })
-	}, autorun.RunRequest{Kind: automations.TriggerLinearIssue, Trigger: raw, DedupKey: "linear:" + id})
+	c, err := a.conf(ctx)
 	if err != nil {
-		a.log.Warn("start issue runs", "delivery", id, "err", err)
+		return connector.Meaning{}, err
 	}
-	return http.StatusOK, map[string]int{"runs": len(started)}
+	p := IssueEvent{Issue: d.Data.ID, Identifier: d.Data.Identifier, Title: connector.Clip(d.Data.Title, 1024),
+		Description: connector.Clip(d.Data.Description, 16<<10), URL: d.Data.URL, Event: ev, Labels: strings.Join(labels, ","),
+		Profile: cmpOr(c.Profile, "agent"), Repo: c.Repo}
+	admit := func(t connector.Trigger) connector.Admission {
+		if len(t.Labels) == 0 {
+			return connector.Admission{Match: ev == "created"}
+		}
+		return connector.Admission{Match: slices.ContainsFunc(labels, func(l string) bool { return slices.Contains(t.Labels, l) })}
+	}
+	return connector.Meaning{Starts: []connector.Start{{Trigger: TriggerIssue, Payload: p, Admit: admit}}}, nil
+}
+
+// BlockKinds implements connector.Blocks.
+func (a *App) BlockKinds() []string { return []string{BlockComment} }
+
+// Escape implements connector.Blocks: values placed in a comment mention
+// nobody.
+func (a *App) Escape(field, value string) string {
+	if field == "text" {
+		return connector.EscapeMentions(value)
+	}
+	return value
+}
+
+// Execute implements connector.Blocks: linear_comment.
+func (a *App) Execute(ctx context.Context, call connector.Call) (string, error) {
+	if call.Kind != BlockComment {
+		return "", fmt.Errorf("linear executes no %s block", call.Kind)
+	}
+	return a.Comment(ctx, call.Fields["issue"], call.Fields["text"], call.Key)
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }
 
 // marker is hidden in what engrams posts, to find a post made before a crash.
@@ -263,7 +275,7 @@ func (a *App) gql(ctx context.Context, c conf, query string, vars map[string]any
 		if len(env.Errors) > 0 {
 			msg = env.Errors[0].Message
 		}
-		return fmt.Errorf("linear: %s", clip(msg, 200))
+		return fmt.Errorf("linear: %s", connector.Clip(msg, 200))
 	}
 	return json.Unmarshal(env.Data, out)
 }
@@ -302,18 +314,8 @@ func (a *App) Comment(ctx context.Context, issue, text, key string) (string, err
 		} `json:"commentCreate"`
 	}
 	if err := a.gql(ctx, c, `mutation($input: CommentCreateInput!) { commentCreate(input: $input) { success comment { id } } }`,
-		map[string]any{"input": map[string]string{"issueId": issue, "body": clip(text, 60000) + marker(key)}}, &made); err != nil {
+		map[string]any{"input": map[string]string{"issueId": issue, "body": connector.Clip(text, 60000) + marker(key)}}, &made); err != nil {
 		return "", err
 	}
 	return made.CommentCreate.Comment.ID, nil
-}
-
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && s[n]&0xC0 == 0x80 {
-		n--
-	}
-	return s[:n]
 }

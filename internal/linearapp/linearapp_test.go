@@ -1,16 +1,14 @@
 package linearapp
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/automations"
-	"github.com/engrams/engrams/internal/autorun"
+	"github.com/engrams/engrams/internal/connector"
+	"github.com/engrams/engrams/internal/connector/connectortest"
 	"github.com/engrams/engrams/internal/coordinator/coordinatortest"
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/integrations"
@@ -20,24 +18,7 @@ import (
 
 const hookSecret = "lin-webhook-secret"
 
-type fakeRuns struct {
-	mu    sync.Mutex
-	calls []map[string]any
-}
-
-func (f *fakeRuns) StartTriggered(_ context.Context, kind automations.TriggerKind, match func(automations.Trigger) bool, req autorun.RunRequest) ([]autorun.Started, error) {
-	if kind != automations.TriggerLinearIssue || !match(automations.Trigger{Kind: kind, Labels: []string{"engrams"}}) {
-		return nil, nil
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var p map[string]any
-	_ = json.Unmarshal(req.Trigger, &p)
-	f.calls = append(f.calls, p)
-	return []autorun.Started{{Created: true}}, nil
-}
-
-func newApp(t *testing.T) (*App, *lineartest.Server, *fakeRuns) {
+func newApp(t *testing.T) (*App, *lineartest.Server) {
 	t.Helper()
 	st := coordinatortest.NewStore(t)
 	sealer, err := secret.NewEphemeral()
@@ -53,59 +34,76 @@ func newApp(t *testing.T) (*App, *lineartest.Server, *fakeRuns) {
 	if _, err := ins.Add(t.Context(), domain.IntegrationLinear, cfg, map[string]string{"api_key": "lin_api_key", "webhook_secret": hookSecret}); err != nil {
 		t.Fatal(err)
 	}
-	a, err := New(Deps{Store: st, Integrations: ins})
+	a, err := New(Deps{Settings: ins, HTTP: &http.Client{}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	runs := &fakeRuns{}
-	a.SetRuns(runs)
-	return a, lin, runs
+	return a, lin
 }
 
-func deliver(t *testing.T, a *App, id string, body []byte, secret string) int {
-	t.Helper()
+func signed(body []byte, _ time.Time, forged bool) http.Header {
 	h := http.Header{}
-	h.Set(HeaderSignature, Sign(secret, body))
-	h.Set(HeaderDelivery, id)
-	st, _ := a.HandleEvents(t.Context(), h, body)
-	return st
+	h.Set(HeaderSignature, Sign(map[bool]string{false: hookSecret, true: "wrong"}[forged], body))
+	h.Set(HeaderDelivery, "d1")
+	return h
+}
+
+var engramsLabel = connector.Trigger{Labels: []string{"engrams"}}
+
+// TestConformance: Linear's deliveries pass the integration seam's suite.
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	a, _ := newApp(t)
+	now := time.Now()
+	connectortest.Run(t, connectortest.Case{Receiver: a, TriggerKind: TriggerIssue, Trigger: engramsLabel, Now: now, Sign: signed,
+		Body: lineartest.IssueEvent("create", "iss-3", map[string]string{"l2": "engrams"}, nil, now), Variants: []func(http.Header){
+			func(h http.Header) { h.Set(HeaderDelivery, "d2") },
+			func(h http.Header) { h.Del(HeaderDelivery) },
+			func(h http.Header) { h.Set(HeaderSignature, " "+h.Get(HeaderSignature)) },
+		}})
 }
 
 // TestIssueDeliveries: an issue labelled engrams starts a run, once per
-// delivery; forged and stale deliveries, other labels and label removals
-// start nothing.
+// signed body; forged and stale deliveries, other labels and label
+// removals start nothing.
 func TestIssueDeliveries(t *testing.T) {
 	t.Parallel()
-	a, _, runs := newApp(t)
+	a, _ := newApp(t)
+	runs := &connectortest.Runs{Triggers: map[string]connector.Trigger{TriggerIssue: engramsLabel}}
+	p := connectortest.Pipeline(t, runs, time.Now, a)
 	now := time.Now()
 	labelled := lineartest.IssueEvent("update", "iss-1", map[string]string{"l1": "bug", "l2": "engrams"}, []string{"l1"}, now)
 	for _, c := range []struct {
 		name, id string
 		body     []byte
 		secret   string
-		status   int
+		ok       bool
 	}{
-		{"labelled", "d1", labelled, hookSecret, 200},
-		{"replayed", "d1", labelled, hookSecret, 200},
-		{"forged", "d2", labelled, "wrong", 401},
-		{"stale", "d3", lineartest.IssueEvent("update", "iss-1", map[string]string{"l2": "engrams"}, []string{}, now.Add(-5*time.Minute)), hookSecret, 401},
-		{"other label", "d4", lineartest.IssueEvent("update", "iss-2", map[string]string{"l1": "bug"}, []string{}, now), hookSecret, 200},
-		{"already labelled", "d5", lineartest.IssueEvent("update", "iss-1", map[string]string{"l2": "engrams"}, []string{"l2"}, now), hookSecret, 200},
-		{"created with the label", "d6", lineartest.IssueEvent("create", "iss-3", map[string]string{"l2": "engrams"}, nil, now), hookSecret, 200},
+		{"labelled", "d1", labelled, hookSecret, true},
+		{"replayed under another id", "d1b", labelled, hookSecret, true},
+		{"forged", "d2", labelled, "wrong", false},
+		{"stale", "d3", lineartest.IssueEvent("update", "iss-1", map[string]string{"l2": "engrams"}, []string{}, now.Add(-5*time.Minute)), hookSecret, false},
+		{"other label", "d4", lineartest.IssueEvent("update", "iss-2", map[string]string{"l1": "bug"}, []string{}, now), hookSecret, true},
+		{"already labelled", "d5", lineartest.IssueEvent("update", "iss-1", map[string]string{"l2": "engrams"}, []string{"l2"}, now), hookSecret, true},
+		{"created with the label", "d6", lineartest.IssueEvent("create", "iss-3", map[string]string{"l2": "engrams"}, nil, now), hookSecret, true},
 	} {
-		if st := deliver(t, a, c.id, c.body, c.secret); st != c.status {
-			t.Errorf("%s: %d, want %d", c.name, st, c.status)
+		h := http.Header{}
+		h.Set(HeaderSignature, Sign(c.secret, c.body))
+		h.Set(HeaderDelivery, c.id)
+		if _, err := connectortest.Deliver(t, p, connector.SourceLinear, h, c.body); (err == nil) != c.ok {
+			t.Errorf("%s: %v, want ok %v", c.name, err, c.ok)
 		}
 	}
-	if len(runs.calls) != 2 || runs.calls[0]["issue"] != "iss-1" || runs.calls[0]["event"] != "labelled" || runs.calls[0]["profile"] != "agent" ||
-		runs.calls[1]["issue"] != "iss-3" {
-		t.Fatalf("runs: %v", runs.calls)
+	got := runs.Runs()
+	if len(got) != 2 || got[0].Payload["issue"] != "iss-1" || got[0].Payload["event"] != "labelled" || got[0].Payload["profile"] != "agent" ||
+		got[1].Payload["issue"] != "iss-3" {
+		t.Fatalf("runs: %+v", got)
 	}
 }
 
 func TestCommentOnce(t *testing.T) {
 	t.Parallel()
-	a, lin, _ := newApp(t)
+	a, lin := newApp(t)
 	for range 2 {
 		if _, err := a.Comment(t.Context(), "iss-1", "Done: https://github.test/acme/app/pull/9", "step/run-1/4"); err != nil {
 			t.Fatal(err)

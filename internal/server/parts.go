@@ -1,21 +1,23 @@
 package server
 
 import (
-	"context"
 	"log/slog"
 	"net/http"
 
 	"github.com/engrams/engrams/internal/api"
 	"github.com/engrams/engrams/internal/autorun"
 	"github.com/engrams/engrams/internal/broker"
+	"github.com/engrams/engrams/internal/connector"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/egresslog"
 	"github.com/engrams/engrams/internal/gateway"
 	"github.com/engrams/engrams/internal/ghapp"
 	"github.com/engrams/engrams/internal/githubapp"
 	"github.com/engrams/engrams/internal/harnessreg"
+	"github.com/engrams/engrams/internal/hookapp"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/imagejobs"
+	"github.com/engrams/engrams/internal/intake"
 	"github.com/engrams/engrams/internal/integrations"
 	"github.com/engrams/engrams/internal/linearapp"
 	"github.com/engrams/engrams/internal/profiles"
@@ -40,12 +42,16 @@ type Parts struct {
 	// Automations runs automations; nil when the config names no
 	// database for them (Assemble in API tests).
 	Automations *autorun.Runner
-	// Integrations configures Slack, GitHub and Linear; Slack is the
-	// Slack integration (its settings read when used).
+	// Integrations configures Slack, GitHub and Linear; each of them and
+	// signed webhooks plug into the integration seam (connector): Intake
+	// takes their deliveries, the runner executes their blocks.
 	Integrations *integrations.Service
 	Slack        *slackapp.App
+	SlackSocket  *slackapp.Socket
 	GitHub       *githubapp.App
 	Linear       *linearapp.App
+	Hooks        *hookapp.Receiver
+	Intake       *intake.Pipeline
 }
 
 // The services satisfy the interfaces of the parts that consume them.
@@ -67,13 +73,12 @@ var (
 	_ tasks.Brokers               = (*broker.Broker)(nil)
 	_ broker.Events               = (*egresslog.Log)(nil)
 	_ broker.AppTokens            = (*ghapp.Minter)(nil)
-	_ autorun.Chat                = (*slackapp.App)(nil)
-	_ slackapp.Runs               = (*autorun.Runner)(nil)
 	_ slackapp.Tasks              = (*tasks.Tasks)(nil)
-	_ autorun.GitHub              = (*githubapp.App)(nil)
-	_ githubapp.Runs              = (*autorun.Runner)(nil)
-	_ autorun.Linear              = (*linearapp.App)(nil)
-	_ linearapp.Runs              = (*autorun.Runner)(nil)
+	_ githubapp.Branches          = (*tasks.Pusher)(nil)
+	_ connector.Settings          = (*integrations.Service)(nil)
+	_ intake.Runs                 = (*autorun.Runner)(nil)
+	_ slackapp.Deliverer          = (*intake.Pipeline)(nil)
+	_ api.Intake                  = (*intake.Pipeline)(nil)
 )
 
 // Assemble builds the services of a replica that reaches hosts through t
@@ -133,48 +138,7 @@ func assemble(cfg Config, deps Deps, t hostlink.Transports, links coordinator.Li
 	if err != nil {
 		return p, err
 	}
-	if p.Integrations, err = integrations.New(integrations.Deps{Store: st, Sealer: deps.Secrets}); err != nil {
-		return p, err
-	}
-	if p.Slack, err = slackapp.New(slackapp.Config{Owner: cfg.ReplicaID}, slackapp.Deps{Store: st, Integrations: p.Integrations, Tasks: p.Tasks,
-		Logger: log.With("component", "slack")}); err != nil {
-		return p, err
-	}
-	if p.GitHub, err = githubapp.New(githubapp.Deps{Store: st, Integrations: p.Integrations, Logger: log.With("component", "github")}); err != nil {
-		return p, err
-	}
-	p.GitHub.SetBranches(tasks.NewPusher(p.Tasks))
-	if p.Linear, err = linearapp.New(linearapp.Deps{Store: st, Integrations: p.Integrations, Logger: log.With("component", "linear")}); err != nil {
-		return p, err
-	}
-	return p, p.openAutomations(cfg, deps, log)
-}
-
-// openAutomations opens the automation runner when the config names its
-// database.
-func (p *Parts) openAutomations(cfg Config, deps Deps, log *slog.Logger) error {
-	ac := cfg.Automations
-	if ac.SQLitePath == "" && ac.PostgresURL == "" {
-		return nil
-	}
-	if ac.ExecutorID == "" {
-		ac.ExecutorID = cfg.ReplicaID
-	}
-	var sealer autorun.Sealer
-	if deps.Secrets != nil {
-		sealer = deps.Secrets
-	}
-	// Connecting is bounded by DBOS (2 minutes).
-	r, err := autorun.Open(context.Background(), ac, autorun.Deps{Store: deps.Store, Tasks: p.Tasks, TaskReads: deps.Store, Guests: p.Co, Sealer: sealer,
-		Chat: p.Slack, GitHub: p.GitHub, Linear: p.Linear, Logger: log.With("component", "automations"), NewID: newID})
-	if err != nil {
-		return err
-	}
-	p.Automations = r
-	p.Slack.SetRuns(r)
-	p.GitHub.SetRuns(r)
-	p.Linear.SetRuns(r)
-	return nil
+	return p, p.assembleIntegrations(cfg, deps, log)
 }
 
 // routeHostLink adds what hosts send over their link to mux: each part's
@@ -192,10 +156,9 @@ func (p *Parts) routeHostLink(mux *http.ServeMux) {
 func (p *Parts) APIDeps(st store.Store, log *slog.Logger) api.Deps {
 	d := api.Deps{Sessions: p.Co, Reads: st, Guests: p.Co, Fleet: st, HostAdmin: p.Co.Access(), Images: p.Images, Harnesses: p.Harnesses,
 		Secrets: p.Vault, Profiles: p.Profiles, Tasks: p.Tasks, TaskReads: st, Egress: p.Egress, Idempotency: st, Changes: st, Logger: log, NewID: newID}
-	d.Integrations, d.SlackEvents, d.GitHubEvents, d.LinearEvents = p.Integrations, p.Slack, p.GitHub, p.Linear
-	d.TaskPRs = p.GitHub
+	d.Integrations, d.TaskPRs = p.Integrations, p.GitHub
 	if p.Automations != nil {
-		d.Automations, d.Runs, d.Builtins = p.Automations, p.Automations, p.Automations
+		d.Automations, d.Runs, d.Builtins, d.Intake = p.Automations, p.Automations, p.Automations, p.Intake
 	}
 	return d
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/imagejobs"
 	"github.com/engrams/engrams/internal/metrics"
+	"github.com/engrams/engrams/internal/netpolicy"
 	"github.com/engrams/engrams/internal/secrets"
 	"github.com/engrams/engrams/internal/store"
 	"github.com/engrams/engrams/internal/tasks"
@@ -89,6 +90,10 @@ type Deps struct {
 	// address); BrokerRootCAs verify them (nil: the system roots).
 	GitHosts      broker.Dialer
 	BrokerRootCAs *x509.CertPool
+	// IntegrationHosts is the address policy of what integrations dial
+	// (Slack, GitHub, Linear at their api_url): a *netpolicy.Guard; nil:
+	// one allowing no loopback or private address.
+	IntegrationHosts *netpolicy.Guard
 	// Metrics is the process's registry (nil: nothing is measured and no
 	// /metrics is served); Ready are readiness checks besides the
 	// database's (dev: its host agent's link).
@@ -232,6 +237,7 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 		run(func() error { return s.parts.Automations.Run(ctx) })
 	}
 	run(func() error { return s.parts.Slack.Run(ctx) })
+	run(func() error { return s.parts.SlackSocket.Run(ctx) })
 	run(func() error { return s.link.Run(ctx) })
 	run(func() error {
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

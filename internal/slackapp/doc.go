@@ -1,4 +1,4 @@
-// Package slackapp is the Slack integration: signed Events API deliveries and Socket Mode, mentions that
-// start runs, thread replies that continue their task, and the relay that posts each turn back, edited in place.
-// Imported by the API, server wiring and cmd/.
+// Package slackapp is the Slack integration: signed Events API and Socket Mode deliveries (mentions on the profiles their
+// channel may use; replies from a thread's starter continue its task), post_slack, and the relay posting turns back.
+// It imports only the seam (connector) and domain; the server wires it.
 package slackapp

@@ -5,29 +5,41 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"regexp"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/engrams/engrams/internal/automations"
-	"github.com/engrams/engrams/internal/autorun"
+	"github.com/engrams/engrams/internal/connector"
 	"github.com/engrams/engrams/internal/domain"
 )
 
 // MaxEventBody bounds an Events API request.
 const MaxEventBody = 1 << 20
 
-// deliveryMemory is how long a delivery id is remembered (Slack retries
-// for about an hour).
-const deliveryMemory = 24 * time.Hour
+// keepFor is how long a delivery is remembered: Slack retries an event
+// for about an hour, each time signed anew, with the same body.
+const keepFor = 24 * time.Hour
+
+// TriggerMention is the trigger a mention starts (automations.TriggerSlackMention).
+const TriggerMention = "slack_mention"
+
+// Mention is a mention's (or a thread reply's) trigger payload.
+type Mention struct {
+	Channel  string `json:"channel"`
+	User     string `json:"user"`
+	Text     string `json:"text"`
+	TS       string `json:"ts"`
+	ThreadTS string `json:"thread_ts"`
+	Profile  string `json:"profile"`
+}
 
 // envelope is the outer Events API (and Socket Mode payload) object.
 type envelope struct {
 	Type           string `json:"type"`
 	Challenge      string `json:"challenge"`
 	EventID        string `json:"event_id"`
+	TeamID         string `json:"team_id"`
 	Event          event  `json:"event"`
 	Authorizations []struct {
 		UserID string `json:"user_id"`
@@ -39,6 +51,7 @@ type event struct {
 	Type     string `json:"type"`
 	Subtype  string `json:"subtype"`
 	User     string `json:"user"`
+	UserTeam string `json:"user_team"`
 	BotID    string `json:"bot_id"`
 	Text     string `json:"text"`
 	TS       string `json:"ts"`
@@ -55,124 +68,177 @@ func decodeEnvelope(body []byte) (envelope, error) {
 	if err := json.Unmarshal(body, &env); err != nil {
 		return env, fmt.Errorf("not an Events API body: %w", err)
 	}
-	if len(env.EventID) > 100 || len(env.Event.Channel) > 100 || len(env.Event.TS) > 40 || len(env.Event.ThreadTS) > 40 || len(env.Event.Text) > 40000 {
+	e := env.Event
+	if len(env.EventID) > 100 || len(env.TeamID) > 40 || len(e.Channel) > 100 || len(e.User) > 40 || len(e.UserTeam) > 40 ||
+		len(e.TS) > 40 || len(e.ThreadTS) > 40 || len(e.Text) > 40000 {
 		return env, errors.New("an event field is over its bound")
 	}
 	return env, nil
 }
 
-// HandleEvents answers one Events API request: verified, decoded, acted
-// on; it returns the status and body to answer Slack with.
-func (a *App) HandleEvents(ctx context.Context, h http.Header, body []byte) (int, any) {
+// Source implements connector.Receiver.
+func (a *App) Source() connector.Source { return connector.SourceSlack }
+
+// MaxBody implements connector.Receiver.
+func (a *App) MaxBody() int64 { return MaxEventBody }
+
+// Verify implements connector.Receiver: X-Slack-Signature over
+// "v0:TIMESTAMP:BODY", the timestamp within Window of now. A delivery is
+// known by its body (it carries the event's id): Slack signs each retry
+// anew, with a new timestamp.
+func (a *App) Verify(ctx context.Context, req connector.Request) (connector.Verified, error) {
 	c, err := a.conf(ctx)
-	if errors.Is(err, domain.ErrNotFound) {
-		return http.StatusNotFound, map[string]string{"error": "slack is not configured"}
-	}
 	if err != nil {
-		return http.StatusInternalServerError, map[string]string{"error": "slack settings cannot be read"}
+		return connector.Verified{}, err
 	}
-	if err := Verify(c.signing, h.Get(HeaderTimestamp), h.Get(HeaderSignature), body, a.now()); err != nil {
+	if err := verify(c.signing, req.Header.Get(HeaderTimestamp), req.Header.Get(HeaderSignature), req.Body, a.now()); err != nil {
 		a.log.Info("slack event refused", "err", err)
-		return http.StatusUnauthorized, map[string]string{"error": "signature refused"}
+		return connector.Verified{}, err
 	}
-	env, err := decodeEnvelope(body)
-	if err != nil {
-		return http.StatusBadRequest, map[string]string{"error": err.Error()}
-	}
-	if env.Type == "url_verification" {
-		return http.StatusOK, map[string]string{"challenge": env.Challenge}
-	}
-	if err := a.dispatch(ctx, c, env); err != nil {
-		a.log.Warn("slack event", "event_id", env.EventID, "err", err)
-	}
-	return http.StatusOK, map[string]bool{"ok": true}
+	return connector.Verified{Covered: req.Body, KeepFor: keepFor}, nil
 }
 
-// dispatch acts on a verified callback once per event id: a mention
-// starts runs, a reply in a thread carrying a task goes to the task.
-func (a *App) dispatch(ctx context.Context, c conf, env envelope) error {
-	if env.Type != "event_callback" || env.EventID == "" {
-		return nil
+// Vouched is what a delivery over Socket Mode is: the socket, opened with
+// the app token, stands for the signature.
+func Vouched(payload []byte) connector.Verified {
+	return connector.Verified{Covered: payload, KeepFor: keepFor}
+}
+
+// Decode implements connector.Receiver: url_verification is answered; a
+// mention starts the runs of slack_mention automations of its channel on
+// a profile the channel may use; a reply in a thread that carries a task
+// goes to the task when its sender started the thread (or may continue
+// any); what may not happen is refused with a reply saying why.
+func (a *App) Decode(ctx context.Context, _ connector.Verified, req connector.Request) (connector.Meaning, error) {
+	env, err := decodeEnvelope(req.Body)
+	if err != nil {
+		return connector.Meaning{}, fmt.Errorf("%w: %v", domain.ErrInvalid, err)
+	}
+	if env.Type == "url_verification" {
+		return connector.Meaning{Answer: map[string]string{"challenge": connector.Clip(env.Challenge, 200)}}, nil
 	}
 	ev := env.Event
-	if ev.BotID != "" || ev.User == "" || ev.Subtype != "" || ev.Channel == "" || ev.TS == "" {
-		return nil // the bot's own posts, edits, joins: nothing to do
+	switch {
+	case env.Type != "event_callback" || env.EventID == "":
+		return connector.Meaning{Ignored: "not an event callback"}, nil
+	case ev.BotID != "" || ev.User == "" || ev.Subtype != "" || ev.Channel == "" || ev.TS == "":
+		return connector.Meaning{Ignored: "a bot's post, an edit or a join"}, nil
+	case ev.Type != "app_mention" && ev.Type != "message":
+		return connector.Meaning{Ignored: "event " + connector.Clip(ev.Type, 40)}, nil
 	}
-	bot := ""
-	if len(env.Authorizations) > 0 {
-		bot = env.Authorizations[0].UserID
+	if len(env.Authorizations) > 0 && ev.Type == "message" && strings.Contains(ev.Text, "<@"+env.Authorizations[0].UserID+">") {
+		return connector.Meaning{Ignored: "the app_mention of the same message acts on it"}, nil
 	}
-	if ev.Type == "message" && bot != "" && strings.Contains(ev.Text, "<@"+bot+">") {
-		return nil // the app_mention of the same message acts on it
-	}
-	if ev.Type != "app_mention" && ev.Type != "message" {
-		return nil
-	}
-	first, err := a.st.RecordDelivery(ctx, "slack", env.EventID, a.now(), a.now().Add(-deliveryMemory))
-	if err != nil || !first {
-		return err
+	c, err := a.conf(ctx)
+	if err != nil {
+		return connector.Meaning{}, err
 	}
 	if ev.ThreadTS != "" {
 		th, err := a.st.GetThread(ctx, domain.IntegrationSlack, ev.Channel, ev.ThreadTS)
 		if err == nil {
-			return a.reply(ctx, c, th, ev)
+			return a.reply(c, env, th), nil
 		}
 		if !errors.Is(err, domain.ErrNotFound) {
-			return err
+			return connector.Meaning{}, err
 		}
 	}
 	if ev.Type != "app_mention" {
-		return nil // a thread that carries no task
+		return connector.Meaning{Ignored: "a message in a thread that carries no task"}, nil
 	}
-	return a.mention(ctx, c, env, ev)
+	return a.mention(c, env), nil
 }
 
-// reply sends a thread reply to its task.
-func (a *App) reply(ctx context.Context, c conf, th domain.ChatThread, ev event) error {
-	text, _ := overrides(stripMentions(ev.Text))
-	w := a.web(c)
-	if _, err := a.tasks.SendTask(ctx, th.TaskID, text); err != nil {
-		_, _ = w.post(ctx, ev.Channel, th.Thread, "Could not pass that on to the task: "+clip(err.Error(), 300), "reply-failed/"+ev.TS)
-		return fmt.Errorf("send a thread reply to task %s: %w", th.TaskID, err)
+// external says why ev's sender may not act here ("" if they may): a user
+// of another workspace (Slack Connect) unless external users are allowed.
+func external(c conf, env envelope) string {
+	if c.AllowExternal || env.Event.UserTeam == "" || env.TeamID == "" || env.Event.UserTeam == env.TeamID {
+		return ""
 	}
-	return w.react(ctx, ev.Channel, ev.TS, "eyes")
+	return "users of other workspaces may not start or steer tasks here (engrams integration add slack --allow-external)"
 }
 
-// mention starts a run of each enabled automation triggered by mentions
-// in this channel, in a new thread under the mention.
-func (a *App) mention(ctx context.Context, c conf, env envelope, ev event) error {
+// mention is what a mention asks: a run of each slack_mention automation
+// of its channel, on the profile it names ([profile=NAME], if its channel
+// may use it) or the channel's default.
+func (a *App) mention(c conf, env envelope) connector.Meaning {
+	ev := env.Event
 	text, over := overrides(stripMentions(ev.Text))
-	profile := over["profile"]
-	if profile == "" {
-		profile = c.Channels[ev.Channel]
+	thread := cmpOr(ev.ThreadTS, ev.TS)
+	allowed := c.profiles(ev.Channel)
+	m := Mention{Channel: ev.Channel, User: ev.User, Text: text, TS: ev.TS, ThreadTS: thread}
+	refused := external(c, env)
+	switch p := over["profile"]; {
+	case refused != "":
+	case p != "" && !slices.Contains(allowed, p):
+		refused = fmt.Sprintf("this channel may not use profile %s (it may use: %s)", p, listOr(allowed))
+	case p != "":
+		m.Profile = p
+	case len(allowed) == 0:
+		refused = "no profile is granted to this channel (engrams integration add slack --channel " + ev.Channel + "=PROFILE)"
+	default:
+		m.Profile = allowed[0]
 	}
-	if profile == "" {
-		profile = c.DefaultProfile
+	admit := func(t connector.Trigger) connector.Admission {
+		return connector.Admission{Match: len(t.Channels) == 0 || slices.Contains(t.Channels, ev.Channel), Refused: refused}
 	}
-	thread := ev.ThreadTS
-	if thread == "" {
-		thread = ev.TS
+	after := func(ctx context.Context, started []connector.Started) error {
+		w := a.web(c)
+		switch {
+		case refused != "":
+			_, err := w.post(ctx, ev.Channel, thread, "Not started: "+connector.EscapeSlack(refused)+".", "refused/"+ev.TS)
+			return err
+		case len(started) == 0:
+			_, err := w.post(ctx, ev.Channel, thread, "No enabled automation takes mentions in this channel (`engrams automation enable slack-threads`).",
+				"no-automation/"+ev.TS)
+			return err
+		}
+		return w.react(ctx, ev.Channel, ev.TS, "eyes")
 	}
-	payload, _ := json.Marshal(map[string]string{"channel": ev.Channel, "user": ev.User, "text": text, "ts": ev.TS, "thread_ts": thread,
-		"profile": profile})
+	return connector.Meaning{Starts: []connector.Start{{Trigger: TriggerMention, Payload: m, Admit: admit}}, After: after}
+}
+
+// reply is what a reply in a task's thread asks: the text sent to the
+// task, when its sender started the thread or is one the integration lets
+// continue any; otherwise a refused run of the thread's automation and a
+// reply saying why.
+func (a *App) reply(c conf, env envelope, th domain.ChatThread) connector.Meaning {
+	ev := env.Event
+	text, _ := overrides(stripMentions(ev.Text))
+	refused := external(c, env)
+	if refused == "" && ev.User != th.StartedBy && !slices.Contains(c.ThreadUsers, ev.User) {
+		refused = "only the person who started this thread can steer its task"
+	}
 	w := a.web(c)
-	runs := a.starter()
-	if runs == nil {
-		return errors.New("automation runs are not running on this server")
+	if refused != "" {
+		payload := Mention{Channel: ev.Channel, User: ev.User, Text: text, TS: ev.TS, ThreadTS: th.Thread}
+		return connector.Meaning{Refusals: []connector.Refusal{{Run: th.RunID, Reason: refused, Payload: payload}},
+			After: func(ctx context.Context, _ []connector.Started) error {
+				_, err := w.post(ctx, ev.Channel, th.Thread, "Not passed on to the task: "+connector.EscapeSlack(refused)+".", "refused/"+ev.TS)
+				return err
+			}}
 	}
-	started, err := runs.StartTriggered(ctx, automations.TriggerSlackMention, func(t automations.Trigger) bool {
-		return len(t.Channels) == 0 || slices.Contains(t.Channels, ev.Channel)
-	}, autorun.RunRequest{Kind: automations.TriggerSlackMention, Trigger: payload, DedupKey: "slack:" + env.EventID})
-	if err != nil {
-		_, _ = w.post(ctx, ev.Channel, thread, "Could not start: "+clip(err.Error(), 300), "mention-failed/"+ev.TS)
-		return err
+	return connector.Meaning{After: func(ctx context.Context, _ []connector.Started) error {
+		if _, err := a.tasks.SendTask(ctx, th.TaskID, text); err != nil {
+			_, _ = w.post(ctx, ev.Channel, th.Thread, "Could not pass that on to the task: "+connector.EscapeSlack(connector.Clip(err.Error(), 300)),
+				"reply-failed/"+ev.TS)
+			return fmt.Errorf("send a thread reply to task %s: %w", th.TaskID, err)
+		}
+		return w.react(ctx, ev.Channel, ev.TS, "eyes")
+	}}
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
 	}
-	if len(started) == 0 {
-		_, err := w.post(ctx, ev.Channel, thread, "No enabled automation takes mentions in this channel (`engrams automation enable slack-threads`).",
-			"no-automation/"+ev.TS)
-		return err
+	return b
+}
+
+func listOr(list []string) string {
+	if len(list) == 0 {
+		return "none"
 	}
-	return w.react(ctx, ev.Channel, ev.TS, "eyes")
+	return strings.Join(list, ", ")
 }
 
 var (

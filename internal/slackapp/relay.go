@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/engrams/engrams/internal/connector"
 	"github.com/engrams/engrams/internal/domain"
 )
 
@@ -80,14 +81,14 @@ func (t *turn) add(ev domain.TaskEvent) {
 		if t.text.Len() > 0 && !strings.HasSuffix(t.text.String(), "\n") {
 			t.text.WriteString("\n")
 		}
-		t.text.WriteString(d.Text)
+		t.text.WriteString(connector.EscapeSlack(d.Text))
 	case evQuestion:
-		t.text.WriteString("\n:question: " + cmp.Or(d.Question, d.Text))
+		t.text.WriteString("\n:question: " + connector.EscapeSlack(cmp.Or(d.Question, d.Text)))
 	case evError:
-		t.text.WriteString("\n:warning: " + d.Message)
+		t.text.WriteString("\n:warning: " + connector.EscapeSlack(d.Message))
 	case evIdle:
 		if t.text.Len() == 0 {
-			t.text.WriteString(d.Result)
+			t.text.WriteString(connector.EscapeSlack(d.Result))
 		}
 		t.ended = true
 	default:

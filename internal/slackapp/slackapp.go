@@ -8,11 +8,9 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/engrams/engrams/internal/automations"
-	"github.com/engrams/engrams/internal/autorun"
+	"github.com/engrams/engrams/internal/connector"
 	"github.com/engrams/engrams/internal/domain"
 )
 
@@ -27,24 +25,13 @@ type Config struct {
 	Lease      time.Duration
 }
 
-// Store keeps deliveries and threads, and reads tasks' conversations.
+// Store keeps threads, and reads tasks' conversations.
 type Store interface {
-	RecordDelivery(ctx context.Context, source, id string, at, forgetBefore time.Time) (bool, error)
 	PutThread(ctx context.Context, t domain.ChatThread) (domain.ChatThread, bool, error)
 	GetThread(ctx context.Context, kind domain.IntegrationKind, channel, thread string) (domain.ChatThread, error)
 	ClaimThreads(ctx context.Context, owner string, now, until time.Time, limit int) ([]domain.ChatThread, error)
 	UpdateThread(ctx context.Context, t domain.ChatThread, owner string) error
 	ListTaskEvents(ctx context.Context, taskID domain.TaskID, afterSeq int64, limit int) ([]domain.TaskEvent, error)
-}
-
-// Integrations opens Slack's settings and credentials (integrations.Service).
-type Integrations interface {
-	Open(ctx context.Context, kind domain.IntegrationKind) (json.RawMessage, map[string]string, error)
-}
-
-// Runs starts the runs of mention triggers (autorun.Runner).
-type Runs interface {
-	StartTriggered(ctx context.Context, kind automations.TriggerKind, match func(automations.Trigger) bool, req autorun.RunRequest) ([]autorun.Started, error)
 }
 
 // Tasks takes thread replies (tasks.Tasks).
@@ -54,32 +41,38 @@ type Tasks interface {
 
 // Deps are the collaborators of an App.
 type Deps struct {
-	Store        Store
-	Integrations Integrations
-	Runs         Runs
-	Tasks        Tasks
-	HTTP         *http.Client // nil: a client with a 30s timeout
-	Logger       *slog.Logger
-	Now          func() time.Time
+	Store    Store
+	Settings connector.Settings
+	Tasks    Tasks
+	// HTTP calls Slack: the deployment's address policy (a client whose
+	// dialer refuses loopback and private addresses unless allowed).
+	HTTP   *http.Client
+	Logger *slog.Logger
+	Now    func() time.Time
 }
 
 // App is the Slack integration of one replica.
 type App struct {
 	cfg   Config
 	st    Store
-	ins   Integrations
+	ins   connector.Settings
 	tasks Tasks
 	http  *http.Client
 	log   *slog.Logger
 	now   func() time.Time
-	mu    sync.Mutex
-	runsR Runs // set late: the runner is made after the App (SetRuns)
 }
+
+// The seam's parts Slack implements.
+var (
+	_ connector.Receiver     = (*App)(nil)
+	_ connector.Blocks       = (*App)(nil)
+	_ connector.TaskFollower = (*App)(nil)
+)
 
 // New returns an App.
 func New(cfg Config, deps Deps) (*App, error) {
-	if cfg.Owner == "" || deps.Store == nil || deps.Integrations == nil || deps.Tasks == nil {
-		return nil, errors.New("slackapp: Owner, Store, Integrations and Tasks are required")
+	if cfg.Owner == "" || deps.Store == nil || deps.Settings == nil || deps.Tasks == nil || deps.HTTP == nil {
+		return nil, errors.New("slackapp: Owner, Store, Settings, Tasks and HTTP are required")
 	}
 	if cfg.RelayEvery <= 0 {
 		cfg.RelayEvery = time.Second
@@ -87,10 +80,7 @@ func New(cfg Config, deps Deps) (*App, error) {
 	if cfg.Lease <= 0 {
 		cfg.Lease = 30 * time.Second
 	}
-	a := &App{cfg: cfg, st: deps.Store, ins: deps.Integrations, runsR: deps.Runs, tasks: deps.Tasks, http: deps.HTTP, log: deps.Logger, now: deps.Now}
-	if a.http == nil {
-		a.http = &http.Client{Timeout: 30 * time.Second}
-	}
+	a := &App{cfg: cfg, st: deps.Store, ins: deps.Settings, tasks: deps.Tasks, http: deps.HTTP, log: deps.Logger, now: deps.Now}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
@@ -100,27 +90,58 @@ func New(cfg Config, deps Deps) (*App, error) {
 	return a, nil
 }
 
-// SetRuns gives the App the runner (made after it: the runner posts
-// through the App).
-func (a *App) SetRuns(r Runs) {
-	a.mu.Lock()
-	a.runsR = r
-	a.mu.Unlock()
-}
-
-func (a *App) starter() Runs {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.runsR
-}
-
 // settings are Slack's, as configured (integration add slack).
 type settings struct {
-	APIURL         string            `json:"api_url"`
-	Channels       map[string]string `json:"channels"` // channel id -> profile
-	DefaultProfile string            `json:"default_profile"`
-	DashboardURL   string            `json:"dashboard_url"`
-	SocketMode     bool              `json:"socket_mode"`
+	APIURL string `json:"api_url"`
+	// Channels grants each channel the profiles its mentions may use, the
+	// first its default ("C1": "web" or "C1": ["web", "docs"]); a channel
+	// not listed may use DefaultProfile only.
+	Channels       channelGrants `json:"channels"`
+	DefaultProfile string        `json:"default_profile"`
+	DashboardURL   string        `json:"dashboard_url"`
+	SocketMode     bool          `json:"socket_mode"`
+	// ThreadUsers may continue any thread's task; anyone else only the
+	// threads they started.
+	ThreadUsers []string `json:"thread_users"`
+	// AllowExternal lets users of other workspaces (Slack Connect) start
+	// and continue tasks; refused by default.
+	AllowExternal bool `json:"allow_external"`
+}
+
+// channelGrants are the profiles each channel may use.
+type channelGrants map[string][]string
+
+// UnmarshalJSON takes a profile or a list of profiles per channel.
+func (g *channelGrants) UnmarshalJSON(b []byte) error {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	*g = channelGrants{}
+	for ch, v := range raw {
+		var one string
+		if json.Unmarshal(v, &one) == nil {
+			(*g)[ch] = []string{one}
+			continue
+		}
+		var list []string
+		if err := json.Unmarshal(v, &list); err != nil {
+			return fmt.Errorf("channel %s: want a profile or a list of profiles", connector.Clip(ch, 40))
+		}
+		(*g)[ch] = list
+	}
+	return nil
+}
+
+// profiles are what channel's mentions may use, the default first.
+func (s settings) profiles(channel string) []string {
+	if p, ok := s.Channels[channel]; ok {
+		return p
+	}
+	if s.DefaultProfile != "" {
+		return []string{s.DefaultProfile}
+	}
+	return nil
 }
 
 // conf is Slack's settings and credentials, opened now.
@@ -130,13 +151,10 @@ type conf struct {
 }
 
 func (a *App) conf(ctx context.Context) (conf, error) {
-	raw, secrets, err := a.ins.Open(ctx, domain.IntegrationSlack)
+	var c conf
+	secrets, err := connector.Open(ctx, a.ins, domain.IntegrationSlack, &c.settings)
 	if err != nil {
 		return conf{}, err
-	}
-	var c conf
-	if err := json.Unmarshal(raw, &c.settings); err != nil {
-		return conf{}, fmt.Errorf("decode slack settings: %w", err)
 	}
 	if c.APIURL == "" {
 		c.APIURL = DefaultAPIURL
@@ -150,41 +168,63 @@ func (a *App) conf(ctx context.Context) (conf, error) {
 
 func (a *App) web(c conf) web { return web{base: c.APIURL, token: c.bot, http: a.http} }
 
-// Run relays threads and, when Socket Mode is configured, takes events
-// over it, until ctx ends.
+// Run relays threads until ctx ends.
 func (a *App) Run(ctx context.Context) error {
-	var wg sync.WaitGroup
-	wg.Go(func() { a.relayLoop(ctx) })
-	wg.Go(func() { a.socketLoop(ctx) })
-	wg.Wait()
+	a.relayLoop(ctx)
 	return nil
 }
 
-// PostSlack posts text to a channel (in thread when given) once per key:
-// a post made before a crash is found by its key and answered instead.
-func (a *App) PostSlack(ctx context.Context, channel, thread, text, key string) (string, error) {
+// BlockPostSlack is the block kind Slack executes.
+const BlockPostSlack = "post_slack"
+
+// BlockKinds implements connector.Blocks.
+func (a *App) BlockKinds() []string { return []string{BlockPostSlack} }
+
+// Escape implements connector.Blocks: values placed in a post's text are
+// plain text in Slack (no mention, no disguised link).
+func (a *App) Escape(field, value string) string {
+	if field == "text" {
+		return connector.EscapeSlack(value)
+	}
+	return value
+}
+
+// Execute implements connector.Blocks: post_slack posts its text to its
+// channel (the mention's, in its thread, when it is the run's) once per
+// key: a post made before a crash is found by its key instead.
+func (a *App) Execute(ctx context.Context, call connector.Call) (string, error) {
+	if call.Kind != BlockPostSlack {
+		return "", fmt.Errorf("slack executes no %s block", call.Kind)
+	}
 	c, err := a.conf(ctx)
 	if err != nil {
 		return "", err
 	}
-	ts, _, err := a.web(c).postOnce(ctx, channel, thread, text, key)
+	var m Mention
+	_ = json.Unmarshal(call.Run.Payload, &m)
+	channel, thread := call.Fields["channel"], ""
+	if channel == "" || channel == m.Channel {
+		channel, thread = m.Channel, m.ThreadTS
+	}
+	if channel == "" {
+		return "", errors.New("post_slack names no channel, and its run was not started from Slack")
+	}
+	ts, _, err := a.web(c).postOnce(ctx, channel, thread, call.Fields["text"], call.Key)
 	return ts, err
 }
 
-// TaskStarted records that a run triggered by a mention started a task:
-// its thread carries the task from now on.
-func (a *App) TaskStarted(ctx context.Context, run domain.AutomationRun, task domain.TaskID) error {
-	if run.TriggerKind != string(automations.TriggerSlackMention) {
+// TaskStarted implements connector.TaskFollower: a task started by a run
+// of a mention is carried by its thread from now on, continued by the
+// user who mentioned.
+func (a *App) TaskStarted(ctx context.Context, run connector.Run, task domain.TaskID) error {
+	if run.Trigger != TriggerMention {
 		return nil
 	}
-	var p struct {
-		Channel  string `json:"channel"`
-		ThreadTS string `json:"thread_ts"`
-	}
-	if err := json.Unmarshal(run.Trigger, &p); err != nil || p.Channel == "" || p.ThreadTS == "" {
+	var m Mention
+	if err := json.Unmarshal(run.Payload, &m); err != nil || m.Channel == "" || m.ThreadTS == "" {
 		return fmt.Errorf("run %s: its trigger names no Slack thread", run.ID)
 	}
-	_, _, err := a.st.PutThread(ctx, domain.ChatThread{Kind: domain.IntegrationSlack, Channel: p.Channel, Thread: p.ThreadTS, TaskID: task,
-		RunID: run.ID, CreatedAt: a.now()})
+	_, _, err := a.st.PutThread(ctx, domain.ChatThread{Kind: domain.IntegrationSlack, Channel: m.Channel, Thread: m.ThreadTS, TaskID: task,
+		RunID: run.ID, StartedBy: m.User, CreatedAt: a.now()})
 	return err
 }

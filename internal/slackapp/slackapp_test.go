@@ -3,17 +3,21 @@ package slackapp
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/engrams/engrams/internal/automations"
-	"github.com/engrams/engrams/internal/autorun"
+	"github.com/engrams/engrams/internal/connector"
+	"github.com/engrams/engrams/internal/connector/connectortest"
 	"github.com/engrams/engrams/internal/coordinator/coordinatortest"
 	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/intake"
 	"github.com/engrams/engrams/internal/integrations"
 	"github.com/engrams/engrams/internal/secret"
 	"github.com/engrams/engrams/internal/slacktest"
@@ -21,23 +25,6 @@ import (
 )
 
 const signing = "8f742231b10e8888abcd99yyyzzz85a5"
-
-// fakeRuns records the runs mentions start.
-type fakeRuns struct {
-	mu    sync.Mutex
-	calls []autorun.RunRequest
-	seen  map[string]bool
-}
-
-func (f *fakeRuns) StartTriggered(_ context.Context, kind automations.TriggerKind, match func(automations.Trigger) bool, req autorun.RunRequest) ([]autorun.Started, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if kind != automations.TriggerSlackMention || !match(automations.Trigger{Kind: kind, Channels: []string{"C1"}}) {
-		return nil, nil
-	}
-	f.calls = append(f.calls, req)
-	return []autorun.Started{{Run: domain.AutomationRun{ID: "run-1"}, Created: true}}, nil
-}
 
 // fakeTasks records thread replies.
 type fakeTasks struct {
@@ -56,7 +43,8 @@ type env struct {
 	app   *App
 	st    store.Store
 	slack *slacktest.Server
-	runs  *fakeRuns
+	runs  *connectortest.Runs
+	in    *intake.Pipeline
 	tasks *fakeTasks
 	task  domain.TaskID
 }
@@ -79,11 +67,13 @@ func newEnv(t *testing.T, config map[string]any) *env {
 		"app_token": "xapp-app"}); err != nil {
 		t.Fatal(err)
 	}
-	e := &env{st: st, slack: slack, runs: &fakeRuns{}, tasks: &fakeTasks{}}
-	e.app, err = New(Config{Owner: "r1", RelayEvery: 20 * time.Millisecond}, Deps{Store: st, Integrations: ins, Runs: e.runs, Tasks: e.tasks})
+	e := &env{st: st, slack: slack, tasks: &fakeTasks{}}
+	e.runs = &connectortest.Runs{Triggers: map[string]connector.Trigger{TriggerMention: {Channels: []string{"C1"}}}}
+	e.app, err = New(Config{Owner: "r1", RelayEvery: 20 * time.Millisecond}, Deps{Store: st, Settings: ins, Tasks: e.tasks, HTTP: &http.Client{}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.in = connectortest.Pipeline(t, e.runs, time.Now, e.app)
 	ctx := t.Context()
 	p, err := st.CreateProfile(ctx, domain.Profile{ID: "p1", Name: "agent", Spec: []byte(`{}`)})
 	if err != nil {
@@ -97,14 +87,22 @@ func newEnv(t *testing.T, config map[string]any) *env {
 	return e
 }
 
-func (e *env) deliver(t *testing.T, body []byte, ts time.Time, secret string) (int, string) {
+func (e *env) deliver(t *testing.T, body []byte, ts time.Time, secret string) (intake.Outcome, error) {
 	t.Helper()
-	h := http.Header{}
-	h.Set(HeaderTimestamp, strconv.FormatInt(ts.Unix(), 10))
-	h.Set(HeaderSignature, Sign(secret, ts.Unix(), body))
-	status, out := e.app.HandleEvents(t.Context(), h, body)
-	b, _ := json.Marshal(out)
-	return status, string(b)
+	return connectortest.Deliver(t, e.in, connector.SourceSlack, signed(secret)(body, ts, false), body)
+}
+
+func signed(secret string) func([]byte, time.Time, bool) http.Header {
+	return func(body []byte, ts time.Time, forged bool) http.Header {
+		key := secret
+		if forged {
+			key = "another-secret"
+		}
+		h := http.Header{}
+		h.Set(HeaderTimestamp, strconv.FormatInt(ts.Unix(), 10))
+		h.Set(HeaderSignature, Sign(key, ts.Unix(), body))
+		return h
+	}
 }
 
 func (e *env) events(t *testing.T, evs ...domain.TaskEvent) {
@@ -122,13 +120,15 @@ func ev(typ string, data any) domain.TaskEvent {
 // TestMentionThreadAndRelay: a signed mention starts a run (once, however
 // often Slack retries it); forged and stale deliveries start nothing; the
 // task's thread gets each turn as one message edited as it grows, a
-// reaction and a recap at its end; a reply in the thread goes to the task.
+// reaction and a recap at its end; a reply in the thread from its starter
+// goes to the task.
 func TestMentionThreadAndRelay(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, map[string]any{"channels": map[string]string{"C1": "agent"}, "dashboard_url": "https://engrams.example"})
+	e := newEnv(t, map[string]any{"channels": map[string]any{"C1": []string{"agent", "reviewer"}}, "dashboard_url": "https://engrams.example"})
 	now := time.Now()
-	if st, out := e.deliver(t, []byte(`{"type":"url_verification","challenge":"abc123"}`), now, signing); st != 200 || !strings.Contains(out, "abc123") {
-		t.Fatalf("url_verification: %d %s", st, out)
+	if out, err := e.deliver(t, []byte(`{"type":"url_verification","challenge":"abc123"}`), now, signing); err != nil ||
+		!strings.Contains(fmt.Sprint(out.Answer), "abc123") {
+		t.Fatalf("url_verification: %+v %v", out, err)
 	}
 	root := e.slack.Post("C1", "", "<@UBOT> [profile=reviewer] look at the flaky test")
 	mention := slacktest.Event("Ev1", map[string]string{"type": "app_mention", "user": "U1", "text": "<@UBOT> [profile=reviewer] look at the flaky test",
@@ -137,25 +137,26 @@ func TestMentionThreadAndRelay(t *testing.T) {
 		ts     time.Time
 		secret string
 	}{"forged": {now, "another-secret"}, "stale": {now.Add(-6 * time.Minute), signing}} {
-		if st, _ := e.deliver(t, mention, d.ts, d.secret); st != http.StatusUnauthorized {
-			t.Errorf("%s mention: %d, want 401", name, st)
+		if _, err := e.deliver(t, mention, d.ts, d.secret); !errors.Is(err, connector.ErrBadSignature) {
+			t.Errorf("%s mention: %v, want a bad signature", name, err)
 		}
 	}
-	for range 2 { // Slack retries: the same event_id
-		if st, out := e.deliver(t, mention, now, signing); st != 200 {
-			t.Fatalf("mention: %d %s", st, out)
+	for i := range 2 { // Slack retries: the same body, signed anew a second later
+		if _, err := e.deliver(t, mention, now.Add(time.Duration(i)*time.Second), signing); err != nil {
+			t.Fatalf("mention: %v", err)
 		}
 	}
-	if len(e.runs.calls) != 1 {
-		t.Fatalf("%d runs started for one mention", len(e.runs.calls))
+	runs := e.runs.Runs()
+	if len(runs) != 1 {
+		t.Fatalf("%d runs started for one mention", len(runs))
 	}
-	var p map[string]string
-	_ = json.Unmarshal(e.runs.calls[0].Trigger, &p)
-	if p["text"] != "look at the flaky test" || p["profile"] != "reviewer" || p["thread_ts"] != root || e.runs.calls[0].DedupKey != "slack:Ev1" {
+	p := runs[0].Payload
+	if p["text"] != "look at the flaky test" || p["profile"] != "reviewer" || p["thread_ts"] != root || p["user"] != "U1" ||
+		!strings.HasPrefix(runs[0].Key, "slack:") {
 		t.Fatalf("trigger payload %v", p)
 	}
 	payload, _ := json.Marshal(p)
-	if err := e.app.TaskStarted(t.Context(), domain.AutomationRun{ID: "run-1", TriggerKind: "slack_mention", Trigger: payload}, e.task); err != nil {
+	if err := e.app.TaskStarted(t.Context(), connector.Run{ID: "run-1", Trigger: TriggerMention, Payload: payload}, e.task); err != nil {
 		t.Fatal(err)
 	}
 	e.events(t, ev("prompt", map[string]string{"text": "look"}), ev("assistant_text", map[string]string{"text": "Looking at it"}))
@@ -177,12 +178,15 @@ func TestMentionThreadAndRelay(t *testing.T) {
 		t.Fatalf("%d messages, %d posts after a pass with nothing new", n, e.slack.Calls("chat.postMessage"))
 	}
 	reply := e.slack.Post("C1", root, "now fix it")
-	e.deliver(t, slacktest.Event("Ev2", map[string]string{"type": "message", "user": "U1", "text": "now fix it", "ts": reply, "thread_ts": root,
-		"channel": "C1"}), now, signing)
-	e.deliver(t, slacktest.Event("Ev3", map[string]string{"type": "message", "user": "U1", "text": "in another thread", "ts": "1.2", "thread_ts": "1.1",
-		"channel": "C1"}), now, signing)
-	e.deliver(t, slacktest.Event("Ev4", map[string]string{"type": "message", "bot_id": "BBOT", "text": "bot echo", "ts": "1.3", "thread_ts": root,
-		"channel": "C1"}), now, signing)
+	for id, inner := range map[string]map[string]string{
+		"Ev2": {"type": "message", "user": "U1", "text": "now fix it", "ts": reply, "thread_ts": root, "channel": "C1"},
+		"Ev3": {"type": "message", "user": "U1", "text": "in another thread", "ts": "1.2", "thread_ts": "1.1", "channel": "C1"},
+		"Ev4": {"type": "message", "bot_id": "BBOT", "text": "bot echo", "ts": "1.3", "thread_ts": root, "channel": "C1"},
+	} {
+		if _, err := e.deliver(t, slacktest.Event(id, inner), now, signing); err != nil {
+			t.Errorf("%s: %v", id, err)
+		}
+	}
 	if len(e.tasks.sent) != 1 || e.tasks.sent[0] != "task-1: now fix it" {
 		t.Fatalf("replies sent to tasks: %v", e.tasks.sent)
 	}
@@ -195,6 +199,117 @@ func TestMentionThreadAndRelay(t *testing.T) {
 	}
 }
 
+// TestWhoMaySteer: a mention may use only the profiles its channel
+// names; a thread's task is steered by whoever started it (and the users
+// the integration names), never by someone else in the channel, nor by a
+// user of another workspace. Each refusal is a recorded refused run and a
+// reply in the thread saying why; nothing reaches the task.
+func TestWhoMaySteer(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, map[string]any{"channels": map[string]any{"C1": "readonly"}, "thread_users": []string{"ULEAD"}})
+	now := time.Now()
+	root := e.slack.Post("C1", "", "<@UBOT> [profile=prod-deploy] ship it")
+	if _, err := e.deliver(t, slacktest.Event("Ev1", map[string]string{"type": "app_mention", "user": "U1",
+		"text": "<@UBOT> [profile=prod-deploy] ship it", "ts": root, "channel": "C1"}), now, signing); err != nil {
+		t.Fatal(err)
+	}
+	runs := e.runs.Runs()
+	if len(runs) != 1 || runs[0].Refused != "this channel may not use profile prod-deploy (it may use: readonly)" || runs[0].Payload["profile"] != "" {
+		t.Fatalf("an override outside the channel's list: %+v", runs)
+	}
+	if th := e.slack.Thread("C1", root); len(th) != 1 || !strings.Contains(th[0].Text, "may not use profile prod-deploy") {
+		t.Fatalf("the thread after a refused override: %+v", th)
+	}
+	// A plain mention runs on the channel's profile; its thread is U1's.
+	root2 := e.slack.Post("C1", "", "<@UBOT> look")
+	if _, err := e.deliver(t, slacktest.Event("Ev2", map[string]string{"type": "app_mention", "user": "U1", "text": "<@UBOT> look", "ts": root2,
+		"channel": "C1"}), now, signing); err != nil {
+		t.Fatal(err)
+	}
+	runs = e.runs.Runs()
+	if len(runs) != 2 || runs[1].Refused != "" || runs[1].Payload["profile"] != "readonly" {
+		t.Fatalf("a plain mention: %+v", runs)
+	}
+	payload, _ := json.Marshal(runs[1].Payload)
+	if err := e.app.TaskStarted(t.Context(), connector.Run{ID: "run-2", Trigger: TriggerMention, Payload: payload}, e.task); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []struct {
+		user, team string
+		sent       bool
+		why        string
+	}{
+		{"U2", "", false, "only the person who started this thread can steer its task"},
+		{"U1", "T2", false, "users of other workspaces may not start or steer tasks here"},
+		{"ULEAD", "", true, ""},
+		{"U1", "T1", true, ""},
+	} {
+		ts := e.slack.Post("C1", root2, "do something else")
+		inner := map[string]string{"type": "message", "user": c.user, "text": "do something else", "ts": ts, "thread_ts": root2, "channel": "C1"}
+		if c.team != "" {
+			inner["user_team"] = c.team
+		}
+		if _, err := e.deliver(t, slacktest.Event(fmt.Sprint("Evr", i), inner), now, signing); err != nil {
+			t.Fatal(err)
+		}
+		last := e.slack.Thread("C1", root2)
+		got := last[len(last)-1].Text
+		if c.why != "" && !strings.Contains(got, c.why) {
+			t.Errorf("reply from %s: the thread says %q, want why", c.user, got)
+		}
+	}
+	if want := []string{"task-1: do something else", "task-1: do something else"}; !slices.Equal(e.tasks.sent, want) {
+		t.Fatalf("sent to the task: %v, want only the lead's and the starter's", e.tasks.sent)
+	}
+	var refused []string
+	for _, r := range e.runs.Runs()[2:] {
+		refused = append(refused, r.Refused)
+	}
+	if len(refused) != 2 || !strings.HasPrefix(refused[0], "only the person") || !strings.HasPrefix(refused[1], "users of other workspaces") {
+		t.Fatalf("refusals recorded: %q", refused)
+	}
+}
+
+// TestConformance: Slack's Events API deliveries pass the integration
+// seam's suite: a retry (the same body, signed anew) starts nothing.
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, map[string]any{"default_profile": "agent"})
+	now := time.Now()
+	body := slacktest.Event("EvC", map[string]string{"type": "app_mention", "user": "U1", "text": "<@UBOT> hi", "ts": "1.1", "channel": "C1"})
+	connectortest.Run(t, connectortest.Case{Receiver: e.app, TriggerKind: TriggerMention, Trigger: connector.Trigger{}, Body: body, Now: now,
+		Sign: signed(signing), Variants: []func(http.Header){
+			func(h http.Header) { h.Set("X-Slack-Retry-Num", "1") },
+			func(h http.Header) {
+				ts := now.Add(2 * time.Second).Unix()
+				h.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
+				h.Set(HeaderSignature, Sign(signing, ts, body))
+			},
+		}})
+}
+
+// TestAgentTextEscaped: what an agent writes reaches Slack as plain text:
+// no broadcast, no mention, no disguised link.
+func TestAgentTextEscaped(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, map[string]any{"default_profile": "agent"})
+	root := e.slack.Post("C1", "", "<@UBOT> go")
+	payload, _ := json.Marshal(Mention{Channel: "C1", User: "U1", TS: root, ThreadTS: root})
+	if err := e.app.TaskStarted(t.Context(), connector.Run{ID: "run-1", Trigger: TriggerMention, Payload: payload}, e.task); err != nil {
+		t.Fatal(err)
+	}
+	e.events(t, ev("prompt", map[string]string{"text": "go"}),
+		ev("assistant_text", map[string]string{"text": "<!channel> see <https://evil.example|docs.example.com> & <@U999>"}))
+	relay(t, e)
+	got := e.slack.Thread("C1", root)[0].Text
+	if want := "&lt;!channel&gt; see &lt;https://evil.example|docs.example.com&gt; &amp; &lt;@U999&gt;"; got != want {
+		t.Fatalf("relayed %q, want %q", got, want)
+	}
+	if got := e.app.Escape("text", "<!here>"); got != "&lt;!here&gt;" {
+		t.Fatalf("a post_slack value: %q", got)
+	}
+}
+
 func relay(t *testing.T, e *env) {
 	t.Helper()
 	if err := e.app.RelayOnce(t.Context()); err != nil {
@@ -203,22 +318,20 @@ func relay(t *testing.T, e *env) {
 }
 
 // TestSocketMode: with socket_mode on, events come over the WebSocket,
-// each acknowledged, and a mention starts a run as over HTTP.
+// each acknowledged, and a mention goes through the same pipeline.
 func TestSocketMode(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, map[string]any{"socket_mode": true, "default_profile": "agent"})
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- e.app.Run(ctx) }()
+	go func() { done <- NewSocket(e.app, e.in).Run(ctx) }()
 	defer func() { cancel(); <-done }()
 	root := e.slack.Post("C1", "", "<@UBOT> hello")
 	id := e.slack.PushEvent(slacktest.Event("EvS", map[string]string{"type": "app_mention", "user": "U1", "text": "<@UBOT> hello", "ts": root,
 		"channel": "C1"}))
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		e.runs.mu.Lock()
-		n := len(e.runs.calls)
-		e.runs.mu.Unlock()
+		n := len(e.runs.Runs())
 		if n == 1 && e.slack.Acked(id) {
 			break
 		}
@@ -227,8 +340,7 @@ func TestSocketMode(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	var p map[string]string
-	_ = json.Unmarshal(e.runs.calls[0].Trigger, &p)
+	p := e.runs.Runs()[0].Payload
 	if p["text"] != "hello" || p["profile"] != "agent" {
 		t.Fatalf("payload %v", p)
 	}
@@ -253,7 +365,7 @@ func TestVerify(t *testing.T) {
 		{"bad timestamp", signing, "soon", good, body, false},
 		{"empty signature", signing, "1700000000", "", body, false},
 	} {
-		if err := Verify(c.secret, c.ts, c.sig, c.body, now); (err == nil) != c.ok {
+		if err := verify(c.secret, c.ts, c.sig, c.body, now); (err == nil) != c.ok {
 			t.Errorf("%s: %v", c.name, err)
 		}
 	}

@@ -7,12 +7,32 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/engrams/engrams/internal/connector"
 )
 
-// socketLoop takes events over Socket Mode (an outbound WebSocket: no
-// public URL needed) while Slack is configured with socket_mode and an
-// app-level token, reconnecting with a growing pause.
-func (a *App) socketLoop(ctx context.Context) {
+// Deliverer takes a delivery its transport vouches for (the delivery
+// pipeline, intake.Pipeline): it is deduplicated, admitted and started
+// like a signed one.
+type Deliverer interface {
+	DeliverVouched(ctx context.Context, src connector.Source, v connector.Verified, req connector.Request) error
+}
+
+// Socket takes Slack's events over Socket Mode (an outbound WebSocket: no
+// public URL needed) into the delivery pipeline.
+type Socket struct {
+	a  *App
+	in Deliverer
+}
+
+// NewSocket returns the Socket Mode receiver of a's Slack, delivering to in.
+func NewSocket(a *App, in Deliverer) *Socket { return &Socket{a: a, in: in} }
+
+// Run holds a Socket Mode connection while Slack is configured with
+// socket_mode and an app-level token, reconnecting with a growing pause,
+// until ctx ends.
+func (s *Socket) Run(ctx context.Context) error {
+	a := s.a
 	pause := time.Second
 	for ctx.Err() == nil {
 		c, err := a.conf(ctx)
@@ -21,7 +41,7 @@ func (a *App) socketLoop(ctx context.Context) {
 			continue
 		}
 		start := time.Now()
-		if err := a.socketOnce(ctx, c); err != nil && ctx.Err() == nil {
+		if err := s.once(ctx, c); err != nil && ctx.Err() == nil {
 			a.log.Warn("slack socket mode", "err", err)
 		}
 		if time.Since(start) > time.Minute {
@@ -30,6 +50,7 @@ func (a *App) socketLoop(ctx context.Context) {
 		sleep(ctx, pause)
 		pause = min(2*pause, 30*time.Second)
 	}
+	return nil
 }
 
 func sleep(ctx context.Context, d time.Duration) {
@@ -46,10 +67,11 @@ type socketFrame struct {
 	Payload    json.RawMessage `json:"payload"`
 }
 
-// socketOnce holds one Socket Mode connection: each events_api envelope
-// is acknowledged, then acted on as an Events API delivery (the socket,
+// once holds one Socket Mode connection: each events_api envelope is
+// acknowledged, then delivered as an Events API delivery (the socket,
 // opened with the app token, stands for the signature).
-func (a *App) socketOnce(ctx context.Context, c conf) error {
+func (s *Socket) once(ctx context.Context, c conf) error {
+	a := s.a
 	w := web{base: c.APIURL, token: c.app, http: a.http}
 	url, err := w.connectionsOpen(ctx)
 	if err != nil {
@@ -86,13 +108,8 @@ func (a *App) socketOnce(ctx context.Context, c conf) error {
 		if f.Type != "events_api" {
 			continue
 		}
-		env, err := decodeEnvelope(f.Payload)
-		if err != nil {
-			a.log.Warn("slack socket mode envelope", "err", err)
-			continue
-		}
-		if err := a.dispatch(ctx, c, env); err != nil {
-			a.log.Warn("slack event", "event_id", env.EventID, "err", err)
+		if err := s.in.DeliverVouched(ctx, connector.SourceSlack, Vouched(f.Payload), connector.Request{Body: f.Payload}); err != nil {
+			a.log.Warn("slack socket mode event", "err", err)
 		}
 	}
 }

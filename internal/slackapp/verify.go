@@ -1,14 +1,10 @@
 package slackapp
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
-	"fmt"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/engrams/engrams/internal/connector"
 )
 
 // Slack signs each Events API request: X-Slack-Signature is "v0=" and the
@@ -21,31 +17,20 @@ const (
 	Window = 5 * time.Minute
 )
 
-// ErrBadSignature is the category of every refused request.
-var ErrBadSignature = errors.New("slack signature refused")
-
 // Sign is the X-Slack-Signature of body sent at ts.
 func Sign(secret string, ts int64, body []byte) string {
-	m := hmac.New(sha256.New, []byte(secret))
-	fmt.Fprintf(m, "v0:%d:", ts)
-	m.Write(body)
-	return "v0=" + hex.EncodeToString(m.Sum(nil))
+	return connector.HMAC([]byte(secret), "v0=", []byte("v0:"+strconv.FormatInt(ts, 10)+":"), body)
 }
 
-// Verify checks a request's timestamp and signature.
-func Verify(secret, timestamp, signature string, body []byte, now time.Time) error {
-	if secret == "" {
-		return fmt.Errorf("%w: no signing secret is configured", ErrBadSignature)
+// verify checks a request's timestamp and signature; a refusal wraps
+// connector.ErrBadSignature.
+func verify(secret, timestamp, signature string, body []byte, now time.Time) error {
+	at, err := connector.ParseUnix(timestamp)
+	if err != nil {
+		return err
 	}
-	ts, err := strconv.ParseInt(strings.TrimSpace(timestamp), 10, 64)
-	if err != nil || len(timestamp) > 20 {
-		return fmt.Errorf("%w: %s is not Unix seconds", ErrBadSignature, HeaderTimestamp)
+	if err := connector.CheckTime(at, now, Window); err != nil {
+		return err
 	}
-	if d := now.Sub(time.Unix(ts, 0)); d > Window || d < -Window {
-		return fmt.Errorf("%w: the timestamp is %s away from now (at most %s)", ErrBadSignature, d.Round(time.Second), Window)
-	}
-	if len(signature) > 200 || !hmac.Equal([]byte(signature), []byte(Sign(secret, ts, body))) {
-		return fmt.Errorf("%w: the signature does not match", ErrBadSignature)
-	}
-	return nil
+	return connector.VerifyHMAC([]byte(secret), signature, "v0=", false, []byte("v0:"+strconv.FormatInt(at.Unix(), 10)+":"), body)
 }

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/engrams/engrams/internal/connector"
 )
 
 // DefaultAPIURL is Slack's Web API.
@@ -79,7 +81,7 @@ func (w web) do(req *http.Request, method string, out any) error {
 		return fmt.Errorf("slack %s: HTTP %d: not JSON", method, resp.StatusCode)
 	}
 	if !head.OK {
-		return &apiError{method: method, code: clip(head.Error, 100)}
+		return &apiError{method: method, code: connector.Clip(head.Error, 100)}
 	}
 	if out != nil {
 		return json.Unmarshal(b, out)
@@ -100,7 +102,7 @@ func (w web) post(ctx context.Context, channel, thread, text, key string) (strin
 	var out struct {
 		TS string `json:"ts"`
 	}
-	params := map[string]any{"channel": channel, "text": clip(text, maxText), "unfurl_links": false,
+	params := map[string]any{"channel": channel, "text": connector.Clip(text, maxText), "unfurl_links": false,
 		"metadata": metadata{EventType: metaType, EventPayload: map[string]string{"key": key}}}
 	if thread != "" {
 		params["thread_ts"] = thread
@@ -110,7 +112,7 @@ func (w web) post(ctx context.Context, channel, thread, text, key string) (strin
 }
 
 func (w web) update(ctx context.Context, channel, ts, text string) error {
-	return w.call(ctx, "chat.update", map[string]any{"channel": channel, "ts": ts, "text": clip(text, maxText)}, nil)
+	return w.call(ctx, "chat.update", map[string]any{"channel": channel, "ts": ts, "text": connector.Clip(text, maxText)}, nil)
 }
 
 func (w web) react(ctx context.Context, channel, ts, name string) error {
@@ -172,18 +174,7 @@ func (w web) connectionsOpen(ctx context.Context) (string, error) {
 		return "", err
 	}
 	if !strings.HasPrefix(out.URL, "wss://") && !strings.HasPrefix(out.URL, "ws://") {
-		return "", fmt.Errorf("slack apps.connections.open: %q is not a WebSocket URL", clip(out.URL, 100))
+		return "", fmt.Errorf("slack apps.connections.open: %q is not a WebSocket URL", connector.Clip(out.URL, 100))
 	}
 	return out.URL, nil
-}
-
-// clip keeps at most n bytes of s, on a rune boundary.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && s[n]&0xC0 == 0x80 {
-		n--
-	}
-	return s[:n]
 }

@@ -15,6 +15,14 @@ type RunPatch struct {
 	EndedAt   time.Time
 }
 
+// RunCaps bound an automation's runs; zero is no bound. Active runs are
+// queued, running or waiting; the hour counts the runs created in the
+// hour before the new one that were not skipped or refused.
+type RunCaps struct {
+	MaxActive  int
+	MaxPerHour int
+}
+
 // Automations keeps automations, their versions, their runs and each run's
 // step record.
 type Automations interface {
@@ -38,10 +46,16 @@ type Automations interface {
 	// CreateRun inserts r unless the automation has a run with r.DedupKey:
 	// then it returns that run and created false.
 	CreateRun(ctx context.Context, r domain.AutomationRun) (run domain.AutomationRun, created bool, err error)
+	// CreateCappedRun is CreateRun under the automation's caps, judged in
+	// the same transaction (one at a time per automation, on every
+	// replica): over a cap, r is recorded as skipped, saying which.
+	CreateCappedRun(ctx context.Context, r domain.AutomationRun, caps RunCaps) (run domain.AutomationRun, created bool, err error)
 	// TransitionRun moves a run from one state to another; ErrConflict if
 	// it is no longer in from.
 	TransitionRun(ctx context.Context, id domain.AutomationRunID, from, to domain.RunState, p RunPatch, at time.Time) (domain.AutomationRun, error)
 	GetRun(ctx context.Context, id domain.AutomationRunID) (domain.AutomationRun, error)
+	// GetRunByDedupKey is the automation's run with the dedup key.
+	GetRunByDedupKey(ctx context.Context, id domain.AutomationID, key string) (domain.AutomationRun, error)
 	// ListRuns lists an automation's runs newest first, after the run
 	// before ("" from the newest), at most limit.
 	ListRuns(ctx context.Context, id domain.AutomationID, before domain.AutomationRunID, limit int) ([]domain.AutomationRun, error)

@@ -15,10 +15,10 @@ type Integrations interface {
 	GetIntegration(ctx context.Context, kind domain.IntegrationKind) (domain.Integration, error)
 	ListIntegrations(ctx context.Context) ([]domain.Integration, error)
 	DeleteIntegration(ctx context.Context, kind domain.IntegrationKind) error
-	// RecordDelivery remembers a delivery by (source, id): true the first
-	// time, false for a retry. Deliveries received before forgetBefore are
-	// forgotten first.
-	RecordDelivery(ctx context.Context, source, id string, at, forgetBefore time.Time) (bool, error)
+	// RecordDelivery remembers a delivery by (source, key) until expires:
+	// true the first time, false for one seen before. Deliveries whose
+	// expiry is before at are forgotten first.
+	RecordDelivery(ctx context.Context, source, key string, at, expires time.Time) (bool, error)
 	// PutThread inserts a thread unless it exists: then it returns that
 	// one and created false.
 	PutThread(ctx context.Context, t domain.ChatThread) (thread domain.ChatThread, created bool, err error)

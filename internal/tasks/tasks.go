@@ -1,6 +1,7 @@
 package tasks
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -119,10 +120,7 @@ func (c *Tasks) StartTask(ctx context.Context, req StartTaskRequest) (domain.Tas
 	if err != nil {
 		return domain.Task{}, fmt.Errorf("encode receipt: %w", err)
 	}
-	title := req.Title
-	if title == "" {
-		title = titleOf(req.Prompt)
-	}
+	title := titleOf(cmp.Or(req.Title, req.Prompt))
 	t, err := c.st.CreateTask(ctx, domain.Task{ID: taskID, ProfileID: prof.ID, ProfileVersion: prof.Version, Receipt: rec,
 		Title: title, SessionID: s.ID, CreatedAt: c.now()})
 	if err != nil {

@@ -15,13 +15,7 @@ import (
 )
 
 // PushedBranch is a task's changes pushed as a branch.
-type PushedBranch struct {
-	RepoPath string // under WorkRoot
-	URL      string // the repository's
-	Branch   string
-	Base     string // the branch it was cloned from (the pull request's base)
-	Commit   string
-}
+type PushedBranch = domain.PushedBranch
 
 // Pusher pushes tasks' changes as branches (over the Tasks' repositories
 // and credentials).
@@ -32,7 +26,7 @@ func NewPusher(t *Tasks) *Pusher { return &Pusher{c: t} }
 
 // ErrNothingChanged is PushBranch's refusal of a task that changed
 // nothing (an invalid request: there is no branch to push).
-var ErrNothingChanged = fmt.Errorf("%w: the task changed nothing", domain.ErrInvalid)
+var ErrNothingChanged = domain.ErrNothingChanged
 
 var branchRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,100}$`)
 

@@ -247,6 +247,71 @@ func scanRun(r scanner) (domain.AutomationRun, error) {
 // CreateRun implements store.Automations: the dedup key's unique index
 // arbitrates between replicas that got the same delivery.
 func (s *Store) CreateRun(ctx context.Context, r domain.AutomationRun) (domain.AutomationRun, bool, error) {
+	var run domain.AutomationRun
+	var created bool
+	err := s.inTx(ctx, func(tx execer) (err error) {
+		run, created, err = insertRun(ctx, tx, r)
+		return err
+	})
+	return run, created, err
+}
+
+// CreateCappedRun implements store.Automations. The automation's row is
+// written first, so the transactions of one automation take turns (a row
+// lock on Postgres, the write lock on SQLite) and two deliveries at once
+// cannot both see room under a cap.
+func (s *Store) CreateCappedRun(ctx context.Context, r domain.AutomationRun, caps store.RunCaps) (domain.AutomationRun, bool, error) {
+	var run domain.AutomationRun
+	var created bool
+	err := s.inTx(ctx, func(tx execer) error {
+		if caps.MaxActive > 0 || caps.MaxPerHour > 0 {
+			if _, err := tx.ExecContext(ctx, `UPDATE automations SET updated_at = updated_at WHERE id = $1`, r.AutomationID); err != nil {
+				return fmt.Errorf("create run of automation %s: %w", r.AutomationID, err)
+			}
+			why, err := overCap(ctx, tx, r, caps)
+			if err != nil {
+				return fmt.Errorf("create run of automation %s: count its runs: %w", r.AutomationID, err)
+			}
+			if why != "" && !r.State.Terminal() {
+				r.State, r.Error, r.EndedAt = domain.RunSkipped, why, orNow(r.CreatedAt)
+			}
+		}
+		var err error
+		run, created, err = insertRun(ctx, tx, r)
+		return err
+	})
+	return run, created, err
+}
+
+// overCap says which of caps a new run r would go over ("" for none).
+func overCap(ctx context.Context, tx execer, r domain.AutomationRun, caps store.RunCaps) (string, error) {
+	if caps.MaxActive > 0 {
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM automation_runs WHERE automation_id = $1 AND state IN ($2, $3, $4)`,
+			r.AutomationID, domain.RunQueued, domain.RunRunning, domain.RunWaiting).Scan(&n); err != nil {
+			return "", err
+		}
+		if n >= caps.MaxActive {
+			return fmt.Sprintf("cap reached: %d runs are active, at most %d at once (settings.max_concurrent)", n, caps.MaxActive), nil
+		}
+	}
+	if caps.MaxPerHour > 0 {
+		var n int
+		since := orNow(r.CreatedAt).Add(-time.Hour)
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM automation_runs WHERE automation_id = $1 AND created_at > $2
+			AND state NOT IN ($3, $4)`, r.AutomationID, micros(since), domain.RunSkipped, domain.RunRefused).Scan(&n); err != nil {
+			return "", err
+		}
+		if n >= caps.MaxPerHour {
+			return fmt.Sprintf("cap reached: %d runs in the last hour, at most %d (settings.max_per_hour)", n, caps.MaxPerHour), nil
+		}
+	}
+	return "", nil
+}
+
+// insertRun inserts r unless its automation has a run with its dedup key,
+// which it then returns.
+func insertRun(ctx context.Context, tx execer, r domain.AutomationRun) (domain.AutomationRun, bool, error) {
 	action := fmt.Sprintf("create run of automation %s", r.AutomationID)
 	if r.ID == "" || r.AutomationID == "" || r.Version < 1 || r.State == "" {
 		return domain.AutomationRun{}, false, fmt.Errorf("%s: id, automation, version and state are required", action)
@@ -255,18 +320,18 @@ func (s *Store) CreateRun(ctx context.Context, r domain.AutomationRun) (domain.A
 		return domain.AutomationRun{}, false, fmt.Errorf("%s: %w", action, err)
 	}
 	at := micros(orNow(r.CreatedAt))
-	run, err := scanRun(s.write.QueryRowContext(ctx, `INSERT INTO automation_runs (`+runCols+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 0, $11)
+	run, err := scanRun(tx.QueryRowContext(ctx, `INSERT INTO automation_runs (`+runCols+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $11)
 		ON CONFLICT (automation_id, dedup_key) DO NOTHING RETURNING `+runCols,
 		r.ID, r.AutomationID, r.Version, r.State, r.TriggerKind, nullText(r.DedupKey), r.ConcurrencyKey,
-		jsonArg(r.Trigger), jsonArg(r.Inputs), r.Error, at, micros(r.StartedAt)))
+		jsonArg(r.Trigger), jsonArg(r.Inputs), r.Error, at, micros(r.StartedAt), micros(r.EndedAt)))
 	if err == nil {
 		return run, true, nil
 	}
 	if !isNoRows(err) {
 		return domain.AutomationRun{}, false, fmt.Errorf("%s: %w", action, err)
 	}
-	run, err = scanRun(s.write.QueryRowContext(ctx, `SELECT `+runCols+` FROM automation_runs
+	run, err = scanRun(tx.QueryRowContext(ctx, `SELECT `+runCols+` FROM automation_runs
 		WHERE automation_id = $1 AND dedup_key = $2`, r.AutomationID, r.DedupKey))
 	if err != nil {
 		return domain.AutomationRun{}, false, fmt.Errorf("%s: read the run of dedup key %q: %w", action, r.DedupKey, err)
@@ -300,6 +365,12 @@ func (s *Store) TransitionRun(ctx context.Context, id domain.AutomationRunID, fr
 func (s *Store) GetRun(ctx context.Context, id domain.AutomationRunID) (domain.AutomationRun, error) {
 	run, err := scanRun(s.read.QueryRowContext(ctx, `SELECT `+runCols+` FROM automation_runs WHERE id = $1`, id))
 	return run, rowFound(err, fmt.Sprintf("get run %s", id))
+}
+
+// GetRunByDedupKey implements store.Automations.
+func (s *Store) GetRunByDedupKey(ctx context.Context, id domain.AutomationID, key string) (domain.AutomationRun, error) {
+	run, err := scanRun(s.read.QueryRowContext(ctx, `SELECT `+runCols+` FROM automation_runs WHERE automation_id = $1 AND dedup_key = $2`, id, key))
+	return run, rowFound(err, fmt.Sprintf("get the run of automation %s keyed %q", id, key))
 }
 
 // ListRuns implements store.Automations: run ids are UUIDv7, so id order

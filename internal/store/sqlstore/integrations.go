@@ -80,18 +80,19 @@ func (s *Store) DeleteIntegration(ctx context.Context, kind domain.IntegrationKi
 }
 
 // RecordDelivery implements store.Integrations.
-func (s *Store) RecordDelivery(ctx context.Context, source, id string, at, forgetBefore time.Time) (bool, error) {
-	action := fmt.Sprintf("record delivery %s of %s", id, source)
-	if source == "" || id == "" {
-		return false, fmt.Errorf("%s: source and id are required", action)
+func (s *Store) RecordDelivery(ctx context.Context, source, key string, at, expires time.Time) (bool, error) {
+	action := fmt.Sprintf("record delivery %s of %s", key, source)
+	if source == "" || key == "" {
+		return false, fmt.Errorf("%s: source and key are required", action)
 	}
+	now := orNow(at)
 	first := false
 	err := s.inTx(ctx, func(tx execer) error {
-		if _, err := tx.ExecContext(ctx, `DELETE FROM integration_deliveries WHERE received_at < $1`, micros(forgetBefore)); err != nil {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM integration_deliveries WHERE expires_at < $1`, micros(now)); err != nil {
 			return err
 		}
-		res, err := tx.ExecContext(ctx, `INSERT INTO integration_deliveries (source, id, received_at) VALUES ($1, $2, $3)
-			ON CONFLICT (source, id) DO NOTHING`, source, id, micros(orNow(at)))
+		res, err := tx.ExecContext(ctx, `INSERT INTO integration_deliveries (source, id, received_at, expires_at) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (source, id) DO NOTHING`, source, key, micros(now), micros(expires))
 		if err != nil {
 			return err
 		}
@@ -105,13 +106,13 @@ func (s *Store) RecordDelivery(ctx context.Context, source, id string, at, forge
 	return first, nil
 }
 
-const threadCols = `kind, channel, thread, task_id, run_id, turn_seq, message, relayed_seq, lease_owner, lease_until, created_at, updated_at`
+const threadCols = `kind, channel, thread, task_id, run_id, turn_seq, message, relayed_seq, lease_owner, lease_until, created_at, updated_at, started_by`
 
 func scanThread(r scanner) (domain.ChatThread, error) {
 	var t domain.ChatThread
 	var until, created, updated int64
 	if err := r.Scan(&t.Kind, &t.Channel, &t.Thread, &t.TaskID, &t.RunID, &t.TurnSeq, &t.Message, &t.RelayedSeq, &t.LeaseOwner, &until,
-		&created, &updated); err != nil {
+		&created, &updated, &t.StartedBy); err != nil {
 		return domain.ChatThread{}, err
 	}
 	t.LeaseUntil, t.CreatedAt, t.UpdatedAt = fromMicros(until), fromMicros(created), fromMicros(updated)
@@ -126,9 +127,9 @@ func (s *Store) PutThread(ctx context.Context, t domain.ChatThread) (domain.Chat
 	}
 	at := micros(orNow(t.CreatedAt))
 	out, err := scanThread(s.write.QueryRowContext(ctx, `INSERT INTO chat_threads (`+threadCols+`)
-		VALUES ($1, $2, $3, $4, $5, $6, '', $7, '', 0, $8, $8)
+		VALUES ($1, $2, $3, $4, $5, $6, '', $7, '', 0, $8, $8, $9)
 		ON CONFLICT (kind, channel, thread) DO NOTHING RETURNING `+threadCols,
-		t.Kind, t.Channel, t.Thread, t.TaskID, t.RunID, t.TurnSeq, t.RelayedSeq, at))
+		t.Kind, t.Channel, t.Thread, t.TaskID, t.RunID, t.TurnSeq, t.RelayedSeq, at, t.StartedBy))
 	if err == nil {
 		return out, true, nil
 	}

@@ -2,7 +2,9 @@ package storetest
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +18,7 @@ var automationTests = []test{
 	{"AutomationVersions", testAutomationVersions},
 	{"AutomationLookupsAndDelete", testAutomationLookups},
 	{"AutomationRunDedup", testAutomationRunDedup},
+	{"AutomationRunCaps", testAutomationRunCaps},
 	{"AutomationRunTransitionsAndPages", testAutomationRunTransitions},
 	{"AutomationStepAttempts", testAutomationSteps},
 	{"AutomationStaleExecutorTakenOnce", testAutomationExecutors},
@@ -138,6 +141,12 @@ func testAutomationRunDedup(t *testing.T, st store.Store) {
 	if created.Load() != 1 {
 		t.Fatalf("%d runs created for one delivery, want 1", created.Load())
 	}
+	if got, err := st.GetRunByDedupKey(ctx, a.ID, "delivery-1"); err != nil || got.ID != ids[0] {
+		t.Fatalf("the run of the delivery's key: %+v %v", got, err)
+	}
+	if _, err := st.GetRunByDedupKey(ctx, b.ID, "delivery-1"); !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("another automation's run of the key: %v, want not found", err)
+	}
 	for _, id := range ids {
 		if id != ids[0] {
 			t.Fatalf("the same delivery answered runs %s and %s", ids[0], id)
@@ -157,6 +166,64 @@ func testAutomationRunDedup(t *testing.T, st store.Store) {
 	if _, _, err := st.CreateRun(ctx, domain.AutomationRun{ID: domain.AutomationRunID(newID()), AutomationID: a.ID, Version: 1,
 		State: domain.RunQueued, Trigger: []byte(`{x`)}); err == nil {
 		t.Fatal("a malformed trigger payload was stored")
+	}
+}
+
+// testAutomationRunCaps: deliveries at once on every connection never
+// take an automation past its caps; the ones over are recorded skipped,
+// saying which cap. Skipped and refused runs do not count to the hour.
+func testAutomationRunCaps(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	a := newAutomation(t, st, "capped", "github_pr", "")
+	const n = 8
+	var made, skipped atomic.Int32
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			run, ok, err := st.CreateCappedRun(ctx, domain.AutomationRun{ID: domain.AutomationRunID(newID()), AutomationID: a.ID, Version: 1,
+				State: domain.RunQueued, TriggerKind: "github_pr", DedupKey: fmt.Sprint("d", i), CreatedAt: t0}, store.RunCaps{MaxActive: 3})
+			if err != nil || !ok {
+				t.Errorf("create run %d: %v %v", i, ok, err)
+				return
+			}
+			switch run.State {
+			case domain.RunQueued:
+				made.Add(1)
+			case domain.RunSkipped:
+				skipped.Add(1)
+				if !strings.Contains(run.Error, "max_concurrent") {
+					t.Errorf("a skipped run says %q", run.Error)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if made.Load() != 3 || skipped.Load() != n-3 {
+		t.Fatalf("%d runs queued, %d skipped under a cap of 3 at once", made.Load(), skipped.Load())
+	}
+	// The hour: 3 active runs count; a fourth is over 3 an hour, and an
+	// hour later there is room again.
+	b := newAutomation(t, st, "hourly", "github_pr", "")
+	for i := range 4 {
+		run, _, err := st.CreateCappedRun(ctx, domain.AutomationRun{ID: domain.AutomationRunID(newID()), AutomationID: b.ID, Version: 1,
+			State: domain.RunQueued, TriggerKind: "github_pr", CreatedAt: t0.Add(time.Duration(i) * time.Minute)}, store.RunCaps{MaxPerHour: 3})
+		must(t, err)
+		if want := map[bool]domain.RunState{true: domain.RunSkipped, false: domain.RunQueued}[i == 3]; run.State != want {
+			t.Fatalf("run %d is %s (%s), want %s", i, run.State, run.Error, want)
+		}
+	}
+	run, _, err := st.CreateCappedRun(ctx, domain.AutomationRun{ID: domain.AutomationRunID(newID()), AutomationID: b.ID, Version: 1,
+		State: domain.RunQueued, TriggerKind: "github_pr", CreatedAt: t0.Add(61 * time.Minute)}, store.RunCaps{MaxPerHour: 3})
+	must(t, err)
+	if run.State != domain.RunQueued {
+		t.Fatalf("an hour on: %s %s", run.State, run.Error)
+	}
+	// A refused run is recorded as it is, cap or not.
+	run, _, err = st.CreateCappedRun(ctx, domain.AutomationRun{ID: domain.AutomationRunID(newID()), AutomationID: a.ID, Version: 1,
+		State: domain.RunRefused, Error: "refused: below the floor", TriggerKind: "github_pr", CreatedAt: t0, EndedAt: t0}, store.RunCaps{MaxActive: 1})
+	must(t, err)
+	if run.State != domain.RunRefused || run.Error != "refused: below the floor" || run.EndedAt.IsZero() {
+		t.Fatalf("a refused run: %+v", run)
 	}
 }
 

@@ -58,7 +58,7 @@ func testDeliveries(t *testing.T, st store.Store) {
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
-			ok, err := st.RecordDelivery(ctx, "slack", "Ev1", t0, t0.Add(-time.Hour))
+			ok, err := st.RecordDelivery(ctx, "slack", "Ev1", t0, t0.Add(24*time.Hour))
 			if err != nil {
 				t.Errorf("record: %v", err)
 			}
@@ -71,22 +71,30 @@ func testDeliveries(t *testing.T, st store.Store) {
 	if first.Load() != 1 {
 		t.Fatalf("one delivery was new %d times", first.Load())
 	}
-	if ok, err := st.RecordDelivery(ctx, "github", "Ev1", t0, t0.Add(-time.Hour)); err != nil || !ok {
+	// Each delivery keeps its own expiry: GitHub's a week, Slack's a day.
+	if ok, err := st.RecordDelivery(ctx, "github", "Ev1", t0, t0.Add(7*24*time.Hour)); err != nil || !ok {
 		t.Fatalf("another source's id: %v %v", ok, err)
 	}
-	// A day on, the first is forgotten.
-	if ok, err := st.RecordDelivery(ctx, "slack", "Ev1", t0.Add(25*time.Hour), t0.Add(time.Hour)); err != nil || !ok {
+	// A day on, Slack's is forgotten, GitHub's is not.
+	day := t0.Add(25 * time.Hour)
+	if ok, err := st.RecordDelivery(ctx, "slack", "Ev1", day, day.Add(24*time.Hour)); err != nil || !ok {
 		t.Fatalf("a forgotten delivery: %v %v", ok, err)
+	}
+	if ok, err := st.RecordDelivery(ctx, "github", "Ev1", day, day.Add(7*24*time.Hour)); err != nil || ok {
+		t.Fatalf("a delivery kept for a week, a day on: new %v %v", ok, err)
+	}
+	if ok, err := st.RecordDelivery(ctx, "github", "Ev1", t0.Add(8*24*time.Hour), t0.Add(15*24*time.Hour)); err != nil || !ok {
+		t.Fatalf("a week's delivery, a week on: new %v %v", ok, err)
 	}
 }
 
 func testChatThreads(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	task := createTask(t, st, createProfile(t, st, "go"))
-	th := domain.ChatThread{Kind: domain.IntegrationSlack, Channel: "C1", Thread: "1700000000.000100", TaskID: task.ID, RunID: "run-1", CreatedAt: t0}
+	th := domain.ChatThread{Kind: domain.IntegrationSlack, Channel: "C1", Thread: "1700000000.000100", TaskID: task.ID, RunID: "run-1", StartedBy: "U1", CreatedAt: t0}
 	got, created, err := st.PutThread(ctx, th)
 	must(t, err)
-	if !created || got.TaskID != task.ID {
+	if !created || got.TaskID != task.ID || got.StartedBy != "U1" {
 		t.Fatalf("put: %+v %v", got, created)
 	}
 	other := th

@@ -2547,6 +2547,11 @@ export interface components {
             repos?: string[];
             events?: string[];
             labels?: string[];
+            /**
+             * @description github_pr: the lowest author association (of the pull request's author, or of an @engrams comment's) that starts runs; below it a delivery is recorded as a refused run. Default collaborator.
+             * @enum {string}
+             */
+            min_author?: "owner" | "member" | "collaborator" | "contributor" | "first_time_contributor" | "first_timer" | "none";
         };
         AutomationInput: {
             name: string;
@@ -2564,7 +2569,12 @@ export interface components {
             /** @description The id of the start_task block whose task this block acts on. */
             task?: string;
             prompt?: string;
+            /** @description run_command: shell text, run by /bin/sh -c in /work. It takes no {{…}}: values from outside reach it through env. */
             command?: string;
+            /** @description run_command: environment variables, each value a template; the command reads them as "$NAME". */
+            env?: {
+                [key: string]: string;
+            };
             path?: string;
             content?: string;
             channel?: string;
@@ -2589,6 +2599,10 @@ export interface components {
             concurrency_key?: string;
             /** @enum {string} */
             policy?: "queue" | "supersede" | "skip";
+            /** @description Runs its triggers start at once, at most (default 10; -1 no cap); over it a run is recorded as skipped. */
+            max_concurrent?: number;
+            /** @description Runs its triggers start in an hour, at most (default 120; -1 no cap); manual runs are not capped. */
+            max_per_hour?: number;
         };
         StartRunRequest: {
             inputs?: {
@@ -2608,7 +2622,7 @@ export interface components {
              */
             version: number;
             /** @enum {string} */
-            state: "queued" | "running" | "waiting" | "succeeded" | "failed" | "cancelled" | "superseded" | "skipped";
+            state: "queued" | "running" | "waiting" | "succeeded" | "failed" | "cancelled" | "superseded" | "skipped" | "refused";
             /** @description What started it. */
             trigger: string;
             concurrency_key?: string;
@@ -2635,7 +2649,7 @@ export interface components {
              */
             version: number;
             /** @enum {string} */
-            state: "queued" | "running" | "waiting" | "succeeded" | "failed" | "cancelled" | "superseded" | "skipped";
+            state: "queued" | "running" | "waiting" | "succeeded" | "failed" | "cancelled" | "superseded" | "skipped" | "refused";
             /** @description What started it. */
             trigger: string;
             concurrency_key?: string;
@@ -2664,7 +2678,7 @@ export interface components {
              */
             version: number;
             /** @enum {string} */
-            state: "queued" | "running" | "waiting" | "succeeded" | "failed" | "cancelled" | "superseded" | "skipped";
+            state: "queued" | "running" | "waiting" | "succeeded" | "failed" | "cancelled" | "superseded" | "skipped" | "refused";
             /** @description What started it. */
             trigger: string;
             concurrency_key?: string;

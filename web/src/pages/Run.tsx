@@ -9,7 +9,7 @@ import { Loading, Problem } from "../ui/Problem";
 import { StateBadge } from "../ui/StateBadge";
 import { took } from "./AutomationRuns";
 
-const ended = new Set(["succeeded", "failed", "cancelled", "superseded", "skipped"]);
+const ended = new Set(["succeeded", "failed", "cancelled", "superseded", "skipped", "refused"]);
 
 export function Run(props: { id: string }) {
   const run = useLoad((s) => get<RunDetail>("/v1/runs/" + enc(props.id), s), [props.id]);

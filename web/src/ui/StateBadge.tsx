@@ -24,6 +24,7 @@ const tone: Record<string, string> = {
   cancelled: "off",
   superseded: "off",
   skipped: "off",
+  refused: "bad",
 };
 
 export function StateBadge(props: { state?: string; label?: string; prefix?: boolean }) {
