@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/slackapp"
 	"github.com/engrams/engrams/internal/slacktest"
 )
@@ -113,4 +114,41 @@ func TestSlackThreadCarriesATask(t *testing.T) {
 		}
 		return posts == 4, fmt.Sprintf("%d bot messages, want 4: %+v", posts, slack.Thread("C1", root))
 	})
+	checkSlackRefusals(t, d, slack, root)
+}
+
+// checkSlackRefusals: someone else's reply in the thread, and a mention
+// asking for a profile the channel may not use, change nothing: each gets
+// a reply saying why, and a refused run in the run list.
+func checkSlackRefusals(t *testing.T, d *dashboardEnv, slack *slacktest.Server, root string) {
+	t.Helper()
+	prompts := modelTurns(d, "followup")
+	other := slack.Post("C1", root, "delete the repository")
+	if st := postSlackEvent(t, d, slacktest.Event("Ev-e2e-4", map[string]string{"type": "message", "user": "U2", "text": "delete the repository",
+		"ts": other, "thread_ts": root, "channel": "C1"}), time.Now(), slackSigning); st != http.StatusOK {
+		t.Fatalf("another user's reply: %d", st)
+	}
+	root2 := slack.Post("C1", "", "<@UBOT> [profile=prod-deploy] ship it")
+	if st := postSlackEvent(t, d, slacktest.Event("Ev-e2e-5", map[string]string{"type": "app_mention", "user": "U1",
+		"text": "<@UBOT> [profile=prod-deploy] ship it", "ts": root2, "channel": "C1"}), time.Now(), slackSigning); st != http.StatusOK {
+		t.Fatalf("a mention with another profile: %d", st)
+	}
+	eventually(t, time.Minute, "both refusals answered in their threads", func() (bool, string) {
+		th1, th2 := slack.Thread("C1", root), slack.Thread("C1", root2)
+		ok1 := len(th1) > 0 && strings.Contains(th1[len(th1)-1].Text, "only the person who started this thread can steer its task")
+		ok2 := len(th2) == 1 && strings.Contains(th2[0].Text, "may not use profile prod-deploy")
+		return ok1 && ok2, fmt.Sprintf("%+v / %+v", th1, th2)
+	})
+	runs, err := d.dev.c.Automations().Runs(context.Background(), "slack-threads", 0)
+	refused := 0
+	for _, r := range runs {
+		if r.State == apiv1.RunRefused {
+			refused++
+		}
+	}
+	tasks, _ := d.dev.c.Tasks().List(context.Background(), "", "")
+	if err != nil || refused != 2 || len(tasks) != 1 || modelTurns(d, "followup") != prompts {
+		t.Fatalf("%d refused runs (%v), %d tasks, followups %d then %d: a refusal changed something", refused, err, len(tasks), prompts,
+			modelTurns(d, "followup"))
+	}
 }
