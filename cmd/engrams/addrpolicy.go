@@ -61,25 +61,17 @@ func (f *policyFlags) guards(dev bool, ownPorts []uint16, log *slog.Logger) (add
 	if err != nil {
 		return addrPolicy{}, fmt.Errorf("--allow-registry: %w", err)
 	}
-	var models []netpolicy.Allowance
-	for _, e := range f.allowModelURL {
-		a, err := modelAllowance(e)
-		if err != nil {
-			return addrPolicy{}, fmt.Errorf("--allow-model-url: %w", err)
-		}
-		models = append(models, a)
+	models, err := urlAllowances("--allow-model-url", f.allowModelURL)
+	if err != nil {
+		return addrPolicy{}, err
 	}
 	gits, err := netpolicy.ParseAllowances(f.allowGitHost)
 	if err != nil {
 		return addrPolicy{}, fmt.Errorf("--allow-git-host: %w", err)
 	}
-	var integs []netpolicy.Allowance
-	for _, e := range f.allowIntegURL {
-		a, err := modelAllowance(e)
-		if err != nil {
-			return addrPolicy{}, fmt.Errorf("--allow-integration-url: %w", err)
-		}
-		integs = append(integs, a)
+	integs, err := urlAllowances("--allow-integration-url", f.allowIntegURL)
+	if err != nil {
+		return addrPolicy{}, err
 	}
 	if dev {
 		loop := netpolicy.LoopbackAllowances()
@@ -96,6 +88,19 @@ func (f *policyFlags) guards(dev bool, ownPorts []uint16, log *slog.Logger) (add
 		return netpolicy.NewGuard(netpolicy.GuardConfig{Allow: a, BlockedPorts: ownPorts})
 	}
 	return addrPolicy{registries: guard(regs), models: guard(models), gitHosts: guard(gits), integrations: guard(integs)}, nil
+}
+
+// urlAllowances reads a flag's entries, each a base URL or an allowance.
+func urlAllowances(flag string, entries []string) ([]netpolicy.Allowance, error) {
+	var out []netpolicy.Allowance
+	for _, e := range entries {
+		a, err := modelAllowance(e)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", flag, err)
+		}
+		out = append(out, a)
+	}
+	return out, nil
 }
 
 // modelAllowance reads a base URL ("http://10.0.0.7:8080/v1": its host and

@@ -90,3 +90,39 @@ func TestAllowFlagsFromEnvironment(t *testing.T) {
 		t.Fatalf("from the environment: %q %q", f.allowRegistry, f.allowModelURL)
 	}
 }
+
+// TestIntegrationURLFlag: integrations' API URLs on loopback or private
+// addresses are refused by `engrams server` unless --allow-integration-url
+// names them; dev allows loopback.
+func TestIntegrationURLFlag(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		args    []string
+		dev     bool
+		host    string
+		port    uint16
+		allowed bool
+	}{
+		{nil, false, "127.0.0.1", 9000, false},
+		{nil, false, "169.254.169.254", 80, false},
+		{nil, false, "slack.com", 443, true},
+		{[]string{"--allow-integration-url", "http://127.0.0.1:9000/api/"}, false, "127.0.0.1", 9000, true},
+		{[]string{"--allow-integration-url", "http://127.0.0.1:9000/api/"}, false, "127.0.0.1", 9001, false},
+		{[]string{"--allow-integration-url=10.0.0.0/8"}, false, "10.1.2.3", 443, true},
+		{nil, true, "127.0.0.1", 9000, true},
+	} {
+		var f policyFlags
+		fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
+		f.register(fs)
+		if err := fs.Parse(tt.args); err != nil {
+			t.Fatal(err)
+		}
+		p, err := f.guards(tt.dev, nil, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.integrations.CheckHost(tt.host, tt.port); (err == nil) != tt.allowed {
+			t.Errorf("%v dev=%v %s:%d: %v, want allowed %v", tt.args, tt.dev, tt.host, tt.port, err, tt.allowed)
+		}
+	}
+}

@@ -98,3 +98,15 @@ func AuthorAtLeast(assoc, floor string) bool {
 	}
 	return rank(assoc) <= rank(floor)
 }
+
+// SizeText is n bytes for people: in KiB or MiB where it is a whole
+// number of them.
+func SizeText(n int64) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/internal/connector"
+	"github.com/engrams/engrams/internal/domain"
 )
 
 // Refusal is a request refused before it is verified, with its status.
@@ -38,7 +39,7 @@ func (p *Pipeline) Read(w http.ResponseWriter, r *http.Request, src connector.So
 	}
 	limit := rcv.MaxBody()
 	if r.ContentLength > limit {
-		return refuse(http.StatusRequestEntityTooLarge, fmt.Sprintf("the body declares %d bytes, at most %s", r.ContentLength, size(limit)))
+		return refuse(http.StatusRequestEntityTooLarge, fmt.Sprintf("the body declares %d bytes, at most %s", r.ContentLength, domain.SizeText(limit)))
 	}
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(p.cfg.BodyTimeout)) // a writer without deadlines: the server's own timeouts
@@ -50,24 +51,13 @@ func (p *Pipeline) Read(w http.ResponseWriter, r *http.Request, src connector.So
 	var ne net.Error
 	switch {
 	case errors.As(err, &tooLarge):
-		return refuse(http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %s", size(limit)))
+		return refuse(http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %s", domain.SizeText(limit)))
 	case errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
 		return refuse(http.StatusRequestTimeout, fmt.Sprintf("the body did not arrive within %s", p.cfg.BodyTimeout))
 	case err != nil:
 		return refuse(http.StatusBadRequest, "the body could not be read")
 	}
 	return connector.Request{Header: r.Header, Body: body, Slug: r.PathValue("slug")}, nil
-}
-
-// size says n bytes in KiB or MiB where it is a whole number of them.
-func size(n int64) string {
-	switch {
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%d MiB", n>>20)
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%d KiB", n>>10)
-	}
-	return fmt.Sprintf("%d bytes", n)
 }
 
 // headerBytes is the size of h's names and values.

@@ -139,7 +139,7 @@ func (q Quotas) storeQuota(admit *int, rateNote bool) store.TaskQuota {
 		store.QuotaEvents: quotaNote(store.QuotaEvents, fmt.Sprintf("the task reached its quota of %d events: "+
 			"the events its session sends from now on are dropped (your prompts are still taken)", q.MaxEvents)),
 		store.QuotaBytes: quotaNote(store.QuotaBytes, fmt.Sprintf("the task's events reached their quota of %s: "+
-			"the events its session sends from now on are dropped (your prompts are still taken)", sizeText(q.MaxBytes))),
+			"the events its session sends from now on are dropped (your prompts are still taken)", domain.SizeText(q.MaxBytes))),
 	}}
 	if rateNote {
 		out.Notes[store.QuotaRate] = quotaNote(store.QuotaRate, fmt.Sprintf("the session sent events faster than "+
@@ -152,17 +152,6 @@ func (q Quotas) storeQuota(admit *int, rateNote bool) store.TaskQuota {
 func (q Quotas) rewindNote() domain.TaskEvent {
 	return quotaNote(QuotaRewinds, fmt.Sprintf("the session rewound its event log more than %d times in %s: "+
 		"further rewinds are ignored and the events it repeats dropped (noted at most once every %s)", q.MaxRewinds, q.RewindWindow, q.NoteEvery))
-}
-
-// sizeText is n bytes for people.
-func sizeText(n int64) string {
-	switch {
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%d MiB", n>>20)
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%d KiB", n>>10)
-	}
-	return fmt.Sprintf("%d bytes", n)
 }
 
 // quotaGuard keeps, in memory on this replica, the state of the quotas
