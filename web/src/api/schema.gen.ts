@@ -1214,8 +1214,13 @@ export interface paths {
          *     naming them); `secrets` its credentials by name, sealed at rest and
          *     never returned. Slack: `bot_token` and `signing_secret` (and
          *     `app_token` for Socket Mode), settings `api_url`, `channels`
-         *     (channel id to profile), `default_profile`, `dashboard_url`,
-         *     `socket_mode`.
+         *     (channel id to the profile, or list of profiles, its mentions may
+         *     use; the first its default), `default_profile` (channels not named),
+         *     `thread_users` (user ids who may steer any thread's task; others
+         *     only threads they started), `allow_external` (Slack Connect users;
+         *     refused by default), `dashboard_url`, `socket_mode`. An `api_url` on
+         *     loopback or a private address is refused unless the server allows
+         *     it (`--allow-integration-url`).
          */
         post: operations["addIntegration"];
         delete?: never;
