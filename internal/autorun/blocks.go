@@ -275,9 +275,10 @@ func (r blocks) waitIdle(ctx context.Context, w *walker, b automations.Block) (s
 }
 
 // withGuest runs fn on the guest API of a task's session. A host not
-// connected (its agent, or the replica holding it, restarted: a run taken
-// over after a crash often starts here) is waited for, bounded, and fn
-// tried again: it did not reach the guest.
+// connected, or a machine paused while its host's lease lapsed (its agent,
+// or the replica holding it, restarted: a run taken over after a crash
+// often starts here), is waited for, bounded, and fn tried again: it did
+// not reach the guest.
 func (r blocks) withGuest(ctx context.Context, id domain.TaskID, fn func(*guestapi.Client) error) error {
 	if id == "" {
 		return errors.New("no task: its start_task block has not run")
@@ -294,7 +295,7 @@ func (r blocks) withGuest(ctx context.Context, id domain.TaskID, fn func(*guesta
 			err = fn(c)
 			c.Close()
 		}
-		if err == nil || !errors.Is(err, hostlink.ErrHostNotConnected) || time.Now().After(deadline) {
+		if err == nil || !(errors.Is(err, hostlink.ErrHostNotConnected) || errors.Is(err, guestapi.ErrUnavailable)) || time.Now().After(deadline) {
 			return err
 		}
 		r.log.Info("waiting for a task's host", "task_id", id, "err", err)

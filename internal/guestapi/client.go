@@ -19,6 +19,10 @@ var (
 	ErrNotFound        = errors.New("guest: not found")
 	ErrBadRequest      = errors.New("guest: bad request")
 	ErrVersionMismatch = errors.New("guest: API version mismatch")
+	// ErrUnavailable: the guest, or the host before it, cannot take the
+	// request now (a paused machine, a daemon shutting down): nothing ran,
+	// and it may be asked again.
+	ErrUnavailable = errors.New("guest: unavailable")
 )
 
 // Error is a non-2xx answer of the guest daemon.
@@ -41,6 +45,8 @@ func (e *Error) Is(target error) bool {
 		return e.Status == http.StatusBadRequest
 	case ErrVersionMismatch:
 		return e.DaemonVersion != "" && e.DaemonVersion != strconv.Itoa(Version)
+	case ErrUnavailable:
+		return e.Status == http.StatusServiceUnavailable
 	}
 	return false
 }
