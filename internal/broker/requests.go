@@ -51,20 +51,20 @@ func (b *Broker) requests(c *conn) http.Handler {
 			return
 		}
 		line := fmt.Sprintf("%.10s %.120q", r.Method, r.RequestURI)
-		ok, err := judge(c.grant.Access, role, r.Method, r.RequestURI)
+		allow, err := judge(c.grant.Access, role, r.Method, r.RequestURI)
 		if err != nil {
 			deny(http.StatusForbidden, "refused "+line+": "+err.Error())
 			return
 		}
-		cr, sc, err := c.credential(ctx, b, ok.repo)
+		cr, sc, err := c.credential(ctx, b, allow.repo)
 		if err != nil {
 			c.log.Warn("broker: credential", "err", err)
 			deny(http.StatusBadGateway, "the session's credential for this host cannot be used: "+err.Error())
 			return
 		}
-		auth, reason := "", "brokered "+line+" ("+ok.what+"): no placeholder sent, forwarded without a credential"
+		auth, reason := "", "brokered "+line+" ("+allow.what+"): no placeholder sent, forwarded without a credential"
 		if presented {
-			auth, reason = cr.authorization(scheme), "brokered "+line+" ("+ok.what+"): the session's placeholder replaced by its credential"
+			auth, reason = cr.authorization(scheme), "brokered "+line+" ("+allow.what+"): the session's placeholder replaced by its credential"
 		}
 		b.forward(w, r, c, auth, sc, reason)
 	})
