@@ -155,6 +155,16 @@ type ProfileRepo struct {
 	Ref        string `json:"ref,omitempty"`        // "" = the default branch
 	Path       string `json:"path,omitempty"`       // one path component; "" = the URL's last element without .git
 	Credential string `json:"credential,omitempty"` // the name of a git_https or github_app secret for the repo's host
+	// Push lets the guest push to the repository through the credential
+	// broker (git-receive-pack; a GitHub App token gets contents: write).
+	// Without it the guest may only fetch.
+	Push bool `json:"push,omitempty"`
+	// API lets the guest call the host's REST API for this repository
+	// through the broker (api.github.com/repos/OWNER/NAME, or
+	// /api/v3/repos/OWNER/NAME on another host): reads, and with Push a
+	// few writes (pull requests, issues, comments, statuses, check runs,
+	// git refs, contents).
+	API bool `json:"api,omitempty"`
 }
 
 // ProfileApp is a port inside the guest that serves an app.

@@ -30,6 +30,9 @@ type Config struct {
 	IdleTimeout      time.Duration // a terminated connection with no request (2 min)
 	HeaderTimeout    time.Duration // an upstream's answer headers (2 min)
 	MaxConns         int           // terminated connections at once, all sessions (256)
+	// MaxDecodedBytes bounds an upstream answer that came gzip- or
+	// deflate-encoded, decoded to be scrubbed (256 MiB).
+	MaxDecodedBytes int64
 }
 
 func (c Config) withDefaults() Config {
@@ -45,6 +48,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxConns <= 0 {
 		c.MaxConns = 256
 	}
+	if c.MaxDecodedBytes <= 0 {
+		c.MaxDecodedBytes = 256 << 20
+	}
 	return c
 }
 
@@ -55,7 +61,7 @@ type Secrets interface {
 
 // AppTokens mints GitHub App installation tokens (ghapp.Minter does).
 type AppTokens interface {
-	Token(ctx context.Context, app ghapp.App, repos []string) (ghapp.Token, error)
+	Token(ctx context.Context, app ghapp.App, repos []string, perms map[string]string) (ghapp.Token, error)
 }
 
 // Events records what the broker decided on a session's requests

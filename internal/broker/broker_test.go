@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -27,11 +28,13 @@ import (
 
 const realToken = "ghp_REAL-token-7f3a9c"
 
-// upstream is a fake git host: every request it got, and every byte.
+// upstream is a fake git host: every request it got, and every byte. It
+// answers with answer, or by default with what it got.
 type upstream struct {
-	mu   sync.Mutex
-	reqs []*http.Request
-	raw  strings.Builder // request heads and bodies as received
+	answer http.Handler
+	mu     sync.Mutex
+	reqs   []*http.Request
+	raw    strings.Builder // request heads and bodies as received
 }
 
 func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -40,7 +43,22 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.reqs = append(u.reqs, r)
 	fmt.Fprintf(&u.raw, "%s %s %v\n%s\n", r.Method, r.URL, r.Header, body)
 	u.mu.Unlock()
+	if u.answer != nil {
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		u.answer.ServeHTTP(w, r)
+		return
+	}
 	fmt.Fprintf(w, "ok %s %s auth=%s body=%s", r.Method, r.URL.Path, r.Header.Get("Authorization"), body)
+}
+
+// lastAuth is the Authorization of the last request.
+func (u *upstream) lastAuth() string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(u.reqs) == 0 {
+		return ""
+	}
+	return u.reqs[len(u.reqs)-1].Header.Get("Authorization")
 }
 
 func (u *upstream) got() (int, string) {
@@ -95,11 +113,25 @@ func (d mapDialer) DialContext(ctx context.Context, network, _ string) (net.Conn
 // broker trusts when trusted is set.
 func newEnv(t *testing.T, trusted bool, names ...string) *env {
 	t.Helper()
+	return newEnvWith(t, envConfig{trusted: trusted, names: names})
+}
+
+// envConfig is what an env differs by.
+type envConfig struct {
+	trusted bool
+	names   []string              // the upstream certificate's
+	secret  secrets.SecretRequest // zero: the git_https login bot:realToken
+	apps    broker.AppTokens
+	answer  http.Handler // the upstream's; nil: what it got
+}
+
+func newEnvWith(t *testing.T, cfg envConfig) *env {
+	t.Helper()
 	ca := testutil.NewCA(t)
-	up := &upstream{}
-	ts := ca.TLSServer(t, up, names...)
+	up := &upstream{answer: cfg.answer}
+	ts := ca.TLSServer(t, up, cfg.names...)
 	pool := ca.Pool
-	if !trusted {
+	if !cfg.trusted {
 		pool = x509.NewCertPool()
 	}
 	e := coordinatortest.New(t, coordinator.Config{}, nil)
@@ -107,14 +139,17 @@ func newEnv(t *testing.T, trusted bool, names ...string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := vault.Create(t.Context(), secrets.SecretRequest{Name: "gh", Kind: apiv1.SecretGitHTTPS, Value: []byte(realToken),
-		Meta: apiv1.SecretMeta{Username: "bot", Host: "git.test"}})
+	if cfg.secret.Name == "" {
+		cfg.secret = secrets.SecretRequest{Name: "gh", Kind: apiv1.SecretGitHTTPS, Value: []byte(realToken),
+			Meta: apiv1.SecretMeta{Username: "bot", Host: "git.test"}}
+	}
+	v, err := vault.Create(t.Context(), cfg.secret)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec := &recorder{}
 	b, err := broker.New(broker.Config{}, broker.Deps{Store: e.St, Secrets: vault, Sealer: coordinatortest.Sealer{}, Events: rec,
-		Upstream: mapDialer{to: ts.Listener.Addr().String()}, RootCAs: pool})
+		AppTokens: cfg.apps, Upstream: mapDialer{to: ts.Listener.Addr().String()}, RootCAs: pool})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,12 +166,16 @@ func newEnv(t *testing.T, trusted bool, names ...string) *env {
 
 // session starts an Active session on host-a brokering git.test:443 and,
 // with the same credential, api.git.test:443 (as github.com and its API
-// host are), and other.test:443 with another.
-func (e *env) session(t *testing.T) domain.Session {
+// host are), and other.test:443 with another; git.test's grant is access
+// (none: /repo with push and API use).
+func (e *env) session(t *testing.T, access ...domain.RepoAccess) domain.Session {
 	t.Helper()
+	if len(access) == 0 {
+		access = []domain.RepoAccess{{Path: "/repo", Push: true, API: true}}
+	}
 	s, err := e.Co.CreateSession(t.Context(), domain.SessionSpec{IdleTimeoutSec: -1,
-		Brokered: []domain.BrokeredGrant{{Host: "git.test:443", SecretID: e.secret.ID}, {Host: "api.git.test:443", SecretID: e.secret.ID},
-			{Host: "other.test:443", SecretID: "sec-other"}}}, "")
+		Brokered: []domain.BrokeredGrant{{Host: "git.test:443", SecretID: e.secret.ID, Access: access},
+			{Host: "api.git.test:443", SecretID: e.secret.ID, Access: access}, {Host: "other.test:443", SecretID: "sec-other"}}}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +247,7 @@ func TestBrokerPutsTheCredentialInOnItsHostOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	get := func(host, auth string, extra ...string) string {
-		h := "GET /repo.git/info/refs HTTP/1.1\r\nHost: " + host + "\r\n"
+		h := "GET /repo.git/info/refs?service=git-upload-pack HTTP/1.1\r\nHost: " + host + "\r\n"
 		if auth != "" {
 			h += "Authorization: " + auth + "\r\n"
 		}
@@ -223,19 +262,20 @@ func TestBrokerPutsTheCredentialInOnItsHostOnly(t *testing.T) {
 		status   []int
 		upstream int    // requests the upstream gets
 		body     string // in the last answer
+		sent     string // the Authorization the upstream got last ("-": not looked at)
 	}{
-		{"Basic placeholder as the password", []string{get("git.test", basic("x-access-token", ph))}, []int{200}, 1, "auth=" + basic("bot", realToken)},
+		{"Basic placeholder as the password", []string{get("git.test", basic("x-access-token", ph))}, []int{200}, 1, "ok GET", basic("bot", realToken)},
 		{"Bearer placeholder, a second request on the connection too",
-			[]string{get("git.test", "Bearer "+ph), get("git.test:443", "token "+ph)}, []int{200, 200}, 2, "auth=token " + realToken},
-		{"the guest's own credential is dropped", []string{get("git.test", "Bearer guest-token")}, []int{200}, 1, "auth= body="},
+			[]string{get("git.test", "Bearer "+ph), get("git.test:443", "token "+ph)}, []int{200, 200}, 2, "auth=token " + ph, "token " + realToken},
+		{"the guest's own credential is dropped", []string{get("git.test", "Bearer guest-token")}, []int{200}, 1, "auth= body=", ""},
 		{"a second request for another host on a keep-alive connection",
-			[]string{get("git.test", "Bearer "+ph), get("other.test", "Bearer "+ph)}, []int{200, 421}, 1, "differs from the brokered host"},
-		{"another session's placeholder", []string{get("git.test", basic("x", other))}, []int{403}, 0, "not this session's"},
-		{"the placeholder of a host granted the same credential", []string{get("git.test", "Bearer "+peer)}, []int{200}, 1, "auth=Bearer " + realToken},
-		{"the placeholder of a host granted another credential", []string{get("git.test", "Bearer "+otherCred)}, []int{403}, 0, "not this session's"},
-		{"a placeholder in another header", []string{get("git.test", "", "X-Token: "+ph+"\r\n")}, []int{403}, 0, "in the X-Token header"},
-		{"a placeholder in a chunked body is not substituted", []string{chunked}, []int{200}, 1, "body=data " + ph},
-		{"a placeholder after 64 KiB of headers", []string{big}, []int{431}, 0, ""},
+			[]string{get("git.test", "Bearer "+ph), get("other.test", "Bearer "+ph)}, []int{200, 421}, 1, "differs from the brokered host", "-"},
+		{"another session's placeholder", []string{get("git.test", basic("x", other))}, []int{403}, 0, "not this session's", "-"},
+		{"the placeholder of a host granted the same credential", []string{get("git.test", "Bearer "+peer)}, []int{200}, 1, "auth=Bearer " + ph, "Bearer " + realToken},
+		{"the placeholder of a host granted another credential", []string{get("git.test", "Bearer "+otherCred)}, []int{403}, 0, "not this session's", "-"},
+		{"a placeholder in another header", []string{get("git.test", "", "X-Token: "+ph+"\r\n")}, []int{403}, 0, "in the X-Token header", "-"},
+		{"a placeholder in a chunked body is not substituted", []string{chunked}, []int{200}, 1, "body=data " + ph, basic("bot", realToken)},
+		{"a placeholder after 64 KiB of headers", []string{big}, []int{431}, 0, "", "-"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			before, _ := e.up.got()
@@ -252,18 +292,17 @@ func TestBrokerPutsTheCredentialInOnItsHostOnly(t *testing.T) {
 					t.Fatalf("request %d: %v %q, want %d (events %s)", i, resp, body, tt.status[i], e.events.reasons())
 				}
 			}
-			if !strings.Contains(body, tt.body) {
-				t.Errorf("answer %q, want it to hold %q", body, tt.body)
-			}
-			if n, _ := e.up.got(); n-before != tt.upstream {
-				t.Errorf("the upstream got %d requests, want %d", n-before, tt.upstream)
+			n, _ := e.up.got()
+			if got := e.up.lastAuth(); !strings.Contains(body, tt.body) || n-before != tt.upstream || tt.sent != "-" && got != tt.sent {
+				t.Errorf("answer %q after %d upstream requests, the last with Authorization %q; want it to hold %q after %d, with %q",
+					body, n-before, got, tt.body, tt.upstream, tt.sent)
 			}
 		})
 	}
 	if _, raw := e.up.got(); strings.Contains(raw, ph) && !strings.Contains(raw, "data "+ph) {
 		t.Errorf("a placeholder reached the upstream outside a body: %s", raw)
 	}
-	if r := e.events.reasons(); !strings.Contains(r, "allow git.test:443 brokered GET: the session's placeholder replaced") ||
+	if r := e.events.reasons(); !strings.Contains(r, `allow git.test:443 brokered GET "/repo.git/info/refs?service=git-upload-pack" (git fetch): the session's placeholder replaced`) ||
 		!strings.Contains(r, "deny git.test:443 Host") {
 		t.Errorf("events:\n%s", r)
 	}
@@ -289,7 +328,7 @@ func TestBrokerRefusesUpstreamsItCannotVerify(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			resp, body := roundTrip(t, tc, bufio.NewReader(tc), "GET / HTTP/1.1\r\nHost: git.test\r\nAuthorization: Bearer "+e.placeholder(t, s)+"\r\n\r\n")
+			resp, body := roundTrip(t, tc, bufio.NewReader(tc), "GET /repo/info/refs?service=git-upload-pack HTTP/1.1\r\nHost: git.test\r\nAuthorization: Bearer "+e.placeholder(t, s)+"\r\n\r\n")
 			if resp == nil || resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "certificate") {
 				t.Errorf("%v %q, want 502 naming the certificate", resp, body)
 			}

@@ -3,36 +3,35 @@ package broker
 import (
 	"context"
 	"crypto/subtle"
-	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"strconv"
 	"strings"
 
 	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/ghapp"
-	"github.com/engrams/engrams/internal/hostlink"
-	"github.com/engrams/engrams/internal/netpolicy"
 )
 
 // requests serves the requests of one terminated connection: each must
-// name the brokered host (Host = SNI); the guest's Authorization is
-// dropped, and when it carried this session's placeholder for this host,
-// the real credential is put in its place. A placeholder anywhere else
-// (another header, another session's or host's) is refused and the
-// connection closed. Bodies pass through untouched: nothing is ever
-// substituted in them.
+// name the brokered host (Host = SNI) and be one the grant allows (a git
+// fetch or push, or an API call, of a granted repository: policy.go);
+// anything else is refused before a byte goes upstream. The guest's
+// Authorization is dropped, and when it carried this session's
+// placeholder for this host, the real credential is put in its place. A
+// placeholder anywhere else (another header, another session's or host's)
+// is refused and the connection closed. Request bodies pass through
+// untouched; answers are scrubbed of the credential (forward).
 func (b *Broker) requests(c *conn) http.Handler {
+	role := roleOf(c.name)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
 		deny := func(status int, reason string) {
-			b.record(ctx, c, hostlink.EgressEvent{Kind: hostlink.EgressTLS, Verdict: hostlink.EgressDeny, Reason: reason})
+			b.record(ctx, c, denyEvent(reason))
 			w.Header().Set("Connection", "close")
 			http.Error(w, "engrams credential broker: "+reason, status)
 		}
@@ -51,20 +50,23 @@ func (b *Broker) requests(c *conn) http.Handler {
 			deny(http.StatusForbidden, err.Error())
 			return
 		}
-		r.Header.Del("Authorization")
-		r.Header.Del("Proxy-Authorization")
-		reason := "brokered " + r.Method + ": no placeholder sent, forwarded without a credential"
-		if presented {
-			auth, err := c.credential(ctx, b, scheme)
-			if err != nil {
-				c.log.Warn("broker: credential", "err", err)
-				deny(http.StatusBadGateway, "the session's credential for this host cannot be used: "+err.Error())
-				return
-			}
-			r.Header.Set("Authorization", auth)
-			reason = "brokered " + r.Method + ": the session's placeholder replaced by its credential"
+		line := fmt.Sprintf("%.10s %.120q", r.Method, r.RequestURI)
+		allow, err := judge(c.grant.Access, role, r.Method, r.RequestURI)
+		if err != nil {
+			deny(http.StatusForbidden, "refused "+line+": "+err.Error())
+			return
 		}
-		b.forward(w, r, c, reason)
+		cr, sc, err := c.credential(ctx, b, allow.repo)
+		if err != nil {
+			c.log.Warn("broker: credential", "err", err)
+			deny(http.StatusBadGateway, "the session's credential for this host cannot be used: "+err.Error())
+			return
+		}
+		auth, reason := "", "brokered "+line+" ("+allow.what+"): no placeholder sent, forwarded without a credential"
+		if presented {
+			auth, reason = cr.authorization(scheme), "brokered "+line+" ("+allow.what+"): the session's placeholder replaced by its credential"
+		}
+		b.forward(w, r, c, auth, sc, reason)
 	})
 }
 
@@ -153,108 +155,110 @@ type gitMeta struct {
 	BaseURL        string `json:"base_url"`
 }
 
-// credential is the Authorization value of c's granted secret in scheme,
-// opened once per connection (its requests come one at a time; a
-// connection ends after IdleTimeout without one).
-func (c *conn) credential(ctx context.Context, b *Broker, scheme string) (string, error) {
-	if auth, ok := c.auth[scheme]; ok {
-		return auth, nil
-	}
-	auth, err := b.openCredential(ctx, c, scheme)
-	if err != nil {
-		return "", err
-	}
-	if c.auth == nil {
-		c.auth = map[string]string{}
-	}
-	c.auth[scheme] = auth
-	return auth, nil
+// cred is a credential as the broker sends it: a login's user and token.
+type cred struct {
+	user, token string
 }
 
-// openCredential is the Authorization value of c's granted secret, in the
-// scheme the guest used: Basic user:token, or the token alone.
-func (b *Broker) openCredential(ctx context.Context, c *conn, scheme string) (string, error) {
+// authorization is cr's Authorization value in scheme: Basic user:token,
+// or the token alone.
+func (cr cred) authorization(scheme string) string {
+	switch scheme {
+	case "basic":
+		return "Basic " + base64.StdEncoding.EncodeToString([]byte(cr.user+":"+cr.token))
+	case "token":
+		return "token " + cr.token
+	}
+	return "Bearer " + cr.token
+}
+
+// credential is c's granted secret as sent for a request to repo (a
+// GitHub App's token is minted with what repo grants), opened once per
+// connection and kind of access (its requests come one at a time; a
+// connection ends after IdleTimeout without one), and the scrubber of
+// every credential opened on c so far.
+func (c *conn) credential(ctx context.Context, b *Broker, repo domain.RepoAccess) (cred, *scrubber, error) {
+	k := accessKind{push: repo.Push, api: repo.API}
+	if cr, ok := c.creds[k]; ok {
+		return cr, c.scrub, nil
+	}
+	cr, err := b.openCredential(ctx, c, k)
+	if err != nil {
+		return cred{}, nil, err
+	}
+	if c.creds == nil {
+		c.creds = map[accessKind]cred{}
+	}
+	c.creds[k] = cr
+	var secrets []string
+	for _, o := range c.creds {
+		secrets = append(secrets, o.user+":"+o.token, o.token)
+	}
+	ph, err := b.Placeholder(ctx, c.sid, net.JoinHostPort(c.name, strconv.Itoa(int(c.port))))
+	if err != nil {
+		return cred{}, nil, err
+	}
+	c.scrub = newScrubber(ph, secrets...)
+	return cr, c.scrub, nil
+}
+
+// accessKind is what a repository of a grant allows, which a GitHub App
+// token is minted for.
+type accessKind struct{ push, api bool }
+
+// appPermissions are the permissions of a GitHub App token for access of
+// kind k: metadata to read; contents to read, or write with push; with
+// API use, pull requests and issues likewise.
+func appPermissions(k accessKind) map[string]string {
+	level := "read"
+	if k.push {
+		level = "write"
+	}
+	p := map[string]string{"metadata": "read", "contents": level}
+	if k.api {
+		p["pull_requests"], p["issues"] = level, level
+	}
+	return p
+}
+
+// openCredential opens c's granted secret: a git_https login as stored,
+// or a GitHub App's installation token scoped to the grant's repositories
+// of kind k, with k's permissions.
+func (b *Broker) openCredential(ctx context.Context, c *conn, k accessKind) (cred, error) {
 	s, value, err := b.vault.Open(ctx, c.grant.SecretID)
 	if err != nil {
-		return "", fmt.Errorf("open the secret: %w", err)
+		return cred{}, fmt.Errorf("open the secret: %w", err)
 	}
 	defer clear(value)
 	var meta gitMeta
 	_ = json.Unmarshal(s.Meta, &meta)
-	token, user := string(value), meta.Username
+	cr := cred{user: meta.Username, token: string(value)}
 	switch s.Kind {
 	case apiv1.SecretGitHTTPS:
 	case apiv1.SecretGitHubApp:
 		if b.apps == nil {
-			return "", errors.New("this server mints no GitHub App tokens")
+			return cred{}, errors.New("this server mints no GitHub App tokens")
 		}
 		app, err := ghapp.NewApp(meta.AppID, meta.InstallationID, meta.BaseURL, value)
 		if err != nil {
-			return "", err
+			return cred{}, err
 		}
-		t, err := b.apps.Token(ctx, app, c.grant.Repos)
+		var names []string
+		for _, a := range c.grant.Access {
+			if (accessKind{push: a.Push, api: a.API}) == k {
+				names = append(names, a.Name())
+			}
+		}
+		t, err := b.apps.Token(ctx, app, names, appPermissions(k))
 		if err != nil {
-			return "", err
+			return cred{}, err
 		}
-		token, user = t.Token, "x-access-token"
+		cr = cred{user: "x-access-token", token: t.Token}
 	default:
-		return "", fmt.Errorf("a %s secret is not brokered", s.Kind)
+		return cred{}, fmt.Errorf("a %s secret is not brokered", s.Kind)
 	}
-	if user == "" {
-		user = "x-access-token"
+	if cr.user == "" {
+		cr.user = "x-access-token"
 	}
-	switch scheme {
-	case "basic":
-		return "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+token)), nil
-	case "token":
-		return "token " + token, nil
-	}
-	return "Bearer " + token, nil
-}
-
-// forward sends r to the brokered host over verified TLS and streams the
-// answer back.
-func (b *Broker) forward(w http.ResponseWriter, r *http.Request, c *conn, reason string) {
-	host := c.name
-	if c.port != 443 {
-		host = net.JoinHostPort(c.name, strconv.Itoa(int(c.port)))
-	}
-	status := 0
-	rp := &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL.Scheme, pr.Out.URL.Host = "https", net.JoinHostPort(c.name, strconv.Itoa(int(c.port)))
-			pr.Out.Host = host
-		},
-		Transport:     b.upstream,
-		FlushInterval: -1,
-		ModifyResponse: func(resp *http.Response) error {
-			status = resp.StatusCode
-			return nil
-		},
-		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
-			msg := upstreamFailure(err, host)
-			c.log.Warn("broker: upstream", "err", err)
-			b.record(r.Context(), c, hostlink.EgressEvent{Kind: hostlink.EgressTLS, Verdict: hostlink.EgressDeny, Reason: msg})
-			w.Header().Set("Connection", "close")
-			http.Error(w, "engrams credential broker: "+msg, http.StatusBadGateway)
-			status = -1
-		},
-	}
-	rp.ServeHTTP(w, r)
-	if status >= 0 {
-		b.record(r.Context(), c, hostlink.EgressEvent{Kind: hostlink.EgressTLS, Verdict: hostlink.EgressAllow,
-			Reason: fmt.Sprintf("%s; upstream answered %d", reason, status)})
-	}
-}
-
-// upstreamFailure says why the upstream could not be reached.
-func upstreamFailure(err error, host string) string {
-	var verr *tls.CertificateVerificationError
-	switch {
-	case errors.As(err, &verr):
-		return fmt.Sprintf("%s's TLS certificate is not valid for it (not sent: the request and its credential)", host)
-	case errors.Is(err, netpolicy.ErrBlocked):
-		return fmt.Sprintf("%s is at an address this server does not reach (loopback, private or link-local)", host)
-	}
-	return fmt.Sprintf("could not reach %s", host)
+	return cr, nil
 }

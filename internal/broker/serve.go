@@ -40,7 +40,8 @@ type conn struct {
 	name  string // the brokered host's name
 	port  uint16
 	log   *slog.Logger
-	auth  map[string]string // scheme -> Authorization value, once opened
+	creds map[accessKind]cred // once opened
+	scrub *scrubber           // of every credential in creds
 }
 
 // handleBroker serves one PathBroker request: the session must run on the
@@ -172,7 +173,9 @@ func (b *Broker) serve(ctx context.Context, raw net.Conn, c *conn) {
 		MaxHeaderBytes:    hostlink.MaxHeaderBytes,
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       b.cfg.IdleTimeout,
-		ErrorLog:          slog.NewLogLogger(c.log.Handler(), slog.LevelWarn),
+		// OPTIONS * is judged like any request, not answered by net/http.
+		DisableGeneralOptionsHandler: true,
+		ErrorLog:                     slog.NewLogLogger(c.log.Handler(), slog.LevelWarn),
 		ConnState: func(_ net.Conn, st http.ConnState) {
 			if st == http.StateClosed || st == http.StateHijacked {
 				ln.Close()

@@ -37,8 +37,8 @@ and how each credential is delivered.`)
 
 // profileFlags are the spec flags of `profile create` and `profile edit`.
 type profileFlags struct {
-	image, harness, model, mode, idle, fromFile        string
-	repos, repoCreds, env, egress, creds, skills, apps []string
+	image, harness, model, mode, idle, fromFile                           string
+	repos, repoCreds, repoPush, repoAPI, env, egress, creds, skills, apps []string
 }
 
 func (f *profileFlags) register(fl *pflag.FlagSet) {
@@ -48,6 +48,8 @@ func (f *profileFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.mode, "mode", "", "the harness's `MODE` (default: its first)")
 	fl.StringArrayVar(&f.repos, "repo", nil, "a repository `URL[#REF][=PATH]` to clone (repeatable; PATH defaults to the URL's last element without .git)")
 	fl.StringArrayVar(&f.repoCreds, "repo-credential", nil, "`PATH=SECRET`: clone the repo at PATH with this git_https or github_app secret (repeatable)")
+	fl.StringArrayVar(&f.repoPush, "repo-push", nil, "`PATH[=false]`: let the guest push to the repo at PATH through the credential broker (repeatable; default: fetch only)")
+	fl.StringArrayVar(&f.repoAPI, "repo-api", nil, "`PATH[=false]`: let the guest call the host's REST API for the repo at PATH through the broker; writes need --repo-push too (repeatable)")
 	fl.StringArrayVar(&f.env, "env", nil, "environment variable `KEY=VALUE`, not secret (repeatable)")
 	fl.StringArrayVar(&f.egress, "egress", nil, "`HOST[:PORT]` or *.SUFFIX tasks' guests may reach (repeatable; ports 80 and 443 when none is given; enforced on QEMU hosts)")
 	fl.StringArrayVar(&f.creds, "credential", nil, "`SECRET` holding a model key the harness needs (repeatable)")
@@ -59,7 +61,7 @@ func (f *profileFlags) register(fl *pflag.FlagSet) {
 
 // anySet reports whether any spec flag was given.
 func (f *profileFlags) anySet(cmd *cobra.Command) bool {
-	for _, n := range []string{"image", "harness", "model", "mode", "repo", "repo-credential", "env", "egress", "credential", "skill", "app", "idle-timeout", "from-file"} {
+	for _, n := range []string{"image", "harness", "model", "mode", "repo", "repo-credential", "repo-push", "repo-api", "env", "egress", "credential", "skill", "app", "idle-timeout", "from-file"} {
 		if cmd.Flags().Changed(n) {
 			return true
 		}
@@ -70,7 +72,12 @@ func (f *profileFlags) anySet(cmd *cobra.Command) bool {
 const profileFlagsHelp = `Lists (--repo, --env, --egress, --credential, --skill, --app) are given by
 repeating the flag; on edit, a list flag replaces that whole list (give it
 once with an empty value to clear it, e.g. --egress ''), and
---repo-credential PATH=SECRET changes one repo's credential (PATH= drops it).`
+--repo-credential PATH=SECRET changes one repo's credential (PATH= drops it).
+A repo with a credential on an https URL is brokered: the guest may fetch
+it; --repo-push PATH lets it push too, --repo-api PATH call the host's REST
+API for it (api.github.com/repos/OWNER/NAME, or /api/v3/repos/OWNER/NAME on
+another host; writes such as opening a pull request need --repo-push as
+well); PATH=false takes either away.`
 
 // spec builds the spec: base (or --from-file's), then every flag given.
 func (f *profileFlags) spec(cmd *cobra.Command, base apiv1.ProfileSpec) (apiv1.ProfileSpec, error) {
@@ -97,6 +104,12 @@ func (f *profileFlags) spec(cmd *cobra.Command, base apiv1.ProfileSpec) (apiv1.P
 		}
 	}
 	if err := setRepoCredentials(spec.Repos, nonEmpty(f.repoCreds)); err != nil {
+		return spec, err
+	}
+	if err := setRepoGrants(spec.Repos, "--repo-push", nonEmpty(f.repoPush), func(r *apiv1.ProfileRepo, on bool) { r.Push = on }); err != nil {
+		return spec, err
+	}
+	if err := setRepoGrants(spec.Repos, "--repo-api", nonEmpty(f.repoAPI), func(r *apiv1.ProfileRepo, on bool) { r.API = on }); err != nil {
 		return spec, err
 	}
 	if set("env") {
@@ -198,17 +211,41 @@ func setRepoCredentials(repos []apiv1.ProfileRepo, vals []string) error {
 		if !ok || p == "" {
 			return usageError{fmt.Errorf("--repo-credential %q: want PATH=SECRET", v)}
 		}
-		found := false
-		paths := make([]string, 0, len(repos))
-		for i := range repos {
-			paths = append(paths, repoPath(repos[i]))
-			if repoPath(repos[i]) == p {
-				repos[i].Credential, found = secret, true
-			}
+		if err := forRepo(repos, "--repo-credential", v, p, func(r *apiv1.ProfileRepo) { r.Credential = secret }); err != nil {
+			return err
 		}
-		if !found {
-			return usageError{fmt.Errorf("--repo-credential %q: no repo has path %s (repos: %s)", v, p, strings.Join(paths, ", "))}
+	}
+	return nil
+}
+
+// setRepoGrants applies PATH[=true|false] values of flag with set.
+func setRepoGrants(repos []apiv1.ProfileRepo, flag string, vals []string, set func(*apiv1.ProfileRepo, bool)) error {
+	for _, v := range vals {
+		p, val, hasVal := strings.Cut(v, "=")
+		on, err := strconv.ParseBool(val)
+		if p == "" || (hasVal && err != nil) {
+			return usageError{fmt.Errorf("%s %q: want PATH, or PATH=false to take it away", flag, v)}
 		}
+		if err := forRepo(repos, flag, v, p, func(r *apiv1.ProfileRepo) { set(r, on || !hasVal) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// forRepo applies change to the repos at path p (flag's value v).
+func forRepo(repos []apiv1.ProfileRepo, flag, v, p string, change func(*apiv1.ProfileRepo)) error {
+	found := false
+	paths := make([]string, 0, len(repos))
+	for i := range repos {
+		paths = append(paths, repoPath(repos[i]))
+		if repoPath(repos[i]) == p {
+			change(&repos[i])
+			found = true
+		}
+	}
+	if !found {
+		return usageError{fmt.Errorf("%s %q: no repo has path %s (repos: %s)", flag, v, p, strings.Join(paths, ", "))}
 	}
 	return nil
 }
@@ -244,6 +281,8 @@ the grant receipt (see ` + "`engrams profile get`" + `).
 ` + profileFlagsHelp,
 		Example: `  engrams profile create reviewer --image python --harness claude-code --credential anthropic \
       --repo https://github.com/acme/app.git#main --repo-credential app=gh --env LOG_LEVEL=debug
+  engrams profile create coder --image python --harness claude-code --credential anthropic \
+      --repo https://github.com/acme/app.git --repo-credential app=gh --repo-push app --repo-api app
   engrams profile create coder --image node --harness codex@0.171.0 --model gpt-5.5 --credential openai
   engrams profile create copy --from-file spec.json`,
 		Args: usageArgs(cobra.ExactArgs(1)),
@@ -285,7 +324,8 @@ the command says so: run it again.
 		Example: `  engrams profile edit reviewer --model opus
   engrams profile edit reviewer --egress pypi.org --egress files.pythonhosted.org
   engrams profile edit reviewer --egress ''
-  engrams profile edit reviewer --repo-credential app=gh-new`,
+  engrams profile edit reviewer --repo-credential app=gh-new
+  engrams profile edit reviewer --repo-api app --repo-push app=false`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !f.anySet(cmd) {
@@ -456,6 +496,12 @@ func (a profileCmds) printReceipt(w io.Writer, r apiv1.ProfileResponse) error {
 		s := repoPath(r) + ": " + r.URL + " at " + firstNonEmpty(r.Ref, "the default branch")
 		if r.Credential != "" {
 			s += ", cloned with " + r.Credential
+		}
+		if r.Push {
+			s += "; the guest may push"
+		}
+		if r.API {
+			s += "; the guest may call its REST API"
 		}
 		return s
 	})

@@ -13,7 +13,7 @@ import (
 )
 
 var revArgs = []string{"profile", "create", "rev", "--image", "py", "--harness", "claude-code", "--credential", "ant",
-	"--repo", "https://github.com/acme/app.git#main", "--repo-credential", "app=gh", "--repo", "https://gitlab.com/acme/lib=libs",
+	"--repo", "https://github.com/acme/app.git#main", "--repo-credential", "app=gh", "--repo-push", "app", "--repo-api", "app", "--repo", "https://gitlab.com/acme/lib=libs",
 	"--env", "LOG_LEVEL=debug", "--egress", "pypi.org", "--skill", "review", "--app", "web:8080", "--idle-timeout", "15m"}
 
 // revReceipt is `profile show rev` after revArgs, the id and time masked.
@@ -29,12 +29,14 @@ What a task can do:
   - runs as root in its own VM, shared with nothing else
   - runs any command in that VM, with the harness acting on its own
   - reads and writes its own clones of the repositories (app, libs); git logins stay outside the guest
+  - through the credential broker, git-fetches app, pushes to app, calls the host's REST API for app; nothing else with their credentials
   - uses the model keys without seeing them: the model gateway adds them to its requests
   - reaches only the hosts listed below, each as its line says: no other name resolves and no other connection leaves the VM (enforced on qemu; firecracker guests get no network yet; the process backend enforces nothing)
 
 Hosts:
   - api.anthropic.com:443: reachable via the model gateway, enforced on qemu (model provider of credential ant (anthropic_api_key)): only through the model gateway, which adds the key outside the guest and forwards to https://api.anthropic.com; also directly, through the egress proxy (TLS passed through, no key added)
   - github.com: reachable, brokered by the credential broker, enforced on qemu (host of credential gh (git_https)): through the egress proxy to the coordinator's credential broker, which terminates TLS (the guest trusts the deployment's CA, which signs only the hosts the broker serves), verifies the upstream's certificate, drops what credential the guest sent and adds gh's secret in place of the session's placeholder; a placeholder anywhere else is refused
+  - api.github.com: reachable, brokered by the credential broker, enforced on qemu (host of credential gh (git_https)): through the egress proxy to the coordinator's credential broker, which terminates TLS (the guest trusts the deployment's CA, which signs only the hosts the broker serves), verifies the upstream's certificate, drops what credential the guest sent and adds gh's secret in place of the session's placeholder; a placeholder anywhere else is refused
   - pypi.org: reachable directly via the egress proxy, enforced on qemu (listed in the profile's egress): directly, through the egress proxy: the filtering resolver answers the name, the proxy checks it against the SNI or Host, resolves it itself and dials only an address it checked (never a private or loopback one), and passes TLS through untouched (the guest verifies the server; no credential is added)
 
 Enforcement:
@@ -44,10 +46,10 @@ Enforcement:
 
 Credentials:
   - ant (anthropic_api_key, never in the guest on qemu, firecracker, process): gateway-injected: the guest sees a placeholder in ANTHROPIC_API_KEY and ANTHROPIC_BASE_URL points at the gateway; the model gateway swaps in the real key for requests to https://api.anthropic.com
-  - gh (git_https, never in the guest on qemu, firecracker, process): used by the coordinator to clone app, never in the guest; the guest's pushes and API calls to github.com carry a placeholder, which the credential broker swaps for it there and nowhere else (on qemu)
+  - gh (git_https, never in the guest on qemu, firecracker, process): used by the coordinator to clone app, never in the guest; the guest's git requests to github.com carry a placeholder, which the credential broker swaps for it there and nowhere else (on qemu), for git fetches of app, pushes to app, and REST API calls for app (reads; with push, pull requests, issues, comments, statuses, check runs, git refs and contents); every other request there is refused
 
 Repos:
-  - app: https://github.com/acme/app.git at main, cloned with gh
+  - app: https://github.com/acme/app.git at main, cloned with gh; the guest may push; the guest may call its REST API
   - libs: https://gitlab.com/acme/lib at the default branch
 
 Env (names; values in --json):
@@ -120,6 +122,10 @@ func TestProfileCommands(t *testing.T) {
 		{name: "create from bad file", args: []string{"profile", "create", "b", "--from-file", badFile}, code: 2, errContain: []string{`unknown field "harnes"`}},
 		{name: "unknown repo path", args: []string{"profile", "create", "x", "--image", "py", "--harness", "claude-code", "--repo", "https://h.io/a/b.git", "--repo-credential", "c=gh"},
 			code: 2, errContain: []string{`--repo-credential "c=gh": no repo has path c (repos: b)`}},
+		{name: "push for an unknown repo path", args: []string{"profile", "create", "x", "--image", "py", "--harness", "claude-code", "--repo", "https://h.io/a/b.git", "--repo-push", "c"},
+			code: 2, errContain: []string{`--repo-push "c": no repo has path c (repos: b)`}},
+		{name: "api neither on nor off", args: []string{"profile", "create", "x", "--image", "py", "--harness", "claude-code", "--repo", "https://h.io/a/b.git", "--repo-api", "b=maybe"},
+			code: 2, errContain: []string{`--repo-api "b=maybe": want PATH, or PATH=false to take it away`}},
 		{name: "bad app", args: []string{"profile", "create", "x", "--app", "web"}, code: 2, errContain: []string{`--app "web": want NAME:PORT`}},
 		{name: "bad repo", args: []string{"profile", "create", "x", "--repo", "https://h.io/a="}, code: 2, errContain: []string{"the path after = is empty"}},
 		{name: "taken", args: revArgs, setup: withRev, code: 1, errContain: []string{"a profile named rev exists; change it with `engrams profile edit rev`"}},
@@ -128,7 +134,7 @@ func TestProfileCommands(t *testing.T) {
 			"rev   py     claude-code  -      -     app,libs  ant          1        "}},
 		{name: "list json", args: []string{"profile", "list", "--json"}, setup: withRev, contains: []string{`"profiles": [`, `"LOG_LEVEL": "debug"`}},
 		{name: "list empty json", args: []string{"profile", "list", "--json"}, stdout: "{\n  \"profiles\": []\n}\n"},
-		{name: "edit", args: []string{"profile", "edit", "rev", "--model", "opus", "--egress", "", "--repo-credential", "app="}, setup: withRev,
+		{name: "edit", args: []string{"profile", "edit", "rev", "--model", "opus", "--egress", "", "--repo-credential", "app=", "--repo-push", "app=false", "--repo-api", "app=FALSE"}, setup: withRev,
 			contains: []string{"updated profile rev to version 2\n", "Model:         opus\n", "\nCredentials:\n  - ant (anthropic_api_key, never in the guest on qemu, firecracker, process): gateway-injected",
 				"  - app: https://github.com/acme/app.git at main\n", "\nHosts:\n  - api.anthropic.com:443: reachable via the model gateway, enforced on qemu (model provider of credential ant (anthropic_api_key)): " +
 					"only through the model gateway, which adds the key outside the guest and forwards to https://api.anthropic.com; also directly, through the egress proxy (TLS passed through, no key added)\n\nEnforcement:\n  - qemu: enforced: "}},

@@ -59,8 +59,10 @@ made for it; --from-file), with --app-id (its client ID or app ID) and
 --base-url is the REST API (default https://api.github.com; GitHub
 Enterprise Server: https://HOST/api/v3), and the git host follows from it.
 For each task the coordinator mints an installation token that lasts an
-hour, scoped to the profile's repositories with contents:write and
-metadata:read, and clones with it. To replace a
+hour, scoped to the profile's repositories with contents:read and
+metadata:read, and clones with it; the credential broker mints the
+guest's with what each repository grants (contents:write with --repo-push,
+pull_requests and issues with --repo-api). To replace a
 secret, delete it and create it again: profiles name secrets, so they use
 the new one.`,
 		Example: `  engrams secret create anthropic --kind anthropic_api_key

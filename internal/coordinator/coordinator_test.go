@@ -109,6 +109,8 @@ func TestCreateRejectsBadSpecs(t *testing.T) {
 		{Image: "a b"}, {Image: strings.Repeat("i", 600)},
 		{Egress: []string{"exa mple.com"}}, {Egress: []string{"example.com:99999"}}, {Egress: []string{"*."}},
 		{Egress: make([]string, 257)},
+		{Brokered: []domain.BrokeredGrant{{Host: "git.test:443", SecretID: "s", Access: []domain.RepoAccess{{Path: "/a/../b"}}}}},
+		{Brokered: []domain.BrokeredGrant{{Host: "git.test:443", SecretID: "s", Access: make([]domain.RepoAccess, 33)}}},
 	} {
 		if _, err := e.Co.CreateSession(context.Background(), spec, ""); !errors.Is(err, domain.ErrInvalid) {
 			t.Errorf("spec %+v: err %v, want ErrInvalid", spec, err)

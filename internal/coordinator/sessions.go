@@ -106,8 +106,12 @@ func checkEnv(spec *domain.SessionSpec) error {
 // same, and a harness names a few hosts).
 const maxEgress = 256
 
-// maxBrokered bounds a session's brokered hosts.
-const maxBrokered = 16
+// maxBrokered bounds a session's brokered hosts, maxBrokeredRepos the
+// repositories of one (a profile has at most 32).
+const (
+	maxBrokered      = 16
+	maxBrokeredRepos = 32
+)
 
 // checkEgress validates spec.Egress, adds each brokered host to it, then
 // sorts it and drops repeats.
@@ -119,6 +123,14 @@ func checkEgress(spec *domain.SessionSpec) error {
 		name, port, err := net.SplitHostPort(b.Host)
 		if err != nil || name != strings.ToLower(name) || port == "" || b.SecretID == "" || net.ParseIP(name) != nil {
 			return fmt.Errorf("%w: brokered[%d]: %q: want a lower-case name:port and a secret", domain.ErrInvalid, i, b.Host)
+		}
+		if len(b.Access) > maxBrokeredRepos {
+			return fmt.Errorf("%w: brokered[%d]: %d repositories, at most %d", domain.ErrInvalid, i, len(b.Access), maxBrokeredRepos)
+		}
+		for _, a := range b.Access {
+			if !a.Valid() {
+				return fmt.Errorf("%w: brokered[%d]: repository path %.80q: want /OWNER/NAME", domain.ErrInvalid, i, a.Path)
+			}
 		}
 		spec.Egress = append(spec.Egress, b.Host)
 	}

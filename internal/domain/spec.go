@@ -84,9 +84,28 @@ const PlaceholderPrefix = "engrams-ph-"
 type BrokeredGrant struct {
 	Host     string `json:"host"` // "name:port", lower case
 	SecretID string `json:"secret_id"`
-	// Repos scope a GitHub App credential's tokens (repository names on
-	// the installation's account).
-	Repos []string `json:"repos,omitempty"`
+	// Access are the repositories on Host the broker serves requests for,
+	// each with what it allows; a GitHub App's tokens are scoped to them.
+	// A grant without any (a session row written before they were
+	// recorded, whose "repos" key is no longer read) allows no request.
+	Access []RepoAccess `json:"access,omitempty"`
+}
+
+// RepoAccess is one repository of a brokered grant: git fetch always,
+// git push with Push, the host's REST API for the repository with API
+// (writes only with Push as well).
+type RepoAccess struct {
+	// Path is the repository URL's path on its host without .git, as
+	// the URL spells it ("/acme/app").
+	Path string `json:"path"`
+	Push bool   `json:"push,omitempty"`
+	API  bool   `json:"api,omitempty"`
+}
+
+// Name is the repository's name: Path's last element (what a GitHub App
+// token is scoped to).
+func (r RepoAccess) Name() string {
+	return r.Path[strings.LastIndexByte(r.Path, '/')+1:]
 }
 
 // BrokeredHosts are the hosts of s.Brokered, in order.
@@ -146,6 +165,40 @@ func CheckEnv(env map[string]string) error {
 		return fmt.Errorf("%w: env is %d bytes, at most %d", ErrInvalid, total, MaxEnvBytes)
 	}
 	return nil
+}
+
+// BrokeredRepoPath is the path a repository is served under on its
+// brokered host: its URL's path, as escaped there, without a trailing
+// slash or .git ("/acme/app"). A path with no element, an empty, "." or
+// ".." element, or a backslash or percent sign is none.
+func BrokeredRepoPath(repoURL string) (string, bool) {
+	u, err := url.Parse(repoURL)
+	if err != nil {
+		return "", false
+	}
+	p := strings.TrimSuffix(strings.TrimSuffix(u.EscapedPath(), "/"), ".git")
+	if !(RepoAccess{Path: p}).Valid() {
+		return "", false
+	}
+	return p, true
+}
+
+// Valid reports whether r's path is one BrokeredRepoPath gives: "/" and
+// elements, none empty, "." or "..", without a backslash, percent sign,
+// query or control character, at most 1024 bytes.
+func (r RepoAccess) Valid() bool {
+	p := r.Path
+	if !strings.HasPrefix(p, "/") || len(p) > 1024 || strings.ContainsFunc(p, func(c rune) bool {
+		return c <= ' ' || c == 0x7f || c == '\\' || c == '%' || c == '?' || c == '#'
+	}) {
+		return false
+	}
+	for _, seg := range strings.Split(p[1:], "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return false
+		}
+	}
+	return true
 }
 
 // BrokeredHostOf is the "name:port" a repository's pushes and API calls are

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -19,6 +20,8 @@ type gitServer struct {
 	URL        string // base URL; a repository is URL + "/" + name + ".git"
 	root       string
 	user, pass string
+	mu         sync.Mutex
+	api        []string // the REST paths asked for, in order
 }
 
 // startGitServer serves repositories under a temp dir, requiring user:pass.
@@ -57,12 +60,22 @@ func serveGit(t *testing.T, user, pass string, tc *tls.Config) (*gitServer, net.
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/api/v3/user" { // a gh-style API call: the password as a token
+		if rest, ok := strings.CutPrefix(r.URL.Path, "/api/v3/"); ok { // a gh-style API call: the password as a token
+			g.mu.Lock()
+			g.api = append(g.api, r.URL.Path)
+			g.mu.Unlock()
 			if r.Header.Get("Authorization") != "token "+g.pass && r.Header.Get("Authorization") != "Bearer "+g.pass {
 				http.Error(w, `{"message":"Bad credentials"}`, http.StatusUnauthorized)
 				return
 			}
-			fmt.Fprintf(w, `{"login":%q}`, g.user)
+			switch name, isRepo := strings.CutPrefix(rest, "repos/"); {
+			case rest == "user":
+				fmt.Fprintf(w, `{"login":%q}`, g.user)
+			case isRepo && g.hasRepo(name):
+				fmt.Fprintf(w, `{"full_name":%q}`, name)
+			default:
+				http.Error(w, `{"message":"Not Found"}`, http.StatusNotFound)
+			}
 			return
 		}
 		if u, p, ok := r.BasicAuth(); !ok || u != g.user || p != g.pass {
@@ -80,6 +93,19 @@ func serveGit(t *testing.T, user, pass string, tc *tls.Config) (*gitServer, net.
 	go func() { _ = serve() }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return g, ln
+}
+
+// hasRepo reports whether name (OWNER/NAME) is a repository here.
+func (g *gitServer) hasRepo(name string) bool {
+	st, err := os.Stat(filepath.Join(g.root, filepath.FromSlash(name)+".git"))
+	return err == nil && st.IsDir() && !strings.Contains(name, "..")
+}
+
+// apiCalls are the REST paths asked for so far.
+func (g *gitServer) apiCalls() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]string(nil), g.api...)
 }
 
 // lastCommit is the subject of the newest commit on branch of repository
@@ -103,8 +129,8 @@ func (g *gitServer) show(t *testing.T, name, branch, file string) string {
 	return string(out)
 }
 
-// repo creates a bare repository name.git holding one commit of files and
-// returns its URL.
+// repo creates a bare repository name.git (name may be OWNER/NAME)
+// holding one commit of files and returns its URL.
 func (g *gitServer) repo(t *testing.T, name string, files map[string]string) string {
 	t.Helper()
 	work := t.TempDir()

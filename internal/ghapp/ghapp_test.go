@@ -195,7 +195,7 @@ func newRig(t *testing.T) *rig {
 func TestTokenMints(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
-	tok, err := r.m.Token(t.Context(), r.app, []string{"lib", "app", "lib"})
+	tok, err := r.m.Token(t.Context(), r.app, []string{"lib", "app", "lib"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,9 +203,46 @@ func TestTokenMints(t *testing.T) {
 		!reflect.DeepEqual(tok.Permissions, DefaultPermissions()) {
 		t.Fatalf("token = %+v", tok)
 	}
-	want := tokenRequest{Repositories: []string{"app", "lib"}, Permissions: map[string]string{"contents": "write", "metadata": "read"}}
+	want := tokenRequest{Repositories: []string{"app", "lib"}, Permissions: map[string]string{"contents": "read", "metadata": "read"}}
 	if len(r.gh.bodies) != 1 || !reflect.DeepEqual(r.gh.bodies[0], want) {
 		t.Fatalf("request bodies = %+v, want [%+v]", r.gh.bodies, want)
+	}
+}
+
+// TestTokenPermissions: a token asks for the permissions its caller
+// names, and the cache keys on them: the same repositories with other
+// permissions are another token.
+func TestTokenPermissions(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	ctx := t.Context()
+	write := map[string]string{"contents": "write", "metadata": "read"}
+	read := map[string]string{"contents": "read", "metadata": "read"}
+	w1, err := r.m.Token(ctx, r.app, []string{"app"}, write)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1, err := r.m.Token(ctx, r.app, []string{"app"}, read)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w2, err := r.m.Token(ctx, r.app, []string{"app"}, map[string]string{"metadata": "read", "contents": "write"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w1.Token == r1.Token || w2.Token != w1.Token || r.gh.requests != 2 {
+		t.Fatalf("tokens %s %s %s after %d requests: want one per permission set", w1.Token, r1.Token, w2.Token, r.gh.requests)
+	}
+	if !reflect.DeepEqual(r.gh.bodies[0].Permissions, write) || !reflect.DeepEqual(r.gh.bodies[1].Permissions, read) {
+		t.Fatalf("asked %+v", r.gh.bodies)
+	}
+	for _, bad := range []map[string]string{{"contents": "admin"}, {"Contents": "read"}, {"": "read"}, {"contents": ""}} {
+		if _, err := r.m.Token(ctx, r.app, []string{"app"}, bad); err == nil {
+			t.Errorf("permissions %v accepted", bad)
+		}
+	}
+	if r.gh.requests != 2 {
+		t.Fatalf("%d requests for refused permissions", r.gh.requests)
 	}
 }
 
@@ -215,21 +252,21 @@ func TestTokenRefresh(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
 	ctx := t.Context()
-	first, err := r.m.Token(ctx, r.app, []string{"app"})
+	first, err := r.m.Token(ctx, r.app, []string{"app"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.clk.add(49 * time.Minute) // 11 minutes left
-	again, err := r.m.Token(ctx, r.app, []string{"app"})
+	again, err := r.m.Token(ctx, r.app, []string{"app"}, nil)
 	if err != nil || again.Token != first.Token || r.gh.requests != 1 {
 		t.Fatalf("within its life: %+v, %v after %d requests; want the cached %s", again, err, r.gh.requests, first.Token)
 	}
-	other, err := r.m.Token(ctx, r.app, []string{"app", "lib"})
+	other, err := r.m.Token(ctx, r.app, []string{"app", "lib"}, nil)
 	if err != nil || other.Token == first.Token || r.gh.requests != 2 {
 		t.Fatalf("another scope: %+v, %v after %d requests", other, err, r.gh.requests)
 	}
 	r.clk.add(2 * time.Minute) // 9 minutes left: under RefreshBefore
-	fresh, err := r.m.Token(ctx, r.app, []string{"app"})
+	fresh, err := r.m.Token(ctx, r.app, []string{"app"}, nil)
 	if err != nil || fresh.Token == first.Token || r.gh.requests != 3 || !fresh.ExpiresAt.Equal(r.clk.now().Add(time.Hour)) {
 		t.Fatalf("near expiry: %+v, %v after %d requests; want a new token", fresh, err, r.gh.requests)
 	}
@@ -276,11 +313,11 @@ func TestTokenErrors(t *testing.T) {
 			if c.serve != nil {
 				r.srv.Config.Handler = c.serve
 			}
-			_, err := r.m.Token(t.Context(), c.app(r), c.repos)
+			_, err := r.m.Token(t.Context(), c.app(r), c.repos, nil)
 			if !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.msg) {
 				t.Fatalf("error = %v, want %v mentioning %q", err, c.want, c.msg)
 			}
-			if tok, err := r.m.Token(t.Context(), c.app(r), c.repos); err == nil {
+			if tok, err := r.m.Token(t.Context(), c.app(r), c.repos, nil); err == nil {
 				t.Fatalf("a failed mint was cached: %+v", tok)
 			}
 		})
@@ -298,7 +335,7 @@ func TestTokenNoRedirect(t *testing.T) {
 	}))
 	defer elsewhere.Close()
 	r.srv.Config.Handler = http.RedirectHandler(elsewhere.URL+"/app/installations/77/access_tokens", http.StatusTemporaryRedirect)
-	if _, err := r.m.Token(t.Context(), r.app, []string{"app"}); !errors.Is(err, ErrUpstream) || !strings.Contains(err.Error(), "HTTP 307") {
+	if _, err := r.m.Token(t.Context(), r.app, []string{"app"}, nil); !errors.Is(err, ErrUpstream) || !strings.Contains(err.Error(), "HTTP 307") {
 		t.Fatalf("a redirect: %v, want ErrUpstream", err)
 	}
 	if leaked || r.gh.requests != 0 {
@@ -310,7 +347,7 @@ func TestTokenRefusesScope(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
 	for _, repos := range [][]string{nil, {"acme/app"}, {""}, {"a b"}, slices.Repeat([]string{"x"}, maxRepos+1)} {
-		if _, err := r.m.Token(t.Context(), r.app, repos); err == nil {
+		if _, err := r.m.Token(t.Context(), r.app, repos, nil); err == nil {
 			t.Errorf("repos %q accepted", repos[:min(len(repos), 2)])
 		}
 	}

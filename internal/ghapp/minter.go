@@ -42,11 +42,14 @@ const (
 	requestTimeout  = 30 * time.Second
 )
 
-// DefaultPermissions is what a token is scoped to unless Config says
-// otherwise: push and fetch code, read repository metadata.
+// DefaultPermissions is what a token is scoped to unless Config or the
+// caller says otherwise: fetch code, read repository metadata.
 func DefaultPermissions() map[string]string {
-	return map[string]string{"contents": "write", "metadata": "read"}
+	return map[string]string{"contents": "read", "metadata": "read"}
 }
+
+// maxPermissions bounds the permissions one token asks for.
+const maxPermissions = 32
 
 // Token is an installation access token and what GitHub says it grants.
 type Token struct {
@@ -62,7 +65,8 @@ type Config struct {
 	// expires (default 10 minutes, a clone's timeout), so a token handed
 	// out is good for at least that long.
 	RefreshBefore time.Duration
-	// Permissions asked for every token; default DefaultPermissions.
+	// Permissions asked for a token whose caller names none; default
+	// DefaultPermissions.
 	Permissions map[string]string
 }
 
@@ -117,24 +121,32 @@ func New(cfg Config, deps Deps) *Minter {
 }
 
 // Token returns an installation token of app scoped to repos (repository
-// names within the installation's account) and the configured permissions:
-// a cached one while it has more than RefreshBefore left, else a new one.
-func (m *Minter) Token(ctx context.Context, app App, repos []string) (Token, error) {
+// names within the installation's account) and perms (GitHub's permission
+// names to "read" or "write"; none: the configured permissions): a cached
+// one of that scope while it has more than RefreshBefore left, else a new
+// one.
+func (m *Minter) Token(ctx context.Context, app App, repos []string, perms map[string]string) (Token, error) {
 	repos, err := checkRepos(repos)
 	if err != nil {
+		return Token{}, err
+	}
+	if len(perms) == 0 {
+		perms = m.cfg.Permissions
+	}
+	if err := checkPermissions(perms); err != nil {
 		return Token{}, err
 	}
 	if app.Key == nil {
 		return Token{}, errors.New("github app token: the app has no private key")
 	}
-	key := m.cacheKey(app, repos)
+	key := cacheKey(app, repos, perms)
 	m.mu.Lock()
 	t, ok := m.cache[key]
 	m.mu.Unlock()
 	if ok && m.fresh(t) {
 		return t, nil
 	}
-	t, err = m.mint(ctx, app, repos)
+	t, err = m.mint(ctx, app, repos, perms)
 	if err != nil {
 		return Token{}, err
 	}
@@ -163,14 +175,30 @@ func (m *Minter) store(key string, t Token) {
 	}
 }
 
-func (m *Minter) cacheKey(app App, repos []string) string {
-	perms := slices.Sorted(maps.Keys(m.cfg.Permissions))
+// cacheKey names a token's scope: the app, its repositories and its
+// permissions.
+func cacheKey(app App, repos []string, perms map[string]string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\x00%s\x00%d\x00%s\x00%s\x00", app.baseURL(), app.ID, app.InstallationID, app.fingerprint(), strings.Join(repos, ","))
-	for _, p := range perms {
-		fmt.Fprintf(&b, "%s=%s,", p, m.cfg.Permissions[p])
+	for _, p := range slices.Sorted(maps.Keys(perms)) {
+		fmt.Fprintf(&b, "%s=%s,", p, perms[p])
 	}
 	return b.String()
+}
+
+// checkPermissions accepts GitHub permission names (lower case and _)
+// each to "read" or "write".
+func checkPermissions(perms map[string]string) error {
+	if len(perms) > maxPermissions {
+		return fmt.Errorf("github app token: %d permissions, at most %d", len(perms), maxPermissions)
+	}
+	for name, level := range perms {
+		if name == "" || len(name) > 64 || strings.ContainsFunc(name, func(c rune) bool { return (c < 'a' || c > 'z') && c != '_' }) ||
+			(level != "read" && level != "write") {
+			return fmt.Errorf("github app token: permission %q: %q: want a permission name to read or write", name, level)
+		}
+	}
+	return nil
 }
 
 func (a App) baseURL() string {
@@ -200,13 +228,13 @@ func checkRepos(repos []string) ([]string, error) {
 }
 
 // mint asks GitHub for a new token.
-func (m *Minter) mint(ctx context.Context, app App, repos []string) (Token, error) {
+func (m *Minter) mint(ctx context.Context, app App, repos []string, perms map[string]string) (Token, error) {
 	action := fmt.Sprintf("mint a token of github app %s installation %d", app.ID, app.InstallationID)
 	jwt, err := app.JWT(m.now())
 	if err != nil {
 		return Token{}, fmt.Errorf("%s: %w", action, err)
 	}
-	body, err := json.Marshal(map[string]any{"repositories": repos, "permissions": m.cfg.Permissions})
+	body, err := json.Marshal(map[string]any{"repositories": repos, "permissions": perms})
 	if err != nil {
 		return Token{}, fmt.Errorf("%s: %w", action, err)
 	}
@@ -242,7 +270,7 @@ func (m *Minter) mint(ctx context.Context, app App, repos []string) (Token, erro
 		return Token{}, fmt.Errorf("%s: %w: the token expired at %s, before it arrived (is this machine's clock right?)", action, ErrUpstream, t.ExpiresAt.Format(time.RFC3339))
 	}
 	m.log.Info("github app token minted", "app_id", app.ID, "installation_id", app.InstallationID, "repos", len(repos),
-		"expires_at", t.ExpiresAt)
+		"permissions", perms, "expires_at", t.ExpiresAt)
 	return t, nil
 }
 
@@ -257,7 +285,7 @@ func statusError(code int, body []byte) error {
 	case http.StatusForbidden:
 		return fmt.Errorf("%w (HTTP 403%s)", ErrInstallation, msg)
 	case http.StatusUnprocessableEntity:
-		return fmt.Errorf("%w (HTTP 422%s): give the installation access to every repository of the profile, and the app contents and metadata permissions", ErrScope, msg)
+		return fmt.Errorf("%w (HTTP 422%s): give the installation access to every repository of the profile, and the app the permissions the token asks for (contents and metadata; pull requests and issues for API use)", ErrScope, msg)
 	}
 	return fmt.Errorf("%w: HTTP %d%s", ErrUpstream, code, msg)
 }

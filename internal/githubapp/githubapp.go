@@ -112,7 +112,7 @@ func (a *App) forRepo(ctx context.Context, c conf, repo string) (conf, error) {
 		return c, fmt.Errorf("github app: %w", err)
 	}
 	name := repo[strings.Index(repo, "/")+1:]
-	t, err := a.minter.Token(ctx, app, []string{name})
+	t, err := a.minter.Token(ctx, app, []string{name}, nil)
 	if err != nil {
 		return c, err
 	}

@@ -294,6 +294,7 @@ func checkRepos(repos []apiv1.ProfileRepo) problems {
 		if r.Ref != "" && !validRef(r.Ref) {
 			probs.add("repos[%d]: ref %q is not a branch, tag or commit name git accepts", i, r.Ref)
 		}
+		probs = append(probs, checkRepoGrant(i, *r)...)
 		if r.Path == "" {
 			r.Path = strings.TrimSuffix(path.Base(strings.TrimRight(u.Path, "/")), ".git")
 		}
@@ -304,6 +305,27 @@ func checkRepos(repos []apiv1.ProfileRepo) problems {
 			probs.add("repos[%d]: path %q is also repos[%d]'s: give one another path", i, r.Path, j)
 		}
 		paths[r.Path] = i
+	}
+	return probs
+}
+
+// checkRepoGrant checks a repo's push and api: they say what the guest
+// may do with the repo's credential through the broker, so the repo needs
+// one, on an https URL naming a host, with a path the broker can judge.
+func checkRepoGrant(i int, r apiv1.ProfileRepo) problems {
+	var probs problems
+	if !r.Push && !r.API {
+		return nil
+	}
+	_, brokered := domain.BrokeredHostOf(r.URL)
+	_, pathOK := domain.BrokeredRepoPath(r.URL)
+	switch {
+	case r.Credential == "":
+		probs.add("repos[%d]: push and api let the guest use the repo's credential through the broker: name one (--repo-credential PATH=SECRET)", i)
+	case !brokered:
+		probs.add("repos[%d]: push and api are brokered for https URLs naming a host; %s is not one", i, r.URL)
+	case !pathOK:
+		probs.add("repos[%d]: %s: the broker serves repositories at a path of plain elements, such as /OWNER/NAME", i, r.URL)
 	}
 	return probs
 }

@@ -39,7 +39,7 @@ func seedAgents(t *testing.T, e *agentEnv) {
 func fullSpec() apiv1.ProfileSpec {
 	return apiv1.ProfileSpec{
 		Image: "py", Harness: "claude-code", Credentials: []string{"ant"},
-		Repos: []apiv1.ProfileRepo{{URL: "https://github.com/acme/app.git", Ref: "main", Credential: "gh"}, {URL: "https://gitlab.com/acme/lib/"}},
+		Repos: []apiv1.ProfileRepo{{URL: "https://github.com/acme/app.git", Ref: "main", Credential: "gh", Push: true, API: true}, {URL: "https://gitlab.com/acme/lib/"}},
 		Env:   map[string]string{"LOG_LEVEL": "debug"}, Egress: []string{"pypi.org"}, Skills: []string{"review"},
 		Apps: []apiv1.ProfileApp{{Name: "web", Port: 8080}}, IdleTimeoutS: 900,
 	}
@@ -75,8 +75,10 @@ func TestCreateProfileReceipt(t *testing.T) {
 				Detail: "gateway-injected: the guest sees a placeholder in ANTHROPIC_API_KEY and ANTHROPIC_BASE_URL points at the gateway; " +
 					"the model gateway swaps in the real key for requests to https://api.anthropic.com"},
 			{Name: "gh", SecretID: gh.ID, Kind: "git_https", Delivery: apiv1.DeliveryClone, EnforcedOn: every,
-				Detail: "used by the coordinator to clone app, never in the guest; the guest's pushes and API calls to github.com carry a placeholder, " +
-					"which the credential broker swaps for it there and nowhere else (on qemu)"},
+				Detail: "used by the coordinator to clone app, never in the guest; the guest's git requests to github.com carry a placeholder, " +
+					"which the credential broker swaps for it there and nowhere else (on qemu), for git fetches of app, pushes to app, and REST API " +
+					"calls for app (reads; with push, pull requests, issues, comments, statuses, check runs, git refs and contents); every other " +
+					"request there is refused"},
 		},
 		Repos:  v.Spec.Repos,
 		Env:    []string{"LOG_LEVEL"},
@@ -87,6 +89,8 @@ func TestCreateProfileReceipt(t *testing.T) {
 				Enforced: true, EnforcedOn: vms, Reason: "only through the model gateway, which adds the key outside the guest and forwards to " +
 					"https://api.anthropic.com; also directly, through the egress proxy (TLS passed through, no key added)"},
 			{Host: "github.com", Why: "host of credential gh (git_https)", Reachable: true, Via: apiv1.ViaBrokered, Enforced: true, EnforcedOn: vms,
+				Reason: fmt.Sprintf(brokeredReason, "gh")},
+			{Host: "api.github.com", Why: "host of credential gh (git_https)", Reachable: true, Via: apiv1.ViaBrokered, Enforced: true, EnforcedOn: vms,
 				Reason: fmt.Sprintf(brokeredReason, "gh")},
 			{Host: "pypi.org", Why: "listed in the profile's egress", Reachable: true, Via: apiv1.ViaProxy, Enforced: true, EnforcedOn: vms,
 				Reason: viaProxyReason},
@@ -106,7 +110,7 @@ func TestCreateProfileReceipt(t *testing.T) {
 	}
 	powers := strings.Join(r.Powers, "\n")
 	for _, s := range []string{"root in its own VM", "(app, lib)", "without seeing them", "reaches only the hosts listed below",
-		"enforced on qemu; firecracker guests get no network yet; the process backend enforces nothing"} {
+		"through the credential broker, git-fetches app, pushes to app, calls the host's REST API for app; nothing else", "enforced on qemu; firecracker guests get no network yet; the process backend enforces nothing"} {
 		if !strings.Contains(powers, s) {
 			t.Errorf("powers lack %q:\n%s", s, powers)
 		}
@@ -151,6 +155,13 @@ func TestProfileValidation(t *testing.T) {
 		}, []string{`repos[0]: url "git@github.com:acme/app.git": want an http or https URL`, `repos[1]: url "https://tok@github.com/acme/x" carries a login`,
 			`repos[2]: ref "a..b"`, `repos[3]: path "app" is also repos[2]'s`, "repos[4].credential: secret gh is for github.com, the repo is on gitlab.com",
 			"repos[5].credential: secret ant is of kind anthropic_api_key; a repo needs a git_https or github_app secret", `repos[6]: path "../h"`}},
+		{"push and api without a brokered credential", func(s *apiv1.ProfileSpec) {
+			s.Repos = []apiv1.ProfileRepo{{URL: "https://github.com/acme/app", Push: true}, {URL: "http://plain.test/a/b", Credential: "gh", API: true},
+				{URL: "https://github.com/acme/x%20y", Path: "xy", Credential: "gh", Push: true}}
+		}, []string{"repos[0]: push and api let the guest use the repo's credential through the broker: name one",
+			"repos[1]: push and api are brokered for https URLs naming a host; http://plain.test/a/b is not one",
+			"repos[2]: https://github.com/acme/x%20y: the broker serves repositories at a path of plain elements",
+			"repos[1].credential: secret gh is for github.com, the repo is on plain.test"}},
 		{"env", func(s *apiv1.ProfileSpec) {
 			s.Env = map[string]string{"ANTHROPIC_BASE_URL": "x", "lower": "x", "ENGRAMS_SESSION_ID": "x"}
 		}, []string{`env "lower"`, "env ENGRAMS_SESSION_ID: names starting with ENGRAMS_", "env ANTHROPIC_BASE_URL is the harness's credential variable"}},
@@ -318,13 +329,17 @@ func TestProfileGitHubApp(t *testing.T) {
 	}
 	gh, _ := e.st.GetSecretByName(ctx, "gh")
 	every := []string{"qemu", "firecracker", "process"}
-	brokered := "; the guest's pushes and API calls to github.com carry a placeholder, which the credential broker swaps for it there and nowhere else (on qemu)"
+	brokered := func(paths string) string {
+		return "; the guest's git requests to github.com carry a placeholder, which the credential broker swaps for it there and nowhere else " +
+			"(on qemu), for git fetches of " + paths + "; every other request there is refused"
+	}
 	want := []apiv1.ReceiptCredential{
 		{Name: "bot", SecretID: app.Secret.ID, Kind: "github_app", Delivery: apiv1.DeliveryClone, EnforcedOn: every,
 			Detail: "GitHub App Iv23bot (installation 4242): the coordinator mints an installation token for each task, lasting an hour, " +
-				"scoped to acme/{app,lib} with contents:write and metadata:read, and clones app, lib, app2 with it; neither the key nor the token is in the guest" + brokered},
+				"scoped to acme/{app,lib} with contents:read and metadata:read, and clones app, lib, app2 with it; neither the key nor the token is in the guest" + brokered("app, lib, app2") +
+				"; the broker mints the guest's tokens with contents:read (write for repos it may push to) and metadata:read, plus pull_requests and issues for repos it may call the API for"},
 		{Name: "gh", SecretID: gh.ID, Kind: "git_https", Delivery: apiv1.DeliveryClone, EnforcedOn: every,
-			Detail: "used by the coordinator to clone docs, never in the guest" + brokered},
+			Detail: "used by the coordinator to clone docs, never in the guest" + brokered("docs")},
 	}
 	if got := v.Receipt.Credentials[1:]; !reflect.DeepEqual(got, want) {
 		t.Fatalf("repo credentials in the receipt:\n%+v\nwant:\n%+v", got, want)

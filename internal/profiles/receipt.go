@@ -251,6 +251,12 @@ func (c *Profiles) receiptRepoKeys(ctx context.Context, spec *apiv1.ProfileSpec,
 		if h, ok := domain.BrokeredHostOf(repo.URL); ok && k.brokered == "" {
 			k.brokered = strings.TrimSuffix(h, ":443")
 		}
+		if repo.Push {
+			k.push = append(k.push, repo.Path)
+		}
+		if repo.API {
+			k.api = append(k.api, repo.Path)
+		}
 		if s.Kind == apiv1.SecretGitHubApp {
 			k.addAppRepo(field, repo.URL, probs)
 		}
@@ -262,6 +268,9 @@ func (c *Profiles) receiptRepoKeys(ctx context.Context, spec *apiv1.ProfileSpec,
 		if k.brokered != "" {
 			brokered = append(brokered, brokeredHost{host: k.brokered, secret: k.secret})
 		}
+		if k.brokered == "github.com" && len(k.api) > 0 {
+			brokered = append(brokered, brokeredHost{host: "api.github.com", secret: k.secret})
+		}
 	}
 	return brokered, nil
 }
@@ -271,7 +280,9 @@ type repoKey struct {
 	secret   domain.Secret
 	meta     apiv1.SecretMeta
 	paths    []string
-	brokered string   // the host pushes are brokered on ("" for http or address URLs)
+	brokered string   // the host the guest's requests are brokered on ("" for http or address URLs)
+	push     []string // the paths of repos the guest may push to
+	api      []string // the paths of repos the guest may call the REST API for
 	owner    string   // github_app: the account of its repos
 	names    []string // github_app: the repos a token is scoped to
 }
@@ -298,10 +309,10 @@ func (k *repoKey) receipt() apiv1.ReceiptCredential {
 		EnforcedOn: everyBackend(), Detail: "used by the coordinator to clone " + strings.Join(k.paths, ", ") + ", never in the guest"}
 	if k.secret.Kind == apiv1.SecretGitHubApp {
 		rc.Detail = fmt.Sprintf("GitHub App %s (installation %d): the coordinator mints an installation token for each task, lasting an hour, "+
-			"scoped to %s/{%s} with contents:write and metadata:read, and clones %s with it; neither the key nor the token is in the guest",
+			"scoped to %s/{%s} with contents:read and metadata:read, and clones %s with it; neither the key nor the token is in the guest",
 			k.meta.AppID, k.meta.InstallationID, k.owner, strings.Join(k.names, ","), strings.Join(k.paths, ", "))
 	}
-	rc.Detail += brokeredNote(k.brokered)
+	rc.Detail += brokeredNote(k)
 	return rc
 }
 

@@ -43,12 +43,28 @@ type brokeredHost struct {
 	secret domain.Secret
 }
 
-// brokeredNote says how the guest uses a git credential for host.
-func brokeredNote(host string) string {
-	if host == "" {
+// brokeredNote says how the guest uses a git credential on its host:
+// what the broker lets through, and with what a GitHub App's token is
+// minted for the guest.
+func brokeredNote(k *repoKey) string {
+	if k.brokered == "" {
 		return ""
 	}
-	return "; the guest's pushes and API calls to " + host + " carry a placeholder, which the credential broker swaps for it there and nowhere else (on qemu)"
+	note := "; the guest's git requests to " + k.brokered + " carry a placeholder, which the credential broker swaps for it there and " +
+		"nowhere else (on qemu), for git fetches of " + strings.Join(k.paths, ", ")
+	if len(k.push) > 0 {
+		note += ", pushes to " + strings.Join(k.push, ", ")
+	}
+	if len(k.api) > 0 {
+		note += ", and REST API calls for " + strings.Join(k.api, ", ") + " (reads; with push, pull requests, issues, comments, statuses, " +
+			"check runs, git refs and contents)"
+	}
+	note += "; every other request there is refused"
+	if k.secret.Kind == apiv1.SecretGitHubApp {
+		note += "; the broker mints the guest's tokens with contents:read (write for repos it may push to) and metadata:read" +
+			", plus pull_requests and issues for repos it may call the API for"
+	}
+	return note
 }
 
 // Why the guest reaches a host the way it does.
@@ -99,6 +115,35 @@ func receiptHosts(spec *apiv1.ProfileSpec, d guestapi.HarnessDescriptor, keys []
 	return out
 }
 
+// brokeredPower says what the guest may do with the repositories whose
+// credential the broker puts in ("" when none is brokered).
+func brokeredPower(repos []apiv1.ProfileRepo) string {
+	var fetch, push, api []string
+	for _, r := range repos {
+		if _, ok := domain.BrokeredHostOf(r.URL); !ok || r.Credential == "" {
+			continue
+		}
+		fetch = append(fetch, r.Path)
+		if r.Push {
+			push = append(push, r.Path)
+		}
+		if r.API {
+			api = append(api, r.Path)
+		}
+	}
+	if len(fetch) == 0 {
+		return ""
+	}
+	s := "through the credential broker, git-fetches " + strings.Join(fetch, ", ")
+	if len(push) > 0 {
+		s += ", pushes to " + strings.Join(push, ", ")
+	}
+	if len(api) > 0 {
+		s += ", calls the host's REST API for " + strings.Join(api, ", ")
+	}
+	return s + "; nothing else with their credentials"
+}
+
 // receiptPowers says in plain sentences what a task can do.
 func receiptPowers(spec *apiv1.ProfileSpec, gateway bool) []string {
 	p := []string{
@@ -113,6 +158,9 @@ func receiptPowers(spec *apiv1.ProfileSpec, gateway bool) []string {
 			paths = append(paths, r.Path)
 		}
 		p = append(p, "reads and writes its own clones of the repositories ("+strings.Join(paths, ", ")+"); git logins stay outside the guest")
+	}
+	if s := brokeredPower(spec.Repos); s != "" {
+		p = append(p, s)
 	}
 	if gateway {
 		p = append(p, "uses the model keys without seeing them: the model gateway adds them to its requests")

@@ -49,7 +49,7 @@ type Secrets interface {
 // AppTokens mints GitHub App installation tokens for repository clones
 // (ghapp.Minter does).
 type AppTokens interface {
-	Token(ctx context.Context, app ghapp.App, repos []string) (ghapp.Token, error)
+	Token(ctx context.Context, app ghapp.App, repos []string, perms map[string]string) (ghapp.Token, error)
 }
 
 // Config tunes tasks.

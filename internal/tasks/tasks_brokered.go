@@ -12,7 +12,6 @@ import (
 
 	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/domain"
-	"github.com/engrams/engrams/internal/ghapp"
 	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/store"
 )
@@ -48,7 +47,10 @@ type brokering struct {
 }
 
 // grants are the credentials of spec's repos the broker puts in on their
-// hosts, one per host (a GitHub App's scoped to its repos there).
+// hosts, one per host, each with the repositories it serves and what the
+// profile lets the guest do with each (fetch; push; the REST API).
+// github.com brings api.github.com with the same credential when a
+// repository there grants API use.
 func (c brokering) grants(ctx context.Context, spec apiv1.ProfileSpec) ([]domain.BrokeredGrant, error) {
 	if c.brokers == nil {
 		return nil, nil
@@ -70,20 +72,28 @@ func (c brokering) grants(ctx context.Context, spec apiv1.ProfileSpec) ([]domain
 		} else if out[i].SecretID != sec.ID {
 			return nil, fmt.Errorf("%w: repos on %s use two credentials; the broker puts one in per host", domain.ErrInvalid, host)
 		}
-		if sec.Kind == apiv1.SecretGitHubApp {
-			if _, name, err := ghapp.RepoOf(r.URL); err == nil && !slices.Contains(out[i].Repos, name) {
-				out[i].Repos = append(out[i].Repos, name)
-			}
+		if p, ok := domain.BrokeredRepoPath(r.URL); ok {
+			out[i].Access = addAccess(out[i].Access, domain.RepoAccess{Path: p, Push: r.Push, API: r.API})
 		}
 	}
-	// github.com's API is on its own host: gh-style calls carry the same
-	// credential there.
 	for _, g := range out {
-		if g.Host == githubHost && !slices.ContainsFunc(out, func(o domain.BrokeredGrant) bool { return o.Host == githubAPIHost }) {
-			out = append(out, domain.BrokeredGrant{Host: githubAPIHost, SecretID: g.SecretID, Repos: g.Repos})
+		if g.Host == githubHost && slices.ContainsFunc(g.Access, func(a domain.RepoAccess) bool { return a.API }) &&
+			!slices.ContainsFunc(out, func(o domain.BrokeredGrant) bool { return o.Host == githubAPIHost }) {
+			out = append(out, domain.BrokeredGrant{Host: githubAPIHost, SecretID: g.SecretID, Access: g.Access})
 		}
 	}
 	return out, nil
+}
+
+// addAccess adds a to list; a repository listed twice (cloned at two
+// paths) gets what either grants.
+func addAccess(list []domain.RepoAccess, a domain.RepoAccess) []domain.RepoAccess {
+	i := slices.IndexFunc(list, func(o domain.RepoAccess) bool { return o.Path == a.Path })
+	if i < 0 {
+		return append(list, a)
+	}
+	list[i].Push, list[i].API = list[i].Push || a.Push, list[i].API || a.API
+	return list
 }
 
 // install readies a session's guest for its brokered credentials: the

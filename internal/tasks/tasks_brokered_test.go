@@ -3,8 +3,11 @@ package tasks
 import (
 	"context"
 	"maps"
+	"reflect"
 	"testing"
 
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/internal/coordinator/coordinatortest"
 	"github.com/engrams/engrams/internal/domain"
 )
 
@@ -46,6 +49,48 @@ func TestTokenEnvNamesEachHostsPlaceholderAsGhReadsIt(t *testing.T) {
 			got, err := brokering{brokers: tt.brokr}.tokenEnv(t.Context(), domain.Session{ID: "s1", Spec: tt.spec})
 			if err != nil || !maps.Equal(got, tt.want) {
 				t.Errorf("tokenEnv = %v, %v; want %v", got, err, tt.want)
+			}
+		})
+	}
+}
+
+// TestGrantsPinEachRepositoryWithWhatItAllows: a grant names each
+// repository on its host by path with its push and API flags (fetch only
+// unless the profile says); github.com brings api.github.com only when a
+// repository there grants API use.
+func TestGrantsPinEachRepositoryWithWhatItAllows(t *testing.T) {
+	t.Parallel()
+	st := coordinatortest.NewStore(t)
+	for _, s := range []domain.Secret{{ID: "sec-gh", Kind: apiv1.SecretGitHTTPS, Name: "gh", Sealed: []byte("x")}, {ID: "sec-ghe", Kind: apiv1.SecretGitHubApp, Name: "ghe", Sealed: []byte("x")}} {
+		if err := st.PutSecret(t.Context(), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	repo := func(url, cred string, push, api bool) apiv1.ProfileRepo {
+		return apiv1.ProfileRepo{URL: url, Credential: cred, Push: push, API: api}
+	}
+	for _, tt := range []struct {
+		name  string
+		repos []apiv1.ProfileRepo
+		want  []domain.BrokeredGrant
+	}{
+		{"fetch only by default, no API host", []apiv1.ProfileRepo{repo("https://github.com/acme/app.git", "gh", false, false),
+			repo("http://plain.test/a/b.git", "gh", true, true), repo("https://github.com/acme/public.git", "", true, true)},
+			[]domain.BrokeredGrant{{Host: githubHost, SecretID: "sec-gh", Access: []domain.RepoAccess{{Path: "/acme/app"}}}}},
+		{"push and API; the API host shares them", []apiv1.ProfileRepo{repo("https://github.com/acme/app.git", "gh", true, false),
+			repo("https://github.com/acme/lib", "gh", false, true)},
+			[]domain.BrokeredGrant{
+				{Host: githubHost, SecretID: "sec-gh", Access: []domain.RepoAccess{{Path: "/acme/app", Push: true}, {Path: "/acme/lib", API: true}}},
+				{Host: githubAPIHost, SecretID: "sec-gh", Access: []domain.RepoAccess{{Path: "/acme/app", Push: true}, {Path: "/acme/lib", API: true}}}}},
+		{"one repository at two paths gets what either grants", []apiv1.ProfileRepo{repo("https://ghe.test:8443/acme/app.git", "ghe", true, false),
+			{URL: "https://ghe.test:8443/acme/app", Path: "app2", Credential: "ghe", API: true}},
+			[]domain.BrokeredGrant{{Host: "ghe.test:8443", SecretID: "sec-ghe", Access: []domain.RepoAccess{{Path: "/acme/app", Push: true, API: true}}}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := brokering{st: st, brokers: fakeBrokers{}}.grants(t.Context(), apiv1.ProfileSpec{Repos: tt.repos})
+			if err != nil || !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("grants = %+v, %v\nwant %+v", got, err, tt.want)
 			}
 		})
 	}

@@ -203,7 +203,8 @@ func (c *Tasks) appToken(ctx context.Context, r apiv1.ProfileRepo, all []apiv1.P
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	t, err := c.appTokens.Token(ctx, app, slices.Compact(names))
+	// The coordinator only fetches with it.
+	t, err := c.appTokens.Token(ctx, app, slices.Compact(names), map[string]string{"contents": "read", "metadata": "read"})
 	if err != nil {
 		return "", fmt.Errorf("git credential %s: %w", r.Credential, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/cgi"
 	"net/http/httptest"
@@ -41,12 +42,13 @@ type fakeAppTokens struct {
 type appCall struct {
 	app   ghapp.App
 	repos []string
+	perms map[string]string
 }
 
-func (f *fakeAppTokens) Token(_ context.Context, app ghapp.App, repos []string) (ghapp.Token, error) {
+func (f *fakeAppTokens) Token(_ context.Context, app ghapp.App, repos []string, perms map[string]string) (ghapp.Token, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.calls = append(f.calls, appCall{app, slices.Clone(repos)})
+	f.calls = append(f.calls, appCall{app, slices.Clone(repos), perms})
 	if f.err != nil {
 		return ghapp.Token{}, f.err
 	}
@@ -187,8 +189,8 @@ func TestCloneWithGitHubApp(t *testing.T) {
 			}
 			call := c.tokens.calls[0]
 			if !slices.Equal(call.repos, c.wantRepos) || call.app.ID != "Iv23bot" || call.app.InstallationID != 4242 ||
-				call.app.BaseURL != "https://ghe.example.com/api/v3" || call.app.Key == nil {
-				t.Fatalf("minted for app %+v repos %v, want Iv23bot/4242 at the Enterprise API, repos %v", call.app, call.repos, c.wantRepos)
+				call.app.BaseURL != "https://ghe.example.com/api/v3" || call.app.Key == nil || !maps.Equal(call.perms, map[string]string{"contents": "read", "metadata": "read"}) {
+				t.Fatalf("minted for app %+v repos %v perms %v, want Iv23bot/4242 at the Enterprise API, repos %v, contents and metadata to read", call.app, call.repos, call.perms, c.wantRepos)
 			}
 		})
 	}

@@ -110,7 +110,7 @@ try {
   await page.getByRole("heading", { name: "Ops" }).waitFor();
   await shoot(page, cfg.artifacts, "session");
 
-  step("change a profile's allowlist: the receipt changes before saving");
+  step("change a profile's allowlist and a repository's grant: the receipt and problems change before saving");
   await page.goto(base + "/profiles");
   await page.getByTestId("profile-list").waitFor();
   await shoot(page, cfg.artifacts, "profiles");
@@ -119,6 +119,9 @@ try {
   await page.getByTestId("receipt-hosts").getByText("pkg.example.org").waitFor({ timeout: 20_000 });
   await page.getByLabel("Allowed hosts").fill("pkg.example.org\n-bad host-");
   await page.locator("#p-egress-err").waitFor({ timeout: 20_000 });
+  // push and API use are per repository; on a plain-http repository they are a problem
+  await page.getByLabel("Repository 1: the agent may push").check();
+  await page.locator("#p-repos-err").getByText("push and api are brokered for https URLs").waitFor({ timeout: 20_000 });
   await shoot(page, cfg.artifacts, "profile-editor");
   await page.goto(base + "/profiles/new");
   await page.getByLabel("Name").waitFor();

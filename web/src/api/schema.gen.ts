@@ -2284,8 +2284,12 @@ export interface components {
             ref?: string;
             /** @description One path component; absent: the URL's last element without .git. */
             path?: string;
-            /** @description A git_https or github_app secret's name; used by the coordinator to clone (a GitHub App through a token it mints, scoped to the profile's repos), never in the guest. */
+            /** @description A git_https or github_app secret's name; used by the coordinator to clone (a GitHub App through a token it mints, scoped to the profile's repos), never in the guest. On an https URL naming a host the guest may fetch the repository through the credential broker, which puts the credential in; every other request to that host is refused. */
             credential?: string;
+            /** @description The guest may push to the repository through the credential broker (git-receive-pack; a GitHub App token gets contents write). Needs a credential. Default: fetch only. */
+            push?: boolean;
+            /** @description The guest may call the host's REST API for this repository through the credential broker: api.github.com/repos/OWNER/NAME and below for github.com, /api/v3/repos/OWNER/NAME and below on another host. Reads, except hooks, keys, collaborators, secrets and variables; writes (pull requests, issues, comments, statuses, check runs, git refs, contents) only with push as well. A GitHub App token gets pull_requests and issues. Needs a credential. */
+            api?: boolean;
         };
         ProfileApp: {
             name: string;

@@ -7,6 +7,7 @@ export type TaskEvent = S["TaskEvent"];
 export type TaskDiff = S["TaskDiff"];
 export type Profile = S["Profile"];
 export type ProfileSpec = S["ProfileSpec"];
+export type ProfileRepo = S["ProfileRepo"];
 export type ProfileResponse = S["ProfileResponse"];
 export type Receipt = S["Receipt"];
 export type Session = S["Session"];

@@ -1,5 +1,5 @@
 // A profile spec as editable text fields, and back.
-import type { ProfileSpec } from "../api/types";
+import type { ProfileRepo, ProfileSpec } from "../api/types";
 
 export type Form = {
   name: string;
@@ -7,7 +7,7 @@ export type Form = {
   harness: string;
   model: string;
   mode: string;
-  repos: string; // one per line: URL [credential] [ref=REF]
+  repos: ProfileRepo[]; // one row each, edited in place
   egress: string; // one per line
   env: string; // KEY=VALUE per line
   credentials: string[];
@@ -21,7 +21,7 @@ export function toForm(name: string, s?: ProfileSpec): Form {
     harness: s?.harness ?? "",
     model: s?.model ?? "",
     mode: s?.mode ?? "",
-    repos: (s?.repos ?? []).map((r) => [r.url, r.credential ?? "", r.ref ? "ref=" + r.ref : ""].filter(Boolean).join(" ")).join("\n"),
+    repos: s?.repos ?? [],
     egress: (s?.egress ?? []).join("\n"),
     env: Object.entries(s?.env ?? {})
       .map(([k, v]) => k + "=" + v)
@@ -41,12 +41,17 @@ export function toSpec(f: Form): ProfileSpec {
   const spec: ProfileSpec = { image: f.image, harness: f.harness };
   if (f.model) spec.model = f.model;
   if (f.mode) spec.mode = f.mode;
-  const repos = lines(f.repos).map((l) => {
-    const [url, ...rest] = l.split(/\s+/);
-    const ref = rest.find((x) => x.startsWith("ref="))?.slice(4);
-    const credential = rest.find((x) => !x.startsWith("ref="));
-    return { url, ...(credential ? { credential } : {}), ...(ref ? { ref } : {}) };
-  });
+  // a row without a URL is one being added; empty fields are left out
+  const repos = f.repos
+    .filter((r) => r.url.trim() !== "")
+    .map((r) => ({
+      url: r.url.trim(),
+      ...(r.ref ? { ref: r.ref } : {}),
+      ...(r.path ? { path: r.path } : {}),
+      ...(r.credential ? { credential: r.credential } : {}),
+      ...(r.push ? { push: true } : {}),
+      ...(r.api ? { api: true } : {}),
+    }));
   if (repos.length) spec.repos = repos;
   const egress = lines(f.egress);
   if (egress.length) spec.egress = egress;

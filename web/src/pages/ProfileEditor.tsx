@@ -10,6 +10,7 @@ import { navigate } from "../router";
 import { FieldProblems, Row } from "../ui/Field";
 import { Loading, Problem } from "../ui/Problem";
 import { ReceiptView } from "../ui/Receipt";
+import { ProfileRepos } from "./ProfileRepos";
 
 export function ProfileEditor(props: { name?: string }) {
   const existing = useLoad((s) => (props.name ? get<ProfileResponse>("/v1/profiles/" + enc(props.name), s) : Promise.resolve(undefined)), [props.name]);
@@ -92,9 +93,15 @@ export function ProfileEditor(props: { name?: string }) {
           <Row id="p-model" label="Model" problems={probs.get("model")} hint={harness?.models?.length ? "Offered: " + harness.models.join(", ") : undefined}>
             <input id="p-model" value={form.model} onInput={set("model")} placeholder="the harness's default" />
           </Row>
-          <Row id="p-repos" label="Repositories" problems={probs.get("repos")} hint="One per line: URL [credential] [ref=BRANCH]">
-            <textarea id="p-repos" rows={3} value={form.repos} onInput={set("repos")} />
-          </Row>
+          <ProfileRepos
+            repos={form.repos}
+            secrets={secrets.value?.secrets ?? []}
+            problems={probs.get("repos")}
+            onChange={(repos) => {
+              setForm({ ...form, repos });
+              setTouched((t) => new Set(t).add("repos"));
+            }}
+          />
           <Row id="p-egress" label="Allowed hosts" problems={probs.get("egress")} hint="One per line: host[:port] or *.suffix[:port]; port 443 when none">
             <textarea id="p-egress" rows={4} value={form.egress} onInput={set("egress")} />
           </Row>

@@ -73,6 +73,20 @@ export function ReceiptView(props: { receipt?: Receipt; problems?: string[] }) {
           ))}
         </ul>
       )}
+      {r.repos.length > 0 && (
+        <>
+          <h3>Repositories</h3>
+          <ul data-testid="receipt-repos">
+            {r.repos.map((p) => (
+              <li>
+                <code>{p.path || p.url}</code> {p.url}
+                {p.ref ? " at " + p.ref : ""}
+                {p.credential && p.url.startsWith("https://") ? ": the agent may fetch" + (p.push ? ", push" : "") + (p.api ? ", call its REST API" : "") + " through the credential broker" : ""}
+              </li>
+            ))}
+          </ul>
+        </>
+      )}
       {r.enforcement && r.enforcement.length > 0 && (
         <>
           <h3>Enforcement by backend</h3>
