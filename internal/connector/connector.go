@@ -40,10 +40,12 @@ type Request struct {
 
 // Verified is a delivery whose signature checked out.
 type Verified struct {
-	// Covered is every byte the signature covers (the body, with the
-	// timestamp where the scheme signs one and that is what a retry
-	// repeats): deliveries are deduplicated on its hash, never on an id
-	// header the signature does not cover.
+	// Covered is what the delivery is known by, all of it covered by the
+	// signature: the body (with the timestamp where the scheme signs one
+	// and a retry repeats it), or the signed fields that name the event
+	// where the sender stamps each retry anew (Slack's event id, Linear's
+	// issue and change). Deliveries are deduplicated on its hash, never on
+	// an id header the signature does not cover.
 	Covered []byte
 	// KeepFor is how long a delivery is remembered: at least the scheme's
 	// replay window (GitHub has none: a week).

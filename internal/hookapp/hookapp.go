@@ -107,7 +107,8 @@ func (h *Receiver) Verify(ctx context.Context, req connector.Request) (connector
 	if err := connector.VerifyHMAC(secret, req.Header.Get(HeaderSignature), "v1=", true, signed, req.Body); err != nil {
 		return connector.Verified{}, err
 	}
-	return connector.Verified{Covered: append(signed, req.Body...), KeepFor: keepFor, Automation: a.ID,
+	covered := append([]byte(string(a.ID)+"\x00"), signed...) // one hook's delivery is not another's
+	return connector.Verified{Covered: append(covered, req.Body...), KeepFor: keepFor, Automation: a.ID,
 		Hint: connector.Clip(req.Header.Get(HeaderDelivery), 200)}, nil
 }
 

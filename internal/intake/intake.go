@@ -17,6 +17,7 @@ import (
 // Deliveries remembers the deliveries seen (the store).
 type Deliveries interface {
 	RecordDelivery(ctx context.Context, source, key string, at, expires time.Time) (bool, error)
+	ForgetDelivery(ctx context.Context, source, key string) error
 }
 
 // Runs starts and records the runs deliveries ask for (autorun.Runner).
@@ -157,6 +158,11 @@ func (p *Pipeline) deliver(ctx context.Context, rcv connector.Receiver, v connec
 	}
 	started, err := p.start(ctx, m, key)
 	if err != nil && len(started) == 0 {
+		// Nothing started: the delivery is forgotten, so a retry (Slack's,
+		// a redelivery, a hook enabled again) does it then.
+		if ferr := p.seen.ForgetDelivery(context.WithoutCancel(ctx), string(src), key); ferr != nil {
+			log.Warn("forget a delivery that started nothing", "err", ferr)
+		}
 		return Outcome{}, err
 	}
 	if err != nil {

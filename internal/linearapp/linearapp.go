@@ -31,7 +31,7 @@ const (
 	// MaxEventBody bounds a delivery.
 	MaxEventBody = 1 << 20
 	// keepFor is how long a delivery is remembered (Linear retries for
-	// hours with the same body).
+	// hours).
 	keepFor = 24 * time.Hour
 	// TriggerIssue is the trigger issues start (automations.TriggerLinearIssue).
 	TriggerIssue = "linear_issue"
@@ -174,16 +174,28 @@ func (a *App) Verify(ctx context.Context, req connector.Request) (connector.Veri
 	if err := connector.VerifyHMAC([]byte(c.webhook), req.Header.Get(HeaderSignature), "", false, req.Body); err != nil {
 		return connector.Verified{}, err
 	}
-	var ts struct {
-		WebhookTimestamp int64 `json:"webhookTimestamp"`
+	var d struct {
+		WebhookTimestamp int64           `json:"webhookTimestamp"`
+		Type             string          `json:"type"`
+		Action           string          `json:"action"`
+		OrganizationID   string          `json:"organizationId"`
+		WebhookID        string          `json:"webhookId"`
+		UpdatedFrom      json.RawMessage `json:"updatedFrom"`
+		Data             struct {
+			ID        string `json:"id"`
+			UpdatedAt string `json:"updatedAt"`
+		} `json:"data"`
 	}
-	if err := json.Unmarshal(req.Body, &ts); err != nil {
+	if err := json.Unmarshal(req.Body, &d); err != nil {
 		return connector.Verified{}, fmt.Errorf("%w: the body is not a Linear event", connector.ErrBadSignature)
 	}
-	if err := connector.CheckTime(time.UnixMilli(ts.WebhookTimestamp), a.now(), Window); err != nil {
+	if err := connector.CheckTime(time.UnixMilli(d.WebhookTimestamp), a.now(), Window); err != nil {
 		return connector.Verified{}, err
 	}
-	return connector.Verified{Covered: req.Body, KeepFor: keepFor, Hint: connector.Clip(req.Header.Get(HeaderDelivery), 100)}, nil
+	// A delivery is known by what it says happened, all signed: Linear
+	// stamps each retry (webhookTimestamp) anew.
+	covered, _ := json.Marshal([]any{d.OrganizationID, d.WebhookID, d.Type, d.Action, d.Data.ID, d.Data.UpdatedAt, d.UpdatedFrom})
+	return connector.Verified{Covered: covered, KeepFor: keepFor, Hint: connector.Clip(req.Header.Get(HeaderDelivery), 100)}, nil
 }
 
 // Decode implements connector.Receiver: an issue created (triggers

@@ -95,12 +95,21 @@ func (a *App) Verify(ctx context.Context, req connector.Request) (connector.Veri
 		a.log.Info("slack event refused", "err", err)
 		return connector.Verified{}, err
 	}
-	return connector.Verified{Covered: req.Body, KeepFor: keepFor}, nil
+	return Vouched(req.Body), nil
 }
 
 // Vouched is what a delivery over Socket Mode is: the socket, opened with
-// the app token, stands for the signature.
+// the app token, stands for the signature. Either way an event is known
+// by its workspace and event id, which the signed body carries: Slack
+// signs each retry anew, and the same event may come over either.
 func Vouched(payload []byte) connector.Verified {
+	var id struct {
+		TeamID  string `json:"team_id"`
+		EventID string `json:"event_id"`
+	}
+	if json.Unmarshal(payload, &id) == nil && id.EventID != "" {
+		return connector.Verified{Covered: []byte("event\x00" + id.TeamID + "\x00" + id.EventID), KeepFor: keepFor}
+	}
 	return connector.Verified{Covered: payload, KeepFor: keepFor}
 }
 

@@ -19,6 +19,9 @@ type Integrations interface {
 	// true the first time, false for one seen before. Deliveries whose
 	// expiry is before at are forgotten first.
 	RecordDelivery(ctx context.Context, source, key string, at, expires time.Time) (bool, error)
+	// ForgetDelivery forgets a delivery recorded that started nothing, so
+	// its retry is taken.
+	ForgetDelivery(ctx context.Context, source, key string) error
 	// PutThread inserts a thread unless it exists: then it returns that
 	// one and created false.
 	PutThread(ctx context.Context, t domain.ChatThread) (thread domain.ChatThread, created bool, err error)

@@ -40,6 +40,14 @@ func (d *Deliveries) RecordDelivery(_ context.Context, source, key string, at, e
 	return true, nil
 }
 
+// ForgetDelivery implements intake.Deliveries.
+func (d *Deliveries) ForgetDelivery(_ context.Context, source, key string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.seen, source+"\x00"+key)
+	return nil
+}
+
 // Started is one run a delivery started or recorded.
 type Started struct {
 	Trigger string

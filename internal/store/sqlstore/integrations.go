@@ -106,6 +106,14 @@ func (s *Store) RecordDelivery(ctx context.Context, source, key string, at, expi
 	return first, nil
 }
 
+// ForgetDelivery implements store.Integrations.
+func (s *Store) ForgetDelivery(ctx context.Context, source, key string) error {
+	if _, err := s.write.ExecContext(ctx, `DELETE FROM integration_deliveries WHERE source = $1 AND id = $2`, source, key); err != nil {
+		return fmt.Errorf("forget delivery %s of %s: %w", key, source, err)
+	}
+	return nil
+}
+
 const threadCols = `kind, channel, thread, task_id, run_id, turn_seq, message, relayed_seq, lease_owner, lease_until, created_at, updated_at, started_by`
 
 func scanThread(r scanner) (domain.ChatThread, error) {

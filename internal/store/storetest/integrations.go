@@ -86,6 +86,11 @@ func testDeliveries(t *testing.T, st store.Store) {
 	if ok, err := st.RecordDelivery(ctx, "github", "Ev1", t0.Add(8*24*time.Hour), t0.Add(15*24*time.Hour)); err != nil || !ok {
 		t.Fatalf("a week's delivery, a week on: new %v %v", ok, err)
 	}
+	// A delivery forgotten (it started nothing) is new again.
+	must(t, st.ForgetDelivery(ctx, "github", "Ev1"))
+	if ok, err := st.RecordDelivery(ctx, "github", "Ev1", t0.Add(8*24*time.Hour), t0.Add(15*24*time.Hour)); err != nil || !ok {
+		t.Fatalf("a forgotten delivery again: new %v %v", ok, err)
+	}
 }
 
 func testChatThreads(t *testing.T, st store.Store) {
