@@ -47,7 +47,7 @@ func New() *Registry {
 		Name: "engrams_quota_refusals_total", Help: "Guest data dropped over a per-task quota, by quota.",
 	}, []string{"quota"})
 	r.egress = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "engrams_egress_events_total", Help: "DNS queries and connections of guests that hosts reported, by kind (dns, tcp, tls, http, connect; dropped: lost by the host) and verdict (allow, deny).",
+		Name: "engrams_egress_events_total", Help: "DNS queries, connections and dropped flows of guests that hosts reported, by kind (dns, tcp, tls, http, connect, udp, icmp, ip; dropped: lost by the host or over its rate there) and verdict (allow, deny).",
 	}, []string{"kind", "verdict"})
 	r.chunkCache.WithLabelValues("hit") // both results read 0 before the first read
 	r.chunkCache.WithLabelValues("miss")
