@@ -85,12 +85,12 @@ type EgressEvent struct {
 	// Host is the name the guest claimed (its query, SNI, Host header or
 	// CONNECT target) as it sent it, case kept; the address when it named
 	// none.
-	Host      string    `json:"host,omitempty"`
-	Port      uint16    `json:"port,omitempty"`
-	Verdict   string    `json:"verdict"`              // EgressAllow or EgressDeny
-	BytesUp   int64     `json:"bytes_up,omitempty"`   // guest → upstream
-	BytesDown int64     `json:"bytes_down,omitempty"` // upstream → guest
-	Reason    string    `json:"reason,omitempty"`     // why, for people
+	Host      string `json:"host,omitempty"`
+	Port      uint16 `json:"port,omitempty"`
+	Verdict   string `json:"verdict"`              // EgressAllow or EgressDeny
+	BytesUp   int64  `json:"bytes_up,omitempty"`   // guest → upstream
+	BytesDown int64  `json:"bytes_down,omitempty"` // upstream → guest
+	Reason    string `json:"reason,omitempty"`     // why, for people
 }
 
 // ErrBadEgressReport is the category of a report DecodeEgressReport refuses.
