@@ -22,8 +22,8 @@ type EgressQuery struct {
 	Limit     int // 1 to apiv1.MaxEgressPage; 0: the server's default (100)
 }
 
-// Egress reads one page of a session's egress log: every DNS query and
-// connection its guest made and what the platform decided. Host and
+// Egress reads one page of a session's egress log: every DNS query,
+// connection and dropped flow of its guest and what the platform decided. Host and
 // Reason may quote the guest: treat them as untrusted text.
 func (sc SessionClient) Egress(ctx context.Context, id string, q EgressQuery) (apiv1.EgressList, error) {
 	v := url.Values{}

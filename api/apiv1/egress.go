@@ -2,8 +2,8 @@ package apiv1
 
 import "time"
 
-// RouteEgress reads a session's egress log: every DNS query and connection
-// its guest made and what the platform decided. Newest first (?before=SEQ
+// RouteEgress reads a session's egress log: every DNS query, connection
+// and dropped flow of its guest and what the platform decided. Newest first (?before=SEQ
 // for older pages), or with ?after=SEQ oldest first after that seq
 // (following the log); ?limit= is 1 to MaxEgressPage (default 100). ->
 // EgressList.
@@ -15,10 +15,13 @@ const MaxEgressPage = 1000
 // Egress event kinds and verdicts (EgressEvent.Kind and Verdict).
 const (
 	EgressDNS     = "dns"     // a query to the session's filtering resolver
-	EgressTCP     = "tcp"     // a connection that was neither TLS nor HTTP, or refused before it said
+	EgressTCP     = "tcp"     // a connection that was neither TLS nor HTTP, or refused before it said; or a TCP flow the machine's network dropped (IPv6)
 	EgressTLS     = "tls"     // a TLS connection passed through by its SNI
 	EgressHTTP    = "http"    // a plain HTTP request
 	EgressConnect = "connect" // an HTTP CONNECT tunnel
+	EgressUDP     = "udp"     // a UDP flow the machine's network dropped (any but DNS)
+	EgressICMP    = "icmp"    // an ICMP or ICMPv6 flow the machine's network dropped
+	EgressIP      = "ip"      // a flow of another IP protocol the machine's network dropped
 	EgressDropped = "dropped" // Dropped events were not kept (over the session's rate, or lost by its host)
 
 	EgressAllow = "allow"
@@ -32,8 +35,10 @@ type EgressEvent struct {
 	Seq       int64     `json:"seq"`
 	Time      time.Time `json:"time"` // when it happened
 	Kind      string    `json:"kind"`
-	Host      string    `json:"host,omitempty"`
-	Port      int       `json:"port,omitempty"`
+	Proto     string    `json:"proto,omitempty"`   // tcp, udp, icmp, icmpv6, ...; absent in events recorded before it was
+	Addr      string    `json:"addr,omitempty"`    // the destination address the guest dialled, whatever name it claimed
+	Host      string    `json:"host,omitempty"`    // the name it claimed (query, SNI, Host, CONNECT target) as sent, case kept
+	Port      int       `json:"port,omitempty"`    // the destination port
 	Verdict   string    `json:"verdict,omitempty"` // "" for kind dropped
 	BytesUp   int64     `json:"bytes_up"`          // guest → upstream
 	BytesDown int64     `json:"bytes_down"`        // upstream → guest

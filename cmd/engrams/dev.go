@@ -204,7 +204,7 @@ func (f *devFlags) hostAgent(ctx context.Context, bs blob.Store, url, token stri
 	}
 	release = func() { closeChunks(); lock.Close() }
 	deps.Backend, deps.Logger, deps.Checkpoint, deps.DataDirLock = be.backend, log.With("component", "host"), testCheckpoint(log), lock
-	if deps.Network, err = egressNetwork(be.backend.Capabilities(), url, []string{f.listen, f.opsAddr}, f.egress, log); err != nil {
+	if deps.Network, err = egressNetwork(be.backend.Capabilities(), url, []string{f.listen, f.opsAddr}, f.egress, reg, log); err != nil {
 		release()
 		return nil, nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/engrams/engrams/internal/host"
 	"github.com/engrams/engrams/internal/host/egressnet"
 	"github.com/engrams/engrams/internal/hostlink"
+	"github.com/engrams/engrams/internal/metrics"
 	"github.com/engrams/engrams/internal/netpolicy"
 	"github.com/engrams/engrams/internal/vmm"
 	"github.com/engrams/engrams/internal/vmm/vmnet"
@@ -26,8 +27,9 @@ import (
 // nothing); nil when neither can be had (said in the log: such a host's
 // guests have no network at all). The guard refuses the host's own
 // addresses and the coordinator's and agent's ports; allow are the
-// operator's --egress-allow overrides.
-func egressNetwork(caps vmm.Capabilities, coordinatorURL string, ownAddrs []string, ef egressFlags, log *slog.Logger) (host.NetworkFunc, error) {
+// operator's --egress-allow overrides. What the paths refuse and drop is
+// counted in reg.
+func egressNetwork(caps vmm.Capabilities, coordinatorURL string, ownAddrs []string, ef egressFlags, reg *metrics.Registry, log *slog.Logger) (host.NetworkFunc, error) {
 	proxyOnly := caps.Name == apiv1.BackendProcess
 	if !caps.Network && !proxyOnly {
 		log.Info("guests get no network: the backend cannot attach one", "backend", caps.Name)
@@ -37,7 +39,7 @@ func egressNetwork(caps vmm.Capabilities, coordinatorURL string, ownAddrs []stri
 		log.Warn("guests get no network: this host cannot make network namespaces", "err", err)
 		return nil, nil
 	}
-	paths, err := egressPaths(coordinatorURL, ownAddrs, ef, log)
+	paths, err := egressPaths(coordinatorURL, ownAddrs, ef, reg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +67,7 @@ func egressNetwork(caps vmm.Capabilities, coordinatorURL string, ownAddrs []stri
 }
 
 // egressPaths builds the machines' egress paths from the operator's flags.
-func egressPaths(coordinatorURL string, ownAddrs []string, ef egressFlags, log *slog.Logger) (*egressnet.Paths, error) {
+func egressPaths(coordinatorURL string, ownAddrs []string, ef egressFlags, reg *metrics.Registry, log *slog.Logger) (*egressnet.Paths, error) {
 	allows, err := netpolicy.ParseAllowances(ef.allow)
 	if err != nil {
 		return nil, fmt.Errorf("--egress-allow: %w", err)
@@ -80,7 +82,7 @@ func egressPaths(coordinatorURL string, ownAddrs []string, ef egressFlags, log *
 		}}
 		cfg.Upstream, cfg.Guard.Resolver = r, r
 	}
-	return egressnet.New(cfg, log.With("component", "egress")), nil
+	return egressnet.New(cfg, egressnet.Deps{Logger: log.With("component", "egress"), Metrics: reg}), nil
 }
 
 // egressFlags are the operator's settings of guests' egress.

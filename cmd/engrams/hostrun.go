@@ -109,7 +109,7 @@ func (hf *hostFlags) run(ctx context.Context) error {
 	}
 	defer closeChunks()
 	deps.Backend, deps.Logger, deps.Checkpoint, deps.DataDirLock = be.backend, log, testCheckpoint(log), lock
-	if deps.Network, err = egressNetwork(be.backend.Capabilities(), hf.coordinator, []string{hf.opsAddr}, hf.egress, log); err != nil {
+	if deps.Network, err = egressNetwork(be.backend.Capabilities(), hf.coordinator, []string{hf.opsAddr}, hf.egress, reg, log); err != nil {
 		return err
 	}
 	agent, err := host.New(host.Config{CoordinatorURL: hf.coordinator, Token: token, Name: hf.name, DataDir: hf.dataDir, AgentVersion: version, Considered: be.considered, Capacity: hf.capacity}, deps)

@@ -40,7 +40,7 @@ func (s *egressRouter) listEgress(w http.ResponseWriter, r *http.Request) {
 	}
 	out := apiv1.EgressList{Events: make([]apiv1.EgressEvent, 0, len(evs))}
 	for _, e := range evs {
-		out.Events = append(out.Events, apiv1.EgressEvent{Seq: e.Seq, Time: e.At, Kind: e.Kind, Host: e.Host, Port: e.Port, Verdict: e.Verdict,
+		out.Events = append(out.Events, apiv1.EgressEvent{Seq: e.Seq, Time: e.At, Kind: e.Kind, Proto: e.Proto, Addr: e.Addr, Host: e.Host, Port: e.Port, Verdict: e.Verdict,
 			BytesUp: e.BytesUp, BytesDown: e.BytesDown, Reason: e.Reason, Dropped: e.Dropped})
 	}
 	switch {

@@ -34,6 +34,7 @@ func TestEgressRoute(t *testing.T) {
 		evs = append(evs, domain.EgressEvent{At: at.Add(time.Duration(i) * time.Second), Kind: "tls", Host: fmt.Sprintf("h%d.test", i+1), Port: 443,
 			Verdict: "allow", BytesUp: 1, BytesDown: 2, Reason: "ok"})
 	}
+	evs[3] = domain.EgressEvent{At: at.Add(3 * time.Second), Kind: "udp", Proto: "udp", Addr: "2001:db8::1", Port: 123, Verdict: "deny", Reason: "dropped"}
 	evs = append(evs, domain.EgressEvent{At: at, Kind: "dropped", Dropped: 9, Reason: "9 not kept"})
 	if _, err := a.st.AppendEgressEvents(ctx, store.EgressAppend{SessionID: sess.ID, Events: evs}); err != nil {
 		t.Fatal(err)
@@ -86,4 +87,7 @@ func TestEgressRoute(t *testing.T) {
 	rec := a.do(http.MethodGet, "/v1/sessions/s1/egress?limit=2", "", nil)
 	check(t, "fields", rec, 200, []string{`{"seq":6,"time":"2026-12-03T10:00:00Z","kind":"dropped","bytes_up":0,"bytes_down":0,"reason":"9 not kept","dropped":9}`,
 		`{"seq":5,"time":"2026-12-03T10:00:04Z","kind":"tls","host":"h5.test","port":443,"verdict":"allow","bytes_up":1,"bytes_down":2,"reason":"ok"}`}, nil)
+	rec = a.do(http.MethodGet, "/v1/sessions/s1/egress?limit=1&before=5", "", nil)
+	check(t, "a dropped flow's fields", rec, 200, []string{
+		`{"seq":4,"time":"2026-12-03T10:00:03Z","kind":"udp","proto":"udp","addr":"2001:db8::1","port":123,"verdict":"deny","bytes_up":0,"bytes_down":0,"reason":"dropped"}`}, nil)
 }

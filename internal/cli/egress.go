@@ -24,12 +24,16 @@ func (a sessionCmds) sessionEgressCmd() *cobra.Command {
 		Use:   "egress ID",
 		Short: "Print what a session's guest tried to reach, and what was allowed",
 		Long: `Print a session's egress log, newest first: every DNS query its guest sent to
-the session's filtering resolver and every connection it opened through the
+the session's filtering resolver, every connection it opened through the
 egress proxy (tls: passed through by its SNI; http: plain HTTP; connect: an
-HTTP CONNECT tunnel; tcp: anything else, or refused before it said where to),
-with the verdict, the bytes sent up and received down, and why. A dropped line
-counts events that were not kept (more than 100 a second, or lost by the
-host). A session keeps its newest 10,000 events.
+HTTP CONNECT tunnel; tcp: anything else, or refused before it said where to)
+and every flow its machine's network dropped (udp: UDP but DNS, such as QUIC
+or NTP; icmp: ping and other ICMP; tcp or udp over IPv6; ip: other IP
+protocols), with the protocol, the address the guest dialled, the name it
+claimed (as it sent it), the port, the verdict, the bytes sent up and received
+down, and why. A dropped line counts events that were not kept (over the
+session's rate on its host or at the coordinator, or lost by the host). A
+session keeps its newest 10,000 events.
 
 Host names and reasons are what the guest asked for: on a terminal they are
 shown without control characters. --json prints one JSON object per event.
@@ -89,13 +93,15 @@ type egressPrinter struct {
 	w io.Writer // through termSafe on a terminal
 }
 
-const egressLine = "%-19s  %-7s  %-32s  %5s  %-7s  %9s  %9s  %s\n"
+// egressLine's ADDR column fits an IPv4 address; a longer IPv6 one
+// pushes the rest of its line right, as a long host name does.
+const egressLine = "%-19s  %-7s  %-6s  %-15s  %-32s  %5s  %-7s  %9s  %9s  %s\n"
 
 func (p egressPrinter) header() error {
 	if p.jsonOut {
 		return nil
 	}
-	_, err := fmt.Fprintf(p.w, egressLine, "TIME", "KIND", "HOST", "PORT", "VERDICT", "UP", "DOWN", "REASON")
+	_, err := fmt.Fprintf(p.w, egressLine, "TIME", "KIND", "PROTO", "ADDR", "HOST", "PORT", "VERDICT", "UP", "DOWN", "REASON")
 	return err
 }
 
@@ -117,7 +123,7 @@ func (p egressPrinter) event(e apiv1.EgressEvent) error {
 	}
 	// One line per event: the guest's tabs and newlines would break the
 	// table; what else it sent termSafe shows inert on a terminal.
-	_, err := fmt.Fprintf(p.w, egressLine, p.when(e.Time), e.Kind, orDash(oneLine(e.Host)), port, verdict, up, down, oneLine(e.Reason))
+	_, err := fmt.Fprintf(p.w, egressLine, p.when(e.Time), e.Kind, orDash(e.Proto), orDash(e.Addr), orDash(oneLine(e.Host)), port, verdict, up, down, oneLine(e.Reason))
 	return err
 }
 

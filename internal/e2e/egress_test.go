@@ -90,6 +90,8 @@ func startAuthority(t *testing.T, addrs map[string]string) (*fakeAuthority, stri
 // through auth, with one test upstream on loopback the operator allowed.
 type egressRig struct {
 	c       *client.Client
+	url     string // the replica's
+	token   string // the user's
 	auth    *fakeAuthority
 	port    string // the upstream's
 	tlsPort string // the HTTPS upstream's (secure.test, a certificate from ca)
@@ -134,7 +136,7 @@ func startEgressRig(t *testing.T) *egressRig {
 			_ = exec.Command("kill", "-9", fmt.Sprint(pid)).Run()
 		}
 	})
-	return &egressRig{c: c, auth: auth, port: port, tlsPort: tlsPort, ca: ca, dir: dir, probe: buildTestdata(t, "netget"), host: h, restart: start}
+	return &egressRig{c: c, url: r.URL, token: creds.Token, auth: auth, port: port, tlsPort: tlsPort, ca: ca, dir: dir, probe: buildTestdata(t, "netget"), host: h, restart: start}
 }
 
 // session creates an active session with egress and netget in /tmp.

@@ -135,8 +135,13 @@ func TestDNSAnswersOnlyAllowedNamesWithUnblockedAddresses(t *testing.T) {
 				t.Errorf("exfiltration event %+v", ev)
 			}
 			ev = td.rec.waitFor(t, "for private.test", func(ev Event) bool { return ev.Host == "private.test" })
-			if ev.Verdict != Deny || !strings.Contains(ev.Reason, "2 blocked") {
-				t.Errorf("private.test event %+v, want a denial naming 2 blocked addresses", ev)
+			if ev.Verdict != Deny || !strings.Contains(ev.Reason, "2 blocked") || ev.Proto != network {
+				t.Errorf("private.test event %+v, want a denial over %s naming 2 blocked addresses", ev, network)
+			}
+			// The log has the name as the guest asked it, case kept.
+			ev = td.rec.waitFor(t, "for Allowed.Test", func(ev Event) bool { return ev.Host == "Allowed.Test" })
+			if ev.Verdict != Allow {
+				t.Errorf("Allowed.Test event %+v, want allowed", ev)
 			}
 		})
 	}

@@ -25,7 +25,10 @@ const (
 // AAAA, reaches the upstream; the answer holds only the addresses Addrs
 // passes. Every query yields one event.
 func (d *DNS) answer(ctx context.Context, raw []byte, udp bool) []byte {
-	ev := Event{Kind: KindDNS, Verdict: Deny}
+	ev := Event{Kind: KindDNS, Proto: "tcp", Verdict: Deny}
+	if udp {
+		ev.Proto = "udp"
+	}
 	resp := d.reply(ctx, raw, &ev)
 	if resp == nil {
 		d.events.Emit(ev)
@@ -80,7 +83,7 @@ func (d *DNS) reply(ctx context.Context, raw []byte, ev *Event) *dns.Msg {
 	}
 	qn := q.Question[0]
 	qtype := dns.Type(qn.Qtype).String()
-	ev.Host = strings.TrimSuffix(strings.ToLower(qn.Name), ".")
+	ev.Host = strings.TrimSuffix(qn.Name, ".") // as sent, case kept
 	switch {
 	case qn.Qclass != dns.ClassINET:
 		m.Rcode, ev.Reason = dns.RcodeRefused, "class "+dns.Class(qn.Qclass).String()
@@ -94,7 +97,6 @@ func (d *DNS) reply(ctx context.Context, raw []byte, ev *Event) *dns.Msg {
 		m.Rcode, ev.Reason = dns.RcodeNameError, qtype+": not a host name"
 		return m
 	}
-	ev.Host = name
 	if ok, why := d.names.AllowName(name, AnyPort); !ok {
 		m.Rcode, ev.Reason = dns.RcodeNameError, qtype+": "+why
 		return m

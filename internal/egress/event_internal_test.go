@@ -28,7 +28,7 @@ func TestEventsDropWhenFullAndSummarize(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		sink := &blockingSink{release: make(chan struct{})}
-		q := NewEvents(2, sink)
+		q := NewEvents(EventsConfig{Queue: 2}, EventsDeps{Sink: sink})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error)
 		go func() { done <- q.Run(ctx) }()
@@ -69,7 +69,7 @@ func TestEventsRunDeliversWhatIsQueuedAtTheEnd(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		rec := newRecorder()
-		q := NewEvents(4, rec)
+		q := NewEvents(EventsConfig{Queue: 4}, EventsDeps{Sink: rec})
 		q.Emit(Event{Kind: KindTLS, Host: "x"})
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()

@@ -157,7 +157,7 @@ func (r *recorder) waitFor(t *testing.T, what string, match func(Event) bool) Ev
 func runEvents(t testing.TB) (*Events, *recorder) {
 	t.Helper()
 	rec := newRecorder()
-	ev := NewEvents(0, rec)
+	ev := NewEvents(EventsConfig{}, EventsDeps{Sink: rec})
 	runBackground(t, ev.Run)
 	return ev, rec
 }

@@ -59,7 +59,7 @@ func (p *Proxy) serveHTTP(ctx context.Context, pc *proxyConn) {
 	case form == absoluteForm:
 		p.openHTTP(ctx, pc, rh, raw, &stream{want: dest, absolute: true, placeholder: p.cfg.PlaceholderPrefix})
 	default:
-		port, err := p.origPort(pc.client.Conn)
+		port, err := pc.origPort()
 		if err != nil {
 			pc.refuseFirst(&refusal{status: http.StatusBadRequest, reason: err.Error()})
 			return
@@ -90,7 +90,7 @@ func (pc *proxyConn) readRequest() (*reqHead, []byte, error) {
 // openHTTP checks a plain HTTP connection's first request, dials its
 // destination and forwards its requests, each checked.
 func (p *Proxy) openHTTP(ctx context.Context, pc *proxyConn, rh *reqHead, raw []byte, s *stream) {
-	pc.ev.Host, pc.ev.Port = s.want.host, s.want.port
+	pc.ev.Host, pc.ev.Port = s.want.named(), s.want.port
 	fwd, ref := s.check(rh, raw)
 	if ref != nil {
 		pc.refuseFirst(ref)
@@ -113,7 +113,7 @@ func (p *Proxy) openHTTP(ctx context.Context, pc *proxyConn, rh *reqHead, raw []
 // checks what goes through it: TLS whose SNI is the CONNECT host (none
 // only for an IP literal), or plain HTTP whose every Host is.
 func (p *Proxy) serveConnect(ctx context.Context, pc *proxyConn, rh *reqHead, dest hostPort) {
-	pc.ev.Kind, pc.ev.Host, pc.ev.Port = KindConnect, dest.host, dest.port
+	pc.ev.Kind, pc.ev.Host, pc.ev.Port = KindConnect, dest.named(), dest.port
 	if rh.contentLength > 0 || rh.chunked {
 		pc.refuseFirst(&refusal{status: http.StatusBadRequest, reason: "CONNECT with a body"})
 		return

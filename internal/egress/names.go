@@ -53,6 +53,15 @@ type hostPort struct {
 	host string
 	port uint16
 	ip   bool
+	sent string // host as the guest wrote it (case kept), for the log; "" when host is all there is
+}
+
+// named is the host as the guest named it, for the log.
+func (hp hostPort) named() string {
+	if hp.sent != "" {
+		return hp.sent
+	}
+	return hp.host
 }
 
 // String is host:port as a Dialer takes it.
@@ -119,7 +128,7 @@ func parseAuthority(s string, defPort uint16, needPort bool) (hostPort, bool) {
 	if !ok {
 		return hostPort{}, false
 	}
-	hp.host = name
+	hp.host, hp.sent = name, host
 	return hp, true
 }
 

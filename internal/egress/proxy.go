@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -121,6 +122,8 @@ type proxyConn struct {
 	upBytes  atomic.Int64  // guest → upstream
 	dnBytes  atomic.Int64  // upstream → guest
 	ev       Event
+	orig     netip.AddrPort // where the guest dialled (OriginalDst); invalid when unknown
+	origErr  error          // why orig is unknown
 	stopUp   func() bool
 	downDone chan struct{}
 }
@@ -129,8 +132,9 @@ type proxyConn struct {
 // request: CONNECT, absolute-form or origin-form) and serves it. One
 // event tells how it went.
 func (p *Proxy) serve(ctx context.Context, c net.Conn) {
-	pc := &proxyConn{p: p, ev: Event{Kind: KindTCP, Verdict: Deny}}
+	pc := &proxyConn{p: p, ev: Event{Kind: KindTCP, Proto: "tcp", Verdict: Deny}}
 	pc.act.touch()
+	pc.dialled(c)
 	pc.client = &idleConn{Conn: c, idle: p.cfg.IdleTimeout, act: &pc.act}
 	pc.br = bufio.NewReaderSize(pc.client, maxPeekBytes)
 	stop := context.AfterFunc(ctx, func() { c.Close() })
@@ -161,20 +165,20 @@ func (p *Proxy) serve(ctx context.Context, c net.Conn) {
 // port the guest dialled.
 func (p *Proxy) serveTLS(ctx context.Context, pc *proxyConn) {
 	pc.ev.Kind = KindTLS
-	port, err := p.origPort(pc.client.Conn)
+	port, err := pc.origPort()
 	if err != nil {
 		pc.denyTLS(err.Error())
 		return
 	}
-	pc.ev.Port = port
 	hello, err := peekClientHello(pc.br)
 	if err != nil {
+		pc.ev.Host = hello.sent
 		pc.denyTLS(describe(err))
 		return
 	}
 	pc.client.hard = time.Time{}
 	dest := hostPort{host: hello.sni, port: port}
-	pc.ev.Host = dest.host
+	pc.ev.Host = hello.sent
 	ok, why := p.names.AllowName(dest.host, dest.port)
 	if !ok {
 		pc.denyTLS(why)
@@ -213,19 +217,34 @@ func (pc *proxyConn) dialTLS(ctx context.Context, dest hostPort, why *string) er
 	return err
 }
 
+// dialled learns where the guest dialled c (OriginalDst) and puts it in
+// the event: the address, whatever name the guest claims later, and the
+// port, so a connection refused before it says anything is recorded with
+// both.
+func (pc *proxyConn) dialled(c net.Conn) {
+	if pc.p.origDst == nil {
+		pc.origErr = errors.New("not a proxy request, and no original destination to go by")
+		return
+	}
+	ap, err := pc.p.origDst(c)
+	switch {
+	case err != nil:
+		pc.origErr = fmt.Errorf("original destination: %w", err)
+		return
+	case !ap.Addr().IsValid() || ap.Port() == 0:
+		pc.origErr = errors.New("original destination: no address and port")
+		return
+	}
+	pc.orig = netip.AddrPortFrom(ap.Addr().WithZone("").Unmap(), ap.Port())
+	pc.ev.Addr, pc.ev.Port = pc.orig.Addr().String(), pc.orig.Port()
+}
+
 // origPort is the port a transparent connection was made to.
-func (p *Proxy) origPort(c net.Conn) (uint16, error) {
-	if p.origDst == nil {
-		return 0, errors.New("not a proxy request, and no original destination to go by")
+func (pc *proxyConn) origPort() (uint16, error) {
+	if pc.origErr != nil {
+		return 0, pc.origErr
 	}
-	ap, err := p.origDst(c)
-	if err != nil {
-		return 0, fmt.Errorf("original destination: %w", err)
-	}
-	if ap.Port() == 0 {
-		return 0, errors.New("original destination: no port")
-	}
-	return ap.Port(), nil
+	return pc.orig.Port(), nil
 }
 
 // dial connects to dest by name through the Dialer; the upstream is

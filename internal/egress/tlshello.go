@@ -38,7 +38,8 @@ const (
 
 // clientHello is what the proxy needs of a ClientHello.
 type clientHello struct {
-	sni string // normalized; "" when the hello names none
+	sni  string // normalized; "" when the hello names none
+	sent string // the name as the guest sent it (case kept), for the log; set even when refused as no host name
 }
 
 // peekClientHello reads the ClientHello at the start of br without
@@ -132,11 +133,11 @@ func parseClientHello(msg []byte) (clientHello, error) {
 		case extECH:
 			return clientHello{}, errECH
 		case extServerName:
-			sni, err := parseServerName(data)
+			sni, sent, err := parseServerName(data)
 			if err != nil {
-				return clientHello{}, err
+				return clientHello{sent: sent}, err
 			}
-			hello.sni = sni
+			hello.sni, hello.sent = sni, sent
 		}
 	}
 	if hello.sni == "" {
@@ -146,33 +147,33 @@ func parseClientHello(msg []byte) (clientHello, error) {
 }
 
 // parseServerName parses a server_name extension's body: exactly one
-// host_name, a host name (not an IP literal).
-func parseServerName(data cryptobyte.String) (string, error) {
+// host_name, a host name (not an IP literal). It returns the name
+// normalized and as sent (the latter also with errBadSNI).
+func parseServerName(data cryptobyte.String) (sni, sent string, err error) {
 	var list cryptobyte.String
 	if !data.ReadUint16LengthPrefixed(&list) || !data.Empty() || list.Empty() {
-		return "", errHelloMalformed
+		return "", "", errHelloMalformed
 	}
-	var sni string
 	for !list.Empty() {
 		var typ uint8
 		var name cryptobyte.String
 		if !list.ReadUint8(&typ) || !list.ReadUint16LengthPrefixed(&name) {
-			return "", errHelloMalformed
+			return "", "", errHelloMalformed
 		}
 		if typ != nameTypeHostName {
 			continue
 		}
 		if sni != "" {
-			return "", errHelloMalformed
+			return "", "", errHelloMalformed
 		}
 		n, ok := hostName(string(name))
 		if !ok || len(name) == 0 || name[len(name)-1] == '.' {
-			return "", errBadSNI
+			return "", string(name), errBadSNI
 		}
-		sni = n
+		sni, sent = n, string(name)
 	}
 	if sni == "" {
-		return "", errNoSNI
+		return "", "", errNoSNI
 	}
-	return sni, nil
+	return sni, sent, nil
 }

@@ -200,7 +200,7 @@ func row(e hostlink.EgressEvent, now time.Time) domain.EgressEvent {
 	if at.IsZero() || at.After(now) || at.Year() < 2000 {
 		at = now
 	}
-	return domain.EgressEvent{At: at, Kind: e.Kind, Host: e.Host, Port: int(e.Port), Verdict: e.Verdict,
+	return domain.EgressEvent{At: at, Kind: e.Kind, Proto: e.Proto, Addr: e.Addr, Host: e.Host, Port: int(e.Port), Verdict: e.Verdict,
 		BytesUp: e.BytesUp, BytesDown: e.BytesDown, Reason: e.Reason}
 }
 

@@ -202,7 +202,8 @@ func batch(n int, ev hostlink.EgressEvent) []hostlink.EgressEvent {
 func TestReportFenced(t *testing.T) {
 	t.Parallel()
 	good := hostlink.EgressReport{Epoch: 4, Events: []hostlink.EgressEvent{tlsEvent("pypi.org", t0.Add(-time.Second)),
-		{At: t0.Add(-time.Second), Kind: hostlink.EgressDNS, Host: "evil.test", Port: 53, Verdict: hostlink.EgressDeny, Reason: "not on the allowlist"}}}
+		{At: t0.Add(-time.Second), Kind: hostlink.EgressDNS, Host: "evil.test", Port: 53, Verdict: hostlink.EgressDeny, Reason: "not on the allowlist"},
+		{At: t0.Add(-time.Second), Kind: hostlink.EgressUDP, Proto: "udp", Addr: "1.2.3.4", Port: 123, Verdict: hostlink.EgressDeny, Reason: "dropped"}}}
 	tests := []struct {
 		name string
 		host domain.HostID
@@ -234,12 +235,13 @@ func TestReportFenced(t *testing.T) {
 		t.Fatalf("good report: %d %s", got, body)
 	}
 	rows := e.st.stored(active.ID)
-	if len(rows) != 2 {
-		t.Fatalf("stored %d rows, want 2", len(rows))
+	if len(rows) != 3 {
+		t.Fatalf("stored %d rows, want 3", len(rows))
 	}
 	want := []domain.EgressEvent{
 		{SessionID: active.ID, Seq: 1, At: t0.Add(-time.Second), Kind: "tls", Host: "pypi.org", Port: 443, Verdict: "allow", BytesUp: 100, BytesDown: 2000, Reason: "allowed: pypi.org", CreatedAt: t0},
 		{SessionID: active.ID, Seq: 2, At: t0.Add(-time.Second), Kind: "dns", Host: "evil.test", Port: 53, Verdict: "deny", Reason: "not on the allowlist", CreatedAt: t0},
+		{SessionID: active.ID, Seq: 3, At: t0.Add(-time.Second), Kind: "udp", Proto: "udp", Addr: "1.2.3.4", Port: 123, Verdict: "deny", Reason: "dropped", CreatedAt: t0},
 	}
 	if fmt.Sprint(rows) != fmt.Sprint(want) {
 		t.Errorf("stored\n%+v\nwant\n%+v", rows, want)
@@ -247,7 +249,7 @@ func TestReportFenced(t *testing.T) {
 	if a := e.st.appends[0]; a.Epoch != 4 || a.Keep != 10_000 {
 		t.Errorf("append fenced at epoch %d keeping %d, want 4 and 10000", a.Epoch, a.Keep)
 	}
-	if e.met.get("tls/allow") != 1 || e.met.get("dns/deny") != 1 {
+	if e.met.get("tls/allow") != 1 || e.met.get("dns/deny") != 1 || e.met.get("udp/deny") != 1 {
 		t.Errorf("metrics = %v", e.met.n)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -68,7 +69,19 @@ func TestDecodeEgressReport(t *testing.T) {
 			want: hostlink.EgressReport{Epoch: 1, Events: events(hostlink.MaxEgressEvents, ok)}},
 		{name: "too many events", body: report(t, hostlink.EgressReport{Epoch: 1, Events: events(hostlink.MaxEgressEvents+1, ok)}),
 			wantErr: "257 events, at most 256"},
-		{name: "unknown kind", body: []byte(`{"epoch":1,"events":[{"kind":"udp","verdict":"allow"}]}`), wantErr: `events[0]: kind "udp"`},
+		{name: "dropped flows", body: []byte(`{"epoch":1,"events":[{"kind":"udp","proto":"udp","addr":"1.2.3.4","port":123,"verdict":"deny"},` +
+			`{"kind":"icmp","proto":"icmpv6","addr":"2001:DB8::1","verdict":"deny"},{"kind":"ip","proto":"47","addr":"::ffff:10.0.0.1","verdict":"deny"},` +
+			`{"kind":"tcp","proto":"tcp","addr":"169.254.169.254","host":"X.Example","port":80,"verdict":"deny"}]}`),
+			want: hostlink.EgressReport{Epoch: 1, Events: []hostlink.EgressEvent{
+				{Kind: "udp", Proto: "udp", Addr: "1.2.3.4", Port: 123, Verdict: "deny"},
+				{Kind: "icmp", Proto: "icmpv6", Addr: "2001:db8::1", Verdict: "deny"},
+				{Kind: "ip", Proto: "47", Addr: "::ffff:10.0.0.1", Verdict: "deny"},
+				{Kind: "tcp", Proto: "tcp", Addr: "169.254.169.254", Host: "X.Example", Port: 80, Verdict: "deny"}}}},
+		{name: "unknown kind", body: []byte(`{"epoch":1,"events":[{"kind":"smtp","verdict":"allow"}]}`), wantErr: `events[0]: kind "smtp"`},
+		{name: "address that is none", body: []byte(`{"epoch":1,"events":[{"kind":"udp","verdict":"deny","addr":"evil.test"}]}`), wantErr: `addr "evil.test"`},
+		{name: "zoned address", body: []byte(`{"epoch":1,"events":[{"kind":"udp","verdict":"deny","addr":"fe80::1%eth0"}]}`), wantErr: `addr "fe80::1%eth0"`},
+		{name: "protocol that is no name", body: []byte(`{"epoch":1,"events":[{"kind":"udp","verdict":"deny","proto":"UDP\u001b"}]}`), wantErr: `proto "UDP\x1b"`},
+		{name: "protocol too long", body: []byte(`{"epoch":1,"events":[{"kind":"udp","verdict":"deny","proto":"` + strings.Repeat("u", 17) + `"}]}`), wantErr: "proto"},
 		{name: "dropped kind is the coordinator's", body: []byte(`{"epoch":1,"events":[{"kind":"dropped","verdict":"allow"}]}`), wantErr: `kind "dropped"`},
 		{name: "unknown verdict", body: []byte(`{"epoch":1,"events":[{"kind":"dns","verdict":"maybe"}]}`), wantErr: `verdict "maybe"`},
 		{name: "no verdict", body: []byte(`{"epoch":1,"events":[{"kind":"dns"}]}`), wantErr: `verdict ""`},
@@ -115,6 +128,7 @@ func FuzzDecodeEgressReport(f *testing.F) {
 	f.Add([]byte(`{"epoch":1,"events":[{"at":"2026-12-03T10:00:00Z","kind":"tls","host":"pypi.org","port":443,"verdict":"allow","bytes_up":1,"bytes_down":2,"reason":"ok"}],"dropped":3}`))
 	f.Add([]byte(`{"epoch":1,"events":[{"kind":"dns","verdict":"deny","host":"\u0000\udc00\u00e9","reason":"\u001b]52;c;x\u0007"}]}`))
 	f.Add([]byte(`{"epoch":-1,"events":null,"dropped":0}`))
+	f.Add([]byte(`{"epoch":1,"events":[{"kind":"icmp","proto":"icmpv6","addr":"::FFFF:1.2.3.4","verdict":"deny"}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		rep, err := hostlink.DecodeEgressReport(bytes.NewReader(body))
 		if err != nil {
@@ -130,10 +144,13 @@ func FuzzDecodeEgressReport(f *testing.F) {
 			if e.Check() != nil || e.BytesUp < 0 || e.BytesDown < 0 {
 				t.Fatalf("accepted %+v", e)
 			}
+			if a, err := netip.ParseAddr(e.Addr); e.Addr != "" && (err != nil || a.String() != e.Addr) {
+				t.Fatalf("accepted address %q", e.Addr)
+			}
 			for _, s := range []struct {
 				v string
 				n int
-			}{{e.Host, hostlink.MaxEgressHost}, {e.Reason, hostlink.MaxEgressReason}} {
+			}{{e.Host, hostlink.MaxEgressHost}, {e.Reason, hostlink.MaxEgressReason}, {e.Proto, hostlink.MaxEgressProto}} {
 				if len(s.v) > s.n || !utf8.ValidString(s.v) || strings.ContainsRune(s.v, 0) {
 					t.Fatalf("accepted text %q (bound %d)", s.v, s.n)
 				}

@@ -21,6 +21,7 @@ type Registry struct {
 	guestBound *prometheus.CounterVec
 	quota      *prometheus.CounterVec
 	egress     *prometheus.CounterVec
+	denied     *prometheus.CounterVec
 }
 
 // New returns a registry with the engrams_ families and the Go runtime's
@@ -47,11 +48,14 @@ func New() *Registry {
 		Name: "engrams_quota_refusals_total", Help: "Guest data dropped over a per-task quota, by quota.",
 	}, []string{"quota"})
 	r.egress = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "engrams_egress_events_total", Help: "DNS queries and connections of guests that hosts reported, by kind (dns, tcp, tls, http, connect; dropped: lost by the host) and verdict (allow, deny).",
+		Name: "engrams_egress_events_total", Help: "DNS queries, connections and dropped flows of guests that hosts reported, by kind (dns, tcp, tls, http, connect, udp, icmp, ip; dropped: lost by the host or over its rate there) and verdict (allow, deny).",
 	}, []string{"kind", "verdict"})
+	r.denied = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "engrams_egress_denied_total", Help: "Queries, connections and flows of guests this host's egress paths refused or its machines' networks dropped, by kind (dns, tcp, tls, http, connect, udp, icmp, ip), counted where they happen, before the per-session rate limit.",
+	}, []string{"kind"})
 	r.chunkCache.WithLabelValues("hit") // both results read 0 before the first read
 	r.chunkCache.WithLabelValues("miss")
-	r.reg.MustRegister(r.opSeconds, r.uploaded, r.chunkCache, r.hostLinks, r.guestBound, r.quota, r.egress,
+	r.reg.MustRegister(r.opSeconds, r.uploaded, r.chunkCache, r.hostLinks, r.guestBound, r.quota, r.egress, r.denied,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return r
 }
@@ -133,4 +137,13 @@ func (r *Registry) EgressEvents(kind, verdict string, n int) {
 		return
 	}
 	r.egress.WithLabelValues(kind, verdict).Add(float64(n))
+}
+
+// EgressDenied counts one query, connection or flow of a guest that this
+// host's egress path refused or dropped, by kind.
+func (r *Registry) EgressDenied(kind string) {
+	if r == nil {
+		return
+	}
+	r.denied.WithLabelValues(kind).Inc()
 }

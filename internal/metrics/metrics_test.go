@@ -20,6 +20,8 @@ func TestFamiliesMoveAndServe(t *testing.T) {
 	r.QuotaRefused("events")
 	r.EgressEvents("tls", "allow", 3)
 	r.EgressEvents("dns", "deny", 0)
+	r.EgressDenied("icmp")
+	r.EgressDenied("icmp")
 	rec := httptest.NewRecorder()
 	r.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body, _ := io.ReadAll(rec.Body)
@@ -32,6 +34,7 @@ func TestFamiliesMoveAndServe(t *testing.T) {
 		`engrams_guest_bound_exceeded_total{bound="event_line"} 1`,
 		`engrams_quota_refusals_total{quota="events"} 1`,
 		`engrams_egress_events_total{kind="tls",verdict="allow"} 3`,
+		`engrams_egress_denied_total{kind="icmp"} 2`,
 		`go_goroutines`,
 	} {
 		if !strings.Contains(string(body), want) {
@@ -53,6 +56,7 @@ func TestNilRecordsNothing(t *testing.T) {
 	r.GuestBoundExceeded("x")
 	r.QuotaRefused("x")
 	r.EgressEvents("dns", "deny", 1)
+	r.EgressDenied("udp")
 	if err := r.Register(nil); err != nil {
 		t.Fatal(err)
 	}

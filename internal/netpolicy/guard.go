@@ -31,7 +31,9 @@ type GuardConfig struct {
 	// BlockedPorts.
 	Allow []Allowance
 	// Blocked are this deployment's own addresses (the host's), refused
-	// like a blocked range unless allowed.
+	// like a blocked range unless allowed, in every form: an IPv6 address
+	// that reaches one of them (IPv4-mapped, SIIT, NAT64 64:ff9b::/96,
+	// 6to4 2002::/16, a Teredo client) is judged as that address.
 	Blocked []netip.Prefix
 	// BlockedPorts are this deployment's own listeners (the coordinator's,
 	// the host agent's): refused on every address that is not public (a
@@ -78,8 +80,7 @@ func (g *Guard) check(ap netip.AddrPort, nameAllowed bool) error {
 		return &BlockedError{Addr: ap, Reason: "not an address and port"}
 	}
 	j := judge(addr)
-	bare := addr.WithZone("").Unmap()
-	own := slices.ContainsFunc(g.cfg.Blocked, func(p netip.Prefix) bool { return p.Contains(bare) })
+	own := g.own(addr.WithZone("").Unmap()) || (j.v4.IsValid() && g.own(j.v4))
 	switch {
 	case j.final:
 		return &BlockedError{Addr: ap, Reason: j.reason}
@@ -93,6 +94,14 @@ func (g *Guard) check(ap netip.AddrPort, nameAllowed bool) error {
 		return &BlockedError{Addr: ap, Reason: j.reason}
 	}
 	return nil
+}
+
+// own reports whether addr is one of this deployment's own addresses
+// (Blocked). check asks it of the address dialled and of the IPv4 address
+// an IPv6 form of it reaches (mapped, SIIT, NAT64, 6to4, Teredo), so no
+// form of a host's address gets past it.
+func (g *Guard) own(addr netip.Addr) bool {
+	return slices.ContainsFunc(g.cfg.Blocked, func(p netip.Prefix) bool { return p.Contains(addr) })
 }
 
 // CheckHost judges host and port without resolving anything: an IP

@@ -133,6 +133,60 @@ func TestCheckAddr(t *testing.T) {
 	}
 }
 
+// TestCheckAddrOwnForms: every form of the host's own address, IPv4 or
+// an IPv6 one that reaches it (mapped, SIIT, NAT64, 6to4, Teredo), is
+// refused as one of the deployment's addresses; an operator's allowance
+// of its prefix lifts that, never its own ports.
+func TestCheckAddrOwnForms(t *testing.T) {
+	t.Parallel()
+	own := []netip.Prefix{netip.MustParsePrefix("203.0.113.7/32"), netip.MustParsePrefix("2001:db8:5::7/128")}
+	strict := NewGuard(GuardConfig{Blocked: own, BlockedPorts: []uint16{7700}})
+	lifted := NewGuard(GuardConfig{Blocked: own, BlockedPorts: []uint16{7700}, Allow: mustAllow(t, "203.0.113.0/24")})
+	// 203.0.113.7 is cb00:7107; a Teredo address carries it inverted
+	// (34ff:8ef8) after its server's address and flags.
+	forms := []struct{ name, addr string }{
+		{"plain", "203.0.113.7"},
+		{"IPv4-mapped", "::ffff:203.0.113.7"},
+		{"SIIT", "::ffff:0:cb00:7107"},
+		{"NAT64", "64:ff9b::cb00:7107"},
+		{"NAT64, dotted", "64:ff9b::203.0.113.7"},
+		{"6to4", "2002:cb00:7107::1"},
+		{"6to4, another subnet and host", "2002:cb00:7107:ffff:1:2:3:4"},
+		{"Teredo", "2001:0:4136:e378:8000:63bf:34ff:8ef8"},
+		{"Teredo, another server", "2001:0:c000:201:0:f227:34ff:8ef8"},
+	}
+	for _, f := range forms {
+		t.Run(f.name, func(t *testing.T) {
+			t.Parallel()
+			a := netip.MustParseAddr(f.addr)
+			for _, tt := range []struct {
+				g      *Guard
+				port   uint16
+				reason string
+			}{
+				{strict, 443, "one of this deployment's own addresses"},
+				{strict, 7700, "port 7700 of this deployment's own services"},
+				{lifted, 443, ""},
+				{lifted, 7700, "port 7700 of this deployment's own services"},
+			} {
+				err := tt.g.CheckAddr(netip.AddrPortFrom(a, tt.port))
+				if tt.reason == "" && err != nil || tt.reason != "" && (!errors.Is(err, ErrBlocked) || !strings.Contains(err.Error(), tt.reason)) {
+					t.Errorf("CheckAddr(%s port %d): %v, want %q", f.addr, tt.port, err, tt.reason)
+				}
+			}
+		})
+	}
+	// Neighbours of the host's address in the same forms are public.
+	for _, a := range []string{"203.0.113.8", "64:ff9b::cb00:7108", "2002:cb00:7108::1", "2001:0:4136:e378:8000:63bf:34ff:8ef7", "2001:db8:5::8"} {
+		if err := strict.CheckAddr(netip.AddrPortFrom(netip.MustParseAddr(a), 443)); err != nil {
+			t.Errorf("CheckAddr(%s): %v, want allowed (not the host's address)", a, err)
+		}
+	}
+	if err := strict.CheckAddr(netip.MustParseAddrPort("[2001:db8:5::7]:443")); err == nil || !strings.Contains(err.Error(), "own addresses") {
+		t.Errorf("the host's IPv6 address: %v, want refused", err)
+	}
+}
+
 func TestCheckHost(t *testing.T) {
 	t.Parallel()
 	strict := NewGuard(GuardConfig{BlockedPorts: []uint16{7700}})
@@ -181,6 +235,7 @@ func TestDialContext(t *testing.T) {
 		"flaky.example":   {{"93.184.216.34", "93.184.216.35"}},
 		"lan.example":     {{"10.0.0.5"}},
 		"own.example":     {{"10.0.0.5"}},
+		"host64.example":  {{"64:ff9b::cb00:7107", "2002:cb00:7107::1", "::ffff:203.0.113.7"}},
 	}}
 	tests := []struct {
 		name     string
@@ -209,6 +264,8 @@ func TestDialContext(t *testing.T) {
 		{name: "allowed name on an own port", cfg: GuardConfig{Allow: mustAllow(t, "own.example"), BlockedPorts: []uint16{7700}},
 			hostport: "own.example:7700", err: "own services"},
 		{name: "allowed prefix", cfg: GuardConfig{Allow: mustAllow(t, "10.0.0.0/24")}, hostport: "private.example:443", want: []string{"10.0.0.5:443"}},
+		{name: "a name at the host's own address in its NAT64, 6to4 and mapped forms", cfg: GuardConfig{Blocked: []netip.Prefix{netip.MustParsePrefix("203.0.113.7/32")}},
+			hostport: "host64.example:443", err: "host64.example resolves only to blocked addresses: [64:ff9b::cb00:7107]:443 is one of this deployment's own addresses"},
 		{name: "bad network", network: "unix", hostport: "mixed.example:443", err: "not tcp or udp"},
 		{name: "named port", hostport: "mixed.example:https", err: "not 1 to 65535"},
 		{name: "no port", hostport: "mixed.example", err: "missing port"},

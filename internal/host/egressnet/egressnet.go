@@ -27,6 +27,13 @@ type Config struct {
 	Upstream egress.Upstream
 	Proxy    egress.ProxyConfig
 	DNS      egress.DNSConfig
+	Events   egress.EventsConfig
+}
+
+// Deps are what every path logs and counts with.
+type Deps struct {
+	Logger  *slog.Logger   // nil: discarded
+	Metrics egress.Metrics // nil: nothing counted
 }
 
 // Sink takes one machine's events for the coordinator and posts them
@@ -42,17 +49,23 @@ type Paths struct {
 	cfg   Config
 	guard *netpolicy.Guard
 	log   *slog.Logger
+	met   egress.Metrics
 }
 
-// New returns Paths; log may be nil.
-func New(cfg Config, log *slog.Logger) *Paths {
+// New returns Paths.
+func New(cfg Config, deps Deps) *Paths {
 	if cfg.Upstream == nil {
 		cfg.Upstream = net.DefaultResolver
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	if deps.Logger == nil {
+		deps.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Paths{cfg: cfg, guard: netpolicy.NewGuard(cfg.Guard), log: log}
+	return &Paths{cfg: cfg, guard: netpolicy.NewGuard(cfg.Guard), log: deps.Logger, met: deps.Metrics}
+}
+
+// events is a machine's event queue in front of sink.
+func (p *Paths) events(sink Sink) *egress.Events {
+	return egress.NewEvents(p.cfg.Events, egress.EventsDeps{Sink: sinkAdapter{sink}, Metrics: p.met})
 }
 
 // Path is one machine's running egress path.
@@ -127,7 +140,7 @@ func (p *Paths) start(pa *Path, sid string, policy *netpolicy.Policy, b *brokere
 		return fmt.Errorf("egress resolver of session %s: %w", sid, err)
 	}
 	log := p.log.With("session_id", sid)
-	events := egress.NewEvents(0, sinkAdapter{sink})
+	events := p.events(sink)
 	dnsCfg := p.cfg.DNS
 	dnsCfg.IPv4Only = true // vmnet gives the guest no IPv6
 	dns, err := egress.NewDNS(dnsCfg, egress.DNSDeps{UDP: udp, TCP: tcp, Names: policy, Upstream: b.upstream(p.cfg.Upstream),
@@ -142,7 +155,14 @@ func (p *Paths) start(pa *Path, sid string, policy *netpolicy.Policy, b *brokere
 	if err != nil {
 		return fmt.Errorf("egress proxy of session %s: %w", sid, err)
 	}
-	pa.stages = startStages(log, []func(context.Context) error{dns.Run, proxy.Run}, events, sink)
+	servers := []func(context.Context) error{dns.Run, proxy.Run}
+	if dl, err := n.Drops(); err != nil {
+		log.Warn("the packets this machine's network drops go unrecorded", "err", err)
+	} else {
+		rec := newDropRecorder(events)
+		servers = append(servers, func(ctx context.Context) error { return runDrops(ctx, dl, rec) })
+	}
+	pa.stages = startStages(log, servers, events, sink)
 	return nil
 }
 
@@ -163,7 +183,7 @@ func (a sinkAdapter) Record(_ context.Context, ev egress.Event) {
 		a.s.Lost(ev.Dropped)
 		return
 	}
-	a.s.Record(hostlink.EgressEvent{At: ev.Time, Kind: string(ev.Kind), Host: ev.Host, Port: ev.Port,
+	a.s.Record(hostlink.EgressEvent{At: ev.Time, Kind: string(ev.Kind), Proto: ev.Proto, Addr: ev.Addr, Host: ev.Host, Port: ev.Port,
 		Verdict: string(ev.Verdict), BytesUp: ev.BytesUp, BytesDown: ev.BytesDown, Reason: ev.Reason})
 }
 

@@ -43,7 +43,7 @@ func TestAnswerCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := netpolicy.NewGuard(netpolicy.GuardConfig{Allow: allow})
+	g := netpolicy.NewGuard(netpolicy.GuardConfig{Allow: allow, Blocked: []netip.Prefix{netip.MustParsePrefix("203.0.113.7/32")}})
 	tests := []struct {
 		addr  string
 		ports []uint16
@@ -54,6 +54,12 @@ func TestAnswerCheck(t *testing.T) {
 		{"127.0.0.1:443", []uint16{8080}, true}, // the policy names the allowed port
 		{"127.0.0.1:443", []uint16{9090}, false},
 		{"10.0.0.5:443", []uint16{8080}, false},
+		// The host's own address, in any form, is never answered.
+		{"203.0.113.7:443", []uint16{80}, false},
+		{"[64:ff9b::cb00:7107]:443", []uint16{80}, false},
+		{"[2002:cb00:7107::1]:443", []uint16{80}, false},
+		{"[2001:0:4136:e378:8000:63bf:34ff:8ef8]:443", []uint16{80}, false},
+		{"[64:ff9b::cb00:7108]:443", []uint16{80}, true},
 	}
 	for _, tt := range tests {
 		err := answerCheck{guard: g, ports: tt.ports}.CheckAddr(netip.MustParseAddrPort(tt.addr))

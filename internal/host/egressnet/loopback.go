@@ -39,7 +39,7 @@ func (p *Paths) MakeProxyOnly(_ context.Context, sid string, m Machine) (*ProxyO
 		return nil, fmt.Errorf("egress proxy of session %s: %w", sid, err)
 	}
 	log := p.log.With("session_id", sid)
-	events := egress.NewEvents(0, sinkAdapter{m.Sink})
+	events := p.events(m.Sink)
 	cfg := p.cfg.Proxy
 	cfg.PlaceholderPrefix = domain.PlaceholderPrefix
 	proxy, err := egress.NewProxy(cfg, egress.ProxyDeps{Listener: ln, Names: policy, Dialer: p.guard, Events: events, Logger: log})

@@ -39,7 +39,7 @@ func TestProxyOnlyServesTheAllowlist(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, port, _ := net.SplitHostPort(hostPort)
-	paths := New(Config{Guard: netpolicy.GuardConfig{Allow: allow, Resolver: loopbackNames{}}}, nil)
+	paths := New(Config{Guard: netpolicy.GuardConfig{Allow: allow, Resolver: loopbackNames{}}}, Deps{})
 	s := &sink{}
 	po, err := paths.MakeProxyOnly(t.Context(), "s1", Machine{Allow: []string{"allowed.test:" + port}, Sink: s})
 	if err != nil {

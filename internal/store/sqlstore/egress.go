@@ -8,13 +8,13 @@ import (
 	"github.com/engrams/engrams/internal/store"
 )
 
-const egressCols = `session_id, seq, at, kind, host, port, verdict, bytes_up, bytes_down, reason, dropped, created_at`
+const egressCols = `session_id, seq, at, kind, host, port, verdict, bytes_up, bytes_down, reason, dropped, created_at, proto, addr`
 
 func scanEgress(r scanner) (domain.EgressEvent, error) {
 	var e domain.EgressEvent
 	var at, created int64
 	if err := r.Scan(&e.SessionID, &e.Seq, &at, &e.Kind, &e.Host, &e.Port, &e.Verdict, &e.BytesUp, &e.BytesDown,
-		&e.Reason, &e.Dropped, &created); err != nil {
+		&e.Reason, &e.Dropped, &created, &e.Proto, &e.Addr); err != nil {
 		return domain.EgressEvent{}, err
 	}
 	e.At, e.CreatedAt = fromMicros(at), fromMicros(created)
@@ -47,8 +47,8 @@ func (s *Store) AppendEgressEvents(ctx context.Context, a store.EgressAppend) (i
 		for _, e := range a.Events {
 			seq++
 			if _, err := tx.ExecContext(ctx, `INSERT INTO egress_events (`+egressCols+`)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`, a.SessionID, seq, micros(e.At), e.Kind, e.Host, e.Port,
-				e.Verdict, e.BytesUp, e.BytesDown, e.Reason, e.Dropped, at); err != nil {
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`, a.SessionID, seq, micros(e.At), e.Kind, e.Host, e.Port,
+				e.Verdict, e.BytesUp, e.BytesDown, e.Reason, e.Dropped, at, e.Proto, e.Addr); err != nil {
 				return err
 			}
 		}

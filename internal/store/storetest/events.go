@@ -152,10 +152,15 @@ var egressTests = []test{
 	{"AppendEgressEventsConcurrent", testAppendEgressConcurrent},
 }
 
-// egressEvent is the i-th made-up event of a test.
+// egressEvent is the i-th made-up event of a test: odd ones say their
+// protocol and address, even ones do not (as a host before them sent).
 func egressEvent(i int) domain.EgressEvent {
-	return domain.EgressEvent{At: t0.Add(time.Duration(i) * time.Second), Kind: "tls", Host: fmt.Sprintf("h%d.example", i), Port: 443,
+	e := domain.EgressEvent{At: t0.Add(time.Duration(i) * time.Second), Kind: "tls", Host: fmt.Sprintf("H%d.Example", i), Port: 443,
 		Verdict: "allow", BytesUp: int64(i), BytesDown: int64(2 * i), Reason: fmt.Sprintf("r%d", i)}
+	if i%2 == 1 {
+		e.Proto, e.Addr = "tcp", fmt.Sprintf("2001:db8::%d", i)
+	}
+	return e
 }
 
 func egressBatch(from, n int) []domain.EgressEvent {
@@ -206,9 +211,13 @@ func testAppendEgress(t *testing.T, st store.Store) {
 	}
 	first := all[5]
 	want := egressEvent(1)
-	if first.SessionID != sess.ID || first.Kind != want.Kind || first.Host != want.Host || first.Port != want.Port || first.Verdict != want.Verdict ||
+	if first.SessionID != sess.ID || first.Kind != want.Kind || first.Proto != "tcp" || first.Addr != want.Addr || first.Host != want.Host ||
+		first.Port != want.Port || first.Verdict != want.Verdict ||
 		first.BytesUp != want.BytesUp || first.BytesDown != want.BytesDown || first.Reason != want.Reason || first.Dropped != 0 {
 		t.Fatalf("stored %+v, want %+v", first, want)
+	}
+	if second := all[4]; second.Proto != "" || second.Addr != "" || second.Host != "H2.Example" {
+		t.Fatalf("an event without protocol and address reads back as %+v", second)
 	}
 	wantTime(t, "at", first.At, want.At)
 	wantTime(t, "created_at", first.CreatedAt, t0)

@@ -18,11 +18,13 @@ const tunGetDevNetNS = 0x54e3
 // Rejoin takes back the Net of a machine whose VMM (process pid) still
 // runs on the TAP it inherited as its fd number fd, after the agent that
 // made it exited: a copy of that fd (pidfd_getfd, Linux 5.6) leads to the
-// namespace (TUNGETDEVNETNS), whose TAP and rules are still in place. Its
-// listeners went with the old agent; the caller opens new ones with Listen
-// and ListenPacket (cfg must name the ports New was given: its rules
-// redirect there). Close removes it all, as New's: call it once the VMM
-// has exited.
+// namespace (TUNGETDEVNETNS), whose TAP and rules are still in place;
+// the rules are written again (one transaction, so no packet sees none),
+// so a namespace an older agent made logs its drops too. Its listeners
+// and drop log went with the old agent; the caller opens new ones with
+// Listen, ListenPacket and Drops (cfg must name the ports New was given:
+// its rules redirect there). Close removes it all, as New's: call it once
+// the VMM has exited.
 func Rejoin(ctx context.Context, cfg Config, pid, fd int) (*Net, error) {
 	cfg = cfg.withDefaults()
 	if err := ctx.Err(); err != nil {
@@ -48,6 +50,11 @@ func Rejoin(ctx context.Context, cfg Config, pid, fd int) (*Net, error) {
 		return nil, fmt.Errorf("rejoin machine network: %w", err)
 	}
 	if n.tapIndex, err = tapIndex(n.ns.machine); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("rejoin machine network: %w", err)
+	}
+	if err := installRules(n.ns.machine, n.tapIndex, cfg.ProxyPort, cfg.ResolverPort); err != nil {
+		n.tapIndex = 0 // the VMM still uses the TAP (and the old rules, which a failed transaction left): Close must not delete it
 		n.Close()
 		return nil, fmt.Errorf("rejoin machine network: %w", err)
 	}

@@ -15,13 +15,20 @@ const tableName = "engrams"
 // ipsDstNAT is IPS_DST_NAT of conntrack's status bits.
 const ipsDstNAT = 1 << 5
 
+// nfInetIngress is NF_INET_INGRESS: an inet chain on one device's ingress
+// (Linux 5.10), which sees IPv6 that the TAP, with IPv6 disabled, would
+// otherwise drop before prerouting.
+const nfInetIngress = 5
+
 // installRules writes the namespace's whole rule set in one transaction:
 //
 //	table inet engrams {
+//	  chain ingress { type filter hook ingress device tap0 priority filter; policy accept;
+//	    meta nfproto ipv6 log group 1 snaplen 160 drop }
 //	  chain guard { type filter hook prerouting priority mangle; policy accept;
 //	    iif tap0 meta nfproto ipv4 meta l4proto tcp accept
 //	    iif tap0 meta nfproto ipv4 udp dport 53 accept
-//	    iif tap0 drop }                         # ICMP, other UDP (QUIC), IPv6, the rest
+//	    iif tap0 log group 1 snaplen 160 drop } # ICMP, other UDP (QUIC, NTP), other protocols
 //	  chain nat { type nat hook prerouting priority dstnat;
 //	    iif tap0 meta nfproto ipv4 udp dport 53 redirect to :resolver
 //	    iif tap0 meta nfproto ipv4 tcp dport 53 redirect to :resolver
@@ -31,8 +38,10 @@ const ipsDstNAT = 1 << 5
 //	  chain forward { type filter hook forward priority filter; policy drop; }
 //	}
 //
-// The namespace has no other interface and no route out, so even a wrong
-// rule here reaches nothing beyond the namespace.
+// Every packet dropped is first logged to the namespace's NFLOG group
+// (dropGroup, the first dropSnaplen bytes), where Drops reads it. The
+// namespace has no other interface and no route out, so even a wrong rule
+// here reaches nothing beyond the namespace.
 func installRules(nsFD, tapIndex int, proxyPort, resolverPort uint16) error {
 	c, err := nftables.New(nftables.WithNetNSFd(nsFD))
 	if err != nil {
@@ -41,6 +50,8 @@ func installRules(nsFD, tapIndex int, proxyPort, resolverPort uint16) error {
 	c.FlushRuleset()
 	t := c.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: tableName})
 	accept, drop := nftables.ChainPolicyAccept, nftables.ChainPolicyDrop
+	ingress := c.AddChain(&nftables.Chain{Name: "ingress", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookRef(nfInetIngress), Priority: nftables.ChainPriorityFilter, Device: TapName, Policy: &accept})
 	guard := c.AddChain(&nftables.Chain{Name: "guard", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityMangle, Policy: &accept})
 	nat := c.AddChain(&nftables.Chain{Name: "nat", Table: t, Type: nftables.ChainTypeNAT,
@@ -55,13 +66,15 @@ func installRules(nsFD, tapIndex int, proxyPort, resolverPort uint16) error {
 	tcp := matchMeta(expr.MetaKeyL4PROTO, unix.IPPROTO_TCP)
 	udp := matchMeta(expr.MetaKeyL4PROTO, unix.IPPROTO_UDP)
 	dport53 := matchDport(53)
+	ipv6 := matchMeta(expr.MetaKeyNFPROTO, unix.NFPROTO_IPV6)
 	rules := []struct {
 		chain *nftables.Chain
 		exprs [][]expr.Any
 	}{
+		{ingress, [][]expr.Any{ipv6, logDrop(), verdict(expr.VerdictDrop)}},
 		{guard, [][]expr.Any{fromTap, ipv4, tcp, verdict(expr.VerdictAccept)}},
 		{guard, [][]expr.Any{fromTap, ipv4, udp, dport53, verdict(expr.VerdictAccept)}},
-		{guard, [][]expr.Any{fromTap, verdict(expr.VerdictDrop)}},
+		{guard, [][]expr.Any{fromTap, logDrop(), verdict(expr.VerdictDrop)}},
 		{nat, [][]expr.Any{fromTap, ipv4, udp, dport53, redirect(resolverPort)}},
 		{nat, [][]expr.Any{fromTap, ipv4, tcp, dport53, redirect(resolverPort)}},
 		{nat, [][]expr.Any{fromTap, ipv4, tcp, redirect(proxyPort)}},
@@ -122,3 +135,9 @@ func redirect(port uint16) []expr.Any {
 }
 
 func verdict(k expr.VerdictKind) []expr.Any { return []expr.Any{&expr.Verdict{Kind: k}} }
+
+// logDrop hands the packet's first dropSnaplen bytes to the namespace's
+// NFLOG group before it is dropped.
+func logDrop() []expr.Any {
+	return []expr.Any{&expr.Log{Key: 1<<unix.NFTA_LOG_GROUP | 1<<unix.NFTA_LOG_SNAPLEN, Group: dropGroup, Snaplen: dropSnaplen}}
+}

@@ -35,5 +35,12 @@ func (*Net) Listen(string, string) (net.Listener, error)     { return nil, ErrUn
 func (*Net) ListenPacket(string, string) (net.PacketConn, error) {
 	return nil, ErrUnavailable
 }
-func (*Net) Close() error                          { return nil }
+func (*Net) Close() error             { return nil }
+func (*Net) Drops() (*DropLog, error) { return nil, ErrUnavailable }
+
+// DropLog: see the Linux build.
+type DropLog struct{}
+
+func (*DropLog) Read() ([]Drop, int64, error)      { return nil, 0, ErrUnavailable }
+func (*DropLog) Close() error                      { return nil }
 func OriginalDst(net.Conn) (netip.AddrPort, error) { return netip.AddrPort{}, ErrUnavailable }

@@ -1786,12 +1786,17 @@ export interface components {
              */
             time: string;
             /**
-             * @description dns: a query; tls: a TLS connection passed through by its SNI; http: a plain HTTP request; connect: an HTTP CONNECT tunnel; tcp: another connection, or one refused before it said where to; dropped: `dropped` events were not kept.
+             * @description dns: a query; tls: a TLS connection passed through by its SNI; http: a plain HTTP request; connect: an HTTP CONNECT tunnel; tcp: another connection, or one refused before it said where to, or a TCP flow the machine's network dropped (IPv6); udp, icmp, ip: a UDP, ICMP (or ICMPv6) or other IP flow the machine's network dropped; dropped: `dropped` events were not kept.
              * @enum {string}
              */
-            kind: "dns" | "tcp" | "tls" | "http" | "connect" | "dropped";
-            /** @description The name asked for (or the address when none was named); at most 253 bytes. */
+            kind: "dns" | "tcp" | "tls" | "http" | "connect" | "udp" | "icmp" | "ip" | "dropped";
+            /** @description The transport protocol: tcp, udp, icmp, icmpv6, or another IP protocol's name or number; absent in events recorded before it was. */
+            proto?: string;
+            /** @description The destination address the guest dialled (an IP literal), whatever name it claimed; absent when unknown. */
+            addr?: string;
+            /** @description The name the guest claimed (its query */
             host?: string;
+            /** @description The destination port (absent for ICMP). */
             port?: number;
             /**
              * @description Absent for kind dropped.

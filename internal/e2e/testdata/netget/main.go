@@ -3,7 +3,12 @@
 // body printed), `netget tcp HOST:PORT`, `netget udp HOST:PORT` (a
 // datagram, then waits for any answer), `netget lookup NAME`. It resolves
 // with /etc/resolv.conf. NETGET_AUTH, when set, is the http request's
-// Authorization. Built by the e2e tests; never shipped.
+// Authorization. Two more set the stage as a guest's root could:
+// `netget v6 [NEIGHBOUR]` gives eth0 an IPv6 address (2001:db8:1::2/64)
+// and a default route, and NEIGHBOUR, if named, a permanent neighbour
+// entry at the gateway's MAC (so packets to it leave without a neighbour
+// solicitation); `netget pings N A.B` sends one ICMP echo request to each
+// of N addresses A.B.x.y at once. Built by the e2e tests; never shipped.
 package main
 
 import (
@@ -17,13 +22,22 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 3 {
-		fmt.Fprintln(os.Stderr, "usage: netget http|tcp|udp|lookup TARGET")
+	if len(os.Args) < 2 || len(os.Args) > 4 {
+		fmt.Fprintln(os.Stderr, "usage: netget http|tcp|udp|lookup TARGET | v6 [NEIGHBOUR] | pings N A.B")
 		os.Exit(2)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 	defer cancel()
-	if err := try(ctx, os.Args[1], os.Args[2]); err != nil {
+	var err error
+	switch os.Args[1] {
+	case "v6":
+		err = setupV6(os.Args[2:])
+	case "pings":
+		err = pings(os.Args[2:])
+	default:
+		err = try(ctx, os.Args[1], os.Args[2])
+	}
+	if err != nil {
 		fmt.Println("failed:", err)
 		os.Exit(1)
 	}
