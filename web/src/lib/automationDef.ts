@@ -14,11 +14,12 @@ export type Place = (string | number)[];
 export type BlockField = "profile" | "task" | "prompt" | "command" | "path" | "content" | "channel" | "repo" | "number" | "issue" | "title" | "ref" | "text" | "timeout" | "if" | "while" | "max";
 export type Branch = "then" | "else" | "body";
 
-export const blockKinds: Record<BlockKind, { label: string; fields: BlockField[]; branches?: Branch[] }> = {
+// env marks the kind that takes an environment (a table of NAME: template).
+export const blockKinds: Record<BlockKind, { label: string; fields: BlockField[]; branches?: Branch[]; env?: boolean }> = {
   start_task: { label: "Start a task", fields: ["profile", "prompt"] },
   send_prompt: { label: "Send a prompt", fields: ["task", "prompt"] },
   wait_idle: { label: "Wait for the agent to go idle", fields: ["task", "timeout"] },
-  run_command: { label: "Run a command", fields: ["task", "command"] },
+  run_command: { label: "Run a command", fields: ["task", "command"], env: true },
   read_file: { label: "Read a file", fields: ["task", "path"] },
   write_file: { label: "Write a file", fields: ["task", "path", "content"] },
   condition: { label: "Condition", fields: ["if"], branches: ["then", "else"] },
@@ -36,7 +37,7 @@ export const fieldInfo: Record<BlockField, { label: string; hint?: string; multi
   profile: { label: "Profile" },
   task: { label: "Task", hint: "The start_task block whose task this acts on" },
   prompt: { label: "Prompt", multiline: true },
-  command: { label: "Command" },
+  command: { label: "Command", hint: 'Shell text, no {{…}}: values come from the environment below, as "$NAME"' },
   path: { label: "Path" },
   content: { label: "Content", multiline: true },
   channel: { label: "Channel" },
@@ -63,17 +64,30 @@ export const triggerKinds: Record<TriggerKind, string> = {
 
 export const prEvents = ["opened", "synchronize", "reopened", "review_requested", "comment"];
 
+// minAuthors are a github_pr trigger's floors (GitHub's author
+// associations, highest first), each with who it lets start runs.
+export const minAuthors: [string, string][] = [
+  ["owner", "owner: the owner only"],
+  ["member", "member: its organization's members and up"],
+  ["collaborator", "collaborator: collaborators and up"],
+  ["contributor", "contributor: anyone with a commit in it"],
+  ["first_time_contributor", "first_time_contributor: also newcomers to it"],
+  ["first_timer", "first_timer: also newcomers to GitHub"],
+  ["none", "none: anyone"],
+];
+export const defaultMinAuthor = "collaborator";
+
 const known: Record<string, string[]> = {
   definition: ["name", "trigger", "inputs", "blocks", "settings"],
-  trigger: ["kind", "cron", "time_zone", "slug", "channels", "repos", "events", "labels"],
+  trigger: ["kind", "cron", "time_zone", "slug", "channels", "repos", "events", "labels", "min_author"],
   input: ["name", "type", "default", "required"],
-  block: ["id", "kind", ...Object.keys(fieldInfo), "then", "else", "body"],
-  settings: ["concurrency_key", "policy"],
+  block: ["id", "kind", ...Object.keys(fieldInfo), "env", "then", "else", "body"],
+  settings: ["concurrency_key", "policy", "max_concurrent", "max_per_hour"],
 };
 
 // parseDefinition reads YAML or JSON text as the server does: a text field
-// keeps what was typed (ref: 1.10 is "1.10", not 1.1); only max, required
-// and defaults take YAML's types. It throws, naming the place, on what the
+// keeps what was typed (ref: 1.10 is "1.10", not 1.1, and so does an env
+// value); only numbers, required and defaults take YAML's types. It throws, naming the place, on what the
 // form cannot show (it would drop it).
 export function parseDefinition(text: string): Definition {
   const raw: unknown = parse(text, { schema: "failsafe" }); // every scalar as typed
@@ -85,7 +99,8 @@ export function parseDefinition(text: string): Definition {
   const blocks = (bs: unknown, at: string) =>
     list(bs, at).forEach((b, i) => {
       const kind = isObject(b) ? blockKinds[b.kind as BlockKind] : undefined;
-      only(b, kind ? ["id", "kind", ...kind.fields, ...(kind.branches ?? [])] : known.block, `${at}[${i}]`);
+      only(b, kind ? ["id", "kind", ...kind.fields, ...(kind.env ? ["env"] : []), ...(kind.branches ?? [])] : known.block, `${at}[${i}]`);
+      if (kind?.env && isObject(b)) envOf(b.env, `${at}[${i}].env`);
       for (const br of kind?.branches ?? []) if (isObject(b) && b[br] !== undefined) blocks(b[br], `${at}[${i}].${br}`);
     });
   blocks(raw.blocks, "blocks");
@@ -97,16 +112,26 @@ export function parseDefinition(text: string): Definition {
   return { ...def, name: def.name ?? "", trigger: def.trigger ?? { kind: "manual" }, blocks: def.blocks ?? [] };
 }
 
+// envOf checks an env is a mapping of names to text (the form's table).
+function envOf(v: unknown, at: string) {
+  if (v === undefined || v === "") return;
+  if (!isObject(v)) throw new Error(`${at}: want a mapping of NAME: value; edit it as text`);
+  for (const [k, x] of Object.entries(v)) if (typeof x !== "string") throw new Error(`${at}.${k}: want a text value; edit it as text`);
+}
+
 const yes = ["true", "yes", "on", "y"];
+const numbers = ["max", "max_concurrent", "max_per_hour"];
 const no = ["false", "no", "off", "n"];
 
-// typedAs walks raw (strings) beside typed (YAML's types): nulls go, max
-// and required take their type, a default is taken whole.
+// typedAs walks raw (strings) beside typed (YAML's types): nulls go, the
+// numbers and required take their type, a default is taken whole, an env
+// as typed (an empty value is "").
 function typedAs(raw: unknown, typed: unknown, key: string): unknown {
+  if (key === "env") return isObject(raw) ? raw : undefined;
   if (typed === null || typed === undefined) return undefined;
   if (key === "default") return typed;
   if (key === "required" && typeof raw === "string") return yes.includes(raw.toLowerCase()) ? true : no.includes(raw.toLowerCase()) ? false : raw;
-  if (key === "max") return typeof typed === "number" ? typed : raw;
+  if (numbers.includes(key)) return typeof typed === "number" ? typed : raw;
   if (Array.isArray(raw)) return raw.map((r, i) => typedAs(r, Array.isArray(typed) ? typed[i] : undefined, key));
   if (!isObject(raw)) return raw;
   const out: Record<string, unknown> = {};
@@ -142,8 +167,8 @@ function prune(v: unknown): unknown {
   if (!isObject(v)) return v;
   const out: Record<string, unknown> = {};
   for (const [k, x] of Object.entries(v)) {
-    if (k === "default") {
-      if (x !== undefined) out[k] = x; // "", [] and {} are defaults too
+    if (k === "default" || k === "env") {
+      if (x !== undefined && (k === "default" || Object.keys(x as object).length > 0)) out[k] = x; // "", [] and {} are defaults too; an env value may be ""
       continue;
     }
     const p = prune(x);
@@ -214,7 +239,7 @@ export function newBlock(kind: BlockKind, d: Definition): Block {
 // retype gives b another kind, keeping the fields both kinds use and
 // giving a new one's defaults (a loop's bound, the first task).
 export function retype(b: Block, kind: BlockKind, d: Definition): Block {
-  const keep = new Set<string>([...blockKinds[kind].fields, ...(blockKinds[kind].branches ?? [])]);
+  const keep = new Set<string>([...blockKinds[kind].fields, ...(blockKinds[kind].branches ?? []), ...(blockKinds[kind].env ? ["env"] : [])]);
   const out: Record<string | symbol, unknown> = { ...newBlock(kind, d), id: b.id };
   for (const [k, v] of Object.entries(b)) if (keep.has(k)) out[k] = v;
   out[uid] = keyOf(b);

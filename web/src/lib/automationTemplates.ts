@@ -1,4 +1,5 @@
-// Starting points for a new automation: a definition to edit, in YAML.
+// Starting points for a new automation: a definition to edit, in YAML. A
+// run_command's command takes no {{…}}: a value reaches it through env.
 export type Template = { id: string; label: string; text: string };
 
 export const templates: Template[] = [
@@ -37,7 +38,7 @@ inputs:
 blocks:
   - {id: task, kind: start_task, profile: agent, prompt: "Work on {{inputs.topic}}."}
   - {id: idle, kind: wait_idle, task: task, timeout: 30m}
-  - {id: check, kind: run_command, task: task, command: "ls /work"}
+  - {id: check, kind: run_command, task: task, env: {TOPIC: "{{inputs.topic}}"}, command: 'echo "Worked on: $TOPIC"; ls /work'}
   - {id: stop, kind: end_session, task: task}
 `,
   },

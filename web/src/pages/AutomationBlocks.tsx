@@ -4,6 +4,7 @@
 import { useState } from "preact/hooks";
 import { blockKinds, fieldInfo, getIn, keyOf, newBlock, placeName, retype, taskIds, type Block, type BlockKind, type Place } from "../lib/automationDef";
 import { FieldProblems } from "../ui/Field";
+import { AutomationEnv } from "./AutomationEnv";
 import { NumberAt, SelectAt, TextAt, fieldId, problemsOf, useForm } from "./automationFields";
 
 const kindOptions = Object.entries(blockKinds).map(([k, v]) => [k, v.label + " (" + k + ")"] as [string, string]);
@@ -79,6 +80,7 @@ function BlockCard(props: { place: Place; block: Block; onUp?: () => void; onDow
         if (f === "max") return <NumberAt place={place} label={info.label} />;
         return <TextAt place={place} label={info.label} hint={info.hint} multiline={info.multiline} />;
       })}
+      {kind?.env && <AutomationEnv place={props.place} block={name} />}
       {(kind?.branches ?? []).map((br) => (
         <div class="branch" role="group" aria-label={`${b.id} ${br}`}>
           <p class="branch-name">{br}</p>

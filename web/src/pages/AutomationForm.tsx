@@ -1,10 +1,10 @@
 // The automation form: a definition's name, trigger, inputs, blocks and
 // settings as fields, each showing the save's problems at its place.
 import type { DefProblem } from "../lib/automationProblems";
-import { prEvents, setIn, triggerKinds, type Definition, type Place, type TriggerKind } from "../lib/automationDef";
+import { defaultMinAuthor, minAuthors, prEvents, setIn, triggerKinds, type Definition, type Place, type TriggerKind } from "../lib/automationDef";
 import { AutomationBlocks } from "./AutomationBlocks";
 import { AutomationInputs } from "./AutomationInputs";
-import { FormContext, ListAt, SelectAt, TextAt, problemsAt, useForm } from "./automationFields";
+import { FormContext, ListAt, NumberAt, SelectAt, TextAt, problemsAt, useForm } from "./automationFields";
 import { FieldProblems } from "../ui/Field";
 
 export function AutomationForm(props: { def: Definition; onChange: (d: Definition, structural: boolean) => void; problems: DefProblem[]; fixedName?: boolean }) {
@@ -32,6 +32,12 @@ export function AutomationForm(props: { def: Definition; onChange: (d: Definitio
               ["skip", "skip: do not run"],
             ]}
           />
+        </fieldset>
+        <fieldset>
+          <legend>How many its triggers start</legend>
+          <p class="hint">Over a cap a delivery is recorded as a skipped run, saying which; runs started by hand are not capped.</p>
+          <NumberAt place={["settings", "max_concurrent"]} label="At most at once" signed hint="Empty or 0: 10; -1: no cap; at most 10000" />
+          <NumberAt place={["settings", "max_per_hour"]} label="At most per hour" signed hint="Empty or 0: 120; -1: no cap; at most 10000" />
         </fieldset>
       </div>
     </FormContext.Provider>
@@ -66,6 +72,13 @@ function TriggerFields() {
             ))}
             <FieldProblems id="f-trigger-events-err" problems={problemsAt(problems, ["trigger", "events"])} />
           </div>
+          <SelectAt
+            place={["trigger", "min_author"]}
+            label="Authors who start runs"
+            hint="The lowest GitHub author association (of a pull request's author, or of an @engrams comment's) that starts runs; below it a delivery is recorded as a refused run"
+            blank={`${defaultMinAuthor} (the default)`}
+            options={minAuthors}
+          />
         </>
       )}
       {t.kind === "linear_issue" && <ListAt place={["trigger", "labels"]} label="Labels" hint="One per line; none: an issue created starts a run" />}

@@ -3,7 +3,7 @@
 import type { AutomationInput } from "../api/types";
 import { FieldProblems } from "../ui/Field";
 import { keyOf } from "../lib/automationDef";
-import { useForm } from "./automationFields";
+import { RemoveCell, RowsHead, useForm } from "./automationFields";
 
 const types: AutomationInput["type"][] = ["string", "number", "boolean", "json"];
 
@@ -39,17 +39,7 @@ export function AutomationInputs() {
       {inputs.length === 0 && <p class="muted small">No inputs. Templates read them as {"{{inputs.NAME}}"}.</p>}
       {inputs.length > 0 && (
         <table class="inputs" data-testid="input-table">
-          <thead>
-            <tr>
-              <th>Name</th>
-              <th>Type</th>
-              <th>Default</th>
-              <th>Required</th>
-              <th>
-                <span class="sr-only">Remove</span>
-              </th>
-            </tr>
-          </thead>
+          <RowsHead heads={["Name", "Type", "Default", "Required"]} />
           <tbody>
             {inputs.map((x, i) => (
               <tr key={keyOf(x)}>
@@ -69,11 +59,7 @@ export function AutomationInputs() {
                 <td>
                   <input type="checkbox" {...cell(i, "required")} aria-label={`Input ${i + 1} required`} checked={!!x.required} onChange={(e) => set(i, { ...x, required: e.currentTarget.checked || undefined })} />
                 </td>
-                <td>
-                  <button type="button" class="quiet danger" aria-label={`Remove input ${i + 1}`} onClick={() => edit(["inputs"], inputs.filter((_, j) => j !== i), true)}>
-                    Remove
-                  </button>
-                </td>
+                <RemoveCell label={`Remove input ${i + 1}`} onRemove={() => edit(["inputs"], inputs.filter((_, j) => j !== i), true)} />
               </tr>
             ))}
           </tbody>

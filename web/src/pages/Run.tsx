@@ -41,7 +41,7 @@ export function Run(props: { id: string }) {
       </details>
       <h2>Steps</h2>
       {r.steps.length === 0 ? (
-        <p class="empty">No step has run yet.</p>
+        <p class="empty">{done ? "No step ran." : "No step has run yet."}</p>
       ) : (
         <ol class="timeline" data-testid="step-timeline">
           {r.steps.map((s) => (

@@ -49,8 +49,8 @@ export function TextAt(props: FieldProps) {
 }
 
 // NumberAt edits a whole number; what is not one is kept as typed, for the
-// save to name.
-export function NumberAt(props: FieldProps) {
+// save to name. signed: it may be negative (a phone's digit pad has no -).
+export function NumberAt(props: FieldProps & { signed?: boolean }) {
   const { def, edit, problems } = useForm();
   const id = fieldId(props.place);
   const v = getIn(def, props.place);
@@ -60,7 +60,7 @@ export function NumberAt(props: FieldProps) {
   };
   return (
     <Row id={id} label={props.label} hint={props.hint} problems={problemsAt(problems, props.place)}>
-      <input id={id} inputMode="numeric" value={v === undefined ? "" : String(v)} onInput={input} aria-describedby={id + "-err"} />
+      <input id={id} inputMode={props.signed ? "text" : "numeric"} value={v === undefined ? "" : String(v)} onInput={input} aria-describedby={id + "-err"} />
     </Row>
   );
 }
@@ -98,5 +98,33 @@ export function ListAt(props: FieldProps) {
     <Row id={id} label={props.label} hint={props.hint} problems={problemsAt(problems, props.place)}>
       <textarea id={id} rows={2} spellcheck={false} value={value} onChange={input} placeholder={props.placeholder} aria-describedby={id + "-err"} />
     </Row>
+  );
+}
+
+// RowsHead is the head of a table of rows (inputs, a command's env): its
+// columns, then one for the rows' Remove buttons (RemoveCell).
+export function RowsHead(props: { heads: string[] }) {
+  return (
+    <thead>
+      <tr>
+        {props.heads.map((h) => (
+          <th>{h}</th>
+        ))}
+        <th>
+          <span class="sr-only">Remove</span>
+        </th>
+      </tr>
+    </thead>
+  );
+}
+
+// RemoveCell is a row's last cell: its Remove button.
+export function RemoveCell(props: { label: string; onRemove: () => void }) {
+  return (
+    <td>
+      <button type="button" class="quiet danger" aria-label={props.label} onClick={props.onRemove}>
+        Remove
+      </button>
+    </td>
   );
 }
