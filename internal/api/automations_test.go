@@ -128,7 +128,8 @@ func TestIntegrationRoutes(t *testing.T) {
 		{"unsigned slack event", "POST", "/v1/integrations/slack/events", `{"type":"url_verification","challenge":"c"}`, 401, nil, []string{`"c"`}},
 		{"remove", "DELETE", "/v1/integrations/slack", "", 200, nil, nil},
 		{"remove again", "DELETE", "/v1/integrations/slack", "", 404, []string{"not configured"}, nil},
-		{"slack event when not configured", "POST", "/v1/integrations/slack/events", `{}`, 404, nil, nil},
+		{"slack event when not configured: refused like a forged one, saying nothing of what is configured", "POST",
+			"/v1/integrations/slack/events", `{}`, 401, []string{"signature or timestamp was refused"}, []string{"configured", "slack"}},
 	} {
 		check(t, s.what, a.do(s.method, s.target, "application/json", strings.NewReader(s.body)), s.status, s.contains, s.lacks)
 	}

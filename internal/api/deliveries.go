@@ -7,6 +7,7 @@ import (
 
 	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/connector"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/intake"
 )
 
@@ -64,15 +65,19 @@ func (s *deliveriesRouter) refuse(w http.ResponseWriter, r *http.Request, src co
 		}
 		w.Header().Set("Connection", "close")
 		writeError(w, ref.Status, code, "a "+string(src)+" delivery: "+ref.Msg)
-	case errors.Is(err, connector.ErrBadSignature):
+	case errors.Is(err, connector.ErrBadSignature), errors.Is(err, connector.ErrNotConfigured):
+		// An integration not configured cannot verify anything: refused the
+		// same way, so the route tells no caller what is configured.
 		s.log.Info("delivery refused", "source", src, "path", bounded(r.URL.Path), "err", err)
 		writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthorized, "the delivery's signature or timestamp was refused")
-	case errors.Is(err, connector.ErrNotConfigured):
-		writeError(w, http.StatusNotFound, apiv1.CodeNotFound, err.Error())
 	case errors.Is(err, intake.ErrNoRuns):
 		writeError(w, http.StatusServiceUnavailable, apiv1.CodeUnavailable, err.Error())
+	case errors.Is(err, domain.ErrInvalid), errors.Is(err, domain.ErrNotActive):
+		s.fail(w, r, err) // said after the signature checked: the sender's own
 	default:
-		s.fail(w, r, err)
+		// The caller is not authenticated by a token: the log says why.
+		s.log.Error("delivery failed", "source", src, "err", err)
+		writeError(w, http.StatusInternalServerError, apiv1.CodeInternal, "the delivery could not be taken; the coordinator's log says why")
 	}
 }
 

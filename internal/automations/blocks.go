@@ -187,7 +187,8 @@ func (v *validator) command(p string, b Block) {
 		switch {
 		case !envNameRE.MatchString(name):
 			v.add(p+".env."+name, "%q: want a name of letters, digits and _", name)
-		case strings.HasPrefix(strings.ToUpper(name), "ENGRAMS_"), slices.Contains(reservedEnv, name):
+		case slices.ContainsFunc(reservedEnvPrefixes, func(p string) bool { return strings.HasPrefix(strings.ToUpper(name), p) }),
+			slices.Contains(reservedEnv, name):
 			v.add(p+".env."+name, "%q is set by engrams or the shell; choose another name", name)
 		default:
 			v.template(p+".env."+name, val)
@@ -195,5 +196,10 @@ func (v *validator) command(p string, b Block) {
 	}
 }
 
-// reservedEnv are variables a block's env may not set.
-var reservedEnv = []string{"PATH", "HOME", "SHELL", "IFS", "ENV", "BASH_ENV", "LD_PRELOAD", "LD_LIBRARY_PATH", "PS4", "CDPATH"}
+// reservedEnv are variables a block's env may not set, and
+// reservedEnvPrefixes the names beginning so: they change what runs.
+var (
+	reservedEnv = []string{"PATH", "HOME", "SHELL", "IFS", "ENV", "BASH_ENV", "PS4", "CDPATH", "GCONV_PATH", "PROMPT_COMMAND",
+		"PYTHONPATH", "PYTHONSTARTUP", "NODE_OPTIONS", "PERL5OPT", "RUBYOPT"}
+	reservedEnvPrefixes = []string{"ENGRAMS_", "LD_", "BASH_FUNC_", "GIT_CONFIG", "DYLD_"}
+)

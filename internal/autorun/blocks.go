@@ -3,6 +3,8 @@ package autorun
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,7 +39,7 @@ const defaultWait = 30 * time.Minute
 // before recording the end: blocks with side effects make them once.
 func (r blocks) execute(ctx context.Context, w *walker, b automations.Block, attempt int64) (string, error) {
 	vals := w.values()
-	f := r.fields(b, vals)
+	f := r.fields(b, vals, w.quoteTag())
 	switch b.Kind {
 	case automations.BlockStartTask:
 		return r.startTask(ctx, w, tasks.StartTaskRequest{Profile: f["profile"], Prompt: f["prompt"], Title: automations.Render(b.Prompt, vals)})
@@ -70,13 +72,13 @@ func (r blocks) execute(ctx context.Context, w *walker, b automations.Block, att
 // prompt with what came from outside quoted, an integration's fields with
 // values escaped for where it posts them, a command as written (its
 // values come in its env).
-func (r *Runner) fields(b automations.Block, vals map[string]string) map[string]string {
+func (r *Runner) fields(b automations.Block, vals map[string]string, q quoting) map[string]string {
 	in := r.kinds[string(b.Kind)]
 	out := map[string]string{}
 	for name, tmpl := range blockFields(b) {
 		switch {
 		case name == "prompt":
-			out[name] = prompt(tmpl, vals)
+			out[name] = q.prompt(tmpl, vals)
 		case name == "command":
 			out[name] = tmpl
 		case in != nil:
@@ -88,21 +90,38 @@ func (r *Runner) fields(b automations.Block, vals map[string]string) map[string]
 	return out
 }
 
+// quoting is how one step's prompt quotes what came from outside: in
+// which element, and whether the run's inputs came from outside too.
+type quoting struct {
+	tag           string
+	inputsOutside bool
+}
+
+// quoteTag is the step's quoting: its element's nonce is made from the
+// run and the step, so the prompt rendered again (the step record, an
+// attempt after a crash) is the same; a webhook's inputs came with the
+// delivery.
+func (w *walker) quoteTag() quoting {
+	sum := sha256.Sum256([]byte(string(w.run.ID) + "/" + strconv.FormatInt(w.seq, 10)))
+	return quoting{tag: connector.QuoteTag(hex.EncodeToString(sum[:4])),
+		inputsOutside: w.run.TriggerKind != string(automations.TriggerManual) && w.run.TriggerKind != string(automations.TriggerSchedule)}
+}
+
 // prompt renders a prompt template: what came from outside (the trigger's
-// payload: a pull request's title, a chat message) is quoted as such, and
-// the prompt then says what the quoting means.
-func prompt(tmpl string, vals map[string]string) string {
+// payload: a pull request's title, a chat message; a webhook's inputs) is
+// quoted as such, and the prompt then says what the quoting means.
+func (q quoting) prompt(tmpl string, vals map[string]string) string {
 	quoted := false
 	out := automations.RenderQuoted(tmpl, vals, func(ref, v string) string {
-		if !strings.HasPrefix(ref, "trigger.") {
+		if !strings.HasPrefix(ref, "trigger.") && !(q.inputsOutside && strings.HasPrefix(ref, "inputs.")) {
 			return v
 		}
-		q, did := connector.Quote(ref, v)
+		s, did := connector.Quote(q.tag, ref, v)
 		quoted = quoted || did
-		return q
+		return s
 	})
 	if quoted {
-		return out + "\n\n" + connector.QuoteNote
+		return out + "\n\n" + connector.QuoteNote(q.tag)
 	}
 	return out
 }
@@ -125,7 +144,8 @@ func (w *walker) taskOf(b automations.Block) domain.TaskID { return domain.TaskI
 
 // startTask starts the block's task under an id made from the run and the
 // step, so a block run again after a crash finds the task it started. Its
-// title is its prompt's first line as written, without the quoting.
+// title is its prompt's first line as written, without the quoting. An
+// integration that grants profiles (Slack's channels) is asked first.
 // The integrations that follow their runs' tasks (Slack's thread) hear of it.
 func (r blocks) startTask(ctx context.Context, w *walker, req tasks.StartTaskRequest) (string, error) {
 	ns, err := uuid.Parse(string(w.run.ID))
@@ -133,11 +153,18 @@ func (r blocks) startTask(ctx context.Context, w *walker, req tasks.StartTaskReq
 		ns = uuid.NameSpaceURL
 	}
 	req.ID = domain.TaskID(uuid.NewSHA1(ns, []byte(string(w.run.ID)+"/"+strconv.FormatInt(w.seq, 10))).String())
+	run := connector.Run{ID: w.run.ID, Trigger: w.run.TriggerKind, Payload: w.run.Trigger}
+	for _, in := range r.ins {
+		if g, ok := in.(connector.ProfileGate); ok {
+			if err := g.AllowProfile(ctx, run, req.Profile); err != nil {
+				return "", err
+			}
+		}
+	}
 	t, err := r.tasks.StartTask(ctx, req)
 	if err != nil {
 		return "", fmt.Errorf("start a task on profile %s: %w", req.Profile, err)
 	}
-	run := connector.Run{ID: w.run.ID, Trigger: w.run.TriggerKind, Payload: w.run.Trigger}
 	for _, in := range r.ins {
 		if f, ok := in.(connector.TaskFollower); ok {
 			if err := f.TaskStarted(ctx, run, t.ID); err != nil {

@@ -77,7 +77,7 @@ func TestBuiltinsReadRulesAndLinkPRs(t *testing.T) {
 	const issue = `{"issue":"iss-1","identifier":"ENG-1","title":"Flaky test","description":"It races.","profile":"dev"%s}`
 	// The title came from the pull request's author: quoted as such
 	// (the step's input is JSON).
-	const quotedTitle = `\u003cfrom-outside source=\"trigger.title\"\u003e\nFix it\n\u003c/from-outside\u003e`
+	const quotedTitle = `source=\"trigger.title\"\u003e\nFix it\n\u003c/from-outside-`
 	for _, c := range []struct {
 		name, builtin, trigger string
 		rules                  bool // acme/app has an AGENTS.md on main
@@ -92,7 +92,7 @@ func TestBuiltinsReadRulesAndLinkPRs(t *testing.T) {
 			prompt: []string{"Review pull request #7 of acme/app", quotedTitle},
 			want:   []string{"github file acme/app@main:AGENTS.md", "github review acme/app#7 re: Review pull request #7"}},
 		{name: "issue to a pull request", builtin: "linear-issues", trigger: fmt.Sprintf(issue, `,"repo":"acme/app"`),
-			prompt: []string{`ENG-1: \u003cfrom-outside source=\"trigger.title\"\u003e\nFlaky test\n`, "It races."},
+			prompt: []string{`ENG-1: \u003cfrom-outside-`, `source=\"trigger.title\"\u003e\nFlaky test\n`, "It races."},
 			want: []string{"linear comment iss-1 engrams is working on ENG-1.", "linear comment iss-1 re: ENG-1: <from-outside",
 				"github pr acme/app ENG-1: Flaky test", "linear comment iss-1 Pull request: https://github.test/acme/app/pull/1"}},
 		{name: "issue, nothing changed", builtin: "linear-issues", trigger: fmt.Sprintf(issue, `,"repo":"acme/app"`), unchanged: true,

@@ -91,6 +91,9 @@ func (r *Runner) start(ctx context.Context, v View, req RunRequest) (Started, er
 	if req.Kind != automations.TriggerManual {
 		caps.MaxActive, caps.MaxPerHour = def.Settings.Caps()
 	}
+	if def.Settings.Policy == automations.PolicySupersede {
+		caps.Superseding = run.ConcurrencyKey // the runs it ends make room
+	}
 	run, created, err := r.st.CreateCappedRun(ctx, run, caps)
 	if err != nil || !created || run.State.Terminal() {
 		if created {

@@ -215,7 +215,7 @@ func (w *walker) step(path string, b automations.Block, fn func(ctx context.Cont
 	w.seq++
 	seq := w.seq
 	res, err := dbos.RunAsStep(w.ctx, func(ctx context.Context) (stepResult, error) {
-		input, _ := json.Marshal(w.r.renderedFields(b, w.values()))
+		input, _ := json.Marshal(w.r.renderedFields(b, w.values(), w.quoteTag()))
 		rec := domain.RunStep{RunID: w.run.ID, Seq: seq, BlockID: b.ID, Kind: string(b.Kind), Path: path, Input: input, StartedAt: w.r.now()}
 		attempt, err := w.r.st.BeginStep(ctx, rec)
 		if err != nil {
@@ -266,9 +266,9 @@ func clip(s string, n int) string {
 
 // renderedFields are a block's set text fields as rendered for this run:
 // the step record's input.
-func (r *Runner) renderedFields(b automations.Block, vals map[string]string) map[string]string {
+func (r *Runner) renderedFields(b automations.Block, vals map[string]string, q quoting) map[string]string {
 	out := map[string]string{}
-	for k, v := range r.fields(b, vals) {
+	for k, v := range r.fields(b, vals, q) {
 		out[k] = clip(v, 4096)
 	}
 	for k, v := range b.Env {

@@ -168,6 +168,13 @@ type Blocks interface {
 	Execute(ctx context.Context, call Call) (string, error)
 }
 
+// ProfileGate is an integration whose grant names the profiles its runs'
+// tasks may use (Slack: each channel's); a start_task of a run it started
+// on another profile fails, whatever the automation says.
+type ProfileGate interface {
+	AllowProfile(ctx context.Context, run Run, profile string) error
+}
+
 // TaskFollower is an integration that follows the tasks its runs start
 // (Slack: the thread carries the task from then on).
 type TaskFollower interface {

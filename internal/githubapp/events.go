@@ -57,12 +57,13 @@ type user struct {
 type delivery struct {
 	Action      string `json:"action"`
 	PullRequest *struct {
-		Number            int    `json:"number"`
-		Title             string `json:"title"`
-		Body              string `json:"body"`
-		HTMLURL           string `json:"html_url"`
-		User              user   `json:"user"`
-		AuthorAssociation string `json:"author_association"`
+		Number            int       `json:"number"`
+		Title             string    `json:"title"`
+		Body              string    `json:"body"`
+		HTMLURL           string    `json:"html_url"`
+		User              user      `json:"user"`
+		AuthorAssociation string    `json:"author_association"`
+		UpdatedAt         time.Time `json:"updated_at"`
 		Head              struct {
 			SHA string `json:"sha"`
 			Ref string `json:"ref"`
@@ -77,13 +78,26 @@ type delivery struct {
 		PullRequest json.RawMessage `json:"pull_request"`
 	} `json:"issue"`
 	Comment *struct {
-		Body              string `json:"body"`
-		User              user   `json:"user"`
-		AuthorAssociation string `json:"author_association"`
+		Body              string    `json:"body"`
+		User              user      `json:"user"`
+		AuthorAssociation string    `json:"author_association"`
+		CreatedAt         time.Time `json:"created_at"`
 	} `json:"comment"`
 	Repository struct {
 		FullName string `json:"full_name"`
 	} `json:"repository"`
+}
+
+// happenedAt is when the signed event happened: the pull request's last
+// update, or the comment's creation (zero when it says neither).
+func (d delivery) happenedAt() time.Time {
+	switch {
+	case d.Comment != nil && !d.Comment.CreatedAt.IsZero():
+		return d.Comment.CreatedAt
+	case d.PullRequest != nil:
+		return d.PullRequest.UpdatedAt
+	}
+	return time.Time{}
 }
 
 // event turns a delivery of kind into a trigger payload (ok false for one
@@ -153,6 +167,10 @@ func (a *App) Decode(ctx context.Context, _ connector.Verified, req connector.Re
 	p, ok := event(kind, d)
 	if !ok {
 		return connector.Meaning{Ignored: "event"}, nil
+	}
+	if at := d.happenedAt(); !at.IsZero() && a.now().Sub(at) > keepFor {
+		// Older than the memory of deliveries: a replay would pass as new.
+		return connector.Meaning{Ignored: "an event from over a week ago is not acted on"}, nil
 	}
 	admit := func(t connector.Trigger) connector.Admission {
 		events := t.Events

@@ -137,7 +137,7 @@ func (a *App) BlockKinds() []string {
 // review's or pull request's text mention nobody.
 func (a *App) Escape(field, value string) string {
 	if field == "text" || field == "title" {
-		return connector.EscapeMentions(value)
+		return connector.EscapeMarkdown(value)
 	}
 	return value
 }

@@ -129,6 +129,14 @@ func TestDeliveries(t *testing.T) {
 			t.Errorf("run %d refused %q, want %q", i, got[i].Refused, want)
 		}
 	}
+	// A signed event from over a week ago (past the memory of deliveries)
+	// is not acted on: replayed, it would pass as new.
+	old := githubtest.PullRequestOf(githubtest.PREvent{Action: "opened", Repo: "acme/app", Number: 12, SHA: "old",
+		UpdatedAt: time.Now().Add(-8 * 24 * time.Hour)})
+	if out, err := connectortest.Deliver(t, p, connector.SourceGitHub, signed("pull_request", "d12")(old, time.Time{}, false), old); err != nil ||
+		!strings.Contains(out.Ignored, "over a week ago") || len(runs.Runs()) != 5 {
+		t.Fatalf("a week-old event: %+v %v", out, err)
+	}
 	// A trigger that lets contributors in takes the outsider's.
 	open := &connectortest.Runs{Triggers: map[string]connector.Trigger{TriggerPR: {Repos: []string{"acme/app"}, MinAuthor: "contributor"}}}
 	h := signed("pull_request", "d11")(outsider, time.Time{}, false)

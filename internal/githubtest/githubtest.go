@@ -2,6 +2,7 @@ package githubtest
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -270,6 +271,7 @@ func PullRequest(action, repo string, number int, sha string) []byte {
 type PREvent struct {
 	Action, Repo, SHA, Title, HeadRef, Author, Association string
 	Number                                                 int
+	UpdatedAt                                              time.Time // zero: now
 }
 
 // PullRequestOf is a pull_request event's body with p's fields.
@@ -284,7 +286,8 @@ func PullRequestOf(p PREvent) []byte {
 		"pull_request": map[string]any{"number": p.Number, "title": or(p.Title, "Fix the flaky test"), "body": "It raced.",
 			"html_url": "https://github.test/" + p.Repo + "/pull/1", "user": map[string]any{"login": or(p.Author, "dev")},
 			"author_association": or(p.Association, "MEMBER"), "head": map[string]any{"sha": p.SHA, "ref": or(p.HeadRef, "fix")},
-			"base": map[string]any{"ref": "main"}},
+			"updated_at": cmp.Or(p.UpdatedAt, time.Now()).UTC().Format(time.RFC3339),
+			"base":       map[string]any{"ref": "main"}},
 		"repository": map[string]any{"full_name": p.Repo}, "sender": map[string]any{"login": or(p.Author, "dev")}})
 	return b
 }

@@ -2,6 +2,8 @@ package intake_test
 
 import (
 	"bufio"
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -96,5 +98,42 @@ func TestReadBounded(t *testing.T) {
 				t.Fatalf("%d after %s, want %d within %s", resp.StatusCode, took, c.status, c.within)
 			}
 		})
+	}
+}
+
+// failingRuns fails its first start, as a database hiccup or a replica
+// going away would.
+type failingRuns struct {
+	connectortest.Runs
+	failed bool
+}
+
+func (f *failingRuns) StartTriggered(ctx context.Context, s connector.Start, payload json.RawMessage, key string) ([]connector.Started, error) {
+	if !f.failed {
+		f.failed = true
+		return nil, errors.New("the database went away")
+	}
+	return f.Runs.StartTriggered(ctx, s, payload, key)
+}
+
+// TestFailedStartIsRetried: a delivery that started nothing is not
+// remembered as seen: the sender's retry starts its run.
+func TestFailedStartIsRetried(t *testing.T) {
+	t.Parallel()
+	runs := &failingRuns{Runs: connectortest.Runs{Triggers: map[string]connector.Trigger{"webhook": {}}}}
+	p, err := intake.New(intake.Config{}, intake.Deps{Receivers: receivers(t), Deliveries: &connectortest.Deliveries{}, Runs: runs,
+		Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := fmt.Sprint(now.Unix())
+	body := []byte(`{"ref":"v1"}`)
+	req := connector.Request{Header: headers(connector.SourceHook, ts, realSignature(connector.SourceHook, ts, body)), Body: body, Slug: "deploy"}
+	if _, err := p.Deliver(t.Context(), connector.SourceHook, req); err == nil {
+		t.Fatal("the failed start answered no error")
+	}
+	out, err := p.Deliver(t.Context(), connector.SourceHook, req)
+	if err != nil || out.Duplicate || len(runs.Runs.Runs()) != 1 {
+		t.Fatalf("the retry: %+v %v, %d runs", out, err, len(runs.Runs.Runs()))
 	}
 }

@@ -232,7 +232,7 @@ func (a *App) BlockKinds() []string { return []string{BlockComment} }
 // nobody.
 func (a *App) Escape(field, value string) string {
 	if field == "text" {
-		return connector.EscapeMentions(value)
+		return connector.EscapeMarkdown(value)
 	}
 	return value
 }

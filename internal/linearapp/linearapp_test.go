@@ -94,6 +94,13 @@ func TestIssueDeliveries(t *testing.T) {
 			t.Errorf("%s: %v, want ok %v", c.name, err, c.ok)
 		}
 	}
+	// Linear's retry of the first: the same change, stamped anew.
+	retry := lineartest.IssueEvent("update", "iss-1", map[string]string{"l1": "bug", "l2": "engrams"}, []string{"l1"}, now.Add(30*time.Second))
+	h := http.Header{}
+	h.Set(HeaderSignature, Sign(hookSecret, retry))
+	if out, err := connectortest.Deliver(t, p, connector.SourceLinear, h, retry); err != nil || !out.Duplicate {
+		t.Fatalf("a retry stamped anew: %+v %v", out, err)
+	}
 	got := runs.Runs()
 	if len(got) != 2 || got[0].Payload["issue"] != "iss-1" || got[0].Payload["event"] != "labelled" || got[0].Payload["profile"] != "agent" ||
 		got[1].Payload["issue"] != "iss-3" {

@@ -40,6 +40,7 @@ type envelope struct {
 	Challenge      string `json:"challenge"`
 	EventID        string `json:"event_id"`
 	TeamID         string `json:"team_id"`
+	ExtShared      bool   `json:"is_ext_shared_channel"`
 	Event          event  `json:"event"`
 	Authorizations []struct {
 		UserID string `json:"user_id"`
@@ -52,6 +53,8 @@ type event struct {
 	Subtype  string `json:"subtype"`
 	User     string `json:"user"`
 	UserTeam string `json:"user_team"`
+	Team     string `json:"team"`
+	SrcTeam  string `json:"source_team"`
 	BotID    string `json:"bot_id"`
 	Text     string `json:"text"`
 	TS       string `json:"ts"`
@@ -69,7 +72,7 @@ func decodeEnvelope(body []byte) (envelope, error) {
 		return env, fmt.Errorf("not an Events API body: %w", err)
 	}
 	e := env.Event
-	if len(env.EventID) > 100 || len(env.TeamID) > 40 || len(e.Channel) > 100 || len(e.User) > 40 || len(e.UserTeam) > 40 ||
+	if len(env.EventID) > 100 || len(env.TeamID) > 40 || len(e.Channel) > 100 || len(e.User) > 40 || len(e.UserTeam)+len(e.Team)+len(e.SrcTeam) > 120 ||
 		len(e.TS) > 40 || len(e.ThreadTS) > 40 || len(e.Text) > 40000 {
 		return env, errors.New("an event field is over its bound")
 	}
@@ -159,11 +162,19 @@ func (a *App) Decode(ctx context.Context, _ connector.Verified, req connector.Re
 
 // external says why ev's sender may not act here ("" if they may): a user
 // of another workspace (Slack Connect) unless external users are allowed.
+// The sender's workspace is the event's user_team, else its team or
+// source_team; in a channel shared with other workspaces a sender whose
+// workspace the event does not say is refused too.
 func external(c conf, env envelope) string {
-	if c.AllowExternal || env.Event.UserTeam == "" || env.TeamID == "" || env.Event.UserTeam == env.TeamID {
+	if c.AllowExternal {
 		return ""
 	}
-	return "users of other workspaces may not start or steer tasks here (engrams integration add slack --allow-external)"
+	ev := env.Event
+	team := cmpOr(cmpOr(ev.UserTeam, ev.Team), ev.SrcTeam)
+	if (team != "" && env.TeamID != "" && team != env.TeamID) || (team == "" && env.ExtShared) {
+		return "users of other workspaces may not start or steer tasks here (engrams integration add slack --allow-external)"
+	}
+	return ""
 }
 
 // mention is what a mention asks: a run of each slack_mention automation

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -67,6 +68,7 @@ var (
 	_ connector.Receiver     = (*App)(nil)
 	_ connector.Blocks       = (*App)(nil)
 	_ connector.TaskFollower = (*App)(nil)
+	_ connector.ProfileGate  = (*App)(nil)
 )
 
 // New returns an App.
@@ -211,6 +213,28 @@ func (a *App) Execute(ctx context.Context, call connector.Call) (string, error) 
 	}
 	ts, _, err := a.web(c).postOnce(ctx, channel, thread, call.Fields["text"], call.Key)
 	return ts, err
+}
+
+// AllowProfile implements connector.ProfileGate: a task of a run started
+// by a mention uses a profile its channel may use, whatever profile the
+// automation names.
+func (a *App) AllowProfile(ctx context.Context, run connector.Run, profile string) error {
+	if run.Trigger != TriggerMention {
+		return nil
+	}
+	var m Mention
+	if err := json.Unmarshal(run.Payload, &m); err != nil || m.Channel == "" {
+		return fmt.Errorf("run %s: its trigger names no Slack channel", run.ID)
+	}
+	c, err := a.conf(ctx)
+	if err != nil {
+		return err
+	}
+	if allowed := c.profiles(m.Channel); !slices.Contains(allowed, profile) {
+		return fmt.Errorf("%w: Slack channel %s may not use profile %s (it may use: %s)", domain.ErrInvalid, m.Channel, connector.Clip(profile, 64),
+			listOr(allowed))
+	}
+	return nil
 }
 
 // TaskStarted implements connector.TaskFollower: a task started by a run

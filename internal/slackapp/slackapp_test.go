@@ -1,6 +1,7 @@
 package slackapp
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -267,6 +268,31 @@ func TestWhoMaySteer(t *testing.T) {
 	}
 	if len(refused) != 2 || !strings.HasPrefix(refused[0], "only the person") || !strings.HasPrefix(refused[1], "users of other workspaces") {
 		t.Fatalf("refusals recorded: %q", refused)
+	}
+}
+
+// TestChannelGrantHolds: an automation naming its own profile is held to
+// the channel's grant too; in a channel shared with other workspaces, a
+// sender whose workspace the event does not say is refused.
+func TestChannelGrantHolds(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, map[string]any{"channels": map[string]any{"C1": "readonly"}})
+	now := time.Now()
+	payload, _ := json.Marshal(Mention{Channel: "C1", User: "U1", TS: "1.1", ThreadTS: "1.1"})
+	run := connector.Run{ID: "run-2", Trigger: TriggerMention, Payload: payload}
+	if err := e.app.AllowProfile(t.Context(), run, "prod-deploy"); err == nil || !strings.Contains(err.Error(), "may not use profile prod-deploy") {
+		t.Fatalf("a start_task on a profile the channel may not use: %v", err)
+	}
+	if err := e.app.AllowProfile(t.Context(), run, "readonly"); err != nil {
+		t.Fatalf("the channel's profile: %v", err)
+	}
+	shared := slacktest.Event("Evx", map[string]string{"type": "app_mention", "user": "U9", "text": "<@UBOT> hi", "ts": "9.1", "channel": "C1"})
+	shared = bytes.Replace(shared, []byte(`"team_id":"T1"`), []byte(`"team_id":"T1","is_ext_shared_channel":true`), 1)
+	if _, err := e.deliver(t, shared, now, signing); err != nil {
+		t.Fatal(err)
+	}
+	if last := e.runs.Runs(); !strings.HasPrefix(last[len(last)-1].Refused, "users of other workspaces") {
+		t.Fatalf("a sender of no known workspace in a shared channel: %+v", last[len(last)-1])
 	}
 }
 

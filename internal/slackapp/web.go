@@ -102,7 +102,7 @@ func (w web) post(ctx context.Context, channel, thread, text, key string) (strin
 	var out struct {
 		TS string `json:"ts"`
 	}
-	params := map[string]any{"channel": channel, "text": connector.Clip(text, maxText), "unfurl_links": false,
+	params := map[string]any{"channel": channel, "text": connector.Clip(text, maxText), "unfurl_links": false, "unfurl_media": false,
 		"metadata": metadata{EventType: metaType, EventPayload: map[string]string{"key": key}}}
 	if thread != "" {
 		params["thread_ts"] = thread

@@ -21,6 +21,9 @@ type RunPatch struct {
 type RunCaps struct {
 	MaxActive  int
 	MaxPerHour int
+	// Superseding names the concurrency key whose active runs the new one
+	// ends (policy supersede): they do not count to MaxActive.
+	Superseding string
 }
 
 // Automations keeps automations, their versions, their runs and each run's

@@ -287,8 +287,9 @@ func (s *Store) CreateCappedRun(ctx context.Context, r domain.AutomationRun, cap
 func overCap(ctx context.Context, tx execer, r domain.AutomationRun, caps store.RunCaps) (string, error) {
 	if caps.MaxActive > 0 {
 		var n int
-		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM automation_runs WHERE automation_id = $1 AND state IN ($2, $3, $4)`,
-			r.AutomationID, domain.RunQueued, domain.RunRunning, domain.RunWaiting).Scan(&n); err != nil {
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM automation_runs WHERE automation_id = $1 AND state IN ($2, $3, $4)
+			AND (CAST($5 AS TEXT) = '' OR concurrency_key <> $5)`,
+			r.AutomationID, domain.RunQueued, domain.RunRunning, domain.RunWaiting, caps.Superseding).Scan(&n); err != nil {
 			return "", err
 		}
 		if n >= caps.MaxActive {

@@ -218,6 +218,17 @@ func testAutomationRunCaps(t *testing.T, st store.Store) {
 	if run.State != domain.RunQueued {
 		t.Fatalf("an hour on: %s %s", run.State, run.Error)
 	}
+	// A run superseding its key's active runs is not held back by them.
+	c := newAutomation(t, st, "superseding", "github_pr", "")
+	for i, key := range []string{"acme/app#1", "acme/app#2", "acme/app#1"} {
+		run, _, err := st.CreateCappedRun(ctx, domain.AutomationRun{ID: domain.AutomationRunID(newID()), AutomationID: c.ID, Version: 1,
+			State: domain.RunQueued, TriggerKind: "github_pr", ConcurrencyKey: key, CreatedAt: t0},
+			store.RunCaps{MaxActive: 2, Superseding: key})
+		must(t, err)
+		if run.State != domain.RunQueued {
+			t.Fatalf("run %d (%s) under a cap of 2, superseding its key: %s %s", i, key, run.State, run.Error)
+		}
+	}
 	// A refused run is recorded as it is, cap or not.
 	run, _, err = st.CreateCappedRun(ctx, domain.AutomationRun{ID: domain.AutomationRunID(newID()), AutomationID: a.ID, Version: 1,
 		State: domain.RunRefused, Error: "refused: below the floor", TriggerKind: "github_pr", CreatedAt: t0, EndedAt: t0}, store.RunCaps{MaxActive: 1})
