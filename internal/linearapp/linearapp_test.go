@@ -60,6 +60,7 @@ func TestConformance(t *testing.T) {
 			func(h http.Header) { h.Set(HeaderDelivery, "d2") },
 			func(h http.Header) { h.Del(HeaderDelivery) },
 			func(h http.Header) { h.Set(HeaderSignature, " "+h.Get(HeaderSignature)) },
+			func(h http.Header) { h.Set("Linear-Event", "Comment") },
 		}})
 }
 

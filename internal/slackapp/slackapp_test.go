@@ -311,6 +311,8 @@ func TestConformance(t *testing.T) {
 				h.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
 				h.Set(HeaderSignature, Sign(signing, ts, body))
 			},
+			func(h http.Header) { h.Set("X-Slack-Retry-Num", "2"); h.Set("X-Slack-Retry-Reason", "http_timeout") },
+			func(h http.Header) { h.Set(HeaderTimestamp, " "+h.Get(HeaderTimestamp)) },
 		}})
 }
 
