@@ -176,7 +176,9 @@ func (p *Pipeline) deliver(ctx context.Context, rcv connector.Receiver, v connec
 	return Outcome{Ignored: m.Ignored, Runs: started}, nil
 }
 
-// start starts m's runs and records its refusals, each under key.
+// start starts m's runs and records its refusals, each under key. A
+// refusal that cannot be recorded (the run it names is gone) is logged:
+// the refusal stands, and its reply is still made.
 func (p *Pipeline) start(ctx context.Context, m connector.Meaning, key string) ([]connector.Started, error) {
 	var out []connector.Started
 	var errs []error
@@ -198,7 +200,9 @@ func (p *Pipeline) start(ctx context.Context, m connector.Meaning, key string) (
 				out = append(out, st)
 			}
 		}
-		errs = append(errs, err)
+		if err != nil {
+			p.log.Warn("record a refusal", "run_id", r.Run, "reason", r.Reason, "err", err)
+		}
 	}
 	return out, errors.Join(errs...)
 }
