@@ -70,7 +70,7 @@ func TestDevAllowsLoopbackRegistries(t *testing.T) {
 		t.Errorf("dev: enable from 10.0.0.5: %v, want refused", err)
 	}
 	b, err := os.ReadFile(p.stderr)
-	if err != nil || !strings.Contains(string(b), "dev allows image registries, model base URLs and brokered git hosts on this machine's loopback") {
+	if err != nil || !strings.Contains(string(b), "dev allows image registries, model base URLs, brokered git hosts and integrations' API URLs on this machine's loopback") {
 		t.Errorf("dev's log does not say it allows loopback registries (%v):\n%s", err, b)
 	}
 }
