@@ -223,14 +223,17 @@ func runStartedAt(t *testing.T, d *dashboardEnv, taskID string) time.Time {
 
 // killedAutomation comments on a pull request, starts a task, runs a
 // long command in its VM (where the test kills dev), waits for the agent,
-// comments again and ends the session.
+// comments again and ends the session. The command waits for the agent's
+// file before its 40 seconds, so the window in which the test kills dev
+// (the task idle, the command still running) does not depend on how long
+// the agent's first turn takes on a loaded machine.
 const killedAutomation = `
 name: killed
 trigger: {kind: webhook, slug: killed}
 blocks:
   - {id: hello, kind: github_comment, repo: acme/app, number: "7", text: "Run {{trigger.n}} started."}
   - {id: task, kind: start_task, profile: agent, prompt: "create hello.txt with hi"}
-  - {id: slow, kind: run_command, task: task, command: "sleep 40; echo slept"}
+  - {id: slow, kind: run_command, task: task, command: "while [ ! -f /work/app/hello.txt ]; do sleep 1; done; sleep 40; echo slept"}
   - {id: idle, kind: wait_idle, task: task, timeout: 5m}
   - {id: bye, kind: github_comment, repo: acme/app, number: "7", text: "Done: {{steps.idle.output}}"}
   - {id: stop, kind: end_session, task: task}
