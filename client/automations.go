@@ -76,15 +76,17 @@ func (ac AutomationClient) Run(ctx context.Context, name string, req apiv1.Start
 	return r, err
 }
 
-// Runs lists an automation's runs, newest first, at most limit (0: all).
-func (ac AutomationClient) Runs(ctx context.Context, name string, limit int) ([]apiv1.Run, error) {
+// Runs lists an automation's runs, newest first, at most limit (0: all),
+// and the cursor of the runs after them ("" when there are none).
+func (ac AutomationClient) Runs(ctx context.Context, name string, limit int) ([]apiv1.Run, string, error) {
 	path := routePath(apiv1.RouteListRuns, name)
 	if limit <= 0 {
-		return listAll(ctx, ac.c, path, nil, func(l apiv1.RunList) ([]apiv1.Run, string) { return l.Runs, l.NextCursor })
+		runs, err := listAll(ctx, ac.c, path, nil, func(l apiv1.RunList) ([]apiv1.Run, string) { return l.Runs, l.NextCursor })
+		return runs, "", err
 	}
 	var l apiv1.RunList
 	err := ac.c.call(ctx, http.MethodGet, path, url.Values{"limit": {strconv.Itoa(min(limit, apiv1.MaxPageLimit))}}, nil, &l)
-	return l.Runs, err
+	return l.Runs, l.NextCursor, err
 }
 
 // GetRun returns a run with its step record.

@@ -111,7 +111,7 @@ func (a autoCmds) listCmd() *cobra.Command {
 		Short:   "List automations",
 		Long:    "List automations by name with their trigger kind, whether the trigger is on, the current version and when it changed.",
 		Example: `  engrams automation list
-  engrams automation list --json | jq -r '.[].name'`,
+  engrams automation list --json | jq -r '.items[].name'`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.client()
@@ -123,7 +123,7 @@ func (a autoCmds) listCmd() *cobra.Command {
 				return fmt.Errorf("list automations: %w", err)
 			}
 			if a.jsonOut {
-				return printJSON(cmd.OutOrStdout(), as)
+				return printList(cmd.OutOrStdout(), as, "")
 			}
 			tw := newTable(cmd.OutOrStdout())
 			row(tw, "NAME", "TRIGGER", "ENABLED", "VERSION", "UPDATED")
@@ -460,19 +460,19 @@ func (a autoCmds) runsCmd() *cobra.Command {
 		Long: `List an automation's runs, newest first: state, what started it, the
 version it ran, when, how long it took and why it failed.`,
 		Example: `  engrams automation runs nightly
-  engrams automation runs nightly --limit 0 --json | jq -r '.[] | select(.state=="failed") | .id'`,
+  engrams automation runs nightly --limit 0 --json | jq -r '.items[] | select(.state=="failed") | .id'`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.client()
 			if err != nil {
 				return err
 			}
-			runs, err := c.Automations().Runs(cmd.Context(), args[0], limit)
+			runs, next, err := c.Automations().Runs(cmd.Context(), args[0], limit)
 			if err != nil {
 				return fmt.Errorf("list runs of %s: %w", args[0], err)
 			}
 			if a.jsonOut {
-				return printJSON(cmd.OutOrStdout(), runs)
+				return printList(cmd.OutOrStdout(), runs, next)
 			}
 			tw := newTable(cmd.OutOrStdout())
 			row(tw, "RUN", "STATE", "TRIGGER", "VERSION", "CREATED", "TOOK", "ERROR")

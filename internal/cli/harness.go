@@ -260,7 +260,7 @@ func (a harnessCmds) harnessListCmd() *cobra.Command {
 		Short:   "List registered harnesses",
 		Long:    "List registered harnesses by name, oldest version first.",
 		Example: `  engrams harness list
-  engrams harness list --json | jq -r '.harnesses[] | .name + "@" + .version'`,
+  engrams harness list --json | jq -r '.items[] | .name + "@" + .version'`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.client()
@@ -272,10 +272,7 @@ func (a harnessCmds) harnessListCmd() *cobra.Command {
 				return fmt.Errorf("list harnesses: %w", err)
 			}
 			if a.jsonOut {
-				if hs == nil {
-					hs = []apiv1.Harness{}
-				}
-				return printJSON(cmd.OutOrStdout(), apiv1.HarnessList{Harnesses: hs})
+				return printList(cmd.OutOrStdout(), hs, "")
 			}
 			tw := newTable(cmd.OutOrStdout())
 			row(tw, "NAME", "VERSION", "PROTOCOL", "LIBC", "KIND", "SIZE", "DIGEST", "CREATED")

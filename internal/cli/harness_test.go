@@ -185,7 +185,7 @@ func TestHarnessCommands(t *testing.T) {
 			"NAME         VERSION  PROTOCOL            LIBC   KIND      SIZE       DIGEST               CREATED\n",
 			"claude-code  2.1.0    claude-stream-json  glibc  built-in  180.0 MiB  sha256:cc0011223344  2026-11-30 06:00:00\n",
 			"shell        1        shell               none   built-in"}},
-		{name: "list json", args: []string{"harness", "list", "--json"}, contains: []string{`"harnesses": [`, `"name": "claude-code"`}},
+		{name: "list json", args: []string{"harness", "list", "--json"}, contains: []string{`"items": [`, `"name": "claude-code"`}},
 		{name: "show", args: []string{"harness", "show", "claude-code"}, stdout: "" +
 			"Name:         claude-code\n" +
 			"Version:      2.1.0\n" +

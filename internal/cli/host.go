@@ -41,7 +41,7 @@ admin), the VM backend and acceleration they use, sessions running out of
 the most they take, and when they last reported in. Deleted hosts are not
 listed.`,
 		Example: `  engrams host list
-  engrams host list --json | jq '.hosts[] | select(.state == "ready") | .id'`,
+  engrams host list --json | jq '.items[] | select(.state == "ready") | .id'`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.client()
@@ -54,10 +54,7 @@ listed.`,
 			}
 			out := a.termOut(cmd.OutOrStdout()) // a host reports its own facts
 			if a.jsonOut {
-				if hosts == nil {
-					hosts = []apiv1.Host{}
-				}
-				return printJSON(out, apiv1.HostList{Hosts: hosts})
+				return printList(out, hosts, "")
 			}
 			tw := newTable(out)
 			row(tw, "ID", "NAME", "STATE", "BACKEND", "ACCEL", "SESSIONS", "LAST HEARTBEAT")

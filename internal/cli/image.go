@@ -265,7 +265,7 @@ func (a imageCmds) imageListCmd() *cobra.Command {
 with --all), reference, digest, session size and last job.`,
 		Example: `  engrams image list
   engrams image list --all
-  engrams image list --json | jq -r '.images[] | select(.state == "ready") | .name'`,
+  engrams image list --json | jq -r '.items[] | select(.state == "ready") | .name'`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.client()
@@ -277,10 +277,7 @@ with --all), reference, digest, session size and last job.`,
 				return fmt.Errorf("list images: %w", err)
 			}
 			if a.jsonOut {
-				if imgs == nil {
-					imgs = []apiv1.Image{}
-				}
-				return printJSON(cmd.OutOrStdout(), apiv1.ImageList{Images: imgs})
+				return printList(cmd.OutOrStdout(), imgs, "")
 			}
 			tw := newTable(cmd.OutOrStdout())
 			row(tw, "NAME", "STATE", "REF", "DIGEST", "MEMORY", "VCPUS", "DISK", "LAST JOB", "UPDATED")
@@ -436,7 +433,7 @@ each job's warnings (what the image lost on the way: device nodes and FIFOs,
 which are never created from an image). The warm-up output of a failed job is
 in ` + "`engrams image get NAME`" + ` (last job) and in --json.`,
 		Example: `  engrams image jobs web
-  engrams image jobs --json web | jq -r '.jobs[-1].output_tail'`,
+  engrams image jobs --json web | jq -r '.items[-1].output_tail'`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.client()
@@ -449,10 +446,7 @@ in ` + "`engrams image get NAME`" + ` (last job) and in --json.`,
 			}
 			out := a.termOut(cmd.OutOrStdout())
 			if a.jsonOut {
-				if jobs == nil {
-					jobs = []apiv1.ImageJob{}
-				}
-				return printJSON(out, apiv1.ImageJobList{Jobs: jobs})
+				return printList(out, jobs, "")
 			}
 			return a.jobTable(out, jobs)
 		},

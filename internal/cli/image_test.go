@@ -186,7 +186,7 @@ func TestImageCommands(t *testing.T) {
 		{name: "jobs", args: []string{"image", "jobs", "alpine"},
 			stdout: "ID    KIND    STATE    STAGE  PROGRESS  ATTEMPTS  CREATED              TOOK  ERROR\n" +
 				"job2  enable  pending  -      -         0         2026-11-30 06:00:00  -     -\n"},
-		{name: "jobs json", args: []string{"image", "jobs", "--json", "web"}, contains: []string{`"jobs": [`, `"kind": "enable"`}},
+		{name: "jobs json", args: []string{"image", "jobs", "--json", "web"}, contains: []string{`"items": [`, `"kind": "enable"`}},
 		{name: "jobs with a warning", args: []string{"image", "jobs", "deboot"}, setup: enableWarned("deboot:12"),
 			stdout: "ID    KIND    STATE  STAGE  PROGRESS  ATTEMPTS  CREATED              TOOK   ERROR\n" +
 				"job3  enable  ready  -      -         1         2026-11-30 06:00:00  51.3s  -\n" +

@@ -130,7 +130,7 @@ func (a autoCmds) integrationListCmd() *cobra.Command {
 				return fmt.Errorf("list integrations: %w", err)
 			}
 			if a.jsonOut {
-				return printJSON(cmd.OutOrStdout(), ins)
+				return printList(cmd.OutOrStdout(), ins, "")
 			}
 			tw := newTable(cmd.OutOrStdout())
 			row(tw, "KIND", "CREDENTIALS", "SETTINGS", "UPDATED")

@@ -88,3 +88,19 @@ func short(raw json.RawMessage, max int) string {
 	}
 	return s
 }
+
+// listJSON is what every list command's --json prints: the items, never
+// null, and the cursor of the next page, "" when there is none (the CLI
+// reads every page unless a --limit stops it early).
+type listJSON[T any] struct {
+	Items      []T    `json:"items"`
+	NextCursor string `json:"next_cursor"`
+}
+
+// printList prints items as a list command's --json.
+func printList[T any](w io.Writer, items []T, next string) error {
+	if items == nil {
+		items = []T{}
+	}
+	return printJSON(w, listJSON[T]{Items: items, NextCursor: next})
+}

@@ -365,7 +365,7 @@ func (a profileCmds) profileListCmd() *cobra.Command {
 		Short:   "List profiles",
 		Long:    "List profiles by name with their image, harness, model, mode, repos and credentials.",
 		Example: `  engrams profile list
-  engrams profile list --json | jq -r '.profiles[].name'`,
+  engrams profile list --json | jq -r '.items[].name'`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.client()
@@ -377,10 +377,7 @@ func (a profileCmds) profileListCmd() *cobra.Command {
 				return fmt.Errorf("list profiles: %w", err)
 			}
 			if a.jsonOut {
-				if ps == nil {
-					ps = []apiv1.Profile{}
-				}
-				return printJSON(cmd.OutOrStdout(), apiv1.ProfileList{Profiles: ps})
+				return printList(cmd.OutOrStdout(), ps, "")
 			}
 			tw := newTable(cmd.OutOrStdout())
 			row(tw, "NAME", "IMAGE", "HARNESS", "MODEL", "MODE", "REPOS", "CREDENTIALS", "VERSION", "UPDATED")

@@ -132,8 +132,8 @@ func TestProfileCommands(t *testing.T) {
 		{name: "list", args: []string{"profile", "list"}, setup: withRev, contains: []string{
 			"NAME  IMAGE  HARNESS      MODEL  MODE  REPOS     CREDENTIALS  VERSION  UPDATED\n",
 			"rev   py     claude-code  -      -     app,libs  ant          1        "}},
-		{name: "list json", args: []string{"profile", "list", "--json"}, setup: withRev, contains: []string{`"profiles": [`, `"LOG_LEVEL": "debug"`}},
-		{name: "list empty json", args: []string{"profile", "list", "--json"}, stdout: "{\n  \"profiles\": []\n}\n"},
+		{name: "list json", args: []string{"profile", "list", "--json"}, setup: withRev, contains: []string{`"items": [`, `"LOG_LEVEL": "debug"`}},
+		{name: "list empty json", args: []string{"profile", "list", "--json"}, stdout: "{\n  \"items\": [],\n  \"next_cursor\": \"\"\n}\n"},
 		{name: "edit", args: []string{"profile", "edit", "rev", "--model", "opus", "--egress", "", "--repo-credential", "app=", "--repo-push", "app=false", "--repo-api", "app=FALSE"}, setup: withRev,
 			contains: []string{"updated profile rev to version 2\n", "Model:         opus\n", "\nCredentials:\n  - ant (anthropic_api_key, never in the guest on qemu, firecracker, process): gateway-injected",
 				"  - app: https://github.com/acme/app.git at main\n", "\nHosts:\n  - api.anthropic.com:443: reachable via the model gateway, enforced on qemu (model provider of credential ant (anthropic_api_key)): " +

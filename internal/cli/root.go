@@ -100,7 +100,7 @@ config directory).`,
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.url, "url", "", "coordinator URL, e.g. http://127.0.0.1:7700 (env ENGRAMS_URL)")
 	pf.StringVar(&a.token, "token", "", "API token (env ENGRAMS_TOKEN)")
-	pf.BoolVar(&a.jsonOut, "json", false, "print JSON instead of text")
+	pf.BoolVar(&a.jsonOut, "json", false, `print JSON instead of text (a list prints {"items": [...], "next_cursor": ""})`)
 
 	host := hostCmds{a}.hostCmd()
 	if opts.HostAgent != nil {

@@ -147,7 +147,7 @@ func (a secretCmds) secretListCmd() *cobra.Command {
 		Short:   "List secrets (never their values)",
 		Long:    "List the stored secrets by name: id, kind, where they are used (base URL, login, host), the profiles naming them and when they were made.",
 		Example: `  engrams secret list
-  engrams secret list --json | jq -r '.secrets[] | select(.kind == "git_https") | .name'`,
+  engrams secret list --json | jq -r '.items[] | select(.kind == "git_https") | .name'`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.client()
@@ -159,10 +159,7 @@ func (a secretCmds) secretListCmd() *cobra.Command {
 				return fmt.Errorf("list secrets: %w", err)
 			}
 			if a.jsonOut {
-				if ss == nil {
-					ss = []apiv1.Secret{}
-				}
-				return printJSON(cmd.OutOrStdout(), apiv1.SecretList{Secrets: ss})
+				return printList(cmd.OutOrStdout(), ss, "")
 			}
 			tw := newTable(cmd.OutOrStdout())
 			row(tw, "NAME", "KIND", "BASE URL", "USERNAME", "HOST", "USED BY", "ID", "CREATED")

@@ -47,7 +47,7 @@ func TestSecretCommands(t *testing.T) {
 			"NAME  KIND               BASE URL                   USERNAME        HOST        USED BY  ID",
 			"ant   anthropic_api_key  https://api.anthropic.com  -               -           rev      ",
 			"gh    git_https          -                          x-access-token  github.com  -        "}},
-		{name: "list json", args: []string{"secret", "list", "--json"}, contains: []string{`"secrets": [`, `"kind": "openai_api_key"`}},
+		{name: "list json", args: []string{"secret", "list", "--json"}, contains: []string{`"items": [`, `"kind": "openai_api_key"`}},
 		{name: "delete", args: []string{"secret", "delete", "oai"}, contains: []string{"deleted secret oai ("}},
 		{name: "delete used", args: []string{"secret", "delete", "ant"}, setup: usedByProfile, contains: []string{"deleted secret ant ("},
 			errContain: []string{"warning: profiles rev name it: their tasks cannot start until a secret named ant exists again " +

@@ -135,7 +135,7 @@ func (a sessionCmds) sessionListCmd() *cobra.Command {
 		Long:    "List sessions, newest first, optionally only those in one state or on one host.",
 		Example: `  engrams session list
   engrams session list --state active
-  engrams session list --json | jq -r '.sessions[].id'`,
+  engrams session list --json | jq -r '.items[].id'`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.client()
@@ -147,10 +147,7 @@ func (a sessionCmds) sessionListCmd() *cobra.Command {
 				return fmt.Errorf("list sessions: %w", err)
 			}
 			if a.jsonOut {
-				if l == nil {
-					l = []apiv1.Session{}
-				}
-				return printJSON(cmd.OutOrStdout(), apiv1.SessionList{Sessions: l})
+				return printList(cmd.OutOrStdout(), l, "")
 			}
 			tw := newTable(cmd.OutOrStdout())
 			row(tw, "ID", "STATE", "HOST", "IMAGE", "MEMORY", "VCPUS", "CREATED")

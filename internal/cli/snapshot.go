@@ -257,10 +257,7 @@ running guest) or durable (a committed snapshot includes it).`,
 				return fmt.Errorf("list outbox of session %s: %w", args[0], err)
 			}
 			if a.jsonOut {
-				if items == nil {
-					items = []apiv1.OutboxItem{}
-				}
-				return printJSON(cmd.OutOrStdout(), apiv1.OutboxList{Items: items})
+				return printList(cmd.OutOrStdout(), items, "")
 			}
 			tw := newTable(cmd.OutOrStdout())
 			row(tw, "SEQ", "ID", "KIND", "STATE", "CREATED", "PAYLOAD")

@@ -100,7 +100,7 @@ func TestSnapshotCommands(t *testing.T) {
 			stdout: "SEQ  ID  KIND    STATE      CREATED              PAYLOAD\n" +
 				"1    p1  prompt  durable    2026-11-30 06:00:00  {\"text\":\"hi\"}\n" +
 				"2    p2  prompt  delivered  2026-11-30 06:00:01  -\n"},
-		{name: "outbox list json empty", args: []string{"session", "outbox", "ls", "--json", "s2"}, stdout: "{\n  \"items\": []\n}\n"},
+		{name: "outbox list json empty", args: []string{"session", "outbox", "ls", "--json", "s2"}, stdout: "{\n  \"items\": [],\n  \"next_cursor\": \"\"\n}\n"},
 		{name: "outbox list unknown", args: []string{"session", "outbox", "list", "zz"}, code: 1, errContain: []string{"hint: list sessions"}},
 		{name: "create idle timeout", args: []string{"session", "create", "--json", "--idle-timeout", "15m"}, contains: []string{`"idle_timeout_s": 900`}},
 		{name: "create idle timeout rounds up", args: []string{"session", "create", "--json", "--idle-timeout", "1.5s"}, contains: []string{`"idle_timeout_s": 2`}},

@@ -98,7 +98,7 @@ failed), title, current session and when it last changed. --profile and
 				return fmt.Errorf("list tasks: %w", err)
 			}
 			if a.jsonOut {
-				return printJSON(cmd.OutOrStdout(), ts)
+				return printList(cmd.OutOrStdout(), ts, "")
 			}
 			tw := newTable(cmd.OutOrStdout())
 			row(tw, "ID", "STATE", "TITLE", "SESSION", "UPDATED")

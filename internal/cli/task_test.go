@@ -307,7 +307,7 @@ func TestTaskCommands(t *testing.T) {
 				"t1  running  add a /healthz endpoint                             s1       1m ago\n" +
 				"t2  stopped  rename every occurrence of the old module path ac…  -        3h ago\n"},
 		{name: "list json", args: []string{"task", "list", "--json", "--state", "idle"},
-			contains: []string{"[\n  {\n    \"id\": \"t3\",\n", `"error": "auth: key refused"`, `"profile_id": "prof-docs"`}},
+			contains: []string{"{\n  \"items\": [\n    {\n      \"id\": \"t3\",\n", `"error": "auth: key refused"`, `"profile_id": "prof-docs"`}},
 		{name: "list empty", args: []string{"tasks", "list", "--profile", "none"}, stdout: "ID  STATE  TITLE  SESSION  UPDATED\n"},
 		{name: "list bad state", args: []string{"task", "list", "--state", "bogus"}, code: 1,
 			errContain: []string{"error: list tasks: unknown task state \"bogus\" (starting, running, idle, stopped, failed) (HTTP 400 bad_request)\n"}},

@@ -4,8 +4,6 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
-
-	"github.com/engrams/engrams/api/apiv1"
 )
 
 func (a tokenCmds) tokenCmd() *cobra.Command {
@@ -65,10 +63,7 @@ func (a tokenCmds) tokenListCmd() *cobra.Command {
 				return fmt.Errorf("list tokens: %w", err)
 			}
 			if a.jsonOut {
-				if toks == nil {
-					toks = []apiv1.Token{}
-				}
-				return printJSON(cmd.OutOrStdout(), apiv1.TokenList{Tokens: toks})
+				return printList(cmd.OutOrStdout(), toks, "")
 			}
 			tw := newTable(cmd.OutOrStdout())
 			row(tw, "ID", "NAME", "KIND", "PREFIX", "HOST", "CREATED", "LAST USED")

@@ -59,7 +59,7 @@ func TestGitHubPullRequestReview(t *testing.T) {
 	}
 	var runs []apiv1.Run
 	eventually(t, 5*time.Minute, "the second push's review to finish", func() (bool, string) {
-		runs, err = d.dev.c.Automations().Runs(context.Background(), "pr-review", 0)
+		runs, _, err = d.dev.c.Automations().Runs(context.Background(), "pr-review", 0)
 		return err == nil && len(runs) == 2 && runs[0].State == apiv1.RunSucceeded, fmt.Sprintf("%+v %v", runs, err)
 	})
 	if runs[1].State != apiv1.RunSuperseded || !strings.Contains(runs[1].Error, runs[0].ID) {
@@ -130,7 +130,7 @@ func checkPullRequestTextIsData(t *testing.T, d *dashboardEnv, gh *githubtest.Se
 	var runs []apiv1.Run
 	eventually(t, 5*time.Minute, "both pull requests' runs to end", func() (bool, string) {
 		var err error
-		runs, err = d.dev.c.Automations().Runs(context.Background(), "pr-shell", 0)
+		runs, _, err = d.dev.c.Automations().Runs(context.Background(), "pr-shell", 0)
 		ended := 0
 		for _, r := range runs {
 			if r.State != apiv1.RunQueued && r.State != apiv1.RunRunning && r.State != apiv1.RunWaiting {

@@ -139,7 +139,7 @@ func checkSlackRefusals(t *testing.T, d *dashboardEnv, slack *slacktest.Server, 
 		ok2 := len(th2) == 1 && strings.Contains(th2[0].Text, "may not use profile prod-deploy")
 		return ok1 && ok2, fmt.Sprintf("%+v / %+v", th1, th2)
 	})
-	runs, err := d.dev.c.Automations().Runs(context.Background(), "slack-threads", 0)
+	runs, _, err := d.dev.c.Automations().Runs(context.Background(), "slack-threads", 0)
 	refused := 0
 	for _, r := range runs {
 		if r.State == apiv1.RunRefused {
