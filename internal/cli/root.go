@@ -259,7 +259,7 @@ func Execute(ctx context.Context, root *cobra.Command) int {
 		code = 2
 	}
 	w := root.ErrOrStderr()
-	msg := strings.TrimSpace(err.Error())
+	msg := sayOnce(strings.TrimSpace(err.Error()))
 	if root.Annotations[annStderrTerminal] == "true" {
 		msg = cleanText(msg) // errors quote what guests, images and hosts said
 	}
@@ -271,6 +271,21 @@ func Execute(ctx context.Context, root *cobra.Command) int {
 		fmt.Fprintf(w, "hint: %s\n", hint)
 	}
 	return code
+}
+
+// sayOnce drops a part of an error message that repeats the part before
+// it: the CLI names what it was doing and the server may have said the
+// same ("get session X: get session X: not found" reads "get session X: not
+// found").
+func sayOnce(msg string) string {
+	parts := strings.Split(msg, ": ")
+	out := parts[:1]
+	for _, p := range parts[1:] {
+		if p != out[len(out)-1] {
+			out = append(out, p)
+		}
+	}
+	return strings.Join(out, ": ")
 }
 
 // isCobraUsageError recognises the errors cobra makes before a command runs.

@@ -73,7 +73,7 @@ func TestSnapshotCommands(t *testing.T) {
 		{name: "snapshot idle", args: []string{"session", "snapshot", "s2"}, code: 1,
 			errContain: []string{"session s2 is idle (HTTP 409 conflict)", "hint: only an active session can be snapshotted"}},
 		{name: "snapshot fails", args: []string{"session", "snapshot", "s1"}, setup: failSnapshots, code: 1,
-			errContain: []string{"error: snapshot session s1: snapshot session s1: disk full (HTTP 500 internal)\n"}},
+			errContain: []string{"error: snapshot session s1: disk full (HTTP 500 internal)\n"}},
 		{name: "get snapshots", args: []string{"session", "get", "s1"},
 			contains: []string{"Head snapshot:  snap1\n", "Last activity:  2026-11-30 06:00:00 (0s ago)\n", "\nSnapshots:\n" +
 				"ID     CREATED              REASON    HOST  SIZE     UPLOADED\n" +
