@@ -24,7 +24,22 @@ tree of blocks (start a task, send a prompt, wait for the agent, run a
 command, read or write a file, conditions, bounded loops, posts). Its
 definition is JSON or YAML, checked when saved; each save is a new version,
 and a run finishes on the version it started with. Each run is durable: it
-survives a coordinator restart, and every block is a recorded step.`)
+survives a coordinator restart, and every block is a recorded step.
+
+A definition, nightly.yaml (profile web must exist: engrams profile list):
+
+` + nightlyExample + `
+Triggers: manual; schedule (cron, time_zone); webhook (slug: POST
+/v1/hooks/SLUG, signed, see ` + "`engrams automation get --help`" + `); slack_mention
+(channels); github_pr (repos, events, min_author); linear_issue (labels).
+Blocks: start_task, send_prompt, wait_idle, run_command, read_file,
+write_file, condition, loop, post_slack, github_comment, github_review,
+github_file, open_pr, linear_comment, end_session. Templates:
+{{inputs.NAME}}, {{trigger.PATH}}, {{steps.ID.output}}; a run_command's
+command takes none (pass values in its env).`)
+	cmd.Example = `  engrams automation create nightly.yaml --enable
+  engrams automation run nightly --input area=docs --wait
+  engrams automation runs nightly`
 	cmd.Aliases = []string{"automations", "auto"}
 	cmd.Annotations = map[string]string{
 		annNotFound: "list automations with `engrams automation list`",
@@ -34,6 +49,19 @@ survives a coordinator restart, and every block is a recorded step.`)
 		a.rotateCmd(), a.runCmd(), a.runsCmd(), a.runShowCmd(), a.cancelCmd())
 	return cmd
 }
+
+// nightlyExample is the definition `automation --help` shows (a test
+// saves it).
+const nightlyExample = `  name: nightly
+  trigger: {kind: schedule, cron: "0 2 * * *", time_zone: Europe/Berlin}
+  inputs:
+    - {name: area, type: string, default: tests}
+  blocks:
+    - {id: task, kind: start_task, profile: web, prompt: "Fix the flakiest of our {{inputs.area}}."}
+    - {id: idle, kind: wait_idle, task: task, timeout: 1h}
+    - {id: check, kind: run_command, task: task, command: make test}
+    - {id: stop, kind: end_session, task: task}
+`
 
 // readDefinition reads a definition file (- for stdin), bounded.
 func readDefinition(cmd *cobra.Command, file string) (string, error) {
@@ -147,9 +175,11 @@ func (a autoCmds) getCmd() *cobra.Command {
 A webhook trigger takes POST /v1/hooks/SLUG with three headers:
   X-Engrams-Timestamp  the Unix time in seconds (within 5 minutes of the server's)
   X-Engrams-Signature  v1= and the hex HMAC-SHA256 of "TIMESTAMP.BODY" keyed by the secret
-  X-Engrams-Delivery   an id unique to the delivery: a retry with it starts nothing
-The body is a JSON object: the trigger payload ({{trigger.PATH}}), its
-"inputs" object the run's inputs.`,
+  X-Engrams-Delivery   optional, an id for logs
+The key is the whole secret, whsec_ included. A delivery is known by its
+timestamp and body: sent again, it starts nothing. The body is a JSON
+object: the trigger payload ({{trigger.PATH}}), its "inputs" object the
+run's inputs. README.md shows the signature made with openssl and curl.`,
 		Example: `  engrams automation get nightly
   engrams automation get nightly --definition > nightly.json`,
 		Args: usageArgs(cobra.ExactArgs(1)),
