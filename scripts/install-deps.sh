@@ -31,6 +31,9 @@ pkgs+=(chromium fonts-dejavu-core)
 # tests serve repositories with git http-backend).
 pkgs+=(git)
 
+# The README's webhook recipe (internal/hookapp's test runs it).
+pkgs+=(openssl curl)
+
 # The guest kernel. The QEMU backend boots the uncompressed PVH vmlinux that
 # it extracts from a distribution kernel, plus that kernel's virtio modules
 # from /lib/modules/<version>.

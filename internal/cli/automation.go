@@ -28,9 +28,9 @@ survives a coordinator restart, and every block is a recorded step.
 
 A definition, nightly.yaml (profile web must exist: engrams profile list):
 
-` + nightlyExample + `
+`+nightlyExample+`
 Triggers: manual; schedule (cron, time_zone); webhook (slug: POST
-/v1/hooks/SLUG, signed, see ` + "`engrams automation get --help`" + `); slack_mention
+/v1/hooks/SLUG, signed, see `+"`engrams automation get --help`"+`); slack_mention
 (channels); github_pr (repos, events, min_author); linear_issue (labels).
 Blocks: start_task, send_prompt, wait_idle, run_command, read_file,
 write_file, condition, loop, post_slack, github_comment, github_review,
