@@ -1,9 +1,9 @@
 // The automation editor: the definition as a form or as text (YAML or
 // JSON), either way its problems with their places after a save; then a
 // test run with its inputs, and its runs.
-import { useEffect, useState } from "preact/hooks";
-import { ApiError, call, enc, get } from "../api/client";
-import type { Automation, AutomationResponse, Builtin } from "../api/types";
+import { useEffect, useRef, useState } from "preact/hooks";
+import { ApiError, call, enc, get, listAll } from "../api/client";
+import type { Automation, AutomationResponse, Builtin, Profile } from "../api/types";
 import { definitionText, parseDefinition, type Definition } from "../lib/automationDef";
 import { definitionProblems } from "../lib/automationProblems";
 import { templates } from "../lib/automationTemplates";
@@ -18,13 +18,19 @@ import { AutomationTestRun } from "./AutomationTestRun";
 export function AutomationEditor(props: { name?: string }) {
   const existing = useLoad((s) => (props.name ? get<Automation>("/v1/automations/" + enc(props.name), s) : Promise.resolve(undefined)), [props.name]);
   const builtins = useLoad((s) => (props.name ? Promise.resolve({ builtins: [] as Builtin[] }) : get<{ builtins: Builtin[] }>("/v1/automation-builtins", s)), [props.name]);
+  // A new automation's templates name a profile that exists (the first), or
+  // none, and the page asks for one.
+  const profiles = useLoad((s) => (props.name ? Promise.resolve(undefined) : listAll<"profiles", Profile>("/v1/profiles", "profiles", s)), [props.name]);
+  const profile = profiles.value?.profiles[0]?.name ?? "";
   const starts = [
-    ...templates,
+    ...templates(profile),
     ...(builtins.value?.builtins ?? []).map((b) => ({ id: "builtin:" + b.name, label: "Built-in: " + b.name + " (" + b.integration + ")", text: b.definition })),
   ];
   const [mode, setMode] = useState<"form" | "text">("form");
-  const [text, setText] = useState(templates[0].text);
-  const [def, setDef] = useState<Definition>(() => parseDefinition(templates[0].text));
+  const [startID, setStartID] = useState(templates("")[0].id);
+  const [text, setText] = useState(templates("")[0].text);
+  const [def, setDef] = useState<Definition>(() => parseDefinition(templates("")[0].text));
+  const edited = useRef(false); // by hand: a template no longer replaces it
   const [modeError, setModeError] = useState<string>();
   const [enabled, setEnabled] = useState(false);
   const [error, setError] = useState<Error>();
@@ -36,6 +42,12 @@ export function AutomationEditor(props: { name?: string }) {
     setDef(existing.value.definition);
     setText(definitionText(existing.value.definition));
   }, [existing.value]);
+
+  // The profiles arrive after the first render: a template not yet edited
+  // is filled again with the profile's name.
+  useEffect(() => {
+    if (!props.name && !edited.current) pick(startID);
+  }, [profile]);
 
   // The form edits def, the text tab text; switching carries one into the
   // other, and text the form cannot show keeps the text tab.
@@ -50,7 +62,11 @@ export function AutomationEditor(props: { name?: string }) {
       setModeError("The form cannot show this text: " + (err as Error).message);
     }
   };
-  const pick = (t: string) => {
+  const pick = (id: string) => {
+    const t = starts.find((x) => x.id === id)?.text;
+    if (t === undefined) return;
+    setStartID(id);
+    edited.current = false;
     setText(t);
     try {
       setDef(parseDefinition(t));
@@ -120,12 +136,17 @@ export function AutomationEditor(props: { name?: string }) {
           {!a && (
             <div class="row">
               <label for="a-template">Start from</label>
-              <select id="a-template" onChange={(e) => pick(starts.find((t) => t.id === e.currentTarget.value)?.text ?? text)}>
+              <select id="a-template" value={startID} onChange={(e) => pick(e.currentTarget.value)}>
                 {starts.map((t) => (
                   <option value={t.id}>{t.label}</option>
                 ))}
               </select>
             </div>
+          )}
+          {!a && profiles.value && !profile && (
+            <p class="hint" data-testid="no-profile">
+              A task runs on a profile, and there is none yet: <a href="/profiles/new">make one</a>, then name it in the start_task block.
+            </p>
           )}
           <Tabs
             tabs={[
@@ -156,6 +177,7 @@ export function AutomationEditor(props: { name?: string }) {
               <AutomationForm
                 def={def}
                 onChange={(d, structural) => {
+                  edited.current = true;
                   setDef(d);
                   if (structural) setError(undefined);
                 }}
@@ -165,7 +187,10 @@ export function AutomationEditor(props: { name?: string }) {
             ) : (
               <div class={"row" + (probs.length ? " invalid" : "")}>
                 <label for="a-def">Definition (YAML or JSON)</label>
-                <textarea id="a-def" rows={18} spellcheck={false} value={text} onInput={(e) => setText(e.currentTarget.value)} aria-describedby="a-def-err" />
+                <textarea id="a-def" rows={18} spellcheck={false} value={text} onInput={(e) => {
+                    edited.current = true;
+                    setText(e.currentTarget.value);
+                  }} aria-describedby="a-def-err" />
               </div>
             )}
             <p class="hint">
