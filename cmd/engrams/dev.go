@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -43,8 +44,10 @@ func devCmd() *cobra.Command {
 		Short: "Run coordinator + one host + embedded SQLite in one process",
 		Long: `Run a complete single-machine engrams: a coordinator with an embedded SQLite
 database, one host agent using the best backend this machine supports, and a
-local data directory. State survives restarts. It prints the URL and writes a
-CLI config so that other ` + "`engrams`" + ` commands find it without flags.
+local data directory. State survives restarts. It prints a banner (its URL, a
+link that signs the dashboard in, where it wrote the CLI config so that other
+` + "`engrams`" + ` commands find it without flags), then logs warnings and errors
+(--log-level info or debug for more).
 
 Ctrl-C (or SIGTERM) suspends every running session, showing each as it is
 done, and stops: their state survives and no VM keeps running. A second Ctrl-C
@@ -66,7 +69,7 @@ func (f *devFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.listen, "listen", env("LISTEN", "127.0.0.1:7700"), "address to serve on")
 	fs.StringVar(&f.dataDir, "data-dir", env("DATA_DIR", defaultDataDir()), "where the database, machines and credentials live")
 	fs.StringVar(&f.backend, "backend", env("BACKEND", "auto"), "auto, firecracker, qemu or process (process: development only, no isolation)")
-	fs.StringVar(&f.logLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error")
+	fs.StringVar(&f.logLevel, "log-level", env("LOG_LEVEL", "warn"), "debug, info, warn or error (debug adds the automation engine's internals)")
 	fs.StringVar(&f.logFormat, "log-format", env("LOG_FORMAT", "text"), "text, or json (one object per line)")
 	f.egress.register(fs)
 	fs.StringVar(&f.opsAddr, "ops-addr", env("OPS_ADDR", ""), "also serve /healthz, /readyz and /metrics on this address (they are always on --listen too)")
@@ -133,8 +136,7 @@ func (f *devFlags) run(ctx context.Context, out, errOut io.Writer, sigs <-chan o
 	if err != nil {
 		return fmt.Errorf("write CLI config: %w", err)
 	}
-	fmt.Fprintf(out, "engrams dev is running\n  URL:   %s\n  token: %s\n  data:  %s\n  CLI config: %s\n  dashboard: %s (signs this browser in; works once, for 15 minutes)\nTry: engrams session create\n",
-		url, creds.Token, f.dataDir, cfgPath, rig.srv.Dashboard().LoginURL(url))
+	printBanner(out, banner{url: url, login: rig.srv.Dashboard().LoginURL(url), config: cfgPath, data: f.dataDir, logLevel: f.logLevel})
 	stop := &devStop{co: rig.srv.Coordinator(), reads: st, out: errOut, timeout: f.stopTimeout}
 	// The parts outlive ctx (the first signal ends it): stop decides when
 	// they end.
@@ -146,6 +148,30 @@ func (f *devFlags) run(ctx context.Context, out, errOut io.Writer, sigs <-chan o
 		},
 		func(ctx context.Context) error { return serveOps(ctx, opsLn, rig.srv.OpsHandler(), log) },
 		stop.watch(sigs))
+}
+
+// banner is what dev prints once it serves.
+type banner struct{ url, login, config, data, logLevel string }
+
+// printBanner says where dev serves, how to sign the browser in, where the
+// CLI's config (URL and token) went and what the log shows.
+func printBanner(w io.Writer, b banner) {
+	logs := "warnings and errors (--log-level info or debug shows more)"
+	switch strings.ToLower(b.logLevel) {
+	case "debug":
+		logs = "everything, the automation engine's internals too"
+	case "info":
+		logs = "what happens (--log-level debug shows the automation engine's internals too)"
+	case "error":
+		logs = "errors only"
+	}
+	fmt.Fprintf(w, `engrams dev is running at %s
+  dashboard:  %s  (signs this browser in: once, within 15 minutes)
+  CLI config: %s  (its URL and token: engrams commands need no flags)
+  data:       %s
+  logs:       %s
+Try: engrams session create
+`, b.url, b.login, b.config, b.data, logs)
 }
 
 // assemble makes dev's blob store, host agent and replica over st, one
@@ -168,7 +194,7 @@ func (f *devFlags) assemble(ctx context.Context, st store.Store, url, hostToken 
 	}
 	rig.agent = agent
 	keyFile := filepath.Join(f.dataDir, "secrets.keyset")
-	srv, closeSrv, err := newServer(server.Config{AdvertiseURL: url, Version: version, Automations: devAutomations(filepath.Join(f.dataDir, "engrams.db"))},
+	srv, closeSrv, err := newServer(server.Config{AdvertiseURL: url, Version: version, Automations: devAutomations(filepath.Join(f.dataDir, "engrams.db"), f.logLevel)},
 		serverParts{store: st, blobs: rig.bs, imageWork: filepath.Join(f.dataDir, "image-work"), harnesses: &f.harnesses,
 			keyFile: keyFile, createKey: true, policy: policy, metrics: reg, ready: []metrics.Check{{Name: "host_link", Ready: agent.Ready}},
 			log: log.With("component", "coordinator")}, log)

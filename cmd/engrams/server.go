@@ -129,7 +129,7 @@ func (f *serverFlags) run(ctx context.Context, stderr io.Writer) error {
 		return err
 	}
 	srv, closeSrv, err := newServer(server.Config{ReplicaID: f.replicaID, AdvertiseURL: f.advertise, ClusterSecret: f.secret, Version: version, Coordinator: f.co,
-		Automations: automationsDB(f.database)},
+		Automations: automationsDB(f.database, f.logLevel)},
 		serverParts{store: st, blobs: bs, imageWork: f.imageWork, harnesses: &f.harnesses, keyFile: f.keyFile, createKey: !sharedDatabase(f.database),
 			policy: policy, metrics: metrics.New(), log: log}, log)
 	if err != nil {

@@ -35,19 +35,30 @@ func openStore(ctx context.Context, database string, log *slog.Logger) (store.St
 }
 
 // automationsDB names the store's database for automation runs, which
-// keep their tables beside the store's.
-func automationsDB(database string) autorun.Config {
+// keep their tables beside the store's; their library logs at logLevel
+// debug, else only its warnings.
+func automationsDB(database, logLevel string) autorun.Config {
+	c := autorun.Config{SQLitePath: strings.TrimPrefix(database, "sqlite://"), LibraryLogLevel: libraryLogLevel(logLevel)}
 	if sharedDatabase(database) {
-		return autorun.Config{PostgresURL: database}
+		c.SQLitePath, c.PostgresURL = "", database
 	}
-	return autorun.Config{SQLitePath: strings.TrimPrefix(database, "sqlite://")}
+	return c
+}
+
+// libraryLogLevel is the least level logged of a library's own lines (the
+// durable-execution library's): warn, or everything at --log-level debug.
+func libraryLogLevel(logLevel string) slog.Level {
+	if strings.EqualFold(logLevel, "debug") {
+		return slog.LevelDebug
+	}
+	return slog.LevelWarn
 }
 
 // devAutomations is dev's automation runs: on its SQLite file, under one
 // executor id across restarts (one dev per data dir), so a restarted dev
 // resumes its runs at launch.
-func devAutomations(path string) autorun.Config {
-	c := automationsDB(path)
+func devAutomations(path, logLevel string) autorun.Config {
+	c := automationsDB(path, logLevel)
 	c.ExecutorID = "dev"
 	return c
 }

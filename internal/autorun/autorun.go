@@ -44,6 +44,9 @@ type Config struct {
 	// QueuePoll is how often a queue of runs waiting for their
 	// concurrency key is polled (default 250ms).
 	QueuePoll time.Duration
+	// LibraryLogLevel is the least level of the durable-execution
+	// library's own log lines (DBOS's; nil: warn). Ours follow Logger.
+	LibraryLogLevel slog.Leveler
 }
 
 func (c *Config) defaults() error {
@@ -67,6 +70,9 @@ func (c *Config) defaults() error {
 	}
 	if c.MaxStepOutput <= 0 {
 		c.MaxStepOutput = 64 << 10
+	}
+	if c.LibraryLogLevel == nil {
+		c.LibraryLogLevel = slog.LevelWarn
 	}
 	if c.DBOSSchema == "" {
 		c.DBOSSchema = "dbos"
@@ -170,7 +176,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Runner, error) {
 		return nil, errors.New("autorun: NewID is required")
 	}
 	dc := dbos.Config{AppName: "engrams", ExecutorID: cfg.ExecutorID, ApplicationVersion: workflowVersion,
-		Logger: r.log.With("part", "dbos"), DatabaseSchema: cfg.DBOSSchema}
+		Logger: slog.New(floorHandler{h: r.log.With("part", "dbos").Handler(), min: cfg.LibraryLogLevel}), DatabaseSchema: cfg.DBOSSchema}
 	if cfg.PostgresURL != "" {
 		dc.DatabaseURL = cfg.PostgresURL
 	} else {
