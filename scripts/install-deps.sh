@@ -1,8 +1,21 @@
 #!/usr/bin/env bash
-# install-deps.sh: installs what the VM backends need on a fresh Debian or
-# Ubuntu machine (QEMU, a guest kernel, image tools). Idempotent: packages
+# install-deps.sh [--run|--test]: installs what engrams needs on a fresh
+# Debian or Ubuntu machine. --run (scripts/dev.sh): what running it needs,
+# the VM backends' QEMU, guest kernel and image tools. --test (the default,
+# scripts/test.sh): that and what the tests need (test images' tools, a
+# browser, agent CLIs, the dashboard's packages). Idempotent: packages
 # already present are skipped and `apt-get update` runs at most once.
 set -euo pipefail
+
+mode=test
+case "${1:-}" in
+--run) mode=run ;;
+--test | "") ;;
+*)
+	echo "usage: install-deps.sh [--run|--test]" >&2
+	exit 2
+	;;
+esac
 
 if [ "$(id -u)" -ne 0 ]; then
 	SUDO=sudo
@@ -18,21 +31,21 @@ distro="${ID:-unknown}"
 # (internal/harness), fsck.erofs extracts them in tests.
 pkgs=(qemu-system-x86 qemu-utils e2fsprogs busybox-static lz4 cpio erofs-utils)
 
-# Test images (internal/image/imagetest): musl's loader and libc plus musl-gcc
-# for the Alpine-like image, debootstrap for the Debian one.
-pkgs+=(musl musl-tools debootstrap)
-
-# The dashboard's browser tests (internal/e2e): Debian's chromium, driven
-# by playwright-core from web/node_modules (no browser download), and a
-# font for its screenshots.
-pkgs+=(chromium fonts-dejavu-core)
-
 # Tasks clone their repositories with git on the coordinator (and the agent
 # tests serve repositories with git http-backend).
 pkgs+=(git)
 
-# The README's webhook recipe (internal/hookapp's test runs it).
-pkgs+=(openssl curl)
+if [ "$mode" = test ]; then
+	# Test images (internal/image/imagetest): musl's loader and libc plus
+	# musl-gcc for the Alpine-like image, debootstrap for the Debian one.
+	pkgs+=(musl musl-tools debootstrap)
+	# The dashboard's browser tests (internal/e2e): Debian's chromium, driven
+	# by playwright-core from web/node_modules (no browser download), and a
+	# font for its screenshots.
+	pkgs+=(chromium fonts-dejavu-core)
+	# The README's webhook recipe (internal/hookapp's test runs it).
+	pkgs+=(openssl curl)
+fi
 
 # The guest kernel. The QEMU backend boots the uncompressed PVH vmlinux that
 # it extracts from a distribution kernel, plus that kernel's virtio modules
@@ -101,9 +114,13 @@ install_web() {
 	echo "$sum" >"$web/node_modules/.engrams-lock"
 }
 
+# Running needs neither: the dashboard's build (internal/dashboard/static.gen)
+# is committed, and harnesses are fetched by the coordinator itself.
 install_node_parts() {
-	install_agent_clis
-	install_web
+	if [ "$mode" = test ]; then
+		install_agent_clis
+		install_web
+	fi
 }
 
 missing=()

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Run every test the way CI does: install dependencies (QEMU, the guest
-# kernel, e2fsprogs, PostgreSQL if none answers), build the binaries, then
+# Run every test the way CI does: install what testing needs (QEMU, the guest
+# kernel, image tools, chromium, agent CLIs, web/'s packages; PostgreSQL if
+# none answers), build the binaries, then
 # go vet and go test over the whole module, then each fuzz test briefly
 # (scripts/fuzz.sh). Extra arguments go to go test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
-./scripts/install-deps.sh
+./scripts/install-deps.sh --test
 . ./scripts/postgres.sh   # exports ENGRAMS_TEST_POSTGRES
 echo "== build"
 CGO_ENABLED=0 go build -trimpath -o bin/ ./cmd/...
