@@ -38,7 +38,7 @@ func (c *Client) Hosts() HostClient { return HostClient{c} }
 
 // List lists hosts.
 func (hc HostClient) List(ctx context.Context) ([]apiv1.Host, error) {
-	return listAll(ctx, hc.c, routePath(apiv1.RouteListHosts, ""), nil, func(l apiv1.HostList) ([]apiv1.Host, string) { return l.Hosts, l.NextCursor })
+	return listAll(ctx, hc.c, routePath(apiv1.RouteListHosts, ""), nil, func(l apiv1.HostList) ([]apiv1.Host, string) { return l.Items, l.NextCursor })
 }
 
 // Get returns one host.
@@ -100,7 +100,7 @@ func (tk TokenClient) Create(ctx context.Context, name string) (apiv1.CreateToke
 
 // List lists tokens (without secrets).
 func (tk TokenClient) List(ctx context.Context) ([]apiv1.Token, error) {
-	return listAll(ctx, tk.c, routePath(apiv1.RouteListTokens, ""), nil, func(l apiv1.TokenList) ([]apiv1.Token, string) { return l.Tokens, l.NextCursor })
+	return listAll(ctx, tk.c, routePath(apiv1.RouteListTokens, ""), nil, func(l apiv1.TokenList) ([]apiv1.Token, string) { return l.Items, l.NextCursor })
 }
 
 // Revoke revokes a token.

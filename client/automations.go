@@ -27,7 +27,7 @@ func (ac AutomationClient) Create(ctx context.Context, req apiv1.CreateAutomatio
 // List lists every automation by name.
 func (ac AutomationClient) List(ctx context.Context) ([]apiv1.Automation, error) {
 	return listAll(ctx, ac.c, routePath(apiv1.RouteListAutomations, ""), nil,
-		func(l apiv1.AutomationList) ([]apiv1.Automation, string) { return l.Automations, l.NextCursor })
+		func(l apiv1.AutomationList) ([]apiv1.Automation, string) { return l.Items, l.NextCursor })
 }
 
 // Get returns an automation (by name or id) at its current version.
@@ -81,12 +81,12 @@ func (ac AutomationClient) Run(ctx context.Context, name string, req apiv1.Start
 func (ac AutomationClient) Runs(ctx context.Context, name string, limit int) ([]apiv1.Run, string, error) {
 	path := routePath(apiv1.RouteListRuns, name)
 	if limit <= 0 {
-		runs, err := listAll(ctx, ac.c, path, nil, func(l apiv1.RunList) ([]apiv1.Run, string) { return l.Runs, l.NextCursor })
+		runs, err := listAll(ctx, ac.c, path, nil, func(l apiv1.RunList) ([]apiv1.Run, string) { return l.Items, l.NextCursor })
 		return runs, "", err
 	}
 	var l apiv1.RunList
 	err := ac.c.call(ctx, http.MethodGet, path, url.Values{"limit": {strconv.Itoa(min(limit, apiv1.MaxPageLimit))}}, nil, &l)
-	return l.Runs, l.NextCursor, err
+	return l.Items, l.NextCursor, err
 }
 
 // GetRun returns a run with its step record.

@@ -45,7 +45,7 @@ func (hr HarnessClient) Add(ctx context.Context, tarball io.Reader) (apiv1.Harne
 
 // List lists registered harnesses by name, then oldest first.
 func (hr HarnessClient) List(ctx context.Context) ([]apiv1.Harness, error) {
-	return listAll(ctx, hr.c, routePath(apiv1.RouteListHarnesses, ""), nil, func(l apiv1.HarnessList) ([]apiv1.Harness, string) { return l.Harnesses, l.NextCursor })
+	return listAll(ctx, hr.c, routePath(apiv1.RouteListHarnesses, ""), nil, func(l apiv1.HarnessList) ([]apiv1.Harness, string) { return l.Items, l.NextCursor })
 }
 
 // Get returns harness name at version ("": the newest).

@@ -37,7 +37,7 @@ func (ic ImageClient) List(ctx context.Context, all bool) ([]apiv1.Image, error)
 	if all {
 		q = url.Values{"all": {"true"}}
 	}
-	return listAll(ctx, ic.c, routePath(apiv1.RouteListImages, ""), q, func(l apiv1.ImageList) ([]apiv1.Image, string) { return l.Images, l.NextCursor })
+	return listAll(ctx, ic.c, routePath(apiv1.RouteListImages, ""), q, func(l apiv1.ImageList) ([]apiv1.Image, string) { return l.Items, l.NextCursor })
 }
 
 // Get returns the enabled image with that name (or id).
@@ -65,7 +65,7 @@ func (ic ImageClient) Refresh(ctx context.Context, name string) (apiv1.ImageJobR
 
 // Jobs lists an image's enable and refresh jobs, oldest first.
 func (ic ImageClient) Jobs(ctx context.Context, name string) ([]apiv1.ImageJob, error) {
-	return listAll(ctx, ic.c, routePath(apiv1.RouteImageJobs, name), nil, func(l apiv1.ImageJobList) ([]apiv1.ImageJob, string) { return l.Jobs, l.NextCursor })
+	return listAll(ctx, ic.c, routePath(apiv1.RouteImageJobs, name), nil, func(l apiv1.ImageJobList) ([]apiv1.ImageJob, string) { return l.Items, l.NextCursor })
 }
 
 // GetJob returns one image job with its progress.

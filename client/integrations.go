@@ -25,7 +25,7 @@ func (ic IntegrationClient) Add(ctx context.Context, req apiv1.AddIntegrationReq
 func (ic IntegrationClient) List(ctx context.Context) ([]apiv1.Integration, error) {
 	var l apiv1.IntegrationList
 	err := ic.c.call(ctx, http.MethodGet, routePath(apiv1.RouteListIntegrations, ""), nil, nil, &l)
-	return l.Integrations, err
+	return l.Items, err
 }
 
 // Remove forgets an integration.

@@ -19,9 +19,9 @@ func TestListFollowsCursors(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		switch r.URL.Query().Get("cursor") {
 		case "":
-			fmt.Fprint(w, `{"profiles":[{"name":"a"},{"name":"b"}],"next_cursor":"Yg"}`)
+			fmt.Fprint(w, `{"items":[{"name":"a"},{"name":"b"}],"next_cursor":"Yg"}`)
 		case "Yg":
-			fmt.Fprint(w, `{"profiles":[{"name":"c"}]}`)
+			fmt.Fprint(w, `{"items":[{"name":"c"}]}`)
 		default:
 			http.Error(w, `{"error":"bad cursor","code":"bad_request"}`, 400)
 		}

@@ -23,7 +23,7 @@ func (pc ProfileClient) Create(ctx context.Context, req apiv1.CreateProfileReque
 
 // List lists the live profiles by name.
 func (pc ProfileClient) List(ctx context.Context) ([]apiv1.Profile, error) {
-	return listAll(ctx, pc.c, routePath(apiv1.RouteListProfiles, ""), nil, func(l apiv1.ProfileList) ([]apiv1.Profile, string) { return l.Profiles, l.NextCursor })
+	return listAll(ctx, pc.c, routePath(apiv1.RouteListProfiles, ""), nil, func(l apiv1.ProfileList) ([]apiv1.Profile, string) { return l.Items, l.NextCursor })
 }
 
 // Get returns a profile (by name or id) with its receipt and the

@@ -23,7 +23,7 @@ func (sk SecretClient) Create(ctx context.Context, req apiv1.CreateSecretRequest
 
 // List lists the live secrets by name (never their values).
 func (sk SecretClient) List(ctx context.Context) ([]apiv1.Secret, error) {
-	return listAll(ctx, sk.c, routePath(apiv1.RouteListSecrets, ""), nil, func(l apiv1.SecretList) ([]apiv1.Secret, string) { return l.Secrets, l.NextCursor })
+	return listAll(ctx, sk.c, routePath(apiv1.RouteListSecrets, ""), nil, func(l apiv1.SecretList) ([]apiv1.Secret, string) { return l.Items, l.NextCursor })
 }
 
 // Delete deletes a secret by name or id; UsedBy in the answer lists

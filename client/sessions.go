@@ -44,7 +44,7 @@ func (sc SessionClient) List(ctx context.Context, f SessionFilter) ([]apiv1.Sess
 	if f.HostID != "" {
 		q.Set("host", f.HostID)
 	}
-	return listAll(ctx, sc.c, routePath(apiv1.RouteListSessions, ""), q, func(l apiv1.SessionList) ([]apiv1.Session, string) { return l.Sessions, l.NextCursor })
+	return listAll(ctx, sc.c, routePath(apiv1.RouteListSessions, ""), q, func(l apiv1.SessionList) ([]apiv1.Session, string) { return l.Items, l.NextCursor })
 }
 
 // Get returns a session with its op log.

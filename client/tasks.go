@@ -38,7 +38,7 @@ func (tc TaskClient) List(ctx context.Context, profile, states string) ([]apiv1.
 	if states != "" {
 		q.Set("state", states)
 	}
-	return listAll(ctx, tc.c, routePath(apiv1.RouteListTasks, ""), q, func(l apiv1.TaskList) ([]apiv1.Task, string) { return l.Tasks, l.NextCursor })
+	return listAll(ctx, tc.c, routePath(apiv1.RouteListTasks, ""), q, func(l apiv1.TaskList) ([]apiv1.Task, string) { return l.Items, l.NextCursor })
 }
 
 // Get returns a task with its receipt and sessions.

@@ -81,9 +81,9 @@ type HarnessRequires struct {
 
 // HarnessList answers RouteListHarnesses.
 type HarnessList struct {
-	Harnesses []Harness `json:"harnesses"`
-	// NextCursor, when set, is the ?cursor= of the next page.
-	NextCursor string `json:"next_cursor,omitempty"`
+	Items []Harness `json:"items"` // never null
+	// NextCursor is the ?cursor= of the next page; "" on the last.
+	NextCursor string `json:"next_cursor"`
 }
 
 // Secret kinds.
@@ -129,9 +129,9 @@ type Secret struct {
 
 // SecretList answers RouteListSecrets.
 type SecretList struct {
-	Secrets []Secret `json:"secrets"`
-	// NextCursor, when set, is the ?cursor= of the next page.
-	NextCursor string `json:"next_cursor,omitempty"`
+	Items []Secret `json:"items"` // never null
+	// NextCursor is the ?cursor= of the next page; "" on the last.
+	NextCursor string `json:"next_cursor"`
 }
 
 // ProfileSpec is an admin-curated recipe for tasks.
@@ -208,9 +208,9 @@ type ProfileResponse struct {
 
 // ProfileList answers RouteListProfiles.
 type ProfileList struct {
-	Profiles []Profile `json:"profiles"`
-	// NextCursor, when set, is the ?cursor= of the next page.
-	NextCursor string `json:"next_cursor,omitempty"`
+	Items []Profile `json:"items"` // never null
+	// NextCursor is the ?cursor= of the next page; "" on the last.
+	NextCursor string `json:"next_cursor"`
 }
 
 // Receipt says what a task started from a profile gets, resolved against

@@ -209,7 +209,9 @@ type OutboxItem struct {
 
 // OutboxList answers RouteOutboxList.
 type OutboxList struct {
-	Items []OutboxItem `json:"items"`
+	Items []OutboxItem `json:"items"` // never null
+	// NextCursor is the ?cursor= of the next page; "" on the last.
+	NextCursor string `json:"next_cursor"`
 }
 
 // Op is one op log row.
@@ -227,9 +229,9 @@ type Op struct {
 
 // SessionList answers RouteListSessions.
 type SessionList struct {
-	Sessions []Session `json:"sessions"`
-	// NextCursor, when set, is the ?cursor= of the next page.
-	NextCursor string `json:"next_cursor,omitempty"`
+	Items []Session `json:"items"` // never null
+	// NextCursor is the ?cursor= of the next page; "" on the last.
+	NextCursor string `json:"next_cursor"`
 }
 
 // ExecRequest is the body of RouteExec.
@@ -313,9 +315,9 @@ type Capacity struct {
 
 // HostList answers RouteListHosts.
 type HostList struct {
-	Hosts []Host `json:"hosts"`
-	// NextCursor, when set, is the ?cursor= of the next page.
-	NextCursor string `json:"next_cursor,omitempty"`
+	Items []Host `json:"items"` // never null
+	// NextCursor is the ?cursor= of the next page; "" on the last.
+	NextCursor string `json:"next_cursor"`
 }
 
 // CreateHostRequest registers a host name and mints its credential.
@@ -353,9 +355,9 @@ type CreateTokenResponse struct {
 
 // TokenList answers RouteListTokens.
 type TokenList struct {
-	Tokens []Token `json:"tokens"`
-	// NextCursor, when set, is the ?cursor= of the next page.
-	NextCursor string `json:"next_cursor,omitempty"`
+	Items []Token `json:"items"` // never null
+	// NextCursor is the ?cursor= of the next page; "" on the last.
+	NextCursor string `json:"next_cursor"`
 }
 
 // EnableImageRequest enables an OCI image: pull its linux/amd64 entry,
@@ -459,14 +461,14 @@ type ImageJobResponse struct {
 
 // ImageList answers RouteListImages.
 type ImageList struct {
-	Images []Image `json:"images"`
-	// NextCursor, when set, is the ?cursor= of the next page.
-	NextCursor string `json:"next_cursor,omitempty"`
+	Items []Image `json:"items"` // never null
+	// NextCursor is the ?cursor= of the next page; "" on the last.
+	NextCursor string `json:"next_cursor"`
 }
 
 // ImageJobList answers RouteImageJobs.
 type ImageJobList struct {
-	Jobs []ImageJob `json:"jobs"`
-	// NextCursor, when set, is the ?cursor= of the next page.
-	NextCursor string `json:"next_cursor,omitempty"`
+	Items []ImageJob `json:"items"` // never null
+	// NextCursor is the ?cursor= of the next page; "" on the last.
+	NextCursor string `json:"next_cursor"`
 }

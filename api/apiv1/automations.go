@@ -72,8 +72,9 @@ type AutomationResponse struct {
 
 // AutomationList answers RouteListAutomations.
 type AutomationList struct {
-	Automations []Automation `json:"automations"`
-	NextCursor  string       `json:"next_cursor,omitempty"`
+	Items []Automation `json:"items"` // never null
+	// NextCursor is the ?cursor= of the next page; "" on the last.
+	NextCursor string `json:"next_cursor"`
 }
 
 // StartRunRequest starts a run by hand: inputs by name, and a trigger
@@ -122,8 +123,9 @@ type RunResponse struct {
 
 // RunList answers RouteListRuns.
 type RunList struct {
-	Runs       []Run  `json:"runs"`
-	NextCursor string `json:"next_cursor,omitempty"`
+	Items []Run `json:"items"` // never null
+	// NextCursor is the ?cursor= of the next page; "" on the last.
+	NextCursor string `json:"next_cursor"`
 }
 
 // RunStep is the record of one block a run executed. A block run again
@@ -158,5 +160,7 @@ type Builtin struct {
 
 // BuiltinList answers RouteListBuiltins.
 type BuiltinList struct {
-	Builtins []Builtin `json:"builtins"`
+	Items []Builtin `json:"items"` // never null
+	// NextCursor is the ?cursor= of the next page; "" on the last.
+	NextCursor string `json:"next_cursor"`
 }

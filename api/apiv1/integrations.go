@@ -42,5 +42,7 @@ type Integration struct {
 
 // IntegrationList answers RouteListIntegrations.
 type IntegrationList struct {
-	Integrations []Integration `json:"integrations"`
+	Items []Integration `json:"items"` // never null
+	// NextCursor is the ?cursor= of the next page; "" on the last.
+	NextCursor string `json:"next_cursor"`
 }

@@ -59,9 +59,9 @@ type Task struct {
 
 // TaskList answers RouteListTasks.
 type TaskList struct {
-	Tasks []Task `json:"tasks"`
-	// NextCursor, when set, is the ?cursor= of the next page.
-	NextCursor string `json:"next_cursor,omitempty"`
+	Items []Task `json:"items"` // never null
+	// NextCursor is the ?cursor= of the next page; "" on the last.
+	NextCursor string `json:"next_cursor"`
 }
 
 // TaskEvent is one entry of a task's conversation: a prompt, run_started,

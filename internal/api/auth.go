@@ -142,7 +142,7 @@ func (s *hostsRouter) listTokens(w http.ResponseWriter, r *http.Request) {
 		all = append(all, tokenOut(t))
 	}
 	var out apiv1.TokenList
-	out.Tokens, out.NextCursor = pageOf(all, func(t apiv1.Token) string { return timeKey(t.CreatedAt) + t.ID }, p)
+	out.Items, out.NextCursor = pageOf(all, func(t apiv1.Token) string { return timeKey(t.CreatedAt) + t.ID }, p)
 	writeJSON(w, http.StatusOK, out)
 }
 

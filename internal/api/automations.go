@@ -120,7 +120,7 @@ func (s *automationsRouter) list(w http.ResponseWriter, r *http.Request) {
 		all = append(all, automationOut(v))
 	}
 	var out apiv1.AutomationList
-	out.Automations, out.NextCursor = pageOf(all, func(a apiv1.Automation) string { return a.Name }, p)
+	out.Items, out.NextCursor = pageOf(all, func(a apiv1.Automation) string { return a.Name }, p)
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -191,13 +191,13 @@ func (s *automationsRouter) listRuns(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	out := apiv1.RunList{Runs: []apiv1.Run{}}
+	out := apiv1.RunList{Items: []apiv1.Run{}}
 	for i, run := range runs {
 		if i == p.limit {
 			out.NextCursor = cursorOf(string(runs[i-1].ID))
 			break
 		}
-		out.Runs = append(out.Runs, runOut(run, v.Automation.Name))
+		out.Items = append(out.Items, runOut(run, v.Automation.Name))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -230,9 +230,9 @@ func (s *automationsRouter) cancelRun(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *automationsRouter) builtins(w http.ResponseWriter, _ *http.Request) {
-	out := apiv1.BuiltinList{Builtins: []apiv1.Builtin{}}
+	out := apiv1.BuiltinList{Items: []apiv1.Builtin{}}
 	for _, b := range s.co.Builtins() {
-		out.Builtins = append(out.Builtins, apiv1.Builtin{Name: b.Name, Integration: string(b.Integration), Definition: b.Definition})
+		out.Items = append(out.Items, apiv1.Builtin{Name: b.Name, Integration: string(b.Integration), Definition: b.Definition})
 	}
 	writeJSON(w, http.StatusOK, out)
 }

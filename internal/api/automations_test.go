@@ -43,7 +43,7 @@ func TestAutomationRoutes(t *testing.T) {
 		{"bad definition", "POST", "/v1/automations", string(bad), 400, []string{`blocks[0].kind: unknown block \"teleport\"`}, nil},
 		{"taken", "POST", "/v1/automations", string(body), 409, []string{"already used"}, nil},
 		{"get", "GET", "/v1/automations/deploy", "", 200, []string{`"version":1`, `"definition":{"name":"deploy"`}, []string{"hook_secret", "whsec_"}},
-		{"list", "GET", "/v1/automations", "", 200, []string{`"automations":[{`}, []string{"whsec_"}},
+		{"list", "GET", "/v1/automations", "", 200, []string{`"items":[{`}, []string{"whsec_"}},
 		{"run without its input", "POST", "/v1/automations/deploy/runs", `{}`, 400, []string{"env"}, nil},
 		{"disable", "POST", "/v1/automations/deploy/disable", "", 200, []string{`"enabled":false`}, nil},
 		{"enable", "POST", "/v1/automations/deploy/enable", "", 200, []string{`"enabled":true`}, nil},
@@ -91,7 +91,7 @@ func TestAutomationRoutes(t *testing.T) {
 		!strings.Contains(string(run.Steps[0].Input), "deploy v2 to prod") {
 		t.Fatalf("run: %s", rec.Body.String())
 	}
-	check(t, "runs", a.do("GET", "/v1/automations/deploy/runs?limit=1", "", nil), 200, []string{`"runs":[{"id":"` + first.ID + `"`}, []string{"next_cursor"})
+	check(t, "runs", a.do("GET", "/v1/automations/deploy/runs?limit=1", "", nil), 200, []string{`"items":[{"id":"` + first.ID + `"`, `"next_cursor":""`}, nil)
 	check(t, "cancel an ended run", a.do("POST", "/v1/runs/"+first.ID+"/cancel", "", nil), 409, []string{"failed"}, nil)
 	check(t, "rotate", a.do("POST", "/v1/automations/deploy/hook-secret", "", nil), 200, []string{`"hook_secret":"whsec_`}, []string{saved.HookSecret})
 	check(t, "old secret after rotation", deliver(now, "d-6", sign(now, payload), payload), 401, []string{refused}, nil)

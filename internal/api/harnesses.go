@@ -106,7 +106,7 @@ func (s *harnessesRouter) listHarnesses(w http.ResponseWriter, r *http.Request) 
 		all = append(all, harnessOut(v))
 	}
 	var out apiv1.HarnessList
-	out.Harnesses, out.NextCursor = pageOf(all, func(h apiv1.Harness) string { return h.Name + "\x00" + h.Version + "\x00" + h.ID }, p)
+	out.Items, out.NextCursor = pageOf(all, func(h apiv1.Harness) string { return h.Name + "\x00" + h.Version + "\x00" + h.ID }, p)
 	writeJSON(w, http.StatusOK, out)
 }
 

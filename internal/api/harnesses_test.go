@@ -224,7 +224,7 @@ func TestHarnessRoutes(t *testing.T) {
 			[]string{`has a '..' element`}, nil},
 		{"add too big", "POST", "/v1/harnesses", "", bytes.NewReader(harnessTarGz(t, "big", &tar.Header{Name: "blob", Typeflag: tar.TypeReg, Mode: 0o644, Size: 1 << 20})), 413,
 			[]string{`"code":"too_large"`}, nil},
-		{"list", "GET", "/v1/harnesses", "", nil, 200, []string{`"harnesses":[{`, `"name":"my-agent"`, `"name":"shell"`}, []string{`"name":"evil"`}},
+		{"list", "GET", "/v1/harnesses", "", nil, 200, []string{`"items":[{`, `"name":"my-agent"`, `"name":"shell"`}, []string{`"name":"evil"`}},
 		{"get", "GET", "/v1/harnesses/my-agent", "", nil, 200, []string{`"version":"1.0"`}, nil},
 		{"get version", "GET", "/v1/harnesses/shell?version=1", "", nil, 200, []string{`"name":"shell"`}, nil},
 		{"get unknown version", "GET", "/v1/harnesses/shell?version=2", "", nil, 404, []string{"harness shell@2: not found"}, nil},
@@ -262,6 +262,6 @@ func TestDeleteHarness(t *testing.T) {
 	check(t, "delete", a.do("DELETE", "/v1/harnesses/claude-code?version=2.1.0", "", nil), 200,
 		[]string{`"name":"claude-code"`, `"version":"2.1.0"`, `"deleted_at":"`}, nil)
 	check(t, "get after", a.do("GET", "/v1/harnesses/claude-code", "", nil), 404, nil, nil)
-	check(t, "list after", a.do("GET", "/v1/harnesses", "", nil), 200, []string{`"harnesses":[]`}, nil)
+	check(t, "list after", a.do("GET", "/v1/harnesses", "", nil), 200, []string{`"items":[]`}, nil)
 	check(t, "delete again", a.do("DELETE", "/v1/harnesses/claude-code", "", nil), 404, nil, nil)
 }

@@ -72,7 +72,7 @@ func (s *hostsRouter) listHosts(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	var out apiv1.HostList
-	out.Hosts, out.NextCursor = pageOf(all, func(h apiv1.Host) string { return h.Name + "\x00" + h.ID }, p)
+	out.Items, out.NextCursor = pageOf(all, func(h apiv1.Host) string { return h.Name + "\x00" + h.ID }, p)
 	writeJSON(w, http.StatusOK, out)
 }
 

@@ -109,12 +109,12 @@ func TestHostDisableEnableDelete(t *testing.T) {
 	}
 	var list apiv1.HostList
 	f.do(t, http.MethodGet, "/v1/hosts", "", &list)
-	if len(list.Hosts) != 0 {
-		t.Fatalf("list shows deleted hosts: %+v", list.Hosts)
+	if len(list.Items) != 0 {
+		t.Fatalf("list shows deleted hosts: %+v", list.Items)
 	}
 	var toks apiv1.TokenList
 	f.do(t, http.MethodGet, "/v1/tokens", "", &toks)
-	for _, tok := range toks.Tokens {
+	for _, tok := range toks.Items {
 		if tok.HostID == id {
 			t.Fatalf("the deleted host's token is still listed (not revoked): %+v", tok)
 		}
@@ -155,8 +155,8 @@ func TestTokenLastUsed(t *testing.T) {
 	}
 	var toks apiv1.TokenList
 	f.do(t, http.MethodGet, "/v1/tokens", "", &toks)
-	if len(toks.Tokens) != 1 || !toks.Tokens[0].LastUsedAt.Equal(start.Add(time.Minute+time.Second)) {
-		t.Fatalf("listed %+v", toks.Tokens)
+	if len(toks.Items) != 1 || !toks.Items[0].LastUsedAt.Equal(start.Add(time.Minute+time.Second)) {
+		t.Fatalf("listed %+v", toks.Items)
 	}
 	// Revoked through the API, the token stops working at once.
 	if code := f.do(t, http.MethodDelete, "/v1/tokens/"+f.tokID, "", nil); code != http.StatusNoContent {

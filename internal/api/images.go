@@ -139,7 +139,7 @@ func (s *imagesRouter) listImages(w http.ResponseWriter, r *http.Request) {
 		views = append(views, imageOut(v))
 	}
 	var out apiv1.ImageList
-	out.Images, out.NextCursor = pageOf(views, func(i apiv1.Image) string { return i.Name + "\x00" + i.ID }, p)
+	out.Items, out.NextCursor = pageOf(views, func(i apiv1.Image) string { return i.Name + "\x00" + i.ID }, p)
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -185,7 +185,7 @@ func (s *imagesRouter) listImageJobs(w http.ResponseWriter, r *http.Request) {
 		all = append(all, imageJobOut(j))
 	}
 	var out apiv1.ImageJobList
-	out.Jobs, out.NextCursor = pageOf(all, func(j apiv1.ImageJob) string { return j.ID }, p) // ids are time-ordered (UUIDv7)
+	out.Items, out.NextCursor = pageOf(all, func(j apiv1.ImageJob) string { return j.ID }, p) // ids are time-ordered (UUIDv7)
 	writeJSON(w, http.StatusOK, out)
 }
 

@@ -253,7 +253,7 @@ func TestImageRoutes(t *testing.T) {
 		lacks    []string
 	}{
 		{name: "list", method: "GET", target: "/v1/images", status: 200,
-			contains: []string{`"images":[{"id":"i1","name":"web"`, `"base_snapshot_id":"base1"`, `"digest":"sha256:abc"`, `"ready_hosts":["h1"]`,
+			contains: []string{`"items":[{"id":"i1","name":"web"`, `"base_snapshot_id":"base1"`, `"digest":"sha256:abc"`, `"ready_hosts":["h1"]`,
 				`"facts":{`, `"last_job":{"id":"j2"`, `"stages_ms":{"pull":1500,"rootfs":800,"warmup":12000}`, `"memory_mib":1024`},
 			lacks: []string{`"old"`, "image_env", "cred1"}},
 		{name: "list all", method: "GET", target: "/v1/images?all=true", status: 200, contains: []string{`"name":"old"`, `"state":"disabled"`}},
@@ -307,7 +307,7 @@ func TestImageJobsConversion(t *testing.T) {
 	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
 		t.Fatal(err)
 	}
-	want := apiv1.ImageJobList{Jobs: []apiv1.ImageJob{
+	want := apiv1.ImageJobList{Items: []apiv1.ImageJob{
 		{ID: "j1", ImageID: "i1", Kind: "enable", State: "failed", Attempts: 1, Error: "warm-up exited 1", OutputTail: "npm ERR!",
 			CreatedAt: t0, UpdatedAt: t0.Add(time.Minute)},
 		{ID: "j2", ImageID: "i1", Kind: "enable", State: "ready", Attempts: 1, CreatedAt: t0.Add(time.Hour),

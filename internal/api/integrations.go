@@ -83,9 +83,9 @@ func (s *integrationsRouter) list(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	out := apiv1.IntegrationList{Integrations: make([]apiv1.Integration, 0, len(vs))}
+	out := apiv1.IntegrationList{Items: make([]apiv1.Integration, 0, len(vs))}
 	for _, v := range vs {
-		out.Integrations = append(out.Integrations, integrationOut(v))
+		out.Items = append(out.Items, integrationOut(v))
 	}
 	writeJSON(w, http.StatusOK, out)
 }

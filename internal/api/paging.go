@@ -50,9 +50,10 @@ func cursorOf(key string) string { return base64.RawURLEncoding.EncodeToString([
 // pageOf pages items in memory in the order of key: those after p.after,
 // at most p.limit, and the cursor of the next page ("" at the end). For
 // the lists an admin makes (images, profiles, secrets, harnesses, hosts,
-// tokens): small, read whole from the store.
+// tokens): small, read whole from the store. The page is never nil, so it
+// is [] in JSON, not null.
 func pageOf[T any](items []T, key func(T) string, p pageReq) ([]T, string) {
-	items = slices.Clone(items)
+	items = append([]T{}, items...)
 	slices.SortStableFunc(items, func(a, b T) int { return strings.Compare(key(a), key(b)) })
 	i := sort.Search(len(items), func(i int) bool { return key(items[i]) > p.after })
 	items = items[i:]

@@ -48,10 +48,10 @@ func TestListsArePaged(t *testing.T) {
 	t.Parallel()
 	a := newTaskAPI(t)
 	get := func(target string) (int, string) { rec := a.do("GET", target, ""); return rec.Code, rec.Body.String() }
-	if ids, pages := walk(t, get, "/v1/tasks", "tasks", "id", 2); strings.Join(ids, " ") != "t1 t2 t3" || pages != 2 {
+	if ids, pages := walk(t, get, "/v1/tasks", "items", "id", 2); strings.Join(ids, " ") != "t1 t2 t3" || pages != 2 {
 		t.Errorf("tasks by pages of 2: %v in %d pages, want t1 t2 t3 in 2", ids, pages)
 	}
-	if ids, _ := walk(t, get, "/v1/tasks", "tasks", "id", 3); strings.Join(ids, " ") != "t1 t2 t3" {
+	if ids, _ := walk(t, get, "/v1/tasks", "items", "id", 3); strings.Join(ids, " ") != "t1 t2 t3" {
 		t.Errorf("tasks by pages of 3: %v", ids)
 	}
 	ag := newAgentAPI(t, agentOpts{})
@@ -66,10 +66,10 @@ func TestListsArePaged(t *testing.T) {
 		rec := ag.do("GET", target, "", nil)
 		return rec.Code, rec.Body.String()
 	}
-	if names, pages := walk(t, agGet, "/v1/profiles", "profiles", "name", 1); strings.Join(names, " ") != "a b c" || pages != 3 {
+	if names, pages := walk(t, agGet, "/v1/profiles", "items", "name", 1); strings.Join(names, " ") != "a b c" || pages != 3 {
 		t.Errorf("profiles by pages of 1: %v in %d pages", names, pages)
 	}
-	if names, _ := walk(t, agGet, "/v1/secrets", "secrets", "name", 1); strings.Join(names, " ") != "ant gh" {
+	if names, _ := walk(t, agGet, "/v1/secrets", "items", "name", 1); strings.Join(names, " ") != "ant gh" {
 		t.Errorf("secrets by pages of 1: %v", names)
 	}
 	for _, target := range []string{"/v1/tasks?limit=0", "/v1/tasks?limit=501", "/v1/tasks?limit=x", "/v1/tasks?cursor=!!!", "/v1/tasks?cursor=bm9wZQ", "/v1/profiles?limit=-1"} {

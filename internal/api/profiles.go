@@ -75,7 +75,7 @@ func (s *profilesRouter) listProfiles(w http.ResponseWriter, r *http.Request) {
 		all = append(all, profileOut(v))
 	}
 	var out apiv1.ProfileList
-	out.Profiles, out.NextCursor = pageOf(all, func(p apiv1.Profile) string { return p.Name }, p)
+	out.Items, out.NextCursor = pageOf(all, func(p apiv1.Profile) string { return p.Name }, p)
 	writeJSON(w, http.StatusOK, out)
 }
 

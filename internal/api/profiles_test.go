@@ -72,7 +72,7 @@ func TestProfileRoutes(t *testing.T) {
 			[]string{`"host":"pkg.example.org","why":"listed in the profile's egress"`, `"problems":["harness claude-code@2.1.0 needs a credential`}, nil},
 		{"preview a valid spec", "POST", "/v1/profiles/receipt", `{"spec":` + spec + `}`, 200, []string{`"problems":[]`, `"host":"pypi.org"`}, nil},
 		{"preview bad JSON", "POST", "/v1/profiles/receipt", `{"spec":`, 400, []string{`"code":"bad_request"`}, nil},
-		{"list", "GET", "/v1/profiles", "", 200, []string{`"profiles":[{`, `"name":"rev"`, `"LOG_LEVEL":"debug"`}, []string{"receipt"}},
+		{"list", "GET", "/v1/profiles", "", 200, []string{`"items":[{`, `"name":"rev"`, `"LOG_LEVEL":"debug"`}, []string{"receipt"}},
 		{"edit", "PUT", "/v1/profiles/rev", `{"version":1,"spec":{"image":"py","harness":"claude-code","model":"opus","credentials":["ant"]}}`, 200,
 			[]string{`"version":2`, `"model":"opus"`, `"repos":[]`}, nil},
 		{"stale edit", "PUT", "/v1/profiles/rev", `{"version":1,"spec":{"image":"py","harness":"claude-code","credentials":["ant"]}}`, 409,
@@ -83,7 +83,7 @@ func TestProfileRoutes(t *testing.T) {
 		{"get with problems", "GET", "/v1/profiles/rev", "", 200, []string{`"problems":["credentials: no secret \"ant\"`}, nil},
 		{"delete", "DELETE", "/v1/profiles/rev", "", 200, []string{`"name":"rev"`, `"deleted_at":`, `"version":2`}, []string{"receipt"}},
 		{"get deleted", "GET", "/v1/profiles/rev", "", 404, nil, nil},
-		{"list after", "GET", "/v1/profiles", "", 200, []string{`"profiles":[]`}, nil},
+		{"list after", "GET", "/v1/profiles", "", 200, []string{`"items":[]`}, nil},
 	}
 	for _, s := range steps {
 		check(t, s.what, a.do(s.method, s.target, "application/json", strings.NewReader(s.body)), s.status, s.contains, s.lacks)

@@ -58,7 +58,7 @@ func (s *secretsRouter) listSecrets(w http.ResponseWriter, r *http.Request) {
 		all = append(all, secretOut(v))
 	}
 	var out apiv1.SecretList
-	out.Secrets, out.NextCursor = pageOf(all, func(s apiv1.Secret) string { return s.Name }, p)
+	out.Items, out.NextCursor = pageOf(all, func(s apiv1.Secret) string { return s.Name }, p)
 	writeJSON(w, http.StatusOK, out)
 }
 

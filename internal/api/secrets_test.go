@@ -30,7 +30,7 @@ func TestSecretRoutes(t *testing.T) {
 		{"value of wrong type", "POST", "/v1/secrets", `{"name":"x","value":987654321}`, 400, []string{"field value: want a string"}, nil},
 		{"syntax error in value", "POST", "/v1/secrets", `{"name":"x","value":"` + apiKey + "\x01" + `"}`, 400, []string{"invalid JSON at byte"}, nil},
 		{"unknown meta field", "POST", "/v1/secrets", `{"name":"x","kind":"generic","value":"v","meta":{"region":"eu"}}`, 400, []string{`unknown field \"region\"`}, nil},
-		{"list", "GET", "/v1/secrets", "", 200, []string{`"secrets":[{`, `"name":"ant"`, `"name":"gh"`}, nil},
+		{"list", "GET", "/v1/secrets", "", 200, []string{`"items":[{`, `"name":"ant"`, `"name":"gh"`}, nil},
 		{"delete", "DELETE", "/v1/secrets/gh", "", 200, []string{`"name":"gh"`, `"deleted_at":`}, []string{"used_by"}},
 		{"delete again", "DELETE", "/v1/secrets/gh", "", 404, []string{`"code":"not_found"`}, nil},
 		{"list after", "GET", "/v1/secrets", "", 200, []string{`"name":"ant"`}, []string{`"name":"gh"`, "deleted_at"}},

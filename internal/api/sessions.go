@@ -96,13 +96,13 @@ func (s *sessionsRouter) listSessions(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	out := apiv1.SessionList{Sessions: make([]apiv1.Session, 0, len(ss))}
+	out := apiv1.SessionList{Items: make([]apiv1.Session, 0, len(ss))}
 	if len(ss) > p.limit {
 		ss = ss[:p.limit]
 		out.NextCursor = cursorOf(string(ss[len(ss)-1].ID))
 	}
 	for _, x := range ss {
-		out.Sessions = append(out.Sessions, sessionOut(x, nil))
+		out.Items = append(out.Items, sessionOut(x, nil))
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -123,7 +123,7 @@ func (s *tasksRouter) listTasks(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	out := apiv1.TaskList{Tasks: make([]apiv1.Task, 0, len(ts))}
+	out := apiv1.TaskList{Items: make([]apiv1.Task, 0, len(ts))}
 	if len(ts) > p.limit {
 		ts = ts[:p.limit]
 		last := ts[len(ts)-1]
@@ -132,7 +132,7 @@ func (s *tasksRouter) listTasks(w http.ResponseWriter, r *http.Request) {
 	for _, t := range ts {
 		v := taskOut(t)
 		v.Receipt = nil
-		out.Tasks = append(out.Tasks, v)
+		out.Items = append(out.Items, v)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -134,7 +134,7 @@ func TestTaskRoutes(t *testing.T) {
 		status                     int
 		contains, lacks            []string
 	}{
-		{"list", "GET", "/v1/tasks", "", 200, []string{`"tasks":[{"id":"t1","title":"add /healthz","state":"running","profile_id":"prof-a","profile_version":1,"session_id":"s2"`,
+		{"list", "GET", "/v1/tasks", "", 200, []string{`"items":[{"id":"t1","title":"add /healthz","state":"running","profile_id":"prof-a","profile_version":1,"session_id":"s2"`,
 			`"error":"clone https://h/x.git: exit 128"`, `"event_seq":3`}, []string{"receipt", "sessions"}},
 		{"bad state", "GET", "/v1/tasks?state=running,bogus", "", 400, []string{`"code":"bad_request"`, `unknown task state \"bogus\" (starting, running, idle, stopped, failed)`}, nil},
 		{"unknown profile", "GET", "/v1/tasks?profile=nope", "", 404, []string{`"code":"not_found"`, `profile \"nope\"`}, nil},
@@ -192,11 +192,11 @@ func TestListTasksFilters(t *testing.T) {
 			t.Parallel()
 			rec := a.do("GET", "/v1/tasks"+tt.query, "")
 			var l apiv1.TaskList
-			if err := json.Unmarshal(rec.Body.Bytes(), &l); err != nil || rec.Code != 200 || l.Tasks == nil {
+			if err := json.Unmarshal(rec.Body.Bytes(), &l); err != nil || rec.Code != 200 || l.Items == nil {
 				t.Fatalf("%d %s: %v", rec.Code, rec.Body, err)
 			}
 			ids := []string{}
-			for _, tk := range l.Tasks {
+			for _, tk := range l.Items {
 				ids = append(ids, tk.ID)
 				if tk.Receipt != nil {
 					t.Errorf("%s listed with its receipt", tk.ID)

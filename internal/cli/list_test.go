@@ -14,29 +14,28 @@ import (
 	"github.com/engrams/engrams/internal/clienttest"
 )
 
-// listCase is one list command: how to run it and the API route and field
-// its items come from.
+// listCase is one list command: how to run it and the API route its
+// items come from.
 type listCase struct {
-	args  []string // after "--json"
-	path  string   // the API path it reads
-	field string   // the API list's items field
+	args []string // after "--json"
+	path string   // the API path it reads
 }
 
 // listCases holds every list command of the tree, by command path.
 var listCases = map[string]listCase{
-	"engrams session list":        {args: []string{"session", "list"}, path: "/v1/sessions", field: "sessions"},
-	"engrams session outbox list": {args: []string{"session", "outbox", "list", "s1"}, path: "/v1/sessions/s1/outbox", field: "items"},
-	"engrams image list":          {args: []string{"image", "list"}, path: "/v1/images", field: "images"},
-	"engrams image jobs":          {args: []string{"image", "jobs", "web"}, path: "/v1/images/web/jobs", field: "jobs"},
-	"engrams task list":           {args: []string{"task", "list"}, path: "/v1/tasks", field: "tasks"},
-	"engrams host list":           {args: []string{"host", "list"}, path: "/v1/hosts", field: "hosts"},
-	"engrams token list":          {args: []string{"token", "list"}, path: "/v1/tokens", field: "tokens"},
-	"engrams profile list":        {args: []string{"profile", "list"}, path: "/v1/profiles", field: "profiles"},
-	"engrams harness list":        {args: []string{"harness", "list"}, path: "/v1/harnesses", field: "harnesses"},
-	"engrams secret list":         {args: []string{"secret", "list"}, path: "/v1/secrets", field: "secrets"},
-	"engrams automation list":     {args: []string{"automation", "list"}, path: "/v1/automations", field: "automations"},
-	"engrams automation runs":     {args: []string{"automation", "runs", "nightly"}, path: "/v1/automations/nightly/runs", field: "runs"},
-	"engrams integration list":    {args: []string{"integration", "list"}, path: "/v1/integrations", field: "integrations"},
+	"engrams session list":        {args: []string{"session", "list"}, path: "/v1/sessions"},
+	"engrams session outbox list": {args: []string{"session", "outbox", "list", "s1"}, path: "/v1/sessions/s1/outbox"},
+	"engrams image list":          {args: []string{"image", "list"}, path: "/v1/images"},
+	"engrams image jobs":          {args: []string{"image", "jobs", "web"}, path: "/v1/images/web/jobs"},
+	"engrams task list":           {args: []string{"task", "list"}, path: "/v1/tasks"},
+	"engrams host list":           {args: []string{"host", "list"}, path: "/v1/hosts"},
+	"engrams token list":          {args: []string{"token", "list"}, path: "/v1/tokens"},
+	"engrams profile list":        {args: []string{"profile", "list"}, path: "/v1/profiles"},
+	"engrams harness list":        {args: []string{"harness", "list"}, path: "/v1/harnesses"},
+	"engrams secret list":         {args: []string{"secret", "list"}, path: "/v1/secrets"},
+	"engrams automation list":     {args: []string{"automation", "list"}, path: "/v1/automations"},
+	"engrams automation runs":     {args: []string{"automation", "runs", "nightly"}, path: "/v1/automations/nightly/runs"},
+	"engrams integration list":    {args: []string{"integration", "list"}, path: "/v1/integrations"},
 }
 
 // isList reports whether cmd lists things: it is called list, or its
@@ -74,7 +73,8 @@ func TestListCommandsAreCovered(t *testing.T) {
 }
 
 // listServer answers one list route: with no items (the field absent, as
-// a server sending null would) or with one item and a next cursor.
+// an older server sending null would) or with one item (and a next cursor
+// where --limit stops the list).
 func listServer(t *testing.T, lc listCase, full bool) *clienttest.Server {
 	t.Helper()
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -84,7 +84,7 @@ func listServer(t *testing.T, lc listCase, full bool) *clienttest.Server {
 		}
 		body := map[string]any{}
 		if full {
-			body[lc.field] = []map[string]any{{"id": "x1", "name": "x1"}}
+			body["items"] = []map[string]any{{"id": "x1", "name": "x1"}}
 			if r.URL.Query().Get("limit") == "20" { // automation runs stops at --limit
 				body["next_cursor"] = "c2"
 			}
@@ -130,7 +130,7 @@ func TestListJSON(t *testing.T) {
 				if err := json.Unmarshal(out["next_cursor"], &next); err != nil {
 					t.Errorf("next_cursor is not a string: %s", out["next_cursor"])
 				}
-				if wantNext := map[bool]string{true: "c2"}[full && lc.field == "runs"]; next != wantNext {
+				if wantNext := map[bool]string{true: "c2"}[full && name == "engrams automation runs"]; next != wantNext {
 					t.Errorf("next_cursor %q, want %q", next, wantNext)
 				}
 			})

@@ -179,7 +179,7 @@ func (f *taskFakeAPI) listTasks(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	out := apiv1.TaskList{Tasks: []apiv1.Task{}}
+	out := apiv1.TaskList{Items: []apiv1.Task{}}
 	for _, t := range f.tasks {
 		if states != nil && !slices.Contains(states, t.State) {
 			continue
@@ -187,7 +187,7 @@ func (f *taskFakeAPI) listTasks(w http.ResponseWriter, r *http.Request) {
 		if p := r.URL.Query().Get("profile"); p != "" && t.ProfileID != "prof-"+p {
 			continue
 		}
-		out.Tasks = append(out.Tasks, *t)
+		out.Items = append(out.Items, *t)
 	}
 	taskFakeJSON(w, http.StatusOK, out)
 }

@@ -79,7 +79,7 @@ func hostileAPI(t *testing.T) string {
 	})
 	mux.HandleFunc("GET /v1/images/{name}", func(w http.ResponseWriter, _ *http.Request) { j(w, 200, img) })
 	mux.HandleFunc("GET /v1/images/{name}/jobs", func(w http.ResponseWriter, _ *http.Request) {
-		j(w, 200, apiv1.ImageJobList{Jobs: []apiv1.ImageJob{failed}})
+		j(w, 200, apiv1.ImageJobList{Items: []apiv1.ImageJob{failed}})
 	})
 	mux.HandleFunc("POST /v1/images", func(w http.ResponseWriter, _ *http.Request) {
 		j(w, 200, apiv1.ImageJobResponse{Image: img, Job: failed})
@@ -116,7 +116,7 @@ func hostileAPI(t *testing.T) string {
 		Backend:   apiv1.BackendFacts{Name: "qemu" + hostile, Reason: hostile},
 		Available: []apiv1.BackendFacts{{Name: "fc", Reason: hostile}}}}
 	mux.HandleFunc("GET /v1/hosts", func(w http.ResponseWriter, _ *http.Request) {
-		j(w, 200, apiv1.HostList{Hosts: []apiv1.Host{hostFacts}})
+		j(w, 200, apiv1.HostList{Items: []apiv1.Host{hostFacts}})
 	})
 	mux.HandleFunc("GET /v1/hosts/{id}", func(w http.ResponseWriter, _ *http.Request) { j(w, 200, hostFacts) })
 	ts := httptest.NewServer(mux)

@@ -28,10 +28,10 @@ func (s adminFake) routes(auth func(string, http.HandlerFunc)) {
 func (s adminFake) listHosts(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := apiv1.HostList{Hosts: []apiv1.Host{}}
+	out := apiv1.HostList{Items: []apiv1.Host{}}
 	for _, h := range s.hosts {
 		if h.State != "deleted" {
-			out.Hosts = append(out.Hosts, *h)
+			out.Items = append(out.Items, *h)
 		}
 	}
 	writeJSON(w, 200, out)
@@ -101,9 +101,9 @@ func (s adminFake) createToken(w http.ResponseWriter, r *http.Request) {
 func (s adminFake) listTokens(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := apiv1.TokenList{Tokens: []apiv1.Token{}}
+	out := apiv1.TokenList{Items: []apiv1.Token{}}
 	for _, t := range s.tokens {
-		out.Tokens = append(out.Tokens, *t)
+		out.Items = append(out.Items, *t)
 	}
 	writeJSON(w, 200, out)
 }

@@ -292,10 +292,10 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 	state, host := r.URL.Query().Get("state"), r.URL.Query().Get("host")
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := apiv1.SessionList{Sessions: []apiv1.Session{}}
+	out := apiv1.SessionList{Items: []apiv1.Session{}}
 	for _, sess := range slices.Backward(s.sessions) {
 		if (state == "" || sess.State == state) && (host == "" || sess.HostID == host) {
-			out.Sessions = append(out.Sessions, *sess)
+			out.Items = append(out.Items, *sess)
 		}
 	}
 	writeJSON(w, 200, out)

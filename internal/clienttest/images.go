@@ -254,13 +254,13 @@ func (s imageFake) listImages(w http.ResponseWriter, r *http.Request) {
 	all := r.URL.Query().Get("all") == "true"
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := apiv1.ImageList{Images: []apiv1.Image{}}
+	out := apiv1.ImageList{Items: []apiv1.Image{}}
 	for _, im := range s.images {
 		if all || im.img.State != "disabled" {
-			out.Images = append(out.Images, s.imageView(im))
+			out.Items = append(out.Items, s.imageView(im))
 		}
 	}
-	slices.SortStableFunc(out.Images, func(a, b apiv1.Image) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortStableFunc(out.Items, func(a, b apiv1.Image) int { return strings.Compare(a.Name, b.Name) })
 	writeJSON(w, 200, out)
 }
 
@@ -284,9 +284,9 @@ func (s imageFake) refreshImage(w http.ResponseWriter, _ *http.Request, im *fake
 }
 
 func (s imageFake) imageJobs(w http.ResponseWriter, _ *http.Request, im *fakeImage) {
-	out := apiv1.ImageJobList{Jobs: []apiv1.ImageJob{}}
+	out := apiv1.ImageJobList{Items: []apiv1.ImageJob{}}
 	for _, j := range im.jobs {
-		out.Jobs = append(out.Jobs, j.view())
+		out.Items = append(out.Items, j.view())
 	}
 	writeJSON(w, 200, out)
 }

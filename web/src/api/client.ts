@@ -69,16 +69,20 @@ export function enc(s: string): string {
   return encodeURIComponent(s);
 }
 
+/** Page is what every list route answers: its items ([] when none) and the
+ * ?cursor= of the next page ("" on the last). */
+export type Page<T> = { items: T[]; next_cursor: string };
+
 /** listAll reads every page of a list (500 at a time, following next_cursor). */
-export async function listAll<K extends string, T>(path: string, field: K, signal?: AbortSignal): Promise<Record<K, T[]>> {
+export async function listAll<T>(path: string, signal?: AbortSignal): Promise<Page<T>> {
   const items: T[] = [];
   let cursor = "";
   for (let i = 0; i < 200; i++) {
     const sep = path.includes("?") ? "&" : "?";
-    const page = await get<Record<K, T[]> & { next_cursor?: string }>(path + sep + "limit=500" + (cursor ? "&cursor=" + enc(cursor) : ""), signal);
-    items.push(...(page[field] ?? []));
+    const page = await get<Page<T>>(path + sep + "limit=500" + (cursor ? "&cursor=" + enc(cursor) : ""), signal);
+    items.push(...(page.items ?? []));
     if (!page.next_cursor) break;
     cursor = page.next_cursor;
   }
-  return { [field]: items } as Record<K, T[]>;
+  return { items, next_cursor: "" };
 }

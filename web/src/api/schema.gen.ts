@@ -1773,6 +1773,8 @@ export interface components {
         };
         OutboxList: {
             items: components["schemas"]["OutboxItem"][];
+            /** @description The ?cursor= of the next page; empty on the last. */
+            next_cursor: string;
         };
         EgressEvent: {
             /**
@@ -1830,9 +1832,9 @@ export interface components {
             next: number;
         };
         SessionList: {
-            sessions: components["schemas"]["Session"][];
-            /** @description Set when more follow: the ?cursor= of the next page. */
-            next_cursor?: string;
+            items: components["schemas"]["Session"][];
+            /** @description The ?cursor= of the next page; empty on the last. */
+            next_cursor: string;
         };
         ExecRequest: {
             argv: string[];
@@ -1976,9 +1978,9 @@ export interface components {
             cached_snapshots?: string[];
         };
         HostList: {
-            hosts: components["schemas"]["Host"][];
-            /** @description Set when more follow: the ?cursor= of the next page. */
-            next_cursor?: string;
+            items: components["schemas"]["Host"][];
+            /** @description The ?cursor= of the next page; empty on the last. */
+            next_cursor: string;
         };
         CreateHostRequest: {
             name: string;
@@ -2021,9 +2023,9 @@ export interface components {
             secret: string;
         };
         TokenList: {
-            tokens: components["schemas"]["Token"][];
-            /** @description Set when more follow: the ?cursor= of the next page. */
-            next_cursor?: string;
+            items: components["schemas"]["Token"][];
+            /** @description The ?cursor= of the next page; empty on the last. */
+            next_cursor: string;
         };
         EnableImageRequest: {
             /** @description An image reference, e.g. registry.example.com/team/app:1.4 or ...@sha256:... */
@@ -2147,14 +2149,14 @@ export interface components {
             job: components["schemas"]["ImageJob"];
         };
         ImageList: {
-            images: components["schemas"]["Image"][];
-            /** @description Set when more follow: the ?cursor= of the next page. */
-            next_cursor?: string;
+            items: components["schemas"]["Image"][];
+            /** @description The ?cursor= of the next page; empty on the last. */
+            next_cursor: string;
         };
         ImageJobList: {
-            jobs: components["schemas"]["ImageJob"][];
-            /** @description Set when more follow: the ?cursor= of the next page. */
-            next_cursor?: string;
+            items: components["schemas"]["ImageJob"][];
+            /** @description The ?cursor= of the next page; empty on the last. */
+            next_cursor: string;
         };
         BuildHarnessRequest: {
             /** @enum {string} */
@@ -2212,9 +2214,9 @@ export interface components {
             libs?: string[];
         };
         HarnessList: {
-            harnesses: components["schemas"]["Harness"][];
-            /** @description Set when more follow: the ?cursor= of the next page. */
-            next_cursor?: string;
+            items: components["schemas"]["Harness"][];
+            /** @description The ?cursor= of the next page; empty on the last. */
+            next_cursor: string;
         };
         /** @description What is not secret about a secret. */
         SecretMeta: {
@@ -2253,9 +2255,9 @@ export interface components {
             deleted_at?: string;
         };
         SecretList: {
-            secrets: components["schemas"]["Secret"][];
-            /** @description Set when more follow: the ?cursor= of the next page. */
-            next_cursor?: string;
+            items: components["schemas"]["Secret"][];
+            /** @description The ?cursor= of the next page; empty on the last. */
+            next_cursor: string;
         };
         ProfileSpec: {
             /** @description An enabled image's name. */
@@ -2332,9 +2334,9 @@ export interface components {
             updated_at: string;
         };
         TaskList: {
-            tasks: components["schemas"]["Task"][];
-            /** @description Set when more follow: the ?cursor= of the next page. */
-            next_cursor?: string;
+            items: components["schemas"]["Task"][];
+            /** @description The ?cursor= of the next page; empty on the last. */
+            next_cursor: string;
         };
         TaskEvent: {
             /** Format: int64 */
@@ -2399,9 +2401,9 @@ export interface components {
             problems: string[];
         };
         ProfileList: {
-            profiles: components["schemas"]["Profile"][];
-            /** @description Set when more follow: the ?cursor= of the next page. */
-            next_cursor?: string;
+            items: components["schemas"]["Profile"][];
+            /** @description The ?cursor= of the next page; empty on the last. */
+            next_cursor: string;
         };
         /** @description What a task started from the profile gets, resolved against what is registered now. */
         Receipt: {
@@ -2533,8 +2535,9 @@ export interface components {
             hook_secret?: string;
         };
         AutomationList: {
-            automations: components["schemas"]["Automation"][];
-            next_cursor?: string;
+            items: components["schemas"]["Automation"][];
+            /** @description The ?cursor= of the next page; empty on the last. */
+            next_cursor: string;
         };
         /**
          * @description One trigger, typed inputs and a tree of blocks. Text fields are
@@ -2710,8 +2713,9 @@ export interface components {
             steps: components["schemas"]["RunStep"][];
         };
         RunList: {
-            runs: components["schemas"]["Run"][];
-            next_cursor?: string;
+            items: components["schemas"]["Run"][];
+            /** @description The ?cursor= of the next page; empty on the last. */
+            next_cursor: string;
         };
         RunStep: {
             /** Format: int64 */
@@ -2760,7 +2764,9 @@ export interface components {
             builtins?: string[];
         };
         IntegrationList: {
-            integrations: components["schemas"]["Integration"][];
+            items: components["schemas"]["Integration"][];
+            /** @description The ?cursor= of the next page; empty on the last. */
+            next_cursor: string;
         };
         TaskPRRequest: {
             /** @description The GitHub repository, owner/name. */
@@ -2783,7 +2789,9 @@ export interface components {
             definition: string;
         };
         BuiltinList: {
-            builtins: components["schemas"]["Builtin"][];
+            items: components["schemas"]["Builtin"][];
+            /** @description The ?cursor= of the next page; empty on the last. */
+            next_cursor: string;
         };
     };
     responses: {

@@ -2,7 +2,7 @@
 // JSON), either way its problems with their places after a save; then a
 // test run with its inputs, and its runs.
 import { useEffect, useRef, useState } from "preact/hooks";
-import { ApiError, call, enc, get, listAll } from "../api/client";
+import { ApiError, call, enc, get, listAll, type Page } from "../api/client";
 import type { Automation, AutomationResponse, Builtin, Profile } from "../api/types";
 import { definitionText, parseDefinition, type Definition } from "../lib/automationDef";
 import { definitionProblems } from "../lib/automationProblems";
@@ -17,14 +17,14 @@ import { AutomationTestRun } from "./AutomationTestRun";
 
 export function AutomationEditor(props: { name?: string }) {
   const existing = useLoad((s) => (props.name ? get<Automation>("/v1/automations/" + enc(props.name), s) : Promise.resolve(undefined)), [props.name]);
-  const builtins = useLoad((s) => (props.name ? Promise.resolve({ builtins: [] as Builtin[] }) : get<{ builtins: Builtin[] }>("/v1/automation-builtins", s)), [props.name]);
+  const builtins = useLoad((s) => (props.name ? Promise.resolve({ items: [] as Builtin[], next_cursor: "" }) : get<Page<Builtin>>("/v1/automation-builtins", s)), [props.name]);
   // A new automation's templates name a profile that exists (the first), or
   // none, and the page asks for one.
-  const profiles = useLoad((s) => (props.name ? Promise.resolve(undefined) : listAll<"profiles", Profile>("/v1/profiles", "profiles", s)), [props.name]);
-  const profile = profiles.value?.profiles[0]?.name ?? "";
+  const profiles = useLoad((s) => (props.name ? Promise.resolve(undefined) : listAll<Profile>("/v1/profiles", s)), [props.name]);
+  const profile = profiles.value?.items[0]?.name ?? "";
   const starts = [
     ...templates(profile),
-    ...(builtins.value?.builtins ?? []).map((b) => ({ id: "builtin:" + b.name, label: "Built-in: " + b.name + " (" + b.integration + ")", text: b.definition })),
+    ...(builtins.value?.items ?? []).map((b) => ({ id: "builtin:" + b.name, label: "Built-in: " + b.name + " (" + b.integration + ")", text: b.definition })),
   ];
   const [mode, setMode] = useState<"form" | "text">("form");
   const [startID, setStartID] = useState(templates("")[0].id);

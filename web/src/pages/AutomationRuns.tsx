@@ -1,6 +1,6 @@
 // An automation's runs, newest first, re-read every few seconds.
 import { useEffect } from "preact/hooks";
-import { enc, get } from "../api/client";
+import { enc, get, type Page } from "../api/client";
 import type { Run } from "../api/types";
 import { ago } from "../lib/format";
 import { useLoad } from "../lib/useLoad";
@@ -14,7 +14,7 @@ export function took(r: { started_at?: string; ended_at?: string }): string {
 }
 
 export function AutomationRuns(props: { name: string }) {
-  const runs = useLoad((s) => get<{ runs: Run[] }>("/v1/automations/" + enc(props.name) + "/runs?limit=50", s), [props.name]);
+  const runs = useLoad((s) => get<Page<Run>>("/v1/automations/" + enc(props.name) + "/runs?limit=50", s), [props.name]);
   useEffect(() => {
     const t = setInterval(runs.reload, 3000);
     return () => clearInterval(t);
@@ -24,7 +24,7 @@ export function AutomationRuns(props: { name: string }) {
       <h2>Runs</h2>
       <Table
         what="runs"
-        rows={runs.value?.runs}
+        rows={runs.value?.items}
         loading={runs.loading}
         error={runs.error}
         testid="run-list"

@@ -6,8 +6,8 @@ import { useLoad } from "../lib/useLoad";
 import { Table } from "../ui/Table";
 
 export function Automations() {
-  const list = useLoad((s) => listAll<"automations", Automation>("/v1/automations", "automations", s), []);
-  const as = list.value?.automations ?? [];
+  const list = useLoad((s) => listAll<Automation>("/v1/automations", s), []);
+  const as = list.value?.items ?? [];
   return (
     <>
       <div class="head">

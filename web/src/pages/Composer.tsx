@@ -9,13 +9,13 @@ import { Loading, Problem } from "../ui/Problem";
 import { ReceiptView } from "../ui/Receipt";
 
 export function Composer() {
-  const profiles = useLoad((s) => listAll<"profiles", Profile>("/v1/profiles", "profiles", s), []);
+  const profiles = useLoad((s) => listAll<Profile>("/v1/profiles", s), []);
   const [profile, setProfile] = useState("");
   const [prompt, setPrompt] = useState("");
   const [error, setError] = useState<Error>();
   const [busy, setBusy] = useState(false);
   useEffect(() => {
-    const first = profiles.value?.profiles[0]?.name;
+    const first = profiles.value?.items[0]?.name;
     if (!profile && first) setProfile(first);
   }, [profiles.value, profile]);
   const receipt = useLoad((s) => (profile ? get<ProfileResponse>("/v1/profiles/" + enc(profile), s) : Promise.resolve(undefined)), [profile]);
@@ -53,13 +53,13 @@ export function Composer() {
           <label for="profile">Profile</label>
           {profiles.loading && !profiles.value ? (
             <Loading what="profiles" />
-          ) : (profiles.value?.profiles ?? []).length === 0 ? (
+          ) : (profiles.value?.items ?? []).length === 0 ? (
             <p class="empty">
               No profiles yet: <a href="/profiles/new">make one</a> first.
             </p>
           ) : (
             <select id="profile" value={profile} onChange={(e) => setProfile(e.currentTarget.value)}>
-              {(profiles.value?.profiles ?? []).map((p) => (
+              {(profiles.value?.items ?? []).map((p) => (
                 <option value={p.name}>{p.name}</option>
               ))}
             </select>

@@ -8,7 +8,7 @@ import { Problem } from "../ui/Problem";
 import { Table } from "../ui/Table";
 
 export function Harnesses() {
-  const list = useLoad((s) => listAll<"harnesses", Harness>("/v1/harnesses", "harnesses", s), []);
+  const list = useLoad((s) => listAll<Harness>("/v1/harnesses", s), []);
   const [name, setName] = useState("claude-code");
   const [version, setVersion] = useState("");
   const [error, setError] = useState<Error>();
@@ -71,7 +71,7 @@ export function Harnesses() {
       <Problem error={error} />
       <Table
         what="harnesses"
-        rows={list.value?.harnesses}
+        rows={list.value?.items}
         loading={list.loading}
         error={list.error}
         empty="No harnesses yet: build one above."

@@ -10,14 +10,14 @@ import { Loading, Problem } from "../ui/Problem";
 import { StateBadge } from "../ui/StateBadge";
 
 export function Hosts() {
-  const list = useLoad((s) => listAll<"hosts", Host>("/v1/hosts", "hosts", s), []);
+  const list = useLoad((s) => listAll<Host>("/v1/hosts", s), []);
   const [error, setError] = useState<Error>();
   useChanges(["hosts", "sessions"], list.reload);
   useEffect(() => {
     const t = setInterval(list.reload, 5000); // heartbeats and capacity change without a notification
     return () => clearInterval(t);
   }, [list.reload]);
-  const hosts = list.value?.hosts ?? [];
+  const hosts = list.value?.items ?? [];
   return (
     <>
       <h1>Hosts</h1>

@@ -12,7 +12,7 @@ const steps = ["pending", "materializing", "capturing", "ready"];
 
 export function ImagePage(props: { name: string }) {
   const img = useLoad((s) => get<Image>("/v1/images/" + enc(props.name), s), [props.name]);
-  const jobs = useLoad((s) => listAll<"jobs", ImageJob>("/v1/images/" + enc(props.name) + "/jobs", "jobs", s), [props.name]);
+  const jobs = useLoad((s) => listAll<ImageJob>("/v1/images/" + enc(props.name) + "/jobs", s), [props.name]);
   const [error, setError] = useState<Error>();
   const job = img.value?.last_job;
   const live = job && job.state !== "ready" && job.state !== "failed";
@@ -71,7 +71,7 @@ export function ImagePage(props: { name: string }) {
           </tr>
         </thead>
         <tbody>
-          {[...(jobs.value?.jobs ?? [])].reverse().map((j) => (
+          {[...(jobs.value?.items ?? [])].reverse().map((j) => (
             <tr>
               <td>{j.kind}</td>
               <td>{j.state}</td>

@@ -10,12 +10,12 @@ import { Table } from "../ui/Table";
 import { StateBadge } from "../ui/StateBadge";
 
 export function Images() {
-  const list = useLoad((s) => listAll<"images", Image>("/v1/images", "images", s), []);
+  const list = useLoad((s) => listAll<Image>("/v1/images", s), []);
   useEffect(() => {
     const t = setInterval(list.reload, 3000);
     return () => clearInterval(t);
   }, [list.reload]);
-  const images = list.value?.images ?? [];
+  const images = list.value?.items ?? [];
   return (
     <>
       <h1>Images</h1>

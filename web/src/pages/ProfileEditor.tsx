@@ -14,9 +14,9 @@ import { ProfileRepos } from "./ProfileRepos";
 
 export function ProfileEditor(props: { name?: string }) {
   const existing = useLoad((s) => (props.name ? get<ProfileResponse>("/v1/profiles/" + enc(props.name), s) : Promise.resolve(undefined)), [props.name]);
-  const images = useLoad((s) => listAll<"images", Image>("/v1/images", "images", s), []);
-  const harnesses = useLoad((s) => listAll<"harnesses", Harness>("/v1/harnesses", "harnesses", s), []);
-  const secrets = useLoad((s) => listAll<"secrets", Secret>("/v1/secrets", "secrets", s), []);
+  const images = useLoad((s) => listAll<Image>("/v1/images", s), []);
+  const harnesses = useLoad((s) => listAll<Harness>("/v1/harnesses", s), []);
+  const secrets = useLoad((s) => listAll<Secret>("/v1/secrets", s), []);
   const [form, setForm] = useState<Form>(toForm(""));
   const [preview, setPreview] = useState<{ receipt: Receipt; problems: string[] }>();
   const [error, setError] = useState<Error>();
@@ -60,7 +60,7 @@ export function ProfileEditor(props: { name?: string }) {
     }
   };
   if (props.name && existing.loading && !existing.value) return <Loading what="the profile" />;
-  const harness = harnesses.value?.harnesses.find((h) => h.name === form.harness.split("@")[0]);
+  const harness = harnesses.value?.items.find((h) => h.name === form.harness.split("@")[0]);
 
   return (
     <>
@@ -75,7 +75,7 @@ export function ProfileEditor(props: { name?: string }) {
           <Row id="p-image" label="Image" problems={probs.get("image")}>
             <select id="p-image" value={form.image} onChange={set("image")}>
               <option value="">choose…</option>
-              {(images.value?.images ?? []).map((i) => (
+              {(images.value?.items ?? []).map((i) => (
                 <option value={i.name}>{i.name}</option>
               ))}
             </select>
@@ -83,7 +83,7 @@ export function ProfileEditor(props: { name?: string }) {
           <Row id="p-harness" label="Harness" problems={probs.get("harness")}>
             <select id="p-harness" value={form.harness} onChange={set("harness")}>
               <option value="">choose…</option>
-              {(harnesses.value?.harnesses ?? []).map((h) => (
+              {(harnesses.value?.items ?? []).map((h) => (
                 <option value={h.name}>
                   {h.name} {h.version}
                 </option>
@@ -95,7 +95,7 @@ export function ProfileEditor(props: { name?: string }) {
           </Row>
           <ProfileRepos
             repos={form.repos}
-            secrets={secrets.value?.secrets ?? []}
+            secrets={secrets.value?.items ?? []}
             problems={probs.get("repos")}
             onChange={(repos) => {
               setForm({ ...form, repos });
@@ -110,8 +110,8 @@ export function ProfileEditor(props: { name?: string }) {
           </Row>
           <fieldset aria-describedby={probs.get("credentials") ? "p-creds-err" : undefined}>
             <legend>Model credentials</legend>
-            {(secrets.value?.secrets ?? []).length === 0 && <p class="muted small">No secrets yet.</p>}
-            {(secrets.value?.secrets ?? []).map((s) => (
+            {(secrets.value?.items ?? []).length === 0 && <p class="muted small">No secrets yet.</p>}
+            {(secrets.value?.items ?? []).map((s) => (
               <label class="check">
                 <input
                   type="checkbox"

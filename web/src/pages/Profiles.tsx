@@ -6,8 +6,8 @@ import { useLoad } from "../lib/useLoad";
 import { Table } from "../ui/Table";
 
 export function Profiles() {
-  const list = useLoad((s) => listAll<"profiles", Profile>("/v1/profiles", "profiles", s), []);
-  const ps = list.value?.profiles ?? [];
+  const list = useLoad((s) => listAll<Profile>("/v1/profiles", s), []);
+  const ps = list.value?.items ?? [];
   return (
     <>
       <div class="head">

@@ -11,7 +11,7 @@ import { Table } from "../ui/Table";
 const kinds = ["anthropic_api_key", "openai_api_key", "git_https", "github_app", "generic"];
 
 export function Secrets() {
-  const list = useLoad((s) => listAll<"secrets", Secret>("/v1/secrets", "secrets", s), []);
+  const list = useLoad((s) => listAll<Secret>("/v1/secrets", s), []);
   const [name, setName] = useState("");
   const [kind, setKind] = useState(kinds[0]);
   const [value, setValue] = useState("");
@@ -57,7 +57,7 @@ export function Secrets() {
       </form>
       <Table
         what="secrets"
-        rows={list.value?.secrets}
+        rows={list.value?.items}
         loading={list.loading}
         error={list.error}
         empty="No secrets yet."

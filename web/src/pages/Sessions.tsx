@@ -12,9 +12,9 @@ const states = ["", "creating", "active", "suspending", "idle", "resuming", "del
 
 export function Sessions(props: { host?: string }) {
   const [state, setState] = useState("");
-  const list = useLoad((s) => listAll<"sessions", Session>("/v1/sessions" + q({ state, host: props.host }), "sessions", s), [state, props.host]);
+  const list = useLoad((s) => listAll<Session>("/v1/sessions" + q({ state, host: props.host }), s), [state, props.host]);
   useChanges(["sessions"], list.reload);
-  const sessions = [...(list.value?.sessions ?? [])].sort((a, b) => b.updated_at.localeCompare(a.updated_at));
+  const sessions = [...(list.value?.items ?? [])].sort((a, b) => b.updated_at.localeCompare(a.updated_at));
   return (
     <>
       <h1>Sessions{props.host ? " on host " + props.host.slice(0, 13) : ""}</h1>

@@ -1,7 +1,7 @@
 // Settings: the integrations (Slack, GitHub, Linear) and a form to
 // configure one; credentials are sent once and never shown again.
 import { useState } from "preact/hooks";
-import { call, get } from "../api/client";
+import { call, get, type Page } from "../api/client";
 import type { Integration } from "../api/types";
 import { ago } from "../lib/format";
 import { useLoad } from "../lib/useLoad";
@@ -15,7 +15,7 @@ const credentials: Record<string, string[]> = {
 };
 
 export function Settings() {
-  const list = useLoad((s) => get<{ integrations: Integration[] }>("/v1/integrations", s), []);
+  const list = useLoad((s) => get<Page<Integration>>("/v1/integrations", s), []);
   const [kind, setKind] = useState("slack");
   const [secrets, setSecrets] = useState<Record<string, string>>({});
   const [config, setConfig] = useState("{}");
@@ -41,7 +41,7 @@ export function Settings() {
       <h2>Integrations</h2>
       <Table
         what="integrations"
-        rows={list.value?.integrations}
+        rows={list.value?.items}
         loading={list.loading}
         error={list.error}
         testid="integration-list"

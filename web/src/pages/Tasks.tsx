@@ -15,13 +15,13 @@ export function Tasks() {
   const [state, setState] = useState("");
   const [profile, setProfile] = useState("");
   const [search, setSearch] = useState("");
-  const tasks = useLoad((s) => listAll<"tasks", Task>("/v1/tasks" + q({ state, profile }), "tasks", s), [state, profile]);
-  const profiles = useLoad((s) => listAll<"profiles", Profile>("/v1/profiles", "profiles", s), []);
+  const tasks = useLoad((s) => listAll<Task>("/v1/tasks" + q({ state, profile }), s), [state, profile]);
+  const profiles = useLoad((s) => listAll<Profile>("/v1/profiles", s), []);
   useChanges(["tasks"], tasks.reload);
-  const names = useMemo(() => new Map((profiles.value?.profiles ?? []).map((p) => [p.id, p.name])), [profiles.value]);
+  const names = useMemo(() => new Map((profiles.value?.items ?? []).map((p) => [p.id, p.name])), [profiles.value]);
   const shown = useMemo(() => {
     const needle = search.trim().toLowerCase();
-    const all = [...(tasks.value?.tasks ?? [])].sort((a, b) => b.updated_at.localeCompare(a.updated_at));
+    const all = [...(tasks.value?.items ?? [])].sort((a, b) => b.updated_at.localeCompare(a.updated_at));
     return needle ? all.filter((t) => t.title.toLowerCase().includes(needle) || t.id.includes(needle)) : all;
   }, [tasks.value, search]);
 
@@ -50,7 +50,7 @@ export function Tasks() {
           Profile
           <select value={profile} onChange={(e) => setProfile(e.currentTarget.value)}>
             <option value="">any</option>
-            {(profiles.value?.profiles ?? []).map((p) => (
+            {(profiles.value?.items ?? []).map((p) => (
               <option value={p.name}>{p.name}</option>
             ))}
           </select>
