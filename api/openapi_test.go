@@ -612,3 +612,30 @@ func TestRefsResolve(t *testing.T) {
 		t.Fatal("found no $ref at all")
 	}
 }
+
+// logs page by sequence number, not by cursor: they are followed.
+var listShapeExempt = map[string]string{"EgressList": "a followed log, paged by its next sequence number"}
+
+// TestListsHaveOneShape: every list schema is {items, next_cursor}, both
+// required, so every list route answers one shape.
+func TestListsHaveOneShape(t *testing.T) {
+	t.Parallel()
+	d := load(t)
+	lists := 0
+	for name, s := range d.Components.Schemas {
+		if !strings.HasSuffix(name, "List") || listShapeExempt[name] != "" {
+			continue
+		}
+		lists++
+		items, next := s.Properties["items"], s.Properties["next_cursor"]
+		if len(s.Properties) != 2 || items.Type != "array" || items.Items == nil || next.Type != "string" {
+			t.Errorf("schema %s: want properties items (an array) and next_cursor (a string), got %v", name, slices.Sorted(maps.Keys(s.Properties)))
+		}
+		if !slices.Contains(s.Required, "items") || !slices.Contains(s.Required, "next_cursor") {
+			t.Errorf("schema %s: items and next_cursor must be required, got %v", name, s.Required)
+		}
+	}
+	if lists < 10 {
+		t.Errorf("found only %d list schemas", lists)
+	}
+}
