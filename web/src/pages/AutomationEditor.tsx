@@ -104,6 +104,7 @@ export function AutomationEditor(props: { name?: string }) {
     }
   };
   if (props.name && existing.loading && !existing.value) return <Loading what="the automation" />;
+  if (!props.name && profiles.loading && !profiles.value) return <Loading what="profiles" />;
   const a = existing.value;
   const probs = error instanceof ApiError && error.status === 400 ? definitionProblems(error.message) : [];
 
