@@ -79,7 +79,7 @@ func readDefinition(cmd *cobra.Command, file string) (string, error) {
 }
 
 // printSaved says what was saved and shows a new hook secret, once.
-func (a autoCmds) printSaved(cmd *cobra.Command, verb string, r apiv1.AutomationResponse) error {
+func (a autoCmds) printSaved(cmd *cobra.Command, base, verb string, r apiv1.AutomationResponse) error {
 	if a.jsonOut {
 		return printJSON(cmd.OutOrStdout(), r)
 	}
@@ -90,7 +90,7 @@ func (a autoCmds) printSaved(cmd *cobra.Command, verb string, r apiv1.Automation
 	}
 	fmt.Fprintf(w, "%s automation %s (version %d, %s trigger, %s)\n", verb, r.Name, r.Version, r.Trigger, state)
 	if r.HookURL != "" {
-		fmt.Fprintf(w, "webhook: POST %s%s\n", strings.TrimRight(a.url, "/"), r.HookURL)
+		fmt.Fprintf(w, "webhook: POST %s%s\n", base, r.HookURL)
 	}
 	if r.HookSecret != "" {
 		fmt.Fprintf(w, "secret:  %s\n(shown this once: sign each delivery with it, see `engrams automation get --help`)\n", r.HookSecret)
@@ -125,7 +125,7 @@ webhook trigger gets its signing secret, printed this once.`,
 			if err != nil {
 				return fmt.Errorf("create automation: %w", err)
 			}
-			return a.printSaved(cmd, "created", r)
+			return a.printSaved(cmd, c.BaseURL(), "created", r)
 		},
 	}
 	cmd.Flags().BoolVar(&enable, "enable", false, "enable its trigger at once")
@@ -202,7 +202,7 @@ run's inputs. README.md shows the signature made with openssl and curl.`,
 			fmt.Fprintf(w, "automation %s (%s)\nversion:  %d\ntrigger:  %s\nenabled:  %t\nupdated:  %s\n", x.Name, x.ID, x.Version, x.Trigger,
 				x.Enabled, a.whenAgo(x.UpdatedAt))
 			if x.HookURL != "" {
-				fmt.Fprintf(w, "webhook:  POST %s%s\n", strings.TrimRight(a.url, "/"), x.HookURL)
+				fmt.Fprintf(w, "webhook:  POST %s%s\n", c.BaseURL(), x.HookURL)
 			}
 			fmt.Fprintln(w, "definition:")
 			return printJSON(w, x.Definition)
@@ -245,7 +245,7 @@ changed and the command says so.`,
 			if err != nil {
 				return fmt.Errorf("edit automation %s: %w", args[0], err)
 			}
-			return a.printSaved(cmd, "updated", r)
+			return a.printSaved(cmd, c.BaseURL(), "updated", r)
 		},
 	}
 }
@@ -355,7 +355,7 @@ put both signatures, comma separated, in X-Engrams-Signature while it moves.`,
 			if err != nil {
 				return fmt.Errorf("rotate the secret of automation %s: %w", args[0], err)
 			}
-			return a.printSaved(cmd, "rotated the secret of", r)
+			return a.printSaved(cmd, c.BaseURL(), "rotated the secret of", r)
 		},
 	}
 }

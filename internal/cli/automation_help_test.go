@@ -1,7 +1,11 @@
 package cli_test
 
 import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -46,4 +50,23 @@ func dedent(s string) string {
 		lines[i] = strings.TrimPrefix(l, "  ")
 	}
 	return strings.Join(lines, "\n")
+}
+
+// TestWebhookURLIsWhole: the webhook URL shown is whole (the coordinator's
+// URL and the hook's path) also when the URL comes from the config file.
+func TestWebhookURLIsWhole(t *testing.T) {
+	t.Parallel()
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"id":"a1","name":"hello","version":1,"trigger":"webhook","enabled":true,"hook_url":"/v1/hooks/hello","definition":{}}`)
+	}))
+	t.Cleanup(ts.Close)
+	cfg := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(cfg, []byte(`{"url":"`+ts.URL+`","token":"`+clienttest.Token+`"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got := run(t, &clienttest.Server{URL: ts.URL}, env{"ENGRAMS_URL": "", "ENGRAMS_TOKEN": "", "ENGRAMS_CONFIG": cfg}, "", "automation", "get", "hello")
+	if want := "webhook:  POST " + ts.URL + "/v1/hooks/hello\n"; got.code != 0 || !strings.Contains(got.stdout, want) {
+		t.Errorf("exit %d, stdout:\n%s\nwant a line %q (stderr %s)", got.code, got.stdout, want, got.stderr)
+	}
 }
