@@ -28,6 +28,7 @@ var taskIngestTests = []test{
 	{"TaskClaimSetupConcurrent", testTaskClaimSetupConcurrent},
 	{"TaskUpdateState", testTaskUpdateState},
 	{"TaskReplaceSession", testTaskReplaceSession},
+	{"TaskUsage", testTaskUsage},
 }
 
 // guestEvents returns events of type typ with the given guest seqs.
