@@ -34,7 +34,7 @@ func testTaskUsage(t *testing.T, st store.Store) {
 		usageEvent(1, sonnet),
 		{Type: "assistant_text", Payload: []byte(`{"text":"hi"}`), GuestSeq: 2},
 		usageEvent(3, domain.TurnUsage{Model: "mystery", Tokens: domain.Tokens{Input: 10, Output: 1}}), // not priced
-		usageEvent(4, domain.TurnUsage{}),                                                               // nothing used: not counted
+		usageEvent(4, domain.TurnUsage{}),                                                              // nothing used: not counted
 	}
 	ingest(t, st, task.ID, "s1", nil, first, 4, 1, 2, 3, 4)
 	ingest(t, st, task.ID, "s1", nil, first, 4) // a resend
