@@ -385,6 +385,9 @@ func coreSchemaTypes() map[string]reflect.Type {
 		"Task":                   reflect.TypeFor[apiv1.Task](),
 		"TaskList":               reflect.TypeFor[apiv1.TaskList](),
 		"TaskEvent":              reflect.TypeFor[apiv1.TaskEvent](),
+		"Money":                  reflect.TypeFor[apiv1.Money](),
+		"TaskUsage":              reflect.TypeFor[apiv1.TaskUsage](),
+		"TurnUsage":              reflect.TypeFor[apiv1.TurnUsage](),
 		"TaskDiff":               reflect.TypeFor[apiv1.TaskDiff](),
 		"RepoDiff":               reflect.TypeFor[apiv1.RepoDiff](),
 		// Agents (harnesses, secrets, profiles).
