@@ -82,8 +82,9 @@ func (a taskCmds) taskListCmd() *cobra.Command {
 		Use:   "list",
 		Short: "List tasks, oldest first",
 		Long: `List tasks, oldest first: id, state (starting, running, idle, stopped,
-failed), title, current session and when it last changed. --profile and
---state narrow the list; --json prints every field.`,
+failed), title, current session, what its model usage cost so far and when
+it last changed. --profile and --state narrow the list; --json prints every
+field (usage.cost.micros is the exact cost in millionths of its currency).`,
 		Example: `  engrams task list
   engrams task list --state running,idle
   engrams task list --profile go-service --json`,
@@ -101,9 +102,9 @@ failed), title, current session and when it last changed. --profile and
 				return printJSON(cmd.OutOrStdout(), ts)
 			}
 			tw := newTable(cmd.OutOrStdout())
-			row(tw, "ID", "STATE", "TITLE", "SESSION", "UPDATED")
+			row(tw, "ID", "STATE", "TITLE", "SESSION", "COST", "UPDATED")
 			for _, t := range ts {
-				row(tw, t.ID, t.State, cut(t.Title, 50), t.SessionID, a.ago(t.UpdatedAt))
+				row(tw, t.ID, t.State, cut(t.Title, 50), t.SessionID, taskCost(t.Usage), a.ago(t.UpdatedAt))
 			}
 			return tw.Flush()
 		},
@@ -129,8 +130,10 @@ func (a taskCmds) taskShowCmd() *cobra.Command {
 		Example: `  engrams task get 0193f2a1-...
   engrams task get 0193f2a1-... --follow
   engrams task get 0193f2a1-... --json | jq '.events[] | select(.type=="tool_call")'`,
-		Long: `Show a task: its state, session and the conversation so far (prompts,
-the agent's text, tool calls and results, files changed, usage, errors).
+		Long: `Show a task: its state, session, profile, model, who started it, when,
+the tokens it used and what they cost, and the conversation so far
+(prompts, the agent's text, tool calls and results, files changed, each
+turn's usage, errors).
 --follow keeps streaming until the agent is done with the latest prompt.
 --json prints the task and its events as JSON; with --follow, the events
 as they come, one JSON object a line.`,
@@ -161,12 +164,7 @@ as they come, one JSON object a line.`,
 				}{t, evs})
 			}
 			w := a.termOut(cmd.OutOrStdout())
-			fmt.Fprintf(w, "task %s: %s\n", t.ID, t.Title)
-			fmt.Fprintf(w, "state: %s   session: %s   updated: %s\n", t.State, t.SessionID, a.whenAgo(t.UpdatedAt))
-			if t.Error != "" {
-				fmt.Fprintf(w, "error: %s\n", t.Error)
-			}
-			fmt.Fprintln(w)
+			a.printTaskHeader(cmd.Context(), w, c, t)
 			if follow {
 				return a.followTask(cmd, c, t.ID, 0, t.EventSeq)
 			}
