@@ -23,41 +23,45 @@ export function TaskMeta(props: { task: Task }) {
     </time>
   );
   return (
-    <dl class="task-meta" data-testid="task-meta">
-      <div>
-        <dt>Profile</dt>
-        <dd>
-          <a href={"/profiles/" + enc(profile ?? t.profile_id)}>{profile ?? t.profile_id.slice(0, 8)}</a>{" "}
-          <span class="muted">v{t.profile_version}</span>
-        </dd>
-      </div>
-      <div>
-        <dt>Model</dt>
-        <dd data-testid="task-model">{u.model || t.receipt?.model || "the harness's default"}</dd>
-      </div>
-      <div>
-        <dt>Started by</dt>
-        <dd>{t.run_id ? <a href={"/runs/" + enc(t.run_id)}>an automation run</a> : "a user"}</dd>
-      </div>
-      <div>
-        <dt>Created</dt>
-        <dd>{stamp(t.created_at)}</dd>
-      </div>
-      <div>
-        <dt>{finished ? "Finished" : "Updated"}</dt>
-        <dd>{stamp(t.updated_at)}</dd>
-      </div>
-      <div>
-        <dt>Tokens</dt>
-        <dd data-testid="task-tokens">{tokens(u)}</dd>
-      </div>
-      <div>
-        <dt>Cost</dt>
-        <dd data-testid="task-cost">
-          {money(u.cost)}
-          {u.unpriced_usages ? <span class="muted"> (+{u.unpriced_usages} not priced)</span> : null}
-        </dd>
-      </div>
-    </dl>
+    <>
+      <dl class="task-meta" data-testid="task-meta">
+        <div>
+          <dt>Profile</dt>
+          <dd>
+            <a href={"/profiles/" + enc(profile ?? t.profile_id)}>{profile ?? t.profile_id.slice(0, 8)}</a>{" "}
+            <span class="muted">v{t.profile_version}</span>
+          </dd>
+        </div>
+        <div>
+          <dt>Model</dt>
+          <dd data-testid="task-model">{u.model || t.receipt?.model || "the harness's default"}</dd>
+        </div>
+        <div>
+          <dt>Started by</dt>
+          <dd>{t.run_id ? <a href={"/runs/" + enc(t.run_id)}>an automation run</a> : "a user"}</dd>
+        </div>
+        <div>
+          <dt>Created</dt>
+          <dd>{stamp(t.created_at)}</dd>
+        </div>
+        <div>
+          <dt>{finished ? "Finished" : "Updated"}</dt>
+          <dd>{stamp(t.updated_at)}</dd>
+        </div>
+      </dl>
+      <dl class="task-meta" aria-label="Usage">
+        <div>
+          <dt>Cost</dt>
+          <dd data-testid="task-cost">
+            {money(u.cost)}
+            {u.unpriced_usages ? <span class="muted"> (+{u.unpriced_usages} not priced)</span> : null}
+          </dd>
+        </div>
+        <div>
+          <dt>Tokens</dt>
+          <dd data-testid="task-tokens">{tokens(u)}</dd>
+        </div>
+      </dl>
+    </>
   );
 }
