@@ -33,6 +33,10 @@ func tev(seq int64, typ, data string) apiv1.TaskEvent {
 	return apiv1.TaskEvent{Seq: seq, Type: typ, Data: json.RawMessage(data), Time: clienttest.BaseTime().Add(time.Duration(seq) * time.Second)}
 }
 
+// t1Usage is what task t1 used.
+var t1Usage = apiv1.TaskUsage{Model: "claude-sonnet-4-5", InputTokens: 25_089, OutputTokens: 1_250, CacheReadTokens: 20_000, CacheWriteTokens: 3_000,
+	Cost: &apiv1.Money{Amount: "0.1234", Micros: 123_400, Currency: "USD"}, Unpriced: 1}
+
 // withUsage is e with the usage the API reads from a usage event.
 func withUsage(e apiv1.TaskEvent, u apiv1.TurnUsage) apiv1.TaskEvent { e.Usage = &u; return e }
 
@@ -43,8 +47,7 @@ func newTaskServer(t *testing.T) *clienttest.Server {
 	f := &taskFakeAPI{
 		tasks: []*apiv1.Task{
 			{ID: "t1", Title: "add a /healthz endpoint", State: "running", ProfileID: "prof-go", ProfileVersion: 3, SessionID: "s1", EventSeq: 16,
-				RunID: "run-9", CreatedAt: ago(time.Hour), UpdatedAt: ago(90 * time.Second), Usage: apiv1.TaskUsage{Model: "claude-sonnet-4-5",
-					InputTokens: 25_089, OutputTokens: 1_250, CacheReadTokens: 20_000, CacheWriteTokens: 3_000, Cost: &apiv1.Money{Amount: "0.1234", Micros: 123_400, Currency: "USD"}, Unpriced: 1}},
+				RunID: "run-9", CreatedAt: ago(time.Hour), UpdatedAt: ago(90 * time.Second), Usage: t1Usage},
 			{ID: "t2", Title: "rename every occurrence of the old module path across the repository", State: "stopped", ProfileID: "prof-go", UpdatedAt: ago(3 * time.Hour)},
 			{ID: "t3", Title: "fix typos", State: "idle", Error: "auth: key refused", ProfileID: "prof-docs", SessionID: "s3", EventSeq: 4, UpdatedAt: ago(72 * time.Hour)},
 			{ID: "t4", Title: "two turns", State: "running", ProfileID: "prof-docs", SessionID: "s4", EventSeq: 8, UpdatedAt: ago(5 * time.Second)},
