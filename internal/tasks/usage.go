@@ -62,8 +62,7 @@ func priceUsage(e *domain.TaskEvent, prices pricing.Table) {
 	if cost, ok := prices.Price(u.Model, u.Tokens); ok {
 		u.Cost, u.PriceTable = cost, prices.ID
 	} else if in.CostUSD > 0 {
-		c := min(in.CostUSD, maxHarnessCostUSD)
-		u.Cost, u.PriceTable = domain.Money{Micros: int64(math.Round(c * 1e6)), Currency: "USD"}, HarnessPriceTable
+		u.Cost, u.PriceTable = harnessCost(in.CostUSD), HarnessPriceTable
 	}
 	p := usagePayload{Turn: in.Turn, Model: u.Model, InputTokens: u.Tokens.Input, OutputTokens: u.Tokens.Output,
 		CacheReadTokens: u.Tokens.CacheRead, CacheWriteTokens: u.Tokens.CacheWrite}
@@ -75,6 +74,12 @@ func priceUsage(e *domain.TaskEvent, prices pricing.Table) {
 		return
 	}
 	e.Payload, e.Usage = raw, &u
+}
+
+// harnessCost is a cost a harness reckoned in dollars (a float), as exact
+// micro-dollars, at most maxHarnessCostUSD.
+func harnessCost(usd float64) domain.Money {
+	return domain.Money{Micros: int64(math.Round(min(usd, maxHarnessCostUSD) * 1e6)), Currency: "USD"}
 }
 
 func tokens(n int64) int64 { return min(max(n, 0), pricing.MaxTokens) }
@@ -106,8 +111,7 @@ func UsageOf(e domain.TaskEvent) (domain.TurnUsage, bool) {
 	case p.Cost != nil:
 		u.Cost, u.PriceTable = domain.Money{Micros: p.Cost.Micros, Currency: p.Cost.Currency}, p.Cost.PriceTable
 	case p.CostUSD > 0:
-		c := min(p.CostUSD, maxHarnessCostUSD)
-		u.Cost, u.PriceTable = domain.Money{Micros: int64(math.Round(c * 1e6)), Currency: "USD"}, HarnessPriceTable
+		u.Cost, u.PriceTable = harnessCost(p.CostUSD), HarnessPriceTable
 	}
 	return u, true
 }
