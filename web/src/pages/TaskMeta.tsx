@@ -49,7 +49,7 @@ export function TaskMeta(props: { task: Task }) {
           <dd>{stamp(t.updated_at)}</dd>
         </div>
       </dl>
-      <dl class="task-meta" aria-label="Usage">
+      <dl class="task-meta" data-testid="task-usage">
         <div>
           <dt>Cost</dt>
           <dd data-testid="task-cost">
