@@ -56,7 +56,10 @@ type Task struct {
 	EventSeq       int64    `json:"event_seq"`
 	Receipt        *Receipt `json:"receipt,omitempty"` // the grant receipt it started with
 	// RunID is the automation run that started it; "" when a user did.
-	RunID     string    `json:"run_id,omitempty"`
+	RunID string `json:"run_id,omitempty"`
+	// StartedBy is the name of the API token a user started it with (the
+	// CLI's, or the dashboard's sign-in); "" for a run.
+	StartedBy string    `json:"started_by,omitempty"`
 	Usage     TaskUsage `json:"usage"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`

@@ -22,7 +22,7 @@ import (
 func taskOut(t domain.Task) apiv1.Task {
 	u := t.Usage
 	out := apiv1.Task{ID: string(t.ID), Title: t.Title, State: string(t.State), Error: t.Error, ProfileID: t.ProfileID,
-		ProfileVersion: t.ProfileVersion, SessionID: string(t.SessionID), EventSeq: t.EventSeq, RunID: t.RunID,
+		ProfileVersion: t.ProfileVersion, SessionID: string(t.SessionID), EventSeq: t.EventSeq, RunID: t.RunID, StartedBy: t.StartedBy,
 		Usage: apiv1.TaskUsage{Model: u.Model, InputTokens: u.Tokens.Input, OutputTokens: u.Tokens.Output,
 			CacheReadTokens: u.Tokens.CacheRead, CacheWriteTokens: u.Tokens.CacheWrite, Cost: moneyOut(u.Cost), Unpriced: u.Unpriced},
 		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt}
@@ -102,7 +102,8 @@ func (s *tasksRouter) startTask(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &req) {
 		return
 	}
-	t, err := s.co.StartTask(r.Context(), tasks.StartTaskRequest{Profile: req.Profile, Prompt: req.Prompt, Title: req.Title})
+	t, err := s.co.StartTask(r.Context(), tasks.StartTaskRequest{Profile: req.Profile, Prompt: req.Prompt, Title: req.Title,
+		StartedBy: tokenNameFrom(r.Context())})
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -405,8 +405,11 @@ func (a taskCmds) printTaskHeader(ctx context.Context, w io.Writer, c *client.Cl
 	}
 	fmt.Fprintf(w, "profile: %s (version %d)   model: %s\n", profile, t.ProfileVersion, orDash(model))
 	starter := "a user (API, CLI or dashboard)"
-	if t.RunID != "" {
+	switch {
+	case t.RunID != "":
 		starter = "automation run " + t.RunID
+	case t.StartedBy != "":
+		starter = "token " + t.StartedBy
 	}
 	fmt.Fprintf(w, "started by: %s\n", starter)
 	fmt.Fprintf(w, "created: %s   updated: %s\n", a.whenAgo(t.CreatedAt), a.whenAgo(t.UpdatedAt))

@@ -49,7 +49,7 @@ func newTaskServer(t *testing.T) *clienttest.Server {
 			{ID: "t1", Title: "add a /healthz endpoint", State: "running", ProfileID: "prof-go", ProfileVersion: 3, SessionID: "s1", EventSeq: 16,
 				RunID: "run-9", CreatedAt: ago(time.Hour), UpdatedAt: ago(90 * time.Second), Usage: t1Usage},
 			{ID: "t2", Title: "rename every occurrence of the old module path across the repository", State: "stopped", ProfileID: "prof-go", UpdatedAt: ago(3 * time.Hour)},
-			{ID: "t3", Title: "fix typos", State: "idle", Error: "auth: key refused", ProfileID: "prof-docs", SessionID: "s3", EventSeq: 4, UpdatedAt: ago(72 * time.Hour)},
+			{ID: "t3", Title: "fix typos", State: "idle", Error: "auth: key refused", ProfileID: "prof-docs", SessionID: "s3", EventSeq: 4, StartedBy: "alice-cli", UpdatedAt: ago(72 * time.Hour)},
 			{ID: "t4", Title: "two turns", State: "running", ProfileID: "prof-docs", SessionID: "s4", EventSeq: 8, UpdatedAt: ago(5 * time.Second)},
 			{ID: "t5", Title: "queued follow-up", State: "running", ProfileID: "prof-docs", SessionID: "s5", EventSeq: 4, UpdatedAt: ago(125 * time.Second)},
 		},
@@ -327,7 +327,7 @@ func TestTaskCommands(t *testing.T) {
 				"started by: automation run run-9\ncreated: 2026-11-30 05:00:00 (1h ago)   updated: 2026-11-30 05:58:30 (1m ago)\n" +
 				"tokens: 25,089 in (20,000 cache read, 3,000 cache write), 1,250 out   cost: $0.12 (+1 not priced)\n\n" + t1Conversation},
 		{name: "show with an error", args: []string{"t", "show", "t3"},
-			stdout: "task t3: fix typos\nstate: idle   session: s3\nerror: auth: key refused\nprofile: prof-docs (version 0)   model: -\nstarted by: a user (API, CLI or dashboard)\ncreated: -   updated: 2026-11-27 06:00:00 (3d ago)\ntokens: 0 in, 0 out   cost: -\n\n" +
+			stdout: "task t3: fix typos\nstate: idle   session: s3\nerror: auth: key refused\nprofile: prof-docs (version 0)   model: -\nstarted by: token alice-cli\ncreated: -   updated: 2026-11-27 06:00:00 (3d ago)\ntokens: 0 in, 0 out   cost: -\n\n" +
 				"06:00:01 > fix typos\n06:00:02   [claude-code 2.1.0, model sonnet]\n06:00:03 ! auth error: key refused\n06:00:04   [done]\n"},
 		{name: "show json", args: []string{"task", "show", "--json", "t3"},
 			contains: []string{"\"id\": \"t3\"", "\"events\": [\n", "\"seq\": 3,\n      \"type\": \"error\",\n      \"data\": {\n        \"kind\": \"auth\""}},

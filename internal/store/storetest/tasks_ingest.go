@@ -547,11 +547,11 @@ func testTaskUsage(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	p := createProfile(t, st, "usage")
 	task := newTask(p)
-	task.RunID = "run-7"
+	task.RunID, task.StartedBy = "run-7", "ci-token"
 	got, err := st.CreateTask(ctx, task)
 	must(t, err)
-	if got.RunID != "run-7" || got.Usage != (domain.TaskUsage{}) {
-		t.Fatalf("created task: run %q, usage %+v", got.RunID, got.Usage)
+	if got.RunID != "run-7" || got.StartedBy != "ci-token" || got.Usage != (domain.TaskUsage{}) {
+		t.Fatalf("created task: run %q, started by %q, usage %+v", got.RunID, got.StartedBy, got.Usage)
 	}
 	_, err = st.AttachSession(ctx, task.ID, "s1", t0)
 	must(t, err)

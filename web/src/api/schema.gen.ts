@@ -2328,6 +2328,8 @@ export interface components {
             receipt?: components["schemas"]["Receipt"];
             /** @description The automation run that started it; absent when a user did. */
             run_id?: string;
+            /** @description The name of the API token a user started it with (the CLI's, or the dashboard's sign-in); absent for a run. */
+            started_by?: string;
             usage: components["schemas"]["TaskUsage"];
             /** Format: date-time */
             created_at: string;

@@ -38,7 +38,17 @@ export function TaskMeta(props: { task: Task }) {
         </div>
         <div>
           <dt>Started by</dt>
-          <dd>{t.run_id ? <a href={"/runs/" + enc(t.run_id)}>an automation run</a> : "a user"}</dd>
+          <dd data-testid="task-started-by">
+            {t.run_id ? (
+              <a href={"/runs/" + enc(t.run_id)}>an automation run</a>
+            ) : t.started_by ? (
+              <>
+                token <code>{t.started_by}</code>
+              </>
+            ) : (
+              "a user"
+            )}
+          </dd>
         </div>
         <div>
           <dt>Created</dt>
