@@ -48,7 +48,9 @@ try {
   await page.getByTestId("task-tokens").filter({ hasText: cfg.usageTokens }).waitFor({ timeout: 30_000 });
   const cost = await page.getByTestId("task-cost").innerText();
   const model = await page.getByTestId("task-model").innerText();
-  if (cost.trim() !== cfg.usageCost || model.trim() !== cfg.usageModel) throw new Error(`task cost ${JSON.stringify(cost)}, model ${JSON.stringify(model)}`);
+  const starter = await page.getByTestId("task-started-by").innerText();
+  if (cost.trim() !== cfg.usageCost || model.trim() !== cfg.usageModel || !starter.startsWith("token dashboard-"))
+    throw new Error(`task cost ${JSON.stringify(cost)}, model ${JSON.stringify(model)}, started by ${JSON.stringify(starter)}`);
   await shoot(page, cfg.artifacts, "task-conversation");
 
   step("open Changes and see the file the agent wrote");
