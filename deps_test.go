@@ -167,6 +167,12 @@ var layerRules = []layerRule{
 		reason: "the address policy is shared by the coordinator, the host and the guest contract, so it imports nothing of theirs",
 	},
 	{
+		name:   "pricing-is-pure",
+		from:   []string{"internal/pricing/..."},
+		only:   []string{std, "internal/domain/..."},
+		reason: "the price table is a pure reckoning over domain types, table-tested without I/O",
+	},
+	{
 		name:   "automations-model-is-pure",
 		from:   []string{"internal/automations"},
 		only:   []string{std, thirdparty, "internal/domain/...", "api/apiv1"},

@@ -331,8 +331,25 @@ func TestSchemasMatchTypes(t *testing.T) {
 // schemaTypes maps each component schema to the Go type it describes.
 func schemaTypes() map[string]reflect.Type {
 	out := coreSchemaTypes()
+	maps.Copy(out, taskSchemaTypes())
 	maps.Copy(out, automationSchemaTypes())
 	return out
+}
+
+// taskSchemaTypes maps the task schemas.
+func taskSchemaTypes() map[string]reflect.Type {
+	return map[string]reflect.Type{
+		"StartTaskRequest": reflect.TypeFor[apiv1.StartTaskRequest](),
+		"SendTaskRequest":  reflect.TypeFor[apiv1.SendTaskRequest](),
+		"Task":             reflect.TypeFor[apiv1.Task](),
+		"TaskList":         reflect.TypeFor[apiv1.TaskList](),
+		"TaskEvent":        reflect.TypeFor[apiv1.TaskEvent](),
+		"Money":            reflect.TypeFor[apiv1.Money](),
+		"TaskUsage":        reflect.TypeFor[apiv1.TaskUsage](),
+		"TurnUsage":        reflect.TypeFor[apiv1.TurnUsage](),
+		"TaskDiff":         reflect.TypeFor[apiv1.TaskDiff](),
+		"RepoDiff":         reflect.TypeFor[apiv1.RepoDiff](),
+	}
 }
 
 func coreSchemaTypes() map[string]reflect.Type {
@@ -380,13 +397,6 @@ func coreSchemaTypes() map[string]reflect.Type {
 		"ImageJobResponse":       reflect.TypeFor[apiv1.ImageJobResponse](),
 		"ImageList":              reflect.TypeFor[apiv1.ImageList](),
 		"ImageJobList":           reflect.TypeFor[apiv1.ImageJobList](),
-		"StartTaskRequest":       reflect.TypeFor[apiv1.StartTaskRequest](),
-		"SendTaskRequest":        reflect.TypeFor[apiv1.SendTaskRequest](),
-		"Task":                   reflect.TypeFor[apiv1.Task](),
-		"TaskList":               reflect.TypeFor[apiv1.TaskList](),
-		"TaskEvent":              reflect.TypeFor[apiv1.TaskEvent](),
-		"TaskDiff":               reflect.TypeFor[apiv1.TaskDiff](),
-		"RepoDiff":               reflect.TypeFor[apiv1.RepoDiff](),
 		// Agents (harnesses, secrets, profiles).
 		"BuildHarnessRequest":  reflect.TypeFor[apiv1.BuildHarnessRequest](),
 		"Harness":              reflect.TypeFor[apiv1.Harness](),

@@ -2,6 +2,8 @@ package apiv1
 
 import (
 	"encoding/json"
+	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -43,18 +45,81 @@ const (
 // Task is one agent's work: a profile, a conversation and the sessions it
 // ran in.
 type Task struct {
-	ID             string    `json:"id"`
-	Title          string    `json:"title"`
-	State          string    `json:"state"`
-	Error          string    `json:"error,omitempty"` // the last turn's error, or why the task failed
-	ProfileID      string    `json:"profile_id"`
-	ProfileVersion int64     `json:"profile_version"`
-	SessionID      string    `json:"session_id,omitempty"`
-	Sessions       []string  `json:"sessions,omitempty"` // every session it used, in order (GET only)
-	EventSeq       int64     `json:"event_seq"`
-	Receipt        *Receipt  `json:"receipt,omitempty"` // the grant receipt it started with
-	CreatedAt      time.Time `json:"created_at"`
-	UpdatedAt      time.Time `json:"updated_at"`
+	ID             string   `json:"id"`
+	Title          string   `json:"title"`
+	State          string   `json:"state"`
+	Error          string   `json:"error,omitempty"` // the last turn's error, or why the task failed
+	ProfileID      string   `json:"profile_id"`
+	ProfileVersion int64    `json:"profile_version"`
+	SessionID      string   `json:"session_id,omitempty"`
+	Sessions       []string `json:"sessions,omitempty"` // every session it used, in order (GET only)
+	EventSeq       int64    `json:"event_seq"`
+	Receipt        *Receipt `json:"receipt,omitempty"` // the grant receipt it started with
+	// RunID is the automation run that started it; "" when a user did.
+	RunID string `json:"run_id,omitempty"`
+	// StartedBy is the name of the API token a user started it with (the
+	// CLI's, or the dashboard's sign-in); "" for a run.
+	StartedBy string    `json:"started_by,omitempty"`
+	Usage     TaskUsage `json:"usage"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Money is an exact amount: Micros are millionths of the currency's unit,
+// Amount the same as a decimal string ("0.004575").
+type Money struct {
+	Amount   string `json:"amount"`
+	Micros   int64  `json:"micros"`
+	Currency string `json:"currency"` // ISO 4217, e.g. USD
+}
+
+// MoneyOf is micros of currency as Money.
+func MoneyOf(micros int64, currency string) Money {
+	return Money{Amount: MicrosAmount(micros), Micros: micros, Currency: currency}
+}
+
+// MicrosAmount is micros (millionths) as an exact decimal without
+// trailing zeros: 4575 is "0.004575", 1500000 is "1.5".
+func MicrosAmount(micros int64) string {
+	sign := ""
+	u := uint64(micros)
+	if micros < 0 {
+		sign, u = "-", uint64(-micros)
+	}
+	whole, frac := strconv.FormatUint(u/1_000_000, 10), u%1_000_000
+	if frac == 0 {
+		return sign + whole
+	}
+	f := strings.TrimRight(fmt.Sprintf("%06d", frac), "0")
+	return sign + whole + "." + f
+}
+
+// TaskUsage is what a task's turns used, summed. Cost sums the priced
+// usage events (each priced from the table its event names); Unpriced
+// counts those with tokens but no price (a model in no table, and no cost
+// from the harness).
+type TaskUsage struct {
+	Model            string `json:"model,omitempty"` // of the last usage that named one
+	InputTokens      int64  `json:"input_tokens"`    // every input token, cached ones included
+	OutputTokens     int64  `json:"output_tokens"`
+	CacheReadTokens  int64  `json:"cache_read_tokens"`
+	CacheWriteTokens int64  `json:"cache_write_tokens"`
+	Cost             *Money `json:"cost,omitempty"`
+	Unpriced         int64  `json:"unpriced_usages,omitempty"`
+}
+
+// TurnUsage is one usage event of a turn: one model's tokens and, when
+// priced, their cost and the price table (id and version) it came from:
+// the server's ("engrams-2025-10"), or "harness" when the harness
+// reckoned it for a model the table lacks.
+type TurnUsage struct {
+	Model            string `json:"model,omitempty"`
+	InputTokens      int64  `json:"input_tokens"` // every input token, cached ones included
+	OutputTokens     int64  `json:"output_tokens"`
+	CacheReadTokens  int64  `json:"cache_read_tokens"`
+	CacheWriteTokens int64  `json:"cache_write_tokens"`
+	Cost             *Money `json:"cost,omitempty"`
+	PriceTable       string `json:"price_table,omitempty"`
 }
 
 // TaskList answers RouteListTasks.
@@ -73,6 +138,8 @@ type TaskEvent struct {
 	Type string          `json:"type"`
 	Data json.RawMessage `json:"data,omitempty"`
 	Time time.Time       `json:"time"`
+	// Usage is a usage event's usage, read from its data.
+	Usage *TurnUsage `json:"usage,omitempty"`
 }
 
 // TaskDiff is the changes in each repository a task cloned, against the

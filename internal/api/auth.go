@@ -48,7 +48,8 @@ func (s *hostsRouter) auth(next http.HandlerFunc) http.Handler {
 			return
 		}
 		s.touch(r.Context(), t.ID)
-		next(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, t.ID)))
+		ctx := context.WithValue(r.Context(), tokenKey{}, t.ID)
+		next(w, r.WithContext(context.WithValue(ctx, tokenNameKey{}, t.Name)))
 	})
 }
 
@@ -59,6 +60,15 @@ type tokenKey struct{}
 func tokenIDFrom(ctx context.Context) (string, bool) {
 	id, ok := ctx.Value(tokenKey{}).(string)
 	return id, ok
+}
+
+// tokenNameKey carries the name of the token a request was admitted with.
+type tokenNameKey struct{}
+
+// tokenNameFrom is the name of the token r's context was admitted with.
+func tokenNameFrom(ctx context.Context) string {
+	name, _ := ctx.Value(tokenNameKey{}).(string)
+	return name
 }
 
 // wsBearer is the token a browser's WebSocket upgrade offers as the

@@ -20,13 +20,37 @@ import (
 )
 
 func taskOut(t domain.Task) apiv1.Task {
+	u := t.Usage
 	out := apiv1.Task{ID: string(t.ID), Title: t.Title, State: string(t.State), Error: t.Error, ProfileID: t.ProfileID,
-		ProfileVersion: t.ProfileVersion, SessionID: string(t.SessionID), EventSeq: t.EventSeq, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt}
+		ProfileVersion: t.ProfileVersion, SessionID: string(t.SessionID), EventSeq: t.EventSeq, RunID: t.RunID, StartedBy: t.StartedBy,
+		Usage: apiv1.TaskUsage{Model: u.Model, InputTokens: u.Tokens.Input, OutputTokens: u.Tokens.Output,
+			CacheReadTokens: u.Tokens.CacheRead, CacheWriteTokens: u.Tokens.CacheWrite, Cost: moneyOut(u.Cost), Unpriced: u.Unpriced},
+		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt}
 	var rec struct {
 		Receipt *apiv1.Receipt `json:"receipt"`
 	}
 	if json.Unmarshal(t.Receipt, &rec) == nil {
 		out.Receipt = rec.Receipt
+	}
+	return out
+}
+
+// moneyOut is m on the wire; nil when it is no amount.
+func moneyOut(m domain.Money) *apiv1.Money {
+	if m.Currency == "" {
+		return nil
+	}
+	out := apiv1.MoneyOf(m.Micros, m.Currency)
+	return &out
+}
+
+// taskEventOut is a task event on the wire, a usage event's usage read
+// from its payload.
+func taskEventOut(e domain.TaskEvent) apiv1.TaskEvent {
+	out := apiv1.TaskEvent{Seq: e.Seq, Type: e.Type, Data: e.Payload, Time: e.At}
+	if u, ok := tasks.UsageOf(e); ok {
+		out.Usage = &apiv1.TurnUsage{Model: u.Model, InputTokens: u.Tokens.Input, OutputTokens: u.Tokens.Output,
+			CacheReadTokens: u.Tokens.CacheRead, CacheWriteTokens: u.Tokens.CacheWrite, Cost: moneyOut(u.Cost), PriceTable: u.PriceTable}
 	}
 	return out
 }
@@ -78,7 +102,8 @@ func (s *tasksRouter) startTask(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &req) {
 		return
 	}
-	t, err := s.co.StartTask(r.Context(), tasks.StartTaskRequest{Profile: req.Profile, Prompt: req.Prompt, Title: req.Title})
+	t, err := s.co.StartTask(r.Context(), tasks.StartTaskRequest{Profile: req.Profile, Prompt: req.Prompt, Title: req.Title,
+		StartedBy: tokenNameFrom(r.Context())})
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -162,7 +187,7 @@ func (s *tasksRouter) sendTask(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, apiv1.TaskEvent{Seq: e.Seq, Type: e.Type, Data: e.Payload, Time: e.At})
+	writeJSON(w, http.StatusAccepted, taskEventOut(e))
 }
 
 func (s *tasksRouter) stopTask(w http.ResponseWriter, r *http.Request) {
@@ -249,7 +274,7 @@ func (s *tasksRouter) taskEvents(w http.ResponseWriter, r *http.Request) {
 		evs, err := s.st.ListTaskEvents(ctx, id, after, taskEventPage)
 		out := make([]sseEvent, len(evs))
 		for i, e := range evs {
-			out[i] = sseEvent{seq: e.Seq, typ: e.Type, body: apiv1.TaskEvent{Seq: e.Seq, Type: e.Type, Data: e.Payload, Time: e.At}}
+			out[i] = sseEvent{seq: e.Seq, typ: e.Type, body: taskEventOut(e)}
 		}
 		return out, err
 	}, func(ctx context.Context, after int64) bool {

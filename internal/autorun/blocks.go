@@ -153,6 +153,7 @@ func (r blocks) startTask(ctx context.Context, w *walker, req tasks.StartTaskReq
 		ns = uuid.NameSpaceURL
 	}
 	req.ID = domain.TaskID(uuid.NewSHA1(ns, []byte(string(w.run.ID)+"/"+strconv.FormatInt(w.seq, 10))).String())
+	req.RunID = string(w.run.ID)
 	run := connector.Run{ID: w.run.ID, Trigger: w.run.TriggerKind, Payload: w.run.Trigger}
 	for _, in := range r.ins {
 		if g, ok := in.(connector.ProfileGate); ok {

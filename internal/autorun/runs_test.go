@@ -83,6 +83,12 @@ func TestRunRecordsEachStep(t *testing.T) {
 			if out := det.Steps[1].Output; out != "re: work on docs (cli)" {
 				t.Errorf("wait_idle output = %q", out)
 			}
+			e.tasks.mu.Lock()
+			started := e.tasks.tasks[domain.TaskID(det.Steps[0].Output)]
+			e.tasks.mu.Unlock()
+			if started == nil || started.RunID != string(run.ID) {
+				t.Errorf("the task started (%+v) does not name its run %s", started, run.ID)
+			}
 			wantEffects := []string{"start_dev_work_on_docs_(cli)", "send_more_after_re:_work_on_docs_(cli)",
 				"send_more_after_re:_work_on_docs_(cli)", "send_lax", "stop"}
 			if got := effects(t, e.tasks.log); !slices.Equal(got, wantEffects) {

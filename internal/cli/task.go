@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -82,8 +83,9 @@ func (a taskCmds) taskListCmd() *cobra.Command {
 		Use:   "list",
 		Short: "List tasks, oldest first",
 		Long: `List tasks, oldest first: id, state (starting, running, idle, stopped,
-failed), title, current session and when it last changed. --profile and
---state narrow the list; --json prints every field.`,
+failed), title, current session, what its model usage cost so far and when
+it last changed. --profile and --state narrow the list; --json prints every
+field (usage.cost.micros is the exact cost in millionths of its currency).`,
 		Example: `  engrams task list
   engrams task list --state running,idle
   engrams task list --profile go-service --json`,
@@ -101,9 +103,9 @@ failed), title, current session and when it last changed. --profile and
 				return printList(cmd.OutOrStdout(), ts, "")
 			}
 			tw := newTable(cmd.OutOrStdout())
-			row(tw, "ID", "STATE", "TITLE", "SESSION", "UPDATED")
+			row(tw, "ID", "STATE", "TITLE", "SESSION", "COST", "UPDATED")
 			for _, t := range ts {
-				row(tw, t.ID, t.State, cut(t.Title, 50), t.SessionID, a.ago(t.UpdatedAt))
+				row(tw, t.ID, t.State, cut(t.Title, 50), t.SessionID, taskCost(t.Usage), a.ago(t.UpdatedAt))
 			}
 			return tw.Flush()
 		},
@@ -129,8 +131,10 @@ func (a taskCmds) taskShowCmd() *cobra.Command {
 		Example: `  engrams task get 0193f2a1-...
   engrams task get 0193f2a1-... --follow
   engrams task get 0193f2a1-... --json | jq '.events[] | select(.type=="tool_call")'`,
-		Long: `Show a task: its state, session and the conversation so far (prompts,
-the agent's text, tool calls and results, files changed, usage, errors).
+		Long: `Show a task: its state, session, profile, model, who started it, when,
+the tokens it used and what they cost, and the conversation so far
+(prompts, the agent's text, tool calls and results, files changed, each
+turn's usage, errors).
 --follow keeps streaming until the agent is done with the latest prompt.
 --json prints the task and its events as JSON; with --follow, the events
 as they come, one JSON object a line.`,
@@ -161,12 +165,7 @@ as they come, one JSON object a line.`,
 				}{t, evs})
 			}
 			w := a.termOut(cmd.OutOrStdout())
-			fmt.Fprintf(w, "task %s: %s\n", t.ID, t.Title)
-			fmt.Fprintf(w, "state: %s   session: %s   updated: %s\n", t.State, t.SessionID, a.whenAgo(t.UpdatedAt))
-			if t.Error != "" {
-				fmt.Fprintf(w, "error: %s\n", t.Error)
-			}
-			fmt.Fprintln(w)
+			a.printTaskHeader(cmd.Context(), w, c, t)
 			if follow {
 				return a.followTask(cmd, c, t.ID, 0, t.EventSeq)
 			}
@@ -384,4 +383,47 @@ the terminal); redirect or pipe it for its exact bytes.`,
 			return tw.Flush()
 		},
 	}
+}
+
+// printTaskHeader writes what `task get` says of a task above its
+// conversation: state and session, profile and model, who started it and
+// when, its tokens and their cost. The profile's name is looked up; its id
+// stands in when that fails.
+func (a taskCmds) printTaskHeader(ctx context.Context, w io.Writer, c *client.Client, t apiv1.Task) {
+	fmt.Fprintf(w, "task %s: %s\n", t.ID, t.Title)
+	fmt.Fprintf(w, "state: %s   session: %s\n", t.State, orDash(t.SessionID))
+	if t.Error != "" {
+		fmt.Fprintf(w, "error: %s\n", t.Error)
+	}
+	profile := t.ProfileID
+	if p, err := c.Profiles().Get(ctx, t.ProfileID); err == nil {
+		profile = p.Profile.Name
+	}
+	model := t.Usage.Model
+	if model == "" && t.Receipt != nil {
+		model = t.Receipt.Model
+	}
+	fmt.Fprintf(w, "profile: %s (version %d)   model: %s\n", profile, t.ProfileVersion, orDash(model))
+	starter := "a user (API, CLI or dashboard)"
+	switch {
+	case t.RunID != "":
+		starter = "automation run " + t.RunID
+	case t.StartedBy != "":
+		starter = "token " + t.StartedBy
+	}
+	fmt.Fprintf(w, "started by: %s\n", starter)
+	fmt.Fprintf(w, "created: %s   updated: %s\n", a.whenAgo(t.CreatedAt), a.whenAgo(t.UpdatedAt))
+	u := t.Usage
+	fmt.Fprintf(w, "tokens: %s   cost: %s\n", tokensText(u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens), taskCost(u))
+	fmt.Fprintln(w)
+}
+
+// taskCost is a task's cost for a person, saying how many usage events
+// it leaves out for want of a price.
+func taskCost(u apiv1.TaskUsage) string {
+	s := money(u.Cost)
+	if u.Unpriced > 0 {
+		s += fmt.Sprintf(" (+%d not priced)", u.Unpriced)
+	}
+	return s
 }

@@ -43,7 +43,7 @@ func printTaskEvent(w io.Writer, e apiv1.TaskEvent) {
 	case "file_changed":
 		fmt.Fprintf(w, "%s   [file %s] %s\n", ts, str("change"), str("path"))
 	case "usage":
-		fmt.Fprintf(w, "%s   [usage] in %s, out %s tokens, $%s\n", ts, str("input_tokens"), str("output_tokens"), str("cost_usd"))
+		fmt.Fprintf(w, "%s   [usage] %s\n", ts, usageLine(e.Usage))
 	case "question":
 		fmt.Fprintf(w, "%s ? %s\n", ts, indent(str("text")))
 	case "error":
@@ -68,4 +68,24 @@ func printTaskEvent(w io.Writer, e apiv1.TaskEvent) {
 // indent continues a multi-line text under its first line.
 func indent(s string) string {
 	return strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n           ")
+}
+
+// usageLine says one usage event: model, tokens, cost and the price table
+// it came from.
+func usageLine(u *apiv1.TurnUsage) string {
+	if u == nil {
+		return "(unreadable)"
+	}
+	s := tokensText(u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens) + " tokens"
+	if u.Model != "" {
+		s = u.Model + ": " + s
+	}
+	if u.Cost == nil {
+		return s + ", not priced"
+	}
+	table := u.PriceTable
+	if table == "harness" {
+		table = "reckoned by the harness"
+	}
+	return s + ", " + money(u.Cost) + " (" + table + ")"
 }

@@ -33,15 +33,23 @@ func tev(seq int64, typ, data string) apiv1.TaskEvent {
 	return apiv1.TaskEvent{Seq: seq, Type: typ, Data: json.RawMessage(data), Time: clienttest.BaseTime().Add(time.Duration(seq) * time.Second)}
 }
 
+// t1Usage is what task t1 used.
+var t1Usage = apiv1.TaskUsage{Model: "claude-sonnet-4-5", InputTokens: 25_089, OutputTokens: 1_250, CacheReadTokens: 20_000, CacheWriteTokens: 3_000,
+	Cost: &apiv1.Money{Amount: "0.1234", Micros: 123_400, Currency: "USD"}, Unpriced: 1}
+
+// withUsage is e with the usage the API reads from a usage event.
+func withUsage(e apiv1.TaskEvent, u apiv1.TurnUsage) apiv1.TaskEvent { e.Usage = &u; return e }
+
 func ago(d time.Duration) time.Time { return clienttest.BaseTime().Add(-d) }
 
 func newTaskServer(t *testing.T) *clienttest.Server {
 	t.Helper()
 	f := &taskFakeAPI{
 		tasks: []*apiv1.Task{
-			{ID: "t1", Title: "add a /healthz endpoint", State: "running", ProfileID: "prof-go", SessionID: "s1", EventSeq: 16, UpdatedAt: ago(90 * time.Second)},
+			{ID: "t1", Title: "add a /healthz endpoint", State: "running", ProfileID: "prof-go", ProfileVersion: 3, SessionID: "s1", EventSeq: 16,
+				RunID: "run-9", CreatedAt: ago(time.Hour), UpdatedAt: ago(90 * time.Second), Usage: t1Usage},
 			{ID: "t2", Title: "rename every occurrence of the old module path across the repository", State: "stopped", ProfileID: "prof-go", UpdatedAt: ago(3 * time.Hour)},
-			{ID: "t3", Title: "fix typos", State: "idle", Error: "auth: key refused", ProfileID: "prof-docs", SessionID: "s3", EventSeq: 4, UpdatedAt: ago(72 * time.Hour)},
+			{ID: "t3", Title: "fix typos", State: "idle", Error: "auth: key refused", ProfileID: "prof-docs", SessionID: "s3", EventSeq: 4, StartedBy: "alice-cli", UpdatedAt: ago(72 * time.Hour)},
 			{ID: "t4", Title: "two turns", State: "running", ProfileID: "prof-docs", SessionID: "s4", EventSeq: 8, UpdatedAt: ago(5 * time.Second)},
 			{ID: "t5", Title: "queued follow-up", State: "running", ProfileID: "prof-docs", SessionID: "s5", EventSeq: 4, UpdatedAt: ago(125 * time.Second)},
 		},
@@ -56,7 +64,8 @@ func newTaskServer(t *testing.T) *clienttest.Server {
 				tev(7, "tool_result", `{"id":"c1","output":"  FAIL main_test.go\n","is_error":true,"turn":"u1"}`),
 				tev(8, "tool_result", `{"id":"c2","output":"ok","is_error":false,"turn":"u1"}`),
 				tev(9, "file_changed", `{"path":"main.go","change":"update","turn":"u1"}`),
-				tev(10, "usage", `{"input_tokens":1200,"output_tokens":80,"cost_usd":0.0123,"turn":"u1"}`),
+				withUsage(tev(10, "usage", `{"input_tokens":1200,"output_tokens":80,"cost_usd":0.0123,"turn":"u1"}`), apiv1.TurnUsage{Model: "claude-opus-5-5",
+					InputTokens: 1200, OutputTokens: 80, Cost: &apiv1.Money{Amount: "0.0123", Micros: 12_300, Currency: "USD"}, PriceTable: "harness"}),
 				tev(11, "question", `{"text":"Which port?","turn":"u1"}`),
 				tev(12, "error", `{"kind":"model","message":"overloaded","turn":"u1"}`),
 				tev(13, "idle", `{"result":"done","turn":"u1"}`),
@@ -78,7 +87,7 @@ func newTaskServer(t *testing.T) *clienttest.Server {
 				tev(5, "prompt", `{"turn":"u2","text":"second"}`),
 				tev(6, "run_started", `{"harness":"shell","version":"1","model":"m","turn":"u2"}`),
 				tev(7, "assistant_text", `{"text":"working on the second","turn":"u2"}`),
-				tev(8, "usage", `{"input_tokens":1,"output_tokens":2,"cost_usd":0,"turn":"u2"}`),
+				withUsage(tev(8, "usage", `{"input_tokens":1,"output_tokens":2,"cost_usd":0,"turn":"u2"}`), apiv1.TurnUsage{InputTokens: 1, OutputTokens: 2}),
 				tev(9, "idle", `{"turn":"u2"}`), // live from here
 				tev(10, "assistant_text", `{"text":"not shown"}`),
 			},
@@ -279,7 +288,7 @@ const t1Conversation = `06:00:01   [session s1]
 06:00:07   [tool error] FAIL main_test.go
 06:00:08   [tool ok] ok
 06:00:09   [file update] main.go
-06:00:10   [usage] in 1200, out 80 tokens, $0.0123
+06:00:10   [usage] claude-opus-5-5: 1,200 in, 80 out tokens, $0.012 (reckoned by the harness)
 06:00:11 ? Which port?
 06:00:12 ! model error: overloaded
 06:00:13   [done]
@@ -297,35 +306,39 @@ func TestTaskCommands(t *testing.T) {
 	t.Parallel()
 	runTable(t, newTaskServer, []cmdTest{
 		{name: "list running", args: []string{"task", "list", "--state", "running,idle"},
-			stdout: "ID  STATE    TITLE                    SESSION  UPDATED\n" +
-				"t1  running  add a /healthz endpoint  s1       1m ago\n" +
-				"t3  idle     fix typos                s3       3d ago\n" +
-				"t4  running  two turns                s4       5s ago\n" +
-				"t5  running  queued follow-up         s5       2m ago\n"},
+			stdout: "ID  STATE    TITLE                    SESSION  COST                   UPDATED\n" +
+				"t1  running  add a /healthz endpoint  s1       $0.12 (+1 not priced)  1m ago\n" +
+				"t3  idle     fix typos                s3       -                      3d ago\n" +
+				"t4  running  two turns                s4       -                      5s ago\n" +
+				"t5  running  queued follow-up         s5       -                      2m ago\n"},
 		{name: "list of a profile", args: []string{"task", "list", "--profile", "go"},
-			stdout: "ID  STATE    TITLE                                               SESSION  UPDATED\n" +
-				"t1  running  add a /healthz endpoint                             s1       1m ago\n" +
-				"t2  stopped  rename every occurrence of the old module path ac…  -        3h ago\n"},
+			stdout: "ID  STATE    TITLE                                               SESSION  COST                   UPDATED\n" +
+				"t1  running  add a /healthz endpoint                             s1       $0.12 (+1 not priced)  1m ago\n" +
+				"t2  stopped  rename every occurrence of the old module path ac…  -        -                      3h ago\n"},
+		{name: "list json: exact cost", args: []string{"task", "list", "--json", "--profile", "go"},
+			contains: []string{`"cost": {` + "\n" + `        "amount": "0.1234",` + "\n" + `        "micros": 123400,` + "\n" + `        "currency": "USD"`, `"run_id": "run-9"`}},
 		{name: "list json", args: []string{"task", "list", "--json", "--state", "idle"},
 			contains: []string{"{\n  \"items\": [\n    {\n      \"id\": \"t3\",\n", `"error": "auth: key refused"`, `"profile_id": "prof-docs"`}},
-		{name: "list empty", args: []string{"tasks", "list", "--profile", "none"}, stdout: "ID  STATE  TITLE  SESSION  UPDATED\n"},
+		{name: "list empty", args: []string{"tasks", "list", "--profile", "none"}, stdout: "ID  STATE  TITLE  SESSION  COST  UPDATED\n"},
 		{name: "list bad state", args: []string{"task", "list", "--state", "bogus"}, code: 1,
 			errContain: []string{"error: list tasks: unknown task state \"bogus\" (starting, running, idle, stopped, failed) (HTTP 400 bad_request)\n"}},
 		{name: "show", args: []string{"task", "show", "t1"},
-			stdout: "task t1: add a /healthz endpoint\nstate: running   session: s1   updated: 2026-11-30 05:58:30 (1m ago)\n\n" + t1Conversation},
+			stdout: "task t1: add a /healthz endpoint\nstate: running   session: s1\nprofile: prof-go (version 3)   model: claude-sonnet-4-5\n" +
+				"started by: automation run run-9\ncreated: 2026-11-30 05:00:00 (1h ago)   updated: 2026-11-30 05:58:30 (1m ago)\n" +
+				"tokens: 25,089 in (20,000 cache read, 3,000 cache write), 1,250 out   cost: $0.12 (+1 not priced)\n\n" + t1Conversation},
 		{name: "show with an error", args: []string{"t", "show", "t3"},
-			stdout: "task t3: fix typos\nstate: idle   session: s3   updated: 2026-11-27 06:00:00 (3d ago)\nerror: auth: key refused\n\n" +
+			stdout: "task t3: fix typos\nstate: idle   session: s3\nerror: auth: key refused\nprofile: prof-docs (version 0)   model: -\nstarted by: token alice-cli\ncreated: -   updated: 2026-11-27 06:00:00 (3d ago)\ntokens: 0 in, 0 out   cost: -\n\n" +
 				"06:00:01 > fix typos\n06:00:02   [claude-code 2.1.0, model sonnet]\n06:00:03 ! auth error: key refused\n06:00:04   [done]\n"},
 		{name: "show json", args: []string{"task", "show", "--json", "t3"},
 			contains: []string{"\"id\": \"t3\"", "\"events\": [\n", "\"seq\": 3,\n      \"type\": \"error\",\n      \"data\": {\n        \"kind\": \"auth\""}},
 		{name: "show without events", args: []string{"task", "show", "t2"},
-			stdout: "task t2: rename every occurrence of the old module path across the repository\nstate: stopped   session:    updated: 2026-11-30 03:00:00 (3h ago)\n\n"},
+			stdout: "task t2: rename every occurrence of the old module path across the repository\nstate: stopped   session: -\nprofile: prof-go (version 0)   model: -\nstarted by: a user (API, CLI or dashboard)\ncreated: -   updated: 2026-11-30 03:00:00 (3h ago)\ntokens: 0 in, 0 out   cost: -\n\n"},
 		{name: "show unknown", args: []string{"task", "show", "nope"}, code: 1,
 			errContain: []string{"error: show task: task nope not found (HTTP 404 not_found)\nhint: list tasks with `engrams task list`\n"}},
 		{name: "show follow: every turn of the backlog, then until the latest prompt is answered", args: []string{"task", "show", "--follow", "t4"},
-			stdout: "task t4: two turns\nstate: running   session: s4   updated: 2026-11-30 05:59:55 (5s ago)\n\n" +
+			stdout: "task t4: two turns\nstate: running   session: s4\nprofile: prof-docs (version 0)   model: -\nstarted by: a user (API, CLI or dashboard)\ncreated: -   updated: 2026-11-30 05:59:55 (5s ago)\ntokens: 0 in, 0 out   cost: -\n\n" +
 				"06:00:01   [session s4]\n06:00:02 > first\n06:00:03   [shell 1, model m]\n06:00:04   [done]\n" +
-				"06:00:05 > second\n06:00:06   [shell 1, model m]\n06:00:07   working on the second\n06:00:08   [usage] in 1, out 2 tokens, $0\n06:00:09   [done]\n"},
+				"06:00:05 > second\n06:00:06   [shell 1, model m]\n06:00:07   working on the second\n06:00:08   [usage] 1 in, 2 out tokens, not priced\n06:00:09   [done]\n"},
 		{name: "show follow of an answered task", args: []string{"task", "show", "-f", "t3"},
 			contains: []string{"06:00:04   [done]\n"}},
 		{name: "send follow json", args: []string{"task", "send", "-f", "--json", "t5", "then this"},

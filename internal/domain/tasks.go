@@ -39,8 +39,51 @@ type Task struct {
 	EventSeq       int64     // seq of the last event; 0 before the first
 	EventBytes     int64     // bytes of its events (TaskEvent.Bytes of each)
 	Error          string    // why it failed
-	CreatedAt      time.Time
-	UpdatedAt      time.Time // last change of state or session
+	// RunID is the automation run that started it; "" when a user did
+	// (through the API, the CLI or the dashboard).
+	RunID string
+	// StartedBy is the name of the API token a user started it with (the
+	// CLI's, or the dashboard's sign-in); "" for a run, or where unknown.
+	StartedBy string
+	Usage     TaskUsage // what its turns used, summed as their usage events came
+	CreatedAt time.Time
+	UpdatedAt time.Time // last change of state or session
+}
+
+// Money is an exact amount in millionths of a currency's unit
+// (micro-dollars for USD); never a float.
+type Money struct {
+	Micros   int64
+	Currency string // ISO 4217 code; "" for no amount
+}
+
+// Tokens counts a model's tokens. Input counts every input token, cached
+// ones included; CacheRead and CacheWrite are the parts of it read from
+// and written to the provider's prompt cache.
+type Tokens struct {
+	Input, Output, CacheRead, CacheWrite int64
+}
+
+// Add is t and u summed.
+func (t Tokens) Add(u Tokens) Tokens {
+	return Tokens{t.Input + u.Input, t.Output + u.Output, t.CacheRead + u.CacheRead, t.CacheWrite + u.CacheWrite}
+}
+
+// TurnUsage is one usage event of a turn: one model's tokens and, when
+// priced, their cost with the price table it was reckoned from.
+type TurnUsage struct {
+	Model      string
+	Tokens     Tokens
+	Cost       Money  // Currency "": not priced (the model is in no table and the harness said no cost)
+	PriceTable string // the table's id and version, e.g. "engrams-2025-10"; "harness" when the harness reckoned it
+}
+
+// TaskUsage is a task's usage over its turns.
+type TaskUsage struct {
+	Model    string // the model of its last usage event that named one
+	Tokens   Tokens
+	Cost     Money // the sum of its priced usage events
+	Unpriced int64 // usage events with tokens but no cost
 }
 
 // TaskSession records that a task used a session; Seq is gap-free per task,
@@ -64,6 +107,10 @@ type TaskEvent struct {
 	// GuestSeq is the event's seq in its session's guest, an input of
 	// IngestTaskEvents only (not stored).
 	GuestSeq int64
+	// Usage, on a usage event, is what the store adds to its task's
+	// Usage as the event is appended (an input only; the payload says it
+	// for readers).
+	Usage *TurnUsage
 }
 
 // Bytes is what an event counts toward its task's EventBytes: its type

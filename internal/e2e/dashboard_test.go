@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/githubtest"
 	"github.com/engrams/engrams/internal/image/imagetest"
 	"github.com/engrams/engrams/internal/modeltest"
+	"github.com/engrams/engrams/internal/pricing"
 	"github.com/engrams/engrams/internal/testutil"
 )
 
@@ -78,7 +80,9 @@ func TestDashboardInBrowser(t *testing.T) {
 	gh := githubtest.Start(t, "ghp_dash")
 	runDevCLI(t, d, "integration", "add", "github", "--secret", "token=ghp_dash", "--api-url", gh.URL)
 	cfg["prRepo"] = "acme/app"
+	cfg["usageModel"], cfg["usageTokens"], cfg["usageCost"] = dashboardModel, "11,000 in (8,000 cache read, 1,000 cache write), 100 out", "$0.014"
 	runBrowserScript(t, d.chromium, "dashboard.mjs", cfg, 25*time.Minute)
+	checkFirstTurnUsage(t, d)
 	t.Logf("screenshots: %s", artifacts)
 	if prs := gh.PRs(); len(prs) != 1 || prs[0].Repo != "acme/app" || d.git.show(t, "app", prs[0].Head, cfg["changedFile"]) == "" {
 		t.Fatalf("the Changes tab's pull request: %+v", prs)
@@ -97,11 +101,21 @@ type dashboardEnv struct {
 	git      *gitServer
 }
 
+// dashboardUsage is what the scripted model reports for each answer in the
+// dashboard's env, and dashboardModel the model its profile asks for: the
+// first turn (two answers) uses 2×1000 uncached + 2×4000 cache-read +
+// 2×500 cache-write = 11,000 input and 2×50 output tokens of
+// claude-sonnet-4-5, at $3, $0.30, $3.75 and $15 per million tokens
+// $0.01365, shown as $0.014.
+var dashboardUsage = modeltest.Usage{Input: 1000, Output: 50, CacheRead: 4000, CacheWrite: 500}
+
+const dashboardModel = "claude-sonnet-4-5"
+
 func startDashboardEnv(t *testing.T) *dashboardEnv {
 	t.Helper()
 	requireQEMU(t)
 	chromium := requireBrowser(t)
-	d := startDevAgentEnv(t)
+	d := startDevAgentEnvWith(t, dashboardModel, &dashboardUsage)
 	d.chromium = chromium
 	return d
 }
@@ -111,6 +125,14 @@ func startDashboardEnv(t *testing.T) *dashboardEnv {
 // profile "agent" of them.
 func startDevAgentEnv(t *testing.T) *dashboardEnv {
 	t.Helper()
+	return startDevAgentEnvWith(t, "", nil)
+}
+
+// startDevAgentEnvWith is startDevAgentEnv whose profile asks for profileModel
+// ("" for the harness's default) and whose scripted answers report usage
+// (nil: reckoned from their sizes).
+func startDevAgentEnvWith(t *testing.T, profileModel string, usage *modeltest.Usage) *dashboardEnv {
+	t.Helper()
 	requireQEMU(t)
 	ctx := context.Background()
 	reg := imagetest.StartRegistry(t, imagetest.RegistryOptions{})
@@ -119,7 +141,11 @@ func startDevAgentEnv(t *testing.T) *dashboardEnv {
 	git := startGitServer(t, "git", "git-secret-pass")
 	repoURL := git.repo(t, "app", map[string]string{"README.md": "# app\n"})
 	key := "sk-real-" + strings.Repeat("d45b", 8)
-	model := modeltest.Start(t, modeltest.Config{APIKey: key, Script: claudeCase.script("/work/app"), XShouldRetry: "false", Logf: t.Logf})
+	script := claudeCase.script("/work/app")
+	for i := range script {
+		script[i].Usage = usage
+	}
+	model := modeltest.Start(t, modeltest.Config{APIKey: key, Script: script, XShouldRetry: "false", Logf: t.Logf})
 
 	dir := shortTempDir(t)
 	dev := startDev(t, filepath.Join(dir, "data"), "qemu", "--harness-cache-dir", filepath.Join(modeltest.CacheDir(), "harness-npm"))
@@ -142,7 +168,7 @@ func startDevAgentEnv(t *testing.T) *dashboardEnv {
 			t.Fatalf("create secret %s: %v", s.Name, err)
 		}
 	}
-	spec := apiv1.ProfileSpec{Image: agentImage, Harness: claudeCase.harness, Repos: []apiv1.ProfileRepo{{URL: repoURL, Credential: "git"}}, Credentials: []string{"model"}}
+	spec := apiv1.ProfileSpec{Image: agentImage, Harness: claudeCase.harness, Model: profileModel, Repos: []apiv1.ProfileRepo{{URL: repoURL, Credential: "git"}}, Credentials: []string{"model"}}
 	if _, err := c.Profiles().Create(ctx, apiv1.CreateProfileRequest{Name: "agent", Spec: spec}); err != nil {
 		t.Fatalf("create profile: %v", err)
 	}
@@ -298,4 +324,31 @@ func msPercentile(ms []float64, p int) float64 {
 		ds[i] = time.Duration(m * float64(time.Millisecond))
 	}
 	return float64(percentile(ds, p)) / float64(time.Millisecond)
+}
+
+// checkFirstTurnUsage: the first task's first usage event is the first
+// turn's, exactly as dashboardUsage and the built-in price table make it.
+func checkFirstTurnUsage(t *testing.T, d *dashboardEnv) {
+	t.Helper()
+	ctx := context.Background()
+	ts, err := d.dev.c.Tasks().List(ctx, "", "")
+	if err != nil || len(ts) == 0 {
+		t.Fatalf("list tasks: %d, %v", len(ts), err)
+	}
+	u2 := dashboardUsage
+	tok := domain.Tokens{Input: int64(2 * (u2.Input + u2.CacheRead + u2.CacheWrite)), Output: int64(2 * u2.Output),
+		CacheRead: int64(2 * u2.CacheRead), CacheWrite: int64(2 * u2.CacheWrite)}
+	want, _ := pricing.Builtin().Price(dashboardModel, tok)
+	var got *apiv1.TurnUsage
+	err = d.dev.c.Tasks().Events(ctx, ts[0].ID, 0, false, func(e apiv1.TaskEvent) error {
+		if got == nil && e.Usage != nil {
+			got = e.Usage
+		}
+		return nil
+	})
+	if err != nil || got == nil || got.Model != dashboardModel || got.InputTokens != tok.Input || got.OutputTokens != tok.Output ||
+		got.CacheReadTokens != tok.CacheRead || got.CacheWriteTokens != tok.CacheWrite || got.Cost == nil ||
+		got.Cost.Micros != want.Micros || want.Micros != 13_650 || got.PriceTable != pricing.BuiltinID {
+		t.Fatalf("first turn's usage %+v (cost %+v), %v; want %+v at %d micros", got, got.Cost, err, tok, want.Micros)
+	}
 }

@@ -144,12 +144,19 @@ type FileChangedData struct {
 	Change string `json:"change"` // Change*
 }
 
-// UsageData is one turn's model usage; InputTokens counts every input
-// token, cached ones included.
+// UsageData is one turn's usage of one model (a turn that used several
+// has one usage event each). InputTokens counts every input token, cached
+// ones included; CacheReadTokens and CacheWriteTokens are the parts of it
+// read from and written to the provider's prompt cache. CostUSD is what the
+// harness itself reckoned (0: it did not say); the coordinator prices the
+// tokens with its own table when it knows the model.
 type UsageData struct {
-	InputTokens  int64   `json:"input_tokens"`
-	OutputTokens int64   `json:"output_tokens"`
-	CostUSD      float64 `json:"cost_usd"`
+	Model            string  `json:"model,omitempty"`
+	InputTokens      int64   `json:"input_tokens"`
+	OutputTokens     int64   `json:"output_tokens"`
+	CacheReadTokens  int64   `json:"cache_read_tokens,omitempty"`
+	CacheWriteTokens int64   `json:"cache_write_tokens,omitempty"`
+	CostUSD          float64 `json:"cost_usd"`
 }
 
 // QuestionData: the agent asks the user something.

@@ -99,30 +99,29 @@ func (s *Server) anthropicMessages(ctx context.Context, w http.ResponseWriter, r
 			stop = "tool_use"
 		}
 	}
-	inTokens := len(rec.Body)/4 + 1
-	outTokens := len(turn.Text)/4 + 10*len(turn.ToolCalls) + 1
+	u := usageOf(rec, turn)
 	msgID := s.newID("msg_")
 	if !rec.Stream {
 		writeJSON(w, http.StatusOK, map[string]any{
 			"id": msgID, "type": "message", "role": "assistant", "model": s.model(rec),
 			"content": content, "stop_reason": stop, "stop_sequence": nil,
-			"usage": anthropicUsage(inTokens, outTokens),
+			"usage": anthropicUsage(u, u.Output),
 		})
 		return
 	}
-	_ = s.anthropicStream(newSSE(w), rec, msgID, content, stop, inTokens, outTokens)
+	_ = s.anthropicStream(newSSE(w), rec, msgID, content, stop, u)
 }
 
 // anthropicStream writes the documented event sequence: message_start, ping,
 // per block content_block_start / _delta… / _stop, message_delta (stop reason
 // and usage), message_stop.
-func (s *Server) anthropicStream(e *sse, rec *Request, msgID string, content []map[string]any, stop string, inTokens, outTokens int) error {
+func (s *Server) anthropicStream(e *sse, rec *Request, msgID string, content []map[string]any, stop string, u Usage) error {
 	if err := e.event("message_start", map[string]any{
 		"type": "message_start",
 		"message": map[string]any{
 			"id": msgID, "type": "message", "role": "assistant", "model": s.model(rec),
 			"content": []any{}, "stop_reason": nil, "stop_sequence": nil,
-			"usage": anthropicUsage(inTokens, 1),
+			"usage": anthropicUsage(u, 1),
 		},
 	}); err != nil {
 		return err
@@ -162,7 +161,7 @@ func (s *Server) anthropicStream(e *sse, rec *Request, msgID string, content []m
 	if err := e.event("message_delta", map[string]any{
 		"type":  "message_delta",
 		"delta": map[string]any{"stop_reason": stop, "stop_sequence": nil},
-		"usage": map[string]any{"output_tokens": outTokens},
+		"usage": map[string]any{"output_tokens": u.Output},
 	}); err != nil {
 		return err
 	}
@@ -192,10 +191,12 @@ func (s *Server) anthropicContent(t Turn) ([]map[string]any, error) {
 	return out, nil
 }
 
-func anthropicUsage(in, out int) map[string]any {
+// anthropicUsage is u as an Anthropic usage object reporting out output
+// tokens (a stream's message_start reports 1, its message_delta the rest).
+func anthropicUsage(u Usage, out int) map[string]any {
 	return map[string]any{
-		"input_tokens": in, "output_tokens": out,
-		"cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
+		"input_tokens": u.Input, "output_tokens": out,
+		"cache_creation_input_tokens": u.CacheWrite, "cache_read_input_tokens": u.CacheRead,
 		"service_tier": "standard",
 	}
 }

@@ -90,8 +90,7 @@ func (s *Server) openAIResponses(ctx context.Context, w http.ResponseWriter, rec
 		writeOpenAIError(w, &APIError{Status: http.StatusInternalServerError, Type: "server_error", Message: err.Error()})
 		return
 	}
-	in := len(rec.Body)/4 + 1
-	out := len(turn.Text)/4 + 10*len(turn.ToolCalls) + 1
+	u := usageOf(rec, turn)
 	resp := map[string]any{
 		"id": s.newID("resp_"), "object": "response", "created_at": time.Now().Unix(),
 		"status": "in_progress", "model": s.model(rec), "output": []any{},
@@ -99,11 +98,11 @@ func (s *Server) openAIResponses(ctx context.Context, w http.ResponseWriter, rec
 		"parallel_tool_calls": true, "tool_choice": "auto", "tools": []any{},
 	}
 	if !rec.Stream {
-		resp["status"], resp["output"], resp["usage"] = "completed", items, openAIUsage(in, out)
+		resp["status"], resp["output"], resp["usage"] = "completed", items, openAIUsage(u)
 		writeJSON(w, http.StatusOK, resp)
 		return
 	}
-	_ = openAIStream(newSSE(w), resp, items, openAIUsage(in, out))
+	_ = openAIStream(newSSE(w), resp, items, openAIUsage(u))
 }
 
 // openAIStream writes the documented Responses streaming events:
@@ -265,11 +264,14 @@ func (s *Server) openAIOutput(rec *Request, t Turn) ([]map[string]any, error) {
 	return out, nil
 }
 
-func openAIUsage(in, out int) map[string]any {
+// openAIUsage is u as an OpenAI usage object: its input counts the
+// cached tokens too.
+func openAIUsage(u Usage) map[string]any {
+	in := u.Input + u.CacheRead
 	return map[string]any{
-		"input_tokens": in, "input_tokens_details": map[string]any{"cached_tokens": 0},
-		"output_tokens": out, "output_tokens_details": map[string]any{"reasoning_tokens": 0},
-		"total_tokens": in + out,
+		"input_tokens": in, "input_tokens_details": map[string]any{"cached_tokens": u.CacheRead},
+		"output_tokens": u.Output, "output_tokens_details": map[string]any{"reasoning_tokens": 0},
+		"total_tokens": in + u.Output,
 	}
 }
 

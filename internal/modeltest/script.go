@@ -29,6 +29,25 @@ type Turn struct {
 	Delay time.Duration
 	// Fail, when set, answers with this error instead of a message.
 	Fail *APIError
+	// Usage, when set, is the usage the answer reports; nil reckons it
+	// from the sizes of the request and the answer.
+	Usage *Usage
+}
+
+// Usage is the tokens an answer reports, in the Anthropic API's terms:
+// Input leaves out the input read from (CacheRead) and written to
+// (CacheWrite) the prompt cache. An OpenAI answer reports Input+CacheRead
+// input tokens, CacheRead of them cached.
+type Usage struct {
+	Input, Output, CacheRead, CacheWrite int
+}
+
+// usageOf is the usage an answer of t to rec reports.
+func usageOf(rec *Request, t Turn) Usage {
+	if t.Usage != nil {
+		return *t.Usage
+	}
+	return Usage{Input: len(rec.Body)/4 + 1, Output: len(t.Text)/4 + 10*len(t.ToolCalls) + 1}
 }
 
 // ToolCall is one tool the model calls.

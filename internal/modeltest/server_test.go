@@ -276,3 +276,43 @@ func TestUnknownRouteRecorded(t *testing.T) {
 		}
 	}
 }
+
+// TestScriptedUsage: a turn's usage is reported as scripted, in each
+// provider's terms (OpenAI's input counts the cached tokens).
+func TestScriptedUsage(t *testing.T) {
+	t.Parallel()
+	u := &modeltest.Usage{Input: 1000, Output: 50, CacheRead: 4000, CacheWrite: 500}
+	srv := modeltest.Start(t, modeltest.Config{Script: []modeltest.Turn{{Text: "plain", Usage: u}}})
+	var msg struct {
+		Usage map[string]any `json:"usage"`
+	}
+	resp := post(t, srv.URL(), "/v1/messages", map[string]string{"x-api-key": "any"}, strings.Replace(anthropicHeaders, "%s", "false", 1))
+	if err := json.NewDecoder(resp.Body).Decode(&msg); err != nil {
+		t.Fatal(err)
+	}
+	if m := msg.Usage; m["input_tokens"] != 1000.0 || m["output_tokens"] != 50.0 || m["cache_read_input_tokens"] != 4000.0 || m["cache_creation_input_tokens"] != 500.0 {
+		t.Errorf("anthropic usage %v", m)
+	}
+	evs := readSSE(t, post(t, srv.URL(), "/v1/messages", map[string]string{"x-api-key": "any"}, strings.Replace(anthropicHeaders, "%s", "true", 1)).Body)
+	start := evs[0].data["message"].(map[string]any)["usage"].(map[string]any)
+	delta := evs[len(evs)-2].data["usage"].(map[string]any)
+	if start["input_tokens"] != 1000.0 || start["cache_read_input_tokens"] != 4000.0 || delta["output_tokens"] != 50.0 {
+		t.Errorf("anthropic stream usage: start %v, delta %v", start, delta)
+	}
+	resp = post(t, srv.URL(), "/v1/responses", map[string]string{"Authorization": "Bearer any"}, `{"model":"gpt-5","input":"hi"}`)
+	var r struct {
+		Usage struct {
+			InputTokens  int `json:"input_tokens"`
+			OutputTokens int `json:"output_tokens"`
+			InputDetails struct {
+				Cached int `json:"cached_tokens"`
+			} `json:"input_tokens_details"`
+		} `json:"usage"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Usage.InputTokens != 5000 || r.Usage.InputDetails.Cached != 4000 || r.Usage.OutputTokens != 50 {
+		t.Errorf("openai usage %+v", r.Usage)
+	}
+}

@@ -115,7 +115,7 @@ func ingestAcceptCases() []ingestCase {
 		{name: "refused for an older epoch", posts: []ingestPost{{epoch: ptr[int64](0), events: hevs(guestapi.EventUsage, "u", 1, 1), status: 409, code: hostlink.CodeStaleEpoch}},
 			wantState: domain.TaskStarting},
 		{name: "a suspending session's events are taken", state: domain.SessionSuspending,
-			posts: []ingestPost{{events: hevs(guestapi.EventUsage, "u", 1, 1), cursor: 1}}, wantTexts: []string{"u1"}, wantState: domain.TaskStarting},
+			posts: []ingestPost{{events: hevs(guestapi.EventAssistantText, "u", 1, 1), cursor: 1}}, wantTexts: []string{"u1"}, wantState: domain.TaskStarting},
 	}
 }
 

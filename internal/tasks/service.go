@@ -14,6 +14,7 @@ import (
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/ghapp"
 	"github.com/engrams/engrams/internal/guestapi"
+	"github.com/engrams/engrams/internal/pricing"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -64,6 +65,8 @@ type Config struct {
 	// runs with (name, value), e.g. http.sslCAInfo for a git host with a
 	// private CA.
 	GitConfig [][2]string
+	// Prices prices the tokens of usage events; nil: pricing.Builtin().
+	Prices *pricing.Table
 }
 
 // Deps are what tasks need.
@@ -101,6 +104,7 @@ type Tasks struct {
 	newID        func() string
 	quotas       Quotas
 	guard        *quotaGuard
+	prices       pricing.Table
 
 	// bg is cancelled when Run returns; background task work (setup,
 	// suspending a stopped task) runs under it and Run joins it.
@@ -120,6 +124,10 @@ func New(cfg Config, deps Deps) (*Tasks, error) {
 	c := &Tasks{cfg: cfg, st: deps.Store, sessions: deps.Sessions, profiles: deps.Profiles,
 		placeholders: deps.Placeholders, secrets: deps.Secrets, appTokens: deps.AppTokens, log: deps.Logger, metrics: deps.Metrics, now: deps.Now, newID: deps.NewID}
 	c.quotas = cfg.Quotas.withDefaults()
+	c.prices = pricing.Builtin()
+	if cfg.Prices != nil {
+		c.prices = *cfg.Prices
+	}
 	c.guard = newQuotaGuard(c.quotas)
 	c.brokering = brokering{st: deps.Store, brokers: deps.Brokers, guest: c}
 	if c.metrics == nil {

@@ -42,6 +42,9 @@ type StartTaskRequest struct {
 	Profile string // name or id
 	Prompt  string
 	Title   string // "" = the prompt's first line, cut
+	RunID   string // the automation run starting it; "" for a user
+	// StartedBy names the user's API token; "" for a run.
+	StartedBy string
 }
 
 func checkPrompt(text string) error {
@@ -122,7 +125,7 @@ func (c *Tasks) StartTask(ctx context.Context, req StartTaskRequest) (domain.Tas
 	}
 	title := titleOf(cmp.Or(req.Title, req.Prompt))
 	t, err := c.st.CreateTask(ctx, domain.Task{ID: taskID, ProfileID: prof.ID, ProfileVersion: prof.Version, Receipt: rec,
-		Title: title, SessionID: s.ID, CreatedAt: c.now()})
+		Title: title, SessionID: s.ID, RunID: req.RunID, StartedBy: req.StartedBy, CreatedAt: c.now()})
 	if err != nil {
 		if req.ID != "" {
 			if t, gerr := c.st.GetTask(ctx, req.ID); gerr == nil {

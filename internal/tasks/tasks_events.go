@@ -126,7 +126,9 @@ func (c *Tasks) guestEvents(in []guestapi.HarnessEvent) ([]domain.TaskEvent, map
 				cut = map[int64]bool{}
 			}
 			cut[e.Seq] = true
+			continue
 		}
+		priceUsage(&evs[i], c.prices)
 	}
 	return evs, cut, nil
 }

@@ -42,6 +42,15 @@ try {
   step("see the streamed assistant text");
   await page.getByTestId("assistant-text").filter({ hasText: cfg.firstAnswer }).waitFor({ timeout: 600_000 });
   await page.getByText("Turn done").first().waitFor({ timeout: 120_000 });
+
+  step("the turn's usage, and the task's model, tokens and cost, as the scripted model reported them");
+  await page.getByTestId("turn-usage").filter({ hasText: `${cfg.usageModel} · ${cfg.usageTokens} tokens · ${cfg.usageCost}` }).first().waitFor({ timeout: 30_000 });
+  await page.getByTestId("task-tokens").filter({ hasText: cfg.usageTokens }).waitFor({ timeout: 30_000 });
+  const cost = await page.getByTestId("task-cost").innerText();
+  const model = await page.getByTestId("task-model").innerText();
+  const starter = await page.getByTestId("task-started-by").innerText();
+  if (cost.trim() !== cfg.usageCost || model.trim() !== cfg.usageModel || !starter.startsWith("token dashboard-"))
+    throw new Error(`task cost ${JSON.stringify(cost)}, model ${JSON.stringify(model)}, started by ${JSON.stringify(starter)}`);
   await shoot(page, cfg.artifacts, "task-conversation");
 
   step("open Changes and see the file the agent wrote");
@@ -95,6 +104,8 @@ try {
   step("the task list shows the task, and one started elsewhere appears without a reload");
   await page.getByRole("link", { name: "Tasks" }).first().click();
   await page.getByTestId("task-list").getByText(cfg.prompt).waitFor();
+  const listed = await page.getByTestId("task-list").locator("tr", { hasText: cfg.prompt }).getByTestId("task-list-cost").innerText();
+  if (!/^\$\d+\.\d+$/.test(listed.trim())) throw new Error(`the task list's cost ${JSON.stringify(listed)}`);
   reloaded = false;
   page.once("load", () => (reloaded = true));
   console.log(cli("task", "start", "--profile", cfg.profile, "a task from the CLI"));

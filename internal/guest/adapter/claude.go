@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/google/uuid"
@@ -54,9 +56,16 @@ type claudeLine struct {
 		CacheReadTokens     int64 `json:"cache_read_input_tokens"`
 		OutputTokens        int64 `json:"output_tokens"`
 	} `json:"usage"`
-	SinceLast map[string]struct {
-		CostUSD float64 `json:"costUSD"`
-	} `json:"model_usage_since_last_result"`
+	SinceLast map[string]claudeModelUsage `json:"model_usage_since_last_result"`
+}
+
+// claudeModelUsage is one model's part of a turn (claude's modelUsage).
+type claudeModelUsage struct {
+	InputTokens         int64   `json:"inputTokens"`
+	OutputTokens        int64   `json:"outputTokens"`
+	CacheReadTokens     int64   `json:"cacheReadInputTokens"`
+	CacheCreationTokens int64   `json:"cacheCreationInputTokens"`
+	CostUSD             float64 `json:"costUSD"`
 }
 
 // claudeBlock is one content block of an assistant or user message.
@@ -216,18 +225,7 @@ func (n *claudeNorm) resultLine(l claudeLine) []pendingEvent {
 	if l.Session != "" {
 		n.session = l.Session
 	}
-	u := guestapi.UsageData{
-		InputTokens:  l.Usage.InputTokens + l.Usage.CacheCreationTokens + l.Usage.CacheReadTokens,
-		OutputTokens: l.Usage.OutputTokens,
-	}
-	if l.SinceLast != nil {
-		for _, m := range l.SinceLast {
-			u.CostUSD += m.CostUSD
-		}
-	} else if l.TotalCostUSD != nil {
-		u.CostUSD = *l.TotalCostUSD
-	}
-	out := []pendingEvent{{Type: guestapi.EventUsage, Data: u}}
+	out := claudeUsage(l)
 	if l.IsError && !n.errored {
 		status := deref(l.APIErrorStatus)
 		kind := guestapi.ErrorHarness
@@ -357,4 +355,36 @@ func (r *claudeRunner) turn(ctx context.Context, t *turnRun) turnOutcome {
 func (r *claudeRunner) died(t *turnRun, why string) turnOutcome {
 	r.close()
 	return turnOutcome{err: &guestapi.ErrorData{Kind: guestapi.ErrorHarness, Message: "claude ended before the turn did: " + why}}
+}
+
+// claudeUsage is a result line's usage events: one per model the turn
+// used (model_usage_since_last_result), else one of the line's usage with
+// its total cost (older claude, whose total is the turn's in print mode).
+func claudeUsage(l claudeLine) []pendingEvent {
+	if len(l.SinceLast) == 0 {
+		u := guestapi.UsageData{
+			InputTokens:      l.Usage.InputTokens + l.Usage.CacheCreationTokens + l.Usage.CacheReadTokens,
+			OutputTokens:     l.Usage.OutputTokens,
+			CacheReadTokens:  l.Usage.CacheReadTokens,
+			CacheWriteTokens: l.Usage.CacheCreationTokens,
+		}
+		if l.SinceLast == nil && l.TotalCostUSD != nil {
+			u.CostUSD = *l.TotalCostUSD
+		}
+		return []pendingEvent{{Type: guestapi.EventUsage, Data: u}}
+	}
+	models := slices.Sorted(maps.Keys(l.SinceLast))
+	out := make([]pendingEvent, 0, len(models))
+	for _, name := range models {
+		m := l.SinceLast[name]
+		out = append(out, pendingEvent{Type: guestapi.EventUsage, Data: guestapi.UsageData{
+			Model:            name,
+			InputTokens:      m.InputTokens + m.CacheCreationTokens + m.CacheReadTokens,
+			OutputTokens:     m.OutputTokens,
+			CacheReadTokens:  m.CacheReadTokens,
+			CacheWriteTokens: m.CacheCreationTokens,
+			CostUSD:          m.CostUSD,
+		}})
+	}
+	return out
 }

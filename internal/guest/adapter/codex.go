@@ -17,6 +17,7 @@ import (
 // modeltest/testdata/README.md) into harness events.
 type codexNorm struct {
 	workdir string
+	model   string          // the turn's model, "" when codex picks (its usage does not say)
 	thread  string          // thread.started's thread_id
 	called  map[string]bool // item ids whose tool_call was produced
 	errored bool
@@ -37,8 +38,9 @@ type codexLine struct {
 		Message string `json:"message"`
 	} `json:"error"`
 	Usage struct {
-		InputTokens  int64 `json:"input_tokens"`
-		OutputTokens int64 `json:"output_tokens"`
+		InputTokens       int64 `json:"input_tokens"` // cached ones included
+		CachedInputTokens int64 `json:"cached_input_tokens"`
+		OutputTokens      int64 `json:"output_tokens"`
 	} `json:"usage"`
 }
 
@@ -79,7 +81,8 @@ func (n *codexNorm) line(b []byte) []pendingEvent {
 		return n.completed(l.Item)
 	case "turn.completed":
 		n.done = true
-		return []pendingEvent{{Type: guestapi.EventUsage, Data: guestapi.UsageData{InputTokens: l.Usage.InputTokens, OutputTokens: l.Usage.OutputTokens}}}
+		return []pendingEvent{{Type: guestapi.EventUsage, Data: guestapi.UsageData{Model: n.model,
+			InputTokens: l.Usage.InputTokens, OutputTokens: l.Usage.OutputTokens, CacheReadTokens: l.Usage.CachedInputTokens}}}
 	case "error":
 		if kind, status := codexErrorKind(l.Message); kind == guestapi.ErrorAuth {
 			return n.fail(kind, l.Message, status)
@@ -218,6 +221,9 @@ func (r *codexRunner) turn(ctx context.Context, t *turnRun) turnOutcome {
 	}
 	defer p.stop(r.pc.grace)
 	n := newCodexNorm(t.workdir)
+	if t.model != guestapi.AnyModel {
+		n.model = t.model
+	}
 	announced := false
 	announce := func() {
 		if !announced {

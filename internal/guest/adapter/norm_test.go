@@ -48,7 +48,14 @@ func summarize(evs []pendingEvent) []string {
 		case guestapi.FileChangedData:
 			s += ":" + d.Change + " " + d.Path
 		case guestapi.UsageData:
-			s += fmt.Sprintf(":%d/%d", d.InputTokens, d.OutputTokens)
+			s += ":"
+			if d.Model != "" {
+				s += d.Model + " "
+			}
+			s += fmt.Sprintf("%d/%d", d.InputTokens, d.OutputTokens)
+			if d.CacheReadTokens != 0 || d.CacheWriteTokens != 0 {
+				s += fmt.Sprintf(" cache %d/%d", d.CacheReadTokens, d.CacheWriteTokens)
+			}
 		case guestapi.ErrorData:
 			s += fmt.Sprintf(":%s %d", d.Kind, d.Status)
 		case guestapi.QuestionData:
@@ -74,13 +81,13 @@ func TestClaudeNorm(t *testing.T) {
 		session       string
 		auth          bool
 	}{
-		{"claude-print.jsonl", printDir, [][]string{append(slices.Clone(firstTurn), "usage:25089/25")},
+		{"claude-print.jsonl", printDir, [][]string{append(slices.Clone(firstTurn), "usage:claude-opus-5-5 25089/25")},
 			[]string{"Created hello.txt containing hi."}, "a5a08a5b-598f-4dd9-a731-d143740e1170", false},
-		{"claude-print-resume.jsonl", printDir, [][]string{{"assistant_text:Earlier I created hello.txt.", "usage:12648/8"}},
+		{"claude-print-resume.jsonl", printDir, [][]string{{"assistant_text:Earlier I created hello.txt.", "usage:claude-opus-5-5 12648/8"}},
 			[]string{"Earlier I created hello.txt."}, "a5a08a5b-598f-4dd9-a731-d143740e1170", false},
 		{"claude-stream-input.jsonl", streamDir, [][]string{
-			append(slices.Clone(firstTurn), "usage:25080/25"),
-			{"assistant_text:Earlier I created hello.txt.", "usage:12642/8"},
+			append(slices.Clone(firstTurn), "usage:claude-opus-5-5 25080/25"),
+			{"assistant_text:Earlier I created hello.txt.", "usage:claude-opus-5-5 12642/8"},
 		}, []string{"Created hello.txt containing hi.", "Earlier I created hello.txt."}, "0bb17a92-58d6-4888-851c-a4b03fc8e4cc", false},
 		{"claude-wrong-key-default-retries.jsonl", "/", [][]string{{"error:auth 401"}}, []string{""}, "3331079a-758d-4b14-bd84-e24fc87dc798", true},
 		{"claude-wrong-key-max-retries-0.jsonl", "/", [][]string{{"error:auth 401", "usage:0/0"}},
@@ -135,6 +142,10 @@ func TestClaudeNormSynthetic(t *testing.T) {
 			[]string{"usage:0/0", "error:model 529"}},
 		{"max turns", `{"type":"result","subtype":"error_max_turns","is_error":true,"usage":{}}`,
 			[]string{"usage:0/0", "error:harness 0"}},
+		{"two models", `{"type":"result","subtype":"success","result":"ok","usage":{"input_tokens":9},"model_usage_since_last_result":{` +
+			`"claude-sonnet-4-5":{"inputTokens":100,"cacheReadInputTokens":7,"cacheCreationInputTokens":3,"outputTokens":5,"costUSD":0.01},` +
+			`"claude-haiku-4-5":{"inputTokens":20,"outputTokens":1,"costUSD":0.001}}}`,
+			[]string{"usage:claude-haiku-4-5 20/1", "usage:claude-sonnet-4-5 110/5 cache 7/3"}},
 		{"retry 500", `{"type":"system","subtype":"api_retry","error_status":500,"error":"server_error"}`, nil},
 		{"not json", `garbage`, nil},
 	}

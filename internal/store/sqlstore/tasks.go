@@ -13,15 +13,18 @@ import (
 )
 
 const taskCols = `id, profile_id, profile_version, receipt, title, state, session_id, event_seq, error,
-	created_at, updated_at, event_bytes`
+	created_at, updated_at, event_bytes, run_id, usage_model, input_tokens, output_tokens, cache_read_tokens,
+	cache_write_tokens, cost_micros, cost_currency, unpriced_usages, started_by`
 
 func scanTask(r scanner) (domain.Task, error) {
 	var t domain.Task
 	var receipt sql.NullString
 	var state string
 	var created, updated int64
+	u := &t.Usage
 	err := r.Scan(&t.ID, &t.ProfileID, &t.ProfileVersion, &receipt, &t.Title, &state, &t.SessionID, &t.EventSeq,
-		&t.Error, &created, &updated, &t.EventBytes)
+		&t.Error, &created, &updated, &t.EventBytes, &t.RunID, &u.Model, &u.Tokens.Input, &u.Tokens.Output,
+		&u.Tokens.CacheRead, &u.Tokens.CacheWrite, &u.Cost.Micros, &u.Cost.Currency, &u.Unpriced, &t.StartedBy)
 	if err != nil {
 		return domain.Task{}, err
 	}
@@ -82,9 +85,9 @@ func (s *Store) CreateTask(ctx context.Context, t domain.Task) (domain.Task, err
 			return err
 		}
 		out, err = scanTask(tx.QueryRowContext(ctx, `INSERT INTO tasks (`+taskCols+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, 0, $8, $9, $9, 0) RETURNING `+taskCols,
+			VALUES ($1, $2, $3, $4, $5, $6, $7, 0, $8, $9, $9, 0, $10, '', 0, 0, 0, 0, 0, '', 0, $11) RETURNING `+taskCols,
 			t.ID, t.ProfileID, t.ProfileVersion, jsonArg(t.Receipt), t.Title, string(t.State), t.SessionID,
-			t.Error, at))
+			t.Error, at, t.RunID, t.StartedBy))
 		if err != nil || t.SessionID == "" {
 			return err
 		}
@@ -272,6 +275,9 @@ func insertTaskEvents(ctx context.Context, tx execer, taskID domain.TaskID, even
 	var last int64
 	err := tx.QueryRowContext(ctx, `UPDATE tasks SET event_seq = event_seq + $2, event_bytes = event_bytes + $3 WHERE id = $1
 		RETURNING event_seq`, taskID, len(events), size).Scan(&last)
+	if err == nil {
+		err = addTaskUsage(ctx, tx, taskID, events)
+	}
 	if isNoRows(err) {
 		return nil, store.ErrNotFound
 	}

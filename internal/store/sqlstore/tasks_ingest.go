@@ -242,3 +242,44 @@ func affectedOne(res sql.Result, err error, action string) (bool, error) {
 	}
 	return n == 1, nil
 }
+
+// addTaskUsage adds the usage the events carry (TaskEvent.Usage) to their
+// task's sums, in the transaction that appends them: an event is summed
+// exactly when it is stored. A cost in another currency than the task's
+// first is not summed but counted as not priced.
+func addTaskUsage(ctx context.Context, tx execer, taskID domain.TaskID, events []domain.TaskEvent) error {
+	var cur string
+	err := tx.QueryRowContext(ctx, `SELECT cost_currency FROM tasks WHERE id = $1`, taskID).Scan(&cur)
+	if err != nil {
+		return err
+	}
+	var sum domain.TaskUsage
+	seen := false
+	for _, e := range events {
+		u := e.Usage
+		if u == nil {
+			continue
+		}
+		seen = true
+		sum.Tokens = sum.Tokens.Add(u.Tokens)
+		if u.Model != "" {
+			sum.Model = u.Model
+		}
+		switch {
+		case u.Cost.Currency != "" && (cur == "" || cur == u.Cost.Currency):
+			cur, sum.Cost.Micros = u.Cost.Currency, sum.Cost.Micros+u.Cost.Micros
+		case u.Tokens != (domain.Tokens{}):
+			sum.Unpriced++
+		}
+	}
+	if !seen {
+		return nil
+	}
+	t := sum.Tokens
+	_, err = tx.ExecContext(ctx, `UPDATE tasks SET input_tokens = input_tokens + $2, output_tokens = output_tokens + $3,
+		cache_read_tokens = cache_read_tokens + $4, cache_write_tokens = cache_write_tokens + $5,
+		cost_micros = cost_micros + $6, cost_currency = $7, unpriced_usages = unpriced_usages + $8,
+		usage_model = CASE WHEN $9 = '' THEN usage_model ELSE $9 END WHERE id = $1`,
+		taskID, t.Input, t.Output, t.CacheRead, t.CacheWrite, sum.Cost.Micros, cur, sum.Unpriced, sum.Model)
+	return err
+}

@@ -2328,10 +2328,73 @@ export interface components {
             /** Format: int64 */
             event_seq: number;
             receipt?: components["schemas"]["Receipt"];
+            /** @description The automation run that started it; absent when a user did. */
+            run_id?: string;
+            /** @description The name of the API token a user started it with (the CLI's, or the dashboard's sign-in); absent for a run. */
+            started_by?: string;
+            usage: components["schemas"]["TaskUsage"];
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
             updated_at: string;
+        };
+        /** @description An exact amount, never a float. */
+        Money: {
+            /** @description Decimal, without trailing zeros ("0.004575"). */
+            amount: string;
+            /**
+             * Format: int64
+             * @description Millionths of the currency's unit.
+             */
+            micros: number;
+            /** @description ISO 4217 code, e.g. USD. */
+            currency: string;
+        };
+        /** @description What a task's turns used, summed as their usage events came. */
+        TaskUsage: {
+            /** @description The model of the last usage event that named one. */
+            model?: string;
+            /**
+             * Format: int64
+             * @description Every input token, cached ones included.
+             */
+            input_tokens: number;
+            /** Format: int64 */
+            output_tokens: number;
+            /**
+             * Format: int64
+             * @description The part of the input read from the provider's prompt cache.
+             */
+            cache_read_tokens: number;
+            /**
+             * Format: int64
+             * @description The part of the input written to the provider's prompt cache.
+             */
+            cache_write_tokens: number;
+            cost?: components["schemas"]["Money"];
+            /**
+             * Format: int64
+             * @description Usage events with tokens but no price (a model in no price table, and no cost from the harness): the cost leaves them out.
+             */
+            unpriced_usages?: number;
+        };
+        /** @description One usage event of a turn: one model's tokens and, when priced, their cost with the price table it came from. */
+        TurnUsage: {
+            model?: string;
+            /**
+             * Format: int64
+             * @description Every input token, cached ones included.
+             */
+            input_tokens: number;
+            /** Format: int64 */
+            output_tokens: number;
+            /** Format: int64 */
+            cache_read_tokens: number;
+            /** Format: int64 */
+            cache_write_tokens: number;
+            cost?: components["schemas"]["Money"];
+            /** @description The price table's id and version (the server's built-in one, e.g. engrams-2025-10), or `harness` when the harness reckoned the cost for a model the table lacks. */
+            price_table?: string;
         };
         TaskList: {
             items: components["schemas"]["Task"][];
@@ -2346,6 +2409,7 @@ export interface components {
             data?: unknown;
             /** Format: date-time */
             time: string;
+            usage?: components["schemas"]["TurnUsage"];
         };
         TaskDiff: {
             repos: components["schemas"]["RepoDiff"][];

@@ -4,6 +4,8 @@ import type { components } from "./schema.gen";
 type S = components["schemas"];
 export type Task = S["Task"];
 export type TaskEvent = S["TaskEvent"];
+export type TaskUsage = S["TaskUsage"];
+export type TurnUsage = S["TurnUsage"];
 export type TaskDiff = S["TaskDiff"];
 export type Profile = S["Profile"];
 export type ProfileSpec = S["ProfileSpec"];

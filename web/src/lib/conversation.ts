@@ -1,6 +1,6 @@
 // The conversation of a task, folded from its events: prompts, assistant
 // text, tool calls with their results, questions, errors and turn ends.
-import type { TaskEvent } from "../api/types";
+import type { TaskEvent, TurnUsage } from "../api/types";
 
 export type Item =
   | { kind: "prompt"; seq: number; text: string }
@@ -9,6 +9,7 @@ export type Item =
   | { kind: "question"; seq: number; text: string }
   | { kind: "error"; seq: number; text: string }
   | { kind: "idle"; seq: number; ms: number }
+  | { kind: "usage"; seq: number; usage: TurnUsage }
   | { kind: "note"; seq: number; text: string };
 
 export type Conversation = { items: Item[]; working: boolean; lastSeq: number; turn?: string };
@@ -56,6 +57,9 @@ export function fold(c: Conversation, e: TaskEvent): Conversation {
     case "setup_failed":
       add({ kind: "error", seq: e.seq, text: "Setup failed: " + (str(d.error) || str(d)) });
       working = false;
+      break;
+    case "usage":
+      if (e.usage) add({ kind: "usage", seq: e.seq, usage: e.usage });
       break;
     case "idle":
       add({ kind: "idle", seq: e.seq, ms: Number(d.duration_ms ?? 0) });

@@ -22,3 +22,58 @@ export function bytes(n?: number): string {
 export function short(id?: string): string {
   return id ? id.slice(0, 13) : "";
 }
+
+export type Money = { amount: string; micros: number; currency: string };
+
+/** money formats an exact amount: cents from 1 up ("$1,234.57"), two
+ * significant digits below ("$0.46", "$0.0046", "$0.0001"), the currency's
+ * code after the amount when it is not USD ("0.46 EUR"). No amount is "–". */
+export function money(m?: Money | null): string {
+  if (!m || !m.currency) return "–";
+  const neg = m.micros < 0;
+  const u = Math.abs(m.micros);
+  let s: string;
+  if (u >= 1_000_000) {
+    const cents = Math.floor((u + 5_000) / 10_000);
+    s = Math.floor(cents / 100).toLocaleString("en-US") + "." + String(cents % 100).padStart(2, "0");
+  } else {
+    let d = 2;
+    let v = 0;
+    for (; d <= 6; d++) {
+      const unit = 10 ** (6 - d);
+      v = Math.floor((u + unit / 2) / unit);
+      if (v >= 10 || d === 6) break;
+    }
+    if (v >= 10 ** d) s = Math.floor(v / 10 ** d) + ".00";
+    else {
+      const digits = String(v).padStart(d + 1, "0");
+      let frac = digits.slice(-d).replace(/0+$/, "");
+      if (frac.length < 2) frac = frac.padEnd(2, "0");
+      s = digits.slice(0, -d) + "." + frac;
+    }
+  }
+  if (m.currency === "USD") return (neg ? "-$" : "$") + s;
+  return (neg ? "-" : "") + s + " " + m.currency;
+}
+
+/** count is a whole number with thousands separators. */
+export function count(n?: number): string {
+  return (n ?? 0).toLocaleString("en-US");
+}
+
+export type Tokens = { input_tokens: number; output_tokens: number; cache_read_tokens: number; cache_write_tokens: number };
+
+/** tokens says input (with its cached parts) and output tokens. */
+export function tokens(u: Tokens): string {
+  let s = count(u.input_tokens) + " in";
+  if (u.cache_read_tokens || u.cache_write_tokens)
+    s += ` (${count(u.cache_read_tokens)} cache read, ${count(u.cache_write_tokens)} cache write)`;
+  return s + ", " + count(u.output_tokens) + " out";
+}
+
+/** when is a timestamp for a person: local date and time. */
+export function when(iso?: string): string {
+  if (!iso) return "";
+  const d = new Date(iso);
+  return isNaN(d.getTime()) ? "" : d.toLocaleString("en-GB", { dateStyle: "medium", timeStyle: "short" });
+}

@@ -12,6 +12,7 @@ import { StateBadge } from "../ui/StateBadge";
 import { Tabs } from "../ui/Tabs";
 import { TaskConversation } from "./TaskConversation";
 import { TaskFiles } from "./TaskFiles";
+import { TaskMeta } from "./TaskMeta";
 import { lazy } from "../ui/Lazy";
 
 const TaskChanges = lazy(() => import("./TaskChanges").then((m) => m.TaskChanges), "the changes");
@@ -36,7 +37,7 @@ export function Task(props: { id: string; tab: string }) {
       try {
         const e = JSON.parse(m.data) as TaskEvent;
         setConv((c) => fold(c, e));
-        if (["session", "idle", "stopped", "setup_failed", "run_started", "prompt"].includes(e.type)) load();
+        if (["session", "idle", "stopped", "setup_failed", "run_started", "prompt", "usage"].includes(e.type)) load();
       } catch {
         /* a malformed event is skipped */
       }
@@ -68,6 +69,7 @@ export function Task(props: { id: string; tab: string }) {
           )}
         </div>
       </div>
+      {task && <TaskMeta task={task} />}
       <Problem error={error} />
       {task?.error && <p class="problem">{task.error}</p>}
       <Tabs tabs={tabs} current={tab} onSelect={(t) => navigate("/tasks/" + enc(props.id) + (t === "conversation" ? "" : "?tab=" + t), true)} />

@@ -5,6 +5,8 @@
 import { useEffect, useRef, useState } from "preact/hooks";
 import { enc, post } from "../api/client";
 import type { Conversation, Item } from "../lib/conversation";
+import type { TurnUsage } from "../api/types";
+import { money, tokens } from "../lib/format";
 import { Markdown } from "../ui/Markdown";
 import { Problem } from "../ui/Problem";
 
@@ -117,9 +119,25 @@ function render(i: Item) {
           {i.text}
         </div>
       );
+    case "usage":
+      return <UsageLine u={i.usage} />;
     case "idle":
       return <div class="turn-end">Turn done{i.ms ? " in " + (i.ms / 1000).toFixed(1) + " s" : ""}</div>;
     case "note":
       return <div class="note">{i.text}</div>;
   }
+}
+
+/** UsageLine says one usage event of a turn: model, tokens, cost and the
+ * price table the cost came from. */
+function UsageLine(props: { u: TurnUsage }) {
+  const u = props.u;
+  const table = u.price_table === "harness" ? "reckoned by the harness" : u.price_table ? "price table " + u.price_table : "";
+  return (
+    <div class="note usage" data-testid="turn-usage">
+      {u.model ? u.model + " · " : ""}
+      {tokens(u)} tokens · {u.cost ? money(u.cost) : "not priced"}
+      {u.cost && table ? <span class="muted"> ({table})</span> : null}
+    </div>
+  );
 }

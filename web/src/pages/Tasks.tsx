@@ -3,7 +3,7 @@
 import { useMemo, useState } from "preact/hooks";
 import { enc, listAll, q } from "../api/client";
 import type { Profile, Task } from "../api/types";
-import { ago } from "../lib/format";
+import { ago, money } from "../lib/format";
 import { useChanges } from "../lib/useChanges";
 import { useLoad } from "../lib/useLoad";
 import { Table } from "../ui/Table";
@@ -79,6 +79,7 @@ export function Tasks() {
             ),
           },
           { head: "Profile", wide: true, cell: (t) => names.get(t.profile_id) ?? t.profile_id.slice(0, 8) },
+          { head: "Cost", cell: (t) => <span data-testid="task-list-cost">{money(t.usage?.cost)}</span> },
           { head: "Last activity", cell: (t) => <time dateTime={t.updated_at}>{ago(t.updated_at)}</time> },
         ]}
       />
