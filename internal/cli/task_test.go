@@ -316,7 +316,7 @@ func TestTaskCommands(t *testing.T) {
 				"t1  running  add a /healthz endpoint                             s1       $0.12 (+1 not priced)  1m ago\n" +
 				"t2  stopped  rename every occurrence of the old module path ac…  -        -                      3h ago\n"},
 		{name: "list json: exact cost", args: []string{"task", "list", "--json", "--profile", "go"},
-			contains: []string{`"cost": {` + "\n" + `        "amount": "0.1234",` + "\n" + `        "micros": 123400,` + "\n" + `        "currency": "USD"`, `"run_id": "run-9"`}},
+			contains: []string{`"cost": {` + "\n" + `          "amount": "0.1234",` + "\n" + `          "micros": 123400,` + "\n" + `          "currency": "USD"`, `"run_id": "run-9"`}},
 		{name: "list json", args: []string{"task", "list", "--json", "--state", "idle"},
 			contains: []string{"{\n  \"items\": [\n    {\n      \"id\": \"t3\",\n", `"error": "auth: key refused"`, `"profile_id": "prof-docs"`}},
 		{name: "list empty", args: []string{"tasks", "list", "--profile", "none"}, stdout: "ID  STATE  TITLE  SESSION  COST  UPDATED\n"},
