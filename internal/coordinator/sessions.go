@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/internal/domain"
-	"github.com/engrams/engrams/internal/guestapi"
+	"github.com/engrams/engrams/internal/netpolicy"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -137,8 +137,11 @@ func checkEgress(spec *domain.SessionSpec) error {
 	if len(spec.Egress) > maxEgress {
 		return fmt.Errorf("%w: egress lists %d hosts, at most %d", domain.ErrInvalid, len(spec.Egress), maxEgress)
 	}
+	// The check each host makes when it compiles the list at boot, so an
+	// entry it would refuse (a loopback, private or metadata address) is
+	// refused here, naming it, rather than failing the boot.
 	for i, h := range spec.Egress {
-		if err := guestapi.CheckEgressHost(h); err != nil {
+		if err := netpolicy.CheckEntry(h); err != nil {
 			return fmt.Errorf("%w: egress[%d]: %w", domain.ErrInvalid, i, err)
 		}
 	}
