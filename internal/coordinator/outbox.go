@@ -22,7 +22,7 @@ func (c *Coordinator) PutOutbox(ctx context.Context, sessionID domain.SessionID,
 	}
 	s, err := c.st.GetSession(ctx, sessionID)
 	if err != nil {
-		return domain.OutboxItem{}, fmt.Errorf("get session %s: %w", sessionID, err)
+		return domain.OutboxItem{}, err
 	}
 	if s.State.Terminal() {
 		return domain.OutboxItem{}, fmt.Errorf("%w: session %s is %s", domain.ErrNotActive, sessionID, s.State)

@@ -156,7 +156,7 @@ func checkEgress(spec *domain.SessionSpec) error {
 func (c *Coordinator) DeleteSession(ctx context.Context, id domain.SessionID) (domain.Session, error) {
 	s, err := c.st.GetSession(ctx, id)
 	if err != nil {
-		return domain.Session{}, fmt.Errorf("get session %s: %w", id, err)
+		return domain.Session{}, err
 	}
 	if s.State.Terminal() {
 		return s, nil
@@ -184,7 +184,7 @@ func (c *Coordinator) WaitSession(ctx context.Context, id domain.SessionID, done
 	for {
 		s, err := c.st.GetSession(ctx, id)
 		if err != nil {
-			return s, fmt.Errorf("wait for session %s: %w", id, err)
+			return s, fmt.Errorf("wait for the session: %w", err) // err names it
 		}
 		if done(s) {
 			return s, nil
@@ -236,7 +236,7 @@ func (c *Coordinator) EnsureActive(ctx context.Context, s domain.Session) (domai
 		}
 		next, err := c.st.GetSession(ctx, s.ID)
 		if err != nil {
-			return s, fmt.Errorf("get session %s: %w", s.ID, err)
+			return s, err
 		}
 		s = next
 	}
@@ -281,7 +281,7 @@ func (c *Coordinator) enqueueWhenFree(ctx context.Context, op domain.Op) (domain
 func (c *Coordinator) Suspend(ctx context.Context, id domain.SessionID) (domain.Session, domain.Op, error) {
 	s, err := c.st.GetSession(ctx, id)
 	if err != nil {
-		return s, domain.Op{}, fmt.Errorf("get session %s: %w", id, err)
+		return s, domain.Op{}, err
 	}
 	if s.State == domain.SessionIdle {
 		return s, domain.Op{}, nil
@@ -320,7 +320,7 @@ func (c *Coordinator) WaitOp(ctx context.Context, op domain.Op) (domain.Op, doma
 func (c *Coordinator) Resume(ctx context.Context, id domain.SessionID) (domain.Session, error) {
 	s, err := c.st.GetSession(ctx, id)
 	if err != nil {
-		return s, fmt.Errorf("get session %s: %w", id, err)
+		return s, err
 	}
 	if err := c.st.SetDesiredState(ctx, id, domain.DesireActive); err != nil {
 		return s, fmt.Errorf("resume session %s: %w", id, err)
@@ -333,7 +333,7 @@ func (c *Coordinator) Resume(ctx context.Context, id domain.SessionID) (domain.S
 func (c *Coordinator) Snapshot(ctx context.Context, id domain.SessionID) (domain.Snapshot, error) {
 	s, err := c.st.GetSession(ctx, id)
 	if err != nil {
-		return domain.Snapshot{}, fmt.Errorf("get session %s: %w", id, err)
+		return domain.Snapshot{}, err
 	}
 	if s.State != domain.SessionActive {
 		return domain.Snapshot{}, fmt.Errorf("%w: session %s is %s", domain.ErrNotActive, id, s.State)

@@ -48,7 +48,7 @@ func (c *Coordinator) Outcome(ctx context.Context, op domain.Op) (SuspendOutcome
 	}
 	s, err := c.st.GetSession(ctx, op.SessionID)
 	if err != nil {
-		return SuspendOutcome{}, fmt.Errorf("get session %s: %w", op.SessionID, err)
+		return SuspendOutcome{}, err
 	}
 	out := SuspendOutcome{Op: op, Session: s}
 	// The evict op names its snapshot: it exists only if it was committed.
