@@ -3,6 +3,7 @@ package vmimage
 import (
 	"bytes"
 	"context"
+	_ "embed"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,7 +17,14 @@ import (
 const BundleMount = initproto.BundleDir
 
 // rootLayoutVersion changes whenever the files written below change.
-const rootLayoutVersion = "3"
+const rootLayoutVersion = "4"
+
+// wgetWrapper replaces busybox's wget applet in the default root: it runs
+// `wget -T SECS` as `timeout SECS wget`, which Debian's static busybox,
+// built without wget's timeout, would segfault on (wget.sh says how).
+//
+//go:embed wget.sh
+var wgetWrapper []byte
 
 // RootImage returns the cached raw ext4 base root filesystem, building it
 // on first use. Guests never write it: each machine gets an Overlay.
@@ -93,6 +101,14 @@ func (b *Builder) stageBusybox(ctx context.Context, root string) error {
 		}
 		if err := os.Symlink("/bin/busybox", dst); err != nil && !os.IsExist(err) {
 			return err
+		}
+		if filepath.Base(a) == "wget" {
+			if err := os.Remove(dst); err != nil {
+				return err
+			}
+			if err := os.WriteFile(dst, wgetWrapper, 0o755); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
