@@ -462,6 +462,22 @@ type ImageList struct {
 	Images []Image `json:"images"`
 	// NextCursor, when set, is the ?cursor= of the next page.
 	NextCursor string `json:"next_cursor,omitempty"`
+	// Defaults are what an enable request leaving a setting out gets, and
+	// the bounds of each (the server's answer always has them).
+	Defaults *ImageDefaults `json:"defaults,omitempty"`
+}
+
+// ImageDefaults are this server's image settings for an EnableImageRequest
+// that leaves them out (0 or absent), and their upper bounds.
+type ImageDefaults struct {
+	MemoryMiB      int `json:"memory_mib"`
+	VCPUs          int `json:"vcpus"`
+	DiskGiB        int `json:"disk_gib"`
+	WarmupTimeoutS int `json:"warmup_timeout_s"`
+	WarmupStallS   int `json:"warmup_stall_s"`
+	MaxMemoryMiB   int `json:"max_memory_mib"`
+	MaxVCPUs       int `json:"max_vcpus"`
+	MaxDiskGiB     int `json:"max_disk_gib"`
 }
 
 // ImageJobList answers RouteImageJobs.

@@ -2034,9 +2034,9 @@ export interface components {
             env?: {
                 [key: string]: string;
             };
-            /** @description Memory of the warm-up VM and every session; 0 or absent: 512. */
+            /** @description Memory of the warm-up VM and every session; 0 or absent: 512 (the image list's defaults.memory_mib). */
             memory_mib?: number;
-            /** @description vCPUs of the warm-up VM and every session; 0 or absent: 1. */
+            /** @description vCPUs of the warm-up VM and every session; 0 or absent: the server's default, 1 unless configured (defaults.vcpus). */
             vcpus?: number;
             /** @description Root disk size; 0 or absent: 4. */
             disk_gib?: number;
@@ -2131,7 +2131,7 @@ export interface components {
             error?: string;
             /** @description The warm-up's last output (kept when it fails). */
             output_tail?: string;
-            /** @description How long each finished stage took, in milliseconds. */
+            /** @description How long each finished stage took, in milliseconds. Stages do not overlap: they add up to the time the job took (on_host is the capture host's call beyond its own stages fetch_rootfs, boot, warmup, snapshot and upload). */
             stages_ms?: {
                 [key: string]: number;
             };
@@ -2150,6 +2150,18 @@ export interface components {
             images: components["schemas"]["Image"][];
             /** @description Set when more follow: the ?cursor= of the next page. */
             next_cursor?: string;
+            defaults?: components["schemas"]["ImageDefaults"];
+        };
+        /** @description This server's settings for an enable request that leaves them out (0 or absent), and their upper bounds. The server's image list always carries them. */
+        ImageDefaults: {
+            memory_mib: number;
+            vcpus: number;
+            disk_gib: number;
+            warmup_timeout_s: number;
+            warmup_stall_s: number;
+            max_memory_mib: number;
+            max_vcpus: number;
+            max_disk_gib: number;
         };
         ImageJobList: {
             jobs: components["schemas"]["ImageJob"][];
