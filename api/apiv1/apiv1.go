@@ -212,10 +212,22 @@ type OutboxList struct {
 	Items []OutboxItem `json:"items"`
 }
 
+// Op kinds as the API shows them (Op.Kind).
+const (
+	OpCreate   = "create"
+	OpResume   = "resume"
+	OpSuspend  = "suspend" // servers before issue 26 said "evict"
+	OpSnapshot = "snapshot"
+	OpDestroy  = "destroy"
+	OpMove     = "move"
+	OpRecover  = "recover" // the session's host was lost
+	OpExpire   = "expire"  // the session's time limit passed
+)
+
 // Op is one op log row.
 type Op struct {
 	ID        string    `json:"id"`
-	Kind      string    `json:"kind"`
+	Kind      string    `json:"kind"` // OpCreate, OpSuspend, …
 	State     string    `json:"state"`
 	Step      string    `json:"step,omitempty"`
 	Epoch     int64     `json:"epoch"`

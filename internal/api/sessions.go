@@ -157,7 +157,7 @@ func sessionOut(s domain.Session, ops []domain.Op) apiv1.Session {
 	spec := s.Spec
 	out.Spec = apiv1.SessionSpec{MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, Env: spec.Env, Image: spec.Image, Harness: spec.Harness, IdleTimeoutSec: spec.IdleTimeoutSec, MaxLifetimeSec: spec.MaxLifetimeSec, Egress: spec.Egress}
 	for _, o := range ops {
-		out.Ops = append(out.Ops, apiv1.Op{ID: o.ID, Kind: string(o.Kind), State: string(o.State), Step: o.Step,
+		out.Ops = append(out.Ops, apiv1.Op{ID: o.ID, Kind: o.Kind.Word(), State: string(o.State), Step: o.Step,
 			Epoch: o.Epoch, Attempts: o.Attempts, Error: o.Error, CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt})
 	}
 	return out

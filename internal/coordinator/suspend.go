@@ -92,7 +92,7 @@ func (c *Coordinator) supersededBy(ctx context.Context, op domain.Op) string {
 	}
 	for _, o := range ops {
 		if o.ID != op.ID && !o.CreatedAt.Before(op.CreatedAt) {
-			return fmt.Sprintf("a %s operation (%s) took the session first", o.Kind, o.ID)
+			return fmt.Sprintf("a %s operation (%s) took the session first", o.Kind.Word(), o.ID)
 		}
 	}
 	return "a newer operation took the session"

@@ -117,7 +117,7 @@ export interface paths {
          *     ends without an `exit` frame means the connection or the VM was lost:
          *     the answer's `Engrams-Session-Epoch` header is the session's epoch when
          *     the command started, and an op of the session (see getSession) with a
-         *     greater epoch says what took it, e.g. an `evict`: it was suspended.
+         *     greater epoch says what took it, e.g. a `suspend`.
          */
         post: operations["exec"];
         delete?: never;
@@ -1699,14 +1699,14 @@ export interface components {
             result: "suspended" | "resumed_since" | "ended_since" | "already_idle" | "failed" | "superseded";
             /** @description The snapshot the suspend committed (already_idle - the head snapshot). */
             snapshot_id?: string;
-            /** @description The evict op. */
+            /** @description The suspend op. */
             op_id?: string;
             /** @description failed, superseded - what happened. */
             why?: string;
         };
         Op: {
             id: string;
-            /** @description create, resume, evict (suspend), snapshot, destroy, move, recover (host lost). */
+            /** @description create, resume, suspend (older servers said evict), snapshot, destroy, move, recover (host lost), expire (time limit). */
             kind: string;
             state: string;
             step?: string;
