@@ -56,10 +56,11 @@ func (s *sessionsRouter) route(h func(string, http.HandlerFunc)) {
 }
 
 func (s *sessionsRouter) createSession(w http.ResponseWriter, r *http.Request) {
-	var req apiv1.CreateSessionRequest
-	if !s.decode(w, r, &req) {
+	var in createSessionIn
+	if !s.decode(w, r, &in) {
 		return
 	}
+	req := in.request()
 	spec := domain.SessionSpec{MemoryMiB: req.MemoryMiB, VCPUs: req.VCPUs, Env: req.Env, Image: req.Image, Harness: req.Harness, IdleTimeoutSec: req.IdleTimeoutSec, MaxLifetimeSec: req.MaxLifetimeSec, Egress: req.Egress}
 	sess, err := s.co.CreateSession(r.Context(), spec, req.IdempotencyKey)
 	if err != nil {

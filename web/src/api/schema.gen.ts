@@ -1646,10 +1646,10 @@ export interface components {
             image?: string;
             /** @description See SessionSpec. */
             harness?: string;
-            /** @description See SessionSpec. */
-            idle_timeout_s?: number;
-            /** @description See SessionSpec. */
-            max_lifetime_s?: number;
+            /** @description See SessionSpec: seconds, or a string as the CLI takes it: a duration such as "15m" (at least 1s, rounded up), "0" (the server default) or "never". */
+            idle_timeout_s?: number | string;
+            /** @description See SessionSpec; seconds or a string as idle_timeout_s takes it ("24h", "never"). */
+            max_lifetime_s?: number | string;
             /** @description See SessionSpec. */
             egress?: string[];
             /** @description Requests with the same key create at most one session. */
@@ -2291,7 +2291,7 @@ export interface components {
             skills?: string[];
             /** @description Apps served in the VM (recorded; not exposed yet). */
             apps?: components["schemas"]["ProfileApp"][];
-            /** @description 0: the server's default; -1: never. */
+            /** @description Seconds; 0: the server's default; -1: never. A request may also give it as the CLI does, a string: a duration such as "15m" (at least 1s), "0" or "never"; answers carry the seconds. */
             idle_timeout_s?: number;
         };
         ProfileRepo: {
