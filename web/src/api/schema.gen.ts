@@ -1646,10 +1646,10 @@ export interface components {
             image?: string;
             /** @description See SessionSpec. */
             harness?: string;
-            /** @description See SessionSpec: seconds, or a string as the CLI takes it: a duration such as "15m" (at least 1s, rounded up), "0" (the server default) or "never". */
-            idle_timeout_s?: number | string;
-            /** @description See SessionSpec; seconds or a string as idle_timeout_s takes it ("24h", "never"). */
-            max_lifetime_s?: number | string;
+            /** @description See SessionSpec. The server also takes it as the CLI does, a string: a duration such as "15m" (at least 1s, rounded up), "0" (the server default) or "never". */
+            idle_timeout_s?: number;
+            /** @description See SessionSpec; also a string as idle_timeout_s ("24h", "never"). */
+            max_lifetime_s?: number;
             /** @description See SessionSpec. */
             egress?: string[];
             /** @description Requests with the same key create at most one session. */
