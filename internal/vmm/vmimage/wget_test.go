@@ -72,3 +72,28 @@ func TestWgetWrapper(t *testing.T) {
 		t.Errorf("a stalled fetch with -T 1: exit %d (%v) after %v, want a failure within seconds, not a segfault", code, err, time.Since(start))
 	}
 }
+
+// TestBusyboxRootWget: the staged default root has the wrapper as its wget
+// on PATH, and a login shell's profile points the wget command at it
+// (busybox sh would otherwise run its own applet).
+func TestBusyboxRootWget(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat("/bin/busybox"); err != nil {
+		testutil.SkipOrFail(t, "no /bin/busybox (scripts/install-deps.sh)")
+	}
+	root := t.TempDir()
+	b := &Builder{cfg: Config{Busybox: "/bin/busybox"}}
+	if err := b.stageBusybox(t.Context(), root); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Lstat(filepath.Join(root, "usr/bin/wget"))
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o755 {
+		t.Fatalf("usr/bin/wget: %v %v, want the wrapper, a 0755 file", fi, err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(root, "usr/bin/wget")); !bytes.Equal(got, wgetWrapper) {
+		t.Error("usr/bin/wget is not the wrapper")
+	}
+	if p, _ := os.ReadFile(filepath.Join(root, "etc/profile")); !strings.Contains(string(p), `wget() { /usr/bin/wget "$@"; }`) {
+		t.Errorf("etc/profile %q does not route wget to the wrapper", p)
+	}
+}
