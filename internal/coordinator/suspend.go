@@ -56,7 +56,7 @@ func (c *Coordinator) Outcome(ctx context.Context, op domain.Op) (SuspendOutcome
 	case err == nil:
 		out.SnapshotID = op.ID
 	case !errors.Is(err, store.ErrNotFound):
-		return out, fmt.Errorf("read snapshot %s: %w", op.ID, err)
+		return out, err
 	}
 	switch {
 	case op.State == domain.OpSuperseded:
