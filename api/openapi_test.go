@@ -396,6 +396,7 @@ func coreSchemaTypes() map[string]reflect.Type {
 		"ImageJob":               reflect.TypeFor[apiv1.ImageJob](),
 		"ImageJobResponse":       reflect.TypeFor[apiv1.ImageJobResponse](),
 		"ImageList":              reflect.TypeFor[apiv1.ImageList](),
+		"ImageDefaults":          reflect.TypeFor[apiv1.ImageDefaults](),
 		"ImageJobList":           reflect.TypeFor[apiv1.ImageJobList](),
 		// Agents (harnesses, secrets, profiles).
 		"BuildHarnessRequest":  reflect.TypeFor[apiv1.BuildHarnessRequest](),

@@ -12,7 +12,7 @@ import (
 
 // ExecCutError is an exec stream that ended without an exit status
 // because an operation took the session from under the command: Kind is
-// that op's kind ("evict": the session was suspended; "destroy",
+// that op's kind ("suspend", "evict" from older servers: the session was suspended; "destroy",
 // "expire": it ended; "recover": its host was lost). errors.Is(err,
 // ErrNoExit) holds for it.
 type ExecCutError struct {
@@ -28,7 +28,7 @@ func (e *ExecCutError) Error() string {
 // What says what happened to the session, e.g. "the session was suspended".
 func (e *ExecCutError) What() string {
 	switch e.Kind {
-	case "evict":
+	case apiv1.OpSuspend, "evict":
 		return "the session was suspended"
 	case "destroy":
 		return "the session was deleted"
@@ -43,12 +43,12 @@ func (e *ExecCutError) What() string {
 func (e *ExecCutError) Unwrap() error { return e.err }
 
 // Suspended reports whether the command was cut short by a suspend.
-func (e *ExecCutError) Suspended() bool { return e.Kind == "evict" }
+func (e *ExecCutError) Suspended() bool { return e.Kind == apiv1.OpSuspend || e.Kind == "evict" }
 
 // cuts reports whether an op of kind takes a running session's machine away.
 func cuts(kind string) bool {
 	switch kind {
-	case "evict", "destroy", "expire", "recover", "move":
+	case apiv1.OpSuspend, "evict", apiv1.OpDestroy, apiv1.OpExpire, apiv1.OpRecover, apiv1.OpMove:
 		return true
 	}
 	return false

@@ -67,10 +67,11 @@ func TestExecCutShort(t *testing.T) {
 		wantKind string // "" plain ErrNoExit
 		wantOp   string
 	}{
-		{"suspended under the command", "2", ops("create", "resume", "evict"), "evict", "op3"},
-		{"a snapshot does not cut, the suspend after it does", "1", ops("create", "snapshot", "evict"), "evict", "op3"},
+		{"suspended under the command", "2", ops("create", "resume", "suspend"), "suspend", "op3"},
+		{"suspended, by an older server's name", "2", ops("create", "resume", "evict"), "evict", "op3"},
+		{"a snapshot does not cut, the suspend after it does", "1", ops("create", "snapshot", "suspend"), "suspend", "op3"},
 		{"deleted", "1", ops("create", "destroy"), "destroy", "op2"},
-		{"the evict came before the command", "3", ops("create", "resume", "evict"), "", ""},
+		{"the suspend came before the command", "3", ops("create", "resume", "suspend"), "", ""},
 		{"only a snapshot since", "1", ops("create", "snapshot"), "", ""},
 		{"no epoch header (an older server)", "", ops("create", "evict"), "", ""},
 	}
@@ -95,7 +96,7 @@ func TestExecCutShort(t *testing.T) {
 					t.Errorf("err %v explains the cut, want plain ErrNoExit", err)
 				case tt.wantKind != "" && (!errors.As(err, &cut) || cut.Kind != tt.wantKind || cut.OpID != tt.wantOp):
 					t.Errorf("err %v, want cut by %s %s", err, tt.wantKind, tt.wantOp)
-				case tt.wantKind == "evict" && !cut.Suspended():
+				case (tt.wantKind == "suspend" || tt.wantKind == "evict") && (!cut.Suspended() || cut.What() != "the session was suspended"):
 					t.Errorf("%v: Suspended() false", err)
 				}
 			})

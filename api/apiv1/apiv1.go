@@ -214,10 +214,22 @@ type OutboxList struct {
 	NextCursor string `json:"next_cursor"`
 }
 
+// Op kinds as the API shows them (Op.Kind).
+const (
+	OpCreate   = "create"
+	OpResume   = "resume"
+	OpSuspend  = "suspend" // servers before issue 26 said "evict"
+	OpSnapshot = "snapshot"
+	OpDestroy  = "destroy"
+	OpMove     = "move"
+	OpRecover  = "recover" // the session's host was lost
+	OpExpire   = "expire"  // the session's time limit passed
+)
+
 // Op is one op log row.
 type Op struct {
 	ID        string    `json:"id"`
-	Kind      string    `json:"kind"`
+	Kind      string    `json:"kind"` // OpCreate, OpSuspend, …
 	State     string    `json:"state"`
 	Step      string    `json:"step,omitempty"`
 	Epoch     int64     `json:"epoch"`
@@ -464,6 +476,22 @@ type ImageList struct {
 	Items []Image `json:"items"` // never null
 	// NextCursor is the ?cursor= of the next page; "" on the last.
 	NextCursor string `json:"next_cursor"`
+	// Defaults are what an enable request leaving a setting out gets, and
+	// the bounds of each (the server's answer always has them).
+	Defaults *ImageDefaults `json:"defaults,omitempty"`
+}
+
+// ImageDefaults are this server's image settings for an EnableImageRequest
+// that leaves them out (0 or absent), and their upper bounds.
+type ImageDefaults struct {
+	MemoryMiB      int `json:"memory_mib"`
+	VCPUs          int `json:"vcpus"`
+	DiskGiB        int `json:"disk_gib"`
+	WarmupTimeoutS int `json:"warmup_timeout_s"`
+	WarmupStallS   int `json:"warmup_stall_s"`
+	MaxMemoryMiB   int `json:"max_memory_mib"`
+	MaxVCPUs       int `json:"max_vcpus"`
+	MaxDiskGiB     int `json:"max_disk_gib"`
 }
 
 // ImageJobList answers RouteImageJobs.

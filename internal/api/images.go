@@ -24,6 +24,7 @@ type ImageService interface {
 	Images(ctx context.Context, all bool) ([]imagejobs.ImageView, error)
 	ImageJobs(ctx context.Context, nameOrID string) ([]domain.ImageJob, error)
 	ImageJob(ctx context.Context, id string) (domain.ImageJob, error)
+	Defaults() imagejobs.ImageDefaults
 }
 
 // imagesRouter serves images and their enable jobs.
@@ -138,7 +139,9 @@ func (s *imagesRouter) listImages(w http.ResponseWriter, r *http.Request) {
 	for _, v := range vs {
 		views = append(views, imageOut(v))
 	}
-	var out apiv1.ImageList
+	d := s.co.Defaults()
+	out := apiv1.ImageList{Defaults: &apiv1.ImageDefaults{MemoryMiB: d.MemoryMiB, VCPUs: d.VCPUs, DiskGiB: d.DiskGiB,
+		WarmupTimeoutS: d.WarmupTimeoutS, WarmupStallS: d.WarmupStallS, MaxMemoryMiB: d.MaxMemoryMiB, MaxVCPUs: d.MaxVCPUs, MaxDiskGiB: d.MaxDiskGiB}}
 	out.Items, out.NextCursor = pageOf(views, func(i apiv1.Image) string { return i.Name + "\x00" + i.ID }, p)
 	writeJSON(w, http.StatusOK, out)
 }

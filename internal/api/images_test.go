@@ -119,6 +119,10 @@ func (f *fakeImages) Images(_ context.Context, all bool) ([]imagejobs.ImageView,
 	return out, f.err
 }
 
+func (f *fakeImages) Defaults() imagejobs.ImageDefaults {
+	return imagejobs.ImageDefaults{MemoryMiB: 512, VCPUs: 1, DiskGiB: 4, WarmupTimeoutS: 600, WarmupStallS: 120, MaxMemoryMiB: 16384, MaxVCPUs: 16, MaxDiskGiB: 256}
+}
+
 func (f *fakeImages) ImageJobs(ctx context.Context, name string) ([]domain.ImageJob, error) {
 	if _, err := f.Image(ctx, name); err != nil {
 		return nil, err
@@ -254,7 +258,8 @@ func TestImageRoutes(t *testing.T) {
 	}{
 		{name: "list", method: "GET", target: "/v1/images", status: 200,
 			contains: []string{`"items":[{"id":"i1","name":"web"`, `"base_snapshot_id":"base1"`, `"digest":"sha256:abc"`, `"ready_hosts":["h1"]`,
-				`"facts":{`, `"last_job":{"id":"j2"`, `"stages_ms":{"pull":1500,"rootfs":800,"warmup":12000}`, `"memory_mib":1024`},
+				`"facts":{`, `"last_job":{"id":"j2"`, `"stages_ms":{"pull":1500,"rootfs":800,"warmup":12000}`, `"memory_mib":1024`,
+				`"defaults":{"memory_mib":512,"vcpus":1,"disk_gib":4,"warmup_timeout_s":600,"warmup_stall_s":120,"max_memory_mib":16384,"max_vcpus":16,"max_disk_gib":256}`},
 			lacks: []string{`"old"`, "image_env", "cred1"}},
 		{name: "list all", method: "GET", target: "/v1/images?all=true", status: 200, contains: []string{`"name":"old"`, `"state":"disabled"`}},
 		{name: "list bad all", method: "GET", target: "/v1/images?all=maybe", status: 400, contains: []string{`all=\"maybe\": want true or false`}},

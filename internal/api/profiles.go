@@ -35,11 +35,11 @@ func (s *profilesRouter) route(h func(string, http.HandlerFunc)) {
 }
 
 func (s *profilesRouter) previewReceipt(w http.ResponseWriter, r *http.Request) {
-	var req apiv1.PreviewReceiptRequest
+	var req previewReceiptIn
 	if !s.decode(w, r, &req) {
 		return
 	}
-	rc, probs, err := s.co.PreviewReceipt(r.Context(), req.Spec)
+	rc, probs, err := s.co.PreviewReceipt(r.Context(), req.Spec.spec())
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -48,11 +48,11 @@ func (s *profilesRouter) previewReceipt(w http.ResponseWriter, r *http.Request) 
 }
 
 func (s *profilesRouter) createProfile(w http.ResponseWriter, r *http.Request) {
-	var req apiv1.CreateProfileRequest
+	var req createProfileIn
 	if !s.decode(w, r, &req) {
 		return
 	}
-	v, err := s.co.CreateProfile(r.Context(), req.Name, req.Spec)
+	v, err := s.co.CreateProfile(r.Context(), req.Name, req.Spec.spec())
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -89,11 +89,11 @@ func (s *profilesRouter) getProfile(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *profilesRouter) updateProfile(w http.ResponseWriter, r *http.Request) {
-	var req apiv1.UpdateProfileRequest
+	var req updateProfileIn
 	if !s.decode(w, r, &req) {
 		return
 	}
-	v, err := s.co.UpdateProfile(r.Context(), r.PathValue("name"), req.Spec, req.Version)
+	v, err := s.co.UpdateProfile(r.Context(), r.PathValue("name"), req.Spec.spec(), req.Version)
 	if err != nil {
 		s.fail(w, r, err)
 		return

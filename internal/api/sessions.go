@@ -56,10 +56,11 @@ func (s *sessionsRouter) route(h func(string, http.HandlerFunc)) {
 }
 
 func (s *sessionsRouter) createSession(w http.ResponseWriter, r *http.Request) {
-	var req apiv1.CreateSessionRequest
-	if !s.decode(w, r, &req) {
+	var in createSessionIn
+	if !s.decode(w, r, &in) {
 		return
 	}
+	req := in.request()
 	spec := domain.SessionSpec{MemoryMiB: req.MemoryMiB, VCPUs: req.VCPUs, Env: req.Env, Image: req.Image, Harness: req.Harness, IdleTimeoutSec: req.IdleTimeoutSec, MaxLifetimeSec: req.MaxLifetimeSec, Egress: req.Egress}
 	sess, err := s.co.CreateSession(r.Context(), spec, req.IdempotencyKey)
 	if err != nil {
@@ -157,7 +158,7 @@ func sessionOut(s domain.Session, ops []domain.Op) apiv1.Session {
 	spec := s.Spec
 	out.Spec = apiv1.SessionSpec{MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, Env: spec.Env, Image: spec.Image, Harness: spec.Harness, IdleTimeoutSec: spec.IdleTimeoutSec, MaxLifetimeSec: spec.MaxLifetimeSec, Egress: spec.Egress}
 	for _, o := range ops {
-		out.Ops = append(out.Ops, apiv1.Op{ID: o.ID, Kind: string(o.Kind), State: string(o.State), Step: o.Step,
+		out.Ops = append(out.Ops, apiv1.Op{ID: o.ID, Kind: o.Kind.Word(), State: string(o.State), Step: o.Step,
 			Epoch: o.Epoch, Attempts: o.Attempts, Error: o.Error, CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt})
 	}
 	return out

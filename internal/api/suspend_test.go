@@ -49,6 +49,15 @@ func TestSuspendAnswersItsOutcome(t *testing.T) {
 		got.Suspend.SnapshotID == "" || got.Suspend.SnapshotID != got.HeadSnapshot || got.Suspend.OpID == "" {
 		t.Fatalf("suspend: %d %+v %+v", code, got, got.Suspend)
 	}
+	// The op log says "suspend", the word users see, whatever name the
+	// op is stored under.
+	req := httptest.NewRequest(http.MethodGet, "/v1/sessions/"+string(s.ID), nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	rec := httptest.NewRecorder()
+	srv.ServeHTTP(rec, req)
+	if body := rec.Body.String(); !strings.Contains(body, `"id":"`+got.Suspend.OpID+`","kind":"suspend"`) || strings.Contains(body, "evict") {
+		t.Errorf("session after the suspend: %s; want its op %s of kind suspend, no evict", body, got.Suspend.OpID)
+	}
 	if code, again := suspend(s.ID); code != 200 || again.Suspend == nil || again.Suspend.Result != apiv1.SuspendAlreadyIdle ||
 		again.Suspend.SnapshotID != got.HeadSnapshot {
 		t.Fatalf("suspend again: %d %+v", code, again.Suspend)

@@ -249,7 +249,7 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, id string)
 	}
 }
 
-// suspendUnder suspends session id as an evict op would, under a running
+// suspendUnder suspends session id as a suspend op would, under a running
 // command.
 func (s *Server) suspendUnder(id string) {
 	s.mu.Lock()
@@ -257,7 +257,7 @@ func (s *Server) suspendUnder(id string) {
 	sess := s.findSession(id)
 	sess.Epoch++
 	s.nextOp++
-	s.ops[id] = append(s.ops[id], apiv1.Op{ID: fmt.Sprintf("op%d", s.nextOp+1), Kind: "evict", State: "succeeded", Epoch: sess.Epoch,
+	s.ops[id] = append(s.ops[id], apiv1.Op{ID: fmt.Sprintf("op%d", s.nextOp+1), Kind: apiv1.OpSuspend, State: "succeeded", Epoch: sess.Epoch,
 		Attempts: 1, CreatedAt: BaseTime(), UpdatedAt: BaseTime()})
 	s.snapshotLocked(sess, "suspend")
 	sess.State, sess.DesiredState, sess.HostID = "idle", "idle", ""

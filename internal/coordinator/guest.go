@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -38,7 +37,7 @@ func (t GuestTarget) Client() *guestapi.Client {
 func (c *Coordinator) Guest(ctx context.Context, id domain.SessionID) (GuestTarget, error) {
 	s, err := c.st.GetSession(ctx, id)
 	if err != nil {
-		return GuestTarget{}, fmt.Errorf("get session %s: %w", id, err)
+		return GuestTarget{}, err
 	}
 	if s.State != domain.SessionActive {
 		if s, err = c.EnsureActive(ctx, s); err != nil {

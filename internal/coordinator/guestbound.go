@@ -37,7 +37,7 @@ func (c *linkHandlers) handleGuestBound(w http.ResponseWriter, r *http.Request) 
 	}
 	s, err := c.st.GetSession(r.Context(), sid)
 	if err != nil {
-		c.writeGuestBoundErr(w, sid, hostID, fmt.Errorf("get session %s: %w", sid, err))
+		c.writeGuestBoundErr(w, sid, hostID, err)
 		return
 	}
 	if !s.RunsOn(hostID, req.Epoch) {

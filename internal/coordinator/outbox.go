@@ -22,7 +22,7 @@ func (c *Coordinator) PutOutbox(ctx context.Context, sessionID domain.SessionID,
 	}
 	s, err := c.st.GetSession(ctx, sessionID)
 	if err != nil {
-		return domain.OutboxItem{}, fmt.Errorf("get session %s: %w", sessionID, err)
+		return domain.OutboxItem{}, err
 	}
 	if s.State.Terminal() {
 		return domain.OutboxItem{}, fmt.Errorf("%w: session %s is %s", domain.ErrNotActive, sessionID, s.State)
@@ -61,7 +61,7 @@ func (x *opRun) rollbackOutbox(ctx context.Context) error {
 	if x.s.HeadSnapshotID != "" {
 		snap, err := x.c.st.GetSnapshot(ctx, x.s.HeadSnapshotID)
 		if err != nil {
-			return transient(fmt.Errorf("read snapshot %s: %w", x.s.HeadSnapshotID, err))
+			return transient(err)
 		}
 		after = snap.OutboxSeq
 	}
@@ -83,7 +83,7 @@ func (x *opRun) notifyRestored(ctx context.Context) error {
 	}
 	snap, err := x.c.st.GetSnapshot(ctx, x.s.HeadSnapshotID)
 	if err != nil {
-		return transient(fmt.Errorf("read snapshot %s: %w", x.s.HeadSnapshotID, err))
+		return transient(err)
 	}
 	for _, o := range x.c.restd {
 		if err := o.SessionRestored(ctx, x.s, snap); err != nil {

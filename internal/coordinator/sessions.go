@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/internal/domain"
-	"github.com/engrams/engrams/internal/guestapi"
+	"github.com/engrams/engrams/internal/netpolicy"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -137,8 +137,11 @@ func checkEgress(spec *domain.SessionSpec) error {
 	if len(spec.Egress) > maxEgress {
 		return fmt.Errorf("%w: egress lists %d hosts, at most %d", domain.ErrInvalid, len(spec.Egress), maxEgress)
 	}
+	// The check each host makes when it compiles the list at boot, so an
+	// entry it would refuse (a loopback, private or metadata address) is
+	// refused here, naming it, rather than failing the boot.
 	for i, h := range spec.Egress {
-		if err := guestapi.CheckEgressHost(h); err != nil {
+		if err := netpolicy.CheckEntry(h); err != nil {
 			return fmt.Errorf("%w: egress[%d]: %w", domain.ErrInvalid, i, err)
 		}
 	}
@@ -153,7 +156,7 @@ func checkEgress(spec *domain.SessionSpec) error {
 func (c *Coordinator) DeleteSession(ctx context.Context, id domain.SessionID) (domain.Session, error) {
 	s, err := c.st.GetSession(ctx, id)
 	if err != nil {
-		return domain.Session{}, fmt.Errorf("get session %s: %w", id, err)
+		return domain.Session{}, err
 	}
 	if s.State.Terminal() {
 		return s, nil
@@ -181,7 +184,7 @@ func (c *Coordinator) WaitSession(ctx context.Context, id domain.SessionID, done
 	for {
 		s, err := c.st.GetSession(ctx, id)
 		if err != nil {
-			return s, fmt.Errorf("wait for session %s: %w", id, err)
+			return s, fmt.Errorf("wait for the session: %w", err) // err names it
 		}
 		if done(s) {
 			return s, nil
@@ -233,7 +236,7 @@ func (c *Coordinator) EnsureActive(ctx context.Context, s domain.Session) (domai
 		}
 		next, err := c.st.GetSession(ctx, s.ID)
 		if err != nil {
-			return s, fmt.Errorf("get session %s: %w", s.ID, err)
+			return s, err
 		}
 		s = next
 	}
@@ -278,7 +281,7 @@ func (c *Coordinator) enqueueWhenFree(ctx context.Context, op domain.Op) (domain
 func (c *Coordinator) Suspend(ctx context.Context, id domain.SessionID) (domain.Session, domain.Op, error) {
 	s, err := c.st.GetSession(ctx, id)
 	if err != nil {
-		return s, domain.Op{}, fmt.Errorf("get session %s: %w", id, err)
+		return s, domain.Op{}, err
 	}
 	if s.State == domain.SessionIdle {
 		return s, domain.Op{}, nil
@@ -317,7 +320,7 @@ func (c *Coordinator) WaitOp(ctx context.Context, op domain.Op) (domain.Op, doma
 func (c *Coordinator) Resume(ctx context.Context, id domain.SessionID) (domain.Session, error) {
 	s, err := c.st.GetSession(ctx, id)
 	if err != nil {
-		return s, fmt.Errorf("get session %s: %w", id, err)
+		return s, err
 	}
 	if err := c.st.SetDesiredState(ctx, id, domain.DesireActive); err != nil {
 		return s, fmt.Errorf("resume session %s: %w", id, err)
@@ -330,7 +333,7 @@ func (c *Coordinator) Resume(ctx context.Context, id domain.SessionID) (domain.S
 func (c *Coordinator) Snapshot(ctx context.Context, id domain.SessionID) (domain.Snapshot, error) {
 	s, err := c.st.GetSession(ctx, id)
 	if err != nil {
-		return domain.Snapshot{}, fmt.Errorf("get session %s: %w", id, err)
+		return domain.Snapshot{}, err
 	}
 	if s.State != domain.SessionActive {
 		return domain.Snapshot{}, fmt.Errorf("%w: session %s is %s", domain.ErrNotActive, id, s.State)

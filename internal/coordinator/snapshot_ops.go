@@ -79,7 +79,7 @@ func (x *opRun) capture(ctx context.Context, destroy bool, reason string) (domai
 	if x.s.HeadSnapshotID == x.op.ID {
 		snap, err := x.c.st.GetSnapshot(ctx, x.op.ID)
 		if err != nil {
-			return domain.Snapshot{}, transient(fmt.Errorf("read snapshot %s: %w", x.op.ID, err))
+			return domain.Snapshot{}, transient(err)
 		}
 		return snap, nil // committed by an earlier attempt
 	}
@@ -138,7 +138,7 @@ func (x *opRun) resume(ctx context.Context) error {
 	}
 	snap, err := x.c.st.GetSnapshot(ctx, x.s.HeadSnapshotID)
 	if err != nil {
-		return transient(fmt.Errorf("read snapshot %s: %w", x.s.HeadSnapshotID, err))
+		return transient(err)
 	}
 	spec := x.s.Spec
 	hostID := x.s.HostID

@@ -48,7 +48,7 @@ func (c *Coordinator) Outcome(ctx context.Context, op domain.Op) (SuspendOutcome
 	}
 	s, err := c.st.GetSession(ctx, op.SessionID)
 	if err != nil {
-		return SuspendOutcome{}, fmt.Errorf("get session %s: %w", op.SessionID, err)
+		return SuspendOutcome{}, err
 	}
 	out := SuspendOutcome{Op: op, Session: s}
 	// The evict op names its snapshot: it exists only if it was committed.
@@ -56,7 +56,7 @@ func (c *Coordinator) Outcome(ctx context.Context, op domain.Op) (SuspendOutcome
 	case err == nil:
 		out.SnapshotID = op.ID
 	case !errors.Is(err, store.ErrNotFound):
-		return out, fmt.Errorf("read snapshot %s: %w", op.ID, err)
+		return out, err
 	}
 	switch {
 	case op.State == domain.OpSuperseded:
@@ -92,7 +92,7 @@ func (c *Coordinator) supersededBy(ctx context.Context, op domain.Op) string {
 	}
 	for _, o := range ops {
 		if o.ID != op.ID && !o.CreatedAt.Before(op.CreatedAt) {
-			return fmt.Sprintf("a %s operation (%s) took the session first", o.Kind, o.ID)
+			return fmt.Sprintf("a %s operation (%s) took the session first", o.Kind.Word(), o.ID)
 		}
 	}
 	return "a newer operation took the session"

@@ -84,13 +84,23 @@ type OpKind string
 const (
 	OpCreate   OpKind = "create"
 	OpResume   OpKind = "resume"
-	OpEvict    OpKind = "evict"
+	OpEvict    OpKind = "evict" // a suspend, stored under this name (Word says "suspend")
 	OpDestroy  OpKind = "destroy"
 	OpMove     OpKind = "move"
 	OpRecover  OpKind = "recover"  // the session's host was lost
 	OpSnapshot OpKind = "snapshot" // snapshot and keep running
 	OpExpire   OpKind = "expire"   // hard time limit passed: destroy, end Dead
 )
+
+// Word is the kind as users see it (the API, its errors, the CLI and the
+// dashboard): one word per concept, so OpEvict, stored as "evict" in the
+// rows already written, is a "suspend".
+func (k OpKind) Word() string {
+	if k == OpEvict {
+		return "suspend"
+	}
+	return string(k)
+}
 
 // OpState is where an op is.
 type OpState string

@@ -33,7 +33,7 @@ func TestBenchImages(t *testing.T) {
 	e.startQEMUHost(t)
 	ctx := context.Background()
 
-	stageNames := []string{"resolve", "pull", "rootfs", "chunks", "place", "capture", "fetch_rootfs", "boot", "warmup", "snapshot", "upload"}
+	stageNames := []string{"resolve", "pull", "rootfs", "chunks", "place", "on_host", "fetch_rootfs", "boot", "warmup", "snapshot", "upload"}
 	stages := map[string][]time.Duration{}
 	var total []time.Duration
 	for i := range enables {
@@ -70,7 +70,7 @@ func TestBenchImages(t *testing.T) {
 		fmt.Fprintf(&b, "%-52s %3d %10s %10s\n", name, len(d), secs(pct(d, 50)), secs(pct(d, 95)))
 	}
 	row("enable Debian, total (API until ready)", total)
-	for _, k := range stageNames { // capture is the host call; the stages after it are its parts
+	for _, k := range stageNames { // on_host is what the host call took beyond the stages after it, its parts
 		if d := stages[k]; len(d) > 0 {
 			row("  stage "+k, d)
 		}

@@ -286,7 +286,7 @@ func (k *commitRig) checkRetried() {
 	if len(end.Ops) > 0 {
 		evict = end.Ops[len(end.Ops)-1]
 	}
-	if evict.Kind != "evict" || evict.State != "succeeded" || evict.Attempts < 2 {
+	if evict.Kind != apiv1.OpSuspend || evict.State != "succeeded" || evict.Attempts < 2 {
 		t.Fatalf("last op %+v; want the suspend, succeeded on a retry", evict)
 	}
 	if missing := k.gate.missingChunks(t, rows[1]); len(missing) > 0 {

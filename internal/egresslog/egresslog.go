@@ -125,7 +125,7 @@ func (l *Log) handleReport(w http.ResponseWriter, r *http.Request) {
 	}
 	s, err := l.st.GetSession(r.Context(), sid)
 	if err != nil {
-		l.writeErr(w, sid, hostID, fmt.Errorf("get session %s: %w", sid, err))
+		l.writeErr(w, sid, hostID, err)
 		return
 	}
 	if !s.RunsOn(hostID, rep.Epoch) {
@@ -241,7 +241,7 @@ func (l *Log) EgressEvents(ctx context.Context, sid domain.SessionID, q Query) (
 		return nil, fmt.Errorf("%w: egress page: limit %d (0 to %d), after %d and before %d (not negative)", domain.ErrInvalid, q.Limit, MaxPage, q.After, q.Before)
 	}
 	if _, err := l.st.GetSession(ctx, sid); err != nil {
-		return nil, fmt.Errorf("egress events of session %s: %w", sid, err)
+		return nil, err
 	}
 	evs, err := l.st.ListEgressEvents(ctx, store.EgressQuery{SessionID: sid, Ascending: q.Ascending, After: q.After, Before: q.Before, Limit: q.Limit})
 	if err != nil {

@@ -44,6 +44,8 @@ type lease struct {
 	dur     time.Duration // 0: the coordinator named none, no self-fencing
 	renewed time.Time     // when the last answered register or heartbeat was sent
 	expired bool
+	paused  bool            // this expiry was logged with machines to pause
+	idle    bool            // this expiry was logged with nothing to pause
 	ctx     context.Context // cancelled when the lease expires; replaced on renewal
 	cancel  context.CancelCauseFunc
 }
@@ -91,15 +93,19 @@ func (l *lease) renew(sent time.Time, dur time.Duration) {
 	}
 	l.dur = max(dur, 0)
 	ended := l.expired && l.validLocked(now)
+	paused := ended && l.paused
 	if ended {
-		l.expired = false
+		l.expired, l.paused, l.idle = false, false, false
 		l.ctx, l.cancel = context.WithCancelCause(context.Background())
 	}
 	rec := leaseRecord{Lease: l.dur, Renewed: l.renewed}
 	l.mu.Unlock()
 	l.log.Debug("lease renew", "sent", sent.UTC().Format(time.RFC3339Nano), "lease", dur, "ended", ended)
-	if ended {
+	switch {
+	case paused:
 		l.log.Warn("lease renewed: the coordinator answers again; owned machines resume")
+	case ended:
+		l.log.Info("lease renewed: the coordinator answers again")
 	}
 	if b, err := json.Marshal(rec); err == nil {
 		if err := hostfs.WriteFileSync(l.dataDir, leaseFile, b); err != nil {
@@ -186,12 +192,31 @@ func (l *lease) check(ctx context.Context, pauseAll func(context.Context)) time.
 		l.expired = true
 		l.cancel(errLeaseExpired)
 	}
-	dur, renewed := l.dur, l.renewed
+	dur := l.dur
 	l.mu.Unlock()
-	if first {
-		l.log.Error("LEASE EXPIRED: no answered heartbeat within the lease; pausing every machine so no session is live on two hosts",
-			"lease", dur, "last_heartbeat", renewed.UTC().Format(time.RFC3339Nano), "machines", l.machines())
-	}
+	l.tell()
 	pauseAll(ctx)
 	return min(dur/4, leaseRecheck)
+}
+
+// tell logs an expired lease once: an ERROR when there are machines to
+// pause (a host cut off from its coordinator), an INFO while there are none
+// (an agent restarted after its predecessor's lease ran out, or an empty
+// host) and then an ERROR if machines appear before the lease is renewed.
+func (l *lease) tell() {
+	n := l.machines()
+	l.mu.Lock()
+	pause := n > 0 && !l.paused
+	idle := n == 0 && !l.paused && !l.idle
+	l.paused, l.idle = l.paused || pause, l.idle || idle
+	dur, last := l.dur, l.renewed.UTC().Format(time.RFC3339Nano)
+	l.mu.Unlock()
+	switch {
+	case pause:
+		l.log.Error("LEASE EXPIRED: no answered heartbeat within the lease; pausing every machine so no session is live on two hosts",
+			"lease", dur, "last_heartbeat", last, "machines", n)
+	case idle:
+		l.log.Info("lease expired: no answered heartbeat within the lease; no machine to pause, waiting for the coordinator",
+			"lease", dur, "last_heartbeat", last)
+	}
 }

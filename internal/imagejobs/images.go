@@ -86,6 +86,21 @@ func usable(img domain.Image) bool {
 	return img.State == domain.ImageReady && img.BaseID != "" && len(img.Manifests) > 0
 }
 
+// ImageDefaults are the settings an enable request leaving them out gets,
+// and their upper bounds.
+type ImageDefaults struct {
+	MemoryMiB, VCPUs, DiskGiB, WarmupTimeoutS, WarmupStallS int
+	MaxMemoryMiB, MaxVCPUs, MaxDiskGiB                      int
+}
+
+// Defaults are this coordinator's ImageDefaults (checkImageConfig fills
+// them in).
+func (c *Images) Defaults() ImageDefaults {
+	return ImageDefaults{MemoryMiB: defaultImageMemoryMiB, VCPUs: c.cfg.DefaultVCPUs, DiskGiB: defaultImageDiskGiB,
+		WarmupTimeoutS: defaultWarmupTimeoutSec, WarmupStallS: defaultWarmupStallSec,
+		MaxMemoryMiB: c.cfg.MaxMemoryMiB, MaxVCPUs: c.cfg.MaxVCPUs, MaxDiskGiB: maxImageDiskGiB}
+}
+
 // checkImageConfig validates and fills defaults of cfg.
 func (c *Images) checkImageConfig(cfg *ImageConfig) error {
 	if cfg.MemoryMiB == 0 {

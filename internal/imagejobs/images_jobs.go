@@ -107,13 +107,24 @@ func (r *jobRun) warn(warnings []string) {
 	r.warnings, r.dirty = warnings, true
 }
 
-// addStages records stage times measured elsewhere (on the capture host).
+// addStages records the stage times the capture host measured. They are
+// parts of the host call, which is the stage open here (StageOnHost): it
+// keeps only the time they leave (the link, the host's queue), so the
+// stages are disjoint and add up to the job's wall time.
 func (r *jobRun) addStages(ms map[string]int64) {
+	now := r.c.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	var parts int64
 	for k, v := range ms {
 		r.stages[k] += v
+		parts += v
 	}
+	if r.stage == "" || r.started.IsZero() {
+		return
+	}
+	r.stages[r.stage] += max(now.Sub(r.started).Milliseconds()-parts, 0)
+	r.started = now
 }
 
 func (r *jobRun) stagesJSON() json.RawMessage {

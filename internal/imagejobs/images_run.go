@@ -22,6 +22,11 @@ import (
 // a registry that stalls must not hold the image's one active job forever.
 const materializeLimit = 2 * time.Hour
 
+// StageOnHost is the capturing stage of the call to the capture host; its
+// own stages (fetch_rootfs, boot, warmup, snapshot, upload) replace it in
+// the job's stage times, leaving it only the time they do not cover.
+const StageOnHost = "on_host"
+
 // captureAttempts is how many hosts a capture tries when a host fails for
 // a reason of its own (unreachable, restarted, out of room).
 const captureAttempts = 3
@@ -209,7 +214,7 @@ func (c *Images) capture(ctx context.Context, r *jobRun, img domain.Image, cfg I
 			return hostlink.CaptureResponse{}, &jobFailure{err: fmt.Errorf("no host can capture the image: %w", err)}
 		}
 		req.SnapshotID = fmt.Sprintf("%s.%d.%d", r.job.ID, r.job.Epoch, attempt)
-		r.set(domain.JobCapturing, "capture", 0, 0)
+		r.set(domain.JobCapturing, StageOnHost, 0, 0)
 		c.log.Info("capturing image", "image_id", img.ID, "host_id", hostID, "snapshot_id", req.SnapshotID)
 		resp, err := c.links.Capture(ctx, limit, hostID, r.job.ID, r.job.Epoch, req)
 		if err == nil {

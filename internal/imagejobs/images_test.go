@@ -84,6 +84,11 @@ func TestImageEnableCapturesAndSessionsRestoreTheBase(t *testing.T) {
 	if v.Image.Name != "app" || v.State != ImagePending || v.Credential != "u@index.docker.io" {
 		t.Fatalf("enable answered %+v", v)
 	}
+	// The defaults the API shows are the ones an enable without settings gets.
+	if d := e.im.Defaults(); d.MemoryMiB != 512 || v.Config.MemoryMiB != d.MemoryMiB || v.Config.VCPUs != d.VCPUs || v.Config.DiskGiB != d.DiskGiB ||
+		v.Config.WarmupTimeoutS != d.WarmupTimeoutS || v.Config.WarmupStallS != d.WarmupStallS {
+		t.Errorf("defaults %+v, the image got %+v", d, v.Config)
+	}
 	job = waitJob(t, e, job.ID)
 	if job.State != domain.JobReady || job.Digest != "sha256:aaa" || job.Attempts != 1 {
 		t.Fatalf("job %+v", job)
@@ -248,7 +253,7 @@ func TestImageDisabledDuringItsJobStaysDisabled(t *testing.T) {
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		j, err := e.st.GetJob(ctx, job.ID)
-		if err == nil && j.State == domain.JobCapturing && j.Stage == "capture" {
+		if err == nil && j.State == domain.JobCapturing && j.Stage == StageOnHost {
 			break // the capture is in flight, held by the host's lock
 		}
 		if time.Now().After(deadline) {

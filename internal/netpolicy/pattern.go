@@ -94,7 +94,7 @@ func (p Pattern) Reachable() error {
 		return nil
 	}
 	if reason, blocked := BlockedRange(p.Addr); blocked {
-		return &BlockedError{Addr: netip.AddrPortFrom(p.Addr, p.Port), Reason: reason + " (never reachable, whatever the allowlist says)"}
+		return &BlockedError{Addr: netip.AddrPortFrom(p.Addr, p.Port), Entry: p.entry, Reason: reason + " (never reachable, whatever the allowlist says)"}
 	}
 	return nil
 }

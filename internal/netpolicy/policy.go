@@ -25,16 +25,31 @@ func Compile(entries []string) (*Policy, error) {
 	}
 	p := &Policy{patterns: make([]Pattern, 0, len(entries))}
 	for i, e := range entries {
-		pat, err := ParsePattern(e)
-		if err == nil {
-			err = pat.Reachable()
-		}
+		pat, err := parseEntry(e)
 		if err != nil {
 			return nil, fmt.Errorf("compile egress policy: entry %d: %w", i, err)
 		}
 		p.patterns = append(p.patterns, pat)
 	}
 	return p, nil
+}
+
+// CheckEntry is the check Compile makes of each entry: its syntax
+// (ParsePattern) and, for an address, that no allowlist can reach it
+// (Pattern.Reachable). Where an allowlist is given (a session, a profile),
+// running it refuses there what a host would refuse at boot. The error
+// names the entry as written.
+func CheckEntry(entry string) error {
+	_, err := parseEntry(entry)
+	return err
+}
+
+func parseEntry(entry string) (Pattern, error) {
+	pat, err := ParsePattern(entry)
+	if err == nil {
+		err = pat.Reachable()
+	}
+	return pat, err
 }
 
 // Entries are the entries compiled, in order.

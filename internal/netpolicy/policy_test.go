@@ -152,3 +152,44 @@ func TestAllowName(t *testing.T) {
 		t.Error("an empty policy allowed a name")
 	}
 }
+
+// TestCheckEntry: CheckEntry refuses what Compile refuses, one entry at a
+// time, naming the entry as written and saying it once.
+func TestCheckEntry(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		entry   string
+		blocked bool
+		want    string // "" = accepted
+	}{
+		{"example.com", false, ""},
+		{"*.example.com:8443", false, ""},
+		{"8.8.8.8:53", false, ""},
+		{"[2606:4700::1111]:853", false, ""},
+		{"127.0.0.1:80", true, "127.0.0.1:80 is blocked: loopback 127.0.0.0/8 (never reachable, whatever the allowlist says)"},
+		{"[::ffff:127.0.0.1]:80", true, "[::ffff:127.0.0.1]:80 is blocked: loopback 127.0.0.0/8"},
+		{"10.1.2.3", true, "10.1.2.3 is blocked: private 10.0.0.0/8"},
+		{"192.168.1.1:8080", true, "192.168.1.1:8080 is blocked: private 192.168.0.0/16"},
+		{"169.254.169.254", true, "169.254.169.254 is blocked: link-local (cloud metadata)"},
+		{"[::1]:443", true, "[::1]:443 is blocked: loopback ::1/128"},
+		{"0.0.0.0:80", true, "0.0.0.0:80 is blocked: the unspecified address"},
+		{"Example.com", false, `"Example.com": label "Example" is not a lower-case DNS label`},
+		{"host:0", false, `"host:0": port "0" is not 1 to 65535`},
+	}
+	for _, tt := range tests {
+		err := CheckEntry(tt.entry)
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("CheckEntry(%q): %v, want nil", tt.entry, err)
+		case tt.want == "":
+		case err == nil || !strings.HasPrefix(err.Error(), tt.want) || errors.Is(err, ErrBlocked) != tt.blocked:
+			t.Errorf("CheckEntry(%q): %v (blocked %v), want %q (blocked %v)", tt.entry, err, errors.Is(err, ErrBlocked), tt.want, tt.blocked)
+		case strings.Count(err.Error(), tt.entry) != 1:
+			t.Errorf("CheckEntry(%q): %v names the entry %d times, want once", tt.entry, err, strings.Count(err.Error(), tt.entry))
+		}
+		_, cerr := Compile([]string{tt.entry})
+		if (cerr == nil) != (err == nil) {
+			t.Errorf("CheckEntry(%q) = %v but Compile = %v: the two checks differ", tt.entry, err, cerr)
+		}
+	}
+}

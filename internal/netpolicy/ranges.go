@@ -15,9 +15,13 @@ type BlockedError struct {
 	Host   string         // the name dialled, if it was one
 	Addr   netip.AddrPort // the address refused (the first one, for a name)
 	Reason string         // e.g. "loopback 127.0.0.0/8"
+	Entry  string         // the allowlist entry naming Addr, as written (Pattern.Reachable)
 }
 
 func (e *BlockedError) Error() string {
+	if e.Entry != "" {
+		return fmt.Sprintf("%s is blocked: %s", e.Entry, e.Reason)
+	}
 	a := e.Addr.String()
 	if e.Addr.Port() == 0 && e.Addr.Addr().IsValid() {
 		a = e.Addr.Addr().String()

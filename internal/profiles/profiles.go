@@ -259,10 +259,8 @@ func checkStatic(spec *apiv1.ProfileSpec) problems {
 	}
 	seen := map[string]bool{}
 	for i, h := range spec.Egress {
-		if pat, err := netpolicy.ParsePattern(h); err != nil {
+		if err := netpolicy.CheckEntry(h); err != nil {
 			probs.add("egress[%d]: %v", i, err)
-		} else if err := pat.Reachable(); err != nil {
-			probs.add("egress[%d] %q: %v", i, h, err)
 		} else if seen[h] {
 			probs.add("egress[%d] %q is listed twice", i, h)
 		}

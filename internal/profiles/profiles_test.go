@@ -174,8 +174,8 @@ func TestProfileValidation(t *testing.T) {
 			"apps[0] web: port 0", `apps[1]: name "web" is listed twice`, "apps[2] api: port 80 is listed twice", "idle_timeout_s -5"}},
 		{"egress to blocked addresses", func(s *apiv1.ProfileSpec) {
 			s.Egress = []string{"10.0.0.5", "[::1]:8080", "169.254.169.254:80", "8.8.8.8"}
-		}, []string{`egress[0] "10.0.0.5": 10.0.0.5 is blocked: private 10.0.0.0/8`, `egress[1] "[::1]:8080": [::1]:8080 is blocked: loopback`,
-			`egress[2] "169.254.169.254:80": 169.254.169.254:80 is blocked: link-local`}},
+		}, []string{`egress[0]: 10.0.0.5 is blocked: private 10.0.0.0/8`, `egress[1]: [::1]:8080 is blocked: loopback`,
+			`egress[2]: 169.254.169.254:80 is blocked: link-local`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -174,7 +174,7 @@ func newID() string { return uuid.Must(uuid.NewV7()).String() }
 func (s *Server) lookupHost(ctx context.Context, hostID domain.HostID) (string, string, error) {
 	h, err := s.st.GetHost(ctx, hostID)
 	if err != nil {
-		return "", "", fmt.Errorf("look up host %s: %w", hostID, err)
+		return "", "", err
 	}
 	return h.ReplicaID, h.ReplicaAddr, nil
 }

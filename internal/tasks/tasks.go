@@ -100,7 +100,7 @@ func (c *Tasks) StartTask(ctx context.Context, req StartTaskRequest) (domain.Tas
 		if t, err := c.st.GetTask(ctx, req.ID); err == nil {
 			return t, nil
 		} else if !errors.Is(err, domain.ErrNotFound) {
-			return domain.Task{}, fmt.Errorf("get task %s: %w", req.ID, err)
+			return domain.Task{}, err
 		}
 	}
 	prof, spec, receipt, err := c.profiles.ResolveProfile(ctx, req.Profile)
@@ -206,7 +206,7 @@ func (c *Tasks) SendTask(ctx context.Context, taskID domain.TaskID, text string)
 	}
 	t, err := c.st.GetTask(ctx, taskID)
 	if err != nil {
-		return domain.TaskEvent{}, fmt.Errorf("get task %s: %w", taskID, err)
+		return domain.TaskEvent{}, err
 	}
 	switch t.State {
 	case domain.TaskStopped, domain.TaskFailed:
@@ -240,7 +240,7 @@ func (c *Tasks) SendTask(ctx context.Context, taskID domain.TaskID, text string)
 func (c *Tasks) StopTask(ctx context.Context, taskID domain.TaskID) (domain.Task, error) {
 	t, err := c.st.GetTask(ctx, taskID)
 	if err != nil {
-		return t, fmt.Errorf("get task %s: %w", taskID, err)
+		return t, err
 	}
 	if t.State == domain.TaskStopped {
 		return t, nil

@@ -64,7 +64,7 @@ func (c *Tasks) handleHarnessEvents(w http.ResponseWriter, r *http.Request) {
 func (c *Tasks) ingestHarnessEvents(ctx context.Context, hostID domain.HostID, sid domain.SessionID, req hostlink.HarnessEventsRequest) (int64, error) {
 	s, err := c.st.GetSession(ctx, sid)
 	if err != nil {
-		return 0, fmt.Errorf("get session %s: %w", sid, err)
+		return 0, err
 	}
 	if !s.RunsOn(hostID, req.Epoch) {
 		return 0, fmt.Errorf("%w: %s; events came from host %s at epoch %d",

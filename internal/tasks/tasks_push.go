@@ -40,7 +40,7 @@ func (p *Pusher) PushBranch(ctx context.Context, taskID domain.TaskID, path, bra
 	c := p.c
 	t, err := c.st.GetTask(ctx, taskID)
 	if err != nil {
-		return PushedBranch{}, fmt.Errorf("get task %s: %w", taskID, err)
+		return PushedBranch{}, err
 	}
 	if branch == "" {
 		branch = "engrams/task-" + strings.SplitN(string(taskID), "-", 2)[0]

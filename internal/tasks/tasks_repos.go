@@ -317,7 +317,7 @@ const maxDiffBytes = 8 << 20
 func (c *Tasks) TaskDiff(ctx context.Context, taskID domain.TaskID) ([]RepoDiff, error) {
 	t, err := c.st.GetTask(ctx, taskID)
 	if err != nil {
-		return nil, fmt.Errorf("get task %s: %w", taskID, err)
+		return nil, err
 	}
 	repos, err := c.taskRepos(ctx, taskID)
 	if err != nil {
@@ -345,7 +345,7 @@ git read-tree "$2"; git add -A .; git -c core.quotepath=off diff --cached --no-c
 func (c *Tasks) TaskSession(ctx context.Context, taskID domain.TaskID) (domain.Task, error) {
 	t, err := c.st.GetTask(ctx, taskID)
 	if err != nil {
-		return t, fmt.Errorf("get task %s: %w", taskID, err)
+		return t, err
 	}
 	if t.SessionID == "" {
 		return t, fmt.Errorf("%w: task %s has no session", domain.ErrNotActive, taskID)

@@ -210,7 +210,7 @@ func taskWorkdir(spec apiv1.ProfileSpec) string {
 func (c *Tasks) promptHarness(ctx context.Context, taskID domain.TaskID, sessionID domain.SessionID, turn, text string) error {
 	t, err := c.st.GetTask(ctx, taskID)
 	if err != nil {
-		return fmt.Errorf("get task %s: %w", taskID, err)
+		return err
 	}
 	if t.State == domain.TaskStopped || t.State == domain.TaskFailed {
 		return fmt.Errorf("%w: task %s is %s", domain.ErrNotActive, taskID, t.State)
@@ -221,7 +221,7 @@ func (c *Tasks) promptHarness(ctx context.Context, taskID domain.TaskID, session
 	}
 	s, err := c.st.GetSession(ctx, sessionID)
 	if err != nil {
-		return fmt.Errorf("get session %s: %w", sessionID, err)
+		return err
 	}
 	p := guestapi.PromptPayload{Turn: turn, Text: text, Workdir: taskWorkdir(spec), Model: spec.Model, Mode: spec.Mode,
 		Credentials: map[string]string{}}

@@ -3,6 +3,7 @@ package vmimage
 import (
 	"bytes"
 	"context"
+	_ "embed"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,7 +17,24 @@ import (
 const BundleMount = initproto.BundleDir
 
 // rootLayoutVersion changes whenever the files written below change.
-const rootLayoutVersion = "3"
+const rootLayoutVersion = "5"
+
+// wgetWrapper replaces busybox's wget applet in the default root: it runs
+// `wget -T SECS` as `timeout SECS wget`, which Debian's busybox, built
+// without wget's timeout, would segfault on (wget.sh says how).
+//
+//go:embed wget.sh
+var wgetWrapper []byte
+
+// busyboxProfile is the default root's /etc/profile. Debian's busybox sh
+// runs its own applets before any file on PATH (FEATURE_SH_STANDALONE), so
+// a login shell (a terminal, sh -l) reaches the wget wrapper through a
+// function; a command run without a shell finds it on PATH. A plain
+// `sh -c 'wget -T …'` still runs the applet: only a busybox built with
+// FEATURE_WGET_TIMEOUT would mend that.
+const busyboxProfile = `# engrams default root
+wget() { /usr/bin/wget "$@"; }
+`
 
 // RootImage returns the cached raw ext4 base root filesystem, building it
 // on first use. Guests never write it: each machine gets an Overlay.
@@ -83,6 +101,12 @@ func (b *Builder) stageBusybox(ctx context.Context, root string) error {
 	if err := os.WriteFile(filepath.Join(root, "bin/busybox"), data, 0o755); err != nil {
 		return err
 	}
+	if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc/profile"), []byte(busyboxProfile), 0o644); err != nil {
+		return err
+	}
 	for _, a := range strings.Fields(string(out)) {
 		if a == "bin/busybox" {
 			continue
@@ -93,6 +117,14 @@ func (b *Builder) stageBusybox(ctx context.Context, root string) error {
 		}
 		if err := os.Symlink("/bin/busybox", dst); err != nil && !os.IsExist(err) {
 			return err
+		}
+		if filepath.Base(a) == "wget" {
+			if err := os.Remove(dst); err != nil {
+				return err
+			}
+			if err := os.WriteFile(dst, wgetWrapper, 0o755); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

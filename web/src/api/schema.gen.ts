@@ -117,7 +117,7 @@ export interface paths {
          *     ends without an `exit` frame means the connection or the VM was lost:
          *     the answer's `Engrams-Session-Epoch` header is the session's epoch when
          *     the command started, and an op of the session (see getSession) with a
-         *     greater epoch says what took it, e.g. an `evict`: it was suspended.
+         *     greater epoch says what took it, e.g. a `suspend`.
          */
         post: operations["exec"];
         delete?: never;
@@ -1646,9 +1646,9 @@ export interface components {
             image?: string;
             /** @description See SessionSpec. */
             harness?: string;
-            /** @description See SessionSpec. */
+            /** @description See SessionSpec. The server also takes it as the CLI does, a string: a duration such as "15m" (at least 1s, rounded up), "0" (the server default) or "never". */
             idle_timeout_s?: number;
-            /** @description See SessionSpec. */
+            /** @description See SessionSpec; also a string as idle_timeout_s ("24h", "never"). */
             max_lifetime_s?: number;
             /** @description See SessionSpec. */
             egress?: string[];
@@ -1699,14 +1699,14 @@ export interface components {
             result: "suspended" | "resumed_since" | "ended_since" | "already_idle" | "failed" | "superseded";
             /** @description The snapshot the suspend committed (already_idle - the head snapshot). */
             snapshot_id?: string;
-            /** @description The evict op. */
+            /** @description The suspend op. */
             op_id?: string;
             /** @description failed, superseded - what happened. */
             why?: string;
         };
         Op: {
             id: string;
-            /** @description create, resume, evict (suspend), snapshot, destroy, move, recover (host lost). */
+            /** @description create, resume, suspend (older servers said evict), snapshot, destroy, move, recover (host lost), expire (time limit). */
             kind: string;
             state: string;
             step?: string;
@@ -2036,9 +2036,9 @@ export interface components {
             env?: {
                 [key: string]: string;
             };
-            /** @description Memory of the warm-up VM and every session; 0 or absent: 512. */
+            /** @description Memory of the warm-up VM and every session; 0 or absent: 512 (the image list's defaults.memory_mib). */
             memory_mib?: number;
-            /** @description vCPUs of the warm-up VM and every session; 0 or absent: 1. */
+            /** @description vCPUs of the warm-up VM and every session; 0 or absent: the server's default, 1 unless configured (defaults.vcpus). */
             vcpus?: number;
             /** @description Root disk size; 0 or absent: 4. */
             disk_gib?: number;
@@ -2133,7 +2133,7 @@ export interface components {
             error?: string;
             /** @description The warm-up's last output (kept when it fails). */
             output_tail?: string;
-            /** @description How long each finished stage took, in milliseconds. */
+            /** @description How long each finished stage took, in milliseconds. Stages do not overlap: they add up to the time the job took (on_host is the capture host's call beyond its own stages fetch_rootfs, boot, warmup, snapshot and upload). */
             stages_ms?: {
                 [key: string]: number;
             };
@@ -2152,6 +2152,18 @@ export interface components {
             items: components["schemas"]["Image"][];
             /** @description The ?cursor= of the next page; empty on the last. */
             next_cursor: string;
+            defaults?: components["schemas"]["ImageDefaults"];
+        };
+        /** @description This server's settings for an enable request that leaves them out (0 or absent), and their upper bounds. The server's image list always carries them. */
+        ImageDefaults: {
+            memory_mib: number;
+            vcpus: number;
+            disk_gib: number;
+            warmup_timeout_s: number;
+            warmup_stall_s: number;
+            max_memory_mib: number;
+            max_vcpus: number;
+            max_disk_gib: number;
         };
         ImageJobList: {
             items: components["schemas"]["ImageJob"][];
@@ -2281,7 +2293,7 @@ export interface components {
             skills?: string[];
             /** @description Apps served in the VM (recorded; not exposed yet). */
             apps?: components["schemas"]["ProfileApp"][];
-            /** @description 0: the server's default; -1: never. */
+            /** @description Seconds; 0: the server's default; -1: never. A request may also give it as the CLI does, a string: a duration such as "15m" (at least 1s), "0" or "never"; answers carry the seconds. */
             idle_timeout_s?: number;
         };
         ProfileRepo: {
