@@ -9,6 +9,18 @@ import { enc } from "../api/client";
 
 const stdin = 0;
 
+// loginShell starts the image's login shell on the PTY as it is: bash if
+// the image has it, else sh, with stderr (where shells write the prompt
+// and the echo of what is typed) on the terminal. A prompt that shows
+// where you are is set only when the image sets none: a login shell's
+// profile (Debian's, Alpine's) replaces it. The script is fixed text;
+// nothing from the page goes into it.
+const loginShell = [
+  "[ -n \"${PS1-}\" ] || export PS1='\\u@\\h:\\w\\$ '",
+  "if command -v bash >/dev/null 2>&1; then exec bash -l; fi",
+  "exec sh -l",
+].join("\n");
+
 export function Terminal(props: { sessionId: string; dir?: string }) {
   const box = useRef<HTMLDivElement>(null);
   const [status, setStatus] = useState("connecting…");
@@ -31,7 +43,7 @@ export function Terminal(props: { sessionId: string; dir?: string }) {
       return b;
     };
     ws.onopen = () => {
-      ws.send(JSON.stringify({ argv: ["/bin/sh", "-c", "exec bash -l 2>/dev/null || exec sh -l"], tty: true, stdin: true, rows: term.rows, cols: term.cols, dir: props.dir }));
+      ws.send(JSON.stringify({ argv: ["/bin/sh", "-c", loginShell], tty: true, stdin: true, rows: term.rows, cols: term.cols, dir: props.dir }));
       setStatus("connected");
       term.focus();
     };
