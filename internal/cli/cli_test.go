@@ -158,7 +158,6 @@ func TestCommands(t *testing.T) {
 			stderr: "error: exec in session s1: the session was suspended while the command ran; its output up to then is above\n" +
 				"hint: run it again (that resumes a suspended session); `engrams session get s1` shows op op2\n"},
 		{name: "exec stderr", args: []string{"session", "exec", "s1", "--", "err", "oops"}, errContain: []string{"oops\n"}},
-		{name: "exec tty merges output", args: []string{"session", "exec", "-t", "s1", "--", "err", "oops"}, stdout: "oops\n"},
 		{name: "exec stdin pipe", stdin: "piped\n", args: []string{"session", "exec", "s1", "--", "cat"}, stdout: "piped\n"},
 		{name: "exec env workdir", args: []string{"session", "exec", "--env", "B=2", "-e", "A=1", "--workdir", "/w", "s1", "--", "env"}, stdout: "A=1\nB=2\ndir=/w\n"},
 		{name: "exec timeout", args: []string{"session", "exec", "--timeout", "1s", "s1", "--", "timeout"}, code: 124,

@@ -44,11 +44,14 @@ func (a sessionCmds) sessionExecCmd() *cobra.Command {
 command's exit code.
 
 Standard input is sent to the command with -i, or whenever it is not a
-terminal (so pipes work). -t runs the command under a pseudo-terminal, puts
-your terminal in raw mode and forwards window size changes: use -it for an
-interactive shell. Without -t, Ctrl-C is forwarded to the command (SIGINT,
-then SIGTERM, then SIGKILL). Flags go before ID; everything after ID (or
-after --) is the command.
+terminal (so pipes work); the command's input ends when yours does. -t runs
+the command under a pseudo-terminal, puts your terminal in raw mode and
+forwards window size changes: use -it for an interactive shell. -t needs
+standard input to be a terminal and is refused at once when it is not (a
+pipe, a file, /dev/null): the end of piped input cannot reach a program
+that reads a terminal, and a shell would wait for it forever. Without -t,
+Ctrl-C is forwarded to the command (SIGINT, then SIGTERM, then SIGKILL).
+Flags go before ID; everything after ID (or after --) is the command.
 
 The command's output reaches your terminal as it is, as with ssh: it is the
 command you chose to run, and its colours, progress bars and full-screen
@@ -90,6 +93,15 @@ control characters.`,
 }
 
 func (a sessionCmds) runExec(cmd *cobra.Command, id string, start apiv1.ExecStart, interactive bool) error {
+	stdin, stdout, stderr := cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr()
+	inFD, inTerm := a.terminalFD(stdin)
+	if start.TTY && !inTerm {
+		// The end of piped input would reach the remote terminal as a ^D,
+		// which a program that reads the terminal raw (a shell's line
+		// editor) may never see: it would wait forever.
+		return usageError{errors.New("-t needs standard input to be a terminal, and it is not one: " +
+			"drop -t to pipe it to the command (whose input then ends when yours does), or run from a terminal")}
+	}
 	c, err := a.client()
 	if err != nil {
 		return err
@@ -103,8 +115,6 @@ func (a sessionCmds) runExec(cmd *cobra.Command, id string, start apiv1.ExecStar
 	}
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
-	stdin, stdout, stderr := cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr()
-	inFD, inTerm := a.terminalFD(stdin)
 	outFD, outTerm := a.terminalFD(stdout)
 
 	// The command's output is the user's own interactive stream (ssh does
@@ -121,7 +131,7 @@ func (a sessionCmds) runExec(cmd *cobra.Command, id string, start apiv1.ExecStar
 				start.Rows, start.Cols = uint16(h), uint16(w)
 			}
 		}
-		if inTerm && eio.Stdin != nil {
+		if eio.Stdin != nil { // stdin is a terminal here
 			old, err := term.MakeRaw(inFD)
 			if err != nil {
 				return fmt.Errorf("put the terminal in raw mode: %w", err)

@@ -79,6 +79,10 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, id string) {
 // knows interactive ones:
 //
 //	cat          echoes stdin frames until stdin_close
+//	sh           an interactive shell: without a TTY it reads stdin to its
+//	             end and exits 0; on a TTY it prints a prompt and ends only
+//	             when the client goes, as a real one may miss the ^D that
+//	             stdin_close becomes on a PTY
 //	tty          prints the PTY size, waits for a resize and prints it
 //	wait-signal  waits for a signal, prints it and exits 130
 //	suspend-me   prints a line, then the session is suspended under it
@@ -131,6 +135,17 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request, id string) {
 			}
 			if ctl := decodeControl(msg); ctl.Type == "stdin_close" {
 				break
+			}
+		}
+	case "sh":
+		if start.TTY {
+			send(apiv1.ChanStdout, "# ")
+			_, _ = waitControl(ctx, conn, "never")
+			return
+		}
+		if start.Stdin {
+			if _, ok := waitControl(ctx, conn, "stdin_close"); !ok {
+				return
 			}
 		}
 	case "tty":

@@ -2,7 +2,7 @@
 // `engrams dev` with a QEMU host and a scripted model server (set up by
 // internal/e2e TestDashboardInBrowser, which passes a JSON config):
 // sign in with the printed link, start a task from the composer, see the
-// streamed answer, the Changes and Terminal tabs, the session badge turn
+// streamed answer, the Changes and Terminal tabs (prompt, stderr, colours), the session badge turn
 // Idle when the CLI suspends it, a follow-up resume it and answer, the
 // receipt change with the allowlist before saving, an image's enable
 // stages, automations made from text, a built-in and the form, run and
@@ -11,6 +11,7 @@ import { execFileSync } from "node:child_process";
 import { mkdirSync, readFileSync } from "node:fs";
 import { automationForm } from "./automationForm.mjs";
 import { axe, launch, shoot, step, until } from "./lib.mjs";
+import { checkShell } from "./shell.mjs";
 
 const cfg = JSON.parse(readFileSync(process.argv[2], "utf8"));
 mkdirSync(cfg.artifacts, { recursive: true });
@@ -83,6 +84,8 @@ try {
     const t = await page.locator(".xterm-rows").innerText();
     return t.includes("marker-42") && t.includes("app");
   });
+  step("the terminal shows the shell as it is: `ls /nonexistent; echo err >&2` shows both messages and a prompt");
+  await checkShell(page);
   await shoot(page, cfg.artifacts, "task-terminal");
 
   step("suspend the session from the CLI: the badge turns Idle without a reload");

@@ -9,13 +9,42 @@ import { enc } from "../api/client";
 
 const stdin = 0;
 
+// loginShell starts the image's login shell on the PTY as it is: bash if
+// the image has it, else sh, with stderr (where shells write the prompt
+// and the echo of what is typed) on the terminal. The script is fixed
+// text; nothing from the page goes into it.
+const loginShell = "if command -v bash >/dev/null 2>&1; then exec bash -l; fi\nexec sh -l";
+
+// theme is xterm's palette with each colour readable on the black
+// background (contrast at least 4.5:1, WCAG AA), so programs' colours are.
+const theme = {
+  background: "#000000",
+  foreground: "#e5e5e5",
+  cursor: "#e5e5e5",
+  red: "#ff5f5f",
+  green: "#5fd75f",
+  yellow: "#d7d75f",
+  blue: "#6f9fff",
+  magenta: "#ff79ff",
+  cyan: "#5fd7d7",
+  white: "#e5e5e5",
+  brightBlack: "#8a8a8a",
+  brightRed: "#ff8787",
+  brightGreen: "#87ff87",
+  brightYellow: "#ffff87",
+  brightBlue: "#9fbfff",
+  brightMagenta: "#ffafff",
+  brightCyan: "#87ffff",
+  brightWhite: "#ffffff",
+};
+
 export function Terminal(props: { sessionId: string; dir?: string }) {
   const box = useRef<HTMLDivElement>(null);
   const [status, setStatus] = useState("connecting…");
   useEffect(() => {
     const el = box.current;
     if (!el) return;
-    const term = new XTerm({ cursorBlink: true, fontSize: 13, convertEol: false, scrollback: 5000 });
+    const term = new XTerm({ cursorBlink: true, fontSize: 13, convertEol: false, scrollback: 5000, theme });
     const fit = new FitAddon();
     term.loadAddon(fit);
     term.open(el);
@@ -31,7 +60,7 @@ export function Terminal(props: { sessionId: string; dir?: string }) {
       return b;
     };
     ws.onopen = () => {
-      ws.send(JSON.stringify({ argv: ["/bin/sh", "-c", "exec bash -l 2>/dev/null || exec sh -l"], tty: true, stdin: true, rows: term.rows, cols: term.cols, dir: props.dir }));
+      ws.send(JSON.stringify({ argv: ["/bin/sh", "-c", loginShell], tty: true, stdin: true, rows: term.rows, cols: term.cols, dir: props.dir }));
       setStatus("connected");
       term.focus();
     };
