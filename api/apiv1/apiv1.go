@@ -462,6 +462,15 @@ type ImageList struct {
 	Images []Image `json:"images"`
 	// NextCursor, when set, is the ?cursor= of the next page.
 	NextCursor string `json:"next_cursor,omitempty"`
+	// Defaults is what an enable that leaves a size out gets.
+	Defaults ImageDefaults `json:"defaults"`
+}
+
+// ImageDefaults are the server's sizes for an image enabled without them.
+type ImageDefaults struct {
+	MemoryMiB int `json:"memory_mib"`
+	VCPUs     int `json:"vcpus"`
+	DiskGiB   int `json:"disk_gib"`
 }
 
 // ImageJobList answers RouteImageJobs.

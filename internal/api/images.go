@@ -24,6 +24,8 @@ type ImageService interface {
 	Images(ctx context.Context, all bool) ([]imagejobs.ImageView, error)
 	ImageJobs(ctx context.Context, nameOrID string) ([]domain.ImageJob, error)
 	ImageJob(ctx context.Context, id string) (domain.ImageJob, error)
+	// ImageDefaults is the config an enable fills in for what it leaves out.
+	ImageDefaults() imagejobs.ImageConfig
 }
 
 // imagesRouter serves images and their enable jobs.
@@ -140,6 +142,8 @@ func (s *imagesRouter) listImages(w http.ResponseWriter, r *http.Request) {
 	}
 	var out apiv1.ImageList
 	out.Images, out.NextCursor = pageOf(views, func(i apiv1.Image) string { return i.Name + "\x00" + i.ID }, p)
+	d := s.co.ImageDefaults()
+	out.Defaults = apiv1.ImageDefaults{MemoryMiB: d.MemoryMiB, VCPUs: d.VCPUs, DiskGiB: d.DiskGiB}
 	writeJSON(w, http.StatusOK, out)
 }
 

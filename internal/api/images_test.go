@@ -126,6 +126,10 @@ func (f *fakeImages) ImageJobs(ctx context.Context, name string) ([]domain.Image
 	return webJobs, nil
 }
 
+func (f *fakeImages) ImageDefaults() imagejobs.ImageConfig {
+	return imagejobs.ImageConfig{MemoryMiB: 512, VCPUs: 1, DiskGiB: 4}
+}
+
 func (f *fakeImages) ImageJob(_ context.Context, id string) (domain.ImageJob, error) {
 	for _, j := range webJobs {
 		if j.ID == id {

@@ -86,22 +86,30 @@ func usable(img domain.Image) bool {
 	return img.State == domain.ImageReady && img.BaseID != "" && len(img.Manifests) > 0
 }
 
+// ImageDefaults is the config an enable gives what it leaves out: the
+// sizes and the warm-up's limits.
+func (c *Images) ImageDefaults() ImageConfig {
+	return ImageConfig{MemoryMiB: defaultImageMemoryMiB, VCPUs: c.cfg.DefaultVCPUs, DiskGiB: defaultImageDiskGiB,
+		WarmupTimeoutS: defaultWarmupTimeoutSec, WarmupStallS: defaultWarmupStallSec}
+}
+
 // checkImageConfig validates and fills defaults of cfg.
 func (c *Images) checkImageConfig(cfg *ImageConfig) error {
+	d := c.ImageDefaults()
 	if cfg.MemoryMiB == 0 {
-		cfg.MemoryMiB = defaultImageMemoryMiB
+		cfg.MemoryMiB = d.MemoryMiB
 	}
 	if cfg.VCPUs == 0 {
-		cfg.VCPUs = c.cfg.DefaultVCPUs
+		cfg.VCPUs = d.VCPUs
 	}
 	if cfg.DiskGiB == 0 {
-		cfg.DiskGiB = defaultImageDiskGiB
+		cfg.DiskGiB = d.DiskGiB
 	}
 	if cfg.WarmupTimeoutS == 0 {
-		cfg.WarmupTimeoutS = defaultWarmupTimeoutSec
+		cfg.WarmupTimeoutS = d.WarmupTimeoutS
 	}
 	if cfg.WarmupStallS == 0 {
-		cfg.WarmupStallS = defaultWarmupStallSec
+		cfg.WarmupStallS = d.WarmupStallS
 	}
 	switch {
 	case cfg.MemoryMiB < 128 || cfg.MemoryMiB > c.cfg.MaxMemoryMiB:

@@ -2150,6 +2150,13 @@ export interface components {
             images: components["schemas"]["Image"][];
             /** @description Set when more follow: the ?cursor= of the next page. */
             next_cursor?: string;
+            defaults: components["schemas"]["ImageDefaults"];
+        };
+        /** @description The server's sizes for an image enabled without them. */
+        ImageDefaults: {
+            memory_mib: number;
+            vcpus: number;
+            disk_gib: number;
         };
         ImageJobList: {
             jobs: components["schemas"]["ImageJob"][];

@@ -22,3 +22,23 @@ export function bytes(n?: number): string {
 export function short(id?: string): string {
   return id ? id.slice(0, 13) : "";
 }
+
+/** opKind is a session operation's kind in the words the user sees
+ * elsewhere (the API's evict is the CLI's and the button's suspend). */
+export function opKind(kind: string): string {
+  return kind === "evict" ? "suspend" : kind;
+}
+
+// What an image job's stage is doing, said once (not "capturing · capture").
+const stageWords: Record<string, string> = {
+  resolve: "reading the manifest",
+  pull: "downloading layers",
+  rootfs: "building the disk",
+  chunks: "storing the disk",
+  place: "finding a host",
+  capture: "booting, warming up and saving the snapshot",
+};
+
+export function jobStage(stage: string): string {
+  return stageWords[stage] ?? stage;
+}

@@ -7,6 +7,7 @@ import type { Automation, AutomationResponse, Builtin } from "../api/types";
 import { definitionText, parseDefinition, type Definition } from "../lib/automationDef";
 import { definitionProblems } from "../lib/automationProblems";
 import { templates } from "../lib/automationTemplates";
+import { useTitle } from "../lib/title";
 import { useLoad } from "../lib/useLoad";
 import { navigate } from "../router";
 import { Loading, Problem } from "../ui/Problem";
@@ -22,6 +23,7 @@ export function AutomationEditor(props: { name?: string }) {
     ...templates,
     ...(builtins.value?.builtins ?? []).map((b) => ({ id: "builtin:" + b.name, label: "Built-in: " + b.name + " (" + b.integration + ")", text: b.definition })),
   ];
+  useTitle(props.name ? "Automation " + props.name : "New automation");
   const [mode, setMode] = useState<"form" | "text">("form");
   const [text, setText] = useState(templates[0].text);
   const [def, setDef] = useState<Definition>(() => parseDefinition(templates[0].text));
