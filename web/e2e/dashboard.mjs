@@ -6,11 +6,13 @@
 // Idle when the CLI suspends it, a follow-up resume it and answer, the
 // receipt change with the allowlist before saving, an image's enable
 // stages, automations made from text, a built-in and the form, run and
-// watched step by step; every page screenshotted at both sizes and checked by axe-core.
+// watched step by step; every page screenshotted at both sizes, light and
+// dark, and checked by axe-core; at 390 px no page is wider than the
+// screen and every section is reached through the menu.
 import { execFileSync } from "node:child_process";
 import { mkdirSync, readFileSync } from "node:fs";
 import { automationForm } from "./automationForm.mjs";
-import { axe, launch, shoot, step, until } from "./lib.mjs";
+import { axe, launch, menu, shoot, step, until } from "./lib.mjs";
 
 const cfg = JSON.parse(readFileSync(process.argv[2], "utf8"));
 mkdirSync(cfg.artifacts, { recursive: true });
@@ -226,6 +228,9 @@ try {
   await page.getByTestId("integration-list").getByText("slack", { exact: true }).waitFor();
   if ((await page.content()).includes("xoxb-from-the-browser")) throw new Error("the page shows a credential after saving");
   await shoot(page, cfg.artifacts, "settings");
+
+  step("on a phone every section is reached through the menu, light and dark, and fits the width");
+  await menu(page, cfg.artifacts);
 
   step("the operator pages");
   for (const [path, name, heading] of [

@@ -20,8 +20,9 @@ export const sections = [
 
 export function Layout(props: { path: string; children: ComponentChildren }) {
   const [open, setOpen] = useState(false);
-  // A followed link closes the menu.
+  // A followed link closes the menu, also one to the page shown.
   useEffect(() => setOpen(false), [props.path]);
+  const followed = (e: MouseEvent) => (e.target as Element).closest("a") && setOpen(false);
   const current = sections.find((s) => props.path.startsWith(s.href));
   return (
     <div class="frame">
@@ -35,7 +36,7 @@ export function Layout(props: { path: string; children: ComponentChildren }) {
         <button type="button" class="quiet menu-button" aria-expanded={open} aria-controls="sections" onClick={() => setOpen(!open)}>
           Menu
         </button>
-        <nav id="sections" aria-label="Sections" class={open ? "open" : undefined}>
+        <nav id="sections" aria-label="Sections" class={open ? "open" : undefined} onClick={followed}>
           {sections.map((s) => (
             <a href={s.href} aria-current={current === s ? "page" : undefined}>
               {s.label}
