@@ -258,7 +258,8 @@ func TestImageRoutes(t *testing.T) {
 	}{
 		{name: "list", method: "GET", target: "/v1/images", status: 200,
 			contains: []string{`"images":[{"id":"i1","name":"web"`, `"base_snapshot_id":"base1"`, `"digest":"sha256:abc"`, `"ready_hosts":["h1"]`,
-				`"facts":{`, `"last_job":{"id":"j2"`, `"stages_ms":{"pull":1500,"rootfs":800,"warmup":12000}`, `"memory_mib":1024`},
+				`"facts":{`, `"last_job":{"id":"j2"`, `"stages_ms":{"pull":1500,"rootfs":800,"warmup":12000}`, `"memory_mib":1024`,
+				`"defaults":{"memory_mib":512,"vcpus":1,"disk_gib":4}`},
 			lacks: []string{`"old"`, "image_env", "cred1"}},
 		{name: "list all", method: "GET", target: "/v1/images?all=true", status: 200, contains: []string{`"name":"old"`, `"state":"disabled"`}},
 		{name: "list bad all", method: "GET", target: "/v1/images?all=maybe", status: 400, contains: []string{`all=\"maybe\": want true or false`}},

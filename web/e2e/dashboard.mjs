@@ -44,6 +44,9 @@ try {
   step("see the streamed assistant text");
   await page.getByTestId("assistant-text").filter({ hasText: cfg.firstAnswer }).waitFor({ timeout: 600_000 });
   await page.getByText("Turn done").first().waitFor({ timeout: 120_000 });
+  // a tool call names the file it wrote; the tab names the task
+  await page.locator(".tool .tool-subject").filter({ hasText: cfg.changedFile }).first().waitFor({ timeout: 10_000 });
+  if (!(await page.title()).endsWith(" · Task · engrams")) throw new Error("the task's tab is titled " + (await page.title()));
   await shoot(page, cfg.artifacts, "task-conversation");
 
   step("open Changes and see the file the agent wrote");
@@ -107,9 +110,15 @@ try {
   step("sessions: the list and the session's page");
   await page.getByRole("navigation", { name: "Sections" }).getByRole("link", { name: "Sessions" }).click();
   await page.getByTestId("session-list").waitFor();
+  const taskPath = new URL(taskURL).pathname;
+  await page.getByTestId("session-list").locator(`a[href="${taskPath}"]`).first().waitFor({ timeout: 10_000 });
   await shoot(page, cfg.artifacts, "sessions");
   await page.goto(base + "/sessions/" + sid);
   await page.getByRole("heading", { name: "Ops" }).waitFor();
+  // the session links its task; its suspend reads as one, not as the op's evict
+  await page.getByTestId("session-task").locator(`a[href="${taskPath}"]`).waitFor({ timeout: 10_000 });
+  await page.getByRole("cell", { name: "suspend", exact: true }).first().waitFor();
+  if ((await page.locator("main").innerText()).includes("evict")) throw new Error("the session page says evict");
   await shoot(page, cfg.artifacts, "session");
 
   step("change a profile's allowlist and a repository's grant: the receipt and problems change before saving");
@@ -124,6 +133,11 @@ try {
   // push and API use are per repository; on a plain-http repository they are a problem
   await page.getByLabel("Repository 1: the agent may push").check();
   await page.locator("#p-repos-err").getByText("push and api are brokered for https URLs").waitFor({ timeout: 20_000 });
+  // the idle timeout is a duration, as in the CLI
+  await page.getByLabel("Idle timeout").fill("soon");
+  await page.locator("#p-idle-err").getByText("want a duration").waitFor();
+  await page.getByLabel("Idle timeout").fill("15m");
+  await page.locator("#p-idle-err").waitFor({ state: "detached" });
   await shoot(page, cfg.artifacts, "profile-editor");
   await page.goto(base + "/profiles/new");
   await page.getByLabel("Name").waitFor();
