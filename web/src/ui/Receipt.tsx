@@ -38,9 +38,9 @@ export function ReceiptView(props: { receipt?: Receipt; problems?: string[] }) {
             "nothing: the VM has no network"
           ) : (
             <ul data-testid="receipt-hosts">
-              {r.hosts.map((h) => (
+              {groups(r.hosts, (h) => (h.reachable ? via(h) : "not reachable")).map(([how, hs]) => (
                 <li>
-                  <Name text={h.host} code /> <span class="muted">{h.reachable ? via(h) : "not reachable"}</span>
+                  <span class="muted">{how}:</span> <Names hosts={hs} />
                 </li>
               ))}
             </ul>
@@ -87,15 +87,15 @@ export function ReceiptView(props: { receipt?: Receipt; problems?: string[] }) {
         {r.hosts.length > 0 && (
           <Part title="How it reaches each host">
             <dl class="receipt-facts">
-              {r.hosts.map((h) => (
+              {groups(r.hosts, (h) => h.reason + enforced(h)).map(([, hs]) => (
                 <>
                   <dt>
-                    <Name text={h.host} code />
+                    <Names hosts={hs} />
                   </dt>
                   <dd>
-                    <span class="muted">{h.why}. </span>
-                    {h.reason}
-                    {h.enforced_on && h.enforced_on.length > 0 ? " Enforced on " + h.enforced_on.join(", ") + "." : " Enforced nowhere."}
+                    <span class="muted">{[...new Set(hs.map((h) => h.why))].join("; ")}. </span>
+                    {hs[0].reason}
+                    {enforced(hs[0])}
                   </dd>
                 </>
               ))}
@@ -165,15 +165,39 @@ function Name(props: { text: string; code?: boolean; bold?: boolean }) {
   return <span class="name">{el}</span>;
 }
 
+/** groups gathers items by a key, in the order of their first. */
+function groups<T>(items: T[], key: (x: T) => string): [string, T[]][] {
+  const m = new Map<string, T[]>();
+  for (const x of items) m.set(key(x), [...(m.get(key(x)) ?? []), x]);
+  return [...m];
+}
+
+function Names(props: { hosts: Host[] }) {
+  return (
+    <>
+      {props.hosts.map((h, i) => (
+        <>
+          {i > 0 && ", "}
+          <Name text={h.host} code />
+        </>
+      ))}
+    </>
+  );
+}
+
+function enforced(h: Host): string {
+  return h.enforced_on && h.enforced_on.length > 0 ? ". Enforced on " + h.enforced_on.join(", ") + "." : ". Enforced nowhere.";
+}
+
 /** via says in a few words how the guest reaches a host. */
 function via(h: Host): string {
   switch (h.via) {
     case "gateway":
-      return "through the model gateway, which adds the key";
+      return "Through the model gateway, which adds the key";
     case "brokered":
-      return "through the credential broker, which adds the credential";
+      return "Through the credential broker, which adds the credential";
     default:
-      return "directly, through the egress proxy";
+      return "Directly, through the egress proxy";
   }
 }
 
