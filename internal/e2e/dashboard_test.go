@@ -70,7 +70,9 @@ func artifactsDir(t *testing.T, name string) string {
 // answer, Changes, Files, Terminal, the badge following a suspend from the
 // CLI, a follow-up that resumes, the receipt following the allowlist
 // before saving, an image's enable stages; screenshots of every page at
-// 1280×800 and 390×844, each checked by axe-core.
+// 1280×800 and 390×844, light and dark, each checked by axe-core, and at
+// 390 px no page wider than the screen and every section reached through
+// the menu.
 func TestDashboardInBrowser(t *testing.T) {
 	t.Parallel()
 	d := startDashboardEnv(t)

@@ -109,7 +109,7 @@ func TestCreateProfileReceipt(t *testing.T) {
 		t.Errorf("receipt:\n%s\nwant:\n%s", g, w)
 	}
 	powers := strings.Join(r.Powers, "\n")
-	for _, s := range []string{"root in its own VM", "(app, lib)", "without seeing them", "reaches only the hosts listed below",
+	for _, s := range []string{"root in its own VM", "(app, lib)", "without seeing them", "reaches only the hosts this receipt lists",
 		"through the credential broker, git-fetches app, pushes to app, calls the host's REST API for app; nothing else", "enforced on qemu; firecracker guests get no network yet; the process backend enforces nothing"} {
 		if !strings.Contains(powers, s) {
 			t.Errorf("powers lack %q:\n%s", s, powers)

@@ -30,7 +30,7 @@ func receiptEnforcement() []apiv1.ReceiptEnforcement {
 			"namespace of its own with no route out; its TCP goes to the host's egress proxy and its DNS to the host's filtering resolver, " +
 			"everything else (other UDP, ICMP, IPv6) is dropped; names not listed here and private, loopback and link-local addresses are refused"},
 		{Backend: apiv1.BackendFirecracker, Enforced: true, How: "no network at all: the firecracker backend attaches no network device yet, " +
-			"so its guests reach none of the hosts below (the same per-VM namespace around Firecracker's TAP device is the plan)"},
+			"so its guests reach none of the hosts this receipt lists (the same per-VM namespace around Firecracker's TAP device is the plan)"},
 		{Backend: apiv1.BackendProcess, Enforced: false, How: "nothing is enforced: the guest is a process on the host's own network; " +
 			"HTTP_PROXY and HTTPS_PROXY point its tools at an egress proxy on the host's loopback serving this allowlist, " +
 			"and a tool that ignores them reaches whatever the host can"},
@@ -165,6 +165,6 @@ func receiptPowers(spec *apiv1.ProfileSpec, gateway bool) []string {
 	if gateway {
 		p = append(p, "uses the model keys without seeing them: the model gateway adds them to its requests")
 	}
-	return append(p, "reaches only the hosts listed below, each as its line says: no other name resolves and no other connection "+
+	return append(p, "reaches only the hosts this receipt lists, each as its line says: no other name resolves and no other connection "+
 		"leaves the VM (enforced on qemu; firecracker guests get no network yet; the process backend enforces nothing)")
 }

@@ -6,11 +6,13 @@
 // Idle when the CLI suspends it, a follow-up resume it and answer, the
 // receipt change with the allowlist before saving, an image's enable
 // stages, automations made from text, a built-in and the form, run and
-// watched step by step; every page screenshotted at both sizes and checked by axe-core.
+// watched step by step; every page screenshotted at both sizes, light and
+// dark, and checked by axe-core; at 390 px no page is wider than the
+// screen and every section is reached through the menu.
 import { execFileSync } from "node:child_process";
 import { mkdirSync, readFileSync } from "node:fs";
 import { automationForm } from "./automationForm.mjs";
-import { axe, launch, shoot, step, until } from "./lib.mjs";
+import { axe, launch, menu, shoot, step, until } from "./lib.mjs";
 import { checkShell } from "./shell.mjs";
 
 const cfg = JSON.parse(readFileSync(process.argv[2], "utf8"));
@@ -52,6 +54,9 @@ try {
   const starter = await page.getByTestId("task-started-by").innerText();
   if (cost.trim() !== cfg.usageCost || model.trim() !== cfg.usageModel || !starter.startsWith("token dashboard-"))
     throw new Error(`task cost ${JSON.stringify(cost)}, model ${JSON.stringify(model)}, started by ${JSON.stringify(starter)}`);
+  // a tool call names the file it wrote; the tab names the task
+  await page.locator(".tool .tool-subject").filter({ hasText: cfg.changedFile }).first().waitFor({ timeout: 10_000 });
+  if (!(await page.title()).endsWith(" · Task · engrams")) throw new Error("the task's tab is titled " + (await page.title()));
   await shoot(page, cfg.artifacts, "task-conversation");
 
   step("open Changes and see the file the agent wrote");
@@ -119,9 +124,15 @@ try {
   step("sessions: the list and the session's page");
   await page.getByRole("navigation", { name: "Sections" }).getByRole("link", { name: "Sessions" }).click();
   await page.getByTestId("session-list").waitFor();
+  const taskPath = new URL(taskURL).pathname;
+  await page.getByTestId("session-list").locator(`a[href="${taskPath}"]`).first().waitFor({ timeout: 10_000 });
   await shoot(page, cfg.artifacts, "sessions");
   await page.goto(base + "/sessions/" + sid);
   await page.getByRole("heading", { name: "Ops" }).waitFor();
+  // the session links its task; its suspend reads as one, not as the op's evict
+  await page.getByTestId("session-task").locator(`a[href="${taskPath}"]`).waitFor({ timeout: 10_000 });
+  await page.getByRole("cell", { name: "suspend", exact: true }).first().waitFor();
+  if ((await page.locator("main").innerText()).includes("evict")) throw new Error("the session page says evict");
   await shoot(page, cfg.artifacts, "session");
 
   step("change a profile's allowlist and a repository's grant: the receipt and problems change before saving");
@@ -136,6 +147,11 @@ try {
   // push and API use are per repository; on a plain-http repository they are a problem
   await page.getByLabel("Repository 1: the agent may push").check();
   await page.locator("#p-repos-err").getByText("push and api are brokered for https URLs").waitFor({ timeout: 20_000 });
+  // the idle timeout is a duration, as in the CLI
+  await page.getByLabel("Idle timeout").fill("soon");
+  await page.locator("#p-idle-err").getByText("want a duration").waitFor();
+  await page.getByLabel("Idle timeout").fill("15m");
+  await page.locator("#p-idle-err").waitFor({ state: "detached" });
   await shoot(page, cfg.artifacts, "profile-editor");
   await page.goto(base + "/profiles/new");
   await page.getByLabel("Name").waitFor();
@@ -241,6 +257,9 @@ try {
   await page.getByTestId("integration-list").getByText("slack", { exact: true }).waitFor();
   if ((await page.content()).includes("xoxb-from-the-browser")) throw new Error("the page shows a credential after saving");
   await shoot(page, cfg.artifacts, "settings");
+
+  step("on a phone every section is reached through the menu, light and dark, and fits the width");
+  await menu(page, cfg.artifacts);
 
   step("the operator pages");
   for (const [path, name, heading] of [

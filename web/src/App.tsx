@@ -1,5 +1,5 @@
 // The routes: every page has its own URL.
-import { useEffect } from "preact/hooks";
+import { useEffect, useLayoutEffect } from "preact/hooks";
 import { token } from "./api/auth";
 import { AutomationEditor } from "./pages/AutomationEditor";
 import { Automations } from "./pages/Automations";
@@ -50,8 +50,11 @@ function page(path: string) {
   );
 }
 
+// The title of a path's page until the page names itself (useTitle).
 const titles: [string, string][] = [
   ["/tasks/new", "Start a task"],
+  ["/profiles/new", "New profile"],
+  ["/automations/new", "New automation"],
   ["/tasks", "Tasks"],
   ["/sessions", "Sessions"],
   ["/profiles", "Profiles"],
@@ -72,7 +75,7 @@ export function App() {
     window.addEventListener("engrams:signed-out", out);
     return () => window.removeEventListener("engrams:signed-out", out);
   }, []);
-  useEffect(() => {
+  useLayoutEffect(() => {
     const t = titles.find(([p]) => path.startsWith(p));
     document.title = (t ? t[1] + " · " : "") + "engrams";
   }, [path]);

@@ -16,6 +16,7 @@ export type Session = S["Session"];
 export type SessionEvent = S["Event"];
 export type Op = S["Op"];
 export type Image = S["Image"];
+export type ImageList = S["ImageList"];
 export type ImageJob = S["ImageJob"];
 export type EnableImageRequest = S["EnableImageRequest"];
 export type Host = S["Host"];

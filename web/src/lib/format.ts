@@ -77,3 +77,29 @@ export function when(iso?: string): string {
   const d = new Date(iso);
   return isNaN(d.getTime()) ? "" : d.toLocaleString("en-GB", { dateStyle: "medium", timeStyle: "short" });
 }
+
+/** opKind is a session operation's kind in the words the user sees
+ * elsewhere (the API's evict is the CLI's and the button's suspend). */
+export function opKind(kind: string): string {
+  return kind === "evict" ? "suspend" : kind;
+}
+
+// What an image job's stage is doing, said once (not "capturing · capture").
+const stageWords: Record<string, string> = {
+  resolve: "reading the manifest",
+  pull: "downloading layers",
+  rootfs: "building the disk",
+  chunks: "storing the disk",
+  place: "finding a host",
+  capture: "booting, warming up and saving the snapshot",
+  on_host: "waiting on the capture host",
+  fetch_rootfs: "fetching the disk to the host",
+  boot: "booting",
+  warmup: "warming up",
+  snapshot: "saving the snapshot",
+  upload: "uploading the snapshot",
+};
+
+export function jobStage(stage: string): string {
+  return stageWords[stage] ?? stage;
+}

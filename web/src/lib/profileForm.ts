@@ -1,5 +1,6 @@
 // A profile spec as editable text fields, and back.
 import type { ProfileRepo, ProfileSpec } from "../api/types";
+import { formatSeconds, parseSeconds } from "./duration";
 
 export type Form = {
   name: string;
@@ -11,7 +12,7 @@ export type Form = {
   egress: string; // one per line
   env: string; // KEY=VALUE per line
   credentials: string[];
-  idle: string;
+  idle: string; // a duration as the CLI takes it: 15m, 1h, never; empty: the server's default
 };
 
 export function toForm(name: string, s?: ProfileSpec): Form {
@@ -27,7 +28,7 @@ export function toForm(name: string, s?: ProfileSpec): Form {
       .map(([k, v]) => k + "=" + v)
       .join("\n"),
     credentials: s?.credentials ?? [],
-    idle: s?.idle_timeout_s ? String(s.idle_timeout_s) : "",
+    idle: formatSeconds(s?.idle_timeout_s),
   };
 }
 
@@ -62,7 +63,7 @@ export function toSpec(f: Form): ProfileSpec {
   }
   if (Object.keys(env).length) spec.env = env;
   if (f.credentials.length) spec.credentials = f.credentials;
-  const idle = parseInt(f.idle, 10);
-  if (!Number.isNaN(idle)) spec.idle_timeout_s = idle;
+  const idle = parseSeconds(f.idle);
+  if (typeof idle === "number") spec.idle_timeout_s = idle;
   return spec;
 }

@@ -7,6 +7,7 @@ import type { Automation, AutomationResponse, Builtin, Profile } from "../api/ty
 import { definitionText, parseDefinition, type Definition } from "../lib/automationDef";
 import { definitionProblems } from "../lib/automationProblems";
 import { templates } from "../lib/automationTemplates";
+import { useTitle } from "../lib/title";
 import { useLoad } from "../lib/useLoad";
 import { navigate } from "../router";
 import { Loading, Problem } from "../ui/Problem";
@@ -26,6 +27,7 @@ export function AutomationEditor(props: { name?: string }) {
     ...templates(profile),
     ...(builtins.value?.items ?? []).map((b) => ({ id: "builtin:" + b.name, label: "Built-in: " + b.name + " (" + b.integration + ")", text: b.definition })),
   ];
+  useTitle(props.name ? "Automation " + props.name : "New automation");
   const [mode, setMode] = useState<"form" | "text">("form");
   const [startID, setStartID] = useState(templates("")[0].id);
   const [text, setText] = useState(templates("")[0].text);

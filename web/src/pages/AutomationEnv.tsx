@@ -39,10 +39,10 @@ export function AutomationEnv(props: { place: Place; block: string }) {
               const bad = probs.length > 0 ? { "aria-invalid": true, "aria-describedby": err } : {};
               return (
                 <tr key={i} data-testid="env-row" data-name={name}>
-                  <td>
+                  <td data-label="Name">
                     <input {...bad} aria-label={`Variable ${i + 1} name`} spellcheck={false} value={taken[i] ?? name} onInput={(e) => rename(i, e.currentTarget.value)} />
                   </td>
-                  <td>
+                  <td data-label="Value">
                     <input {...bad} aria-label={`Variable ${i + 1} value`} spellcheck={false} value={value} onInput={(e) => put(rows.map(([n, v], j) => (j === i ? [n, e.currentTarget.value] : [n, v])))} />
                     <FieldProblems id={err} problems={probs} />
                   </td>

@@ -43,20 +43,20 @@ export function AutomationInputs() {
           <tbody>
             {inputs.map((x, i) => (
               <tr key={keyOf(x)}>
-                <td>
+                <td data-label="Name">
                   <input {...cell(i, "name")} aria-label={`Input ${i + 1} name`} value={x.name} onInput={(e) => set(i, { ...x, name: e.currentTarget.value })} />
                 </td>
-                <td>
+                <td data-label="Type">
                   <select {...cell(i, "type")} aria-label={`Input ${i + 1} type`} value={x.type} onChange={(e) => set(i, { ...x, type: e.currentTarget.value as AutomationInput["type"], default: undefined })}>
                     {types.map((t) => (
                       <option value={t}>{t}</option>
                     ))}
                   </select>
                 </td>
-                <td>
+                <td data-label="Default">
                   <input {...cell(i, "default")} aria-label={`Input ${i + 1} default`} value={shown(x.default)} placeholder={x.type === "json" ? "JSON" : ""} onChange={(e) => set(i, { ...x, default: defaultOf(x.type, e.currentTarget.value) })} />
                 </td>
-                <td>
+                <td data-label="Required">
                   <input type="checkbox" {...cell(i, "required")} aria-label={`Input ${i + 1} required`} checked={!!x.required} onChange={(e) => set(i, { ...x, required: e.currentTarget.checked || undefined })} />
                 </td>
                 <RemoveCell label={`Remove input ${i + 1}`} onRemove={() => edit(["inputs"], inputs.filter((_, j) => j !== i), true)} />

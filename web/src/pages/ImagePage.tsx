@@ -3,7 +3,8 @@
 import { useEffect, useState } from "preact/hooks";
 import { call, enc, get, listAll } from "../api/client";
 import type { Image, ImageJob } from "../api/types";
-import { ago, bytes } from "../lib/format";
+import { ago, bytes, jobStage } from "../lib/format";
+import { useTitle } from "../lib/title";
 import { useLoad } from "../lib/useLoad";
 import { Loading, Problem } from "../ui/Problem";
 import { StateBadge } from "../ui/StateBadge";
@@ -15,6 +16,7 @@ export function ImagePage(props: { name: string }) {
   const jobs = useLoad((s) => listAll<ImageJob>("/v1/images/" + enc(props.name) + "/jobs", s), [props.name]);
   const [error, setError] = useState<Error>();
   const job = img.value?.last_job;
+  useTitle("Image " + props.name);
   const live = job && job.state !== "ready" && job.state !== "failed";
   useEffect(() => {
     if (!live) return;
@@ -100,7 +102,7 @@ function JobProgress(props: { job: ImageJob }) {
       </ol>
       <p data-testid="job-stage">
         {j.state}
-        {j.stage ? " · " + j.stage : ""}
+        {j.stage ? " · " + jobStage(j.stage) : ""}
         {j.bytes_total > 0 ? " · " + bytes(j.bytes_done) + " of " + bytes(j.bytes_total) : j.bytes_done > 0 ? " · " + bytes(j.bytes_done) : ""} · {elapsed.toFixed(0)} s
       </p>
       {pct !== undefined && <progress max={100} value={pct} aria-label="Bytes done" />}

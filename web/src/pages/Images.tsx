@@ -1,8 +1,8 @@
 // Images: the list with each one's state, and the enable form.
 import { useEffect, useState } from "preact/hooks";
-import { enc, listAll, post } from "../api/client";
-import type { EnableImageRequest, Image } from "../api/types";
-import { ago } from "../lib/format";
+import { enc, get, listAll, post } from "../api/client";
+import type { EnableImageRequest, Image, ImageList } from "../api/types";
+import { ago, jobStage } from "../lib/format";
 import { useLoad } from "../lib/useLoad";
 import { navigate } from "../router";
 import { Problem } from "../ui/Problem";
@@ -16,10 +16,12 @@ export function Images() {
     return () => clearInterval(t);
   }, [list.reload]);
   const images = list.value?.items ?? [];
+  // what an enable that leaves a size out gets, as the server says
+  const defaults = useLoad((s) => get<ImageList>("/v1/images?limit=1", s), []);
   return (
     <>
       <h1>Images</h1>
-      <EnableForm />
+      <EnableForm defaults={defaults.value?.defaults} />
       <Table
         what="images"
         rows={list.value ? images : undefined}
@@ -34,7 +36,7 @@ export function Images() {
             cell: (i) => (
               <>
                 <StateBadge state={i.state === "pending" ? "enabling" : i.state} label="Image" />
-                {i.last_job && i.state === "pending" && <span class="muted small"> {i.last_job.stage ?? i.last_job.state}</span>}
+                {i.last_job && i.state === "pending" && <span class="muted small"> {i.last_job.stage ? jobStage(i.last_job.stage) : i.last_job.state}</span>}
               </>
             ),
           },
@@ -46,7 +48,8 @@ export function Images() {
   );
 }
 
-function EnableForm() {
+function EnableForm(props: { defaults?: ImageList["defaults"] }) {
+  const d = props.defaults;
   const [ref, setRef] = useState("");
   const [name, setName] = useState("");
   const [mem, setMem] = useState("");
@@ -104,13 +107,13 @@ function EnableForm() {
         </div>
         <div class="row inline">
           <label for="i-mem">Memory (MiB)</label>
-          <input id="i-mem" inputMode="numeric" value={mem} onInput={(e) => setMem(e.currentTarget.value)} placeholder="1024" />
+          <input id="i-mem" inputMode="numeric" value={mem} onInput={(e) => setMem(e.currentTarget.value)} placeholder={d ? String(d.memory_mib) : ""} />
           <label for="i-disk">Disk (GiB)</label>
-          <input id="i-disk" inputMode="numeric" value={disk} onInput={(e) => setDisk(e.currentTarget.value)} placeholder="4" />
+          <input id="i-disk" inputMode="numeric" value={disk} onInput={(e) => setDisk(e.currentTarget.value)} placeholder={d ? String(d.disk_gib) : ""} />
         </div>
         <div class="row inline">
           <label for="i-vcpus">vCPUs</label>
-          <input id="i-vcpus" inputMode="numeric" value={vcpus} onInput={(e) => setVcpus(e.currentTarget.value)} placeholder="1" />
+          <input id="i-vcpus" inputMode="numeric" value={vcpus} onInput={(e) => setVcpus(e.currentTarget.value)} placeholder={d ? String(d.vcpus) : ""} />
           <label for="i-workdir">Working directory</label>
           <input id="i-workdir" value={workdir} onInput={(e) => setWorkdir(e.currentTarget.value)} placeholder="the image's WORKDIR" />
         </div>

@@ -4,7 +4,9 @@ import { useEffect, useState } from "preact/hooks";
 import { call, enc, get, listAll } from "../api/client";
 import type { Harness, Image, ProfileResponse, Receipt, Secret } from "../api/types";
 import { byField, type Field } from "../lib/problems";
+import { parseSeconds } from "../lib/duration";
 import { toForm, toSpec, type Form } from "../lib/profileForm";
+import { useTitle } from "../lib/title";
 import { useLoad } from "../lib/useLoad";
 import { navigate } from "../router";
 import { FieldProblems, Row } from "../ui/Field";
@@ -42,9 +44,12 @@ export function ProfileEditor(props: { name?: string }) {
   const all = byField(preview?.problems ?? []);
   const fieldOfForm: Record<string, string> = { egress: "egress", repos: "repos", env: "env", image: "image", harness: "harness", model: "model", name: "name", idle_timeout_s: "idle", credentials: "credentials" };
   const probs = new Map([...all].filter(([f]) => submitted || !!props.name || touched.has(fieldOfForm[f] ?? f) || f === "other"));
+  const idleBad = parseSeconds(form.idle) === null ? ["want a duration such as 15m or 1h30m, or never"] : [];
+  useTitle(props.name ? "Profile " + props.name : "New profile");
   const save = async (e: Event) => {
     e.preventDefault();
     setSubmitted(true);
+    if (idleBad.length > 0) return;
     setSaving(true);
     setError(undefined);
     try {
@@ -126,8 +131,8 @@ export function ProfileEditor(props: { name?: string }) {
             ))}
             <FieldProblems id="p-creds-err" problems={probs.get("credentials")} />
           </fieldset>
-          <Row id="p-idle" label="Idle timeout (seconds)" problems={probs.get("idle_timeout_s")} hint="Empty: the server's default; -1: never">
-            <input id="p-idle" inputMode="numeric" value={form.idle} onInput={set("idle")} />
+          <Row id="p-idle" label="Idle timeout" problems={[...idleBad, ...(probs.get("idle_timeout_s") ?? [])]} hint="Suspend a task's session after this long unused, e.g. 15m or 1h; never: do not; empty: the server's default">
+            <input id="p-idle" value={form.idle} onInput={set("idle")} placeholder="server default" spellcheck={false} />
           </Row>
           <FieldProblems id="p-other" problems={probs.get("other" as Field)} />
           <Problem error={error} what="Could not save" />

@@ -31,13 +31,13 @@ export function ProfileRepos(props: { repos: ProfileRepo[]; secrets: Secret[]; p
           <tbody>
             {repos.map((r, i) => (
               <tr key={keyOf(r)}>
-                <td>
+                <td data-label="URL">
                   <input {...invalid} aria-label={`Repository ${i + 1} URL`} value={r.url} placeholder="https://github.com/acme/app.git" onInput={(e) => set(i, { ...r, url: e.currentTarget.value })} />
                 </td>
-                <td>
+                <td data-label="Branch">
                   <input aria-label={`Repository ${i + 1} branch`} value={r.ref ?? ""} placeholder="default" onInput={(e) => set(i, { ...r, ref: e.currentTarget.value })} />
                 </td>
-                <td>
+                <td data-label="Credential">
                   <select aria-label={`Repository ${i + 1} credential`} value={r.credential ?? ""} onChange={(e) => set(i, { ...r, credential: e.currentTarget.value })}>
                     <option value="">none</option>
                     {[...new Set([...git, ...(r.credential ? [r.credential] : [])])].map((n) => (
@@ -45,10 +45,10 @@ export function ProfileRepos(props: { repos: ProfileRepo[]; secrets: Secret[]; p
                     ))}
                   </select>
                 </td>
-                <td>
+                <td data-label="Push">
                   <input type="checkbox" aria-label={`Repository ${i + 1}: the agent may push`} checked={!!r.push} onChange={(e) => set(i, { ...r, push: e.currentTarget.checked })} />
                 </td>
-                <td>
+                <td data-label="API">
                   <input type="checkbox" aria-label={`Repository ${i + 1}: the agent may call its REST API`} checked={!!r.api} onChange={(e) => set(i, { ...r, api: e.currentTarget.checked })} />
                 </td>
                 <td>

@@ -4,6 +4,7 @@ import { useEffect } from "preact/hooks";
 import { enc, get } from "../api/client";
 import type { RunDetail, RunStep } from "../api/types";
 import { ago } from "../lib/format";
+import { useTitle } from "../lib/title";
 import { useLoad } from "../lib/useLoad";
 import { Loading, Problem } from "../ui/Problem";
 import { StateBadge } from "../ui/StateBadge";
@@ -14,6 +15,7 @@ const ended = new Set(["succeeded", "failed", "cancelled", "superseded", "skippe
 export function Run(props: { id: string }) {
   const run = useLoad((s) => get<RunDetail>("/v1/runs/" + enc(props.id), s), [props.id]);
   const done = run.value ? ended.has(run.value.state) : false;
+  useTitle(run.value ? "Run of " + run.value.automation : "Run");
   useEffect(() => {
     if (done) return;
     const t = setInterval(run.reload, 1000);
@@ -73,7 +75,13 @@ function Step(props: { step: RunStep; total: number }) {
         {s.output && (
           <>
             <h3 class="small">Output</h3>
-            <pre data-testid="step-output">{s.output}</pre>
+            {s.kind === "start_task" && s.state === "succeeded" ? (
+              <p data-testid="step-output">
+                Started task <a href={"/tasks/" + enc(s.output)}>{s.output}</a>
+              </p>
+            ) : (
+              <pre data-testid="step-output">{s.output}</pre>
+            )}
           </>
         )}
         {s.error && <p class="problem">{s.error}</p>}

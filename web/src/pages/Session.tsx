@@ -3,7 +3,9 @@
 import { useState } from "preact/hooks";
 import { call, enc, get } from "../api/client";
 import type { Session as SessionT, SessionEvent } from "../api/types";
-import { ago, short } from "../lib/format";
+import { ago, opKind, short } from "../lib/format";
+import { useHostNames, useTasksBySession } from "../lib/names";
+import { useTitle } from "../lib/title";
 import { useLoad } from "../lib/useLoad";
 import { useSession } from "../lib/useSession";
 import { navigate } from "../router";
@@ -21,7 +23,8 @@ const tabs = [
 
 export function Session(props: { id: string; tab: string }) {
   const [events, setEvents] = useState<SessionEvent[]>([]);
-  const live = useSession(props.id, (e) => setEvents((es) => (es.some((x) => x.seq === e.seq) ? es : [e, ...es].slice(0, 200))));
+  // outbox rows are the guest's messages, not lifecycle: they are not shown
+  const live = useSession(props.id, (e) => e.type !== "outbox" && setEvents((es) => (es.some((x) => x.seq === e.seq) ? es : [e, ...es].slice(0, 200))));
   const detail = useLoad((s) => get<SessionT>("/v1/sessions/" + enc(props.id), s), [props.id, live?.state, live?.epoch]);
   const [error, setError] = useState<Error>();
   const [busy, setBusy] = useState("");
@@ -39,6 +42,9 @@ export function Session(props: { id: string; tab: string }) {
     }
   };
   const tab = tabs.some((t) => t.id === props.tab) ? props.tab : "overview";
+  const hostNames = useHostNames();
+  const task = useTasksBySession([props.id]).get(props.id);
+  useTitle(tab === "terminal" ? "Terminal" : undefined, "Session " + short(props.id));
   return (
     <>
       <div class="head">
@@ -67,8 +73,10 @@ export function Session(props: { id: string; tab: string }) {
             <section>
               <h2>Details</h2>
               <dl class="facts">
+                <dt>Task</dt>
+                <dd data-testid="session-task">{task ? <a href={"/tasks/" + enc(task.id)}>{task.title}</a> : "none"}</dd>
                 <dt>Host</dt>
-                <dd>{s.host_id ? <a href={"/hosts/" + enc(s.host_id)}>{s.host_id}</a> : "none (idle sessions hold no host)"}</dd>
+                <dd>{s.host_id ? <a href={"/hosts/" + enc(s.host_id)}>{hostNames.get(s.host_id) ?? short(s.host_id)}</a> : "none (idle sessions hold no host)"}</dd>
                 <dt>Image</dt>
                 <dd>{s.spec.image ?? "default"}</dd>
                 <dt>Epoch</dt>
@@ -109,7 +117,7 @@ export function Session(props: { id: string; tab: string }) {
                 <tbody>
                   {[...(s.ops ?? [])].reverse().map((o) => (
                     <tr>
-                      <td>{o.kind}</td>
+                      <td>{opKind(o.kind)}</td>
                       <td>
                         {o.state}
                         {o.error && <div class="problem small">{o.error}</div>}

@@ -5,6 +5,7 @@ import { enc, get, post } from "../api/client";
 import { follow } from "../api/sse";
 import type { Task as TaskT, TaskEvent } from "../api/types";
 import { empty, fold, type Conversation } from "../lib/conversation";
+import { useTitle } from "../lib/title";
 import { useSession } from "../lib/useSession";
 import { navigate } from "../router";
 import { Problem } from "../ui/Problem";
@@ -47,6 +48,7 @@ export function Task(props: { id: string; tab: string }) {
   const session = useSession(task?.session_id);
   const tab = tabs.some((t) => t.id === props.tab) ? props.tab : "conversation";
   const stopped = task?.state === "stopped" || task?.state === "failed";
+  useTitle(tab === "conversation" ? undefined : tabs.find((t) => t.id === tab)?.label, task?.title, "Task");
 
   return (
     <>

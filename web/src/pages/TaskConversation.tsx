@@ -7,6 +7,7 @@ import { enc, post } from "../api/client";
 import type { Conversation, Item } from "../lib/conversation";
 import type { TurnUsage } from "../api/types";
 import { money, tokens } from "../lib/format";
+import { toolSubject } from "../lib/toolSubject";
 import { Markdown } from "../ui/Markdown";
 import { Problem } from "../ui/Problem";
 
@@ -105,7 +106,8 @@ function render(i: Item) {
       return (
         <details class={"tool" + (i.isError ? " failed" : "")}>
           <summary>
-            <code>{i.name}</code> {i.output === undefined ? <em>running…</em> : i.isError ? "failed" : "done"}
+            <code>{i.name}</code> {toolSubject(i.input) && <code class="tool-subject">{toolSubject(i.input)}</code>}{" "}
+            {i.output === undefined ? <em>running…</em> : i.isError ? "failed" : "done"}
           </summary>
           {i.input && <pre>{i.input}</pre>}
           {i.output !== undefined && <pre class="output">{i.output}</pre>}

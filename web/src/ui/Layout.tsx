@@ -1,9 +1,12 @@
-// The frame of every signed-in page: the navigation and the page.
+// The frame of every signed-in page: the navigation and the page. On a
+// phone the sections fold into a menu (a button that opens them as a
+// list); on a wider screen they are a row.
 import type { ComponentChildren } from "preact";
+import { useEffect, useState } from "preact/hooks";
 import { signOut } from "../api/auth";
 import { navigate } from "../router";
 
-const sections = [
+export const sections = [
   { href: "/tasks", label: "Tasks" },
   { href: "/sessions", label: "Sessions" },
   { href: "/profiles", label: "Profiles" },
@@ -16,28 +19,40 @@ const sections = [
 ];
 
 export function Layout(props: { path: string; children: ComponentChildren }) {
+  const [open, setOpen] = useState(false);
+  // A followed link closes the menu, also one to the page shown.
+  useEffect(() => setOpen(false), [props.path]);
+  const followed = (e: MouseEvent) => (e.target as Element).closest("a") && setOpen(false);
+  const current = sections.find((s) => props.path.startsWith(s.href));
   return (
     <div class="frame">
       <header class="top">
         <a class="brand" href="/tasks">
           engrams
         </a>
-        <nav aria-label="Sections">
+        <span class="here" aria-hidden="true">
+          {current?.label}
+        </span>
+        <button type="button" class="quiet menu-button" aria-expanded={open} aria-controls="sections" onClick={() => setOpen(!open)}>
+          Menu
+        </button>
+        <nav id="sections" aria-label="Sections" class={open ? "open" : undefined} onClick={followed}>
           {sections.map((s) => (
-            <a href={s.href} aria-current={props.path.startsWith(s.href) ? "page" : undefined}>
+            <a href={s.href} aria-current={current === s ? "page" : undefined}>
               {s.label}
             </a>
           ))}
+          <button
+            type="button"
+            class="quiet sign-out"
+            onClick={() => {
+              signOut();
+              navigate("/login");
+            }}
+          >
+            Sign out
+          </button>
         </nav>
-        <button
-          class="quiet"
-          onClick={() => {
-            signOut();
-            navigate("/login");
-          }}
-        >
-          Sign out
-        </button>
       </header>
       <main id="main">{props.children}</main>
     </div>

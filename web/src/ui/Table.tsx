@@ -1,6 +1,6 @@
 // A list shown as a table: its loading state, its error, its empty text,
-// and one row per item with the columns given (wide ones are hidden on
-// phones).
+// and one row per item with the columns given. On a phone each row is a
+// card, each cell under its column's name (a hidden head names none).
 import type { ComponentChildren } from "preact";
 import { Loading, Problem } from "./Problem";
 
@@ -24,7 +24,7 @@ export function Table<T>(props: {
       ) : (props.rows ?? []).length === 0 ? (
         <p class="empty">{props.empty}</p>
       ) : (
-        <table class="grid" data-testid={props.testid}>
+        <table class="grid reflow" data-testid={props.testid}>
           <thead>
             <tr>
               {props.columns.map((c) => (
@@ -38,7 +38,9 @@ export function Table<T>(props: {
             {(props.rows ?? []).map((r) => (
               <tr>
                 {props.columns.map((c) => (
-                  <td class={cls(c)}>{c.cell(r)}</td>
+                  <td class={cls(c)} data-label={c.hidden ? undefined : c.head}>
+                    {c.cell(r)}
+                  </td>
                 ))}
               </tr>
             ))}
