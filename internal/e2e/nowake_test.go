@@ -19,11 +19,11 @@ import (
 const lookWindow = 30 * time.Second
 
 // TestDashboardLookingNeverResumes (issue 26): web/e2e/nowake.mjs opens
-// the task page, its Changes tab and the session page on a task whose
+// the task page (on its Changes tab) and the session page on a task whose
 // session was suspended and keeps them open for lookWindow: the session
-// stays idle with the ops it had. Resumed through the API, every page shows
-// it active without a reload; the server's ops agree: one resume, the
-// API's.
+// stays idle with the ops it had. Resumed through the API, both pages show
+// it active without a reload, and the Changes tab its diff; the server's
+// ops agree: one resume, the API's.
 func TestDashboardLookingNeverResumes(t *testing.T) {
 	t.Parallel()
 	d := startDashboardEnv(t)
