@@ -192,7 +192,9 @@ func (f *Fleet) Transport(_ context.Context, hostID domain.HostID) (http.RoundTr
 	return rtFunc(func(r *http.Request) (*http.Response, error) {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, r)
-		return rec.Result(), nil
+		resp := rec.Result()
+		resp.Request = r // as a RoundTripper must
+		return resp, nil
 	}), nil
 }
 

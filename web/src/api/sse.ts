@@ -47,6 +47,19 @@ export function follow(path: string, onMessage: (m: Message) => void, opts: { af
   };
 }
 
+/**
+ * backlog reads a stream that ends by itself (a session's events with
+ * ?follow=false): every message in it, once. Unlike follow it never
+ * subscribes, so reading an idle session's events does not resume it.
+ */
+export async function backlog(path: string, signal?: AbortSignal): Promise<Message[]> {
+  const resp = await fetch(path, { headers: headers({ Accept: "text/event-stream" }), signal });
+  if (!resp.ok || !resp.body) throw new Error("read " + path + ": " + resp.status);
+  const out: Message[] = [];
+  await read(resp.body, (m) => out.push(m));
+  return out;
+}
+
 /** read parses one stream; true when the server said it ended for good. */
 async function read(body: ReadableStream<Uint8Array>, emit: (m: Message) => void): Promise<boolean> {
   const reader = body.pipeThrough(new TextDecoderStream() as unknown as ReadableWritablePair<string, Uint8Array>).getReader();

@@ -1,20 +1,51 @@
 // useChanges re-reads a list when the server says one of its topics
 // changed (GET /v1/changes), and every 30 s besides (a change missed while
-// the stream was down).
+// the stream was down). No topics: nothing is followed. A tab holds one
+// change feed of every topic, shared by all its hooks: a browser gives an
+// origin served over HTTP/1.1 six connections, and each open stream keeps
+// one.
 import { useEffect } from "preact/hooks";
-import { follow } from "../api/sse";
+import { follow, type Follow } from "../api/sse";
 
-export function useChanges(topics: ("sessions" | "tasks" | "hosts")[], reload: () => void): void {
+type Topic = "sessions" | "tasks" | "hosts";
+
+type listener = { topics: Topic[]; fire: () => void };
+
+const listeners = new Set<listener>();
+let feed: Follow | undefined;
+
+/** listen adds l to the tab's feed (opening it); the returned function removes it (closing the feed after the last). */
+function listen(l: listener): () => void {
+  listeners.add(l);
+  feed ??= follow(
+    "/v1/changes?topics=sessions,tasks,hosts",
+    (m) => {
+      for (const x of listeners) if (x.topics.includes(m.event as Topic)) x.fire();
+    },
+    // A stream (re)opened may have missed changes: everyone re-reads.
+    { onState: (live) => live && listeners.forEach((x) => x.fire()) },
+  );
+  return () => {
+    listeners.delete(l);
+    if (listeners.size === 0) {
+      feed?.stop();
+      feed = undefined;
+    }
+  };
+}
+
+export function useChanges(topics: Topic[], reload: () => void): void {
   const key = topics.join(",");
   useEffect(() => {
+    if (key === "") return;
     let timer: ReturnType<typeof setTimeout> | undefined;
     const soon = () => {
       if (timer === undefined) timer = setTimeout(() => ((timer = undefined), reload()), 100);
     };
-    const f = follow("/v1/changes?topics=" + key, soon, { onState: (live) => live && soon() });
+    const stop = listen({ topics: key.split(",") as Topic[], fire: soon });
     const poll = setInterval(reload, 30_000);
     return () => {
-      f.stop();
+      stop();
       clearInterval(poll);
       if (timer !== undefined) clearTimeout(timer);
     };

@@ -1,12 +1,13 @@
 // A session: state, host, ops, snapshots and lifecycle events live, a
-// terminal, and suspend, resume and delete.
+// terminal, and suspend, resume and delete. Looking wakes nothing: all of
+// it is read from the database when the change feed says the session
+// changed; an idle session resumes only on Resume or in the Terminal tab.
 import { useState } from "preact/hooks";
-import { call, enc, get } from "../api/client";
-import type { Session as SessionT, SessionEvent } from "../api/types";
+import { call, enc } from "../api/client";
+import type { SessionEvent } from "../api/types";
 import { ago, opKind, short } from "../lib/format";
 import { useHostNames, useTasksBySession } from "../lib/names";
 import { useTitle } from "../lib/title";
-import { useLoad } from "../lib/useLoad";
 import { useSession } from "../lib/useSession";
 import { navigate } from "../router";
 import { Problem } from "../ui/Problem";
@@ -25,16 +26,15 @@ export function Session(props: { id: string; tab: string }) {
   const [events, setEvents] = useState<SessionEvent[]>([]);
   // outbox rows are the guest's messages, not lifecycle: they are not shown
   const live = useSession(props.id, (e) => e.type !== "outbox" && setEvents((es) => (es.some((x) => x.seq === e.seq) ? es : [e, ...es].slice(0, 200))));
-  const detail = useLoad((s) => get<SessionT>("/v1/sessions/" + enc(props.id), s), [props.id, live?.state, live?.epoch]);
   const [error, setError] = useState<Error>();
   const [busy, setBusy] = useState("");
-  const s = detail.value ?? live;
+  const s = live.session;
   const act = async (what: string, method: "POST" | "DELETE", path: string) => {
     setBusy(what);
     setError(undefined);
     try {
       await call(method, "/v1/sessions/" + enc(props.id) + path + "?wait=false");
-      detail.reload();
+      live.reload();
     } catch (e) {
       setError(e as Error);
     } finally {
@@ -64,7 +64,12 @@ export function Session(props: { id: string; tab: string }) {
           </button>
         </div>
       </div>
-      <Problem error={error ?? detail.error} />
+      <Problem error={error ?? live.error} />
+      {s?.state === "idle" && tab === "overview" && (
+        <p class="muted" data-testid="suspended">
+          Suspended: it holds no host and this page does not wake it. Resume it, or open the Terminal, to run it again.
+        </p>
+      )}
       <Tabs tabs={tabs} current={tab} onSelect={(t) => navigate("/sessions/" + enc(props.id) + (t === "overview" ? "" : "?tab=" + t), true)} />
       <div role="tabpanel" id={"panel-" + tab} aria-labelledby={"tab-" + tab}>
         {tab === "terminal" && <Terminal sessionId={props.id} />}

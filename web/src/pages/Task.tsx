@@ -1,14 +1,19 @@
 // A task: its live conversation, its changes, its files and a terminal
-// in its session, with the task's and the session's state.
+// in its session, with the task's and the session's state. Looking wakes
+// nothing: the conversation and both states come from the database (the
+// session's through the change feed), and an idle session resumes only
+// when the user acts: Resume, the Terminal tab, a follow-up, or asking
+// for the Changes or Files, which are read from its disk.
 import { useEffect, useState } from "preact/hooks";
 import { enc, get, post } from "../api/client";
 import { follow } from "../api/sse";
-import type { Task as TaskT, TaskEvent } from "../api/types";
+import type { ComponentChildren } from "preact";
+import type { Session, Task as TaskT, TaskEvent } from "../api/types";
 import { empty, fold, type Conversation } from "../lib/conversation";
 import { useTitle } from "../lib/title";
 import { useSession } from "../lib/useSession";
 import { navigate } from "../router";
-import { Problem } from "../ui/Problem";
+import { Loading, Problem } from "../ui/Problem";
 import { StateBadge } from "../ui/StateBadge";
 import { Tabs } from "../ui/Tabs";
 import { TaskConversation } from "./TaskConversation";
@@ -45,7 +50,18 @@ export function Task(props: { id: string; tab: string }) {
     });
     return () => f.stop();
   }, [props.id]);
-  const session = useSession(task?.session_id);
+  const session = useSession(task?.session_id).session;
+  // Whether the session's state is known (or there is none): until then a
+  // tab that reads its disk waits, not to resume it unasked.
+  const known = task !== undefined && (!task.session_id || session !== undefined);
+  const [resuming, setResuming] = useState(false);
+  const resume = () => {
+    if (!task?.session_id) return;
+    setResuming(true);
+    post("/v1/sessions/" + enc(task.session_id) + "/resume")
+      .catch((e: Error) => setError(e))
+      .finally(() => setResuming(false));
+  };
   const tab = tabs.some((t) => t.id === props.tab) ? props.tab : "conversation";
   const stopped = task?.state === "stopped" || task?.state === "failed";
   useTitle(tab === "conversation" ? undefined : tabs.find((t) => t.id === tab)?.label, task?.title, "Task");
@@ -60,6 +76,11 @@ export function Task(props: { id: string; tab: string }) {
             <a href={"/sessions/" + enc(task.session_id)} data-testid="session-badge">
               <StateBadge state={session?.state} label="Session" prefix />
             </a>
+          )}
+          {session?.state === "idle" && (
+            <button onClick={resume} disabled={resuming}>
+              {resuming ? "Resuming…" : "Resume"}
+            </button>
           )}
           {!stopped && task && (
             <button
@@ -77,10 +98,37 @@ export function Task(props: { id: string; tab: string }) {
       <Tabs tabs={tabs} current={tab} onSelect={(t) => navigate("/tasks/" + enc(props.id) + (t === "conversation" ? "" : "?tab=" + t), true)} />
       <div role="tabpanel" id={"panel-" + tab} aria-labelledby={"tab-" + tab}>
         {tab === "conversation" && <TaskConversation taskId={props.id} sessionId={task?.session_id} conv={conv} stopped={stopped} turn={conv.turn} />}
-        {tab === "changes" && <TaskChanges taskId={props.id} />}
-        {tab === "files" && <TaskFiles taskId={props.id} sessionId={task?.session_id} />}
+        {tab === "changes" && (
+          <ReadsDisk known={known} session={session} what="the changes" key={props.id}>
+            <TaskChanges taskId={props.id} />
+          </ReadsDisk>
+        )}
+        {tab === "files" && (
+          <ReadsDisk known={known} session={session} what="the files" key={props.id}>
+            <TaskFiles taskId={props.id} sessionId={task?.session_id} />
+          </ReadsDisk>
+        )}
         {tab === "terminal" && (task?.session_id ? <Terminal sessionId={task.session_id} dir="/work" /> : <p class="muted">No session yet.</p>)}
       </div>
     </>
   );
+}
+
+/**
+ * ReadsDisk shows a tab read from the session's disk at once when the
+ * session is not idle, and otherwise only once asked: reading it resumes
+ * the session, and opening a page must not.
+ */
+function ReadsDisk(props: { known: boolean; session?: Session; what: string; children: ComponentChildren }) {
+  const [asked, setAsked] = useState(false);
+  if (!props.known) return <Loading what="the session's state" />;
+  if ((props.session?.state === "idle" || props.session?.state === "suspending") && !asked) {
+    return (
+      <p class="empty" data-testid="suspended">
+        The session is suspended: {props.what} are on its disk, and reading them resumes it.{" "}
+        <button onClick={() => setAsked(true)}>Resume and show {props.what}</button>
+      </p>
+    );
+  }
+  return <>{props.children}</>;
 }
