@@ -78,6 +78,13 @@ control characters.`,
 			if timeout < 0 {
 				return usageError{errors.New("--timeout must not be negative")}
 			}
+			if _, inTerm := a.terminalFD(cmd.InOrStdin()); tty && !inTerm {
+				// The end of piped input would reach the remote terminal as a
+				// ^D, which a program that reads the terminal raw (a shell's
+				// line editor) may never see: it would wait forever.
+				return usageError{errors.New("-t needs standard input to be a terminal, and it is not one: " +
+					"drop -t to pipe it to the command (whose input then ends when yours does), or run from a terminal")}
+			}
 			start := apiv1.ExecStart{Argv: argv, Env: e, Dir: workdir, TimeoutMS: timeout.Milliseconds(), TTY: tty}
 			return a.runExec(cmd, id, start, interactive)
 		},
@@ -95,13 +102,6 @@ control characters.`,
 func (a sessionCmds) runExec(cmd *cobra.Command, id string, start apiv1.ExecStart, interactive bool) error {
 	stdin, stdout, stderr := cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr()
 	inFD, inTerm := a.terminalFD(stdin)
-	if start.TTY && !inTerm {
-		// The end of piped input would reach the remote terminal as a ^D,
-		// which a program that reads the terminal raw (a shell's line
-		// editor) may never see: it would wait forever.
-		return usageError{errors.New("-t needs standard input to be a terminal, and it is not one: " +
-			"drop -t to pipe it to the command (whose input then ends when yours does), or run from a terminal")}
-	}
 	c, err := a.client()
 	if err != nil {
 		return err

@@ -31,7 +31,7 @@ What a task can do:
   - reads and writes its own clones of the repositories (app, libs); git logins stay outside the guest
   - through the credential broker, git-fetches app, pushes to app, calls the host's REST API for app; nothing else with their credentials
   - uses the model keys without seeing them: the model gateway adds them to its requests
-  - reaches only the hosts listed below, each as its line says: no other name resolves and no other connection leaves the VM (enforced on qemu; firecracker guests get no network yet; the process backend enforces nothing)
+  - reaches only the hosts this receipt lists, each as its line says: no other name resolves and no other connection leaves the VM (enforced on qemu; firecracker guests get no network yet; the process backend enforces nothing)
 
 Hosts:
   - api.anthropic.com:443: reachable via the model gateway, enforced on qemu (model provider of credential ant (anthropic_api_key)): only through the model gateway, which adds the key outside the guest and forwards to https://api.anthropic.com; also directly, through the egress proxy (TLS passed through, no key added)
@@ -41,7 +41,7 @@ Hosts:
 
 Enforcement:
   - qemu: enforced: in the VM's network path: the VM's only network device is a TAP in a network namespace of its own with no route out; its TCP goes to the host's egress proxy and its DNS to the host's filtering resolver, everything else (other UDP, ICMP, IPv6) is dropped; names not listed here and private, loopback and link-local addresses are refused
-  - firecracker: enforced: no network at all: the firecracker backend attaches no network device yet, so its guests reach none of the hosts below (the same per-VM namespace around Firecracker's TAP device is the plan)
+  - firecracker: enforced: no network at all: the firecracker backend attaches no network device yet, so its guests reach none of the hosts this receipt lists (the same per-VM namespace around Firecracker's TAP device is the plan)
   - process: NOT enforced: nothing is enforced: the guest is a process on the host's own network; HTTP_PROXY and HTTPS_PROXY point its tools at an egress proxy on the host's loopback serving this allowlist, and a tool that ignores them reaches whatever the host can
 
 Credentials:

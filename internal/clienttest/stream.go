@@ -117,17 +117,28 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request, id string) {
 		_ = conn.Write(ctx, websocket.MessageText, b)
 	}
 	control(apiv1.ExecControl{Type: "started", PID: 42})
+	exit, ok := s.execProgram(ctx, conn, id, start, send)
+	if !ok {
+		return
+	}
+	control(exit)
+	_ = conn.Close(websocket.StatusNormalClosure, "")
+}
+
+// execProgram runs start's program the way the fake guest knows it and
+// says how it exited; false when the stream ends without an exit.
+func (s *Server) execProgram(ctx context.Context, conn *websocket.Conn, id string, start apiv1.ExecStart, send func(byte, string)) (apiv1.ExecControl, bool) {
 	exit := apiv1.ExecControl{Type: "exit"}
 	switch start.Argv[0] {
 	case "suspend-me":
 		send(apiv1.ChanStdout, "partial output\n")
 		s.suspendUnder(id)
-		return // no exit: the machine is gone
+		return exit, false // no exit: the machine is gone
 	case "cat":
 		for start.Stdin {
 			typ, msg, err := conn.Read(ctx)
 			if err != nil {
-				return
+				return exit, false
 			}
 			if typ == websocket.MessageBinary && len(msg) > 0 && msg[0] == apiv1.ChanStdin {
 				send(apiv1.ChanStdout, string(msg[1:]))
@@ -141,24 +152,24 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request, id string) {
 		if start.TTY {
 			send(apiv1.ChanStdout, "# ")
 			_, _ = waitControl(ctx, conn, "never")
-			return
+			return exit, false
 		}
 		if start.Stdin {
 			if _, ok := waitControl(ctx, conn, "stdin_close"); !ok {
-				return
+				return exit, false
 			}
 		}
 	case "tty":
 		send(apiv1.ChanStdout, fmt.Sprintf("tty=%v rows=%d cols=%d\n", start.TTY, start.Rows, start.Cols))
 		ctl, ok := waitControl(ctx, conn, "resize")
 		if !ok {
-			return
+			return exit, false
 		}
 		send(apiv1.ChanStdout, fmt.Sprintf("resize %d %d\n", ctl.Rows, ctl.Cols))
 	case "wait-signal":
 		ctl, ok := waitControl(ctx, conn, "signal")
 		if !ok {
-			return
+			return exit, false
 		}
 		send(apiv1.ChanStdout, "got "+ctl.Signal+"\n")
 		exit.ExitCode = 130
@@ -172,8 +183,7 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request, id string) {
 		}
 		exit.ExitCode, exit.Error, exit.TimedOut = res.code, res.err, res.timedOut
 	}
-	control(exit)
-	_ = conn.Close(websocket.StatusNormalClosure, "")
+	return exit, true
 }
 
 func decodeControl(msg []byte) apiv1.ExecControl {
