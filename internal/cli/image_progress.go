@@ -101,7 +101,7 @@ func printReady(w io.Writer, img apiv1.Image, job apiv1.ImageJob) error {
 }
 
 // stageOrder is the order jobs go through their stages; others follow.
-var stageOrder = []string{"resolve", "pull", "rootfs", "chunks", "place", "boot", "warmup", "snapshot", "upload"}
+var stageOrder = []string{"resolve", "pull", "rootfs", "chunks", "place", "fetch_rootfs", "boot", "warmup", "snapshot", "upload", "on_host"}
 
 // stageTimes lists stage times in the order stages run.
 func stageTimes(ms map[string]int64) string {

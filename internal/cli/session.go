@@ -175,7 +175,7 @@ func (a sessionCmds) sessionGetCmd() *cobra.Command {
 		Aliases: []string{"show"},
 		Short:   "Show a session, its operations and snapshots",
 		Long: `Show a session: its state, host, spec, head snapshot and last activity, the
-op log of its lifecycle operations (create, resume, evict, snapshot,
+op log of its lifecycle operations (create, resume, suspend, snapshot,
 destroy, move, recover) with their errors, and its snapshot history
 (oldest first) with each snapshot's size and the bytes it uploaded.`,
 		Example: `  engrams session get 0193a1b2-...

@@ -11,12 +11,10 @@ import (
 )
 
 // lookWindow is how long the browser test keeps the pages open on the
-// idle session. The issue asks for a minute; 30 s (six checks of the
-// session's state and ops, 5 s apart, and one at the end) covers every
-// reconnect and poll the pages make (the change feed's 30 s re-read, a
-// stream's reconnect backoff of at most 8 s) at a quarter of the cost of
-// one QEMU run.
-const lookWindow = 30 * time.Second
+// idle session: a minute, as the issue asks, so that two of the change
+// feed's 30 s re-reads and every stream's reconnect (backoff at most 8 s)
+// fall inside it; the state and ops are checked every 5 s and at the end.
+const lookWindow = time.Minute
 
 // TestDashboardLookingNeverResumes (issue 26): web/e2e/nowake.mjs opens
 // the task page (on its Changes tab) and the session page on a task whose
