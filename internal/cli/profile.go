@@ -529,35 +529,39 @@ func section[T any](w io.Writer, title string, items []T, line func(T) string) {
 	}
 }
 
+// printHosts lists the receipt's hosts, those with the same terms on one
+// line, each term said once (the reason says how a host is reached).
 func printHosts(w io.Writer, hosts []apiv1.ReceiptHost) {
-	section(w, "Hosts", hosts, func(h apiv1.ReceiptHost) string {
-		state := "NOT reachable"
-		if h.Reachable {
-			state = "reachable" + viaNote(h.Via)
+	type line struct{ names, terms string }
+	var lines []line
+	seen := map[string]int{}
+	for _, h := range hosts {
+		terms := hostTerms(h)
+		if i, ok := seen[terms]; ok {
+			lines[i].names += ", " + h.Host
+			continue
 		}
-		switch {
-		case len(h.EnforcedOn) > 0:
-			state += ", enforced on " + strings.Join(h.EnforcedOn, ", ")
-		case h.Enforced:
-			state += ", enforced"
-		default:
-			state += ", not enforced"
-		}
-		return fmt.Sprintf("%s: %s (%s): %s", h.Host, state, h.Why, h.Reason)
-	})
+		seen[terms] = len(lines)
+		lines = append(lines, line{h.Host, terms})
+	}
+	section(w, "Hosts", lines, func(l line) string { return l.names + ": " + l.terms })
 }
 
-// viaNote says how a host is reached, for a receipt's host line.
-func viaNote(via string) string {
-	switch via {
-	case apiv1.ViaGateway:
-		return " via the model gateway"
-	case apiv1.ViaProxy:
-		return " directly via the egress proxy"
-	case apiv1.ViaBrokered:
-		return ", brokered by the credential broker"
+// hostTerms is what a receipt says of one host after its name.
+func hostTerms(h apiv1.ReceiptHost) string {
+	state := "NOT reachable"
+	if h.Reachable {
+		state = "reachable"
 	}
-	return ""
+	switch {
+	case len(h.EnforcedOn) > 0:
+		state += ", enforced on " + strings.Join(h.EnforcedOn, ", ")
+	case h.Enforced:
+		state += ", enforced"
+	default:
+		state += ", not enforced"
+	}
+	return fmt.Sprintf("%s (%s): %s", state, h.Why, h.Reason)
 }
 
 // printGrants is the short form of a receipt's network terms that `task

@@ -34,10 +34,9 @@ What a task can do:
   - reaches only the hosts this receipt lists, each as its line says: no other name resolves and no other connection leaves the VM (enforced on qemu; firecracker guests get no network yet; the process backend enforces nothing)
 
 Hosts:
-  - api.anthropic.com:443: reachable via the model gateway, enforced on qemu (model provider of credential ant (anthropic_api_key)): only through the model gateway, which adds the key outside the guest and forwards to https://api.anthropic.com; also directly, through the egress proxy (TLS passed through, no key added)
-  - github.com: reachable, brokered by the credential broker, enforced on qemu (host of credential gh (git_https)): through the egress proxy to the coordinator's credential broker, which terminates TLS (the guest trusts the deployment's CA, which signs only the hosts the broker serves), verifies the upstream's certificate, drops what credential the guest sent and adds gh's secret in place of the session's placeholder; a placeholder anywhere else is refused
-  - api.github.com: reachable, brokered by the credential broker, enforced on qemu (host of credential gh (git_https)): through the egress proxy to the coordinator's credential broker, which terminates TLS (the guest trusts the deployment's CA, which signs only the hosts the broker serves), verifies the upstream's certificate, drops what credential the guest sent and adds gh's secret in place of the session's placeholder; a placeholder anywhere else is refused
-  - pypi.org: reachable directly via the egress proxy, enforced on qemu (listed in the profile's egress): directly, through the egress proxy: the filtering resolver answers the name, the proxy checks it against the SNI or Host, resolves it itself and dials only an address it checked (never a private or loopback one), and passes TLS through untouched (the guest verifies the server; no credential is added)
+  - api.anthropic.com:443: reachable, enforced on qemu (model provider of credential ant (anthropic_api_key)): only through the model gateway, which adds the key outside the guest and forwards to https://api.anthropic.com; also directly, through the egress proxy (TLS passed through, no key added)
+  - github.com, api.github.com: reachable, enforced on qemu (host of credential gh (git_https)): through the egress proxy to the coordinator's credential broker, which terminates TLS (the guest trusts the deployment's CA, which signs only the hosts the broker serves), verifies the upstream's certificate, drops what credential the guest sent and adds gh's secret in place of the session's placeholder; a placeholder anywhere else is refused
+  - pypi.org: reachable, enforced on qemu (listed in the profile's egress): directly, through the egress proxy: the filtering resolver answers the name, the proxy checks it against the SNI or Host, resolves it itself and dials only an address it checked (never a private or loopback one), and passes TLS through untouched (the guest verifies the server; no credential is added)
 
 Enforcement:
   - qemu: enforced: in the VM's network path: the VM's only network device is a TAP in a network namespace of its own with no route out; its TCP goes to the host's egress proxy and its DNS to the host's filtering resolver, everything else (other UDP, ICMP, IPv6) is dropped; names not listed here and private, loopback and link-local addresses are refused
@@ -116,7 +115,7 @@ func TestProfileCommands(t *testing.T) {
 				"  - credentials: secret oai is of kind openai_api_key; harness claude-code@2.1.0 needs anthropic_api_key\n",
 				"  - harness claude-code@2.1.0 needs a credential of kind anthropic_api_key, or it cannot authenticate"}},
 		{name: "create from file", args: []string{"profile", "create", "f", "--from-file", specFile, "--egress", "x.org"},
-			contains: []string{"created profile f (version 1)", "Model:         opus\n", "Harness:       claude-code@2.1.0", "  - x.org: reachable directly via the egress proxy, enforced on qemu (listed in the profile's egress)"}},
+			contains: []string{"created profile f (version 1)", "Model:         opus\n", "Harness:       claude-code@2.1.0", "  - x.org: reachable, enforced on qemu (listed in the profile's egress)"}},
 		{name: "create from stdin json", args: []string{"profile", "create", "s", "--from-file", "-", "--json"}, stdin: `{"image":"py","harness":"claude-code","credentials":["ant"]}`,
 			contains: []string{`"profile": {`, `"receipt": {`, `"model": "sonnet"`}},
 		{name: "create from bad file", args: []string{"profile", "create", "b", "--from-file", badFile}, code: 2, errContain: []string{`unknown field "harnes"`}},
@@ -136,7 +135,7 @@ func TestProfileCommands(t *testing.T) {
 		{name: "list empty json", args: []string{"profile", "list", "--json"}, stdout: "{\n  \"items\": [],\n  \"next_cursor\": \"\"\n}\n"},
 		{name: "edit", args: []string{"profile", "edit", "rev", "--model", "opus", "--egress", "", "--repo-credential", "app=", "--repo-push", "app=false", "--repo-api", "app=FALSE"}, setup: withRev,
 			contains: []string{"updated profile rev to version 2\n", "Model:         opus\n", "\nCredentials:\n  - ant (anthropic_api_key, never in the guest on qemu, firecracker, process): gateway-injected",
-				"  - app: https://github.com/acme/app.git at main\n", "\nHosts:\n  - api.anthropic.com:443: reachable via the model gateway, enforced on qemu (model provider of credential ant (anthropic_api_key)): " +
+				"  - app: https://github.com/acme/app.git at main\n", "\nHosts:\n  - api.anthropic.com:443: reachable, enforced on qemu (model provider of credential ant (anthropic_api_key)): " +
 					"only through the model gateway, which adds the key outside the guest and forwards to https://api.anthropic.com; also directly, through the egress proxy (TLS passed through, no key added)\n\nEnforcement:\n  - qemu: enforced: "}},
 		{name: "edit repo credential host", args: []string{"profile", "edit", "rev", "--repo-credential", "libs=gh"}, setup: withRev, code: 1,
 			errContain: []string{"repos[1].credential: secret gh is for github.com, the repo is on gitlab.com"}},
