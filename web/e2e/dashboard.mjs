@@ -192,7 +192,7 @@ try {
   const def = page.getByLabel("Definition (YAML or JSON)");
   const good = await def.inputValue();
   if (!good.includes("name: by-hand")) throw new Error("the template did not fill the definition: " + good);
-  if (!good.includes("profile: " + JSON.stringify(cfg.profile))) throw new Error("the template does not name the profile " + cfg.profile + ": " + good);
+  if (!new RegExp(`profile: "?${cfg.profile}"?\n`).test(good)) throw new Error("the template does not name the profile " + cfg.profile + ": " + good);
   await def.fill(good.replace("kind: start_task", "kind: teleport"));
   await page.getByRole("button", { name: "Create automation" }).click();
   await page.getByTestId("definition-problems").getByText('unknown block "teleport"').waitFor();
