@@ -99,13 +99,18 @@ func MicrosAmount(micros int64) string {
 // counts those with tokens but no price (a model in no table, and no cost
 // from the harness).
 type TaskUsage struct {
-	Model            string `json:"model,omitempty"` // of the last usage that named one
-	InputTokens      int64  `json:"input_tokens"`    // every input token, cached ones included
-	OutputTokens     int64  `json:"output_tokens"`
-	CacheReadTokens  int64  `json:"cache_read_tokens"`
-	CacheWriteTokens int64  `json:"cache_write_tokens"`
-	Cost             *Money `json:"cost,omitempty"`
-	Unpriced         int64  `json:"unpriced_usages,omitempty"`
+	Model string `json:"model,omitempty"` // of the last usage that named one
+	TokenCounts
+	Cost     *Money `json:"cost,omitempty"`
+	Unpriced int64  `json:"unpriced_usages,omitempty"`
+}
+
+// TokenCounts are a usage's tokens by kind.
+type TokenCounts struct {
+	InputTokens      int64 `json:"input_tokens"` // every input token, cached ones included
+	OutputTokens     int64 `json:"output_tokens"`
+	CacheReadTokens  int64 `json:"cache_read_tokens"`
+	CacheWriteTokens int64 `json:"cache_write_tokens"`
 }
 
 // TurnUsage is one usage event of a turn: one model's tokens and, when
@@ -113,13 +118,10 @@ type TaskUsage struct {
 // the server's ("engrams-2025-10"), or "harness" when the harness
 // reckoned it for a model the table lacks.
 type TurnUsage struct {
-	Model            string `json:"model,omitempty"`
-	InputTokens      int64  `json:"input_tokens"` // every input token, cached ones included
-	OutputTokens     int64  `json:"output_tokens"`
-	CacheReadTokens  int64  `json:"cache_read_tokens"`
-	CacheWriteTokens int64  `json:"cache_write_tokens"`
-	Cost             *Money `json:"cost,omitempty"`
-	PriceTable       string `json:"price_table,omitempty"`
+	Model string `json:"model,omitempty"`
+	TokenCounts
+	Cost       *Money `json:"cost,omitempty"`
+	PriceTable string `json:"price_table,omitempty"`
 }
 
 // TaskList answers RouteListTasks.

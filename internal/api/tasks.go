@@ -23,8 +23,7 @@ func taskOut(t domain.Task) apiv1.Task {
 	u := t.Usage
 	out := apiv1.Task{ID: string(t.ID), Title: t.Title, State: string(t.State), Error: t.Error, ProfileID: t.ProfileID,
 		ProfileVersion: t.ProfileVersion, SessionID: string(t.SessionID), EventSeq: t.EventSeq, RunID: t.RunID, StartedBy: t.StartedBy,
-		Usage: apiv1.TaskUsage{Model: u.Model, InputTokens: u.Tokens.Input, OutputTokens: u.Tokens.Output,
-			CacheReadTokens: u.Tokens.CacheRead, CacheWriteTokens: u.Tokens.CacheWrite, Cost: moneyOut(u.Cost), Unpriced: u.Unpriced},
+		Usage:     apiv1.TaskUsage{Model: u.Model, TokenCounts: tokensOut(u.Tokens), Cost: moneyOut(u.Cost), Unpriced: u.Unpriced},
 		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt}
 	var rec struct {
 		Receipt *apiv1.Receipt `json:"receipt"`
@@ -33,6 +32,11 @@ func taskOut(t domain.Task) apiv1.Task {
 		out.Receipt = rec.Receipt
 	}
 	return out
+}
+
+// tokensOut is t on the wire.
+func tokensOut(t domain.Tokens) apiv1.TokenCounts {
+	return apiv1.TokenCounts{InputTokens: t.Input, OutputTokens: t.Output, CacheReadTokens: t.CacheRead, CacheWriteTokens: t.CacheWrite}
 }
 
 // moneyOut is m on the wire; nil when it is no amount.
@@ -49,8 +53,7 @@ func moneyOut(m domain.Money) *apiv1.Money {
 func taskEventOut(e domain.TaskEvent) apiv1.TaskEvent {
 	out := apiv1.TaskEvent{Seq: e.Seq, Type: e.Type, Data: e.Payload, Time: e.At}
 	if u, ok := tasks.UsageOf(e); ok {
-		out.Usage = &apiv1.TurnUsage{Model: u.Model, InputTokens: u.Tokens.Input, OutputTokens: u.Tokens.Output,
-			CacheReadTokens: u.Tokens.CacheRead, CacheWriteTokens: u.Tokens.CacheWrite, Cost: moneyOut(u.Cost), PriceTable: u.PriceTable}
+		out.Usage = &apiv1.TurnUsage{Model: u.Model, TokenCounts: tokensOut(u.Tokens), Cost: moneyOut(u.Cost), PriceTable: u.PriceTable}
 	}
 	return out
 }

@@ -183,10 +183,10 @@ func tokenCount(n int64) string {
 }
 
 // tokensText says input (with its cached parts) and output tokens.
-func tokensText(in, out, cacheRead, cacheWrite int64) string {
-	s := tokenCount(in) + " in"
-	if cacheRead != 0 || cacheWrite != 0 {
-		s += fmt.Sprintf(" (%s cache read, %s cache write)", tokenCount(cacheRead), tokenCount(cacheWrite))
+func tokensText(t apiv1.TokenCounts) string {
+	s := tokenCount(t.InputTokens) + " in"
+	if t.CacheReadTokens != 0 || t.CacheWriteTokens != 0 {
+		s += fmt.Sprintf(" (%s cache read, %s cache write)", tokenCount(t.CacheReadTokens), tokenCount(t.CacheWriteTokens))
 	}
-	return s + ", " + tokenCount(out) + " out"
+	return s + ", " + tokenCount(t.OutputTokens) + " out"
 }

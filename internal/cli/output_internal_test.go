@@ -57,7 +57,7 @@ func TestTokensText(t *testing.T) {
 		{1_234_567, 1000, 0, 7, "1,234,567 in (0 cache read, 7 cache write), 1,000 out"},
 	}
 	for _, tt := range tests {
-		if got := tokensText(tt.in, tt.out, tt.read, tt.write); got != tt.want {
+		if got := tokensText(apiv1.TokenCounts{InputTokens: tt.in, OutputTokens: tt.out, CacheReadTokens: tt.read, CacheWriteTokens: tt.write}); got != tt.want {
 			t.Errorf("tokensText(%d, %d, %d, %d) = %q, want %q", tt.in, tt.out, tt.read, tt.write, got, tt.want)
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -273,20 +272,14 @@ running guest) or durable (a committed snapshot includes it).`,
 // (rounded up to whole seconds), 0 for the server default or "never".
 func parseIdleTimeout(s string) (int, error) { return parseSeconds("--idle-timeout", s) }
 
-// parseSeconds reads a duration flag in whole seconds (rounded up, at
-// least 1s), 0 for the server default, or "never"/"none" (-1).
+// parseSeconds reads a duration flag as the API reads the same setting
+// (apiv1.ParseSeconds), naming the flag in its error.
 func parseSeconds(flag, s string) (int, error) {
-	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "", "0":
-		return 0, nil
-	case "never", "none":
-		return -1, nil
+	n, err := apiv1.ParseSeconds(s)
+	if err != nil {
+		return 0, usageError{fmt.Errorf("%s %w", flag, err)}
 	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d < time.Second {
-		return 0, usageError{fmt.Errorf("%s %q: want a duration of at least 1s (e.g. 15m), 0 for the server default, or never", flag, s)}
-	}
-	return int((d + time.Second - 1) / time.Second), nil
+	return n, nil
 }
 
 // idleTimeout shows a seconds setting: the server default, never, or a duration.

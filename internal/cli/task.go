@@ -414,7 +414,7 @@ func (a taskCmds) printTaskHeader(ctx context.Context, w io.Writer, c *client.Cl
 	fmt.Fprintf(w, "started by: %s\n", starter)
 	fmt.Fprintf(w, "created: %s   updated: %s\n", a.whenAgo(t.CreatedAt), a.whenAgo(t.UpdatedAt))
 	u := t.Usage
-	fmt.Fprintf(w, "tokens: %s   cost: %s\n", tokensText(u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens), taskCost(u))
+	fmt.Fprintf(w, "tokens: %s   cost: %s\n", tokensText(u.TokenCounts), taskCost(u))
 	fmt.Fprintln(w)
 }
 

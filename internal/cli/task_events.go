@@ -76,7 +76,7 @@ func usageLine(u *apiv1.TurnUsage) string {
 	if u == nil {
 		return "(unreadable)"
 	}
-	s := tokensText(u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens) + " tokens"
+	s := tokensText(u.TokenCounts) + " tokens"
 	if u.Model != "" {
 		s = u.Model + ": " + s
 	}

@@ -34,7 +34,7 @@ func tev(seq int64, typ, data string) apiv1.TaskEvent {
 }
 
 // t1Usage is what task t1 used.
-var t1Usage = apiv1.TaskUsage{Model: "claude-sonnet-4-5", InputTokens: 25_089, OutputTokens: 1_250, CacheReadTokens: 20_000, CacheWriteTokens: 3_000,
+var t1Usage = apiv1.TaskUsage{Model: "claude-sonnet-4-5", TokenCounts: apiv1.TokenCounts{InputTokens: 25_089, OutputTokens: 1_250, CacheReadTokens: 20_000, CacheWriteTokens: 3_000},
 	Cost: &apiv1.Money{Amount: "0.1234", Micros: 123_400, Currency: "USD"}, Unpriced: 1}
 
 // withUsage is e with the usage the API reads from a usage event.
@@ -65,7 +65,7 @@ func newTaskServer(t *testing.T) *clienttest.Server {
 				tev(8, "tool_result", `{"id":"c2","output":"ok","is_error":false,"turn":"u1"}`),
 				tev(9, "file_changed", `{"path":"main.go","change":"update","turn":"u1"}`),
 				withUsage(tev(10, "usage", `{"input_tokens":1200,"output_tokens":80,"cost_usd":0.0123,"turn":"u1"}`), apiv1.TurnUsage{Model: "claude-opus-5-5",
-					InputTokens: 1200, OutputTokens: 80, Cost: &apiv1.Money{Amount: "0.0123", Micros: 12_300, Currency: "USD"}, PriceTable: "harness"}),
+					TokenCounts: apiv1.TokenCounts{InputTokens: 1200, OutputTokens: 80}, Cost: &apiv1.Money{Amount: "0.0123", Micros: 12_300, Currency: "USD"}, PriceTable: "harness"}),
 				tev(11, "question", `{"text":"Which port?","turn":"u1"}`),
 				tev(12, "error", `{"kind":"model","message":"overloaded","turn":"u1"}`),
 				tev(13, "idle", `{"result":"done","turn":"u1"}`),
@@ -87,7 +87,7 @@ func newTaskServer(t *testing.T) *clienttest.Server {
 				tev(5, "prompt", `{"turn":"u2","text":"second"}`),
 				tev(6, "run_started", `{"harness":"shell","version":"1","model":"m","turn":"u2"}`),
 				tev(7, "assistant_text", `{"text":"working on the second","turn":"u2"}`),
-				withUsage(tev(8, "usage", `{"input_tokens":1,"output_tokens":2,"cost_usd":0,"turn":"u2"}`), apiv1.TurnUsage{InputTokens: 1, OutputTokens: 2}),
+				withUsage(tev(8, "usage", `{"input_tokens":1,"output_tokens":2,"cost_usd":0,"turn":"u2"}`), apiv1.TurnUsage{TokenCounts: apiv1.TokenCounts{InputTokens: 1, OutputTokens: 2}}),
 				tev(9, "idle", `{"turn":"u2"}`), // live from here
 				tev(10, "assistant_text", `{"text":"not shown"}`),
 			},
