@@ -167,6 +167,12 @@ var layerRules = []layerRule{
 		reason: "the address policy is shared by the coordinator, the host and the guest contract, so it imports nothing of theirs",
 	},
 	{
+		name:   "access-is-pure",
+		from:   []string{"internal/access/..."},
+		only:   []string{std, "internal/domain/...", "api/apiv1"},
+		reason: "who may do what is a decision over domain types and route names, table-tested without I/O; the store is reached through its small Keys interface",
+	},
+	{
 		name:   "pricing-is-pure",
 		from:   []string{"internal/pricing/..."},
 		only:   []string{std, "internal/domain/..."},

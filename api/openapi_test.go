@@ -333,7 +333,21 @@ func schemaTypes() map[string]reflect.Type {
 	out := coreSchemaTypes()
 	maps.Copy(out, taskSchemaTypes())
 	maps.Copy(out, automationSchemaTypes())
+	maps.Copy(out, peopleSchemaTypes())
 	return out
+}
+
+// peopleSchemaTypes maps the members, audit and who-am-I schemas.
+func peopleSchemaTypes() map[string]reflect.Type {
+	return map[string]reflect.Type{
+		"WhoAmI":           reflect.TypeFor[apiv1.WhoAmI](),
+		"Member":           reflect.TypeFor[apiv1.Member](),
+		"MemberList":       reflect.TypeFor[apiv1.MemberList](),
+		"AddMemberRequest": reflect.TypeFor[apiv1.AddMemberRequest](),
+		"SetMemberRequest": reflect.TypeFor[apiv1.SetMemberRequest](),
+		"AuditEvent":       reflect.TypeFor[apiv1.AuditEvent](),
+		"AuditList":        reflect.TypeFor[apiv1.AuditList](),
+	}
 }
 
 // taskSchemaTypes maps the task schemas.

@@ -91,10 +91,16 @@ type TokenClient struct{ c *Client }
 // Tokens returns the client of the API token routes.
 func (c *Client) Tokens() TokenClient { return TokenClient{c} }
 
-// Create mints a user API token; the answer's Secret is shown only once.
+// Create makes a personal key with the caller's role; the answer's Secret
+// is shown only once.
 func (tk TokenClient) Create(ctx context.Context, name string) (apiv1.CreateTokenResponse, error) {
+	return tk.CreateKey(ctx, apiv1.CreateTokenRequest{Name: name})
+}
+
+// CreateKey makes a personal or service key with a role and an expiry.
+func (tk TokenClient) CreateKey(ctx context.Context, req apiv1.CreateTokenRequest) (apiv1.CreateTokenResponse, error) {
 	var r apiv1.CreateTokenResponse
-	err := tk.c.call(ctx, http.MethodPost, routePath(apiv1.RouteCreateToken, ""), nil, apiv1.CreateTokenRequest{Name: name}, &r)
+	err := tk.c.call(ctx, http.MethodPost, routePath(apiv1.RouteCreateToken, ""), nil, req, &r)
 	return r, err
 }
 

@@ -17,7 +17,7 @@ echo "== test"
 # One package at a time: the VM tests run real guests under software
 # emulation on small machines (at most two guests at once), and their
 # timings must not depend on what other packages do meanwhile.
-go test -p 1 -count=1 -timeout 25m "$@" ./...
+go test -p 1 -count=1 -timeout 30m "$@" ./...
 echo "== fuzz"
 ./scripts/fuzz.sh
 echo "== all tests passed in $(( $(date +%s) - start ))s"

@@ -96,6 +96,7 @@ type Error struct {
 const (
 	CodeBadRequest       = "bad_request"
 	CodeUnauthorized     = "unauthorized"
+	CodeForbidden        = "forbidden" // the caller's role does not allow this
 	CodeNotFound         = "not_found"
 	CodeMethodNotAllowed = "method_not_allowed"
 	CodeConflict         = "conflict"
@@ -343,19 +344,28 @@ type CreateHostResponse struct {
 	Token string `json:"token"`
 }
 
-// CreateTokenRequest mints a user API token.
+// CreateTokenRequest mints an API key: a personal key (the default) acts
+// as its maker, a service key (admins only) as itself. Role defaults to
+// the caller's and may not exceed it; ExpiresIn (seconds, or "30d"-style
+// durations as ParseSeconds reads them; 0 or "never": no expiry).
 type CreateTokenRequest struct {
-	Name string `json:"name"`
+	Name      string  `json:"name"`
+	Kind      string  `json:"kind,omitempty"` // KeyPersonal (default) or KeyService
+	Role      string  `json:"role,omitempty"`
+	ExpiresIn Seconds `json:"expires_in,omitempty"`
 }
 
-// Token is a token as listed; the secret is never shown again.
+// Token is a key as listed; the secret is never shown again.
 type Token struct {
 	ID         string    `json:"id"`
 	Name       string    `json:"name"`
-	Kind       string    `json:"kind"`
+	Kind       string    `json:"kind"` // KeyPersonal, KeyService or KeyHost
 	HostID     string    `json:"host_id,omitempty"`
+	UserID     string    `json:"user_id,omitempty"` // a personal key's owner, a service key's maker
+	Role       string    `json:"role,omitempty"`
 	Prefix     string    `json:"prefix"`
 	CreatedAt  time.Time `json:"created_at"`
+	ExpiresAt  time.Time `json:"expires_at,omitempty"`
 	LastUsedAt time.Time `json:"last_used_at,omitempty"`
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/internal/access"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/domain"
 )
@@ -26,8 +27,22 @@ func NewSecret() (secret, prefix string) {
 	return secret, secret[:len(TokenPrefix)+6]
 }
 
-// auth admits requests that carry a valid user token.
-func (s *hostsRouter) auth(next http.HandlerFunc) http.Handler {
+// Keys is what authentication reads and writes of the store.
+type Keys interface {
+	access.Keys
+	TouchToken(ctx context.Context, id string, at time.Time) error
+}
+
+// authn admits requests that carry a valid API key and puts the
+// principal it acts as in their context.
+type authn struct {
+	*base
+	st      Keys
+	touched touches
+}
+
+// admit checks the key, then that the principal holds what rule needs.
+func (a *authn) admit(rule access.Rule, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := r.Header.Get("Authorization")
 		secret, ok := strings.CutPrefix(h, "Bearer ")
@@ -35,40 +50,49 @@ func (s *hostsRouter) auth(next http.HandlerFunc) http.Handler {
 			secret, ok = wsBearer(r)
 		}
 		if !ok || secret == "" {
-			writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthorized, "missing bearer token: send Authorization: Bearer <token> (create one with `engrams token create`)")
+			writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthorized, "missing API key: send Authorization: Bearer <key> (`engrams login`, or `engrams token create` for another)")
 			return
 		}
-		t, err := s.st.TokenByHash(r.Context(), coordinator.HashToken(secret))
-		if errors.Is(err, domain.ErrNotFound) || (err == nil && t.Kind != domain.TokenUser) {
-			writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthorized, "token is not valid or was revoked")
+		t, p, err := access.Resolve(r.Context(), a.st, coordinator.HashToken(secret), a.now())
+		switch {
+		case errors.Is(err, access.ErrUnknownKey), errors.Is(err, access.ErrExpired), errors.Is(err, access.ErrNoMember):
+			writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthorized, err.Error())
+			return
+		case err != nil:
+			a.fail(w, r, err)
 			return
 		}
-		if err != nil {
-			s.fail(w, r, err)
+		a.touch(r.Context(), t.ID)
+		if !p.Allows(rule.Need) {
+			writeError(w, http.StatusForbidden, apiv1.CodeForbidden, refusal(p, rule.Need))
 			return
 		}
-		s.touch(r.Context(), t.ID)
-		ctx := context.WithValue(r.Context(), tokenKey{}, t.ID)
-		next(w, r.WithContext(context.WithValue(ctx, tokenNameKey{}, t.Name)))
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
 	})
 }
 
-// tokenKey carries the ID of the token a request was admitted with.
-type tokenKey struct{}
-
-// tokenIDFrom is the ID of the token r's context was admitted with.
-func tokenIDFrom(ctx context.Context) (string, bool) {
-	id, ok := ctx.Value(tokenKey{}).(string)
-	return id, ok
+// refusal says why p may not use a route that needs n.
+func refusal(p access.Principal, n access.Need) string {
+	has := "no role in an organisation"
+	if p.OrgID != "" {
+		has = "the " + string(p.Role) + " role"
+	}
+	switch n {
+	case access.Fleet:
+		return "this needs the fleet operator grant (hosts are the deployment's, not an organisation's)"
+	case access.Admin:
+		return "this needs the admin role in the organisation; this key has " + has
+	}
+	return "this needs a role in an organisation; this key has " + has
 }
 
-// tokenNameKey carries the name of the token a request was admitted with.
-type tokenNameKey struct{}
+// principalKey carries the principal a request was admitted as.
+type principalKey struct{}
 
-// tokenNameFrom is the name of the token r's context was admitted with.
-func tokenNameFrom(ctx context.Context) string {
-	name, _ := ctx.Value(tokenNameKey{}).(string)
-	return name
+// principalFrom is who r's context acts as (zero for public routes).
+func principalFrom(ctx context.Context) access.Principal {
+	p, _ := ctx.Value(principalKey{}).(access.Principal)
+	return p
 }
 
 // wsBearer is the token a browser's WebSocket upgrade offers as the
@@ -97,75 +121,23 @@ type touches struct {
 }
 
 // touch records that token id was used, at most once per touchEvery.
-func (s *hostsRouter) touch(ctx context.Context, id string) {
-	now := s.now()
-	s.touched.mu.Lock()
-	if s.touched.last == nil {
-		s.touched.last = map[string]time.Time{}
+func (a *authn) touch(ctx context.Context, id string) {
+	now := a.now()
+	a.touched.mu.Lock()
+	if a.touched.last == nil {
+		a.touched.last = map[string]time.Time{}
 	}
-	due := now.Sub(s.touched.last[id]) >= touchEvery
+	due := now.Sub(a.touched.last[id]) >= touchEvery
 	if due {
-		s.touched.last[id] = now
+		a.touched.last[id] = now
 	}
-	s.touched.mu.Unlock()
+	a.touched.mu.Unlock()
 	if !due {
 		return
 	}
-	if err := s.st.TouchToken(ctx, id, now); err != nil {
-		s.log.Warn("record token use", "token_id", id, "err", err)
+	if err := a.st.TouchToken(ctx, id, now); err != nil {
+		a.log.Warn("record token use", "token_id", id, "err", err)
 	}
-}
-
-func (s *hostsRouter) createToken(w http.ResponseWriter, r *http.Request) {
-	var req apiv1.CreateTokenRequest
-	if !s.decode(w, r, &req) {
-		return
-	}
-	if msg := checkName(req.Name); msg != "" {
-		writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "token "+msg)
-		return
-	}
-	secret, prefix := NewSecret()
-	t := domain.Token{ID: s.newID(), Name: req.Name, Kind: domain.TokenUser, Prefix: prefix, Hash: coordinator.HashToken(secret), CreatedAt: s.now()}
-	if err := s.st.CreateToken(r.Context(), t); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeSecret(w, http.StatusCreated, apiv1.CreateTokenResponse{Token: tokenOut(t), Secret: secret})
-}
-
-func (s *hostsRouter) listTokens(w http.ResponseWriter, r *http.Request) {
-	p, ok := readPage(w, r)
-	if !ok {
-		return
-	}
-	ts, err := s.st.ListTokens(r.Context())
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	all := []apiv1.Token{}
-	for _, t := range ts {
-		if !t.RevokedAt.IsZero() {
-			continue
-		}
-		all = append(all, tokenOut(t))
-	}
-	var out apiv1.TokenList
-	out.Items, out.NextCursor = pageOf(all, func(t apiv1.Token) string { return timeKey(t.CreatedAt) + t.ID }, p)
-	writeJSON(w, http.StatusOK, out)
-}
-
-func (s *hostsRouter) revokeToken(w http.ResponseWriter, r *http.Request) {
-	if err := s.admin.RevokeToken(r.Context(), r.PathValue("id")); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
-}
-
-func tokenOut(t domain.Token) apiv1.Token {
-	return apiv1.Token{ID: t.ID, Name: t.Name, Kind: string(t.Kind), HostID: string(t.HostID), Prefix: t.Prefix, CreatedAt: t.CreatedAt, LastUsedAt: t.LastUsedAt}
 }
 
 // checkName returns what is wrong with a host or token name, or "".
@@ -179,4 +151,155 @@ func checkName(n string) string {
 		}
 	}
 	return ""
+}
+
+// KeyStore is what the keys routes use of the store.
+type KeyStore interface {
+	CreateToken(ctx context.Context, t domain.Token) error
+	GetToken(ctx context.Context, id string) (domain.Token, error)
+	ListTokens(ctx context.Context, f domain.TokenFilter) ([]domain.Token, error)
+}
+
+// keysRouter serves API keys: a person makes, lists and revokes their
+// own; an admin all of the organisation's; a fleet operator host tokens.
+type keysRouter struct {
+	*base
+	st    KeyStore
+	admin HostAdmin // revokes (a host token's link closes at once)
+}
+
+func (s *keysRouter) route(h func(string, http.HandlerFunc)) {
+	h(apiv1.RouteCreateToken, s.createToken)
+	h(apiv1.RouteListTokens, s.listTokens)
+	h(apiv1.RouteRevokeToken, s.revokeToken)
+}
+
+// newKey is the key a request asks p to make, or what is wrong with it.
+func (s *keysRouter) newKey(p access.Principal, req apiv1.CreateTokenRequest) (domain.Token, error) {
+	if p.Service {
+		return domain.Token{}, forbidden("a service key cannot make keys: use a person's key")
+	}
+	if msg := checkName(req.Name); msg != "" {
+		return domain.Token{}, invalid("key " + msg)
+	}
+	t := domain.Token{ID: s.newID(), Name: req.Name, Kind: domain.TokenUser, OrgID: p.OrgID, UserID: p.UserID, Role: p.Role, CreatedAt: s.now()}
+	switch req.Kind {
+	case "", apiv1.KeyPersonal:
+	case apiv1.KeyService:
+		if !p.Allows(access.Admin) {
+			return domain.Token{}, forbidden("service keys are made by admins")
+		}
+		t.Kind = domain.TokenService
+	default:
+		return domain.Token{}, invalid("kind " + quote(req.Kind) + ": want personal or service")
+	}
+	if req.Role != "" {
+		role := domain.Role(req.Role)
+		if !role.Valid() {
+			return domain.Token{}, invalid("role " + quote(req.Role) + ": want member, admin or owner")
+		}
+		if !p.Role.AtLeast(role) {
+			return domain.Token{}, forbidden("a key's role may not exceed yours (" + string(p.Role) + ")")
+		}
+		t.Role = role
+	}
+	if req.ExpiresIn > 0 {
+		t.ExpiresAt = t.CreatedAt.Add(time.Duration(req.ExpiresIn) * time.Second)
+	}
+	return t, nil
+}
+
+func (s *keysRouter) createToken(w http.ResponseWriter, r *http.Request) {
+	var req apiv1.CreateTokenRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	t, err := s.newKey(principalFrom(r.Context()), req)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	secret, prefix := NewSecret()
+	t.Prefix, t.Hash = prefix, coordinator.HashToken(secret)
+	if err := s.st.CreateToken(r.Context(), t); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	noteTarget(r, t.ID)
+	writeSecret(w, http.StatusCreated, apiv1.CreateTokenResponse{Token: tokenOut(t), Secret: secret})
+}
+
+// sees says p may see (and so revoke) t.
+func sees(p access.Principal, t domain.Token) bool {
+	switch t.Kind {
+	case domain.TokenHost:
+		return p.Fleet
+	case domain.TokenService:
+		return t.OrgID == p.OrgID && p.Allows(access.Admin)
+	case domain.TokenUser:
+		if t.UserID == p.UserID && t.OrgID == p.OrgID && !p.Service {
+			return true
+		}
+		return t.OrgID != "" && t.OrgID == p.OrgID && p.Allows(access.Admin)
+	}
+	return false
+}
+
+func (s *keysRouter) listTokens(w http.ResponseWriter, r *http.Request) {
+	pg, ok := readPage(w, r)
+	if !ok {
+		return
+	}
+	p := principalFrom(r.Context())
+	filters := []domain.TokenFilter{{OrgID: p.OrgID, UserID: p.UserID, Kind: domain.TokenUser}}
+	if p.Allows(access.Admin) {
+		filters = []domain.TokenFilter{{OrgID: p.OrgID}}
+	}
+	if p.Fleet {
+		filters = append(filters, domain.TokenFilter{Kind: domain.TokenHost})
+	}
+	all := []apiv1.Token{}
+	for _, f := range filters {
+		ts, err := s.st.ListTokens(r.Context(), f)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		for _, t := range ts {
+			if t.RevokedAt.IsZero() && sees(p, t) {
+				all = append(all, tokenOut(t))
+			}
+		}
+	}
+	var out apiv1.TokenList
+	out.Items, out.NextCursor = pageOf(all, func(t apiv1.Token) string { return timeKey(t.CreatedAt) + t.ID }, pg)
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *keysRouter) revokeToken(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	t, err := s.st.GetToken(r.Context(), id)
+	if err == nil && !sees(principalFrom(r.Context()), t) {
+		err = notFound("key " + quote(id))
+	}
+	if err == nil {
+		err = s.admin.RevokeToken(r.Context(), id)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func tokenOut(t domain.Token) apiv1.Token {
+	kind := apiv1.KeyPersonal
+	switch t.Kind {
+	case domain.TokenService:
+		kind = apiv1.KeyService
+	case domain.TokenHost:
+		kind = apiv1.KeyHost
+	}
+	return apiv1.Token{ID: t.ID, Name: t.Name, Kind: kind, HostID: string(t.HostID), UserID: string(t.UserID), Role: string(t.Role),
+		Prefix: t.Prefix, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, LastUsedAt: t.LastUsedAt}
 }

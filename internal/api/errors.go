@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 
@@ -31,6 +32,8 @@ func (s *base) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, domain.ErrNotFound):
 		status, code = http.StatusNotFound, apiv1.CodeNotFound
+	case errors.Is(err, domain.ErrForbidden):
+		status, code = http.StatusForbidden, apiv1.CodeForbidden
 	case errors.Is(err, domain.ErrInvalid):
 		status, code = http.StatusBadRequest, apiv1.CodeBadRequest
 	case errors.Is(err, domain.ErrNotActive), errors.Is(err, domain.ErrConflict), errors.Is(err, domain.ErrBusy):
@@ -49,3 +52,9 @@ func (s *base) fail(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// forbidden, invalid and notFound are a handler's refusals, each in the
+// category fail maps to its status (403, 400, 404).
+func forbidden(msg string) error { return fmt.Errorf("%w: %s", domain.ErrForbidden, msg) }
+func invalid(msg string) error   { return fmt.Errorf("%w: %s", domain.ErrInvalid, msg) }
+func notFound(what string) error { return fmt.Errorf("%s: %w", what, domain.ErrNotFound) }

@@ -45,7 +45,7 @@ func (f *fakeGuests) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 func filesAPI(g *fakeGuests) http.Handler {
-	return api.New(api.Config{}, api.Deps{Guests: g, Fleet: fakeStore{}})
+	return api.New(api.Config{}, api.Deps{Guests: g, Fleet: fakeStore{}, Access: fakeStore{}})
 }
 
 // TestFileRoutesCheckPaths: a path no file can have is refused with 400

@@ -128,7 +128,7 @@ func newAgentAPI(t *testing.T, o agentOpts) *agentAPI {
 		})
 	}
 	ad := p.APIDeps(st, log)
-	ad.Fleet = fakeStore{}
+	ad.Fleet, ad.Access = fakeStore{}, fakeStore{}
 	h := api.New(api.Config{MaxFileBytes: o.maxFileBytes}, ad)
 	return &agentAPI{h: h, p: p, st: st, db: dbPath, logs: logs}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/coordinator"
@@ -18,11 +17,6 @@ type FleetStore interface {
 	ListHosts(ctx context.Context) ([]domain.Host, error)
 	SetHostState(ctx context.Context, id domain.HostID, state domain.HostState) error
 	CreateHost(ctx context.Context, h domain.Host, tok domain.Token) error
-	CreateToken(ctx context.Context, t domain.Token) error
-	TokenByHash(ctx context.Context, hash string) (domain.Token, error)
-	ListTokens(ctx context.Context) ([]domain.Token, error)
-	RevokeToken(ctx context.Context, id string, at time.Time) error
-	TouchToken(ctx context.Context, id string, at time.Time) error
 }
 
 // HostAdmin changes who may work (the coordinator): each closes the host's
@@ -33,13 +27,11 @@ type HostAdmin interface {
 	RevokeToken(ctx context.Context, id string) error
 }
 
-// hostsRouter serves the fleet: hosts, their tokens and the users' API
-// tokens, and authenticates every request.
+// hostsRouter serves the fleet: hosts and their tokens.
 type hostsRouter struct {
 	*base
-	st      FleetStore
-	admin   HostAdmin
-	touched touches
+	st    FleetStore
+	admin HostAdmin
 }
 
 func (s *hostsRouter) route(h func(string, http.HandlerFunc)) {
@@ -50,9 +42,6 @@ func (s *hostsRouter) route(h func(string, http.HandlerFunc)) {
 	h(apiv1.RouteEnableHost, s.disableHost(false))
 	h(apiv1.RouteDeleteHost, s.deleteHost)
 	h(apiv1.RouteCreateHost, s.createHost)
-	h(apiv1.RouteCreateToken, s.createToken)
-	h(apiv1.RouteListTokens, s.listTokens)
-	h(apiv1.RouteRevokeToken, s.revokeToken)
 }
 
 func (s *hostsRouter) listHosts(w http.ResponseWriter, r *http.Request) {

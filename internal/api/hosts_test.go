@@ -51,7 +51,7 @@ func newFleetAPI(t *testing.T) *fleetAPI {
 	f.h = api.New(api.Config{}, ad)
 	secret, prefix := api.NewSecret()
 	f.secret, f.tokID = secret, "user-1"
-	if err := st.CreateToken(ctx, domain.Token{ID: f.tokID, Name: "me", Kind: domain.TokenUser, Prefix: prefix, Hash: coordinator.HashToken(secret), CreatedAt: f.now}); err != nil {
+	if err := st.CreateToken(ctx, domain.Token{ID: f.tokID, Name: "me", Kind: domain.TokenUser, OrgID: domain.FirstOrg, UserID: domain.FirstOwner, Role: domain.RoleOwner, Prefix: prefix, Hash: coordinator.HashToken(secret), CreatedAt: f.now}); err != nil {
 		t.Fatal(err)
 	}
 	return f

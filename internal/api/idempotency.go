@@ -53,7 +53,7 @@ func (s *Server) idempotent(route string, next http.Handler) http.Handler {
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		sum := sha256.Sum256(body)
-		tokenID, _ := tokenIDFrom(r.Context())
+		tokenID := principalFrom(r.Context()).KeyID
 		now := s.now()
 		// The request's own path and query, not the route's pattern: the
 		// key sent to another session's suspend is another request.

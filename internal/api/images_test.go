@@ -31,16 +31,27 @@ var t0 = time.Date(2026, 11, 30, 6, 0, 0, 0, time.UTC)
 
 // fakeStore admits testToken; the API's other store methods are not used
 // by image routes (the embedded nil interface panics if they are).
-type fakeStore struct{ api.FleetStore }
+type fakeStore struct {
+	api.FleetStore
+	api.AccessStore
+}
 
 func (fakeStore) TokenByHash(_ context.Context, hash string) (domain.Token, error) {
 	if hash == coordinator.HashToken(testToken) {
-		return domain.Token{ID: "t1", Kind: domain.TokenUser}, nil
+		return domain.Token{ID: "t1", Kind: domain.TokenUser, OrgID: domain.FirstOrg, UserID: domain.FirstOwner, Role: domain.RoleOwner}, nil
 	}
 	return domain.Token{}, store.ErrNotFound
 }
 
 func (fakeStore) TouchToken(context.Context, string, time.Time) error { return nil }
+
+func (fakeStore) GetUser(context.Context, domain.UserID) (domain.User, error) {
+	return domain.User{ID: domain.FirstOwner, Name: "owner", FleetOperator: true}, nil
+}
+
+func (fakeStore) GetMember(context.Context, domain.OrgID, domain.UserID) (domain.Member, error) {
+	return domain.Member{OrgID: domain.FirstOrg, User: domain.User{ID: domain.FirstOwner}, Role: domain.RoleOwner}, nil
+}
 
 // fakeImages is a coordinator holding image "web" (ready) with two jobs and
 // "old" (disabled). Only the image methods are implemented.
@@ -145,7 +156,7 @@ func serve(t *testing.T, co api.ImageService, method, target, body string) (*htt
 	t.Helper()
 	var logs bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	srv := api.New(api.Config{}, api.Deps{Images: co, Fleet: fakeStore{}, Logger: log})
+	srv := api.New(api.Config{}, api.Deps{Images: co, Fleet: fakeStore{}, Access: fakeStore{}, Logger: log})
 	req := httptest.NewRequest(method, target, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+testToken)
 	rec := httptest.NewRecorder()
@@ -325,3 +336,6 @@ func TestImageJobsConversion(t *testing.T) {
 		t.Errorf("jobs:\n%s\nwant:\n%s", g, w)
 	}
 }
+
+// AppendAudit keeps nothing: these tests do not read the audit log.
+func (fakeStore) AppendAudit(context.Context, domain.AuditEvent) error { return nil }

@@ -267,7 +267,7 @@ func hostileAPI(t *testing.T, backend string) http.Handler {
 	}
 	t.Cleanup(func() { p.Automations.Close() })
 	ad := p.APIDeps(st, log)
-	ad.Fleet, ad.TaskReads = taskStore{st}, taskStore{st}
+	ad.Fleet, ad.Access, ad.TaskReads = taskStore{st}, taskStore{st}, taskStore{st}
 	return api.New(api.Config{OpenAPI: apidoc.OpenAPI()}, ad)
 }
 
@@ -285,7 +285,7 @@ func TestStalledBody(t *testing.T) {
 	req := httptest.NewRequest(http.MethodPost, "/v1/sessions", stalledBody{})
 	req.Header.Set("Authorization", "Bearer "+testToken)
 	rec := httptest.NewRecorder()
-	api.New(api.Config{}, api.Deps{Fleet: fakeStore{}}).ServeHTTP(rec, req)
+	api.New(api.Config{}, api.Deps{Fleet: fakeStore{}, Access: fakeStore{}}).ServeHTTP(rec, req)
 	var e apiv1.Error
 	if rec.Code != http.StatusRequestTimeout || json.Unmarshal(rec.Body.Bytes(), &e) != nil || e.Code != apiv1.CodeBadRequest ||
 		!strings.Contains(e.Error, "too slowly") {

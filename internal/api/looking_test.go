@@ -63,6 +63,9 @@ func lookRoutes(sid domain.SessionID, tid domain.TaskID) []lookRoute {
 		db(apiv1.RouteListHosts, "/v1/hosts", 200),
 		db(apiv1.RouteGetHost, "/v1/hosts/a", 200),
 		db(apiv1.RouteListTokens, "/v1/tokens", 200),
+		db(apiv1.RouteWhoAmI, "/v1/me", 200),
+		db(apiv1.RouteListMembers, "/v1/members", 200),
+		db(apiv1.RouteListAudit, "/v1/audit", 200),
 		db(apiv1.RouteListImages, "/v1/images", 200),
 		db(apiv1.RouteGetImage, "/v1/images/none", 404),
 		db(apiv1.RouteImageJobs, "/v1/images/none/jobs", 404),
@@ -174,7 +177,7 @@ func newLookWorld(t *testing.T) *lookWorld {
 	hostID, w.host = fleet.Add(t, st, "a", 4, coordinatortest.TestFacts)
 	w.env.KeepAlive(t, hostID)
 	ad := p.APIDeps(st, log)
-	ad.Fleet, ad.TaskReads = taskStore{st}, taskStore{st}
+	ad.Fleet, ad.Access, ad.TaskReads = taskStore{st}, taskStore{st}, taskStore{st}
 	w.srv = api.New(api.Config{}, ad)
 
 	s, err := p.Co.CreateSession(ctx, domain.SessionSpec{IdleTimeoutSec: -1}, "")

@@ -11,7 +11,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/internal/access"
 	"github.com/engrams/engrams/internal/hostlink"
 )
 
@@ -27,11 +30,14 @@ type Config struct {
 
 // Deps are the API's collaborators: one service per router.
 type Deps struct {
-	Sessions  SessionControl
-	Reads     SessionReads // the store satisfies it
-	Guests    Guests
-	Fleet     FleetStore // the store satisfies it
-	HostAdmin HostAdmin  // disable, delete, revoke (the coordinator)
+	Sessions SessionControl
+	Reads    SessionReads // the store satisfies it
+	Guests   Guests
+	Fleet    FleetStore // the store satisfies it
+	// Access authenticates keys and keeps keys, members and the audit
+	// log (the store satisfies it).
+	Access    AccessStore
+	HostAdmin HostAdmin // disable, delete, revoke (the coordinator)
 	Images    ImageService
 	Harnesses HarnessService
 	Secrets   SecretService
@@ -60,6 +66,15 @@ type Deps struct {
 	NewID   func() string
 }
 
+// AccessStore is what authentication, keys, members and the audit log
+// use of the store.
+type AccessStore interface {
+	Keys
+	KeyStore
+	PeopleStore
+	AuditLog
+}
+
 // base is what every router shares: the config, the clock and ids, and
 // the helpers that decode requests and map errors.
 type base struct {
@@ -75,8 +90,8 @@ type Server struct {
 	*base
 	mux   *http.ServeMux
 	deps  Deps
-	auth  func(http.HandlerFunc) http.Handler
-	fleet *hostsRouter
+	authn *authn
+	audit *auditor
 }
 
 // New builds the handler.
@@ -97,15 +112,35 @@ func New(cfg Config, deps Deps) *Server {
 	if b.now == nil {
 		b.now = time.Now
 	}
+	if b.newID == nil {
+		b.newID = func() string { return uuid.Must(uuid.NewV7()).String() }
+	}
 	s := &Server{base: b, mux: http.NewServeMux(), deps: deps}
-	s.fleet = &hostsRouter{base: b, st: deps.Fleet, admin: deps.HostAdmin}
-	s.auth = s.fleet.auth
+	s.authn = &authn{base: b, st: deps.Access}
+	s.audit = &auditor{base: b, st: deps.Access}
 	s.routes()
 	return s
 }
 
+// ruleOf is a route's access rule; a route without one is a bug, found
+// when the server is built.
+func ruleOf(rules map[string]access.Rule, pattern string, public bool) access.Rule {
+	r, ok := rules[pattern]
+	if !ok {
+		panic("api: route " + pattern + " has no rule in access.Routes")
+	}
+	if (r.Need == access.Public) != public {
+		panic("api: route " + pattern + " is served " + map[bool]string{true: "without", false: "with"}[public] + " a key but its rule needs " + r.Need.String())
+	}
+	return r
+}
+
 func (s *Server) routes() {
-	public := func(pattern string, fn http.HandlerFunc) { s.mux.HandleFunc(pattern, checked(pattern, fn)) }
+	rules := access.Routes()
+	public := func(pattern string, fn http.HandlerFunc) {
+		ruleOf(rules, pattern, true)
+		s.mux.HandleFunc(pattern, checked(pattern, fn))
+	}
 	public(apiv1.RouteVersion, s.version)
 	if len(s.cfg.OpenAPI) > 0 {
 		public(apiv1.RouteOpenAPI, func(w http.ResponseWriter, _ *http.Request) {
@@ -114,15 +149,18 @@ func (s *Server) routes() {
 		})
 	}
 	h := func(pattern string, fn http.HandlerFunc) {
+		rule := ruleOf(rules, pattern, false)
 		var next http.Handler = checked(pattern, fn)
 		if strings.HasPrefix(pattern, http.MethodPost+" ") && !streamedPOST(pattern) {
 			next = s.idempotent(pattern, next)
 		}
-		s.mux.Handle(pattern, s.auth(next.ServeHTTP))
+		s.mux.Handle(pattern, s.authn.admit(rule, s.audit.wrap(rule, next)))
 	}
 	(&sessionsRouter{base: s.base, co: s.deps.Sessions, st: s.deps.Reads}).route(h)
 	(&guestRouter{base: s.base, co: s.deps.Guests}).route(h)
-	s.fleet.route(h)
+	(&hostsRouter{base: s.base, st: s.deps.Fleet, admin: s.deps.HostAdmin}).route(h)
+	(&keysRouter{base: s.base, st: s.deps.Access, admin: s.deps.HostAdmin}).route(h)
+	(&peopleRouter{base: s.base, st: s.deps.Access}).route(h)
 	(&imagesRouter{base: s.base, co: s.deps.Images}).route(h)
 	(&harnessesRouter{base: s.base, co: s.deps.Harnesses}).route(h)
 	(&secretsRouter{base: s.base, co: s.deps.Secrets}).route(h)

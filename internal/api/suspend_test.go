@@ -29,7 +29,7 @@ func TestSuspendAnswersItsOutcome(t *testing.T) {
 	}
 	e := coordinatortest.New(t, coordinator.Config{}, nil)
 	_, h := e.AddHost(t, "a", 4)
-	srv := api.New(api.Config{}, api.Deps{Sessions: e.Co, Reads: e.St, Fleet: fakeStore{}})
+	srv := api.New(api.Config{}, api.Deps{Sessions: e.Co, Reads: e.St, Fleet: fakeStore{}, Access: fakeStore{}})
 	suspend := func(id domain.SessionID) (int, apiv1.Session) {
 		req := httptest.NewRequest(http.MethodPost, "/v1/sessions/"+string(id)+"/suspend", nil)
 		req.Header.Set("Authorization", "Bearer "+testToken)

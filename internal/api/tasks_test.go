@@ -28,7 +28,7 @@ type taskStore struct{ store.Store }
 
 func (taskStore) TokenByHash(_ context.Context, hash string) (domain.Token, error) {
 	if hash == coordinator.HashToken(testToken) {
-		return domain.Token{ID: "t1", Kind: domain.TokenUser}, nil
+		return domain.Token{ID: "t1", Kind: domain.TokenUser, OrgID: domain.FirstOrg, UserID: domain.FirstOwner, Role: domain.RoleOwner}, nil
 	}
 	return domain.Token{}, store.ErrNotFound
 }
@@ -65,7 +65,7 @@ func newTaskAPIWith(t *testing.T, reads func(store.Store) api.TaskReads) *taskAP
 		t.Fatal(err)
 	}
 	ad := p.APIDeps(st, log)
-	ad.Fleet, ad.TaskReads = taskStore{st}, taskStore{st}
+	ad.Fleet, ad.Access, ad.TaskReads = taskStore{st}, taskStore{st}, taskStore{st}
 	if reads != nil {
 		ad.TaskReads = reads(taskStore{st})
 	}

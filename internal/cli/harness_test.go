@@ -34,16 +34,27 @@ import (
 
 // tokenStore admits clienttest.Token; the API's other store methods are
 // not used by the agent routes.
-type tokenStore struct{ api.FleetStore }
+type tokenStore struct {
+	api.FleetStore
+	api.AccessStore
+}
 
 func (tokenStore) TokenByHash(_ context.Context, hash string) (domain.Token, error) {
 	if hash == coordinator.HashToken(clienttest.Token) {
-		return domain.Token{ID: "t1", Kind: domain.TokenUser}, nil
+		return domain.Token{ID: "t1", Kind: domain.TokenUser, OrgID: domain.FirstOrg, UserID: domain.FirstOwner, Role: domain.RoleOwner}, nil
 	}
 	return domain.Token{}, store.ErrNotFound
 }
 
 func (tokenStore) TouchToken(context.Context, string, time.Time) error { return nil }
+
+func (tokenStore) GetUser(context.Context, domain.UserID) (domain.User, error) {
+	return domain.User{ID: domain.FirstOwner, Name: "owner", FleetOperator: true}, nil
+}
+
+func (tokenStore) GetMember(context.Context, domain.OrgID, domain.UserID) (domain.Member, error) {
+	return domain.Member{OrgID: domain.FirstOrg, User: domain.User{ID: domain.FirstOwner}, Role: domain.RoleOwner}, nil
+}
 
 // agentServer is the real API over a coordinator with SQLite, a secrets
 // key and a harness builder. It holds image py (glibc), harness
@@ -89,7 +100,7 @@ func newAgentServer(t *testing.T) *agentServer {
 		t.Fatal(err)
 	}
 	deps := p.APIDeps(st, nil)
-	deps.Fleet = tokenStore{}
+	deps.Fleet, deps.Access = tokenStore{}, tokenStore{}
 	ts := httptest.NewServer(api.New(api.Config{}, deps))
 	t.Cleanup(ts.Close)
 	s := &agentServer{Server: &clienttest.Server{URL: ts.URL}, p: p, st: st}
@@ -250,3 +261,6 @@ func (noHosts) Transport(context.Context, domain.HostID) (http.RoundTripper, err
 func apiv1SecretMeta(user, host string) apiv1.SecretMeta {
 	return apiv1.SecretMeta{Username: user, Host: host}
 }
+
+// AppendAudit keeps nothing: these tests do not read the audit log.
+func (tokenStore) AppendAudit(context.Context, domain.AuditEvent) error { return nil }

@@ -110,6 +110,8 @@ config directory).`,
 	}
 	root.AddCommand(sessionCmds{a}.sessionCmd(), imageCmds{a}.imageCmd(), taskCmds{a}.taskCmd(), host, tokenCmds{a}.tokenCmd(), a.versionCmd())
 	root.AddCommand(profileCmds{a}.profileCmd(), harnessCmds{a}.harnessCmd(), secretCmds{a}.secretCmd(), autoCmds{a}.automationCmd(), autoCmds{a}.integrationCmd())
+	pc := peopleCmds{a}
+	root.AddCommand(pc.whoAmICmd(), pc.memberCmd(), pc.auditCmd())
 	root.AddCommand(extra...)
 	a.addCompletions(root)
 	return root

@@ -314,7 +314,7 @@ func (c *Access) recheckLinks(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list hosts: %w", err)
 	}
-	toks, err := c.st.ListTokens(ctx)
+	toks, err := c.st.ListTokens(ctx, store.TokenFilter{Kind: domain.TokenHost})
 	if err != nil {
 		return fmt.Errorf("list tokens: %w", err)
 	}

@@ -11,4 +11,5 @@ var (
 	ErrInvalid   = errors.New("invalid request") // bad input; nothing was changed
 	ErrNotActive = errors.New("session is not active")
 	ErrBusy      = errors.New("another operation is in progress")
+	ErrForbidden = errors.New("forbidden") // the caller may see the thing but not do this to it
 )

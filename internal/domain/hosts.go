@@ -55,19 +55,38 @@ type HostLink struct {
 type TokenKind string
 
 const (
-	TokenUser TokenKind = "user"
-	TokenHost TokenKind = "host" // bound to HostID
+	TokenUser    TokenKind = "user"    // a personal key: acts as UserID, within Role and the user's own role
+	TokenService TokenKind = "service" // a service key: acts as itself in OrgID, within Role; UserID made it
+	TokenHost    TokenKind = "host"    // bound to HostID
 )
 
-// Token is an API or host credential. Only the SHA-256 of the secret is kept.
+// Token is an API key or a host credential. Only the SHA-256 of the
+// secret is kept.
 type Token struct {
-	ID         string
-	Name       string
-	Kind       TokenKind
-	HostID     HostID
+	ID     string
+	Name   string
+	Kind   TokenKind
+	HostID HostID
+	// OrgID and Role bound what a user or service key may do ("" org: a
+	// fleet operator's key that reaches no organisation). UserID is the
+	// personal key's owner, or the service key's maker.
+	OrgID      OrgID
+	UserID     UserID
+	Role       Role
 	Prefix     string // visible start of the secret, for listing
 	Hash       string // hex SHA-256 of the whole secret
 	CreatedAt  time.Time
+	ExpiresAt  time.Time // zero: never
 	LastUsedAt time.Time
 	RevokedAt  time.Time
 }
+
+// TokenFilter narrows a list of tokens; a zero field matches all.
+type TokenFilter struct {
+	OrgID  OrgID
+	UserID UserID
+	Kind   TokenKind
+}
+
+// Expired says the token's expiry has passed at now.
+func (t Token) Expired(now time.Time) bool { return !t.ExpiresAt.IsZero() && !now.Before(t.ExpiresAt) }

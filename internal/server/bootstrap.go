@@ -38,7 +38,7 @@ func EnsureCredentials(ctx context.Context, st store.Store, path, hostName strin
 	changed := false
 	if !valid(ctx, st, c.Token, domain.TokenUser) {
 		secret, prefix := api.NewSecret()
-		t := domain.Token{ID: newID(), Name: "bootstrap", Kind: domain.TokenUser, Prefix: prefix, Hash: coordinator.HashToken(secret), CreatedAt: time.Now()}
+		t := ownerKey("bootstrap", prefix, secret)
 		if err := st.CreateToken(ctx, t); err != nil {
 			return c, fmt.Errorf("mint bootstrap token: %w", err)
 		}
@@ -55,6 +55,14 @@ func EnsureCredentials(ctx context.Context, st store.Store, path, hostName strin
 		return c, nil
 	}
 	return c, writeFileAtomic(path, c)
+}
+
+// ownerKey is a personal key of the first organisation's first owner
+// (the user a single-machine install signs in as; migration 00019 makes
+// them).
+func ownerKey(name, prefix, secret string) domain.Token {
+	return domain.Token{ID: newID(), Name: name, Kind: domain.TokenUser, OrgID: domain.FirstOrg, UserID: domain.FirstOwner,
+		Role: domain.RoleOwner, Prefix: prefix, Hash: coordinator.HashToken(secret), CreatedAt: time.Now().UTC()}
 }
 
 func valid(ctx context.Context, st store.Store, secret string, kind domain.TokenKind) bool {

@@ -186,11 +186,11 @@ func (s *Server) Dashboard() *dashboard.Dashboard { return s.dash }
 // mintToken makes a user token for a dashboard login.
 func (s *Server) mintToken(ctx context.Context, name string) (apiv1.Token, string, error) {
 	secret, prefix := api.NewSecret()
-	t := domain.Token{ID: newID(), Name: name, Kind: domain.TokenUser, Prefix: prefix, Hash: coordinator.HashToken(secret), CreatedAt: time.Now().UTC()}
+	t := ownerKey(name, prefix, secret)
 	if err := s.st.CreateToken(ctx, t); err != nil {
 		return apiv1.Token{}, "", fmt.Errorf("mint a dashboard token: %w", err)
 	}
-	return apiv1.Token{ID: t.ID, Name: t.Name, Kind: string(t.Kind), Prefix: t.Prefix, CreatedAt: t.CreatedAt}, secret, nil
+	return apiv1.Token{ID: t.ID, Name: t.Name, Kind: apiv1.KeyPersonal, Role: string(t.Role), Prefix: t.Prefix, CreatedAt: t.CreatedAt}, secret, nil
 }
 
 // Coordinator exposes the lifecycle engine (tests and dev use it).

@@ -245,9 +245,40 @@ type Tokens interface {
 	TokenByHash(ctx context.Context, hash string) (domain.Token, error)
 	// GetToken returns the token with that id, revoked or not.
 	GetToken(ctx context.Context, id string) (domain.Token, error)
-	ListTokens(ctx context.Context) ([]domain.Token, error)
+	ListTokens(ctx context.Context, f TokenFilter) ([]domain.Token, error)
 	RevokeToken(ctx context.Context, id string, at time.Time) error
 	TouchToken(ctx context.Context, id string, at time.Time) error
+}
+
+// TokenFilter narrows ListTokens; a zero field matches all.
+type TokenFilter = domain.TokenFilter
+
+// People keeps organisations, users and their roles.
+type People interface {
+	CreateOrg(ctx context.Context, o domain.Org) error // ErrConflict: the id or name is taken
+	GetOrg(ctx context.Context, id domain.OrgID) (domain.Org, error)
+	// CreateUser inserts a user; ErrConflict if the id or email is taken.
+	CreateUser(ctx context.Context, u domain.User) error
+	GetUser(ctx context.Context, id domain.UserID) (domain.User, error)
+	// UserByEmail finds a user by email, compared in lower case.
+	UserByEmail(ctx context.Context, email string) (domain.User, error)
+	// PutMember adds a user to an organisation or changes their role.
+	PutMember(ctx context.Context, org domain.OrgID, user domain.UserID, role domain.Role, at time.Time) error
+	// GetMember is a user's membership; ErrNotFound when they are not one.
+	GetMember(ctx context.Context, org domain.OrgID, user domain.UserID) (domain.Member, error)
+	// ListMembers lists an organisation's members, oldest first.
+	ListMembers(ctx context.Context, org domain.OrgID) ([]domain.Member, error)
+	// RemoveMember removes a membership and revokes the user's personal
+	// keys in that organisation, in one transaction.
+	RemoveMember(ctx context.Context, org domain.OrgID, user domain.UserID, at time.Time) error
+}
+
+// Audit keeps the audit log.
+type Audit interface {
+	AppendAudit(ctx context.Context, e domain.AuditEvent) error
+	// ListAudit pages an organisation's events, newest first: those before
+	// the (At, ID) of the cursor event when before is set.
+	ListAudit(ctx context.Context, org domain.OrgID, before *domain.AuditEvent, limit int) ([]domain.AuditEvent, error)
 }
 
 // JobProgress is a fenced progress write of a claimed image job.
@@ -364,6 +395,8 @@ type Store interface {
 	Idempotency
 	Automations
 	Integrations
+	People
+	Audit
 	// Notify wakes waiters on every replica sharing this database: topic is
 	// e.g. "ops", "session:<id>" or "task:<id>". Subscribe returns a channel
 	// that receives a value (coalesced) after each Notify on that topic,

@@ -4,23 +4,26 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
-const tokenCols = `id, name, kind, host_id, prefix, hash, created_at, last_used_at, revoked_at`
+const tokenCols = `id, name, kind, host_id, org_id, user_id, role, prefix, hash, created_at, expires_at, last_used_at, revoked_at`
 
 func scanToken(r scanner) (domain.Token, error) {
 	var t domain.Token
-	var kind string
-	var created, used, revoked int64
-	if err := r.Scan(&t.ID, &t.Name, &kind, &t.HostID, &t.Prefix, &t.Hash, &created, &used, &revoked); err != nil {
+	var kind, role string
+	var created, expires, used, revoked int64
+	if err := r.Scan(&t.ID, &t.Name, &kind, &t.HostID, &t.OrgID, &t.UserID, &role, &t.Prefix, &t.Hash,
+		&created, &expires, &used, &revoked); err != nil {
 		return domain.Token{}, err
 	}
-	t.Kind = domain.TokenKind(kind)
-	t.CreatedAt, t.LastUsedAt, t.RevokedAt = fromMicros(created), fromMicros(used), fromMicros(revoked)
+	t.Kind, t.Role = domain.TokenKind(kind), domain.Role(role)
+	t.CreatedAt, t.ExpiresAt = fromMicros(created), fromMicros(expires)
+	t.LastUsedAt, t.RevokedAt = fromMicros(used), fromMicros(revoked)
 	return t, nil
 }
 
@@ -29,7 +32,10 @@ func checkToken(t domain.Token) error {
 		return errors.New("token id and hash are required")
 	}
 	switch t.Kind {
-	case domain.TokenUser:
+	case domain.TokenUser, domain.TokenService:
+		if t.UserID == "" || (t.OrgID != "" && !t.Role.Valid()) || (t.Kind == domain.TokenService && t.OrgID == "") {
+			return errors.New("a user key needs its user, and a role in its organisation; a service key its organisation")
+		}
 	case domain.TokenHost:
 		if t.HostID == "" {
 			return errors.New("a host token needs a host id")
@@ -42,9 +48,9 @@ func checkToken(t domain.Token) error {
 
 func insertToken(ctx context.Context, db execer, t domain.Token) error {
 	_, err := db.ExecContext(ctx, `INSERT INTO api_tokens (`+tokenCols+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-		t.ID, t.Name, string(t.Kind), t.HostID, t.Prefix, t.Hash, micros(orNow(t.CreatedAt)),
-		micros(t.LastUsedAt), micros(t.RevokedAt))
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+		t.ID, t.Name, string(t.Kind), t.HostID, string(t.OrgID), string(t.UserID), string(t.Role), t.Prefix, t.Hash,
+		micros(orNow(t.CreatedAt)), micros(t.ExpiresAt), micros(t.LastUsedAt), micros(t.RevokedAt))
 	return err
 }
 
@@ -89,8 +95,10 @@ func (s *Store) GetToken(ctx context.Context, id string) (domain.Token, error) {
 }
 
 // ListTokens implements store.Tokens, revoked ones included, oldest first.
-func (s *Store) ListTokens(ctx context.Context) ([]domain.Token, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT `+tokenCols+` FROM api_tokens ORDER BY created_at, id`)
+func (s *Store) ListTokens(ctx context.Context, f store.TokenFilter) ([]domain.Token, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT `+tokenCols+` FROM api_tokens
+		WHERE ($1 = '' OR org_id = $1) AND ($2 = '' OR user_id = $2) AND ($3 = '' OR kind = $3)
+		ORDER BY created_at, id`, string(f.OrgID), string(f.UserID), string(f.Kind))
 	if err != nil {
 		return nil, fmt.Errorf("list tokens: %w", err)
 	}
@@ -203,4 +211,220 @@ func (s *Store) FinishIdempotent(ctx context.Context, tokenID, key string, resp 
 		return fmt.Errorf("finish idempotent request: %w", err)
 	}
 	return nil
+}
+
+// CreateOrg implements store.People.
+func (s *Store) CreateOrg(ctx context.Context, o domain.Org) error {
+	if o.ID == "" || o.Name == "" {
+		return errors.New("create organisation: id and name are required")
+	}
+	_, err := s.write.ExecContext(ctx, `INSERT INTO orgs (id, name, created_at) VALUES ($1, $2, $3)`,
+		string(o.ID), o.Name, micros(orNow(o.CreatedAt)))
+	if s.isUnique(err) {
+		return fmt.Errorf("create organisation %s: %w: id or name already used", o.Name, store.ErrConflict)
+	}
+	if err != nil {
+		return fmt.Errorf("create organisation %s: %w", o.Name, err)
+	}
+	return nil
+}
+
+// GetOrg implements store.People.
+func (s *Store) GetOrg(ctx context.Context, id domain.OrgID) (domain.Org, error) {
+	var o domain.Org
+	var created int64
+	err := s.read.QueryRowContext(ctx, `SELECT id, name, created_at FROM orgs WHERE id = $1`, string(id)).
+		Scan(&o.ID, &o.Name, &created)
+	if isNoRows(err) {
+		return o, fmt.Errorf("get organisation %s: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return o, fmt.Errorf("get organisation %s: %w", id, err)
+	}
+	o.CreatedAt = fromMicros(created)
+	return o, nil
+}
+
+const userCols = `id, email, name, fleet_operator, created_at`
+
+func scanUser(r scanner) (domain.User, error) {
+	var u domain.User
+	var created int64
+	if err := r.Scan(&u.ID, &u.Email, &u.Name, &u.FleetOperator, &created); err != nil {
+		return u, err
+	}
+	u.CreatedAt = fromMicros(created)
+	return u, nil
+}
+
+// CreateUser implements store.People.
+func (s *Store) CreateUser(ctx context.Context, u domain.User) error {
+	if u.ID == "" {
+		return errors.New("create user: id is required")
+	}
+	_, err := s.write.ExecContext(ctx, `INSERT INTO users (`+userCols+`) VALUES ($1, $2, $3, $4, $5)`,
+		string(u.ID), strings.ToLower(u.Email), u.Name, u.FleetOperator, micros(orNow(u.CreatedAt)))
+	if s.isUnique(err) {
+		return fmt.Errorf("create user %s: %w: id or email already used", u.ID, store.ErrConflict)
+	}
+	if err != nil {
+		return fmt.Errorf("create user %s: %w", u.ID, err)
+	}
+	return nil
+}
+
+// GetUser implements store.People.
+func (s *Store) GetUser(ctx context.Context, id domain.UserID) (domain.User, error) {
+	u, err := scanUser(s.read.QueryRowContext(ctx, `SELECT `+userCols+` FROM users WHERE id = $1`, string(id)))
+	if isNoRows(err) {
+		return u, fmt.Errorf("get user %s: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return u, fmt.Errorf("get user %s: %w", id, err)
+	}
+	return u, nil
+}
+
+// UserByEmail implements store.People.
+func (s *Store) UserByEmail(ctx context.Context, email string) (domain.User, error) {
+	email = strings.ToLower(email)
+	if email == "" {
+		return domain.User{}, fmt.Errorf("user by email: %w", store.ErrNotFound)
+	}
+	u, err := scanUser(s.read.QueryRowContext(ctx, `SELECT `+userCols+` FROM users WHERE email = $1`, email))
+	if isNoRows(err) {
+		return u, fmt.Errorf("user by email: %w", store.ErrNotFound)
+	}
+	if err != nil {
+		return u, fmt.Errorf("user by email: %w", err)
+	}
+	return u, nil
+}
+
+// PutMember implements store.People.
+func (s *Store) PutMember(ctx context.Context, org domain.OrgID, user domain.UserID, role domain.Role, at time.Time) error {
+	if !role.Valid() {
+		return fmt.Errorf("put member %s: %w: role %q", user, domain.ErrInvalid, role)
+	}
+	_, err := s.write.ExecContext(ctx, `INSERT INTO members (org_id, user_id, role, created_at) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (org_id, user_id) DO UPDATE SET role = excluded.role`,
+		string(org), string(user), string(role), micros(orNow(at)))
+	if err != nil {
+		return fmt.Errorf("put member %s: %w", user, err)
+	}
+	return nil
+}
+
+const memberCols = `m.org_id, m.role, m.created_at, u.id, u.email, u.name, u.fleet_operator, u.created_at`
+
+func scanMember(r scanner) (domain.Member, error) {
+	var m domain.Member
+	var role string
+	var created, ucreated int64
+	if err := r.Scan(&m.OrgID, &role, &created, &m.User.ID, &m.User.Email, &m.User.Name, &m.User.FleetOperator, &ucreated); err != nil {
+		return m, err
+	}
+	m.Role, m.CreatedAt, m.User.CreatedAt = domain.Role(role), fromMicros(created), fromMicros(ucreated)
+	return m, nil
+}
+
+// GetMember implements store.People.
+func (s *Store) GetMember(ctx context.Context, org domain.OrgID, user domain.UserID) (domain.Member, error) {
+	m, err := scanMember(s.read.QueryRowContext(ctx, `SELECT `+memberCols+` FROM members m JOIN users u ON u.id = m.user_id
+		WHERE m.org_id = $1 AND m.user_id = $2`, string(org), string(user)))
+	if isNoRows(err) {
+		return m, fmt.Errorf("get member %s: %w", user, store.ErrNotFound)
+	}
+	if err != nil {
+		return m, fmt.Errorf("get member %s: %w", user, err)
+	}
+	return m, nil
+}
+
+// ListMembers implements store.People.
+func (s *Store) ListMembers(ctx context.Context, org domain.OrgID) ([]domain.Member, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT `+memberCols+` FROM members m JOIN users u ON u.id = m.user_id
+		WHERE m.org_id = $1 ORDER BY m.created_at, u.id`, string(org))
+	if err != nil {
+		return nil, fmt.Errorf("list members: %w", err)
+	}
+	defer rows.Close()
+	var out []domain.Member
+	for rows.Next() {
+		m, err := scanMember(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list members: %w", err)
+		}
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list members: %w", err)
+	}
+	return out, nil
+}
+
+// RemoveMember implements store.People.
+func (s *Store) RemoveMember(ctx context.Context, org domain.OrgID, user domain.UserID, at time.Time) error {
+	return s.inTx(ctx, func(tx execer) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM members WHERE org_id = $1 AND user_id = $2`, string(org), string(user))
+		if err != nil {
+			return fmt.Errorf("remove member %s: %w", user, err)
+		}
+		if n, err := res.RowsAffected(); err == nil && n == 0 {
+			return fmt.Errorf("remove member %s: %w", user, store.ErrNotFound)
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE api_tokens SET revoked_at = $3
+			WHERE org_id = $1 AND user_id = $2 AND kind = 'user' AND revoked_at = 0`,
+			string(org), string(user), micros(orNow(at))); err != nil {
+			return fmt.Errorf("remove member %s: revoke their keys: %w", user, err)
+		}
+		return nil
+	})
+}
+
+const auditCols = `id, org_id, actor_kind, actor_id, actor_name, key_id, action, target_kind, target_id, status, remote, created_at`
+
+// AppendAudit implements store.Audit.
+func (s *Store) AppendAudit(ctx context.Context, e domain.AuditEvent) error {
+	if e.ID == "" || e.Action == "" || e.ActorKind == "" {
+		return errors.New("append audit event: id, action and actor kind are required")
+	}
+	_, err := s.write.ExecContext(ctx, `INSERT INTO audit_events (`+auditCols+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+		e.ID, string(e.OrgID), e.ActorKind, e.ActorID, e.ActorName, e.KeyID, e.Action, e.TargetKind, e.TargetID,
+		e.Status, e.Remote, micros(orNow(e.At)))
+	if err != nil {
+		return fmt.Errorf("append audit event %s: %w", e.Action, err)
+	}
+	return nil
+}
+
+// ListAudit implements store.Audit.
+func (s *Store) ListAudit(ctx context.Context, org domain.OrgID, before *domain.AuditEvent, limit int) ([]domain.AuditEvent, error) {
+	at, id := int64(1<<62), ""
+	if before != nil {
+		at, id = micros(before.At), before.ID
+	}
+	rows, err := s.read.QueryContext(ctx, `SELECT `+auditCols+` FROM audit_events
+		WHERE org_id = $1 AND (created_at < $2 OR (created_at = $2 AND id < $3))
+		ORDER BY created_at DESC, id DESC LIMIT $4`, string(org), at, id, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list audit events: %w", err)
+	}
+	defer rows.Close()
+	var out []domain.AuditEvent
+	for rows.Next() {
+		var e domain.AuditEvent
+		var created int64
+		if err := rows.Scan(&e.ID, &e.OrgID, &e.ActorKind, &e.ActorID, &e.ActorName, &e.KeyID, &e.Action,
+			&e.TargetKind, &e.TargetID, &e.Status, &e.Remote, &created); err != nil {
+			return nil, fmt.Errorf("list audit events: %w", err)
+		}
+		e.At = fromMicros(created)
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list audit events: %w", err)
+	}
+	return out, nil
 }

@@ -72,7 +72,7 @@ func testCreateHostConflict(t *testing.T, st store.Store) {
 	other := domain.Host{ID: newHID(), Name: "other"}
 	reused := hostToken(other.ID)
 	reused.Hash = tok.Hash
-	must(t, st.CreateToken(ctx, domain.Token{ID: newID(), Kind: domain.TokenUser, Hash: tok.Hash}))
+	must(t, st.CreateToken(ctx, ownerKey(tok.Hash)))
 	wantErr(t, st.CreateHost(ctx, other, reused), store.ErrConflict)
 	hosts, err := st.ListHosts(ctx)
 	must(t, err)
@@ -302,7 +302,7 @@ func testClaimRefusesHostsThatMayNotWork(t *testing.T, st store.Store) {
 		{"disabled", func(t *testing.T, h domain.Host) { _, err := st.DisableHost(ctx, h.ID, true); must(t, err) }},
 		{"deleted", func(t *testing.T, h domain.Host) { _, err := st.DeleteHost(ctx, h.ID, t0); must(t, err) }},
 		{"token revoked", func(t *testing.T, h domain.Host) {
-			toks, err := st.ListTokens(ctx)
+			toks, err := st.ListTokens(ctx, store.TokenFilter{})
 			must(t, err)
 			for _, tok := range toks {
 				if tok.HostID == h.ID {
@@ -383,7 +383,7 @@ func testDeleteHost(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	h := createHost(t, st, "h1")
 	must(t, st.RegisterHost(ctx, domain.Host{ID: h.ID, Name: "h1", LastHeartbeat: t0}))
-	toks, err := st.ListTokens(ctx)
+	toks, err := st.ListTokens(ctx, store.TokenFilter{})
 	must(t, err)
 	at := t0.Add(time.Hour)
 	got, err := st.DeleteHost(ctx, h.ID, at)
@@ -424,7 +424,7 @@ func testMarkHostLost(t *testing.T, st store.Store) {
 		t.Fatalf("after MarkHostLost: %+v", got)
 	}
 	// With its only token revoked it stays lost; a new token lets it back.
-	toks, err := st.ListTokens(ctx)
+	toks, err := st.ListTokens(ctx, store.TokenFilter{})
 	must(t, err)
 	must(t, st.RevokeToken(ctx, toks[0].ID, t0))
 	if state, err := st.ReviveHost(ctx, h.ID); err != nil || state != domain.HostLost {
@@ -444,7 +444,8 @@ func testMarkHostLost(t *testing.T, st store.Store) {
 
 func testGetToken(t *testing.T, st store.Store) {
 	ctx := t.Context()
-	tok := domain.Token{ID: newID(), Name: "u", Kind: domain.TokenUser, Hash: newID(), CreatedAt: t0}
+	tok := ownerKey(newID())
+	tok.Name, tok.CreatedAt = "u", t0
 	must(t, st.CreateToken(ctx, tok))
 	must(t, st.RevokeToken(ctx, tok.ID, t0.Add(time.Minute)))
 	got, err := st.GetToken(ctx, tok.ID)

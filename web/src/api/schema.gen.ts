@@ -1506,10 +1506,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List tokens (without secrets). */
+        /** List keys (without secrets) - a member's own, an admin's organisation's, and host tokens for fleet operators. */
         get: operations["listTokens"];
         put?: never;
-        /** Mint a user API token. */
+        /** Make an API key (personal, or a service key for admins) with a role up to the caller's and an optional expiry. */
         post: operations["createToken"];
         delete?: never;
         options?: never;
@@ -1558,6 +1558,79 @@ export interface paths {
          *     keep the stream alive every 15 s.
          */
         get: operations["followChanges"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/me": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Who the caller's key acts as, its organisation, role and grants. */
+        get: operations["whoAmI"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/members": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The organisation's members (admins). */
+        get: operations["listMembers"];
+        put?: never;
+        /** Add a person by email with a role no greater than the caller's (admins). */
+        post: operations["addMember"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/members/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The member's user id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        /** Change a member's role (admins; only owners change owners; the last owner stays one). */
+        put: operations["setMember"];
+        post?: never;
+        /** Remove a member; their personal keys in the organisation are revoked. */
+        delete: operations["removeMember"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/audit": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The audit log, newest first (admins; `fleet=true` the hosts' log, for fleet operators). */
+        get: operations["listAudit"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1999,23 +2072,100 @@ export interface components {
         };
         CreateTokenRequest: {
             name: string;
+            /**
+             * @description personal (default): acts as its maker; service (admins only): acts as itself in the organisation.
+             * @enum {string}
+             */
+            kind?: "personal" | "service";
+            /**
+             * @description Default: the caller's role; never more than it.
+             * @enum {string}
+             */
+            role?: "member" | "admin" | "owner";
+            /** @description Seconds until the key expires; 0 or -1: never. A request may also give it as a string: a duration such as "720h" or "never". */
+            expires_in?: number;
         };
         Token: {
             id: string;
             name: string;
-            /** @description user or host. */
-            kind: string;
+            /** @enum {string} */
+            kind: "personal" | "service" | "host";
             /** @description The host a host token belongs to. */
             host_id?: string;
+            /** @description A personal key's owner; a service key's maker. */
+            user_id?: string;
+            /** @description The key's role (a personal key also never exceeds its owner's role now). */
+            role?: string;
             /** @description The secret's visible first characters. */
             prefix: string;
             /** Format: date-time */
             created_at: string;
             /**
              * Format: date-time
+             * @description Zero time when it never expires.
+             */
+            expires_at?: string;
+            /**
+             * Format: date-time
              * @description Zero time when never used.
              */
             last_used_at?: string;
+        };
+        WhoAmI: {
+            user_id: string;
+            name: string;
+            org_id?: string;
+            org_name?: string;
+            /** @description member, admin or owner; empty when the key reaches no organisation. */
+            role?: string;
+            fleet_operator: boolean;
+            key_id: string;
+            /** @enum {string} */
+            key_kind: "personal" | "service";
+        };
+        Member: {
+            user_id: string;
+            email?: string;
+            name?: string;
+            /** @enum {string} */
+            role: "member" | "admin" | "owner";
+            fleet_operator?: boolean;
+            /** Format: date-time */
+            added_at: string;
+        };
+        MemberList: {
+            items: components["schemas"]["Member"][];
+            next_cursor: string;
+        };
+        AddMemberRequest: {
+            email: string;
+            name?: string;
+            /** @enum {string} */
+            role: "member" | "admin" | "owner";
+        };
+        SetMemberRequest: {
+            /** @enum {string} */
+            role: "member" | "admin" | "owner";
+        };
+        AuditEvent: {
+            id: string;
+            /** Format: date-time */
+            at: string;
+            /** @enum {string} */
+            actor_kind: "user" | "key" | "system";
+            actor_id: string;
+            actor_name: string;
+            key_id?: string;
+            /** @description e.g. secret.create, key.revoke, member.add, host.disable. */
+            action: string;
+            target_kind?: string;
+            target_id?: string;
+            status: number;
+            remote?: string;
+        };
+        AuditList: {
+            items: components["schemas"]["AuditEvent"][];
+            next_cursor: string;
         };
         CreateTokenResponse: {
             token: components["schemas"]["Token"];
@@ -5066,6 +5216,155 @@ export interface operations {
                 };
                 content: {
                     "text/event-stream": Record<string, never>;
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    whoAmI: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The caller. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WhoAmI"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    listMembers: {
+        parameters: {
+            query?: {
+                /** @description The page's size: 1 to 500; absent: 100. */
+                limit?: components["parameters"]["Limit"];
+                /** @description The list's next_cursor, for the page after it; absent: the first page. */
+                cursor?: components["parameters"]["Cursor"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The members, oldest first. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MemberList"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    addMember: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AddMemberRequest"];
+            };
+        };
+        responses: {
+            /** @description The member. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Member"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    setMember: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The member's user id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SetMemberRequest"];
+            };
+        };
+        responses: {
+            /** @description The member. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Member"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    removeMember: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The member's user id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Removed. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    listAudit: {
+        parameters: {
+            query?: {
+                /** @description The page's size: 1 to 500; absent: 100. */
+                limit?: components["parameters"]["Limit"];
+                /** @description The list's next_cursor, for the page after it; absent: the first page. */
+                cursor?: components["parameters"]["Cursor"];
+                fleet?: boolean;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of events. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuditList"];
                 };
             };
             default: components["responses"]["Error"];

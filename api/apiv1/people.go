@@ -1,0 +1,91 @@
+package apiv1
+
+import "time"
+
+// People, roles and the audit log (issue 27). Routes under /v1 act within
+// the caller's organisation; what a caller may not see answers 404, what
+// it may see but not change 403.
+const (
+	RouteWhoAmI       = "GET /v1/me"              // -> WhoAmI: the caller, its organisation, role and grants
+	RouteListMembers  = "GET /v1/members"         // -> MemberList, oldest first
+	RouteAddMember    = "POST /v1/members"        // AddMemberRequest -> Member (201)
+	RouteSetMember    = "PUT /v1/members/{id}"    // SetMemberRequest -> Member: a new role
+	RouteRemoveMember = "DELETE /v1/members/{id}" // its personal keys in the organisation are revoked
+	RouteListAudit    = "GET /v1/audit"           // -> AuditList, newest first
+)
+
+// Roles in an organisation, least first.
+const (
+	RoleMember = "member" // start, continue and inspect tasks and sessions
+	RoleAdmin  = "admin"  // and curate images, profiles, secrets, integrations, automations, members and keys
+	RoleOwner  = "owner"  // and make or remove owners
+)
+
+// Key kinds as the API shows them.
+const (
+	KeyPersonal = "personal" // acts as the person who made it, within its role and theirs
+	KeyService  = "service"  // acts as itself in the organisation, within its role
+	KeyHost     = "host"     // a host agent's credential
+)
+
+// WhoAmI answers RouteWhoAmI.
+type WhoAmI struct {
+	UserID        string `json:"user_id"`
+	Name          string `json:"name"` // the person's email or name, or the service key's name
+	OrgID         string `json:"org_id,omitempty"`
+	OrgName       string `json:"org_name,omitempty"`
+	Role          string `json:"role,omitempty"` // "" when the key reaches no organisation
+	FleetOperator bool   `json:"fleet_operator"`
+	KeyID         string `json:"key_id"`
+	KeyKind       string `json:"key_kind"` // personal or service
+}
+
+// Member is a person's role in the caller's organisation.
+type Member struct {
+	UserID        string    `json:"user_id"`
+	Email         string    `json:"email,omitempty"`
+	Name          string    `json:"name,omitempty"`
+	Role          string    `json:"role"`
+	FleetOperator bool      `json:"fleet_operator,omitempty"`
+	AddedAt       time.Time `json:"added_at"`
+}
+
+// MemberList answers RouteListMembers.
+type MemberList struct {
+	Items      []Member `json:"items"` // never null
+	NextCursor string   `json:"next_cursor"`
+}
+
+// AddMemberRequest adds a person by email (made a user when new) with a
+// role no greater than the caller's.
+type AddMemberRequest struct {
+	Email string `json:"email"`
+	Name  string `json:"name,omitempty"`
+	Role  string `json:"role"`
+}
+
+// SetMemberRequest changes a member's role.
+type SetMemberRequest struct {
+	Role string `json:"role"`
+}
+
+// AuditEvent is one entry of the audit log.
+type AuditEvent struct {
+	ID         string    `json:"id"`
+	At         time.Time `json:"at"`
+	ActorKind  string    `json:"actor_kind"` // user, key or system
+	ActorID    string    `json:"actor_id"`
+	ActorName  string    `json:"actor_name"`
+	KeyID      string    `json:"key_id,omitempty"`
+	Action     string    `json:"action"` // e.g. secret.create, key.revoke, member.add
+	TargetKind string    `json:"target_kind,omitempty"`
+	TargetID   string    `json:"target_id,omitempty"`
+	Status     int       `json:"status"`
+	Remote     string    `json:"remote,omitempty"`
+}
+
+// AuditList answers RouteListAudit.
+type AuditList struct {
+	Items      []AuditEvent `json:"items"` // never null
+	NextCursor string       `json:"next_cursor"`
+}

@@ -1,0 +1,147 @@
+package access
+
+import (
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/internal/domain"
+)
+
+// Need is the least grant a route needs.
+type Need int
+
+const (
+	// Public routes take no key: what they carry is checked otherwise
+	// (a signature, a one-time code) or is no one's data.
+	Public Need = iota + 1
+	// Member routes need any role in an organisation; what a member may
+	// see within them (their own keys, say) the handler narrows.
+	Member
+	// Admin routes change what the organisation's members use: images,
+	// profiles, secrets, integrations, automations, members, keys.
+	Admin
+	// Fleet routes manage hosts: the deployment-level grant, which sees
+	// no organisation's data.
+	Fleet
+	// AnyKey routes take any valid key and narrow what they show to it:
+	// a caller's own keys, the audit log its grants may read.
+	AnyKey
+)
+
+func (n Need) String() string {
+	switch n {
+	case Public:
+		return "public"
+	case Member:
+		return "member"
+	case Admin:
+		return "admin"
+	case Fleet:
+		return "fleet"
+	case AnyKey:
+		return "any key"
+	}
+	return "unknown"
+}
+
+// Rule is a route's policy: the grant it needs and, when Action is set,
+// the audit action its success records on the thing of kind Target.
+type Rule struct {
+	Need   Need
+	Action string
+	Target string
+}
+
+// Allows says p holds the grant n needs.
+func (p Principal) Allows(n Need) bool {
+	switch n {
+	case Public:
+		return true
+	case Member:
+		return p.OrgID != "" && p.Role.AtLeast(domain.RoleMember)
+	case Admin:
+		return p.OrgID != "" && p.Role.AtLeast(domain.RoleAdmin)
+	case Fleet:
+		return p.Fleet
+	case AnyKey:
+		return p.KeyID != ""
+	}
+	return false
+}
+
+// Routes is the policy of every API route, by apiv1 route pattern. A
+// route the API serves without a rule here does not start; a route in
+// api/openapi.yaml without one fails the route matrix test.
+func Routes() map[string]Rule {
+	m := func() Rule { return Rule{Need: Member} }
+	a := func(action, target string) Rule { return Rule{Need: Admin, Action: action, Target: target} }
+	f := func(action string) Rule { return Rule{Need: Fleet, Action: action, Target: "host"} }
+	pub := Rule{Need: Public}
+	return map[string]Rule{
+		apiv1.RouteVersion:        pub,
+		apiv1.RouteOpenAPI:        pub,
+		apiv1.RouteDashboardLogin: pub, // a one-time code
+		apiv1.RouteHook:           pub, // signed by the hook's secret
+		apiv1.RouteSlackEvents:    pub, // signed by Slack
+		apiv1.RouteGitHubEvents:   pub, // signed by GitHub
+		apiv1.RouteLinearEvents:   pub, // signed by Linear
+
+		apiv1.RouteWhoAmI: {Need: AnyKey},
+
+		// Sessions and tasks: a member's own work.
+		apiv1.RouteCreateSession: m(), apiv1.RouteListSessions: m(), apiv1.RouteGetSession: m(),
+		apiv1.RouteDeleteSession: m(), apiv1.RouteExec: m(), apiv1.RouteExecWS: m(),
+		apiv1.RouteFileGet: m(), apiv1.RouteFilePut: m(), apiv1.RouteFileList: m(), apiv1.RouteFileStat: m(),
+		apiv1.RouteEvents: m(), apiv1.RouteSuspend: m(), apiv1.RouteResume: m(), apiv1.RouteSnapshot: m(),
+		apiv1.RouteOutboxPut: m(), apiv1.RouteOutboxList: m(), apiv1.RouteEgress: m(), apiv1.RouteChanges: m(),
+		apiv1.RouteStartTask: m(), apiv1.RouteListTasks: m(), apiv1.RouteGetTask: m(), apiv1.RouteTaskEvents: m(),
+		apiv1.RouteSendTask: m(), apiv1.RouteStopTask: m(), apiv1.RouteTaskDiff: m(), apiv1.RouteTaskFiles: m(),
+		apiv1.RouteTaskPR: m(),
+
+		// What members use, read; admins curate it.
+		apiv1.RouteListImages: m(), apiv1.RouteGetImage: m(), apiv1.RouteImageJobs: m(), apiv1.RouteGetImageJob: m(),
+		apiv1.RouteEnableImage:   a("image.enable", "image"),
+		apiv1.RouteDisableImage:  a("image.disable", "image"),
+		apiv1.RouteRefreshImage:  a("image.refresh", "image"),
+		apiv1.RouteListHarnesses: m(), apiv1.RouteGetHarness: m(),
+		apiv1.RouteAddHarness:    a("harness.add", "harness"),
+		apiv1.RouteBuildHarness:  a("harness.build", "harness"),
+		apiv1.RouteDeleteHarness: a("harness.delete", "harness"),
+		apiv1.RouteListProfiles:  m(), apiv1.RouteGetProfile: m(), apiv1.RoutePreviewReceipt: m(),
+		apiv1.RouteCreateProfile: a("profile.create", "profile"),
+		apiv1.RouteUpdateProfile: a("profile.update", "profile"),
+		apiv1.RouteDeleteProfile: a("profile.delete", "profile"),
+		apiv1.RouteListSecrets:   {Need: Admin},
+		apiv1.RouteCreateSecret:  a("secret.create", "secret"),
+		apiv1.RouteDeleteSecret:  a("secret.delete", "secret"),
+
+		apiv1.RouteListAutomations: m(), apiv1.RouteGetAutomation: m(), apiv1.RouteListBuiltins: m(),
+		apiv1.RouteListRuns: m(), apiv1.RouteGetRun: m(), apiv1.RouteStartRun: m(), apiv1.RouteCancelRun: m(),
+		apiv1.RouteCreateAutomation:  a("automation.create", "automation"),
+		apiv1.RouteUpdateAutomation:  a("automation.update", "automation"),
+		apiv1.RouteDeleteAutomation:  a("automation.delete", "automation"),
+		apiv1.RouteEnableAutomation:  a("automation.enable", "automation"),
+		apiv1.RouteDisableAutomation: a("automation.disable", "automation"),
+		apiv1.RouteRotateHookSecret:  a("automation.rotate_hook_secret", "automation"),
+		apiv1.RouteListIntegrations:  {Need: Admin},
+		apiv1.RouteAddIntegration:    a("integration.add", "integration"),
+		apiv1.RouteRemoveIntegration: a("integration.remove", "integration"),
+
+		// Keys: a member makes, lists and revokes their own; admins all of
+		// the organisation's; fleet operators host tokens.
+		apiv1.RouteCreateToken: {Need: AnyKey, Action: "key.create", Target: "key"},
+		apiv1.RouteListTokens:  {Need: AnyKey},
+		apiv1.RouteRevokeToken: {Need: AnyKey, Action: "key.revoke", Target: "key"},
+
+		apiv1.RouteListMembers:  {Need: Admin},
+		apiv1.RouteAddMember:    a("member.add", "member"),
+		apiv1.RouteSetMember:    a("member.set_role", "member"),
+		apiv1.RouteRemoveMember: a("member.remove", "member"),
+		apiv1.RouteListAudit:    {Need: AnyKey}, // an admin's organisation's, a fleet operator's hosts'
+
+		apiv1.RouteListHosts: {Need: Fleet}, apiv1.RouteGetHost: {Need: Fleet},
+		apiv1.RouteCreateHost:  f("host.create"),
+		apiv1.RouteDrainHost:   f("host.drain"),
+		apiv1.RouteDisableHost: f("host.disable"),
+		apiv1.RouteEnableHost:  f("host.enable"),
+		apiv1.RouteDeleteHost:  f("host.delete"),
+	}
+}
