@@ -71,7 +71,7 @@ func (s *Server) idempotent(route string, next http.Handler) http.Handler {
 			replay(w, prev, req)
 			return
 		}
-		rec := &capture{ResponseWriter: w}
+		rec := &capture{statusRecorder: statusRecorder{ResponseWriter: w}}
 		finished := false
 		defer func() { // a handler that panics forgets the key, so a retry runs
 			if !finished {
@@ -145,24 +145,13 @@ func validIdempotencyKey(k string) bool {
 // capture passes an answer through and keeps a copy of it (up to
 // maxIdempotentAnswer bytes).
 type capture struct {
-	http.ResponseWriter
-	status   int
+	statusRecorder
 	body     bytes.Buffer
 	overflow bool
 	secret   bool // the answer shows a secret: never kept (writeSecret)
 }
 
-func (c *capture) WriteHeader(code int) {
-	if c.status == 0 {
-		c.status = code
-	}
-	c.ResponseWriter.WriteHeader(code)
-}
-
 func (c *capture) Write(b []byte) (int, error) {
-	if c.status == 0 {
-		c.status = http.StatusOK
-	}
 	switch {
 	case c.secret: // never copied: it is not kept
 	case c.body.Len()+len(b) > maxIdempotentAnswer:
@@ -170,7 +159,7 @@ func (c *capture) Write(b []byte) (int, error) {
 	case !c.overflow:
 		c.body.Write(b)
 	}
-	return c.ResponseWriter.Write(b)
+	return c.statusRecorder.Write(b)
 }
 
 // Flush lets streamed answers through (they are not kept once too large).
