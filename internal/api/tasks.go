@@ -106,7 +106,7 @@ func (s *tasksRouter) startTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t, err := s.co.StartTask(r.Context(), tasks.StartTaskRequest{Profile: req.Profile, Prompt: req.Prompt, Title: req.Title,
-		StartedBy: principalFrom(r.Context()).Name})
+		StartedBy: principalFrom(r.Context()).KeyName})
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -273,9 +273,13 @@ try {
     await shoot(page, cfg.artifacts, name);
   }
 
-  step("sign out: the login page; a used login link is refused; an API token signs in");
+  step("sign out: the key the sign-in made is revoked; the login page; a used login link is refused; an API token signs in");
+  const minted = await page.evaluate(() => localStorage.getItem("engrams.token"));
+  if (!minted || minted === cfg.token) throw new Error("the login link's sign-in kept no key of its own");
   await page.getByRole("button", { name: "Sign out" }).click();
   await page.getByLabel("API token").waitFor();
+  const after = await fetch(base + "/v1/me", { headers: { Authorization: "Bearer " + minted } });
+  if (after.status !== 401) throw new Error(`the signed-out key still answers ${after.status} on /v1/me, want 401`);
   await shoot(page, cfg.artifacts, "login");
   await page.goto(cfg.loginURL);
   await page.getByRole("alert").filter({ hasText: "unknown, used or expired" }).waitFor();

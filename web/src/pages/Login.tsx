@@ -25,7 +25,7 @@ export function Login() {
       setError(undefined);
       call<LoginResponse>("POST", "/v1/dashboard/login", { code }).then(
         (r) => {
-          setToken(r.secret);
+          setToken(r.secret, r.token.id);
           navigate("/tasks", true);
         },
         (e: ApiError) => {

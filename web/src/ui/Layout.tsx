@@ -3,7 +3,8 @@
 // list); on a wider screen they are a row.
 import type { ComponentChildren } from "preact";
 import { useEffect, useState } from "preact/hooks";
-import { signOut } from "../api/auth";
+import { mintedKeyID, signOut } from "../api/auth";
+import { del } from "../api/client";
 import { navigate } from "../router";
 
 export const sections = [
@@ -45,7 +46,10 @@ export function Layout(props: { path: string; children: ComponentChildren }) {
           <button
             type="button"
             class="quiet sign-out"
-            onClick={() => {
+            onClick={async () => {
+              // A key this browser's sign-in made stops working here and now.
+              const id = mintedKeyID();
+              if (id) await del(`/v1/tokens/${encodeURIComponent(id)}`).catch(() => undefined);
               signOut();
               navigate("/login");
             }}
