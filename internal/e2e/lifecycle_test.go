@@ -94,7 +94,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		want                            int
 		wantText                        string
 	}{
-		{"no token", "GET", "/v1/sessions", "", "", 401, "missing bearer token"},
+		{"no token", "GET", "/v1/sessions", "", "", 401, "missing API key"},
 		{"wrong token", "GET", "/v1/sessions", "egr_nope", "", 401, "not valid"},
 		{"unknown session", "GET", "/v1/sessions/nope", creds.Token, "", 404, "not found"},
 		{"unknown session exec", "POST", "/v1/sessions/nope/exec", creds.Token, `{"argv":["true"]}`, 404, "not found"},
