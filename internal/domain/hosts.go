@@ -58,6 +58,10 @@ const (
 	TokenUser    TokenKind = "user"    // a personal key: acts as UserID, within Role and the user's own role
 	TokenService TokenKind = "service" // a service key: acts as itself in OrgID, within Role; UserID made it
 	TokenHost    TokenKind = "host"    // bound to HostID
+	// TokenSession is a browser's sign-in: a personal credential carried
+	// only in an HttpOnly cookie, ended by sign-out, an absolute expiry
+	// (ExpiresAt) or IdleTimeout without use.
+	TokenSession TokenKind = "session"
 )
 
 // Token is an API key or a host credential. Only the SHA-256 of the
@@ -70,15 +74,18 @@ type Token struct {
 	// OrgID and Role bound what a user or service key may do ("" org: a
 	// fleet operator's key that reaches no organisation). UserID is the
 	// personal key's owner, or the service key's maker.
-	OrgID      OrgID
-	UserID     UserID
-	Role       Role
-	Prefix     string // visible start of the secret, for listing
-	Hash       string // hex SHA-256 of the whole secret
-	CreatedAt  time.Time
-	ExpiresAt  time.Time // zero: never
-	LastUsedAt time.Time
-	RevokedAt  time.Time
+	OrgID     OrgID
+	UserID    UserID
+	Role      Role
+	Prefix    string // visible start of the secret, for listing
+	Hash      string // hex SHA-256 of the whole secret
+	CreatedAt time.Time
+	ExpiresAt time.Time // zero: never
+	// IdleTimeout ends a token unused for that long (zero: never); the
+	// last use is recorded at most once a minute.
+	IdleTimeout time.Duration
+	LastUsedAt  time.Time
+	RevokedAt   time.Time
 }
 
 // TokenFilter narrows a list of tokens; a zero field matches all.
@@ -88,5 +95,22 @@ type TokenFilter struct {
 	Kind   TokenKind
 }
 
-// Expired says the token's expiry has passed at now.
-func (t Token) Expired(now time.Time) bool { return !t.ExpiresAt.IsZero() && !now.Before(t.ExpiresAt) }
+// Expired says the token's expiry has passed at now, or it has been
+// idle for its IdleTimeout.
+func (t Token) Expired(now time.Time) bool {
+	if !t.ExpiresAt.IsZero() && !now.Before(t.ExpiresAt) {
+		return true
+	}
+	if t.IdleTimeout <= 0 {
+		return false
+	}
+	last := t.CreatedAt
+	if t.LastUsedAt.After(last) {
+		last = t.LastUsedAt
+	}
+	return now.Sub(last) >= t.IdleTimeout
+}
+
+// Personal says the token acts as its user (a personal key or a
+// browser sign-in).
+func (t Token) Personal() bool { return t.Kind == TokenUser || t.Kind == TokenSession }

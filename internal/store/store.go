@@ -268,6 +268,9 @@ type People interface {
 	GetMember(ctx context.Context, org domain.OrgID, user domain.UserID) (domain.Member, error)
 	// ListMembers lists an organisation's members, oldest first.
 	ListMembers(ctx context.Context, org domain.OrgID) ([]domain.Member, error)
+	// Memberships lists the organisations a user is a member of, oldest
+	// membership first.
+	Memberships(ctx context.Context, user domain.UserID) ([]domain.Member, error)
 	// RemoveMember removes a membership and revokes the user's personal
 	// keys in that organisation, in one transaction.
 	RemoveMember(ctx context.Context, org domain.OrgID, user domain.UserID, at time.Time) error

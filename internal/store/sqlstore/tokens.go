@@ -11,16 +11,17 @@ import (
 	"github.com/engrams/engrams/internal/store"
 )
 
-const tokenCols = `id, name, kind, host_id, org_id, user_id, role, prefix, hash, created_at, expires_at, last_used_at, revoked_at`
+const tokenCols = `id, name, kind, host_id, org_id, user_id, role, prefix, hash, created_at, expires_at, idle_seconds, last_used_at, revoked_at`
 
 func scanToken(r scanner) (domain.Token, error) {
 	var t domain.Token
 	var kind, role string
-	var created, expires, used, revoked int64
+	var created, expires, idle, used, revoked int64
 	if err := r.Scan(&t.ID, &t.Name, &kind, &t.HostID, &t.OrgID, &t.UserID, &role, &t.Prefix, &t.Hash,
-		&created, &expires, &used, &revoked); err != nil {
+		&created, &expires, &idle, &used, &revoked); err != nil {
 		return domain.Token{}, err
 	}
+	t.IdleTimeout = time.Duration(idle) * time.Second
 	t.Kind, t.Role = domain.TokenKind(kind), domain.Role(role)
 	t.CreatedAt, t.ExpiresAt = fromMicros(created), fromMicros(expires)
 	t.LastUsedAt, t.RevokedAt = fromMicros(used), fromMicros(revoked)
@@ -32,9 +33,9 @@ func checkToken(t domain.Token) error {
 		return errors.New("token id and hash are required")
 	}
 	switch t.Kind {
-	case domain.TokenUser, domain.TokenService:
-		if t.UserID == "" || (t.OrgID != "" && !t.Role.Valid()) || (t.Kind == domain.TokenService && t.OrgID == "") {
-			return errors.New("a user key needs its user, and a role in its organisation; a service key its organisation")
+	case domain.TokenUser, domain.TokenService, domain.TokenSession:
+		if t.UserID == "" || (t.Kind == domain.TokenSession && t.OrgID == "") || (t.OrgID != "" && !t.Role.Valid()) || (t.Kind == domain.TokenService && t.OrgID == "") {
+			return errors.New("a user key needs its user, and a role in its organisation; a service key or a sign-in its organisation")
 		}
 	case domain.TokenHost:
 		if t.HostID == "" {
@@ -48,9 +49,9 @@ func checkToken(t domain.Token) error {
 
 func insertToken(ctx context.Context, db execer, t domain.Token) error {
 	_, err := db.ExecContext(ctx, `INSERT INTO api_tokens (`+tokenCols+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
 		t.ID, t.Name, string(t.Kind), t.HostID, string(t.OrgID), string(t.UserID), string(t.Role), t.Prefix, t.Hash,
-		micros(orNow(t.CreatedAt)), micros(t.ExpiresAt), micros(t.LastUsedAt), micros(t.RevokedAt))
+		micros(orNow(t.CreatedAt)), micros(t.ExpiresAt), int64(t.IdleTimeout/time.Second), micros(t.LastUsedAt), micros(t.RevokedAt))
 	return err
 }
 
@@ -343,22 +344,32 @@ func (s *Store) GetMember(ctx context.Context, org domain.OrgID, user domain.Use
 
 // ListMembers implements store.People.
 func (s *Store) ListMembers(ctx context.Context, org domain.OrgID) ([]domain.Member, error) {
+	return s.members(ctx, "list members", `m.org_id = $1 ORDER BY m.created_at, u.id`, string(org))
+}
+
+// Memberships implements store.People.
+func (s *Store) Memberships(ctx context.Context, user domain.UserID) ([]domain.Member, error) {
+	return s.members(ctx, "list memberships", `m.user_id = $1 ORDER BY m.created_at, m.org_id`, string(user))
+}
+
+// members reads the memberships where says which, in its order.
+func (s *Store) members(ctx context.Context, action, where string, arg string) ([]domain.Member, error) {
 	rows, err := s.read.QueryContext(ctx, `SELECT `+memberCols+` FROM members m JOIN users u ON u.id = m.user_id
-		WHERE m.org_id = $1 ORDER BY m.created_at, u.id`, string(org))
+		WHERE `+where, arg)
 	if err != nil {
-		return nil, fmt.Errorf("list members: %w", err)
+		return nil, fmt.Errorf("%s: %w", action, err)
 	}
 	defer rows.Close()
 	var out []domain.Member
 	for rows.Next() {
 		m, err := scanMember(rows)
 		if err != nil {
-			return nil, fmt.Errorf("list members: %w", err)
+			return nil, fmt.Errorf("%s: %w", action, err)
 		}
 		out = append(out, m)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list members: %w", err)
+		return nil, fmt.Errorf("%s: %w", action, err)
 	}
 	return out, nil
 }
@@ -374,7 +385,7 @@ func (s *Store) RemoveMember(ctx context.Context, org domain.OrgID, user domain.
 			return fmt.Errorf("remove member %s: %w", user, store.ErrNotFound)
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE api_tokens SET revoked_at = $3
-			WHERE org_id = $1 AND user_id = $2 AND kind = 'user' AND revoked_at = 0`,
+			WHERE org_id = $1 AND user_id = $2 AND kind IN ('user', 'session') AND revoked_at = 0`,
 			string(org), string(user), micros(orNow(at))); err != nil {
 			return fmt.Errorf("remove member %s: revoke their keys: %w", user, err)
 		}

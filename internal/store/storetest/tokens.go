@@ -69,6 +69,7 @@ func testTokenErrors(t *testing.T, st store.Store) {
 		{"no hash", ownerKey(""), nil},
 		{"user key without a user", domain.Token{ID: newID(), Kind: domain.TokenUser, OrgID: domain.FirstOrg, Role: domain.RoleOwner, Hash: "gg77"}, nil},
 		{"user key without a role", domain.Token{ID: newID(), Kind: domain.TokenUser, OrgID: domain.FirstOrg, UserID: domain.FirstOwner, Hash: "hh88"}, nil},
+		{"sign-in without an organisation", domain.Token{ID: newID(), Kind: domain.TokenSession, UserID: domain.FirstOwner, Hash: "jj00"}, nil},
 		{"service key without an organisation", domain.Token{ID: newID(), Kind: domain.TokenService, UserID: domain.FirstOwner, Role: domain.RoleMember, Hash: "ii99"}, nil},
 	}
 	for _, c := range cases {
@@ -227,6 +228,14 @@ func testOrgsUsersMembers(t *testing.T, st store.Store) {
 	if len(ms) != 2 || ms[0].User.ID != "u-ada" || ms[1].User.ID != "u-nomail" {
 		t.Fatalf("members of beta = %+v", ms)
 	}
+	of, err := st.Memberships(ctx, "u-nomail")
+	must(t, err)
+	if len(of) != 1 || of[0].OrgID != "org-b" || of[0].User.ID != "u-nomail" {
+		t.Fatalf("memberships of u-nomail = %+v", of)
+	}
+	if none, err := st.Memberships(ctx, "u-nobody"); err != nil || len(none) != 0 {
+		t.Fatalf("memberships of an unknown user = %+v, %v", none, err)
+	}
 }
 
 func testRemoveMemberRevokes(t *testing.T, st store.Store) {
@@ -235,11 +244,21 @@ func testRemoveMemberRevokes(t *testing.T, st store.Store) {
 	must(t, st.PutMember(ctx, domain.FirstOrg, "u-bob", domain.RoleMember, t0))
 	key := domain.Token{ID: newID(), Kind: domain.TokenUser, OrgID: domain.FirstOrg, UserID: "u-bob", Role: domain.RoleMember, Hash: "bob1"}
 	svc := domain.Token{ID: newID(), Kind: domain.TokenService, OrgID: domain.FirstOrg, UserID: "u-bob", Role: domain.RoleMember, Hash: "bob2"}
+	signin := domain.Token{ID: newID(), Kind: domain.TokenSession, OrgID: domain.FirstOrg, UserID: "u-bob", Role: domain.RoleMember, Hash: "bob3",
+		CreatedAt: t0, ExpiresAt: t0.Add(24 * time.Hour), IdleTimeout: 2 * time.Hour}
 	must(t, st.CreateToken(ctx, key))
 	must(t, st.CreateToken(ctx, svc))
+	must(t, st.CreateToken(ctx, signin))
+	got, err := st.TokenByHash(ctx, "bob3")
+	must(t, err)
+	if got.Kind != domain.TokenSession || got.IdleTimeout != 2*time.Hour || !got.ExpiresAt.Equal(signin.ExpiresAt) {
+		t.Fatalf("a sign-in reads back as %+v", got)
+	}
 	must(t, st.RemoveMember(ctx, domain.FirstOrg, "u-bob", t0))
-	_, err := st.TokenByHash(ctx, "bob1")
+	_, err = st.TokenByHash(ctx, "bob1")
 	wantErr(t, err, store.ErrNotFound) // their personal key went with them
+	_, err = st.TokenByHash(ctx, "bob3")
+	wantErr(t, err, store.ErrNotFound) // and their browser sign-ins
 	if _, err := st.TokenByHash(ctx, "bob2"); err != nil {
 		t.Fatalf("a service key they made outlives them (admins revoke it): %v", err)
 	}
