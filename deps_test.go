@@ -54,6 +54,7 @@ var (
 		"internal/fleetsim/...",
 		"internal/modeltest/...",
 		"internal/testutil/...",
+		"internal/oidctest/...",
 		"internal/image/imagetest/...",
 		"internal/store/storetest/...",
 		"internal/blob/blobtest/...",
@@ -171,6 +172,12 @@ var layerRules = []layerRule{
 		from:   []string{"internal/access/..."},
 		only:   []string{std, "internal/domain/...", "api/apiv1"},
 		reason: "who may do what is a decision over domain types and route names, table-tested without I/O; the store is reached through its small Keys interface",
+	},
+	{
+		name:   "signin-is-small",
+		from:   []string{"internal/signin/..."},
+		only:   []string{std, thirdparty, "internal/domain/...", "internal/access/...", "api/apiv1"},
+		reason: "sign-in maps a provider's identity to a member and mints a credential; it reaches the store through its small Store interface and is wired by internal/server",
 	},
 	{
 		name:   "pricing-is-pure",

@@ -1,20 +1,13 @@
 package apiv1
 
 // RouteDashboardLogin exchanges a one-time login code (the link `engrams
-// dev` prints) for a user token: no bearer token, the code is the
-// credential, and it works once.
-const RouteDashboardLogin = "POST /v1/dashboard/login" // DashboardLoginRequest -> DashboardLoginResponse
+// dev` prints) for a browser sign-in (the cookie SessionCookie): no key,
+// the code is the credential, and it works once.
+const RouteDashboardLogin = "POST /v1/dashboard/login" // DashboardLoginRequest -> SignedIn
 
 // DashboardLoginRequest is the body of RouteDashboardLogin.
 type DashboardLoginRequest struct {
 	Code string `json:"code"`
-}
-
-// DashboardLoginResponse answers RouteDashboardLogin: a new user token
-// for the browser (shown only here).
-type DashboardLoginResponse struct {
-	Token  Token  `json:"token"`
-	Secret string `json:"secret"`
 }
 
 // RouteChanges is a change feed for lists (SSE): ?topics= names some of

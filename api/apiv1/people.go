@@ -26,6 +26,7 @@ const (
 	KeyPersonal = "personal" // acts as the person who made it, within its role and theirs
 	KeyService  = "service"  // acts as itself in the organisation, within its role
 	KeyHost     = "host"     // a host agent's credential
+	KeySignIn   = "signin"   // a browser's sign-in (its cookie); revoking it signs that browser out
 )
 
 // WhoAmI answers RouteWhoAmI.

@@ -31,6 +31,7 @@ type serverFlags struct {
 	blobs                                                               blobFlags
 	harnesses                                                           harnessFlags
 	policy                                                              policyFlags
+	signin                                                              signinFlags
 }
 
 func serverCmd() *cobra.Command {
@@ -75,6 +76,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.keyFile, "secrets-key-file", env("SECRETS_KEY_FILE", ""), "key sealing secrets and registry credentials at rest (engrams secrets-key create FILE; with SQLite it is created on first use; rotate it with engrams secrets-key rotate); without it no secrets can be kept. Every replica needs the same file")
 	fs.DurationVar(&f.co.HeartbeatInterval, "heartbeat-interval", envDuration("HEARTBEAT_INTERVAL", 0), "how often hosts heartbeat (default 2s)")
 	f.policy.register(fs)
+	f.signin.register(fs)
 }
 
 // run serves the replica until ctx ends; notes for the operator go to
@@ -128,15 +130,23 @@ func (f *serverFlags) run(ctx context.Context, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	signinCfg, err := f.signin.config(f.advertise, log)
+	if err != nil {
+		return err
+	}
 	srv, closeSrv, err := newServer(server.Config{ReplicaID: f.replicaID, AdvertiseURL: f.advertise, ClusterSecret: f.secret, Version: version, Coordinator: f.co,
-		Automations: automationsDB(f.database, f.logLevel)},
+		Automations: automationsDB(f.database, f.logLevel), SignIn: signinCfg},
 		serverParts{store: st, blobs: bs, imageWork: f.imageWork, harnesses: &f.harnesses, keyFile: f.keyFile, createKey: !sharedDatabase(f.database),
 			policy: policy, metrics: metrics.New(), log: log}, log)
 	if err != nil {
 		return err
 	}
 	defer closeSrv()
-	fmt.Fprintf(stderr, "dashboard: %s/ (sign in with an API token: `engrams token create`)\n", f.advertise)
+	if signinCfg.Issuer != "" {
+		fmt.Fprintf(stderr, "dashboard: %s/ (sign in with %s)\n", signinCfg.BaseURL, signinCfg.Issuer)
+	} else {
+		fmt.Fprintf(stderr, "dashboard: %s/ (sign in with an API key: `engrams token create`)\n", f.advertise)
+	}
 	parts := []func(context.Context) error{
 		func(ctx context.Context) error { return srv.Run(ctx, ln) },
 		func(ctx context.Context) error { return serveOps(ctx, opsLn, srv.OpsHandler(), log) },

@@ -79,6 +79,11 @@ func Routes() map[string]Rule {
 		apiv1.RouteVersion:        pub,
 		apiv1.RouteOpenAPI:        pub,
 		apiv1.RouteDashboardLogin: pub, // a one-time code
+		apiv1.RouteAuthConfig:     pub, // how to sign in
+		apiv1.RouteOIDCStart:      pub, // a redirect to the identity provider
+		apiv1.RouteOIDCCallback:   pub, // the flow's state, the code and the ID token are checked
+		apiv1.RouteCLISignIn:      pub, // a verified, fresh, unused ID token
+		apiv1.RouteSignOut:        pub, // the sign-in cookie and its anti-forgery header
 		apiv1.RouteHook:           pub, // signed by the hook's secret
 		apiv1.RouteSlackEvents:    pub, // signed by Slack
 		apiv1.RouteGitHubEvents:   pub, // signed by GitHub

@@ -21,6 +21,9 @@ type Principal struct {
 	KeyID   string
 	KeyName string
 	Service bool // a service key, not a person
+	// SignIn says the credential is a browser's sign-in (a cookie), not
+	// an API key.
+	SignIn bool
 }
 
 // ActorKind is how the audit log names the principal's kind.
@@ -59,7 +62,7 @@ type Keys interface {
 // keys shrink or stop at once.
 func Resolve(ctx context.Context, st Keys, hash string, now time.Time) (domain.Token, Principal, error) {
 	t, err := st.TokenByHash(ctx, hash)
-	if errors.Is(err, domain.ErrNotFound) || (err == nil && t.Kind != domain.TokenUser && t.Kind != domain.TokenService) {
+	if errors.Is(err, domain.ErrNotFound) || (err == nil && !t.Personal() && t.Kind != domain.TokenService) {
 		return t, Principal{}, ErrUnknownKey
 	}
 	if err != nil {
@@ -68,7 +71,7 @@ func Resolve(ctx context.Context, st Keys, hash string, now time.Time) (domain.T
 	if t.Expired(now) {
 		return t, Principal{}, ErrExpired
 	}
-	p := Principal{OrgID: t.OrgID, UserID: t.UserID, Role: t.Role, KeyID: t.ID, KeyName: t.Name}
+	p := Principal{OrgID: t.OrgID, UserID: t.UserID, Role: t.Role, KeyID: t.ID, KeyName: t.Name, SignIn: t.Kind == domain.TokenSession}
 	if t.Kind == domain.TokenService {
 		p.Service, p.Name = true, t.Name
 		return t, p, nil

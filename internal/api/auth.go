@@ -2,8 +2,6 @@ package api
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"net/http"
 	"strings"
@@ -15,17 +13,6 @@ import (
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/domain"
 )
-
-// TokenPrefix starts every secret engrams mints, so leaked ones are easy to scan for.
-const TokenPrefix = "egr_"
-
-// NewSecret returns a fresh token secret (32 random bytes) and its visible prefix.
-func NewSecret() (secret, prefix string) {
-	b := make([]byte, 32)
-	_, _ = rand.Read(b) // crypto/rand.Read never fails on Linux
-	secret = TokenPrefix + base64.RawURLEncoding.EncodeToString(b)
-	return secret, secret[:len(TokenPrefix)+6]
-}
 
 // Keys is what authentication reads and writes of the store.
 type Keys interface {
@@ -41,26 +28,35 @@ type authn struct {
 	touched touches
 }
 
-// admit checks the key, then that the principal holds what rule needs.
+// admit checks the credential (an API key, or a browser's sign-in
+// cookie), then that the principal holds what rule needs.
 func (a *authn) admit(rule access.Rule, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h := r.Header.Get("Authorization")
-		secret, ok := strings.CutPrefix(h, "Bearer ")
-		if h == "" {
-			secret, ok = wsBearer(r)
-		}
-		if !ok || secret == "" {
-			writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthorized, "missing API key: send Authorization: Bearer <key> (`engrams login`, or `engrams token create` for another)")
+		secret, cookie, msg := credential(r)
+		if msg != "" {
+			writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthorized, msg)
 			return
 		}
-		t, p, err := access.Resolve(r.Context(), a.st, coordinator.HashToken(secret), a.now())
+		t, p, err := access.Resolve(r.Context(), a.st, access.HashSecret(secret), a.now())
+		if err == nil && p.SignIn != cookie {
+			err = access.ErrUnknownKey // a sign-in only as its cookie; a key never as one
+		}
 		switch {
 		case errors.Is(err, access.ErrUnknownKey), errors.Is(err, access.ErrExpired), errors.Is(err, access.ErrNoMember):
+			if cookie {
+				clearSignIn(w)
+			}
 			writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthorized, err.Error())
 			return
 		case err != nil:
 			a.fail(w, r, err)
 			return
+		}
+		if cookie {
+			if msg := forged(r, secret); msg != "" {
+				writeError(w, http.StatusForbidden, apiv1.CodeForbidden, msg)
+				return
+			}
 		}
 		a.touch(r.Context(), t.ID)
 		if !p.Allows(rule.Need) {
@@ -69,6 +65,60 @@ func (a *authn) admit(rule access.Rule, next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
 	})
+}
+
+// credential is the secret r presents: a bearer key, a WebSocket
+// subprotocol key, or (cookie) the sign-in cookie; msg says what is
+// missing.
+func credential(r *http.Request) (secret string, cookie bool, msg string) {
+	if h := r.Header.Get("Authorization"); h != "" {
+		secret, ok := strings.CutPrefix(h, "Bearer ")
+		if !ok || secret == "" {
+			return "", false, "the Authorization header must be: Bearer <key>"
+		}
+		return secret, false, ""
+	}
+	if secret, ok := wsBearer(r); ok && secret != "" {
+		return secret, false, ""
+	}
+	if c, err := r.Cookie(apiv1.SessionCookie); err == nil && c.Value != "" {
+		return c.Value, true, ""
+	}
+	return "", false, "missing API key: send Authorization: Bearer <key> (`engrams login`, or `engrams token create` for another)"
+}
+
+// forged says why a cookie-authenticated request may be another site's
+// doing, or "". A write must carry the anti-forgery header (a page of
+// another origin cannot read the cookie it comes from); a WebSocket
+// upgrade, which a page of any origin may open with the browser's
+// cookies, must come from this origin.
+func forged(r *http.Request, secret string) string {
+	if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		if o := r.Header.Get("Origin"); o == "" || !sameOrigin(o, r.Host) {
+			return "a terminal opened with the sign-in cookie must come from this site's pages"
+		}
+		return ""
+	}
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return ""
+	}
+	if !access.CSRFMatches(secret, r.Header.Get(apiv1.HeaderCSRF)) {
+		return "a write signed in by cookie needs the " + apiv1.HeaderCSRF + " header (the value of the " + apiv1.CSRFCookie + " cookie)"
+	}
+	return ""
+}
+
+// sameOrigin says origin (scheme://host[:port]) names host.
+func sameOrigin(origin, host string) bool {
+	_, rest, ok := strings.Cut(origin, "://")
+	return ok && strings.EqualFold(rest, host)
+}
+
+// clearSignIn drops a refused sign-in's cookies from the browser.
+func clearSignIn(w http.ResponseWriter) {
+	http.SetCookie(w, &http.Cookie{Name: apiv1.SessionCookie, Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteLaxMode})
+	http.SetCookie(w, &http.Cookie{Name: apiv1.CSRFCookie, Path: "/", MaxAge: -1, SameSite: http.SameSiteStrictMode})
 }
 
 // refusal says why p may not use a route that needs n.
@@ -140,19 +190,6 @@ func (a *authn) touch(ctx context.Context, id string) {
 	}
 }
 
-// checkName returns what is wrong with a host or token name, or "".
-func checkName(n string) string {
-	if n == "" || len(n) > 63 {
-		return "name must be 1 to 63 characters"
-	}
-	for _, r := range n {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
-			return "name may contain only letters, digits, '-', '_' and '.'"
-		}
-	}
-	return ""
-}
-
 // KeyStore is what the keys routes use of the store.
 type KeyStore interface {
 	CreateToken(ctx context.Context, t domain.Token) error
@@ -179,7 +216,7 @@ func (s *keysRouter) newKey(p access.Principal, req apiv1.CreateTokenRequest) (d
 	if p.Service {
 		return domain.Token{}, forbidden("a service key cannot make keys: use a person's key")
 	}
-	if msg := checkName(req.Name); msg != "" {
+	if msg := access.CheckName(req.Name); msg != "" {
 		return domain.Token{}, invalid("key " + msg)
 	}
 	t := domain.Token{ID: s.newID(), Name: req.Name, Kind: domain.TokenUser, OrgID: p.OrgID, UserID: p.UserID, Role: p.Role, CreatedAt: s.now()}
@@ -219,7 +256,7 @@ func (s *keysRouter) createToken(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	secret, prefix := NewSecret()
+	secret, prefix := access.NewSecret()
 	t.Prefix, t.Hash = prefix, coordinator.HashToken(secret)
 	if err := s.st.CreateToken(r.Context(), t); err != nil {
 		s.fail(w, r, err)
@@ -236,7 +273,7 @@ func sees(p access.Principal, t domain.Token) bool {
 		return p.Fleet
 	case domain.TokenService:
 		return t.OrgID == p.OrgID && p.Allows(access.Admin)
-	case domain.TokenUser:
+	case domain.TokenUser, domain.TokenSession:
 		if t.UserID == p.UserID && t.OrgID == p.OrgID && !p.Service {
 			return true
 		}
@@ -251,7 +288,7 @@ func (s *keysRouter) listTokens(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := principalFrom(r.Context())
-	filters := []domain.TokenFilter{{OrgID: p.OrgID, UserID: p.UserID, Kind: domain.TokenUser}}
+	filters := []domain.TokenFilter{{OrgID: p.OrgID, UserID: p.UserID, Kind: domain.TokenUser}, {OrgID: p.OrgID, UserID: p.UserID, Kind: domain.TokenSession}}
 	if p.Allows(access.Admin) {
 		filters = []domain.TokenFilter{{OrgID: p.OrgID}}
 	}
@@ -299,6 +336,8 @@ func tokenOut(t domain.Token) apiv1.Token {
 		kind = apiv1.KeyService
 	case domain.TokenHost:
 		kind = apiv1.KeyHost
+	case domain.TokenSession:
+		kind = apiv1.KeySignIn
 	}
 	return apiv1.Token{ID: t.ID, Name: t.Name, Kind: kind, HostID: string(t.HostID), UserID: string(t.UserID), Role: string(t.Role),
 		Prefix: t.Prefix, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, LastUsedAt: t.LastUsedAt}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/internal/access"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/domain"
 )
@@ -143,11 +144,11 @@ func (s *hostsRouter) createHost(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &req) {
 		return
 	}
-	if msg := checkName(req.Name); msg != "" {
+	if msg := access.CheckName(req.Name); msg != "" {
 		writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "host "+msg)
 		return
 	}
-	secret, prefix := NewSecret()
+	secret, prefix := access.NewSecret()
 	now := s.now()
 	h := domain.Host{ID: domain.HostID(s.newID()), Name: req.Name, State: domain.HostNew, CreatedAt: now}
 	t := domain.Token{ID: s.newID(), Name: "host " + req.Name, Kind: domain.TokenHost, HostID: h.ID, Prefix: prefix, Hash: coordinator.HashToken(secret), CreatedAt: now}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/internal/access"
 	"github.com/engrams/engrams/internal/api"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/domain"
@@ -49,7 +50,7 @@ func newFleetAPI(t *testing.T) *fleetAPI {
 	ad := p.APIDeps(st, log)
 	ad.Now = func() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.now }
 	f.h = api.New(api.Config{}, ad)
-	secret, prefix := api.NewSecret()
+	secret, prefix := access.NewSecret()
 	f.secret, f.tokID = secret, "user-1"
 	if err := st.CreateToken(ctx, domain.Token{ID: f.tokID, Name: "me", Kind: domain.TokenUser, OrgID: domain.FirstOrg, UserID: domain.FirstOwner, Role: domain.RoleOwner, Prefix: prefix, Hash: coordinator.HashToken(secret), CreatedAt: f.now}); err != nil {
 		t.Fatal(err)

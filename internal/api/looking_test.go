@@ -81,6 +81,9 @@ func lookRoutes(sid domain.SessionID, tid domain.TaskID) []lookRoute {
 		db(apiv1.RouteGetRun, "/v1/runs/none", 503),
 		db(apiv1.RouteListBuiltins, "/v1/automation-builtins", 503),
 		db(apiv1.RouteListIntegrations, "/v1/integrations", 200),
+		db(apiv1.RouteAuthConfig, "/v1/auth/config", 404), // this test server serves no sign-in (package signin's tests do)
+		db(apiv1.RouteOIDCStart, "/v1/auth/oidc/start", 404),
+		db(apiv1.RouteOIDCCallback, "/v1/auth/oidc/callback", 404),
 		// A live subscription, and whatever needs the VM's processes or disk.
 		vm(apiv1.RouteEvents, s+"/events?follow=true"),
 		vm(apiv1.RouteEvents, s+"/events"),

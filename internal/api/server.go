@@ -61,9 +61,11 @@ type Deps struct {
 	Idempotency IdempotencyKeys
 	// Changes feeds RouteChanges (the store; nil: no change feed).
 	Changes Changes
-	Logger  *slog.Logger
-	Now     func() time.Time
-	NewID   func() string
+	// SignIn serves the sign-in routes (nil: not served).
+	SignIn SignInRoutes
+	Logger *slog.Logger
+	Now    func() time.Time
+	NewID  func() string
 }
 
 // AccessStore is what authentication, keys, members and the audit log
@@ -73,6 +75,11 @@ type AccessStore interface {
 	KeyStore
 	PeopleStore
 	AuditLog
+}
+
+// SignInRoutes mounts the public sign-in routes (package signin).
+type SignInRoutes interface {
+	Route(h func(pattern string, fn http.HandlerFunc))
 }
 
 // base is what every router shares: the config, the clock and ids, and
@@ -170,6 +177,9 @@ func (s *Server) routes() {
 	(&automationsRouter{base: s.base, co: s.deps.Automations, runs: s.deps.Runs}).route(h)
 	(&integrationsRouter{base: s.base, co: s.deps.Integrations, builtins: s.deps.Builtins, prs: s.deps.TaskPRs}).route(h)
 	(&deliveriesRouter{base: s.base, in: s.deps.Intake, runs: s.deps.Runs}).route(public)
+	if s.deps.SignIn != nil {
+		s.deps.SignIn.Route(public)
+	}
 	h(apiv1.RouteChanges, s.changes)
 }
 

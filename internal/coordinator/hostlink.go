@@ -2,14 +2,13 @@ package coordinator
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
+	"github.com/engrams/engrams/internal/access"
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/store"
@@ -20,10 +19,7 @@ import (
 var ErrUnauthorized = errors.New("unauthorized")
 
 // HashToken is how token secrets are stored: hex SHA-256.
-func HashToken(secret string) string {
-	sum := sha256.Sum256([]byte(secret))
-	return hex.EncodeToString(sum[:])
-}
+func HashToken(secret string) string { return access.HashSecret(secret) }
 
 // RouteHostLink adds what hosts send over their link about their own
 // lifecycle to mux: register and heartbeat, and guest bound reports. The host id comes from the

@@ -1,7 +1,6 @@
 package dashboard
 
 import (
-	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"embed"
@@ -47,21 +46,21 @@ func (c Config) withDefaults() Config {
 
 // Deps are the dashboard's collaborators.
 type Deps struct {
-	// Mint makes a user token named name: its wire form and secret.
-	Mint   func(ctx context.Context, name string) (apiv1.Token, string, error)
+	// SignIn signs the browser of w in as the deployment's first owner
+	// (the person `engrams dev` made): it sets the sign-in cookies.
+	SignIn func(w http.ResponseWriter, r *http.Request) (apiv1.SignedIn, error)
 	Now    func() time.Time
 	Logger *slog.Logger
 }
 
-// Dashboard serves the app and exchanges login codes for tokens.
+// Dashboard serves the app and exchanges login codes for sign-ins.
 type Dashboard struct {
-	cfg    Config
-	deps   Deps
-	files  fs.FS
-	index  []byte
-	mu     sync.Mutex
-	codes  []code // oldest first
-	logins int    // names minted tokens apart
+	cfg   Config
+	deps  Deps
+	files fs.FS
+	index []byte
+	mu    sync.Mutex
+	codes []code // oldest first
 }
 
 type code struct {
@@ -79,8 +78,8 @@ func New(cfg Config, deps Deps) (*Dashboard, error) {
 }
 
 func newWith(cfg Config, deps Deps, files fs.FS) (*Dashboard, error) {
-	if deps.Mint == nil {
-		return nil, errors.New("dashboard: Deps.Mint is required")
+	if deps.SignIn == nil {
+		return nil, errors.New("dashboard: Deps.SignIn is required")
 	}
 	if deps.Now == nil {
 		deps.Now = time.Now
@@ -119,18 +118,17 @@ func (d *Dashboard) LoginURL(base string) string {
 }
 
 // redeem uses up c if it is outstanding and unexpired.
-func (d *Dashboard) redeem(c string) (n int, ok bool) {
+func (d *Dashboard) redeem(c string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	now := d.deps.Now()
 	for i, k := range d.codes {
 		if subtle.ConstantTimeCompare([]byte(k.value), []byte(c)) == 1 {
 			d.codes = append(d.codes[:i], d.codes[i+1:]...)
-			d.logins++
-			return d.logins, now.Before(k.expires)
+			return now.Before(k.expires)
 		}
 	}
-	return 0, false
+	return false
 }
 
 func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
@@ -140,22 +138,20 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "a login request is {\"code\": \"…\"}, at most 4 KiB")
 		return
 	}
-	n, ok := d.redeem(req.Code)
-	if !ok {
+	if !d.redeem(req.Code) {
 		writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthorized,
-			"this login link is unknown, used or expired: ask `engrams dev` for a new one (it prints one at start), or sign in with an API token")
+			"this login link is unknown, used or expired: ask `engrams dev` for a new one (it prints one at start), or sign in with an API key")
 		return
 	}
-	name := fmt.Sprintf("dashboard-%s-%d", d.deps.Now().UTC().Format("20060102-150405"), n)
-	tok, secret, err := d.deps.Mint(r.Context(), name)
+	in, err := d.deps.SignIn(w, r)
 	if err != nil {
-		d.deps.Logger.Error("dashboard login: mint a token", "err", err)
-		writeError(w, http.StatusInternalServerError, apiv1.CodeInternal, "could not mint a token")
+		d.deps.Logger.Error("dashboard login: sign in", "err", err)
+		writeError(w, http.StatusInternalServerError, apiv1.CodeInternal, "could not sign in")
 		return
 	}
-	d.deps.Logger.Info("dashboard login", "token_id", tok.ID, "name", name)
+	d.deps.Logger.Info("dashboard login", "user_id", in.UserID)
 	w.Header().Set("Cache-Control", "no-store")
-	writeJSON(w, http.StatusOK, apiv1.DashboardLoginResponse{Token: tok, Secret: secret})
+	writeJSON(w, http.StatusOK, in)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

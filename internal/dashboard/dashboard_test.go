@@ -2,7 +2,6 @@ package dashboard
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -15,17 +14,19 @@ import (
 	"github.com/engrams/engrams/api/apiv1"
 )
 
-// minter is a hand-written Deps.Mint: it records the names it minted.
+// minter is a hand-written Deps.SignIn: it counts sign-ins and sets a
+// cookie as the real one does.
 type minter struct {
 	mu    sync.Mutex
 	names []string
 }
 
-func (m *minter) mint(_ context.Context, name string) (apiv1.Token, string, error) {
+func (m *minter) signIn(w http.ResponseWriter, _ *http.Request) (apiv1.SignedIn, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.names = append(m.names, name)
-	return apiv1.Token{ID: "tok-" + name, Name: name, Kind: "user"}, "egr_secret-" + name, nil
+	m.names = append(m.names, "signin")
+	http.SetCookie(w, &http.Cookie{Name: apiv1.SessionCookie, Value: "egr_secret", HttpOnly: true})
+	return apiv1.SignedIn{UserID: "user-first-owner", OrgID: "org-first", Role: "owner"}, nil
 }
 
 type clock struct {
@@ -51,7 +52,7 @@ func newTest(t *testing.T, cfg Config) (*Dashboard, *minter, *clock, *httptest.S
 	t.Helper()
 	m := &minter{}
 	c := &clock{now: time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)}
-	d, err := newWith(cfg, Deps{Mint: m.mint, Now: c.Now}, testFiles)
+	d, err := newWith(cfg, Deps{SignIn: m.signIn, Now: c.Now}, testFiles)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,14 +64,14 @@ func newTest(t *testing.T, cfg Config) (*Dashboard, *minter, *clock, *httptest.S
 	return d, m, c, srv
 }
 
-func login(t *testing.T, srv *httptest.Server, body string) (int, apiv1.DashboardLoginResponse, string) {
+func login(t *testing.T, srv *httptest.Server, body string) (int, apiv1.SignedIn, string) {
 	t.Helper()
 	resp, err := http.Post(srv.URL+"/v1/dashboard/login", "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var out apiv1.DashboardLoginResponse
+	var out apiv1.SignedIn
 	var raw json.RawMessage
 	_ = json.NewDecoder(resp.Body).Decode(&raw)
 	_ = json.Unmarshal(raw, &out)
@@ -90,7 +91,7 @@ func TestLoginCodeWorksOnceAndExpires(t *testing.T) {
 	t.Parallel()
 	d, m, clk, srv := newTest(t, Config{LoginTTL: time.Minute, MaxCodes: 2})
 	first := codeOf(t, d.LoginURL("http://127.0.0.1:7070"))
-	if status, out, raw := login(t, srv, `{"code":"`+first+`"}`); status != 200 || out.Secret == "" || out.Token.Kind != "user" {
+	if status, out, raw := login(t, srv, `{"code":"`+first+`"}`); status != 200 || out.UserID != "user-first-owner" {
 		t.Fatalf("first use: %d %s", status, raw)
 	}
 	expired := codeOf(t, d.LoginURL(srv.URL))
@@ -114,8 +115,8 @@ func TestLoginCodeWorksOnceAndExpires(t *testing.T) {
 			t.Errorf("%s: %d %s, want %d", tt.name, status, raw, tt.want)
 		}
 	}
-	if len(m.names) != 1 || !strings.HasPrefix(m.names[0], "dashboard-20261202-100000-") {
-		t.Errorf("minted %v, want one dashboard token", m.names)
+	if len(m.names) != 1 {
+		t.Errorf("signed in %d times, want once", len(m.names))
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	apidoc "github.com/engrams/engrams/api"
+	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/access"
 	"github.com/engrams/engrams/internal/api"
 	"github.com/engrams/engrams/internal/coordinator"
@@ -29,6 +30,9 @@ type caller struct {
 	secret string // "" sends no key
 	// holds says the caller has what a route needing n asks for.
 	holds func(n access.Need) bool
+	// cookie sends the secret as a browser's sign-in cookie, with its
+	// anti-forgery header unless forged.
+	cookie, forged bool
 }
 
 // matrixCallers mints a key for each kind of caller in st.
@@ -49,7 +53,7 @@ func matrixCallers(t *testing.T, st store.Store) []caller {
 	mustDo(st.PutMember(ctx, domain.FirstOrg, "u-member", domain.RoleMember, now))
 	mustDo(st.PutMember(ctx, "org-other", "u-other", domain.RoleOwner, now))
 	key := func(name string, t0 domain.Token) string {
-		secret, prefix := api.NewSecret()
+		secret, prefix := access.NewSecret()
 		t0.ID, t0.Name, t0.Prefix, t0.Hash, t0.CreatedAt = name, name, prefix, coordinator.HashToken(secret), now
 		if t0.Kind == "" {
 			t0.Kind = domain.TokenUser
@@ -58,6 +62,12 @@ func matrixCallers(t *testing.T, st store.Store) []caller {
 		return secret
 	}
 	owner := key("owner", domain.Token{OrgID: domain.FirstOrg, UserID: domain.FirstOwner, Role: domain.RoleOwner})
+	signin := func(name string) string {
+		return key(name, domain.Token{Kind: domain.TokenSession, OrgID: domain.FirstOrg, UserID: "u-member", Role: domain.RoleOwner,
+			ExpiresAt: now.Add(time.Hour), IdleTimeout: time.Hour})
+	}
+	signedOut := signin("signed-out")
+	mustDo(st.RevokeToken(ctx, "signed-out", now))
 	revoked := key("revoked", domain.Token{OrgID: domain.FirstOrg, UserID: domain.FirstOwner, Role: domain.RoleOwner})
 	mustDo(st.RevokeToken(ctx, "revoked", now))
 	is := func(ns ...access.Need) func(access.Need) bool {
@@ -73,17 +83,36 @@ func matrixCallers(t *testing.T, st store.Store) []caller {
 	never := func(access.Need) bool { return false }
 	return []caller{
 		// The first owner is the install's fleet operator too.
-		{"owner", owner, is(access.Member, access.Admin, access.Fleet)},
-		{"admin", key("admin", domain.Token{OrgID: domain.FirstOrg, UserID: "u-admin", Role: domain.RoleAdmin}), is(access.Member, access.Admin)},
-		{"member", key("member", domain.Token{OrgID: domain.FirstOrg, UserID: "u-member", Role: domain.RoleMember}), is(access.Member)},
+		{"owner", owner, is(access.Member, access.Admin, access.Fleet), false, false},
+		{"admin", key("admin", domain.Token{OrgID: domain.FirstOrg, UserID: "u-admin", Role: domain.RoleAdmin}), is(access.Member, access.Admin), false, false},
+		{"member", key("member", domain.Token{OrgID: domain.FirstOrg, UserID: "u-member", Role: domain.RoleMember}), is(access.Member), false, false},
 		// An admin's key made with the member role is a member's key.
-		{"admin's member key", key("admin-as-member", domain.Token{OrgID: domain.FirstOrg, UserID: "u-admin", Role: domain.RoleMember}), is(access.Member)},
-		{"service key (member)", key("svc", domain.Token{Kind: domain.TokenService, OrgID: domain.FirstOrg, UserID: "u-admin", Role: domain.RoleMember}), is(access.Member)},
-		{"other organisation's owner", key("other", domain.Token{OrgID: "org-other", UserID: "u-other", Role: domain.RoleOwner}), is(access.Member, access.Admin)},
-		{"fleet operator", key("fleet", domain.Token{UserID: "u-fleet"}), is(access.Fleet)},
-		{"revoked key", revoked, never},
-		{"expired key", key("expired", domain.Token{OrgID: domain.FirstOrg, UserID: domain.FirstOwner, Role: domain.RoleOwner, ExpiresAt: now.Add(-time.Second)}), never},
-		{"no key", "", never},
+		{"admin's member key", key("admin-as-member", domain.Token{OrgID: domain.FirstOrg, UserID: "u-admin", Role: domain.RoleMember}), is(access.Member), false, false},
+		{"service key (member)", key("svc", domain.Token{Kind: domain.TokenService, OrgID: domain.FirstOrg, UserID: "u-admin", Role: domain.RoleMember}), is(access.Member), false, false},
+		{"other organisation's owner", key("other", domain.Token{OrgID: "org-other", UserID: "u-other", Role: domain.RoleOwner}), is(access.Member, access.Admin), false, false},
+		{"fleet operator", key("fleet", domain.Token{UserID: "u-fleet"}), is(access.Fleet), false, false},
+		{"revoked key", revoked, never, false, false},
+		{"expired key", key("expired", domain.Token{OrgID: domain.FirstOrg, UserID: domain.FirstOwner, Role: domain.RoleOwner, ExpiresAt: now.Add(-time.Second)}), never, false, false},
+		{"no key", "", never, false, false},
+		// A browser's sign-in acts as its member; a write without the
+		// anti-forgery header is another site's doing.
+		{"member's sign-in cookie", signin("cookie"), is(access.Member), true, false},
+		{"member's sign-in cookie, forged write", signin("cookie-forged"), is(access.Member), true, true},
+		{"signed-out cookie", signedOut, never, true, false},
+	}
+}
+
+// present puts the caller's credential on req.
+func (c caller) present(req *http.Request) {
+	switch {
+	case c.secret == "":
+	case c.cookie:
+		req.AddCookie(&http.Cookie{Name: apiv1.SessionCookie, Value: c.secret})
+		if !c.forged {
+			req.Header.Set(apiv1.HeaderCSRF, access.CSRFToken(c.secret))
+		}
+	default:
+		req.Header.Set("Authorization", "Bearer "+c.secret)
 	}
 }
 
@@ -140,9 +169,7 @@ func TestRouteMatrix(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 			req := httptest.NewRequestWithContext(ctx, method, path, strings.NewReader(`{"zz_not_a_field":1}`))
 			req.Header.Set("Content-Type", "application/json")
-			if c.secret != "" {
-				req.Header.Set("Authorization", "Bearer "+c.secret)
-			}
+			c.present(req)
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, req)
 			cancel()
@@ -151,7 +178,7 @@ func TestRouteMatrix(t *testing.T) {
 			switch {
 			case c.secret == "" || !c.holds(access.AnyKey):
 				want = fmt.Sprint(http.StatusUnauthorized)
-			case !c.holds(rule.Need):
+			case !c.holds(rule.Need), c.forged && method != http.MethodGet:
 				want = fmt.Sprint(http.StatusForbidden)
 			}
 			switch {

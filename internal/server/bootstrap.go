@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/engrams/engrams/internal/api"
+	"github.com/engrams/engrams/internal/access"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
@@ -37,7 +37,7 @@ func EnsureCredentials(ctx context.Context, st store.Store, path, hostName strin
 	}
 	changed := false
 	if !valid(ctx, st, c.Token, domain.TokenUser) {
-		secret, prefix := api.NewSecret()
+		secret, prefix := access.NewSecret()
 		t := ownerKey("bootstrap", prefix, secret)
 		if err := st.CreateToken(ctx, t); err != nil {
 			return c, fmt.Errorf("mint bootstrap token: %w", err)
@@ -80,7 +80,7 @@ func mintHost(ctx context.Context, st store.Store, name string) (id, secret stri
 		if i > 0 {
 			n = fmt.Sprintf("%s-%d", name, i+1)
 		}
-		secret, prefix := api.NewSecret()
+		secret, prefix := access.NewSecret()
 		now := time.Now()
 		h := domain.Host{ID: domain.HostID(newID()), Name: n, State: domain.HostNew, CreatedAt: now}
 		t := domain.Token{ID: newID(), Name: "host " + n, Kind: domain.TokenHost, HostID: h.ID, Prefix: prefix, Hash: coordinator.HashToken(secret), CreatedAt: now}

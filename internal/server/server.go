@@ -29,6 +29,7 @@ import (
 	"github.com/engrams/engrams/internal/metrics"
 	"github.com/engrams/engrams/internal/netpolicy"
 	"github.com/engrams/engrams/internal/secrets"
+	"github.com/engrams/engrams/internal/signin"
 	"github.com/engrams/engrams/internal/store"
 	"github.com/engrams/engrams/internal/tasks"
 )
@@ -41,6 +42,7 @@ type Config struct {
 	Version       string
 	Coordinator   coordinator.Config // ReplicaID and ReplicaAddr are filled in
 	Dashboard     dashboard.Config
+	SignIn        signin.Config // the identity provider (none: login links and keys)
 	Harnesses     harnessreg.Config
 	Gateway       gateway.Config
 	// BodyWindow and BodyMinBytes are the slowest a request body may
@@ -111,6 +113,7 @@ type Server struct {
 	router *hostlink.Router
 	api    *api.Server
 	dash   *dashboard.Dashboard
+	signin *signin.Service
 	mux    *http.ServeMux
 	met    *metrics.Registry
 	ready  []metrics.Check
@@ -157,9 +160,14 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	s.parts = p
 	p.routeHostLink(hostMux)
-	s.api = api.New(api.Config{Version: cfg.Version, ReplicaID: cfg.ReplicaID, OpenAPI: apidoc.OpenAPI()}, p.APIDeps(deps.Store, log))
+	if s.signin, err = signin.New(cfg.SignIn, signin.Deps{Store: deps.Store, Logger: log.With("component", "signin"), NewID: newID}); err != nil {
+		return nil, err
+	}
+	apiDeps := p.APIDeps(deps.Store, log)
+	apiDeps.SignIn = s.signin
+	s.api = api.New(api.Config{Version: cfg.Version, ReplicaID: cfg.ReplicaID, OpenAPI: apidoc.OpenAPI()}, apiDeps)
 	s.mux.Handle(apiv1.PathPrefix, s.api)
-	if s.dash, err = dashboard.New(cfg.Dashboard, dashboard.Deps{Mint: s.mintToken, Logger: log.With("component", "dashboard")}); err != nil {
+	if s.dash, err = dashboard.New(cfg.Dashboard, dashboard.Deps{SignIn: s.signInOwner, Logger: log.With("component", "dashboard")}); err != nil {
 		return nil, err
 	}
 	s.dash.Route(s.mux)
@@ -183,14 +191,14 @@ func (s *Server) lookupHost(ctx context.Context, hostID domain.HostID) (string, 
 // link).
 func (s *Server) Dashboard() *dashboard.Dashboard { return s.dash }
 
-// mintToken makes a user token for a dashboard login.
-func (s *Server) mintToken(ctx context.Context, name string) (apiv1.Token, string, error) {
-	secret, prefix := api.NewSecret()
-	t := ownerKey(name, prefix, secret)
-	if err := s.st.CreateToken(ctx, t); err != nil {
-		return apiv1.Token{}, "", fmt.Errorf("mint a dashboard token: %w", err)
+// signInOwner signs a browser in as the first owner: a login link's
+// sign-in (the person `engrams dev` made).
+func (s *Server) signInOwner(w http.ResponseWriter, r *http.Request) (apiv1.SignedIn, error) {
+	m, err := s.st.GetMember(r.Context(), domain.FirstOrg, domain.FirstOwner)
+	if err != nil {
+		return apiv1.SignedIn{}, fmt.Errorf("sign in with a login link: the first owner: %w", err)
 	}
-	return apiv1.Token{ID: t.ID, Name: t.Name, Kind: apiv1.KeyPersonal, Role: string(t.Role), Prefix: t.Prefix, CreatedAt: t.CreatedAt}, secret, nil
+	return s.signin.Begin(r.Context(), w, r, m, "link")
 }
 
 // Coordinator exposes the lifecycle engine (tests and dev use it).

@@ -52,7 +52,7 @@ try {
   const cost = await page.getByTestId("task-cost").innerText();
   const model = await page.getByTestId("task-model").innerText();
   const starter = await page.getByTestId("task-started-by").innerText();
-  if (cost.trim() !== cfg.usageCost || model.trim() !== cfg.usageModel || !starter.startsWith("token dashboard-"))
+  if (cost.trim() !== cfg.usageCost || model.trim() !== cfg.usageModel || !starter.startsWith("token signin-link"))
     throw new Error(`task cost ${JSON.stringify(cost)}, model ${JSON.stringify(model)}, started by ${JSON.stringify(starter)}`);
   // a tool call names the file it wrote; the tab names the task
   await page.locator(".tool .tool-subject").filter({ hasText: cfg.changedFile }).first().waitFor({ timeout: 10_000 });
@@ -273,21 +273,26 @@ try {
     await shoot(page, cfg.artifacts, name);
   }
 
-  step("sign out: the key the sign-in made is revoked; the login page; a used login link is refused; an API token signs in");
-  const minted = await page.evaluate(() => localStorage.getItem("engrams.token"));
-  if (!minted || minted === cfg.token) throw new Error("the login link's sign-in kept no key of its own");
+  step("sign out: the sign-in cookie is revoked server-side; the login page; a used login link is refused; an API key signs in");
+  const cookies = await page.context().cookies(base);
+  const session = cookies.find((c) => c.name === "engrams_session");
+  if (!session || !session.httpOnly || session.sameSite !== "Lax") throw new Error("the login link's sign-in cookie: " + JSON.stringify(session));
+  if (await page.evaluate(() => localStorage.getItem("engrams.token"))) throw new Error("a login link's sign-in left a key in localStorage");
+  if (await page.evaluate(() => document.cookie.includes("engrams_session"))) throw new Error("scripts can read the sign-in cookie");
+  const forged = await fetch(base + "/v1/tokens", { method: "POST", headers: { Cookie: "engrams_session=" + session.value, "Content-Type": "application/json" }, body: '{"name":"forged"}' });
+  if (forged.status !== 403) throw new Error(`a write by cookie without the anti-forgery header answers ${forged.status}, want 403`);
   await page.getByRole("button", { name: "Sign out" }).click();
-  await page.getByLabel("API token").waitFor();
-  const after = await fetch(base + "/v1/me", { headers: { Authorization: "Bearer " + minted } });
-  if (after.status !== 401) throw new Error(`the signed-out key still answers ${after.status} on /v1/me, want 401`);
+  await page.getByLabel("API key").waitFor();
+  const after = await fetch(base + "/v1/me", { headers: { Cookie: "engrams_session=" + session.value } });
+  if (after.status !== 401) throw new Error(`the signed-out cookie still answers ${after.status} on /v1/me, want 401`);
   await shoot(page, cfg.artifacts, "login");
   await page.goto(cfg.loginURL);
   await page.getByRole("alert").filter({ hasText: "unknown, used or expired" }).waitFor();
-  await page.getByLabel("API token").fill("egr_not-a-token");
-  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByLabel("API key").fill("egr_not-a-token");
+  await page.getByRole("button", { name: "Sign in with a key" }).click();
   await page.getByRole("alert").filter({ hasText: "not valid" }).waitFor();
-  await page.getByLabel("API token").fill(cfg.token);
-  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByLabel("API key").fill(cfg.token);
+  await page.getByRole("button", { name: "Sign in with a key" }).click();
   await page.waitForURL(base + "/tasks");
   await page.getByTestId("task-list").waitFor();
   if (errors.length > 0) throw new Error("page errors: " + errors.join("; "));

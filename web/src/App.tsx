@@ -1,6 +1,6 @@
 // The routes: every page has its own URL.
 import { useEffect, useLayoutEffect } from "preact/hooks";
-import { token } from "./api/auth";
+import { signedIn as isSignedIn } from "./api/auth";
 import { AutomationEditor } from "./pages/AutomationEditor";
 import { Automations } from "./pages/Automations";
 import { Composer } from "./pages/Composer";
@@ -69,7 +69,7 @@ const titles: [string, string][] = [
 
 export function App() {
   const path = usePath();
-  const signedIn = token() !== null;
+  const signedIn = isSignedIn();
   useEffect(() => {
     const out = () => navigate("/login", true);
     window.addEventListener("engrams:signed-out", out);

@@ -35,11 +35,12 @@ export function match(pattern: string, path: string): Record<string, string> | n
   return out;
 }
 
-/** onLinkClick turns clicks on same-origin links into navigations. */
+/** onLinkClick turns clicks on same-origin links to the app's pages into
+ * navigations; links into the API (/v1/: sign-in, downloads) load. */
 export function onLinkClick(e: MouseEvent): void {
   if (e.defaultPrevented || e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey || e.altKey) return;
   const a = (e.target as Element).closest("a");
-  if (!a || a.target || a.hasAttribute("download") || a.origin !== location.origin) return;
+  if (!a || a.target || a.hasAttribute("download") || a.origin !== location.origin || a.pathname.startsWith("/v1/")) return;
   e.preventDefault();
   navigate(a.pathname + a.search);
 }

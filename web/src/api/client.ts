@@ -1,6 +1,7 @@
-// A typed fetch over the public API: the bearer token, JSON both ways,
-// errors as ApiError (the server's Error body), 401 signs the browser out.
-import { signOut, token } from "./auth";
+// A typed fetch over the public API: the bearer key or the sign-in
+// cookie's anti-forgery header, JSON both ways, errors as ApiError (the
+// server's Error body), 401 signs the browser out.
+import { csrf, csrfHeader, forget, token } from "./auth";
 import type { ApiErrorBody } from "./types";
 
 export class ApiError extends Error {
@@ -18,7 +19,9 @@ export type Method = "GET" | "POST" | "PUT" | "PATCH" | "DELETE";
 export function headers(extra?: Record<string, string>): Record<string, string> {
   const h: Record<string, string> = { ...extra };
   const t = token();
+  const c = csrf();
   if (t) h["Authorization"] = "Bearer " + t;
+  else if (c) h[csrfHeader] = c; // a write signed in by cookie carries it
   return h;
 }
 
@@ -30,7 +33,7 @@ async function failure(resp: Response): Promise<ApiError> {
     body = undefined;
   }
   if (resp.status === 401) {
-    signOut();
+    forget();
     window.dispatchEvent(new Event("engrams:signed-out"));
   }
   return new ApiError(resp.status, body?.code ?? "http_" + resp.status, body?.error ?? resp.statusText);

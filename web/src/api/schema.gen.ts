@@ -1527,13 +1527,135 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Exchange a one-time login code for a user token.
+         * Exchange a one-time login code for a browser sign-in.
          * @description The code is the credential (`engrams dev` prints a login link
-         *     holding one; it works once, for 15 minutes). The answer is a new
-         *     user token for the browser, shown only here. A code that is
-         *     unknown, used or expired is 401.
+         *     holding one; it works once, for 15 minutes). The answer signs the
+         *     browser in as the first owner: the `engrams_session` cookie
+         *     (HttpOnly, SameSite=Lax) and the readable `engrams_csrf` cookie,
+         *     whose value the browser sends back as `X-Engrams-CSRF` on every
+         *     write. No key is minted. A code that is unknown, used or expired
+         *     is 401.
          */
         post: operations["dashboardLogin"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/auth/config": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * How to sign in here.
+         * @description `oidc` is false where no identity provider is configured (sign in
+         *     with a login link or an API key). Otherwise it names the issuer and
+         *     the CLI's public client, with the provider's device authorization
+         *     and token endpoints, for `engrams login`.
+         */
+        get: operations["authConfig"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/auth/oidc/start": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Begin a browser sign-in with the identity provider.
+         * @description Redirects to the provider's authorization endpoint (authorization
+         *     code with S256 PKCE, a fresh state and nonce kept in a short-lived
+         *     HttpOnly cookie). `next` is a local path to land on afterwards.
+         *     404 where no provider is configured.
+         */
+        get: operations["oidcStart"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/auth/oidc/callback": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The identity provider's redirect back.
+         * @description The state must be this browser's; the code is exchanged with the
+         *     PKCE verifier; the ID token's signature, issuer, audience, expiry
+         *     and nonce are checked; its verified email must be a member's. Then
+         *     the sign-in cookies are set and the browser goes to `next`. A
+         *     refusal is a plain-text page: 400 (state), 401 (code, token,
+         *     nonce, the provider's error), 403 (no such member).
+         */
+        get: operations["oidcCallback"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/auth/cli": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Trade a device-flow ID token for a personal key (engrams login).
+         * @description The ID token must be for the CLI's client, signed by the provider,
+         *     issued in the last 10 minutes and not traded before; its verified
+         *     email must be a member's. The answer is a personal key in that
+         *     organisation (`org` picks one when the person is in several) with
+         *     the member's role, expiring after 90 days by default, shown only
+         *     here.
+         */
+        post: operations["cliSignIn"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/auth/signout": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * End this browser's sign-in.
+         * @description Revokes the sign-in the `engrams_session` cookie carries (the API
+         *     refuses it from then on) and clears both cookies. Needs the
+         *     `X-Engrams-CSRF` header when a cookie is sent. 204 also when there
+         *     is nothing to end.
+         */
+        post: operations["signOut"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2066,9 +2188,26 @@ export interface components {
         DashboardLoginRequest: {
             code: string;
         };
-        DashboardLoginResponse: {
-            token: components["schemas"]["Token"];
-            secret: string;
+        SignedIn: {
+            user_id: string;
+            name: string;
+            org_id: string;
+            role: string;
+        };
+        AuthConfig: {
+            oidc: boolean;
+            issuer?: string;
+            cli_client_id?: string;
+            device_authorization_endpoint?: string;
+            token_endpoint?: string;
+            scopes?: string[];
+        };
+        CLISignInRequest: {
+            id_token: string;
+            /** @description The key's name; default cli-<date>. */
+            name?: string;
+            /** @description An organisation id, when the person is in several. */
+            org?: string;
         };
         CreateTokenRequest: {
             name: string;
@@ -2088,8 +2227,11 @@ export interface components {
         Token: {
             id: string;
             name: string;
-            /** @enum {string} */
-            kind: "personal" | "service" | "host";
+            /**
+             * @description signin: a browser's sign-in; revoking it signs that browser out.
+             * @enum {string}
+             */
+            kind: "personal" | "service" | "host" | "signin";
             /** @description The host a host token belongs to. */
             host_id?: string;
             /** @description A personal key's owner; a service key's maker. */
@@ -5186,14 +5328,143 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The token and its secret. */
+            /** @description Signed in; the cookies are set. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["DashboardLoginResponse"];
+                    "application/json": components["schemas"]["SignedIn"];
                 };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    authConfig: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The sign-in configuration. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuthConfig"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    oidcStart: {
+        parameters: {
+            query?: {
+                next?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description To the identity provider. */
+            302: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    oidcCallback: {
+        parameters: {
+            query?: {
+                state?: string;
+                code?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Signed in; to `next`. */
+            302: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not started in this browser */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The code or the ID token was refused. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The person is no member here. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    cliSignIn: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CLISignInRequest"];
+            };
+        };
+        responses: {
+            /** @description The key and its secret. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CreateTokenResponse"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    signOut: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Signed out. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             default: components["responses"]["Error"];
         };

@@ -1,18 +1,28 @@
-// Sign in: with the one-time code of a login link (engrams dev prints
-// one), or by pasting an API token.
+// Sign in: with the organisation's identity provider (where one is
+// configured), with the one-time code of a login link (engrams dev prints
+// one), or by pasting an API key. The first two set a sign-in cookie.
 import { useEffect, useState } from "preact/hooks";
 import { setToken } from "../api/auth";
-import { ApiError, call } from "../api/client";
+import { ApiError, call, get } from "../api/client";
 import type { components } from "../api/schema.gen";
 import { navigate } from "../router";
 import { Problem } from "../ui/Problem";
 
-type LoginResponse = components["schemas"]["DashboardLoginResponse"];
+type SignedIn = components["schemas"]["SignedIn"];
+type AuthConfig = components["schemas"]["AuthConfig"];
 
 export function Login() {
   const [error, setError] = useState<string>();
   const [busy, setBusy] = useState(false);
   const [pasted, setPasted] = useState("");
+  const [oidc, setOIDC] = useState(false);
+
+  useEffect(() => {
+    get<AuthConfig>("/v1/auth/config").then(
+      (c) => setOIDC(c.oidc),
+      () => setOIDC(false),
+    );
+  }, []);
 
   useEffect(() => {
     // A login link opened in a new tab loads the page; pasted into this
@@ -23,11 +33,8 @@ export function Login() {
       history.replaceState(null, "", "/login"); // the code works once: keep it out of history
       setBusy(true);
       setError(undefined);
-      call<LoginResponse>("POST", "/v1/dashboard/login", { code }).then(
-        (r) => {
-          setToken(r.secret, r.token.id);
-          navigate("/tasks", true);
-        },
+      call<SignedIn>("POST", "/v1/dashboard/login", { code }).then(
+        () => navigate("/tasks", true),
         (e: ApiError) => {
           setError(e.message);
           setBusy(false);
@@ -39,36 +46,44 @@ export function Login() {
     return () => window.removeEventListener("hashchange", redeem);
   }, []);
 
-  const useToken = async (e: Event) => {
+  const useKey = async (e: Event) => {
     e.preventDefault();
     const t = pasted.trim();
-    if (!t) return setError("Paste an API token (engrams token create).");
+    if (!t) return setError("Paste an API key (engrams token create).");
     setBusy(true);
     setToken(t);
     try {
-      await call("GET", "/v1/tasks?limit=1");
+      await call("GET", "/v1/me");
       navigate("/tasks", true);
     } catch (err) {
-      setError(err instanceof ApiError && err.status === 401 ? "That token is not valid or was revoked." : String(err));
+      setError(err instanceof ApiError && err.status === 401 ? "That key is not valid, has expired or was revoked." : String(err));
       setBusy(false);
     }
   };
 
+  const next = new URLSearchParams(location.search).get("next") ?? "/tasks";
   return (
     <main id="main" class="login">
       <h1>engrams</h1>
       <p>Sign in to direct agent work.</p>
       {busy && !error && <p aria-live="polite">Signing in…</p>}
       <Problem error={error} />
-      <form onSubmit={useToken}>
-        <label for="token">API token</label>
+      {oidc && (
+        <p>
+          <a class="button" id="sso" href={"/v1/auth/oidc/start?next=" + encodeURIComponent(next)}>
+            Sign in with your identity provider
+          </a>
+        </p>
+      )}
+      <form onSubmit={useKey}>
+        <label for="token">API key</label>
         <input id="token" type="password" autocomplete="off" value={pasted} onInput={(e) => setPasted(e.currentTarget.value)} placeholder="egr_…" />
         <button type="submit" disabled={busy}>
-          Sign in
+          Sign in with a key
         </button>
       </form>
       <p class="muted">
-        <code>engrams dev</code> prints a login link that signs you in once; <code>engrams token create NAME</code> makes a token.
+        <code>engrams dev</code> prints a login link that signs you in once; <code>engrams token create NAME</code> makes a key.
       </p>
     </main>
   );

@@ -50,7 +50,8 @@ export function Terminal(props: { sessionId: string; dir?: string }) {
     term.open(el);
     fit.fit();
     const url = location.origin.replace(/^http/, "ws") + "/v1/sessions/" + enc(props.sessionId) + "/exec/ws";
-    const ws = new WebSocket(url, ["engrams.v1", "bearer." + (token() ?? "")]);
+    const key = token(); // a pasted key; a cookie sign-in goes with the upgrade
+    const ws = new WebSocket(url, key ? ["engrams.v1", "bearer." + key] : ["engrams.v1"]);
     ws.binaryType = "arraybuffer";
     const enc8 = new TextEncoder();
     const frame = (ch: number, data: Uint8Array) => {

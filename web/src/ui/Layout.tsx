@@ -3,8 +3,7 @@
 // list); on a wider screen they are a row.
 import type { ComponentChildren } from "preact";
 import { useEffect, useState } from "preact/hooks";
-import { mintedKeyID, signOut } from "../api/auth";
-import { del } from "../api/client";
+import { signOut } from "../api/auth";
 import { navigate } from "../router";
 
 export const sections = [
@@ -47,10 +46,7 @@ export function Layout(props: { path: string; children: ComponentChildren }) {
             type="button"
             class="quiet sign-out"
             onClick={async () => {
-              // A key this browser's sign-in made stops working here and now.
-              const id = mintedKeyID();
-              if (id) await del(`/v1/tokens/${encodeURIComponent(id)}`).catch(() => undefined);
-              signOut();
+              await signOut(); // a cookie sign-in stops working here and now
               navigate("/login");
             }}
           >
