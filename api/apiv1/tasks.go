@@ -26,6 +26,10 @@ type StartTaskRequest struct {
 	Profile string `json:"profile"` // name or id
 	Prompt  string `json:"prompt"`
 	Title   string `json:"title,omitempty"` // default: the prompt's first line
+	// Shared shows the task to every member of the organisation; by
+	// default it is private to who started it (and the organisation's
+	// admins).
+	Shared bool `json:"shared,omitempty"`
 }
 
 // SendTaskRequest is a follow-up prompt.
@@ -59,7 +63,11 @@ type Task struct {
 	RunID string `json:"run_id,omitempty"`
 	// StartedBy is the name of the API token a user started it with (the
 	// CLI's, or the dashboard's sign-in); "" for a run.
-	StartedBy string    `json:"started_by,omitempty"`
+	StartedBy string `json:"started_by,omitempty"`
+	// OwnerID is the person whose task it is ("" for the organisation's,
+	// as a run's); Shared says every member of the organisation sees it.
+	OwnerID   string    `json:"owner_id,omitempty"`
+	Shared    bool      `json:"shared"`
 	Usage     TaskUsage `json:"usage"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`

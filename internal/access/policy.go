@@ -1,6 +1,8 @@
 package access
 
 import (
+	"maps"
+
 	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/domain"
 )
@@ -44,10 +46,35 @@ func (n Need) String() string {
 
 // Rule is a route's policy: the grant it needs and, when Action is set,
 // the audit action its success records on the thing of kind Target.
+// With Scope, the route's {id} names a thing of that kind, which the
+// principal must see (domain.Viewer.Sees), else the route answers 404 as
+// for one that does not exist.
 type Rule struct {
 	Need   Need
 	Action string
 	Target string
+	Scope  Scope
+}
+
+// Scope is the kind of thing a route's {id} names, whose owner decides
+// who may reach it.
+type Scope string
+
+const (
+	ScopeSession Scope = "session"
+	ScopeTask    Scope = "task"
+)
+
+// Viewer is what sessions and tasks p sees: their own and the shared ones
+// of their organisation; owners and admins every one of it.
+func (p Principal) Viewer() domain.Viewer {
+	return domain.Viewer{OrgID: p.OrgID, UserID: p.UserID, All: p.Role.AtLeast(domain.RoleAdmin)}
+}
+
+// Owner is whose what p creates is: p's organisation's and p's (a service
+// key's maker's), private unless shared.
+func (p Principal) Owner(shared bool) domain.Owner {
+	return domain.Owner{OrgID: p.OrgID, UserID: p.UserID, Shared: shared}
 }
 
 // Allows says p holds the grant n needs.
@@ -75,7 +102,7 @@ func Routes() map[string]Rule {
 	a := func(action, target string) Rule { return Rule{Need: Admin, Action: action, Target: target} }
 	f := func(action string) Rule { return Rule{Need: Fleet, Action: action, Target: "host"} }
 	pub := Rule{Need: Public}
-	return map[string]Rule{
+	rules := map[string]Rule{
 		apiv1.RouteVersion:        pub,
 		apiv1.RouteOpenAPI:        pub,
 		apiv1.RouteDashboardLogin: pub, // a one-time code
@@ -90,16 +117,6 @@ func Routes() map[string]Rule {
 		apiv1.RouteLinearEvents:   pub, // signed by Linear
 
 		apiv1.RouteWhoAmI: {Need: AnyKey},
-
-		// Sessions and tasks: a member's own work.
-		apiv1.RouteCreateSession: m(), apiv1.RouteListSessions: m(), apiv1.RouteGetSession: m(),
-		apiv1.RouteDeleteSession: m(), apiv1.RouteExec: m(), apiv1.RouteExecWS: m(),
-		apiv1.RouteFileGet: m(), apiv1.RouteFilePut: m(), apiv1.RouteFileList: m(), apiv1.RouteFileStat: m(),
-		apiv1.RouteEvents: m(), apiv1.RouteSuspend: m(), apiv1.RouteResume: m(), apiv1.RouteSnapshot: m(),
-		apiv1.RouteOutboxPut: m(), apiv1.RouteOutboxList: m(), apiv1.RouteEgress: m(), apiv1.RouteChanges: m(),
-		apiv1.RouteStartTask: m(), apiv1.RouteListTasks: m(), apiv1.RouteGetTask: m(), apiv1.RouteTaskEvents: m(),
-		apiv1.RouteSendTask: m(), apiv1.RouteStopTask: m(), apiv1.RouteTaskDiff: m(), apiv1.RouteTaskFiles: m(),
-		apiv1.RouteTaskPR: m(),
 
 		// What members use, read; admins curate it.
 		apiv1.RouteListImages: m(), apiv1.RouteGetImage: m(), apiv1.RouteImageJobs: m(), apiv1.RouteGetImageJob: m(),
@@ -148,5 +165,24 @@ func Routes() map[string]Rule {
 		apiv1.RouteDisableHost: f("host.disable"),
 		apiv1.RouteEnableHost:  f("host.enable"),
 		apiv1.RouteDeleteHost:  f("host.delete"),
+	}
+	maps.Copy(rules, workRules())
+	return rules
+}
+
+// workRules are the routes of sessions and tasks: a member's own work,
+// and what is shared with them; a session or task one may not see is 404.
+func workRules() map[string]Rule {
+	m := Rule{Need: Member}
+	ses, task := Rule{Need: Member, Scope: ScopeSession}, Rule{Need: Member, Scope: ScopeTask}
+	return map[string]Rule{
+		apiv1.RouteCreateSession: m, apiv1.RouteListSessions: m, apiv1.RouteChanges: m,
+		apiv1.RouteGetSession: ses, apiv1.RouteDeleteSession: ses, apiv1.RouteExec: ses, apiv1.RouteExecWS: ses,
+		apiv1.RouteFileGet: ses, apiv1.RouteFilePut: ses, apiv1.RouteFileList: ses, apiv1.RouteFileStat: ses,
+		apiv1.RouteEvents: ses, apiv1.RouteSuspend: ses, apiv1.RouteResume: ses, apiv1.RouteSnapshot: ses,
+		apiv1.RouteOutboxPut: ses, apiv1.RouteOutboxList: ses, apiv1.RouteEgress: ses,
+		apiv1.RouteStartTask: m, apiv1.RouteListTasks: m,
+		apiv1.RouteGetTask: task, apiv1.RouteTaskEvents: task, apiv1.RouteSendTask: task, apiv1.RouteStopTask: task,
+		apiv1.RouteTaskDiff: task, apiv1.RouteTaskFiles: task, apiv1.RouteTaskPR: task,
 	}
 }

@@ -1,6 +1,7 @@
 package access_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/engrams/engrams/api/apiv1"
@@ -88,5 +89,47 @@ func TestRoles(t *testing.T) {
 		if got := tt.a.Min(tt.b); got != tt.min {
 			t.Errorf("%q.Min(%q) = %q, want %q", tt.a, tt.b, got, tt.min)
 		}
+	}
+}
+
+// TestEveryOwnedRouteIsScoped: a route whose {id} names a session or a
+// task checks that the caller sees it, so another member's private one
+// and another organisation's are 404 on every such route.
+func TestEveryOwnedRouteIsScoped(t *testing.T) {
+	t.Parallel()
+	for route, r := range access.Routes() {
+		var want access.Scope
+		switch {
+		case strings.Contains(route, " /v1/sessions/{id}"):
+			want = access.ScopeSession
+		case strings.Contains(route, " /v1/tasks/{id}"):
+			want = access.ScopeTask
+		}
+		if r.Scope != want {
+			t.Errorf("%s: scope %q, want %q", route, r.Scope, want)
+		}
+	}
+}
+
+func TestViewerOfARole(t *testing.T) {
+	t.Parallel()
+	mine := domain.Owner{OrgID: "o", UserID: "ada"}
+	bobs := domain.Owner{OrgID: "o", UserID: "bob"}
+	for _, tt := range []struct {
+		role      domain.Role
+		seesBob   bool
+		seesOwnTo bool
+	}{
+		{domain.RoleOwner, true, true},
+		{domain.RoleAdmin, true, true},
+		{domain.RoleMember, false, true},
+	} {
+		v := access.Principal{OrgID: "o", UserID: "ada", Role: tt.role}.Viewer()
+		if v.Sees(bobs) != tt.seesBob || v.Sees(mine) != tt.seesOwnTo {
+			t.Errorf("%s: sees bob's private %v, own %v", tt.role, v.Sees(bobs), v.Sees(mine))
+		}
+	}
+	if (access.Principal{OrgID: "o", UserID: "ada", Role: domain.RoleMember}).Owner(false) != mine {
+		t.Error("what a member creates is theirs, private")
 	}
 }

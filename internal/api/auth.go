@@ -25,6 +25,7 @@ type Keys interface {
 type authn struct {
 	*base
 	st      Keys
+	owners  ownerReads
 	touched touches
 }
 
@@ -61,6 +62,9 @@ func (a *authn) admit(rule access.Rule, next http.Handler) http.Handler {
 		a.touch(r.Context(), t.ID)
 		if !p.Allows(rule.Need) {
 			writeError(w, http.StatusForbidden, apiv1.CodeForbidden, refusal(p, rule.Need))
+			return
+		}
+		if rule.Scope != "" && !a.scoped(w, r, rule.Scope, p) {
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
@@ -341,4 +345,40 @@ func tokenOut(t domain.Token) apiv1.Token {
 	}
 	return apiv1.Token{ID: t.ID, Name: t.Name, Kind: kind, HostID: string(t.HostID), UserID: string(t.UserID), Role: string(t.Role),
 		Prefix: t.Prefix, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, LastUsedAt: t.LastUsedAt}
+}
+
+// ownerReads find whose a route's session or task is (the store).
+type ownerReads struct {
+	session func(ctx context.Context, id domain.SessionID) (domain.Session, error)
+	task    func(ctx context.Context, id domain.TaskID) (domain.Task, error)
+}
+
+// owner is whose the thing of kind scope named id is; ErrNotFound when
+// there is none (or this server cannot look: the default is no).
+func (o ownerReads) owner(ctx context.Context, scope access.Scope, id string) (domain.Owner, error) {
+	switch {
+	case scope == access.ScopeSession && o.session != nil:
+		s, err := o.session(ctx, domain.SessionID(id))
+		return s.Spec.Owner, err
+	case scope == access.ScopeTask && o.task != nil:
+		t, err := o.task(ctx, domain.TaskID(id))
+		return t.Owner, err
+	}
+	return domain.Owner{}, domain.ErrNotFound
+}
+
+// scoped answers 404, as for a thing that does not exist, unless p sees
+// the session or task r's route names; true when r may go on.
+func (a *authn) scoped(w http.ResponseWriter, r *http.Request, scope access.Scope, p access.Principal) bool {
+	id := r.PathValue("id")
+	o, err := a.owners.owner(r.Context(), scope, id)
+	switch {
+	case err == nil && p.Viewer().Sees(o):
+		return true
+	case err == nil, errors.Is(err, domain.ErrNotFound):
+		writeError(w, http.StatusNotFound, apiv1.CodeNotFound, "get "+string(scope)+" "+id+": not found")
+	default:
+		a.fail(w, r, err)
+	}
+	return false
 }

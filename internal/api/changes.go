@@ -52,6 +52,10 @@ func (s *Server) changes(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "topics: "+quote(t)+" is not sessions, tasks or hosts")
 			return
 		}
+		if t == apiv1.ChangeHosts && !principalFrom(r.Context()).Fleet {
+			writeError(w, http.StatusForbidden, apiv1.CodeForbidden, "topics: hosts are a fleet operator's")
+			return
+		}
 		names = append(names, t)
 	}
 	if len(names) == 0 {

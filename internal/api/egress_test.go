@@ -24,7 +24,7 @@ func TestEgressRoute(t *testing.T) {
 	}
 	a := newAgentAPI(t, agentOpts{})
 	ctx := context.Background()
-	sess, _, _, err := a.st.CreateSession(ctx, store.NewSession{ID: "s1", OpID: "op1", Spec: domain.SessionSpec{Image: "x"}})
+	sess, _, _, err := a.st.CreateSession(ctx, store.NewSession{ID: "s1", OpID: "op1", Spec: domain.SessionSpec{Image: "x", Owner: domain.Owner{OrgID: domain.FirstOrg, UserID: domain.FirstOwner}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,14 @@ func (f *fakeGuests) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 func filesAPI(g *fakeGuests) http.Handler {
-	return api.New(api.Config{}, api.Deps{Guests: g, Fleet: fakeStore{}, Access: fakeStore{}})
+	return api.New(api.Config{}, api.Deps{Guests: g, Reads: ownedSessions{}, Fleet: fakeStore{}, Access: fakeStore{}})
+}
+
+// ownedSessions has every session, each the test key's owner's.
+type ownedSessions struct{ api.SessionReads }
+
+func (ownedSessions) GetSession(_ context.Context, id domain.SessionID) (domain.Session, error) {
+	return domain.Session{ID: id, Spec: domain.SessionSpec{Owner: domain.Owner{OrgID: domain.FirstOrg, UserID: domain.FirstOwner}}}, nil
 }
 
 // TestFileRoutesCheckPaths: a path no file can have is refused with 400

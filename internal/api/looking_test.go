@@ -183,7 +183,7 @@ func newLookWorld(t *testing.T) *lookWorld {
 	ad.Fleet, ad.Access, ad.TaskReads = taskStore{st}, taskStore{st}, taskStore{st}
 	w.srv = api.New(api.Config{}, ad)
 
-	s, err := p.Co.CreateSession(ctx, domain.SessionSpec{IdleTimeoutSec: -1}, "")
+	s, err := p.Co.CreateSession(ctx, domain.SessionSpec{IdleTimeoutSec: -1, Owner: domain.Owner{OrgID: domain.FirstOrg, UserID: domain.FirstOwner}}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +193,7 @@ func newLookWorld(t *testing.T) *lookWorld {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.CreateTask(ctx, domain.Task{ID: w.tid, ProfileID: prof.ID, ProfileVersion: prof.Version, Title: "look", SessionID: w.sid,
+	if _, err := st.CreateTask(ctx, domain.Task{ID: w.tid, ProfileID: prof.ID, ProfileVersion: prof.Version, Title: "look", SessionID: w.sid, Owner: domain.Owner{OrgID: domain.FirstOrg, UserID: domain.FirstOwner},
 		Receipt: json.RawMessage(taskReceipt), CreatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}

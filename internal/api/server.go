@@ -124,6 +124,12 @@ func New(cfg Config, deps Deps) *Server {
 	}
 	s := &Server{base: b, mux: http.NewServeMux(), deps: deps}
 	s.authn = &authn{base: b, st: deps.Access}
+	if deps.Reads != nil {
+		s.authn.owners.session = deps.Reads.GetSession
+	}
+	if deps.TaskReads != nil {
+		s.authn.owners.task = deps.TaskReads.GetTask
+	}
 	s.audit = &auditor{base: b, st: deps.Access}
 	s.routes()
 	return s
@@ -157,11 +163,12 @@ func (s *Server) routes() {
 	}
 	h := func(pattern string, fn http.HandlerFunc) {
 		rule := ruleOf(rules, pattern, false)
-		var next http.Handler = checked(pattern, fn)
+		var next http.Handler = fn
 		if strings.HasPrefix(pattern, http.MethodPost+" ") && !streamedPOST(pattern) {
 			next = s.idempotent(pattern, next)
 		}
-		s.mux.Handle(pattern, s.authn.admit(rule, s.audit.wrap(rule, next)))
+		// The path's shape is checked first: admission looks its {id} up.
+		s.mux.HandleFunc(pattern, checked(pattern, s.authn.admit(rule, s.audit.wrap(rule, next)).ServeHTTP))
 	}
 	(&sessionsRouter{base: s.base, co: s.deps.Sessions, st: s.deps.Reads}).route(h)
 	(&guestRouter{base: s.base, co: s.deps.Guests}).route(h)

@@ -61,7 +61,8 @@ func (s *sessionsRouter) createSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := in.request()
-	spec := domain.SessionSpec{MemoryMiB: req.MemoryMiB, VCPUs: req.VCPUs, Env: req.Env, Image: req.Image, Harness: req.Harness, IdleTimeoutSec: req.IdleTimeoutSec, MaxLifetimeSec: req.MaxLifetimeSec, Egress: req.Egress}
+	spec := domain.SessionSpec{MemoryMiB: req.MemoryMiB, VCPUs: req.VCPUs, Env: req.Env, Image: req.Image, Harness: req.Harness, IdleTimeoutSec: req.IdleTimeoutSec, MaxLifetimeSec: req.MaxLifetimeSec, Egress: req.Egress,
+		Owner: principalFrom(r.Context()).Owner(false)}
 	sess, err := s.co.CreateSession(r.Context(), spec, req.IdempotencyKey)
 	if err != nil {
 		s.fail(w, r, err)
@@ -84,7 +85,8 @@ func (s *sessionsRouter) listSessions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	f := domain.SessionFilter{HostID: domain.HostID(q.Get("host")), Limit: p.limit + 1, AfterID: domain.SessionID(p.after)}
+	viewer := principalFrom(r.Context()).Viewer()
+	f := domain.SessionFilter{Viewer: &viewer, HostID: domain.HostID(q.Get("host")), Limit: p.limit + 1, AfterID: domain.SessionID(p.after)}
 	if st := q.Get("state"); st != "" {
 		if !domain.SessionState(st).Valid() {
 			writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "unknown state "+quote(st))

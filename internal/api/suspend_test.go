@@ -39,7 +39,7 @@ func TestSuspendAnswersItsOutcome(t *testing.T) {
 		_ = json.Unmarshal(rec.Body.Bytes(), &s)
 		return rec.Code, s
 	}
-	s, err := e.Co.CreateSession(context.Background(), domain.SessionSpec{IdleTimeoutSec: -1}, "")
+	s, err := e.Co.CreateSession(context.Background(), domain.SessionSpec{IdleTimeoutSec: -1, Owner: domain.Owner{OrgID: domain.FirstOrg, UserID: domain.FirstOwner}}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ func taskOut(t domain.Task) apiv1.Task {
 	u := t.Usage
 	out := apiv1.Task{ID: string(t.ID), Title: t.Title, State: string(t.State), Error: t.Error, ProfileID: t.ProfileID,
 		ProfileVersion: t.ProfileVersion, SessionID: string(t.SessionID), EventSeq: t.EventSeq, RunID: t.RunID, StartedBy: t.StartedBy,
+		OwnerID: string(t.Owner.UserID), Shared: t.Owner.Shared,
 		Usage:     apiv1.TaskUsage{Model: u.Model, TokenCounts: tokensOut(u.Tokens), Cost: moneyOut(u.Cost), Unpriced: u.Unpriced},
 		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt}
 	var rec struct {
@@ -105,8 +106,9 @@ func (s *tasksRouter) startTask(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &req) {
 		return
 	}
+	p := principalFrom(r.Context())
 	t, err := s.co.StartTask(r.Context(), tasks.StartTaskRequest{Profile: req.Profile, Prompt: req.Prompt, Title: req.Title,
-		StartedBy: principalFrom(r.Context()).KeyName})
+		StartedBy: p.KeyName, Owner: p.Owner(req.Shared)})
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -119,7 +121,8 @@ func (s *tasksRouter) listTasks(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	f := domain.TaskFilter{Limit: p.limit + 1}
+	viewer := principalFrom(r.Context()).Viewer()
+	f := domain.TaskFilter{Viewer: &viewer, Limit: p.limit + 1}
 	if p.after != "" {
 		at, id, ok := strings.Cut(p.after, "/")
 		us, err := strconv.ParseInt(at, 10, 64)

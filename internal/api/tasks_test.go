@@ -82,6 +82,7 @@ func newTaskAPIWith(t *testing.T, reads func(store.Store) api.TaskReads) *taskAP
 		{ID: "t3", ProfileID: "prof-a", Title: "clone fails", State: domain.TaskFailed, Error: "clone https://h/x.git: exit 128"},
 	} {
 		tk.ProfileVersion, tk.Receipt, tk.CreatedAt = 1, json.RawMessage(taskReceipt), t0.Add(time.Duration(i)*time.Minute)
+		tk.Owner = domain.Owner{OrgID: domain.FirstOrg, UserID: domain.FirstOwner}
 		if _, err := st.CreateTask(ctx, tk); err != nil {
 			t.Fatal(err)
 		}
@@ -227,7 +228,8 @@ func TestTaskResponseShape(t *testing.T) {
 	}
 	// A receipt that is not a task record is left out, not an error.
 	ctx := context.Background()
-	if _, err := a.st.CreateTask(ctx, domain.Task{ID: "t4", ProfileID: "prof-a", Receipt: json.RawMessage(`[1]`), CreatedAt: t0}); err != nil {
+	if _, err := a.st.CreateTask(ctx, domain.Task{ID: "t4", ProfileID: "prof-a", Receipt: json.RawMessage(`[1]`), CreatedAt: t0,
+		Owner: domain.Owner{OrgID: domain.FirstOrg}}); err != nil {
 		t.Fatal(err)
 	}
 	rec = a.do("GET", "/v1/tasks/t4", "")

@@ -154,6 +154,9 @@ func (r blocks) startTask(ctx context.Context, w *walker, req tasks.StartTaskReq
 	}
 	req.ID = domain.TaskID(uuid.NewSHA1(ns, []byte(string(w.run.ID)+"/"+strconv.FormatInt(w.seq, 10))).String())
 	req.RunID = string(w.run.ID)
+	// A run's task is the organisation's, shared with its members, until
+	// automations have owners of their own.
+	req.Owner = domain.Owner{OrgID: domain.FirstOrg, Shared: true}
 	run := connector.Run{ID: w.run.ID, Trigger: w.run.TriggerKind, Payload: w.run.Trigger}
 	for _, in := range r.ins {
 		if g, ok := in.(connector.ProfileGate); ok {

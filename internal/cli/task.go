@@ -42,9 +42,11 @@ profile's harness bundle attached), the profile's repositories are cloned
 into /work, and the prompt goes to the agent. The command prints the task id
 at once (and, on stderr, which backends enforce the profile's egress and the
 hosts the task reaches); --follow streams the conversation until the agent
-is done with the prompt.`,
+is done with the prompt. A task is yours: other members see it (and its
+sessions) only with --share; your organisation's admins always do.`,
 		Example: `  engrams task start --profile go-service "add a /healthz endpoint"
-  engrams task start -p docs --follow "fix the typos in README.md"`,
+  engrams task start -p docs --follow "fix the typos in README.md"
+  engrams task start -p go-service --share "reproduce the flaky test"`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req.Prompt = args[0]
@@ -73,6 +75,7 @@ is done with the prompt.`,
 	cmd.Flags().StringVarP(&req.Profile, "profile", "p", "", "profile to start from (required)")
 	cmd.Flags().StringVar(&req.Title, "title", "", "title shown in task list (default: the prompt's first line)")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "stream the conversation until the agent is done with the prompt")
+	cmd.Flags().BoolVar(&req.Shared, "share", false, "show the task to every member of the organisation (default: private)")
 	_ = cmd.MarkFlagRequired("profile")
 	return cmd
 }

@@ -101,3 +101,30 @@ type AuditEvent struct {
 	Remote     string // the client's address
 	At         time.Time
 }
+
+// Owner is whose a session or a task is: an organisation's, caused by a
+// person (UserID; "" for the organisation's own, as an automation's
+// without an owner), private to them and the organisation's admins
+// unless Shared with every member.
+type Owner struct {
+	OrgID  OrgID
+	UserID UserID
+	Shared bool
+}
+
+// Viewer is who looks at sessions and tasks: a member sees their own and
+// the shared ones of their organisation; with All (owners and admins)
+// every one of it. Nothing of another organisation, ever.
+type Viewer struct {
+	OrgID  OrgID
+	UserID UserID
+	All    bool
+}
+
+// Sees says v may see what o owns.
+func (v Viewer) Sees(o Owner) bool {
+	if v.OrgID == "" || o.OrgID != v.OrgID {
+		return false
+	}
+	return v.All || o.Shared || (o.UserID != "" && o.UserID == v.UserID)
+}

@@ -143,6 +143,9 @@ type Event struct {
 
 // SessionFilter narrows ListSessions. Zero fields match everything.
 type SessionFilter struct {
+	// Viewer, when set, keeps the sessions it Sees (the API's lists);
+	// nil is every session (the coordinator's).
+	Viewer  *Viewer
 	HostID  HostID
 	States  []SessionState
 	Limit   int       // 0 means no limit

@@ -72,6 +72,11 @@ type SessionSpec struct {
 	// host), pinned at create by the coordinator, never taken from a
 	// user's request; each host is also in Egress.
 	Brokered []BrokeredGrant `json:"brokered,omitempty"`
+	// Owner is whose the session is (its task's, or the person's who
+	// created it), set by the API or the tasks service from who asked,
+	// never from a request's body; kept in its own columns, never sent
+	// to a host.
+	Owner Owner `json:"-"`
 }
 
 // PlaceholderPrefix starts every credential placeholder a guest is given

@@ -45,6 +45,9 @@ type Task struct {
 	// StartedBy is the name of the API token a user started it with (the
 	// CLI's, or the dashboard's sign-in); "" for a run, or where unknown.
 	StartedBy string
+	// Owner is whose it is: who started it (an automation's task is the
+	// organisation's, shared) and who else may see it.
+	Owner     Owner
 	Usage     TaskUsage // what its turns used, summed as their usage events came
 	CreatedAt time.Time
 	UpdatedAt time.Time // last change of state or session
@@ -119,6 +122,9 @@ func (e TaskEvent) Bytes() int64 { return int64(len(e.Type) + len(e.Payload)) }
 
 // TaskFilter narrows ListTasks. Zero fields match everything.
 type TaskFilter struct {
+	// Viewer, when set, keeps the tasks it Sees (the API's lists); nil
+	// is every task.
+	Viewer    *Viewer
 	ProfileID string
 	States    []TaskState
 	// Keyset pagination in the list's order (created_at, then id): tasks

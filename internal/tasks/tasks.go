@@ -45,6 +45,9 @@ type StartTaskRequest struct {
 	RunID   string // the automation run starting it; "" for a user
 	// StartedBy names the user's API token; "" for a run.
 	StartedBy string
+	// Owner is whose the task and its sessions are: the person asking
+	// (private unless shared), or for a run the organisation's.
+	Owner domain.Owner
 }
 
 func checkPrompt(text string) error {
@@ -96,6 +99,9 @@ func (c *Tasks) StartTask(ctx context.Context, req StartTaskRequest) (domain.Tas
 	if req.Profile == "" {
 		return domain.Task{}, fmt.Errorf("%w: a task needs a profile", domain.ErrInvalid)
 	}
+	if req.Owner.OrgID == "" {
+		return domain.Task{}, fmt.Errorf("%w: a task needs an owner (an organisation)", domain.ErrInvalid)
+	}
 	if req.ID != "" {
 		if t, err := c.st.GetTask(ctx, req.ID); err == nil {
 			return t, nil
@@ -111,6 +117,7 @@ func (c *Tasks) StartTask(ctx context.Context, req StartTaskRequest) (domain.Tas
 	if err != nil {
 		return domain.Task{}, err
 	}
+	mspec.Owner = req.Owner
 	taskID := req.ID
 	if taskID == "" {
 		taskID = domain.TaskID(c.newID())
@@ -125,7 +132,7 @@ func (c *Tasks) StartTask(ctx context.Context, req StartTaskRequest) (domain.Tas
 	}
 	title := titleOf(cmp.Or(req.Title, req.Prompt))
 	t, err := c.st.CreateTask(ctx, domain.Task{ID: taskID, ProfileID: prof.ID, ProfileVersion: prof.Version, Receipt: rec,
-		Title: title, SessionID: s.ID, RunID: req.RunID, StartedBy: req.StartedBy, CreatedAt: c.now()})
+		Title: title, SessionID: s.ID, RunID: req.RunID, StartedBy: req.StartedBy, Owner: req.Owner, CreatedAt: c.now()})
 	if err != nil {
 		if req.ID != "" {
 			if t, gerr := c.st.GetTask(ctx, req.ID); gerr == nil {

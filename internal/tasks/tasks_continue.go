@@ -33,6 +33,7 @@ func (c *Tasks) continueTask(ctx context.Context, t domain.Task, old domain.Sess
 	if err != nil {
 		return domain.TaskEvent{}, err
 	}
+	mspec.Owner = t.Owner
 	turn := c.newID()
 	s, err := c.sessions.CreateSession(ctx, mspec, "task-"+string(t.ID)+"-"+turn)
 	if err != nil {

@@ -522,9 +522,13 @@ func TestStartTask(t *testing.T) {
 		t.Fatal(err)
 	}
 	prompt := "  add a /healthz endpoint\nand a test for it"
-	tk, err := e.co.StartTask(ctx, StartTaskRequest{Profile: "rev", Prompt: prompt})
+	ada := domain.Owner{OrgID: "o1", UserID: "ada"}
+	tk, err := e.co.StartTask(ctx, StartTaskRequest{Profile: "rev", Prompt: prompt, Owner: ada})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if s, err := e.st.GetSession(ctx, tk.SessionID); err != nil || s.Spec.Owner != ada || tk.Owner != ada {
+		t.Errorf("the task's owner %+v, its session's %+v (%v): want ada's", tk.Owner, s.Spec.Owner, err)
 	}
 	if tk.Title != "add a /healthz endpoint" || tk.ProfileID != p.Profile.ID || tk.ProfileVersion != 1 || tk.State != domain.TaskStarting || tk.SessionID == "" {
 		t.Errorf("task %+v", tk)
@@ -567,7 +571,7 @@ func TestStartTask(t *testing.T) {
 	}
 
 	// A title given is kept, and who started it.
-	tk2, err := e.co.StartTask(ctx, StartTaskRequest{Profile: p.Profile.ID, Prompt: "x", Title: "my title", StartedBy: "alice-cli", RunID: "run-3"})
+	tk2, err := e.co.StartTask(ctx, StartTaskRequest{Profile: p.Profile.ID, Prompt: "x", Title: "my title", StartedBy: "alice-cli", RunID: "run-3", Owner: ada})
 	if err != nil || tk2.Title != "my title" || tk2.StartedBy != "alice-cli" || tk2.RunID != "run-3" {
 		t.Errorf("start with a title: %+v %v", tk2, err)
 	}
@@ -575,6 +579,7 @@ func TestStartTask(t *testing.T) {
 
 func TestStartTaskRefuses(t *testing.T) {
 	t.Parallel()
+	o1 := domain.Owner{OrgID: "o1", UserID: "ada"}
 	tests := []struct {
 		name    string
 		req     StartTaskRequest
@@ -582,17 +587,18 @@ func TestStartTaskRefuses(t *testing.T) {
 		wantIs  error
 		wantMsg string
 	}{
-		{name: "empty prompt", req: StartTaskRequest{Profile: "rev", Prompt: " "}, wantIs: domain.ErrInvalid, wantMsg: "the prompt is empty"},
-		{name: "NUL in the prompt", req: StartTaskRequest{Profile: "rev", Prompt: "a\x00"}, wantIs: domain.ErrInvalid, wantMsg: "without NUL bytes"},
-		{name: "no profile", req: StartTaskRequest{Prompt: "go"}, wantIs: domain.ErrInvalid, wantMsg: "a task needs a profile"},
-		{name: "unknown profile", req: StartTaskRequest{Profile: "nope", Prompt: "go"}, wantIs: store.ErrNotFound, wantMsg: `profile "nope"`},
-		{name: "deleted profile", req: StartTaskRequest{Profile: "rev", Prompt: "go"}, wantIs: store.ErrNotFound, wantMsg: `profile "rev"`,
+		{name: "empty prompt", req: StartTaskRequest{Profile: "rev", Prompt: " ", Owner: o1}, wantIs: domain.ErrInvalid, wantMsg: "the prompt is empty"},
+		{name: "NUL in the prompt", req: StartTaskRequest{Profile: "rev", Prompt: "a\x00", Owner: o1}, wantIs: domain.ErrInvalid, wantMsg: "without NUL bytes"},
+		{name: "no owner", req: StartTaskRequest{Profile: "rev", Prompt: "go"}, wantIs: domain.ErrInvalid, wantMsg: "a task needs an owner"},
+		{name: "no profile", req: StartTaskRequest{Prompt: "go", Owner: o1}, wantIs: domain.ErrInvalid, wantMsg: "a task needs a profile"},
+		{name: "unknown profile", req: StartTaskRequest{Profile: "nope", Prompt: "go", Owner: o1}, wantIs: store.ErrNotFound, wantMsg: `profile "nope"`},
+		{name: "deleted profile", req: StartTaskRequest{Profile: "rev", Prompt: "go", Owner: o1}, wantIs: store.ErrNotFound, wantMsg: `profile "rev"`,
 			setup: func(t *testing.T, e *taskEnv) {
 				if _, err := e.profiles.DeleteProfile(context.Background(), "rev"); err != nil {
 					t.Fatal(err)
 				}
 			}},
-		{name: "profile with problems", req: StartTaskRequest{Profile: "rev", Prompt: "go"}, wantIs: domain.ErrInvalid, wantMsg: `no secret "ant"`,
+		{name: "profile with problems", req: StartTaskRequest{Profile: "rev", Prompt: "go", Owner: o1}, wantIs: domain.ErrInvalid, wantMsg: `no secret "ant"`,
 			setup: func(t *testing.T, e *taskEnv) {
 				if _, err := e.vault.Delete(context.Background(), "ant"); err != nil {
 					t.Fatal(err)

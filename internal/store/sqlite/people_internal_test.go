@@ -14,10 +14,12 @@ import (
 )
 
 // TestMigrationMakesTheFirstOrganisation: a database as the previous
-// release left it (schema 18, a user token, a host and its token) is
-// carried into the first organisation: its user token becomes a personal
-// key of the first owner (who keeps every grant: owner and fleet
-// operator), the host token stays a host token.
+// release left it (schema 18, a user token, a host and its token, a
+// session, a task a user started and one an automation run started, with
+// its session) is carried into the first organisation: its user token
+// becomes a personal key of the first owner (who keeps every grant: owner
+// and fleet operator), the host token stays a host token, the user's task
+// and session become the first owner's, the run's the organisation's.
 func TestMigrationMakesTheFirstOrganisation(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "old.db")
@@ -36,6 +38,11 @@ func TestMigrationMakesTheFirstOrganisation(t *testing.T) {
 	for _, q := range []string{
 		`INSERT INTO api_tokens (id, name, kind, host_id, prefix, hash, created_at) VALUES ('t-user', 'bootstrap', 'user', '', 'egr_ab', 'h-user', 1)`,
 		`INSERT INTO api_tokens (id, name, kind, host_id, prefix, hash, created_at) VALUES ('t-host', 'host a', 'host', 'host-a', 'egr_cd', 'h-host', 2)`,
+		`INSERT INTO sessions (id, state, desired_state, spec, created_at, updated_at) VALUES ('s-user', 'running', 'active', '{"memory_mib":256}', 3, 3)`,
+		`INSERT INTO sessions (id, state, desired_state, spec, created_at, updated_at) VALUES ('s-run', 'running', 'active', '{"memory_mib":256}', 4, 4)`,
+		`INSERT INTO profiles (id, name, version, created_at, updated_at) VALUES ('p1', 'default', 1, 5, 5)`,
+		`INSERT INTO tasks (id, profile_id, profile_version, state, session_id, created_at, updated_at, started_by) VALUES ('t-user', 'p1', 1, 'running', 's-user', 6, 6, 'bootstrap')`,
+		`INSERT INTO tasks (id, profile_id, profile_version, state, session_id, created_at, updated_at, run_id) VALUES ('t-run', 'p1', 1, 'running', 's-run', 7, 7, 'run-1')`,
 	} {
 		if _, err := db.ExecContext(t.Context(), q); err != nil {
 			t.Fatalf("%s: %v", q, err)
@@ -68,5 +75,19 @@ func TestMigrationMakesTheFirstOrganisation(t *testing.T) {
 	}
 	if m.Role != domain.RoleOwner || !m.User.FleetOperator {
 		t.Fatalf("first owner = %+v", m)
+	}
+	firstOwners := domain.Owner{OrgID: domain.FirstOrg, UserID: domain.FirstOwner}
+	theOrgs := domain.Owner{OrgID: domain.FirstOrg, Shared: true}
+	for id, want := range map[domain.SessionID]domain.Owner{"s-user": firstOwners, "s-run": theOrgs} {
+		s, err := st.GetSession(t.Context(), id)
+		if err != nil || s.Spec.Owner != want || s.Spec.MemoryMiB != 256 {
+			t.Errorf("session %s = %+v, %v; want owner %+v", id, s.Spec, err, want)
+		}
+	}
+	for id, want := range map[domain.TaskID]domain.Owner{"t-user": firstOwners, "t-run": theOrgs} {
+		task, err := st.GetTask(t.Context(), id)
+		if err != nil || task.Owner != want {
+			t.Errorf("task %s owner = %+v, %v; want %+v", id, task.Owner, err, want)
+		}
 	}
 }

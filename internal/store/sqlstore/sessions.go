@@ -15,7 +15,7 @@ import (
 )
 
 const sessionCols = `id, state, desired_state, host_id, epoch, reason, spec, idempotency_key, event_seq,
-	head_snapshot_id, last_activity, created_at, updated_at`
+	head_snapshot_id, last_activity, created_at, updated_at, org_id, owner_id, shared`
 
 func scanSession(r scanner) (domain.Session, error) {
 	var s domain.Session
@@ -23,14 +23,17 @@ func scanSession(r scanner) (domain.Session, error) {
 	var spec sql.NullString
 	var activity, created, updated int64
 	err := r.Scan(&s.ID, &state, &s.DesiredState, &s.HostID, &s.Epoch, &s.Reason, &spec,
-		&s.IdempotencyKey, &s.EventSeq, &s.HeadSnapshotID, &activity, &created, &updated)
+		&s.IdempotencyKey, &s.EventSeq, &s.HeadSnapshotID, &activity, &created, &updated,
+		&s.Spec.Owner.OrgID, &s.Spec.Owner.UserID, &s.Spec.Owner.Shared)
 	if err != nil {
 		return domain.Session{}, err
 	}
 	s.State = domain.SessionState(state)
+	owner := s.Spec.Owner
 	if err := decodeTyped("spec", spec, &s.Spec); err != nil {
 		return domain.Session{}, fmt.Errorf("session %s: %w", s.ID, err)
 	}
+	s.Spec.Owner = owner
 	s.LastActivity, s.CreatedAt, s.UpdatedAt = fromMicros(activity), fromMicros(created), fromMicros(updated)
 	return s, nil
 }
@@ -98,8 +101,9 @@ func (s *Store) insertSession(ctx context.Context, n store.NewSession) (sess dom
 			}
 		}
 		sess, err = scanSession(tx.QueryRowContext(ctx, `INSERT INTO sessions (`+sessionCols+`)
-			VALUES ($1, $2, $3, '', 0, '', $4, $5, 1, '', $6, $6, $6) RETURNING `+sessionCols,
-			n.ID, string(domain.SessionCreated), string(domain.DesireActive), spec, n.IdempotencyKey, at))
+			VALUES ($1, $2, $3, '', 0, '', $4, $5, 1, '', $6, $6, $6, $7, $8, $9) RETURNING `+sessionCols,
+			n.ID, string(domain.SessionCreated), string(domain.DesireActive), spec, n.IdempotencyKey, at,
+			n.Spec.Owner.OrgID, n.Spec.Owner.UserID, n.Spec.Owner.Shared))
 		if err != nil {
 			return err
 		}
@@ -175,8 +179,7 @@ func (s *Store) CountSessionsByState(ctx context.Context) (map[domain.SessionSta
 
 // ListSessions implements store.Sessions, ordered by id.
 func (s *Store) ListSessions(ctx context.Context, f domain.SessionFilter) ([]domain.Session, error) {
-	var where []string
-	var args []any
+	where, args := viewerWhere(f.Viewer)
 	if f.HostID != "" {
 		args = append(args, f.HostID)
 		where = append(where, fmt.Sprintf("host_id = $%d", len(args)))
@@ -334,4 +337,19 @@ func whySessionUnchanged(ctx context.Context, db execer, id domain.SessionID, ep
 		return fmt.Errorf("%w: state is %s, not %s", store.ErrConflict, state, from)
 	}
 	return fmt.Errorf("%w: session changed concurrently", store.ErrConflict)
+}
+
+// viewerWhere is the condition keeping what v Sees (domain.Viewer.Sees),
+// with its arguments from $1; none for a nil viewer.
+func viewerWhere(v *domain.Viewer) ([]string, []any) {
+	if v == nil {
+		return nil, nil
+	}
+	if v.OrgID == "" {
+		return []string{"FALSE"}, nil
+	}
+	if v.All {
+		return []string{"org_id = $1"}, []any{v.OrgID}
+	}
+	return []string{"org_id = $1 AND (shared OR (owner_id <> '' AND owner_id = $2))"}, []any{v.OrgID, v.UserID}
 }

@@ -14,7 +14,7 @@ import (
 
 const taskCols = `id, profile_id, profile_version, receipt, title, state, session_id, event_seq, error,
 	created_at, updated_at, event_bytes, run_id, usage_model, input_tokens, output_tokens, cache_read_tokens,
-	cache_write_tokens, cost_micros, cost_currency, unpriced_usages, started_by`
+	cache_write_tokens, cost_micros, cost_currency, unpriced_usages, started_by, org_id, owner_id, shared`
 
 func scanTask(r scanner) (domain.Task, error) {
 	var t domain.Task
@@ -24,7 +24,8 @@ func scanTask(r scanner) (domain.Task, error) {
 	u := &t.Usage
 	err := r.Scan(&t.ID, &t.ProfileID, &t.ProfileVersion, &receipt, &t.Title, &state, &t.SessionID, &t.EventSeq,
 		&t.Error, &created, &updated, &t.EventBytes, &t.RunID, &u.Model, &u.Tokens.Input, &u.Tokens.Output,
-		&u.Tokens.CacheRead, &u.Tokens.CacheWrite, &u.Cost.Micros, &u.Cost.Currency, &u.Unpriced, &t.StartedBy)
+		&u.Tokens.CacheRead, &u.Tokens.CacheWrite, &u.Cost.Micros, &u.Cost.Currency, &u.Unpriced, &t.StartedBy,
+		&t.Owner.OrgID, &t.Owner.UserID, &t.Owner.Shared)
 	if err != nil {
 		return domain.Task{}, err
 	}
@@ -85,9 +86,9 @@ func (s *Store) CreateTask(ctx context.Context, t domain.Task) (domain.Task, err
 			return err
 		}
 		out, err = scanTask(tx.QueryRowContext(ctx, `INSERT INTO tasks (`+taskCols+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, 0, $8, $9, $9, 0, $10, '', 0, 0, 0, 0, 0, '', 0, $11) RETURNING `+taskCols,
+			VALUES ($1, $2, $3, $4, $5, $6, $7, 0, $8, $9, $9, 0, $10, '', 0, 0, 0, 0, 0, '', 0, $11, $12, $13, $14) RETURNING `+taskCols,
 			t.ID, t.ProfileID, t.ProfileVersion, jsonArg(t.Receipt), t.Title, string(t.State), t.SessionID,
-			t.Error, at, t.RunID, t.StartedBy))
+			t.Error, at, t.RunID, t.StartedBy, t.Owner.OrgID, t.Owner.UserID, t.Owner.Shared))
 		if err != nil || t.SessionID == "" {
 			return err
 		}
@@ -112,8 +113,7 @@ func (s *Store) GetTask(ctx context.Context, id domain.TaskID) (domain.Task, err
 
 // ListTasks implements store.Tasks.
 func (s *Store) ListTasks(ctx context.Context, f domain.TaskFilter) ([]domain.Task, error) {
-	var where []string
-	var args []any
+	where, args := viewerWhere(f.Viewer)
 	if f.ProfileID != "" {
 		args = append(args, f.ProfileID)
 		where = append(where, fmt.Sprintf("profile_id = $%d", len(args)))

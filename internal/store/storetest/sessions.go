@@ -278,3 +278,112 @@ func testTouchSession(t *testing.T, st store.Store) {
 	}
 	wantErr(t, st.TouchSession(ctx, newSID(), later), store.ErrNotFound)
 }
+
+var ownerTests = []test{
+	{"SessionsBelongToTheirOwner", testSessionOwners},
+	{"TasksBelongToTheirOwner", testTaskOwners},
+}
+
+// The owners both tests use: ada and bob are members of o1, a task or
+// session is ada's private one, bob's shared one or the organisation's
+// own; cara's is o2's.
+var (
+	adaPrivate = domain.Owner{OrgID: "o1", UserID: "ada"}
+	bobShared  = domain.Owner{OrgID: "o1", UserID: "bob", Shared: true}
+	orgsOwn    = domain.Owner{OrgID: "o1", Shared: true}
+	caraOther  = domain.Owner{OrgID: "o2", UserID: "cara", Shared: true}
+	viewers    = []struct {
+		name string
+		v    *domain.Viewer
+		sees []domain.Owner
+	}{
+		{"ada", &domain.Viewer{OrgID: "o1", UserID: "ada"}, []domain.Owner{adaPrivate, bobShared, orgsOwn}},
+		{"bob", &domain.Viewer{OrgID: "o1", UserID: "bob"}, []domain.Owner{bobShared, orgsOwn}},
+		{"o1's admin", &domain.Viewer{OrgID: "o1", UserID: "root", All: true}, []domain.Owner{adaPrivate, bobShared, orgsOwn}},
+		{"cara", &domain.Viewer{OrgID: "o2", UserID: "cara"}, []domain.Owner{caraOther}},
+		{"cara as ada's id in o2", &domain.Viewer{OrgID: "o2", UserID: "ada"}, []domain.Owner{caraOther}},
+		{"no organisation", &domain.Viewer{UserID: "ada", All: true}, nil},
+		{"the coordinator", nil, []domain.Owner{adaPrivate, bobShared, orgsOwn, caraOther}},
+	}
+)
+
+func testSessionOwners(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	owners := []domain.Owner{adaPrivate, bobShared, orgsOwn, caraOther}
+	for _, o := range owners {
+		s, _, _, err := st.CreateSession(ctx, store.NewSession{ID: newSID(), OpID: newID(), At: t0,
+			Spec: domain.SessionSpec{MemoryMiB: 256, Owner: o}})
+		must(t, err)
+		if s.Spec.Owner != o {
+			t.Fatalf("created session's owner = %+v, want %+v", s.Spec.Owner, o)
+		}
+		got, err := st.GetSession(ctx, s.ID)
+		must(t, err)
+		if got.Spec.Owner != o || got.Spec.MemoryMiB != 256 {
+			t.Fatalf("read session's owner = %+v (spec %+v), want %+v", got.Spec.Owner, got.Spec, o)
+		}
+	}
+	for _, v := range viewers {
+		ss, err := st.ListSessions(ctx, domain.SessionFilter{Viewer: v.v})
+		must(t, err)
+		var got []domain.Owner
+		for _, s := range ss {
+			got = append(got, s.Spec.Owner)
+		}
+		wantOwners(t, v.name+"'s sessions", got, v.sees)
+	}
+}
+
+func testTaskOwners(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	p := createProfile(t, st, "owned")
+	for _, o := range []domain.Owner{adaPrivate, bobShared, orgsOwn, caraOther} {
+		task := newTask(p)
+		task.Owner = o
+		got, err := st.CreateTask(ctx, task)
+		must(t, err)
+		if got.Owner != o {
+			t.Fatalf("created task's owner = %+v, want %+v", got.Owner, o)
+		}
+		if got, err = st.GetTask(ctx, task.ID); err != nil || got.Owner != o {
+			t.Fatalf("read task's owner = %+v, %v; want %+v", got.Owner, err, o)
+		}
+	}
+	for _, v := range viewers {
+		ts, err := st.ListTasks(ctx, domain.TaskFilter{Viewer: v.v, ProfileID: p.ID})
+		must(t, err)
+		var got []domain.Owner
+		for _, task := range ts {
+			got = append(got, task.Owner)
+		}
+		wantOwners(t, v.name+"'s tasks", got, v.sees)
+	}
+	// The viewer narrows pages too: ada's second page starts after her first.
+	ada := viewers[0].v
+	first, err := st.ListTasks(ctx, domain.TaskFilter{Viewer: ada, Limit: 2})
+	must(t, err)
+	rest, err := st.ListTasks(ctx, domain.TaskFilter{Viewer: ada, AfterCreated: first[1].CreatedAt, AfterID: first[1].ID})
+	must(t, err)
+	if len(first) != 2 || len(rest) != 1 || !ada.Sees(rest[0].Owner) {
+		t.Fatalf("ada's pages: %d then %d tasks", len(first), len(rest))
+	}
+}
+
+func wantOwners(t *testing.T, what string, got, want []domain.Owner) {
+	t.Helper()
+	key := func(o domain.Owner) string {
+		return string(o.OrgID) + "/" + string(o.UserID) + map[bool]string{true: "/shared"}[o.Shared]
+	}
+	var g, w []string
+	for _, o := range got {
+		g = append(g, key(o))
+	}
+	for _, o := range want {
+		w = append(w, key(o))
+	}
+	slices.Sort(g)
+	slices.Sort(w)
+	if !slices.Equal(g, w) {
+		t.Errorf("%s = %v, want %v", what, g, w)
+	}
+}

@@ -52,7 +52,7 @@ func wantTask(t *testing.T, got, want domain.Task) {
 	if got.ID != want.ID || got.ProfileID != want.ProfileID || got.ProfileVersion != want.ProfileVersion ||
 		got.Title != want.Title || got.State != want.State || got.SessionID != want.SessionID ||
 		got.EventSeq != want.EventSeq || got.EventBytes != want.EventBytes || got.Error != want.Error ||
-		got.RunID != want.RunID || got.StartedBy != want.StartedBy || got.Usage != want.Usage {
+		got.RunID != want.RunID || got.StartedBy != want.StartedBy || got.Usage != want.Usage || got.Owner != want.Owner {
 		t.Fatalf("task = %+v, want %+v", got, want)
 	}
 	wantJSON(t, "receipt", got.Receipt, want.Receipt)

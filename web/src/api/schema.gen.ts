@@ -2612,6 +2612,8 @@ export interface components {
             prompt: string;
             /** @description Default: the prompt's first line. */
             title?: string;
+            /** @description Show the task to every member of the organisation; by default it is private to who started it and the organisation's admins. */
+            shared?: boolean;
         };
         SendTaskRequest: {
             text: string;
@@ -2636,6 +2638,10 @@ export interface components {
             run_id?: string;
             /** @description The name of the API token a user started it with (the CLI's, or the dashboard's sign-in); absent for a run. */
             started_by?: string;
+            /** @description The person whose task it is; absent for the organisation's (a run's). */
+            owner_id?: string;
+            /** @description Every member of the organisation sees it; otherwise only its owner and the organisation's admins (another member gets 404 on every route of it and its sessions). */
+            shared: boolean;
             usage: components["schemas"]["TaskUsage"];
             /** Format: date-time */
             created_at: string;

@@ -3,7 +3,8 @@
 // the stream was down). No topics: nothing is followed. A tab holds one
 // change feed of every topic, shared by all its hooks: a browser gives an
 // origin served over HTTP/1.1 six connections, and each open stream keeps
-// one.
+// one. It follows hosts only while a page shows them (the topic is a fleet
+// operator's).
 import { useEffect } from "preact/hooks";
 import { follow, type Follow } from "../api/sse";
 
@@ -13,24 +14,40 @@ type listener = { topics: Topic[]; fire: () => void };
 
 const listeners = new Set<listener>();
 let feed: Follow | undefined;
+let feedTopics = "";
 
-/** listen adds l to the tab's feed (opening it); the returned function removes it (closing the feed after the last). */
-function listen(l: listener): () => void {
-  listeners.add(l);
-  feed ??= follow(
-    "/v1/changes?topics=sessions,tasks,hosts",
+/** wanted is every topic a listener follows, in a stable order (hosts only for a page that shows them: a fleet operator's). */
+function wanted(): string {
+  const all = new Set<Topic>();
+  for (const l of listeners) l.topics.forEach((t) => all.add(t));
+  return (["sessions", "tasks", "hosts"] as Topic[]).filter((t) => all.has(t)).join(",");
+}
+
+/** refeed (re)opens the tab's feed on the topics its listeners follow, or closes it when none does. */
+function refeed(): void {
+  const topics = wanted();
+  if (topics === feedTopics && (feed !== undefined || topics === "")) return;
+  feed?.stop();
+  feed = undefined;
+  feedTopics = topics;
+  if (topics === "") return;
+  feed = follow(
+    "/v1/changes?topics=" + topics,
     (m) => {
       for (const x of listeners) if (x.topics.includes(m.event as Topic)) x.fire();
     },
     // A stream (re)opened may have missed changes: everyone re-reads.
     { onState: (live) => live && listeners.forEach((x) => x.fire()) },
   );
+}
+
+/** listen adds l to the tab's feed (opening it, or reopening it for a new topic); the returned function removes it. */
+function listen(l: listener): () => void {
+  listeners.add(l);
+  refeed();
   return () => {
     listeners.delete(l);
-    if (listeners.size === 0) {
-      feed?.stop();
-      feed = undefined;
-    }
+    if (listeners.size === 0) refeed();
   };
 }
 

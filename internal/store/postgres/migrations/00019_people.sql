@@ -50,12 +50,11 @@ CREATE TABLE audit_events (
 CREATE INDEX audit_events_org ON audit_events (org_id, created_at, id);
 
 ALTER TABLE api_tokens DROP CONSTRAINT api_tokens_kind_check;
-ALTER TABLE api_tokens ADD CONSTRAINT api_tokens_kind_check CHECK (kind IN ('user', 'service', 'host', 'session'));
+ALTER TABLE api_tokens ADD CONSTRAINT api_tokens_kind_check CHECK (kind IN ('user', 'service', 'host'));
 ALTER TABLE api_tokens ADD COLUMN org_id TEXT NOT NULL DEFAULT '';
 ALTER TABLE api_tokens ADD COLUMN user_id TEXT NOT NULL DEFAULT '';
 ALTER TABLE api_tokens ADD COLUMN role TEXT NOT NULL DEFAULT '';
 ALTER TABLE api_tokens ADD COLUMN expires_at BIGINT NOT NULL DEFAULT 0;
-ALTER TABLE api_tokens ADD COLUMN idle_seconds BIGINT NOT NULL DEFAULT 0;
 CREATE INDEX api_tokens_org ON api_tokens (org_id, created_at);
 
 INSERT INTO orgs (id, name, created_at)
@@ -67,9 +66,8 @@ INSERT INTO members (org_id, user_id, role, created_at)
 UPDATE api_tokens SET org_id = 'org-first', user_id = 'user-first-owner', role = 'owner' WHERE kind = 'user';
 
 -- +goose Down
-DELETE FROM api_tokens WHERE kind IN ('service', 'session');
+DELETE FROM api_tokens WHERE kind = 'service';
 DROP INDEX api_tokens_org;
-ALTER TABLE api_tokens DROP COLUMN idle_seconds;
 ALTER TABLE api_tokens DROP COLUMN expires_at;
 ALTER TABLE api_tokens DROP COLUMN role;
 ALTER TABLE api_tokens DROP COLUMN user_id;

@@ -54,7 +54,7 @@ CREATE INDEX audit_events_org ON audit_events (org_id, created_at, id);
 CREATE TABLE api_tokens_next (
     id           TEXT NOT NULL PRIMARY KEY,
     name         TEXT NOT NULL DEFAULT '',
-    kind         TEXT NOT NULL CHECK (kind IN ('user', 'service', 'host', 'session')),
+    kind         TEXT NOT NULL CHECK (kind IN ('user', 'service', 'host')),
     host_id      TEXT NOT NULL DEFAULT '',
     prefix       TEXT NOT NULL DEFAULT '',
     hash         TEXT NOT NULL,
@@ -64,8 +64,7 @@ CREATE TABLE api_tokens_next (
     org_id       TEXT NOT NULL DEFAULT '',
     user_id      TEXT NOT NULL DEFAULT '',
     role         TEXT NOT NULL DEFAULT '',
-    expires_at   INTEGER NOT NULL DEFAULT 0,
-    idle_seconds INTEGER NOT NULL DEFAULT 0
+    expires_at   INTEGER NOT NULL DEFAULT 0
 );
 INSERT INTO api_tokens_next (id, name, kind, host_id, prefix, hash, created_at, last_used_at, revoked_at) SELECT id, name, kind, host_id, prefix, hash, created_at, last_used_at, revoked_at FROM api_tokens;
 DROP TABLE api_tokens;
@@ -83,7 +82,7 @@ INSERT INTO members (org_id, user_id, role, created_at)
 UPDATE api_tokens SET org_id = 'org-first', user_id = 'user-first-owner', role = 'owner' WHERE kind = 'user';
 
 -- +goose Down
-DELETE FROM api_tokens WHERE kind IN ('service', 'session');
+DELETE FROM api_tokens WHERE kind = 'service';
 CREATE TABLE api_tokens_next (
     id           TEXT NOT NULL PRIMARY KEY,
     name         TEXT NOT NULL DEFAULT '',
