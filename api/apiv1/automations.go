@@ -109,9 +109,12 @@ type Run struct {
 	Payload        json.RawMessage `json:"payload,omitempty"`
 	Inputs         json.RawMessage `json:"inputs,omitempty"`
 	Error          string          `json:"error,omitempty"`
-	CreatedAt      time.Time       `json:"created_at"`
-	StartedAt      *time.Time      `json:"started_at,omitempty"`
-	EndedAt        *time.Time      `json:"ended_at,omitempty"`
+	// ActorID is the person who caused it (their mention, pull request
+	// or issue, or their start by hand); absent for none.
+	ActorID   string     `json:"actor_id,omitempty"`
+	CreatedAt time.Time  `json:"created_at"`
+	StartedAt *time.Time `json:"started_at,omitempty"`
+	EndedAt   *time.Time `json:"ended_at,omitempty"`
 }
 
 // RunResponse answers a start: the run, and whether it is the run of a

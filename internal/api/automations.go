@@ -159,7 +159,8 @@ func (s *automationsRouter) startRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// A retry with the same Idempotency-Key is answered by the middleware.
-	started, err := s.runs.StartRun(r.Context(), r.PathValue("name"), autorun.RunRequest{Inputs: req.Inputs, Trigger: req.Trigger})
+	started, err := s.runs.StartRun(r.Context(), r.PathValue("name"), autorun.RunRequest{Inputs: req.Inputs, Trigger: req.Trigger,
+		Actor: principalFrom(r.Context()).UserID})
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -272,7 +273,7 @@ func optTime(t time.Time) *time.Time {
 func runOut(r domain.AutomationRun, name string) apiv1.Run {
 	return apiv1.Run{ID: string(r.ID), AutomationID: string(r.AutomationID), Automation: name, Version: r.Version, State: string(r.State),
 		Trigger: r.TriggerKind, ConcurrencyKey: r.ConcurrencyKey, Payload: r.Trigger, Inputs: r.Inputs, Error: r.Error,
-		CreatedAt: r.CreatedAt, StartedAt: optTime(r.StartedAt), EndedAt: optTime(r.EndedAt)}
+		ActorID: string(r.ActorID), CreatedAt: r.CreatedAt, StartedAt: optTime(r.StartedAt), EndedAt: optTime(r.EndedAt)}
 }
 
 func stepOut(s domain.RunStep) apiv1.RunStep {

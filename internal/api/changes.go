@@ -43,23 +43,8 @@ func (s *Server) changes(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	known := changeTopics()
-	var names []string
-	for _, t := range strings.Split(r.URL.Query().Get("topics"), ",") {
-		if t = strings.TrimSpace(t); t == "" || slices.Contains(names, t) {
-			continue
-		}
-		if _, ok := known[t]; !ok {
-			writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "topics: "+quote(t)+" is not sessions, tasks or hosts")
-			return
-		}
-		if t == apiv1.ChangeHosts && !principalFrom(r.Context()).Fleet {
-			writeError(w, http.StatusForbidden, apiv1.CodeForbidden, "topics: hosts are a fleet operator's")
-			return
-		}
-		names = append(names, t)
-	}
-	if len(names) == 0 {
-		writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "topics: name sessions, tasks or hosts (comma-separated)")
+	names, ok := changeNames(w, r, known)
+	if !ok {
 		return
 	}
 	ctx := r.Context()
@@ -119,4 +104,29 @@ func (s *Server) changes(w http.ResponseWriter, r *http.Request) {
 			flusher.Flush()
 		}
 	}
+}
+
+// changeNames are the topics r asks to follow, each once; false when the
+// request is refused (answered).
+func changeNames(w http.ResponseWriter, r *http.Request, known map[string]string) ([]string, bool) {
+	var names []string
+	for _, t := range strings.Split(r.URL.Query().Get("topics"), ",") {
+		if t = strings.TrimSpace(t); t == "" || slices.Contains(names, t) {
+			continue
+		}
+		if _, ok := known[t]; !ok {
+			writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "topics: "+quote(t)+" is not sessions, tasks or hosts")
+			return nil, false
+		}
+		if t == apiv1.ChangeHosts && !principalFrom(r.Context()).Fleet {
+			writeError(w, http.StatusForbidden, apiv1.CodeForbidden, "topics: hosts are a fleet operator's")
+			return nil, false
+		}
+		names = append(names, t)
+	}
+	if len(names) == 0 {
+		writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "topics: name sessions, tasks or hosts (comma-separated)")
+		return nil, false
+	}
+	return names, true
 }

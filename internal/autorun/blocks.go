@@ -154,9 +154,10 @@ func (r blocks) startTask(ctx context.Context, w *walker, req tasks.StartTaskReq
 	}
 	req.ID = domain.TaskID(uuid.NewSHA1(ns, []byte(string(w.run.ID)+"/"+strconv.FormatInt(w.seq, 10))).String())
 	req.RunID = string(w.run.ID)
-	// A run's task is the organisation's, shared with its members, until
-	// automations have owners of their own.
-	req.Owner = domain.Owner{OrgID: domain.FirstOrg, Shared: true}
+	// A run's task is the person's who caused it (their mention, pull
+	// request or issue, or their start by hand); else the organisation's,
+	// shared with its members.
+	req.Owner = domain.Owner{OrgID: domain.FirstOrg, UserID: w.run.ActorID, Shared: w.run.ActorID == ""}
 	run := connector.Run{ID: w.run.ID, Trigger: w.run.TriggerKind, Payload: w.run.Trigger}
 	for _, in := range r.ins {
 		if g, ok := in.(connector.ProfileGate); ok {

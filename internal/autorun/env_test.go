@@ -192,7 +192,8 @@ func (f *fakeTasks) StartTask(_ context.Context, req tasks.StartTaskRequest) (do
 		return *t, nil
 	}
 	f.effect("start %s %s", req.Profile, req.Prompt)
-	f.tasks[req.ID] = &domain.Task{ID: req.ID, State: domain.TaskStarting, SessionID: "s-" + domain.SessionID(req.ID), RunID: req.RunID}
+	f.tasks[req.ID] = &domain.Task{ID: req.ID, State: domain.TaskStarting, SessionID: "s-" + domain.SessionID(req.ID), RunID: req.RunID,
+		Owner: req.Owner}
 	f.promptLocked(req.ID, req.Prompt)
 	f.wakeLocked()
 	return *f.tasks[req.ID], nil

@@ -32,6 +32,9 @@ type RunRequest struct {
 	// DedupKey names the delivery: a second request with it answers the
 	// first one's run and starts nothing.
 	DedupKey string
+	// Actor is the person who caused the run (who started it by hand, or
+	// whose mention, pull request or issue); "" for none.
+	Actor domain.UserID
 	// refused records the run as refused, saying why, instead of running.
 	refused string
 }
@@ -73,7 +76,7 @@ func (r *Runner) start(ctx context.Context, v View, req RunRequest) (Started, er
 	}
 	now := r.now()
 	run := domain.AutomationRun{ID: domain.AutomationRunID(r.newID()), AutomationID: v.Automation.ID, Version: v.Automation.Version,
-		State: domain.RunQueued, TriggerKind: string(req.Kind), DedupKey: req.DedupKey, Trigger: payload, Inputs: inRaw, CreatedAt: now}
+		State: domain.RunQueued, TriggerKind: string(req.Kind), DedupKey: req.DedupKey, Trigger: payload, Inputs: inRaw, ActorID: req.Actor, CreatedAt: now}
 	run.ConcurrencyKey = automations.Render(def.Settings.ConcurrencyKey, values(inputs, payload, nil))
 	var active []domain.AutomationRun
 	if run.ConcurrencyKey != "" && def.Settings.Policy != automations.PolicyQueue && def.Settings.Policy != "" {

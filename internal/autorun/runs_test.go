@@ -53,7 +53,8 @@ func TestRunRecordsEachStep(t *testing.T) {
 			if _, err := e.r.CreateAutomation(ctx, []byte(steered), false); err != nil {
 				t.Fatal(err)
 			}
-			s, err := e.r.StartRun(ctx, "steered", RunRequest{Inputs: map[string]any{"topic": "docs"}, Trigger: []byte(`{"source":"cli"}`)})
+			s, err := e.r.StartRun(ctx, "steered", RunRequest{Inputs: map[string]any{"topic": "docs"}, Trigger: []byte(`{"source":"cli"}`),
+				Actor: "u-ada"})
 			if err != nil || !s.Created {
 				t.Fatalf("start: %+v, %v", s, err)
 			}
@@ -88,6 +89,10 @@ func TestRunRecordsEachStep(t *testing.T) {
 			e.tasks.mu.Unlock()
 			if started == nil || started.RunID != string(run.ID) {
 				t.Errorf("the task started (%+v) does not name its run %s", started, run.ID)
+			}
+			// Who caused the run owns its task.
+			if want := (domain.Owner{OrgID: domain.FirstOrg, UserID: "u-ada"}); run.ActorID != "u-ada" || started == nil || started.Owner != want {
+				t.Errorf("run actor %q, task owner %+v; want ada's", run.ActorID, started)
 			}
 			wantEffects := []string{"start_dev_work_on_docs_(cli)", "send_more_after_re:_work_on_docs_(cli)",
 				"send_more_after_re:_work_on_docs_(cli)", "send_lax", "stop"}

@@ -33,7 +33,7 @@ func (r *Runner) StartTriggered(ctx context.Context, s connector.Start, payload 
 		if !adm.Match {
 			continue
 		}
-		req := RunRequest{Kind: automations.TriggerKind(s.Trigger), Inputs: s.Inputs, Trigger: payload, DedupKey: key, refused: adm.Refused}
+		req := RunRequest{Kind: automations.TriggerKind(s.Trigger), Inputs: s.Inputs, Trigger: payload, DedupKey: key, Actor: s.Actor, refused: adm.Refused}
 		st, err := r.start(ctx, v, req)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("automation %s: %w", v.Automation.Name, err))

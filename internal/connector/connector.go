@@ -85,6 +85,9 @@ type Start struct {
 	// payload ({{trigger.…}} in templates).
 	Payload any
 	Inputs  map[string]any // the run's inputs (signed webhooks)
+	// Actor is the engrams user the sender is (their mapped identity);
+	// "" for none. The runs record it and their tasks are theirs.
+	Actor domain.UserID
 	// Admit judges each automation's trigger: Match false is not for it;
 	// Refused (with Match) records a refused run saying why.
 	Admit func(Trigger) Admission

@@ -77,10 +77,14 @@ type AutomationRun struct {
 	Trigger        json.RawMessage // the trigger's payload
 	Inputs         json.RawMessage // the resolved inputs
 	Error          string          // why it failed, was cancelled or superseded
-	CreatedAt      time.Time
-	StartedAt      time.Time
-	EndedAt        time.Time
-	UpdatedAt      time.Time
+	// ActorID is the person who caused it: whose mention, pull request
+	// or issue (mapped from the integration's identity), or who started
+	// it by hand; "" for none (a schedule, a signed webhook).
+	ActorID   UserID
+	CreatedAt time.Time
+	StartedAt time.Time
+	EndedAt   time.Time
+	UpdatedAt time.Time
 }
 
 // StepState is where one recorded step is.

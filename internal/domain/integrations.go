@@ -110,3 +110,24 @@ func SizeText(n int64) string {
 	}
 	return fmt.Sprintf("%d bytes", n)
 }
+
+// Identity maps a person's account in an integration (Slack: "TEAM:USER";
+// GitHub: the numeric user id; Linear: the user id) to an engrams user in
+// an organisation, found by a verified email both sides give
+// (IdentityByEmail) or linked by the person (IdentityByLink).
+type Identity struct {
+	OrgID      OrgID
+	Kind       IntegrationKind
+	ExternalID string
+	UserID     UserID
+	How        IdentityHow
+	CreatedAt  time.Time
+}
+
+// IdentityHow says how an identity was mapped.
+type IdentityHow string
+
+const (
+	IdentityByEmail IdentityHow = "email"
+	IdentityByLink  IdentityHow = "link"
+)

@@ -49,8 +49,10 @@ func runDevCLI(t *testing.T, d *dashboardEnv, args ...string) string {
 // from its wire formats) and slack-threads enabled, a signed mention
 // starts a real agent (Claude Code on a QEMU guest); its answer appears
 // in the thread, one message edited in place, with a recap; a reply in
-// the thread continues the same task (the model gets both turns). A
-// forged or stale delivery is a 401 and starts nothing.
+// the thread continues the same task (the model gets both turns). The
+// mention's sender is ada, an engrams member by the email Slack confirmed
+// for her: the task is hers. A forged or stale delivery is a 401 and
+// starts nothing.
 func TestSlackThreadCarriesATask(t *testing.T) {
 	t.Parallel()
 	d := startDevAgentEnv(t)
@@ -61,6 +63,12 @@ func TestSlackThreadCarriesATask(t *testing.T) {
 		t.Fatalf("integration add printed %q", out)
 	}
 	runDevCLI(t, d, "automation", "enable", "slack-threads")
+	ada, err := d.dev.c.People().AddMember(context.Background(), apiv1.AddMemberRequest{Email: "ada@example.com", Role: "member"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slack.AddUser(slacktest.User{ID: "U1", Email: "ada@example.com", EmailConfirmed: true})
+	slack.AddUser(slacktest.User{ID: "U3", Email: "stranger@example.com", EmailConfirmed: true})
 	root := slack.Post("C1", "", "<@UBOT> create hello.txt with hi")
 	mention := slacktest.Event("Ev-e2e-1", map[string]string{"type": "app_mention", "user": "U1", "text": "<@UBOT> create hello.txt with hi",
 		"ts": root, "channel": "C1"})
@@ -104,6 +112,9 @@ func TestSlackThreadCarriesATask(t *testing.T) {
 		t.Fatalf("%d tasks (%v), model turns write=%d followup=%d: one mention, one task, both turns", len(tasks), err,
 			modelTurns(d, "write"), modelTurns(d, "followup"))
 	}
+	if tasks[0].OwnerID != ada.UserID || tasks[0].Shared {
+		t.Errorf("the mention's task: owner %q (shared %v), want ada's (%s), private", tasks[0].OwnerID, tasks[0].Shared, ada.UserID)
+	}
 	// The second turn's recap follows its answer on a later relay pass.
 	eventually(t, time.Minute, "each turn's answer and recap in the thread", func() (bool, string) {
 		posts := 0
@@ -117,9 +128,10 @@ func TestSlackThreadCarriesATask(t *testing.T) {
 	checkSlackRefusals(t, d, slack, root)
 }
 
-// checkSlackRefusals: someone else's reply in the thread, and a mention
-// asking for a profile the channel may not use, change nothing: each gets
-// a reply saying why, and a refused run in the run list.
+// checkSlackRefusals: someone else's reply in the thread, a mention
+// asking for a profile the channel may not use, and a mention by someone
+// who is no engrams member change nothing: each gets a reply saying why,
+// and a refused run in the run list.
 func checkSlackRefusals(t *testing.T, d *dashboardEnv, slack *slacktest.Server, root string) {
 	t.Helper()
 	prompts := modelTurns(d, "followup")
@@ -133,11 +145,17 @@ func checkSlackRefusals(t *testing.T, d *dashboardEnv, slack *slacktest.Server, 
 		"text": "<@UBOT> [profile=prod-deploy] ship it", "ts": root2, "channel": "C1"}), time.Now(), slackSigning); st != http.StatusOK {
 		t.Fatalf("a mention with another profile: %d", st)
 	}
-	eventually(t, time.Minute, "both refusals answered in their threads", func() (bool, string) {
-		th1, th2 := slack.Thread("C1", root), slack.Thread("C1", root2)
+	root3 := slack.Post("C1", "", "<@UBOT> create hello.txt with hi")
+	if st := postSlackEvent(t, d, slacktest.Event("Ev-e2e-6", map[string]string{"type": "app_mention", "user": "U3",
+		"text": "<@UBOT> create hello.txt with hi", "ts": root3, "channel": "C1"}), time.Now(), slackSigning); st != http.StatusOK {
+		t.Fatalf("a stranger's mention: %d", st)
+	}
+	eventually(t, time.Minute, "the refusals answered in their threads", func() (bool, string) {
+		th1, th2, th3 := slack.Thread("C1", root), slack.Thread("C1", root2), slack.Thread("C1", root3)
 		ok1 := len(th1) > 0 && strings.Contains(th1[len(th1)-1].Text, "only the person who started this thread can steer its task")
 		ok2 := len(th2) == 1 && strings.Contains(th2[0].Text, "may not use profile prod-deploy")
-		return ok1 && ok2, fmt.Sprintf("%+v / %+v", th1, th2)
+		ok3 := len(th3) == 1 && strings.Contains(th3[0].Text, "not an engrams member") && strings.Contains(th3[0].Text, "engrams member add")
+		return ok1 && ok2 && ok3, fmt.Sprintf("%+v / %+v / %+v", th1, th2, th3)
 	})
 	runs, _, err := d.dev.c.Automations().Runs(context.Background(), "slack-threads", 0)
 	refused := 0
@@ -147,7 +165,7 @@ func checkSlackRefusals(t *testing.T, d *dashboardEnv, slack *slacktest.Server, 
 		}
 	}
 	tasks, _ := d.dev.c.Tasks().List(context.Background(), "", "")
-	if err != nil || refused != 2 || len(tasks) != 1 || modelTurns(d, "followup") != prompts {
+	if err != nil || refused != 3 || len(tasks) != 1 || modelTurns(d, "followup") != prompts {
 		t.Fatalf("%d refused runs (%v), %d tasks, followups %d then %d: a refusal changed something", refused, err, len(tasks), prompts,
 			modelTurns(d, "followup"))
 	}

@@ -58,6 +58,19 @@ func (noThreads) UpdateThread(context.Context, domain.ChatThread, string) error 
 func (noThreads) ListTaskEvents(context.Context, domain.TaskID, int64, int) ([]domain.TaskEvent, error) {
 	return nil, nil
 }
+
+// Every Slack account is a member's here (the fuzzed decoders never reach
+// Slack to ask).
+func (noThreads) GetIdentity(context.Context, domain.OrgID, domain.IntegrationKind, string) (domain.Identity, error) {
+	return domain.Identity{UserID: "u"}, nil
+}
+func (noThreads) PutIdentity(context.Context, domain.Identity) error { return nil }
+func (noThreads) UserByEmail(context.Context, string) (domain.User, error) {
+	return domain.User{}, domain.ErrNotFound
+}
+func (noThreads) GetMember(context.Context, domain.OrgID, domain.UserID) (domain.Member, error) {
+	return domain.Member{Role: domain.RoleMember}, nil
+}
 func (noThreads) SendTask(context.Context, domain.TaskID, string) (domain.TaskEvent, error) {
 	return domain.TaskEvent{}, nil
 }
@@ -70,7 +83,7 @@ func receivers(t testing.TB) []connector.Receiver {
 	h, _ := hookapp.New(hookapp.Deps{Store: hooks{}, Sealer: plain{}, Now: clock})
 	gh, _ := githubapp.New(githubapp.Deps{Settings: settings{}, HTTP: offline, Now: clock})
 	lin, _ := linearapp.New(linearapp.Deps{Settings: settings{}, HTTP: offline, Now: clock})
-	sl, err := slackapp.New(slackapp.Config{Owner: "r1"}, slackapp.Deps{Store: noThreads{}, Settings: settings{}, Tasks: noThreads{}, HTTP: offline, Now: clock})
+	sl, err := slackapp.New(slackapp.Config{Owner: "r1"}, slackapp.Deps{Store: noThreads{}, People: noThreads{}, Settings: settings{}, Tasks: noThreads{}, HTTP: offline, Now: clock})
 	if err != nil {
 		t.Fatal(err)
 	}

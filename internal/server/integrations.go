@@ -36,7 +36,7 @@ func (p *Parts) assembleIntegrations(cfg Config, deps Deps, log *slog.Logger) er
 	if p.Integrations, err = integrations.New(integrations.Deps{Store: st, Sealer: deps.Secrets, Hosts: hosts}); err != nil {
 		return err
 	}
-	if p.Slack, err = slackapp.New(slackapp.Config{Owner: cfg.ReplicaID}, slackapp.Deps{Store: st, Settings: p.Integrations, Tasks: p.Tasks,
+	if p.Slack, err = slackapp.New(slackapp.Config{Owner: cfg.ReplicaID}, slackapp.Deps{Store: st, People: st, Settings: p.Integrations, Tasks: p.Tasks,
 		HTTP: outbound, Logger: log.With("component", "slack")}); err != nil {
 		return err
 	}

@@ -157,7 +157,13 @@ func (a *App) Decode(ctx context.Context, _ connector.Verified, req connector.Re
 	if ev.Type != "app_mention" {
 		return connector.Meaning{Ignored: "a message in a thread that carries no task"}, nil
 	}
-	return a.mention(c, env), nil
+	actor, refused := domain.UserID(""), external(c, env)
+	if refused == "" {
+		if actor, refused, err = a.member(ctx, c, cmpOr(ev.UserTeam, env.TeamID), ev.User); err != nil {
+			return connector.Meaning{}, err
+		}
+	}
+	return a.mention(c, env, actor, refused), nil
 }
 
 // external says why ev's sender may not act here ("" if they may): a user
@@ -177,16 +183,17 @@ func external(c conf, env envelope) string {
 	return ""
 }
 
-// mention is what a mention asks: a run of each slack_mention automation
-// of its channel, on the profile it names ([profile=NAME], if its channel
-// may use it) or the channel's default.
-func (a *App) mention(c conf, env envelope) connector.Meaning {
+// mention is what a mention by actor (the engrams member its sender is)
+// asks: a run of each slack_mention automation of its channel, on the
+// profile it names ([profile=NAME], if its channel may use it) or the
+// channel's default; refused (a sender of another workspace, or no
+// member) starts none and says why.
+func (a *App) mention(c conf, env envelope, actor domain.UserID, refused string) connector.Meaning {
 	ev := env.Event
 	text, over := overrides(stripMentions(ev.Text))
 	thread := cmpOr(ev.ThreadTS, ev.TS)
 	allowed := c.profiles(ev.Channel)
 	m := Mention{Channel: ev.Channel, User: ev.User, Text: text, TS: ev.TS, ThreadTS: thread}
-	refused := external(c, env)
 	switch p := over["profile"]; {
 	case refused != "":
 	case p != "" && !slices.Contains(allowed, p):
@@ -214,7 +221,7 @@ func (a *App) mention(c conf, env envelope) connector.Meaning {
 		}
 		return w.react(ctx, ev.Channel, ev.TS, "eyes")
 	}
-	return connector.Meaning{Starts: []connector.Start{{Trigger: TriggerMention, Payload: m, Admit: admit}}, After: after}
+	return connector.Meaning{Starts: []connector.Start{{Trigger: TriggerMention, Payload: m, Actor: actor, Admit: admit}}, After: after}
 }
 
 // reply is what a reply in a task's thread asks: the text sent to the

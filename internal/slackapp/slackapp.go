@@ -43,6 +43,7 @@ type Tasks interface {
 // Deps are the collaborators of an App.
 type Deps struct {
 	Store    Store
+	People   People // who a Slack user is (the store)
 	Settings connector.Settings
 	Tasks    Tasks
 	// HTTP calls Slack: the deployment's address policy (a client whose
@@ -54,13 +55,14 @@ type Deps struct {
 
 // App is the Slack integration of one replica.
 type App struct {
-	cfg   Config
-	st    Store
-	ins   connector.Settings
-	tasks Tasks
-	http  *http.Client
-	log   *slog.Logger
-	now   func() time.Time
+	cfg    Config
+	st     Store
+	people People
+	ins    connector.Settings
+	tasks  Tasks
+	http   *http.Client
+	log    *slog.Logger
+	now    func() time.Time
 }
 
 // The seam's parts Slack implements.
@@ -73,8 +75,8 @@ var (
 
 // New returns an App.
 func New(cfg Config, deps Deps) (*App, error) {
-	if cfg.Owner == "" || deps.Store == nil || deps.Settings == nil || deps.Tasks == nil || deps.HTTP == nil {
-		return nil, errors.New("slackapp: Owner, Store, Settings, Tasks and HTTP are required")
+	if cfg.Owner == "" || deps.Store == nil || deps.People == nil || deps.Settings == nil || deps.Tasks == nil || deps.HTTP == nil {
+		return nil, errors.New("slackapp: Owner, Store, People, Settings, Tasks and HTTP are required")
 	}
 	if cfg.RelayEvery <= 0 {
 		cfg.RelayEvery = time.Second
@@ -82,7 +84,7 @@ func New(cfg Config, deps Deps) (*App, error) {
 	if cfg.Lease <= 0 {
 		cfg.Lease = 30 * time.Second
 	}
-	a := &App{cfg: cfg, st: deps.Store, ins: deps.Settings, tasks: deps.Tasks, http: deps.HTTP, log: deps.Logger, now: deps.Now}
+	a := &App{cfg: cfg, st: deps.Store, people: deps.People, ins: deps.Settings, tasks: deps.Tasks, http: deps.HTTP, log: deps.Logger, now: deps.Now}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}

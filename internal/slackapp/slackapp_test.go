@@ -70,10 +70,18 @@ func newEnv(t *testing.T, config map[string]any) *env {
 	}
 	e := &env{st: st, slack: slack, tasks: &fakeTasks{}}
 	e.runs = &connectortest.Runs{Triggers: map[string]connector.Trigger{TriggerMention: {Channels: []string{"C1"}}}}
-	e.app, err = New(Config{Owner: "r1", RelayEvery: 20 * time.Millisecond}, Deps{Store: st, Settings: ins, Tasks: e.tasks, HTTP: &http.Client{}})
+	e.app, err = New(Config{Owner: "r1", RelayEvery: 20 * time.Millisecond}, Deps{Store: st, People: st, Settings: ins, Tasks: e.tasks, HTTP: &http.Client{}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	// U1 is ada, an engrams member, by the email Slack confirmed for her.
+	if err := st.CreateUser(t.Context(), domain.User{ID: "u-ada", Email: "ada@example.com"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutMember(t.Context(), domain.FirstOrg, "u-ada", domain.RoleMember, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	slack.AddUser(slacktest.User{ID: "U1", Email: "Ada@Example.com", EmailConfirmed: true})
 	e.in = connectortest.Pipeline(t, e.runs, time.Now, e.app)
 	ctx := t.Context()
 	p, err := st.CreateProfile(ctx, domain.Profile{ID: "p1", Name: "agent", Spec: []byte(`{}`)})
@@ -404,5 +412,59 @@ func TestOverrides(t *testing.T) {
 	text, over := overrides(stripMentions("<@UBOT>   [profile=reviewer] [model=opus] check <@U2>'s PR"))
 	if text != "check 's PR" || over["profile"] != "reviewer" || over["model"] != "opus" {
 		t.Fatalf("%q %v", text, over)
+	}
+}
+
+// TestMentionsOnlyByMembers: a mention starts a run as the engrams member
+// its sender is, found by the email Slack has confirmed for them and
+// remembered; a sender who is no member (no such email, an email Slack
+// has not confirmed, a member removed since) starts nothing and is told
+// how to get access, in the thread.
+func TestMentionsOnlyByMembers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, map[string]any{"channels": map[string]any{"C1": "agent"}})
+	e.slack.AddUser(slacktest.User{ID: "U7", Email: "nobody@example.com", EmailConfirmed: true})
+	e.slack.AddUser(slacktest.User{ID: "U8", Email: "ada@example.com"}) // set, not confirmed: anyone may type it
+	now := time.Now()
+	mention := func(id, user string) string {
+		t.Helper()
+		ts := e.slack.Post("C1", "", "<@UBOT> fix it")
+		if _, err := e.deliver(t, slacktest.Event(id, map[string]string{"type": "app_mention", "user": user, "text": "<@UBOT> fix it",
+			"ts": ts, "channel": "C1"}), now, signing); err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		return ts
+	}
+	mention("Ev1", "U1")
+	mention("Ev2", "U1")
+	for i, user := range []string{"U7", "U8", "U404"} {
+		ts := mention(fmt.Sprintf("Ev%d", i+3), user)
+		if msgs := e.slack.Thread("C1", ts); len(msgs) != 1 || !strings.Contains(msgs[0].Text, "not an engrams member") {
+			t.Errorf("%s's mention: thread %+v, want a reply saying how to get access", user, msgs)
+		}
+	}
+	runs := e.runs.Runs()
+	if len(runs) != 5 {
+		t.Fatalf("%d runs, want 5: %+v", len(runs), runs)
+	}
+	for i, r := range runs {
+		member := i < 2
+		if (r.Actor == "u-ada") != member || (r.Refused == "") != member {
+			t.Errorf("run %d (%v): actor %q, refused %q", i, r.Payload["user"], r.Actor, r.Refused)
+		}
+	}
+	if n := e.slack.Calls("users.info"); n != 4 {
+		t.Errorf("users.info called %d times, want 4 (ada's account is remembered after the first)", n)
+	}
+	if id, err := e.st.GetIdentity(t.Context(), domain.FirstOrg, domain.IntegrationSlack, "T1:U1"); err != nil || id.UserID != "u-ada" || id.How != domain.IdentityByEmail {
+		t.Errorf("ada's Slack account: %+v, %v", id, err)
+	}
+	// Removed from the organisation: the mapping no longer lets her in.
+	if err := e.st.RemoveMember(t.Context(), domain.FirstOrg, "u-ada", now); err != nil {
+		t.Fatal(err)
+	}
+	mention("Ev9", "U1")
+	if runs := e.runs.Runs(); runs[len(runs)-1].Refused == "" || runs[len(runs)-1].Actor != "" {
+		t.Errorf("a removed member's mention: %+v", runs[len(runs)-1])
 	}
 }

@@ -37,12 +37,21 @@ type Server struct {
 	socket   chan []byte
 	acks     map[string]bool
 	calls    map[string]int
+	users    map[string]User
+}
+
+// User is a workspace member as users.info describes one.
+type User struct {
+	ID             string
+	Email          string
+	EmailConfirmed bool
+	Bot            bool
 }
 
 // Start runs a fake Slack that accepts botToken on the Web API and
 // appToken for apps.connections.open, until the test ends.
 func Start(t testing.TB, botToken, appToken string) *Server {
-	s := &Server{bot: botToken, app: appToken, socket: make(chan []byte, 16), acks: map[string]bool{}, calls: map[string]int{}}
+	s := &Server{bot: botToken, app: appToken, socket: make(chan []byte, 16), acks: map[string]bool{}, calls: map[string]int{}, users: map[string]User{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/api/{method}", s.api)
 	mux.HandleFunc("/socket", s.socketMode)
@@ -81,6 +90,13 @@ func (s *Server) Thread(channel, ts string) []Message {
 		}
 	}
 	return out
+}
+
+// AddUser makes u a member of the workspace (users.info answers it).
+func (s *Server) AddUser(u User) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.users[u.ID] = u
 }
 
 // Reactions returns every reaction added.
@@ -187,6 +203,14 @@ func (s *Server) api(w http.ResponseWriter, r *http.Request) {
 		reply(w, map[string]any{})
 	case "conversations.replies", "conversations.history":
 		s.list(w, method, p)
+	case "users.info":
+		u, ok := s.users[str(p, "user")]
+		if !ok {
+			fail(w, "user_not_found")
+			return
+		}
+		reply(w, map[string]any{"user": map[string]any{"id": u.ID, "team_id": "T1", "is_bot": u.Bot, "deleted": false,
+			"is_email_confirmed": u.EmailConfirmed, "profile": map[string]any{"email": u.Email}}})
 	case "apps.connections.open":
 		reply(w, map[string]any{"url": "ws" + strings.TrimPrefix(s.URL, "http") + "/socket"})
 	default:

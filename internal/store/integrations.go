@@ -34,4 +34,15 @@ type Integrations interface {
 	// RelayedSeq) while owner holds the thread's lease; ErrConflict when
 	// it no longer does.
 	UpdateThread(ctx context.Context, t domain.ChatThread, owner string) error
+	// PutIdentity maps an integration account to a user (replacing an
+	// earlier mapping of the account in the organisation).
+	PutIdentity(ctx context.Context, id domain.Identity) error
+	// GetIdentity is the mapping of an account in an organisation;
+	// ErrNotFound when it has none.
+	GetIdentity(ctx context.Context, org domain.OrgID, kind domain.IntegrationKind, externalID string) (domain.Identity, error)
+	// ListIdentities lists a user's mappings in an organisation, by kind
+	// then account.
+	ListIdentities(ctx context.Context, org domain.OrgID, user domain.UserID) ([]domain.Identity, error)
+	// DeleteIdentity removes a mapping; an unknown one is ErrNotFound.
+	DeleteIdentity(ctx context.Context, org domain.OrgID, kind domain.IntegrationKind, externalID string) error
 }

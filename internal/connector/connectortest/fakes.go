@@ -54,6 +54,7 @@ type Started struct {
 	Payload map[string]any
 	Key     string
 	Refused string // why it was refused ("" for a run that runs)
+	Actor   domain.UserID
 }
 
 // Runs stands for the automations of a deployment: one enabled
@@ -80,7 +81,13 @@ func (r *Runs) StartTriggered(_ context.Context, s connector.Start, payload json
 	if !a.Match {
 		return nil, nil
 	}
-	return []connector.Started{r.record(s.Trigger, payload, key, a.Refused)}, nil
+	st := r.record(s.Trigger, payload, key, a.Refused)
+	r.mu.Lock()
+	if st.Created {
+		r.runs[len(r.runs)-1].Actor = s.Actor
+	}
+	r.mu.Unlock()
+	return []connector.Started{st}, nil
 }
 
 // RecordRefusal implements intake.Runs.

@@ -229,14 +229,14 @@ func (s *Store) DeleteAutomation(ctx context.Context, id domain.AutomationID) er
 }
 
 const runCols = `id, automation_id, version, state, trigger_kind, dedup_key, concurrency_key, trigger_payload, inputs, error,
-	created_at, started_at, ended_at, updated_at`
+	created_at, started_at, ended_at, updated_at, actor_id`
 
 func scanRun(r scanner) (domain.AutomationRun, error) {
 	var run domain.AutomationRun
 	var dedup, payload, inputs sql.NullString
 	var created, started, ended, updated int64
 	if err := r.Scan(&run.ID, &run.AutomationID, &run.Version, &run.State, &run.TriggerKind, &dedup, &run.ConcurrencyKey,
-		&payload, &inputs, &run.Error, &created, &started, &ended, &updated); err != nil {
+		&payload, &inputs, &run.Error, &created, &started, &ended, &updated, &run.ActorID); err != nil {
 		return domain.AutomationRun{}, err
 	}
 	run.DedupKey, run.Trigger, run.Inputs = dedup.String, fromJSON(payload), fromJSON(inputs)
@@ -322,10 +322,10 @@ func insertRun(ctx context.Context, tx execer, r domain.AutomationRun) (domain.A
 	}
 	at := micros(orNow(r.CreatedAt))
 	run, err := scanRun(tx.QueryRowContext(ctx, `INSERT INTO automation_runs (`+runCols+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $11)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $11, $14)
 		ON CONFLICT (automation_id, dedup_key) DO NOTHING RETURNING `+runCols,
 		r.ID, r.AutomationID, r.Version, r.State, r.TriggerKind, nullText(r.DedupKey), r.ConcurrencyKey,
-		jsonArg(r.Trigger), jsonArg(r.Inputs), r.Error, at, micros(r.StartedAt), micros(r.EndedAt)))
+		jsonArg(r.Trigger), jsonArg(r.Inputs), r.Error, at, micros(r.StartedAt), micros(r.EndedAt), r.ActorID))
 	if err == nil {
 		return run, true, nil
 	}

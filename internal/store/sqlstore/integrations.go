@@ -212,3 +212,78 @@ func (s *Store) UpdateThread(ctx context.Context, t domain.ChatThread, owner str
 	}
 	return nil
 }
+
+const identityCols = `org_id, kind, external_id, user_id, how, created_at`
+
+func scanIdentity(r scanner) (domain.Identity, error) {
+	var id domain.Identity
+	var created int64
+	if err := r.Scan(&id.OrgID, &id.Kind, &id.ExternalID, &id.UserID, &id.How, &created); err != nil {
+		return domain.Identity{}, err
+	}
+	id.CreatedAt = fromMicros(created)
+	return id, nil
+}
+
+// PutIdentity implements store.Integrations.
+func (s *Store) PutIdentity(ctx context.Context, id domain.Identity) error {
+	action := fmt.Sprintf("map %s account %s", id.Kind, id.ExternalID)
+	if id.OrgID == "" || id.Kind == "" || id.ExternalID == "" || id.UserID == "" {
+		return fmt.Errorf("%s: organisation, kind, account and user are required", action)
+	}
+	if id.How != domain.IdentityByEmail && id.How != domain.IdentityByLink {
+		return fmt.Errorf("%s: unknown way %q", action, id.How)
+	}
+	err := s.inTx(ctx, func(tx execer) error {
+		var one int
+		if err := tx.QueryRowContext(ctx, `SELECT 1 FROM users WHERE id = $1`, id.UserID).Scan(&one); isNoRows(err) {
+			return fmt.Errorf("user %s: %w", id.UserID, store.ErrNotFound)
+		} else if err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO identities (`+identityCols+`) VALUES ($1, $2, $3, $4, $5, $6)
+			ON CONFLICT (org_id, kind, external_id) DO UPDATE SET user_id = excluded.user_id, how = excluded.how, created_at = excluded.created_at`,
+			id.OrgID, id.Kind, id.ExternalID, id.UserID, id.How, micros(orNow(id.CreatedAt)))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", action, err)
+	}
+	return nil
+}
+
+// GetIdentity implements store.Integrations.
+func (s *Store) GetIdentity(ctx context.Context, org domain.OrgID, kind domain.IntegrationKind, externalID string) (domain.Identity, error) {
+	id, err := scanIdentity(s.read.QueryRowContext(ctx, `SELECT `+identityCols+` FROM identities
+		WHERE org_id = $1 AND kind = $2 AND external_id = $3`, org, kind, externalID))
+	return id, rowFound(err, fmt.Sprintf("get %s account %s", kind, externalID))
+}
+
+// ListIdentities implements store.Integrations.
+func (s *Store) ListIdentities(ctx context.Context, org domain.OrgID, user domain.UserID) ([]domain.Identity, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT `+identityCols+` FROM identities WHERE org_id = $1 AND user_id = $2
+		ORDER BY kind, external_id`, org, user)
+	if err != nil {
+		return nil, fmt.Errorf("list identities: %w", err)
+	}
+	out, err := collect(rows, scanIdentity)
+	if err != nil {
+		return nil, fmt.Errorf("list identities: %w", err)
+	}
+	return out, nil
+}
+
+// DeleteIdentity implements store.Integrations.
+func (s *Store) DeleteIdentity(ctx context.Context, org domain.OrgID, kind domain.IntegrationKind, externalID string) error {
+	action := fmt.Sprintf("unmap %s account %s", kind, externalID)
+	res, err := s.write.ExecContext(ctx, `DELETE FROM identities WHERE org_id = $1 AND kind = $2 AND external_id = $3`, org, kind, externalID)
+	if err != nil {
+		return fmt.Errorf("%s: %w", action, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("%s: %w", action, err)
+	} else if n == 0 {
+		return fmt.Errorf("%s: %w", action, store.ErrNotFound)
+	}
+	return nil
+}

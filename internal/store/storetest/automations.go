@@ -102,8 +102,11 @@ func testAutomationLookups(t *testing.T, st store.Store) {
 		t.Fatalf("all %d (first %s), enabled schedules %+v", len(all), all[0].Name, crons)
 	}
 	run, _, err := st.CreateRun(ctx, domain.AutomationRun{ID: domain.AutomationRunID(newID()), AutomationID: c.ID, Version: 1,
-		State: domain.RunRunning, TriggerKind: "schedule"})
+		State: domain.RunRunning, TriggerKind: "slack_mention", ActorID: "u-ada"})
 	must(t, err)
+	if got, err := st.GetRun(ctx, run.ID); err != nil || got.ActorID != "u-ada" || run.ActorID != "u-ada" {
+		t.Fatalf("run's actor = %q (read back %q, %v), want u-ada", run.ActorID, got.ActorID, err)
+	}
 	_, err = st.BeginStep(ctx, domain.RunStep{RunID: run.ID, Seq: 1, BlockID: "b", Kind: "run_command"})
 	must(t, err)
 	must(t, st.DeleteAutomation(ctx, c.ID))

@@ -14,6 +14,44 @@ var integrationTests = []test{
 	{"IntegrationsPutGetDelete", testIntegrations},
 	{"DeliveriesRecordedOnce", testDeliveries},
 	{"ChatThreadsClaimedByOneRelay", testChatThreads},
+	{"IdentitiesMapAccountsToPeople", testIdentities},
+}
+
+// testIdentities: an account maps to one person per organisation (a new
+// mapping replaces the old), a person lists theirs, and a mapping needs a
+// user that exists.
+func testIdentities(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	must(t, st.CreateOrg(ctx, domain.Org{ID: "o2", Name: "two", CreatedAt: t0}))
+	for _, u := range []domain.UserID{"ada", "bob"} {
+		must(t, st.CreateUser(ctx, domain.User{ID: u, Email: string(u) + "@example.com", CreatedAt: t0}))
+	}
+	slack := domain.IntegrationSlack
+	must(t, st.PutIdentity(ctx, domain.Identity{OrgID: domain.FirstOrg, Kind: slack, ExternalID: "T1:U1", UserID: "ada", How: domain.IdentityByEmail, CreatedAt: t0}))
+	must(t, st.PutIdentity(ctx, domain.Identity{OrgID: domain.FirstOrg, Kind: domain.IntegrationGitHub, ExternalID: "42", UserID: "ada", How: domain.IdentityByLink, CreatedAt: t0}))
+	must(t, st.PutIdentity(ctx, domain.Identity{OrgID: "o2", Kind: slack, ExternalID: "T1:U1", UserID: "bob", How: domain.IdentityByLink, CreatedAt: t0}))
+	got, err := st.GetIdentity(ctx, domain.FirstOrg, slack, "T1:U1")
+	must(t, err)
+	if got.UserID != "ada" || got.How != domain.IdentityByEmail || !got.CreatedAt.Equal(t0) {
+		t.Fatalf("identity = %+v", got)
+	}
+	if other, err := st.GetIdentity(ctx, "o2", slack, "T1:U1"); err != nil || other.UserID != "bob" {
+		t.Fatalf("the same account in another organisation = %+v, %v; want bob's", other, err)
+	}
+	_, err = st.GetIdentity(ctx, domain.FirstOrg, slack, "T1:U2")
+	wantErr(t, err, store.ErrNotFound)
+	must(t, st.PutIdentity(ctx, domain.Identity{OrgID: domain.FirstOrg, Kind: slack, ExternalID: "T1:U1", UserID: "bob", How: domain.IdentityByLink, CreatedAt: t0}))
+	if got, _ := st.GetIdentity(ctx, domain.FirstOrg, slack, "T1:U1"); got.UserID != "bob" || got.How != domain.IdentityByLink {
+		t.Fatalf("remapped identity = %+v, want bob's by link", got)
+	}
+	ids, err := st.ListIdentities(ctx, domain.FirstOrg, "ada")
+	must(t, err)
+	if len(ids) != 1 || ids[0].Kind != domain.IntegrationGitHub {
+		t.Fatalf("ada's identities = %+v, want her GitHub account only", ids)
+	}
+	wantErr(t, st.PutIdentity(ctx, domain.Identity{OrgID: domain.FirstOrg, Kind: slack, ExternalID: "T1:U3", UserID: "nobody", How: domain.IdentityByLink}), store.ErrNotFound)
+	must(t, st.DeleteIdentity(ctx, domain.FirstOrg, domain.IntegrationGitHub, "42"))
+	wantErr(t, st.DeleteIdentity(ctx, domain.FirstOrg, domain.IntegrationGitHub, "42"), store.ErrNotFound)
 }
 
 func testIntegrations(t *testing.T, st store.Store) {

@@ -3022,6 +3022,8 @@ export interface components {
             /** @description The resolved inputs. */
             inputs?: unknown;
             error?: string;
+            /** @description The person who caused it: whose mention, pull request or issue (their mapped account), or who started it by hand; absent for a schedule or a signed webhook. */
+            actor_id?: string;
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -3049,6 +3051,8 @@ export interface components {
             /** @description The resolved inputs. */
             inputs?: unknown;
             error?: string;
+            /** @description The person who caused it: whose mention, pull request or issue (their mapped account), or who started it by hand; absent for a schedule or a signed webhook. */
+            actor_id?: string;
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -3078,6 +3082,8 @@ export interface components {
             /** @description The resolved inputs. */
             inputs?: unknown;
             error?: string;
+            /** @description The person who caused it: whose mention, pull request or issue (their mapped account), or who started it by hand; absent for a schedule or a signed webhook. */
+            actor_id?: string;
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
