@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -152,17 +153,30 @@ func principalFrom(ctx context.Context) access.Principal {
 // wsBearer is the token a browser's WebSocket upgrade offers as the
 // subprotocol apiv1.WSBearerPrefix+token (with apiv1.WSProtocol).
 func wsBearer(r *http.Request) (string, bool) {
-	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
-		return "", false
-	}
-	for _, v := range r.Header.Values("Sec-WebSocket-Protocol") {
-		for _, p := range strings.Split(v, ",") {
-			if t, ok := strings.CutPrefix(strings.TrimSpace(p), apiv1.WSBearerPrefix); ok {
-				return t, true
-			}
+	for _, p := range wsProtocols(r) {
+		if t, ok := strings.CutPrefix(p, apiv1.WSBearerPrefix); ok {
+			return t, true
 		}
 	}
 	return "", false
+}
+
+// offers says r is a WebSocket upgrade offering the subprotocol proto.
+func offers(r *http.Request, proto string) bool { return slices.Contains(wsProtocols(r), proto) }
+
+// wsProtocols are the subprotocols a WebSocket upgrade offers (none for
+// another request).
+func wsProtocols(r *http.Request) []string {
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		return nil
+	}
+	var out []string
+	for _, v := range r.Header.Values("Sec-WebSocket-Protocol") {
+		for _, p := range strings.Split(v, ",") {
+			out = append(out, strings.TrimSpace(p))
+		}
+	}
+	return out
 }
 
 // touchEvery bounds how often a token's last use is written.

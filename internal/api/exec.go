@@ -64,7 +64,7 @@ func (s *guestRouter) proxyGuest(guestPath string, file bool) http.HandlerFunc {
 		}
 		if !file { // the exec WebSocket: kept on the upgrade's answer
 			w.Header().Set(apiv1.HeaderSessionEpoch, itoa(t.Session.Epoch))
-			if _, browser := wsBearer(r); browser {
+			if offers(r, apiv1.WSProtocol) { // a browser: its key as a subprotocol, or its sign-in cookie
 				w.Header().Set("Sec-WebSocket-Protocol", apiv1.WSProtocol)
 			}
 		}

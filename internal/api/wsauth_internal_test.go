@@ -29,5 +29,10 @@ func TestWSBearer(t *testing.T) {
 		if got, ok := wsBearer(r); got != tt.want || ok != tt.ok {
 			t.Errorf("%s: %q %v, want %q %v", tt.name, got, ok, tt.want, tt.ok)
 		}
+		// A browser's upgrade, with a key or with its sign-in cookie,
+		// offers engrams.v1 and is answered with it.
+		if got := offers(r, "engrams.v1"); got != (tt.upgrade != "" && tt.name != "not an upgrade") {
+			t.Errorf("%s: offers engrams.v1 = %v", tt.name, got)
+		}
 	}
 }
