@@ -342,13 +342,17 @@ func schemaTypes() map[string]reflect.Type {
 // peopleSchemaTypes maps the members, audit and who-am-I schemas.
 func peopleSchemaTypes() map[string]reflect.Type {
 	return map[string]reflect.Type{
-		"WhoAmI":           reflect.TypeFor[apiv1.WhoAmI](),
-		"Member":           reflect.TypeFor[apiv1.Member](),
-		"MemberList":       reflect.TypeFor[apiv1.MemberList](),
-		"AddMemberRequest": reflect.TypeFor[apiv1.AddMemberRequest](),
-		"SetMemberRequest": reflect.TypeFor[apiv1.SetMemberRequest](),
-		"AuditEvent":       reflect.TypeFor[apiv1.AuditEvent](),
-		"AuditList":        reflect.TypeFor[apiv1.AuditList](),
+		"WhoAmI":              reflect.TypeFor[apiv1.WhoAmI](),
+		"Identity":            reflect.TypeFor[apiv1.Identity](),
+		"IdentityList":        reflect.TypeFor[apiv1.IdentityList](),
+		"LinkIdentityRequest": reflect.TypeFor[apiv1.LinkIdentityRequest](),
+		"IdentityLink":        reflect.TypeFor[apiv1.IdentityLink](),
+		"Member":              reflect.TypeFor[apiv1.Member](),
+		"MemberList":          reflect.TypeFor[apiv1.MemberList](),
+		"AddMemberRequest":    reflect.TypeFor[apiv1.AddMemberRequest](),
+		"SetMemberRequest":    reflect.TypeFor[apiv1.SetMemberRequest](),
+		"AuditEvent":          reflect.TypeFor[apiv1.AuditEvent](),
+		"AuditList":           reflect.TypeFor[apiv1.AuditList](),
 	}
 }
 

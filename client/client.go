@@ -295,16 +295,21 @@ func (c *Client) call(ctx context.Context, method, path string, q url.Values, in
 	return nil
 }
 
-// routePath turns an apiv1 route pattern into a path, filling its one
-// wildcard ({id}, {name}) with id.
-func routePath(route, id string) string {
+// routePath turns an apiv1 route pattern into a path, filling its
+// wildcards ({id}, {name}, ...) with ids, in order.
+func routePath(route string, ids ...string) string {
 	_, p, _ := strings.Cut(route, " ")
-	i := strings.IndexByte(p, '{')
-	j := strings.IndexByte(p, '}')
-	if i < 0 || j < i {
-		return p
+	var b strings.Builder
+	for _, id := range ids {
+		i := strings.IndexByte(p, '{')
+		j := strings.IndexByte(p, '}')
+		if i < 0 || j < i {
+			break
+		}
+		b.WriteString(p[:i] + url.PathEscape(id))
+		p = p[j+1:]
 	}
-	return p[:i] + url.PathEscape(id) + p[j+1:]
+	return b.String() + p
 }
 
 func waitQuery(wait bool) url.Values {

@@ -64,3 +64,22 @@ func (pc PeopleClient) Audit(ctx context.Context, limit int, cursor string, flee
 	err := pc.c.call(ctx, http.MethodGet, routePath(apiv1.RouteListAudit, ""), q, nil, &r)
 	return r, err
 }
+
+// Identities lists the caller's accounts in the integrations.
+func (pc PeopleClient) Identities(ctx context.Context) ([]apiv1.Identity, error) {
+	var r apiv1.IdentityList
+	err := pc.c.call(ctx, http.MethodGet, routePath(apiv1.RouteListIdentities), nil, nil, &r)
+	return r.Items, err
+}
+
+// LinkIdentity makes a link code for an integration (kind "slack").
+func (pc PeopleClient) LinkIdentity(ctx context.Context, kind string) (apiv1.IdentityLink, error) {
+	var r apiv1.IdentityLink
+	err := pc.c.call(ctx, http.MethodPost, routePath(apiv1.RouteLinkIdentity), nil, apiv1.LinkIdentityRequest{Kind: kind}, &r)
+	return r, err
+}
+
+// UnlinkIdentity makes an account no longer act as the caller.
+func (pc PeopleClient) UnlinkIdentity(ctx context.Context, kind, account string) error {
+	return pc.c.call(ctx, http.MethodDelete, routePath(apiv1.RouteUnlinkIdentity, kind, account), nil, nil, nil)
+}

@@ -90,3 +90,40 @@ type AuditList struct {
 	Items      []AuditEvent `json:"items"` // never null
 	NextCursor string       `json:"next_cursor"`
 }
+
+// A person's accounts in Slack (and later GitHub and Linear): mapped by
+// the email the integration confirmed, or linked by the person with a
+// code they say to it.
+const (
+	RouteListIdentities = "GET /v1/me/identities"                     // -> IdentityList: the caller's mapped accounts
+	RouteLinkIdentity   = "POST /v1/me/identities"                    // LinkIdentityRequest -> IdentityLink (201): a code to say to the integration
+	RouteUnlinkIdentity = "DELETE /v1/me/identities/{kind}/{account}" // the account no longer acts as the caller
+)
+
+// Identity is one of the caller's accounts in an integration.
+type Identity struct {
+	Kind      string    `json:"kind"`    // slack
+	Account   string    `json:"account"` // Slack: TEAM:USER
+	How       string    `json:"how"`     // email or link
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// IdentityList answers RouteListIdentities.
+type IdentityList struct {
+	Items      []Identity `json:"items"`
+	NextCursor string     `json:"next_cursor"` // always "": a person has few
+}
+
+// LinkIdentityRequest asks for a link code for an integration.
+type LinkIdentityRequest struct {
+	Kind string `json:"kind"` // slack
+}
+
+// IdentityLink is a link code: said to the integration (in Slack,
+// "@engrams link CODE") by an account before ExpiresAt, once, it maps
+// that account to the caller.
+type IdentityLink struct {
+	Code      string    `json:"code"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Say       string    `json:"say"` // what to say, and where
+}

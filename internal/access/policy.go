@@ -159,6 +159,11 @@ func Routes() map[string]Rule {
 		apiv1.RouteRemoveMember: a("member.remove", "member"),
 		apiv1.RouteListAudit:    {Need: AnyKey}, // an admin's organisation's, a fleet operator's hosts'
 
+		// A person's own accounts in the integrations.
+		apiv1.RouteListIdentities: m(),
+		apiv1.RouteLinkIdentity:   {Need: Member, Action: "identity.link_code", Target: "identity"},
+		apiv1.RouteUnlinkIdentity: {Need: Member, Action: "identity.unlink", Target: "identity"},
+
 		apiv1.RouteListHosts: {Need: Fleet}, apiv1.RouteGetHost: {Need: Fleet},
 		apiv1.RouteCreateHost:  f("host.create"),
 		apiv1.RouteDrainHost:   f("host.drain"),

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/base32"
 	"encoding/base64"
 	"encoding/hex"
 )
@@ -53,4 +54,14 @@ func CheckName(n string) string {
 		}
 	}
 	return ""
+}
+
+// NewLinkCode is a code a person says to an integration to link their
+// account: 80 random bits as four groups of four base32 letters and
+// digits (no padding, no lower case: easy to read and type).
+func NewLinkCode() string {
+	b := make([]byte, 10)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails on Linux
+	s := base32.StdEncoding.EncodeToString(b)
+	return s[0:4] + "-" + s[4:8] + "-" + s[8:12] + "-" + s[12:16]
 }

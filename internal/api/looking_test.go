@@ -65,6 +65,7 @@ func lookRoutes(sid domain.SessionID, tid domain.TaskID) []lookRoute {
 		db(apiv1.RouteListTokens, "/v1/tokens", 200),
 		db(apiv1.RouteWhoAmI, "/v1/me", 200),
 		db(apiv1.RouteListMembers, "/v1/members", 200),
+		db(apiv1.RouteListIdentities, "/v1/me/identities", 200),
 		db(apiv1.RouteListAudit, "/v1/audit", 200),
 		db(apiv1.RouteListImages, "/v1/images", 200),
 		db(apiv1.RouteGetImage, "/v1/images/none", 404),

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/mail"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -257,4 +258,116 @@ func (s *peopleRouter) listAudit(w http.ResponseWriter, r *http.Request) {
 			Status: e.Status, Remote: e.Remote})
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// IdentityStore keeps the caller's accounts in the integrations and the
+// link codes they make (the store).
+type IdentityStore interface {
+	ListIdentities(ctx context.Context, org domain.OrgID, user domain.UserID) ([]domain.Identity, error)
+	DeleteIdentity(ctx context.Context, org domain.OrgID, kind domain.IntegrationKind, externalID string) error
+	CreateIdentityCode(ctx context.Context, c domain.IdentityCode) error
+}
+
+// identityCodeTTL is how long a link code may be said.
+const identityCodeTTL = 15 * time.Minute
+
+// identitiesRouter serves the caller's own accounts in the integrations.
+type identitiesRouter struct {
+	*base
+	st IdentityStore
+}
+
+func (s *identitiesRouter) route(h func(string, http.HandlerFunc)) {
+	h(apiv1.RouteListIdentities, s.list)
+	h(apiv1.RouteLinkIdentity, s.link)
+	h(apiv1.RouteUnlinkIdentity, s.unlink)
+}
+
+// person is the caller, when this server keeps accounts.
+func (s *identitiesRouter) person(w http.ResponseWriter, r *http.Request) (access.Principal, bool) {
+	if s.st == nil {
+		writeError(w, http.StatusServiceUnavailable, apiv1.CodeUnavailable, "this server keeps no accounts")
+		return access.Principal{}, false
+	}
+	return principalFrom(r.Context()), true
+}
+
+// accounts are the caller's accounts: a service key has none (its
+// maker's are theirs).
+func (s *identitiesRouter) accounts(ctx context.Context, p access.Principal) ([]domain.Identity, error) {
+	if p.Service {
+		return nil, nil
+	}
+	return s.st.ListIdentities(ctx, p.OrgID, p.UserID)
+}
+
+func (s *identitiesRouter) list(w http.ResponseWriter, r *http.Request) {
+	p, ok := s.person(w, r)
+	if !ok {
+		return
+	}
+	ids, err := s.accounts(r.Context(), p)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := apiv1.IdentityList{Items: make([]apiv1.Identity, 0, len(ids))}
+	for _, id := range ids {
+		out.Items = append(out.Items, apiv1.Identity{Kind: string(id.Kind), Account: id.ExternalID, How: string(id.How), CreatedAt: id.CreatedAt})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *identitiesRouter) link(w http.ResponseWriter, r *http.Request) {
+	var req apiv1.LinkIdentityRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	p, ok := s.person(w, r)
+	if !ok {
+		return
+	}
+	if p.Service {
+		writeError(w, http.StatusForbidden, apiv1.CodeForbidden, "a service key has no accounts of its own: link with a personal key")
+		return
+	}
+	if req.Kind != string(domain.IntegrationSlack) {
+		writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "kind: "+quote(req.Kind)+" cannot be linked (slack can)")
+		return
+	}
+	code := access.NewLinkCode()
+	now := s.now()
+	c := domain.IdentityCode{Hash: domain.HashLinkCode(code), OrgID: p.OrgID, UserID: p.UserID, Kind: domain.IntegrationSlack,
+		ExpiresAt: now.Add(identityCodeTTL), CreatedAt: now}
+	if err := s.st.CreateIdentityCode(r.Context(), c); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	noteTarget(r, req.Kind)
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusCreated, apiv1.IdentityLink{Code: code, ExpiresAt: c.ExpiresAt,
+		Say: "mention the engrams app in Slack with: link " + code + " (within 15 minutes, once)"})
+}
+
+func (s *identitiesRouter) unlink(w http.ResponseWriter, r *http.Request) {
+	p, ok := s.person(w, r)
+	if !ok {
+		return
+	}
+	kind, account := domain.IntegrationKind(r.PathValue("kind")), r.PathValue("account")
+	ids, err := s.accounts(r.Context(), p)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if !slices.ContainsFunc(ids, func(id domain.Identity) bool { return id.Kind == kind && id.ExternalID == account }) {
+		s.fail(w, r, notFound(fmt.Sprintf("%s account %s", kind, quote(account)))) // another's is not there for you
+		return
+	}
+	if err := s.st.DeleteIdentity(r.Context(), p.OrgID, kind, account); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	noteTarget(r, string(kind)+":"+account)
+	w.WriteHeader(http.StatusNoContent)
 }

@@ -61,6 +61,9 @@ type Deps struct {
 	Idempotency IdempotencyKeys
 	// Changes feeds RouteChanges (the store; nil: no change feed).
 	Changes Changes
+	// Identities keeps the callers' accounts in the integrations (the
+	// store; nil: 503).
+	Identities IdentityStore
 	// SignIn serves the sign-in routes (nil: not served).
 	SignIn SignInRoutes
 	Logger *slog.Logger
@@ -175,6 +178,7 @@ func (s *Server) routes() {
 	(&hostsRouter{base: s.base, st: s.deps.Fleet, admin: s.deps.HostAdmin}).route(h)
 	(&keysRouter{base: s.base, st: s.deps.Access, admin: s.deps.HostAdmin}).route(h)
 	(&peopleRouter{base: s.base, st: s.deps.Access}).route(h)
+	(&identitiesRouter{base: s.base, st: s.deps.Identities}).route(h)
 	(&imagesRouter{base: s.base, co: s.deps.Images}).route(h)
 	(&harnessesRouter{base: s.base, co: s.deps.Harnesses}).route(h)
 	(&secretsRouter{base: s.base, co: s.deps.Secrets}).route(h)

@@ -31,6 +31,7 @@ var listCases = map[string]listCase{
 	"engrams host list":           {args: []string{"host", "list"}, path: "/v1/hosts"},
 	"engrams token list":          {args: []string{"token", "list"}, path: "/v1/tokens"},
 	"engrams member list":         {args: []string{"member", "list"}, path: "/v1/members"},
+	"engrams identity list":       {args: []string{"identity", "list"}, path: "/v1/me/identities"},
 	"engrams profile list":        {args: []string{"profile", "list"}, path: "/v1/profiles"},
 	"engrams harness list":        {args: []string{"harness", "list"}, path: "/v1/harnesses"},
 	"engrams secret list":         {args: []string{"secret", "list"}, path: "/v1/secrets"},

@@ -111,7 +111,7 @@ config directory).`,
 	root.AddCommand(sessionCmds{a}.sessionCmd(), imageCmds{a}.imageCmd(), taskCmds{a}.taskCmd(), host, tokenCmds{a}.tokenCmd(), a.versionCmd())
 	root.AddCommand(profileCmds{a}.profileCmd(), harnessCmds{a}.harnessCmd(), secretCmds{a}.secretCmd(), autoCmds{a}.automationCmd(), autoCmds{a}.integrationCmd())
 	pc := peopleCmds{a}
-	root.AddCommand(pc.whoAmICmd(), pc.memberCmd(), pc.auditCmd(), loginCmds{a}.loginCmd())
+	root.AddCommand(pc.whoAmICmd(), pc.memberCmd(), pc.identityCmd(), pc.auditCmd(), loginCmds{a}.loginCmd())
 	root.AddCommand(extra...)
 	a.addCompletions(root)
 	return root

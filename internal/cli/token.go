@@ -325,3 +325,88 @@ says how to read the next.`,
 	cmd.Flags().BoolVar(&fleet, "fleet", false, "the hosts' log (fleet operators)")
 	return cmd
 }
+
+func (a peopleCmds) identityCmd() *cobra.Command {
+	cmd := group("identity", "Your accounts in Slack: who your mentions act as",
+		`A Slack mention starts a task only for an engrams member, as them. Your
+Slack account is yours when Slack has confirmed the same email as your
+engrams account's; otherwise link it: "engrams identity link slack" gives
+a code to say to the app in Slack, once, within 15 minutes.`)
+	cmd.Aliases = []string{"identities"}
+	cmd.AddCommand(a.identityListCmd(), a.identityLinkCmd(), a.identityUnlinkCmd())
+	return cmd
+}
+
+func (a peopleCmds) identityListCmd() *cobra.Command {
+	return &cobra.Command{
+		Use: "list", Aliases: []string{"ls"}, Short: "List your linked accounts", Example: "  engrams identity list --json",
+		Long: "List your accounts in the integrations: kind, account, how it was mapped (email or link) and when.",
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			ids, err := c.People().Identities(cmd.Context())
+			if err != nil {
+				return fmt.Errorf("list identities: %w", err)
+			}
+			if a.jsonOut {
+				return printList(cmd.OutOrStdout(), ids, "")
+			}
+			tw := newTable(cmd.OutOrStdout())
+			row(tw, "KIND", "ACCOUNT", "HOW", "SINCE")
+			for _, id := range ids {
+				row(tw, id.Kind, id.Account, id.How, a.when(id.CreatedAt))
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func (a peopleCmds) identityLinkCmd() *cobra.Command {
+	return &cobra.Command{
+		Use: "link slack", Short: "Get a code that links your Slack account to you",
+		Long: `Print a single-use code. Mention the engrams app in Slack with
+"link CODE" within 15 minutes: the account that says it acts as you from
+then on (a mention starts tasks that are yours).`,
+		Example: "  engrams identity link slack",
+		Args:    usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			l, err := c.People().LinkIdentity(cmd.Context(), args[0])
+			if err != nil {
+				return fmt.Errorf("link %s: %w", args[0], err)
+			}
+			if a.jsonOut {
+				return printJSON(cmd.OutOrStdout(), l)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), l.Code)
+			fmt.Fprintln(cmd.ErrOrStderr(), l.Say)
+			return nil
+		},
+	}
+}
+
+func (a peopleCmds) identityUnlinkCmd() *cobra.Command {
+	return &cobra.Command{
+		Use: "unlink KIND ACCOUNT", Short: "Stop an account acting as you",
+		Long:    "Unlink one of your accounts (see engrams identity list): its mentions no longer act as you.",
+		Example: "  engrams identity unlink slack T0123:U0456",
+		Args:    usageArgs(cobra.ExactArgs(2)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			if err := c.People().UnlinkIdentity(cmd.Context(), args[0], args[1]); err != nil {
+				return fmt.Errorf("unlink %s account %s: %w", args[0], args[1], err)
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "unlinked %s account %s\n", args[0], args[1])
+			return nil
+		},
+	}
+}

@@ -1,6 +1,8 @@
 package domain
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -131,3 +133,22 @@ const (
 	IdentityByEmail IdentityHow = "email"
 	IdentityByLink  IdentityHow = "link"
 )
+
+// IdentityCode is a link a person asked for: said to the integration of
+// Kind by an account before ExpiresAt, once, it maps that account to
+// UserID in OrgID. Only its hash is kept.
+type IdentityCode struct {
+	Hash      string
+	OrgID     OrgID
+	UserID    UserID
+	Kind      IntegrationKind
+	ExpiresAt time.Time
+	CreatedAt time.Time
+}
+
+// HashLinkCode is what an IdentityCode keeps of its code: the SHA-256 of
+// the code in upper case, so "abcd-…" said in Slack is the same code.
+func HashLinkCode(code string) string {
+	sum := sha256.Sum256([]byte(strings.ToUpper(strings.TrimSpace(code))))
+	return hex.EncodeToString(sum[:])
+}

@@ -65,6 +65,9 @@ func (noThreads) GetIdentity(context.Context, domain.OrgID, domain.IntegrationKi
 	return domain.Identity{UserID: "u"}, nil
 }
 func (noThreads) PutIdentity(context.Context, domain.Identity) error { return nil }
+func (noThreads) TakeIdentityCode(context.Context, string, time.Time) (domain.IdentityCode, error) {
+	return domain.IdentityCode{}, domain.ErrNotFound
+}
 func (noThreads) UserByEmail(context.Context, string) (domain.User, error) {
 	return domain.User{}, domain.ErrNotFound
 }

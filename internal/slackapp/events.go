@@ -157,6 +157,9 @@ func (a *App) Decode(ctx context.Context, _ connector.Verified, req connector.Re
 	if ev.Type != "app_mention" {
 		return connector.Meaning{Ignored: "a message in a thread that carries no task"}, nil
 	}
+	if m := linkRE.FindStringSubmatch(stripMentions(ev.Text)); m != nil {
+		return a.link(c, env, m[1]), nil
+	}
 	actor, refused := domain.UserID(""), external(c, env)
 	if refused == "" {
 		if actor, refused, err = a.member(ctx, c, cmpOr(ev.UserTeam, env.TeamID), ev.User); err != nil {

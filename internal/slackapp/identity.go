@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"strings"
+	"time"
 
+	"github.com/engrams/engrams/internal/connector"
 	"github.com/engrams/engrams/internal/domain"
 )
 
@@ -16,6 +19,52 @@ type People interface {
 	PutIdentity(ctx context.Context, id domain.Identity) error
 	UserByEmail(ctx context.Context, email string) (domain.User, error)
 	GetMember(ctx context.Context, org domain.OrgID, user domain.UserID) (domain.Member, error)
+	TakeIdentityCode(ctx context.Context, hash string, now time.Time) (domain.IdentityCode, error)
+}
+
+// linkRE is a mention that says a link code ("link ABCD-EFGH-IJKL-MNOP").
+var linkRE = regexp.MustCompile(`^(?i)link\s+([A-Z0-9]{4}(?:-[A-Z0-9]{4}){3})$`)
+
+// link is what a mention saying a link code asks, once per delivery
+// (After): the code's person, if it is theirs to give (unexpired, unused,
+// for Slack), gets the sender's account; a reply says which way it went.
+// It starts nothing.
+func (a *App) link(c conf, env envelope, code string) connector.Meaning {
+	ev := env.Event
+	thread := cmpOr(ev.ThreadTS, ev.TS)
+	return connector.Meaning{Ignored: "a link code", After: func(ctx context.Context, _ []connector.Started) error {
+		text, key, err := a.linkAccount(ctx, c, env, code)
+		if err != nil {
+			text, key = "Not linked: engrams could not record it; try again in a minute.", "link-failed"
+		}
+		if _, perr := a.web(c).post(ctx, ev.Channel, thread, text, key+"/"+ev.TS); perr != nil {
+			return errors.Join(err, perr)
+		}
+		return err
+	}}
+}
+
+// linkAccount takes code and maps the sender's account to its person;
+// the reply says how it went.
+func (a *App) linkAccount(ctx context.Context, c conf, env envelope, code string) (reply, key string, err error) {
+	ev := env.Event
+	if refused := external(c, env); refused != "" {
+		return "Not linked: " + connector.EscapeSlack(refused) + ".", "link-refused", nil
+	}
+	lc, err := a.people.TakeIdentityCode(ctx, domain.HashLinkCode(code), a.now())
+	switch {
+	case errors.Is(err, domain.ErrNotFound), err == nil && lc.Kind != domain.IntegrationSlack:
+		return "Not linked: that code is not valid, was used, or expired. Make a new one with `engrams identity link slack`.", "link-refused", nil
+	case err != nil:
+		return "", "", fmt.Errorf("take a link code: %w", err)
+	}
+	account := cmpOr(ev.UserTeam, env.TeamID) + ":" + ev.User
+	if err := a.people.PutIdentity(ctx, domain.Identity{OrgID: lc.OrgID, Kind: domain.IntegrationSlack, ExternalID: account,
+		UserID: lc.UserID, How: domain.IdentityByLink, CreatedAt: a.now()}); err != nil {
+		return "", "", fmt.Errorf("link Slack account %s: %w", account, err)
+	}
+	a.log.Info("slack account linked", "account", account, "user_id", lc.UserID)
+	return "Linked: your mentions here now start tasks as your engrams account.", "linked", nil
 }
 
 // noAccess is the refusal of a Slack user who is no engrams member: it

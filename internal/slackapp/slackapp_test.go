@@ -468,3 +468,65 @@ func TestMentionsOnlyByMembers(t *testing.T) {
 		t.Errorf("a removed member's mention: %+v", runs[len(runs)-1])
 	}
 }
+
+// TestLinkByCode: a person who is a member but whose Slack email does
+// not match links their account with a code they got from engrams: said
+// once in a mention, it maps the sender's account to them (their next
+// mention starts a run as them); a code said again, another's guess, or
+// an expired one links nothing, and each is answered.
+func TestLinkByCode(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, map[string]any{"channels": map[string]any{"C1": "agent"}})
+	ctx := t.Context()
+	if err := e.st.CreateUser(ctx, domain.User{ID: "u-bob", Email: "bob@corp.example"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.st.PutMember(ctx, domain.FirstOrg, "u-bob", domain.RoleMember, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	e.slack.AddUser(slacktest.User{ID: "U5", Email: "bob@gmail.example", EmailConfirmed: true}) // not the email engrams has
+	now := time.Now()
+	code := "ABCD-EFGH-IJKL-MNOP"
+	if err := e.st.CreateIdentityCode(ctx, domain.IdentityCode{Hash: domain.HashLinkCode(code), OrgID: domain.FirstOrg, UserID: "u-bob",
+		Kind: domain.IntegrationSlack, ExpiresAt: now.Add(15 * time.Minute), CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	say := func(user, text string) []slacktest.Message {
+		t.Helper()
+		n++
+		ts := e.slack.Post("C1", "", text)
+		if _, err := e.deliver(t, slacktest.Event(fmt.Sprintf("EvL%d", n), map[string]string{"type": "app_mention", "user": user, "text": text,
+			"ts": ts, "channel": "C1"}), now, signing); err != nil {
+			t.Fatalf("%s: %v", text, err)
+		}
+		return e.slack.Thread("C1", ts)
+	}
+	if th := say("U5", "<@UBOT> fix it"); len(th) != 1 || !strings.Contains(th[0].Text, "not an engrams member") {
+		t.Fatalf("before linking: %+v", th)
+	}
+	if th := say("U6", "<@UBOT> link WXYZ-WXYZ-WXYZ-WXYZ"); len(th) != 1 || !strings.Contains(th[0].Text, "Not linked") {
+		t.Fatalf("a guessed code: %+v", th)
+	}
+	if th := say("U5", "<@UBOT> link abcd-efgh-ijkl-mnop"); len(th) != 1 || !strings.HasPrefix(th[0].Text, "Linked") {
+		t.Fatalf("bob's code: %+v", th)
+	}
+	if th := say("U6", "<@UBOT> link "+code); len(th) != 1 || !strings.Contains(th[0].Text, "was used") {
+		t.Fatalf("the code said again: %+v", th)
+	}
+	say("U5", "<@UBOT> fix it")
+	runs := e.runs.Runs()
+	last := runs[len(runs)-1]
+	if last.Actor != "u-bob" || last.Refused != "" {
+		t.Fatalf("bob's mention after linking: %+v", last)
+	}
+	if len(runs) != 2 {
+		t.Fatalf("%d runs: link codes start none", len(runs))
+	}
+	if id, err := e.st.GetIdentity(ctx, domain.FirstOrg, domain.IntegrationSlack, "T1:U5"); err != nil || id.How != domain.IdentityByLink {
+		t.Fatalf("bob's account: %+v %v", id, err)
+	}
+	if _, err := e.st.GetIdentity(ctx, domain.FirstOrg, domain.IntegrationSlack, "T1:U6"); !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("U6 got an account: %v", err)
+	}
+}

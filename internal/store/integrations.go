@@ -45,4 +45,11 @@ type Integrations interface {
 	ListIdentities(ctx context.Context, org domain.OrgID, user domain.UserID) ([]domain.Identity, error)
 	// DeleteIdentity removes a mapping; an unknown one is ErrNotFound.
 	DeleteIdentity(ctx context.Context, org domain.OrgID, kind domain.IntegrationKind, externalID string) error
+	// CreateIdentityCode keeps a link code (by its hash); expired codes
+	// are forgotten first.
+	CreateIdentityCode(ctx context.Context, c domain.IdentityCode) error
+	// TakeIdentityCode returns the code with hash and forgets it, in one
+	// write, so it is taken once; ErrNotFound for an unknown, taken or
+	// expired (before now) code.
+	TakeIdentityCode(ctx context.Context, hash string, now time.Time) (domain.IdentityCode, error)
 }

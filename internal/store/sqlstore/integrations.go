@@ -287,3 +287,40 @@ func (s *Store) DeleteIdentity(ctx context.Context, org domain.OrgID, kind domai
 	}
 	return nil
 }
+
+// CreateIdentityCode implements store.Integrations.
+func (s *Store) CreateIdentityCode(ctx context.Context, c domain.IdentityCode) error {
+	if c.Hash == "" || c.OrgID == "" || c.UserID == "" || c.Kind == "" || c.ExpiresAt.IsZero() {
+		return errors.New("create a link code: hash, organisation, user, kind and expiry are required")
+	}
+	err := s.inTx(ctx, func(tx execer) error {
+		now := micros(orNow(c.CreatedAt))
+		if _, err := tx.ExecContext(ctx, `DELETE FROM identity_codes WHERE expires_at < $1`, now); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO identity_codes (hash, org_id, user_id, kind, expires_at, created_at)
+			VALUES ($1, $2, $3, $4, $5, $6)`, c.Hash, c.OrgID, c.UserID, c.Kind, micros(c.ExpiresAt), now)
+		return err
+	})
+	if s.isUnique(err) {
+		return fmt.Errorf("create a link code: %w", store.ErrConflict)
+	}
+	if err != nil {
+		return fmt.Errorf("create a link code: %w", err)
+	}
+	return nil
+}
+
+// TakeIdentityCode implements store.Integrations.
+func (s *Store) TakeIdentityCode(ctx context.Context, hash string, now time.Time) (domain.IdentityCode, error) {
+	var c domain.IdentityCode
+	var expires, created int64
+	err := s.write.QueryRowContext(ctx, `DELETE FROM identity_codes WHERE hash = $1 AND expires_at >= $2
+		RETURNING hash, org_id, user_id, kind, expires_at, created_at`, hash, micros(orNow(now))).
+		Scan(&c.Hash, &c.OrgID, &c.UserID, &c.Kind, &expires, &created)
+	if err != nil {
+		return domain.IdentityCode{}, rowFound(err, "take a link code")
+	}
+	c.ExpiresAt, c.CreatedAt = fromMicros(expires), fromMicros(created)
+	return c, nil
+}

@@ -52,6 +52,27 @@ func testIdentities(t *testing.T, st store.Store) {
 	wantErr(t, st.PutIdentity(ctx, domain.Identity{OrgID: domain.FirstOrg, Kind: slack, ExternalID: "T1:U3", UserID: "nobody", How: domain.IdentityByLink}), store.ErrNotFound)
 	must(t, st.DeleteIdentity(ctx, domain.FirstOrg, domain.IntegrationGitHub, "42"))
 	wantErr(t, st.DeleteIdentity(ctx, domain.FirstOrg, domain.IntegrationGitHub, "42"), store.ErrNotFound)
+
+	// Link codes: taken once, never after they expire; an expired one
+	// is forgotten when the next is made.
+	code := domain.IdentityCode{Hash: "h1", OrgID: domain.FirstOrg, UserID: "ada", Kind: slack, ExpiresAt: t0.Add(10 * time.Minute), CreatedAt: t0}
+	must(t, st.CreateIdentityCode(ctx, code))
+	wantErr(t, st.CreateIdentityCode(ctx, code), store.ErrConflict)
+	_, err = st.TakeIdentityCode(ctx, "h1", t0.Add(11*time.Minute))
+	wantErr(t, err, store.ErrNotFound)
+	took, err := st.TakeIdentityCode(ctx, "h1", t0.Add(time.Minute))
+	must(t, err)
+	if took.UserID != "ada" || took.OrgID != domain.FirstOrg || took.Kind != slack || !took.ExpiresAt.Equal(code.ExpiresAt) {
+		t.Fatalf("taken code = %+v", took)
+	}
+	_, err = st.TakeIdentityCode(ctx, "h1", t0.Add(time.Minute))
+	wantErr(t, err, store.ErrNotFound)
+	must(t, st.CreateIdentityCode(ctx, domain.IdentityCode{Hash: "h2", OrgID: domain.FirstOrg, UserID: "bob", Kind: slack,
+		ExpiresAt: t0.Add(time.Minute), CreatedAt: t0}))
+	must(t, st.CreateIdentityCode(ctx, domain.IdentityCode{Hash: "h3", OrgID: domain.FirstOrg, UserID: "bob", Kind: slack,
+		ExpiresAt: t0.Add(time.Hour), CreatedAt: t0.Add(2 * time.Minute)}))
+	_, err = st.TakeIdentityCode(ctx, "h2", t0)
+	wantErr(t, err, store.ErrNotFound) // forgotten when h3 was made, though taken "before" its expiry here
 }
 
 func testIntegrations(t *testing.T, st store.Store) {

@@ -1,0 +1,79 @@
+package server_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/internal/api"
+	"github.com/engrams/engrams/internal/coordinator/coordinatortest"
+	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/server"
+)
+
+// TestIdentityRoutes: a member makes a link code (shown once, kept
+// hashed), lists their own accounts only, may unlink theirs and not
+// another's (404), and both actions are in the audit log once, as them.
+func TestIdentityRoutes(t *testing.T) {
+	t.Parallel()
+	st := openSQLite(t)
+	p, err := server.Assemble(server.Config{ReplicaID: "r1"}, server.Deps{Store: st, Images: &coordinatortest.Materializer{}}, noHosts{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := api.New(api.Config{}, p.APIDeps(st, nil))
+	keys := map[string]string{}
+	for _, c := range matrixCallers(t, st) {
+		keys[c.name] = c.secret
+	}
+	do := func(who, method, path, body string, want int) string {
+		t.Helper()
+		req := httptest.NewRequest(method, path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+keys[who])
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != want {
+			t.Fatalf("%s %s as %s = %d, want %d: %s", method, path, who, rec.Code, want, rec.Body)
+		}
+		return rec.Body.String()
+	}
+	var link apiv1.IdentityLink
+	if err := json.Unmarshal([]byte(do("member", "POST", "/v1/me/identities", `{"kind":"slack"}`, http.StatusCreated)), &link); err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`^[A-Z2-7]{4}(-[A-Z2-7]{4}){3}$`).MatchString(link.Code) || !strings.Contains(link.Say, "link "+link.Code) ||
+		link.ExpiresAt.Before(time.Now().Add(14*time.Minute)) {
+		t.Fatalf("link code %+v", link)
+	}
+	if _, err := st.TakeIdentityCode(t.Context(), domain.HashLinkCode(link.Code), time.Now()); err != nil {
+		t.Fatalf("the code is not kept by its hash: %v", err)
+	}
+	do("member", "POST", "/v1/me/identities", `{"kind":"github"}`, http.StatusBadRequest)
+	do("service key (member)", "POST", "/v1/me/identities", `{"kind":"slack"}`, http.StatusForbidden)
+	for _, id := range []domain.Identity{
+		{OrgID: domain.FirstOrg, Kind: domain.IntegrationSlack, ExternalID: "T1:UM", UserID: "u-member", How: domain.IdentityByLink},
+		{OrgID: domain.FirstOrg, Kind: domain.IntegrationSlack, ExternalID: "T1:UA", UserID: "u-admin", How: domain.IdentityByEmail},
+	} {
+		if err := st.PutIdentity(t.Context(), id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := do("member", "GET", "/v1/me/identities", "", http.StatusOK); !strings.Contains(got, `"account":"T1:UM"`) || strings.Contains(got, "T1:UA") {
+		t.Fatalf("the member's accounts: %s", got)
+	}
+	do("member", "DELETE", "/v1/me/identities/slack/T1:UA", "", http.StatusNotFound)
+	do("member", "DELETE", "/v1/me/identities/slack/T1:UM", "", http.StatusNoContent)
+	do("member", "DELETE", "/v1/me/identities/slack/T1:UM", "", http.StatusNotFound)
+	log := do("owner", "GET", "/v1/audit?limit=100", "", http.StatusOK)
+	for _, want := range []string{`"actor_id":"u-member","actor_name":"u-member","key_id":"member","action":"identity.link_code","target_kind":"identity","target_id":"slack"`,
+		`"action":"identity.unlink","target_kind":"identity","target_id":"slack:T1:UM"`} {
+		if n := strings.Count(log, want); n != 1 {
+			t.Errorf("audit log has %q %d times, want once:\n%s", want, n, log)
+		}
+	}
+}
