@@ -261,11 +261,23 @@ try {
   step("on a phone every section is reached through the menu, light and dark, and fits the width");
   await menu(page, cfg.artifacts);
 
+  step("people: an owner adds a member, sees them listed, and may give roles up to owner");
+  await page.getByRole("navigation", { name: "Sections" }).getByRole("link", { name: "People" }).click();
+  await page.getByTestId("member-list").waitFor();
+  await page.getByLabel("Email").fill("grace@example.com");
+  await page.getByLabel("Role", { exact: true }).selectOption("member");
+  await page.getByRole("button", { name: "Add member" }).click();
+  await page.getByTestId("member-list").getByText("grace@example.com").waitFor();
+  await page.getByLabel("Role of grace@example.com").selectOption("admin");
+  await until("grace's new role", 10_000, async () => (await page.evaluate(async () => (await (await fetch("/v1/members")).json()).items)).some((m) => m.email === "grace@example.com" && m.role === "admin"));
+
   step("the operator pages");
   for (const [path, name, heading] of [
     ["/harnesses", "harnesses", "Harnesses"],
     ["/secrets", "secrets", "Secrets"],
     ["/hosts", "hosts", "Hosts"],
+    ["/people", "people", "People"],
+    ["/account", "account", "Account"],
   ]) {
     await page.goto(base + path);
     await page.getByRole("heading", { name: heading, exact: true }).waitFor();

@@ -38,6 +38,28 @@ try {
   if (await page.evaluate(() => document.cookie.includes("engrams_session"))) throw new Error("scripts can read the sign-in cookie");
   if (await page.evaluate(() => localStorage.getItem("engrams.token"))) throw new Error("a provider sign-in left a key in localStorage");
 
+  step("a member sees only what a member may do: no admin sections, no buttons that would answer 403");
+  const nav = page.getByRole("navigation", { name: "Sections" });
+  await nav.getByRole("link", { name: "Account" }).waitFor();
+  const labels = await nav.getByRole("link").allTextContents();
+  for (const admin of ["Secrets", "People", "Hosts", "Settings"]) if (labels.includes(admin)) throw new Error("a member's navigation offers " + admin + ": " + labels.join(", "));
+  await nav.getByRole("link", { name: "Profiles" }).click();
+  await page.getByText("An admin makes them").waitFor();
+  if (await page.getByRole("link", { name: "New profile" }).count()) throw new Error("a member is offered New profile");
+  await nav.getByRole("link", { name: "Images" }).click();
+  await page.getByRole("heading", { name: "Images" }).waitFor();
+  if (await page.getByText("Enable an image").count()) throw new Error("a member is offered to enable an image");
+
+  step("the account page: who I am, my keys, and a code to link my Slack account");
+  await nav.getByRole("link", { name: "Account" }).click();
+  await page.getByTestId("whoami").filter({ hasText: cfg.email }).waitFor();
+  await page.getByTestId("whoami").filter({ hasText: "member" }).waitFor();
+  await page.getByTestId("key-list").getByText("sign-in").first().waitFor();
+  await page.getByRole("button", { name: "Link a Slack account" }).click();
+  const said = await page.getByTestId("link-code").textContent();
+  if (!/link [A-Z2-7]{4}(-[A-Z2-7]{4}){3}/.test(said)) throw new Error("the link code: " + said);
+  await shoot(page, cfg.artifacts, "account");
+
   step("a write by cookie: with the page's anti-forgery header it works, without it is refused");
   const made = await page.evaluate(async () => {
     const csrf = document.cookie.split("; ").find((c) => c.startsWith("engrams_csrf="))?.slice("engrams_csrf=".length) ?? "";

@@ -1,6 +1,7 @@
 // The routes: every page has its own URL.
 import { useEffect, useLayoutEffect } from "preact/hooks";
 import { signedIn as isSignedIn } from "./api/auth";
+import { Account } from "./pages/Account";
 import { AutomationEditor } from "./pages/AutomationEditor";
 import { Automations } from "./pages/Automations";
 import { Composer } from "./pages/Composer";
@@ -9,6 +10,7 @@ import { Hosts } from "./pages/Hosts";
 import { ImagePage } from "./pages/ImagePage";
 import { Images } from "./pages/Images";
 import { Login } from "./pages/Login";
+import { People } from "./pages/People";
 import { ProfileEditor } from "./pages/ProfileEditor";
 import { Profiles } from "./pages/Profiles";
 import { Run } from "./pages/Run";
@@ -43,6 +45,8 @@ function page(path: string) {
   if (match("/secrets", path)) return <Secrets />;
   if (match("/hosts", path) || match("/hosts/:id", path)) return <Hosts />;
   if (match("/settings", path)) return <Settings />;
+  if (match("/people", path)) return <People />;
+  if (match("/account", path)) return <Account />;
   return (
     <p class="empty">
       No page here. <a href="/tasks">Go to the tasks</a>.
@@ -65,6 +69,8 @@ const titles: [string, string][] = [
   ["/secrets", "Secrets"],
   ["/hosts", "Hosts"],
   ["/settings", "Settings"],
+  ["/people", "People"],
+  ["/account", "Account"],
 ];
 
 export function App() {

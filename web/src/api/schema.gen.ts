@@ -1705,6 +1705,45 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/me/identities": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The caller's accounts in the integrations (Slack), mapped by a confirmed email or linked by a code. */
+        get: operations["listIdentities"];
+        put?: never;
+        /** A link code for an integration. Said to it (in Slack, "@engrams link CODE") within 15 minutes, once, it makes the account that says it act as the caller. */
+        post: operations["linkIdentity"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/me/identities/{kind}/{account}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                kind: "slack";
+                /** @description The account (Slack: TEAM:USER). */
+                account: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** The account no longer acts as the caller (another person's is 404). */
+        delete: operations["unlinkIdentity"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/members": {
         parameters: {
             query?: never;
@@ -2252,6 +2291,36 @@ export interface components {
              * @description Zero time when never used.
              */
             last_used_at?: string;
+        };
+        Identity: {
+            /** @enum {string} */
+            kind: "slack";
+            /** @description Slack: TEAM:USER. */
+            account: string;
+            /**
+             * @description Mapped by the email the integration confirmed, or linked with a code.
+             * @enum {string}
+             */
+            how: "email" | "link";
+            /** Format: date-time */
+            created_at: string;
+        };
+        IdentityList: {
+            items: components["schemas"]["Identity"][];
+            /** @description Always empty (a person has few accounts). */
+            next_cursor: string;
+        };
+        LinkIdentityRequest: {
+            /** @enum {string} */
+            kind: "slack";
+        };
+        IdentityLink: {
+            /** @description Four groups of four letters and digits, e.g. ABCD-EFGH-IJKL-MNOP. */
+            code: string;
+            /** Format: date-time */
+            expires_at: string;
+            /** @description What to say */
+            say: string;
         };
         WhoAmI: {
             user_id: string;
@@ -5521,6 +5590,75 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["WhoAmI"];
                 };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    listIdentities: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The caller's accounts. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["IdentityList"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    linkIdentity: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["LinkIdentityRequest"];
+            };
+        };
+        responses: {
+            /** @description The code (shown once) and what to say. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["IdentityLink"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    unlinkIdentity: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                kind: "slack";
+                /** @description The account (Slack: TEAM:USER). */
+                account: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Unlinked. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             default: components["responses"]["Error"];
         };

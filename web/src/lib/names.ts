@@ -3,10 +3,12 @@
 import { listAll } from "../api/client";
 import type { Host, Task } from "../api/types";
 import { useLoad } from "./useLoad";
+import { isFleet, useMe } from "./useMe";
 
 /** useHostNames maps host ids to names (empty while loading). */
 export function useHostNames(): Map<string, string> {
-  const hosts = useLoad((s) => listAll<Host>("/v1/hosts", s), []);
+  const fleet = isFleet(useMe()); // hosts are a fleet operator's to see
+  const hosts = useLoad((s) => (fleet ? listAll<Host>("/v1/hosts", s) : Promise.resolve(undefined)), [fleet]);
   return new Map((hosts.value?.items ?? []).map((h) => [h.id, h.name]));
 }
 

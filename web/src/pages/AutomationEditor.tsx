@@ -15,8 +15,10 @@ import { Tabs } from "../ui/Tabs";
 import { AutomationForm } from "./AutomationForm";
 import { AutomationRuns } from "./AutomationRuns";
 import { AutomationTestRun } from "./AutomationTestRun";
+import { isAdmin, useMe } from "../lib/useMe";
 
 export function AutomationEditor(props: { name?: string }) {
+  const admin = isAdmin(useMe());
   const existing = useLoad((s) => (props.name ? get<Automation>("/v1/automations/" + enc(props.name), s) : Promise.resolve(undefined)), [props.name]);
   const builtins = useLoad((s) => (props.name ? Promise.resolve({ items: [] as Builtin[], next_cursor: "" }) : get<Page<Builtin>>("/v1/automation-builtins", s)), [props.name]);
   // A new automation's templates name a profile that exists (the first), or
@@ -114,7 +116,7 @@ export function AutomationEditor(props: { name?: string }) {
     <>
       <div class="head">
         <h1 class="title">{a ? "Automation " + a.name : "New automation"}</h1>
-        {a && (
+        {a && admin && (
           <button class="quiet" onClick={toggle} data-testid="automation-toggle">
             {a.enabled ? "Disable" : "Enable"} its trigger
           </button>
@@ -206,9 +208,13 @@ export function AutomationEditor(props: { name?: string }) {
             </label>
           )}
           {!probs.length && <Problem error={error} what="Could not save" />}
-          <button type="submit" disabled={saving}>
-            {saving ? "Saving…" : a ? "Save a new version" : "Create automation"}
-          </button>
+          {admin ? (
+            <button type="submit" disabled={saving}>
+              {saving ? "Saving…" : a ? "Save a new version" : "Create automation"}
+            </button>
+          ) : (
+            <p class="hint">Only admins change automations.</p>
+          )}
         </form>
         <div class="side">{a ? <AutomationTestRun automation={a} /> : <p class="muted">Save it to run it.</p>}</div>
       </div>

@@ -4,17 +4,21 @@ import type { Automation } from "../api/types";
 import { ago } from "../lib/format";
 import { useLoad } from "../lib/useLoad";
 import { Table } from "../ui/Table";
+import { isAdmin, useMe } from "../lib/useMe";
 
 export function Automations() {
   const list = useLoad((s) => listAll<Automation>("/v1/automations", s), []);
   const as = list.value?.items ?? [];
+  const admin = isAdmin(useMe());
   return (
     <>
       <div class="head">
         <h1>Automations</h1>
-        <a class="button" href="/automations/new">
-          New automation
-        </a>
+        {admin && (
+          <a class="button" href="/automations/new">
+            New automation
+          </a>
+        )}
       </div>
       <Table
         what="automations"
@@ -24,7 +28,7 @@ export function Automations() {
         testid="automation-list"
         empty={
           <>
-            No automations yet. An automation turns repeat work into runs started by a schedule, a webhook or by hand. <a href="/automations/new">Make one</a>.
+            No automations yet. An automation turns repeat work into runs started by a schedule, a webhook or by hand. {admin ? <a href="/automations/new">Make one</a> : "An admin makes them"}.
           </>
         }
         columns={[

@@ -6,9 +6,11 @@ import { ago, bytes } from "../lib/format";
 import { useLoad } from "../lib/useLoad";
 import { Problem } from "../ui/Problem";
 import { Table } from "../ui/Table";
+import { isAdmin, useMe } from "../lib/useMe";
 
 export function Harnesses() {
   const list = useLoad((s) => listAll<Harness>("/v1/harnesses", s), []);
+  const admin = isAdmin(useMe());
   const [name, setName] = useState("claude-code");
   const [version, setVersion] = useState("");
   const [error, setError] = useState<Error>();
@@ -48,26 +50,30 @@ export function Harnesses() {
   return (
     <>
       <h1>Harnesses</h1>
-      <p class="small muted">
-        Add your own: a .tar.gz (or .tar) of a directory holding its harness.json.{" "}
-        <label class="button quiet">
-          Add a harness…
-          <input type="file" class="sr-only" accept=".tar,.tgz,.gz,application/gzip,application/x-tar" onChange={(e) => void upload(e.currentTarget.files)} />
-        </label>
-      </p>
-      <form class="inline-form" onSubmit={build}>
-        <label for="h-name">Build</label>
-        <select id="h-name" value={name} onChange={(e) => setName(e.currentTarget.value)}>
-          <option value="claude-code">claude-code</option>
-          <option value="codex">codex</option>
-          <option value="shell">shell</option>
-        </select>
-        <label for="h-version">Version</label>
-        <input id="h-version" value={version} onInput={(e) => setVersion(e.currentTarget.value)} placeholder="latest" />
-        <button type="submit" disabled={busy}>
-          {busy ? "Building… (may take minutes)" : "Build"}
-        </button>
-      </form>
+      {admin && (
+        <>
+          <p class="small muted">
+            Add your own: a .tar.gz (or .tar) of a directory holding its harness.json.{" "}
+            <label class="button quiet">
+              Add a harness…
+              <input type="file" class="sr-only" accept=".tar,.tgz,.gz,application/gzip,application/x-tar" onChange={(e) => void upload(e.currentTarget.files)} />
+            </label>
+          </p>
+          <form class="inline-form" onSubmit={build}>
+            <label for="h-name">Build</label>
+            <select id="h-name" value={name} onChange={(e) => setName(e.currentTarget.value)}>
+              <option value="claude-code">claude-code</option>
+              <option value="codex">codex</option>
+              <option value="shell">shell</option>
+            </select>
+            <label for="h-version">Version</label>
+            <input id="h-version" value={version} onInput={(e) => setVersion(e.currentTarget.value)} placeholder="latest" />
+            <button type="submit" disabled={busy}>
+              {busy ? "Building… (may take minutes)" : "Build"}
+            </button>
+          </form>
+        </>
+      )}
       <Problem error={error} />
       <Table
         what="harnesses"
@@ -84,18 +90,19 @@ export function Harnesses() {
           {
             head: "Actions",
             hidden: true,
-            cell: (h) => (
-              <button
-                class="quiet danger"
-                aria-label={"Delete " + h.name + "@" + h.version}
-                onClick={() =>
-                  confirm("Delete " + h.name + "@" + h.version + "? Sessions made with it keep it.") &&
-                  del("/v1/harnesses/" + enc(h.name) + "?version=" + enc(h.version)).then(list.reload, setError)
-                }
-              >
-                Delete
-              </button>
-            ),
+            cell: (h) =>
+              admin && (
+                <button
+                  class="quiet danger"
+                  aria-label={"Delete " + h.name + "@" + h.version}
+                  onClick={() =>
+                    confirm("Delete " + h.name + "@" + h.version + "? Sessions made with it keep it.") &&
+                    del("/v1/harnesses/" + enc(h.name) + "?version=" + enc(h.version)).then(list.reload, setError)
+                  }
+                >
+                  Delete
+                </button>
+              ),
           },
         ]}
       />

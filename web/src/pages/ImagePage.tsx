@@ -8,10 +8,12 @@ import { useTitle } from "../lib/title";
 import { useLoad } from "../lib/useLoad";
 import { Loading, Problem } from "../ui/Problem";
 import { StateBadge } from "../ui/StateBadge";
+import { isAdmin, useMe } from "../lib/useMe";
 
 const steps = ["pending", "materializing", "capturing", "ready"];
 
 export function ImagePage(props: { name: string }) {
+  const admin = isAdmin(useMe());
   const img = useLoad((s) => get<Image>("/v1/images/" + enc(props.name), s), [props.name]);
   const jobs = useLoad((s) => listAll<ImageJob>("/v1/images/" + enc(props.name) + "/jobs", s), [props.name]);
   const [error, setError] = useState<Error>();
@@ -39,12 +41,16 @@ export function ImagePage(props: { name: string }) {
         <h1 class="title">Image {props.name}</h1>
         <div class="states">
           <StateBadge state={i?.state === "pending" ? "enabling" : i?.state} label="Image" />
-          <button onClick={() => act("POST", "/refresh")} disabled={!!live}>
-            Refresh
-          </button>
-          <button class="danger" onClick={() => confirm("Disable " + props.name + "? Running sessions keep theirs.") && act("DELETE", "")}>
-            Disable
-          </button>
+          {admin && (
+            <>
+              <button onClick={() => act("POST", "/refresh")} disabled={!!live}>
+                Refresh
+              </button>
+              <button class="danger" onClick={() => confirm("Disable " + props.name + "? Running sessions keep theirs.") && act("DELETE", "")}>
+                Disable
+              </button>
+            </>
+          )}
         </div>
       </div>
       <Problem error={img.error ?? error} />

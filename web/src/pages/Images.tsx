@@ -8,6 +8,7 @@ import { navigate } from "../router";
 import { Problem } from "../ui/Problem";
 import { Table } from "../ui/Table";
 import { StateBadge } from "../ui/StateBadge";
+import { isAdmin, useMe } from "../lib/useMe";
 
 export function Images() {
   const list = useLoad((s) => listAll<Image>("/v1/images", s), []);
@@ -18,10 +19,11 @@ export function Images() {
   const images = list.value?.items ?? [];
   // what an enable that leaves a size out gets, as the server says
   const defaults = useLoad((s) => get<ImageList>("/v1/images?limit=1", s), []);
+  const admin = isAdmin(useMe());
   return (
     <>
       <h1>Images</h1>
-      <EnableForm defaults={defaults.value?.defaults} />
+      {admin && <EnableForm defaults={defaults.value?.defaults} />}
       <Table
         what="images"
         rows={list.value ? images : undefined}

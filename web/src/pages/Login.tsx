@@ -5,6 +5,7 @@ import { useEffect, useState } from "preact/hooks";
 import { setToken } from "../api/auth";
 import { ApiError, call, get } from "../api/client";
 import type { components } from "../api/schema.gen";
+import { forgetMe } from "../lib/useMe";
 import { navigate } from "../router";
 import { Problem } from "../ui/Problem";
 
@@ -34,7 +35,7 @@ export function Login() {
       setBusy(true);
       setError(undefined);
       call<SignedIn>("POST", "/v1/dashboard/login", { code }).then(
-        () => navigate("/tasks", true),
+        () => (forgetMe(), navigate("/tasks", true)),
         (e: ApiError) => {
           setError(e.message);
           setBusy(false);
@@ -54,6 +55,7 @@ export function Login() {
     setToken(t);
     try {
       await call("GET", "/v1/me");
+      forgetMe();
       navigate("/tasks", true);
     } catch (err) {
       setError(err instanceof ApiError && err.status === 401 ? "That key is not valid, has expired or was revoked." : String(err));

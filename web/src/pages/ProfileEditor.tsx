@@ -13,12 +13,15 @@ import { FieldProblems, Row } from "../ui/Field";
 import { Loading, Problem } from "../ui/Problem";
 import { ReceiptView } from "../ui/Receipt";
 import { ProfileRepos } from "./ProfileRepos";
+import { isAdmin, useMe } from "../lib/useMe";
 
 export function ProfileEditor(props: { name?: string }) {
   const existing = useLoad((s) => (props.name ? get<ProfileResponse>("/v1/profiles/" + enc(props.name), s) : Promise.resolve(undefined)), [props.name]);
   const images = useLoad((s) => listAll<Image>("/v1/images", s), []);
   const harnesses = useLoad((s) => listAll<Harness>("/v1/harnesses", s), []);
-  const secrets = useLoad((s) => listAll<Secret>("/v1/secrets", s), []);
+  const admin = isAdmin(useMe());
+  // Secrets are an admin's to list; a member reads the profile as it is.
+  const secrets = useLoad((s) => (admin ? listAll<Secret>("/v1/secrets", s) : Promise.resolve({ items: [] as Secret[], next_cursor: "" })), [admin]);
   const [form, setForm] = useState<Form>(toForm(""));
   const [preview, setPreview] = useState<{ receipt: Receipt; problems: string[] }>();
   const [error, setError] = useState<Error>();
@@ -136,9 +139,13 @@ export function ProfileEditor(props: { name?: string }) {
           </Row>
           <FieldProblems id="p-other" problems={probs.get("other" as Field)} />
           <Problem error={error} what="Could not save" />
-          <button type="submit" disabled={saving}>
-            {saving ? "Saving…" : props.name ? "Save" : "Create profile"}
-          </button>
+          {admin ? (
+            <button type="submit" disabled={saving}>
+              {saving ? "Saving…" : props.name ? "Save" : "Create profile"}
+            </button>
+          ) : (
+            <p class="hint">Only admins change profiles.</p>
+          )}
         </form>
         <div class="side" aria-live="polite">
           <ReceiptView receipt={preview?.receipt} />

@@ -4,17 +4,21 @@ import type { Profile } from "../api/types";
 import { ago } from "../lib/format";
 import { useLoad } from "../lib/useLoad";
 import { Table } from "../ui/Table";
+import { isAdmin, useMe } from "../lib/useMe";
 
 export function Profiles() {
   const list = useLoad((s) => listAll<Profile>("/v1/profiles", s), []);
   const ps = list.value?.items ?? [];
+  const admin = isAdmin(useMe());
   return (
     <>
       <div class="head">
         <h1>Profiles</h1>
-        <a class="button" href="/profiles/new">
-          New profile
-        </a>
+        {admin && (
+          <a class="button" href="/profiles/new">
+            New profile
+          </a>
+        )}
       </div>
       <Table
         what="profiles"
@@ -24,7 +28,7 @@ export function Profiles() {
         testid="profile-list"
         empty={
           <>
-            No profiles yet. A profile says what an agent gets: image, harness, repositories, hosts and credentials. <a href="/profiles/new">Make one</a>.
+            No profiles yet. A profile says what an agent gets: image, harness, repositories, hosts and credentials. {admin ? <a href="/profiles/new">Make one</a> : "An admin makes them"}.
           </>
         }
         columns={[

@@ -4,18 +4,24 @@
 import type { ComponentChildren } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import { signOut } from "../api/auth";
+import type { WhoAmI } from "../api/types";
+import { forgetMe, isAdmin, isFleet, useMe } from "../lib/useMe";
 import { navigate } from "../router";
 
-export const sections = [
+type Section = { href: string; label: string; may?: (me?: WhoAmI) => boolean };
+
+export const sections: Section[] = [
   { href: "/tasks", label: "Tasks" },
   { href: "/sessions", label: "Sessions" },
   { href: "/profiles", label: "Profiles" },
   { href: "/automations", label: "Automations" },
   { href: "/images", label: "Images" },
   { href: "/harnesses", label: "Harnesses" },
-  { href: "/secrets", label: "Secrets" },
-  { href: "/hosts", label: "Hosts" },
-  { href: "/settings", label: "Settings" },
+  { href: "/secrets", label: "Secrets", may: isAdmin },
+  { href: "/people", label: "People", may: isAdmin },
+  { href: "/hosts", label: "Hosts", may: isFleet },
+  { href: "/settings", label: "Settings", may: isAdmin },
+  { href: "/account", label: "Account" },
 ];
 
 export function Layout(props: { path: string; children: ComponentChildren }) {
@@ -23,7 +29,9 @@ export function Layout(props: { path: string; children: ComponentChildren }) {
   // A followed link closes the menu, also one to the page shown.
   useEffect(() => setOpen(false), [props.path]);
   const followed = (e: MouseEvent) => (e.target as Element).closest("a") && setOpen(false);
-  const current = sections.find((s) => props.path.startsWith(s.href));
+  const me = useMe();
+  const shown = sections.filter((s) => !s.may || s.may(me));
+  const current = shown.find((s) => props.path.startsWith(s.href));
   return (
     <div class="frame">
       <header class="top">
@@ -37,7 +45,7 @@ export function Layout(props: { path: string; children: ComponentChildren }) {
           Menu
         </button>
         <nav id="sections" aria-label="Sections" class={open ? "open" : undefined} onClick={followed}>
-          {sections.map((s) => (
+          {shown.map((s) => (
             <a href={s.href} aria-current={current === s ? "page" : undefined}>
               {s.label}
             </a>
@@ -47,6 +55,7 @@ export function Layout(props: { path: string; children: ComponentChildren }) {
             class="quiet sign-out"
             onClick={async () => {
               await signOut(); // a cookie sign-in stops working here and now
+              forgetMe();
               navigate("/login");
             }}
           >
