@@ -197,27 +197,7 @@ func TestRouteMatrix(t *testing.T) {
 // once, with its actor.
 func TestKeysMembersAndTheAuditLog(t *testing.T) {
 	t.Parallel()
-	st := openSQLite(t)
-	p, err := server.Assemble(server.Config{ReplicaID: "r1"}, server.Deps{Store: st, Images: &coordinatortest.Materializer{}}, noHosts{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := api.New(api.Config{}, p.APIDeps(st, nil))
-	keys := map[string]string{}
-	for _, c := range matrixCallers(t, st) {
-		keys[c.name] = c.secret
-	}
-	do := func(who, method, path, body string, want int) string {
-		t.Helper()
-		req := httptest.NewRequest(method, path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+keys[who])
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		if rec.Code != want {
-			t.Fatalf("%s %s as %s = %d, want %d: %s", method, path, who, rec.Code, want, rec.Body)
-		}
-		return rec.Body.String()
-	}
+	_, do := peopleAPI(t)
 	// A member may not make a key above their role, nor a service key.
 	do("member", "POST", "/v1/tokens", `{"name":"up","role":"admin"}`, http.StatusForbidden)
 	do("member", "POST", "/v1/tokens", `{"name":"svc","kind":"service"}`, http.StatusForbidden)
@@ -262,5 +242,32 @@ func TestKeysMembersAndTheAuditLog(t *testing.T) {
 	}
 	if other := do("other organisation's owner", "GET", "/v1/audit", "", http.StatusOK); strings.Contains(other, `"action"`) {
 		t.Errorf("another organisation reads this one's audit log: %s", other)
+	}
+}
+
+// peopleAPI serves the API over a fresh store with matrixCallers' keys;
+// do sends a request as one of them (by name) and fails the test unless
+// it answers want.
+func peopleAPI(t *testing.T) (store.Store, func(who, method, path, body string, want int) string) {
+	st := openSQLite(t)
+	p, err := server.Assemble(server.Config{ReplicaID: "r1"}, server.Deps{Store: st, Images: &coordinatortest.Materializer{}}, noHosts{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := api.New(api.Config{}, p.APIDeps(st, nil))
+	keys := map[string]string{}
+	for _, c := range matrixCallers(t, st) {
+		keys[c.name] = c.secret
+	}
+	return st, func(who, method, path, body string, want int) string {
+		t.Helper()
+		req := httptest.NewRequest(method, path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+keys[who])
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != want {
+			t.Fatalf("%s %s as %s = %d, want %d: %s", method, path, who, rec.Code, want, rec.Body)
+		}
+		return rec.Body.String()
 	}
 }

@@ -3,17 +3,13 @@ package server_test
 import (
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/engrams/engrams/api/apiv1"
-	"github.com/engrams/engrams/internal/api"
-	"github.com/engrams/engrams/internal/coordinator/coordinatortest"
 	"github.com/engrams/engrams/internal/domain"
-	"github.com/engrams/engrams/internal/server"
 )
 
 // TestIdentityRoutes: a member makes a link code (shown once, kept
@@ -21,27 +17,7 @@ import (
 // another's (404), and both actions are in the audit log once, as them.
 func TestIdentityRoutes(t *testing.T) {
 	t.Parallel()
-	st := openSQLite(t)
-	p, err := server.Assemble(server.Config{ReplicaID: "r1"}, server.Deps{Store: st, Images: &coordinatortest.Materializer{}}, noHosts{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := api.New(api.Config{}, p.APIDeps(st, nil))
-	keys := map[string]string{}
-	for _, c := range matrixCallers(t, st) {
-		keys[c.name] = c.secret
-	}
-	do := func(who, method, path, body string, want int) string {
-		t.Helper()
-		req := httptest.NewRequest(method, path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+keys[who])
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		if rec.Code != want {
-			t.Fatalf("%s %s as %s = %d, want %d: %s", method, path, who, rec.Code, want, rec.Body)
-		}
-		return rec.Body.String()
-	}
+	st, do := peopleAPI(t)
 	var link apiv1.IdentityLink
 	if err := json.Unmarshal([]byte(do("member", "POST", "/v1/me/identities", `{"kind":"slack"}`, http.StatusCreated)), &link); err != nil {
 		t.Fatal(err)
