@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/mail"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -264,6 +263,7 @@ func (s *peopleRouter) listAudit(w http.ResponseWriter, r *http.Request) {
 // link codes they make (the store).
 type IdentityStore interface {
 	ListIdentities(ctx context.Context, org domain.OrgID, user domain.UserID) ([]domain.Identity, error)
+	GetIdentity(ctx context.Context, org domain.OrgID, kind domain.IntegrationKind, externalID string) (domain.Identity, error)
 	DeleteIdentity(ctx context.Context, org domain.OrgID, kind domain.IntegrationKind, externalID string) error
 	CreateIdentityCode(ctx context.Context, c domain.IdentityCode) error
 }
@@ -355,13 +355,13 @@ func (s *identitiesRouter) unlink(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	kind, account := domain.IntegrationKind(r.PathValue("kind")), r.PathValue("account")
-	ids, err := s.accounts(r.Context(), p)
-	if err != nil {
-		s.fail(w, r, err)
+	id, err := s.st.GetIdentity(r.Context(), p.OrgID, kind, account)
+	if errors.Is(err, domain.ErrNotFound) || (err == nil && (p.Service || id.UserID != p.UserID)) {
+		s.fail(w, r, notFound(fmt.Sprintf("%s account %s", kind, quote(account)))) // another's is not there for you
 		return
 	}
-	if !slices.ContainsFunc(ids, func(id domain.Identity) bool { return id.Kind == kind && id.ExternalID == account }) {
-		s.fail(w, r, notFound(fmt.Sprintf("%s account %s", kind, quote(account)))) // another's is not there for you
+	if err != nil {
+		s.fail(w, r, err)
 		return
 	}
 	if err := s.st.DeleteIdentity(r.Context(), p.OrgID, kind, account); err != nil {
