@@ -347,6 +347,7 @@ func peopleSchemaTypes() map[string]reflect.Type {
 		"IdentityList":        reflect.TypeFor[apiv1.IdentityList](),
 		"LinkIdentityRequest": reflect.TypeFor[apiv1.LinkIdentityRequest](),
 		"IdentityLink":        reflect.TypeFor[apiv1.IdentityLink](),
+		"Grant":               reflect.TypeFor[apiv1.Grant](),
 		"Member":              reflect.TypeFor[apiv1.Member](),
 		"MemberList":          reflect.TypeFor[apiv1.MemberList](),
 		"AddMemberRequest":    reflect.TypeFor[apiv1.AddMemberRequest](),

@@ -42,6 +42,14 @@ func (pc PeopleClient) SetRole(ctx context.Context, userID, role string) (apiv1.
 	return r, err
 }
 
+// SetGroups replaces the groups a member is in.
+func (pc PeopleClient) SetGroups(ctx context.Context, userID string, groups []string) (apiv1.Member, error) {
+	var r apiv1.Member
+	groups = append([]string{}, groups...) // [] for none, never null
+	err := pc.c.call(ctx, http.MethodPut, routePath(apiv1.RouteSetMember, userID), nil, apiv1.SetMemberRequest{Groups: &groups}, &r)
+	return r, err
+}
+
 // RemoveMember removes a member (their personal keys are revoked).
 func (pc PeopleClient) RemoveMember(ctx context.Context, userID string) error {
 	return pc.c.call(ctx, http.MethodDelete, routePath(apiv1.RouteRemoveMember, userID), nil, nil, nil)

@@ -173,27 +173,47 @@ type ProfileApp struct {
 	Port int    `json:"port"`
 }
 
+// Grant kinds: who a profile grant names.
+const (
+	GrantEveryone = "everyone" // every member of the organisation
+	GrantUser     = "user"     // one member; Subject is their user id
+	GrantGroup    = "group"    // the members in a group; Subject is its name
+)
+
+// Grant lets members start tasks with a profile. Owners and admins may
+// use every profile of their organisation; members those granted to
+// them, to a group they are in, or to everyone.
+type Grant struct {
+	Kind    string `json:"kind"`              // GrantEveryone, GrantUser or GrantGroup
+	Subject string `json:"subject,omitempty"` // a user id or a group name; "" for everyone
+}
+
 // Profile is a stored profile.
 type Profile struct {
 	ID        string      `json:"id"`
 	Name      string      `json:"name"`
 	Spec      ProfileSpec `json:"spec"`
+	Grants    []Grant     `json:"grants"`  // who may use it; never null
 	Version   int64       `json:"version"` // bumped by every edit
 	CreatedAt time.Time   `json:"created_at"`
 	UpdatedAt time.Time   `json:"updated_at"`
 	DeletedAt time.Time   `json:"deleted_at,omitzero"`
 }
 
-// CreateProfileRequest is the body of RouteCreateProfile.
+// CreateProfileRequest is the body of RouteCreateProfile. Without grants
+// only the organisation's owners and admins may use the profile.
 type CreateProfileRequest struct {
-	Name string      `json:"name"`
-	Spec ProfileSpec `json:"spec"`
+	Name   string      `json:"name"`
+	Spec   ProfileSpec `json:"spec"`
+	Grants []Grant     `json:"grants,omitempty"`
 }
 
-// UpdateProfileRequest replaces a profile's spec; Version is the version
-// the edit was made from.
+// UpdateProfileRequest replaces a profile's spec, and its grants when
+// Grants is set (absent keeps them); Version is the version the edit was
+// made from.
 type UpdateProfileRequest struct {
 	Spec    ProfileSpec `json:"spec"`
+	Grants  *[]Grant    `json:"grants,omitempty"`
 	Version int64       `json:"version"`
 }
 

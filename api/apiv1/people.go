@@ -47,6 +47,7 @@ type Member struct {
 	Email         string    `json:"email,omitempty"`
 	Name          string    `json:"name,omitempty"`
 	Role          string    `json:"role"`
+	Groups        []string  `json:"groups"` // what profile grants to groups name; never null
 	FleetOperator bool      `json:"fleet_operator,omitempty"`
 	AddedAt       time.Time `json:"added_at"`
 }
@@ -65,9 +66,11 @@ type AddMemberRequest struct {
 	Role  string `json:"role"`
 }
 
-// SetMemberRequest changes a member's role.
+// SetMemberRequest changes a member's role (when set) and the groups
+// they are in (when set: the whole list).
 type SetMemberRequest struct {
-	Role string `json:"role"`
+	Role   string    `json:"role,omitempty"`
+	Groups *[]string `json:"groups,omitempty"`
 }
 
 // AuditEvent is one entry of the audit log.

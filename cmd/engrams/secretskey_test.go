@@ -181,7 +181,7 @@ func seedSecrets(t *testing.T, db, key string, n int) []string {
 	}
 	var ids []string
 	for i := range n {
-		sv, err := v.Create(t.Context(), secrets.SecretRequest{Name: "s" + string(rune('a'+i)), Kind: apiv1.SecretGeneric, Value: []byte("value")})
+		sv, err := v.Create(t.Context(), secrets.SecretRequest{Org: domain.FirstOrg, Name: "s" + string(rune('a'+i)), Kind: apiv1.SecretGeneric, Value: []byte("value")})
 		if err != nil {
 			t.Fatal(err)
 		}

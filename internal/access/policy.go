@@ -71,6 +71,17 @@ func (p Principal) Viewer() domain.Viewer {
 	return domain.Viewer{OrgID: p.OrgID, UserID: p.UserID, All: p.Role.AtLeast(domain.RoleAdmin)}
 }
 
+// Grantee is p as one who asks to use a profile: owners and admins curate
+// every profile of their organisation, members hold its grants. A service
+// key holds grants to everyone only: not its maker's own.
+func (p Principal) Grantee() domain.Grantee {
+	g := domain.Grantee{OrgID: p.OrgID, Curator: p.Role.AtLeast(domain.RoleAdmin)}
+	if !p.Service {
+		g.UserID, g.Groups = p.UserID, p.Groups
+	}
+	return g
+}
+
 // Owner is whose what p creates is: p's organisation's and p's (a service
 // key's maker's), private unless shared.
 func (p Principal) Owner(shared bool) domain.Owner {
@@ -155,7 +166,7 @@ func Routes() map[string]Rule {
 
 		apiv1.RouteListMembers:  {Need: Admin},
 		apiv1.RouteAddMember:    a("member.add", "member"),
-		apiv1.RouteSetMember:    a("member.set_role", "member"),
+		apiv1.RouteSetMember:    a("member.update", "member"),
 		apiv1.RouteRemoveMember: a("member.remove", "member"),
 		apiv1.RouteListAudit:    {Need: AnyKey}, // an admin's organisation's, a fleet operator's hosts'
 

@@ -16,6 +16,8 @@ type Principal struct {
 	Name   string        // the person's email or name, or the service key's name
 	// Role is the key's role bounded by the person's role now ("" none).
 	Role domain.Role
+	// Groups are the groups the person is in now (profile grants name them).
+	Groups []string
 	// Fleet is the deployment-level grant: hosts and capacity.
 	Fleet   bool
 	KeyID   string
@@ -100,6 +102,6 @@ func Resolve(ctx context.Context, st Keys, hash string, now time.Time) (domain.T
 	if err != nil {
 		return t, Principal{}, fmt.Errorf("look up the key's membership: %w", err)
 	}
-	p.Role = t.Role.Min(m.Role)
+	p.Role, p.Groups = t.Role.Min(m.Role), m.Groups
 	return t, p, nil
 }

@@ -190,7 +190,7 @@ func newLookWorld(t *testing.T) *lookWorld {
 	}
 	w.sid = s.ID
 	w.env.Wait(t, w.sid, domain.SessionActive)
-	prof, err := st.CreateProfile(ctx, domain.Profile{ID: "prof-look", Name: "look", Spec: json.RawMessage(`{"image":"py","harness":"claude-code"}`), CreatedAt: time.Now()})
+	prof, err := st.CreateProfile(ctx, domain.Profile{ID: "prof-look", Org: domain.FirstOrg, Name: "look", Spec: json.RawMessage(`{"image":"py","harness":"claude-code"}`), CreatedAt: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ type PeopleStore interface {
 	CreateUser(ctx context.Context, u domain.User) error
 	UserByEmail(ctx context.Context, email string) (domain.User, error)
 	PutMember(ctx context.Context, org domain.OrgID, user domain.UserID, role domain.Role, at time.Time) error
+	SetMemberGroups(ctx context.Context, org domain.OrgID, user domain.UserID, groups []string) error
 	GetMember(ctx context.Context, org domain.OrgID, user domain.UserID) (domain.Member, error)
 	ListMembers(ctx context.Context, org domain.OrgID) ([]domain.Member, error)
 	RemoveMember(ctx context.Context, org domain.OrgID, user domain.UserID, at time.Time) error
@@ -64,7 +65,7 @@ func (s *peopleRouter) whoAmI(w http.ResponseWriter, r *http.Request) {
 
 func memberOut(m domain.Member) apiv1.Member {
 	return apiv1.Member{UserID: string(m.User.ID), Email: m.User.Email, Name: m.User.Name, Role: string(m.Role),
-		FleetOperator: m.User.FleetOperator, AddedAt: m.CreatedAt}
+		Groups: append([]string{}, m.Groups...), FleetOperator: m.User.FleetOperator, AddedAt: m.CreatedAt}
 }
 
 func (s *peopleRouter) listMembers(w http.ResponseWriter, r *http.Request) {
@@ -178,14 +179,26 @@ func (s *peopleRouter) setMember(w http.ResponseWriter, r *http.Request) {
 	p := principalFrom(r.Context())
 	m, err := s.target(r, p)
 	role := m.Role
-	if err == nil {
+	if err == nil && req.Role == "" && req.Groups == nil {
+		err = invalid("send a role, groups or both")
+	}
+	if err == nil && req.Groups != nil {
+		if gerr := domain.CheckGroups(*req.Groups); gerr != nil {
+			err = invalid("groups: " + gerr.Error())
+		}
+	}
+	if err == nil && req.Role != "" {
 		role, err = grantable(p, req.Role)
 	}
 	if err == nil && role != domain.RoleOwner {
 		err = s.lastOwner(r.Context(), m)
 	}
-	if err == nil {
+	if err == nil && role != m.Role {
 		err = s.st.PutMember(r.Context(), p.OrgID, m.User.ID, role, s.now())
+	}
+	if err == nil && req.Groups != nil {
+		err = s.st.SetMemberGroups(r.Context(), p.OrgID, m.User.ID, *req.Groups)
+		m.Groups = *req.Groups
 	}
 	if err != nil {
 		s.fail(w, r, err)

@@ -5,18 +5,21 @@ import (
 	"net/http"
 
 	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/profiles"
 )
 
 // ProfileService keeps profiles and resolves their receipts
 // (profiles.Profiles).
+// Writes name the caller's organisation; reads the caller as a grantee,
+// who sees only the profiles they may use.
 type ProfileService interface {
-	CreateProfile(ctx context.Context, name string, spec apiv1.ProfileSpec) (profiles.ProfileView, error)
-	Profiles(ctx context.Context) ([]profiles.ProfileView, error)
-	Profile(ctx context.Context, nameOrID string) (profiles.ProfileView, error)
-	UpdateProfile(ctx context.Context, nameOrID string, spec apiv1.ProfileSpec, version int64) (profiles.ProfileView, error)
-	DeleteProfile(ctx context.Context, nameOrID string) (profiles.ProfileView, error)
-	PreviewReceipt(ctx context.Context, spec apiv1.ProfileSpec) (apiv1.Receipt, []string, error)
+	CreateProfile(ctx context.Context, org domain.OrgID, name string, spec apiv1.ProfileSpec, grants []domain.Grant) (profiles.ProfileView, error)
+	Profiles(ctx context.Context, who domain.Grantee) ([]profiles.ProfileView, error)
+	Profile(ctx context.Context, who domain.Grantee, nameOrID string) (profiles.ProfileView, error)
+	UpdateProfile(ctx context.Context, org domain.OrgID, nameOrID string, edit profiles.ProfileEdit) (profiles.ProfileView, error)
+	DeleteProfile(ctx context.Context, org domain.OrgID, nameOrID string) (profiles.ProfileView, error)
+	PreviewReceipt(ctx context.Context, org domain.OrgID, spec apiv1.ProfileSpec) (apiv1.Receipt, []string, error)
 }
 
 // profilesRouter serves profiles and their grant receipts.
@@ -39,7 +42,7 @@ func (s *profilesRouter) previewReceipt(w http.ResponseWriter, r *http.Request) 
 	if !s.decode(w, r, &req) {
 		return
 	}
-	rc, probs, err := s.co.PreviewReceipt(r.Context(), req.Spec.spec())
+	rc, probs, err := s.co.PreviewReceipt(r.Context(), principalFrom(r.Context()).OrgID, req.Spec.spec())
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -52,7 +55,7 @@ func (s *profilesRouter) createProfile(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &req) {
 		return
 	}
-	v, err := s.co.CreateProfile(r.Context(), req.Name, req.Spec.spec())
+	v, err := s.co.CreateProfile(r.Context(), principalFrom(r.Context()).OrgID, req.Name, req.Spec.spec(), grantsIn(req.Grants))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -65,7 +68,7 @@ func (s *profilesRouter) listProfiles(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	vs, err := s.co.Profiles(r.Context())
+	vs, err := s.co.Profiles(r.Context(), principalFrom(r.Context()).Grantee())
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -80,7 +83,7 @@ func (s *profilesRouter) listProfiles(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *profilesRouter) getProfile(w http.ResponseWriter, r *http.Request) {
-	v, err := s.co.Profile(r.Context(), r.PathValue("name"))
+	v, err := s.co.Profile(r.Context(), principalFrom(r.Context()).Grantee(), r.PathValue("name"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -93,7 +96,12 @@ func (s *profilesRouter) updateProfile(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &req) {
 		return
 	}
-	v, err := s.co.UpdateProfile(r.Context(), r.PathValue("name"), req.Spec.spec(), req.Version)
+	edit := profiles.ProfileEdit{Spec: req.Spec.spec(), Version: req.Version}
+	if req.Grants != nil {
+		gs := grantsIn(*req.Grants)
+		edit.Grants = &gs
+	}
+	v, err := s.co.UpdateProfile(r.Context(), principalFrom(r.Context()).OrgID, r.PathValue("name"), edit)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -102,7 +110,7 @@ func (s *profilesRouter) updateProfile(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *profilesRouter) deleteProfile(w http.ResponseWriter, r *http.Request) {
-	v, err := s.co.DeleteProfile(r.Context(), r.PathValue("name"))
+	v, err := s.co.DeleteProfile(r.Context(), principalFrom(r.Context()).OrgID, r.PathValue("name"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -112,7 +120,11 @@ func (s *profilesRouter) deleteProfile(w http.ResponseWriter, r *http.Request) {
 
 func profileOut(v profiles.ProfileView) apiv1.Profile {
 	p := v.Profile
-	return apiv1.Profile{ID: p.ID, Name: p.Name, Spec: v.Spec, Version: p.Version, CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt, DeletedAt: p.DeletedAt}
+	grants := make([]apiv1.Grant, 0, len(p.Grants))
+	for _, g := range p.Grants {
+		grants = append(grants, apiv1.Grant{Kind: string(g.Kind), Subject: g.Subject})
+	}
+	return apiv1.Profile{ID: p.ID, Name: p.Name, Spec: v.Spec, Grants: grants, Version: p.Version, CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt, DeletedAt: p.DeletedAt}
 }
 
 // profileResponse shows a profile with its receipt; empty lists are [] so
@@ -126,4 +138,13 @@ func receiptOut(rc apiv1.Receipt) apiv1.Receipt {
 	rc.Powers, rc.Hosts, rc.Credentials = orEmpty(rc.Powers), orEmpty(rc.Hosts), orEmpty(rc.Credentials)
 	rc.Repos, rc.Env, rc.Skills, rc.Apps = orEmpty(rc.Repos), orEmpty(rc.Env), orEmpty(rc.Skills), orEmpty(rc.Apps)
 	return rc
+}
+
+// grantsIn is what a request's grants say; the service checks them.
+func grantsIn(in []apiv1.Grant) []domain.Grant {
+	out := make([]domain.Grant, 0, len(in))
+	for _, g := range in {
+		out = append(out, domain.Grant{Kind: domain.GrantKind(g.Kind), Subject: g.Subject})
+	}
+	return out
 }

@@ -36,7 +36,7 @@ func seedProfiles(t *testing.T, a *agentAPI) {
 		t.Fatal(err)
 	}
 	for _, s := range []secrets.SecretRequest{{Name: "ant", Kind: "anthropic_api_key"}, {Name: "gh", Kind: "git_https", Meta: apiv1.SecretMeta{Host: "github.com"}}} {
-		s.Value = []byte(apiKey)
+		s.Org, s.Value = domain.FirstOrg, []byte(apiKey)
 		if _, err := a.p.Vault.Create(ctx, s); err != nil {
 			t.Fatal(err)
 		}

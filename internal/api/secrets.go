@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/secrets"
 )
 
@@ -14,8 +15,8 @@ import (
 // SecretService keeps users' secrets sealed (secrets.Vault).
 type SecretService interface {
 	Create(ctx context.Context, req secrets.SecretRequest) (secrets.SecretView, error)
-	List(ctx context.Context) ([]secrets.SecretView, error)
-	Delete(ctx context.Context, nameOrID string) (secrets.SecretView, error)
+	List(ctx context.Context, org domain.OrgID) ([]secrets.SecretView, error)
+	Delete(ctx context.Context, org domain.OrgID, nameOrID string) (secrets.SecretView, error)
 }
 
 // secretsRouter serves secrets; values go in and never come out.
@@ -35,7 +36,7 @@ func (s *secretsRouter) createSecret(w http.ResponseWriter, r *http.Request) {
 	if !s.decodeWith(w, r, &req, describeRedacted) {
 		return
 	}
-	v, err := s.co.Create(r.Context(), secrets.SecretRequest{Name: req.Name, Kind: req.Kind, Value: []byte(req.Value), Meta: req.Meta})
+	v, err := s.co.Create(r.Context(), secrets.SecretRequest{Org: principalFrom(r.Context()).OrgID, Name: req.Name, Kind: req.Kind, Value: []byte(req.Value), Meta: req.Meta})
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -48,7 +49,7 @@ func (s *secretsRouter) listSecrets(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	vs, err := s.co.List(r.Context())
+	vs, err := s.co.List(r.Context(), principalFrom(r.Context()).OrgID)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -63,7 +64,7 @@ func (s *secretsRouter) listSecrets(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *secretsRouter) deleteSecret(w http.ResponseWriter, r *http.Request) {
-	v, err := s.co.Delete(r.Context(), r.PathValue("name"))
+	v, err := s.co.Delete(r.Context(), principalFrom(r.Context()).OrgID, r.PathValue("name"))
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -108,7 +108,7 @@ func (s *tasksRouter) startTask(w http.ResponseWriter, r *http.Request) {
 	}
 	p := principalFrom(r.Context())
 	t, err := s.co.StartTask(r.Context(), tasks.StartTaskRequest{Profile: req.Profile, Prompt: req.Prompt, Title: req.Title,
-		StartedBy: p.KeyName, Owner: p.Owner(req.Shared)})
+		StartedBy: p.KeyName, Owner: p.Owner(req.Shared), Grantee: p.Grantee()})
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -133,7 +133,7 @@ func (s *tasksRouter) listTasks(w http.ResponseWriter, r *http.Request) {
 		f.AfterCreated, f.AfterID = time.UnixMicro(us).UTC(), domain.TaskID(id)
 	}
 	if p := r.URL.Query().Get("profile"); p != "" {
-		v, err := s.profiles.Profile(r.Context(), p)
+		v, err := s.profiles.Profile(r.Context(), principalFrom(r.Context()).Grantee(), p)
 		if err != nil {
 			s.fail(w, r, err)
 			return

@@ -71,7 +71,7 @@ func newTaskAPIWith(t *testing.T, reads func(store.Store) api.TaskReads) *taskAP
 	}
 	a := &taskAPI{h: api.New(api.Config{}, ad), st: st}
 	for _, p := range []domain.Profile{{ID: "prof-a", Name: "alpha"}, {ID: "prof-b", Name: "beta"}} {
-		p.Spec, p.CreatedAt = json.RawMessage(`{"image":"py","harness":"claude-code"}`), t0
+		p.Org, p.Spec, p.CreatedAt = domain.FirstOrg, json.RawMessage(`{"image":"py","harness":"claude-code"}`), t0
 		if _, err := st.CreateProfile(ctx, p); err != nil {
 			t.Fatal(err)
 		}

@@ -140,7 +140,7 @@ func newEnvWith(t *testing.T, cfg envConfig) *env {
 		t.Fatal(err)
 	}
 	if cfg.secret.Name == "" {
-		cfg.secret = secrets.SecretRequest{Name: "gh", Kind: apiv1.SecretGitHTTPS, Value: []byte(realToken),
+		cfg.secret = secrets.SecretRequest{Org: domain.FirstOrg, Name: "gh", Kind: apiv1.SecretGitHTTPS, Value: []byte(realToken),
 			Meta: apiv1.SecretMeta{Username: "bot", Host: "git.test"}}
 	}
 	v, err := vault.Create(t.Context(), cfg.secret)

@@ -266,7 +266,7 @@ func TestBrokerMintsAppTokensWithTheGrantsPermissions(t *testing.T) {
 	}
 	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
 	e := newEnvWith(t, envConfig{trusted: true, names: []string{"git.test"},
-		secret: secrets.SecretRequest{Name: "app", Kind: apiv1.SecretGitHubApp, Value: keyPEM,
+		secret: secrets.SecretRequest{Org: domain.FirstOrg, Name: "app", Kind: apiv1.SecretGitHubApp, Value: keyPEM,
 			Meta: apiv1.SecretMeta{AppID: "12345", InstallationID: 7, BaseURL: ghs.URL, Host: "git.test"}},
 		apps: ghapp.New(ghapp.Config{}, ghapp.Deps{HTTP: ghs.Client()})})
 	s := e.session(t, domain.RepoAccess{Path: "/acme/app"}, domain.RepoAccess{Path: "/acme/lib", Push: true},

@@ -56,6 +56,11 @@ func (tokenStore) GetMember(context.Context, domain.OrgID, domain.UserID) (domai
 	return domain.Member{OrgID: domain.FirstOrg, User: domain.User{ID: domain.FirstOwner}, Role: domain.RoleOwner}, nil
 }
 
+// SetMemberGroups takes any groups: the API answers with what it set.
+func (tokenStore) SetMemberGroups(context.Context, domain.OrgID, domain.UserID, []string) error {
+	return nil
+}
+
 // agentServer is the real API over a coordinator with SQLite, a secrets
 // key and a harness builder. It holds image py (glibc), harness
 // claude-code@2.1.0 (needs an Anthropic key), and secrets ant (Anthropic),
@@ -130,7 +135,7 @@ func (s *agentServer) seed(t *testing.T) {
 	}
 	for _, r := range []secrets.SecretRequest{{Name: "ant", Kind: "anthropic_api_key"}, {Name: "oai", Kind: "openai_api_key"},
 		{Name: "gh", Kind: "git_https", Meta: apiv1SecretMeta("x-access-token", "github.com")}} {
-		r.Value = []byte(testSecret)
+		r.Org, r.Value = domain.FirstOrg, []byte(testSecret)
 		if _, err := s.p.Vault.Create(ctx, r); err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -31,7 +32,8 @@ and how each credential is delivered.`)
 		annNotFound: "list profiles with `engrams profile list`",
 		annConflict: "the profile changed or its name is taken: check it with `engrams profile get NAME`",
 	}
-	cmd.AddCommand(a.profileCreateCmd(), a.profileListCmd(), a.profileShowCmd(), a.profileEditCmd(), a.profileDeleteCmd())
+	cmd.AddCommand(a.profileCreateCmd(), a.profileListCmd(), a.profileShowCmd(), a.profileEditCmd(), a.profileGrantCmd(false), a.profileGrantCmd(true),
+		a.profileDeleteCmd())
 	return cmd
 }
 
@@ -266,6 +268,7 @@ func parseApps(vals []string) ([]apiv1.ProfileApp, error) {
 
 func (a profileCmds) profileCreateCmd() *cobra.Command {
 	var f profileFlags
+	var grants []string
 	cmd := &cobra.Command{
 		Use:   "create NAME --image IMAGE --harness HARNESS [flags]",
 		Short: "Create a profile and print what it grants",
@@ -276,7 +279,8 @@ needs (and every kind it needs is given), repo credentials are git_https
 or github_app secrets for the repo's host (a GitHub App's repos on one
 account), repo paths are unique, env names are valid and not the harness's
 credential variables, hosts and apps are well formed. On success it prints
-the grant receipt (see ` + "`engrams profile get`" + `).
+the grant receipt (see ` + "`engrams profile get`" + `). Without --grant only the
+organisation's owners and admins may use it. ` + grantsHelp + `
 
 ` + profileFlagsHelp,
 		Example: `  engrams profile create reviewer --image python --harness claude-code --credential anthropic \
@@ -284,10 +288,14 @@ the grant receipt (see ` + "`engrams profile get`" + `).
   engrams profile create coder --image python --harness claude-code --credential anthropic \
       --repo https://github.com/acme/app.git --repo-credential app=gh --repo-push app --repo-api app
   engrams profile create coder --image node --harness codex@0.171.0 --model gpt-5.5 --credential openai
-  engrams profile create copy --from-file spec.json`,
+  engrams profile create copy --from-file spec.json --grant everyone`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			spec, err := f.spec(cmd, apiv1.ProfileSpec{})
+			if err != nil {
+				return err
+			}
+			gs, err := parseGrants(grants)
 			if err != nil {
 				return err
 			}
@@ -295,7 +303,7 @@ the grant receipt (see ` + "`engrams profile get`" + `).
 			if err != nil {
 				return err
 			}
-			r, err := c.Profiles().Create(cmd.Context(), apiv1.CreateProfileRequest{Name: args[0], Spec: spec})
+			r, err := c.Profiles().Create(cmd.Context(), apiv1.CreateProfileRequest{Name: args[0], Spec: spec, Grants: gs})
 			if err != nil {
 				return fmt.Errorf("create profile %s: %w", args[0], err)
 			}
@@ -307,6 +315,7 @@ the grant receipt (see ` + "`engrams profile get`" + `).
 		},
 	}
 	f.register(cmd.Flags())
+	cmd.Flags().StringArrayVar(&grants, "grant", nil, "who may use it: everyone, user:USER_ID or group:NAME (repeatable)")
 	return cmd
 }
 
@@ -471,6 +480,7 @@ func (a profileCmds) printReceipt(w io.Writer, r apiv1.ProfileResponse) error {
 	row(tw, "Model:", withDefault(rc.Model, p.Spec.Model))
 	row(tw, "Mode:", withDefault(rc.Mode, p.Spec.Mode))
 	row(tw, "Idle timeout:", idleTimeout(rc.IdleTimeoutS))
+	row(tw, "Used by:", grantsLine(p.Grants))
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -632,4 +642,109 @@ func withDefault(effective, asked string) string {
 		return effective + " (the harness's default)"
 	}
 	return effective
+}
+
+// grantsHelp says how grants are written on the command line.
+const grantsHelp = `A grant is "everyone" (every member of the organisation), "user:USER_ID"
+(one member; see ` + "`engrams member list`" + `) or "group:NAME" (the members in
+a group: see ` + "`engrams member set-groups`" + `; groups may also come from the
+identity provider). Owners and admins may use every profile.`
+
+// parseGrant reads one grant as written on the command line.
+func parseGrant(s string) (apiv1.Grant, error) {
+	if s == apiv1.GrantEveryone {
+		return apiv1.Grant{Kind: apiv1.GrantEveryone}, nil
+	}
+	kind, subject, ok := strings.Cut(s, ":")
+	if !ok || subject == "" || (kind != apiv1.GrantUser && kind != apiv1.GrantGroup) {
+		return apiv1.Grant{}, usageError{fmt.Errorf("grant %q: want everyone, user:USER_ID or group:NAME", s)}
+	}
+	return apiv1.Grant{Kind: kind, Subject: subject}, nil
+}
+
+func parseGrants(in []string) ([]apiv1.Grant, error) {
+	out := make([]apiv1.Grant, 0, len(in))
+	for _, s := range in {
+		g, err := parseGrant(s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, g)
+	}
+	return out, nil
+}
+
+// grantString writes g as the command line reads it.
+func grantString(g apiv1.Grant) string {
+	if g.Kind == apiv1.GrantEveryone {
+		return g.Kind
+	}
+	return g.Kind + ":" + g.Subject
+}
+
+// grantsLine is a profile's grants in one line.
+func grantsLine(gs []apiv1.Grant) string {
+	if len(gs) == 0 {
+		return "owners and admins only"
+	}
+	out := make([]string, 0, len(gs))
+	for _, g := range gs {
+		out = append(out, grantString(g))
+	}
+	return strings.Join(out, ", ")
+}
+
+// profileGrantCmd adds (or, with revoke, removes) grants of a profile.
+func (a profileCmds) profileGrantCmd(revoke bool) *cobra.Command {
+	use, short, example := "grant NAME GRANT...", "Let members use a profile", `  engrams profile grant reviewer everyone
+  engrams profile grant reviewer group:backend user:0193a2…`
+	if revoke {
+		use, short, example = "revoke NAME GRANT...", "Take back grants of a profile", `  engrams profile revoke reviewer everyone
+  engrams profile revoke reviewer group:backend`
+	}
+	return &cobra.Command{
+		Use: use, Short: short, Example: example,
+		Long: short + `. The profile's grants are read, changed and saved as its next
+version; if someone else saved it in between, nothing is changed and the
+command says so: run it again.
+
+` + grantsHelp,
+		Args: usageArgs(cobra.MinimumNArgs(2)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			given, err := parseGrants(args[1:])
+			if err != nil {
+				return err
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			cur, err := c.Profiles().Get(cmd.Context(), args[0])
+			if err != nil {
+				return fmt.Errorf("%s %s: %w", cmd.Name(), args[0], err)
+			}
+			grants := slices.Clone(cur.Profile.Grants)
+			for _, g := range given {
+				has := slices.Contains(grants, g)
+				switch {
+				case revoke && !has:
+					return usageError{fmt.Errorf("profile %s does not grant %s (it grants: %s)", args[0], grantString(g), grantsLine(grants))}
+				case revoke:
+					grants = slices.DeleteFunc(grants, func(h apiv1.Grant) bool { return h == g })
+				case !has:
+					grants = append(grants, g)
+				}
+			}
+			r, err := c.Profiles().Update(cmd.Context(), cur.Profile.Name,
+				apiv1.UpdateProfileRequest{Spec: cur.Profile.Spec, Grants: &grants, Version: cur.Profile.Version})
+			if err != nil {
+				return fmt.Errorf("%s %s: %w", cmd.Name(), args[0], err)
+			}
+			if a.jsonOut {
+				return printJSON(cmd.OutOrStdout(), r.Profile)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "profile %s (version %d) may be used by: %s\n", r.Profile.Name, r.Profile.Version, grantsLine(r.Profile.Grants))
+			return nil
+		},
+	}
 }

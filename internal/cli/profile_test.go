@@ -10,6 +10,7 @@ import (
 
 	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/clienttest"
+	"github.com/engrams/engrams/internal/domain"
 )
 
 var revArgs = []string{"profile", "create", "rev", "--image", "py", "--harness", "claude-code", "--credential", "ant",
@@ -24,6 +25,7 @@ Harness:       claude-code@2.1.0  (claude-stream-json, sha256:cc0011223344)
 Model:         sonnet (the harness's default)
 Mode:          bypassPermissions (the harness's default)
 Idle timeout:  15m0s
+Used by:       owners and admins only
 
 What a task can do:
   - runs as root in its own VM, shared with nothing else
@@ -149,4 +151,34 @@ func TestProfileCommands(t *testing.T) {
 		{name: "show unknown", args: []string{"profile", "show", "nope"}, code: 1, errContain: []string{"hint: list profiles"}},
 		{name: "delete", args: []string{"profile", "delete", "rev"}, setup: withRev, contains: []string{"deleted profile rev ("}},
 	})
+}
+
+func TestProfileGrants(t *testing.T) {
+	t.Parallel()
+	srv := newAgentServer(t)
+	withRev(t, srv.Server)
+	for _, c := range []struct {
+		args []string
+		code int
+		out  string
+	}{
+		{[]string{"profile", "grant", "rev", "everyone", "group:eng"}, 0, "profile rev (version 2) may be used by: everyone, group:eng\n"},
+		{[]string{"profile", "grant", "rev", "group:eng"}, 0, "profile rev (version 3) may be used by: everyone, group:eng\n"},
+		{[]string{"profile", "revoke", "rev", "everyone"}, 0, "profile rev (version 4) may be used by: group:eng\n"},
+		{[]string{"profile", "revoke", "rev", "everyone"}, 2, ""},
+		{[]string{"profile", "grant", "rev", "root"}, 2, ""},
+		{[]string{"profile", "grant", "rev", "user:u-nobody"}, 1, ""},
+		{[]string{"member", "set-groups", string(domain.FirstOwner), "eng", "oncall"}, 0, "- is in: eng, oncall\n"},
+		{[]string{"member", "set-groups", string(domain.FirstOwner)}, 2, ""},
+		{[]string{"member", "set-groups", string(domain.FirstOwner), "--none"}, 0, "- is in: -\n"},
+	} {
+		got := run(t, srv.Server, nil, "", c.args...)
+		if got.code != c.code || (c.out != "" && got.stdout != c.out) {
+			t.Errorf("%v: code %d, stdout %q, stderr %q; want code %d, %q", c.args, got.code, got.stdout, got.stderr, c.code, c.out)
+		}
+	}
+	got := run(t, srv.Server, nil, "", "profile", "show", "rev")
+	if !strings.Contains(got.stdout, "Used by:       group:eng\n") {
+		t.Errorf("show after the grants:\n%s", got.stdout)
+	}
 }

@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -171,14 +173,14 @@ inspect tasks and sessions), admin (and curate images, profiles, secrets,
 integrations, automations, members and keys) or owner (and make owners).
 You may give a role up to your own.`)
 	cmd.Aliases = []string{"members"}
-	cmd.AddCommand(a.memberListCmd(), a.memberAddCmd(), a.memberSetCmd(), a.memberRemoveCmd())
+	cmd.AddCommand(a.memberListCmd(), a.memberAddCmd(), a.memberSetCmd(), a.memberGroupsCmd(), a.memberRemoveCmd())
 	return cmd
 }
 
 func (a peopleCmds) memberListCmd() *cobra.Command {
 	return &cobra.Command{
 		Use: "list", Aliases: []string{"ls"}, Short: "List members", Example: "  engrams member list --json",
-		Long: "List the organisation's members: user id, email, name, role and when they were added.",
+		Long: "List the organisation's members: user id, email, name, role, groups and when they were added.",
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.client()
@@ -193,9 +195,9 @@ func (a peopleCmds) memberListCmd() *cobra.Command {
 				return printList(cmd.OutOrStdout(), ms, "")
 			}
 			tw := newTable(cmd.OutOrStdout())
-			row(tw, "USER", "EMAIL", "NAME", "ROLE", "ADDED")
+			row(tw, "USER", "EMAIL", "NAME", "ROLE", "GROUPS", "ADDED")
 			for _, m := range ms {
-				row(tw, m.UserID, orDash(m.Email), orDash(m.Name), m.Role, a.when(m.AddedAt))
+				row(tw, m.UserID, orDash(m.Email), orDash(m.Name), m.Role, orDash(strings.Join(m.Groups, ",")), a.when(m.AddedAt))
 			}
 			return tw.Flush()
 		},
@@ -409,4 +411,39 @@ func (a peopleCmds) identityUnlinkCmd() *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// memberGroupsCmd replaces the groups a member is in.
+func (a peopleCmds) memberGroupsCmd() *cobra.Command {
+	var none bool
+	cmd := &cobra.Command{
+		Use: "set-groups USER GROUP...", Short: "Say which groups a member is in (profile grants name groups)",
+		Long: `Replace the groups a member is in; --none leaves them in none. Profiles
+granted to a group (` + "`engrams profile grant NAME group:GROUP`" + `) are then theirs to
+use. Where the identity provider sends a "groups" claim, each sign-in
+replaces what is set here with the provider's.`,
+		Example: "  engrams member set-groups 0193… backend oncall\n  engrams member set-groups 0193… --none",
+		Args:    usageArgs(cobra.MinimumNArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			groups := args[1:]
+			if none == (len(groups) > 0) {
+				return usageError{errors.New("give the groups, or --none for none")}
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			m, err := c.People().SetGroups(cmd.Context(), args[0], groups)
+			if err != nil {
+				return fmt.Errorf("set the groups of %s: %w", args[0], err)
+			}
+			if a.jsonOut {
+				return printJSON(cmd.OutOrStdout(), m)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s is in: %s\n", orDash(m.Email), orDash(strings.Join(m.Groups, ", ")))
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&none, "none", false, "leave them in no group")
+	return cmd
 }

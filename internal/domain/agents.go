@@ -27,8 +27,9 @@ type Harness struct {
 // non-secret facts (base_url, username, host).
 type Secret struct {
 	ID        string
+	Org       OrgID // "" for engrams's own (the gateway key, the broker CA)
 	Kind      string
-	Name      string // unique among secrets not deleted
+	Name      string // unique among the organisation's secrets not deleted
 	Sealed    []byte // nil once deleted
 	Meta      json.RawMessage
 	CreatedAt time.Time
@@ -37,12 +38,16 @@ type Secret struct {
 
 // Profile is an admin-curated recipe for tasks: image, harness, model and
 // mode, repositories, env, egress, credentials, skills and apps, all in Spec.
-// Its name is unique among profiles not deleted. Version starts at 1 and is
-// bumped by every UpdateProfile, so a task records which edit it started from.
+// Its name is unique among its organisation's profiles not deleted.
+// Version starts at 1 and is bumped by every UpdateProfile (of its spec or
+// its grants), so a task records which edit it started from. Grants say
+// which members may use it (see Grantee.MayUse).
 type Profile struct {
 	ID        string
+	Org       OrgID
 	Name      string
 	Spec      json.RawMessage // opaque here
+	Grants    []Grant
 	Version   int64
 	CreatedAt time.Time
 	UpdatedAt time.Time

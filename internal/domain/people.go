@@ -82,6 +82,7 @@ type Member struct {
 	OrgID     OrgID
 	User      User
 	Role      Role
+	Groups    []string // named in profile grants; set by admins or the identity provider
 	CreatedAt time.Time
 }
 

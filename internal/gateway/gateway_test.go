@@ -147,7 +147,7 @@ func newGatewayEnvWith(t *testing.T, cfg Config, tls, trust bool, providers Prov
 // secret stores a model key the gateway may use.
 func (g *gwEnv) secret(t *testing.T, kind, name, value, baseURL string) domain.Secret {
 	t.Helper()
-	v, err := g.vault.Create(context.Background(), secrets.SecretRequest{Name: name, Kind: kind, Value: []byte(value), Meta: apiv1.SecretMeta{BaseURL: baseURL}})
+	v, err := g.vault.Create(context.Background(), secrets.SecretRequest{Org: domain.FirstOrg, Name: name, Kind: kind, Value: []byte(value), Meta: apiv1.SecretMeta{BaseURL: baseURL}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,7 +373,7 @@ func TestGatewayDeletedSecretIsRefused(t *testing.T) {
 	g := newGatewayEnv(t, Config{}, false, false)
 	ant := g.secret(t, apiv1.SecretAnthropicAPIKey, "ant", "sk-ant-REAL", g.upTS.URL)
 	s := g.session(t, ant)
-	if _, err := g.vault.Delete(context.Background(), "ant"); err != nil {
+	if _, err := g.vault.Delete(context.Background(), domain.FirstOrg, "ant"); err != nil {
 		t.Fatal(err)
 	}
 	resp := g.send(t, "host-a", s.ID, http.MethodPost, "/anthropic_api_key/v1/messages", map[string]string{"X-Api-Key": g.placeholder(t, s.ID, "anthropic_api_key")}, `{}`)
@@ -393,7 +393,7 @@ func TestGatewayRefusesStoppedTask(t *testing.T) {
 	g := newGatewayEnv(t, Config{}, false, false)
 	ctx := context.Background()
 	ant := g.secret(t, apiv1.SecretAnthropicAPIKey, "ant", "sk-ant-REAL", g.upTS.URL)
-	p, err := g.st.CreateProfile(ctx, domain.Profile{ID: "p1", Name: "p", Spec: json.RawMessage(`{}`), CreatedAt: time.Now()})
+	p, err := g.st.CreateProfile(ctx, domain.Profile{ID: "p1", Org: domain.FirstOrg, Name: "p", Spec: json.RawMessage(`{}`), CreatedAt: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -623,7 +623,7 @@ func TestGatewayPlaceholdersAgreeAcrossReplicas(t *testing.T) {
 	if _, err := noKey.Placeholder(ctx, "s1", "anthropic_api_key"); err == nil {
 		t.Fatal("a replica without a secrets key made a placeholder")
 	}
-	vs, err := vault.List(ctx)
+	vs, err := vault.List(ctx, domain.FirstOrg)
 	if err != nil || len(vs) != 0 {
 		t.Fatalf("the gateway key is listed among secrets: %+v %v", vs, err)
 	}

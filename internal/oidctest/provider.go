@@ -31,6 +31,7 @@ type Identity struct {
 	Email    string
 	Verified bool
 	Name     string
+	Groups   []string // the "groups" claim when non-nil
 }
 
 // Provider is a running OIDC provider.
@@ -282,6 +283,9 @@ func (p *Provider) sign(client string, who Identity, nonce string, issued time.T
 		"email": who.Email, "email_verified": who.Verified, "name": who.Name}
 	if nonce != "" {
 		claims["nonce"] = nonce
+	}
+	if who.Groups != nil {
+		claims["groups"] = who.Groups
 	}
 	body, _ := json.Marshal(claims)
 	signing := b64(header) + "." + b64(body)

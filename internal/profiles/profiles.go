@@ -59,14 +59,18 @@ func invalidProfile(name string, probs problems) error {
 	return fmt.Errorf("%w: profile %s has %d problems:\n  - %s", domain.ErrInvalid, name, len(probs), strings.Join(probs, "\n  - "))
 }
 
-// CreateProfile validates spec against the registered images, harnesses
-// and secrets (every problem listed at once) and stores it at version 1.
-func (c *Profiles) CreateProfile(ctx context.Context, name string, spec apiv1.ProfileSpec) (ProfileView, error) {
+// CreateProfile validates spec against org's images, harnesses and
+// secrets and grants against its members (every problem listed at once)
+// and stores it at version 1.
+func (c *Profiles) CreateProfile(ctx context.Context, org domain.OrgID, name string, spec apiv1.ProfileSpec, grants []domain.Grant) (ProfileView, error) {
 	var probs problems
 	if !profileNameRE.MatchString(name) {
 		probs.add("name %q: want 1-63 of a-z 0-9 . _ - starting with a letter or digit", name)
 	}
-	receipt, more, err := c.resolveSpec(ctx, &spec)
+	if err := c.checkGrants(ctx, org, grants, &probs); err != nil {
+		return ProfileView{}, err
+	}
+	receipt, more, err := c.resolveSpec(ctx, org, &spec)
 	if err != nil {
 		return ProfileView{}, err
 	}
@@ -77,7 +81,7 @@ func (c *Profiles) CreateProfile(ctx context.Context, name string, spec apiv1.Pr
 	if err != nil {
 		return ProfileView{}, fmt.Errorf("create profile %s: %w", name, err)
 	}
-	p, err := c.st.CreateProfile(ctx, domain.Profile{ID: c.newID(), Name: name, Spec: raw, CreatedAt: c.now()})
+	p, err := c.st.CreateProfile(ctx, domain.Profile{ID: c.newID(), Org: org, Name: name, Spec: raw, Grants: grants, CreatedAt: c.now()})
 	if errors.Is(err, store.ErrConflict) {
 		return ProfileView{}, fmt.Errorf("%w: a profile named %s exists; change it with `engrams profile edit %s`", store.ErrConflict, name, name)
 	}
@@ -90,28 +94,45 @@ func (c *Profiles) CreateProfile(ctx context.Context, name string, spec apiv1.Pr
 
 // PreviewReceipt resolves spec as CreateProfile and UpdateProfile would,
 // storing nothing: its receipt and every problem a save would refuse.
-func (c *Profiles) PreviewReceipt(ctx context.Context, spec apiv1.ProfileSpec) (apiv1.Receipt, []string, error) {
-	r, probs, err := c.resolveSpec(ctx, &spec)
+func (c *Profiles) PreviewReceipt(ctx context.Context, org domain.OrgID, spec apiv1.ProfileSpec) (apiv1.Receipt, []string, error) {
+	r, probs, err := c.resolveSpec(ctx, org, &spec)
 	return r, probs, err
 }
 
-// UpdateProfile replaces the spec of the profile named nameOrID, made from
-// version; a profile changed since is a conflict saying so.
-func (c *Profiles) UpdateProfile(ctx context.Context, nameOrID string, spec apiv1.ProfileSpec, version int64) (ProfileView, error) {
+// ProfileEdit is an edit of a profile made from Version: its spec, and
+// its grants unless Grants is nil (kept as they are).
+type ProfileEdit struct {
+	Spec    apiv1.ProfileSpec
+	Grants  *[]domain.Grant
+	Version int64
+}
+
+// UpdateProfile applies edit to org's profile named nameOrID; a profile
+// changed since edit.Version is a conflict saying so.
+func (c *Profiles) UpdateProfile(ctx context.Context, org domain.OrgID, nameOrID string, edit ProfileEdit) (ProfileView, error) {
+	spec, version := edit.Spec, edit.Version
 	if version <= 0 {
 		return ProfileView{}, fmt.Errorf("%w: version: send the version the edit was made from (see `engrams profile get %s`)", domain.ErrInvalid, nameOrID)
 	}
-	p, err := c.findProfile(ctx, nameOrID)
+	p, err := c.findProfile(ctx, org, nameOrID)
 	if err != nil {
 		return ProfileView{}, err
 	}
 	if err := editable(p, version); err != nil {
 		return ProfileView{}, err
 	}
-	receipt, probs, err := c.resolveSpec(ctx, &spec)
+	var probs problems
+	if edit.Grants != nil {
+		if err := c.checkGrants(ctx, org, *edit.Grants, &probs); err != nil {
+			return ProfileView{}, err
+		}
+		p.Grants = *edit.Grants
+	}
+	receipt, more, err := c.resolveSpec(ctx, org, &spec)
 	if err != nil {
 		return ProfileView{}, err
 	}
+	probs = append(probs, more...)
 	if len(probs) > 0 {
 		return ProfileView{}, invalidProfile(p.Name, probs)
 	}
@@ -146,10 +167,10 @@ func editable(p domain.Profile, version int64) error {
 	return nil
 }
 
-// DeleteProfile deletes a profile; tasks that started from it keep their
-// record of it, and its name is free again.
-func (c *Profiles) DeleteProfile(ctx context.Context, nameOrID string) (ProfileView, error) {
-	p, err := c.findProfile(ctx, nameOrID)
+// DeleteProfile deletes org's profile; tasks that started from it keep
+// their record of it, and its name is free again.
+func (c *Profiles) DeleteProfile(ctx context.Context, org domain.OrgID, nameOrID string) (ProfileView, error) {
+	p, err := c.findProfile(ctx, org, nameOrID)
 	if err != nil {
 		return ProfileView{}, err
 	}
@@ -166,14 +187,17 @@ func (c *Profiles) DeleteProfile(ctx context.Context, nameOrID string) (ProfileV
 	return ProfileView{Profile: p, Spec: spec}, nil
 }
 
-// Profiles lists the live profiles by name (without receipts).
-func (c *Profiles) Profiles(ctx context.Context) ([]ProfileView, error) {
-	ps, err := c.st.ListProfiles(ctx)
+// Profiles lists the live profiles who may use, by name (without receipts).
+func (c *Profiles) Profiles(ctx context.Context, who domain.Grantee) ([]ProfileView, error) {
+	ps, err := c.st.ListProfiles(ctx, who.OrgID)
 	if err != nil {
 		return nil, fmt.Errorf("list profiles: %w", err)
 	}
 	out := make([]ProfileView, 0, len(ps))
 	for _, p := range ps {
+		if !who.MayUse(p) {
+			continue
+		}
 		spec, err := decodeProfileSpec(p)
 		if err != nil {
 			return nil, err
@@ -183,30 +207,35 @@ func (c *Profiles) Profiles(ctx context.Context) ([]ProfileView, error) {
 	return out, nil
 }
 
-// Profile returns a profile (by name, or any profile by id) with its
-// receipt resolved now and the problems that keep it from starting tasks.
-func (c *Profiles) Profile(ctx context.Context, nameOrID string) (ProfileView, error) {
-	p, err := c.findProfile(ctx, nameOrID)
+// Profile returns a profile who may use (by name, or by id) with its
+// receipt resolved now and the problems that keep it from starting
+// tasks; one they may not use is not found, as one that does not exist.
+func (c *Profiles) Profile(ctx context.Context, who domain.Grantee, nameOrID string) (ProfileView, error) {
+	p, err := c.findProfile(ctx, who.OrgID, nameOrID)
 	if err != nil {
 		return ProfileView{}, err
+	}
+	if !who.MayUse(p) {
+		return ProfileView{}, fmt.Errorf("profile %q: %w", nameOrID, store.ErrNotFound)
 	}
 	spec, err := decodeProfileSpec(p)
 	if err != nil {
 		return ProfileView{}, err
 	}
-	receipt, probs, err := c.resolveSpec(ctx, &spec)
+	receipt, probs, err := c.resolveSpec(ctx, p.Org, &spec)
 	if err != nil {
 		return ProfileView{}, err
 	}
 	return ProfileView{Profile: p, Spec: spec, Receipt: receipt, Problems: probs}, nil
 }
 
-// ResolveProfile returns a live profile, its spec and its receipt resolved
-// now (image, harness version and secrets as they are). A profile that
-// cannot start a task (something it names is gone) is domain.ErrInvalid listing
-// why; a deleted or unknown one is ErrNotFound.
-func (c *Profiles) ResolveProfile(ctx context.Context, nameOrID string) (domain.Profile, apiv1.ProfileSpec, apiv1.Receipt, error) {
-	v, err := c.Profile(ctx, nameOrID)
+// ResolveProfile returns a live profile who may use, its spec and its
+// receipt resolved now (image, harness version and secrets as they are).
+// A profile that cannot start a task (something it names is gone) is
+// domain.ErrInvalid listing why; a deleted or unknown one, or one who may
+// not use, is ErrNotFound.
+func (c *Profiles) ResolveProfile(ctx context.Context, who domain.Grantee, nameOrID string) (domain.Profile, apiv1.ProfileSpec, apiv1.Receipt, error) {
+	v, err := c.Profile(ctx, who, nameOrID)
 	if err != nil {
 		return domain.Profile{}, apiv1.ProfileSpec{}, apiv1.Receipt{}, err
 	}
@@ -219,12 +248,15 @@ func (c *Profiles) ResolveProfile(ctx context.Context, nameOrID string) (domain.
 	return v.Profile, v.Spec, v.Receipt, nil
 }
 
-// findProfile returns the live profile named nameOrID, else the profile
-// with that id (deleted ones too).
-func (c *Profiles) findProfile(ctx context.Context, nameOrID string) (domain.Profile, error) {
-	p, err := c.st.GetProfileByName(ctx, nameOrID)
+// findProfile returns org's live profile named nameOrID, else its
+// profile with that id (deleted ones too).
+func (c *Profiles) findProfile(ctx context.Context, org domain.OrgID, nameOrID string) (domain.Profile, error) {
+	p, err := c.st.GetProfileByName(ctx, org, nameOrID)
 	if errors.Is(err, store.ErrNotFound) {
 		p, err = c.st.GetProfile(ctx, nameOrID)
+	}
+	if err == nil && (org == "" || p.Org != org) {
+		err = store.ErrNotFound
 	}
 	if errors.Is(err, store.ErrNotFound) {
 		return p, fmt.Errorf("profile %q: %w", nameOrID, store.ErrNotFound)

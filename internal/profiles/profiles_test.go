@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,7 +32,7 @@ import (
 func seedAgents(t *testing.T, e *agentEnv) {
 	t.Helper()
 	coordinatortest.SeedAgents(t, e.st, func(name, kind string, meta apiv1.SecretMeta, value []byte) error {
-		_, err := e.vault.Create(context.Background(), secrets.SecretRequest{Name: name, Kind: kind, Meta: meta, Value: value})
+		_, err := e.vault.Create(context.Background(), secrets.SecretRequest{Org: domain.FirstOrg, Name: name, Kind: kind, Meta: meta, Value: value})
 		return err
 	})
 }
@@ -50,7 +51,7 @@ func TestCreateProfileReceipt(t *testing.T) {
 	e := newAgentEnv(t, false)
 	seedAgents(t, e)
 	ctx := context.Background()
-	v, err := e.co.CreateProfile(ctx, "reviewer", fullSpec())
+	v, err := e.co.CreateProfile(ctx, domain.FirstOrg, "reviewer", fullSpec(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,8 +65,8 @@ func TestCreateProfileReceipt(t *testing.T) {
 	}
 	r := v.Receipt
 	vms, every := []string{"qemu"}, []string{"qemu", "firecracker", "process"}
-	ant, _ := e.st.GetSecretByName(ctx, "ant")
-	gh, _ := e.st.GetSecretByName(ctx, "gh")
+	ant, _ := e.st.GetSecretByName(ctx, domain.FirstOrg, "ant")
+	gh, _ := e.st.GetSecretByName(ctx, domain.FirstOrg, "gh")
 	want := apiv1.Receipt{
 		Image:   apiv1.ReceiptImage{ID: "img-py", Name: "py", Ref: "reg/python:3.12", Digest: "sha256:py", Libc: "glibc"},
 		Harness: apiv1.ReceiptHarness{ID: "h-claude-code", Name: "claude-code", Version: "2.1.0", Digest: "sha256:claude-code", Protocol: guestapi.HarnessProtocolClaudeStreamJSON},
@@ -115,10 +116,10 @@ func TestCreateProfileReceipt(t *testing.T) {
 			t.Errorf("powers lack %q:\n%s", s, powers)
 		}
 	}
-	if _, err := e.co.CreateProfile(ctx, "reviewer", fullSpec()); !errors.Is(err, store.ErrConflict) {
+	if _, err := e.co.CreateProfile(ctx, domain.FirstOrg, "reviewer", fullSpec(), nil); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("the same name again: %v, want a conflict", err)
 	}
-	secrets, _ := e.vault.List(ctx)
+	secrets, _ := e.vault.List(ctx, domain.FirstOrg)
 	for _, s := range secrets {
 		if used := strings.Join(s.UsedBy, ","); (s.Secret.Name == "ant" || s.Secret.Name == "gh") != (used == "reviewer") {
 			t.Errorf("secret %s used by %q", s.Secret.Name, used)
@@ -182,7 +183,7 @@ func TestProfileValidation(t *testing.T) {
 			t.Parallel()
 			spec := fullSpec()
 			tt.spec(&spec)
-			_, err := e.co.CreateProfile(context.Background(), "p-"+strings.ReplaceAll(tt.name, " ", "-"), spec)
+			_, err := e.co.CreateProfile(context.Background(), domain.FirstOrg, "p-"+strings.ReplaceAll(tt.name, " ", "-"), spec, nil)
 			if !errors.Is(err, domain.ErrInvalid) {
 				t.Fatalf("%v, want domain.ErrInvalid", err)
 			}
@@ -197,7 +198,7 @@ func TestProfileValidation(t *testing.T) {
 			}
 		})
 	}
-	if ps, _ := e.co.Profiles(context.Background()); len(ps) != 0 {
+	if ps, _ := e.co.Profiles(context.Background(), curatorOfFirstOrg); len(ps) != 0 {
 		t.Errorf("invalid profiles were stored: %+v", ps)
 	}
 }
@@ -219,7 +220,7 @@ func TestProfileChoices(t *testing.T) {
 		{"static harness on musl", apiv1.ProfileSpec{Image: "alp", Harness: "shell"}, "", "", "sha256:alp"},
 	}
 	for i, tt := range tests {
-		v, err := e.co.CreateProfile(ctx, "c"+strconv.Itoa(i), tt.spec)
+		v, err := e.co.CreateProfile(ctx, domain.FirstOrg, "c"+strconv.Itoa(i), tt.spec, nil)
 		if err != nil {
 			t.Errorf("%s: %v", tt.name, err)
 			continue
@@ -235,61 +236,61 @@ func TestEditDeleteResolveProfile(t *testing.T) {
 	e := newAgentEnv(t, false)
 	seedAgents(t, e)
 	ctx := context.Background()
-	v, err := e.co.CreateProfile(ctx, "rev", fullSpec())
+	v, err := e.co.CreateProfile(ctx, domain.FirstOrg, "rev", fullSpec(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	spec := v.Spec
 	spec.Model = "opus"
-	v2, err := e.co.UpdateProfile(ctx, "rev", spec, 1)
+	v2, err := e.co.UpdateProfile(ctx, domain.FirstOrg, "rev", ProfileEdit{Spec: spec, Version: 1})
 	if err != nil || v2.Profile.Version != 2 || v2.Receipt.Model != "opus" {
 		t.Fatalf("edit: %+v %v", v2.Profile, err)
 	}
-	_, err = e.co.UpdateProfile(ctx, "rev", spec, 1)
+	_, err = e.co.UpdateProfile(ctx, domain.FirstOrg, "rev", ProfileEdit{Spec: spec, Version: 1})
 	if !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "changed since version 1 (it is at version 2 now)") {
 		t.Errorf("a stale edit: %v", err)
 	}
-	if _, err := e.co.UpdateProfile(ctx, "rev", spec, 0); !errors.Is(err, domain.ErrInvalid) {
+	if _, err := e.co.UpdateProfile(ctx, domain.FirstOrg, "rev", ProfileEdit{Spec: spec, Version: 0}); !errors.Is(err, domain.ErrInvalid) {
 		t.Errorf("an edit without a version: %v", err)
 	}
 	spec.Mode = "yolo"
-	if _, err := e.co.UpdateProfile(ctx, "rev", spec, 2); !errors.Is(err, domain.ErrInvalid) || !strings.Contains(err.Error(), `mode "yolo"`) {
+	if _, err := e.co.UpdateProfile(ctx, domain.FirstOrg, "rev", ProfileEdit{Spec: spec, Version: 2}); !errors.Is(err, domain.ErrInvalid) || !strings.Contains(err.Error(), `mode "yolo"`) {
 		t.Errorf("an invalid edit: %v", err)
 	}
-	p, gotSpec, r, err := e.co.ResolveProfile(ctx, "rev")
+	p, gotSpec, r, err := e.co.ResolveProfile(ctx, curatorOfFirstOrg, "rev")
 	if err != nil || p.Version != 2 || gotSpec.Model != "opus" || r.Harness.Version != "2.1.0" {
 		t.Fatalf("resolve: %+v %+v %+v %v", p, gotSpec, r, err)
 	}
 
 	// A secret it names is deleted: shown with the problem, refused at resolve.
-	if _, err := e.vault.Delete(ctx, "ant"); err != nil {
+	if _, err := e.vault.Delete(ctx, domain.FirstOrg, "ant"); err != nil {
 		t.Fatal(err)
 	}
-	shown, err := e.co.Profile(ctx, "rev")
+	shown, err := e.co.Profile(ctx, curatorOfFirstOrg, "rev")
 	if err != nil || len(shown.Problems) != 2 || !strings.Contains(strings.Join(shown.Problems, "\n"), `no secret "ant"`) {
 		t.Errorf("show with a deleted secret: %+v %v", shown.Problems, err)
 	}
-	if _, _, _, err := e.co.ResolveProfile(ctx, p.ID); !errors.Is(err, domain.ErrInvalid) || !strings.Contains(err.Error(), `no secret "ant"`) {
+	if _, _, _, err := e.co.ResolveProfile(ctx, curatorOfFirstOrg, p.ID); !errors.Is(err, domain.ErrInvalid) || !strings.Contains(err.Error(), `no secret "ant"`) {
 		t.Errorf("resolve with a deleted secret: %v", err)
 	}
 
-	d, err := e.co.DeleteProfile(ctx, "rev")
+	d, err := e.co.DeleteProfile(ctx, domain.FirstOrg, "rev")
 	if err != nil || d.Profile.DeletedAt.IsZero() {
 		t.Fatalf("delete: %+v %v", d, err)
 	}
-	if _, _, _, err := e.co.ResolveProfile(ctx, p.ID); !errors.Is(err, store.ErrNotFound) {
+	if _, _, _, err := e.co.ResolveProfile(ctx, curatorOfFirstOrg, p.ID); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("resolve a deleted profile: %v", err)
 	}
-	if _, err := e.co.UpdateProfile(ctx, p.ID, spec, 2); !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "was deleted") {
+	if _, err := e.co.UpdateProfile(ctx, domain.FirstOrg, p.ID, ProfileEdit{Spec: spec, Version: 2}); !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "was deleted") {
 		t.Errorf("edit a deleted profile: %v", err)
 	}
-	if _, err := e.co.Profile(ctx, "rev"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := e.co.Profile(ctx, curatorOfFirstOrg, "rev"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("show a deleted profile by name: %v", err)
 	}
-	if byID, err := e.co.Profile(ctx, p.ID); err != nil || byID.Profile.DeletedAt.IsZero() {
+	if byID, err := e.co.Profile(ctx, curatorOfFirstOrg, p.ID); err != nil || byID.Profile.DeletedAt.IsZero() {
 		t.Errorf("show a deleted profile by id: %+v %v", byID.Profile, err)
 	}
-	if ps, _ := e.co.Profiles(ctx); len(ps) != 0 {
+	if ps, _ := e.co.Profiles(ctx, curatorOfFirstOrg); len(ps) != 0 {
 		t.Errorf("list after delete: %+v", ps)
 	}
 }
@@ -311,7 +312,7 @@ func TestProfileGitHubApp(t *testing.T) {
 	e := newAgentEnv(t, false)
 	seedAgents(t, e)
 	ctx := context.Background()
-	app, err := e.vault.Create(ctx, secrets.SecretRequest{Name: "bot", Kind: apiv1.SecretGitHubApp, Value: appKeyPEM(),
+	app, err := e.vault.Create(ctx, secrets.SecretRequest{Org: domain.FirstOrg, Name: "bot", Kind: apiv1.SecretGitHubApp, Value: appKeyPEM(),
 		Meta: apiv1.SecretMeta{AppID: "Iv23bot", InstallationID: 4242}})
 	if err != nil {
 		t.Fatal(err)
@@ -323,11 +324,11 @@ func TestProfileGitHubApp(t *testing.T) {
 		{URL: "https://github.com/acme/app.git", Path: "app2", Credential: "bot"},
 		{URL: "https://github.com/acme/docs", Credential: "gh"},
 	}
-	v, err := e.co.CreateProfile(ctx, "app-profile", spec)
+	v, err := e.co.CreateProfile(ctx, domain.FirstOrg, "app-profile", spec, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	gh, _ := e.st.GetSecretByName(ctx, "gh")
+	gh, _ := e.st.GetSecretByName(ctx, domain.FirstOrg, "gh")
 	every := []string{"qemu", "firecracker", "process"}
 	brokered := func(paths string) string {
 		return "; the guest's git requests to github.com carry a placeholder, which the credential broker swaps for it there and nowhere else " +
@@ -356,7 +357,7 @@ func TestProfileGitHubApp(t *testing.T) {
 		{URL: "https://github.com/acme/mono/sub", Credential: "bot"},
 		{URL: "https://gitlab.com/acme/x", Credential: "bot"},
 	}
-	_, err = e.co.CreateProfile(ctx, "bad-app", spec)
+	_, err = e.co.CreateProfile(ctx, domain.FirstOrg, "bad-app", spec, nil)
 	for _, w := range []string{
 		"repos[1].credential: GitHub App secret bot is installed on one account, and its repos are on acme and other",
 		`repos[2].credential: repository url "https://github.com/acme/mono/sub": want https://HOST/OWNER/NAME`,
@@ -399,4 +400,91 @@ func newAgentEnv(t *testing.T, _ bool) *agentEnv {
 		t.Fatal(err)
 	}
 	return &agentEnv{st: st, co: p, vault: v}
+}
+
+// curatorOfFirstOrg uses profiles as an admin of the first organisation.
+var curatorOfFirstOrg = domain.Grantee{OrgID: domain.FirstOrg, Curator: true}
+
+// TestProfilesByOrganisationAndGrant: a member sees and resolves only
+// the profiles granted to them, a group they are in or everyone; nothing
+// of another organisation, by name or by id; a grant must name a member.
+func TestProfilesByOrganisationAndGrant(t *testing.T) {
+	t.Parallel()
+	e := newAgentEnv(t, false)
+	seedAgents(t, e)
+	ctx := context.Background()
+	spec := apiv1.ProfileSpec{Image: "py", Harness: "claude-code", Credentials: []string{"ant"}}
+	for name, grants := range map[string][]domain.Grant{
+		"for-all": {{Kind: domain.GrantEveryone}},
+		"for-eng": {{Kind: domain.GrantGroup, Subject: "eng"}},
+		"for-ada": {{Kind: domain.GrantUser, Subject: string(domain.FirstOwner)}},
+		"admins":  nil,
+	} {
+		if _, err := e.co.CreateProfile(ctx, domain.FirstOrg, name, spec, grants); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := e.co.CreateProfile(ctx, domain.FirstOrg, "ghost", spec, []domain.Grant{{Kind: domain.GrantUser, Subject: "u-nobody"}})
+	if !errors.Is(err, domain.ErrInvalid) || !strings.Contains(err.Error(), "u-nobody is not a member") {
+		t.Fatalf("a grant to a stranger: %v", err)
+	}
+	_, err = e.co.CreateProfile(ctx, domain.FirstOrg, "twice", spec, []domain.Grant{{Kind: domain.GrantEveryone}, {Kind: domain.GrantEveryone}})
+	if !errors.Is(err, domain.ErrInvalid) || !strings.Contains(err.Error(), "granted twice") {
+		t.Fatalf("a repeated grant: %v", err)
+	}
+	for _, c := range []struct {
+		name string
+		who  domain.Grantee
+		want []string
+	}{
+		{"admin", curatorOfFirstOrg, []string{"admins", "for-ada", "for-all", "for-eng"}},
+		{"member in eng", domain.Grantee{OrgID: domain.FirstOrg, UserID: "u-bob", Groups: []string{"eng"}}, []string{"for-all", "for-eng"}},
+		{"the granted member", domain.Grantee{OrgID: domain.FirstOrg, UserID: domain.FirstOwner}, []string{"for-ada", "for-all"}},
+		{"another organisation's admin", domain.Grantee{OrgID: "org-other", Curator: true}, nil},
+		{"no organisation", domain.Grantee{UserID: domain.FirstOwner, Curator: true}, nil},
+	} {
+		vs, err := e.co.Profiles(ctx, c.who)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, v := range vs {
+			got = append(got, v.Profile.Name)
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s lists %v, want %v", c.name, got, c.want)
+		}
+		for _, name := range []string{"admins", "for-ada", "for-all", "for-eng"} {
+			byName, err := e.co.Profile(ctx, c.who, name)
+			want := slices.Contains(c.want, name)
+			if (err == nil) != want || (err != nil && !errors.Is(err, store.ErrNotFound)) {
+				t.Errorf("%s gets %s: %v, want seen=%v", c.name, name, err, want)
+			}
+			if err != nil {
+				continue
+			}
+			if _, _, _, err := e.co.ResolveProfile(ctx, c.who, byName.Profile.ID); err != nil {
+				t.Errorf("%s resolves %s by id: %v", c.name, name, err)
+			}
+		}
+	}
+	all, _ := e.co.Profiles(ctx, curatorOfFirstOrg)
+	other := domain.Grantee{OrgID: "org-other", Curator: true}
+	if _, err := e.co.Profile(ctx, other, all[0].Profile.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("another organisation reads a profile by id: %v", err)
+	}
+	if _, err := e.co.DeleteProfile(ctx, "org-other", all[0].Profile.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("another organisation deletes a profile by id: %v", err)
+	}
+	edit := ProfileEdit{Spec: spec, Version: 1, Grants: &[]domain.Grant{{Kind: domain.GrantEveryone}}}
+	if _, err := e.co.UpdateProfile(ctx, "org-other", all[0].Profile.Name, edit); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("another organisation edits a profile: %v", err)
+	}
+	up, err := e.co.UpdateProfile(ctx, domain.FirstOrg, "admins", edit)
+	if err != nil || up.Profile.Version != 2 || len(up.Profile.Grants) != 1 {
+		t.Fatalf("granting admins' profile to everyone: %+v, %v", up.Profile, err)
+	}
+	if _, err := e.co.Profile(ctx, domain.Grantee{OrgID: domain.FirstOrg, UserID: "u-bob"}, "admins"); err != nil {
+		t.Errorf("a member after the grant to everyone: %v", err)
+	}
 }

@@ -23,7 +23,7 @@ import (
 // registered now, fills in repo paths, and computes what a task started
 // from it gets. Problems are for the user to fix (the receipt is then
 // partial); the error is a failure to look things up.
-func (c *Profiles) resolveSpec(ctx context.Context, spec *apiv1.ProfileSpec) (apiv1.Receipt, problems, error) {
+func (c *Profiles) resolveSpec(ctx context.Context, org domain.OrgID, spec *apiv1.ProfileSpec) (apiv1.Receipt, problems, error) {
 	probs := checkStatic(spec)
 	r := apiv1.Receipt{Model: spec.Model, Mode: spec.Mode, Repos: spec.Repos, Env: sortedKeys(spec.Env), IdleTimeoutS: spec.IdleTimeoutS}
 	libc, err := c.receiptImage(ctx, spec.Image, &r, &probs)
@@ -45,11 +45,11 @@ func (c *Profiles) resolveSpec(ctx context.Context, spec *apiv1.ProfileSpec) (ap
 			}
 		}
 	}
-	models, err := c.receiptModelKeys(ctx, spec, d, known, &r, &probs)
+	models, err := c.receiptModelKeys(ctx, org, spec, d, known, &r, &probs)
 	if err != nil {
 		return r, nil, err
 	}
-	brokered, err := c.receiptRepoKeys(ctx, spec, &r, &probs)
+	brokered, err := c.receiptRepoKeys(ctx, org, spec, &r, &probs)
 	if err != nil {
 		return r, nil, err
 	}
@@ -157,7 +157,7 @@ type modelKey struct {
 
 // receiptModelKeys checks the profile's credentials: live secrets, each of
 // a kind the harness needs, one per kind, every kind it needs covered.
-func (c *Profiles) receiptModelKeys(ctx context.Context, spec *apiv1.ProfileSpec, d guestapi.HarnessDescriptor, known bool, r *apiv1.Receipt, probs *problems) ([]modelKey, error) {
+func (c *Profiles) receiptModelKeys(ctx context.Context, org domain.OrgID, spec *apiv1.ProfileSpec, d guestapi.HarnessDescriptor, known bool, r *apiv1.Receipt, probs *problems) ([]modelKey, error) {
 	var keys []modelKey
 	byKind := map[string]string{}
 	needs := make([]string, 0, len(d.Credentials))
@@ -169,7 +169,7 @@ func (c *Profiles) receiptModelKeys(ctx context.Context, spec *apiv1.ProfileSpec
 			probs.add("credentials: %s is listed twice", name)
 			continue
 		}
-		s, meta, ok, err := c.liveSecret(ctx, "credentials", name, probs)
+		s, meta, ok, err := c.liveSecret(ctx, org, "credentials", name, probs)
 		if err != nil || !ok {
 			if err != nil {
 				return nil, err
@@ -217,7 +217,7 @@ func baseURLNote(cr guestapi.HarnessCredential) string {
 // secrets for the repo's host (an app's repos on one account, which its
 // installation covers). It returns the hosts they are for, in order: the
 // egress proxy brokers them.
-func (c *Profiles) receiptRepoKeys(ctx context.Context, spec *apiv1.ProfileSpec, r *apiv1.Receipt, probs *problems) ([]brokeredHost, error) {
+func (c *Profiles) receiptRepoKeys(ctx context.Context, org domain.OrgID, spec *apiv1.ProfileSpec, r *apiv1.Receipt, probs *problems) ([]brokeredHost, error) {
 	var order []string
 	uses := map[string]*repoKey{}
 	for i, repo := range spec.Repos {
@@ -225,7 +225,7 @@ func (c *Profiles) receiptRepoKeys(ctx context.Context, spec *apiv1.ProfileSpec,
 			continue
 		}
 		field := fmt.Sprintf("repos[%d].credential", i)
-		s, meta, ok, err := c.liveSecret(ctx, field, repo.Credential, probs)
+		s, meta, ok, err := c.liveSecret(ctx, org, field, repo.Credential, probs)
 		if err != nil {
 			return nil, err
 		}
@@ -316,10 +316,10 @@ func (k *repoKey) receipt() apiv1.ReceiptCredential {
 	return rc
 }
 
-// liveSecret finds a live secret a profile names, adding a problem when
+// liveSecret finds org's live secret a profile names, adding a problem when
 // there is none.
-func (c *Profiles) liveSecret(ctx context.Context, field, name string, probs *problems) (domain.Secret, apiv1.SecretMeta, bool, error) {
-	s, err := c.st.GetSecretByName(ctx, name)
+func (c *Profiles) liveSecret(ctx context.Context, org domain.OrgID, field, name string, probs *problems) (domain.Secret, apiv1.SecretMeta, bool, error) {
+	s, err := c.st.GetSecretByName(ctx, org, name)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && !secrets.UserKind(s.Kind)) {
 		probs.add("%s: no secret %q (see `engrams secret list`; make it with `engrams secret create %s --kind KIND`)", field, name, name)
 		return domain.Secret{}, apiv1.SecretMeta{}, false, nil

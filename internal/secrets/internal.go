@@ -57,7 +57,7 @@ func (in Internal) Load(ctx context.Context, d InternalDeps, create func() ([]by
 }
 
 func (in Internal) read(ctx context.Context, d InternalDeps) ([]byte, error) {
-	s, err := d.Store.GetSecretByName(ctx, in.Name)
+	s, err := d.Store.GetSecretByName(ctx, "", in.Name) // engrams's own: no organisation's
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", in.Name, err)
 	}

@@ -73,19 +73,20 @@ func makeSealedRows(t *testing.T, st store.Store, s *secret.Sealer) sealedRows {
 		{Name: "pem", Kind: apiv1.SecretGeneric, Value: []byte("line 1\nline 2\n")},
 		{Name: "gone", Kind: apiv1.SecretGeneric, Value: []byte("deleted")},
 	} {
+		req.Org = domain.FirstOrg
 		sv, err := v.Create(ctx, req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if i == 3 {
-			if _, err := v.Delete(ctx, "gone"); err != nil {
+			if _, err := v.Delete(ctx, domain.FirstOrg, "gone"); err != nil {
 				t.Fatal(err)
 			}
 			continue
 		}
 		rows.plain[sv.Secret.ID], rows.kinds[sv.Secret.ID] = req.Value, domain.SealedSecret
 	}
-	gw, err := v.putSealedSecret(ctx, "gateway_key", "engrams-gateway-key", []byte("gateway-hmac-key"), apiv1.SecretMeta{})
+	gw, err := v.putSealedSecret(ctx, "", "gateway_key", "engrams-gateway-key", []byte("gateway-hmac-key"), apiv1.SecretMeta{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,7 +387,7 @@ func TestResealConcurrent(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			victim, err := doomed.Create(t.Context(), SecretRequest{Name: "victim", Kind: apiv1.SecretGeneric, Value: []byte("v")})
+			victim, err := doomed.Create(t.Context(), SecretRequest{Org: domain.FirstOrg, Name: "victim", Kind: apiv1.SecretGeneric, Value: []byte("v")})
 			if err != nil {
 				t.Fatal(err)
 			}

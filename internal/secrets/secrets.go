@@ -75,6 +75,7 @@ var secretNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 
 // SecretRequest stores a secret; Value is sealed and never shown.
 type SecretRequest struct {
+	Org   domain.OrgID // whose it is; required
 	Name  string
 	Kind  string
 	Value []byte
@@ -98,7 +99,10 @@ func (c *Vault) Create(ctx context.Context, req SecretRequest) (SecretView, erro
 	if probs := checkSecret(&req); len(probs) > 0 {
 		return SecretView{}, fmt.Errorf("%w: secret %s: %s", domain.ErrInvalid, req.Name, strings.Join(probs, "; "))
 	}
-	s, err := c.putSealedSecret(ctx, req.Kind, req.Name, req.Value, req.Meta)
+	if req.Org == "" {
+		return SecretView{}, fmt.Errorf("%w: secret %s: an organisation is required", domain.ErrInvalid, req.Name)
+	}
+	s, err := c.putSealedSecret(ctx, req.Org, req.Kind, req.Name, req.Value, req.Meta)
 	if errors.Is(err, store.ErrConflict) {
 		return SecretView{}, fmt.Errorf("%w: a secret named %s exists; delete it first to replace it (profiles name secrets, so they use the new one)",
 			store.ErrConflict, req.Name)
@@ -112,7 +116,7 @@ func (c *Vault) Create(ctx context.Context, req SecretRequest) (SecretView, erro
 
 // putSealedSecret seals value with the row's id as associated data and
 // stores the row; the returned row has no sealed bytes.
-func (c *Vault) putSealedSecret(ctx context.Context, kind, name string, value []byte, meta apiv1.SecretMeta) (domain.Secret, error) {
+func (c *Vault) putSealedSecret(ctx context.Context, org domain.OrgID, kind, name string, value []byte, meta apiv1.SecretMeta) (domain.Secret, error) {
 	if c.secrets == nil {
 		return domain.Secret{}, fmt.Errorf("%w: this server keeps no secrets (no --secrets-key-file), so it cannot store secret %s", domain.ErrInvalid, name)
 	}
@@ -120,7 +124,7 @@ func (c *Vault) putSealedSecret(ctx context.Context, kind, name string, value []
 	if err != nil {
 		return domain.Secret{}, fmt.Errorf("store secret %s: %w", name, err)
 	}
-	s := domain.Secret{ID: c.newID(), Kind: kind, Name: name, Meta: rawMeta, CreatedAt: c.now()}
+	s := domain.Secret{ID: c.newID(), Org: org, Kind: kind, Name: name, Meta: rawMeta, CreatedAt: c.now()}
 	if s.Sealed, err = c.secrets.Seal(value, AssociatedData(s.ID)); err != nil {
 		return domain.Secret{}, fmt.Errorf("seal secret %s: %w", name, err)
 	}
@@ -248,14 +252,14 @@ func loopbackHost(host string) bool {
 	return err == nil && ip.IsLoopback()
 }
 
-// List lists the live secrets users made, by name, with the profiles
+// List lists org's live secrets users made, by name, with the profiles
 // naming each.
-func (c *Vault) List(ctx context.Context) ([]SecretView, error) {
-	ss, err := c.st.ListSecrets(ctx)
+func (c *Vault) List(ctx context.Context, org domain.OrgID) ([]SecretView, error) {
+	ss, err := c.st.ListSecrets(ctx, org)
 	if err != nil {
 		return nil, fmt.Errorf("list secrets: %w", err)
 	}
-	uses, err := c.secretUses(ctx)
+	uses, err := c.secretUses(ctx, org)
 	if err != nil {
 		return nil, err
 	}
@@ -276,9 +280,9 @@ func secretView(s domain.Secret, usedBy []string) SecretView {
 	return v
 }
 
-// secretUses maps secret names to the live profiles naming them.
-func (c *Vault) secretUses(ctx context.Context) (map[string][]string, error) {
-	ps, err := c.st.ListProfiles(ctx)
+// secretUses maps the names of org's secrets to its live profiles naming them.
+func (c *Vault) secretUses(ctx context.Context, org domain.OrgID) (map[string][]string, error) {
+	ps, err := c.st.ListProfiles(ctx, org)
 	if err != nil {
 		return nil, fmt.Errorf("list profiles: %w", err)
 	}
@@ -302,15 +306,15 @@ func (c *Vault) secretUses(ctx context.Context) (map[string][]string, error) {
 	return uses, nil
 }
 
-// Delete deletes a live secret by name (or id): its sealed bytes are
+// Delete deletes org's live secret by name (or id): its sealed bytes are
 // erased and its name is free again. Profiles naming it cannot start tasks
 // until a secret with that name exists again (the answer lists them).
-func (c *Vault) Delete(ctx context.Context, nameOrID string) (SecretView, error) {
-	s, err := c.st.GetSecretByName(ctx, nameOrID)
+func (c *Vault) Delete(ctx context.Context, org domain.OrgID, nameOrID string) (SecretView, error) {
+	s, err := c.st.GetSecretByName(ctx, org, nameOrID)
 	if errors.Is(err, store.ErrNotFound) {
 		s, err = c.st.GetSecret(ctx, nameOrID)
 	}
-	if errors.Is(err, store.ErrNotFound) || (err == nil && !UserKind(s.Kind)) {
+	if errors.Is(err, store.ErrNotFound) || (err == nil && (!UserKind(s.Kind) || s.Org != org)) {
 		return SecretView{}, fmt.Errorf("secret %q: %w", nameOrID, store.ErrNotFound)
 	}
 	if err != nil {
@@ -325,7 +329,7 @@ func (c *Vault) Delete(ctx context.Context, nameOrID string) (SecretView, error)
 			return SecretView{}, fmt.Errorf("read deleted secret %s: %w", nameOrID, err)
 		}
 	}
-	uses, err := c.secretUses(ctx)
+	uses, err := c.secretUses(ctx, org)
 	if err != nil {
 		return SecretView{}, err
 	}

@@ -226,7 +226,7 @@ func TestKeysMembersAndTheAuditLog(t *testing.T) {
 
 	log := do("owner", "GET", "/v1/audit?limit=100", "", http.StatusOK)
 	for _, want := range []string{
-		`"actor_name":"owner","key_id":"owner","action":"member.set_role"`,
+		`"actor_name":"owner","key_id":"owner","action":"member.update"`,
 		`"actor_name":"owner","key_id":"owner","action":"member.remove"`,
 		`"actor_id":"u-admin","actor_name":"u-admin","key_id":"admin","action":"member.add"`,
 		`"action":"key.revoke","target_kind":"key","target_id":"member"`,

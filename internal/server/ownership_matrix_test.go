@@ -53,7 +53,7 @@ var sees = map[string][]string{
 
 func makeOwned(t *testing.T, st store.Store) {
 	ctx := t.Context()
-	prof, err := st.CreateProfile(ctx, domain.Profile{ID: "p-owned", Name: "owned", Spec: json.RawMessage(`{}`)})
+	prof, err := st.CreateProfile(ctx, domain.Profile{ID: "p-owned", Org: domain.FirstOrg, Name: "owned", Spec: json.RawMessage(`{}`)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -409,5 +410,42 @@ func TestCLILoginByDeviceFlow(t *testing.T) {
 	}
 	if code, out, errs := run(key+"\n", "login", "--url", w.srv.URL, "--key"); code != 0 || !strings.Contains(out, "owner in default") {
 		t.Fatalf("login with a pasted key = %d %s %s", code, out, errs)
+	}
+}
+
+// TestOIDCSignInKeepsTheProvidersGroups: the groups the provider sends
+// become the member's (malformed and repeated names dropped), and a
+// profile granted to one of them is the member's to use; one granted to
+// no group of theirs stays out of sight.
+func TestOIDCSignInKeepsTheProvidersGroups(t *testing.T) {
+	t.Parallel()
+	w := newSigninWorld(t)
+	ctx := t.Context()
+	for name, grants := range map[string][]domain.Grant{
+		"for-eng": {{Kind: domain.GrantGroup, Subject: "eng"}},
+		"for-ops": {{Kind: domain.GrantGroup, Subject: "ops"}},
+		"admins":  nil,
+	} {
+		if _, err := w.st.CreateProfile(ctx, domain.Profile{ID: "p-" + name, Org: domain.FirstOrg, Name: name, Spec: []byte(`{}`), Grants: grants}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := w.browser(t)
+	inGroups := ada
+	inGroups.Groups = []string{"eng", "", "eng", strings.Repeat("x", domain.MaxGroupName+1)}
+	w.idp.SignIn(&inGroups)
+	if status, body, _ := w.signIn(t, b, "/"); status != http.StatusFound {
+		t.Fatalf("sign-in = %d %s", status, body)
+	}
+	m, err := w.st.GetMember(ctx, domain.FirstOrg, "u-ada")
+	if err != nil || !slices.Equal(m.Groups, []string{"eng"}) {
+		t.Fatalf("groups after sign-in = %q, %v", m.Groups, err)
+	}
+	status, body, _ := send(t, b, "GET", w.srv.URL+"/v1/profiles", "", nil)
+	if status != 200 || !strings.Contains(body, `"name":"for-eng"`) || strings.Contains(body, "for-ops") || strings.Contains(body, `"admins"`) {
+		t.Fatalf("a member of eng lists profiles: %d %s", status, body)
+	}
+	if status, _, _ := send(t, b, "GET", w.srv.URL+"/v1/profiles/for-ops", "", nil); status != http.StatusNotFound {
+		t.Errorf("a member of eng reads a profile granted to ops: %d, want 404", status)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -157,6 +158,9 @@ func (s *Service) finish(ctx context.Context, code string, f flow) (domain.Membe
 type claims struct {
 	Email    string `json:"email"`
 	Verified bool   `json:"email_verified"`
+	// Groups, when the provider sends them, replace the member's groups
+	// at each sign-in (the provider is then where groups are kept).
+	Groups *[]string `json:"groups"`
 }
 
 // member is the membership id's verified email signs in to: org, or the
@@ -182,13 +186,39 @@ func (s *Service) member(ctx context.Context, id *oidc.IDToken, org domain.OrgID
 	}
 	for _, m := range ms {
 		if org == "" || m.OrgID == org {
-			return m, nil
+			return s.syncGroups(ctx, m, c.Groups)
 		}
 	}
 	if org != "" {
 		return domain.Member{}, fmt.Errorf("%w: %s is not a member of organisation %s", errNoAccount, c.Email, org)
 	}
 	return domain.Member{}, fmt.Errorf("%w: %s is in no organisation: ask an admin to add you", errNoAccount, c.Email)
+}
+
+// syncGroups makes m's groups the provider's, when it sent any: the
+// well-formed names, at most domain.MaxGroups of them (the rest are
+// dropped and logged, never a failed sign-in).
+func (s *Service) syncGroups(ctx context.Context, m domain.Member, sent *[]string) (domain.Member, error) {
+	if sent == nil {
+		return m, nil
+	}
+	groups := make([]string, 0, len(*sent))
+	for _, g := range *sent {
+		if len(groups) < domain.MaxGroups && domain.CheckGroups([]string{g}) == nil && !slices.Contains(groups, g) {
+			groups = append(groups, g)
+		}
+	}
+	if dropped := len(*sent) - len(groups); dropped > 0 {
+		s.deps.Logger.Warn("sign-in: identity provider groups dropped", "user_id", m.User.ID, "sent", len(*sent), "dropped", dropped)
+	}
+	if slices.Equal(groups, m.Groups) {
+		return m, nil
+	}
+	if err := s.deps.Store.SetMemberGroups(ctx, m.OrgID, m.User.ID, groups); err != nil {
+		return domain.Member{}, fmt.Errorf("keep %s's groups: %w", m.User.ID, err)
+	}
+	m.Groups = groups
+	return m, nil
 }
 
 // refusedPage is what a browser whose sign-in failed sees; html/template

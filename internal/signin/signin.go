@@ -73,6 +73,7 @@ type Store interface {
 	UserByEmail(ctx context.Context, email string) (domain.User, error)
 	GetUser(ctx context.Context, id domain.UserID) (domain.User, error)
 	Memberships(ctx context.Context, user domain.UserID) ([]domain.Member, error)
+	SetMemberGroups(ctx context.Context, org domain.OrgID, user domain.UserID, groups []string) error
 	AppendAudit(ctx context.Context, e domain.AuditEvent) error
 }
 

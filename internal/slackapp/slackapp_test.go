@@ -84,7 +84,7 @@ func newEnv(t *testing.T, config map[string]any) *env {
 	slack.AddUser(slacktest.User{ID: "U1", Email: "Ada@Example.com", EmailConfirmed: true})
 	e.in = connectortest.Pipeline(t, e.runs, time.Now, e.app)
 	ctx := t.Context()
-	p, err := st.CreateProfile(ctx, domain.Profile{ID: "p1", Name: "agent", Spec: []byte(`{}`)})
+	p, err := st.CreateProfile(ctx, domain.Profile{ID: "p1", Org: domain.FirstOrg, Name: "agent", Spec: []byte(`{}`)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -271,6 +271,9 @@ type People interface {
 	// Memberships lists the organisations a user is a member of, oldest
 	// membership first.
 	Memberships(ctx context.Context, user domain.UserID) ([]domain.Member, error)
+	// SetMemberGroups replaces the groups a member is in (what profile
+	// grants name); ErrNotFound when they are not a member.
+	SetMemberGroups(ctx context.Context, org domain.OrgID, user domain.UserID, groups []string) error
 	// RemoveMember removes a membership and revokes the user's personal
 	// keys in that organisation, in one transaction.
 	RemoveMember(ctx context.Context, org domain.OrgID, user domain.UserID, at time.Time) error

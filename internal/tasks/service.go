@@ -33,7 +33,7 @@ type Sessions interface {
 
 // Profiles resolves the profile a task starts from (profiles.Profiles does).
 type Profiles interface {
-	ResolveProfile(ctx context.Context, nameOrID string) (domain.Profile, apiv1.ProfileSpec, apiv1.Receipt, error)
+	ResolveProfile(ctx context.Context, who domain.Grantee, nameOrID string) (domain.Profile, apiv1.ProfileSpec, apiv1.Receipt, error)
 }
 
 // Placeholders gives a session's harness the stand-in of a model key

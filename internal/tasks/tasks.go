@@ -48,6 +48,9 @@ type StartTaskRequest struct {
 	// Owner is whose the task and its sessions are: the person asking
 	// (private unless shared), or for a run the organisation's.
 	Owner domain.Owner
+	// Grantee is who asks, whose grants decide the profile they may use
+	// (unused for a run: its automation's curators chose the profile).
+	Grantee domain.Grantee
 }
 
 func checkPrompt(text string) error {
@@ -109,11 +112,19 @@ func (c *Tasks) StartTask(ctx context.Context, req StartTaskRequest) (domain.Tas
 			return domain.Task{}, err
 		}
 	}
-	prof, spec, receipt, err := c.profiles.ResolveProfile(ctx, req.Profile)
+	who := req.Grantee
+	if req.RunID != "" {
+		// An automation's profile was chosen by the admins who curate it.
+		who = domain.Grantee{OrgID: req.Owner.OrgID, Curator: true}
+	}
+	if who.OrgID != req.Owner.OrgID {
+		return domain.Task{}, fmt.Errorf("%w: a task's profile is of its owner's organisation", domain.ErrInvalid)
+	}
+	prof, spec, receipt, err := c.profiles.ResolveProfile(ctx, who, req.Profile)
 	if err != nil {
 		return domain.Task{}, err
 	}
-	mspec, err := c.taskMachineSpec(ctx, spec)
+	mspec, err := c.taskMachineSpec(ctx, prof.Org, spec)
 	if err != nil {
 		return domain.Task{}, err
 	}
@@ -270,24 +281,24 @@ func (c *Tasks) StopTask(ctx context.Context, taskID domain.TaskID) (domain.Task
 	return c.st.GetTask(ctx, taskID)
 }
 
-// taskMachineSpec is the session a profile asks for: its image, harness,
+// taskMachineSpec is the session a profile of org asks for: its image, harness,
 // env, idle timeout, egress allowlist and the credentials the model gateway
 // may use.
-func (c *Tasks) taskMachineSpec(ctx context.Context, spec apiv1.ProfileSpec) (domain.SessionSpec, error) {
+func (c *Tasks) taskMachineSpec(ctx context.Context, org domain.OrgID, spec apiv1.ProfileSpec) (domain.SessionSpec, error) {
 	m := domain.SessionSpec{Image: spec.Image, Harness: spec.Harness, Env: map[string]string{}, IdleTimeoutSec: spec.IdleTimeoutS,
 		Egress: slices.Clone(spec.Egress)}
 	for k, v := range spec.Env {
 		m.Env[k] = v
 	}
 	for _, name := range spec.Credentials {
-		sec, err := c.st.GetSecretByName(ctx, name)
+		sec, err := c.st.GetSecretByName(ctx, org, name)
 		if err != nil {
 			return m, fmt.Errorf("credential %s of the profile: %w", name, err)
 		}
 		m.Credentials = append(m.Credentials, domain.CredentialGrant{Kind: sec.Kind, SecretID: sec.ID})
 	}
 	var err error
-	if m.Brokered, err = c.brokering.grants(ctx, spec); err != nil {
+	if m.Brokered, err = c.brokering.grants(ctx, org, spec); err != nil {
 		return m, err
 	}
 	for k, v := range brokeredEnv(m) {

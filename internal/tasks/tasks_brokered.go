@@ -51,7 +51,7 @@ type brokering struct {
 // profile lets the guest do with each (fetch; push; the REST API).
 // github.com brings api.github.com with the same credential when a
 // repository there grants API use.
-func (c brokering) grants(ctx context.Context, spec apiv1.ProfileSpec) ([]domain.BrokeredGrant, error) {
+func (c brokering) grants(ctx context.Context, org domain.OrgID, spec apiv1.ProfileSpec) ([]domain.BrokeredGrant, error) {
 	if c.brokers == nil {
 		return nil, nil
 	}
@@ -61,7 +61,7 @@ func (c brokering) grants(ctx context.Context, spec apiv1.ProfileSpec) ([]domain
 		if !ok || r.Credential == "" {
 			continue
 		}
-		sec, err := c.st.GetSecretByName(ctx, r.Credential)
+		sec, err := c.st.GetSecretByName(ctx, org, r.Credential)
 		if err != nil {
 			return nil, fmt.Errorf("credential %s of %s: %w", r.Credential, r.URL, err)
 		}

@@ -61,7 +61,7 @@ func TestTokenEnvNamesEachHostsPlaceholderAsGhReadsIt(t *testing.T) {
 func TestGrantsPinEachRepositoryWithWhatItAllows(t *testing.T) {
 	t.Parallel()
 	st := coordinatortest.NewStore(t)
-	for _, s := range []domain.Secret{{ID: "sec-gh", Kind: apiv1.SecretGitHTTPS, Name: "gh", Sealed: []byte("x")}, {ID: "sec-ghe", Kind: apiv1.SecretGitHubApp, Name: "ghe", Sealed: []byte("x")}} {
+	for _, s := range []domain.Secret{{ID: "sec-gh", Org: domain.FirstOrg, Kind: apiv1.SecretGitHTTPS, Name: "gh", Sealed: []byte("x")}, {ID: "sec-ghe", Org: domain.FirstOrg, Kind: apiv1.SecretGitHubApp, Name: "ghe", Sealed: []byte("x")}} {
 		if err := st.PutSecret(t.Context(), s); err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +88,7 @@ func TestGrantsPinEachRepositoryWithWhatItAllows(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := brokering{st: st, brokers: fakeBrokers{}}.grants(t.Context(), apiv1.ProfileSpec{Repos: tt.repos})
+			got, err := brokering{st: st, brokers: fakeBrokers{}}.grants(t.Context(), domain.FirstOrg, apiv1.ProfileSpec{Repos: tt.repos})
 			if err != nil || !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("grants = %+v, %v\nwant %+v", got, err, tt.want)
 			}

@@ -29,7 +29,7 @@ func (c *Tasks) continueTask(ctx context.Context, t domain.Task, old domain.Sess
 	if err != nil {
 		return domain.TaskEvent{}, err
 	}
-	mspec, err := c.taskMachineSpec(ctx, spec)
+	mspec, err := c.taskMachineSpec(ctx, t.Owner.OrgID, spec)
 	if err != nil {
 		return domain.TaskEvent{}, err
 	}

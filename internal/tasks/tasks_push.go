@@ -77,10 +77,10 @@ func (p *Pusher) PushBranch(ctx context.Context, taskID domain.TaskID, path, bra
 	if message == "" {
 		message = t.Title
 	}
-	return p.push(ctx, repo, rec.Spec.Repos, *d, branch, message)
+	return p.push(ctx, t.Owner.OrgID, repo, rec.Spec.Repos, *d, branch, message)
 }
 
-func (p *Pusher) push(ctx context.Context, r apiv1.ProfileRepo, all []apiv1.ProfileRepo, d RepoDiff, branch, message string) (PushedBranch, error) {
+func (p *Pusher) push(ctx context.Context, org domain.OrgID, r apiv1.ProfileRepo, all []apiv1.ProfileRepo, d RepoDiff, branch, message string) (PushedBranch, error) {
 	c := p.c
 	ctx, cancel := context.WithTimeout(ctx, cloneTimeout)
 	defer cancel()
@@ -89,7 +89,7 @@ func (p *Pusher) push(ctx context.Context, r apiv1.ProfileRepo, all []apiv1.Prof
 		return PushedBranch{}, err
 	}
 	defer os.RemoveAll(tmp)
-	env, err := c.gitEnv(ctx, r, all, tmp)
+	env, err := c.gitEnv(ctx, org, r, all, tmp)
 	if err != nil {
 		return PushedBranch{}, err
 	}

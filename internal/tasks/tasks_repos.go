@@ -44,7 +44,7 @@ func repoPath(r apiv1.ProfileRepo) string {
 // task diff compares against. A repository already cloned (the event
 // exists) is skipped, so setup may run again. all are the task's repos (a
 // GitHub App token is scoped to those sharing r's credential).
-func (c *Tasks) cloneRepo(ctx context.Context, taskID domain.TaskID, sessionID domain.SessionID, r apiv1.ProfileRepo, all []apiv1.ProfileRepo) error {
+func (c *Tasks) cloneRepo(ctx context.Context, org domain.OrgID, taskID domain.TaskID, sessionID domain.SessionID, r apiv1.ProfileRepo, all []apiv1.ProfileRepo) error {
 	dir := repoPath(r)
 	if done, err := c.repoCloned(ctx, taskID, dir); err != nil || done {
 		return err
@@ -56,7 +56,7 @@ func (c *Tasks) cloneRepo(ctx context.Context, taskID domain.TaskID, sessionID d
 		return fmt.Errorf("clone %s: %w", r.URL, err)
 	}
 	defer os.RemoveAll(tmp)
-	env, err := c.gitEnv(ctx, r, all, tmp)
+	env, err := c.gitEnv(ctx, org, r, all, tmp)
 	if err != nil {
 		return err
 	}
@@ -111,12 +111,12 @@ func (c *Tasks) repoCloned(ctx context.Context, taskID domain.TaskID, dir string
 // HTTP Authorization header as a GIT_CONFIG_* entry (not argv, which other
 // users of the machine could read). The credential must be a git_https
 // or github_app secret for the repository's host.
-func (c *Tasks) gitEnv(ctx context.Context, r apiv1.ProfileRepo, all []apiv1.ProfileRepo, home string) ([]string, error) {
+func (c *Tasks) gitEnv(ctx context.Context, org domain.OrgID, r apiv1.ProfileRepo, all []apiv1.ProfileRepo, home string) ([]string, error) {
 	cfg := [][2]string{{"http.followRedirects", "false"}, {"protocol.allow", "user"}, {"protocol.http.allow", "always"},
 		{"protocol.https.allow", "always"}}
 	cfg = append(cfg, c.cfg.GitConfig...)
 	if r.Credential != "" {
-		auth, err := c.gitAuth(ctx, r, all)
+		auth, err := c.gitAuth(ctx, org, r, all)
 		if err != nil {
 			return nil, err
 		}
@@ -145,8 +145,8 @@ type gitMeta struct {
 // the URL's. For a GitHub App it is an installation token minted now (or
 // cached while it has long to live) scoped to the repos of all that share
 // the credential.
-func (c *Tasks) gitAuth(ctx context.Context, r apiv1.ProfileRepo, all []apiv1.ProfileRepo) (string, error) {
-	sec, err := c.st.GetSecretByName(ctx, r.Credential)
+func (c *Tasks) gitAuth(ctx context.Context, org domain.OrgID, r apiv1.ProfileRepo, all []apiv1.ProfileRepo) (string, error) {
+	sec, err := c.st.GetSecretByName(ctx, org, r.Credential)
 	if err != nil {
 		return "", fmt.Errorf("git credential %s: %w", r.Credential, err)
 	}

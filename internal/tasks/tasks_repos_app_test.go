@@ -139,7 +139,7 @@ func TestCloneWithGitHubApp(t *testing.T) {
 	}
 	put := func(name, kind string, meta map[string]any, value []byte) {
 		raw, _ := json.Marshal(meta)
-		s := domain.Secret{ID: "sec-" + name, Kind: kind, Name: name, Meta: raw}
+		s := domain.Secret{ID: "sec-" + name, Org: domain.FirstOrg, Kind: kind, Name: name, Meta: raw}
 		s.Sealed, _ = coordinatortest.Sealer{}.Seal(value, secrets.AssociatedData(s.ID))
 		if err := st.PutSecret(t.Context(), s); err != nil {
 			t.Fatal(err)
@@ -209,7 +209,7 @@ var errCloneFailed = errors.New("git clone failed")
 func cloneHere(t *testing.T, c *Tasks, r apiv1.ProfileRepo, all []apiv1.ProfileRepo) error {
 	t.Helper()
 	tmp := t.TempDir()
-	env, err := c.gitEnv(t.Context(), r, all, tmp)
+	env, err := c.gitEnv(t.Context(), domain.FirstOrg, r, all, tmp)
 	if err != nil {
 		return err
 	}

@@ -75,7 +75,7 @@ func (c *Tasks) runSetup(ctx context.Context, taskID domain.TaskID, sessionID do
 		return err
 	}
 	for _, r := range spec.Repos {
-		if err := c.cloneRepo(ctx, taskID, sessionID, r, spec.Repos); err != nil {
+		if err := c.cloneRepo(ctx, t.Owner.OrgID, taskID, sessionID, r, spec.Repos); err != nil {
 			return err
 		}
 	}

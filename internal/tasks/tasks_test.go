@@ -214,17 +214,17 @@ var taskSpecFixture = apiv1.ProfileSpec{Image: "py", Harness: "claude-code", Mod
 func (e *taskEnv) task(t *testing.T, id domain.TaskID, sessionID domain.SessionID, state domain.TaskState, errMsg string) domain.Task {
 	t.Helper()
 	ctx := context.Background()
-	p, err := e.st.GetProfileByName(ctx, "rev")
+	p, err := e.st.GetProfileByName(ctx, domain.FirstOrg, "rev")
 	if errors.Is(err, store.ErrNotFound) {
 		spec, _ := json.Marshal(taskSpecFixture)
-		p, err = e.st.CreateProfile(ctx, domain.Profile{ID: "prof-rev", Name: "rev", Spec: spec, CreatedAt: e.clock()})
+		p, err = e.st.CreateProfile(ctx, domain.Profile{ID: "prof-rev", Org: domain.FirstOrg, Name: "rev", Spec: spec, CreatedAt: e.clock()})
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec, _ := json.Marshal(taskRecord{Spec: taskSpecFixture, Receipt: apiv1.Receipt{Model: "sonnet"}})
 	tk, err := e.st.CreateTask(ctx, domain.Task{ID: id, ProfileID: p.ID, ProfileVersion: p.Version, Receipt: rec, Title: "title of " + string(id),
-		SessionID: sessionID, CreatedAt: e.clock()})
+		SessionID: sessionID, Owner: domain.Owner{OrgID: domain.FirstOrg, UserID: "ada"}, CreatedAt: e.clock()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -505,7 +505,7 @@ func agentTaskEnv(t *testing.T) *taskEnv {
 	t.Helper()
 	e := newTaskEnv(t)
 	coordinatortest.SeedAgents(t, e.st, func(name, kind string, meta apiv1.SecretMeta, value []byte) error {
-		_, err := e.vault.Create(context.Background(), secrets.SecretRequest{Name: name, Kind: kind, Meta: meta, Value: value})
+		_, err := e.vault.Create(context.Background(), secrets.SecretRequest{Org: domain.FirstOrg, Name: name, Kind: kind, Meta: meta, Value: value})
 		return err
 	})
 	return e
@@ -517,13 +517,13 @@ func TestStartTask(t *testing.T) {
 	ctx := context.Background()
 	spec := apiv1.ProfileSpec{Image: "py", Harness: "claude-code", Credentials: []string{"ant"}, Env: map[string]string{"LOG_LEVEL": "debug"},
 		Repos: []apiv1.ProfileRepo{{URL: "https://github.com/acme/app.git", Credential: "gh"}}, IdleTimeoutS: 900, Egress: []string{"pypi.org"}}
-	p, err := e.profiles.CreateProfile(ctx, "rev", spec)
+	p, err := e.profiles.CreateProfile(ctx, domain.FirstOrg, "rev", spec, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	prompt := "  add a /healthz endpoint\nand a test for it"
-	ada := domain.Owner{OrgID: "o1", UserID: "ada"}
-	tk, err := e.co.StartTask(ctx, StartTaskRequest{Profile: "rev", Prompt: prompt, Owner: ada})
+	ada := domain.Owner{OrgID: domain.FirstOrg, UserID: "ada"}
+	tk, err := e.co.StartTask(ctx, StartTaskRequest{Profile: "rev", Prompt: prompt, Owner: ada, Grantee: adminAda})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -545,7 +545,7 @@ func TestStartTask(t *testing.T) {
 		t.Fatal(err)
 	}
 	ms := s.Spec
-	ant, _ := e.st.GetSecretByName(ctx, "ant")
+	ant, _ := e.st.GetSecretByName(ctx, domain.FirstOrg, "ant")
 	if ms.Image != "py" || ms.Harness == "" || ms.Env["LOG_LEVEL"] != "debug" || ms.IdleTimeoutSec != 900 || !slices.Contains(ms.Egress, "pypi.org") ||
 		!reflect.DeepEqual(ms.Credentials, []domain.CredentialGrant{{Kind: "anthropic_api_key", SecretID: ant.ID}}) {
 		t.Errorf("session spec %+v", ms)
@@ -577,9 +577,35 @@ func TestStartTask(t *testing.T) {
 	}
 }
 
+// Who starts tasks in these tests: ada as an admin of the first
+// organisation, and as a member there holding grants to group eng.
+var (
+	adminAda  = domain.Grantee{OrgID: domain.FirstOrg, UserID: "ada", Curator: true}
+	memberAda = domain.Grantee{OrgID: domain.FirstOrg, UserID: "ada"}
+)
+
+// TestStartTaskByGrant: a member starts a task with a profile granted to
+// a group they are in, or to them.
+func TestStartTaskByGrant(t *testing.T) {
+	t.Parallel()
+	for _, g := range []domain.Grant{{Kind: domain.GrantGroup, Subject: "eng"}, {Kind: domain.GrantEveryone}} {
+		e := agentTaskEnv(t)
+		ctx := context.Background()
+		if _, err := e.profiles.CreateProfile(ctx, domain.FirstOrg, "rev", apiv1.ProfileSpec{Image: "py", Harness: "claude-code", Credentials: []string{"ant"}},
+			[]domain.Grant{g}); err != nil {
+			t.Fatal(err)
+		}
+		who := memberAda
+		who.Groups = []string{"ops", "eng"}
+		if _, err := e.co.StartTask(ctx, StartTaskRequest{Profile: "rev", Prompt: "go", Owner: domain.Owner{OrgID: domain.FirstOrg, UserID: "ada"}, Grantee: who}); err != nil {
+			t.Fatalf("granted %s: %v", g, err)
+		}
+	}
+}
+
 func TestStartTaskRefuses(t *testing.T) {
 	t.Parallel()
-	o1 := domain.Owner{OrgID: "o1", UserID: "ada"}
+	o1 := domain.Owner{OrgID: domain.FirstOrg, UserID: "ada"}
 	tests := []struct {
 		name    string
 		req     StartTaskRequest
@@ -587,20 +613,28 @@ func TestStartTaskRefuses(t *testing.T) {
 		wantIs  error
 		wantMsg string
 	}{
-		{name: "empty prompt", req: StartTaskRequest{Profile: "rev", Prompt: " ", Owner: o1}, wantIs: domain.ErrInvalid, wantMsg: "the prompt is empty"},
-		{name: "NUL in the prompt", req: StartTaskRequest{Profile: "rev", Prompt: "a\x00", Owner: o1}, wantIs: domain.ErrInvalid, wantMsg: "without NUL bytes"},
+		{name: "empty prompt", req: StartTaskRequest{Profile: "rev", Prompt: " ", Owner: o1, Grantee: adminAda}, wantIs: domain.ErrInvalid, wantMsg: "the prompt is empty"},
+		{name: "NUL in the prompt", req: StartTaskRequest{Profile: "rev", Prompt: "a\x00", Owner: o1, Grantee: adminAda}, wantIs: domain.ErrInvalid, wantMsg: "without NUL bytes"},
 		{name: "no owner", req: StartTaskRequest{Profile: "rev", Prompt: "go"}, wantIs: domain.ErrInvalid, wantMsg: "a task needs an owner"},
-		{name: "no profile", req: StartTaskRequest{Prompt: "go", Owner: o1}, wantIs: domain.ErrInvalid, wantMsg: "a task needs a profile"},
-		{name: "unknown profile", req: StartTaskRequest{Profile: "nope", Prompt: "go", Owner: o1}, wantIs: store.ErrNotFound, wantMsg: `profile "nope"`},
-		{name: "deleted profile", req: StartTaskRequest{Profile: "rev", Prompt: "go", Owner: o1}, wantIs: store.ErrNotFound, wantMsg: `profile "rev"`,
+		{name: "no profile", req: StartTaskRequest{Prompt: "go", Owner: o1, Grantee: adminAda}, wantIs: domain.ErrInvalid, wantMsg: "a task needs a profile"},
+		{name: "unknown profile", req: StartTaskRequest{Profile: "nope", Prompt: "go", Owner: o1, Grantee: adminAda}, wantIs: store.ErrNotFound, wantMsg: `profile "nope"`},
+		{name: "deleted profile", req: StartTaskRequest{Profile: "rev", Prompt: "go", Owner: o1, Grantee: adminAda}, wantIs: store.ErrNotFound, wantMsg: `profile "rev"`,
 			setup: func(t *testing.T, e *taskEnv) {
-				if _, err := e.profiles.DeleteProfile(context.Background(), "rev"); err != nil {
+				if _, err := e.profiles.DeleteProfile(context.Background(), domain.FirstOrg, "rev"); err != nil {
 					t.Fatal(err)
 				}
 			}},
-		{name: "profile with problems", req: StartTaskRequest{Profile: "rev", Prompt: "go", Owner: o1}, wantIs: domain.ErrInvalid, wantMsg: `no secret "ant"`,
+		// rev is granted to the group "eng" only.
+		{name: "a member without the grant", req: StartTaskRequest{Profile: "rev", Prompt: "go", Owner: o1, Grantee: memberAda}, wantIs: store.ErrNotFound, wantMsg: `profile "rev"`},
+		{name: "a member of another group", req: StartTaskRequest{Profile: "rev", Prompt: "go", Owner: o1,
+			Grantee: domain.Grantee{OrgID: domain.FirstOrg, UserID: "ada", Groups: []string{"ops"}}}, wantIs: store.ErrNotFound, wantMsg: `profile "rev"`},
+		{name: "another organisation's admin", req: StartTaskRequest{Profile: "rev", Prompt: "go", Owner: domain.Owner{OrgID: "o2", UserID: "cara"},
+			Grantee: domain.Grantee{OrgID: "o2", UserID: "cara", Curator: true}}, wantIs: store.ErrNotFound, wantMsg: `profile "rev"`},
+		{name: "a grantee of another organisation than the owner", req: StartTaskRequest{Profile: "rev", Prompt: "go", Owner: o1,
+			Grantee: domain.Grantee{OrgID: "o2", Curator: true}}, wantIs: domain.ErrInvalid, wantMsg: "of its owner's organisation"},
+		{name: "profile with problems", req: StartTaskRequest{Profile: "rev", Prompt: "go", Owner: o1, Grantee: adminAda}, wantIs: domain.ErrInvalid, wantMsg: `no secret "ant"`,
 			setup: func(t *testing.T, e *taskEnv) {
-				if _, err := e.vault.Delete(context.Background(), "ant"); err != nil {
+				if _, err := e.vault.Delete(context.Background(), domain.FirstOrg, "ant"); err != nil {
 					t.Fatal(err)
 				}
 			}},
@@ -610,7 +644,8 @@ func TestStartTaskRefuses(t *testing.T) {
 			t.Parallel()
 			e := agentTaskEnv(t)
 			ctx := context.Background()
-			if _, err := e.profiles.CreateProfile(ctx, "rev", apiv1.ProfileSpec{Image: "py", Harness: "claude-code", Credentials: []string{"ant"}}); err != nil {
+			if _, err := e.profiles.CreateProfile(ctx, domain.FirstOrg, "rev", apiv1.ProfileSpec{Image: "py", Harness: "claude-code", Credentials: []string{"ant"}},
+				[]domain.Grant{{Kind: domain.GrantGroup, Subject: "eng"}}); err != nil {
 				t.Fatal(err)
 			}
 			if tt.setup != nil {

@@ -19,7 +19,8 @@ import (
 // its session) is carried into the first organisation: its user token
 // becomes a personal key of the first owner (who keeps every grant: owner
 // and fleet operator), the host token stays a host token, the user's task
-// and session become the first owner's, the run's the organisation's.
+// and session become the first owner's, the run's the organisation's;
+// its profiles (usable by every member) and secrets the organisation's.
 func TestMigrationMakesTheFirstOrganisation(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "old.db")
@@ -43,6 +44,8 @@ func TestMigrationMakesTheFirstOrganisation(t *testing.T) {
 		`INSERT INTO profiles (id, name, version, created_at, updated_at) VALUES ('p1', 'default', 1, 5, 5)`,
 		`INSERT INTO tasks (id, profile_id, profile_version, state, session_id, created_at, updated_at, started_by) VALUES ('t-user', 'p1', 1, 'running', 's-user', 6, 6, 'bootstrap')`,
 		`INSERT INTO tasks (id, profile_id, profile_version, state, session_id, created_at, updated_at, run_id) VALUES ('t-run', 'p1', 1, 'running', 's-run', 7, 7, 'run-1')`,
+		`INSERT INTO secrets (id, kind, name, sealed, created_at) VALUES ('sec-gh', 'git_https', 'gh', x'01', 8)`,
+		`INSERT INTO secrets (id, kind, name, sealed, created_at) VALUES ('sec-gw', 'gateway_key', 'engrams-gateway-key', x'02', 9)`,
 	} {
 		if _, err := db.ExecContext(t.Context(), q); err != nil {
 			t.Fatalf("%s: %v", q, err)
@@ -89,5 +92,19 @@ func TestMigrationMakesTheFirstOrganisation(t *testing.T) {
 		if err != nil || task.Owner != want {
 			t.Errorf("task %s owner = %+v, %v; want %+v", id, task.Owner, err, want)
 		}
+	}
+	// Profiles and the user's secrets become the organisation's, and its
+	// members keep using the profiles; engrams's own key is no one's.
+	prof, err := st.GetProfileByName(t.Context(), domain.FirstOrg, "default")
+	if err != nil || prof.ID != "p1" || len(prof.Grants) != 1 || prof.Grants[0].Kind != domain.GrantEveryone {
+		t.Errorf("the old profile = %+v, %v; want the first organisation's, granted to everyone", prof, err)
+	}
+	for name, want := range map[string]domain.OrgID{"gh": domain.FirstOrg, "engrams-gateway-key": ""} {
+		if sec, err := st.GetSecretByName(t.Context(), want, name); err != nil || sec.Org != want {
+			t.Errorf("secret %s = %+v, %v; want organisation %q", name, sec, err, want)
+		}
+	}
+	if len(m.Groups) != 0 {
+		t.Errorf("first owner's groups = %q", m.Groups)
 	}
 }

@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -11,15 +12,20 @@ import (
 	"github.com/engrams/engrams/internal/store"
 )
 
-const profileCols = `id, name, spec, version, created_at, updated_at, deleted_at`
+const profileCols = `id, org_id, name, spec, grants, version, created_at, updated_at, deleted_at`
 
 func scanProfile(r scanner) (domain.Profile, error) {
 	var p domain.Profile
 	var spec sql.NullString
+	var grants string
 	var created, updated int64
 	var deleted sql.NullInt64
-	if err := r.Scan(&p.ID, &p.Name, &spec, &p.Version, &created, &updated, &deleted); err != nil {
+	if err := r.Scan(&p.ID, &p.Org, &p.Name, &spec, &grants, &p.Version, &created, &updated, &deleted); err != nil {
 		return domain.Profile{}, err
+	}
+	var err error
+	if p.Grants, err = decodeGrants(grants); err != nil {
+		return domain.Profile{}, fmt.Errorf("profile %s: %w", p.ID, err)
 	}
 	p.Spec, p.DeletedAt = fromJSON(spec), fromNullMicros(deleted)
 	p.CreatedAt, p.UpdatedAt = fromMicros(created), fromMicros(updated)
@@ -28,8 +34,11 @@ func scanProfile(r scanner) (domain.Profile, error) {
 
 // checkProfile validates what CreateProfile and UpdateProfile write.
 func checkProfile(p domain.Profile) error {
-	if p.ID == "" || p.Name == "" {
-		return errors.New("profile id and name are required")
+	if p.ID == "" || p.Name == "" || p.Org == "" {
+		return errors.New("profile id, organisation and name are required")
+	}
+	if err := domain.CheckGrants(p.Grants); err != nil {
+		return fmt.Errorf("%w: %w", domain.ErrInvalid, err)
 	}
 	return checkJSON("spec", p.Spec)
 }
@@ -41,8 +50,8 @@ func (s *Store) CreateProfile(ctx context.Context, p domain.Profile) (domain.Pro
 		return domain.Profile{}, fmt.Errorf("%s: %w", action, err)
 	}
 	out, err := scanProfile(s.write.QueryRowContext(ctx, `INSERT INTO profiles (`+profileCols+`)
-		VALUES ($1, $2, $3, 1, $4, $4, NULL) RETURNING `+profileCols,
-		p.ID, p.Name, jsonArg(p.Spec), micros(orNow(p.CreatedAt))))
+		VALUES ($1, $2, $3, $4, $5, 1, $6, $6, NULL) RETURNING `+profileCols,
+		p.ID, string(p.Org), p.Name, jsonArg(p.Spec), encodeGrants(p.Grants), micros(orNow(p.CreatedAt))))
 	if s.isUnique(err) {
 		return domain.Profile{}, fmt.Errorf("%s: %w: id or name already used", action, store.ErrConflict)
 	}
@@ -59,16 +68,16 @@ func (s *Store) GetProfile(ctx context.Context, id string) (domain.Profile, erro
 }
 
 // GetProfileByName implements store.Profiles.
-func (s *Store) GetProfileByName(ctx context.Context, name string) (domain.Profile, error) {
+func (s *Store) GetProfileByName(ctx context.Context, org domain.OrgID, name string) (domain.Profile, error) {
 	p, err := scanProfile(s.read.QueryRowContext(ctx, `SELECT `+profileCols+` FROM profiles
-		WHERE name = $1 AND deleted_at IS NULL`, name))
+		WHERE org_id = $1 AND name = $2 AND deleted_at IS NULL`, string(org), name))
 	return p, rowFound(err, "get profile named "+name)
 }
 
 // ListProfiles implements store.Profiles.
-func (s *Store) ListProfiles(ctx context.Context) ([]domain.Profile, error) {
+func (s *Store) ListProfiles(ctx context.Context, org domain.OrgID) ([]domain.Profile, error) {
 	rows, err := s.read.QueryContext(ctx, `SELECT `+profileCols+` FROM profiles
-		WHERE deleted_at IS NULL ORDER BY name`)
+		WHERE org_id = $1 AND deleted_at IS NULL ORDER BY name`, string(org))
 	if err != nil {
 		return nil, fmt.Errorf("list profiles: %w", err)
 	}
@@ -87,14 +96,14 @@ func (s *Store) UpdateProfile(ctx context.Context, p domain.Profile, expectVersi
 		return domain.Profile{}, fmt.Errorf("%s: %w", action, err)
 	}
 	out, err := scanProfile(s.write.QueryRowContext(ctx, `UPDATE profiles
-		SET name = $2, spec = $3, version = version + 1, updated_at = $4
-		WHERE id = $1 AND version = $5 AND deleted_at IS NULL RETURNING `+profileCols,
-		p.ID, p.Name, jsonArg(p.Spec), micros(orNow(p.UpdatedAt)), expectVersion))
+		SET name = $2, spec = $3, grants = $4, version = version + 1, updated_at = $5
+		WHERE id = $1 AND org_id = $7 AND version = $6 AND deleted_at IS NULL RETURNING `+profileCols,
+		p.ID, p.Name, jsonArg(p.Spec), encodeGrants(p.Grants), micros(orNow(p.UpdatedAt)), expectVersion, string(p.Org)))
 	if s.isUnique(err) {
 		return domain.Profile{}, fmt.Errorf("%s: %w: another profile has the name %s", action, store.ErrConflict, p.Name)
 	}
 	if isNoRows(err) {
-		return domain.Profile{}, fmt.Errorf("%s: %w", action, s.whyProfileUnchanged(ctx, p.ID))
+		return domain.Profile{}, fmt.Errorf("%s: %w", action, s.whyProfileUnchanged(ctx, p.Org, p.ID))
 	}
 	if err != nil {
 		return domain.Profile{}, fmt.Errorf("%s: %w", action, err)
@@ -104,10 +113,10 @@ func (s *Store) UpdateProfile(ctx context.Context, p domain.Profile, expectVersi
 
 // whyProfileUnchanged explains a conditional profile update that matched no
 // row: unknown, deleted, or edited since.
-func (s *Store) whyProfileUnchanged(ctx context.Context, id string) error {
+func (s *Store) whyProfileUnchanged(ctx context.Context, org domain.OrgID, id string) error {
 	cur, err := scanProfile(s.write.QueryRowContext(ctx, `SELECT `+profileCols+` FROM profiles WHERE id = $1`, id))
 	switch {
-	case isNoRows(err):
+	case isNoRows(err), err == nil && cur.Org != org:
 		return store.ErrNotFound
 	case err != nil:
 		return err
@@ -122,4 +131,31 @@ func (s *Store) DeleteProfile(ctx context.Context, id string, at time.Time) erro
 	res, err := s.write.ExecContext(ctx, `UPDATE profiles SET deleted_at = $2
 		WHERE id = $1 AND deleted_at IS NULL`, id, micros(orNow(at)))
 	return softDeleted(ctx, s.write, res, err, "profiles", id, "delete profile "+id)
+}
+
+// grantJSON is a grant as the grants column keeps it.
+type grantJSON struct {
+	Kind    domain.GrantKind `json:"kind"`
+	Subject string           `json:"subject,omitempty"`
+}
+
+func encodeGrants(gs []domain.Grant) string {
+	out := make([]grantJSON, 0, len(gs))
+	for _, g := range gs {
+		out = append(out, grantJSON(g))
+	}
+	b, _ := json.Marshal(out) // plain strings: cannot fail
+	return string(b)
+}
+
+func decodeGrants(s string) ([]domain.Grant, error) {
+	var in []grantJSON
+	if err := json.Unmarshal([]byte(s), &in); err != nil {
+		return nil, fmt.Errorf("read grants: %w", err)
+	}
+	out := make([]domain.Grant, 0, len(in))
+	for _, g := range in {
+		out = append(out, domain.Grant(g))
+	}
+	return out, nil
 }

@@ -10,14 +10,14 @@ import (
 	"github.com/engrams/engrams/internal/store"
 )
 
-const secretCols = `id, kind, name, sealed, meta, created_at, deleted_at`
+const secretCols = `id, org_id, kind, name, sealed, meta, created_at, deleted_at`
 
 func scanSecret(r scanner) (domain.Secret, error) {
 	var sec domain.Secret
 	var meta sql.NullString
 	var created int64
 	var deleted sql.NullInt64
-	if err := r.Scan(&sec.ID, &sec.Kind, &sec.Name, &sec.Sealed, &meta, &created, &deleted); err != nil {
+	if err := r.Scan(&sec.ID, &sec.Org, &sec.Kind, &sec.Name, &sec.Sealed, &meta, &created, &deleted); err != nil {
 		return domain.Secret{}, err
 	}
 	if len(sec.Sealed) == 0 {
@@ -48,8 +48,8 @@ func (s *Store) PutSecret(ctx context.Context, sec domain.Secret) error {
 		return fmt.Errorf("%s: %w", action, err)
 	}
 	_, err := s.write.ExecContext(ctx, `INSERT INTO secrets (`+secretCols+`)
-		VALUES ($1, $2, $3, $4, $5, $6, NULL)`,
-		sec.ID, sec.Kind, sec.Name, sec.Sealed, jsonArg(sec.Meta), micros(orNow(sec.CreatedAt)))
+		VALUES ($1, $2, $3, $4, $5, $6, $7, NULL)`,
+		sec.ID, string(sec.Org), sec.Kind, sec.Name, sec.Sealed, jsonArg(sec.Meta), micros(orNow(sec.CreatedAt)))
 	if s.isUnique(err) {
 		return fmt.Errorf("%s: %w: id or name already used", action, store.ErrConflict)
 	}
@@ -66,16 +66,16 @@ func (s *Store) GetSecret(ctx context.Context, id string) (domain.Secret, error)
 }
 
 // GetSecretByName implements store.Secrets.
-func (s *Store) GetSecretByName(ctx context.Context, name string) (domain.Secret, error) {
+func (s *Store) GetSecretByName(ctx context.Context, org domain.OrgID, name string) (domain.Secret, error) {
 	sec, err := scanSecret(s.read.QueryRowContext(ctx, `SELECT `+secretCols+` FROM secrets
-		WHERE name = $1 AND deleted_at IS NULL`, name))
+		WHERE org_id = $1 AND name = $2 AND deleted_at IS NULL`, string(org), name))
 	return sec, rowFound(err, "get secret named "+name)
 }
 
 // ListSecrets implements store.Secrets.
-func (s *Store) ListSecrets(ctx context.Context) ([]domain.Secret, error) {
+func (s *Store) ListSecrets(ctx context.Context, org domain.OrgID) ([]domain.Secret, error) {
 	rows, err := s.read.QueryContext(ctx, `SELECT `+secretCols+` FROM secrets
-		WHERE deleted_at IS NULL ORDER BY name`)
+		WHERE org_id = $1 AND deleted_at IS NULL ORDER BY name`, string(org))
 	if err != nil {
 		return nil, fmt.Errorf("list secrets: %w", err)
 	}

@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -316,14 +317,17 @@ func (s *Store) PutMember(ctx context.Context, org domain.OrgID, user domain.Use
 	return nil
 }
 
-const memberCols = `m.org_id, m.role, m.created_at, u.id, u.email, u.name, u.fleet_operator, u.created_at`
+const memberCols = `m.org_id, m.role, m.group_names, m.created_at, u.id, u.email, u.name, u.fleet_operator, u.created_at`
 
 func scanMember(r scanner) (domain.Member, error) {
 	var m domain.Member
-	var role string
+	var role, groups string
 	var created, ucreated int64
-	if err := r.Scan(&m.OrgID, &role, &created, &m.User.ID, &m.User.Email, &m.User.Name, &m.User.FleetOperator, &ucreated); err != nil {
+	if err := r.Scan(&m.OrgID, &role, &groups, &created, &m.User.ID, &m.User.Email, &m.User.Name, &m.User.FleetOperator, &ucreated); err != nil {
 		return m, err
+	}
+	if err := json.Unmarshal([]byte(groups), &m.Groups); err != nil {
+		return m, fmt.Errorf("member %s: read groups: %w", m.User.ID, err)
 	}
 	m.Role, m.CreatedAt, m.User.CreatedAt = domain.Role(role), fromMicros(created), fromMicros(ucreated)
 	return m, nil
@@ -372,6 +376,23 @@ func (s *Store) members(ctx context.Context, action, where string, arg string) (
 		return nil, fmt.Errorf("%s: %w", action, err)
 	}
 	return out, nil
+}
+
+// SetMemberGroups implements store.People.
+func (s *Store) SetMemberGroups(ctx context.Context, org domain.OrgID, user domain.UserID, groups []string) error {
+	if err := domain.CheckGroups(groups); err != nil {
+		return fmt.Errorf("set groups of member %s: %w: %w", user, domain.ErrInvalid, err)
+	}
+	b, _ := json.Marshal(append([]string{}, groups...)) // strings: cannot fail
+	res, err := s.write.ExecContext(ctx, `UPDATE members SET group_names = $3 WHERE org_id = $1 AND user_id = $2`,
+		string(org), string(user), string(b))
+	if err != nil {
+		return fmt.Errorf("set groups of member %s: %w", user, err)
+	}
+	if n, err := res.RowsAffected(); err == nil && n == 0 {
+		return fmt.Errorf("set groups of member %s: %w", user, store.ErrNotFound)
+	}
+	return nil
 }
 
 // RemoveMember implements store.People.

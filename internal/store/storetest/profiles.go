@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -27,7 +28,7 @@ const profileSpec = `{"image":"debian","harness":"claude-code","model":"m1","mod
 	`"repos":[{"url":"https://git.example/r.git","credential":"github"}],"env":{"A":"1"},"egress":["api.example"]}`
 
 func newProfile(name string) domain.Profile {
-	return domain.Profile{ID: newID(), Name: name, Spec: json.RawMessage(profileSpec), CreatedAt: t0}
+	return domain.Profile{ID: newID(), Org: domain.FirstOrg, Name: name, Spec: json.RawMessage(profileSpec), CreatedAt: t0}
 }
 
 func createProfile(t *testing.T, st store.Store, name string) domain.Profile {
@@ -64,10 +65,10 @@ func testProfileRoundTrip(t *testing.T, st store.Store) {
 	got, err := st.GetProfile(ctx, b.ID)
 	must(t, err)
 	wantProfile(t, got, b)
-	got, err = st.GetProfileByName(ctx, "go")
+	got, err = st.GetProfileByName(ctx, domain.FirstOrg, "go")
 	must(t, err)
 	wantProfile(t, got, a)
-	list, err := st.ListProfiles(ctx)
+	list, err := st.ListProfiles(ctx, domain.FirstOrg)
 	must(t, err)
 	if len(list) != 2 {
 		t.Fatalf("listed %d profiles, want 2", len(list))
@@ -77,7 +78,7 @@ func testProfileRoundTrip(t *testing.T, st store.Store) {
 
 	_, err = st.GetProfile(ctx, newID())
 	wantErr(t, err, store.ErrNotFound)
-	_, err = st.GetProfileByName(ctx, "nope")
+	_, err = st.GetProfileByName(ctx, domain.FirstOrg, "nope")
 	wantErr(t, err, store.ErrNotFound)
 	for _, c := range []struct {
 		name string
@@ -85,7 +86,8 @@ func testProfileRoundTrip(t *testing.T, st store.Store) {
 		want error // nil: any error
 	}{
 		{"same name", newProfile("go"), store.ErrConflict},
-		{"same id", domain.Profile{ID: a.ID, Name: "other"}, store.ErrConflict},
+		{"same id", domain.Profile{ID: a.ID, Org: domain.FirstOrg, Name: "other"}, store.ErrConflict},
+		{"no organisation", domain.Profile{ID: newID(), Name: "y"}, nil},
 		{"no id", domain.Profile{Name: "x"}, nil},
 		{"no name", domain.Profile{ID: newID()}, nil},
 		{"bad spec", domain.Profile{ID: newID(), Name: "x", Spec: json.RawMessage(`{"image":`)}, nil},
@@ -95,7 +97,7 @@ func testProfileRoundTrip(t *testing.T, st store.Store) {
 			t.Errorf("%s: CreateProfile error = %v, want %v", c.name, err, c.want)
 		}
 	}
-	list, err = st.ListProfiles(ctx)
+	list, err = st.ListProfiles(ctx, domain.FirstOrg)
 	must(t, err)
 	if len(list) != 2 {
 		t.Fatalf("listed %d profiles after refused creates, want 2", len(list))
@@ -114,7 +116,7 @@ func testProfileUpdate(t *testing.T, st store.Store) {
 	stored, err := st.GetProfile(ctx, p.ID)
 	must(t, err)
 	wantProfile(t, stored, edit)
-	_, err = st.GetProfileByName(ctx, "go")
+	_, err = st.GetProfileByName(ctx, domain.FirstOrg, "go")
 	wantErr(t, err, store.ErrNotFound)
 
 	// Every edit bumps the version by one; CreatedAt never moves; a zero
@@ -147,9 +149,9 @@ func testProfileUpdateRejected(t *testing.T, st store.Store) {
 		{"future version", edit(p, "go"), 2, store.ErrConflict},
 		{"name of another live profile", edit(p, other.Name), 1, store.ErrConflict},
 		{"deleted", edit(gone, "gone"), 1, store.ErrConflict},
-		{"unknown", domain.Profile{ID: newID(), Name: "x"}, 1, store.ErrNotFound},
+		{"unknown", domain.Profile{ID: newID(), Org: domain.FirstOrg, Name: "x"}, 1, store.ErrNotFound},
 		{"no name", edit(p, ""), 1, nil},
-		{"bad spec", domain.Profile{ID: p.ID, Name: "go", Spec: json.RawMessage(`{`)}, 1, nil},
+		{"bad spec", domain.Profile{ID: p.ID, Org: domain.FirstOrg, Name: "go", Spec: json.RawMessage(`{`)}, 1, nil},
 	}
 	for _, c := range cases {
 		_, err := st.UpdateProfile(ctx, c.p, c.version)
@@ -181,9 +183,9 @@ func testProfileDelete(t *testing.T, st store.Store) {
 	must(t, err)
 	p.DeletedAt = at
 	wantProfile(t, got, p)
-	_, err = st.GetProfileByName(ctx, "go")
+	_, err = st.GetProfileByName(ctx, domain.FirstOrg, "go")
 	wantErr(t, err, store.ErrNotFound)
-	list, err := st.ListProfiles(ctx)
+	list, err := st.ListProfiles(ctx, domain.FirstOrg)
 	must(t, err)
 	if len(list) != 1 || list[0].ID != keep.ID {
 		t.Fatalf("live profiles after delete = %+v, want only %s", list, keep.ID)
@@ -195,7 +197,7 @@ func testProfileDelete(t *testing.T, st store.Store) {
 	wantErr(t, st.DeleteProfile(ctx, newID(), t0), store.ErrNotFound)
 
 	again := createProfile(t, st, "go")
-	got, err = st.GetProfileByName(ctx, "go")
+	got, err = st.GetProfileByName(ctx, domain.FirstOrg, "go")
 	must(t, err)
 	wantProfile(t, got, again)
 }
@@ -268,4 +270,155 @@ func UpdateProfileConcurrently(t *testing.T, stores []store.Store, workers, each
 		t.Fatalf("stored profile at version %d with spec %s, want %d with %s", got.Version, got.Spec, last, won[last])
 	}
 	t.Logf("%d edits, %d conflicts", workers*each, conflicts)
+}
+
+var orgScopeTests = []test{
+	{"ProfilesBelongToTheirOrganisation", testProfilesScoped},
+	{"SecretsBelongToTheirOrganisation", testSecretsScoped},
+	{"ProfileGrantsRoundTrip", testProfileGrants},
+	{"MemberGroups", testMemberGroups},
+}
+
+// testProfilesScoped: two organisations may each have a profile of one
+// name; reads by name and lists are of one organisation; an update
+// naming another organisation changes nothing.
+func testProfilesScoped(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	mine := newProfile("python")
+	mine.Org = "o1"
+	theirs := newProfile("python")
+	theirs.Org = "o2"
+	a, err := st.CreateProfile(ctx, mine)
+	must(t, err)
+	b, err := st.CreateProfile(ctx, theirs)
+	must(t, err)
+	if a.Org != "o1" || b.Org != "o2" {
+		t.Fatalf("orgs = %q, %q", a.Org, b.Org)
+	}
+	again := newProfile("python")
+	again.Org = "o1"
+	_, err = st.CreateProfile(ctx, again)
+	wantErr(t, err, store.ErrConflict) // unique within an organisation
+	for _, c := range []struct {
+		org  domain.OrgID
+		want string
+	}{{"o1", a.ID}, {"o2", b.ID}} {
+		got, err := st.GetProfileByName(ctx, c.org, "python")
+		must(t, err)
+		list, err := st.ListProfiles(ctx, c.org)
+		must(t, err)
+		if got.ID != c.want || len(list) != 1 || list[0].ID != c.want {
+			t.Fatalf("%s: by name %s, list %+v; want %s", c.org, got.ID, list, c.want)
+		}
+	}
+	_, err = st.GetProfileByName(ctx, "o3", "python")
+	wantErr(t, err, store.ErrNotFound)
+	if list, err := st.ListProfiles(ctx, "o3"); err != nil || len(list) != 0 {
+		t.Fatalf("o3's profiles = %+v, %v", list, err)
+	}
+	hijack := b
+	hijack.Org, hijack.Name = "o1", "stolen"
+	_, err = st.UpdateProfile(ctx, hijack, b.Version)
+	wantErr(t, err, store.ErrNotFound)
+	got, err := st.GetProfile(ctx, b.ID)
+	must(t, err)
+	if got.Name != "python" || got.Org != "o2" || got.Version != 1 {
+		t.Fatalf("o2's profile after another organisation's update = %+v", got)
+	}
+}
+
+// testSecretsScoped: secrets of one name in two organisations, and
+// engrams's own (no organisation) apart from both.
+func testSecretsScoped(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	ids := map[domain.OrgID]string{}
+	for _, org := range []domain.OrgID{"o1", "o2", ""} {
+		s := newSecret("git_https", "github")
+		s.Org = org
+		must(t, st.PutSecret(ctx, s))
+		ids[org] = s.ID
+	}
+	dup := newSecret("git_https", "github")
+	dup.Org = "o1"
+	wantErr(t, st.PutSecret(ctx, dup), store.ErrConflict)
+	for org, id := range ids {
+		got, err := st.GetSecretByName(ctx, org, "github")
+		must(t, err)
+		list, err := st.ListSecrets(ctx, org)
+		must(t, err)
+		if got.ID != id || got.Org != org || len(list) != 1 || list[0].ID != id {
+			t.Fatalf("org %q: by name %+v, list %+v; want %s", org, got, list, id)
+		}
+	}
+	_, err := st.GetSecretByName(ctx, "o3", "github")
+	wantErr(t, err, store.ErrNotFound)
+}
+
+// testProfileGrants: grants are kept in order, replaced by an update
+// (which bumps the version), and malformed ones are refused.
+func testProfileGrants(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	p := newProfile("granted")
+	p.Grants = []domain.Grant{{Kind: domain.GrantGroup, Subject: "eng"}, {Kind: domain.GrantUser, Subject: "u-ada"}}
+	got, err := st.CreateProfile(ctx, p)
+	must(t, err)
+	if !slices.Equal(got.Grants, p.Grants) {
+		t.Fatalf("grants = %+v, want %+v", got.Grants, p.Grants)
+	}
+	got.Grants = []domain.Grant{{Kind: domain.GrantEveryone}}
+	got.Spec = json.RawMessage(profileSpec)
+	up, err := st.UpdateProfile(ctx, got, 1)
+	must(t, err)
+	read, err := st.GetProfile(ctx, p.ID)
+	must(t, err)
+	if up.Version != 2 || !slices.Equal(read.Grants, []domain.Grant{{Kind: domain.GrantEveryone}}) {
+		t.Fatalf("after update: version %d, grants %+v", up.Version, read.Grants)
+	}
+	none := newProfile("nobody")
+	if got, err := st.CreateProfile(ctx, none); err != nil || len(got.Grants) != 0 {
+		t.Fatalf("a profile without grants = %+v, %v", got.Grants, err)
+	}
+	for _, bad := range [][]domain.Grant{
+		{{Kind: "root"}},
+		{{Kind: domain.GrantUser}},
+		{{Kind: domain.GrantEveryone, Subject: "x"}},
+		{{Kind: domain.GrantGroup, Subject: "a"}, {Kind: domain.GrantGroup, Subject: "a"}},
+	} {
+		q := newProfile("bad")
+		q.Grants = bad
+		if _, err := st.CreateProfile(ctx, q); err == nil {
+			t.Errorf("CreateProfile took grants %+v", bad)
+		}
+	}
+}
+
+// testMemberGroups: a member's groups are replaced whole and read with
+// the membership; a non-member has none to set.
+func testMemberGroups(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	must(t, st.CreateOrg(ctx, domain.Org{ID: "org-g", Name: "groups", CreatedAt: t0}))
+	must(t, st.CreateUser(ctx, domain.User{ID: "u-g", Email: "g@example.com", CreatedAt: t0}))
+	must(t, st.PutMember(ctx, "org-g", "u-g", domain.RoleMember, t0))
+	m, err := st.GetMember(ctx, "org-g", "u-g")
+	must(t, err)
+	if len(m.Groups) != 0 {
+		t.Fatalf("a new member's groups = %+v", m.Groups)
+	}
+	must(t, st.SetMemberGroups(ctx, "org-g", "u-g", []string{"eng", "oncall"}))
+	must(t, st.PutMember(ctx, "org-g", "u-g", domain.RoleAdmin, t0.Add(time.Hour))) // a new role keeps the groups
+	m, err = st.GetMember(ctx, "org-g", "u-g")
+	must(t, err)
+	if !slices.Equal(m.Groups, []string{"eng", "oncall"}) || m.Role != domain.RoleAdmin {
+		t.Fatalf("member = %+v", m)
+	}
+	must(t, st.SetMemberGroups(ctx, "org-g", "u-g", nil))
+	ms, err := st.ListMembers(ctx, "org-g")
+	must(t, err)
+	if len(ms) != 1 || len(ms[0].Groups) != 0 {
+		t.Fatalf("members after clearing groups = %+v", ms)
+	}
+	wantErr(t, st.SetMemberGroups(ctx, domain.FirstOrg, "u-g", []string{"eng"}), store.ErrNotFound)
+	if err := st.SetMemberGroups(ctx, "org-g", "u-g", []string{""}); err == nil {
+		t.Fatal("SetMemberGroups took an empty group name")
+	}
 }

@@ -21,7 +21,7 @@ var secretTests = []test{
 
 func newSecret(kind, name string) domain.Secret {
 	return domain.Secret{
-		ID: newID(), Kind: kind, Name: name, Sealed: []byte("sealed:" + name),
+		ID: newID(), Org: domain.FirstOrg, Kind: kind, Name: name, Sealed: []byte("sealed:" + name),
 		Meta: json.RawMessage(`{"base_url":"https://api.example/v1"}`), CreatedAt: t0,
 	}
 }
@@ -55,7 +55,7 @@ func testSecretRoundTrip(t *testing.T, st store.Store) {
 	got, err := st.GetSecret(ctx, anthropic.ID)
 	must(t, err)
 	wantSecret(t, got, anthropic)
-	got, err = st.GetSecretByName(ctx, "github")
+	got, err = st.GetSecretByName(ctx, domain.FirstOrg, "github")
 	must(t, err)
 	wantSecret(t, got, git)
 	got, err = st.GetSecret(ctx, bare.ID)
@@ -65,7 +65,7 @@ func testSecretRoundTrip(t *testing.T, st store.Store) {
 	}
 	bare.CreatedAt = got.CreatedAt
 
-	list, err := st.ListSecrets(ctx)
+	list, err := st.ListSecrets(ctx, domain.FirstOrg)
 	must(t, err)
 	if len(list) != 3 {
 		t.Fatalf("listed %d secrets, want 3", len(list))
@@ -75,7 +75,7 @@ func testSecretRoundTrip(t *testing.T, st store.Store) {
 	}
 	_, err = st.GetSecret(ctx, newID())
 	wantErr(t, err, store.ErrNotFound)
-	_, err = st.GetSecretByName(ctx, "nope")
+	_, err = st.GetSecretByName(ctx, domain.FirstOrg, "nope")
 	wantErr(t, err, store.ErrNotFound)
 }
 
@@ -94,9 +94,9 @@ func testSecretDelete(t *testing.T, st store.Store) {
 	must(t, err)
 	old.Sealed, old.DeletedAt = nil, deletedAt
 	wantSecret(t, got, old)
-	_, err = st.GetSecretByName(ctx, "anthropic")
+	_, err = st.GetSecretByName(ctx, domain.FirstOrg, "anthropic")
 	wantErr(t, err, store.ErrNotFound)
-	list, err := st.ListSecrets(ctx)
+	list, err := st.ListSecrets(ctx, domain.FirstOrg)
 	must(t, err)
 	if len(list) != 1 || list[0].ID != other.ID {
 		t.Fatalf("live secrets after delete = %+v, want only %s", list, other.ID)
@@ -112,7 +112,7 @@ func testSecretDelete(t *testing.T, st store.Store) {
 	// The name is taken by a new secret; the deleted one's id stays taken.
 	fresh := newSecret("anthropic_api_key", "anthropic")
 	must(t, st.PutSecret(ctx, fresh))
-	got, err = st.GetSecretByName(ctx, "anthropic")
+	got, err = st.GetSecretByName(ctx, domain.FirstOrg, "anthropic")
 	must(t, err)
 	wantSecret(t, got, fresh)
 	reused := newSecret("anthropic_api_key", "elsewhere")
@@ -147,7 +147,7 @@ func testSecretRejected(t *testing.T, st store.Store) {
 			t.Errorf("%s: PutSecret error = %v, want %v", c.name, err, c.want)
 		}
 	}
-	list, err := st.ListSecrets(ctx)
+	list, err := st.ListSecrets(ctx, domain.FirstOrg)
 	must(t, err)
 	if len(list) != 1 {
 		t.Fatalf("listed %d secrets after refused puts, want 1: %+v", len(list), list)

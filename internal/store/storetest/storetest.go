@@ -26,7 +26,7 @@ type test struct {
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	groups := [][]test{hostTests, hostAccessTests, drainTests, tokenTests, sessionTests, activityTests, transitionTests, opTests, keyTests,
 		claimTests, eventTests, snapshotTests, outboxTests, notifyTests, imageTests, harnessTests, secretTests, sealedTests,
-		profileTests, taskTests, taskIngestTests, egressTests, idempotencyTests, automationTests, integrationTests, peopleTests, ownerTests}
+		profileTests, taskTests, taskIngestTests, egressTests, idempotencyTests, automationTests, integrationTests, peopleTests, ownerTests, orgScopeTests}
 	for _, group := range groups {
 		for _, tc := range group {
 			t.Run(tc.name, func(t *testing.T) {

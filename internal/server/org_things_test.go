@@ -1,0 +1,194 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/engrams/engrams/internal/access"
+	"github.com/engrams/engrams/internal/api"
+	"github.com/engrams/engrams/internal/coordinator/coordinatortest"
+	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/server"
+	"github.com/engrams/engrams/internal/store"
+)
+
+// makeCurated stores, in the first organisation and in another, a
+// profile named "tools" granted to everyone and a secret named "gh"; the
+// first organisation also has "curated", granted to no one, and
+// "for-eng", granted to the group eng.
+func makeCurated(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	everyone := []domain.Grant{{Kind: domain.GrantEveryone}}
+	for _, p := range []domain.Profile{
+		{ID: "p-first", Org: domain.FirstOrg, Name: "tools", Grants: everyone},
+		{ID: "p-other", Org: "org-other", Name: "tools", Grants: everyone},
+		{ID: "p-curated", Org: domain.FirstOrg, Name: "curated"},
+		{ID: "p-eng", Org: domain.FirstOrg, Name: "for-eng", Grants: []domain.Grant{{Kind: domain.GrantGroup, Subject: "eng"}}},
+	} {
+		p.Spec = json.RawMessage(`{}`)
+		if _, err := st.CreateProfile(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range []domain.Secret{{ID: "s-first", Org: domain.FirstOrg}, {ID: "s-other", Org: "org-other"}} {
+		s.Kind, s.Name, s.Sealed = "generic", "gh", []byte("sealed")
+		if err := st.PutSecret(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// curatedWorld is the API over a store holding makeCurated's things and
+// a key for each matrix caller.
+type curatedWorld struct {
+	st      store.Store
+	h       http.Handler
+	callers []caller
+}
+
+func newCuratedWorld(t *testing.T) *curatedWorld {
+	t.Helper()
+	st := openSQLite(t)
+	p, err := server.Assemble(server.Config{ReplicaID: "r1"}, server.Deps{Store: st, Images: &coordinatortest.Materializer{}}, noHosts{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &curatedWorld{st: st, h: api.New(api.Config{WaitTimeout: time.Second}, p.APIDeps(st, nil)), callers: matrixCallers(t, st)}
+	makeCurated(t, st)
+	return w
+}
+
+func (w *curatedWorld) do(t *testing.T, c caller, method, path, body string) *httptest.ResponseRecorder {
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	req := httptest.NewRequestWithContext(ctx, method, path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	c.present(req)
+	rec := httptest.NewRecorder()
+	w.h.ServeHTTP(rec, req)
+	return rec
+}
+
+func (w *curatedWorld) caller(name string) caller {
+	return w.callers[slices.IndexFunc(w.callers, func(c caller) bool { return c.name == name })]
+}
+
+// profilesUsed are the profiles each caller holding the member grant may
+// use, written out.
+var profilesUsed = map[string][]string{
+	"owner":                      {"p-curated", "p-eng", "p-first"},
+	"admin":                      {"p-curated", "p-eng", "p-first"},
+	"member":                     {"p-first"},
+	"admin's member key":         {"p-first"},
+	"service key (member)":       {"p-first"},
+	"other organisation's owner": {"p-other"},
+	"member's sign-in cookie":    {"p-first"},
+}
+
+// TestCuratedThingsStayInTheirOrganisation: profiles and secrets are
+// their organisation's: each caller lists, reads (by name or by id) and
+// changes only its own organisation's, and a member only the profiles
+// granted to them; everything else is 404, as a thing that does not
+// exist, and left as it was.
+func TestCuratedThingsStayInTheirOrganisation(t *testing.T) {
+	t.Parallel()
+	w := newCuratedWorld(t)
+	cells := 0
+	for _, c := range w.callers {
+		want, ok := profilesUsed[c.name]
+		if !ok {
+			continue // holds no member grant, or a forged cookie: TestRouteMatrix
+		}
+		cells += w.profileCells(t, c, want)
+		if c.holds(access.Admin) {
+			cells += w.adminCells(t, c)
+		}
+	}
+	for _, id := range []string{"s-first", "s-other"} {
+		if s, err := w.st.GetSecret(t.Context(), id); err != nil || !s.DeletedAt.IsZero() {
+			t.Errorf("secret %s after the matrix: %+v, %v", id, s, err)
+		}
+	}
+	for _, id := range []string{"p-first", "p-other"} {
+		if p, err := w.st.GetProfile(t.Context(), id); err != nil || !p.DeletedAt.IsZero() {
+			t.Errorf("profile %s after the matrix: %+v, %v", id, p, err)
+		}
+	}
+	t.Logf("%d cells", cells)
+}
+
+// profileCells: c lists exactly the profiles it may use, and reads by id
+// those and no other.
+func (w *curatedWorld) profileCells(t *testing.T, c caller, want []string) int {
+	rec := w.do(t, c, "GET", "/v1/profiles", "")
+	var list struct{ Items []struct{ ID string } }
+	_ = json.Unmarshal(rec.Body.Bytes(), &list)
+	var got []string
+	for _, it := range list.Items {
+		got = append(got, it.ID)
+	}
+	slices.Sort(got)
+	if rec.Code != http.StatusOK || !slices.Equal(got, want) {
+		t.Errorf("%s lists profiles %v (%d), want %v", c.name, got, rec.Code, want)
+	}
+	ids := []string{"p-first", "p-other", "p-curated", "p-eng"}
+	for _, id := range ids {
+		rec := w.do(t, c, "GET", "/v1/profiles/"+id, "")
+		if seen := rec.Code != http.StatusNotFound; seen != slices.Contains(want, id) {
+			t.Errorf("%s GET profile %s = %d %s", c.name, id, rec.Code, rec.Body)
+		}
+	}
+	return 1 + len(ids)
+}
+
+// adminCells: an admin lists its organisation's secrets only, and
+// deleting another organisation's secret or profile is 404.
+func (w *curatedWorld) adminCells(t *testing.T, c caller) int {
+	mine, theirs := "s-first", "s-other"
+	if c.name == "other organisation's owner" {
+		mine, theirs = theirs, mine
+	}
+	if rec := w.do(t, c, "GET", "/v1/secrets", ""); rec.Code != 200 || !strings.Contains(rec.Body.String(), mine) || strings.Contains(rec.Body.String(), theirs) {
+		t.Errorf("%s lists secrets: %d %s", c.name, rec.Code, rec.Body)
+	}
+	if rec := w.do(t, c, "DELETE", "/v1/secrets/"+theirs, ""); rec.Code != http.StatusNotFound {
+		t.Errorf("%s deletes another organisation's secret: %d %s", c.name, rec.Code, rec.Body)
+	}
+	theirProfile := map[string]string{"s-first": "p-first", "s-other": "p-other"}[theirs]
+	if rec := w.do(t, c, "DELETE", "/v1/profiles/"+theirProfile, ""); rec.Code != http.StatusNotFound {
+		t.Errorf("%s deletes another organisation's profile: %d %s", c.name, rec.Code, rec.Body)
+	}
+	return 3
+}
+
+// TestMemberGroupsOpenGrantedProfiles: an admin puts a member in group
+// eng; the profile granted to it is theirs to use at once.
+func TestMemberGroupsOpenGrantedProfiles(t *testing.T) {
+	t.Parallel()
+	w := newCuratedWorld(t)
+	admin, member := w.caller("admin"), w.caller("member")
+	if rec := w.do(t, member, "GET", "/v1/profiles/for-eng", ""); rec.Code != http.StatusNotFound {
+		t.Fatalf("member outside eng reads the profile granted to eng: %d %s", rec.Code, rec.Body)
+	}
+	if rec := w.do(t, admin, "PUT", "/v1/members/u-member", `{"groups":["eng"]}`); rec.Code != 200 || !strings.Contains(rec.Body.String(), `"groups":["eng"]`) ||
+		!strings.Contains(rec.Body.String(), `"role":"member"`) {
+		t.Fatalf("admin sets the member's groups: %d %s", rec.Code, rec.Body)
+	}
+	if rec := w.do(t, member, "GET", "/v1/profiles/for-eng", ""); rec.Code != 200 {
+		t.Errorf("member in eng reads the profile granted to eng: %d %s", rec.Code, rec.Body)
+	}
+	for _, body := range []string{`{"groups":[""]}`, `{}`} {
+		if rec := w.do(t, admin, "PUT", "/v1/members/u-member", body); rec.Code != http.StatusBadRequest {
+			t.Errorf("member update %s: %d %s", body, rec.Code, rec.Body)
+		}
+	}
+	if rec := w.do(t, member, "PUT", "/v1/members/u-member", `{"groups":["admins"]}`); rec.Code != http.StatusForbidden {
+		t.Errorf("a member sets their own groups: %d %s", rec.Code, rec.Body)
+	}
+}
