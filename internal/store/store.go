@@ -55,7 +55,9 @@ type NewEvent struct {
 	At        time.Time
 }
 
-// Hosts keeps the fleet.
+// Hosts keeps the fleet. Every state the calls below move a host to is what
+// hoststate.Transition gives its state for the call's event (SetHostState
+// aside, which writes the state it is given).
 type Hosts interface {
 	// CreateHost inserts a host in state new together with its host token,
 	// in one transaction; ErrConflict if the name is taken.
