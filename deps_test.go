@@ -95,7 +95,7 @@ var layerRules = []layerRule{
 	{
 		name:   "host-without-coordinator",
 		from:   []string{"internal/host/..."},
-		forbid: concat(coordinatorSide, storePkgs, []string{"internal/api/...", "api/...", "internal/scheduler/...", "internal/lifecycle/..."}),
+		forbid: concat(coordinatorSide, storePkgs, []string{"internal/api/...", "api/...", "internal/scheduler/...", "internal/lifecycle/...", "internal/hoststate/..."}),
 		reason: "the host agent knows only the host link, its machines and the chunk store; coordinator decisions are not its business",
 	},
 	{
@@ -106,9 +106,9 @@ var layerRules = []layerRule{
 	},
 	{
 		name:   "pure-decisions",
-		from:   []string{"internal/scheduler/...", "internal/lifecycle/..."},
+		from:   []string{"internal/scheduler/...", "internal/lifecycle/...", "internal/hoststate/..."},
 		only:   []string{std, "internal/domain/..."},
-		reason: "placement and the state machine are pure functions over domain types, table-tested without I/O",
+		reason: "placement and the session and host state machines are pure functions over domain types, table-tested without I/O",
 	},
 	{
 		name:   "egresslog-over-the-store",
@@ -343,6 +343,8 @@ func TestLayeringRulesBite(t *testing.T) {
 	st := &sourceTree{module: "example.com/m", pkgs: []*goPackage{
 		fake("internal/egresslog", "example.com/m/internal/store", "example.com/m/internal/coordinator", "golang.org/x/time/rate"),
 		fake("internal/lifecycle", "example.com/m/internal/store", "example.com/m/internal/domain", "time"),
+		fake("internal/hoststate", "example.com/m/internal/store", "example.com/m/internal/domain"),
+		fake("internal/host/machines", "example.com/m/internal/hoststate"),
 		fake("internal/domain", "github.com/google/uuid"),
 		fake("internal/guest/sub", "example.com/m/internal/guestapi", "example.com/m/internal/guestinit", "golang.org/x/sys/unix"),
 		fake("internal/cli", "example.com/m/internal/tasks/run"),
@@ -373,6 +375,8 @@ func TestLayeringRulesBite(t *testing.T) {
 	want := []string{
 		"internal/egresslog → internal/coordinator egresslog-over-the-store",
 		"internal/lifecycle → internal/store pure-decisions",
+		"internal/hoststate → internal/store pure-decisions",
+		"internal/host/machines → internal/hoststate host-without-coordinator",
 		"internal/domain → github.com/google/uuid domain-is-a-leaf",
 		"internal/guest/sub → internal/guestinit guest-self-contained",
 		"internal/cli → internal/tasks/run clients-stay-clients",

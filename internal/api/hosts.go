@@ -10,6 +10,7 @@ import (
 	"github.com/engrams/engrams/internal/access"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/hoststate"
 )
 
 // FleetStore keeps hosts and tokens (the store satisfies it).
@@ -98,7 +99,7 @@ func (s *hostsRouter) host(r *http.Request) (domain.Host, error) {
 func (s *hostsRouter) drainHost(w http.ResponseWriter, r *http.Request) {
 	h, err := s.host(r)
 	if err == nil {
-		err = s.st.SetHostState(r.Context(), h.ID, domain.HostDraining)
+		err = s.drain(r.Context(), h)
 	}
 	if err == nil {
 		h, err = s.st.GetHost(r.Context(), h.ID)
@@ -108,6 +109,15 @@ func (s *hostsRouter) drainHost(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, hostOut(h))
+}
+
+// drain writes the state hoststate.Transition gives h on an admin's drain.
+func (s *hostsRouter) drain(ctx context.Context, h domain.Host) error {
+	to, err := hoststate.Transition(h.State, hoststate.DrainRequested)
+	if err != nil {
+		return fmt.Errorf("%w: drain host %s: %w", domain.ErrConflict, h.ID, err)
+	}
+	return s.st.SetHostState(ctx, h.ID, to)
 }
 
 func (s *hostsRouter) disableHost(disabled bool) http.HandlerFunc {

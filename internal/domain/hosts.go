@@ -4,7 +4,8 @@ import (
 	"time"
 )
 
-// HostState is the coordinator's view of a host.
+// HostState is the coordinator's view of a host; hoststate.Transition is
+// the one rule of its changes.
 type HostState string
 
 const (

@@ -39,7 +39,8 @@ const (
 )
 
 // ImageJobState is where an image job is: pending -> materializing ->
-// capturing -> ready | failed.
+// capturing -> ready | failed; imagejobs.Transition is the one rule of its
+// changes.
 type ImageJobState string
 
 const (

@@ -5,7 +5,8 @@ import (
 	"time"
 )
 
-// TaskState is where a task is.
+// TaskState is where a task is; tasks.Transition is the one rule of its
+// changes.
 type TaskState string
 
 const (

@@ -37,6 +37,11 @@ func (c *Images) jobLoop(ctx context.Context) {
 				c.log.Warn("list image jobs", "err", err)
 			}
 			for _, j := range jobs {
+				// ClaimJob writes the state Transition gives a claim (materializing).
+				if _, err := Transition(j.State, JobClaim); err != nil {
+					c.log.Warn("claim image job", "job_id", j.ID, "err", err)
+					continue
+				}
 				claimed, err := c.st.ClaimJob(ctx, j.ID, imageJobLease, c.now())
 				if err != nil {
 					continue // another replica won, or it finished meanwhile
@@ -79,10 +84,40 @@ type jobRun struct {
 	lastSave time.Time
 }
 
-// set records where the job is; a new stage closes the previous one.
-func (r *jobRun) set(state domain.ImageJobState, stage string, done, total int64) {
+// progress records where the job is within its state; a new stage closes
+// the previous one.
+func (r *jobRun) progress(stage string, done, total int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.setLocked(r.state, stage, done, total)
+}
+
+// move applies ev to the job's state (Transition) and starts stage in the
+// state it leads to; the next save writes it. A refused event changes
+// nothing.
+func (r *jobRun) move(ev JobEvent, stage string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	to, err := Transition(r.state, ev)
+	if err != nil {
+		return fmt.Errorf("move image job %s: %w", r.job.ID, err)
+	}
+	r.setLocked(to, stage, 0, 0)
+	return nil
+}
+
+// next is the state ev moves the job to, for the store write that ends it.
+func (r *jobRun) next(ev JobEvent) (domain.ImageJobState, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	to, err := Transition(r.state, ev)
+	if err != nil {
+		return to, fmt.Errorf("end image job %s: %w", r.job.ID, err)
+	}
+	return to, nil
+}
+
+func (r *jobRun) setLocked(state domain.ImageJobState, stage string, done, total int64) {
 	now := r.c.now()
 	if stage != r.stage || state != r.state {
 		r.closeStageLocked(now)
@@ -183,8 +218,7 @@ func (f *jobFailure) Unwrap() error { return f.err }
 func (c *Images) runImageJob(parent context.Context, job domain.ImageJob) {
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
-	log := c.log.With("job_id", job.ID, "image_id", job.ImageID, "kind", string(job.Kind), "attempt", job.Attempts)
-	r := &jobRun{c: c, job: job, cancel: cancel, state: domain.JobMaterializing, stages: map[string]int64{}, lastSave: c.now()}
+	r := &jobRun{c: c, job: job, cancel: cancel, state: job.State, stages: map[string]int64{}, lastSave: c.now()}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -210,12 +244,28 @@ func (c *Images) runImageJob(parent context.Context, job domain.ImageJob) {
 	r.mu.Unlock()
 	fin := context.WithoutCancel(parent)
 	r.save(fin, true) // the digest and last stage, before the job leaves its active states
+	c.endImageJob(fin, r, img, err, t0)
+}
+
+// endImageJob records how a run that made img (err nil) or failed with err
+// ended: the job ready with what it made on its image, failed when the
+// failure is its own (final; a refused success is one), or left for
+// another runner to try again. Each end is the state Transition gives; a
+// refused failure writes nothing.
+func (c *Images) endImageJob(ctx context.Context, r *jobRun, img domain.Image, err error, t0 time.Time) {
+	job := r.job
+	log := c.log.With("job_id", job.ID, "image_id", job.ImageID, "kind", string(job.Kind), "attempt", job.Attempts)
 	if err == nil {
-		err = c.st.CompleteImageJob(fin, job.ID, job.Epoch, img, r.stagesJSON(), c.now())
+		// CompleteImageJob writes the state Transition gives (ready).
+		if _, terr := r.next(JobSucceed); terr != nil {
+			err = &jobFailure{err: terr}
+		} else {
+			err = c.st.CompleteImageJob(ctx, job.ID, job.Epoch, img, r.stagesJSON(), c.now())
+		}
 		if err == nil {
 			log.Info("image ready", "name", img.Name, "digest", img.Digest, "base_snapshot_id", img.BaseID,
 				"ms", c.now().Sub(t0).Milliseconds(), "stages_ms", r.stages)
-			c.notifyImage(fin, img.ID)
+			c.notifyImage(ctx, img.ID)
 			return
 		}
 		if errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrStaleEpoch) {
@@ -230,12 +280,16 @@ func (c *Images) runImageJob(parent context.Context, job domain.ImageJob) {
 		return
 	}
 	msg, tail := cleanText(err.Error()), cleanText(jf.tail)
-	if ferr := c.st.FinishJob(fin, job.ID, job.Epoch, domain.JobFailed, msg, tail, r.stagesJSON(), c.now()); ferr != nil {
+	to, ferr := r.next(JobFail)
+	if ferr == nil {
+		ferr = c.st.FinishJob(ctx, job.ID, job.Epoch, to, msg, tail, r.stagesJSON(), c.now())
+	}
+	if ferr != nil {
 		log.Error("record image job failure", "err", ferr, "failure", err)
 		return
 	}
 	log.Warn("image job failed", "err", err)
-	c.notifyImage(fin, job.ImageID)
+	c.notifyImage(ctx, job.ImageID)
 }
 
 // maxJobAttempts bounds how often a job is claimed again after its runner

@@ -52,7 +52,7 @@ func (c *Images) imageJob(ctx context.Context, r *jobRun) (domain.Image, error) 
 	if err != nil {
 		return img, &jobFailure{err: err}
 	}
-	r.set(domain.JobMaterializing, image.StageResolve, 0, 0)
+	r.progress(image.StageResolve, 0, 0)
 	var res oci.Resolved
 	err = retryPull(ctx, c, func() error {
 		res, err = c.images.Resolve(ctx, img.Ref, auth)
@@ -81,7 +81,7 @@ func (c *Images) imageJob(ctx context.Context, r *jobRun) (domain.Image, error) 
 	err = retryPull(mctx, c, func() error {
 		mat, err = c.images.Materialize(mctx, image.Request{
 			Ref: res.Pinned(), Auth: auth, DiskGiB: cfg.DiskGiB,
-			Progress: func(stage string, done, total int64) { r.set(domain.JobMaterializing, stage, done, total) },
+			Progress: func(stage string, done, total int64) { r.progress(stage, done, total) },
 		})
 		return err
 	})
@@ -201,10 +201,13 @@ func (c *Images) capture(ctx context.Context, r *jobRun, img domain.Image, cfg I
 		WarmupStall:   time.Duration(cfg.WarmupStallS) * time.Second,
 	}
 	limit := req.WarmupTimeout + 10*time.Minute // boot, snapshot and upload besides the warm-up
+	if err := r.move(JobCapture, "place"); err != nil {
+		return hostlink.CaptureResponse{}, &jobFailure{err: err}
+	}
 	var exclude []domain.HostID
 	var last error
 	for attempt := range captureAttempts {
-		r.set(domain.JobCapturing, "place", 0, 0)
+		r.progress("place", 0, 0)
 		hostID, err := c.place.PlaceWithin(ctx, domain.SessionSpec{MemoryMiB: cfg.MemoryMiB, VCPUs: cfg.VCPUs},
 			scheduler.Need{Exclude: exclude, RootFS: true}, c.cfg.PlacementWait)
 		if err != nil {
@@ -214,7 +217,7 @@ func (c *Images) capture(ctx context.Context, r *jobRun, img domain.Image, cfg I
 			return hostlink.CaptureResponse{}, &jobFailure{err: fmt.Errorf("no host can capture the image: %w", err)}
 		}
 		req.SnapshotID = fmt.Sprintf("%s.%d.%d", r.job.ID, r.job.Epoch, attempt)
-		r.set(domain.JobCapturing, StageOnHost, 0, 0)
+		r.progress(StageOnHost, 0, 0)
 		c.log.Info("capturing image", "image_id", img.ID, "host_id", hostID, "snapshot_id", req.SnapshotID)
 		resp, err := c.links.Capture(ctx, limit, hostID, r.job.ID, r.job.Epoch, req)
 		if err == nil {

@@ -15,15 +15,17 @@ func TestStageTimesAddUpToTheWallTime(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 12, 5, 8, 0, 0, 0, time.UTC)
 	now := t0
-	r := &jobRun{c: &Images{now: func() time.Time { return now }}, stages: map[string]int64{}}
+	r := &jobRun{c: &Images{now: func() time.Time { return now }}, state: domain.JobMaterializing, stages: map[string]int64{}}
 	after := func(d time.Duration) { now = now.Add(d) }
-	r.set(domain.JobMaterializing, "resolve", 0, 0)
+	r.progress("resolve", 0, 0)
 	after(time.Second)
-	r.set(domain.JobMaterializing, "pull", 0, 0)
+	r.progress("pull", 0, 0)
 	after(3 * time.Second)
-	r.set(domain.JobCapturing, "place", 0, 0)
+	if err := r.move(JobCapture, "place"); err != nil {
+		t.Fatal(err)
+	}
 	after(time.Second)
-	r.set(domain.JobCapturing, StageOnHost, 0, 0)
+	r.progress(StageOnHost, 0, 0)
 	after(10 * time.Second) // the host call
 	r.addStages(map[string]int64{"fetch_rootfs": 1000, "boot": 4000, "warmup": 3000, "snapshot": 1000, "upload": 500})
 	after(200 * time.Millisecond) // commit

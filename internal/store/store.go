@@ -55,7 +55,9 @@ type NewEvent struct {
 	At        time.Time
 }
 
-// Hosts keeps the fleet.
+// Hosts keeps the fleet. Every state the calls below move a host to is what
+// hoststate.Transition gives its state for the call's event (SetHostState
+// aside, which writes the state it is given).
 type Hosts interface {
 	// CreateHost inserts a host in state new together with its host token,
 	// in one transaction; ErrConflict if the name is taken.
@@ -329,9 +331,10 @@ type Images interface {
 	ListJobs(ctx context.Context, imageID string) ([]domain.ImageJob, error)
 	// ClaimJob claims a pending job, or a materializing or capturing one
 	// whose lease ended before at (its runner died): it bumps the epoch,
-	// sets the lease to at+lease, the state to materializing, one more
-	// attempt, an empty stage and zero bytes (digest, stages and warnings are kept),
-	// and returns the row. One conditional write: of concurrent claimers
+	// sets the lease to at+lease, the state to materializing (what
+	// imagejobs.Transition gives a claim), one more attempt, an empty stage
+	// and zero bytes (digest, stages and warnings are kept), and returns the
+	// row. One conditional write: of concurrent claimers
 	// exactly one wins. ErrConflict while another lease is live or once the
 	// job finished, ErrNotFound for an unknown job.
 	ClaimJob(ctx context.Context, id string, lease time.Duration, at time.Time) (domain.ImageJob, error)
@@ -349,9 +352,10 @@ type Images interface {
 	// output tail (stages nil keeps them); fenced as UpdateJobProgress.
 	FinishJob(ctx context.Context, id string, epoch int64, state domain.ImageJobState, errMsg, tail string, stages json.RawMessage, at time.Time) error
 	// CompleteImageJob, in one transaction, finishes the claimed job jobID
-	// ready (stages nil keeps them) and records what it made on image img.ID:
-	// only Digest, Config, Manifests, Facts and BaseID are written (name,
-	// ref, state and credential stay as they are now). The job must belong
+	// ready (what imagejobs.Transition gives a success; stages nil keeps
+	// them) and records what it made on image img.ID: only Digest, Config,
+	// Manifests, Facts and BaseID are written (name, ref, state and
+	// credential stay as they are now). The job must belong
 	// to img.ID (else ErrConflict) and is fenced as UpdateJobProgress; an
 	// unknown image is ErrNotFound, an image disabled meanwhile ErrConflict.
 	// Nothing is written on any error.

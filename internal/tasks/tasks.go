@@ -188,13 +188,21 @@ func (c *Tasks) appendTaskEvents(ctx context.Context, taskID domain.TaskID, even
 	return out, nil
 }
 
-// setTaskState records a task's state and wakes its followers.
-func (c *Tasks) setTaskState(ctx context.Context, taskID domain.TaskID, state domain.TaskState, msg string) {
-	if err := c.st.SetTaskState(ctx, taskID, state, msg, c.now()); err != nil {
-		c.log.Warn("set task state", "task_id", taskID, "state", state, "err", err)
-		return
+// moveTask applies ev to a task read in state from: it writes the state
+// Transition gives, with msg as its error, only while the task is in a
+// state ev may happen in (so a task stopped or failed meanwhile stays so),
+// and reports whether it did. An event from refuses writes nothing: the
+// error wraps ErrBadTransition.
+func (c *Tasks) moveTask(ctx context.Context, taskID domain.TaskID, from domain.TaskState, ev StateEvent, msg string) (bool, error) {
+	to, err := Transition(from, ev)
+	if err != nil {
+		return false, fmt.Errorf("move task %s: %w", taskID, err)
 	}
-	c.wake(ctx, Topic(taskID))
+	ok, err := c.st.UpdateTaskState(ctx, taskID, statesAllowing(ev), to, msg, c.now())
+	if err != nil {
+		return false, fmt.Errorf("move task %s to %s: %w", taskID, to, err)
+	}
+	return ok, nil
 }
 
 // failTask ends a task's setup: the reason is an event and the task's error.
@@ -203,7 +211,7 @@ func (c *Tasks) failTask(ctx context.Context, taskID domain.TaskID, err error) {
 	// cancelled (shutdown): a task must not stay "starting" silently.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	ok, uerr := c.st.UpdateTaskState(ctx, taskID, []domain.TaskState{domain.TaskStarting}, domain.TaskFailed, err.Error(), c.now())
+	ok, uerr := c.moveTask(ctx, taskID, domain.TaskStarting, TaskSetupFailed, err.Error())
 	switch {
 	case uerr != nil:
 		c.log.Error("record a failed task setup", "task_id", taskID, "err", err, "record_err", uerr)
@@ -260,8 +268,8 @@ func (c *Tasks) StopTask(ctx context.Context, taskID domain.TaskID) (domain.Task
 	if err != nil {
 		return t, err
 	}
-	if t.State == domain.TaskStopped {
-		return t, nil
+	if _, err := Transition(t.State, TaskStopRequested); err != nil {
+		return t, nil // stopped already: a second stop changes nothing
 	}
 	if s, err := c.st.GetSession(ctx, t.SessionID); err == nil && s.State == domain.SessionActive {
 		payload, _ := json.Marshal(guestapi.InterruptPayload{})
@@ -272,7 +280,11 @@ func (c *Tasks) StopTask(ctx context.Context, taskID domain.TaskID) (domain.Task
 	if _, err := c.appendTaskEvents(ctx, t.ID, taskEvent(TaskEventStopped, map[string]any{"by": "user"})); err != nil {
 		return t, err
 	}
-	c.setTaskState(ctx, t.ID, domain.TaskStopped, "")
+	if _, err := c.moveTask(ctx, t.ID, t.State, TaskStopRequested, ""); err != nil {
+		c.log.Warn("mark a task stopped", "task_id", t.ID, "err", err)
+	} else {
+		c.wake(ctx, Topic(t.ID))
+	}
 	c.goTask(func(bg context.Context) {
 		if _, _, err := c.sessions.Suspend(bg, t.SessionID); err != nil && !errors.Is(err, domain.ErrNotActive) {
 			c.log.Info("suspend a stopped task's session", "task_id", t.ID, "session_id", t.SessionID, "err", err)

@@ -25,6 +25,10 @@ const maxTranscriptBytes = 32 << 10
 // harness, which starts a conversation of its own there, gets the
 // conversation so far with the prompt (pendingPrompt).
 func (c *Tasks) continueTask(ctx context.Context, t domain.Task, old domain.Session, text string) (domain.TaskEvent, error) {
+	// ReplaceSession below writes the state Transition gives (starting).
+	if _, err := Transition(t.State, TaskContinued); err != nil {
+		return domain.TaskEvent{}, fmt.Errorf("%w: continue task %s in a new session: %w", domain.ErrConflict, t.ID, err)
+	}
 	spec, err := taskSpec(t)
 	if err != nil {
 		return domain.TaskEvent{}, err

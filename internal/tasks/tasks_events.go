@@ -181,7 +181,7 @@ func (c *Tasks) afterIngest(ctx context.Context, t domain.Task, sid domain.Sessi
 	}
 	if st, msg, ok := taskStateAfter(t, added); ok {
 		// Conditional: a stop (or a failed setup) meanwhile stays.
-		live := []domain.TaskState{domain.TaskStarting, domain.TaskRunning, domain.TaskIdle}
+		live := statesAllowing(TaskRunStarted, TaskHarnessError, TaskTurnEnded)
 		if _, err := c.st.UpdateTaskState(ctx, t.ID, live, st, msg, c.now()); err != nil {
 			c.log.Warn("update task state from its events", "task_id", t.ID, "err", err)
 		}
@@ -268,28 +268,47 @@ func harnessPayload(e guestapi.HarnessEvent) json.RawMessage {
 	return raw
 }
 
-// taskStateAfter is the task's state after its harness produced events:
-// running once a run starts (clearing the last turn's error), the error's
-// "kind: message" kept from an error event on, idle when a turn ends. A
-// stopped or failed task stays so. ok is false when nothing changes.
-func taskStateAfter(t domain.Task, evs []domain.TaskEvent) (domain.TaskState, string, bool) {
-	if t.State == domain.TaskStopped || t.State == domain.TaskFailed {
-		return t.State, t.Error, false
+// harnessStateEvent is the state event of a harness event of type typ;
+// false for the types that leave a task's state as it is.
+func harnessStateEvent(typ string) (StateEvent, bool) {
+	switch typ {
+	case guestapi.EventRunStarted:
+		return TaskRunStarted, true
+	case guestapi.EventError:
+		return TaskHarnessError, true
+	case guestapi.EventIdle:
+		return TaskTurnEnded, true
 	}
+	return "", false
+}
+
+// taskStateAfter is the task's state after its harness produced events,
+// each applied by Transition: running once a run starts (clearing the last
+// turn's error), the error's "kind: message" kept from an error event on,
+// idle when a turn ends. A task whose state refuses them (stopped, failed)
+// stays as it is. ok is false when nothing changes.
+func taskStateAfter(t domain.Task, evs []domain.TaskEvent) (domain.TaskState, string, bool) {
 	state, msg := t.State, t.Error
 	for _, e := range evs {
-		switch e.Type {
-		case guestapi.EventRunStarted:
-			state, msg = domain.TaskRunning, ""
-		case guestapi.EventError:
+		ev, ok := harnessStateEvent(e.Type)
+		if !ok {
+			continue
+		}
+		next, err := Transition(state, ev)
+		if err != nil {
+			return t.State, t.Error, false
+		}
+		state = next
+		switch ev {
+		case TaskRunStarted:
+			msg = ""
+		case TaskHarnessError:
 			var d struct {
 				Kind    string `json:"kind"`
 				Message string `json:"message"`
 			}
 			_ = json.Unmarshal(e.Payload, &d)
 			msg = d.Kind + ": " + d.Message
-		case guestapi.EventIdle:
-			state = domain.TaskIdle
 		}
 	}
 	if state == t.State && msg == t.Error {

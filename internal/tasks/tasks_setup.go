@@ -52,7 +52,7 @@ func (c *Tasks) setupTask(ctx context.Context, taskID domain.TaskID, sessionID d
 		c.failTask(ctx, taskID, err)
 		return
 	}
-	if _, err := c.st.UpdateTaskState(ctx, taskID, []domain.TaskState{domain.TaskStarting}, domain.TaskRunning, "", c.now()); err != nil {
+	if _, err := c.moveTask(ctx, taskID, domain.TaskStarting, TaskSetupDone, ""); err != nil {
 		c.log.Warn("mark a prompted task running", "task_id", taskID, "err", err)
 	}
 	c.wake(ctx, Topic(taskID))

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/hoststate"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -46,14 +47,15 @@ func (s *Store) ReleaseHostLink(ctx context.Context, id domain.HostID, linkID st
 	return nil
 }
 
-// lostIfConnected is the state a host takes when it may no longer work.
-const lostIfConnected = `state = CASE WHEN state IN ('ready', 'draining') THEN 'lost' ELSE state END`
+// lostIfConnected sets the state a host takes when it may no longer work
+// (lost if it was connected).
+func lostIfConnected() string { return `state = ` + hostStateAfter(hoststate.AccessRevoked) }
 
 // DisableHost implements store.HostAccess.
 func (s *Store) DisableHost(ctx context.Context, id domain.HostID, disabled bool) (domain.Host, error) {
 	q := `UPDATE hosts SET disabled = FALSE WHERE id = $1 AND deleted_at = 0 RETURNING ` + hostCols
 	if disabled {
-		q = `UPDATE hosts SET disabled = TRUE, link_id = '', ` + lostIfConnected + `
+		q = `UPDATE hosts SET disabled = TRUE, link_id = '', ` + lostIfConnected() + `
 			WHERE id = $1 AND deleted_at = 0 RETURNING ` + hostCols
 	}
 	h, err := scanHost(s.write.QueryRowContext(ctx, q, id))
@@ -72,7 +74,7 @@ func (s *Store) DeleteHost(ctx context.Context, id domain.HostID, at time.Time) 
 	var h domain.Host
 	err := s.inTx(ctx, func(tx execer) error {
 		var err error
-		h, err = scanHost(tx.QueryRowContext(ctx, `UPDATE hosts SET deleted_at = $2, link_id = '', `+lostIfConnected+`
+		h, err = scanHost(tx.QueryRowContext(ctx, `UPDATE hosts SET deleted_at = $2, link_id = '', `+lostIfConnected()+`
 			WHERE id = $1 AND deleted_at = 0 RETURNING `+hostCols, id, when))
 		if err != nil {
 			return err
@@ -92,7 +94,7 @@ func (s *Store) DeleteHost(ctx context.Context, id domain.HostID, at time.Time) 
 
 // MarkHostLost implements store.HostAccess.
 func (s *Store) MarkHostLost(ctx context.Context, id domain.HostID) (domain.Host, error) {
-	h, err := scanHost(s.write.QueryRowContext(ctx, `UPDATE hosts SET link_id = '', `+lostIfConnected+`
+	h, err := scanHost(s.write.QueryRowContext(ctx, `UPDATE hosts SET link_id = '', `+lostIfConnected()+`
 		WHERE id = $1 RETURNING `+hostCols, id))
 	if isNoRows(err) {
 		return domain.Host{}, fmt.Errorf("mark host %s lost: %w", id, store.ErrNotFound)

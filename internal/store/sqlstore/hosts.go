@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/hoststate"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -50,11 +52,44 @@ func scanHost(r scanner) (domain.Host, error) {
 }
 
 func validHostState(s domain.HostState) bool {
-	switch s {
-	case domain.HostNew, domain.HostReady, domain.HostDraining, domain.HostLost:
-		return true
+	return slices.Contains(hoststate.States(), s)
+}
+
+// hostStateAfter is the SQL expression of the state a hosts row takes when
+// ev happens to it: what hoststate.Transition gives its state, or its
+// state as it is where that refuses ev.
+func hostStateAfter(ev hoststate.Event) string {
+	var b strings.Builder
+	for _, s := range hoststate.States() {
+		if to, err := hoststate.Transition(s, ev); err == nil {
+			fmt.Fprintf(&b, " WHEN '%s' THEN '%s'", s, to)
+		}
 	}
-	return false
+	if b.Len() == 0 {
+		return "hosts.state"
+	}
+	return "CASE hosts.state" + b.String() + " ELSE hosts.state END"
+}
+
+// hostStateAfterFlag is hostStateAfter of plain, or of drained when the
+// row's drain flag is set.
+func hostStateAfterFlag(plain, drained hoststate.Event) string {
+	return "CASE WHEN hosts.draining THEN " + hostStateAfter(drained) + " ELSE " + hostStateAfter(plain) + " END"
+}
+
+// hostStateAllows is the SQL condition that hoststate.Transition allows ev
+// in a hosts row's state.
+func hostStateAllows(ev hoststate.Event) string {
+	var in []string
+	for _, s := range hoststate.States() {
+		if _, err := hoststate.Transition(s, ev); err == nil {
+			in = append(in, "'"+string(s)+"'")
+		}
+	}
+	if len(in) == 0 {
+		return "FALSE"
+	}
+	return "hosts.state IN (" + strings.Join(in, ", ") + ")"
 }
 
 // hostArgs checks h and encodes its facts and capacity columns.
@@ -112,7 +147,8 @@ func (s *Store) CreateHost(ctx context.Context, h domain.Host, tok domain.Token)
 
 // RegisterHost implements store.Hosts. The drain flag is admin intent: a
 // registration never changes it (a host registering for the first time
-// gets it unset), and the state follows it.
+// gets it unset), and the state follows it. A host without a row gets the
+// state a new host takes when it registers.
 func (s *Store) RegisterHost(ctx context.Context, h domain.Host) error {
 	facts, capacity, err := hostArgs(h)
 	if err != nil {
@@ -123,15 +159,19 @@ func (s *Store) RegisterHost(ctx context.Context, h domain.Host) error {
 	if !h.CreatedAt.IsZero() {
 		created = micros(h.CreatedAt)
 	}
+	first, err := hoststate.Transition(domain.HostNew, hoststate.Registered)
+	if err != nil {
+		return fmt.Errorf("register host %s: %w", h.ID, err)
+	}
 	res, err := s.write.ExecContext(ctx, `INSERT INTO hosts (`+hostInsertCols+`)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, FALSE, $9, $9, $10)
 		ON CONFLICT (id) DO UPDATE SET name = excluded.name,
-			state = CASE WHEN hosts.draining THEN 'draining' ELSE 'ready' END,
+			state = `+hostStateAfterFlag(hoststate.Registered, hoststate.RegisteredDraining)+`,
 			facts = excluded.facts, capacity = excluded.capacity, replica_id = excluded.replica_id,
 			replica_addr = excluded.replica_addr, protocol_version = excluded.protocol_version,
 			last_heartbeat = excluded.last_heartbeat, connected_at = excluded.connected_at
 		WHERE `+hostMayWork,
-		h.ID, h.Name, string(domain.HostReady), facts, capacity, h.ReplicaID,
+		h.ID, h.Name, string(first), facts, capacity, h.ReplicaID,
 		h.ReplicaAddr, h.ProtocolVersion, at, created)
 	if s.isUnique(err) {
 		return fmt.Errorf("register host %s: %w: name %q belongs to another host", h.ID, store.ErrConflict, h.Name)
@@ -215,15 +255,15 @@ func (s *Store) SetHostState(ctx context.Context, id domain.HostID, state domain
 }
 
 // SetHostDraining implements store.Hosts. A host that is new or lost keeps
-// its state; RegisterHost and ReviveHost apply the flag when it comes back.
+// its state (hoststate.Transition refuses the flag's event there);
+// RegisterHost and ReviveHost apply the flag when it comes back.
 func (s *Store) SetHostDraining(ctx context.Context, id domain.HostID, draining bool) error {
-	connected := domain.HostReady
+	ev := hoststate.DrainFlagCleared
 	if draining {
-		connected = domain.HostDraining
+		ev = hoststate.DrainFlagSet
 	}
-	res, err := s.write.ExecContext(ctx, `UPDATE hosts SET draining = $2,
-		state = CASE WHEN state IN ('ready', 'draining') THEN $3 ELSE state END
-		WHERE id = $1`, id, draining, string(connected))
+	res, err := s.write.ExecContext(ctx, `UPDATE hosts SET draining = $2, state = `+hostStateAfter(ev)+`
+		WHERE id = $1`, id, draining)
 	if err != nil {
 		return fmt.Errorf("set host %s draining=%v: %w", id, draining, err)
 	}
@@ -237,8 +277,10 @@ func (s *Store) SetHostDraining(ctx context.Context, id domain.HostID, draining 
 func (s *Store) ReviveHost(ctx context.Context, id domain.HostID) (domain.HostState, error) {
 	var state string
 	err := s.write.QueryRowContext(ctx, `UPDATE hosts
-		SET state = CASE WHEN draining THEN 'draining' ELSE 'ready' END
-		WHERE id = $1 AND state = 'lost' AND `+hostMayWork+` RETURNING state`, id).Scan(&state)
+		SET state = `+hostStateAfterFlag(hoststate.Revived, hoststate.RevivedDraining)+`
+		WHERE id = $1 AND (hosts.draining AND `+hostStateAllows(hoststate.RevivedDraining)+`
+			OR NOT hosts.draining AND `+hostStateAllows(hoststate.Revived)+`)
+			AND `+hostMayWork+` RETURNING state`, id).Scan(&state)
 	if isNoRows(err) {
 		// Not lost, may not work, or unknown: report the state as it is.
 		err = s.write.QueryRowContext(ctx, `SELECT state FROM hosts WHERE id = $1`, id).Scan(&state)
@@ -255,8 +297,8 @@ func (s *Store) ReviveHost(ctx context.Context, id domain.HostID) (domain.HostSt
 // MarkHostsLost implements store.Hosts; the ids come back sorted. The drain
 // flag is kept.
 func (s *Store) MarkHostsLost(ctx context.Context, cutoff time.Time) ([]domain.HostID, error) {
-	rows, err := s.write.QueryContext(ctx, `UPDATE hosts SET state = 'lost'
-		WHERE state IN ('ready', 'draining') AND last_heartbeat < $1 RETURNING id`, micros(cutoff))
+	rows, err := s.write.QueryContext(ctx, `UPDATE hosts SET state = `+hostStateAfter(hoststate.HeartbeatLost)+`
+		WHERE `+hostStateAllows(hoststate.HeartbeatLost)+` AND last_heartbeat < $1 RETURNING id`, micros(cutoff))
 	if err != nil {
 		return nil, fmt.Errorf("mark hosts lost: %w", err)
 	}
