@@ -13,22 +13,22 @@ import (
 
 // AutomationService keeps automations (autorun.Runner).
 type AutomationService interface {
-	CreateAutomation(ctx context.Context, raw []byte, enabled bool) (autorun.Saved, error)
-	UpdateAutomation(ctx context.Context, nameOrID string, raw []byte, expect int64) (autorun.Saved, error)
-	RotateHookSecret(ctx context.Context, nameOrID string) (autorun.Saved, error)
-	SetEnabled(ctx context.Context, nameOrID string, enabled bool) (autorun.View, error)
-	DeleteAutomation(ctx context.Context, nameOrID string) (autorun.View, error)
-	Automation(ctx context.Context, nameOrID string) (autorun.View, error)
-	Automations(ctx context.Context) ([]autorun.View, error)
+	CreateAutomation(ctx context.Context, org domain.OrgID, raw []byte, enabled bool) (autorun.Saved, error)
+	UpdateAutomation(ctx context.Context, org domain.OrgID, nameOrID string, raw []byte, expect int64) (autorun.Saved, error)
+	RotateHookSecret(ctx context.Context, org domain.OrgID, nameOrID string) (autorun.Saved, error)
+	SetEnabled(ctx context.Context, org domain.OrgID, nameOrID string, enabled bool) (autorun.View, error)
+	DeleteAutomation(ctx context.Context, org domain.OrgID, nameOrID string) (autorun.View, error)
+	Automation(ctx context.Context, org domain.OrgID, nameOrID string) (autorun.View, error)
+	Automations(ctx context.Context, org domain.OrgID) ([]autorun.View, error)
 	Builtins() []autorun.Builtin
 }
 
 // AutomationRuns starts, lists and cancels runs (autorun.Runner).
 type AutomationRuns interface {
-	StartRun(ctx context.Context, nameOrID string, req autorun.RunRequest) (autorun.Started, error)
-	Runs(ctx context.Context, nameOrID string, before domain.AutomationRunID, limit int) (autorun.View, []domain.AutomationRun, error)
-	RunDetail(ctx context.Context, id domain.AutomationRunID) (autorun.RunDetail, error)
-	CancelRun(ctx context.Context, id domain.AutomationRunID) (domain.AutomationRun, error)
+	StartRun(ctx context.Context, org domain.OrgID, nameOrID string, req autorun.RunRequest) (autorun.Started, error)
+	Runs(ctx context.Context, org domain.OrgID, nameOrID string, before domain.AutomationRunID, limit int) (autorun.View, []domain.AutomationRun, error)
+	RunDetail(ctx context.Context, org domain.OrgID, id domain.AutomationRunID) (autorun.RunDetail, error)
+	CancelRun(ctx context.Context, org domain.OrgID, id domain.AutomationRunID) (domain.AutomationRun, error)
 }
 
 // automationsRouter serves automations, their runs and webhook
@@ -75,7 +75,7 @@ func (s *automationsRouter) create(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &req) {
 		return
 	}
-	saved, err := s.co.CreateAutomation(r.Context(), []byte(req.Definition), req.Enabled)
+	saved, err := s.co.CreateAutomation(r.Context(), orgOf(r), []byte(req.Definition), req.Enabled)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -88,7 +88,7 @@ func (s *automationsRouter) update(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &req) {
 		return
 	}
-	saved, err := s.co.UpdateAutomation(r.Context(), r.PathValue("name"), []byte(req.Definition), req.Version)
+	saved, err := s.co.UpdateAutomation(r.Context(), orgOf(r), r.PathValue("name"), []byte(req.Definition), req.Version)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -97,7 +97,7 @@ func (s *automationsRouter) update(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *automationsRouter) rotate(w http.ResponseWriter, r *http.Request) {
-	saved, err := s.co.RotateHookSecret(r.Context(), r.PathValue("name"))
+	saved, err := s.co.RotateHookSecret(r.Context(), orgOf(r), r.PathValue("name"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -110,7 +110,7 @@ func (s *automationsRouter) list(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	vs, err := s.co.Automations(r.Context())
+	vs, err := s.co.Automations(r.Context(), orgOf(r))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -125,7 +125,7 @@ func (s *automationsRouter) list(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *automationsRouter) get(w http.ResponseWriter, r *http.Request) {
-	v, err := s.co.Automation(r.Context(), r.PathValue("name"))
+	v, err := s.co.Automation(r.Context(), orgOf(r), r.PathValue("name"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -134,7 +134,7 @@ func (s *automationsRouter) get(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *automationsRouter) delete(w http.ResponseWriter, r *http.Request) {
-	v, err := s.co.DeleteAutomation(r.Context(), r.PathValue("name"))
+	v, err := s.co.DeleteAutomation(r.Context(), orgOf(r), r.PathValue("name"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -144,7 +144,7 @@ func (s *automationsRouter) delete(w http.ResponseWriter, r *http.Request) {
 
 func (s *automationsRouter) enabled(on bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		v, err := s.co.SetEnabled(r.Context(), r.PathValue("name"), on)
+		v, err := s.co.SetEnabled(r.Context(), orgOf(r), r.PathValue("name"), on)
 		if err != nil {
 			s.fail(w, r, err)
 			return
@@ -159,7 +159,7 @@ func (s *automationsRouter) startRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// A retry with the same Idempotency-Key is answered by the middleware.
-	started, err := s.runs.StartRun(r.Context(), r.PathValue("name"), autorun.RunRequest{Inputs: req.Inputs, Trigger: req.Trigger,
+	started, err := s.runs.StartRun(r.Context(), orgOf(r), r.PathValue("name"), autorun.RunRequest{Inputs: req.Inputs, Trigger: req.Trigger,
 		Actor: principalFrom(r.Context()).UserID})
 	if err != nil {
 		s.fail(w, r, err)
@@ -171,7 +171,7 @@ func (s *automationsRouter) startRun(w http.ResponseWriter, r *http.Request) {
 // writeStarted answers a start: status for a new run, 200 for a delivery
 // seen before.
 func (s *automationsRouter) writeStarted(w http.ResponseWriter, r *http.Request, st autorun.Started, status int) {
-	d, err := s.runs.RunDetail(r.Context(), st.Run.ID)
+	d, err := s.runs.RunDetail(r.Context(), orgOf(r), st.Run.ID)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -187,7 +187,7 @@ func (s *automationsRouter) listRuns(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	v, runs, err := s.runs.Runs(r.Context(), r.PathValue("name"), domain.AutomationRunID(p.after), p.limit+1)
+	v, runs, err := s.runs.Runs(r.Context(), orgOf(r), r.PathValue("name"), domain.AutomationRunID(p.after), p.limit+1)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -204,7 +204,7 @@ func (s *automationsRouter) listRuns(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *automationsRouter) getRun(w http.ResponseWriter, r *http.Request) {
-	d, err := s.runs.RunDetail(r.Context(), domain.AutomationRunID(r.PathValue("id")))
+	d, err := s.runs.RunDetail(r.Context(), orgOf(r), domain.AutomationRunID(r.PathValue("id")))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -217,12 +217,12 @@ func (s *automationsRouter) getRun(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *automationsRouter) cancelRun(w http.ResponseWriter, r *http.Request) {
-	run, err := s.runs.CancelRun(r.Context(), domain.AutomationRunID(r.PathValue("id")))
+	run, err := s.runs.CancelRun(r.Context(), orgOf(r), domain.AutomationRunID(r.PathValue("id")))
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	d, err := s.runs.RunDetail(r.Context(), run.ID)
+	d, err := s.runs.RunDetail(r.Context(), orgOf(r), run.ID)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -284,3 +284,6 @@ func stepOut(s domain.RunStep) apiv1.RunStep {
 	}
 	return out
 }
+
+// orgOf is the organisation r's caller acts in.
+func orgOf(r *http.Request) domain.OrgID { return principalFrom(r.Context()).OrgID }

@@ -90,7 +90,7 @@ func (s *deliveriesRouter) answer(w http.ResponseWriter, r *http.Request, src co
 		writeJSON(w, http.StatusOK, out.Answer)
 	case src == connector.SourceHook && len(out.Runs) > 0 && s.runs != nil:
 		st := out.Runs[0]
-		d, err := s.runs.RunDetail(r.Context(), st.Run.ID)
+		d, err := s.runs.RunDetail(r.Context(), st.Run.Org, st.Run.ID) // the signed hook's own run
 		if err != nil {
 			s.fail(w, r, err)
 			return

@@ -13,14 +13,14 @@ import (
 
 // IntegrationService configures integrations (integrations.Service).
 type IntegrationService interface {
-	Add(ctx context.Context, kind domain.IntegrationKind, config json.RawMessage, secrets map[string]string) (integrations.View, error)
-	List(ctx context.Context) ([]integrations.View, error)
-	Remove(ctx context.Context, kind domain.IntegrationKind) error
+	Add(ctx context.Context, org domain.OrgID, kind domain.IntegrationKind, config json.RawMessage, secrets map[string]string) (integrations.View, error)
+	List(ctx context.Context, org domain.OrgID) ([]integrations.View, error)
+	Remove(ctx context.Context, org domain.OrgID, kind domain.IntegrationKind) error
 }
 
 // Builtins installs an integration's built-in automations (autorun.Runner).
 type Builtins interface {
-	InstallBuiltins(ctx context.Context, kind domain.IntegrationKind, config json.RawMessage) ([]string, error)
+	InstallBuiltins(ctx context.Context, org domain.OrgID, kind domain.IntegrationKind, config json.RawMessage) ([]string, error)
 }
 
 // TaskPRs opens pull requests from tasks (githubapp.App).
@@ -59,14 +59,15 @@ func (s *integrationsRouter) add(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &req) {
 		return
 	}
-	v, err := s.co.Add(r.Context(), domain.IntegrationKind(req.Kind), req.Config, req.Secrets)
+	org := principalFrom(r.Context()).OrgID
+	v, err := s.co.Add(r.Context(), org, domain.IntegrationKind(req.Kind), req.Config, req.Secrets)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	out := integrationOut(v)
 	if s.builtins != nil {
-		if out.Builtins, err = s.builtins.InstallBuiltins(r.Context(), v.Kind, v.Config); err != nil {
+		if out.Builtins, err = s.builtins.InstallBuiltins(r.Context(), org, v.Kind, v.Config); err != nil {
 			s.fail(w, r, err)
 			return
 		}
@@ -78,7 +79,7 @@ func (s *integrationsRouter) list(w http.ResponseWriter, r *http.Request) {
 	if !s.ready(w) {
 		return
 	}
-	vs, err := s.co.List(r.Context())
+	vs, err := s.co.List(r.Context(), principalFrom(r.Context()).OrgID)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -94,7 +95,7 @@ func (s *integrationsRouter) remove(w http.ResponseWriter, r *http.Request) {
 	if !s.ready(w) {
 		return
 	}
-	if err := s.co.Remove(r.Context(), domain.IntegrationKind(r.PathValue("kind"))); err != nil {
+	if err := s.co.Remove(r.Context(), principalFrom(r.Context()).OrgID, domain.IntegrationKind(r.PathValue("kind"))); err != nil {
 		s.fail(w, r, err)
 		return
 	}

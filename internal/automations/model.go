@@ -1,5 +1,7 @@
 package automations
 
+import "github.com/engrams/engrams/internal/domain"
+
 // ID names an automation; RunID one of its runs.
 type (
 	ID    string
@@ -28,6 +30,20 @@ const (
 	TriggerGitHubPR     TriggerKind = "github_pr"     // pull request events, review requests, @engrams comments
 	TriggerLinearIssue  TriggerKind = "linear_issue"  // an issue created or labelled
 )
+
+// Integration is the integration whose events start runs of k ("" for
+// the kinds no integration delivers: manual, schedule, webhook).
+func (k TriggerKind) Integration() domain.IntegrationKind {
+	switch k {
+	case TriggerSlackMention:
+		return domain.IntegrationSlack
+	case TriggerGitHubPR:
+		return domain.IntegrationGitHub
+	case TriggerLinearIssue:
+		return domain.IntegrationLinear
+	}
+	return ""
+}
 
 // Trigger says what starts runs; the field of its Kind is set.
 type Trigger struct {

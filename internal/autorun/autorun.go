@@ -84,6 +84,9 @@ func (c *Config) defaults() error {
 type Store interface {
 	store.Automations
 	Notify(ctx context.Context, topic string) error
+	// GetIntegration says which organisation holds the integration whose
+	// events trigger runs.
+	GetIntegration(ctx context.Context, kind domain.IntegrationKind) (domain.Integration, error)
 }
 
 // TaskControl starts and steers tasks (tasks.Tasks).

@@ -37,12 +37,12 @@ func TestBenchStepRecord(t *testing.T) {
 	fmt.Printf("%-9s %12s %12s %14s %14s %8s\n", "database", "step p50", "step p95", "1 write p50", "1 write p95", "ratio")
 	for _, d := range databases(t) {
 		e := newEnv(t, d, "bench", newFakeTasks(t, ""))
-		if _, err := e.r.CreateAutomation(t.Context(), []byte(stepsOnly), false); err != nil {
+		if _, err := e.r.CreateAutomation(t.Context(), domain.FirstOrg, []byte(stepsOnly), false); err != nil {
 			t.Fatal(err)
 		}
 		var steps []time.Duration
 		for range runs {
-			s, err := e.r.StartRun(t.Context(), "steps", RunRequest{})
+			s, err := e.r.StartRun(t.Context(), domain.FirstOrg, "steps", RunRequest{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -157,7 +157,7 @@ func (r blocks) startTask(ctx context.Context, w *walker, req tasks.StartTaskReq
 	// A run's task is the person's who caused it (their mention, pull
 	// request or issue, or their start by hand); else the organisation's,
 	// shared with its members.
-	req.Owner = domain.Owner{OrgID: domain.FirstOrg, UserID: w.run.ActorID, Shared: w.run.ActorID == ""}
+	req.Owner = domain.Owner{OrgID: w.run.Org, UserID: w.run.ActorID, Shared: w.run.ActorID == ""}
 	run := connector.Run{ID: w.run.ID, Trigger: w.run.TriggerKind, Payload: w.run.Trigger}
 	for _, in := range r.ins {
 		if g, ok := in.(connector.ProfileGate); ok {

@@ -99,10 +99,10 @@ blocks:
   - {id: task, kind: start_task, profile: "{{trigger.profile}}", prompt: "{{trigger.text}}"}
 `
 
-// InstallBuiltins saves an integration's built-in automations that are
-// not there yet, disabled, and names them; config is the integration's
-// settings (GitHub's repos).
-func (r *Runner) InstallBuiltins(ctx context.Context, kind domain.IntegrationKind, config json.RawMessage) ([]string, error) {
+// InstallBuiltins saves, as org's, an integration's built-in automations
+// that org has not got yet, disabled, and names them; config is the
+// integration's settings (GitHub's repos).
+func (r *Runner) InstallBuiltins(ctx context.Context, org domain.OrgID, kind domain.IntegrationKind, config json.RawMessage) ([]string, error) {
 	var set settings
 	_ = json.Unmarshal(config, &set)
 	var out []string
@@ -115,12 +115,12 @@ func (r *Runner) InstallBuiltins(ctx context.Context, kind domain.IntegrationKin
 		if err != nil {
 			return out, fmt.Errorf("built-in automation: %w", err)
 		}
-		if _, err := r.st.GetAutomationByName(ctx, d.Name); err == nil {
+		if _, err := r.st.GetAutomationByName(ctx, org, d.Name); err == nil {
 			continue
 		} else if !errors.Is(err, domain.ErrNotFound) {
 			return out, err
 		}
-		if _, err := r.CreateAutomation(ctx, []byte(def), false); err != nil && !errors.Is(err, domain.ErrConflict) {
+		if _, err := r.CreateAutomation(ctx, org, []byte(def), false); err != nil && !errors.Is(err, domain.ErrConflict) {
 			return out, err
 		}
 		out = append(out, d.Name)

@@ -117,7 +117,7 @@ func TestBuiltinsReadRulesAndLinkPRs(t *testing.T) {
 			if c.builtin == "linear-issues" {
 				kind = domain.IntegrationLinear
 			}
-			if names, err := e.r.InstallBuiltins(t.Context(), kind, []byte(`{"repos":["acme/app"]}`)); err != nil || !slices.Contains(names, c.builtin) {
+			if names, err := e.r.InstallBuiltins(t.Context(), domain.FirstOrg, kind, []byte(`{"repos":["acme/app"]}`)); err != nil || !slices.Contains(names, c.builtin) {
 				t.Fatalf("install: %v %v", names, err)
 			}
 			prompt := runTaskPrompt(t, e, c.builtin, c.trigger)
@@ -138,14 +138,14 @@ func TestBuiltinsReadRulesAndLinkPRs(t *testing.T) {
 // input.
 func runTaskPrompt(t *testing.T, e *env, name, trigger string) string {
 	t.Helper()
-	s, err := e.r.StartRun(t.Context(), name, RunRequest{Trigger: []byte(trigger)})
+	s, err := e.r.StartRun(t.Context(), domain.FirstOrg, name, RunRequest{Trigger: []byte(trigger)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if run := e.waitRun(t, s.Run.ID, domain.RunSucceeded, domain.RunFailed); run.State != domain.RunSucceeded {
 		t.Fatalf("run %s: %s", run.State, run.Error)
 	}
-	det, err := e.r.RunDetail(t.Context(), s.Run.ID)
+	det, err := e.r.RunDetail(t.Context(), domain.FirstOrg, s.Run.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,10 +58,10 @@ func crashChild(log string) {
 	ft.hold = true
 	r := openRunner(t, d, st, "child", ft, func(c *Config, _ *Deps) { c.StaleAfter = time.Hour })
 	go func() { _ = r.Run(context.Background()) }()
-	if _, err := r.CreateAutomation(context.Background(), []byte(crashing), false); err != nil {
+	if _, err := r.CreateAutomation(context.Background(), domain.FirstOrg, []byte(crashing), false); err != nil {
 		fail(err)
 	}
-	s, err := r.StartRun(context.Background(), "crashing", RunRequest{})
+	s, err := r.StartRun(context.Background(), domain.FirstOrg, "crashing", RunRequest{})
 	if err != nil {
 		fail(err)
 	}

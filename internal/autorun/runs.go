@@ -46,9 +46,9 @@ type Started struct {
 	Created bool
 }
 
-// StartRun starts a run of an automation's current version.
-func (r *Runner) StartRun(ctx context.Context, nameOrID string, req RunRequest) (Started, error) {
-	v, err := r.Automation(ctx, nameOrID)
+// StartRun starts a run of org's automation's current version.
+func (r *Runner) StartRun(ctx context.Context, org domain.OrgID, nameOrID string, req RunRequest) (Started, error) {
+	v, err := r.Automation(ctx, org, nameOrID)
 	if err != nil {
 		return Started{}, err
 	}
@@ -75,7 +75,7 @@ func (r *Runner) start(ctx context.Context, v View, req RunRequest) (Started, er
 		req.Kind = automations.TriggerManual
 	}
 	now := r.now()
-	run := domain.AutomationRun{ID: domain.AutomationRunID(r.newID()), AutomationID: v.Automation.ID, Version: v.Automation.Version,
+	run := domain.AutomationRun{ID: domain.AutomationRunID(r.newID()), AutomationID: v.Automation.ID, Org: v.Automation.Org, Version: v.Automation.Version,
 		State: domain.RunQueued, TriggerKind: string(req.Kind), DedupKey: req.DedupKey, Trigger: payload, Inputs: inRaw, ActorID: req.Actor, CreatedAt: now}
 	run.ConcurrencyKey = automations.Render(def.Settings.ConcurrencyKey, values(inputs, payload, nil))
 	var active []domain.AutomationRun
@@ -190,8 +190,8 @@ func (r *Runner) sweepQueued(ctx context.Context, createdBefore time.Time) {
 }
 
 // CancelRun cancels a run that has not ended.
-func (r *Runner) CancelRun(ctx context.Context, id domain.AutomationRunID) (domain.AutomationRun, error) {
-	run, err := r.st.GetRun(ctx, id)
+func (r *Runner) CancelRun(ctx context.Context, org domain.OrgID, id domain.AutomationRunID) (domain.AutomationRun, error) {
+	run, err := r.orgRun(ctx, org, id)
 	if err != nil {
 		return run, err
 	}
@@ -239,9 +239,19 @@ func (r *Runner) wake(ctx context.Context, run domain.AutomationRun) {
 	_ = r.st.Notify(ctx, RunsTopic(run.AutomationID))
 }
 
-// Runs lists an automation's runs, newest first.
-func (r *Runner) Runs(ctx context.Context, nameOrID string, before domain.AutomationRunID, limit int) (View, []domain.AutomationRun, error) {
-	v, err := r.Automation(ctx, nameOrID)
+// orgRun reads org's run id; another organisation's is not found, as
+// one that does not exist.
+func (r *Runner) orgRun(ctx context.Context, org domain.OrgID, id domain.AutomationRunID) (domain.AutomationRun, error) {
+	run, err := r.st.GetRun(ctx, id)
+	if err == nil && (org == "" || run.Org != org) {
+		return domain.AutomationRun{}, fmt.Errorf("get run %s: %w", id, domain.ErrNotFound)
+	}
+	return run, err
+}
+
+// Runs lists org's automation's runs, newest first.
+func (r *Runner) Runs(ctx context.Context, org domain.OrgID, nameOrID string, before domain.AutomationRunID, limit int) (View, []domain.AutomationRun, error) {
+	v, err := r.Automation(ctx, org, nameOrID)
 	if err != nil {
 		return View{}, nil, err
 	}
@@ -256,9 +266,9 @@ type RunDetail struct {
 	Steps []domain.RunStep
 }
 
-// RunDetail reads a run and its steps.
-func (r *Runner) RunDetail(ctx context.Context, id domain.AutomationRunID) (RunDetail, error) {
-	run, err := r.st.GetRun(ctx, id)
+// RunDetail reads org's run and its steps.
+func (r *Runner) RunDetail(ctx context.Context, org domain.OrgID, id domain.AutomationRunID) (RunDetail, error) {
+	run, err := r.orgRun(ctx, org, id)
 	if err != nil {
 		return RunDetail{}, err
 	}

@@ -50,10 +50,10 @@ func TestRunRecordsEachStep(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, d, "r1", newFakeTasks(t, ""))
 			ctx := t.Context()
-			if _, err := e.r.CreateAutomation(ctx, []byte(steered), false); err != nil {
+			if _, err := e.r.CreateAutomation(ctx, domain.FirstOrg, []byte(steered), false); err != nil {
 				t.Fatal(err)
 			}
-			s, err := e.r.StartRun(ctx, "steered", RunRequest{Inputs: map[string]any{"topic": "docs"}, Trigger: []byte(`{"source":"cli"}`),
+			s, err := e.r.StartRun(ctx, domain.FirstOrg, "steered", RunRequest{Inputs: map[string]any{"topic": "docs"}, Trigger: []byte(`{"source":"cli"}`),
 				Actor: "u-ada"})
 			if err != nil || !s.Created {
 				t.Fatalf("start: %+v, %v", s, err)
@@ -62,7 +62,7 @@ func TestRunRecordsEachStep(t *testing.T) {
 			if run.State != domain.RunSucceeded || run.StartedAt.IsZero() || run.EndedAt.Before(run.StartedAt) {
 				t.Fatalf("run: %+v", run)
 			}
-			det, err := e.r.RunDetail(ctx, run.ID)
+			det, err := e.r.RunDetail(ctx, domain.FirstOrg, run.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -113,15 +113,15 @@ func TestBadDefinitionsRefused(t *testing.T) {
 		{"unknown input", "name: a\ntrigger: {kind: manual}\nblocks: [{id: t, kind: start_task, profile: p, prompt: '{{inputs.nope}}'}]", "blocks[0].prompt"},
 		{"unknown field", "name: a\ntrigger: {kind: manual}\nblock: []", "block"},
 	} {
-		_, err := e.r.CreateAutomation(t.Context(), []byte(tc.def), false)
+		_, err := e.r.CreateAutomation(t.Context(), domain.FirstOrg, []byte(tc.def), false)
 		if !errors.Is(err, domain.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want ErrInvalid naming %q", tc.name, err, tc.want)
 		}
 	}
-	if _, err := e.r.CreateAutomation(t.Context(), []byte(steered), false); err != nil {
+	if _, err := e.r.CreateAutomation(t.Context(), domain.FirstOrg, []byte(steered), false); err != nil {
 		t.Fatal(err)
 	}
-	_, err := e.r.StartRun(t.Context(), "steered", RunRequest{Inputs: map[string]any{"passes": "many"}})
+	_, err := e.r.StartRun(t.Context(), domain.FirstOrg, "steered", RunRequest{Inputs: map[string]any{"passes": "many"}})
 	if !errors.Is(err, domain.ErrInvalid) || !strings.Contains(err.Error(), "topic") || !strings.Contains(err.Error(), "passes") {
 		t.Fatalf("a run without a required input and a bad number: %v", err)
 	}
@@ -132,7 +132,7 @@ func TestBadDefinitionsRefused(t *testing.T) {
 
 func mustAutomation(t *testing.T, e *env, name string) domain.Automation {
 	t.Helper()
-	a, err := e.st.GetAutomationByName(t.Context(), name)
+	a, err := e.st.GetAutomationByName(t.Context(), domain.FirstOrg, name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestWebhookDeliveries(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, databases(t)[0], "r1", newFakeTasks(t, ""))
 	ctx := t.Context()
-	saved, err := e.r.CreateAutomation(ctx, []byte(hooked), true)
+	saved, err := e.r.CreateAutomation(ctx, domain.FirstOrg, []byte(hooked), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,14 +213,14 @@ func TestWebhookDeliveries(t *testing.T) {
 	if runs, _ := e.st.ListRuns(ctx, saved.Automation.ID, "", 10); len(runs) != 1 {
 		t.Fatalf("%d runs of one signed body", len(runs))
 	}
-	if _, err := e.r.SetEnabled(ctx, "deploy", false); err != nil {
+	if _, err := e.r.SetEnabled(ctx, domain.FirstOrg, "deploy", false); err != nil {
 		t.Fatal(err)
 	}
 	other := []byte(`{"ref":"v1.3"}`)
 	if _, err := deliver("deploy", "d-9", stamp(now), hookapp.Sign([]byte(saved.HookSecret), now.Unix(), other), other); !errors.Is(err, domain.ErrNotActive) {
 		t.Fatalf("a delivery to a disabled hook: %v", err)
 	}
-	rotated, err := e.r.RotateHookSecret(ctx, "deploy")
+	rotated, err := e.r.RotateHookSecret(ctx, domain.FirstOrg, "deploy")
 	if err != nil || rotated.HookSecret == saved.HookSecret {
 		t.Fatalf("rotate: %v", err)
 	}
@@ -243,7 +243,7 @@ func TestScheduleOncePerOccurrence(t *testing.T) {
 	a := newEnv(t, d, "replica-a", ft)
 	b := newEnv(t, d, "replica-b", ft)
 	ctx := t.Context()
-	if _, err := a.r.CreateAutomation(ctx, []byte(scheduled), true); err != nil {
+	if _, err := a.r.CreateAutomation(ctx, domain.FirstOrg, []byte(scheduled), true); err != nil {
 		t.Fatal(err)
 	}
 	t0 := time.Date(2026, 3, 29, 0, 58, 0, 0, time.UTC) // across Paris's switch to summer time

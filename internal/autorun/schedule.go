@@ -37,7 +37,7 @@ func (r *Runner) scheduleLoop(ctx context.Context) {
 // FireSchedules starts a run for each occurrence in (from, to] of each
 // enabled schedule trigger.
 func (r *Runner) FireSchedules(ctx context.Context, from, to time.Time) {
-	as, err := r.st.ListAutomations(ctx, string(automations.TriggerSchedule))
+	as, err := r.st.ListAutomations(ctx, "", string(automations.TriggerSchedule)) // every organisation's
 	if err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("list schedules", "err", err)

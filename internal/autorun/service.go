@@ -70,13 +70,14 @@ func (r *Runner) newHookSecret(id domain.AutomationID) (string, []byte, error) {
 }
 
 // CreateAutomation validates a definition (JSON or YAML) and saves it at
-// version 1, disabled unless enabled. A webhook trigger gets its secret.
-func (r *Runner) CreateAutomation(ctx context.Context, raw []byte, enabled bool) (Saved, error) {
+// version 1 as org's, disabled unless enabled. A webhook trigger gets its
+// secret.
+func (r *Runner) CreateAutomation(ctx context.Context, org domain.OrgID, raw []byte, enabled bool) (Saved, error) {
 	def, canon, err := r.decode(raw)
 	if err != nil {
 		return Saved{}, err
 	}
-	a := domain.Automation{ID: domain.AutomationID(r.newID()), Name: def.Name, Enabled: enabled, TriggerKind: string(def.Trigger.Kind),
+	a := domain.Automation{ID: domain.AutomationID(r.newID()), Org: org, Name: def.Name, Enabled: enabled, TriggerKind: string(def.Trigger.Kind),
 		HookSlug: def.Trigger.Slug, CreatedAt: r.now()}
 	var secret string
 	if def.Trigger.Kind == automations.TriggerWebhook {
@@ -94,8 +95,8 @@ func (r *Runner) CreateAutomation(ctx context.Context, raw []byte, enabled bool)
 
 // UpdateAutomation saves a new version of an automation at version
 // expect (0: whatever it is at); runs started before finish on theirs.
-func (r *Runner) UpdateAutomation(ctx context.Context, nameOrID string, raw []byte, expect int64) (Saved, error) {
-	cur, err := r.Automation(ctx, nameOrID)
+func (r *Runner) UpdateAutomation(ctx context.Context, org domain.OrgID, nameOrID string, raw []byte, expect int64) (Saved, error) {
+	cur, err := r.Automation(ctx, org, nameOrID)
 	if err != nil {
 		return Saved{}, err
 	}
@@ -123,8 +124,8 @@ func (r *Runner) UpdateAutomation(ctx context.Context, nameOrID string, raw []by
 
 // RotateHookSecret gives a webhook automation a new secret, shown once;
 // the old one stops working.
-func (r *Runner) RotateHookSecret(ctx context.Context, nameOrID string) (Saved, error) {
-	cur, err := r.Automation(ctx, nameOrID)
+func (r *Runner) RotateHookSecret(ctx context.Context, org domain.OrgID, nameOrID string) (Saved, error) {
+	cur, err := r.Automation(ctx, org, nameOrID)
 	if err != nil {
 		return Saved{}, err
 	}
@@ -149,8 +150,8 @@ func (r *Runner) RotateHookSecret(ctx context.Context, nameOrID string) (Saved, 
 
 // SetEnabled turns an automation's trigger on or off; a disabled one
 // still runs by hand.
-func (r *Runner) SetEnabled(ctx context.Context, nameOrID string, enabled bool) (View, error) {
-	cur, err := r.Automation(ctx, nameOrID)
+func (r *Runner) SetEnabled(ctx context.Context, org domain.OrgID, nameOrID string, enabled bool) (View, error) {
+	cur, err := r.Automation(ctx, org, nameOrID)
 	if err != nil {
 		return View{}, err
 	}
@@ -163,8 +164,8 @@ func (r *Runner) SetEnabled(ctx context.Context, nameOrID string, enabled bool) 
 
 // DeleteAutomation deletes an automation with its versions and runs;
 // runs still going are cancelled first.
-func (r *Runner) DeleteAutomation(ctx context.Context, nameOrID string) (View, error) {
-	cur, err := r.Automation(ctx, nameOrID)
+func (r *Runner) DeleteAutomation(ctx context.Context, org domain.OrgID, nameOrID string) (View, error) {
+	cur, err := r.Automation(ctx, org, nameOrID)
 	if err != nil {
 		return View{}, err
 	}
@@ -188,11 +189,15 @@ func (r *Runner) DeleteAutomation(ctx context.Context, nameOrID string) (View, e
 	return cur, r.st.DeleteAutomation(ctx, cur.Automation.ID)
 }
 
-// Automation finds an automation by name or id, with its definition.
-func (r *Runner) Automation(ctx context.Context, nameOrID string) (View, error) {
-	a, err := r.st.GetAutomationByName(ctx, nameOrID)
+// Automation finds org's automation by name or id, with its definition;
+// another organisation's is not found, as one that does not exist.
+func (r *Runner) Automation(ctx context.Context, org domain.OrgID, nameOrID string) (View, error) {
+	a, err := r.st.GetAutomationByName(ctx, org, nameOrID)
 	if errors.Is(err, domain.ErrNotFound) {
 		a, err = r.st.GetAutomation(ctx, domain.AutomationID(nameOrID))
+	}
+	if err == nil && (org == "" || a.Org != org) {
+		err = domain.ErrNotFound
 	}
 	if errors.Is(err, domain.ErrNotFound) {
 		return View{}, fmt.Errorf("%w: no automation %q", domain.ErrNotFound, nameOrID)
@@ -224,9 +229,12 @@ func (r *Runner) definition(ctx context.Context, id domain.AutomationID, version
 	return def, nil
 }
 
-// Automations lists every automation by name.
-func (r *Runner) Automations(ctx context.Context) ([]View, error) {
-	as, err := r.st.ListAutomations(ctx, "")
+// Automations lists org's automations by name.
+func (r *Runner) Automations(ctx context.Context, org domain.OrgID) ([]View, error) {
+	if org == "" {
+		return nil, nil
+	}
+	as, err := r.st.ListAutomations(ctx, org, "")
 	if err != nil {
 		return nil, err
 	}

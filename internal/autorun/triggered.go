@@ -45,7 +45,9 @@ func (r *Runner) StartTriggered(ctx context.Context, s connector.Start, payload 
 }
 
 // triggered are the views a Start may start: the one automation it names
-// (enabled, with its trigger), or every enabled one with its trigger.
+// (enabled, with its trigger), or every enabled one with its trigger of
+// the organisation holding the integration that delivers it (none when
+// no one does: the default is no).
 func (r *Runner) triggered(ctx context.Context, s connector.Start) ([]View, error) {
 	if s.Automation != "" {
 		a, err := r.st.GetAutomation(ctx, s.Automation)
@@ -61,7 +63,18 @@ func (r *Runner) triggered(ctx context.Context, s connector.Start) ([]View, erro
 		v, err := r.view(ctx, a)
 		return []View{v}, err
 	}
-	as, err := r.st.ListAutomations(ctx, s.Trigger)
+	kind := automations.TriggerKind(s.Trigger).Integration()
+	if kind == "" {
+		return nil, fmt.Errorf("%w: a %s trigger names its automation", domain.ErrInvalid, s.Trigger)
+	}
+	in, err := r.st.GetIntegration(ctx, kind)
+	if errors.Is(err, domain.ErrNotFound) || (err == nil && in.Org == "") {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	as, err := r.st.ListAutomations(ctx, in.Org, s.Trigger)
 	if err != nil {
 		return nil, err
 	}

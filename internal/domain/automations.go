@@ -16,7 +16,8 @@ type (
 // AutomationVersions.
 type Automation struct {
 	ID          AutomationID
-	Name        string
+	Org         OrgID  // whose it is: its runs and their tasks are this organisation's
+	Name        string // unique in the deployment
 	Enabled     bool
 	Version     int64  // the current version; a new run starts on it
 	TriggerKind string // the current version's trigger kind
@@ -66,6 +67,7 @@ func (s RunState) Terminal() bool {
 type AutomationRun struct {
 	ID           AutomationRunID
 	AutomationID AutomationID
+	Org          OrgID // its automation's organisation
 	Version      int64 // the definition it runs, whatever is saved since
 	State        RunState
 	TriggerKind  string

@@ -23,7 +23,8 @@ const (
 // Integration is one configured service: its settings (not secret) and
 // its credentials, sealed (a SealedIntegration).
 type Integration struct {
-	Kind      IntegrationKind
+	Kind      IntegrationKind // one of a kind in the deployment
+	Org       OrgID           // whose it is: its events start only this organisation's automations
 	Config    json.RawMessage
 	Sealed    []byte
 	CreatedAt time.Time

@@ -28,7 +28,7 @@ func newApp(t *testing.T) (*App, *githubtest.Server) {
 	ins := newSettings(t)
 	gh := githubtest.Start(t, "ghp_test")
 	cfg, _ := json.Marshal(map[string]any{"api_url": gh.URL})
-	if _, err := ins.Add(t.Context(), domain.IntegrationGitHub, cfg, map[string]string{"token": "ghp_test", "webhook_secret": hookSecret}); err != nil {
+	if _, err := ins.Add(t.Context(), domain.FirstOrg, domain.IntegrationGitHub, cfg, map[string]string{"token": "ghp_test", "webhook_secret": hookSecret}); err != nil {
 		t.Fatal(err)
 	}
 	a, err := New(Deps{Settings: ins, HTTP: &http.Client{}})
@@ -202,7 +202,7 @@ func TestAsAnApp(t *testing.T) {
 	}
 	pemKey := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
 	cfg, _ := json.Marshal(map[string]any{"api_url": gh.URL, "app_id": "12345", "installation_id": 678})
-	if _, err := ins.Add(t.Context(), domain.IntegrationGitHub, cfg, map[string]string{"private_key": string(pemKey), "webhook_secret": "w"}); err != nil {
+	if _, err := ins.Add(t.Context(), domain.FirstOrg, domain.IntegrationGitHub, cfg, map[string]string{"private_key": string(pemKey), "webhook_secret": "w"}); err != nil {
 		t.Fatal(err)
 	}
 	a, err := New(Deps{Settings: ins, HTTP: &http.Client{}})

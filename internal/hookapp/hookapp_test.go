@@ -24,7 +24,7 @@ func (fakeStore) GetAutomationBySlug(_ context.Context, slug string) (domain.Aut
 	if slug != "deploy" {
 		return domain.Automation{}, domain.ErrNotFound
 	}
-	return domain.Automation{ID: "a-1", Name: "deploy", Enabled: true, TriggerKind: TriggerKind, HookSlug: slug, HookSecret: []byte(secret)}, nil
+	return domain.Automation{ID: "a-1", Org: domain.FirstOrg, Name: "deploy", Enabled: true, TriggerKind: TriggerKind, HookSlug: slug, HookSecret: []byte(secret)}, nil
 }
 
 type plainSealer struct{}

@@ -20,8 +20,8 @@ import (
 type Store interface {
 	PutIntegration(ctx context.Context, in domain.Integration) (domain.Integration, error)
 	GetIntegration(ctx context.Context, kind domain.IntegrationKind) (domain.Integration, error)
-	ListIntegrations(ctx context.Context) ([]domain.Integration, error)
-	DeleteIntegration(ctx context.Context, kind domain.IntegrationKind) error
+	ListIntegrations(ctx context.Context, org domain.OrgID) ([]domain.Integration, error)
+	DeleteIntegration(ctx context.Context, org domain.OrgID, kind domain.IntegrationKind) error
 }
 
 // Sealer seals credentials at rest (secret.Sealer).
@@ -95,9 +95,13 @@ type View struct {
 	UpdatedAt time.Time
 }
 
-// Add configures an integration (again): config is its settings as a JSON
-// object, secrets its credentials by name.
-func (s *Service) Add(ctx context.Context, kind domain.IntegrationKind, config json.RawMessage, secrets map[string]string) (View, error) {
+// Add configures org's integration (again): config is its settings as a
+// JSON object, secrets its credentials by name. There is one of a kind in
+// the deployment: another organisation's is a conflict.
+func (s *Service) Add(ctx context.Context, org domain.OrgID, kind domain.IntegrationKind, config json.RawMessage, secrets map[string]string) (View, error) {
+	if org == "" {
+		return View{}, fmt.Errorf("%w: an integration is an organisation's", domain.ErrInvalid)
+	}
 	sp, ok := specs[kind]
 	if !ok {
 		return View{}, fmt.Errorf("%w: no integration %q (there are github, linear, slack)", domain.ErrInvalid, kind)
@@ -122,7 +126,7 @@ func (s *Service) Add(ctx context.Context, kind domain.IntegrationKind, config j
 	if len(config) == 0 {
 		config = json.RawMessage(`{}`)
 	}
-	in, err := s.st.PutIntegration(ctx, domain.Integration{Kind: kind, Config: config, Sealed: sealed, UpdatedAt: s.now()})
+	in, err := s.st.PutIntegration(ctx, domain.Integration{Kind: kind, Org: org, Config: config, Sealed: sealed, UpdatedAt: s.now()})
 	if err != nil {
 		return View{}, err
 	}
@@ -285,9 +289,9 @@ func (s *Service) checkAPIURL(kind domain.IntegrationKind, config json.RawMessag
 	return nil
 }
 
-// List shows every integration configured.
-func (s *Service) List(ctx context.Context) ([]View, error) {
-	ins, err := s.st.ListIntegrations(ctx)
+// List shows org's integrations.
+func (s *Service) List(ctx context.Context, org domain.OrgID) ([]View, error) {
+	ins, err := s.st.ListIntegrations(ctx, org)
 	if err != nil {
 		return nil, err
 	}
@@ -302,9 +306,9 @@ func (s *Service) List(ctx context.Context) ([]View, error) {
 	return out, nil
 }
 
-// Remove forgets an integration and its credentials.
-func (s *Service) Remove(ctx context.Context, kind domain.IntegrationKind) error {
-	if err := s.st.DeleteIntegration(ctx, kind); err != nil {
+// Remove forgets org's integration and its credentials.
+func (s *Service) Remove(ctx context.Context, org domain.OrgID, kind domain.IntegrationKind) error {
+	if err := s.st.DeleteIntegration(ctx, org, kind); err != nil {
 		if errors.Is(err, domain.ErrNotFound) {
 			return fmt.Errorf("%w: %s is not configured", domain.ErrNotFound, kind)
 		}

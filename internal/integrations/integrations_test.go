@@ -81,7 +81,7 @@ func TestAPIURLPolicy(t *testing.T) {
 				t.Fatal(err)
 			}
 			cfg, _ := json.Marshal(map[string]string{"api_url": c.url})
-			_, err = s.Add(t.Context(), domain.IntegrationLinear, cfg, map[string]string{"api_key": "k", "webhook_secret": "w"})
+			_, err = s.Add(t.Context(), domain.FirstOrg, domain.IntegrationLinear, cfg, map[string]string{"api_key": "k", "webhook_secret": "w"})
 			if c.ok != (err == nil) || (err != nil && (!errors.Is(err, domain.ErrInvalid) || !strings.Contains(err.Error(), "--allow-integration-url"))) {
 				t.Fatalf("add with api_url %s: %v, want ok %v", c.url, err, c.ok)
 			}
@@ -98,5 +98,9 @@ func (memStore) PutIntegration(_ context.Context, in domain.Integration) (domain
 func (memStore) GetIntegration(context.Context, domain.IntegrationKind) (domain.Integration, error) {
 	return domain.Integration{}, domain.ErrNotFound
 }
-func (memStore) ListIntegrations(context.Context) ([]domain.Integration, error)  { return nil, nil }
-func (memStore) DeleteIntegration(context.Context, domain.IntegrationKind) error { return nil }
+func (memStore) ListIntegrations(context.Context, domain.OrgID) ([]domain.Integration, error) {
+	return nil, nil
+}
+func (memStore) DeleteIntegration(context.Context, domain.OrgID, domain.IntegrationKind) error {
+	return nil
+}

@@ -31,7 +31,7 @@ func newApp(t *testing.T) (*App, *lineartest.Server) {
 	}
 	lin := lineartest.Start(t, "lin_api_key")
 	cfg, _ := json.Marshal(map[string]any{"api_url": lin.APIURL(), "profile": "agent"})
-	if _, err := ins.Add(t.Context(), domain.IntegrationLinear, cfg, map[string]string{"api_key": "lin_api_key", "webhook_secret": hookSecret}); err != nil {
+	if _, err := ins.Add(t.Context(), domain.FirstOrg, domain.IntegrationLinear, cfg, map[string]string{"api_key": "lin_api_key", "webhook_secret": hookSecret}); err != nil {
 		t.Fatal(err)
 	}
 	a, err := New(Deps{Settings: ins, HTTP: &http.Client{}})

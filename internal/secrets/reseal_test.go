@@ -108,7 +108,7 @@ func makeSealedRows(t *testing.T, st store.Store, s *secret.Sealer) sealedRows {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.CreateAutomation(ctx, domain.Automation{ID: domain.AutomationID(hook), Name: "hook", TriggerKind: "webhook",
+	if _, err := st.CreateAutomation(ctx, domain.Automation{ID: domain.AutomationID(hook), Org: domain.FirstOrg, Name: "hook", TriggerKind: "webhook",
 		HookSlug: "hook", HookSecret: sealed}, []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func makeSealedRows(t *testing.T, st store.Store, s *secret.Sealer) sealedRows {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.PutIntegration(ctx, domain.Integration{Kind: domain.IntegrationSlack, Sealed: creds}); err != nil {
+	if _, err := st.PutIntegration(ctx, domain.Integration{Kind: domain.IntegrationSlack, Org: domain.FirstOrg, Sealed: creds}); err != nil {
 		t.Fatal(err)
 	}
 	rows.plain["slack"], rows.kinds["slack"] = []byte(`{"bot_token":"xoxb"}`), domain.SealedIntegration

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -12,8 +13,10 @@ import (
 
 	"github.com/engrams/engrams/internal/access"
 	"github.com/engrams/engrams/internal/api"
+	"github.com/engrams/engrams/internal/autorun"
 	"github.com/engrams/engrams/internal/coordinator/coordinatortest"
 	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/secret"
 	"github.com/engrams/engrams/internal/server"
 	"github.com/engrams/engrams/internal/store"
 )
@@ -190,5 +193,62 @@ func TestMemberGroupsOpenGrantedProfiles(t *testing.T) {
 	}
 	if rec := w.do(t, member, "PUT", "/v1/members/u-member", `{"groups":["admins"]}`); rec.Code != http.StatusForbidden {
 		t.Errorf("a member sets their own groups: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// TestAutomationsAndIntegrationsStayInTheirOrganisation: another
+// organisation's owner neither lists, reads nor changes the first
+// organisation's automations, and the deployment's Slack integration,
+// held by the first organisation, is neither in its list nor its to
+// replace or remove.
+func TestAutomationsAndIntegrationsStayInTheirOrganisation(t *testing.T) {
+	t.Parallel()
+	st := openSQLite(t)
+	sealer, err := secret.NewEphemeral()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := server.Config{ReplicaID: "r1", Automations: autorun.Config{SQLitePath: filepath.Join(t.TempDir(), "runs.db")}}
+	p, err := server.Assemble(cfg, server.Deps{Store: st, Images: &coordinatortest.Materializer{}, Secrets: sealer}, noHosts{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Automations.Close() })
+	w := &curatedWorld{st: st, h: api.New(api.Config{WaitTimeout: time.Second}, p.APIDeps(st, nil)), callers: matrixCallers(t, st)}
+	owner, other := w.caller("owner"), w.caller("other organisation's owner")
+	def := `{"definition":"name: nightly\ntrigger: {kind: manual}\nblocks:\n  - {id: t, kind: start_task, profile: dev, prompt: go}\n"}`
+	if rec := w.do(t, owner, "POST", "/v1/automations", def); rec.Code != http.StatusCreated {
+		t.Fatalf("owner creates an automation: %d %s", rec.Code, rec.Body)
+	}
+	slack := `{"kind":"slack","config":{},"secrets":{"bot_token":"xoxb-1","signing_secret":"s1"}}`
+	if rec := w.do(t, owner, "POST", "/v1/integrations", slack); rec.Code != http.StatusCreated {
+		t.Fatalf("owner adds Slack: %d %s", rec.Code, rec.Body)
+	}
+	for _, c := range []struct{ method, path, body string }{
+		{"GET", "/v1/automations/nightly", ""},
+		{"PUT", "/v1/automations/nightly", `{"definition":"name: nightly\ntrigger: {kind: manual}\nblocks: []\n"}`},
+		{"POST", "/v1/automations/nightly/disable", ""},
+		{"POST", "/v1/automations/nightly/runs", `{}`},
+		{"GET", "/v1/automations/nightly/runs", ""},
+		{"DELETE", "/v1/automations/nightly", ""},
+		{"DELETE", "/v1/integrations/slack", ""},
+	} {
+		if rec := w.do(t, other, c.method, c.path, c.body); rec.Code != http.StatusNotFound {
+			t.Errorf("another organisation's owner: %s %s = %d %s, want 404", c.method, c.path, rec.Code, rec.Body)
+		}
+	}
+	for path, mine := range map[string]string{"/v1/automations": "nightly", "/v1/integrations": "slack"} {
+		if rec := w.do(t, other, "GET", path, ""); rec.Code != 200 || strings.Contains(rec.Body.String(), mine) {
+			t.Errorf("another organisation lists %s: %d %s", path, rec.Code, rec.Body)
+		}
+		if rec := w.do(t, owner, "GET", path, ""); rec.Code != 200 || !strings.Contains(rec.Body.String(), mine) {
+			t.Errorf("the owner lists %s: %d %s", path, rec.Code, rec.Body)
+		}
+	}
+	if rec := w.do(t, other, "POST", "/v1/integrations", slack); rec.Code != http.StatusConflict {
+		t.Errorf("another organisation replaces the deployment's Slack integration: %d %s", rec.Code, rec.Body)
+	}
+	if in, err := st.GetIntegration(t.Context(), domain.IntegrationSlack); err != nil || in.Org != domain.FirstOrg {
+		t.Errorf("the Slack integration after the other organisation's tries: %+v, %v", in, err)
 	}
 }

@@ -64,7 +64,7 @@ func newEnv(t *testing.T, config map[string]any) *env {
 	slack := slacktest.Start(t, "xoxb-bot", "xapp-app")
 	config["api_url"] = slack.APIURL()
 	raw, _ := json.Marshal(config)
-	if _, err := ins.Add(t.Context(), domain.IntegrationSlack, raw, map[string]string{"bot_token": "xoxb-bot", "signing_secret": signing,
+	if _, err := ins.Add(t.Context(), domain.FirstOrg, domain.IntegrationSlack, raw, map[string]string{"bot_token": "xoxb-bot", "signing_secret": signing,
 		"app_token": "xapp-app"}); err != nil {
 		t.Fatal(err)
 	}

@@ -29,8 +29,10 @@ type RunCaps struct {
 // Automations keeps automations, their versions, their runs and each run's
 // step record.
 type Automations interface {
-	// CreateAutomation inserts a at version 1 with def and, when a.HookSecret
-	// is set, its sealed secret; ErrConflict if the name or slug is taken.
+	// CreateAutomation inserts a (a.Org required) at version 1 with def
+	// and, when a.HookSecret is set, its sealed secret; ErrConflict if the
+	// name or slug is taken (in the deployment: names and slugs are unique
+	// across organisations).
 	CreateAutomation(ctx context.Context, a domain.Automation, def []byte) (domain.Automation, error)
 	// UpdateAutomation saves def as the next version while the automation
 	// is still at expectVersion (ErrConflict otherwise), with a's trigger
@@ -38,15 +40,17 @@ type Automations interface {
 	UpdateAutomation(ctx context.Context, a domain.Automation, def []byte, expectVersion int64) (domain.Automation, error)
 	SetAutomationEnabled(ctx context.Context, id domain.AutomationID, enabled bool, at time.Time) (domain.Automation, error)
 	GetAutomation(ctx context.Context, id domain.AutomationID) (domain.Automation, error)
-	GetAutomationByName(ctx context.Context, name string) (domain.Automation, error)
+	// GetAutomationByName finds org's automation with that name.
+	GetAutomationByName(ctx context.Context, org domain.OrgID, name string) (domain.Automation, error)
 	GetAutomationBySlug(ctx context.Context, slug string) (domain.Automation, error)
-	// ListAutomations lists by name; a non-empty triggerKind lists only the
-	// enabled automations with that trigger.
-	ListAutomations(ctx context.Context, triggerKind string) ([]domain.Automation, error)
+	// ListAutomations lists org's by name (org "" lists every
+	// organisation's: the scheduler's view); a non-empty triggerKind lists
+	// only the enabled automations with that trigger.
+	ListAutomations(ctx context.Context, org domain.OrgID, triggerKind string) ([]domain.Automation, error)
 	GetAutomationVersion(ctx context.Context, id domain.AutomationID, version int64) (domain.AutomationVersion, error)
 	DeleteAutomation(ctx context.Context, id domain.AutomationID) error
 
-	// CreateRun inserts r unless the automation has a run with r.DedupKey:
+	// CreateRun inserts r (r.Org, its automation's, required) unless the automation has a run with r.DedupKey:
 	// then it returns that run and created false.
 	CreateRun(ctx context.Context, r domain.AutomationRun) (run domain.AutomationRun, created bool, err error)
 	// CreateCappedRun is CreateRun under the automation's caps, judged in

@@ -10,11 +10,17 @@ import (
 // Integrations keeps the services engrams talks to, the deliveries they
 // sent, and the chat threads that carry tasks.
 type Integrations interface {
-	// PutIntegration inserts or replaces an integration.
+	// PutIntegration inserts or replaces in.Org's integration of in.Kind:
+	// one of a kind in the deployment, so ErrConflict when another
+	// organisation holds it.
 	PutIntegration(ctx context.Context, in domain.Integration) (domain.Integration, error)
+	// GetIntegration is the deployment's integration of kind, whoever holds
+	// it (its events name no organisation: the integration's does).
 	GetIntegration(ctx context.Context, kind domain.IntegrationKind) (domain.Integration, error)
-	ListIntegrations(ctx context.Context) ([]domain.Integration, error)
-	DeleteIntegration(ctx context.Context, kind domain.IntegrationKind) error
+	ListIntegrations(ctx context.Context, org domain.OrgID) ([]domain.Integration, error)
+	// DeleteIntegration removes org's integration of kind; ErrNotFound when
+	// org holds none.
+	DeleteIntegration(ctx context.Context, org domain.OrgID, kind domain.IntegrationKind) error
 	// RecordDelivery remembers a delivery by (source, key) until expires:
 	// true the first time, false for one seen before. Deliveries whose
 	// expiry is before at are forgotten first.

@@ -14,14 +14,14 @@ import (
 // maxRunPage bounds one ListRuns page.
 const maxRunPage = 500
 
-const automationSelect = `SELECT a.id, a.name, a.enabled, a.version, a.trigger_kind, a.hook_slug, h.sealed, a.created_at, a.updated_at
+const automationSelect = `SELECT a.id, a.org_id, a.name, a.enabled, a.version, a.trigger_kind, a.hook_slug, h.sealed, a.created_at, a.updated_at
 	FROM automations a LEFT JOIN hook_secrets h ON h.id = a.id`
 
 func scanAutomation(r scanner) (domain.Automation, error) {
 	var a domain.Automation
 	var slug sql.NullString
 	var created, updated int64
-	if err := r.Scan(&a.ID, &a.Name, &a.Enabled, &a.Version, &a.TriggerKind, &slug, &a.HookSecret, &created, &updated); err != nil {
+	if err := r.Scan(&a.ID, &a.Org, &a.Name, &a.Enabled, &a.Version, &a.TriggerKind, &slug, &a.HookSecret, &created, &updated); err != nil {
 		return domain.Automation{}, err
 	}
 	a.HookSlug, a.CreatedAt, a.UpdatedAt = slug.String, fromMicros(created), fromMicros(updated)
@@ -37,8 +37,8 @@ func nullText(s string) any {
 }
 
 func checkAutomation(a domain.Automation, def []byte) error {
-	if a.ID == "" || a.Name == "" || a.TriggerKind == "" {
-		return errors.New("automation id, name and trigger kind are required")
+	if a.ID == "" || a.Org == "" || a.Name == "" || a.TriggerKind == "" {
+		return errors.New("automation id, organisation, name and trigger kind are required")
 	}
 	if len(def) == 0 {
 		return errors.New("a definition is required")
@@ -54,8 +54,8 @@ func (s *Store) CreateAutomation(ctx context.Context, a domain.Automation, def [
 	}
 	at := micros(orNow(a.CreatedAt))
 	err := s.inTx(ctx, func(tx execer) error {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO automations (id, name, enabled, version, trigger_kind, hook_slug, created_at, updated_at)
-			VALUES ($1, $2, $3, 1, $4, $5, $6, $6)`, a.ID, a.Name, a.Enabled, a.TriggerKind, nullText(a.HookSlug), at); err != nil {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO automations (id, org_id, name, enabled, version, trigger_kind, hook_slug, created_at, updated_at)
+			VALUES ($1, $7, $2, $3, 1, $4, $5, $6, $6)`, a.ID, a.Name, a.Enabled, a.TriggerKind, nullText(a.HookSlug), at, string(a.Org)); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO automation_versions (automation_id, version, definition, created_at)
@@ -154,8 +154,8 @@ func (s *Store) GetAutomation(ctx context.Context, id domain.AutomationID) (doma
 }
 
 // GetAutomationByName implements store.Automations.
-func (s *Store) GetAutomationByName(ctx context.Context, name string) (domain.Automation, error) {
-	a, err := scanAutomation(s.read.QueryRowContext(ctx, automationSelect+` WHERE a.name = $1`, name))
+func (s *Store) GetAutomationByName(ctx context.Context, org domain.OrgID, name string) (domain.Automation, error) {
+	a, err := scanAutomation(s.read.QueryRowContext(ctx, automationSelect+` WHERE a.org_id = $1 AND a.name = $2`, string(org), name))
 	return a, rowFound(err, "get automation named "+name)
 }
 
@@ -166,11 +166,13 @@ func (s *Store) GetAutomationBySlug(ctx context.Context, slug string) (domain.Au
 }
 
 // ListAutomations implements store.Automations.
-func (s *Store) ListAutomations(ctx context.Context, triggerKind string) ([]domain.Automation, error) {
-	q, args := automationSelect+` ORDER BY a.name`, []any{}
+func (s *Store) ListAutomations(ctx context.Context, org domain.OrgID, triggerKind string) ([]domain.Automation, error) {
+	q := automationSelect + ` WHERE (CAST($1 AS TEXT) = '' OR a.org_id = $1)`
+	args := []any{string(org)}
 	if triggerKind != "" {
-		q, args = automationSelect+` WHERE a.trigger_kind = $1 AND a.enabled = $2 ORDER BY a.name`, []any{triggerKind, true}
+		q, args = q+` AND a.trigger_kind = $2 AND a.enabled = $3`, append(args, triggerKind, true)
 	}
+	q += ` ORDER BY a.name`
 	rows, err := s.read.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list automations: %w", err)
@@ -228,14 +230,14 @@ func (s *Store) DeleteAutomation(ctx context.Context, id domain.AutomationID) er
 	return nil
 }
 
-const runCols = `id, automation_id, version, state, trigger_kind, dedup_key, concurrency_key, trigger_payload, inputs, error,
+const runCols = `id, automation_id, org_id, version, state, trigger_kind, dedup_key, concurrency_key, trigger_payload, inputs, error,
 	created_at, started_at, ended_at, updated_at, actor_id`
 
 func scanRun(r scanner) (domain.AutomationRun, error) {
 	var run domain.AutomationRun
 	var dedup, payload, inputs sql.NullString
 	var created, started, ended, updated int64
-	if err := r.Scan(&run.ID, &run.AutomationID, &run.Version, &run.State, &run.TriggerKind, &dedup, &run.ConcurrencyKey,
+	if err := r.Scan(&run.ID, &run.AutomationID, &run.Org, &run.Version, &run.State, &run.TriggerKind, &dedup, &run.ConcurrencyKey,
 		&payload, &inputs, &run.Error, &created, &started, &ended, &updated, &run.ActorID); err != nil {
 		return domain.AutomationRun{}, err
 	}
@@ -314,18 +316,18 @@ func overCap(ctx context.Context, tx execer, r domain.AutomationRun, caps store.
 // which it then returns.
 func insertRun(ctx context.Context, tx execer, r domain.AutomationRun) (domain.AutomationRun, bool, error) {
 	action := fmt.Sprintf("create run of automation %s", r.AutomationID)
-	if r.ID == "" || r.AutomationID == "" || r.Version < 1 || r.State == "" {
-		return domain.AutomationRun{}, false, fmt.Errorf("%s: id, automation, version and state are required", action)
+	if r.ID == "" || r.AutomationID == "" || r.Org == "" || r.Version < 1 || r.State == "" {
+		return domain.AutomationRun{}, false, fmt.Errorf("%s: id, automation, organisation, version and state are required", action)
 	}
 	if err := errors.Join(checkJSON("trigger", r.Trigger), checkJSON("inputs", r.Inputs)); err != nil {
 		return domain.AutomationRun{}, false, fmt.Errorf("%s: %w", action, err)
 	}
 	at := micros(orNow(r.CreatedAt))
 	run, err := scanRun(tx.QueryRowContext(ctx, `INSERT INTO automation_runs (`+runCols+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $11, $14)
+		VALUES ($1, $2, $15, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $11, $14)
 		ON CONFLICT (automation_id, dedup_key) DO NOTHING RETURNING `+runCols,
 		r.ID, r.AutomationID, r.Version, r.State, r.TriggerKind, nullText(r.DedupKey), r.ConcurrencyKey,
-		jsonArg(r.Trigger), jsonArg(r.Inputs), r.Error, at, micros(r.StartedAt), micros(r.EndedAt), r.ActorID))
+		jsonArg(r.Trigger), jsonArg(r.Inputs), r.Error, at, micros(r.StartedAt), micros(r.EndedAt), r.ActorID, string(r.Org)))
 	if err == nil {
 		return run, true, nil
 	}

@@ -10,13 +10,13 @@ import (
 	"github.com/engrams/engrams/internal/store"
 )
 
-const integrationCols = `id, config, sealed, created_at, updated_at`
+const integrationCols = `id, org_id, config, sealed, created_at, updated_at`
 
 func scanIntegration(r scanner) (domain.Integration, error) {
 	var in domain.Integration
 	var config string
 	var created, updated int64
-	if err := r.Scan(&in.Kind, &config, &in.Sealed, &created, &updated); err != nil {
+	if err := r.Scan(&in.Kind, &in.Org, &config, &in.Sealed, &created, &updated); err != nil {
 		return domain.Integration{}, err
 	}
 	in.Config, in.CreatedAt, in.UpdatedAt = []byte(config), fromMicros(created), fromMicros(updated)
@@ -26,8 +26,8 @@ func scanIntegration(r scanner) (domain.Integration, error) {
 // PutIntegration implements store.Integrations.
 func (s *Store) PutIntegration(ctx context.Context, in domain.Integration) (domain.Integration, error) {
 	action := fmt.Sprintf("put integration %s", in.Kind)
-	if in.Kind == "" || len(in.Sealed) == 0 {
-		return domain.Integration{}, fmt.Errorf("%s: kind and sealed credentials are required", action)
+	if in.Kind == "" || in.Org == "" || len(in.Sealed) == 0 {
+		return domain.Integration{}, fmt.Errorf("%s: kind, organisation and sealed credentials are required", action)
 	}
 	if len(in.Config) == 0 {
 		in.Config = []byte(`{}`)
@@ -36,9 +36,13 @@ func (s *Store) PutIntegration(ctx context.Context, in domain.Integration) (doma
 		return domain.Integration{}, fmt.Errorf("%s: %w", action, err)
 	}
 	at := micros(orNow(in.UpdatedAt))
-	out, err := scanIntegration(s.write.QueryRowContext(ctx, `INSERT INTO integrations (`+integrationCols+`) VALUES ($1, $2, $3, $4, $4)
+	out, err := scanIntegration(s.write.QueryRowContext(ctx, `INSERT INTO integrations (`+integrationCols+`) VALUES ($1, $2, $3, $4, $5, $5)
 		ON CONFLICT (id) DO UPDATE SET config = excluded.config, sealed = excluded.sealed, updated_at = excluded.updated_at
-		RETURNING `+integrationCols, in.Kind, string(in.Config), in.Sealed, at))
+		WHERE integrations.org_id = excluded.org_id
+		RETURNING `+integrationCols, in.Kind, string(in.Org), string(in.Config), in.Sealed, at))
+	if isNoRows(err) {
+		return domain.Integration{}, fmt.Errorf("%s: %w: another organisation holds the deployment's %s integration", action, store.ErrConflict, in.Kind)
+	}
 	if err != nil {
 		return domain.Integration{}, fmt.Errorf("%s: %w", action, err)
 	}
@@ -52,8 +56,8 @@ func (s *Store) GetIntegration(ctx context.Context, kind domain.IntegrationKind)
 }
 
 // ListIntegrations implements store.Integrations.
-func (s *Store) ListIntegrations(ctx context.Context) ([]domain.Integration, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT `+integrationCols+` FROM integrations ORDER BY id`)
+func (s *Store) ListIntegrations(ctx context.Context, org domain.OrgID) ([]domain.Integration, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT `+integrationCols+` FROM integrations WHERE org_id = $1 ORDER BY id`, string(org))
 	if err != nil {
 		return nil, fmt.Errorf("list integrations: %w", err)
 	}
@@ -65,8 +69,8 @@ func (s *Store) ListIntegrations(ctx context.Context) ([]domain.Integration, err
 }
 
 // DeleteIntegration implements store.Integrations.
-func (s *Store) DeleteIntegration(ctx context.Context, kind domain.IntegrationKind) error {
-	res, err := s.write.ExecContext(ctx, `DELETE FROM integrations WHERE id = $1`, kind)
+func (s *Store) DeleteIntegration(ctx context.Context, org domain.OrgID, kind domain.IntegrationKind) error {
+	res, err := s.write.ExecContext(ctx, `DELETE FROM integrations WHERE id = $1 AND org_id = $2`, kind, string(org))
 	if err == nil {
 		var n int64
 		if n, err = res.RowsAffected(); err == nil && n == 0 {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,11 +23,58 @@ var automationTests = []test{
 	{"AutomationRunTransitionsAndPages", testAutomationRunTransitions},
 	{"AutomationStepAttempts", testAutomationSteps},
 	{"AutomationStaleExecutorTakenOnce", testAutomationExecutors},
+	{"AutomationsAndRunsBelongToTheirOrganisation", testAutomationOrgs},
+}
+
+// testAutomationOrgs: reads by name and lists are of one organisation
+// (the scheduler's list, of every one); a run keeps its organisation;
+// names stay unique in the deployment.
+func testAutomationOrgs(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	mine := newAutomation(t, st, "mine", "slack_mention", "")
+	theirs, err := st.CreateAutomation(ctx, domain.Automation{ID: domain.AutomationID(newID()), Org: "org-b", Name: "theirs", TriggerKind: "slack_mention",
+		Enabled: true, CreatedAt: t0}, []byte(`{"name":"theirs"}`))
+	must(t, err)
+	_, err = st.CreateAutomation(ctx, domain.Automation{ID: domain.AutomationID(newID()), Org: "org-b", Name: "mine", TriggerKind: "manual"}, []byte(`{}`))
+	wantErr(t, err, store.ErrConflict)
+	_, err = st.CreateAutomation(ctx, domain.Automation{ID: domain.AutomationID(newID()), Name: "no-org", TriggerKind: "manual"}, []byte(`{}`))
+	if err == nil {
+		t.Fatal("CreateAutomation took an automation of no organisation")
+	}
+	_, err = st.GetAutomationByName(ctx, "org-b", "mine")
+	wantErr(t, err, store.ErrNotFound)
+	if got, err := st.GetAutomationByName(ctx, "org-b", "theirs"); err != nil || got.ID != theirs.ID || got.Org != "org-b" {
+		t.Fatalf("org-b's by name = %+v, %v", got, err)
+	}
+	for org, want := range map[domain.OrgID][]domain.AutomationID{domain.FirstOrg: {mine.ID}, "org-b": {theirs.ID}, "": {mine.ID, theirs.ID}, "org-c": nil} {
+		as, err := st.ListAutomations(ctx, org, "")
+		must(t, err)
+		var got []domain.AutomationID
+		for _, a := range as {
+			got = append(got, a.ID)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("automations of %q = %v, want %v", org, got, want)
+		}
+	}
+	if as, err := st.ListAutomations(ctx, "org-b", "slack_mention"); err != nil || len(as) != 1 {
+		t.Errorf("org-b's enabled slack automations = %+v, %v", as, err)
+	}
+	run, _, err := st.CreateRun(ctx, domain.AutomationRun{ID: domain.AutomationRunID(newID()), AutomationID: theirs.ID, Org: "org-b", Version: 1,
+		State: domain.RunQueued, TriggerKind: "manual", CreatedAt: t0})
+	must(t, err)
+	if got, err := st.GetRun(ctx, run.ID); err != nil || got.Org != "org-b" {
+		t.Fatalf("run = %+v, %v", got, err)
+	}
+	if _, _, err := st.CreateRun(ctx, domain.AutomationRun{ID: domain.AutomationRunID(newID()), AutomationID: theirs.ID, Version: 1,
+		State: domain.RunQueued, TriggerKind: "manual", CreatedAt: t0}); err == nil {
+		t.Fatal("CreateRun took a run of no organisation")
+	}
 }
 
 func newAutomation(t *testing.T, st store.Store, name, kind, slug string) domain.Automation {
 	t.Helper()
-	a, err := st.CreateAutomation(t.Context(), domain.Automation{ID: domain.AutomationID(newID()), Name: name, TriggerKind: kind,
+	a, err := st.CreateAutomation(t.Context(), domain.Automation{ID: domain.AutomationID(newID()), Org: domain.FirstOrg, Name: name, TriggerKind: kind,
 		HookSlug: slug, CreatedAt: t0}, []byte(`{"name":"`+name+`"}`))
 	must(t, err)
 	return a
@@ -56,7 +104,7 @@ func testAutomationVersions(t *testing.T, st store.Store) {
 	}
 	_, err = st.GetAutomationVersion(ctx, a.ID, 3)
 	wantErr(t, err, store.ErrNotFound)
-	_, err = st.UpdateAutomation(ctx, domain.Automation{ID: "nope", Name: "x", TriggerKind: "manual"}, []byte(`{}`), 1)
+	_, err = st.UpdateAutomation(ctx, domain.Automation{ID: "nope", Org: domain.FirstOrg, Name: "x", TriggerKind: "manual"}, []byte(`{}`), 1)
 	wantErr(t, err, store.ErrNotFound)
 	if _, err := st.UpdateAutomation(ctx, a, []byte(`{bad`), 2); err == nil {
 		t.Fatal("a malformed definition was saved")
@@ -80,28 +128,28 @@ func testAutomationLookups(t *testing.T, st store.Store) {
 	a := newAutomation(t, st, "a-hook", "webhook", "hook-a")
 	newAutomation(t, st, "b-cron", "schedule", "")
 	c := newAutomation(t, st, "c-cron", "schedule", "")
-	_, err := st.CreateAutomation(ctx, domain.Automation{ID: domain.AutomationID(newID()), Name: "a-hook", TriggerKind: "manual"}, []byte(`{}`))
+	_, err := st.CreateAutomation(ctx, domain.Automation{ID: domain.AutomationID(newID()), Org: domain.FirstOrg, Name: "a-hook", TriggerKind: "manual"}, []byte(`{}`))
 	wantErr(t, err, store.ErrConflict)
-	_, err = st.CreateAutomation(ctx, domain.Automation{ID: domain.AutomationID(newID()), Name: "other", TriggerKind: "webhook", HookSlug: "hook-a"}, []byte(`{}`))
+	_, err = st.CreateAutomation(ctx, domain.Automation{ID: domain.AutomationID(newID()), Org: domain.FirstOrg, Name: "other", TriggerKind: "webhook", HookSlug: "hook-a"}, []byte(`{}`))
 	wantErr(t, err, store.ErrConflict)
 	if got, err := st.GetAutomationBySlug(ctx, "hook-a"); err != nil || got.ID != a.ID {
 		t.Fatalf("by slug: %+v, %v", got, err)
 	}
-	if got, err := st.GetAutomationByName(ctx, "c-cron"); err != nil || got.ID != c.ID {
+	if got, err := st.GetAutomationByName(ctx, domain.FirstOrg, "c-cron"); err != nil || got.ID != c.ID {
 		t.Fatalf("by name: %+v, %v", got, err)
 	}
 	_, err = st.GetAutomationBySlug(ctx, "nope")
 	wantErr(t, err, store.ErrNotFound)
 	_, err = st.SetAutomationEnabled(ctx, c.ID, true, t0)
 	must(t, err)
-	all, err := st.ListAutomations(ctx, "")
+	all, err := st.ListAutomations(ctx, domain.FirstOrg, "")
 	must(t, err)
-	crons, err := st.ListAutomations(ctx, "schedule")
+	crons, err := st.ListAutomations(ctx, domain.FirstOrg, "schedule")
 	must(t, err)
 	if len(all) != 3 || all[0].Name != "a-hook" || len(crons) != 1 || crons[0].ID != c.ID || !crons[0].Enabled {
 		t.Fatalf("all %d (first %s), enabled schedules %+v", len(all), all[0].Name, crons)
 	}
-	run, _, err := st.CreateRun(ctx, domain.AutomationRun{ID: domain.AutomationRunID(newID()), AutomationID: c.ID, Version: 1,
+	run, _, err := st.CreateRun(ctx, domain.AutomationRun{ID: domain.AutomationRunID(newID()), AutomationID: c.ID, Org: domain.FirstOrg, Version: 1,
 		State: domain.RunRunning, TriggerKind: "slack_mention", ActorID: "u-ada"})
 	must(t, err)
 	if got, err := st.GetRun(ctx, run.ID); err != nil || got.ActorID != "u-ada" || run.ActorID != "u-ada" {
@@ -128,7 +176,7 @@ func testAutomationRunDedup(t *testing.T, st store.Store) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			run, ok, err := st.CreateRun(ctx, domain.AutomationRun{ID: domain.AutomationRunID(newID()), AutomationID: a.ID, Version: 1,
+			run, ok, err := st.CreateRun(ctx, domain.AutomationRun{ID: domain.AutomationRunID(newID()), AutomationID: a.ID, Org: domain.FirstOrg, Version: 1,
 				State: domain.RunQueued, TriggerKind: "webhook", DedupKey: "delivery-1", Trigger: []byte(`{"n":1}`), CreatedAt: t0})
 			if err != nil {
 				t.Errorf("create run %d: %v", i, err)
@@ -156,17 +204,17 @@ func testAutomationRunDedup(t *testing.T, st store.Store) {
 		}
 	}
 	// The key is per automation; no key never deduplicates.
-	if _, ok, err := st.CreateRun(ctx, domain.AutomationRun{ID: domain.AutomationRunID(newID()), AutomationID: b.ID, Version: 1,
+	if _, ok, err := st.CreateRun(ctx, domain.AutomationRun{ID: domain.AutomationRunID(newID()), AutomationID: b.ID, Org: domain.FirstOrg, Version: 1,
 		State: domain.RunQueued, TriggerKind: "webhook", DedupKey: "delivery-1"}); err != nil || !ok {
 		t.Fatalf("another automation's same delivery id: created %v, %v", ok, err)
 	}
 	for range 2 {
-		if _, ok, err := st.CreateRun(ctx, domain.AutomationRun{ID: domain.AutomationRunID(newID()), AutomationID: a.ID, Version: 1,
+		if _, ok, err := st.CreateRun(ctx, domain.AutomationRun{ID: domain.AutomationRunID(newID()), AutomationID: a.ID, Org: domain.FirstOrg, Version: 1,
 			State: domain.RunQueued, TriggerKind: "manual"}); err != nil || !ok {
 			t.Fatalf("a run without a key: created %v, %v", ok, err)
 		}
 	}
-	if _, _, err := st.CreateRun(ctx, domain.AutomationRun{ID: domain.AutomationRunID(newID()), AutomationID: a.ID, Version: 1,
+	if _, _, err := st.CreateRun(ctx, domain.AutomationRun{ID: domain.AutomationRunID(newID()), AutomationID: a.ID, Org: domain.FirstOrg, Version: 1,
 		State: domain.RunQueued, Trigger: []byte(`{x`)}); err == nil {
 		t.Fatal("a malformed trigger payload was stored")
 	}
@@ -183,7 +231,7 @@ func testAutomationRunCaps(t *testing.T, st store.Store) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			run, ok, err := st.CreateCappedRun(ctx, domain.AutomationRun{ID: domain.AutomationRunID(newID()), AutomationID: a.ID, Version: 1,
+			run, ok, err := st.CreateCappedRun(ctx, domain.AutomationRun{ID: domain.AutomationRunID(newID()), AutomationID: a.ID, Org: domain.FirstOrg, Version: 1,
 				State: domain.RunQueued, TriggerKind: "github_pr", DedupKey: fmt.Sprint("d", i), CreatedAt: t0}, store.RunCaps{MaxActive: 3})
 			if err != nil || !ok {
 				t.Errorf("create run %d: %v %v", i, ok, err)
@@ -208,14 +256,14 @@ func testAutomationRunCaps(t *testing.T, st store.Store) {
 	// hour later there is room again.
 	b := newAutomation(t, st, "hourly", "github_pr", "")
 	for i := range 4 {
-		run, _, err := st.CreateCappedRun(ctx, domain.AutomationRun{ID: domain.AutomationRunID(newID()), AutomationID: b.ID, Version: 1,
+		run, _, err := st.CreateCappedRun(ctx, domain.AutomationRun{ID: domain.AutomationRunID(newID()), AutomationID: b.ID, Org: domain.FirstOrg, Version: 1,
 			State: domain.RunQueued, TriggerKind: "github_pr", CreatedAt: t0.Add(time.Duration(i) * time.Minute)}, store.RunCaps{MaxPerHour: 3})
 		must(t, err)
 		if want := map[bool]domain.RunState{true: domain.RunSkipped, false: domain.RunQueued}[i == 3]; run.State != want {
 			t.Fatalf("run %d is %s (%s), want %s", i, run.State, run.Error, want)
 		}
 	}
-	run, _, err := st.CreateCappedRun(ctx, domain.AutomationRun{ID: domain.AutomationRunID(newID()), AutomationID: b.ID, Version: 1,
+	run, _, err := st.CreateCappedRun(ctx, domain.AutomationRun{ID: domain.AutomationRunID(newID()), AutomationID: b.ID, Org: domain.FirstOrg, Version: 1,
 		State: domain.RunQueued, TriggerKind: "github_pr", CreatedAt: t0.Add(61 * time.Minute)}, store.RunCaps{MaxPerHour: 3})
 	must(t, err)
 	if run.State != domain.RunQueued {
@@ -224,7 +272,7 @@ func testAutomationRunCaps(t *testing.T, st store.Store) {
 	// A run superseding its key's active runs is not held back by them.
 	c := newAutomation(t, st, "superseding", "github_pr", "")
 	for i, key := range []string{"acme/app#1", "acme/app#2", "acme/app#1"} {
-		run, _, err := st.CreateCappedRun(ctx, domain.AutomationRun{ID: domain.AutomationRunID(newID()), AutomationID: c.ID, Version: 1,
+		run, _, err := st.CreateCappedRun(ctx, domain.AutomationRun{ID: domain.AutomationRunID(newID()), AutomationID: c.ID, Org: domain.FirstOrg, Version: 1,
 			State: domain.RunQueued, TriggerKind: "github_pr", ConcurrencyKey: key, CreatedAt: t0},
 			store.RunCaps{MaxActive: 2, Superseding: key})
 		must(t, err)
@@ -233,7 +281,7 @@ func testAutomationRunCaps(t *testing.T, st store.Store) {
 		}
 	}
 	// A refused run is recorded as it is, cap or not.
-	run, _, err = st.CreateCappedRun(ctx, domain.AutomationRun{ID: domain.AutomationRunID(newID()), AutomationID: a.ID, Version: 1,
+	run, _, err = st.CreateCappedRun(ctx, domain.AutomationRun{ID: domain.AutomationRunID(newID()), AutomationID: a.ID, Org: domain.FirstOrg, Version: 1,
 		State: domain.RunRefused, Error: "refused: below the floor", TriggerKind: "github_pr", CreatedAt: t0, EndedAt: t0}, store.RunCaps{MaxActive: 1})
 	must(t, err)
 	if run.State != domain.RunRefused || run.Error != "refused: below the floor" || run.EndedAt.IsZero() {
@@ -246,7 +294,7 @@ func testAutomationRunTransitions(t *testing.T, st store.Store) {
 	a := newAutomation(t, st, "pr", "github_pr", "")
 	var runs []domain.AutomationRun
 	for i := range 5 {
-		run, _, err := st.CreateRun(ctx, domain.AutomationRun{ID: domain.AutomationRunID(newID()), AutomationID: a.ID, Version: 1,
+		run, _, err := st.CreateRun(ctx, domain.AutomationRun{ID: domain.AutomationRunID(newID()), AutomationID: a.ID, Org: domain.FirstOrg, Version: 1,
 			State: domain.RunQueued, TriggerKind: "github_pr", ConcurrencyKey: fmt.Sprintf("acme/app#%d", i%2), Inputs: []byte(`{"depth":2}`),
 			CreatedAt: t0.Add(time.Duration(i) * time.Second)})
 		must(t, err)
@@ -292,7 +340,7 @@ func testAutomationRunTransitions(t *testing.T, st store.Store) {
 func testAutomationSteps(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	a := newAutomation(t, st, "steps", "manual", "")
-	run, _, err := st.CreateRun(ctx, domain.AutomationRun{ID: domain.AutomationRunID(newID()), AutomationID: a.ID, Version: 1,
+	run, _, err := st.CreateRun(ctx, domain.AutomationRun{ID: domain.AutomationRunID(newID()), AutomationID: a.ID, Org: domain.FirstOrg, Version: 1,
 		State: domain.RunRunning, TriggerKind: "manual"})
 	must(t, err)
 	for seq := int64(1); seq <= 2; seq++ {

@@ -15,6 +15,34 @@ var integrationTests = []test{
 	{"DeliveriesRecordedOnce", testDeliveries},
 	{"ChatThreadsClaimedByOneRelay", testChatThreads},
 	{"IdentitiesMapAccountsToPeople", testIdentities},
+	{"IntegrationsBelongToTheirOrganisation", testIntegrationOrgs},
+}
+
+// testIntegrationOrgs: one integration of a kind in the deployment,
+// held by one organisation: another's put is a conflict, its list is
+// empty and its delete finds nothing.
+func testIntegrationOrgs(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	_, err := st.PutIntegration(ctx, domain.Integration{Kind: domain.IntegrationSlack, Org: "org-a", Sealed: []byte("a")})
+	must(t, err)
+	_, err = st.PutIntegration(ctx, domain.Integration{Kind: domain.IntegrationSlack, Org: "org-b", Sealed: []byte("b")})
+	wantErr(t, err, store.ErrConflict)
+	if _, err := st.PutIntegration(ctx, domain.Integration{Kind: domain.IntegrationGitHub, Sealed: []byte("x")}); err == nil {
+		t.Fatal("PutIntegration took an integration of no organisation")
+	}
+	in, err := st.GetIntegration(ctx, domain.IntegrationSlack)
+	if err != nil || in.Org != "org-a" || string(in.Sealed) != "a" {
+		t.Fatalf("the slack integration = %+v, %v", in, err)
+	}
+	if ins, err := st.ListIntegrations(ctx, "org-b"); err != nil || len(ins) != 0 {
+		t.Fatalf("org-b's integrations = %+v, %v", ins, err)
+	}
+	wantErr(t, st.DeleteIntegration(ctx, "org-b", domain.IntegrationSlack), store.ErrNotFound)
+	ins, err := st.ListIntegrations(ctx, "org-a")
+	if err != nil || len(ins) != 1 {
+		t.Fatalf("org-a's integrations after org-b's delete = %+v, %v", ins, err)
+	}
+	must(t, st.DeleteIntegration(ctx, "org-a", domain.IntegrationSlack))
 }
 
 // testIdentities: an account maps to one person per organisation (a new
@@ -77,11 +105,11 @@ func testIdentities(t *testing.T, st store.Store) {
 
 func testIntegrations(t *testing.T, st store.Store) {
 	ctx := t.Context()
-	in, err := st.PutIntegration(ctx, domain.Integration{Kind: domain.IntegrationSlack, Config: []byte(`{"channels":{"C1":"agent"}}`),
+	in, err := st.PutIntegration(ctx, domain.Integration{Kind: domain.IntegrationSlack, Org: domain.FirstOrg, Config: []byte(`{"channels":{"C1":"agent"}}`),
 		Sealed: []byte("sealed-1"), UpdatedAt: t0})
 	must(t, err)
 	wantTime(t, "created_at", in.CreatedAt, t0)
-	_, err = st.PutIntegration(ctx, domain.Integration{Kind: domain.IntegrationSlack, Config: []byte(`{"channels":{}}`), Sealed: []byte("sealed-2"),
+	_, err = st.PutIntegration(ctx, domain.Integration{Kind: domain.IntegrationSlack, Org: domain.FirstOrg, Config: []byte(`{"channels":{}}`), Sealed: []byte("sealed-2"),
 		UpdatedAt: t0.Add(time.Minute)})
 	must(t, err)
 	got, err := st.GetIntegration(ctx, domain.IntegrationSlack)
@@ -89,14 +117,14 @@ func testIntegrations(t *testing.T, st store.Store) {
 	if string(got.Config) != `{"channels":{}}` || string(got.Sealed) != "sealed-2" || !got.CreatedAt.Equal(t0) || !got.UpdatedAt.Equal(t0.Add(time.Minute)) {
 		t.Fatalf("replaced integration: %+v", got)
 	}
-	_, err = st.PutIntegration(ctx, domain.Integration{Kind: domain.IntegrationGitHub, Sealed: []byte("gh")})
+	_, err = st.PutIntegration(ctx, domain.Integration{Kind: domain.IntegrationGitHub, Org: domain.FirstOrg, Sealed: []byte("gh")})
 	must(t, err)
-	all, err := st.ListIntegrations(ctx)
+	all, err := st.ListIntegrations(ctx, domain.FirstOrg)
 	must(t, err)
 	if len(all) != 2 || all[0].Kind != domain.IntegrationGitHub || string(all[0].Config) != `{}` {
 		t.Fatalf("list: %+v", all)
 	}
-	if _, err := st.PutIntegration(ctx, domain.Integration{Kind: domain.IntegrationLinear}); err == nil {
+	if _, err := st.PutIntegration(ctx, domain.Integration{Kind: domain.IntegrationLinear, Org: domain.FirstOrg}); err == nil {
 		t.Fatal("an integration without credentials was stored")
 	}
 	sealed, err := st.ListSealed(ctx, domain.SealedIntegration, "", 0)
@@ -105,8 +133,8 @@ func testIntegrations(t *testing.T, st store.Store) {
 		t.Fatalf("sealed integrations: %+v", sealed)
 	}
 	must(t, st.ReplaceSealed(ctx, domain.SealedIntegration, "slack", []byte("sealed-2"), []byte("sealed-3")))
-	must(t, st.DeleteIntegration(ctx, domain.IntegrationSlack))
-	wantErr(t, st.DeleteIntegration(ctx, domain.IntegrationSlack), store.ErrNotFound)
+	must(t, st.DeleteIntegration(ctx, domain.FirstOrg, domain.IntegrationSlack))
+	wantErr(t, st.DeleteIntegration(ctx, domain.FirstOrg, domain.IntegrationSlack), store.ErrNotFound)
 	_, err = st.GetIntegration(ctx, domain.IntegrationSlack)
 	wantErr(t, err, store.ErrNotFound)
 }
