@@ -3,7 +3,9 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"slices"
 
 	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/domain"
@@ -111,12 +113,30 @@ func (s *integrationsRouter) taskPR(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &req) {
 		return
 	}
+	// The GitHub App's credential acts for the organisation holding it:
+	// a task of another organisation opens no pull request with it.
+	if ok, err := s.holds(r, domain.IntegrationGitHub); err != nil || !ok {
+		if err == nil {
+			err = fmt.Errorf("%w: your organisation has no GitHub integration (engrams integration add github)", domain.ErrInvalid)
+		}
+		s.fail(w, r, err)
+		return
+	}
 	pr, err := s.prs.OpenTaskPR(r.Context(), pathTask(r), req.Repo, req.Title, req.Path)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, apiv1.TaskPR{URL: pr.URL, Number: pr.Number, Branch: pr.Branch, Commit: pr.Commit})
+}
+
+// holds says the caller's organisation holds the integration of kind.
+func (s *integrationsRouter) holds(r *http.Request, kind domain.IntegrationKind) (bool, error) {
+	if s.co == nil {
+		return false, nil
+	}
+	vs, err := s.co.List(r.Context(), principalFrom(r.Context()).OrgID)
+	return slices.ContainsFunc(vs, func(v integrations.View) bool { return v.Kind == kind }), err
 }
 
 func integrationOut(v integrations.View) apiv1.Integration {

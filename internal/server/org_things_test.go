@@ -251,4 +251,15 @@ func TestAutomationsAndIntegrationsStayInTheirOrganisation(t *testing.T) {
 	if in, err := st.GetIntegration(t.Context(), domain.IntegrationSlack); err != nil || in.Org != domain.FirstOrg {
 		t.Errorf("the Slack integration after the other organisation's tries: %+v, %v", in, err)
 	}
+	// The first organisation's GitHub App opens no pull request for
+	// another organisation's task.
+	github := `{"kind":"github","config":{"repos":["acme/app"]},"secrets":{"token":"ghp_x","webhook_secret":"w"}}`
+	if rec := w.do(t, owner, "POST", "/v1/integrations", github); rec.Code != http.StatusCreated {
+		t.Fatalf("owner adds GitHub: %d %s", rec.Code, rec.Body)
+	}
+	makeOwned(t, st)
+	rec := w.do(t, other, "POST", "/v1/tasks/t-owned-3/pr", `{"repo":"acme/app","title":"x"}`)
+	if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "no GitHub integration") {
+		t.Errorf("another organisation's task opens a pull request with the first's GitHub App: %d %s", rec.Code, rec.Body)
+	}
 }
