@@ -134,10 +134,12 @@ func Routes() map[string]Rule {
 		apiv1.RouteEnableImage:   a("image.enable", "image"),
 		apiv1.RouteDisableImage:  a("image.disable", "image"),
 		apiv1.RouteRefreshImage:  a("image.refresh", "image"),
+		// Harness bundles are the deployment's software, like the host
+		// agent: every organisation runs them, fleet operators install them.
 		apiv1.RouteListHarnesses: m(), apiv1.RouteGetHarness: m(),
-		apiv1.RouteAddHarness:    a("harness.add", "harness"),
-		apiv1.RouteBuildHarness:  a("harness.build", "harness"),
-		apiv1.RouteDeleteHarness: a("harness.delete", "harness"),
+		apiv1.RouteAddHarness:    {Need: Fleet, Action: "harness.add", Target: "harness"},
+		apiv1.RouteBuildHarness:  {Need: Fleet, Action: "harness.build", Target: "harness"},
+		apiv1.RouteDeleteHarness: {Need: Fleet, Action: "harness.delete", Target: "harness"},
 		apiv1.RouteListProfiles:  m(), apiv1.RouteGetProfile: m(), apiv1.RoutePreviewReceipt: m(),
 		apiv1.RouteCreateProfile: a("profile.create", "profile"),
 		apiv1.RouteUpdateProfile: a("profile.update", "profile"),
