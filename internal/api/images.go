@@ -18,12 +18,12 @@ import (
 // ImageService enables and shows images (imagejobs.Images).
 type ImageService interface {
 	EnableImage(ctx context.Context, req imagejobs.EnableImageRequest) (imagejobs.ImageView, domain.ImageJob, error)
-	RefreshImage(ctx context.Context, nameOrID string) (imagejobs.ImageView, domain.ImageJob, error)
-	DisableImage(ctx context.Context, nameOrID string) (imagejobs.ImageView, error)
-	Image(ctx context.Context, nameOrID string) (imagejobs.ImageView, error)
-	Images(ctx context.Context, all bool) ([]imagejobs.ImageView, error)
-	ImageJobs(ctx context.Context, nameOrID string) ([]domain.ImageJob, error)
-	ImageJob(ctx context.Context, id string) (domain.ImageJob, error)
+	RefreshImage(ctx context.Context, org domain.OrgID, nameOrID string) (imagejobs.ImageView, domain.ImageJob, error)
+	DisableImage(ctx context.Context, org domain.OrgID, nameOrID string) (imagejobs.ImageView, error)
+	Image(ctx context.Context, org domain.OrgID, nameOrID string) (imagejobs.ImageView, error)
+	Images(ctx context.Context, org domain.OrgID, all bool) ([]imagejobs.ImageView, error)
+	ImageJobs(ctx context.Context, org domain.OrgID, nameOrID string) ([]domain.ImageJob, error)
+	ImageJob(ctx context.Context, org domain.OrgID, id string) (domain.ImageJob, error)
 	Defaults() imagejobs.ImageDefaults
 }
 
@@ -52,7 +52,9 @@ func (s *imagesRouter) enableImage(w http.ResponseWriter, r *http.Request) {
 	if !s.decodeWith(w, r, &req, describeRedacted) {
 		return
 	}
-	v, job, err := s.co.EnableImage(r.Context(), enableRequest(req))
+	in := enableRequest(req)
+	in.Org = orgOf(r)
+	v, job, err := s.co.EnableImage(r.Context(), in)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -130,7 +132,7 @@ func (s *imagesRouter) listImages(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	vs, err := s.co.Images(r.Context(), all)
+	vs, err := s.co.Images(r.Context(), orgOf(r), all)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -147,7 +149,7 @@ func (s *imagesRouter) listImages(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *imagesRouter) getImage(w http.ResponseWriter, r *http.Request) {
-	v, err := s.co.Image(r.Context(), r.PathValue("name"))
+	v, err := s.co.Image(r.Context(), orgOf(r), r.PathValue("name"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -156,7 +158,7 @@ func (s *imagesRouter) getImage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *imagesRouter) disableImage(w http.ResponseWriter, r *http.Request) {
-	v, err := s.co.DisableImage(r.Context(), r.PathValue("name"))
+	v, err := s.co.DisableImage(r.Context(), orgOf(r), r.PathValue("name"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -165,7 +167,7 @@ func (s *imagesRouter) disableImage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *imagesRouter) refreshImage(w http.ResponseWriter, r *http.Request) {
-	v, job, err := s.co.RefreshImage(r.Context(), r.PathValue("name"))
+	v, job, err := s.co.RefreshImage(r.Context(), orgOf(r), r.PathValue("name"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -178,7 +180,7 @@ func (s *imagesRouter) listImageJobs(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	jobs, err := s.co.ImageJobs(r.Context(), r.PathValue("name"))
+	jobs, err := s.co.ImageJobs(r.Context(), orgOf(r), r.PathValue("name"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -193,7 +195,7 @@ func (s *imagesRouter) listImageJobs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *imagesRouter) getImageJob(w http.ResponseWriter, r *http.Request) {
-	job, err := s.co.ImageJob(r.Context(), r.PathValue("id"))
+	job, err := s.co.ImageJob(r.Context(), orgOf(r), r.PathValue("id"))
 	if err != nil {
 		s.fail(w, r, err)
 		return

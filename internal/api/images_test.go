@@ -78,7 +78,7 @@ var webJobs = []domain.ImageJob{
 func webView() imagejobs.ImageView {
 	last := webJobs[1]
 	return imagejobs.ImageView{
-		Image: domain.Image{ID: "i1", Name: "web", Ref: "registry.example.com/team/web:1.4", Digest: "sha256:abc",
+		Image: domain.Image{ID: "i1", Org: domain.FirstOrg, Name: "web", Ref: "registry.example.com/team/web:1.4", Digest: "sha256:abc",
 			State: domain.ImageReady, CredentialID: "cred1", BaseID: "base1", CreatedAt: t0, UpdatedAt: t0},
 		Config:     imagejobs.ImageConfig{MemoryMiB: 1024, VCPUs: 2, DiskGiB: 8, Warmup: "npm ci", WarmupTimeoutS: 600, WarmupStallS: 120, ImageEnv: []string{"PATH=/bin"}},
 		State:      imagejobs.ImageReady,
@@ -96,23 +96,23 @@ func (f *fakeImages) EnableImage(_ context.Context, req imagejobs.EnableImageReq
 	if f.err != nil {
 		return imagejobs.ImageView{}, domain.ImageJob{}, f.err
 	}
-	v := imagejobs.ImageView{Image: domain.Image{ID: "i9", Name: req.Name, Ref: req.Ref, CredentialID: "c9"},
+	v := imagejobs.ImageView{Image: domain.Image{ID: "i9", Org: domain.FirstOrg, Name: req.Name, Ref: req.Ref, CredentialID: "c9"},
 		Config: req.Config, State: imagejobs.ImagePending, Credential: "alice@registry.example.com"}
 	return v, f.enableJob, nil
 }
 
-func (f *fakeImages) RefreshImage(ctx context.Context, name string) (imagejobs.ImageView, domain.ImageJob, error) {
-	v, err := f.Image(ctx, name)
+func (f *fakeImages) RefreshImage(ctx context.Context, _ domain.OrgID, name string) (imagejobs.ImageView, domain.ImageJob, error) {
+	v, err := f.Image(ctx, "", name)
 	return v, webJobs[2], err
 }
 
-func (f *fakeImages) DisableImage(ctx context.Context, name string) (imagejobs.ImageView, error) {
-	v, err := f.Image(ctx, name)
+func (f *fakeImages) DisableImage(ctx context.Context, _ domain.OrgID, name string) (imagejobs.ImageView, error) {
+	v, err := f.Image(ctx, "", name)
 	v.State = imagejobs.ImageDisabled
 	return v, err
 }
 
-func (f *fakeImages) Image(_ context.Context, name string) (imagejobs.ImageView, error) {
+func (f *fakeImages) Image(_ context.Context, _ domain.OrgID, name string) (imagejobs.ImageView, error) {
 	switch {
 	case f.err != nil:
 		return imagejobs.ImageView{}, f.err
@@ -122,10 +122,10 @@ func (f *fakeImages) Image(_ context.Context, name string) (imagejobs.ImageView,
 	return imagejobs.ImageView{}, fmt.Errorf("image %q: %w", name, store.ErrNotFound)
 }
 
-func (f *fakeImages) Images(_ context.Context, all bool) ([]imagejobs.ImageView, error) {
+func (f *fakeImages) Images(_ context.Context, _ domain.OrgID, all bool) ([]imagejobs.ImageView, error) {
 	out := []imagejobs.ImageView{webView()}
 	if all {
-		out = append(out, imagejobs.ImageView{Image: domain.Image{ID: "i0", Name: "old", State: domain.ImageDisabled}, State: imagejobs.ImageDisabled})
+		out = append(out, imagejobs.ImageView{Image: domain.Image{ID: "i0", Org: domain.FirstOrg, Name: "old", State: domain.ImageDisabled}, State: imagejobs.ImageDisabled})
 	}
 	return out, f.err
 }
@@ -134,14 +134,14 @@ func (f *fakeImages) Defaults() imagejobs.ImageDefaults {
 	return imagejobs.ImageDefaults{MemoryMiB: 512, VCPUs: 1, DiskGiB: 4, WarmupTimeoutS: 600, WarmupStallS: 120, MaxMemoryMiB: 16384, MaxVCPUs: 16, MaxDiskGiB: 256}
 }
 
-func (f *fakeImages) ImageJobs(ctx context.Context, name string) ([]domain.ImageJob, error) {
-	if _, err := f.Image(ctx, name); err != nil {
+func (f *fakeImages) ImageJobs(ctx context.Context, _ domain.OrgID, name string) ([]domain.ImageJob, error) {
+	if _, err := f.Image(ctx, "", name); err != nil {
 		return nil, err
 	}
 	return webJobs, nil
 }
 
-func (f *fakeImages) ImageJob(_ context.Context, id string) (domain.ImageJob, error) {
+func (f *fakeImages) ImageJob(_ context.Context, _ domain.OrgID, id string) (domain.ImageJob, error) {
 	for _, j := range webJobs {
 		if j.ID == id {
 			return j, nil
@@ -235,10 +235,10 @@ func TestEnableImagePassesEverything(t *testing.T) {
 	}{
 		{"full", `{"ref":"r/web:1","name":"web","env":{"A":"1"},"memory_mib":1024,"vcpus":2,"disk_gib":8,"workdir":"/app",` +
 			`"warmup":"make","warmup_timeout_s":900,"warmup_stall_s":60,"credentials":{"username":"u","password":"p","token":"t"}}`,
-			imagejobs.EnableImageRequest{Ref: "r/web:1", Name: "web", Config: imagejobs.ImageConfig{Env: map[string]string{"A": "1"},
+			imagejobs.EnableImageRequest{Org: domain.FirstOrg, Ref: "r/web:1", Name: "web", Config: imagejobs.ImageConfig{Env: map[string]string{"A": "1"},
 				MemoryMiB: 1024, VCPUs: 2, DiskGiB: 8, Workdir: "/app", Warmup: "make", WarmupTimeoutS: 900, WarmupStallS: 60},
 				Auth: &imagejobs.RegistryAuth{Username: "u", Password: "p", Token: "t"}}},
-		{"anonymous", `{"ref":"alpine:3"}`, imagejobs.EnableImageRequest{Ref: "alpine:3"}},
+		{"anonymous", `{"ref":"alpine:3"}`, imagejobs.EnableImageRequest{Org: domain.FirstOrg, Ref: "alpine:3"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -19,7 +19,7 @@ import (
 func seedProfiles(t *testing.T, a *agentAPI) {
 	t.Helper()
 	ctx := context.Background()
-	if err := a.st.CreateImage(ctx, domain.Image{ID: "img-py", Name: "py", Ref: "reg/python:3.12", Digest: "sha256:py",
+	if err := a.st.CreateImage(ctx, domain.Image{ID: "img-py", Org: domain.FirstOrg, Name: "py", Ref: "reg/python:3.12", Digest: "sha256:py",
 		Config: json.RawMessage(`{"libc":"glibc"}`), Manifests: json.RawMessage(`{"rootfs":{}}`), BaseID: "b"}); err != nil {
 		t.Fatal(err)
 	}

@@ -116,7 +116,7 @@ func newAgentServer(t *testing.T) *agentServer {
 func (s *agentServer) seed(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
-	if err := s.st.CreateImage(ctx, domain.Image{ID: "img-py", Name: "py", Ref: "reg/python:3.12", Digest: "sha256:0123456789abcdef",
+	if err := s.st.CreateImage(ctx, domain.Image{ID: "img-py", Org: domain.FirstOrg, Name: "py", Ref: "reg/python:3.12", Digest: "sha256:0123456789abcdef",
 		Config: json.RawMessage(`{"libc":"glibc"}`), Manifests: json.RawMessage(`{"rootfs":{}}`), BaseID: "b"}); err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,8 @@ const (
 // images that are not disabled.
 type Image struct {
 	ID           string
-	Name         string
+	Org          OrgID  // whose it is: its admins curate it, its members start sessions from it
+	Name         string // unique among the organisation's live images
 	Ref          string // as the user gave it
 	Digest       string // resolved manifest digest; "" until pulled
 	State        ImageState

@@ -71,7 +71,7 @@ func TestHarnessSessions(t *testing.T) {
 	hostID, h := e.AddHost(t, "a", 8)
 	e.KeepAlive(t, hostID)
 	ctx := context.Background()
-	_, job, err := e.im.EnableImage(ctx, imagejobs.EnableImageRequest{Ref: "reg/app:1"})
+	_, job, err := e.im.EnableImage(ctx, imagejobs.EnableImageRequest{Org: domain.FirstOrg, Ref: "reg/app:1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestHarnessSessions(t *testing.T) {
 		spec domain.SessionSpec
 		want string
 	}{
-		{"glibc harness on a musl image", domain.SessionSpec{Image: "app", Harness: "glibc-agent"}, "needs glibc, the image has musl"},
+		{"glibc harness on a musl image", domain.SessionSpec{Owner: domain.Owner{OrgID: domain.FirstOrg}, Image: "app", Harness: "glibc-agent"}, "needs glibc, the image has musl"},
 		{"glibc harness on the default root", domain.SessionSpec{Harness: "glibc-agent@1.0"}, "default root image"},
 		{"unknown harness", domain.SessionSpec{Harness: "nope"}, "no harness nope is registered"},
 		{"unknown version", domain.SessionSpec{Harness: "static-agent@9"}, "no harness static-agent@9"},
@@ -99,7 +99,7 @@ func TestHarnessSessions(t *testing.T) {
 		}
 	}
 
-	s, err := e.co.CreateSession(ctx, domain.SessionSpec{Image: "app", Harness: "static-agent", Egress: []string{"pypi.org"}}, "")
+	s, err := e.co.CreateSession(ctx, domain.SessionSpec{Owner: domain.Owner{OrgID: domain.FirstOrg}, Image: "app", Harness: "static-agent", Egress: []string{"pypi.org"}}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,6 +56,7 @@ func (a *RegistryAuth) empty() bool {
 
 // EnableImageRequest asks to enable an image.
 type EnableImageRequest struct {
+	Org    domain.OrgID // whose it is; required
 	Ref    string
 	Name   string // default: the repository's last path element
 	Config ImageConfig
@@ -178,11 +179,15 @@ func decodeImageConfig(img domain.Image) (ImageConfig, error) {
 	return cfg, nil
 }
 
-// findImage returns the live image named nameOrID, else the image with that id.
-func (c *Images) findImage(ctx context.Context, nameOrID string) (domain.Image, error) {
-	img, err := c.st.GetImageByName(ctx, nameOrID)
+// findImage returns org's live image named nameOrID, else its image with
+// that id; another organisation's is not found, as one that does not exist.
+func (c *Images) findImage(ctx context.Context, org domain.OrgID, nameOrID string) (domain.Image, error) {
+	img, err := c.st.GetImageByName(ctx, org, nameOrID)
 	if errors.Is(err, store.ErrNotFound) {
 		img, err = c.st.GetImage(ctx, nameOrID)
+	}
+	if err == nil && (org == "" || img.Org != org) {
+		err = store.ErrNotFound
 	}
 	if errors.Is(err, store.ErrNotFound) {
 		return img, fmt.Errorf("image %q: %w", nameOrID, store.ErrNotFound)
@@ -255,18 +260,21 @@ func (c *Images) hostsCaching(ctx context.Context, id string) ([]domain.HostID, 
 	return out, nil
 }
 
-// Image returns the live image named nameOrID (or with that id).
-func (c *Images) Image(ctx context.Context, nameOrID string) (ImageView, error) {
-	img, err := c.findImage(ctx, nameOrID)
+// Image returns org's live image named nameOrID (or with that id).
+func (c *Images) Image(ctx context.Context, org domain.OrgID, nameOrID string) (ImageView, error) {
+	img, err := c.findImage(ctx, org, nameOrID)
 	if err != nil {
 		return ImageView{}, err
 	}
 	return c.View(ctx, img)
 }
 
-// Images lists images by name; disabled ones only when all is set.
-func (c *Images) Images(ctx context.Context, all bool) ([]ImageView, error) {
-	imgs, err := c.st.ListImages(ctx)
+// Images lists org's images by name; disabled ones only when all is set.
+func (c *Images) Images(ctx context.Context, org domain.OrgID, all bool) ([]ImageView, error) {
+	if org == "" {
+		return nil, nil
+	}
+	imgs, err := c.st.ListImages(ctx, org)
 	if err != nil {
 		return nil, fmt.Errorf("list images: %w", err)
 	}
@@ -284,24 +292,32 @@ func (c *Images) Images(ctx context.Context, all bool) ([]ImageView, error) {
 	return out, nil
 }
 
-// ImageJobs lists an image's jobs, oldest first.
-func (c *Images) ImageJobs(ctx context.Context, nameOrID string) ([]domain.ImageJob, error) {
-	img, err := c.findImage(ctx, nameOrID)
+// ImageJobs lists org's image's jobs, oldest first.
+func (c *Images) ImageJobs(ctx context.Context, org domain.OrgID, nameOrID string) ([]domain.ImageJob, error) {
+	img, err := c.findImage(ctx, org, nameOrID)
 	if err != nil {
 		return nil, err
 	}
 	return c.st.ListJobs(ctx, img.ID)
 }
 
-// ImageJob returns one job.
-func (c *Images) ImageJob(ctx context.Context, id string) (domain.ImageJob, error) {
-	return c.st.GetJob(ctx, id)
+// ImageJob returns one job of org's images; another organisation's is
+// not found.
+func (c *Images) ImageJob(ctx context.Context, org domain.OrgID, id string) (domain.ImageJob, error) {
+	job, err := c.st.GetJob(ctx, id)
+	if err != nil {
+		return job, err
+	}
+	if _, err := c.findImage(ctx, org, job.ImageID); err != nil {
+		return domain.ImageJob{}, fmt.Errorf("image job %q: %w", id, store.ErrNotFound)
+	}
+	return job, nil
 }
 
 // DisableImage disables an image: no new session starts from it; running
 // sessions and their snapshots keep what they use. Its name is free again.
-func (c *Images) DisableImage(ctx context.Context, nameOrID string) (ImageView, error) {
-	img, err := c.findImage(ctx, nameOrID)
+func (c *Images) DisableImage(ctx context.Context, org domain.OrgID, nameOrID string) (ImageView, error) {
+	img, err := c.findImage(ctx, org, nameOrID)
 	if err != nil {
 		return ImageView{}, err
 	}

@@ -45,12 +45,15 @@ func (c *Images) EnableImage(ctx context.Context, req EnableImageRequest) (Image
 	if err := c.checkImageConfig(&cfg); err != nil {
 		return ImageView{}, domain.ImageJob{}, err
 	}
-	if existing, err := c.st.GetImageByName(ctx, name); err == nil {
+	if req.Org == "" {
+		return ImageView{}, domain.ImageJob{}, fmt.Errorf("%w: an image is an organisation's", domain.ErrInvalid)
+	}
+	if existing, err := c.st.GetImageByName(ctx, req.Org, name); err == nil {
 		return c.enableExisting(ctx, existing, ref, registry, cfg, req.Auth)
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return ImageView{}, domain.ImageJob{}, fmt.Errorf("enable image %s: %w", name, err)
 	}
-	img := domain.Image{ID: c.newID(), Name: name, Ref: ref, State: domain.ImageReady, CreatedAt: c.now()}
+	img := domain.Image{ID: c.newID(), Org: req.Org, Name: name, Ref: ref, State: domain.ImageReady, CreatedAt: c.now()}
 	if img.Config, err = json.Marshal(cfg); err != nil {
 		return ImageView{}, domain.ImageJob{}, fmt.Errorf("enable image %s: %w", name, err)
 	}
@@ -153,8 +156,8 @@ func (c *Images) resetFailed(ctx context.Context, img *domain.Image, registry st
 // RefreshImage re-pulls an image's ref and enables the digest it names now;
 // the image keeps serving its current base snapshot until the new one is
 // ready, and sessions already running keep theirs.
-func (c *Images) RefreshImage(ctx context.Context, nameOrID string) (ImageView, domain.ImageJob, error) {
-	img, err := c.findImage(ctx, nameOrID)
+func (c *Images) RefreshImage(ctx context.Context, org domain.OrgID, nameOrID string) (ImageView, domain.ImageJob, error) {
+	img, err := c.findImage(ctx, org, nameOrID)
 	if err != nil {
 		return ImageView{}, domain.ImageJob{}, err
 	}

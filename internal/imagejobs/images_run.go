@@ -122,9 +122,11 @@ func sameCapture(a, b ImageConfig) bool {
 }
 
 // reusableBase finds a live, ready image (img itself included) whose base
-// snapshot was made from digest with the same capture settings.
+// snapshot was made from digest with the same capture settings. Any
+// organisation's: the digest was resolved by img's own pull (with its
+// own registry access), and a base snapshot is that digest's content.
 func (c *Images) reusableBase(ctx context.Context, img domain.Image, cfg ImageConfig, digest string) (domain.Image, bool, error) {
-	imgs, err := c.st.ListImages(ctx)
+	imgs, err := c.st.ListImages(ctx, "")
 	if err != nil {
 		return domain.Image{}, false, fmt.Errorf("list images: %w", err)
 	}

@@ -15,7 +15,8 @@ import (
 	"github.com/engrams/engrams/internal/store"
 )
 
-// PinImage resolves spec.Image to a ready image and fills in what its
+// PinImage resolves spec.Image to a ready image of the session's
+// organisation and fills in what its
 // sessions run with: its machine size (a base snapshot cannot change it),
 // its env under the session's, and the image and base snapshot ids. It
 // returns the image's C library ("" without an image).
@@ -24,7 +25,7 @@ func (c *Images) PinImage(ctx context.Context, spec *domain.SessionSpec) (string
 	if spec.Image == "" {
 		return "", nil
 	}
-	img, err := c.findImage(ctx, spec.Image)
+	img, err := c.findImage(ctx, spec.Owner.OrgID, spec.Image)
 	if errors.Is(err, store.ErrNotFound) {
 		return "", fmt.Errorf("%w: no enabled image is named %q (see `engrams image list`)", domain.ErrInvalid, spec.Image)
 	}
@@ -111,7 +112,7 @@ func (c *Images) Base(ctx context.Context, spec domain.SessionSpec) (domain.Imag
 // PrefetchFor lists the base snapshots of ready images that host could
 // restore and does not list as cached yet. Errors only cost the prefetch.
 func (c *Images) PrefetchFor(ctx context.Context, hostID domain.HostID, cached []string) []hostlink.Prefetch {
-	imgs, err := c.st.ListImages(ctx)
+	imgs, err := c.st.ListImages(ctx, "") // the fleet's: every organisation's
 	if err != nil {
 		c.log.Warn("prefetch: list images", "host_id", hostID, "err", err)
 		return nil
@@ -141,7 +142,7 @@ func (c *Images) PrefetchFor(ctx context.Context, hostID domain.HostID, cached [
 // disabled image's base stays reachable through the snapshots of sessions
 // started from it): image bases are a GC root.
 func (c *Images) MarkLive(ctx context.Context, live map[string]bool) error {
-	imgs, err := c.st.ListImages(ctx)
+	imgs, err := c.st.ListImages(ctx, "") // every organisation's
 	if err != nil {
 		return fmt.Errorf("list images: %w", err)
 	}

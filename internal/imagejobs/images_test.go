@@ -76,7 +76,7 @@ func TestImageEnableCapturesAndSessionsRestoreTheBase(t *testing.T) {
 	hostID, h := e.addHost(t, "a", 8)
 	e.keepAlive(t, hostID)
 	ctx := context.Background()
-	v, job, err := e.im.EnableImage(ctx, EnableImageRequest{Ref: "reg/app:1", Config: ImageConfig{Warmup: "echo warmed > /warm", Env: map[string]string{"LANG": "C.UTF-8"}},
+	v, job, err := e.im.EnableImage(ctx, EnableImageRequest{Org: domain.FirstOrg, Ref: "reg/app:1", Config: ImageConfig{Warmup: "echo warmed > /warm", Env: map[string]string{"LANG": "C.UTF-8"}},
 		Auth: &RegistryAuth{Username: "u", Password: "p"}})
 	if err != nil {
 		t.Fatal(err)
@@ -105,12 +105,12 @@ func TestImageEnableCapturesAndSessionsRestoreTheBase(t *testing.T) {
 		h.Captures[0].Env["PATH"] != "/usr/bin:/bin" || h.Captures[0].Env["LANG"] != "C.UTF-8" {
 		t.Fatalf("capture request %+v", h.Captures)
 	}
-	v, err = e.im.Image(ctx, "app")
+	v, err = e.im.Image(ctx, domain.FirstOrg, "app")
 	if err != nil || v.State != ImageReady || v.Config.Libc != image.LibcMusl || v.Image.BaseID == "" {
 		t.Fatalf("image %+v %v", v, err)
 	}
 
-	s, err := e.co.CreateSession(ctx, domain.SessionSpec{Image: "app", Env: map[string]string{"LANG": "fr"}}, "")
+	s, err := e.co.CreateSession(ctx, domain.SessionSpec{Owner: domain.Owner{OrgID: domain.FirstOrg}, Image: "app", Env: map[string]string{"LANG": "fr"}}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestImageEnableCapturesAndSessionsRestoreTheBase(t *testing.T) {
 
 	// Enabling the same digest under another name reuses the base at once.
 	imgs.Digests["reg/app:latest"] = "sha256:aaa"
-	_, job2, err := e.im.EnableImage(ctx, EnableImageRequest{Ref: "reg/app:latest", Name: "app2", Config: ImageConfig{Warmup: "echo warmed > /warm", Env: map[string]string{"LANG": "C.UTF-8"}}})
+	_, job2, err := e.im.EnableImage(ctx, EnableImageRequest{Org: domain.FirstOrg, Ref: "reg/app:latest", Name: "app2", Config: ImageConfig{Warmup: "echo warmed > /warm", Env: map[string]string{"LANG": "C.UTF-8"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestImageEnableFailures(t *testing.T) {
 			h.WarmFail = tc.warmFail
 			e.keepAlive(t, hostID)
 			ctx := context.Background()
-			_, job, err := e.im.EnableImage(ctx, EnableImageRequest{Ref: tc.ref})
+			_, job, err := e.im.EnableImage(ctx, EnableImageRequest{Org: domain.FirstOrg, Ref: tc.ref})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -166,7 +166,7 @@ func TestImageEnableFailures(t *testing.T) {
 			if job.State != domain.JobFailed || !strings.Contains(job.Error, tc.wantErr) || job.OutputTail != tc.wantTail {
 				t.Fatalf("job %+v, want failed with %q and tail %q", job, tc.wantErr, tc.wantTail)
 			}
-			v, err := e.im.Image(ctx, defaultImageName(tc.ref))
+			v, err := e.im.Image(ctx, domain.FirstOrg, defaultImageName(tc.ref))
 			if err != nil || v.State != ImageFailed || len(v.Image.Manifests) != 0 {
 				t.Fatalf("image %+v %v, want failed without a base", v, err)
 			}
@@ -183,7 +183,7 @@ func TestImagePullRetriesTransientFailures(t *testing.T) {
 	e := newEnvWith(t, Config{ImagePullRetry: 10 * time.Millisecond}, Deps{Images: imgs})
 	hostID, _ := e.addHost(t, "a", 8)
 	e.keepAlive(t, hostID)
-	_, job, err := e.im.EnableImage(context.Background(), EnableImageRequest{Ref: "reg/app:1"})
+	_, job, err := e.im.EnableImage(context.Background(), EnableImageRequest{Org: domain.FirstOrg, Ref: "reg/app:1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +193,7 @@ func TestImagePullRetriesTransientFailures(t *testing.T) {
 	imgs.Mu.Lock()
 	imgs.Flaky = 5
 	imgs.Mu.Unlock()
-	_, job, err = e.im.EnableImage(context.Background(), EnableImageRequest{Ref: "reg/app:1", Name: "flaky"})
+	_, job, err = e.im.EnableImage(context.Background(), EnableImageRequest{Org: domain.FirstOrg, Ref: "reg/app:1", Name: "flaky"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func TestImageReEnableAfterFailureTakesNewSettings(t *testing.T) {
 	hostID, _ := e.addHost(t, "a", 8)
 	e.keepAlive(t, hostID)
 	ctx := context.Background()
-	_, job, err := e.im.EnableImage(ctx, EnableImageRequest{Ref: "reg/app:1", Auth: &RegistryAuth{Username: "u", Password: "wrong"}})
+	_, job, err := e.im.EnableImage(ctx, EnableImageRequest{Org: domain.FirstOrg, Ref: "reg/app:1", Auth: &RegistryAuth{Username: "u", Password: "wrong"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func TestImageReEnableAfterFailureTakesNewSettings(t *testing.T) {
 	imgs.Mu.Lock()
 	delete(imgs.Fail, "reg/app@sha256:f")
 	imgs.Mu.Unlock()
-	v, job2, err := e.im.EnableImage(ctx, EnableImageRequest{Ref: "reg/app:1", Config: ImageConfig{MemoryMiB: 1024},
+	v, job2, err := e.im.EnableImage(ctx, EnableImageRequest{Org: domain.FirstOrg, Ref: "reg/app:1", Config: ImageConfig{MemoryMiB: 1024},
 		Auth: &RegistryAuth{Username: "u", Password: "right"}})
 	if err != nil || job2.ID == job.ID {
 		t.Fatalf("re-enable: %+v %v", job2, err)
@@ -233,7 +233,7 @@ func TestImageReEnableAfterFailureTakesNewSettings(t *testing.T) {
 	if last.Password != "right" {
 		t.Fatalf("the retry pulled with %q, not the new password", last.Password)
 	}
-	if v, err = e.im.Image(ctx, v.Image.Name); err != nil || v.Config.MemoryMiB != 1024 || v.State != ImageReady {
+	if v, err = e.im.Image(ctx, domain.FirstOrg, v.Image.Name); err != nil || v.Config.MemoryMiB != 1024 || v.State != ImageReady {
 		t.Fatalf("image after re-enable: %+v %v", v, err)
 	}
 }
@@ -246,7 +246,7 @@ func TestImageDisabledDuringItsJobStaysDisabled(t *testing.T) {
 	e.keepAlive(t, hostID)
 	ctx := context.Background()
 	h.Mu.Lock() // holds the capture until the image is disabled
-	_, job, err := e.im.EnableImage(ctx, EnableImageRequest{Ref: "reg/app:1"})
+	_, job, err := e.im.EnableImage(ctx, EnableImageRequest{Org: domain.FirstOrg, Ref: "reg/app:1"})
 	if err != nil {
 		h.Mu.Unlock()
 		t.Fatal(err)
@@ -261,7 +261,7 @@ func TestImageDisabledDuringItsJobStaysDisabled(t *testing.T) {
 			t.Fatalf("job never reached its capture: %+v %v", j, err)
 		}
 	}
-	if _, err := e.im.DisableImage(ctx, "app"); err != nil {
+	if _, err := e.im.DisableImage(ctx, domain.FirstOrg, "app"); err != nil {
 		h.Mu.Unlock()
 		t.Fatal(err)
 	}
@@ -284,25 +284,25 @@ func TestImageRequestsRefused(t *testing.T) {
 		req  EnableImageRequest
 		want error
 	}{
-		{"empty ref", EnableImageRequest{}, domain.ErrInvalid},
-		{"bad ref", EnableImageRequest{Ref: "UPPER/Case::x"}, domain.ErrInvalid},
-		{"bad name", EnableImageRequest{Ref: "reg/app:1", Name: "-x"}, domain.ErrInvalid},
-		{"tiny memory", EnableImageRequest{Ref: "reg/app:1", Config: ImageConfig{MemoryMiB: 16}}, domain.ErrInvalid},
-		{"relative workdir", EnableImageRequest{Ref: "reg/app:1", Config: ImageConfig{Workdir: "src"}}, domain.ErrInvalid},
-		{"credentials without a key", EnableImageRequest{Ref: "reg/app:1", Auth: &RegistryAuth{Token: "t"}}, domain.ErrInvalid},
+		{"empty ref", EnableImageRequest{Org: domain.FirstOrg}, domain.ErrInvalid},
+		{"bad ref", EnableImageRequest{Org: domain.FirstOrg, Ref: "UPPER/Case::x"}, domain.ErrInvalid},
+		{"bad name", EnableImageRequest{Org: domain.FirstOrg, Ref: "reg/app:1", Name: "-x"}, domain.ErrInvalid},
+		{"tiny memory", EnableImageRequest{Org: domain.FirstOrg, Ref: "reg/app:1", Config: ImageConfig{MemoryMiB: 16}}, domain.ErrInvalid},
+		{"relative workdir", EnableImageRequest{Org: domain.FirstOrg, Ref: "reg/app:1", Config: ImageConfig{Workdir: "src"}}, domain.ErrInvalid},
+		{"credentials without a key", EnableImageRequest{Org: domain.FirstOrg, Ref: "reg/app:1", Auth: &RegistryAuth{Token: "t"}}, domain.ErrInvalid},
 	}
 	for _, tc := range cases {
 		if _, _, err := e.im.EnableImage(ctx, tc.req); !errors.Is(err, tc.want) {
 			t.Errorf("%s: got %v, want %v", tc.name, err, tc.want)
 		}
 	}
-	if _, _, err := e.im.EnableImage(ctx, EnableImageRequest{Ref: "reg/app:1"}); err != nil {
+	if _, _, err := e.im.EnableImage(ctx, EnableImageRequest{Org: domain.FirstOrg, Ref: "reg/app:1"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.im.EnableImage(ctx, EnableImageRequest{Ref: "reg/other:1", Name: "app"}); !errors.Is(err, store.ErrConflict) {
+	if _, _, err := e.im.EnableImage(ctx, EnableImageRequest{Org: domain.FirstOrg, Ref: "reg/other:1", Name: "app"}); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("another ref under a taken name: %v", err)
 	}
-	if _, err := e.co.CreateSession(ctx, domain.SessionSpec{Image: "nope"}, ""); !errors.Is(err, domain.ErrInvalid) || !strings.Contains(err.Error(), "no enabled image") {
+	if _, err := e.co.CreateSession(ctx, domain.SessionSpec{Owner: domain.Owner{OrgID: domain.FirstOrg}, Image: "nope"}, ""); !errors.Is(err, domain.ErrInvalid) || !strings.Contains(err.Error(), "no enabled image") {
 		t.Fatalf("unknown image: %v", err)
 	}
 }
@@ -314,7 +314,7 @@ func TestImageSessionsOnlyOnCompatibleHosts(t *testing.T) {
 	capID, _ := e.addHost(t, "capturer", 8)
 	stop := e.keepAlive(t, capID)
 	ctx := context.Background()
-	_, job, err := e.im.EnableImage(ctx, EnableImageRequest{Ref: "reg/app:1"})
+	_, job, err := e.im.EnableImage(ctx, EnableImageRequest{Org: domain.FirstOrg, Ref: "reg/app:1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,7 +329,7 @@ func TestImageSessionsOnlyOnCompatibleHosts(t *testing.T) {
 	if err := e.st.SetHostState(ctx, capID, domain.HostLost); err != nil {
 		t.Fatal(err)
 	}
-	s, err := e.co.CreateSession(ctx, domain.SessionSpec{Image: "app"}, "")
+	s, err := e.co.CreateSession(ctx, domain.SessionSpec{Owner: domain.Owner{OrgID: domain.FirstOrg}, Image: "app"}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,7 +47,7 @@ func TestEnableRefusesBlockedRegistries(t *testing.T) {
 		{allowing, "172.16.0.1/app:1", "private 172.16.0.0/12"},
 	}
 	for i, tt := range tests {
-		_, _, err := tt.e.im.EnableImage(context.Background(), EnableImageRequest{Ref: tt.ref, Name: "img" + string(rune('a'+i))})
+		_, _, err := tt.e.im.EnableImage(context.Background(), EnableImageRequest{Org: domain.FirstOrg, Ref: tt.ref, Name: "img" + string(rune('a'+i))})
 		if tt.want == "" {
 			if err != nil {
 				t.Errorf("enable %s: %v", tt.ref, err)
@@ -59,14 +59,14 @@ func TestEnableRefusesBlockedRegistries(t *testing.T) {
 			t.Errorf("enable %s: %v, want ErrInvalid naming %q and --allow-registry", tt.ref, err, tt.want)
 		}
 	}
-	if _, _, err := strict.im.EnableImage(context.Background(), EnableImageRequest{Ref: "[::1]/app:1", Name: "v6"}); !errors.Is(err, netpolicy.ErrBlocked) {
+	if _, _, err := strict.im.EnableImage(context.Background(), EnableImageRequest{Org: domain.FirstOrg, Ref: "[::1]/app:1", Name: "v6"}); !errors.Is(err, netpolicy.ErrBlocked) {
 		t.Errorf("enable from [::1] without a port: %v", err)
 	}
-	if _, _, err := allowing.im.EnableImage(context.Background(), EnableImageRequest{Ref: "127.0.0.1:70000/app:1", Name: "port"}); !errors.Is(err, domain.ErrInvalid) ||
+	if _, _, err := allowing.im.EnableImage(context.Background(), EnableImageRequest{Org: domain.FirstOrg, Ref: "127.0.0.1:70000/app:1", Name: "port"}); !errors.Is(err, domain.ErrInvalid) ||
 		!strings.Contains(err.Error(), "not 1 to 65535") {
 		t.Errorf("enable with port 70000: %v", err)
 	}
-	imgs, err := strict.st.ListImages(context.Background())
+	imgs, err := strict.st.ListImages(context.Background(), domain.FirstOrg)
 	if err != nil || len(imgs) != 2 {
 		t.Errorf("strict server stored %d images (%v), want the 2 on public registries", len(imgs), err)
 	}
@@ -91,7 +91,7 @@ func TestImageJobFailsOnBlockedAddress(t *testing.T) {
 	t.Parallel()
 	m := &blockedMaterializer{Materializer: &coordinatortest.Materializer{}}
 	e := newEnvWith(t, Config{}, Deps{Images: m})
-	_, job, err := e.im.EnableImage(context.Background(), EnableImageRequest{Ref: "registry.example.com/app:1"})
+	_, job, err := e.im.EnableImage(context.Background(), EnableImageRequest{Org: domain.FirstOrg, Ref: "registry.example.com/app:1"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,7 @@ func TestImageJobRecordsWarnings(t *testing.T) {
 			hostID, h := e.addHost(t, "a", 8)
 			h.WarmFail = tc.warmFail
 			e.keepAlive(t, hostID)
-			_, job, err := e.im.EnableImage(context.Background(), EnableImageRequest{Ref: "reg/app:1", Config: ImageConfig{Warmup: "true"}})
+			_, job, err := e.im.EnableImage(context.Background(), EnableImageRequest{Org: domain.FirstOrg, Ref: "reg/app:1", Config: ImageConfig{Warmup: "true"}})
 			if err != nil {
 				t.Fatal(err)
 			}

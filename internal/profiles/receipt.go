@@ -26,7 +26,7 @@ import (
 func (c *Profiles) resolveSpec(ctx context.Context, org domain.OrgID, spec *apiv1.ProfileSpec) (apiv1.Receipt, problems, error) {
 	probs := checkStatic(spec)
 	r := apiv1.Receipt{Model: spec.Model, Mode: spec.Mode, Repos: spec.Repos, Env: sortedKeys(spec.Env), IdleTimeoutS: spec.IdleTimeoutS}
-	libc, err := c.receiptImage(ctx, spec.Image, &r, &probs)
+	libc, err := c.receiptImage(ctx, org, spec.Image, &r, &probs)
 	if err != nil {
 		return r, nil, err
 	}
@@ -67,12 +67,12 @@ func (c *Profiles) resolveSpec(ctx context.Context, org domain.OrgID, spec *apiv
 
 // receiptImage resolves the profile's image; it returns its C library
 // ("" while unknown).
-func (c *Profiles) receiptImage(ctx context.Context, name string, r *apiv1.Receipt, probs *problems) (string, error) {
+func (c *Profiles) receiptImage(ctx context.Context, org domain.OrgID, name string, r *apiv1.Receipt, probs *problems) (string, error) {
 	r.Image.Name = name
 	if name == "" {
 		return "", nil
 	}
-	img, err := c.st.GetImageByName(ctx, name)
+	img, err := c.st.GetImageByName(ctx, org, name)
 	if errors.Is(err, store.ErrNotFound) {
 		probs.add("image %q: no enabled image has that name (see `engrams image list`, or enable it with `engrams image enable REF --name %s`)", name, name)
 		return "", nil

@@ -24,7 +24,7 @@ import (
 // makeCurated stores, in the first organisation and in another, a
 // profile named "tools" granted to everyone and a secret named "gh"; the
 // first organisation also has "curated", granted to no one, and
-// "for-eng", granted to the group eng.
+// "for-eng", granted to the group eng. Each has an image named "debian".
 func makeCurated(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	everyone := []domain.Grant{{Kind: domain.GrantEveryone}}
@@ -36,6 +36,12 @@ func makeCurated(t *testing.T, st store.Store) {
 	} {
 		p.Spec = json.RawMessage(`{}`)
 		if _, err := st.CreateProfile(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, img := range []domain.Image{{ID: "i-first", Org: domain.FirstOrg}, {ID: "i-other", Org: "org-other"}} {
+		img.Name, img.Ref = "debian", "debian:12"
+		if err := st.CreateImage(ctx, img); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -108,7 +114,7 @@ func TestCuratedThingsStayInTheirOrganisation(t *testing.T) {
 		if !ok {
 			continue // holds no member grant, or a forged cookie: TestRouteMatrix
 		}
-		cells += w.profileCells(t, c, want)
+		cells += w.profileCells(t, c, want) + w.imageCells(t, c)
 		if c.holds(access.Admin) {
 			cells += w.adminCells(t, c)
 		}
@@ -116,6 +122,11 @@ func TestCuratedThingsStayInTheirOrganisation(t *testing.T) {
 	for _, id := range []string{"s-first", "s-other"} {
 		if s, err := w.st.GetSecret(t.Context(), id); err != nil || !s.DeletedAt.IsZero() {
 			t.Errorf("secret %s after the matrix: %+v, %v", id, s, err)
+		}
+	}
+	for _, id := range []string{"i-first", "i-other"} {
+		if img, err := w.st.GetImage(t.Context(), id); err != nil || img.State == domain.ImageDisabled {
+			t.Errorf("image %s after the matrix: %+v, %v", id, img, err)
 		}
 	}
 	for _, id := range []string{"p-first", "p-other"} {
@@ -148,6 +159,31 @@ func (w *curatedWorld) profileCells(t *testing.T, c caller, want []string) int {
 		}
 	}
 	return 1 + len(ids)
+}
+
+// imageCells: c lists and reads its organisation's image "debian", by
+// name and by id, and not the other's; an admin's disable of the other's
+// is 404.
+func (w *curatedWorld) imageCells(t *testing.T, c caller) int {
+	mine, theirs := "i-first", "i-other"
+	if c.name == "other organisation's owner" {
+		mine, theirs = theirs, mine
+	}
+	rec := w.do(t, c, "GET", "/v1/images", "")
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), mine) || strings.Contains(rec.Body.String(), theirs) {
+		t.Errorf("%s lists images: %d %s", c.name, rec.Code, rec.Body)
+	}
+	for path, want := range map[string]int{"/v1/images/debian": 200, "/v1/images/" + mine: 200, "/v1/images/" + theirs: 404} {
+		if rec := w.do(t, c, "GET", path, ""); rec.Code != want || (want == 200 && !strings.Contains(rec.Body.String(), mine)) {
+			t.Errorf("%s GET %s = %d %s, want %d", c.name, path, rec.Code, rec.Body, want)
+		}
+	}
+	if c.holds(access.Admin) {
+		if rec := w.do(t, c, "DELETE", "/v1/images/"+theirs, ""); rec.Code != http.StatusNotFound {
+			t.Errorf("%s disables another organisation's image: %d %s", c.name, rec.Code, rec.Body)
+		}
+	}
+	return 5
 }
 
 // adminCells: an admin lists its organisation's secrets only, and

@@ -52,7 +52,7 @@ func TestServerRegistryPolicy(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, _, err = p.Images.EnableImage(context.Background(), imagejobs.EnableImageRequest{Ref: tt.ref})
+			_, _, err = p.Images.EnableImage(context.Background(), imagejobs.EnableImageRequest{Org: domain.FirstOrg, Ref: tt.ref})
 			if tt.allow {
 				if err != nil {
 					t.Fatalf("enable %s: %v", tt.ref, err)

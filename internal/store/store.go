@@ -305,19 +305,22 @@ type JobProgress struct {
 
 // Images keeps enabled images and their enable/refresh jobs.
 type Images interface {
-	// CreateImage inserts img (State "" means ready; UpdatedAt follows
-	// CreatedAt). ErrConflict if the id is taken or an image that is not
-	// disabled has the name.
+	// CreateImage inserts img (Org required; State "" means ready;
+	// UpdatedAt follows CreatedAt). ErrConflict if the id is taken or an
+	// image of img.Org that is not disabled has the name.
 	CreateImage(ctx context.Context, img domain.Image) error
 	GetImage(ctx context.Context, id string) (domain.Image, error)
-	// GetImageByName returns the image with that name that is not
+	// GetImageByName returns org's image with that name that is not
 	// disabled, else ErrNotFound.
-	GetImageByName(ctx context.Context, name string) (domain.Image, error)
-	// ListImages returns every image, disabled ones too, by name then id.
-	ListImages(ctx context.Context) ([]domain.Image, error)
+	GetImageByName(ctx context.Context, org domain.OrgID, name string) (domain.Image, error)
+	// ListImages returns org's images, disabled ones too, by name then
+	// id; org "" lists every organisation's (the fleet's view: prefetch,
+	// garbage collection).
+	ListImages(ctx context.Context, org domain.OrgID) ([]domain.Image, error)
 	// UpdateImage rewrites every field of the image with img.ID but ID and
 	// CreatedAt, stamping UpdatedAt with at. ErrNotFound for an unknown
-	// image, ErrConflict if it would share a name with another live image.
+	// image, ErrConflict if it would share a name with another live image
+	// of its organisation.
 	UpdateImage(ctx context.Context, img domain.Image, at time.Time) error
 	// SetImageState sets only the state (disable, or enable again); errors
 	// as UpdateImage.

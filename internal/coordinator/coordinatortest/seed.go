@@ -20,11 +20,11 @@ func SeedAgents(t testing.TB, st store.Store, putSecret func(name, kind string, 
 	t.Helper()
 	ctx := context.Background()
 	for _, img := range []domain.Image{
-		{ID: "img-py", Name: "py", Ref: "reg/python:3.12", Digest: "sha256:py", Config: json.RawMessage(`{"libc":"glibc"}`),
+		{ID: "img-py", Org: domain.FirstOrg, Name: "py", Ref: "reg/python:3.12", Digest: "sha256:py", Config: json.RawMessage(`{"libc":"glibc"}`),
 			Manifests: json.RawMessage(`{"rootfs":{}}`), BaseID: "base-py"},
-		{ID: "img-alp", Name: "alp", Ref: "reg/alpine:3", Digest: "sha256:alp", Config: json.RawMessage(`{"libc":"musl"}`),
+		{ID: "img-alp", Org: domain.FirstOrg, Name: "alp", Ref: "reg/alpine:3", Digest: "sha256:alp", Config: json.RawMessage(`{"libc":"musl"}`),
 			Manifests: json.RawMessage(`{"rootfs":{}}`), BaseID: "base-alp"},
-		{ID: "img-new", Name: "new", Ref: "reg/new:1"},
+		{ID: "img-new", Org: domain.FirstOrg, Name: "new", Ref: "reg/new:1"},
 	} {
 		if err := st.CreateImage(ctx, img); err != nil {
 			t.Fatal(err)

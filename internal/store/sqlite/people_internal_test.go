@@ -46,6 +46,10 @@ func TestMigrationMakesTheFirstOrganisation(t *testing.T) {
 		`INSERT INTO tasks (id, profile_id, profile_version, state, session_id, created_at, updated_at, run_id) VALUES ('t-run', 'p1', 1, 'running', 's-run', 7, 7, 'run-1')`,
 		`INSERT INTO secrets (id, kind, name, sealed, created_at) VALUES ('sec-gh', 'git_https', 'gh', x'01', 8)`,
 		`INSERT INTO secrets (id, kind, name, sealed, created_at) VALUES ('sec-gw', 'gateway_key', 'engrams-gateway-key', x'02', 9)`,
+		`INSERT INTO images (id, name, ref, digest, state, created_at, updated_at) VALUES ('img-1', 'debian', 'debian:12', '', 'ready', 10, 10)`,
+		`INSERT INTO automations (id, name, enabled, version, trigger_kind, created_at, updated_at) VALUES ('a-1', 'nightly', 1, 1, 'schedule', 11, 11)`,
+		`INSERT INTO automation_runs (id, automation_id, version, state, trigger_kind, created_at, updated_at) VALUES ('r-1', 'a-1', 1, 'succeeded', 'schedule', 12, 12)`,
+		`INSERT INTO integrations (id, config, sealed, created_at, updated_at) VALUES ('slack', '{}', x'03', 13, 13)`,
 	} {
 		if _, err := db.ExecContext(t.Context(), q); err != nil {
 			t.Fatalf("%s: %v", q, err)
@@ -96,14 +100,26 @@ func TestMigrationMakesTheFirstOrganisation(t *testing.T) {
 	wantCuratedOfFirstOrg(t, st)
 }
 
-// wantCuratedOfFirstOrg: profiles and the user's secrets become the first
-// organisation's, and its members keep using the profiles; engrams's own
-// key is no one's.
+// wantCuratedOfFirstOrg: profiles, images, automations and their runs,
+// integrations and the user's secrets become the first organisation's,
+// and its members keep using the profiles; engrams's own key is no one's.
 func wantCuratedOfFirstOrg(t *testing.T, st *Store) {
 	t.Helper()
 	prof, err := st.GetProfileByName(t.Context(), domain.FirstOrg, "default")
 	if err != nil || prof.ID != "p1" || len(prof.Grants) != 1 || prof.Grants[0].Kind != domain.GrantEveryone {
 		t.Errorf("the old profile = %+v, %v; want the first organisation's, granted to everyone", prof, err)
+	}
+	if img, err := st.GetImageByName(t.Context(), domain.FirstOrg, "debian"); err != nil || img.ID != "img-1" {
+		t.Errorf("the old image = %+v, %v; want the first organisation's", img, err)
+	}
+	if a, err := st.GetAutomationByName(t.Context(), domain.FirstOrg, "nightly"); err != nil || a.ID != "a-1" {
+		t.Errorf("the old automation = %+v, %v; want the first organisation's", a, err)
+	}
+	if r, err := st.GetRun(t.Context(), "r-1"); err != nil || r.Org != domain.FirstOrg {
+		t.Errorf("the old run = %+v, %v; want the first organisation's", r, err)
+	}
+	if in, err := st.GetIntegration(t.Context(), domain.IntegrationSlack); err != nil || in.Org != domain.FirstOrg {
+		t.Errorf("the old integration = %+v, %v; want the first organisation's", in, err)
 	}
 	for name, want := range map[string]domain.OrgID{"gh": domain.FirstOrg, "engrams-gateway-key": ""} {
 		if sec, err := st.GetSecretByName(t.Context(), want, name); err != nil || sec.Org != want {

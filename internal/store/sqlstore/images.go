@@ -11,7 +11,7 @@ import (
 	"github.com/engrams/engrams/internal/store"
 )
 
-const imageCols = `id, name, ref, digest, state, config, credential_id, manifests, facts, base_id, created_at,
+const imageCols = `id, org_id, name, ref, digest, state, config, credential_id, manifests, facts, base_id, created_at,
 	updated_at`
 
 func scanImage(r scanner) (domain.Image, error) {
@@ -19,7 +19,7 @@ func scanImage(r scanner) (domain.Image, error) {
 	var state string
 	var config, cred, manifests, facts sql.NullString
 	var created, updated int64
-	err := r.Scan(&img.ID, &img.Name, &img.Ref, &img.Digest, &state, &config, &cred, &manifests, &facts,
+	err := r.Scan(&img.ID, &img.Org, &img.Name, &img.Ref, &img.Digest, &state, &config, &cred, &manifests, &facts,
 		&img.BaseID, &created, &updated)
 	if err != nil {
 		return domain.Image{}, err
@@ -35,8 +35,8 @@ func scanImage(r scanner) (domain.Image, error) {
 
 // checkImage validates what CreateImage and UpdateImage write.
 func checkImage(img domain.Image) error {
-	if img.ID == "" || img.Name == "" || img.Ref == "" {
-		return errors.New("image id, name and ref are required")
+	if img.ID == "" || img.Org == "" || img.Name == "" || img.Ref == "" {
+		return errors.New("image id, organisation, name and ref are required")
 	}
 	if img.State != domain.ImageReady && img.State != domain.ImageDisabled {
 		return fmt.Errorf("unknown image state %q", img.State)
@@ -78,9 +78,9 @@ func (s *Store) CreateImage(ctx context.Context, img domain.Image) error {
 	}
 	at := micros(orNow(img.CreatedAt))
 	_, err = s.write.ExecContext(ctx, `INSERT INTO images (`+imageCols+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11)`,
+		VALUES ($1, $12, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11)`,
 		img.ID, img.Name, img.Ref, img.Digest, string(img.State), jsonArg(img.Config), nullString(img.CredentialID),
-		jsonArg(img.Manifests), facts, img.BaseID, at)
+		jsonArg(img.Manifests), facts, img.BaseID, at, string(img.Org))
 	if s.isUnique(err) {
 		return fmt.Errorf("create image %s: %w: id or name already used", img.Name, store.ErrConflict)
 	}
@@ -103,9 +103,9 @@ func (s *Store) GetImage(ctx context.Context, id string) (domain.Image, error) {
 }
 
 // GetImageByName implements store.Images.
-func (s *Store) GetImageByName(ctx context.Context, name string) (domain.Image, error) {
+func (s *Store) GetImageByName(ctx context.Context, org domain.OrgID, name string) (domain.Image, error) {
 	img, err := scanImage(s.read.QueryRowContext(ctx, `SELECT `+imageCols+` FROM images
-		WHERE name = $1 AND state <> 'disabled'`, name))
+		WHERE org_id = $1 AND name = $2 AND state <> 'disabled'`, string(org), name))
 	if isNoRows(err) {
 		return domain.Image{}, fmt.Errorf("get image named %s: %w", name, store.ErrNotFound)
 	}
@@ -116,8 +116,9 @@ func (s *Store) GetImageByName(ctx context.Context, name string) (domain.Image, 
 }
 
 // ListImages implements store.Images.
-func (s *Store) ListImages(ctx context.Context) ([]domain.Image, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT `+imageCols+` FROM images ORDER BY name, id`)
+func (s *Store) ListImages(ctx context.Context, org domain.OrgID) ([]domain.Image, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT `+imageCols+` FROM images
+		WHERE CAST($1 AS TEXT) = '' OR org_id = $1 ORDER BY name, id`, string(org))
 	if err != nil {
 		return nil, fmt.Errorf("list images: %w", err)
 	}

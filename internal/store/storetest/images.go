@@ -14,6 +14,7 @@ import (
 var imageTests = []test{
 	{"ImageRoundTrip", testImageRoundTrip},
 	{"ImageNameUnique", testImageNameUnique},
+	{"ImagesBelongToTheirOrganisation", testImageOrgs},
 	{"ImageUpdate", testImageUpdate},
 	{"ImageJobOneActive", testImageJobOneActive},
 	{"ImageJobProgress", testImageJobProgress},
@@ -31,7 +32,7 @@ var imageTests = []test{
 
 func newImage(name string) domain.Image {
 	return domain.Image{
-		ID: newID(), Name: name, Ref: "registry.example/team/" + name + ":latest",
+		ID: newID(), Org: domain.FirstOrg, Name: name, Ref: "registry.example/team/" + name + ":latest",
 		Config:    json.RawMessage(`{"env":["A=1"],"workdir":"/w","memory":1024,"vcpus":2,"disk":8,"warmup":"echo hi"}`),
 		CreatedAt: t0,
 	}
@@ -73,11 +74,11 @@ func testImageRoundTrip(t *testing.T, st store.Store) {
 	if got.Manifests != nil || !reflect.ValueOf(got.Facts).IsZero() || got.BaseID != "" {
 		t.Fatalf("manifests, facts, base = %s, %+v, %q; want none before capture", got.Manifests, got.Facts, got.BaseID)
 	}
-	got, err = st.GetImageByName(ctx, "alpine")
+	got, err = st.GetImageByName(ctx, domain.FirstOrg, "alpine")
 	must(t, err)
 	wantImage(t, got, b)
 
-	list, err := st.ListImages(ctx)
+	list, err := st.ListImages(ctx, domain.FirstOrg)
 	must(t, err)
 	if len(list) != 2 {
 		t.Fatalf("listed %d images, want 2", len(list))
@@ -87,7 +88,7 @@ func testImageRoundTrip(t *testing.T, st store.Store) {
 
 	_, err = st.GetImage(ctx, newID())
 	wantErr(t, err, store.ErrNotFound)
-	_, err = st.GetImageByName(ctx, "nope")
+	_, err = st.GetImageByName(ctx, domain.FirstOrg, "nope")
 	wantErr(t, err, store.ErrNotFound)
 }
 
@@ -101,10 +102,10 @@ func testImageNameUnique(t *testing.T, st store.Store) {
 
 	// Disabling frees the name; the disabled row stays.
 	must(t, st.SetImageState(ctx, a.ID, domain.ImageDisabled, t0.Add(time.Second)))
-	_, err := st.GetImageByName(ctx, "debian")
+	_, err := st.GetImageByName(ctx, domain.FirstOrg, "debian")
 	wantErr(t, err, store.ErrNotFound)
 	b := createImage(t, st, "debian")
-	got, err := st.GetImageByName(ctx, "debian")
+	got, err := st.GetImageByName(ctx, domain.FirstOrg, "debian")
 	must(t, err)
 	if got.ID != b.ID {
 		t.Fatalf("image named debian = %s, want %s", got.ID, b.ID)
@@ -326,5 +327,37 @@ func testImageJobRejected(t *testing.T, st store.Store) {
 	must(t, err)
 	if fmt.Sprint(got) != fmt.Sprint(kc) {
 		t.Fatalf("job after rejected writes = %+v, want %+v", got, kc)
+	}
+}
+
+// testImageOrgs: two organisations each have a live image of one name;
+// reads by name and lists are of one organisation (the fleet's list, of
+// every one); an image needs an organisation.
+func testImageOrgs(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	mine, theirs := newImage("debian"), newImage("debian")
+	theirs.Org = "org-b"
+	must(t, st.CreateImage(ctx, mine))
+	must(t, st.CreateImage(ctx, theirs))
+	again := newImage("debian")
+	wantErr(t, st.CreateImage(ctx, again), store.ErrConflict)
+	none := newImage("x")
+	none.Org = ""
+	if err := st.CreateImage(ctx, none); err == nil {
+		t.Fatal("CreateImage took an image of no organisation")
+	}
+	for org, want := range map[domain.OrgID]string{domain.FirstOrg: mine.ID, "org-b": theirs.ID} {
+		got, err := st.GetImageByName(ctx, org, "debian")
+		must(t, err)
+		list, err := st.ListImages(ctx, org)
+		must(t, err)
+		if got.ID != want || got.Org != org || len(list) != 1 || list[0].ID != want {
+			t.Errorf("%s: by name %+v, list %d; want %s", org, got, len(list), want)
+		}
+	}
+	_, err := st.GetImageByName(ctx, "org-c", "debian")
+	wantErr(t, err, store.ErrNotFound)
+	if all, err := st.ListImages(ctx, ""); err != nil || len(all) != 2 {
+		t.Errorf("every organisation's images = %d, %v; want 2", len(all), err)
 	}
 }
