@@ -131,9 +131,9 @@ func Routes() map[string]Rule {
 
 		// What members use, read; admins curate it.
 		apiv1.RouteListImages: m(), apiv1.RouteGetImage: m(), apiv1.RouteImageJobs: m(), apiv1.RouteGetImageJob: m(),
-		apiv1.RouteEnableImage:   a("image.enable", "image"),
-		apiv1.RouteDisableImage:  a("image.disable", "image"),
-		apiv1.RouteRefreshImage:  a("image.refresh", "image"),
+		apiv1.RouteEnableImage:  a("image.enable", "image"),
+		apiv1.RouteDisableImage: a("image.disable", "image"),
+		apiv1.RouteRefreshImage: a("image.refresh", "image"),
 		// Harness bundles are the deployment's software, like the host
 		// agent: every organisation runs them, fleet operators install them.
 		apiv1.RouteListHarnesses: m(), apiv1.RouteGetHarness: m(),
