@@ -21,7 +21,6 @@ import (
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/netpolicy"
 	"github.com/engrams/engrams/internal/secrets"
-	"github.com/engrams/engrams/internal/store"
 )
 
 // Config bounds the broker; zero fields take the defaults.
@@ -77,9 +76,16 @@ type Dialer interface {
 	DialContext(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
+// Store is what the broker reads of the store: a session's grants, and
+// its CA (engrams's own sealed value).
+type Store interface {
+	secrets.InternalStore
+	GetSession(ctx context.Context, id domain.SessionID) (domain.Session, error)
+}
+
 // Deps are what the broker needs.
 type Deps struct {
-	Store   store.Store
+	Store   Store
 	Secrets Secrets
 	Sealer  secrets.Sealer // seals the CA; nil: brokering is refused
 	// AppTokens mints tokens for github_app credentials; nil: they are
@@ -97,7 +103,7 @@ type Deps struct {
 // Broker is the credential broker.
 type Broker struct {
 	cfg      Config
-	st       store.Store
+	st       Store
 	vault    Secrets
 	sealer   secrets.Sealer
 	apps     AppTokens

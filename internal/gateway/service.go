@@ -15,7 +15,6 @@ import (
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/netpolicy"
 	"github.com/engrams/engrams/internal/secrets"
-	"github.com/engrams/engrams/internal/store"
 )
 
 // Config tunes the gateway.
@@ -39,9 +38,19 @@ type Providers interface {
 	DialContext(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
+// Store is what the gateway reads of the store: sessions, their tasks and
+// hosts, keys, and its own sealed key.
+type Store interface {
+	secrets.InternalStore
+	GetSession(ctx context.Context, id domain.SessionID) (domain.Session, error)
+	GetHost(ctx context.Context, id domain.HostID) (domain.Host, error)
+	GetToken(ctx context.Context, id string) (domain.Token, error)
+	TaskBySession(ctx context.Context, sessionID domain.SessionID) (domain.Task, error)
+}
+
 // Deps are what the gateway needs.
 type Deps struct {
-	Store   store.Store
+	Store   Store
 	Secrets Secrets
 	// Sealer seals the gateway's own key; nil: the gateway refuses, saying
 	// the server keeps no secrets.
@@ -62,7 +71,7 @@ type Deps struct {
 // model keys and forwards their harnesses' requests with the real keys.
 type Gateway struct {
 	cfg       Config
-	st        store.Store
+	st        Store
 	vault     Secrets
 	secrets   secrets.Sealer
 	providers Providers

@@ -20,7 +20,7 @@ type Config struct {
 
 // Deps are what the registry needs.
 type Deps struct {
-	Store store.Store
+	Store store.Harnesses
 	// Builder builds harness bundles and Chunks stores their chunks; either
 	// nil: harness build and add are refused, saying the server has no blob
 	// store.
@@ -34,7 +34,7 @@ type Deps struct {
 // Registry builds, registers and looks up harness bundles, and pins them
 // into session specs.
 type Registry struct {
-	st         store.Store
+	st         store.Harnesses
 	log        *slog.Logger
 	now        func() time.Time
 	newID      func() string

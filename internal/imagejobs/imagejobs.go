@@ -70,9 +70,21 @@ type Placer interface {
 	PlaceWithin(ctx context.Context, spec domain.SessionSpec, need scheduler.Need, wait time.Duration) (domain.HostID, error)
 }
 
+// Store is what image jobs read and write of the store: images, their
+// jobs and registry credentials, the hosts that capture, and the change
+// feed that wakes runners.
+type Store interface {
+	store.Images
+	store.Credentials
+	GetHost(ctx context.Context, id domain.HostID) (domain.Host, error)
+	ListHosts(ctx context.Context) ([]domain.Host, error)
+	Notify(ctx context.Context, topic string) error
+	Subscribe(ctx context.Context, topic string) <-chan struct{}
+}
+
 // Deps are what image jobs need.
 type Deps struct {
-	Store store.Store
+	Store Store
 	Hosts hostlink.Transports // captures go to hosts over their link
 	Place Placer
 	// Images materializes enabled images; nil: jobs fail, saying the
@@ -93,7 +105,7 @@ type Deps struct {
 // requests, runs their jobs (Run) and answers what sessions need of them.
 type Images struct {
 	cfg     Config
-	st      store.Store
+	st      Store
 	links   *hostlink.Client
 	place   Placer
 	images  Materializer

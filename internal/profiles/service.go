@@ -19,9 +19,19 @@ type Images interface {
 	View(ctx context.Context, img domain.Image) (imagejobs.ImageView, error)
 }
 
+// Store is what the profile service reads and writes of the store: the
+// profiles, and what their receipts and grants name.
+type Store interface {
+	store.Profiles
+	GetSecretByName(ctx context.Context, org domain.OrgID, name string) (domain.Secret, error)
+	GetImageByName(ctx context.Context, org domain.OrgID, name string) (domain.Image, error)
+	FindHarness(ctx context.Context, name, version string) (domain.Harness, error)
+	GetMember(ctx context.Context, org domain.OrgID, user domain.UserID) (domain.Member, error)
+}
+
 // Deps are what profiles need.
 type Deps struct {
-	Store  store.Store
+	Store  Store
 	Images Images
 	Logger *slog.Logger
 	Now    func() time.Time // default time.Now
@@ -31,7 +41,7 @@ type Deps struct {
 // Profiles keeps admin-curated session settings and resolves each into the
 // grant receipt of what a task launched from it gets.
 type Profiles struct {
-	st     store.Store
+	st     Store
 	images Images
 	log    *slog.Logger
 	now    func() time.Time

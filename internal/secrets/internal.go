@@ -18,9 +18,15 @@ type Internal struct {
 	Kind, Name, Purpose string
 }
 
+// InternalStore is what Load reads and writes of the store.
+type InternalStore interface {
+	GetSecretByName(ctx context.Context, org domain.OrgID, name string) (domain.Secret, error)
+	PutSecret(ctx context.Context, s domain.Secret) error
+}
+
 // InternalDeps are what Load reads and writes with.
 type InternalDeps struct {
-	Store  store.Store
+	Store  InternalStore
 	Sealer Sealer
 	Now    func() time.Time
 	NewID  func() string

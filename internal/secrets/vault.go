@@ -1,12 +1,14 @@
 package secrets
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -17,9 +19,16 @@ type Sealer interface {
 	Open(ciphertext, associated []byte) ([]byte, error)
 }
 
+// Store is what the vault reads and writes of the store: the secrets, and
+// the profiles that name them.
+type Store interface {
+	store.Secrets
+	ListProfiles(ctx context.Context, org domain.OrgID) ([]domain.Profile, error)
+}
+
 // Deps are what the vault needs.
 type Deps struct {
-	Store store.Store
+	Store Store
 	// Sealer seals values; nil: storing and opening secrets is refused.
 	Sealer Sealer
 	Logger *slog.Logger
@@ -30,7 +39,7 @@ type Deps struct {
 // Vault keeps users' secrets sealed: create, list (never a value), delete,
 // and open for the parts that use them outside the guest.
 type Vault struct {
-	st      store.Store
+	st      Store
 	secrets Sealer
 	log     *slog.Logger
 	now     func() time.Time
