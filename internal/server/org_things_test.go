@@ -230,6 +230,11 @@ func TestMemberGroupsOpenGrantedProfiles(t *testing.T) {
 	if rec := w.do(t, member, "PUT", "/v1/members/u-member", `{"groups":["admins"]}`); rec.Code != http.StatusForbidden {
 		t.Errorf("a member sets their own groups: %d %s", rec.Code, rec.Body)
 	}
+	log := w.do(t, admin, "GET", "/v1/audit?limit=100", "").Body.String()
+	if want := `"actor_id":"u-admin","actor_name":"u-admin","key_id":"admin","action":"member.update","target_kind":"member","target_id":"u-member"`; strings.Count(log, want) != 1 ||
+		strings.Count(log, `"action"`) != 1 {
+		t.Errorf("the audit log after one groups change (refusals are not actions):\n%s", log)
+	}
 }
 
 // TestAutomationsAndIntegrationsStayInTheirOrganisation: another
