@@ -70,7 +70,8 @@ type agentOpts struct {
 	builder      bool
 	registry     string // npm registry of the builder
 	maxFileBytes int64
-	automations  bool // run automations on the test's database
+	automations  bool         // run automations on the test's database
+	audit        api.AuditLog // keeps the audit log (default: nowhere)
 }
 
 func newAgentAPI(t *testing.T, o agentOpts) *agentAPI {
@@ -129,6 +130,9 @@ func newAgentAPI(t *testing.T, o agentOpts) *agentAPI {
 	}
 	ad := p.APIDeps(st, log)
 	ad.Fleet, ad.Access = fakeStore{}, fakeStore{}
+	if o.audit != nil {
+		ad.Access = auditTo{log: o.audit}
+	}
 	h := api.New(api.Config{MaxFileBytes: o.maxFileBytes}, ad)
 	return &agentAPI{h: h, p: p, st: st, db: dbPath, logs: logs}
 }

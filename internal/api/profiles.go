@@ -60,6 +60,7 @@ func (s *profilesRouter) createProfile(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	noteTarget(r, v.Profile.Name)
 	writeJSON(w, http.StatusCreated, profileResponse(v))
 }
 

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/internal/api"
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/guestapi"
 	"github.com/engrams/engrams/internal/secrets"
@@ -45,7 +47,8 @@ func seedProfiles(t *testing.T, a *agentAPI) {
 
 func TestProfileRoutes(t *testing.T) {
 	t.Parallel()
-	a := newAgentAPI(t, agentOpts{})
+	audit := &auditRecord{}
+	a := newAgentAPI(t, agentOpts{audit: audit})
 	seedProfiles(t, a)
 	spec := `{"image":"py","harness":"claude-code","credentials":["ant"],"repos":[{"url":"https://github.com/acme/app.git","credential":"gh"}],` +
 		`"env":{"LOG_LEVEL":"debug"},"egress":["pypi.org"]}`
@@ -88,6 +91,45 @@ func TestProfileRoutes(t *testing.T) {
 	for _, s := range steps {
 		check(t, s.what, a.do(s.method, s.target, "application/json", strings.NewReader(s.body)), s.status, s.contains, s.lacks)
 	}
+	// The audit log names the profile of each change, the one made too.
+	var got []string
+	for _, e := range audit.events() {
+		if strings.HasPrefix(e.Action, "profile.") {
+			got = append(got, e.Action+" "+e.TargetKind+" "+e.TargetID)
+		}
+	}
+	if want := "profile.create profile rev,profile.update profile rev,profile.delete profile rev"; strings.Join(got, ",") != want {
+		t.Errorf("the audit log's profile events: %q, want %s", got, want)
+	}
+}
+
+// auditRecord keeps the audit events an API writes, in order.
+type auditRecord struct {
+	mu  sync.Mutex
+	evs []domain.AuditEvent
+}
+
+func (r *auditRecord) AppendAudit(_ context.Context, e domain.AuditEvent) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.evs = append(r.evs, e)
+	return nil
+}
+
+func (r *auditRecord) events() []domain.AuditEvent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]domain.AuditEvent{}, r.evs...)
+}
+
+// auditTo is fakeStore writing the audit log to log.
+type auditTo struct {
+	fakeStore
+	log api.AuditLog
+}
+
+func (a auditTo) AppendAudit(ctx context.Context, e domain.AuditEvent) error {
+	return a.log.AppendAudit(ctx, e)
 }
 
 // TestProfileResponseShape decodes a created profile into the wire types.

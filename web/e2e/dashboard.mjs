@@ -6,13 +6,16 @@
 // Idle when the CLI suspends it, a follow-up resume it and answer, the
 // receipt change with the allowlist before saving, an image's enable
 // stages, automations made from text, a built-in and the form, run and
-// watched step by step; every page screenshotted at both sizes, light and
-// dark, and checked by axe-core; at 390 px no page is wider than the
-// screen and every section is reached through the menu.
+// watched step by step; members, their groups, a profile granted to a
+// group, the organisation's keys and the audit log (peopleAdmin.mjs);
+// every page screenshotted at both sizes, light and dark, and checked by
+// axe-core; at 390 px no page is wider than the screen and every section
+// is reached through the menu.
 import { execFileSync } from "node:child_process";
 import { mkdirSync, readFileSync } from "node:fs";
 import { automationForm } from "./automationForm.mjs";
 import { axe, launch, menu, shoot, step, until } from "./lib.mjs";
+import { peopleAdmin } from "./peopleAdmin.mjs";
 import { checkShell } from "./shell.mjs";
 
 const cfg = JSON.parse(readFileSync(process.argv[2], "utf8"));
@@ -270,6 +273,8 @@ try {
   await page.getByTestId("member-list").getByText("grace@example.com").waitFor();
   await page.getByLabel("Role of grace@example.com").selectOption("admin");
   await until("grace's new role", 10_000, async () => (await page.evaluate(async () => (await (await fetch("/v1/members")).json()).items)).some((m) => m.email === "grace@example.com" && m.role === "admin"));
+
+  await peopleAdmin(page, base, cli, (p, name) => shoot(p, cfg.artifacts, name));
 
   step("the operator pages");
   for (const [path, name, heading] of [

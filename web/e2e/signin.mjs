@@ -6,7 +6,9 @@
 // and lands on the page asked for, signed in as the member by an
 // HttpOnly, SameSite=Lax cookie that scripts cannot read; writes without
 // the anti-forgery header are refused; sign-out revokes the cookie on the
-// server; a person the provider knows but engrams does not is refused.
+// server; a person the provider knows but engrams does not is refused. A
+// member is offered no admin section (no audit log), and no page offers
+// them what is an admin's (the profile editor's grants).
 import { mkdirSync, readFileSync } from "node:fs";
 import { launch, shoot, step } from "./lib.mjs";
 
@@ -42,13 +44,26 @@ try {
   const nav = page.getByRole("navigation", { name: "Sections" });
   await nav.getByRole("link", { name: "Account" }).waitFor();
   const labels = await nav.getByRole("link").allTextContents();
-  for (const admin of ["Secrets", "People", "Hosts", "Settings"]) if (labels.includes(admin)) throw new Error("a member's navigation offers " + admin + ": " + labels.join(", "));
+  for (const admin of ["Secrets", "People", "Audit log", "Hosts", "Settings"]) if (labels.includes(admin)) throw new Error("a member's navigation offers " + admin + ": " + labels.join(", "));
   await nav.getByRole("link", { name: "Profiles" }).click();
   await page.getByText("An admin makes them").waitFor();
   if (await page.getByRole("link", { name: "New profile" }).count()) throw new Error("a member is offered New profile");
   await nav.getByRole("link", { name: "Images" }).click();
   await page.getByRole("heading", { name: "Images" }).waitFor();
   if (await page.getByText("Enable an image").count()) throw new Error("a member is offered to enable an image");
+
+  step("a member opening the admins' pages by URL is told they are the admins', and offered no grants editor");
+  await page.goto(base + "/audit");
+  await page.getByText("The audit log is for the organisation's admins").waitFor();
+  if (await page.getByTestId("audit-list").count()) throw new Error("a member is shown the audit log");
+  await shoot(page, cfg.artifacts, "audit-member");
+  await page.goto(base + "/people");
+  await page.getByText("The organisation's admins manage its members and keys").waitFor();
+  if (await page.getByTestId("org-key-list").count()) throw new Error("a member is shown the organisation's keys");
+  await page.goto(base + "/profiles/new");
+  await page.getByText("Only admins change profiles").waitFor();
+  if ((await page.getByTestId("profile-grants").count()) || (await page.getByText("Who may use it").count())) throw new Error("a member is offered the profile's grants");
+  if (await page.getByRole("button", { name: "Create profile" }).count()) throw new Error("a member is offered to create a profile");
 
   step("the account page: who I am, my keys, and a code to link my Slack account");
   await nav.getByRole("link", { name: "Account" }).click();

@@ -2,6 +2,7 @@
 import { useEffect, useLayoutEffect } from "preact/hooks";
 import { signedIn as isSignedIn } from "./api/auth";
 import { Account } from "./pages/Account";
+import { Audit } from "./pages/Audit";
 import { AutomationEditor } from "./pages/AutomationEditor";
 import { Automations } from "./pages/Automations";
 import { Composer } from "./pages/Composer";
@@ -46,6 +47,7 @@ function page(path: string) {
   if (match("/hosts", path) || match("/hosts/:id", path)) return <Hosts />;
   if (match("/settings", path)) return <Settings />;
   if (match("/people", path)) return <People />;
+  if (match("/audit", path)) return <Audit limit={query.get("limit") ?? undefined} />;
   if (match("/account", path)) return <Account />;
   return (
     <p class="empty">
@@ -70,6 +72,7 @@ const titles: [string, string][] = [
   ["/hosts", "Hosts"],
   ["/settings", "Settings"],
   ["/people", "People"],
+  ["/audit", "Audit log"],
   ["/account", "Account"],
 ];
 

@@ -103,3 +103,18 @@ const stageWords: Record<string, string> = {
 export function jobStage(stage: string): string {
   return stageWords[stage] ?? stage;
 }
+
+/** isZero says iso is absent or Go's zero time (what "never" is on the wire). */
+export function isZero(iso?: string): boolean {
+  return !iso || iso.startsWith("0001-");
+}
+
+/** expires says when a key stops working: never, expired, or in how long. */
+export function expires(iso?: string): string {
+  if (isZero(iso)) return "never";
+  const s = (Date.parse(iso as string) - Date.now()) / 1000;
+  if (s <= 0) return "expired";
+  if (s < 3600) return "in " + Math.ceil(s / 60) + "m";
+  if (s < 86400) return "in " + Math.floor(s / 3600) + "h";
+  return "in " + Math.floor(s / 86400) + "d";
+}

@@ -1,39 +1,55 @@
-// People (admins): the organisation's members, their roles, adding and
-// removing one. A role is given up to one's own; removing a member stops
-// their keys at once.
+// People (admins): the organisation's members, their roles and groups,
+// adding and removing one, and the organisation's keys. A role is given
+// up to one's own (and only such members are changed); removing a member
+// stops their keys at once.
 import { useState } from "preact/hooks";
 import { call, del, enc, listAll } from "../api/client";
-import type { Member } from "../api/types";
+import type { AddMemberRequest, Member, SetMemberRequest } from "../api/types";
 import { ago } from "../lib/format";
+import { memberName } from "../lib/grants";
 import { useLoad } from "../lib/useLoad";
-import { useMe } from "../lib/useMe";
+import { isAdmin, useMe } from "../lib/useMe";
+import { MemberGroups } from "./MemberGroups";
+import { OrgKeys } from "./OrgKeys";
 import { Problem } from "../ui/Problem";
 import { Table } from "../ui/Table";
 
-const roles = ["member", "admin", "owner"];
+const roles: Member["role"][] = ["member", "admin", "owner"];
 
 export function People() {
   const me = useMe();
-  const list = useLoad((s) => listAll<Member>("/v1/members", s), []);
+  const admin = isAdmin(me);
+  const list = useLoad((s) => (admin ? listAll<Member>("/v1/members", s) : Promise.resolve(undefined)), [admin]);
   const [email, setEmail] = useState("");
-  const [role, setRole] = useState("member");
+  const [role, setRole] = useState<Member["role"]>("member");
   const [error, setError] = useState<Error>();
   // One may give a role up to one's own.
-  const givable = roles.slice(0, roles.indexOf(me?.role ?? "member") + 1);
+  const givable = roles.slice(0, roles.indexOf((me?.role ?? "member") as Member["role"]) + 1);
   const add = async (e: Event) => {
     e.preventDefault();
     setError(undefined);
     try {
-      await call("POST", "/v1/members", { email, role });
+      const body: AddMemberRequest = { email, role };
+      await call("POST", "/v1/members", body);
       setEmail("");
       list.reload();
     } catch (err) {
       setError(err as Error);
     }
   };
-  const setTo = (m: Member, r: string) => call("PUT", "/v1/members/" + enc(m.user_id), { role: r }).then(list.reload, setError);
+  const setTo = (m: Member, r: Member["role"]) => {
+    const body: SetMemberRequest = { role: r };
+    return call("PUT", "/v1/members/" + enc(m.user_id), body).then(list.reload, setError);
+  };
   const remove = (m: Member) =>
-    confirm("Remove " + (m.email || m.user_id) + "? Their keys stop at once.") && del("/v1/members/" + enc(m.user_id)).then(list.reload, setError);
+    confirm("Remove " + memberName(m) + "? Their keys stop at once.") && del("/v1/members/" + enc(m.user_id)).then(list.reload, setError);
+  if (me && !admin)
+    return (
+      <>
+        <h1>People</h1>
+        <p class="empty">The organisation's admins manage its members and keys. Your own keys are on your <a href="/account">account</a>.</p>
+      </>
+    );
   return (
     <>
       <h1>People</h1>
@@ -42,7 +58,7 @@ export function People() {
           <label for="m-email">Email</label>
           <input id="m-email" type="email" value={email} onInput={(e) => setEmail(e.currentTarget.value)} required />
           <label for="m-role">Role</label>
-          <select id="m-role" value={role} onChange={(e) => setRole(e.currentTarget.value)}>
+          <select id="m-role" value={role} onChange={(e) => setRole(e.currentTarget.value as Member["role"])}>
             {givable.map((r) => (
               <option value={r}>{r}</option>
             ))}
@@ -55,25 +71,26 @@ export function People() {
       <Table
         what="members"
         rows={list.value?.items}
-        loading={list.loading}
+        loading={!me || list.loading}
         error={list.error}
         testid="member-list"
         empty="No members."
         columns={[
-          { head: "Email", cell: (m) => m.email || m.name || m.user_id },
+          { head: "Email", cell: memberName },
           {
             head: "Role",
             cell: (m) =>
               m.user_id === me?.user_id || !givable.includes(m.role) ? (
                 m.role
               ) : (
-                <select aria-label={"Role of " + (m.email || m.user_id)} value={m.role} onChange={(e) => setTo(m, e.currentTarget.value)}>
+                <select aria-label={"Role of " + memberName(m)} value={m.role} onChange={(e) => setTo(m, e.currentTarget.value as Member["role"])}>
                   {givable.map((r) => (
                     <option value={r}>{r}</option>
                   ))}
                 </select>
               ),
           },
+          { head: "Groups", cell: (m) => <MemberGroups member={m} editable={givable.includes(m.role)} onSaved={list.reload} /> },
           { head: "Added", wide: true, cell: (m) => ago(m.added_at) },
           {
             head: "Actions",
@@ -87,6 +104,8 @@ export function People() {
           },
         ]}
       />
+      <p class="hint">Profiles granted to a group are for its members. Groups sent by your identity provider replace a member's groups at their next sign-in.</p>
+      {admin && <OrgKeys members={list.value?.items ?? []} me={me?.user_id} keyID={me?.key_id} />}
     </>
   );
 }

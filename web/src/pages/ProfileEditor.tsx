@@ -1,10 +1,12 @@
-// The profile editor: the form, and beside it the grant receipt of what
-// is typed, resolved live (before saving); problems show on their field.
+// The profile editor: the form (with who may use the profile, for
+// admins), and beside it the grant receipt of what is typed, resolved live
+// (before saving); problems show on their field.
 import { useEffect, useState } from "preact/hooks";
 import { call, enc, get, listAll } from "../api/client";
-import type { Harness, Image, ProfileResponse, Receipt, Secret } from "../api/types";
+import type { CreateProfileRequest, Harness, Image, ProfileResponse, Receipt, Secret, UpdateProfileRequest } from "../api/types";
 import { byField, type Field } from "../lib/problems";
 import { parseSeconds } from "../lib/duration";
+import { everyone, grantLabels, toGrants, toWho, type Who } from "../lib/grants";
 import { toForm, toSpec, type Form } from "../lib/profileForm";
 import { useTitle } from "../lib/title";
 import { useLoad } from "../lib/useLoad";
@@ -12,17 +14,22 @@ import { navigate } from "../router";
 import { FieldProblems, Row } from "../ui/Field";
 import { Loading, Problem } from "../ui/Problem";
 import { ReceiptView } from "../ui/Receipt";
+import { ProfileGrants } from "./ProfileGrants";
 import { ProfileRepos } from "./ProfileRepos";
 import { isAdmin, useMe } from "../lib/useMe";
+import { useMembers } from "../lib/useMembers";
 
 export function ProfileEditor(props: { name?: string }) {
   const existing = useLoad((s) => (props.name ? get<ProfileResponse>("/v1/profiles/" + enc(props.name), s) : Promise.resolve(undefined)), [props.name]);
   const images = useLoad((s) => listAll<Image>("/v1/images", s), []);
   const harnesses = useLoad((s) => listAll<Harness>("/v1/harnesses", s), []);
-  const admin = isAdmin(useMe());
+  const me = useMe();
+  const admin = isAdmin(me);
+  const members = useMembers(admin);
   // Secrets are an admin's to list; a member reads the profile as it is.
   const secrets = useLoad((s) => (admin ? listAll<Secret>("/v1/secrets", s) : Promise.resolve({ items: [] as Secret[], next_cursor: "" })), [admin]);
   const [form, setForm] = useState<Form>(toForm(""));
+  const [who, setWho] = useState<Who>(everyone);
   const [preview, setPreview] = useState<{ receipt: Receipt; problems: string[] }>();
   const [error, setError] = useState<Error>();
   const [saving, setSaving] = useState(false);
@@ -31,7 +38,9 @@ export function ProfileEditor(props: { name?: string }) {
   const [submitted, setSubmitted] = useState(false);
 
   useEffect(() => {
-    if (existing.value) setForm(toForm(existing.value.profile.name, existing.value.profile.spec));
+    if (!existing.value) return;
+    setForm(toForm(existing.value.profile.name, existing.value.profile.spec));
+    setWho(toWho(existing.value.profile.grants));
   }, [existing.value]);
   useEffect(() => {
     const t = setTimeout(() => {
@@ -56,9 +65,12 @@ export function ProfileEditor(props: { name?: string }) {
     setSaving(true);
     setError(undefined);
     try {
+      const grants = toGrants(who); // all of them: an edit replaces the profile's grants
+      const update: UpdateProfileRequest = { spec: toSpec(form), grants, version: existing.value?.profile.version ?? 0 };
+      const create: CreateProfileRequest = { name: form.name, spec: toSpec(form), grants };
       const r = props.name
-        ? await call<ProfileResponse>("PUT", "/v1/profiles/" + enc(props.name), { spec: toSpec(form), version: existing.value?.profile.version })
-        : await call<ProfileResponse>("POST", "/v1/profiles", { name: form.name, spec: toSpec(form) });
+        ? await call<ProfileResponse>("PUT", "/v1/profiles/" + enc(props.name), update)
+        : await call<ProfileResponse>("POST", "/v1/profiles", create);
       navigate("/profiles/" + enc(r.profile.name), true);
       existing.set(r);
     } catch (err) {
@@ -137,6 +149,15 @@ export function ProfileEditor(props: { name?: string }) {
           <Row id="p-idle" label="Idle timeout" problems={[...idleBad, ...(probs.get("idle_timeout_s") ?? [])]} hint="Suspend a task's session after this long unused, e.g. 15m or 1h; never: do not; empty: the server's default">
             <input id="p-idle" value={form.idle} onInput={set("idle")} placeholder="server default" spellcheck={false} />
           </Row>
+          {admin ? (
+            <ProfileGrants who={who} members={members.value?.items ?? []} onChange={setWho} />
+          ) : (
+            existing.value && (
+              <p data-testid="profile-who">
+                Who may use it: {grantLabels(existing.value.profile.grants, { members: [], me: me?.user_id }).join(", ")}
+              </p>
+            )
+          )}
           <FieldProblems id="p-other" problems={probs.get("other" as Field)} />
           <Problem error={error} what="Could not save" />
           {admin ? (
@@ -144,7 +165,7 @@ export function ProfileEditor(props: { name?: string }) {
               {saving ? "Saving…" : props.name ? "Save" : "Create profile"}
             </button>
           ) : (
-            <p class="hint">Only admins change profiles.</p>
+            me && <p class="hint">Only admins change profiles.</p>
           )}
         </form>
         <div class="side" aria-live="polite">

@@ -19,6 +19,7 @@ export const sections: Section[] = [
   { href: "/harnesses", label: "Harnesses" },
   { href: "/secrets", label: "Secrets", may: isAdmin },
   { href: "/people", label: "People", may: isAdmin },
+  { href: "/audit", label: "Audit log", may: isAdmin },
   { href: "/hosts", label: "Hosts", may: isFleet },
   { href: "/settings", label: "Settings", may: isAdmin },
   { href: "/account", label: "Account" },
