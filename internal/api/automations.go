@@ -80,6 +80,7 @@ func (s *automationsRouter) create(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	noteTarget(r, saved.Automation.Name)
 	writeSaved(w, http.StatusCreated, saved)
 }
 

@@ -57,6 +57,7 @@ func (s *harnessesRouter) buildHarness(w http.ResponseWriter, r *http.Request) {
 		s.failHarness(w, r, err)
 		return
 	}
+	noteTarget(r, v.Harness.Name+"@"+v.Harness.Version)
 	writeJSON(w, http.StatusOK, harnessOut(v))
 }
 
@@ -79,6 +80,7 @@ func (s *harnessesRouter) addHarness(w http.ResponseWriter, r *http.Request) {
 		s.failHarness(w, r, err)
 		return
 	}
+	noteTarget(r, v.Harness.Name+"@"+v.Harness.Version)
 	writeJSON(w, http.StatusOK, harnessOut(v))
 }
 

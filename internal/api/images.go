@@ -63,6 +63,7 @@ func (s *imagesRouter) enableImage(w http.ResponseWriter, r *http.Request) {
 	if job.State == domain.JobReady {
 		status = http.StatusOK
 	}
+	noteTarget(r, v.Image.Name)
 	writeJSON(w, status, apiv1.ImageJobResponse{Image: imageOut(v), Job: imageJobOut(job)})
 }
 

@@ -74,6 +74,7 @@ func (s *integrationsRouter) add(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	noteTarget(r, string(v.Kind))
 	writeJSON(w, http.StatusCreated, out)
 }
 

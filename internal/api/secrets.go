@@ -41,6 +41,7 @@ func (s *secretsRouter) createSecret(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	noteTarget(r, v.Secret.Name)
 	writeJSON(w, http.StatusCreated, secretOut(v))
 }
 

@@ -6,11 +6,11 @@ import { ago, bytes } from "../lib/format";
 import { useLoad } from "../lib/useLoad";
 import { Problem } from "../ui/Problem";
 import { Table } from "../ui/Table";
-import { isAdmin, useMe } from "../lib/useMe";
+import { isFleet, useMe } from "../lib/useMe";
 
 export function Harnesses() {
   const list = useLoad((s) => listAll<Harness>("/v1/harnesses", s), []);
-  const admin = isAdmin(useMe());
+  const fleet = isFleet(useMe()); // harness bundles are the deployment's: fleet operators install them
   const [name, setName] = useState("claude-code");
   const [version, setVersion] = useState("");
   const [error, setError] = useState<Error>();
@@ -50,7 +50,7 @@ export function Harnesses() {
   return (
     <>
       <h1>Harnesses</h1>
-      {admin && (
+      {fleet && (
         <>
           <p class="small muted">
             Add your own: a .tar.gz (or .tar) of a directory holding its harness.json.{" "}
@@ -91,7 +91,7 @@ export function Harnesses() {
             head: "Actions",
             hidden: true,
             cell: (h) =>
-              admin && (
+              fleet && (
                 <button
                   class="quiet danger"
                   aria-label={"Delete " + h.name + "@" + h.version}
