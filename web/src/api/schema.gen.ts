@@ -2340,6 +2340,8 @@ export interface components {
             name?: string;
             /** @enum {string} */
             role: "member" | "admin" | "owner";
+            /** @description The groups the member is in, which profile grants to groups name; set by admins or, at each sign-in, by the identity provider's groups claim. */
+            groups: string[];
             fleet_operator?: boolean;
             /** Format: date-time */
             added_at: string;
@@ -2354,9 +2356,11 @@ export interface components {
             /** @enum {string} */
             role: "member" | "admin" | "owner";
         };
+        /** @description A new role, the member's whole list of groups, or both; at least one. */
         SetMemberRequest: {
             /** @enum {string} */
-            role: "member" | "admin" | "owner";
+            role?: "member" | "admin" | "owner";
+            groups?: string[];
         };
         AuditEvent: {
             id: string;
@@ -2802,10 +2806,19 @@ export interface components {
             /** @description Unified diff; empty when unchanged. */
             diff: string;
         };
+        /** @description Lets members start tasks with a profile. Owners and admins may use every profile of their organisation; members those granted to them, to a group they are in, or to everyone. */
+        Grant: {
+            /** @enum {string} */
+            kind: "everyone" | "user" | "group";
+            /** @description The member's user id (user) or the group's name (group); absent for everyone. */
+            subject?: string;
+        };
         Profile: {
             id: string;
             name: string;
             spec: components["schemas"]["ProfileSpec"];
+            /** @description Who may use it. */
+            grants: components["schemas"]["Grant"][];
             /**
              * Format: int64
              * @description Bumped by every edit.
@@ -2821,9 +2834,13 @@ export interface components {
         CreateProfileRequest: {
             name: string;
             spec: components["schemas"]["ProfileSpec"];
+            /** @description Who may use it; without grants only the organisation's owners and admins. */
+            grants?: components["schemas"]["Grant"][];
         };
         UpdateProfileRequest: {
             spec: components["schemas"]["ProfileSpec"];
+            /** @description The profile's grants, all of them; absent keeps them as they are. */
+            grants?: components["schemas"]["Grant"][];
             /**
              * Format: int64
              * @description The version the edit was made from.
