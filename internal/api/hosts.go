@@ -10,14 +10,13 @@ import (
 	"github.com/engrams/engrams/internal/access"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/domain"
-	"github.com/engrams/engrams/internal/hoststate"
 )
 
 // FleetStore keeps hosts and tokens (the store satisfies it).
 type FleetStore interface {
 	GetHost(ctx context.Context, id domain.HostID) (domain.Host, error)
 	ListHosts(ctx context.Context) ([]domain.Host, error)
-	SetHostState(ctx context.Context, id domain.HostID, state domain.HostState) error
+	SetHostDraining(ctx context.Context, id domain.HostID, draining bool) error
 	CreateHost(ctx context.Context, h domain.Host, tok domain.Token) error
 }
 
@@ -96,10 +95,16 @@ func (s *hostsRouter) host(r *http.Request) (domain.Host, error) {
 	return domain.Host{}, fmt.Errorf("host %s: %w (list hosts with `engrams host list`)", ref, domain.ErrNotFound)
 }
 
+// drainHost sets the host's drain flag (admin intent, kept across
+// reconnects and loss): a connected host moves to draining now, a new or
+// lost one when it registers or comes back.
 func (s *hostsRouter) drainHost(w http.ResponseWriter, r *http.Request) {
 	h, err := s.host(r)
+	if err == nil && !h.DeletedAt.IsZero() {
+		err = fmt.Errorf("host %s was deleted: %w", h.ID, domain.ErrNotFound)
+	}
 	if err == nil {
-		err = s.drain(r.Context(), h)
+		err = s.st.SetHostDraining(r.Context(), h.ID, true)
 	}
 	if err == nil {
 		h, err = s.st.GetHost(r.Context(), h.ID)
@@ -109,15 +114,6 @@ func (s *hostsRouter) drainHost(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, hostOut(h))
-}
-
-// drain writes the state hoststate.Transition gives h on an admin's drain.
-func (s *hostsRouter) drain(ctx context.Context, h domain.Host) error {
-	to, err := hoststate.Transition(h.State, hoststate.DrainRequested)
-	if err != nil {
-		return fmt.Errorf("%w: drain host %s: %w", domain.ErrConflict, h.ID, err)
-	}
-	return s.st.SetHostState(ctx, h.ID, to)
 }
 
 func (s *hostsRouter) disableHost(disabled bool) http.HandlerFunc {

@@ -267,7 +267,8 @@ func (a hostCmds) hostDrainCmd() *cobra.Command {
 		Use:   "drain ID",
 		Short: "Stop placing sessions on a host",
 		Long: `Drain a host: new sessions and resumes go to other hosts; sessions already
-on it keep running.`,
+on it keep running. The drain lasts across reconnects; a host that is new or
+lost drains as soon as it connects.`,
 		Example: `  engrams host drain h1`,
 		Args:    usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -282,8 +283,12 @@ on it keep running.`,
 			if a.jsonOut {
 				return printJSON(cmd.OutOrStdout(), h)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "host %s is %s: new sessions go elsewhere, its %d sessions keep running\n",
-				h.ID, h.State, h.Capacity.Sessions)
+			if h.State != "draining" { // new or lost: it drains once it connects
+				fmt.Fprintf(cmd.OutOrStdout(), "host %s is %s: it will take no new sessions when it connects\n", h.ID, h.State)
+				return nil
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "host %s is draining: new sessions go elsewhere, its %d sessions keep running\n",
+				h.ID, h.Capacity.Sessions)
 			return nil
 		},
 	}

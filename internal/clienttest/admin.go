@@ -51,8 +51,16 @@ func (s adminFake) withHost(h func(http.ResponseWriter, *http.Request, *apiv1.Ho
 	}
 }
 
+// drainHost sets the drain flag as the real API does: a ready host drains
+// now, a new or lost one keeps its state until it connects.
 func (s adminFake) drainHost(w http.ResponseWriter, r *http.Request, h *apiv1.Host) {
-	h.State = "draining"
+	switch h.State {
+	case "deleted":
+		writeErr(w, 404, "not_found", fmt.Sprintf("host %s was deleted", h.ID))
+		return
+	case "ready":
+		h.State = "draining"
+	}
 	writeJSON(w, 200, h)
 }
 

@@ -1490,7 +1490,7 @@ export interface paths {
         put?: never;
         /**
          * Stop placing sessions on a host.
-         * @description New sessions and resumes go elsewhere; sessions already there keep running.
+         * @description Sets the host's drain flag, which lasts across reconnects: new sessions and resumes go elsewhere; sessions already there keep running. A new or lost host keeps its state and drains once it connects.
          */
         post: operations["drainHost"];
         delete?: never;
