@@ -1712,10 +1712,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The caller's accounts in the integrations (Slack), mapped by a confirmed email or linked by a code. */
+        /** The caller's accounts in the integrations (Slack, GitHub, Linear), mapped by a confirmed email (Slack) or linked by a code. */
         get: operations["listIdentities"];
         put?: never;
-        /** A link code for an integration. Said to it (in Slack, "@engrams link CODE") within 15 minutes, once, it makes the account that says it act as the caller. */
+        /** A link code for an integration. Said to it ("@engrams link CODE" in a Slack mention, or a comment in GitHub or Linear) within 15 minutes, once, it makes the account that says it act as the caller. A GitHub code is made for one login (account) and works for it only. */
         post: operations["linkIdentity"];
         delete?: never;
         options?: never;
@@ -1728,8 +1728,8 @@ export interface paths {
             query?: never;
             header?: never;
             path: {
-                kind: "slack";
-                /** @description The account (Slack: TEAM:USER). */
+                kind: "slack" | "github" | "linear";
+                /** @description The account (Slack: TEAM:USER; GitHub: the numeric user id; Linear: the user's id). */
                 account: string;
             };
             cookie?: never;
@@ -2294,8 +2294,8 @@ export interface components {
         };
         Identity: {
             /** @enum {string} */
-            kind: "slack";
-            /** @description Slack: TEAM:USER. */
+            kind: "slack" | "github" | "linear";
+            /** @description Slack: TEAM:USER; GitHub: the numeric user id; Linear: the user's id. */
             account: string;
             /**
              * @description Mapped by the email the integration confirmed, or linked with a code.
@@ -2312,7 +2312,9 @@ export interface components {
         };
         LinkIdentityRequest: {
             /** @enum {string} */
-            kind: "slack";
+            kind: "slack" | "github" | "linear";
+            /** @description github: the GitHub login that will say the code (required; the code works for it only). Absent for slack and linear. */
+            account?: string;
         };
         IdentityLink: {
             /** @description Four groups of four letters and digits, e.g. ABCD-EFGH-IJKL-MNOP. */
@@ -5662,8 +5664,8 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                kind: "slack";
-                /** @description The account (Slack: TEAM:USER). */
+                kind: "slack" | "github" | "linear";
+                /** @description The account (Slack: TEAM:USER; GitHub: the numeric user id; Linear: the user's id). */
                 account: string;
             };
             cookie?: never;
