@@ -40,7 +40,7 @@ func (p *Parts) assembleIntegrations(cfg Config, deps Deps, log *slog.Logger) er
 		HTTP: outbound, Logger: log.With("component", "slack")}); err != nil {
 		return err
 	}
-	if p.GitHub, err = githubapp.New(githubapp.Deps{Settings: p.Integrations, Branches: tasks.NewPusher(p.Tasks), HTTP: outbound,
+	if p.GitHub, err = githubapp.New(githubapp.Deps{Settings: p.Integrations, People: st, Branches: tasks.NewPusher(p.Tasks), HTTP: outbound,
 		Logger: log.With("component", "github")}); err != nil {
 		return err
 	}
