@@ -44,7 +44,7 @@ func (p *Parts) assembleIntegrations(cfg Config, deps Deps, log *slog.Logger) er
 		Logger: log.With("component", "github")}); err != nil {
 		return err
 	}
-	if p.Linear, err = linearapp.New(linearapp.Deps{Settings: p.Integrations, HTTP: outbound, Logger: log.With("component", "linear")}); err != nil {
+	if p.Linear, err = linearapp.New(linearapp.Deps{Settings: p.Integrations, People: st, HTTP: outbound, Logger: log.With("component", "linear")}); err != nil {
 		return err
 	}
 	if p.Hooks, err = hookapp.New(hookapp.Deps{Store: st, Sealer: sealerOf(deps)}); err != nil {
