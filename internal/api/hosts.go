@@ -38,7 +38,8 @@ type hostsRouter struct {
 func (s *hostsRouter) route(h func(string, http.HandlerFunc)) {
 	h(apiv1.RouteListHosts, s.listHosts)
 	h(apiv1.RouteGetHost, s.getHost)
-	h(apiv1.RouteDrainHost, s.drainHost)
+	h(apiv1.RouteDrainHost, s.drainHost(true))
+	h(apiv1.RouteUndrainHost, s.drainHost(false))
 	h(apiv1.RouteDisableHost, s.disableHost(true))
 	h(apiv1.RouteEnableHost, s.disableHost(false))
 	h(apiv1.RouteDeleteHost, s.deleteHost)
@@ -95,25 +96,27 @@ func (s *hostsRouter) host(r *http.Request) (domain.Host, error) {
 	return domain.Host{}, fmt.Errorf("host %s: %w (list hosts with `engrams host list`)", ref, domain.ErrNotFound)
 }
 
-// drainHost sets the host's drain flag (admin intent, kept across
-// reconnects and loss): a connected host moves to draining now, a new or
-// lost one when it registers or comes back.
-func (s *hostsRouter) drainHost(w http.ResponseWriter, r *http.Request) {
-	h, err := s.host(r)
-	if err == nil && !h.DeletedAt.IsZero() {
-		err = fmt.Errorf("host %s was deleted: %w", h.ID, domain.ErrNotFound)
+// drainHost sets or clears the host's drain flag (admin intent, kept
+// across reconnects and loss): a connected host moves to draining (or
+// ready) now, a new or lost one when it registers or comes back.
+func (s *hostsRouter) drainHost(draining bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		h, err := s.host(r)
+		if err == nil && !h.DeletedAt.IsZero() {
+			err = fmt.Errorf("host %s was deleted: %w", h.ID, domain.ErrNotFound)
+		}
+		if err == nil {
+			err = s.st.SetHostDraining(r.Context(), h.ID, draining)
+		}
+		if err == nil {
+			h, err = s.st.GetHost(r.Context(), h.ID)
+		}
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, hostOut(h))
 	}
-	if err == nil {
-		err = s.st.SetHostDraining(r.Context(), h.ID, true)
-	}
-	if err == nil {
-		h, err = s.st.GetHost(r.Context(), h.ID)
-	}
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, hostOut(h))
 }
 
 func (s *hostsRouter) disableHost(disabled bool) http.HandlerFunc {
@@ -173,7 +176,7 @@ func hostOut(h domain.Host) apiv1.Host {
 	case h.Disabled:
 		state = "disabled"
 	}
-	out := apiv1.Host{ID: string(h.ID), Name: h.Name, State: state, Facts: *hostFactsOut(&h.Facts), Capacity: capacityOut(h.Capacity),
+	out := apiv1.Host{ID: string(h.ID), Name: h.Name, State: state, Draining: h.Draining, Facts: *hostFactsOut(&h.Facts), Capacity: capacityOut(h.Capacity),
 		ReplicaID: h.ReplicaID, LastHeartbeat: h.LastHeartbeat, CreatedAt: h.CreatedAt, DeletedAt: h.DeletedAt}
 	if h.Link.ID != "" {
 		out.ConnectedFrom = h.Link.Remote

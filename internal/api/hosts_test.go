@@ -170,7 +170,8 @@ func TestTokenLastUsed(t *testing.T) {
 
 // TestHostDrainSurvivesReconnect: a drain sets the host's drain flag, so a
 // host that registers again (after a restart or a lost link) comes back
-// draining; a new or lost host keeps its state until it connects.
+// draining; a new or lost host keeps its state until it connects. An
+// undrain clears the flag.
 func TestHostDrainSurvivesReconnect(t *testing.T) {
 	t.Parallel()
 	f := newFleetAPI(t)
@@ -201,7 +202,7 @@ func TestHostDrainSurvivesReconnect(t *testing.T) {
 	}{
 		{"drain a new host", func() {
 			var h apiv1.Host
-			if code := f.do(t, http.MethodPost, "/v1/hosts/kvm-1/drain", "", &h); code != 200 || h.State != "new" {
+			if code := f.do(t, http.MethodPost, "/v1/hosts/kvm-1/drain", "", &h); code != 200 || h.State != "new" || !h.Draining {
 				t.Fatalf("drain: %d %s, want 200 new", code, h.State)
 			}
 		}, "new"},
@@ -218,6 +219,16 @@ func TestHostDrainSurvivesReconnect(t *testing.T) {
 		if got := state(); got != s.want {
 			t.Fatalf("after %s: %s, want %s", s.name, got, s.want)
 		}
+	}
+	// Undrained, the connected host takes sessions again, and a reconnect
+	// keeps it so.
+	var h apiv1.Host
+	if code := f.do(t, http.MethodPost, "/v1/hosts/kvm-1/undrain", "", &h); code != 200 || h.State != "ready" || h.Draining {
+		t.Fatalf("undrain: %d %+v", code, h)
+	}
+	register()
+	if got := state(); got != "ready" {
+		t.Fatalf("after undrain and reconnect: %s", got)
 	}
 	if code := f.do(t, http.MethodDelete, "/v1/hosts/kvm-1", "", nil); code != 200 {
 		t.Fatalf("delete: %d", code)

@@ -1499,6 +1499,29 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/hosts/{id}/undrain": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The host's id, or the name of a host that is not deleted. */
+                id: components["parameters"]["HostID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Place sessions on a drained host again.
+         * @description Clears the host's drain flag; a connected host is ready again, a new or lost one is ready when it connects.
+         */
+        post: operations["undrainHost"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/tokens": {
         parameters: {
             query?: never;
@@ -2155,6 +2178,8 @@ export interface components {
              * @enum {string}
              */
             state: "new" | "ready" | "draining" | "lost" | "disabled" | "deleted";
+            /** @description The drain flag, an admin's intent kept across reconnects and loss: a connected host with it is draining. */
+            draining: boolean;
             facts: components["schemas"]["Facts"];
             capacity: components["schemas"]["Capacity"];
             /** @description The coordinator replica the host is connected to. */
@@ -5352,7 +5377,31 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The host, now draining. */
+            /** @description The host, its drain flag set. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Host"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    undrainHost: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The host's id, or the name of a host that is not deleted. */
+                id: components["parameters"]["HostID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The host, its drain flag cleared. */
             200: {
                 headers: {
                     [name: string]: unknown;
