@@ -141,7 +141,7 @@ func TestRoutesMatchPaths(t *testing.T) {
 		"RouteFilePut": apiv1.RouteFilePut, "RouteFileList": apiv1.RouteFileList,
 		"RouteFileStat": apiv1.RouteFileStat, "RouteEvents": apiv1.RouteEvents,
 		"RouteListHosts": apiv1.RouteListHosts, "RouteGetHost": apiv1.RouteGetHost,
-		"RouteDrainHost": apiv1.RouteDrainHost, "RouteCreateHost": apiv1.RouteCreateHost,
+		"RouteDrainHost": apiv1.RouteDrainHost, "RouteUndrainHost": apiv1.RouteUndrainHost, "RouteCreateHost": apiv1.RouteCreateHost,
 		"RouteDisableHost": apiv1.RouteDisableHost, "RouteEnableHost": apiv1.RouteEnableHost, "RouteDeleteHost": apiv1.RouteDeleteHost,
 		"RouteCreateToken": apiv1.RouteCreateToken, "RouteListTokens": apiv1.RouteListTokens,
 		"RouteRevokeToken": apiv1.RouteRevokeToken, "RouteOpenAPI": apiv1.RouteOpenAPI,

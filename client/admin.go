@@ -55,6 +55,13 @@ func (hc HostClient) Drain(ctx context.Context, id string) (apiv1.Host, error) {
 	return h, err
 }
 
+// Undrain clears a host's drain flag (Drain's) and returns it.
+func (hc HostClient) Undrain(ctx context.Context, id string) (apiv1.Host, error) {
+	var h apiv1.Host
+	err := hc.c.call(ctx, http.MethodPost, routePath(apiv1.RouteUndrainHost, id), nil, nil, &h)
+	return h, err
+}
+
 // Disable takes a host (id or name) out of service now: its link is
 // closed, nothing is placed on it and its sessions move through HostLost.
 func (hc HostClient) Disable(ctx context.Context, host string) (apiv1.Host, error) {

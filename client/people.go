@@ -80,10 +80,17 @@ func (pc PeopleClient) Identities(ctx context.Context) ([]apiv1.Identity, error)
 	return r.Items, err
 }
 
-// LinkIdentity makes a link code for an integration (kind "slack").
+// LinkIdentity makes a link code for an integration (kind "slack" or
+// "linear"; GitHub's needs the login: LinkAccount).
 func (pc PeopleClient) LinkIdentity(ctx context.Context, kind string) (apiv1.IdentityLink, error) {
+	return pc.LinkAccount(ctx, apiv1.LinkIdentityRequest{Kind: kind})
+}
+
+// LinkAccount makes a link code for an integration's account (req.Account:
+// the GitHub login that is to say it).
+func (pc PeopleClient) LinkAccount(ctx context.Context, req apiv1.LinkIdentityRequest) (apiv1.IdentityLink, error) {
 	var r apiv1.IdentityLink
-	err := pc.c.call(ctx, http.MethodPost, routePath(apiv1.RouteLinkIdentity), nil, apiv1.LinkIdentityRequest{Kind: kind}, &r)
+	err := pc.c.call(ctx, http.MethodPost, routePath(apiv1.RouteLinkIdentity), nil, req, &r)
 	return r, err
 }
 

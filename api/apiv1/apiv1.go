@@ -29,12 +29,13 @@ const (
 	RouteOutboxList    = "GET /v1/sessions/{id}/outbox"     // -> OutboxList
 	RouteListHosts     = "GET /v1/hosts"                    // hosts not deleted
 	RouteGetHost       = "GET /v1/hosts/{id}"               // {id}: a host's id or name (of a host not deleted)
-	RouteDrainHost     = "POST /v1/hosts/{id}/drain"
-	RouteDisableHost   = "POST /v1/hosts/{id}/disable" // -> Host: its link closed, no sessions placed, its sessions recovered
-	RouteEnableHost    = "POST /v1/hosts/{id}/enable"  // -> Host: it works again once its agent reconnects
-	RouteDeleteHost    = "DELETE /v1/hosts/{id}"       // -> Host (deleted): as disable, and its tokens revoked, its name free
-	RouteCreateHost    = "POST /v1/hosts"              // CreateHostRequest -> CreateHostResponse (host token shown once)
-	RouteCreateToken   = "POST /v1/tokens"             // CreateTokenRequest -> CreateTokenResponse (shown once)
+	RouteDrainHost     = "POST /v1/hosts/{id}/drain"        // -> Host: its drain flag set (kept across reconnects)
+	RouteUndrainHost   = "POST /v1/hosts/{id}/undrain"      // -> Host: its drain flag cleared
+	RouteDisableHost   = "POST /v1/hosts/{id}/disable"      // -> Host: its link closed, no sessions placed, its sessions recovered
+	RouteEnableHost    = "POST /v1/hosts/{id}/enable"       // -> Host: it works again once its agent reconnects
+	RouteDeleteHost    = "DELETE /v1/hosts/{id}"            // -> Host (deleted): as disable, and its tokens revoked, its name free
+	RouteCreateHost    = "POST /v1/hosts"                   // CreateHostRequest -> CreateHostResponse (host token shown once)
+	RouteCreateToken   = "POST /v1/tokens"                  // CreateTokenRequest -> CreateTokenResponse (shown once)
 	RouteListTokens    = "GET /v1/tokens"
 	RouteRevokeToken   = "DELETE /v1/tokens/{id}" // a host token's host loses its link and sessions at once
 	RouteOpenAPI       = "GET /v1/openapi.yaml"   // the OpenAPI document (package api), no auth
@@ -276,9 +277,12 @@ type Event struct {
 
 // Host is a host as the API shows it.
 type Host struct {
-	ID        string    `json:"id"`
-	Name      string    `json:"name"`
-	State     string    `json:"state"` // ready, draining, lost, "new" before it first connects; "disabled" or "deleted" by an admin
+	ID    string `json:"id"`
+	Name  string `json:"name"`
+	State string `json:"state"` // ready, draining, lost, "new" before it first connects; "disabled" or "deleted" by an admin
+	// Draining is the drain flag (an admin's intent, kept across
+	// reconnects and loss): a connected host with it is draining.
+	Draining  bool      `json:"draining"`
 	Facts     HostFacts `json:"facts"`
 	Capacity  Capacity  `json:"capacity"`
 	ReplicaID string    `json:"replica_id,omitempty"`

@@ -105,8 +105,8 @@ const (
 
 // Identity is one of the caller's accounts in an integration.
 type Identity struct {
-	Kind      string    `json:"kind"`    // slack
-	Account   string    `json:"account"` // Slack: TEAM:USER
+	Kind      string    `json:"kind"`    // slack, github or linear
+	Account   string    `json:"account"` // Slack: TEAM:USER; GitHub: the numeric user id; Linear: the user's id
 	How       string    `json:"how"`     // email or link
 	CreatedAt time.Time `json:"created_at"`
 }
@@ -119,12 +119,16 @@ type IdentityList struct {
 
 // LinkIdentityRequest asks for a link code for an integration.
 type LinkIdentityRequest struct {
-	Kind string `json:"kind"` // slack
+	Kind string `json:"kind"` // slack, github or linear
+	// Account is the account that is to say the code: for github (where
+	// the code is said in public) the GitHub login, required; the code
+	// works for that login only. Unused for slack and linear.
+	Account string `json:"account,omitempty"`
 }
 
-// IdentityLink is a link code: said to the integration (in Slack,
-// "@engrams link CODE") by an account before ExpiresAt, once, it maps
-// that account to the caller.
+// IdentityLink is a link code: said to the integration ("@engrams link
+// CODE": in Slack a mention, in GitHub or Linear a comment) by an account
+// before ExpiresAt, once, it maps that account to the caller.
 type IdentityLink struct {
 	Code      string    `json:"code"`
 	ExpiresAt time.Time `json:"expires_at"`

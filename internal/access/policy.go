@@ -180,6 +180,7 @@ func Routes() map[string]Rule {
 		apiv1.RouteListHosts: {Need: Fleet}, apiv1.RouteGetHost: {Need: Fleet},
 		apiv1.RouteCreateHost:  f("host.create"),
 		apiv1.RouteDrainHost:   f("host.drain"),
+		apiv1.RouteUndrainHost: f("host.undrain"),
 		apiv1.RouteDisableHost: f("host.disable"),
 		apiv1.RouteEnableHost:  f("host.enable"),
 		apiv1.RouteDeleteHost:  f("host.delete"),

@@ -10,14 +10,13 @@ import (
 	"github.com/engrams/engrams/internal/access"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/domain"
-	"github.com/engrams/engrams/internal/hoststate"
 )
 
 // FleetStore keeps hosts and tokens (the store satisfies it).
 type FleetStore interface {
 	GetHost(ctx context.Context, id domain.HostID) (domain.Host, error)
 	ListHosts(ctx context.Context) ([]domain.Host, error)
-	SetHostState(ctx context.Context, id domain.HostID, state domain.HostState) error
+	SetHostDraining(ctx context.Context, id domain.HostID, draining bool) error
 	CreateHost(ctx context.Context, h domain.Host, tok domain.Token) error
 }
 
@@ -39,7 +38,8 @@ type hostsRouter struct {
 func (s *hostsRouter) route(h func(string, http.HandlerFunc)) {
 	h(apiv1.RouteListHosts, s.listHosts)
 	h(apiv1.RouteGetHost, s.getHost)
-	h(apiv1.RouteDrainHost, s.drainHost)
+	h(apiv1.RouteDrainHost, s.drainHost(true))
+	h(apiv1.RouteUndrainHost, s.drainHost(false))
 	h(apiv1.RouteDisableHost, s.disableHost(true))
 	h(apiv1.RouteEnableHost, s.disableHost(false))
 	h(apiv1.RouteDeleteHost, s.deleteHost)
@@ -96,28 +96,27 @@ func (s *hostsRouter) host(r *http.Request) (domain.Host, error) {
 	return domain.Host{}, fmt.Errorf("host %s: %w (list hosts with `engrams host list`)", ref, domain.ErrNotFound)
 }
 
-func (s *hostsRouter) drainHost(w http.ResponseWriter, r *http.Request) {
-	h, err := s.host(r)
-	if err == nil {
-		err = s.drain(r.Context(), h)
+// drainHost sets or clears the host's drain flag (admin intent, kept
+// across reconnects and loss): a connected host moves to draining (or
+// ready) now, a new or lost one when it registers or comes back.
+func (s *hostsRouter) drainHost(draining bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		h, err := s.host(r)
+		if err == nil && !h.DeletedAt.IsZero() {
+			err = fmt.Errorf("host %s was deleted: %w", h.ID, domain.ErrNotFound)
+		}
+		if err == nil {
+			err = s.st.SetHostDraining(r.Context(), h.ID, draining)
+		}
+		if err == nil {
+			h, err = s.st.GetHost(r.Context(), h.ID)
+		}
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, hostOut(h))
 	}
-	if err == nil {
-		h, err = s.st.GetHost(r.Context(), h.ID)
-	}
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, hostOut(h))
-}
-
-// drain writes the state hoststate.Transition gives h on an admin's drain.
-func (s *hostsRouter) drain(ctx context.Context, h domain.Host) error {
-	to, err := hoststate.Transition(h.State, hoststate.DrainRequested)
-	if err != nil {
-		return fmt.Errorf("%w: drain host %s: %w", domain.ErrConflict, h.ID, err)
-	}
-	return s.st.SetHostState(ctx, h.ID, to)
 }
 
 func (s *hostsRouter) disableHost(disabled bool) http.HandlerFunc {
@@ -177,7 +176,7 @@ func hostOut(h domain.Host) apiv1.Host {
 	case h.Disabled:
 		state = "disabled"
 	}
-	out := apiv1.Host{ID: string(h.ID), Name: h.Name, State: state, Facts: *hostFactsOut(&h.Facts), Capacity: capacityOut(h.Capacity),
+	out := apiv1.Host{ID: string(h.ID), Name: h.Name, State: state, Draining: h.Draining, Facts: *hostFactsOut(&h.Facts), Capacity: capacityOut(h.Capacity),
 		ReplicaID: h.ReplicaID, LastHeartbeat: h.LastHeartbeat, CreatedAt: h.CreatedAt, DeletedAt: h.DeletedAt}
 	if h.Link.ID != "" {
 		out.ConnectedFrom = h.Link.Remote

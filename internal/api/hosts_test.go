@@ -167,3 +167,73 @@ func TestTokenLastUsed(t *testing.T) {
 		t.Fatalf("after revoke: %d", code)
 	}
 }
+
+// TestHostDrainSurvivesReconnect: a drain sets the host's drain flag, so a
+// host that registers again (after a restart or a lost link) comes back
+// draining; a new or lost host keeps its state until it connects. An
+// undrain clears the flag.
+func TestHostDrainSurvivesReconnect(t *testing.T) {
+	t.Parallel()
+	f := newFleetAPI(t)
+	ctx := context.Background()
+	var created apiv1.CreateHostResponse
+	if code := f.do(t, http.MethodPost, "/v1/hosts", `{"name":"kvm-1"}`, &created); code != http.StatusCreated {
+		t.Fatalf("create: %d", code)
+	}
+	id := domain.HostID(created.Host.ID)
+	register := func() {
+		t.Helper()
+		if err := f.st.RegisterHost(ctx, domain.Host{ID: id, Name: "kvm-1", LastHeartbeat: f.now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	state := func() string {
+		t.Helper()
+		var h apiv1.Host
+		if code := f.do(t, http.MethodGet, "/v1/hosts/kvm-1", "", &h); code != 200 {
+			t.Fatalf("get: %d", code)
+		}
+		return h.State
+	}
+	steps := []struct {
+		name string
+		do   func()
+		want string
+	}{
+		{"drain a new host", func() {
+			var h apiv1.Host
+			if code := f.do(t, http.MethodPost, "/v1/hosts/kvm-1/drain", "", &h); code != 200 || h.State != "new" || !h.Draining {
+				t.Fatalf("drain: %d %s, want 200 new", code, h.State)
+			}
+		}, "new"},
+		{"register", register, "draining"},
+		{"lose it", func() {
+			if _, err := f.st.MarkHostLost(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+		}, "lost"},
+		{"reconnect", register, "draining"},
+	}
+	for _, s := range steps {
+		s.do()
+		if got := state(); got != s.want {
+			t.Fatalf("after %s: %s, want %s", s.name, got, s.want)
+		}
+	}
+	// Undrained, the connected host takes sessions again, and a reconnect
+	// keeps it so.
+	var h apiv1.Host
+	if code := f.do(t, http.MethodPost, "/v1/hosts/kvm-1/undrain", "", &h); code != 200 || h.State != "ready" || h.Draining {
+		t.Fatalf("undrain: %d %+v", code, h)
+	}
+	register()
+	if got := state(); got != "ready" {
+		t.Fatalf("after undrain and reconnect: %s", got)
+	}
+	if code := f.do(t, http.MethodDelete, "/v1/hosts/kvm-1", "", nil); code != 200 {
+		t.Fatalf("delete: %d", code)
+	}
+	if code := f.do(t, http.MethodPost, "/v1/hosts/"+string(id)+"/drain", "", nil); code != http.StatusNotFound {
+		t.Fatalf("drain a deleted host: %d, want 404", code)
+	}
+}

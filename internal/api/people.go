@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/mail"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -344,22 +345,49 @@ func (s *identitiesRouter) link(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, apiv1.CodeForbidden, "a service key has no accounts of its own: link with a personal key")
 		return
 	}
-	if req.Kind != string(domain.IntegrationSlack) {
-		writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, "kind: "+quote(req.Kind)+" cannot be linked (slack can)")
+	say, msg := linkSay(req)
+	if msg != "" {
+		writeError(w, http.StatusBadRequest, apiv1.CodeBadRequest, msg)
 		return
 	}
 	code := access.NewLinkCode()
 	now := s.now()
-	c := domain.IdentityCode{Hash: domain.HashLinkCode(code), OrgID: p.OrgID, UserID: p.UserID, Kind: domain.IntegrationSlack,
-		ExpiresAt: now.Add(identityCodeTTL), CreatedAt: now}
+	c := domain.IdentityCode{Hash: domain.HashLinkCodeFor(code, req.Account), OrgID: p.OrgID, UserID: p.UserID,
+		Kind: domain.IntegrationKind(req.Kind), ExpiresAt: now.Add(identityCodeTTL), CreatedAt: now}
 	if err := s.st.CreateIdentityCode(r.Context(), c); err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	noteTarget(r, req.Kind)
 	w.Header().Set("Cache-Control", "no-store")
-	writeJSON(w, http.StatusCreated, apiv1.IdentityLink{Code: code, ExpiresAt: c.ExpiresAt,
-		Say: "mention the engrams app in Slack with: link " + code + " (within 15 minutes, once)"})
+	writeJSON(w, http.StatusCreated, apiv1.IdentityLink{Code: code, ExpiresAt: c.ExpiresAt, Say: strings.ReplaceAll(say, "CODE", code)})
+}
+
+// githubLoginRE is a GitHub login: letters, digits and single hyphens.
+var githubLoginRE = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9]|-[A-Za-z0-9]){0,38}$`)
+
+// linkSay is what to say with a link code of req's kind (CODE standing
+// for it), or why none can be made. A GitHub code is said in public, so it
+// is made for one login: the same code said by another is no code.
+func linkSay(req apiv1.LinkIdentityRequest) (say, refused string) {
+	const within = " (within 15 minutes, once)"
+	switch domain.IntegrationKind(req.Kind) {
+	case domain.IntegrationGitHub:
+		if !githubLoginRE.MatchString(req.Account) {
+			return "", "account: the GitHub login that will say the code is required (e.g. octocat)"
+		}
+		return "comment on a pull request or issue of a repository engrams serves, signed in to GitHub as " + req.Account +
+			": @engrams link CODE" + within, ""
+	case domain.IntegrationSlack, domain.IntegrationLinear:
+		if req.Account != "" {
+			return "", "account: only a github code names the account that will say it"
+		}
+		if req.Kind == string(domain.IntegrationLinear) {
+			return "comment on an issue in Linear: @engrams link CODE" + within, ""
+		}
+		return "mention the engrams app in Slack with: link CODE" + within, ""
+	}
+	return "", "kind: " + quote(req.Kind) + " cannot be linked (slack, github and linear can)"
 }
 
 func (s *identitiesRouter) unlink(w http.ResponseWriter, r *http.Request) {

@@ -184,6 +184,7 @@ func TestCommands(t *testing.T) {
 		{name: "host create", args: []string{"host", "create", "kvm-2"},
 			contains: []string{"Host kvm-2 (h2) registered.", "  engrams_host_kvm-2\n", "engrams host run --coordinator http://127.0.0.1:", " --token engrams_host_kvm-2\n"}},
 		{name: "host drain", args: []string{"host", "drain", "h1"}, stdout: "host h1 is draining: new sessions go elsewhere, its 2 sessions keep running\n"},
+		{name: "host undrain", args: []string{"host", "undrain", "h1"}, stdout: "host h1 is ready: it takes new sessions again\n"},
 		{name: "host disable by name", args: []string{"host", "disable", "kvm-1"},
 			stdout: "host kvm-1 (h1) is disabled: its link is closed and its sessions were handed to recovery\n"},
 		{name: "host enable json", args: []string{"host", "enable", "--json", "h1"}, contains: []string{`"id": "h1"`, `"state": "ready"`}},

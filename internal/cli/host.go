@@ -18,7 +18,7 @@ coordinator (it never needs an inbound port), reports its capacity and the
 VM backend it uses, and runs the sessions placed on it.`)
 	cmd.Aliases = []string{"hosts"}
 	cmd.Annotations = map[string]string{annNotFound: "list hosts with `engrams host list`"}
-	cmd.AddCommand(a.hostListCmd(), a.hostGetCmd(), a.hostCreateCmd(), a.hostDrainCmd(),
+	cmd.AddCommand(a.hostListCmd(), a.hostGetCmd(), a.hostCreateCmd(), a.hostDrainCmd(), a.hostUndrainCmd(),
 		a.hostDisableCmd(), a.hostEnableCmd(), a.hostDeleteCmd())
 	return cmd
 }
@@ -262,12 +262,39 @@ Start the host agent on the machine (it needs /dev/kvm or QEMU) with:
 	}
 }
 
+func (a hostCmds) hostUndrainCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "undrain ID",
+		Short: "Place sessions on a drained host again",
+		Long: `Undo a drain: the host takes new sessions again (a host that is new or lost
+once it connects).`,
+		Example: `  engrams host undrain h1`,
+		Args:    usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			h, err := c.Hosts().Undrain(cmd.Context(), args[0])
+			if err != nil {
+				return fmt.Errorf("undrain host %s: %w", args[0], err)
+			}
+			if a.jsonOut {
+				return printJSON(cmd.OutOrStdout(), h)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "host %s is %s: it takes new sessions again\n", h.ID, h.State)
+			return nil
+		},
+	}
+}
+
 func (a hostCmds) hostDrainCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "drain ID",
 		Short: "Stop placing sessions on a host",
 		Long: `Drain a host: new sessions and resumes go to other hosts; sessions already
-on it keep running.`,
+on it keep running. The drain lasts across reconnects (until "engrams host
+undrain"); a host that is new or lost drains as soon as it connects.`,
 		Example: `  engrams host drain h1`,
 		Args:    usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -282,8 +309,12 @@ on it keep running.`,
 			if a.jsonOut {
 				return printJSON(cmd.OutOrStdout(), h)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "host %s is %s: new sessions go elsewhere, its %d sessions keep running\n",
-				h.ID, h.State, h.Capacity.Sessions)
+			if h.State != "draining" { // new or lost: it drains once it connects
+				fmt.Fprintf(cmd.OutOrStdout(), "host %s is %s: it will take no new sessions when it connects\n", h.ID, h.State)
+				return nil
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "host %s is draining: new sessions go elsewhere, its %d sessions keep running\n",
+				h.ID, h.Capacity.Sessions)
 			return nil
 		},
 	}

@@ -329,11 +329,13 @@ says how to read the next.`,
 }
 
 func (a peopleCmds) identityCmd() *cobra.Command {
-	cmd := group("identity", "Your accounts in Slack: who your mentions act as",
-		`A Slack mention starts a task only for an engrams member, as them. Your
-Slack account is yours when Slack has confirmed the same email as your
-engrams account's; otherwise link it: "engrams identity link slack" gives
-a code to say to the app in Slack, once, within 15 minutes.`)
+	cmd := group("identity", "Your accounts in Slack, GitHub and Linear: who your mentions act as",
+		`A Slack mention or an @engrams comment on a GitHub pull request starts a
+task only for an engrams member, as them; a pull request or Linear issue of
+yours starts its automation's task as yours. Your Slack account is yours
+when Slack has confirmed the same email as your engrams account's;
+otherwise, and for GitHub and Linear, link it: "engrams identity link
+KIND" gives a code to say there, once, within 15 minutes.`)
 	cmd.Aliases = []string{"identities"}
 	cmd.AddCommand(a.identityListCmd(), a.identityLinkCmd(), a.identityUnlinkCmd())
 	return cmd
@@ -368,18 +370,27 @@ func (a peopleCmds) identityListCmd() *cobra.Command {
 
 func (a peopleCmds) identityLinkCmd() *cobra.Command {
 	return &cobra.Command{
-		Use: "link slack", Short: "Get a code that links your Slack account to you",
-		Long: `Print a single-use code. Mention the engrams app in Slack with
-"link CODE" within 15 minutes: the account that says it acts as you from
-then on (a mention starts tasks that are yours).`,
-		Example: "  engrams identity link slack",
-		Args:    usageArgs(cobra.ExactArgs(1)),
+		Use: "link slack|linear|github [GITHUB-LOGIN]", Short: "Get a code that links your Slack, GitHub or Linear account to you",
+		Long: `Print a single-use code to say, within 15 minutes, from the account
+to link: in Slack, mention the engrams app with "link CODE"; in GitHub or
+Linear, comment "@engrams link CODE" (GitHub: on a pull request or issue of
+a repository engrams serves; Linear: on any issue). The account that says
+it acts as you from then on: its mentions start tasks that are yours.
+
+A GitHub comment is public, so a GitHub code is made for the login you
+name: said by any other account it does nothing.`,
+		Example: "  engrams identity link slack\n  engrams identity link github octocat",
+		Args:    usageArgs(cobra.RangeArgs(1, 2)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.client()
 			if err != nil {
 				return err
 			}
-			l, err := c.People().LinkIdentity(cmd.Context(), args[0])
+			req := apiv1.LinkIdentityRequest{Kind: args[0]}
+			if len(args) == 2 {
+				req.Account = args[1]
+			}
+			l, err := c.People().LinkAccount(cmd.Context(), req)
 			if err != nil {
 				return fmt.Errorf("link %s: %w", args[0], err)
 			}
@@ -396,7 +407,7 @@ then on (a mention starts tasks that are yours).`,
 func (a peopleCmds) identityUnlinkCmd() *cobra.Command {
 	return &cobra.Command{
 		Use: "unlink KIND ACCOUNT", Short: "Stop an account acting as you",
-		Long:    "Unlink one of your accounts (see engrams identity list): its mentions no longer act as you.",
+		Long:    "Unlink one of your accounts (see engrams identity list): it no longer acts as you.",
 		Example: "  engrams identity unlink slack T0123:U0456",
 		Args:    usageArgs(cobra.ExactArgs(2)),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -16,6 +16,7 @@ func (s adminFake) routes(auth func(string, http.HandlerFunc)) {
 	auth(apiv1.RouteListHosts, s.listHosts)
 	auth(apiv1.RouteGetHost, s.withHost(func(w http.ResponseWriter, r *http.Request, h *apiv1.Host) { writeJSON(w, 200, h) }))
 	auth(apiv1.RouteDrainHost, s.withHost(s.drainHost))
+	auth(apiv1.RouteUndrainHost, s.withHost(s.undrainHost))
 	auth(apiv1.RouteDisableHost, s.withHost(s.setHostState("disabled")))
 	auth(apiv1.RouteEnableHost, s.withHost(s.setHostState("ready")))
 	auth(apiv1.RouteDeleteHost, s.withHost(s.setHostState("deleted")))
@@ -51,8 +52,30 @@ func (s adminFake) withHost(h func(http.ResponseWriter, *http.Request, *apiv1.Ho
 	}
 }
 
+// drainHost sets the drain flag as the real API does: a ready host drains
+// now, a new or lost one keeps its state until it connects.
 func (s adminFake) drainHost(w http.ResponseWriter, r *http.Request, h *apiv1.Host) {
-	h.State = "draining"
+	switch h.State {
+	case "deleted":
+		writeErr(w, 404, "not_found", fmt.Sprintf("host %s was deleted", h.ID))
+		return
+	case "ready":
+		h.State = "draining"
+	}
+	h.Draining = true
+	writeJSON(w, 200, h)
+}
+
+// undrainHost clears the drain flag: a draining host is ready again.
+func (s adminFake) undrainHost(w http.ResponseWriter, r *http.Request, h *apiv1.Host) {
+	switch h.State {
+	case "deleted":
+		writeErr(w, 404, "not_found", fmt.Sprintf("host %s was deleted", h.ID))
+		return
+	case "draining":
+		h.State = "ready"
+	}
+	h.Draining = false
 	writeJSON(w, 200, h)
 }
 

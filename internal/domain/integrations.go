@@ -115,7 +115,7 @@ func SizeText(n int64) string {
 }
 
 // Identity maps a person's account in an integration (Slack: "TEAM:USER";
-// GitHub: the numeric user id; Linear: the user id) to an engrams user in
+// GitHub: the numeric user id; Linear: the user's id) to an engrams user in
 // an organisation, found by a verified email both sides give
 // (IdentityByEmail) or linked by the person (IdentityByLink).
 type Identity struct {
@@ -151,5 +151,17 @@ type IdentityCode struct {
 // the code in upper case, so "abcd-…" said in Slack is the same code.
 func HashLinkCode(code string) string {
 	sum := sha256.Sum256([]byte(strings.ToUpper(strings.TrimSpace(code))))
+	return hex.EncodeToString(sum[:])
+}
+
+// HashLinkCodeFor is what an IdentityCode made for one account keeps (a
+// GitHub login, where the code is said in public): the code's hash bound
+// to the account, in lower case, so the same code said by another
+// account is no code at all (and does not use it up).
+func HashLinkCodeFor(code, account string) string {
+	if account == "" {
+		return HashLinkCode(code)
+	}
+	sum := sha256.Sum256([]byte(strings.ToUpper(strings.TrimSpace(code)) + "\x00" + strings.ToLower(account)))
 	return hex.EncodeToString(sum[:])
 }

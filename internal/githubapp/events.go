@@ -51,6 +51,8 @@ type PullRequestEvent struct {
 
 type user struct {
 	Login string `json:"login"`
+	ID    int64  `json:"id"`
+	Type  string `json:"type"` // User, Bot, Organization
 }
 
 // delivery is what engrams reads of a pull_request or issue_comment event.
@@ -78,6 +80,7 @@ type delivery struct {
 		PullRequest json.RawMessage `json:"pull_request"`
 	} `json:"issue"`
 	Comment *struct {
+		ID                int64     `json:"id"`
 		Body              string    `json:"body"`
 		User              user      `json:"user"`
 		AuthorAssociation string    `json:"author_association"`
@@ -145,9 +148,11 @@ func (a *App) Verify(ctx context.Context, req connector.Request) (connector.Veri
 
 // Decode implements connector.Receiver: pull request events (and
 // @engrams comments on pull requests) of the configured repositories
-// start the runs of github_pr automations on that repository and event;
-// an author below a trigger's floor (min_author, default collaborator)
-// is recorded as a refused run.
+// start the runs of github_pr automations on that repository and event,
+// as the member the author is (asker); an author below a trigger's floor
+// (min_author, default collaborator), and a comment by no member, are
+// recorded as refused runs. A comment saying a link code links its
+// author's account (link); a bot's comment starts nothing.
 func (a *App) Decode(ctx context.Context, _ connector.Verified, req connector.Request) (connector.Meaning, error) {
 	kind := req.Header.Get(HeaderEvent)
 	if kind == "ping" {
@@ -164,15 +169,57 @@ func (a *App) Decode(ctx context.Context, _ connector.Verified, req connector.Re
 	if len(c.Repos) > 0 && !slices.Contains(c.Repos, d.Repository.FullName) {
 		return connector.Meaning{Ignored: "repository not configured"}, nil
 	}
-	p, ok := event(kind, d)
-	if !ok {
-		return connector.Meaning{Ignored: "event"}, nil
-	}
 	if at := d.happenedAt(); !at.IsZero() && a.now().Sub(at) > keepFor {
 		// Older than the memory of deliveries: a replay would pass as new.
 		return connector.Meaning{Ignored: "an event from over a week ago is not acted on"}, nil
 	}
-	admit := func(t connector.Trigger) connector.Admission {
+	if cm := d.Comment; kind == "issue_comment" && d.Action == "created" && cm != nil && d.Issue != nil {
+		if cm.User.Type == "Bot" {
+			return connector.Meaning{Ignored: "a bot's comment"}, nil
+		}
+		if code := linkCode(cm.Body); code != "" {
+			return a.link(d, code), nil
+		}
+	}
+	p, ok := event(kind, d)
+	if !ok {
+		return connector.Meaning{Ignored: "event"}, nil
+	}
+	actor, refused, err := a.asker(ctx, d, p)
+	if err != nil {
+		return connector.Meaning{}, err
+	}
+	var after func(context.Context, []connector.Started) error
+	if refused != "" {
+		after = a.refusedReply(d)
+	}
+	return connector.Meaning{Starts: []connector.Start{{Trigger: TriggerPR, Payload: p, Actor: actor, Admit: admitPR(p, refused)}},
+		After: after}, nil
+}
+
+// asker is the member the event's person is: the pull request's author,
+// or the comment's ("" for none). A comment asks engrams to act: only a
+// member may, as themselves, so refused says why anyone else may not. A
+// pull request event runs its automations as its author when they are a
+// member, else as the organisation's.
+func (a *App) asker(ctx context.Context, d delivery, p PullRequestEvent) (actor domain.UserID, refused string, err error) {
+	who := user{}
+	switch {
+	case p.Event == "comment":
+		who = d.Comment.User
+	case d.PullRequest != nil:
+		who = d.PullRequest.User
+	}
+	if actor, err = a.member(ctx, who); err != nil || actor != "" || p.Event != "comment" {
+		return actor, "", err
+	}
+	return "", noAccess, nil
+}
+
+// admitPR judges a github_pr trigger for p: its repositories and events;
+// an author below its floor (min_author), or refused, is a refused run.
+func admitPR(p PullRequestEvent, refused string) func(connector.Trigger) connector.Admission {
+	return func(t connector.Trigger) connector.Admission {
 		events := t.Events
 		if len(events) == 0 {
 			events = defaultEvents
@@ -185,9 +232,8 @@ func (a *App) Decode(ctx context.Context, _ connector.Verified, req connector.Re
 			return connector.Admission{Match: true, Refused: fmt.Sprintf("%s is %s of %s, below this trigger's floor (min_author: %s)",
 				connector.Clip(p.Author, 40), strings.ToLower(cmpOr(p.Association, "none")), p.Repo, floor)}
 		}
-		return connector.Admission{Match: true}
+		return connector.Admission{Match: true, Refused: refused}
 	}
-	return connector.Meaning{Starts: []connector.Start{{Trigger: TriggerPR, Payload: p, Admit: admit}}}, nil
 }
 
 func cmpOr(a, b string) string {

@@ -32,6 +32,9 @@ func Sign(secret string, body []byte) string { return connector.HMAC([]byte(secr
 // Deps are the collaborators of an App.
 type Deps struct {
 	Settings connector.Settings
+	// People tells which engrams member a GitHub account is (the store);
+	// nil: nobody is, so @engrams comments start nothing.
+	People connector.People
 	// Branches pushes tasks' changes as branches (tasks.Pusher); nil:
 	// open_pr and task pr are refused.
 	Branches Branches
@@ -48,6 +51,7 @@ type App struct {
 	log      *slog.Logger
 	now      func() time.Time
 	branches Branches
+	people   connector.People
 	minter   *ghapp.Minter // installation tokens, when GitHub is an App
 }
 
@@ -62,7 +66,7 @@ func New(deps Deps) (*App, error) {
 	if deps.Settings == nil || deps.HTTP == nil {
 		return nil, errors.New("githubapp: Settings and HTTP are required")
 	}
-	a := &App{ins: deps.Settings, branches: deps.Branches, http: deps.HTTP, log: deps.Logger, now: deps.Now}
+	a := &App{ins: deps.Settings, branches: deps.Branches, people: deps.People, http: deps.HTTP, log: deps.Logger, now: deps.Now}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}

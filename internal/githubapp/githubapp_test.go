@@ -19,32 +19,62 @@ import (
 	"github.com/engrams/engrams/internal/githubtest"
 	"github.com/engrams/engrams/internal/integrations"
 	"github.com/engrams/engrams/internal/secret"
+	"github.com/engrams/engrams/internal/store"
 )
 
 const hookSecret = "gh-webhook-secret"
 
 func newApp(t *testing.T) (*App, *githubtest.Server) {
 	t.Helper()
-	ins := newSettings(t)
+	a, gh, _ := newAppWithStore(t)
+	return a, gh
+}
+
+// newAppWithStore is newApp with its store, which keeps its people: dev
+// (githubtest.DevID) is member u-dev's account.
+func newAppWithStore(t *testing.T) (*App, *githubtest.Server, store.Store) {
+	t.Helper()
+	st := coordinatortest.NewStore(t)
+	ins := newSettingsOf(t, st)
 	gh := githubtest.Start(t, "ghp_test")
 	cfg, _ := json.Marshal(map[string]any{"api_url": gh.URL})
 	if _, err := ins.Add(t.Context(), domain.FirstOrg, domain.IntegrationGitHub, cfg, map[string]string{"token": "ghp_test", "webhook_secret": hookSecret}); err != nil {
 		t.Fatal(err)
 	}
-	a, err := New(Deps{Settings: ins, HTTP: &http.Client{}})
+	a, err := New(Deps{Settings: ins, People: st, HTTP: &http.Client{}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return a, gh
+	addMember(t, st, "u-dev")
+	if err := st.PutIdentity(t.Context(), domain.Identity{OrgID: domain.FirstOrg, Kind: domain.IntegrationGitHub,
+		ExternalID: fmt.Sprint(githubtest.DevID), UserID: "u-dev", How: domain.IdentityByLink}); err != nil {
+		t.Fatal(err)
+	}
+	return a, gh, st
+}
+
+func addMember(t *testing.T, st store.Store, id domain.UserID) {
+	t.Helper()
+	if err := st.CreateUser(t.Context(), domain.User{ID: id, Email: string(id) + "@example.com"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutMember(t.Context(), domain.FirstOrg, id, domain.RoleMember, time.Now()); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func newSettings(t *testing.T) *integrations.Service {
+	t.Helper()
+	return newSettingsOf(t, coordinatortest.NewStore(t))
+}
+
+func newSettingsOf(t *testing.T, st store.Store) *integrations.Service {
 	t.Helper()
 	sealer, err := secret.NewEphemeral()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ins, err := integrations.New(integrations.Deps{Store: coordinatortest.NewStore(t), Sealer: sealer})
+	ins, err := integrations.New(integrations.Deps{Store: st, Sealer: sealer})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,6 +157,12 @@ func TestDeliveries(t *testing.T) {
 		"drive-by is contributor of acme/app, below this trigger's floor (min_author: collaborator)"} {
 		if got[i].Refused != want {
 			t.Errorf("run %d refused %q, want %q", i, got[i].Refused, want)
+		}
+	}
+	// dev's account is member u-dev's: their runs are theirs.
+	for i, want := range []domain.UserID{"u-dev", "u-dev", "u-dev"} {
+		if got[i].Actor != want {
+			t.Errorf("run %d actor %q, want %q", i, got[i].Actor, want)
 		}
 	}
 	// A signed event from over a week ago (past the memory of deliveries)

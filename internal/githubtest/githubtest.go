@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -267,11 +268,30 @@ func PullRequest(action, repo string, number int, sha string) []byte {
 }
 
 // PREvent is a pull_request event's fields; empty ones take PullRequest's
-// values (title "Fix the flaky test", branch fix into main, a MEMBER's).
+// values (title "Fix the flaky test", branch fix into main, a MEMBER's:
+// dev, user id DevID).
 type PREvent struct {
 	Action, Repo, SHA, Title, HeadRef, Author, Association string
 	Number                                                 int
+	AuthorID                                               int64     // zero: the login's (githubtest.DevID for dev)
 	UpdatedAt                                              time.Time // zero: now
+}
+
+// DevID is the user id of the default author, dev.
+const DevID = 1001
+
+// userID is id, else login's: DevID for dev (""), else one made of the
+// login, so each login is one account.
+func userID(login string, id int64) int64 {
+	if id != 0 {
+		return id
+	}
+	if login == "" || login == "dev" {
+		return DevID
+	}
+	h := fnv.New32a()
+	h.Write([]byte(login))
+	return 1<<20 + int64(h.Sum32()%(1<<20))
 }
 
 // PullRequestOf is a pull_request event's body with p's fields.
@@ -284,7 +304,8 @@ func PullRequestOf(p PREvent) []byte {
 	}
 	b, _ := json.Marshal(map[string]any{"action": p.Action, "number": p.Number,
 		"pull_request": map[string]any{"number": p.Number, "title": or(p.Title, "Fix the flaky test"), "body": "It raced.",
-			"html_url": "https://github.test/" + p.Repo + "/pull/1", "user": map[string]any{"login": or(p.Author, "dev")},
+			"html_url":           "https://github.test/" + p.Repo + "/pull/1",
+			"user":               map[string]any{"login": or(p.Author, "dev"), "id": userID(p.Author, p.AuthorID), "type": "User"},
 			"author_association": or(p.Association, "MEMBER"), "head": map[string]any{"sha": p.SHA, "ref": or(p.HeadRef, "fix")},
 			"updated_at": cmp.Or(p.UpdatedAt, time.Now()).UTC().Format(time.RFC3339),
 			"base":       map[string]any{"ref": "main"}},
@@ -292,11 +313,30 @@ func PullRequestOf(p PREvent) []byte {
 	return b
 }
 
-// IssueComment is an issue_comment event's body on a pull request.
+// IssueComment is an issue_comment event's body on a pull request, by dev.
 func IssueComment(repo string, number int, body, association string) []byte {
-	b, _ := json.Marshal(map[string]any{"action": "created",
-		"issue":      map[string]any{"number": number, "title": "Fix the flaky test", "pull_request": map[string]any{"url": "x"}},
-		"comment":    map[string]any{"body": body, "user": map[string]any{"login": "dev"}, "author_association": association},
-		"repository": map[string]any{"full_name": repo}})
+	return IssueCommentOf(CommentEvent{Repo: repo, Number: number, Body: body, Association: association})
+}
+
+// CommentEvent is an issue_comment event's fields; empty ones take
+// IssueComment's values (by dev, user id DevID, a User; comment id 1, on
+// a pull request); another author's id is made of their login.
+type CommentEvent struct {
+	Repo, Body, Association, Author, AuthorType string
+	Number                                      int
+	AuthorID, ID                                int64
+	OnIssue                                     bool // on an issue, not a pull request
+}
+
+// IssueCommentOf is an issue_comment event's body with c's fields.
+func IssueCommentOf(c CommentEvent) []byte {
+	issue := map[string]any{"number": c.Number, "title": "Fix the flaky test"}
+	if !c.OnIssue {
+		issue["pull_request"] = map[string]any{"url": "x"}
+	}
+	by := map[string]any{"login": cmp.Or(c.Author, "dev"), "id": userID(c.Author, c.AuthorID), "type": cmp.Or(c.AuthorType, "User")}
+	b, _ := json.Marshal(map[string]any{"action": "created", "issue": issue,
+		"comment":    map[string]any{"id": cmp.Or(c.ID, 1), "body": c.Body, "user": by, "author_association": c.Association},
+		"repository": map[string]any{"full_name": c.Repo}, "sender": by})
 	return b
 }

@@ -30,10 +30,6 @@ const (
 	// DrainFlagCleared: an admin cleared its drain flag; a connected host
 	// takes sessions again.
 	DrainFlagCleared Event = "drain_flag_cleared"
-	// DrainRequested: an admin drained it through the API (POST
-	// /v1/hosts/{id}/drain), which sets the state alone, whatever it was:
-	// the drain flag is not set, so a registration makes it ready again.
-	DrainRequested Event = "drain_requested"
 	// HeartbeatLost: a connected host sent no heartbeat for HostLostAfter.
 	HeartbeatLost Event = "heartbeat_lost"
 	// AccessRevoked: it was disabled or deleted, or its token revoked.
@@ -55,15 +51,15 @@ func States() []domain.HostState {
 func Transition(from domain.HostState, ev Event) (domain.HostState, error) {
 	connected := map[Event]domain.HostState{
 		Registered: domain.HostReady, RegisteredDraining: domain.HostDraining,
-		DrainFlagSet: domain.HostDraining, DrainFlagCleared: domain.HostReady, DrainRequested: domain.HostDraining,
+		DrainFlagSet: domain.HostDraining, DrainFlagCleared: domain.HostReady,
 		HeartbeatLost: domain.HostLost, AccessRevoked: domain.HostLost,
 	}
 	next, ok := map[domain.HostState]map[Event]domain.HostState{
-		domain.HostNew:      {Registered: domain.HostReady, RegisteredDraining: domain.HostDraining, DrainRequested: domain.HostDraining},
+		domain.HostNew:      {Registered: domain.HostReady, RegisteredDraining: domain.HostDraining},
 		domain.HostReady:    connected,
 		domain.HostDraining: connected,
 		domain.HostLost: {Registered: domain.HostReady, RegisteredDraining: domain.HostDraining,
-			Revived: domain.HostReady, RevivedDraining: domain.HostDraining, DrainRequested: domain.HostDraining},
+			Revived: domain.HostReady, RevivedDraining: domain.HostDraining},
 	}[from][ev]
 	if !ok {
 		return from, fmt.Errorf("%w: %s on a %s host", ErrBadTransition, ev, from)

@@ -17,7 +17,7 @@ func statesSpec() []domain.HostState {
 
 func eventsSpec() []Event {
 	return []Event{Registered, RegisteredDraining, Revived, RevivedDraining, DrainFlagSet, DrainFlagCleared,
-		DrainRequested, HeartbeatLost, AccessRevoked}
+		HeartbeatLost, AccessRevoked}
 }
 
 // legal is the spec of host states, written apart from Transition's
@@ -29,7 +29,6 @@ func legal() map[domain.HostState]map[Event]domain.HostState {
 			RegisteredDraining: domain.HostDraining,
 			DrainFlagSet:       domain.HostDraining,
 			DrainFlagCleared:   domain.HostReady,
-			DrainRequested:     domain.HostDraining,
 			HeartbeatLost:      domain.HostLost,
 			AccessRevoked:      domain.HostLost,
 		}
@@ -38,7 +37,6 @@ func legal() map[domain.HostState]map[Event]domain.HostState {
 		domain.HostNew: {
 			Registered:         domain.HostReady,
 			RegisteredDraining: domain.HostDraining,
-			DrainRequested:     domain.HostDraining,
 		},
 		domain.HostReady:    connected(),
 		domain.HostDraining: connected(),
@@ -47,7 +45,6 @@ func legal() map[domain.HostState]map[Event]domain.HostState {
 			RegisteredDraining: domain.HostDraining,
 			Revived:            domain.HostReady,
 			RevivedDraining:    domain.HostDraining,
-			DrainRequested:     domain.HostDraining,
 		},
 	}
 }

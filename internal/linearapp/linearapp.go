@@ -45,6 +45,9 @@ func Sign(secret string, body []byte) string { return connector.HMAC([]byte(secr
 // Deps are the collaborators of an App.
 type Deps struct {
 	Settings connector.Settings
+	// People tells which engrams member a Linear user is (the store);
+	// nil: nobody is.
+	People connector.People
 	// HTTP calls Linear: the deployment's address policy.
 	HTTP   *http.Client
 	Logger *slog.Logger
@@ -53,10 +56,11 @@ type Deps struct {
 
 // App is the Linear integration.
 type App struct {
-	ins  connector.Settings
-	http *http.Client
-	log  *slog.Logger
-	now  func() time.Time
+	ins    connector.Settings
+	people connector.People
+	http   *http.Client
+	log    *slog.Logger
+	now    func() time.Time
 }
 
 // The seam's parts Linear implements.
@@ -70,7 +74,7 @@ func New(deps Deps) (*App, error) {
 	if deps.Settings == nil || deps.HTTP == nil {
 		return nil, errors.New("linearapp: Settings and HTTP are required")
 	}
-	a := &App{ins: deps.Settings, http: deps.HTTP, log: deps.Logger, now: deps.Now}
+	a := &App{ins: deps.Settings, people: deps.People, http: deps.HTTP, log: deps.Logger, now: deps.Now}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
@@ -114,13 +118,18 @@ type IssueEvent struct {
 	Repo        string `json:"repo"`
 }
 
-// delivery is what engrams reads of an Issue event.
+// delivery is what engrams reads of an Issue or Comment event.
 type delivery struct {
 	Action           string `json:"action"`
 	Type             string `json:"type"`
 	WebhookTimestamp int64  `json:"webhookTimestamp"`
+	Actor            *actor `json:"actor"`
 	Data             struct {
 		ID          string `json:"id"`
+		CreatorID   string `json:"creatorId"` // an issue's
+		UserID      string `json:"userId"`    // a comment's author
+		IssueID     string `json:"issueId"`   // a comment's issue
+		Body        string `json:"body"`      // a comment's
 		Identifier  string `json:"identifier"`
 		Title       string `json:"title"`
 		Description string `json:"description"`
@@ -199,17 +208,31 @@ func (a *App) Verify(ctx context.Context, req connector.Request) (connector.Veri
 }
 
 // Decode implements connector.Receiver: an issue created (triggers
-// without labels) or labelled with a label a trigger names starts its runs.
+// without labels) or labelled with a label a trigger names starts its
+// runs, as the member who created or labelled it, else as the
+// organisation's; a comment saying a link code links its author's
+// account (link).
 func (a *App) Decode(ctx context.Context, _ connector.Verified, req connector.Request) (connector.Meaning, error) {
 	var d delivery
 	if err := json.Unmarshal(req.Body, &d); err != nil {
 		return connector.Meaning{}, fmt.Errorf("%w: not a Linear event", domain.ErrInvalid)
+	}
+	if d.Type == "Comment" && d.Action == "create" && d.Data.IssueID != "" && d.person() != "" {
+		if code := linkCode(d.Data.Body); code != "" {
+			return a.link(d, code), nil
+		}
 	}
 	ev, labels := d.event()
 	if ev == "" {
 		return connector.Meaning{Ignored: "event"}, nil
 	}
 	c, err := a.conf(ctx)
+	if err != nil {
+		return connector.Meaning{}, err
+	}
+	// The issue's task is the member's who created or labelled it, else
+	// the organisation's.
+	actor, err := a.ids().Member(ctx, domain.FirstOrg, d.person(), nil)
 	if err != nil {
 		return connector.Meaning{}, err
 	}
@@ -222,7 +245,7 @@ func (a *App) Decode(ctx context.Context, _ connector.Verified, req connector.Re
 		}
 		return connector.Admission{Match: slices.ContainsFunc(labels, func(l string) bool { return slices.Contains(t.Labels, l) })}
 	}
-	return connector.Meaning{Starts: []connector.Start{{Trigger: TriggerIssue, Payload: p, Admit: admit}}}, nil
+	return connector.Meaning{Starts: []connector.Start{{Trigger: TriggerIssue, Payload: p, Actor: actor, Admit: admit}}}, nil
 }
 
 // BlockKinds implements connector.Blocks.

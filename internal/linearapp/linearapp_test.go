@@ -14,11 +14,19 @@ import (
 	"github.com/engrams/engrams/internal/integrations"
 	"github.com/engrams/engrams/internal/lineartest"
 	"github.com/engrams/engrams/internal/secret"
+	"github.com/engrams/engrams/internal/store"
 )
 
 const hookSecret = "lin-webhook-secret"
 
 func newApp(t *testing.T) (*App, *lineartest.Server) {
+	t.Helper()
+	a, lin, _ := newAppWithStore(t)
+	return a, lin
+}
+
+// newAppWithStore is newApp with its store, which keeps its people.
+func newAppWithStore(t *testing.T) (*App, *lineartest.Server, store.Store) {
 	t.Helper()
 	st := coordinatortest.NewStore(t)
 	sealer, err := secret.NewEphemeral()
@@ -34,11 +42,11 @@ func newApp(t *testing.T) (*App, *lineartest.Server) {
 	if _, err := ins.Add(t.Context(), domain.FirstOrg, domain.IntegrationLinear, cfg, map[string]string{"api_key": "lin_api_key", "webhook_secret": hookSecret}); err != nil {
 		t.Fatal(err)
 	}
-	a, err := New(Deps{Settings: ins, HTTP: &http.Client{}})
+	a, err := New(Deps{Settings: ins, People: st, HTTP: &http.Client{}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return a, lin
+	return a, lin, st
 }
 
 func signed(body []byte, _ time.Time, forged bool) http.Header {

@@ -89,6 +89,12 @@ func Sign(secret string, body []byte) string {
 // IssueEvent is an Issue delivery: action create, or update with the
 // labels it had before (labelsBefore non-nil).
 func IssueEvent(action, id string, labels map[string]string, labelsBefore []string, at time.Time) []byte {
+	return IssueEventBy("", action, id, labels, labelsBefore, at)
+}
+
+// IssueEventBy is IssueEvent done by the Linear user user (the delivery's
+// actor, and a created issue's creator); "" for none.
+func IssueEventBy(user, action, id string, labels map[string]string, labelsBefore []string, at time.Time) []byte {
 	var ls []map[string]string
 	for lid, name := range labels {
 		ls = append(ls, map[string]string{"id": lid, "name": name})
@@ -99,7 +105,23 @@ func IssueEvent(action, id string, labels map[string]string, labelsBefore []stri
 	if labelsBefore != nil {
 		m["updatedFrom"] = map[string]any{"labelIds": labelsBefore}
 	}
+	if user != "" {
+		m["actor"] = map[string]any{"id": user, "type": "user", "name": user, "email": user + "@example.com"}
+		if action == "create" {
+			m["data"].(map[string]any)["creatorId"] = user
+		}
+	}
 	b, _ := json.Marshal(m)
+	return b
+}
+
+// CommentEvent is a Comment delivery: user's comment id, saying body, on
+// issue, created at.
+func CommentEvent(user, id, issue, body string, at time.Time) []byte {
+	b, _ := json.Marshal(map[string]any{"action": "create", "type": "Comment", "webhookTimestamp": at.UnixMilli(),
+		"actor": map[string]any{"id": user, "type": "user", "name": user, "email": user + "@example.com"},
+		"data": map[string]any{"id": id, "body": body, "issueId": issue, "userId": user, "createdAt": at.UTC().Format(time.RFC3339),
+			"updatedAt": at.UTC().Format(time.RFC3339)}})
 	return b
 }
 

@@ -29,7 +29,31 @@ func TestIdentityRoutes(t *testing.T) {
 	if _, err := st.TakeIdentityCode(t.Context(), domain.HashLinkCode(link.Code), time.Now()); err != nil {
 		t.Fatalf("the code is not kept by its hash: %v", err)
 	}
-	do("member", "POST", "/v1/me/identities", `{"kind":"github"}`, http.StatusBadRequest)
+	// GitHub's code is said in public: it is made for the login named, and
+	// works for it only. Linear's is like Slack's.
+	for _, bad := range []string{`{"kind":"github"}`, `{"kind":"github","account":"-no-"}`, `{"kind":"slack","account":"U1"}`, `{"kind":"jira"}`} {
+		do("member", "POST", "/v1/me/identities", bad, http.StatusBadRequest)
+	}
+	var gh, lin apiv1.IdentityLink
+	if err := json.Unmarshal([]byte(do("member", "POST", "/v1/me/identities", `{"kind":"github","account":"Octo-Cat"}`, http.StatusCreated)), &gh); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(gh.Say, "as Octo-Cat: @engrams link "+gh.Code) {
+		t.Fatalf("github link code %+v", gh)
+	}
+	if _, err := st.TakeIdentityCode(t.Context(), domain.HashLinkCode(gh.Code), time.Now()); err == nil {
+		t.Fatal("a github code is kept unbound to its login")
+	}
+	if c, err := st.TakeIdentityCode(t.Context(), domain.HashLinkCodeFor(gh.Code, "octo-cat"), time.Now()); err != nil || c.Kind != domain.IntegrationGitHub {
+		t.Fatalf("the github code is not kept by its hash bound to the login: %+v %v", c, err)
+	}
+	if err := json.Unmarshal([]byte(do("member", "POST", "/v1/me/identities", `{"kind":"linear"}`, http.StatusCreated)), &lin); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := st.TakeIdentityCode(t.Context(), domain.HashLinkCode(lin.Code), time.Now()); err != nil || c.Kind != domain.IntegrationLinear ||
+		!strings.Contains(lin.Say, "Linear") {
+		t.Fatalf("linear link code %+v: %+v %v", lin, c, err)
+	}
 	do("service key (member)", "POST", "/v1/me/identities", `{"kind":"slack"}`, http.StatusForbidden)
 	for _, id := range []domain.Identity{
 		{OrgID: domain.FirstOrg, Kind: domain.IntegrationSlack, ExternalID: "T1:UM", UserID: "u-member", How: domain.IdentityByLink},
@@ -47,7 +71,9 @@ func TestIdentityRoutes(t *testing.T) {
 	do("member", "DELETE", "/v1/me/identities/slack/T1:UM", "", http.StatusNotFound)
 	log := do("owner", "GET", "/v1/audit?limit=100", "", http.StatusOK)
 	for _, want := range []string{`"actor_id":"u-member","actor_name":"u-member","key_id":"member","action":"identity.link_code","target_kind":"identity","target_id":"slack"`,
-		`"action":"identity.unlink","target_kind":"identity","target_id":"slack:T1:UM"`} {
+		`"action":"identity.unlink","target_kind":"identity","target_id":"slack:T1:UM"`,
+		`"action":"identity.link_code","target_kind":"identity","target_id":"github"`,
+		`"action":"identity.link_code","target_kind":"identity","target_id":"linear"`} {
 		if n := strings.Count(log, want); n != 1 {
 			t.Errorf("audit log has %q %d times, want once:\n%s", want, n, log)
 		}

@@ -40,11 +40,11 @@ func (p *Parts) assembleIntegrations(cfg Config, deps Deps, log *slog.Logger) er
 		HTTP: outbound, Logger: log.With("component", "slack")}); err != nil {
 		return err
 	}
-	if p.GitHub, err = githubapp.New(githubapp.Deps{Settings: p.Integrations, Branches: tasks.NewPusher(p.Tasks), HTTP: outbound,
+	if p.GitHub, err = githubapp.New(githubapp.Deps{Settings: p.Integrations, People: st, Branches: tasks.NewPusher(p.Tasks), HTTP: outbound,
 		Logger: log.With("component", "github")}); err != nil {
 		return err
 	}
-	if p.Linear, err = linearapp.New(linearapp.Deps{Settings: p.Integrations, HTTP: outbound, Logger: log.With("component", "linear")}); err != nil {
+	if p.Linear, err = linearapp.New(linearapp.Deps{Settings: p.Integrations, People: st, HTTP: outbound, Logger: log.With("component", "linear")}); err != nil {
 		return err
 	}
 	if p.Hooks, err = hookapp.New(hookapp.Deps{Store: st, Sealer: sealerOf(deps)}); err != nil {

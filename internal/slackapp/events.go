@@ -157,8 +157,8 @@ func (a *App) Decode(ctx context.Context, _ connector.Verified, req connector.Re
 	if ev.Type != "app_mention" {
 		return connector.Meaning{Ignored: "a message in a thread that carries no task"}, nil
 	}
-	if m := linkRE.FindStringSubmatch(stripMentions(ev.Text)); m != nil {
-		return a.link(c, env, m[1]), nil
+	if code := connector.LinkSaid(stripMentions(ev.Text)); code != "" {
+		return a.link(c, env, code), nil
 	}
 	actor, refused := domain.UserID(""), external(c, env)
 	if refused == "" {

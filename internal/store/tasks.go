@@ -38,10 +38,11 @@ type Tasks interface {
 	UpdateTaskState(ctx context.Context, id domain.TaskID, from []domain.TaskState, state domain.TaskState, errMsg string, at time.Time) (bool, error)
 	// ReplaceSession makes newSessionID the task's current session and its
 	// state starting (what tasks.Transition gives a continued task), in one
-	// transaction, only while oldSessionID is its current session
-	// (ErrConflict otherwise: another caller replaced it). The new session
-	// is recorded like AttachSession's.
-	ReplaceSession(ctx context.Context, taskID domain.TaskID, oldSessionID, newSessionID domain.SessionID, at time.Time) (domain.TaskSession, error)
+	// transaction, only while oldSessionID is its current session and its
+	// state is one of from (ErrConflict otherwise: another caller replaced
+	// it, or the task moved on meanwhile, e.g. was stopped). The new
+	// session is recorded like AttachSession's.
+	ReplaceSession(ctx context.Context, taskID domain.TaskID, from []domain.TaskState, oldSessionID, newSessionID domain.SessionID, at time.Time) (domain.TaskSession, error)
 	// AttachSession makes sessionID the task's current session: in one
 	// transaction it appends a task session with the next seq and sets
 	// SessionID and UpdatedAt. Attaching the current session again is

@@ -43,13 +43,12 @@ func (c *Tasks) continueTask(ctx context.Context, t domain.Task, old domain.Sess
 	if err != nil {
 		return domain.TaskEvent{}, fmt.Errorf("create a new session for task %s: %w", t.ID, err)
 	}
-	ts, err := c.st.ReplaceSession(ctx, t.ID, old.ID, s.ID, c.now())
+	// Written only while the task may still continue: a stop that landed
+	// since t was read is never undone.
+	ts, err := c.st.ReplaceSession(ctx, t.ID, statesAllowing(TaskContinued), old.ID, s.ID, c.now())
 	if err != nil {
 		_, _ = c.sessions.DeleteSession(context.WithoutCancel(ctx), s.ID)
-		if errors.Is(err, store.ErrConflict) {
-			return domain.TaskEvent{}, fmt.Errorf("%w: another follow-up is already moving task %s to a new session", domain.ErrBusy, t.ID)
-		}
-		return domain.TaskEvent{}, fmt.Errorf("move task %s to a new session: %w", t.ID, err)
+		return domain.TaskEvent{}, replaceRefused(ctx, c.st, t.ID, err)
 	}
 	// The task is starting in s now; its setup finds the prompt after
 	// s's session event (pendingPrompt), so a failure here leaves a setup
@@ -64,6 +63,23 @@ func (c *Tasks) continueTask(ctx context.Context, t domain.Task, old domain.Sess
 		return domain.TaskEvent{}, err
 	}
 	return evs[1], nil
+}
+
+// replaceRefused is the error of a follow-up whose ReplaceSession failed
+// with err: a task that moved on meanwhile (stopped) is a conflict, one
+// that another follow-up is moving is busy.
+func replaceRefused(ctx context.Context, st interface {
+	GetTask(context.Context, domain.TaskID) (domain.Task, error)
+}, id domain.TaskID, err error) error {
+	if !errors.Is(err, store.ErrConflict) {
+		return fmt.Errorf("move task %s to a new session: %w", id, err)
+	}
+	if cur, gerr := st.GetTask(ctx, id); gerr == nil {
+		if _, terr := Transition(cur.State, TaskContinued); terr != nil && cur.State != domain.TaskStarting {
+			return fmt.Errorf("%w: task %s is %s: it takes no follow-up", domain.ErrConflict, id, cur.State)
+		}
+	}
+	return fmt.Errorf("%w: another follow-up is already moving task %s to a new session", domain.ErrBusy, id)
 }
 
 // pendingPrompt is the prompt session sessionID is to get: the last

@@ -72,6 +72,36 @@ func TestSendTaskContinuesInNewSession(t *testing.T) {
 	}
 }
 
+// TestContinueAfterConcurrentStop: a stop that lands between a follow-up's
+// read of the task and its move to a new session is never undone: the
+// follow-up is refused, the task stays stopped in its old session and the
+// session made for it is deleted.
+func TestContinueAfterConcurrentStop(t *testing.T) {
+	t.Parallel()
+	e := agentTaskEnv(t)
+	ctx := context.Background()
+	old := e.session(t, "s1", "host-a", domain.SessionDead, domain.SessionSpec{})
+	read := e.task(t, "t1", "s1", domain.TaskIdle, "")
+	if _, err := e.co.StopTask(ctx, "t1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.co.continueTask(ctx, read, old, "go on"); !errors.Is(err, domain.ErrConflict) || !strings.Contains(err.Error(), "stopped") {
+		t.Fatalf("a follow-up racing a stop: %v, want domain.ErrConflict saying stopped", err)
+	}
+	if tk := e.getTask(t, "t1"); tk.State != domain.TaskStopped || tk.SessionID != "s1" {
+		t.Fatalf("the stop was undone: %+v", tk)
+	}
+	ss, err := e.st.ListSessions(ctx, domain.SessionFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range ss {
+		if s.ID != "s1" && s.DesiredState != domain.DesireDeleted {
+			t.Errorf("the refused follow-up's session %s is left %s (desired %s)", s.ID, s.State, s.DesiredState)
+		}
+	}
+}
+
 func TestTranscript(t *testing.T) {
 	t.Parallel()
 	e := newTaskEnv(t)

@@ -200,17 +200,22 @@ func (s *Store) UpdateTaskState(ctx context.Context, id domain.TaskID, from []do
 }
 
 // ReplaceSession implements store.Tasks: the conditional update of the
-// task row locks it, so of concurrent replacers one wins.
-func (s *Store) ReplaceSession(ctx context.Context, taskID domain.TaskID, oldSessionID, newSessionID domain.SessionID, at time.Time) (domain.TaskSession, error) {
+// task row locks it, so of concurrent replacers one wins, and a stop that
+// lands first is never undone.
+func (s *Store) ReplaceSession(ctx context.Context, taskID domain.TaskID, from []domain.TaskState, oldSessionID, newSessionID domain.SessionID, at time.Time) (domain.TaskSession, error) {
 	action := fmt.Sprintf("replace session %s of task %s with %s", oldSessionID, taskID, newSessionID)
-	if taskID == "" || newSessionID == "" || oldSessionID == newSessionID {
-		return domain.TaskSession{}, fmt.Errorf("%s: task id and a new session id are required", action)
+	if taskID == "" || newSessionID == "" || oldSessionID == newSessionID || len(from) == 0 {
+		return domain.TaskSession{}, fmt.Errorf("%s: task id, a new session id and a state to move from are required", action)
+	}
+	stamp := micros(orNow(at))
+	args := []any{taskID, oldSessionID, newSessionID, string(domain.TaskStarting), stamp}
+	for _, f := range from {
+		args = append(args, string(f))
 	}
 	var out domain.TaskSession
 	err := s.inTx(ctx, func(tx execer) error {
-		stamp := micros(orNow(at))
 		res, err := tx.ExecContext(ctx, `UPDATE tasks SET session_id = $3, state = $4, error = '', updated_at = $5
-			WHERE id = $1 AND session_id = $2`, taskID, oldSessionID, newSessionID, string(domain.TaskStarting), stamp)
+			WHERE id = $1 AND session_id = $2 AND state IN (`+placeholders(6, len(from))+`)`, args...)
 		if ok, err := affectedOne(res, err, action); err != nil || !ok {
 			if err == nil {
 				err = store.ErrConflict

@@ -28,6 +28,7 @@ var taskIngestTests = []test{
 	{"TaskClaimSetupConcurrent", testTaskClaimSetupConcurrent},
 	{"TaskUpdateState", testTaskUpdateState},
 	{"TaskReplaceSession", testTaskReplaceSession},
+	{"TaskReplaceSessionAfterStop", testTaskReplaceSessionAfterStop},
 	{"TaskUsage", testTaskUsage},
 }
 
@@ -217,6 +218,10 @@ func testTaskUpdateState(t *testing.T, st store.Store) {
 	}
 }
 
+// continuable are the task states from which tasks.Transition allows a
+// follow-up to continue a task in a new session.
+var continuable = []domain.TaskState{domain.TaskRunning, domain.TaskIdle}
+
 func testTaskReplaceSession(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	p := createProfile(t, st, "replace-session")
@@ -224,16 +229,17 @@ func testTaskReplaceSession(t *testing.T, st store.Store) {
 	_, err := st.AttachSession(ctx, task.ID, "s1", t0)
 	must(t, err)
 	must(t, st.SetTaskState(ctx, task.ID, domain.TaskIdle, "auth: x", t0))
-	ts, err := st.ReplaceSession(ctx, task.ID, "s1", "s2", t0.Add(time.Minute))
+	ts, err := st.ReplaceSession(ctx, task.ID, continuable, "s1", "s2", t0.Add(time.Minute))
 	must(t, err)
 	cur, err := st.GetTask(ctx, task.ID)
 	must(t, err)
 	if ts.Seq != 2 || ts.SessionID != "s2" || cur.SessionID != "s2" || cur.State != domain.TaskStarting || cur.Error != "" {
 		t.Fatalf("after replace: %+v, task %+v", ts, cur)
 	}
-	if _, err := st.ReplaceSession(ctx, task.ID, "s1", "s3", t0); !errors.Is(err, store.ErrConflict) {
+	if _, err := st.ReplaceSession(ctx, task.ID, []domain.TaskState{domain.TaskStarting}, "s1", "s3", t0); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("replace of a session no longer current: %v, want ErrConflict", err)
 	}
+	must(t, st.SetTaskState(ctx, task.ID, domain.TaskRunning, "", t0))
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	won := 0
@@ -241,7 +247,7 @@ func testTaskReplaceSession(t *testing.T, st store.Store) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := st.ReplaceSession(context.Background(), task.ID, "s2", domain.SessionID(fmt.Sprintf("r%d", i)), t0)
+			_, err := st.ReplaceSession(context.Background(), task.ID, continuable, "s2", domain.SessionID(fmt.Sprintf("r%d", i)), t0)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -257,6 +263,42 @@ func testTaskReplaceSession(t *testing.T, st store.Store) {
 	must(t, err)
 	if won != 1 || len(ss) != 3 {
 		t.Fatalf("%d concurrent replacers won, %d sessions recorded; want 1 and 3", won, len(ss))
+	}
+}
+
+// testTaskReplaceSessionAfterStop: a stop that lands between a follow-up's
+// read of the task and its ReplaceSession is never undone: the write is
+// refused, the task stays stopped in its session, and nothing is recorded.
+func testTaskReplaceSessionAfterStop(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	p := createProfile(t, st, "replace-after-stop")
+	for _, state := range []domain.TaskState{domain.TaskStopped, domain.TaskFailed, domain.TaskStarting} {
+		task := createTask(t, st, p)
+		_, err := st.AttachSession(ctx, task.ID, "s1", t0)
+		must(t, err)
+		must(t, st.SetTaskState(ctx, task.ID, domain.TaskIdle, "", t0))
+		// The follow-up read the task idle; a stop (or a failure) lands now.
+		ok, err := st.UpdateTaskState(ctx, task.ID, continuable, state, "why", t0.Add(time.Second))
+		must(t, err)
+		if !ok {
+			t.Fatalf("%s: the state change was refused", state)
+		}
+		if _, err := st.ReplaceSession(ctx, task.ID, continuable, "s1", "s2", t0.Add(time.Minute)); !errors.Is(err, store.ErrConflict) {
+			t.Fatalf("replace in a %s task: %v, want ErrConflict", state, err)
+		}
+		cur, err := st.GetTask(ctx, task.ID)
+		must(t, err)
+		if cur.State != state || cur.SessionID != "s1" || cur.Error != "why" {
+			t.Fatalf("a refused replace changed the %s task: %+v", state, cur)
+		}
+		ss, err := st.ListTaskSessions(ctx, task.ID)
+		must(t, err)
+		if len(ss) != 1 {
+			t.Fatalf("a refused replace recorded a session: %+v", ss)
+		}
+	}
+	if _, err := st.ReplaceSession(ctx, "t-none", nil, "s1", "s2", t0); err == nil {
+		t.Fatal("a replace with no state to move from was accepted")
 	}
 }
 

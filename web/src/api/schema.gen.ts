@@ -1490,9 +1490,32 @@ export interface paths {
         put?: never;
         /**
          * Stop placing sessions on a host.
-         * @description New sessions and resumes go elsewhere; sessions already there keep running.
+         * @description Sets the host's drain flag, which lasts across reconnects: new sessions and resumes go elsewhere; sessions already there keep running. A new or lost host keeps its state and drains once it connects.
          */
         post: operations["drainHost"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/hosts/{id}/undrain": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The host's id, or the name of a host that is not deleted. */
+                id: components["parameters"]["HostID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Place sessions on a drained host again.
+         * @description Clears the host's drain flag; a connected host is ready again, a new or lost one is ready when it connects.
+         */
+        post: operations["undrainHost"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1712,10 +1735,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The caller's accounts in the integrations (Slack), mapped by a confirmed email or linked by a code. */
+        /** The caller's accounts in the integrations (Slack, GitHub, Linear), mapped by a confirmed email (Slack) or linked by a code. */
         get: operations["listIdentities"];
         put?: never;
-        /** A link code for an integration. Said to it (in Slack, "@engrams link CODE") within 15 minutes, once, it makes the account that says it act as the caller. */
+        /** A link code for an integration. Said to it ("@engrams link CODE" in a Slack mention, or a comment in GitHub or Linear) within 15 minutes, once, it makes the account that says it act as the caller. A GitHub code is made for one login (account) and works for it only. */
         post: operations["linkIdentity"];
         delete?: never;
         options?: never;
@@ -1728,8 +1751,8 @@ export interface paths {
             query?: never;
             header?: never;
             path: {
-                kind: "slack";
-                /** @description The account (Slack: TEAM:USER). */
+                kind: "slack" | "github" | "linear";
+                /** @description The account (Slack: TEAM:USER; GitHub: the numeric user id; Linear: the user's id). */
                 account: string;
             };
             cookie?: never;
@@ -2155,6 +2178,8 @@ export interface components {
              * @enum {string}
              */
             state: "new" | "ready" | "draining" | "lost" | "disabled" | "deleted";
+            /** @description The drain flag, an admin's intent kept across reconnects and loss: a connected host with it is draining. */
+            draining: boolean;
             facts: components["schemas"]["Facts"];
             capacity: components["schemas"]["Capacity"];
             /** @description The coordinator replica the host is connected to. */
@@ -2294,8 +2319,8 @@ export interface components {
         };
         Identity: {
             /** @enum {string} */
-            kind: "slack";
-            /** @description Slack: TEAM:USER. */
+            kind: "slack" | "github" | "linear";
+            /** @description Slack: TEAM:USER; GitHub: the numeric user id; Linear: the user's id. */
             account: string;
             /**
              * @description Mapped by the email the integration confirmed, or linked with a code.
@@ -2312,7 +2337,9 @@ export interface components {
         };
         LinkIdentityRequest: {
             /** @enum {string} */
-            kind: "slack";
+            kind: "slack" | "github" | "linear";
+            /** @description github: the GitHub login that will say the code (required; the code works for it only). Absent for slack and linear. */
+            account?: string;
         };
         IdentityLink: {
             /** @description Four groups of four letters and digits, e.g. ABCD-EFGH-IJKL-MNOP. */
@@ -5350,7 +5377,31 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The host, now draining. */
+            /** @description The host, its drain flag set. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Host"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    undrainHost: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The host's id, or the name of a host that is not deleted. */
+                id: components["parameters"]["HostID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The host, its drain flag cleared. */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -5662,8 +5713,8 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                kind: "slack";
-                /** @description The account (Slack: TEAM:USER). */
+                kind: "slack" | "github" | "linear";
+                /** @description The account (Slack: TEAM:USER; GitHub: the numeric user id; Linear: the user's id). */
                 account: string;
             };
             cookie?: never;

@@ -1,5 +1,6 @@
 // Account: who this browser is signed in as, your keys (revoke one), and
-// your Slack account (link it with a code said to the app in Slack).
+// your accounts in Slack, GitHub and Linear (link one with a code said
+// there: a Slack mention, or a comment; a GitHub code is for one login).
 import { useState } from "preact/hooks";
 import { del, enc, get, listAll, post, type Page } from "../api/client";
 import type { Identity, IdentityLink, Token } from "../api/types";
@@ -14,11 +15,13 @@ export function Account() {
   const keys = useLoad((s) => listAll<Token>("/v1/tokens", s), []);
   const ids = useLoad((s) => get<Page<Identity>>("/v1/me/identities", s), []);
   const [link, setLink] = useState<IdentityLink>();
+  const [login, setLogin] = useState("");
   const [error, setError] = useState<Error>();
   const mine = (keys.value?.items ?? []).filter((k) => k.user_id === me?.user_id && k.kind !== "host");
   const revoke = (k: Token) =>
     confirm("Revoke key " + k.name + "? Whatever uses it stops at once.") && del("/v1/tokens/" + enc(k.id)).then(keys.reload, setError);
-  const linkSlack = () => post<IdentityLink>("/v1/me/identities", { kind: "slack" }).then(setLink, setError);
+  const linkAccount = (kind: "slack" | "github" | "linear", account?: string) =>
+    post<IdentityLink>("/v1/me/identities", { kind, account }).then(setLink, setError);
   return (
     <>
       <h1>Account</h1>
@@ -63,10 +66,10 @@ export function Account() {
           },
         ]}
       />
-      <h2>Slack</h2>
+      <h2>Slack, GitHub and Linear</h2>
       <p class="hint">
-        A Slack mention starts a task as you when your Slack account is yours here: the same email confirmed in Slack, or linked with a
-        code.
+        A Slack mention or an @engrams comment on a pull request starts a task as you, and your pull requests and Linear issues start
+        tasks that are yours, when the account is yours here: in Slack, the same email confirmed there; anywhere, linked with a code.
       </p>
       <Table
         what="accounts"
@@ -74,8 +77,9 @@ export function Account() {
         loading={ids.loading}
         error={ids.error}
         testid="identity-list"
-        empty="No Slack account is yours yet."
+        empty="No account is yours yet."
         columns={[
+          { head: "Where", cell: (i) => (i.kind === "github" ? "GitHub" : i.kind === "linear" ? "Linear" : "Slack") },
           { head: "Account", cell: (i) => i.account },
           { head: "How", cell: (i) => (i.how === "email" ? "by email" : "linked") },
           { head: "Since", wide: true, cell: (i) => ago(i.created_at) },
@@ -83,12 +87,21 @@ export function Account() {
       />
       {link ? (
         <p data-testid="link-code">
-          In Slack, mention the engrams app with <code>link {link.code}</code> within 15 minutes. The code works once.
+          Code <code>{link.code}</code>: {link.say}.
         </p>
       ) : (
-        <button type="button" onClick={linkSlack}>
-          Link a Slack account
-        </button>
+        <p>
+          <button type="button" onClick={() => linkAccount("slack")}>
+            Link a Slack account
+          </button>{" "}
+          <button type="button" onClick={() => linkAccount("linear")}>
+            Link a Linear account
+          </button>{" "}
+          <input placeholder="GitHub login" value={login} onInput={(e) => setLogin(e.currentTarget.value)} aria-label="GitHub login" />{" "}
+          <button type="button" disabled={!login.trim()} onClick={() => linkAccount("github", login.trim())}>
+            Link a GitHub account
+          </button>
+        </p>
       )}
     </>
   );

@@ -1,5 +1,5 @@
 // Hosts (for operators): state, backend and acceleration, capacity bars,
-// sessions, last heartbeat, and drain.
+// sessions, last heartbeat, and drain (undrain).
 import { useEffect, useState } from "preact/hooks";
 import { enc, listAll, post } from "../api/client";
 import type { Host } from "../api/types";
@@ -51,9 +51,14 @@ export function Hosts() {
                 {" · "}
                 <a href={"/sessions?host=" + enc(h.id)}>sessions</a>
               </p>
-              {h.state === "ready" && (
+              {h.state !== "disabled" && h.state !== "deleted" && !h.draining && (
                 <button class="quiet" onClick={() => post("/v1/hosts/" + enc(h.id) + "/drain").then(list.reload, setError)}>
                   Drain
+                </button>
+              )}
+              {h.state !== "deleted" && h.draining && (
+                <button class="quiet" onClick={() => post("/v1/hosts/" + enc(h.id) + "/undrain").then(list.reload, setError)}>
+                  Undrain
                 </button>
               )}
             </article>
