@@ -188,4 +188,7 @@ type TaskFollower interface {
 // (integrations.Service); ErrNotFound when it is not configured.
 type Settings interface {
 	Open(ctx context.Context, kind domain.IntegrationKind) (json.RawMessage, map[string]string, error)
+	// Holder is the organisation holding the integration of kind: the
+	// one whose members its accounts map to.
+	Holder(ctx context.Context, kind domain.IntegrationKind) (domain.OrgID, error)
 }

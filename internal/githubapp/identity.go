@@ -52,7 +52,11 @@ func (a *App) member(ctx context.Context, u user) (domain.UserID, error) {
 	if u.ID <= 0 || u.Type == "Bot" {
 		return "", nil
 	}
-	return a.ids().Member(ctx, domain.FirstOrg, strconv.FormatInt(u.ID, 10), nil)
+	org, err := a.ins.Holder(ctx, domain.IntegrationGitHub)
+	if err != nil {
+		return "", err
+	}
+	return a.ids().Member(ctx, org, strconv.FormatInt(u.ID, 10), nil)
 }
 
 // link is what a comment saying a link code asks, once per delivery

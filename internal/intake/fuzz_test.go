@@ -25,6 +25,10 @@ var now = time.Unix(1_800_000_000, 0)
 // settings are every integration configured with key.
 type settings struct{}
 
+func (settings) Holder(context.Context, domain.IntegrationKind) (domain.OrgID, error) {
+	return domain.FirstOrg, nil
+}
+
 func (settings) Open(_ context.Context, kind domain.IntegrationKind) (json.RawMessage, map[string]string, error) {
 	return json.RawMessage(`{"default_profile":"agent"}`), map[string]string{"webhook_secret": key, "signing_secret": key, "token": "t",
 		"bot_token": "b", "api_key": "a"}, nil

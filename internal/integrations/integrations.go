@@ -317,6 +317,16 @@ func (s *Service) Remove(ctx context.Context, org domain.OrgID, kind domain.Inte
 	return nil
 }
 
+// Holder is the organisation holding the integration of kind;
+// ErrNotFound when it is not configured.
+func (s *Service) Holder(ctx context.Context, kind domain.IntegrationKind) (domain.OrgID, error) {
+	in, err := s.st.GetIntegration(ctx, kind)
+	if err != nil {
+		return "", fmt.Errorf("the holder of %s: %w", kind, err)
+	}
+	return in.Org, nil
+}
+
 // Open returns an integration's settings and credentials, for the part
 // that calls it; ErrNotFound when it is not configured.
 func (s *Service) Open(ctx context.Context, kind domain.IntegrationKind) (json.RawMessage, map[string]string, error) {

@@ -232,7 +232,11 @@ func (a *App) Decode(ctx context.Context, _ connector.Verified, req connector.Re
 	}
 	// The task is the member's who created or labelled it, else
 	// the organisation's.
-	actor, err := a.ids().Member(ctx, domain.FirstOrg, d.person(), nil)
+	org, err := a.ins.Holder(ctx, domain.IntegrationLinear)
+	if err != nil {
+		return connector.Meaning{}, err
+	}
+	actor, err := a.ids().Member(ctx, org, d.person(), nil)
 	if err != nil {
 		return connector.Meaning{}, err
 	}

@@ -99,7 +99,11 @@ func (a *App) member(ctx context.Context, c conf, team, user string) (uid domain
 		}
 		return "", nil
 	}
-	uid, err = a.ids().Member(ctx, domain.FirstOrg, team+":"+user, email)
+	org, err := a.ins.Holder(ctx, domain.IntegrationSlack)
+	if err != nil {
+		return "", "", err
+	}
+	uid, err = a.ids().Member(ctx, org, team+":"+user, email)
 	if uid == "" && err == nil {
 		refused = noAccess + note
 	}

@@ -530,3 +530,38 @@ func TestLinkByCode(t *testing.T) {
 		t.Fatalf("U6 got an account: %v", err)
 	}
 }
+
+// TestMembersOfTheHoldingOrganisation: Slack accounts map to members of
+// the organisation holding the Slack integration only; a member of
+// another organisation mentions engrams as no one.
+func TestMembersOfTheHoldingOrganisation(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, map[string]any{"channels": map[string]any{"C1": "agent"}})
+	ctx := t.Context()
+	in, err := e.st.GetIntegration(ctx, domain.IntegrationSlack)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.st.DeleteIntegration(ctx, domain.FirstOrg, domain.IntegrationSlack); err != nil {
+		t.Fatal(err)
+	}
+	in.Org = "org-b"
+	if _, err := e.st.PutIntegration(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	ts := e.slack.Post("C1", "", "<@UBOT> fix it")
+	if _, err := e.deliver(t, slacktest.Event("Ev1", map[string]string{"type": "app_mention", "user": "U1", "text": "<@UBOT> fix it",
+		"ts": ts, "channel": "C1"}), time.Now(), signing); err != nil {
+		t.Fatal(err)
+	}
+	runs := e.runs.Runs()
+	if len(runs) != 1 || runs[0].Actor != "" || runs[0].Refused == "" {
+		t.Fatalf("a first-organisation member's mention in org-b's Slack: %+v", runs)
+	}
+	if msgs := e.slack.Thread("C1", ts); len(msgs) != 1 || !strings.Contains(msgs[0].Text, "not an engrams member") {
+		t.Errorf("thread %+v, want a reply saying how to get access", msgs)
+	}
+	if _, err := e.st.GetIdentity(ctx, "org-b", domain.IntegrationSlack, "T1:U1"); !errors.Is(err, domain.ErrNotFound) {
+		t.Errorf("ada's account mapped in org-b: %v", err)
+	}
+}
