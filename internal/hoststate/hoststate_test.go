@@ -1,12 +1,11 @@
 package hoststate
 
 import (
-	"errors"
-	"fmt"
 	"slices"
 	"testing"
 
 	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/testutil"
 )
 
 // statesSpec and eventsSpec are every host state and event, listed here
@@ -51,45 +50,13 @@ func legal() map[domain.HostState]map[Event]domain.HostState {
 
 func TestTransitionEveryPair(t *testing.T) {
 	t.Parallel()
-	spec := legal()
-	if len(spec) != len(statesSpec()) {
-		t.Fatalf("the spec covers %d states, there are %d", len(spec), len(statesSpec()))
-	}
-	for _, s := range statesSpec() {
-		for _, ev := range eventsSpec() {
-			t.Run(fmt.Sprintf("%s/%s", s, ev), func(t *testing.T) {
-				t.Parallel()
-				got, err := Transition(s, ev)
-				want, ok := spec[s][ev]
-				switch {
-				case ok && err != nil:
-					t.Fatalf("Transition(%s, %s) refused: %v; want %s", s, ev, err, want)
-				case ok && got != want:
-					t.Fatalf("Transition(%s, %s) = %s, want %s", s, ev, got, want)
-				case !ok && !errors.Is(err, ErrBadTransition):
-					t.Fatalf("Transition(%s, %s) = %s, %v; want ErrBadTransition", s, ev, got, err)
-				case !ok && got != s:
-					t.Fatalf("refused Transition(%s, %s) moved the host to %s", s, ev, got)
-				}
-			})
-		}
-	}
+	testutil.CheckTransitions(t, testutil.Machine[domain.HostState, Event]{States: statesSpec(), Events: eventsSpec(),
+		Legal: legal(), Transition: Transition, ErrBad: ErrBadTransition})
 }
 
 func TestStatesListsEveryState(t *testing.T) {
 	t.Parallel()
 	if got := States(); !slices.Equal(got, statesSpec()) {
 		t.Errorf("States() = %v, want %v", got, statesSpec())
-	}
-	for _, ev := range eventsSpec() {
-		n := 0
-		for _, moves := range legal() {
-			if _, ok := moves[ev]; ok {
-				n++
-			}
-		}
-		if n == 0 {
-			t.Errorf("no host state accepts %s", ev)
-		}
 	}
 }

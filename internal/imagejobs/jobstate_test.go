@@ -2,11 +2,11 @@ package imagejobs
 
 import (
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
 	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/testutil"
 )
 
 // jobStatesSpec and jobEventsSpec are every image job state and event,
@@ -40,29 +40,8 @@ func legalJobMoves() map[domain.ImageJobState]map[JobEvent]domain.ImageJobState 
 
 func TestJobTransitionEveryPair(t *testing.T) {
 	t.Parallel()
-	legal := legalJobMoves()
-	if len(legal) != len(jobStatesSpec()) {
-		t.Fatalf("the spec covers %d states, there are %d", len(legal), len(jobStatesSpec()))
-	}
-	for _, s := range jobStatesSpec() {
-		for _, ev := range jobEventsSpec() {
-			t.Run(fmt.Sprintf("%s/%s", s, ev), func(t *testing.T) {
-				t.Parallel()
-				got, err := Transition(s, ev)
-				want, ok := legal[s][ev]
-				switch {
-				case ok && err != nil:
-					t.Fatalf("Transition(%s, %s) refused: %v; want %s", s, ev, err, want)
-				case ok && got != want:
-					t.Fatalf("Transition(%s, %s) = %s, want %s", s, ev, got, want)
-				case !ok && !errors.Is(err, ErrBadTransition):
-					t.Fatalf("Transition(%s, %s) = %s, %v; want ErrBadTransition", s, ev, got, err)
-				case !ok && got != s:
-					t.Fatalf("refused Transition(%s, %s) moved the job to %s", s, ev, got)
-				}
-			})
-		}
-	}
+	testutil.CheckTransitions(t, testutil.Machine[domain.ImageJobState, JobEvent]{States: jobStatesSpec(), Events: jobEventsSpec(),
+		Legal: legalJobMoves(), Transition: Transition, ErrBad: ErrBadTransition})
 }
 
 // TestJobSpecAgreesWithActive checks the spec against
@@ -74,17 +53,6 @@ func TestJobSpecAgreesWithActive(t *testing.T) {
 	for s, moves := range legalJobMoves() {
 		if len(moves) > 0 != s.Active() {
 			t.Errorf("%s: %d events accepted, active %v", s, len(moves), s.Active())
-		}
-	}
-	for _, ev := range jobEventsSpec() {
-		n := 0
-		for _, moves := range legalJobMoves() {
-			if _, ok := moves[ev]; ok {
-				n++
-			}
-		}
-		if n == 0 {
-			t.Errorf("no job state accepts %s", ev)
 		}
 	}
 }

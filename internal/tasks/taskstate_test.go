@@ -1,12 +1,11 @@
 package tasks
 
 import (
-	"errors"
-	"fmt"
 	"slices"
 	"testing"
 
 	"github.com/engrams/engrams/internal/domain"
+	"github.com/engrams/engrams/internal/testutil"
 )
 
 // taskStatesSpec and taskEventsSpec are every task state and every state
@@ -53,49 +52,13 @@ func legalTaskMoves() map[domain.TaskState]map[StateEvent]domain.TaskState {
 
 func TestTaskTransitionEveryPair(t *testing.T) {
 	t.Parallel()
-	legal := legalTaskMoves()
-	if len(legal) != len(taskStatesSpec()) {
-		t.Fatalf("the spec covers %d states, there are %d", len(legal), len(taskStatesSpec()))
-	}
 	for _, s := range taskStatesSpec() {
 		if !s.Valid() {
 			t.Fatalf("%s is not a task state", s)
 		}
-		for _, ev := range taskEventsSpec() {
-			t.Run(fmt.Sprintf("%s/%s", s, ev), func(t *testing.T) {
-				t.Parallel()
-				got, err := Transition(s, ev)
-				want, ok := legal[s][ev]
-				switch {
-				case ok && err != nil:
-					t.Fatalf("Transition(%s, %s) refused: %v; want %s", s, ev, err, want)
-				case ok && got != want:
-					t.Fatalf("Transition(%s, %s) = %s, want %s", s, ev, got, want)
-				case !ok && !errors.Is(err, ErrBadTransition):
-					t.Fatalf("Transition(%s, %s) = %s, %v; want ErrBadTransition", s, ev, got, err)
-				case !ok && got != s:
-					t.Fatalf("refused Transition(%s, %s) moved the task to %s", s, ev, got)
-				}
-			})
-		}
 	}
-}
-
-// TestTaskEventsAllHappen checks the spec names no event no state accepts,
-// so the lists above cannot drift into testing only refusals.
-func TestTaskEventsAllHappen(t *testing.T) {
-	t.Parallel()
-	for _, ev := range taskEventsSpec() {
-		n := 0
-		for _, moves := range legalTaskMoves() {
-			if _, ok := moves[ev]; ok {
-				n++
-			}
-		}
-		if n == 0 {
-			t.Errorf("no task state accepts %s", ev)
-		}
-	}
+	testutil.CheckTransitions(t, testutil.Machine[domain.TaskState, StateEvent]{States: taskStatesSpec(), Events: taskEventsSpec(),
+		Legal: legalTaskMoves(), Transition: Transition, ErrBad: ErrBadTransition})
 }
 
 func TestStatesAllowing(t *testing.T) {
