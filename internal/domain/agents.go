@@ -43,7 +43,7 @@ type Secret struct {
 // its grants), so a task records which edit it started from. Grants say
 // which members may use it (see Grantee.MayUse).
 type Profile struct {
-	ID        string
+	ID        ProfileID
 	Org       OrgID
 	Name      string
 	Spec      json.RawMessage // opaque here

@@ -9,6 +9,10 @@ type HostID string
 // TaskID names a task.
 type TaskID string
 
+// ProfileID names a profile.
+type ProfileID string
+
 func (id SessionID) String() string { return string(id) }
 func (id HostID) String() string    { return string(id) }
 func (id TaskID) String() string    { return string(id) }
+func (id ProfileID) String() string { return string(id) }

@@ -270,7 +270,7 @@ func TestEditDeleteResolveProfile(t *testing.T) {
 	if err != nil || len(shown.Problems) != 2 || !strings.Contains(strings.Join(shown.Problems, "\n"), `no secret "ant"`) {
 		t.Errorf("show with a deleted secret: %+v %v", shown.Problems, err)
 	}
-	if _, _, _, err := e.co.ResolveProfile(ctx, curatorOfFirstOrg, p.ID); !errors.Is(err, domain.ErrInvalid) || !strings.Contains(err.Error(), `no secret "ant"`) {
+	if _, _, _, err := e.co.ResolveProfile(ctx, curatorOfFirstOrg, string(p.ID)); !errors.Is(err, domain.ErrInvalid) || !strings.Contains(err.Error(), `no secret "ant"`) {
 		t.Errorf("resolve with a deleted secret: %v", err)
 	}
 
@@ -278,16 +278,16 @@ func TestEditDeleteResolveProfile(t *testing.T) {
 	if err != nil || d.Profile.DeletedAt.IsZero() {
 		t.Fatalf("delete: %+v %v", d, err)
 	}
-	if _, _, _, err := e.co.ResolveProfile(ctx, curatorOfFirstOrg, p.ID); !errors.Is(err, store.ErrNotFound) {
+	if _, _, _, err := e.co.ResolveProfile(ctx, curatorOfFirstOrg, string(p.ID)); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("resolve a deleted profile: %v", err)
 	}
-	if _, err := e.co.UpdateProfile(ctx, domain.FirstOrg, p.ID, ProfileEdit{Spec: spec, Version: 2}); !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "was deleted") {
+	if _, err := e.co.UpdateProfile(ctx, domain.FirstOrg, string(p.ID), ProfileEdit{Spec: spec, Version: 2}); !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "was deleted") {
 		t.Errorf("edit a deleted profile: %v", err)
 	}
 	if _, err := e.co.Profile(ctx, curatorOfFirstOrg, "rev"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("show a deleted profile by name: %v", err)
 	}
-	if byID, err := e.co.Profile(ctx, curatorOfFirstOrg, p.ID); err != nil || byID.Profile.DeletedAt.IsZero() {
+	if byID, err := e.co.Profile(ctx, curatorOfFirstOrg, string(p.ID)); err != nil || byID.Profile.DeletedAt.IsZero() {
 		t.Errorf("show a deleted profile by id: %+v %v", byID.Profile, err)
 	}
 	if ps, _ := e.co.Profiles(ctx, curatorOfFirstOrg); len(ps) != 0 {
@@ -463,17 +463,17 @@ func TestProfilesByOrganisationAndGrant(t *testing.T) {
 			if err != nil {
 				continue
 			}
-			if _, _, _, err := e.co.ResolveProfile(ctx, c.who, byName.Profile.ID); err != nil {
+			if _, _, _, err := e.co.ResolveProfile(ctx, c.who, string(byName.Profile.ID)); err != nil {
 				t.Errorf("%s resolves %s by id: %v", c.name, name, err)
 			}
 		}
 	}
 	all, _ := e.co.Profiles(ctx, curatorOfFirstOrg)
 	other := domain.Grantee{OrgID: "org-other", Curator: true}
-	if _, err := e.co.Profile(ctx, other, all[0].Profile.ID); !errors.Is(err, store.ErrNotFound) {
+	if _, err := e.co.Profile(ctx, other, string(all[0].Profile.ID)); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("another organisation reads a profile by id: %v", err)
 	}
-	if _, err := e.co.DeleteProfile(ctx, "org-other", all[0].Profile.ID); !errors.Is(err, store.ErrNotFound) {
+	if _, err := e.co.DeleteProfile(ctx, "org-other", string(all[0].Profile.ID)); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("another organisation deletes a profile by id: %v", err)
 	}
 	edit := ProfileEdit{Spec: spec, Version: 1, Grants: &[]domain.Grant{{Kind: domain.GrantEveryone}}}

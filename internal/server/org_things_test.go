@@ -129,7 +129,7 @@ func TestCuratedThingsStayInTheirOrganisation(t *testing.T) {
 			t.Errorf("image %s after the matrix: %+v, %v", id, img, err)
 		}
 	}
-	for _, id := range []string{"p-first", "p-other"} {
+	for _, id := range []domain.ProfileID{"p-first", "p-other"} {
 		if p, err := w.st.GetProfile(t.Context(), id); err != nil || !p.DeletedAt.IsZero() {
 			t.Errorf("profile %s after the matrix: %+v, %v", id, p, err)
 		}

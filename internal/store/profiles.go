@@ -65,7 +65,7 @@ type Profiles interface {
 	CreateProfile(ctx context.Context, p domain.Profile) (domain.Profile, error)
 	// GetProfile returns the profile with that id, deleted ones too
 	// (DeletedAt set); ErrNotFound if none.
-	GetProfile(ctx context.Context, id string) (domain.Profile, error)
+	GetProfile(ctx context.Context, id domain.ProfileID) (domain.Profile, error)
 	// GetProfileByName returns org's live profile with that name, else ErrNotFound.
 	GetProfileByName(ctx context.Context, org domain.OrgID, name string) (domain.Profile, error)
 	// ListProfiles returns org's live profiles by name.
@@ -81,5 +81,5 @@ type Profiles interface {
 	// DeleteProfile marks the profile deleted at at; the row stays (tasks
 	// name it) and its name is free again. Deleting a deleted profile changes
 	// nothing; ErrNotFound for an unknown id.
-	DeleteProfile(ctx context.Context, id string, at time.Time) error
+	DeleteProfile(ctx context.Context, id domain.ProfileID, at time.Time) error
 }

@@ -54,6 +54,8 @@ func newID() string { return uuid.Must(uuid.NewV7()).String() }
 func newSID() domain.SessionID { return domain.SessionID(newID()) }
 func newHID() domain.HostID    { return domain.HostID(newID()) }
 
+func newProfileID() domain.ProfileID { return domain.ProfileID(newID()) }
+
 func wantErr(t *testing.T, err, target error) {
 	t.Helper()
 	if !errors.Is(err, target) {
