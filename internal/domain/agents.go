@@ -26,7 +26,7 @@ type Harness struct {
 // id as associated data); the store never sees it in clear. Meta holds the
 // non-secret facts (base_url, username, host).
 type Secret struct {
-	ID        string
+	ID        SecretID
 	Org       OrgID // "" for engrams's own (the gateway key, the broker CA)
 	Kind      string
 	Name      string // unique among the organisation's secrets not deleted

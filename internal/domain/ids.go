@@ -12,7 +12,11 @@ type TaskID string
 // ProfileID names a profile.
 type ProfileID string
 
+// SecretID names a secret.
+type SecretID string
+
 func (id SessionID) String() string { return string(id) }
 func (id HostID) String() string    { return string(id) }
 func (id TaskID) String() string    { return string(id) }
 func (id ProfileID) String() string { return string(id) }
+func (id SecretID) String() string  { return string(id) }

@@ -72,10 +72,10 @@ func TestCreateProfileReceipt(t *testing.T) {
 		Harness: apiv1.ReceiptHarness{ID: "h-claude-code", Name: "claude-code", Version: "2.1.0", Digest: "sha256:claude-code", Protocol: guestapi.HarnessProtocolClaudeStreamJSON},
 		Model:   "sonnet", Mode: "bypassPermissions",
 		Credentials: []apiv1.ReceiptCredential{
-			{Name: "ant", SecretID: ant.ID, Kind: "anthropic_api_key", Delivery: apiv1.DeliveryGateway, Env: "ANTHROPIC_API_KEY", EnforcedOn: every,
+			{Name: "ant", SecretID: string(ant.ID), Kind: "anthropic_api_key", Delivery: apiv1.DeliveryGateway, Env: "ANTHROPIC_API_KEY", EnforcedOn: every,
 				Detail: "gateway-injected: the guest sees a placeholder in ANTHROPIC_API_KEY and ANTHROPIC_BASE_URL points at the gateway; " +
 					"the model gateway swaps in the real key for requests to https://api.anthropic.com"},
-			{Name: "gh", SecretID: gh.ID, Kind: "git_https", Delivery: apiv1.DeliveryClone, EnforcedOn: every,
+			{Name: "gh", SecretID: string(gh.ID), Kind: "git_https", Delivery: apiv1.DeliveryClone, EnforcedOn: every,
 				Detail: "used by the coordinator to clone app, never in the guest; the guest's git requests to github.com carry a placeholder, " +
 					"which the credential broker swaps for it there and nowhere else (on qemu), for git fetches of app, pushes to app, and REST API " +
 					"calls for app (reads; with push, pull requests, issues, comments, statuses, check runs, git refs and contents); every other " +
@@ -335,11 +335,11 @@ func TestProfileGitHubApp(t *testing.T) {
 			"(on qemu), for git fetches of " + paths + "; every other request there is refused"
 	}
 	want := []apiv1.ReceiptCredential{
-		{Name: "bot", SecretID: app.Secret.ID, Kind: "github_app", Delivery: apiv1.DeliveryClone, EnforcedOn: every,
+		{Name: "bot", SecretID: string(app.Secret.ID), Kind: "github_app", Delivery: apiv1.DeliveryClone, EnforcedOn: every,
 			Detail: "GitHub App Iv23bot (installation 4242): the coordinator mints an installation token for each task, lasting an hour, " +
 				"scoped to acme/{app,lib} with contents:read and metadata:read, and clones app, lib, app2 with it; neither the key nor the token is in the guest" + brokered("app, lib, app2") +
 				"; the broker mints the guest's tokens with contents:read (write for repos it may push to) and metadata:read, plus pull_requests and issues for repos it may call the API for"},
-		{Name: "gh", SecretID: gh.ID, Kind: "git_https", Delivery: apiv1.DeliveryClone, EnforcedOn: every,
+		{Name: "gh", SecretID: string(gh.ID), Kind: "git_https", Delivery: apiv1.DeliveryClone, EnforcedOn: every,
 			Detail: "used by the coordinator to clone docs, never in the guest" + brokered("docs")},
 	}
 	if got := v.Receipt.Credentials[1:]; !reflect.DeepEqual(got, want) {

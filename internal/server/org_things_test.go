@@ -119,7 +119,7 @@ func TestCuratedThingsStayInTheirOrganisation(t *testing.T) {
 			cells += w.adminCells(t, c)
 		}
 	}
-	for _, id := range []string{"s-first", "s-other"} {
+	for _, id := range []domain.SecretID{"s-first", "s-other"} {
 		if s, err := w.st.GetSecret(t.Context(), id); err != nil || !s.DeletedAt.IsZero() {
 			t.Errorf("secret %s after the matrix: %+v, %v", id, s, err)
 		}

@@ -331,7 +331,7 @@ func testProfilesScoped(t *testing.T, st store.Store) {
 // engrams's own (no organisation) apart from both.
 func testSecretsScoped(t *testing.T, st store.Store) {
 	ctx := t.Context()
-	ids := map[domain.OrgID]string{}
+	ids := map[domain.OrgID]domain.SecretID{}
 	for _, org := range []domain.OrgID{"o1", "o2", ""} {
 		s := newSecret("git_https", "github")
 		s.Org = org

@@ -55,6 +55,7 @@ func newSID() domain.SessionID { return domain.SessionID(newID()) }
 func newHID() domain.HostID    { return domain.HostID(newID()) }
 
 func newProfileID() domain.ProfileID { return domain.ProfileID(newID()) }
+func newSecretID() domain.SecretID   { return domain.SecretID(newID()) }
 
 func wantErr(t *testing.T, err, target error) {
 	t.Helper()
