@@ -207,7 +207,7 @@ func (s *imagesRouter) getImageJob(w http.ResponseWriter, r *http.Request) {
 func imageOut(v imagejobs.ImageView) apiv1.Image {
 	img, cfg := v.Image, v.Config
 	out := apiv1.Image{
-		ID: img.ID, Name: img.Name, Ref: img.Ref, Digest: img.Digest, State: v.State,
+		ID: string(img.ID), Name: img.Name, Ref: img.Ref, Digest: img.Digest, State: v.State,
 		Config: apiv1.ImageConfig{
 			Env: cfg.Env, MemoryMiB: cfg.MemoryMiB, VCPUs: cfg.VCPUs, DiskGiB: cfg.DiskGiB, Workdir: cfg.Workdir,
 			Warmup: cfg.Warmup, WarmupTimeoutS: cfg.WarmupTimeoutS, WarmupStallS: cfg.WarmupStallS,
@@ -226,7 +226,7 @@ func imageOut(v imagejobs.ImageView) apiv1.Image {
 // imageJobOut shows a job; stage times that do not decode are left out.
 func imageJobOut(j domain.ImageJob) apiv1.ImageJob {
 	out := apiv1.ImageJob{
-		ID: j.ID, ImageID: j.ImageID, Kind: string(j.Kind), State: string(j.State), Stage: j.Stage,
+		ID: j.ID, ImageID: string(j.ImageID), Kind: string(j.Kind), State: string(j.State), Stage: j.Stage,
 		BytesDone: j.BytesDone, BytesTotal: j.BytesTotal, Attempts: j.Attempts, Error: j.Error,
 		OutputTail: j.OutputTail, Warnings: j.Warnings, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt,
 	}

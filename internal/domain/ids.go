@@ -15,8 +15,12 @@ type ProfileID string
 // SecretID names a secret.
 type SecretID string
 
+// ImageID names an image.
+type ImageID string
+
 func (id SessionID) String() string { return string(id) }
 func (id HostID) String() string    { return string(id) }
 func (id TaskID) String() string    { return string(id) }
 func (id ProfileID) String() string { return string(id) }
 func (id SecretID) String() string  { return string(id) }
+func (id ImageID) String() string   { return string(id) }

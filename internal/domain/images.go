@@ -16,7 +16,7 @@ const (
 // Image is an OCI image enabled for sessions. Its name is unique among
 // images that are not disabled.
 type Image struct {
-	ID           string
+	ID           ImageID
 	Org          OrgID  // whose it is: its admins curate it, its members start sessions from it
 	Name         string // unique among the organisation's live images
 	Ref          string // as the user gave it
@@ -63,7 +63,7 @@ func (s ImageJobState) Active() bool {
 // are fenced by the epoch it claimed.
 type ImageJob struct {
 	ID         string
-	ImageID    string
+	ImageID    ImageID
 	Kind       ImageJobKind
 	State      ImageJobState
 	Stage      string // finer progress label within the state

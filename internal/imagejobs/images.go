@@ -184,7 +184,7 @@ func decodeImageConfig(img domain.Image) (ImageConfig, error) {
 func (c *Images) findImage(ctx context.Context, org domain.OrgID, nameOrID string) (domain.Image, error) {
 	img, err := c.st.GetImageByName(ctx, org, nameOrID)
 	if errors.Is(err, store.ErrNotFound) {
-		img, err = c.st.GetImage(ctx, nameOrID)
+		img, err = c.st.GetImage(ctx, domain.ImageID(nameOrID))
 	}
 	if err == nil && (org == "" || img.Org != org) {
 		err = store.ErrNotFound
@@ -308,7 +308,7 @@ func (c *Images) ImageJob(ctx context.Context, org domain.OrgID, id string) (dom
 	if err != nil {
 		return job, err
 	}
-	if _, err := c.findImage(ctx, org, job.ImageID); err != nil {
+	if _, err := c.findImage(ctx, org, string(job.ImageID)); err != nil {
 		return domain.ImageJob{}, fmt.Errorf("image job %q: %w", id, store.ErrNotFound)
 	}
 	return job, nil

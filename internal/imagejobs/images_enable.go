@@ -53,7 +53,7 @@ func (c *Images) EnableImage(ctx context.Context, req EnableImageRequest) (Image
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return ImageView{}, domain.ImageJob{}, fmt.Errorf("enable image %s: %w", name, err)
 	}
-	img := domain.Image{ID: c.newID(), Org: req.Org, Name: name, Ref: ref, State: domain.ImageReady, CreatedAt: c.now()}
+	img := domain.Image{ID: domain.ImageID(c.newID()), Org: req.Org, Name: name, Ref: ref, State: domain.ImageReady, CreatedAt: c.now()}
 	if img.Config, err = json.Marshal(cfg); err != nil {
 		return ImageView{}, domain.ImageJob{}, fmt.Errorf("enable image %s: %w", name, err)
 	}

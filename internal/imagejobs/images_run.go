@@ -197,7 +197,7 @@ func explainPull(err error) error {
 // trying another host when one fails for reasons of its own.
 func (c *Images) capture(ctx context.Context, r *jobRun, img domain.Image, cfg ImageConfig, rootfs json.RawMessage) (hostlink.CaptureResponse, error) {
 	req := hostlink.CaptureRequest{
-		ImageID: img.ID, RootFS: rootfs, MemoryMiB: cfg.MemoryMiB, VCPUs: cfg.VCPUs,
+		ImageID: string(img.ID), RootFS: rootfs, MemoryMiB: cfg.MemoryMiB, VCPUs: cfg.VCPUs,
 		Env: imageEnv(cfg, nil), Workdir: cfg.Workdir, Warmup: cfg.Warmup,
 		WarmupTimeout: time.Duration(cfg.WarmupTimeoutS) * time.Second,
 		WarmupStall:   time.Duration(cfg.WarmupStallS) * time.Second,

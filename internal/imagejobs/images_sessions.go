@@ -133,7 +133,7 @@ func (c *Images) PrefetchFor(ctx context.Context, hostID domain.HostID, cached [
 		if scheduler.Compatible(img.Facts, *hf) != "" {
 			continue
 		}
-		out = append(out, hostlink.Prefetch{ImageID: img.ID, SnapshotID: img.BaseID, Manifests: img.Manifests})
+		out = append(out, hostlink.Prefetch{ImageID: string(img.ID), SnapshotID: img.BaseID, Manifests: img.Manifests})
 	}
 	return out
 }

@@ -87,7 +87,7 @@ func (c *Profiles) receiptImage(ctx context.Context, org domain.OrgID, name stri
 	if v.State == imagejobs.ImageFailed {
 		probs.add("image %s failed to enable%s: enable it again with `engrams image enable %s --name %s`", name, imagejobs.JobSummary(v.LastJob), img.Ref, name)
 	}
-	r.Image = apiv1.ReceiptImage{ID: img.ID, Name: img.Name, Ref: img.Ref, Digest: img.Digest, Libc: v.Config.Libc}
+	r.Image = apiv1.ReceiptImage{ID: string(img.ID), Name: img.Name, Ref: img.Ref, Digest: img.Digest, Libc: v.Config.Libc}
 	return v.Config.Libc, nil
 }
 

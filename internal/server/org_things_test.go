@@ -124,7 +124,7 @@ func TestCuratedThingsStayInTheirOrganisation(t *testing.T) {
 			t.Errorf("secret %s after the matrix: %+v, %v", id, s, err)
 		}
 	}
-	for _, id := range []string{"i-first", "i-other"} {
+	for _, id := range []domain.ImageID{"i-first", "i-other"} {
 		if img, err := w.st.GetImage(t.Context(), id); err != nil || img.State == domain.ImageDisabled {
 			t.Errorf("image %s after the matrix: %+v, %v", id, img, err)
 		}

@@ -309,7 +309,7 @@ type Images interface {
 	// UpdatedAt follows CreatedAt). ErrConflict if the id is taken or an
 	// image of img.Org that is not disabled has the name.
 	CreateImage(ctx context.Context, img domain.Image) error
-	GetImage(ctx context.Context, id string) (domain.Image, error)
+	GetImage(ctx context.Context, id domain.ImageID) (domain.Image, error)
 	// GetImageByName returns org's image with that name that is not
 	// disabled, else ErrNotFound.
 	GetImageByName(ctx context.Context, org domain.OrgID, name string) (domain.Image, error)
@@ -324,14 +324,14 @@ type Images interface {
 	UpdateImage(ctx context.Context, img domain.Image, at time.Time) error
 	// SetImageState sets only the state (disable, or enable again); errors
 	// as UpdateImage.
-	SetImageState(ctx context.Context, id string, state domain.ImageState, at time.Time) error
+	SetImageState(ctx context.Context, id domain.ImageID, state domain.ImageState, at time.Time) error
 	// CreateJob inserts a pending job (State must be "" or pending; zero
 	// counters). ErrJobActive if another job of the image is active,
 	// ErrNotFound for an unknown image, ErrConflict for a reused id.
 	CreateJob(ctx context.Context, j domain.ImageJob) (domain.ImageJob, error)
 	GetJob(ctx context.Context, id string) (domain.ImageJob, error)
 	// ListJobs returns an image's jobs, oldest first.
-	ListJobs(ctx context.Context, imageID string) ([]domain.ImageJob, error)
+	ListJobs(ctx context.Context, imageID domain.ImageID) ([]domain.ImageJob, error)
 	// ClaimJob claims a pending job, or a materializing or capturing one
 	// whose lease ended before at (its runner died): it bumps the epoch,
 	// sets the lease to at+lease, the state to materializing (what

@@ -185,7 +185,7 @@ func (u *jobUpdate) addStages(stages json.RawMessage) {
 // (and, unless imageID is "", belongs to that image). On no match it reads
 // the row back through db to say why: ErrNotFound, ErrConflict (other image,
 // or not claimed) or ErrStaleEpoch.
-func (s *Store) fencedJobWrite(ctx context.Context, db execer, u jobUpdate, imageID string) error {
+func (s *Store) fencedJobWrite(ctx context.Context, db execer, u jobUpdate, imageID domain.ImageID) error {
 	q, args := `UPDATE image_jobs SET `+u.set+` WHERE id = $1 AND epoch = $2 AND state IN `+claimedJobStates, u.args
 	if imageID != "" {
 		args = append(args[:len(args):len(args)], imageID)
@@ -201,7 +201,8 @@ func (s *Store) fencedJobWrite(ctx context.Context, db execer, u jobUpdate, imag
 		return nil
 	}
 	var cur int64
-	var state, owner string
+	var state string
+	var owner domain.ImageID
 	err = db.QueryRowContext(ctx, `SELECT epoch, state, image_id FROM image_jobs WHERE id = $1`, u.args[0]).
 		Scan(&cur, &state, &owner)
 	epoch := u.args[1].(int64)

@@ -89,7 +89,7 @@ func (s *Store) GetJob(ctx context.Context, id string) (domain.ImageJob, error) 
 }
 
 // ListJobs implements store.Images, ordered by created_at, then id.
-func (s *Store) ListJobs(ctx context.Context, imageID string) ([]domain.ImageJob, error) {
+func (s *Store) ListJobs(ctx context.Context, imageID domain.ImageID) ([]domain.ImageJob, error) {
 	out, err := s.queryJobs(ctx, `SELECT `+jobCols+` FROM image_jobs
 		WHERE image_id = $1 ORDER BY created_at, id`, imageID)
 	if err != nil {

@@ -310,7 +310,7 @@ func testCompleteImageJobWritesNothing(t *testing.T, st store.Store) {
 }
 
 // snapshotJobs prints every job of the images, for before/after checks.
-func snapshotJobs(t *testing.T, st store.Store, imageIDs ...string) string {
+func snapshotJobs(t *testing.T, st store.Store, imageIDs ...domain.ImageID) string {
 	t.Helper()
 	var out string
 	for _, id := range imageIDs {

@@ -56,6 +56,7 @@ func newHID() domain.HostID    { return domain.HostID(newID()) }
 
 func newProfileID() domain.ProfileID { return domain.ProfileID(newID()) }
 func newSecretID() domain.SecretID   { return domain.SecretID(newID()) }
+func newImageID() domain.ImageID     { return domain.ImageID(newID()) }
 
 func wantErr(t *testing.T, err, target error) {
 	t.Helper()
