@@ -213,7 +213,7 @@ func imageOut(v imagejobs.ImageView) apiv1.Image {
 			Warmup: cfg.Warmup, WarmupTimeoutS: cfg.WarmupTimeoutS, WarmupStallS: cfg.WarmupStallS,
 			Libc: cfg.Libc, User: cfg.User, Entrypoint: cfg.Entrypoint,
 		},
-		Credentials: v.Credential, BaseSnapshotID: img.BaseID, Facts: hostFactsOut(v.Facts), ReadyHosts: hostIDs(v.ReadyHosts),
+		Credentials: v.Credential, BaseSnapshotID: string(img.BaseID), Facts: hostFactsOut(v.Facts), ReadyHosts: hostIDs(v.ReadyHosts),
 		CreatedAt: img.CreatedAt, UpdatedAt: img.UpdatedAt,
 	}
 	if v.LastJob != nil {

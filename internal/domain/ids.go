@@ -18,9 +18,13 @@ type SecretID string
 // ImageID names an image.
 type ImageID string
 
-func (id SessionID) String() string { return string(id) }
-func (id HostID) String() string    { return string(id) }
-func (id TaskID) String() string    { return string(id) }
-func (id ProfileID) String() string { return string(id) }
-func (id SecretID) String() string  { return string(id) }
-func (id ImageID) String() string   { return string(id) }
+// SnapshotID names a committed snapshot: a session's, or an image's base.
+type SnapshotID string
+
+func (id SessionID) String() string  { return string(id) }
+func (id HostID) String() string     { return string(id) }
+func (id TaskID) String() string     { return string(id) }
+func (id ProfileID) String() string  { return string(id) }
+func (id SecretID) String() string   { return string(id) }
+func (id ImageID) String() string    { return string(id) }
+func (id SnapshotID) String() string { return string(id) }

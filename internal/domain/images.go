@@ -26,7 +26,7 @@ type Image struct {
 	CredentialID string          // registry credential; "" for anonymous pulls
 	Manifests    json.RawMessage // base snapshot: role -> chunk manifest; nil until captured
 	Facts        HostFacts       // host facts of the base snapshot; zero until captured
-	BaseID       string          // base snapshot id; "" until captured
+	BaseID       SnapshotID      // base snapshot id; "" until captured
 	CreatedAt    time.Time
 	UpdatedAt    time.Time
 }

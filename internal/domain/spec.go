@@ -46,8 +46,8 @@ type SessionSpec struct {
 	Image     string            `json:"image,omitempty"` // enabled image name (or id) the session starts from
 	// ImageID and BaseSnapshotID pin the image and the base snapshot the
 	// session was created from (set by the coordinator).
-	ImageID        ImageID `json:"image_id,omitempty"`
-	BaseSnapshotID string  `json:"base_snapshot_id,omitempty"`
+	ImageID        ImageID    `json:"image_id,omitempty"`
+	BaseSnapshotID SnapshotID `json:"base_snapshot_id,omitempty"`
 	// Harness is the agent harness the session runs, "name" (newest) or
 	// "name@version"; HarnessID pins the one chosen (set by the coordinator).
 	Harness   string `json:"harness,omitempty"`

@@ -243,7 +243,7 @@ func (c *Images) View(ctx context.Context, img domain.Image) (ImageView, error) 
 }
 
 // hostsCaching lists ready hosts whose last heartbeat lists snapshot id cached.
-func (c *Images) hostsCaching(ctx context.Context, id string) ([]domain.HostID, error) {
+func (c *Images) hostsCaching(ctx context.Context, id domain.SnapshotID) ([]domain.HostID, error) {
 	hosts, err := c.st.ListHosts(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list hosts: %w", err)
@@ -253,7 +253,7 @@ func (c *Images) hostsCaching(ctx context.Context, id string) ([]domain.HostID, 
 		if h.State != domain.HostReady {
 			continue
 		}
-		if slices.Contains(h.Capacity.CachedSnapshots, id) {
+		if slices.Contains(h.Capacity.CachedSnapshots, string(id)) {
 			out = append(out, h.ID)
 		}
 	}

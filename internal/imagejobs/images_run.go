@@ -106,7 +106,7 @@ func (c *Images) imageJob(ctx context.Context, r *jobRun) (domain.Image, error) 
 		return img, err
 	}
 	r.addStages(resp.StagesMS)
-	img.Digest, img.Manifests, img.BaseID, img.State = mat.Digest, resp.Manifests, resp.SnapshotID, domain.ImageReady
+	img.Digest, img.Manifests, img.BaseID, img.State = mat.Digest, resp.Manifests, domain.SnapshotID(resp.SnapshotID), domain.ImageReady
 	img.Facts = resp.Facts
 	if img.Config, err = json.Marshal(cfg); err != nil {
 		return img, err

@@ -209,7 +209,7 @@ type Snapshots interface {
 	// that is not the head, a reused snapshot id, or a terminal session is
 	// ErrConflict, an unknown session ErrNotFound; nothing is written then.
 	CommitSnapshot(ctx context.Context, snap domain.Snapshot, epoch int64) error
-	GetSnapshot(ctx context.Context, id string) (domain.Snapshot, error)
+	GetSnapshot(ctx context.Context, id domain.SnapshotID) (domain.Snapshot, error)
 	// ListSnapshots returns a session's snapshots, oldest first.
 	ListSnapshots(ctx context.Context, sessionID domain.SessionID) ([]domain.Snapshot, error)
 	// ForEachSnapshot calls fn for every snapshot row (GC reachability);
