@@ -23,7 +23,7 @@ type ImageService interface {
 	Image(ctx context.Context, org domain.OrgID, nameOrID string) (imagejobs.ImageView, error)
 	Images(ctx context.Context, org domain.OrgID, all bool) ([]imagejobs.ImageView, error)
 	ImageJobs(ctx context.Context, org domain.OrgID, nameOrID string) ([]domain.ImageJob, error)
-	ImageJob(ctx context.Context, org domain.OrgID, id string) (domain.ImageJob, error)
+	ImageJob(ctx context.Context, org domain.OrgID, id domain.ImageJobID) (domain.ImageJob, error)
 	Defaults() imagejobs.ImageDefaults
 }
 
@@ -195,7 +195,7 @@ func (s *imagesRouter) listImageJobs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *imagesRouter) getImageJob(w http.ResponseWriter, r *http.Request) {
-	job, err := s.co.ImageJob(r.Context(), orgOf(r), r.PathValue("id"))
+	job, err := s.co.ImageJob(r.Context(), orgOf(r), domain.ImageJobID(r.PathValue("id")))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -226,7 +226,7 @@ func imageOut(v imagejobs.ImageView) apiv1.Image {
 // imageJobOut shows a job; stage times that do not decode are left out.
 func imageJobOut(j domain.ImageJob) apiv1.ImageJob {
 	out := apiv1.ImageJob{
-		ID: j.ID, ImageID: string(j.ImageID), Kind: string(j.Kind), State: string(j.State), Stage: j.Stage,
+		ID: string(j.ID), ImageID: string(j.ImageID), Kind: string(j.Kind), State: string(j.State), Stage: j.Stage,
 		BytesDone: j.BytesDone, BytesTotal: j.BytesTotal, Attempts: j.Attempts, Error: j.Error,
 		OutputTail: j.OutputTail, Warnings: j.Warnings, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt,
 	}

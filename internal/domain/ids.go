@@ -18,6 +18,9 @@ type SecretID string
 // ImageID names an image.
 type ImageID string
 
+// ImageJobID names an image job.
+type ImageJobID string
+
 // SnapshotID names a committed snapshot: a session's, or an image's base.
 type SnapshotID string
 
@@ -27,4 +30,5 @@ func (id TaskID) String() string     { return string(id) }
 func (id ProfileID) String() string  { return string(id) }
 func (id SecretID) String() string   { return string(id) }
 func (id ImageID) String() string    { return string(id) }
+func (id ImageJobID) String() string { return string(id) }
 func (id SnapshotID) String() string { return string(id) }

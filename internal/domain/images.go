@@ -62,7 +62,7 @@ func (s ImageJobState) Active() bool {
 // (ClaimJob) for a lease; every claim bumps Epoch, and the runner's writes
 // are fenced by the epoch it claimed.
 type ImageJob struct {
-	ID         string
+	ID         ImageJobID
 	ImageID    ImageID
 	Kind       ImageJobKind
 	State      ImageJobState

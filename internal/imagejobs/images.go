@@ -303,7 +303,7 @@ func (c *Images) ImageJobs(ctx context.Context, org domain.OrgID, nameOrID strin
 
 // ImageJob returns one job of org's images; another organisation's is
 // not found.
-func (c *Images) ImageJob(ctx context.Context, org domain.OrgID, id string) (domain.ImageJob, error) {
+func (c *Images) ImageJob(ctx context.Context, org domain.OrgID, id domain.ImageJobID) (domain.ImageJob, error) {
 	job, err := c.st.GetJob(ctx, id)
 	if err != nil {
 		return job, err

@@ -64,7 +64,7 @@ func (e *env) wait(t *testing.T, id domain.SessionID, want domain.SessionState) 
 	return e.ct.Wait(t, id, want)
 }
 
-func waitJob(t *testing.T, e *env, id string) domain.ImageJob {
+func waitJob(t *testing.T, e *env, id domain.ImageJobID) domain.ImageJob {
 	t.Helper()
 	return coordinatortest.WaitJob(t, e.st, id)
 }

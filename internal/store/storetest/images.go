@@ -157,11 +157,11 @@ func testImageUpdate(t *testing.T, st store.Store) {
 
 func newJob(t *testing.T, st store.Store, imageID domain.ImageID, at time.Time) (domain.ImageJob, error) {
 	t.Helper()
-	return st.CreateJob(t.Context(), domain.ImageJob{ID: newID(), ImageID: imageID, Kind: domain.ImageJobEnable, CreatedAt: at})
+	return st.CreateJob(t.Context(), domain.ImageJob{ID: newImageJobID(), ImageID: imageID, Kind: domain.ImageJobEnable, CreatedAt: at})
 }
 
 // claimJob claims job id at at for a minute.
-func claimJob(t *testing.T, st store.Store, id string, at time.Time) domain.ImageJob {
+func claimJob(t *testing.T, st store.Store, id domain.ImageJobID, at time.Time) domain.ImageJob {
 	t.Helper()
 	j, err := st.ClaimJob(t.Context(), id, time.Minute, at)
 	must(t, err)
@@ -224,7 +224,7 @@ func testImageJobOneActive(t *testing.T, st store.Store) {
 func testImageJobProgress(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	img := createImage(t, st, "debian")
-	j, err := st.CreateJob(ctx, domain.ImageJob{ID: newID(), ImageID: img.ID, Kind: domain.ImageJobRefresh, CreatedAt: t0})
+	j, err := st.CreateJob(ctx, domain.ImageJob{ID: newImageJobID(), ImageID: img.ID, Kind: domain.ImageJobRefresh, CreatedAt: t0})
 	must(t, err)
 	c := claimJob(t, st, j.ID, t0.Add(time.Second))
 	p := progress(c, domain.JobMaterializing, "pull", 10, 100)
@@ -275,7 +275,7 @@ func testImageJobProgress(t *testing.T, st store.Store) {
 	wantErr(t, st.FinishJob(ctx, j.ID, c.Epoch, domain.JobReady, "", "", nil, t0), store.ErrConflict)
 	_, err = st.ClaimJob(ctx, j.ID, time.Minute, t0.Add(time.Hour*24))
 	wantErr(t, err, store.ErrConflict)
-	unknown := domain.ImageJob{ID: newID(), Epoch: 1}
+	unknown := domain.ImageJob{ID: newImageJobID(), Epoch: 1}
 	wantErr(t, st.UpdateJobProgress(ctx, progress(unknown, domain.JobCapturing, "x", 1, 1), t0), store.ErrNotFound)
 	wantErr(t, st.FinishJob(ctx, unknown.ID, 1, domain.JobReady, "", "", nil, t0), store.ErrNotFound)
 	_, err = st.ClaimJob(ctx, unknown.ID, time.Minute, t0)
@@ -295,7 +295,7 @@ func testImageJobRejected(t *testing.T, st store.Store) {
 	must(t, st.FinishJob(ctx, j.ID, c.Epoch, domain.JobReady, "", "", nil, t0))
 	_, err = st.CreateJob(ctx, domain.ImageJob{ID: j.ID, ImageID: img.ID, Kind: domain.ImageJobEnable, CreatedAt: t0})
 	wantErr(t, err, store.ErrConflict)
-	if _, err := st.CreateJob(ctx, domain.ImageJob{ID: newID(), ImageID: img.ID, Kind: "rebuild"}); err == nil {
+	if _, err := st.CreateJob(ctx, domain.ImageJob{ID: newImageJobID(), ImageID: img.ID, Kind: "rebuild"}); err == nil {
 		t.Fatal("CreateJob accepted an unknown kind")
 	}
 	k, err := newJob(t, st, img.ID, t0)

@@ -58,6 +58,7 @@ func newProfileID() domain.ProfileID   { return domain.ProfileID(newID()) }
 func newSecretID() domain.SecretID     { return domain.SecretID(newID()) }
 func newImageID() domain.ImageID       { return domain.ImageID(newID()) }
 func newSnapshotID() domain.SnapshotID { return domain.SnapshotID(newID()) }
+func newImageJobID() domain.ImageJobID { return domain.ImageJobID(newID()) }
 
 func wantErr(t *testing.T, err, target error) {
 	t.Helper()
