@@ -42,7 +42,7 @@ type Task struct {
 	Error          string    // why it failed
 	// RunID is the automation run that started it; "" when a user did
 	// (through the API, the CLI or the dashboard).
-	RunID string
+	RunID AutomationRunID
 	// StartedBy is the name of the API token a user started it with (the
 	// CLI's, or the dashboard's sign-in); "" for a run, or where unknown.
 	StartedBy string
