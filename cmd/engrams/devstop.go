@@ -27,7 +27,7 @@ type devSessions interface {
 type devReads interface {
 	ListSessions(ctx context.Context, f domain.SessionFilter) ([]domain.Session, error)
 	GetSession(ctx context.Context, id domain.SessionID) (domain.Session, error)
-	GetSnapshot(ctx context.Context, id string) (domain.Snapshot, error)
+	GetSnapshot(ctx context.Context, id domain.SnapshotID) (domain.Snapshot, error)
 }
 
 // devStop suspends dev's running sessions on the way out, so that their

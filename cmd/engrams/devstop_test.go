@@ -52,7 +52,7 @@ func (f *fakeDev) GetSession(_ context.Context, id domain.SessionID) (domain.Ses
 	return f.sessions[id], nil
 }
 
-func (f *fakeDev) GetSnapshot(_ context.Context, id string) (domain.Snapshot, error) {
+func (f *fakeDev) GetSnapshot(_ context.Context, id domain.SnapshotID) (domain.Snapshot, error) {
 	return domain.Snapshot{ID: id, Uploaded: 12 << 20}, nil
 }
 
@@ -90,7 +90,7 @@ func (f *fakeDev) WaitOp(ctx context.Context, op domain.Op) (domain.Op, domain.S
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s := f.sessions[op.SessionID]
-	s.State, s.HeadSnapshotID = domain.SessionIdle, op.ID
+	s.State, s.HeadSnapshotID = domain.SessionIdle, domain.SnapshotID(op.ID)
 	f.sessions[op.SessionID] = s
 	op.State = domain.OpSucceeded
 	return op, s, nil

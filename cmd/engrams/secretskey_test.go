@@ -164,7 +164,7 @@ func TestSecretsKeyReseal(t *testing.T) {
 
 // seedSecrets stores n generic secrets and the gateway's own key in a
 // fresh SQLite database, sealed with a new key file; it returns their ids.
-func seedSecrets(t *testing.T, db, key string, n int) []string {
+func seedSecrets(t *testing.T, db, key string, n int) []domain.SecretID {
 	t.Helper()
 	s, err := secret.LoadOrCreate(key)
 	if err != nil {
@@ -179,7 +179,7 @@ func seedSecrets(t *testing.T, db, key string, n int) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ids []string
+	var ids []domain.SecretID
 	for i := range n {
 		sv, err := v.Create(t.Context(), secrets.SecretRequest{Org: domain.FirstOrg, Name: "s" + string(rune('a'+i)), Kind: apiv1.SecretGeneric, Value: []byte("value")})
 		if err != nil {

@@ -35,7 +35,7 @@ func TestEgressRefusedWhereGiven(t *testing.T) {
 	for i, b := range blocked {
 		egress, _ := json.Marshal([]string{"pypi.org", b.entry})
 		spec := `{"image":"py","harness":"claude-code","credentials":["ant"],"egress":` + string(egress) + `}`
-		prof := domain.Profile{ID: "stored-" + string(rune('a'+i)), Org: domain.FirstOrg, Name: "stored-" + string(rune('a'+i)),
+		prof := domain.Profile{ID: domain.ProfileID("stored-" + string(rune('a'+i))), Org: domain.FirstOrg, Name: "stored-" + string(rune('a'+i)),
 			Spec: json.RawMessage(spec), CreatedAt: time.Now()}
 		if _, err := a.st.CreateProfile(context.Background(), prof); err != nil {
 			t.Fatal(err)

@@ -23,7 +23,7 @@ type ImageService interface {
 	Image(ctx context.Context, org domain.OrgID, nameOrID string) (imagejobs.ImageView, error)
 	Images(ctx context.Context, org domain.OrgID, all bool) ([]imagejobs.ImageView, error)
 	ImageJobs(ctx context.Context, org domain.OrgID, nameOrID string) ([]domain.ImageJob, error)
-	ImageJob(ctx context.Context, org domain.OrgID, id string) (domain.ImageJob, error)
+	ImageJob(ctx context.Context, org domain.OrgID, id domain.ImageJobID) (domain.ImageJob, error)
 	Defaults() imagejobs.ImageDefaults
 }
 
@@ -196,7 +196,7 @@ func (s *imagesRouter) listImageJobs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *imagesRouter) getImageJob(w http.ResponseWriter, r *http.Request) {
-	job, err := s.co.ImageJob(r.Context(), orgOf(r), r.PathValue("id"))
+	job, err := s.co.ImageJob(r.Context(), orgOf(r), domain.ImageJobID(r.PathValue("id")))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -208,13 +208,13 @@ func (s *imagesRouter) getImageJob(w http.ResponseWriter, r *http.Request) {
 func imageOut(v imagejobs.ImageView) apiv1.Image {
 	img, cfg := v.Image, v.Config
 	out := apiv1.Image{
-		ID: img.ID, Name: img.Name, Ref: img.Ref, Digest: img.Digest, State: v.State,
+		ID: string(img.ID), Name: img.Name, Ref: img.Ref, Digest: img.Digest, State: v.State,
 		Config: apiv1.ImageConfig{
 			Env: cfg.Env, MemoryMiB: cfg.MemoryMiB, VCPUs: cfg.VCPUs, DiskGiB: cfg.DiskGiB, Workdir: cfg.Workdir,
 			Warmup: cfg.Warmup, WarmupTimeoutS: cfg.WarmupTimeoutS, WarmupStallS: cfg.WarmupStallS,
 			Libc: cfg.Libc, User: cfg.User, Entrypoint: cfg.Entrypoint,
 		},
-		Credentials: v.Credential, BaseSnapshotID: img.BaseID, Facts: hostFactsOut(v.Facts), ReadyHosts: hostIDs(v.ReadyHosts),
+		Credentials: v.Credential, BaseSnapshotID: string(img.BaseID), Facts: hostFactsOut(v.Facts), ReadyHosts: hostIDs(v.ReadyHosts),
 		CreatedAt: img.CreatedAt, UpdatedAt: img.UpdatedAt,
 	}
 	if v.LastJob != nil {
@@ -227,7 +227,7 @@ func imageOut(v imagejobs.ImageView) apiv1.Image {
 // imageJobOut shows a job; stage times that do not decode are left out.
 func imageJobOut(j domain.ImageJob) apiv1.ImageJob {
 	out := apiv1.ImageJob{
-		ID: j.ID, ImageID: j.ImageID, Kind: string(j.Kind), State: string(j.State), Stage: j.Stage,
+		ID: string(j.ID), ImageID: string(j.ImageID), Kind: string(j.Kind), State: string(j.State), Stage: j.Stage,
 		BytesDone: j.BytesDone, BytesTotal: j.BytesTotal, Attempts: j.Attempts, Error: j.Error,
 		OutputTail: j.OutputTail, Warnings: j.Warnings, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt,
 	}

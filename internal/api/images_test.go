@@ -141,7 +141,7 @@ func (f *fakeImages) ImageJobs(ctx context.Context, _ domain.OrgID, name string)
 	return webJobs, nil
 }
 
-func (f *fakeImages) ImageJob(_ context.Context, _ domain.OrgID, id string) (domain.ImageJob, error) {
+func (f *fakeImages) ImageJob(_ context.Context, _ domain.OrgID, id domain.ImageJobID) (domain.ImageJob, error) {
 	for _, j := range webJobs {
 		if j.ID == id {
 			return j, nil

@@ -125,7 +125,7 @@ func profileOut(v profiles.ProfileView) apiv1.Profile {
 	for _, g := range p.Grants {
 		grants = append(grants, apiv1.Grant{Kind: string(g.Kind), Subject: g.Subject})
 	}
-	return apiv1.Profile{ID: p.ID, Name: p.Name, Spec: v.Spec, Grants: grants, Version: p.Version, CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt, DeletedAt: p.DeletedAt}
+	return apiv1.Profile{ID: string(p.ID), Name: p.Name, Spec: v.Spec, Grants: grants, Version: p.Version, CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt, DeletedAt: p.DeletedAt}
 }
 
 // profileResponse shows a profile with its receipt; empty lists are [] so

@@ -76,5 +76,5 @@ func (s *secretsRouter) deleteSecret(w http.ResponseWriter, r *http.Request) {
 // secretOut shows a secret: never its value.
 func secretOut(v secrets.SecretView) apiv1.Secret {
 	s := v.Secret
-	return apiv1.Secret{ID: s.ID, Name: s.Name, Kind: s.Kind, Meta: v.Meta, UsedBy: v.UsedBy, CreatedAt: s.CreatedAt, DeletedAt: s.DeletedAt}
+	return apiv1.Secret{ID: string(s.ID), Name: s.Name, Kind: s.Kind, Meta: v.Meta, UsedBy: v.UsedBy, CreatedAt: s.CreatedAt, DeletedAt: s.DeletedAt}
 }

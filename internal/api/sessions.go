@@ -155,7 +155,7 @@ func sessionOut(s domain.Session, ops []domain.Op) apiv1.Session {
 	out := apiv1.Session{
 		ID: string(s.ID), State: string(s.State), DesiredState: string(s.DesiredState), HostID: string(s.HostID),
 		Epoch: s.Epoch, Reason: s.Reason, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
-		HeadSnapshot: s.HeadSnapshotID, LastActivity: s.LastActivity,
+		HeadSnapshot: string(s.HeadSnapshotID), LastActivity: s.LastActivity,
 	}
 	spec := s.Spec
 	out.Spec = apiv1.SessionSpec{MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, Env: spec.Env, Image: spec.Image, Harness: spec.Harness, IdleTimeoutSec: spec.IdleTimeoutSec, MaxLifetimeSec: spec.MaxLifetimeSec, Egress: spec.Egress}
@@ -167,7 +167,7 @@ func sessionOut(s domain.Session, ops []domain.Op) apiv1.Session {
 }
 
 func snapshotOut(s domain.Snapshot) apiv1.Snapshot {
-	return apiv1.Snapshot{ID: s.ID, ParentID: s.ParentID, HostID: string(s.HostID), Reason: s.Reason, Bytes: s.Bytes, Uploaded: s.Uploaded, CreatedAt: s.CreatedAt}
+	return apiv1.Snapshot{ID: string(s.ID), ParentID: string(s.ParentID), HostID: string(s.HostID), Reason: s.Reason, Bytes: s.Bytes, Uploaded: s.Uploaded, CreatedAt: s.CreatedAt}
 }
 
 // suspend enqueues an evict and, unless ?wait=false, waits for it to end
@@ -206,7 +206,7 @@ func (s *sessionsRouter) suspend(w http.ResponseWriter, r *http.Request) {
 }
 
 func suspendOut(o coordinator.SuspendOutcome) *apiv1.SuspendOutcome {
-	return &apiv1.SuspendOutcome{Result: string(o.Result), SnapshotID: o.SnapshotID, OpID: o.Op.ID, Why: o.Why}
+	return &apiv1.SuspendOutcome{Result: string(o.Result), SnapshotID: string(o.SnapshotID), OpID: o.Op.ID, Why: o.Why}
 }
 
 func (s *sessionsRouter) resume(w http.ResponseWriter, r *http.Request) {

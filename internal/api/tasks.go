@@ -21,8 +21,8 @@ import (
 
 func taskOut(t domain.Task) apiv1.Task {
 	u := t.Usage
-	out := apiv1.Task{ID: string(t.ID), Title: t.Title, State: string(t.State), Error: t.Error, ProfileID: t.ProfileID,
-		ProfileVersion: t.ProfileVersion, SessionID: string(t.SessionID), EventSeq: t.EventSeq, RunID: t.RunID, StartedBy: t.StartedBy,
+	out := apiv1.Task{ID: string(t.ID), Title: t.Title, State: string(t.State), Error: t.Error, ProfileID: string(t.ProfileID),
+		ProfileVersion: t.ProfileVersion, SessionID: string(t.SessionID), EventSeq: t.EventSeq, RunID: string(t.RunID), StartedBy: t.StartedBy,
 		OwnerID: string(t.Owner.UserID), Shared: t.Owner.Shared,
 		Usage:     apiv1.TaskUsage{Model: u.Model, TokenCounts: tokensOut(u.Tokens), Cost: moneyOut(u.Cost), Unpriced: u.Unpriced},
 		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt}

@@ -2,12 +2,6 @@ package automations
 
 import "github.com/engrams/engrams/internal/domain"
 
-// ID names an automation; RunID one of its runs.
-type (
-	ID    string
-	RunID string
-)
-
 // Definition is one version of an automation: what starts it, what it
 // takes, what it does and how its runs share.
 type Definition struct {

@@ -153,7 +153,7 @@ func (r blocks) startTask(ctx context.Context, w *walker, req tasks.StartTaskReq
 		ns = uuid.NameSpaceURL
 	}
 	req.ID = domain.TaskID(uuid.NewSHA1(ns, []byte(string(w.run.ID)+"/"+strconv.FormatInt(w.seq, 10))).String())
-	req.RunID = string(w.run.ID)
+	req.RunID = w.run.ID
 	// A run's task is the person's who caused it (their mention, pull
 	// request or issue, or their start by hand); else the organisation's,
 	// shared with its members.

@@ -64,7 +64,7 @@ func TestAutomationsOfTheirOrganisation(t *testing.T) {
 	defer e.tasks.mu.Unlock()
 	found := 0
 	for _, tk := range e.tasks.tasks {
-		if tk.RunID == string(got[0].Run.ID) {
+		if tk.RunID == got[0].Run.ID {
 			found++
 			if tk.Owner != (domain.Owner{OrgID: domain.FirstOrg, Shared: true}) {
 				t.Errorf("the run's task is owned by %+v, want the first organisation's", tk.Owner)

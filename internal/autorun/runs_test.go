@@ -87,7 +87,7 @@ func TestRunRecordsEachStep(t *testing.T) {
 			e.tasks.mu.Lock()
 			started := e.tasks.tasks[domain.TaskID(det.Steps[0].Output)]
 			e.tasks.mu.Unlock()
-			if started == nil || started.RunID != string(run.ID) {
+			if started == nil || started.RunID != run.ID {
 				t.Errorf("the task started (%+v) does not name its run %s", started, run.ID)
 			}
 			// Who caused the run owns its task.

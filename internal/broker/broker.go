@@ -55,7 +55,7 @@ func (c Config) withDefaults() Config {
 
 // Secrets opens a granted secret (secrets.Vault does).
 type Secrets interface {
-	Open(ctx context.Context, id string) (domain.Secret, []byte, error)
+	Open(ctx context.Context, id domain.SecretID) (domain.Secret, []byte, error)
 }
 
 // AppTokens mints GitHub App installation tokens (ghapp.Minter does).

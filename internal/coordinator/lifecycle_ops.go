@@ -111,7 +111,7 @@ func (x *opRun) boot(ctx context.Context, spec domain.SessionSpec, base *domain.
 	}
 	req := hostlink.StartRequest{Epoch: x.op.Epoch, Spec: hostlink.MachineSpecOf(spec), Harness: bundle}
 	if base != nil {
-		req.Restore = &hostlink.RestoreSpec{SnapshotID: base.BaseID, Manifests: base.Manifests, Base: true}
+		req.Restore = &hostlink.RestoreSpec{SnapshotID: string(base.BaseID), Manifests: base.Manifests, Base: true}
 	}
 	_, err := x.c.links.Start(ctx, x.s.HostID, x.s.ID, req)
 	var herr *hostlink.HostError

@@ -76,8 +76,8 @@ func (x *opRun) machineGone(ctx context.Context) error {
 // machine after uploading it (the replica died before committing) answers
 // with that capture again.
 func (x *opRun) capture(ctx context.Context, destroy bool, reason string) (domain.Snapshot, error) {
-	if x.s.HeadSnapshotID == x.op.ID {
-		snap, err := x.c.st.GetSnapshot(ctx, x.op.ID)
+	if x.s.HeadSnapshotID == domain.SnapshotID(x.op.ID) {
+		snap, err := x.c.st.GetSnapshot(ctx, domain.SnapshotID(x.op.ID))
 		if err != nil {
 			return domain.Snapshot{}, transient(err)
 		}
@@ -98,7 +98,7 @@ func (x *opRun) capture(ctx context.Context, destroy bool, reason string) (domai
 		return domain.Snapshot{}, transient(fmt.Errorf("snapshot on host %s: %w", x.s.HostID, err))
 	}
 	snap := domain.Snapshot{
-		ID: req.SnapshotID, SessionID: x.s.ID, ParentID: x.s.HeadSnapshotID, HostID: x.s.HostID,
+		ID: domain.SnapshotID(req.SnapshotID), SessionID: x.s.ID, ParentID: x.s.HeadSnapshotID, HostID: x.s.HostID,
 		Epoch: x.op.Epoch, Manifests: resp.Manifests, Facts: resp.Facts, Bytes: resp.Bytes,
 		Uploaded: resp.Uploaded, OutboxSeq: resp.OutboxSeq, HarnessSeq: -1, Reason: reason, CreatedAt: x.c.now(),
 	}
@@ -169,7 +169,7 @@ func (x *opRun) resume(ctx context.Context) error {
 		return err
 	}
 	req := hostlink.StartRequest{Epoch: x.op.Epoch, Spec: hostlink.MachineSpecOf(spec),
-		Restore: &hostlink.RestoreSpec{SnapshotID: snap.ID, Manifests: snap.Manifests}}
+		Restore: &hostlink.RestoreSpec{SnapshotID: string(snap.ID), Manifests: snap.Manifests}}
 	_, err = x.c.links.Start(ctx, hostID, x.s.ID, req)
 	var herr *hostlink.HostError
 	switch {

@@ -55,7 +55,7 @@ func TestResumePrefersTheHostCachingTheSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	s = e.Wait(t, s.ID, domain.SessionIdle)
-	capa := domain.Capacity{MemoryMiB: 1024, VCPUs: 4, CachedSnapshots: []string{s.HeadSnapshotID}}
+	capa := domain.Capacity{MemoryMiB: 1024, VCPUs: 4, CachedSnapshots: []string{string(s.HeadSnapshotID)}}
 	if _, err := e.St.HostHeartbeat(context.Background(), bID, &capa, time.Now()); err != nil {
 		t.Fatal(err)
 	}

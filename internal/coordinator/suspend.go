@@ -34,10 +34,10 @@ const (
 // request may have changed since.
 type SuspendOutcome struct {
 	Result     SuspendResult
-	SnapshotID string         // the snapshot the suspend committed (or the idle session's head)
-	Why        string         // for failed and superseded: what happened
-	Op         domain.Op      // the evict op as it ended (zero when already idle)
-	Session    domain.Session // as it is now
+	SnapshotID domain.SnapshotID // the snapshot the suspend committed (or the idle session's head)
+	Why        string            // for failed and superseded: what happened
+	Op         domain.Op         // the evict op as it ended (zero when already idle)
+	Session    domain.Session    // as it is now
 }
 
 // Outcome reads how the suspend whose evict op is op ended (op as WaitOp
@@ -52,9 +52,9 @@ func (c *Coordinator) Outcome(ctx context.Context, op domain.Op) (SuspendOutcome
 	}
 	out := SuspendOutcome{Op: op, Session: s}
 	// The evict op names its snapshot: it exists only if it was committed.
-	switch _, err := c.st.GetSnapshot(ctx, op.ID); {
+	switch _, err := c.st.GetSnapshot(ctx, domain.SnapshotID(op.ID)); {
 	case err == nil:
-		out.SnapshotID = op.ID
+		out.SnapshotID = domain.SnapshotID(op.ID)
 	case !errors.Is(err, store.ErrNotFound):
 		return out, err
 	}

@@ -110,7 +110,7 @@ func TestSuspendOutcome(t *testing.T) {
 				t.Errorf("outcome %s, session %s (desired %s); want %s, %s (desired %s)", out.Result, out.Session.State,
 					out.Session.DesiredState, tt.want, tt.state, tt.desired)
 			}
-			if tt.snapshot && (out.SnapshotID != op.ID || out.SnapshotID == "") {
+			if tt.snapshot && (out.SnapshotID != domain.SnapshotID(op.ID) || out.SnapshotID == "") {
 				t.Errorf("snapshot %q, want the evict's %q", out.SnapshotID, op.ID)
 			}
 			if !tt.snapshot && out.SnapshotID != "" {

@@ -26,7 +26,7 @@ type Harness struct {
 // id as associated data); the store never sees it in clear. Meta holds the
 // non-secret facts (base_url, username, host).
 type Secret struct {
-	ID        string
+	ID        SecretID
 	Org       OrgID // "" for engrams's own (the gateway key, the broker CA)
 	Kind      string
 	Name      string // unique among the organisation's secrets not deleted
@@ -43,7 +43,7 @@ type Secret struct {
 // its grants), so a task records which edit it started from. Grants say
 // which members may use it (see Grantee.MayUse).
 type Profile struct {
-	ID        string
+	ID        ProfileID
 	Org       OrgID
 	Name      string
 	Spec      json.RawMessage // opaque here

@@ -16,7 +16,7 @@ const (
 // Image is an OCI image enabled for sessions. Its name is unique among
 // images that are not disabled.
 type Image struct {
-	ID           string
+	ID           ImageID
 	Org          OrgID  // whose it is: its admins curate it, its members start sessions from it
 	Name         string // unique among the organisation's live images
 	Ref          string // as the user gave it
@@ -26,7 +26,7 @@ type Image struct {
 	CredentialID string          // registry credential; "" for anonymous pulls
 	Manifests    json.RawMessage // base snapshot: role -> chunk manifest; nil until captured
 	Facts        HostFacts       // host facts of the base snapshot; zero until captured
-	BaseID       string          // base snapshot id; "" until captured
+	BaseID       SnapshotID      // base snapshot id; "" until captured
 	CreatedAt    time.Time
 	UpdatedAt    time.Time
 }
@@ -62,8 +62,8 @@ func (s ImageJobState) Active() bool {
 // (ClaimJob) for a lease; every claim bumps Epoch, and the runner's writes
 // are fenced by the epoch it claimed.
 type ImageJob struct {
-	ID         string
-	ImageID    string
+	ID         ImageJobID
+	ImageID    ImageID
 	Kind       ImageJobKind
 	State      ImageJobState
 	Stage      string // finer progress label within the state

@@ -17,9 +17,9 @@ type Session struct {
 	Reason         string // why it is Dead, or the last failure
 	Spec           SessionSpec
 	IdempotencyKey string
-	EventSeq       int64     // index of the last event appended
-	HeadSnapshotID string    // the committed snapshot a resume restores; "" before the first
-	LastActivity   time.Time // last exec, file operation or prompt (idle eviction clock); starts at CreatedAt
+	EventSeq       int64      // index of the last event appended
+	HeadSnapshotID SnapshotID // the committed snapshot a resume restores; "" before the first
+	LastActivity   time.Time  // last exec, file operation or prompt (idle eviction clock); starts at CreatedAt
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
 }
@@ -38,9 +38,9 @@ func (s Session) Where() string {
 // Snapshot is a committed, restorable state of a session: every chunk its
 // manifests name was uploaded before the row was inserted.
 type Snapshot struct {
-	ID        string
+	ID        SnapshotID
 	SessionID SessionID
-	ParentID  string          // the session's previous head, "" for the first
+	ParentID  SnapshotID      // the session's previous head, "" for the first
 	HostID    HostID          // host that captured it
 	Epoch     int64           // epoch of the op that captured it
 	Manifests json.RawMessage // role ("memory", "state", "disk", ...) -> chunk manifest; opaque here

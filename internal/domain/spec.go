@@ -46,8 +46,8 @@ type SessionSpec struct {
 	Image     string            `json:"image,omitempty"` // enabled image name (or id) the session starts from
 	// ImageID and BaseSnapshotID pin the image and the base snapshot the
 	// session was created from (set by the coordinator).
-	ImageID        string `json:"image_id,omitempty"`
-	BaseSnapshotID string `json:"base_snapshot_id,omitempty"`
+	ImageID        ImageID    `json:"image_id,omitempty"`
+	BaseSnapshotID SnapshotID `json:"base_snapshot_id,omitempty"`
 	// Harness is the agent harness the session runs, "name" (newest) or
 	// "name@version"; HarnessID pins the one chosen (set by the coordinator).
 	Harness   string `json:"harness,omitempty"`
@@ -87,8 +87,8 @@ const PlaceholderPrefix = "engrams-ph-"
 // BrokeredGrant lets the credential broker put one secret into requests to
 // one host: the guest holds a session-scoped placeholder in its place.
 type BrokeredGrant struct {
-	Host     string `json:"host"` // "name:port", lower case
-	SecretID string `json:"secret_id"`
+	Host     string   `json:"host"` // "name:port", lower case
+	SecretID SecretID `json:"secret_id"`
 	// Access are the repositories on Host the broker serves requests for,
 	// each with what it allows; a GitHub App's tokens are scoped to them.
 	// A grant without any (a session row written before they were
@@ -136,8 +136,8 @@ func (s SessionSpec) BrokeredGrant(hostPort string) (BrokeredGrant, bool) {
 // kind ("anthropic_api_key", "openai_api_key") of a session: the guest
 // holds a session-scoped placeholder, the coordinator swaps in the secret.
 type CredentialGrant struct {
-	Kind     string `json:"kind"`
-	SecretID string `json:"secret_id"`
+	Kind     string   `json:"kind"`
+	SecretID SecretID `json:"secret_id"`
 }
 
 // Grant returns the session's grant for a credential kind.

@@ -31,7 +31,7 @@ func (s TaskState) Valid() bool {
 // conversation, the task events, is continuous across them.
 type Task struct {
 	ID             TaskID
-	ProfileID      string
+	ProfileID      ProfileID
 	ProfileVersion int64           // the profile version it started from
 	Receipt        json.RawMessage // the grant receipt at start; opaque here
 	Title          string
@@ -42,7 +42,7 @@ type Task struct {
 	Error          string    // why it failed
 	// RunID is the automation run that started it; "" when a user did
 	// (through the API, the CLI or the dashboard).
-	RunID string
+	RunID AutomationRunID
 	// StartedBy is the name of the API token a user started it with (the
 	// CLI's, or the dashboard's sign-in); "" for a run, or where unknown.
 	StartedBy string
@@ -126,7 +126,7 @@ type TaskFilter struct {
 	// Viewer, when set, keeps the tasks it Sees (the API's lists); nil
 	// is every task.
 	Viewer    *Viewer
-	ProfileID string
+	ProfileID ProfileID
 	States    []TaskState
 	// Keyset pagination in the list's order (created_at, then id): tasks
 	// after (AfterCreated, AfterID) when AfterID is set, at most Limit (0:

@@ -177,7 +177,7 @@ func TestCoordinatorKilledBeforeCommit(t *testing.T) {
 func runCoordinatorKilledBeforeCommit(t *testing.T, tt commitCase) {
 	k := newCommitRig(t, tt)
 	k.killBeforeCommit()
-	checkNotCommitted(t, k.st, domain.SessionID(k.sid), k.snap1)
+	checkNotCommitted(t, k.st, domain.SessionID(k.sid), domain.SnapshotID(k.snap1))
 	startCoordinator(t, k.addr, k.database, k.coordLog, k.coordArgs...)
 	k.checkRetried()
 }
@@ -279,7 +279,7 @@ func (k *commitRig) checkRetried() {
 	t := k.t
 	end := settled(t, k.c, k.sid, 3*time.Minute)
 	rows := noDuplicateSnapshots(t, k.st, end)
-	if end.State != "idle" || len(rows) != 2 || rows[0].ID != k.snap1 || rows[1].ParentID != k.snap1 || end.HeadSnapshot != rows[1].ID {
+	if end.State != "idle" || len(rows) != 2 || rows[0].ID != domain.SnapshotID(k.snap1) || rows[1].ParentID != domain.SnapshotID(k.snap1) || end.HeadSnapshot != string(rows[1].ID) {
 		t.Fatalf("after the restart: %s; want idle with the retried snapshot recorded once on top of %s", describe(end), k.snap1)
 	}
 	var evict apiv1.Op
@@ -299,7 +299,7 @@ func (k *commitRig) checkRetried() {
 
 // checkNotCommitted fails the test unless the store has no snapshot of
 // the session but snap1, which is still its head.
-func checkNotCommitted(t *testing.T, st store.Store, sid domain.SessionID, snap1 string) {
+func checkNotCommitted(t *testing.T, st store.Store, sid domain.SessionID, snap1 domain.SnapshotID) {
 	t.Helper()
 	ctx := context.Background()
 	rows, err := st.ListSnapshots(ctx, sid)
@@ -308,7 +308,7 @@ func checkNotCommitted(t *testing.T, st store.Store, sid domain.SessionID, snap1
 	}
 	var ids []string
 	for _, r := range rows {
-		ids = append(ids, r.ID)
+		ids = append(ids, string(r.ID))
 	}
 	if len(rows) != 1 || rows[0].ID != snap1 {
 		t.Fatalf("after the kill the store has snapshots [%s]; want only %s", strings.Join(ids, " "), snap1)

@@ -254,7 +254,7 @@ func noDuplicateSnapshots(t *testing.T, st store.Store, s apiv1.Session) []domai
 		if prev, ok := manifests[string(r.Manifests)]; ok {
 			t.Fatalf("snapshots %s and %s record the same capture", prev, r.ID)
 		}
-		manifests[string(r.Manifests)] = r.ID
+		manifests[string(r.Manifests)] = string(r.ID)
 	}
 	if len(rows) != len(s.Snapshots) {
 		t.Fatalf("store has %d snapshot rows, session get lists %d", len(rows), len(s.Snapshots))

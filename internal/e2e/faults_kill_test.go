@@ -177,11 +177,11 @@ func (k *killRig) settle() (dead bool) {
 	switch {
 	case end.State == "dead" && end.Reason != "":
 		return true
-	case end.State != "idle" || len(rows) == 0 || rows[0].ID != k.snap1:
+	case end.State != "idle" || len(rows) == 0 || string(rows[0].ID) != k.snap1:
 		t.Fatalf("after the kill: %s; want idle (or dead with a reason) on top of %s", describe(end), k.snap1)
 	case end.HeadSnapshot == k.snap1 && len(rows) == 1:
 		t.Logf("session idle at the first snapshot %s", k.snap1)
-	case k.tt.restart && len(rows) == 2 && rows[1].ParentID == k.snap1 && end.HeadSnapshot == rows[1].ID:
+	case k.tt.restart && len(rows) == 2 && string(rows[1].ParentID) == k.snap1 && end.HeadSnapshot == string(rows[1].ID):
 		if missing := k.gate.missingChunks(t, rows[1]); len(missing) > 0 {
 			t.Fatalf("head snapshot %s names %d chunks the store lacks", rows[1].ID, len(missing))
 		}

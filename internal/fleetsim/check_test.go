@@ -242,8 +242,8 @@ func (s *sim) lineage(sess domain.Session) ([]string, string, bool) {
 		}
 		return nil, fmt.Sprintf("active on %s but no host runs it live", sess.HostID), false
 	case domain.SessionIdle:
-		g, ok := s.w.states[sess.HeadSnapshotID]
-		return g.Effects, "its head snapshot " + sess.HeadSnapshotID, ok
+		g, ok := s.w.states[string(sess.HeadSnapshotID)]
+		return g.Effects, "its head snapshot " + string(sess.HeadSnapshotID), ok
 	}
 	return nil, "not at rest", false
 }

@@ -354,12 +354,12 @@ func TestGatewayHidesInternalErrors(t *testing.T) {
 	if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(body, `"type":"api_error"`) {
 		t.Fatalf("answer %d %s, want a 500 in Anthropic's shape", resp.StatusCode, body)
 	}
-	for _, leak := range []string{oai.ID, oai.Name, string(s.ID), "openai_api_key"} {
+	for _, leak := range []string{string(oai.ID), oai.Name, string(s.ID), "openai_api_key"} {
 		if strings.Contains(body, leak) {
 			t.Errorf("the answer quotes %q: %s", leak, body)
 		}
 	}
-	if logs := g.log.String(); !strings.Contains(logs, "gateway request failed") || !strings.Contains(logs, oai.ID) ||
+	if logs := g.log.String(); !strings.Contains(logs, "gateway request failed") || !strings.Contains(logs, string(oai.ID)) ||
 		!strings.Contains(logs, "session_id="+string(s.ID)) || !strings.Contains(logs, "kind=anthropic_api_key") {
 		t.Errorf("the detail is not logged with the session and kind:\n%s", logs)
 	}

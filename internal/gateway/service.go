@@ -26,7 +26,7 @@ type Config struct {
 
 // Secrets opens the secret a session is granted (secrets.Vault does).
 type Secrets interface {
-	Open(ctx context.Context, id string) (domain.Secret, []byte, error)
+	Open(ctx context.Context, id domain.SecretID) (domain.Secret, []byte, error)
 }
 
 // Providers is how the gateway reaches model providers (a *netpolicy.Guard

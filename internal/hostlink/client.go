@@ -64,9 +64,9 @@ func (c *Client) Deliver(ctx context.Context, host domain.HostID, sid domain.Ses
 
 // Capture makes an image's base snapshot on a host, within limit; epoch is
 // the image job's.
-func (c *Client) Capture(ctx context.Context, limit time.Duration, host domain.HostID, jobID string, epoch int64, req CaptureRequest) (CaptureResponse, error) {
+func (c *Client) Capture(ctx context.Context, limit time.Duration, host domain.HostID, jobID domain.ImageJobID, epoch int64, req CaptureRequest) (CaptureResponse, error) {
 	var resp CaptureResponse
-	path := strings.Replace(PathCapture, "{id}", url.PathEscape(jobID), 1)
+	path := strings.Replace(PathCapture, "{id}", url.PathEscape(string(jobID)), 1)
 	err := c.call(ctx, limit, host, http.MethodPost, path, epoch, req, &resp)
 	return resp, err
 }

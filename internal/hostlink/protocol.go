@@ -182,7 +182,7 @@ type MachineSpec struct {
 func MachineSpecOf(s domain.SessionSpec) MachineSpec {
 	return MachineSpec{
 		MemoryMiB: s.MemoryMiB, VCPUs: s.VCPUs, Env: s.Env, Image: s.Image,
-		ImageID: s.ImageID, BaseSnapshotID: s.BaseSnapshotID,
+		ImageID: string(s.ImageID), BaseSnapshotID: string(s.BaseSnapshotID),
 		Harness: s.Harness, HarnessID: s.HarnessID,
 		IdleTimeoutSec: s.IdleTimeoutSec, MaxLifetimeSec: s.MaxLifetimeSec,
 		Egress: s.Egress, Brokered: s.BrokeredHosts(),

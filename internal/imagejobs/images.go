@@ -184,7 +184,7 @@ func decodeImageConfig(img domain.Image) (ImageConfig, error) {
 func (c *Images) findImage(ctx context.Context, org domain.OrgID, nameOrID string) (domain.Image, error) {
 	img, err := c.st.GetImageByName(ctx, org, nameOrID)
 	if errors.Is(err, store.ErrNotFound) {
-		img, err = c.st.GetImage(ctx, nameOrID)
+		img, err = c.st.GetImage(ctx, domain.ImageID(nameOrID))
 	}
 	if err == nil && (org == "" || img.Org != org) {
 		err = store.ErrNotFound
@@ -243,7 +243,7 @@ func (c *Images) View(ctx context.Context, img domain.Image) (ImageView, error) 
 }
 
 // hostsCaching lists ready hosts whose last heartbeat lists snapshot id cached.
-func (c *Images) hostsCaching(ctx context.Context, id string) ([]domain.HostID, error) {
+func (c *Images) hostsCaching(ctx context.Context, id domain.SnapshotID) ([]domain.HostID, error) {
 	hosts, err := c.st.ListHosts(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list hosts: %w", err)
@@ -253,7 +253,7 @@ func (c *Images) hostsCaching(ctx context.Context, id string) ([]domain.HostID, 
 		if h.State != domain.HostReady {
 			continue
 		}
-		if slices.Contains(h.Capacity.CachedSnapshots, id) {
+		if slices.Contains(h.Capacity.CachedSnapshots, string(id)) {
 			out = append(out, h.ID)
 		}
 	}
@@ -303,12 +303,12 @@ func (c *Images) ImageJobs(ctx context.Context, org domain.OrgID, nameOrID strin
 
 // ImageJob returns one job of org's images; another organisation's is
 // not found.
-func (c *Images) ImageJob(ctx context.Context, org domain.OrgID, id string) (domain.ImageJob, error) {
+func (c *Images) ImageJob(ctx context.Context, org domain.OrgID, id domain.ImageJobID) (domain.ImageJob, error) {
 	job, err := c.st.GetJob(ctx, id)
 	if err != nil {
 		return job, err
 	}
-	if _, err := c.findImage(ctx, org, job.ImageID); err != nil {
+	if _, err := c.findImage(ctx, org, string(job.ImageID)); err != nil {
 		return domain.ImageJob{}, fmt.Errorf("image job %q: %w", id, store.ErrNotFound)
 	}
 	return job, nil

@@ -53,7 +53,7 @@ func (c *Images) EnableImage(ctx context.Context, req EnableImageRequest) (Image
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return ImageView{}, domain.ImageJob{}, fmt.Errorf("enable image %s: %w", name, err)
 	}
-	img := domain.Image{ID: c.newID(), Org: req.Org, Name: name, Ref: ref, State: domain.ImageReady, CreatedAt: c.now()}
+	img := domain.Image{ID: domain.ImageID(c.newID()), Org: req.Org, Name: name, Ref: ref, State: domain.ImageReady, CreatedAt: c.now()}
 	if img.Config, err = json.Marshal(cfg); err != nil {
 		return ImageView{}, domain.ImageJob{}, fmt.Errorf("enable image %s: %w", name, err)
 	}
@@ -175,7 +175,7 @@ func (c *Images) RefreshImage(ctx context.Context, org domain.OrgID, nameOrID st
 // newJob inserts a pending job for img and wakes the runners. If another
 // job of img is active, that one is returned.
 func (c *Images) newJob(ctx context.Context, img domain.Image, kind domain.ImageJobKind) (domain.ImageJob, error) {
-	job, err := c.st.CreateJob(ctx, domain.ImageJob{ID: c.newID(), ImageID: img.ID, Kind: kind, CreatedAt: c.now()})
+	job, err := c.st.CreateJob(ctx, domain.ImageJob{ID: domain.ImageJobID(c.newID()), ImageID: img.ID, Kind: kind, CreatedAt: c.now()})
 	if errors.Is(err, store.ErrJobActive) {
 		jobs, lerr := c.st.ListJobs(ctx, img.ID)
 		if lerr != nil {

@@ -303,8 +303,8 @@ func cleanText(s string) string {
 }
 
 // notifyImage wakes waiters on the image's topic.
-func (c *Images) notifyImage(ctx context.Context, imageID string) {
-	if err := c.st.Notify(ctx, "image:"+imageID); err != nil {
+func (c *Images) notifyImage(ctx context.Context, imageID domain.ImageID) {
+	if err := c.st.Notify(ctx, "image:"+string(imageID)); err != nil {
 		c.log.Warn("notify image", "image_id", imageID, "err", err)
 	}
 }

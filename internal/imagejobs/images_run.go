@@ -106,7 +106,7 @@ func (c *Images) imageJob(ctx context.Context, r *jobRun) (domain.Image, error) 
 		return img, err
 	}
 	r.addStages(resp.StagesMS)
-	img.Digest, img.Manifests, img.BaseID, img.State = mat.Digest, resp.Manifests, resp.SnapshotID, domain.ImageReady
+	img.Digest, img.Manifests, img.BaseID, img.State = mat.Digest, resp.Manifests, domain.SnapshotID(resp.SnapshotID), domain.ImageReady
 	img.Facts = resp.Facts
 	if img.Config, err = json.Marshal(cfg); err != nil {
 		return img, err
@@ -197,7 +197,7 @@ func explainPull(err error) error {
 // trying another host when one fails for reasons of its own.
 func (c *Images) capture(ctx context.Context, r *jobRun, img domain.Image, cfg ImageConfig, rootfs json.RawMessage) (hostlink.CaptureResponse, error) {
 	req := hostlink.CaptureRequest{
-		ImageID: img.ID, RootFS: rootfs, MemoryMiB: cfg.MemoryMiB, VCPUs: cfg.VCPUs,
+		ImageID: string(img.ID), RootFS: rootfs, MemoryMiB: cfg.MemoryMiB, VCPUs: cfg.VCPUs,
 		Env: imageEnv(cfg, nil), Workdir: cfg.Workdir, Warmup: cfg.Warmup,
 		WarmupTimeout: time.Duration(cfg.WarmupTimeoutS) * time.Second,
 		WarmupStall:   time.Duration(cfg.WarmupStallS) * time.Second,

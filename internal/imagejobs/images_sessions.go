@@ -120,7 +120,7 @@ func (c *Images) PrefetchFor(ctx context.Context, hostID domain.HostID, cached [
 	var hf *domain.HostFacts
 	var out []hostlink.Prefetch
 	for _, img := range imgs {
-		if img.State == domain.ImageDisabled || !usable(img) || slices.Contains(cached, img.BaseID) {
+		if img.State == domain.ImageDisabled || !usable(img) || slices.Contains(cached, string(img.BaseID)) {
 			continue
 		}
 		if hf == nil {
@@ -133,7 +133,7 @@ func (c *Images) PrefetchFor(ctx context.Context, hostID domain.HostID, cached [
 		if scheduler.Compatible(img.Facts, *hf) != "" {
 			continue
 		}
-		out = append(out, hostlink.Prefetch{ImageID: img.ID, SnapshotID: img.BaseID, Manifests: img.Manifests})
+		out = append(out, hostlink.Prefetch{ImageID: string(img.ID), SnapshotID: string(img.BaseID), Manifests: img.Manifests})
 	}
 	return out
 }

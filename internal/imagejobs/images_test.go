@@ -64,7 +64,7 @@ func (e *env) wait(t *testing.T, id domain.SessionID, want domain.SessionState) 
 	return e.ct.Wait(t, id, want)
 }
 
-func waitJob(t *testing.T, e *env, id string) domain.ImageJob {
+func waitJob(t *testing.T, e *env, id domain.ImageJobID) domain.ImageJob {
 	t.Helper()
 	return coordinatortest.WaitJob(t, e.st, id)
 }
@@ -118,7 +118,7 @@ func TestImageEnableCapturesAndSessionsRestoreTheBase(t *testing.T) {
 	h.Mu.Lock()
 	last := h.Starts[len(h.Starts)-1]
 	h.Mu.Unlock()
-	if last.Restore == nil || !last.Restore.Base || last.Restore.SnapshotID != v.Image.BaseID ||
+	if last.Restore == nil || !last.Restore.Base || last.Restore.SnapshotID != string(v.Image.BaseID) ||
 		last.Spec.MemoryMiB != defaultImageMemoryMiB || last.Spec.Env["LANG"] != "fr" || last.Spec.Env["PATH"] != "/usr/bin:/bin" {
 		t.Fatalf("start request %+v", last)
 	}

@@ -81,7 +81,7 @@ func (c *Profiles) CreateProfile(ctx context.Context, org domain.OrgID, name str
 	if err != nil {
 		return ProfileView{}, fmt.Errorf("create profile %s: %w", name, err)
 	}
-	p, err := c.st.CreateProfile(ctx, domain.Profile{ID: c.newID(), Org: org, Name: name, Spec: raw, Grants: grants, CreatedAt: c.now()})
+	p, err := c.st.CreateProfile(ctx, domain.Profile{ID: domain.ProfileID(c.newID()), Org: org, Name: name, Spec: raw, Grants: grants, CreatedAt: c.now()})
 	if errors.Is(err, store.ErrConflict) {
 		return ProfileView{}, fmt.Errorf("%w: a profile named %s exists; change it with `engrams profile edit %s`", store.ErrConflict, name, name)
 	}
@@ -253,7 +253,7 @@ func (c *Profiles) ResolveProfile(ctx context.Context, who domain.Grantee, nameO
 func (c *Profiles) findProfile(ctx context.Context, org domain.OrgID, nameOrID string) (domain.Profile, error) {
 	p, err := c.st.GetProfileByName(ctx, org, nameOrID)
 	if errors.Is(err, store.ErrNotFound) {
-		p, err = c.st.GetProfile(ctx, nameOrID)
+		p, err = c.st.GetProfile(ctx, domain.ProfileID(nameOrID))
 	}
 	if err == nil && (org == "" || p.Org != org) {
 		err = store.ErrNotFound

@@ -72,10 +72,10 @@ func TestCreateProfileReceipt(t *testing.T) {
 		Harness: apiv1.ReceiptHarness{ID: "h-claude-code", Name: "claude-code", Version: "2.1.0", Digest: "sha256:claude-code", Protocol: guestapi.HarnessProtocolClaudeStreamJSON},
 		Model:   "sonnet", Mode: "bypassPermissions",
 		Credentials: []apiv1.ReceiptCredential{
-			{Name: "ant", SecretID: ant.ID, Kind: "anthropic_api_key", Delivery: apiv1.DeliveryGateway, Env: "ANTHROPIC_API_KEY", EnforcedOn: every,
+			{Name: "ant", SecretID: string(ant.ID), Kind: "anthropic_api_key", Delivery: apiv1.DeliveryGateway, Env: "ANTHROPIC_API_KEY", EnforcedOn: every,
 				Detail: "gateway-injected: the guest sees a placeholder in ANTHROPIC_API_KEY and ANTHROPIC_BASE_URL points at the gateway; " +
 					"the model gateway swaps in the real key for requests to https://api.anthropic.com"},
-			{Name: "gh", SecretID: gh.ID, Kind: "git_https", Delivery: apiv1.DeliveryClone, EnforcedOn: every,
+			{Name: "gh", SecretID: string(gh.ID), Kind: "git_https", Delivery: apiv1.DeliveryClone, EnforcedOn: every,
 				Detail: "used by the coordinator to clone app, never in the guest; the guest's git requests to github.com carry a placeholder, " +
 					"which the credential broker swaps for it there and nowhere else (on qemu), for git fetches of app, pushes to app, and REST API " +
 					"calls for app (reads; with push, pull requests, issues, comments, statuses, check runs, git refs and contents); every other " +
@@ -270,7 +270,7 @@ func TestEditDeleteResolveProfile(t *testing.T) {
 	if err != nil || len(shown.Problems) != 2 || !strings.Contains(strings.Join(shown.Problems, "\n"), `no secret "ant"`) {
 		t.Errorf("show with a deleted secret: %+v %v", shown.Problems, err)
 	}
-	if _, _, _, err := e.co.ResolveProfile(ctx, curatorOfFirstOrg, p.ID); !errors.Is(err, domain.ErrInvalid) || !strings.Contains(err.Error(), `no secret "ant"`) {
+	if _, _, _, err := e.co.ResolveProfile(ctx, curatorOfFirstOrg, string(p.ID)); !errors.Is(err, domain.ErrInvalid) || !strings.Contains(err.Error(), `no secret "ant"`) {
 		t.Errorf("resolve with a deleted secret: %v", err)
 	}
 
@@ -278,16 +278,16 @@ func TestEditDeleteResolveProfile(t *testing.T) {
 	if err != nil || d.Profile.DeletedAt.IsZero() {
 		t.Fatalf("delete: %+v %v", d, err)
 	}
-	if _, _, _, err := e.co.ResolveProfile(ctx, curatorOfFirstOrg, p.ID); !errors.Is(err, store.ErrNotFound) {
+	if _, _, _, err := e.co.ResolveProfile(ctx, curatorOfFirstOrg, string(p.ID)); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("resolve a deleted profile: %v", err)
 	}
-	if _, err := e.co.UpdateProfile(ctx, domain.FirstOrg, p.ID, ProfileEdit{Spec: spec, Version: 2}); !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "was deleted") {
+	if _, err := e.co.UpdateProfile(ctx, domain.FirstOrg, string(p.ID), ProfileEdit{Spec: spec, Version: 2}); !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "was deleted") {
 		t.Errorf("edit a deleted profile: %v", err)
 	}
 	if _, err := e.co.Profile(ctx, curatorOfFirstOrg, "rev"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("show a deleted profile by name: %v", err)
 	}
-	if byID, err := e.co.Profile(ctx, curatorOfFirstOrg, p.ID); err != nil || byID.Profile.DeletedAt.IsZero() {
+	if byID, err := e.co.Profile(ctx, curatorOfFirstOrg, string(p.ID)); err != nil || byID.Profile.DeletedAt.IsZero() {
 		t.Errorf("show a deleted profile by id: %+v %v", byID.Profile, err)
 	}
 	if ps, _ := e.co.Profiles(ctx, curatorOfFirstOrg); len(ps) != 0 {
@@ -335,11 +335,11 @@ func TestProfileGitHubApp(t *testing.T) {
 			"(on qemu), for git fetches of " + paths + "; every other request there is refused"
 	}
 	want := []apiv1.ReceiptCredential{
-		{Name: "bot", SecretID: app.Secret.ID, Kind: "github_app", Delivery: apiv1.DeliveryClone, EnforcedOn: every,
+		{Name: "bot", SecretID: string(app.Secret.ID), Kind: "github_app", Delivery: apiv1.DeliveryClone, EnforcedOn: every,
 			Detail: "GitHub App Iv23bot (installation 4242): the coordinator mints an installation token for each task, lasting an hour, " +
 				"scoped to acme/{app,lib} with contents:read and metadata:read, and clones app, lib, app2 with it; neither the key nor the token is in the guest" + brokered("app, lib, app2") +
 				"; the broker mints the guest's tokens with contents:read (write for repos it may push to) and metadata:read, plus pull_requests and issues for repos it may call the API for"},
-		{Name: "gh", SecretID: gh.ID, Kind: "git_https", Delivery: apiv1.DeliveryClone, EnforcedOn: every,
+		{Name: "gh", SecretID: string(gh.ID), Kind: "git_https", Delivery: apiv1.DeliveryClone, EnforcedOn: every,
 			Detail: "used by the coordinator to clone docs, never in the guest" + brokered("docs")},
 	}
 	if got := v.Receipt.Credentials[1:]; !reflect.DeepEqual(got, want) {
@@ -463,17 +463,17 @@ func TestProfilesByOrganisationAndGrant(t *testing.T) {
 			if err != nil {
 				continue
 			}
-			if _, _, _, err := e.co.ResolveProfile(ctx, c.who, byName.Profile.ID); err != nil {
+			if _, _, _, err := e.co.ResolveProfile(ctx, c.who, string(byName.Profile.ID)); err != nil {
 				t.Errorf("%s resolves %s by id: %v", c.name, name, err)
 			}
 		}
 	}
 	all, _ := e.co.Profiles(ctx, curatorOfFirstOrg)
 	other := domain.Grantee{OrgID: "org-other", Curator: true}
-	if _, err := e.co.Profile(ctx, other, all[0].Profile.ID); !errors.Is(err, store.ErrNotFound) {
+	if _, err := e.co.Profile(ctx, other, string(all[0].Profile.ID)); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("another organisation reads a profile by id: %v", err)
 	}
-	if _, err := e.co.DeleteProfile(ctx, "org-other", all[0].Profile.ID); !errors.Is(err, store.ErrNotFound) {
+	if _, err := e.co.DeleteProfile(ctx, "org-other", string(all[0].Profile.ID)); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("another organisation deletes a profile by id: %v", err)
 	}
 	edit := ProfileEdit{Spec: spec, Version: 1, Grants: &[]domain.Grant{{Kind: domain.GrantEveryone}}}

@@ -87,7 +87,7 @@ func (c *Profiles) receiptImage(ctx context.Context, org domain.OrgID, name stri
 	if v.State == imagejobs.ImageFailed {
 		probs.add("image %s failed to enable%s: enable it again with `engrams image enable %s --name %s`", name, imagejobs.JobSummary(v.LastJob), img.Ref, name)
 	}
-	r.Image = apiv1.ReceiptImage{ID: img.ID, Name: img.Name, Ref: img.Ref, Digest: img.Digest, Libc: v.Config.Libc}
+	r.Image = apiv1.ReceiptImage{ID: string(img.ID), Name: img.Name, Ref: img.Ref, Digest: img.Digest, Libc: v.Config.Libc}
 	return v.Config.Libc, nil
 }
 
@@ -198,7 +198,7 @@ func (c *Profiles) receiptModelKeys(ctx context.Context, org domain.OrgID, spec 
 	}
 	for _, k := range keys {
 		r.Credentials = append(r.Credentials, apiv1.ReceiptCredential{
-			Name: k.secret.Name, SecretID: k.secret.ID, Kind: k.secret.Kind, Delivery: apiv1.DeliveryGateway, Env: k.cred.Env, EnforcedOn: everyBackend(),
+			Name: k.secret.Name, SecretID: string(k.secret.ID), Kind: k.secret.Kind, Delivery: apiv1.DeliveryGateway, Env: k.cred.Env, EnforcedOn: everyBackend(),
 			Detail: fmt.Sprintf("gateway-injected: the guest sees a placeholder in %s%s; the model gateway swaps in the real key for requests to %s",
 				k.cred.Env, baseURLNote(k.cred), k.meta.BaseURL),
 		})
@@ -305,7 +305,7 @@ func (k *repoKey) addAppRepo(field, repoURL string, probs *problems) {
 }
 
 func (k *repoKey) receipt() apiv1.ReceiptCredential {
-	rc := apiv1.ReceiptCredential{Name: k.secret.Name, SecretID: k.secret.ID, Kind: k.secret.Kind, Delivery: apiv1.DeliveryClone,
+	rc := apiv1.ReceiptCredential{Name: k.secret.Name, SecretID: string(k.secret.ID), Kind: k.secret.Kind, Delivery: apiv1.DeliveryClone,
 		EnforcedOn: everyBackend(), Detail: "used by the coordinator to clone " + strings.Join(k.paths, ", ") + ", never in the guest"}
 	if k.secret.Kind == apiv1.SecretGitHubApp {
 		rc.Detail = fmt.Sprintf("GitHub App %s (installation %d): the coordinator mints an installation token for each task, lasting an hour, "+

@@ -40,7 +40,7 @@ type Need struct {
 
 // SnapshotNeed names the snapshot a placement restores.
 type SnapshotNeed struct {
-	ID    string
+	ID    domain.SnapshotID
 	Facts domain.HostFacts
 }
 
@@ -73,7 +73,7 @@ func candidate(h Host, need Need) Candidate {
 	}
 	if need.Snapshot != nil {
 		c.Incompatible = Compatible(need.Snapshot.Facts, h.Facts)
-		c.Cached = slices.Contains(h.Capacity.CachedSnapshots, need.Snapshot.ID)
+		c.Cached = slices.Contains(h.Capacity.CachedSnapshots, string(need.Snapshot.ID))
 	}
 	switch {
 	case c.Incompatible != "":

@@ -44,7 +44,7 @@ func (in Internal) Load(ctx context.Context, d InternalDeps, create func() ([]by
 	if err != nil {
 		return nil, false, fmt.Errorf("create %s: %w", in.Name, err)
 	}
-	id := d.NewID()
+	id := domain.SecretID(d.NewID())
 	sealed, err := d.Sealer.Seal(value, AssociatedData(id))
 	if err != nil {
 		return nil, false, fmt.Errorf("seal %s: %w", in.Name, err)

@@ -84,13 +84,13 @@ func makeSealedRows(t *testing.T, st store.Store, s *secret.Sealer) sealedRows {
 			}
 			continue
 		}
-		rows.plain[sv.Secret.ID], rows.kinds[sv.Secret.ID] = req.Value, domain.SealedSecret
+		rows.plain[string(sv.Secret.ID)], rows.kinds[string(sv.Secret.ID)] = req.Value, domain.SealedSecret
 	}
 	gw, err := v.putSealedSecret(ctx, "", "gateway_key", "engrams-gateway-key", []byte("gateway-hmac-key"), apiv1.SecretMeta{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows.plain[gw.ID], rows.kinds[gw.ID] = []byte("gateway-hmac-key"), domain.SealedSecret
+	rows.plain[string(gw.ID)], rows.kinds[string(gw.ID)] = []byte("gateway-hmac-key"), domain.SealedSecret
 	for i := range 2 {
 		id := fmt.Sprintf("cred-%d", i)
 		plain := fmt.Appendf(nil, `{"username":"u%d","password":"p%d"}`, i, i)
@@ -148,7 +148,7 @@ func sealedNow(t *testing.T, st store.Store, kind domain.SealedKind, id string) 
 		}
 		return c.Sealed
 	}
-	s, err := st.GetSecret(t.Context(), id)
+	s, err := st.GetSecret(t.Context(), domain.SecretID(id))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +300,7 @@ func TestResealMovesEveryRow(t *testing.T) {
 				if rows.kinds[id] != domain.SealedSecret {
 					continue
 				}
-				if _, got, err := vault.Open(t.Context(), id); err != nil || !bytes.Equal(got, plain) {
+				if _, got, err := vault.Open(t.Context(), domain.SecretID(id)); err != nil || !bytes.Equal(got, plain) {
 					t.Errorf("vault opens %s to %q, %v", id, got, err)
 				}
 			}

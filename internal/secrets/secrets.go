@@ -91,7 +91,9 @@ type SecretView struct {
 
 // AssociatedData binds a sealed secret to its row: seal and open every
 // secret row's value with it.
-func AssociatedData(id string) []byte { return domain.SealedSecret.AssociatedData(id) }
+func AssociatedData(id domain.SecretID) []byte {
+	return domain.SealedSecret.AssociatedData(string(id))
+}
 
 // Create validates, seals and stores a secret. Its value is never
 // logged, returned or quoted in an error.
@@ -124,7 +126,7 @@ func (c *Vault) putSealedSecret(ctx context.Context, org domain.OrgID, kind, nam
 	if err != nil {
 		return domain.Secret{}, fmt.Errorf("store secret %s: %w", name, err)
 	}
-	s := domain.Secret{ID: c.newID(), Org: org, Kind: kind, Name: name, Meta: rawMeta, CreatedAt: c.now()}
+	s := domain.Secret{ID: domain.SecretID(c.newID()), Org: org, Kind: kind, Name: name, Meta: rawMeta, CreatedAt: c.now()}
 	if s.Sealed, err = c.secrets.Seal(value, AssociatedData(s.ID)); err != nil {
 		return domain.Secret{}, fmt.Errorf("seal secret %s: %w", name, err)
 	}
@@ -312,7 +314,7 @@ func (c *Vault) secretUses(ctx context.Context, org domain.OrgID) (map[string][]
 func (c *Vault) Delete(ctx context.Context, org domain.OrgID, nameOrID string) (SecretView, error) {
 	s, err := c.st.GetSecretByName(ctx, org, nameOrID)
 	if errors.Is(err, store.ErrNotFound) {
-		s, err = c.st.GetSecret(ctx, nameOrID)
+		s, err = c.st.GetSecret(ctx, domain.SecretID(nameOrID))
 	}
 	if errors.Is(err, store.ErrNotFound) || (err == nil && (!UserKind(s.Kind) || s.Org != org)) {
 		return SecretView{}, fmt.Errorf("secret %q: %w", nameOrID, store.ErrNotFound)
@@ -338,7 +340,7 @@ func (c *Vault) Delete(ctx context.Context, org domain.OrgID, nameOrID string) (
 
 // Open returns the secret with that id and its value. A deleted
 // secret is ErrNotFound.
-func (c *Vault) Open(ctx context.Context, id string) (domain.Secret, []byte, error) {
+func (c *Vault) Open(ctx context.Context, id domain.SecretID) (domain.Secret, []byte, error) {
 	s, err := c.st.GetSecret(ctx, id)
 	if err != nil {
 		return domain.Secret{}, nil, fmt.Errorf("open secret %s: %w", id, err)

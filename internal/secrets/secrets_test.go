@@ -64,7 +64,7 @@ func TestCreateSecret(t *testing.T) {
 			t.Errorf("%s: open: %+v %q %v", tt.name, s, plain, err)
 		}
 		// The fake sealer prefixes the associated data: the row's id.
-		if raw, _ := e.st.GetSecret(ctx, v.Secret.ID); !strings.HasPrefix(string(raw.Sealed), "secret:"+v.Secret.ID) {
+		if raw, _ := e.st.GetSecret(ctx, v.Secret.ID); !strings.HasPrefix(string(raw.Sealed), "secret:"+string(v.Secret.ID)) {
 			t.Errorf("%s: sealed as %q, without the row id as associated data", tt.name, raw.Sealed)
 		}
 	}
@@ -163,7 +163,7 @@ func TestDeleteSecret(t *testing.T) {
 	if _, _, err := e.co.Open(ctx, v.Secret.ID); !errors.Is(err, store.ErrNotFound) || !strings.Contains(err.Error(), "deleted") {
 		t.Errorf("open a deleted secret: %v", err)
 	}
-	if again, err := e.co.Delete(ctx, domain.FirstOrg, v.Secret.ID); err != nil || !again.Secret.DeletedAt.Equal(d.Secret.DeletedAt) {
+	if again, err := e.co.Delete(ctx, domain.FirstOrg, string(v.Secret.ID)); err != nil || !again.Secret.DeletedAt.Equal(d.Secret.DeletedAt) {
 		t.Errorf("delete again by id: %+v %v", again, err)
 	}
 	if _, err := e.co.Delete(ctx, domain.FirstOrg, "nope"); !errors.Is(err, store.ErrNotFound) {

@@ -119,17 +119,17 @@ func TestCuratedThingsStayInTheirOrganisation(t *testing.T) {
 			cells += w.adminCells(t, c)
 		}
 	}
-	for _, id := range []string{"s-first", "s-other"} {
+	for _, id := range []domain.SecretID{"s-first", "s-other"} {
 		if s, err := w.st.GetSecret(t.Context(), id); err != nil || !s.DeletedAt.IsZero() {
 			t.Errorf("secret %s after the matrix: %+v, %v", id, s, err)
 		}
 	}
-	for _, id := range []string{"i-first", "i-other"} {
+	for _, id := range []domain.ImageID{"i-first", "i-other"} {
 		if img, err := w.st.GetImage(t.Context(), id); err != nil || img.State == domain.ImageDisabled {
 			t.Errorf("image %s after the matrix: %+v, %v", id, img, err)
 		}
 	}
-	for _, id := range []string{"p-first", "p-other"} {
+	for _, id := range []domain.ProfileID{"p-first", "p-other"} {
 		if p, err := w.st.GetProfile(t.Context(), id); err != nil || !p.DeletedAt.IsZero() {
 			t.Errorf("profile %s after the matrix: %+v, %v", id, p, err)
 		}

@@ -426,7 +426,7 @@ func TestOIDCSignInKeepsTheProvidersGroups(t *testing.T) {
 		"for-ops": {{Kind: domain.GrantGroup, Subject: "ops"}},
 		"admins":  nil,
 	} {
-		if _, err := w.st.CreateProfile(ctx, domain.Profile{ID: "p-" + name, Org: domain.FirstOrg, Name: name, Spec: []byte(`{}`), Grants: grants}); err != nil {
+		if _, err := w.st.CreateProfile(ctx, domain.Profile{ID: domain.ProfileID("p-" + name), Org: domain.FirstOrg, Name: name, Spec: []byte(`{}`), Grants: grants}); err != nil {
 			t.Fatal(err)
 		}
 	}

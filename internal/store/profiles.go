@@ -43,7 +43,7 @@ type Secrets interface {
 	PutSecret(ctx context.Context, s domain.Secret) error
 	// GetSecret returns the secret with that id, deleted ones too (DeletedAt
 	// set, Sealed nil); ErrNotFound if none.
-	GetSecret(ctx context.Context, id string) (domain.Secret, error)
+	GetSecret(ctx context.Context, id domain.SecretID) (domain.Secret, error)
 	// GetSecretByName returns org's live secret with that name, else ErrNotFound.
 	GetSecretByName(ctx context.Context, org domain.OrgID, name string) (domain.Secret, error)
 	// ListSecrets returns org's live secrets by name.
@@ -51,7 +51,7 @@ type Secrets interface {
 	// DeleteSecret marks the secret deleted at at and erases its sealed
 	// bytes; the row stays as a record and its name is free again. Deleting
 	// a deleted secret changes nothing; ErrNotFound for an unknown id.
-	DeleteSecret(ctx context.Context, id string, at time.Time) error
+	DeleteSecret(ctx context.Context, id domain.SecretID, at time.Time) error
 }
 
 // Profiles keeps profiles, with optimistic concurrency on edits. A
@@ -65,7 +65,7 @@ type Profiles interface {
 	CreateProfile(ctx context.Context, p domain.Profile) (domain.Profile, error)
 	// GetProfile returns the profile with that id, deleted ones too
 	// (DeletedAt set); ErrNotFound if none.
-	GetProfile(ctx context.Context, id string) (domain.Profile, error)
+	GetProfile(ctx context.Context, id domain.ProfileID) (domain.Profile, error)
 	// GetProfileByName returns org's live profile with that name, else ErrNotFound.
 	GetProfileByName(ctx context.Context, org domain.OrgID, name string) (domain.Profile, error)
 	// ListProfiles returns org's live profiles by name.
@@ -81,5 +81,5 @@ type Profiles interface {
 	// DeleteProfile marks the profile deleted at at; the row stays (tasks
 	// name it) and its name is free again. Deleting a deleted profile changes
 	// nothing; ErrNotFound for an unknown id.
-	DeleteProfile(ctx context.Context, id string, at time.Time) error
+	DeleteProfile(ctx context.Context, id domain.ProfileID, at time.Time) error
 }

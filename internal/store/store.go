@@ -209,7 +209,7 @@ type Snapshots interface {
 	// that is not the head, a reused snapshot id, or a terminal session is
 	// ErrConflict, an unknown session ErrNotFound; nothing is written then.
 	CommitSnapshot(ctx context.Context, snap domain.Snapshot, epoch int64) error
-	GetSnapshot(ctx context.Context, id string) (domain.Snapshot, error)
+	GetSnapshot(ctx context.Context, id domain.SnapshotID) (domain.Snapshot, error)
 	// ListSnapshots returns a session's snapshots, oldest first.
 	ListSnapshots(ctx context.Context, sessionID domain.SessionID) ([]domain.Snapshot, error)
 	// ForEachSnapshot calls fn for every snapshot row (GC reachability);
@@ -291,7 +291,7 @@ type Audit interface {
 
 // JobProgress is a fenced progress write of a claimed image job.
 type JobProgress struct {
-	ID         string
+	ID         domain.ImageJobID
 	Epoch      int64                // the epoch ClaimJob returned
 	State      domain.ImageJobState // materializing or capturing
 	Stage      string
@@ -309,7 +309,7 @@ type Images interface {
 	// UpdatedAt follows CreatedAt). ErrConflict if the id is taken or an
 	// image of img.Org that is not disabled has the name.
 	CreateImage(ctx context.Context, img domain.Image) error
-	GetImage(ctx context.Context, id string) (domain.Image, error)
+	GetImage(ctx context.Context, id domain.ImageID) (domain.Image, error)
 	// GetImageByName returns org's image with that name that is not
 	// disabled, else ErrNotFound.
 	GetImageByName(ctx context.Context, org domain.OrgID, name string) (domain.Image, error)
@@ -324,14 +324,14 @@ type Images interface {
 	UpdateImage(ctx context.Context, img domain.Image, at time.Time) error
 	// SetImageState sets only the state (disable, or enable again); errors
 	// as UpdateImage.
-	SetImageState(ctx context.Context, id string, state domain.ImageState, at time.Time) error
+	SetImageState(ctx context.Context, id domain.ImageID, state domain.ImageState, at time.Time) error
 	// CreateJob inserts a pending job (State must be "" or pending; zero
 	// counters). ErrJobActive if another job of the image is active,
 	// ErrNotFound for an unknown image, ErrConflict for a reused id.
 	CreateJob(ctx context.Context, j domain.ImageJob) (domain.ImageJob, error)
-	GetJob(ctx context.Context, id string) (domain.ImageJob, error)
+	GetJob(ctx context.Context, id domain.ImageJobID) (domain.ImageJob, error)
 	// ListJobs returns an image's jobs, oldest first.
-	ListJobs(ctx context.Context, imageID string) ([]domain.ImageJob, error)
+	ListJobs(ctx context.Context, imageID domain.ImageID) ([]domain.ImageJob, error)
 	// ClaimJob claims a pending job, or a materializing or capturing one
 	// whose lease ended before at (its runner died): it bumps the epoch,
 	// sets the lease to at+lease, the state to materializing (what
@@ -340,7 +340,7 @@ type Images interface {
 	// row. One conditional write: of concurrent claimers
 	// exactly one wins. ErrConflict while another lease is live or once the
 	// job finished, ErrNotFound for an unknown job.
-	ClaimJob(ctx context.Context, id string, lease time.Duration, at time.Time) (domain.ImageJob, error)
+	ClaimJob(ctx context.Context, id domain.ImageJobID, lease time.Duration, at time.Time) (domain.ImageJob, error)
 	// ListClaimableJobs returns up to limit jobs ClaimJob would take at
 	// at (pending, or active with an ended lease), oldest first; limit <= 0
 	// means no limit.
@@ -353,7 +353,7 @@ type Images interface {
 	UpdateJobProgress(ctx context.Context, p JobProgress, at time.Time) error
 	// FinishJob moves a claimed job to ready or failed with its error and
 	// output tail (stages nil keeps them); fenced as UpdateJobProgress.
-	FinishJob(ctx context.Context, id string, epoch int64, state domain.ImageJobState, errMsg, tail string, stages json.RawMessage, at time.Time) error
+	FinishJob(ctx context.Context, id domain.ImageJobID, epoch int64, state domain.ImageJobState, errMsg, tail string, stages json.RawMessage, at time.Time) error
 	// CompleteImageJob, in one transaction, finishes the claimed job jobID
 	// ready (what imagejobs.Transition gives a success; stages nil keeps
 	// them) and records what it made on image img.ID: only Digest, Config,
@@ -362,7 +362,7 @@ type Images interface {
 	// to img.ID (else ErrConflict) and is fenced as UpdateJobProgress; an
 	// unknown image is ErrNotFound, an image disabled meanwhile ErrConflict.
 	// Nothing is written on any error.
-	CompleteImageJob(ctx context.Context, jobID string, epoch int64, img domain.Image, stages json.RawMessage, at time.Time) error
+	CompleteImageJob(ctx context.Context, jobID domain.ImageJobID, epoch int64, img domain.Image, stages json.RawMessage, at time.Time) error
 }
 
 // Credentials keeps sealed registry credentials; images name them by id.

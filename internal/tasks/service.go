@@ -44,7 +44,7 @@ type Placeholders interface {
 
 // Secrets opens a repository's git login (secrets.Vault does).
 type Secrets interface {
-	Open(ctx context.Context, id string) (domain.Secret, []byte, error)
+	Open(ctx context.Context, id domain.SecretID) (domain.Secret, []byte, error)
 }
 
 // AppTokens mints GitHub App installation tokens for repository clones

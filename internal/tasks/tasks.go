@@ -41,8 +41,8 @@ type StartTaskRequest struct {
 	ID      domain.TaskID
 	Profile string // name or id
 	Prompt  string
-	Title   string // "" = the prompt's first line, cut
-	RunID   string // the automation run starting it; "" for a user
+	Title   string                 // "" = the prompt's first line, cut
+	RunID   domain.AutomationRunID // the automation run starting it; "" for a user
 	// StartedBy names the user's API token; "" for a run.
 	StartedBy string
 	// Owner is whose the task and its sessions are: the person asking

@@ -139,7 +139,7 @@ func TestCloneWithGitHubApp(t *testing.T) {
 	}
 	put := func(name, kind string, meta map[string]any, value []byte) {
 		raw, _ := json.Marshal(meta)
-		s := domain.Secret{ID: "sec-" + name, Org: domain.FirstOrg, Kind: kind, Name: name, Meta: raw}
+		s := domain.Secret{ID: domain.SecretID("sec-" + name), Org: domain.FirstOrg, Kind: kind, Name: name, Meta: raw}
 		s.Sealed, _ = coordinatortest.Sealer{}.Seal(value, secrets.AssociatedData(s.ID))
 		if err := st.PutSecret(t.Context(), s); err != nil {
 			t.Fatal(err)

@@ -571,7 +571,7 @@ func TestStartTask(t *testing.T) {
 	}
 
 	// A title given is kept, and who started it.
-	tk2, err := e.co.StartTask(ctx, StartTaskRequest{Profile: p.Profile.ID, Prompt: "x", Title: "my title", StartedBy: "alice-cli", RunID: "run-3", Owner: ada})
+	tk2, err := e.co.StartTask(ctx, StartTaskRequest{Profile: string(p.Profile.ID), Prompt: "x", Title: "my title", StartedBy: "alice-cli", RunID: "run-3", Owner: ada})
 	if err != nil || tk2.Title != "my title" || tk2.StartedBy != "alice-cli" || tk2.RunID != "run-3" {
 		t.Errorf("start with a title: %+v %v", tk2, err)
 	}

@@ -71,7 +71,7 @@ func (Sealer) Open(c, ad []byte) ([]byte, error) {
 }
 
 // WaitJob waits (10 s at most) until image job id is ready or failed.
-func WaitJob(t testing.TB, st store.Store, id string) domain.ImageJob {
+func WaitJob(t testing.TB, st store.Store, id domain.ImageJobID) domain.ImageJob {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {

@@ -19,7 +19,7 @@ const claimedJobStates = `('materializing', 'capturing')`
 // ClaimJob implements store.Images. The WHERE clause is the whole claim
 // test, so of concurrent claimers only one UPDATE matches the row: Postgres
 // re-checks it against the winner's row version, SQLite has one writer.
-func (s *Store) ClaimJob(ctx context.Context, id string, lease time.Duration, at time.Time) (domain.ImageJob, error) {
+func (s *Store) ClaimJob(ctx context.Context, id domain.ImageJobID, lease time.Duration, at time.Time) (domain.ImageJob, error) {
 	action := "claim image job " + id
 	if lease <= 0 {
 		return domain.ImageJob{}, fmt.Errorf("%s: lease %v is not positive", action, lease)
@@ -96,7 +96,7 @@ func (s *Store) UpdateJobProgress(ctx context.Context, p store.JobProgress, at t
 }
 
 // FinishJob implements store.Images.
-func (s *Store) FinishJob(ctx context.Context, id string, epoch int64, state domain.ImageJobState, errMsg, tail string,
+func (s *Store) FinishJob(ctx context.Context, id domain.ImageJobID, epoch int64, state domain.ImageJobState, errMsg, tail string,
 	stages json.RawMessage, at time.Time,
 ) error {
 	action := fmt.Sprintf("finish image job %s %s", id, state)
@@ -117,7 +117,7 @@ func (s *Store) FinishJob(ctx context.Context, id string, epoch int64, state dom
 
 // CompleteImageJob implements store.Images: the job's fenced finish and the
 // image's rewrite commit together or not at all.
-func (s *Store) CompleteImageJob(ctx context.Context, jobID string, epoch int64, img domain.Image,
+func (s *Store) CompleteImageJob(ctx context.Context, jobID domain.ImageJobID, epoch int64, img domain.Image,
 	stages json.RawMessage, at time.Time,
 ) error {
 	action := fmt.Sprintf("complete image job %s of image %s", jobID, img.ID)
@@ -185,7 +185,7 @@ func (u *jobUpdate) addStages(stages json.RawMessage) {
 // (and, unless imageID is "", belongs to that image). On no match it reads
 // the row back through db to say why: ErrNotFound, ErrConflict (other image,
 // or not claimed) or ErrStaleEpoch.
-func (s *Store) fencedJobWrite(ctx context.Context, db execer, u jobUpdate, imageID string) error {
+func (s *Store) fencedJobWrite(ctx context.Context, db execer, u jobUpdate, imageID domain.ImageID) error {
 	q, args := `UPDATE image_jobs SET `+u.set+` WHERE id = $1 AND epoch = $2 AND state IN `+claimedJobStates, u.args
 	if imageID != "" {
 		args = append(args[:len(args):len(args)], imageID)
@@ -201,7 +201,8 @@ func (s *Store) fencedJobWrite(ctx context.Context, db execer, u jobUpdate, imag
 		return nil
 	}
 	var cur int64
-	var state, owner string
+	var state string
+	var owner domain.ImageID
 	err = db.QueryRowContext(ctx, `SELECT epoch, state, image_id FROM image_jobs WHERE id = $1`, u.args[0]).
 		Scan(&cur, &state, &owner)
 	epoch := u.args[1].(int64)

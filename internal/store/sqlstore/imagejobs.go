@@ -77,7 +77,7 @@ func (s *Store) CreateJob(ctx context.Context, j domain.ImageJob) (domain.ImageJ
 }
 
 // GetJob implements store.Images.
-func (s *Store) GetJob(ctx context.Context, id string) (domain.ImageJob, error) {
+func (s *Store) GetJob(ctx context.Context, id domain.ImageJobID) (domain.ImageJob, error) {
 	j, err := scanJob(s.read.QueryRowContext(ctx, `SELECT `+jobCols+` FROM image_jobs WHERE id = $1`, id))
 	if isNoRows(err) {
 		return domain.ImageJob{}, fmt.Errorf("get image job %s: %w", id, store.ErrNotFound)
@@ -89,7 +89,7 @@ func (s *Store) GetJob(ctx context.Context, id string) (domain.ImageJob, error) 
 }
 
 // ListJobs implements store.Images, ordered by created_at, then id.
-func (s *Store) ListJobs(ctx context.Context, imageID string) ([]domain.ImageJob, error) {
+func (s *Store) ListJobs(ctx context.Context, imageID domain.ImageID) ([]domain.ImageJob, error) {
 	out, err := s.queryJobs(ctx, `SELECT `+jobCols+` FROM image_jobs
 		WHERE image_id = $1 ORDER BY created_at, id`, imageID)
 	if err != nil {

@@ -91,7 +91,7 @@ func (s *Store) CreateImage(ctx context.Context, img domain.Image) error {
 }
 
 // GetImage implements store.Images.
-func (s *Store) GetImage(ctx context.Context, id string) (domain.Image, error) {
+func (s *Store) GetImage(ctx context.Context, id domain.ImageID) (domain.Image, error) {
 	img, err := scanImage(s.read.QueryRowContext(ctx, `SELECT `+imageCols+` FROM images WHERE id = $1`, id))
 	if isNoRows(err) {
 		return domain.Image{}, fmt.Errorf("get image %s: %w", id, store.ErrNotFound)
@@ -143,7 +143,7 @@ func (s *Store) UpdateImage(ctx context.Context, img domain.Image, at time.Time)
 		return fmt.Errorf("update image %s: %w", img.ID, err)
 	}
 	res, err := updateImage(ctx, s.write, img, at)
-	return s.imageWritten(res, err, "update image "+img.ID)
+	return s.imageWritten(res, err, "update image "+string(img.ID))
 }
 
 // updateImage rewrites every column of img's row but id and created_at;
@@ -160,7 +160,7 @@ func updateImage(ctx context.Context, db execer, img domain.Image, at time.Time)
 }
 
 // SetImageState implements store.Images.
-func (s *Store) SetImageState(ctx context.Context, id string, state domain.ImageState, at time.Time) error {
+func (s *Store) SetImageState(ctx context.Context, id domain.ImageID, state domain.ImageState, at time.Time) error {
 	if state != domain.ImageReady && state != domain.ImageDisabled {
 		return fmt.Errorf("set image %s state: unknown image state %q", id, state)
 	}

@@ -62,9 +62,9 @@ func (s *Store) CreateProfile(ctx context.Context, p domain.Profile) (domain.Pro
 }
 
 // GetProfile implements store.Profiles.
-func (s *Store) GetProfile(ctx context.Context, id string) (domain.Profile, error) {
+func (s *Store) GetProfile(ctx context.Context, id domain.ProfileID) (domain.Profile, error) {
 	p, err := scanProfile(s.read.QueryRowContext(ctx, `SELECT `+profileCols+` FROM profiles WHERE id = $1`, id))
-	return p, rowFound(err, "get profile "+id)
+	return p, rowFound(err, "get profile "+string(id))
 }
 
 // GetProfileByName implements store.Profiles.
@@ -113,7 +113,7 @@ func (s *Store) UpdateProfile(ctx context.Context, p domain.Profile, expectVersi
 
 // whyProfileUnchanged explains a conditional profile update that matched no
 // row: unknown, deleted, or edited since.
-func (s *Store) whyProfileUnchanged(ctx context.Context, org domain.OrgID, id string) error {
+func (s *Store) whyProfileUnchanged(ctx context.Context, org domain.OrgID, id domain.ProfileID) error {
 	cur, err := scanProfile(s.write.QueryRowContext(ctx, `SELECT `+profileCols+` FROM profiles WHERE id = $1`, id))
 	switch {
 	case isNoRows(err), err == nil && cur.Org != org:
@@ -127,10 +127,10 @@ func (s *Store) whyProfileUnchanged(ctx context.Context, org domain.OrgID, id st
 }
 
 // DeleteProfile implements store.Profiles.
-func (s *Store) DeleteProfile(ctx context.Context, id string, at time.Time) error {
+func (s *Store) DeleteProfile(ctx context.Context, id domain.ProfileID, at time.Time) error {
 	res, err := s.write.ExecContext(ctx, `UPDATE profiles SET deleted_at = $2
 		WHERE id = $1 AND deleted_at IS NULL`, id, micros(orNow(at)))
-	return softDeleted(ctx, s.write, res, err, "profiles", id, "delete profile "+id)
+	return softDeleted(ctx, s.write, res, err, "profiles", string(id), "delete profile "+string(id))
 }
 
 // grantJSON is a grant as the grants column keeps it.

@@ -60,9 +60,9 @@ func (s *Store) PutSecret(ctx context.Context, sec domain.Secret) error {
 }
 
 // GetSecret implements store.Secrets.
-func (s *Store) GetSecret(ctx context.Context, id string) (domain.Secret, error) {
+func (s *Store) GetSecret(ctx context.Context, id domain.SecretID) (domain.Secret, error) {
 	sec, err := scanSecret(s.read.QueryRowContext(ctx, `SELECT `+secretCols+` FROM secrets WHERE id = $1`, id))
-	return sec, rowFound(err, "get secret "+id)
+	return sec, rowFound(err, "get secret "+string(id))
 }
 
 // GetSecretByName implements store.Secrets.
@@ -89,10 +89,10 @@ func (s *Store) ListSecrets(ctx context.Context, org domain.OrgID) ([]domain.Sec
 // DeleteSecret implements store.Secrets: the sealed bytes are overwritten
 // with none, so a deleted key is gone from the live database (not from
 // backups or the write-ahead log).
-func (s *Store) DeleteSecret(ctx context.Context, id string, at time.Time) error {
+func (s *Store) DeleteSecret(ctx context.Context, id domain.SecretID, at time.Time) error {
 	res, err := s.write.ExecContext(ctx, `UPDATE secrets SET deleted_at = $2, sealed = $3
 		WHERE id = $1 AND deleted_at IS NULL`, id, micros(orNow(at)), []byte{})
-	return softDeleted(ctx, s.write, res, err, "secrets", id, "delete secret "+id)
+	return softDeleted(ctx, s.write, res, err, "secrets", string(id), "delete secret "+string(id))
 }
 
 // softDeleted maps the outcome of an UPDATE ... WHERE id = $1 AND deleted_at

@@ -90,8 +90,9 @@ func (s *Store) CommitSnapshot(ctx context.Context, snap domain.Snapshot, epoch 
 
 // commitPrecheck returns the session's head, or why snap cannot be
 // committed on top of it with epoch.
-func commitPrecheck(ctx context.Context, db execer, snap domain.Snapshot, epoch int64) (string, error) {
-	var head, state string
+func commitPrecheck(ctx context.Context, db execer, snap domain.Snapshot, epoch int64) (domain.SnapshotID, error) {
+	var head domain.SnapshotID
+	var state string
 	var cur int64
 	err := db.QueryRowContext(ctx, `SELECT head_snapshot_id, epoch, state FROM sessions WHERE id = $1`,
 		snap.SessionID).Scan(&head, &cur, &state)
@@ -111,7 +112,7 @@ func commitPrecheck(ctx context.Context, db execer, snap domain.Snapshot, epoch 
 }
 
 // GetSnapshot implements store.Snapshots.
-func (s *Store) GetSnapshot(ctx context.Context, id string) (domain.Snapshot, error) {
+func (s *Store) GetSnapshot(ctx context.Context, id domain.SnapshotID) (domain.Snapshot, error) {
 	snap, err := scanSnapshot(s.read.QueryRowContext(ctx, `SELECT `+snapshotCols+` FROM session_snapshots WHERE id = $1`, id))
 	if isNoRows(err) {
 		return domain.Snapshot{}, fmt.Errorf("get snapshot %s: %w", id, store.ErrNotFound)
@@ -139,7 +140,7 @@ const snapshotPage = 500
 // ForEachSnapshot implements store.Snapshots in id order. It reads a page
 // at a time and holds no cursor while fn runs, so fn may use the store.
 func (s *Store) ForEachSnapshot(ctx context.Context, fn func(domain.Snapshot) error) error {
-	after := ""
+	var after domain.SnapshotID
 	for {
 		page, err := s.querySnapshots(ctx, `SELECT `+snapshotCols+` FROM session_snapshots
 			WHERE id > $1 ORDER BY id LIMIT $2`, after, snapshotPage)

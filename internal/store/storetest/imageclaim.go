@@ -164,8 +164,8 @@ func testImageJobListClaimable(t *testing.T, st store.Store) {
 	d := claimJob(t, st, done.ID, t0)
 	must(t, st.FinishJob(ctx, done.ID, d.Epoch, domain.JobFailed, "x", "", nil, t0))
 
-	ids := func(jobs []domain.ImageJob) []string {
-		var out []string
+	ids := func(jobs []domain.ImageJob) []domain.ImageJobID {
+		var out []domain.ImageJobID
 		for _, j := range jobs {
 			out = append(out, j.ID)
 		}
@@ -175,12 +175,12 @@ func testImageJobListClaimable(t *testing.T, st store.Store) {
 		name  string
 		at    time.Time
 		limit int
-		want  []string
+		want  []domain.ImageJobID
 	}{
-		{"leases live", t0.Add(time.Second), 0, []string{early.ID, late.ID}},
-		{"one lease ended", t0.Add(30 * time.Second), 0, []string{early.ID, expired.ID, late.ID}},
-		{"limited", t0.Add(30 * time.Second), 2, []string{early.ID, expired.ID}},
-		{"both ended", t0.Add(time.Hour), -1, []string{live.ID, early.ID, expired.ID, late.ID}},
+		{"leases live", t0.Add(time.Second), 0, []domain.ImageJobID{early.ID, late.ID}},
+		{"one lease ended", t0.Add(30 * time.Second), 0, []domain.ImageJobID{early.ID, expired.ID, late.ID}},
+		{"limited", t0.Add(30 * time.Second), 2, []domain.ImageJobID{early.ID, expired.ID}},
+		{"both ended", t0.Add(time.Hour), -1, []domain.ImageJobID{live.ID, early.ID, expired.ID, late.ID}},
 	}
 	for _, c := range cases {
 		got, err := st.ListClaimableJobs(ctx, c.at, c.limit)
@@ -256,29 +256,29 @@ func testCompleteImageJobWritesNothing(t *testing.T, st store.Store) {
 	cases := []struct {
 		name string
 		// setup returns the job to complete and the epoch to complete it with.
-		setup  func(t *testing.T, img domain.Image, c domain.ImageJob) (jobID string, epoch int64)
+		setup  func(t *testing.T, img domain.Image, c domain.ImageJob) (jobID domain.ImageJobID, epoch int64)
 		change func(img domain.Image) domain.Image
 		want   error // nil: any error
 	}{
-		{"stale epoch", func(t *testing.T, _ domain.Image, c domain.ImageJob) (string, int64) {
+		{"stale epoch", func(t *testing.T, _ domain.Image, c domain.ImageJob) (domain.ImageJobID, int64) {
 			claimJob(t, st, c.ID, t0.Add(time.Hour)) // the lease ended; someone else has it
 			return c.ID, c.Epoch
 		}, captured, store.ErrStaleEpoch},
-		{"job of another image", func(*testing.T, domain.Image, domain.ImageJob) (string, int64) {
+		{"job of another image", func(*testing.T, domain.Image, domain.ImageJob) (domain.ImageJobID, int64) {
 			return otherJob.ID, oc.Epoch
 		}, captured, store.ErrConflict},
-		{"unknown job", func(*testing.T, domain.Image, domain.ImageJob) (string, int64) {
-			return newID(), 1
+		{"unknown job", func(*testing.T, domain.Image, domain.ImageJob) (domain.ImageJobID, int64) {
+			return newImageJobID(), 1
 		}, captured, store.ErrNotFound},
-		{"job finished", func(t *testing.T, _ domain.Image, c domain.ImageJob) (string, int64) {
+		{"job finished", func(t *testing.T, _ domain.Image, c domain.ImageJob) (domain.ImageJobID, int64) {
 			must(t, st.FinishJob(ctx, c.ID, c.Epoch, domain.JobFailed, "x", "", nil, t0))
 			return c.ID, c.Epoch
 		}, captured, store.ErrConflict},
-		{"image disabled meanwhile", func(t *testing.T, img domain.Image, c domain.ImageJob) (string, int64) {
+		{"image disabled meanwhile", func(t *testing.T, img domain.Image, c domain.ImageJob) (domain.ImageJobID, int64) {
 			must(t, st.SetImageState(ctx, img.ID, domain.ImageDisabled, t0))
 			return c.ID, c.Epoch
 		}, captured, store.ErrConflict},
-		{"malformed image", func(*testing.T, domain.Image, domain.ImageJob) (string, int64) { return "", 0 },
+		{"malformed image", func(*testing.T, domain.Image, domain.ImageJob) (domain.ImageJobID, int64) { return "", 0 },
 			func(img domain.Image) domain.Image { return malformed(captured(img)) }, nil},
 	}
 	for i, tc := range cases {
@@ -310,7 +310,7 @@ func testCompleteImageJobWritesNothing(t *testing.T, st store.Store) {
 }
 
 // snapshotJobs prints every job of the images, for before/after checks.
-func snapshotJobs(t *testing.T, st store.Store, imageIDs ...string) string {
+func snapshotJobs(t *testing.T, st store.Store, imageIDs ...domain.ImageID) string {
 	t.Helper()
 	var out string
 	for _, id := range imageIDs {

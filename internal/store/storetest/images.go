@@ -32,7 +32,7 @@ var imageTests = []test{
 
 func newImage(name string) domain.Image {
 	return domain.Image{
-		ID: newID(), Org: domain.FirstOrg, Name: name, Ref: "registry.example/team/" + name + ":latest",
+		ID: newImageID(), Org: domain.FirstOrg, Name: name, Ref: "registry.example/team/" + name + ":latest",
 		Config:    json.RawMessage(`{"env":["A=1"],"workdir":"/w","memory":1024,"vcpus":2,"disk":8,"warmup":"echo hi"}`),
 		CreatedAt: t0,
 	}
@@ -86,7 +86,7 @@ func testImageRoundTrip(t *testing.T, st store.Store) {
 	wantImage(t, list[0], b) // by name
 	wantImage(t, list[1], a)
 
-	_, err = st.GetImage(ctx, newID())
+	_, err = st.GetImage(ctx, newImageID())
 	wantErr(t, err, store.ErrNotFound)
 	_, err = st.GetImageByName(ctx, domain.FirstOrg, "nope")
 	wantErr(t, err, store.ErrNotFound)
@@ -118,7 +118,7 @@ func testImageNameUnique(t *testing.T, st store.Store) {
 	wantTime(t, "updated_at", old.UpdatedAt, t0.Add(time.Second))
 	// Enabling the old one again would give the name to two live images.
 	wantErr(t, st.SetImageState(ctx, a.ID, domain.ImageReady, t0), store.ErrConflict)
-	wantErr(t, st.SetImageState(ctx, newID(), domain.ImageDisabled, t0), store.ErrNotFound)
+	wantErr(t, st.SetImageState(ctx, newImageID(), domain.ImageDisabled, t0), store.ErrNotFound)
 }
 
 func testImageUpdate(t *testing.T, st store.Store) {
@@ -155,13 +155,13 @@ func testImageUpdate(t *testing.T, st store.Store) {
 	}
 }
 
-func newJob(t *testing.T, st store.Store, imageID string, at time.Time) (domain.ImageJob, error) {
+func newJob(t *testing.T, st store.Store, imageID domain.ImageID, at time.Time) (domain.ImageJob, error) {
 	t.Helper()
-	return st.CreateJob(t.Context(), domain.ImageJob{ID: newID(), ImageID: imageID, Kind: domain.ImageJobEnable, CreatedAt: at})
+	return st.CreateJob(t.Context(), domain.ImageJob{ID: newImageJobID(), ImageID: imageID, Kind: domain.ImageJobEnable, CreatedAt: at})
 }
 
 // claimJob claims job id at at for a minute.
-func claimJob(t *testing.T, st store.Store, id string, at time.Time) domain.ImageJob {
+func claimJob(t *testing.T, st store.Store, id domain.ImageJobID, at time.Time) domain.ImageJob {
 	t.Helper()
 	j, err := st.ClaimJob(t.Context(), id, time.Minute, at)
 	must(t, err)
@@ -216,7 +216,7 @@ func testImageJobOneActive(t *testing.T, st store.Store) {
 	if jobs[0].ID != first.ID || jobs[1].ID != second.ID {
 		t.Fatal("jobs not listed oldest first")
 	}
-	if jobs, err := st.ListJobs(ctx, newID()); err != nil || len(jobs) != 0 {
+	if jobs, err := st.ListJobs(ctx, newImageID()); err != nil || len(jobs) != 0 {
 		t.Fatalf("ListJobs(unknown) = %v, %v; want none", jobs, err)
 	}
 }
@@ -224,7 +224,7 @@ func testImageJobOneActive(t *testing.T, st store.Store) {
 func testImageJobProgress(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	img := createImage(t, st, "debian")
-	j, err := st.CreateJob(ctx, domain.ImageJob{ID: newID(), ImageID: img.ID, Kind: domain.ImageJobRefresh, CreatedAt: t0})
+	j, err := st.CreateJob(ctx, domain.ImageJob{ID: newImageJobID(), ImageID: img.ID, Kind: domain.ImageJobRefresh, CreatedAt: t0})
 	must(t, err)
 	c := claimJob(t, st, j.ID, t0.Add(time.Second))
 	p := progress(c, domain.JobMaterializing, "pull", 10, 100)
@@ -275,7 +275,7 @@ func testImageJobProgress(t *testing.T, st store.Store) {
 	wantErr(t, st.FinishJob(ctx, j.ID, c.Epoch, domain.JobReady, "", "", nil, t0), store.ErrConflict)
 	_, err = st.ClaimJob(ctx, j.ID, time.Minute, t0.Add(time.Hour*24))
 	wantErr(t, err, store.ErrConflict)
-	unknown := domain.ImageJob{ID: newID(), Epoch: 1}
+	unknown := domain.ImageJob{ID: newImageJobID(), Epoch: 1}
 	wantErr(t, st.UpdateJobProgress(ctx, progress(unknown, domain.JobCapturing, "x", 1, 1), t0), store.ErrNotFound)
 	wantErr(t, st.FinishJob(ctx, unknown.ID, 1, domain.JobReady, "", "", nil, t0), store.ErrNotFound)
 	_, err = st.ClaimJob(ctx, unknown.ID, time.Minute, t0)
@@ -287,7 +287,7 @@ func testImageJobProgress(t *testing.T, st store.Store) {
 func testImageJobRejected(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	img := createImage(t, st, "debian")
-	_, err := newJob(t, st, newID(), t0)
+	_, err := newJob(t, st, newImageID(), t0)
 	wantErr(t, err, store.ErrNotFound)
 	j, err := newJob(t, st, img.ID, t0)
 	must(t, err)
@@ -295,7 +295,7 @@ func testImageJobRejected(t *testing.T, st store.Store) {
 	must(t, st.FinishJob(ctx, j.ID, c.Epoch, domain.JobReady, "", "", nil, t0))
 	_, err = st.CreateJob(ctx, domain.ImageJob{ID: j.ID, ImageID: img.ID, Kind: domain.ImageJobEnable, CreatedAt: t0})
 	wantErr(t, err, store.ErrConflict)
-	if _, err := st.CreateJob(ctx, domain.ImageJob{ID: newID(), ImageID: img.ID, Kind: "rebuild"}); err == nil {
+	if _, err := st.CreateJob(ctx, domain.ImageJob{ID: newImageJobID(), ImageID: img.ID, Kind: "rebuild"}); err == nil {
 		t.Fatal("CreateJob accepted an unknown kind")
 	}
 	k, err := newJob(t, st, img.ID, t0)
@@ -346,7 +346,7 @@ func testImageOrgs(t *testing.T, st store.Store) {
 	if err := st.CreateImage(ctx, none); err == nil {
 		t.Fatal("CreateImage took an image of no organisation")
 	}
-	for org, want := range map[domain.OrgID]string{domain.FirstOrg: mine.ID, "org-b": theirs.ID} {
+	for org, want := range map[domain.OrgID]domain.ImageID{domain.FirstOrg: mine.ID, "org-b": theirs.ID} {
 		got, err := st.GetImageByName(ctx, org, "debian")
 		must(t, err)
 		list, err := st.ListImages(ctx, org)

@@ -28,7 +28,7 @@ const profileSpec = `{"image":"debian","harness":"claude-code","model":"m1","mod
 	`"repos":[{"url":"https://git.example/r.git","credential":"github"}],"env":{"A":"1"},"egress":["api.example"]}`
 
 func newProfile(name string) domain.Profile {
-	return domain.Profile{ID: newID(), Org: domain.FirstOrg, Name: name, Spec: json.RawMessage(profileSpec), CreatedAt: t0}
+	return domain.Profile{ID: newProfileID(), Org: domain.FirstOrg, Name: name, Spec: json.RawMessage(profileSpec), CreatedAt: t0}
 }
 
 func createProfile(t *testing.T, st store.Store, name string) domain.Profile {
@@ -76,7 +76,7 @@ func testProfileRoundTrip(t *testing.T, st store.Store) {
 	wantProfile(t, list[0], a) // by name
 	wantProfile(t, list[1], b)
 
-	_, err = st.GetProfile(ctx, newID())
+	_, err = st.GetProfile(ctx, newProfileID())
 	wantErr(t, err, store.ErrNotFound)
 	_, err = st.GetProfileByName(ctx, domain.FirstOrg, "nope")
 	wantErr(t, err, store.ErrNotFound)
@@ -87,10 +87,10 @@ func testProfileRoundTrip(t *testing.T, st store.Store) {
 	}{
 		{"same name", newProfile("go"), store.ErrConflict},
 		{"same id", domain.Profile{ID: a.ID, Org: domain.FirstOrg, Name: "other"}, store.ErrConflict},
-		{"no organisation", domain.Profile{ID: newID(), Name: "y"}, nil},
+		{"no organisation", domain.Profile{ID: newProfileID(), Name: "y"}, nil},
 		{"no id", domain.Profile{Name: "x"}, nil},
-		{"no name", domain.Profile{ID: newID()}, nil},
-		{"bad spec", domain.Profile{ID: newID(), Name: "x", Spec: json.RawMessage(`{"image":`)}, nil},
+		{"no name", domain.Profile{ID: newProfileID()}, nil},
+		{"bad spec", domain.Profile{ID: newProfileID(), Name: "x", Spec: json.RawMessage(`{"image":`)}, nil},
 	} {
 		_, err := st.CreateProfile(ctx, c.p)
 		if err == nil || (c.want != nil && !errors.Is(err, c.want)) {
@@ -149,7 +149,7 @@ func testProfileUpdateRejected(t *testing.T, st store.Store) {
 		{"future version", edit(p, "go"), 2, store.ErrConflict},
 		{"name of another live profile", edit(p, other.Name), 1, store.ErrConflict},
 		{"deleted", edit(gone, "gone"), 1, store.ErrConflict},
-		{"unknown", domain.Profile{ID: newID(), Org: domain.FirstOrg, Name: "x"}, 1, store.ErrNotFound},
+		{"unknown", domain.Profile{ID: newProfileID(), Org: domain.FirstOrg, Name: "x"}, 1, store.ErrNotFound},
 		{"no name", edit(p, ""), 1, nil},
 		{"bad spec", domain.Profile{ID: p.ID, Org: domain.FirstOrg, Name: "go", Spec: json.RawMessage(`{`)}, 1, nil},
 	}
@@ -194,7 +194,7 @@ func testProfileDelete(t *testing.T, st store.Store) {
 	got, err = st.GetProfile(ctx, p.ID)
 	must(t, err)
 	wantProfile(t, got, p)
-	wantErr(t, st.DeleteProfile(ctx, newID(), t0), store.ErrNotFound)
+	wantErr(t, st.DeleteProfile(ctx, newProfileID(), t0), store.ErrNotFound)
 
 	again := createProfile(t, st, "go")
 	got, err = st.GetProfileByName(ctx, domain.FirstOrg, "go")
@@ -301,7 +301,7 @@ func testProfilesScoped(t *testing.T, st store.Store) {
 	wantErr(t, err, store.ErrConflict) // unique within an organisation
 	for _, c := range []struct {
 		org  domain.OrgID
-		want string
+		want domain.ProfileID
 	}{{"o1", a.ID}, {"o2", b.ID}} {
 		got, err := st.GetProfileByName(ctx, c.org, "python")
 		must(t, err)
@@ -331,7 +331,7 @@ func testProfilesScoped(t *testing.T, st store.Store) {
 // engrams's own (no organisation) apart from both.
 func testSecretsScoped(t *testing.T, st store.Store) {
 	ctx := t.Context()
-	ids := map[domain.OrgID]string{}
+	ids := map[domain.OrgID]domain.SecretID{}
 	for _, org := range []domain.OrgID{"o1", "o2", ""} {
 		s := newSecret("git_https", "github")
 		s.Org = org

@@ -21,7 +21,7 @@ var secretTests = []test{
 
 func newSecret(kind, name string) domain.Secret {
 	return domain.Secret{
-		ID: newID(), Org: domain.FirstOrg, Kind: kind, Name: name, Sealed: []byte("sealed:" + name),
+		ID: newSecretID(), Org: domain.FirstOrg, Kind: kind, Name: name, Sealed: []byte("sealed:" + name),
 		Meta: json.RawMessage(`{"base_url":"https://api.example/v1"}`), CreatedAt: t0,
 	}
 }
@@ -73,7 +73,7 @@ func testSecretRoundTrip(t *testing.T, st store.Store) {
 	for i, want := range []domain.Secret{anthropic, git, bare} { // by name
 		wantSecret(t, list[i], want)
 	}
-	_, err = st.GetSecret(ctx, newID())
+	_, err = st.GetSecret(ctx, newSecretID())
 	wantErr(t, err, store.ErrNotFound)
 	_, err = st.GetSecretByName(ctx, domain.FirstOrg, "nope")
 	wantErr(t, err, store.ErrNotFound)
@@ -107,7 +107,7 @@ func testSecretDelete(t *testing.T, st store.Store) {
 	got, err = st.GetSecret(ctx, old.ID)
 	must(t, err)
 	wantSecret(t, got, old)
-	wantErr(t, st.DeleteSecret(ctx, newID(), t0), store.ErrNotFound)
+	wantErr(t, st.DeleteSecret(ctx, newSecretID(), t0), store.ErrNotFound)
 
 	// The name is taken by a new secret; the deleted one's id stays taken.
 	fresh := newSecret("anthropic_api_key", "anthropic")
@@ -136,9 +136,9 @@ func testSecretRejected(t *testing.T, st store.Store) {
 		{"same id", sameID, store.ErrConflict},
 		{"same live name", newSecret("openai_api_key", "anthropic"), store.ErrConflict},
 		{"no id", domain.Secret{Kind: "git_https", Name: "a", Sealed: []byte("x")}, nil},
-		{"no kind", domain.Secret{ID: newID(), Name: "a", Sealed: []byte("x")}, nil},
-		{"no name", domain.Secret{ID: newID(), Kind: "git_https", Sealed: []byte("x")}, nil},
-		{"nothing sealed", domain.Secret{ID: newID(), Kind: "git_https", Name: "a", Sealed: []byte{}}, nil},
+		{"no kind", domain.Secret{ID: newSecretID(), Name: "a", Sealed: []byte("x")}, nil},
+		{"no name", domain.Secret{ID: newSecretID(), Kind: "git_https", Sealed: []byte("x")}, nil},
+		{"nothing sealed", domain.Secret{ID: newSecretID(), Kind: "git_https", Name: "a", Sealed: []byte{}}, nil},
 		{"bad meta", badMeta, nil},
 	}
 	for _, c := range cases {
@@ -178,10 +178,10 @@ func testSealedList(t *testing.T, st store.Store) {
 
 	// Paged by id, two at a time: every live sealed secret once, the
 	// deleted one (nothing sealed) never.
-	want := map[string][]byte{gw.ID: gw.Sealed}
+	want := map[string][]byte{string(gw.ID): gw.Sealed}
 	for i, s := range secrets {
 		if i != 2 {
-			want[s.ID] = s.Sealed
+			want[string(s.ID)] = s.Sealed
 		}
 	}
 	got := map[string][]byte{}
@@ -240,25 +240,25 @@ func testSealedReplace(t *testing.T, st store.Store) {
 	must(t, st.PutCredential(ctx, cred))
 
 	resealed := []byte{0x01, 0x00, 0xff, 'n', 'e', 'w'}
-	must(t, st.ReplaceSealed(ctx, domain.SealedSecret, s.ID, s.Sealed, resealed))
+	must(t, st.ReplaceSealed(ctx, domain.SealedSecret, string(s.ID), s.Sealed, resealed))
 	got, err := st.GetSecret(ctx, s.ID)
 	must(t, err)
 	if !bytes.Equal(got.Sealed, resealed) || got.Name != s.Name || got.Kind != s.Kind {
 		t.Fatalf("after replace: %+v", got)
 	}
 	// The old value no longer matches: nothing is written.
-	wantErr(t, st.ReplaceSealed(ctx, domain.SealedSecret, s.ID, s.Sealed, []byte("stale")), store.ErrConflict)
+	wantErr(t, st.ReplaceSealed(ctx, domain.SealedSecret, string(s.ID), s.Sealed, []byte("stale")), store.ErrConflict)
 	if got, _ := st.GetSecret(ctx, s.ID); !bytes.Equal(got.Sealed, resealed) {
 		t.Fatalf("a stale replace wrote %q", got.Sealed)
 	}
 	// A deleted secret is never given its value back.
-	wantErr(t, st.ReplaceSealed(ctx, domain.SealedSecret, gone.ID, gone.Sealed, []byte("back")), store.ErrConflict)
+	wantErr(t, st.ReplaceSealed(ctx, domain.SealedSecret, string(gone.ID), gone.Sealed, []byte("back")), store.ErrConflict)
 	if got, _ := st.GetSecret(ctx, gone.ID); got.Sealed != nil || got.DeletedAt.IsZero() {
 		t.Fatalf("a deleted secret after replace: %+v", got)
 	}
 	wantErr(t, st.ReplaceSealed(ctx, domain.SealedSecret, newID(), []byte("a"), []byte("b")), store.ErrNotFound)
 	// Kinds are tables of their own.
-	wantErr(t, st.ReplaceSealed(ctx, domain.SealedRegistryCredential, s.ID, resealed, []byte("x")), store.ErrNotFound)
+	wantErr(t, st.ReplaceSealed(ctx, domain.SealedRegistryCredential, string(s.ID), resealed, []byte("x")), store.ErrNotFound)
 	must(t, st.ReplaceSealed(ctx, domain.SealedRegistryCredential, cred.ID, cred.Sealed, []byte("c2")))
 	if got, _ := st.GetCredential(ctx, cred.ID); string(got.Sealed) != "c2" || got.Registry != "ghcr.io" {
 		t.Fatalf("credential after replace: %+v", got)
@@ -268,7 +268,7 @@ func testSealedReplace(t *testing.T, st store.Store) {
 			t.Fatalf("ReplaceSealed(%q, %q) succeeded", bad[0], bad[1])
 		}
 	}
-	if err := st.ReplaceSealed(ctx, "tokens", s.ID, resealed, []byte("x")); err == nil || errors.Is(err, store.ErrNotFound) {
+	if err := st.ReplaceSealed(ctx, "tokens", string(s.ID), resealed, []byte("x")); err == nil || errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("ReplaceSealed of an unknown kind: %v", err)
 	}
 }
@@ -280,14 +280,14 @@ func testSealedReplace(t *testing.T, st store.Store) {
 func ReplaceSealedConcurrently(t *testing.T, stores []store.Store, workers, rows int) {
 	t.Helper()
 	ctx := t.Context()
-	ids := make([]string, rows)
+	ids := make([]domain.SecretID, rows)
 	for i := range ids {
 		s := newSecret("generic", fmt.Sprintf("contended-%d", i))
 		must(t, stores[0].PutSecret(ctx, s))
 		ids[i] = s.ID
 	}
 	var mu sync.Mutex
-	wins := map[string]int{}
+	wins := map[domain.SecretID]int{}
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for w := range workers {
@@ -303,7 +303,7 @@ func ReplaceSealedConcurrently(t *testing.T, stores []store.Store, workers, rows
 				if bytes.Contains(cur.Sealed, []byte("/by-")) {
 					continue // another worker re-sealed it before this one read it
 				}
-				err = st.ReplaceSealed(ctx, domain.SealedSecret, id, cur.Sealed, fmt.Appendf(nil, "%s/by-%d", cur.Sealed, w))
+				err = st.ReplaceSealed(ctx, domain.SealedSecret, string(id), cur.Sealed, fmt.Appendf(nil, "%s/by-%d", cur.Sealed, w))
 				mu.Lock()
 				switch {
 				case err == nil:

@@ -30,7 +30,7 @@ func claimedSession(t *testing.T, st store.Store) (domain.Op, domain.Session) {
 
 func newSnapshot(sessionID domain.SessionID, outboxSeq int64, at time.Time) domain.Snapshot {
 	return domain.Snapshot{
-		ID: newID(), SessionID: sessionID, HostID: "host-1",
+		ID: newSnapshotID(), SessionID: sessionID, HostID: "host-1",
 		Manifests: json.RawMessage(`{"memory":{"chunks":["aa"]}}`), Facts: domain.HostFacts{CPUModel: "x"},
 		Bytes: 1 << 30, Uploaded: 1 << 20, OutboxSeq: outboxSeq, HarnessSeq: 7, Reason: "snapshot", CreatedAt: at,
 	}
@@ -67,7 +67,7 @@ func wantOutboxStates(t *testing.T, st store.Store, sessionID domain.SessionID, 
 	return items
 }
 
-func wantHead(t *testing.T, st store.Store, sessionID domain.SessionID, want string) {
+func wantHead(t *testing.T, st store.Store, sessionID domain.SessionID, want domain.SnapshotID) {
 	t.Helper()
 	sess, err := st.GetSession(t.Context(), sessionID)
 	must(t, err)
@@ -109,11 +109,11 @@ func testCommitSnapshot(t *testing.T, st store.Store) {
 	wantOutboxStates(t, st, sess.ID, domain.OutboxDurable, domain.OutboxDurable, domain.OutboxPending)
 	list, err := st.ListSnapshots(ctx, sess.ID)
 	must(t, err)
-	var ids, parents []string
+	var ids, parents []domain.SnapshotID
 	for _, s := range list {
 		ids, parents = append(ids, s.ID), append(parents, s.ParentID)
 	}
-	if !slices.Equal(ids, []string{first.ID, second.ID, third.ID}) || !slices.Equal(parents, []string{"", first.ID, second.ID}) {
+	if !slices.Equal(ids, []domain.SnapshotID{first.ID, second.ID, third.ID}) || !slices.Equal(parents, []domain.SnapshotID{"", first.ID, second.ID}) {
 		t.Fatalf("ListSnapshots ids %v parents %v", ids, parents)
 	}
 	// The session row changed only its head.
@@ -123,7 +123,7 @@ func testCommitSnapshot(t *testing.T, st store.Store) {
 	if fmt.Sprint(after) != fmt.Sprint(sess) {
 		t.Fatalf("session after commits = %+v, want %+v", after, sess)
 	}
-	_, err = st.GetSnapshot(ctx, newID())
+	_, err = st.GetSnapshot(ctx, newSnapshotID())
 	wantErr(t, err, store.ErrNotFound)
 	list, err = st.ListSnapshots(ctx, newSID())
 	must(t, err)
@@ -147,7 +147,7 @@ func testCommitSnapshotRejected(t *testing.T, st store.Store) {
 		{"stale epoch", func(_ *domain.Snapshot, e *int64) { *e-- }, store.ErrStaleEpoch},
 		{"future epoch", func(_ *domain.Snapshot, e *int64) { *e++ }, store.ErrStaleEpoch},
 		{"unknown session", func(s *domain.Snapshot, _ *int64) { s.SessionID = newSID() }, store.ErrNotFound},
-		{"wrong parent", func(s *domain.Snapshot, _ *int64) { s.ParentID = newID() }, store.ErrConflict},
+		{"wrong parent", func(s *domain.Snapshot, _ *int64) { s.ParentID = newSnapshotID() }, store.ErrConflict},
 		{"reused id", func(s *domain.Snapshot, _ *int64) { s.ID = head.ID }, store.ErrConflict},
 		{"no id", func(s *domain.Snapshot, _ *int64) { s.ID = "" }, nil},
 		{"bad manifests", func(s *domain.Snapshot, _ *int64) { s.Manifests = json.RawMessage(`{`) }, nil},
@@ -188,7 +188,7 @@ func testCommitSnapshotAtomic(t *testing.T, st store.Store) {
 	opB, b := claimedSession(t, st)
 	putItems(t, st, b.ID, 2)
 	must(t, st.MarkDelivered(ctx, b.ID, 2, opB.Epoch, t0))
-	for _, prev := range []string{"", newID()} {
+	for _, prev := range []domain.SnapshotID{"", newSnapshotID()} {
 		if prev != "" {
 			must(t, st.CommitSnapshot(ctx, domain.Snapshot{ID: prev, SessionID: b.ID, CreatedAt: t0}, opB.Epoch))
 		}
@@ -244,7 +244,7 @@ func testDeleteSnapshots(t *testing.T, st store.Store) {
 func testForEachSnapshot(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	// More rows than one page of sqlstore's ForEachSnapshot (500).
-	want := map[string]domain.SessionID{}
+	want := map[domain.SnapshotID]domain.SessionID{}
 	for i := range 3 {
 		op, sess := claimedSession(t, st)
 		for range 1 + i*300 {
@@ -253,7 +253,7 @@ func testForEachSnapshot(t *testing.T, st store.Store) {
 			want[snap.ID] = sess.ID
 		}
 	}
-	seen := map[string]int{}
+	seen := map[domain.SnapshotID]int{}
 	must(t, st.ForEachSnapshot(ctx, func(s domain.Snapshot) error {
 		if want[s.ID] != s.SessionID {
 			return fmt.Errorf("snapshot %s of %s: unexpected", s.ID, s.SessionID)

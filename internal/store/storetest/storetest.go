@@ -54,6 +54,12 @@ func newID() string { return uuid.Must(uuid.NewV7()).String() }
 func newSID() domain.SessionID { return domain.SessionID(newID()) }
 func newHID() domain.HostID    { return domain.HostID(newID()) }
 
+func newProfileID() domain.ProfileID   { return domain.ProfileID(newID()) }
+func newSecretID() domain.SecretID     { return domain.SecretID(newID()) }
+func newImageID() domain.ImageID       { return domain.ImageID(newID()) }
+func newSnapshotID() domain.SnapshotID { return domain.SnapshotID(newID()) }
+func newImageJobID() domain.ImageJobID { return domain.ImageJobID(newID()) }
+
 func wantErr(t *testing.T, err, target error) {
 	t.Helper()
 	if !errors.Is(err, target) {

@@ -115,7 +115,7 @@ func testTaskRejected(t *testing.T, st store.Store) {
 		want error // nil: any error
 	}{
 		{"reused id", reused, store.ErrConflict},
-		{"unknown profile", with(func(t *domain.Task) { t.ProfileID = newID() }), store.ErrNotFound},
+		{"unknown profile", with(func(t *domain.Task) { t.ProfileID = newProfileID() }), store.ErrNotFound},
 		{"no id", with(func(t *domain.Task) { t.ID = "" }), nil},
 		{"no profile", with(func(t *domain.Task) { t.ProfileID = "" }), nil},
 		{"bad state", with(func(t *domain.Task) { t.State = "paused" }), nil},
@@ -168,7 +168,7 @@ func testTaskList(t *testing.T, st store.Store) {
 		{domain.TaskFilter{States: []domain.TaskState{domain.TaskIdle, domain.TaskRunning}}, "cba"},
 		{domain.TaskFilter{ProfileID: p1.ID, States: []domain.TaskState{domain.TaskIdle, domain.TaskFailed}}, "dc"},
 		{domain.TaskFilter{ProfileID: p2.ID, States: []domain.TaskState{domain.TaskFailed}}, ""},
-		{domain.TaskFilter{ProfileID: newID()}, ""},
+		{domain.TaskFilter{ProfileID: newProfileID()}, ""},
 	}
 	for _, c := range cases {
 		list, err := st.ListTasks(ctx, c.f)
