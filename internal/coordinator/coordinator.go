@@ -139,9 +139,24 @@ type noMetrics struct{}
 func (noMetrics) OpFinished(string, string, time.Duration) {}
 func (noMetrics) SnapshotUploaded(int64)                   {}
 
+// Store is what the coordinator reads and writes of the store: the fleet
+// and its keys, sessions with their ops, events, snapshots and outboxes,
+// and the change feed. Nothing an organisation curates.
+type Store interface {
+	store.Hosts
+	store.Sessions
+	store.Ops
+	store.Events
+	store.Snapshots
+	store.Outbox
+	store.Tokens
+	Notify(ctx context.Context, topic string) error
+	Subscribe(ctx context.Context, topic string) <-chan struct{}
+}
+
 // Deps are the coordinator's collaborators.
 type Deps struct {
-	Store store.Store
+	Store Store
 	Hosts hostlink.Transports
 	// Links admits, re-checks and closes this replica's host links (the
 	// hostlink Router); nil: links are not checked across replicas nor
@@ -163,7 +178,7 @@ type Deps struct {
 // Coordinator is one replica's session control plane.
 type Coordinator struct {
 	cfg     Config
-	st      store.Store
+	st      Store
 	hosts   hostlink.Transports
 	links   *hostlink.Client
 	places  *Placement

@@ -68,7 +68,7 @@ type Links interface {
 // disable, delete and revoke. Coordinator.Access returns the replica's.
 type Access struct {
 	cfg     Config
-	st      store.Store
+	st      Store
 	ends    Links
 	log     *slog.Logger
 	clock   func() time.Time

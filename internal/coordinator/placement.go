@@ -8,13 +8,12 @@ import (
 
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/scheduler"
-	"github.com/engrams/engrams/internal/store"
 )
 
 // Placement picks hosts for machines from the fleet as the store records
 // it: the coordinator places sessions with it, image jobs their captures.
 type Placement struct {
-	st        store.Store
+	st        Store
 	now       func() time.Time
 	heartbeat time.Duration
 }
@@ -22,7 +21,7 @@ type Placement struct {
 // NewPlacement returns a Placement over st; heartbeat is the interval hosts
 // are told to heartbeat at (0: the coordinator's default), now the clock
 // (nil: time.Now).
-func NewPlacement(st store.Store, heartbeat time.Duration, now func() time.Time) *Placement {
+func NewPlacement(st Store, heartbeat time.Duration, now func() time.Time) *Placement {
 	if heartbeat <= 0 {
 		heartbeat = defaultHeartbeat
 	}

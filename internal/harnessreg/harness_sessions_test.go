@@ -55,7 +55,7 @@ func newEnv(t *testing.T, placementWait time.Duration, m imagejobs.Materializer)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ct := coordinatortest.Run(t, coordinator.Config{PlacementWait: placementWait},
+	ct := coordinatortest.Run(t, coordinator.Config{PlacementWait: placementWait}, st,
 		coordinator.Deps{Store: st, Hosts: f, Images: im, Harnesses: reg}, f)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -35,7 +35,7 @@ func newEnvWith(t *testing.T, cfg Config, extra Deps) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ct := coordinatortest.Run(t, coordinator.Config{PlacementWait: cfg.PlacementWait},
+	ct := coordinatortest.Run(t, coordinator.Config{PlacementWait: cfg.PlacementWait}, st,
 		coordinator.Deps{Store: st, Hosts: f, Images: im, Roots: []coordinator.ChunkRoots{im}}, f)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -69,9 +69,21 @@ type Config struct {
 	Prices *pricing.Table
 }
 
+// Store is what tasks read and write of the store: tasks and their
+// events, the sessions they run in, the secrets their profiles name, and
+// the change feed.
+type Store interface {
+	store.Tasks
+	GetSession(ctx context.Context, id domain.SessionID) (domain.Session, error)
+	TouchSession(ctx context.Context, id domain.SessionID, at time.Time) error
+	GetSecretByName(ctx context.Context, org domain.OrgID, name string) (domain.Secret, error)
+	Notify(ctx context.Context, topic string) error
+	Subscribe(ctx context.Context, topic string) <-chan struct{}
+}
+
 // Deps are what tasks need.
 type Deps struct {
-	Store        store.Store
+	Store        Store
 	Sessions     Sessions
 	Profiles     Profiles
 	Placeholders Placeholders
@@ -91,7 +103,7 @@ type Deps struct {
 // outlive sessions.
 type Tasks struct {
 	cfg          Config
-	st           store.Store
+	st           Store
 	sessions     Sessions
 	profiles     Profiles
 	placeholders Placeholders

@@ -13,7 +13,6 @@ import (
 	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/domain"
 	"github.com/engrams/engrams/internal/guestapi"
-	"github.com/engrams/engrams/internal/store"
 )
 
 // Brokers gives a session's guest what it uses a brokered credential
@@ -38,10 +37,16 @@ type guestOps interface {
 	guestRun(ctx context.Context, sid domain.SessionID, req guestapi.ExecRequest, limit int) (guestapi.ExecResult, error)
 }
 
+// brokeringStore is what brokering reads of the store.
+type brokeringStore interface {
+	GetSecretByName(ctx context.Context, org domain.OrgID, name string) (domain.Secret, error)
+	GetSession(ctx context.Context, id domain.SessionID) (domain.Session, error)
+}
+
 // brokering is what tasks do for brokered credentials: grant them at
 // create and ready the guest for them at setup.
 type brokering struct {
-	st      store.Store
+	st      brokeringStore
 	brokers Brokers // nil: nothing is brokered
 	guest   guestOps
 }

@@ -320,7 +320,12 @@ func taskStateAfter(t domain.Task, evs []domain.TaskEvent) (domain.TaskState, st
 // Rewinder lowers a session's task cursor when the session resumes after
 // its incarnation was lost (a coordinator.RestoreObserver). It needs only
 // the store, so the coordinator can be given one before tasks exist.
-type Rewinder struct{ Store store.Store }
+type Rewinder struct {
+	Store interface {
+		TaskBySession(ctx context.Context, sessionID domain.SessionID) (domain.Task, error)
+		IngestTaskEvents(ctx context.Context, in store.TaskIngest) (store.TaskIngested, error)
+	}
+}
 
 // SessionRestored lowers the session's task cursor to the harness event
 // head of the snapshot it resumes from: after a lost incarnation, the

@@ -49,11 +49,12 @@ func New(t testing.TB, cfg coordinator.Config, build func(st store.Store, f *Fle
 		deps = build(st, f)
 	}
 	deps.Store, deps.Hosts = st, f
-	return Run(t, cfg, deps, f)
+	return Run(t, cfg, st, deps, f)
 }
 
-// Run runs a coordinator with deps (whose Hosts is f) until the test ends.
-func Run(t testing.TB, cfg coordinator.Config, deps coordinator.Deps, f *Fleet) *Env {
+// Run runs a coordinator with deps (whose Store is st and Hosts f) until
+// the test ends.
+func Run(t testing.TB, cfg coordinator.Config, st store.Store, deps coordinator.Deps, f *Fleet) *Env {
 	t.Helper()
 	if cfg.ReplicaID == "" {
 		cfg.ReplicaID = "r1"
@@ -66,7 +67,7 @@ func Run(t testing.TB, cfg coordinator.Config, deps coordinator.Deps, f *Fleet) 
 	done := make(chan struct{})
 	go func() { _ = co.Run(runCtx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return &Env{St: deps.Store, Co: co, Fleet: f}
+	return &Env{St: st, Co: co, Fleet: f}
 }
 
 // AddHost creates, registers and connects a fake host with room for n 256
