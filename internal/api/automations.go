@@ -159,9 +159,16 @@ func (s *automationsRouter) startRun(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &req) {
 		return
 	}
+	// A trigger payload by hand is a curator's test of what an integration
+	// would send (it may name a profile): a member gives inputs only.
+	p := principalFrom(r.Context())
+	if len(req.Trigger) > 0 && !p.Role.AtLeast(domain.RoleAdmin) {
+		writeError(w, http.StatusForbidden, apiv1.CodeForbidden, "only owners and admins start a run with a trigger payload; give inputs")
+		return
+	}
 	// A retry with the same Idempotency-Key is answered by the middleware.
 	started, err := s.runs.StartRun(r.Context(), orgOf(r), r.PathValue("name"), autorun.RunRequest{Inputs: req.Inputs, Trigger: req.Trigger,
-		Actor: principalFrom(r.Context()).UserID})
+		Actor: p.UserID})
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -87,6 +87,8 @@ type Store interface {
 	// GetIntegration says which organisation holds the integration whose
 	// events trigger runs.
 	GetIntegration(ctx context.Context, kind domain.IntegrationKind) (domain.Integration, error)
+	// GetMember is whose grants a run started by hand holds.
+	GetMember(ctx context.Context, org domain.OrgID, user domain.UserID) (domain.Member, error)
 }
 
 // TaskControl starts and steers tasks (tasks.Tasks).

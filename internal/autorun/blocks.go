@@ -147,6 +147,19 @@ func (w *walker) taskOf(b automations.Block) domain.TaskID { return domain.TaskI
 // title is its prompt's first line as written, without the quoting. An
 // integration that grants profiles (Slack's channels) is asked first.
 // The integrations that follow their runs' tasks (Slack's thread) hear of it.
+// grantee is the member user of org as one who asks to use a profile; a
+// person who is no longer a member uses none.
+func (r blocks) grantee(ctx context.Context, org domain.OrgID, user domain.UserID) (domain.Grantee, error) {
+	m, err := r.st.GetMember(ctx, org, user)
+	if errors.Is(err, domain.ErrNotFound) {
+		return domain.Grantee{}, fmt.Errorf("%w: %s, who started the run, is no longer a member", domain.ErrInvalid, user)
+	}
+	if err != nil {
+		return domain.Grantee{}, fmt.Errorf("the run's starter: %w", err)
+	}
+	return domain.Grantee{OrgID: org, UserID: user, Groups: m.Groups, Curator: m.Role.AtLeast(domain.RoleAdmin)}, nil
+}
+
 func (r blocks) startTask(ctx context.Context, w *walker, req tasks.StartTaskRequest) (string, error) {
 	ns, err := uuid.Parse(string(w.run.ID))
 	if err != nil {
@@ -158,6 +171,13 @@ func (r blocks) startTask(ctx context.Context, w *walker, req tasks.StartTaskReq
 	// request or issue, or their start by hand); else the organisation's,
 	// shared with its members.
 	req.Owner = domain.Owner{OrgID: w.run.Org, UserID: w.run.ActorID, Shared: w.run.ActorID == ""}
+	if w.run.TriggerKind == string(automations.TriggerManual) && w.run.ActorID != "" {
+		// Started by hand: the profile (which the run's inputs may name)
+		// is the starter's to use, as if they started the task.
+		if req.Grantee, err = r.grantee(ctx, w.run.Org, w.run.ActorID); err != nil {
+			return "", err
+		}
+	}
 	run := connector.Run{ID: w.run.ID, Trigger: w.run.TriggerKind, Payload: w.run.Trigger}
 	for _, in := range r.ins {
 		if g, ok := in.(connector.ProfileGate); ok {

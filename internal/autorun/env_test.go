@@ -132,13 +132,16 @@ type fakeTasks struct {
 	idle   bool // every task reads idle with its turns ended, known or not (a replica after a crash)
 	log    string
 	subs   []chan struct{}
+	// grantees are whose grants each task was started with.
+	grantees map[domain.TaskID]domain.Grantee
 }
 
 func newFakeTasks(t testing.TB, log string) *fakeTasks {
 	if log == "" {
 		log = filepath.Join(t.TempDir(), "effects.log")
 	}
-	return &fakeTasks{tasks: map[domain.TaskID]*domain.Task{}, events: map[domain.TaskID][]domain.TaskEvent{}, log: log}
+	return &fakeTasks{tasks: map[domain.TaskID]*domain.Task{}, events: map[domain.TaskID][]domain.TaskEvent{}, log: log,
+		grantees: map[domain.TaskID]domain.Grantee{}}
 }
 
 func (f *fakeTasks) effect(format string, args ...any) {
@@ -192,6 +195,7 @@ func (f *fakeTasks) StartTask(_ context.Context, req tasks.StartTaskRequest) (do
 		return *t, nil
 	}
 	f.effect("start %s %s", req.Profile, req.Prompt)
+	f.grantees[req.ID] = req.Grantee
 	f.tasks[req.ID] = &domain.Task{ID: req.ID, State: domain.TaskStarting, SessionID: "s-" + domain.SessionID(req.ID), RunID: req.RunID,
 		Owner: req.Owner}
 	f.promptLocked(req.ID, req.Prompt)

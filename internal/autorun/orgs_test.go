@@ -2,7 +2,9 @@ package autorun
 
 import (
 	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/engrams/engrams/internal/connector"
 	"github.com/engrams/engrams/internal/domain"
@@ -73,5 +75,64 @@ func TestAutomationsOfTheirOrganisation(t *testing.T) {
 	}
 	if found != 1 {
 		t.Errorf("the run started %d tasks, want 1", found)
+	}
+}
+
+// TestRunsByHandHoldTheirStartersGrants: a task a run started by hand is
+// started with its starter's grants (their groups; a curator's when they
+// are an admin), so the run's inputs name no profile the starter may not
+// use; a run by a person who is no longer a member starts nothing.
+func TestRunsByHandHoldTheirStartersGrants(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, databases(t)[0], "r1", newFakeTasks(t, ""))
+	ctx := t.Context()
+	def := "name: by-hand\ntrigger: {kind: manual}\ninputs:\n  - {name: profile, type: string, required: true}\n" +
+		"blocks:\n  - {id: task, kind: start_task, profile: \"{{inputs.profile}}\", prompt: go}\n"
+	if _, err := e.r.CreateAutomation(ctx, domain.FirstOrg, []byte(def), false); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []domain.UserID{"u-mem", "u-adm", "u-gone"} {
+		if err := e.st.CreateUser(ctx, domain.User{ID: u}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for u, role := range map[domain.UserID]domain.Role{"u-mem": domain.RoleMember, "u-adm": domain.RoleAdmin} {
+		if err := e.st.PutMember(ctx, domain.FirstOrg, u, role, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.st.SetMemberGroups(ctx, domain.FirstOrg, "u-mem", []string{"eng"}); err != nil {
+		t.Fatal(err)
+	}
+	for actor, want := range map[domain.UserID]domain.Grantee{
+		"u-mem": {OrgID: domain.FirstOrg, UserID: "u-mem", Groups: []string{"eng"}},
+		"u-adm": {OrgID: domain.FirstOrg, UserID: "u-adm", Groups: []string{}, Curator: true},
+	} {
+		s, err := e.r.StartRun(ctx, domain.FirstOrg, "by-hand", RunRequest{Inputs: map[string]any{"profile": "prod"}, Actor: actor})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if run := e.waitRun(t, s.Run.ID, domain.RunSucceeded, domain.RunFailed); run.State != domain.RunSucceeded {
+			t.Fatalf("%s's run ended %s: %s", actor, run.State, run.Error)
+		}
+		e.tasks.mu.Lock()
+		var got []domain.Grantee
+		for id, tk := range e.tasks.tasks {
+			if tk.RunID == s.Run.ID {
+				got = append(got, e.tasks.grantees[id])
+			}
+		}
+		e.tasks.mu.Unlock()
+		if len(got) != 1 || got[0].OrgID != want.OrgID || got[0].UserID != want.UserID || got[0].Curator != want.Curator ||
+			len(got[0].Groups) != len(want.Groups) {
+			t.Errorf("%s's run started its task as %+v, want %+v", actor, got, want)
+		}
+	}
+	s, err := e.r.StartRun(ctx, domain.FirstOrg, "by-hand", RunRequest{Inputs: map[string]any{"profile": "prod"}, Actor: "u-gone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run := e.waitRun(t, s.Run.ID, domain.RunSucceeded, domain.RunFailed); run.State != domain.RunFailed || !strings.Contains(run.Error, "no longer a member") {
+		t.Errorf("a former member's run ended %s: %s", run.State, run.Error)
 	}
 }

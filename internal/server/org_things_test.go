@@ -265,6 +265,11 @@ func TestAutomationsAndIntegrationsStayInTheirOrganisation(t *testing.T) {
 	if rec := w.do(t, owner, "POST", "/v1/integrations", slack); rec.Code != http.StatusCreated {
 		t.Fatalf("owner adds Slack: %d %s", rec.Code, rec.Body)
 	}
+	// A member starts runs with inputs; a trigger payload (which may name
+	// a profile) by hand is a curator's.
+	if rec := w.do(t, w.caller("member"), "POST", "/v1/automations/nightly/runs", `{"trigger":{"profile":"prod"}}`); rec.Code != http.StatusForbidden {
+		t.Errorf("a member's run by hand with a trigger payload: %d %s", rec.Code, rec.Body)
+	}
 	for _, c := range []struct{ method, path, body string }{
 		{"GET", "/v1/automations/nightly", ""},
 		{"PUT", "/v1/automations/nightly", `{"definition":"name: nightly\ntrigger: {kind: manual}\nblocks: []\n"}`},

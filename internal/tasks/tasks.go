@@ -48,8 +48,8 @@ type StartTaskRequest struct {
 	// Owner is whose the task and its sessions are: the person asking
 	// (private unless shared), or for a run the organisation's.
 	Owner domain.Owner
-	// Grantee is who asks, whose grants decide the profile they may use
-	// (unused for a run: its automation's curators chose the profile).
+	// Grantee is who asks, whose grants decide the profile they may use;
+	// a run without one uses its automation's curators' choice.
 	Grantee domain.Grantee
 }
 
@@ -113,8 +113,9 @@ func (c *Tasks) StartTask(ctx context.Context, req StartTaskRequest) (domain.Tas
 		}
 	}
 	who := req.Grantee
-	if req.RunID != "" {
-		// An automation's profile was chosen by the admins who curate it.
+	if req.RunID != "" && who.OrgID == "" {
+		// An automation's profile was chosen by the admins who curate it
+		// (a run started by hand gives its starter's grants instead).
 		who = domain.Grantee{OrgID: req.Owner.OrgID, Curator: true}
 	}
 	if who.OrgID != req.Owner.OrgID {
