@@ -162,7 +162,7 @@ func (s *automationsRouter) startRun(w http.ResponseWriter, r *http.Request) {
 	// A trigger payload by hand is a curator's test of what an integration
 	// would send (it may name a profile): a member gives inputs only.
 	p := principalFrom(r.Context())
-	if len(req.Trigger) > 0 && !p.Role.AtLeast(domain.RoleAdmin) {
+	if givesTrigger(req.Trigger) && !p.Role.AtLeast(domain.RoleAdmin) {
 		writeError(w, http.StatusForbidden, apiv1.CodeForbidden, "only owners and admins start a run with a trigger payload; give inputs")
 		return
 	}
@@ -295,3 +295,13 @@ func stepOut(s domain.RunStep) apiv1.RunStep {
 
 // orgOf is the organisation r's caller acts in.
 func orgOf(r *http.Request) domain.OrgID { return principalFrom(r.Context()).OrgID }
+
+// givesTrigger says a run's request carries a trigger payload: anything
+// but nothing, null or an empty object.
+func givesTrigger(raw json.RawMessage) bool {
+	var m map[string]json.RawMessage
+	if len(raw) == 0 || string(raw) == "null" {
+		return false
+	}
+	return json.Unmarshal(raw, &m) != nil || len(m) > 0
+}

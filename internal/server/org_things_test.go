@@ -267,8 +267,11 @@ func TestAutomationsAndIntegrationsStayInTheirOrganisation(t *testing.T) {
 	}
 	// A member starts runs with inputs; a trigger payload (which may name
 	// a profile) by hand is a curator's.
-	if rec := w.do(t, w.caller("member"), "POST", "/v1/automations/nightly/runs", `{"trigger":{"profile":"prod"}}`); rec.Code != http.StatusForbidden {
-		t.Errorf("a member's run by hand with a trigger payload: %d %s", rec.Code, rec.Body)
+	for body, want := range map[string]int{`{"trigger":{"profile":"prod"}}`: http.StatusForbidden, `{"trigger":"x"}`: http.StatusForbidden,
+		`{"trigger":{}}`: http.StatusCreated} {
+		if rec := w.do(t, w.caller("member"), "POST", "/v1/automations/nightly/runs", body); rec.Code != want {
+			t.Errorf("a member's run by hand with %s: %d %s, want %d", body, rec.Code, rec.Body, want)
+		}
 	}
 	for _, c := range []struct{ method, path, body string }{
 		{"GET", "/v1/automations/nightly", ""},
