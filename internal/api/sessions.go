@@ -63,7 +63,7 @@ func (s *sessionsRouter) createSession(w http.ResponseWriter, r *http.Request) {
 	req := in.request()
 	spec := domain.SessionSpec{MemoryMiB: req.MemoryMiB, VCPUs: req.VCPUs, Env: req.Env, Image: req.Image, Harness: req.Harness, IdleTimeoutSec: req.IdleTimeoutSec, MaxLifetimeSec: req.MaxLifetimeSec, Egress: req.Egress,
 		Owner: principalFrom(r.Context()).Owner(false)}
-	sess, err := s.co.CreateSession(r.Context(), spec, req.IdempotencyKey)
+	sess, err := s.co.CreateSession(r.Context(), spec, ownKey(spec.Owner, req.IdempotencyKey))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -264,3 +264,13 @@ func outboxOut(it domain.OutboxItem) apiv1.OutboxItem {
 
 // pathSession is the {id} of a session route.
 func pathSession(r *http.Request) domain.SessionID { return domain.SessionID(r.PathValue("id")) }
+
+// ownKey is a caller's idempotency key in the deployment's one key
+// space: the owner's, so no caller finds another's session (nor the
+// keys engrams makes for tasks' sessions) by naming its key.
+func ownKey(o domain.Owner, key string) string {
+	if key == "" {
+		return ""
+	}
+	return "user:" + string(o.OrgID) + "/" + string(o.UserID) + "/" + key
+}

@@ -312,3 +312,36 @@ func TestAutomationsAndIntegrationsStayInTheirOrganisation(t *testing.T) {
 		t.Errorf("another organisation's task opens a pull request with the first's GitHub App: %d %s", rec.Code, rec.Body)
 	}
 }
+
+// TestSessionKeysAreTheirOwners: a session's idempotency key names a
+// session of its caller's only: the same key from another caller makes
+// another session, and no key names a task's session.
+func TestSessionKeysAreTheirOwners(t *testing.T) {
+	t.Parallel()
+	w := newCuratedWorld(t)
+	create := func(c caller, key string) string {
+		t.Helper()
+		rec := w.do(t, c, "POST", "/v1/sessions?wait=false", `{"idempotency_key":"`+key+`"}`)
+		var out struct{ ID string }
+		if rec.Code != http.StatusCreated || json.Unmarshal(rec.Body.Bytes(), &out) != nil || out.ID == "" {
+			t.Fatalf("%s creates a session with key %s: %d %s", c.name, key, rec.Code, rec.Body)
+		}
+		return out.ID
+	}
+	member, other := w.caller("member"), w.caller("other organisation's owner")
+	first := create(member, "k1")
+	if again := create(member, "k1"); again != first {
+		t.Errorf("the member's retry made session %s, want %s", again, first)
+	}
+	if theirs := create(other, "k1"); theirs == first {
+		t.Errorf("another organisation's key k1 answered the member's session %s", first)
+	}
+	// The key engrams gives a task's session is not a caller's to name.
+	if _, _, _, err := w.st.CreateSession(t.Context(), store.NewSession{ID: "s-task", OpID: "op-s-task", IdempotencyKey: "task-t1",
+		Spec: domain.SessionSpec{Owner: domain.Owner{OrgID: domain.FirstOrg, UserID: "u-admin"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := create(member, "task-t1"); got == "s-task" {
+		t.Errorf("the member's key task-t1 answered the admin's task's session")
+	}
+}
