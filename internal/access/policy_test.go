@@ -61,8 +61,10 @@ func TestRoleTable(t *testing.T) {
 
 func TestEveryWriteByAnAdminIsAudited(t *testing.T) {
 	t.Parallel()
+	// Reads sent as POSTs, for their bodies: they change nothing.
+	reads := map[string]string{apiv1.RoutePreviewReceipt: "resolves a spec, stores nothing"}
 	for route, r := range access.Routes() {
-		write := !(len(route) > 4 && route[:4] == "GET ")
+		write := !(len(route) > 4 && route[:4] == "GET ") && reads[route] == ""
 		if write && (r.Need == access.Admin || r.Need == access.Fleet) && r.Action == "" {
 			t.Errorf("%s changes what an admin or fleet operator curates but records no audit action", route)
 		}

@@ -308,7 +308,7 @@ func (c *Images) ImageJob(ctx context.Context, org domain.OrgID, id domain.Image
 	if err != nil {
 		return job, err
 	}
-	if _, err := c.findImage(ctx, org, string(job.ImageID)); err != nil {
+	if img, err := c.st.GetImage(ctx, job.ImageID); err != nil || org == "" || img.Org != org {
 		return domain.ImageJob{}, fmt.Errorf("image job %q: %w", id, store.ErrNotFound)
 	}
 	return job, nil

@@ -159,8 +159,10 @@ type claims struct {
 	Email    string `json:"email"`
 	Verified bool   `json:"email_verified"`
 	// Groups, when the provider sends them, replace the member's groups
-	// at each sign-in (the provider is then where groups are kept).
-	Groups *[]string `json:"groups"`
+	// at each sign-in (the provider is then where groups are kept): a
+	// list of names, or one name; what is not a name is dropped, never a
+	// failed sign-in.
+	Groups json.RawMessage `json:"groups"`
 }
 
 // member is the membership id's verified email signs in to: org, or the
@@ -186,13 +188,37 @@ func (s *Service) member(ctx context.Context, id *oidc.IDToken, org domain.OrgID
 	}
 	for _, m := range ms {
 		if org == "" || m.OrgID == org {
-			return s.syncGroups(ctx, m, c.Groups)
+			return s.syncGroups(ctx, m, groupNames(c.Groups))
 		}
 	}
 	if org != "" {
 		return domain.Member{}, fmt.Errorf("%w: %s is not a member of organisation %s", errNoAccount, c.Email, org)
 	}
 	return domain.Member{}, fmt.Errorf("%w: %s is in no organisation: ask an admin to add you", errNoAccount, c.Email)
+}
+
+// groupNames reads a groups claim: nil when absent (or null), else its
+// string items (a lone string is one); anything else is skipped.
+func groupNames(raw json.RawMessage) *[]string {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	var one string
+	if json.Unmarshal(raw, &one) == nil {
+		return &[]string{one}
+	}
+	var items []json.RawMessage
+	out := []string{}
+	if json.Unmarshal(raw, &items) != nil {
+		return &out
+	}
+	for _, it := range items {
+		var name string // null unmarshals to nothing: skipped below
+		if json.Unmarshal(it, &name) == nil && string(it) != "null" {
+			out = append(out, name)
+		}
+	}
+	return &out
 }
 
 // syncGroups makes m's groups the provider's, when it sent any: the

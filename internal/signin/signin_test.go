@@ -1,6 +1,8 @@
 package signin
 
 import (
+	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 )
@@ -62,3 +64,40 @@ func TestNewRefusesHalfAProvider(t *testing.T) {
 
 // fakeStore is a Store that is never reached by these tests.
 type fakeStore struct{ Store }
+
+// TestGroupNames: a groups claim is a list of names or one name; what is
+// not a name is dropped, never a failed sign-in; absent or null keeps
+// the member's groups as they are.
+func TestGroupNames(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		raw  string
+		want []string // nil: keep as they are
+	}{
+		{``, nil},
+		{`null`, nil},
+		{`[]`, []string{}},
+		{`["eng","ops"]`, []string{"eng", "ops"}},
+		{`"eng"`, []string{"eng"}},
+		{`["eng",7,{"x":1},null,["a"]]`, []string{"eng"}},
+		{`7`, []string{}},
+		{`{"eng":true}`, []string{}},
+	} {
+		got := groupNames(json.RawMessage(c.raw))
+		if (got == nil) != (c.want == nil) || (got != nil && !slices.Equal(*got, c.want)) {
+			t.Errorf("groupNames(%s) = %v, want %v", c.raw, got, c.want)
+		}
+	}
+}
+
+func FuzzGroupNames(f *testing.F) {
+	for _, s := range []string{`["eng"]`, `"x"`, `null`, `[1,"a"]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		// Never a panic; names only from a claim that is JSON.
+		if got := groupNames(raw); got != nil && len(*got) > 0 && !json.Valid(raw) {
+			t.Fatalf("groupNames(%q) = %q from what is not JSON", raw, *got)
+		}
+	})
+}

@@ -43,11 +43,17 @@ export function ProfileEditor(props: { name?: string }) {
     setWho(toWho(existing.value.profile.grants));
   }, [existing.value]);
   useEffect(() => {
+    // A member reads the receipt the profile has now; previewing an edit
+    // (which says what the secrets it names are) is a curator's.
+    if (!admin) {
+      if (existing.value) setPreview({ receipt: existing.value.receipt, problems: existing.value.problems ?? [] });
+      return;
+    }
     const t = setTimeout(() => {
       call<{ receipt: Receipt; problems: string[] }>("POST", "/v1/profiles/receipt", { spec: toSpec(form) }).then(setPreview, setError);
     }, 250);
     return () => clearTimeout(t);
-  }, [form]);
+  }, [form, admin, existing.value]);
 
   const set = (k: keyof Form) => (e: Event) => {
     setForm({ ...form, [k]: (e.currentTarget as HTMLInputElement).value });
