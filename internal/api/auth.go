@@ -27,6 +27,7 @@ type authn struct {
 	*base
 	st      Keys
 	owners  ownerReads
+	grants  GrantReads // nil: only owners and admins drive tasks' sessions
 	touched touches
 }
 
@@ -382,11 +383,20 @@ func (o ownerReads) owner(ctx context.Context, scope access.Scope, id string) (d
 }
 
 // scoped answers 404, as for a thing that does not exist, unless p sees
-// the session or task r's route names; true when r may go on.
+// the session or task r's route names, and 403 when p sees it but r
+// drives it and p may not (mayDrive); true when r may go on.
 func (a *authn) scoped(w http.ResponseWriter, r *http.Request, scope access.Scope, p access.Principal) bool {
 	id := r.PathValue("id")
 	o, err := a.owners.owner(r.Context(), scope, id)
 	switch {
+	case err == nil && p.Viewer().Sees(o) && drives(r, p, o):
+		ok, prof, err := a.mayDrive(r.Context(), scope, id, p)
+		if err != nil {
+			a.fail(w, r, err)
+		} else if !ok {
+			driveRefused(w, scope, id, prof)
+		}
+		return err == nil && ok
 	case err == nil && p.Viewer().Sees(o):
 		return true
 	case err == nil, errors.Is(err, domain.ErrNotFound):

@@ -43,7 +43,8 @@ type Deps struct {
 	Secrets   SecretService
 	Profiles  ProfileService
 	Tasks     TaskService
-	TaskReads TaskReads // the store satisfies it
+	TaskReads TaskReads  // the store satisfies it
+	Grants    GrantReads // the store satisfies it; nil: members drive no task
 	Egress    EgressLog
 	// Automations and Runs serve automations (nil: 503, the server runs
 	// none).
@@ -133,6 +134,7 @@ func New(cfg Config, deps Deps) *Server {
 	if deps.TaskReads != nil {
 		s.authn.owners.task = deps.TaskReads.GetTask
 	}
+	s.authn.grants = deps.Grants
 	s.audit = &auditor{base: b, st: deps.Access}
 	s.routes()
 	return s

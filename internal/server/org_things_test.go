@@ -345,3 +345,54 @@ func TestSessionKeysAreTheirOwners(t *testing.T) {
 		t.Errorf("the member's key task-t1 answered the admin's task's session")
 	}
 }
+
+// TestDrivingNeedsTheProfilesGrant: a member reads a task shared with
+// them, but continues, stops or drives the session of only a task whose
+// profile is granted to them (their own included: a grant taken back
+// stops them), and may always end their own; admins drive every one; a
+// session of no task is its owner's to drive.
+func TestDrivingNeedsTheProfilesGrant(t *testing.T) {
+	t.Parallel()
+	w := newCuratedWorld(t)
+	makeOwned(t, w.st) // p-owned, granted to no one; t-owned-0 the member's, t-owned-2 the admin's shared
+	if _, _, _, err := w.st.CreateSession(t.Context(), store.NewSession{ID: "s-plain", OpID: "op-s-plain",
+		Spec: domain.SessionSpec{Owner: domain.Owner{OrgID: domain.FirstOrg, UserID: "u-member"}}}); err != nil {
+		t.Fatal(err)
+	}
+	member, admin := w.caller("member"), w.caller("admin")
+	refused := func(c caller, method, path string) bool {
+		t.Helper()
+		rec := w.do(t, c, method, path, `{"text":"go on","command":["true"]}`)
+		return rec.Code == http.StatusForbidden && strings.Contains(rec.Body.String(), "not granted to you")
+	}
+	for _, c := range []struct {
+		who          caller
+		method, path string
+		refused      bool
+	}{
+		{member, "GET", "/v1/tasks/t-owned-2", false},
+		{member, "POST", "/v1/tasks/t-owned-2/messages", true},
+		{member, "POST", "/v1/tasks/t-owned-0/messages", true},
+		{member, "POST", "/v1/tasks/t-owned-2/stop", true},
+		{member, "POST", "/v1/tasks/t-owned-0/stop", false},
+		{member, "POST", "/v1/sessions/s-owned-2/exec", true},
+		{member, "POST", "/v1/sessions/s-owned-0/exec", true},
+		{member, "POST", "/v1/sessions/s-plain/exec", false},
+		{admin, "POST", "/v1/tasks/t-owned-2/messages", false},
+	} {
+		if got := refused(c.who, c.method, c.path); got != c.refused {
+			t.Errorf("%s %s %s: refused %v, want %v", c.who.name, c.method, c.path, got, c.refused)
+		}
+	}
+	p, err := w.st.GetProfile(t.Context(), "p-owned")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Grants = []domain.Grant{{Kind: domain.GrantEveryone}}
+	if _, err := w.st.UpdateProfile(t.Context(), p, p.Version); err != nil {
+		t.Fatal(err)
+	}
+	if refused(member, "POST", "/v1/tasks/t-owned-2/messages") {
+		t.Error("a member is refused a shared task whose profile is granted to everyone")
+	}
+}

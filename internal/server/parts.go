@@ -155,7 +155,7 @@ func (p *Parts) routeHostLink(mux *http.ServeMux) {
 // which the read-only routers use).
 func (p *Parts) APIDeps(st store.Store, log *slog.Logger) api.Deps {
 	d := api.Deps{Sessions: p.Co, Reads: st, Guests: p.Co, Fleet: st, Access: st, Identities: st, HostAdmin: p.Co.Access(), Images: p.Images, Harnesses: p.Harnesses,
-		Secrets: p.Vault, Profiles: p.Profiles, Tasks: p.Tasks, TaskReads: st, Egress: p.Egress, Idempotency: st, Changes: st, Logger: log, NewID: newID}
+		Secrets: p.Vault, Profiles: p.Profiles, Tasks: p.Tasks, TaskReads: st, Grants: st, Egress: p.Egress, Idempotency: st, Changes: st, Logger: log, NewID: newID}
 	d.Integrations, d.TaskPRs = p.Integrations, p.GitHub
 	if p.Automations != nil {
 		d.Automations, d.Runs, d.Builtins, d.Intake = p.Automations, p.Automations, p.Automations, p.Intake

@@ -11,6 +11,7 @@ import type { ComponentChildren } from "preact";
 import type { Session, Task as TaskT, TaskEvent } from "../api/types";
 import { empty, fold, type Conversation } from "../lib/conversation";
 import { useTitle } from "../lib/title";
+import { useMayDrive, useMayEnd } from "../lib/useMayDrive";
 import { useSession } from "../lib/useSession";
 import { navigate } from "../router";
 import { Loading, Problem } from "../ui/Problem";
@@ -51,6 +52,10 @@ export function Task(props: { id: string; tab: string }) {
     return () => f.stop();
   }, [props.id]);
   const session = useSession(task?.session_id).session;
+  // A task shared with a member whose profile is not granted to them is
+  // theirs to read only.
+  const drive = useMayDrive(task);
+  const mayEnd = useMayEnd(task, drive);
   // Whether the session's state is known (or there is none): until then a
   // tab that reads its disk waits, not to resume it unasked.
   const known = task !== undefined && (!task.session_id || session !== undefined);
@@ -77,12 +82,12 @@ export function Task(props: { id: string; tab: string }) {
               <StateBadge state={session?.state} label="Session" prefix />
             </a>
           )}
-          {session?.state === "idle" && (
+          {session?.state === "idle" && drive && (
             <button onClick={resume} disabled={resuming}>
               {resuming ? "Resuming…" : "Resume"}
             </button>
           )}
-          {!stopped && task && (
+          {!stopped && task && mayEnd && (
             <button
               class="danger quiet"
               onClick={() => post<TaskT>("/v1/tasks/" + enc(props.id) + "/stop").then(setTask, setError)}
@@ -97,7 +102,14 @@ export function Task(props: { id: string; tab: string }) {
       {task?.error && <p class="problem">{task.error}</p>}
       <Tabs tabs={tabs} current={tab} onSelect={(t) => navigate("/tasks/" + enc(props.id) + (t === "conversation" ? "" : "?tab=" + t), true)} />
       <div role="tabpanel" id={"panel-" + tab} aria-labelledby={"tab-" + tab}>
-        {tab === "conversation" && <TaskConversation taskId={props.id} sessionId={task?.session_id} conv={conv} stopped={stopped} turn={conv.turn} />}
+        {tab === "conversation" && (
+          <TaskConversation taskId={props.id} sessionId={task?.session_id} conv={conv} stopped={stopped || drive !== true} turn={conv.turn} />
+        )}
+        {tab === "conversation" && drive === false && !stopped && (
+          <p class="muted" data-testid="read-only">
+            You may read this task: continuing it needs its profile, which is not granted to you.
+          </p>
+        )}
         {tab === "changes" && (
           <ReadsDisk known={known} session={session} what="the changes" key={props.id}>
             <TaskChanges taskId={props.id} />
@@ -108,7 +120,16 @@ export function Task(props: { id: string; tab: string }) {
             <TaskFiles taskId={props.id} sessionId={task?.session_id} />
           </ReadsDisk>
         )}
-        {tab === "terminal" && (task?.session_id ? <Terminal sessionId={task.session_id} dir="/work" /> : <p class="muted">No session yet.</p>)}
+        {tab === "terminal" &&
+          (!task?.session_id ? (
+            <p class="muted">No session yet.</p>
+          ) : drive === undefined ? (
+            <Loading what="whether you may use the terminal" />
+          ) : drive ? (
+            <Terminal sessionId={task.session_id} dir="/work" />
+          ) : (
+            <p class="muted">A terminal drives the task&apos;s session: it needs the task&apos;s profile, which is not granted to you.</p>
+          ))}
       </div>
     </>
   );
