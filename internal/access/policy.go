@@ -140,14 +140,13 @@ func Routes() map[string]Rule {
 		apiv1.RouteAddHarness:    {Need: Fleet, Action: "harness.add", Target: "harness"},
 		apiv1.RouteBuildHarness:  {Need: Fleet, Action: "harness.build", Target: "harness"},
 		apiv1.RouteDeleteHarness: {Need: Fleet, Action: "harness.delete", Target: "harness"},
-		apiv1.RouteListProfiles:  m(), apiv1.RouteGetProfile: m(),
-		apiv1.RoutePreviewReceipt: {Need: Admin}, // it says what the secrets a spec names are
-		apiv1.RouteCreateProfile:  a("profile.create", "profile"),
-		apiv1.RouteUpdateProfile:  a("profile.update", "profile"),
-		apiv1.RouteDeleteProfile:  a("profile.delete", "profile"),
-		apiv1.RouteListSecrets:    {Need: Admin},
-		apiv1.RouteCreateSecret:   a("secret.create", "secret"),
-		apiv1.RouteDeleteSecret:   a("secret.delete", "secret"),
+		apiv1.RouteListProfiles:  m(), apiv1.RouteGetProfile: m(), apiv1.RoutePreviewReceipt: {Need: Admin}, // it shows the secrets a spec names
+		apiv1.RouteCreateProfile: a("profile.create", "profile"),
+		apiv1.RouteUpdateProfile: a("profile.update", "profile"),
+		apiv1.RouteDeleteProfile: a("profile.delete", "profile"),
+		apiv1.RouteListSecrets:   {Need: Admin},
+		apiv1.RouteCreateSecret:  a("secret.create", "secret"),
+		apiv1.RouteDeleteSecret:  a("secret.delete", "secret"),
 
 		apiv1.RouteListAutomations: m(), apiv1.RouteGetAutomation: m(), apiv1.RouteListBuiltins: m(),
 		apiv1.RouteListRuns: m(), apiv1.RouteGetRun: m(), apiv1.RouteStartRun: m(), apiv1.RouteCancelRun: m(),
