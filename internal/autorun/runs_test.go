@@ -53,6 +53,13 @@ func TestRunRecordsEachStep(t *testing.T) {
 			if _, err := e.r.CreateAutomation(ctx, domain.FirstOrg, []byte(steered), false); err != nil {
 				t.Fatal(err)
 			}
+			// ada starts it by hand: her grants are the task's.
+			if err := e.st.CreateUser(ctx, domain.User{ID: "u-ada"}); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.st.PutMember(ctx, domain.FirstOrg, "u-ada", domain.RoleMember, time.Now()); err != nil {
+				t.Fatal(err)
+			}
 			s, err := e.r.StartRun(ctx, domain.FirstOrg, "steered", RunRequest{Inputs: map[string]any{"topic": "docs"}, Trigger: []byte(`{"source":"cli"}`),
 				Actor: "u-ada"})
 			if err != nil || !s.Created {
