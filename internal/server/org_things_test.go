@@ -237,13 +237,10 @@ func TestMemberGroupsOpenGrantedProfiles(t *testing.T) {
 	}
 }
 
-// TestAutomationsAndIntegrationsStayInTheirOrganisation: another
-// organisation's owner neither lists, reads nor changes the first
-// organisation's automations, and the deployment's Slack integration,
-// held by the first organisation, is neither in its list nor its to
-// replace or remove.
-func TestAutomationsAndIntegrationsStayInTheirOrganisation(t *testing.T) {
-	t.Parallel()
+// newWorldWithAutomations is a curatedWorld (without makeCurated's things)
+// whose server runs automations and keeps secrets.
+func newWorldWithAutomations(t *testing.T) *curatedWorld {
+	t.Helper()
 	st := openSQLite(t)
 	sealer, err := secret.NewEphemeral()
 	if err != nil {
@@ -256,6 +253,18 @@ func TestAutomationsAndIntegrationsStayInTheirOrganisation(t *testing.T) {
 	}
 	t.Cleanup(func() { p.Automations.Close() })
 	w := &curatedWorld{st: st, h: api.New(api.Config{WaitTimeout: time.Second}, p.APIDeps(st, nil)), callers: matrixCallers(t, st)}
+	return w
+}
+
+// TestAutomationsAndIntegrationsStayInTheirOrganisation: another
+// organisation's owner neither lists, reads nor changes the first
+// organisation's automations, and the deployment's Slack integration,
+// held by the first organisation, is neither in its list nor its to
+// replace or remove.
+func TestAutomationsAndIntegrationsStayInTheirOrganisation(t *testing.T) {
+	t.Parallel()
+	w := newWorldWithAutomations(t)
+	st := w.st
 	owner, other := w.caller("owner"), w.caller("other organisation's owner")
 	def := `{"definition":"name: nightly\ntrigger: {kind: manual}\nblocks:\n  - {id: t, kind: start_task, profile: dev, prompt: go}\n"}`
 	if rec := w.do(t, owner, "POST", "/v1/automations", def); rec.Code != http.StatusCreated {

@@ -3,18 +3,11 @@ package server_test
 import (
 	"encoding/json"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/engrams/engrams/internal/access"
-	"github.com/engrams/engrams/internal/api"
-	"github.com/engrams/engrams/internal/autorun"
-	"github.com/engrams/engrams/internal/coordinator/coordinatortest"
 	"github.com/engrams/engrams/internal/domain"
-	"github.com/engrams/engrams/internal/secret"
-	"github.com/engrams/engrams/internal/server"
 	"github.com/engrams/engrams/internal/store"
 )
 
@@ -88,18 +81,8 @@ func makeOtherOrgThings(t *testing.T, st store.Store) {
 // sessions and tasks.
 func TestRouteMatrixOtherOrganisation(t *testing.T) {
 	t.Parallel()
-	st := openSQLite(t)
-	sealer, err := secret.NewEphemeral()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := server.Config{ReplicaID: "r1", Automations: autorun.Config{SQLitePath: filepath.Join(t.TempDir(), "runs.db")}}
-	p, err := server.Assemble(cfg, server.Deps{Store: st, Images: &coordinatortest.Materializer{}, Secrets: sealer}, noHosts{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Automations.Close() })
-	w := &curatedWorld{st: st, h: api.New(api.Config{WaitTimeout: time.Second}, p.APIDeps(st, nil)), callers: matrixCallers(t, st)}
+	w := newWorldWithAutomations(t)
+	st := w.st
 	makeOtherOrgThings(t, st)
 	cells := 0
 	for route, rule := range access.Routes() {
