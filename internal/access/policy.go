@@ -148,18 +148,6 @@ func Routes() map[string]Rule {
 		apiv1.RouteCreateSecret:  a("secret.create", "secret"),
 		apiv1.RouteDeleteSecret:  a("secret.delete", "secret"),
 
-		apiv1.RouteListAutomations: m(), apiv1.RouteGetAutomation: m(), apiv1.RouteListBuiltins: m(),
-		apiv1.RouteListRuns: m(), apiv1.RouteGetRun: m(), apiv1.RouteStartRun: m(), apiv1.RouteCancelRun: m(),
-		apiv1.RouteCreateAutomation:  a("automation.create", "automation"),
-		apiv1.RouteUpdateAutomation:  a("automation.update", "automation"),
-		apiv1.RouteDeleteAutomation:  a("automation.delete", "automation"),
-		apiv1.RouteEnableAutomation:  a("automation.enable", "automation"),
-		apiv1.RouteDisableAutomation: a("automation.disable", "automation"),
-		apiv1.RouteRotateHookSecret:  a("automation.rotate_hook_secret", "automation"),
-		apiv1.RouteListIntegrations:  {Need: Admin},
-		apiv1.RouteAddIntegration:    a("integration.add", "integration"),
-		apiv1.RouteRemoveIntegration: a("integration.remove", "integration"),
-
 		// Keys: a member makes, lists and revokes their own; admins all of
 		// the organisation's; fleet operators host tokens.
 		apiv1.RouteCreateToken: {Need: AnyKey, Action: "key.create", Target: "key"},
@@ -186,7 +174,30 @@ func Routes() map[string]Rule {
 		apiv1.RouteDeleteHost:  f("host.delete"),
 	}
 	maps.Copy(rules, workRules())
+	maps.Copy(rules, automationRules())
 	return rules
+}
+
+// automationRules are the routes of automations, their runs and the
+// integrations that trigger them: members read them and start runs
+// (inputs only; a run by hand holds its starter's grants), admins curate.
+func automationRules() map[string]Rule {
+	m := func() Rule { return Rule{Need: Member} }
+	a := func(action, target string) Rule { return Rule{Need: Admin, Action: action, Target: target} }
+	return map[string]Rule{
+		apiv1.RouteListAutomations: m(), apiv1.RouteGetAutomation: m(), apiv1.RouteListBuiltins: m(),
+		apiv1.RouteListRuns: m(), apiv1.RouteGetRun: m(), apiv1.RouteCancelRun: m(),
+		apiv1.RouteStartRun:          {Need: Member, Action: "run.start", Target: "automation"},
+		apiv1.RouteCreateAutomation:  a("automation.create", "automation"),
+		apiv1.RouteUpdateAutomation:  a("automation.update", "automation"),
+		apiv1.RouteDeleteAutomation:  a("automation.delete", "automation"),
+		apiv1.RouteEnableAutomation:  a("automation.enable", "automation"),
+		apiv1.RouteDisableAutomation: a("automation.disable", "automation"),
+		apiv1.RouteRotateHookSecret:  a("automation.rotate_hook_secret", "automation"),
+		apiv1.RouteListIntegrations:  {Need: Admin},
+		apiv1.RouteAddIntegration:    a("integration.add", "integration"),
+		apiv1.RouteRemoveIntegration: a("integration.remove", "integration"),
+	}
 }
 
 // workRules are the routes of sessions and tasks: a member's own work,

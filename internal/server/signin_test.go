@@ -441,6 +441,12 @@ func TestOIDCSignInKeepsTheProvidersGroups(t *testing.T) {
 	if err != nil || !slices.Equal(m.Groups, []string{"eng"}) {
 		t.Fatalf("groups after sign-in = %q, %v", m.Groups, err)
 	}
+	log, err := w.st.ListAudit(ctx, domain.FirstOrg, nil, 100)
+	if err != nil || slices.IndexFunc(log, func(e domain.AuditEvent) bool {
+		return e.Action == "member.groups_from_provider" && e.TargetID == "u-ada" && e.ActorKind == "system"
+	}) < 0 {
+		t.Errorf("the provider's groups change is not in the audit log: %+v, %v", log, err)
+	}
 	status, body, _ := send(t, b, "GET", w.srv.URL+"/v1/profiles", "", nil)
 	if status != 200 || !strings.Contains(body, `"name":"for-eng"`) || strings.Contains(body, "for-ops") || strings.Contains(body, `"admins"`) {
 		t.Fatalf("a member of eng lists profiles: %d %s", status, body)

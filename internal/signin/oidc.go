@@ -244,6 +244,12 @@ func (s *Service) syncGroups(ctx context.Context, m domain.Member, sent *[]strin
 		return domain.Member{}, fmt.Errorf("keep %s's groups: %w", m.User.ID, err)
 	}
 	m.Groups = groups
+	// The provider changed what profiles they may use: on the record.
+	e := domain.AuditEvent{ID: s.deps.NewID(), OrgID: m.OrgID, ActorKind: "system", ActorName: "identity provider",
+		Action: "member.groups_from_provider", TargetKind: "member", TargetID: string(m.User.ID), Status: http.StatusOK, At: s.deps.Now()}
+	if err := s.deps.Store.AppendAudit(context.WithoutCancel(ctx), e); err != nil {
+		s.deps.Logger.Error("record an audit event", "action", e.Action, "err", err)
+	}
 	return m, nil
 }
 
