@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/internal/access"
 	"github.com/engrams/engrams/internal/autorun"
 	"github.com/engrams/engrams/internal/domain"
 )
@@ -206,7 +207,7 @@ func (s *automationsRouter) listRuns(w http.ResponseWriter, r *http.Request) {
 			out.NextCursor = cursorOf(string(runs[i-1].ID))
 			break
 		}
-		out.Items = append(out.Items, runOut(run, v.Automation.Name))
+		out.Items = append(out.Items, redacted(principalFrom(r.Context()), run, runOut(run, v.Automation.Name)))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -217,9 +218,14 @@ func (s *automationsRouter) getRun(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	out := apiv1.RunDetail{Run: runOut(d.Run, d.Name), Steps: make([]apiv1.RunStep, 0, len(d.Steps))}
+	p := principalFrom(r.Context())
+	out := apiv1.RunDetail{Run: redacted(p, d.Run, runOut(d.Run, d.Name)), Steps: make([]apiv1.RunStep, 0, len(d.Steps))}
 	for _, st := range d.Steps {
-		out.Steps = append(out.Steps, stepOut(st))
+		so := stepOut(st)
+		if !seesRunContent(p, d.Run) {
+			so.Input, so.Output = nil, ""
+		}
+		out.Steps = append(out.Steps, so)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -235,7 +241,24 @@ func (s *automationsRouter) cancelRun(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, runOut(d.Run, d.Name))
+	writeJSON(w, http.StatusOK, redacted(principalFrom(r.Context()), d.Run, runOut(d.Run, d.Name)))
+}
+
+// seesRunContent says p reads what a run carries (its trigger payload,
+// inputs, and its steps' input and output, which quote its tasks): owners
+// and admins; the person who caused it; and every member for a run no
+// person caused (a schedule's, a webhook's: its tasks are shared). Others
+// see that it ran, and how.
+func seesRunContent(p access.Principal, run domain.AutomationRun) bool {
+	return p.Role.AtLeast(domain.RoleAdmin) || run.ActorID == "" || (!p.Service && run.ActorID == p.UserID)
+}
+
+// redacted is out without what p may not read of run.
+func redacted(p access.Principal, run domain.AutomationRun, out apiv1.Run) apiv1.Run {
+	if !seesRunContent(p, run) {
+		out.Payload, out.Inputs = nil, nil
+	}
+	return out
 }
 
 func (s *automationsRouter) builtins(w http.ResponseWriter, _ *http.Request) {

@@ -405,3 +405,42 @@ func TestDrivingNeedsTheProfilesGrant(t *testing.T) {
 		t.Error("a member is refused a shared task whose profile is granted to everyone")
 	}
 }
+
+// TestRunContentIsItsCausersOrAdmins: a member sees that another's run
+// ran, not what it carries (its payload and inputs quote the person and
+// its steps their task); its causer and admins see all; a run no person
+// caused is every member's to read.
+func TestRunContentIsItsCausersOrAdmins(t *testing.T) {
+	t.Parallel()
+	w := newWorldWithAutomations(t)
+	ctx := t.Context()
+	if _, err := w.st.CreateAutomation(ctx, domain.Automation{ID: "a-1", Org: domain.FirstOrg, Name: "helper", TriggerKind: "manual"},
+		[]byte(`{"name":"helper","trigger":{"kind":"manual"},"blocks":[]}`)); err != nil {
+		t.Fatal(err)
+	}
+	for id, actor := range map[domain.AutomationRunID]domain.UserID{"r-admins": "u-admin", "r-nobodys": ""} {
+		if _, _, err := w.st.CreateRun(ctx, domain.AutomationRun{ID: id, AutomationID: "a-1", Org: domain.FirstOrg, Version: 1, State: domain.RunSucceeded,
+			TriggerKind: "manual", ActorID: actor, Trigger: json.RawMessage(`{"text":"the secret plan"}`), Inputs: json.RawMessage(`{"topic":"x"}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		who, path string
+		sees      bool
+	}{
+		{"member", "/v1/runs/r-admins", false},
+		{"member", "/v1/runs/r-nobodys", true},
+		{"admin", "/v1/runs/r-admins", true},
+		{"owner", "/v1/runs/r-admins", true},
+		{"admin's member key", "/v1/runs/r-admins", true}, // the admin is its causer
+	} {
+		rec := w.do(t, w.caller(c.who), "GET", c.path, "")
+		if rec.Code != 200 || strings.Contains(rec.Body.String(), "the secret plan") != c.sees {
+			t.Errorf("%s GET %s = %d %s; want content shown %v", c.who, c.path, rec.Code, rec.Body, c.sees)
+		}
+	}
+	list := w.do(t, w.caller("member"), "GET", "/v1/automations/helper/runs", "").Body.String()
+	if strings.Count(list, "the secret plan") != 1 || !strings.Contains(list, "r-admins") {
+		t.Errorf("the member's list of runs shows another's content: %s", list)
+	}
+}
