@@ -368,18 +368,25 @@ type ownerReads struct {
 	task    func(ctx context.Context, id domain.TaskID) (domain.Task, error)
 }
 
+// owned is whose a route's session or task is, and for a task the
+// profile it runs with.
+type owned struct {
+	owner   domain.Owner
+	profile domain.ProfileID // a task's; "" for a session (mayDrive looks)
+}
+
 // owner is whose the thing of kind scope named id is; ErrNotFound when
 // there is none (or this server cannot look: the default is no).
-func (o ownerReads) owner(ctx context.Context, scope access.Scope, id string) (domain.Owner, error) {
+func (o ownerReads) owner(ctx context.Context, scope access.Scope, id string) (owned, error) {
 	switch {
 	case scope == access.ScopeSession && o.session != nil:
 		s, err := o.session(ctx, domain.SessionID(id))
-		return s.Spec.Owner, err
+		return owned{owner: s.Spec.Owner}, err
 	case scope == access.ScopeTask && o.task != nil:
 		t, err := o.task(ctx, domain.TaskID(id))
-		return t.Owner, err
+		return owned{owner: t.Owner, profile: t.ProfileID}, err
 	}
-	return domain.Owner{}, domain.ErrNotFound
+	return owned{}, domain.ErrNotFound
 }
 
 // scoped answers 404, as for a thing that does not exist, unless p sees
@@ -387,10 +394,11 @@ func (o ownerReads) owner(ctx context.Context, scope access.Scope, id string) (d
 // drives it and p may not (mayDrive); true when r may go on.
 func (a *authn) scoped(w http.ResponseWriter, r *http.Request, scope access.Scope, p access.Principal) bool {
 	id := r.PathValue("id")
-	o, err := a.owners.owner(r.Context(), scope, id)
+	th, err := a.owners.owner(r.Context(), scope, id)
+	o := th.owner
 	switch {
 	case err == nil && p.Viewer().Sees(o) && drives(r, p, o):
-		ok, prof, err := a.mayDrive(r.Context(), scope, id, p)
+		ok, prof, err := a.mayDrive(r.Context(), scope, id, th.profile, p)
 		if err != nil {
 			a.fail(w, r, err)
 		} else if !ok {
@@ -410,7 +418,6 @@ func (a *authn) scoped(w http.ResponseWriter, r *http.Request, scope access.Scop
 // GrantReads find the profile a task runs with, for the routes that
 // continue or drive it (the store satisfies it).
 type GrantReads interface {
-	GetTask(ctx context.Context, id domain.TaskID) (domain.Task, error)
 	TaskBySession(ctx context.Context, sessionID domain.SessionID) (domain.Task, error)
 	GetProfile(ctx context.Context, id domain.ProfileID) (domain.Profile, error)
 }
@@ -428,33 +435,30 @@ func drives(r *http.Request, p access.Principal, o domain.Owner) bool {
 	return r.Method != http.MethodGet && r.Method != http.MethodHead
 }
 
-// mayDrive says p may drive the task (or the session of a task) r's
-// route names: owners and admins always; a member while its profile is
+// mayDrive says p may drive the task (profile names its profile) or the
+// session of a task r's route names: owners and admins always; a member while its profile is
 // granted to them (to a group they are in, or to everyone), so a shared
 // task, or one of theirs whose grant was taken back, is for reading only.
 // A session of no task is its owner's to drive. The default is no: a
 // server that cannot look refuses.
-func (a *authn) mayDrive(ctx context.Context, scope access.Scope, id string, p access.Principal) (bool, domain.Profile, error) {
+func (a *authn) mayDrive(ctx context.Context, scope access.Scope, id string, profile domain.ProfileID, p access.Principal) (bool, domain.Profile, error) {
 	if p.Role.AtLeast(domain.RoleAdmin) {
 		return true, domain.Profile{}, nil
 	}
 	if a.grants == nil {
 		return false, domain.Profile{}, nil
 	}
-	var t domain.Task
-	var err error
-	if scope == access.ScopeTask {
-		t, err = a.grants.GetTask(ctx, domain.TaskID(id))
-	} else {
-		t, err = a.grants.TaskBySession(ctx, domain.SessionID(id))
+	if scope == access.ScopeSession { // the task read admission did not make
+		t, err := a.grants.TaskBySession(ctx, domain.SessionID(id))
 		if errors.Is(err, domain.ErrNotFound) {
 			return true, domain.Profile{}, nil
 		}
+		if err != nil {
+			return false, domain.Profile{}, err
+		}
+		profile = t.ProfileID
 	}
-	if err != nil {
-		return false, domain.Profile{}, err
-	}
-	prof, err := a.grants.GetProfile(ctx, t.ProfileID)
+	prof, err := a.grants.GetProfile(ctx, profile)
 	if errors.Is(err, domain.ErrNotFound) {
 		return false, domain.Profile{}, nil
 	}

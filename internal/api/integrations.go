@@ -3,9 +3,9 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 
 	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/internal/domain"
@@ -18,6 +18,7 @@ type IntegrationService interface {
 	Add(ctx context.Context, org domain.OrgID, kind domain.IntegrationKind, config json.RawMessage, secrets map[string]string) (integrations.View, error)
 	List(ctx context.Context, org domain.OrgID) ([]integrations.View, error)
 	Remove(ctx context.Context, org domain.OrgID, kind domain.IntegrationKind) error
+	Holder(ctx context.Context, kind domain.IntegrationKind) (domain.OrgID, error)
 }
 
 // Builtins installs an integration's built-in automations (autorun.Runner).
@@ -136,8 +137,11 @@ func (s *integrationsRouter) holds(r *http.Request, kind domain.IntegrationKind)
 	if s.co == nil {
 		return false, nil
 	}
-	vs, err := s.co.List(r.Context(), principalFrom(r.Context()).OrgID)
-	return slices.ContainsFunc(vs, func(v integrations.View) bool { return v.Kind == kind }), err
+	org, err := s.co.Holder(r.Context(), kind)
+	if errors.Is(err, domain.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil && org == principalFrom(r.Context()).OrgID, err
 }
 
 func integrationOut(v integrations.View) apiv1.Integration {
