@@ -3,6 +3,7 @@ package guest
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -206,4 +207,72 @@ func runCodexRestart(t *testing.T, hdir string) {
 	}
 	checkContinued(t, r.model.ModelRequests(), patch.Name)
 	r.checkOffline(t)
+}
+
+// TestCodexTurnOverhead measures a codex turn's wall time run directly
+// (`codex exec --json`, one process a turn, against the scripted server)
+// and through the adapter (prompt applied to idle recorded, the turn served
+// by the conversation's app-server process, its model requests through the
+// daemon's gateway and a host tunnel). Gated by ENGRAMS_BENCH=1; not
+// parallel, so that no other test shares the cores while it measures.
+func TestCodexTurnOverhead(t *testing.T) {
+	if os.Getenv("ENGRAMS_BENCH") != "1" {
+		t.Skip("set ENGRAMS_BENCH=1 to measure")
+	}
+	const turns = 9
+	hdir := stageCLI(t, harness.BuiltinSpec{Name: harness.BuiltinCodex, Version: modeltest.CodexVersion})
+	_, codexBin := modeltest.RequireCLIs(t)
+	script := []modeltest.Turn{{Name: "hello", Text: "Hello from the scripted model."}}
+	r := newCLIRig(t, hdir, script, codexPH, realKey, false)
+
+	env, err := modeltest.CodexEnv(t.TempDir(), t.TempDir(), r.model.URL()+"/v1", realKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var direct []time.Duration
+	for i := 0; i <= turns; i++ { // the first run warms the caches
+		cmd := exec.Command(codexBin, "exec", "--json", "--skip-git-repo-check", "say hello")
+		cmd.Dir, cmd.Env = r.cfg.WorkDir, env
+		start := time.Now()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("codex exec: %v\n%s", err, out)
+		}
+		if i > 0 {
+			direct = append(direct, time.Since(start))
+		}
+	}
+
+	ev := r.d.follow(0)
+	var adapter []time.Duration
+	var first time.Duration
+	for i := 0; i <= turns; i++ { // the first turn starts the app-server
+		turn := fmt.Sprintf("t%d", i+1)
+		start := time.Now()
+		r.d.apply(codexPrompt(int64(i+1), turn, "say hello"))
+		got := ofTurn(ev.untilIdle(turn, time.Minute), turn)
+		took := time.Since(start)
+		if idle, _ := eventData[guestapi.IdleData](t, got, guestapi.EventIdle); idle.Result != "Hello from the scripted model." {
+			t.Fatalf("%s: %s", turn, eventsText(got))
+		}
+		if i == 0 {
+			first = took
+		} else {
+			adapter = append(adapter, took)
+		}
+	}
+	dm, am := percentile(direct, 50), percentile(adapter, 50)
+	t.Logf("codex %s, %d turns each after one warm-up\n"+
+		"| path | median | p95 |\n| --- | --- | --- |\n"+
+		"| codex exec --json, one process a turn | %v | %v |\n"+
+		"| adapter, app-server process kept | %v | %v |\n"+
+		"ratio of medians (adapter / direct): %.2f; the adapter's first turn (starting app-server): %v",
+		modeltest.CodexVersion, turns, dm, percentile(direct, 95), am, percentile(adapter, 95), float64(am)/float64(dm), first.Round(time.Millisecond))
+}
+
+// percentile is the nearest-rank percentile p of ds.
+func percentile(ds []time.Duration, p int) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := (p*len(s)+99)/100 - 1
+	return s[max(0, min(i, len(s)-1))].Round(time.Millisecond)
 }
