@@ -2,6 +2,7 @@ package adapter
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/engrams/engrams/internal/guestapi"
 )
@@ -251,4 +253,84 @@ func FuzzCodexAppServerLine(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestCodexRunnerHostileServer runs the codex runner against fake
+// app-servers (shell scripts) that misbehave: each turn ends with an error
+// the adapter chose, in bounded time.
+func TestCodexRunnerHostileServer(t *testing.T) {
+	t.Parallel()
+	const answerInit = `read -r l; echo '{"id":1,"result":{}}'; read -r l; `
+	tests := []struct {
+		name, script, want string
+	}{
+		{"exits at once", `exit 3`, "codex ended before the turn did"},
+		{"talks without answering", `while :; do echo '{"method":"x","params":{}}'; done`, "without answering initialize"},
+		{"garbage", `head -c 100000 /dev/urandom; echo; sleep 60`, "printed nothing"},
+		{"refuses the thread", answerInit + `read -r l; echo '{"id":2,"error":{"code":-32600,"message":"no"}}'; sleep 60`, "start thread: no (code -32600)"},
+		{"no thread id", answerInit + `read -r l; echo '{"id":2,"result":{"thread":{}}}'; sleep 60`, "without a usable thread id"},
+		{"turn without id", answerInit + `read -r l; echo '{"id":2,"result":{"thread":{"id":"th"}}}'; read -r l; echo '{"id":3,"result":{}}'; sleep 60`,
+			"the answer names no turn"},
+		{"dies in the turn", answerInit + `read -r l; echo '{"id":2,"result":{"thread":{"id":"th"}}}'; read -r l; echo '{"id":3,"result":{"turn":{"id":"tu"}}}'; exit 1`,
+			"codex ended before the turn did"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			bin := filepath.Join(dir, "codex")
+			if err := os.WriteFile(bin, []byte("#!/bin/sh\n"+tt.script+"\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			r := &codexRunner{home: dir, pc: procConfig{stderrPath: filepath.Join(dir, "stderr.log"),
+				grace: time.Second, stall: 2 * time.Second, log: slogDiscard()}}
+			defer r.close()
+			var evs []pendingEvent
+			tr := &turnRun{name: "t1", text: "hi", workdir: dir, argv: []string{bin}, env: []string{"PATH=/usr/bin:/bin"},
+				emitFn: func(e ...pendingEvent) { evs = append(evs, e...) }}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			start := time.Now()
+			out := r.turn(ctx, tr)
+			if out.err == nil || !strings.Contains(out.err.Message, tt.want) || out.cancelled {
+				t.Errorf("outcome %+v, want an error with %q", out, tt.want)
+			}
+			if len(evs) != 1 || evs[0].Type != guestapi.EventRunStarted {
+				t.Errorf("events %q", summarize(evs))
+			}
+			if took := time.Since(start); took > 10*time.Second {
+				t.Errorf("took %v", took)
+			}
+		})
+	}
+}
+
+// TestCodexRunnerInterruptIgnored: a server that does not end an
+// interrupted turn is stopped after the grace time.
+func TestCodexRunnerInterruptIgnored(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "codex")
+	script := `read -r l; echo '{"id":1,"result":{}}'; read -r l; read -r l; echo '{"id":2,"result":{"thread":{"id":"th"}}}'; ` +
+		`read -r l; echo '{"id":3,"result":{"turn":{"id":"tu"}}}'; trap '' INT; while :; do sleep 1; done`
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"+script+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := &codexRunner{home: dir, pc: procConfig{stderrPath: filepath.Join(dir, "stderr.log"),
+		grace: 500 * time.Millisecond, stall: time.Minute, log: slogDiscard()}}
+	defer r.close()
+	tr := &turnRun{name: "t1", text: "hi", workdir: dir, argv: []string{bin}, env: []string{"PATH=/usr/bin:/bin"},
+		emitFn: func(...pendingEvent) {}}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if out := r.turn(ctx, tr); !out.cancelled {
+		t.Errorf("outcome %+v, want cancelled", out)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("took %v", took)
+	}
+	if r.srv != nil || r.thread != "th" {
+		t.Errorf("server %v kept, thread %q", r.srv, r.thread)
+	}
 }
