@@ -41,7 +41,8 @@ const (
 	// HarnessProtocolClaudeStreamJSON is Claude Code's --input-format stream-json
 	// --output-format stream-json.
 	HarnessProtocolClaudeStreamJSON = "claude-stream-json"
-	// HarnessProtocolCodexJSON is codex's JSON event mode (codex exec --json).
+	// HarnessProtocolCodexJSON is codex's JSON protocol: the adapter runs
+	// `codex app-server` (JSON-RPC over stdio), one process a conversation.
 	HarnessProtocolCodexJSON = "codex-json"
 	// HarnessProtocolShell is the line protocol of the shell harness (shell_protocol.go).
 	HarnessProtocolShell = "shell"

@@ -1,11 +1,7 @@
 package adapter
 
 import (
-	"context"
 	"encoding/json"
-	"fmt"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -13,35 +9,58 @@ import (
 	"github.com/engrams/engrams/internal/guestapi"
 )
 
-// codexNorm turns one `codex exec --json` run's output (see
-// modeltest/testdata/README.md) into harness events.
+// Bounds of one turn's normalization.
+const (
+	// maxCalled bounds the item ids a turn remembers having announced;
+	// past it the set starts over (a repeated tool_call is the worst
+	// outcome).
+	maxCalled = 4096
+	// maxFileChanges bounds the files one fileChange item reports.
+	maxFileChanges = 1024
+)
+
+// codexNorm turns the notifications of one codex app-server turn into
+// harness events: the same events codex exec --json gave (see
+// modeltest/testdata/README.md), from the app-server's camelCase items.
 type codexNorm struct {
 	workdir string
-	model   string          // the turn's model, "" when codex picks (its usage does not say)
-	thread  string          // thread.started's thread_id
+	model   string          // the turn's model ("" when unknown)
+	turn    string          // the turn's id: notifications of other turns are dropped
 	called  map[string]bool // item ids whose tool_call was produced
+	usage   guestapi.UsageData
+	counted bool // a token usage update of the turn came
 	errored bool
-	done    bool // turn.completed or turn.failed came
+	done    bool   // turn/completed came
+	status  string // its status: completed, interrupted, failed
 	result  string
 }
 
-func newCodexNorm(workdir string) *codexNorm {
-	return &codexNorm{workdir: workdir, called: map[string]bool{}}
+func newCodexNorm(workdir, model string) *codexNorm {
+	return &codexNorm{workdir: workdir, model: model, called: map[string]bool{}}
 }
 
-type codexLine struct {
-	Type     string    `json:"type"`
-	ThreadID string    `json:"thread_id"`
-	Message  string    `json:"message"`
-	Item     codexItem `json:"item"`
-	Error    struct {
-		Message string `json:"message"`
-	} `json:"error"`
-	Usage struct {
-		InputTokens       int64 `json:"input_tokens"` // cached ones included
-		CachedInputTokens int64 `json:"cached_input_tokens"`
-		OutputTokens      int64 `json:"output_tokens"`
-	} `json:"usage"`
+// codexParams is the part of a notification's params the normalizer reads.
+type codexParams struct {
+	TurnID string    `json:"turnId"`
+	Item   codexItem `json:"item"`
+	Turn   struct {
+		ID     string          `json:"id"`
+		Status string          `json:"status"`
+		Error  *codexTurnError `json:"error"`
+	} `json:"turn"`
+	Error      codexTurnError `json:"error"`
+	TokenUsage struct {
+		Last struct {
+			InputTokens       int64 `json:"inputTokens"` // cached ones included
+			CachedInputTokens int64 `json:"cachedInputTokens"`
+			OutputTokens      int64 `json:"outputTokens"`
+		} `json:"last"`
+	} `json:"tokenUsage"`
+}
+
+type codexTurnError struct {
+	Message   string          `json:"message"`
+	ErrorInfo json.RawMessage `json:"codexErrorInfo"`
 }
 
 type codexItem struct {
@@ -49,62 +68,107 @@ type codexItem struct {
 	Type             string          `json:"type"`
 	Text             string          `json:"text"`
 	Command          string          `json:"command"`
-	AggregatedOutput string          `json:"aggregated_output"`
-	ExitCode         *int            `json:"exit_code"`
+	AggregatedOutput *string         `json:"aggregatedOutput"`
+	ExitCode         *int            `json:"exitCode"`
 	Status           string          `json:"status"`
 	Changes          json.RawMessage `json:"changes"`
 	Server           string          `json:"server"`
 	Tool             string          `json:"tool"`
 	Arguments        json.RawMessage `json:"arguments"`
 	Result           json.RawMessage `json:"result"`
-	Query            string          `json:"query"`
-	Message          string          `json:"message"`
+	Error            *struct {
+		Message string `json:"message"`
+	} `json:"error"`
+	Query string `json:"query"`
 }
 
+// codexChange is one file of a fileChange item, as codex exec named it.
 type codexChange struct {
 	Path string `json:"path"`
 	Kind string `json:"kind"` // add, update, delete
 }
 
-// line normalizes one output line (events without Turn).
-func (n *codexNorm) line(b []byte) []pendingEvent {
-	var l codexLine
-	if json.Unmarshal(b, &l) != nil {
+// note normalizes one notification (events without Turn).
+func (n *codexNorm) note(m rpcMessage) []pendingEvent {
+	var p codexParams
+	if json.Unmarshal(m.Params, &p) != nil {
 		return nil
 	}
-	switch l.Type {
-	case "thread.started":
-		n.thread = l.ThreadID
-	case "item.started":
-		return n.call(l.Item)
-	case "item.completed":
-		return n.completed(l.Item)
-	case "turn.completed":
-		n.done = true
-		return []pendingEvent{{Type: guestapi.EventUsage, Data: guestapi.UsageData{Model: n.model,
-			InputTokens: l.Usage.InputTokens, OutputTokens: l.Usage.OutputTokens, CacheReadTokens: l.Usage.CachedInputTokens}}}
+	if m.Method == "turn/started" && n.turn == "" {
+		n.turn = p.Turn.ID
+	}
+	if n.turn == "" || (p.TurnID != n.turn && p.Turn.ID != n.turn) {
+		return nil // another turn's, or before the turn's id is known
+	}
+	switch m.Method {
+	case "item/started":
+		return n.call(p.Item)
+	case "item/completed":
+		return n.completed(p.Item)
+	case "thread/tokenUsage/updated":
+		u := p.TokenUsage.Last
+		n.counted = true
+		n.usage.InputTokens += u.InputTokens
+		n.usage.OutputTokens += u.OutputTokens
+		n.usage.CacheReadTokens += u.CachedInputTokens
 	case "error":
-		if kind, status := codexErrorKind(l.Message); kind == guestapi.ErrorAuth {
-			return n.fail(kind, l.Message, status)
+		if kind, status := codexErrorKind(p.Error); kind == guestapi.ErrorAuth {
+			return n.fail(kind, p.Error.Message, status)
 		}
-	case "turn.failed":
-		n.done = true
-		kind, status := codexErrorKind(l.Error.Message)
-		return n.fail(kind, l.Error.Message, status)
+	case "turn/completed":
+		return n.completedTurn(p)
 	}
 	return nil
 }
 
+func (n *codexNorm) completedTurn(p codexParams) []pendingEvent {
+	if p.Turn.ID != n.turn || n.done {
+		return nil
+	}
+	n.done, n.status = true, p.Turn.Status
+	var out []pendingEvent
+	if n.counted || n.status == "completed" {
+		u := n.usage
+		u.Model = n.model
+		out = append(out, pendingEvent{Type: guestapi.EventUsage, Data: u})
+	}
+	if n.status == "failed" {
+		e := codexTurnError{Message: "codex failed the turn"}
+		if p.Turn.Error != nil {
+			e = *p.Turn.Error
+		}
+		kind, status := codexErrorKind(e)
+		out = append(out, n.fail(kind, e.Message, status)...)
+	}
+	return out
+}
+
 var codexStatusRE = regexp.MustCompile(`\bstatus (\d{3})\b`)
 
-// codexErrorKind classifies an error message ("unexpected status 401
+// codexErrorKind classifies a turn error by its codexErrorInfo (an HTTP
+// status, "unauthorized") or its message ("unexpected status 401
 // Unauthorized: …").
-func codexErrorKind(msg string) (string, int) {
+func codexErrorKind(e codexTurnError) (string, int) {
+	var info struct {
+		Status *int `json:"httpStatusCode"`
+	}
+	var variants map[string]json.RawMessage
+	var name string
 	status := 0
-	if m := codexStatusRE.FindStringSubmatch(msg); m != nil {
+	if json.Unmarshal(e.ErrorInfo, &variants) == nil {
+		for _, v := range variants {
+			if json.Unmarshal(v, &info) == nil && info.Status != nil {
+				status = *info.Status
+			}
+		}
+	} else {
+		_ = json.Unmarshal(e.ErrorInfo, &name)
+	}
+	if m := codexStatusRE.FindStringSubmatch(e.Message); m != nil && status == 0 {
 		status, _ = strconv.Atoi(m[1])
 	}
-	if status == 401 || status == 403 || strings.Contains(msg, "Unauthorized") || strings.Contains(msg, "invalid_api_key") {
+	if status == 401 || status == 403 || name == "unauthorized" ||
+		strings.Contains(e.Message, "Unauthorized") || strings.Contains(e.Message, "invalid_api_key") {
 		return guestapi.ErrorAuth, status
 	}
 	return guestapi.ErrorModel, status
@@ -115,13 +179,13 @@ func (n *codexNorm) call(it codexItem) []pendingEvent {
 	var name string
 	var input any
 	switch it.Type {
-	case "command_execution":
+	case "commandExecution":
 		name, input = "shell", map[string]string{"command": it.Command}
-	case "file_change":
-		name, input = "apply_patch", map[string]json.RawMessage{"changes": it.Changes}
-	case "mcp_tool_call":
+	case "fileChange":
+		name, input = "apply_patch", map[string][]codexChange{"changes": codexChanges(it.Changes)}
+	case "mcpToolCall":
 		name, input = it.Server+"."+it.Tool, it.Arguments
-	case "web_search":
+	case "webSearch":
 		name, input = "web_search", map[string]string{"query": it.Query}
 	default:
 		return nil
@@ -129,40 +193,69 @@ func (n *codexNorm) call(it codexItem) []pendingEvent {
 	if n.called[it.ID] {
 		return nil
 	}
+	if len(n.called) >= maxCalled {
+		clear(n.called)
+	}
 	n.called[it.ID] = true
-	raw, _ := json.Marshal(input)
+	raw, err := json.Marshal(input)
+	if err != nil || len(raw) == 0 {
+		raw = []byte("null")
+	}
 	return []pendingEvent{{Type: guestapi.EventToolCall, Data: guestapi.ToolCallData{ID: it.ID, Name: name, Input: capInput(raw)}}}
 }
 
 func (n *codexNorm) completed(it codexItem) []pendingEvent {
 	switch it.Type {
-	case "agent_message":
+	case "agentMessage":
 		n.result = it.Text
 		return []pendingEvent{{Type: guestapi.EventAssistantText, Data: guestapi.AssistantTextData{Text: capText(it.Text, maxTextEvent)}}}
-	case "command_execution":
-		failed := it.Status == "failed" || (it.ExitCode != nil && *it.ExitCode != 0)
+	case "commandExecution":
+		failed := it.Status == "failed" || it.Status == "declined" || (it.ExitCode != nil && *it.ExitCode != 0)
+		out := ""
+		if it.AggregatedOutput != nil {
+			out = *it.AggregatedOutput
+		}
 		return append(n.call(it), pendingEvent{Type: guestapi.EventToolResult, Data: guestapi.ToolResultData{
-			ID: it.ID, Output: capText(it.AggregatedOutput, guestapi.MaxToolOutput), IsError: failed,
+			ID: it.ID, Output: capText(out, guestapi.MaxToolOutput), IsError: failed,
 		}})
-	case "file_change":
+	case "fileChange":
 		return n.fileChanges(it)
-	case "mcp_tool_call":
+	case "mcpToolCall":
+		text := contentText(it.Result)
+		if it.Error != nil && it.Error.Message != "" {
+			text = it.Error.Message
+		}
 		return append(n.call(it), pendingEvent{Type: guestapi.EventToolResult, Data: guestapi.ToolResultData{
-			ID: it.ID, Output: capText(contentText(it.Result), guestapi.MaxToolOutput), IsError: it.Status == "failed",
+			ID: it.ID, Output: capText(text, guestapi.MaxToolOutput), IsError: it.Status == "failed",
 		}})
-	case "web_search":
+	case "webSearch":
 		return n.call(it)
 	}
 	return nil
 }
 
+// codexChanges reads a fileChange item's changes ([{path, kind: {type}}]).
+func codexChanges(raw json.RawMessage) []codexChange {
+	var in []struct {
+		Path string `json:"path"`
+		Kind struct {
+			Type string `json:"type"`
+		} `json:"kind"`
+	}
+	_ = json.Unmarshal(raw, &in)
+	in = in[:min(len(in), maxFileChanges)]
+	out := make([]codexChange, 0, len(in))
+	for _, c := range in {
+		out = append(out, codexChange{Path: c.Path, Kind: c.Kind.Type})
+	}
+	return out
+}
+
 func (n *codexNorm) fileChanges(it codexItem) []pendingEvent {
-	var changes []codexChange
-	_ = json.Unmarshal(it.Changes, &changes)
 	ok := it.Status == "" || it.Status == "completed"
 	var lines []string
 	var files []pendingEvent
-	for _, c := range changes {
+	for _, c := range codexChanges(it.Changes) {
 		change := map[string]string{"add": guestapi.ChangeCreate, "update": guestapi.ChangeUpdate, "delete": guestapi.ChangeDelete}[c.Kind]
 		if change == "" {
 			change = guestapi.ChangeUpdate
@@ -184,133 +277,5 @@ func (n *codexNorm) fail(kind, msg string, status int) []pendingEvent {
 		return nil
 	}
 	n.errored = true
-	return []pendingEvent{{Type: guestapi.EventError, Data: guestapi.ErrorData{Kind: kind, Message: msg, Status: status}}}
-}
-
-// codexRunner runs one codex process per turn, resuming the thread after
-// the first.
-type codexRunner struct {
-	pc     procConfig
-	home   string
-	thread string
-}
-
-func (r *codexRunner) conversation() string { return r.thread }
-func (r *codexRunner) close()               {}
-
-// codexArgs is the argv of one turn; the prompt comes on stdin ("-").
-func (r *codexRunner) codexArgs(t *turnRun) []string {
-	argv := append([]string{}, t.argv...)
-	if r.thread == "" {
-		return append(argv, "exec", "--json", "--skip-git-repo-check", "-")
-	}
-	return append(argv, "exec", "resume", "--json", "--skip-git-repo-check", r.thread, "-")
-}
-
-func (r *codexRunner) turn(ctx context.Context, t *turnRun) turnOutcome {
-	codexHome := filepath.Join(r.home, ".codex")
-	if err := writeCodexConfig(codexHome, t); err != nil {
-		t.emit(t.started(r.thread))
-		return turnOutcome{err: &guestapi.ErrorData{Kind: guestapi.ErrorHarness, Message: err.Error()}}
-	}
-	env := append(append([]string{}, t.env...), "CODEX_HOME="+codexHome)
-	p, err := r.pc.startProc(procSpec{argv: r.codexArgs(t), dir: t.workdir, env: env, stdin: []byte(t.text)})
-	if err != nil {
-		t.emit(t.started(r.thread))
-		return turnOutcome{err: &guestapi.ErrorData{Kind: guestapi.ErrorHarness, Message: err.Error()}}
-	}
-	defer p.stop(r.pc.grace)
-	n := newCodexNorm(t.workdir)
-	if t.model != guestapi.AnyModel {
-		n.model = t.model
-	}
-	announced := false
-	announce := func() {
-		if !announced {
-			announced = true
-			if n.thread != "" {
-				r.thread = n.thread
-			}
-			t.emit(t.started(r.thread))
-		}
-	}
-	end := r.pc.pump(ctx, p, func(b []byte) bool {
-		evs := n.line(b)
-		if n.thread != "" || len(evs) > 0 {
-			announce()
-		}
-		t.emit(evs...)
-		return false // read until the process ends
-	})
-	announce()
-	switch end {
-	case pumpCancelled:
-		return turnOutcome{cancelled: true}
-	case pumpStalled:
-		return turnOutcome{err: stallError(r.pc.stall)}
-	}
-	if n.done || n.errored {
-		return turnOutcome{result: n.result}
-	}
-	<-p.done
-	return turnOutcome{result: n.result, err: &guestapi.ErrorData{Kind: guestapi.ErrorHarness,
-		Message: "codex ended before the turn did: " + p.exitText(r.pc.stderrPath)}}
-}
-
-// writeCodexConfig writes $CODEX_HOME/config.toml: the turn's model and
-// sandbox mode, no approvals, nothing that reaches outside hosts, and the
-// model provider at the gateway URL of the descriptor's first credential.
-func writeCodexConfig(codexHome string, t *turnRun) error {
-	if err := os.MkdirAll(codexHome, 0o700); err != nil {
-		return fmt.Errorf("create codex home: %w", err)
-	}
-	var b strings.Builder
-	if t.model != "" && t.model != guestapi.AnyModel {
-		fmt.Fprintf(&b, "model = %q\n", t.model)
-	}
-	var cred *guestapi.HarnessCredential
-	if len(t.desc.Credentials) > 0 && t.gateway != "" {
-		cred = &t.desc.Credentials[0]
-		b.WriteString("model_provider = \"engrams\"\n")
-	}
-	b.WriteString("approval_policy = \"never\"\n")
-	if t.mode != "" {
-		fmt.Fprintf(&b, "sandbox_mode = %q\n", t.mode)
-	}
-	b.WriteString(`check_for_update_on_startup = false
-web_search = "disabled"
-
-[analytics]
-enabled = false
-
-[feedback]
-enabled = false
-
-[otel]
-exporter = "none"
-
-# The plugin sync and apps reach outside hosts at every start. The shell
-# snapshot runs a login shell and a dozen small programs at every start
-# (seconds under software emulation); the adapter sets the environment.
-[features]
-plugins = false
-remote_plugin = false
-apps = false
-shell_snapshot = false
-`)
-	if cred != nil {
-		fmt.Fprintf(&b, `
-[model_providers.engrams]
-name = "engrams"
-base_url = %q
-env_key = %q
-wire_api = "responses"
-request_max_retries = 0
-stream_max_retries = 0
-`, t.gateway+"/"+cred.Kind, cred.Env)
-	}
-	if err := os.WriteFile(filepath.Join(codexHome, "config.toml"), []byte(b.String()), 0o600); err != nil {
-		return fmt.Errorf("write codex config: %w", err)
-	}
-	return nil
+	return []pendingEvent{{Type: guestapi.EventError, Data: guestapi.ErrorData{Kind: kind, Message: capText(msg, maxTextEvent), Status: status}}}
 }

@@ -16,7 +16,13 @@ import (
 // testdataLines reads a recorded CLI run (internal/modeltest/testdata).
 func testdataLines(t *testing.T, name string) [][]byte {
 	t.Helper()
-	f, err := os.Open(filepath.Join("..", "..", "modeltest", "testdata", name))
+	return jsonLines(t, filepath.Join("..", "..", "modeltest", "testdata", name))
+}
+
+// jsonLines reads a file of JSON lines.
+func jsonLines(t *testing.T, p string) [][]byte {
+	t.Helper()
+	f, err := os.Open(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,74 +161,6 @@ func TestClaudeNormSynthetic(t *testing.T) {
 			n := newClaudeNorm("/w")
 			n.tools["e1"] = "Edit"
 			if got := summarize(n.line([]byte(tt.line))); !slices.Equal(got, tt.want) {
-				t.Errorf("events %q, want %q", got, tt.want)
-			}
-		})
-	}
-}
-
-func TestCodexNorm(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		file, workdir string
-		want          []string
-		result        string
-		thread        string
-	}{
-		{"codex-apply_patch.jsonl", "/tmp/TestCodexWritesFileAndResumesapply_patch739216690/001", []string{
-			"assistant_text:Creating hello.txt.", "tool_call:apply_patch", "tool_result:item_1 error=false", "file_changed:create hello.txt",
-			"assistant_text:Created hello.txt containing hi.", "usage:19270/24",
-		}, "Created hello.txt containing hi.", "01a22c76-9e01-7563-803e-80b1cf3f75f9"},
-		{"codex-exec_command.jsonl", "/", []string{
-			"assistant_text:Creating hello.txt.", "tool_call:shell", "tool_result:item_1 error=false",
-			"assistant_text:Created hello.txt containing hi.", "usage:19267/24",
-		}, "Created hello.txt containing hi.", "01a22c76-a1a9-74f3-b5df-3a94be98591d"},
-		{"codex-apply_patch-resume.jsonl", "/", []string{"assistant_text:Earlier I created hello.txt.", "usage:29070/32"},
-			"Earlier I created hello.txt.", "01a22c76-9e01-7563-803e-80b1cf3f75f9"},
-		{"codex-exec_command-resume.jsonl", "/", []string{"assistant_text:Earlier I created hello.txt.", "usage:29064/32"},
-			"Earlier I created hello.txt.", "01a22c76-a1a9-74f3-b5df-3a94be98591d"},
-		{"codex-wrong-key.jsonl", "/", []string{"error:auth 401"}, "", "01a22c76-71d5-7f92-8077-858b6b248977"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.file, func(t *testing.T) {
-			t.Parallel()
-			n := newCodexNorm(tt.workdir)
-			var evs []pendingEvent
-			for _, l := range testdataLines(t, tt.file) {
-				evs = append(evs, n.line(l)...)
-			}
-			if got := summarize(evs); !slices.Equal(got, tt.want) || n.result != tt.result || n.thread != tt.thread || !n.done {
-				t.Errorf("events %q, result %q, thread %q, done %v\nwant %q, %q, %q", got, n.result, n.thread, n.done, tt.want, tt.result, tt.thread)
-			}
-		})
-	}
-}
-
-func TestCodexNormSynthetic(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name  string
-		lines []string
-		want  []string
-	}{
-		{"failed command", []string{`{"type":"item.completed","item":{"id":"c","type":"command_execution","command":"false","aggregated_output":"","exit_code":1,"status":"failed"}}`},
-			[]string{"tool_call:shell", "tool_result:c error=true"}},
-		{"delete", []string{`{"type":"item.completed","item":{"id":"f","type":"file_change","changes":[{"path":"/w/x","kind":"delete"},{"path":"/elsewhere/y","kind":"update"}],"status":"completed"}}`},
-			[]string{"tool_call:apply_patch", "tool_result:f error=false", "file_changed:delete x", "file_changed:update /elsewhere/y"}},
-		{"model error", []string{`{"type":"error","message":"Reconnecting... 1/5"}`, `{"type":"turn.failed","error":{"message":"unexpected status 500 Internal Server Error: boom"}}`},
-			[]string{"error:model 500"}},
-		{"forbidden", []string{`{"type":"turn.failed","error":{"message":"unexpected status 403 Forbidden: no"}}`}, []string{"error:auth 403"}},
-		{"warning item", []string{`{"type":"item.completed","item":{"id":"w","type":"error","message":"unknown model"}}`}, nil},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			n := newCodexNorm("/w")
-			var evs []pendingEvent
-			for _, l := range tt.lines {
-				evs = append(evs, n.line([]byte(l))...)
-			}
-			if got := summarize(evs); !slices.Equal(got, tt.want) {
 				t.Errorf("events %q, want %q", got, tt.want)
 			}
 		})
