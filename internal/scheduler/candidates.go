@@ -15,6 +15,8 @@ type Host struct {
 	LastHeartbeat time.Time
 	Facts         domain.HostFacts
 	Capacity      domain.Capacity
+	// EvictIdleAfter is the host's eviction floor (see Candidate).
+	EvictIdleAfter time.Duration
 }
 
 // Placed is a session that may own a machine on a host, and what it uses.
@@ -70,6 +72,7 @@ func candidate(h Host, need Need) Candidate {
 	c := Candidate{
 		HostID: h.ID, Ready: h.Connected && fresh && !slices.Contains(need.Exclude, h.ID),
 		MemoryMiB: h.Capacity.MemoryMiB, VCPUs: h.Capacity.VCPUs, MaxSessions: h.Capacity.MaxSessions,
+		EvictIdleAfter: h.EvictIdleAfter,
 	}
 	if need.Snapshot != nil {
 		c.Incompatible = Compatible(need.Snapshot.Facts, h.Facts)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/engrams/engrams/internal/domain"
 )
@@ -28,6 +29,10 @@ type Candidate struct {
 	// snapshot, boot the image) ("" if it can); Cached: it holds the snapshot's chunks.
 	Incompatible string
 	Cached       bool
+	// EvictIdleAfter is the host's eviction floor: to make room, only
+	// sessions idle at least this long are suspended (MakeRoom); negative:
+	// the host evicts none.
+	EvictIdleAfter time.Duration
 }
 
 // Request is what a session needs.
