@@ -82,16 +82,30 @@ func (x *opRun) harnessBundle(ctx context.Context, spec domain.SessionSpec) (dom
 // maxPlacements bounds how often one create op re-places a session.
 const maxPlacements = 3
 
+// placeSession places a created session on a host, waiting in the queue
+// for room (errQueued) while every host is full. One refused for room ends
+// Completed, never started (no_room); one no host could ever run ends Dead.
 func (x *opRun) placeSession(ctx context.Context, spec domain.SessionSpec, base *domain.Image, exclude []domain.HostID) error {
-	if err := x.step(ctx, "place"); err != nil {
-		return err
+	if x.op.Step != stepQueued {
+		if err := x.step(ctx, "place"); err != nil {
+			return err
+		}
 	}
 	need := scheduler.Need{Exclude: exclude, Harness: spec.HarnessID != ""}
 	if base != nil {
 		need.Snapshot = &scheduler.SnapshotNeed{ID: base.BaseID, Facts: base.Facts}
 	}
-	hostID, err := x.c.places.PlaceWithin(ctx, spec, need, x.c.cfg.PlacementWait)
+	hostID, err := x.placeOrQueue(ctx, spec, need)
+	var room *domain.RoomError
 	switch {
+	case errors.Is(err, errQueued):
+		return err
+	case errors.As(err, &room):
+		reason := "not started: " + room.Error()
+		if ferr := x.applyDesired(ctx, lifecycle.NoRoom, nil, &reason, ptr(domain.DesireDeleted)); ferr != nil {
+			return ferr
+		}
+		return err
 	case errors.Is(err, scheduler.ErrNoCapacity):
 		if ferr := x.apply(ctx, lifecycle.Unplaceable, nil, ptr(err.Error())); ferr != nil {
 			return ferr

@@ -3,6 +3,8 @@ package domain
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -29,11 +31,28 @@ type RoomError struct {
 }
 
 func (e *RoomError) Error() string {
-	return fmt.Sprintf("%v: %s; retry after %ds", ErrNoRoom, e.Why, e.RetrySeconds())
+	return fmt.Sprintf("%v: %s%s%ds", ErrNoRoom, e.Why, retrySuffix, e.RetrySeconds())
 }
 
 // Is makes errors.Is(err, ErrNoRoom) hold.
 func (e *RoomError) Is(target error) bool { return target == ErrNoRoom }
+
+// RoomRefusal reads a RoomError back from its text (as an op records its
+// error); ok is false for any other text.
+func RoomRefusal(msg string) (e *RoomError, ok bool) {
+	rest, ok := strings.CutPrefix(msg, ErrNoRoom.Error()+": ")
+	i := strings.LastIndex(rest, retrySuffix)
+	if !ok || i < 0 {
+		return nil, false
+	}
+	secs, err := strconv.Atoi(strings.TrimSuffix(rest[i+len(retrySuffix):], "s"))
+	if err != nil || secs < 1 {
+		return nil, false
+	}
+	return &RoomError{Why: rest[:i], RetryAfter: time.Duration(secs) * time.Second}, true
+}
+
+const retrySuffix = "; retry after "
 
 // RetrySeconds is RetryAfter in whole seconds, at least 1.
 func (e *RoomError) RetrySeconds() int {
