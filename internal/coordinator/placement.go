@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/engrams/engrams/internal/domain"
@@ -172,7 +173,8 @@ func (x *opRun) placeOrQueue(ctx context.Context, spec domain.SessionSpec, need 
 	if retry <= 0 {
 		retry = defaultRetryAfter
 	}
-	return "", &domain.RoomError{Why: fmt.Sprintf("queued %s: %v", wait, refusal), RetryAfter: retry}
+	why := strings.TrimPrefix(refusal.Error(), scheduler.ErrNoCapacity.Error()+": ")
+	return "", &domain.RoomError{Why: fmt.Sprintf("%s (waited %s in the queue)", why, wait), RetryAfter: retry}
 }
 
 // queue records that the op waits (once) and returns errQueued; forRoom:

@@ -221,7 +221,14 @@ func (c *Coordinator) WaitStarted(ctx context.Context, id domain.SessionID) (dom
 		return s, err
 	}
 	for _, o := range ops {
-		if room := refusedForRoom(o); o.Kind == domain.OpCreate && room != nil {
+		if o.Kind != domain.OpCreate || o.Step != stepNoRoom {
+			continue
+		}
+		// The op ends the session before it records its own end.
+		if o, _, err = c.WaitOp(ctx, o); err != nil {
+			return s, err
+		}
+		if room := refusedForRoom(o); room != nil {
 			return s, fmt.Errorf("create session %s: %w", id, room)
 		}
 	}

@@ -8,9 +8,18 @@ import (
 	"github.com/engrams/engrams/internal/domain"
 )
 
-func TestMakeRoom(t *testing.T) {
-	t.Parallel()
-	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+type roomCase struct {
+	name      string
+	cands     []Candidate
+	residents []Resident
+	req       Request
+	want      Room
+}
+
+var roomNow = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+func roomCases() []roomCase {
+	now := roomNow
 	ago := func(d time.Duration) time.Time { return now.Add(-d) }
 	// full is a ready host with room for n 256 MiB sessions, all taken,
 	// evicting sessions idle a minute.
@@ -25,13 +34,7 @@ func TestMakeRoom(t *testing.T) {
 	kept := func(r Resident) Resident { r.Kept = true; return r }
 	freeing := func(r Resident) Resident { r.Freeing = true; return r }
 	small := Request{MemoryMiB: 256, VCPUs: 1}
-	tests := []struct {
-		name      string
-		cands     []Candidate
-		residents []Resident
-		req       Request
-		want      Room
-	}{
+	return []roomCase{
 		{name: "no hosts: not possible", req: small, want: Room{}},
 		{name: "least recently used idle-enough session is evicted",
 			cands:     []Candidate{full("a", 3)},
@@ -92,10 +95,14 @@ func TestMakeRoom(t *testing.T) {
 			residents: []Resident{res("s2", "a", time.Hour), res("s1", "a", time.Hour)},
 			req:       small, want: Room{Possible: true, Host: "a", Evict: []domain.SessionID{"s1"}}},
 	}
-	for _, tt := range tests {
+}
+
+func TestMakeRoom(t *testing.T) {
+	t.Parallel()
+	for _, tt := range roomCases() {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got := MakeRoom(tt.cands, tt.residents, tt.req, now)
+			got := MakeRoom(tt.cands, tt.residents, tt.req, roomNow)
 			if got.Possible != tt.want.Possible || got.Host != tt.want.Host || got.Freeing != tt.want.Freeing ||
 				got.RetryAfter != tt.want.RetryAfter || !slices.Equal(got.Evict, tt.want.Evict) {
 				t.Fatalf("MakeRoom = %+v, want %+v", got, tt.want)
