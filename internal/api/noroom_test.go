@@ -61,7 +61,7 @@ func TestNoRoomAnswers503(t *testing.T) {
 			var got apiv1.Error
 			_ = json.Unmarshal(rec.Body.Bytes(), &got)
 			if rec.Code != http.StatusServiceUnavailable || got.Code != apiv1.CodeNoCapacity || rec.Header().Get("Retry-After") != "30" ||
-				!strings.HasPrefix(got.Error, "create session") && !strings.HasPrefix(got.Error, "resume session") || !strings.Contains(got.Error, "no host has room") {
+				!strings.Contains(got.Error, "not started") && !strings.Contains(got.Error, "not resumed") || !strings.Contains(got.Error, "no host has room") {
 				t.Fatalf("%s: %d %s Retry-After %q; want 503 no_capacity, Retry-After 30", c.name, rec.Code, rec.Body, rec.Header().Get("Retry-After"))
 			}
 		}

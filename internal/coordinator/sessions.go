@@ -229,7 +229,7 @@ func (c *Coordinator) WaitStarted(ctx context.Context, id domain.SessionID) (dom
 			return s, err
 		}
 		if room := refusedForRoom(o); room != nil {
-			return s, fmt.Errorf("create session %s: %w", id, room)
+			return s, fmt.Errorf("session %s not started: %w", id, room)
 		}
 	}
 	return s, nil
@@ -263,7 +263,7 @@ func (c *Coordinator) EnsureActive(ctx context.Context, s domain.Session) (domai
 			if resumeOp != "" {
 				if o, err := c.st.GetOp(ctx, resumeOp); err == nil && o.State == domain.OpFailed {
 					if room := refusedForRoom(o); room != nil {
-						return s, fmt.Errorf("resume session %s: %w", s.ID, room)
+						return s, fmt.Errorf("session %s not resumed: %w", s.ID, room)
 					}
 					return s, fmt.Errorf("%w: session %s could not be resumed: %s", domain.ErrNotActive, s.ID, o.Error)
 				}
