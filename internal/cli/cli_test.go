@@ -130,6 +130,16 @@ func runTable(t *testing.T, newSrv func(*testing.T) *clienttest.Server, tests []
 	}
 }
 
+// TestNoRoom: a create no host has room for says so, and when to retry.
+func TestNoRoom(t *testing.T) {
+	t.Parallel()
+	runTable(t, newServer, []cmdTest{
+		{name: "create without room", args: []string{"session", "create", "--image", "no-room"}, code: 1,
+			errContain: []string{"error: create session: session s9 not started: no host has room: h1: 0 MiB free, 512 MiB asked (waited 1m0s in the queue); retry after 42s (HTTP 503 no_capacity)\n",
+				"hint: no host has room; retry after 42 s"}},
+	})
+}
+
 func TestCommands(t *testing.T) {
 	t.Parallel()
 	tests := []cmdTest{
@@ -138,9 +148,6 @@ func TestCommands(t *testing.T) {
 			contains: []string{`"id": "s2"`, `"memory_mib": 256`, `"vcpus": 2`, `"A": "1"`, `"image": "alpine"`, `"state": "active"`}},
 		{name: "create no wait", args: []string{"session", "create", "--no-wait", "--json"}, contains: []string{`"state": "created"`}},
 		{name: "create idempotent", args: []string{"session", "create", "--idempotency-key", "k", "--json"}, contains: []string{`"id": "s2"`}},
-		{name: "create without room", args: []string{"session", "create", "--image", "no-room"}, code: 1,
-			errContain: []string{"error: create session: session s9 not started: no host has room: h1: 0 MiB free, 512 MiB asked (waited 1m0s in the queue); retry after 42s (HTTP 503 no_capacity)\n",
-				"hint: no host has room; retry after 42 s"}},
 		{name: "create bad env", args: []string{"session", "create", "--env", "NOEQUALS"}, code: 2,
 			errContain: []string{"error: --env \"NOEQUALS\": want KEY=VALUE\n", "hint: see `engrams session create --help`"}},
 		{name: "list", args: []string{"session", "list"},
