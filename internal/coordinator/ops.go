@@ -205,6 +205,7 @@ func (x *opRun) step(ctx context.Context, step string) error {
 	err := x.c.st.SetOpStep(ctx, x.op.ID, x.op.Epoch, step)
 	switch {
 	case err == nil:
+		x.op.Step = step
 		return nil
 	case errors.Is(err, store.ErrStaleEpoch), errors.Is(err, store.ErrConflict):
 		return fmt.Errorf("op %s step %s: %w: %w", x.op.ID, step, errFenced, err)

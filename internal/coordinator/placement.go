@@ -151,15 +151,17 @@ func (x *opRun) placeOrQueue(ctx context.Context, spec domain.SessionSpec, need 
 	if !errors.Is(refusal, scheduler.ErrNoCapacity) {
 		return hostID, refusal
 	}
-	room, err := x.makeRoom(ctx, cands, residents, requestOf(spec))
-	if err != nil {
-		return "", err
-	}
+	room := scheduler.MakeRoom(cands, residents, requestOf(spec), x.c.now())
 	wait := x.c.cfg.PlacementWait
 	if room.Possible {
 		wait = x.c.cfg.QueueWait
 	}
 	if x.c.now().Before(x.op.CreatedAt.Add(wait)) {
+		if room.Possible {
+			if err := x.makeRoom(ctx, cands, residents, requestOf(spec)); err != nil {
+				return "", err
+			}
+		}
 		return "", x.queue(ctx, refusal, room.Possible)
 	}
 	if !room.Possible {
@@ -184,12 +186,15 @@ func (x *opRun) queue(ctx context.Context, refusal error, forRoom bool) error {
 		if err := x.step(ctx, stepQueued); err != nil {
 			return err
 		}
-		x.op.Step = stepQueued
 		if forRoom {
 			x.c.met.PlacementQueued(string(x.op.Kind))
 		}
-		x.log.Info("no host has room: waiting in the queue", "why", refusal.Error())
-		x.appendEvent(ctx, "queued", map[string]any{"why": refusal.Error()})
+		msg := "no host has room: waiting in the queue"
+		if !forRoom {
+			msg = "no host can run it yet: waiting for one"
+		}
+		x.log.Info(msg, "why", refusal.Error())
+		x.appendEvent(ctx, "queued", map[string]any{"why": refusal.Error(), "for_room": forRoom})
 	}
 	return fmt.Errorf("%w: %w", errQueued, refusal)
 }
@@ -197,12 +202,12 @@ func (x *opRun) queue(ctx context.Context, refusal error, forRoom bool) error {
 // makeRoom asks the scheduler how to make room for req and enqueues the
 // suspends it picks. A pick found to have an op in flight meanwhile is
 // planned around (its op frees its room if it ends the machine).
-func (x *opRun) makeRoom(ctx context.Context, cands []scheduler.Candidate, residents []scheduler.Resident, req scheduler.Request) (scheduler.Room, error) {
+func (x *opRun) makeRoom(ctx context.Context, cands []scheduler.Candidate, residents []scheduler.Resident, req scheduler.Request) error {
 	for range 4 {
 		room := scheduler.MakeRoom(cands, residents, req, x.c.now())
 		busy, frees, err := x.evictFor(ctx, room, residents)
 		if err != nil || busy == "" {
-			return room, err
+			return err
 		}
 		for i := range residents {
 			if residents[i].ID == busy {
@@ -210,7 +215,7 @@ func (x *opRun) makeRoom(ctx context.Context, cands []scheduler.Candidate, resid
 			}
 		}
 	}
-	return scheduler.Room{Possible: true}, nil
+	return nil
 }
 
 // evictFor enqueues an evict op (a normal suspend) for each session room
