@@ -206,3 +206,64 @@ func TestResumeWithoutRoomStaysIdle(t *testing.T) {
 		noneDead(t, e.St)
 	})
 }
+
+// TestTwentySessionsOnAHostForEight: sessions created one after another
+// (each used once, then left idle past the floor) on a host with room for
+// 8: from the 9th on, each create evicts the least recently used; every
+// session is then used again and resumes, evicting another in turn, with
+// what its guest applied intact. At most 8 ever run, and none ends Dead.
+func TestTwentySessionsOnAHostForEight(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		e, h, m := roomEnv(t, coordinator.Config{EvictIdleAfter: time.Minute, IdleTimeout: 24 * time.Hour}, 8)
+		var ids []domain.SessionID
+		use := func(id domain.SessionID, item string) {
+			t.Helper()
+			if _, err := e.Co.PutOutbox(ctx, id, item, "prompt", json.RawMessage(`{}`)); err != nil {
+				t.Fatal(err)
+			}
+			opsDone(t, e.Co, e.St, id)
+			time.Sleep(70 * time.Second) // past the floor before the next one comes
+		}
+		for range 20 {
+			s := started(t, e, domain.SessionSpec{})
+			ids = append(ids, s.ID)
+			use(s.ID, "first")
+			if n := running(t, e.St); n > 8 {
+				t.Fatalf("%d sessions run on a host for 8", n)
+			}
+		}
+		for _, id := range ids {
+			if _, err := e.Co.Resume(ctx, id); err != nil {
+				t.Fatalf("resume %s: %v", id, err)
+			}
+			use(id, "second")
+			if !h.Running(id) {
+				t.Fatalf("session %s does not run after its resume", id)
+			}
+		}
+		for _, id := range ids {
+			if got := e.Fleet.Snaps().Effects(id); got["first"] != 1 || got["second"] != 1 {
+				t.Errorf("session %s: its guest applied %v, want first and second once", id, got)
+			}
+		}
+		noneDead(t, e.St)
+		// 12 creates past the 8th evict one each; then every session is
+		// idle when it is used again (12 never resumed yet, 8 evicted by
+		// those resumes), so all 20 resumes evict one.
+		if got := m.String(); !strings.Contains(got, "evicted=32") || !strings.Contains(got, "queued/create=12") || !strings.Contains(got, "queued/resume=20") {
+			t.Errorf("measured %s, want 32 evictions, 12 queued creates and 20 queued resumes", got)
+		}
+	})
+}
+
+// running counts the sessions that hold a machine.
+func running(t *testing.T, st store.Store) int {
+	t.Helper()
+	ss, err := st.ListSessions(context.Background(), domain.SessionFilter{States: domain.VMStates()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ss)
+}
