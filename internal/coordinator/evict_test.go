@@ -267,3 +267,25 @@ func running(t *testing.T, st store.Store) int {
 	}
 	return len(ss)
 }
+
+// TestHostsRefusingForCapacityQueueNotKill: a host whose own count says it
+// is full (it refuses every boot for capacity) makes the create wait in the
+// queue and then refuses it for room: Completed, never Dead.
+func TestHostsRefusingForCapacityQueueNotKill(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		e, h, _ := roomEnv(t, coordinator.Config{QueueWait: 10 * time.Second}, 4)
+		h.Mu.Lock()
+		h.Full = true
+		h.Mu.Unlock()
+		s, err := e.Co.CreateSession(context.Background(), domain.SessionSpec{}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := e.Co.WaitStarted(context.Background(), s.ID)
+		if !errors.Is(err, domain.ErrNoRoom) || got.State != domain.SessionCompleted || !strings.Contains(got.Reason, "no host has room: host-a: tried already (it refused)") {
+			t.Fatalf("WaitStarted = %s %q, %v; want completed, refused for room", got.State, got.Reason, err)
+		}
+		noneDead(t, e.St)
+	})
+}

@@ -139,7 +139,8 @@ const (
 // placeOrQueue picks a host for the session that meets need. When every
 // host is full it makes room (evicting idle sessions) and returns
 // errQueued until the op's deadline: QueueWait when some host could take
-// the session once room is made, else PlacementWait. Past it, it returns a
+// the session once room is made (or refused it for capacity in this
+// claim), else PlacementWait. Past it, it returns a
 // *domain.RoomError in the first case, the refusal (scheduler.ErrNoCapacity)
 // in the second.
 func (x *opRun) placeOrQueue(ctx context.Context, spec domain.SessionSpec, need scheduler.Need) (domain.HostID, error) {
@@ -152,6 +153,9 @@ func (x *opRun) placeOrQueue(ctx context.Context, spec domain.SessionSpec, need 
 		return hostID, refusal
 	}
 	room := scheduler.MakeRoom(cands, residents, requestOf(spec), x.c.now())
+	// Hosts that refused it for capacity in this claim are passed over now
+	// but count again at the next: they could take it.
+	room.Possible = room.Possible || len(need.Exclude) > 0
 	wait := x.c.cfg.PlacementWait
 	if room.Possible {
 		wait = x.c.cfg.QueueWait

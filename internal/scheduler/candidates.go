@@ -70,7 +70,7 @@ func Candidates(hosts []Host, placed []Placed, need Need) []Candidate {
 func candidate(h Host, need Need) Candidate {
 	fresh := need.FreshWithin <= 0 || need.Now.Sub(h.LastHeartbeat) < need.FreshWithin
 	c := Candidate{
-		HostID: h.ID, Ready: h.Connected && fresh && !slices.Contains(need.Exclude, h.ID),
+		HostID: h.ID, Ready: h.Connected && fresh, Tried: slices.Contains(need.Exclude, h.ID),
 		MemoryMiB: h.Capacity.MemoryMiB, VCPUs: h.Capacity.VCPUs, MaxSessions: h.Capacity.MaxSessions,
 		EvictIdleAfter: h.EvictIdleAfter,
 	}

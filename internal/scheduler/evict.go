@@ -59,7 +59,7 @@ func MakeRoom(cands []Candidate, residents []Resident, req Request, now time.Tim
 	var room Room
 	var best *hostRoom
 	for _, c := range cands {
-		if !c.Ready || c.Incompatible != "" || rejects(emptied(c), req) != "" {
+		if !c.Ready || c.Tried || c.Incompatible != "" || rejects(emptied(c), req) != "" {
 			continue
 		}
 		room.Possible = true

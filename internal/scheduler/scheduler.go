@@ -18,6 +18,7 @@ var ErrNoCapacity = errors.New("no host can run this session")
 type Candidate struct {
 	HostID      domain.HostID
 	Ready       bool // connected and not draining
+	Tried       bool // already tried for this placement (it refused it): passed over
 	MemoryMiB   int  // total the host offers to sessions
 	VCPUs       int
 	MaxSessions int // 0: unlimited
@@ -83,6 +84,8 @@ func rejects(c Candidate, req Request) string {
 	switch {
 	case !c.Ready:
 		return "not ready"
+	case c.Tried:
+		return "tried already (it refused)"
 	case c.Incompatible != "":
 		return "incompatible: " + c.Incompatible
 	case c.MaxSessions > 0 && c.PlacedSessions >= c.MaxSessions:
