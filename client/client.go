@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -96,6 +97,9 @@ type APIError struct {
 	Status  int    // HTTP status
 	Code    string // apiv1.Error.Code, e.g. "not_found"
 	Message string // apiv1.Error.Error
+	// RetryAfter is the answer's Retry-After (0 without one), e.g. of a
+	// 503 no_capacity: no host has room for the session yet.
+	RetryAfter time.Duration
 }
 
 func (e *APIError) Error() string {
@@ -113,7 +117,8 @@ const (
 	CodeConflict     = apiv1.CodeConflict
 	CodeTooLarge     = apiv1.CodeTooLarge
 	CodeUnavailable  = apiv1.CodeUnavailable
-	CodeTimeout      = apiv1.CodeTimeout // a server-side wait ran out; the operation goes on
+	CodeNoCapacity   = apiv1.CodeNoCapacity // no host has room; retry after APIError.RetryAfter
+	CodeTimeout      = apiv1.CodeTimeout    // a server-side wait ran out; the operation goes on
 	CodeInternal     = apiv1.CodeInternal
 )
 
@@ -134,6 +139,17 @@ func IsConflict(err error) bool { return HasCode(err, CodeConflict) }
 
 // IsUnavailable reports whether err is a 503 / unavailable answer.
 func IsUnavailable(err error) bool { return HasCode(err, CodeUnavailable) }
+
+// NoCapacity reports whether err is a 503 / no_capacity answer (every host
+// that could run the session is full and nothing could be evicted in
+// time), and how long to wait before retrying.
+func NoCapacity(err error) (retryAfter time.Duration, ok bool) {
+	var ae *APIError
+	if !errors.As(err, &ae) || ae.Code != CodeNoCapacity {
+		return 0, false
+	}
+	return ae.RetryAfter, true
+}
 
 // UnreachableError is a failure to reach the API at all (connection refused,
 // unknown host). Its message says what to do.
@@ -190,10 +206,14 @@ func codeFor(status int) string {
 // decodeError reads a non-2xx answer into an *APIError.
 func decodeError(resp *http.Response) error {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	return errorFromBody(resp.StatusCode, body)
+	ae := errorFromBody(resp.StatusCode, body)
+	if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
+		ae.RetryAfter = time.Duration(secs) * time.Second
+	}
+	return ae
 }
 
-func errorFromBody(status int, body []byte) error {
+func errorFromBody(status int, body []byte) *APIError {
 	ae := &APIError{Status: status}
 	var e apiv1.Error
 	if json.Unmarshal(body, &e) == nil && (e.Error != "" || e.Code != "") {

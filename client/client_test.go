@@ -123,6 +123,12 @@ func TestErrors(t *testing.T) {
 		{"bad request", client.New(srv.URL, clienttest.Token),
 			func(ctx context.Context, c *client.Client) error { _, err := c.Hosts().Create(ctx, ""); return err },
 			func(err error) bool { return client.HasCode(err, client.CodeBadRequest) }, "name is required"},
+		{"no room", client.New(srv.URL, clienttest.Token),
+			func(ctx context.Context, c *client.Client) error {
+				_, err := c.Sessions().Create(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{Image: clienttest.NoRoomImage}}, true)
+				return err
+			},
+			func(err error) bool { d, ok := client.NoCapacity(err); return ok && d == 42*time.Second }, "no host has room"},
 		{"non-JSON error", client.New(plain.URL, ""),
 			func(ctx context.Context, c *client.Client) error { _, err := c.Version(ctx); return err },
 			client.IsUnavailable, "bad gateway from a proxy"},

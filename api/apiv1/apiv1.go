@@ -105,6 +105,10 @@ const (
 	CodeUnavailable      = "unavailable"
 	CodeTimeout          = "timeout" // a server-side wait ran out; the operation goes on
 	CodeInternal         = "internal"
+	// CodeNoCapacity (503, with Retry-After): every host that could run
+	// the session is full and nothing could be evicted in time; nothing was
+	// started (a create leaves no live session, a resume leaves it idle).
+	CodeNoCapacity = "no_capacity"
 )
 
 // Version answers RouteVersion.
@@ -328,6 +332,11 @@ type Capacity struct {
 	UsedVCPUs       int      `json:"used_vcpus"`
 	Sessions        int      `json:"sessions"`
 	CachedSnapshots []string `json:"cached_snapshots,omitempty"` // snapshots whose chunks the host caches (its last heartbeat); resumes of them prefer it
+	// EvictIdleAfterSec is the host's eviction floor (engrams host run
+	// --evict-idle-after): to make room when every host is full, its
+	// sessions idle this many seconds may be suspended. 0: the server's
+	// default; -1: never.
+	EvictIdleAfterSec int `json:"evict_idle_after_s,omitempty"`
 }
 
 // HostList answers RouteListHosts.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -16,7 +17,7 @@ import (
 
 type hostFlags struct {
 	coordinator, token, tokenFile, name, dataDir, backend, logLevel string
-	logFormat, opsAddr                                              string
+	logFormat, opsAddr, evictIdleAfter                              string
 	capacity                                                        domain.Capacity
 	blobs                                                           blobFlags
 	cacheMiB                                                        int64
@@ -52,6 +53,7 @@ Create the host's credential first with ` + "`engrams host create NAME`" + `.`,
 	f.IntVar(&hf.capacity.MemoryMiB, "memory-mib", 0, "memory offered to sessions (default: all of this machine's)")
 	f.IntVar(&hf.capacity.VCPUs, "vcpus", 0, "vCPUs offered to sessions (default: this machine's CPU count)")
 	f.IntVar(&hf.capacity.MaxSessions, "max-sessions", 0, "most sessions at once (default: no limit)")
+	f.StringVar(&hf.evictIdleAfter, "evict-idle-after", env("EVICT_IDLE_AFTER", ""), "when every host is full, the coordinator may suspend a session of this host idle this long to make room, e.g. 5m (never: don't; default: the server's --evict-idle-after)")
 	f.Int64Var(&hf.cacheMiB, "chunk-cache-mib", 10240, "disk budget of the local snapshot chunk cache")
 	hf.blobs.register(f, "")
 	return cmd
@@ -74,6 +76,9 @@ func (hf *hostFlags) run(ctx context.Context) error {
 	}
 	if hf.coordinator == "" || token == "" {
 		return errors.New("--coordinator and --token (or --token-file) are required; create a host token with `engrams host create NAME`")
+	}
+	if hf.capacity.EvictIdleAfterSec, err = evictFloor(hf.evictIdleAfter); err != nil {
+		return err
 	}
 	warnAccessible(log, "--data-dir", hf.dataDir)
 	// Before anything opens the data dir: the chunk cache and backends
@@ -130,4 +135,21 @@ func trimSpace(b []byte) []byte {
 		b = b[:len(b)-1]
 	}
 	return b
+}
+
+// evictFloor reads --evict-idle-after as the seconds a host reports
+// (domain.Capacity.EvictIdleAfterSec): "" for the server's default (0),
+// "never" (-1), or a duration of at least a second.
+func evictFloor(v string) (int, error) {
+	switch v {
+	case "", "0":
+		return 0, nil
+	case "never":
+		return -1, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < time.Second {
+		return 0, fmt.Errorf("--evict-idle-after %q: want a duration of at least 1s, e.g. 5m, or never", v)
+	}
+	return int(d / time.Second), nil
 }

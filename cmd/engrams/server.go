@@ -68,6 +68,8 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.opsAddr, "ops-addr", env("OPS_ADDR", ""), "also serve /healthz, /readyz and /metrics on this address (they are always on --listen too)")
 	fs.DurationVar(&f.co.HostLostAfter, "host-lost-after", envDuration("HOST_LOST_AFTER", 0), "a host without heartbeats this long is lost (default 15s)")
 	fs.DurationVar(&f.co.IdleTimeout, "idle-timeout", envDuration("IDLE_TIMEOUT", 0), "suspend sessions idle this long (default 10m; per session: idle_timeout_s)")
+	fs.DurationVar(&f.co.EvictIdleAfter, "evict-idle-after", envDuration("EVICT_IDLE_AFTER", 0), "when every host is full, suspend the least recently used session idle this long to make room (default 1m; negative: never; per host: engrams host run --evict-idle-after)")
+	fs.DurationVar(&f.co.QueueWait, "queue-wait", envDuration("QUEUE_WAIT", 0), "how long a create or resume waits for room on a full host before it is refused with 503 and Retry-After (default 1m)")
 	fs.DurationVar(&f.co.MaxLifetime, "max-lifetime", envDuration("MAX_LIFETIME", 0), "end sessions dead this long after creation (default: no limit; per session: max_lifetime_s)")
 	f.blobs.register(fs, "")
 	fs.StringVar(&f.imageWork, "image-work-dir", env("IMAGE_WORK_DIR", filepath.Join(os.TempDir(), "engrams-images")), "scratch space for enabling images (an image's tree and root filesystem while it is built)")

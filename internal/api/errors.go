@@ -38,6 +38,13 @@ func (s *base) fail(w http.ResponseWriter, r *http.Request, err error) {
 		status, code = http.StatusBadRequest, apiv1.CodeBadRequest
 	case errors.Is(err, domain.ErrNotActive), errors.Is(err, domain.ErrConflict), errors.Is(err, domain.ErrBusy):
 		status, code = http.StatusConflict, apiv1.CodeConflict
+	case errors.Is(err, domain.ErrNoRoom):
+		status, code = http.StatusServiceUnavailable, apiv1.CodeNoCapacity
+		retry := 30
+		if room := (*domain.RoomError)(nil); errors.As(err, &room) {
+			retry = room.RetrySeconds()
+		}
+		w.Header().Set("Retry-After", strconv.Itoa(retry))
 	case errors.Is(err, hostlink.ErrHostNotConnected):
 		status, code = http.StatusServiceUnavailable, apiv1.CodeUnavailable
 	case errors.Is(err, context.DeadlineExceeded):

@@ -15,6 +15,9 @@ type SessionControl interface {
 	CreateSession(ctx context.Context, spec domain.SessionSpec, idempotencyKey string) (domain.Session, error)
 	DeleteSession(ctx context.Context, id domain.SessionID) (domain.Session, error)
 	WaitSession(ctx context.Context, id domain.SessionID, done func(domain.Session) bool) (domain.Session, error)
+	// WaitStarted waits until a new session settles; a create refused for
+	// lack of room is a *domain.RoomError.
+	WaitStarted(ctx context.Context, id domain.SessionID) (domain.Session, error)
 	Suspend(ctx context.Context, id domain.SessionID) (domain.Session, domain.Op, error)
 	WaitOp(ctx context.Context, op domain.Op) (domain.Op, domain.Session, error)
 	Outcome(ctx context.Context, op domain.Op) (coordinator.SuspendOutcome, error)
@@ -71,7 +74,7 @@ func (s *sessionsRouter) createSession(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Get("wait") != "false" {
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.WaitTimeout)
 		defer cancel()
-		if sess, err = s.co.WaitSession(ctx, sess.ID, coordinator.Settled); err != nil {
+		if sess, err = s.co.WaitStarted(ctx, sess.ID); err != nil {
 			s.fail(w, r, err)
 			return
 		}

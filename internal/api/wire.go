@@ -38,5 +38,5 @@ func backendFactsOut(b domain.BackendFacts) apiv1.BackendFacts {
 
 func capacityOut(c domain.Capacity) apiv1.Capacity {
 	return apiv1.Capacity{MemoryMiB: c.MemoryMiB, VCPUs: c.VCPUs, MaxSessions: c.MaxSessions, UsedMemoryMiB: c.UsedMemoryMiB,
-		UsedVCPUs: c.UsedVCPUs, Sessions: c.Sessions, CachedSnapshots: c.CachedSnapshots}
+		UsedVCPUs: c.UsedVCPUs, Sessions: c.Sessions, CachedSnapshots: c.CachedSnapshots, EvictIdleAfterSec: c.EvictIdleAfterSec}
 }

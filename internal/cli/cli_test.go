@@ -130,6 +130,16 @@ func runTable(t *testing.T, newSrv func(*testing.T) *clienttest.Server, tests []
 	}
 }
 
+// TestNoRoom: a create no host has room for says so, and when to retry.
+func TestNoRoom(t *testing.T) {
+	t.Parallel()
+	runTable(t, newServer, []cmdTest{
+		{name: "create without room", args: []string{"session", "create", "--image", "no-room"}, code: 1,
+			errContain: []string{"error: create session: session s9 not started: no host has room: h1: 0 MiB free, 512 MiB asked (waited 1m0s in the queue); retry after 42s (HTTP 503 no_capacity)\n",
+				"hint: no host has room; retry after 42 s"}},
+	})
+}
+
 func TestCommands(t *testing.T) {
 	t.Parallel()
 	tests := []cmdTest{

@@ -338,6 +338,10 @@ func hintFor(cmd *cobra.Command, err error, usage bool) string {
 		return annotation(cmd, annNotFound)
 	case client.IsConflict(err):
 		return annotation(cmd, annConflict)
+	case client.HasCode(err, client.CodeNoCapacity):
+		wait, _ := client.NoCapacity(err)
+		return fmt.Sprintf("no host has room; retry after %d s (idle sessions are suspended to make room once idle long enough; `engrams host list` shows each host's load)",
+			max(int(wait.Seconds()), 1))
 	case client.IsUnavailable(err):
 		return "the coordinator or its hosts are busy or unreachable: check `engrams host list` and retry"
 	case client.HasCode(err, client.CodeTimeout):

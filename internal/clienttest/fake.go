@@ -248,6 +248,10 @@ func (s *Server) withSession(h func(http.ResponseWriter, *http.Request, string))
 	}
 }
 
+// NoRoomImage is an image whose sessions find no room: creating one
+// answers 503 no_capacity with Retry-After 42.
+const NoRoomImage = "no-room"
+
 func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 	var req apiv1.CreateSessionRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
@@ -256,6 +260,11 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.MemoryMiB < 0 || req.VCPUs < 0 {
 		writeErr(w, 400, "bad_request", "memory_mib and vcpus must not be negative")
+		return
+	}
+	if req.Image == NoRoomImage {
+		w.Header().Set("Retry-After", "42")
+		writeErr(w, 503, "no_capacity", "session s9 not started: no host has room: h1: 0 MiB free, 512 MiB asked (waited 1m0s in the queue); retry after 42s")
 		return
 	}
 	s.mu.Lock()

@@ -23,7 +23,7 @@ type Config struct {
 	HostLostAfter     time.Duration // no heartbeat for this long → host lost; default 15s
 	MonitorInterval   time.Duration // how often heartbeats are checked; default HostLostAfter/5
 	OpLease           time.Duration // a claimed op is reclaimable after this; default 30s
-	PlacementWait     time.Duration // how long a create keeps looking for a host; default 10s
+	PlacementWait     time.Duration // how long a create or resume keeps looking for a host that can run it; default 10s
 	ResumeWait        time.Duration // how long a request waits for an Idle session to resume; default 3m
 	IdleTimeout       time.Duration // default idle time before a session is suspended; default 10m
 	MaxLifetime       time.Duration // default hard time limit of a session; 0 = none
@@ -32,6 +32,14 @@ type Config struct {
 	DefaultVCPUs      int           // default 1
 	MaxMemoryMiB      int           // largest session allowed; default 16384
 	MaxVCPUs          int           // default 16
+	// QueueWait is how long a create or resume that some host could run
+	// waits in the queue for room (idle sessions being evicted) before it
+	// is refused with domain.ErrNoRoom; default 1m.
+	QueueWait time.Duration
+	// EvictIdleAfter is the eviction floor of hosts that report none: when
+	// every host is full, an Active session idle this long may be suspended
+	// to make room; default 1m; negative: never.
+	EvictIdleAfter time.Duration
 	// LinkRecheck is how often a replica re-checks that the host links it
 	// holds are still allowed (besides every TopicHosts wake-up); default 2s.
 	LinkRecheck time.Duration
@@ -69,6 +77,10 @@ func (c *Config) defaults() error {
 	def(&c.MonitorInterval, c.HostLostAfter/5)
 	def(&c.OpLease, 30*time.Second)
 	def(&c.PlacementWait, 10*time.Second)
+	def(&c.QueueWait, time.Minute)
+	if c.EvictIdleAfter == 0 {
+		c.EvictIdleAfter = time.Minute
+	}
 	def(&c.ResumeWait, 3*time.Minute)
 	def(&c.IdleTimeout, 10*time.Minute)
 	defInt := func(d *int, v int) {
@@ -127,10 +139,15 @@ type RestoreObserver interface {
 
 // Metrics is what the coordinator measures (a *metrics.Registry): each op
 // finished by kind and outcome ("succeeded", "failed", "fenced",
-// "retried"), and the bytes each committed snapshot uploaded.
+// "retried"), the bytes each committed snapshot uploaded, and placement
+// under pressure: ops (create, resume) that had to queue for room, those
+// refused when none came, and sessions evicted to make room.
 type Metrics interface {
 	OpFinished(kind, outcome string, d time.Duration)
 	SnapshotUploaded(bytes int64)
+	PlacementQueued(kind string)
+	PlacementRefused(kind string)
+	SessionEvicted()
 }
 
 // noMetrics records nothing.
@@ -138,6 +155,9 @@ type noMetrics struct{}
 
 func (noMetrics) OpFinished(string, string, time.Duration) {}
 func (noMetrics) SnapshotUploaded(int64)                   {}
+func (noMetrics) PlacementQueued(string)                   {}
+func (noMetrics) PlacementRefused(string)                  {}
+func (noMetrics) SessionEvicted()                          {}
 
 // Store is what the coordinator reads and writes of the store: the fleet
 // and its keys, sessions with their ops, events, snapshots and outboxes,

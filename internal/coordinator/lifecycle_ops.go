@@ -60,7 +60,32 @@ func (x *opRun) create(ctx context.Context) error {
 			return err
 		}
 	}
-	return x.giveUp(ctx, fmt.Errorf("%d hosts refused it for capacity", maxPlacements))
+	return x.hostsRefused(ctx)
+}
+
+// hostsRefused handles a create every host it was placed on refused for
+// capacity (their own count disagreed with the coordinator's): it waits
+// in the queue, and past the deadline is refused for room like any other.
+func (x *opRun) hostsRefused(ctx context.Context) error {
+	refusal := fmt.Errorf("%d hosts refused it for capacity", maxPlacements)
+	if x.c.now().Before(x.op.CreatedAt.Add(x.c.cfg.QueueWait)) {
+		return x.queue(ctx, refusal, true)
+	}
+	if err := x.step(ctx, stepNoRoom); err != nil {
+		return err
+	}
+	x.c.met.PlacementRefused(string(x.op.Kind))
+	return x.refuseCreate(ctx, &domain.RoomError{Why: refusal.Error(), RetryAfter: defaultRetryAfter})
+}
+
+// refuseCreate ends a created session no host had room for: Completed,
+// never started (no_room), with the refusal as its reason.
+func (x *opRun) refuseCreate(ctx context.Context, room *domain.RoomError) error {
+	reason := "not started: " + room.Error()
+	if err := x.applyDesired(ctx, lifecycle.NoRoom, nil, &reason, ptr(domain.DesireDeleted)); err != nil {
+		return err
+	}
+	return room
 }
 
 // imageBase reads the image the session was created from.
@@ -82,16 +107,26 @@ func (x *opRun) harnessBundle(ctx context.Context, spec domain.SessionSpec) (dom
 // maxPlacements bounds how often one create op re-places a session.
 const maxPlacements = 3
 
+// placeSession places a created session on a host, waiting in the queue
+// for room (errQueued) while every host is full. One refused for room ends
+// Completed, never started (no_room); one no host could ever run ends Dead.
 func (x *opRun) placeSession(ctx context.Context, spec domain.SessionSpec, base *domain.Image, exclude []domain.HostID) error {
-	if err := x.step(ctx, "place"); err != nil {
-		return err
+	if x.op.Step != stepQueued {
+		if err := x.step(ctx, "place"); err != nil {
+			return err
+		}
 	}
 	need := scheduler.Need{Exclude: exclude, Harness: spec.HarnessID != ""}
 	if base != nil {
 		need.Snapshot = &scheduler.SnapshotNeed{ID: base.BaseID, Facts: base.Facts}
 	}
-	hostID, err := x.c.places.PlaceWithin(ctx, spec, need, x.c.cfg.PlacementWait)
+	hostID, err := x.placeOrQueue(ctx, spec, need)
+	var room *domain.RoomError
 	switch {
+	case errors.Is(err, errQueued):
+		return err
+	case errors.As(err, &room):
+		return x.refuseCreate(ctx, room)
 	case errors.Is(err, scheduler.ErrNoCapacity):
 		if ferr := x.apply(ctx, lifecycle.Unplaceable, nil, ptr(err.Error())); ferr != nil {
 			return ferr

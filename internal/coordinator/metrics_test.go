@@ -38,6 +38,16 @@ func (m *opMetrics) SnapshotUploaded(n int64) {
 	m.uploaded += n
 }
 
+func (m *opMetrics) PlacementQueued(kind string)  { m.count("queued/" + kind) }
+func (m *opMetrics) PlacementRefused(kind string) { m.count("refused/" + kind) }
+func (m *opMetrics) SessionEvicted()              { m.count("evicted") }
+
+func (m *opMetrics) count(k string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.ops[k]++
+}
+
 func (m *opMetrics) String() string {
 	m.mu.Lock()
 	defer m.mu.Unlock()

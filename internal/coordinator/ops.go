@@ -82,6 +82,13 @@ func (c *Coordinator) runOp(ctx context.Context, op domain.Op, s domain.Session)
 		log.Info("op fenced by a newer op", "err", err)
 		outcome("fenced")
 		return // the newer op owns the session; our FinishOp would be stale anyway
+	case errors.Is(err, errQueued):
+		// Waiting for room: hand the op back without holding a worker (the
+		// suspends that make room need one) nor spending an attempt.
+		if rerr := c.st.DeferOp(context.WithoutCancel(ctx), op.ID, op.Epoch, c.now().Add(queueRecheck)); rerr != nil {
+			log.Warn("defer op waiting for room", "err", rerr)
+		}
+		return
 	case errors.Is(err, errTransient) && (op.Attempts < maxAttempts || op.Kind == domain.OpResume):
 		// Leave it claimed with a short lease: another claim retries it. A
 		// resume never gives up on its host (see opRun.resume); a lost host
@@ -198,6 +205,7 @@ func (x *opRun) step(ctx context.Context, step string) error {
 	err := x.c.st.SetOpStep(ctx, x.op.ID, x.op.Epoch, step)
 	switch {
 	case err == nil:
+		x.op.Step = step
 		return nil
 	case errors.Is(err, store.ErrStaleEpoch), errors.Is(err, store.ErrConflict):
 		return fmt.Errorf("op %s step %s: %w: %w", x.op.ID, step, errFenced, err)

@@ -208,6 +208,44 @@ func Settled(s domain.Session) bool {
 	return false
 }
 
+// WaitStarted waits until a new session has settled (Settled). A create
+// refused for lack of room (the session ended Completed without starting)
+// returns the session with a *domain.RoomError saying when to retry.
+func (c *Coordinator) WaitStarted(ctx context.Context, id domain.SessionID) (domain.Session, error) {
+	s, err := c.WaitSession(ctx, id, Settled)
+	if err != nil || s.State != domain.SessionCompleted {
+		return s, err
+	}
+	ops, err := c.st.ListOps(ctx, id)
+	if err != nil {
+		return s, err
+	}
+	for _, o := range ops {
+		if o.Kind != domain.OpCreate || o.Step != stepNoRoom {
+			continue
+		}
+		// The op ends the session before it records its own end.
+		if o, _, err = c.WaitOp(ctx, o); err != nil {
+			return s, err
+		}
+		if room := refusedForRoom(o); room != nil {
+			return s, fmt.Errorf("session %s not started: %w", id, room)
+		}
+	}
+	return s, nil
+}
+
+// refusedForRoom is the refusal of op o if it failed for lack of room.
+func refusedForRoom(o domain.Op) *domain.RoomError {
+	if o.State != domain.OpFailed || o.Step != stepNoRoom {
+		return nil
+	}
+	if room, ok := domain.RoomRefusal(o.Error); ok {
+		return room
+	}
+	return &domain.RoomError{Why: o.Error, RetryAfter: defaultRetryAfter}
+}
+
 // EnsureActive resumes s if it is Idle and waits until it is Active. It
 // fails at once for terminal sessions, and when the resume it requested
 // failed (with that op's error).
@@ -224,6 +262,9 @@ func (c *Coordinator) EnsureActive(ctx context.Context, s domain.Session) (domai
 		case s.State == domain.SessionIdle:
 			if resumeOp != "" {
 				if o, err := c.st.GetOp(ctx, resumeOp); err == nil && o.State == domain.OpFailed {
+					if room := refusedForRoom(o); room != nil {
+						return s, fmt.Errorf("session %s not resumed: %w", s.ID, room)
+					}
 					return s, fmt.Errorf("%w: session %s could not be resumed: %s", domain.ErrNotActive, s.ID, o.Error)
 				}
 			}

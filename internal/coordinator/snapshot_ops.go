@@ -143,13 +143,17 @@ func (x *opRun) resume(ctx context.Context) error {
 	spec := x.s.Spec
 	hostID := x.s.HostID
 	if x.s.State == domain.SessionIdle {
-		if err := x.step(ctx, "place"); err != nil {
-			return err
+		if x.op.Step != stepQueued {
+			if err := x.step(ctx, "place"); err != nil {
+				return err
+			}
 		}
 		need := scheduler.Need{Snapshot: &scheduler.SnapshotNeed{ID: snap.ID, Facts: snap.Facts}}
-		hostID, err = x.c.places.PlaceWithin(ctx, spec, need, x.c.cfg.PlacementWait)
+		hostID, err = x.placeOrQueue(ctx, spec, need)
 		if err != nil {
-			return err // stays Idle; the next request places it again
+			// Stays Idle: it waits in the queue for room, or (refused)
+			// the next request places it again.
+			return err
 		}
 		// Whoever asked for the resume (session resume, an exec, a file, an
 		// outbox item) wants the session active: a suspend's wish for idle
@@ -209,4 +213,14 @@ func (x *opRun) appendEvent(ctx context.Context, typ string, data any) {
 		x.log.Warn("append event", "type", typ, "err", err)
 	}
 	x.c.wake(ctx, SessionTopic(x.s.ID))
+}
+
+// appendEventTo appends an event to another session's log (unfenced: this
+// op does not own it).
+func (x *opRun) appendEventTo(ctx context.Context, id domain.SessionID, typ string, data any) {
+	b, _ := json.Marshal(data)
+	if _, err := x.c.st.AppendEvent(ctx, store.NewEvent{SessionID: id, Type: typ, Data: b, At: x.c.now()}); err != nil {
+		x.log.Warn("append event", "type", typ, "to_session_id", id, "err", err)
+	}
+	x.c.wake(ctx, SessionTopic(id))
 }

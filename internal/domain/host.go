@@ -35,6 +35,10 @@ type Capacity struct {
 	// CachedSnapshots is filled in by the coordinator from the host's last
 	// heartbeat, so placement can prefer it.
 	CachedSnapshots []string `json:"cached_snapshots,omitempty"`
+	// EvictIdleAfterSec is the host's eviction floor: when every host is
+	// full, placement may suspend a session of this host idle at least this
+	// many seconds to make room. 0: the coordinator's default; -1: never.
+	EvictIdleAfterSec int `json:"evict_idle_after_s,omitempty"`
 }
 
 // VCPUOvercommit is how many session vCPUs a host offers per CPU; the

@@ -13,7 +13,8 @@ type Event string
 // Events, named for what happened rather than for the state they lead to.
 const (
 	Place            Event = "place"             // a host was chosen, boot begins
-	Unplaceable      Event = "unplaceable"       // no host could take it in time
+	Unplaceable      Event = "unplaceable"       // no host could ever take it (none compatible, all too small)
+	NoRoom           Event = "no_room"           // hosts could take it but none had room in time: refused, never started
 	Started          Event = "started"           // guest daemon (and harness) answered
 	StartFailed      Event = "start_failed"      // boot failed
 	Requeue          Event = "requeue"           // the host refused before booting (capacity): place again
@@ -34,7 +35,7 @@ const (
 )
 
 // Events lists every event.
-var Events = []Event{Place, Unplaceable, Started, StartFailed, Requeue, SuspendRequested, Snapshotted, SnapshotFailed,
+var Events = []Event{Place, Unplaceable, NoRoom, Started, StartFailed, Requeue, SuspendRequested, Snapshotted, SnapshotFailed,
 	ResumeRequested, Resumed, ResumeFailed, Unrestorable, DeleteRequested, Destroyed,
 	HeartbeatLost, Recovered, NotRecoverable, TimeLimit, Expired}
 
@@ -50,6 +51,7 @@ type key struct {
 var table = map[key]domain.SessionState{
 	{domain.SessionCreated, Place}:           domain.SessionStarting,
 	{domain.SessionCreated, Unplaceable}:     domain.SessionDead,
+	{domain.SessionCreated, NoRoom}:          domain.SessionCompleted, // like a delete before it started: nothing to recover
 	{domain.SessionCreated, DeleteRequested}: domain.SessionCompleted,
 	{domain.SessionCreated, TimeLimit}:       domain.SessionDead,
 

@@ -12,7 +12,7 @@ import (
 // one row per state listing the events it accepts. Every pair not listed
 // must be refused.
 var legal = map[domain.SessionState]map[Event]domain.SessionState{
-	domain.SessionCreated: {Place: domain.SessionStarting, Unplaceable: domain.SessionDead, DeleteRequested: domain.SessionCompleted, TimeLimit: domain.SessionDead},
+	domain.SessionCreated: {Place: domain.SessionStarting, Unplaceable: domain.SessionDead, NoRoom: domain.SessionCompleted, DeleteRequested: domain.SessionCompleted, TimeLimit: domain.SessionDead},
 	domain.SessionStarting: {Started: domain.SessionActive, StartFailed: domain.SessionDead, Requeue: domain.SessionCreated, DeleteRequested: domain.SessionDeleting,
 		HeartbeatLost: domain.SessionHostLost, TimeLimit: domain.SessionDeleting},
 	domain.SessionActive: {SuspendRequested: domain.SessionSuspending, DeleteRequested: domain.SessionDeleting,

@@ -22,6 +22,9 @@ type Registry struct {
 	quota      *prometheus.CounterVec
 	egress     *prometheus.CounterVec
 	denied     *prometheus.CounterVec
+	queued     *prometheus.CounterVec
+	refused    *prometheus.CounterVec
+	evicted    prometheus.Counter
 }
 
 // New returns a registry with the engrams_ families and the Go runtime's
@@ -53,10 +56,19 @@ func New() *Registry {
 	r.denied = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "engrams_egress_denied_total", Help: "Queries, connections and flows of guests this host's egress paths refused or its machines' networks dropped, by kind (dns, tcp, tls, http, connect, udp, icmp, ip), counted where they happen, before the per-session rate limit.",
 	}, []string{"kind"})
+	r.queued = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "engrams_placement_queued_total", Help: "Creates and resumes that found every host full and waited in the queue for room, by op kind (create, resume).",
+	}, []string{"kind"})
+	r.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "engrams_placement_refused_total", Help: "Creates and resumes refused (503 with Retry-After) because no room came before the queue's deadline, by op kind.",
+	}, []string{"kind"})
+	r.evicted = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "engrams_sessions_evicted_total", Help: "Idle sessions suspended to make room for another session on a full host.",
+	})
 	r.chunkCache.WithLabelValues("hit") // both results read 0 before the first read
 	r.chunkCache.WithLabelValues("miss")
 	r.reg.MustRegister(r.opSeconds, r.uploaded, r.chunkCache, r.hostLinks, r.guestBound, r.quota, r.egress, r.denied,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		r.queued, r.refused, r.evicted, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return r
 }
 
@@ -146,4 +158,29 @@ func (r *Registry) EgressDenied(kind string) {
 		return
 	}
 	r.denied.WithLabelValues(kind).Inc()
+}
+
+// PlacementQueued counts an op (kind "create" or "resume") that found
+// every host full and waits in the queue for room.
+func (r *Registry) PlacementQueued(kind string) {
+	if r == nil {
+		return
+	}
+	r.queued.WithLabelValues(kind).Inc()
+}
+
+// PlacementRefused counts an op refused because no room came in time.
+func (r *Registry) PlacementRefused(kind string) {
+	if r == nil {
+		return
+	}
+	r.refused.WithLabelValues(kind).Inc()
+}
+
+// SessionEvicted counts an idle session suspended to make room.
+func (r *Registry) SessionEvicted() {
+	if r == nil {
+		return
+	}
+	r.evicted.Inc()
 }

@@ -22,6 +22,9 @@ func TestFamiliesMoveAndServe(t *testing.T) {
 	r.EgressEvents("dns", "deny", 0)
 	r.EgressDenied("icmp")
 	r.EgressDenied("icmp")
+	r.PlacementQueued("create")
+	r.PlacementRefused("resume")
+	r.SessionEvicted()
 	rec := httptest.NewRecorder()
 	r.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body, _ := io.ReadAll(rec.Body)
@@ -35,6 +38,9 @@ func TestFamiliesMoveAndServe(t *testing.T) {
 		`engrams_quota_refusals_total{quota="events"} 1`,
 		`engrams_egress_events_total{kind="tls",verdict="allow"} 3`,
 		`engrams_egress_denied_total{kind="icmp"} 2`,
+		`engrams_placement_queued_total{kind="create"} 1`,
+		`engrams_placement_refused_total{kind="resume"} 1`,
+		`engrams_sessions_evicted_total 1`,
 		`go_goroutines`,
 	} {
 		if !strings.Contains(string(body), want) {
@@ -57,6 +63,9 @@ func TestNilRecordsNothing(t *testing.T) {
 	r.QuotaRefused("x")
 	r.EgressEvents("dns", "deny", 1)
 	r.EgressDenied("udp")
+	r.PlacementQueued("create")
+	r.PlacementRefused("create")
+	r.SessionEvicted()
 	if err := r.Register(nil); err != nil {
 		t.Fatal(err)
 	}

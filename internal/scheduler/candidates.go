@@ -15,6 +15,8 @@ type Host struct {
 	LastHeartbeat time.Time
 	Facts         domain.HostFacts
 	Capacity      domain.Capacity
+	// EvictIdleAfter is the host's eviction floor (see Candidate).
+	EvictIdleAfter time.Duration
 }
 
 // Placed is a session that may own a machine on a host, and what it uses.
@@ -68,8 +70,9 @@ func Candidates(hosts []Host, placed []Placed, need Need) []Candidate {
 func candidate(h Host, need Need) Candidate {
 	fresh := need.FreshWithin <= 0 || need.Now.Sub(h.LastHeartbeat) < need.FreshWithin
 	c := Candidate{
-		HostID: h.ID, Ready: h.Connected && fresh && !slices.Contains(need.Exclude, h.ID),
+		HostID: h.ID, Ready: h.Connected && fresh, Tried: slices.Contains(need.Exclude, h.ID),
 		MemoryMiB: h.Capacity.MemoryMiB, VCPUs: h.Capacity.VCPUs, MaxSessions: h.Capacity.MaxSessions,
+		EvictIdleAfter: h.EvictIdleAfter,
 	}
 	if need.Snapshot != nil {
 		c.Incompatible = Compatible(need.Snapshot.Facts, h.Facts)

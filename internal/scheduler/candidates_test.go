@@ -39,13 +39,13 @@ func candidatesCases() []candidatesCase {
 			},
 		},
 		{
-			name:  "stale, draining and excluded hosts are not ready",
+			name:  "stale and draining hosts are not ready, excluded ones tried",
 			hosts: []Host{stale, draining, host("tried", qemu)},
 			need:  Need{Now: now, FreshWithin: 10 * time.Second, Exclude: []domain.HostID{"tried"}},
 			want: []Candidate{
 				{HostID: "stale", MemoryMiB: 4096, VCPUs: 2, MaxSessions: 8},
 				{HostID: "draining", MemoryMiB: 4096, VCPUs: 2, MaxSessions: 8},
-				{HostID: "tried", MemoryMiB: 4096, VCPUs: 2, MaxSessions: 8},
+				{HostID: "tried", Ready: true, Tried: true, MemoryMiB: 4096, VCPUs: 2, MaxSessions: 8},
 			},
 		},
 		{

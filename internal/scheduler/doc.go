@@ -1,4 +1,4 @@
-// Package scheduler decides placement: it builds the candidates from the hosts and the sessions
-// placed on them, and picks one. It is pure (no I/O, no clock; it imports only internal/domain), so
-// every rule is table-tested. Imported by the coordinator and image jobs.
+// Package scheduler decides placement: candidates from the hosts and their sessions, the pick, and
+// which idle sessions to evict when every host is full (MakeRoom). It is pure (no I/O, no clock; it
+// imports only internal/domain), so every rule is table-tested. Imported by the coordinator and image jobs.
 package scheduler

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/engrams/engrams/internal/domain"
 )
@@ -17,6 +18,7 @@ var ErrNoCapacity = errors.New("no host can run this session")
 type Candidate struct {
 	HostID      domain.HostID
 	Ready       bool // connected and not draining
+	Tried       bool // already tried for this placement (it refused it): passed over
 	MemoryMiB   int  // total the host offers to sessions
 	VCPUs       int
 	MaxSessions int // 0: unlimited
@@ -28,6 +30,10 @@ type Candidate struct {
 	// snapshot, boot the image) ("" if it can); Cached: it holds the snapshot's chunks.
 	Incompatible string
 	Cached       bool
+	// EvictIdleAfter is the host's eviction floor: to make room, only
+	// sessions idle at least this long are suspended (MakeRoom); negative:
+	// the host evicts none.
+	EvictIdleAfter time.Duration
 }
 
 // Request is what a session needs.
@@ -78,6 +84,8 @@ func rejects(c Candidate, req Request) string {
 	switch {
 	case !c.Ready:
 		return "not ready"
+	case c.Tried:
+		return "tried already (it refused)"
 	case c.Incompatible != "":
 		return "incompatible: " + c.Incompatible
 	case c.MaxSessions > 0 && c.PlacedSessions >= c.MaxSessions:

@@ -28,6 +28,8 @@ func TestPlace(t *testing.T) {
 		{name: "memory does not fit", cands: []Candidate{ready("a", 512, 384, 1)}, req: Request{MemoryMiB: 256}, wantErr: "a: 128 MiB free, 256 MiB asked"},
 		{name: "session limit", cands: []Candidate{{HostID: "a", Ready: true, MemoryMiB: 4096, MaxSessions: 2, PlacedSessions: 2}}, req: Request{MemoryMiB: 1}, wantErr: "at its limit of 2"},
 		{name: "vcpu overcommit limit", cands: []Candidate{{HostID: "a", Ready: true, MemoryMiB: 4096, VCPUs: 1, PlacedVCPUs: 4}}, req: Request{MemoryMiB: 1, VCPUs: 1}, wantErr: "4 vCPUs placed on 1"},
+		{name: "tried skipped", cands: []Candidate{func() Candidate { c := ready("a", 4096, 0, 0); c.Tried = true; return c }()},
+			req: Request{MemoryMiB: 256}, wantErr: "a: tried already (it refused)"},
 		{name: "exact fit", cands: []Candidate{ready("a", 512, 256, 1)}, req: Request{MemoryMiB: 256}, want: "a"},
 		{name: "cached wins over free memory", cands: []Candidate{ready("a", 4096, 0, 0), func() Candidate { c := ready("b", 1024, 512, 1); c.Cached = true; return c }()},
 			req: Request{MemoryMiB: 256}, want: "b"},

@@ -181,6 +181,10 @@ type Ops interface {
 	// ErrConflict if it is no longer running (finished or superseded), and
 	// ErrNotFound for an unknown op.
 	RenewOp(ctx context.Context, opID string, epoch int64, until time.Time) error
+	// DeferOp hands a running op back to be claimed again once until
+	// passes, not counting this claim as an attempt (an op waiting for
+	// room, not failing); fenced like RenewOp.
+	DeferOp(ctx context.Context, opID string, epoch int64, until time.Time) error
 	// SetOpStep records progress; fenced by epoch.
 	SetOpStep(ctx context.Context, opID string, epoch int64, step string) error
 	// FinishOp marks a running op succeeded or failed; fenced by epoch.

@@ -250,6 +250,11 @@ func (s *Store) RenewOp(ctx context.Context, opID string, epoch int64, until tim
 	return s.fencedOpWrite(ctx, "renew op", opID, epoch, "lease_until = $3", micros(until))
 }
 
+// DeferOp implements store.Ops.
+func (s *Store) DeferOp(ctx context.Context, opID string, epoch int64, until time.Time) error {
+	return s.fencedOpWrite(ctx, "defer op", opID, epoch, "lease_until = $3, attempts = attempts - 1", micros(until))
+}
+
 // SetOpStep implements store.Ops.
 func (s *Store) SetOpStep(ctx context.Context, opID string, epoch int64, step string) error {
 	return s.fencedOpWrite(ctx, "set op step", opID, epoch, "step = $3", step)

@@ -17,6 +17,25 @@ var opTests = []test{
 	{"EnqueueOpErrors", testEnqueueOpErrors},
 	{"FencedOpWrites", testFencedOpWrites},
 	{"FencedOpWritesRejected", testFencedOpWritesRejected},
+	{"DeferOp", testDeferOp},
+}
+
+// testDeferOp: a deferred op is claimed again once its lease passes, and
+// the deferred claim does not count as an attempt.
+func testDeferOp(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	_, create := newSession(t, st)
+	op, _ := claimOnly(t, st, create.ID, t0)
+	wantErr(t, st.DeferOp(ctx, op.ID, op.Epoch-1, t0.Add(time.Second)), store.ErrStaleEpoch)
+	must(t, st.DeferOp(ctx, op.ID, op.Epoch, t0.Add(time.Second)))
+	_, _, err := st.ClaimOp(ctx, "other", t0.Add(500*time.Millisecond), time.Minute)
+	wantErr(t, err, store.ErrNoOp)
+	again, _ := claimOnly(t, st, create.ID, t0.Add(2*time.Second))
+	if again.Attempts != op.Attempts || again.Epoch <= op.Epoch || again.State != domain.OpRunning {
+		t.Fatalf("claimed again: %+v; want attempts %d and a newer epoch than %d", again, op.Attempts, op.Epoch)
+	}
+	must(t, st.FinishOp(ctx, again.ID, again.Epoch, domain.OpSucceeded, "", t0.Add(3*time.Second)))
+	wantErr(t, st.DeferOp(ctx, again.ID, again.Epoch, t0.Add(time.Hour)), store.ErrConflict)
 }
 
 func testEnqueueOp(t *testing.T, st store.Store) {

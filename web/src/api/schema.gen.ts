@@ -55,6 +55,16 @@ export interface paths {
          *     with `wait=false` it returns at once with the session in state
          *     `created`. A repeated request with the same `idempotency_key` returns
          *     the session the first request created and creates nothing.
+         *
+         *     When every host that could run it is full, the server makes room by
+         *     suspending the least recently used session idle at least its host's
+         *     eviction floor (that session resumes later with its files and
+         *     processes), and the new session waits in a queue for the room. If no
+         *     room comes before the queue's deadline (nothing could be evicted),
+         *     the answer is 503 `no_capacity` with `Retry-After`: the session was
+         *     never started and ends `completed` (never `dead`), and its
+         *     `idempotency_key` is free for the retry. With `wait=false` the
+         *     session shows the same outcome later.
          */
         post: operations["createSession"];
         delete?: never;
@@ -371,6 +381,9 @@ export interface paths {
          *     `active`; resuming an active session returns it at once. A session
          *     that cannot become active (terminal, being deleted, or a snapshot
          *     that cannot be restored) is a 409 conflict whose message says why.
+         *     When every compatible host is full and nothing could be evicted in
+         *     time, the answer is 503 `no_capacity` with `Retry-After`, and the
+         *     session stays `idle` (as it does for the requests that resume it).
          *
          *     An explicit resume is rarely needed: any exec, file, outbox or
          *     followed event-stream request on an idle session resumes it
@@ -1859,7 +1872,7 @@ export interface components {
              * @description A category for programs to branch on.
              * @enum {string}
              */
-            code: "bad_request" | "unauthorized" | "not_found" | "method_not_allowed" | "conflict" | "too_large" | "unavailable" | "timeout" | "internal";
+            code: "bad_request" | "unauthorized" | "not_found" | "method_not_allowed" | "conflict" | "too_large" | "unavailable" | "no_capacity" | "timeout" | "internal";
         };
         Version: {
             /** @description The server build's version. */
@@ -2235,6 +2248,8 @@ export interface components {
             sessions: number;
             /** @description Snapshots whose chunks the host caches; resumes of them prefer it. */
             cached_snapshots?: string[];
+            /** @description The host's eviction floor (`engrams host run --evict-idle-after`): when every host is full, its sessions idle at least this many seconds may be suspended to make room. Absent or 0: the server's default (`engrams server --evict-idle-after`, 1m); -1: never. */
+            evict_idle_after_s?: number;
         };
         HostList: {
             items: components["schemas"]["Host"][];
@@ -3291,11 +3306,29 @@ export interface components {
         /**
          * @description An error. Status and `code`: 400 bad_request, 401 unauthorized,
          *     404 not_found (also for what the caller may not see), 409 conflict,
-         *     413 too_large, 503 unavailable, 504 timeout (a wait ran out; the
-         *     operation goes on), 500 internal.
+         *     413 too_large, 503 unavailable, 503 no_capacity (see NoCapacity),
+         *     504 timeout (a wait ran out; the operation goes on), 500 internal.
          */
         Error: {
             headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /**
+         * @description `no_capacity`: every host that could run the session is full and no
+         *     idle session could be evicted to make room before the queue's
+         *     deadline. Nothing was started: a create leaves no live session (it
+         *     ends `completed`, never `dead`), a resume leaves the session `idle`.
+         *     Retry after `Retry-After` seconds (when a session may have been idle
+         *     long enough to be evicted).
+         */
+        NoCapacity: {
+            headers: {
+                /** @description Seconds to wait before retrying. */
+                "Retry-After"?: number;
                 [name: string]: unknown;
             };
             content: {
@@ -3446,6 +3479,7 @@ export interface operations {
                     "application/json": components["schemas"]["Session"];
                 };
             };
+            503: components["responses"]["NoCapacity"];
             default: components["responses"]["Error"];
         };
     };
@@ -3778,6 +3812,7 @@ export interface operations {
                     "application/json": components["schemas"]["Session"];
                 };
             };
+            503: components["responses"]["NoCapacity"];
             default: components["responses"]["Error"];
         };
     };
