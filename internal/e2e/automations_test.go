@@ -331,7 +331,7 @@ func TestBenchWebhookToAgent(t *testing.T) {
 		_, _ = d.dev.c.Tasks().Stop(ctx, task.ID)
 	}
 	fmt.Printf("%-28s %10s %10s\n", fmt.Sprintf("to run_started (n=%d)", n), "p50", "p95")
-	fmt.Printf("%-28s %10s %10s\n", "webhook → automation", percentile(hook, 50).Round(time.Millisecond), percentile(hook, 95).Round(time.Millisecond))
-	fmt.Printf("%-28s %10s %10s\n", "POST /v1/tasks (baseline)", percentile(direct, 50).Round(time.Millisecond), percentile(direct, 95).Round(time.Millisecond))
-	fmt.Printf("%-28s %9.2fx\n", "ratio of p50", float64(percentile(hook, 50))/float64(percentile(direct, 50)))
+	fmt.Printf("%-28s %10s %10s\n", "webhook → automation", pct(hook, 50).Round(time.Millisecond), pct(hook, 95).Round(time.Millisecond))
+	fmt.Printf("%-28s %10s %10s\n", "POST /v1/tasks (baseline)", pct(direct, 50).Round(time.Millisecond), pct(direct, 95).Round(time.Millisecond))
+	fmt.Printf("%-28s %9.2fx\n", "ratio of p50", float64(pct(hook, 50))/float64(pct(direct, 50)))
 }

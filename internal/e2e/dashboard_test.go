@@ -280,8 +280,8 @@ func TestBenchDashboard(t *testing.T) {
 	first, all := bundleSizes(t)
 	t.Logf("\n%-36s %8s %8s %5s\n%-36s %8.0f %8.0f %5d\n%-36s %8.0f %8.0f %5d\nbundle (gzip): first load %.1f KiB, all assets %.1f KiB",
 		"dashboard", "p50 ms", "p95 ms", "runs",
-		"page load -> first task-list paint", msPercentile(res.Load, 50), msPercentile(res.Load, 95), len(res.Load),
-		"click Send -> first answer on screen", msPercentile(res.Send, 50), msPercentile(res.Send, 95), len(res.Send),
+		"page load -> first task-list paint", pct(res.Load, 50), pct(res.Load, 95), len(res.Load),
+		"click Send -> first answer on screen", pct(res.Send, 50), pct(res.Send, 95), len(res.Send),
 		float64(first)/1024, float64(all)/1024)
 }
 
@@ -317,15 +317,6 @@ func bundleSizes(t *testing.T) (first, all int) {
 		t.Fatal(err)
 	}
 	return first, all
-}
-
-// msPercentile is percentile over milliseconds.
-func msPercentile(ms []float64, p int) float64 {
-	ds := make([]time.Duration, len(ms))
-	for i, m := range ms {
-		ds[i] = time.Duration(m * float64(time.Millisecond))
-	}
-	return float64(percentile(ds, p)) / float64(time.Millisecond)
 }
 
 // checkFirstTurnUsage: the first task's first usage event is the first
