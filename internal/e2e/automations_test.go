@@ -302,9 +302,7 @@ blocks:
 // starting the same task straight through the API in the same run.
 // Gated by ENGRAMS_BENCH=1.
 func TestBenchWebhookToAgent(t *testing.T) {
-	if os.Getenv("ENGRAMS_BENCH") != "1" {
-		t.Skip("set ENGRAMS_BENCH=1 to measure")
-	}
+	requireBench(t)
 	d := startDevAgentEnv(t)
 	saved := createAutomation(t, d, startOnly)
 	const n = 10

@@ -19,9 +19,7 @@ import (
 // TestBench's. ENGRAMS_BENCH=1 runs it (ENGRAMS_BENCH_ENABLES, default 3);
 // it prints a table.
 func TestBenchImages(t *testing.T) {
-	if os.Getenv("ENGRAMS_BENCH") == "" {
-		t.Skip("benchmark: set ENGRAMS_BENCH=1 to run")
-	}
+	requireBench(t)
 	requireQEMU(t)
 	enables := envInt("ENGRAMS_BENCH_ENABLES", 3)
 	reg := imagetest.StartRegistry(t, imagetest.RegistryOptions{})

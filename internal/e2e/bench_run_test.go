@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,9 +31,7 @@ import (
 // run); ENGRAMS_BENCH_JSON=path also writes the table as JSON, which
 // TestBenchCompare prints beside another.
 func TestBench(t *testing.T) {
-	if os.Getenv("ENGRAMS_BENCH") == "" {
-		t.Skip("benchmark: set ENGRAMS_BENCH=1 to run")
-	}
+	requireBench(t)
 	requireQEMU(t)
 	n := envInt("ENGRAMS_BENCH_N", 5)
 	tb := &benchTable{Started: time.Now()}

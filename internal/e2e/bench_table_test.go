@@ -159,6 +159,14 @@ func (tb *benchTable) report(t *testing.T) {
 	}
 }
 
+// requireBench skips a benchmark unless ENGRAMS_BENCH is set.
+func requireBench(t *testing.T) {
+	t.Helper()
+	if os.Getenv("ENGRAMS_BENCH") == "" {
+		t.Skip("benchmark: set ENGRAMS_BENCH=1 to run")
+	}
+}
+
 // TestBenchCompare prints two tables written by TestBench
 // (ENGRAMS_BENCH_JSON) side by side: ENGRAMS_BENCH_BEFORE and
 // ENGRAMS_BENCH_AFTER name the files.

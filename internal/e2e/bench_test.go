@@ -30,9 +30,7 @@ import (
 // It runs only with ENGRAMS_BENCH=1 (ENGRAMS_BENCH_SESSIONS sets the fleet
 // size, default 1000): figures come from here, never from assertions.
 func TestBenchFoundation(t *testing.T) {
-	if os.Getenv("ENGRAMS_BENCH") == "" {
-		t.Skip("benchmark: set ENGRAMS_BENCH=1 to run")
-	}
+	requireBench(t)
 	fleet := 1000
 	if v, err := strconv.Atoi(os.Getenv("ENGRAMS_BENCH_SESSIONS")); err == nil && v > 0 {
 		fleet = v

@@ -238,9 +238,7 @@ func browserScriptOutput(t *testing.T, chromium, script string, cfg map[string]s
 // 10 runs each (ENGRAMS_BENCH_RUNS), median and p95, and the production
 // bundle's size gzipped.
 func TestBenchDashboard(t *testing.T) {
-	if os.Getenv("ENGRAMS_BENCH") == "" {
-		t.Skip("benchmark: set ENGRAMS_BENCH=1 to run")
-	}
+	requireBench(t)
 	d := startDashboardEnv(t)
 	ctx := context.Background()
 	task, err := d.dev.c.Tasks().Start(ctx, apiv1.StartTaskRequest{Profile: "agent", Prompt: "create hello.txt with hi"})
