@@ -108,13 +108,18 @@ func (tb *benchTable) resolve() {
 	}
 }
 
-// String is the table as printed.
+// String is the table as printed, its columns as wide as their widest
+// cell.
 func (tb *benchTable) String() string {
+	nameW, baseW := len("measure"), len("baseline")
+	for _, r := range tb.Rows {
+		nameW, baseW = max(nameW, len(r.Name)), max(baseW, len(r.Baseline))
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-50s %3s %10s %10s  %-40s %10s %7s  %s\n", "measure", "n", "median", "p95", "baseline", "base med", "ratio", "extra")
+	fmt.Fprintf(&b, "%-*s %3s %10s %10s  %-*s %10s %7s  %s\n", nameW, "measure", "n", "median", "p95", baseW, "baseline", "base med", "ratio", "extra")
 	for _, r := range tb.Rows {
 		if r.NA != "" {
-			fmt.Fprintf(&b, "%-50s %3s %10s %10s  not available: %s\n", r.Name, "-", "-", "-", r.NA)
+			fmt.Fprintf(&b, "%-*s %3s %10s %10s  not available: %s\n", nameW, r.Name, "-", "-", "-", r.NA)
 			continue
 		}
 		base, bm, ratio := "-", "-", "-"
@@ -124,7 +129,7 @@ func (tb *benchTable) String() string {
 		if r.BaselineMedian != 0 {
 			bm, ratio = fmtValue(r.BaselineMedian, r.Unit), fmt.Sprintf("%.2f", r.Ratio)
 		}
-		fmt.Fprintf(&b, "%-50s %3d %10s %10s  %-40s %10s %7s  %s\n", r.Name, r.N, fmtValue(r.Median, r.Unit), fmtValue(r.P95, r.Unit), base, bm, ratio, r.Extra)
+		fmt.Fprintf(&b, "%-*s %3d %10s %10s  %-*s %10s %7s  %s\n", nameW, r.Name, r.N, fmtValue(r.Median, r.Unit), fmtValue(r.P95, r.Unit), baseW, base, bm, ratio, r.Extra)
 	}
 	return b.String()
 }
@@ -168,15 +173,19 @@ func requireBench(t *testing.T) {
 }
 
 // TestBenchCompare prints two tables written by TestBench
-// (ENGRAMS_BENCH_JSON) side by side: ENGRAMS_BENCH_BEFORE and
-// ENGRAMS_BENCH_AFTER name the files.
+// (ENGRAMS_BENCH_JSON) side by side, rows matched by name:
+// ENGRAMS_BENCH_BEFORE and ENGRAMS_BENCH_AFTER name the files. With
+// ENGRAMS_BENCH_BEFORE alone it prints that table again.
 func TestBenchCompare(t *testing.T) {
 	before, after := os.Getenv("ENGRAMS_BENCH_BEFORE"), os.Getenv("ENGRAMS_BENCH_AFTER")
-	if before == "" || after == "" {
+	switch {
+	case before == "":
 		t.Skip("set ENGRAMS_BENCH_BEFORE and ENGRAMS_BENCH_AFTER to two files written with ENGRAMS_BENCH_JSON")
+	case after == "":
+		fmt.Print(readBenchTable(t, before))
+	default:
+		fmt.Print(compareTables(readBenchTable(t, before), readBenchTable(t, after)))
 	}
-	a, b := readBenchTable(t, before), readBenchTable(t, after)
-	fmt.Print(compareTables(a, b))
 }
 
 func readBenchTable(t *testing.T, path string) *benchTable {
