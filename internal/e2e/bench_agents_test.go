@@ -130,7 +130,7 @@ func benchFirstEvent(t *testing.T, a *agentEnv, tb *benchTable, tc firstEventCas
 	tb.durations(groupAgent, "CLI direct, prompt -> first event: "+h, direct, "", "")
 	tb.durations(groupAgent, "prompt -> turn done (idle): "+h, doneEngrams, "CLI direct, prompt -> exit: "+h, "")
 	tb.durations(groupAgent, "CLI direct, prompt -> exit: "+h, doneDirect, "", "")
-	tb.sizes(groupRSS, "guest daemon VmHWM, agent session: "+h, []int64{guestDaemonHWM(t, a.c, task.SessionID)}, guestDaemonRow, "after the turns")
+	guestDaemonRow(tb, "guest daemon VmHWM, agent session: "+h, []int64{guestDaemonHWM(t, a.c, task.SessionID)}, guestDaemonName, "after the turns")
 	endTask(t, a.c, task.ID)
 }
 

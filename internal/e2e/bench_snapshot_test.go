@@ -23,7 +23,7 @@ import (
 const (
 	snapshotGuestMiB = 1024
 	touchedMiB       = 256
-	guestDaemonRow   = "guest daemon VmHWM, 1 GiB guest"
+	guestDaemonName  = "guest daemon VmHWM, 1 GiB guest"
 )
 
 // benchSnapshots measures idle-to-zero on QEMU with chunks in an S3 server
@@ -97,7 +97,7 @@ func benchFirstSuspends(t *testing.T, c *client.Client, tb *benchTable, n int, d
 		}
 	}
 	tb.sizes(groupRSS, "QEMU, 1 GiB guest just booted", booted, "", "VmHWM right after create")
-	tb.sizes(groupRSS, guestDaemonRow, daemon, "", "read in the guest, 256 MiB touched")
+	guestDaemonRow(tb, guestDaemonName, daemon, "", "read in the guest, 256 MiB touched")
 	suspendRows(tb, "first suspend", took, uploaded, "")
 	return kept
 }
