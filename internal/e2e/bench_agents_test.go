@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,7 +25,7 @@ import (
 // alternating the two so both see the same machine load. One env serves
 // the three harnesses (a, started for Claude Code); n tasks and n prompts
 // each.
-func benchAgents(t *testing.T, a *agentEnv, tb *benchTable, n int, qemu *vmmPeaks) {
+func benchAgents(t *testing.T, a *agentEnv, tb *benchTable, n int) {
 	claudeBin, codexBin := modeltest.RequireCLIs(t)
 	shellDir := t.TempDir()
 	hb, err := harness.New(harness.Config{OutDir: t.TempDir(), CacheDir: t.TempDir()}, harness.Deps{})
@@ -58,7 +59,7 @@ func benchAgents(t *testing.T, a *agentEnv, tb *benchTable, n int, qemu *vmmPeak
 				})
 		}},
 	}
-	stopQEMU := qemu.watchVMMs("QEMU, agent session (1 GiB image)", a.hostDir)
+	stopQEMU := watchVMMs(a.hostDir)
 	defer stopQEMU()
 	for _, tc := range cases {
 		if tc.ac.harness != claudeCase.harness {
@@ -68,6 +69,8 @@ func benchAgents(t *testing.T, a *agentEnv, tb *benchTable, n int, qemu *vmmPeak
 		}
 		benchFirstEvent(t, a, tb, tc, n)
 	}
+	peaks := stopQEMU()
+	tb.sizes(groupRSS, "QEMU, agent session (1 GiB image)", peaks, qemuBootedName, fmt.Sprintf("VmHWM of each of its %d QEMU processes", len(peaks)))
 }
 
 // firstEventCase is a harness to measure, the event that answers a prompt

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"maps"
 	"slices"
@@ -35,7 +34,6 @@ func TestBench(t *testing.T) {
 	requireQEMU(t)
 	n := envInt("ENGRAMS_BENCH_N", 5)
 	tb := &benchTable{Started: time.Now()}
-	qemu := &vmmPeaks{}
 	sections := []struct {
 		name, group string
 		run         func(t *testing.T)
@@ -44,16 +42,15 @@ func TestBench(t *testing.T) {
 			a := startAgentEnv(t, claudeCase)
 			benchCreate(t, a, tb, n)
 			benchExecQEMU(t, a, tb, n)
-			benchAgents(t, a, tb, n, qemu)
+			benchAgents(t, a, tb, n)
 		}},
-		{"snapshots", groupSuspend, func(t *testing.T) { benchSnapshots(t, tb, n, qemu) }},
+		{"snapshots", groupSuspend, func(t *testing.T) { benchSnapshots(t, tb, n) }},
 	}
 	for _, s := range sections {
 		if !t.Run(s.name, s.run) {
 			tb.unavailable(s.group, "section "+s.name, "it failed part way; its rows above are what it measured (see the log)")
 		}
 	}
-	qemu.rows(tb)
 	tb.report(t)
 }
 
@@ -134,41 +131,19 @@ func guestDaemonRow(tb *benchTable, name string, hwm []int64, base, extra string
 	tb.sizes(groupRSS, name, hwm, base, extra)
 }
 
-// vmmPeaks keeps the peak RSS (VmHWM) of each QEMU process seen under the
-// data dirs watched, by label.
-type vmmPeaks struct {
-	mu   sync.Mutex
-	peak map[string]map[int]int64
-}
-
-// watchVMMs samples the QEMU processes under dirs as label until stopped.
-func (v *vmmPeaks) watchVMMs(label string, dirs ...string) (stop func()) {
-	return every(200*time.Millisecond, func() {
-		for _, d := range dirs {
-			for _, pid := range vmmPIDs(d) {
-				h := hwmBytes(pid)
-				v.mu.Lock()
-				if v.peak == nil {
-					v.peak = map[string]map[int]int64{}
-				}
-				if v.peak[label] == nil {
-					v.peak[label] = map[int]int64{}
-				}
-				v.peak[label][pid] = max(v.peak[label][pid], h)
-				v.mu.Unlock()
-			}
+// watchVMMs samples the peak RSS (VmHWM) of each QEMU process under dir
+// until stopped, which returns them (and may be called again).
+func watchVMMs(dir string) (stop func() []int64) {
+	peak := map[int]int64{}
+	end := every(200*time.Millisecond, func() {
+		for _, pid := range vmmPIDs(dir) {
+			peak[pid] = max(peak[pid], hwmBytes(pid))
 		}
 	})
-}
-
-// rows adds a row per label: the peaks of its QEMU processes.
-func (v *vmmPeaks) rows(tb *benchTable) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	for _, label := range slices.Sorted(maps.Keys(v.peak)) {
-		tb.sizes(groupRSS, label, slices.Collect(maps.Values(v.peak[label])), "QEMU, 1 GiB guest just booted",
-			fmt.Sprintf("VmHWM of each of its %d QEMU processes", len(v.peak[label])))
-	}
+	return sync.OnceValue(func() []int64 {
+		end()
+		return slices.Collect(maps.Values(peak))
+	})
 }
 
 // every runs fn now and then every d until stopped.

@@ -24,6 +24,7 @@ const (
 	snapshotGuestMiB = 1024
 	touchedMiB       = 256
 	guestDaemonName  = "guest daemon VmHWM, 1 GiB guest"
+	qemuBootedName   = "QEMU, 1 GiB guest just booted"
 )
 
 // benchSnapshots measures idle-to-zero on QEMU with chunks in an S3 server
@@ -32,7 +33,7 @@ const (
 // the same host (chunks cached), and n resumes on another host with a cold
 // cache; and the peak RSS of the coordinator, the host agent, the guest
 // daemon and each QEMU process.
-func benchSnapshots(t *testing.T, tb *benchTable, n int, qemu *vmmPeaks) {
+func benchSnapshots(t *testing.T, tb *benchTable, n int) {
 	s3args := startBenchS3(t)
 	dir := shortTempDir(t)
 	url, srv := startServerProcess(t, dir, "--heartbeat-interval", "500ms", "--host-lost-after", "30s")
@@ -52,11 +53,10 @@ func benchSnapshots(t *testing.T, tb *benchTable, n int, qemu *vmmPeaks) {
 	c := newClient(url, creds[0].Token)
 	waitHostReady(t, c, creds[0].HostID)
 	hostIdle := rssBytes(a.cmd.Process.Pid)
-	stop := qemu.watchVMMs("QEMU, 1 GiB guest with 256 MiB touched", dirA)
 	id := benchFirstSuspends(t, c, tb, n, dirA)
-	w := benchWarmCycles(t, c, id, n+1)
+	w := benchWarmCycles(t, c, id, n+1, dirA)
 	hostPeak := hwmBytes(a.cmd.Process.Pid)
-	stop()
+	tb.sizes(groupRSS, "QEMU, restored on the same host (+exec)", w.restored, qemuBootedName, "VmHWM before the next suspend")
 	suspendRows(tb, "later suspend, idle between", w.suspend, w.uploaded, "first suspend")
 	tb.durations(groupResume, "resume same host, chunks cached (+exec)", w.resume, "", "")
 	cold := benchColdResumes(t, c, url, id, creds[1:], a, s3args)
@@ -76,18 +76,16 @@ func benchFirstSuspends(t *testing.T, c *client.Client, tb *benchTable, n int, d
 	t.Helper()
 	ctx := context.Background()
 	var took []time.Duration
-	var uploaded, booted, daemon []int64
+	var uploaded, booted, written, daemon []int64
 	for i := range n {
 		s, err := c.Sessions().Create(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: snapshotGuestMiB, IdleTimeoutSec: -1}}, true)
 		if err != nil || s.State != "active" {
 			t.Fatalf("create: %+v %v", s, err)
 		}
-		for _, pid := range vmmPIDs(dir) {
-			booted = append(booted, hwmBytes(pid))
-		}
+		booted = append(booted, vmmHWM(dir))
 		// Incompressible, non-repeating data in guest memory (tmpfs).
 		execOut(t, c, s.ID, fmt.Sprintf("mkdir -p /dev/shm && mount -t tmpfs -o size=300m tmpfs /dev/shm 2>/dev/null; head -c %d /dev/urandom > /dev/shm/touched && echo ok", touchedMiB<<20))
-		daemon = append(daemon, guestDaemonHWM(t, c, s.ID))
+		daemon, written = append(daemon, guestDaemonHWM(t, c, s.ID)), append(written, vmmHWM(dir))
 		d, up := suspendOnce(t, c, s.ID)
 		took, uploaded = append(took, d), append(uploaded, up)
 		if kept = s.ID; i < n-1 {
@@ -96,7 +94,8 @@ func benchFirstSuspends(t *testing.T, c *client.Client, tb *benchTable, n int, d
 			}
 		}
 	}
-	tb.sizes(groupRSS, "QEMU, 1 GiB guest just booted", booted, "", "VmHWM right after create")
+	tb.sizes(groupRSS, qemuBootedName, booted, "", "VmHWM right after create")
+	tb.sizes(groupRSS, "QEMU, 1 GiB guest, 256 MiB written", written, qemuBootedName, "VmHWM before its first suspend")
 	guestDaemonRow(tb, guestDaemonName, daemon, "", "read in the guest, 256 MiB touched")
 	suspendRows(tb, "first suspend", took, uploaded, "")
 	return kept
@@ -176,22 +175,33 @@ func startBenchS3(t *testing.T) []string {
 type warmCycles struct {
 	suspend, resume []time.Duration
 	uploaded        []int64 // bytes, by each suspend
+	restored        []int64 // the QEMU process's VmHWM, by each resume
 }
 
-// benchWarmCycles resumes idle session id n times on the same host, by an
-// exec, and suspends it again, and records how long each took and how
-// much each suspend uploaded.
-func benchWarmCycles(t *testing.T, c *client.Client, id string, n int) warmCycles {
+// benchWarmCycles resumes idle session id n times on the same host (its
+// data dir dir), by an exec, and suspends it again, and records how long
+// each took, how much each suspend uploaded and the QEMU's peak RSS.
+func benchWarmCycles(t *testing.T, c *client.Client, id string, n int, dir string) warmCycles {
 	t.Helper()
 	var w warmCycles
 	for range n {
 		t0 := time.Now()
 		execOut(t, c, id, "true")
 		w.resume = append(w.resume, time.Since(t0))
+		w.restored = append(w.restored, vmmHWM(dir))
 		d, up := suspendOnce(t, c, id)
 		w.suspend, w.uploaded = append(w.suspend, d), append(w.uploaded, up)
 	}
 	return w
+}
+
+// vmmHWM is the largest peak RSS (VmHWM) of the QEMU processes under dir.
+func vmmHWM(dir string) int64 {
+	var most int64
+	for _, pid := range vmmPIDs(dir) {
+		most = max(most, hwmBytes(pid))
+	}
+	return most
 }
 
 // killVMMs kills the VMMs left under a host data dir.
