@@ -205,9 +205,13 @@ func readBenchTable(t *testing.T, path string) *benchTable {
 // after's new rows: median, p95 and ratio to baseline before and after,
 // and after's median over before's.
 func compareTables(before, after *benchTable) string {
+	nameW := len("measure")
+	for _, r := range append(slices.Clone(before.Rows), after.Rows...) {
+		nameW = max(nameW, len(r.Name))
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-50s %10s %10s %7s | %10s %10s %7s | %7s\n", "measure", "median", "p95", "ratio", "median", "p95", "ratio", "after/before")
-	fmt.Fprintf(&b, "%-50s %29s | %29s |\n", "", "before ("+before.Started.Format("2006-01-02 15:04")+")", "after ("+after.Started.Format("2006-01-02 15:04")+")")
+	fmt.Fprintf(&b, "%-*s %10s %10s %7s | %10s %10s %7s | %7s\n", nameW, "measure", "median", "p95", "ratio", "median", "p95", "ratio", "after/before")
+	fmt.Fprintf(&b, "%-*s %29s | %29s |\n", nameW, "", "before ("+before.Started.Format("2006-01-02 15:04")+")", "after ("+after.Started.Format("2006-01-02 15:04")+")")
 	am := map[string]benchRow{}
 	for _, r := range after.Rows {
 		am[r.Name] = r
@@ -231,7 +235,7 @@ func compareTables(before, after *benchTable) string {
 		if xok && yok && x.NA == "" && y.NA == "" && x.Median > 0 {
 			change = fmt.Sprintf("%.2f", y.Median/x.Median)
 		}
-		fmt.Fprintf(&b, "%-50s %s | %s | %7s\n", name, cell(x, xok), cell(y, yok), change)
+		fmt.Fprintf(&b, "%-*s %s | %s | %7s\n", nameW, name, cell(x, xok), cell(y, yok), change)
 	}
 	for _, r := range before.Rows {
 		seen[r.Name] = true
