@@ -79,6 +79,7 @@ var (
 type agentEnv struct {
 	*imageEnv
 	git     *gitServer
+	hostDir string // the QEMU host agent's data dir
 	repoURL string
 	model   *modeltest.Server
 	key     string
@@ -92,7 +93,7 @@ func startAgentEnv(t *testing.T, ac agentCase, opts ...func(*server.Config, *ser
 	reg := imagetest.StartRegistry(t, imagetest.RegistryOptions{})
 	reg.Push(t, "team/debian-git", "12", imagetest.DebianWith(t, "git"))
 	e := startImageEnv(t, opts...)
-	e.startQEMUHost(t)
+	hostDir := e.startQEMUHost(t)
 	if _, job := e.enable(t, apiv1.EnableImageRequest{Ref: reg.Ref("team/debian-git", "12"), Name: agentImage, MemoryMiB: 1024, DiskGiB: 2}); job.State != "ready" {
 		t.Fatalf("enable: %+v", job)
 	}
@@ -100,7 +101,7 @@ func startAgentEnv(t *testing.T, ac agentCase, opts ...func(*server.Config, *ser
 	if _, err := e.c.Harnesses().Build(ctx, apiv1.BuildHarnessRequest{Name: ac.harness, Version: ac.version}); err != nil {
 		t.Fatalf("build harness %s: %v", ac.harness, err)
 	}
-	a := &agentEnv{imageEnv: e, git: startGitServer(t, "git", "git-secret-pass"), key: "sk-real-" + strings.Repeat("7f3a", 8)}
+	a := &agentEnv{imageEnv: e, hostDir: hostDir, git: startGitServer(t, "git", "git-secret-pass"), key: "sk-real-" + strings.Repeat("7f3a", 8)}
 	a.repoURL = a.git.repo(t, "app", map[string]string{"README.md": "# app\n"})
 	a.model = modeltest.Start(t, modeltest.Config{APIKey: a.key, Script: ac.script("/work/app"), XShouldRetry: "false", Logf: t.Logf})
 	a.secret(t, "git", "git_https", "git-secret-pass", apiv1.SecretMeta{Username: "git", Host: strings.TrimPrefix(a.git.URL, "http://")})

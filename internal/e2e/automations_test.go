@@ -302,9 +302,7 @@ blocks:
 // starting the same task straight through the API in the same run.
 // Gated by ENGRAMS_BENCH=1.
 func TestBenchWebhookToAgent(t *testing.T) {
-	if os.Getenv("ENGRAMS_BENCH") != "1" {
-		t.Skip("set ENGRAMS_BENCH=1 to measure")
-	}
+	requireBench(t)
 	d := startDevAgentEnv(t)
 	saved := createAutomation(t, d, startOnly)
 	const n = 10
@@ -331,7 +329,7 @@ func TestBenchWebhookToAgent(t *testing.T) {
 		_, _ = d.dev.c.Tasks().Stop(ctx, task.ID)
 	}
 	fmt.Printf("%-28s %10s %10s\n", fmt.Sprintf("to run_started (n=%d)", n), "p50", "p95")
-	fmt.Printf("%-28s %10s %10s\n", "webhook → automation", percentile(hook, 50).Round(time.Millisecond), percentile(hook, 95).Round(time.Millisecond))
-	fmt.Printf("%-28s %10s %10s\n", "POST /v1/tasks (baseline)", percentile(direct, 50).Round(time.Millisecond), percentile(direct, 95).Round(time.Millisecond))
-	fmt.Printf("%-28s %9.2fx\n", "ratio of p50", float64(percentile(hook, 50))/float64(percentile(direct, 50)))
+	fmt.Printf("%-28s %10s %10s\n", "webhook → automation", pct(hook, 50).Round(time.Millisecond), pct(hook, 95).Round(time.Millisecond))
+	fmt.Printf("%-28s %10s %10s\n", "POST /v1/tasks (baseline)", pct(direct, 50).Round(time.Millisecond), pct(direct, 95).Round(time.Millisecond))
+	fmt.Printf("%-28s %9.2fx\n", "ratio of p50", float64(pct(hook, 50))/float64(pct(direct, 50)))
 }

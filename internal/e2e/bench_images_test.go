@@ -6,7 +6,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,16 +15,13 @@ import (
 
 // TestBenchImages measures, on QEMU (TCG here): the enable time of the
 // Debian image per stage (each enable with its own env, so nothing is
-// reused), re-enabling a ready digest, and create→Active of sessions from
-// the base snapshot against cold-booted sessions (default root image) in
-// the same run. ENGRAMS_BENCH=1 runs it (ENGRAMS_BENCH_ENABLES, default 3;
-// ENGRAMS_BENCH_CREATES, default 10); it prints a table.
+// reused) and re-enabling a ready digest; create from the base snapshot is
+// TestBench's. ENGRAMS_BENCH=1 runs it (ENGRAMS_BENCH_ENABLES, default 3);
+// it prints a table.
 func TestBenchImages(t *testing.T) {
-	if os.Getenv("ENGRAMS_BENCH") == "" {
-		t.Skip("benchmark: set ENGRAMS_BENCH=1 to run")
-	}
+	requireBench(t)
 	requireQEMU(t)
-	enables, creates := envInt("ENGRAMS_BENCH_ENABLES", 3), envInt("ENGRAMS_BENCH_CREATES", 10)
+	enables := envInt("ENGRAMS_BENCH_ENABLES", 3)
 	reg := imagetest.StartRegistry(t, imagetest.RegistryOptions{})
 	ref := reg.Ref("bench/debian", "12")
 	reg.Push(t, "bench/debian", "12", imagetest.Debian(t))
@@ -60,27 +56,16 @@ func TestBenchImages(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	fromBase := createActive(t, e, creates, apiv1.SessionSpec{Image: "deb0"})
-	cold := createActive(t, e, creates, apiv1.SessionSpec{MemoryMiB: 512})
-
-	var b strings.Builder
-	fmt.Fprintf(&b, "\nimage benchmark: QEMU TCG, debootstrap'd Debian bookworm (glibc), 512 MiB guest, local registry and blob dir\n")
-	fmt.Fprintf(&b, "%-52s %3s %10s %10s\n", "measure", "n", "median", "p95")
-	row := func(name string, d []time.Duration) {
-		fmt.Fprintf(&b, "%-52s %3d %10s %10s\n", name, len(d), secs(pct(d, 50)), secs(pct(d, 95)))
-	}
-	row("enable Debian, total (API until ready)", total)
+	tb := &benchTable{Started: time.Now()}
+	tb.durations(groupCreate, "enable Debian, total (API until ready)", total, "", "")
 	for _, k := range stageNames { // on_host is what the host call took beyond the stages after it, its parts
 		if d := stages[k]; len(d) > 0 {
-			row("  stage "+k, d)
+			tb.durations(groupCreate, "  stage "+k, d, "", "")
 		}
 	}
-	row("re-enable of a ready digest (API until ready)", reenable)
-	row("create→active from the base snapshot", fromBase)
-	row("create→active, cold boot (default root image)", cold)
-	fmt.Fprintf(&b, "ratio base/cold (median): %.3f; p95: %.3f\n", ratio(fromBase, cold),
-		float64(pct(fromBase, 95))/float64(pct(cold, 95)))
-	fmt.Print(b.String())
+	tb.durations(groupCreate, "re-enable of a ready digest (API until ready)", reenable, "enable Debian, total (API until ready)", "")
+	tb.resolve()
+	fmt.Printf("\nimage benchmark: QEMU TCG, debootstrap'd Debian bookworm (glibc), local registry and blob dir\n%s", tb)
 }
 
 // createActive creates n sessions one after another, each timed from the

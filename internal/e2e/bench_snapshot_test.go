@@ -1,12 +1,11 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http/httptest"
-	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,76 +15,146 @@ import (
 
 	"github.com/engrams/engrams/api/apiv1"
 	"github.com/engrams/engrams/client"
-	"github.com/engrams/engrams/internal/coordinator"
+	"github.com/engrams/engrams/internal/server"
 )
 
-// TestBenchSnapshots measures idle-to-zero on QEMU (TCG here) with chunks
-// in an S3 server on loopback (gofakes3): suspend of a 1 GiB guest with
-// 256 MiB touched, bytes uploaded by the first and by later suspends,
-// resume on the same host (chunks cached) and on another host (cold cache),
-// and the host agent's peak RSS. ENGRAMS_BENCH=1 runs it; it prints a table.
-func TestBenchSnapshots(t *testing.T) {
-	if os.Getenv("ENGRAMS_BENCH") == "" {
-		t.Skip("benchmark: set ENGRAMS_BENCH=1 to run")
-	}
-	requireQEMU(t)
-	ctx := context.Background()
+// snapshotGuestMiB and touchedMiB are the snapshot rows' guest: 1 GiB of
+// memory with 256 MiB of it written with random bytes.
+const (
+	snapshotGuestMiB = 1024
+	touchedMiB       = 256
+	guestDaemonName  = "guest daemon VmHWM, 1 GiB guest"
+	qemuBootedName   = "QEMU, 1 GiB guest just booted"
+)
+
+// benchSnapshots measures idle-to-zero on QEMU with chunks in an S3 server
+// on loopback (gofakes3) and the coordinator as its own process: n first
+// suspends (a session each), n+1 later ones of one session, each resumed on
+// the same host (chunks cached), and n resumes on another host with a cold
+// cache; and the peak RSS of the coordinator, the host agent, the guest
+// daemon and each QEMU process.
+func benchSnapshots(t *testing.T, tb *benchTable, n int) {
 	s3args := startBenchS3(t)
-
-	st := openSQLite(t)
-	credsA, credsB := credentials(t, st, "bench-a"), credentials(t, st, "bench-b")
-	r := startReplica(t, st, "", coordinator.Config{HeartbeatInterval: 500 * time.Millisecond, HostLostAfter: 30 * time.Second})
-	dirA, dirB := shortTempDir(t), shortTempDir(t)
-	t.Cleanup(func() { killVMMs(dirA); killVMMs(dirB) })
-	a := startHostProcess(t, r.URL, credsA.HostToken, dirA, s3args...)
-	c := newClient(r.URL, credsA.Token)
-	waitHostReady(t, c, credsA.HostID)
-	s, err := c.Sessions().Create(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 1024, IdleTimeoutSec: -1}}, true)
-	if err != nil || s.State != "active" {
-		t.Fatalf("create: %+v %v", s, err)
+	dir := shortTempDir(t)
+	url, srv := startServerProcess(t, dir, "--heartbeat-interval", "500ms", "--host-lost-after", "30s")
+	st, err := openSQLiteFile(filepath.Join(dir, "db")) // beside the server, as an admin would
+	if err != nil {
+		t.Fatal(err)
 	}
-	run := func(script string) string {
-		var out, errb bytes.Buffer
-		code, err := c.Sessions().Exec(ctx, s.ID, apiv1.ExecRequest{Argv: []string{"sh", "-c", script}, TimeoutMS: 300000}, &out, &errb)
-		if err != nil || code != 0 {
-			t.Fatalf("exec %q: %d %v %s", script, code, err, errb.String())
+	creds := make([]server.Credentials, n+1) // the first host's, then one per cold resume
+	for i := range creds {
+		creds[i] = credentials(t, st, fmt.Sprint("bench-", i))
+	}
+	st.Close()
+	coordIdle := rssBytes(srv.Process.Pid)
+	dirA := shortTempDir(t)
+	t.Cleanup(func() { killVMMs(dirA) })
+	a := startHostProcess(t, url, creds[0].HostToken, dirA, s3args...)
+	c := newClient(url, creds[0].Token)
+	waitHostReady(t, c, creds[0].HostID)
+	hostIdle := rssBytes(a.cmd.Process.Pid)
+	id := benchFirstSuspends(t, c, tb, n, dirA)
+	w := benchWarmCycles(t, c, id, n+1, dirA)
+	hostPeak := hwmBytes(a.cmd.Process.Pid)
+	tb.sizes(groupRSS, "QEMU, restored on the same host (+exec)", w.restored, qemuBootedName, "VmHWM before the next suspend")
+	suspendRows(tb, "later suspend, idle between", w.suspend, w.uploaded, "first suspend")
+	tb.durations(groupResume, "resume same host, chunks cached (+exec)", w.resume, "", "")
+	cold := benchColdResumes(t, c, url, id, creds[1:], a, s3args)
+	tb.durations(groupResume, "resume other host, cold cache (+exec)", cold, "resume same host, chunks cached (+exec)", "")
+	_ = c.Sessions().Delete(context.Background(), id, true)
+	tb.sizes(groupRSS, "coordinator VmHWM (snapshot rows)", []int64{hwmBytes(srv.Process.Pid)}, "coordinator VmRSS idle", "its own process")
+	tb.sizes(groupRSS, "coordinator VmRSS idle", []int64{coordIdle}, "", "just started")
+	tb.sizes(groupRSS, "host agent VmHWM (boots, suspends, resumes)", []int64{hostPeak}, "host agent VmRSS idle", "")
+	tb.sizes(groupRSS, "host agent VmRSS idle", []int64{hostIdle}, "", "ready, no session")
+}
+
+// benchFirstSuspends creates n 1 GiB sessions on the host in dir, one at a
+// time, writes 256 MiB of random bytes into each one's memory, and times
+// its first suspend; it keeps the last session, idle, and deletes the
+// others. The QEMU and guest daemon RSS rows are read on the way.
+func benchFirstSuspends(t *testing.T, c *client.Client, tb *benchTable, n int, dir string) (kept string) {
+	t.Helper()
+	ctx := context.Background()
+	var took []time.Duration
+	var uploaded, booted, written, daemon []int64
+	for i := range n {
+		s, err := c.Sessions().Create(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: snapshotGuestMiB, IdleTimeoutSec: -1}}, true)
+		if err != nil || s.State != "active" {
+			t.Fatalf("create: %+v %v", s, err)
 		}
-		return strings.TrimSpace(out.String())
+		booted = append(booted, vmmHWM(dir))
+		// Incompressible, non-repeating data in guest memory (tmpfs).
+		execOut(t, c, s.ID, fmt.Sprintf("mkdir -p /dev/shm && mount -t tmpfs -o size=300m tmpfs /dev/shm 2>/dev/null; head -c %d /dev/urandom > /dev/shm/touched && echo ok", touchedMiB<<20))
+		daemon, written = append(daemon, guestDaemonHWM(t, c, s.ID)), append(written, vmmHWM(dir))
+		d, up := suspendOnce(t, c, s.ID)
+		took, uploaded = append(took, d), append(uploaded, up)
+		if kept = s.ID; i < n-1 {
+			if err := c.Sessions().Delete(ctx, s.ID, true); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
-	// 256 MiB of incompressible, non-repeating data in guest memory (tmpfs).
-	run("mkdir -p /dev/shm && mount -t tmpfs -o size=300m tmpfs /dev/shm 2>/dev/null; head -c 268435456 /dev/urandom > /dev/shm/touched && echo ok")
+	tb.sizes(groupRSS, qemuBootedName, booted, "", "VmHWM right after create")
+	tb.sizes(groupRSS, "QEMU, 1 GiB guest, 256 MiB written", written, qemuBootedName, "VmHWM before its first suspend")
+	guestDaemonRow(tb, guestDaemonName, daemon, "", "read in the guest, 256 MiB touched")
+	suspendRows(tb, "first suspend", took, uploaded, "")
+	return kept
+}
 
-	w := benchWarmCycles(t, c, s.ID, run, 5)
-	w.hwm = hwmBytes(a.cmd.Process.Pid)
+// suspendOnce suspends session id and returns how long it took, until
+// idle, and the bytes its snapshot uploaded.
+func suspendOnce(t *testing.T, c *client.Client, id string) (time.Duration, int64) {
+	t.Helper()
+	ctx := context.Background()
+	t0 := time.Now()
+	if got, err := c.Sessions().Suspend(ctx, id, true); err != nil || got.State != "idle" {
+		t.Fatalf("suspend: %+v %v", got, err)
+	}
+	d := time.Since(t0)
+	g, err := c.Sessions().Get(ctx, id)
+	if err != nil || len(g.Snapshots) == 0 {
+		t.Fatalf("get %s: %v", id, err)
+	}
+	return d, g.Snapshots[len(g.Snapshots)-1].Uploaded
+}
 
-	// Cold, 3 times: suspend, stop the host, resume on a new host with an
-	// empty cache (its own data dir).
+// suspendRows adds a kind of suspend's rows: its time, with the upload
+// rate, and the bytes it uploaded, with their share of guest memory.
+func suspendRows(tb *benchTable, kind string, took []time.Duration, uploaded []int64, base string) {
+	up, d := pct(uploaded, 50), pct(took, 50)
+	rate := fmt.Sprintf("%.0f MB/s uploaded, %.0f MB/s of guest memory (medians)", float64(up)/1e6/d.Seconds(), float64(snapshotGuestMiB<<20)/1e6/d.Seconds())
+	timeBase, sizeBase := "", ""
+	if base != "" {
+		timeBase, sizeBase = base+" (1 GiB guest, 256 MiB touched)", base+": bytes uploaded"
+	}
+	tb.durations(groupSuspend, kind+" (1 GiB guest, 256 MiB touched)", took, timeBase, rate)
+	tb.sizes(groupSuspend, kind+": bytes uploaded", uploaded, sizeBase,
+		fmt.Sprintf("%.2f%% of guest memory (median)", 100*float64(up)/float64(snapshotGuestMiB<<20)))
+}
+
+// benchColdResumes stops the host idle session id was on (from) and
+// resumes the session, by an exec, on a new host with an empty cache (its
+// own data dir), then suspends it again, once per creds.
+func benchColdResumes(t *testing.T, c *client.Client, url, id string, creds []server.Credentials, from *hostProc, s3args []string) []time.Duration {
+	t.Helper()
 	var cold []time.Duration
-	last := a
-	for i := range 3 {
-		if _, err := c.Sessions().Suspend(ctx, s.ID, true); err != nil {
-			t.Fatal(err)
+	last := from
+	for i, cr := range creds {
+		if i > 0 {
+			suspendOnce(t, c, id)
 		}
 		last.kill()
-		creds := credsB
-		if i > 0 {
-			creds = credentials(t, st, fmt.Sprintf("bench-cold-%d", i))
-		}
-		dir := dirB
-		if i > 0 {
-			dir = shortTempDir(t)
-			t.Cleanup(func() { killVMMs(dir) })
-		}
-		last = startHostProcess(t, r.URL, creds.HostToken, dir, s3args...)
-		waitHostReady(t, c, creds.HostID)
+		dir := shortTempDir(t)
+		t.Cleanup(func() { killVMMs(dir) })
+		last = startHostProcess(t, url, cr.HostToken, dir, s3args...)
+		waitHostReady(t, c, cr.HostID)
 		t0 := time.Now()
-		if out := run("test -s /dev/shm/touched && echo kept"); out != "kept" {
+		if out := execOut(t, c, id, "test -s /dev/shm/touched && echo kept"); out != "kept" {
 			t.Fatalf("touched memory lost on the other host: %q", out)
 		}
 		cold = append(cold, time.Since(t0))
 	}
-	_ = c.Sessions().Delete(ctx, s.ID, true)
-	printSnapshotBench(w, cold)
+	return cold
 }
 
 // startBenchS3 serves an S3 bucket "engrams" on loopback (gofakes3) and
@@ -102,51 +171,37 @@ func startBenchS3(t *testing.T) []string {
 		"--s3-access-key", "k", "--s3-secret-key", "s", "--s3-tls=false", "--log-level", "warn", "--backend", "qemu"}
 }
 
-// warmCycles is what benchWarmCycles measured, and the host agent's peak
-// RSS over them.
+// warmCycles is what benchWarmCycles measured.
 type warmCycles struct {
 	suspend, resume []time.Duration
 	uploaded        []int64 // bytes, by each suspend
-	hwm             int64
+	restored        []int64 // the QEMU process's VmHWM, by each resume
 }
 
-// benchWarmCycles suspends session id n times, each resumed on the same
-// host by an exec (run), and records how long each took and uploaded.
-func benchWarmCycles(t *testing.T, c *client.Client, id string, run func(script string) string, n int) warmCycles {
+// benchWarmCycles resumes idle session id n times on the same host (its
+// data dir dir), by an exec, and suspends it again, and records how long
+// each took, how much each suspend uploaded and the QEMU's peak RSS.
+func benchWarmCycles(t *testing.T, c *client.Client, id string, n int, dir string) warmCycles {
 	t.Helper()
-	ctx := context.Background()
 	var w warmCycles
-	for i := range n {
+	for range n {
 		t0 := time.Now()
-		if got, err := c.Sessions().Suspend(ctx, id, true); err != nil || got.State != "idle" {
-			t.Fatalf("suspend %d: %+v %v", i, got, err)
-		}
-		w.suspend = append(w.suspend, time.Since(t0))
-		g, _ := c.Sessions().Get(ctx, id)
-		w.uploaded = append(w.uploaded, g.Snapshots[len(g.Snapshots)-1].Uploaded)
-		t0 = time.Now()
-		run("true")
+		execOut(t, c, id, "true")
 		w.resume = append(w.resume, time.Since(t0))
+		w.restored = append(w.restored, vmmHWM(dir))
+		d, up := suspendOnce(t, c, id)
+		w.suspend, w.uploaded = append(w.suspend, d), append(w.uploaded, up)
 	}
 	return w
 }
 
-// printSnapshotBench prints the snapshot benchmark's table.
-func printSnapshotBench(w warmCycles, cold []time.Duration) {
-	suspendT, resumeT, uploaded := w.suspend, w.resume, w.uploaded
-	var b strings.Builder
-	fmt.Fprintf(&b, "\nsnapshot benchmark: QEMU TCG, 1 GiB guest with 256 MiB touched, chunks in S3 on loopback (gofakes3)\n")
-	fmt.Fprintf(&b, "%-44s %3s %10s %10s\n", "measure", "n", "median", "p95")
-	fmt.Fprintf(&b, "%-44s %3d %10s %10s\n", "first suspend (API, until idle)", 1, secs(suspendT[0]), secs(suspendT[0]))
-	fmt.Fprintf(&b, "%-44s %3d %10s %10s\n", "later suspends, guest idle between", len(suspendT)-1, secs(pct(suspendT[1:], 50)), secs(pct(suspendT[1:], 95)))
-	fmt.Fprintf(&b, "%-44s %3d %10s %10s\n", "resume same host, chunks cached (+exec)", len(resumeT), secs(pct(resumeT, 50)), secs(pct(resumeT, 95)))
-	fmt.Fprintf(&b, "%-44s %3d %10s %10s\n", "resume other host, cold cache (+exec)", len(cold), secs(pct(cold, 50)), secs(pct(cold, 95)))
-	fmt.Fprintf(&b, "bytes uploaded per suspend: first %s", mibs(uploaded[0]))
-	for _, u := range uploaded[1:] {
-		fmt.Fprintf(&b, ", %s (%.2f%%)", mibs(u), 100*float64(u)/float64(uploaded[0]))
+// vmmHWM is the largest peak RSS (VmHWM) of the QEMU processes under dir.
+func vmmHWM(dir string) int64 {
+	var most int64
+	for _, pid := range vmmPIDs(dir) {
+		most = max(most, hwmBytes(pid))
 	}
-	fmt.Fprintf(&b, "\nhost agent peak RSS (VmHWM) over boot + 5 suspends + 5 resumes: %.1f MiB\n", mib(w.hwm))
-	fmt.Print(b.String())
+	return most
 }
 
 // killVMMs kills the VMMs left under a host data dir.
@@ -155,9 +210,6 @@ func killVMMs(dir string) {
 		_ = exec.Command("kill", "-9", fmt.Sprint(pid)).Run()
 	}
 }
-
-func secs(d time.Duration) string { return fmt.Sprintf("%.2fs", d.Seconds()) }
-func mibs(n int64) string         { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 
 // hwmBytes reads VmHWM (peak resident set) of pid.
 func hwmBytes(pid int) int64 { return statusBytes(pid, "VmHWM:") }

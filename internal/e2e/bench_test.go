@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,7 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,9 +30,7 @@ import (
 // It runs only with ENGRAMS_BENCH=1 (ENGRAMS_BENCH_SESSIONS sets the fleet
 // size, default 1000): figures come from here, never from assertions.
 func TestBenchFoundation(t *testing.T) {
-	if os.Getenv("ENGRAMS_BENCH") == "" {
-		t.Skip("benchmark: set ENGRAMS_BENCH=1 to run")
-	}
+	requireBench(t)
 	fleet := 1000
 	if v, err := strconv.Atoi(os.Getenv("ENGRAMS_BENCH_SESSIONS")); err == nil && v > 0 {
 		fleet = v
@@ -57,15 +56,12 @@ func TestBenchFoundation(t *testing.T) {
 		return err == nil && h.State == "ready", h.State
 	})
 
-	rows := [][]string{}
-	add := func(name string, d []time.Duration, note string) { rows = append(rows, benchRow(name, d, note)) }
-
+	tb := &benchTable{Started: time.Now()}
 	// create → Active, sequential.
 	createLat, ids := benchCreates(t, c, 30)
-	add("create → active (API, wait)", createLat, "")
-
-	rows = append(rows, benchExec(t, c, ids[0], filepath.Join(hostDir, "machines", ids[0], "guest.sock"))...)
-	rows = append(rows, benchDevExec(t)...)
+	tb.durations(groupCreate, "create → active (API, wait)", createLat, "", "")
+	benchExec(t, c, tb, ids[0], filepath.Join(hostDir, "machines", ids[0], "guest.sock"))
+	benchDevExec(t, tb)
 	for _, id := range ids {
 		if err := c.Sessions().Delete(ctx, id, true); err != nil {
 			t.Fatal(err)
@@ -75,7 +71,7 @@ func TestBenchFoundation(t *testing.T) {
 	// A fleet: create, hold, delete, with 16 clients at a time.
 	peak := &peakRSS{pids: map[string]int{"coordinator": srv.Process.Pid, "host agent": hp.cmd.Process.Pid}}
 	f := benchFleet(t, c, fleet, peak)
-	printFoundationBench(rows, f, peak)
+	printFoundationBench(tb, f, peak)
 }
 
 // benchCreates creates n sessions one after another, each waited for
@@ -132,13 +128,10 @@ func benchFleet(t *testing.T, c *client.Client, n int, peak *peakRSS) fleetRun {
 
 // printFoundationBench prints the foundation benchmark's table of rows
 // and the fleet's figures.
-func printFoundationBench(rows [][]string, f fleetRun, peak *peakRSS) {
+func printFoundationBench(tb *benchTable, f fleetRun, peak *peakRSS) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nfoundation benchmark (process backend, SQLite, coordinator and host agent as separate processes)\n")
-	fmt.Fprintf(&b, "%-38s %6s %10s %10s  %s\n", "measure", "n", "median ms", "p95 ms", "note")
-	for _, r := range rows {
-		fmt.Fprintf(&b, "%-38s %6s %10s %10s  %s\n", r[0], r[1], r[2], r[3], r[4])
-	}
+	tb.resolve()
+	fmt.Fprintf(&b, "\nfoundation benchmark (process backend, SQLite, coordinator and host agent as separate processes)\n%s", tb)
 	fmt.Fprintf(&b, "\nfleet of %d sessions (16 concurrent clients, each waits for active/completed)\n", f.n)
 	fmt.Fprintf(&b, "  create: %s total, %.0f sessions/s\n", f.createTook.Round(time.Millisecond), float64(f.n)/f.createTook.Seconds())
 	fmt.Fprintf(&b, "  delete: %s total, %.0f sessions/s\n", f.deleteTook.Round(time.Millisecond), float64(f.n)/f.deleteTook.Seconds())
@@ -151,10 +144,10 @@ func printFoundationBench(rows [][]string, f fleetRun, peak *peakRSS) {
 // benchExec measures exec round trips of session id through the whole path
 // and on its guest's own socket (sock): plain POST first, then WebSocket
 // (an upgrade per call).
-func benchExec(t *testing.T, c *client.Client, id, sock string) [][]string {
+func benchExec(t *testing.T, c *client.Client, tb *benchTable, id, sock string) {
 	t.Helper()
 	ctx := context.Background()
-	viaAPI, direct, fork := execRounds(t, c, id, sock, 500)
+	execRows(tb, "", execRounds(t, c, id, sock, 500))
 	gc := guestapi.NewClient(func(ctx context.Context) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "unix", sock) })
 	var viaWS, directWS []time.Duration
 	for range 200 {
@@ -169,23 +162,23 @@ func benchExec(t *testing.T, c *client.Client, id, sock string) [][]string {
 		}
 		directWS = append(directWS, time.Since(t0))
 	}
-	return [][]string{
-		benchRow("exec `true` via API (POST, NDJSON)", viaAPI, fmt.Sprintf("%.2fx guest alone, %.2fx fork+exec", ratio(viaAPI, direct), ratio(viaAPI, fork))),
-		benchRow("baseline: POST exec on guest socket", direct, "guest daemon alone"),
-		benchRow("baseline: fork+exec `true` here", fork, "no engrams"),
-		benchRow("exec `true` via API (WebSocket)", viaWS, fmt.Sprintf("%.2fx guest alone", ratio(viaWS, directWS))),
-		benchRow("baseline: WebSocket exec on guest", directWS, "guest daemon alone"),
-	}
+	tb.durations(groupExec, "exec `true` via API (WebSocket)", viaWS, "WebSocket exec on guest socket", "")
+	tb.durations(groupExec, "WebSocket exec on guest socket", directWS, "", "guest daemon alone")
 }
 
-func benchRow(name string, d []time.Duration, note string) []string {
-	return []string{name, strconv.Itoa(len(d)), ms(pct(d, 50)), ms(pct(d, 95)), note}
+// execRows adds the rows of execRounds' figures, their names after prefix.
+func execRows(tb *benchTable, prefix string, r rounds) {
+	guest, fork := prefix+"POST exec on guest socket", prefix+"fork+exec `true` here"
+	tb.durations(groupExec, prefix+"exec `true` via API (POST, NDJSON)", r.viaAPI, guest,
+		fmt.Sprintf("%.2fx fork+exec", ratio(r.viaAPI, r.fork)))
+	tb.durations(groupExec, guest, r.direct, fork, "guest daemon alone")
+	tb.durations(groupExec, fork, r.fork, "", "no engrams")
 }
 
 // benchDevExec measures exec round trips against `engrams dev`: the
 // coordinator and host agent in one process, as the process backend
 // (development only) is meant to run.
-func benchDevExec(t *testing.T) [][]string {
+func benchDevExec(t *testing.T, tb *benchTable) {
 	t.Helper()
 	ctx := context.Background()
 	dir := shortTempDir(t)
@@ -220,18 +213,16 @@ func benchDevExec(t *testing.T) [][]string {
 		s, err = c.Sessions().Create(ctx, apiv1.CreateSessionRequest{SessionSpec: apiv1.SessionSpec{MemoryMiB: 64}}, true)
 		return err == nil && s.State == "active", fmt.Sprint(err)
 	})
-	viaAPI, direct, fork := execRounds(t, c, s.ID, filepath.Join(dir, "data", "host", "machines", s.ID, "guest.sock"), 500)
-	return [][]string{
-		benchRow("`engrams dev`: exec via API (POST)", viaAPI, fmt.Sprintf("%.2fx guest alone, %.2fx fork+exec", ratio(viaAPI, direct), ratio(viaAPI, fork))),
-		benchRow("`engrams dev`: POST exec on guest", direct, "guest daemon alone"),
-		benchRow("`engrams dev`: fork+exec `true` here", fork, "no engrams"),
-	}
+	execRows(tb, "`engrams dev`: ", execRounds(t, c, s.ID, filepath.Join(dir, "data", "host", "machines", s.ID, "guest.sock"), 500))
 }
+
+// rounds are execRounds' figures.
+type rounds struct{ viaAPI, direct, fork []time.Duration }
 
 // execRounds times n rounds of `true` through the API (POST exec of session
 // id), on the guest's own socket (sock), and with a bare fork+exec here. The
 // three take turns so that the machine's drift hits them alike.
-func execRounds(t *testing.T, c *client.Client, id, sock string, n int) (viaAPI, direct, fork []time.Duration) {
+func execRounds(t *testing.T, c *client.Client, id, sock string, n int) (r rounds) {
 	t.Helper()
 	guestHTTP := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
@@ -241,17 +232,17 @@ func execRounds(t *testing.T, c *client.Client, id, sock string, n int) (viaAPI,
 		if code, err := c.Sessions().Exec(context.Background(), id, apiv1.ExecRequest{Argv: []string{"true"}}, io.Discard, io.Discard); err != nil || code != 0 {
 			t.Fatalf("exec: %d %v", code, err)
 		}
-		viaAPI = append(viaAPI, time.Since(t0))
+		r.viaAPI = append(r.viaAPI, time.Since(t0))
 		t0 = time.Now()
 		execRunDirect(t, guestHTTP)
-		direct = append(direct, time.Since(t0))
+		r.direct = append(r.direct, time.Since(t0))
 		t0 = time.Now()
 		if err := exec.Command("true").Run(); err != nil {
 			t.Fatal(err)
 		}
-		fork = append(fork, time.Since(t0))
+		r.fork = append(r.fork, time.Since(t0))
 	}
-	return viaAPI, direct, fork
+	return r
 }
 
 // execRunDirect runs `true` with a plain POST on the guest's own socket.
@@ -268,7 +259,9 @@ func execRunDirect(t *testing.T, hc *http.Client) {
 	}
 }
 
-func startServerProcess(t *testing.T, dir string) (string, *exec.Cmd) {
+// startServerProcess runs `engrams server` on an SQLite file in dir, with
+// extra flags, until the test ends.
+func startServerProcess(t *testing.T, dir string, extra ...string) (string, *exec.Cmd) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -277,7 +270,7 @@ func startServerProcess(t *testing.T, dir string) (string, *exec.Cmd) {
 	addr := ln.Addr().String()
 	ln.Close()
 	logf, _ := os.Create(filepath.Join(dir, "server.log"))
-	cmd := exec.Command(filepath.Join(binDir, "engrams"), "server", "--listen", addr, "--database", filepath.Join(dir, "db"), "--log-level", "warn")
+	cmd := exec.Command(filepath.Join(binDir, "engrams"), append([]string{"server", "--listen", addr, "--database", filepath.Join(dir, "db"), "--log-level", "warn"}, extra...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -330,26 +323,13 @@ func (p *peakRSS) now() map[string]int64 {
 
 func (p *peakRSS) sample() (stop func()) {
 	p.max = map[string]int64{}
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			p.mu.Lock()
-			for name, v := range p.now() {
-				p.max[name] = max(p.max[name], v)
-			}
-			p.mu.Unlock()
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-			}
+	return every(50*time.Millisecond, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for name, v := range p.now() {
+			p.max[name] = max(p.max[name], v)
 		}
-	}()
-	return func() { close(done); <-finished }
+	})
 }
 
 // rssBytes reads VmRSS of pid.
@@ -370,16 +350,17 @@ func statusBytes(pid int, field string) int64 {
 	return 0
 }
 
-func pct(d []time.Duration, p int) time.Duration {
-	s := append([]time.Duration(nil), d...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	if len(s) == 0 {
-		return 0
+// pct is the p-th percentile (nearest rank) of v.
+func pct[T cmp.Ordered](v []T, p int) T {
+	var zero T
+	if len(v) == 0 {
+		return zero
 	}
+	s := slices.Clone(v)
+	slices.Sort(s)
 	i := (len(s)*p + 99) / 100
 	return s[max(0, min(len(s)-1, i-1))]
 }
 
 func ratio(a, b []time.Duration) float64 { return float64(pct(a, 50)) / float64(pct(b, 50)) }
-func ms(d time.Duration) string          { return fmt.Sprintf("%.2f", float64(d)/1e6) }
 func mib(b int64) float64                { return float64(b) / (1 << 20) }

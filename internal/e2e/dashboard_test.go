@@ -238,9 +238,7 @@ func browserScriptOutput(t *testing.T, chromium, script string, cfg map[string]s
 // 10 runs each (ENGRAMS_BENCH_RUNS), median and p95, and the production
 // bundle's size gzipped.
 func TestBenchDashboard(t *testing.T) {
-	if os.Getenv("ENGRAMS_BENCH") == "" {
-		t.Skip("benchmark: set ENGRAMS_BENCH=1 to run")
-	}
+	requireBench(t)
 	d := startDashboardEnv(t)
 	ctx := context.Background()
 	task, err := d.dev.c.Tasks().Start(ctx, apiv1.StartTaskRequest{Profile: "agent", Prompt: "create hello.txt with hi"})
@@ -280,8 +278,8 @@ func TestBenchDashboard(t *testing.T) {
 	first, all := bundleSizes(t)
 	t.Logf("\n%-36s %8s %8s %5s\n%-36s %8.0f %8.0f %5d\n%-36s %8.0f %8.0f %5d\nbundle (gzip): first load %.1f KiB, all assets %.1f KiB",
 		"dashboard", "p50 ms", "p95 ms", "runs",
-		"page load -> first task-list paint", msPercentile(res.Load, 50), msPercentile(res.Load, 95), len(res.Load),
-		"click Send -> first answer on screen", msPercentile(res.Send, 50), msPercentile(res.Send, 95), len(res.Send),
+		"page load -> first task-list paint", pct(res.Load, 50), pct(res.Load, 95), len(res.Load),
+		"click Send -> first answer on screen", pct(res.Send, 50), pct(res.Send, 95), len(res.Send),
 		float64(first)/1024, float64(all)/1024)
 }
 
@@ -317,15 +315,6 @@ func bundleSizes(t *testing.T) (first, all int) {
 		t.Fatal(err)
 	}
 	return first, all
-}
-
-// msPercentile is percentile over milliseconds.
-func msPercentile(ms []float64, p int) float64 {
-	ds := make([]time.Duration, len(ms))
-	for i, m := range ms {
-		ds[i] = time.Duration(m * float64(time.Millisecond))
-	}
-	return float64(percentile(ds, p)) / float64(time.Millisecond)
 }
 
 // checkFirstTurnUsage: the first task's first usage event is the first
