@@ -69,6 +69,8 @@ type Store struct {
 
 	poolsMu sync.Mutex
 	pools   map[int]*sync.Pool // buffer size -> free buffers
+
+	readPool sync.Pool // *fetchBufs of ReadChunk
 }
 
 // New validates cfg and builds a Store.
