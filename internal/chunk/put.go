@@ -407,6 +407,9 @@ func (s *Store) present(ctx context.Context, h string, n int64) (present, refres
 	if s.knownFresh(h) {
 		return true, false, nil
 	}
+	if s.cfg.BlindPut && (s.cache == nil || !s.cache.Has(h)) {
+		return false, false, nil
+	}
 	info, err := s.blob.Stat(ctx, s.Key(h))
 	switch {
 	case errors.Is(err, blob.ErrNotFound):
