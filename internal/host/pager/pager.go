@@ -81,6 +81,9 @@ func Mount(ctx context.Context, cfg Config, log *slog.Logger) (*Pager, error) {
 		_ = srv.Unmount()
 		return nil, fmt.Errorf("mount lazy memory at %s: %w", cfg.Mount, err)
 	}
+	if err := tuneWriteback(cfg.Mount); err != nil {
+		log.Info("guest memory writeback keeps the kernel's FUSE limits", "err", err)
+	}
 	go func() {
 		<-ctx.Done()
 		p.Close()

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -144,6 +145,9 @@ func (m *mapper) do(t *testing.T, cmd string) string {
 	return m.out.Text()
 }
 
+// sink keeps the mapper's reads from being optimised away.
+var sink byte
+
 // TestMapperChild is the mapper process's body (run only by startMapper).
 func TestMapperChild(t *testing.T) {
 	path := os.Getenv("PAGER_MAPPER")
@@ -173,6 +177,18 @@ func TestMapperChild(t *testing.T) {
 			fmt.Println("ok")
 		case "sum":
 			fmt.Println(hexHash(mem))
+		case "touch", "fill": // one byte of every page; prints the time in ns
+			start := time.Now()
+			var x byte
+			for i := 0; i < len(mem); i += 4096 {
+				if w[0] == "fill" {
+					mem[i] = byte(i>>12) | 1
+				} else {
+					x += mem[i]
+				}
+			}
+			sink += x
+			fmt.Println(time.Since(start).Nanoseconds())
 		}
 	}
 	os.Exit(0)
