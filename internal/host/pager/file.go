@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/engrams/engrams/internal/chunk"
 )
 
@@ -156,10 +158,20 @@ func (f *File) fetch(man chunk.Manifest, i int) error {
 }
 
 // kernelRange is a read or write of the kernel's (the guest's fault,
-// readahead or writeback): every chunk it covers becomes present, and is
-// recorded touched (and dirty for a write).
+// readahead or writeback): every chunk it covers becomes present (those
+// missing fetched at once, side by side: a readahead window spans up to
+// 16), and is recorded touched (and dirty for a write).
 func (f *File) kernelRange(off, n int64, write bool) error {
 	first, last := f.chunks(off, n)
+	if last > first {
+		var g errgroup.Group
+		for i := first; i <= last; i++ {
+			g.Go(func() error { return f.ensure(i, true) })
+		}
+		if err := g.Wait(); err != nil {
+			return err
+		}
+	}
 	for i := first; i <= last; i++ {
 		if err := f.ensure(i, true); err != nil {
 			return err

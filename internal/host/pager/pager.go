@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	stdlog "log"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -71,6 +73,9 @@ func Mount(ctx context.Context, cfg Config, log *slog.Logger) (*Pager, error) {
 		FsName: "engrams-pager", Name: "engrams", DirectMount: true, DirectMountStrict: true,
 		MaxWrite: 1 << 20, MaxReadAhead: 128 << 10, DisableXAttrs: true, MaxBackground: 64,
 		Options: []string{"default_permissions"},
+		// Answers are copied, never spliced (go-fuse would log every read
+		// larger than a pipe); its own log says nothing we act on.
+		DisableSplice: true, Logger: stdlog.New(io.Discard, "", 0),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("mount lazy memory at %s: %w", cfg.Mount, err)
