@@ -27,3 +27,26 @@ func tuneWriteback(mount string) error {
 	}
 	return nil
 }
+
+// fuseFdsCloseOnExec marks every /dev/fuse descriptor of this process
+// close-on-exec. go-fuse's direct mount leaves its descriptor inheritable,
+// and a VMM that inherited it would keep the connection alive after the
+// agent died: its faults then wait forever instead of failing. Call it
+// with syscall.ForkLock held from before the mount.
+func fuseFdsCloseOnExec() error {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return fmt.Errorf("list descriptors: %w", err)
+	}
+	for _, e := range ents {
+		target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
+		if err != nil || target != "/dev/fuse" {
+			continue
+		}
+		var fd int
+		if _, err := fmt.Sscan(e.Name(), &fd); err == nil {
+			unix.CloseOnExec(fd)
+		}
+	}
+	return nil
+}

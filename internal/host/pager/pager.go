@@ -69,6 +69,8 @@ func Mount(ctx context.Context, cfg Config, log *slog.Logger) (*Pager, error) {
 	_ = syscall.Unmount(cfg.Mount, syscall.MNT_DETACH)
 	p := &Pager{cfg: cfg, log: log, files: map[uint64]*File{}, names: map[string]uint64{}, next: 2}
 	raw := &rawFS{RawFileSystem: fuse.NewDefaultRawFileSystem(), p: p}
+	// No process may be spawned while the device is open and inheritable.
+	syscall.ForkLock.Lock()
 	srv, err := fuse.NewServer(raw, cfg.Mount, &fuse.MountOptions{
 		FsName: "engrams-pager", Name: "engrams", DirectMount: true, DirectMountStrict: true,
 		MaxWrite: 1 << 20, MaxReadAhead: 128 << 10, DisableXAttrs: true, MaxBackground: 64,
@@ -77,7 +79,14 @@ func Mount(ctx context.Context, cfg Config, log *slog.Logger) (*Pager, error) {
 		// larger than a pipe); its own log says nothing we act on.
 		DisableSplice: true, Logger: stdlog.New(io.Discard, "", 0),
 	})
+	if err == nil {
+		err = fuseFdsCloseOnExec()
+	}
+	syscall.ForkLock.Unlock()
 	if err != nil {
+		if srv != nil {
+			_ = srv.Unmount()
+		}
 		return nil, fmt.Errorf("mount lazy memory at %s: %w", cfg.Mount, err)
 	}
 	p.srv = srv
