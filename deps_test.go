@@ -130,6 +130,19 @@ var layerRules = []layerRule{
 		reason: "machine network namespaces are made by the host agent and handed to its VMM backends; nothing else touches them",
 	},
 	{
+		name:   "pager-host-side",
+		from:   []string{"..."},
+		unless: []string{"internal/host/...", "cmd/..."},
+		forbid: []string{"internal/host/pager/..."},
+		reason: "lazily restored memory is served by the host agent to its VMMs; nothing else mounts it",
+	},
+	{
+		name:   "pager-over-chunks",
+		from:   []string{"internal/host/pager/..."},
+		only:   []string{std, thirdparty, "internal/chunk"},
+		reason: "the pager serves a manifest's chunks through a Source; it knows nothing of machines or sessions",
+	},
+	{
 		name:   "vmnet-is-a-leaf",
 		from:   []string{"internal/vmm/vmnet/..."},
 		only:   []string{std, thirdparty},

@@ -64,6 +64,10 @@ func (f *blobFlags) open(ctx context.Context, log *slog.Logger) (blob.Store, err
 	return st, nil
 }
 
+// memoryParallel is how many memory chunks a host moves at once (about 4
+// MiB of buffers).
+const memoryParallel = 32
+
 // hostChunks builds what a host needs to capture and restore snapshots:
 // one chunk store per chunk size over one blob store and one local cache
 // (its hits and misses counted in reg).
@@ -77,7 +81,11 @@ func hostChunks(bs blob.Store, dataDir string, cacheMiB int64, reg *metrics.Regi
 	if err != nil {
 		return d, nil, fmt.Errorf("chunk cache: %w", err)
 	}
-	mem, err := chunk.New(chunk.Config{ChunkSize: chunk.MemoryChunkSize}, chunk.Deps{Blob: bs, Cache: cache, Logger: log})
+	// Memory chunks are small (64 KiB): a suspend or restore of them is
+	// bound by round trips to the blob store, not by the CPU (hashing is
+	// capped at GOMAXPROCS whatever this is), so more are kept in flight,
+	// and one this host never saw is put without asking first.
+	mem, err := chunk.New(chunk.Config{ChunkSize: chunk.MemoryChunkSize, Parallel: memoryParallel, BlindPut: true}, chunk.Deps{Blob: bs, Cache: cache, Logger: log})
 	if err != nil {
 		return d, nil, fmt.Errorf("memory chunk store: %w", err)
 	}

@@ -30,7 +30,7 @@ import (
 // devFlags are the settings of `engrams dev`.
 type devFlags struct {
 	listen, dataDir, backend, logLevel string
-	logFormat, opsAddr                 string
+	logFormat, opsAddr, lazyMemory     string
 	stopTimeout                        time.Duration
 	egress                             egressFlags
 	harnesses                          harnessFlags
@@ -73,6 +73,7 @@ func (f *devFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.logFormat, "log-format", env("LOG_FORMAT", "text"), "text, or json (one object per line)")
 	f.egress.register(fs)
 	fs.StringVar(&f.opsAddr, "ops-addr", env("OPS_ADDR", ""), "also serve /healthz, /readyz and /metrics on this address (they are always on --listen too)")
+	fs.StringVar(&f.lazyMemory, "lazy-memory", env("LAZY_MEMORY", "auto"), "serve a restored VM's memory on first touch, its working set fetched ahead: auto, on or off")
 	fs.DurationVar(&f.stopTimeout, "stop-timeout", envDuration("STOP_TIMEOUT", 2*time.Minute), "at Ctrl-C, how long suspending the running sessions may take before dev stops anyway")
 	f.harnesses.register(fs, "", "")
 	f.policy.register(fs)
@@ -231,6 +232,10 @@ func (f *devFlags) hostAgent(ctx context.Context, bs blob.Store, url, token stri
 	release = func() { closeChunks(); lock.Close() }
 	deps.Backend, deps.Logger, deps.Checkpoint, deps.DataDirLock = be.backend, log.With("component", "host"), testCheckpoint(log), lock
 	if deps.Network, err = egressNetwork(be.backend.Capabilities(), url, []string{f.listen, f.opsAddr}, f.egress, reg, log); err != nil {
+		release()
+		return nil, nil, err
+	}
+	if deps.Pager, err = lazyMemory(ctx, f.lazyMemory, hostDir, be.backend.Capabilities(), log.With("component", "host")); err != nil {
 		release()
 		return nil, nil, err
 	}

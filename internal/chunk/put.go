@@ -25,6 +25,7 @@ type PutStats struct {
 	Uploaded      int64         // chunk objects written (including Refreshed and Deltas)
 	Deltas        int64         // changed chunks stored as a delta over the parent's chunk
 	Refreshed     int64         // present but stale objects re-put to renew ModTime
+	Unchanged     int64         // chunks kept from the parent unread: not written since it (PutChanged)
 	Bytes         int64         // file size
 	UploadedBytes int64         // uncompressed bytes of the uploaded chunks
 	StoredBytes   int64         // object bytes written (after compression)
@@ -40,6 +41,7 @@ func (p *PutStats) Add(o PutStats) {
 	p.Uploaded += o.Uploaded
 	p.Deltas += o.Deltas
 	p.Refreshed += o.Refreshed
+	p.Unchanged += o.Unchanged
 	p.Bytes += o.Bytes
 	p.UploadedBytes += o.UploadedBytes
 	p.StoredBytes += o.StoredBytes
@@ -179,9 +181,10 @@ func (s *Store) PutReader(ctx context.Context, r io.Reader, size int64) (Manifes
 // job is one chunk travelling from the reader to a worker.
 type job struct {
 	idx  int
-	buf  []byte // nil for a hole
+	buf  []byte // nil for a hole or a kept chunk
 	n    int64
 	hole bool
+	kept *Ref // the parent's ref, reused unread (a keeper source's unchanged chunk)
 }
 
 // put runs the pipeline: this goroutine reads chunks into pooled buffers (so
@@ -250,8 +253,16 @@ func (s *Store) produce(ctx context.Context, src source, size int64, pool *bufPo
 		if size >= 0 {
 			n = min(cs, size-off)
 		}
-		j := job{idx: i, n: n, hole: src.hole(off, n)}
-		if !j.hole {
+		j := job{idx: i, n: n}
+		if k, ok := src.(keeper); ok {
+			if r, ok := k.kept(i); ok {
+				j.kept = &r
+			}
+		}
+		if j.kept == nil {
+			j.hole = src.hole(off, n)
+		}
+		if !j.hole && j.kept == nil {
 			buf, err := pool.get(ctx)
 			if err != nil {
 				return off, err
@@ -308,6 +319,11 @@ func (w *putWorker) run(ctx context.Context, jobs <-chan job) (PutStats, error) 
 	}()
 	for j := range jobs {
 		st.Chunks++
+		if j.kept != nil {
+			st.Unchanged++
+			w.setRef(j.idx, *j.kept)
+			continue
+		}
 		if j.hole {
 			st.Zero++
 			st.Holes++
@@ -390,6 +406,9 @@ func (s *Store) ensure(ctx context.Context, h string, data, obj []byte, st *PutS
 func (s *Store) present(ctx context.Context, h string, n int64) (present, refresh bool, err error) {
 	if s.knownFresh(h) {
 		return true, false, nil
+	}
+	if s.cfg.BlindPut && (s.cache == nil || !s.cache.Has(h)) {
+		return false, false, nil
 	}
 	info, err := s.blob.Stat(ctx, s.Key(h))
 	switch {

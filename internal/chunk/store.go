@@ -33,6 +33,14 @@ type Config struct {
 	// as long as the sweep grace exceeds RefreshAfter plus the longest
 	// upload-to-commit time (run Sweep with olderThan = now − 24h or more).
 	RefreshAfter time.Duration
+	// BlindPut: a chunk this Store does not know as stored and the cache
+	// does not hold (this host never saw it) is put without asking the blob
+	// store first. For small chunks (guest memory's) the question costs a
+	// round trip like the put itself, and a chunk no one on this host has
+	// seen is most often new; a put of one that was there rewrites the
+	// same bytes (content-addressed) and renews its ModTime, as a refresh
+	// does.
+	BlindPut bool
 	// KnownMax bounds the in-process "known present" set (default 1<<18
 	// hashes, about 1 TiB of 4 MiB chunks); when full it is cleared.
 	KnownMax int
@@ -69,6 +77,8 @@ type Store struct {
 
 	poolsMu sync.Mutex
 	pools   map[int]*sync.Pool // buffer size -> free buffers
+
+	readPool sync.Pool // *fetchBufs of ReadChunk
 }
 
 // New validates cfg and builds a Store.

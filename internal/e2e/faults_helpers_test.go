@@ -42,9 +42,10 @@ type s3Gate struct {
 	next    http.Handler
 	url     string
 
-	mu   sync.Mutex
-	hook func(n int) (refused bool)
-	puts int
+	mu      sync.Mutex
+	hook    func(n int) (refused bool)
+	puts    int
+	getHook func() // runs for every chunk GET while set; may block it
 }
 
 func startS3Gate(t *testing.T) *s3Gate {
@@ -74,7 +75,22 @@ func (g *s3Gate) arm(hook func(n int) (refused bool)) {
 	g.hook, g.puts = hook, 0
 }
 
+// armGets hands every chunk GET to hook before it is served; nil stops.
+func (g *s3Gate) armGets(hook func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.getHook = hook
+}
+
 func (g *s3Gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/"+chunk.DefaultKeyPrefix+"/") {
+		g.mu.Lock()
+		hook := g.getHook
+		g.mu.Unlock()
+		if hook != nil {
+			hook()
+		}
+	}
 	if r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/"+chunk.DefaultKeyPrefix+"/") {
 		g.mu.Lock()
 		hook := g.hook

@@ -227,8 +227,22 @@ func shortTempDir(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(d) })
+	t.Cleanup(func() { unmountUnder(d); os.RemoveAll(d) })
 	return d
+}
+
+// unmountUnder detaches every mount below dir: a host agent killed by a
+// test leaves its lazy-memory mount behind (its connection is gone with it).
+func unmountUnder(dir string) {
+	b, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && strings.HasPrefix(f[1], dir+"/") {
+			_ = syscall.Unmount(f[1], syscall.MNT_DETACH)
+		}
+	}
 }
 
 // killGuests kills every guest daemon and VMM started under dataDir:

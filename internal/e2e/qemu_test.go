@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/engrams/engrams/api/apiv1"
+	"github.com/engrams/engrams/client"
 	"github.com/engrams/engrams/internal/coordinator"
 	"github.com/engrams/engrams/internal/testutil"
 )
@@ -126,7 +128,9 @@ func TestQEMUSessionSurvivesHostAgentRestart(t *testing.T) {
 // real VMs: write a file and start a background counter; suspend; the VM
 // is gone; stop that host; the next exec resumes the session on the OTHER
 // host from the shared blob store, with the file there and the counter
-// process the same PID, its count continuing.
+// process the same PID, its count continuing. Host b serves memory lazily
+// (issue 28): 64 MiB written to guest memory read back byte for byte, and
+// a second suspend and resume of the lazily restored machine keeps it all.
 func TestQEMUSuspendOnOneHostResumeOnAnother(t *testing.T) {
 	t.Parallel()
 	requireQEMU(t)
@@ -161,6 +165,9 @@ func TestQEMUSuspendOnOneHostResumeOnAnother(t *testing.T) {
 		return strings.TrimSpace(out.String())
 	}
 	run("echo persisted > /root/hello && sync")
+	// 64 MiB of random bytes in guest memory (tmpfs): every one must come
+	// back through a lazy restore.
+	sum := run("mkdir -p /dev/shm && mount -t tmpfs -o size=80m tmpfs /dev/shm 2>/dev/null; head -c 67108864 /dev/urandom > /dev/shm/touched && sha256sum /dev/shm/touched | cut -d' ' -f1")
 	pid := run("sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done' >/dev/null 2>&1 & echo $!")
 	time.Sleep(time.Second)
 	before, _ := strconv.Atoi(run("cat /tmp/count"))
@@ -176,27 +183,17 @@ func TestQEMUSuspendOnOneHostResumeOnAnother(t *testing.T) {
 		return len(left) == 0, fmt.Sprint(left)
 	})
 	a.kill()
-	startHostProcess(t, r.URL, credsB.HostToken, dirB, "--backend", "qemu", "--blob-dir", blobs)
+	startHostProcess(t, r.URL, credsB.HostToken, dirB, "--backend", "qemu", "--blob-dir", blobs, "--lazy-memory", "on")
 	waitHostReady(t, c, credsB.HostID)
 
 	t0 = time.Now()
-	out := run("cat /root/hello; cat /tmp/count; kill -0 " + pid + " && echo alive")
-	t.Logf("resume on the other host + first exec took %s", time.Since(t0).Round(time.Millisecond))
-	lines := strings.Fields(out)
-	if len(lines) != 3 || lines[0] != "persisted" || lines[2] != "alive" {
-		t.Fatalf("after resume on host b: %q; want the file, the count and the same counter process", out)
-	}
-	if after, _ := strconv.Atoi(lines[1]); after < before {
-		t.Fatalf("counter went back: %d before suspend, %d after resume", before, after)
-	}
-	time.Sleep(time.Second)
-	if later, _ := strconv.Atoi(run("cat /tmp/count")); later <= before {
-		t.Fatalf("counter process is not counting after resume: %d then %d", before, later)
-	}
+	checkResumedLazily(t, run, dirB, pid, before, sum)
+	t.Logf("resume on the other host + checks took %s", time.Since(t0).Round(time.Millisecond))
 	got, _ := c.Sessions().Get(ctx, s.ID)
 	if got.HostID != credsB.HostID || len(got.Snapshots) != 1 {
 		t.Fatalf("session after resume: host %s (want %s), %d snapshots", got.HostID, credsB.HostID, len(got.Snapshots))
 	}
+	checkLazyCycle(t, c, s.ID, run, pid, sum)
 	if err := c.Sessions().Delete(ctx, s.ID, true); err != nil {
 		t.Fatal(err)
 	}
@@ -204,4 +201,60 @@ func TestQEMUSuspendOnOneHostResumeOnAnother(t *testing.T) {
 		left := append(vmmPIDs(dirA), vmmPIDs(dirB)...)
 		return len(left) == 0, fmt.Sprint(left)
 	})
+}
+
+// lazyMachine reports whether a machine under the host data dir has its
+// memory served by the pager (its overlay file is there).
+func lazyMachine(dataDir string) bool {
+	found := false
+	_ = filepath.WalkDir(dataDir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && d.Name() == "memory.overlay" {
+			found = true
+			return filepath.SkipAll
+		}
+		if err == nil && d.IsDir() && d.Name() == "lazy-memory" {
+			return filepath.SkipDir
+		}
+		return nil
+	})
+	return found
+}
+
+// checkLazyCycle suspends a lazily restored session, whose capture stores
+// only what its guest wrote, and resumes it (on the same host): the file,
+// the 64 MiB in memory and the counter process are all there.
+func checkLazyCycle(t *testing.T, c *client.Client, sid string, run func(string) string, pid, sum string) {
+	t.Helper()
+	run("echo again >> /root/hello && sync")
+	if _, err := c.Sessions().Suspend(context.Background(), sid, true); err != nil {
+		t.Fatal(err)
+	}
+	out := run("cat /root/hello; sha256sum /dev/shm/touched | cut -d' ' -f1; kill -0 " + pid + " && echo alive")
+	if want := "persisted\nagain\n" + sum + "\nalive"; out != want {
+		t.Fatalf("after a lazy capture and restore: %q, want %q", out, want)
+	}
+}
+
+// checkResumedLazily checks a session resumed on another host whose
+// memory it serves lazily: the file, the counter process (the same one,
+// counting on from where it was) and the 64 MiB in memory byte for byte.
+func checkResumedLazily(t *testing.T, run func(string) string, dataDir, pid string, before int, sum string) {
+	t.Helper()
+	lines := strings.Fields(run("cat /root/hello; cat /tmp/count; kill -0 " + pid + " && echo alive"))
+	if len(lines) != 3 || lines[0] != "persisted" || lines[2] != "alive" {
+		t.Fatalf("after resume on host b: %q; want the file, the count and the same counter process", lines)
+	}
+	if after, _ := strconv.Atoi(lines[1]); after < before {
+		t.Fatalf("counter went back: %d before suspend, %d after resume", before, after)
+	}
+	if !lazyMachine(dataDir) {
+		t.Fatal("host b restored the session's memory whole, not lazily")
+	}
+	if got := run("sha256sum /dev/shm/touched | cut -d' ' -f1"); got != sum {
+		t.Fatalf("guest memory after a lazy restore: sha256 %s, want %s", got, sum)
+	}
+	time.Sleep(time.Second)
+	if later, _ := strconv.Atoi(run("cat /tmp/count")); later <= before {
+		t.Fatalf("counter process is not counting after resume: %d then %d", before, later)
+	}
 }

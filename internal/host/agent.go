@@ -76,6 +76,9 @@ type Deps struct {
 	// yet) and "snapshot-destroyed" (its answer kept, not sent yet). The
 	// backend may have points of its own. nil: none.
 	Checkpoint func(ctx context.Context, point string)
+	// Pager serves restored memory lazily (a mounted *pager.Pager) where
+	// the backend maps memory in place; nil rebuilds it whole first.
+	Pager snapshots.Pager
 	// DataDirLock is the caller's hold on DataDir (LockDataDir), taken
 	// before it opened what lives there (the chunk cache cleans its
 	// directory, a backend its own); nil: Run takes it.
@@ -176,6 +179,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	a.snaps = snapshots.New(snapshots.Config{DataDir: cfg.DataDir}, snapshots.Deps{
 		Backend: deps.Backend, DiskChunks: deps.DiskChunks, MemoryChunks: deps.MemoryChunks, ChunkCache: deps.ChunkCache,
 		Logger: deps.Logger, Now: deps.Now, Facts: facts, Capacity: a.reg, Lease: a.lease, Checkpoint: deps.Checkpoint,
+		Pager: deps.Pager,
 	})
 	a.relay = relay.New(relay.Deps{Logger: deps.Logger, Link: a.link, Epochs: a.reg, Metrics: deps.Metrics})
 	a.life = &lifecycle{log: deps.Logger, now: deps.Now, backend: deps.Backend, facts: facts,

@@ -243,6 +243,7 @@ func (l *lifecycle) publish(sid string, epoch int64, spec hostlink.MachineSpec, 
 func (l *lifecycle) destroy(ctx context.Context, sid, reason string) error {
 	mc, err := l.reg.Destroy(ctx, sid, reason)
 	if mc != nil {
+		l.snaps.DropMemory(sid)
 		l.hooks.Stopped(mc)
 	}
 	return err

@@ -42,6 +42,7 @@ type found struct {
 	record  recordState
 	capture captureState
 	vm      vmState // meaningful with recordOK only
+	lazy    bool    // its memory was served by the previous agent's pager (snapshots.IsLazy)
 }
 
 // recovery is what a restarted agent does with one machine dir.
@@ -81,7 +82,7 @@ func vmOf(err error) vmState {
 }
 
 // decideRecovery decides what a restarted agent does with one machine
-// dir. A capture is complete only if the previous agent marked it so
+// dir. A lazily restored machine is never adopted. A capture is complete only if the previous agent marked it so
 // after the backend wrote and fsynced every file, and the marker goes
 // before any resume, so a complete capture of a reattached machine is
 // its paused state exactly.
@@ -91,6 +92,11 @@ func decideRecovery(f found) recovery {
 		return forget // any VMM running here is a stray: reapStrays kills it
 	case f.record == recordUnreadable, f.vm == vmFailed:
 		return trackLost
+	case f.lazy:
+		// Its memory lived in the dead agent: pages it never fetched are
+		// gone with it, so the VMM is reaped and the session resumes from
+		// its last snapshot, like after a host crash.
+		return forget
 	case f.vm == vmGone && f.capture == captureComplete:
 		return keepCapture
 	case f.vm == vmGone:

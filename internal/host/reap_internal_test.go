@@ -19,11 +19,13 @@ func TestDecideRecovery(t *testing.T) {
 	captures := []captureState{captureNone, capturePartial, captureComplete}
 	vms := []vmState{vmGone, vmFailed, vmAttached}
 	want := func(f found) recovery {
-		switch f.record {
-		case recordNone:
+		switch {
+		case f.record == recordNone:
 			return forget
-		case recordUnreadable:
+		case f.record == recordUnreadable:
 			return trackLost
+		case f.lazy && f.vm != vmFailed:
+			return forget
 		}
 		return map[vmState][3]recovery{ // by capture: none, partial, complete
 			vmGone:     {forget, forget, keepCapture},
@@ -34,13 +36,15 @@ func TestDecideRecovery(t *testing.T) {
 	for _, r := range records {
 		for _, c := range captures {
 			for _, v := range vms {
-				f := found{record: r, capture: c, vm: v}
-				t.Run(fmt.Sprintf("record%d capture%d vm%d", r, c, v), func(t *testing.T) {
-					t.Parallel()
-					if got := decideRecovery(f); got != want(f) {
-						t.Errorf("decideRecovery(%+v) = %s, want %s", f, got, want(f))
-					}
-				})
+				for _, lazy := range []bool{false, true} {
+					f := found{record: r, capture: c, vm: v, lazy: lazy}
+					t.Run(fmt.Sprintf("record%d capture%d vm%d lazy=%v", r, c, v, lazy), func(t *testing.T) {
+						t.Parallel()
+						if got := decideRecovery(f); got != want(f) {
+							t.Errorf("decideRecovery(%+v) = %s, want %s", f, got, want(f))
+						}
+					})
+				}
 			}
 		}
 	}

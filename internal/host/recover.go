@@ -75,6 +75,7 @@ func (l *lifecycle) recoverOne(ctx context.Context, sid string) (vmm.Info, recov
 	// guest cannot answer.
 	local, partial := snapshots.FindLocal(dir)
 	f.capture = captureOf(local, partial)
+	f.lazy = snapshots.IsLazy(dir)
 	var m vmm.Machine
 	if f.record == recordOK {
 		m, err = l.recoverWithRetry(ctx, dir)

@@ -27,6 +27,7 @@ type Capabilities struct {
 	RootFS         bool   // boots a caller's root filesystem (Spec.RootFS)
 	Harness        bool   // attaches a harness bundle (Spec.Harness) at boot and at restore
 	Network        bool   // attaches a caller's TAP device (Spec.Network) as the guest's NIC
+	LazyMemory     bool   // maps a snapshot's memory file where it is (Snapshot.ServedMemory): it may fill on demand
 	Reason         string // why this backend/acceleration was chosen, or what is missing
 }
 
@@ -119,6 +120,10 @@ type Snapshot struct {
 	Backend string
 	Files   map[string]string // role ("memory", "state", "disk") -> path
 	Taken   time.Time
+	// ServedMemory (restore only, with Capabilities.LazyMemory): the
+	// "memory" file is served in place (a pager fills it on first touch),
+	// so the backend maps it where it is and never reads or copies it.
+	ServedMemory bool
 }
 
 // Info is what a host agent persists to reattach after a restart.

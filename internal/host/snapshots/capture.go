@@ -148,7 +148,7 @@ func (s *Snapshots) baseSnapshot(ctx context.Context, m vmm.Machine, gc *guestap
 		return nil, chunk.PutStats{}, failure.New(http.StatusInternalServerError, hostlink.CodeSnapshotFailed, fmt.Errorf("snapshot the warmed machine: %w", err))
 	}
 	mark("snapshot")
-	manifests, put, err := s.upload(ctx, snap, chunk.Manifest{})
+	manifests, put, err := s.upload(ctx, snap, chunk.Manifest{}, nil)
 	if err != nil {
 		return nil, put, failure.New(http.StatusServiceUnavailable, hostlink.CodeSnapshotFailed, fmt.Errorf("upload the base snapshot: %w", err))
 	}

@@ -234,5 +234,5 @@ func (s *Snapshots) UploadLocal(ctx context.Context, sid, machineDir string, l L
 				fmt.Errorf("local snapshot %s of session %s: role %s: %w", l.SnapshotID, sid, role, err))
 		}
 	}
-	return s.uploadTaken(ctx, sid, l.SnapshotID, machineDir, snap, chunk.Manifest{})
+	return s.uploadTaken(ctx, sid, l.SnapshotID, machineDir, snap, chunk.Manifest{}, nil)
 }

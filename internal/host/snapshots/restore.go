@@ -58,6 +58,8 @@ func (s *Snapshots) restore(ctx context.Context, r Restore) (m vmm.Machine, mani
 		return nil, nil, snapshotFailure(fmt.Sprintf("restore snapshot %s of session %s", rs.SnapshotID, sid), err)
 	}
 	manifests, shared := splitShared(all)
+	wsMan, hasWS := manifests[roleWorkingSet]
+	delete(manifests, roleWorkingSet)
 	if err := AddHarness(shared, r.Harness); err != nil {
 		return nil, nil, err
 	}
@@ -87,8 +89,25 @@ func (s *Snapshots) restore(ctx context.Context, r Restore) (m vmm.Machine, mani
 		return nil, nil, err
 	}
 	snap := vmm.Snapshot{Backend: s.deps.Backend.Capabilities().Name, Files: map[string]string{}, Taken: s.deps.Now()}
+	if mem, ok := manifests[roleMemory]; ok && s.lazy() {
+		var ws []int
+		if hasWS {
+			ws = s.workingSet(ctx, wsMan, mem, files)
+		}
+		if err := s.serveRestored(sid, r.Dir, mem, ws, &snap); err != nil {
+			return nil, nil, err
+		}
+		defer func() {
+			if err != nil {
+				s.DropMemory(sid)
+			}
+		}()
+	}
 	for role, man := range manifests {
 		p := filepath.Join(files, role)
+		if snap.ServedMemory && role == roleMemory {
+			continue
+		}
 		if err := restoreSnapshotFile(ctx, s.storeFor(role), man, p); err != nil {
 			return nil, nil, snapshotFailure(fmt.Sprintf("fetch snapshot %s of session %s, role %s", rs.SnapshotID, sid, role), err)
 		}

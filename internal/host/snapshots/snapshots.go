@@ -43,6 +43,9 @@ type Deps struct {
 	// Checkpoint marks named points for fault tests (host.Deps.Checkpoint:
 	// "snapshot-written", "snapshot-uploading"); nil: none.
 	Checkpoint func(ctx context.Context, point string)
+	// Pager serves restored memory lazily where the backend maps memory in
+	// place; nil rebuilds it whole before the VMM starts.
+	Pager Pager
 }
 
 // ChunkStore is what snapshots need of a chunk store; *chunk.Store
@@ -54,6 +57,9 @@ type ChunkStore interface {
 	Verify(ctx context.Context, m chunk.Manifest) error
 	VerifyData(ctx context.Context, m chunk.Manifest) error // fetches every chunk through the cache
 	Restore(ctx context.Context, m chunk.Manifest, dst string) error
+	// PutChanged and ReadChunk serve lazily restored memory (pager).
+	PutChanged(ctx context.Context, r io.ReaderAt, parent chunk.Manifest, changed func(idx int) bool) (chunk.Manifest, chunk.PutStats, error)
+	ReadChunk(ctx context.Context, m chunk.Manifest, idx int, dst []byte) error
 }
 
 // ChunkCache reports whether the per-host chunk cache holds a chunk;
@@ -86,6 +92,8 @@ type Snapshots struct {
 	cached *cachedSnapshots
 	kept   keptAnswers
 	pf     prefetcher
+
+	lazyFiles lazyFiles // served memories of lazily restored machines
 
 	captureLocks keyed.Mutex // one per image capture job
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/engrams/engrams/internal/chunk"
 	"github.com/engrams/engrams/internal/host/failure"
 	"github.com/engrams/engrams/internal/host/hostfs"
+	"github.com/engrams/engrams/internal/host/pager"
 	"github.com/engrams/engrams/internal/hostlink"
 	"github.com/engrams/engrams/internal/vmm"
 )
@@ -49,18 +50,30 @@ func (s *Snapshots) Take(ctx context.Context, t Take) (Taken, error) {
 		}
 		return Taken{}, failure.New(status, hostlink.CodeSnapshotFailed, fmt.Errorf("capture machine of session %s: %w", t.SessionID, err))
 	}
+	lazy := s.lazyFiles.get(t.SessionID)
 	l := Local{SnapshotID: t.SnapshotID, Epoch: t.Epoch, OutboxSeq: t.Quiesced.OutboxSeq, HarnessSeq: t.Quiesced.HarnessSeq}
-	if err := markComplete(t.FilesDir, snap, l); err != nil {
+	// A served memory is not on local disk: such a capture is never
+	// complete, and a restarted agent does not adopt its machine.
+	if err := markComplete(t.FilesDir, snap, l); lazy == nil && err != nil {
 		return Taken{}, failure.New(http.StatusInternalServerError, hostlink.CodeSnapshotFailed, fmt.Errorf("capture machine of session %s: %w", t.SessionID, err))
 	}
 	s.deps.Checkpoint(ctx, "snapshot-written")
-	return s.uploadTaken(ctx, t.SessionID, t.SnapshotID, t.MachineDir, snap, t.MemParent)
+	return s.uploadTaken(ctx, t.SessionID, t.SnapshotID, t.MachineDir, snap, t.MemParent, lazy)
 }
 
 // uploadTaken uploads the files of snap, a capture of sid's machine (dir
 // machineDir), with its shared disks.
-func (s *Snapshots) uploadTaken(ctx context.Context, sid, snapshotID, machineDir string, snap vmm.Snapshot, memParent chunk.Manifest) (Taken, error) {
-	manifests, put, err := s.upload(ctx, snap, memParent)
+func (s *Snapshots) uploadTaken(ctx context.Context, sid, snapshotID, machineDir string, snap vmm.Snapshot, memParent chunk.Manifest, lazy *pager.File) (Taken, error) {
+	manifests, put, err := s.upload(ctx, snap, memParent, lazy)
+	if err == nil && lazy != nil {
+		var ws chunk.Manifest
+		var st chunk.PutStats
+		if ws, st, err = s.putWorkingSet(ctx, lazy, machineDir); err == nil {
+			ws.Role = roleWorkingSet
+			manifests[roleWorkingSet] = ws
+			put.Add(st)
+		}
+	}
 	var raw []byte
 	if err == nil {
 		raw, err = s.shared.withShared(ctx, sid, machineDir, manifests)
@@ -75,9 +88,10 @@ func (s *Snapshots) uploadTaken(ctx context.Context, sid, snapshotID, machineDir
 
 // upload chunks every file of snap: memory with the memory store (changed
 // chunks as deltas over memParent, the memory of the machine's previous
-// snapshot), the rest with the disk store. It returns role -> manifest and
-// the summed stats.
-func (s *Snapshots) upload(ctx context.Context, snap vmm.Snapshot, memParent chunk.Manifest) (map[string]chunk.Manifest, chunk.PutStats, error) {
+// snapshot; of a served memory, lazy, only the chunks written since, and
+// the chunks its guest touched as the working set), the rest with the
+// disk store. It returns role -> manifest and the summed stats.
+func (s *Snapshots) upload(ctx context.Context, snap vmm.Snapshot, memParent chunk.Manifest, lazy *pager.File) (map[string]chunk.Manifest, chunk.PutStats, error) {
 	var total chunk.PutStats
 	if len(snap.Files) == 0 {
 		return nil, total, errors.New("the backend wrote no snapshot files")
@@ -91,7 +105,16 @@ func (s *Snapshots) upload(ctx context.Context, snap vmm.Snapshot, memParent chu
 		if role == roleMemory {
 			store, parent = s.deps.MemoryChunks, memParent
 		}
-		m, st, err := putSnapshotFile(ctx, store, snap.Files[role], parent)
+		var (
+			m   chunk.Manifest
+			st  chunk.PutStats
+			err error
+		)
+		if role == roleMemory && lazy != nil {
+			m, st, err = s.putLazyMemory(ctx, lazy)
+		} else {
+			m, st, err = putSnapshotFile(ctx, store, snap.Files[role], parent)
+		}
 		if err != nil {
 			return nil, total, fmt.Errorf("role %s: %w", role, err)
 		}

@@ -131,7 +131,7 @@ func (b *Backend) Capabilities() vmm.Capabilities {
 	}
 	return vmm.Capabilities{
 		Name: "qemu", Version: b.version, Acceleration: b.accel, Isolation: true,
-		SnapshotMemory: true, SnapshotDisk: true, RootFS: true, Harness: true, Network: true,
+		SnapshotMemory: true, SnapshotDisk: true, RootFS: true, Harness: true, Network: true, LazyMemory: true,
 		Reason: reason,
 	}
 }

@@ -258,7 +258,7 @@ func (b *Backend) restore(ctx context.Context, spec vmm.Spec, snap vmm.Snapshot)
 		return nil, err
 	}
 	tImages := time.Since(t0)
-	if err := placeRestoredMemory(snap.Files["memory"], spec.Dir, cfg.MemoryMiB); err != nil {
+	if err := placeRestoredMemory(snap.Files["memory"], spec.Dir, cfg.MemoryMiB, snap.ServedMemory); err != nil {
 		_ = os.Remove(filepath.Join(spec.Dir, fileHarness))
 		return nil, err
 	}

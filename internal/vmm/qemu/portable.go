@@ -256,9 +256,10 @@ func (b *Backend) placeRestoredDisk(ctx context.Context, src, dir, base string) 
 
 // placeRestoredMemory makes a snapshot's RAM file the machine's RAM file:
 // a hard link (no copy) when both are on one file system, else a sparse
-// copy. Its size must be the snapshot's RAM size. A link means the
-// snapshot's file changes as the restored guest runs.
-func placeRestoredMemory(src, dir string, memMiB int) error {
+// copy; a symlink when it is served in place (a pager fills it on first
+// touch: a copy would read all of it). Its size must be the snapshot's RAM
+// size. A link means the snapshot's file changes as the restored guest runs.
+func placeRestoredMemory(src, dir string, memMiB int, served bool) error {
 	fi, err := os.Stat(src)
 	if err != nil {
 		return fmt.Errorf("place guest memory: %w", err)
@@ -266,7 +267,17 @@ func placeRestoredMemory(src, dir string, memMiB int) error {
 	if want := int64(memMiB) << 20; fi.Size() != want {
 		return fmt.Errorf("place guest memory: snapshot memory file has %d bytes, its config says %d MiB", fi.Size(), memMiB)
 	}
-	if err := linkOrClone(src, filepath.Join(dir, fileMemory)); err != nil {
+	dst := filepath.Join(dir, fileMemory)
+	if served {
+		if err := os.Remove(dst); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("place guest memory: %w", err)
+		}
+		if err := os.Symlink(src, dst); err != nil {
+			return fmt.Errorf("place guest memory: %w", err)
+		}
+		return nil
+	}
+	if err := linkOrClone(src, dst); err != nil {
 		return fmt.Errorf("place guest memory: %w", err)
 	}
 	return nil
