@@ -27,7 +27,7 @@ const (
 	// maxWorkingSetBytes bounds the working set file a restore reads.
 	maxWorkingSetBytes = 4 << 20
 	// prefetchParallel is how many chunks a lazy restore fetches ahead at once.
-	prefetchParallel = 8
+	prefetchParallel = 32
 )
 
 // Pager serves lazily restored memory (*pager.Pager does).

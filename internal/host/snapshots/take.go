@@ -54,8 +54,10 @@ func (s *Snapshots) Take(ctx context.Context, t Take) (Taken, error) {
 	l := Local{SnapshotID: t.SnapshotID, Epoch: t.Epoch, OutboxSeq: t.Quiesced.OutboxSeq, HarnessSeq: t.Quiesced.HarnessSeq}
 	// A served memory is not on local disk: such a capture is never
 	// complete, and a restarted agent does not adopt its machine.
-	if err := markComplete(t.FilesDir, snap, l); lazy == nil && err != nil {
-		return Taken{}, failure.New(http.StatusInternalServerError, hostlink.CodeSnapshotFailed, fmt.Errorf("capture machine of session %s: %w", t.SessionID, err))
+	if lazy == nil {
+		if err := markComplete(t.FilesDir, snap, l); err != nil {
+			return Taken{}, failure.New(http.StatusInternalServerError, hostlink.CodeSnapshotFailed, fmt.Errorf("capture machine of session %s: %w", t.SessionID, err))
+		}
 	}
 	s.deps.Checkpoint(ctx, "snapshot-written")
 	return s.uploadTaken(ctx, t.SessionID, t.SnapshotID, t.MachineDir, snap, t.MemParent, lazy)
