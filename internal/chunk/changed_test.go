@@ -7,7 +7,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 	"testing"
+	"time"
 )
 
 // TestPutChanged: only the chunks said changed are read (the rest keep
@@ -47,7 +50,7 @@ func TestPutChanged(t *testing.T) {
 	}
 	defer f.Close()
 	changed := map[int]bool{3: true, 14: true}
-	v1, st, err := s.PutChanged(ctx, f, v0, func(i int) bool { return changed[i] })
+	v1, st, err := s.PutChanged(ctx, f, v0, func(i int) bool { return changed[i] }, noFill(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +76,7 @@ func TestPutChanged(t *testing.T) {
 	if err := cold.ReadChunk(ctx, v1, 16, buf); !errors.Is(err, ErrInvalidManifest) {
 		t.Fatalf("chunk past the end: %v", err)
 	}
-	if _, _, err := newTestStore(t, Config{ChunkSize: cs * 2}, Deps{Blob: bl}).PutChanged(ctx, f, v0, func(int) bool { return true }); err == nil {
+	if _, _, err := newTestStore(t, Config{ChunkSize: cs * 2}, Deps{Blob: bl}).PutChanged(ctx, f, v0, func(int) bool { return true }, noFill(t)); err == nil {
 		t.Fatal("a parent of another chunk size was taken")
 	}
 	bl.mu.Lock()
@@ -124,4 +127,72 @@ func TestBlindPut(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustEqualFile(t, out, want)
+}
+
+// noFill is a PutChanged fill that fails the test: every kept ref is fresh.
+func noFill(t *testing.T) func(int) error {
+	return func(i int) error {
+		t.Errorf("chunk %d filled: its kept ref should have been fresh", i)
+		return nil
+	}
+}
+
+// TestPutChangedStaleKeptRef: a kept ref whose object is missing or too
+// old in the blob store is not kept blindly: the chunk is filled, read and
+// stored again, so the new manifest names only fresh objects; a chunk that
+// cannot be filled fails the capture.
+func TestPutChangedStaleKeptRef(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const cs = 64 << 10
+	bl := newMemBlob()
+	now := time.Now()
+	bl.now = func() time.Time { return now }
+	s := newTestStore(t, Config{ChunkSize: cs}, Deps{Blob: bl, Now: func() time.Time { return now }})
+	path, data := genFile(t, t.TempDir(), 11, seg{"rand", 4 * cs})
+	v0, _, err := s.PutFile(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another process (no memory of those puts) captures 13h later; chunk
+	// 1's object was swept meanwhile, the others are stale.
+	later := now.Add(13 * time.Hour)
+	fresh := newTestStore(t, Config{ChunkSize: cs}, Deps{Blob: bl, Now: func() time.Time { return later }})
+	bl.mu.Lock()
+	delete(bl.objs, fresh.Key(v0.Chunks[1].Hash))
+	bl.mu.Unlock()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var (
+		mu     sync.Mutex
+		filled []int
+	)
+	fill := func(i int) error { mu.Lock(); defer mu.Unlock(); filled = append(filled, i); return nil }
+	v1, st, err := fresh.PutChanged(ctx, f, v0, func(int) bool { return false }, fill)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(filled)
+	if !slices.Equal(filled, []int{0, 1, 2, 3}) || st.Uploaded != 4 || st.Unchanged != 0 {
+		t.Fatalf("filled %v, stats %+v; want every stale or missing chunk stored again", filled, st)
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	if err := newTestStore(t, Config{ChunkSize: cs}, Deps{Blob: bl}).Restore(ctx, v1, out); err != nil {
+		t.Fatal(err)
+	}
+	mustEqualFile(t, out, data)
+	// A second capture by the same store keeps them: it knows them fresh.
+	if _, st, err := fresh.PutChanged(ctx, f, v1, func(int) bool { return false }, noFill(t)); err != nil || st.Unchanged != 4 {
+		t.Fatalf("second capture: %+v %v", st, err)
+	}
+	bl.mu.Lock()
+	delete(bl.objs, fresh.Key(v0.Chunks[2].Hash))
+	bl.mu.Unlock()
+	cold := newTestStore(t, Config{ChunkSize: cs}, Deps{Blob: bl, Now: func() time.Time { return later }})
+	if _, _, err := cold.PutChanged(ctx, f, v1, func(int) bool { return false }, func(int) error { return ErrMissing }); !isMissing(err) {
+		t.Fatalf("a chunk that cannot be filled: %v", err)
+	}
 }

@@ -214,6 +214,7 @@ func (s *Store) put(ctx context.Context, src source, size int64, upload bool, pa
 	jobs := make(chan job)
 	w := &putWorker{s: s, pool: pool, objs: objs, setRef: setRef, upload: upload, parent: parent,
 		cpu: make(chan struct{}, runtime.GOMAXPROCS(0))}
+	w.keeper, _ = src.(keeper)
 	for range s.cfg.Parallel {
 		g.Go(func() error {
 			st, err := w.run(gctx, jobs)
@@ -305,6 +306,7 @@ type putWorker struct {
 	upload bool
 	parent *Manifest // nil: no deltas
 	cpu    chan struct{}
+	keeper keeper // the source, when it keeps chunks unread
 }
 
 // run processes jobs until the channel closes or one fails.
@@ -320,9 +322,13 @@ func (w *putWorker) run(ctx context.Context, jobs <-chan job) (PutStats, error) 
 	for j := range jobs {
 		st.Chunks++
 		if j.kept != nil {
-			st.Unchanged++
-			w.setRef(j.idx, *j.kept)
-			continue
+			kept, err := w.keep(ctx, &j, &st)
+			if err != nil {
+				return st, &ChunkError{Index: j.idx, Hash: j.kept.Hash, Err: err}
+			}
+			if kept {
+				continue
+			}
 		}
 		if j.hole {
 			st.Zero++
@@ -360,6 +366,31 @@ func (w *putWorker) run(ctx context.Context, jobs <-chan job) (PutStats, error) 
 		w.setRef(j.idx, ref)
 	}
 	return st, nil
+}
+
+// keep settles a kept chunk: its parent's ref when the store holds it
+// fresh (kept), else its bytes read again into j to be stored anew.
+func (w *putWorker) keep(ctx context.Context, j *job, st *PutStats) (kept bool, err error) {
+	fresh, err := w.s.refFresh(ctx, *j.kept)
+	if err != nil {
+		return false, err
+	}
+	if fresh {
+		st.Unchanged++
+		w.setRef(j.idx, *j.kept)
+		return true, nil
+	}
+	buf, err := w.pool.get(ctx)
+	if err != nil {
+		return false, err
+	}
+	n, err := w.keeper.reread(j.idx, int64(j.idx)*w.s.cfg.ChunkSize, buf[:j.n])
+	if err != nil {
+		w.pool.put(buf)
+		return false, fmt.Errorf("read again a chunk the store lacks fresh: %w", err)
+	}
+	j.buf, j.n, j.kept = buf, int64(n), nil
+	return false, nil
 }
 
 // objBufLen is the encode buffer size for chunks of cs bytes: room for the

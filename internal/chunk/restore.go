@@ -296,6 +296,7 @@ func (s *Store) statObject(ctx context.Context, h string, n int64) error {
 	case info.Size < 1 || info.Size > maxObjectLen(n):
 		return fmt.Errorf("%w: object is %d bytes, chunk is %d", ErrCorrupt, info.Size, n)
 	}
+	s.markKnown(h, info.ModTime) // a capture keeping it unread need not ask again
 	return nil
 }
 

@@ -193,7 +193,7 @@ func TestQEMUSuspendOnOneHostResumeOnAnother(t *testing.T) {
 	if got.HostID != credsB.HostID || len(got.Snapshots) != 1 {
 		t.Fatalf("session after resume: host %s (want %s), %d snapshots", got.HostID, credsB.HostID, len(got.Snapshots))
 	}
-	checkLazyCycle(t, c, s.ID, run, pid, sum)
+	checkLazyCycle(t, c, s.ID, run, dirB, pid, sum)
 	if err := c.Sessions().Delete(ctx, s.ID, true); err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +223,7 @@ func lazyMachine(dataDir string) bool {
 // checkLazyCycle suspends a lazily restored session, whose capture stores
 // only what its guest wrote, and resumes it (on the same host): the file,
 // the 64 MiB in memory and the counter process are all there.
-func checkLazyCycle(t *testing.T, c *client.Client, sid string, run func(string) string, pid, sum string) {
+func checkLazyCycle(t *testing.T, c *client.Client, sid string, run func(string) string, dataDir, pid, sum string) {
 	t.Helper()
 	run("echo again >> /root/hello && sync")
 	if _, err := c.Sessions().Suspend(context.Background(), sid, true); err != nil {
@@ -232,6 +232,9 @@ func checkLazyCycle(t *testing.T, c *client.Client, sid string, run func(string)
 	out := run("cat /root/hello; sha256sum /dev/shm/touched | cut -d' ' -f1; kill -0 " + pid + " && echo alive")
 	if want := "persisted\nagain\n" + sum + "\nalive"; out != want {
 		t.Fatalf("after a lazy capture and restore: %q, want %q", out, want)
+	}
+	if !lazyMachine(dataDir) {
+		t.Fatal("the second restore rebuilt the memory whole, not lazily")
 	}
 }
 

@@ -14,17 +14,30 @@ import (
 
 // Sync makes the kernel write every page the guest dirtied back to the
 // file, so Changed and the overlay are complete. Call it with the VM
-// stopped: nothing dirties pages after it then.
-func (f *File) Sync() error {
-	h, err := os.Open(f.path)
+// stopped: nothing dirties pages after it then. It fails for good once an
+// overlay write failed.
+func (f *File) Sync(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() { // fsync cannot be cancelled; a stuck one is abandoned
+		h, err := os.Open(f.path)
+		if err == nil {
+			err = h.Sync()
+			_ = h.Close()
+		}
+		done <- err
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
 	if err != nil {
 		return fmt.Errorf("lazy memory %s: sync: %w", f.name, err)
 	}
-	defer h.Close()
-	if err := h.Sync(); err != nil {
-		return fmt.Errorf("lazy memory %s: sync: %w", f.name, err)
-	}
-	return nil
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.broken
 }
 
 // Manifest is the manifest the file started from or was last rebased on:

@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -50,7 +51,11 @@ type File struct {
 	demand   atomic.Int64          // chunks fetched because the guest waited on them
 	prefetch atomic.Int64          // chunks fetched ahead
 	bufs     sync.Pool
+	broken   error // the first overlay write that failed: the overlay no longer holds what the guest wrote
 }
+
+// fetchTimeout bounds one chunk's fetch: a guest's fault waits on it.
+const fetchTimeout = 2 * time.Minute
 
 func newFile(ctx context.Context, name, path, overlay string, m chunk.Manifest, src Source) (*File, error) {
 	if err := m.Validate(); err != nil {
@@ -148,7 +153,9 @@ func (f *File) fetch(man chunk.Manifest, i int) error {
 	defer f.bufs.Put(bp)
 	n := man.ChunkLen(i)
 	buf := (*bp)[:n]
-	if err := f.src.ReadChunk(f.ctx, man, i, buf); err != nil {
+	ctx, cancel := context.WithTimeout(f.ctx, fetchTimeout)
+	defer cancel()
+	if err := f.src.ReadChunk(ctx, man, i, buf); err != nil {
 		return fmt.Errorf("lazy memory %s: chunk %d: %w", f.name, i, err)
 	}
 	if _, err := f.overlay.WriteAt(buf, int64(i)*f.cs); err != nil {
@@ -160,8 +167,8 @@ func (f *File) fetch(man chunk.Manifest, i int) error {
 // kernelRange is a read or write of the kernel's (the guest's fault,
 // readahead or writeback): every chunk it covers becomes present (those
 // missing fetched at once, side by side: a readahead window spans up to
-// 16), and is recorded touched (and dirty for a write).
-func (f *File) kernelRange(off, n int64, write bool) error {
+// 16), and is recorded touched.
+func (f *File) kernelRange(off, n int64) error {
 	first, last := f.chunks(off, n)
 	if last > first {
 		var g errgroup.Group
@@ -181,9 +188,6 @@ func (f *File) kernelRange(off, n int64, write bool) error {
 			f.kernel[i] = true
 			f.touched = append(f.touched, i)
 		}
-		if write {
-			f.dirty[i] = true
-		}
 		f.mu.Unlock()
 	}
 	return nil
@@ -191,11 +195,11 @@ func (f *File) kernelRange(off, n int64, write bool) error {
 
 // read serves a kernel read into buf.
 func (f *File) read(off int64, buf []byte) (int, error) {
-	if off >= f.size {
+	if off < 0 || off >= f.size {
 		return 0, nil
 	}
 	buf = buf[:min(int64(len(buf)), f.size-off)]
-	if err := f.kernelRange(off, int64(len(buf)), false); err != nil {
+	if err := f.kernelRange(off, int64(len(buf))); err != nil {
 		return 0, err
 	}
 	n, err := f.overlay.ReadAt(buf, off)
@@ -205,15 +209,39 @@ func (f *File) read(off int64, buf []byte) (int, error) {
 	return n, err
 }
 
-// write serves a kernel write (writeback of guest memory).
+// write serves a kernel write (writeback of guest memory): the chunks it
+// covers are dirty once the overlay holds the bytes. A failed write
+// breaks the file for good (the kernel dropped the page's dirtiness).
 func (f *File) write(off int64, data []byte) (int, error) {
 	if off < 0 || off+int64(len(data)) > f.size {
 		return 0, fmt.Errorf("lazy memory %s: write of %d bytes at %d past its %d", f.name, len(data), off, f.size)
 	}
-	if err := f.kernelRange(off, int64(len(data)), true); err != nil {
+	if err := f.kernelRange(off, int64(len(data))); err != nil {
 		return 0, err
 	}
-	return f.overlay.WriteAt(data, off)
+	n, err := f.overlay.WriteAt(data, off)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err != nil {
+		if f.broken == nil {
+			f.broken = fmt.Errorf("lazy memory %s: write overlay at %d: %w", f.name, off, err)
+		}
+		return n, err
+	}
+	first, last := f.chunks(off, int64(len(data)))
+	for i := first; i <= last; i++ {
+		f.dirty[i] = true
+	}
+	return n, nil
+}
+
+// Fill makes chunk i local (fetching it if needed), as a capture needs
+// for a chunk it must store again; it is not counted as a touch.
+func (f *File) Fill(i int) error {
+	if i < 0 || i >= len(f.state) {
+		return fmt.Errorf("lazy memory %s: no chunk %d", f.name, i)
+	}
+	return f.ensure(i, false)
 }
 
 // Stats is what a file has done since it was added.

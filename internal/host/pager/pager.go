@@ -36,9 +36,10 @@ type Config struct {
 // set), and the chunks written since the last capture (a capture reads
 // those and keeps every other chunk's ref unread).
 type Pager struct {
-	cfg Config
-	log *slog.Logger
-	srv *fuse.Server
+	cfg  Config
+	log  *slog.Logger
+	srv  *fuse.Server
+	conn uint32 // the FUSE connection, to abort at Close
 
 	mu    sync.Mutex
 	files map[uint64]*File // by node id
@@ -95,6 +96,10 @@ func Mount(ctx context.Context, cfg Config, log *slog.Logger) (*Pager, error) {
 		_ = srv.Unmount()
 		return nil, fmt.Errorf("mount lazy memory at %s: %w", cfg.Mount, err)
 	}
+	if p.conn, err = connection(cfg.Mount); err != nil { // served now: the stat is answered
+		_ = srv.Unmount()
+		return nil, fmt.Errorf("mount lazy memory at %s: %w", cfg.Mount, err)
+	}
 	if err := tuneWriteback(cfg.Mount); err != nil {
 		log.Info("guest memory writeback keeps the kernel's FUSE limits", "err", err)
 	}
@@ -105,11 +110,15 @@ func Mount(ctx context.Context, cfg Config, log *slog.Logger) (*Pager, error) {
 	return p, nil
 }
 
-// Close unmounts the file system (lazily: a VMM still mapping a file keeps
-// what it faulted in, and gets errors for the rest).
+// Close unmounts the file system and ends its connection: a VMM still
+// mapping a file keeps what it faulted in and gets errors for the rest
+// (rather than waiting for a server that is gone).
 func (p *Pager) Close() {
 	if err := p.srv.Unmount(); err != nil {
 		_ = syscall.Unmount(p.cfg.Mount, syscall.MNT_DETACH)
+		if err := abortConnection(p.conn); err != nil {
+			p.log.Warn("lazy memory: abort the FUSE connection", "err", err)
+		}
 	}
 	p.srv.Wait()
 	p.mu.Lock()

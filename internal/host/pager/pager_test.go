@@ -228,7 +228,7 @@ func TestLazyMemoryMapped(t *testing.T) {
 	want := slices.Clone(data)
 	want[3*testCS+1] ^= 0xff
 	want[5*testCS+2] = 42
-	if err := f.Sync(); err != nil {
+	if err := f.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	changed := f.Changed()

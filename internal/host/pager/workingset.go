@@ -19,8 +19,10 @@ const MaxWorkingSet = 1 << 18
 // ErrBadWorkingSet says a working set could not be decoded.
 var ErrBadWorkingSet = errors.New("bad working set")
 
-// EncodeWorkingSet encodes chunk indexes in order.
+// EncodeWorkingSet encodes chunk indexes in order, the first
+// MaxWorkingSet of them (what a decoder takes).
 func EncodeWorkingSet(idxs []int) []byte {
+	idxs = idxs[:min(len(idxs), MaxWorkingSet)]
 	b := make([]byte, 0, len(wsMagic)+len(idxs)+8)
 	b = append(b, wsMagic...)
 	prev := int64(0)

@@ -2,6 +2,7 @@ package snapshots
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -65,9 +66,11 @@ func (l *lazyFiles) take(sid string) *pager.File {
 	return f
 }
 
-// lazy reports whether restores serve memory through the pager.
-func (s *Snapshots) lazy() bool {
-	return s.deps.Pager != nil && s.deps.Backend.Capabilities().LazyMemory
+// lazy reports whether a restore serves memory m through the pager: a
+// pager runs, the backend maps memory in place, and m is in the memory
+// store's chunks (a capture stores the changed ones over it).
+func (s *Snapshots) lazy(m chunk.Manifest) bool {
+	return s.deps.Pager != nil && s.deps.Backend.Capabilities().LazyMemory && m.ChunkSize == chunk.MemoryChunkSize
 }
 
 // IsLazy reports whether the machine dir holds a lazily served memory's
@@ -95,6 +98,26 @@ func (s *Snapshots) serveMemory(sid, dir string, m chunk.Manifest) (*pager.File,
 	}
 	s.lazyFiles.set(sid, f)
 	return f, nil
+}
+
+// serveLazily serves a restore's memory through the pager where it may
+// (lazy), reading the snapshot's working set first; it reports whether
+// it did. It first drops an overlay an earlier machine in dir left, which
+// would mark this one lazy.
+func (s *Snapshots) serveLazily(ctx context.Context, sid, dir, files string, manifests map[string]chunk.Manifest,
+	wsMan chunk.Manifest, hasWS bool, snap *vmm.Snapshot) (bool, error) {
+	if err := os.Remove(filepath.Join(dir, overlayFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return false, fmt.Errorf("clear memory overlay of session %s: %w", sid, err)
+	}
+	mem, ok := manifests[roleMemory]
+	if !ok || !s.lazy(mem) {
+		return false, nil
+	}
+	var ws []int
+	if hasWS {
+		ws = s.workingSet(ctx, wsMan, mem, files)
+	}
+	return true, s.serveRestored(sid, dir, mem, ws, snap)
 }
 
 // serveRestored serves mem as the memory of sid's restore into snap and
@@ -158,20 +181,14 @@ func (s *Snapshots) workingSet(ctx context.Context, m chunk.Manifest, mem chunk.
 
 // putLazyMemory captures a served memory: the guest's dirty pages
 // written back, then only the chunks written since the file's manifest
-// read and stored; the rest keep their refs. The file is rebased on the
-// result, so call it with the VM paused.
+// read and stored; the rest keep their refs (or are filled and stored
+// again where the blob store no longer holds them fresh). The caller
+// rebases the file on the result once the whole snapshot is stored.
 func (s *Snapshots) putLazyMemory(ctx context.Context, f *pager.File) (chunk.Manifest, chunk.PutStats, error) {
-	if err := f.Sync(); err != nil {
+	if err := f.Sync(ctx); err != nil {
 		return chunk.Manifest{}, chunk.PutStats{}, err
 	}
-	m, st, err := s.deps.MemoryChunks.PutChanged(ctx, f.Overlay(), f.Manifest(), f.Changed())
-	if err != nil {
-		return chunk.Manifest{}, st, err
-	}
-	if err := f.Rebase(m); err != nil {
-		return chunk.Manifest{}, st, err
-	}
-	return m, st, nil
+	return s.deps.MemoryChunks.PutChanged(ctx, f.Overlay(), f.Manifest(), f.Changed(), f.Fill)
 }
 
 // putWorkingSet stores the chunks f's guest touched as a snapshot's

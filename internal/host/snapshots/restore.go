@@ -89,15 +89,12 @@ func (s *Snapshots) restore(ctx context.Context, r Restore) (m vmm.Machine, mani
 		return nil, nil, err
 	}
 	snap := vmm.Snapshot{Backend: s.deps.Backend.Capabilities().Name, Files: map[string]string{}, Taken: s.deps.Now()}
-	if mem, ok := manifests[roleMemory]; ok && s.lazy() {
-		var ws []int
-		if hasWS {
-			ws = s.workingSet(ctx, wsMan, mem, files)
-		}
-		if err := s.serveRestored(sid, r.Dir, mem, ws, &snap); err != nil {
-			return nil, nil, err
-		}
-		defer func() {
+	served, lerr := s.serveLazily(ctx, sid, r.Dir, files, manifests, wsMan, hasWS, &snap)
+	if lerr != nil {
+		return nil, nil, lerr
+	}
+	if served {
+		defer func() { // err: this function's result
 			if err != nil {
 				s.DropMemory(sid)
 			}

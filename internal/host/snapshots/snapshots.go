@@ -58,7 +58,7 @@ type ChunkStore interface {
 	VerifyData(ctx context.Context, m chunk.Manifest) error // fetches every chunk through the cache
 	Restore(ctx context.Context, m chunk.Manifest, dst string) error
 	// PutChanged and ReadChunk serve lazily restored memory (pager).
-	PutChanged(ctx context.Context, r io.ReaderAt, parent chunk.Manifest, changed func(idx int) bool) (chunk.Manifest, chunk.PutStats, error)
+	PutChanged(ctx context.Context, r io.ReaderAt, parent chunk.Manifest, changed func(idx int) bool, fill func(idx int) error) (chunk.Manifest, chunk.PutStats, error)
 	ReadChunk(ctx context.Context, m chunk.Manifest, idx int, dst []byte) error
 }
 

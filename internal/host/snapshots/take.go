@@ -60,7 +60,12 @@ func (s *Snapshots) Take(ctx context.Context, t Take) (Taken, error) {
 		}
 	}
 	s.deps.Checkpoint(ctx, "snapshot-written")
-	return s.uploadTaken(ctx, t.SessionID, t.SnapshotID, t.MachineDir, snap, t.MemParent, lazy)
+	taken, err := s.uploadTaken(ctx, t.SessionID, t.SnapshotID, t.MachineDir, snap, t.MemParent, lazy)
+	if err == nil && lazy != nil {
+		// Stored whole: the next capture stores what changes after it.
+		err = lazy.Rebase(taken.Memory)
+	}
+	return taken, err
 }
 
 // uploadTaken uploads the files of snap, a capture of sid's machine (dir
