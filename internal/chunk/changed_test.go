@@ -22,10 +22,7 @@ func TestPutChanged(t *testing.T) {
 	ctx := context.Background()
 	const cs = 64 << 10
 	bl := newMemBlob()
-	cache, err := NewCache(CacheConfig{Dir: t.TempDir(), MaxBytes: 64 << 20}, CacheDeps{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cache := testCache(t)
 	s := newTestStore(t, Config{ChunkSize: cs}, Deps{Blob: bl, Cache: cache})
 	rng := rand.New(rand.NewPCG(3, 4))
 	data := make([]byte, 16*cs)
@@ -95,10 +92,7 @@ func TestBlindPut(t *testing.T) {
 	ctx := context.Background()
 	const cs = 64 << 10
 	bl := newMemBlob()
-	cache, err := NewCache(CacheConfig{Dir: t.TempDir(), MaxBytes: 64 << 20}, CacheDeps{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cache := testCache(t)
 	path, want := genFile(t, t.TempDir(), 9, seg{"rand", 6 * cs}, seg{"zero", 2 * cs})
 	// Another host stored the first chunks already.
 	other := newTestStore(t, Config{ChunkSize: cs}, Deps{Blob: bl})

@@ -17,10 +17,7 @@ func TestPutFileOver(t *testing.T) {
 	ctx := context.Background()
 	const cs = 64 << 10
 	bl := newMemBlob()
-	cache, err := NewCache(CacheConfig{Dir: t.TempDir(), MaxBytes: 64 << 20}, CacheDeps{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cache := testCache(t)
 	s := newTestStore(t, Config{ChunkSize: cs}, Deps{Blob: bl, Cache: cache})
 	dir := t.TempDir()
 	rng := rand.New(rand.NewPCG(1, 2))

@@ -124,3 +124,13 @@ func dirNames(t testing.TB, dir string) []string {
 func isCorrupt(err error) bool { return errors.Is(err, ErrCorrupt) }
 
 func isMissing(err error) bool { return errors.Is(err, ErrMissing) }
+
+// testCache is a 64 MiB chunk cache in a temp dir.
+func testCache(t testing.TB) *Cache {
+	t.Helper()
+	cache, err := NewCache(CacheConfig{Dir: t.TempDir(), MaxBytes: 64 << 20}, CacheDeps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cache
+}
