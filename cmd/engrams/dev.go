@@ -73,7 +73,7 @@ func (f *devFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.logFormat, "log-format", env("LOG_FORMAT", "text"), "text, or json (one object per line)")
 	f.egress.register(fs)
 	fs.StringVar(&f.opsAddr, "ops-addr", env("OPS_ADDR", ""), "also serve /healthz, /readyz and /metrics on this address (they are always on --listen too)")
-	fs.StringVar(&f.lazyMemory, "lazy-memory", env("LAZY_MEMORY", "auto"), "serve a restored VM's memory on first touch, its working set fetched ahead: auto, on or off")
+	fs.StringVar(&f.lazyMemory, "lazy-memory", env("LAZY_MEMORY", "off"), lazyMemoryHelp)
 	fs.DurationVar(&f.stopTimeout, "stop-timeout", envDuration("STOP_TIMEOUT", 2*time.Minute), "at Ctrl-C, how long suspending the running sessions may take before dev stops anyway")
 	f.harnesses.register(fs, "", "")
 	f.policy.register(fs)
@@ -235,10 +235,13 @@ func (f *devFlags) hostAgent(ctx context.Context, bs blob.Store, url, token stri
 		release()
 		return nil, nil, err
 	}
-	if deps.Pager, err = lazyMemory(ctx, f.lazyMemory, hostDir, be.backend.Capabilities(), log.With("component", "host")); err != nil {
+	var closePager func()
+	if deps.Pager, closePager, err = lazyMemory(f.lazyMemory, hostDir, be.backend.Capabilities(), log.With("component", "host")); err != nil {
 		release()
 		return nil, nil, err
 	}
+	prev := release
+	release = func() { closePager(); prev() }
 	agent, err = host.New(host.Config{CoordinatorURL: url, Token: token, Name: "dev", DataDir: hostDir, AgentVersion: version, Considered: be.considered}, deps)
 	if err != nil {
 		release()

@@ -55,7 +55,7 @@ Create the host's credential first with ` + "`engrams host create NAME`" + `.`,
 	f.IntVar(&hf.capacity.MaxSessions, "max-sessions", 0, "most sessions at once (default: no limit)")
 	f.StringVar(&hf.evictIdleAfter, "evict-idle-after", env("EVICT_IDLE_AFTER", ""), "when every host is full, the coordinator may suspend a session of this host idle this long to make room, e.g. 5m (never: don't; default: the server's --evict-idle-after)")
 	f.Int64Var(&hf.cacheMiB, "chunk-cache-mib", 10240, "disk budget of the local snapshot chunk cache")
-	f.StringVar(&hf.lazyMemory, "lazy-memory", env("LAZY_MEMORY", "auto"), "serve a restored VM's memory on first touch, its working set fetched ahead: auto (where the backend and FUSE allow), on or off")
+	f.StringVar(&hf.lazyMemory, "lazy-memory", env("LAZY_MEMORY", "off"), lazyMemoryHelp)
 	hf.blobs.register(f, "")
 	return cmd
 }
@@ -115,9 +115,11 @@ func (hf *hostFlags) run(ctx context.Context) error {
 	}
 	defer closeChunks()
 	deps.Backend, deps.Logger, deps.Checkpoint, deps.DataDirLock = be.backend, log, testCheckpoint(log), lock
-	if deps.Pager, err = lazyMemory(ctx, hf.lazyMemory, hf.dataDir, be.backend.Capabilities(), log); err != nil {
+	var closePager func()
+	if deps.Pager, closePager, err = lazyMemory(hf.lazyMemory, hf.dataDir, be.backend.Capabilities(), log); err != nil {
 		return err
 	}
+	defer closePager()
 	if deps.Network, err = egressNetwork(be.backend.Capabilities(), hf.coordinator, []string{hf.opsAddr}, hf.egress, reg, log); err != nil {
 		return err
 	}

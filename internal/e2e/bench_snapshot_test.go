@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -168,7 +169,8 @@ func startBenchS3(t *testing.T) []string {
 	s3srv := httptest.NewServer(gofakes3.New(backend).Server())
 	t.Cleanup(s3srv.Close)
 	return []string{"--s3-endpoint", strings.TrimPrefix(s3srv.URL, "http://"), "--s3-bucket", "engrams",
-		"--s3-access-key", "k", "--s3-secret-key", "s", "--s3-tls=false", "--log-level", "warn", "--backend", "qemu"}
+		"--s3-access-key", "k", "--s3-secret-key", "s", "--s3-tls=false", "--log-level", "warn", "--backend", "qemu",
+		"--lazy-memory", benchLazyMemory()}
 }
 
 // warmCycles is what benchWarmCycles measured.
@@ -213,3 +215,12 @@ func killVMMs(dir string) {
 
 // hwmBytes reads VmHWM (peak resident set) of pid.
 func hwmBytes(pid int) int64 { return statusBytes(pid, "VmHWM:") }
+
+// benchLazyMemory is the hosts' --lazy-memory in the snapshot bench:
+// ENGRAMS_BENCH_LAZY (on, off), on by default.
+func benchLazyMemory() string {
+	if v := os.Getenv("ENGRAMS_BENCH_LAZY"); v != "" {
+		return v
+	}
+	return "on"
+}

@@ -36,7 +36,7 @@ func TestQEMUEvictionMakesRoom(t *testing.T) {
 	c := newClient(r.URL, creds.Token)
 	dir := shortTempDir(t)
 	startHostProcess(t, r.URL, creds.HostToken, dir, "--backend", "qemu", "--blob-dir", shortTempDir(t),
-		"--max-sessions", fmt.Sprint(room), "--evict-idle-after", "1s")
+		"--max-sessions", fmt.Sprint(room), "--evict-idle-after", "1s", "--lazy-memory", "on")
 	waitHostReady(t, c, creds.HostID)
 
 	pids := map[string]string{}
