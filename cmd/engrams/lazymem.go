@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,7 +33,7 @@ func lazyMemory(mode, dataDir string, caps vmm.Capabilities, log *slog.Logger) (
 	err := lazyMemoryUsable(caps)
 	var p *pager.Pager
 	if err == nil {
-		p, err = pager.Mount(context.Background(), pager.Config{Mount: filepath.Join(dataDir, "lazy-memory")}, log.With("component", "pager"))
+		p, err = pager.Mount(pager.Config{Mount: filepath.Join(dataDir, "lazy-memory")}, log.With("component", "pager"))
 	}
 	switch {
 	case err == nil:

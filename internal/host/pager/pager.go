@@ -60,9 +60,9 @@ func Available() error {
 	return f.Close()
 }
 
-// Mount mounts the file system at cfg.Mount and serves it until ctx ends
-// or Close. The caller needs CAP_SYS_ADMIN (the host agent runs as root).
-func Mount(ctx context.Context, cfg Config, log *slog.Logger) (*Pager, error) {
+// Mount mounts the file system at cfg.Mount and serves it until Close.
+// The caller needs CAP_SYS_ADMIN (the host agent runs as root).
+func Mount(cfg Config, log *slog.Logger) (*Pager, error) {
 	if err := os.MkdirAll(cfg.Mount, 0o700); err != nil {
 		return nil, fmt.Errorf("mount lazy memory: %w", err)
 	}
@@ -103,10 +103,6 @@ func Mount(ctx context.Context, cfg Config, log *slog.Logger) (*Pager, error) {
 	if err := tuneWriteback(cfg.Mount); err != nil {
 		log.Info("guest memory writeback keeps the kernel's FUSE limits", "err", err)
 	}
-	go func() {
-		<-ctx.Done()
-		p.Close()
-	}()
 	return p, nil
 }
 

@@ -94,13 +94,11 @@ func mountPager(t *testing.T) *Pager {
 	if os.Geteuid() != 0 {
 		testutil.SkipOrFail(t, "mounting FUSE needs root")
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	p, err := Mount(ctx, Config{Mount: filepath.Join(t.TempDir(), "mnt")}, slog.New(slog.DiscardHandler))
+	p, err := Mount(Config{Mount: filepath.Join(t.TempDir(), "mnt")}, slog.New(slog.DiscardHandler))
 	if err != nil {
-		cancel()
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cancel(); p.Close() })
+	t.Cleanup(p.Close)
 	return p
 }
 

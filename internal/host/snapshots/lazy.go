@@ -1,6 +1,7 @@
 package snapshots
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -104,7 +105,7 @@ func (s *Snapshots) serveMemory(sid, dir string, m chunk.Manifest) (*pager.File,
 // (lazy), reading the snapshot's working set first; it reports whether
 // it did. It first drops an overlay an earlier machine in dir left, which
 // would mark this one lazy.
-func (s *Snapshots) serveLazily(ctx context.Context, sid, dir, files string, manifests map[string]chunk.Manifest,
+func (s *Snapshots) serveLazily(ctx context.Context, sid, dir string, manifests map[string]chunk.Manifest,
 	wsMan chunk.Manifest, hasWS bool, snap *vmm.Snapshot) (bool, error) {
 	if err := os.Remove(filepath.Join(dir, overlayFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return false, fmt.Errorf("clear memory overlay of session %s: %w", sid, err)
@@ -115,7 +116,7 @@ func (s *Snapshots) serveLazily(ctx context.Context, sid, dir, files string, man
 	}
 	var ws []int
 	if hasWS {
-		ws = s.workingSet(ctx, wsMan, mem, files)
+		ws = s.workingSet(ctx, wsMan, mem)
 	}
 	return true, s.serveRestored(sid, dir, mem, ws, snap)
 }
@@ -157,18 +158,17 @@ func (s *Snapshots) prefetch(sid string, f *pager.File, ws []int) {
 
 // workingSet reads the working set a snapshot recorded (nil when it has
 // none or it cannot be read: the prefetch then goes in address order).
-func (s *Snapshots) workingSet(ctx context.Context, m chunk.Manifest, mem chunk.Manifest, dir string) []int {
+func (s *Snapshots) workingSet(ctx context.Context, m, mem chunk.Manifest) []int {
 	if m.Size > maxWorkingSetBytes {
 		s.log.Warn("working set too large; prefetching in address order", "bytes", m.Size)
 		return nil
 	}
-	p := filepath.Join(dir, roleWorkingSet)
-	if err := s.deps.DiskChunks.Restore(ctx, m, p); err != nil {
-		s.log.Warn("working set unreadable; prefetching in address order", "err", err)
-		return nil
+	b := make([]byte, m.Size)
+	var err error
+	for i := 0; i < len(m.Chunks) && err == nil; i++ {
+		off := int64(i) * m.ChunkSize
+		err = s.deps.DiskChunks.ReadChunk(ctx, m, i, b[off:off+m.ChunkLen(i)])
 	}
-	defer os.Remove(p)
-	b, err := os.ReadFile(p)
 	if err == nil {
 		var ws []int
 		if ws, err = pager.DecodeWorkingSet(b, len(mem.Chunks)); err == nil {
@@ -192,14 +192,10 @@ func (s *Snapshots) putLazyMemory(ctx context.Context, f *pager.File) (chunk.Man
 }
 
 // putWorkingSet stores the chunks f's guest touched as a snapshot's
-// working set (through a file in the machine dir).
-func (s *Snapshots) putWorkingSet(ctx context.Context, f *pager.File, machineDir string) (chunk.Manifest, chunk.PutStats, error) {
-	p := filepath.Join(machineDir, roleWorkingSet+".tmp")
-	defer os.Remove(p)
-	if err := os.WriteFile(p, pager.EncodeWorkingSet(f.Touched()), 0o600); err != nil {
-		return chunk.Manifest{}, chunk.PutStats{}, fmt.Errorf("write working set: %w", err)
-	}
-	m, st, err := s.deps.DiskChunks.PutFile(ctx, p)
+// working set.
+func (s *Snapshots) putWorkingSet(ctx context.Context, f *pager.File) (chunk.Manifest, chunk.PutStats, error) {
+	b := pager.EncodeWorkingSet(f.Touched())
+	m, st, err := s.deps.DiskChunks.PutReader(ctx, bytes.NewReader(b), int64(len(b)))
 	if err != nil {
 		return m, st, fmt.Errorf("store working set: %w", err)
 	}

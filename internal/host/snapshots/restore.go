@@ -89,7 +89,7 @@ func (s *Snapshots) restore(ctx context.Context, r Restore) (m vmm.Machine, mani
 		return nil, nil, err
 	}
 	snap := vmm.Snapshot{Backend: s.deps.Backend.Capabilities().Name, Files: map[string]string{}, Taken: s.deps.Now()}
-	served, lerr := s.serveLazily(ctx, sid, r.Dir, files, manifests, wsMan, hasWS, &snap)
+	served, lerr := s.serveLazily(ctx, sid, r.Dir, manifests, wsMan, hasWS, &snap)
 	if lerr != nil {
 		return nil, nil, lerr
 	}

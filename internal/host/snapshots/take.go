@@ -75,7 +75,7 @@ func (s *Snapshots) uploadTaken(ctx context.Context, sid, snapshotID, machineDir
 	if err == nil && lazy != nil {
 		var ws chunk.Manifest
 		var st chunk.PutStats
-		if ws, st, err = s.putWorkingSet(ctx, lazy, machineDir); err == nil {
+		if ws, st, err = s.putWorkingSet(ctx, lazy); err == nil {
 			ws.Role = roleWorkingSet
 			manifests[roleWorkingSet] = ws
 			put.Add(st)
